@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every test binary in $BUILD/tests and prints "N passed, N failed".
+# Tests find the model in $KVSTITCH_MODEL (fetched here if unset) and
+# ../shared in $KVSTITCH_SHARED.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${BUILD:-build}"
+export KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
+if [ -z "${KVSTITCH_MODEL:-}" ]; then
+    KVSTITCH_MODEL=$(scripts/fetch-model.sh | tail -n 1) || { echo "run-tests: model fetch failed" >&2; exit 1; }
+    export KVSTITCH_MODEL
+fi
+export KVSTITCH_CLI="$BUILD/kvstitch"
+
+pass=0; fail=0; failed_bins=()
+# C test programs (built by make) and shell tests (tests/test_*.sh, run with bash).
+for t in "$BUILD"/tests/test_* tests/test_*.sh; do
+    [ -f "$t" ] || continue
+    case "$t" in *.d|*.o) continue;; esac
+    name=$(basename "$t")
+    if [[ "$t" == *.sh ]]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
+    p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name (exit $rc)"; fi
+    pass=$((pass + p)); fail=$((fail + f))
+    if [ "$f" -gt 0 ]; then failed_bins+=("$name"); printf '%s\n' "$out"; fi
+    printf '%-32s %3d passed %3d failed\n' "$name" "$p" "$f"
+done
+[ ${#failed_bins[@]} -gt 0 ] && echo "failed: ${failed_bins[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -1,0 +1,51 @@
+#include "base/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KVS_ERROR_MAX 1024
+
+static _Thread_local char last_error[KVS_ERROR_MAX];
+
+const char *kvs_strerror(int status) {
+    switch (status) {
+    case KVS_OK: return "ok";
+    case KVS_ERR_INVALID_ARG: return "invalid argument";
+    case KVS_ERR_IO: return "I/O error";
+    case KVS_ERR_FORMAT: return "malformed file";
+    case KVS_ERR_UNSUPPORTED: return "unsupported";
+    case KVS_ERR_NOMEM: return "out of memory";
+    case KVS_ERR_NOT_FOUND: return "not found";
+    case KVS_ERR_CONTEXT_FULL: return "context window exceeded";
+    case KVS_ERR_UTF8: return "invalid UTF-8";
+    case KVS_ERR_MODEL_MISMATCH: return "cache belongs to another model";
+    case KVS_ERR_CORRUPT: return "corrupt cache entry";
+    case KVS_ERR_BUFFER_TOO_SMALL: return "buffer too small";
+    case KVS_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+    }
+}
+
+const char *kvs_last_error(void) {
+    return last_error[0] ? last_error : "no error detail";
+}
+
+int kvs_error(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int kvs_error_prefix(int status, const char *fmt, ...) {
+    char prefix[KVS_ERROR_MAX], old[KVS_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_error, sizeof old);
+    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    return status;
+}

@@ -1,0 +1,21 @@
+/*
+ * A fixed pool of worker threads owned by a context. kvs_pool_run() runs
+ * fn(arg, ith, nth) on every thread (the caller is thread 0) and returns when
+ * all have finished. Kernels split their work by (ith, nth) so that each
+ * output element is computed by exactly one thread with the same arithmetic
+ * whatever nth is (determinism across thread counts).
+ * Not reentrant: one kvs_pool_run at a time per pool.
+ */
+#ifndef KVS_BASE_THREADPOOL_H
+#define KVS_BASE_THREADPOOL_H
+
+typedef struct kvs_pool kvs_pool;
+typedef void (*kvs_pool_fn)(void *arg, int ith, int nth);
+
+kvs_pool *kvs_pool_new(int n_threads); /* NULL on failure; n_threads >= 1 */
+void kvs_pool_free(kvs_pool *pool);
+int kvs_pool_size(const kvs_pool *pool);
+/* pool may be NULL: then fn(arg, 0, 1) runs on the caller. */
+void kvs_pool_run(kvs_pool *pool, kvs_pool_fn fn, void *arg);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * Compute kernels. Every kernel has a scalar reference (kernels/*_ref.c) and
+ * SIMD versions (AVX2, AVX-512/VNNI) selected at run time; tests check that
+ * the SIMD versions agree with the reference.
+ *
+ * Batch invariance (a hard rule): the bits a kernel produces for one token row
+ * never depend on how many other rows are in the call, where the call starts,
+ * or the thread count. Reductions along K run in a fixed order per output
+ * element, and work is split across threads by whole output elements.
+ *
+ * Nothing here allocates: callers size scratch with *_work_size() once.
+ */
+#ifndef KVS_KERNELS_H
+#define KVS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/threadpool.h"
+
+/* A weight matrix as stored in GGUF: n rows (output features) of k elements
+ * (input features), each row contiguous and quantized along k. */
+typedef struct kvs_wmat {
+    const void *data; /* (n, row_bytes) */
+    int type;         /* kvs_ggml_type */
+    int n;            /* rows = output features */
+    int k;            /* columns = input features */
+    size_t row_bytes;
+} kvs_wmat;
+
+/* Bytes of scratch kvs_matmul needs for m activation rows against w. */
+size_t kvs_matmul_work_size(const kvs_wmat *w, int m);
+
+/* y(m, n) = x(m, k) . w(n, k)^T.  x row stride k, y row stride n.
+ * For quantized w the rows of x are first quantized to 8-bit blocks (each row
+ * on its own, so this stays batch-invariant). Splits over the pool. */
+void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);
+
+/* Row i of a weight matrix as float (embedding lookup). dst holds w->k floats. */
+void kvs_wmat_get_row(const kvs_wmat *w, int i, float *dst);
+
+/* Dequantize k elements of a row of the given type. */
+void kvs_dequantize_row(int type, const void *src, float *dst, int k);
+
+/* y = x / rms(x) * w, one row of n. */
+void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+
+/* Rotates one token's heads in place: x is (n_head, head_dim); the first
+ * rope_dim dims of each head rotate. neox=0: pairs (2i, 2i+1); neox=1: pairs
+ * (i, i + rope_dim/2). theta_i = pos * freq_scale * base^(-2i/rope_dim).
+ * pos may be negative or fractional deltas are not supported: integer pos. */
+void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
+              float freq_base, float freq_scale, int neox);
+
+/* gate[i] = silu(gate[i]) * up[i]. */
+void kvs_silu_mul(float *gate, const float *up, int n);
+
+/* float <-> half conversion of a row (KV cache storage). */
+void kvs_f32_to_f16_row(const float *src, uint16_t *dst, int n);
+void kvs_f16_to_f32_row(const uint16_t *src, float *dst, int n);
+
+/* Causal attention for m query tokens against one layer's KV cache.
+ *   q    (m, n_head, head_dim)     already roped
+ *   k, v (n_kv_head, n_ctx, head_dim)  kv_type 0 = f16 (uint16_t), 1 = f32
+ *   pos  (m)  query token t attends to cache slots 0..pos[t] inclusive
+ *   out  (m, n_head, head_dim)
+ * Each (token, head) is computed independently, keys in ascending slot order,
+ * so the result does not depend on m or on the thread count. Grouped-query:
+ * head h reads kv head h / (n_head / n_kv_head). work: kvs_attention_work_size. */
+size_t kvs_attention_work_size(int n_threads, int n_ctx);
+void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
+                   const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
+                   int head_dim, int n_ctx, float scale, void *work);
+
+/* Which SIMD level the dispatcher chose ("avx512vnni", "avx2", "scalar"). */
+const char *kvs_kernels_isa(void);
+/* Forces the scalar path (tests, KVS_FORCE_SCALAR=1 env does the same). */
+void kvs_kernels_force_scalar(int on);
+
+#endif

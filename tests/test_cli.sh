@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# CLI contract tests: tokenize / info output, --help, and error handling.
+# Prints "ok NAME" / "FAIL NAME" per check (counted by scripts/run-tests.sh).
+set -u
+CLI="${KVSTITCH_CLI:-build/kvstitch}"
+SHARED="${KVSTITCH_SHARED:-../shared}"
+MODEL="${KVSTITCH_MODEL:?}"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+status=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; status=1; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else fail "$name" "command failed: $*"; fi; }
+
+# Every llama.cpp vector through the CLI (the same strings the C tests use), with --no-bos.
+vectors() {
+    local vocab=$1 n=0 bad=0
+    python3 - "$SHARED/tokenizer-tests/$vocab.inp" "$tmp/$vocab" <<'PY'
+import sys, os
+parts = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
+os.makedirs(sys.argv[2], exist_ok=True)
+for i, p in enumerate(parts[:-1] if parts[-1] == "" else parts):
+    open(os.path.join(sys.argv[2], "%04d.txt" % i), "w", encoding="utf-8").write(p)
+PY
+    local i=0
+    while IFS= read -r expected; do
+        f=$(printf '%s/%s/%04d.txt' "$tmp" "$vocab" $i)
+        [ -f "$f" ] || break
+        got=$("$CLI" tokenize -m "$SHARED/tokenizer-tests/$vocab" --no-bos --no-special -f "$f" 2>&1)
+        exp=$(echo "$expected" | xargs)
+        [ "$got" = "$exp" ] || { bad=$((bad+1)); [ $bad -le 3 ] && echo "  $vocab #$i: got '$got' want '$exp'"; }
+        n=$((n+1)); i=$((i+1))
+    done < "$SHARED/tokenizer-tests/$vocab.out"
+    echo "  $vocab: $((n-bad))/$n vectors match"
+    [ $n -gt 0 ] && [ $bad -eq 0 ]
+}
+check cli_tokenize_vectors_gpt2 vectors ggml-vocab-gpt-2.gguf
+check cli_tokenize_vectors_spm vectors ggml-vocab-llama-spm.gguf
+
+# Special tokens parsed by default, kept as text with --no-special.
+got=$("$CLI" tokenize -m "$MODEL" "<|im_start|>user")
+first=${got%% *}
+[ "$first" = "1" ] && ok cli_tokenize_special || fail cli_tokenize_special "got '$got'"
+got=$("$CLI" tokenize -m "$MODEL" --no-special "<|im_start|>user")
+first=${got%% *}
+[ "$first" != "1" ] && ok cli_tokenize_no_special || fail cli_tokenize_no_special "got '$got'"
+
+# --no-bos never adds BOS, even for a model whose GGUF asks for it (llama SPM vocab).
+with=$("$CLI" tokenize -m "$SHARED/tokenizer-tests/ggml-vocab-llama-spm.gguf" "Hello world")
+without=$("$CLI" tokenize -m "$SHARED/tokenizer-tests/ggml-vocab-llama-spm.gguf" --no-bos "Hello world")
+[ "${with%% *}" = "1" ] && [ "${without%% *}" != "1" ] && [ "$with" = "1 $without" ] \
+    && ok cli_tokenize_bos || fail cli_tokenize_bos "with='$with' without='$without'"
+
+# info names the architecture and the shapes.
+out=$("$CLI" info -m "$MODEL")
+grep -q "architecture: *llama" <<<"$out" && grep -q "layers: *30" <<<"$out" && grep -q "Q4_1 x210" <<<"$out" \
+    && grep -q "chat template: *chatml" <<<"$out" && ok cli_info || fail cli_info "$out"
+"$CLI" info -m "$MODEL" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["n_layer"]==30 and d["n_vocab"]==49152 and d["tensor_types"]["Q8_0"]==1' \
+    && ok cli_info_json || fail cli_info_json "bad JSON"
+
+# --help everywhere, exit 0.
+for c in tokenize info generate bench perplexity; do
+    "$CLI" $c --help >/dev/null 2>&1 && ok "cli_help_$c" || fail "cli_help_$c" "exit $?"
+done
+
+# Errors: non-zero exit, message on stderr naming the problem.
+"$CLI" tokenize -m "$tmp/missing.gguf" hi >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -ne 0 ] && grep -q "missing.gguf" "$tmp/e" && ok cli_error_missing_file || fail cli_error_missing_file "rc=$rc $(cat "$tmp/e")"
+head -c 100000 "$MODEL" > "$tmp/trunc.gguf"
+"$CLI" info -m "$tmp/trunc.gguf" >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -ne 0 ] && [ -s "$tmp/e" ] && ok cli_error_truncated || fail cli_error_truncated "rc=$rc $(cat "$tmp/e")"
+printf 'bad \xff\xfe utf8' > "$tmp/bad.txt"
+"$CLI" tokenize -m "$MODEL" -f "$tmp/bad.txt" >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -ne 0 ] && grep -qi "utf-8" "$tmp/e" && ok cli_error_utf8 || fail cli_error_utf8 "rc=$rc $(cat "$tmp/e")"
+"$CLI" frobnicate >/dev/null 2>&1 && fail cli_error_unknown_command "exit 0" || ok cli_error_unknown_command
+exit $status

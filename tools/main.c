@@ -1,0 +1,41 @@
+/* kvstitch CLI entry point: dispatches to one file per command. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"generate", cmd_generate, "generate text from a prompt"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"info", cmd_info, "print a model's architecture, tensors and vocabulary"},
+    {"bench", cmd_bench, "measure prefill and decode tokens/s"},
+    {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvstitch COMMAND [options]   (kvstitch COMMAND --help for details)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "kvstitch: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
