@@ -109,7 +109,9 @@ const char *kvs_tensor_type_name(int type);
 /* ------------------------------------------------------------------------ */
 
 enum {
-    KVS_TOKENIZE_ADD_BOS = 1 << 0,       /* prepend BOS if the model has one */
+    KVS_TOKENIZE_ADD_BOS = 1 << 0,       /* add BOS (and EOS) as the GGUF's add_bos_token /
+                                          * add_eos_token flags ask; BPE vocabularies
+                                          * like SmolLM2's ask for none */
     KVS_TOKENIZE_PARSE_SPECIAL = 1 << 1, /* recognise control tokens like <|im_start|> in text */
 };
 
@@ -184,6 +186,12 @@ int kvs_context_n_ctx(const kvs_context *ctx);
  * Batch-invariant: the bits written and returned do not depend on n, on how
  * a sequence is split into calls, or on the thread count. */
 int kvs_decode(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits);
+/* Like kvs_decode, but logits (n_logits, n_vocab) receives the logits of the
+ * last n_logits of the n tokens (1 <= n_logits <= n), for scoring a text
+ * (perplexity, teacher forcing) without one call per token. Same bits as
+ * kvs_decode would give for each of those tokens. */
+int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n,
+                      float *logits, int n_logits);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling and generation                                                   */

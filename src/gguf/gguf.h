@@ -16,6 +16,10 @@
  * nested arrays, tensor types, shapes, alignment, data ranges), so the
  * accessors below never read out of bounds. Errors return KVS_ERR_FORMAT /
  * KVS_ERR_UNSUPPORTED with kvs_last_error() naming the key or tensor.
+ *
+ * A kvs_gguf is immutable after open: any number of threads may use the
+ * accessors at once. (A file truncated by someone else while mapped can
+ * still fault with SIGBUS, as with any mmap.)
  */
 #ifndef KVS_GGUF_H
 #define KVS_GGUF_H
@@ -79,6 +83,8 @@ uint32_t kvs_gguf_version(const kvs_gguf *g);
 size_t kvs_gguf_alignment(const kvs_gguf *g);
 const void *kvs_gguf_base(const kvs_gguf *g); /* start of the mapping */
 size_t kvs_gguf_size(const kvs_gguf *g);
+const char *kvs_gguf_path(const kvs_gguf *g); /* as given to open; "<memory>" for open_memory */
+size_t kvs_gguf_data_offset(const kvs_gguf *g); /* file offset of the tensor data section */
 
 /* --- metadata --- */
 int64_t kvs_gguf_n_kv(const kvs_gguf *g);

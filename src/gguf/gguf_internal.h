@@ -22,10 +22,12 @@ typedef struct kvs_gguf_kv {
     uint64_t *str_offs;        /* string arrays: file offset of each element's u64 length */
 } kvs_gguf_kv;
 
-/* Open-addressing hash index over names: slot holds entry index + 1, 0 = empty. */
+/* Name index (gguf_index.c): pointers to the entries' names, sorted. */
 typedef struct kvs_gguf_index {
-    int64_t *slots;
-    size_t mask;               /* slot count - 1 (power of two) */
+    const kvs_gguf_str **sorted; /* (n) */
+    int64_t n;
+    const void *entries;         /* entry i's name is at entries + i * stride */
+    size_t stride;
 } kvs_gguf_index;
 
 struct kvs_gguf {
@@ -44,8 +46,13 @@ struct kvs_gguf {
     kvs_gguf_index tensor_index;
 };
 
-/* Index lookup; -1 if absent. entries/stride as described above. */
-int64_t kvs_gguf_index_find(const kvs_gguf_index *ix, const void *entries, size_t stride,
-                            const char *name, size_t len);
+/* Builds the index over n entries. Reports the first duplicate name in file
+ * order as (*dup_first, *dup_second) entry indices, else both -1. Returns
+ * KVS_ERR_NOMEM (no message) if allocation fails. */
+int kvs_gguf_index_build(kvs_gguf_index *ix, const void *entries, size_t stride, int64_t n,
+                         int64_t *dup_first, int64_t *dup_second);
+/* Entry index of name, or -1. */
+int64_t kvs_gguf_index_find(const kvs_gguf_index *ix, const char *name, size_t len);
+void kvs_gguf_index_free(kvs_gguf_index *ix);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * Compute kernels. Every kernel has a scalar reference (kernels/*_ref.c) and
+ * Compute kernels. Every kernel has a scalar reference (src/kernels/<name>_ref.c) and
  * SIMD versions (AVX2, AVX-512/VNNI) selected at run time; tests check that
  * the SIMD versions agree with the reference.
  *
@@ -76,5 +76,9 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
 const char *kvs_kernels_isa(void);
 /* Forces the scalar path (tests, KVS_FORCE_SCALAR=1 env does the same). */
 void kvs_kernels_force_scalar(int on);
+/* Caps the dispatcher at one ISA level ("scalar", "avx2", "avx512vnni" or
+ * "best"), for tests and benchmarks that compare paths. Returns -1 (and
+ * changes nothing) if the name is unknown or the CPU lacks that level. */
+int kvs_kernels_set_isa(const char *name);
 
 #endif

@@ -1,16 +1,58 @@
 /*
  * The loaded model: the GGUF mapping, hyperparameters, weight views and the
  * tokenizer. Immutable after kvs_model_load(); shared by contexts.
+ *
+ * Weight views point into the read-only GGUF mapping: nothing is copied.
+ * Matrices follow GGUF/ggml order: a kvs_wmat has n rows (output features)
+ * of k contiguous elements (input features), i.e. tensor ne = (k, n).
  */
 #ifndef KVS_MODEL_H
 #define KVS_MODEL_H
 
 #include "kvstitch.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
 /* Accessors for other modules (the struct itself is private to src/model/). */
 const kvs_gguf *kvs_model_gguf(const kvs_model *model);
 const kvs_tokenizer *kvs_model_tokenizer(const kvs_model *model);
+
+/* Hyperparameters of the decoder. All zero for a vocabulary-only model. */
+typedef struct kvs_hparams {
+    int n_layer;
+    int n_embd;          /* residual width */
+    int n_head, n_head_kv;
+    int head_dim;        /* n_embd / n_head unless attention.key_length says otherwise */
+    int n_ff;            /* feed-forward width */
+    int n_vocab;         /* rows of the output head (= rows of token_embd) */
+    int n_ctx_train;
+    int rope_dim;        /* leading dims of each head that rotate */
+    int rope_neox;       /* 1: pairs (i, i + rope_dim/2) (qwen2); 0: (2i, 2i+1) (llama) */
+    float rope_freq_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    float norm_eps;
+} kvs_hparams;
+
+/* One decoder block's weights. Norm weights and biases are F32 vectors. */
+typedef struct kvs_layer_weights {
+    const float *attn_norm;   /* (n_embd) */
+    kvs_wmat wq;              /* (n_head * head_dim, n_embd) */
+    kvs_wmat wk, wv;          /* (n_head_kv * head_dim, n_embd) */
+    kvs_wmat wo;              /* (n_embd, n_head * head_dim) */
+    const float *bq;          /* (n_head * head_dim) or NULL (qwen2 only) */
+    const float *bk, *bv;     /* (n_head_kv * head_dim) or NULL */
+    const float *ffn_norm;    /* (n_embd) */
+    kvs_wmat w_gate, w_up;    /* (n_ff, n_embd) */
+    kvs_wmat w_down;          /* (n_embd, n_ff) */
+} kvs_layer_weights;
+
+int kvs_model_is_vocab_only(const kvs_model *model);
+const kvs_hparams *kvs_model_hparams(const kvs_model *model);
+const kvs_layer_weights *kvs_model_layer(const kvs_model *model, int l); /* l < n_layer */
+const kvs_wmat *kvs_model_tok_embd(const kvs_model *model);   /* (n_vocab, n_embd) */
+const kvs_wmat *kvs_model_output(const kvs_model *model);     /* (n_vocab, n_embd); == tok_embd when tied */
+const float *kvs_model_output_norm(const kvs_model *model);   /* (n_embd) */
+const char *kvs_model_path(const kvs_model *model);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
+#include "kvstitch.h" /* kvs_detok, kvs_chat_message, KVS_TOKENIZE_* */
 
 typedef struct kvs_tokenizer kvs_tokenizer;
 
@@ -38,5 +39,28 @@ int kvs_tokenizer_token_bytes(const kvs_tokenizer *t, int32_t id, int render_spe
 int kvs_tokenizer_is_eog(const kvs_tokenizer *t, int32_t id);
 /* Id of a token given its exact text, -1 if absent (e.g. "<|im_end|>"). */
 int32_t kvs_tokenizer_find(const kvs_tokenizer *t, const char *text);
+
+
+/* --- additions (tokenizer engineer) --- */
+
+/* End-of-turn token (tokenizer.ggml.eot_token_id), -1 if none. */
+int32_t kvs_tokenizer_eot(const kvs_tokenizer *t);
+
+/* Streaming detokenizer over a tokenizer (kvs_detok_new wraps it). */
+int kvs_detok_new_tok(const kvs_tokenizer *t, int render_special, kvs_detok **out);
+
+/* Chat templates (chat.c). The family recognised from a template text:
+ * "chatml", "llama3", "llama2", or NULL if none of their markers occurs. */
+const char *kvs_chat_family_of_template(const char *tmpl, size_t len);
+/* Family of the GGUF's tokenizer.chat_template; "" if absent or unknown
+ * (for kvs_model_info.chat_template_family). */
+const char *kvs_chat_detect_family(const kvs_gguf *g);
+/* kvs_chat_render over a template text (may be NULL) or a GGUF (may be
+ * NULL); same contract as the public kvs_chat_render. */
+int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *family,
+                             const kvs_chat_message *msgs, int n_msgs, int add_generation_prompt,
+                             char **out);
+int kvs_chat_render_gguf(const kvs_gguf *g, const char *family, const kvs_chat_message *msgs,
+                         int n_msgs, int add_generation_prompt, char **out);
 
 #endif

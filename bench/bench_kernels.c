@@ -1,0 +1,204 @@
+/*
+ * Kernel benchmark at SmolLM2-135M shapes: matmul GOPS (2*m*n*k per second)
+ * and weight GB/s for m = 1 (decode) and m = 512 (prefill), per ISA path and
+ * thread count; attention prefill/decode at 512, 2048, 4096 context; the
+ * cost of an empty kvs_pool_run. Medians over several repetitions.
+ *
+ *   bench_kernels [--quick] [--isa NAME] [--threads N]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float rndf(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; }
+
+static size_t row_bytes(int type, int k) {
+    switch (type) {
+    case KVS_TYPE_Q4_0: return (size_t)k / 32 * 18;
+    case KVS_TYPE_Q4_1: return (size_t)k / 32 * 20;
+    case KVS_TYPE_Q8_0: return (size_t)k / 32 * 34;
+    case KVS_TYPE_F16: return (size_t)k * 2;
+    default: return (size_t)k * 4;
+    }
+}
+
+static kvs_wmat make_w(int type, int n, int k) {
+    kvs_wmat w = {.type = type, .n = n, .k = k, .row_bytes = row_bytes(type, k)};
+    size_t bytes = w.row_bytes * (size_t)n;
+    uint8_t *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rnd();
+    if (type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q8_0) {
+        size_t bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+        for (size_t b = 0; b < bytes / bs; b++) {
+            uint16_t d = kvs_f32_to_f16(0.01f), m = kvs_f32_to_f16(-0.05f);
+            memcpy(p + b * bs, &d, 2);
+            if (type == KVS_TYPE_Q4_1) memcpy(p + b * bs + 2, &m, 2);
+        }
+    } else if (type == KVS_TYPE_F16) {
+        for (size_t i = 0; i < bytes / 2; i++) {
+            uint16_t h = kvs_f32_to_f16(rndf());
+            memcpy(p + 2 * i, &h, 2);
+        }
+    }
+    w.data = p;
+    return w;
+}
+
+static const char *type_name(int t) {
+    return t == KVS_TYPE_Q4_1 ? "Q4_1" : t == KVS_TYPE_Q8_0 ? "Q8_0" : t == KVS_TYPE_Q4_0 ? "Q4_0"
+         : t == KVS_TYPE_F16 ? "F16" : "F32";
+}
+
+/* Median seconds of one kvs_matmul call; repeats until ~min_s total. */
+static double time_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y,
+                          void *work, double min_s) {
+    double t[64];
+    int reps = 0;
+    kvs_matmul(pool, w, x, m, y, work); /* warm */
+    double start = now_s();
+    while (reps < 64 && (reps < 5 || now_s() - start < min_s)) {
+        double a = now_s();
+        kvs_matmul(pool, w, x, m, y, work);
+        t[reps++] = now_s() - a;
+    }
+    return median(t, reps);
+}
+
+static void bench_matmul(const char *isa, int threads, int quick) {
+    struct { const char *name; int type, k, n; } shapes[] = {
+        {"attn_q/o 576->576", KVS_TYPE_Q4_1, 576, 576},
+        {"attn_k/v 576->192", KVS_TYPE_Q4_1, 576, 192},
+        {"ffn_up   576->1536", KVS_TYPE_Q4_1, 576, 1536},
+        {"ffn_down 1536->576", KVS_TYPE_Q4_1, 1536, 576},
+        {"output   576->49152", KVS_TYPE_Q8_0, 576, 49152},
+    };
+    kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
+    int ms[] = {1, 512};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        kvs_wmat w = make_w(shapes[s].type, shapes[s].n, shapes[s].k);
+        for (int mi = 0; mi < 2; mi++) {
+            int m = ms[mi];
+            if (!strcmp(isa, "scalar") && m > 1) continue; /* minutes, not informative */
+            if (quick && m > 1 && shapes[s].n > 10000) m = 64;
+            float *x = malloc(sizeof(float) * (size_t)m * w.k);
+            float *y = malloc(sizeof(float) * (size_t)m * w.n);
+            for (size_t i = 0; i < (size_t)m * w.k; i++) x[i] = rndf();
+            void *work = malloc(kvs_matmul_work_size(&w, m) + 64);
+            double t = time_matmul(pool, &w, x, m, y, work, quick ? 0.1 : 0.4);
+            double gops = 2.0 * m * w.n * w.k / t / 1e9;
+            double gbs = (double)w.row_bytes * w.n / t / 1e9;
+            printf("  %-10s t=%d  %-20s %-4s m=%-4d %9.1f us  %7.1f GOPS  %6.1f GB/s(w)\n", isa,
+                   threads, shapes[s].name, type_name(w.type), m, t * 1e6, gops, gbs);
+            fflush(stdout);
+            free(x); free(y); free(work);
+        }
+        free((void *)w.data);
+    }
+    kvs_pool_free(pool);
+}
+
+/* Attention of one layer of SmolLM2 (9 heads, 3 kv heads, 64 dims, f16 KV):
+ * prefill of ctx tokens (causal) and decode of one token at position ctx-1. */
+static void bench_attention(const char *isa, int threads, int quick) {
+    kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
+    const int nh = 9, nkv = 3, hd = 64;
+    int ctxs[] = {512, 2048, 4096};
+    for (int ci = 0; ci < 3; ci++) {
+        int ctx = ctxs[ci];
+        if (!strcmp(isa, "scalar") && ctx > 512) continue;
+        size_t kvn = (size_t)nkv * ctx * hd;
+        uint16_t *k = malloc(kvn * 2), *v = malloc(kvn * 2);
+        for (size_t i = 0; i < kvn; i++) { k[i] = kvs_f32_to_f16(rndf()); v[i] = kvs_f32_to_f16(rndf()); }
+        float *q = malloc(sizeof(float) * (size_t)ctx * nh * hd), *out = malloc(sizeof(float) * (size_t)ctx * nh * hd);
+        for (size_t i = 0; i < (size_t)ctx * nh * hd; i++) q[i] = rndf();
+        int32_t *pos = malloc(sizeof(int32_t) * ctx);
+        for (int t = 0; t < ctx; t++) pos[t] = t;
+        void *work = malloc(kvs_attention_work_size(threads, ctx));
+        double tp[16], td[64];
+        int reps = quick ? 2 : (ctx >= 4096 ? 3 : 5);
+        for (int r = 0; r < reps; r++) {
+            double a = now_s();
+            kvs_attention(pool, out, q, pos, ctx, k, v, 0, nh, nkv, hd, ctx, 0.125f, work);
+            tp[r] = now_s() - a;
+        }
+        for (int r = 0; r < 32; r++) {
+            double a = now_s();
+            kvs_attention(pool, out, q, pos + ctx - 1, 1, k, v, 0, nh, nkv, hd, ctx, 0.125f, work);
+            td[r] = now_s() - a;
+        }
+        double p = median(tp, reps), d = median(td, 32);
+        /* flops: QK and PV, 2 flops per MAC, causal half */
+        double flops = 2.0 * 2.0 * nh * hd * (double)ctx * (ctx + 1) / 2;
+        printf("  %-10s t=%d  attention ctx=%-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
+               isa, threads, ctx, p * 1e3, flops / p / 1e9, p / ctx * 1e6, d * 1e6);
+        fflush(stdout);
+        free(k); free(v); free(q); free(out); free(pos); free(work);
+    }
+    kvs_pool_free(pool);
+}
+
+static void noop(void *a, int ith, int nth) { (void)a; (void)ith; (void)nth; }
+
+static void bench_pool(int threads) {
+    kvs_pool *pool = kvs_pool_new(threads);
+    double t[7];
+    for (int r = 0; r < 7; r++) {
+        double a = now_s();
+        for (int i = 0; i < 20000; i++) kvs_pool_run(pool, noop, NULL);
+        t[r] = (now_s() - a) / 20000;
+    }
+    printf("  pool t=%d: empty kvs_pool_run %.3f us (median of 7 x 20000)\n", threads, median(t, 7) * 1e6);
+    kvs_pool_free(pool);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, only_threads = 0;
+    const char *only_isa = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) only_isa = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = atoi(argv[++i]);
+    }
+    printf("bench_kernels: best ISA %s\n", kvs_kernels_isa());
+    const char *isas[] = {"avx512vnni", "avx2", "scalar"};
+    for (int t = 1; t <= 2; t++) {
+        if (only_threads && t != only_threads) continue;
+        bench_pool(t);
+        for (size_t s = 0; s < 3; s++) {
+            if (only_isa && strcmp(only_isa, isas[s])) continue;
+            if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+            bench_matmul(isas[s], t, quick);
+            bench_attention(isas[s], t, quick);
+        }
+    }
+    return 0;
+}

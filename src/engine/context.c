@@ -1,0 +1,87 @@
+/* Context lifecycle: resolve params, create the pool, KV buffer and scratch. */
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "engine/context.h"
+
+#define KVS_CTX_MAX_DEFAULT 8192
+#define KVS_BATCH_DEFAULT 512
+
+kvs_context_params kvs_context_default_params(void) {
+    kvs_context_params p = {0};
+    p.n_ctx = 0;
+    p.n_threads = 0;
+    p.n_batch = 0;
+    p.kv_type = KVS_KV_F16;
+    return p;
+}
+
+int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
+    if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: model and out must not be NULL");
+    if (kvs_model_is_vocab_only(model))
+        return kvs_error(KVS_ERR_INVALID_ARG,
+                         "%s: cannot create an inference context: the model was loaded without weights "
+                         "(vocabulary-only file or vocab_only = 1)", kvs_model_path(model));
+    const kvs_hparams *hp = kvs_model_hparams(model);
+    if (p.n_ctx < 0 || p.n_threads < 0 || p.n_batch < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: n_ctx %d, n_threads %d, n_batch %d must not be negative",
+                         p.n_ctx, p.n_threads, p.n_batch);
+    if (p.kv_type != KVS_KV_F16 && p.kv_type != KVS_KV_F32)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: unknown kv_type %d", (int)p.kv_type);
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < KVS_CTX_MAX_DEFAULT ? hp->n_ctx_train : KVS_CTX_MAX_DEFAULT;
+    if (p.n_ctx <= 0) p.n_ctx = KVS_CTX_MAX_DEFAULT;
+    if (p.n_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        p.n_threads = n > 0 ? (int)n : 1;
+    }
+    if (p.n_batch == 0) p.n_batch = KVS_BATCH_DEFAULT;
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+
+    kvs_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return kvs_error(KVS_ERR_NOMEM, "kvs_context_new: out of memory");
+    ctx->model = model;
+    ctx->params = p;
+    int st = KVS_OK;
+    if (p.n_threads > 1 && !(ctx->pool = kvs_pool_new(p.n_threads))) {
+        st = kvs_error(KVS_ERR_NOMEM, "kvs_context_new: cannot start %d threads", p.n_threads);
+        goto fail;
+    }
+    if ((st = kvs_kv_buffer_init(&ctx->kv, hp->n_layer, hp->n_head_kv, p.n_ctx, hp->head_dim, p.kv_type))) goto fail;
+    if ((st = kvs_fwd_new(model, ctx->pool, p.n_batch, p.n_ctx, &ctx->fwd))) goto fail;
+    ctx->rows = malloc((size_t)p.n_batch * sizeof *ctx->rows);
+    if (!(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))) || !ctx->rows) {
+        st = kvs_error(KVS_ERR_NOMEM, "kvs_context_new: out of memory");
+        goto fail;
+    }
+    *out = ctx;
+    return KVS_OK;
+fail:
+    kvs_context_free(ctx);
+    return st;
+}
+
+void kvs_context_free(kvs_context *ctx) {
+    if (!ctx) return;
+    kvs_fwd_free(ctx->fwd);
+    kvs_kv_buffer_release(&ctx->kv);
+    kvs_pool_free(ctx->pool);
+    free(ctx->logits);
+    free(ctx->rows);
+    free(ctx);
+}
+
+int kvs_context_n_ctx(const kvs_context *ctx) { return ctx->params.n_ctx; }
+kvs_kv_buffer *kvs_context_kv(kvs_context *ctx) { return &ctx->kv; }
+kvs_fwd *kvs_context_fwd(kvs_context *ctx) { return ctx->fwd; }
+const kvs_model *kvs_context_model(const kvs_context *ctx) { return ctx->model; }
+int kvs_context_n_batch(const kvs_context *ctx) { return ctx->params.n_batch; }
+int kvs_context_n_threads(const kvs_context *ctx) { return ctx->params.n_threads; }
+int kvs_context_n_vocab(const kvs_context *ctx) { return kvs_model_hparams(ctx->model)->n_vocab; }
+
+double kvs_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}

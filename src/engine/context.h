@@ -1,0 +1,39 @@
+/*
+ * Inference context internals: the model, a thread pool, one sequence's KV
+ * buffer and the forward scratch, all sized once at kvs_context_new. Other
+ * modules (reuse, tests) reach the KV buffer and the forward pass through
+ * these accessors.
+ */
+#ifndef KVS_ENGINE_CONTEXT_H
+#define KVS_ENGINE_CONTEXT_H
+
+#include "base/threadpool.h"
+#include "kvstitch.h"
+#include "model/forward.h"
+#include "model/kv_buffer.h"
+
+struct kvs_context {
+    kvs_model *model;
+    kvs_context_params params; /* as resolved: no zeros left */
+    kvs_pool *pool;            /* NULL when n_threads == 1 */
+    kvs_kv_buffer kv;          /* (n_layer, 2, n_kv_head, n_ctx, head_dim) */
+    kvs_fwd *fwd;              /* scratch for n_batch rows */
+    float *logits;             /* (n_vocab) last logits of kvs_decode, for generation */
+    int *rows;                 /* (n_batch) row indices handed to kvs_fwd_logits */
+};
+
+kvs_kv_buffer *kvs_context_kv(kvs_context *ctx);
+kvs_fwd *kvs_context_fwd(kvs_context *ctx);
+const kvs_model *kvs_context_model(const kvs_context *ctx);
+int kvs_context_n_batch(const kvs_context *ctx);
+int kvs_context_n_threads(const kvs_context *ctx);
+int kvs_context_n_vocab(const kvs_context *ctx);
+
+/* Checks tokens/positions for kvs_decode-like calls: ids < n_vocab,
+ * 0 <= pos < n_ctx (KVS_ERR_CONTEXT_FULL naming the numbers). */
+int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n);
+
+/* Milliseconds on a monotonic clock. */
+double kvs_now_ms(void);
+
+#endif

@@ -1,0 +1,48 @@
+/* kvs_decode: run the model over tokens at given positions, n_batch rows at a time. */
+#include "base/error.h"
+#include "engine/context.h"
+
+int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n) {
+    int n_vocab = kvs_context_n_vocab(ctx), n_ctx = ctx->params.n_ctx;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return kvs_error(KVS_ERR_INVALID_ARG, "token %d of %d: id %d is outside the vocabulary (0..%d)", i, n,
+                             (int)tokens[i], n_vocab - 1);
+        if (pos[i] < 0)
+            return kvs_error(KVS_ERR_INVALID_ARG, "token %d of %d: position %d is negative", i, n, (int)pos[i]);
+        if (pos[i] >= n_ctx)
+            return kvs_error(KVS_ERR_CONTEXT_FULL,
+                             "token %d of %d: position %d does not fit the context of %d tokens (slots 0..%d)", i, n,
+                             (int)pos[i], n_ctx, n_ctx - 1);
+    }
+    return KVS_OK;
+}
+
+int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits,
+                      int n_logits) {
+    if (!ctx || !tokens || !pos || n <= 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode: need a context, tokens, positions and n > 0 (n = %d)", n);
+    if (n_logits < 0 || n_logits > n || (n_logits > 0 && !logits))
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode: n_logits %d must be in 0..%d with a logits buffer",
+                         n_logits, n);
+    int st = kvs_context_check_batch(ctx, tokens, pos, n);
+    if (st) return st;
+
+    kvs_fwd *f = ctx->fwd;
+    const int n_layer = kvs_model_hparams(ctx->model)->n_layer, n_vocab = kvs_context_n_vocab(ctx);
+    const int B = ctx->params.n_batch, first = n - n_logits;
+    for (int c0 = 0; c0 < n; c0 += B) {
+        int m = n - c0 < B ? n - c0 : B;
+        kvs_fwd_embed(f, tokens + c0, m);
+        for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &ctx->kv);
+        /* Only the rows whose logits were asked for pay for the output head. */
+        int i0 = first > c0 ? first : c0, k = 0;
+        for (int i = i0; i < c0 + m; i++) ctx->rows[k++] = i - c0;
+        if (k > 0) kvs_fwd_logits(f, ctx->rows, k, logits + (size_t)(i0 - first) * n_vocab);
+    }
+    return KVS_OK;
+}
+
+int kvs_decode(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits) {
+    return kvs_decode_logits(ctx, tokens, pos, n, logits, logits ? 1 : 0);
+}

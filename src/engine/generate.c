@@ -1,0 +1,234 @@
+/*
+ * kvs_generate: prefill the prompt, then sample / decode one token at a time,
+ * streaming the completed text. Stop at an end-of-generation token, a stop
+ * string, n_predict tokens, a full context, or when on_token asks.
+ *
+ * Streaming with stop strings: text that could still become the start of a
+ * stop string is held back until it is decided, so a stop string is never
+ * streamed, even partly. A stop string is cut from result.text too.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/context.h"
+#include "engine/sampler.h"
+
+#define KVS_DETOK_BUF 65536
+
+kvs_generate_params kvs_generate_default_params(void) {
+    kvs_generate_params p;
+    memset(&p, 0, sizeof p);
+    p.n_predict = 128;
+    p.sampling = kvs_sampler_default_params();
+    return p;
+}
+
+void kvs_generate_result_free(kvs_generate_result *r) {
+    if (!r) return;
+    free(r->tokens);
+    free(r->text);
+    free(r->first_logits);
+    free(r->top_ids);
+    free(r->top_logprobs);
+    memset(r, 0, sizeof *r);
+}
+
+typedef struct gen_text {
+    char *s;
+    size_t len, cap;
+    size_t streamed; /* bytes already handed to on_token */
+} gen_text;
+
+static int text_append(gen_text *t, const char *p, size_t n) {
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap * 2 > t->len + n + 1 ? t->cap * 2 : t->len + n + 1;
+        char *s = realloc(t->s, cap);
+        if (!s) return kvs_error(KVS_ERR_NOMEM, "generate: out of memory for the text");
+        t->s = s;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, p, n);
+    t->len += n;
+    t->s[t->len] = 0;
+    return KVS_OK;
+}
+
+/* Longest suffix of s[from..len) that is a proper prefix of a stop string. */
+static size_t stop_holdback(const gen_text *t, const kvs_generate_params *p) {
+    size_t best = 0, avail = t->len - t->streamed;
+    for (int i = 0; i < p->n_stop; i++) {
+        size_t sl = strlen(p->stop[i]);
+        for (size_t k = sl > 0 ? sl - 1 : 0; k > best; k--)
+            if (k <= avail && memcmp(t->s + t->len - k, p->stop[i], k) == 0) { best = k; break; }
+    }
+    return best;
+}
+
+/* Earliest start >= streamed of any stop string, or -1. */
+static long stop_find(const gen_text *t, const kvs_generate_params *p) {
+    long found = -1;
+    for (int i = 0; i < p->n_stop; i++) {
+        size_t sl = strlen(p->stop[i]);
+        if (sl == 0) continue;
+        const char *hit = memmem(t->s + t->streamed, t->len - t->streamed, p->stop[i], sl);
+        if (hit && (found < 0 || hit - t->s < found)) found = hit - t->s;
+    }
+    return found;
+}
+
+/* Hands s[streamed..upto) to on_token. Returns nonzero if the callback asks to stop. */
+static int stream(gen_text *t, size_t upto, int32_t token, const kvs_generate_params *p) {
+    if (upto < t->streamed) upto = t->streamed;
+    size_t n = upto - t->streamed;
+    int stop = 0;
+    if (p->on_token) {
+        /* NUL-terminate the piece in place for the callback, then restore. */
+        char saved = t->s[upto];
+        t->s[upto] = 0;
+        stop = p->on_token(p->user, token, t->s + t->streamed, n);
+        t->s[upto] = saved;
+    }
+    t->streamed = upto;
+    return stop;
+}
+
+/* result->top_* : the n_top best [id, log-softmax] of raw logits. */
+static int top_logprobs(const float *logits, int n_vocab, int n_top, kvs_generate_result *r) {
+    if (n_top > n_vocab) n_top = n_vocab;
+    if (n_top <= 0) return KVS_OK;
+    r->top_ids = malloc((size_t)n_top * sizeof *r->top_ids);
+    r->top_logprobs = malloc((size_t)n_top * sizeof *r->top_logprobs);
+    int32_t *heap = malloc((size_t)n_top * sizeof *heap);
+    if (!r->top_ids || !r->top_logprobs || !heap) {
+        free(heap);
+        return kvs_error(KVS_ERR_NOMEM, "generate: out of memory");
+    }
+    kvs_top_k_ids(logits, n_vocab, n_top, r->top_ids, heap);
+    free(heap);
+    float max = logits[r->top_ids[0]];
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max);
+    double lse = (double)max + log(sum);
+    for (int i = 0; i < n_top; i++) r->top_logprobs[i] = (float)((double)logits[r->top_ids[i]] - lse);
+    r->n_top = n_top;
+    return KVS_OK;
+}
+
+typedef struct gen_state {
+    kvs_sampler *sampler;
+    kvs_detok *detok;
+    int32_t *pos;
+    char *piece;
+    gen_text text;
+} gen_state;
+
+static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_generate_params *p,
+               kvs_generate_result *r, gen_state *g, double t0) {
+    const kvs_model *model = ctx->model;
+    const int n_vocab = kvs_context_n_vocab(ctx), n_ctx = ctx->params.n_ctx;
+    int st;
+    if ((st = kvs_sampler_new(p->sampling, n_vocab, &g->sampler))) return st;
+    if ((st = kvs_detok_new(model, 0, &g->detok))) return st;
+    /* The last token sampled is never decoded, so the window fits
+     * n_ctx - n_prompt + 1 new tokens. */
+    int n_max = p->n_predict < n_ctx - n_prompt + 1 ? p->n_predict : n_ctx - n_prompt + 1;
+    if (n_max < 0) n_max = 0;
+    g->pos = malloc((size_t)n_prompt * sizeof *g->pos);
+    g->piece = malloc(KVS_DETOK_BUF);
+    r->tokens = malloc(((size_t)n_max + 1) * sizeof *r->tokens);
+    r->first_logits = malloc((size_t)n_vocab * sizeof *r->first_logits);
+    if (!g->pos || !g->piece || !r->tokens || !r->first_logits)
+        return kvs_error(KVS_ERR_NOMEM, "generate: out of memory");
+    if ((st = text_append(&g->text, "", 0))) return st;
+    r->n_vocab = n_vocab;
+    r->n_prompt = n_prompt;
+
+    for (int i = 0; i < n_prompt; i++) g->pos[i] = i;
+    int first_hist = n_prompt > p->sampling.repeat_last_n ? n_prompt - p->sampling.repeat_last_n : 0;
+    for (int i = first_hist; i < n_prompt; i++) kvs_sampler_accept(g->sampler, prompt[i]);
+
+    if ((st = kvs_decode(ctx, prompt, g->pos, n_prompt, ctx->logits))) return st;
+    double t_prefill = kvs_now_ms();
+    r->prefill_ms = t_prefill - t0;
+    memcpy(r->first_logits, ctx->logits, (size_t)n_vocab * sizeof(float));
+    if ((st = top_logprobs(ctx->logits, n_vocab, p->n_top_logprobs, r))) return st;
+
+    double t_first = t_prefill, t_last = t_prefill;
+    int stopped = 0, stop_hit = 0; /* on_token asked to stop / a stop string was cut */
+    for (int i = 0; i < n_max && !stopped; i++) {
+        int32_t tok = kvs_sampler_sample(g->sampler, ctx->logits);
+        kvs_sampler_accept(g->sampler, tok);
+        t_last = kvs_now_ms();
+        if (i == 0) {
+            t_first = t_last;
+            r->ttft_ms = t_first - t0;
+        }
+        r->tokens[r->n_tokens++] = tok;
+        if (kvs_token_is_eog(model, tok)) break;
+
+        size_t n_piece = 0;
+        if ((st = kvs_detok_push(g->detok, tok, g->piece, KVS_DETOK_BUF, &n_piece))) return st;
+        if ((st = text_append(&g->text, g->piece, n_piece))) return st;
+        long cut = stop_find(&g->text, p);
+        if (cut >= 0) {
+            g->text.len = (size_t)cut;
+            stream(&g->text, (size_t)cut, tok, p);
+            g->text.s[cut] = 0;
+            stop_hit = 1;
+            break;
+        }
+        stopped = stream(&g->text, g->text.len - stop_holdback(&g->text, p), tok, p);
+        if (stopped || i + 1 == n_max) break;
+
+        int32_t pos = n_prompt + i;
+        if ((st = kvs_decode(ctx, &tok, &pos, 1, ctx->logits))) return st;
+    }
+    r->decode_ms = t_last - t_first;
+
+    /* Bytes still held back: an unfinished UTF-8 sequence (flushed as
+     * U+FFFD) or a suffix that never completed a stop string. */
+    if (!stop_hit && !stopped) {
+        size_t n_piece = 0;
+        if ((st = kvs_detok_flush(g->detok, g->piece, KVS_DETOK_BUF, &n_piece))) return st;
+        if ((st = text_append(&g->text, g->piece, n_piece))) return st;
+        long cut = stop_find(&g->text, p);
+        if (cut >= 0) {
+            g->text.len = (size_t)cut;
+            g->text.s[cut] = 0;
+        }
+        if (g->text.len > g->text.streamed) stream(&g->text, g->text.len, -1, p);
+    }
+    return KVS_OK;
+}
+
+int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_generate_params *params,
+                 kvs_generate_result *out) {
+    double t0 = kvs_now_ms();
+    if (!ctx || !prompt || !params || !out || n_prompt <= 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate: need a context, a prompt of at least one token (got %d), "
+                         "params and a result", n_prompt);
+    if (params->n_stop > 0 && !params->stop)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate: n_stop = %d but stop is NULL", params->n_stop);
+    if (n_prompt > ctx->params.n_ctx)
+        return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n_prompt,
+                         ctx->params.n_ctx);
+    kvs_generate_result r;
+    memset(&r, 0, sizeof r);
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    int st = run(ctx, prompt, n_prompt, params, &r, &g, t0);
+    kvs_sampler_free(g.sampler);
+    kvs_detok_free(g.detok);
+    free(g.pos);
+    free(g.piece);
+    if (st) {
+        free(g.text.s);
+        kvs_generate_result_free(&r);
+        return st;
+    }
+    r.text = g.text.s;
+    *out = r;
+    return KVS_OK;
+}

@@ -1,0 +1,217 @@
+/* Sampling chain (order and determinism described in sampler.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+
+struct kvs_sampler {
+    kvs_sampler_params p;
+    int n_vocab;
+    uint64_t rng[4];   /* xoshiro256** state */
+    float *logits;     /* (n_vocab) working copy */
+    int32_t *ids;      /* (n_vocab) candidate ids, best first */
+    int32_t *heap;     /* (n_vocab) top-k scratch */
+    float *probs;      /* (n_vocab) candidate probabilities */
+    int32_t *hist;     /* (repeat_last_n) ring of recent tokens */
+    int n_hist, hist_pos;
+};
+
+kvs_sampler_params kvs_sampler_default_params(void) {
+    kvs_sampler_params p;
+    p.temperature = 0.0f; /* greedy unless asked: reproducible by default */
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    p.seed = 0;
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t s[4]) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+void kvs_sampler_reset(kvs_sampler *s) {
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    s->n_hist = s->hist_pos = 0;
+}
+
+int kvs_sampler_new(kvs_sampler_params p, int n_vocab, kvs_sampler **out) {
+    if (n_vocab <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "sampler: n_vocab %d", n_vocab);
+    if (p.top_k < 0 || p.repeat_last_n < 0 || !(p.top_p >= 0.0f) || !(p.min_p >= 0.0f) || !(p.repeat_penalty > 0.0f) ||
+        isnan(p.temperature))
+        return kvs_error(KVS_ERR_INVALID_ARG,
+                         "sampler: bad parameters (top_k %d, top_p %g, min_p %g, repeat_penalty %g, repeat_last_n %d)",
+                         p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n);
+    kvs_sampler *s = calloc(1, sizeof *s);
+    if (!s) return kvs_error(KVS_ERR_NOMEM, "sampler: out of memory");
+    s->p = p;
+    s->n_vocab = n_vocab;
+    size_t n = (size_t)n_vocab;
+    s->logits = malloc(n * sizeof *s->logits);
+    s->ids = malloc(n * sizeof *s->ids);
+    s->heap = malloc(n * sizeof *s->heap);
+    s->probs = malloc(n * sizeof *s->probs);
+    s->hist = malloc(((size_t)p.repeat_last_n + 1) * sizeof *s->hist);
+    if (!s->logits || !s->ids || !s->heap || !s->probs || !s->hist) {
+        kvs_sampler_free(s);
+        return kvs_error(KVS_ERR_NOMEM, "sampler: out of memory");
+    }
+    kvs_sampler_reset(s);
+    *out = s;
+    return KVS_OK;
+}
+
+void kvs_sampler_free(kvs_sampler *s) {
+    if (!s) return;
+    free(s->logits);
+    free(s->ids);
+    free(s->heap);
+    free(s->probs);
+    free(s->hist);
+    free(s);
+}
+
+void kvs_sampler_accept(kvs_sampler *s, int32_t token) {
+    int cap = s->p.repeat_last_n;
+    if (cap == 0) return;
+    s->hist[s->hist_pos] = token;
+    s->hist_pos = (s->hist_pos + 1) % cap;
+    if (s->n_hist < cap) s->n_hist++;
+}
+
+/* a ranks before b: larger value, then lower id. NaN ranks last. */
+static int better(const float *x, int32_t a, int32_t b) {
+    float xa = x[a], xb = x[b];
+    if (isnan(xa)) return 0;
+    if (isnan(xb)) return 1;
+    return xa > xb || (xa == xb && a < b);
+}
+
+/* Min-heap by rank: heap[0] is the worst of the kept ids. */
+static void sift_down(const float *x, int32_t *h, int n, int i) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && better(x, h[c], h[c + 1])) c++;
+        if (!better(x, h[i], h[c])) return;
+        int32_t t = h[i];
+        h[i] = h[c];
+        h[c] = t;
+        i = c;
+    }
+}
+
+void kvs_top_k_ids(const float *x, int n, int k, int32_t *out, int32_t *heap) {
+    if (k <= 0) return;
+    int size = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (size < k) {
+            heap[size] = i;
+            /* sift up */
+            for (int j = size++; j > 0;) {
+                int p = (j - 1) / 2;
+                if (!better(x, heap[p], heap[j])) break;
+                int32_t t = heap[p];
+                heap[p] = heap[j];
+                heap[j] = t;
+                j = p;
+            }
+        } else if (better(x, i, heap[0])) {
+            heap[0] = i;
+            sift_down(x, heap, size, 0);
+        }
+    }
+    /* Pop the worst first into the back of out. */
+    for (int j = size - 1; j >= 0; j--) {
+        out[j] = heap[0];
+        heap[0] = heap[j];
+        sift_down(x, heap, j, 0);
+    }
+}
+
+static void apply_penalty(kvs_sampler *s) {
+    if (s->p.repeat_penalty == 1.0f) return;
+    for (int i = 0; i < s->n_hist; i++) {
+        int32_t t = s->hist[i];
+        if (t < 0 || t >= s->n_vocab) continue;
+        int seen = 0; /* each distinct token is penalised once */
+        for (int j = 0; j < i && !seen; j++) seen = s->hist[j] == t;
+        if (seen) continue;
+        float *l = &s->logits[t];
+        *l = *l > 0.0f ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+    }
+}
+
+int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits) {
+    const int n = s->n_vocab;
+    memcpy(s->logits, logits, (size_t)n * sizeof *s->logits);
+    apply_penalty(s);
+    const float *x = s->logits;
+
+    if (s->p.temperature <= 0.0f) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (better(x, i, best)) best = i;
+        return best;
+    }
+
+    int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+    kvs_top_k_ids(x, n, k, s->ids, s->heap);
+
+    /* Softmax over the candidates (sorted, best first) at the temperature. */
+    const float inv_t = 1.0f / s->p.temperature;
+    const float top = x[s->ids[0]];
+    double sum = 0.0;
+    for (int i = 0; i < k; i++) {
+        float p = expf((x[s->ids[i]] - top) * inv_t);
+        if (isnan(p)) p = 0.0f;
+        s->probs[i] = p;
+        sum += p;
+    }
+    /* top-p: the smallest prefix holding top_p of the mass. */
+    int keep = k;
+    if (s->p.top_p < 1.0f) {
+        double cum = 0.0;
+        for (int i = 0; i < k; i++) {
+            cum += s->probs[i] / sum;
+            if (cum >= s->p.top_p) { keep = i + 1; break; }
+        }
+    }
+    /* min-p: drop candidates below min_p times the best probability
+     * (probs[0] is the best: it is exp(0) = 1 before normalising). */
+    if (s->p.min_p > 0.0f) {
+        int j = 1;
+        while (j < keep && s->probs[j] >= s->p.min_p * s->probs[0]) j++;
+        keep = j;
+    }
+    double total = 0.0;
+    for (int i = 0; i < keep; i++) total += s->probs[i];
+    double u = (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53 * total;
+    double cum = 0.0;
+    for (int i = 0; i < keep; i++) {
+        cum += s->probs[i];
+        if (u < cum) return s->ids[i];
+    }
+    return s->ids[keep - 1];
+}

@@ -1,0 +1,85 @@
+/*
+ * Scalar reference of causal attention and of the exp it uses. The canonical
+ * arithmetic for one query row (token t, head h, kv head g, n = pos[t] + 1):
+ *
+ *   s_j  = (fma chain over d = 0..D-1 of q[d] * k_j[d], from 0) * scale
+ *   mx   = max_j s_j
+ *   e_j  = kvs_expf_ref(s_j - mx)
+ *   S    = kvs_tree16 of 16 partial sums, e_j added to partial j % 16
+ *   o[d] = fma chain over j = 0..n-1 of e_j * v_j[d], from 0
+ *   out[d] = o[d] * (1 / S)
+ *
+ * Keys and values are taken in ascending slot order. SIMD paths reproduce
+ * these operations exactly (only the grouping of independent work changes).
+ */
+#include <math.h>
+
+#include "kernels/kernels_impl.h"
+
+/* Cephes-style expf: x = n ln2 + r, e^r by a degree-7 polynomial; written as
+ * explicit fma/mul/add so that vector code can repeat it bit for bit. */
+float kvs_expf_ref(float x) {
+    if (!(x >= -87.0f)) return 0.0f; /* also -inf and nan: masked keys */
+    float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float r2 = r * r;
+    p = fmaf(p, r2, r);
+    p = p + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+size_t kvs_attn_thread_floats(int n_ctx) {
+    /* scores for KVS_ATTN_ROWS rows, plus transposed K / V staging (SIMD) */
+    size_t ctx = (size_t)(n_ctx + 16 + 15) & ~(size_t)15;
+    return KVS_ATTN_ROWS * ctx + 2 * 16 * 256 + 64;
+}
+
+static inline float kv_get(const void *base, int kv_type, size_t idx) {
+    if (kv_type == 0) return kvs_f16_to_f32(((const uint16_t *)base)[idx]);
+    return ((const float *)base)[idx];
+}
+
+void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
+    int D = c->head_dim, group = c->n_head / c->n_kv_head;
+    size_t kv_off = (size_t)g * c->n_ctx * D;
+    float *s = work; /* (n_ctx) scores of one row */
+    for (int t = t0; t < t1; t++) {
+        int n = c->pos[t] + 1;
+        if (n > c->n_ctx) n = c->n_ctx;
+        if (n < 1) n = 1;
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const float *q = c->q + ((size_t)t * c->n_head + h) * D;
+            float *out = c->out + ((size_t)t * c->n_head + h) * D;
+            float mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                float acc = 0.0f;
+                for (int d = 0; d < D; d++)
+                    acc = fmaf(q[d], kv_get(c->k, c->kv_type, kv_off + (size_t)j * D + d), acc);
+                s[j] = acc * c->scale;
+                mx = fmaxf(mx, s[j]);
+            }
+            float part[16] = {0};
+            for (int j = 0; j < n; j++) {
+                s[j] = kvs_expf_ref(s[j] - mx);
+                part[j % 16] += s[j];
+            }
+            float inv = 1.0f / kvs_tree16(part);
+            for (int d = 0; d < D; d++) {
+                float o = 0.0f;
+                for (int j = 0; j < n; j++)
+                    o = fmaf(s[j], kv_get(c->v, c->kv_type, kv_off + (size_t)j * D + d), o);
+                out[d] = o * inv;
+            }
+        }
+    }
+}

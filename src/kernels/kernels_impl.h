@@ -1,0 +1,80 @@
+/*
+ * Internals shared by the kernel files: the per-ISA function table, the
+ * scalar references, and the definition of the arithmetic every path must
+ * reproduce bit for bit.
+ *
+ * The canonical arithmetic (all ISA paths produce the same bits as the scalar
+ * reference; tests check memcmp equality):
+ *
+ *   quantized w:  x row -> blocks of 32: amax = max|x|, d = amax / 127,
+ *                 id = d ? 1/d : 0, q = round_half_even(x * id), s = d * sum q.
+ *                 per block b: i = exact integer dot of the block,
+ *                 c = b % 16: acc[c] = fma((float)i, dw * dx, acc[c]);
+ *                 Q4_1 only:  acc[c] = fma(mw, sx, acc[c]);
+ *                 y = kvs_tree16(acc).
+ *   float w:      acc[e % 16] = fma(x[e], w[e], acc[e % 16]) for e = 0..k-1,
+ *                 y = kvs_tree16(acc).
+ *   attention:    see attention_ref.c.
+ */
+#ifndef KVS_KERNELS_IMPL_H
+#define KVS_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+/* Arguments of one matmul call, shared by its threads. */
+typedef struct kvs_mm_call {
+    const kvs_wmat *w;
+    const float *x;    /* (m, k) */
+    const uint8_t *xq; /* (m, xq_row) quantized x, NULL for float weights */
+    size_t xq_row;     /* bytes per quantized row */
+    int m;
+    float *y;          /* (m, n) */
+} kvs_mm_call;
+
+typedef struct kvs_attn_call {
+    float *out;            /* (m, n_head, head_dim) */
+    const float *q;        /* (m, n_head, head_dim) */
+    const int32_t *pos;    /* (m) */
+    int m;
+    const void *k, *v;     /* (n_kv_head, n_ctx, head_dim) */
+    int kv_type;
+    int n_head, n_kv_head, head_dim, n_ctx;
+    float scale;
+    float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
+} kvs_attn_call;
+
+/* Query rows the attention kernels handle at once, and per-thread scratch. */
+#define KVS_ATTN_ROWS 48
+size_t kvs_attn_thread_floats(int n_ctx);
+
+typedef struct kvs_isa {
+    const char *name;
+    /* Quantizes rows [i0, i1) of x into xq for weights of type wtype. */
+    void (*quantize_rows)(const kvs_mm_call *c, int i0, int i1);
+    /* y[0..m)[j0..j1) for all rows of the call. */
+    void (*matmul_cols)(const kvs_mm_call *c, int j0, int j1);
+    /* One unit of attention work: query tokens [t0, t1) of kv head g. */
+    void (*attention_unit)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+} kvs_isa;
+
+extern const kvs_isa kvs_isa_scalar;
+#if defined(__x86_64__)
+extern const kvs_isa kvs_isa_avx2;
+extern const kvs_isa kvs_isa_avx512;
+#endif
+
+/* Scalar pieces reused by the SIMD paths for tails and unusual shapes. */
+void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq);
+float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq);
+float kvs_dot_f_ref(const kvs_wmat *w, int j, const float *x);
+int kvs_wtype_is_quant(int type);
+
+/* Deterministic exp used by attention in every path: the same sequence of
+ * float operations in scalar and SIMD code, ~1 ulp on [-87, 0]. */
+float kvs_expf_ref(float x);
+
+#endif

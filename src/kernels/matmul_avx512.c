@@ -1,0 +1,408 @@
+/*
+ * AVX-512 (F, BW, VL, VNNI, VBMI) matmul. Produces exactly the bits of the
+ * scalar reference (matmul_ref.c); see the canonical order in kernels_impl.h.
+ *
+ * Quantized weights: one zmm lane per block. A group of 16 weight blocks is
+ * rearranged once per weight row ("prep") so that vector v holds, in lane l,
+ * the 4 bytes of block l that meet the 4 activation bytes of lane l in the
+ * interleaved xq layout (quant.h). Eight vpdpbusd then leave each block's
+ * exact integer dot product in its own lane, and the float work is one
+ * cvt + mul + fma (+ fma for Q4_1) per 16 blocks, lane l being chain l.
+ *
+ *   prep of one weight row, group g:  v[0..7] (u8 nibbles or s8 bytes),
+ *   dw (16 floats), mw (Q4_1), corr (Q8_0: -128 * sum of the block's bytes)
+ *
+ * Tiles: MR activation rows x NR weight rows of outputs, each output one zmm
+ * accumulator (16 chains); the k loop runs over groups. Any tile shape gives
+ * the same bits per output, so m = 1 and m = 512 agree.
+ */
+#if defined(__x86_64__)
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2")
+
+#include <immintrin.h>
+#include <pthread.h>
+
+#include "kernels/kernels_impl.h"
+
+#define MR 4
+#define NR 4
+#define AI __attribute__((always_inline)) static inline
+
+typedef struct prep_grp {
+    __m512i v[8];
+    __m512 dw;
+    __m512 mw;   /* Q4_1 */
+    __m512i corr; /* Q8_0 */
+} prep_grp;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* kvs_tree16 on a register: halves, quarters, pairs, then the last pair. */
+AI float hsum_tree(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
+    return _mm_cvtss_f32(d);
+}
+
+/* ------------------------------------------------------------ quantize x */
+
+static void quantize_row(const float *x, int k, int wtype, uint8_t *xq) {
+    int nb = k / KVS_QK, ng = kvs_xq_groups(k);
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m128i off = _mm_set1_epi8(wtype == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
+    for (int g = 0; g < ng; g++) {
+        uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        float *gd = kvs_xq_d(grp), *gs = kvs_xq_s(grp);
+        int32_t *gsum = kvs_xq_sum(grp);
+        int nbl = nb - g * KVS_XQ_GROUP;
+        if (nbl > KVS_XQ_GROUP) nbl = KVS_XQ_GROUP;
+        if (nbl < KVS_XQ_GROUP) { /* zero padding (offset bytes for Q8_0) */
+            memset(grp, wtype == KVS_TYPE_Q8_0 ? 0x80 : 0, KVS_XQ_GROUP_QS);
+            memset(grp + KVS_XQ_GROUP_QS, 0, KVS_XQ_GROUP_BYTES - KVS_XQ_GROUP_QS);
+        }
+        for (int l = 0; l < nbl; l++) {
+            const float *xb = x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK;
+            __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+            __m512 mx = _mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(b, absmask));
+            float amax = _mm512_reduce_max_ps(mx);
+            float d = amax / 127.0f;
+            float id = d != 0.0f ? 1.0f / d : 0.0f;
+            __m512 vid = _mm512_set1_ps(id);
+            __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid)); /* round half even */
+            __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+            int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+            __m128i pa = _mm_xor_si128(_mm512_cvtepi32_epi8(qa), off);
+            __m128i pb = _mm_xor_si128(_mm512_cvtepi32_epi8(qb), off);
+            /* dword r of pa -> vec 2r lane l; of pb -> vec 2r+1 lane l */
+            uint8_t *dst = grp + 4 * l;
+            _mm_storeu_si32(dst + 0 * 64, pa);
+            _mm_storeu_si32(dst + 1 * 64, pb);
+            _mm_storeu_si32(dst + 2 * 64, _mm_srli_si128(pa, 4));
+            _mm_storeu_si32(dst + 3 * 64, _mm_srli_si128(pb, 4));
+            _mm_storeu_si32(dst + 4 * 64, _mm_srli_si128(pa, 8));
+            _mm_storeu_si32(dst + 5 * 64, _mm_srli_si128(pb, 8));
+            _mm_storeu_si32(dst + 6 * 64, _mm_srli_si128(pa, 12));
+            _mm_storeu_si32(dst + 7 * 64, _mm_srli_si128(pb, 12));
+            gd[l] = d;
+            gs[l] = d * (float)sum;
+            gsum[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+        }
+    }
+}
+
+static void avx512_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+    for (int i = i0; i < i1; i++)
+        quantize_row(c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
+                     (uint8_t *)c->xq + (size_t)i * c->xq_row);
+}
+
+/* ------------------------------------------------------------------ prep */
+
+/* Q4_1: a 16-block group is 80 dwords; block l's dwords are 5l (d, m) and
+ * 5l+1+r (qs dword r). Three permutes gather dword 5l+c into lane l. */
+typedef struct perm3 {
+    __m512i i01, i23, i4;
+    __mmask16 m23, m4;
+} perm3;
+
+static perm3 q41_perm[5];
+
+static void init_q41_perm(void) {
+    for (int cidx = 0; cidx < 5; cidx++) {
+        int32_t a[16], b[16], d[16];
+        __mmask16 m23 = 0, m4 = 0;
+        for (int l = 0; l < 16; l++) {
+            int s = 5 * l + cidx;
+            a[l] = s & 31;
+            b[l] = (s - 32) & 31;
+            d[l] = (s - 64) & 15;
+            if (s >= 32 && s < 64) m23 |= (__mmask16)(1u << l);
+            if (s >= 64) m4 |= (__mmask16)(1u << l);
+        }
+        q41_perm[cidx].i01 = _mm512_loadu_si512(a);
+        q41_perm[cidx].i23 = _mm512_loadu_si512(b);
+        q41_perm[cidx].i4 = _mm512_loadu_si512(d);
+        q41_perm[cidx].m23 = m23;
+        q41_perm[cidx].m4 = m4;
+    }
+}
+
+AI __m512i gather5(const __m512i z[5], const perm3 *p) {
+    __m512i r = _mm512_permutex2var_epi32(z[0], p->i01, z[1]);
+    r = _mm512_mask_mov_epi32(r, p->m23, _mm512_permutex2var_epi32(z[2], p->i23, z[3]));
+    return _mm512_mask_permutexvar_epi32(r, p->m4, p->i4, z[4]);
+}
+
+static void prep_q4_1(const uint8_t *row, int nb, prep_grp *out) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    int ng = (nb + 15) / 16;
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *src = row + (size_t)g * 16 * 20;
+        int nbl = nb - 16 * g;
+        if (nbl > 16) nbl = 16;
+        __m512i z[5];
+        if (nbl == 16) {
+            for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
+        } else {
+            int ndw = 5 * nbl; /* valid dwords */
+            for (int t = 0; t < 5; t++) {
+                int rem = ndw - 16 * t;
+                __mmask16 mk = rem >= 16 ? 0xffff : rem <= 0 ? 0 : (__mmask16)((1u << rem) - 1);
+                z[t] = _mm512_maskz_loadu_epi32(mk, src + 64 * t);
+            }
+        }
+        prep_grp *p = &out[g];
+        __m512i dm = gather5(z, &q41_perm[0]);
+        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+        p->mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+        for (int r = 0; r < 4; r++) {
+            __m512i q = gather5(z, &q41_perm[1 + r]);
+            p->v[2 * r] = _mm512_and_si512(q, lo4);
+            p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+        }
+    }
+}
+
+/* Q4_0 (18-byte blocks) and Q8_0 (34-byte blocks) are not dword aligned:
+ * gather dwords at byte offsets (masked for the tail). */
+static void prep_gather(const uint8_t *row, int nb, int type, prep_grp *out) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    const int bs = type == KVS_TYPE_Q4_0 ? 18 : 34;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i base = _mm512_mullo_epi32(lane, _mm512_set1_epi32(bs));
+    int ng = (nb + 15) / 16;
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *src = row + (size_t)g * 16 * bs;
+        int nbl = nb - 16 * g;
+        if (nbl > 16) nbl = 16;
+        __mmask16 mk = nbl == 16 ? 0xffff : (__mmask16)((1u << nbl) - 1);
+        prep_grp *p = &out[g];
+        /* d: the first 2 bytes of each block; reading 4 bytes stays inside
+         * the block (qs follows), so the gather never leaves the row. */
+        __m512i dv = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, base, src, 1);
+        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dv));
+        p->mw = _mm512_setzero_ps();
+        if (type == KVS_TYPE_Q4_0) {
+            for (int r = 0; r < 4; r++) {
+                __m512i off = _mm512_add_epi32(base, _mm512_set1_epi32(2 + 4 * r));
+                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, off, src, 1);
+                p->v[2 * r] = _mm512_and_si512(q, lo4);
+                p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+            }
+        } else {
+            __m512i corr = _mm512_setzero_si512();
+            const __m512i c128 = _mm512_set1_epi8((char)0x80);
+            for (int r = 0; r < 8; r++) {
+                __m512i off = _mm512_add_epi32(base, _mm512_set1_epi32(2 + 4 * r));
+                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, off, src, 1);
+                p->v[r] = q;
+                corr = _mm512_dpbusd_epi32(corr, c128, q); /* 128 * sum of w bytes */
+            }
+            p->corr = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+        }
+    }
+}
+
+/* Q8_0 weights meet x stored as x + 128 (unsigned): the weight bytes of
+ * vector r are elements 4r..4r+3 of the block, while the xq layout puts
+ * elements 4r'..4r'+3 (r' = 0..3) in vec 2r' and 16+4r'.. in vec 2r'+1.
+ * So prep vector r pairs with xq vec xq_of_q8[r]. */
+static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) {
+    int nb = w->k / KVS_QK;
+    for (int j = 0; j < nr; j++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
+        if (w->type == KVS_TYPE_Q4_1) prep_q4_1(row, nb, out + (size_t)j * ng);
+        else prep_gather(row, nb, w->type, out + (size_t)j * ng);
+    }
+}
+
+/* --------------------------------------------------------------- kernels */
+
+/* Q4_0 / Q4_1: weight nibbles (u8) in registers, xq bytes (s8) from memory. */
+AI void kern_q4(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y, size_t ldy,
+                int mr, int nr, int q41) {
+    __m512 C[MR][NR];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) C[i][j] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        for (int j = 0; j < nr; j++) {
+            const prep_grp *p = pw + (size_t)j * ng + g;
+            __m512i W[8];
+            for (int v = 0; v < 8; v++) W[v] = _mm512_load_si512(&p->v[v]);
+            __m512 dw = _mm512_load_ps(&p->dw), mw = _mm512_load_ps(&p->mw);
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+                __m512i acc = q41 ? _mm512_setzero_si512()
+                                  : _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128); /* -8 sum */
+                for (int v = 0; v < 8; v++)
+                    acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + 64 * v));
+                __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
+                __m512 s = _mm512_mul_ps(dw, dx);
+                C[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[i][j]);
+                if (q41) {
+                    __m512 sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
+                    C[i][j] = _mm512_fmadd_ps(mw, sx, C[i][j]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) y[(size_t)i * ldy + j] = hsum_tree(C[i][j]);
+}
+
+/* Q8_0: xq bytes (u8, x + 128) in registers, weight bytes (s8) from memory. */
+AI void kern_q8(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y, size_t ldy,
+                int mr, int nr) {
+    __m512 C[MR][NR];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) C[i][j] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        for (int i = 0; i < mr; i++) {
+            const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+            __m512i X[8];
+            for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + 64 * xq_of_q8[v]);
+            __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
+            for (int j = 0; j < nr; j++) {
+                const prep_grp *p = pw + (size_t)j * ng + g;
+                __m512i acc = _mm512_load_si512(&p->corr);
+                for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
+                __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
+                C[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) y[(size_t)i * ldy + j] = hsum_tree(C[i][j]);
+}
+
+#define KQ4_CASE(a, b)                                                                 \
+    case (a) * 8 + (b):                                                                \
+        if (q41) kern_q4(pw, ng, xq, xq_row, y, ldy, a, b, 1);                         \
+        else kern_q4(pw, ng, xq, xq_row, y, ldy, a, b, 0);                             \
+        break;
+#define KQ8_CASE(a, b) \
+    case (a) * 8 + (b): kern_q8(pw, ng, xq, xq_row, y, ldy, a, b); break;
+
+static void tile_q4(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y,
+                    size_t ldy, int mr, int nr, int q41) {
+    switch (mr * 8 + nr) {
+        KQ4_CASE(1, 1) KQ4_CASE(1, 2) KQ4_CASE(1, 3) KQ4_CASE(1, 4)
+        KQ4_CASE(2, 1) KQ4_CASE(2, 2) KQ4_CASE(2, 3) KQ4_CASE(2, 4)
+        KQ4_CASE(3, 1) KQ4_CASE(3, 2) KQ4_CASE(3, 3) KQ4_CASE(3, 4)
+        KQ4_CASE(4, 1) KQ4_CASE(4, 2) KQ4_CASE(4, 3) KQ4_CASE(4, 4)
+    }
+}
+
+static void tile_q8(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y,
+                    size_t ldy, int mr, int nr) {
+    switch (mr * 8 + nr) {
+        KQ8_CASE(1, 1) KQ8_CASE(1, 2) KQ8_CASE(1, 3) KQ8_CASE(1, 4)
+        KQ8_CASE(2, 1) KQ8_CASE(2, 2) KQ8_CASE(2, 3) KQ8_CASE(2, 4)
+        KQ8_CASE(3, 1) KQ8_CASE(3, 2) KQ8_CASE(3, 3) KQ8_CASE(3, 4)
+        KQ8_CASE(4, 1) KQ8_CASE(4, 2) KQ8_CASE(4, 3) KQ8_CASE(4, 4)
+    }
+}
+
+/* Float weights: chunks of 16 elements, lane l = chain l (e % 16 == l). */
+AI __m512 load_w16(const uint8_t *row, int e, int type, __mmask16 mk) {
+    if (type == KVS_TYPE_F32) return _mm512_maskz_loadu_ps(mk, row + 4 * (size_t)e);
+    __m256i h = _mm256_maskz_loadu_epi16(mk, row + 2 * (size_t)e);
+    if (type == KVS_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_t ldy, int mr,
+               int nr, int type) {
+    __m512 C[MR][NR];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) C[i][j] = _mm512_setzero_ps();
+    const uint8_t *rows[NR];
+    for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
+    for (int e = 0; e < k; e += 16) {
+        __mmask16 mk = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
+        __m512 W[NR];
+        for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, mk);
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + e);
+            for (int j = 0; j < nr; j++) C[i][j] = _mm512_fmadd_ps(xv, W[j], C[i][j]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) y[(size_t)i * ldy + j] = hsum_tree(C[i][j]);
+}
+
+#define KF_CASE(a, b)                                                                   \
+    case (a) * 8 + (b):                                                                 \
+        if (type == KVS_TYPE_F32) kern_f(w, j0, x, k, y, ldy, a, b, KVS_TYPE_F32);      \
+        else if (type == KVS_TYPE_F16) kern_f(w, j0, x, k, y, ldy, a, b, KVS_TYPE_F16); \
+        else kern_f(w, j0, x, k, y, ldy, a, b, KVS_TYPE_BF16);                          \
+        break;
+
+static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_t ldy, int mr,
+                   int nr) {
+    int type = w->type;
+    switch (mr * 8 + nr) {
+        KF_CASE(1, 1) KF_CASE(1, 2) KF_CASE(1, 3) KF_CASE(1, 4)
+        KF_CASE(2, 1) KF_CASE(2, 2) KF_CASE(2, 3) KF_CASE(2, 4)
+        KF_CASE(3, 1) KF_CASE(3, 2) KF_CASE(3, 3) KF_CASE(3, 4)
+        KF_CASE(4, 1) KF_CASE(4, 2) KF_CASE(4, 3) KF_CASE(4, 4)
+    }
+}
+
+/* ------------------------------------------------------------ entry point */
+
+static pthread_once_t perm_once = PTHREAD_ONCE_INIT;
+
+static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+    const kvs_wmat *w = c->w;
+    int m = c->m, n = w->n;
+    if (!c->xq) {
+        for (int jt = j0; jt < j1; jt += NR) {
+            int nr = j1 - jt < NR ? j1 - jt : NR;
+            for (int it = 0; it < m; it += MR) {
+                int mr = m - it < MR ? m - it : MR;
+                tile_f(w, jt, c->x + (size_t)it * w->k, w->k, c->y + (size_t)it * n + jt, n, mr, nr);
+            }
+        }
+        return;
+    }
+    pthread_once(&perm_once, init_q41_perm);
+    int ng = kvs_xq_groups(w->k);
+    /* prep of NR rows x all groups (704 bytes each) lives on the stack. */
+    prep_grp pw[NR * 32] __attribute__((aligned(64)));
+    if (ng > 32) { /* k > 16384: larger than any model here; scalar stays correct */
+        kvs_isa_scalar.matmul_cols(c, j0, j1);
+        return;
+    }
+    int q41 = w->type == KVS_TYPE_Q4_1;
+    for (int jt = j0; jt < j1; jt += NR) {
+        int nr = j1 - jt < NR ? j1 - jt : NR;
+        prep_rows(w, jt, nr, pw, ng);
+        for (int it = 0; it < m; it += MR) {
+            int mr = m - it < MR ? m - it : MR;
+            const uint8_t *xq = c->xq + (size_t)it * c->xq_row;
+            float *y = c->y + (size_t)it * n + jt;
+            if (w->type == KVS_TYPE_Q8_0) tile_q8(pw, ng, xq, c->xq_row, y, n, mr, nr);
+            else tile_q4(pw, ng, xq, c->xq_row, y, n, mr, nr, q41);
+        }
+    }
+}
+
+void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+const kvs_isa kvs_isa_avx512 = {
+    .name = "avx512vnni",
+    .quantize_rows = avx512_quantize_rows,
+    .matmul_cols = avx512_matmul_cols,
+    .attention_unit = kvs_attention_unit_avx512,
+};
+
+#pragma GCC pop_options
+
+#endif

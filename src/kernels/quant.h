@@ -1,0 +1,154 @@
+/*
+ * Block formats of the quantized weight types the kernels compute with, the
+ * half-precision conversions, and the layout of quantized activations.
+ * Weight layouts are ggml's, byte for byte (they are read from the mmapped
+ * GGUF file):
+ *
+ *   Q4_0  +--------+------------------+   32 elements, 18 bytes
+ *         | f16 d  | u8 qs[16]        |   x = (q - 8) * d
+ *         +--------+------------------+   low nibble of qs[i] = element i,
+ *   Q4_1  +--------+--------+---------+   high nibble = element i + 16
+ *         | f16 d  | f16 m  | qs[16]  |   x = q * d + m; 20 bytes
+ *         +--------+--------+---------+
+ *   Q8_0  +--------+------------------+   x = q * d; 34 bytes
+ *         | f16 d  | i8 qs[32]        |
+ *         +--------+------------------+
+ *
+ * Supported weight types (keep in sync with kvs_type_traits_of in src/gguf):
+ * F32, F16, BF16, Q4_0, Q4_1, Q8_0.
+ */
+#ifndef KVS_KERNELS_QUANT_H
+#define KVS_KERNELS_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gguf/gguf.h" /* kvs_ggml_type ids */
+
+#define KVS_QK 32 /* elements per quantization block */
+
+typedef struct kvs_block_q4_0 {
+    uint16_t d;
+    uint8_t qs[KVS_QK / 2];
+} kvs_block_q4_0;
+
+typedef struct kvs_block_q4_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[KVS_QK / 2];
+} kvs_block_q4_1;
+
+typedef struct kvs_block_q8_0 {
+    uint16_t d;
+    int8_t qs[KVS_QK];
+} kvs_block_q8_0;
+
+_Static_assert(sizeof(kvs_block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(kvs_block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(kvs_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+/* IEEE half -> float, exact (handles subnormals, inf, nan). */
+static inline float kvs_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400));
+            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | man << 13;
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* float -> IEEE half, round to nearest even (the same result as F16C's
+ * vcvtps2ph with rounding mode 0, so scalar and SIMD KV bytes agree). */
+static inline uint16_t kvs_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan (keep nan quiet and non-zero) */
+        return sign | 0x7c00 | (ax > 0x7f800000u ? (uint16_t)(0x200 | ((ax >> 13) & 0x3ff)) : 0);
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return sign | 0x7c00;
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u) return sign; /* < 2^-25 rounds to zero */
+        uint32_t e = ax >> 23;
+        uint32_t m = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e;          /* 14..24 */
+        uint32_t half = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return sign | (uint16_t)half;
+    }
+    uint32_t r = ax + 0xfff + ((ax >> 13) & 1) - ((uint32_t)(127 - 15) << 23);
+    return sign | (uint16_t)(r >> 13);
+}
+
+static inline float kvs_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/*
+ * Quantized activations ("xq"): one x row of k floats becomes 8-bit blocks
+ * of 32, each row on its own (batch invariance). The bytes are laid out in
+ * groups of 16 blocks so that a 512-bit vpdpbusd lane l always holds 4
+ * elements of block l of the group, and the 8 dot-product steps of a group
+ * leave block l's exact integer dot product in lane l:
+ *
+ *   group g (16 blocks, 512 bytes of qs):
+ *     vec 2r   lane l = elements 4r .. 4r+3      of block 16g+l   (r = 0..3)
+ *     vec 2r+1 lane l = elements 16+4r .. 19+4r  of block 16g+l
+ *   then per group: float d[16], float s[16] (= d * sum q), int32 c[16]
+ *   where c = -8 * sum q for Q4_0 weights (the integer correction that turns
+ *   sum q_w * q_x into sum (q_w - 8) * q_x), else sum q.
+ *
+ * Blocks past the end of the row are zero (q, d, s, sum), so a padded lane
+ * adds exactly +0 and changes nothing. For Q8_0 weights the q bytes hold
+ * q + 128 (unsigned) because vpdpbusd multiplies unsigned by signed bytes.
+ */
+#define KVS_XQ_GROUP 16                       /* blocks per group */
+#define KVS_XQ_GROUP_QS (KVS_XQ_GROUP * KVS_QK) /* 512 bytes of q per group */
+#define KVS_XQ_GROUP_BYTES (KVS_XQ_GROUP_QS + 3 * KVS_XQ_GROUP * 4) /* 704 */
+
+static inline int kvs_xq_groups(int k) { return (k / KVS_QK + KVS_XQ_GROUP - 1) / KVS_XQ_GROUP; }
+static inline size_t kvs_xq_row_bytes(int k) { return (size_t)kvs_xq_groups(k) * KVS_XQ_GROUP_BYTES; }
+
+/* Offset of element e (0..31) of block l (0..15) inside a group's qs. */
+static inline int kvs_xq_pos(int l, int e) {
+    int hi = e >= 16, r = (e & 15) >> 2;
+    return (2 * r + hi) * 64 + 4 * l + (e & 3);
+}
+
+/* Accessors of a group's trailer. */
+static inline float *kvs_xq_d(uint8_t *grp) { return (float *)(grp + KVS_XQ_GROUP_QS); }
+static inline float *kvs_xq_s(uint8_t *grp) { return (float *)(grp + KVS_XQ_GROUP_QS) + KVS_XQ_GROUP; }
+static inline int32_t *kvs_xq_sum(uint8_t *grp) { return (int32_t *)(grp + KVS_XQ_GROUP_QS) + 2 * KVS_XQ_GROUP; }
+
+/* The fixed float reduction of 16 partial sums (the same tree a 512-bit
+ * register reduction performs: halves, then quarters, ...). */
+static inline float kvs_tree16(const float a[16]) {
+    float t8[8], t4[4], t2[2];
+    for (int i = 0; i < 8; i++) t8[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) t4[i] = t8[i] + t8[i + 4];
+    for (int i = 0; i < 2; i++) t2[i] = t4[i] + t4[i + 2];
+    return t2[0] + t2[1];
+}
+
+#endif

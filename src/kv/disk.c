@@ -1,0 +1,456 @@
+#include "kv/disk.h"
+
+#include "base/error.h"
+#include "base/sha256.h"
+#include "kv/checksum.h"
+#include "kv/keys.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HDR_ALIGN 64
+
+static const char *const verdict_names[KVS_DISK_VERDICT_COUNT] = {
+    "ok", "missing", "bad magic", "bad version", "bad header", "truncated", "foreign", "bad payload", "io error",
+};
+
+const char *kvs_disk_verdict_name(kvs_disk_verdict v) {
+    return (unsigned)v < KVS_DISK_VERDICT_COUNT ? verdict_names[v] : "?";
+}
+
+/* --- little-endian fields -------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static size_t header_bytes_for(int n_tok) {
+    size_t raw = KVS_DISK_FIXED_BYTES + (size_t)n_tok * 4 + 32;
+    return (raw + HDR_ALIGN - 1) / HDR_ALIGN * HDR_ALIGN;
+}
+
+/* --- small I/O helpers ----------------------------------------------------- */
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes at off; returns bytes read (short at end of file) or -1. */
+static ssize_t pread_all(int fd, void *buf, size_t n, off_t off) {
+    uint8_t *p = buf;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, p + got, n - got, off + (off_t)got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+int kvs_disk_init_dir(const char *dir) {
+    if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: empty path");
+    if (mkdir(dir, 0755) && errno != EEXIST)
+        return kvs_error(KVS_ERR_IO, "%s: cannot create cache dir: %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return kvs_error(KVS_ERR_IO, "%s: not a directory", dir);
+    return KVS_OK;
+}
+
+int kvs_disk_path(const char *dir, const kvs_key *k, char *buf, size_t cap) {
+    char hex[65];
+    kvs_key_to_hex(k, hex);
+    int n = snprintf(buf, cap, "%s/%s%s", dir, hex, KVS_DISK_EXT);
+    if (n < 0 || (size_t)n >= cap) return kvs_error(KVS_ERR_BUFFER_TOO_SMALL, "%s: path too long", dir);
+    return KVS_OK;
+}
+
+/* --- writing ------------------------------------------------------------- */
+
+static void build_header(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
+    memset(h, 0, hbytes);
+    memcpy(h, KVS_DISK_MAGIC, 4);
+    put32(h + 4, KVS_DISK_VERSION);
+    put32(h + 8, (uint32_t)hbytes);
+    put32(h + 12, 0);
+    memcpy(h + 16, fp->b, 32);
+    memcpy(h + 48, c->prefix_key.b, 32);
+    memcpy(h + 80, c->content_key.b, 32);
+    memcpy(h + 112, c->parent_key.b, 32);
+    put32(h + 144, (uint32_t)c->shape.dtype);
+    put32(h + 148, (uint32_t)c->shape.n_layer);
+    put32(h + 152, (uint32_t)c->shape.n_kv_head);
+    put32(h + 156, (uint32_t)c->shape.head_dim);
+    put32(h + 160, (uint32_t)c->n_tok);
+    put32(h + 164, (uint32_t)c->pos0);
+    put64(h + 168, (uint64_t)c->created_ns);
+    put64(h + 176, (uint64_t)c->kv_bytes);
+    put64(h + 184, sum);
+    uint8_t *t = h + KVS_DISK_FIXED_BYTES;
+    for (int i = 0; i < c->n_tok; i++) put32(t + 4 * (size_t)i, (uint32_t)c->tokens[i]);
+    size_t covered = KVS_DISK_FIXED_BYTES + (size_t)c->n_tok * 4;
+    kvs_sha256_digest(h, covered, h + covered);
+}
+
+static atomic_uint tmp_counter;
+
+int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int do_fsync) {
+    if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "%s: chunk at pos %d has no payload to write", dir, c->pos0);
+    char final[4096], tmp[4200], hex[65];
+    int rc = kvs_disk_path(dir, &c->prefix_key, final, sizeof final);
+    if (rc) return rc;
+    kvs_key_to_hex(&c->prefix_key, hex);
+    snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%u.tmp", dir, hex, (long)getpid(),
+             atomic_fetch_add(&tmp_counter, 1));
+    size_t hbytes = header_bytes_for(c->n_tok);
+    uint8_t *h = malloc(hbytes);
+    if (!h) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory for a header", final);
+    build_header(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(h);
+        return kvs_error(KVS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    int ok = write_all(fd, h, hbytes) == 0 && write_all(fd, c->kv, c->kv_bytes) == 0 &&
+             (!do_fsync || fsync(fd) == 0);
+    int err = errno;
+    free(h);
+    if (close(fd) && ok) {
+        ok = 0;
+        err = errno;
+    }
+    if (ok && rename(tmp, final)) {
+        ok = 0;
+        err = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        return kvs_error(KVS_ERR_IO, "%s: write failed: %s", final, strerror(err));
+    }
+    if (do_fsync) {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+    }
+    return KVS_OK;
+}
+
+/* --- reading --------------------------------------------------------------- */
+
+typedef struct header {
+    kvs_key fp, prefix, content, parent;
+    kvs_kv_shape shape;
+    int32_t n_tok, pos0;
+    int64_t created_ns;
+    uint64_t payload_bytes, payload_sum;
+    size_t header_bytes;
+    int32_t *tokens; /* (n_tok) malloc'd */
+} header;
+
+static int verdict_status(kvs_disk_verdict v) {
+    switch (v) {
+    case KVS_DISK_OK: return KVS_OK;
+    case KVS_DISK_MISSING: return KVS_ERR_NOT_FOUND;
+    case KVS_DISK_BAD_MAGIC: return KVS_ERR_FORMAT;
+    case KVS_DISK_BAD_VERSION: return KVS_ERR_UNSUPPORTED;
+    case KVS_DISK_BAD_HEADER: return KVS_ERR_CORRUPT;
+    case KVS_DISK_TRUNCATED: return KVS_ERR_CORRUPT;
+    case KVS_DISK_FOREIGN: return KVS_ERR_MODEL_MISMATCH;
+    case KVS_DISK_BAD_PAYLOAD: return KVS_ERR_CORRUPT;
+    default: return KVS_ERR_IO;
+    }
+}
+
+#define FAIL(v, ...)                                    \
+    do {                                                \
+        *verdict = (v);                                 \
+        kvs_error(verdict_status(v), __VA_ARGS__);      \
+        goto fail;                                      \
+    } while (0)
+
+/* Reads and checks the header of an open entry file (see disk.h). */
+static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
+                          header *hd, kvs_disk_verdict *verdict) {
+    uint8_t fixed[KVS_DISK_FIXED_BYTES];
+    uint8_t *rest = NULL;
+    memset(hd, 0, sizeof *hd);
+    struct stat st;
+    if (fstat(fd, &st)) FAIL(KVS_DISK_IO, "%s: stat: %s", path, strerror(errno));
+    ssize_t got = pread_all(fd, fixed, sizeof fixed, 0);
+    if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+    if (got >= 4 && memcmp(fixed, KVS_DISK_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch cache entry (bad magic)", path);
+    if (got < (ssize_t)sizeof fixed) FAIL(KVS_DISK_TRUNCATED, "%s: truncated header (%zd bytes)", path, got);
+    uint32_t version = get32(fixed + 4);
+    if (version != KVS_DISK_VERSION)
+        FAIL(KVS_DISK_BAD_VERSION, "%s: cache entry version %u, this build reads %u", path, version, KVS_DISK_VERSION);
+    memcpy(hd->fp.b, fixed + 16, 32);
+    memcpy(hd->prefix.b, fixed + 48, 32);
+    memcpy(hd->content.b, fixed + 80, 32);
+    memcpy(hd->parent.b, fixed + 112, 32);
+    hd->shape.dtype = (kvs_kv_type)get32(fixed + 144);
+    hd->shape.n_layer = (int32_t)get32(fixed + 148);
+    hd->shape.n_kv_head = (int32_t)get32(fixed + 152);
+    hd->shape.head_dim = (int32_t)get32(fixed + 156);
+    hd->n_tok = (int32_t)get32(fixed + 160);
+    hd->pos0 = (int32_t)get32(fixed + 164);
+    hd->created_ns = (int64_t)get64(fixed + 168);
+    hd->payload_bytes = get64(fixed + 176);
+    hd->payload_sum = get64(fixed + 184);
+    hd->header_bytes = get32(fixed + 8);
+    if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > (1 << 24) || hd->pos0 < 0 ||
+        hd->header_bytes != header_bytes_for(hd->n_tok) ||
+        hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: impossible header fields", path);
+    if ((uint64_t)st.st_size < hd->header_bytes)
+        FAIL(KVS_DISK_TRUNCATED, "%s: truncated (%lld bytes, header alone is %zu)", path, (long long)st.st_size,
+             hd->header_bytes);
+    size_t covered = KVS_DISK_FIXED_BYTES + (size_t)hd->n_tok * 4;
+    rest = malloc(hd->header_bytes);
+    hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
+    if (!rest || !hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", path);
+    if (pread_all(fd, rest, hd->header_bytes, 0) != (ssize_t)hd->header_bytes)
+        FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+    uint8_t digest[32];
+    kvs_sha256_digest(rest, covered, digest);
+    if (memcmp(digest, rest + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", path);
+    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)get32(rest + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
+    if ((uint64_t)st.st_size != hd->header_bytes + hd->payload_bytes)
+        FAIL(KVS_DISK_TRUNCATED, "%s: %lld bytes, header says %llu", path, (long long)st.st_size,
+             (unsigned long long)(hd->header_bytes + hd->payload_bytes));
+    /* The keys must be those of the tokens: a header that was rewritten by
+     * hand, or damaged before its digest was computed, is caught here. */
+    kvs_key k;
+    kvs_key_prefix(&hd->parent, hd->tokens, hd->n_tok, &k);
+    if (!kvs_key_equal(&k, &hd->prefix)) FAIL(KVS_DISK_BAD_HEADER, "%s: prefix key does not match the tokens", path);
+    kvs_key_content(&hd->fp, hd->tokens, hd->n_tok, &k);
+    if (!kvs_key_equal(&k, &hd->content)) FAIL(KVS_DISK_BAD_HEADER, "%s: content key does not match the tokens", path);
+    if (hd->pos0 == 0 && !kvs_key_equal(&hd->parent, &hd->fp))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: chunk at position 0 is not rooted in its fingerprint", path);
+    /* The name must be the prefix key (a file renamed by hand is not trusted). */
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char hex[65];
+    kvs_key_to_hex(&hd->prefix, hex);
+    if (strncmp(base, hex, 64) || strcmp(base + 64, KVS_DISK_EXT))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: file name is not its prefix key", path);
+    if ((want_fp && !kvs_key_equal(want_fp, &hd->fp)) || (want_shape && !kvs_kv_shape_equal(want_shape, &hd->shape)))
+        FAIL(KVS_DISK_FOREIGN, "%s: entry of another model or KV shape", path);
+    free(rest);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    free(rest);
+    free(hd->tokens);
+    hd->tokens = NULL;
+    return verdict_status(*verdict);
+}
+
+static int open_entry(const char *path, kvs_disk_verdict *verdict) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *verdict = errno == ENOENT ? KVS_DISK_MISSING : KVS_DISK_IO;
+        kvs_error(verdict_status(*verdict), "%s: %s", path, strerror(errno));
+    }
+    return fd;
+}
+
+int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape *shape, kvs_chunk **out,
+                         kvs_key *file_fp, kvs_disk_verdict *verdict) {
+    kvs_disk_verdict v_local;
+    if (!verdict) verdict = &v_local;
+    int fd = open_entry(path, verdict);
+    if (fd < 0) return verdict_status(*verdict);
+    header hd;
+    int rc = read_header_fd(fd, path, fp, shape, &hd, verdict);
+    close(fd);
+    if (rc) return rc;
+    kvs_chunk *c;
+    rc = kvs_chunk_new(&hd.shape, hd.n_tok, 0, &c);
+    if (rc) {
+        free(hd.tokens);
+        *verdict = KVS_DISK_IO;
+        return rc;
+    }
+    c->prefix_key = hd.prefix;
+    c->content_key = hd.content;
+    c->parent_key = hd.parent;
+    c->pos0 = hd.pos0;
+    c->created_ns = hd.created_ns;
+    c->on_disk = 1;
+    memcpy(c->tokens, hd.tokens, (size_t)hd.n_tok * sizeof(int32_t));
+    free(hd.tokens);
+    if (file_fp) *file_fp = hd.fp;
+    *out = c;
+    return KVS_OK;
+}
+
+int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c, void **payload,
+                          kvs_disk_verdict *verdict) {
+    kvs_disk_verdict v_local;
+    if (!verdict) verdict = &v_local;
+    char path[4096];
+    int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
+    if (rc) {
+        *verdict = KVS_DISK_IO;
+        return rc;
+    }
+    int fd = open_entry(path, verdict);
+    if (fd < 0) return verdict_status(*verdict);
+    header hd;
+    uint8_t *buf = NULL;
+    rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && kvs_key_equal(&hd.parent, &c->parent_key) &&
+               !memcmp(hd.tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
+    free(hd.tokens);
+    if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
+    size_t alloc = (c->kv_bytes + 63) / 64 * 64;
+    buf = aligned_alloc(64, alloc);
+    if (!buf) FAIL(KVS_DISK_IO, "%s: out of memory for a %zu-byte payload", path, alloc);
+    ssize_t got = pread_all(fd, buf, c->kv_bytes, (off_t)hd.header_bytes);
+    if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+    if ((size_t)got != c->kv_bytes) FAIL(KVS_DISK_TRUNCATED, "%s: payload cut short", path);
+    if (kvs_checksum64(buf, c->kv_bytes, 0) != hd.payload_sum)
+        FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
+    close(fd);
+    *payload = buf;
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    close(fd);
+    free(buf);
+    return verdict_status(*verdict);
+}
+
+/* --- directory --------------------------------------------------------------- */
+
+/* "<64 hex>.kvc" -> key; 0 if the name is not an entry name. */
+static int entry_name_key(const char *name, kvs_key *k) {
+    size_t len = strlen(name);
+    if (len != 64 + strlen(KVS_DISK_EXT) || strcmp(name + 64, KVS_DISK_EXT)) return 0;
+    return kvs_key_from_hex(name, k) == KVS_OK;
+}
+
+static int is_tmp_name(const char *name) {
+    size_t len = strlen(name);
+    return name[0] == '.' && len > 4 && !strcmp(name + len - 4, ".tmp");
+}
+
+int kvs_disk_scan(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
+                  int (*known)(void *user, const kvs_key *prefix_key), int (*fn)(void *user, kvs_chunk *chunk),
+                  void *user, kvs_disk_counts *counts) {
+    kvs_disk_counts local;
+    if (!counts) counts = &local;
+    memset(counts, 0, sizeof *counts);
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return KVS_OK;
+        return kvs_error(KVS_ERR_IO, "%s: cannot open cache dir: %s", dir, strerror(errno));
+    }
+    struct dirent *de;
+    char path[4096];
+    int rc = KVS_OK;
+    while ((de = readdir(d))) {
+        kvs_key k;
+        if (is_tmp_name(de->d_name)) {
+            counts->tmp++;
+            continue;
+        }
+        if (!entry_name_key(de->d_name, &k)) continue;
+        if (known && known(user, &k)) {
+            counts->known++;
+            continue;
+        }
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        kvs_chunk *c;
+        kvs_disk_verdict v;
+        if (kvs_disk_read_header(path, fp, shape, &c, NULL, &v) == KVS_OK) {
+            counts->n[KVS_DISK_OK]++;
+            if (fn && fn(user, c)) break;
+        } else {
+            counts->n[v]++;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int kvs_disk_remove(const char *dir, const kvs_key *k) {
+    char path[4096];
+    int rc = kvs_disk_path(dir, k, path, sizeof path);
+    if (rc) return rc;
+    if (unlink(path)) {
+        if (errno == ENOENT) return kvs_error(KVS_ERR_NOT_FOUND, "%s: no such entry", path);
+        return kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    return KVS_OK;
+}
+
+int kvs_disk_clear(const char *dir, uint64_t *n_removed) {
+    uint64_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (n_removed) *n_removed = 0;
+        if (errno == ENOENT) return KVS_OK;
+        return kvs_error(KVS_ERR_IO, "%s: cannot open cache dir: %s", dir, strerror(errno));
+    }
+    struct dirent *de;
+    char path[4096];
+    int rc = KVS_OK;
+    time_t now = time(NULL);
+    while ((de = readdir(d))) {
+        kvs_key k;
+        int entry = entry_name_key(de->d_name, &k), tmp = is_tmp_name(de->d_name);
+        if (!entry && !tmp) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        if (tmp) {
+            struct stat st;
+            if (stat(path, &st) || now - st.st_mtime < 3600) continue;
+        }
+        if (unlink(path) == 0) n++;
+        else if (errno != ENOENT) rc = kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (n_removed) *n_removed = n;
+    return rc;
+}

@@ -1,0 +1,124 @@
+/*
+ * Chunk persistence: a cache directory with one file per chunk, named by the
+ * chunk's prefix key: DIR/<64 hex digits>.kvc
+ *
+ * File layout (all integers little-endian):
+ *
+ *   offset  size        field
+ *   0       4           magic "KVSC"
+ *   4       4   u32     version (KVS_DISK_VERSION)
+ *   8       4   u32     header_bytes: offset of the payload (a multiple of 64)
+ *   12      4   u32     flags (0)
+ *   16      32          model fingerprint
+ *   48      32          prefix key   = SHA-256(parent key || tokens)
+ *   80      32          content key  = SHA-256(fingerprint || tokens)
+ *   112     32          parent key   (the fingerprint for a chunk at position 0)
+ *   144     4   u32     KV dtype (0 f16, 1 f32)
+ *   148     4*4 i32     n_layer, n_kv_head, head_dim, n_tok
+ *   164     4   i32     pos0: absolute position of the first token
+ *   168     8   i64     created, ns since the epoch
+ *   176     8   u64     payload_bytes
+ *   184     8   u64     payload checksum (kvs_checksum64, seed 0)
+ *   192     4*n_tok     token ids, int32
+ *   ...     32          SHA-256 of bytes [0, 192 + 4*n_tok): the header digest
+ *   ...                 zero padding up to header_bytes
+ *   header_bytes        payload (n_layer, 2, n_kv_head, n_tok, head_dim), see chunk.h
+ *
+ * The file size must be exactly header_bytes + payload_bytes.
+ *
+ * Checks. Reading a header checks magic, version, the header digest, the
+ * shape, the size of the file, the keys against the tokens (prefix key and
+ * content key are recomputed) and the file name against the prefix key; the
+ * fingerprint and shape are compared with the reader's (another model's
+ * entries are "foreign", skipped, never deleted). Loading a payload re-reads
+ * and re-checks the header, then verifies the payload checksum. A file that
+ * fails any check is never served.
+ *
+ * Writers create DIR/.<hex>.<pid>.<n>.tmp (O_EXCL), write it whole, optionally
+ * fsync it, and rename() it onto the final name, which is atomic within one
+ * file system: readers (other threads or processes) see either no file or a
+ * complete one. Two writers of the same key write the same bytes (same key,
+ * deterministic KV); the last rename wins.
+ *
+ * All functions are thread-safe (no shared state) and never print.
+ */
+#ifndef KVS_KV_DISK_H
+#define KVS_KV_DISK_H
+
+#include "kv/chunk.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVS_DISK_MAGIC "KVSC"
+#define KVS_DISK_VERSION 1u
+#define KVS_DISK_EXT ".kvc"
+#define KVS_DISK_FIXED_BYTES 192  /* header bytes before the token ids */
+
+/* What a check found. */
+typedef enum kvs_disk_verdict {
+    KVS_DISK_OK = 0,
+    KVS_DISK_MISSING,      /* the file does not exist (any more) */
+    KVS_DISK_BAD_MAGIC,
+    KVS_DISK_BAD_VERSION,
+    KVS_DISK_BAD_HEADER,   /* header digest, impossible fields, keys or name disagree */
+    KVS_DISK_TRUNCATED,    /* file size differs from header_bytes + payload_bytes */
+    KVS_DISK_FOREIGN,      /* another model's fingerprint or another KV shape */
+    KVS_DISK_BAD_PAYLOAD,  /* payload checksum mismatch */
+    KVS_DISK_IO,           /* read error */
+    KVS_DISK_VERDICT_COUNT
+} kvs_disk_verdict;
+
+const char *kvs_disk_verdict_name(kvs_disk_verdict v);
+
+/* Counts from a scan. */
+typedef struct kvs_disk_counts {
+    uint64_t n[KVS_DISK_VERDICT_COUNT]; /* files by verdict (n[KVS_DISK_OK] = valid) */
+    uint64_t known;                     /* skipped because the caller already had them */
+    uint64_t tmp;                       /* temporary files of writers (ignored) */
+} kvs_disk_counts;
+
+/* Creates dir (one level) if it does not exist. */
+int kvs_disk_init_dir(const char *dir);
+
+/* DIR/<hex>.kvc into buf. KVS_ERR_BUFFER_TOO_SMALL if it does not fit. */
+int kvs_disk_path(const char *dir, const kvs_key *prefix_key, char *buf, size_t cap);
+
+/* Writes a chunk (identity fields, tokens and resident payload) atomically.
+ * do_fsync: 1 = fsync the file before the rename and the directory after it
+ * (durable across power loss; slower); 0 = rely on the page cache. */
+int kvs_disk_write(const char *dir, const kvs_key *fingerprint, const kvs_chunk *c, int do_fsync);
+
+/* Reads and checks one entry's header. fingerprint and shape may be NULL to
+ * accept any (for `cache ls`). On KVS_DISK_OK, *out is a new chunk without
+ * payload (caller owns the reference), *payload_off its file offset, and
+ * file_fp (if not NULL) the entry's fingerprint. Otherwise *out is untouched
+ * and the status is KVS_ERR_FORMAT / KVS_ERR_CORRUPT / KVS_ERR_MODEL_MISMATCH
+ * / KVS_ERR_IO / KVS_ERR_NOT_FOUND with a message naming the file. */
+int kvs_disk_read_header(const char *path, const kvs_key *fingerprint, const kvs_kv_shape *shape,
+                         kvs_chunk **out, kvs_key *file_fp, kvs_disk_verdict *verdict);
+
+/* Loads and verifies the payload of c from dir (its file is found by
+ * c->prefix_key; the header is re-read and must describe the same chunk).
+ * On success *payload is a new 64-byte-aligned buffer of c->kv_bytes that the
+ * caller owns (free()); the chunk itself is not modified. */
+int kvs_disk_load_payload(const char *dir, const kvs_key *fingerprint, const kvs_chunk *c, void **payload,
+                          kvs_disk_verdict *verdict);
+
+/* Calls fn(user, chunk) for every valid entry of dir (chunk without payload;
+ * fn takes ownership of the reference; a nonzero return stops the scan) and
+ * counts every file by verdict. If known is not NULL, entries for which
+ * known(user, key) returns nonzero are skipped unread. fingerprint/shape as
+ * for kvs_disk_read_header. A missing dir is an empty cache (KVS_OK). */
+int kvs_disk_scan(const char *dir, const kvs_key *fingerprint, const kvs_kv_shape *shape,
+                  int (*known)(void *user, const kvs_key *prefix_key),
+                  int (*fn)(void *user, kvs_chunk *chunk), void *user, kvs_disk_counts *counts);
+
+/* Removes one entry (KVS_ERR_NOT_FOUND if absent). */
+int kvs_disk_remove(const char *dir, const kvs_key *prefix_key);
+
+/* Removes every *.kvc file (any model) and writers' temporary files older
+ * than an hour (younger ones may belong to a live writer). */
+int kvs_disk_clear(const char *dir, uint64_t *n_removed);
+
+#endif

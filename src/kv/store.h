@@ -1,0 +1,227 @@
+/*
+ * The chunk store: chunks of one model (one fingerprint, one KV shape) in
+ * memory within a byte budget, optionally backed by a cache directory.
+ *
+ *   kvs_store
+ *   +-- prefix map   prefix_key  -> chunk     (identity; dedup)
+ *   +-- content map  content_key -> chunk(s)  (non-prefix reuse)
+ *   +-- radix tree   token paths, chunks hanging at their end depth (radix.h)
+ *   +-- LRU list     resident chunks, most recent first
+ *   +-- disk         DIR/<prefix hex>.kvc (disk.h), written through on insert
+ *
+ * Reuse. kvs_store_lookup_prefix() answers "which cached KV covers the
+ * longest prefix of these tokens" with segments (chunk, tokens [from, to)).
+ * Any part of a chunk can serve: the KV of token t depends only on tokens
+ * 0..t, so a chunk whose path agrees with the prompt up to token m holds the
+ * exact KV of its tokens before m. A reuse can thus stop at any token, on or
+ * off the chunk grid. kvs_prefix_hit_copy_to_kv() then copies the KV into
+ * the engine's buffer at slot = position.
+ *
+ * Eviction. Resident chunks form one LRU list; when the bytes counted
+ * (chunk structs, token ids and resident payloads) exceed the budget, the
+ * least recently used chunks that nobody pins are evicted: a disk-backed
+ * chunk only drops its payload (it stays indexed and is reloaded on the next
+ * hit), a memory-only chunk leaves every index. A prefix hit touches its
+ * chunks from the last to the first, and kvs_store_insert_chain() inserts
+ * likewise, so within a chain the later chunks are evicted first.
+ *
+ * Descendants of an evicted chunk (chunks further down the same token path)
+ * are KEPT: they stay in the radix tree and the content map. A prefix lookup
+ * cannot reach them (the coverage it returns has a hole at the evicted chunk
+ * and stops there), but a content-key lookup can, and when the missing chunk
+ * is stored again (the next request that recomputes it) the whole chain is
+ * reachable by prefix once more without recomputing the rest. They are never
+ * touched by prefix hits while unreachable, so the LRU retires them in turn.
+ * At open, entries of the cache directory whose parent chain is broken are
+ * indexed the same way: by content key, not in the radix tree.
+ *
+ * Pinning. A chunk is pinned while someone other than the store holds a
+ * reference: every lookup returns pinned chunks; kvs_prefix_hit_release()
+ * and kvs_chunk_unref() unpin. Pinned chunks are never evicted, and their
+ * payload stays valid and immutable. A chunk removed from the store while
+ * pinned lives until its last reference goes.
+ *
+ * Thread-safety. Every kvs_store_* call is safe from any thread at any time
+ * except kvs_store_open/free (no call may run concurrently with free).
+ * Lookups share a read lock and run in parallel; insert, remove, clear,
+ * eviction and disk sync take the write lock. LRU touches happen under the
+ * read lock with a small mutex; loads of disk payloads are serialised by
+ * their own mutex and run outside the rwlock. Statistics are atomics (a
+ * snapshot is consistent per field, not across fields).
+ *
+ * Processes. Several processes may share a cache directory: files appear by
+ * atomic rename, every read is verified (disk.h). A store sees other
+ * processes' new entries after kvs_store_sync_disk(); an entry removed by
+ * another process is dropped (counted as missing) when a lookup tries to
+ * load it.
+ */
+#ifndef KVS_KV_STORE_H
+#define KVS_KV_STORE_H
+
+#include "kv/chunk.h"
+#include "kv/disk.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvs_store kvs_store;
+
+/* Positive soft outcomes of insert. */
+#define KVS_STORE_EXISTS 1   /* a chunk with this prefix key is stored already (it was touched) */
+#define KVS_STORE_TOO_BIG 2  /* the chunk alone exceeds the budget: not stored */
+
+typedef struct kvs_store_params {
+    size_t budget_bytes;   /* bytes of resident chunks; 0 = default: 1/4 of physical RAM */
+    const char *cache_dir; /* NULL or "": memory only. Created if missing; copied. */
+    int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */
+} kvs_store_params;
+
+kvs_store_params kvs_store_default_params(void);
+
+/* The default budget: physical RAM / 4 (sysconf), 1 GiB if unknown. */
+size_t kvs_store_default_budget(void);
+
+/* Opens a store for one model. With a cache_dir, reads the headers of its
+ * entries (not the payloads) and indexes this model's valid ones; damaged and
+ * foreign entries are counted (see stats) and skipped. On failure *out is
+ * untouched. */
+int kvs_store_open(const kvs_key *fingerprint, const kvs_kv_shape *shape, kvs_store_params params,
+                   kvs_store **out);
+/* Drops the store's references (pinned chunks live on until unpinned) and
+ * frees the store. Files stay on disk. NULL is a no-op. */
+void kvs_store_free(kvs_store *s);
+
+const kvs_key *kvs_store_fingerprint(const kvs_store *s);
+const kvs_kv_shape *kvs_store_shape(const kvs_store *s);
+
+/* --- insert ----------------------------------------------------------------- */
+
+/* 1 if a chunk with this prefix key is stored (resident or on disk). Use it
+ * before copying a chunk out of a KV buffer, to skip work. */
+int kvs_store_contains(kvs_store *s, const kvs_key *prefix_key);
+
+/* Stores a chunk whose identity (keys, pos0, tokens) and payload are filled.
+ * path: the whole token history, path[0 .. pos0 + n_tok), whose tail must
+ * equal chunk->tokens; it is indexed in the radix tree. NULL = content-key
+ * only for now (kvs_store_sync_disk attaches it to the radix tree later if
+ * its parent chain of prefix keys is stored down to the fingerprint). The store takes its own reference:
+ * the caller still owns (and must unref) the one it had, and while it holds
+ * it the chunk is pinned. Writes the cache-dir file first (outside the
+ * lock); a failed write leaves the chunk memory-only and is counted.
+ * Returns KVS_OK, KVS_STORE_EXISTS (nothing stored; the existing chunk was
+ * touched), KVS_STORE_TOO_BIG, or an error (store unchanged). May evict. */
+int kvs_store_insert(kvs_store *s, kvs_chunk *chunk, const int32_t *path);
+
+/* Inserts chunks[0..n) of one token path (chunk i ends where i+1 starts), in
+ * reverse so that the first chunk ends up most recently used. path covers at
+ * least the last chunk's end. Returns the first error, else KVS_OK; *n_new
+ * (if not NULL) = chunks actually added. */
+int kvs_store_insert_chain(kvs_store *s, kvs_chunk *const *chunks, int n, const int32_t *path, int *n_new);
+
+/* What kvs_store_put_prefix did. */
+typedef struct kvs_put_report {
+    int n_tokens;      /* tokens of the sequence */
+    int chunk_tokens;  /* the grid step used */
+    int n_chunks;      /* chunks the sequence was cut into */
+    int n_new;         /* stored now */
+    int n_existing;    /* already stored (touched) */
+    int n_skipped;     /* not stored: too big for the budget, or an error */
+    int partial_tail;  /* tokens of the last chunk if it ends off the grid, else 0 */
+} kvs_put_report;
+
+/* The request path's store step: tokens[0..n) sit at positions 0..n-1 and
+ * their KV is in view at slots 0..n-1. Cuts them with kvs_chunking_split
+ * (chunk_tokens, 0 = KVS_CHUNK_TOKENS_DEFAULT; borders as there), computes
+ * the prefix-key chain, touches the chunks already stored, and copies out
+ * and inserts the others, last first. rep may be NULL. Returns the first
+ * error (the chunks before it in that order are stored), else KVS_OK. */
+int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_tokens, const int *borders,
+                         int n_borders, const kvs_kv_view *view, kvs_put_report *rep);
+
+/* --- lookup ------------------------------------------------------------------ */
+
+/* One piece of a prefix hit: prompt tokens [from, to) are served by chunk
+ * tokens [from - chunk->pos0, to - chunk->pos0), at slots [from, to). */
+typedef struct kvs_hit_seg {
+    kvs_chunk *chunk; /* pinned, payload resident */
+    int from, to;
+} kvs_hit_seg;
+
+typedef struct kvs_prefix_hit {
+    int n_tokens;      /* the prompt length looked up */
+    int n_matched;     /* longest common prefix with any cached path */
+    int n_cached;      /* tokens [0, n_cached) are served; 0 = miss */
+    int n_segs;
+    kvs_hit_seg *segs; /* (n_segs) owned by the hit */
+} kvs_prefix_hit;
+
+/* Longest cached prefix of tokens[0..n). Fills *hit (release it with
+ * kvs_prefix_hit_release, also after a miss). Payloads of disk-backed chunks
+ * are loaded and verified here; a damaged or vanished entry is dropped from
+ * the index (and its file removed), counted, and the hit ends before it.
+ * Engines that need the logits of the last prompt token should look up
+ * n - 1 tokens (or recompute the last one). Touches the chunks used. */
+int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_prefix_hit *hit);
+
+/* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */
+void kvs_prefix_hit_release(kvs_prefix_hit *hit);
+
+/* Copies every segment's KV into view at slots [from, to). Reads only. */
+int kvs_prefix_hit_copy_to_kv(const kvs_prefix_hit *hit, const kvs_kv_view *view);
+
+/* A chunk by content key (same tokens, any context or position; the most
+ * recently inserted if several), pinned and resident: unref it when done.
+ * KVS_ERR_NOT_FOUND if none. Counts as a lookup (hit or miss). */
+int kvs_store_lookup_content(kvs_store *s, const kvs_key *content_key, kvs_chunk **out);
+
+/* A chunk by prefix key, pinned and resident. KVS_ERR_NOT_FOUND if none. */
+int kvs_store_get(kvs_store *s, const kvs_key *prefix_key, kvs_chunk **out);
+
+/* --- maintenance --------------------------------------------------------------- */
+
+/* Removes one chunk from the store (and its file with and_disk).
+ * KVS_ERR_NOT_FOUND if it is not indexed. */
+int kvs_store_remove(kvs_store *s, const kvs_key *prefix_key, int and_disk);
+
+/* Removes every chunk from the store; with and_disk also every entry file of
+ * the cache dir (any model; see kvs_disk_clear). */
+int kvs_store_clear(kvs_store *s, int and_disk);
+
+/* Evicts least recently used unpinned chunks until the counted bytes are at
+ * most target (e.g. 0 to drop every unpinned payload). Returns evictions. */
+size_t kvs_store_trim(kvs_store *s, size_t target);
+
+/* Indexes entries that other processes wrote since open (no-op without a
+ * cache dir). *n_new (if not NULL) = entries added. */
+int kvs_store_sync_disk(kvs_store *s, int *n_new);
+
+/* --- statistics ----------------------------------------------------------------- */
+
+typedef struct kvs_store_stats {
+    uint64_t entries;          /* chunks indexed (resident or disk-only) */
+    uint64_t resident;         /* chunks with a payload in memory */
+    uint64_t bytes;            /* bytes counted against the budget */
+    uint64_t budget_bytes;
+    uint64_t index_bytes;      /* radix tree + hash tables (not budgeted) */
+    uint64_t prefix_reachable; /* chunks in the radix tree */
+    uint64_t lookups;          /* prefix + content lookups */
+    uint64_t hits, misses;     /* prefix lookups serving >= 1 token, content lookups found */
+    uint64_t hit_tokens;       /* tokens served by prefix hits */
+    uint64_t lookup_tokens;    /* tokens asked for by prefix lookups */
+    double lookup_seconds;     /* time inside lookups, loads included */
+    double lookups_per_s;      /* lookups / lookup_seconds (lookup throughput) */
+    uint64_t inserts, insert_exists, insert_too_big;
+    uint64_t evictions;        /* payload drops + removals by the budget */
+    uint64_t disk_writes, disk_write_errors;
+    uint64_t disk_loads, disk_load_bytes;
+    double disk_load_seconds;
+    uint64_t disk_bad;         /* damaged entries found (scan or load): never served */
+    uint64_t disk_foreign;     /* entries of another model / KV shape, skipped */
+    uint64_t disk_missing;     /* entries that vanished before a load */
+    uint64_t disk_orphans;     /* entries indexed by content key only (broken parent chain) */
+    kvs_disk_counts last_scan; /* verdict counts of the last directory scan */
+} kvs_store_stats;
+
+void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st);
+
+#endif

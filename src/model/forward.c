@@ -1,0 +1,214 @@
+/*
+ * The decoder forward pass, one layer at a time (see forward.h).
+ *
+ * Matmuls run through the pool inside the kernels. The per-row glue (norms,
+ * bias, RoPE, KV stores, residual adds, SiLU) runs here, split over threads
+ * by whole rows, so each row is computed by the same code whatever the split.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/forward.h"
+
+/* Below this many elements a row op is not worth waking the pool for
+ * (decode: one row per call). */
+#define KVS_FWD_INLINE_ELEMS 16384
+
+typedef enum row_op {
+    OP_ATTN_NORM,     /* xn = rmsnorm(x, attn_norm) */
+    OP_QKV_POST,      /* q, k, v += bias; rope q, k */
+    OP_STORE_KV,      /* kv[pos] = k, v */
+    OP_RESID_FFN_NORM,/* x += xn; xn = rmsnorm(x, ffn_norm) */
+    OP_SILU_MUL,      /* gate = silu(gate) * up */
+    OP_RESID,         /* x += xn */
+    OP_OUT_NORM,      /* xn[i] = rmsnorm(x[rows[i]], output_norm) */
+} row_op;
+
+typedef struct row_task {
+    kvs_fwd *f;
+    row_op op;
+    int l, m;
+    const int32_t *pos;
+    kvs_kv_buffer *kv;
+    const int *rows;
+} row_task;
+
+static void add_row(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void store_row(const kvs_kv_buffer *kv, int l, int plane, const float *src, int32_t pos) {
+    for (int h = 0; h < kv->n_kv_head; h++) {
+        void *dst = kvs_kv_at(kv, l, plane, h, pos);
+        const float *s = src + (size_t)h * kv->head_dim;
+        if (kv->type == KVS_KV_F16) kvs_f32_to_f16_row(s, dst, kv->head_dim);
+        else memcpy(dst, s, (size_t)kv->head_dim * sizeof(float));
+    }
+}
+
+static void row_op_one(const row_task *t, int r) {
+    kvs_fwd *f = t->f;
+    const kvs_hparams *hp = f->hp;
+    const int d = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+    const kvs_layer_weights *w = t->op == OP_OUT_NORM ? NULL : kvs_model_layer(f->model, t->l);
+    float *x = f->x + (size_t)r * d, *xn = f->xn + (size_t)r * d;
+    switch (t->op) {
+    case OP_ATTN_NORM:
+        kvs_rmsnorm(xn, x, w->attn_norm, d, hp->norm_eps);
+        break;
+    case OP_QKV_POST: {
+        float *q = f->q + (size_t)r * qd, *k = f->k + (size_t)r * kvd, *v = f->v + (size_t)r * kvd;
+        if (w->bq) add_row(q, w->bq, qd);
+        if (w->bk) add_row(k, w->bk, kvd);
+        if (w->bv) add_row(v, w->bv, kvd);
+        kvs_rope(q, hp->n_head, hp->head_dim, hp->rope_dim, t->pos[r], hp->rope_freq_base,
+                 hp->rope_freq_scale, hp->rope_neox);
+        kvs_rope(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, t->pos[r], hp->rope_freq_base,
+                 hp->rope_freq_scale, hp->rope_neox);
+        break;
+    }
+    case OP_STORE_KV:
+        store_row(t->kv, t->l, 0, f->k + (size_t)r * kvd, t->pos[r]);
+        store_row(t->kv, t->l, 1, f->v + (size_t)r * kvd, t->pos[r]);
+        break;
+    case OP_RESID_FFN_NORM:
+        add_row(x, xn, d);
+        kvs_rmsnorm(xn, x, w->ffn_norm, d, hp->norm_eps);
+        break;
+    case OP_SILU_MUL:
+        kvs_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff, hp->n_ff);
+        break;
+    case OP_RESID:
+        add_row(x, xn, d);
+        break;
+    case OP_OUT_NORM:
+        kvs_rmsnorm(xn, f->x + (size_t)t->rows[r] * d, kvs_model_output_norm(f->model), d, hp->norm_eps);
+        break;
+    }
+}
+
+static void row_task_fn(void *arg, int ith, int nth) {
+    const row_task *t = arg;
+    int r0 = (int)((long long)t->m * ith / nth), r1 = (int)((long long)t->m * (ith + 1) / nth);
+    for (int r = r0; r < r1; r++) row_op_one(t, r);
+}
+
+static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kvs_kv_buffer *kv,
+                     const int *rows) {
+    row_task t = {f, op, l, m, pos, kv, rows};
+    int width = op == OP_SILU_MUL ? f->hp->n_ff : f->hp->n_embd;
+    if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) row_task_fn(&t, 0, 1);
+    else kvs_pool_run(f->pool, row_task_fn, &t);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx, kvs_fwd **out) {
+    if (kvs_model_is_vocab_only(model))
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the model was loaded without weights (vocabulary only)",
+                         kvs_model_path(model));
+    if (max_rows <= 0 || n_ctx <= 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "forward: max_rows %d and n_ctx %d must be positive", max_rows, n_ctx);
+    const kvs_hparams *hp = kvs_model_hparams(model);
+    kvs_fwd *f = calloc(1, sizeof *f);
+    if (!f) return kvs_error(KVS_ERR_NOMEM, "forward: out of memory");
+    f->model = model;
+    f->hp = hp;
+    f->pool = pool;
+    f->max_rows = max_rows;
+    f->n_ctx = n_ctx;
+
+    size_t R = (size_t)max_rows, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    /* xn doubles as the output of wo / w_down (n_embd wide) and as the input
+     * of the output head; both fit in (max_rows, n_embd). */
+    f->x = malloc(R * hp->n_embd * sizeof(float));
+    f->xn = malloc(R * hp->n_embd * sizeof(float));
+    f->q = malloc(R * qd * sizeof(float));
+    f->k = malloc(R * kvd * sizeof(float));
+    f->v = malloc(R * kvd * sizeof(float));
+    f->att = malloc(R * qd * sizeof(float));
+    f->gate = malloc(R * hp->n_ff * sizeof(float));
+    f->up = malloc(R * hp->n_ff * sizeof(float));
+
+    size_t mm = kvs_matmul_work_size(kvs_model_output(model), max_rows);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const kvs_layer_weights *w = kvs_model_layer(model, l);
+        const kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            mm = max_size(mm, kvs_matmul_work_size(mats[i], max_rows));
+    }
+    size_t aw = kvs_attention_work_size(pool ? kvs_pool_size(pool) : 1, n_ctx);
+    /* 64-byte aligned so SIMD kernels can use aligned loads on their scratch. */
+    f->mm_work = aligned_alloc(64, (mm + 63) / 64 * 64 + 64);
+    f->att_work = aligned_alloc(64, (aw + 63) / 64 * 64 + 64);
+    if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->mm_work ||
+        !f->att_work) {
+        kvs_fwd_free(f);
+        return kvs_error(KVS_ERR_NOMEM, "forward: cannot allocate scratch for %d rows, %d slots", max_rows, n_ctx);
+    }
+    *out = f;
+    return KVS_OK;
+}
+
+void kvs_fwd_free(kvs_fwd *f) {
+    if (!f) return;
+    free(f->x);
+    free(f->xn);
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->att);
+    free(f->gate);
+    free(f->up);
+    free(f->mm_work);
+    free(f->att_work);
+    free(f);
+}
+
+void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m) {
+    const kvs_wmat *emb = kvs_model_tok_embd(f->model);
+    for (int r = 0; r < m; r++) kvs_wmat_get_row(emb, tokens[r], f->x + (size_t)r * f->hp->n_embd);
+}
+
+void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m) {
+    const kvs_layer_weights *w = kvs_model_layer(f->model, l);
+    run_rows(f, OP_ATTN_NORM, l, m, pos, NULL, NULL);
+    kvs_matmul(f->pool, &w->wq, f->xn, m, f->q, f->mm_work);
+    kvs_matmul(f->pool, &w->wk, f->xn, m, f->k, f->mm_work);
+    kvs_matmul(f->pool, &w->wv, f->xn, m, f->v, f->mm_work);
+    run_rows(f, OP_QKV_POST, l, m, pos, NULL, NULL);
+}
+
+void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv) {
+    run_rows(f, OP_STORE_KV, l, m, pos, kv, NULL);
+}
+
+void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv) {
+    const kvs_hparams *hp = f->hp;
+    const kvs_layer_weights *w = kvs_model_layer(f->model, l);
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    kvs_attention(f->pool, f->att, f->q, pos, m, kvs_kv_k(kv, l), kvs_kv_v(kv, l), (int)kv->type, hp->n_head,
+                  hp->n_head_kv, hp->head_dim, kv->n_ctx, scale, f->att_work);
+    kvs_matmul(f->pool, &w->wo, f->att, m, f->xn, f->mm_work);
+    run_rows(f, OP_RESID_FFN_NORM, l, m, pos, NULL, NULL);
+    kvs_matmul(f->pool, &w->w_gate, f->xn, m, f->gate, f->mm_work);
+    kvs_matmul(f->pool, &w->w_up, f->xn, m, f->up, f->mm_work);
+    run_rows(f, OP_SILU_MUL, l, m, pos, NULL, NULL);
+    kvs_matmul(f->pool, &w->w_down, f->gate, m, f->xn, f->mm_work);
+    run_rows(f, OP_RESID, l, m, pos, NULL, NULL);
+}
+
+void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv) {
+    kvs_fwd_layer_qkv(f, l, pos, m);
+    kvs_fwd_layer_store_kv(f, l, pos, m, kv);
+    kvs_fwd_layer_attn_ffn(f, l, pos, m, kv);
+}
+
+void kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
+    run_rows(f, OP_OUT_NORM, 0, n, NULL, NULL, rows);
+    kvs_matmul(f->pool, kvs_model_output(f->model), f->xn, n, logits, f->mm_work);
+}

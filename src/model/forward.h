@@ -1,0 +1,68 @@
+/*
+ * Layer-granular forward pass. A full forward over m token rows is
+ *
+ *   kvs_fwd_embed(f, tokens, m);
+ *   for l in 0..n_layer: kvs_fwd_layer(f, l, pos, m, kv);
+ *   kvs_fwd_logits(f, rows, n_rows, logits);
+ *
+ * and each layer splits further into qkv -> store_kv -> attn_ffn, so a caller
+ * can look at (or replace) a layer's fresh K/V before they are written, run
+ * later layers for a subset of rows only (CacheBlend), or write K/V for rows
+ * it then drops. Rows carry explicit absolute positions; row r's K/V go to
+ * slot pos[r] of the KV buffer and row r attends to slots 0..pos[r], so every
+ * slot it reads must have been written (in this call or an earlier one).
+ *
+ * All scratch is allocated once by kvs_fwd_new for at most max_rows rows and
+ * n_ctx slots; nothing is allocated while running. Batch-invariant: a row's
+ * bits do not depend on m, on its index among the rows, or on the thread
+ * count (the kernels guarantee it per row; everything here is per row too).
+ * Not thread-safe: one kvs_fwd per context.
+ */
+#ifndef KVS_MODEL_FORWARD_H
+#define KVS_MODEL_FORWARD_H
+
+#include "base/threadpool.h"
+#include "model/kv_buffer.h"
+#include "model/model.h"
+
+typedef struct kvs_fwd {
+    const kvs_model *model;
+    const kvs_hparams *hp;
+    kvs_pool *pool;     /* may be NULL: single-threaded */
+    int max_rows;       /* rows per call at most */
+    int n_ctx;          /* KV slots the attention scratch is sized for */
+    /* Activations, row-major, max_rows rows each. Callers may read and edit
+     * x between layers (it is the residual stream), and k/v between
+     * kvs_fwd_layer_qkv and kvs_fwd_layer_store_kv. */
+    float *x;           /* (max_rows, n_embd) residual stream */
+    float *xn;          /* (max_rows, n_embd) normed input of a sublayer; also its output */
+    float *q;           /* (max_rows, n_head * head_dim) roped queries */
+    float *k, *v;       /* (max_rows, n_head_kv * head_dim) fresh roped keys, values */
+    float *att;         /* (max_rows, n_head * head_dim) attention output */
+    float *gate, *up;   /* (max_rows, n_ff) */
+    void *mm_work;      /* kvs_matmul scratch, sized for the largest matrix */
+    void *att_work;     /* kvs_attention scratch */
+} kvs_fwd;
+
+int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx, kvs_fwd **out);
+void kvs_fwd_free(kvs_fwd *f);
+
+/* x[r] = embedding of tokens[r], r < m. Ids must be < n_vocab (caller checks). */
+void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m);
+
+/* Layer l, first part: q, k, v of rows 0..m from x (norm, projections, bias,
+ * RoPE at pos[r]). Does not touch the KV buffer. */
+void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m);
+/* Writes k, v rows into the buffer at slots pos[r] (converting to its type). */
+void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv);
+/* Layer l, second part: attention of q against kv, output projection, FFN;
+ * x is updated in place. kv->n_ctx must be <= f->n_ctx. */
+void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv);
+/* The three steps above. */
+void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv);
+
+/* Final norm + output head for the n rows listed in rows[] (indices into x,
+ * n <= max_rows): logits (n, n_vocab). Only these rows pay for the head. */
+void kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
+
+#endif

@@ -1,0 +1,104 @@
+/* Hyperparameters from the {arch}.* GGUF keys (llama, qwen2). */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/model_impl.h"
+
+/* Reads {arch}.{suffix} as a positive int. A missing key gives dflt when it is
+ * >= 0, else KVS_ERR_NOT_FOUND naming the key (only when required). */
+static int get_int(kvs_model *m, const char *suffix, int dflt, int required, int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    int64_t v;
+    int st = kvs_gguf_get_i64(m->gguf, key, &v);
+    if (st == KVS_ERR_NOT_FOUND) {
+        if (dflt >= 0 || !required) { *out = dflt >= 0 ? dflt : 0; return KVS_OK; }
+        return kvs_error(KVS_ERR_NOT_FOUND, "%s: key %s is missing", m->path, key);
+    }
+    if (st != KVS_OK) return required ? kvs_error_prefix(st, "%s", m->path) : KVS_OK;
+    if (v <= 0 || v > (1 << 24)) {
+        if (!required) return KVS_OK;
+        return kvs_error(KVS_ERR_FORMAT, "%s: key %s = %lld is out of range", m->path, key, (long long)v);
+    }
+    *out = (int)v;
+    return KVS_OK;
+}
+
+static int get_float(kvs_model *m, const char *suffix, float dflt, int required, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    int st = kvs_gguf_get_f32(m->gguf, key, out);
+    if (st == KVS_ERR_NOT_FOUND) { *out = dflt; return KVS_OK; }
+    if (st != KVS_OK) return required ? kvs_error_prefix(st, "%s", m->path) : KVS_OK;
+    return KVS_OK;
+}
+
+int kvs_model_read_hparams(kvs_model *m, int required) {
+    kvs_hparams *hp = &m->hp;
+    int st;
+    if ((st = get_int(m, "block_count", -1, required, &hp->n_layer)) ||
+        (st = get_int(m, "embedding_length", -1, required, &hp->n_embd)) ||
+        (st = get_int(m, "feed_forward_length", -1, required, &hp->n_ff)) ||
+        (st = get_int(m, "attention.head_count", -1, required, &hp->n_head)))
+        return st;
+    if ((st = get_int(m, "attention.head_count_kv", hp->n_head, required, &hp->n_head_kv)) ||
+        (st = get_int(m, "context_length", 2048, required, &hp->n_ctx_train)))
+        return st;
+    if ((st = get_float(m, "attention.layer_norm_rms_epsilon", 1e-5f, required, &hp->norm_eps)) ||
+        (st = get_float(m, "rope.freq_base", 10000.0f, required, &hp->rope_freq_base)))
+        return st;
+
+    hp->head_dim = hp->n_head > 0 ? hp->n_embd / hp->n_head : 0;
+    int key_len = 0, val_len = 0;
+    if ((st = get_int(m, "attention.key_length", 0, required, &key_len)) ||
+        (st = get_int(m, "attention.value_length", 0, required, &val_len)))
+        return st;
+    if (key_len) hp->head_dim = key_len;
+    if ((st = get_int(m, "rope.dimension_count", hp->head_dim, required, &hp->rope_dim))) return st;
+
+    /* Linear position interpolation; other scaling types change the rotation
+     * itself and are refused rather than silently mis-computed. */
+    hp->rope_freq_scale = 1.0f;
+    char key[128];
+    kvs_gguf_str stype;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
+    int has_type = kvs_gguf_get_str(m->gguf, key, &stype) == KVS_OK;
+    if (has_type && !kvs_gguf_str_eq(stype, "none")) {
+        if (!kvs_gguf_str_eq(stype, "linear")) {
+            if (!required) return KVS_OK;
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported (only linear)",
+                             m->path, key, (int)(stype.len > 64 ? 64 : stype.len), stype.ptr);
+        }
+        float factor = 1.0f;
+        if ((st = get_float(m, "rope.scaling.factor", 1.0f, required, &factor))) return st;
+        if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+    } else if (!has_type) {
+        /* Older files carry only rope.scale_linear. */
+        float factor = 1.0f;
+        if ((st = get_float(m, "rope.scale_linear", 1.0f, required, &factor))) return st;
+        if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+    }
+
+    /* GGUF llama Q/K rows are permuted by the converter so adjacent pairs
+     * rotate together; qwen2 keeps the HF layout (NeoX pairing). */
+    hp->rope_neox = strcmp(m->arch, "qwen2") == 0;
+
+    if (!required) return KVS_OK;
+    if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.head_count_kv = %d does not divide head_count = %d",
+                         m->path, m->arch, hp->n_head_kv, hp->n_head);
+    if (!key_len && hp->n_embd % hp->n_head != 0)
+        return kvs_error(KVS_ERR_FORMAT, "%s: embedding_length %d is not a multiple of head_count %d",
+                         m->path, hp->n_embd, hp->n_head);
+    if (val_len && val_len != hp->head_dim)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d", m->path,
+                         hp->head_dim, val_len);
+    if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.rope.dimension_count = %d does not fit head_dim %d",
+                         m->path, m->arch, hp->rope_dim, hp->head_dim);
+    if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return kvs_error(KVS_ERR_FORMAT, "%s: rms epsilon %g / rope base %g must be positive", m->path,
+                         hp->norm_eps, hp->rope_freq_base);
+    return KVS_OK;
+}

@@ -1,0 +1,50 @@
+/*
+ * The attention KV of one sequence: every layer's keys and values, one slot
+ * per absolute position. The forward pass writes slot = position in place and
+ * attention reads slots 0..pos; the reuse layers copy, move and compare slots.
+ *
+ *   data: +----------- layer 0 ------------+----------- layer 1 ---- ...
+ *         | K (n_kv_head, n_ctx, head_dim) | V (n_kv_head, n_ctx, head_dim) | K ...
+ *         +--------------------------------+--------------------------------+
+ *
+ * Elements are F16 (uint16_t bits) or F32 per kvs_kv_type. One token's K of
+ * one head is head_dim contiguous elements; a head's slots are contiguous, so
+ * a range of positions of one (layer, K/V, head) is one contiguous run.
+ */
+#ifndef KVS_MODEL_KV_BUFFER_H
+#define KVS_MODEL_KV_BUFFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvstitch.h"
+
+typedef struct kvs_kv_buffer {
+    int n_layer, n_kv_head, n_ctx, head_dim;
+    kvs_kv_type type;
+    size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
+    size_t head_bytes;   /* bytes of one head's slots: n_ctx * head_dim * elem_bytes */
+    size_t plane_bytes;  /* bytes of one layer's K (== its V): n_kv_head * head_bytes */
+    void *data;          /* (n_layer, 2, n_kv_head, n_ctx, head_dim), zero-filled */
+} kvs_kv_buffer;
+
+/* Allocates a zeroed buffer (pages are touched only as slots get written). */
+int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx, int head_dim,
+                       kvs_kv_type type);
+void kvs_kv_buffer_release(kvs_kv_buffer *kv); /* safe on a zeroed struct */
+size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv);
+
+/* Layer l's K or V plane: (n_kv_head, n_ctx, head_dim). */
+static inline void *kvs_kv_k(const kvs_kv_buffer *kv, int l) {
+    return (char *)kv->data + (size_t)l * 2 * kv->plane_bytes;
+}
+static inline void *kvs_kv_v(const kvs_kv_buffer *kv, int l) {
+    return (char *)kv->data + ((size_t)l * 2 + 1) * kv->plane_bytes;
+}
+/* Address of (layer l, plane 0=K / 1=V, head h, slot pos). */
+static inline void *kvs_kv_at(const kvs_kv_buffer *kv, int l, int plane, int h, int pos) {
+    return (char *)kv->data + ((size_t)l * 2 + (size_t)plane) * kv->plane_bytes + (size_t)h * kv->head_bytes +
+           (size_t)pos * (size_t)kv->head_dim * kv->elem_bytes;
+}
+
+#endif

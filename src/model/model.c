@@ -1,0 +1,155 @@
+/* Model lifecycle: load (GGUF + tokenizer + hparams + weight views), info, accessors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/model_impl.h"
+
+kvs_model_params kvs_model_default_params(void) {
+    kvs_model_params p = {0};
+    return p;
+}
+
+static char *dup_str(kvs_gguf_str s) {
+    char *c = malloc(s.len + 1);
+    if (!c) return NULL;
+    memcpy(c, s.ptr, s.len);
+    c[s.len] = 0;
+    return c;
+}
+
+static int load(kvs_model *m, const char *path, kvs_model_params params) {
+    int st = kvs_gguf_open(path, &m->gguf);
+    if (st) return st;
+
+    kvs_gguf_str s;
+    if (kvs_gguf_get_str(m->gguf, "general.architecture", &s) == KVS_OK) {
+        if (s.len >= sizeof m->arch)
+            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: general.architecture is %llu bytes long", path,
+                             (unsigned long long)s.len);
+        memcpy(m->arch, s.ptr, s.len);
+        m->arch[s.len] = 0;
+    }
+    kvs_gguf_str empty = {"", 0};
+    if (kvs_gguf_get_str(m->gguf, "general.name", &s) != KVS_OK) s = empty;
+    if (!(m->name = dup_str(s))) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
+    if ((st = kvs_tokenizer_new(m->gguf, &m->tok))) return kvs_error_prefix(st, "%s", path);
+    m->eot_id = kvs_tokenizer_eot(m->tok);
+
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
+        const kvs_gguf_tensor *t = kvs_gguf_tensor_at(m->gguf, i);
+        m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        m->weight_bytes += t->nbytes;
+    }
+
+    m->vocab_only = params.vocab_only || kvs_gguf_n_tensors(m->gguf) == 0;
+    if (m->vocab_only) {
+        /* Vocabulary files may lack most hparams: take what is there. */
+        if (m->arch[0]) kvs_model_read_hparams(m, 0);
+        m->hp.n_vocab = kvs_tokenizer_n_vocab(m->tok);
+        return KVS_OK;
+    }
+
+    if (!m->arch[0]) return kvs_error(KVS_ERR_NOT_FOUND, "%s: key general.architecture is missing", path);
+    if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "qwen2") != 0)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2)", path, m->arch);
+    if ((st = kvs_model_read_hparams(m, 1))) return st;
+    if (!(m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers)))
+        return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
+    if ((st = kvs_model_bind_weights(m))) return st;
+    int tv = kvs_tokenizer_n_vocab(m->tok);
+    if (tv > m->hp.n_vocab)
+        return kvs_error(KVS_ERR_FORMAT, "%s: the tokenizer has %d tokens but token_embd.weight only %d rows", path,
+                         tv, m->hp.n_vocab);
+    /* Padded embeddings: rows past the tokenizer's vocabulary can be neither
+     * fed nor printed, so the logits stop at kvs_vocab_size() too. */
+    m->hp.n_vocab = tv;
+    m->tok_embd.n = tv;
+    m->output.n = tv;
+    return KVS_OK;
+}
+
+int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out) {
+    if (!path || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_model_load: path and out must not be NULL");
+    kvs_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
+    }
+    int st = load(m, path, params);
+    if (st) {
+        kvs_model_free(m);
+        return st;
+    }
+    *out = m;
+    return KVS_OK;
+}
+
+void kvs_model_free(kvs_model *m) {
+    if (!m) return;
+    kvs_tokenizer_free(m->tok);
+    kvs_gguf_close(m->gguf);
+    free(m->layers);
+    free(m->name);
+    free(m->path);
+    free(m);
+}
+
+void kvs_model_get_info(const kvs_model *m, kvs_model_info *in) {
+    memset(in, 0, sizeof *in);
+    const kvs_hparams *hp = &m->hp;
+    in->path = m->path;
+    in->name = m->name;
+    in->arch = m->arch;
+    in->gguf_version = kvs_gguf_version(m->gguf);
+    in->n_layer = hp->n_layer;
+    in->n_embd = hp->n_embd;
+    in->n_head = hp->n_head;
+    in->n_head_kv = hp->n_head_kv;
+    in->n_ff = hp->n_ff;
+    in->head_dim = hp->head_dim;
+    in->n_ctx_train = hp->n_ctx_train;
+    in->n_vocab = kvs_tokenizer_n_vocab(m->tok);
+    in->rope_freq_base = hp->rope_freq_base;
+    in->rope_freq_scale = hp->rope_freq_scale;
+    in->rope_dim = hp->rope_dim;
+    in->rope_neox = hp->rope_neox;
+    in->norm_eps = hp->norm_eps;
+    in->tied_output = m->tied_output;
+    in->tokenizer_model = kvs_tokenizer_model_name(m->tok);
+    in->tokenizer_pre = kvs_tokenizer_pre_name(m->tok);
+    if (!in->tokenizer_model) in->tokenizer_model = "";
+    if (!in->tokenizer_pre) in->tokenizer_pre = "";
+    in->bos_id = kvs_tokenizer_bos(m->tok);
+    in->eos_id = kvs_tokenizer_eos(m->tok);
+    in->eot_id = m->eot_id;
+    in->add_bos = kvs_tokenizer_add_bos(m->tok);
+    in->chat_template_family = kvs_chat_detect_family(m->gguf); /* src/tokenizer/chat.c */
+    in->n_params = m->n_params;
+    in->weight_bytes = m->weight_bytes;
+    in->n_tensors = (int)kvs_gguf_n_tensors(m->gguf);
+    in->vocab_only = m->vocab_only;
+}
+
+void kvs_model_tensor_type_counts(const kvs_model *m, int counts[KVS_MAX_TENSOR_TYPES]) {
+    memset(counts, 0, sizeof(int) * KVS_MAX_TENSOR_TYPES);
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
+        int t = kvs_gguf_tensor_at(m->gguf, i)->type;
+        if (t >= 0 && t < KVS_MAX_TENSOR_TYPES) counts[t]++;
+    }
+}
+
+const char *kvs_tensor_type_name(int type) {
+    const kvs_type_traits *t = kvs_type_traits_of(type);
+    return t ? t->name : NULL;
+}
+
+const kvs_gguf *kvs_model_gguf(const kvs_model *m) { return m->gguf; }
+const kvs_tokenizer *kvs_model_tokenizer(const kvs_model *m) { return m->tok; }
+int kvs_model_is_vocab_only(const kvs_model *m) { return m->vocab_only; }
+const kvs_hparams *kvs_model_hparams(const kvs_model *m) { return &m->hp; }
+const kvs_layer_weights *kvs_model_layer(const kvs_model *m, int l) { return &m->layers[l]; }
+const kvs_wmat *kvs_model_tok_embd(const kvs_model *m) { return &m->tok_embd; }
+const kvs_wmat *kvs_model_output(const kvs_model *m) { return &m->output; }
+const float *kvs_model_output_norm(const kvs_model *m) { return m->output_norm; }
+const char *kvs_model_path(const kvs_model *m) { return m->path; }

@@ -1,0 +1,33 @@
+/*
+ * Private to src/model/: the model struct and the loader's internal steps.
+ */
+#ifndef KVS_MODEL_IMPL_H
+#define KVS_MODEL_IMPL_H
+
+#include "model/model.h"
+
+struct kvs_model {
+    char *path;                 /* copy of the path given to kvs_model_load */
+    kvs_gguf *gguf;             /* owns the read-only mapping */
+    kvs_tokenizer *tok;
+    int vocab_only;             /* no tensors or params.vocab_only: tokenizer + metadata only */
+    char arch[32];              /* general.architecture ("llama", "qwen2", ...) */
+    char *name;                 /* general.name, NUL-terminated copy ("" if absent) */
+    int32_t eot_id;             /* tokenizer.ggml.eot_token_id, -1 if absent */
+    kvs_hparams hp;
+    kvs_wmat tok_embd;          /* (n_vocab, n_embd) */
+    kvs_wmat output;            /* (n_vocab, n_embd) */
+    const float *output_norm;   /* (n_embd) */
+    int tied_output;
+    kvs_layer_weights *layers;  /* (n_layer) */
+    int64_t n_params;
+    uint64_t weight_bytes;
+};
+
+/* hparams.c: reads {arch}.* keys into m->hp. required = 0 reads what is there
+ * (vocabulary-only files) and never fails on a missing key. */
+int kvs_model_read_hparams(kvs_model *m, int required);
+/* weights.c: builds the tensor views with shape and type checks. */
+int kvs_model_bind_weights(kvs_model *m);
+
+#endif

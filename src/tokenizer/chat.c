@@ -1,0 +1,264 @@
+/*
+ * Chat templates. We do not run Jinja: the family is recognised from
+ * markers in tokenizer.chat_template and rendered by hand, following the
+ * reference templates:
+ *
+ *   chatml  <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
+ *           If the template injects a default system message when the first
+ *           message is not "system" (SmolLM2: "You are a helpful AI assistant
+ *           named SmolLM, trained by Hugging Face"), that text is read from
+ *           the template and injected the same way.
+ *   llama3  <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
+ *           ... <|start_header_id|>assistant<|end_header_id|>\n\n
+ *   llama2  [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user|trim} [/INST] {assistant|trim} </s><s>[INST] ...
+ *
+ * The text never starts with BOS: tokenize it with KVS_TOKENIZE_ADD_BOS (and
+ * PARSE_SPECIAL, so the markers become their special tokens), as llama.cpp
+ * does. Later turns' "<s>" (llama2) are part of the text.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "tokenizer/tokenizer.h"
+
+#define KEY_TEMPLATE "tokenizer.chat_template"
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = 1; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* Jinja's trim / Python's str.strip() (ASCII whitespace). */
+static void sb_trimmed(sbuf *b, const char *s) {
+    size_t n = strlen(s), i = 0;
+    while (i < n && is_ws(s[i])) i++;
+    while (n > i && is_ws(s[n - 1])) n--;
+    sb_put(b, s + i, n - i);
+}
+
+static const char *memfind(const char *h, size_t hn, const char *needle) {
+    size_t nn = strlen(needle);
+    if (nn == 0 || nn > hn) return NULL;
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (h[i] == needle[0] && memcmp(h + i, needle, nn) == 0) return h + i;
+    return NULL;
+}
+
+const char *kvs_chat_family_of_template(const char *tmpl, size_t len) {
+    if (!tmpl || len == 0) return NULL;
+    if (memfind(tmpl, len, "<|im_start|>")) return "chatml";
+    if (memfind(tmpl, len, "<|start_header_id|>")) return "llama3";
+    if (memfind(tmpl, len, "[INST]")) return "llama2";
+    return NULL;
+}
+
+const char *kvs_chat_detect_family(const kvs_gguf *g) {
+    kvs_gguf_str s;
+    if (!g || kvs_gguf_get_str(g, KEY_TEMPLATE, &s) != 0) return "";
+    const char *f = kvs_chat_family_of_template(s.ptr, (size_t)s.len);
+    return f ? f : "";
+}
+
+/* The default system message a ChatML template injects, unescaped into
+ * *out (malloc'd), or *out = NULL if it has none. It is the text of a
+ * string literal '<|im_start|>system\n...<|im_end|>' (no quote between:
+ * a literal cut by a quote is a concatenation with messages[0], not a
+ * default). */
+static int chatml_default_system(const char *tmpl, size_t len, char **out) {
+    static const char head[] = "<|im_start|>system";
+    *out = NULL;
+    const char *end = tmpl + len, *p = tmpl;
+    while ((p = memfind(p, (size_t)(end - p), head)) != NULL) {
+        const char *q = p + sizeof head - 1;
+        p = q;
+        if (q < end && *q == '\n') q++;
+        else if (end - q >= 2 && q[0] == '\\' && q[1] == 'n') q += 2;
+        else continue;
+        const char *stop = memfind(q, (size_t)(end - q), "<|im_end|>");
+        if (!stop) return KVS_OK;
+        int quoted = 0;
+        for (const char *c = q; c < stop; c++) {
+            if (*c == '\\') { c++; continue; }
+            if (*c == '\'' || *c == '"') { quoted = 1; break; }
+        }
+        if (quoted) continue;
+        sbuf b = {0};
+        for (const char *c = q; c < stop; c++) {
+            char ch = *c;
+            if (ch == '\\' && c + 1 < stop) {
+                c++;
+                ch = *c == 'n' ? '\n' : *c == 't' ? '\t' : *c == 'r' ? '\r' : *c;
+            }
+            sb_put(&b, &ch, 1);
+        }
+        sb_put(&b, "", 0);
+        if (b.oom) {
+            free(b.p);
+            return kvs_error(KVS_ERR_NOMEM, "chat template: out of memory");
+        }
+        *out = b.p;
+        return KVS_OK;
+    }
+    return KVS_OK;
+}
+
+static void render_chatml(sbuf *b, const char *default_sys, const kvs_chat_message *m, int n, int add_gen) {
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && default_sys && strcmp(m[0].role, "system") != 0) {
+            sb_str(b, "<|im_start|>system\n");
+            sb_str(b, default_sys);
+            sb_str(b, "<|im_end|>\n");
+        }
+        sb_str(b, "<|im_start|>");
+        sb_str(b, m[i].role);
+        sb_str(b, "\n");
+        sb_str(b, m[i].content);
+        sb_str(b, "<|im_end|>\n");
+    }
+    if (add_gen) sb_str(b, "<|im_start|>assistant\n");
+}
+
+static void render_llama3(sbuf *b, const kvs_chat_message *m, int n, int add_gen) {
+    for (int i = 0; i < n; i++) {
+        sb_str(b, "<|start_header_id|>");
+        sb_str(b, m[i].role);
+        sb_str(b, "<|end_header_id|>\n\n");
+        sb_trimmed(b, m[i].content);
+        sb_str(b, "<|eot_id|>");
+    }
+    if (add_gen) sb_str(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Meta's Llama-2 template: the system message goes inside the first user
+ * turn; roles after it must be user / assistant. The generation prompt is
+ * implicit (the text ends with [/INST]). */
+static int render_llama2(sbuf *b, const kvs_chat_message *m, int n) {
+    const char *sys = NULL;
+    int i = 0, turns = 0;
+    if (n > 0 && strcmp(m[0].role, "system") == 0) sys = m[i++].content;
+    if (sys && (i == n || strcmp(m[i].role, "user") != 0)) {
+        /* A system message with no user turn after it: a turn of its own. */
+        sb_str(b, "[INST] <<SYS>>\n");
+        sb_str(b, sys);
+        sb_str(b, "\n<</SYS>> [/INST]");
+        sys = NULL;
+        turns++;
+    }
+    for (; i < n; i++) {
+        if (strcmp(m[i].role, "user") == 0) {
+            sb_str(b, turns++ ? "<s>[INST] " : "[INST] ");
+            if (sys) {
+                sbuf c = {0};
+                sb_str(&c, "<<SYS>>\n");
+                sb_str(&c, sys);
+                sb_str(&c, "\n<</SYS>>\n\n");
+                sb_str(&c, m[i].content);
+                if (c.oom) { free(c.p); b->oom = 1; return KVS_OK; }
+                sb_trimmed(b, c.p);
+                free(c.p);
+                sys = NULL;
+            } else {
+                sb_trimmed(b, m[i].content);
+            }
+            sb_str(b, " [/INST]");
+        } else if (strcmp(m[i].role, "assistant") == 0) {
+            sb_str(b, " ");
+            sb_trimmed(b, m[i].content);
+            sb_str(b, " </s>");
+        } else {
+            return kvs_error(KVS_ERR_INVALID_ARG,
+                             "chat template llama2: message %d has role '%.40s'; only a first 'system', "
+                             "then 'user' / 'assistant' are supported",
+                             i, m[i].role);
+        }
+    }
+    return KVS_OK;
+}
+
+int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *family,
+                             const kvs_chat_message *msgs, int n_msgs, int add_generation_prompt,
+                             char **out) {
+    if (!out || n_msgs < 0 || (!msgs && n_msgs > 0))
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_chat_render: NULL output or bad message count");
+    for (int i = 0; i < n_msgs; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return kvs_error(KVS_ERR_INVALID_ARG, "kvs_chat_render: message %d has a NULL role or content", i);
+    if (tmpl == NULL) tmpl_len = 0;
+
+    const char *fam = family;
+    if (!fam) {
+        fam = kvs_chat_family_of_template(tmpl, tmpl_len);
+        if (!fam && tmpl_len == 0)
+            return kvs_error(KVS_ERR_UNSUPPORTED,
+                             "the model has no %s; pass a template family (chatml, llama3, llama2) "
+                             "to choose one (CLI: --template NAME)", KEY_TEMPLATE);
+        if (!fam) {
+            /* Name the template by its first characters, on one line. */
+            char head[64];
+            size_t k = 0;
+            for (size_t i = 0; i < tmpl_len && k < 60; i++) head[k++] = (tmpl[i] == '\n' || tmpl[i] == '\r') ? ' ' : tmpl[i];
+            head[k] = 0;
+            return kvs_error(KVS_ERR_UNSUPPORTED,
+                             "chat template not recognised: \"%s%s\"; pass a template family "
+                             "(chatml, llama3, llama2) to override (CLI: --template NAME)",
+                             head, tmpl_len > 60 ? "..." : "");
+        }
+    }
+
+    sbuf b = {0};
+    sb_put(&b, "", 0);
+    int st = KVS_OK;
+    if (strcmp(fam, "chatml") == 0) {
+        char *def = NULL;
+        const char *detected = kvs_chat_family_of_template(tmpl, tmpl_len);
+        /* The default system message only comes from a ChatML template. */
+        if (detected && strcmp(detected, "chatml") == 0) st = chatml_default_system(tmpl, tmpl_len, &def);
+        if (st == KVS_OK) render_chatml(&b, def, msgs, n_msgs, add_generation_prompt);
+        free(def);
+    } else if (strcmp(fam, "llama3") == 0) {
+        render_llama3(&b, msgs, n_msgs, add_generation_prompt);
+    } else if (strcmp(fam, "llama2") == 0) {
+        st = render_llama2(&b, msgs, n_msgs);
+    } else {
+        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: chatml, llama3, llama2)", fam);
+    }
+    if (st == KVS_OK && b.oom) st = kvs_error(KVS_ERR_NOMEM, "kvs_chat_render: out of memory");
+    if (st) {
+        free(b.p);
+        return st;
+    }
+    *out = b.p;
+    return KVS_OK;
+}
+
+int kvs_chat_render_gguf(const kvs_gguf *g, const char *family, const kvs_chat_message *msgs, int n_msgs,
+                         int add_generation_prompt, char **out) {
+    kvs_gguf_str s = {NULL, 0};
+    if (g) {
+        int st = kvs_gguf_get_str(g, KEY_TEMPLATE, &s);
+        if (st && st != KVS_ERR_NOT_FOUND) return st;
+        if (st) s = (kvs_gguf_str){NULL, 0};
+    }
+    return kvs_chat_render_template(s.ptr, (size_t)s.len, family, msgs, n_msgs, add_generation_prompt, out);
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Tests bench/compare-llamacpp.sh without llama.cpp and without our engine:
+# both sides are mocks that print fixed JSON, so the table and its ratios are
+# known exactly. Also checks the "skipped" path when llama.cpp is missing.
+# Prints "ok <name>" / "FAIL <name>" lines for scripts/run-tests.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_bench_compare.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check NAME CONDITION-EXIT-STATUS
+    if [ "$2" -eq 0 ]; then echo "ok $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
+}
+
+# Our CLI: prefill 1e6/(P+500) tok/s, decode 250.5 tok/s (only when -n > 0).
+cat >"$tmp/kvstitch" <<'EOF'
+#!/usr/bin/env bash
+[ "$1" = bench ] || exit 9
+p=0; n=0
+while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift 2;; -n) n=$2; shift 2;; *) shift;; esac; done
+if [ "$n" -gt 0 ]; then
+    echo "{\"prefill_tok_s\":$((1000000 / (p + 500))),\"decode_tok_s\":250.5}"
+else
+    echo "{\"prefill_tok_s\":$((1000000 / (p + 500)))}"
+fi
+EOF
+# The peer's python: answers the import probe, then prints fixed results.
+cat >"$tmp/python" <<'EOF'
+#!/usr/bin/env bash
+if [ "$1" = -c ]; then case "$2" in *print*) echo "llama-cpp-python mock";; esac; exit 0; fi
+echo '{"engine":"llama.cpp","pp512_tok_s":900.0,"pp2048_tok_s":530.0,"tg128_tok_s":315.0}'
+EOF
+chmod +x "$tmp/kvstitch" "$tmp/python"
+touch "$tmp/model.gguf"
+
+out=$(KVSTITCH_CLI="$tmp/kvstitch" LLAMACPP_PYTHON="$tmp/python" \
+      bench/compare-llamacpp.sh "$tmp/model.gguf" --threads 2 --reps 1 --rounds 2 --no-save 2>/dev/null)
+rc=$?
+check compare_exit_0 $rc
+# 1e6/1012 = 988 (integer in the mock) vs 900 -> 1.10x
+grep -Eq '^pp512 +988\.0 +900\.0 +1\.10x$' <<<"$out"; check compare_pp512_row $?
+# 1e6/2548 = 392 vs 530 -> 0.74x
+grep -Eq '^pp2048 +392\.0 +530\.0 +0\.74x$' <<<"$out"; check compare_pp2048_row $?
+grep -Eq '^tg128 +250\.5 +315\.0 +0\.80x$' <<<"$out"; check compare_tg128_row $?
+grep -q '^threads:  2 ' <<<"$out"; check compare_reports_threads $?
+
+# A bench JSON without the prefill figure is an error, not a silent zero.
+printf '#!/usr/bin/env bash\necho "{\\"foo\\":1}"\n' >"$tmp/bad"
+chmod +x "$tmp/bad"
+KVSTITCH_CLI="$tmp/bad" LLAMACPP_PYTHON="$tmp/python" \
+    bench/compare-llamacpp.sh "$tmp/model.gguf" --reps 1 --no-save >/dev/null 2>&1
+[ $? -ne 0 ]; check compare_rejects_missing_field $?
+
+# Without llama.cpp: a clear "skipped" and exit 0.
+out=$(LLAMACPP_PYTHON="$tmp/none" bench/compare-llamacpp.sh "$tmp/model.gguf" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q 'skipped' <<<"$out" && grep -q 'setup-llamacpp.sh' <<<"$out"
+check compare_skips_without_llamacpp $?
+
+[ "$fails" -eq 0 ]

@@ -1,0 +1,453 @@
+/*
+ * Kernel correctness:
+ *  - the scalar references against plain double-precision math (dequantize,
+ *    then dot / normalize / rotate / softmax), with the tolerance stated at
+ *    each check;
+ *  - every SIMD path against the scalar reference: the canonical arithmetic
+ *    (kernels_impl.h) makes them bit-identical, so these compare with memcmp.
+ */
+#include <math.h>
+
+#include "harness.h"
+#include "kernels/kernels_impl.h"
+#include "test_kernels_util.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static const int all_types[] = {KVS_TYPE_F32, KVS_TYPE_F16, KVS_TYPE_BF16,
+                                KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+static const char *simd_isas[] = {"avx2", "avx512vnni"};
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f) {
+    return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), 0), 0);
+}
+__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+#endif
+
+TEST(test_f16_conversions) {
+    int bad_rt = 0, bad_hw = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = kvs_f16_to_f32((uint16_t)h);
+        if (!isnan(f) && kvs_f32_to_f16(f) != h) bad_rt++;
+#if defined(__x86_64__)
+        if (__builtin_cpu_supports("f16c")) {
+            float g = hw_f16_to_f32((uint16_t)h);
+            if (memcmp(&f, &g, 4) != 0 && !(isnan(f) && isnan(g))) bad_hw++;
+        }
+#endif
+    }
+    CHECK_EQ_INT(bad_rt, 0);
+    CHECK_EQ_INT(bad_hw, 0);
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("f16c")) {
+        int bad = 0;
+        for (int i = 0; i < 2000000; i++) {
+            uint32_t b = kt_rand() | (kt_rand() << 21);
+            float f;
+            memcpy(&f, &b, 4);
+            if (isnan(f)) continue;
+            if (kvs_f32_to_f16(f) != hw_f32_to_f16(f)) bad++;
+        }
+        /* ties and boundaries explicitly */
+        float edge[] = {65504.0f, 65519.99f, 65520.0f, 5.9604645e-8f, 2.9802322e-8f,
+                        2.9802326e-8f, 6.1035156e-5f, 6.1035152e-5f, -0.0f, 1.0009765625f + 0.00048828125f};
+        for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++)
+            if (kvs_f32_to_f16(edge[i]) != hw_f32_to_f16(edge[i])) bad++;
+        CHECK_EQ_INT(bad, 0);
+    }
+#endif
+    /* row helpers (SIMD where available) agree with the scalar conversion */
+    float src[100];
+    uint16_t h1[100];
+    float back[100];
+    kt_rand_vec(src, 100, 1000.0f);
+    kvs_f32_to_f16_row(src, h1, 100);
+    kvs_f16_to_f32_row(h1, back, 100);
+    for (int i = 0; i < 100; i++) {
+        CHECK_EQ_INT(h1[i], kvs_f32_to_f16(src[i]));
+        CHECK(back[i] == kvs_f16_to_f32(h1[i]));
+    }
+}
+
+/* Dequantize against the block formulas, in double. */
+TEST(test_dequantize) {
+    for (size_t t = 0; t < sizeof(all_types) / sizeof(all_types[0]); t++) {
+        int type = all_types[t], k = 96;
+        kvs_wmat w = kt_rand_wmat(type, 3, k);
+        float row[96];
+        kvs_wmat_get_row(&w, 2, row);
+        const uint8_t *r = (const uint8_t *)w.data + 2 * w.row_bytes;
+        for (int e = 0; e < k; e++) {
+            double want;
+            int b = e / 32, i = e % 32;
+            switch (type) {
+            case KVS_TYPE_F32: { float f; memcpy(&f, r + 4 * e, 4); want = f; break; }
+            case KVS_TYPE_F16: { uint16_t h; memcpy(&h, r + 2 * e, 2); want = kvs_f16_to_f32(h); break; }
+            case KVS_TYPE_BF16: { uint16_t h; memcpy(&h, r + 2 * e, 2); want = kvs_bf16_to_f32(h); break; }
+            case KVS_TYPE_Q4_0: {
+                const kvs_block_q4_0 *bl = (const kvs_block_q4_0 *)r + b;
+                int q = i < 16 ? (bl->qs[i] & 15) : (bl->qs[i - 16] >> 4);
+                want = (q - 8) * (double)kvs_f16_to_f32(bl->d);
+                break;
+            }
+            case KVS_TYPE_Q4_1: {
+                const kvs_block_q4_1 *bl = (const kvs_block_q4_1 *)r + b;
+                int q = i < 16 ? (bl->qs[i] & 15) : (bl->qs[i - 16] >> 4);
+                want = q * (double)kvs_f16_to_f32(bl->d) + kvs_f16_to_f32(bl->m);
+                break;
+            }
+            default: {
+                const kvs_block_q8_0 *bl = (const kvs_block_q8_0 *)r + b;
+                want = bl->qs[i] * (double)kvs_f16_to_f32(bl->d);
+            }
+            }
+            CHECK_NEAR(row[e], want, 1e-6 * fabs(want) + 1e-12); /* one float rounding */
+        }
+        free((void *)w.data);
+    }
+}
+
+/* Scalar matmul against dequantize-then-dot in double. For quantized weights
+ * x is rounded to 8 bits per block (error <= d_x / 2 per element), so the
+ * bound is sum_b d_xb / 2 * sum_{e in b} |w_e|, plus float rounding of the
+ * accumulation (1e-5 relative to sum |w x|). */
+TEST(test_matmul_ref_vs_double) {
+    kvs_kernels_set_isa("scalar");
+    const int ks[] = {32, 64, 544, 576, 1536};
+    for (size_t t = 0; t < sizeof(all_types) / sizeof(all_types[0]); t++) {
+        for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+            int type = all_types[t], k = ks[ki], n = 19, m = 3;
+            kvs_wmat w = kt_rand_wmat(type, n, k);
+            float *x = xmalloc(sizeof(float) * m * k), *y = xmalloc(sizeof(float) * m * n);
+            float *wr = xmalloc(sizeof(float) * k);
+            kt_rand_vec(x, (size_t)m * k, 3.0f);
+            void *work = xmalloc(kvs_matmul_work_size(&w, m));
+            kvs_matmul(NULL, &w, x, m, y, work);
+            int quant = kvs_wtype_is_quant(type);
+            for (int j = 0; j < n; j++) {
+                kvs_wmat_get_row(&w, j, wr);
+                for (int i = 0; i < m; i++) {
+                    const float *xi = x + (size_t)i * k;
+                    double dot = 0, mag = 0, qerr = 0;
+                    for (int b = 0; b < k / 32; b++) {
+                        double amax = 0, wabs = 0;
+                        for (int e = b * 32; e < b * 32 + 32; e++) {
+                            dot += (double)wr[e] * xi[e];
+                            mag += fabs((double)wr[e] * xi[e]);
+                            amax = fmax(amax, fabs(xi[e]));
+                            wabs += fabs(wr[e]);
+                        }
+                        qerr += amax / 127.0 / 2.0 * wabs * 1.0001;
+                    }
+                    double tol = (quant ? qerr : 0) + 1e-5 * mag + 1e-6;
+                    double got = y[(size_t)i * n + j];
+                    if (!(fabs(got - dot) <= tol)) {
+                        fprintf(stderr, "  type %d k %d (%d,%d): %g vs %g (tol %g)\n", type, k, i,
+                                j, got, dot, tol);
+                        kt_test_failed++;
+                    }
+                }
+            }
+            free(x); free(y); free(wr); free(work); free((void *)w.data);
+        }
+    }
+    kvs_kernels_set_isa("best");
+}
+
+/* Every SIMD path gives the same bytes as the scalar reference, for shapes
+ * with tails in n (not a multiple of the tile), k (not a multiple of 16
+ * blocks) and m. */
+TEST(test_matmul_simd_equals_scalar) {
+    const int ks[] = {32, 64, 96, 544, 576, 1536};
+    const int ns[] = {1, 5, 16, 45, 100};
+    const int ms[] = {1, 2, 5, 13};
+    int compared = 0;
+    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+        if (kvs_kernels_set_isa(simd_isas[s]) != 0) {
+            printf("  (skip %s: not supported by this CPU)\n", simd_isas[s]);
+            continue;
+        }
+        for (size_t t = 0; t < sizeof(all_types) / sizeof(all_types[0]); t++)
+            for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                        int type = all_types[t], k = ks[ki], n = ns[ni], m = ms[mi];
+                        kvs_wmat w = kt_rand_wmat(type, n, k);
+                        float *x = xmalloc(sizeof(float) * m * k);
+                        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+                        kt_rand_vec(x, (size_t)m * k, 2.0f);
+                        if (ki == 0) x[0] = 0.0f; /* an all-small block edge */
+                        void *work = xmalloc(kvs_matmul_work_size(&w, m));
+                        kvs_kernels_set_isa(simd_isas[s]);
+                        kvs_matmul(NULL, &w, x, m, y1, work);
+                        kvs_kernels_set_isa("scalar");
+                        kvs_matmul(NULL, &w, x, m, y0, work);
+                        if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
+                            int bad = 0;
+                            while (y0[bad] == y1[bad]) bad++;
+                            fprintf(stderr, "  %s type %d k %d n %d m %d: y[%d] %.9g vs scalar %.9g\n",
+                                    simd_isas[s], type, k, n, m, bad, y1[bad], y0[bad]);
+                            kt_test_failed++;
+                        }
+                        compared++;
+                        free(x); free(y0); free(y1); free(work); free((void *)w.data);
+                    }
+    }
+    kvs_kernels_set_isa("best");
+    printf("  %d SIMD/scalar matmul comparisons\n", compared);
+}
+
+/* ------------------------------------------------------------------------ */
+
+TEST(test_rmsnorm) {
+    const int n = 576;
+    float x[576], w[576], y[576];
+    kt_rand_vec(x, n, 4.0f);
+    kt_rand_vec(w, n, 2.0f);
+    kvs_rmsnorm(y, x, w, n, 1e-5f);
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + 1e-5);
+    for (int i = 0; i < n; i++) CHECK_NEAR(y[i], x[i] * r * w[i], 1e-6 * fabs(x[i] * r * w[i]) + 1e-7);
+    /* in place gives the same bits */
+    float z[576];
+    memcpy(z, x, sizeof(z));
+    kvs_rmsnorm(z, z, w, n, 1e-5f);
+    CHECK(memcmp(z, y, sizeof(z)) == 0);
+}
+
+TEST(test_silu_mul) {
+    const int n = 1000;
+    float g[1000], u[1000], g0[1000];
+    kt_rand_vec(g, n, 12.0f);
+    g[0] = -100.0f; g[1] = 100.0f; g[2] = 0.0f; g[3] = -87.5f;
+    kt_rand_vec(u, n, 2.0f);
+    memcpy(g0, g, sizeof(g));
+    kvs_silu_mul(g, u, n);
+    for (int i = 0; i < n; i++) {
+        double want = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        CHECK_NEAR(g[i], want, 4e-7 * fabs(want) + 1e-30);
+    }
+}
+
+TEST(test_expf) {
+    double worst = 0;
+    for (int i = 0; i <= 1000000; i++) {
+        float x = -87.0f * (float)i / 1000000.0f;
+        double want = exp((double)x), got = kvs_expf_ref(x);
+        double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    CHECK_MSG(worst < 3e-7, "max relative error %g", worst); /* ~2.5 ulp */
+    CHECK(kvs_expf_ref(0.0f) == 1.0f);
+    CHECK(kvs_expf_ref(-INFINITY) == 0.0f);
+    CHECK(kvs_expf_ref(-200.0f) == 0.0f);
+}
+
+static void rope_double(double *x, int n_head, int hd, int rd, double pos, double base, double fs,
+                        int neox) {
+    for (int h = 0; h < n_head; h++)
+        for (int i = 0; i < rd / 2; i++) {
+            double th = pos * fs * pow(base, -2.0 * i / rd), c = cos(th), s = sin(th);
+            int a = neox ? i : 2 * i, b = neox ? i + rd / 2 : 2 * i + 1;
+            double x0 = x[h * hd + a], x1 = x[h * hd + b];
+            x[h * hd + a] = x0 * c - x1 * s;
+            x[h * hd + b] = x0 * s + x1 * c;
+        }
+}
+
+TEST(test_rope) {
+    const int nh = 3, hd = 64;
+    for (int neox = 0; neox <= 1; neox++) {
+        for (int rd = 32; rd <= 64; rd += 32) {
+            int32_t positions[] = {0, 1, 17, 511, 4095, 8191, -300};
+            for (size_t pi = 0; pi < sizeof(positions) / sizeof(positions[0]); pi++) {
+                float x[192], x0[192];
+                double xd[192];
+                kt_rand_vec(x, 192, 2.0f);
+                memcpy(x0, x, sizeof(x));
+                for (int i = 0; i < 192; i++) xd[i] = x[i];
+                kvs_rope(x, nh, hd, rd, positions[pi], 100000.0f, 1.0f, neox);
+                rope_double(xd, nh, hd, rd, positions[pi], 100000.0, 1.0, neox);
+                for (int i = 0; i < 192; i++) CHECK_NEAR(x[i], xd[i], 3e-7 * 2.0 + 1e-12);
+                /* +p then -p is nearly lossless: within 2 ulp of the input scale */
+                kvs_rope(x, nh, hd, rd, -positions[pi], 100000.0f, 1.0f, neox);
+                for (int i = 0; i < 192; i++) CHECK_NEAR(x[i], x0[i], 2.5e-7);
+            }
+        }
+    }
+    /* rotating by a then by b equals rotating by a + b (chunk moves) */
+    float a[64], b[64];
+    kt_rand_vec(a, 64, 1.0f);
+    memcpy(b, a, sizeof(a));
+    kvs_rope(a, 1, 64, 64, 1000, 10000.0f, 1.0f, 0);
+    kvs_rope(a, 1, 64, 64, 234, 10000.0f, 1.0f, 0);
+    kvs_rope(b, 1, 64, 64, 1234, 10000.0f, 1.0f, 0);
+    for (int i = 0; i < 64; i++) CHECK_NEAR(a[i], b[i], 3e-7);
+    /* freq_scale multiplies the angle */
+    kt_rand_vec(a, 64, 1.0f);
+    memcpy(b, a, sizeof(a));
+    kvs_rope(a, 1, 64, 64, 100, 10000.0f, 0.25f, 0);
+    kvs_rope(b, 1, 64, 64, 25, 10000.0f, 1.0f, 0);
+    for (int i = 0; i < 64; i++) CHECK_NEAR(a[i], b[i], 1e-7);
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct attn_case {
+    int m, n_head, n_kv, hd, n_ctx, kv_type;
+    float *q, *out;
+    void *k, *v;
+    int32_t *pos;
+} attn_case;
+
+static attn_case attn_make(int m, int n_head, int n_kv, int hd, int n_ctx, int kv_type, int start) {
+    attn_case c = {m, n_head, n_kv, hd, n_ctx, kv_type, NULL, NULL, NULL, NULL, NULL};
+    size_t kvn = (size_t)n_kv * n_ctx * hd, qn = (size_t)m * n_head * hd;
+    c.q = xmalloc(qn * 4);
+    c.out = xmalloc(qn * 4);
+    c.pos = xmalloc((size_t)m * 4);
+    kt_rand_vec(c.q, qn, 2.0f);
+    float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
+    kt_rand_vec(kf, kvn, 2.0f);
+    kt_rand_vec(vf, kvn, 1.0f);
+    if (kv_type == 0) {
+        c.k = xmalloc(kvn * 2);
+        c.v = xmalloc(kvn * 2);
+        kvs_f32_to_f16_row(kf, c.k, (int)kvn);
+        kvs_f32_to_f16_row(vf, c.v, (int)kvn);
+        free(kf);
+        free(vf);
+    } else {
+        c.k = kf;
+        c.v = vf;
+    }
+    for (int t = 0; t < m; t++) c.pos[t] = start + t;
+    return c;
+}
+
+static void attn_free(attn_case *c) {
+    free(c->q); free(c->out); free(c->pos); free(c->k); free(c->v);
+}
+
+static void attn_run(attn_case *c, kvs_pool *pool, int nth) {
+    void *work = xmalloc(kvs_attention_work_size(nth, c->n_ctx));
+    kvs_attention(pool, c->out, c->q, c->pos, c->m, c->k, c->v, c->kv_type, c->n_head, c->n_kv,
+                  c->hd, c->n_ctx, 1.0f / sqrtf((float)c->hd), work);
+    free(work);
+}
+
+static double kv_at(const attn_case *c, const void *base, size_t i) {
+    return c->kv_type == 0 ? kvs_f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* Attention against a double-precision softmax(q k^T) v. */
+TEST(test_attention_ref_vs_double) {
+    kvs_kernels_set_isa("scalar");
+    for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        attn_case c = attn_make(9, 6, 2, 64, 80, kv_type, 60);
+        c.pos[3] = 0; /* a token that sees only slot 0 */
+        attn_run(&c, NULL, 1);
+        double worst = 0;
+        for (int t = 0; t < c.m; t++)
+            for (int h = 0; h < c.n_head; h++) {
+                int g = h / (c.n_head / c.n_kv), n = c.pos[t] + 1;
+                const float *q = c.q + ((size_t)t * c.n_head + h) * c.hd;
+                double *s = xmalloc(sizeof(double) * n), mx = -1e300, sum = 0;
+                for (int j = 0; j < n; j++) {
+                    double a = 0;
+                    for (int d = 0; d < c.hd; d++)
+                        a += q[d] * kv_at(&c, c.k, ((size_t)g * c.n_ctx + j) * c.hd + d);
+                    s[j] = a / sqrt((double)c.hd);
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j < n; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+                for (int d = 0; d < c.hd; d++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++) o += s[j] * kv_at(&c, c.v, ((size_t)g * c.n_ctx + j) * c.hd + d);
+                    o /= sum;
+                    double got = c.out[((size_t)t * c.n_head + h) * c.hd + d];
+                    if (fabs(got - o) > worst) worst = fabs(got - o);
+                }
+                free(s);
+            }
+        CHECK_MSG(worst < 2e-5, "kv_type %d: max abs error %g", kv_type, worst); /* |v| <= 1 */
+        attn_free(&c);
+    }
+    kvs_kernels_set_isa("best");
+}
+
+TEST(test_attention_simd_equals_scalar) {
+    struct { int m, nh, nkv, hd, ctx, start; } cases[] = {
+        {1, 9, 3, 64, 600, 517}, {1, 9, 3, 64, 40, 0}, {37, 9, 3, 64, 300, 100},
+        {64, 9, 3, 64, 64, 0},   {5, 4, 4, 32, 50, 20}, {20, 8, 1, 128, 90, 60},
+        {3, 6, 2, 48, 30, 10},
+    };
+    int compared = 0;
+    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+        for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+            for (int kv_type = 0; kv_type <= 1; kv_type++) {
+                attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd,
+                                        cases[ci].ctx, kv_type, cases[ci].start);
+                size_t qn = (size_t)c.m * c.n_head * c.hd;
+                float *ref = xmalloc(qn * 4);
+                kvs_kernels_set_isa("scalar");
+                attn_run(&c, NULL, 1);
+                memcpy(ref, c.out, qn * 4);
+                kvs_kernels_set_isa(simd_isas[s]);
+                attn_run(&c, NULL, 1);
+                if (memcmp(ref, c.out, qn * 4) != 0) {
+                    size_t bad = 0;
+                    while (ref[bad] == c.out[bad]) bad++;
+                    fprintf(stderr, "  %s case %zu kv %d: out[%zu] %.9g vs scalar %.9g\n", simd_isas[s],
+                            ci, kv_type, bad, c.out[bad], ref[bad]);
+                    kt_test_failed++;
+                }
+                compared++;
+                free(ref);
+                attn_free(&c);
+            }
+    }
+    kvs_kernels_set_isa("best");
+    printf("  %d SIMD/scalar attention comparisons\n", compared);
+}
+
+TEST(test_isa_selection) {
+    const char *isa = kvs_kernels_isa();
+    printf("  dispatcher picked %s\n", isa);
+    CHECK(isa && *isa);
+    CHECK(kvs_kernels_set_isa("no-such-isa") == -1);
+    kvs_kernels_force_scalar(1);
+    CHECK(strcmp(kvs_kernels_isa(), "scalar") == 0);
+    kvs_kernels_force_scalar(0);
+    CHECK(strcmp(kvs_kernels_isa(), isa) == 0);
+}
+
+int main(void) {
+    RUN(test_f16_conversions);
+    RUN(test_dequantize);
+    RUN(test_expf);
+    RUN(test_matmul_ref_vs_double);
+    RUN(test_matmul_simd_equals_scalar);
+    RUN(test_rmsnorm);
+    RUN(test_silu_mul);
+    RUN(test_rope);
+    RUN(test_attention_ref_vs_double);
+    RUN(test_attention_simd_equals_scalar);
+    RUN(test_isa_selection);
+    return kt_summary();
+}

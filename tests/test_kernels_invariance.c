@@ -1,0 +1,148 @@
+/*
+ * Batch invariance: the bytes computed for one row never depend on how many
+ * rows share the call, where the call starts, the tile a row lands in, or
+ * the thread count. Every comparison is memcmp, for every ISA path.
+ */
+#include "base/threadpool.h"
+#include "harness.h"
+#include "kernels/kernels_impl.h"
+#include "test_kernels_util.h"
+
+static const char *isas[] = {"scalar", "avx2", "avx512vnni"};
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+/* rows [i0, i0 + cnt) of x through one matmul call into y (row stride n) */
+static void mm_rows(kvs_pool *pool, const kvs_wmat *w, const float *x, int i0, int cnt, float *y) {
+    void *work = xmalloc(kvs_matmul_work_size(w, cnt));
+    kvs_matmul(pool, w, x + (size_t)i0 * w->k, cnt, y + (size_t)i0 * w->n, work);
+    free(work);
+}
+
+TEST(test_matmul_invariance) {
+    const int types[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q8_0, KVS_TYPE_Q4_0, KVS_TYPE_F16, KVS_TYPE_F32,
+                         KVS_TYPE_BF16};
+    struct { int n, k; } shapes[] = {{576, 576}, {192, 576}, {100, 1536}, {45, 544}};
+    kvs_pool *pools[5] = {NULL};
+    for (int t = 2; t <= 4; t++) pools[t] = kvs_pool_new(t);
+    const int m = 41;
+    int checked = 0;
+    for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
+        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+            for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+                int n = shapes[si].n, k = shapes[si].k;
+                if (s == 0 && n * k > 200000) continue; /* keep the scalar run short */
+                kvs_wmat w = kt_rand_wmat(types[ti], n, k);
+                float *x = xmalloc(sizeof(float) * m * k);
+                kt_rand_vec(x, (size_t)m * k, 2.0f);
+                size_t ybytes = sizeof(float) * m * n;
+                float *ref = xmalloc(ybytes), *y = xmalloc(ybytes);
+                mm_rows(NULL, &w, x, 0, m, ref);
+
+                /* one row at a time (decode) */
+                memset(y, 0xff, ybytes);
+                for (int i = 0; i < m; i++) mm_rows(NULL, &w, x, i, 1, y);
+                CHECK_MSG(memcmp(ref, y, ybytes) == 0, "%s type %d %dx%d: m=1 differs", isas[s],
+                          types[ti], n, k);
+
+                /* random splits (row offsets, odd sizes), random thread counts */
+                for (int rep = 0; rep < 3; rep++) {
+                    memset(y, 0xff, ybytes);
+                    for (int i = 0; i < m;) {
+                        int cnt = 1 + (int)(kt_rand() % 13);
+                        if (cnt > m - i) cnt = m - i;
+                        int th = 1 + (int)(kt_rand() % 4);
+                        mm_rows(pools[th], &w, x, i, cnt, y);
+                        i += cnt;
+                    }
+                    CHECK_MSG(memcmp(ref, y, ybytes) == 0, "%s type %d %dx%d: split %d differs",
+                              isas[s], types[ti], n, k, rep);
+                }
+
+                /* whole batch on 2..4 threads */
+                for (int th = 2; th <= 4; th++) {
+                    memset(y, 0xff, ybytes);
+                    mm_rows(pools[th], &w, x, 0, m, y);
+                    CHECK_MSG(memcmp(ref, y, ybytes) == 0, "%s type %d %dx%d: %d threads differ",
+                              isas[s], types[ti], n, k, th);
+                }
+                checked++;
+                free(x); free(ref); free(y); free((void *)w.data);
+            }
+    }
+    kvs_kernels_set_isa("best");
+    for (int t = 2; t <= 4; t++) kvs_pool_free(pools[t]);
+    printf("  %d matmul configurations\n", checked);
+}
+
+/* Attention: tokens of one sequence (positions start..start+m-1) computed in
+ * one call, one per call, in random chunks, and on 1..4 threads. */
+TEST(test_attention_invariance) {
+    kvs_pool *pools[5] = {NULL};
+    for (int t = 2; t <= 4; t++) pools[t] = kvs_pool_new(t);
+    const int n_head = 9, n_kv = 3, hd = 64, n_ctx = 256, m = 70, start = 150;
+    int checked = 0;
+    for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
+        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+            size_t kvn = (size_t)n_kv * n_ctx * hd, qn = (size_t)m * n_head * hd;
+            float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+            float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
+            int32_t *pos = xmalloc(m * 4);
+            kt_rand_vec(q, qn, 2.0f);
+            kt_rand_vec(kf, kvn, 2.0f);
+            kt_rand_vec(vf, kvn, 1.0f);
+            void *k = kf, *v = vf;
+            if (kv_type == 0) {
+                k = xmalloc(kvn * 2);
+                v = xmalloc(kvn * 2);
+                kvs_f32_to_f16_row(kf, k, (int)kvn);
+                kvs_f32_to_f16_row(vf, v, (int)kvn);
+            }
+            for (int t = 0; t < m; t++) pos[t] = start + t;
+            void *work = xmalloc(kvs_attention_work_size(4, n_ctx));
+            float scale = 0.125f;
+#define ATTN(pool, t0, cnt, dst)                                                              \
+    kvs_attention(pool, (dst) + (size_t)(t0) * n_head * hd, q + (size_t)(t0) * n_head * hd,  \
+                  pos + (t0), cnt, k, v, kv_type, n_head, n_kv, hd, n_ctx, scale, work)
+            ATTN(NULL, 0, m, ref);
+            memset(out, 0xff, qn * 4);
+            for (int t = 0; t < m; t++) ATTN(NULL, t, 1, out);
+            CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s kv %d: per-token differs", isas[s], kv_type);
+            for (int rep = 0; rep < 3; rep++) {
+                memset(out, 0xff, qn * 4);
+                for (int t = 0; t < m;) {
+                    int cnt = 1 + (int)(kt_rand() % 23);
+                    if (cnt > m - t) cnt = m - t;
+                    int th = 1 + (int)(kt_rand() % 4);
+                    ATTN(pools[th], t, cnt, out);
+                    t += cnt;
+                }
+                CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s kv %d: split %d differs", isas[s], kv_type, rep);
+            }
+            for (int th = 2; th <= 4; th++) {
+                memset(out, 0xff, qn * 4);
+                ATTN(pools[th], 0, m, out);
+                CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s kv %d: %d threads differ", isas[s], kv_type, th);
+            }
+#undef ATTN
+            checked++;
+            free(work); free(q); free(ref); free(out); free(kf); free(vf); free(pos);
+            if (kv_type == 0) { free(k); free(v); }
+        }
+    }
+    kvs_kernels_set_isa("best");
+    for (int t = 2; t <= 4; t++) kvs_pool_free(pools[t]);
+    printf("  %d attention configurations\n", checked);
+}
+
+int main(void) {
+    RUN(test_matmul_invariance);
+    RUN(test_attention_invariance);
+    return kt_summary();
+}

@@ -1,0 +1,411 @@
+/* Persistence: entries survive the process, load lazily and exactly; damaged,
+ * truncated, foreign, bad-magic and bad-version entries are detected,
+ * counted and never served; concurrent processes on one directory (fork)
+ * leave it consistent. */
+#include "harness.h"
+
+#include "kv/disk.h"
+#include "kv/store.h"
+#include "test_kv_fake.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const kvs_kv_shape SHAPE = {2, 2, 16, KVS_KV_F16};
+enum { N = 300 }; /* chunks [0,64) [64,128) [128,192) [192,256) [256,300) */
+
+static int32_t toks[N];
+static fake_kv *cold, *warm;
+
+static kvs_key fingerprint(int which) {
+    kvs_key k;
+    for (int i = 0; i < 32; i++) k.b[i] = (uint8_t)(3 * i + 41 * which);
+    return k;
+}
+
+static char *new_dir(void) {
+    static char buf[64];
+    strcpy(buf, "/tmp/kvs_test_disk_XXXXXX");
+    return strdup(mkdtemp(buf));
+}
+
+static void rm_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    char p[512];
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int count_files(const char *dir, const char *suffix) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name), ls = strlen(suffix);
+        if (l >= ls && !strcmp(de->d_name + l - ls, suffix)) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static kvs_store *open_dir(const char *dir, int which_fp) {
+    kvs_key fp = fingerprint(which_fp);
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 64u << 20;
+    p.cache_dir = dir;
+    kvs_store *s = NULL;
+    int rc = kvs_store_open(&fp, &SHAPE, p, &s);
+    CHECK_MSG(rc == KVS_OK, "open %s: %s", dir, kvs_last_error());
+    return s;
+}
+
+/* A fresh cache dir holding the 5 chunks of toks. */
+static char *populated_dir(void) {
+    char *dir = new_dir();
+    kvs_store *s = open_dir(dir, 1);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->view, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 5);
+    kvs_store_free(s);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5);
+    return dir;
+}
+
+/* Path of the entry holding chunk i of toks (prefix-key chain). */
+static void entry_path(const char *dir, int i, char *out, size_t cap) {
+    kvs_key fp = fingerprint(1), k = fp;
+    for (int j = 0; j <= i; j++) {
+        int a = 64 * j, b = a + 64 < N ? a + 64 : N;
+        kvs_key next;
+        kvs_key_prefix(&k, toks + a, b - a, &next);
+        k = next;
+    }
+    kvs_disk_path(dir, &k, out, cap);
+}
+
+static void patch(const char *path, long off, const void *bytes, size_t n) {
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, bytes, n, off) == (ssize_t)n);
+    close(fd);
+}
+
+static void flip(const char *path, long off) {
+    int fd = open(path, O_RDWR);
+    uint8_t b = 0;
+    CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
+    b ^= 0x10;
+    CHECK(pwrite(fd, &b, 1, off) == 1);
+    close(fd);
+}
+
+/* Served tokens of toks after a fresh open; checks the bytes. */
+static int serve(const char *dir, kvs_store_stats *st) {
+    kvs_store *s = open_dir(dir, 1);
+    if (!s) return -1;
+    kvs_prefix_hit hit;
+    int got = -1;
+    if (kvs_store_lookup_prefix(s, toks, N, &hit) == KVS_OK) {
+        fake_kv_fill(cold, toks, N);
+        fake_kv_zero(warm);
+        if (kvs_prefix_hit_copy_to_kv(&hit, &warm->view) == KVS_OK && fake_kv_equal(cold, warm, 0, hit.n_cached) &&
+            fake_kv_is_zero(warm, hit.n_cached, N))
+            got = hit.n_cached;
+        kvs_prefix_hit_release(&hit);
+    }
+    kvs_store_get_stats(s, st);
+    kvs_store_free(s);
+    return got;
+}
+
+TEST(persist_and_load_lazily) {
+    char *dir = populated_dir();
+    kvs_store *s = open_dir(dir, 1);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 5);
+    CHECK_EQ_INT(st.resident, 0); /* headers only */
+    CHECK_EQ_INT(st.prefix_reachable, 5);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_OK], 5);
+    kvs_store_free(s);
+    CHECK_EQ_INT(serve(dir, &st), N);
+    CHECK_EQ_INT(st.disk_loads, 5);
+    CHECK_EQ_INT(st.disk_load_bytes, kvs_kv_payload_bytes(&SHAPE, N));
+    CHECK_EQ_INT(st.disk_bad, 0);
+    /* a prefix of the cached prompt loads only what it needs */
+    s = open_dir(dir, 1);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, 70, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 70);
+    kvs_prefix_hit_release(&hit);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_loads, 2);
+    /* evicting a disk-backed chunk drops only its payload */
+    CHECK_EQ_INT(kvs_store_trim(s, 0), 2);
+    kvs_store_get_stats(s, &st);
+    CHECK(st.entries == 5 && st.resident == 0);
+    CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, 70, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 70);
+    kvs_prefix_hit_release(&hit);
+    kvs_store_free(s);
+    /* headers are readable without a model (cache ls) */
+    char path[512];
+    entry_path(dir, 0, path, sizeof path);
+    kvs_chunk *c;
+    kvs_key ffp;
+    kvs_disk_verdict v;
+    CHECK_EQ_INT(kvs_disk_read_header(path, NULL, NULL, &c, &ffp, &v), KVS_OK);
+    kvs_key fp1 = fingerprint(1);
+    CHECK(v == KVS_DISK_OK && c->n_tok == 64 && c->pos0 == 0 && kvs_key_equal(&ffp, &fp1));
+    kvs_chunk_unref(c);
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(damaged_payload_never_served) {
+    char *dir = populated_dir();
+    char path[512];
+    entry_path(dir, 2, path, sizeof path);
+    struct stat sb;
+    stat(path, &sb);
+    flip(path, (long)sb.st_size - 100); /* inside the payload */
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve(dir, &st), 128); /* stops before the damaged chunk */
+    CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK(access(path, F_OK) != 0);     /* dropped, so nobody tries it again */
+    CHECK_EQ_INT(serve(dir, &st), 128);
+    CHECK_EQ_INT(st.disk_bad, 0);
+    CHECK_EQ_INT(st.disk_orphans, 2);   /* [192,256) and [256,300): content key only */
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(truncated_entry) {
+    char *dir = populated_dir();
+    char path[512];
+    entry_path(dir, 1, path, sizeof path);
+    struct stat sb;
+    stat(path, &sb);
+    CHECK_EQ_INT(truncate(path, sb.st_size - 1), 0);
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve(dir, &st), 64);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_TRUNCATED], 1);
+    CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK_EQ_INT(st.entries, 4);
+    CHECK_EQ_INT(st.disk_orphans, 3);
+    /* truncated inside the header too */
+    CHECK_EQ_INT(truncate(path, 100), 0);
+    CHECK_EQ_INT(serve(dir, &st), 64);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_TRUNCATED], 1);
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(foreign_model) {
+    char *dir = populated_dir();
+    kvs_store *s = open_dir(dir, 2);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 0);
+    CHECK_EQ_INT(st.disk_foreign, 5);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, N, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 0);
+    kvs_prefix_hit_release(&hit);
+    kvs_store_free(s);
+    /* another KV shape under the same fingerprint is foreign too */
+    kvs_key fp = fingerprint(1);
+    kvs_kv_shape f32 = SHAPE;
+    f32.dtype = KVS_KV_F32;
+    kvs_store_params p = kvs_store_default_params();
+    p.cache_dir = dir;
+    p.budget_bytes = 1 << 20;
+    CHECK_EQ_INT(kvs_store_open(&fp, &f32, p, &s), KVS_OK);
+    kvs_store_get_stats(s, &st);
+    CHECK(st.entries == 0 && st.disk_foreign == 5);
+    kvs_store_free(s);
+    /* foreign entries are left alone */
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5);
+    CHECK_EQ_INT(serve(dir, &st), N);
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(bad_magic_version_header_name) {
+    char *dir = populated_dir();
+    char p0[512], p1[512], p2[512], p3[512], p4[512];
+    entry_path(dir, 0, p0, sizeof p0);
+    entry_path(dir, 1, p1, sizeof p1);
+    entry_path(dir, 2, p2, sizeof p2);
+    entry_path(dir, 3, p3, sizeof p3);
+    entry_path(dir, 4, p4, sizeof p4);
+    uint8_t v2[4] = {2, 0, 0, 0};
+    patch(p3, 4, v2, 4);                   /* version 2 */
+    patch(p2, 0, "KVSX", 4);               /* magic */
+    flip(p1, KVS_DISK_FIXED_BYTES + 8);    /* a token id: digest, and keys no longer match */
+    flip(p4, 170);                         /* the creation time: only the digest sees it */
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve(dir, &st), 64);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_BAD_VERSION], 1);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_BAD_MAGIC], 1);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_BAD_HEADER], 2);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_OK], 1);
+    CHECK_EQ_INT(st.disk_bad, 4);
+    /* an intact entry under another entry's name is not trusted */
+    char renamed[512];
+    snprintf(renamed, sizeof renamed, "%s/%064d.kvc", dir, 7);
+    CHECK_EQ_INT(rename(p0, renamed), 0);
+    CHECK_EQ_INT(serve(dir, &st), 0);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_BAD_HEADER], 3);
+    /* writers' temporary files are ignored; clear removes entries */
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s/.abc.1.2.tmp", dir);
+    int fd = open(tmp, O_CREAT | O_WRONLY, 0644);
+    close(fd);
+    CHECK_EQ_INT(serve(dir, &st), 0);
+    CHECK_EQ_INT(st.last_scan.tmp, 1);
+    uint64_t removed = 0;
+    CHECK_EQ_INT(kvs_disk_clear(dir, &removed), KVS_OK);
+    CHECK_EQ_INT(removed, 5);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 0);
+    CHECK_EQ_INT(count_files(dir, ".tmp"), 1); /* young: may belong to a live writer */
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(sync_sees_other_writers) {
+    char *dir = new_dir();
+    kvs_store *a = open_dir(dir, 1), *b = open_dir(dir, 1);
+    fake_kv_fill(cold, toks, N);
+    CHECK_EQ_INT(kvs_store_put_prefix(b, toks, 128, 64, NULL, 0, &cold->view, NULL), KVS_OK);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_prefix(a, toks, N, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 0);
+    kvs_prefix_hit_release(&hit);
+    int added;
+    CHECK_EQ_INT(kvs_store_sync_disk(a, &added), KVS_OK);
+    CHECK_EQ_INT(added, 2);
+    CHECK_EQ_INT(kvs_store_lookup_prefix(a, toks, N, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 128);
+    kvs_prefix_hit_release(&hit);
+    /* b clears the directory: a notices when it tries to load */
+    CHECK_EQ_INT(kvs_store_trim(a, 0), 2);
+    CHECK_EQ_INT(kvs_store_clear(b, 1), KVS_OK);
+    CHECK_EQ_INT(kvs_store_lookup_prefix(a, toks, N, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 0);
+    kvs_prefix_hit_release(&hit);
+    kvs_store_stats st;
+    kvs_store_get_stats(a, &st);
+    CHECK_EQ_INT(st.disk_missing, 1);
+    CHECK_EQ_INT(st.disk_bad, 0);
+    kvs_store_free(a);
+    kvs_store_free(b);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* Four processes write overlapping prompts (the same keys at the same time)
+ * into one directory while reopening it; afterwards every entry is valid and
+ * every prompt is served exactly. */
+TEST(concurrent_processes) {
+    enum { NPROC = 4, NP = 6, PL = 200 };
+    static int32_t pr[NP][PL];
+    for (int p = 0; p < NP; p++) {
+        memcpy(pr[p], toks, 100 * sizeof(int32_t)); /* all share 100 tokens */
+        for (int i = 100; i < PL; i++) pr[p][i] = (int32_t)(fake_mix((uint64_t)(p * 1000 + i)) % 49152);
+    }
+    char *dir = new_dir();
+    fflush(stdout);
+    fflush(stderr);
+    int gate[2];
+    CHECK_EQ_INT(pipe(gate), 0);
+    pid_t kids[NPROC];
+    for (int k = 0; k < NPROC; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            /* start together: wait until the parent closes the gate */
+            char ch;
+            close(gate[1]);
+            if (read(gate[0], &ch, 1) < 0) _exit(3);
+            int bad = 0;
+            fake_kv *f = fake_kv_new(SHAPE, PL);
+            for (int round = 0; round < 10; round++) {
+                kvs_store *s = open_dir(dir, 1);
+                if (!s) _exit(2);
+                for (int j = 0; j < NP; j++) {
+                    int p = (j + k + round) % NP;
+                    fake_kv_fill(f, pr[p], PL);
+                    if (kvs_store_put_prefix(s, pr[p], PL, 64, NULL, 0, &f->view, NULL) != KVS_OK) bad++;
+                }
+                kvs_store_stats st;
+                kvs_store_get_stats(s, &st);
+                if (st.disk_bad || st.disk_write_errors) bad++;
+                kvs_store_free(s);
+            }
+            fake_kv_free(f);
+            _exit(bad ? 1 : 0);
+        }
+    }
+    close(gate[0]);
+    close(gate[1]); /* every child's read returns 0 now */
+    int failed = 0;
+    for (int k = 0; k < NPROC; k++) {
+        int status;
+        waitpid(kids[k], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status)) failed++;
+    }
+    CHECK_EQ_INT(failed, 0);
+    /* 1 shared chunk [0,64) + per prompt [64,128) [128,192) [192,200) */
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 1 + NP * 3);
+    CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
+    kvs_store *s = open_dir(dir, 1);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 1 + NP * 3);
+    CHECK_EQ_INT(st.disk_bad, 0);
+    fake_kv *c2 = fake_kv_new(SHAPE, PL), *w2 = fake_kv_new(SHAPE, PL);
+    for (int p = 0; p < NP; p++) {
+        kvs_prefix_hit hit;
+        CHECK_EQ_INT(kvs_store_lookup_prefix(s, pr[p], PL, &hit), KVS_OK);
+        CHECK_EQ_INT(hit.n_cached, PL);
+        fake_kv_fill(c2, pr[p], PL);
+        fake_kv_zero(w2);
+        CHECK_EQ_INT(kvs_prefix_hit_copy_to_kv(&hit, &w2->view), KVS_OK);
+        CHECK(fake_kv_equal(c2, w2, 0, PL));
+        kvs_prefix_hit_release(&hit);
+    }
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_bad, 0);
+    kvs_store_free(s);
+    fake_kv_free(c2);
+    fake_kv_free(w2);
+    rm_dir(dir);
+    free(dir);
+}
+
+int main(void) {
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)(fake_mix((uint64_t)i + 99) % 49152);
+    cold = fake_kv_new(SHAPE, N);
+    warm = fake_kv_new(SHAPE, N);
+    RUN(persist_and_load_lazily);
+    RUN(damaged_payload_never_served);
+    RUN(truncated_entry);
+    RUN(foreign_model);
+    RUN(bad_magic_version_header_name);
+    RUN(sync_sees_other_writers);
+    RUN(concurrent_processes);
+    fake_kv_free(cold);
+    fake_kv_free(warm);
+    return kt_summary();
+}

@@ -1,0 +1,278 @@
+/* Model loading: hparams and weight views of the real model, vocabulary-only
+ * files, and errors that name the key / tensor / architecture (made by
+ * patching bytes of the tiny random llama in ../shared/models). */
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvstitch.h"
+#include "model/model.h"
+
+static const char *tiny_path(char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/models/llama-2-tiny-random.gguf", kt_shared_dir());
+    return buf;
+}
+
+TEST(test_smollm2_hparams) {
+    const char *path = kt_model_path();
+    if (!path) return;
+    kvs_model *m = NULL;
+    int st = kvs_model_load(path, kvs_model_default_params(), &m);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (st) return;
+    kvs_model_info in;
+    kvs_model_get_info(m, &in);
+    CHECK(!strcmp(in.arch, "llama"));
+    CHECK_EQ_INT(in.n_layer, 30);
+    CHECK_EQ_INT(in.n_embd, 576);
+    CHECK_EQ_INT(in.n_head, 9);
+    CHECK_EQ_INT(in.n_head_kv, 3);
+    CHECK_EQ_INT(in.head_dim, 64);
+    CHECK_EQ_INT(in.n_ff, 1536);
+    CHECK_EQ_INT(in.n_vocab, 49152);
+    CHECK_EQ_INT(in.n_ctx_train, 8192);
+    CHECK_EQ_INT(in.rope_dim, 64);
+    CHECK_EQ_INT(in.rope_neox, 0);
+    CHECK_NEAR(in.rope_freq_base, 100000.0, 1e-3);
+    CHECK_NEAR(in.rope_freq_scale, 1.0, 0);
+    CHECK_NEAR(in.norm_eps, 1e-5, 1e-9);
+    CHECK_EQ_INT(in.tied_output, 1);
+    CHECK_EQ_INT(in.n_tensors, 272);
+    CHECK_EQ_INT(in.vocab_only, 0);
+    CHECK_EQ_INT(in.gguf_version, 3);
+    CHECK(!strcmp(in.tokenizer_model, "gpt2"));
+    CHECK_EQ_INT(in.bos_id, 1);
+    CHECK_EQ_INT(in.eos_id, 2);
+    CHECK_EQ_INT(in.add_bos, 0);
+    CHECK(in.n_params > 130000000 && in.n_params < 140000000);
+    CHECK(in.weight_bytes > 90000000 && in.weight_bytes < 100000000);
+
+    int counts[KVS_MAX_TENSOR_TYPES];
+    kvs_model_tensor_type_counts(m, counts);
+    CHECK_EQ_INT(counts[3], 210); /* Q4_1 */
+    CHECK_EQ_INT(counts[0], 61);  /* F32 */
+    CHECK_EQ_INT(counts[8], 1);   /* Q8_0: token_embd */
+    CHECK(!strcmp(kvs_tensor_type_name(3), "Q4_1"));
+    CHECK(!strcmp(kvs_tensor_type_name(8), "Q8_0"));
+    CHECK(kvs_tensor_type_name(4) == NULL);
+    CHECK(kvs_tensor_type_name(999) == NULL);
+
+    /* Weight views point into the mapping with the GGUF shapes. */
+    const kvs_hparams *hp = kvs_model_hparams(m);
+    const kvs_layer_weights *w = kvs_model_layer(m, 29);
+    CHECK_EQ_INT(w->wq.n, 576);
+    CHECK_EQ_INT(w->wq.k, 576);
+    CHECK_EQ_INT(w->wk.n, 192);
+    CHECK_EQ_INT(w->w_down.n, 576);
+    CHECK_EQ_INT(w->w_down.k, 1536);
+    CHECK_EQ_INT(w->wq.type, 3);
+    CHECK_EQ_INT((long long)w->wq.row_bytes, 576 / 32 * 20);
+    CHECK(w->bq == NULL && w->bk == NULL && w->bv == NULL);
+    CHECK(kvs_model_output(m)->data == kvs_model_tok_embd(m)->data); /* tied */
+    CHECK_EQ_INT(hp->n_vocab, 49152);
+    const char *base = kvs_gguf_base(kvs_model_gguf(m));
+    size_t size = kvs_gguf_size(kvs_model_gguf(m));
+    CHECK((const char *)w->wq.data > base && (const char *)w->wq.data < base + size);
+    kvs_model_free(m);
+}
+
+TEST(test_tiny_random_untied_f16) {
+    char p[512];
+    kvs_model *m = NULL;
+    int st = kvs_model_load(tiny_path(p, sizeof p), kvs_model_default_params(), &m);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (st) return;
+    kvs_model_info in;
+    kvs_model_get_info(m, &in);
+    CHECK_EQ_INT(in.n_layer, 1);
+    CHECK_EQ_INT(in.n_embd, 8);
+    CHECK_EQ_INT(in.head_dim, 4);
+    CHECK_EQ_INT(in.rope_dim, 4);
+    CHECK_EQ_INT(in.tied_output, 0);
+    CHECK_NEAR(in.rope_freq_base, 10000.0, 0); /* default when the key is absent */
+    CHECK(kvs_model_output(m)->data != kvs_model_tok_embd(m)->data);
+    CHECK_EQ_INT(kvs_model_output(m)->type, 1); /* F16 */
+
+    /* It runs: a short decode gives finite logits. */
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 16;
+    cp.n_threads = 1;
+    kvs_context *ctx = NULL;
+    st = kvs_context_new(m, cp, &ctx);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (!st) {
+        CHECK_EQ_INT(kvs_context_n_ctx(ctx), 16);
+        int32_t toks[4] = {1, 450, 4996, 17354}, pos[4] = {0, 1, 2, 3};
+        float *logits = malloc(32000 * sizeof(float));
+        CHECK_EQ_INT(kvs_decode(ctx, toks, pos, 4, logits), KVS_OK);
+        int finite = 1;
+        for (int i = 0; i < 32000; i++) finite &= isfinite(logits[i]);
+        CHECK(finite);
+        free(logits);
+        kvs_context_free(ctx);
+    }
+    kvs_model_free(m);
+}
+
+TEST(test_vocab_only_files) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/tokenizer-tests/ggml-vocab-gpt-2.gguf", kt_shared_dir());
+    kvs_model *m = NULL;
+    int st = kvs_model_load(p, kvs_model_default_params(), &m);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (st) return;
+    kvs_model_info in;
+    kvs_model_get_info(m, &in);
+    CHECK_EQ_INT(in.vocab_only, 1);
+    CHECK_EQ_INT(in.n_vocab, 50257);
+    CHECK_EQ_INT(in.n_tensors, 0);
+    kvs_context *ctx = NULL;
+    st = kvs_context_new(m, kvs_context_default_params(), &ctx);
+    CHECK_EQ_INT(st, KVS_ERR_INVALID_ARG);
+    CHECK(ctx == NULL);
+    CHECK_MSG(strstr(kvs_last_error(), "vocabulary") != NULL, "%s", kvs_last_error());
+    kvs_model_free(m);
+
+    /* vocab_only on a full model: tokenizer + metadata, no context. */
+    kvs_model_params mp = kvs_model_default_params();
+    mp.vocab_only = 1;
+    st = kvs_model_load(tiny_path(p, sizeof p), mp, &m);
+    CHECK_EQ_INT(st, KVS_OK);
+    if (st) return;
+    kvs_model_get_info(m, &in);
+    CHECK_EQ_INT(in.vocab_only, 1);
+    CHECK_EQ_INT(in.n_layer, 1);
+    CHECK_EQ_INT(kvs_context_new(m, kvs_context_default_params(), &ctx), KVS_ERR_INVALID_ARG);
+    kvs_model_free(m);
+}
+
+/* ---- malformed models: patched copies of the tiny random llama ---- */
+
+static unsigned char *tiny_bytes(size_t *len) {
+    char p[512];
+    return (unsigned char *)kt_read_file(tiny_path(p, sizeof p), len);
+}
+
+static unsigned char *find_bytes(unsigned char *buf, size_t len, const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (!memcmp(buf + i, s, n)) return buf + i;
+    return NULL;
+}
+
+/* Writes buf to a temp file, loads it, returns the status (message in last error). */
+static int load_patched(const unsigned char *buf, size_t len) {
+    char path[] = "/tmp/kvs_test_model_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -100;
+    int ok = write(fd, buf, len) == (ssize_t)len;
+    close(fd);
+    kvs_model *m = NULL;
+    int st = ok ? kvs_model_load(path, kvs_model_default_params(), &m) : -100;
+    kvs_model_free(m);
+    unlink(path);
+    return st;
+}
+
+TEST(test_missing_tensor_named) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    CHECK(b != NULL);
+    if (!b) return;
+    unsigned char *name = find_bytes(b, len, "blk.0.attn_k.weight");
+    CHECK(name != NULL);
+    if (name) {
+        memcpy(name, "blk.0.attn_k.wXight", 19);
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_NOT_FOUND);
+        CHECK_MSG(strstr(kvs_last_error(), "blk.0.attn_k.weight") != NULL, "%s", kvs_last_error());
+    }
+    free(b);
+}
+
+TEST(test_bad_shape_named) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    unsigned char *name = find_bytes(b, len, "blk.0.ffn_gate.weight");
+    CHECK(name != NULL);
+    if (name) {
+        /* name, then n_dims u32, then ne[0], ne[1] as u64: halve ne[1]. */
+        unsigned char *ne1 = name + strlen("blk.0.ffn_gate.weight") + 4 + 8;
+        uint64_t v;
+        memcpy(&v, ne1, 8);
+        CHECK_EQ_INT((long long)v, 32);
+        v = 16;
+        memcpy(ne1, &v, 8);
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "blk.0.ffn_gate.weight") != NULL, "%s", kvs_last_error());
+    }
+    free(b);
+}
+
+TEST(test_missing_hparam_named) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    unsigned char *key = find_bytes(b, len, "llama.block_count");
+    CHECK(key != NULL);
+    if (key) {
+        key[16] = 'X';
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_NOT_FOUND);
+        CHECK_MSG(strstr(kvs_last_error(), "llama.block_count") != NULL, "%s", kvs_last_error());
+    }
+    free(b);
+}
+
+TEST(test_unsupported_arch_named) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    unsigned char *key = find_bytes(b, len, "general.architecture");
+    CHECK(key != NULL);
+    if (key) {
+        unsigned char *val = key + strlen("general.architecture") + 4 + 8;
+        CHECK(!memcmp(val, "llama", 5));
+        memcpy(val, "mamba", 5);
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(kvs_last_error(), "mamba") != NULL, "%s", kvs_last_error());
+    }
+    free(b);
+}
+
+TEST(test_qwen2_needs_qkv_bias) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    /* Turn every "llama" into "qwen2" (same length): the arch and the key
+     * prefixes; the SentencePiece model name "llama" is a value of
+     * tokenizer.ggml.model and is restored. */
+    for (unsigned char *p = b; (p = find_bytes(p, len - (size_t)(p - b), "llama")) != NULL; p += 5)
+        memcpy(p, "qwen2", 5);
+    unsigned char *tm = find_bytes(b, len, "tokenizer.ggml.model");
+    if (tm) memcpy(tm + strlen("tokenizer.ggml.model") + 4 + 8, "llama", 5);
+    CHECK_EQ_INT(load_patched(b, len), KVS_ERR_NOT_FOUND);
+    CHECK_MSG(strstr(kvs_last_error(), "blk.0.attn_q.bias") != NULL, "%s", kvs_last_error());
+    free(b);
+}
+
+TEST(test_missing_file_named) {
+    kvs_model *m = NULL;
+    int st = kvs_model_load("/nonexistent/dir/model.gguf", kvs_model_default_params(), &m);
+    CHECK(st != KVS_OK);
+    CHECK(m == NULL);
+    CHECK_MSG(strstr(kvs_last_error(), "/nonexistent/dir/model.gguf") != NULL, "%s", kvs_last_error());
+    CHECK_EQ_INT(kvs_model_load(NULL, kvs_model_default_params(), &m), KVS_ERR_INVALID_ARG);
+    kvs_model_free(NULL);
+}
+
+int main(void) {
+    RUN(test_smollm2_hparams);
+    RUN(test_tiny_random_untied_f16);
+    RUN(test_vocab_only_files);
+    RUN(test_missing_tensor_named);
+    RUN(test_bad_shape_named);
+    RUN(test_missing_hparam_named);
+    RUN(test_unsupported_arch_named);
+    RUN(test_qwen2_needs_qkv_bias);
+    RUN(test_missing_file_named);
+    return kt_summary();
+}

@@ -1,0 +1,202 @@
+/* Sampler: greedy, top-k/top-p/min-p cut-offs, temperature, repetition
+ * penalty, and determinism of the seeded draw. No model needed. */
+#include "engine/sampler.h"
+#include "harness.h"
+
+static kvs_sampler *make(kvs_sampler_params p, int n) {
+    kvs_sampler *s = NULL;
+    int st = kvs_sampler_new(p, n, &s);
+    CHECK_EQ_INT(st, KVS_OK);
+    return s;
+}
+
+static kvs_sampler_params plain(float temp) {
+    kvs_sampler_params p = kvs_sampler_default_params();
+    p.temperature = temp;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repeat_penalty = 1.0f;
+    return p;
+}
+
+TEST(test_greedy_argmax_and_ties) {
+    float l[6] = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f, -5.0f};
+    kvs_sampler *s = make(plain(0.0f), 6);
+    if (!s) return;
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 1); /* tie between 1 and 3: lower id */
+    l[3] = 2.5f;
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 3);
+    kvs_sampler_free(s);
+}
+
+TEST(test_default_is_greedy) {
+    kvs_sampler_params p = kvs_sampler_default_params();
+    CHECK(p.temperature <= 0.0f);
+    CHECK(p.repeat_penalty == 1.0f);
+}
+
+TEST(test_top_k_ids_order) {
+    float x[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+    int32_t out[4], heap[4];
+    kvs_top_k_ids(x, 8, 4, out, heap);
+    CHECK_EQ_INT(out[0], 5);
+    CHECK_EQ_INT(out[1], 7);
+    CHECK_EQ_INT(out[2], 4);
+    CHECK_EQ_INT(out[3], 2);
+    float y[5] = {1, 1, 1, 1, 1};
+    int32_t o2[3], h2[3];
+    kvs_top_k_ids(y, 5, 3, o2, h2);
+    CHECK(o2[0] == 0 && o2[1] == 1 && o2[2] == 2);
+}
+
+TEST(test_seed_determinism) {
+    enum { N = 100, DRAWS = 2000 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = (float)((i * 37) % 17) * 0.3f;
+    kvs_sampler_params p = plain(1.0f);
+    p.seed = 1234;
+    kvs_sampler *a = make(p, N), *b = make(p, N);
+    p.seed = 1235;
+    kvs_sampler *c = make(p, N);
+    if (!a || !b || !c) return;
+    int same = 1, differs = 0;
+    int32_t first[DRAWS];
+    for (int i = 0; i < DRAWS; i++) {
+        int32_t ta = kvs_sampler_sample(a, l), tb = kvs_sampler_sample(b, l), tc = kvs_sampler_sample(c, l);
+        first[i] = ta;
+        same &= ta == tb;
+        differs |= ta != tc;
+    }
+    CHECK(same);
+    CHECK(differs);
+    /* reset restarts the same stream */
+    kvs_sampler_reset(a);
+    int again = 1;
+    for (int i = 0; i < DRAWS; i++) again &= kvs_sampler_sample(a, l) == first[i];
+    CHECK(again);
+    kvs_sampler_free(a);
+    kvs_sampler_free(b);
+    kvs_sampler_free(c);
+}
+
+TEST(test_distribution_matches_softmax) {
+    float l[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    kvs_sampler_params p = plain(1.0f);
+    p.seed = 7;
+    kvs_sampler *s = make(p, 3);
+    if (!s) return;
+    int cnt[3] = {0};
+    enum { DRAWS = 30000 };
+    for (int i = 0; i < DRAWS; i++) cnt[kvs_sampler_sample(s, l)]++;
+    /* binomial sd <= sqrt(0.25 / 30000) = 0.003; allow ~5 sd */
+    CHECK_NEAR(cnt[0] / (double)DRAWS, 0.5, 0.015);
+    CHECK_NEAR(cnt[1] / (double)DRAWS, 0.3, 0.015);
+    CHECK_NEAR(cnt[2] / (double)DRAWS, 0.2, 0.015);
+    kvs_sampler_free(s);
+}
+
+TEST(test_temperature_flattens_and_sharpens) {
+    float l[2] = {1.0f, 0.0f}; /* p0 = 0.731 at T = 1 */
+    kvs_sampler_params p = plain(4.0f);
+    kvs_sampler *hot = make(p, 2);
+    p.temperature = 0.25f;
+    kvs_sampler *cold = make(p, 2);
+    if (!hot || !cold) return;
+    int h = 0, c = 0;
+    for (int i = 0; i < 20000; i++) {
+        h += kvs_sampler_sample(hot, l) == 0;
+        c += kvs_sampler_sample(cold, l) == 0;
+    }
+    /* T = 4: p0 = 1/(1+e^-0.25) = 0.562; T = 0.25: p0 = 1/(1+e^-4) = 0.982 */
+    CHECK_NEAR(h / 20000.0, 0.562, 0.02);
+    CHECK_NEAR(c / 20000.0, 0.982, 0.01);
+    kvs_sampler_free(hot);
+    kvs_sampler_free(cold);
+}
+
+/* Draws many times and returns a bitmask of the ids seen (n <= 32). */
+static unsigned seen_ids(kvs_sampler_params p, const float *l, int n) {
+    kvs_sampler *s = make(p, n);
+    if (!s) return 0;
+    unsigned m = 0;
+    for (int i = 0; i < 5000; i++) m |= 1u << kvs_sampler_sample(s, l);
+    kvs_sampler_free(s);
+    return m;
+}
+
+TEST(test_top_k_top_p_min_p_cutoffs) {
+    float l[5] = {logf(0.4f), logf(0.3f), logf(0.15f), logf(0.1f), logf(0.05f)};
+    kvs_sampler_params p = plain(1.0f);
+    CHECK_EQ_INT(seen_ids(p, l, 5), 0x1f); /* all five appear without cut-offs */
+    p.top_k = 2;
+    CHECK_EQ_INT(seen_ids(p, l, 5), 0x3);
+    p = plain(1.0f);
+    p.top_p = 0.65f; /* 0.4 + 0.3 >= 0.65 */
+    CHECK_EQ_INT(seen_ids(p, l, 5), 0x3);
+    p.top_p = 0.71f; /* needs the third */
+    CHECK_EQ_INT(seen_ids(p, l, 5), 0x7);
+    p = plain(1.0f);
+    p.min_p = 0.3f; /* keep p >= 0.12 */
+    CHECK_EQ_INT(seen_ids(p, l, 5), 0x7);
+    p.min_p = 1.0f;
+    CHECK_EQ_INT(seen_ids(p, l, 5), 0x1);
+}
+
+TEST(test_repetition_penalty) {
+    float l[4] = {2.0f, 1.5f, -1.0f, -0.9f};
+    kvs_sampler_params p = plain(0.0f);
+    p.repeat_penalty = 2.0f;
+    p.repeat_last_n = 3;
+    kvs_sampler *s = make(p, 4);
+    if (!s) return;
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_accept(s, 0);
+    kvs_sampler_accept(s, 0); /* counted once: 2.0 / 2 = 1.0 < 1.5 */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 1);
+    kvs_sampler_accept(s, 1); /* 1.5 / 2 = 0.75 < 1.0 */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    /* window of 3: pushing two more drops both 0s out of the history */
+    kvs_sampler_accept(s, 3);
+    kvs_sampler_accept(s, 2);
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_free(s);
+    /* negative logits are multiplied: -0.9 * 2 = -1.8 < -1.0 */
+    float neg[2] = {-1.0f, -0.9f};
+    s = make(p, 2);
+    if (!s) return;
+    kvs_sampler_accept(s, 1);
+    CHECK_EQ_INT(kvs_sampler_sample(s, neg), 0);
+    kvs_sampler_free(s);
+}
+
+TEST(test_logits_untouched_and_bad_params) {
+    float l[3] = {1, 2, 3}, c[3] = {1, 2, 3};
+    kvs_sampler_params p = plain(0.7f);
+    p.repeat_penalty = 1.5f;
+    kvs_sampler *s = make(p, 3);
+    if (!s) return;
+    kvs_sampler_accept(s, 2);
+    kvs_sampler_sample(s, l);
+    CHECK(memcmp(l, c, sizeof l) == 0);
+    kvs_sampler_free(s);
+    kvs_sampler *bad = NULL;
+    p.top_k = -1;
+    CHECK_EQ_INT(kvs_sampler_new(p, 3, &bad), KVS_ERR_INVALID_ARG);
+    CHECK(bad == NULL);
+    p = plain(1.0f);
+    CHECK_EQ_INT(kvs_sampler_new(p, 0, &bad), KVS_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    RUN(test_greedy_argmax_and_ties);
+    RUN(test_default_is_greedy);
+    RUN(test_top_k_ids_order);
+    RUN(test_seed_determinism);
+    RUN(test_distribution_matches_softmax);
+    RUN(test_temperature_flattens_and_sharpens);
+    RUN(test_top_k_top_p_min_p_cutoffs);
+    RUN(test_repetition_penalty);
+    RUN(test_logits_untouched_and_bad_params);
+    return kt_summary();
+}

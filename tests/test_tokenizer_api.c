@@ -1,0 +1,114 @@
+/*
+ * The public tokenizer API (kvstitch.h) end to end through kvs_model_load:
+ * kvs_tokenize, kvs_vocab_size, kvs_token_to_bytes, kvs_token_is_eog,
+ * kvs_detok_*, kvs_chat_render, on the real SmolLM2 model (vocab only) and
+ * on a vocabulary-only GGUF.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvstitch.h"
+
+static kvs_model *smol;
+
+TEST(load) {
+    const char *path = kt_model_path();
+    if (!path) return;
+    kvs_model_params p = kvs_model_default_params();
+    p.vocab_only = 1;
+    int st = kvs_model_load(path, p, &smol);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (smol) CHECK_EQ_INT(kvs_vocab_size(smol), 49152);
+}
+
+TEST(tokenize_and_decode) {
+    if (!smol) { CHECK(smol); return; }
+    const char *text = "<|im_start|>user\nhi<|im_end|>";
+    int32_t ids[32];
+    int n = 0;
+    int st = kvs_tokenize(smol, text, strlen(text), KVS_TOKENIZE_PARSE_SPECIAL, ids, 32, &n);
+    CHECK_EQ_INT(st, KVS_OK);
+    const int32_t want[] = {1, 4093, 198, 6004, 2};
+    CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0);
+    CHECK(kvs_token_is_eog(smol, 2));
+    CHECK(!kvs_token_is_eog(smol, 4093));
+    char buf[64];
+    size_t m = 0;
+    CHECK(kvs_token_to_bytes(smol, 4093, 0, buf, sizeof buf, &m) == KVS_OK && m == 4 && memcmp(buf, "user", 4) == 0);
+    CHECK(kvs_token_to_bytes(smol, 1, 0, buf, sizeof buf, &m) == KVS_OK && m == 0);
+    CHECK(kvs_token_to_bytes(smol, 1, 1, buf, sizeof buf, &m) == KVS_OK && m == 12);
+    n = 99;
+    CHECK_EQ_INT(kvs_tokenize(smol, "a\xFF", 2, 0, ids, 32, &n), KVS_ERR_UTF8);
+    CHECK(strstr(kvs_last_error(), "offset 1") != NULL);
+    CHECK_EQ_INT(kvs_tokenize(NULL, "a", 1, 0, ids, 32, &n), KVS_ERR_INVALID_ARG);
+
+    /* Streaming: an emoji split over byte-level tokens comes out whole. */
+    const char *emoji = "ok 🦙🦙 done";
+    n = 0;
+    CHECK(kvs_tokenize(smol, emoji, strlen(emoji), 0, ids, 32, &n) == KVS_OK);
+    kvs_detok *d = NULL;
+    CHECK(kvs_detok_new(smol, 0, &d) == KVS_OK);
+    char out[128] = "";
+    size_t k = 0;
+    for (int i = 0; d && i < n; i++) {
+        CHECK(kvs_detok_push(d, ids[i], out + k, sizeof out - k, &m) == KVS_OK);
+        k += m;
+    }
+    if (d) CHECK(kvs_detok_flush(d, out + k, sizeof out - k, &m) == KVS_OK && m == 0);
+    CHECK(strcmp(out, emoji) == 0);
+    kvs_detok_free(d);
+    kvs_detok_free(NULL);
+}
+
+TEST(chat_render) {
+    if (!smol) { CHECK(smol); return; }
+    const kvs_chat_message msgs[] = {{"user", "Hello!"}};
+    char *out = NULL;
+    int st = kvs_chat_render(smol, NULL, msgs, 1, 1, &out);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (out) {
+        CHECK(strcmp(out, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+                          "Face<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n") == 0);
+        free(out);
+    }
+    out = NULL;
+    st = kvs_chat_render(smol, "llama3", msgs, 1, 0, &out);
+    CHECK(st == KVS_OK && out && strcmp(out, "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>") == 0);
+    free(out);
+}
+
+TEST(vocab_only_gguf_without_template) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer-tests/ggml-vocab-gpt-2.gguf", kt_shared_dir());
+    kvs_model *m = NULL;
+    kvs_model_params p = kvs_model_default_params();
+    p.vocab_only = 1;
+    int st = kvs_model_load(path, p, &m);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (!m) return;
+    CHECK_EQ_INT(kvs_vocab_size(m), 50257);
+    int32_t ids[16];
+    int n = 0;
+    CHECK(kvs_tokenize(m, " Hello World!", 13, KVS_TOKENIZE_ADD_BOS, ids, 16, &n) == KVS_OK);
+    CHECK(n == 3 && ids[0] == 18435 && ids[1] == 2159 && ids[2] == 0); /* llama.cpp vector; no BOS (add_bos false) */
+    const kvs_chat_message msgs[] = {{"user", "x"}};
+    char *out = NULL;
+    st = kvs_chat_render(m, NULL, msgs, 1, 1, &out);
+    CHECK_EQ_INT(st, KVS_ERR_UNSUPPORTED);
+    CHECK(out == NULL);
+    st = kvs_chat_render(m, "chatml", msgs, 1, 1, &out);
+    CHECK(st == KVS_OK && out && strcmp(out, "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n") == 0);
+    free(out);
+    kvs_model_free(m);
+}
+
+int main(void) {
+    RUN(load);
+    RUN(tokenize_and_decode);
+    RUN(chat_render);
+    RUN(vocab_only_gguf_without_template);
+    kvs_model_free(smol);
+    return kt_summary();
+}

@@ -1,0 +1,196 @@
+/* kvstitch generate: prefill a prompt and generate, streaming text or one JSON object. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *usage_text =
+    "usage: kvstitch generate -m MODEL (-p TEXT | -f FILE) [options]\n"
+    "  -m, --model PATH       GGUF file\n"
+    "  -p, --prompt TEXT      prompt text\n"
+    "  -f, --file PATH        read the prompt from a file\n"
+    "  -n, --n-predict N      new tokens at most (default 128)\n"
+    "  --temp T               temperature; 0 = greedy (default 0)\n"
+    "  --top-k K              keep the K most likely tokens; 0 = off (default 40)\n"
+    "  --top-p P              nucleus sampling mass; 1 = off (default 0.95)\n"
+    "  --min-p P              drop tokens below P x the best probability; 0 = off (default 0.05)\n"
+    "  --repeat-penalty R     penalty for the last 64 tokens; 1 = off (default 1)\n"
+    "  --seed S               random seed for sampling (default 0)\n"
+    "  --chat                 wrap the prompt in the model's chat template\n"
+    "  --system TEXT          system message (with --chat)\n"
+    "  --threads N            worker threads (default: all cores)\n"
+    "  --ctx N                context length (default: the model's, at most 8192)\n"
+    "  --json                 print one JSON object instead of streaming text:\n"
+    "                         prompt_tokens, tokens, text, ttft_ms, prefill_ms, prefill_tok_s,\n"
+    "                         decode_tok_s, first_logits_sha256, first_top_logprobs\n"
+    "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n";
+
+#define N_TOP_LOGPROBS 20
+
+static int stream_piece(void *user, int32_t token, const char *piece, size_t len) {
+    (void)user;
+    (void)token;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static void json_number(double v) {
+    if (isfinite(v)) printf("%.9g", v);
+    else printf("null");
+}
+
+static void print_json(int n_prompt, const kvs_generate_result *r) {
+    double decode_tok_s = r->n_tokens > 1 && r->decode_ms > 0 ? (r->n_tokens - 1) * 1000.0 / r->decode_ms : 0.0;
+    double prefill_tok_s = r->prefill_ms > 0 ? n_prompt * 1000.0 / r->prefill_ms : 0.0;
+    char sha[65];
+    kvs_sha256_hex(r->first_logits, (size_t)r->n_vocab * sizeof(float), sha);
+    printf("{\"prompt_tokens\": %d, \"tokens\": [", n_prompt);
+    for (int i = 0; i < r->n_tokens; i++) printf(i ? ", %d" : "%d", r->tokens[i]);
+    printf("], \"text\": ");
+    cli_json_string(stdout, r->text, strlen(r->text));
+    printf(", \"ttft_ms\": ");
+    json_number(r->ttft_ms);
+    printf(", \"prefill_ms\": ");
+    json_number(r->prefill_ms);
+    printf(", \"prefill_tok_s\": ");
+    json_number(prefill_tok_s);
+    printf(", \"decode_tok_s\": ");
+    json_number(decode_tok_s);
+    printf(", \"first_logits_sha256\": \"%s\", \"first_top_logprobs\": [", sha);
+    for (int i = 0; i < r->n_top; i++) {
+        printf(i ? ", [%d, " : "[%d, ", r->top_ids[i]);
+        json_number(r->top_logprobs[i]);
+        printf("]");
+    }
+    printf("]}\n");
+}
+
+typedef struct gen_opts {
+    const char *model_path, *prompt, *file, *system;
+    int n_predict, chat, json, n_threads, n_ctx;
+    kvs_sampler_params sp;
+} gen_opts;
+
+static int parse(int argc, char **argv, gen_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        unsigned long long seed;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!v) return cli_usage_error("generate", "unknown option or missing value: %s", a);
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = argv[++i];
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = argv[++i];
+        else if (!strcmp(a, "--system")) o->system = argv[++i];
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) bad = cli_parse_int(a, argv[++i], &o->n_predict);
+        else if (!strcmp(a, "--temp")) bad = cli_parse_float(a, argv[++i], &o->sp.temperature);
+        else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, argv[++i], &o->sp.top_k);
+        else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, argv[++i], &o->sp.top_p);
+        else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, argv[++i], &o->sp.min_p);
+        else if (!strcmp(a, "--repeat-penalty")) bad = cli_parse_float(a, argv[++i], &o->sp.repeat_penalty);
+        else if (!strcmp(a, "--seed")) { bad = cli_parse_u64(a, argv[++i], &seed); o->sp.seed = seed; }
+        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, argv[++i], &o->n_threads);
+        else if (!strcmp(a, "--ctx")) bad = cli_parse_int(a, argv[++i], &o->n_ctx);
+        else return cli_usage_error("generate", "unknown option: %s", a);
+        if (bad) return 2;
+    }
+    if (!o->model_path) return cli_usage_error("generate", "-m MODEL is required");
+    if (!o->prompt == !o->file) return cli_usage_error("generate", "give exactly one of -p TEXT or -f FILE");
+    if (o->system && !o->chat) return cli_usage_error("generate", "--system needs --chat");
+    if (o->n_predict < 0) return cli_usage_error("generate", "-n must be >= 0, got %d", o->n_predict);
+    if (o->n_threads < 0 || o->n_ctx < 0) return cli_usage_error("generate", "--threads and --ctx must be >= 0");
+    if (o->sp.top_k < 0) return cli_usage_error("generate", "--top-k must be >= 0, got %d", o->sp.top_k);
+    if (!(o->sp.top_p > 0.0f && o->sp.top_p <= 1.0f))
+        return cli_usage_error("generate", "--top-p must be in (0, 1], got %g", o->sp.top_p);
+    if (!(o->sp.min_p >= 0.0f && o->sp.min_p <= 1.0f))
+        return cli_usage_error("generate", "--min-p must be in [0, 1], got %g", o->sp.min_p);
+    if (!(o->sp.repeat_penalty > 0.0f))
+        return cli_usage_error("generate", "--repeat-penalty must be > 0, got %g", o->sp.repeat_penalty);
+    return -1; /* go on */
+}
+
+/* The prompt as token ids: plain text, or rendered through the chat template. */
+static int32_t *prompt_tokens(const kvs_model *model, const gen_opts *o, const char *text, int *n) {
+    kvs_model_info info;
+    kvs_model_get_info(model, &info);
+    int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
+    if (!o->chat) return cli_tokenize(model, text, strlen(text), flags, n);
+    kvs_chat_message msgs[2];
+    int n_msgs = 0;
+    if (o->system) msgs[n_msgs++] = (kvs_chat_message){"system", o->system};
+    msgs[n_msgs++] = (kvs_chat_message){"user", text};
+    char *rendered = NULL;
+    int st = kvs_chat_render(model, NULL, msgs, n_msgs, 1, &rendered);
+    if (st != KVS_OK) {
+        cli_fail(st, "chat template");
+        return NULL;
+    }
+    int32_t *ids = cli_tokenize(model, rendered, strlen(rendered), flags, n);
+    free(rendered);
+    return ids;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o = {0};
+    o.n_predict = 128;
+    o.sp = kvs_sampler_default_params();
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    char *owned = NULL;
+    const char *text = o.prompt;
+    if (o.file) {
+        if (!(owned = cli_read_file(o.file, NULL))) return 1;
+        text = owned;
+    }
+    kvs_model *model = NULL;
+    kvs_context *ctx = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    rc = 1;
+    int st = kvs_model_load(o.model_path, kvs_model_default_params(), &model);
+    if (st != KVS_OK) { cli_fail(st, o.model_path); goto done; }
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = o.n_ctx;
+    cp.n_threads = o.n_threads;
+    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
+    if (!(ids = prompt_tokens(model, &o, text, &n))) goto done;
+    if (n == 0) {
+        fprintf(stderr, "kvstitch generate: the prompt is empty (no tokens)\n");
+        goto done;
+    }
+    if (n > kvs_context_n_ctx(ctx)) {
+        fprintf(stderr, "kvstitch generate: the prompt has %d tokens but the context holds %d (raise --ctx)\n", n,
+                kvs_context_n_ctx(ctx));
+        goto done;
+    }
+
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = o.n_predict;
+    gp.sampling = o.sp;
+    gp.n_top_logprobs = N_TOP_LOGPROBS;
+    if (!o.json) gp.on_token = stream_piece;
+    kvs_generate_result r;
+    if ((st = kvs_generate(ctx, ids, n, &gp, &r)) != KVS_OK) { cli_fail(st, "generate"); goto done; }
+    if (o.json) {
+        print_json(n, &r);
+    } else {
+        printf("\n");
+        fflush(stdout); /* the text before the stats line on a terminal */
+        double dec = r.n_tokens > 1 && r.decode_ms > 0 ? (r.n_tokens - 1) * 1000.0 / r.decode_ms : 0.0;
+        fprintf(stderr, "[prompt %d tokens, prefill %.1f ms (%.1f tok/s), %d tokens generated, decode %.1f tok/s]\n", n,
+                r.prefill_ms, r.prefill_ms > 0 ? n * 1000.0 / r.prefill_ms : 0.0, r.n_tokens, dec);
+    }
+    kvs_generate_result_free(&r);
+    rc = 0;
+done:
+    free(ids);
+    free(owned);
+    kvs_context_free(ctx);
+    kvs_model_free(model);
+    return rc;
+}
