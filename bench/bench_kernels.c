@@ -4,7 +4,7 @@
  * thread count; attention prefill/decode at 512, 2048, 4096 context; the
  * cost of an empty kvs_pool_run. Medians over several repetitions.
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn]
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,9 +16,13 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
+/* --cpu: single-thread figures from the thread's CPU time, which excludes
+ * time the thread was descheduled (useful on a shared, loaded machine). */
+static int use_cpu_clock;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(use_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -181,23 +185,27 @@ static void bench_pool(int threads) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, only_threads = 0;
+    int quick = 0, only_threads = 0, no_attn = 0, no_mm = 0;
     const char *only_isa = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) only_isa = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
+        else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
+        else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
     }
     printf("bench_kernels: best ISA %s\n", kvs_kernels_isa());
     const char *isas[] = {"avx512vnni", "avx2", "scalar"};
     for (int t = 1; t <= 2; t++) {
         if (only_threads && t != only_threads) continue;
+        if (use_cpu_clock && t > 1) continue; /* thread CPU time is per thread */
         bench_pool(t);
         for (size_t s = 0; s < 3; s++) {
             if (only_isa && strcmp(only_isa, isas[s])) continue;
             if (kvs_kernels_set_isa(isas[s]) != 0) continue;
-            bench_matmul(isas[s], t, quick);
-            bench_attention(isas[s], t, quick);
+            if (!no_mm) bench_matmul(isas[s], t, quick);
+            if (!no_attn) bench_attention(isas[s], t, quick);
         }
     }
     return 0;

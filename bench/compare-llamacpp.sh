@@ -131,25 +131,27 @@ def first(d, keys):
     return None
 
 def ours_round(r):
-    """Our bench JSON, one file per prompt length. Field names accepted:
-    pp<P>_tok_s / prefill_tok_s / pp_tok_s, and tg<N>_tok_s / decode_tok_s /
-    tg_tok_s (at the top level or inside "results")."""
+    """Our bench JSON (tools/cmd_bench.c), one file per prompt length:
+    {"pp": {"n": P, "tok_s": X, "runs": [...]}, "tg": {"n": N, "tok_s": Y, ...}}.
+    Flat names are accepted too: pp<P>_tok_s / prefill_tok_s, tg<N>_tok_s /
+    decode_tok_s."""
     out = {}
     for i, p in enumerate(plist):
         with open(f"{tmp}/ours.{r}.{p}.json") as f:
             d = json.load(f)
-        if isinstance(d.get("results"), dict):
-            d = {**d, **d["results"]}
-        v = first(d, [f"pp{p}_tok_s", "prefill_tok_s", "pp_tok_s"])
+        pp, tg = d.get("pp"), d.get("tg")
+        v = pp.get("tok_s") if isinstance(pp, dict) and pp.get("n") == p else None
+        v = v if isinstance(v, (int, float)) and v > 0 else first(d, [f"pp{p}_tok_s", "prefill_tok_s"])
         if v is None:
             sys.exit(f"compare-llamacpp: our bench JSON for -p {p} has no prefill tok/s "
                      f"(keys: {sorted(d)})")
-        out[f"pp{p}"] = v
+        out[f"pp{p}"] = float(v)
         if i == 0 and ngen > 0:
-            v = first(d, [f"tg{ngen}_tok_s", "decode_tok_s", "tg_tok_s"])
+            v = tg.get("tok_s") if isinstance(tg, dict) and tg.get("n") == ngen else None
+            v = v if isinstance(v, (int, float)) and v > 0 else first(d, [f"tg{ngen}_tok_s", "decode_tok_s"])
             if v is None:
                 sys.exit(f"compare-llamacpp: our bench JSON has no decode tok/s (keys: {sorted(d)})")
-            out[f"tg{ngen}"] = v
+            out[f"tg{ngen}"] = float(v)
     return out
 
 def peer_round(r):

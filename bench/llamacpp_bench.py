@@ -25,8 +25,10 @@ import argparse
 import ctypes
 import hashlib
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -68,10 +70,10 @@ FA_TYPES = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
 
 
 def bench_tokens(n, n_vocab, seed):
-    """Fixed pseudo-random token ids in [0, n_vocab): the same for every
-    run and every engine given the same seed (a 64-bit LCG, easy to mirror
-    in C). Token identity does not change the cost of a dense forward pass;
-    fixing them only makes runs repeatable."""
+    """Fixed pseudo-random token ids in [0, n_vocab): the same 64-bit LCG
+    as tools/cmd_bench.c, so with seed 42 both engines see the same ids.
+    Token identity does not change the cost of a dense forward pass;
+    fixing them makes runs repeatable and the engines comparable."""
     out = []
     x = seed & 0xFFFFFFFFFFFFFFFF
     for _ in range(n):
@@ -108,6 +110,7 @@ class Engine:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_batch = n_batch
         self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self.extra_bufts = extra_bufts
 
     def clear(self):
         llama_cpp.llama_memory_clear(self.mem, True)
@@ -183,7 +186,7 @@ def tokenize(eng, text):
     return list(out[:n])
 
 
-def do_logits(eng, text, top_k):
+def do_logits(eng, text, top_k, ref_path=None):
     toks = tokenize(eng, text)
     arr = (llama_cpp.llama_token * len(toks))(*toks)
     eng.clear()
@@ -195,15 +198,44 @@ def do_logits(eng, text, top_k):
     import math
     lse = mx + math.log(sum(math.exp(v - mx) for v in logits))
     order = sorted(range(eng.n_vocab), key=lambda i: (-logits[i], i))[:top_k]
-    return {
+    out = {
         "engine": "llama.cpp",
         "llama_cpp_python": llama_cpp.__version__,
+        "extra_bufts": eng.extra_bufts,
         "prompt": text,
         "prompt_tokens": toks,
         "logits_sha256": hashlib.sha256(bytes(raw)).hexdigest(),
         "top": [{"id": i, "logit": logits[i], "logprob": logits[i] - lse,
                  "piece": piece(eng, i)} for i in order],
     }
+    if ref_path:
+        # A float32 logits file of the same prompt from another engine (e.g.
+        # tests/data/golden/*.f32 from the numpy reference): how far apart.
+        with open(ref_path, "rb") as f:
+            ref = (ctypes.c_float * eng.n_vocab).from_buffer_copy(f.read())
+        diffs = [abs(a - b) for a, b in zip(logits, ref)]
+        ref_order = sorted(range(eng.n_vocab), key=lambda i: (-ref[i], i))[:top_k]
+        out["ref"] = {"file": ref_path,
+                      "max_abs_diff": max(diffs),
+                      "mean_abs_diff": sum(diffs) / len(diffs),
+                      "top1_agree": ref_order[0] == order[0],
+                      "top": [{"id": i, "logit": ref[i]} for i in ref_order]}
+    return out
+
+
+def probe_extra_bufts(a):
+    """Runs a small prefill with the extra buffer types in a child process:
+    if the child dies of a signal (the AMX path's SIGILL), the benchmark runs
+    without them, and says so. Returns (use_extra_bufts, note or None)."""
+    cmd = [sys.executable, __file__, "--probe", "-m", a.model, "-t", str(a.threads),
+           "--n-batch", str(a.n_batch), "--n-ubatch", str(a.n_ubatch),
+           "--flash-attn", a.flash_attn]
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if r.returncode == 0:
+        return True, None
+    why = f"signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
+    return False, (f"llama.cpp with its extra CPU buffer types (AMX / repack) failed "
+                   f"a probe ({why}); measured without them (use_extra_bufts=false)")
 
 
 def main():
@@ -218,27 +250,42 @@ def main():
     ap.add_argument("--n-ubatch", type=int, default=512)
     ap.add_argument("--flash-attn", choices=sorted(FA_TYPES), default="auto",
                     help="llama.cpp flash attention (default auto, as llama-bench)")
-    ap.add_argument("--no-extra-bufts", action="store_true",
-                    help="no AMX / repacked weight buffers (llama.cpp's plain CPU kernels)")
-    ap.add_argument("--seed", type=int, default=1234, help="seed of the token ids")
+    ap.add_argument("--extra-bufts", choices=["auto", "on", "off"], default="auto",
+                    help="llama.cpp's AMX / repacked weight buffers; auto: on unless a "
+                         "probe in a child process crashes with them (default auto)")
+    ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, default=42,
+                    help="seed of the token ids (default 42: the ids `kvstitch bench` uses)")
     ap.add_argument("--logits", metavar="TEXT", help="print last-position logits for TEXT instead")
     ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--logits-ref", metavar="F32", help="with --logits: compare with this float32 logits file")
     a = ap.parse_args()
 
     pps = [int(x) for x in a.prompt_lengths.split(",") if x.strip()]
     n_ctx = max(pps + [a.gen, 4096]) + 16
-    eng = Engine(a.model, a.threads, n_ctx, a.n_batch, a.n_ubatch, a.flash_attn,
-                 not a.no_extra_bufts)
+    if a.probe:   # child of probe_extra_bufts: one small prefill and decode
+        eng = Engine(a.model, a.threads, 256, a.n_batch, a.n_ubatch, a.flash_attn, True)
+        run_pp(eng, bench_tokens(64, eng.n_vocab, 1), 64)
+        run_tg(eng, bench_tokens(2, eng.n_vocab, 1), 2)
+        return 0
+    extra, note = a.extra_bufts == "on", None
+    if a.extra_bufts == "auto":
+        extra, note = probe_extra_bufts(a)
+    eng = Engine(a.model, a.threads, n_ctx, a.n_batch, a.n_ubatch, a.flash_attn, extra)
 
     if a.logits is not None:
-        print(json.dumps(do_logits(eng, a.logits, a.top_k)))
+        print(json.dumps(do_logits(eng, a.logits, a.top_k, a.logits_ref)))
         return 0
 
     toks = bench_tokens(max(pps + [a.gen]), eng.n_vocab, a.seed)
+    if note:
+        sys.stderr.write(f"llamacpp_bench: {note}\n")
     res = {"engine": "llama.cpp", "llama_cpp_python": llama_cpp.__version__,
            "threads": a.threads, "n_batch": a.n_batch, "n_ubatch": a.n_ubatch,
-           "flash_attn": a.flash_attn, "extra_bufts": not a.no_extra_bufts,
+           "flash_attn": a.flash_attn, "extra_bufts": extra,
            "amx_permitted": eng.amx_permitted, "reps": a.reps, "seed": a.seed}
+    if note:
+        res["note"] = note
     # One warm-up (as llama-bench): page in the mmapped weights, size buffers.
     run_pp(eng, toks, min(pps) if pps else 32)
     run_tg(eng, toks, min(a.gen, 8) if a.gen > 0 else 1)
@@ -246,11 +293,17 @@ def main():
     tests = [("pp", p) for p in pps] + ([("tg", a.gen)] if a.gen > 0 else [])
     for kind, n in tests:
         walls, perfs = [], []
+        c0, t0 = os.times(), time.perf_counter()
         for _ in range(a.reps):
             w, p = (run_pp if kind == "pp" else run_tg)(eng, toks, n)
             walls.append(w)
             perfs.append(p)
+        c1, t1 = os.times(), time.perf_counter()
         key = f"{kind}{n}"
+        # CPU time this process got / (wall time x threads): well under 1
+        # means the (shared) machine was busy and the figure is depressed.
+        res[f"{key}_cpu_share"] = ((c1.user - c0.user) + (c1.system - c0.system)) / \
+            ((t1 - t0) * a.threads)
         res[f"{key}_tok_s"] = statistics.median(walls)
         res[f"{key}_tok_s_runs"] = walls
         good = [p for p in perfs if p]

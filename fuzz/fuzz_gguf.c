@@ -189,6 +189,16 @@ int main(int argc, char **argv) {
     gb_u32(&b, 16);
     rc |= write_seed(dir, "seed-nested.gguf", &b);
 
+    /* Values that end exactly at the end of the file (off-by-one bait). */
+    gb_header(&b, 3, 0, 3);
+    gb_key(&b, "general.architecture", GB_STRING);
+    gb_str(&b, "gpt2");
+    gb_key(&b, "tokenizer.ggml.token_type", GB_ARRAY);
+    gb_u32(&b, GB_I32); gb_u64(&b, 2); gb_u32(&b, 1); gb_u32(&b, 3);
+    gb_key(&b, "tokenizer.ggml.tokens", GB_ARRAY);
+    gb_u32(&b, GB_STRING); gb_u64(&b, 3); gb_str(&b, "a"); gb_str(&b, "<s>"); gb_str(&b, "zz");
+    rc |= write_seed(dir, "seed-ends-with-strings.gguf", &b);
+
     /* Header only. */
     gb_header(&b, 3, 0, 0);
     rc |= write_seed(dir, "seed-empty.gguf", &b);

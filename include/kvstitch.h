@@ -209,7 +209,10 @@ typedef struct kvs_sampler_params {
 
 kvs_sampler_params kvs_sampler_default_params(void);
 
-/* Return nonzero to stop generation. piece holds the newly completed text. */
+/* Return nonzero to stop generation. piece holds the newly completed text
+ * (NUL-terminated, possibly empty while a partial UTF-8 character or a
+ * possible stop-string start is held back). A final call with token -1
+ * delivers text held back until the end. */
 typedef int (*kvs_token_callback)(void *user, int32_t token, const char *piece, size_t len);
 
 typedef struct kvs_generate_params {
@@ -239,7 +242,11 @@ typedef struct kvs_generate_result {
     int n_top;
 } kvs_generate_result;
 
-/* Prefills prompt[0..n_prompt) at positions 0.. and generates. */
+/* Prefills prompt[0..n_prompt) at positions 0.. and generates. Stops after
+ * n_predict tokens, at an end-of-generation token (kept in tokens, not in
+ * text), at a stop string (cut from text), when the context is full, or when
+ * on_token returns nonzero. decode_ms runs from the first to the last token
+ * sampled (n_tokens - 1 decode steps). */
 int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt,
                  const kvs_generate_params *params, kvs_generate_result *out);
 void kvs_generate_result_free(kvs_generate_result *r);

@@ -12,17 +12,16 @@ check() {  # check NAME CONDITION-EXIT-STATUS
     if [ "$2" -eq 0 ]; then echo "ok $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
 }
 
-# Our CLI: prefill 1e6/(P+500) tok/s, decode 250.5 tok/s (only when -n > 0).
+# Our CLI, in the JSON shape of tools/cmd_bench.c: prefill 1e6/(P+500) tok/s,
+# decode 250.5 tok/s (only when -n > 0).
 cat >"$tmp/kvstitch" <<'EOF'
 #!/usr/bin/env bash
 [ "$1" = bench ] || exit 9
 p=0; n=0
 while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift 2;; -n) n=$2; shift 2;; *) shift;; esac; done
-if [ "$n" -gt 0 ]; then
-    echo "{\"prefill_tok_s\":$((1000000 / (p + 500))),\"decode_tok_s\":250.5}"
-else
-    echo "{\"prefill_tok_s\":$((1000000 / (p + 500)))}"
-fi
+tg=""
+[ "$n" -gt 0 ] && tg=", \"tg\": {\"n\": $n, \"tok_s\": 250.5, \"runs\": [250.5]}"
+echo "{\"threads\": 2, \"pp\": {\"n\": $p, \"tok_s\": $((1000000 / (p + 500))), \"runs\": [1]}$tg}"
 EOF
 # The peer's python: answers the import probe, then prints fixed results.
 cat >"$tmp/python" <<'EOF'
@@ -43,6 +42,14 @@ grep -Eq '^pp512 +988\.0 +900\.0 +1\.10x$' <<<"$out"; check compare_pp512_row $?
 grep -Eq '^pp2048 +392\.0 +530\.0 +0\.74x$' <<<"$out"; check compare_pp2048_row $?
 grep -Eq '^tg128 +250\.5 +315\.0 +0\.80x$' <<<"$out"; check compare_tg128_row $?
 grep -q '^threads:  2 ' <<<"$out"; check compare_reports_threads $?
+
+# The flat field names are accepted as well.
+printf '#!/usr/bin/env bash\necho "{\\"prefill_tok_s\\": 450, \\"decode_tok_s\\": 63}"\n' >"$tmp/flat"
+chmod +x "$tmp/flat"
+out=$(KVSTITCH_CLI="$tmp/flat" LLAMACPP_PYTHON="$tmp/python" \
+      bench/compare-llamacpp.sh "$tmp/model.gguf" --reps 1 --no-save 2>/dev/null)
+grep -Eq '^pp512 +450\.0 +900\.0 +0\.50x$' <<<"$out" && grep -Eq '^tg128 +63\.0 +315\.0 +0\.20x$' <<<"$out"
+check compare_flat_fields $?
 
 # A bench JSON without the prefill figure is an error, not a silent zero.
 printf '#!/usr/bin/env bash\necho "{\\"foo\\":1}"\n' >"$tmp/bad"

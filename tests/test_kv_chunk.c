@@ -233,6 +233,30 @@ TEST(checksum_detects_damage) {
     CHECK(kvs_checksum64(z, 0, 0) != kvs_checksum64(z, 64, 0));
 }
 
+/* Any split into updates gives the one-shot value. */
+TEST(checksum_incremental) {
+    enum { N = 5000 };
+    static uint8_t buf[N];
+    for (int i = 0; i < N; i++) buf[i] = (uint8_t)fake_mix((uint64_t)i * 7);
+    uint64_t rng = 1;
+    int bad = 0;
+    for (int iter = 0; iter < 300; iter++) {
+        size_t len = (size_t)(fake_mix(rng++) % N);
+        uint64_t want = kvs_checksum64(buf, len, 5);
+        kvs_checksum_state st;
+        kvs_checksum64_init(&st, 5);
+        size_t at = 0;
+        while (at < len) {
+            size_t step = 1 + (size_t)(fake_mix(rng++) % 200);
+            if (step > len - at) step = len - at;
+            kvs_checksum64_update(&st, buf + at, step);
+            at += step;
+        }
+        if (kvs_checksum64_final(&st) != want) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
 int main(void) {
     RUN(payload_bytes);
     RUN(copy_roundtrip_f16);
@@ -241,5 +265,6 @@ int main(void) {
     RUN(chunking_examples);
     RUN(chunking_properties);
     RUN(checksum_detects_damage);
+    RUN(checksum_incremental);
     return kt_summary();
 }

@@ -173,6 +173,59 @@ TEST(persist_and_load_lazily) {
     free(dir);
 }
 
+/* The one-shot path: disk chunks are read straight into the KV buffer. */
+TEST(lookup_into_reads_straight_into_kv) {
+    char *dir = populated_dir();
+    kvs_store *s = open_dir(dir, 1);
+    fake_kv_fill(cold, toks, N);
+    int lens[] = {N, 70, 64, 1, 299};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        fake_kv_zero(warm);
+        kvs_prefix_hit hit;
+        CHECK_EQ_INT(kvs_store_lookup_into(s, toks, lens[i], &warm->view, &hit), KVS_OK);
+        CHECK_EQ_INT(hit.n_cached, lens[i]);
+        CHECK(fake_kv_equal(cold, warm, 0, lens[i]));
+        CHECK(fake_kv_is_zero(warm, lens[i], N)); /* partial chunks write only what is used */
+        kvs_prefix_hit_release(&hit);
+    }
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.resident, 0);
+    CHECK_EQ_INT(st.disk_loads, 5 + 2 + 1 + 1 + 5);
+    /* resident chunks are copied from memory, the rest read from disk */
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, 100, &hit), KVS_OK);
+    kvs_prefix_hit_release(&hit);
+    fake_kv_zero(warm);
+    CHECK_EQ_INT(kvs_store_lookup_into(s, toks, N, &warm->view, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, N);
+    CHECK(fake_kv_equal(cold, warm, 0, N));
+    kvs_prefix_hit_release(&hit);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.resident, 2);
+    CHECK_EQ_INT(st.disk_loads, 14 + 2 + 3);
+    kvs_store_free(s);
+    /* damage: the hit ends before the damaged chunk, which is dropped */
+    char path[512];
+    entry_path(dir, 3, path, sizeof path);
+    struct stat sb;
+    stat(path, &sb);
+    flip(path, (long)sb.st_size - 1);
+    s = open_dir(dir, 1);
+    fake_kv_zero(warm);
+    CHECK_EQ_INT(kvs_store_lookup_into(s, toks, N, &warm->view, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 192);
+    CHECK(fake_kv_equal(cold, warm, 0, 192));
+    kvs_prefix_hit_release(&hit);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK_EQ_INT(st.entries, 4);
+    CHECK(access(path, F_OK) != 0);
+    kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
 TEST(damaged_payload_never_served) {
     char *dir = populated_dir();
     char path[512];
@@ -399,6 +452,7 @@ int main(void) {
     cold = fake_kv_new(SHAPE, N);
     warm = fake_kv_new(SHAPE, N);
     RUN(persist_and_load_lazily);
+    RUN(lookup_into_reads_straight_into_kv);
     RUN(damaged_payload_never_served);
     RUN(truncated_entry);
     RUN(foreign_model);

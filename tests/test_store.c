@@ -79,14 +79,20 @@ TEST(reuse_at_every_shared_length) {
         if (L < NA && b[L] == a[L]) b[L] ^= 1;
         int got = reuse(s, b, NB, cold, warm);
         CHECK_MSG(got == L, "shared %d: reused %d", L, got);
+        /* the one-call form gives the same bytes */
+        fake_kv_zero(warm);
+        kvs_prefix_hit hit;
+        CHECK_EQ_INT(kvs_store_lookup_into(s, b, NB, &warm->view, &hit), KVS_OK);
+        CHECK(hit.n_cached == L && fake_kv_equal(cold, warm, 0, L) && fake_kv_is_zero(warm, L, NB));
+        kvs_prefix_hit_release(&hit);
         /* asking for exactly the shared part */
         got = reuse(s, b, L, cold, warm);
         CHECK_MSG(got == L, "prompt of %d: reused %d", L, got);
     }
     kvs_store_stats st;
     kvs_store_get_stats(s, &st);
-    CHECK_EQ_INT(st.lookups, 32);
-    CHECK_EQ_INT(st.hits, 32);
+    CHECK_EQ_INT(st.lookups, 48);
+    CHECK_EQ_INT(st.hits, 48);
     CHECK_EQ_INT(st.misses, 0);
     CHECK(st.lookups_per_s > 0);
     kvs_store_free(s);

@@ -40,12 +40,21 @@ int kvs_error(int status, const char *fmt, ...) {
 }
 
 int kvs_error_prefix(int status, const char *fmt, ...) {
-    char prefix[KVS_ERROR_MAX], old[KVS_ERROR_MAX];
+    char old[KVS_ERROR_MAX];
+    memcpy(old, last_error, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
-    memcpy(old, last_error, sizeof old);
-    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    /* Append ": <old message>" after the prefix, truncating what does not fit. */
+    size_t used = n < 0 ? 0 : (size_t)n < sizeof last_error ? (size_t)n : sizeof last_error - 1;
+    size_t room = sizeof last_error - used;
+    if (room > 2) {
+        last_error[used] = ':';
+        last_error[used + 1] = ' ';
+        size_t len = strnlen(old, room - 3);
+        memcpy(last_error + used + 2, old, len);
+        last_error[used + 2 + len] = 0;
+    }
     return status;
 }

@@ -1,7 +1,348 @@
-/* AVX-512 attention (placeholder: the scalar reference until the SIMD kernel lands). */
+/*
+ * AVX-512 attention. Reproduces the scalar reference (attention_ref.c) bit for
+ * bit: only the grouping of independent work changes.
+ *
+ * One unit = query tokens [t0, t1) x the query heads of kv head g, so every
+ * K and V row is loaded once for all heads of the group (GQA). Rows are
+ * r = (t - t0) * group + (h - g * group).
+ *
+ * Scores, two layouts, chosen by the number of rows (same bits either way):
+ *  - many rows (prefill): lane = row. Qt[d] holds q[d] of 16 rows; 8 keys at
+ *    a time, s[key] = fma chain over d of Qt[d] * broadcast(k[d]). Scores are
+ *    stored as S[j][16 rows] per block of 16 rows.
+ *  - few rows (decode): lane = key. A tile of 16 keys is transposed to
+ *    Kt[d] (16 keys), s = fma chain over d of broadcast(q[d]) * Kt[d].
+ *    Scores are stored per row, S_r[j].
+ * Softmax sums use 16 partials indexed j % 16 (lanes in the decode layout,
+ * 16 registers in the prefill layout). P.V: lane = d, fma chain over j per
+ * output element, the rows of one token together so each V row is
+ * converted once.
+ */
+#if defined(__x86_64__)
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+
+#include <immintrin.h>
+#include <math.h>
+
 #include "kernels/kernels_impl.h"
+
+#define AI __attribute__((always_inline)) static inline
+
 void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
-void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
-    kvs_attention_unit_ref(c, t0, t1, g, work);
+
+/* kvs_expf_ref, 16 lanes, same operations. */
+AI __m512 exp16(__m512 x) {
+    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
 }
+
+AI float hsum_tree(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
+    return _mm_cvtss_f32(d);
+}
+
+/* 16 x 16 float transpose in registers. */
+AI void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16], v[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512 a = t[4 * i], b = t[4 * i + 1], cc = t[4 * i + 2], d = t[4 * i + 3];
+        u[4 * i + 0] = _mm512_shuffle_ps(a, cc, 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(a, cc, 0xee);
+        u[4 * i + 2] = _mm512_shuffle_ps(b, d, 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(b, d, 0xee);
+    }
+    /* u[4i + c], 128-bit lane L = rows 4i..4i+3 of column 4L + c */
+    for (int c = 0; c < 4; c++) {
+        v[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);      /* L0, L2 of rows 0-7 */
+        v[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);  /* L1, L3 */
+        v[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        v[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(v[c], v[8 + c], 0x88);       /* column c */
+        r[8 + c] = _mm512_shuffle_f32x4(v[c], v[8 + c], 0xdd);   /* column 8 + c */
+        r[4 + c] = _mm512_shuffle_f32x4(v[4 + c], v[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v[4 + c], v[12 + c], 0xdd);
+    }
+}
+
+/* 16 floats of K/V row j starting at dim d. */
+AI __m512 kv_load16(const void *base, int kv_type, size_t idx) {
+    if (kv_type == 0) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + idx)));
+    return _mm512_loadu_ps((const float *)base + idx);
+}
+
+typedef struct unit_ctx {
+    const kvs_attn_call *c;
+    int t0, t1, g, group, D, rows;
+    size_t kv_off;   /* start of kv head g */
+    size_t ctxs;     /* floats per score row (padded n_ctx) */
+    float *S;        /* scores / probabilities */
+    float *stage;    /* Qt / Kt staging */
+    float inv[KVS_ATTN_ROWS];
+    int n[KVS_ATTN_ROWS];
+} unit_ctx;
+
+/* --------------------------------------------------- scores, lane = row */
+
+static void scores_rows(unit_ctx *u, int rb) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D;
+    int r0 = rb * 16, nr = u->rows - r0 < 16 ? u->rows - r0 : 16;
+    float *Qt = u->stage;                 /* (D, 16) */
+    float *Kf = u->stage + (size_t)D * 16; /* (8, D) converted keys */
+    float *S = u->S + (size_t)rb * 16 * u->ctxs; /* (n, 16) */
+    int nv[16], maxn = 0;
+    for (int l = 0; l < 16; l++) {
+        int r = r0 + l;
+        nv[l] = l < nr ? u->n[r] : 0;
+        if (nv[l] > maxn) maxn = nv[l];
+        const float *q = l < nr ? c->q + ((size_t)(u->t0 + r / u->group) * c->n_head +
+                                          (size_t)u->g * u->group + r % u->group) * D
+                                : NULL;
+        for (int d = 0; d < D; d++) Qt[d * 16 + l] = q ? q[d] : 0.0f;
+    }
+    const __m512i nvec = _mm512_loadu_si512(nv);
+    const __m512 scale = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    for (int j = 0; j < maxn; j += 8) {
+        int nk = maxn - j < 8 ? maxn - j : 8;
+        const float *kb;
+        size_t kstride = (size_t)D;
+        if (c->kv_type == 0) {
+            for (int jj = 0; jj < nk; jj++)
+                for (int d = 0; d < D; d += 16)
+                    _mm512_storeu_ps(Kf + jj * D + d, kv_load16(c->k, 0, u->kv_off + (size_t)(j + jj) * D + d));
+            kb = Kf;
+        } else {
+            kb = (const float *)c->k + u->kv_off + (size_t)j * D;
+        }
+        __m512 s[8];
+        for (int jj = 0; jj < 8; jj++) s[jj] = _mm512_setzero_ps();
+        if (nk == 8) {
+            for (int d = 0; d < D; d++) {
+                __m512 qd = _mm512_loadu_ps(Qt + d * 16);
+                for (int jj = 0; jj < 8; jj++)
+                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * kstride + d]), s[jj]);
+            }
+        } else {
+            for (int d = 0; d < D; d++) {
+                __m512 qd = _mm512_loadu_ps(Qt + d * 16);
+                for (int jj = 0; jj < nk; jj++)
+                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * kstride + d]), s[jj]);
+            }
+        }
+        for (int jj = 0; jj < nk; jj++) {
+            __mmask16 live = _mm512_cmpgt_epi32_mask(nvec, _mm512_set1_epi32(j + jj));
+            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[jj], scale));
+            mx = _mm512_max_ps(mx, v);
+            _mm512_storeu_ps(S + (size_t)(j + jj) * 16, v);
+        }
+    }
+    /* exp and the 16 partial sums (partial j % 16) */
+    __m512 P[16];
+    for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= maxn; j += 16)
+        for (int i = 0; i < 16; i++) {
+            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)(j + i) * 16), mx));
+            _mm512_storeu_ps(S + (size_t)(j + i) * 16, e);
+            P[i] = _mm512_add_ps(P[i], e);
+        }
+    for (int i = 0; j < maxn; j++, i++) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), mx));
+        _mm512_storeu_ps(S + (size_t)j * 16, e);
+        P[i] = _mm512_add_ps(P[i], e);
+    }
+    for (int i = 0; i < 8; i++) P[i] = _mm512_add_ps(P[i], P[i + 8]);
+    for (int i = 0; i < 4; i++) P[i] = _mm512_add_ps(P[i], P[i + 4]);
+    for (int i = 0; i < 2; i++) P[i] = _mm512_add_ps(P[i], P[i + 2]);
+    __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(P[0], P[1]));
+    float tmp[16];
+    _mm512_storeu_ps(tmp, inv);
+    for (int l = 0; l < nr; l++) u->inv[r0 + l] = tmp[l];
+}
+
+/* --------------------------------------------------- scores, lane = key */
+
+static void scores_keys(unit_ctx *u) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D, R = u->rows;
+    int maxn = 0;
+    for (int r = 0; r < R; r++) if (u->n[r] > maxn) maxn = u->n[r];
+    float *Kt = u->stage; /* (D, 16) transposed key tile */
+    const __m512 scale = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 mx[KVS_ATTN_ROWS];
+    const float *qr[KVS_ATTN_ROWS];
+    for (int r = 0; r < R; r++) {
+        mx[r] = ninf;
+        qr[r] = c->q + ((size_t)(u->t0 + r / u->group) * c->n_head + (size_t)u->g * u->group +
+                        r % u->group) * D;
+    }
+    for (int j0 = 0; j0 < maxn; j0 += 16) {
+        int nk = maxn - j0 < 16 ? maxn - j0 : 16;
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512 t[16];
+            for (int jj = 0; jj < 16; jj++)
+                t[jj] = jj < nk ? kv_load16(c->k, c->kv_type, u->kv_off + (size_t)(j0 + jj) * D + d0)
+                                : _mm512_setzero_ps();
+            transpose16(t);
+            for (int i = 0; i < 16; i++) _mm512_storeu_ps(Kt + (size_t)(d0 + i) * 16, t[i]);
+        }
+        __m512i jv = _mm512_add_epi32(lane, _mm512_set1_epi32(j0));
+        int r = 0;
+        for (; r + 4 <= R; r += 4) { /* 4 rows: 4 independent fma chains */
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            for (int d = 0; d < D; d++) {
+                __m512 kt = _mm512_loadu_ps(Kt + (size_t)d * 16);
+                s0 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), kt, s0);
+                s1 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r + 1][d]), kt, s1);
+                s2 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r + 2][d]), kt, s2);
+                s3 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r + 3][d]), kt, s3);
+            }
+            __m512 sv[4] = {s0, s1, s2, s3};
+            for (int i = 0; i < 4; i++) {
+                __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r + i]));
+                __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(sv[i], scale));
+                mx[r + i] = _mm512_max_ps(mx[r + i], v);
+                _mm512_storeu_ps(u->S + (size_t)(r + i) * u->ctxs + j0, v);
+            }
+        }
+        for (; r < R; r++) {
+            __m512 s0 = _mm512_setzero_ps();
+            for (int d = 0; d < D; d++)
+                s0 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), _mm512_loadu_ps(Kt + (size_t)d * 16), s0);
+            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r]));
+            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s0, scale));
+            mx[r] = _mm512_max_ps(mx[r], v);
+            _mm512_storeu_ps(u->S + (size_t)r * u->ctxs + j0, v);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float m = _mm512_reduce_max_ps(mx[r]);
+        __m512 mv = _mm512_set1_ps(m), P = _mm512_setzero_ps();
+        float *S = u->S + (size_t)r * u->ctxs;
+        for (int j = 0; j < u->n[r]; j += 16) {
+            /* lanes past n hold -inf: exp gives 0 and adds +0 to partial j % 16 */
+            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + j), mv));
+            _mm512_storeu_ps(S + j, e);
+            P = _mm512_add_ps(P, e);
+        }
+        u->inv[r] = 1.0f / hsum_tree(P);
+    }
+}
+
+/* ------------------------------------------------------------------ P.V */
+
+/* Rows r0..r0+nr-1 (one token, same n), dims [d0, d0 + 16 nz). */
+AI void pv_block(const unit_ctx *u, int r0, int nr, int d0, int nz, const float *const *e,
+                 size_t estride) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D, n = u->n[r0];
+    __m512 acc[4][4];
+    for (int i = 0; i < nr; i++)
+        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        __m512 v[4];
+        for (int z = 0; z < nz; z++) v[z] = kv_load16(c->v, c->kv_type, u->kv_off + (size_t)j * D + d0 + 16 * z);
+        for (int i = 0; i < nr; i++) {
+            __m512 p = _mm512_set1_ps(e[i][(size_t)j * estride]);
+            for (int z = 0; z < nz; z++) acc[i][z] = _mm512_fmadd_ps(p, v[z], acc[i][z]);
+        }
+    }
+    for (int i = 0; i < nr; i++) {
+        int r = r0 + i;
+        float *out = c->out + ((size_t)(u->t0 + r / u->group) * c->n_head + (size_t)u->g * u->group +
+                               r % u->group) * D + d0;
+        __m512 inv = _mm512_set1_ps(u->inv[r]);
+        for (int z = 0; z < nz; z++) _mm512_storeu_ps(out + 16 * z, _mm512_mul_ps(acc[i][z], inv));
+    }
+}
+
+#define PV_CASE(a, b) case (a) * 8 + (b): pv_block(u, r0, a, d0, b, e, estride); break;
+
+static void pv(const unit_ctx *u, int lane_row) {
+    for (int r0 = 0; r0 < u->rows;) {
+        /* rows of one token share n: take up to 4 of them */
+        int tok = r0 / u->group, nr = 0;
+        while (nr < 4 && r0 + nr < u->rows && (r0 + nr) / u->group == tok) nr++;
+        const float *e[4];
+        size_t estride;
+        for (int i = 0; i < nr; i++) {
+            int r = r0 + i;
+            e[i] = lane_row ? u->S + (size_t)(r / 16) * 16 * u->ctxs + r % 16 : u->S + (size_t)r * u->ctxs;
+        }
+        estride = lane_row ? 16 : 1;
+        for (int d0 = 0; d0 < u->D; d0 += 64) {
+            int nz = (u->D - d0) / 16 < 4 ? (u->D - d0) / 16 : 4;
+            switch (nr * 8 + nz) {
+                PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
+                PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
+                PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(3, 3) PV_CASE(3, 4)
+                PV_CASE(4, 1) PV_CASE(4, 2) PV_CASE(4, 3) PV_CASE(4, 4)
+            }
+        }
+        r0 += nr;
+    }
+}
+
+void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
+    int group = c->n_head / c->n_kv_head, D = c->head_dim;
+    int rows = (t1 - t0) * group;
+    if (D % 16 != 0 || D > 256 || rows > KVS_ATTN_ROWS) {
+        kvs_attention_unit_ref(c, t0, t1, g, work);
+        return;
+    }
+    unit_ctx u;
+    u.c = c;
+    u.t0 = t0;
+    u.t1 = t1;
+    u.g = g;
+    u.group = group;
+    u.D = D;
+    u.rows = rows;
+    u.kv_off = (size_t)g * c->n_ctx * D;
+    u.ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    u.S = work;
+    u.stage = work + KVS_ATTN_ROWS * u.ctxs;
+    for (int r = 0; r < rows; r++) {
+        int n = c->pos[t0 + r / group] + 1;
+        u.n[r] = n > c->n_ctx ? c->n_ctx : n < 1 ? 1 : n;
+    }
+    if (rows >= 8) {
+        for (int rb = 0; rb * 16 < rows; rb++) scores_rows(&u, rb);
+        pv(&u, 1);
+    } else {
+        scores_keys(&u);
+        pv(&u, 0);
+    }
+}
+
+#pragma GCC pop_options
+
+#endif

@@ -84,7 +84,7 @@ static inline void *align64(void *p) {
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     if (!kvs_wtype_is_quant(w->type)) return 0;
-    return 64 + (size_t)m * kvs_xq_row_bytes(w->k);
+    return 64 + kvs_xq_bytes(w->k, m);
 }
 
 typedef struct mm_task {
@@ -122,6 +122,10 @@ void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float 
     if (kvs_wtype_is_quant(w->type)) {
         t.call.xq = align64(work);
         t.call.xq_row = kvs_xq_row_bytes(w->k);
+        t.call.xq_tail = t.call.xq + (size_t)m * t.call.xq_row;
+        t.call.xq_quad = kvs_xq_quad_bytes(w->k);
+        if (m % 4) /* rows the last quad lacks stay zero (never stored, but defined) */
+            memset((uint8_t *)t.call.xq_tail + (size_t)(m / 4) * t.call.xq_quad, 0, t.call.xq_quad);
         /* A few rows quantize faster on the caller than a pool round trip. */
         if (m <= 4 || !pool) t.isa->quantize_rows(&t.call, 0, m);
         else kvs_pool_run(pool, mm_quant_worker, &t);

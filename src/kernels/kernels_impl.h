@@ -8,10 +8,13 @@
  *
  *   quantized w:  x row -> blocks of 32: amax = max|x|, d = amax / 127,
  *                 id = d ? 1/d : 0, q = round_half_even(x * id), s = d * sum q.
- *                 per block b: i = exact integer dot of the block,
- *                 c = b % 16: acc[c] = fma((float)i, dw * dx, acc[c]);
- *                 Q4_1 only:  acc[c] = fma(mw, sx, acc[c]);
- *                 y = kvs_tree16(acc).
+ *                 i_b = exact integer dot of block b; nf = 16 * (nb / 16).
+ *                 blocks b < nf, c = b % 16:
+ *                     acc[c] = fma((float)i_b, dw * dx, acc[c]);
+ *                     Q4_1 only: acc[c] = fma(mw, sx, acc[c]);
+ *                 y = kvs_tree16(acc);
+ *                 tail blocks b = nf .. nb-1, in order:
+ *                     y = fma((float)i_b, dw * dx, y); Q4_1: y = fma(mw, sx, y).
  *   float w:      acc[e % 16] = fma(x[e], w[e], acc[e % 16]) for e = 0..k-1,
  *                 y = kvs_tree16(acc).
  *   attention:    see attention_ref.c.
@@ -29,8 +32,10 @@
 typedef struct kvs_mm_call {
     const kvs_wmat *w;
     const float *x;    /* (m, k) */
-    const uint8_t *xq; /* (m, xq_row) quantized x, NULL for float weights */
+    const uint8_t *xq; /* (m, xq_row) quantized x (full groups), NULL for float w */
     size_t xq_row;     /* bytes per quantized row */
+    const uint8_t *xq_tail; /* ((m + 3) / 4, quad bytes) tail blocks by row quads */
+    size_t xq_quad;    /* bytes per quad */
     int m;
     float *y;          /* (m, n) */
 } kvs_mm_call;
@@ -68,8 +73,9 @@ extern const kvs_isa kvs_isa_avx512;
 #endif
 
 /* Scalar pieces reused by the SIMD paths for tails and unusual shapes. */
-void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq);
-float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq);
+/* Row i of the call: its full groups at xq, its tail in quad at sub = i % 4. */
+void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub);
+float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq, const uint8_t *quad, int sub);
 float kvs_dot_f_ref(const kvs_wmat *w, int j, const float *x);
 int kvs_wtype_is_quant(int type);
 

@@ -12,9 +12,15 @@
  *   prep of one weight row, group g:  v[0..7] (u8 nibbles or s8 bytes),
  *   dw (16 floats), mw (Q4_1), corr (Q8_0: -128 * sum of the block's bytes)
  *
- * Tiles: MR activation rows x NR weight rows of outputs, each output one zmm
- * accumulator (16 chains); the k loop runs over groups. Any tile shape gives
- * the same bits per output, so m = 1 and m = 512 agree.
+ * Tiles: MR activation rows x NR weight rows of outputs (4 x 4), each output
+ * one zmm accumulator (16 chains); the k loop runs over full groups. Then the
+ * 16 accumulators of the tile are reduced together (a transposed kvs_tree16)
+ * into one vector whose lane 4j + i is output (i, j), and the tail blocks
+ * (nb % 16, e.g. 2 of SmolLM2's 18) are computed with lanes = outputs: the
+ * tail weight dwords are prepared as lane 4j + i = row j, the activation
+ * dwords of the tile's 4 rows are one 16-byte broadcast (quant.h), so eight
+ * vpdpbusd give the tail block's integer dots of all 16 outputs at once.
+ * Any tile shape gives the same bits per output, so m = 1 and m = 512 agree.
  */
 #if defined(__x86_64__)
 
@@ -50,54 +56,64 @@ AI float hsum_tree(__m512 v) {
 
 /* ------------------------------------------------------------ quantize x */
 
-static void quantize_row(const float *x, int k, int wtype, uint8_t *xq) {
-    int nb = k / KVS_QK, ng = kvs_xq_groups(k);
+/* One block: q bytes of elements 0..15 (pa) and 16..31 (pb), d, sum. */
+AI float quantize_block(const float *xb, __m128i off, __m128i *pa, __m128i *pb, int32_t *sum) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+    __m512 mx = _mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(b, absmask));
+    float amax = _mm512_reduce_max_ps(mx);
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m512 vid = _mm512_set1_ps(id);
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid)); /* round half even */
+    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    *pa = _mm_xor_si128(_mm512_cvtepi32_epi8(qa), off);
+    *pb = _mm_xor_si128(_mm512_cvtepi32_epi8(qb), off);
+    return d;
+}
+
+/* dword r of pa -> vec 2r, of pb -> vec 2r+1; vec v at dst + v * stride. */
+AI void scatter_dwords(uint8_t *dst, size_t stride, __m128i pa, __m128i pb) {
+    _mm_storeu_si32(dst + 0 * stride, pa);
+    _mm_storeu_si32(dst + 1 * stride, pb);
+    _mm_storeu_si32(dst + 2 * stride, _mm_srli_si128(pa, 4));
+    _mm_storeu_si32(dst + 3 * stride, _mm_srli_si128(pb, 4));
+    _mm_storeu_si32(dst + 4 * stride, _mm_srli_si128(pa, 8));
+    _mm_storeu_si32(dst + 5 * stride, _mm_srli_si128(pb, 8));
+    _mm_storeu_si32(dst + 6 * stride, _mm_srli_si128(pa, 12));
+    _mm_storeu_si32(dst + 7 * stride, _mm_srli_si128(pb, 12));
+}
+
+static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
+    int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k);
     const __m128i off = _mm_set1_epi8(wtype == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
+    __m128i pa, pb;
+    int32_t sum;
     for (int g = 0; g < ng; g++) {
         uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-        float *gd = kvs_xq_d(grp), *gs = kvs_xq_s(grp);
-        int32_t *gsum = kvs_xq_sum(grp);
-        int nbl = nb - g * KVS_XQ_GROUP;
-        if (nbl > KVS_XQ_GROUP) nbl = KVS_XQ_GROUP;
-        if (nbl < KVS_XQ_GROUP) { /* zero padding (offset bytes for Q8_0) */
-            memset(grp, wtype == KVS_TYPE_Q8_0 ? 0x80 : 0, KVS_XQ_GROUP_QS);
-            memset(grp + KVS_XQ_GROUP_QS, 0, KVS_XQ_GROUP_BYTES - KVS_XQ_GROUP_QS);
+        for (int l = 0; l < KVS_XQ_GROUP; l++) {
+            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, off, &pa, &pb, &sum);
+            scatter_dwords(grp + 4 * l, 64, pa, pb);
+            kvs_xq_d(grp)[l] = d;
+            kvs_xq_s(grp)[l] = d * (float)sum;
+            kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
         }
-        for (int l = 0; l < nbl; l++) {
-            const float *xb = x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK;
-            __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
-            __m512 mx = _mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(b, absmask));
-            float amax = _mm512_reduce_max_ps(mx);
-            float d = amax / 127.0f;
-            float id = d != 0.0f ? 1.0f / d : 0.0f;
-            __m512 vid = _mm512_set1_ps(id);
-            __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid)); /* round half even */
-            __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
-            int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
-            __m128i pa = _mm_xor_si128(_mm512_cvtepi32_epi8(qa), off);
-            __m128i pb = _mm_xor_si128(_mm512_cvtepi32_epi8(qb), off);
-            /* dword r of pa -> vec 2r lane l; of pb -> vec 2r+1 lane l */
-            uint8_t *dst = grp + 4 * l;
-            _mm_storeu_si32(dst + 0 * 64, pa);
-            _mm_storeu_si32(dst + 1 * 64, pb);
-            _mm_storeu_si32(dst + 2 * 64, _mm_srli_si128(pa, 4));
-            _mm_storeu_si32(dst + 3 * 64, _mm_srli_si128(pb, 4));
-            _mm_storeu_si32(dst + 4 * 64, _mm_srli_si128(pa, 8));
-            _mm_storeu_si32(dst + 5 * 64, _mm_srli_si128(pb, 8));
-            _mm_storeu_si32(dst + 6 * 64, _mm_srli_si128(pa, 12));
-            _mm_storeu_si32(dst + 7 * 64, _mm_srli_si128(pb, 12));
-            gd[l] = d;
-            gs[l] = d * (float)sum;
-            gsum[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
-        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, off, &pa, &pb, &sum);
+        scatter_dwords(quad + (size_t)t * KVS_XQ_TAIL_BYTES + 4 * sub, 16, pa, pb);
+        kvs_xq_tail_d(quad, t)[sub] = d;
+        kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
+        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
     }
 }
 
 static void avx512_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
     for (int i = i0; i < i1; i++)
         quantize_row(c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
-                     (uint8_t *)c->xq + (size_t)i * c->xq_row);
+                     (uint8_t *)c->xq + (size_t)i * c->xq_row,
+                     (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4);
 }
 
 /* ------------------------------------------------------------------ prep */
@@ -137,24 +153,12 @@ AI __m512i gather5(const __m512i z[5], const perm3 *p) {
     return _mm512_mask_permutexvar_epi32(r, p->m4, p->i4, z[4]);
 }
 
-static void prep_q4_1(const uint8_t *row, int nb, prep_grp *out) {
+static void prep_q4_1(const uint8_t *row, int ng, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    int ng = (nb + 15) / 16;
     for (int g = 0; g < ng; g++) {
         const uint8_t *src = row + (size_t)g * 16 * 20;
-        int nbl = nb - 16 * g;
-        if (nbl > 16) nbl = 16;
         __m512i z[5];
-        if (nbl == 16) {
-            for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
-        } else {
-            int ndw = 5 * nbl; /* valid dwords */
-            for (int t = 0; t < 5; t++) {
-                int rem = ndw - 16 * t;
-                __mmask16 mk = rem >= 16 ? 0xffff : rem <= 0 ? 0 : (__mmask16)((1u << rem) - 1);
-                z[t] = _mm512_maskz_loadu_epi32(mk, src + 64 * t);
-            }
-        }
+        for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
         prep_grp *p = &out[g];
         __m512i dm = gather5(z, &q41_perm[0]);
         p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
@@ -169,27 +173,23 @@ static void prep_q4_1(const uint8_t *row, int nb, prep_grp *out) {
 
 /* Q4_0 (18-byte blocks) and Q8_0 (34-byte blocks) are not dword aligned:
  * gather dwords at byte offsets (masked for the tail). */
-static void prep_gather(const uint8_t *row, int nb, int type, prep_grp *out) {
+static void prep_gather(const uint8_t *row, int ng, int type, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const int bs = type == KVS_TYPE_Q4_0 ? 18 : 34;
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i base = _mm512_mullo_epi32(lane, _mm512_set1_epi32(bs));
-    int ng = (nb + 15) / 16;
     for (int g = 0; g < ng; g++) {
         const uint8_t *src = row + (size_t)g * 16 * bs;
-        int nbl = nb - 16 * g;
-        if (nbl > 16) nbl = 16;
-        __mmask16 mk = nbl == 16 ? 0xffff : (__mmask16)((1u << nbl) - 1);
         prep_grp *p = &out[g];
         /* d: the first 2 bytes of each block; reading 4 bytes stays inside
          * the block (qs follows), so the gather never leaves the row. */
-        __m512i dv = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, base, src, 1);
+        __m512i dv = _mm512_i32gather_epi32(base, src, 1);
         p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dv));
         p->mw = _mm512_setzero_ps();
         if (type == KVS_TYPE_Q4_0) {
             for (int r = 0; r < 4; r++) {
                 __m512i off = _mm512_add_epi32(base, _mm512_set1_epi32(2 + 4 * r));
-                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, off, src, 1);
+                __m512i q = _mm512_i32gather_epi32(off, src, 1);
                 p->v[2 * r] = _mm512_and_si512(q, lo4);
                 p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
             }
@@ -198,7 +198,7 @@ static void prep_gather(const uint8_t *row, int nb, int type, prep_grp *out) {
             const __m512i c128 = _mm512_set1_epi8((char)0x80);
             for (int r = 0; r < 8; r++) {
                 __m512i off = _mm512_add_epi32(base, _mm512_set1_epi32(2 + 4 * r));
-                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, off, src, 1);
+                __m512i q = _mm512_i32gather_epi32(off, src, 1);
                 p->v[r] = q;
                 corr = _mm512_dpbusd_epi32(corr, c128, q); /* 128 * sum of w bytes */
             }
@@ -214,22 +214,93 @@ static void prep_gather(const uint8_t *row, int nb, int type, prep_grp *out) {
 static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) {
-    int nb = w->k / KVS_QK;
     for (int j = 0; j < nr; j++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-        if (w->type == KVS_TYPE_Q4_1) prep_q4_1(row, nb, out + (size_t)j * ng);
-        else prep_gather(row, nb, w->type, out + (size_t)j * ng);
+        if (w->type == KVS_TYPE_Q4_1) prep_q4_1(row, ng, out + (size_t)j * ng);
+        else prep_gather(row, ng, w->type, out + (size_t)j * ng);
     }
+}
+
+/* Tail blocks of the tile's nr rows, lane 4j + i = row j (any i). Vector v
+ * pairs with xq vec v (Q4) or xq vec xq_of_q8[v] (Q8_0). Missing rows: 0. */
+static void prep_tail(const kvs_wmat *w, int j0, int nr, int ng, int nt, prep_grp *out) {
+    const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    for (int t = 0; t < nt; t++) {
+        uint32_t dw4[8][4] = {{0}};
+        uint16_t d4[4] = {0}, m4[4] = {0};
+        int32_t corr4[4] = {0};
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
+            int b = ng * 16 + t;
+            if (w->type == KVS_TYPE_Q4_1) {
+                const kvs_block_q4_1 *blk = (const kvs_block_q4_1 *)row + b;
+                d4[j] = blk->d;
+                m4[j] = blk->m;
+                for (int r = 0; r < 4; r++) memcpy(&dw4[r][j], blk->qs + 4 * r, 4);
+            } else if (w->type == KVS_TYPE_Q4_0) {
+                const kvs_block_q4_0 *blk = (const kvs_block_q4_0 *)row + b;
+                memcpy(&d4[j], &blk->d, 2);
+                for (int r = 0; r < 4; r++) memcpy(&dw4[r][j], blk->qs + 4 * r, 4);
+            } else {
+                const kvs_block_q8_0 *blk = (const kvs_block_q8_0 *)row + b;
+                memcpy(&d4[j], &blk->d, 2);
+                int32_t sum = 0;
+                for (int e = 0; e < 32; e++) sum += blk->qs[e];
+                corr4[j] = -128 * sum;
+                for (int r = 0; r < 8; r++) memcpy(&dw4[r][j], blk->qs + 4 * r, 4);
+            }
+        }
+        prep_grp *p = &out[t];
+        __m512 d = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)d4)));
+        __m512 m = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)m4)));
+        p->dw = _mm512_permutexvar_ps(expand, d);
+        p->mw = _mm512_permutexvar_ps(expand, m);
+        p->corr = _mm512_permutexvar_epi32(expand, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)corr4)));
+        if (w->type == KVS_TYPE_Q8_0) {
+            for (int r = 0; r < 8; r++)
+                p->v[r] = _mm512_permutexvar_epi32(expand, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)dw4[r])));
+        } else {
+            for (int r = 0; r < 4; r++) {
+                __m512i q = _mm512_permutexvar_epi32(expand, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)dw4[r])));
+                p->v[2 * r] = _mm512_and_si512(q, lo4);
+                p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+            }
+        }
+    }
+}
+
+/* kvs_tree16 of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
+AI __m512 tree16x16(const __m512 C[16]) {
+    __m512 z[8], w4[4], v2[2];
+    for (int p = 0; p < 8; p++)
+        z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0xee));
+    for (int k = 0; k < 4; k++)
+        w4[k] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0x88),
+                              _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0xdd));
+    for (int a = 0; a < 2; a++)
+        v2[a] = _mm512_add_ps(_mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0x44),
+                              _mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0xee));
+    return _mm512_add_ps(_mm512_shuffle_ps(v2[0], v2[1], 0x88), _mm512_shuffle_ps(v2[0], v2[1], 0xdd));
+}
+
+/* Writes lane 4j + i of r to y[i * ldy + j] for i < mr, j < nr. */
+AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512 t = _mm512_permutexvar_ps(tr, r); /* lane 4i + j */
+    __mmask16 mk = (__mmask16)((1u << nr) - 1);
+    for (int i = 0; i < mr; i++)
+        _mm512_mask_storeu_ps(y + (size_t)i * ldy - 4 * i, (__mmask16)(mk << (4 * i)), t);
 }
 
 /* --------------------------------------------------------------- kernels */
 
 /* Q4_0 / Q4_1: weight nibbles (u8) in registers, xq bytes (s8) from memory. */
-AI void kern_q4(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y, size_t ldy,
-                int mr, int nr, int q41) {
-    __m512 C[MR][NR];
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) C[i][j] = _mm512_setzero_ps();
+AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
+    __m512 C[16];
+    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
         for (int j = 0; j < nr; j++) {
             const prep_grp *p = pw + (size_t)j * ng + g;
@@ -244,24 +315,38 @@ AI void kern_q4(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, fl
                     acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + 64 * v));
                 __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
                 __m512 s = _mm512_mul_ps(dw, dx);
-                C[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[i][j]);
+                C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
                 if (q41) {
                     __m512 sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
-                    C[i][j] = _mm512_fmadd_ps(mw, sx, C[i][j]);
+                    C[4 * i + j] = _mm512_fmadd_ps(mw, sx, C[4 * i + j]);
                 }
             }
         }
     }
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) y[(size_t)i * ldy + j] = hsum_tree(C[i][j]);
+    __m512 R = tree16x16(C);
+    for (int t = 0; t < nt; t++) {
+        const prep_grp *p = pt + t;
+        const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
+        __m512i acc = q41 ? _mm512_setzero_si512()
+                          : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 160)));
+        for (int v = 0; v < 8; v++)
+            acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]),
+                                      _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 16 * v))));
+        __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(qt + 128)));
+        R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
+        if (q41) {
+            __m512 sx = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(qt + 144)));
+            R = _mm512_fmadd_ps(_mm512_load_ps(&p->mw), sx, R);
+        }
+    }
+    store_tile(R, y, ldy, mr, nr);
 }
 
 /* Q8_0: xq bytes (u8, x + 128) in registers, weight bytes (s8) from memory. */
-AI void kern_q8(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y, size_t ldy,
-                int mr, int nr) {
-    __m512 C[MR][NR];
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) C[i][j] = _mm512_setzero_ps();
+AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) {
+    __m512 C[16];
+    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
         for (int i = 0; i < mr; i++) {
             const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
@@ -273,24 +358,35 @@ AI void kern_q8(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, fl
                 __m512i acc = _mm512_load_si512(&p->corr);
                 for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
                 __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
-                C[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[i][j]);
+                C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
             }
         }
     }
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) y[(size_t)i * ldy + j] = hsum_tree(C[i][j]);
+    __m512 R = tree16x16(C);
+    for (int t = 0; t < nt; t++) {
+        const prep_grp *p = pt + t;
+        const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
+        __m512i acc = _mm512_load_si512(&p->corr);
+        for (int v = 0; v < 8; v++)
+            acc = _mm512_dpbusd_epi32(
+                acc, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 16 * xq_of_q8[v]))),
+                _mm512_load_si512(&p->v[v]));
+        __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(qt + 128)));
+        R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
+    }
+    store_tile(R, y, ldy, mr, nr);
 }
 
 #define KQ4_CASE(a, b)                                                                 \
     case (a) * 8 + (b):                                                                \
-        if (q41) kern_q4(pw, ng, xq, xq_row, y, ldy, a, b, 1);                         \
-        else kern_q4(pw, ng, xq, xq_row, y, ldy, a, b, 0);                             \
+        if (q41) kern_q4(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b, 1);           \
+        else kern_q4(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b, 0);               \
         break;
 #define KQ8_CASE(a, b) \
-    case (a) * 8 + (b): kern_q8(pw, ng, xq, xq_row, y, ldy, a, b); break;
+    case (a) * 8 + (b): kern_q8(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b); break;
 
-static void tile_q4(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y,
-                    size_t ldy, int mr, int nr, int q41) {
+static void tile_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                    size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
     switch (mr * 8 + nr) {
         KQ4_CASE(1, 1) KQ4_CASE(1, 2) KQ4_CASE(1, 3) KQ4_CASE(1, 4)
         KQ4_CASE(2, 1) KQ4_CASE(2, 2) KQ4_CASE(2, 3) KQ4_CASE(2, 4)
@@ -299,8 +395,8 @@ static void tile_q4(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row
     }
 }
 
-static void tile_q8(const prep_grp *pw, int ng, const uint8_t *xq, size_t xq_row, float *y,
-                    size_t ldy, int mr, int nr) {
+static void tile_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                    size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) {
     switch (mr * 8 + nr) {
         KQ8_CASE(1, 1) KQ8_CASE(1, 2) KQ8_CASE(1, 3) KQ8_CASE(1, 4)
         KQ8_CASE(2, 1) KQ8_CASE(2, 2) KQ8_CASE(2, 3) KQ8_CASE(2, 4)
@@ -373,9 +469,10 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         return;
     }
     pthread_once(&perm_once, init_q41_perm);
-    int ng = kvs_xq_groups(w->k);
-    /* prep of NR rows x all groups (704 bytes each) lives on the stack. */
+    int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    /* prep of NR rows x all full groups (704 bytes each) + tail, on the stack */
     prep_grp pw[NR * 32] __attribute__((aligned(64)));
+    prep_grp pt[KVS_XQ_GROUP] __attribute__((aligned(64)));
     if (ng > 32) { /* k > 16384: larger than any model here; scalar stays correct */
         kvs_isa_scalar.matmul_cols(c, j0, j1);
         return;
@@ -384,12 +481,14 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     for (int jt = j0; jt < j1; jt += NR) {
         int nr = j1 - jt < NR ? j1 - jt : NR;
         prep_rows(w, jt, nr, pw, ng);
+        if (nt) prep_tail(w, jt, nr, ng, nt, pt);
         for (int it = 0; it < m; it += MR) {
             int mr = m - it < MR ? m - it : MR;
             const uint8_t *xq = c->xq + (size_t)it * c->xq_row;
+            const uint8_t *quad = c->xq_tail + (size_t)(it / 4) * c->xq_quad;
             float *y = c->y + (size_t)it * n + jt;
-            if (w->type == KVS_TYPE_Q8_0) tile_q8(pw, ng, xq, c->xq_row, y, n, mr, nr);
-            else tile_q4(pw, ng, xq, c->xq_row, y, n, mr, nr, q41);
+            if (w->type == KVS_TYPE_Q8_0) tile_q8(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
+            else tile_q4(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);
         }
     }
 }

@@ -11,89 +11,107 @@ int kvs_wtype_is_quant(int type) {
     return type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q8_0;
 }
 
-void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq) {
-    int nb = k / KVS_QK, ng = kvs_xq_groups(k);
+/* Quantizes one block of 32; returns d, writes q (+ offset) via put(). */
+static float quantize_block(const float *xb, int offset, uint8_t q[KVS_QK], int32_t *sum) {
+    float amax = 0.0f;
+    for (int e = 0; e < KVS_QK; e++) amax = fmaxf(amax, fabsf(xb[e]));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int e = 0; e < KVS_QK; e++) {
+        int v = (int)nearbyintf(xb[e] * id);
+        s += v;
+        q[e] = (uint8_t)(v + offset);
+    }
+    *sum = s;
+    return d;
+}
+
+void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
+    int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k);
     int offset = wtype == KVS_TYPE_Q8_0 ? 128 : 0; /* Q8_0: x is the unsigned operand */
+    uint8_t q[KVS_QK];
+    int32_t sum;
     for (int g = 0; g < ng; g++) {
         uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-        float *gd = kvs_xq_d(grp), *gs = kvs_xq_s(grp);
-        int32_t *gsum = kvs_xq_sum(grp);
         for (int l = 0; l < KVS_XQ_GROUP; l++) {
-            int b = g * KVS_XQ_GROUP + l;
-            if (b >= nb) {
-                for (int e = 0; e < KVS_QK; e++) grp[kvs_xq_pos(l, e)] = (uint8_t)offset;
-                gd[l] = 0.0f;
-                gs[l] = 0.0f;
-                gsum[l] = 0;
-                continue;
-            }
-            const float *xb = x + (size_t)b * KVS_QK;
-            float amax = 0.0f;
-            for (int e = 0; e < KVS_QK; e++) amax = fmaxf(amax, fabsf(xb[e]));
-            float d = amax / 127.0f;
-            float id = d != 0.0f ? 1.0f / d : 0.0f;
-            int32_t sum = 0;
-            for (int e = 0; e < KVS_QK; e++) {
-                int q = (int)nearbyintf(xb[e] * id);
-                sum += q;
-                grp[kvs_xq_pos(l, e)] = (uint8_t)(q + offset);
-            }
-            gd[l] = d;
-            gs[l] = d * (float)sum;
-            gsum[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, offset, q, &sum);
+            for (int e = 0; e < KVS_QK; e++) grp[kvs_xq_pos(l, e)] = q[e];
+            kvs_xq_d(grp)[l] = d;
+            kvs_xq_s(grp)[l] = d * (float)sum;
+            kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
         }
+    }
+    for (int t = 0; t < nt; t++) {
+        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, offset, q, &sum);
+        for (int e = 0; e < KVS_QK; e++) quad[kvs_xq_tail_pos(t, sub, e)] = q[e];
+        kvs_xq_tail_d(quad, t)[sub] = d;
+        kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
+        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
     }
 }
 
-/* Signed value of element e of block b of the quantized x row. */
-static inline int xq_get(const uint8_t *xq, int b, int e, int offset) {
-    const uint8_t *grp = xq + (size_t)(b / KVS_XQ_GROUP) * KVS_XQ_GROUP_BYTES;
-    uint8_t v = grp[kvs_xq_pos(b % KVS_XQ_GROUP, e)];
-    return offset ? (int)v - offset : (int)(int8_t)v;
+/* Exact integer dot of weight block b of row with the activation bytes
+ * q[e] (already signed), and the block's scale (and min for Q4_1). */
+static int32_t block_dot(const kvs_wmat *w, const uint8_t *row, int b, const int q[KVS_QK],
+                         float *dw, float *mw) {
+    int32_t isum = 0;
+    *mw = 0.0f;
+    switch (w->type) {
+    case KVS_TYPE_Q4_0: {
+        const kvs_block_q4_0 *blk = (const kvs_block_q4_0 *)row + b;
+        for (int e = 0; e < 16; e++)
+            isum += ((blk->qs[e] & 15) - 8) * q[e] + ((blk->qs[e] >> 4) - 8) * q[e + 16];
+        *dw = kvs_f16_to_f32(blk->d);
+        break;
+    }
+    case KVS_TYPE_Q4_1: {
+        const kvs_block_q4_1 *blk = (const kvs_block_q4_1 *)row + b;
+        for (int e = 0; e < 16; e++) isum += (blk->qs[e] & 15) * q[e] + (blk->qs[e] >> 4) * q[e + 16];
+        *dw = kvs_f16_to_f32(blk->d);
+        *mw = kvs_f16_to_f32(blk->m);
+        break;
+    }
+    default: { /* KVS_TYPE_Q8_0 */
+        const kvs_block_q8_0 *blk = (const kvs_block_q8_0 *)row + b;
+        for (int e = 0; e < KVS_QK; e++) isum += blk->qs[e] * q[e];
+        *dw = kvs_f16_to_f32(blk->d);
+        break;
+    }
+    }
+    return isum;
 }
 
-float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq) {
+float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq, const uint8_t *quad, int sub) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-    int nb = w->k / KVS_QK;
+    int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    int offset = w->type == KVS_TYPE_Q8_0 ? 128 : 0;
+    int q[KVS_QK];
+    float dw, mw;
     float acc[16] = {0};
-    for (int b = 0; b < nb; b++) {
+    for (int b = 0; b < ng * KVS_XQ_GROUP; b++) {
         uint8_t *grp = (uint8_t *)xq + (size_t)(b / KVS_XQ_GROUP) * KVS_XQ_GROUP_BYTES;
-        float dx = kvs_xq_d(grp)[b % KVS_XQ_GROUP];
-        float sx = kvs_xq_s(grp)[b % KVS_XQ_GROUP];
-        int32_t isum = 0;
-        float dw, mw = 0.0f;
-        switch (w->type) {
-        case KVS_TYPE_Q4_0: {
-            const kvs_block_q4_0 *blk = (const kvs_block_q4_0 *)row + b;
-            for (int e = 0; e < 16; e++) {
-                isum += ((blk->qs[e] & 15) - 8) * xq_get(xq, b, e, 0);
-                isum += ((blk->qs[e] >> 4) - 8) * xq_get(xq, b, e + 16, 0);
-            }
-            dw = kvs_f16_to_f32(blk->d);
-            break;
+        int l = b % KVS_XQ_GROUP;
+        for (int e = 0; e < KVS_QK; e++) {
+            uint8_t v = grp[kvs_xq_pos(l, e)];
+            q[e] = offset ? (int)v - offset : (int)(int8_t)v;
         }
-        case KVS_TYPE_Q4_1: {
-            const kvs_block_q4_1 *blk = (const kvs_block_q4_1 *)row + b;
-            for (int e = 0; e < 16; e++) {
-                isum += (blk->qs[e] & 15) * xq_get(xq, b, e, 0);
-                isum += (blk->qs[e] >> 4) * xq_get(xq, b, e + 16, 0);
-            }
-            dw = kvs_f16_to_f32(blk->d);
-            mw = kvs_f16_to_f32(blk->m);
-            break;
-        }
-        default: { /* KVS_TYPE_Q8_0 */
-            const kvs_block_q8_0 *blk = (const kvs_block_q8_0 *)row + b;
-            for (int e = 0; e < KVS_QK; e++) isum += blk->qs[e] * xq_get(xq, b, e, 128);
-            dw = kvs_f16_to_f32(blk->d);
-            break;
-        }
-        }
-        int c = b % 16;
-        acc[c] = fmaf((float)isum, dw * dx, acc[c]);
-        if (w->type == KVS_TYPE_Q4_1) acc[c] = fmaf(mw, sx, acc[c]);
+        int32_t isum = block_dot(w, row, b, q, &dw, &mw);
+        acc[l] = fmaf((float)isum, dw * kvs_xq_d(grp)[l], acc[l]);
+        if (w->type == KVS_TYPE_Q4_1) acc[l] = fmaf(mw, kvs_xq_s(grp)[l], acc[l]);
     }
-    return kvs_tree16(acc);
+    float y = kvs_tree16(acc);
+    for (int t = 0; t < nt; t++) {
+        for (int e = 0; e < KVS_QK; e++) {
+            uint8_t v = quad[kvs_xq_tail_pos(t, sub, e)];
+            q[e] = offset ? (int)v - offset : (int)(int8_t)v;
+        }
+        int32_t isum = block_dot(w, row, ng * KVS_XQ_GROUP + t, q, &dw, &mw);
+        uint8_t *qd = (uint8_t *)quad;
+        y = fmaf((float)isum, dw * kvs_xq_tail_d(qd, t)[sub], y);
+        if (w->type == KVS_TYPE_Q4_1) y = fmaf(mw, kvs_xq_tail_s(qd, t)[sub], y);
+    }
+    return y;
 }
 
 float kvs_dot_f_ref(const kvs_wmat *w, int j, const float *x) {
@@ -116,7 +134,8 @@ float kvs_dot_f_ref(const kvs_wmat *w, int j, const float *x) {
 static void scalar_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
     for (int i = i0; i < i1; i++)
         kvs_quantize_row_ref(c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
-                             (uint8_t *)c->xq + (size_t)i * c->xq_row);
+                             (uint8_t *)c->xq + (size_t)i * c->xq_row,
+                             (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4);
 }
 
 static void scalar_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
@@ -125,7 +144,8 @@ static void scalar_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         float *yi = c->y + (size_t)i * w->n;
         if (c->xq) {
             const uint8_t *xqi = c->xq + (size_t)i * c->xq_row;
-            for (int j = j0; j < j1; j++) yi[j] = kvs_dot_q_ref(w, j, xqi);
+            const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
+            for (int j = j0; j < j1; j++) yi[j] = kvs_dot_q_ref(w, j, xqi, quad, i % 4);
         } else {
             const float *xi = c->x + (size_t)i * w->k;
             for (int j = j0; j < j1; j++) yi[j] = kvs_dot_f_ref(w, j, xi);

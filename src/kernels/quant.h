@@ -107,39 +107,62 @@ static inline float kvs_bf16_to_f32(uint16_t h) {
 
 /*
  * Quantized activations ("xq"): one x row of k floats becomes 8-bit blocks
- * of 32, each row on its own (batch invariance). The bytes are laid out in
- * groups of 16 blocks so that a 512-bit vpdpbusd lane l always holds 4
- * elements of block l of the group, and the 8 dot-product steps of a group
- * leave block l's exact integer dot product in lane l:
+ * of 32, each row on its own (batch invariance). The first 16 * floor(nb/16)
+ * blocks ("full groups") are laid out per row in groups of 16 blocks, so that
+ * a 512-bit vpdpbusd lane l always holds 4 elements of block l of the group
+ * and eight dot-product steps leave block l's exact integer dot in lane l:
  *
- *   group g (16 blocks, 512 bytes of qs):
+ *   group g (16 blocks, 512 bytes of q):
  *     vec 2r   lane l = elements 4r .. 4r+3      of block 16g+l   (r = 0..3)
  *     vec 2r+1 lane l = elements 16+4r .. 19+4r  of block 16g+l
  *   then per group: float d[16], float s[16] (= d * sum q), int32 c[16]
  *   where c = -8 * sum q for Q4_0 weights (the integer correction that turns
  *   sum q_w * q_x into sum (q_w - 8) * q_x), else sum q.
  *
- * Blocks past the end of the row are zero (q, d, s, sum), so a padded lane
- * adds exactly +0 and changes nothing. For Q8_0 weights the q bytes hold
- * q + 128 (unsigned) because vpdpbusd multiplies unsigned by signed bytes.
+ * The remaining nb % 16 "tail" blocks are stored after all rows, by quads of
+ * rows (rows 4a..4a+3 of the call), so that one 16-byte broadcast gives the
+ * same dword of the 4 rows of a tile:
+ *
+ *   quad a, tail block t: q[8 vec][4 rows][4 bytes] (vec as above, 128 B),
+ *                         d[4 rows], s[4 rows], c[4 rows]   (176 bytes)
+ *
+ * For Q8_0 weights the q bytes hold q + 128 (unsigned) because vpdpbusd
+ * multiplies unsigned by signed bytes. Where the call has no row (last
+ * quad) the bytes are zero.
  */
 #define KVS_XQ_GROUP 16                       /* blocks per group */
 #define KVS_XQ_GROUP_QS (KVS_XQ_GROUP * KVS_QK) /* 512 bytes of q per group */
 #define KVS_XQ_GROUP_BYTES (KVS_XQ_GROUP_QS + 3 * KVS_XQ_GROUP * 4) /* 704 */
+#define KVS_XQ_TAIL_BYTES 176                 /* one tail block of a quad */
 
-static inline int kvs_xq_groups(int k) { return (k / KVS_QK + KVS_XQ_GROUP - 1) / KVS_XQ_GROUP; }
+static inline int kvs_xq_groups(int k) { return k / KVS_QK / KVS_XQ_GROUP; }
+static inline int kvs_xq_tail_blocks(int k) { return k / KVS_QK % KVS_XQ_GROUP; }
 static inline size_t kvs_xq_row_bytes(int k) { return (size_t)kvs_xq_groups(k) * KVS_XQ_GROUP_BYTES; }
+static inline size_t kvs_xq_quad_bytes(int k) { return (size_t)kvs_xq_tail_blocks(k) * KVS_XQ_TAIL_BYTES; }
+/* All quantized x of a call: m rows of full groups, then the tail quads. */
+static inline size_t kvs_xq_bytes(int k, int m) {
+    return (size_t)m * kvs_xq_row_bytes(k) + (size_t)((m + 3) / 4) * kvs_xq_quad_bytes(k);
+}
 
-/* Offset of element e (0..31) of block l (0..15) inside a group's qs. */
-static inline int kvs_xq_pos(int l, int e) {
-    int hi = e >= 16, r = (e & 15) >> 2;
-    return (2 * r + hi) * 64 + 4 * l + (e & 3);
+/* Vector (0..7) and byte within the lane of element e (0..31) of a block. */
+static inline int kvs_xq_vec(int e) { return 2 * ((e & 15) >> 2) + (e >= 16); }
+
+/* Offset of element e of block l (0..15) inside a group's q bytes. */
+static inline int kvs_xq_pos(int l, int e) { return kvs_xq_vec(e) * 64 + 4 * l + (e & 3); }
+
+/* Offset of element e of tail block t, row sub (0..3) inside a quad. */
+static inline int kvs_xq_tail_pos(int t, int sub, int e) {
+    return t * KVS_XQ_TAIL_BYTES + kvs_xq_vec(e) * 16 + sub * 4 + (e & 3);
 }
 
 /* Accessors of a group's trailer. */
 static inline float *kvs_xq_d(uint8_t *grp) { return (float *)(grp + KVS_XQ_GROUP_QS); }
 static inline float *kvs_xq_s(uint8_t *grp) { return (float *)(grp + KVS_XQ_GROUP_QS) + KVS_XQ_GROUP; }
 static inline int32_t *kvs_xq_sum(uint8_t *grp) { return (int32_t *)(grp + KVS_XQ_GROUP_QS) + 2 * KVS_XQ_GROUP; }
+/* ... and of a tail block's trailer (4 rows each). */
+static inline float *kvs_xq_tail_d(uint8_t *quad, int t) { return (float *)(quad + t * KVS_XQ_TAIL_BYTES + 128); }
+static inline float *kvs_xq_tail_s(uint8_t *quad, int t) { return (float *)(quad + t * KVS_XQ_TAIL_BYTES + 144); }
+static inline int32_t *kvs_xq_tail_c(uint8_t *quad, int t) { return (int32_t *)(quad + t * KVS_XQ_TAIL_BYTES + 160); }
 
 /* The fixed float reduction of 16 partial sums (the same tree a 512-bit
  * register reduction performs: halves, then quarters, ...). */

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -347,10 +349,18 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
     size_t alloc = (c->kv_bytes + 63) / 64 * 64;
     buf = aligned_alloc(64, alloc);
     if (!buf) FAIL(KVS_DISK_IO, "%s: out of memory for a %zu-byte payload", path, alloc);
-    ssize_t got = pread_all(fd, buf, c->kv_bytes, (off_t)hd.header_bytes);
-    if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
-    if ((size_t)got != c->kv_bytes) FAIL(KVS_DISK_TRUNCATED, "%s: payload cut short", path);
-    if (kvs_checksum64(buf, c->kv_bytes, 0) != hd.payload_sum)
+    /* 256 KB at a time, checksummed while still in cache. */
+    kvs_checksum_state cs;
+    kvs_checksum64_init(&cs, 0);
+    for (size_t at = 0; at < c->kv_bytes;) {
+        size_t want = c->kv_bytes - at < ((size_t)256 << 10) ? c->kv_bytes - at : ((size_t)256 << 10);
+        ssize_t got = pread_all(fd, buf + at, want, (off_t)(hd.header_bytes + at));
+        if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+        if ((size_t)got != want) FAIL(KVS_DISK_TRUNCATED, "%s: payload cut short", path);
+        kvs_checksum64_update(&cs, buf + at, want);
+        at += want;
+    }
+    if (kvs_checksum64_final(&cs) != hd.payload_sum)
         FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
     close(fd);
     *payload = buf;
@@ -359,6 +369,116 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
 fail:
     close(fd);
     free(buf);
+    return verdict_status(*verdict);
+}
+
+/* preadv of every iovec, advancing over short reads. Returns 0, or -1 with
+ * errno, or 1 at end of file. */
+static int preadv_all(int fd, struct iovec *iov, int n_iov, off_t off) {
+    while (n_iov > 0) {
+        int batch = n_iov < IOV_MAX ? n_iov : IOV_MAX;
+        ssize_t r = preadv(fd, iov, batch, off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) return 1;
+        off += r;
+        while (n_iov > 0 && (size_t)r >= iov->iov_len) {
+            r -= (ssize_t)iov->iov_len;
+            iov++;
+            n_iov--;
+        }
+        if (n_iov > 0 && r > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + r;
+            iov->iov_len -= (size_t)r;
+        }
+    }
+    return 0;
+}
+
+int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c, int off, int n,
+                          const kvs_kv_view *view, int slot, kvs_disk_verdict *verdict) {
+    kvs_disk_verdict v_local;
+    if (!verdict) verdict = &v_local;
+    *verdict = KVS_DISK_IO;
+    if (!kvs_kv_shape_equal(&c->shape, &view->shape) || off < 0 || n <= 0 || off > c->n_tok - n || slot < 0 ||
+        slot > view->n_ctx - n)
+        return kvs_error(KVS_ERR_INVALID_ARG, "disk read: tokens [%d, %d) of %d into slots [%d, %d) of %d", off,
+                         off + n, c->n_tok, slot, slot + n, view->n_ctx);
+    char path[4096];
+    int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
+    if (rc) return rc;
+    int fd = open_entry(path, verdict);
+    if (fd < 0) return verdict_status(*verdict);
+    header hd;
+    struct iovec *iov = NULL, *work = NULL;
+    uint8_t *sink = NULL;
+    rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && kvs_key_equal(&hd.parent, &c->parent_key) &&
+               !memcmp(hd.tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
+    free(hd.tokens);
+    if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
+    const kvs_kv_shape *s = &c->shape;
+    const size_t row = (size_t)s->head_dim * kvs_kv_dtype_size(s->dtype);
+    const int before = off, after = c->n_tok - off - n;
+    const int per_run = 1 + (before > 0) + (after > 0);
+    const int n_runs = s->n_layer * 2 * s->n_kv_head;
+    iov = malloc((size_t)n_runs * (size_t)per_run * sizeof *iov);
+    work = malloc((size_t)n_runs * (size_t)per_run * sizeof *work);
+    if (before || after) sink = malloc((size_t)n_runs * (size_t)(before + after) * row);
+    if (!iov || !work || ((before || after) && !sink)) FAIL(KVS_DISK_IO, "%s: out of memory", path);
+    /* File order: layer, K|V, head, token. Each head run of the chunk lands
+     * at slot..slot+n of that head in the buffer. */
+    int k = 0;
+    uint8_t *sp = sink;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int half = 0; half < 2; half++)
+            for (int h = 0; h < s->n_kv_head; h++) {
+                uint8_t *dst = (uint8_t *)(half ? view->v[l] : view->k[l]) +
+                               ((size_t)h * (size_t)view->n_ctx + (size_t)slot) * row;
+                if (before) {
+                    iov[k++] = (struct iovec){sp, (size_t)before * row};
+                    sp += (size_t)before * row;
+                }
+                iov[k++] = (struct iovec){dst, (size_t)n * row};
+                if (after) {
+                    iov[k++] = (struct iovec){sp, (size_t)after * row};
+                    sp += (size_t)after * row;
+                }
+            }
+    /* Read in batches of about 256 KB and checksum each batch right away,
+     * while it is still in cache: one pass over memory instead of two. */
+    memcpy(work, iov, (size_t)k * sizeof *iov); /* preadv_all advances its copy */
+    kvs_checksum_state cs;
+    kvs_checksum64_init(&cs, 0);
+    off_t at = (off_t)hd.header_bytes;
+    for (int i = 0; i < k;) {
+        int j = i;
+        size_t batch = 0;
+        while (j < k && (j == i || batch + iov[j].iov_len <= ((size_t)256 << 10))) batch += iov[j++].iov_len;
+        int r = preadv_all(fd, work + i, j - i, at);
+        if (r < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+        if (r > 0) FAIL(KVS_DISK_TRUNCATED, "%s: payload cut short", path);
+        for (; i < j; i++) kvs_checksum64_update(&cs, iov[i].iov_base, iov[i].iov_len);
+        at += (off_t)batch;
+    }
+    if (kvs_checksum64_final(&cs) != hd.payload_sum) FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
+    close(fd);
+    free(iov);
+    free(work);
+    free(sink);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    close(fd);
+    free(iov);
+    free(work);
+    free(sink);
     return verdict_status(*verdict);
 }
 

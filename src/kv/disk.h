@@ -105,6 +105,15 @@ int kvs_disk_read_header(const char *path, const kvs_key *fingerprint, const kvs
 int kvs_disk_load_payload(const char *dir, const kvs_key *fingerprint, const kvs_chunk *c, void **payload,
                           kvs_disk_verdict *verdict);
 
+/* Reads chunk tokens [off, off + n) of c's entry straight into slots
+ * [slot, slot + n) of view (no payload buffer, no extra copy: one preadv
+ * scatters the file into the KV buffer; the part of the payload outside
+ * [off, off + n), if any, goes to a scratch buffer only to be checksummed).
+ * Checks are those of kvs_disk_load_payload. On failure the view's slots
+ * [slot, slot + n) hold undefined bytes; nothing else is written. */
+int kvs_disk_read_into_kv(const char *dir, const kvs_key *fingerprint, const kvs_chunk *c, int off, int n,
+                          const kvs_kv_view *view, int slot, kvs_disk_verdict *verdict);
+
 /* Calls fn(user, chunk) for every valid entry of dir (chunk without payload;
  * fn takes ownership of the reference; a nonzero return stops the scan) and
  * counts every file by verdict. If known is not NULL, entries for which

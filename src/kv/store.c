@@ -218,9 +218,12 @@ static size_t evict_locked(kvs_store *s, size_t target) {
     return n;
 }
 
-/* Makes a pinned, indexed chunk resident (read or write lock held). */
-static int ensure_resident(kvs_store *s, kvs_chunk *c) {
+/* Makes a pinned, indexed chunk resident (read or write lock held).
+ * *entry_bad = 1 when the failure is the entry's (damaged or vanished), as
+ * opposed to a read error or lack of memory. */
+static int ensure_resident(kvs_store *s, kvs_chunk *c, int *entry_bad) {
     int rc = KVS_OK;
+    *entry_bad = 0;
     pthread_mutex_lock(&s->load_mu);
     if (!c->kv) {
         if (!s->dir || !c->on_disk) {
@@ -242,8 +245,10 @@ static int ensure_resident(kvs_store *s, kvs_chunk *c) {
                 pthread_mutex_unlock(&s->lru_mu);
             } else if (v == KVS_DISK_MISSING) {
                 ADD(s->disk_missing, 1);
-            } else {
+                *entry_bad = 1;
+            } else if (v != KVS_DISK_IO) {
                 ADD(s->disk_bad, 1);
+                *entry_bad = 1;
             }
         }
     }
@@ -571,8 +576,9 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
          * no writer changes the index meanwhile. The hit ends before the
          * first entry that fails. */
         for (int i = 0; i < hit->n_segs; i++) {
-            if (ensure_resident(s, hit->segs[i].chunk) == KVS_OK) continue;
-            bad = malloc(sizeof *bad);
+            int entry_bad;
+            if (ensure_resident(s, hit->segs[i].chunk, &entry_bad) == KVS_OK) continue;
+            bad = entry_bad ? malloc(sizeof *bad) : NULL;
             if (bad) bad[n_bad++] = hit->segs[i].chunk;
             else kvs_chunk_unref(hit->segs[i].chunk);
             for (int j = i + 1; j < hit->n_segs; j++) kvs_chunk_unref(hit->segs[j].chunk);
@@ -606,6 +612,103 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
     return KVS_OK;
 }
 
+int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_view *view,
+                          kvs_prefix_hit *hit) {
+    uint64_t t0 = mono_ns();
+    memset(hit, 0, sizeof *hit);
+    hit->n_tokens = n;
+    if (n < 0 || (n && !tokens) || !view || !kvs_kv_shape_equal(&view->shape, &s->shape) || view->n_ctx < n)
+        return kvs_error(KVS_ERR_INVALID_ARG, "store lookup: %d tokens into a KV buffer of %d slots or another shape",
+                         n, view ? view->n_ctx : 0);
+    kvs_radix_seg local[64], *segs = local;
+    char res_local[64], *resident = res_local;
+    kvs_radix_match m;
+    int rc;
+
+    pthread_rwlock_rdlock(&s->lock);
+    rc = kvs_radix_lookup(s->radix, tokens, n, segs, 64, &m);
+    if (rc == KVS_ERR_BUFFER_TOO_SMALL) {
+        segs = malloc((size_t)m.n_segs * sizeof *segs);
+        rc = segs ? kvs_radix_lookup(s->radix, tokens, n, segs, m.n_segs, &m)
+                  : kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+    }
+    if (rc == KVS_OK && m.n_segs) {
+        hit->segs = malloc((size_t)m.n_segs * sizeof *hit->segs);
+        if (m.n_segs > 64) resident = malloc((size_t)m.n_segs);
+        if (!hit->segs || !resident) rc = kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+    }
+    if (rc == KVS_OK) {
+        hit->n_matched = m.n_matched;
+        for (int i = 0; i < m.n_segs; i++) {
+            kvs_chunk *c = segs[i].item;
+            hit->segs[i] = (kvs_hit_seg){kvs_chunk_ref(c), segs[i].from, segs[i].to};
+            pthread_mutex_lock(&s->load_mu);
+            resident[i] = c->kv != NULL; /* a pinned payload stays */
+            pthread_mutex_unlock(&s->load_mu);
+        }
+        hit->n_segs = m.n_segs;
+        hit->n_cached = m.n_covered;
+        for (int i = hit->n_segs - 1; i >= 0; i--) touch(s, hit->segs[i].chunk);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (segs != local) free(segs);
+    if (rc) {
+        if (resident != res_local) free(resident);
+        kvs_prefix_hit_release(hit);
+        hit->n_tokens = n;
+        return rc;
+    }
+    /* Copies and disk reads run outside the lock: the chunks are pinned. */
+    kvs_chunk *bad = NULL;
+    kvs_disk_verdict v_last = KVS_DISK_IO;
+    for (int i = 0; i < hit->n_segs; i++) {
+        kvs_hit_seg *g = &hit->segs[i];
+        kvs_chunk *c = g->chunk;
+        int off = g->from - c->pos0, cnt = g->to - g->from;
+        if (resident[i]) {
+            rc = kvs_chunk_copy_to_kv(c, off, cnt, view, g->from);
+        } else {
+            uint64_t t1 = mono_ns();
+            kvs_disk_verdict v = KVS_DISK_IO;
+            rc = s->dir ? kvs_disk_read_into_kv(s->dir, &s->fp, c, off, cnt, view, g->from, &v)
+                        : kvs_error(KVS_ERR_INTERNAL, "store: chunk at pos %d has no payload", c->pos0);
+            v_last = v;
+            if (rc == KVS_OK) {
+                ADD(s->disk_loads, 1);
+                ADD(s->disk_load_bytes, c->kv_bytes);
+                ADD(s->disk_load_ns, mono_ns() - t1);
+            } else if (s->dir && v == KVS_DISK_MISSING) {
+                ADD(s->disk_missing, 1);
+            } else if (s->dir && v != KVS_DISK_IO) {
+                ADD(s->disk_bad, 1);
+            }
+        }
+        if (rc == KVS_OK) continue;
+        /* The hit ends before this chunk; a damaged or vanished entry is
+         * dropped from the index (a read error or lack of memory is not the
+         * entry's fault: it stays). */
+        if (!resident[i] && s->dir && v_last != KVS_DISK_IO) bad = c;
+        else kvs_chunk_unref(c);
+        for (int j = i + 1; j < hit->n_segs; j++) kvs_chunk_unref(hit->segs[j].chunk);
+        hit->n_cached = g->from;
+        hit->n_segs = i;
+        rc = KVS_OK;
+        break;
+    }
+    if (resident != res_local) free(resident);
+    if (bad) drop_damaged(s, &bad, 1);
+    ADD(s->lookups, 1);
+    ADD(s->lookup_tokens, n);
+    if (hit->n_cached > 0) {
+        ADD(s->hits, 1);
+        ADD(s->hit_tokens, hit->n_cached);
+    } else {
+        ADD(s->misses, 1);
+    }
+    ADD(s->lookup_ns, mono_ns() - t0);
+    return KVS_OK;
+}
+
 void kvs_prefix_hit_release(kvs_prefix_hit *hit) {
     if (!hit) return;
     for (int i = 0; i < hit->n_segs; i++) kvs_chunk_unref(hit->segs[i].chunk);
@@ -627,15 +730,16 @@ static int lookup_key(kvs_store *s, const kvs_key *k, int content, kvs_chunk **o
     uint64_t t0 = mono_ns();
     pthread_rwlock_rdlock(&s->lock);
     kvs_chunk *c = map_find(content ? &s->cmap_content : &s->pmap, k);
-    int rc = KVS_OK;
+    int rc = KVS_OK, entry_bad = 0;
     if (c) {
         kvs_chunk_ref(c);
-        rc = ensure_resident(s, c);
+        rc = ensure_resident(s, c, &entry_bad);
         if (rc == KVS_OK) touch(s, c);
     }
     pthread_rwlock_unlock(&s->lock);
     if (c && rc) {
-        drop_damaged(s, &c, 1);
+        if (entry_bad) drop_damaged(s, &c, 1);
+        else kvs_chunk_unref(c);
         c = NULL;
     }
     if (content) {

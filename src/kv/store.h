@@ -163,6 +163,17 @@ typedef struct kvs_prefix_hit {
  * n - 1 tokens (or recompute the last one). Touches the chunks used. */
 int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_prefix_hit *hit);
 
+/* Lookup and copy-in in one call, for a process that will not reuse the
+ * payloads itself (the one-shot CLI): like kvs_store_lookup_prefix followed
+ * by kvs_prefix_hit_copy_to_kv, except that chunks living on disk only are
+ * read straight into view (kvs_disk_read_into_kv: no payload buffer, no
+ * second copy) and do not become resident. On return view slots
+ * [0, hit->n_cached) hold the KV; slots of a chunk that failed verification
+ * (the hit ends before it) hold undefined bytes, which the caller's prefill
+ * of [n_cached, n) overwrites as usual. view->n_ctx must be >= n. */
+int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_view *view,
+                          kvs_prefix_hit *hit);
+
 /* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */
 void kvs_prefix_hit_release(kvs_prefix_hit *hit);
 
