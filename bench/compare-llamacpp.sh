@@ -73,6 +73,16 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/compare-llamacpp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 IFS=',' read -r -a plist <<<"$pps"
 
+# timed WHO CMD...: runs CMD, appends "real user sys" seconds to $tmp/WHO.time,
+# from which the report gives each engine's CPU share: CPU time it got over
+# wall time x threads (well under 1: the shared machine was busy during it).
+timed() {
+    local who="$1" TIMEFORMAT='%R %U %S' rc=0
+    shift
+    { time "$@" 2>&3 ; } 3>&2 2>>"$tmp/$who.time" || rc=$?
+    return $rc
+}
+
 # Ours: one `kvstitch bench` per prompt length (its -p takes one length);
 # decode is measured with the first one. Output: $tmp/ours.<round>.<P>.json
 run_ours() {
@@ -80,7 +90,7 @@ run_ours() {
     for i in "${!plist[@]}"; do
         p="${plist[$i]}"; n=0
         [ "$i" -eq 0 ] && n="$ngen"
-        if ! "$cli" bench -m "$model" -p "$p" -n "$n" --reps "$reps" --threads "$threads" --json \
+        if ! timed ours "$cli" bench -m "$model" -p "$p" -n "$n" --reps "$reps" --threads "$threads" --json \
                 >"$tmp/ours.$r.$p.json" 2>"$tmp/ours.err"; then
             echo "compare-llamacpp: '$cli bench -m $model -p $p -n $n --reps $reps --threads $threads --json' failed:" >&2
             cat "$tmp/ours.err" >&2
@@ -92,11 +102,11 @@ run_ours() {
 run_peer() {
     local r="$1"
     if [ "$peer" = "llama-bench" ]; then
-        "$llama_bench" -m "$model" -p "$pps" -n "$ngen" -t "$threads" -r "$reps" -o json \
+        timed peer "$llama_bench" -m "$model" -p "$pps" -n "$ngen" -t "$threads" -r "$reps" -o json \
             >"$tmp/peer.$r.json" 2>"$tmp/peer.err" \
             || { echo "compare-llamacpp: llama-bench failed:" >&2; cat "$tmp/peer.err" >&2; exit 1; }
     else
-        "$pyll" bench/llamacpp_bench.py -m "$model" -p "$pps" -n "$ngen" -t "$threads" \
+        timed peer "$pyll" bench/llamacpp_bench.py -m "$model" -p "$pps" -n "$ngen" -t "$threads" \
             -r "$reps" --flash-attn "$fa" >"$tmp/peer.$r.json" 2>"$tmp/peer.err" \
             || { echo "compare-llamacpp: bench/llamacpp_bench.py failed:" >&2; cat "$tmp/peer.err" >&2; exit 1; }
         cat "$tmp/peer.err" >&2   # its warning if wall-clock and llama.cpp's timings disagree
@@ -118,9 +128,10 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo "no commit")
 peer_version=$( [ "$peer" = "llama-bench" ] && "$llama_bench" --version 2>&1 | head -n 1 \
     || "$pyll" -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__)')
 
-table=$(python3 - "$tmp" "$rounds" "$pps" "$ngen" "$peer" <<'PY'
-import glob, json, os, statistics, sys
+table=$(python3 - "$tmp" "$rounds" "$pps" "$ngen" "$peer" "$threads" <<'PY'
+import json, statistics, sys
 tmp, rounds, pps, ngen, peer = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+threads = int(sys.argv[6])
 plist = [int(p) for p in pps.split(",") if p.strip()]
 
 def first(d, keys):
@@ -184,6 +195,24 @@ for m, o, t, q in rows:
     ts = f"{t:16.1f}" if t else f"{'n/a':>16}"
     qs = f"{q:11.2f}x" if q else f"{'n/a':>12}"
     print(f"{m:<10} {o:12.1f} {ts} {qs}")
+
+def cpu_share(who):
+    real = cpu = 0.0
+    with open(f"{tmp}/{who}.time") as f:
+        for line in f:
+            r, u, s = (float(x) for x in line.split())
+            real, cpu = real + r, cpu + u + s
+    return cpu / (real * threads) if real > 0 else 0.0
+if peer != "llama-bench":
+    with open(f"{tmp}/peer.0.json") as f:
+        d = json.load(f)
+    print(f"\nllama.cpp config: flash_attn={d.get('flash_attn')}, n_batch={d.get('n_batch')}, "
+          f"n_ubatch={d.get('n_ubatch')}, extra_bufts={d.get('extra_bufts')}"
+          f", wall vs llama.cpp's own timing within {d.get('wall_vs_perf_max_rel_diff', 0):.1%}")
+    if d.get("note"):
+        print(f"note: {d['note']}")
+print(f"\nCPU share (CPU time / (wall x {threads} threads), whole runs incl. load and "
+      f"warm-up): ours {cpu_share('ours'):.2f}, llama.cpp {cpu_share('peer'):.2f}")
 PY
 )
 

@@ -16,26 +16,45 @@
 /* ---------------------------------------------------------------------------
  * Tolerances, and why.
  *
- * SmolLM2 Q4_1: the engine quantizes activations to 8 bits (blocks of 32)
- * before every quantized matmul, the output head included, and keeps K/V in
- * float16; the reference computes in float64 on the dequantized weights. That
- * rounding alone moves logits (magnitude ~25-30) by up to ~0.5-1.5 at the
- * worst position (see `ref_forward.py MODEL predict`, which emulates it in
- * numpy); the tolerances below are the figures measured on the engine with
- * headroom (see the report printed by each test).
+ * SmolLM2 Q4_1. The engine quantizes activations to 8 bits (blocks of 32)
+ * before every quantized matmul, the Q8_0 output head included, and keeps K/V
+ * in float16; the reference computes in float64 on the dequantized weights.
+ * That rounding alone (emulated in numpy by `tests/ref/ref_forward.py MODEL
+ * predict`) moves logits of magnitude ~25-30 by up to 1.36 at the last chat
+ * position (1.65 at the worst position), shifts the gap between the exact
+ * top-1 and top-2 by up to 0.50, and leaves only ~96% top-1 agreement on
+ * teacher-forced text: an argmax flips wherever the exact margin is smaller
+ * than that shift. The rounding is chaotic (the same emulation in float32 and
+ * float64 differs by 0.72), so no reference can reproduce it bit for bit.
+ * Hence: bounds on the logits set from the measured engine figures with
+ * headroom, and exact agreement required wherever the reference's own
+ * top-1/top-2 margin is at least SMOL_TIE, i.e. where 8-bit rounding cannot
+ * flip the answer. Every miss below SMOL_TIE is printed with its margin.
+ *
+ * Measured on the engine: last-position max|diff| 0.60-1.33, rms <= 0.37,
+ * cosine >= 0.99958; teacher-forced top-1 agreement 96.43% (513/532), all
+ * 19 misses at reference margins <= 0.24. Two numpy realizations of the same
+ * 8-bit rounding (float32, float64) give, over the four golden prompts,
+ * max|diff| up to 1.56, rms up to 0.75, cosine down to 0.9986: the bounds
+ * below hold for any faithful 8-bit engine, not only for today's bits.
  */
-#define SMOL_MAX_ABS_TOL 1.0  /* max |logit - ref| at the last prompt position */
-#define SMOL_COS_MIN 0.995    /* cosine(logits, ref) at the last prompt position */
-#define SMOL_N_GREEDY 32      /* greedy tokens that must match exactly */
-#define SMOL_TF_MIN 0.995     /* top-1 agreement on teacher-forced text */
+#define SMOL_MAX_ABS_TOL 2.0  /* max |logit - ref| at the last prompt position */
+#define SMOL_RMS_TOL 1.0      /* rms(logit - ref) over the vocabulary, same position */
+#define SMOL_COS_MIN 0.997    /* cosine(logits, ref), same position */
+#define SMOL_TIE 0.75         /* reference margins below this are near ties (> 0.50 max shift) */
+#define SMOL_N_GREEDY 32      /* greedy steps compared */
+#define SMOL_TF_DECISIVE 0.995 /* top-1 agreement where the reference margin >= SMOL_TIE */
+#define SMOL_TF_RAW 0.94      /* top-1 agreement at all positions (8-bit rounding: ~96%) */
 /* Tiny model: F16 weights, float activations (no 8-bit rounding), one layer,
  * logits of magnitude ~0.25: only float32 rounding and F16 K/V separate the
- * engine from the reference. */
+ * engine from the reference (measured max|diff| < 5e-6). Its random weights
+ * give margins of ~1e-3, mostly far above the tolerance: every argmax must
+ * agree where the reference margin is >= TINY_TIE (195 of the 200
+ * teacher-forced positions), and greedy steps may differ only at such ties. */
 #define TINY_MAX_ABS_TOL 1e-4
+#define TINY_RMS_TOL 2e-5
 #define TINY_COS_MIN 0.99999
-/* A greedy or teacher-forced argmax may differ from the reference only where
- * the reference's top-1/top-2 margin is below twice the logit tolerance (a
- * near tie the tolerance cannot order); every such case is printed. */
+#define TINY_TIE (2 * TINY_MAX_ABS_TOL)
 
 /* ------------------------------------------------------------------------ */
 /* Golden file (tests/data/golden/<name>.txt)                                */
@@ -260,28 +279,32 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-typedef struct cmp { double max_abs, cos; int at; } cmp;
+typedef struct cmp { double max_abs, rms, cos; int at; } cmp;
 
 static cmp compare(const float *a, const float *ref, int n) {
-    cmp r = {0, 0, 0};
-    double ab = 0, aa = 0, bb = 0;
+    cmp r = {0, 0, 0, 0};
+    double ab = 0, aa = 0, bb = 0, dd = 0;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)a[i] - ref[i]);
         if (d > r.max_abs) { r.max_abs = d; r.at = i; }
+        dd += d * d;
         ab += (double)a[i] * ref[i];
         aa += (double)a[i] * a[i];
         bb += (double)ref[i] * ref[i];
     }
+    r.rms = sqrt(dd / n);
     r.cos = ab / (sqrt(aa) * sqrt(bb) + 1e-300);
     return r;
 }
+
+typedef struct tol { double max_abs, rms, cos_min, tie; } tol;
 
 /* ------------------------------------------------------------------------ */
 /* Checks shared by both models                                              */
 /* ------------------------------------------------------------------------ */
 
 /* Last-position logits of every prompt case, the prompt fed in one call. */
-static void check_logits(const char *gname, const char *model_path, double tol, double cos_min) {
+static void check_logits(const char *gname, const char *model_path, tol t) {
     golden g;
     engine e;
     if (golden_load(gname, &g)) { kt_test_failed++; return; }
@@ -297,29 +320,34 @@ static void check_logits(const char *gname, const char *model_path, double tol, 
         if (run(&e, c->prompt, c->n_prompt, 0, lg) == 0) {
             cmp r = compare(lg, ref, e.n_vocab);
             int a = argmax(lg, e.n_vocab), ra = argmax(ref, e.n_vocab);
-            printf("  %s/%s: %d prompt tokens, max|diff| %.5f (id %d: %.4f vs ref %.4f), cosine %.7f, "
-                   "top-1 %d (ref %d)\n", gname, c->name, c->n_prompt, r.max_abs, r.at, lg[r.at], ref[r.at],
-                   r.cos, a, ra);
-            CHECK_MSG(r.max_abs <= tol, "%s: max|diff| %.5f > %g", c->name, r.max_abs, tol);
-            CHECK_MSG(r.cos >= cos_min, "%s: cosine %.7f < %g", c->name, r.cos, cos_min);
-            CHECK_MSG(a == ra, "%s: top-1 %d != ref %d (ref margin %.4f)", c->name, a, ra,
-                      c->n_greedy_margin ? c->greedy_margin[0] : -1.0);
+            double margin = c->n_greedy_margin ? c->greedy_margin[0] : 0.0; /* ref top1 - top2 here */
+            printf("  %s/%s: %d prompt tokens, max|diff| %.5f (id %d: %.4f vs ref %.4f), rms %.5f, "
+                   "cosine %.7f, top-1 %d (ref %d, ref margin %.4f%s)\n", gname, c->name, c->n_prompt, r.max_abs,
+                   r.at, lg[r.at], ref[r.at], r.rms, r.cos, a, ra, margin,
+                   a != ra ? (margin < t.tie ? ": differs at a near tie" : ": DIFFERS") : "");
+            CHECK_MSG(r.max_abs <= t.max_abs, "%s: max|diff| %.5f > %g", c->name, r.max_abs, t.max_abs);
+            CHECK_MSG(r.rms <= t.rms, "%s: rms diff %.5f > %g", c->name, r.rms, t.rms);
+            CHECK_MSG(r.cos >= t.cos_min, "%s: cosine %.7f < %g", c->name, r.cos, t.cos_min);
+            CHECK_MSG(a == ra || margin < t.tie, "%s: top-1 %d != ref %d at ref margin %.4f", c->name, a, ra,
+                      margin);
             if (r.max_abs > worst) worst = r.max_abs;
         } else {
             kt_test_failed++;
         }
         free(ref);
     }
-    printf("  %s: worst last-position max|diff| %.5f (tolerance %g)\n", gname, worst, tol);
+    printf("  %s: worst last-position max|diff| %.5f (tolerance %g)\n", gname, worst, t.max_abs);
     free(lg);
     engine_close(&e);
     golden_free(&g);
 }
 
-/* Greedy continuation via kvs_decode (does not stop at EOS, so the compared
- * length is fixed): the first n_must tokens must match; a mismatch at a near
- * tie (ref margin < tie) is reported as such, and still fails. */
-static void check_greedy(const char *gname, const char *model_path, int n_must, double tie) {
+/* Greedy along the reference's path: feed the reference's greedy tokens one
+ * by one (kvs_decode) and compare the engine's argmax with the reference's
+ * next token at each of the first n_steps steps. Unlike a free-running
+ * comparison, one near tie does not end the comparison: every step is
+ * checked, and a miss is allowed only at a reference margin below tie. */
+static void check_greedy(const char *gname, const char *model_path, int n_steps, double tie) {
     golden g;
     engine e;
     if (golden_load(gname, &g)) { kt_test_failed++; return; }
@@ -328,25 +356,27 @@ static void check_greedy(const char *gname, const char *model_path, int n_must, 
     for (int i = 0; lg && i < g.n_cases; i++) {
         const gcase *c = &g.cases[i];
         if (!c->n_prompt || !c->n_greedy) continue;
-        CHECK(c->n_greedy >= n_must);
+        CHECK(c->n_greedy >= n_steps);
         if (run(&e, c->prompt, c->n_prompt, 0, lg)) { kt_test_failed++; continue; }
-        int n_match = 0;
+        int n_match = 0, n_tie = 0, n = n_steps < c->n_greedy ? n_steps : c->n_greedy;
         float min_margin = 1e30f;
-        for (int t = 0; t < c->n_greedy; t++) {
-            int32_t tok = argmax(lg, e.n_vocab);
-            if (tok != c->greedy[t]) {
-                printf("  %s/%s: greedy differs at step %d: %d vs ref %d; ref margin there %.4f%s\n", gname,
-                       c->name, t, tok, c->greedy[t], c->greedy_margin[t],
-                       c->greedy_margin[t] < tie ? " (a near tie)" : "");
-                break;
+        for (int t = 0; t < n; t++) {
+            int a = argmax(lg, e.n_vocab);
+            if (c->greedy_margin[t] < min_margin) min_margin = c->greedy_margin[t];
+            if (a == c->greedy[t]) {
+                n_match++;
+            } else {
+                int near = c->greedy_margin[t] < tie;
+                n_tie += near;
+                printf("  %s/%s: step %d: engine %d vs ref %d, ref margin %.4f%s\n", gname, c->name, t, a,
+                       c->greedy[t], c->greedy_margin[t], near ? " (a near tie)" : " (DECISIVE)");
+                CHECK_MSG(near, "%s: greedy step %d differs at ref margin %.4f >= %g", c->name, t,
+                          c->greedy_margin[t], tie);
             }
-            if (c->greedy_margin[t] < min_margin && t < n_must) min_margin = c->greedy_margin[t];
-            n_match++;
-            if (t + 1 < c->n_greedy && run(&e, &tok, 1, c->n_prompt + t, lg)) { kt_test_failed++; break; }
+            if (t + 1 < n && run(&e, &c->greedy[t], 1, c->n_prompt + t, lg)) { kt_test_failed++; break; }
         }
-        printf("  %s/%s: greedy matches the reference for %d of %d tokens (must: %d; smallest ref margin "
-               "within them %.4f)\n", gname, c->name, n_match, c->n_greedy, n_must, min_margin);
-        CHECK_MSG(n_match >= n_must, "%s: greedy matched %d < %d", c->name, n_match, n_must);
+        printf("  %s/%s: on the reference's greedy path %d of %d steps agree, %d near-tie misses "
+               "(smallest ref margin %.4f)\n", gname, c->name, n_match, n, n_tie, min_margin);
     }
     free(lg);
     engine_close(&e);
@@ -354,15 +384,17 @@ static void check_greedy(const char *gname, const char *model_path, int n_must, 
 }
 
 /* Teacher-forced texts, one token per kvs_decode call: argmax after every
- * position against the reference. min_agree: required fraction; positions
- * where the reference margin is >= tie must agree in any case. */
-static void check_teacher_forced(const char *gname, const char *model_path, double min_agree, double tie) {
+ * position against the reference. min_raw: required agreement over all
+ * positions; min_decisive: over the positions where the reference margin is
+ * >= tie (where rounding cannot flip the argmax). */
+static void check_teacher_forced(const char *gname, const char *model_path, double min_raw, double min_decisive,
+                                 double tie) {
     golden g;
     engine e;
     if (golden_load(gname, &g)) { kt_test_failed++; return; }
     if (engine_open(&e, model_path, &g)) { kt_test_failed++; engine_close(&e); golden_free(&g); return; }
     float *lg = malloc((size_t)e.n_vocab * sizeof *lg);
-    int total = 0, agree = 0, decisive_miss = 0, n_cases = 0;
+    int total = 0, agree = 0, n_decisive = 0, decisive_miss = 0, n_cases = 0;
     for (int i = 0; lg && i < g.n_cases; i++) {
         const gcase *c = &g.cases[i];
         if (!c->n_tf) continue;
@@ -378,6 +410,7 @@ static void check_teacher_forced(const char *gname, const char *model_path, doub
                        c->tf_argmax[p], c->tf_margin[p], c->tf_margin[p] < tie ? " (near tie)" : "");
                 if (c->tf_margin[p] >= tie) decisive_miss++;
             }
+            n_decisive += c->tf_margin[p] >= tie;
         }
         printf("  %s/%s: top-1 agreement %d/%d = %.2f%%\n", gname, c->name, n_agree, c->n_tf,
                100.0 * n_agree / c->n_tf);
@@ -385,20 +418,26 @@ static void check_teacher_forced(const char *gname, const char *model_path, doub
         agree += n_agree;
     }
     CHECK(n_cases > 0 && total > 0);
-    double frac = total ? (double)agree / total : 0;
-    printf("  %s: teacher-forced top-1 agreement %d/%d = %.2f%% (required %.2f%%), %d misses at a ref margin "
-           ">= %g\n", gname, agree, total, 100 * frac, 100 * min_agree, decisive_miss, tie);
-    CHECK_MSG(frac >= min_agree, "agreement %.4f < %.4f", frac, min_agree);
-    CHECK_EQ_INT(decisive_miss, 0);
+    double raw = total ? (double)agree / total : 0;
+    double dec = n_decisive ? (double)(n_decisive - decisive_miss) / n_decisive : 0;
+    printf("  %s: teacher-forced top-1 agreement %d/%d = %.2f%% (required %.2f%%); where the ref margin >= %g: "
+           "%d/%d = %.2f%% (required %.2f%%)\n", gname, agree, total, 100 * raw, 100 * min_raw, tie,
+           n_decisive - decisive_miss, n_decisive, 100 * dec, 100 * min_decisive);
+    CHECK_MSG(raw >= min_raw, "agreement %.4f < %.4f", raw, min_raw);
+    CHECK_MSG(n_decisive > total / 4 && dec >= min_decisive, "decisive agreement %.4f < %.4f (of %d)", dec,
+              min_decisive, n_decisive);
     free(lg);
     engine_close(&e);
     golden_free(&g);
 }
 
-/* kvs_generate (greedy) must give the reference's greedy tokens up to and
- * including the first end-of-generation token (where it stops), and its
- * first_logits must be the prompt's last-position logits. */
-static void check_generate(const char *gname, const char *model_path, double tol) {
+/* kvs_generate, greedy and free-running (it follows its own tokens and
+ * stops after an end-of-generation token): it must give the reference's
+ * greedy tokens for n_steps tokens or up to the reference's first EOG,
+ * unless it leaves the reference's path at a near tie (reported, with the
+ * margin; the steps after such a divergence cannot be compared). Its
+ * first_logits are the prompt's last-position logits. */
+static void check_generate(const char *gname, const char *model_path, int n_steps, tol t) {
     golden g;
     engine e;
     if (golden_load(gname, &g)) { kt_test_failed++; return; }
@@ -406,10 +445,10 @@ static void check_generate(const char *gname, const char *model_path, double tol
     for (int i = 0; i < g.n_cases; i++) {
         const gcase *c = &g.cases[i];
         if (!c->n_prompt || !c->n_greedy) continue;
-        int n_expect = 0; /* reference tokens up to the first EOG, inclusive */
-        while (n_expect < c->n_greedy && !kvs_token_is_eog(e.model, c->greedy[n_expect++])) {}
+        int n_expect = 0; /* reference tokens up to n_steps or the first EOG, inclusive */
+        while (n_expect < n_steps && n_expect < c->n_greedy && !kvs_token_is_eog(e.model, c->greedy[n_expect++])) {}
         kvs_generate_params gp = kvs_generate_default_params();
-        gp.n_predict = c->n_greedy;
+        gp.n_predict = n_steps;
         gp.sampling.temperature = 0.0f;
         gp.sampling.repeat_penalty = 1.0f;
         kvs_generate_result r;
@@ -419,15 +458,28 @@ static void check_generate(const char *gname, const char *model_path, double tol
         if (st) continue;
         int n_match = 0;
         while (n_match < r.n_tokens && n_match < n_expect && r.tokens[n_match] == c->greedy[n_match]) n_match++;
-        printf("  %s/%s: kvs_generate gave %d tokens, %d match the reference (which expects %d%s)\n", gname,
-               c->name, r.n_tokens, n_match, n_expect, n_expect < c->n_greedy ? ", ending at an EOG token" : "");
-        CHECK_MSG(r.n_tokens == n_expect && n_match == n_expect, "%s: generate %d/%d tokens match", c->name,
-                  n_match, n_expect);
+        if (n_match == n_expect) {
+            printf("  %s/%s: kvs_generate matches the reference for all %d tokens%s\n", gname, c->name, n_match,
+                   n_expect < n_steps ? " up to and including its EOG" : "");
+            CHECK_EQ_INT(r.n_tokens, n_expect);
+        } else if (n_match < r.n_tokens) {
+            float m = c->greedy_margin[n_match];
+            printf("  %s/%s: kvs_generate matches the reference for %d of %d tokens, then %d vs ref %d at a ref "
+                   "margin of %.4f%s\n", gname, c->name, n_match, n_expect, r.tokens[n_match],
+                   c->greedy[n_match], m, m < t.tie ? " (a near tie)" : " (DECISIVE)");
+            CHECK_MSG(m < t.tie, "%s: generation leaves the reference at step %d, ref margin %.4f >= %g", c->name,
+                      n_match, m, t.tie);
+        } else {
+            printf("  %s/%s: kvs_generate stopped after %d tokens; the reference expects %d\n", gname, c->name,
+                   r.n_tokens, n_expect);
+            kt_test_failed++;
+        }
         float *ref = golden_logits(&g, c);
         CHECK(ref != NULL && r.first_logits != NULL && r.n_vocab == e.n_vocab);
         if (ref && r.first_logits) {
             cmp cr = compare(r.first_logits, ref, e.n_vocab);
-            CHECK_MSG(cr.max_abs <= tol, "%s: first_logits max|diff| %.5f > %g", c->name, cr.max_abs, tol);
+            CHECK_MSG(cr.max_abs <= t.max_abs, "%s: first_logits max|diff| %.5f > %g", c->name, cr.max_abs,
+                      t.max_abs);
         }
         free(ref);
         kvs_generate_result_free(&r);
@@ -466,28 +518,40 @@ TEST(golden_files_parse) {
     golden_free(&g);
 }
 
-TEST(golden_tiny_logits) { check_logits("tiny", tiny_model(), TINY_MAX_ABS_TOL, TINY_COS_MIN); }
-TEST(golden_tiny_greedy) { check_greedy("tiny", tiny_model(), 32, 2 * TINY_MAX_ABS_TOL); }
-TEST(golden_tiny_teacher_forced) {
-    /* Random weights: margins are ~1e-3, so agreement is only required where
-     * the reference margin beats the tolerance; all other misses are listed. */
-    check_teacher_forced("tiny", tiny_model(), 0.95, 2 * TINY_MAX_ABS_TOL);
-}
-TEST(golden_smollm2_logits) { check_logits("smollm2", kt_model_path(), SMOL_MAX_ABS_TOL, SMOL_COS_MIN); }
-TEST(golden_smollm2_greedy) { check_greedy("smollm2", kt_model_path(), SMOL_N_GREEDY, 2 * SMOL_MAX_ABS_TOL); }
-TEST(golden_smollm2_generate) { check_generate("smollm2", kt_model_path(), SMOL_MAX_ABS_TOL); }
+static const tol smol_tol = {SMOL_MAX_ABS_TOL, SMOL_RMS_TOL, SMOL_COS_MIN, SMOL_TIE};
+static const tol tiny_tol = {TINY_MAX_ABS_TOL, TINY_RMS_TOL, TINY_COS_MIN, TINY_TIE};
+
+TEST(golden_tiny_logits) { check_logits("tiny", tiny_model(), tiny_tol); }
+TEST(golden_tiny_greedy) { check_greedy("tiny", tiny_model(), 48, TINY_TIE); }
+TEST(golden_tiny_teacher_forced) { check_teacher_forced("tiny", tiny_model(), 0.95, 1.0, TINY_TIE); }
+TEST(golden_smollm2_logits) { check_logits("smollm2", kt_model_path(), smol_tol); }
+TEST(golden_smollm2_greedy) { check_greedy("smollm2", kt_model_path(), SMOL_N_GREEDY, SMOL_TIE); }
+TEST(golden_smollm2_generate) { check_generate("smollm2", kt_model_path(), SMOL_N_GREEDY, smol_tol); }
 TEST(golden_smollm2_teacher_forced) {
-    check_teacher_forced("smollm2", kt_model_path(), SMOL_TF_MIN, 2 * SMOL_MAX_ABS_TOL);
+    check_teacher_forced("smollm2", kt_model_path(), SMOL_TF_RAW, SMOL_TF_DECISIVE, SMOL_TIE);
 }
 
-int main(void) {
-    RUN(golden_files_parse);
-    RUN(golden_tiny_logits);
-    RUN(golden_tiny_greedy);
-    RUN(golden_tiny_teacher_forced);
-    RUN(golden_smollm2_logits);
-    RUN(golden_smollm2_greedy);
-    RUN(golden_smollm2_generate);
-    RUN(golden_smollm2_teacher_forced);
+/* Optional arguments: names of the tests to run (all when none). */
+static int g_argc;
+static char **g_argv;
+static int wanted(const char *name) {
+    if (g_argc < 2) return 1;
+    for (int i = 1; i < g_argc; i++)
+        if (!strcmp(g_argv[i], name)) return 1;
+    return 0;
+}
+#define RUN_IF(name) do { if (wanted(#name)) RUN(name); } while (0)
+
+int main(int argc, char **argv) {
+    g_argc = argc;
+    g_argv = argv;
+    RUN_IF(golden_files_parse);
+    RUN_IF(golden_tiny_logits);
+    RUN_IF(golden_tiny_greedy);
+    RUN_IF(golden_tiny_teacher_forced);
+    RUN_IF(golden_smollm2_logits);
+    RUN_IF(golden_smollm2_greedy);
+    RUN_IF(golden_smollm2_generate);
+    RUN_IF(golden_smollm2_teacher_forced);
     return kt_summary();
 }

@@ -243,6 +243,34 @@ TEST(test_silu_mul) {
     }
 }
 
+/* SIMD row kernels give the scalar bytes (odd sizes exercise the tails). */
+TEST(test_rowops_simd_equals_scalar) {
+    const int ns[] = {1, 15, 16, 64, 576, 1000, 1536};
+    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+            int n = ns[ni];
+            float *x = xmalloc(4 * n), *w = xmalloc(4 * n), *y0 = xmalloc(4 * n), *y1 = xmalloc(4 * n);
+            float *g0 = xmalloc(4 * n), *g1 = xmalloc(4 * n);
+            kt_rand_vec(x, n, 30.0f);
+            kt_rand_vec(w, n, 2.0f);
+            if (n > 3) { x[0] = 100.0f; x[1] = -100.0f; x[2] = 0.0f; }
+            memcpy(g0, x, 4 * n);
+            memcpy(g1, x, 4 * n);
+            kvs_kernels_set_isa("scalar");
+            kvs_rmsnorm(y0, x, w, n, 1e-5f);
+            kvs_silu_mul(g0, w, n);
+            kvs_kernels_set_isa(simd_isas[s]);
+            kvs_rmsnorm(y1, x, w, n, 1e-5f);
+            kvs_silu_mul(g1, w, n);
+            CHECK_MSG(memcmp(y0, y1, 4 * n) == 0, "%s rmsnorm n=%d", simd_isas[s], n);
+            CHECK_MSG(memcmp(g0, g1, 4 * n) == 0, "%s silu n=%d", simd_isas[s], n);
+            free(x); free(w); free(y0); free(y1); free(g0); free(g1);
+        }
+    }
+    kvs_kernels_set_isa("best");
+}
+
 TEST(test_expf) {
     double worst = 0;
     for (int i = 0; i <= 1000000; i++) {
@@ -445,6 +473,7 @@ int main(void) {
     RUN(test_matmul_simd_equals_scalar);
     RUN(test_rmsnorm);
     RUN(test_silu_mul);
+    RUN(test_rowops_simd_equals_scalar);
     RUN(test_rope);
     RUN(test_attention_ref_vs_double);
     RUN(test_attention_simd_equals_scalar);

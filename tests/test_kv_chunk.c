@@ -59,6 +59,9 @@ static void copy_roundtrip(kvs_kv_type dtype) {
                         if (memcmp((uint8_t *)c->kv + ci * es, bp, es)) bad++;
                     }
     CHECK_EQ_INT(bad, 0);
+    /* the per-layer accessors point at the same places */
+    CHECK((uint8_t *)kvs_chunk_layer_k(c, 2) == (uint8_t *)c->kv + (size_t)2 * 2 * 2 * 12 * 8 * es);
+    CHECK((uint8_t *)kvs_chunk_layer_v(c, 2) == (uint8_t *)c->kv + (size_t)(2 * 2 + 1) * 2 * 12 * 8 * es);
     /* copy the middle 5 tokens back at slot 20 + 3: equal there, zero elsewhere */
     CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 3, 5, &dst->view, 23), KVS_OK);
     CHECK(fake_kv_equal(src, dst, 23, 28));

@@ -90,6 +90,8 @@ AI void transpose16(__m512 r[16]) {
     }
 }
 
+/* (transpose16 is used by both layouts.) */
+
 /* 16 floats of K/V row j starting at dim d. */
 AI __m512 kv_load16(const void *base, int kv_type, size_t idx) {
     if (kv_type == 0) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + idx)));
@@ -107,67 +109,67 @@ typedef struct unit_ctx {
     int n[KVS_ATTN_ROWS];
 } unit_ctx;
 
-/* --------------------------------------------------- scores, lane = row */
+/* ------------------------------------------------ prefill, lane = row */
 
-static void scores_rows(unit_ctx *u, int rb) {
-    const kvs_attn_call *c = u->c;
+/* Keys per staged K/V tile (converted to f32 once per unit, shared by all
+ * row blocks). */
+static inline int tile_keys(int D) { return (KVS_ATTN_STAGE_FLOATS / D) & ~15; }
+
+/* f32 rows [j0, j0 + nk) of K or V of the unit's kv head (f16 converted into
+ * stage, f32 used in place). */
+static const float *stage_rows(const unit_ctx *u, const void *base, int j0, int nk, float *stage) {
     const int D = u->D;
-    int r0 = rb * 16, nr = u->rows - r0 < 16 ? u->rows - r0 : 16;
-    float *Qt = u->stage;                 /* (D, 16) */
-    float *Kf = u->stage + (size_t)D * 16; /* (8, D) converted keys */
-    float *S = u->S + (size_t)rb * 16 * u->ctxs; /* (n, 16) */
-    int nv[16], maxn = 0;
-    for (int l = 0; l < 16; l++) {
-        int r = r0 + l;
-        nv[l] = l < nr ? u->n[r] : 0;
-        if (nv[l] > maxn) maxn = nv[l];
-        const float *q = l < nr ? c->q + ((size_t)(u->t0 + r / u->group) * c->n_head +
-                                          (size_t)u->g * u->group + r % u->group) * D
-                                : NULL;
-        for (int d = 0; d < D; d++) Qt[d * 16 + l] = q ? q[d] : 0.0f;
-    }
-    const __m512i nvec = _mm512_loadu_si512(nv);
-    const __m512 scale = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
-    __m512 mx = ninf;
-    for (int j = 0; j < maxn; j += 8) {
-        int nk = maxn - j < 8 ? maxn - j : 8;
-        const float *kb;
-        size_t kstride = (size_t)D;
-        if (c->kv_type == 0) {
-            for (int jj = 0; jj < nk; jj++)
-                for (int d = 0; d < D; d += 16)
-                    _mm512_storeu_ps(Kf + jj * D + d, kv_load16(c->k, 0, u->kv_off + (size_t)(j + jj) * D + d));
-            kb = Kf;
-        } else {
-            kb = (const float *)c->k + u->kv_off + (size_t)j * D;
-        }
+    if (u->c->kv_type != 0) return (const float *)base + u->kv_off + (size_t)j0 * D;
+    const uint16_t *src = (const uint16_t *)base + u->kv_off + (size_t)j0 * D;
+    for (size_t i = 0; i < (size_t)nk * D; i += 16)
+        _mm512_storeu_ps(stage + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    return stage;
+}
+
+/* Scores of keys [j0, j0 + nk) for row block rb (lane = row), from f32 keys
+ * kf (nk, D); running max in *mx. */
+static void qk_rows(const unit_ctx *u, int rb, const float *Qt, const float *kf, int j0, int nk,
+                    __m512i nvec, __m512 *mx) {
+    const int D = u->D;
+    float *S = u->S + (size_t)rb * 16 * u->ctxs;
+    const __m512 scale = _mm512_set1_ps(u->c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nk; j += 8) {
+        int n8 = nk - j < 8 ? nk - j : 8;
+        const float *kb = kf + (size_t)j * D;
         __m512 s[8];
+#pragma GCC unroll 8
         for (int jj = 0; jj < 8; jj++) s[jj] = _mm512_setzero_ps();
-        if (nk == 8) {
+        if (n8 == 8) {
             for (int d = 0; d < D; d++) {
                 __m512 qd = _mm512_loadu_ps(Qt + d * 16);
+#pragma GCC unroll 8
                 for (int jj = 0; jj < 8; jj++)
-                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * kstride + d]), s[jj]);
+                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * D + d]), s[jj]);
             }
         } else {
             for (int d = 0; d < D; d++) {
                 __m512 qd = _mm512_loadu_ps(Qt + d * 16);
-                for (int jj = 0; jj < nk; jj++)
-                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * kstride + d]), s[jj]);
+                for (int jj = 0; jj < n8; jj++)
+                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * D + d]), s[jj]);
             }
         }
-        for (int jj = 0; jj < nk; jj++) {
-            __mmask16 live = _mm512_cmpgt_epi32_mask(nvec, _mm512_set1_epi32(j + jj));
+        for (int jj = 0; jj < n8; jj++) {
+            __mmask16 live = _mm512_cmpgt_epi32_mask(nvec, _mm512_set1_epi32(j0 + j + jj));
             __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[jj], scale));
-            mx = _mm512_max_ps(mx, v);
-            _mm512_storeu_ps(S + (size_t)(j + jj) * 16, v);
+            *mx = _mm512_max_ps(*mx, v);
+            _mm512_storeu_ps(S + (size_t)(j0 + j + jj) * 16, v);
         }
     }
-    /* exp and the 16 partial sums (partial j % 16) */
+}
+
+/* exp in place and 1 / sum for row block rb. */
+static void softmax_rows(unit_ctx *u, int rb, int maxn, __m512 mx, int nr) {
+    float *S = u->S + (size_t)rb * 16 * u->ctxs;
     __m512 P[16];
     for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
     int j = 0;
     for (; j + 16 <= maxn; j += 16)
+#pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)(j + i) * 16), mx));
             _mm512_storeu_ps(S + (size_t)(j + i) * 16, e);
@@ -184,7 +186,93 @@ static void scores_rows(unit_ctx *u, int rb) {
     __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(P[0], P[1]));
     float tmp[16];
     _mm512_storeu_ps(tmp, inv);
-    for (int l = 0; l < nr; l++) u->inv[r0 + l] = tmp[l];
+    for (int l = 0; l < nr; l++) u->inv[rb * 16 + l] = tmp[l];
+}
+
+/* o[d] += e_j * v_j[d] for keys [j0, j0 + nk), 16 dims at d0, lane = row:
+ * acc[dd] holds dim d0 + dd of the 16 rows. Keys a row does not see have
+ * e = 0 and add exactly +0. */
+AI void pv_rows(const float *S, const float *vf, int D, int j0, int nk, int d0, __m512 acc[16]) {
+    for (int j = 0; j < nk; j++) {
+        __m512 e = _mm512_loadu_ps(S + (size_t)(j0 + j) * 16);
+        const float *v = vf + (size_t)j * D + d0;
+#pragma GCC unroll 16
+        for (int dd = 0; dd < 16; dd++) acc[dd] = _mm512_fmadd_ps(e, _mm512_set1_ps(v[dd]), acc[dd]);
+    }
+}
+
+static void prefill_unit(unit_ctx *u) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D, nrb = (u->rows + 15) / 16, JT = tile_keys(D);
+    float *Qt = u->stage;                              /* (nrb, D, 16), then O (nrb, D, 16) */
+    float *kvf = u->stage + (size_t)3 * 16 * 256;      /* (JT, D) staged K or V tile */
+    __m512i nvec[3];
+    __m512 mx[3];
+    int maxn[3], nr[3], maxall = 0;
+    for (int rb = 0; rb < nrb; rb++) {
+        int r0 = rb * 16, nv[16];
+        nr[rb] = u->rows - r0 < 16 ? u->rows - r0 : 16;
+        maxn[rb] = 0;
+        float *qt = Qt + (size_t)rb * D * 16;
+        for (int l = 0; l < 16; l++) {
+            int r = r0 + l;
+            nv[l] = l < nr[rb] ? u->n[r] : 0;
+            if (nv[l] > maxn[rb]) maxn[rb] = nv[l];
+            const float *q = l < nr[rb] ? c->q + ((size_t)(u->t0 + r / u->group) * c->n_head +
+                                                  (size_t)u->g * u->group + r % u->group) * D
+                                        : NULL;
+            for (int d = 0; d < D; d++) qt[d * 16 + l] = q ? q[d] : 0.0f;
+        }
+        if (maxn[rb] > maxall) maxall = maxn[rb];
+        nvec[rb] = _mm512_loadu_si512(nv);
+        mx[rb] = _mm512_set1_ps(-INFINITY);
+    }
+    /* pass 1: scores, K staged once per tile for all row blocks */
+    for (int j0 = 0; j0 < maxall; j0 += JT) {
+        int nk = maxall - j0 < JT ? maxall - j0 : JT;
+        const float *kf = stage_rows(u, c->k, j0, nk, kvf);
+        for (int rb = 0; rb < nrb; rb++) {
+            int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
+            if (nkr > 0) qk_rows(u, rb, Qt + (size_t)rb * D * 16, kf, j0, nkr, nvec[rb], &mx[rb]);
+        }
+    }
+    /* pass 2: probabilities */
+    for (int rb = 0; rb < nrb; rb++) softmax_rows(u, rb, maxn[rb], mx[rb], nr[rb]);
+    /* pass 3: P.V, V staged once per tile; partial outputs live in O */
+    float *O = Qt;
+    for (int j0 = 0; j0 < maxall; j0 += JT) {
+        int nk = maxall - j0 < JT ? maxall - j0 : JT;
+        const float *vf = stage_rows(u, c->v, j0, nk, kvf);
+        for (int rb = 0; rb < nrb; rb++) {
+            int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
+            const float *S = u->S + (size_t)rb * 16 * u->ctxs;
+            for (int d0 = 0; d0 < D; d0 += 16) {
+                float *o = O + ((size_t)rb * D + d0) * 16;
+                __m512 acc[16];
+#pragma GCC unroll 16
+                for (int dd = 0; dd < 16; dd++)
+                    acc[dd] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o + dd * 16);
+                if (nkr > 0) pv_rows(S, vf, D, j0, nkr, d0, acc);
+#pragma GCC unroll 16
+                for (int dd = 0; dd < 16; dd++) _mm512_storeu_ps(o + dd * 16, acc[dd]);
+            }
+        }
+    }
+    /* out = o * (1 / S), rows back to (token, head) order */
+    for (int rb = 0; rb < nrb; rb++) {
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512 t[16];
+            const float *o = O + ((size_t)rb * D + d0) * 16;
+            for (int dd = 0; dd < 16; dd++) t[dd] = _mm512_loadu_ps(o + dd * 16);
+            transpose16(t); /* t[l] = dims d0.. of row rb * 16 + l */
+            for (int l = 0; l < nr[rb]; l++) {
+                int r = rb * 16 + l;
+                float *out = c->out + ((size_t)(u->t0 + r / u->group) * c->n_head +
+                                      (size_t)u->g * u->group + r % u->group) * D + d0;
+                _mm512_storeu_ps(out, _mm512_mul_ps(t[l], _mm512_set1_ps(u->inv[r])));
+            }
+        }
+    }
 }
 
 /* --------------------------------------------------- scores, lane = key */
@@ -286,7 +374,7 @@ AI void pv_block(const unit_ctx *u, int r0, int nr, int d0, int nz, const float 
 
 #define PV_CASE(a, b) case (a) * 8 + (b): pv_block(u, r0, a, d0, b, e, estride); break;
 
-static void pv(const unit_ctx *u, int lane_row) {
+static void pv_keys(const unit_ctx *u) {
     for (int r0 = 0; r0 < u->rows;) {
         /* rows of one token share n: take up to 4 of them */
         int tok = r0 / u->group, nr = 0;
@@ -295,9 +383,9 @@ static void pv(const unit_ctx *u, int lane_row) {
         size_t estride;
         for (int i = 0; i < nr; i++) {
             int r = r0 + i;
-            e[i] = lane_row ? u->S + (size_t)(r / 16) * 16 * u->ctxs + r % 16 : u->S + (size_t)r * u->ctxs;
+            e[i] = u->S + (size_t)r * u->ctxs;
         }
-        estride = lane_row ? 16 : 1;
+        estride = 1;
         for (int d0 = 0; d0 < u->D; d0 += 64) {
             int nz = (u->D - d0) / 16 < 4 ? (u->D - d0) / 16 : 4;
             switch (nr * 8 + nz) {
@@ -335,11 +423,10 @@ void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, fl
         u.n[r] = n > c->n_ctx ? c->n_ctx : n < 1 ? 1 : n;
     }
     if (rows >= 8) {
-        for (int rb = 0; rb * 16 < rows; rb++) scores_rows(&u, rb);
-        pv(&u, 1);
+        prefill_unit(&u);
     } else {
         scores_keys(&u);
-        pv(&u, 0);
+        pv_keys(&u);
     }
 }
 

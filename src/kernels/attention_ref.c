@@ -39,9 +39,10 @@ float kvs_expf_ref(float x) {
 }
 
 size_t kvs_attn_thread_floats(int n_ctx) {
-    /* scores for KVS_ATTN_ROWS rows, plus transposed K / V staging (SIMD) */
+    /* scores for KVS_ATTN_ROWS rows, then (SIMD) Qt / partial outputs of 3
+     * blocks of 16 rows x 256 dims, and a staged f32 K/V tile */
     size_t ctx = (size_t)(n_ctx + 16 + 15) & ~(size_t)15;
-    return KVS_ATTN_ROWS * ctx + 2 * 16 * 256 + 64;
+    return KVS_ATTN_ROWS * ctx + 3 * 16 * 256 + KVS_ATTN_STAGE_FLOATS + 64;
 }
 
 static inline float kv_get(const void *base, int kv_type, size_t idx) {

@@ -54,6 +54,7 @@ typedef struct kvs_attn_call {
 
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48
+#define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
 size_t kvs_attn_thread_floats(int n_ctx);
 
 typedef struct kvs_isa {

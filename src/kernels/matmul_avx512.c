@@ -222,50 +222,53 @@ static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) 
 }
 
 /* Tail blocks of the tile's nr rows, lane 4j + i = row j (any i). Vector v
- * pairs with xq vec v (Q4) or xq vec xq_of_q8[v] (Q8_0). Missing rows: 0. */
+ * pairs with xq vec v (Q4) or xq vec xq_of_q8[v] (Q8_0). Missing rows: 0.
+ * Each row's 16 (or 32) q bytes go into one 128-bit lane of Z (lane 4j + r
+ * = dword r of row j), and one permute per dword r spreads it. */
 static void prep_tail(const kvs_wmat *w, int j0, int nr, int ng, int nt, prep_grp *out) {
-    const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    const int type = w->type;
+    const int bs = type == KVS_TYPE_Q4_1 ? 20 : type == KVS_TYPE_Q4_0 ? 18 : 34;
+    const int qoff = type == KVS_TYPE_Q4_1 ? 4 : 2;
+    __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m128i rowoff = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32((int)w->row_bytes));
+    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
     for (int t = 0; t < nt; t++) {
-        uint32_t dw4[8][4] = {{0}};
-        uint16_t d4[4] = {0}, m4[4] = {0};
-        int32_t corr4[4] = {0};
+        const uint8_t *blk0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes + (size_t)(ng * 16 + t) * bs;
+        __m512i Z0 = _mm512_setzero_si512(), Z1 = _mm512_setzero_si512();
         for (int j = 0; j < nr; j++) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-            int b = ng * 16 + t;
-            if (w->type == KVS_TYPE_Q4_1) {
-                const kvs_block_q4_1 *blk = (const kvs_block_q4_1 *)row + b;
-                d4[j] = blk->d;
-                m4[j] = blk->m;
-                for (int r = 0; r < 4; r++) memcpy(&dw4[r][j], blk->qs + 4 * r, 4);
-            } else if (w->type == KVS_TYPE_Q4_0) {
-                const kvs_block_q4_0 *blk = (const kvs_block_q4_0 *)row + b;
-                memcpy(&d4[j], &blk->d, 2);
-                for (int r = 0; r < 4; r++) memcpy(&dw4[r][j], blk->qs + 4 * r, 4);
-            } else {
-                const kvs_block_q8_0 *blk = (const kvs_block_q8_0 *)row + b;
-                memcpy(&d4[j], &blk->d, 2);
-                int32_t sum = 0;
-                for (int e = 0; e < 32; e++) sum += blk->qs[e];
-                corr4[j] = -128 * sum;
-                for (int r = 0; r < 8; r++) memcpy(&dw4[r][j], blk->qs + 4 * r, 4);
-            }
+            const uint8_t *b = blk0 + (size_t)j * w->row_bytes;
+            Z0 = _mm512_mask_loadu_epi32(Z0, (__mmask16)(0xfu << (4 * j)), b + qoff - 16 * j);
+            if (type == KVS_TYPE_Q8_0)
+                Z1 = _mm512_mask_loadu_epi32(Z1, (__mmask16)(0xfu << (4 * j)), b + qoff + 16 - 16 * j);
         }
+        /* first dword of each block: d (and m for Q4_1) */
+        __m128i dm = _mm_mmask_i32gather_epi32(_mm_setzero_si128(), rows, rowoff, blk0, 1);
         prep_grp *p = &out[t];
-        __m512 d = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)d4)));
-        __m512 m = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)m4)));
-        p->dw = _mm512_permutexvar_ps(expand, d);
-        p->mw = _mm512_permutexvar_ps(expand, m);
-        p->corr = _mm512_permutexvar_epi32(expand, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)corr4)));
-        if (w->type == KVS_TYPE_Q8_0) {
-            for (int r = 0; r < 8; r++)
-                p->v[r] = _mm512_permutexvar_epi32(expand, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)dw4[r])));
+        /* lane 4j + i <- row j */
+        __m512i dm16 = _mm512_permutexvar_epi32(_mm512_srli_epi32(idx0, 2), _mm512_castsi128_si512(dm));
+        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm16));
+        p->mw = type == KVS_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm16, 16)))
+                                      : _mm512_setzero_ps();
+        __m512i idx = idx0;
+        if (type == KVS_TYPE_Q8_0) {
+            const __m512i c128 = _mm512_set1_epi8((char)0x80);
+            __m512i corr = _mm512_setzero_si512();
+            for (int r = 0; r < 8; r++) {
+                __m512i q = _mm512_permutexvar_epi32(idx, r < 4 ? Z0 : Z1);
+                p->v[r] = q;
+                corr = _mm512_dpbusd_epi32(corr, c128, q);
+                idx = r == 3 ? idx0 : _mm512_add_epi32(idx, _mm512_set1_epi32(1));
+            }
+            p->corr = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
         } else {
             for (int r = 0; r < 4; r++) {
-                __m512i q = _mm512_permutexvar_epi32(expand, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)dw4[r])));
+                __m512i q = _mm512_permutexvar_epi32(idx, Z0);
                 p->v[2 * r] = _mm512_and_si512(q, lo4);
                 p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+                idx = _mm512_add_epi32(idx, _mm512_set1_epi32(1));
             }
+            p->corr = _mm512_setzero_si512();
         }
     }
 }
@@ -273,12 +276,15 @@ static void prep_tail(const kvs_wmat *w, int j0, int nr, int ng, int nt, prep_gr
 /* kvs_tree16 of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
 AI __m512 tree16x16(const __m512 C[16]) {
     __m512 z[8], w4[4], v2[2];
+#pragma GCC unroll 8
     for (int p = 0; p < 8; p++)
         z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0x44),
                              _mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0xee));
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         w4[k] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0x88),
                               _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0xdd));
+#pragma GCC unroll 2
     for (int a = 0; a < 2; a++)
         v2[a] = _mm512_add_ps(_mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0x44),
                               _mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0xee));
@@ -290,6 +296,7 @@ AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
     const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512 t = _mm512_permutexvar_ps(tr, r); /* lane 4i + j */
     __mmask16 mk = (__mmask16)((1u << nr) - 1);
+#pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
         _mm512_mask_storeu_ps(y + (size_t)i * ldy - 4 * i, (__mmask16)(mk << (4 * i)), t);
 }
@@ -300,17 +307,22 @@ AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
 AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
                 size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
     __m512 C[16];
+    #pragma GCC unroll 16
     for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
+        #pragma GCC unroll 4
         for (int j = 0; j < nr; j++) {
             const prep_grp *p = pw + (size_t)j * ng + g;
             __m512i W[8];
+            #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) W[v] = _mm512_load_si512(&p->v[v]);
             __m512 dw = _mm512_load_ps(&p->dw), mw = _mm512_load_ps(&p->mw);
+            #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
                 __m512i acc = q41 ? _mm512_setzero_si512()
                                   : _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128); /* -8 sum */
+                #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++)
                     acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + 64 * v));
                 __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
@@ -329,6 +341,7 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
         __m512i acc = q41 ? _mm512_setzero_si512()
                           : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 160)));
+        #pragma GCC unroll 8
         for (int v = 0; v < 8; v++)
             acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]),
                                       _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 16 * v))));
@@ -346,16 +359,21 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
 AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
                 size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) {
     __m512 C[16];
+    #pragma GCC unroll 16
     for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
+        #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
             __m512i X[8];
+            #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + 64 * xq_of_q8[v]);
             __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
+            #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) {
                 const prep_grp *p = pw + (size_t)j * ng + g;
                 __m512i acc = _mm512_load_si512(&p->corr);
+                #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
                 __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
                 C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
@@ -367,6 +385,7 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
         const prep_grp *p = pt + t;
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
         __m512i acc = _mm512_load_si512(&p->corr);
+        #pragma GCC unroll 8
         for (int v = 0; v < 8; v++)
             acc = _mm512_dpbusd_epi32(
                 acc, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 16 * xq_of_q8[v]))),
@@ -416,20 +435,28 @@ AI __m512 load_w16(const uint8_t *row, int e, int type, __mmask16 mk) {
 AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_t ldy, int mr,
                int nr, int type) {
     __m512 C[MR][NR];
+    #pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 4
         for (int j = 0; j < nr; j++) C[i][j] = _mm512_setzero_ps();
     const uint8_t *rows[NR];
+    #pragma GCC unroll 4
     for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
     for (int e = 0; e < k; e += 16) {
         __mmask16 mk = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
         __m512 W[NR];
+        #pragma GCC unroll 4
         for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, mk);
+        #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + e);
+            #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) C[i][j] = _mm512_fmadd_ps(xv, W[j], C[i][j]);
         }
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 4
         for (int j = 0; j < nr; j++) y[(size_t)i * ldy + j] = hsum_tree(C[i][j]);
 }
 
@@ -449,6 +476,91 @@ static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, s
         KF_CASE(3, 1) KF_CASE(3, 2) KF_CASE(3, 3) KF_CASE(3, 4)
         KF_CASE(4, 1) KF_CASE(4, 2) KF_CASE(4, 3) KF_CASE(4, 4)
     }
+}
+
+/* ------------------------------------------------------------ m = 1 (decode) */
+
+/* Tree input slot of weight row rho so that tree16x16 puts it in lane rho
+ * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
+static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
+
+/* One activation row against up to 16 Q4 weight rows [j0, j0 + nr): full
+ * groups lane = block (prep fused with the dot, nothing stored), then one
+ * tree for the 16 outputs, then the tail blocks with lane = weight row
+ * (gathered), each tail block adding its fma (and the Q4_1 min fma) in order. */
+static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const uint8_t *quad, float *y) {
+    const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18;
+    const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512 C[16];
+    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
+    for (int rho = 0; rho < nr; rho++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        if (q41) {
+            for (int g = 0; g < ng; g++) {
+                const uint8_t *src = row + (size_t)g * 16 * 20;
+                const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+                __m512i z[5];
+#pragma GCC unroll 5
+                for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
+                __m512i dm = gather5(z, &q41_perm[0]);
+                __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+                __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+                __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    __m512i q = gather5(z, &q41_perm[1 + r]);
+                    ia = _mm512_dpbusd_epi32(ia, _mm512_and_si512(q, lo4), _mm512_loadu_si512(grp + 128 * r));
+                    ib = _mm512_dpbusd_epi32(ib, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4),
+                                             _mm512_loadu_si512(grp + 128 * r + 64));
+                }
+                __m512i isum = _mm512_add_epi32(ia, ib);
+                __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS), sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc);
+                acc = _mm512_fmadd_ps(mw, sx, acc);
+            }
+        } else if (ng) {
+            prep_grp pg[32] __attribute__((aligned(64)));
+            prep_gather(row, ng, KVS_TYPE_Q4_0, pg);
+            for (int g = 0; g < ng; g++) {
+                const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+                __m512i isum = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++) isum = _mm512_dpbusd_epi32(isum, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc);
+            }
+        }
+        C[slot_of(rho)] = acc;
+    }
+    __m512 R = tree16x16(C); /* lane rho = weight row j0 + rho */
+    if (nt) {
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+        const __mmask16 live = (__mmask16)((1u << nr) - 1);
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *blk = base + (size_t)(ng * 16 + t) * bs;
+            const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES; /* row sub 0 */
+            __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
+            __m512i isum = q41 ? _mm512_setzero_si512() : _mm512_set1_epi32(*(const int32_t *)(qt + 160));
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk + (q41 ? 4 : 2) + 4 * r, 1);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(q, lo4), _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r)));
+                isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4),
+                                           _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16)));
+            }
+            __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+            __m512 dx = _mm512_set1_ps(*(const float *)(qt + 128));
+            R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), R);
+            if (q41) {
+                __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+                R = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + 144)), R);
+            }
+        }
+    }
+    _mm512_mask_storeu_ps(y + j0, (__mmask16)((1u << nr) - 1), R);
 }
 
 /* ------------------------------------------------------------ entry point */
@@ -478,6 +590,11 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         return;
     }
     int q41 = w->type == KVS_TYPE_Q4_1;
+    if (m == 1 && w->type != KVS_TYPE_Q8_0) {
+        for (int jt = j0; jt < j1; jt += 16)
+            m1_q4(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq, c->xq_tail, c->y);
+        return;
+    }
     for (int jt = j0; jt < j1; jt += NR) {
         int nr = j1 - jt < NR ? j1 - jt : NR;
         prep_rows(w, jt, nr, pw, ng);

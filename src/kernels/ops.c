@@ -12,7 +12,89 @@
 #include <immintrin.h>
 #endif
 
+int kvs_kernels_simd_allowed(void);
+
+#if defined(__x86_64__)
+/* AVX-512 versions of the row kernels: the same operations as the scalar
+ * loops below, lane l of a register being element l of each 16-chunk. */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,fma")
+static float rms_sumsq_avx512(const float *x, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    if (i < n) {
+        __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i);
+        acc = _mm512_fmadd_ps(v, v, acc); /* masked lanes add +0 */
+    }
+    float a[16];
+    _mm512_storeu_ps(a, acc);
+    return kvs_tree16(a);
+}
+
+static void scale_mul_avx512(float *y, const float *x, const float *w, float r, int n) {
+    __m512 vr = _mm512_set1_ps(r);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vr), _mm512_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = (x[i] * r) * w[i];
+}
+
+static void silu_mul_avx512(float *gate, const float *up, int n) {
+    const __m512 hi = _mm512_set1_ps(88.0f), one = _mm512_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 x = _mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), g), hi);
+        /* kvs_expf_ref */
+        __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+        __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-0.693359375f), x);
+        r = _mm512_fmadd_ps(nn, _mm512_set1_ps(2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+        p = _mm512_add_ps(p, one);
+        __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
+        __m512 e = _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
+        __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i));
+        _mm512_storeu_ps(gate + i, y);
+    }
+    for (; i < n; i++) {
+        float g = gate[i], x = -g;
+        if (x > 88.0f) x = 88.0f;
+        gate[i] = (g / (1.0f + kvs_expf_ref(x))) * up[i];
+    }
+}
+#pragma GCC pop_options
+
+static int use_avx512(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+    }
+    return have && kvs_kernels_simd_allowed() && strcmp(kvs_kernels_isa(), "avx512vnni") == 0;
+}
+#endif
+
 void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+#if defined(__x86_64__)
+    if (use_avx512()) {
+        float mean = rms_sumsq_avx512(x, n) / (float)n;
+        scale_mul_avx512(y, x, w, 1.0f / sqrtf(mean + eps), n);
+        return;
+    }
+#endif
     float acc[16] = {0};
     int i = 0;
     for (; i + 16 <= n; i += 16)
@@ -30,6 +112,12 @@ static inline float expf_sat(float x) {
 }
 
 void kvs_silu_mul(float *gate, const float *up, int n) {
+#if defined(__x86_64__)
+    if (use_avx512()) {
+        silu_mul_avx512(gate, up, n);
+        return;
+    }
+#endif
     for (int i = 0; i < n; i++) {
         float g = gate[i];
         gate[i] = (g / (1.0f + expf_sat(-g))) * up[i];
@@ -41,13 +129,49 @@ void kvs_silu_mul(float *gate, const float *up, int n) {
  * the rotation itself in double, rounded once to float: rotating by +p and
  * then by -p returns each value within an ulp or two.
  */
+/* Per-thread memo: the frequencies of the last (base, dim) and the cos/sin of
+ * the last (pos, scale); q and k of a token reuse them. Values are the same
+ * as computing afresh (same expressions), so the memo changes no bits. */
+typedef struct rope_memo {
+    float base, scale;
+    int dim, have_freq, have_pos;
+    int32_t pos;
+    double inv_freq[512], c[512], s[512];
+} rope_memo;
+static _Thread_local rope_memo g_rope;
+
 void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
               float freq_base, float freq_scale, int neox) {
     int half = rope_dim / 2;
+    rope_memo *mm = &g_rope;
+    if (half > 512) { /* beyond any real head size: no memo */
+        mm = NULL;
+    } else if (!mm->have_freq || mm->base != freq_base || mm->dim != rope_dim) {
+        for (int i = 0; i < half; i++) mm->inv_freq[i] = pow((double)freq_base, -2.0 * i / (double)rope_dim);
+        mm->base = freq_base;
+        mm->dim = rope_dim;
+        mm->have_freq = 1;
+        mm->have_pos = 0;
+    }
+    if (mm && !(mm->have_pos && mm->pos == pos && mm->scale == freq_scale)) {
+        for (int i = 0; i < half; i++) {
+            double theta = (double)pos * (double)freq_scale * mm->inv_freq[i];
+            sincos(theta, &mm->s[i], &mm->c[i]);
+        }
+        mm->pos = pos;
+        mm->scale = freq_scale;
+        mm->have_pos = 1;
+    }
     for (int i = 0; i < half; i++) {
-        double inv_freq = pow((double)freq_base, -2.0 * i / (double)rope_dim);
-        double theta = (double)pos * (double)freq_scale * inv_freq;
-        double c = cos(theta), s = sin(theta);
+        double c, s;
+        if (mm) {
+            c = mm->c[i];
+            s = mm->s[i];
+        } else {
+            double inv_freq = pow((double)freq_base, -2.0 * i / (double)rope_dim);
+            double theta = (double)pos * (double)freq_scale * inv_freq;
+            sincos(theta, &s, &c);
+        }
         for (int h = 0; h < n_head; h++) {
             float *xh = x + (size_t)h * head_dim;
             int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
@@ -72,8 +196,6 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
     for (; i < n; i++) dst[i] = kvs_f16_to_f32(src[i]);
 }
 #endif
-
-int kvs_kernels_simd_allowed(void);
 
 void kvs_f32_to_f16_row(const float *src, uint16_t *dst, int n) {
 #if defined(__x86_64__)

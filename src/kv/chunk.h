@@ -123,6 +123,15 @@ int kvs_chunk_copy_to_kv(const kvs_chunk *chunk, int off, int n, const kvs_kv_vi
  * of the view. The chunk must not be shared yet (no concurrent readers). */
 int kvs_chunk_copy_from_kv(kvs_chunk *chunk, int off, int n, const kvs_kv_view *view, int slot);
 
+/* K and V of layer l inside a resident payload:
+ * (n_kv_head, n_tok, head_dim) of shape.dtype each. */
+static inline void *kvs_chunk_layer_k(const kvs_chunk *c, int l) {
+    return (uint8_t *)c->kv + (size_t)l * 2 * (c->kv_bytes / (2 * (size_t)c->shape.n_layer));
+}
+static inline void *kvs_chunk_layer_v(const kvs_chunk *c, int l) {
+    return (uint8_t *)c->kv + ((size_t)l * 2 + 1) * (c->kv_bytes / (2 * (size_t)c->shape.n_layer));
+}
+
 /* Current CLOCK_REALTIME in nanoseconds. */
 int64_t kvs_now_ns(void);
 

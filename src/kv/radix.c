@@ -309,6 +309,7 @@ static rnode *merge(kvs_radix *r, rnode *x) {
 
 /* Unhangs item from node x, then prunes and merges around it. */
 static void unhang(kvs_radix *r, rnode *x, int i) {
+    void *item = x->hang[i].item;
     x->hang[i] = x->hang[--x->n_hang];
     r->n_items--;
     /* Prune empty leaves upwards, then merge a pass-through node. */
@@ -321,9 +322,12 @@ static void unhang(kvs_radix *r, rnode *x, int i) {
         x = p;
     }
     if (x != r->root && x->n_hang == 0 && x->n_child == 1) x = merge(r, x);
-    /* Summaries naming the item, or a pruned subtree, are stale up to the
-     * root: recompute the path (O(items + children) per node). */
-    for (rnode *a = x; a; a = a->parent) recompute(a);
+    /* Only summaries that named the removed item can be stale: pruned nodes
+     * held no other item and a merge keeps the set of items, so any other
+     * summary's item is still below it and still minimal. Ties may make a
+     * node above a fresh one name the item, so the whole path is checked. */
+    for (rnode *a = x; a; a = a->parent)
+        if (a->sub_item == item) recompute(a);
 }
 
 int kvs_radix_remove(kvs_radix *r, const int32_t *path, int n, void *item) {

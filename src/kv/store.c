@@ -39,7 +39,7 @@ struct kvs_store {
     cmap pmap, cmap_content;
     kvs_radix *radix;
 
-    _Atomic uint64_t entries, resident, bytes;
+    _Atomic uint64_t entries, resident, bytes, disk_meta_bytes;
     _Atomic uint64_t lookups, hits, misses, hit_tokens, lookup_tokens, lookup_ns;
     _Atomic uint64_t inserts, insert_exists, insert_too_big, evictions;
     _Atomic uint64_t disk_writes, disk_write_errors, disk_loads, disk_load_bytes, disk_load_ns;
@@ -57,8 +57,11 @@ static uint64_t mono_ns(void) {
 #define SUB(field, v) atomic_fetch_sub_explicit(&(field), (uint64_t)(v), memory_order_relaxed)
 #define GET(field) atomic_load_explicit(&(field), memory_order_relaxed)
 
-/* Bytes a chunk counts against the budget (chunk.h: kvs_chunk_mem_bytes). */
-static size_t counted(const kvs_chunk *c) { return kvs_chunk_mem_bytes(c); }
+/* The budget counts resident chunks whole (struct, token ids, payload). A
+ * disk-only chunk's struct and tokens count as index memory instead: the
+ * budget could not be met by evicting them (their payload is gone already). */
+static size_t meta_bytes(const kvs_chunk *c) { return sizeof *c + (size_t)c->n_tok * sizeof(int32_t); }
+static size_t counted(const kvs_chunk *c) { return meta_bytes(c) + c->kv_bytes; }
 
 /* --- hash maps ----------------------------------------------------------------- */
 
@@ -161,8 +164,9 @@ static void index_add(kvs_store *s, kvs_chunk *c) {
     map_add(&s->cmap_content, c);
     c->store_flags |= SF_INDEXED;
     ADD(s->entries, 1);
-    ADD(s->bytes, counted(c));
+    if (!c->kv) ADD(s->disk_meta_bytes, meta_bytes(c));
     if (c->kv) {
+        ADD(s->bytes, counted(c));
         ADD(s->resident, 1);
         pthread_mutex_lock(&s->lru_mu);
         lru_front_locked(s, c);
@@ -185,8 +189,12 @@ static void index_remove(kvs_store *s, kvs_chunk *c) {
     pthread_mutex_unlock(&s->lru_mu);
     c->store_flags &= ~SF_INDEXED;
     SUB(s->entries, 1);
-    SUB(s->bytes, counted(c));
-    if (c->kv) SUB(s->resident, 1);
+    if (c->kv) {
+        SUB(s->bytes, counted(c));
+        SUB(s->resident, 1);
+    } else {
+        SUB(s->disk_meta_bytes, meta_bytes(c));
+    }
     kvs_chunk_unref(c);
 }
 
@@ -207,7 +215,8 @@ static size_t evict_locked(kvs_store *s, size_t target) {
             free(v->kv);
             v->kv = NULL;
             pthread_mutex_unlock(&s->load_mu);
-            SUB(s->bytes, v->kv_bytes);
+            SUB(s->bytes, counted(v));
+            ADD(s->disk_meta_bytes, meta_bytes(v));
             SUB(s->resident, 1);
         } else {
             index_remove(s, v);
@@ -235,7 +244,8 @@ static int ensure_resident(kvs_store *s, kvs_chunk *c, int *entry_bad) {
             rc = kvs_disk_load_payload(s->dir, &s->fp, c, &buf, &v);
             if (rc == KVS_OK) {
                 c->kv = buf;
-                ADD(s->bytes, c->kv_bytes);
+                ADD(s->bytes, counted(c));
+                SUB(s->disk_meta_bytes, meta_bytes(c));
                 ADD(s->resident, 1);
                 ADD(s->disk_loads, 1);
                 ADD(s->disk_load_bytes, c->kv_bytes);
@@ -867,7 +877,7 @@ void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {
     pthread_rwlock_rdlock(&s->lock);
     kvs_radix_stats rs;
     kvs_radix_get_stats(s->radix, &rs);
-    st->index_bytes = rs.bytes + (s->pmap.nb + s->cmap_content.nb) * sizeof(kvs_chunk *);
+    st->index_bytes = rs.bytes + (s->pmap.nb + s->cmap_content.nb) * sizeof(kvs_chunk *) + GET(s->disk_meta_bytes);
     st->prefix_reachable = rs.n_items;
     st->last_scan = s->last_scan;
     pthread_rwlock_unlock(&s->lock);

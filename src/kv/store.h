@@ -17,13 +17,16 @@
  * off the chunk grid. kvs_prefix_hit_copy_to_kv() then copies the KV into
  * the engine's buffer at slot = position.
  *
- * Eviction. Resident chunks form one LRU list; when the bytes counted
- * (chunk structs, token ids and resident payloads) exceed the budget, the
- * least recently used chunks that nobody pins are evicted: a disk-backed
+ * Eviction. Resident chunks form one LRU list; when the bytes they count
+ * (chunk struct, token ids and payload of every resident chunk) exceed the
+ * budget, the least recently used chunks that nobody pins are evicted: a disk-backed
  * chunk only drops its payload (it stays indexed and is reloaded on the next
  * hit), a memory-only chunk leaves every index. A prefix hit touches its
  * chunks from the last to the first, and kvs_store_insert_chain() inserts
- * likewise, so within a chain the later chunks are evicted first.
+ * likewise, so within a chain the later chunks are evicted first. The
+ * budget is enforced by inserts and by loads; pins can hold the store above
+ * it until the next of those (or kvs_store_trim). The index of disk-only
+ * chunks (struct + tokens, ~0.5 KB a chunk) is reported as index_bytes.
  *
  * Descendants of an evicted chunk (chunks further down the same token path)
  * are KEPT: they stay in the radix tree and the content map. A prefix lookup
@@ -33,7 +36,20 @@
  * reachable by prefix once more without recomputing the rest. They are never
  * touched by prefix hits while unreachable, so the LRU retires them in turn.
  * At open, entries of the cache directory whose parent chain is broken are
- * indexed the same way: by content key, not in the radix tree.
+ * indexed the same way: by content key, not in the radix tree (their token
+ * path cannot be rebuilt); kvs_store_sync_disk attaches them once the
+ * missing parent has been stored again.
+ *
+ * The request path, as the engine side is expected to use it:
+ *
+ *   kvs_prefix_hit hit;
+ *   kvs_store_lookup_into(store, prompt, n - 1, &view, &hit); // >= 1 live token for the logits
+ *   ... prefill prompt[hit.n_cached .. n) at positions hit.n_cached .. n-1 ...
+ *   kvs_prefix_hit_release(&hit);
+ *   kvs_store_put_prefix(store, prompt, n, 64, borders, n_borders, &view, &report);
+ *
+ * (or kvs_store_lookup_prefix + kvs_prefix_hit_copy_to_kv in a long-lived
+ * process that wants loaded payloads to stay resident for later requests).
  *
  * Pinning. A chunk is pinned while someone other than the store holds a
  * reference: every lookup returns pinned chunks; kvs_prefix_hit_release()
@@ -44,10 +60,13 @@
  * Thread-safety. Every kvs_store_* call is safe from any thread at any time
  * except kvs_store_open/free (no call may run concurrently with free).
  * Lookups share a read lock and run in parallel; insert, remove, clear,
- * eviction and disk sync take the write lock. LRU touches happen under the
- * read lock with a small mutex; loads of disk payloads are serialised by
- * their own mutex and run outside the rwlock. Statistics are atomics (a
- * snapshot is consistent per field, not across fields).
+ * eviction and the indexing step of disk sync take the write lock (file
+ * writes and header reads happen before it, unlocked). LRU touches happen
+ * under the read lock with a small mutex. kvs_store_lookup_prefix makes disk
+ * payloads resident under the read lock, one load at a time (a mutex), so a
+ * writer waits for a load in progress; kvs_store_lookup_into reads into the
+ * caller's buffer outside every lock (its chunks are pinned). Statistics
+ * are atomics (a snapshot is consistent per field, not across fields).
  *
  * Processes. Several processes may share a cache directory: files appear by
  * atomic rename, every read is verified (disk.h). A store sees other
@@ -104,9 +123,10 @@ int kvs_store_contains(kvs_store *s, const kvs_key *prefix_key);
  * path: the whole token history, path[0 .. pos0 + n_tok), whose tail must
  * equal chunk->tokens; it is indexed in the radix tree. NULL = content-key
  * only for now (kvs_store_sync_disk attaches it to the radix tree later if
- * its parent chain of prefix keys is stored down to the fingerprint). The store takes its own reference:
- * the caller still owns (and must unref) the one it had, and while it holds
- * it the chunk is pinned. Writes the cache-dir file first (outside the
+ * its parent chain of prefix keys is stored down to the fingerprint). The
+ * store takes its own reference: the caller still owns (and must unref) the
+ * one it had, and while it holds it the chunk is pinned. A chunk belongs to
+ * one store at most. Writes the cache-dir file first (outside the
  * lock); a failed write leaves the chunk memory-only and is counted.
  * Returns KVS_OK, KVS_STORE_EXISTS (nothing stored; the existing chunk was
  * touched), KVS_STORE_TOO_BIG, or an error (store unchanged). May evict. */
@@ -143,7 +163,8 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
 /* One piece of a prefix hit: prompt tokens [from, to) are served by chunk
  * tokens [from - chunk->pos0, to - chunk->pos0), at slots [from, to). */
 typedef struct kvs_hit_seg {
-    kvs_chunk *chunk; /* pinned, payload resident */
+    kvs_chunk *chunk; /* pinned; payload resident after kvs_store_lookup_prefix,
+                         maybe not after kvs_store_lookup_into (it read it into the view) */
     int from, to;
 } kvs_hit_seg;
 
@@ -177,7 +198,8 @@ int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_
 /* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */
 void kvs_prefix_hit_release(kvs_prefix_hit *hit);
 
-/* Copies every segment's KV into view at slots [from, to). Reads only. */
+/* Copies every segment's KV into view at slots [from, to). Reads only.
+ * For a hit of kvs_store_lookup_prefix (its payloads are resident). */
 int kvs_prefix_hit_copy_to_kv(const kvs_prefix_hit *hit, const kvs_kv_view *view);
 
 /* A chunk by content key (same tokens, any context or position; the most
@@ -211,9 +233,9 @@ int kvs_store_sync_disk(kvs_store *s, int *n_new);
 typedef struct kvs_store_stats {
     uint64_t entries;          /* chunks indexed (resident or disk-only) */
     uint64_t resident;         /* chunks with a payload in memory */
-    uint64_t bytes;            /* bytes counted against the budget */
+    uint64_t bytes;            /* bytes counted against the budget: resident chunks */
     uint64_t budget_bytes;
-    uint64_t index_bytes;      /* radix tree + hash tables (not budgeted) */
+    uint64_t index_bytes;      /* radix tree + hash tables + disk-only chunk structs (not budgeted) */
     uint64_t prefix_reachable; /* chunks in the radix tree */
     uint64_t lookups;          /* prefix + content lookups */
     uint64_t hits, misses;     /* prefix lookups serving >= 1 token, content lookups found */

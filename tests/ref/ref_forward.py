@@ -299,11 +299,21 @@ def predict(path, dtype):
         ids = np.array(tok.encode(text).ids)
         a, b = exact.forward(ids), approx.forward(ids)
         d = np.abs(a - b).max(axis=1)
+        rms = np.sqrt(np.mean((a - b) ** 2, axis=1))
         cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
         agree = float(np.mean(a.argmax(1) == b.argmax(1)))
-        print(f"{name}: {len(ids)} positions; last-position max|diff| {d[-1]:.4f}, "
-              f"worst position {d.max():.4f}, min cosine {cos.min():.7f}, "
-              f"top-1 agreement {100 * agree:.2f}%, ppl exact "
+        # How far the rounding moves the gap between the exact top-1 and top-2:
+        # an argmax can only flip where the exact margin is below this.
+        r = np.arange(len(ids))
+        i1, i2 = np.argsort(a, axis=1)[:, -1], np.argsort(a, axis=1)[:, -2]
+        margin = a[r, i1] - a[r, i2]
+        shift = np.abs((b[r, i1] - b[r, i2]) - margin)
+        miss = a.argmax(1) != b.argmax(1)
+        print(f"{name}: {len(ids)} positions; last-position max|diff| {d[-1]:.4f} rms {rms[-1]:.4f}, "
+              f"worst position max|diff| {d.max():.4f} rms {rms.max():.4f}, min cosine {cos.min():.7f}, "
+              f"top-1 agreement {100 * agree:.2f}%, largest exact margin at a flip "
+              f"{margin[miss].max() if miss.any() else 0:.4f}, top-1/top-2 gap shift p95 "
+              f"{np.percentile(shift, 95):.4f} max {shift.max():.4f}, ppl exact "
               f"{np.exp(exact.nll(a, ids)):.4f} emulated {np.exp(exact.nll(b, ids)):.4f}")
 
 

@@ -1,0 +1,269 @@
+/*
+ * AVX2 (+FMA, F16C) matmul for CPUs without AVX-512. Produces exactly the
+ * bits of the scalar reference (matmul_ref.c), like the AVX-512 path:
+ *
+ *  - full groups: lane = block, the 16 chains as two 8-lane halves; weight
+ *    dwords are gathered into the xq lane order once per weight row (prep)
+ *    and reused for every activation row;
+ *  - exact block dots with vpmaddubsw + vpmaddwd (u8 x s8 pairs cannot
+ *    saturate: Q4 nibbles <= 15; Q8_0 uses |w| x sign(w) * x <= 128 * 127);
+ *  - the tail blocks (nb % 16) per output with one 32-byte dot each.
+ */
+#if defined(__x86_64__)
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/kernels_impl.h"
+
+#define NR 4
+#define AI __attribute__((always_inline)) static inline
+
+typedef struct prep2 {
+    __m256i v[2][8]; /* [half][vec] */
+    __m256 dw[2], mw[2];
+} prep2;
+
+/* kvs_tree16 of lanes lo (0..7) and hi (8..15). */
+AI float tree16_2(__m256 lo, __m256 hi) {
+    __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+AI int32_t hsum_i32(__m256i v) {
+    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
+    return _mm_cvtsi128_si32(a);
+}
+
+/* Sum of u8 x s8 products, 4 per int32 lane (exact for our operand ranges). */
+AI __m256i dot4(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Q8_0: w and x both signed. */
+AI __m256i dot4_ss(__m256i w, __m256i x) {
+    return dot4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* ------------------------------------------------------------------ prep */
+
+static void prep_row(const kvs_wmat *w, const uint8_t *row, int ng, prep2 *out) {
+    const int type = w->type;
+    const int bs = type == KVS_TYPE_Q4_1 ? 20 : type == KVS_TYPE_Q4_0 ? 18 : 34;
+    const int qoff = type == KVS_TYPE_Q4_1 ? 4 : 2;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int g = 0; g < ng; g++) {
+        prep2 *p = &out[g];
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *src = row + (size_t)(g * 16 + 8 * h) * bs;
+            __m256i base = _mm256_mullo_epi32(lane, _mm256_set1_epi32(bs));
+            /* first dword of each block: d (low half) and, for Q4_1, m */
+            __m256i dm = _mm256_i32gather_epi32((const int *)src, base, 1);
+            __m128i d16 = _mm_packus_epi32(_mm256_castsi256_si128(_mm256_and_si256(dm, _mm256_set1_epi32(0xffff))),
+                                           _mm256_extracti128_si256(_mm256_and_si256(dm, _mm256_set1_epi32(0xffff)), 1));
+            __m128i m16 = _mm_packus_epi32(_mm256_castsi256_si128(_mm256_srli_epi32(dm, 16)),
+                                           _mm256_extracti128_si256(_mm256_srli_epi32(dm, 16), 1));
+            p->dw[h] = _mm256_cvtph_ps(d16);
+            p->mw[h] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(m16) : _mm256_setzero_ps();
+            if (type == KVS_TYPE_Q8_0) {
+                for (int r = 0; r < 8; r++)
+                    p->v[h][r] = _mm256_i32gather_epi32((const int *)src,
+                                                        _mm256_add_epi32(base, _mm256_set1_epi32(qoff + 4 * r)), 1);
+            } else {
+                for (int r = 0; r < 4; r++) {
+                    __m256i q = _mm256_i32gather_epi32((const int *)src,
+                                                       _mm256_add_epi32(base, _mm256_set1_epi32(qoff + 4 * r)), 1);
+                    p->v[h][2 * r] = _mm256_and_si256(q, lo4);
+                    p->v[h][2 * r + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+                }
+            }
+        }
+    }
+}
+
+/* Q8_0 weight vector r pairs with xq vec xq_of_q8[r] (see matmul_avx512.c). */
+static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/* ------------------------------------------------------------------ tail */
+
+/* y = fma chain over the tail blocks of weight row `row` for activation row
+ * sub of quad (canonical order after the tree). */
+static float tail_dot(const kvs_wmat *w, const uint8_t *row, int ng, int nt, const uint8_t *quad,
+                      int sub, float y) {
+    const int type = w->type;
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    const __m256i gidx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
+        /* x dwords in vec order 0..7 */
+        __m256i xv = _mm256_i32gather_epi32((const int *)(qt + 4 * sub), gidx, 1);
+        int b = ng * 16 + t;
+        int32_t isum;
+        float dw, mw = 0.0f;
+        if (type == KVS_TYPE_Q8_0) {
+            const kvs_block_q8_0 *blk = (const kvs_block_q8_0 *)row + b;
+            __m256i wq = _mm256_loadu_si256((const __m256i *)blk->qs); /* elements 0..31 */
+            /* reorder w dwords to vec order: vec 2r' = dword r', vec 2r'+1 = dword 4+r' */
+            wq = _mm256_permutevar8x32_epi32(wq, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            isum = hsum_i32(dot4_ss(wq, _mm256_xor_si256(xv, _mm256_set1_epi8((char)0x80))));
+            dw = kvs_f16_to_f32(blk->d);
+        } else {
+            const uint8_t *qs;
+            if (type == KVS_TYPE_Q4_1) {
+                const kvs_block_q4_1 *blk = (const kvs_block_q4_1 *)row + b;
+                qs = blk->qs;
+                dw = kvs_f16_to_f32(blk->d);
+                mw = kvs_f16_to_f32(blk->m);
+            } else {
+                const kvs_block_q4_0 *blk = (const kvs_block_q4_0 *)row + b;
+                qs = blk->qs;
+                dw = kvs_f16_to_f32(blk->d);
+            }
+            __m128i q = _mm_loadu_si128((const __m128i *)qs);
+            __m128i l = _mm_and_si128(q, lo4), hgh = _mm_and_si128(_mm_srli_epi16(q, 4), lo4);
+            /* vec order: lo dword 0, hi dword 0, lo dword 1, ... */
+            __m256i wq = _mm256_setr_m128i(_mm_unpacklo_epi32(l, hgh), _mm_unpackhi_epi32(l, hgh));
+            isum = hsum_i32(dot4(wq, xv));
+            if (type == KVS_TYPE_Q4_0) isum += kvs_xq_tail_c((uint8_t *)quad, t)[sub];
+        }
+        y = fmaf((float)isum, dw * kvs_xq_tail_d((uint8_t *)quad, t)[sub], y);
+        if (type == KVS_TYPE_Q4_1) y = fmaf(mw, kvs_xq_tail_s((uint8_t *)quad, t)[sub], y);
+    }
+    return y;
+}
+
+/* --------------------------------------------------------------- kernels */
+
+/* One activation row against nr prepped weight rows, all full groups. */
+AI void kern_row(const prep2 *pw, int ng, const uint8_t *xq, int type, int nr, __m256 C[NR][2]) {
+    for (int j = 0; j < nr; j++) C[j][0] = C[j][1] = _mm256_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        for (int h = 0; h < 2; h++) {
+            __m256i X[8];
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                int xv = type == KVS_TYPE_Q8_0 ? xq_of_q8[v] : v;
+                X[v] = _mm256_loadu_si256((const __m256i *)(grp + 64 * xv + 32 * h));
+                if (type == KVS_TYPE_Q8_0) X[v] = _mm256_xor_si256(X[v], _mm256_set1_epi8((char)0x80));
+            }
+            __m256 dx = _mm256_loadu_ps((const float *)(grp + KVS_XQ_GROUP_QS) + 8 * h);
+            __m256 sx = _mm256_loadu_ps((const float *)(grp + KVS_XQ_GROUP_QS) + 16 + 8 * h);
+            __m256i c0 = _mm256_loadu_si256((const __m256i *)(grp + KVS_XQ_GROUP_QS + 128 + 32 * h));
+#pragma GCC unroll 4
+            for (int j = 0; j < nr; j++) {
+                const prep2 *p = pw + (size_t)j * ng + g;
+                __m256i acc = type == KVS_TYPE_Q4_0 ? c0 : _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++)
+                    acc = _mm256_add_epi32(acc, type == KVS_TYPE_Q8_0 ? dot4_ss(p->v[h][v], X[v])
+                                                                     : dot4(p->v[h][v], X[v]));
+                __m256 s = _mm256_mul_ps(p->dw[h], dx);
+                C[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), s, C[j][h]);
+                if (type == KVS_TYPE_Q4_1) C[j][h] = _mm256_fmadd_ps(p->mw[h], sx, C[j][h]);
+            }
+        }
+    }
+}
+
+#define KROW_CASE(t, n) \
+    case (t) * 8 + (n): kern_row(pw, ng, xq, t, n, C); break;
+
+static void row_tile(const prep2 *pw, int ng, const uint8_t *xq, int type, int nr, __m256 C[NR][2]) {
+    switch (type * 8 + nr) {
+        KROW_CASE(KVS_TYPE_Q4_0, 1) KROW_CASE(KVS_TYPE_Q4_0, 2) KROW_CASE(KVS_TYPE_Q4_0, 3) KROW_CASE(KVS_TYPE_Q4_0, 4)
+        KROW_CASE(KVS_TYPE_Q4_1, 1) KROW_CASE(KVS_TYPE_Q4_1, 2) KROW_CASE(KVS_TYPE_Q4_1, 3) KROW_CASE(KVS_TYPE_Q4_1, 4)
+        KROW_CASE(KVS_TYPE_Q8_0, 1) KROW_CASE(KVS_TYPE_Q8_0, 2) KROW_CASE(KVS_TYPE_Q8_0, 3) KROW_CASE(KVS_TYPE_Q8_0, 4)
+    }
+}
+
+/* Float weights: 16-element chunks as two halves (chain = e % 16). */
+AI __m256 load_w8(const uint8_t *row, int e, int type) {
+    if (type == KVS_TYPE_F32) return _mm256_loadu_ps((const float *)row + e);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + e));
+    if (type == KVS_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static float dot_f(const kvs_wmat *w, int j, const float *x) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
+    int k = w->k, type = w->type;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int e = 0;
+    for (; e + 16 <= k; e += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + e), load_w8(row, e, type), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + e + 8), load_w8(row, e + 8, type), hi);
+    }
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (int l = 0; e < k; e++, l++) { /* the scalar reference's order for a tail */
+        float wv;
+        if (type == KVS_TYPE_F32) memcpy(&wv, row + 4 * (size_t)e, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, row + 2 * (size_t)e, 2);
+            wv = type == KVS_TYPE_F16 ? kvs_f16_to_f32(h) : kvs_bf16_to_f32(h);
+        }
+        acc[l] = fmaf(x[e], wv, acc[l]);
+    }
+    return kvs_tree16(acc);
+}
+
+/* ------------------------------------------------------------ entry point */
+
+static void avx2_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+    kvs_isa_scalar.quantize_rows(c, i0, i1); /* cheap next to the matmul */
+}
+
+static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+    const kvs_wmat *w = c->w;
+    int m = c->m, n = w->n;
+    if (!c->xq) {
+        for (int i = 0; i < m; i++)
+            for (int j = j0; j < j1; j++) c->y[(size_t)i * n + j] = dot_f(w, j, c->x + (size_t)i * w->k);
+        return;
+    }
+    int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    prep2 pw[NR * 32] __attribute__((aligned(32)));
+    if (ng > 32) {
+        kvs_isa_scalar.matmul_cols(c, j0, j1);
+        return;
+    }
+    for (int jt = j0; jt < j1; jt += NR) {
+        int nr = j1 - jt < NR ? j1 - jt : NR;
+        for (int j = 0; j < nr; j++)
+            prep_row(w, (const uint8_t *)w->data + (size_t)(jt + j) * w->row_bytes, ng, pw + (size_t)j * ng);
+        for (int i = 0; i < m; i++) {
+            __m256 C[NR][2];
+            row_tile(pw, ng, c->xq + (size_t)i * c->xq_row, w->type, nr, C);
+            const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
+            for (int j = 0; j < nr; j++) {
+                float y = tree16_2(C[j][0], C[j][1]);
+                if (nt) y = tail_dot(w, (const uint8_t *)w->data + (size_t)(jt + j) * w->row_bytes, ng, nt, quad, i % 4, y);
+                c->y[(size_t)i * n + jt + j] = y;
+            }
+        }
+    }
+}
+
+void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+const kvs_isa kvs_isa_avx2 = {
+    .name = "avx2",
+    .quantize_rows = avx2_quantize_rows,
+    .matmul_cols = avx2_matmul_cols,
+    .attention_unit = kvs_attention_unit_ref,
+};
+
+#pragma GCC pop_options
+
+#endif
