@@ -57,7 +57,7 @@ TEST(test_generate_json_contract) {
     const char *model = kt_model_path();
     if (!model) return;
     char args[1024];
-    snprintf(args, sizeof args, "generate -m %s --chat -p 'What is the capital of France?' -n 12 --threads 2 --json",
+    snprintf(args, sizeof args, "generate -m %s --chat -p 'What color is the sky on a clear day?' -n 24 --threads 2 --json",
              model);
     int rc = run_cli(args);
     CHECK_MSG(rc == 0, "rc %d: %s", rc, g_err);
@@ -76,7 +76,7 @@ TEST(test_generate_json_contract) {
     CHECK_EQ_INT(n_keys, 9);
     CHECK(g_out[0] == '{' && strchr(g_out, '\n') == g_out + strlen(g_out) - 1);
     const char *text = json_val("text");
-    CHECK(text && strstr(text, "Paris") != NULL);
+    CHECK(text && strstr(text, "blue") != NULL);
     const char *sha = json_val("first_logits_sha256");
     char hex[65] = {0};
     if (sha && sha[0] == '"') memcpy(hex, sha + 1, 64);
@@ -90,7 +90,7 @@ TEST(test_generate_json_contract) {
     /* The same request through the library gives the same logits bytes. */
     kvs_model *m = NULL;
     if (kvs_model_load(model, kvs_model_default_params(), &m)) { CHECK(0); return; }
-    kvs_chat_message msg = {"user", "What is the capital of France?"};
+    kvs_chat_message msg = {"user", "What color is the sky on a clear day?"};
     char *rendered = NULL;
     int32_t ids[256];
     int n = 0;
@@ -103,7 +103,7 @@ TEST(test_generate_json_contract) {
     kvs_context *ctx = NULL;
     CHECK_EQ_INT(kvs_context_new(m, cp, &ctx), KVS_OK);
     kvs_generate_params gp = kvs_generate_default_params();
-    gp.n_predict = 12;
+    gp.n_predict = 24;
     kvs_generate_result r;
     if (ctx && kvs_generate(ctx, ids, n, &gp, &r) == KVS_OK) {
         char lib_hex[65];
@@ -127,10 +127,18 @@ TEST(test_generate_streams_text) {
     const char *model = kt_model_path();
     if (!model) return;
     char args[1024];
-    snprintf(args, sizeof args, "generate -m %s --chat --system 'Answer briefly.' -p 'What is the capital of France?' -n 16",
+    snprintf(args, sizeof args, "generate -m %s --chat -p 'What is the capital of Germany?' -n 16",
              model);
     CHECK_EQ_INT(run_cli(args), 0);
-    CHECK_MSG(strstr(g_out, "Paris") != NULL && g_out[0] != '{', "%s", g_out);
+    CHECK_MSG(strstr(g_out, "Berlin") != NULL && g_out[0] != '{', "%s", g_out);
+    /* --system replaces the template's default system message */
+    snprintf(args, sizeof args, "generate -m %s --chat -p 'Hi.' -n 1 --json", model);
+    CHECK_EQ_INT(run_cli(args), 0);
+    int n_default = json_val("prompt_tokens") ? atoi(json_val("prompt_tokens")) : -1;
+    snprintf(args, sizeof args, "generate -m %s --chat --system 'Be terse.' -p 'Hi.' -n 1 --json", model);
+    CHECK_EQ_INT(run_cli(args), 0);
+    int n_system = json_val("prompt_tokens") ? atoi(json_val("prompt_tokens")) : -1;
+    CHECK_MSG(n_default > 10 && n_system > 10 && n_system < n_default, "%d vs %d", n_system, n_default);
 }
 
 TEST(test_generate_errors) {

@@ -31,16 +31,22 @@
  * top-1/top-2 margin is at least SMOL_TIE, i.e. where 8-bit rounding cannot
  * flip the answer. Every miss below SMOL_TIE is printed with its margin.
  *
- * Measured on the engine: last-position max|diff| 0.60-1.33, rms <= 0.37,
- * cosine >= 0.99958; teacher-forced top-1 agreement 96.43% (513/532), all
- * 19 misses at reference margins <= 0.24. Two numpy realizations of the same
- * 8-bit rounding (float32, float64) give, over the four golden prompts,
- * max|diff| up to 1.56, rms up to 0.75, cosine down to 0.9986: the bounds
- * below hold for any faithful 8-bit engine, not only for today's bits.
+ * Measured on two builds of the engine (their bits differ): last-position
+ * max|diff| 0.55-1.46, rms <= 0.73, cosine >= 0.99866 (all worst at
+ * chat_france); teacher-forced top-1 agreement 96.43% and 96.99% of 532,
+ * every miss at a reference margin <= 0.24. Two numpy realizations of the
+ * same 8-bit rounding (float32, float64) give max|diff| up to 1.56, rms up to
+ * 0.75, cosine down to 0.9986. The bounds below are ~1.6x the worst of these,
+ * so they hold for any faithful 8-bit engine, not only for today's bits.
+ * What they catch (numpy experiments): rope base 1e4 instead of 1e5 gives
+ * cosine 0.985 and 84.6% agreement; NeoX pairing or a wrong GQA head mapping
+ * give cosine < 0.2. Errors smaller than the 8-bit rounding itself (eps 1e-6
+ * instead of 1e-5, one matrix scaled by 1.02) are invisible here; the tiny
+ * model's tight check is the one that sees small arithmetic slips.
  */
-#define SMOL_MAX_ABS_TOL 2.0  /* max |logit - ref| at the last prompt position */
-#define SMOL_RMS_TOL 1.0      /* rms(logit - ref) over the vocabulary, same position */
-#define SMOL_COS_MIN 0.997    /* cosine(logits, ref), same position */
+#define SMOL_MAX_ABS_TOL 2.5  /* max |logit - ref| at the last prompt position */
+#define SMOL_RMS_TOL 1.2      /* rms(logit - ref) over the vocabulary, same position */
+#define SMOL_COS_MIN 0.996    /* cosine(logits, ref), same position */
 #define SMOL_TIE 0.75         /* reference margins below this are near ties (> 0.50 max shift) */
 #define SMOL_N_GREEDY 32      /* greedy steps compared */
 #define SMOL_TF_DECISIVE 0.995 /* top-1 agreement where the reference margin >= SMOL_TIE */
@@ -321,7 +327,7 @@ static void check_logits(const char *gname, const char *model_path, tol t) {
             cmp r = compare(lg, ref, e.n_vocab);
             int a = argmax(lg, e.n_vocab), ra = argmax(ref, e.n_vocab);
             double margin = c->n_greedy_margin ? c->greedy_margin[0] : 0.0; /* ref top1 - top2 here */
-            printf("  %s/%s: %d prompt tokens, max|diff| %.5f (id %d: %.4f vs ref %.4f), rms %.5f, "
+            printf("  %s/%s: %d prompt tokens, max|diff| %.3g (id %d: %.4f vs ref %.4f), rms %.3g, "
                    "cosine %.7f, top-1 %d (ref %d, ref margin %.4f%s)\n", gname, c->name, c->n_prompt, r.max_abs,
                    r.at, lg[r.at], ref[r.at], r.rms, r.cos, a, ra, margin,
                    a != ra ? (margin < t.tie ? ": differs at a near tie" : ": DIFFERS") : "");
@@ -336,7 +342,7 @@ static void check_logits(const char *gname, const char *model_path, tol t) {
         }
         free(ref);
     }
-    printf("  %s: worst last-position max|diff| %.5f (tolerance %g)\n", gname, worst, t.max_abs);
+    printf("  %s: worst last-position max|diff| %.3g (tolerance %g)\n", gname, worst, t.max_abs);
     free(lg);
     engine_close(&e);
     golden_free(&g);

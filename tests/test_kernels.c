@@ -43,7 +43,7 @@ TEST(test_f16_conversions) {
         float f = kvs_f16_to_f32((uint16_t)h);
         if (!isnan(f) && kvs_f32_to_f16(f) != h) bad_rt++;
 #if defined(__x86_64__)
-        if (__builtin_cpu_supports("f16c")) {
+        if (kvs_kernels_cpu_level() >= 1) {
             float g = hw_f16_to_f32((uint16_t)h);
             if (memcmp(&f, &g, 4) != 0 && !(isnan(f) && isnan(g))) bad_hw++;
         }
@@ -52,7 +52,7 @@ TEST(test_f16_conversions) {
     CHECK_EQ_INT(bad_rt, 0);
     CHECK_EQ_INT(bad_hw, 0);
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("f16c")) {
+    if (kvs_kernels_cpu_level() >= 1) {
         int bad = 0;
         for (int i = 0; i < 2000000; i++) {
             uint32_t b = kt_rand() | (kt_rand() << 21);

@@ -80,6 +80,42 @@ TEST(test_matmul_invariance) {
     printf("  %d matmul configurations\n", checked);
 }
 
+/* kvs_matmul_multi gives the bytes of separate calls (q/k/v-like shapes),
+ * including when the types differ (fallback). */
+TEST(test_matmul_multi_equals_separate) {
+    kvs_pool *pool = kvs_pool_new(2);
+    const int m_list[] = {1, 3, 37};
+    for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
+        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        for (int mixed = 0; mixed <= 1; mixed++)
+            for (size_t mi = 0; mi < 3; mi++) {
+                int m = m_list[mi], k = 576;
+                kvs_wmat wq = kt_rand_wmat(KVS_TYPE_Q4_1, 576, k);
+                kvs_wmat wk = kt_rand_wmat(mixed ? KVS_TYPE_Q8_0 : KVS_TYPE_Q4_1, 192, k);
+                kvs_wmat wv = kt_rand_wmat(KVS_TYPE_Q4_1, 100, k);
+                const kvs_wmat *ws[3] = {&wq, &wk, &wv};
+                float *x = xmalloc(sizeof(float) * m * k);
+                kt_rand_vec(x, (size_t)m * k, 2.0f);
+                float *a[3], *b[3];
+                for (int i = 0; i < 3; i++) {
+                    a[i] = xmalloc(sizeof(float) * m * ws[i]->n);
+                    b[i] = xmalloc(sizeof(float) * m * ws[i]->n);
+                    memset(b[i], 0xff, sizeof(float) * m * ws[i]->n);
+                }
+                void *work = xmalloc(kvs_matmul_multi_work_size(3, ws, m));
+                for (int i = 0; i < 3; i++) kvs_matmul(pool, ws[i], x, m, a[i], work);
+                kvs_matmul_multi(pool, 3, ws, x, m, b, work);
+                for (int i = 0; i < 3; i++)
+                    CHECK_MSG(memcmp(a[i], b[i], sizeof(float) * m * ws[i]->n) == 0,
+                              "%s mixed %d m %d matrix %d", isas[s], mixed, m, i);
+                for (int i = 0; i < 3; i++) { free(a[i]); free(b[i]); free((void *)ws[i]->data); }
+                free(x); free(work);
+            }
+    }
+    kvs_kernels_set_isa("best");
+    kvs_pool_free(pool);
+}
+
 /* Attention: tokens of one sequence (positions start..start+m-1) computed in
  * one call, one per call, in random chunks, and on 1..4 threads. */
 TEST(test_attention_invariance) {
@@ -143,6 +179,7 @@ TEST(test_attention_invariance) {
 
 int main(void) {
     RUN(test_matmul_invariance);
+    RUN(test_matmul_multi_equals_separate);
     RUN(test_attention_invariance);
     return kt_summary();
 }

@@ -18,4 +18,13 @@ int kvs_pool_size(const kvs_pool *pool);
 /* pool may be NULL: then fn(arg, 0, 1) runs on the caller. */
 void kvs_pool_run(kvs_pool *pool, kvs_pool_fn fn, void *arg);
 
+/* Runs fn(arg, chunk, ith) once for every chunk in 0..n_chunks-1 on whichever
+ * threads are running: the caller takes chunks itself and never waits for a
+ * worker that has not started (on a loaded machine a descheduled worker just
+ * does not take part); it returns when every chunk is done. ith (0..size-1)
+ * names the executing thread, for per-thread scratch. The result must not
+ * depend on which thread runs a chunk. pool may be NULL. */
+typedef void (*kvs_pool_chunk_fn)(void *arg, int chunk, int ith);
+void kvs_pool_for(kvs_pool *pool, int n_chunks, kvs_pool_chunk_fn fn, void *arg);
+
 #endif

@@ -149,9 +149,10 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_
     int first_hist = n_prompt > p->sampling.repeat_last_n ? n_prompt - p->sampling.repeat_last_n : 0;
     for (int i = first_hist; i < n_prompt; i++) kvs_sampler_accept(g->sampler, prompt[i]);
 
+    double t_start = kvs_now_ms();
     if ((st = kvs_decode(ctx, prompt, g->pos, n_prompt, ctx->logits))) return st;
     double t_prefill = kvs_now_ms();
-    r->prefill_ms = t_prefill - t0;
+    r->prefill_ms = t_prefill - t_start; /* the forward pass only; ttft_ms counts from t0 */
     memcpy(r->first_logits, ctx->logits, (size_t)n_vocab * sizeof(float));
     if ((st = top_logprobs(ctx->logits, n_vocab, p->n_top_logprobs, r))) return st;
 

@@ -20,8 +20,12 @@
  */
 #if defined(__x86_64__)
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+#endif
 
 #include <immintrin.h>
 #include <math.h>
@@ -64,10 +68,12 @@ AI float hsum_tree(__m512 v) {
 /* 16 x 16 float transpose in registers. */
 AI void transpose16(__m512 r[16]) {
     __m512 t[16], u[16], v[16];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         __m512 a = t[4 * i], b = t[4 * i + 1], cc = t[4 * i + 2], d = t[4 * i + 3];
         u[4 * i + 0] = _mm512_shuffle_ps(a, cc, 0x44);
@@ -76,12 +82,14 @@ AI void transpose16(__m512 r[16]) {
         u[4 * i + 3] = _mm512_shuffle_ps(b, d, 0xee);
     }
     /* u[4i + c], 128-bit lane L = rows 4i..4i+3 of column 4L + c */
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         v[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);      /* L0, L2 of rows 0-7 */
         v[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);  /* L1, L3 */
         v[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
         v[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
     }
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         r[c] = _mm512_shuffle_f32x4(v[c], v[8 + c], 0x88);       /* column c */
         r[8 + c] = _mm512_shuffle_f32x4(v[c], v[8 + c], 0xdd);   /* column 8 + c */
@@ -277,58 +285,84 @@ static void prefill_unit(unit_ctx *u) {
 
 /* --------------------------------------------------- scores, lane = key */
 
+/* Scores of rows [r0, r0 + nr) for the nt (1 or 2) transposed key tiles at
+ * Kt (tile b at Kt + b * D * 16, keys j0 + 16 b ..): nr * nt independent fma
+ * chains over d. */
+AI void qk_keys(unit_ctx *u, const float *const *qr, const float *Kt, int r0, int nr, int nt, int j0,
+                __m512 *mx) {
+    const int D = u->D;
+    const __m512 scale = _mm512_set1_ps(u->c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 s[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) s[i][b] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d++) {
+        __m512 kt[2];
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) kt[b] = _mm512_loadu_ps(Kt + ((size_t)b * D + d) * 16);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            __m512 qd = _mm512_set1_ps(qr[r0 + i][d]);
+#pragma GCC unroll 2
+            for (int b = 0; b < nt; b++) s[i][b] = _mm512_fmadd_ps(qd, kt[b], s[i][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) {
+            int r = r0 + i, jb = j0 + 16 * b;
+            __m512i jv = _mm512_add_epi32(lane, _mm512_set1_epi32(jb));
+            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r]));
+            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[i][b], scale));
+            mx[r] = _mm512_max_ps(mx[r], v);
+            _mm512_storeu_ps(u->S + (size_t)r * u->ctxs + jb, v);
+        }
+    }
+}
+
+#define QKK_CASE(a, b) case (a) * 4 + (b): qk_keys(u, qr, Kt, r, a, b, j0, mx); break;
+
 static void scores_keys(unit_ctx *u) {
     const kvs_attn_call *c = u->c;
     const int D = u->D, R = u->rows;
     int maxn = 0;
     for (int r = 0; r < R; r++) if (u->n[r] > maxn) maxn = u->n[r];
-    float *Kt = u->stage; /* (D, 16) transposed key tile */
-    const __m512 scale = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    float *Kt = u->stage; /* (2, D, 16) two transposed key tiles */
     __m512 mx[KVS_ATTN_ROWS];
     const float *qr[KVS_ATTN_ROWS];
     for (int r = 0; r < R; r++) {
-        mx[r] = ninf;
+        mx[r] = _mm512_set1_ps(-INFINITY);
         qr[r] = c->q + ((size_t)(u->t0 + r / u->group) * c->n_head + (size_t)u->g * u->group +
                         r % u->group) * D;
     }
-    for (int j0 = 0; j0 < maxn; j0 += 16) {
-        int nk = maxn - j0 < 16 ? maxn - j0 : 16;
-        for (int d0 = 0; d0 < D; d0 += 16) {
-            __m512 t[16];
-            for (int jj = 0; jj < 16; jj++)
-                t[jj] = jj < nk ? kv_load16(c->k, c->kv_type, u->kv_off + (size_t)(j0 + jj) * D + d0)
-                                : _mm512_setzero_ps();
-            transpose16(t);
-            for (int i = 0; i < 16; i++) _mm512_storeu_ps(Kt + (size_t)(d0 + i) * 16, t[i]);
-        }
-        __m512i jv = _mm512_add_epi32(lane, _mm512_set1_epi32(j0));
-        int r = 0;
-        for (; r + 4 <= R; r += 4) { /* 4 rows: 4 independent fma chains */
-            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-            for (int d = 0; d < D; d++) {
-                __m512 kt = _mm512_loadu_ps(Kt + (size_t)d * 16);
-                s0 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), kt, s0);
-                s1 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r + 1][d]), kt, s1);
-                s2 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r + 2][d]), kt, s2);
-                s3 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r + 3][d]), kt, s3);
-            }
-            __m512 sv[4] = {s0, s1, s2, s3};
-            for (int i = 0; i < 4; i++) {
-                __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r + i]));
-                __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(sv[i], scale));
-                mx[r + i] = _mm512_max_ps(mx[r + i], v);
-                _mm512_storeu_ps(u->S + (size_t)(r + i) * u->ctxs + j0, v);
+    for (int j0 = 0; j0 < maxn; j0 += 32) {
+        int nt = maxn - j0 > 16 ? 2 : 1;
+        for (int b = 0; b < nt; b++) {
+            int jb = j0 + 16 * b, nk = maxn - jb < 16 ? maxn - jb : 16;
+            for (int d0 = 0; d0 < D; d0 += 16) {
+                __m512 t[16];
+                const size_t at = u->kv_off + (size_t)jb * D + d0;
+                if (nk == 16) {
+#pragma GCC unroll 16
+                    for (int jj = 0; jj < 16; jj++) t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
+                } else {
+                    for (int jj = 0; jj < 16; jj++)
+                        t[jj] = jj < nk ? kv_load16(c->k, c->kv_type, at + (size_t)jj * D) : _mm512_setzero_ps();
+                }
+                transpose16(t);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) _mm512_storeu_ps(Kt + ((size_t)b * D + d0 + i) * 16, t[i]);
             }
         }
-        for (; r < R; r++) {
-            __m512 s0 = _mm512_setzero_ps();
-            for (int d = 0; d < D; d++)
-                s0 = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), _mm512_loadu_ps(Kt + (size_t)d * 16), s0);
-            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r]));
-            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s0, scale));
-            mx[r] = _mm512_max_ps(mx[r], v);
-            _mm512_storeu_ps(u->S + (size_t)r * u->ctxs + j0, v);
+        for (int r = 0; r < R; r += 4) {
+            int nr = R - r < 4 ? R - r : 4;
+            switch (nr * 4 + nt) {
+                QKK_CASE(1, 1) QKK_CASE(1, 2) QKK_CASE(2, 1) QKK_CASE(2, 2)
+                QKK_CASE(3, 1) QKK_CASE(3, 2) QKK_CASE(4, 1) QKK_CASE(4, 2)
+            }
         }
     }
     for (int r = 0; r < R; r++) {
@@ -353,21 +387,28 @@ AI void pv_block(const unit_ctx *u, int r0, int nr, int d0, int nz, const float 
     const kvs_attn_call *c = u->c;
     const int D = u->D, n = u->n[r0];
     __m512 acc[4][4];
+#pragma GCC unroll 4
     for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
         for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_ps();
     for (int j = 0; j < n; j++) {
         __m512 v[4];
+#pragma GCC unroll 4
         for (int z = 0; z < nz; z++) v[z] = kv_load16(c->v, c->kv_type, u->kv_off + (size_t)j * D + d0 + 16 * z);
+#pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             __m512 p = _mm512_set1_ps(e[i][(size_t)j * estride]);
+#pragma GCC unroll 4
             for (int z = 0; z < nz; z++) acc[i][z] = _mm512_fmadd_ps(p, v[z], acc[i][z]);
         }
     }
+#pragma GCC unroll 4
     for (int i = 0; i < nr; i++) {
         int r = r0 + i;
         float *out = c->out + ((size_t)(u->t0 + r / u->group) * c->n_head + (size_t)u->g * u->group +
                                r % u->group) * D + d0;
         __m512 inv = _mm512_set1_ps(u->inv[r]);
+#pragma GCC unroll 4
         for (int z = 0; z < nz; z++) _mm512_storeu_ps(out + 16 * z, _mm512_mul_ps(acc[i][z], inv));
     }
 }
@@ -430,6 +471,10 @@ void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, fl
     }
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #endif

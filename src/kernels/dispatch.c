@@ -33,13 +33,14 @@ static int cpu_level(void) {
     int l = atomic_load_explicit(&level, memory_order_relaxed);
     if (l < 0) {
         __builtin_cpu_init();
+        /* F16C is not probed: every AVX2 CPU has it (and clang's builtin
+         * does not know the name). */
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-            __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c"))
+            __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("fma"))
             l = 2;
-        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                 __builtin_cpu_supports("f16c"))
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
             l = 1;
         else
             l = 0;
@@ -50,6 +51,8 @@ static int cpu_level(void) {
     return 0;
 #endif
 }
+
+int kvs_kernels_cpu_level(void) { return cpu_level(); }
 
 static atomic_int g_isa_cap = 2; /* highest level allowed (kvs_kernels_set_isa) */
 
@@ -90,47 +93,115 @@ size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
 typedef struct mm_task {
     kvs_mm_call call;
     const kvs_isa *isa;
+    int cols;  /* output columns per chunk (a multiple of 16: whole tiles) */
 } mm_task;
 
-/* Column range of thread ith: multiples of 16 so tiles stay whole. */
-static void split_cols(int n, int ith, int nth, int *j0, int *j1) {
-    int units = (n + 15) / 16;
-    *j0 = (int)((long)units * ith / nth) * 16;
-    *j1 = (int)((long)units * (ith + 1) / nth) * 16;
-    if (*j1 > n) *j1 = n;
-    if (*j0 > n) *j0 = n;
+#define MM_QUANT_ROWS 8 /* activation rows quantized per chunk */
+
+static void mm_quant_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
+    mm_task *t = arg;
+    int i0 = chunk * MM_QUANT_ROWS, i1 = i0 + MM_QUANT_ROWS;
+    if (i1 > t->call.m) i1 = t->call.m;
+    t->isa->quantize_rows(&t->call, i0, i1);
 }
 
-static void mm_quant_worker(void *arg, int ith, int nth) {
+static void mm_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
     mm_task *t = arg;
-    int m = t->call.m;
-    int i0 = (int)((long)m * ith / nth), i1 = (int)((long)m * (ith + 1) / nth);
-    if (i0 < i1) t->isa->quantize_rows(&t->call, i0, i1);
+    int j0 = chunk * t->cols, j1 = j0 + t->cols;
+    if (j1 > t->call.w->n) j1 = t->call.w->n;
+    t->isa->matmul_cols(&t->call, j0, j1);
 }
 
-static void mm_worker(void *arg, int ith, int nth) {
-    mm_task *t = arg;
-    int j0, j1;
-    split_cols(t->call.w->n, ith, nth, &j0, &j1);
-    if (j0 < j1) t->isa->matmul_cols(&t->call, j0, j1);
+/* Prepares t->call for quantized weights: xq in work, x quantized (on the
+ * caller for a few rows, else over the pool). */
+static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
+    kvs_mm_call *c = &t->call;
+    int m = c->m;
+    c->xq = align64(work);
+    c->xq_row = kvs_xq_row_bytes(c->w->k);
+    c->xq_tail = c->xq + (size_t)m * c->xq_row;
+    c->xq_quad = kvs_xq_quad_bytes(c->w->k);
+    if (m % 4) /* rows the last quad lacks stay zero (never stored, but defined) */
+        memset((uint8_t *)c->xq_tail + (size_t)(m / 4) * c->xq_quad, 0, c->xq_quad);
+    /* A few rows quantize faster on the caller than a pool round trip. */
+    if (m <= 2 * MM_QUANT_ROWS) t->isa->quantize_rows(c, 0, m);
+    else kvs_pool_for(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
 }
+
+/* Small m: bigger chunks (less counter traffic); the work per chunk is what
+ * matters, not its column count. */
+static int mm_cols(int m) { return m == 1 ? 64 : m < 16 ? 32 : 16; }
 
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
     mm_task t = {.isa = pick_isa()};
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
-    if (kvs_wtype_is_quant(w->type)) {
-        t.call.xq = align64(work);
-        t.call.xq_row = kvs_xq_row_bytes(w->k);
-        t.call.xq_tail = t.call.xq + (size_t)m * t.call.xq_row;
-        t.call.xq_quad = kvs_xq_quad_bytes(w->k);
-        if (m % 4) /* rows the last quad lacks stay zero (never stored, but defined) */
-            memset((uint8_t *)t.call.xq_tail + (size_t)(m / 4) * t.call.xq_quad, 0, t.call.xq_quad);
-        /* A few rows quantize faster on the caller than a pool round trip. */
-        if (m <= 4 || !pool) t.isa->quantize_rows(&t.call, 0, m);
-        else kvs_pool_run(pool, mm_quant_worker, &t);
+    if (kvs_wtype_is_quant(w->type)) mm_quantize(pool, &t, work);
+    t.cols = mm_cols(m);
+    kvs_pool_for(pool, (w->n + t.cols - 1) / t.cols, mm_chunk, &t);
+}
+
+#define MM_MULTI_MAX 8
+
+typedef struct mm_multi_task {
+    mm_task t[MM_MULTI_MAX];
+    int first[MM_MULTI_MAX + 1]; /* chunk index where matrix i starts */
+    int nw;
+} mm_multi_task;
+
+static void mm_multi_chunk(void *arg, int chunk, int ith) {
+    mm_multi_task *mt = arg;
+    int i = 0;
+    while (chunk >= mt->first[i + 1]) i++;
+    mm_chunk(&mt->t[i], chunk - mt->first[i], ith);
+}
+
+static int same_shape(int nw, const kvs_wmat *const *ws) {
+    if (nw < 1 || nw > MM_MULTI_MAX) return 0;
+    for (int i = 1; i < nw; i++)
+        if (ws[i]->type != ws[0]->type || ws[i]->k != ws[0]->k) return 0;
+    return 1;
+}
+
+size_t kvs_matmul_multi_work_size(int nw, const kvs_wmat *const *ws, int m) {
+    size_t s = 0;
+    for (int i = 0; i < nw; i++) {
+        size_t si = kvs_matmul_work_size(ws[i], m);
+        if (si > s) s = si;
     }
-    kvs_pool_run(pool, mm_worker, &t);
+    return s;
+}
+
+void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m,
+                      float *const *ys, void *work) {
+    if (m <= 0 || nw <= 0) return;
+    if (!same_shape(nw, ws)) {
+        for (int i = 0; i < nw; i++) kvs_matmul(pool, ws[i], x, m, ys[i], work);
+        return;
+    }
+    mm_multi_task mt;
+    mt.nw = nw;
+    mt.first[0] = 0;
+    const kvs_isa *isa = pick_isa();
+    for (int i = 0; i < nw; i++) {
+        mm_task *t = &mt.t[i];
+        t->isa = isa;
+        t->call = (kvs_mm_call){.w = ws[i], .x = x, .m = m, .y = ys[i]};
+        t->cols = mm_cols(m);
+        if (kvs_wtype_is_quant(ws[i]->type)) {
+            if (i == 0) mm_quantize(pool, t, work);
+            else { /* same type and k: the same quantized x */
+                t->call.xq = mt.t[0].call.xq;
+                t->call.xq_row = mt.t[0].call.xq_row;
+                t->call.xq_tail = mt.t[0].call.xq_tail;
+                t->call.xq_quad = mt.t[0].call.xq_quad;
+            }
+        }
+        mt.first[i + 1] = mt.first[i] + (ws[i]->n + t->cols - 1) / t->cols;
+    }
+    kvs_pool_for(pool, mt.first[nw], mm_multi_chunk, &mt);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -143,26 +214,20 @@ size_t kvs_attention_work_size(int n_threads, int n_ctx) {
 typedef struct attn_task {
     kvs_attn_call call;
     const kvs_isa *isa;
-    int tile;          /* query tokens per unit */
+    int tile;    /* query tokens per unit */
     int n_tiles;
-    atomic_int next;   /* next unit to take (dynamic balance; results do not
-                          depend on which thread computes a unit) */
 } attn_task;
 
-static void attn_worker(void *arg, int ith, int nth) {
+/* Unit u: the last tiles first (causal rows there are the longest), each
+ * tile once per kv head. */
+static void attn_chunk(void *arg, int u, int ith) {
     attn_task *t = arg;
     const kvs_attn_call *c = &t->call;
     float *work = c->work + (size_t)ith * kvs_attn_thread_floats(c->n_ctx);
-    int n_units = t->n_tiles * c->n_kv_head;
-    for (;;) {
-        int u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (u >= n_units) break;
-        /* Last tiles first: causal rows there are the longest. */
-        int tile = t->n_tiles - 1 - u / c->n_kv_head, g = u % c->n_kv_head;
-        int t0 = tile * t->tile, t1 = t0 + t->tile;
-        if (t1 > c->m) t1 = c->m;
-        t->isa->attention_unit(c, t0, t1, g, work);
-    }
+    int tile = t->n_tiles - 1 - u / c->n_kv_head, g = u % c->n_kv_head;
+    int t0 = tile * t->tile, t1 = t0 + t->tile;
+    if (t1 > c->m) t1 = c->m;
+    t->isa->attention_unit(c, t0, t1, g, work);
 }
 
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
@@ -178,6 +243,5 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;
     t.n_tiles = (m + t.tile - 1) / t.tile;
-    atomic_init(&t.next, 0);
-    kvs_pool_run(pool, attn_worker, &t);
+    kvs_pool_for(pool, t.n_tiles * n_kv_head, attn_chunk, &t);
 }

@@ -36,6 +36,15 @@ size_t kvs_matmul_work_size(const kvs_wmat *w, int m);
  * on its own, so this stays batch-invariant). Splits over the pool. */
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);
 
+/* Several matrices against the same x (attention q/k/v, ffn gate/up):
+ * ys[i] = x . ws[i]^T, exactly the bytes of separate kvs_matmul calls, but x
+ * is quantized once and all outputs share one pool run. All ws[i] must have
+ * the same k; if their types differ it falls back to separate calls.
+ * work: kvs_matmul_multi_work_size. */
+size_t kvs_matmul_multi_work_size(int nw, const kvs_wmat *const *ws, int m);
+void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m,
+                      float *const *ys, void *work);
+
 /* Row i of a weight matrix as float (embedding lookup). dst holds w->k floats. */
 void kvs_wmat_get_row(const kvs_wmat *w, int i, float *dst);
 

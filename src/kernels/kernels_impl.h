@@ -67,6 +67,11 @@ typedef struct kvs_isa {
     void (*attention_unit)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 } kvs_isa;
 
+/* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */
+int kvs_kernels_cpu_level(void);
+/* 0 while KVS_FORCE_SCALAR / kvs_kernels_force_scalar(1) is in effect. */
+int kvs_kernels_simd_allowed(void);
+
 extern const kvs_isa kvs_isa_scalar;
 #if defined(__x86_64__)
 extern const kvs_isa kvs_isa_avx2;

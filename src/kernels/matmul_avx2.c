@@ -11,8 +11,12 @@
  */
 #if defined(__x86_64__)
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 #include <immintrin.h>
 #include <math.h>
@@ -255,15 +259,19 @@ static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     }
 }
 
-void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 
 const kvs_isa kvs_isa_avx2 = {
     .name = "avx2",
     .quantize_rows = avx2_quantize_rows,
     .matmul_cols = avx2_matmul_cols,
-    .attention_unit = kvs_attention_unit_ref,
+    .attention_unit = kvs_attention_unit_avx2,
 };
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #endif

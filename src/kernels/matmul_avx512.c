@@ -24,8 +24,12 @@
  */
 #if defined(__x86_64__)
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2")
+#endif
 
 #include <immintrin.h>
 #include <pthread.h>
@@ -563,6 +567,112 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
     _mm512_mask_storeu_ps(y + j0, (__mmask16)((1u << nr) - 1), R);
 }
 
+/* Q8_0, one activation row: lane = weight row for every block. Per pair of
+ * blocks, each weight row's 64 q bytes (two 32-byte loads) meet x in natural
+ * order: vpdpbusd(w + 128, x) leaves 8 partial lanes per block, which a
+ * transposed integer reduction turns into one vector per block over the 16
+ * rows; subtracting 128 * sum(x) gives the exact block dot. Float work is
+ * then lane-wise: chains as vectors C[b % 16] for full-group blocks, tree,
+ * then tail blocks in order. xn: (nb, 32) s8 x; xs: 128 * sum per block. */
+AI void reduce_pair(const __m512i A[16], __m512i *v0, __m512i *v1) {
+    __m512i l1[8], l2[4], l3[2];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+        l1[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(A[2 * p], A[2 * p + 1]),
+                                 _mm512_unpackhi_epi32(A[2 * p], A[2 * p + 1]));
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++)
+        l2[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(l1[2 * p], l1[2 * p + 1]),
+                                 _mm512_unpackhi_epi64(l1[2 * p], l1[2 * p + 1]));
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++)
+        l3[p] = _mm512_add_epi32(_mm512_shuffle_i32x4(l2[2 * p], l2[2 * p + 1], 0x88),
+                                 _mm512_shuffle_i32x4(l2[2 * p], l2[2 * p + 1], 0xdd));
+    *v0 = _mm512_shuffle_i32x4(l3[0], l3[1], 0x88); /* rows 0..15 of the first block */
+    *v1 = _mm512_shuffle_i32x4(l3[0], l3[1], 0xdd);
+}
+
+static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xn, const int32_t *xs,
+                  const float *dxv, float *y) {
+    const int nb = w->k / KVS_QK, nf = kvs_xq_groups(w->k) * 16;
+    const __m512i c80 = _mm512_set1_epi8((char)0x80);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+    const __mmask16 live = (__mmask16)((1u << nr) - 1);
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+    __m512 C[16], R = _mm512_setzero_ps();
+    for (int c = 0; c < 16; c++) C[c] = _mm512_setzero_ps();
+    for (int b0 = 0; b0 < nb; b0 += 2) {
+        int two = b0 + 1 < nb;
+        __m512i X = two ? _mm512_loadu_si512(xn + 32 * b0)
+                        : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xn + 32 * b0)));
+        __m512i A[16];
+#pragma GCC unroll 16
+        for (int rho = 0; rho < 16; rho++) {
+            if (rho < nr) {
+                const uint8_t *blk = base + (size_t)rho * w->row_bytes + (size_t)b0 * 34 + 2;
+                __m512i W = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk));
+                if (two) W = _mm512_inserti64x4(W, _mm256_loadu_si256((const __m256i *)(blk + 34)), 1);
+                A[rho] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(W, c80), X);
+            } else {
+                A[rho] = _mm512_setzero_si512();
+            }
+        }
+        __m512i v[2];
+        reduce_pair(A, &v[0], &v[1]);
+        for (int h = 0; h <= two; h++) {
+            int b = b0 + h;
+            __m512i isum = _mm512_sub_epi32(v[h], _mm512_set1_epi32(xs[b]));
+            __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, base + (size_t)b * 34, 1);
+            __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)), _mm512_set1_ps(dxv[b]));
+            if (b < nf) {
+                C[b % 16] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, C[b % 16]);
+            } else {
+                if (b == nf) { /* first tail block: reduce the chains (kvs_tree16, lane-wise) */
+                    for (int i = 0; i < 8; i++) C[i] = _mm512_add_ps(C[i], C[i + 8]);
+                    for (int i = 0; i < 4; i++) C[i] = _mm512_add_ps(C[i], C[i + 4]);
+                    for (int i = 0; i < 2; i++) C[i] = _mm512_add_ps(C[i], C[i + 2]);
+                    R = _mm512_add_ps(C[0], C[1]);
+                }
+                R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, R);
+            }
+        }
+    }
+    if (nf == nb) {
+        for (int i = 0; i < 8; i++) C[i] = _mm512_add_ps(C[i], C[i + 8]);
+        for (int i = 0; i < 4; i++) C[i] = _mm512_add_ps(C[i], C[i + 4]);
+        for (int i = 0; i < 2; i++) C[i] = _mm512_add_ps(C[i], C[i + 2]);
+        R = _mm512_add_ps(C[0], C[1]);
+    }
+    _mm512_mask_storeu_ps(y + j0, live, R);
+}
+
+/* The single x row of a Q8_0 call in natural order (s8), 128 * sum(q), d. */
+static void m1_q8_unpack(const kvs_mm_call *c, int8_t *xn, int32_t *xs, float *dx) {
+    int nb = c->w->k / KVS_QK, nf = kvs_xq_groups(c->w->k) * 16;
+    for (int b = 0; b < nb; b++) {
+        for (int e = 0; e < KVS_QK; e++) {
+            uint8_t v;
+            int32_t sum;
+            float d;
+            if (b < nf) {
+                uint8_t *grp = (uint8_t *)c->xq + (size_t)(b / 16) * KVS_XQ_GROUP_BYTES;
+                v = grp[kvs_xq_pos(b % 16, e)];
+                sum = kvs_xq_sum(grp)[b % 16];
+                d = kvs_xq_d(grp)[b % 16];
+            } else {
+                uint8_t *quad = (uint8_t *)c->xq_tail;
+                v = quad[kvs_xq_tail_pos(b - nf, 0, e)];
+                sum = kvs_xq_tail_c(quad, b - nf)[0];
+                d = kvs_xq_tail_d(quad, b - nf)[0];
+            }
+            xn[32 * b + e] = (int8_t)(v ^ 0x80);
+            xs[b] = 128 * sum;
+            dx[b] = d;
+        }
+    }
+}
+
 /* ------------------------------------------------------------ entry point */
 
 static pthread_once_t perm_once = PTHREAD_ONCE_INIT;
@@ -590,6 +700,14 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         return;
     }
     int q41 = w->type == KVS_TYPE_Q4_1;
+    if (m == 1 && w->type == KVS_TYPE_Q8_0 && w->k <= 16384) {
+        int8_t xn[16384] __attribute__((aligned(64)));
+        int32_t xs[512];
+        float dx[512];
+        m1_q8_unpack(c, xn, xs, dx);
+        for (int jt = j0; jt < j1; jt += 16) m1_q8(w, jt, j1 - jt < 16 ? j1 - jt : 16, xn, xs, dx, c->y);
+        return;
+    }
     if (m == 1 && w->type != KVS_TYPE_Q8_0) {
         for (int jt = j0; jt < j1; jt += 16)
             m1_q4(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq, c->xq_tail, c->y);
@@ -619,6 +737,10 @@ const kvs_isa kvs_isa_avx512 = {
     .attention_unit = kvs_attention_unit_avx512,
 };
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #endif

@@ -12,13 +12,15 @@
 #include <immintrin.h>
 #endif
 
-int kvs_kernels_simd_allowed(void);
-
 #if defined(__x86_64__)
 /* AVX-512 versions of the row kernels: the same operations as the scalar
  * loops below, lane l of a register being element l of each 16-chunk. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,fma")
+#endif
 static float rms_sumsq_avx512(const float *x, int n) {
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
@@ -74,17 +76,14 @@ static void silu_mul_avx512(float *gate, const float *up, int n) {
         gate[i] = (g / (1.0f + kvs_expf_ref(x))) * up[i];
     }
 }
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
-static int use_avx512(void) {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma");
-    }
-    return have && kvs_kernels_simd_allowed() && strcmp(kvs_kernels_isa(), "avx512vnni") == 0;
-}
+/* The row kernels follow the matmul's ISA choice (so tests can pin it). */
+static int use_avx512(void) { return strcmp(kvs_kernels_isa(), "avx512vnni") == 0; }
 #endif
 
 void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
@@ -199,7 +198,7 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
 
 void kvs_f32_to_f16_row(const float *src, uint16_t *dst, int n) {
 #if defined(__x86_64__)
-    if (kvs_kernels_simd_allowed() && __builtin_cpu_supports("f16c")) {
+    if (kvs_kernels_simd_allowed() && kvs_kernels_cpu_level() >= 1) {
         f32_to_f16_f16c(src, dst, n);
         return;
     }
@@ -209,7 +208,7 @@ void kvs_f32_to_f16_row(const float *src, uint16_t *dst, int n) {
 
 void kvs_f16_to_f32_row(const uint16_t *src, float *dst, int n) {
 #if defined(__x86_64__)
-    if (kvs_kernels_simd_allowed() && __builtin_cpu_supports("f16c")) {
+    if (kvs_kernels_simd_allowed() && kvs_kernels_cpu_level() >= 1) {
         f16_to_f32_f16c(src, dst, n);
         return;
     }

@@ -1,0 +1,206 @@
+/*
+ * AVX2 attention for CPUs without AVX-512: the canonical arithmetic of
+ * attention_ref.c (bit-identical), with lane = query row in blocks of 8 rows
+ * for every m (decode included: no key transposes, at the price of idle
+ * lanes when a kv group has fewer than 8 query rows).
+ *
+ * Per unit (tokens [t0, t1) x the heads of kv head g): K and V are staged as
+ * f32 tiles once and shared by all row blocks; pass 1 scores (8 keys at a
+ * time, fma chain over d), pass 2 exp and the 16 partial sums (j % 16), pass
+ * 3 o[d] = fma chain over j (keys a row does not see have e = 0 and add +0).
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/kernels_impl.h"
+
+#define AI __attribute__((always_inline)) static inline
+#define RB 8 /* rows per block */
+
+void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+/* kvs_expf_ref, 8 lanes, same operations. */
+AI __m256 exp8(__m256 x) {
+    __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
+}
+
+static inline int tile_keys(int D) { return (KVS_ATTN_STAGE_FLOATS / D) & ~15; }
+
+void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
+    const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
+    if (D % 8 != 0 || D > 256 || rows > KVS_ATTN_ROWS) {
+        kvs_attention_unit_ref(c, t0, t1, g, work);
+        return;
+    }
+    const size_t ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    const size_t kv_off = (size_t)g * c->n_ctx * D;
+    const int nrb = (rows + RB - 1) / RB, JT = tile_keys(D);
+    float *S = work;                                   /* (nrb, ctxs, 8) */
+    float *Qt = work + (size_t)KVS_ATTN_ROWS * ctxs;   /* (nrb, D, 8), then O */
+    float *kvf = Qt + (size_t)3 * 16 * 256;            /* (JT, D) staged tile */
+    const float *qrow[KVS_ATTN_ROWS];
+    int n[KVS_ATTN_ROWS], maxn[KVS_ATTN_ROWS / RB], maxall = 0;
+    for (int r = 0; r < rows; r++) {
+        int t = t0 + r / group, v = c->pos[t] + 1;
+        n[r] = v > c->n_ctx ? c->n_ctx : v < 1 ? 1 : v;
+        qrow[r] = c->q + ((size_t)t * c->n_head + (size_t)g * group + r % group) * D;
+    }
+    __m256 mx[KVS_ATTN_ROWS / RB];
+    __m256i nvec[KVS_ATTN_ROWS / RB];
+    for (int rb = 0; rb < nrb; rb++) {
+        int nv[RB];
+        maxn[rb] = 0;
+        for (int l = 0; l < RB; l++) {
+            int r = rb * RB + l;
+            nv[l] = r < rows ? n[r] : 0;
+            if (nv[l] > maxn[rb]) maxn[rb] = nv[l];
+            for (int d = 0; d < D; d++) Qt[((size_t)rb * D + d) * RB + l] = r < rows ? qrow[r][d] : 0.0f;
+        }
+        if (maxn[rb] > maxall) maxall = maxn[rb];
+        nvec[rb] = _mm256_loadu_si256((const __m256i *)nv);
+        mx[rb] = _mm256_set1_ps(-INFINITY);
+    }
+    const __m256 scale = _mm256_set1_ps(c->scale), ninf = _mm256_set1_ps(-INFINITY);
+    /* pass 1: scores */
+    for (int j0 = 0; j0 < maxall; j0 += JT) {
+        int nk = maxall - j0 < JT ? maxall - j0 : JT;
+        const float *kf;
+        if (c->kv_type == 0) {
+            const uint16_t *src = (const uint16_t *)c->k + kv_off + (size_t)j0 * D;
+            for (size_t i = 0; i < (size_t)nk * D; i += 8)
+                _mm256_storeu_ps(kvf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+            kf = kvf;
+        } else {
+            kf = (const float *)c->k + kv_off + (size_t)j0 * D;
+        }
+        for (int rb = 0; rb < nrb; rb++) {
+            int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
+            const float *qt = Qt + (size_t)rb * D * RB;
+            float *Sb = S + (size_t)rb * ctxs * RB;
+            for (int j = 0; j < nkr; j += 8) {
+                int n8 = nkr - j < 8 ? nkr - j : 8;
+                const float *kb = kf + (size_t)j * D;
+                __m256 s[8];
+#pragma GCC unroll 8
+                for (int jj = 0; jj < 8; jj++) s[jj] = _mm256_setzero_ps();
+                if (n8 == 8) {
+                    for (int d = 0; d < D; d++) {
+                        __m256 qd = _mm256_loadu_ps(qt + (size_t)d * RB);
+#pragma GCC unroll 8
+                        for (int jj = 0; jj < 8; jj++)
+                            s[jj] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kb + (size_t)jj * D + d), s[jj]);
+                    }
+                } else {
+                    for (int d = 0; d < D; d++) {
+                        __m256 qd = _mm256_loadu_ps(qt + (size_t)d * RB);
+                        for (int jj = 0; jj < n8; jj++)
+                            s[jj] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kb + (size_t)jj * D + d), s[jj]);
+                    }
+                }
+                for (int jj = 0; jj < n8; jj++) {
+                    int jg = j0 + j + jj;
+                    __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nvec[rb], _mm256_set1_epi32(jg)));
+                    __m256 v = _mm256_blendv_ps(ninf, _mm256_mul_ps(s[jj], scale), live);
+                    mx[rb] = _mm256_max_ps(mx[rb], v);
+                    _mm256_storeu_ps(Sb + (size_t)jg * RB, v);
+                }
+            }
+        }
+    }
+    /* pass 2: probabilities and 1 / sum (partials j % 16, kvs_tree16) */
+    float inv[KVS_ATTN_ROWS];
+    for (int rb = 0; rb < nrb; rb++) {
+        float *Sb = S + (size_t)rb * ctxs * RB;
+        __m256 P[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) P[i] = _mm256_setzero_ps();
+        int j = 0;
+        for (; j + 16 <= maxn[rb]; j += 16)
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)(j + i) * RB), mx[rb]));
+                _mm256_storeu_ps(Sb + (size_t)(j + i) * RB, e);
+                P[i] = _mm256_add_ps(P[i], e);
+            }
+        for (int i = 0; j < maxn[rb]; j++, i++) {
+            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), mx[rb]));
+            _mm256_storeu_ps(Sb + (size_t)j * RB, e);
+            P[i] = _mm256_add_ps(P[i], e);
+        }
+        for (int i = 0; i < 8; i++) P[i] = _mm256_add_ps(P[i], P[i + 8]);
+        for (int i = 0; i < 4; i++) P[i] = _mm256_add_ps(P[i], P[i + 4]);
+        for (int i = 0; i < 2; i++) P[i] = _mm256_add_ps(P[i], P[i + 2]);
+        __m256 iv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(P[0], P[1]));
+        _mm256_storeu_ps(inv + rb * RB, iv); /* rows past `rows` unused */
+    }
+    /* pass 3: o = sum_j e_j v_j, V staged per tile, partial o in O (Qt's space) */
+    float *O = Qt;
+    for (int j0 = 0; j0 < maxall; j0 += JT) {
+        int nk = maxall - j0 < JT ? maxall - j0 : JT;
+        const float *vf;
+        if (c->kv_type == 0) {
+            const uint16_t *src = (const uint16_t *)c->v + kv_off + (size_t)j0 * D;
+            for (size_t i = 0; i < (size_t)nk * D; i += 8)
+                _mm256_storeu_ps(kvf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+            vf = kvf;
+        } else {
+            vf = (const float *)c->v + kv_off + (size_t)j0 * D;
+        }
+        for (int rb = 0; rb < nrb; rb++) {
+            int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
+            const float *Sb = S + (size_t)rb * ctxs * RB;
+            for (int d0 = 0; d0 < D; d0 += 8) {
+                float *o = O + ((size_t)rb * D + d0) * RB;
+                __m256 acc[8];
+#pragma GCC unroll 8
+                for (int dd = 0; dd < 8; dd++)
+                    acc[dd] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(o + dd * RB);
+                for (int j = 0; j < nkr; j++) {
+                    __m256 e = _mm256_loadu_ps(Sb + (size_t)(j0 + j) * RB);
+                    const float *v = vf + (size_t)j * D + d0;
+#pragma GCC unroll 8
+                    for (int dd = 0; dd < 8; dd++) acc[dd] = _mm256_fmadd_ps(e, _mm256_broadcast_ss(v + dd), acc[dd]);
+                }
+#pragma GCC unroll 8
+                for (int dd = 0; dd < 8; dd++) _mm256_storeu_ps(o + dd * RB, acc[dd]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        int rb = r / RB, l = r % RB;
+        float *out = c->out + ((size_t)(t0 + r / group) * c->n_head + (size_t)g * group + r % group) * D;
+        for (int d = 0; d < D; d++) out[d] = O[((size_t)rb * D + d) * RB + l] * inv[r];
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
