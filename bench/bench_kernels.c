@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
@@ -206,7 +207,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
     }
-    printf("bench_kernels: best ISA %s\n", kvs_kernels_isa());
+    /* the machine and its load: timings on a shared machine are noisy */
+    char model[128] = "?", load[64] = "?", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    if (f) fclose(f);
+    f = fopen("/proc/loadavg", "r");
+    if (f && fgets(load, sizeof load, f)) { /* the three averages only */
+        char *sp = load;
+        for (int i = 0; i < 3 && sp; i++) sp = strchr(sp + 1, ' ');
+        if (sp) *sp = 0;
+    }
+    if (f) fclose(f);
+    printf("bench_kernels: %s, %ld cores, load %s; best ISA %s; %s clock\n", model,
+           sysconf(_SC_NPROCESSORS_ONLN), load, kvs_kernels_isa(),
+           use_cpu_clock ? "thread CPU" : "wall");
     const char *isas[] = {"avx512vnni", "avx2", "scalar"};
     for (int t = 1; t <= 2; t++) {
         if (only_threads && t != only_threads) continue;

@@ -240,6 +240,16 @@ typedef struct kvs_generate_result {
     int32_t *top_ids;     /* n_top of the first position, by descending logprob */
     float *top_logprobs;
     int n_top;
+    /* Prompt KV reuse (kvs_generate_cached; kvs_generate sets n_live =
+     * n_prompt and leaves the rest zero / NULL). */
+    int n_cached;         /* prompt tokens whose KV came from the cache (exact hits, not recomputed) */
+    int n_live;           /* prompt tokens computed by this request: n_prompt - n_cached (>= 1) */
+    double cache_hit_ratio; /* n_cached / n_prompt */
+    double assemble_ms;   /* cache lookup + KV copy into the context (part of ttft_ms) */
+    int32_t *chunk_ends;  /* (n_chunks) end index of each chunk the prompt is cut into, ascending,
+                           * the last = n_prompt (malloc'd) */
+    int n_chunks;
+    int n_chunks_stored;  /* chunks of the prompt newly stored by this request */
 } kvs_generate_result;
 
 /* Prefills prompt[0..n_prompt) at positions 0.. and generates. Stops after
@@ -250,6 +260,202 @@ typedef struct kvs_generate_result {
 int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt,
                  const kvs_generate_params *params, kvs_generate_result *out);
 void kvs_generate_result_free(kvs_generate_result *r);
+
+/* ------------------------------------------------------------------------ */
+/* Chunk cache                                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A cache of prompt KV, cut into chunks (64 tokens by default, aligned to
+ * absolute positions; the tail that does not fill a chunk is kept too), held
+ * in memory within a byte budget (LRU) and optionally persisted to a
+ * directory. kvs_generate_cached() serves the longest cached prefix of a
+ * prompt from it, computes only the rest, and stores the prompt's new chunks.
+ *
+ * Guarantee: exact (prefix) reuse is bit-identical to a cold run, at any
+ * reuse length, on or off the chunk grid: same first logits bytes, same
+ * tokens. The kernels are batch-invariant, so the KV of token t computed in
+ * any earlier request equals the KV a cold run computes for it.
+ *
+ * Keys: every chunk is keyed by a model fingerprint (weights digest,
+ * architecture, hyperparameters incl. RoPE, KV dtype, and a probe of the
+ * engine's numerics) chained with the token ids, so another model, another
+ * KV dtype or an engine that computes other bits never sees these chunks.
+ * Damaged, truncated or foreign entries of a cache directory are detected,
+ * counted in the stats and never served.
+ *
+ * Thread-safety: a kvs_cache may be shared by any number of threads, each
+ * with its own kvs_context (every call below except _open and _free is safe
+ * concurrently). Several processes may share one cache directory: entries
+ * appear by atomic rename and every read is verified; a process sees other
+ * processes' new entries when it opens the cache or calls kvs_cache_sync.
+ */
+typedef struct kvs_cache kvs_cache;
+
+typedef struct kvs_cache_params {
+    size_t budget_bytes;   /* bytes of chunks kept in memory; 0 = 1/4 of physical RAM */
+    const char *cache_dir; /* NULL or "": memory only; else chunks are written through to
+                            * DIR/<prefix key>.kvc and loaded lazily (created if missing) */
+    int chunk_tokens;      /* chunk grid step in tokens; 0 = 64 */
+    kvs_kv_type kv_type;   /* KV dtype; must equal the kv_type of the contexts used with
+                            * this cache (default KVS_KV_F16) */
+    int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */
+} kvs_cache_params;
+
+kvs_cache_params kvs_cache_default_params(void);
+
+/* Opens a cache for one model: computes the model fingerprint (the weights
+ * digest is computed once per model and remembered in the cache directory,
+ * keyed by the file's identity, so later processes skip it), then indexes the
+ * directory's entry headers (payloads are read only when used). The model
+ * must outlive the cache. On failure *out is untouched. */
+int kvs_cache_open(kvs_model *model, kvs_cache_params params, kvs_cache **out);
+/* Frees the cache; the files stay. No call on it may be running. NULL is a no-op. */
+void kvs_cache_free(kvs_cache *cache);
+/* Indexes entries other processes wrote since open. *n_new (may be NULL) = entries added. */
+int kvs_cache_sync(kvs_cache *cache, int *n_new);
+/* Removes every chunk from memory; with and_disk also every entry file of the
+ * cache directory (of any model). */
+int kvs_cache_clear(kvs_cache *cache, int and_disk);
+/* The fingerprint as 64 hex digits + NUL. */
+void kvs_cache_fingerprint_hex(const kvs_cache *cache, char hex[65]);
+
+typedef struct kvs_cache_stats {
+    int chunk_tokens;
+    uint64_t entries;          /* chunks indexed (in memory or on disk only) */
+    uint64_t resident;         /* chunks with their KV in memory */
+    uint64_t bytes;            /* bytes counted against the budget (resident chunks) */
+    uint64_t budget_bytes;
+    uint64_t index_bytes;      /* radix tree, hash tables, disk-only chunk records */
+    uint64_t prefix_reachable; /* chunks a prefix lookup can reach */
+    uint64_t lookups, hits, misses;
+    uint64_t hit_tokens;       /* prompt tokens served from the cache */
+    uint64_t lookup_tokens;    /* prompt tokens looked up */
+    double lookup_seconds;     /* time in lookups, disk reads included */
+    uint64_t inserts, evictions;
+    uint64_t disk_writes, disk_write_errors;
+    uint64_t disk_loads, disk_load_bytes;
+    double disk_load_seconds;
+    uint64_t disk_bad;         /* damaged or truncated entries found: never served */
+    uint64_t disk_foreign;     /* entries of another model / KV dtype: skipped */
+    uint64_t disk_missing;     /* entries that vanished before they could be read */
+    uint64_t disk_orphans;     /* entries whose parent chain is missing (not prefix-reachable) */
+} kvs_cache_stats;
+
+void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);
+
+/* One cached chunk, for listing. Strings are hex keys (NUL-terminated);
+ * tokens points into the cache or a scan buffer and is valid only during the
+ * callback. */
+typedef struct kvs_cache_entry {
+    char prefix_key[65];   /* SHA-256(parent key || tokens): names the whole history */
+    char parent_key[65];   /* previous chunk's prefix key, or the fingerprint at pos0 = 0 */
+    char content_key[65];  /* SHA-256(fingerprint || tokens): the tokens alone */
+    char fingerprint[65];  /* the model fingerprint it belongs to */
+    int pos0;              /* absolute position of its first token */
+    int n_tok;
+    const int32_t *tokens; /* (n_tok) */
+    kvs_kv_type kv_type;
+    int n_layer, n_kv_head, head_dim;
+    uint64_t kv_bytes;     /* payload bytes */
+    int64_t created_ns;    /* CLOCK_REALTIME ns */
+    int64_t last_access_ns;/* this process; = created_ns if unused here */
+    uint64_t n_access;     /* uses by this process */
+    int resident;          /* KV in memory (kvs_cache_ls only) */
+    int on_disk;           /* a file exists for it */
+    int prefix_reachable;  /* a prefix lookup can reach it (kvs_cache_ls only) */
+} kvs_cache_entry;
+
+/* Return nonzero to stop the iteration. */
+typedef int (*kvs_cache_entry_fn)(void *user, const kvs_cache_entry *e);
+
+/* Calls fn for every chunk of the cache (in memory or on disk), in no
+ * particular order. fn must not call into the cache. */
+int kvs_cache_ls(kvs_cache *cache, kvs_cache_entry_fn fn, void *user);
+
+/* Directory-level access without a model (`kvstitch cache ls|stats|clear`). */
+typedef struct kvs_cache_dir_stats {
+    uint64_t entries;        /* valid entries (any model) */
+    uint64_t bytes;          /* their file bytes */
+    uint64_t models;         /* distinct fingerprints among them */
+    uint64_t damaged;        /* files that fail a check: bad magic/version/header, truncated */
+    uint64_t unreadable;     /* read errors */
+    uint64_t tmp;            /* writers' temporary files */
+} kvs_cache_dir_stats;
+
+/* Checks every entry header of dir (payload checksums are verified on use,
+ * not here) and calls fn (may be NULL) for each valid one, of any model.
+ * A missing dir is an empty cache. */
+int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st);
+/* Removes every entry file of dir (any model) and stale temporary files. */
+int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
+
+/* --- reuse in generation --- */
+
+typedef enum kvs_reuse_mode {
+    KVS_REUSE_PREFIX = 0, /* serve the longest cached exact prefix: bit-identical to cold */
+    KVS_REUSE_NONE = 1,   /* read nothing from the cache: every prompt token is computed */
+} kvs_reuse_mode;
+
+/* "prefix", "none"; NULL for an unknown value. */
+const char *kvs_reuse_mode_name(kvs_reuse_mode mode);
+/* Parses a name; KVS_ERR_INVALID_ARG naming the accepted values otherwise. */
+int kvs_reuse_mode_parse(const char *name, kvs_reuse_mode *out);
+
+typedef struct kvs_reuse_params {
+    kvs_reuse_mode mode;  /* default KVS_REUSE_PREFIX */
+    int store;            /* 1 (default): after the request, store the prompt's chunks that are
+                           * not cached yet (generated tokens are not stored) */
+    const int *borders;   /* segment borders (token indices, ascending) that no chunk may span;
+                           * may be NULL */
+    int n_borders;
+} kvs_reuse_params;
+
+kvs_reuse_params kvs_reuse_default_params(void);
+
+/* kvs_generate with the cache: finds the longest cached prefix of the prompt
+ * (at most n_prompt - 1 tokens, so the first logits are always computed),
+ * copies its KV into the context (no recompute), prefills the remaining
+ * tokens at their absolute positions, generates as kvs_generate does, then
+ * stores the prompt's new chunks. The chunks used stay pinned (never
+ * evicted) during the request. The result adds n_cached, n_live,
+ * cache_hit_ratio, assemble_ms and the chunk boundaries; ttft_ms counts from
+ * the call, lookup and copy included. A damaged cache entry ends the reuse
+ * before it (counted in the stats); the output is the cold output anyway.
+ * reuse may be NULL (defaults). The context's kv_type must be the cache's. */
+int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
+                        const kvs_generate_params *params, const kvs_reuse_params *reuse,
+                        kvs_generate_result *out);
+
+/* What kvs_warm stored. */
+typedef struct kvs_warm_report {
+    int n_tokens;        /* tokens of the text / sequence */
+    int chunk_tokens;    /* grid step */
+    int n_chunks;        /* chunks it was cut into */
+    int n_stored;        /* chunks newly stored */
+    int n_existing;      /* chunks already cached */
+    int n_cached;        /* tokens whose KV came from the cache (not recomputed) */
+    int n_computed;      /* tokens run through the model */
+    int aligned;         /* 1: n_tokens is a multiple of chunk_tokens */
+    int partial_tail;    /* tokens in the last, partial chunk (0 when aligned) */
+    int border_stable;   /* 0: the tokenization of the text's end may change once more text
+                          * follows (BPE merges across the border); always 1 for kvs_warm */
+    int stable_tokens;   /* tokens a prompt that continues the text is sure to share with it:
+                          * a later prompt reuses at most this many */
+    char warning[256];   /* "" or a sentence for users */
+    double ms;           /* wall time */
+} kvs_warm_report;
+
+/* Stores the KV of tokens[0..n) (positions 0..n-1) without generating:
+ * reuses what is cached already and computes the rest. */
+int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep);
+/* The same for a text (tokenized with flags, KVS_TOKENIZE_*), plus the border
+ * check: the text is tokenized again followed by probe continuations (" x":
+ * a word, "x": letters glued on, "\n": a newline) and the report says how
+ * many leading tokens survive every one (stable_tokens), with a warning if
+ * that is fewer than all. */
+int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags,
+                  kvs_warm_report *rep);
 
 /* SHA-256 helper (hex output, 65 bytes incl. NUL). */
 void kvs_sha256_hex(const void *data, size_t len, char hex[65]);

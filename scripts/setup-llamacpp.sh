@@ -19,6 +19,13 @@ version="${LLAMACPP_VERSION:-0.3.36}"
 venv="${KVSTITCH_CACHE:-$HOME/.cache/kvstitch}/venv-llamacpp"
 stamp="$venv/.kvstitch-llamacpp"
 cmake_args="-DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DLLAMA_CURL=OFF"
+# Clang where there is one: GCC 12 drops the stores that fill ggml's AMX tile
+# config before ldtilecfg (only palette_id survives), so on AMX CPUs (this
+# one) llama.cpp's Q4_1/Q4_0/Q8_0 prefill dies of SIGILL at the first
+# tileloadd. Clang 14 keeps them. LLAMACPP_CC=gcc forces GCC.
+if [ "${LLAMACPP_CC:-clang}" = clang ] && command -v clang >/dev/null && command -v clang++ >/dev/null; then
+    cmake_args+=" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++"
+fi
 want="llama-cpp-python==$version numpy $cmake_args"
 
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
@@ -29,7 +36,10 @@ fi
 
 echo "setup-llamacpp: building llama-cpp-python==$version (several minutes)" >&2
 python3 -m venv "$venv" >&2
+rm -f "$stamp"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+# A build with other flags may be there: pip would keep it as "satisfied".
+"$venv/bin/python" -m pip uninstall --quiet --yes llama-cpp-python >&2 2>/dev/null || true
 # --no-binary forces the source build so the native flags apply even if a
 # wheel for this platform exists; --no-cache-dir keeps a wheel built with
 # other flags from being reused.

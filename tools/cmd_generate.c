@@ -24,6 +24,15 @@ static const char *usage_text =
     "  --json                 print one JSON object instead of streaming text:\n"
     "                         prompt_tokens, tokens, text, ttft_ms, prefill_ms, prefill_tok_s,\n"
     "                         decode_tok_s, first_logits_sha256, first_top_logprobs\n"
+    "                         (with --cache-dir also cached_tokens, live_tokens, cache_hit_ratio,\n"
+    "                         reuse, assemble_ms, chunk_ends, stored_chunks)\n"
+    "Prompt KV cache:\n"
+    "  --cache-dir DIR        reuse the KV of the longest cached prefix of the prompt from DIR\n"
+    "                         (bit-identical output) and store the prompt's new chunks there\n"
+    "  --reuse MODE           prefix (default with --cache-dir) or none (compute every token)\n"
+    "  --no-store             do not store the prompt's chunks\n"
+    "  --chunk-tokens N       chunk size for new chunks (default 64)\n"
+    "  --cache-budget MIB     memory for cached chunks (default: 1/4 of RAM)\n"
     "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n";
 
 #define N_TOP_LOGPROBS 20
@@ -41,9 +50,15 @@ static void json_number(double v) {
     else printf("null");
 }
 
-static void print_json(int n_prompt, const kvs_generate_result *r) {
+typedef struct gen_opts {
+    const char *model_path, *prompt, *file, *system, *cache_dir, *reuse;
+    int n_predict, chat, json, n_threads, n_ctx, no_store, chunk_tokens, cache_budget_mib;
+    kvs_sampler_params sp;
+} gen_opts;
+
+static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opts *o) {
     double decode_tok_s = r->n_tokens > 1 && r->decode_ms > 0 ? (r->n_tokens - 1) * 1000.0 / r->decode_ms : 0.0;
-    double prefill_tok_s = r->prefill_ms > 0 ? n_prompt * 1000.0 / r->prefill_ms : 0.0;
+    double prefill_tok_s = r->prefill_ms > 0 ? r->n_live * 1000.0 / r->prefill_ms : 0.0;
     char sha[65];
     kvs_sha256_hex(r->first_logits, (size_t)r->n_vocab * sizeof(float), sha);
     printf("{\"prompt_tokens\": %d, \"tokens\": [", n_prompt);
@@ -64,14 +79,18 @@ static void print_json(int n_prompt, const kvs_generate_result *r) {
         json_number(r->top_logprobs[i]);
         printf("]");
     }
-    printf("]}\n");
+    printf("]");
+    if (o->cache_dir) {
+        printf(", \"cached_tokens\": %d, \"live_tokens\": %d, \"cache_hit_ratio\": ", r->n_cached, r->n_live);
+        json_number(r->cache_hit_ratio);
+        printf(", \"reuse\": \"%s\", \"assemble_ms\": ", o->reuse ? o->reuse : "prefix");
+        json_number(r->assemble_ms);
+        printf(", \"chunk_ends\": [");
+        for (int i = 0; i < r->n_chunks; i++) printf(i ? ", %d" : "%d", r->chunk_ends[i]);
+        printf("], \"stored_chunks\": %d", r->n_chunks_stored);
+    }
+    printf("}\n");
 }
-
-typedef struct gen_opts {
-    const char *model_path, *prompt, *file, *system;
-    int n_predict, chat, json, n_threads, n_ctx;
-    kvs_sampler_params sp;
-} gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
     for (int i = 1; i < argc; i++) {
@@ -81,6 +100,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--no-store")) o->no_store = 1;
         else if (!v) return cli_usage_error("generate", "unknown option or missing value: %s", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = argv[++i];
@@ -95,6 +115,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--seed")) { bad = cli_parse_u64(a, argv[++i], &seed); o->sp.seed = seed; }
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, argv[++i], &o->n_threads);
         else if (!strcmp(a, "--ctx")) bad = cli_parse_int(a, argv[++i], &o->n_ctx);
+        else if (!strcmp(a, "--cache-dir")) o->cache_dir = argv[++i];
+        else if (!strcmp(a, "--reuse")) o->reuse = argv[++i];
+        else if (!strcmp(a, "--chunk-tokens")) bad = cli_parse_int(a, argv[++i], &o->chunk_tokens);
+        else if (!strcmp(a, "--cache-budget")) bad = cli_parse_int(a, argv[++i], &o->cache_budget_mib);
         else return cli_usage_error("generate", "unknown option: %s", a);
         if (bad) return 2;
     }
@@ -103,6 +127,14 @@ static int parse(int argc, char **argv, gen_opts *o) {
     if (o->system && !o->chat) return cli_usage_error("generate", "--system needs --chat");
     if (o->n_predict < 0) return cli_usage_error("generate", "-n must be >= 0, got %d", o->n_predict);
     if (o->n_threads < 0 || o->n_ctx < 0) return cli_usage_error("generate", "--threads and --ctx must be >= 0");
+    if (!o->cache_dir && (o->reuse || o->no_store || o->chunk_tokens || o->cache_budget_mib))
+        return cli_usage_error("generate", "--reuse, --no-store, --chunk-tokens and --cache-budget need --cache-dir");
+    if (o->cache_dir && !*o->cache_dir) return cli_usage_error("generate", "--cache-dir needs a directory");
+    kvs_reuse_mode mode;
+    if (o->reuse && kvs_reuse_mode_parse(o->reuse, &mode) != KVS_OK)
+        return cli_usage_error("generate", "--reuse must be prefix or none, got '%s'", o->reuse);
+    if (o->chunk_tokens < 0 || o->cache_budget_mib < 0)
+        return cli_usage_error("generate", "--chunk-tokens and --cache-budget must be > 0");
     if (o->sp.top_k < 0) return cli_usage_error("generate", "--top-k must be >= 0, got %d", o->sp.top_k);
     if (!(o->sp.top_p > 0.0f && o->sp.top_p <= 1.0f))
         return cli_usage_error("generate", "--top-p must be in (0, 1], got %g", o->sp.top_p);
@@ -149,6 +181,7 @@ int cmd_generate(int argc, char **argv) {
     }
     kvs_model *model = NULL;
     kvs_context *ctx = NULL;
+    kvs_cache *cache = NULL;
     int32_t *ids = NULL;
     int n = 0;
     rc = 1;
@@ -158,6 +191,14 @@ int cmd_generate(int argc, char **argv) {
     cp.n_ctx = o.n_ctx;
     cp.n_threads = o.n_threads;
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
+    if (o.cache_dir) {
+        kvs_cache_params pp = kvs_cache_default_params();
+        pp.cache_dir = o.cache_dir;
+        pp.chunk_tokens = o.chunk_tokens;
+        pp.budget_bytes = (size_t)o.cache_budget_mib << 20;
+        pp.kv_type = cp.kv_type;
+        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
+    }
     if (!(ids = prompt_tokens(model, &o, text, &n))) goto done;
     if (n == 0) {
         fprintf(stderr, "kvstitch generate: the prompt is empty (no tokens)\n");
@@ -175,21 +216,34 @@ int cmd_generate(int argc, char **argv) {
     gp.n_top_logprobs = N_TOP_LOGPROBS;
     if (!o.json) gp.on_token = stream_piece;
     kvs_generate_result r;
-    if ((st = kvs_generate(ctx, ids, n, &gp, &r)) != KVS_OK) { cli_fail(st, "generate"); goto done; }
+    if (cache) {
+        kvs_reuse_params rp = kvs_reuse_default_params();
+        if (o.reuse) kvs_reuse_mode_parse(o.reuse, &rp.mode);
+        rp.store = !o.no_store;
+        st = kvs_generate_cached(ctx, cache, ids, n, &gp, &rp, &r);
+    } else {
+        st = kvs_generate(ctx, ids, n, &gp, &r);
+    }
+    if (st != KVS_OK) { cli_fail(st, "generate"); goto done; }
     if (o.json) {
-        print_json(n, &r);
+        print_json(n, &r, &o);
     } else {
         printf("\n");
         fflush(stdout); /* the text before the stats line on a terminal */
         double dec = r.n_tokens > 1 && r.decode_ms > 0 ? (r.n_tokens - 1) * 1000.0 / r.decode_ms : 0.0;
         fprintf(stderr, "[prompt %d tokens, prefill %.1f ms (%.1f tok/s), %d tokens generated, decode %.1f tok/s]\n", n,
-                r.prefill_ms, r.prefill_ms > 0 ? n * 1000.0 / r.prefill_ms : 0.0, r.n_tokens, dec);
+                r.prefill_ms, r.prefill_ms > 0 ? r.n_live * 1000.0 / r.prefill_ms : 0.0, r.n_tokens, dec);
+        if (cache)
+            fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
+                    "ttft %.1f ms]\n", r.n_cached, n, 100.0 * r.cache_hit_ratio, r.n_live, r.n_chunks_stored,
+                    r.ttft_ms);
     }
     kvs_generate_result_free(&r);
     rc = 0;
 done:
     free(ids);
     free(owned);
+    kvs_cache_free(cache);
     kvs_context_free(ctx);
     kvs_model_free(model);
     return rc;

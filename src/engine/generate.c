@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "engine/context.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 
 #define KVS_DETOK_BUF 65536
@@ -32,6 +33,7 @@ void kvs_generate_result_free(kvs_generate_result *r) {
     free(r->first_logits);
     free(r->top_ids);
     free(r->top_logprobs);
+    free(r->chunk_ends);
     memset(r, 0, sizeof *r);
 }
 
@@ -124,7 +126,7 @@ typedef struct gen_state {
     gen_text text;
 } gen_state;
 
-static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_generate_params *p,
+static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_ready, const kvs_generate_params *p,
                kvs_generate_result *r, gen_state *g, double t0) {
     const kvs_model *model = ctx->model;
     const int n_vocab = kvs_context_n_vocab(ctx), n_ctx = ctx->params.n_ctx;
@@ -144,13 +146,16 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_
     if ((st = text_append(&g->text, "", 0))) return st;
     r->n_vocab = n_vocab;
     r->n_prompt = n_prompt;
+    r->n_live = n_prompt - n_ready;
 
     for (int i = 0; i < n_prompt; i++) g->pos[i] = i;
     int first_hist = n_prompt > p->sampling.repeat_last_n ? n_prompt - p->sampling.repeat_last_n : 0;
     for (int i = first_hist; i < n_prompt; i++) kvs_sampler_accept(g->sampler, prompt[i]);
 
     double t_start = kvs_now_ms();
-    if ((st = kvs_decode(ctx, prompt, g->pos, n_prompt, ctx->logits))) return st;
+    /* Slots [0, n_ready) already hold the KV of prompt[0..n_ready) (a cache
+     * hit): only the rest runs, at its absolute positions. */
+    if ((st = kvs_decode(ctx, prompt + n_ready, g->pos + n_ready, n_prompt - n_ready, ctx->logits))) return st;
     double t_prefill = kvs_now_ms();
     r->prefill_ms = t_prefill - t_start; /* the forward pass only; ttft_ms counts from t0 */
     memcpy(r->first_logits, ctx->logits, (size_t)n_vocab * sizeof(float));
@@ -206,7 +211,11 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_
 
 int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_generate_params *params,
                  kvs_generate_result *out) {
-    double t0 = kvs_now_ms();
+    return kvs_generate_from(ctx, prompt, n_prompt, 0, params, kvs_now_ms(), out);
+}
+
+int kvs_generate_from(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_ready,
+                      const kvs_generate_params *params, double t0, kvs_generate_result *out) {
     if (!ctx || !prompt || !params || !out || n_prompt <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate: need a context, a prompt of at least one token (got %d), "
                          "params and a result", n_prompt);
@@ -215,11 +224,14 @@ int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kv
     if (n_prompt > ctx->params.n_ctx)
         return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n_prompt,
                          ctx->params.n_ctx);
+    if (n_ready < 0 || n_ready >= n_prompt)
+        return kvs_error(KVS_ERR_INVALID_ARG, "generate: %d of %d prompt tokens are ready; at least the last one must "
+                         "be computed", n_ready, n_prompt);
     kvs_generate_result r;
     memset(&r, 0, sizeof r);
     gen_state g;
     memset(&g, 0, sizeof g);
-    int st = run(ctx, prompt, n_prompt, params, &r, &g, t0);
+    int st = run(ctx, prompt, n_prompt, n_ready, params, &r, &g, t0);
     kvs_sampler_free(g.sampler);
     kvs_detok_free(g.detok);
     free(g.pos);

@@ -1,12 +1,17 @@
 /*
  * Compute kernels. Every kernel has a scalar reference (src/kernels/<name>_ref.c) and
- * SIMD versions (AVX2, AVX-512/VNNI) selected at run time; tests check that
- * the SIMD versions agree with the reference.
+ * SIMD versions (AVX2, AVX-512/VNNI) selected at run time. All paths perform
+ * the same float operations per output (kernels_impl.h defines the order), so
+ * they agree with the reference bit for bit; tests compare with memcmp.
  *
  * Batch invariance (a hard rule): the bits a kernel produces for one token row
  * never depend on how many other rows are in the call, where the call starts,
  * or the thread count. Reductions along K run in a fixed order per output
  * element, and work is split across threads by whole output elements.
+ * Since the ISA levels agree as well, KVS_FORCE_SCALAR=1 changes speed only.
+ *
+ * Threading: kernels take chunks with kvs_pool_for, so a worker that the OS
+ * has not scheduled never holds the caller up.
  *
  * Nothing here allocates: callers size scratch with *_work_size() once.
  */
@@ -28,7 +33,8 @@ typedef struct kvs_wmat {
     size_t row_bytes;
 } kvs_wmat;
 
-/* Bytes of scratch kvs_matmul needs for m activation rows against w. */
+/* Bytes of scratch kvs_matmul needs for m activation rows against w
+ * (0 for float weights: work may then be NULL). */
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m);
 
 /* y(m, n) = x(m, k) . w(n, k)^T.  x row stride k, y row stride n.
@@ -51,13 +57,15 @@ void kvs_wmat_get_row(const kvs_wmat *w, int i, float *dst);
 /* Dequantize k elements of a row of the given type. */
 void kvs_dequantize_row(int type, const void *src, float *dst, int k);
 
-/* y = x / rms(x) * w, one row of n. */
+/* y = x / rms(x) * w, one row of n (y may be x). */
 void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
 /* Rotates one token's heads in place: x is (n_head, head_dim); the first
  * rope_dim dims of each head rotate. neox=0: pairs (2i, 2i+1); neox=1: pairs
  * (i, i + rope_dim/2). theta_i = pos * freq_scale * base^(-2i/rope_dim).
- * pos may be negative or fractional deltas are not supported: integer pos. */
+ * pos may be negative (rotating back by a position delta); fractional
+ * positions are not supported. Angles and the rotation are evaluated in
+ * double and rounded once, so +d then -d returns each value within ~1 ulp. */
 void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
               float freq_base, float freq_scale, int neox);
 
@@ -75,7 +83,8 @@ void kvs_f16_to_f32_row(const uint16_t *src, float *dst, int n);
  *   out  (m, n_head, head_dim)
  * Each (token, head) is computed independently, keys in ascending slot order,
  * so the result does not depend on m or on the thread count. Grouped-query:
- * head h reads kv head h / (n_head / n_kv_head). work: kvs_attention_work_size. */
+ * head h reads kv head h / (n_head / n_kv_head). work: kvs_attention_work_size
+ * with n_threads >= kvs_pool_size(pool). */
 size_t kvs_attention_work_size(int n_threads, int n_ctx);
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,

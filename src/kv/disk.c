@@ -496,9 +496,9 @@ static int is_tmp_name(const char *name) {
     return name[0] == '.' && len > 4 && !strcmp(name + len - 4, ".tmp");
 }
 
-int kvs_disk_scan(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
-                  int (*known)(void *user, const kvs_key *prefix_key), int (*fn)(void *user, kvs_chunk *chunk),
-                  void *user, kvs_disk_counts *counts) {
+static int scan_impl(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
+                     int (*known)(void *user, const kvs_key *prefix_key), int (*fn)(void *user, kvs_chunk *chunk),
+                     kvs_disk_scan_fp_fn fn_fp, void *user, kvs_disk_counts *counts) {
     kvs_disk_counts local;
     if (!counts) counts = &local;
     memset(counts, 0, sizeof *counts);
@@ -524,15 +524,33 @@ int kvs_disk_scan(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
         kvs_chunk *c;
         kvs_disk_verdict v;
-        if (kvs_disk_read_header(path, fp, shape, &c, NULL, &v) == KVS_OK) {
+        kvs_key file_fp;
+        if (kvs_disk_read_header(path, fp, shape, &c, &file_fp, &v) == KVS_OK) {
             counts->n[KVS_DISK_OK]++;
-            if (fn && fn(user, c)) break;
+            if (fn_fp) {
+                if (fn_fp(user, c, &file_fp)) break;
+            } else if (fn) {
+                if (fn(user, c)) break;
+            } else {
+                kvs_chunk_unref(c);
+            }
         } else {
             counts->n[v]++;
         }
     }
     closedir(d);
     return rc;
+}
+
+int kvs_disk_scan(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
+                  int (*known)(void *user, const kvs_key *prefix_key), int (*fn)(void *user, kvs_chunk *chunk),
+                  void *user, kvs_disk_counts *counts) {
+    return scan_impl(dir, fp, shape, known, fn, NULL, user, counts);
+}
+
+int kvs_disk_scan_fp(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape, kvs_disk_scan_fp_fn fn,
+                     void *user, kvs_disk_counts *counts) {
+    return scan_impl(dir, fp, shape, NULL, NULL, fn, user, counts);
 }
 
 int kvs_disk_remove(const char *dir, const kvs_key *k) {

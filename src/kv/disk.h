@@ -123,6 +123,12 @@ int kvs_disk_scan(const char *dir, const kvs_key *fingerprint, const kvs_kv_shap
                   int (*known)(void *user, const kvs_key *prefix_key),
                   int (*fn)(void *user, kvs_chunk *chunk), void *user, kvs_disk_counts *counts);
 
+/* kvs_disk_scan whose callback also gets the entry's model fingerprint
+ * (for listing a directory of several models: pass fingerprint = NULL). */
+typedef int (*kvs_disk_scan_fp_fn)(void *user, kvs_chunk *chunk, const kvs_key *fingerprint);
+int kvs_disk_scan_fp(const char *dir, const kvs_key *fingerprint, const kvs_kv_shape *shape,
+                     kvs_disk_scan_fp_fn fn, void *user, kvs_disk_counts *counts);
+
 /* Removes one entry (KVS_ERR_NOT_FOUND if absent). */
 int kvs_disk_remove(const char *dir, const kvs_key *prefix_key);
 

@@ -870,6 +870,42 @@ int kvs_store_sync_disk(kvs_store *s, int *n_new) {
     return rc;
 }
 
+/* --- iteration ------------------------------------------------------------------------ */
+
+typedef struct visit_item {
+    kvs_chunk *c;
+    int resident, reachable;
+} visit_item;
+
+int kvs_store_foreach(kvs_store *s, kvs_store_visit_fn fn, void *user) {
+    /* Snapshot under the read lock (pinning each chunk), visit outside it, so
+     * fn runs without blocking writers and sees chunks that cannot go away. */
+    pthread_rwlock_rdlock(&s->lock);
+    size_t n = s->pmap.n, k = 0;
+    visit_item *items = malloc((n ? n : 1) * sizeof *items);
+    if (items) {
+        pthread_mutex_lock(&s->load_mu);
+        for (size_t i = 0; i < s->pmap.nb; i++)
+            for (kvs_chunk *c = s->pmap.b[i]; c && k < n; c = c->hnext_prefix)
+                items[k++] = (visit_item){kvs_chunk_ref(c), c->kv != NULL, c->radix_node != NULL};
+        pthread_mutex_unlock(&s->load_mu);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (!items) return kvs_error(KVS_ERR_NOMEM, "store: out of memory listing %zu chunks", n);
+    size_t i = 0;
+    for (; i < k; i++) {
+        int stop = fn(user, items[i].c, items[i].resident, items[i].reachable);
+        kvs_chunk_unref(items[i].c);
+        if (stop) {
+            i++;
+            break;
+        }
+    }
+    for (; i < k; i++) kvs_chunk_unref(items[i].c);
+    free(items);
+    return KVS_OK;
+}
+
 /* --- statistics ---------------------------------------------------------------------- */
 
 void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {

@@ -228,6 +228,14 @@ size_t kvs_store_trim(kvs_store *s, size_t target);
  * cache dir). *n_new (if not NULL) = entries added. */
 int kvs_store_sync_disk(kvs_store *s, int *n_new);
 
+/* Calls fn(user, chunk, resident, reachable) for every indexed chunk, in no
+ * particular order: resident = payload in memory, reachable = in the radix
+ * tree (both as they were when the call started). The chunks are pinned
+ * during the calls; fn may read them but must not call into the store.
+ * A nonzero return stops the iteration. */
+typedef int (*kvs_store_visit_fn)(void *user, const kvs_chunk *chunk, int resident, int reachable);
+int kvs_store_foreach(kvs_store *s, kvs_store_visit_fn fn, void *user);
+
 /* --- statistics ----------------------------------------------------------------- */
 
 typedef struct kvs_store_stats {

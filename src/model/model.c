@@ -76,6 +76,7 @@ int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out) {
         free(m);
         return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
     }
+    pthread_mutex_init(&m->memo_mu, NULL);
     int st = load(m, path, params);
     if (st) {
         kvs_model_free(m);
@@ -92,6 +93,7 @@ void kvs_model_free(kvs_model *m) {
     free(m->layers);
     free(m->name);
     free(m->path);
+    pthread_mutex_destroy(&m->memo_mu);
     free(m);
 }
 
@@ -153,3 +155,22 @@ const kvs_wmat *kvs_model_tok_embd(const kvs_model *m) { return &m->tok_embd; }
 const kvs_wmat *kvs_model_output(const kvs_model *m) { return &m->output; }
 const float *kvs_model_output_norm(const kvs_model *m) { return m->output_norm; }
 const char *kvs_model_path(const kvs_model *m) { return m->path; }
+
+int kvs_model_memo_get(const kvs_model *m, int slot, uint8_t out[32]) {
+    if (slot < 0 || slot >= KVS_MODEL_MEMO_N) return 0;
+    kvs_model *mm = (kvs_model *)m; /* the memo is the one mutable part */
+    pthread_mutex_lock(&mm->memo_mu);
+    int set = (mm->memo_set >> slot) & 1u;
+    if (set) memcpy(out, mm->memo[slot], 32);
+    pthread_mutex_unlock(&mm->memo_mu);
+    return set;
+}
+
+void kvs_model_memo_set(const kvs_model *m, int slot, const uint8_t v[32]) {
+    if (slot < 0 || slot >= KVS_MODEL_MEMO_N) return;
+    kvs_model *mm = (kvs_model *)m;
+    pthread_mutex_lock(&mm->memo_mu);
+    memcpy(mm->memo[slot], v, 32);
+    mm->memo_set |= 1u << slot;
+    pthread_mutex_unlock(&mm->memo_mu);
+}

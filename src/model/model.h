@@ -55,4 +55,18 @@ const kvs_wmat *kvs_model_output(const kvs_model *model);     /* (n_vocab, n_emb
 const float *kvs_model_output_norm(const kvs_model *model);   /* (n_embd) */
 const char *kvs_model_path(const kvs_model *model);
 
+/* Memo slots: 32-byte values derived from the model that other modules
+ * compute lazily once per loaded model (src/reuse/fingerprint.c: the weights
+ * digest and the cache fingerprint per KV dtype). The model stays logically
+ * immutable; the slots are guarded by a mutex, so any thread may get/set. */
+enum {
+    KVS_MODEL_MEMO_WEIGHTS = 0, /* SHA-256 of the tensor data section */
+    KVS_MODEL_MEMO_FP_F16,      /* cache fingerprint with F16 KV */
+    KVS_MODEL_MEMO_FP_F32,      /* cache fingerprint with F32 KV */
+    KVS_MODEL_MEMO_N
+};
+/* 1 and *out filled if the slot is set, else 0. */
+int kvs_model_memo_get(const kvs_model *model, int slot, uint8_t out[32]);
+void kvs_model_memo_set(const kvs_model *model, int slot, const uint8_t v[32]);
+
 #endif

@@ -4,6 +4,8 @@
 #ifndef KVS_MODEL_IMPL_H
 #define KVS_MODEL_IMPL_H
 
+#include <pthread.h>
+
 #include "model/model.h"
 
 struct kvs_model {
@@ -22,6 +24,10 @@ struct kvs_model {
     kvs_layer_weights *layers;  /* (n_layer) */
     int64_t n_params;
     uint64_t weight_bytes;
+    /* kvs_model_memo_*: lazily derived values (see model.h). */
+    pthread_mutex_t memo_mu;
+    unsigned memo_set;          /* bit i: memo[i] holds a value */
+    uint8_t memo[KVS_MODEL_MEMO_N][32];
 };
 
 /* hparams.c: reads {arch}.* keys into m->hp. required = 0 reads what is there

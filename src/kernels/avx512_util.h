@@ -1,0 +1,75 @@
+/*
+ * Pieces shared by the AVX-512 matmul files (matmul_avx512.c: quantization,
+ * prep, the m > 1 tiles; matmul_avx512_m1.c: decode). Include it only inside
+ * an AVX-512 target region (the functions inherit the target).
+ */
+#ifndef KVS_KERNELS_AVX512_UTIL_H
+#define KVS_KERNELS_AVX512_UTIL_H
+
+#include <immintrin.h>
+
+#include "kernels/kernels_impl.h"
+
+#define AI __attribute__((always_inline)) static inline
+
+/* One weight row's group of 16 blocks, rearranged to the xq lane order:
+ * v[0..7] (u8 nibbles or s8 bytes), dw (16 floats), mw (Q4_1), corr (Q8_0:
+ * -128 * sum of the block's bytes, the correction for x stored as x + 128). */
+typedef struct prep_grp {
+    __m512i v[8];
+    __m512 dw;
+    __m512 mw;
+    __m512i corr;
+} prep_grp;
+
+/* Q8_0 weight vector r (elements 4r..4r+3) pairs with xq vec xq_of_q8[r]. */
+static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/* kvs_tree16 on a register: halves, quarters, pairs, then the last pair. */
+AI float hsum_tree(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
+    return _mm_cvtss_f32(d);
+}
+
+/* Q4_1: a 16-block group is 80 dwords (z[0..4]); block l's dwords are 5l
+ * (d, m) and 5l+1+r (qs dword r). Lane l of the result = dword 5l + c. One
+ * index vector serves all three permutes: vpermt2d reads its low 5 bits
+ * (dwords 0..31 of z0:z1, or 32..63 of z2:z3), vpermd its low 4 (64..79). */
+AI __m512i gather5(const __m512i z[5], int c) {
+    const __m512i idx = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75), _mm512_set1_epi32(c));
+    const __mmask16 m23 = c < 2 ? 0x1f80 : c < 4 ? 0x1fc0 : 0x0fc0; /* 32 <= 5l + c < 64 */
+    const __mmask16 m4 = c < 4 ? 0xe000 : 0xf000;                    /* 5l + c >= 64 */
+    __m512i r = _mm512_permutex2var_epi32(z[0], idx, z[1]);
+    r = _mm512_mask_mov_epi32(r, m23, _mm512_permutex2var_epi32(z[2], idx, z[3]));
+    return _mm512_mask_permutexvar_epi32(r, m4, idx, z[4]);
+}
+
+/* kvs_tree16 of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
+AI __m512 tree16x16(const __m512 C[16]) {
+    __m512 z[8], w4[4], v2[2];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+        z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0xee));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        w4[k] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0x88),
+                              _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0xdd));
+#pragma GCC unroll 2
+    for (int a = 0; a < 2; a++)
+        v2[a] = _mm512_add_ps(_mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0x44),
+                              _mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0xee));
+    return _mm512_add_ps(_mm512_shuffle_ps(v2[0], v2[1], 0x88), _mm512_shuffle_ps(v2[0], v2[1], 0xdd));
+}
+
+/* Q4_0 / Q8_0 full groups of one weight row (matmul_avx512.c). */
+void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out);
+
+/* m = 1 fast paths (matmul_avx512_m1.c); returns 0 if it does not apply. */
+int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1);
+
+#endif

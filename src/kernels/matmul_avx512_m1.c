@@ -1,0 +1,236 @@
+/*
+ * AVX-512 matmul for one activation row (decode), bit-identical to the
+ * scalar reference like every path (kernels_impl.h). Here weight bytes are
+ * not amortized over activation rows, so nothing is prepared into memory:
+ *  - Q4_0 / Q4_1: 16 weight rows per tile; full groups lane = block with the
+ *    rearrangement fused into the dot; one tree for the 16 outputs; tail
+ *    blocks with lane = weight row (gathered);
+ *  - Q8_0 (the output head): lane = weight row for every block, natural
+ *    32-byte loads, a transposed integer reduction per pair of blocks.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2")
+#endif
+
+#include "kernels/avx512_util.h"
+
+/* ------------------------------------------------------------ m = 1 (decode) */
+
+/* Tree input slot of weight row rho so that tree16x16 puts it in lane rho
+ * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
+static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
+
+/* One activation row against up to 16 Q4 weight rows [j0, j0 + nr): full
+ * groups lane = block (prep fused with the dot, nothing stored), then one
+ * tree for the 16 outputs, then the tail blocks with lane = weight row
+ * (gathered), each tail block adding its fma (and the Q4_1 min fma) in order. */
+static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const uint8_t *quad, float *y) {
+    const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18;
+    const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512 C[16];
+    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
+    for (int rho = 0; rho < nr; rho++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        if (q41) {
+            for (int g = 0; g < ng; g++) {
+                const uint8_t *src = row + (size_t)g * 16 * 20;
+                const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+                __m512i z[5];
+#pragma GCC unroll 5
+                for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
+                __m512i dm = gather5(z, 0);
+                __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+                __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+                __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    __m512i q = gather5(z, 1 + r);
+                    ia = _mm512_dpbusd_epi32(ia, _mm512_and_si512(q, lo4), _mm512_loadu_si512(grp + 128 * r));
+                    ib = _mm512_dpbusd_epi32(ib, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4),
+                                             _mm512_loadu_si512(grp + 128 * r + 64));
+                }
+                __m512i isum = _mm512_add_epi32(ia, ib);
+                __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS), sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc);
+                acc = _mm512_fmadd_ps(mw, sx, acc);
+            }
+        } else if (ng) {
+            prep_grp pg[32] __attribute__((aligned(64)));
+            kvs_avx512_prep_gather(row, ng, KVS_TYPE_Q4_0, pg);
+            for (int g = 0; g < ng; g++) {
+                const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+                __m512i isum = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++) isum = _mm512_dpbusd_epi32(isum, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc);
+            }
+        }
+        C[slot_of(rho)] = acc;
+    }
+    __m512 R = tree16x16(C); /* lane rho = weight row j0 + rho */
+    if (nt) {
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+        const __mmask16 live = (__mmask16)((1u << nr) - 1);
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *blk = base + (size_t)(ng * 16 + t) * bs;
+            const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES; /* row sub 0 */
+            __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
+            __m512i isum = q41 ? _mm512_setzero_si512() : _mm512_set1_epi32(*(const int32_t *)(qt + 160));
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk + (q41 ? 4 : 2) + 4 * r, 1);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(q, lo4), _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r)));
+                isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4),
+                                           _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16)));
+            }
+            __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+            __m512 dx = _mm512_set1_ps(*(const float *)(qt + 128));
+            R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), R);
+            if (q41) {
+                __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+                R = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + 144)), R);
+            }
+        }
+    }
+    _mm512_mask_storeu_ps(y + j0, (__mmask16)((1u << nr) - 1), R);
+}
+
+/* Q8_0, one activation row: lane = weight row for every block. Per pair of
+ * blocks, each weight row's 64 q bytes (two 32-byte loads) meet x in natural
+ * order: vpdpbusd(w + 128, x) leaves 8 partial lanes per block, which a
+ * transposed integer reduction turns into one vector per block over the 16
+ * rows; subtracting 128 * sum(x) gives the exact block dot. Float work is
+ * then lane-wise: chains as vectors C[b % 16] for full-group blocks, tree,
+ * then tail blocks in order. xn: (nb, 32) s8 x; xs: 128 * sum per block. */
+AI void reduce_pair(const __m512i A[16], __m512i *v0, __m512i *v1) {
+    __m512i l1[8], l2[4], l3[2];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+        l1[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(A[2 * p], A[2 * p + 1]),
+                                 _mm512_unpackhi_epi32(A[2 * p], A[2 * p + 1]));
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++)
+        l2[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(l1[2 * p], l1[2 * p + 1]),
+                                 _mm512_unpackhi_epi64(l1[2 * p], l1[2 * p + 1]));
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++)
+        l3[p] = _mm512_add_epi32(_mm512_shuffle_i32x4(l2[2 * p], l2[2 * p + 1], 0x88),
+                                 _mm512_shuffle_i32x4(l2[2 * p], l2[2 * p + 1], 0xdd));
+    *v0 = _mm512_shuffle_i32x4(l3[0], l3[1], 0x88); /* rows 0..15 of the first block */
+    *v1 = _mm512_shuffle_i32x4(l3[0], l3[1], 0xdd);
+}
+
+static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xn, const int32_t *xs,
+                  const float *dxv, float *y) {
+    const int nb = w->k / KVS_QK, nf = kvs_xq_groups(w->k) * 16;
+    const __m512i c80 = _mm512_set1_epi8((char)0x80);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+    const __mmask16 live = (__mmask16)((1u << nr) - 1);
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+    __m512 C[16], R = _mm512_setzero_ps();
+    for (int c = 0; c < 16; c++) C[c] = _mm512_setzero_ps();
+    for (int b0 = 0; b0 < nb; b0 += 2) {
+        int two = b0 + 1 < nb;
+        __m512i X = two ? _mm512_loadu_si512(xn + 32 * b0)
+                        : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xn + 32 * b0)));
+        __m512i A[16];
+#pragma GCC unroll 16
+        for (int rho = 0; rho < 16; rho++) {
+            if (rho < nr) {
+                const uint8_t *blk = base + (size_t)rho * w->row_bytes + (size_t)b0 * 34 + 2;
+                /* the same bytes of the next tile's rows (16 rows further) */
+                _mm_prefetch((const char *)(blk + 16 * w->row_bytes), _MM_HINT_T0);
+                __m512i W = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk));
+                if (two) W = _mm512_inserti64x4(W, _mm256_loadu_si256((const __m256i *)(blk + 34)), 1);
+                A[rho] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(W, c80), X);
+            } else {
+                A[rho] = _mm512_setzero_si512();
+            }
+        }
+        __m512i v[2];
+        reduce_pair(A, &v[0], &v[1]);
+        for (int h = 0; h <= two; h++) {
+            int b = b0 + h;
+            __m512i isum = _mm512_sub_epi32(v[h], _mm512_set1_epi32(xs[b]));
+            __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, base + (size_t)b * 34, 1);
+            __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)), _mm512_set1_ps(dxv[b]));
+            if (b < nf) {
+                C[b % 16] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, C[b % 16]);
+            } else {
+                if (b == nf) { /* first tail block: reduce the chains (kvs_tree16, lane-wise) */
+                    for (int i = 0; i < 8; i++) C[i] = _mm512_add_ps(C[i], C[i + 8]);
+                    for (int i = 0; i < 4; i++) C[i] = _mm512_add_ps(C[i], C[i + 4]);
+                    for (int i = 0; i < 2; i++) C[i] = _mm512_add_ps(C[i], C[i + 2]);
+                    R = _mm512_add_ps(C[0], C[1]);
+                }
+                R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, R);
+            }
+        }
+    }
+    if (nf == nb) {
+        for (int i = 0; i < 8; i++) C[i] = _mm512_add_ps(C[i], C[i + 8]);
+        for (int i = 0; i < 4; i++) C[i] = _mm512_add_ps(C[i], C[i + 4]);
+        for (int i = 0; i < 2; i++) C[i] = _mm512_add_ps(C[i], C[i + 2]);
+        R = _mm512_add_ps(C[0], C[1]);
+    }
+    _mm512_mask_storeu_ps(y + j0, live, R);
+}
+
+/* The single x row of a Q8_0 call in natural order (s8), 128 * sum(q), d. */
+static void m1_q8_unpack(const kvs_mm_call *c, int8_t *xn, int32_t *xs, float *dx) {
+    int nb = c->w->k / KVS_QK, nf = kvs_xq_groups(c->w->k) * 16;
+    for (int b = 0; b < nb; b++) {
+        for (int e = 0; e < KVS_QK; e++) {
+            uint8_t v;
+            int32_t sum;
+            float d;
+            if (b < nf) {
+                uint8_t *grp = (uint8_t *)c->xq + (size_t)(b / 16) * KVS_XQ_GROUP_BYTES;
+                v = grp[kvs_xq_pos(b % 16, e)];
+                sum = kvs_xq_sum(grp)[b % 16];
+                d = kvs_xq_d(grp)[b % 16];
+            } else {
+                uint8_t *quad = (uint8_t *)c->xq_tail;
+                v = quad[kvs_xq_tail_pos(b - nf, 0, e)];
+                sum = kvs_xq_tail_c(quad, b - nf)[0];
+                d = kvs_xq_tail_d(quad, b - nf)[0];
+            }
+            xn[32 * b + e] = (int8_t)(v ^ 0x80);
+            xs[b] = 128 * sum;
+            dx[b] = d;
+        }
+    }
+}
+
+int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
+    const kvs_wmat *w = c->w;
+    if (c->m != 1 || !c->xq || w->k > 16384) return 0;
+    if (w->type == KVS_TYPE_Q8_0) {
+        int8_t xn[16384] __attribute__((aligned(64)));
+        int32_t xs[512];
+        float dx[512];
+        m1_q8_unpack(c, xn, xs, dx);
+        for (int jt = j0; jt < j1; jt += 16) m1_q8(w, jt, j1 - jt < 16 ? j1 - jt : 16, xn, xs, dx, c->y);
+        return 1;
+    }
+    for (int jt = j0; jt < j1; jt += 16) m1_q4(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq, c->xq_tail, c->y);
+    return 1;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif

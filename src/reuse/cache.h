@@ -1,0 +1,51 @@
+/*
+ * The public kvs_cache handle and what the request code of src/reuse/ shares:
+ * a cache is one chunk store (src/kv/store.h) for one (model, KV dtype),
+ * rooted in the model fingerprint (fingerprint.h), plus the chunking policy.
+ *
+ *   kvs_cache
+ *   +-- model        not owned; must outlive the cache
+ *   +-- fp           fingerprint of (model, kv_type): the root of every key
+ *   +-- shape        (n_layer, n_kv_head, head_dim, kv_type) of every chunk
+ *   +-- chunk_tokens the grid step of new chunks
+ *   +-- store        chunks in memory (LRU, budget) + the cache dir
+ *
+ * The request path (prefix.c) copies cached KV into a context's KV buffer
+ * through a kvs_kv_view of it (kvs_reuse_view).
+ */
+#ifndef KVS_REUSE_CACHE_H
+#define KVS_REUSE_CACHE_H
+
+#include "kv/store.h"
+#include "kvstitch.h"
+
+struct kvs_cache {
+    kvs_model *model;
+    kvs_key fp;
+    kvs_kv_shape shape;
+    int chunk_tokens;
+    kvs_store *store;
+    char *dir;          /* NULL: memory only */
+};
+
+/* A view of the context's KV buffer for src/kv/. The two pointer arrays are
+ * malloc'd: release with kvs_reuse_view_free. */
+int kvs_reuse_view(kvs_context *ctx, kvs_kv_view *view);
+void kvs_reuse_view_free(kvs_kv_view *view);
+
+/* KVS_OK if ctx computes the KV this cache holds: same fingerprint (model
+ * and numerics) and KV dtype. KVS_ERR_MODEL_MISMATCH otherwise. */
+int kvs_reuse_check_context(kvs_context *ctx, kvs_cache *cache);
+
+/* A listing entry for chunk c of the model with fingerprint fp (resident and
+ * prefix_reachable left 0). */
+void kvs_reuse_fill_entry(const kvs_chunk *c, const kvs_key *fp, kvs_cache_entry *e);
+
+/* The end index of every chunk tokens [0, n) are cut into (chunking.h), as a
+ * malloc'd array (*ends = NULL when n = 0). */
+int kvs_reuse_chunk_ends(int n, int chunk_tokens, const int *borders, int n_borders, int32_t **ends, int *n_ends);
+
+/* KVS_ERR_INVALID_ARG naming the first id outside the vocabulary. */
+int kvs_reuse_check_tokens(const kvs_context *ctx, const int32_t *tokens, int n);
+
+#endif

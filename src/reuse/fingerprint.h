@@ -1,0 +1,50 @@
+/*
+ * The model fingerprint: the 32-byte root of every cache key (src/kv/keys.h).
+ * It must change whenever the KV bytes a prompt produces could change, so
+ * that cached KV is only ever served where a cold run would compute exactly
+ * the same bytes:
+ *
+ *   fingerprint = SHA-256("kvstitch-fp-v1" ||
+ *                         weights digest      SHA-256 of the GGUF tensor data section
+ *                         tensor directory    name, type, shape, offset of every tensor
+ *                         architecture        general.architecture
+ *                         hparams             layers, widths, heads, vocab, RoPE
+ *                                             (dim, NeoX pairing, base, scale), norm eps
+ *                         KV dtype
+ *                         numerics probe)     SHA-256 of the KV + logits of a fixed
+ *                                             8-token forward pass in this process
+ *
+ * The numerics probe catches what the file cannot: a build whose kernels
+ * round differently (another SIMD path, a changed kernel) computes other KV
+ * bits for the same model, so its fingerprint differs and a cache directory
+ * written by the other build is treated as foreign instead of being served
+ * (which would break bit-exactness).
+ *
+ * Cost. Hashing the tensor data (98 MB for SmolLM2-135M Q4_1) takes 60-110
+ * ms; the probe ~10-30 ms. Both are computed once per loaded model (memo
+ * slots in the model). The weights digest is also remembered in the cache
+ * directory (DIR/.weights-<id>.memo) keyed by the model file's identity
+ * (device, inode, size, mtime and ctime in ns): a one-shot CLI process then
+ * skips the 98 MB hash. ctime cannot be set by users, so a file changed in
+ * place or replaced gets a new identity and is hashed again. The memo is
+ * self-checked (magic, SHA-256); a bad or missing memo just means hashing.
+ * The probe is never remembered across processes: it is what detects a
+ * different build.
+ *
+ * Thread-safe.
+ */
+#ifndef KVS_REUSE_FINGERPRINT_H
+#define KVS_REUSE_FINGERPRINT_H
+
+#include "kv/chunk.h"
+#include "kvstitch.h"
+
+/* SHA-256 of the model's tensor data section. memo_dir (may be NULL): a
+ * directory to read the memo from and write it to. *from_memo (may be NULL)
+ * = 1 when it came from the process or directory memo. */
+int kvs_weights_digest(const kvs_model *model, const char *memo_dir, uint8_t out[32], int *from_memo);
+
+/* The fingerprint of (model, kv_type). memo_dir as above. */
+int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir, kvs_key *out);
+
+#endif
