@@ -89,9 +89,14 @@ static void row_op_one(const row_task *t, int r) {
     }
 }
 
-static void row_task_fn(void *arg, int ith, int nth) {
+/* Rows per pool chunk: small enough to balance two threads when one of them
+ * is descheduled, large enough to amortise the hand-out. */
+#define KVS_FWD_ROWS_PER_CHUNK 8
+
+static void row_chunk_fn(void *arg, int chunk, int ith) {
     const row_task *t = arg;
-    int r0 = (int)((long long)t->m * ith / nth), r1 = (int)((long long)t->m * (ith + 1) / nth);
+    int r0 = chunk * KVS_FWD_ROWS_PER_CHUNK, r1 = r0 + KVS_FWD_ROWS_PER_CHUNK;
+    if (r1 > t->m) r1 = t->m;
     for (int r = r0; r < r1; r++) row_op_one(t, r);
 }
 
@@ -99,8 +104,12 @@ static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kv
                      const int *rows) {
     row_task t = {f, op, l, m, pos, kv, rows};
     int width = op == OP_SILU_MUL ? f->hp->n_ff : f->hp->n_embd;
-    if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) row_task_fn(&t, 0, 1);
-    else kvs_pool_run(f->pool, row_task_fn, &t);
+    int n_chunks = (m + KVS_FWD_ROWS_PER_CHUNK - 1) / KVS_FWD_ROWS_PER_CHUNK;
+    if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
+        for (int c = 0; c < n_chunks; c++) row_chunk_fn(&t, c, 0);
+    } else {
+        kvs_pool_for(f->pool, n_chunks, row_chunk_fn, &t);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -140,6 +149,9 @@ int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx,
         const kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
             mm = max_size(mm, kvs_matmul_work_size(mats[i], max_rows));
+        const kvs_wmat *qkv[] = {&w->wq, &w->wk, &w->wv}, *gate_up[] = {&w->w_gate, &w->w_up};
+        mm = max_size(mm, kvs_matmul_multi_work_size(3, qkv, max_rows));
+        mm = max_size(mm, kvs_matmul_multi_work_size(2, gate_up, max_rows));
     }
     size_t aw = kvs_attention_work_size(pool ? kvs_pool_size(pool) : 1, n_ctx);
     /* 64-byte aligned so SIMD kernels can use aligned loads on their scratch. */
@@ -177,9 +189,10 @@ void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m) {
 void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m) {
     const kvs_layer_weights *w = kvs_model_layer(f->model, l);
     run_rows(f, OP_ATTN_NORM, l, m, pos, NULL, NULL);
-    kvs_matmul(f->pool, &w->wq, f->xn, m, f->q, f->mm_work);
-    kvs_matmul(f->pool, &w->wk, f->xn, m, f->k, f->mm_work);
-    kvs_matmul(f->pool, &w->wv, f->xn, m, f->v, f->mm_work);
+    /* One quantization of xn and one pool run for the three projections. */
+    const kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv};
+    float *const outs[] = {f->q, f->k, f->v};
+    kvs_matmul_multi(f->pool, 3, mats, f->xn, m, outs, f->mm_work);
     run_rows(f, OP_QKV_POST, l, m, pos, NULL, NULL);
 }
 
@@ -195,8 +208,9 @@ void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const 
                   hp->n_head_kv, hp->head_dim, kv->n_ctx, scale, f->att_work);
     kvs_matmul(f->pool, &w->wo, f->att, m, f->xn, f->mm_work);
     run_rows(f, OP_RESID_FFN_NORM, l, m, pos, NULL, NULL);
-    kvs_matmul(f->pool, &w->w_gate, f->xn, m, f->gate, f->mm_work);
-    kvs_matmul(f->pool, &w->w_up, f->xn, m, f->up, f->mm_work);
+    const kvs_wmat *mats[] = {&w->w_gate, &w->w_up};
+    float *const outs[] = {f->gate, f->up};
+    kvs_matmul_multi(f->pool, 2, mats, f->xn, m, outs, f->mm_work);
     run_rows(f, OP_SILU_MUL, l, m, pos, NULL, NULL);
     kvs_matmul(f->pool, &w->w_down, f->gate, m, f->xn, f->mm_work);
     run_rows(f, OP_RESID, l, m, pos, NULL, NULL);
