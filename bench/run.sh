@@ -19,14 +19,16 @@ step() { printf '\n== %s\n' "$*"; }
 echo "bench: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores;" \
      "load $(cut -d' ' -f1-3 /proc/loadavg) (the machine may be shared: timings are noisy)"
 
+# The model benchmarks (bench/prefix_reuse) find the model and ../shared here.
+model=$(scripts/fetch-model.sh | tail -n 1) || { echo "bench: model fetch failed" >&2; exit 1; }
+export KVSTITCH_MODEL="$model" KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
+
 for b in "$BUILD"/bench/*; do
     [ -f "$b" ] && [ -x "$b" ] || continue
     case "$b" in *.d|*.o) continue;; esac
     step "$(basename "$b")"
     "$b" || failed+=("$(basename "$b")")
 done
-
-model=$(scripts/fetch-model.sh | tail -n 1) || { echo "bench: model fetch failed" >&2; exit 1; }
 
 step "kvstitch bench (-p 512 -n 128, -p 2048; $threads threads, $reps reps)"
 if [ -x "$BUILD/kvstitch" ]; then

@@ -387,6 +387,9 @@ typedef struct kvs_cache_dir_stats {
  * not here) and calls fn (may be NULL) for each valid one, of any model.
  * A missing dir is an empty cache. */
 int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st);
+/* kvs_cache_dir_scan (without a callback) that also reads every payload and
+ * verifies its checksum: damaged counts payload damage too. Reads all of dir. */
+int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
 /* Removes every entry file of dir (any model) and stale temporary files. */
 int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
 

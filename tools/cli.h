@@ -12,6 +12,8 @@ int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_warm(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* Prints "kvstitch: <what>: <kvs_strerror>: <kvs_last_error>" to stderr, returns 1. */
 int cli_fail(int status, const char *what);

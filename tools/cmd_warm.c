@@ -109,8 +109,9 @@ static char *chat_prefix(const kvs_model *model, const char *system, const char 
 }
 
 static void print_report_text(const char *src, const kvs_warm_report *w) {
-    printf("%s: %d tokens, %d chunks of %d (%d stored, %d cached already); %d tokens computed, %d reused; ", src,
-           w->n_tokens, w->n_chunks, w->chunk_tokens, w->n_stored, w->n_existing, w->n_computed, w->n_cached);
+    printf("%s: %d tokens, %d chunk%s of %d (%d stored, %d cached already); %d tokens computed, %d reused; ", src,
+           w->n_tokens, w->n_chunks, w->n_chunks == 1 ? "" : "s", w->chunk_tokens, w->n_stored, w->n_existing,
+           w->n_computed, w->n_cached);
     if (w->aligned) printf("ends on the chunk grid");
     else printf("ends off the chunk grid: a %d-token partial chunk", w->partial_tail);
     printf("; %.1f ms\n", w->ms);

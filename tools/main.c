@@ -16,6 +16,8 @@ static const command commands[] = {
     {"info", cmd_info, "print a model's architecture, tensors and vocabulary"},
     {"bench", cmd_bench, "measure prefill and decode tokens/s"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
+    {"warm", cmd_warm, "cache the prompt KV of texts without generating"},
+    {"cache", cmd_cache, "inspect (stats, ls) or empty (clear) a prompt KV cache directory"},
 };
 
 static void usage(FILE *f) {

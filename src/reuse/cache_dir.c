@@ -70,6 +70,35 @@ int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_c
     return rc;
 }
 
+typedef struct verify_ctx {
+    const char *dir;
+    uint64_t bad;
+} verify_ctx;
+
+static int verify_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
+    verify_ctx *x = user;
+    void *payload = NULL;
+    kvs_disk_verdict v = KVS_DISK_OK;
+    if (kvs_disk_load_payload(x->dir, fp, c, &payload, &v) == KVS_OK) free(payload);
+    else if (v != KVS_DISK_MISSING && v != KVS_DISK_IO) x->bad++;
+    kvs_chunk_unref(c);
+    return 0;
+}
+
+int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st) {
+    kvs_cache_dir_stats local;
+    if (!st) st = &local;
+    int rc = kvs_cache_dir_scan(dir, NULL, NULL, st);
+    if (rc) return rc;
+    verify_ctx x = {dir, 0};
+    kvs_disk_counts counts;
+    rc = kvs_disk_scan_fp(dir, NULL, NULL, verify_visit, &x, &counts);
+    /* entries whose payload fails move from valid to damaged */
+    st->damaged += x.bad;
+    st->entries = st->entries >= x.bad ? st->entries - x.bad : 0;
+    return rc;
+}
+
 int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed) {
     if (n_removed) *n_removed = 0;
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: no directory given");

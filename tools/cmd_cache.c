@@ -1,0 +1,257 @@
+/* kvstitch cache stats|ls|clear: inspect and empty a prompt KV cache directory. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char *usage_text =
+    "usage: kvstitch cache (stats | ls | clear) --cache-dir DIR [-m MODEL] [--verify] [--json]\n"
+    "  stats                  entries, bytes, models, damaged files; with -m also this model's\n"
+    "                         view: its entries, prefix-reachable chunks, foreign/damaged/orphaned\n"
+    "  ls                     one line per chunk: key, position, tokens, bytes, created, model;\n"
+    "                         with -m only this model's chunks, with their text\n"
+    "  clear                  remove every entry of DIR (all models)\n"
+    "  --cache-dir DIR        the cache directory\n"
+    "  -m, --model PATH       GGUF file (stats, ls)\n"
+    "  --verify               stats: also read every payload and check its checksum\n"
+    "                         (otherwise payloads are checked when they are used)\n"
+    "  --json                 JSON output\n";
+
+typedef struct cache_opts {
+    const char *verb, *dir, *model_path;
+    int json, verify;
+} cache_opts;
+
+static int parse(int argc, char **argv, cache_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--verify")) o->verify = 1;
+        else if (a[0] != '-') {
+            if (o->verb) return cli_usage_error("cache", "one action only (got '%s' and '%s')", o->verb, a);
+            o->verb = a;
+        }
+        else if (!v) return cli_usage_error("cache", "unknown option or missing value: %s", a);
+        else if (!strcmp(a, "--cache-dir")) o->dir = argv[++i];
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
+        else return cli_usage_error("cache", "unknown option: %s", a);
+    }
+    if (!o->verb) return cli_usage_error("cache", "give an action: stats, ls or clear");
+    if (strcmp(o->verb, "stats") && strcmp(o->verb, "ls") && strcmp(o->verb, "clear"))
+        return cli_usage_error("cache", "unknown action '%s' (stats, ls, clear)", o->verb);
+    if (!o->dir || !*o->dir) return cli_usage_error("cache", "--cache-dir DIR is required");
+    if (o->verify && strcmp(o->verb, "stats")) return cli_usage_error("cache", "--verify goes with stats");
+    if (o->model_path && !strcmp(o->verb, "clear"))
+        return cli_usage_error("cache", "clear removes the entries of every model; it takes no -m");
+    return -1;
+}
+
+/* --- ls ------------------------------------------------------------------------------ */
+
+typedef struct row {
+    kvs_cache_entry e;   /* tokens not kept */
+    char *text;          /* decoded tokens (with -m), malloc'd */
+} row;
+
+typedef struct rows {
+    row *r;
+    size_t n, cap;
+    const kvs_model *model;
+    int nomem;
+} rows;
+
+/* The chunk's tokens as text (control tokens shown), for ls -m. */
+static char *tokens_text(const kvs_model *m, const int32_t *t, int n) {
+    size_t cap = 256, len = 0;
+    char *s = malloc(cap);
+    for (int i = 0; s && i < n; i++) {
+        char piece[256];
+        size_t pl = 0;
+        if (kvs_token_to_bytes(m, t[i], 1, piece, sizeof piece, &pl) != KVS_OK) pl = 0;
+        if (len + pl + 1 > cap) {
+            cap = 2 * (len + pl + 1);
+            char *b = realloc(s, cap);
+            if (!b) { free(s); return NULL; }
+            s = b;
+        }
+        memcpy(s + len, piece, pl);
+        len += pl;
+    }
+    if (s) s[len] = 0;
+    return s;
+}
+
+static int collect(void *user, const kvs_cache_entry *e) {
+    rows *x = user;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 64;
+        row *r = realloc(x->r, cap * sizeof *r);
+        if (!r) { x->nomem = 1; return 1; }
+        x->r = r;
+        x->cap = cap;
+    }
+    row *r = &x->r[x->n++];
+    r->e = *e;
+    r->e.tokens = NULL;
+    r->text = x->model ? tokens_text(x->model, e->tokens, e->n_tok) : NULL;
+    return 0;
+}
+
+static int by_model_pos(const void *a, const void *b) {
+    const kvs_cache_entry *x = &((const row *)a)->e, *y = &((const row *)b)->e;
+    int c = strcmp(x->fingerprint, y->fingerprint);
+    if (c) return c;
+    if (x->pos0 != y->pos0) return x->pos0 < y->pos0 ? -1 : 1;
+    return strcmp(x->prefix_key, y->prefix_key);
+}
+
+static void iso_time(int64_t ns, char *buf, size_t cap) {
+    time_t t = (time_t)(ns / 1000000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void print_rows(const rows *x, int json) {
+    if (json) printf("{\"entries\": [");
+    else printf("%-16s %6s %5s %10s  %-20s  %-12s%s\n", "prefix key", "pos", "tok", "kv bytes", "created (UTC)", "model",
+                x->model ? "  text" : "");
+    for (size_t i = 0; i < x->n; i++) {
+        const kvs_cache_entry *e = &x->r[i].e;
+        char when[32];
+        iso_time(e->created_ns, when, sizeof when);
+        if (json) {
+            printf("%s{\"prefix_key\": \"%s\", \"parent_key\": \"%s\", \"content_key\": \"%s\", \"fingerprint\": \"%s\", "
+                   "\"pos0\": %d, \"tokens\": %d, \"kv_bytes\": %llu, \"kv_type\": \"%s\", \"created\": \"%s\"",
+                   i ? ", " : "", e->prefix_key, e->parent_key, e->content_key, e->fingerprint, e->pos0, e->n_tok,
+                   (unsigned long long)e->kv_bytes, e->kv_type == KVS_KV_F16 ? "f16" : "f32", when);
+            if (x->model) {
+                printf(", \"resident\": %s, \"prefix_reachable\": %s, \"text\": ", e->resident ? "true" : "false",
+                       e->prefix_reachable ? "true" : "false");
+                const char *t = x->r[i].text ? x->r[i].text : "";
+                cli_json_string(stdout, t, strlen(t));
+            }
+            printf("}");
+        } else {
+            printf("%.16s %6d %5d %10llu  %-20s  %.12s", e->prefix_key, e->pos0, e->n_tok,
+                   (unsigned long long)e->kv_bytes, when, e->fingerprint);
+            if (x->model) {
+                /* one line: control characters shown as spaces, long texts cut */
+                char preview[61];
+                const char *t = x->r[i].text ? x->r[i].text : "";
+                size_t k = 0;
+                for (; t[k] && k < 60; k++) preview[k] = (unsigned char)t[k] < 0x20 ? ' ' : t[k];
+                /* do not cut a UTF-8 sequence */
+                while (k > 0 && t[k] && ((unsigned char)t[k] & 0xC0) == 0x80) k--;
+                preview[k] = 0;
+                printf("  %s%s", preview, t[k] ? "..." : "");
+            }
+            printf("\n");
+        }
+    }
+    if (json) printf("]}\n");
+}
+
+/* --- stats --------------------------------------------------------------------------- */
+
+static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, int json) {
+    if (json) {
+        printf("\"dir\": ");
+        cli_json_string(stdout, dir, strlen(dir));
+        printf(", \"entries\": %llu, \"bytes\": %llu, \"models\": %llu, \"damaged\": %llu, \"unreadable\": %llu, "
+               "\"tmp_files\": %llu",
+               (unsigned long long)d->entries, (unsigned long long)d->bytes, (unsigned long long)d->models,
+               (unsigned long long)d->damaged, (unsigned long long)d->unreadable, (unsigned long long)d->tmp);
+    } else {
+        printf("cache dir:        %s\n", dir);
+        printf("entries:          %llu (%.1f MiB on disk) of %llu model%s\n", (unsigned long long)d->entries,
+               (double)d->bytes / (1 << 20), (unsigned long long)d->models, d->models == 1 ? "" : "s");
+        printf("damaged files:    %llu\n", (unsigned long long)d->damaged);
+        if (d->unreadable) printf("unreadable files: %llu\n", (unsigned long long)d->unreadable);
+        if (d->tmp) printf("temporary files:  %llu\n", (unsigned long long)d->tmp);
+    }
+}
+
+static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, int json) {
+    char fp[65];
+    kvs_cache_fingerprint_hex(cache, fp);
+    if (json) {
+        printf(", \"model\": {\"fingerprint\": \"%s\", \"entries\": %llu, \"prefix_reachable\": %llu, "
+               "\"chunk_tokens\": %d, \"foreign\": %llu, \"damaged\": %llu, \"orphans\": %llu, \"index_bytes\": %llu}",
+               fp, (unsigned long long)s->entries, (unsigned long long)s->prefix_reachable, s->chunk_tokens,
+               (unsigned long long)s->disk_foreign, (unsigned long long)s->disk_bad,
+               (unsigned long long)s->disk_orphans, (unsigned long long)s->index_bytes);
+    } else {
+        printf("model fingerprint: %s\n", fp);
+        printf("  its entries:     %llu (%llu reachable by prefix, %llu orphaned)\n", (unsigned long long)s->entries,
+               (unsigned long long)s->prefix_reachable, (unsigned long long)s->disk_orphans);
+        printf("  other models':   %llu entries (never served to this model)\n",
+               (unsigned long long)s->disk_foreign);
+    }
+}
+
+int cmd_cache(int argc, char **argv) {
+    cache_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    if (!strcmp(o.verb, "clear")) {
+        uint64_t n = 0;
+        int st = kvs_cache_dir_clear(o.dir, &n);
+        if (st != KVS_OK) return cli_fail(st, o.dir);
+        if (o.json) {
+            printf("{\"removed\": %llu, \"dir\": ", (unsigned long long)n);
+            cli_json_string(stdout, o.dir, strlen(o.dir));
+            printf("}\n");
+        } else {
+            printf("removed %llu entr%s from %s\n", (unsigned long long)n, n == 1 ? "y" : "ies", o.dir);
+        }
+        return 0;
+    }
+
+    kvs_model *model = NULL;
+    kvs_cache *cache = NULL;
+    rows x;
+    memset(&x, 0, sizeof x);
+    rc = 1;
+    int st;
+    if (o.model_path) {
+        if ((st = kvs_model_load(o.model_path, kvs_model_default_params(), &model)) != KVS_OK) {
+            cli_fail(st, o.model_path);
+            goto done;
+        }
+        kvs_cache_params pp = kvs_cache_default_params();
+        pp.cache_dir = o.dir;
+        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
+    }
+    if (!strcmp(o.verb, "ls")) {
+        x.model = model;
+        st = cache ? kvs_cache_ls(cache, collect, &x) : kvs_cache_dir_scan(o.dir, collect, &x, NULL);
+        if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
+        if (x.nomem) { fprintf(stderr, "kvstitch cache: out of memory\n"); goto done; }
+        qsort(x.r, x.n, sizeof *x.r, by_model_pos);
+        print_rows(&x, o.json);
+    } else {
+        kvs_cache_dir_stats d;
+        st = o.verify ? kvs_cache_dir_verify(o.dir, &d) : kvs_cache_dir_scan(o.dir, NULL, NULL, &d);
+        if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
+        if (o.json) printf("{");
+        print_dir_stats(o.dir, &d, o.json);
+        if (cache) {
+            kvs_cache_stats s;
+            kvs_cache_get_stats(cache, &s);
+            print_model_stats(cache, &s, o.json);
+        }
+        if (o.json) printf("}\n");
+    }
+    rc = 0;
+done:
+    for (size_t i = 0; i < x.n; i++) free(x.r[i].text);
+    free(x.r);
+    kvs_cache_free(cache);
+    kvs_model_free(model);
+    return rc;
+}
