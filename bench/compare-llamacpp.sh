@@ -125,8 +125,11 @@ cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
 isa=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | grep -o -w 'avx2\|avx512f\|avx512_vnni\|avx512_bf16\|amx_int8' | tr '\n' ' ')
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "no commit")
 [ -n "$(git status --porcelain 2>/dev/null | head -n 1)" ] && commit+=" (+ uncommitted changes)"
-peer_version=$( [ "$peer" = "llama-bench" ] && "$llama_bench" --version 2>&1 | head -n 1 \
-    || "$pyll" -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__)')
+if [ "$peer" = "llama-bench" ]; then
+    peer_version=$("$llama_bench" --version 2>&1 | head -n 1 || true)
+else
+    peer_version=$("$pyll" -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__)')
+fi
 
 table=$(python3 - "$tmp" "$rounds" "$pps" "$ngen" "$peer" "$threads" <<'PY'
 import json, statistics, sys
@@ -211,8 +214,13 @@ if peer != "llama-bench":
           f", wall vs llama.cpp's own timing within {d.get('wall_vs_perf_max_rel_diff', 0):.1%}")
     if d.get("note"):
         print(f"note: {d['note']}")
+so, sp = cpu_share('ours'), cpu_share('peer')
 print(f"\nCPU share (CPU time / (wall x {threads} threads), whole runs incl. load and "
-      f"warm-up): ours {cpu_share('ours'):.2f}, llama.cpp {cpu_share('peer'):.2f}")
+      f"warm-up): ours {so:.2f}, llama.cpp {sp:.2f}")
+if min(so, sp) < 0.8:
+    print("WARNING: the machine was busy (CPU share < 0.8): these ratios measure how each "
+          "engine's threads cope with contention (spinning barriers suffer most), not the "
+          "speed of its kernels. Rerun on an idle machine for the real ratios.")
 PY
 )
 

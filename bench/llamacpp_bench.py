@@ -238,6 +238,24 @@ def probe_extra_bufts(a):
                    f"a probe ({why}); measured without them (use_extra_bufts=false)")
 
 
+def logits_text(d, fa):
+    """The --logits result as a few readable lines (bench/results/*.txt)."""
+    lines = [f"== prompt: {json.dumps(d['prompt'])}",
+             f"   flash_attn {fa}, extra_bufts (AMX) {d['extra_bufts']}; "
+             f"{len(d['prompt_tokens'])} tokens: {' '.join(map(str, d['prompt_tokens']))}",
+             f"   sha256 of the float32 logits: {d['logits_sha256']}",
+             "   top-5  id     logit      logprob  piece"]
+    for t in d["top"]:
+        lines.append(f"         {t['id']:<6} {t['logit']:9.4f} {t['logprob']:9.4f}  {json.dumps(t['piece'])}")
+    r = d.get("ref")
+    if r:
+        lines.append(f"   vs the float64 numpy reference ({r['file']}): max |diff| "
+                     f"{r['max_abs_diff']:.4f}, mean |diff| {r['mean_abs_diff']:.4f}, "
+                     f"top-1 agrees: {r['top1_agree']}")
+        lines.append("   reference top-5: " + ", ".join(f"{t['id']} {t['logit']:.4f}" for t in r["top"]))
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-m", "--model", required=True)
@@ -258,6 +276,7 @@ def main():
                     help="seed of the token ids (default 42: the ids `kvstitch bench` uses)")
     ap.add_argument("--logits", metavar="TEXT", help="print last-position logits for TEXT instead")
     ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--text", action="store_true", help="with --logits: readable lines, not JSON")
     ap.add_argument("--logits-ref", metavar="F32", help="with --logits: compare with this float32 logits file")
     a = ap.parse_args()
 
@@ -274,7 +293,8 @@ def main():
     eng = Engine(a.model, a.threads, n_ctx, a.n_batch, a.n_ubatch, a.flash_attn, extra)
 
     if a.logits is not None:
-        print(json.dumps(do_logits(eng, a.logits, a.top_k, a.logits_ref)))
+        d = do_logits(eng, a.logits, a.top_k, a.logits_ref)
+        print(logits_text(d, a.flash_attn) if a.text else json.dumps(d))
         return 0
 
     toks = bench_tokens(max(pps + [a.gen]), eng.n_vocab, a.seed)

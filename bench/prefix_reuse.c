@@ -7,7 +7,6 @@
  * text to N tokens. Measured per point, medians of --reps runs, side by side
  * in one process:
  *   cold         kvs_generate(B), no cache: prefill N tokens + first token
- *                (median over every cold run of that size: reps + 2)
  *   warm (mem)   kvs_generate_cached(B) with A's chunks in memory
  *   warm (disk)  the same from a fresh cache opened on the directory A was
  *                written to (what a new process sees; files in the page cache)
@@ -15,7 +14,8 @@
  *   copy         the KV copy into the context (assemble_ms - lookup)
  *   overhead     (lookup + copy) / warm TTFT
  * B is never stored (store = 0), so every warm run reuses exactly the
- * overlap. Every warm run is checked against the cold run's first logits
+ * overlap. Each repetition runs the three back to back (load drift on a
+ * shared machine then affects cold and warm alike). Every warm run is checked against the cold run's first logits
  * (memcmp): the benchmark fails if reuse is not bit-exact.
  *
  * usage: prefix_reuse [-m MODEL] [--reps N] [--threads N] [--sizes 512,1024,...]
@@ -200,18 +200,15 @@ int main(int argc, char **argv) {
     int32_t *b = malloc((size_t)max_n * sizeof *b);
     double *t = malloc((size_t)reps * sizeof *t), *t2 = malloc((size_t)reps * sizeof *t2);
     double *t3 = malloc((size_t)reps * sizeof *t3), *t4 = malloc((size_t)reps * sizeof *t4);
-    double *t5 = malloc((size_t)reps * sizeof *t5);
+    double *t5 = malloc((size_t)reps * sizeof *t5), *t6 = malloc((size_t)reps * sizeof *t6);
     point pts[MAX_SIZES * N_OVERLAPS];
     int n_pts = 0, all_exact = 1;
     float *cold_logits = NULL;
-    double *cold_samples = malloc((size_t)(reps + N_OVERLAPS) * sizeof *cold_samples);
-    int n_cold = 0;
 
     for (int si = 0; si < n_sizes; si++) {
         int n = sizes[si];
         /* A = base[0..n): cache it (a warm of its whole length) */
         kvs_cache_clear(mem, 1);
-        n_cold = 0;
         kvs_warm_report wr;
         if (kvs_warm(ctx, mem, base, n, &wr)) {
             fprintf(stderr, "prefix_reuse: warm: %s\n", kvs_last_error());
@@ -226,28 +223,21 @@ int main(int argc, char **argv) {
             memcpy(b, base, (size_t)shared_n * sizeof *b);
             memcpy(b + shared_n, other, (size_t)(n - shared_n) * sizeof *b);
             if (b[shared_n] == base[shared_n]) b[shared_n] = (b[shared_n] + 1) % 40000; /* diverge exactly there */
-            /* cold: B's reference logits, and TTFT samples of an n-token
-             * prompt (the cold time does not depend on the overlap: the
-             * first overlap of a size takes reps samples, the others one
-             * each, and every point shows the median of them all) */
+            /* Each rep runs cold, warm (memory) and warm (disk) back to back,
+             * so that load changes on a shared machine hit all three alike. */
+            p->exact = 1;
             kvs_generate_result r;
-            int runs = oi == 0 ? reps : 1;
-            for (int k = 0; k < runs; k++) {
+            for (int k = 0; k < reps; k++) {
                 if (kvs_generate(ctx, b, n, &gp, &r)) {
                     fprintf(stderr, "prefix_reuse: %s\n", kvs_last_error());
                     return 1;
                 }
-                cold_samples[n_cold++] = r.ttft_ms;
-                if (k == runs - 1) {
-                    free(cold_logits);
-                    cold_logits = r.first_logits;
-                    r.first_logits = NULL;
-                }
+                t6[k] = r.ttft_ms;
+                free(cold_logits);
+                cold_logits = r.first_logits; /* B's reference bits */
+                r.first_logits = NULL;
                 kvs_generate_result_free(&r);
-            }
-            p->exact = 1;
-            /* warm from memory, and the lookup alone */
-            for (int k = 0; k < reps; k++) {
+                /* warm from memory, and the lookup alone */
                 kvs_prefix_hit hit;
                 double l0 = now_ms();
                 kvs_store_lookup_prefix(mem->store, b, n - 1, &hit);
@@ -262,15 +252,9 @@ int main(int argc, char **argv) {
                 p->cached = r.n_cached;
                 p->exact &= !memcmp(r.first_logits, cold_logits, (size_t)r.n_vocab * sizeof(float));
                 kvs_generate_result_free(&r);
-            }
-            p->warm = median(t, reps);
-            p->lookup = median(t3, reps);
-            p->assemble = median(t4, reps);
-            /* warm from the directory, through a fresh cache each run */
-            for (int k = 0; k < reps; k++) {
+                /* warm from the directory, through a fresh cache */
                 kvs_cache *fresh = NULL;
-                if (kvs_cache_open(model, pp, &fresh) ||
-                    kvs_generate_cached(ctx, fresh, b, n, &gp, &nostore, &r)) {
+                if (kvs_cache_open(model, pp, &fresh) || kvs_generate_cached(ctx, fresh, b, n, &gp, &nostore, &r)) {
                     fprintf(stderr, "prefix_reuse: %s\n", kvs_last_error());
                     return 1;
                 }
@@ -281,13 +265,15 @@ int main(int argc, char **argv) {
                 kvs_generate_result_free(&r);
                 kvs_cache_free(fresh);
             }
+            p->cold = median(t6, reps);
+            p->warm = median(t, reps);
+            p->lookup = median(t3, reps);
+            p->assemble = median(t4, reps);
             p->warm_disk = median(t2, reps);
             p->assemble_disk = median(t5, reps);
             all_exact &= p->exact;
-            fprintf(stderr, "  %d tokens, %d%%: warm %.1f ms\n", n, p->overlap, p->warm);
+            fprintf(stderr, "  %d tokens, %d%%: cold %.1f ms, warm %.1f ms\n", n, p->overlap, p->cold, p->warm);
         }
-        double cold = median(cold_samples, n_cold);
-        for (int i = n_pts - N_OVERLAPS; i < n_pts; i++) pts[i].cold = cold;
     }
 
     printf("%6s %7s %6s %5s | %9s | %9s %7s | %9s %7s | %8s %8s %8s | %s\n", "prompt", "overlap", "cached", "live",
@@ -314,7 +300,7 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) fprintf(stderr, "prefix_reuse: could not remove %s\n", dir);
     free(cold_logits);
-    free(cold_samples);
+    free(t6);
     free(b);
     free(t);
     free(t2);

@@ -8,7 +8,7 @@
 #   BENCH_REPS     repetitions for the model benchmarks (default 3)
 # Exits non-zero if any step failed, after running the others.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD="${BUILD:-build}"
 threads="${BENCH_THREADS:-2}"
 reps="${BENCH_REPS:-3}"
@@ -24,7 +24,7 @@ model=$(scripts/fetch-model.sh | tail -n 1) || { echo "bench: model fetch failed
 export KVSTITCH_MODEL="$model" KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
 
 for b in "$BUILD"/bench/*; do
-    [ -f "$b" ] && [ -x "$b" ] || continue
+    { [ -f "$b" ] && [ -x "$b" ]; } || continue
     case "$b" in *.d|*.o) continue;; esac
     step "$(basename "$b")"
     "$b" || failed+=("$(basename "$b")")

@@ -18,12 +18,14 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     [ -f "$t" ] || continue
     case "$t" in *.d|*.o) continue;; esac
     name=$(basename "$t")
+    t0=$(date +%s.%N)
     if [[ "$t" == *.sh ]]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
     p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name (exit $rc)"; fi
     pass=$((pass + p)); fail=$((fail + f))
     if [ "$f" -gt 0 ]; then failed_bins+=("$name"); printf '%s\n' "$out"; fi
-    printf '%-32s %3d passed %3d failed\n' "$name" "$p" "$f"
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    printf '%-32s %3d passed %3d failed %7ss\n' "$name" "$p" "$f" "$secs"
 done
 [ ${#failed_bins[@]} -gt 0 ] && echo "failed: ${failed_bins[*]}"
 echo "$pass passed, $fail failed"

@@ -19,13 +19,13 @@ version="${LLAMACPP_VERSION:-0.3.36}"
 venv="${KVSTITCH_CACHE:-$HOME/.cache/kvstitch}/venv-llamacpp"
 stamp="$venv/.kvstitch-llamacpp"
 cmake_args="-DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DLLAMA_CURL=OFF"
-# Clang where there is one: GCC 12 drops the stores that fill ggml's AMX tile
-# config before ldtilecfg (only palette_id survives), so on AMX CPUs (this
-# one) llama.cpp's Q4_1/Q4_0/Q8_0 prefill dies of SIGILL at the first
-# tileloadd. Clang 14 keeps them. LLAMACPP_CC=gcc forces GCC.
-if [ "${LLAMACPP_CC:-clang}" = clang ] && command -v clang >/dev/null && command -v clang++ >/dev/null; then
-    cmake_args+=" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++"
-fi
+# -fno-dse for C++: GCC 12's RTL dead-store elimination drops the stores
+# that fill ggml's AMX tile config before ldtilecfg (only palette_id
+# survives), so on AMX CPUs (this one) llama.cpp's Q4_1/Q4_0/Q8_0 prefill
+# dies of SIGILL at the first tileloadd. With the flag the AMX path works.
+# (Clang keeps the stores but does not define the __AMX_INT8__ macro ggml
+# tests, so a clang build silently has no AMX.)
+cmake_args+=" -DCMAKE_CXX_FLAGS=-fno-dse"
 want="llama-cpp-python==$version numpy $cmake_args"
 
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \

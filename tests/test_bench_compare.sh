@@ -4,7 +4,7 @@
 # known exactly. Also checks the "skipped" path when llama.cpp is missing.
 # Prints "ok <name>" / "FAIL <name>" lines for scripts/run-tests.sh.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_bench_compare.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -54,9 +54,9 @@ check compare_flat_fields $?
 # A bench JSON without the prefill figure is an error, not a silent zero.
 printf '#!/usr/bin/env bash\necho "{\\"foo\\":1}"\n' >"$tmp/bad"
 chmod +x "$tmp/bad"
-KVSTITCH_CLI="$tmp/bad" LLAMACPP_PYTHON="$tmp/python" \
+! KVSTITCH_CLI="$tmp/bad" LLAMACPP_PYTHON="$tmp/python" \
     bench/compare-llamacpp.sh "$tmp/model.gguf" --reps 1 --no-save >/dev/null 2>&1
-[ $? -ne 0 ]; check compare_rejects_missing_field $?
+check compare_rejects_missing_field $?
 
 # Without llama.cpp: a clear "skipped" and exit 0.
 out=$(LLAMACPP_PYTHON="$tmp/none" bench/compare-llamacpp.sh "$tmp/model.gguf" 2>&1)

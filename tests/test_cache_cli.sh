@@ -102,17 +102,6 @@ gen -f "$tmp/a.txt" --cache-dir "$D" >"$tmp/a2.json" \
     && [ "$(j "$tmp/a2.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/a.none.json" 'd["first_logits_sha256"]')" ] \
     && ok cache_cli_full_hit || fail cache_cli_full_hit "$(head -c 400 "$tmp/a2.json")"
 
-# --- chat: warm the system + user text, generate a chat prompt that starts with it -----------
-SYS="You answer from the passages."
-"$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 --chat --system "$SYS" --json -f "$tmp/doc.txt" >"$tmp/wc.json" 2>"$tmp/e" \
-    || fail cache_cli_chat "$(cat "$tmp/e")"
-gen --chat --system "$SYS" -f "$tmp/a.txt" --cache-dir "$D" >"$tmp/ca.json" 2>"$tmp/e"
-gen --chat --system "$SYS" -f "$tmp/a.txt" >"$tmp/cp.json" 2>>"$tmp/e"
-wt=$(j "$tmp/wc.json" 'd["prompts"][0]["stable_tokens"]')
-[ "$(j "$tmp/ca.json" 'd["cached_tokens"]')" -ge "$wt" ] \
-    && [ "$(j "$tmp/ca.json" 'd["first_logits_sha256"], d["tokens"]')" = "$(j "$tmp/cp.json" 'd["first_logits_sha256"], d["tokens"]')" ] \
-    && ok cache_cli_chat || fail cache_cli_chat "warm stable $wt, $(head -c 300 "$tmp/ca.json") $(cat "$tmp/e")"
-
 # --- stats, ls ---------------------------------------------------------------------------
 "$CLI" cache stats --cache-dir "$D" --json >"$tmp/s.json" \
     && [ "$(j "$tmp/s.json" 'd["entries"] > 5 and d["models"] == 1 and d["damaged"] == 0 and d["bytes"] > 0')" = True ] \
@@ -126,6 +115,8 @@ n_entries=$(j "$tmp/s.json" 'd["entries"]')
     && [ "$(($(wc -l <"$tmp/ls.txt") - 1))" = "$n_entries" ] && ok cache_cli_ls_text || fail cache_cli_ls_text "$(head -3 "$tmp/ls.txt")"
 
 # --- damage: a flipped payload byte is found by --verify, never served, then repaired --------
+# (before the chat prompts: until then every cached path shares its first 192 tokens, so the
+# chunk at 128 is the one prompt b reads)
 victim=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=[e for e in d["entries"] if e["pos0"]==128 and e["tokens"]==64]; print(e[0]["prefix_key"])' "$tmp/ls.json")
 python3 - "$D/$victim.kvc" <<'PY'
 import sys
@@ -147,6 +138,17 @@ first=$(ls "$D"/*.kvc | head -1)
 printf 'XXXX' | dd of="$first" bs=1 seek=0 conv=notrunc 2>/dev/null
 "$CLI" cache stats --cache-dir "$D" --json >"$tmp/s4.json"
 [ "$(j "$tmp/s4.json" 'd["damaged"]')" = 1 ] && ok cache_cli_bad_magic || fail cache_cli_bad_magic "$(cat "$tmp/s4.json")"
+
+# --- chat: warm the system + user text, generate a chat prompt that starts with it -----------
+SYS="You answer from the passages."
+"$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 --chat --system "$SYS" --json -f "$tmp/doc.txt" >"$tmp/wc.json" 2>"$tmp/e" \
+    || fail cache_cli_chat "$(cat "$tmp/e")"
+gen --chat --system "$SYS" -f "$tmp/a.txt" --cache-dir "$D" >"$tmp/ca.json" 2>"$tmp/e"
+gen --chat --system "$SYS" -f "$tmp/a.txt" >"$tmp/cp.json" 2>>"$tmp/e"
+wt=$(j "$tmp/wc.json" 'd["prompts"][0]["stable_tokens"]')
+[ "$(j "$tmp/ca.json" 'd["cached_tokens"]')" -ge "$wt" ] \
+    && [ "$(j "$tmp/ca.json" 'd["first_logits_sha256"], d["tokens"]')" = "$(j "$tmp/cp.json" 'd["first_logits_sha256"], d["tokens"]')" ] \
+    && ok cache_cli_chat || fail cache_cli_chat "warm stable $wt, $(head -c 300 "$tmp/ca.json") $(cat "$tmp/e")"
 
 # --- another model's directory is never served --------------------------------------------
 T="$tmp/tiny"

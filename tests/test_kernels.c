@@ -6,6 +6,7 @@
  *  - every SIMD path against the scalar reference: the canonical arithmetic
  *    (kernels_impl.h) makes them bit-identical, so these compare with memcmp.
  */
+#include <float.h>
 #include <math.h>
 
 #include "harness.h"
@@ -121,12 +122,15 @@ TEST(test_dequantize) {
 }
 
 /* Scalar matmul against dequantize-then-dot in double, two ways:
- *  - tight: against the activations as the spec quantizes them (per block of
- *    32: d = amax / 127, q = round-half-even(x / d), x' = q d), so only float
- *    rounding differs: tolerance 2e-6 * sum |w x'| (a few ulp of float
- *    accumulation over k <= 1536 terms);
- *  - loose: against the unquantized x, where the 8-bit rounding adds at most
- *    d / 2 per element: sum_b d_b / 2 * sum_{e in b} |w_e|, plus 1e-5 relative.
+ *  - tight: against the activations as the spec quantizes them (quant.h: per
+ *    block of 32, d = amax / 127, v = x / d, hi = round-half-even(v),
+ *    lo = clamp(round-half-even(256 v) - 256 hi, +-127), x' = (256 hi + lo) d / 256),
+ *    so only float rounding differs: tolerance 2e-6 * sum |w x'| (a few ulp
+ *    of float accumulation over k <= 1536 terms);
+ *  - loose: against the unquantized x, where the two-level rounding adds at
+ *    most d / 256 per element (d / 512, or d / 256 where lo is clamped):
+ *    sum_b d_b / 256 * sum_{e in b} |w_e|, plus 1e-5 relative. A single
+ *    8-bit level (error up to d / 2) fails this bound.
  * Float weights: x is used as is, tolerance 1e-5 * sum |w x|. */
 TEST(test_matmul_ref_vs_double) {
     kvs_kernels_set_isa("scalar");
@@ -147,9 +151,13 @@ TEST(test_matmul_ref_vs_double) {
                 for (int b = 0; b < k / 32; b++) { /* the spec's quantized x */
                     float amax = 0.0f;
                     for (int e = b * 32; e < b * 32 + 32; e++) amax = fmaxf(amax, fabsf(xi[e]));
-                    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-                    for (int e = b * 32; e < b * 32 + 32; e++)
-                        xh[e] = quant ? nearbyintf(xi[e] * id) * (double)d : xi[e];
+                    float d = amax / 127.0f, id = d >= FLT_MIN ? 1.0f / d : 0.0f;
+                    for (int e = b * 32; e < b * 32 + 32; e++) {
+                        float v = xi[e] * id;
+                        double hi = nearbyintf(v), lo = nearbyintf(v * 256.0f) - 256.0 * hi;
+                        lo = lo > 127 ? 127 : lo < -127 ? -127 : lo;
+                        xh[e] = quant ? (256.0 * hi + lo) * ((double)d / 256.0) : xi[e];
+                    }
                 }
                 for (int j = 0; j < n; j++) {
                     kvs_wmat_get_row(&w, j, wr);
@@ -164,7 +172,7 @@ TEST(test_matmul_ref_vs_double) {
                             amax = fmax(amax, fabs(xi[e]));
                             wabs += fabs(wr[e]);
                         }
-                        qerr += amax / 127.0 / 2.0 * wabs * 1.0001;
+                        qerr += amax / 127.0 / 256.0 * wabs * 1.0001;
                     }
                     double got = y[(size_t)i * n + j];
                     double tol = (quant ? qerr : 0) + 1e-5 * mag + 1e-6;
@@ -223,6 +231,75 @@ TEST(test_matmul_simd_equals_scalar) {
     }
     kvs_kernels_set_isa("best");
     printf("  %d SIMD/scalar matmul comparisons\n", compared);
+}
+
+/* The edges of the two-level activation rounding (quant.h), where a path
+ * could round differently from the scalar reference: exact ties of v and of
+ * 256 v, lo at +-128 (clamped to +-127), all-zero blocks, blocks too small to
+ * scale (subnormal d), the largest floats. Every ISA must give the scalar
+ * bytes, and the scalar result must stay within d / 256 per element of the
+ * exact dot (d / 256 is the clamped worst case). With amax = 127, d = 1 and
+ * v = x exactly, so the ties below are exact. */
+TEST(test_matmul_two_level_edges) {
+    enum { K = 576, M = 6, N = 21 };
+    static const float ties[] = {0.5f, 1.5f, -2.5f, 126.5f, -126.5f, 127.0f, -127.0f,
+                                 127.5f / 256, -127.5f / 256, 128.5f / 256, -128.5f / 256,
+                                 0.25f + 128.0f / 256, 3.0f - 128.0f / 256, 1.0f / 512, -1.0f / 512,
+                                 1.0f / 1024, 0.0f, -0.0f, 1e-30f, 100.0f + 1.0f / 512};
+    const int nties = (int)(sizeof(ties) / sizeof(ties[0]));
+    float *x = xmalloc(sizeof(float) * M * K);
+    for (int e = 0; e < K; e++) {
+        x[0 * K + e] = e % 32 == 0 ? 127.0f : ties[(e * 7) % nties];     /* amax 127 per block */
+        x[1 * K + e] = 0.0f;                                               /* d = 0 */
+        x[2 * K + e] = (e % 3 ? 1e-40f : -2e-41f);                         /* subnormal: rounds to 0 */
+        x[3 * K + e] = (e % 32 == 5 ? 3e34f : kt_randf() * 1e34f);         /* huge, dots stay finite */
+        x[4 * K + e] = e % 32 == 0 ? 127.0f : (float)((int)(kt_rand() % 255) - 127) + ties[e % nties];
+        x[5 * K + e] = kt_randf() * (e < K / 2 ? 1e-3f : 50.0f);
+    }
+    const int qtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+    for (size_t t = 0; t < 3; t++) {
+        kvs_wmat w = kt_rand_wmat(qtypes[t], N, K);
+        float *y0 = xmalloc(sizeof(float) * M * N), *y1 = xmalloc(sizeof(float) * M * N);
+        float *wr = xmalloc(sizeof(float) * K);
+        void *work = xmalloc(kvs_matmul_work_size(&w, M));
+        kvs_kernels_set_isa("scalar");
+        kvs_matmul(NULL, &w, x, M, y0, work);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                kvs_wmat_get_row(&w, j, wr);
+                double dot = 0, tol = 0;
+                for (int b = 0; b < K / 32; b++) {
+                    double amax = 0, wabs = 0;
+                    for (int e = b * 32; e < b * 32 + 32; e++) {
+                        dot += (double)wr[e] * x[(size_t)i * K + e];
+                        amax = fmax(amax, fabs(x[(size_t)i * K + e]));
+                        wabs += fabs(wr[e]);
+                    }
+                    tol += (amax / 127.0 >= FLT_MIN ? amax / 127.0 / 256.0 : amax) * wabs * 1.0001;
+                }
+                double got = y0[(size_t)i * N + j], mag = fabs(dot) + tol;
+                if (!(fabs(got - dot) <= tol + 1e-5 * mag + 1e-30)) {
+                    fprintf(stderr, "  type %d row %d col %d: %.9g vs exact %.9g (tol %g)\n", qtypes[t], i, j,
+                            got, dot, tol);
+                    kt_test_failed++;
+                }
+            }
+        for (int m = 1; m <= M; m++) /* every m: the m = 1 paths as well */
+            for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+                if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+                for (int i0 = 0; i0 + m <= M; i0 += m) {
+                    kvs_matmul(NULL, &w, x + (size_t)i0 * K, m, y1, work);
+                    if (memcmp(y0 + (size_t)i0 * N, y1, sizeof(float) * m * N) != 0) {
+                        fprintf(stderr, "  %s type %d m %d rows %d..: differs from scalar\n", simd_isas[s],
+                                qtypes[t], m, i0);
+                        kt_test_failed++;
+                    }
+                }
+            }
+        kvs_kernels_set_isa("best");
+        free(y0); free(y1); free(wr); free(work); free((void *)w.data);
+    }
+    free(x);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -486,6 +563,7 @@ int main(void) {
     RUN(test_expf);
     RUN(test_matmul_ref_vs_double);
     RUN(test_matmul_simd_equals_scalar);
+    RUN(test_matmul_two_level_edges);
     RUN(test_rmsnorm);
     RUN(test_silu_mul);
     RUN(test_rowops_simd_equals_scalar);

@@ -80,6 +80,39 @@ TEST(test_matmul_invariance) {
     printf("  %d matmul configurations\n", checked);
 }
 
+/* Calls with more activation rows than one row block of the AVX-512 tile
+ * loop (~256 KB of quantized x: 68 rows at k = 1600) against one row at a
+ * time and uneven splits: a row's bytes must not depend on its block. */
+TEST(test_matmul_invariance_row_blocks) {
+    const int types[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q8_0};
+    const int m = 150, n = 24, k = 1600; /* 3 groups + 2 tail blocks */
+    kvs_pool *pool = kvs_pool_new(2);
+    int checked = 0;
+    for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
+        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+            kvs_wmat w = kt_rand_wmat(types[ti], n, k);
+            float *x = xmalloc(sizeof(float) * m * k);
+            kt_rand_vec(x, (size_t)m * k, 2.0f);
+            size_t ybytes = sizeof(float) * m * n;
+            float *ref = xmalloc(ybytes), *y = xmalloc(ybytes);
+            mm_rows(pool, &w, x, 0, m, ref);
+            memset(y, 0xff, ybytes);
+            for (int i = 0; i < m; i++) mm_rows(NULL, &w, x, i, 1, y);
+            CHECK_MSG(memcmp(ref, y, ybytes) == 0, "%s type %d: m=1 differs from m=%d", isas[s], types[ti], m);
+            memset(y, 0xff, ybytes);
+            for (int i = 0, cnt = 71; i < m; i += cnt, cnt = 79) /* blocks start off the call's grid */
+                mm_rows(pool, &w, x, i, i + cnt > m ? m - i : cnt, y);
+            CHECK_MSG(memcmp(ref, y, ybytes) == 0, "%s type %d: split 71+79 differs", isas[s], types[ti]);
+            checked++;
+            free(x); free(ref); free(y); free((void *)w.data);
+        }
+    }
+    kvs_kernels_set_isa("best");
+    kvs_pool_free(pool);
+    printf("  %d row-block configurations\n", checked);
+}
+
 /* kvs_matmul_multi gives the bytes of separate calls (q/k/v-like shapes),
  * including when the types differ (fallback). */
 TEST(test_matmul_multi_equals_separate) {
@@ -179,6 +212,7 @@ TEST(test_attention_invariance) {
 
 int main(void) {
     RUN(test_matmul_invariance);
+    RUN(test_matmul_invariance_row_blocks);
     RUN(test_matmul_multi_equals_separate);
     RUN(test_attention_invariance);
     return kt_summary();

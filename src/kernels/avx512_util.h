@@ -14,7 +14,9 @@
 
 /* One weight row's group of 16 blocks, rearranged to the xq lane order:
  * v[0..7] (u8 nibbles or s8 bytes), dw (16 floats), mw (Q4_1), corr (Q8_0:
- * -128 * sum of the block's bytes, the correction for x stored as x + 128). */
+ * -257 * 128 * sum of the block's bytes, the correction for x stored as
+ * x + 128 in both planes: 256 * (hi + 128) w + (lo + 128) w sums to
+ * 256 hi w + lo w + 257 * 128 w). */
 typedef struct prep_grp {
     __m512i v[8];
     __m512 dw;
@@ -24,6 +26,14 @@ typedef struct prep_grp {
 
 /* Q8_0 weight vector r (elements 4r..4r+3) pairs with xq vec xq_of_q8[r]. */
 static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/* corr of a prep_grp from 128 * sum w (see above): -(256 + 1) * that. */
+AI __m512i q8_corr(__m512i s128) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(_mm512_slli_epi32(s128, 8), s128));
+}
+
+/* The 16 bytes at p in all four 128-bit lanes (a tail block's dword of 4 rows). */
+AI __m512i bcast16(const uint8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
 /* kvs_tree16 on a register: halves, quarters, pairs, then the last pair. */
 AI float hsum_tree(__m512 v) {

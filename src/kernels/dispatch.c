@@ -87,7 +87,7 @@ static inline void *align64(void *p) {
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     if (!kvs_wtype_is_quant(w->type)) return 0;
-    return 64 + kvs_xq_bytes(w->k, m);
+    return 64 + kvs_xq_bytes(w->k, m) + 64 + kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
 }
 
 typedef struct mm_task {
@@ -123,6 +123,8 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     c->xq_row = kvs_xq_row_bytes(c->w->k);
     c->xq_tail = c->xq + (size_t)m * c->xq_row;
     c->xq_quad = kvs_xq_quad_bytes(c->w->k);
+    c->xn = m == 1 && c->w->type == KVS_TYPE_Q8_0
+                ? align64((uint8_t *)c->xq_tail + (size_t)((m + 3) / 4) * c->xq_quad) : NULL;
     if (m % 4) /* rows the last quad lacks stay zero (never stored, but defined) */
         memset((uint8_t *)c->xq_tail + (size_t)(m / 4) * c->xq_quad, 0, c->xq_quad);
     /* A few rows quantize faster on the caller than a pool round trip. */
@@ -197,6 +199,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
                 t->call.xq_row = mt.t[0].call.xq_row;
                 t->call.xq_tail = mt.t[0].call.xq_tail;
                 t->call.xq_quad = mt.t[0].call.xq_quad;
+                t->call.xn = mt.t[0].call.xn;
             }
         }
         mt.first[i + 1] = mt.first[i] + (ws[i]->n + t->cols - 1) / t->cols;

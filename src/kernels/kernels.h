@@ -38,8 +38,9 @@ typedef struct kvs_wmat {
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m);
 
 /* y(m, n) = x(m, k) . w(n, k)^T.  x row stride k, y row stride n.
- * For quantized w the rows of x are first quantized to 8-bit blocks (each row
- * on its own, so this stays batch-invariant). Splits over the pool. */
+ * For quantized w the rows of x are first quantized per block of 32 to 16-bit
+ * integers held as two 8-bit levels (quant.h; each row on its own, so this
+ * stays batch-invariant). Splits over the pool. */
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);
 
 /* Several matrices against the same x (attention q/k/v, ffn gate/up):

@@ -6,9 +6,16 @@
  * The canonical arithmetic (all ISA paths produce the same bits as the scalar
  * reference; tests check memcmp equality):
  *
- *   quantized w:  x row -> blocks of 32: amax = max|x|, d = amax / 127,
- *                 id = d ? 1/d : 0, q = round_half_even(x * id), s = d * sum q.
- *                 i_b = exact integer dot of block b; nf = 16 * (nb / 16).
+ *   quantized w:  x row -> blocks of 32, two-level 8-bit (quant.h):
+ *                 amax = max|x|, d = amax / 127, id = d >= FLT_MIN ? 1/d : 0
+ *                 (a block below ~1.5e-36 rounds to 0, 1/d would overflow),
+ *                 v = x * id, hi = round_half_even(v),
+ *                 lo = clamp(round_half_even(v * 256) - 256 hi, +-127),
+ *                 Q = 256 hi + lo, dx = d / 256, sx = dx * sum Q.
+ *                 i_b = exact integer dot of weight block b with Q (any ISA
+ *                 may form it as 256 * dot(w, hi) + dot(w, lo): integers
+ *                 are exact, so only the float steps below are ordered);
+ *                 nf = 16 * (nb / 16).
  *                 blocks b < nf, c = b % 16:
  *                     acc[c] = fma((float)i_b, dw * dx, acc[c]);
  *                     Q4_1 only: acc[c] = fma(mw, sx, acc[c]);
@@ -36,6 +43,11 @@ typedef struct kvs_mm_call {
     size_t xq_row;     /* bytes per quantized row */
     const uint8_t *xq_tail; /* ((m + 3) / 4, quad bytes) tail blocks by row quads */
     size_t xq_quad;    /* bytes per quad */
+    /* m == 1 and Q8_0 weights only (else NULL): the row again in natural
+     * order for the AVX-512 decode path, written by its quantizer (other
+     * ISAs ignore it): s8 hi[nb * 32], s8 lo[nb * 32], int32 128 * sum Q[nb],
+     * float d[nb]; kvs_xn_bytes(k). */
+    uint8_t *xn;
     int m;
     float *y;          /* (m, n) */
 } kvs_mm_call;
@@ -51,6 +63,8 @@ typedef struct kvs_attn_call {
     float scale;
     float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
 } kvs_attn_call;
+
+static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * (2 * KVS_QK + 8); }
 
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48

@@ -6,7 +6,8 @@
  *    dwords are gathered into the xq lane order once per weight row (prep)
  *    and reused for every activation row;
  *  - exact block dots with vpmaddubsw + vpmaddwd (u8 x s8 pairs cannot
- *    saturate: Q4 nibbles <= 15; Q8_0 uses |w| x sign(w) * x <= 128 * 127);
+ *    saturate: Q4 nibbles <= 15; Q8_0 uses |w| x sign(w) * x <= 128 * 127),
+ *    once per activation plane (hi, lo: quant.h), combined as 256 hi + lo;
  *  - the tail blocks (nb % 16) per output with one 32-byte dot each.
  */
 #if defined(__x86_64__)
@@ -99,7 +100,8 @@ static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 /* ------------------------------------------------------------------ tail */
 
 /* y = fma chain over the tail blocks of weight row `row` for activation row
- * sub of quad (canonical order after the tree). */
+ * sub of quad (canonical order after the tree). The block's integer dot is
+ * 256 * dot(w, hi) + dot(w, lo), formed lane-wise before the sum. */
 static float tail_dot(const kvs_wmat *w, const uint8_t *row, int ng, int nt, const uint8_t *quad,
                       int sub, float y) {
     const int type = w->type;
@@ -107,8 +109,9 @@ static float tail_dot(const kvs_wmat *w, const uint8_t *row, int ng, int nt, con
     const __m256i gidx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
     for (int t = 0; t < nt; t++) {
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
-        /* x dwords in vec order 0..7 */
-        __m256i xv = _mm256_i32gather_epi32((const int *)(qt + 4 * sub), gidx, 1);
+        /* x dwords in vec order 0..7, hi and lo planes */
+        __m256i xh = _mm256_i32gather_epi32((const int *)(qt + 4 * sub), gidx, 1);
+        __m256i xl = _mm256_i32gather_epi32((const int *)(qt + KVS_XQ_TAIL_PLANE + 4 * sub), gidx, 1);
         int b = ng * 16 + t;
         int32_t isum;
         float dw, mw = 0.0f;
@@ -117,7 +120,9 @@ static float tail_dot(const kvs_wmat *w, const uint8_t *row, int ng, int nt, con
             __m256i wq = _mm256_loadu_si256((const __m256i *)blk->qs); /* elements 0..31 */
             /* reorder w dwords to vec order: vec 2r' = dword r', vec 2r'+1 = dword 4+r' */
             wq = _mm256_permutevar8x32_epi32(wq, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            isum = hsum_i32(dot4_ss(wq, _mm256_xor_si256(xv, _mm256_set1_epi8((char)0x80))));
+            const __m256i c80 = _mm256_set1_epi8((char)0x80);
+            isum = hsum_i32(_mm256_add_epi32(_mm256_slli_epi32(dot4_ss(wq, _mm256_xor_si256(xh, c80)), 8),
+                                             dot4_ss(wq, _mm256_xor_si256(xl, c80))));
             dw = kvs_f16_to_f32(blk->d);
         } else {
             const uint8_t *qs;
@@ -135,7 +140,7 @@ static float tail_dot(const kvs_wmat *w, const uint8_t *row, int ng, int nt, con
             __m128i l = _mm_and_si128(q, lo4), hgh = _mm_and_si128(_mm_srli_epi16(q, 4), lo4);
             /* vec order: lo dword 0, hi dword 0, lo dword 1, ... */
             __m256i wq = _mm256_setr_m128i(_mm_unpacklo_epi32(l, hgh), _mm_unpackhi_epi32(l, hgh));
-            isum = hsum_i32(dot4(wq, xv));
+            isum = hsum_i32(_mm256_add_epi32(_mm256_slli_epi32(dot4(wq, xh), 8), dot4(wq, xl)));
             if (type == KVS_TYPE_Q4_0) isum += kvs_xq_tail_c((uint8_t *)quad, t)[sub];
         }
         y = fmaf((float)isum, dw * kvs_xq_tail_d((uint8_t *)quad, t)[sub], y);
@@ -146,18 +151,33 @@ static float tail_dot(const kvs_wmat *w, const uint8_t *row, int ng, int nt, con
 
 /* --------------------------------------------------------------- kernels */
 
-/* One activation row against nr prepped weight rows, all full groups. */
+/* One activation row against nr prepped weight rows, all full groups. Per
+ * block: 256 * dot(w, hi) + dot(w, lo) (+ c for Q4_0), one plane of x in
+ * registers at a time. */
 AI void kern_row(const prep2 *pw, int ng, const uint8_t *xq, int type, int nr, __m256 C[NR][2]) {
     for (int j = 0; j < nr; j++) C[j][0] = C[j][1] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
         for (int h = 0; h < 2; h++) {
-            __m256i X[8];
+            __m256i A[NR];
+            for (int plane = 0; plane < 2; plane++) {
+                __m256i X[8];
 #pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) {
-                int xv = type == KVS_TYPE_Q8_0 ? xq_of_q8[v] : v;
-                X[v] = _mm256_loadu_si256((const __m256i *)(grp + 64 * xv + 32 * h));
-                if (type == KVS_TYPE_Q8_0) X[v] = _mm256_xor_si256(X[v], _mm256_set1_epi8((char)0x80));
+                for (int v = 0; v < 8; v++) {
+                    int xv = type == KVS_TYPE_Q8_0 ? xq_of_q8[v] : v;
+                    X[v] = _mm256_loadu_si256((const __m256i *)(grp + plane * KVS_XQ_PLANE + 64 * xv + 32 * h));
+                    if (type == KVS_TYPE_Q8_0) X[v] = _mm256_xor_si256(X[v], _mm256_set1_epi8((char)0x80));
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < nr; j++) {
+                    const prep2 *p = pw + (size_t)j * ng + g;
+                    __m256i acc = plane ? _mm256_slli_epi32(A[j], 8) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+                    for (int v = 0; v < 8; v++)
+                        acc = _mm256_add_epi32(acc, type == KVS_TYPE_Q8_0 ? dot4_ss(p->v[h][v], X[v])
+                                                                         : dot4(p->v[h][v], X[v]));
+                    A[j] = acc;
+                }
             }
             __m256 dx = _mm256_loadu_ps((const float *)(grp + KVS_XQ_GROUP_QS) + 8 * h);
             __m256 sx = _mm256_loadu_ps((const float *)(grp + KVS_XQ_GROUP_QS) + 16 + 8 * h);
@@ -165,11 +185,7 @@ AI void kern_row(const prep2 *pw, int ng, const uint8_t *xq, int type, int nr, _
 #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) {
                 const prep2 *p = pw + (size_t)j * ng + g;
-                __m256i acc = type == KVS_TYPE_Q4_0 ? c0 : _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int v = 0; v < 8; v++)
-                    acc = _mm256_add_epi32(acc, type == KVS_TYPE_Q8_0 ? dot4_ss(p->v[h][v], X[v])
-                                                                     : dot4(p->v[h][v], X[v]));
+                __m256i acc = type == KVS_TYPE_Q4_0 ? _mm256_add_epi32(A[j], c0) : A[j];
                 __m256 s = _mm256_mul_ps(p->dw[h], dx);
                 C[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), s, C[j][h]);
                 if (type == KVS_TYPE_Q4_1) C[j][h] = _mm256_fmadd_ps(p->mw[h], sx, C[j][h]);

@@ -10,7 +10,8 @@
  * cvt + mul + fma (+ fma for Q4_1) per 16 blocks, lane l being chain l.
  *
  *   prep of one weight row, group g:  v[0..7] (u8 nibbles or s8 bytes),
- *   dw (16 floats), mw (Q4_1), corr (Q8_0: -128 * sum of the block's bytes)
+ *   dw (16 floats), mw (Q4_1), corr (Q8_0: -257 * 128 * sum of the block's
+ *   bytes, see avx512_util.h)
  *
  * Tiles: MR activation rows x NR weight rows of outputs (4 x 4), each output
  * one zmm accumulator (16 chains); the k loop runs over full groups. Then the
@@ -23,6 +24,8 @@
  * Any tile shape gives the same bits per output, so m = 1 and m = 512 agree.
  * One activation row (decode) takes the paths of matmul_avx512_m1.c.
  */
+#include <float.h>
+
 #if defined(__x86_64__)
 
 #if defined(__clang__)
@@ -36,28 +39,42 @@
 
 #define MR 4
 #define NR 4
+#define XQ_BLOCK_BYTES (256 * 1024) /* quantized activations per row block (L2) */
 
 /* ------------------------------------------------------------ quantize x */
 
-/* One block: q bytes of elements 0..15 (pa) and 16..31 (pb), d, sum. */
-AI float quantize_block(const float *xb, __m128i off, __m128i *pa, __m128i *pb, int32_t *sum) {
+/* One block, two-level (quant.h): signed hi bytes of elements 0..15 (h[0])
+ * and 16..31 (h[1]), lo bytes likewise (l[0], l[1]); returns the scale of Q,
+ * writes sum Q. */
+AI float quantize_block(const float *xb, __m128i h[2], __m128i l[2], int32_t *sum) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
-    __m512 mx = _mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(b, absmask));
+    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
+    __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+    __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
     float amax = _mm512_reduce_max_ps(mx);
     float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
     __m512 vid = _mm512_set1_ps(id);
-    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid)); /* round half even */
-    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
-    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
-    *pa = _mm_xor_si128(_mm512_cvtepi32_epi8(qa), off);
-    *pb = _mm_xor_si128(_mm512_cvtepi32_epi8(qb), off);
-    return d;
+    __m512i qsum = _mm512_setzero_si512();
+    for (int k = 0; k < 2; k++) {
+        __m512 v = _mm512_mul_ps(x[k], vid);
+        __m512i qh = _mm512_cvtps_epi32(v); /* round half even */
+        __m512i ql = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
+                                      _mm512_slli_epi32(qh, 8));
+        ql = _mm512_max_epi32(_mm512_min_epi32(ql, c127), cm127);
+        qsum = _mm512_add_epi32(qsum, _mm512_add_epi32(_mm512_slli_epi32(qh, 8), ql));
+        h[k] = _mm512_cvtepi32_epi8(qh);
+        l[k] = _mm512_cvtepi32_epi8(ql);
+    }
+    *sum = _mm512_reduce_add_epi32(qsum);
+    return d * (1.0f / 256.0f);
 }
 
-/* dword r of pa -> vec 2r, of pb -> vec 2r+1; vec v at dst + v * stride. */
-AI void scatter_dwords(uint8_t *dst, size_t stride, __m128i pa, __m128i pb) {
+/* dword r of pa -> vec 2r, of pb -> vec 2r+1; vec v at dst + v * stride;
+ * bytes xor off (0x80 turns s8 into the u8 + 128 of Q8_0 weights). */
+AI void scatter_dwords(uint8_t *dst, size_t stride, __m128i pa, __m128i pb, __m128i off) {
+    pa = _mm_xor_si128(pa, off);
+    pb = _mm_xor_si128(pb, off);
     _mm_storeu_si32(dst + 0 * stride, pa);
     _mm_storeu_si32(dst + 1 * stride, pb);
     _mm_storeu_si32(dst + 2 * stride, _mm_srli_si128(pa, 4));
@@ -68,27 +85,42 @@ AI void scatter_dwords(uint8_t *dst, size_t stride, __m128i pa, __m128i pb) {
     _mm_storeu_si32(dst + 7 * stride, _mm_srli_si128(pb, 12));
 }
 
-static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
-    int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k);
+/* Block b of the natural-order copy xn (kvs_mm_call): s8 hi, lo, 128 * sum Q, d. */
+AI void store_xn(uint8_t *xn, int nb, int b, const __m128i h[2], const __m128i l[2], int32_t sum, float d) {
+    _mm_storeu_si128((__m128i *)(xn + 32 * b), h[0]);
+    _mm_storeu_si128((__m128i *)(xn + 32 * b + 16), h[1]);
+    _mm_storeu_si128((__m128i *)(xn + 32 * (nb + b)), l[0]);
+    _mm_storeu_si128((__m128i *)(xn + 32 * (nb + b) + 16), l[1]);
+    ((int32_t *)(xn + 64 * nb))[b] = 128 * sum;
+    ((float *)(xn + 68 * nb))[b] = d;
+}
+
+static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub, uint8_t *xn) {
+    int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k), nb = k / KVS_QK;
     const __m128i off = _mm_set1_epi8(wtype == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
-    __m128i pa, pb;
+    __m128i h[2], l[2];
     int32_t sum;
     for (int g = 0; g < ng; g++) {
         uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-        for (int l = 0; l < KVS_XQ_GROUP; l++) {
-            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, off, &pa, &pb, &sum);
-            scatter_dwords(grp + 4 * l, 64, pa, pb);
-            kvs_xq_d(grp)[l] = d;
-            kvs_xq_s(grp)[l] = d * (float)sum;
-            kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+        for (int b = 0; b < KVS_XQ_GROUP; b++) {
+            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + b) * KVS_QK, h, l, &sum);
+            scatter_dwords(grp + 4 * b, 64, h[0], h[1], off);
+            scatter_dwords(grp + KVS_XQ_PLANE + 4 * b, 64, l[0], l[1], off);
+            kvs_xq_d(grp)[b] = d;
+            kvs_xq_s(grp)[b] = d * (float)sum;
+            kvs_xq_sum(grp)[b] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+            if (xn) store_xn(xn, nb, g * KVS_XQ_GROUP + b, h, l, sum, d);
         }
     }
     for (int t = 0; t < nt; t++) {
-        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, off, &pa, &pb, &sum);
-        scatter_dwords(quad + (size_t)t * KVS_XQ_TAIL_BYTES + 4 * sub, 16, pa, pb);
+        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, h, l, &sum);
+        uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES + 4 * sub;
+        scatter_dwords(qt, 16, h[0], h[1], off);
+        scatter_dwords(qt + KVS_XQ_TAIL_PLANE, 16, l[0], l[1], off);
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
         kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+        if (xn) store_xn(xn, nb, ng * KVS_XQ_GROUP + t, h, l, sum, d);
     }
 }
 
@@ -96,7 +128,7 @@ static void avx512_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
     for (int i = i0; i < i1; i++)
         quantize_row(c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
                      (uint8_t *)c->xq + (size_t)i * c->xq_row,
-                     (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4);
+                     (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4, c->xn);
 }
 
 /* ------------------------------------------------------------------ prep */
@@ -150,7 +182,7 @@ void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out)
                 p->v[r] = q;
                 corr = _mm512_dpbusd_epi32(corr, c128, q); /* 128 * sum of w bytes */
             }
-            p->corr = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+            p->corr = q8_corr(corr);
         }
     }
 }
@@ -202,7 +234,7 @@ static void prep_tail(const kvs_wmat *w, int j0, int nr, int ng, int nt, prep_gr
                 corr = _mm512_dpbusd_epi32(corr, c128, q);
                 idx = r == 3 ? idx0 : _mm512_add_epi32(idx, _mm512_set1_epi32(1));
             }
-            p->corr = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+            p->corr = q8_corr(corr);
         } else {
             for (int r = 0; r < 4; r++) {
                 __m512i q = _mm512_permutexvar_epi32(idx, Z0);
@@ -227,7 +259,9 @@ AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
 
 /* --------------------------------------------------------------- kernels */
 
-/* Q4_0 / Q4_1: weight nibbles (u8) in registers, xq bytes (s8) from memory. */
+/* Q4_0 / Q4_1: weight nibbles (u8) in registers, xq bytes (s8) from memory.
+ * Per block the integer dot is 256 * dot(w, hi) + dot(w, lo) (+ c for Q4_0):
+ * the hi chain, a shift, then the lo chain on the same accumulator. */
 AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
                 size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
     __m512 C[16];
@@ -244,11 +278,15 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
             #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-                __m512i acc = q41 ? _mm512_setzero_si512()
-                                  : _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128); /* -8 sum */
+                __m512i acc = _mm512_setzero_si512();
                 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++)
                     acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + 64 * v));
+                acc = _mm512_slli_epi32(acc, 8);
+                if (!q41) acc = _mm512_add_epi32(acc, _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128)); /* -8 sum */
+                #pragma GCC unroll 8
+                for (int v = 0; v < 8; v++)
+                    acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
                 __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
                 __m512 s = _mm512_mul_ps(dw, dx);
                 C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
@@ -263,23 +301,28 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
     for (int t = 0; t < nt; t++) {
         const prep_grp *p = pt + t;
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
-        __m512i acc = q41 ? _mm512_setzero_si512()
-                          : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 160)));
+        __m512i acc = _mm512_setzero_si512();
         #pragma GCC unroll 8
         for (int v = 0; v < 8; v++)
-            acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]),
-                                      _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 16 * v))));
-        __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(qt + 128)));
+            acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]), bcast16(qt + 16 * v));
+        acc = _mm512_slli_epi32(acc, 8);
+        if (!q41) acc = _mm512_add_epi32(acc, bcast16(qt + KVS_XQ_TAIL_C));
+        #pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
+            acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]), bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * v));
+        __m512 dx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_D));
         R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
         if (q41) {
-            __m512 sx = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(qt + 144)));
+            __m512 sx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_S));
             R = _mm512_fmadd_ps(_mm512_load_ps(&p->mw), sx, R);
         }
     }
     store_tile(R, y, ldy, mr, nr);
 }
 
-/* Q8_0: xq bytes (u8, x + 128) in registers, weight bytes (s8) from memory. */
+/* Q8_0: xq bytes (u8, x + 128) in registers, one plane at a time, weight
+ * bytes (s8) from memory. acc = 256 * hi chain + corr + lo chain, where
+ * corr = -257 * 128 * sum w removes the two + 128 offsets. */
 AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
                 size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) {
     __m512 C[16];
@@ -289,14 +332,24 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
         #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-            __m512i X[8];
+            __m512i X[8], A[NR];
             #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + 64 * xq_of_q8[v]);
+            #pragma GCC unroll 4
+            for (int j = 0; j < nr; j++) {
+                const prep_grp *p = pw + (size_t)j * ng + g;
+                __m512i acc = _mm512_setzero_si512();
+                #pragma GCC unroll 8
+                for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
+                A[j] = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), _mm512_load_si512(&p->corr));
+            }
+            #pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * xq_of_q8[v]);
             __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
             #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) {
                 const prep_grp *p = pw + (size_t)j * ng + g;
-                __m512i acc = _mm512_load_si512(&p->corr);
+                __m512i acc = A[j];
                 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
                 __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
@@ -308,13 +361,16 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
     for (int t = 0; t < nt; t++) {
         const prep_grp *p = pt + t;
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
-        __m512i acc = _mm512_load_si512(&p->corr);
+        __m512i acc = _mm512_setzero_si512();
         #pragma GCC unroll 8
         for (int v = 0; v < 8; v++)
-            acc = _mm512_dpbusd_epi32(
-                acc, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qt + 16 * xq_of_q8[v]))),
-                _mm512_load_si512(&p->v[v]));
-        __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(qt + 128)));
+            acc = _mm512_dpbusd_epi32(acc, bcast16(qt + 16 * xq_of_q8[v]), _mm512_load_si512(&p->v[v]));
+        acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), _mm512_load_si512(&p->corr));
+        #pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
+            acc = _mm512_dpbusd_epi32(acc, bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * xq_of_q8[v]),
+                                      _mm512_load_si512(&p->v[v]));
+        __m512 dx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_D));
         R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
     }
     store_tile(R, y, ldy, mr, nr);
@@ -427,17 +483,25 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         return;
     }
     int q41 = w->type == KVS_TYPE_Q4_1;
-    for (int jt = j0; jt < j1; jt += NR) {
-        int nr = j1 - jt < NR ? j1 - jt : NR;
-        prep_rows(w, jt, nr, pw, ng);
-        if (nt) prep_tail(w, jt, nr, ng, nt, pt);
-        for (int it = 0; it < m; it += MR) {
-            int mr = m - it < MR ? m - it : MR;
-            const uint8_t *xq = c->xq + (size_t)it * c->xq_row;
-            const uint8_t *quad = c->xq_tail + (size_t)(it / 4) * c->xq_quad;
-            float *y = c->y + (size_t)it * n + jt;
-            if (w->type == KVS_TYPE_Q8_0) tile_q8(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
-            else tile_q4(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);
+    /* Activation rows in blocks whose xq stays in L2 while the column tiles
+     * of the chunk pass over it (the weights are prepared once per block). */
+    size_t row_bytes = c->xq_row + c->xq_quad / 4 + 1;
+    int mb = (int)(XQ_BLOCK_BYTES / row_bytes) & ~(MR - 1);
+    if (mb < MR) mb = MR;
+    for (int i0 = 0; i0 < m; i0 += mb) {
+        int i1 = m - i0 < mb ? m : i0 + mb;
+        for (int jt = j0; jt < j1; jt += NR) {
+            int nr = j1 - jt < NR ? j1 - jt : NR;
+            prep_rows(w, jt, nr, pw, ng);
+            if (nt) prep_tail(w, jt, nr, ng, nt, pt);
+            for (int it = i0; it < i1; it += MR) {
+                int mr = i1 - it < MR ? i1 - it : MR;
+                const uint8_t *xq = c->xq + (size_t)it * c->xq_row;
+                const uint8_t *quad = c->xq_tail + (size_t)(it / 4) * c->xq_quad;
+                float *y = c->y + (size_t)it * n + jt;
+                if (w->type == KVS_TYPE_Q8_0) tile_q8(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
+                else tile_q4(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);
+            }
         }
     }
 }

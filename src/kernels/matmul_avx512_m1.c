@@ -6,7 +6,8 @@
  *    rearrangement fused into the dot; one tree for the 16 outputs; tail
  *    blocks with lane = weight row (gathered);
  *  - Q8_0 (the output head): lane = weight row for every block, natural
- *    32-byte loads, a transposed integer reduction per pair of blocks.
+ *    32-byte loads, a transposed integer reduction per pair of blocks; x in
+ *    natural order comes from the quantizer (kvs_mm_call.xn).
  */
 #if defined(__x86_64__)
 
@@ -28,7 +29,9 @@ static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
 /* One activation row against up to 16 Q4 weight rows [j0, j0 + nr): full
  * groups lane = block (prep fused with the dot, nothing stored), then one
  * tree for the 16 outputs, then the tail blocks with lane = weight row
- * (gathered), each tail block adding its fma (and the Q4_1 min fma) in order. */
+ * (gathered), each tail block adding its fma (and the Q4_1 min fma) in order.
+ * Every block's integer dot is 256 * dot(w, hi) + dot(w, lo) (quant.h): the
+ * unpacked weight nibbles serve both planes. */
 static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const uint8_t *quad, float *y) {
     const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18;
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
@@ -48,15 +51,19 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
                 __m512i dm = gather5(z, 0);
                 __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
                 __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-                __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+                __m512i ha = _mm512_setzero_si512(), hb = _mm512_setzero_si512();
+                __m512i la = _mm512_setzero_si512(), lb = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     __m512i q = gather5(z, 1 + r);
-                    ia = _mm512_dpbusd_epi32(ia, _mm512_and_si512(q, lo4), _mm512_loadu_si512(grp + 128 * r));
-                    ib = _mm512_dpbusd_epi32(ib, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4),
-                                             _mm512_loadu_si512(grp + 128 * r + 64));
+                    __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+                    ha = _mm512_dpbusd_epi32(ha, wa, _mm512_loadu_si512(grp + 128 * r));
+                    hb = _mm512_dpbusd_epi32(hb, wb, _mm512_loadu_si512(grp + 128 * r + 64));
+                    la = _mm512_dpbusd_epi32(la, wa, _mm512_loadu_si512(grp + KVS_XQ_PLANE + 128 * r));
+                    lb = _mm512_dpbusd_epi32(lb, wb, _mm512_loadu_si512(grp + KVS_XQ_PLANE + 128 * r + 64));
                 }
-                __m512i isum = _mm512_add_epi32(ia, ib);
+                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha, hb), 8),
+                                                _mm512_add_epi32(la, lb));
                 __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS), sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc);
                 acc = _mm512_fmadd_ps(mw, sx, acc);
@@ -66,9 +73,13 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
             kvs_avx512_prep_gather(row, ng, KVS_TYPE_Q4_0, pg);
             for (int g = 0; g < ng; g++) {
                 const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-                __m512i isum = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
+                __m512i h = _mm512_setzero_si512();
 #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) isum = _mm512_dpbusd_epi32(isum, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
+                for (int v = 0; v < 8; v++) h = _mm512_dpbusd_epi32(h, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
+                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128));
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++)
+                    isum = _mm512_dpbusd_epi32(isum, pg[g].v[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc);
             }
         }
@@ -83,21 +94,26 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
         for (int t = 0; t < nt; t++) {
             const uint8_t *blk = base + (size_t)(ng * 16 + t) * bs;
             const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES; /* row sub 0 */
+            const uint8_t *ql = qt + KVS_XQ_TAIL_PLANE;
             __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
-            __m512i isum = q41 ? _mm512_setzero_si512() : _mm512_set1_epi32(*(const int32_t *)(qt + 160));
+            __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk + (q41 ? 4 : 2) + 4 * r, 1);
-                isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(q, lo4), _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r)));
-                isum = _mm512_dpbusd_epi32(isum, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4),
-                                           _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16)));
+                __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+                h = _mm512_dpbusd_epi32(h, wa, _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r)));
+                h = _mm512_dpbusd_epi32(h, wb, _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16)));
+                l = _mm512_dpbusd_epi32(l, wa, _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r)));
+                l = _mm512_dpbusd_epi32(l, wb, _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r + 16)));
             }
+            __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+            if (!q41) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(*(const int32_t *)(qt + KVS_XQ_TAIL_C)));
             __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-            __m512 dx = _mm512_set1_ps(*(const float *)(qt + 128));
+            __m512 dx = _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_D));
             R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), R);
             if (q41) {
                 __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-                R = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + 144)), R);
+                R = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_S)), R);
             }
         }
     }
@@ -106,11 +122,13 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
 
 /* Q8_0, one activation row: lane = weight row for every block. Per pair of
  * blocks, each weight row's 64 q bytes (two 32-byte loads) meet x in natural
- * order: vpdpbusd(w + 128, x) leaves 8 partial lanes per block, which a
- * transposed integer reduction turns into one vector per block over the 16
- * rows; subtracting 128 * sum(x) gives the exact block dot. Float work is
- * then lane-wise: chains as vectors C[b % 16] for full-group blocks, tree,
- * then tail blocks in order. xn: (nb, 32) s8 x; xs: 128 * sum per block. */
+ * order: vpdpbusd(w + 128, hi), shifted by 8, then vpdpbusd(w + 128, lo) on
+ * the same accumulator leaves 8 partial lanes per block of
+ * sum (w + 128) Q, which a transposed integer reduction turns into one
+ * vector per block over the 16 rows; subtracting 128 * sum(Q) gives the
+ * exact block dot. Float work is then lane-wise: chains as vectors C[b % 16]
+ * for full-group blocks, tree, then tail blocks in order.
+ * xh, xl: (nb, 32) s8 hi and lo of x; xs: 128 * sum Q per block. */
 AI void reduce_pair(const __m512i A[16], __m512i *v0, __m512i *v1) {
     __m512i l1[8], l2[4], l3[2];
 #pragma GCC unroll 8
@@ -129,7 +147,7 @@ AI void reduce_pair(const __m512i A[16], __m512i *v0, __m512i *v1) {
     *v1 = _mm512_shuffle_i32x4(l3[0], l3[1], 0xdd);
 }
 
-static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xn, const int32_t *xs,
+static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xh, const int8_t *xl, const int32_t *xs,
                   const float *dxv, float *y) {
     const int nb = w->k / KVS_QK, nf = kvs_xq_groups(w->k) * 16;
     const __m512i c80 = _mm512_set1_epi8((char)0x80);
@@ -141,8 +159,10 @@ static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xn, const int
     for (int c = 0; c < 16; c++) C[c] = _mm512_setzero_ps();
     for (int b0 = 0; b0 < nb; b0 += 2) {
         int two = b0 + 1 < nb;
-        __m512i X = two ? _mm512_loadu_si512(xn + 32 * b0)
-                        : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xn + 32 * b0)));
+        __m512i XH = two ? _mm512_loadu_si512(xh + 32 * b0)
+                         : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xh + 32 * b0)));
+        __m512i XL = two ? _mm512_loadu_si512(xl + 32 * b0)
+                         : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xl + 32 * b0)));
         __m512i A[16];
 #pragma GCC unroll 16
         for (int rho = 0; rho < 16; rho++) {
@@ -152,7 +172,9 @@ static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xn, const int
                 _mm_prefetch((const char *)(blk + 16 * w->row_bytes), _MM_HINT_T0);
                 __m512i W = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk));
                 if (two) W = _mm512_inserti64x4(W, _mm256_loadu_si256((const __m256i *)(blk + 34)), 1);
-                A[rho] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(W, c80), X);
+                W = _mm512_xor_si512(W, c80);
+                __m512i a = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), W, XH), 8);
+                A[rho] = _mm512_dpbusd_epi32(a, W, XL);
             } else {
                 A[rho] = _mm512_setzero_si512();
             }
@@ -186,41 +208,16 @@ static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xn, const int
     _mm512_mask_storeu_ps(y + j0, live, R);
 }
 
-/* The single x row of a Q8_0 call in natural order (s8), 128 * sum(q), d. */
-static void m1_q8_unpack(const kvs_mm_call *c, int8_t *xn, int32_t *xs, float *dx) {
-    int nb = c->w->k / KVS_QK, nf = kvs_xq_groups(c->w->k) * 16;
-    for (int b = 0; b < nb; b++) {
-        for (int e = 0; e < KVS_QK; e++) {
-            uint8_t v;
-            int32_t sum;
-            float d;
-            if (b < nf) {
-                uint8_t *grp = (uint8_t *)c->xq + (size_t)(b / 16) * KVS_XQ_GROUP_BYTES;
-                v = grp[kvs_xq_pos(b % 16, e)];
-                sum = kvs_xq_sum(grp)[b % 16];
-                d = kvs_xq_d(grp)[b % 16];
-            } else {
-                uint8_t *quad = (uint8_t *)c->xq_tail;
-                v = quad[kvs_xq_tail_pos(b - nf, 0, e)];
-                sum = kvs_xq_tail_c(quad, b - nf)[0];
-                d = kvs_xq_tail_d(quad, b - nf)[0];
-            }
-            xn[32 * b + e] = (int8_t)(v ^ 0x80);
-            xs[b] = 128 * sum;
-            dx[b] = d;
-        }
-    }
-}
-
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (c->m != 1 || !c->xq || w->k > 16384) return 0;
     if (w->type == KVS_TYPE_Q8_0) {
-        int8_t xn[16384] __attribute__((aligned(64)));
-        int32_t xs[512];
-        float dx[512];
-        m1_q8_unpack(c, xn, xs, dx);
-        for (int jt = j0; jt < j1; jt += 16) m1_q8(w, jt, j1 - jt < 16 ? j1 - jt : 16, xn, xs, dx, c->y);
+        if (!c->xn) return 0; /* not quantized by the AVX-512 quantizer: the tile path */
+        const int nb = w->k / KVS_QK;
+        const int8_t *xh = (const int8_t *)c->xn, *xl = xh + 32 * nb;
+        const int32_t *xs = (const int32_t *)(c->xn + 64 * nb);
+        const float *dx = (const float *)(c->xn + 68 * nb);
+        for (int jt = j0; jt < j1; jt += 16) m1_q8(w, jt, j1 - jt < 16 ? j1 - jt : 16, xh, xl, xs, dx, c->y);
         return 1;
     }
     for (int jt = j0; jt < j1; jt += 16) m1_q4(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq, c->xq_tail, c->y);

@@ -3,6 +3,7 @@
  * dot products, in exactly the canonical order of kernels_impl.h. Every SIMD
  * path must produce the same bits as these functions.
  */
+#include <float.h>
 #include <math.h>
 
 #include "kernels/kernels_impl.h"
@@ -11,48 +12,59 @@ int kvs_wtype_is_quant(int type) {
     return type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q8_0;
 }
 
-/* Quantizes one block of 32; returns d, writes q (+ offset) via put(). */
-static float quantize_block(const float *xb, int offset, uint8_t q[KVS_QK], int32_t *sum) {
+/* Quantizes one block of 32 (two-level, quant.h): hi and lo bytes (+ offset),
+ * returns the scale of Q = 256 * hi + lo, and sum Q. */
+static float quantize_block(const float *xb, int offset, uint8_t hi[KVS_QK], uint8_t lo[KVS_QK],
+                            int32_t *sum) {
     float amax = 0.0f;
     for (int e = 0; e < KVS_QK; e++) amax = fmaxf(amax, fabsf(xb[e]));
     float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
     int32_t s = 0;
     for (int e = 0; e < KVS_QK; e++) {
-        int v = (int)nearbyintf(xb[e] * id);
-        s += v;
-        q[e] = (uint8_t)(v + offset);
+        int h, l;
+        kvs_xq_split(xb[e] * id, &h, &l);
+        s += 256 * h + l;
+        hi[e] = (uint8_t)(h + offset);
+        lo[e] = (uint8_t)(l + offset);
     }
     *sum = s;
-    return d;
+    return d * (1.0f / 256.0f); /* exact: a power of two */
 }
 
 void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
     int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k);
     int offset = wtype == KVS_TYPE_Q8_0 ? 128 : 0; /* Q8_0: x is the unsigned operand */
-    uint8_t q[KVS_QK];
+    uint8_t hi[KVS_QK], lo[KVS_QK];
     int32_t sum;
     for (int g = 0; g < ng; g++) {
         uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
         for (int l = 0; l < KVS_XQ_GROUP; l++) {
-            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, offset, q, &sum);
-            for (int e = 0; e < KVS_QK; e++) grp[kvs_xq_pos(l, e)] = q[e];
+            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, offset, hi, lo, &sum);
+            for (int e = 0; e < KVS_QK; e++) {
+                grp[kvs_xq_pos(l, e)] = hi[e];
+                grp[KVS_XQ_PLANE + kvs_xq_pos(l, e)] = lo[e];
+            }
             kvs_xq_d(grp)[l] = d;
             kvs_xq_s(grp)[l] = d * (float)sum;
             kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
         }
     }
     for (int t = 0; t < nt; t++) {
-        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, offset, q, &sum);
-        for (int e = 0; e < KVS_QK; e++) quad[kvs_xq_tail_pos(t, sub, e)] = q[e];
+        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, offset, hi, lo, &sum);
+        for (int e = 0; e < KVS_QK; e++) {
+            quad[kvs_xq_tail_pos(t, sub, e)] = hi[e];
+            quad[KVS_XQ_TAIL_PLANE + kvs_xq_tail_pos(t, sub, e)] = lo[e];
+        }
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
         kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
     }
 }
 
-/* Exact integer dot of weight block b of row with the activation bytes
- * q[e] (already signed), and the block's scale (and min for Q4_1). */
+/* Exact integer dot of weight block b of row with the activation integers
+ * q[e] (Q = 256 * hi + lo, already signed), and the block's scale (and min
+ * for Q4_1). */
 static int32_t block_dot(const kvs_wmat *w, const uint8_t *row, int b, const int q[KVS_QK],
                          float *dw, float *mw) {
     int32_t isum = 0;
@@ -82,6 +94,13 @@ static int32_t block_dot(const kvs_wmat *w, const uint8_t *row, int b, const int
     return isum;
 }
 
+/* Q of element e from its hi and lo bytes. */
+static inline int xq_value(uint8_t hi, uint8_t lo, int offset) {
+    int h = offset ? (int)hi - offset : (int)(int8_t)hi;
+    int l = offset ? (int)lo - offset : (int)(int8_t)lo;
+    return 256 * h + l;
+}
+
 float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq, const uint8_t *quad, int sub) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
     int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
@@ -92,20 +111,17 @@ float kvs_dot_q_ref(const kvs_wmat *w, int j, const uint8_t *xq, const uint8_t *
     for (int b = 0; b < ng * KVS_XQ_GROUP; b++) {
         uint8_t *grp = (uint8_t *)xq + (size_t)(b / KVS_XQ_GROUP) * KVS_XQ_GROUP_BYTES;
         int l = b % KVS_XQ_GROUP;
-        for (int e = 0; e < KVS_QK; e++) {
-            uint8_t v = grp[kvs_xq_pos(l, e)];
-            q[e] = offset ? (int)v - offset : (int)(int8_t)v;
-        }
+        for (int e = 0; e < KVS_QK; e++)
+            q[e] = xq_value(grp[kvs_xq_pos(l, e)], grp[KVS_XQ_PLANE + kvs_xq_pos(l, e)], offset);
         int32_t isum = block_dot(w, row, b, q, &dw, &mw);
         acc[l] = fmaf((float)isum, dw * kvs_xq_d(grp)[l], acc[l]);
         if (w->type == KVS_TYPE_Q4_1) acc[l] = fmaf(mw, kvs_xq_s(grp)[l], acc[l]);
     }
     float y = kvs_tree16(acc);
     for (int t = 0; t < nt; t++) {
-        for (int e = 0; e < KVS_QK; e++) {
-            uint8_t v = quad[kvs_xq_tail_pos(t, sub, e)];
-            q[e] = offset ? (int)v - offset : (int)(int8_t)v;
-        }
+        for (int e = 0; e < KVS_QK; e++)
+            q[e] = xq_value(quad[kvs_xq_tail_pos(t, sub, e)], quad[KVS_XQ_TAIL_PLANE + kvs_xq_tail_pos(t, sub, e)],
+                            offset);
         int32_t isum = block_dot(w, row, ng * KVS_XQ_GROUP + t, q, &dw, &mw);
         uint8_t *qd = (uint8_t *)quad;
         y = fmaf((float)isum, dw * kvs_xq_tail_d(qd, t)[sub], y);

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #include "gguf/gguf.h" /* kvs_ggml_type ids */
@@ -106,34 +107,56 @@ static inline float kvs_bf16_to_f32(uint16_t h) {
 }
 
 /*
- * Quantized activations ("xq"): one x row of k floats becomes 8-bit blocks
- * of 32, each row on its own (batch invariance). The first 16 * floor(nb/16)
- * blocks ("full groups") are laid out per row in groups of 16 blocks, so that
- * a 512-bit vpdpbusd lane l always holds 4 elements of block l of the group
- * and eight dot-product steps leave block l's exact integer dot in lane l:
+ * Quantized activations ("xq"): one x row of k floats becomes blocks of 32,
+ * each row on its own (batch invariance), each element a 16-bit integer Q
+ * held as two signed bytes, hi and lo (two-level, "residual" quantization):
  *
- *   group g (16 blocks, 512 bytes of q):
- *     vec 2r   lane l = elements 4r .. 4r+3      of block 16g+l   (r = 0..3)
- *     vec 2r+1 lane l = elements 16+4r .. 19+4r  of block 16g+l
- *   then per group: float d[16], float s[16] (= d * sum q), int32 c[16]
- *   where c = -8 * sum q for Q4_0 weights (the integer correction that turns
- *   sum q_w * q_x into sum (q_w - 8) * q_x), else sum q.
+ *   amax = max|x|, d = amax / 127, id = d >= FLT_MIN ? 1 / d : 0, v = x * id,
+ *   hi = round_half_even(v)                         in [-127, 127]
+ *   lo = clamp(round_half_even(v * 256) - 256 * hi, -127, 127)
+ *   Q  = 256 * hi + lo,   x ~= Q * (d / 256)       (|error| <= d / 256)
+ *
+ * so an activation keeps ~15 bits instead of 8. A block's exact integer dot
+ * with the weights is I = 256 * dot(w, hi) + dot(w, lo): two 8-bit integer
+ * dots over the same unpacked weight bytes (vpdpbusd / pmaddubsw), combined
+ * in integers, which leaves the float work per block as it is for 8 bits.
+ * lo is clamped to +-127 (it could reach +-128 when v * 256 sits within half
+ * a step of a tie) so both bytes keep the 8-bit paths' operand ranges: the
+ * AVX2 sign trick and the Q8_0 "x + 128" unsigned operand both need |q| <= 127.
+ *
+ * The first 16 * floor(nb/16) blocks ("full groups") are laid out per row in
+ * groups of 16 blocks, so that a 512-bit vpdpbusd lane l always holds 4
+ * elements of block l of the group and eight dot-product steps leave block
+ * l's exact integer dot in lane l:
+ *
+ *   group g (16 blocks): plane hi (512 bytes), then plane lo (512 bytes),
+ *     each plane:  vec 2r   lane l = elements 4r .. 4r+3      of block 16g+l
+ *                  vec 2r+1 lane l = elements 16+4r .. 19+4r  of block 16g+l
+ *   then per group: float d[16] (= amax / 127 / 256, the scale of Q),
+ *   float s[16] (= d * sum Q: for the Q4_1 min term, the sum of the rounded
+ *   x rather than of x, so each block computes exactly w . (rounded x)),
+ *   int32 c[16] where c = -8 * sum Q for Q4_0
+ *   weights (the integer correction that turns sum q_w * Q into
+ *   sum (q_w - 8) * Q), else sum Q.
  *
  * The remaining nb % 16 "tail" blocks are stored after all rows, by quads of
  * rows (rows 4a..4a+3 of the call), so that one 16-byte broadcast gives the
  * same dword of the 4 rows of a tile:
  *
- *   quad a, tail block t: q[8 vec][4 rows][4 bytes] (vec as above, 128 B),
- *                         d[4 rows], s[4 rows], c[4 rows]   (176 bytes)
+ *   quad a, tail block t: hi q[8 vec][4 rows][4 bytes] (128 B), lo the same
+ *                         (128 B), d[4 rows], s[4 rows], c[4 rows] (304 bytes)
  *
  * For Q8_0 weights the q bytes hold q + 128 (unsigned) because vpdpbusd
  * multiplies unsigned by signed bytes. Where the call has no row (last
  * quad) the bytes are zero.
  */
-#define KVS_XQ_GROUP 16                       /* blocks per group */
-#define KVS_XQ_GROUP_QS (KVS_XQ_GROUP * KVS_QK) /* 512 bytes of q per group */
-#define KVS_XQ_GROUP_BYTES (KVS_XQ_GROUP_QS + 3 * KVS_XQ_GROUP * 4) /* 704 */
-#define KVS_XQ_TAIL_BYTES 176                 /* one tail block of a quad */
+#define KVS_XQ_GROUP 16                         /* blocks per group */
+#define KVS_XQ_PLANE (KVS_XQ_GROUP * KVS_QK)    /* 512 bytes: one plane (hi or lo) of a group */
+#define KVS_XQ_GROUP_QS (2 * KVS_XQ_PLANE)      /* 1024 bytes of q per group; the trailer follows */
+#define KVS_XQ_GROUP_BYTES (KVS_XQ_GROUP_QS + 3 * KVS_XQ_GROUP * 4) /* 1216 */
+#define KVS_XQ_TAIL_PLANE 128                   /* one plane of a quad's tail block */
+#define KVS_XQ_TAIL_QS (2 * KVS_XQ_TAIL_PLANE)  /* 256: q bytes of a tail block; its trailer follows */
+#define KVS_XQ_TAIL_BYTES (KVS_XQ_TAIL_QS + 3 * 4 * 4) /* 304: one tail block of a quad */
 
 static inline int kvs_xq_groups(int k) { return k / KVS_QK / KVS_XQ_GROUP; }
 static inline int kvs_xq_tail_blocks(int k) { return k / KVS_QK % KVS_XQ_GROUP; }
@@ -147,10 +170,12 @@ static inline size_t kvs_xq_bytes(int k, int m) {
 /* Vector (0..7) and byte within the lane of element e (0..31) of a block. */
 static inline int kvs_xq_vec(int e) { return 2 * ((e & 15) >> 2) + (e >= 16); }
 
-/* Offset of element e of block l (0..15) inside a group's q bytes. */
+/* Offset of element e of block l (0..15) inside a group's hi plane (add
+ * KVS_XQ_PLANE for the lo plane). */
 static inline int kvs_xq_pos(int l, int e) { return kvs_xq_vec(e) * 64 + 4 * l + (e & 3); }
 
-/* Offset of element e of tail block t, row sub (0..3) inside a quad. */
+/* Offset of element e of tail block t, row sub (0..3) inside a quad's hi
+ * plane (add KVS_XQ_TAIL_PLANE for lo). */
 static inline int kvs_xq_tail_pos(int t, int sub, int e) {
     return t * KVS_XQ_TAIL_BYTES + kvs_xq_vec(e) * 16 + sub * 4 + (e & 3);
 }
@@ -160,9 +185,22 @@ static inline float *kvs_xq_d(uint8_t *grp) { return (float *)(grp + KVS_XQ_GROU
 static inline float *kvs_xq_s(uint8_t *grp) { return (float *)(grp + KVS_XQ_GROUP_QS) + KVS_XQ_GROUP; }
 static inline int32_t *kvs_xq_sum(uint8_t *grp) { return (int32_t *)(grp + KVS_XQ_GROUP_QS) + 2 * KVS_XQ_GROUP; }
 /* ... and of a tail block's trailer (4 rows each). */
-static inline float *kvs_xq_tail_d(uint8_t *quad, int t) { return (float *)(quad + t * KVS_XQ_TAIL_BYTES + 128); }
-static inline float *kvs_xq_tail_s(uint8_t *quad, int t) { return (float *)(quad + t * KVS_XQ_TAIL_BYTES + 144); }
-static inline int32_t *kvs_xq_tail_c(uint8_t *quad, int t) { return (int32_t *)(quad + t * KVS_XQ_TAIL_BYTES + 160); }
+#define KVS_XQ_TAIL_D KVS_XQ_TAIL_QS            /* byte offsets inside a tail block */
+#define KVS_XQ_TAIL_S (KVS_XQ_TAIL_QS + 16)
+#define KVS_XQ_TAIL_C (KVS_XQ_TAIL_QS + 32)
+static inline float *kvs_xq_tail_d(uint8_t *quad, int t) { return (float *)(quad + t * KVS_XQ_TAIL_BYTES + KVS_XQ_TAIL_D); }
+static inline float *kvs_xq_tail_s(uint8_t *quad, int t) { return (float *)(quad + t * KVS_XQ_TAIL_BYTES + KVS_XQ_TAIL_S); }
+static inline int32_t *kvs_xq_tail_c(uint8_t *quad, int t) { return (int32_t *)(quad + t * KVS_XQ_TAIL_BYTES + KVS_XQ_TAIL_C); }
+
+/* The two-level quantization of one element, given v = x * id: writes hi and
+ * lo (see above). The scalar reference's definition; SIMD quantizers do the
+ * same operations lane-wise (cvtps2dq rounds half to even like nearbyintf). */
+static inline void kvs_xq_split(float v, int *hi, int *lo) {
+    int h = (int)nearbyintf(v);
+    int l = (int)nearbyintf(v * 256.0f) - 256 * h;
+    *hi = h;
+    *lo = l > 127 ? 127 : l < -127 ? -127 : l;
+}
 
 /* The fixed float reduction of 16 partial sums (the same tree a 512-bit
  * register reduction performs: halves, then quarters, ...). */

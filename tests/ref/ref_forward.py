@@ -27,7 +27,7 @@ to show that the other convention gives garbage (see `selfcheck`).
 
 Command line (for humans; gen_golden.py imports this module):
     ref_forward.py MODEL selfcheck      greedy text + perplexity, both rope modes
-    ref_forward.py MODEL predict        expected deviation of an 8-bit-activation engine
+    ref_forward.py MODEL predict        expected deviation of the engine's activation rounding
     ref_forward.py MODEL ids 1 2 3      last-position top-5 for given ids
 """
 
@@ -79,16 +79,19 @@ class Hparams:
 class RefModel:
     """Float weights in memory (dtype float64 by default) + forward pass."""
 
-    def __init__(self, path, dtype=np.float64, rope_mode="adjacent", emulate_engine=False):
-        """emulate_engine: round what a llama.cpp-style engine rounds (activations
-        to 8 bits per 32-block before a quantized matmul, K/V to float16), to
-        PREDICT the deviation such an engine shows. Never used for golden data."""
+    def __init__(self, path, dtype=np.float64, rope_mode="adjacent", emulate_engine=False, act_levels=2):
+        """emulate_engine: round what the engine rounds (activations per 32-block
+        before a quantized matmul, K/V to float16), to PREDICT the deviation it
+        shows. act_levels 2: our engine's two 8-bit levels (a 16-bit integer,
+        src/kernels/quant.h); 1: one 8-bit level like llama.cpp's Q8_1. Never
+        used for golden data."""
         if rope_mode not in ("adjacent", "neox"):
             raise ValueError("rope_mode must be 'adjacent' or 'neox'")
         self.path = path
         self.dtype = dtype
         self.rope_mode = rope_mode
         self.emulate = emulate_engine
+        self.act_levels = act_levels
         reader = gguf.GGUFReader(path)
         self.hp = Hparams(reader)
         self.w = {}
@@ -136,7 +139,7 @@ class RefModel:
 
     def matmul(self, x, name):  # x: (n, in) -> (n, out) = x W^T
         if self.emulate and self.quantized[name]:
-            x = self._q8_roundtrip(x)
+            x = self._q8_roundtrip(x) if self.act_levels == 1 else self._q16_roundtrip(x)
         return x @ self.w[name].T
 
     def _q8_roundtrip(self, x):
@@ -147,6 +150,18 @@ class RefModel:
         d = (np.abs(b).max(axis=2, keepdims=True) / 127.0).astype(np.float16).astype(self.dtype)
         q = np.round(np.divide(b, d, out=np.zeros_like(b), where=d != 0))
         return (q * d).reshape(n, k)
+
+    def _q16_roundtrip(self, x):
+        """Two-level rounding: per block of 32, d = max|x|/127, v = x/d,
+        hi = round(v), lo = round(256 v) - 256 hi clamped to +-127; the value
+        is (256 hi + lo) d / 256."""
+        n, k = x.shape
+        b = x.reshape(n, k // 32, 32)
+        d = np.abs(b).max(axis=2, keepdims=True) / 127.0
+        v = np.divide(b, d, out=np.zeros_like(b), where=d != 0)
+        hi = np.round(v)
+        lo = np.clip(np.round(256.0 * v) - 256.0 * hi, -127, 127)
+        return ((256.0 * hi + lo) * (d / 256.0)).reshape(n, k)
 
     def _kv_round(self, x):
         return x.astype(np.float16).astype(self.dtype) if self.emulate else x
@@ -286,12 +301,18 @@ def selfcheck(path, dtype):
 
 
 def predict(path, dtype):
-    """How far should a llama.cpp-style engine (8-bit activations for quantized
-    matmuls, float16 K/V) land from the exact reference? Prints the figures the
-    C golden-test tolerances are set from."""
+    """How far should our engine (two-level 8-bit activations for quantized
+    matmuls, float16 K/V) land from the exact reference, and how far would a
+    llama.cpp-style engine (one 8-bit level)? Prints the figures the C
+    golden-test tolerances are set from."""
     tok = _tokenizer()
     exact = RefModel(path, dtype=dtype)
-    approx = RefModel(path, dtype=dtype, emulate_engine=True)
+    for levels in (2, 1):
+        print(f"activations rounded to {8 * levels} bits ({levels} level{'s' if levels > 1 else ''}), K/V float16:")
+        _predict_one(tok, exact, RefModel(path, dtype=dtype, emulate_engine=True, act_levels=levels))
+
+
+def _predict_one(tok, exact, approx):
     chat = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
             "Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?"
             "<|im_end|>\n<|im_start|>assistant\n")
@@ -309,7 +330,7 @@ def predict(path, dtype):
         margin = a[r, i1] - a[r, i2]
         shift = np.abs((b[r, i1] - b[r, i2]) - margin)
         miss = a.argmax(1) != b.argmax(1)
-        print(f"{name}: {len(ids)} positions; last-position max|diff| {d[-1]:.4f} rms {rms[-1]:.4f}, "
+        print(f"  {name}: {len(ids)} positions; last-position max|diff| {d[-1]:.4f} rms {rms[-1]:.4f}, "
               f"worst position max|diff| {d.max():.4f} rms {rms.max():.4f}, min cosine {cos.min():.7f}, "
               f"top-1 agreement {100 * agree:.2f}%, largest exact margin at a flip "
               f"{margin[miss].max() if miss.any() else 0:.4f}, top-1/top-2 gap shift p95 "

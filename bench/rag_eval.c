@@ -1,0 +1,767 @@
+/*
+ * rag_eval: latency and quality of non-prefix reuse on RAG prompts.
+ *
+ * Data (../shared/data, from the CacheBlend authors' inputs/):
+ *   MuSiQue dev   the first 6 passages of each item as docs, in their given
+ *                 order and again shuffled (the docs then come from the cache
+ *                 at other positions); gold answers for F1 / EM
+ *   2WikiMQA dev  the given chunks as docs, the given query as the question
+ * Every prompt is a chat: a system message with the instruction, the docs
+ * and the question in the user turn (src/reuse/segments.h).
+ *
+ * Per strategy, against `full` (a cold prefill of the same tokens):
+ *   latency   TTFT median with the docs cached (the system segment is an
+ *             exact prefix hit); speedup over full; TTFT of a cold run
+ *             (empty cache: the docs are computed and stored on the way)
+ *             and the speedup of the cached run over it
+ *   fidelity  KL(full || strategy) of the first-token distribution; top-1
+ *             agreement over the first 32 tokens teacher-forced on full's
+ *             greedy output; rate of greedy outputs identical to full's
+ *   quality   answer F1 and exact match against the gold answers
+ *             (MuSiQue; SQuAD normalisation), next to full's
+ *
+ * Usage: rag_eval [--standard] [--items N | --all] [--wiki N] [--ratios LIST]
+ *                 [--sweep] [--cold-items N] [--n-gen N] [--threads N]
+ *                 [--out DIR] [--model PATH] [--data DIR]
+ * Without arguments a quick smoke run (2 items, a few strategies: what
+ * `make bench` runs); bench/rag_eval.sh runs --standard and draws the chart.
+ * Writes DIR/rag_eval.md (table, machine, commit) and DIR/rag_eval.tsv.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/context.h"
+#include "kvstitch.h"
+#include "rag_json.h"
+#include "reuse/cache.h"
+#include "reuse/segment_gen.h"
+
+#define MAX_DOCS 10
+#define MAX_CFG 32
+#define MUSIQUE_DOCS 6
+
+static const char *k_system =
+    "You will read several passages and then answer a question about them. Answer directly from the passages, in "
+    "at most five words. Do not repeat the question and do not explain.";
+
+/* ---------------------------------------------------------------------- */
+/* data                                                                    */
+
+typedef struct item {
+    const char *dataset;      /* "musique" / "2wikimqa" */
+    char *docs[MAX_DOCS];
+    int n_docs;
+    char *question;
+    char **answers;           /* (n_answers), none for 2wikimqa */
+    int n_answers;
+} item;
+
+static void item_free(item *it) {
+    for (int i = 0; i < it->n_docs; i++) free(it->docs[i]);
+    free(it->question);
+    for (int i = 0; i < it->n_answers; i++) free(it->answers[i]);
+    free(it->answers);
+}
+
+static rj_node *load_json(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "rag_eval: cannot open %s\n", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    const char *err = NULL;
+    rj_node *root = got == (size_t)n ? rj_parse(buf, (size_t)n, &err) : NULL;
+    if (!root) fprintf(stderr, "rag_eval: %s: %s\n", path, err ? err : "read error");
+    free(buf);
+    return root;
+}
+
+static char *cat(const char *a, const char *b, const char *c) {
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = malloc(la + lb + lc + 1);
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc + 1);
+    return s;
+}
+
+static int load_musique(const char *dir, int max_items, item *out) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/musique_dev.json", dir);
+    rj_node *root = load_json(path);
+    if (!root || root->kind != RJ_ARR) {
+        rj_free(root);
+        return -1;
+    }
+    int n = 0;
+    for (int i = 0; i < root->n && n < max_items; i++) {
+        rj_node *o = root->kids[i], *ctxs = rj_get(o, "ctxs"), *q = rj_get(o, "question"), *ans = rj_get(o, "answers");
+        if (!ctxs || ctxs->kind != RJ_ARR || !q || q->kind != RJ_STR || !ans || ans->kind != RJ_ARR) continue;
+        item *it = &out[n++];
+        memset(it, 0, sizeof *it);
+        it->dataset = "musique";
+        for (int k = 0; k < ctxs->n && it->n_docs < MUSIQUE_DOCS; k++) {
+            rj_node *t = rj_get(ctxs->kids[k], "text"), *ti = rj_get(ctxs->kids[k], "title");
+            if (!t || t->kind != RJ_STR) continue;
+            const char *title = ti && ti->kind == RJ_STR ? ti->s : "";
+            char *head = *title ? cat(title, ": ", "") : cat("", "", "");
+            it->docs[it->n_docs++] = cat(head, t->s, "\n\n");
+            free(head);
+        }
+        it->question = cat("Question: ", q->s, "\nAnswer in at most five words.");
+        it->answers = calloc((size_t)ans->n + 1, sizeof *it->answers);
+        for (int k = 0; k < ans->n; k++)
+            if (ans->kids[k]->kind == RJ_STR) it->answers[it->n_answers++] = strdup(ans->kids[k]->s);
+    }
+    rj_free(root);
+    return n;
+}
+
+static int load_wiki(const char *dir, int max_items, item *out) {
+    int n = 0;
+    for (int f = 1; n < max_items; f++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/wikimqa_dev/%d.json", dir, f);
+        if (access(path, R_OK)) break;
+        rj_node *o = load_json(path), *q = rj_get(o, "query");
+        if (!o || !q || q->kind != RJ_STR) {
+            rj_free(o);
+            continue;
+        }
+        item *it = &out[n++];
+        memset(it, 0, sizeof *it);
+        it->dataset = "2wikimqa";
+        for (int k = 0; k < MAX_DOCS; k++) {
+            char key[8];
+            snprintf(key, sizeof key, "%d", k);
+            rj_node *t = rj_get(o, key);
+            if (!t || t->kind != RJ_STR) break;
+            it->docs[it->n_docs++] = strdup(t->s);
+        }
+        it->question = strdup(q->s);
+        rj_free(o);
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------------- */
+/* answer scoring: SQuAD-style normalisation                               */
+
+/* lower case, drop ASCII punctuation, drop the articles a/an/the, collapse
+ * whitespace; writes words separated by single spaces. */
+static void normalize(const char *s, char *out, size_t cap) {
+    char *tmp = malloc(strlen(s) + 1);
+    size_t k = 0;
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 128 && ispunct(c)) continue;
+        tmp[k++] = (char)(c < 128 ? tolower(c) : c);
+    }
+    tmp[k] = 0;
+    size_t o = 0;
+    char *save = NULL;
+    for (char *w = strtok_r(tmp, " \t\n\r", &save); w; w = strtok_r(NULL, " \t\n\r", &save)) {
+        if (!strcmp(w, "a") || !strcmp(w, "an") || !strcmp(w, "the")) continue;
+        size_t wl = strlen(w);
+        if (o + wl + 2 > cap) break;
+        if (o) out[o++] = ' ';
+        memcpy(out + o, w, wl);
+        o += wl;
+    }
+    out[o] = 0;
+    free(tmp);
+}
+
+static int split_words(char *s, char **w, int cap) {
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(s, " ", &save); t && n < cap; t = strtok_r(NULL, " ", &save)) w[n++] = t;
+    return n;
+}
+
+/* Token-overlap F1 of two normalised strings (multiset intersection). */
+static double f1_norm(const char *pred, const char *gold) {
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s", pred);
+    snprintf(b, sizeof b, "%s", gold);
+    char *wa[128], *wb[128];
+    int na = split_words(a, wa, 128), nb = split_words(b, wb, 128);
+    if (na == 0 || nb == 0) return na == nb ? 1.0 : 0.0;
+    int used[128] = {0}, common = 0;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            if (!used[j] && !strcmp(wa[i], wb[j])) {
+                used[j] = 1;
+                common++;
+                break;
+            }
+    if (!common) return 0.0;
+    double p = (double)common / na, r = (double)common / nb;
+    return 2 * p * r / (p + r);
+}
+
+/* The answer part of a generation: the first non-empty line. */
+static void answer_of(const char *text, char *out, size_t cap) {
+    while (*text == '\n' || *text == ' ') text++;
+    size_t n = strcspn(text, "\n");
+    if (n >= cap) n = cap - 1;
+    memcpy(out, text, n);
+    out[n] = 0;
+}
+
+static void score(const item *it, const char *text, double *f1, double *em) {
+    char ans[512], np[1024], ng[1024];
+    answer_of(text, ans, sizeof ans);
+    normalize(ans, np, sizeof np);
+    *f1 = *em = 0.0;
+    for (int i = 0; i < it->n_answers; i++) {
+        normalize(it->answers[i], ng, sizeof ng);
+        double f = f1_norm(np, ng);
+        if (f > *f1) *f1 = f;
+        if (!strcmp(np, ng)) *em = 1.0;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* statistics                                                               */
+
+typedef struct series {
+    double *v;
+    int n, cap;
+} series;
+
+static void push(series *s, double x) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 32;
+        s->v = realloc(s->v, (size_t)s->cap * sizeof *s->v);
+    }
+    s->v[s->n++] = x;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const series *s) {
+    if (!s->n) return NAN;
+    double *t = malloc((size_t)s->n * sizeof *t);
+    memcpy(t, s->v, (size_t)s->n * sizeof *t);
+    qsort(t, (size_t)s->n, sizeof *t, cmp_d);
+    double m = s->n % 2 ? t[s->n / 2] : 0.5 * (t[s->n / 2 - 1] + t[s->n / 2]);
+    free(t);
+    return m;
+}
+
+static double mean(const series *s) {
+    if (!s->n) return NAN;
+    double a = 0;
+    for (int i = 0; i < s->n; i++) a += s->v[i];
+    return a / s->n;
+}
+
+typedef struct cfg {
+    char name[40];
+    kvs_repair_params rp;
+    double param;            /* cacheblend: ratio; selective: overlap; firstk: k */
+    series ttft, ttft_cold, kl, top1, exact, f1, em, frac, ttft_full_pair, ttft_cold_pair;
+} cfg;
+
+/* Pseudo mode for the table: cacheblend with cacheblend_seams = 1. */
+#define CFG_CB_SEAMS ((kvs_repair_mode)100)
+
+static const char *cfg_strategy(const cfg *c) {
+    return c->rp.cacheblend_seams ? "cacheblend+seams" : kvs_repair_mode_name(c->rp.mode);
+}
+
+
+/* ---------------------------------------------------------------------- */
+/* measurements                                                             */
+
+typedef struct ev {
+    kvs_model *model;
+    kvs_context *ctx;
+    kvs_cache *cache;
+    int n_gen, n_vocab;
+    float *tf_logits;         /* (n_gen, n_vocab) teacher-forcing logits */
+    int32_t *pos;
+} ev;
+
+static double kl_first(const float *ref, const float *q, int n) {
+    double mr = -INFINITY, m = -INFINITY, sr = 0, s = 0, kl = 0;
+    for (int i = 0; i < n; i++) {
+        if (ref[i] > mr) mr = ref[i];
+        if (q[i] > m) m = q[i];
+    }
+    for (int i = 0; i < n; i++) {
+        sr += exp((double)ref[i] - mr);
+        s += exp((double)q[i] - m);
+    }
+    double lr = mr + log(sr), l = m + log(s);
+    for (int i = 0; i < n; i++) {
+        double lp = ref[i] - lr, lq = q[i] - l;
+        if (lp > -60) kl += exp(lp) * (lp - lq);
+    }
+    return kl > 0 ? kl : 0;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Top-1 agreement with full's greedy tokens, teacher-forced: the prompt KV
+ * the strategy built is still in the context (slots [0, n_prompt)); full's
+ * tokens are fed after it and each position's argmax is compared with
+ * full's next token. */
+static double teacher_forced(ev *e, int n_prompt, const kvs_generate_result *full, const float *first_logits) {
+    int m = full->n_tokens < e->n_gen ? full->n_tokens : e->n_gen;
+    if (m <= 0) return NAN;
+    int agree = argmax(first_logits, e->n_vocab) == full->tokens[0];
+    if (m > 1) {
+        for (int i = 0; i < m - 1; i++) e->pos[i] = n_prompt + i;
+        if (kvs_decode_logits(e->ctx, full->tokens, e->pos, m - 1, e->tf_logits, m - 1) != KVS_OK) return NAN;
+        for (int i = 1; i < m; i++) agree += argmax(e->tf_logits + (size_t)(i - 1) * e->n_vocab, e->n_vocab) == full->tokens[i];
+    }
+    return (double)agree / m;
+}
+
+static kvs_generate_params greedy(int n) {
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = n;
+    gp.sampling.temperature = 0;
+    return gp;
+}
+
+static int seg_run(ev *e, const kvs_seg_layout *lay, const cfg *c, kvs_generate_result *r, kvs_seg_report *rep) {
+    kvs_generate_params gp = greedy(e->n_gen);
+    int st = kvs_seg_generate(e->ctx, e->cache, lay, &gp, &c->rp, NULL, r, rep);
+    if (st) fprintf(stderr, "rag_eval: %s: %s\n", c->name, kvs_last_error());
+    return st;
+}
+
+/* Deterministic shuffle that moves at least one doc. */
+static void shuffle(const char **d, int n, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    const char *orig[MAX_DOCS];
+    memcpy(orig, d, (size_t)n * sizeof *d);
+    for (int i = n - 1; i > 0; i--) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        int j = (int)(s % (uint64_t)(i + 1));
+        const char *t = d[i];
+        d[i] = d[j];
+        d[j] = t;
+    }
+    if (n > 1 && !memcmp(orig, d, (size_t)n * sizeof *d)) {
+        const char *t = d[0];
+        memmove(d, d + 1, (size_t)(n - 1) * sizeof *d);
+        d[n - 1] = t;
+    }
+}
+
+static int build_layout(ev *e, const item *it, const char **docs, kvs_seg_layout *lay) {
+    kvs_seg_input in = {1, k_system, docs, NULL, it->n_docs, it->question, NULL};
+    int st = kvs_seg_layout_build(e->model, &in, lay);
+    if (st) fprintf(stderr, "rag_eval: layout: %s\n", kvs_last_error());
+    return st;
+}
+
+/* One prompt (one item in one doc order): full, then every config. */
+static void eval_prompt(ev *e, const item *it, const kvs_seg_layout *lay, cfg *cfgs, int n_cfg, series *full_ttft,
+                        series *full_f1, series *full_em, int *n_prompts, float *full_first) {
+    kvs_generate_params gp = greedy(e->n_gen);
+    kvs_generate_result full;
+    if (kvs_generate(e->ctx, lay->tokens, lay->n_tokens, &gp, &full) != KVS_OK) {
+        fprintf(stderr, "rag_eval: full: %s\n", kvs_last_error());
+        return;
+    }
+    push(full_ttft, full.ttft_ms);
+    memcpy(full_first, full.first_logits, (size_t)e->n_vocab * sizeof(float));
+    double f1 = 0, em = 0;
+    if (it->n_answers) {
+        score(it, full.text, &f1, &em);
+        push(full_f1, f1);
+        push(full_em, em);
+    }
+    (*n_prompts)++;
+    for (int i = 0; i < n_cfg; i++) {
+        cfg *c = &cfgs[i];
+        kvs_generate_result r;
+        kvs_seg_report rep;
+        if (seg_run(e, lay, c, &r, &rep)) continue;
+        push(&c->ttft, r.ttft_ms);
+        push(&c->ttft_full_pair, full.ttft_ms);
+        push(&c->kl, kl_first(full.first_logits, r.first_logits, e->n_vocab));
+        push(&c->exact, r.n_tokens == full.n_tokens &&
+                            !memcmp(r.tokens, full.tokens, (size_t)full.n_tokens * sizeof(int32_t)));
+        push(&c->frac, rep.n_moved ? (double)rep.n_recomputed / rep.n_moved : 0.0);
+        if (it->n_answers) {
+            score(it, r.text, &f1, &em);
+            push(&c->f1, f1);
+            push(&c->em, em);
+        }
+        double tf = teacher_forced(e, lay->n_tokens, &full, r.first_logits);
+        if (!isnan(tf)) push(&c->top1, tf);
+        kvs_generate_result_free(&r);
+    }
+    kvs_generate_result_free(&full);
+}
+
+/* Cold runs: an empty cache for each measured config (the docs are
+ * computed and stored on the way). Leaves the cache warm. */
+static void eval_cold(ev *e, const kvs_seg_layout *lay, cfg *cfgs, int n_cfg, int all) {
+    for (int i = 0; i < n_cfg; i++) {
+        cfg *c = &cfgs[i];
+        if (!all && i != 0) continue; /* cfgs[0] is the default strategy */
+        kvs_cache_clear(e->cache, 0);
+        kvs_generate_result r;
+        kvs_seg_report rep;
+        if (seg_run(e, lay, c, &r, &rep)) continue;
+        push(&c->ttft_cold, r.ttft_ms);
+        kvs_generate_result_free(&r);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* report                                                                   */
+
+static void machine(char *out, size_t cap) {
+    char model[256] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 2;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(model, sizeof model, "%s", p);
+            }
+            break;
+        }
+    if (f) fclose(f);
+    snprintf(out, cap, "%s, %ld cores online", model, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+static void commit(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+    if (p) {
+        if (fgets(out, (int)cap, p)) out[strcspn(out, "\n")] = 0;
+        pclose(p);
+    }
+    p = popen("git status --porcelain --untracked-files=no 2>/dev/null | head -n 1", "r");
+    char line[256];
+    if (p) {
+        if (fgets(line, sizeof line, p) && strlen(out) + 7 < cap) strcat(out, "-dirty");
+        pclose(p);
+    }
+}
+
+static void fmt(char *b, size_t cap, const char *f, double v) {
+    if (isnan(v)) snprintf(b, cap, "-");
+    else snprintf(b, cap, f, v);
+}
+
+/* One table row per config; full first. Written to each stream in outs. */
+static void table(FILE *o, cfg *cfgs, int n_cfg, const series *full_ttft, const series *full_f1,
+                  const series *full_em) {
+    fprintf(o, "| strategy | recomputed | TTFT ms | speedup vs full | cold TTFT ms (n) | cached vs cold | "
+               "first-token KL | top-1 agree | exact output | F1 | EM |\n");
+    fprintf(o, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    char f1[16], em[16];
+    fmt(f1, sizeof f1, "%.3f", mean(full_f1));
+    fmt(em, sizeof em, "%.3f", mean(full_em));
+    fprintf(o, "| full (cold prefill) | 100%% | %.0f | 1.00x | - | - | 0 | 1.000 | 1.000 | %s | %s |\n",
+            median(full_ttft), f1, em);
+    for (int i = 0; i < n_cfg; i++) {
+        cfg *c = &cfgs[i];
+        double t = median(&c->ttft), tc = median(&c->ttft_cold);
+        char cold[32], cs[16], kl[16], t1[16], ex[16];
+        if (c->ttft_cold.n) snprintf(cold, sizeof cold, "%.0f (%d)", tc, c->ttft_cold.n);
+        else snprintf(cold, sizeof cold, "-");
+        fmt(cs, sizeof cs, "%.2fx", tc / t);
+        fmt(kl, sizeof kl, "%.4f", mean(&c->kl));
+        fmt(t1, sizeof t1, "%.3f", mean(&c->top1));
+        fmt(ex, sizeof ex, "%.3f", mean(&c->exact));
+        fmt(f1, sizeof f1, "%.3f", mean(&c->f1));
+        fmt(em, sizeof em, "%.3f", mean(&c->em));
+        fprintf(o, "| %s | %.1f%% | %.0f | %.2fx | %s | %s | %s | %s | %s | %s | %s |\n", c->name,
+                100 * mean(&c->frac), t, median(&c->ttft_full_pair) / t, cold, cs, kl, t1, ex, f1, em);
+    }
+}
+
+/* One row per config, grouped by strategy and ordered by parameter (the
+ * chart draws a line per strategy through its rows). */
+static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
+    fprintf(o, "# strategy\tparam\trecomputed_frac\tttft_ms\tspeedup_vs_full\tkl\ttop1\texact\tf1\tem\tfull_f1\n");
+    static const char *const groups[] = {"none", "selective", "firstk", "cacheblend", "cacheblend+seams", "full"};
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        int done[MAX_CFG] = {0};
+        for (;;) {
+            int b = -1;
+            for (int i = 0; i < n_cfg; i++)
+                if (!strcmp(cfg_strategy(&cfgs[i]), groups[g]) && !done[i] && (b < 0 || cfgs[i].param < cfgs[b].param))
+                    b = i;
+            if (b < 0) break;
+            done[b] = 1;
+            cfg *c = &cfgs[b];
+            double t = median(&c->ttft);
+            fprintf(o, "%s\t%g\t%.4f\t%.1f\t%.3f\t%.5f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n",
+                    cfg_strategy(c), c->param, mean(&c->frac), t, median(&c->ttft_full_pair) / t,
+                    mean(&c->kl), mean(&c->top1), mean(&c->exact), c->f1.n ? mean(&c->f1) : NAN,
+                    c->em.n ? mean(&c->em) : NAN, full_f1->n ? mean(full_f1) : NAN);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+
+typedef struct opts {
+    const char *model, *data, *out;
+    int items, wiki, threads, n_gen, cold_items, sweep, quick;
+    double ratios[16];
+    int n_ratios;
+} opts;
+
+static int parse_ratios(const char *s, opts *o) {
+    o->n_ratios = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && o->n_ratios < 16; t = strtok_r(NULL, ",", &save)) {
+        double r = atof(t);
+        if (!(r > 0 && r <= 1)) return -1;
+        o->ratios[o->n_ratios++] = r;
+    }
+    return o->n_ratios ? 0 : -1;
+}
+
+static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
+    if (n >= MAX_CFG) return n;
+    cfg *c = &cfgs[n];
+    memset(c, 0, sizeof *c);
+    c->rp = kvs_repair_default_params();
+    c->rp.mode = m;
+    c->param = param;
+    if (m == KVS_REPAIR_CACHEBLEND) {
+        c->rp.recompute_ratio = (float)param;
+        snprintf(c->name, sizeof c->name, "cacheblend r=%.2f", param);
+    } else if (m == CFG_CB_SEAMS) {
+        c->rp.mode = KVS_REPAIR_CACHEBLEND;
+        c->rp.cacheblend_seams = 1;
+        c->rp.recompute_ratio = (float)param;
+        snprintf(c->name, sizeof c->name, "cacheblend+seams r=%.2f", param);
+    } else if (m == KVS_REPAIR_SELECTIVE) {
+        c->rp.overlap = (int)param;
+        snprintf(c->name, sizeof c->name, "selective R=%d", (int)param);
+    } else if (m == KVS_REPAIR_FIRSTK) {
+        c->rp.first_k = (int)param;
+        snprintf(c->name, sizeof c->name, "firstk k=%d", (int)param);
+    } else {
+        snprintf(c->name, sizeof c->name, "%s", kvs_repair_mode_name(m));
+    }
+    return n + 1;
+}
+
+static const char *usage =
+    "usage: rag_eval [--standard] [--items N | --all] [--wiki N] [--ratios 0.05,0.15,...] [--sweep]\n"
+    "                [--cold-items N] [--n-gen N] [--threads N] [--out DIR] [--model PATH] [--data DIR]\n"
+    "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, cacheblend at\n"
+    "   0.05,0.1,0.15,0.3,0.5, the cacheblend+seams hybrid, selective and firstk at 16 and 64 tokens, cold runs\n"
+    "   of every strategy on the first item; ~12 min on 2 idle cores. --sweep: selective and firstk at each\n"
+    "   ratio's share of a 600-token doc too)\n";
+
+int main(int argc, char **argv) {
+    opts o = {NULL, NULL, "bench/results", 2, 0, 2, 32, 1, 0, 1, {0.15}, 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--standard")) {
+            o.quick = 0;
+            o.items = 6;
+            o.wiki = 3;
+            o.cold_items = 1;
+            parse_ratios("0.05,0.1,0.15,0.3,0.5", &o);
+        } else if (!strcmp(a, "--all")) { o.quick = 0; o.items = 1000; }
+        else if (!strcmp(a, "--sweep")) o.sweep = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
+        else if (!v) { fputs(usage, stderr); return 2; }
+        else if (!strcmp(a, "--items")) { o.items = atoi(argv[++i]); o.quick = 0; }
+        else if (!strcmp(a, "--wiki")) o.wiki = atoi(argv[++i]);
+        else if (!strcmp(a, "--ratios")) { if (parse_ratios(argv[++i], &o)) { fputs(usage, stderr); return 2; } }
+        else if (!strcmp(a, "--cold-items")) o.cold_items = atoi(argv[++i]);
+        else if (!strcmp(a, "--n-gen")) o.n_gen = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads")) o.threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--out")) o.out = argv[++i];
+        else if (!strcmp(a, "--model")) o.model = argv[++i];
+        else if (!strcmp(a, "--data")) o.data = argv[++i];
+        else { fputs(usage, stderr); return 2; }
+    }
+    if (o.n_gen < 1) o.n_gen = 1;
+    if (!o.model) o.model = getenv("KVSTITCH_MODEL");
+    char data[1024];
+    if (!o.data) {
+        const char *sh = getenv("KVSTITCH_SHARED");
+        snprintf(data, sizeof data, "%s/data", sh && *sh ? sh : "../shared");
+        o.data = data;
+    }
+    if (!o.model) {
+        fprintf(stderr, "rag_eval: no model (--model PATH or KVSTITCH_MODEL; scripts/fetch-model.sh prints it)\n");
+        return 1;
+    }
+
+    /* configs: the default first (it gets the cold runs of every item) */
+    cfg *cfgs = calloc(MAX_CFG, sizeof *cfgs);
+    int n_cfg = add_cfg(cfgs, 0, KVS_REPAIR_CACHEBLEND, 0.15);
+    n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_NONE, 0);
+    n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 16);
+    n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_FIRSTK, 16);
+    for (int i = 0; i < o.n_ratios; i++)
+        if (fabs(o.ratios[i] - 0.15) > 1e-9) n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_CACHEBLEND, o.ratios[i]);
+    if (!o.quick) { /* the hybrid, and longer fixed sets */
+        n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.05);
+        n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.15);
+        n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 64);
+        n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_FIRSTK, 64);
+    }
+    if (o.sweep) /* the ratios' recompute fractions for the fixed-set strategies (docs ~600 tokens) */
+        for (int i = 0; i < o.n_ratios; i++) {
+            int k = (int)(o.ratios[i] * 600 + 0.5);
+            if (k != 16 && k != 64) {
+                n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, k);
+                n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_FIRSTK, k);
+            }
+        }
+
+    item *items = calloc((size_t)o.items + (size_t)o.wiki + 1, sizeof *items);
+    int n_mu = load_musique(o.data, o.items, items);
+    int n_wi = o.wiki > 0 ? load_wiki(o.data, o.wiki, items + (n_mu > 0 ? n_mu : 0)) : 0;
+    if (n_mu < 0 || n_mu + n_wi == 0) {
+        fprintf(stderr, "rag_eval: no items in %s\n", o.data);
+        return 1;
+    }
+
+    ev e;
+    memset(&e, 0, sizeof e);
+    e.n_gen = o.n_gen;
+    if (kvs_model_load(o.model, kvs_model_default_params(), &e.model) != KVS_OK) {
+        fprintf(stderr, "rag_eval: %s: %s\n", o.model, kvs_last_error());
+        return 1;
+    }
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 8192;
+    cp.n_threads = o.threads;
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.budget_bytes = (size_t)2 << 30;
+    if (kvs_context_new(e.model, cp, &e.ctx) != KVS_OK || kvs_cache_open(e.model, pp, &e.cache) != KVS_OK) {
+        fprintf(stderr, "rag_eval: %s\n", kvs_last_error());
+        return 1;
+    }
+    e.n_vocab = kvs_vocab_size(e.model);
+    e.tf_logits = malloc((size_t)o.n_gen * e.n_vocab * sizeof(float));
+    e.pos = malloc((size_t)o.n_gen * sizeof *e.pos);
+
+    char mach[512], com[64];
+    machine(mach, sizeof mach);
+    commit(com, sizeof com);
+    printf("rag_eval: %d MuSiQue items x 2 orders + %d 2WikiMQA items, %d strategies, %d threads, %d new tokens\n",
+           n_mu, n_wi, n_cfg, o.threads, o.n_gen);
+    double load0[3] = {0};
+    getloadavg(load0, 3);
+    printf("machine: %s; load %.2f (a shared machine: timings are noisy); commit %s\n", mach, load0[0], com);
+
+    series full_ttft = {0}, full_f1 = {0}, full_em = {0}, prompt_len = {0}, doc_len = {0};
+    series order_kl = {0}; /* KL(full, given order || full, shuffled): how much the order alone moves it */
+    float *first_given = malloc((size_t)e.n_vocab * sizeof(float)), *first_shuf = malloc((size_t)e.n_vocab * sizeof(float));
+    int n_prompts = 0;
+    double t_start = kvs_now_ms();
+    for (int i = 0; i < n_mu + n_wi; i++) {
+        item *it = &items[i];
+        const char *docs[MAX_DOCS];
+        memcpy(docs, it->docs, (size_t)it->n_docs * sizeof *docs);
+        int n_orders = !strcmp(it->dataset, "musique") ? 2 : 1;
+        for (int ord = 0; ord < n_orders; ord++) {
+            if (ord == 1) shuffle(docs, it->n_docs, (uint64_t)i + 1);
+            kvs_seg_layout lay;
+            if (build_layout(&e, it, docs, &lay)) continue;
+            push(&prompt_len, lay.n_tokens);
+            for (int s = 0; ord == 0 && s < lay.n_segs; s++)
+                if (lay.segs[s].kind == KVS_SEG_DOC) push(&doc_len, lay.segs[s].end - lay.segs[s].start);
+            if (ord == 0) eval_cold(&e, &lay, cfgs, n_cfg, i < o.cold_items);
+            eval_prompt(&e, it, &lay, cfgs, n_cfg, &full_ttft, &full_f1, &full_em, &n_prompts,
+                        ord == 0 ? first_given : first_shuf);
+            if (ord == 1) push(&order_kl, kl_first(first_given, first_shuf, e.n_vocab));
+            kvs_seg_layout_free(&lay);
+        }
+        fprintf(stderr, "  item %d/%d (%s) done, %.0f s\n", i + 1, n_mu + n_wi, it->dataset,
+                (kvs_now_ms() - t_start) / 1000);
+    }
+
+    double la[3] = {0};
+    getloadavg(la, 3);
+    char hdr[2048];
+    snprintf(hdr, sizeof hdr,
+             "%d prompts (%d MuSiQue items x 2 doc orders, %d 2WikiMQA items), median %.0f prompt tokens, docs of "
+             "median %.0f tokens; SmolLM2-135M-Instruct Q4_1, f16 KV, %d threads, greedy, %d new tokens.\n"
+             "Machine: %s; load average %.2f at the end (shared: timings are noisy). Commit %s. Wall time %.0f s.\n"
+             "For scale: the first-token KL between full on the given and on the shuffled doc order (the order "
+             "alone) is %.4f (mean).\n",
+             n_prompts, n_mu, n_wi, median(&prompt_len), median(&doc_len), o.threads, o.n_gen, mach, la[0], com,
+             (kvs_now_ms() - t_start) / 1000, mean(&order_kl));
+    printf("\n%s\n", hdr);
+    table(stdout, cfgs, n_cfg, &full_ttft, &full_f1, &full_em);
+
+    mkdir(o.out, 0755);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/rag_eval%s.md", o.out, o.quick ? "_quick" : "");
+    FILE *f = fopen(path, "w");
+    if (f) {
+        time_t now = time(NULL);
+        char date[64];
+        strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+        fprintf(f, "# rag_eval (%s)\n\n%s\n", date, hdr);
+        fprintf(f, "TTFT: median over prompts; speedup vs full: ratio of the medians (full = a cold prefill of the "
+                   "same tokens, no cache). Cold TTFT: the same strategy with an empty cache (the docs are computed "
+                   "and stored on the way), over the first items (n). KL, top-1 agreement (32 tokens "
+                   "teacher-forced on full's output), exact output rate: means over prompts. F1 / EM: MuSiQue "
+                   "only, SQuAD normalisation, first line of the answer.\n\n");
+        table(f, cfgs, n_cfg, &full_ttft, &full_f1, &full_em);
+        fclose(f);
+        printf("\nwritten: %s\n", path);
+    }
+    snprintf(path, sizeof path, "%s/rag_eval%s.tsv", o.out, o.quick ? "_quick" : "");
+    if ((f = fopen(path, "w"))) {
+        tsv(f, cfgs, n_cfg, &full_f1);
+        fclose(f);
+        printf("written: %s\n", path);
+    }
+    if (o.quick) printf("(quick run: bench/rag_eval.sh runs the standard evaluation and draws the chart)\n");
+
+    for (int i = 0; i < n_mu + n_wi; i++) item_free(&items[i]);
+    free(items);
+    free(cfgs); /* series memory goes with the process */
+    free(first_given);
+    free(first_shuf);
+    free(e.tf_logits);
+    free(e.pos);
+    kvs_cache_free(e.cache);
+    kvs_context_free(e.ctx);
+    kvs_model_free(e.model);
+    return 0;
+}

@@ -1,0 +1,26 @@
+# Chart of bench/results/rag_eval.tsv (written by bench/rag_eval): TTFT
+# speedup over full against fidelity, one line per strategy through its
+# parameter values (cacheblend: recompute ratio; selective / firstk: tokens
+# per doc). Run by bench/rag_eval.sh:
+#   gnuplot -e "tsv='...tsv'; png='...png'" bench/rag_eval.gp
+if (!exists("tsv")) tsv = 'bench/results/rag_eval.tsv'
+if (!exists("png")) png = 'bench/results/rag_eval.png'
+set terminal pngcairo size 1400,560 font ",10" noenhanced
+set output png
+set datafile separator "\t"
+set key top right box opaque
+set grid
+set logscale y 2
+set multiplot layout 1,2 title "Non-prefix reuse on RAG prompts (SmolLM2-135M, 6 docs): speedup vs fidelity"
+# columns: 1 strategy, 2 param, 3 recomputed_frac, 4 ttft_ms, 5 speedup, 6 kl, 7 top1, 8 exact, 9 f1, 10 em
+lbl(s, p, f) = (s eq "cacheblend" || s eq "cacheblend+seams") ? sprintf("%.2f", p) : (s eq "none" ? "" : sprintf("%d", p))
+set xlabel "first-token KL vs full (lower is better)"
+set ylabel "TTFT speedup over full (docs cached)"
+plot for [s in "cacheblend cacheblend+seams selective firstk none"] tsv using (strcol(1) eq s ? $6 : NaN):5 \
+        with linespoints pt 7 ps 1.2 title s, \
+     tsv using 6:5:(lbl(strcol(1), $2, 0)) with labels offset 0,0.9 notitle
+set xlabel "top-1 agreement over 32 teacher-forced tokens (higher is better)"
+plot for [s in "cacheblend cacheblend+seams selective firstk none"] tsv using (strcol(1) eq s ? $7 : NaN):5 \
+        with linespoints pt 7 ps 1.2 title s, \
+     tsv using 7:5:(lbl(strcol(1), $2, 0)) with labels offset 0,0.9 notitle
+unset multiplot

@@ -1,0 +1,126 @@
+/* Doc chunks: keys, lookup, and computing a doc after the shared prefix (doc_cache.h). */
+#include "reuse/doc_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "kv/keys.h"
+
+void kvs_doc_parent_key(const kvs_key *fp, const int32_t *prefix, int n, kvs_key *out) {
+    if (n > 0) kvs_key_prefix(fp, prefix, n, out);
+    else *out = *fp;
+}
+
+/* The chunk holds exactly doc[0..n), computed at position n_prefix after parent. */
+static int doc_matches(const kvs_chunk *c, const kvs_key *parent, int n_prefix, const int32_t *doc, int n) {
+    return c->kv && c->n_tok == n && c->pos0 == n_prefix && kvs_key_equal(&c->parent_key, parent) &&
+           memcmp(c->tokens, doc, (size_t)n * sizeof *doc) == 0;
+}
+
+int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, int n_prefix, const int32_t *doc,
+                   int n, kvs_chunk **out) {
+    *out = NULL;
+    if (!store || !doc || n <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "doc lookup: need a store and a non-empty doc");
+    kvs_key ck, pk;
+    kvs_key_content(fp, doc, n, &ck);
+    kvs_chunk *c = NULL;
+    int st = kvs_store_lookup_content(store, &ck, &c);
+    if (st == KVS_OK && doc_matches(c, parent, n_prefix, doc, n)) {
+        *out = c;
+        return KVS_OK;
+    }
+    kvs_chunk_unref(c);
+    /* The content key names the most recent chunk with these tokens, which
+     * may have another history: ask for the exact one. */
+    kvs_key_prefix(parent, doc, n, &pk);
+    c = NULL;
+    st = kvs_store_get(store, &pk, &c);
+    if (st == KVS_OK && doc_matches(c, parent, n_prefix, doc, n)) {
+        *out = c;
+        return KVS_OK;
+    }
+    kvs_chunk_unref(c);
+    return KVS_OK; /* a miss (or an entry that failed to load: counted by the store) */
+}
+
+int kvs_doc_computer_init(kvs_doc_computer *dc, kvs_context *ctx, const kvs_cache *cache, const int32_t *prefix,
+                          int n_prefix, int max_doc) {
+    memset(dc, 0, sizeof *dc);
+    if (n_prefix < 0 || max_doc <= 0 || n_prefix + max_doc > kvs_context_n_ctx(ctx))
+        return kvs_error(KVS_ERR_CONTEXT_FULL, "doc chunks: a doc prefix of %d tokens and a doc of %d do not fit the "
+                         "context of %d", n_prefix, max_doc, kvs_context_n_ctx(ctx));
+    const kvs_kv_shape *s = &cache->shape;
+    int n = n_prefix + max_doc, st;
+    if ((st = kvs_kv_buffer_init(&dc->kv, s->n_layer, s->n_kv_head, n, s->head_dim, s->dtype))) return st;
+    dc->k = malloc((size_t)s->n_layer * sizeof *dc->k);
+    dc->v = malloc((size_t)s->n_layer * sizeof *dc->v);
+    dc->pos = malloc((size_t)n * sizeof *dc->pos);
+    if (!dc->k || !dc->v || !dc->pos) {
+        kvs_doc_computer_release(dc);
+        return kvs_error(KVS_ERR_NOMEM, "doc chunks: out of memory");
+    }
+    for (int l = 0; l < s->n_layer; l++) {
+        dc->k[l] = kvs_kv_k(&dc->kv, l);
+        dc->v[l] = kvs_kv_v(&dc->kv, l);
+    }
+    for (int i = 0; i < n; i++) dc->pos[i] = i;
+    dc->ctx = ctx;
+    dc->cache = cache;
+    dc->prefix = prefix;
+    dc->n_prefix = n_prefix;
+    dc->max_doc = max_doc;
+    kvs_doc_parent_key(&cache->fp, prefix, n_prefix, &dc->parent);
+    return KVS_OK;
+}
+
+void kvs_doc_computer_release(kvs_doc_computer *dc) {
+    if (!dc) return;
+    kvs_kv_buffer_release(&dc->kv);
+    free(dc->k);
+    free(dc->v);
+    free(dc->pos);
+    memset(dc, 0, sizeof *dc);
+}
+
+/* Full forward of tokens at positions pos[0..n) into the scratch buffer,
+ * max_rows at a time (as kvs_decode does for the context's buffer). */
+static void prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *pos, int n) {
+    kvs_fwd *f = kvs_context_fwd(dc->ctx);
+    const int n_layer = f->hp->n_layer;
+    for (int c0 = 0; c0 < n; c0 += f->max_rows) {
+        int m = n - c0 < f->max_rows ? n - c0 : f->max_rows;
+        kvs_fwd_embed(f, tokens + c0, m);
+        for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &dc->kv);
+    }
+}
+
+int kvs_doc_compute(kvs_doc_computer *dc, const int32_t *doc, int n, kvs_chunk **out) {
+    if (n <= 0 || n > dc->max_doc)
+        return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a doc of %d tokens (at most %d here)", n, dc->max_doc);
+    int st = kvs_reuse_check_tokens(dc->ctx, doc, n);
+    if (st) return st;
+    if (!dc->prefix_done) {
+        if (dc->n_prefix > 0) prefill(dc, dc->prefix, dc->pos, dc->n_prefix);
+        dc->prefix_done = 1;
+    }
+    /* Slots past the doc may hold an earlier doc's KV: never read, since a
+     * row attends to slots 0..pos only. */
+    prefill(dc, doc, dc->pos + dc->n_prefix, n);
+
+    const kvs_cache *cache = dc->cache;
+    kvs_chunk *c = NULL;
+    if ((st = kvs_chunk_new(&cache->shape, n, 1, &c))) return st;
+    memcpy(c->tokens, doc, (size_t)n * sizeof *doc);
+    c->pos0 = dc->n_prefix;
+    c->parent_key = dc->parent;
+    kvs_key_prefix(&dc->parent, doc, n, &c->prefix_key);
+    kvs_key_content(&cache->fp, doc, n, &c->content_key);
+    kvs_kv_view view = {cache->shape, dc->kv.n_ctx, dc->k, dc->v};
+    if ((st = kvs_chunk_copy_from_kv(c, 0, n, &view, dc->n_prefix))) {
+        kvs_chunk_unref(c);
+        return st;
+    }
+    *out = c;
+    return KVS_OK;
+}

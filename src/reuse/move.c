@@ -1,0 +1,80 @@
+/* RoPE delta rotation of cached keys (move.h). */
+#include "reuse/move.h"
+
+#include <string.h>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+/* Tokens rotated per kernel call: the whole block shares one delta, so
+ * kvs_rope evaluates the angles once (its per-thread memo) and treats the
+ * block's tokens as heads. */
+#define MOVE_BLOCK 16
+
+kvs_rope_cfg kvs_rope_cfg_of(const kvs_hparams *hp) {
+    kvs_rope_cfg rc = {hp->head_dim, hp->rope_dim, hp->rope_neox, hp->rope_freq_base, hp->rope_freq_scale};
+    return rc;
+}
+
+void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta) {
+    const int hd = rc->head_dim;
+    const size_t esz = type == KVS_KV_F16 ? 2 : 4;
+    if (delta == 0) {
+        if (src != dst) memmove(dst, src, (size_t)n_tok * hd * esz);
+        return;
+    }
+    float buf[MOVE_BLOCK * KVS_MOVE_MAX_HEAD_DIM]; /* (MOVE_BLOCK, head_dim) */
+    for (int t0 = 0; t0 < n_tok; t0 += MOVE_BLOCK) {
+        int m = n_tok - t0 < MOVE_BLOCK ? n_tok - t0 : MOVE_BLOCK;
+        size_t off = (size_t)t0 * hd, cnt = (size_t)m * hd;
+        if (type == KVS_KV_F16) kvs_f16_to_f32_row((const uint16_t *)src + off, buf, (int)cnt);
+        else memcpy(buf, (const float *)src + off, cnt * sizeof(float));
+        kvs_rope(buf, m, hd, rc->rope_dim, delta, rc->freq_base, rc->freq_scale, rc->neox);
+        if (type == KVS_KV_F16) kvs_f32_to_f16_row(buf, (uint16_t *)dst + off, (int)cnt);
+        else memcpy((float *)dst + off, buf, cnt * sizeof(float));
+    }
+}
+
+typedef struct move_task {
+    const kvs_chunk *c;
+    kvs_kv_buffer *kv;
+    const kvs_rope_cfg *rc;
+    int off, n, slot;
+    int32_t delta;
+} move_task;
+
+/* One task = one (layer, head): its K run rotated, its V run copied. */
+static void move_one(void *arg, int task, int ith) {
+    (void)ith;
+    const move_task *t = arg;
+    const kvs_chunk *c = t->c;
+    const int nh = c->shape.n_kv_head, l = task / nh, h = task % nh, hd = c->shape.head_dim;
+    const size_t esz = t->kv->elem_bytes;
+    /* Chunk layer planes are (n_kv_head, n_tok, head_dim). */
+    size_t src_off = ((size_t)h * c->n_tok + (size_t)t->off) * hd * esz;
+    const char *ks = (const char *)kvs_chunk_layer_k(c, l) + src_off;
+    const char *vs = (const char *)kvs_chunk_layer_v(c, l) + src_off;
+    kvs_move_k_run(t->rc, t->kv->type, ks, kvs_kv_at(t->kv, l, 0, h, t->slot), t->n, t->delta);
+    memcpy(kvs_kv_at(t->kv, l, 1, h, t->slot), vs, (size_t)t->n * hd * esz);
+}
+
+int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, int slot, const kvs_rope_cfg *rc,
+                         kvs_pool *pool) {
+    if (!c || !kv || !rc || !c->kv)
+        return kvs_error(KVS_ERR_INVALID_ARG, "move: need a resident chunk, a KV buffer and a RoPE config");
+    if (c->shape.n_layer != kv->n_layer || c->shape.n_kv_head != kv->n_kv_head || c->shape.head_dim != kv->head_dim ||
+        c->shape.dtype != kv->type || rc->head_dim != kv->head_dim)
+        return kvs_error(KVS_ERR_INVALID_ARG, "move: the chunk's KV shape (%d layers, %d heads x %d, %s) is not the "
+                         "buffer's (%d layers, %d heads x %d, %s)", c->shape.n_layer, c->shape.n_kv_head,
+                         c->shape.head_dim, c->shape.dtype == KVS_KV_F16 ? "f16" : "f32", kv->n_layer, kv->n_kv_head,
+                         kv->head_dim, kv->type == KVS_KV_F16 ? "f16" : "f32");
+    if (kv->head_dim > KVS_MOVE_MAX_HEAD_DIM)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "move: head_dim %d exceeds %d", kv->head_dim, KVS_MOVE_MAX_HEAD_DIM);
+    if (off < 0 || n < 0 || off + n > c->n_tok || slot < 0 || slot + n > kv->n_ctx)
+        return kvs_error(KVS_ERR_INVALID_ARG, "move: tokens [%d, %d) of a %d-token chunk do not fit slots [%d, %d) of "
+                         "%d", off, off + n, c->n_tok, slot, slot + n, kv->n_ctx);
+    if (n == 0) return KVS_OK;
+    move_task t = {c, kv, rc, off, n, slot, (int32_t)(slot - (c->pos0 + off))};
+    kvs_pool_for(pool, kv->n_layer * kv->n_kv_head, move_one, &t);
+    return KVS_OK;
+}

@@ -1,0 +1,133 @@
+/*
+ * Repair of moved chunks: which tokens of the moved region to recompute,
+ * and the sparse, layer-major recompute itself.
+ *
+ * After assembly (segment_gen.c) the KV buffer holds, at every layer,
+ *
+ *   [0, start)      exact KV (prefix hit or computed live)
+ *   [start, end)    moved doc chunks: KV computed after the shared doc prefix,
+ *                   rotated to their slots; stale where a token should have
+ *                   attended to the docs before it
+ *   [end, n)        empty: the question, computed afterwards by generation
+ *
+ * A strategy picks a set S of moved tokens; S is recomputed layer by layer
+ * with the merged KV as context: in layer l the rows of S run
+ * qkv -> store K/V -> attention + FFN, attending to slots 0..pos, where
+ * tokens outside S keep their cached K/V. Only the hidden states of S are
+ * carried from layer to layer, so the cost is |S| rows per layer (plus the
+ * attention over the whole context for those rows).
+ *
+ *   none        S = {}                  (concatenation as is)
+ *   selective   last `overlap` tokens of every moved doc (the ones just
+ *               before each seam), from layer 0
+ *   firstk      first `first_k` tokens of every moved doc (EPIC's
+ *               attention-sink repair), from layer 0
+ *   cacheblend  layers 0..check-1 for ALL moved tokens (exact: they are
+ *               computed fully), then at the check layer fresh K/V for all
+ *               are compared with the cached (moved) K/V per token; the top
+ *               recompute_ratio of them (deviation > min_deviation) are S
+ *               from the check layer on (blend.c). No full forward pass is
+ *               ever run to choose them. With cacheblend_seams the tokens
+ *               selective would pick are kept as well (a hybrid: on this
+ *               small model the tokens just before the question and the
+ *               seams matter more than their deviation shows).
+ *   full        S = everything, from layer 0: the prompt's exact KV
+ *
+ * Invariants (tests/test_repair.c): full gives the bits of a cold prefill;
+ * cacheblend with ratio 1.0 gives the bits of full (every row is computed
+ * in every layer from exact inputs; the kernels are batch-invariant);
+ * cacheblend with ratio 0 is none (nothing to recompute, so the check
+ * layers are skipped: the check only serves the selection).
+ */
+#ifndef KVS_REUSE_REPAIR_H
+#define KVS_REUSE_REPAIR_H
+
+#include <stdint.h>
+
+#include "engine/context.h"
+#include "reuse/segments.h"
+
+typedef enum kvs_repair_mode {
+    KVS_REPAIR_NONE = 0,
+    KVS_REPAIR_SELECTIVE = 1,
+    KVS_REPAIR_CACHEBLEND = 2,
+    KVS_REPAIR_FIRSTK = 3,
+    KVS_REPAIR_FULL = 4,
+} kvs_repair_mode;
+
+/* How CacheBlend measures a token's KV deviation at the check layer. */
+typedef enum kvs_deviation {
+    KVS_DEVIATION_V_L2 = 0,  /* L2 norm of (fresh V - cached V) over the KV heads (CacheBlend's code) */
+    KVS_DEVIATION_K_COS = 1, /* 1 - cosine(fresh K, cached K) (KVBoost) */
+} kvs_deviation;
+
+typedef struct kvs_repair_params {
+    kvs_repair_mode mode;   /* default KVS_REPAIR_CACHEBLEND */
+    float recompute_ratio;  /* cacheblend: fraction of moved tokens recomputed (0.15) */
+    float min_deviation;    /* cacheblend: only tokens deviating more than this (0) */
+    int check_layer;        /* cacheblend: layer where deviations are measured (1) */
+    kvs_deviation deviation;/* cacheblend: the metric (V L2) */
+    int overlap;            /* selective: tokens before each seam (16) */
+    int first_k;            /* firstk: tokens at the start of each moved doc (16) */
+    int cacheblend_seams;   /* cacheblend: 1 = also recompute selective's tokens (the last `overlap`
+                             * before each seam), beyond the ratio (0) */
+} kvs_repair_params;
+
+kvs_repair_params kvs_repair_default_params(void);
+/* "none", "selective", "cacheblend", "firstk", "full"; NULL if unknown. */
+const char *kvs_repair_mode_name(kvs_repair_mode mode);
+int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);
+/* "v-l2", "k-cos"; NULL if unknown. */
+const char *kvs_deviation_name(kvs_deviation d);
+int kvs_deviation_parse(const char *name, kvs_deviation *out);
+/* KVS_ERR_INVALID_ARG naming the first field out of range. */
+int kvs_repair_params_check(const kvs_repair_params *p, int n_layer);
+
+/* The moved region of a prompt. */
+typedef struct kvs_repair_region {
+    const int32_t *tokens;  /* the whole prompt (token t sits at slot t) */
+    int start, end;         /* moved tokens [start, end) */
+    const kvs_seg *docs;    /* (n_docs) the moved doc segments, ascending, tiling [start, end) */
+    int n_docs;
+} kvs_repair_region;
+
+typedef struct kvs_repair_report {
+    int n_recomputed;       /* moved tokens recomputed through the later layers (|S|) */
+    int n_check;            /* tokens run through the check layers (cacheblend), else 0 */
+    double select_ms;       /* cacheblend: the check layers + selection */
+    double recompute_ms;    /* the recompute of S */
+} kvs_repair_report;
+
+/* Repairs the moved region of the context's KV buffer in place. Uses the
+ * context's forward scratch; allocates the per-request row state
+ * (|rows| x n_embd floats) once. */
+int kvs_repair_run(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repair_params *p, kvs_repair_report *rep);
+
+/* --- the sparse executor (shared with blend.c) --------------------------- */
+
+/* A set of prompt rows carried through layers: hidden state per row. */
+typedef struct kvs_rowset {
+    int n;
+    int32_t *pos;           /* (n) slots = positions, ascending */
+    int32_t *tok;           /* (n) token ids */
+    float *x;               /* (n, n_embd) residual stream entering the next layer */
+} kvs_rowset;
+
+int kvs_rowset_alloc(kvs_rowset *rs, int n, int n_embd);
+void kvs_rowset_free(kvs_rowset *rs);
+/* x = token embeddings. */
+void kvs_rowset_embed(kvs_fwd *f, kvs_rowset *rs);
+/* Runs layers [l0, l1) for the rows, layer-major: in each layer the rows go
+ * in ascending batches of at most f->max_rows, so every slot a row attends
+ * to at that layer has been written before (by an earlier batch, by this
+ * batch's store, or by whoever filled the buffer). */
+void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1);
+
+/* CacheBlend (blend.c): check layers for all rows of rs, select, and leave
+ * rs holding only the selected rows, their x entering p->check_layer.
+ * force (may be NULL): (rs->n) rows kept whatever their deviation, on top
+ * of the ratio. */
+int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
+                     const unsigned char *force);
+
+#endif

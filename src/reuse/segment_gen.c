@@ -1,0 +1,251 @@
+/* Generation from a segmented prompt with non-prefix reuse (segment_gen.h). */
+#include "reuse/segment_gen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/context.h"
+#include "engine/generate.h"
+#include "reuse/doc_cache.h"
+#include "reuse/move.h"
+
+kvs_seg_options kvs_seg_default_options(void) {
+    kvs_seg_options o = {1, 1, 1};
+    return o;
+}
+
+static int check_layout(const kvs_context *ctx, const kvs_seg_layout *lay) {
+    if (!lay->tokens || lay->n_tokens <= 0 || lay->n_segs <= 0 || lay->segs[lay->n_segs - 1].kind != KVS_SEG_QUESTION)
+        return kvs_error(KVS_ERR_INVALID_ARG, "segments: a layout must end with a non-empty question segment");
+    if (lay->n_tokens > kvs_context_n_ctx(ctx))
+        return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", lay->n_tokens,
+                         kvs_context_n_ctx(ctx));
+    int at = 0, seen_doc = 0, seen_q = 0;
+    for (int i = 0; i < lay->n_segs; i++) {
+        const kvs_seg *s = &lay->segs[i];
+        if (s->start != at || s->end <= s->start)
+            return kvs_error(KVS_ERR_INVALID_ARG, "segments: segment %d [%d, %d) does not continue at %d", i, s->start,
+                             s->end, at);
+        if ((s->kind == KVS_SEG_PREFIX && (seen_doc || i > 0)) || seen_q)
+            return kvs_error(KVS_ERR_INVALID_ARG, "segments: the order must be prefix, docs, question");
+        seen_doc |= s->kind == KVS_SEG_DOC;
+        seen_q |= s->kind == KVS_SEG_QUESTION;
+        at = s->end;
+    }
+    if (at != lay->n_tokens)
+        return kvs_error(KVS_ERR_INVALID_ARG, "segments: the segments cover %d of %d tokens", at, lay->n_tokens);
+    return kvs_reuse_check_tokens(ctx, lay->tokens, lay->n_tokens);
+}
+
+/* Longest doc of segments [j0, n_segs). */
+static int max_doc_len(const kvs_seg_layout *lay, int j0) {
+    int m = 0;
+    for (int j = j0; j < lay->n_segs; j++)
+        if (lay->segs[j].kind == KVS_SEG_DOC && lay->segs[j].end - lay->segs[j].start > m)
+            m = lay->segs[j].end - lay->segs[j].start;
+    return m;
+}
+
+/* The chunk of doc segment j: cached, or computed now (and stored if asked).
+ * *out is a reference the caller drops. */
+static int acquire_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, int j, int j0, int store,
+                       kvs_doc_computer *dc, kvs_seg_report *rep, kvs_chunk **out) {
+    const kvs_seg *s = &lay->segs[j];
+    const int32_t *doc = lay->tokens + s->start;
+    int n = s->end - s->start;
+    kvs_key parent;
+    kvs_doc_parent_key(&cache->fp, lay->doc_prefix, lay->n_doc_prefix, &parent);
+    int st = kvs_doc_lookup(cache->store, &cache->fp, &parent, lay->n_doc_prefix, doc, n, out);
+    if (st) return st;
+    rep->n_docs++;
+    if (*out) {
+        rep->n_docs_hit++;
+        return KVS_OK;
+    }
+    double t0 = kvs_now_ms();
+    if (!dc->ctx && (st = kvs_doc_computer_init(dc, ctx, cache, lay->doc_prefix, lay->n_doc_prefix,
+                                                max_doc_len(lay, j0))))
+        return st;
+    if ((st = kvs_doc_compute(dc, doc, n, out))) return st;
+    /* A failed insert (budget, memory, disk: counted by the store) leaves
+     * the doc uncached; this request still has its chunk. */
+    if (store) (void)kvs_store_insert(cache->store, *out, NULL);
+    rep->n_docs_computed++;
+    rep->doc_compute_ms += kvs_now_ms() - t0;
+    return KVS_OK;
+}
+
+int kvs_seg_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, kvs_seg_report *rep) {
+    kvs_seg_report r;
+    memset(&r, 0, sizeof r);
+    if (!ctx || !cache || !lay) return kvs_error(KVS_ERR_INVALID_ARG, "warm docs: need a context, a cache and a layout");
+    int st = kvs_reuse_check_context(ctx, cache);
+    if (!st) st = check_layout(ctx, lay);
+    if (st) return st;
+    kvs_doc_computer dc;
+    memset(&dc, 0, sizeof dc);
+    for (int j = 0; j < lay->n_segs && !st; j++) {
+        if (lay->segs[j].kind != KVS_SEG_DOC) continue;
+        kvs_chunk *c = NULL;
+        st = acquire_doc(ctx, cache, lay, j, 0, 1, &dc, &r, &c);
+        kvs_chunk_unref(c);
+    }
+    kvs_doc_computer_release(&dc);
+    r.n_prompt = lay->n_tokens;
+    if (rep) *rep = r;
+    return st;
+}
+
+typedef struct req {
+    kvs_context *ctx;
+    kvs_cache *cache;
+    const kvs_seg_layout *lay;
+    const kvs_repair_params *rp;
+    kvs_seg_options opt;
+    kvs_seg_report rep;
+    kvs_kv_view view;
+    int32_t *pos;       /* (n) 0, 1, 2, ... */
+    kvs_seg *moved;     /* (n_segs) the doc segments placed from chunks */
+    kvs_doc_computer dc;
+} req;
+
+/* Exact prefix, live prefix, docs, repair. Returns the number of prompt
+ * tokens whose KV is in place (the question and anything after starts there). */
+static int assemble(req *q, int *n_ready, int *exact_end) {
+    const kvs_seg_layout *lay = q->lay;
+    const int n = lay->n_tokens;
+    kvs_cache *cache = q->cache;
+    int st, E = 0;
+    if (q->opt.use_exact) {
+        kvs_prefix_hit hit;
+        memset(&hit, 0, sizeof hit);
+        /* n - 1: the last token always runs, for the first logits. */
+        st = kvs_store_lookup_into(cache->store, lay->tokens, n - 1, &q->view, &hit);
+        E = hit.n_cached;
+        kvs_prefix_hit_release(&hit); /* copied into the context */
+        if (st) return st;
+    }
+    /* The first doc the exact hit does not cover fully; the hit is cut back
+     * to its start (its KV gets overwritten by the doc's chunk). */
+    int j0 = -1;
+    for (int j = 0; j < lay->n_segs; j++)
+        if (lay->segs[j].kind == KVS_SEG_DOC && lay->segs[j].end > E) {
+            j0 = j;
+            break;
+        }
+    if (q->rp->mode == KVS_REPAIR_FULL || j0 < 0) {
+        /* Everything after the hit is computed by the prefill: exact. */
+        q->rep.n_exact = E;
+        for (int j = 0; j < lay->n_segs; j++)
+            if (lay->segs[j].kind == KVS_SEG_DOC) {
+                int a = lay->segs[j].start > E ? lay->segs[j].start : E;
+                if (lay->segs[j].end > a) q->rep.n_recomputed += lay->segs[j].end - a;
+            }
+        q->rep.n_live = n - E;
+        *n_ready = E;
+        *exact_end = n;
+        return KVS_OK;
+    }
+    const int D = lay->segs[j0].start, Q = lay->segs[lay->n_segs - 1].start;
+    if (E > D) E = D;
+    q->rep.n_exact = E;
+    if (E < D && (st = kvs_decode(q->ctx, lay->tokens + E, q->pos + E, D - E, NULL))) return st;
+
+    double t_move = 0.0;
+    int n_moved_segs = 0;
+    for (int j = j0; j < lay->n_segs - 1; j++) {
+        const kvs_seg *s = &lay->segs[j];
+        kvs_chunk *c = NULL;
+        if ((st = acquire_doc(q->ctx, cache, lay, j, j0, q->opt.store_docs, &q->dc, &q->rep, &c))) return st;
+        double t0 = kvs_now_ms();
+        kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
+        st = kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
+                                  kvs_context_fwd(q->ctx)->pool);
+        t_move += kvs_now_ms() - t0;
+        kvs_chunk_unref(c);
+        if (st) return st;
+        q->moved[n_moved_segs++] = *s;
+        q->rep.n_moved += s->end - s->start;
+    }
+    q->rep.move_ms = t_move;
+    q->rep.n_live = (D - E) + (n - Q);
+
+    double t0 = kvs_now_ms();
+    kvs_repair_region rg = {lay->tokens, D, Q, q->moved, n_moved_segs};
+    kvs_repair_report rr;
+    if ((st = kvs_repair_run(q->ctx, &rg, q->rp, &rr))) return st;
+    q->rep.repair_ms = kvs_now_ms() - t0;
+    q->rep.n_recomputed = rr.n_recomputed;
+    q->rep.n_check = rr.n_check;
+    *n_ready = Q;
+    *exact_end = D;
+    return KVS_OK;
+}
+
+int kvs_seg_generate(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, const kvs_generate_params *gp,
+                     const kvs_repair_params *rp, const kvs_seg_options *opt, kvs_generate_result *out,
+                     kvs_seg_report *rep) {
+    return kvs_seg_generate_at(ctx, cache, lay, gp, rp, opt, kvs_now_ms(), out, rep);
+}
+
+int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, const kvs_generate_params *gp,
+                        const kvs_repair_params *rp, const kvs_seg_options *opt, double t0, kvs_generate_result *out,
+                        kvs_seg_report *rep) {
+    if (!ctx || !cache || !lay || !gp || !rp || !out)
+        return kvs_error(KVS_ERR_INVALID_ARG, "segments: need a context, a cache, a layout, params and a result");
+    int st = kvs_reuse_check_context(ctx, cache);
+    if (!st) st = check_layout(ctx, lay);
+    if (!st) st = kvs_repair_params_check(rp, kvs_model_hparams(kvs_context_model(ctx))->n_layer);
+    if (st) return st;
+
+    req q;
+    memset(&q, 0, sizeof q);
+    q.ctx = ctx;
+    q.cache = cache;
+    q.lay = lay;
+    q.rp = rp;
+    q.opt = opt ? *opt : kvs_seg_default_options();
+    q.rep.n_prompt = lay->n_tokens;
+    const int n = lay->n_tokens;
+    q.pos = malloc((size_t)n * sizeof *q.pos);
+    q.moved = malloc((size_t)lay->n_segs * sizeof *q.moved);
+    if (!q.pos || !q.moved) st = kvs_error(KVS_ERR_NOMEM, "segments: out of memory");
+    for (int i = 0; !st && i < n; i++) q.pos[i] = i;
+    if (!st) st = kvs_reuse_view(ctx, &q.view);
+
+    int n_ready = 0, exact_end = 0;
+    kvs_generate_result r;
+    memset(&r, 0, sizeof r);
+    if (!st) st = assemble(&q, &n_ready, &exact_end);
+    kvs_doc_computer_release(&q.dc); /* before generation: its buffer can be large */
+    q.rep.assemble_ms = kvs_now_ms() - t0 - q.rep.repair_ms;
+    if (!st) st = kvs_generate_from(ctx, lay->tokens, n, n_ready, gp, t0, &r);
+    if (!st) {
+        r.n_cached = q.rep.n_exact;
+        r.n_live = q.rep.n_live;
+        r.cache_hit_ratio = (double)q.rep.n_exact / n;
+        r.assemble_ms = q.rep.assemble_ms;
+        st = kvs_reuse_chunk_ends(n, cache->chunk_tokens, lay->borders, lay->n_borders, &r.chunk_ends, &r.n_chunks);
+    }
+    if (!st && q.opt.store_prefix && exact_end > 0) {
+        /* Only the exact part: moved and repaired KV must never be served as
+         * an exact prefix. A failed store does not fail the request. */
+        kvs_put_report put;
+        memset(&put, 0, sizeof put);
+        kvs_store_put_prefix(cache->store, lay->tokens, exact_end, cache->chunk_tokens, lay->borders, lay->n_borders,
+                             &q.view, &put);
+        q.rep.n_stored = put.n_new;
+        r.n_chunks_stored = put.n_new;
+    }
+    if (q.view.k) kvs_reuse_view_free(&q.view);
+    free(q.pos);
+    free(q.moved);
+    if (st) {
+        kvs_generate_result_free(&r);
+        return st;
+    }
+    *out = r;
+    if (rep) *rep = q.rep;
+    return KVS_OK;
+}
