@@ -20,8 +20,9 @@
  *   quality   answer F1 and exact match against the gold answers
  *             (MuSiQue; SQuAD normalisation), next to full's
  *
- * Usage: rag_eval [--standard] [--items N | --all] [--wiki N] [--ratios LIST]
- *                 [--sweep] [--cold-items N] [--n-gen N] [--threads N]
+ * Usage: rag_eval [--standard] [--items N | --all] [--skip N] [--wiki N]
+ *                 [--ratios LIST] [--sweep] [--configs LIST] [--tag NAME]
+ *                 [--cold-items N] [--n-gen N] [--threads N]
  *                 [--out DIR] [--model PATH] [--data DIR]
  * Without arguments a quick smoke run (2 items, a few strategies: what
  * `make bench` runs); bench/rag_eval.sh runs --standard and draws the chart.
@@ -535,7 +536,8 @@ static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
 
 typedef struct opts {
     const char *model, *data, *out;
-    int items, wiki, threads, n_gen, cold_items, sweep, quick;
+    int items, wiki, threads, n_gen, cold_items, sweep, quick, skip;
+    const char *configs, *tag;
     double ratios[16];
     int n_ratios;
 } opts;
@@ -580,8 +582,31 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
     return n + 1;
 }
 
+/* "strategy[:param],..." with strategy none, selective, firstk, cacheblend,
+ * cacheblend+seams (param: tokens or ratio). Returns the count, -1 if bad. */
+static int parse_configs(const char *list, cfg *cfgs) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(t, ':');
+        double param = colon ? atof(colon + 1) : 0;
+        if (colon) *colon = 0;
+        kvs_repair_mode m;
+        if (!strcmp(t, "cacheblend+seams")) m = CFG_CB_SEAMS;
+        else if (kvs_repair_mode_parse(t, &m) != KVS_OK) return -1;
+        if (!colon && m == KVS_REPAIR_CACHEBLEND) param = 0.15;
+        if (!colon && (m == KVS_REPAIR_SELECTIVE || m == KVS_REPAIR_FIRSTK)) param = 16;
+        if (m == KVS_REPAIR_FULL) return -1; /* full is the baseline row */
+        n = add_cfg(cfgs, n, m, param);
+    }
+    return n;
+}
+
 static const char *usage =
-    "usage: rag_eval [--standard] [--items N | --all] [--wiki N] [--ratios 0.05,0.15,...] [--sweep]\n"
+    "usage: rag_eval [--standard] [--items N | --all] [--skip N] [--wiki N] [--ratios 0.05,0.15,...] [--sweep]\n"
+    "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,...] [--tag NAME]\n"
     "                [--cold-items N] [--n-gen N] [--threads N] [--out DIR] [--model PATH] [--data DIR]\n"
     "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, cacheblend at\n"
     "   0.05,0.1,0.15,0.3,0.5, the cacheblend+seams hybrid, selective and firstk at 16 and 64 tokens, cold runs\n"
@@ -589,7 +614,7 @@ static const char *usage =
     "   ratio's share of a 600-token doc too)\n";
 
 int main(int argc, char **argv) {
-    opts o = {NULL, NULL, "bench/results", 2, 0, 2, 32, 1, 0, 1, {0.15}, 1};
+    opts o = {NULL, NULL, "bench/results", 2, 0, 2, 32, 1, 0, 1, 0, NULL, NULL, {0.15}, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--standard")) {
@@ -611,6 +636,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--out")) o.out = argv[++i];
         else if (!strcmp(a, "--model")) o.model = argv[++i];
         else if (!strcmp(a, "--data")) o.data = argv[++i];
+        else if (!strcmp(a, "--configs")) { o.configs = argv[++i]; o.quick = 0; }
+        else if (!strcmp(a, "--skip")) o.skip = atoi(argv[++i]);
+        else if (!strcmp(a, "--tag")) o.tag = argv[++i];
         else { fputs(usage, stderr); return 2; }
     }
     if (o.n_gen < 1) o.n_gen = 1;
@@ -628,7 +656,15 @@ int main(int argc, char **argv) {
 
     /* configs: the default first (it gets the cold runs of every item) */
     cfg *cfgs = calloc(MAX_CFG, sizeof *cfgs);
-    int n_cfg = add_cfg(cfgs, 0, KVS_REPAIR_CACHEBLEND, 0.15);
+    int n_cfg = 0;
+    if (o.configs) {
+        if ((n_cfg = parse_configs(o.configs, cfgs)) <= 0) {
+            fprintf(stderr, "rag_eval: bad --configs '%s'\n%s", o.configs, usage);
+            return 2;
+        }
+        goto configured;
+    }
+    n_cfg = add_cfg(cfgs, 0, KVS_REPAIR_CACHEBLEND, 0.15);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_NONE, 0);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 16);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_FIRSTK, 16);
@@ -649,8 +685,15 @@ int main(int argc, char **argv) {
             }
         }
 
-    item *items = calloc((size_t)o.items + (size_t)o.wiki + 1, sizeof *items);
-    int n_mu = load_musique(o.data, o.items, items);
+configured:;
+    item *items = calloc((size_t)o.items + (size_t)o.skip + (size_t)o.wiki + 1, sizeof *items);
+    int n_mu = load_musique(o.data, o.items + o.skip, items);
+    if (n_mu > 0 && o.skip > 0) { /* drop the first skip items */
+        int k = o.skip < n_mu ? o.skip : n_mu;
+        for (int i = 0; i < k; i++) item_free(&items[i]);
+        memmove(items, items + k, (size_t)(n_mu - k) * sizeof *items);
+        n_mu -= k;
+    }
     int n_wi = o.wiki > 0 ? load_wiki(o.data, o.wiki, items + (n_mu > 0 ? n_mu : 0)) : 0;
     if (n_mu < 0 || n_mu + n_wi == 0) {
         fprintf(stderr, "rag_eval: no items in %s\n", o.data);
@@ -717,19 +760,21 @@ int main(int argc, char **argv) {
     getloadavg(la, 3);
     char hdr[2048];
     snprintf(hdr, sizeof hdr,
-             "%d prompts (%d MuSiQue items x 2 doc orders, %d 2WikiMQA items), median %.0f prompt tokens, docs of "
+             "%d prompts (%d MuSiQue items from #%d x 2 doc orders, %d 2WikiMQA items), median %.0f prompt tokens, docs of "
              "median %.0f tokens; SmolLM2-135M-Instruct Q4_1, f16 KV, %d threads, greedy, %d new tokens.\n"
              "Machine: %s; load average %.2f at the end (shared: timings are noisy). Commit %s. Wall time %.0f s.\n"
              "For scale: the first-token KL between full on the given and on the shuffled doc order (the order "
              "alone) is %.4f (mean).\n",
-             n_prompts, n_mu, n_wi, median(&prompt_len), median(&doc_len), o.threads, o.n_gen, mach, la[0], com,
+             n_prompts, n_mu, o.skip, n_wi, median(&prompt_len), median(&doc_len), o.threads, o.n_gen, mach, la[0], com,
              (kvs_now_ms() - t_start) / 1000, mean(&order_kl));
     printf("\n%s\n", hdr);
     table(stdout, cfgs, n_cfg, &full_ttft, &full_f1, &full_em);
 
     mkdir(o.out, 0755);
     char path[1100];
-    snprintf(path, sizeof path, "%s/rag_eval%s.md", o.out, o.quick ? "_quick" : "");
+    char suffix[80];
+    snprintf(suffix, sizeof suffix, "%s%s%s", o.quick ? "_quick" : "", o.tag ? "_" : "", o.tag ? o.tag : "");
+    snprintf(path, sizeof path, "%s/rag_eval%s.md", o.out, suffix);
     FILE *f = fopen(path, "w");
     if (f) {
         time_t now = time(NULL);
@@ -745,7 +790,7 @@ int main(int argc, char **argv) {
         fclose(f);
         printf("\nwritten: %s\n", path);
     }
-    snprintf(path, sizeof path, "%s/rag_eval%s.tsv", o.out, o.quick ? "_quick" : "");
+    snprintf(path, sizeof path, "%s/rag_eval%s.tsv", o.out, suffix);
     if ((f = fopen(path, "w"))) {
         tsv(f, cfgs, n_cfg, &full_f1);
         fclose(f);
