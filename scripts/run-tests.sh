@@ -18,6 +18,10 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     [ -f "$t" ] || continue
     case "$t" in *.d|*.o) continue;; esac
     name=$(basename "$t")
+    # KVSTITCH_TEST_SKIP: an extended regex of test names to leave out (CI's sanitizer pass).
+    if [ -n "${KVSTITCH_TEST_SKIP:-}" ] && [[ "$name" =~ ${KVSTITCH_TEST_SKIP} ]]; then
+        echo "skipped $name"; continue
+    fi
     t0=$(date +%s.%N)
     if [[ "$t" == *.sh ]]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
     p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
