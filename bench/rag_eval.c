@@ -145,7 +145,7 @@ static int load_wiki(const char *dir, int max_items, item *out) {
         memset(it, 0, sizeof *it);
         it->dataset = "2wikimqa";
         for (int k = 0; k < MAX_DOCS; k++) {
-            char key[8];
+            char key[16];
             snprintf(key, sizeof key, "%d", k);
             rj_node *t = rj_get(o, key);
             if (!t || t->kind != RJ_STR) break;
@@ -336,7 +336,8 @@ static double teacher_forced(ev *e, int n_prompt, const kvs_generate_result *ful
     if (m > 1) {
         for (int i = 0; i < m - 1; i++) e->pos[i] = n_prompt + i;
         if (kvs_decode_logits(e->ctx, full->tokens, e->pos, m - 1, e->tf_logits, m - 1) != KVS_OK) return NAN;
-        for (int i = 1; i < m; i++) agree += argmax(e->tf_logits + (size_t)(i - 1) * e->n_vocab, e->n_vocab) == full->tokens[i];
+        for (int i = 1; i < m; i++)
+            agree += argmax(e->tf_logits + (size_t)(i - 1) * e->n_vocab, e->n_vocab) == full->tokens[i];
     }
     return (double)agree / m;
 }
@@ -564,12 +565,14 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
     c->param = param;
     if (m == KVS_REPAIR_CACHEBLEND) {
         c->rp.recompute_ratio = (float)param;
+        c->rp.cacheblend_seams = 0;
         snprintf(c->name, sizeof c->name, "cacheblend r=%.2f", param);
     } else if (m == CFG_CB_SEAMS) {
         c->rp.mode = KVS_REPAIR_CACHEBLEND;
         c->rp.cacheblend_seams = 1;
         c->rp.recompute_ratio = (float)param;
-        snprintf(c->name, sizeof c->name, "cacheblend+seams r=%.2f", param);
+        snprintf(c->name, sizeof c->name, "cacheblend+seams r=%.2f%s", param,
+                 fabs(param - (double)kvs_repair_default_params().recompute_ratio) < 1e-6 ? " (default)" : "");
     } else if (m == KVS_REPAIR_SELECTIVE) {
         c->rp.overlap = (int)param;
         snprintf(c->name, sizeof c->name, "selective R=%d", (int)param);
@@ -664,13 +667,16 @@ int main(int argc, char **argv) {
         }
         goto configured;
     }
-    n_cfg = add_cfg(cfgs, 0, KVS_REPAIR_CACHEBLEND, 0.15);
+    /* the library's default (kvs_repair_default_params: the hybrid at 0.10),
+     * then plain CacheBlend at the issue's 0.15 */
+    n_cfg = add_cfg(cfgs, 0, CFG_CB_SEAMS, (double)kvs_repair_default_params().recompute_ratio);
+    n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_CACHEBLEND, 0.15);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_NONE, 0);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 16);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_FIRSTK, 16);
     for (int i = 0; i < o.n_ratios; i++)
         if (fabs(o.ratios[i] - 0.15) > 1e-9) n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_CACHEBLEND, o.ratios[i]);
-    if (!o.quick) { /* the hybrid, and longer fixed sets */
+    if (!o.quick) { /* the hybrid at other ratios, and longer fixed sets */
         n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.05);
         n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.15);
         n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 64);
@@ -731,7 +737,8 @@ configured:;
 
     series full_ttft = {0}, full_f1 = {0}, full_em = {0}, prompt_len = {0}, doc_len = {0};
     series order_kl = {0}; /* KL(full, given order || full, shuffled): how much the order alone moves it */
-    float *first_given = malloc((size_t)e.n_vocab * sizeof(float)), *first_shuf = malloc((size_t)e.n_vocab * sizeof(float));
+    float *first_given = malloc((size_t)e.n_vocab * sizeof(float));
+    float *first_shuf = malloc((size_t)e.n_vocab * sizeof(float));
     int n_prompts = 0;
     double t_start = kvs_now_ms();
     for (int i = 0; i < n_mu + n_wi; i++) {
@@ -760,8 +767,8 @@ configured:;
     getloadavg(la, 3);
     char hdr[2048];
     snprintf(hdr, sizeof hdr,
-             "%d prompts (%d MuSiQue items from #%d x 2 doc orders, %d 2WikiMQA items), median %.0f prompt tokens, docs of "
-             "median %.0f tokens; SmolLM2-135M-Instruct Q4_1, f16 KV, %d threads, greedy, %d new tokens.\n"
+             "%d prompts (%d MuSiQue items from #%d x 2 doc orders, %d 2WikiMQA items), median %.0f prompt tokens, "
+             "docs of median %.0f tokens; SmolLM2-135M-Instruct Q4_1, f16 KV, %d threads, greedy, %d new tokens.\n"
              "Machine: %s; load average %.2f at the end (shared: timings are noisy). Commit %s. Wall time %.0f s.\n"
              "For scale: the first-token KL between full on the given and on the shuffled doc order (the order "
              "alone) is %.4f (mean).\n",

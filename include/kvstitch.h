@@ -250,6 +250,11 @@ typedef struct kvs_generate_result {
                            * the last = n_prompt (malloc'd) */
     int n_chunks;
     int n_chunks_stored;  /* chunks of the prompt newly stored by this request */
+    /* Non-prefix reuse (kvs_generate_segments; zero elsewhere). */
+    int n_moved;          /* document tokens whose KV came from cached documents, moved into place */
+    int n_recomputed;     /* tokens the repair strategy recomputed (full: every document token) */
+    int n_docs_hit;       /* documents found in the cache */
+    int n_docs_computed;  /* documents computed (and stored) by this request */
 } kvs_generate_result;
 
 /* Prefills prompt[0..n_prompt) at positions 0.. and generates. Stops after
@@ -459,6 +464,106 @@ int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, k
  * that is fewer than all. */
 int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags,
                   kvs_warm_report *rep);
+
+/* --- non-prefix reuse: segmented prompts (RAG) --- */
+
+/*
+ * A prompt given as segments: a system message, documents, a question.
+ * Every segment is tokenized on its own (a document has the same tokens
+ * wherever it appears); with chat = 1 they are laid out in the model's chat
+ * template (system turn; documents and question in the user turn;
+ * generation prompt).
+ *
+ * A document's KV is computed once, after a fixed shared prefix (doc_prefix;
+ * by default the chat template's text before the documents with an empty
+ * system message, or BOS / nothing without chat), stored in the cache by its
+ * content, and reused wherever the document appears in a later prompt, in
+ * any order and combination: its keys are rotated to their new positions
+ * (RoPE composes), its values copied. Such reuse is approximate (the
+ * document's KV does not reflect the documents before it in the new
+ * prompt); a repair strategy recomputes a chosen subset of tokens. The
+ * leading system segment (and anything else matching a cached exact prefix)
+ * takes the exact, bit-identical path. Warm and generate must agree on chat
+ * and doc_prefix, or the documents are computed again.
+ */
+typedef struct kvs_segments {
+    int chat;                 /* 1: lay the segments out in the chat template */
+    const char *system;       /* system message, NULL = none (chat: the template's default, if any) */
+    const char *const *docs;  /* (n_docs) documents, UTF-8 (tokenized as plain text); "" is skipped */
+    const size_t *doc_lens;   /* (n_docs) byte lengths, or NULL: NUL-terminated */
+    int n_docs;
+    const char *question;     /* the live tail; may be NULL or "" only with chat */
+    const char *doc_prefix;   /* NULL = the default above; else tokenized with special tokens */
+} kvs_segments;
+
+typedef enum kvs_repair_mode {
+    KVS_REPAIR_NONE = 0,       /* moved documents as they are (fastest, lowest fidelity) */
+    KVS_REPAIR_SELECTIVE = 1,  /* recompute the last `overlap` tokens before each seam */
+    KVS_REPAIR_CACHEBLEND = 2, /* CacheBlend: recompute the tokens whose KV deviates most (default) */
+    KVS_REPAIR_FIRSTK = 3,     /* recompute the first `first_k` tokens of each moved document */
+    KVS_REPAIR_FULL = 4,       /* recompute everything after the exact prefix: a cold prefill's bits */
+} kvs_repair_mode;
+
+/* How CacheBlend ranks tokens at the check layer. */
+typedef enum kvs_deviation {
+    KVS_DEVIATION_V_L2 = 0,  /* L2 norm of (fresh V - cached V) (CacheBlend's code) */
+    KVS_DEVIATION_K_COS = 1, /* 1 - cosine(fresh K, cached K) (KVBoost) */
+} kvs_deviation;
+
+typedef struct kvs_repair_params {
+    kvs_repair_mode mode;   /* default KVS_REPAIR_CACHEBLEND */
+    float recompute_ratio;  /* cacheblend: fraction of moved tokens recomputed (0.10); 0 = none, 1 = full */
+    float min_deviation;    /* cacheblend: recompute only tokens deviating more than this (0) */
+    int check_layer;        /* cacheblend: layer where the deviation is measured (1); layers
+                             * before it run for every moved token */
+    kvs_deviation deviation;/* cacheblend: the ranking metric (V L2) */
+    int overlap;            /* selective: tokens before each seam (16) */
+    int first_k;            /* firstk: tokens at the start of each moved document (16) */
+    int cacheblend_seams;   /* cacheblend: 1 (default) = with a ratio > 0, also recompute selective's
+                             * tokens (the last `overlap` before each seam) beyond the ratio.
+                             * Defaults chosen with bench/rag_eval: see bench/results/rag_eval.md */
+} kvs_repair_params;
+
+kvs_repair_params kvs_repair_default_params(void);
+/* "none", "selective", "cacheblend", "firstk", "full"; NULL if unknown. */
+const char *kvs_repair_mode_name(kvs_repair_mode mode);
+/* Parses a name; KVS_ERR_INVALID_ARG naming the accepted values otherwise. */
+int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);
+/* "v-l2", "k-cos"; NULL if unknown. */
+const char *kvs_deviation_name(kvs_deviation d);
+int kvs_deviation_parse(const char *name, kvs_deviation *out);
+
+/* The token sequence kvs_generate_segments runs for seg (the full-prefill
+ * baseline is kvs_generate over exactly these tokens). *tokens is malloc'd. */
+int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens);
+
+/* Generates from a segmented prompt with the cache: the longest exact
+ * prefix is served bit-exactly (as kvs_generate_cached); every document
+ * after it is taken from the cache (or computed after the doc prefix and
+ * stored), moved into place, and repaired with the strategy; then the
+ * question is prefilled and generation runs as kvs_generate. ttft_ms counts
+ * from the call (lookups, document computation, moves and repair included).
+ * The result adds n_cached (exact prefix tokens), n_live, n_moved,
+ * n_recomputed, n_docs_hit, n_docs_computed. Afterwards the exact part of
+ * the prompt (the system segment; everything for `full`) is stored by
+ * prefix. repair may be NULL (defaults). */
+int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
+                          const kvs_generate_params *params, const kvs_repair_params *repair,
+                          kvs_generate_result *out);
+
+/* What kvs_warm_docs did. */
+typedef struct kvs_warm_docs_report {
+    int n_docs;          /* documents (non-empty) */
+    int n_cached;        /* already cached (after the same doc prefix) */
+    int n_computed;      /* computed and stored now */
+    int n_tokens;        /* tokens of all documents */
+    double ms;           /* wall time */
+} kvs_warm_docs_report;
+
+/* Caches the KV of seg's documents (computing the missing ones after the
+ * doc prefix) without generating; the system and question are ignored
+ * except for the layout (chat, doc_prefix). rep may be NULL. */
+int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep);
 
 /* SHA-256 helper (hex output, 65 bytes incl. NUL). */
 void kvs_sha256_hex(const void *data, size_t len, char hex[65]);

@@ -7,6 +7,8 @@
 
 static const char *usage_text =
     "usage: kvstitch generate -m MODEL (-p TEXT | -f FILE) [options]\n"
+    "       kvstitch generate -m MODEL --cache-dir DIR [--chat] [--system TEXT] --doc FILE... (-p QUESTION)\n"
+    "                         [--reuse none|selective|cacheblend|firstk|full] [repair options]\n"
     "  -m, --model PATH       GGUF file\n"
     "  -p, --prompt TEXT      prompt text\n"
     "  -f, --file PATH        read the prompt from a file\n"
@@ -25,7 +27,8 @@ static const char *usage_text =
     "                         prompt_tokens, tokens, text, ttft_ms, prefill_ms, prefill_tok_s,\n"
     "                         decode_tok_s, first_logits_sha256, first_top_logprobs\n"
     "                         (with --cache-dir also cached_tokens, live_tokens, cache_hit_ratio,\n"
-    "                         reuse, assemble_ms, chunk_ends, stored_chunks)\n"
+    "                         reuse, assemble_ms, chunk_ends, stored_chunks; with --doc also\n"
+    "                         moved_tokens, recomputed_tokens, docs_hit, docs_computed)\n"
     "Prompt KV cache:\n"
     "  --cache-dir DIR        reuse the KV of the longest cached prefix of the prompt from DIR\n"
     "                         (bit-identical output) and store the prompt's new chunks there\n"
@@ -33,9 +36,28 @@ static const char *usage_text =
     "  --no-store             do not store the prompt's chunks\n"
     "  --chunk-tokens N       chunk size for new chunks (default 64)\n"
     "  --cache-budget MIB     memory for cached chunks (default: 1/4 of RAM)\n"
+    "Documents (non-prefix reuse, RAG; with --cache-dir):\n"
+    "  --doc FILE             a document (repeatable), laid out after the system message and before the\n"
+    "                         question (-p / -f). Its KV is cached by content (computed on the fly if\n"
+    "                         missing) and reused at any position: keys rotated to the new place, then\n"
+    "                         repaired. The system segment still takes the exact, bit-identical path.\n"
+    "  --reuse MODE           with --doc: the repair of moved documents: none (as they are), selective,\n"
+    "                         cacheblend (default), firstk, full (recompute all: a cold run's bits;\n"
+    "                         prefix means full)\n"
+    "  --recompute-ratio R    cacheblend: share of document tokens recomputed (default 0.10)\n"
+    "  --overlap R            selective: tokens recomputed before each seam (default 16)\n"
+    "  --first-k K            firstk: tokens recomputed at the start of each document (default 16)\n"
+    "  --check-layer L        cacheblend: layer where the KV deviation is measured (default 1)\n"
+    "  --min-deviation D      cacheblend: recompute only tokens deviating more than D (default 0)\n"
+    "  --deviation M          cacheblend: v-l2 (default) or k-cos\n"
+    "  --seams, --no-seams    cacheblend: also recompute selective's tokens (--overlap before each seam),\n"
+    "                         beyond the ratio (default: on; --no-seams is plain CacheBlend)\n"
+    "  --doc-prefix TEXT      the text documents are computed after (default: with --chat the\n"
+    "                         template's text before the user's content, else nothing / BOS)\n"
     "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n";
 
 #define N_TOP_LOGPROBS 20
+#define MAX_DOCS 256
 
 static int stream_piece(void *user, int32_t token, const char *piece, size_t len) {
     (void)user;
@@ -54,6 +76,9 @@ typedef struct gen_opts {
     const char *model_path, *prompt, *file, *system, *cache_dir, *reuse;
     int n_predict, chat, json, n_threads, n_ctx, no_store, chunk_tokens, cache_budget_mib;
     kvs_sampler_params sp;
+    const char *docs[MAX_DOCS], *doc_prefix;
+    int n_docs, repair_opts; /* repair_opts: a repair option was given */
+    kvs_repair_params rp;
 } gen_opts;
 
 static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opts *o) {
@@ -83,12 +108,16 @@ static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opt
     if (o->cache_dir) {
         printf(", \"cached_tokens\": %d, \"live_tokens\": %d, \"cache_hit_ratio\": ", r->n_cached, r->n_live);
         json_number(r->cache_hit_ratio);
-        printf(", \"reuse\": \"%s\", \"assemble_ms\": ", o->reuse ? o->reuse : "prefix");
+        printf(", \"reuse\": \"%s\", \"assemble_ms\": ",
+               o->n_docs ? kvs_repair_mode_name(o->rp.mode) : o->reuse ? o->reuse : "prefix");
         json_number(r->assemble_ms);
         printf(", \"chunk_ends\": [");
         for (int i = 0; i < r->n_chunks; i++) printf(i ? ", %d" : "%d", r->chunk_ends[i]);
         printf("], \"stored_chunks\": %d", r->n_chunks_stored);
     }
+    if (o->n_docs)
+        printf(", \"moved_tokens\": %d, \"recomputed_tokens\": %d, \"docs_hit\": %d, \"docs_computed\": %d", r->n_moved,
+               r->n_recomputed, r->n_docs_hit, r->n_docs_computed);
     printf("}\n");
 }
 
@@ -99,6 +128,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         unsigned long long seed;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--seams")) o->rp.cacheblend_seams = 1;
+        else if (!strcmp(a, "--no-seams")) o->rp.cacheblend_seams = 0;
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--no-store")) o->no_store = 1;
         else if (!v) return cli_usage_error("generate", "unknown option or missing value: %s", a);
@@ -119,19 +150,56 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--reuse")) o->reuse = argv[++i];
         else if (!strcmp(a, "--chunk-tokens")) bad = cli_parse_int(a, argv[++i], &o->chunk_tokens);
         else if (!strcmp(a, "--cache-budget")) bad = cli_parse_int(a, argv[++i], &o->cache_budget_mib);
+        else if (!strcmp(a, "--doc")) {
+            if (o->n_docs == MAX_DOCS) return cli_usage_error("generate", "at most %d documents", MAX_DOCS);
+            o->docs[o->n_docs++] = argv[++i];
+        }
+        else if (!strcmp(a, "--doc-prefix")) o->doc_prefix = argv[++i];
+        else if (!strcmp(a, "--recompute-ratio")) bad = cli_parse_float(a, argv[++i], &o->rp.recompute_ratio);
+        else if (!strcmp(a, "--overlap")) bad = cli_parse_int(a, argv[++i], &o->rp.overlap);
+        else if (!strcmp(a, "--first-k")) bad = cli_parse_int(a, argv[++i], &o->rp.first_k);
+        else if (!strcmp(a, "--check-layer")) bad = cli_parse_int(a, argv[++i], &o->rp.check_layer);
+        else if (!strcmp(a, "--min-deviation")) bad = cli_parse_float(a, argv[++i], &o->rp.min_deviation);
+        else if (!strcmp(a, "--deviation")) {
+            if (kvs_deviation_parse(argv[++i], &o->rp.deviation) != KVS_OK)
+                return cli_usage_error("generate", "--deviation must be v-l2 or k-cos, got '%s'", argv[i]);
+        }
         else return cli_usage_error("generate", "unknown option: %s", a);
         if (bad) return 2;
+        /* the document options, so that they can be refused without --doc */
+        static const char *const doc_opts[] = {"--doc-prefix", "--recompute-ratio", "--overlap", "--first-k",
+                                               "--check-layer", "--min-deviation", "--deviation", "--seams",
+                                               "--no-seams"};
+        for (size_t k = 0; k < sizeof doc_opts / sizeof doc_opts[0]; k++) o->repair_opts |= !strcmp(a, doc_opts[k]);
     }
     if (!o->model_path) return cli_usage_error("generate", "-m MODEL is required");
     if (!o->prompt == !o->file) return cli_usage_error("generate", "give exactly one of -p TEXT or -f FILE");
-    if (o->system && !o->chat) return cli_usage_error("generate", "--system needs --chat");
+    if (o->system && !o->chat && !o->n_docs) return cli_usage_error("generate", "--system needs --chat (or --doc)");
+    if (o->n_docs && !o->cache_dir) return cli_usage_error("generate", "--doc needs --cache-dir");
+    if (o->n_docs && o->no_store)
+        return cli_usage_error("generate", "--no-store does not apply to --doc (documents are always cached)");
+    if (o->repair_opts && !o->n_docs)
+        return cli_usage_error("generate", "--recompute-ratio, --overlap, --first-k, --check-layer, --min-deviation, "
+                               "--deviation, --seams, --no-seams and --doc-prefix need --doc");
+    if (o->n_docs && o->reuse) {
+        if (!strcmp(o->reuse, "prefix")) o->rp.mode = KVS_REPAIR_FULL;
+        else if (kvs_repair_mode_parse(o->reuse, &o->rp.mode) != KVS_OK)
+            return cli_usage_error("generate", "with --doc, --reuse must be none, selective, cacheblend, firstk or "
+                                   "full, got '%s'", o->reuse);
+    }
+    if (o->n_docs && !(o->rp.recompute_ratio >= 0.0f && o->rp.recompute_ratio <= 1.0f))
+        return cli_usage_error("generate", "--recompute-ratio must be in [0, 1], got %g",
+                               (double)o->rp.recompute_ratio);
+    if (o->n_docs &&
+        (o->rp.overlap < 0 || o->rp.first_k < 0 || o->rp.check_layer < 0 || !(o->rp.min_deviation >= 0.0f)))
+        return cli_usage_error("generate", "--overlap, --first-k, --check-layer and --min-deviation must be >= 0");
     if (o->n_predict < 0) return cli_usage_error("generate", "-n must be >= 0, got %d", o->n_predict);
     if (o->n_threads < 0 || o->n_ctx < 0) return cli_usage_error("generate", "--threads and --ctx must be >= 0");
     if (!o->cache_dir && (o->reuse || o->no_store || o->chunk_tokens || o->cache_budget_mib))
         return cli_usage_error("generate", "--reuse, --no-store, --chunk-tokens and --cache-budget need --cache-dir");
     if (o->cache_dir && !*o->cache_dir) return cli_usage_error("generate", "--cache-dir needs a directory");
     kvs_reuse_mode mode;
-    if (o->reuse && kvs_reuse_mode_parse(o->reuse, &mode) != KVS_OK)
+    if (!o->n_docs && o->reuse && kvs_reuse_mode_parse(o->reuse, &mode) != KVS_OK)
         return cli_usage_error("generate", "--reuse must be prefix or none, got '%s'", o->reuse);
     if (o->chunk_tokens < 0 || o->cache_budget_mib < 0)
         return cli_usage_error("generate", "--chunk-tokens and --cache-budget must be > 0");
@@ -166,10 +234,56 @@ static int32_t *prompt_tokens(const kvs_model *model, const gen_opts *o, const c
     return ids;
 }
 
+static void print_stats(int n, const kvs_generate_result *r, int cached) {
+    double dec = r->n_tokens > 1 && r->decode_ms > 0 ? (r->n_tokens - 1) * 1000.0 / r->decode_ms : 0.0;
+    fprintf(stderr, "[prompt %d tokens, prefill %.1f ms (%.1f tok/s), %d tokens generated, decode %.1f tok/s]\n", n,
+            r->prefill_ms, r->prefill_ms > 0 ? r->n_live * 1000.0 / r->prefill_ms : 0.0, r->n_tokens, dec);
+    if (cached)
+        fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
+                "ttft %.1f ms]\n", r->n_cached, n, 100.0 * r->cache_hit_ratio, r->n_live, r->n_chunks_stored,
+                r->ttft_ms);
+}
+
+/* --doc: the prompt as segments (system, documents, question), generated
+ * with non-prefix reuse. Returns the exit code. */
+static int generate_docs(kvs_context *ctx, kvs_cache *cache, const gen_opts *o, const char *question) {
+    char *texts[MAX_DOCS];
+    int n = 0, rc = 1;
+    for (; n < o->n_docs; n++)
+        if (!(texts[n] = cli_read_file(o->docs[n], NULL))) goto out;
+    kvs_segments seg = {o->chat, o->system, (const char *const *)texts, NULL, o->n_docs, question, o->doc_prefix};
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = o->n_predict;
+    gp.sampling = o->sp;
+    gp.n_top_logprobs = N_TOP_LOGPROBS;
+    if (!o->json) gp.on_token = stream_piece;
+    kvs_generate_result r;
+    int st = kvs_generate_segments(ctx, cache, &seg, &gp, &o->rp, &r);
+    if (st != KVS_OK) {
+        cli_fail(st, "generate");
+        goto out;
+    }
+    if (o->json) {
+        print_json(r.n_prompt, &r, o);
+    } else {
+        printf("\n");
+        fflush(stdout);
+        print_stats(r.n_prompt, &r, 1);
+        fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed (%s)]\n",
+                r.n_docs_hit, r.n_docs_computed, r.n_moved, r.n_recomputed, kvs_repair_mode_name(o->rp.mode));
+    }
+    kvs_generate_result_free(&r);
+    rc = 0;
+out:
+    for (int i = 0; i < n; i++) free(texts[i]);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {0};
     o.n_predict = 128;
     o.sp = kvs_sampler_default_params();
+    o.rp = kvs_repair_default_params();
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
 
@@ -198,6 +312,10 @@ int cmd_generate(int argc, char **argv) {
         pp.budget_bytes = (size_t)o.cache_budget_mib << 20;
         pp.kv_type = cp.kv_type;
         if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
+    }
+    if (o.n_docs) {
+        rc = generate_docs(ctx, cache, &o, text);
+        goto done;
     }
     if (!(ids = prompt_tokens(model, &o, text, &n))) goto done;
     if (n == 0) {

@@ -5,7 +5,7 @@
 #include "cli.h"
 
 static const char *usage_text =
-    "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT)...\n"
+    "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT | --doc FILE)...\n"
     "Caches the prompt KV of each text (each -f FILE or TEXT is one prompt, warmed on its own),\n"
     "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n"
     "  -m, --model PATH       GGUF file\n"
@@ -15,6 +15,11 @@ static const char *usage_text =
     "                         the end of the text (what `generate --chat` with a prompt that starts\n"
     "                         with this text shares with it)\n"
     "  --system TEXT          system message (with --chat)\n"
+    "  --doc FILE             a document for non-prefix reuse (repeatable): its KV is computed after\n"
+    "                         the doc prefix, cached by content, and reused at any position by\n"
+    "                         `generate --doc` (give the same --chat / --doc-prefix there)\n"
+    "  --doc-prefix TEXT      the text documents are computed after (default: with --chat the\n"
+    "                         template's text before the user's content, else nothing / BOS)\n"
     "  --chunk-tokens N       chunk size (default 64)\n"
     "  --threads N            worker threads (default: all cores)\n"
     "  --ctx N                context length (default: the model's, at most 8192)\n"
@@ -28,6 +33,8 @@ static const char *usage_text =
 typedef struct warm_opts {
     const char *model_path, *cache_dir, *system;
     const char *texts[MAX_TEXTS];
+    const char *docs[MAX_TEXTS], *doc_prefix;
+    int n_docs;
     int is_file[MAX_TEXTS];
     int n_texts, chat, json, n_threads, n_ctx, chunk_tokens;
 } warm_opts;
@@ -48,6 +55,11 @@ static int parse(int argc, char **argv, warm_opts *o) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
         else if (!strcmp(a, "--cache-dir")) o->cache_dir = argv[++i];
         else if (!strcmp(a, "--system")) o->system = argv[++i];
+        else if (!strcmp(a, "--doc-prefix")) o->doc_prefix = argv[++i];
+        else if (!strcmp(a, "--doc")) {
+            if (o->n_docs == MAX_TEXTS) return cli_usage_error("warm", "at most %d documents per call", MAX_TEXTS);
+            o->docs[o->n_docs++] = argv[++i];
+        }
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (o->n_texts == MAX_TEXTS) return cli_usage_error("warm", "at most %d prompts per call", MAX_TEXTS);
             o->is_file[o->n_texts] = 1;
@@ -61,7 +73,8 @@ static int parse(int argc, char **argv, warm_opts *o) {
     }
     if (!o->model_path) return cli_usage_error("warm", "-m MODEL is required");
     if (!o->cache_dir || !*o->cache_dir) return cli_usage_error("warm", "--cache-dir DIR is required");
-    if (o->n_texts == 0) return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT)");
+    if (o->n_texts == 0 && o->n_docs == 0)
+        return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
     if (o->chunk_tokens < 0 || o->n_threads < 0 || o->n_ctx < 0)
         return cli_usage_error("warm", "--chunk-tokens, --threads and --ctx must be >= 0");
@@ -131,6 +144,34 @@ static void print_report_json(const char *src, const kvs_warm_report *w) {
     printf(", \"ms\": %.3f}", w->ms);
 }
 
+/* --doc: caches the documents' KV (kvs_warm_docs). With --json it prints
+ * the "docs" member of the object. Returns 0, or 1 after printing an error. */
+static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o) {
+    char *texts[MAX_TEXTS];
+    int n = 0, rc = 1;
+    for (; n < o->n_docs; n++)
+        if (!(texts[n] = cli_read_file(o->docs[n], NULL))) goto out;
+    kvs_segments seg = {o->chat, o->system, (const char *const *)texts, NULL, o->n_docs, NULL, o->doc_prefix};
+    kvs_warm_docs_report r;
+    int st = kvs_warm_docs(ctx, cache, &seg, &r);
+    if (st != KVS_OK) {
+        if (o->json) printf("}\n");
+        fflush(stdout);
+        cli_fail(st, "warm documents");
+        goto out;
+    }
+    if (o->json)
+        printf(", \"docs\": {\"docs\": %d, \"tokens\": %d, \"cached\": %d, \"computed\": %d, \"ms\": %.3f}", r.n_docs,
+               r.n_tokens, r.n_cached, r.n_computed, r.ms);
+    else
+        printf("documents: %d (%d tokens): %d cached already, %d computed and stored; %.1f ms\n", r.n_docs, r.n_tokens,
+               r.n_cached, r.n_computed, r.ms);
+    rc = 0;
+out:
+    for (int i = 0; i < n; i++) free(texts[i]);
+    return rc;
+}
+
 int cmd_warm(int argc, char **argv) {
     warm_opts o;
     memset(&o, 0, sizeof o);
@@ -193,10 +234,12 @@ int cmd_warm(int argc, char **argv) {
             print_report_text(src, &w);
         }
     }
+    if (o.json) printf("]");
+    if (o.n_docs && warm_docs(ctx, cache, &o)) goto done;
     if (o.json) {
         char fp[65];
         kvs_cache_fingerprint_hex(cache, fp);
-        printf("], \"tokens\": %d, \"chunks_stored\": %d, \"warnings\": %d, \"fingerprint\": \"%s\"}\n", total_tokens,
+        printf(", \"tokens\": %d, \"chunks_stored\": %d, \"warnings\": %d, \"fingerprint\": \"%s\"}\n", total_tokens,
                total_stored, total_warnings, fp);
     }
     rc = 0;

@@ -261,7 +261,8 @@ AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
 
 /* Q4_0 / Q4_1: weight nibbles (u8) in registers, xq bytes (s8) from memory.
  * Per block the integer dot is 256 * dot(w, hi) + dot(w, lo) (+ c for Q4_0):
- * the hi chain, a shift, then the lo chain on the same accumulator. */
+ * two independent vpdpbusd chains (half the latency of one), then a shift
+ * and an add. */
 AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
                 size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
     __m512 C[16];
@@ -279,14 +280,13 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
             for (int i = 0; i < mr; i++) {
                 const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
                 __m512i acc = _mm512_setzero_si512();
+                __m512i lac = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
                 #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++)
+                for (int v = 0; v < 8; v++) {
                     acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + 64 * v));
-                acc = _mm512_slli_epi32(acc, 8);
-                if (!q41) acc = _mm512_add_epi32(acc, _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128)); /* -8 sum */
-                #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++)
-                    acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
+                    lac = _mm512_dpbusd_epi32(lac, W[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
+                }
+                acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), lac);
                 __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
                 __m512 s = _mm512_mul_ps(dw, dx);
                 C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
@@ -302,14 +302,14 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
         const prep_grp *p = pt + t;
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
         __m512i acc = _mm512_setzero_si512();
+        __m512i lac = q41 ? _mm512_setzero_si512() : bcast16(qt + KVS_XQ_TAIL_C);
         #pragma GCC unroll 8
-        for (int v = 0; v < 8; v++)
-            acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]), bcast16(qt + 16 * v));
-        acc = _mm512_slli_epi32(acc, 8);
-        if (!q41) acc = _mm512_add_epi32(acc, bcast16(qt + KVS_XQ_TAIL_C));
-        #pragma GCC unroll 8
-        for (int v = 0; v < 8; v++)
-            acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(&p->v[v]), bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * v));
+        for (int v = 0; v < 8; v++) {
+            __m512i wv = _mm512_load_si512(&p->v[v]);
+            acc = _mm512_dpbusd_epi32(acc, wv, bcast16(qt + 16 * v));
+            lac = _mm512_dpbusd_epi32(lac, wv, bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * v));
+        }
+        acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), lac);
         __m512 dx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_D));
         R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
         if (q41) {
@@ -341,7 +341,7 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
                 __m512i acc = _mm512_setzero_si512();
                 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
-                A[j] = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), _mm512_load_si512(&p->corr));
+                A[j] = _mm512_slli_epi32(acc, 8);
             }
             #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * xq_of_q8[v]);
@@ -349,9 +349,10 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
             #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) {
                 const prep_grp *p = pw + (size_t)j * ng + g;
-                __m512i acc = A[j];
+                __m512i acc = _mm512_load_si512(&p->corr);
                 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
+                acc = _mm512_add_epi32(acc, A[j]);
                 __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
                 C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
             }

@@ -73,13 +73,13 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
             kvs_avx512_prep_gather(row, ng, KVS_TYPE_Q4_0, pg);
             for (int g = 0; g < ng; g++) {
                 const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-                __m512i h = _mm512_setzero_si512();
+                __m512i h = _mm512_setzero_si512(), l = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
 #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) h = _mm512_dpbusd_epi32(h, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
-                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128));
-#pragma GCC unroll 8
-                for (int v = 0; v < 8; v++)
-                    isum = _mm512_dpbusd_epi32(isum, pg[g].v[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
+                for (int v = 0; v < 8; v++) {
+                    h = _mm512_dpbusd_epi32(h, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
+                    l = _mm512_dpbusd_epi32(l, pg[g].v[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
+                }
+                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc);
             }
         }

@@ -27,17 +27,18 @@
  *               are compared with the cached (moved) K/V per token; the top
  *               recompute_ratio of them (deviation > min_deviation) are S
  *               from the check layer on (blend.c). No full forward pass is
- *               ever run to choose them. With cacheblend_seams the tokens
- *               selective would pick are kept as well (a hybrid: on this
- *               small model the tokens just before the question and the
- *               seams matter more than their deviation shows).
+ *               ever run to choose them. With cacheblend_seams (the
+ *               default) the tokens selective would pick are kept as well
+ *               (a hybrid: on SmolLM2-135M the tokens just before each seam
+ *               and the question matter more than their deviation shows).
  *   full        S = everything, from layer 0: the prompt's exact KV
  *
  * Invariants (tests/test_repair.c): full gives the bits of a cold prefill;
  * cacheblend with ratio 1.0 gives the bits of full (every row is computed
  * in every layer from exact inputs; the kernels are batch-invariant);
  * cacheblend with ratio 0 is none (nothing to recompute, so the check
- * layers are skipped: the check only serves the selection).
+ * layers are skipped: the check only serves the selection; the seams
+ * hybrid adds to a non-empty selection only).
  */
 #ifndef KVS_REUSE_REPAIR_H
 #define KVS_REUSE_REPAIR_H
@@ -47,39 +48,9 @@
 #include "engine/context.h"
 #include "reuse/segments.h"
 
-typedef enum kvs_repair_mode {
-    KVS_REPAIR_NONE = 0,
-    KVS_REPAIR_SELECTIVE = 1,
-    KVS_REPAIR_CACHEBLEND = 2,
-    KVS_REPAIR_FIRSTK = 3,
-    KVS_REPAIR_FULL = 4,
-} kvs_repair_mode;
+/* kvs_repair_mode, kvs_deviation, kvs_repair_params and their
+ * defaults / names / parsers are public (kvstitch.h). */
 
-/* How CacheBlend measures a token's KV deviation at the check layer. */
-typedef enum kvs_deviation {
-    KVS_DEVIATION_V_L2 = 0,  /* L2 norm of (fresh V - cached V) over the KV heads (CacheBlend's code) */
-    KVS_DEVIATION_K_COS = 1, /* 1 - cosine(fresh K, cached K) (KVBoost) */
-} kvs_deviation;
-
-typedef struct kvs_repair_params {
-    kvs_repair_mode mode;   /* default KVS_REPAIR_CACHEBLEND */
-    float recompute_ratio;  /* cacheblend: fraction of moved tokens recomputed (0.15) */
-    float min_deviation;    /* cacheblend: only tokens deviating more than this (0) */
-    int check_layer;        /* cacheblend: layer where deviations are measured (1) */
-    kvs_deviation deviation;/* cacheblend: the metric (V L2) */
-    int overlap;            /* selective: tokens before each seam (16) */
-    int first_k;            /* firstk: tokens at the start of each moved doc (16) */
-    int cacheblend_seams;   /* cacheblend: 1 = also recompute selective's tokens (the last `overlap`
-                             * before each seam), beyond the ratio (0) */
-} kvs_repair_params;
-
-kvs_repair_params kvs_repair_default_params(void);
-/* "none", "selective", "cacheblend", "firstk", "full"; NULL if unknown. */
-const char *kvs_repair_mode_name(kvs_repair_mode mode);
-int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);
-/* "v-l2", "k-cos"; NULL if unknown. */
-const char *kvs_deviation_name(kvs_deviation d);
-int kvs_deviation_parse(const char *name, kvs_deviation *out);
 /* KVS_ERR_INVALID_ARG naming the first field out of range. */
 int kvs_repair_params_check(const kvs_repair_params *p, int n_layer);
 

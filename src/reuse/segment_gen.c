@@ -79,7 +79,8 @@ static int acquire_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout 
 int kvs_seg_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, kvs_seg_report *rep) {
     kvs_seg_report r;
     memset(&r, 0, sizeof r);
-    if (!ctx || !cache || !lay) return kvs_error(KVS_ERR_INVALID_ARG, "warm docs: need a context, a cache and a layout");
+    if (!ctx || !cache || !lay)
+        return kvs_error(KVS_ERR_INVALID_ARG, "warm docs: need a context, a cache and a layout");
     int st = kvs_reuse_check_context(ctx, cache);
     if (!st) st = check_layout(ctx, lay);
     if (st) return st;

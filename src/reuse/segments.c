@@ -33,7 +33,8 @@ static int toks_reserve(toks *t, int extra) {
  * bytes plus BOS and EOS. */
 static int toks_append_text(toks *t, const kvs_model *model, const char *text, size_t len, int flags,
                             const char *what) {
-    if (len > (size_t)(1 << 28)) return kvs_error(KVS_ERR_INVALID_ARG, "segments: %s is too long (%zu bytes)", what, len);
+    if (len > (size_t)(1 << 28))
+        return kvs_error(KVS_ERR_INVALID_ARG, "segments: %s is too long (%zu bytes)", what, len);
     int st = toks_reserve(t, (int)len + 2);
     if (st) return st;
     int n = 0;
@@ -77,7 +78,8 @@ static int render_pieces(const kvs_model *model, const char *system, tmpl_pieces
 
 static int build_doc_prefix(const kvs_model *model, const kvs_seg_input *in, int bos_flag, toks *dp) {
     const int sp = KVS_TOKENIZE_PARSE_SPECIAL;
-    if (in->doc_prefix) return toks_append_text(dp, model, in->doc_prefix, strlen(in->doc_prefix), bos_flag | sp, "doc prefix");
+    if (in->doc_prefix)
+        return toks_append_text(dp, model, in->doc_prefix, strlen(in->doc_prefix), bos_flag | sp, "doc prefix");
     if (!in->chat) return toks_append_text(dp, model, "", 0, bos_flag, "doc prefix"); /* BOS or nothing */
     /* The template text before the docs, with an empty system message. */
     tmpl_pieces p;

@@ -54,15 +54,9 @@ typedef struct kvs_seg {
     int doc;             /* index into the input's docs for KVS_SEG_DOC, else -1 */
 } kvs_seg;
 
-typedef struct kvs_seg_input {
-    int chat;                 /* 1: lay the segments out in the chat template */
-    const char *system;       /* may be NULL (chat: the template's default, if any) */
-    const char *const *docs;  /* (n_docs) UTF-8 texts; an empty doc is skipped */
-    const size_t *doc_lens;   /* (n_docs) byte lengths, or NULL for strlen */
-    int n_docs;
-    const char *question;     /* may be NULL or "" only with chat (the template tail is live) */
-    const char *doc_prefix;   /* NULL = the default above */
-} kvs_seg_input;
+/* The input: the public kvs_segments (kvstitch.h): chat, system, docs,
+ * doc_lens, n_docs, question, doc_prefix. */
+typedef kvs_segments kvs_seg_input;
 
 typedef struct kvs_seg_layout {
     int32_t *tokens;          /* (n_tokens) the whole prompt */

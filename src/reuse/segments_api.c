@@ -1,0 +1,70 @@
+/* The public entry points of non-prefix reuse (kvstitch.h): segmented
+ * prompts, generation with moved documents, warming documents. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/context.h"
+#include "reuse/segment_gen.h"
+
+int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens) {
+    if (!model || !seg || !tokens || !n_tokens)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_segments_tokenize: model, segments and outputs must not be NULL");
+    kvs_seg_layout lay;
+    int st = kvs_seg_layout_build(model, seg, &lay);
+    if (st) return st;
+    *tokens = lay.tokens;
+    *n_tokens = lay.n_tokens;
+    lay.tokens = NULL;
+    kvs_seg_layout_free(&lay);
+    return KVS_OK;
+}
+
+int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
+                          const kvs_generate_params *params, const kvs_repair_params *repair,
+                          kvs_generate_result *out) {
+    double t0 = kvs_now_ms();
+    if (!ctx || !cache || !seg || !params || !out)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_segments: need a context, a cache, segments, params and "
+                         "a result");
+    kvs_repair_params rp = repair ? *repair : kvs_repair_default_params();
+    kvs_seg_layout lay;
+    int st = kvs_seg_layout_build(kvs_context_model(ctx), seg, &lay);
+    if (st) return st;
+    kvs_seg_report rep;
+    kvs_generate_result r;
+    st = kvs_seg_generate_at(ctx, cache, &lay, params, &rp, NULL, t0, &r, &rep);
+    kvs_seg_layout_free(&lay);
+    if (st) return st;
+    r.n_moved = rep.n_moved;
+    r.n_recomputed = rep.n_recomputed;
+    r.n_docs_hit = rep.n_docs_hit;
+    r.n_docs_computed = rep.n_docs_computed;
+    *out = r;
+    return KVS_OK;
+}
+
+int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep) {
+    double t0 = kvs_now_ms();
+    if (!ctx || !cache || !seg)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_warm_docs: need a context, a cache and segments");
+    /* The layout needs a question; only the docs matter here. */
+    kvs_segments s = *seg;
+    if (!s.question || !*s.question) s.question = "?";
+    kvs_seg_layout lay;
+    int st = kvs_seg_layout_build(kvs_context_model(ctx), &s, &lay);
+    if (st) return st;
+    kvs_seg_report sr;
+    st = kvs_seg_warm_docs(ctx, cache, &lay, &sr);
+    if (!st && rep) {
+        memset(rep, 0, sizeof *rep);
+        rep->n_docs = sr.n_docs;
+        rep->n_cached = sr.n_docs_hit;
+        rep->n_computed = sr.n_docs_computed;
+        for (int i = 0; i < lay.n_segs; i++)
+            if (lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += lay.segs[i].end - lay.segs[i].start;
+        rep->ms = kvs_now_ms() - t0;
+    }
+    kvs_seg_layout_free(&lay);
+    return st;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# CLI contract of non-prefix reuse: warm --doc, generate --doc --reuse
+# none|selective|cacheblend|firstk|full and the repair options, JSON fields.
+# Every run is a fresh process, so documents come through the cache
+# directory. Invariants compared by first_logits_sha256 (no tolerance):
+# full == full on a cold cache; cacheblend at ratio 1 == full; ratio 0 ==
+# none. Prints "ok NAME" / "FAIL NAME".
+set -u
+CLI="${KVSTITCH_CLI:-build/kvstitch}"
+SHARED="${KVSTITCH_SHARED:-../shared}"
+MODEL="${KVSTITCH_MODEL:?}"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+D="$tmp/cache"
+status=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; status=1; }
+# j FILE EXPR: evaluates a Python expression over the JSON object d of FILE
+j() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+Q="Question: Where was the author of Hannibal and Scipio educated?"
+SYS="Answer from the passages in a few words."
+gen() { "$CLI" generate -m "$MODEL" --threads 2 -n 4 --json --chat --system "$SYS" -p "$Q" "$@"; }
+
+"$CLI" generate --help | grep -q -- "--recompute-ratio" && ok repair_cli_help_generate || fail repair_cli_help_generate "no --recompute-ratio"
+"$CLI" warm --help | grep -q -- "--doc FILE" && ok repair_cli_help_warm || fail repair_cli_help_warm "no --doc"
+usage_err() { # name, expected text in stderr, args...
+    local name=$1 want=$2; shift 2
+    "$CLI" "$@" >/dev/null 2>"$tmp/e"; local rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$want" "$tmp/e" && ok "$name" || fail "$name" "rc=$rc $(cat "$tmp/e")"
+}
+echo "a doc" >"$tmp/x.txt"
+usage_err repair_cli_err_doc_needs_dir "--doc needs --cache-dir" generate -m "$MODEL" -p hi --doc "$tmp/x.txt"
+usage_err repair_cli_err_ratio_needs_doc "need --doc" generate -m "$MODEL" -p hi --cache-dir "$D" --recompute-ratio 0.3
+usage_err repair_cli_err_mode "none, selective, cacheblend" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --reuse sideways
+usage_err repair_cli_err_no_store "always cached" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --no-store
+usage_err repair_cli_err_ratio_range "in \[0, 1\]" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --recompute-ratio 2
+
+python3 - "$SHARED/data/musique_dev.json" "$tmp" <<'PY'
+import json, sys
+items = json.load(open(sys.argv[1]))
+for i, c in enumerate(items[0]["ctxs"][:3]):
+    t = c["text"][:900]
+    open("%s/d%d.txt" % (sys.argv[2], i), "w").write(t[: t.rfind(" ")] + "\n\n")
+PY
+docs=(--doc "$tmp/d0.txt" --doc "$tmp/d1.txt" --doc "$tmp/d2.txt")
+rdocs=(--doc "$tmp/d2.txt" --doc "$tmp/d0.txt" --doc "$tmp/d1.txt")
+
+# warm the documents, twice
+"$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 --chat --json "${docs[@]}" >"$tmp/w.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/w.json" 'd["docs"]["docs"] == 3 and d["docs"]["computed"] == 3 and d["docs"]["tokens"] > 300')" = True ] \
+    && ok repair_cli_warm_docs || fail repair_cli_warm_docs "$(cat "$tmp/w.json" "$tmp/e")"
+"$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 --chat "${docs[@]}" >"$tmp/w2.txt" 2>&1 \
+    && grep -q "3 cached already, 0 computed" "$tmp/w2.txt" && ok repair_cli_warm_docs_again || fail repair_cli_warm_docs_again "$(cat "$tmp/w2.txt")"
+
+# cacheblend (default) from the warmed documents
+gen --cache-dir "$D" "${docs[@]}" >"$tmp/cb.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/cb.json" 'd["docs_hit"] == 3 and d["docs_computed"] == 0 and d["reuse"] == "cacheblend" and d["moved_tokens"] > 300 and int(0.10 * d["moved_tokens"] + 0.5) < d["recomputed_tokens"] <= int(0.10 * d["moved_tokens"] + 0.5) + 3 * 16')" = True ] \
+    && ok repair_cli_cacheblend_json || fail repair_cli_cacheblend_json "$(cat "$tmp/cb.json" "$tmp/e")"
+
+# invariants: ratio 1 == full (checked below), ratio 0 == none
+gen --cache-dir "$D" "${docs[@]}" --recompute-ratio 1 >"$tmp/r1.json" 2>"$tmp/e"
+[ -s "$tmp/r1.json" ] && [ "$(j "$tmp/r1.json" 'd["recomputed_tokens"] == d["moved_tokens"] > 0')" = True ] \
+    && ok repair_cli_ratio_one || fail repair_cli_ratio_one "$(cat "$tmp/r1.json" "$tmp/e")"
+sha_r1=$(j "$tmp/r1.json" 'd["first_logits_sha256"]')
+gen --cache-dir "$D" "${docs[@]}" --recompute-ratio 0 >"$tmp/r0.json" 2>"$tmp/e"
+gen --cache-dir "$D" "${docs[@]}" --reuse none >"$tmp/none.json" 2>>"$tmp/e"
+[ -s "$tmp/r0.json" ] && [ "$(j "$tmp/r0.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/none.json" 'd["first_logits_sha256"]')" ] \
+    && [ "$(j "$tmp/none.json" 'd["recomputed_tokens"] == 0 and d["reuse"] == "none" and d["moved_tokens"] > 0')" = True ] \
+    && ok repair_cli_ratio_zero_is_none || fail repair_cli_ratio_zero_is_none "$(cat "$tmp/r0.json" "$tmp/none.json" "$tmp/e")"
+sha_none=$(j "$tmp/none.json" 'd["first_logits_sha256"]')
+
+# the other strategies and options; documents in another order still hit
+gen --cache-dir "$D" "${rdocs[@]}" --reuse selective --overlap 8 >"$tmp/sel.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/sel.json" 'd["recomputed_tokens"] == 24 and d["docs_hit"] == 3')" = True ] \
+    && ok repair_cli_selective || fail repair_cli_selective "$(cat "$tmp/sel.json" "$tmp/e")"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse firstk --first-k 5 >"$tmp/fk.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/fk.json" 'd["recomputed_tokens"] == 15 and d["docs_hit"] == 3')" = True ] \
+    && ok repair_cli_firstk || fail repair_cli_firstk "$(cat "$tmp/fk.json" "$tmp/e")"
+gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.3 --deviation k-cos --check-layer 2 --no-seams >"$tmp/kc.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/kc.json" 'd["recomputed_tokens"] == int(0.3 * d["moved_tokens"] + 0.5)')" = True ] \
+    && ok repair_cli_cacheblend_options || fail repair_cli_cacheblend_options "$(cat "$tmp/kc.json" "$tmp/e")"
+# a new document is computed on the fly and stored
+cp "$tmp/d1.txt" "$tmp/d3.txt"; echo "One more line." >>"$tmp/d3.txt"
+gen --cache-dir "$D" --doc "$tmp/d3.txt" --doc "$tmp/d0.txt" >"$tmp/new.json" 2>"$tmp/e" \
+    && gen --cache-dir "$D" --doc "$tmp/d0.txt" --doc "$tmp/d3.txt" >"$tmp/new2.json" 2>>"$tmp/e" \
+    && [ "$(j "$tmp/new.json" 'd["docs_computed"] == 1 and d["docs_hit"] == 1')" = True ] \
+    && [ "$(j "$tmp/new2.json" 'd["docs_computed"] == 0 and d["docs_hit"] == 2')" = True ] \
+    && ok repair_cli_doc_on_the_fly || fail repair_cli_doc_on_the_fly "$(cat "$tmp/new.json" "$tmp/new2.json" "$tmp/e")"
+# full (recompute everything; it stores the whole prompt by prefix, so it
+# runs on a copy of the directory): with the system segment an exact hit,
+# and on a cold directory: the same bits, and those of ratio 1
+cp -r "$D" "$tmp/copy"
+gen --cache-dir "$tmp/copy" "${docs[@]}" --reuse full >"$tmp/full.json" 2>"$tmp/e"
+gen --cache-dir "$tmp/cold" "${docs[@]}" --reuse full >"$tmp/full_cold.json" 2>>"$tmp/e"
+[ -s "$tmp/full.json" ] && [ "$(j "$tmp/full.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/full_cold.json" 'd["first_logits_sha256"]')" ] \
+    && [ "$(j "$tmp/full.json" 'd["cached_tokens"] > 0 and d["moved_tokens"] == 0 and d["reuse"] == "full"')" = True ] \
+    && ok repair_cli_full_exact || fail repair_cli_full_exact "$(cat "$tmp/full.json" "$tmp/full_cold.json" "$tmp/e")"
+sha_full=$(j "$tmp/full.json" 'd["first_logits_sha256"]')
+[ "$sha_r1" = "$sha_full" ] && ok repair_cli_ratio_one_is_full || fail repair_cli_ratio_one_is_full "$sha_r1 vs $sha_full"
+[ "$sha_none" != "$sha_full" ] && ok repair_cli_none_differs || fail repair_cli_none_differs "none gave full's bits"
+# a repeated prompt after full: an exact hit of all but the last token, no moves
+gen --cache-dir "$tmp/copy" "${docs[@]}" >"$tmp/again.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/again.json" 'd["cached_tokens"] == d["prompt_tokens"] - 1 and d["moved_tokens"] == 0')" = True ] \
+    && [ "$(j "$tmp/again.json" 'd["first_logits_sha256"]')" = "$sha_full" ] \
+    && ok repair_cli_exact_after_full || fail repair_cli_exact_after_full "$(cat "$tmp/again.json" "$tmp/e")"
+# text mode prints the document line
+"$CLI" generate -m "$MODEL" --threads 2 -n 2 --chat -p "$Q" --cache-dir "$D" "${docs[@]}" >/dev/null 2>"$tmp/t.txt" \
+    && grep -q "documents: 3 from the cache" "$tmp/t.txt" && ok repair_cli_text || fail repair_cli_text "$(cat "$tmp/t.txt")"
+exit $status
