@@ -403,6 +403,38 @@ out:
     if (system(cmd)) fprintf(stderr, "  cannot remove %s\n", dir);
 }
 
+/* The public API: kvs_warm_docs, then kvs_generate_segments == the
+ * internal request on the same layout. */
+TEST(public_api) {
+    kvs_cache *c = open_cache(NULL);
+    if (!c) return;
+    const char *fwd[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]};
+    kvs_segments seg = {1, "Answer the question from the passages, in a few words.", fwd, NULL, N_DOCS,
+                        "\n\nQuestion: Where was the author of Hannibal and Scipio educated?", NULL};
+    kvs_warm_docs_report w;
+    CHECK_EQ_INT(kvs_warm_docs(g_ctx, c, &seg, &w), KVS_OK);
+    CHECK(w.n_docs == N_DOCS && w.n_computed == N_DOCS && w.n_cached == 0 && w.n_tokens == doc_tokens(&g_lay));
+    CHECK_EQ_INT(kvs_warm_docs(g_ctx, c, &seg, &w), KVS_OK);
+    CHECK(w.n_cached == N_DOCS && w.n_computed == 0);
+    kvs_generate_params gp = greedy();
+    kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, 0.15f);
+    kvs_generate_result pub, in;
+    kvs_seg_report rep;
+    int st = kvs_generate_segments(g_ctx, c, &seg, &gp, &rp, &pub);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (!st && !run(c, &g_lay, rp, &in, &rep)) {
+        CHECK_MSG(same(&pub, &in), "kvs_generate_segments differs from the internal request");
+        CHECK_EQ_INT(pub.n_moved, rep.n_moved);
+        CHECK_EQ_INT(pub.n_recomputed, rep.n_recomputed);
+        CHECK_EQ_INT(pub.n_docs_hit, N_DOCS);
+        CHECK_EQ_INT(pub.n_docs_computed, 0);
+        CHECK_EQ_INT(pub.n_prompt, g_lay.n_tokens);
+        kvs_generate_result_free(&in);
+    }
+    if (!st) kvs_generate_result_free(&pub);
+    kvs_cache_free(c);
+}
+
 static int setup(void) {
     const char *mp = kt_model_path();
     if (!mp) return -1;
@@ -446,6 +478,7 @@ int main(void) {
     RUN(exact_prefix_hit_on_system_segment);
     RUN(exact_prefix_hit_covering_docs);
     RUN(docs_persist_in_cache_dir);
+    RUN(public_api);
     kvs_generate_result_free(&g_full);
     kvs_seg_layout_free(&g_lay);
     kvs_seg_layout_free(&g_lay_rev);

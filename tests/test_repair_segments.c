@@ -149,6 +149,24 @@ TEST(question_required) {
     kvs_seg_layout_free(&lay);
 }
 
+/* The public kvs_segments_tokenize gives the layout's tokens (the baseline
+ * a full prefill runs). */
+TEST(public_tokenize_matches_layout) {
+    kvs_segments seg = {1, "Be brief.", docs, NULL, 3, "When?", NULL};
+    kvs_seg_layout lay;
+    int32_t *t = NULL;
+    int n = 0;
+    CHECK_EQ_INT(kvs_seg_layout_build(g_model, &seg, &lay), KVS_OK);
+    CHECK_EQ_INT(kvs_segments_tokenize(g_model, &seg, &t, &n), KVS_OK);
+    CHECK_EQ_INT(n, lay.n_tokens);
+    CHECK(t && n == lay.n_tokens && !memcmp(t, lay.tokens, (size_t)n * sizeof *t));
+    free(t);
+    kvs_seg_layout_free(&lay);
+    seg.chat = 0;
+    seg.question = NULL;
+    CHECK_EQ_INT(kvs_segments_tokenize(g_model, &seg, &t, &n), KVS_ERR_INVALID_ARG);
+}
+
 int main(void) {
     const char *mp = kt_model_path();
     kvs_model_params mp_ = kvs_model_default_params();
@@ -162,6 +180,7 @@ int main(void) {
     RUN(doc_tokens_do_not_depend_on_neighbours);
     RUN(plain_layout);
     RUN(question_required);
+    RUN(public_tokenize_matches_layout);
     kvs_model_free(g_model);
     return kt_summary();
 }

@@ -15,6 +15,10 @@
  *
  * `full` never reads doc chunks: it computes every token after the exact
  * prefix, which is a cold prefill's bits.
+ *
+ * Threads: one request uses one context (its KV buffer and forward
+ * scratch); the cache may be shared by requests on other contexts (the
+ * store is thread-safe; a doc computed twice concurrently is stored once).
  */
 #ifndef KVS_REUSE_SEGMENT_GEN_H
 #define KVS_REUSE_SEGMENT_GEN_H
