@@ -284,7 +284,8 @@ typedef struct cfg {
 #define CFG_CB_SEAMS ((kvs_repair_mode)100)
 
 static const char *cfg_strategy(const cfg *c) {
-    return c->rp.cacheblend_seams ? "cacheblend+seams" : kvs_repair_mode_name(c->rp.mode);
+    return c->rp.mode == KVS_REPAIR_CACHEBLEND && c->rp.cacheblend_seams ? "cacheblend+seams"
+                                                                          : kvs_repair_mode_name(c->rp.mode);
 }
 
 

@@ -8,9 +8,10 @@ if (!exists("png")) png = 'bench/results/rag_eval.png'
 set terminal pngcairo size 1400,560 font ",10" noenhanced
 set output png
 set datafile separator "\t"
-set key top right box opaque
+set key below horizontal
 set grid
 set logscale y 2
+set yrange [1:96]
 set multiplot layout 1,2 title "Non-prefix reuse on RAG prompts (SmolLM2-135M, 6 docs): speedup vs fidelity"
 # columns: 1 strategy, 2 param, 3 recomputed_frac, 4 ttft_ms, 5 speedup, 6 kl, 7 top1, 8 exact, 9 f1, 10 em
 lbl(s, p, f) = (s eq "cacheblend" || s eq "cacheblend+seams") ? sprintf("%.2f", p) : (s eq "none" ? "" : sprintf("%d", p))
