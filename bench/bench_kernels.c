@@ -224,19 +224,20 @@ int main(int argc, char **argv) {
         if (sp) *sp = 0;
     }
     if (f) fclose(f);
-    printf("bench_kernels: %s, %ld cores, load %s; best ISA %s; %s clock\n", model,
-           sysconf(_SC_NPROCESSORS_ONLN), load, kvs_kernels_isa(),
+    printf("bench_kernels: %s, %ld cores, load %s; best ISA %s%s; %s clock\n", model,
+           sysconf(_SC_NPROCESSORS_ONLN), load, kvs_kernels_isa(), kvs_kernels_amx() ? " + amx" : "",
            use_cpu_clock ? "thread CPU" : "wall");
-    const char *isas[] = {"avx512vnni", "avx2", "scalar"};
+    /* amx: avx512vnni plus AMX tiles for Q4_0 / Q4_1 prefill matmuls (attention: the same) */
+    const char *isas[] = {"amx", "avx512vnni", "avx2", "scalar"};
     for (int t = 1; t <= 2; t++) {
         if (only_threads && t != only_threads) continue;
         if (use_cpu_clock && t > 1) continue; /* thread CPU time is per thread */
         bench_pool(t);
-        for (size_t s = 0; s < 3; s++) {
+        for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
             if (only_isa && strcmp(only_isa, isas[s])) continue;
             if (kvs_kernels_set_isa(isas[s]) != 0) continue;
             if (!no_mm) bench_matmul(isas[s], t, quick);
-            if (!no_attn) bench_attention(isas[s], t, quick);
+            if (!no_attn && strcmp(isas[s], "amx")) bench_attention(isas[s], t, quick);
         }
     }
     return 0;

@@ -19,7 +19,7 @@
 
 static const int all_types[] = {KVS_TYPE_F32, KVS_TYPE_F16, KVS_TYPE_BF16,
                                 KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
-static const char *simd_isas[] = {"avx2", "avx512vnni"};
+static const char *simd_isas[] = {"avx2", "avx512vnni", "amx"};
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -546,6 +546,83 @@ TEST(test_attention_simd_equals_scalar) {
     printf("  %d SIMD/scalar attention comparisons\n", compared);
 }
 
+/* The AMX path (Q4_0 / Q4_1, >= KVS_AMX_MIN_M rows) gives the scalar bytes
+ * for m around the 16-row tile and the threshold, k with and without tail
+ * blocks (and past KVS_AMX_MAX_K: the AVX-512 fallback), n around the
+ * 32-column panel, on one and two threads, including rows at the two-level
+ * rounding edges; Q8_0 (not on AMX) must fall back with the same bytes. */
+TEST(test_matmul_amx_equals_scalar) {
+    if (kvs_kernels_set_isa("amx") != 0) {
+        printf("  (skip: no AMX on this CPU / OS)\n");
+        return;
+    }
+    CHECK(kvs_kernels_amx() == 1);
+    kvs_kernels_set_isa("avx512vnni");
+    CHECK(kvs_kernels_amx() == 0);
+    const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q8_0};
+    const int ms[] = {16, 17, 31, 32, 33, 47, 48, 70};
+    const int ks[] = {32, 96, 512, 544, 576, 1536, 2048, 2080};
+    const int ns[] = {1, 5, 16, 17, 31, 32, 33, 45, 100};
+    kvs_pool *pool = kvs_pool_new(2);
+    int compared = 0, idx = 0;
+    for (size_t t = 0; t < 3; t++)
+        for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++, idx++) {
+                int type = qtypes[t], k = ks[ki], m = ms[mi];
+                int n = ns[(size_t)idx % (sizeof(ns) / sizeof(ns[0]))];
+                if (k >= 2048 && m > 33) continue; /* keep the scalar runs short */
+                kvs_wmat w = kt_rand_wmat(type, n, k);
+                float *x = xmalloc(sizeof(float) * m * k);
+                float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+                kt_rand_vec(x, (size_t)m * k, 2.0f);
+                for (int e = 0; e < k; e++) { /* rounding edges in row 1 (ties of v and 256 v) */
+                    static const float edge[] = {127.0f, 0.5f, -2.5f, 126.5f, 127.5f / 256, -128.5f / 256,
+                                                 0.0f, 1e-40f, 3.0f - 128.0f / 256, -127.0f};
+                    x[k + e] = edge[e % 10];
+                }
+                for (int e = 0; e < 32; e++) x[2 * k + e] = 0.0f; /* an all-zero block */
+                void *work = xmalloc(kvs_matmul_work_size(&w, m));
+                kvs_kernels_set_isa("scalar");
+                kvs_matmul(NULL, &w, x, m, y0, work);
+                for (int th = 0; th < 2; th++) {
+                    kvs_kernels_set_isa("amx");
+                    memset(y1, 0xff, sizeof(float) * m * n);
+                    kvs_matmul(th ? pool : NULL, &w, x, m, y1, work);
+                    if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
+                        int bad = 0;
+                        while (y0[bad] == y1[bad]) bad++;
+                        fprintf(stderr, "  amx type %d k %d n %d m %d th %d: y[%d] %.9g vs scalar %.9g\n", type,
+                                k, n, m, th + 1, bad, y1[bad], y0[bad]);
+                        kt_test_failed++;
+                    }
+                    compared++;
+                }
+                free(x); free(y0); free(y1); free(work); free((void *)w.data);
+            }
+    /* enough rows that the call is split into row blocks (each block's
+     * activations sized for L2, dispatch.c): 200 rows at k = 2048 */
+    for (size_t t = 0; t < 2; t++) {
+        const int m = 200, k = 2048, n = 33;
+        kvs_wmat w = kt_rand_wmat(qtypes[t], n, k);
+        float *x = xmalloc(sizeof(float) * m * k);
+        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+        kt_rand_vec(x, (size_t)m * k, 2.0f);
+        void *work = xmalloc(kvs_matmul_work_size(&w, m));
+        kvs_kernels_set_isa("scalar");
+        kvs_matmul(NULL, &w, x, m, y0, work);
+        kvs_kernels_set_isa("amx");
+        memset(y1, 0xff, sizeof(float) * m * n);
+        kvs_matmul(pool, &w, x, m, y1, work);
+        CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0, "amx type %d m %d k %d: row blocks differ",
+                  qtypes[t], m, k);
+        compared++;
+        free(x); free(y0); free(y1); free(work); free((void *)w.data);
+    }
+    kvs_pool_free(pool);
+    kvs_kernels_set_isa("best");
+    printf("  %d AMX/scalar matmul comparisons\n", compared);
+}
+
 TEST(test_isa_selection) {
     const char *isa = kvs_kernels_isa();
     printf("  dispatcher picked %s\n", isa);
@@ -564,6 +641,7 @@ int main(void) {
     RUN(test_matmul_ref_vs_double);
     RUN(test_matmul_simd_equals_scalar);
     RUN(test_matmul_two_level_edges);
+    RUN(test_matmul_amx_equals_scalar);
     RUN(test_rmsnorm);
     RUN(test_silu_mul);
     RUN(test_rowops_simd_equals_scalar);

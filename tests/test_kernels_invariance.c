@@ -8,7 +8,7 @@
 #include "kernels/kernels_impl.h"
 #include "test_kernels_util.h"
 
-static const char *isas[] = {"scalar", "avx2", "avx512vnni"};
+static const char *isas[] = {"scalar", "avx2", "avx512vnni", "amx"};
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);

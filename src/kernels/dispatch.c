@@ -6,6 +6,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "kernels/kernels_impl.h"
 
@@ -54,15 +59,60 @@ static int cpu_level(void) {
 
 int kvs_kernels_cpu_level(void) { return cpu_level(); }
 
+/* AMX: cpuid (leaf 7: EDX bit 24 amx-tile, bit 22 amx-bf16) and Linux's
+ * permission for tile data (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18
+ * XTILEDATA; process-wide, so every pool thread may then use tiles). Asked
+ * once; any failure leaves the AVX-512 path. */
+static int amx_probe(void) {
+#if defined(__x86_64__) && defined(SYS_arch_prctl)
+    unsigned a, b, c, d;
+    if (cpu_level() < 2 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
+
+int kvs_kernels_amx_available(void) {
+    static atomic_int avail = -1;
+    int v = atomic_load_explicit(&avail, memory_order_relaxed);
+    if (v < 0) {
+        v = amx_probe();
+        atomic_store_explicit(&avail, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static atomic_int g_isa_cap = 2; /* highest level allowed (kvs_kernels_set_isa) */
+static atomic_int g_amx = -1;    /* AMX allowed: -1 not decided yet (KVS_AMX env) */
+
+static int amx_default(void) {
+    const char *e = getenv("KVS_AMX");
+    return !(e && !strcmp(e, "0"));
+}
+
+static int amx_on(void) {
+    int a = atomic_load_explicit(&g_amx, memory_order_relaxed);
+    if (a < 0) {
+        a = amx_default();
+        int expected = -1;
+        atomic_compare_exchange_strong(&g_amx, &expected, a);
+        a = atomic_load(&g_amx);
+    }
+    return a && kvs_kernels_amx_available();
+}
 
 int kvs_kernels_set_isa(const char *name) {
-    int want = 2;
+    int want = 2, amx = 0;
     if (name && !strcmp(name, "scalar")) want = 0;
     else if (name && !strcmp(name, "avx2")) want = 1;
-    else if (name && strcmp(name, "avx512vnni") && strcmp(name, "best")) return -1;
-    if (want > cpu_level()) return -1;
+    else if (name && !strcmp(name, "amx")) amx = 1;
+    else if (name && !strcmp(name, "best")) amx = amx_default();
+    else if (name && strcmp(name, "avx512vnni")) return -1;
+    if (want > cpu_level() || (name && !strcmp(name, "amx") && !kvs_kernels_amx_available())) return -1;
     atomic_store(&g_isa_cap, want);
+    atomic_store(&g_amx, amx);
     return 0;
 }
 
@@ -79,6 +129,29 @@ static const kvs_isa *pick_isa(void) {
 
 const char *kvs_kernels_isa(void) { return pick_isa()->name; }
 
+int kvs_kernels_amx(void) {
+#if defined(__x86_64__)
+    return pick_isa() == &kvs_isa_avx512 && amx_on();
+#else
+    return 0;
+#endif
+}
+
+static int amx_applies(const kvs_wmat *w, int m) {
+    return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K &&
+           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1); /* why not Q8_0: matmul_amx.c */
+}
+
+/* The path of one matmul call: AMX replaces AVX-512 for calls it covers
+ * (same bits, so the choice is only about speed). */
+static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
+    const kvs_isa *isa = pick_isa();
+#if defined(__x86_64__)
+    if (isa == &kvs_isa_avx512 && amx_applies(w, m) && amx_on()) return &kvs_isa_amx;
+#endif
+    return isa;
+}
+
 /* ------------------------------------------------------------------------ */
 
 static inline void *align64(void *p) {
@@ -87,13 +160,17 @@ static inline void *align64(void *p) {
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     if (!kvs_wtype_is_quant(w->type)) return 0;
-    return 64 + kvs_xq_bytes(w->k, m) + 64 + kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
+    size_t s = kvs_xq_bytes(w->k, m) + 64 + kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
+    /* whichever path runs (the ISA may change between sizing and the call) */
+    if (amx_applies(w, m) && kvs_xa_bytes(w->k, m) > s) s = kvs_xa_bytes(w->k, m);
+    return 64 + s;
 }
 
 typedef struct mm_task {
     kvs_mm_call call;
     const kvs_isa *isa;
     int cols;  /* output columns per chunk (a multiple of 16: whole tiles) */
+    int rows;  /* AMX: activation rows per chunk (a multiple of 16), else 0: all */
 } mm_task;
 
 #define MM_QUANT_ROWS 8 /* activation rows quantized per chunk */
@@ -106,12 +183,32 @@ static void mm_quant_chunk(void *arg, int chunk, int ith) {
     t->isa->quantize_rows(&t->call, i0, i1);
 }
 
+/* Chunks of a task: column chunks, times row blocks for AMX. */
+static int mm_nchunks(const mm_task *t) {
+    int nc = (t->call.w->n + t->cols - 1) / t->cols;
+    return t->rows ? nc * ((t->call.m + t->rows - 1) / t->rows) : nc;
+}
+
 static void mm_chunk(void *arg, int chunk, int ith) {
     (void)ith;
     mm_task *t = arg;
-    int j0 = chunk * t->cols, j1 = j0 + t->cols;
+    int nc = (t->call.w->n + t->cols - 1) / t->cols;
+    int rb = t->rows ? chunk / nc : 0, cc = t->rows ? chunk % nc : chunk;
+    int j0 = cc * t->cols, j1 = j0 + t->cols;
     if (j1 > t->call.w->n) j1 = t->call.w->n;
-    t->isa->matmul_cols(&t->call, j0, j1);
+    if (!t->rows) {
+        t->isa->matmul_cols(&t->call, j0, j1);
+        return;
+    }
+    /* a row block is a call of its own (rows are independent; xa rows
+     * past m exist up to the next multiple of 16) */
+    kvs_mm_call sub = t->call;
+    int i0 = rb * t->rows;
+    sub.m = t->call.m - i0 < t->rows ? t->call.m - i0 : t->rows;
+    sub.x += (size_t)i0 * t->call.w->k;
+    sub.xq += (size_t)i0 * t->call.xq_row;
+    sub.y += (size_t)i0 * t->call.w->n;
+    t->isa->matmul_cols(&sub, j0, j1);
 }
 
 /* Prepares t->call for quantized weights: xq in work, x quantized (on the
@@ -120,6 +217,19 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     kvs_mm_call *c = &t->call;
     int m = c->m;
     c->xq = align64(work);
+#if defined(__x86_64__)
+    if (t->isa == &kvs_isa_amx) {
+        c->xq_row = kvs_xa_row_bytes(c->w->k);
+        c->xq_tail = NULL;
+        c->xq_quad = 0;
+        c->xn = NULL;
+        int mp = (m + 15) & ~15; /* the last row tile reads whole tiles */
+        memset((uint8_t *)c->xq + (size_t)m * c->xq_row, 0, (size_t)(mp - m) * c->xq_row);
+        if (m <= 2 * MM_QUANT_ROWS) t->isa->quantize_rows(c, 0, m);
+        else kvs_pool_for(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
+        return;
+    }
+#endif
     c->xq_row = kvs_xq_row_bytes(c->w->k);
     c->xq_tail = c->xq + (size_t)m * c->xq_row;
     c->xq_quad = kvs_xq_quad_bytes(c->w->k);
@@ -132,17 +242,40 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     else kvs_pool_for(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
 }
 
+/* AMX: rows per chunk, so that a row block's bf16 activations (twice the
+ * bytes of xq) stay in L2 while every column chunk passes over it; blocks
+ * of equal size (multiples of 16). 0 for the other paths. */
+#define MM_AMX_XA_BUDGET (1536 * 1024) /* of a 2 MiB L2; 768 KiB measured ~5% slower */
+static int mm_rows(const kvs_isa *isa, const kvs_wmat *w, int m) {
+#if defined(__x86_64__)
+    if (isa == &kvs_isa_amx) {
+        size_t bytes = (size_t)m * kvs_xa_row_bytes(w->k);
+        int nrb = (int)((bytes + MM_AMX_XA_BUDGET - 1) / MM_AMX_XA_BUDGET);
+        int rows = (m + nrb - 1) / nrb;
+        return (rows + 15) & ~15;
+    }
+#endif
+    (void)isa; (void)w; (void)m;
+    return 0;
+}
+
 /* Small m: bigger chunks (less counter traffic); the work per chunk is what
  * matters, not its column count. */
-static int mm_cols(int m) { return m == 1 ? 64 : m < 16 ? 32 : 16; }
+static int mm_cols(const kvs_isa *isa, int m) {
+#if defined(__x86_64__)
+    if (isa == &kvs_isa_amx) return 32; /* one weight panel (two B tiles) */
+#endif
+    return m == 1 ? 64 : m < 16 ? 32 : 16;
+}
 
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
-    mm_task t = {.isa = pick_isa()};
+    mm_task t = {.isa = mm_isa(w, m)};
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
     if (kvs_wtype_is_quant(w->type)) mm_quantize(pool, &t, work);
-    t.cols = mm_cols(m);
-    kvs_pool_for(pool, (w->n + t.cols - 1) / t.cols, mm_chunk, &t);
+    t.cols = mm_cols(t.isa, m);
+    t.rows = mm_rows(t.isa, w, m);
+    kvs_pool_for(pool, mm_nchunks(&t), mm_chunk, &t);
 }
 
 #define MM_MULTI_MAX 8
@@ -186,12 +319,13 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
     mm_multi_task mt;
     mt.nw = nw;
     mt.first[0] = 0;
-    const kvs_isa *isa = pick_isa();
+    const kvs_isa *isa = mm_isa(ws[0], m); /* same type and k: the same path for all */
     for (int i = 0; i < nw; i++) {
         mm_task *t = &mt.t[i];
         t->isa = isa;
         t->call = (kvs_mm_call){.w = ws[i], .x = x, .m = m, .y = ys[i]};
-        t->cols = mm_cols(m);
+        t->cols = mm_cols(isa, m);
+        t->rows = mm_rows(isa, ws[i], m);
         if (kvs_wtype_is_quant(ws[i]->type)) {
             if (i == 0) mm_quantize(pool, t, work);
             else { /* same type and k: the same quantized x */
@@ -202,7 +336,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
                 t->call.xn = mt.t[0].call.xn;
             }
         }
-        mt.first[i + 1] = mt.first[i] + (ws[i]->n + t->cols - 1) / t->cols;
+        mt.first[i + 1] = mt.first[i] + mm_nchunks(t);
     }
     kvs_pool_for(pool, mt.first[nw], mm_multi_chunk, &mt);
 }

@@ -95,9 +95,15 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
 const char *kvs_kernels_isa(void);
 /* Forces the scalar path (tests, KVS_FORCE_SCALAR=1 env does the same). */
 void kvs_kernels_force_scalar(int on);
-/* Caps the dispatcher at one ISA level ("scalar", "avx2", "avx512vnni" or
- * "best"), for tests and benchmarks that compare paths. Returns -1 (and
- * changes nothing) if the name is unknown or the CPU lacks that level. */
+/* Caps the dispatcher at one ISA level ("scalar", "avx2", "avx512vnni",
+ * "amx" or "best"), for tests and benchmarks that compare paths. Returns -1
+ * (and changes nothing) if the name is unknown or the CPU lacks that level.
+ * "amx" is "avx512vnni" plus AMX tiles for Q4_0 / Q4_1 matmuls of many
+ * rows (prefill; Linux must grant tile data; same bits), "avx512vnni"
+ * leaves AMX out, "best" uses AMX where available unless KVS_AMX=0. */
 int kvs_kernels_set_isa(const char *name);
+/* 1 if quantized matmuls of many rows currently run on AMX (kvs_kernels_isa
+ * then still names the vector level, "avx512vnni"). */
+int kvs_kernels_amx(void);
 
 #endif

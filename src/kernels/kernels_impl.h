@@ -66,6 +66,19 @@ typedef struct kvs_attn_call {
 
 static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * (2 * KVS_QK + 8); }
 
+/* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 weights, calls of >= KVS_AMX_MIN_M
+ * rows and k <= KVS_AMX_MAX_K (its weight repack lives on the stack). Its
+ * activation layout "xa" replaces xq (xq_tail NULL): per row, natural
+ * element order, bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb] (the
+ * scale of Q), float sx[nb] (dx * sum Q); rows padded to a multiple of 16
+ * (zero) so every tile load reads 16 rows. */
+#define KVS_AMX_MIN_M 32 /* below, the per-call weight repack outweighs the gain (measured) */
+#define KVS_AMX_MAX_K 2048
+static inline size_t kvs_xa_row_bytes(int k) { return ((size_t)(k / KVS_QK) * 136 + 63) & ~(size_t)63; }
+static inline size_t kvs_xa_bytes(int k, int m) { return (size_t)((m + 15) & ~15) * kvs_xa_row_bytes(k); }
+static inline float *kvs_xa_dx(uint8_t *row, int nb) { return (float *)(row + (size_t)nb * 128); }
+static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (size_t)nb * 132); }
+
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48
 #define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
@@ -83,6 +96,9 @@ typedef struct kvs_isa {
 
 /* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */
 int kvs_kernels_cpu_level(void);
+/* 1 if the CPU has AMX (tile, bf16) and Linux granted this process tile
+ * data (asked once); AMX then runs when the ISA cap allows it. */
+int kvs_kernels_amx_available(void);
 /* 0 while KVS_FORCE_SCALAR / kvs_kernels_force_scalar(1) is in effect. */
 int kvs_kernels_simd_allowed(void);
 
@@ -90,6 +106,7 @@ extern const kvs_isa kvs_isa_scalar;
 #if defined(__x86_64__)
 extern const kvs_isa kvs_isa_avx2;
 extern const kvs_isa kvs_isa_avx512;
+extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
 #endif
 
 /* Scalar pieces reused by the SIMD paths for tails and unusual shapes. */

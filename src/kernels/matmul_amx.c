@@ -1,0 +1,324 @@
+/*
+ * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
+ * Q4_0 / Q4_1 weights and many activation rows (prefill). Produces exactly
+ * the bits of the scalar reference (canonical order in kernels_impl.h).
+ *
+ * Why BF16 tiles give exact integers: a block's integer dot is
+ * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-8, 15], hi_e, lo_e in
+ * [-127, 127]. 256 hi_e, lo_e and w_e are exact in bf16, every product and
+ * every partial sum is an integer of magnitude < 32 * 15 * 32639 < 2^24,
+ * so TDPBF16PS (fp32 accumulation) computes i_b exactly, whatever its
+ * internal order: the tile holds exactly the reference's (float)i_b, hi and
+ * lo accumulate into the same tile, and the vector epilogue is only the
+ * canonical float steps. (Q8_0 weights reach 2^27: they stay on AVX-512.)
+ *
+ * Activations ("xa", kernels_impl.h): each row in natural element order,
+ * bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb], float sx[nb], so one
+ * tile load (row stride xa_row) gives block b of 16 rows.
+ *
+ * Weights: per chunk of up to 32 output columns ("panel", two halves of 16)
+ * every block is repacked once into the TDPBF16PS B layout (16 rows of 64
+ * bytes: row r, dword n = elements 2r, 2r+1 of weight row n as bf16, Q4_0
+ * already minus 8), plus dw (and mw) per column; on the stack, reused by
+ * every 16-row tile of the call.
+ *
+ * Work unit: 16 rows x the panel's 32 columns. Its tiles (tmm2/3: A =
+ * 256 hi / lo of the 16 rows, shared by both halves; tmm4/5: B of the
+ * halves; C of even blocks in tmm0/1, of odd blocks in tmm6/7; K = 32
+ * elements = one block) leave (float)i_b of every block in a buffer: per
+ * block and half 2 TDPBF16PS and one tile store. Then each row runs the
+ * canonical float steps with its 16 chains (block b -> chain b % 16) in
+ * registers, lanes = 16 output columns: the tree (kvs_tree16 order, lane-
+ * wise), then the tail blocks in order. The tiles of the next row tile are
+ * issued between the rows of the current one (two buffers), so the tile
+ * unit and the vector units work at the same time.
+ *
+ * Activation rows come in blocks that keep their xa in L2 (dispatch.c
+ * splits the call by rows as well as columns for this path).
+ */
+#include <float.h>
+
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16")
+#endif
+
+#include <immintrin.h>
+
+#include "kernels/kernels_impl.h"
+
+#define AI __attribute__((always_inline)) static inline
+
+/* ------------------------------------------------------------ quantize x */
+
+/* Exact float -> bf16 of small integers (the low 16 bits are zero). */
+AI __m256i bf16_of(__m512 f) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16)); }
+
+/* One block, two-level (quant.h), the reference's arithmetic lane-wise:
+ * writes 32 bf16 of 256 hi and 32 of lo, returns dx (the scale of Q), sets
+ * sum Q. */
+AI float quantize_block(const float *xb, uint16_t *hb, uint16_t *lb, int32_t *sum) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
+    __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+    __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
+    float amax = _mm512_reduce_max_ps(mx);
+    float d = amax / 127.0f;
+    float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
+    __m512 vid = _mm512_set1_ps(id);
+    __m512i qsum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512 v = _mm512_mul_ps(x[h], vid);
+        __m512i qh = _mm512_cvtps_epi32(v); /* round half even */
+        __m512i ql = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
+                                      _mm512_slli_epi32(qh, 8));
+        ql = _mm512_max_epi32(_mm512_min_epi32(ql, c127), cm127);
+        qsum = _mm512_add_epi32(qsum, _mm512_add_epi32(_mm512_slli_epi32(qh, 8), ql));
+        _mm256_storeu_si256((__m256i *)(hb + 16 * h), bf16_of(_mm512_cvtepi32_ps(_mm512_slli_epi32(qh, 8))));
+        _mm256_storeu_si256((__m256i *)(lb + 16 * h), bf16_of(_mm512_cvtepi32_ps(ql)));
+    }
+    *sum = _mm512_reduce_add_epi32(qsum);
+    return d * (1.0f / 256.0f);
+}
+
+static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+    int k = c->w->k, nb = k / KVS_QK;
+    for (int i = i0; i < i1; i++) {
+        const float *x = c->x + (size_t)i * k;
+        uint8_t *row = (uint8_t *)c->xq + (size_t)i * c->xq_row;
+        uint16_t *hb = (uint16_t *)row, *lb = hb + (size_t)nb * KVS_QK;
+        float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
+        for (int b = 0; b < nb; b++) {
+            int32_t sum;
+            float d = quantize_block(x + (size_t)b * KVS_QK, hb + 32 * b, lb + 32 * b, &sum);
+            dx[b] = d;
+            sx[b] = d * (float)sum;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ prep */
+
+#define PANEL 32 /* output columns per weight panel (two B tiles) */
+
+/* One block of a panel: B tiles of columns 0..15 and 16..31, dw, mw. */
+typedef struct amx_blk {
+    uint16_t b[2][16][32];
+    float dw[PANEL];
+    float mw[PANEL];
+} amx_blk;
+
+/* Repacks columns [j0, j0 + nr) of all nb blocks (the halves that have
+ * columns; missing columns of a half: zero, never stored). */
+static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
+    const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18, qoff = q41 ? 4 : 2;
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), bytew = _mm512_set1_epi32(0xff);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+    /* word v -> bf16 of the weight value of nibble v (Q4_0: v - 8) */
+    const __m512i off = _mm512_set1_epi32(q41 ? 0 : 8);
+    __m512i t0 = _mm512_castsi256_si512(bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(lane, off))));
+    const __m512i tbl = _mm512_inserti64x4(t0, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(
+                                                   _mm512_add_epi32(lane, _mm512_set1_epi32(16)), off))), 1);
+    const __m512i z = _mm512_setzero_si512();
+    for (int h = 0; 16 * h < nr; h++) {
+        int cnt = nr - 16 * h;
+        __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
+        for (int b = 0; b < nb; b++) {
+            amx_blk *p = &out[b];
+            const uint8_t *blk = base + (size_t)b * bs;
+            /* first dword of each block: d (and m for Q4_1); for Q4_0 the 4
+             * bytes stay inside the block (qs follows) */
+            __m512i dm = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1);
+            _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+            _mm512_store_ps(p->mw + 16 * h, q41 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
+                                                : _mm512_setzero_ps());
+            for (int r = 0; r < 4; r++) {
+                /* lane n: qs[4r..4r+3] of column n; low nibbles are elements
+                 * 4r..4r+3 (B rows 2r, 2r+1), high nibbles 16+4r.. (rows 8+2r, 9+2r) */
+                __m512i q = _mm512_mask_i32gather_epi32(z, mk, idx, blk + qoff + 4 * r, 1);
+                __m512i nib[2] = {_mm512_and_si512(q, lo4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4)};
+                for (int u = 0; u < 2; u++) {
+                    __m512i x = nib[u];
+                    __m512i e01 = _mm512_or_si512(_mm512_and_si512(x, bytew),
+                                                  _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytew), 16));
+                    __m512i e23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 16), bytew),
+                                                  _mm512_slli_epi32(_mm512_srli_epi32(x, 24), 16));
+                    _mm512_store_si512(p->b[h][8 * u + 2 * r], _mm512_permutexvar_epi16(e01, tbl));
+                    _mm512_store_si512(p->b[h][8 * u + 2 * r + 1], _mm512_permutexvar_epi16(e23, tbl));
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- kernel */
+
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+/* A unit of work: 16 rows (row tile t) x the panel's columns. Its tiles
+ * store (float)i_b of every block into cb[16 rows][2 halves][nb][16 cols],
+ * then the epilogue runs row by row with the 16 chains in registers. */
+typedef struct amx_run {
+    const amx_blk *pan;
+    const uint8_t *xq; /* xa of the call */
+    size_t xa_row;
+    int nb, nh, m, nr;
+    float *y;          /* y of the call at the panel's first column */
+    size_t ldy;
+} amx_run;
+
+/* Blocks [b0, b1) of row tile t: C of even blocks in tmm0/1 (halves), odd
+ * blocks in tmm6/7, so a block's products need not wait for the previous
+ * block's stores; the A tiles serve both halves. */
+AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
+    const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row;
+    const size_t ldc = (size_t)r->nb * 2 * 64;
+    float *cb1 = cb + (size_t)r->nb * 16;
+    for (int b = b0; b < b1; b++) {
+        _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
+        _tile_loadd(3, xa + (size_t)(r->nb + b) * 64, r->xa_row);
+        _tile_loadd(4, r->pan[b].b[0], 64);
+        if (r->nh > 1) _tile_loadd(5, r->pan[b].b[1], 64);
+        if (b & 1) {
+            _tile_zero(6);
+            _tile_dpbf16ps(6, 2, 4);
+            _tile_dpbf16ps(6, 3, 4);
+            if (r->nh > 1) {
+                _tile_zero(7);
+                _tile_dpbf16ps(7, 2, 5);
+                _tile_dpbf16ps(7, 3, 5);
+            }
+            _tile_stored(6, cb + 16 * b, ldc);
+            if (r->nh > 1) _tile_stored(7, cb1 + 16 * b, ldc);
+        } else {
+            _tile_zero(0);
+            _tile_dpbf16ps(0, 2, 4);
+            _tile_dpbf16ps(0, 3, 4);
+            if (r->nh > 1) {
+                _tile_zero(1);
+                _tile_dpbf16ps(1, 2, 5);
+                _tile_dpbf16ps(1, 3, 5);
+            }
+            _tile_stored(0, cb + 16 * b, ldc);
+            if (r->nh > 1) _tile_stored(1, cb1 + 16 * b, ldc);
+        }
+    }
+}
+
+/* Block b of one output row into chain v: v = fma((float)i_b, dw * dx, v),
+ * Q4_1: v = fma(mw, sx, v). */
+AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const float *sx, int b,
+               __m512 v, int q41) {
+    __m512 s = _mm512_mul_ps(_mm512_load_ps(p->dw + 16 * h), _mm512_set1_ps(dx[b]));
+    v = _mm512_fmadd_ps(_mm512_load_ps(cr + 16 * b), s, v);
+    if (q41) v = _mm512_fmadd_ps(_mm512_load_ps(p->mw + 16 * h), _mm512_set1_ps(sx[b]), v);
+    return v;
+}
+
+/* Row i, half h of row tile t, its dots in cb: the canonical float steps. */
+AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41) {
+    const int nb = r->nb, nf = nb / 16 * 16;
+    const float *cr = cb + (size_t)(i * 2 + h) * nb * 16;
+    uint8_t *row = (uint8_t *)r->xq + (size_t)(t * 16 + i) * r->xa_row;
+    const float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
+    __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
+    if (nf) {
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) a[c] = step(&r->pan[c], h, cr, dx, sx, c, _mm512_setzero_ps(), q41);
+        for (int b0 = 16; b0 < nf; b0 += 16)
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) a[c] = step(&r->pan[b0 + c], h, cr, dx, sx, b0 + c, a[c], q41);
+        /* kvs_tree16, lane-wise */
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) a[q] = _mm512_add_ps(a[q], a[q + 4]);
+        a[0] = _mm512_add_ps(a[0], a[2]);
+        a[1] = _mm512_add_ps(a[1], a[3]);
+        y = _mm512_add_ps(a[0], a[1]);
+    }
+    for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
+    int cnt = r->nr - 16 * h;
+    __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
+    _mm512_mask_storeu_ps(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, mk, y);
+}
+
+#define CB_PAD (17 * 16)
+
+/* All row tiles of a panel, software-pipelined: while the rows of tile t
+ * run their float steps, the tiles of t + 1 fill the other buffer (a
+ * sixteenth of its blocks per row), so the tile unit and the vector unit
+ * work at the same time. */
+AI void panel(const amx_run *r, float *cbuf, int q41) {
+    const int nt = (r->m + 15) / 16;
+    /* floats of one buffer, plus 17 lines so the two buffers never sit a
+     * multiple of 4 KiB apart (loads from one would falsely wait on tile
+     * stores to the other) */
+    const size_t cbn = (size_t)16 * 2 * r->nb * 16 + CB_PAD;
+    unit_tiles(r, 0, 0, r->nb, cbuf);
+    for (int t = 0; t < nt; t++) {
+        int mr = r->m - 16 * t < 16 ? r->m - 16 * t : 16;
+        const float *cb = cbuf + (t & 1) * cbn;
+        float *cb1 = cbuf + ((t + 1) & 1) * cbn;
+        for (int i = 0; i < 16; i++) {
+            if (t + 1 < nt) unit_tiles(r, t + 1, i * r->nb / 16, (i + 1) * r->nb / 16, cb1);
+            if (i < mr)
+                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, q41);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ entry point */
+
+static void amx_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+    const kvs_wmat *w = c->w;
+    const int nb = w->k / KVS_QK;
+    amx_blk pan[KVS_AMX_MAX_K / KVS_QK] __attribute__((aligned(64)));
+    float cbuf[2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)] __attribute__((aligned(64)));
+    amx_tilecfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { /* C, C, A hi, A lo, B, B, C, C: 16 rows x 64 bytes */
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg); /* per thread, per call: released below */
+    for (int jt = j0; jt < j1; jt += PANEL) {
+        int nr = j1 - jt < PANEL ? j1 - jt : PANEL;
+        prep_panel(w, jt, nr, nb, pan);
+        /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
+        amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
+                     .m = c->m, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
+        if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1);
+        else panel(&r, cbuf, 0);
+    }
+    _tile_release();
+}
+
+void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+const kvs_isa kvs_isa_amx = {
+    .name = "amx",
+    .quantize_rows = amx_quantize_rows,
+    .matmul_cols = amx_matmul_cols,
+    .attention_unit = kvs_attention_unit_avx512,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
