@@ -6,6 +6,7 @@
 #ifndef KVS_KERNELS_AVX512_UTIL_H
 #define KVS_KERNELS_AVX512_UTIL_H
 
+#include <float.h>
 #include <immintrin.h>
 
 #include "kernels/kernels_impl.h"
@@ -30,6 +31,31 @@ static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 /* corr of a prep_grp from 128 * sum w (see above): -(256 + 1) * that. */
 AI __m512i q8_corr(__m512i s128) {
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(_mm512_slli_epi32(s128, 8), s128));
+}
+
+/* The two-level rounding of one block of 32 (quant.h), lane-wise as the
+ * reference: qh[h] / ql[h] = hi / lo of elements 16h..16h+15 as int32;
+ * returns dx (the scale of Q = 256 hi + lo), writes sum Q. */
+AI float quantize_block_levels(const float *xb, __m512i qh[2], __m512i ql[2], int32_t *sum) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
+    __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+    __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
+    float amax = _mm512_reduce_max_ps(mx);
+    float d = amax / 127.0f;
+    float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
+    __m512 vid = _mm512_set1_ps(id);
+    __m512i qsum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512 v = _mm512_mul_ps(x[h], vid);
+        qh[h] = _mm512_cvtps_epi32(v); /* round half even */
+        ql[h] = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
+                                 _mm512_slli_epi32(qh[h], 8));
+        ql[h] = _mm512_max_epi32(_mm512_min_epi32(ql[h], c127), cm127);
+        qsum = _mm512_add_epi32(qsum, _mm512_add_epi32(_mm512_slli_epi32(qh[h], 8), ql[h]));
+    }
+    *sum = _mm512_reduce_add_epi32(qsum);
+    return d * (1.0f / 256.0f);
 }
 
 /* The 16 bytes at p in all four 128-bit lanes (a tail block's dword of 4 rows). */

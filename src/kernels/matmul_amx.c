@@ -47,11 +47,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16")
 #endif
 
-#include <immintrin.h>
-
-#include "kernels/kernels_impl.h"
-
-#define AI __attribute__((always_inline)) static inline
+#include "kernels/avx512_util.h"
 
 /* ------------------------------------------------------------ quantize x */
 
@@ -62,27 +58,13 @@ AI __m256i bf16_of(__m512 f) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_m
  * writes 32 bf16 of 256 hi and 32 of lo, returns dx (the scale of Q), sets
  * sum Q. */
 AI float quantize_block(const float *xb, uint16_t *hb, uint16_t *lb, int32_t *sum) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
-    __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
-    __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
-    float amax = _mm512_reduce_max_ps(mx);
-    float d = amax / 127.0f;
-    float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
-    __m512 vid = _mm512_set1_ps(id);
-    __m512i qsum = _mm512_setzero_si512();
+    __m512i qh[2], ql[2];
+    float dx = quantize_block_levels(xb, qh, ql, sum);
     for (int h = 0; h < 2; h++) {
-        __m512 v = _mm512_mul_ps(x[h], vid);
-        __m512i qh = _mm512_cvtps_epi32(v); /* round half even */
-        __m512i ql = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
-                                      _mm512_slli_epi32(qh, 8));
-        ql = _mm512_max_epi32(_mm512_min_epi32(ql, c127), cm127);
-        qsum = _mm512_add_epi32(qsum, _mm512_add_epi32(_mm512_slli_epi32(qh, 8), ql));
-        _mm256_storeu_si256((__m256i *)(hb + 16 * h), bf16_of(_mm512_cvtepi32_ps(_mm512_slli_epi32(qh, 8))));
-        _mm256_storeu_si256((__m256i *)(lb + 16 * h), bf16_of(_mm512_cvtepi32_ps(ql)));
+        _mm256_storeu_si256((__m256i *)(hb + 16 * h), bf16_of(_mm512_cvtepi32_ps(_mm512_slli_epi32(qh[h], 8))));
+        _mm256_storeu_si256((__m256i *)(lb + 16 * h), bf16_of(_mm512_cvtepi32_ps(ql[h])));
     }
-    *sum = _mm512_reduce_add_epi32(qsum);
-    return d * (1.0f / 256.0f);
+    return dx;
 }
 
 static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {

@@ -47,27 +47,13 @@
  * and 16..31 (h[1]), lo bytes likewise (l[0], l[1]); returns the scale of Q,
  * writes sum Q. */
 AI float quantize_block(const float *xb, __m128i h[2], __m128i l[2], int32_t *sum) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
-    __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
-    __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
-    float amax = _mm512_reduce_max_ps(mx);
-    float d = amax / 127.0f;
-    float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
-    __m512 vid = _mm512_set1_ps(id);
-    __m512i qsum = _mm512_setzero_si512();
+    __m512i qh[2], ql[2];
+    float dx = quantize_block_levels(xb, qh, ql, sum);
     for (int k = 0; k < 2; k++) {
-        __m512 v = _mm512_mul_ps(x[k], vid);
-        __m512i qh = _mm512_cvtps_epi32(v); /* round half even */
-        __m512i ql = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
-                                      _mm512_slli_epi32(qh, 8));
-        ql = _mm512_max_epi32(_mm512_min_epi32(ql, c127), cm127);
-        qsum = _mm512_add_epi32(qsum, _mm512_add_epi32(_mm512_slli_epi32(qh, 8), ql));
-        h[k] = _mm512_cvtepi32_epi8(qh);
-        l[k] = _mm512_cvtepi32_epi8(ql);
+        h[k] = _mm512_cvtepi32_epi8(qh[k]);
+        l[k] = _mm512_cvtepi32_epi8(ql[k]);
     }
-    *sum = _mm512_reduce_add_epi32(qsum);
-    return d * (1.0f / 256.0f);
+    return dx;
 }
 
 /* dword r of pa -> vec 2r, of pb -> vec 2r+1; vec v at dst + v * stride;
