@@ -6,7 +6,9 @@
 #   BUILD   build dir (default build)
 #   extra arguments go to rag_eval (e.g. --all for every MuSiQue item,
 #   --items 4 for a shorter run; rag_eval --help lists them)
-# About 10-15 minutes on 2 idle cores; longer on a shared machine.
+# About 20-25 minutes on 2 idle cores; longer on a shared machine. The
+# error anatomy (bench/rag_anatomy: where the error of moved KV comes from)
+# is a separate run: $BUILD/bench/rag_anatomy --items 4 (about 3 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build}"

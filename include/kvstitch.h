@@ -522,6 +522,13 @@ typedef struct kvs_repair_params {
     int cacheblend_seams;   /* cacheblend: 1 (default) = with a ratio > 0, also recompute selective's
                              * tokens (the last `overlap` before each seam) beyond the ratio.
                              * Defaults chosen with bench/rag_eval: see bench/results/rag_eval.md */
+    float narrow_from;      /* cacheblend: gradual narrowing (CacheBlend's gradual filtering); 0 = off
+                             * (default). Else the share kept at the check layer, in
+                             * [recompute_ratio, 1]; over the next narrow_layers layers the kept
+                             * tokens are re-ranked by the deviation of their fresh K/V and shrink
+                             * geometrically to recompute_ratio. recomputed_tokens counts the
+                             * final set (the tokens recomputed through the last layer) */
+    int narrow_layers;      /* cacheblend: layers the narrowing takes (4) */
 } kvs_repair_params;
 
 kvs_repair_params kvs_repair_default_params(void);

@@ -13,6 +13,12 @@
  *   a request whose system segment hits the exact prefix cache == the same
  *   request computing it
  * Counts: recomputed_tokens per strategy, moved tokens, docs hit/computed.
+ * A single doc computed after exactly the prompt's own prefix (delta 0) is
+ * exact: none / selective / cacheblend give a cold prefill's bits.
+ * Gradual narrowing: 1 -> 1 == full; r -> r == no narrowing; every
+ * selected set is a subset of the one before, forced (seams) tokens stay,
+ * the final set has the ratio's size; recomputed_tokens and the (token,
+ * layer) count.
  * Quality (first-token KL vs full): cacheblend at 0.5 is closer than none.
  * The context's batch is 128 rows, so the layer-major recompute runs in
  * several batches per layer. KVSTITCH_TEST_QUICK=1 uses shorter docs.
@@ -29,6 +35,9 @@
 
 #define N_DOCS 3
 #define N_GEN 4
+
+static const char *const k_sys = "Answer the question from the passages, in a few words.";
+static const char *const k_question = "\n\nQuestion: Where was the author of Hannibal and Scipio educated?";
 
 static kvs_model *g_model;
 static kvs_context *g_ctx;
@@ -435,6 +444,220 @@ TEST(public_api) {
     kvs_cache_free(c);
 }
 
+/* One doc whose KV was computed after exactly the tokens that precede it in
+ * the prompt, and placed where it was computed (delta 0): nothing is
+ * approximate, so every strategy gives a cold prefill's bits (memcmp). The
+ * doc prefix is given as text, the system turn of the chat template, which
+ * must tokenize as the prompt's own prefix. */
+TEST(real_prefix_one_doc_is_exact) {
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n", k_sys);
+    const char *docs[1] = {g_docs[0]};
+    kvs_seg_input in = {1, k_sys, docs, NULL, 1, k_question, prefix};
+    kvs_seg_layout lay;
+    CHECK_EQ_INT(kvs_seg_layout_build(g_model, &in, &lay), KVS_OK);
+    if (!lay.tokens) return;
+    int D = lay.segs[1].start;
+    CHECK_EQ_INT(lay.n_doc_prefix, D);
+    CHECK_MSG(lay.n_doc_prefix == D && !memcmp(lay.doc_prefix, lay.tokens, (size_t)D * sizeof(int32_t)),
+              "the text doc prefix does not tokenize as the prompt's prefix");
+    kvs_generate_params gp = greedy();
+    kvs_generate_result cold, r;
+    kvs_seg_report rep;
+    kvs_cache *c = open_cache(NULL);
+    if (!c || kvs_generate(g_ctx, lay.tokens, lay.n_tokens, &gp, &cold) != KVS_OK) goto out;
+    static const kvs_repair_mode modes[] = {KVS_REPAIR_NONE, KVS_REPAIR_SELECTIVE, KVS_REPAIR_CACHEBLEND};
+    for (int i = 0; i < 3; i++) {
+        kvs_repair_params rp = kvs_repair_default_params(); /* cacheblend: the hybrid at the default ratio */
+        rp.mode = modes[i];
+        if (run(c, &lay, rp, &r, &rep)) continue;
+        CHECK_EQ_INT(rep.n_moved, lay.segs[1].end - D);
+        CHECK_MSG(same(&r, &cold), "%s: a doc after its own prefix at delta 0 differs from a cold prefill (KL %.3g)",
+                  kvs_repair_mode_name(rp.mode), kl_first(&cold, &r));
+        kvs_generate_result_free(&r);
+    }
+    /* the public API with the same doc prefix, the system segment an exact hit */
+    kvs_segments seg = {1, k_sys, docs, NULL, 1, k_question, prefix};
+    for (int k = 0; k < 2; k++) {
+        int st = kvs_generate_segments(g_ctx, c, &seg, &gp, NULL, &r);
+        CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+        if (st) break;
+        CHECK_MSG(same(&r, &cold), "public API, run %d: differs from a cold prefill", k);
+        CHECK_EQ_INT(r.n_docs_hit, 1);
+        kvs_generate_result_free(&r);
+    }
+    kvs_generate_result_free(&cold);
+out:
+    kvs_cache_free(c);
+    kvs_seg_layout_free(&lay);
+}
+
+static kvs_repair_params narrowing(float from, float ratio, int layers, int seams) {
+    kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, ratio);
+    rp.narrow_from = from;
+    rp.narrow_layers = layers;
+    rp.cacheblend_seams = seams;
+    return rp;
+}
+
+TEST(narrowing_invariants) {
+    kvs_cache *c = open_cache(NULL);
+    if (!c) return;
+    int n_moved = doc_tokens(&g_lay);
+    kvs_generate_result a, b;
+    kvs_seg_report ra, rb;
+    /* 1 -> 1: every token in every layer, a cold prefill's bits */
+    if (!run(c, &g_lay, narrowing(1.0f, 1.0f, 4, 0), &a, &ra)) {
+        CHECK_MSG(same(&a, &g_full), "narrowing 1 -> 1 differs from full");
+        CHECK_EQ_INT(ra.n_recomputed, n_moved);
+        CHECK(ra.n_token_layers == (long)n_moved * kvs_model_hparams(g_model)->n_layer);
+        kvs_generate_result_free(&a);
+    }
+    /* r -> r == no narrowing, plain and with the seams */
+    for (int seams = 0; seams < 2; seams++) {
+        float r = seams ? 0.10f : 0.15f;
+        if (run(c, &g_lay, narrowing(0, r, 4, seams), &a, &ra)) continue;
+        if (!run(c, &g_lay, narrowing(r, r, 4, seams), &b, &rb)) {
+            CHECK_MSG(same(&a, &b), "narrowing %.2f -> %.2f (seams %d) differs from no narrowing", (double)r,
+                      (double)r, seams);
+            CHECK_EQ_INT(rb.n_recomputed, ra.n_recomputed);
+            /* the same rows, but the narrowing layers' K/V counted for them too */
+            CHECK(rb.n_token_layers == ra.n_token_layers);
+            kvs_generate_result_free(&b);
+        }
+        kvs_generate_result_free(&a);
+    }
+    /* 0.5 -> 0.1: the final set has the ratio's size; closer to full than none */
+    kvs_generate_result none;
+    if (!run(c, &g_lay, narrowing(0.5f, 0.1f, 4, 0), &a, &ra)) {
+        CHECK_EQ_INT(ra.n_recomputed, (int)(0.1 * n_moved + 0.5));
+        CHECK_EQ_INT(ra.n_check, n_moved);
+        if (!run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &none, &rb)) {
+            printf("  narrowing 0.5 -> 0.1: KL vs full %.5f (none %.5f)\n", kl_first(&g_full, &a),
+                   kl_first(&g_full, &none));
+            CHECK(kl_first(&g_full, &a) < kl_first(&g_full, &none));
+            kvs_generate_result_free(&none);
+        }
+        kvs_generate_result_free(&a);
+    }
+    kvs_cache_free(c);
+}
+
+/* The selections of one narrowing, as the trace reports them. */
+#define MAX_TRACE 16
+typedef struct trace_log {
+    int n, layer[MAX_TRACE], size[MAX_TRACE];
+    int32_t *pos[MAX_TRACE];
+} trace_log;
+
+static void on_select(void *ud, int layer, const kvs_rowset *rs) {
+    trace_log *t = ud;
+    if (t->n == MAX_TRACE) return;
+    t->layer[t->n] = layer;
+    t->size[t->n] = rs->n;
+    t->pos[t->n] = malloc((rs->n > 0 ? (size_t)rs->n : 1) * sizeof(int32_t));
+    memcpy(t->pos[t->n], rs->pos, (size_t)rs->n * sizeof(int32_t));
+    t->n++;
+}
+
+/* a (na, ascending) is a subset of b (nb, ascending) */
+static int subset(const int32_t *a, int na, const int32_t *b, int nb) {
+    int j = 0;
+    for (int i = 0; i < na; i++) {
+        while (j < nb && b[j] < a[i]) j++;
+        if (j == nb || b[j] != a[i]) return 0;
+    }
+    return 1;
+}
+
+static int contains(const int32_t *a, int n, int32_t x) {
+    for (int i = 0; i < n; i++)
+        if (a[i] == x) return 1;
+    return 0;
+}
+
+/* The repair run on the moved KV of a `none` request, traced: the set at
+ * the check layer, then one per narrowing layer, each a subset of the one
+ * before, shrinking to the ratio; the seams' tokens in every set. */
+TEST(narrowing_sets_shrink) {
+    kvs_cache *c = open_cache(NULL);
+    if (!c) return;
+    const int n_layer = kvs_model_hparams(g_model)->n_layer, n_moved = doc_tokens(&g_lay);
+    kvs_seg docs[N_DOCS];
+    int nd = 0;
+    for (int i = 0; i < g_lay.n_segs && nd < N_DOCS; i++)
+        if (g_lay.segs[i].kind == KVS_SEG_DOC) docs[nd++] = g_lay.segs[i];
+    kvs_repair_region rg = {g_lay.tokens, docs[0].start, docs[nd - 1].end, docs, nd};
+    for (int seams = 0; seams < 2; seams++) {
+        kvs_generate_result r;
+        kvs_seg_report sr;
+        if (run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &r, &sr)) break; /* the moved KV, in the context */
+        kvs_generate_result_free(&r);
+        kvs_repair_params rp = narrowing(0.5f, 0.1f, 4, seams);
+        trace_log t;
+        memset(&t, 0, sizeof t);
+        kvs_repair_report rep;
+        CHECK_EQ_INT(kvs_repair_run_traced(g_ctx, &rg, &rp, on_select, &t, &rep), KVS_OK);
+        CHECK_EQ_INT(t.n, 5);
+        int want0 = (int)(0.5 * n_moved + 0.5), want = (int)(0.1 * n_moved + 0.5);
+        if (t.n == 5) {
+            long tl = (long)n_moved * (rp.check_layer + 1);
+            for (int k = 0; k < t.n; k++) {
+                CHECK_EQ_INT(t.layer[k], rp.check_layer + k);
+                if (k > 0) {
+                    CHECK_MSG(subset(t.pos[k], t.size[k], t.pos[k - 1], t.size[k - 1]),
+                              "seams %d: the set at layer %d is not a subset of the one before", seams, t.layer[k]);
+                    CHECK(t.size[k] <= t.size[k - 1]);
+                    tl += t.size[k - 1];
+                }
+                for (int i = 0; seams && i < nd; i++)
+                    for (int p = docs[i].end - rp.overlap; p < docs[i].end; p++)
+                        CHECK_MSG(contains(t.pos[k], t.size[k], p), "seam token %d dropped at layer %d", p,
+                                  t.layer[k]);
+            }
+            tl += (long)t.size[4] * (n_layer - rp.check_layer - 4 - 1);
+            CHECK_EQ_INT(rep.n_recomputed, t.size[4]);
+            CHECK(rep.n_token_layers == tl);
+            if (!seams) {
+                CHECK_EQ_INT(t.size[0], want0);
+                CHECK_EQ_INT(t.size[4], want);
+            } else {
+                CHECK(t.size[0] >= want0 && t.size[0] <= want0 + nd * rp.overlap);
+                CHECK(t.size[4] >= want && t.size[4] <= want + nd * rp.overlap);
+            }
+            printf("  narrowing 0.5 -> 0.1 (seams %d): sets of %d %d %d %d %d tokens, %ld token-layers of %ld\n",
+                   seams, t.size[0], t.size[1], t.size[2], t.size[3], t.size[4], rep.n_token_layers,
+                   (long)n_moved * n_layer);
+        }
+        for (int k = 0; k < t.n; k++) free(t.pos[k]);
+    }
+    kvs_cache_free(c);
+}
+
+TEST(narrowing_params) {
+    const int L = kvs_model_hparams(g_model)->n_layer;
+    kvs_repair_params p = narrowing(0.5f, 0.1f, 4, 0);
+    CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_OK);
+    CHECK(fabs(kvs_blend_share(&p, 0, L) - 0.5) < 1e-6);
+    CHECK(fabs(kvs_blend_share(&p, 4, L) - 0.1) < 1e-6);
+    CHECK(fabs(kvs_blend_share(&p, 2, L) - sqrt(0.5 * 0.1)) < 1e-6); /* geometric */
+    for (int j = 1; j <= 4; j++) CHECK(kvs_blend_share(&p, j, L) < kvs_blend_share(&p, j - 1, L));
+    CHECK_EQ_INT(kvs_blend_narrow_len(&p, L), 4);
+    p.check_layer = L - 2; /* room for one narrowing layer */
+    CHECK_EQ_INT(kvs_blend_narrow_len(&p, L), 1);
+    p = narrowing(0, 0.1f, 4, 0);
+    CHECK_EQ_INT(kvs_blend_narrow_len(&p, L), 0);
+    CHECK(fabs(kvs_blend_share(&p, 0, L) - 0.1) < 1e-6);
+    p = narrowing(0.05f, 0.1f, 4, 0); /* below the ratio */
+    CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_ERR_INVALID_ARG);
+    p = narrowing(1.5f, 0.1f, 4, 0);
+    CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_ERR_INVALID_ARG);
+    p = narrowing(0.5f, 0.1f, 0, 0);
+    CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_ERR_INVALID_ARG);
+    kvs_repair_params d = kvs_repair_default_params();
+    CHECK(d.narrow_from == 0.0f && d.narrow_layers == 4);
+}
+
 static int setup(void) {
     const char *mp = kt_model_path();
     if (!mp) return -1;
@@ -479,6 +702,10 @@ int main(void) {
     RUN(exact_prefix_hit_covering_docs);
     RUN(docs_persist_in_cache_dir);
     RUN(public_api);
+    RUN(real_prefix_one_doc_is_exact);
+    RUN(narrowing_params);
+    RUN(narrowing_invariants);
+    RUN(narrowing_sets_shrink);
     kvs_generate_result_free(&g_full);
     kvs_seg_layout_free(&g_lay);
     kvs_seg_layout_free(&g_lay_rev);

@@ -4,7 +4,7 @@
 # Every run is a fresh process, so documents come through the cache
 # directory. Invariants compared by first_logits_sha256 (no tolerance):
 # full == full on a cold cache; cacheblend at ratio 1 == full; ratio 0 ==
-# none. Prints "ok NAME" / "FAIL NAME".
+# none; narrowing from r to r == no narrowing. Prints "ok NAME" / "FAIL NAME".
 set -u
 CLI="${KVSTITCH_CLI:-build/kvstitch}"
 SHARED="${KVSTITCH_SHARED:-../shared}"
@@ -33,6 +33,9 @@ usage_err repair_cli_err_ratio_needs_doc "need --doc" generate -m "$MODEL" -p hi
 usage_err repair_cli_err_mode "none, selective, cacheblend" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --reuse sideways
 usage_err repair_cli_err_no_store "always cached" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --no-store
 usage_err repair_cli_err_ratio_range "in \[0, 1\]" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --recompute-ratio 2
+usage_err repair_cli_err_narrow_range "narrow-from must be" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --narrow-from 0.05
+usage_err repair_cli_err_narrow_layers "narrow-layers must be" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --narrow-from 0.5 --narrow-layers 0
+usage_err repair_cli_err_narrow_needs_doc "need --doc" generate -m "$MODEL" -p hi --cache-dir "$D" --narrow-from 0.5
 
 python3 - "$SHARED/data/musique_dev.json" "$tmp" <<'PY'
 import json, sys
@@ -78,6 +81,15 @@ gen --cache-dir "$D" "${rdocs[@]}" --reuse firstk --first-k 5 >"$tmp/fk.json" 2>
 gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.3 --deviation k-cos --check-layer 2 --no-seams >"$tmp/kc.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/kc.json" 'd["recomputed_tokens"] == int(0.3 * d["moved_tokens"] + 0.5)')" = True ] \
     && ok repair_cli_cacheblend_options || fail repair_cli_cacheblend_options "$(cat "$tmp/kc.json" "$tmp/e")"
+# gradual narrowing: recomputed_tokens is the final set; from r to r is
+# no narrowing, bit for bit
+gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams >"$tmp/n0.json" 2>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams --narrow-from 0.1 >"$tmp/n1.json" 2>>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams --narrow-from 0.4 --narrow-layers 3 >"$tmp/n2.json" 2>>"$tmp/e"
+[ -s "$tmp/n2.json" ] && [ "$(j "$tmp/n0.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/n1.json" 'd["first_logits_sha256"]')" ] \
+    && [ "$(j "$tmp/n2.json" 'd["recomputed_tokens"] == int(0.1 * d["moved_tokens"] + 0.5) and d["docs_hit"] == 3')" = True ] \
+    && "$CLI" generate --help | grep -q -- "--narrow-from" \
+    && ok repair_cli_narrowing || fail repair_cli_narrowing "$(cat "$tmp/n0.json" "$tmp/n1.json" "$tmp/n2.json" "$tmp/e")"
 # a new document is computed on the fly and stored
 cp "$tmp/d1.txt" "$tmp/d3.txt"; echo "One more line." >>"$tmp/d3.txt"
 gen --cache-dir "$D" --doc "$tmp/d3.txt" --doc "$tmp/d0.txt" >"$tmp/new.json" 2>"$tmp/e" \

@@ -52,6 +52,11 @@ static const char *usage_text =
     "  --deviation M          cacheblend: v-l2 (default) or k-cos\n"
     "  --seams, --no-seams    cacheblend: also recompute selective's tokens (--overlap before each seam),\n"
     "                         beyond the ratio (default: on; --no-seams is plain CacheBlend)\n"
+    "  --narrow-from R        cacheblend: gradual narrowing: keep R of the document tokens at the check\n"
+    "                         layer, re-rank them by their KV deviation in each of the next\n"
+    "                         --narrow-layers layers and shrink the set to --recompute-ratio\n"
+    "                         (R in [ratio, 1]; default 0 = off). recomputed_tokens counts the final set\n"
+    "  --narrow-layers N      cacheblend: layers the narrowing takes (default 4)\n"
     "  --doc-prefix TEXT      the text documents are computed after (default: with --chat the\n"
     "                         template's text before the user's content, else nothing / BOS)\n"
     "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n";
@@ -160,6 +165,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--first-k")) bad = cli_parse_int(a, argv[++i], &o->rp.first_k);
         else if (!strcmp(a, "--check-layer")) bad = cli_parse_int(a, argv[++i], &o->rp.check_layer);
         else if (!strcmp(a, "--min-deviation")) bad = cli_parse_float(a, argv[++i], &o->rp.min_deviation);
+        else if (!strcmp(a, "--narrow-from")) bad = cli_parse_float(a, argv[++i], &o->rp.narrow_from);
+        else if (!strcmp(a, "--narrow-layers")) bad = cli_parse_int(a, argv[++i], &o->rp.narrow_layers);
         else if (!strcmp(a, "--deviation")) {
             if (kvs_deviation_parse(argv[++i], &o->rp.deviation) != KVS_OK)
                 return cli_usage_error("generate", "--deviation must be v-l2 or k-cos, got '%s'", argv[i]);
@@ -169,7 +176,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         /* the document options, so that they can be refused without --doc */
         static const char *const doc_opts[] = {"--doc-prefix", "--recompute-ratio", "--overlap", "--first-k",
                                                "--check-layer", "--min-deviation", "--deviation", "--seams",
-                                               "--no-seams"};
+                                               "--no-seams", "--narrow-from", "--narrow-layers"};
         for (size_t k = 0; k < sizeof doc_opts / sizeof doc_opts[0]; k++) o->repair_opts |= !strcmp(a, doc_opts[k]);
     }
     if (!o->model_path) return cli_usage_error("generate", "-m MODEL is required");
@@ -180,7 +187,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         return cli_usage_error("generate", "--no-store does not apply to --doc (documents are always cached)");
     if (o->repair_opts && !o->n_docs)
         return cli_usage_error("generate", "--recompute-ratio, --overlap, --first-k, --check-layer, --min-deviation, "
-                               "--deviation, --seams, --no-seams and --doc-prefix need --doc");
+                               "--deviation, --seams, --no-seams, --narrow-from, --narrow-layers and --doc-prefix "
+                               "need --doc");
     if (o->n_docs && o->reuse) {
         if (!strcmp(o->reuse, "prefix")) o->rp.mode = KVS_REPAIR_FULL;
         else if (kvs_repair_mode_parse(o->reuse, &o->rp.mode) != KVS_OK)
@@ -193,6 +201,12 @@ static int parse(int argc, char **argv, gen_opts *o) {
     if (o->n_docs &&
         (o->rp.overlap < 0 || o->rp.first_k < 0 || o->rp.check_layer < 0 || !(o->rp.min_deviation >= 0.0f)))
         return cli_usage_error("generate", "--overlap, --first-k, --check-layer and --min-deviation must be >= 0");
+    if (o->n_docs && o->rp.narrow_from != 0.0f &&
+        !(o->rp.narrow_from >= o->rp.recompute_ratio && o->rp.narrow_from <= 1.0f))
+        return cli_usage_error("generate", "--narrow-from must be 0 (off) or in [--recompute-ratio %g, 1], got %g",
+                               (double)o->rp.recompute_ratio, (double)o->rp.narrow_from);
+    if (o->n_docs && o->rp.narrow_layers < 1)
+        return cli_usage_error("generate", "--narrow-layers must be >= 1, got %d", o->rp.narrow_layers);
     if (o->n_predict < 0) return cli_usage_error("generate", "-n must be >= 0, got %d", o->n_predict);
     if (o->n_threads < 0 || o->n_ctx < 0) return cli_usage_error("generate", "--threads and --ctx must be >= 0");
     if (!o->cache_dir && (o->reuse || o->no_store || o->chunk_tokens || o->cache_budget_mib))

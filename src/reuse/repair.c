@@ -19,6 +19,8 @@ kvs_repair_params kvs_repair_default_params(void) {
     p.overlap = 16;
     p.first_k = 16;
     p.cacheblend_seams = 1;
+    p.narrow_from = 0.0f; /* off: see bench/results/rag_eval.md */
+    p.narrow_layers = 4;
     return p;
 }
 
@@ -74,6 +76,12 @@ int kvs_repair_params_check(const kvs_repair_params *p, int n_layer) {
         return kvs_error(KVS_ERR_INVALID_ARG, "repair: unknown deviation metric %d", (int)p->deviation);
     if (p->cacheblend_seams != 0 && p->cacheblend_seams != 1)
         return kvs_error(KVS_ERR_INVALID_ARG, "repair: cacheblend_seams must be 0 or 1, got %d", p->cacheblend_seams);
+    if (p->narrow_from != 0.0f && !(p->narrow_from >= p->recompute_ratio && p->narrow_from <= 1.0f))
+        return kvs_error(KVS_ERR_INVALID_ARG,
+                         "repair: narrow-from must be 0 (off) or in [recompute ratio %g, 1], got %g",
+                         (double)p->recompute_ratio, (double)p->narrow_from);
+    if (p->narrow_from != 0.0f && p->narrow_layers < 1)
+        return kvs_error(KVS_ERR_INVALID_ARG, "repair: narrow layers must be >= 1, got %d", p->narrow_layers);
     if (p->overlap < 0 || p->first_k < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "repair: overlap (%d) and first-k (%d) must be >= 0", p->overlap,
                          p->first_k);
@@ -161,6 +169,11 @@ static int all_rows(const kvs_repair_region *rg, kvs_rowset *rs, int n_embd) {
 }
 
 int kvs_repair_run(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repair_params *p, kvs_repair_report *rep) {
+    return kvs_repair_run_traced(ctx, rg, p, NULL, NULL, rep);
+}
+
+int kvs_repair_run_traced(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repair_params *p,
+                          kvs_blend_trace_fn trace, void *ud, kvs_repair_report *rep) {
     memset(rep, 0, sizeof *rep);
     kvs_fwd *f = kvs_context_fwd(ctx);
     kvs_kv_buffer *kv = kvs_context_kv(ctx);
@@ -194,17 +207,20 @@ int kvs_repair_run(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repa
             }
         }
         kvs_rowset_embed(f, &rs);
-        st = kvs_blend_select(f, kv, &rs, p, force);
+        st = kvs_blend_select(f, kv, &rs, p, force, trace, ud, &l0, &rep->n_token_layers);
         free(force);
         if (st) {
             kvs_rowset_free(&rs);
             return st;
         }
-        l0 = p->check_layer;
+        /* layer l0's fresh K/V are written (and counted) already; the
+         * rows re-run it for their hidden states */
+        rep->n_token_layers += (long)rs.n * (n_layer - l0 - 1);
     } else {
         st = p->mode == KVS_REPAIR_FULL ? all_rows(rg, &rs, n_embd) : fixed_rows(rg, p, &rs, n_embd);
         if (st) return st;
         kvs_rowset_embed(f, &rs);
+        rep->n_token_layers = (long)rs.n * n_layer;
     }
     double t1 = kvs_now_ms();
     kvs_rowset_layers(f, kv, &rs, l0, n_layer);

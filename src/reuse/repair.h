@@ -31,6 +31,18 @@
  *               default) the tokens selective would pick are kept as well
  *               (a hybrid: on SmolLM2-135M the tokens just before each seam
  *               and the question matter more than their deviation shows).
+ *               With narrow_from > 0 (gradual narrowing, CacheBlend's
+ *               "gradual filtering"): the check layer keeps narrow_from of
+ *               the tokens; in each of the next narrow_layers layers the
+ *               kept tokens' fresh K/V are computed (and written: they are
+ *               closer to the truth than the cached ones, and paid for),
+ *               ranked by their deviation from the cached K/V at that layer,
+ *               and the set shrinks geometrically to recompute_ratio. A
+ *               token dropped at layer l has fresh K/V up to l and keeps its
+ *               cached K/V from l + 1 on (its hidden state stops at l).
+ *               Each set is a subset of the one before; forced (seams)
+ *               tokens stay in every set without counting against the
+ *               ratio; min_deviation applies at the check layer only.
  *   full        S = everything, from layer 0: the prompt's exact KV
  *
  * Invariants (tests/test_repair.c): full gives the bits of a cold prefill;
@@ -38,7 +50,13 @@
  * in every layer from exact inputs; the kernels are batch-invariant);
  * cacheblend with ratio 0 is none (nothing to recompute, so the check
  * layers are skipped: the check only serves the selection; the seams
- * hybrid adds to a non-empty selection only).
+ * hybrid adds to a non-empty selection only); narrowing from ratio 1 to 1,
+ * or from r to r, gives the bits without narrowing (nothing is dropped).
+ *
+ * Counts: recomputed_tokens (n_recomputed) is |S| through the last layer
+ * (with narrowing: the final set); n_token_layers counts every (token,
+ * layer) whose fresh K/V the repair wrote, the cost measure that compares
+ * strategies (full: doc tokens x n_layer).
  */
 #ifndef KVS_REUSE_REPAIR_H
 #define KVS_REUSE_REPAIR_H
@@ -63,8 +81,9 @@ typedef struct kvs_repair_region {
 } kvs_repair_region;
 
 typedef struct kvs_repair_report {
-    int n_recomputed;       /* moved tokens recomputed through the later layers (|S|) */
+    int n_recomputed;       /* moved tokens recomputed through the last layer (|S|; narrowing: the final set) */
     int n_check;            /* tokens run through the check layers (cacheblend), else 0 */
+    long n_token_layers;    /* (token, layer) pairs with fresh K/V written by the repair */
     double select_ms;       /* cacheblend: the check layers + selection */
     double recompute_ms;    /* the recompute of S */
 } kvs_repair_report;
@@ -73,16 +92,24 @@ typedef struct kvs_repair_report {
  * context's forward scratch; allocates the per-request row state
  * (|rows| x n_embd floats) once. */
 int kvs_repair_run(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repair_params *p, kvs_repair_report *rep);
+/* The same, with a trace of cacheblend's selections (may be NULL): called
+ * after each selection with the rows kept entering `layer`'s attention (the
+ * check layer, then each narrowing layer); tests check that every set is a
+ * subset of the one before. */
+typedef struct kvs_rowset kvs_rowset;
+typedef void (*kvs_blend_trace_fn)(void *ud, int layer, const kvs_rowset *rs);
+int kvs_repair_run_traced(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repair_params *p,
+                          kvs_blend_trace_fn trace, void *ud, kvs_repair_report *rep);
 
 /* --- the sparse executor (shared with blend.c) --------------------------- */
 
 /* A set of prompt rows carried through layers: hidden state per row. */
-typedef struct kvs_rowset {
+struct kvs_rowset {
     int n;
     int32_t *pos;           /* (n) slots = positions, ascending */
     int32_t *tok;           /* (n) token ids */
     float *x;               /* (n, n_embd) residual stream entering the next layer */
-} kvs_rowset;
+};
 
 int kvs_rowset_alloc(kvs_rowset *rs, int n, int n_embd);
 void kvs_rowset_free(kvs_rowset *rs);
@@ -94,11 +121,23 @@ void kvs_rowset_embed(kvs_fwd *f, kvs_rowset *rs);
  * batch's store, or by whoever filled the buffer). */
 void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1);
 
-/* CacheBlend (blend.c): check layers for all rows of rs, select, and leave
- * rs holding only the selected rows, their x entering p->check_layer.
- * force (may be NULL): (rs->n) rows kept whatever their deviation, on top
- * of the ratio. */
+/* CacheBlend (blend.c): check layers for all rows of rs, select (and
+ * narrow, with p->narrow_from), and leave rs holding only the selected
+ * rows, their x entering layer *resume (the check layer, or the last
+ * narrowing layer), which the caller runs on from. force (may be NULL):
+ * (rs->n) rows kept whatever their deviation, on top of the ratio.
+ * *token_layers: fresh K/V (token, layer) pairs written below *resume.
+ * trace may be NULL. */
 int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
-                     const unsigned char *force);
+                     const unsigned char *force, kvs_blend_trace_fn trace, void *ud, int *resume,
+                     long *token_layers);
+
+/* The share of moved tokens kept entering layer check_layer + j,
+ * 0 <= j <= the narrowing's length: narrow_from * (ratio / narrow_from)^(j / L)
+ * (geometric; ratio itself from j = L on, or always without narrowing). */
+double kvs_blend_share(const kvs_repair_params *p, int j, int n_layer);
+/* The narrowing's length L in layers (0 without narrowing), clipped so
+ * that it ends at the last layer at most. */
+int kvs_blend_narrow_len(const kvs_repair_params *p, int n_layer);
 
 #endif

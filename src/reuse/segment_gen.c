@@ -143,6 +143,8 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
                 int a = lay->segs[j].start > E ? lay->segs[j].start : E;
                 if (lay->segs[j].end > a) q->rep.n_recomputed += lay->segs[j].end - a;
             }
+        q->rep.n_token_layers =
+            (long)q->rep.n_recomputed * kvs_model_hparams(kvs_context_model(q->ctx))->n_layer;
         q->rep.n_live = n - E;
         *n_ready = E;
         *exact_end = n;
@@ -179,6 +181,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
     q->rep.repair_ms = kvs_now_ms() - t0;
     q->rep.n_recomputed = rr.n_recomputed;
     q->rep.n_check = rr.n_check;
+    q->rep.n_token_layers = rr.n_token_layers;
     *n_ready = Q;
     *exact_end = D;
     return KVS_OK;

@@ -35,6 +35,7 @@ typedef struct kvs_seg_report {
     int n_moved;          /* doc tokens placed from doc chunks (moved) */
     int n_recomputed;     /* moved tokens the strategy recomputed (full: the doc tokens) */
     int n_check;          /* cacheblend: tokens run through the check layers */
+    long n_token_layers;  /* doc (token, layer) pairs with fresh K/V (repair.h; full: doc tokens x n_layer) */
     int n_docs;           /* doc segments placed from chunks */
     int n_docs_hit;       /* of them, found in the cache */
     int n_docs_computed;  /* of them, computed now (and stored) */
