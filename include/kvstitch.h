@@ -255,6 +255,9 @@ typedef struct kvs_generate_result {
     int n_recomputed;     /* tokens the repair strategy recomputed (full: every document token) */
     int n_docs_hit;       /* documents found in the cache */
     int n_docs_computed;  /* documents computed (and stored) by this request */
+    long n_token_layers;  /* (document token, layer) pairs whose K/V the repair computed afresh: the
+                           * repair's cost (cacheblend: all tokens in the layers up to the check
+                           * layer, then the selected ones; full: document tokens x layers) */
 } kvs_generate_result;
 
 /* Prefills prompt[0..n_prompt) at positions 0.. and generates. Stops after

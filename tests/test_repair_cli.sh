@@ -61,13 +61,14 @@ gen --cache-dir "$D" "${docs[@]}" >"$tmp/cb.json" 2>"$tmp/e" \
 
 # invariants: ratio 1 == full (checked below), ratio 0 == none
 gen --cache-dir "$D" "${docs[@]}" --recompute-ratio 1 >"$tmp/r1.json" 2>"$tmp/e"
-[ -s "$tmp/r1.json" ] && [ "$(j "$tmp/r1.json" 'd["recomputed_tokens"] == d["moved_tokens"] > 0')" = True ] \
+# (the cost, recomputed_token_layers: every document token in every layer)
+[ -s "$tmp/r1.json" ] && [ "$(j "$tmp/r1.json" 'd["recomputed_tokens"] == d["moved_tokens"] > 0 and d["recomputed_token_layers"] % d["moved_tokens"] == 0 and d["recomputed_token_layers"] >= 2 * d["moved_tokens"]')" = True ] \
     && ok repair_cli_ratio_one || fail repair_cli_ratio_one "$(cat "$tmp/r1.json" "$tmp/e")"
 sha_r1=$(j "$tmp/r1.json" 'd["first_logits_sha256"]')
 gen --cache-dir "$D" "${docs[@]}" --recompute-ratio 0 >"$tmp/r0.json" 2>"$tmp/e"
 gen --cache-dir "$D" "${docs[@]}" --reuse none >"$tmp/none.json" 2>>"$tmp/e"
 [ -s "$tmp/r0.json" ] && [ "$(j "$tmp/r0.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/none.json" 'd["first_logits_sha256"]')" ] \
-    && [ "$(j "$tmp/none.json" 'd["recomputed_tokens"] == 0 and d["reuse"] == "none" and d["moved_tokens"] > 0')" = True ] \
+    && [ "$(j "$tmp/none.json" 'd["recomputed_tokens"] == 0 and d["recomputed_token_layers"] == 0 and d["reuse"] == "none" and d["moved_tokens"] > 0')" = True ] \
     && ok repair_cli_ratio_zero_is_none || fail repair_cli_ratio_zero_is_none "$(cat "$tmp/r0.json" "$tmp/none.json" "$tmp/e")"
 sha_none=$(j "$tmp/none.json" 'd["first_logits_sha256"]')
 
@@ -88,6 +89,7 @@ gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams --narrow-fro
 gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams --narrow-from 0.4 --narrow-layers 3 >"$tmp/n2.json" 2>>"$tmp/e"
 [ -s "$tmp/n2.json" ] && [ "$(j "$tmp/n0.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/n1.json" 'd["first_logits_sha256"]')" ] \
     && [ "$(j "$tmp/n2.json" 'd["recomputed_tokens"] == int(0.1 * d["moved_tokens"] + 0.5) and d["docs_hit"] == 3')" = True ] \
+    && [ "$(j "$tmp/n2.json" 'd["recomputed_token_layers"]')" -gt "$(j "$tmp/n0.json" 'd["recomputed_token_layers"]')" ] \
     && "$CLI" generate --help | grep -q -- "--narrow-from" \
     && ok repair_cli_narrowing || fail repair_cli_narrowing "$(cat "$tmp/n0.json" "$tmp/n1.json" "$tmp/n2.json" "$tmp/e")"
 # a new document is computed on the fly and stored

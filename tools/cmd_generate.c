@@ -28,7 +28,8 @@ static const char *usage_text =
     "                         decode_tok_s, first_logits_sha256, first_top_logprobs\n"
     "                         (with --cache-dir also cached_tokens, live_tokens, cache_hit_ratio,\n"
     "                         reuse, assemble_ms, chunk_ends, stored_chunks; with --doc also\n"
-    "                         moved_tokens, recomputed_tokens, docs_hit, docs_computed)\n"
+    "                         moved_tokens, recomputed_tokens, recomputed_token_layers,\n"
+    "                         docs_hit, docs_computed)\n"
     "Prompt KV cache:\n"
     "  --cache-dir DIR        reuse the KV of the longest cached prefix of the prompt from DIR\n"
     "                         (bit-identical output) and store the prompt's new chunks there\n"
@@ -121,8 +122,9 @@ static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opt
         printf("], \"stored_chunks\": %d", r->n_chunks_stored);
     }
     if (o->n_docs)
-        printf(", \"moved_tokens\": %d, \"recomputed_tokens\": %d, \"docs_hit\": %d, \"docs_computed\": %d", r->n_moved,
-               r->n_recomputed, r->n_docs_hit, r->n_docs_computed);
+        printf(", \"moved_tokens\": %d, \"recomputed_tokens\": %d, \"recomputed_token_layers\": %ld, \"docs_hit\": %d, "
+               "\"docs_computed\": %d",
+               r->n_moved, r->n_recomputed, r->n_token_layers, r->n_docs_hit, r->n_docs_computed);
     printf("}\n");
 }
 

@@ -40,6 +40,7 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
     r.n_recomputed = rep.n_recomputed;
     r.n_docs_hit = rep.n_docs_hit;
     r.n_docs_computed = rep.n_docs_computed;
+    r.n_token_layers = rep.n_token_layers;
     *out = r;
     return KVS_OK;
 }
