@@ -161,32 +161,10 @@ AI void reduce_pair(const __m512i A[16], __m512i *v0, __m512i *v1) {
     *v1 = _mm512_shuffle_i32x4(l3[0], l3[1], 0xdd);
 }
 
-/* The integer block dots of blocks b0 (and b0 + 1 if two) for rows 0..nr-1
- * of a tile: v[h] lane rho = sum (w + 128) Q of block b0 + h of row rho. */
-AI void q8_pair_ints(const uint8_t *base, size_t rb, int b0, int nr, int two, __m512i XH, __m512i XL, __m512i v[2]) {
-    const __m512i c80 = _mm512_set1_epi8((char)0x80);
-    __m512i A[16];
-#pragma GCC unroll 16
-    for (int rho = 0; rho < 16; rho++) {
-        if (rho < nr) {
-            const uint8_t *blk = base + (size_t)rho * rb + (size_t)b0 * 34 + 2;
-            /* the same bytes of the next tile's rows (16 rows further) */
-            _mm_prefetch((const char *)(blk + KVS_M1_Q8_PF_ROWS * rb), _MM_HINT_T0);
-            __m512i W = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk));
-            if (two) W = _mm512_inserti64x4(W, _mm256_loadu_si256((const __m256i *)(blk + 34)), 1);
-            W = _mm512_xor_si512(W, c80);
-            __m512i a = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), W, XH), 8);
-            A[rho] = _mm512_dpbusd_epi32(a, W, XL);
-        } else {
-            A[rho] = _mm512_setzero_si512();
-        }
-    }
-    reduce_pair(A, &v[0], &v[1]);
-}
-
 static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xh, const int8_t *xl, const int32_t *xs,
                   const float *dxv, float *y) {
     const int nb = w->k / KVS_QK, nf = kvs_xq_groups(w->k) * 16;
+    const __m512i c80 = _mm512_set1_epi8((char)0x80);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
     const __mmask16 live = (__mmask16)((1u << nr) - 1);
@@ -199,11 +177,24 @@ static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xh, const int
                          : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xh + 32 * b0)));
         __m512i XL = two ? _mm512_loadu_si512(xl + 32 * b0)
                          : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xl + 32 * b0)));
+        __m512i A[16];
+#pragma GCC unroll 16
+        for (int rho = 0; rho < 16; rho++) {
+            if (rho < nr) {
+                const uint8_t *blk = base + (size_t)rho * w->row_bytes + (size_t)b0 * 34 + 2;
+                /* the same bytes of the next tile's rows (16 rows further) */
+                _mm_prefetch((const char *)(blk + KVS_M1_Q8_PF_ROWS * w->row_bytes), _MM_HINT_T0);
+                __m512i W = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk));
+                if (two) W = _mm512_inserti64x4(W, _mm256_loadu_si256((const __m256i *)(blk + 34)), 1);
+                W = _mm512_xor_si512(W, c80);
+                __m512i a = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), W, XH), 8);
+                A[rho] = _mm512_dpbusd_epi32(a, W, XL);
+            } else {
+                A[rho] = _mm512_setzero_si512();
+            }
+        }
         __m512i v[2];
-        if (two && nr == 16) /* the common case, specialized: no per-row tests */
-            q8_pair_ints(base, w->row_bytes, b0, 16, 1, XH, XL, v);
-        else
-            q8_pair_ints(base, w->row_bytes, b0, nr, two, XH, XL, v);
+        reduce_pair(A, &v[0], &v[1]);
         for (int h = 0; h <= two; h++) {
             int b = b0 + h;
             __m512i isum = _mm512_sub_epi32(v[h], _mm512_set1_epi32(xs[b]));
