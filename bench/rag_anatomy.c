@@ -46,96 +46,13 @@
 #include "engine/context.h"
 #include "engine/generate.h"
 #include "kvstitch.h"
-#include "rag_json.h"
+#include "rag_data.h"
 #include "reuse/cache.h"
 #include "reuse/move.h"
 #include "reuse/segment_gen.h"
 
-#define MAX_K 8
+#define MAX_K MUSIQUE_DOCS
 #define MAX_ITEMS 64
-
-/* As bench/rag_eval.c, so the prompts are the same. */
-static const char *k_system =
-    "You will read several passages and then answer a question about them. Answer directly from the passages, in "
-    "at most five words. Do not repeat the question and do not explain.";
-
-typedef struct item {
-    char *docs[MAX_K];
-    int n_docs;
-    char *question;
-} item;
-
-static char *cat3(const char *a, const char *b, const char *c) {
-    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
-    char *s = malloc(la + lb + lc + 1);
-    memcpy(s, a, la);
-    memcpy(s + la, b, lb);
-    memcpy(s + la + lb, c, lc + 1);
-    return s;
-}
-
-/* MuSiQue dev items [skip, skip + n): the first MAX_K passages "title: text\n\n". */
-static int load_items(const char *dir, int skip, int n, item *out) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/musique_dev.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "rag_anatomy: cannot open %s\n", path);
-        return -1;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    size_t got = fread(buf, 1, (size_t)len, f);
-    fclose(f);
-    const char *err = NULL;
-    rj_node *root = got == (size_t)len ? rj_parse(buf, (size_t)len, &err) : NULL;
-    free(buf);
-    if (!root || root->kind != RJ_ARR) {
-        fprintf(stderr, "rag_anatomy: %s: %s\n", path, err ? err : "not an array");
-        rj_free(root);
-        return -1;
-    }
-    int k = 0, seen = 0;
-    for (int i = 0; i < root->n && k < n; i++) {
-        rj_node *o = root->kids[i], *ctxs = rj_get(o, "ctxs"), *q = rj_get(o, "question");
-        if (!ctxs || ctxs->kind != RJ_ARR || !q || q->kind != RJ_STR) continue;
-        if (seen++ < skip) continue;
-        item *it = &out[k++];
-        memset(it, 0, sizeof *it);
-        for (int j = 0; j < ctxs->n && it->n_docs < 6; j++) {
-            rj_node *t = rj_get(ctxs->kids[j], "text"), *ti = rj_get(ctxs->kids[j], "title");
-            if (!t || t->kind != RJ_STR) continue;
-            const char *title = ti && ti->kind == RJ_STR ? ti->s : "";
-            it->docs[it->n_docs++] = *title ? cat3(title, ": ", t->s) : cat3("", "", t->s);
-            char *d = it->docs[it->n_docs - 1];
-            it->docs[it->n_docs - 1] = cat3(d, "\n\n", "");
-            free(d);
-        }
-        it->question = cat3("Question: ", q->s, "\nAnswer in at most five words.");
-    }
-    rj_free(root);
-    return k;
-}
-
-static double kl_first(const float *ref, const float *q, int n) {
-    double mr = -INFINITY, m = -INFINITY, sr = 0, s = 0, kl = 0;
-    for (int i = 0; i < n; i++) {
-        if (ref[i] > mr) mr = ref[i];
-        if (q[i] > m) m = q[i];
-    }
-    for (int i = 0; i < n; i++) {
-        sr += exp((double)ref[i] - mr);
-        s += exp((double)q[i] - m);
-    }
-    double lr = mr + log(sr), l = m + log(s);
-    for (int i = 0; i < n; i++) {
-        double lp = ref[i] - lr, lq = q[i] - l;
-        if (lp > -60) kl += exp(lp) * (lp - lq);
-    }
-    return kl > 0 ? kl : 0;
-}
 
 static double max_abs_diff(const float *a, const float *b, int n) {
     double m = 0;
@@ -326,8 +243,8 @@ int main(int argc, char **argv) {
     const char *sh = getenv("KVSTITCH_SHARED");
     snprintf(data, sizeof data, "%s", data_arg ? data_arg : "");
     if (!data_arg) snprintf(data, sizeof data, "%s/data", sh && *sh ? sh : "../shared");
-    item *items = calloc(MAX_ITEMS, sizeof *items);
-    n_items = load_items(data, skip, n_items, items);
+    item *items = calloc((size_t)skip + MAX_ITEMS, sizeof *items);
+    n_items = load_musique_range(data, skip, n_items, items);
     if (n_items <= 0) return 1;
 
     env e;
@@ -365,7 +282,7 @@ int main(int argc, char **argv) {
             /* The public text path gives the same doc prefix tokens: the
              * system turn's text with special tokens. */
             if (ki == 0) {
-                char *txt = cat3("<|im_start|>system\n", k_system, "<|im_end|>\n<|im_start|>user\n");
+                char *txt = cat("<|im_start|>system\n", k_system, "<|im_end|>\n<|im_start|>user\n");
                 in.doc_prefix = txt;
                 kvs_seg_layout tl;
                 if (kvs_seg_layout_build(e.model, &in, &tl) == KVS_OK) {
@@ -454,10 +371,7 @@ int main(int argc, char **argv) {
         fclose(f);
         printf("\nwritten: %s\n", path);
     }
-    for (int i = 0; i < n_items; i++) {
-        for (int j = 0; j < items[i].n_docs; j++) free(items[i].docs[j]);
-        free(items[i].question);
-    }
+    for (int i = 0; i < n_items; i++) item_free(&items[i]);
     free(items);
     free(full);
     free(got);
