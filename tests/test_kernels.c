@@ -8,6 +8,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 
 #include "harness.h"
 #include "kernels/kernels_impl.h"
@@ -623,6 +624,50 @@ TEST(test_matmul_amx_equals_scalar) {
     printf("  %d AMX/scalar matmul comparisons\n", compared);
 }
 
+/* The AMX path's scratch (~410 KB) lives on the heap, per thread: a
+ * caller thread with a small stack (192 KB here) must work. */
+typedef struct amx_stack_job {
+    kvs_wmat w;
+    const float *x;
+    float *y;
+    void *work;
+    int m;
+} amx_stack_job;
+
+static void *amx_stack_run(void *arg) {
+    amx_stack_job *j = arg;
+    kvs_matmul(NULL, &j->w, j->x, j->m, j->y, j->work);
+    return NULL;
+}
+
+TEST(test_matmul_amx_small_stack) {
+    if (kvs_kernels_set_isa("amx") != 0) {
+        printf("  (skip: no AMX on this CPU / OS)\n");
+        return;
+    }
+    const int m = 64, k = 2048, n = 48;
+    kvs_wmat w = kt_rand_wmat(KVS_TYPE_Q4_1, n, k);
+    float *x = xmalloc(sizeof(float) * m * k);
+    float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+    kt_rand_vec(x, (size_t)m * k, 2.0f);
+    void *work = xmalloc(kvs_matmul_work_size(&w, m));
+    kvs_kernels_set_isa("scalar");
+    kvs_matmul(NULL, &w, x, m, y0, work);
+    kvs_kernels_set_isa("amx");
+    memset(y1, 0xff, sizeof(float) * m * n);
+    amx_stack_job job = {w, x, y1, work, m};
+    pthread_attr_t attr;
+    pthread_t th;
+    CHECK(pthread_attr_init(&attr) == 0);
+    CHECK(pthread_attr_setstacksize(&attr, 192 * 1024) == 0);
+    CHECK(pthread_create(&th, &attr, amx_stack_run, &job) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    pthread_attr_destroy(&attr);
+    CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0, "amx on a 192 KB stack differs from scalar");
+    kvs_kernels_set_isa("best");
+    free(x); free(y0); free(y1); free(work); free((void *)w.data);
+}
+
 TEST(test_isa_selection) {
     const char *isa = kvs_kernels_isa();
     printf("  dispatcher picked %s\n", isa);
@@ -648,6 +693,7 @@ int main(void) {
     RUN(test_rope);
     RUN(test_attention_ref_vs_double);
     RUN(test_attention_simd_equals_scalar);
+    RUN(test_matmul_amx_small_stack);
     RUN(test_isa_selection);
     return kt_summary();
 }

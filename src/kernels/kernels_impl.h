@@ -67,7 +67,7 @@ typedef struct kvs_attn_call {
 static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * (2 * KVS_QK + 8); }
 
 /* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 weights, calls of >= KVS_AMX_MIN_M
- * rows and k <= KVS_AMX_MAX_K (its weight repack lives on the stack). Its
+ * rows and k <= KVS_AMX_MAX_K (the size of its per-thread weight repack). Its
  * activation layout "xa" replaces xq (xq_tail NULL): per row, natural
  * element order, bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb] (the
  * scale of Q), float sx[nb] (dx * sum Q); rows padded to a multiple of 16

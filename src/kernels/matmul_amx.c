@@ -47,6 +47,10 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16")
 #endif
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/avx512_util.h"
 
 /* ------------------------------------------------------------ quantize x */
@@ -263,11 +267,38 @@ AI void panel(const amx_run *r, float *cbuf, int q41) {
 
 /* ------------------------------------------------------------ entry point */
 
-static void amx_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+/* Per-thread scratch: the repacked weight panel and the two tile result
+ * buffers, ~410 KB: too much for the stack of an arbitrary caller thread,
+ * so every thread allocates it once, on its first AMX call, and frees it
+ * when it exits (pthread key destructor). */
+typedef struct amx_scratch {
+    amx_blk pan[KVS_AMX_MAX_K / KVS_QK];
+    float cbuf[2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)];
+} amx_scratch;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static int g_scratch_key_ok;
+
+static void scratch_key_init(void) { g_scratch_key_ok = pthread_key_create(&g_scratch_key, free) == 0; }
+
+static amx_scratch *thread_scratch(void) {
+    pthread_once(&g_scratch_once, scratch_key_init);
+    if (!g_scratch_key_ok) return NULL;
+    amx_scratch *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        s = aligned_alloc(64, (sizeof *s + 63) & ~(size_t)63);
+        if (s && pthread_setspecific(g_scratch_key, s)) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+
+static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *cbuf) {
     const kvs_wmat *w = c->w;
     const int nb = w->k / KVS_QK;
-    amx_blk pan[KVS_AMX_MAX_K / KVS_QK] __attribute__((aligned(64)));
-    float cbuf[2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)] __attribute__((aligned(64)));
     amx_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof(cfg));
     cfg.palette = 1;
@@ -286,6 +317,20 @@ static void amx_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         else panel(&r, cbuf, 0);
     }
     _tile_release();
+}
+
+/* Only if a thread's scratch cannot be allocated: the same work with the
+ * scratch on the stack (the activations are already in the AMX layout, so
+ * another ISA cannot take over). */
+__attribute__((noinline)) static void amx_cols_stack(const kvs_mm_call *c, int j0, int j1) {
+    amx_scratch s __attribute__((aligned(64)));
+    amx_cols(c, j0, j1, s.pan, s.cbuf);
+}
+
+static void amx_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+    amx_scratch *s = thread_scratch();
+    if (s) amx_cols(c, j0, j1, s->pan, s->cbuf);
+    else amx_cols_stack(c, j0, j1);
 }
 
 void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
