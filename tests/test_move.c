@@ -17,6 +17,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_musique.h"
 #include "kernels/kernels.h"
 #include "kvstitch.h"
 #include "reuse/cache.h"
@@ -128,37 +129,6 @@ TEST(move_composes_with_rope) {
 
 static kvs_model *g_model;
 
-/* The ctx-th passage of MuSiQue item `item` (a crude JSON scan: enough
- * for this file's "text" strings). */
-static char *musique_passage(int item, int ctx) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/data/musique_dev.json", kt_shared_dir());
-    char *all = kt_read_file(path, NULL);
-    if (!all) return NULL;
-    /* The n-th "text": "..." of the file, JSON escapes for quotes kept simple. */
-    const char *p = all;
-    int want = item * 10 + ctx;
-    for (int i = 0; p && i <= want; i++) {
-        p = strstr(p, "\"text\": \"");
-        if (p && i < want) p += 9;
-    }
-    char *out = NULL;
-    if (p) {
-        p += 9;
-        const char *e = p;
-        while (*e && !(*e == '"' && e[-1] != '\\')) e++;
-        out = malloc((size_t)(e - p) + 1);
-        size_t k = 0;
-        for (const char *c = p; c < e; c++) {
-            if (*c == '\\' && c + 1 < e) { c++; out[k++] = *c == 'n' ? '\n' : *c; continue; }
-            out[k++] = *c;
-        }
-        out[k] = 0;
-    }
-    free(all);
-    return out;
-}
-
 static double cosine16(const uint16_t *a, const uint16_t *b, int n) {
     double dot = 0, na = 0, nb = 0;
     for (int i = 0; i < n; i++) {
@@ -206,7 +176,7 @@ TEST(move_chunk_vs_direct) {
     cp.n_threads = 2;
     kvs_context *ctx = NULL;
     kvs_cache *cache = NULL;
-    char *text = musique_passage(0, 1);
+    char *text = kt_musique_passage(0, 1, 0);
     CHECK(text != NULL);
     if (!text) return;
     CHECK_EQ_INT(kvs_context_new(g_model, cp, &ctx), KVS_OK);

@@ -29,6 +29,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_musique.h"
 #include "kvstitch.h"
 #include "reuse/cache.h"
 #include "reuse/segment_gen.h"
@@ -44,37 +45,6 @@ static kvs_context *g_ctx;
 static kvs_seg_layout g_lay, g_lay_rev;
 static kvs_generate_result g_full; /* cold prefill of g_lay.tokens */
 static char *g_docs[N_DOCS];
-
-/* The ctx-th passage of MuSiQue item `item`, cut to at most max bytes at a
- * space (a crude JSON scan, enough for this file's "text" strings). */
-static char *musique_passage(int item, int ctx, size_t max) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/data/musique_dev.json", kt_shared_dir());
-    char *all = kt_read_file(path, NULL);
-    if (!all) return NULL;
-    const char *p = all;
-    int want = item * 10 + ctx;
-    for (int i = 0; p && i <= want; i++) {
-        p = strstr(p, "\"text\": \"");
-        if (p && i < want) p += 9;
-    }
-    char *out = NULL;
-    if (p) {
-        p += 9;
-        const char *e = p;
-        while (*e && !(*e == '"' && e[-1] != '\\')) e++;
-        out = malloc((size_t)(e - p) + 1);
-        size_t k = 0;
-        for (const char *c = p; c < e && k < max; c++) {
-            if (*c == '\\' && c + 1 < e) { c++; out[k++] = *c == 'n' ? '\n' : *c; continue; }
-            out[k++] = *c;
-        }
-        while (k > 0 && out[k - 1] != ' ') k--;
-        out[k] = 0;
-    }
-    free(all);
-    return out;
-}
 
 static kvs_generate_params greedy(void) {
     kvs_generate_params gp = kvs_generate_default_params();
@@ -673,7 +643,7 @@ static int setup(void) {
     const char *quick = getenv("KVSTITCH_TEST_QUICK");
     size_t doc_bytes = quick && *quick && strcmp(quick, "0") ? 400 : 1000;
     for (int i = 0; i < N_DOCS; i++)
-        if (!(g_docs[i] = musique_passage(0, i, doc_bytes))) return -1;
+        if (!(g_docs[i] = kt_musique_passage(0, i, doc_bytes))) return -1;
     const char *fwd[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]}, *rev[N_DOCS] = {g_docs[2], g_docs[1], g_docs[0]};
     kvs_seg_input in = {1, "Answer the question from the passages, in a few words.", fwd, NULL, N_DOCS,
                         "\n\nQuestion: Where was the author of Hannibal and Scipio educated?", NULL};
