@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # Runs every test binary in $BUILD/tests and prints "N passed, N failed".
 # Tests find the model in $KVSTITCH_MODEL (fetched here if unset) and
-# ../shared in $KVSTITCH_SHARED.
+# ../shared in $KVSTITCH_SHARED (found here if unset).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build}"
-export KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
+# ../shared next to this checkout, or next to the repository it was cloned
+# from (a clone in /tmp of the work tree still finds the test data).
+find_shared() {
+    local origin
+    if [ -d ../shared ]; then readlink -f ../shared; return; fi
+    origin=$(git config --get remote.origin.url 2>/dev/null || true)
+    if [ -n "$origin" ] && [ -d "$origin/../shared" ]; then readlink -f "$origin/../shared"; return; fi
+    echo "run-tests: ../shared not found next to $(pwd) or its origin; set KVSTITCH_SHARED" >&2
+    echo "$(pwd)/../shared"
+}
+KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(find_shared)}"
+export KVSTITCH_SHARED
 if [ -z "${KVSTITCH_MODEL:-}" ]; then
     KVSTITCH_MODEL=$(scripts/fetch-model.sh | tail -n 1) || { echo "run-tests: model fetch failed" >&2; exit 1; }
     export KVSTITCH_MODEL
