@@ -30,7 +30,7 @@
 
 #include "kv/store.h"
 #include "kvstitch.h"
-#include "reuse/cache.h"
+#include "cache/cache.h"
 
 #define MAX_SIZES 8
 #define N_OVERLAPS 3

@@ -47,9 +47,9 @@
 #include "engine/generate.h"
 #include "kvstitch.h"
 #include "rag_data.h"
-#include "reuse/cache.h"
-#include "reuse/move.h"
-#include "reuse/segment_gen.h"
+#include "cache/cache.h"
+#include "rag/move.h"
+#include "rag/segment_gen.h"
 
 #define MAX_K MUSIQUE_DOCS
 #define MAX_ITEMS 64

@@ -7,7 +7,7 @@
  *                 at other positions); gold answers for F1 / EM
  *   2WikiMQA dev  the given chunks as docs, the given query as the question
  * Every prompt is a chat: a system message with the instruction, the docs
- * and the question in the user turn (src/reuse/segments.h).
+ * and the question in the user turn (src/rag/segments.h).
  *
  * Per strategy, against `full` (a cold prefill of the same tokens):
  *   latency   TTFT median with the docs cached (the system segment is an
@@ -40,8 +40,8 @@
 #include "engine/context.h"
 #include "kvstitch.h"
 #include "rag_data.h"
-#include "reuse/cache.h"
-#include "reuse/segment_gen.h"
+#include "cache/cache.h"
+#include "rag/segment_gen.h"
 
 #define MAX_CFG 32
 

@@ -1,5 +1,5 @@
 /*
- * Moving cached keys by a position delta (src/reuse/move.h).
+ * Moving cached keys by a position delta (src/rag/move.h).
  *
  * Tolerances (stated per element x of a rotated pair (x_a, x_b)):
  *   round trip +d then -d   f32: |x' - x| <= 2^-22 |(x_a, x_b)|   (two roundings to float)
@@ -20,10 +20,10 @@
 #include "test_musique.h"
 #include "kernels/kernels.h"
 #include "kvstitch.h"
-#include "reuse/cache.h"
-#include "reuse/doc_cache.h"
-#include "reuse/move.h"
-#include "reuse/segments.h"
+#include "cache/cache.h"
+#include "rag/doc_cache.h"
+#include "rag/move.h"
+#include "rag/segments.h"
 
 #define HD 64
 #define NT 37

@@ -13,8 +13,8 @@
 #include "kv/store.h"
 #include "model/model.h"
 #include "kvstitch.h"
-#include "reuse/cache.h"
-#include "reuse/fingerprint.h"
+#include "cache/cache.h"
+#include "cache/fingerprint.h"
 
 #define N_CTX 512
 

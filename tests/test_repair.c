@@ -1,6 +1,6 @@
 /*
  * Non-prefix reuse on the real model: moved doc chunks and the repair
- * strategies (src/reuse/repair.h, segment_gen.h).
+ * strategies (src/rag/repair/repair.h, segment_gen.h).
  *
  * A chat prompt with a system message, three MuSiQue passages as docs and a
  * question. Exact invariants (memcmp of the first logits and the greedy
@@ -31,8 +31,8 @@
 #include "harness.h"
 #include "test_musique.h"
 #include "kvstitch.h"
-#include "reuse/cache.h"
-#include "reuse/segment_gen.h"
+#include "cache/cache.h"
+#include "rag/segment_gen.h"
 
 #define N_DOCS 3
 #define N_GEN 4

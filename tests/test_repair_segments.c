@@ -1,5 +1,5 @@
 /*
- * Segment layout (src/reuse/segments.h) on the real model's vocabulary and
+ * Segment layout (src/rag/segments.h) on the real model's vocabulary and
  * chat template: every segment tokenized on its own, laid out in the chat
  * template, the doc prefix, borders.
  */
@@ -7,7 +7,7 @@
 
 #include "harness.h"
 #include "kvstitch.h"
-#include "reuse/segments.h"
+#include "rag/segments.h"
 
 static kvs_model *g_model;
 

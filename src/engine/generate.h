@@ -1,6 +1,6 @@
 /*
  * The generation loop behind kvs_generate and the chunk cache's
- * kvs_generate_cached (src/reuse/): the caller may have filled the KV of a
+ * kvs_generate_cached (src/cache/prefix.c): the caller may have filled the KV of a
  * prompt prefix already.
  */
 #ifndef KVS_ENGINE_GENERATE_H

@@ -40,7 +40,7 @@
  * path cannot be rebuilt); kvs_store_sync_disk attaches them once the
  * missing parent has been stored again.
  *
- * The request path (src/reuse/prefix.c, kvs_generate_cached, does exactly this):
+ * The request path (src/cache/prefix.c, kvs_generate_cached, does exactly this):
  *
  *   kvs_prefix_hit hit;
  *   kvs_store_lookup_into(store, prompt, n - 1, &view, &hit); // >= 1 live token for the logits

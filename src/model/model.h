@@ -56,7 +56,7 @@ const float *kvs_model_output_norm(const kvs_model *model);   /* (n_embd) */
 const char *kvs_model_path(const kvs_model *model);
 
 /* Memo slots: 32-byte values derived from the model that other modules
- * compute lazily once per loaded model (src/reuse/fingerprint.c: the weights
+ * compute lazily once per loaded model (src/cache/fingerprint.c: the weights
  * digest and the cache fingerprint per KV dtype). The model stays logically
  * immutable; the slots are guarded by a mutex, so any thread may get/set. */
 enum {

@@ -24,7 +24,7 @@
 
 #include "engine/context.h"
 #include "kv/store.h"
-#include "reuse/cache.h"
+#include "cache/cache.h"
 
 /* The parent key of every doc chunk computed after prefix[0..n). */
 void kvs_doc_parent_key(const kvs_key *fp, const int32_t *prefix, int n, kvs_key *out);

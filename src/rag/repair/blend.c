@@ -45,7 +45,7 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
-#include "reuse/repair.h"
+#include "rag/repair/repair.h"
 
 typedef struct ranked {
     float dev;

@@ -23,7 +23,7 @@
 #include "engine/context.h"
 #include "engine/generate.h"
 #include "kv/chunking.h"
-#include "reuse/cache.h"
+#include "cache/cache.h"
 
 int kvs_reuse_chunk_ends(int n, int chunk_tokens, const int *borders, int n_borders, int32_t **ends, int *n_ends) {
     *ends = NULL;

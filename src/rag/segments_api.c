@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "engine/context.h"
-#include "reuse/segment_gen.h"
+#include "rag/segment_gen.h"
 
 int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens) {
     if (!model || !seg || !tokens || !n_tokens)

@@ -24,9 +24,9 @@
 #define KVS_REUSE_SEGMENT_GEN_H
 
 #include "kvstitch.h"
-#include "reuse/cache.h"
-#include "reuse/repair.h"
-#include "reuse/segments.h"
+#include "cache/cache.h"
+#include "rag/repair/repair.h"
+#include "rag/segments.h"
 
 typedef struct kvs_seg_report {
     int n_prompt;

@@ -64,7 +64,7 @@
 #include <stdint.h>
 
 #include "engine/context.h"
-#include "reuse/segments.h"
+#include "rag/segments.h"
 
 /* kvs_repair_mode, kvs_deviation, kvs_repair_params and their
  * defaults / names / parsers are public (kvstitch.h). */

@@ -1,5 +1,5 @@
 /*
- * The public kvs_cache handle and what the request code of src/reuse/ shares:
+ * The public kvs_cache handle and what the request code of src/cache/ and src/rag/ shares:
  * a cache is one chunk store (src/kv/store.h) for one (model, KV dtype),
  * rooted in the model fingerprint (fingerprint.h), plus the chunking policy.
  *

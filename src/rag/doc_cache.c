@@ -1,5 +1,5 @@
 /* Doc chunks: keys, lookup, and computing a doc after the shared prefix (doc_cache.h). */
-#include "reuse/doc_cache.h"
+#include "rag/doc_cache.h"
 
 #include <stdlib.h>
 #include <string.h>

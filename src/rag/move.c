@@ -1,5 +1,5 @@
 /* RoPE delta rotation of cached keys (move.h). */
-#include "reuse/move.h"
+#include "rag/move.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* Segmented prompts: tokenize each segment on its own and lay them out (segments.h). */
-#include "reuse/segments.h"
+#include "rag/segments.h"
 
 #include <stdio.h>
 #include <stdlib.h>

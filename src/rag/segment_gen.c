@@ -1,5 +1,5 @@
 /* Generation from a segmented prompt with non-prefix reuse (segment_gen.h). */
-#include "reuse/segment_gen.h"
+#include "rag/segment_gen.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,8 +7,8 @@
 #include "base/error.h"
 #include "engine/context.h"
 #include "engine/generate.h"
-#include "reuse/doc_cache.h"
-#include "reuse/move.h"
+#include "rag/doc_cache.h"
+#include "rag/move.h"
 
 kvs_seg_options kvs_seg_default_options(void) {
     kvs_seg_options o = {1, 1, 1};

@@ -19,7 +19,7 @@
 #include "base/error.h"
 #include "engine/context.h"
 #include "kv/chunking.h"
-#include "reuse/cache.h"
+#include "cache/cache.h"
 
 int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep) {
     double t0 = kvs_now_ms();

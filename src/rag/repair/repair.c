@@ -1,5 +1,5 @@
 /* Repair strategies and the sparse layer-major recompute (repair.h). */
-#include "reuse/repair.h"
+#include "rag/repair/repair.h"
 
 #include <stdlib.h>
 #include <string.h>

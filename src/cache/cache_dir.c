@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "kv/disk.h"
-#include "reuse/cache.h"
+#include "cache/cache.h"
 
 typedef struct dir_ctx {
     kvs_cache_entry_fn fn;

@@ -1,6 +1,6 @@
 /* The model fingerprint (see fingerprint.h): weights digest with its memo, the
  * architecture and hyperparameters, the KV dtype, and the numerics probe. */
-#include "reuse/fingerprint.h"
+#include "cache/fingerprint.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* The kvs_cache handle: open (fingerprint + store), stats, listing, clear,
  * and the helpers the request code shares (cache.h). */
-#include "reuse/cache.h"
+#include "cache/cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "engine/context.h"
 #include "kv/chunking.h"
 #include "kv/keys.h"
-#include "reuse/fingerprint.h"
+#include "cache/fingerprint.h"
 
 kvs_cache_params kvs_cache_default_params(void) {
     kvs_cache_params p;
