@@ -11,6 +11,17 @@ CFLAGS  += -std=c11 $(ARCH) -Wall -Wextra -Wshadow -Wno-unused-parameter \
 LDLIBS  += -lm -pthread
 BUILD   ?= build
 
+# System packages (scripts/install-deps.sh installs them; quiet when present).
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+DEPS_STATUS := $(shell scripts/install-deps.sh >&2 && echo ok)
+ifneq ($(DEPS_STATUS),ok)
+$(error missing system packages: see the install-deps message above)
+endif
+endif
+SYS_PKGS := libcjson libmicrohttpd hiredis libzstd
+CFLAGS  += $(shell pkg-config --cflags $(SYS_PKGS) 2>/dev/null)
+LDLIBS  += $(shell pkg-config --libs $(SYS_PKGS) 2>/dev/null || echo -lcjson -lmicrohttpd -lhiredis -lzstd)
+
 ifneq ($(SANITIZE),)
 BUILD   := build/san
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all

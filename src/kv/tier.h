@@ -1,0 +1,115 @@
+/*
+ * Storage tiers below the RAM store: one small vtable, one row per kind
+ * (directory, Redis, Redis Cluster, ...). The store (store.h) keeps the index,
+ * the RAM budget and the LRU; it reaches every tier below RAM only through
+ * this interface, in order:
+ *
+ *   lookup:  RAM index --miss--> tier[0] --miss--> tier[1] ... --miss--> compute
+ *   insert:  RAM + put() on every tier (a tier may queue the write)
+ *
+ * A tier stores whole chunks (identity + tokens + payload) under the chunk's
+ * prefix key, for one model fingerprint and one KV shape (given at open).
+ * Everything a tier returns has been verified on its own: magic, version,
+ * fingerprint, shape, keys recomputed from the tokens, checksums. A damaged,
+ * truncated, oversized or foreign value is never returned: it is counted,
+ * dropped where the tier can drop it, and reported as a miss (the request
+ * recomputes). A tier that is down, slow or answering garbage behaves as a
+ * miss too (bounded latency is the tier's job: timeouts, circuit breaker).
+ *
+ *   struct kvs_tier  +-- ops   (const kvs_tier_ops *: the row)
+ *                    +-- impl  (the row's private state)
+ *
+ * Thread-safety: every op may be called from any thread concurrently,
+ * except close (no op may run concurrently with it).
+ *
+ * Adding a tier: one new file with its ops row and an open function that
+ * fills a kvs_tier; the store needs no change.
+ */
+#ifndef KVS_KV_TIER_H
+#define KVS_KV_TIER_H
+
+#include "kv/chunk.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvs_tier kvs_tier;
+
+/* Counters every tier keeps (monotonic since open). Tier-specific figures
+ * go into the tier's own stats call; these are what `cache stats` and
+ * /metrics show for every tier alike. */
+typedef struct kvs_tier_stats {
+    uint64_t gets, hits, misses;       /* get/get_many keys asked, found valid, not found */
+    uint64_t get_bytes;                /* payload bytes returned */
+    double get_seconds;
+    uint64_t puts, put_errors;         /* puts done (or queued), failed */
+    uint64_t put_dropped;              /* not written by design (queue full, breaker open) */
+    uint64_t put_bytes;
+    uint64_t bad;                      /* damaged values found (never served) */
+    uint64_t foreign;                  /* another model's / shape's values, skipped */
+    uint64_t errors;                   /* I/O or connection errors (each a miss) */
+    uint64_t entries;                  /* entries held, if the tier knows cheaply (else 0) */
+    uint64_t bytes;                    /* bytes held, if the tier knows cheaply (else 0) */
+} kvs_tier_stats;
+
+/* Called by scan for each valid entry: chunk without payload (the callee
+ * takes the reference). A nonzero return stops the scan. */
+typedef int (*kvs_tier_visit_fn)(void *user, kvs_chunk *chunk);
+
+typedef struct kvs_tier_ops {
+    const char *name; /* "dir", "redis", "redis-cluster": in stats and messages */
+
+    /* n chunks by prefix key in one round trip where the tier can batch
+     * (Redis: one pipeline per node). out[i] = a new resident chunk (caller
+     * owns the reference) or NULL (missing, damaged, foreign, error).
+     * Returns KVS_OK even when some or all are missing; an error status
+     * only for bad arguments or out of memory (out[] all NULL then). */
+    int (*get_many)(kvs_tier *t, const kvs_key *prefix_keys, int n, kvs_chunk **out);
+
+    /* Optional (NULL = the store uses get_many + kvs_chunk_copy_to_kv):
+     * reads chunk tokens [off, off + n) of c's entry straight into view
+     * slots [slot, slot + n), verifying it whole. KVS_OK, or a status for a
+     * miss (nothing valid written: the slots hold undefined bytes). */
+    int (*get_into)(kvs_tier *t, const kvs_chunk *c, int off, int n, const kvs_kv_view *view, int slot);
+
+    /* Stores a resident chunk. May be asynchronous (the tier copies what it
+     * needs before returning; the caller may drop its reference at once).
+     * KVS_OK means written or queued, never "failed silently": a write that
+     * fails later is counted in put_errors. */
+    int (*put)(kvs_tier *t, const kvs_chunk *c);
+
+    /* present[i] = 1 if prefix_keys[i] is held (cheap check, may be stale). */
+    int (*contains_many)(kvs_tier *t, const kvs_key *prefix_keys, int n, uint8_t *present);
+
+    /* Removes one entry: KVS_OK, or KVS_ERR_NOT_FOUND. */
+    int (*remove)(kvs_tier *t, const kvs_key *prefix_key);
+
+    /* Optional (NULL = the tier cannot list its entries cheaply): every
+     * valid entry of this tier's model, headers only. */
+    int (*scan)(kvs_tier *t, kvs_tier_visit_fn fn, void *user);
+
+    /* Removes every entry that belongs to this project (never anything
+     * else: a Redis tier deletes its key prefix only). *n_removed optional. */
+    int (*clear)(kvs_tier *t, uint64_t *n_removed);
+
+    void (*stats)(kvs_tier *t, kvs_tier_stats *st);
+
+    /* Flushes queued writes (bounded wait) and frees the tier. */
+    void (*close)(kvs_tier *t);
+} kvs_tier_ops;
+
+struct kvs_tier {
+    const kvs_tier_ops *ops;
+    void *impl;
+};
+
+/* Convenience wrappers: NULL-safe on optional ops. */
+static inline int kvs_tier_get_many(kvs_tier *t, const kvs_key *keys, int n, kvs_chunk **out) {
+    return t->ops->get_many(t, keys, n, out);
+}
+static inline int kvs_tier_put(kvs_tier *t, const kvs_chunk *c) { return t->ops->put(t, c); }
+static inline void kvs_tier_close(kvs_tier *t) {
+    if (t && t->ops) t->ops->close(t);
+}
+
+#endif
