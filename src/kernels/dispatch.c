@@ -370,12 +370,18 @@ static void attn_chunk(void *arg, int u, int ith) {
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work) {
+    kvs_attention_window(pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale, 0, work);
+}
+
+void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
+                          const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
+                          int head_dim, int n_ctx, float scale, int window, void *work) {
     if (m <= 0) return;
     attn_task t = {.isa = pick_isa()};
     t.call = (kvs_attn_call){.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v,
                              .kv_type = kv_type, .n_head = n_head, .n_kv_head = n_kv_head,
                              .head_dim = head_dim, .n_ctx = n_ctx, .scale = scale,
-                             .work = align64(work)};
+                             .window = window > 0 ? window : 0, .work = align64(work)};
     int group = n_head / n_kv_head;
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;
