@@ -12,7 +12,7 @@
 
 typedef struct gen_opts {
     const char *model_path, *prompt, *file, *system, *cache_dir, *reuse, *deviation, *doc_prefix;
-    int n_predict, chat, json, quiet, n_threads, n_ctx, beyond_train, no_store, chunk_tokens, cache_budget_mib;
+    int n_predict, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, no_store, chunk_tokens, cache_budget_mib;
     kvs_sampler_params sp;
     const char *docs[MAX_DOCS], *stops[MAX_STOPS];
     int n_docs, n_stops;
@@ -35,6 +35,7 @@ static const cli_opt k_opts[] = {
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1, "wrap the prompt in the model's chat template"),
     CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat or --doc)"),
     CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N", "tokens per forward chunk in prefill (default 512; same bits)"),
     CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N",
                 "context length (default: the model's trained length, at most 8192,\n"
                 "raised up to the trained length when the prompt needs it)"),
@@ -45,7 +46,7 @@ static const cli_opt k_opts[] = {
     CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress, no warnings, no stats line"),
     {.name = "--cache-dir", .kind = CLI_DIR, .offset = CLI_OFF(O, cache_dir), .metavar = "DIR", .help = "reuse the KV of the longest cached prefix of the prompt from DIR\n"
      "(bit-identical output) and store the prompt's new chunks there", .group = "Prompt KV cache:"},
-    {.name = "--reuse", .kind = CLI_CHOICE, .offset = CLI_OFF(O, reuse), .choices = "prefix|none|selective|cacheblend|firstk|full", .needs = "--cache-dir", .metavar = "MODE", .help = "prefix (default) or none (compute every token); with --doc the repair\n"
+    {.name = "--reuse", .kind = CLI_STR, .offset = CLI_OFF(O, reuse), .needs = "--cache-dir", .metavar = "MODE", .help = "prefix (default) or none (compute every token); with --doc the repair\n"
      "of moved documents: none, selective, cacheblend (default), firstk, full"},
     {.name = "--no-store", .kind = CLI_FLAG, .offset = CLI_OFF(O, no_store), .flag_value = 1, .needs = "--cache-dir", .help = "do not store the prompt's chunks"},
     {.name = "--chunk-tokens", .kind = CLI_INT, .offset = CLI_OFF(O, chunk_tokens), .min = 1, .max = 4096, .needs = "--cache-dir", .metavar = "N", .help = "chunk size for new chunks (default 64)"},
@@ -86,12 +87,17 @@ static int check(gen_opts *o) {
     if (o->system && !o->chat && !o->n_docs) return cli_usage_error(c, "--system needs --chat (or --doc)");
     if (o->n_docs && o->no_store)
         return cli_usage_error(c, "--no-store does not apply to --doc (documents are always cached)");
+    /* --reuse means the reuse mode without --doc, the repair strategy with it. */
+    kvs_repair_mode repair;
+    int is_repair = o->reuse && kvs_repair_mode_parse(o->reuse, &repair) == KVS_OK;
     if (o->reuse && !o->n_docs && strcmp(o->reuse, "prefix") && strcmp(o->reuse, "none"))
-        return cli_usage_error(c, "--reuse: '%s' is a repair strategy and needs --doc; without --doc, expected "
-                               "prefix or none", o->reuse);
+        return cli_usage_error(c, "--reuse must be prefix or none without --doc, got '%s'%s", o->reuse,
+                               is_repair ? " (a repair strategy: it needs --doc)" : "");
     if (o->n_docs && o->reuse) {
         if (!strcmp(o->reuse, "prefix")) o->rp.mode = KVS_REPAIR_FULL;
-        else kvs_repair_mode_parse(o->reuse, &o->rp.mode);
+        else if (is_repair) o->rp.mode = repair;
+        else return cli_usage_error(c, "--reuse must be none, selective, cacheblend, firstk or full with --doc (prefix "
+                                    "= full), got '%s'", o->reuse);
     }
     if (o->deviation) kvs_deviation_parse(o->deviation, &o->rp.deviation);
     if (o->rp.narrow_from != 0.0f && o->rp.narrow_from < o->rp.recompute_ratio)
@@ -228,6 +234,7 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     if (tok_ms < 0) return 1;
     kvs_context_params cp = kvs_context_default_params();
     cp.n_threads = o->n_threads;
+    cp.n_batch = o->n_batch;
     cp.allow_beyond_train = o->beyond_train;
     if (fit_context(&info, o, g->n, &cp.n_ctx)) return 1;
     cli_progress_attach(&cp, "prefill", !o->quiet && !o->json);
