@@ -50,14 +50,19 @@ static const char *row_name(const cli_opt *o) { return o->name ? o->name : o->sh
  * "a number in (0, 1]", "one of a, b, c"; "" for paths and strings. */
 static void range_text(const cli_opt *o, char *buf, size_t cap) {
     buf[0] = 0;
-    if (o->kind == CLI_INT) snprintf(buf, cap, "an integer in [%.0f, %.0f]", o->min, o->max);
-    else if (o->kind == CLI_FLOAT) snprintf(buf, cap, "a number in %c%g, %g]", o->min_open ? '(' : '[', o->min, o->max);
-    else if (o->kind == CLI_U64) snprintf(buf, cap, "an integer in [0, %llu]", ULLONG_MAX);
+    if (o->kind == CLI_INT)
+        snprintf(buf, cap, "an integer in [%.0f, %.0f]", o->min, o->max);
+    else if (o->kind == CLI_FLOAT)
+        snprintf(buf, cap, "a number in %c%g, %g]", o->min_open ? '(' : '[', o->min, o->max);
+    else if (o->kind == CLI_U64)
+        snprintf(buf, cap, "an integer in [0, %llu]", ULLONG_MAX);
     else if (o->kind == CLI_CHOICE) {
         size_t n = (size_t)snprintf(buf, cap, "one of ");
         for (const char *p = o->choices; *p && n + 3 < cap; p++) {
-            if (*p == '|') n += (size_t)snprintf(buf + n, cap - n, ", ");
-            else buf[n++] = *p, buf[n] = 0;
+            if (*p == '|')
+                n += (size_t)snprintf(buf + n, cap - n, ", ");
+            else
+                buf[n++] = *p, buf[n] = 0;
         }
     }
 }
@@ -97,8 +102,7 @@ static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, vo
         double x = strtod(v, &end);
         if (!*v || *end) return bad_value(cmd->name, o, v, "not a number");
         if (!isfinite(x)) return bad_value(cmd->name, o, v, "not a finite number");
-        if (x < o->min || x > o->max || (o->min_open && x == o->min))
-            return bad_value(cmd->name, o, v, "out of range");
+        if (x < o->min || x > o->max || (o->min_open && x == o->min)) return bad_value(cmd->name, o, v, "out of range");
         *(float *)field = (float)x;
         return 0;
     }
@@ -186,7 +190,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, int *gi
     }
     for (int k = 0; k < cmd->n_opts; k++)
         if (seen[k] && cmd->opts[k].needs && !cli_given(cmd, seen, cmd->opts[k].needs))
-            return cli_usage_error(cmd->name, "%s needs %s (it does nothing without it; the options of that kind need %s)",
+            return cli_usage_error(cmd->name,
+                                   "%s needs %s (it does nothing without it; the options of that kind need %s)",
                                    row_name(&cmd->opts[k]), cmd->opts[k].needs, cmd->opts[k].needs);
     return -1;
 }
@@ -207,7 +212,8 @@ void cli_print_help(const cli_command *cmd, FILE *f) {
             fputc(*p, f);
             if (*p == '\n') fprintf(f, "  %-22s ", "");
         }
-        if (range[0] && o->kind != CLI_U64 && o->kind != CLI_CHOICE) fprintf(f, " %s", strpbrk(range, "[(") ? strpbrk(range, "[(") : range);
+        if (range[0] && o->kind != CLI_U64 && o->kind != CLI_CHOICE)
+            fprintf(f, " %s", strpbrk(range, "[(") ? strpbrk(range, "[(") : range);
         if (o->max_count > 0) fprintf(f, " (repeatable, up to %d)", o->max_count);
         fputc('\n', f);
     }

@@ -67,6 +67,9 @@ typedef struct cli_opt {
 #define CLI_FLOAT_OPT(s, n, type, field, lo, hi, meta, h) \
     {.short_name = s, .name = n, .kind = CLI_FLOAT, .offset = CLI_OFF(type, field), .min = lo, .max = hi, \
      .metavar = meta, .help = h}
+/* Any row: the common fields, then designated ones (.min = 0, .needs = "--doc", ...). */
+#define CLI_OPT(s, n, k, type, field, meta, h, ...) \
+    {.short_name = s, .name = n, .kind = k, .offset = CLI_OFF(type, field), .metavar = meta, .help = h, __VA_ARGS__}
 #define CLI_U64_OPT(s, n, type, field, meta, h) \
     {.short_name = s, .name = n, .kind = CLI_U64, .offset = CLI_OFF(type, field), .metavar = meta, .help = h}
 

@@ -20,17 +20,22 @@ typedef struct bench_opts {
 
 static const cli_opt k_opts[] = {
     CLI_FILE_OPT("-m", "--model", bench_opts, model_path, "PATH", "GGUF file"),
-    CLI_INT_OPT("-p", NULL, bench_opts, n_pp, 0, 1 << 20, "N", "prompt tokens for the prefill test (0 = skip; default 512)"),
+    CLI_INT_OPT("-p", NULL, bench_opts, n_pp, 0, 1 << 20, "N",
+                "prompt tokens for the prefill test (0 = skip; default 512)"),
     CLI_INT_OPT("-n", NULL, bench_opts, n_tg, 0, 1 << 20, "N", "tokens for the decode test (0 = skip; default 128)"),
     CLI_INT_OPT(NULL, "--reps", bench_opts, reps, 1, 1000, "N", "repetitions; the median is reported (default 3)"),
     CLI_INT_OPT(NULL, "--threads", bench_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
-    CLI_INT_OPT(NULL, "--batch", bench_opts, n_batch, 1, 1 << 16, "N", "tokens per forward chunk in prefill (default 512)"),
+    CLI_INT_OPT(NULL, "--batch", bench_opts, n_batch, 1, 1 << 16, "N",
+                "tokens per forward chunk in prefill (default 512)"),
     CLI_FLAG_OPT(NULL, "--json", bench_opts, json, 1, "one JSON object instead of a table"),
 };
 static const cli_command k_cmd = {
-    "bench", "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [--reps 3] [--threads N] [--json]\n", k_opts,
+    "bench",
+    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [--reps 3] [--threads N] [--json]\n",
+    k_opts,
     (int)(sizeof k_opts / sizeof k_opts[0]),
-    "Prompt tokens are pseudo-random ids; the decode test starts from an empty context.\n", NULL};
+    "Prompt tokens are pseudo-random ids; the decode test starts from an empty context.\n",
+    NULL};
 
 static double now_ms(void) {
     struct timespec ts;
@@ -65,7 +70,8 @@ static void print_row(const char *kind, int n, double med, const double *runs, i
     char name[32];
     snprintf(name, sizeof name, "%s%d", kind, n);
     printf("%-8s %12.2f   [", name, med);
-    for (int r = 0; r < reps; r++) printf(r ? ", %.1f" : "%.1f", runs[r]);
+    for (int r = 0; r < reps; r++)
+        printf(r ? ", %.1f" : "%.1f", runs[r]);
     printf("]\n");
 }
 
@@ -81,7 +87,8 @@ static void cpu_name(char *buf, size_t cap) {
         const char *c = strchr(line, ':');
         if (!c) break;
         c++;
-        while (*c == ' ' || *c == '\t') c++;
+        while (*c == ' ' || *c == '\t')
+            c++;
         snprintf(buf, cap, "%s", c);
         buf[strcspn(buf, "\n")] = 0;
         break;
@@ -95,7 +102,8 @@ static void add_test(cJSON *j, const char *key, int n, double med, const double 
     cJSON_AddNumberToObject(t, "n", n);
     cJSON_AddNumberToObject(t, "tok_s", round(med * 100) / 100);
     cJSON *a = cJSON_AddArrayToObject(t, "runs");
-    for (int r = 0; a && r < reps; r++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round(runs[r] * 100) / 100));
+    for (int r = 0; a && r < reps; r++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(round(runs[r] * 100) / 100));
 }
 
 /* One prefill of n tokens at positions 0..n-1; returns tokens/s. */
@@ -141,8 +149,14 @@ int cmd_bench(int argc, char **argv) {
     int32_t *toks = malloc((size_t)n_max * sizeof *toks), *pos = malloc((size_t)n_max * sizeof *pos);
     float *logits = malloc((size_t)kvs_vocab_size(model) * sizeof *logits);
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
-    if (!toks || !pos || !logits || !pp || !tg) { fprintf(stderr, "kvstitch bench: out of memory\n"); goto done; }
-    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
+    if (!toks || !pos || !logits || !pp || !tg) {
+        fprintf(stderr, "kvstitch bench: out of memory\n");
+        goto done;
+    }
+    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) {
+        cli_fail(st, "context");
+        goto done;
+    }
 
     /* A fixed LCG stream of ids: the same prompt every run, no tokenizer involved. */
     uint64_t x = 42;
@@ -153,16 +167,28 @@ int cmd_bench(int argc, char **argv) {
     }
     double pp_med = 0, tg_med = 0, scratch;
     if (n_pp > 0) {
-        if ((st = run_pp(ctx, toks, pos, n_pp, logits, &scratch))) { cli_fail(st, "prefill"); goto done; }
+        if ((st = run_pp(ctx, toks, pos, n_pp, logits, &scratch))) {
+            cli_fail(st, "prefill");
+            goto done;
+        }
         for (int r = 0; r < reps; r++)
-            if ((st = run_pp(ctx, toks, pos, n_pp, logits, &pp[r]))) { cli_fail(st, "prefill"); goto done; }
+            if ((st = run_pp(ctx, toks, pos, n_pp, logits, &pp[r]))) {
+                cli_fail(st, "prefill");
+                goto done;
+            }
         pp_med = median(pp, reps);
     }
     if (n_tg > 0) {
         int warm = n_tg < 16 ? n_tg : 16;
-        if ((st = run_tg(ctx, toks, warm, logits, &scratch))) { cli_fail(st, "decode"); goto done; }
+        if ((st = run_tg(ctx, toks, warm, logits, &scratch))) {
+            cli_fail(st, "decode");
+            goto done;
+        }
         for (int r = 0; r < reps; r++)
-            if ((st = run_tg(ctx, toks, n_tg, logits, &tg[r]))) { cli_fail(st, "decode"); goto done; }
+            if ((st = run_tg(ctx, toks, n_tg, logits, &tg[r]))) {
+                cli_fail(st, "decode");
+                goto done;
+            }
         tg_med = median(tg, reps);
     }
     long long kb[3];

@@ -27,15 +27,21 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT("-n", "--n-predict", O, n_predict, 0, 1 << 20, "N", "new tokens at most (default 128)"),
     CLI_FLOAT_OPT(NULL, "--temp", O, sp.temperature, 0, 100, "T", "temperature; 0 = greedy (default 0)"),
     CLI_INT_OPT(NULL, "--top-k", O, sp.top_k, 0, 1 << 20, "K", "keep the K most likely tokens; 0 = off (default 40)"),
-    {.name = "--top-p", .kind = CLI_FLOAT, .offset = CLI_OFF(O, sp.top_p), .max = 1, .min_open = 1, .metavar = "P", .help = "nucleus sampling mass; 1 = off (default 0.95)"},
-    CLI_FLOAT_OPT(NULL, "--min-p", O, sp.min_p, 0, 1, "P", "drop tokens below P x the best probability; 0 = off (default 0.05)"),
-    {.name = "--repeat-penalty", .kind = CLI_FLOAT, .offset = CLI_OFF(O, sp.repeat_penalty), .max = 10, .min_open = 1, .metavar = "R", .help = "penalty for the last 64 tokens; 1 = off (default 1)"},
+    CLI_OPT(NULL, "--top-p", CLI_FLOAT, O, sp.top_p, "P", "nucleus sampling mass; 1 = off (default 0.95)", .max = 1,
+            .min_open = 1),
+    CLI_FLOAT_OPT(NULL, "--min-p", O, sp.min_p, 0, 1, "P",
+                  "drop tokens below P x the best probability; 0 = off (default 0.05)"),
+    CLI_OPT(NULL, "--repeat-penalty", CLI_FLOAT, O, sp.repeat_penalty, "R",
+            "penalty for the last 64 tokens; 1 = off (default 1)", .max = 10, .min_open = 1),
     CLI_U64_OPT(NULL, "--seed", O, sp.seed, "S", "random seed for sampling (default 0)"),
-    {.name = "--stop", .kind = CLI_STR, .offset = CLI_OFF(O, stops), .max_count = MAX_STOPS, .count_offset = CLI_OFF(O, n_stops), .metavar = "TEXT", .help = "stop when the text contains TEXT (cut from the output; stop_reason \"stop\")"},
+    CLI_OPT(NULL, "--stop", CLI_STR, O, stops, "TEXT",
+            "stop when the text contains TEXT (cut from the output; stop_reason \"stop\")", .max_count = MAX_STOPS,
+            .count_offset = CLI_OFF(O, n_stops)),
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1, "wrap the prompt in the model's chat template"),
     CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat or --doc)"),
     CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
-    CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N", "tokens per forward chunk in prefill (default 512; same bits)"),
+    CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N",
+                "tokens per forward chunk in prefill (default 512; same bits)"),
     CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N",
                 "context length (default: the model's trained length, at most 8192,\n"
                 "raised up to the trained length when the prompt needs it)"),
@@ -44,28 +50,52 @@ static const cli_opt k_opts[] = {
                  "(no RoPE scaling is applied: the output degrades)"),
     CLI_FLAG_OPT(NULL, "--json", O, json, 1, "print one JSON object instead of streaming text (fields: README)"),
     CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress, no warnings, no stats line"),
-    {.name = "--cache-dir", .kind = CLI_DIR, .offset = CLI_OFF(O, cache_dir), .metavar = "DIR", .help = "reuse the KV of the longest cached prefix of the prompt from DIR\n"
-     "(bit-identical output) and store the prompt's new chunks there", .group = "Prompt KV cache:"},
-    {.name = "--reuse", .kind = CLI_STR, .offset = CLI_OFF(O, reuse), .needs = "--cache-dir", .metavar = "MODE", .help = "prefix (default) or none (compute every token); with --doc the repair\n"
-     "of moved documents: none, selective, cacheblend (default), firstk, full"},
-    {.name = "--no-store", .kind = CLI_FLAG, .offset = CLI_OFF(O, no_store), .flag_value = 1, .needs = "--cache-dir", .help = "do not store the prompt's chunks"},
-    {.name = "--chunk-tokens", .kind = CLI_INT, .offset = CLI_OFF(O, chunk_tokens), .min = 1, .max = 4096, .needs = "--cache-dir", .metavar = "N", .help = "chunk size for new chunks (default 64)"},
-    {.name = "--cache-budget", .kind = CLI_INT, .offset = CLI_OFF(O, cache_budget_mib), .min = 1, .max = 1 << 24, .needs = "--cache-dir", .metavar = "MIB", .help = "memory for cached chunks (default: 1/4 of RAM)"},
-    {.name = "--doc", .kind = CLI_FILE, .offset = CLI_OFF(O, docs), .max_count = MAX_DOCS, .count_offset = CLI_OFF(O, n_docs), .needs = "--cache-dir", .metavar = "FILE", .help = "a document, laid out after the system message and before the question\n"
-     "(-p / -f); its KV is cached by content and reused at any position", .group = "Documents (non-prefix reuse, RAG; with --cache-dir):"},
-    {.name = "--recompute-ratio", .kind = CLI_FLOAT, .offset = CLI_OFF(O, rp.recompute_ratio), .max = 1, .needs = "--doc", .metavar = "R", .help = "cacheblend: share of document tokens recomputed (default 0.10)"},
-    {.name = "--overlap", .kind = CLI_INT, .offset = CLI_OFF(O, rp.overlap), .max = 1 << 16, .needs = "--doc", .metavar = "R", .help = "selective: tokens recomputed before each seam (default 16)"},
-    {.name = "--first-k", .kind = CLI_INT, .offset = CLI_OFF(O, rp.first_k), .max = 1 << 16, .needs = "--doc", .metavar = "K", .help = "firstk: tokens recomputed at the start of each document (default 16)"},
-    {.name = "--check-layer", .kind = CLI_INT, .offset = CLI_OFF(O, rp.check_layer), .max = 1024, .needs = "--doc", .metavar = "L", .help = "cacheblend: layer where the KV deviation is measured (default 1)"},
-    {.name = "--min-deviation", .kind = CLI_FLOAT, .offset = CLI_OFF(O, rp.min_deviation), .max = 1e30, .needs = "--doc", .metavar = "D", .help = "cacheblend: recompute only tokens deviating more than D (default 0)"},
-    {.name = "--deviation", .kind = CLI_CHOICE, .offset = CLI_OFF(O, deviation), .choices = "v-l2|k-cos", .needs = "--doc", .metavar = "M", .help = "cacheblend: the ranking metric (default v-l2)"},
-    {.name = "--seams", .kind = CLI_FLAG, .offset = CLI_OFF(O, rp.cacheblend_seams), .flag_value = 1, .needs = "--doc", .help = "cacheblend: also recompute selective's tokens beyond the ratio (default)"},
-    {.name = "--no-seams", .kind = CLI_FLAG, .offset = CLI_OFF(O, rp.cacheblend_seams), .needs = "--doc", .help = "cacheblend: plain CacheBlend"},
-    {.name = "--narrow-from", .kind = CLI_FLOAT, .offset = CLI_OFF(O, rp.narrow_from), .max = 1, .needs = "--doc", .metavar = "R", .help = "cacheblend: gradual narrowing from R of the document tokens down to\n"
-     "--recompute-ratio over --narrow-layers layers (0 = off, else >= the ratio)"},
-    {.name = "--narrow-layers", .kind = CLI_INT, .offset = CLI_OFF(O, rp.narrow_layers), .min = 1, .max = 1024, .needs = "--doc", .metavar = "N", .help = "cacheblend: layers the narrowing takes (default 4)"},
-    {.name = "--doc-prefix", .kind = CLI_STR, .offset = CLI_OFF(O, doc_prefix), .needs = "--doc", .metavar = "TEXT", .help = "the text documents are computed after (default: with --chat the\n"
-     "template's text before the user's content, else nothing / BOS)"},
+    CLI_OPT(NULL, "--cache-dir", CLI_DIR, O, cache_dir, "DIR",
+            "reuse the KV of the longest cached prefix of the prompt from DIR\n"
+            "(bit-identical output) and store the prompt's new chunks there",
+            .group = "Prompt KV cache:"),
+    CLI_OPT(NULL, "--reuse", CLI_STR, O, reuse, "MODE",
+            "prefix (default) or none (compute every token); with --doc the repair\n"
+            "of moved documents: none, selective, cacheblend (default), firstk, full",
+            .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--no-store", CLI_FLAG, O, no_store, NULL, "do not store the prompt's chunks", .flag_value = 1,
+            .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--chunk-tokens", CLI_INT, O, chunk_tokens, "N", "chunk size for new chunks (default 64)", .min = 1,
+            .max = 4096, .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--cache-budget", CLI_INT, O, cache_budget_mib, "MIB",
+            "memory for cached chunks (default: 1/4 of RAM)", .min = 1, .max = 1 << 24, .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--doc", CLI_FILE, O, docs, "FILE",
+            "a document, laid out after the system message and before the question\n"
+            "(-p / -f); its KV is cached by content and reused at any position",
+            .max_count = MAX_DOCS, .count_offset = CLI_OFF(O, n_docs), .needs = "--cache-dir",
+            .group = "Documents (non-prefix reuse, RAG; with --cache-dir):"),
+    CLI_OPT(NULL, "--recompute-ratio", CLI_FLOAT, O, rp.recompute_ratio, "R",
+            "cacheblend: share of document tokens recomputed (default 0.10)", .max = 1, .needs = "--doc"),
+    CLI_OPT(NULL, "--overlap", CLI_INT, O, rp.overlap, "R",
+            "selective: tokens recomputed before each seam (default 16)", .max = 1 << 16, .needs = "--doc"),
+    CLI_OPT(NULL, "--first-k", CLI_INT, O, rp.first_k, "K",
+            "firstk: tokens recomputed at the start of each document (default 16)", .max = 1 << 16, .needs = "--doc"),
+    CLI_OPT(NULL, "--check-layer", CLI_INT, O, rp.check_layer, "L",
+            "cacheblend: layer where the KV deviation is measured (default 1)", .max = 1024, .needs = "--doc"),
+    CLI_OPT(NULL, "--min-deviation", CLI_FLOAT, O, rp.min_deviation, "D",
+            "cacheblend: recompute only tokens deviating more than D (default 0)", .max = 1e30, .needs = "--doc"),
+    CLI_OPT(NULL, "--deviation", CLI_CHOICE, O, deviation, "M", "cacheblend: the ranking metric (default v-l2)",
+            .choices = "v-l2|k-cos", .needs = "--doc"),
+    CLI_OPT(NULL, "--seams", CLI_FLAG, O, rp.cacheblend_seams, NULL,
+            "cacheblend: also recompute selective's tokens beyond the ratio (default)", .flag_value = 1,
+            .needs = "--doc"),
+    CLI_OPT(NULL, "--no-seams", CLI_FLAG, O, rp.cacheblend_seams, NULL, "cacheblend: plain CacheBlend",
+            .needs = "--doc"),
+    CLI_OPT(NULL, "--narrow-from", CLI_FLOAT, O, rp.narrow_from, "R",
+            "cacheblend: gradual narrowing from R of the document tokens down to\n"
+            "--recompute-ratio over --narrow-layers layers (0 = off, else >= the ratio)",
+            .max = 1, .needs = "--doc"),
+    CLI_OPT(NULL, "--narrow-layers", CLI_INT, O, rp.narrow_layers, "N",
+            "cacheblend: layers the narrowing takes (default 4)", .min = 1, .max = 1024, .needs = "--doc"),
+    CLI_OPT(NULL, "--doc-prefix", CLI_STR, O, doc_prefix, "TEXT",
+            "the text documents are computed after (default: with --chat the\n"
+            "template's text before the user's content, else nothing / BOS)",
+            .needs = "--doc"),
 };
 #undef O
 
@@ -73,7 +103,8 @@ static const cli_command k_cmd = {
     "generate",
     "usage: kvstitch generate -m MODEL (-p TEXT | -f FILE) [options]\n"
     "       kvstitch generate -m MODEL --cache-dir DIR [--chat] [--system TEXT] --doc FILE... (-p QUESTION)\n",
-    k_opts, (int)(sizeof k_opts / sizeof k_opts[0]),
+    k_opts,
+    (int)(sizeof k_opts / sizeof k_opts[0]),
     "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n"
     "Generation stops at end-of-sequence, -n tokens, a --stop string or a full context (stop_reason).\n",
     NULL,
@@ -94,10 +125,15 @@ static int check(gen_opts *o) {
         return cli_usage_error(c, "--reuse must be prefix or none without --doc, got '%s'%s", o->reuse,
                                is_repair ? " (a repair strategy: it needs --doc)" : "");
     if (o->n_docs && o->reuse) {
-        if (!strcmp(o->reuse, "prefix")) o->rp.mode = KVS_REPAIR_FULL;
-        else if (is_repair) o->rp.mode = repair;
-        else return cli_usage_error(c, "--reuse must be none, selective, cacheblend, firstk or full with --doc (prefix "
-                                    "= full), got '%s'", o->reuse);
+        if (!strcmp(o->reuse, "prefix"))
+            o->rp.mode = KVS_REPAIR_FULL;
+        else if (is_repair)
+            o->rp.mode = repair;
+        else
+            return cli_usage_error(c,
+                                   "--reuse must be none, selective, cacheblend, firstk or full with --doc (prefix "
+                                   "= full), got '%s'",
+                                   o->reuse);
     }
     if (o->deviation) kvs_deviation_parse(o->deviation, &o->rp.deviation);
     if (o->rp.narrow_from != 0.0f && o->rp.narrow_from < o->rp.recompute_ratio)
@@ -144,29 +180,34 @@ static int fit_context(const kvs_model_info *info, const gen_opts *o, int n, int
     const int deflt = train < 8192 ? train : 8192, want = n + (o->n_predict > 0 ? o->n_predict : 1);
     *n_ctx = o->n_ctx;
     if (n > train && !o->beyond_train) {
-        fprintf(stderr, "kvstitch generate: the prompt has %d tokens but %s was trained on at most %d "
+        fprintf(stderr,
+                "kvstitch generate: the prompt has %d tokens but %s was trained on at most %d "
                 "(%s.context_length): shorten it by at least %d tokens (raising --ctx cannot help; "
-                "--ctx-beyond-train runs it anyway, with degraded output)\n", n, info->name[0] ? info->name : "the model",
-                train, info->arch, n - train + 1);
+                "--ctx-beyond-train runs it anyway, with degraded output)\n",
+                n, info->name[0] ? info->name : "the model", train, info->arch, n - train + 1);
         return 1;
     }
     if (o->n_ctx && o->n_ctx > train && !o->beyond_train) {
-        fprintf(stderr, "kvstitch generate: --ctx %d exceeds the %d tokens the model was trained on "
-                "(%s.context_length); use at most %d, or add --ctx-beyond-train (degraded output)\n", o->n_ctx, train,
-                info->arch, train);
+        fprintf(stderr,
+                "kvstitch generate: --ctx %d exceeds the %d tokens the model was trained on "
+                "(%s.context_length); use at most %d, or add --ctx-beyond-train (degraded output)\n",
+                o->n_ctx, train, info->arch, train);
         return 1;
     }
     if (o->n_ctx && n > o->n_ctx) {
-        fprintf(stderr, "kvstitch generate: the prompt has %d tokens but the context (--ctx %d) holds only %d: raise "
-                "--ctx to at least %d (the model's trained limit is %d)\n", n, o->n_ctx, o->n_ctx,
-                want < train ? want : n, train);
+        fprintf(stderr,
+                "kvstitch generate: the prompt has %d tokens but the context (--ctx %d) holds only %d: raise "
+                "--ctx to at least %d (the model's trained limit is %d)\n",
+                n, o->n_ctx, o->n_ctx, want < train ? want : n, train);
         return 1;
     }
     if (!o->n_ctx && want > deflt) *n_ctx = want < train || o->beyond_train ? want : train;
     int ctx = *n_ctx ? *n_ctx : deflt;
     if (!o->quiet && want > ctx + 1)
-        fprintf(stderr, "kvstitch generate: warning: the context holds %d tokens and the prompt takes %d: at most %d "
-                "of the -n %d tokens can be generated (stop_reason \"context\")\n", ctx, n, ctx - n + 1, o->n_predict);
+        fprintf(stderr,
+                "kvstitch generate: warning: the context holds %d tokens and the prompt takes %d: at most %d "
+                "of the -n %d tokens can be generated (stop_reason \"context\")\n",
+                ctx, n, ctx - n + 1, o->n_predict);
     return 0;
 }
 
@@ -178,8 +219,10 @@ static void print_stats(const kvs_generate_result *r) {
     fprintf(stderr, "[prompt %d tokens, prefill %.1f ms%s, %d tokens generated, decode %.1f tok/s, stop: %s]\n",
             r->n_prompt, r->timings.prefill_ms, pre_s, r->n_tokens, dec, kvs_stop_reason_name(r->stop_reason));
     if (r->reuse)
-        fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
-                "ttft %.1f ms]\n", r->reuse->n_reused, r->n_prompt, 100.0 * r->reuse->cache_hit_ratio, r->n_live,
+        fprintf(stderr,
+                "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
+                "ttft %.1f ms]\n",
+                r->reuse->n_reused, r->n_prompt, 100.0 * r->reuse->cache_hit_ratio, r->n_live,
                 r->reuse->n_chunks_stored, r->ttft_ms);
     if (r->docs)
         fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed]\n",
@@ -197,7 +240,8 @@ typedef struct gen_run {
 } gen_run;
 
 static void run_free(gen_run *g) {
-    for (int i = 0; i < g->n_texts; i++) free(g->texts[i]);
+    for (int i = 0; i < g->n_texts; i++)
+        free(g->texts[i]);
     free(g->ids);
     kvs_cache_free(g->cache);
     kvs_context_free(g->ctx);
@@ -259,9 +303,12 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     rp.store = !o->no_store;
     rp.repair = o->rp;
     kvs_generate_result r;
-    if (o->n_docs) st = kvs_generate_segments(g->ctx, g->cache, &seg, &gp, &rp, &r);
-    else if (g->cache) st = kvs_generate_cached(g->ctx, g->cache, g->ids, g->n, &gp, &rp, &r);
-    else st = kvs_generate(g->ctx, g->ids, g->n, &gp, &r);
+    if (o->n_docs)
+        st = kvs_generate_segments(g->ctx, g->cache, &seg, &gp, &rp, &r);
+    else if (g->cache)
+        st = kvs_generate_cached(g->ctx, g->cache, g->ids, g->n, &gp, &rp, &r);
+    else
+        st = kvs_generate(g->ctx, g->ids, g->n, &gp, &r);
     if (st != KVS_OK) return cli_fail(st, "generate");
     if (!o->n_docs) { /* the library got tokens: our tokenization is part of the request */
         r.timings.tokenize_ms = tok_ms;
@@ -269,7 +316,9 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     }
     int rc = 0;
     if (o->json) {
-        json_generate_opts jo = {o->n_docs ? kvs_repair_mode_name(o->rp.mode) : o->reuse ? o->reuse : "prefix",
+        json_generate_opts jo = {o->n_docs  ? kvs_repair_mode_name(o->rp.mode)
+                                 : o->reuse ? o->reuse
+                                            : "prefix",
                                  o->chunk_tokens ? o->chunk_tokens : DEFAULT_CHUNK_TOKENS};
         rc = json_print_line(stdout, json_generate_result(&r, &jo)) ? 1 : 0;
     } else {

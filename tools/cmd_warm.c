@@ -31,15 +31,26 @@ static const cli_opt k_opts[] = {
     CLI_FILE_OPT("-m", "--model", O, model_path, "PATH", "GGUF file"),
     CLI_DIR_OPT(NULL, "--cache-dir", O, cache_dir, "DIR", "the cache directory (created if missing)"),
     /* -f keeps its place among the TEXT arguments: add_file appends it in order */
-    {.short_name = "-f", .name = "--file", .kind = CLI_FILE, .metavar = "PATH", .help = "a prompt from a file (repeatable; a NUL byte in it is an error)", .set = add_file},
+    {.short_name = "-f",
+     .name = "--file",
+     .kind = CLI_FILE,
+     .metavar = "PATH",
+     .help = "a prompt from a file (repeatable; a NUL byte in it is an error)",
+     .set = add_file},
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1,
                  "lay each text out as the user message of the chat template, up to\n"
                  "the end of the text (what `generate --chat` with a prompt that starts\n"
                  "with this text shares with it)"),
     CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat)"),
-    {.name = "--doc", .kind = CLI_FILE, .offset = CLI_OFF(O, docs), .max_count = MAX_TEXTS, .count_offset = CLI_OFF(O, n_docs), .metavar = "FILE", .help = "a document for non-prefix reuse: its KV is computed after the doc\n"
-     "prefix, cached by content, and reused at any position by\n"
-     "`generate --doc` (give the same --chat / --doc-prefix there)"},
+    {.name = "--doc",
+     .kind = CLI_FILE,
+     .offset = CLI_OFF(O, docs),
+     .max_count = MAX_TEXTS,
+     .count_offset = CLI_OFF(O, n_docs),
+     .metavar = "FILE",
+     .help = "a document for non-prefix reuse: its KV is computed after the doc\n"
+             "prefix, cached by content, and reused at any position by\n"
+             "`generate --doc` (give the same --chat / --doc-prefix there)"},
     CLI_STR_OPT(NULL, "--doc-prefix", O, doc_prefix, "TEXT",
                 "the text documents are computed after (default: with --chat the\n"
                 "template's text before the user's content, else nothing / BOS)"),
@@ -57,7 +68,8 @@ static const cli_command k_cmd = {
     "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT | --doc FILE)...\n"
     "Caches the prompt KV of each text (each -f FILE or TEXT is one prompt, warmed on its own),\n"
     "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n",
-    k_opts, (int)(sizeof k_opts / sizeof k_opts[0]),
+    k_opts,
+    (int)(sizeof k_opts / sizeof k_opts[0]),
     "Each report: tokens, chunks, stored, already cached, whether the end is chunk-aligned, the\n"
     "partial tail, and a warning when the end of the text may tokenize differently once more\n"
     "text follows (then a longer prompt reuses only stable_tokens of it).\n",
@@ -77,7 +89,8 @@ static int parse(int argc, char **argv, warm_opts *o) {
 
 static const char *last_occurrence(const char *hay, const char *needle, size_t n) {
     const char *at = NULL;
-    for (const char *p = hay; n && (p = memmem(p, strlen(p), needle, n)) != NULL; p++) at = p;
+    for (const char *p = hay; n && (p = memmem(p, strlen(p), needle, n)) != NULL; p++)
+        at = p;
     return at;
 }
 
@@ -101,8 +114,12 @@ static char *chat_prefix(const kvs_model *model, const char *system, const char 
     size_t tl = strlen(t);
     const char *at = last_occurrence(r, t, tl);
     if (!at) {
-        while (tl && strchr(" \t\r\n", *t)) { t++; tl--; }
-        while (tl && strchr(" \t\r\n", t[tl - 1])) tl--;
+        while (tl && strchr(" \t\r\n", *t)) {
+            t++;
+            tl--;
+        }
+        while (tl && strchr(" \t\r\n", t[tl - 1]))
+            tl--;
         at = last_occurrence(r, t, tl);
     }
     if (!at) {
@@ -119,8 +136,10 @@ static void print_report_text(const char *src, const kvs_warm_report *w) {
     printf("%s: %d tokens, %d chunk%s of %d (%d stored, %d cached already); %d tokens computed, %d reused; ", src,
            w->n_tokens, w->n_chunks, w->n_chunks == 1 ? "" : "s", w->chunk_tokens, w->n_stored, w->n_existing,
            w->n_computed, w->n_cached);
-    if (w->aligned) printf("ends on the chunk grid");
-    else printf("ends off the chunk grid: a %d-token partial chunk", w->partial_tail);
+    if (w->aligned)
+        printf("ends on the chunk grid");
+    else
+        printf("ends off the chunk grid: a %d-token partial chunk", w->partial_tail);
     printf("; %.1f ms\n", w->ms);
     if (w->warning[0]) printf("  warning: %s\n", w->warning);
 }
@@ -146,7 +165,8 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
                r.n_cached, r.n_computed, r.ms);
     rc = 0;
 out:
-    for (int i = 0; i < n; i++) free(texts[i]);
+    for (int i = 0; i < n; i++)
+        free(texts[i]);
     return rc;
 }
 
@@ -172,8 +192,14 @@ int cmd_warm(int argc, char **argv) {
     pp.cache_dir = o.cache_dir;
     pp.chunk_tokens = o.chunk_tokens;
     pp.kv_type = cp.kv_type;
-    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
-    if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
+    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) {
+        cli_fail(st, "context");
+        goto done;
+    }
+    if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) {
+        cli_fail(st, o.cache_dir);
+        goto done;
+    }
     kvs_model_info info;
     kvs_model_get_info(model, &info);
     int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
@@ -192,7 +218,10 @@ int cmd_warm(int argc, char **argv) {
         }
         if (o.chat) {
             prompt = chat_prefix(model, o.system, text);
-            if (!prompt) { free(owned); goto done; }
+            if (!prompt) {
+                free(owned);
+                goto done;
+            }
             text = prompt;
         }
         kvs_warm_report w;
