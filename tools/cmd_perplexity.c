@@ -13,7 +13,7 @@
 
 typedef struct ppl_opts {
     const char *model_path, *file;
-    int n_ctx, max_chunks, n_threads, json, quiet;
+    int n_ctx, max_chunks, n_threads, json, quiet, beyond_train;
 } ppl_opts;
 
 static const cli_opt k_opts[] = {
@@ -23,6 +23,8 @@ static const cli_opt k_opts[] = {
                 "window length in tokens (default 512); the second half of each is scored"),
     CLI_INT_OPT(NULL, "--chunks", ppl_opts, max_chunks, 0, 1 << 30, "N", "score at most N windows (default 0: all)"),
     CLI_INT_OPT(NULL, "--threads", ppl_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_FLAG_OPT(NULL, "--ctx-beyond-train", ppl_opts, beyond_train, 1,
+                 "allow --ctx beyond the model's trained context length (output degrades)"),
     CLI_FLAG_OPT(NULL, "--json", ppl_opts, json, 1, "one JSON object instead of text"),
     CLI_FLAG_OPT("-q", "--quiet", ppl_opts, quiet, 1, "no progress on the terminal"),
 };
@@ -41,7 +43,7 @@ static double nll(const float *logits, int n_vocab, int32_t target) {
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    ppl_opts o = {NULL, NULL, 512, 0, 0, 0, 0};
+    ppl_opts o = {NULL, NULL, 512, 0, 0, 0, 0, 0};
     int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
     if (prc >= 0) return prc;
     const char *model_path = o.model_path, *file = o.file;
@@ -72,6 +74,7 @@ int cmd_perplexity(int argc, char **argv) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
+    cp.allow_beyond_train = o.beyond_train;
     cli_progress_attach(&cp, "perplexity window", !o.quiet && !json);
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
     int first = n_ctx / 2, n_logits = n_ctx - first;

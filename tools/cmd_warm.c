@@ -13,7 +13,7 @@ typedef struct warm_opts {
     const char *docs[MAX_TEXTS], *doc_prefix;
     int n_docs;
     int is_file[MAX_TEXTS];
-    int n_texts, chat, json, quiet, n_threads, n_batch, n_ctx, chunk_tokens;
+    int n_texts, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, chunk_tokens;
 } warm_opts;
 
 /* -f FILE and TEXT arguments, in the order given. */
@@ -58,6 +58,8 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N", "tokens per forward chunk (default 512; same bits)"),
     CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N", "context length (default: the model's, at most 8192)"),
+    CLI_FLAG_OPT(NULL, "--ctx-beyond-train", O, beyond_train, 1,
+                 "allow --ctx beyond the model's trained context length (output degrades)"),
     CLI_FLAG_OPT(NULL, "--json", O, json, 1, "one JSON object: {\"prompts\": [report...], totals}"),
     CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress on the terminal"),
 };
@@ -187,6 +189,7 @@ int cmd_warm(int argc, char **argv) {
     cp.n_ctx = o.n_ctx;
     cp.n_threads = o.n_threads;
     cp.n_batch = o.n_batch;
+    cp.allow_beyond_train = o.beyond_train;
     cli_progress_attach(&cp, "warm", !o.quiet && !o.json);
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = o.cache_dir;

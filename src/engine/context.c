@@ -39,7 +39,8 @@ int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
         kvs_model_get_info(model, &info);
         return kvs_error(KVS_ERR_CONTEXT_FULL,
                          "%s: a context of %d tokens exceeds the %d tokens the model was trained on "
-                         "(%s.context_length); opt in explicitly to go beyond it (output degrades)",
+                         "(%s.context_length); going beyond it takes an explicit opt-in (allow_beyond_train; the "
+                         "CLI's --ctx-beyond-train), and the output degrades",
                          kvs_model_path(model), p.n_ctx, hp->n_ctx_train, info.arch);
     }
     if (p.n_threads == 0) {
