@@ -68,7 +68,7 @@ mistake gen_system_no_chat 2 "--system needs --chat" generate "${M[@]}" -p hi --
 mistake gen_reuse_no_dir 2 "--reuse needs --cache-dir" generate "${M[@]}" -p hi --reuse none
 mistake gen_reuse_unknown 2 "--reuse must be prefix or none without --doc, got 'sideways'" \
     generate "${M[@]}" -p hi --cache-dir "$D" --reuse sideways
-mistake gen_reuse_unknown_doc 2 "--reuse must be none, selective, cacheblend, firstk or full with --doc (prefix = full), got 'sideways'" \
+mistake gen_reuse_unknown_doc 2 "--reuse must be a repair strategy with --doc (prefix = full): unknown repair strategy 'sideways' (none, selective, cacheblend" \
     generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --reuse sideways
 mistake gen_repair_no_doc 2 "got 'cacheblend' (a repair strategy: it needs --doc)" generate "${M[@]}" -p hi --cache-dir "$D" --reuse cacheblend
 mistake gen_cache_dir_file 2 "--cache-dir: $tmp/file exists and is a file, expected a directory" \

@@ -32,7 +32,7 @@ static kvs_generate_result sample_result(kvs_reuse_result *u, kvs_docs_result *d
     r.top_logprobs = top_lp;
     r.n_top = 2;
     ends[0] = 64, ends[1] = 300;
-    *u = (kvs_reuse_result){200, 230, 230.0 / 300, ends, 2, 1};
+    *u = (kvs_reuse_result){200, 230, 230.0 / 300, ends, 2, 1, 3};
     *d = (kvs_docs_result){100, 70, 2, 1, 2100};
     r.reuse = u;
     r.docs = d;
@@ -68,6 +68,7 @@ TEST(generate_result_round_trip) {
     CHECK(json_get_number(back, "decode_tok_s", 1, 0, 1e9, &x, &e) == 0 && fabs(x - 2 * 1000.0 / 12.0) < 1e-9);
     CHECK(json_get_int(back, "cached_tokens", 1, 0, 1 << 20, &v, &e) == 0 && v == 200);
     CHECK(json_get_int(back, "reused_tokens", 1, 0, 1 << 20, &v, &e) == 0 && v == 230);
+    CHECK(json_get_int(back, "write_errors", 1, 0, 1 << 20, &v, &e) == 0 && v == 3);
     CHECK(json_get_number(back, "cache_hit_ratio", 1, 0, 1, &x, &e) == 0 && fabs(x - 230.0 / 300) < 1e-12);
     CHECK(json_get_int(back, "recomputed_token_layers", 1, 0, 1L << 40, &v, &e) == 0 && v == 2100);
     CHECK(json_get_number(back, "assemble_ms", 1, 0, 1e9, &x, &e) == 0 && fabs(x - 11.25) < 1e-12);

@@ -25,6 +25,9 @@ int cli_fail(int status, const char *what);
  * (cmd_cache.c): 0 on success, -1 after printing an error on a bad value. */
 int cli_parse_int(const char *opt, const char *s, int *out);
 int cli_parse_u64(const char *opt, const char *s, unsigned long long *out);
+/* A byte count: digits with an optional binary suffix K, M, G, T (KiB..., "B"
+ * optional), at least 1. */
+int cli_parse_bytes(const char *opt, const char *s, unsigned long long *out);
 
 /* Reads a whole text file into a malloc'd NUL-terminated buffer; NULL after
  * a message on error. The one rule for NUL bytes in prompt and document

@@ -17,7 +17,12 @@ typedef struct gen_opts {
     const char *docs[MAX_DOCS], *stops[MAX_STOPS];
     int n_docs, n_stops;
     kvs_repair_params rp;
+    unsigned long long cache_max_bytes;
 } gen_opts;
+
+static int set_max_bytes(void *opts, const char *v) {
+    return cli_parse_bytes("--cache-max-bytes", v, &((gen_opts *)opts)->cache_max_bytes) != 0;
+}
 
 #define O gen_opts
 static const cli_opt k_opts[] = {
@@ -56,12 +61,16 @@ static const cli_opt k_opts[] = {
             .group = "Prompt KV cache:"),
     CLI_OPT(NULL, "--reuse", CLI_STR, O, reuse, "MODE",
             "prefix (default) or none (compute every token); with --doc the repair\n"
-            "of moved documents: none, selective, cacheblend (default), firstk, full",
+            "of moved documents: none, selective, cacheblend (default), firstk, query, full",
             .needs = "--cache-dir"),
     CLI_OPT(NULL, "--no-store", CLI_FLAG, O, no_store, NULL, "do not store the prompt's chunks", .flag_value = 1,
             .needs = "--cache-dir"),
     CLI_OPT(NULL, "--chunk-tokens", CLI_INT, O, chunk_tokens, "N", "chunk size for new chunks (default 64)", .min = 1,
             .max = 4096, .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
+            "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+            "for the cache); least recently used entries are evicted",
+            .needs = "--cache-dir", .set = set_max_bytes),
     CLI_OPT(NULL, "--cache-budget", CLI_INT, O, cache_budget_mib, "MIB",
             "memory for cached chunks (default: 1/4 of RAM)", .min = 1, .max = 1 << 24, .needs = "--cache-dir"),
     CLI_OPT(NULL, "--doc", CLI_FILE, O, docs, "FILE",
@@ -130,10 +139,9 @@ static int check(gen_opts *o) {
         else if (is_repair)
             o->rp.mode = repair;
         else
-            return cli_usage_error(c,
-                                   "--reuse must be none, selective, cacheblend, firstk or full with --doc (prefix "
-                                   "= full), got '%s'",
-                                   o->reuse);
+            /* the accepted names come from the library's strategy table */
+            return cli_usage_error(c, "--reuse must be a repair strategy with --doc (prefix = full): %s",
+                                   kvs_last_error());
     }
     if (o->deviation) kvs_deviation_parse(o->deviation, &o->rp.deviation);
     if (o->rp.narrow_from != 0.0f && o->rp.narrow_from < o->rp.recompute_ratio)
@@ -224,6 +232,9 @@ static void print_stats(const kvs_generate_result *r) {
                 "ttft %.1f ms]\n",
                 r->reuse->n_reused, r->n_prompt, 100.0 * r->reuse->cache_hit_ratio, r->n_live,
                 r->reuse->n_chunks_stored, r->ttft_ms);
+    if (r->reuse && r->reuse->n_write_errors)
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                r->reuse->n_write_errors);
     if (r->docs)
         fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed]\n",
                 r->docs->n_docs_hit, r->docs->n_docs_computed, r->docs->n_moved, r->docs->n_recomputed);
@@ -288,6 +299,7 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
         pp.cache_dir = o->cache_dir;
         pp.chunk_tokens = o->chunk_tokens;
         pp.budget_bytes = (size_t)o->cache_budget_mib << 20;
+        pp.cache_max_bytes = o->cache_max_bytes;
         pp.kv_type = cp.kv_type;
         if ((st = kvs_cache_open(g->model, pp, &g->cache)) != KVS_OK) return cli_fail(st, o->cache_dir);
     }

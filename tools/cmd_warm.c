@@ -14,7 +14,12 @@ typedef struct warm_opts {
     int n_docs;
     int is_file[MAX_TEXTS];
     int n_texts, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, chunk_tokens;
+    unsigned long long cache_max_bytes;
 } warm_opts;
+
+static int set_max_bytes(void *opts, const char *v) {
+    return cli_parse_bytes("--cache-max-bytes", v, &((warm_opts *)opts)->cache_max_bytes) != 0;
+}
 
 /* -f FILE and TEXT arguments, in the order given. */
 static int add_text(warm_opts *o, const char *text, int is_file) {
@@ -30,6 +35,10 @@ static int add_file(void *opts, const char *path) { return add_text(opts, path, 
 static const cli_opt k_opts[] = {
     CLI_FILE_OPT("-m", "--model", O, model_path, "PATH", "GGUF file"),
     CLI_DIR_OPT(NULL, "--cache-dir", O, cache_dir, "DIR", "the cache directory (created if missing)"),
+    CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
+            "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+            "for the cache); least recently used entries are evicted",
+            .set = set_max_bytes),
     /* -f keeps its place among the TEXT arguments: add_file appends it in order */
     {.short_name = "-f",
      .name = "--file",
@@ -194,6 +203,7 @@ int cmd_warm(int argc, char **argv) {
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = o.cache_dir;
     pp.chunk_tokens = o.chunk_tokens;
+    pp.cache_max_bytes = o.cache_max_bytes;
     pp.kv_type = cp.kv_type;
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) {
         cli_fail(st, "context");
@@ -207,7 +217,7 @@ int cmd_warm(int argc, char **argv) {
     kvs_model_get_info(model, &info);
     int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
 
-    int total_tokens = 0, total_stored = 0, total_warnings = 0;
+    int total_tokens = 0, total_stored = 0, total_warnings = 0, total_write_errors = 0;
     if (o.json && (!(root = cJSON_CreateObject()) || !(prompts = cJSON_AddArrayToObject(root, "prompts")))) {
         fprintf(stderr, "kvstitch warm: out of memory\n");
         goto done;
@@ -240,6 +250,7 @@ int cmd_warm(int argc, char **argv) {
         }
         total_tokens += w.n_tokens;
         total_stored += w.n_stored;
+        total_write_errors += w.n_write_errors;
         total_warnings += w.warning[0] != 0;
         if (prompts) {
             cJSON_AddItemToArray(prompts, json_warm_report(o.is_file[i] ? o.texts[i] : src, &w));
@@ -253,6 +264,7 @@ int cmd_warm(int argc, char **argv) {
         kvs_cache_fingerprint_hex(cache, fp);
         cJSON_AddNumberToObject(root, "tokens", total_tokens);
         cJSON_AddNumberToObject(root, "chunks_stored", total_stored);
+        cJSON_AddNumberToObject(root, "write_errors", total_write_errors);
         cJSON_AddNumberToObject(root, "warnings", total_warnings);
         cJSON_AddStringToObject(root, "fingerprint", fp);
         rc = json_print_line(stdout, root) ? 1 : 0;
