@@ -35,33 +35,57 @@ LIB_SRC   := $(shell find src -name '*.c' | sort)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+# Shared by the clients of kvstitch.h (CLI, benchmarks, tests, server): JSON on cJSON.
+CLIENT_OBJ := $(BUILD)/tools/json_util.o
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 FUZZ_SRC  := $(wildcard fuzz/fuzz_*.c)
 
+# A parallel, quiet build by default: one "CC file" line per object;
+# `make V=1` prints the full commands. -j follows the online cores unless
+# the caller gave -j (or MAKEFLAGS does).
+ifneq ($(V),1)
+Q := @
+MSG = @printf '  %-6s %s\n'
+else
+Q :=
+MSG = @true
+endif
+ifeq ($(filter -j%,$(MAKEFLAGS))$(filter j%,$(firstword $(MAKEFLAGS))),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+# git describe for `kvstitch --version`
+GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/tools/cmd_version.o: CFLAGS += -DKVS_GIT_DESCRIBE='"$(GIT_DESCRIBE)"'
+
 .PHONY: all test bench fuzz demo clean model tests
 all: $(BUILD)/kvstitch $(BUILD)/libkvstitch.a
 
 $(BUILD)/libkvstitch.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	$(MSG) AR $@
+	$(Q)$(AR) rcs $@ $^
 
 $(BUILD)/kvstitch: $(TOOL_OBJ) $(BUILD)/libkvstitch.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libkvstitch.a $(LDLIBS)
+	$(MSG) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libkvstitch.a $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(MSG) CC $<
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libkvstitch.a
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libkvstitch.a $(CLIENT_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -o $@ $< $(BUILD)/libkvstitch.a $(LDLIBS)
+	$(MSG) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -Itests -Itools -o $@ $< $(CLIENT_OBJ) $(BUILD)/libkvstitch.a $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libkvstitch.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkvstitch.a $(CLIENT_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libkvstitch.a $(LDLIBS)
+	$(MSG) LINK $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -Itools -o $@ $< $(CLIENT_OBJ) $(BUILD)/libkvstitch.a $(LDLIBS)
 
 tests: $(TEST_BIN) $(BUILD)/kvstitch
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "json_util.h"
 #include "kvstitch.h"
 
 #define RUNS 5
@@ -22,64 +23,6 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
-}
-
-static void put_utf8(char **w, unsigned cp) {
-    char *o = *w;
-    if (cp < 0x80) *o++ = (char)cp;
-    else if (cp < 0x800) { *o++ = (char)(0xC0 | (cp >> 6)); *o++ = (char)(0x80 | (cp & 0x3F)); }
-    else if (cp < 0x10000) {
-        *o++ = (char)(0xE0 | (cp >> 12)); *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
-    } else {
-        *o++ = (char)(0xF0 | (cp >> 18)); *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
-    }
-    *w = o;
-}
-
-/* Unescapes the JSON string starting after its opening quote at *p, in
- * place into out; returns its length and moves *p past the closing quote. */
-static size_t json_string(char **p, char *out) {
-    char *s = *p, *w = out;
-    while (*s && *s != '"') {
-        if (*s != '\\') { *w++ = *s++; continue; }
-        s++;
-        char c = *s++;
-        switch (c) {
-        case 'n': *w++ = '\n'; break;
-        case 't': *w++ = '\t'; break;
-        case 'r': *w++ = '\r'; break;
-        case 'b': *w++ = '\b'; break;
-        case 'f': *w++ = '\f'; break;
-        case 'u': {
-            unsigned cp = (unsigned)strtoul((char[5]){s[0], s[1], s[2], s[3], 0}, NULL, 16);
-            s += 4;
-            if (cp >= 0xD800 && cp < 0xDC00 && s[0] == '\\' && s[1] == 'u') {
-                unsigned lo = (unsigned)strtoul((char[5]){s[2], s[3], s[4], s[5], 0}, NULL, 16);
-                s += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            put_utf8(&w, cp);
-            break;
-        }
-        default: *w++ = c; break;
-        }
-    }
-    *p = *s ? s + 1 : s;
-    return (size_t)(w - out);
-}
-
 int main(int argc, char **argv) {
     const char *model_path = argc > 1 ? argv[1] : getenv("KVSTITCH_MODEL");
     char data_path[1024];
@@ -88,25 +31,28 @@ int main(int argc, char **argv) {
     if (argc <= 2) snprintf(data_path, sizeof data_path, "%s/data/musique_dev.json", shared && *shared ? shared : "../shared");
     if (!model_path) { fprintf(stderr, "bench_tokenizer: set KVSTITCH_MODEL or pass the model path\n"); return 1; }
 
-    size_t json_len;
-    char *json = read_file(data_path, &json_len);
-    if (!json) { fprintf(stderr, "bench_tokenizer: cannot read %s\n", data_path); return 1; }
-    /* Passages: every "text" value (only ctxs entries have that key). */
+    json_error err;
+    cJSON *json = json_read_file(data_path, &err);
+    if (!json) { fprintf(stderr, "bench_tokenizer: %s\n", err.msg); return 1; }
+    /* Passages: the "text" of every ctxs entry of every item. */
     char **texts = NULL;
     size_t *lens = NULL, n_texts = 0, cap_texts = 0, total = 0;
-    for (char *p = json; (p = strstr(p, "\"text\"")) != NULL;) {
-        p += 6;
-        while (*p == ' ' || *p == ':' || *p == '\n') p++;
-        if (*p != '"') continue;
-        p++;
-        if (n_texts == cap_texts) {
-            cap_texts = cap_texts ? 2 * cap_texts : 64;
-            texts = realloc(texts, cap_texts * sizeof *texts);
-            lens = realloc(lens, cap_texts * sizeof *lens);
+    const cJSON *item_, *ctx;
+    cJSON_ArrayForEach(item_, json) {
+        const cJSON *ctxs = NULL;
+        if (json_get_array(item_, "ctxs", 0, &ctxs, &err)) continue;
+        cJSON_ArrayForEach(ctx, ctxs) {
+            const char *t = NULL;
+            if (json_get_string(ctx, "text", 0, &t, &err)) continue;
+            if (n_texts == cap_texts) {
+                cap_texts = cap_texts ? 2 * cap_texts : 64;
+                texts = realloc(texts, cap_texts * sizeof *texts);
+                lens = realloc(lens, cap_texts * sizeof *lens);
+            }
+            texts[n_texts] = (char *)t;
+            lens[n_texts] = strlen(t);
+            total += lens[n_texts++];
         }
-        texts[n_texts] = p;
-        lens[n_texts] = json_string(&p, texts[n_texts]);
-        total += lens[n_texts++];
     }
 
     kvs_model_params mp = kvs_model_default_params();
@@ -148,7 +94,7 @@ int main(int argc, char **argv) {
     free(ids);
     free(texts);
     free(lens);
-    free(json);
+    cJSON_Delete(json);
     kvs_model_free(model);
     return 0;
 }

@@ -248,8 +248,8 @@ int main(int argc, char **argv) {
                     return 1;
                 }
                 t[k] = r.ttft_ms;
-                t4[k] = r.assemble_ms;
-                p->cached = r.n_cached;
+                t4[k] = r.timings.lookup_ms;
+                p->cached = r.reuse->n_cached;
                 p->exact &= !memcmp(r.first_logits, cold_logits, (size_t)r.n_vocab * sizeof(float));
                 kvs_generate_result_free(&r);
                 /* warm from the directory, through a fresh cache */
@@ -259,8 +259,8 @@ int main(int argc, char **argv) {
                     return 1;
                 }
                 t2[k] = r.ttft_ms;
-                t5[k] = r.assemble_ms;
-                p->exact &= r.n_cached == p->cached &&
+                t5[k] = r.timings.lookup_ms;
+                p->exact &= r.reuse->n_cached == p->cached &&
                             !memcmp(r.first_logits, cold_logits, (size_t)r.n_vocab * sizeof(float));
                 kvs_generate_result_free(&r);
                 kvs_cache_free(fresh);

@@ -5,7 +5,8 @@
  *   MuSiQue dev   the first RAG_MUSIQUE_DOCS passages of each item as docs
  *                 ("title: text\n\n"), the question, the gold answers
  *   2WikiMQA dev  the given chunks as docs, the given query as the question
- * and the first-token KL divergence. Header-only (static), like rag_json.h.
+ * and the first-token KL divergence. Header-only (static); the JSON is read
+ * with cJSON through tools/json_util.h (errors name the file and field).
  */
 #ifndef KVS_BENCH_RAG_DATA_H
 #define KVS_BENCH_RAG_DATA_H
@@ -16,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rag_json.h"
+#include "json_util.h"
 
 #define MAX_DOCS 10
 #define MUSIQUE_DOCS 6
@@ -44,23 +45,19 @@ static inline void item_free(item *it) {
     free(it->answers);
 }
 
-static inline rj_node *load_json(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "rag: cannot open %s\n", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    const char *err = NULL;
-    rj_node *root = got == (size_t)n ? rj_parse(buf, (size_t)n, &err) : NULL;
-    if (!root) fprintf(stderr, "rag: %s: %s\n", path, err ? err : "read error");
-    free(buf);
+static inline cJSON *load_json(const char *path) {
+    json_error e;
+    cJSON *root = json_read_file(path, &e);
+    if (!root) fprintf(stderr, "rag: %s\n", e.msg);
     return root;
+}
+
+/* A string member, or NULL (a wrong type is reported, naming the file and key). */
+static inline const char *str_field(const cJSON *o, const char *key, const char *path) {
+    const char *v = NULL;
+    json_error e;
+    if (json_get_string(o, key, 0, &v, &e) < 0) fprintf(stderr, "rag: %s: %s\n", path, e.msg);
+    return v;
 }
 
 static inline char *cat(const char *a, const char *b, const char *c) {
@@ -75,32 +72,40 @@ static inline char *cat(const char *a, const char *b, const char *c) {
 static inline int load_musique(const char *dir, int max_items, item *out) {
     char path[1100];
     snprintf(path, sizeof path, "%s/musique_dev.json", dir);
-    rj_node *root = load_json(path);
-    if (!root || root->kind != RJ_ARR) {
-        rj_free(root);
+    cJSON *root = load_json(path);
+    if (!cJSON_IsArray(root)) {
+        if (root) fprintf(stderr, "rag: %s: expected an array of items\n", path);
+        cJSON_Delete(root);
         return -1;
     }
     int n = 0;
-    for (int i = 0; i < root->n && n < max_items; i++) {
-        rj_node *o = root->kids[i], *ctxs = rj_get(o, "ctxs"), *q = rj_get(o, "question"), *ans = rj_get(o, "answers");
-        if (!ctxs || ctxs->kind != RJ_ARR || !q || q->kind != RJ_STR || !ans || ans->kind != RJ_ARR) continue;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, root) {
+        if (n >= max_items) break;
+        const cJSON *ctxs = NULL, *ans = NULL;
+        const char *q = str_field(o, "question", path);
+        json_error e;
+        if (!q || json_get_array(o, "ctxs", 1, &ctxs, &e) || json_get_array(o, "answers", 1, &ans, &e)) continue;
         item *it = &out[n++];
         memset(it, 0, sizeof *it);
         it->dataset = "musique";
-        for (int k = 0; k < ctxs->n && it->n_docs < MUSIQUE_DOCS; k++) {
-            rj_node *t = rj_get(ctxs->kids[k], "text"), *ti = rj_get(ctxs->kids[k], "title");
-            if (!t || t->kind != RJ_STR) continue;
-            const char *title = ti && ti->kind == RJ_STR ? ti->s : "";
+        const cJSON *c;
+        cJSON_ArrayForEach(c, ctxs) {
+            if (it->n_docs >= MUSIQUE_DOCS) break;
+            const char *t = str_field(c, "text", path), *ti = str_field(c, "title", path);
+            if (!t) continue;
+            const char *title = ti ? ti : "";
             char *head = *title ? cat(title, ": ", "") : cat("", "", "");
-            it->docs[it->n_docs++] = cat(head, t->s, "\n\n");
+            it->docs[it->n_docs++] = cat(head, t, "\n\n");
             free(head);
         }
-        it->question = cat("Question: ", q->s, "\nAnswer in at most five words.");
-        it->answers = calloc((size_t)ans->n + 1, sizeof *it->answers);
-        for (int k = 0; k < ans->n; k++)
-            if (ans->kids[k]->kind == RJ_STR) it->answers[it->n_answers++] = strdup(ans->kids[k]->s);
+        it->question = cat("Question: ", q, "\nAnswer in at most five words.");
+        it->answers = calloc((size_t)cJSON_GetArraySize(ans) + 1, sizeof *it->answers);
+        const cJSON *a;
+        cJSON_ArrayForEach(a, ans)
+            if (cJSON_IsString(a)) it->answers[it->n_answers++] = strdup(a->valuestring);
     }
-    rj_free(root);
+    cJSON_Delete(root);
     return n;
 }
 
@@ -110,9 +115,10 @@ static inline int load_wiki(const char *dir, int max_items, item *out) {
         char path[1100];
         snprintf(path, sizeof path, "%s/wikimqa_dev/%d.json", dir, f);
         if (access(path, R_OK)) break;
-        rj_node *o = load_json(path), *q = rj_get(o, "query");
-        if (!o || !q || q->kind != RJ_STR) {
-            rj_free(o);
+        cJSON *o = load_json(path);
+        const char *q = o ? str_field(o, "query", path) : NULL;
+        if (!q) {
+            cJSON_Delete(o);
             continue;
         }
         item *it = &out[n++];
@@ -121,12 +127,12 @@ static inline int load_wiki(const char *dir, int max_items, item *out) {
         for (int k = 0; k < MAX_DOCS; k++) {
             char key[16];
             snprintf(key, sizeof key, "%d", k);
-            rj_node *t = rj_get(o, key);
-            if (!t || t->kind != RJ_STR) break;
-            it->docs[it->n_docs++] = strdup(t->s);
+            const char *t = str_field(o, key, path);
+            if (!t) break;
+            it->docs[it->n_docs++] = strdup(t);
         }
-        it->question = strdup(q->s);
-        rj_free(o);
+        it->question = strdup(q);
+        cJSON_Delete(o);
     }
     return n;
 }

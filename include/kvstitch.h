@@ -52,6 +52,10 @@ const char *kvs_strerror(int status);
  * Valid until the next failing call on this thread. Never NULL. */
 const char *kvs_last_error(void);
 
+/* The kernel paths this build can run on this CPU, best first, space-
+ * separated: "amx avx512vnni avx2 scalar" at most. Static storage. */
+const char *kvs_isa_paths(void);
+
 /* ------------------------------------------------------------------------ */
 /* Model                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -167,11 +171,30 @@ typedef enum kvs_kv_type {
 
 typedef struct kvs_context kvs_context;
 
+/* Progress of a long forward pass (a prefill, a warm, a document being
+ * computed): reported after every n_batch tokens of a kvs_decode call that
+ * spans more than one batch. done/total count the tokens of that call. */
+typedef struct kvs_progress {
+    int64_t done, total;  /* tokens processed / to process in this call */
+    double elapsed_ms;    /* since the call started */
+    double tok_s;         /* done / elapsed */
+    double eta_ms;        /* remaining time at that rate */
+} kvs_progress;
+
+/* Called on the thread running the forward pass; keep it short (printing a
+ * line is fine). The library never prints progress itself. */
+typedef void (*kvs_progress_callback)(void *user, const kvs_progress *p);
+
 typedef struct kvs_context_params {
-    int n_ctx;       /* context length in tokens; 0 = from the model (capped at 8192) */
+    int n_ctx;       /* context length in tokens; 0 = the model's trained length, capped at 8192 */
     int n_threads;   /* 0 = number of online cores */
     int n_batch;     /* max tokens per forward chunk; 0 = 512 */
     kvs_kv_type kv_type;
+    int allow_beyond_train; /* 0 (default): n_ctx above the model's trained context length
+                             * (kvs_model_info.n_ctx_train) is refused with KVS_ERR_CONTEXT_FULL;
+                             * 1: allowed (no RoPE scaling is applied: output degrades) */
+    kvs_progress_callback on_progress; /* may be NULL */
+    void *progress_user;
 } kvs_context_params;
 
 kvs_context_params kvs_context_default_params(void);
@@ -227,32 +250,50 @@ typedef struct kvs_generate_params {
 
 kvs_generate_params kvs_generate_default_params(void);
 
-typedef struct kvs_generate_result {
-    int n_prompt;
-    int32_t *tokens;      /* generated ids (malloc'd) */
-    int n_tokens;
-    char *text;           /* generated text, NUL-terminated (malloc'd) */
-    double ttft_ms;       /* request start to first token sampled */
-    double prefill_ms;
-    double decode_ms;
-    float *first_logits;  /* n_vocab logits at the first generated position (malloc'd) */
-    int n_vocab;
-    int32_t *top_ids;     /* n_top of the first position, by descending logprob */
-    float *top_logprobs;
-    int n_top;
-    /* Prompt KV reuse (kvs_generate_cached; kvs_generate sets n_live =
-     * n_prompt and leaves the rest zero / NULL). */
-    int n_cached;         /* prompt tokens whose KV came from the cache (exact hits, not recomputed) */
-    int n_live;           /* prompt tokens computed by this request: n_prompt - n_cached (>= 1) */
-    double cache_hit_ratio; /* n_cached / n_prompt */
-    double assemble_ms;   /* cache lookup + KV copy into the context (part of ttft_ms) */
-    int32_t *chunk_ends;  /* (n_chunks) end index of each chunk the prompt is cut into, ascending,
-                           * the last = n_prompt (malloc'd) */
+/* Why generation ended. */
+typedef enum kvs_stop_reason {
+    KVS_STOP_EOS = 0,      /* an end-of-generation token (kept in tokens, not in text) */
+    KVS_STOP_LENGTH = 1,   /* n_predict tokens were generated */
+    KVS_STOP_STRING = 2,   /* a stop string appeared (cut from text) */
+    KVS_STOP_CONTEXT = 3,  /* the context window is full */
+    KVS_STOP_CALLBACK = 4, /* on_token returned nonzero */
+} kvs_stop_reason;
+
+/* "eos", "length", "stop", "context", "callback"; NULL if unknown. */
+const char *kvs_stop_reason_name(kvs_stop_reason reason);
+
+/* Where the time to first token went, in milliseconds. The phases are
+ * consecutive: tokenize + lookup + assemble + repair + prefill + first_token
+ * = ttft_ms (up to rounding). A phase a call does not have is 0. */
+typedef struct kvs_timings {
+    double tokenize_ms;    /* text to tokens (kvs_generate_segments; callers that tokenize
+                            * themselves may add their own time here and to ttft_ms) */
+    double lookup_ms;      /* finding cached KV: prefix index walk, entry reads and the copy of
+                            * exact hits into the context (one pass in the store) */
+    double assemble_ms;    /* documents: live prefix, document lookups (or computation of the
+                            * missing ones) and moves into place */
+    double repair_ms;      /* the repair strategy's recompute */
+    double prefill_ms;     /* the forward pass over the rest of the prompt (n_prefilled tokens) */
+    double first_token_ms; /* from the last prompt logits to the first token sampled */
+    double decode_ms;      /* first to last token sampled (n_tokens - 1 steps; after ttft) */
+} kvs_timings;
+
+/* What prompt KV reuse did (kvs_generate_cached, kvs_generate_segments). */
+typedef struct kvs_reuse_result {
+    int n_cached;           /* prompt tokens served by an exact cached prefix (bit-identical) */
+    int n_reused;           /* tokens whose KV came from the cache and was not recomputed:
+                             * n_cached + moved document tokens not recomputed by the repair */
+    double cache_hit_ratio; /* n_reused / n_prompt: the one definition for every path */
+    int32_t *chunk_ends;    /* (n_chunks) end index of each chunk the prompt is cut into, ascending,
+                             * the last = n_prompt (owned by the result) */
     int n_chunks;
-    int n_chunks_stored;  /* chunks of the prompt newly stored by this request (with a cache dir:
-                           * written to it; a failed write is not counted) */
-    int n_write_errors;   /* chunks whose write to the cache dir failed (kept in memory only) */
-    /* Non-prefix reuse (kvs_generate_segments; zero elsewhere). */
+    int n_chunks_stored;    /* chunks of the prompt newly stored by this request (with a cache dir:
+                             * written to it; a failed write is not counted) */
+    int n_write_errors;     /* chunks whose write to the cache dir failed (kept in memory only) */
+} kvs_reuse_result;
+
+/* What non-prefix (document) reuse did (kvs_generate_segments). */
+typedef struct kvs_docs_result {
     int n_moved;          /* document tokens whose KV came from cached documents, moved into place */
     int n_recomputed;     /* tokens the repair strategy recomputed (full: every document token) */
     int n_docs_hit;       /* documents found in the cache */
@@ -260,15 +301,39 @@ typedef struct kvs_generate_result {
     long n_token_layers;  /* (document token, layer) pairs whose K/V the repair computed afresh: the
                            * repair's cost (cacheblend: all tokens in the layers up to the check
                            * layer, then the selected ones; full: document tokens x layers) */
+} kvs_docs_result;
+
+/* One generation's output. Everything it points to is owned by the result
+ * and freed by kvs_generate_result_free. A part that a call does not
+ * produce is NULL, never zero-filled: reuse is set by kvs_generate_cached
+ * and kvs_generate_segments, docs by kvs_generate_segments only. */
+typedef struct kvs_generate_result {
+    int n_prompt;
+    int n_live;           /* prompt tokens computed in full by this request (kvs_generate: n_prompt) */
+    int n_prefilled;      /* of them, the ones run in the prefill phase (timings.prefill_ms) */
+    int32_t *tokens;      /* (n_tokens) generated ids */
+    int n_tokens;
+    char *text;           /* generated text, NUL-terminated */
+    kvs_stop_reason stop_reason;
+    double ttft_ms;       /* request start to first token sampled (= the sum of the timings phases) */
+    kvs_timings timings;
+    float *first_logits;  /* (n_vocab) logits at the first generated position */
+    int n_vocab;
+    int32_t *top_ids;     /* (n_top) of the first position, by descending logprob */
+    float *top_logprobs;  /* (n_top) */
+    int n_top;
+    kvs_reuse_result *reuse; /* NULL for kvs_generate */
+    kvs_docs_result *docs;   /* NULL unless kvs_generate_segments */
 } kvs_generate_result;
 
 /* Prefills prompt[0..n_prompt) at positions 0.. and generates. Stops after
  * n_predict tokens, at an end-of-generation token (kept in tokens, not in
  * text), at a stop string (cut from text), when the context is full, or when
- * on_token returns nonzero. decode_ms runs from the first to the last token
- * sampled (n_tokens - 1 decode steps). */
+ * on_token returns nonzero (stop_reason says which). On failure *out is
+ * untouched. */
 int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt,
                  const kvs_generate_params *params, kvs_generate_result *out);
+/* Frees what the result owns and zeroes it. NULL is a no-op. */
 void kvs_generate_result_free(kvs_generate_result *r);
 
 /* ------------------------------------------------------------------------ */
@@ -449,30 +514,7 @@ const char *kvs_reuse_mode_name(kvs_reuse_mode mode);
 /* Parses a name; KVS_ERR_INVALID_ARG naming the accepted values otherwise. */
 int kvs_reuse_mode_parse(const char *name, kvs_reuse_mode *out);
 
-typedef struct kvs_reuse_params {
-    kvs_reuse_mode mode;  /* default KVS_REUSE_PREFIX */
-    int store;            /* 1 (default): after the request, store the prompt's chunks that are
-                           * not cached yet (generated tokens are not stored) */
-    const int *borders;   /* segment borders (token indices, ascending) that no chunk may span;
-                           * may be NULL */
-    int n_borders;
-} kvs_reuse_params;
 
-kvs_reuse_params kvs_reuse_default_params(void);
-
-/* kvs_generate with the cache: finds the longest cached prefix of the prompt
- * (at most n_prompt - 1 tokens, so the first logits are always computed),
- * copies its KV into the context (no recompute), prefills the remaining
- * tokens at their absolute positions, generates as kvs_generate does, then
- * stores the prompt's new chunks. The chunks used stay pinned (never
- * evicted) during the request. The result adds n_cached, n_live,
- * cache_hit_ratio, assemble_ms and the chunk boundaries; ttft_ms counts from
- * the call, lookup and copy included. A damaged cache entry ends the reuse
- * before it (counted in the stats); the output is the cold output anyway.
- * reuse may be NULL (defaults). The context's kv_type must be the cache's. */
-int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
-                        const kvs_generate_params *params, const kvs_reuse_params *reuse,
-                        kvs_generate_result *out);
 
 /* What kvs_warm stored. */
 typedef struct kvs_warm_report {
@@ -581,6 +623,38 @@ int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);
 const char *kvs_deviation_name(kvs_deviation d);
 int kvs_deviation_parse(const char *name, kvs_deviation *out);
 
+/* The one set of reuse parameters, for kvs_generate_cached and
+ * kvs_generate_segments. */
+typedef struct kvs_reuse_params {
+    kvs_reuse_mode mode;  /* KVS_REUSE_PREFIX (default): serve what is cached; KVS_REUSE_NONE: read
+                           * nothing from the cache (every prompt token is computed: a cold run) */
+    int store;            /* 1 (default): after the request, store the prompt's chunks that are
+                           * not cached yet (generated tokens are not stored); segments: also the
+                           * documents computed on the way */
+    const int *borders;   /* kvs_generate_cached: segment borders (token indices, ascending) that
+                           * no chunk may span; may be NULL. Segments take theirs from the layout */
+    int n_borders;
+    kvs_repair_params repair; /* kvs_generate_segments: how moved documents are repaired
+                               * (kvs_repair_default_params) */
+} kvs_reuse_params;
+
+kvs_reuse_params kvs_reuse_default_params(void);
+
+/* kvs_generate with the cache: finds the longest cached prefix of the prompt
+ * (at most n_prompt - 1 tokens, so the first logits are always computed),
+ * copies its KV into the context (no recompute), prefills the remaining
+ * tokens at their absolute positions, generates as kvs_generate does, then
+ * stores the prompt's new chunks. The chunks used stay pinned (never
+ * evicted) during the request. The result's reuse part is set (n_cached,
+ * cache_hit_ratio, chunk boundaries); ttft_ms counts from the call, lookup
+ * and copy included. A damaged cache entry ends the reuse before it
+ * (counted in the stats); the output is the cold output anyway. reuse may be
+ * NULL (defaults; its repair part does not apply here). The context's
+ * kv_type must be the cache's. */
+int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
+                        const kvs_generate_params *params, const kvs_reuse_params *reuse,
+                        kvs_generate_result *out);
+
 /* The token sequence kvs_generate_segments runs for seg (the full-prefill
  * baseline is kvs_generate over exactly these tokens). *tokens is malloc'd. */
 int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens);
@@ -588,15 +662,16 @@ int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32
 /* Generates from a segmented prompt with the cache: the longest exact
  * prefix is served bit-exactly (as kvs_generate_cached); every document
  * after it is taken from the cache (or computed after the doc prefix and
- * stored), moved into place, and repaired with the strategy; then the
+ * stored), moved into place, and repaired with reuse->repair; then the
  * question is prefilled and generation runs as kvs_generate. ttft_ms counts
- * from the call (lookups, document computation, moves and repair included).
- * The result adds n_cached (exact prefix tokens), n_live, n_moved,
- * n_recomputed, n_docs_hit, n_docs_computed. Afterwards the exact part of
- * the prompt (the system segment; everything for `full`) is stored by
- * prefix. repair may be NULL (defaults). */
+ * from the call (tokenization, lookups, document computation, moves and
+ * repair included). The result's reuse part (n_cached = exact prefix
+ * tokens) and docs part are set. Afterwards the exact part of the prompt
+ * (the system segment; everything for `full`) is stored by prefix. reuse
+ * may be NULL (defaults); with mode KVS_REUSE_NONE nothing is read from the
+ * cache and every token is computed (repair is then `full`). */
 int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
-                          const kvs_generate_params *params, const kvs_repair_params *repair,
+                          const kvs_generate_params *params, const kvs_reuse_params *reuse,
                           kvs_generate_result *out);
 
 /* What kvs_warm_docs did. */

@@ -3,12 +3,13 @@
 # generate a greedy chat answer with the CLI. `make demo` builds first.
 #   BUILD    build directory holding kvstitch (default build)
 #   PROMPT   the user message (default below)
-#   N        tokens to generate (default 64)
+#   N        tokens to generate at most (default 128: the default prompt's
+#            answer, ~30 tokens, ends on its own: stop_reason eos)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build}"
-PROMPT="${PROMPT:-Explain in two sentences why the sky is blue.}"
-N="${N:-64}"
+PROMPT="${PROMPT:-Explain in one sentence why the sky is blue.}"
+N="${N:-128}"
 if [ ! -x "$BUILD/kvstitch" ]; then
     echo "demo: $BUILD/kvstitch is missing; run 'make demo' (or 'make') first" >&2
     exit 1

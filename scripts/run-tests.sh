@@ -34,7 +34,13 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
         echo "skipped $name"; continue
     fi
     t0=$(date +%s.%N)
+    # Say which test is running when it takes more than a few seconds (the
+    # sleeps get no stdout/stderr, so none outlives the test holding a pipe).
+    ( sleep 5 </dev/null >/dev/null 2>&1; s=5
+      while :; do echo "  ... $name running (${s}s)" >&2; sleep 30 </dev/null >/dev/null 2>&1; s=$((s + 30)); done ) &
+    notice=$!
     if [[ "$t" == *.sh ]]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
+    kill "$notice" 2>/dev/null; wait "$notice" 2>/dev/null
     p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name (exit $rc)"; fi
     pass=$((pass + p)); fail=$((fail + f))

@@ -170,7 +170,7 @@ TEST(test_generate_greedy_chat) {
     CHECK_EQ_INT(r.n_prompt, n);
     CHECK_EQ_INT(r.n_vocab, 49152);
     CHECK(!strcmp(c.buf, r.text)); /* the stream is the text */
-    CHECK(r.ttft_ms >= r.prefill_ms && r.prefill_ms > 0 && r.decode_ms >= 0);
+    CHECK(r.ttft_ms >= r.timings.prefill_ms && r.timings.prefill_ms > 0 && r.timings.decode_ms >= 0);
     /* greedy: the first token is the argmax of the first logits = top logprob */
     CHECK_EQ_INT(r.n_top, 20);
     CHECK_EQ_INT(r.tokens[0], argmax(r.first_logits, 49152));

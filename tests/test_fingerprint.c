@@ -59,7 +59,7 @@ static int served(uint64_t *foreign, char fp_hex[65]) {
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     if (!st) {
         CHECK_MSG(same(&r, &g_cold), "output differs from the cold run");
-        n = r.n_cached;
+        n = r.reuse->n_cached;
         kvs_generate_result_free(&r);
     }
     kvs_cache_stats s;

@@ -186,7 +186,7 @@ static int cache_a(const pair *p) {
         kvs_generate_params g1 = greedy(1);
         kvs_generate_result ra;
         st = kvs_generate_cached(g_ctx, c, a, na, &g1, NULL, &ra);
-        if (!st) CHECK_EQ_INT(ra.n_chunks_stored, (na + 63) / 64);
+        if (!st) CHECK_EQ_INT(ra.reuse->n_chunks_stored, (na + 63) / 64);
         kvs_generate_result_free(&ra);
     }
     CHECK_MSG(st == KVS_OK, "%s: caching A: %s", p->name, kvs_last_error());
@@ -225,18 +225,18 @@ static int grid_point(const pair *p, int L) {
     int st2 = c2 ? kvs_generate_cached(g_ctx, c2, b, nb, &gp, &rp, &warm_disk) : KVS_ERR_INTERNAL;
     CHECK_MSG(st2 == KVS_OK, "%s (disk): %s", what, kvs_last_error());
     if (!st && !st3) {
-        CHECK_MSG(warm_mem.n_cached == expect, "%s: %d cached tokens, expected %d", what, warm_mem.n_cached, expect);
-        good += warm_mem.n_cached == expect && warm_mem.n_live == nb - expect && same_output(&warm_mem, &cold, what);
+        CHECK_MSG(warm_mem.reuse->n_cached == expect, "%s: %d cached tokens, expected %d", what, warm_mem.reuse->n_cached, expect);
+        good += warm_mem.reuse->n_cached == expect && warm_mem.n_live == nb - expect && same_output(&warm_mem, &cold, what);
     }
     if (!st2 && !st3) {
-        CHECK_MSG(warm_disk.n_cached == expect, "%s (disk): %d cached tokens, expected %d", what, warm_disk.n_cached,
+        CHECK_MSG(warm_disk.reuse->n_cached == expect, "%s (disk): %d cached tokens, expected %d", what, warm_disk.reuse->n_cached,
                   expect);
         kvs_cache_stats s;
         kvs_cache_get_stats(c2, &s);
         CHECK(s.disk_loads > 0 && s.disk_bad == 0 && s.disk_foreign == 0);
         CHECK_EQ_INT(s.resident, 0); /* read straight into the context, not kept */
         snprintf(what + strlen(what), sizeof what - strlen(what), " (disk)");
-        good += warm_disk.n_cached == expect && same_output(&warm_disk, &cold, what);
+        good += warm_disk.reuse->n_cached == expect && same_output(&warm_disk, &cold, what);
     }
     kvs_cache_free(c2);
     kvs_generate_result_free(&warm_mem);
@@ -276,22 +276,22 @@ TEST(test_full_hit_keeps_one_live_token) {
     kvs_generate_params gp = greedy(N_GEN);
     kvs_generate_result r1, r2, cold;
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, a, na, &gp, NULL, &r1), KVS_OK);
-    CHECK_EQ_INT(r1.n_cached, 0);
+    CHECK_EQ_INT(r1.reuse->n_cached, 0);
     CHECK_EQ_INT(r1.n_live, na);
     /* 130 + tail tokens cut at 64: chunk ends 64, 128, na */
-    CHECK_EQ_INT(r1.n_chunks, 3);
-    CHECK(r1.chunk_ends && r1.chunk_ends[0] == 64 && r1.chunk_ends[1] == 128 && r1.chunk_ends[2] == na);
-    CHECK_EQ_INT(r1.n_chunks_stored, 3);
+    CHECK_EQ_INT(r1.reuse->n_chunks, 3);
+    CHECK(r1.reuse->chunk_ends && r1.reuse->chunk_ends[0] == 64 && r1.reuse->chunk_ends[1] == 128 && r1.reuse->chunk_ends[2] == na);
+    CHECK_EQ_INT(r1.reuse->n_chunks_stored, 3);
     poison(g_ctx);
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, a, na, &gp, NULL, &r2), KVS_OK);
-    CHECK_EQ_INT(r2.n_cached, na - 1);
+    CHECK_EQ_INT(r2.reuse->n_cached, na - 1);
     CHECK_EQ_INT(r2.n_live, 1);
-    CHECK_NEAR(r2.cache_hit_ratio, (double)(na - 1) / na, 1e-12);
-    CHECK_EQ_INT(r2.n_chunks_stored, 0);
+    CHECK_NEAR(r2.reuse->cache_hit_ratio, (double)(na - 1) / na, 1e-12);
+    CHECK_EQ_INT(r2.reuse->n_chunks_stored, 0);
     CHECK_EQ_INT(kvs_generate(g_ctx, a, na, &gp, &cold), KVS_OK);
     same_output(&r1, &cold, "first run");
     same_output(&r2, &cold, "full hit");
-    CHECK(r2.ttft_ms >= r2.assemble_ms);
+    CHECK(r2.ttft_ms >= r2.timings.lookup_ms);
     kvs_generate_result_free(&r1);
     kvs_generate_result_free(&r2);
     kvs_generate_result_free(&cold);
@@ -300,7 +300,7 @@ TEST(test_full_hit_keeps_one_live_token) {
     rp.mode = KVS_REUSE_NONE;
     kvs_generate_result rn;
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, a, na, &gp, &rp, &rn), KVS_OK);
-    CHECK_EQ_INT(rn.n_cached, 0);
+    CHECK_EQ_INT(rn.reuse->n_cached, 0);
     CHECK_EQ_INT(rn.n_live, na);
     kvs_generate_result_free(&rn);
     kvs_cache_free(c);
@@ -327,7 +327,7 @@ TEST(test_small_budget_stays_exact) {
     CHECK(s.evictions > 0);
     CHECK(s.bytes <= s.budget_bytes);
     /* the first chunks are the most recently used and survive */
-    CHECK_MSG(rb.n_cached >= 64 && rb.n_cached < L, "%d cached", rb.n_cached);
+    CHECK_MSG(rb.reuse->n_cached >= 64 && rb.reuse->n_cached < L, "%d cached", rb.reuse->n_cached);
     CHECK_EQ_INT(kvs_generate(g_ctx, b, nb, &gp, &cold), KVS_OK);
     same_output(&rb, &cold, "small budget");
     kvs_generate_result_free(&ra);
@@ -385,7 +385,7 @@ TEST(test_warm_report) {
     kvs_generate_result g, cold;
     poison(g_ctx);
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, ids, n, &gp, NULL, &g), KVS_OK);
-    CHECK_EQ_INT(g.n_cached, r.n_tokens);
+    CHECK_EQ_INT(g.reuse->n_cached, r.n_tokens);
     CHECK_EQ_INT(kvs_generate(g_ctx, ids, n, &gp, &cold), KVS_OK);
     same_output(&g, &cold, "after warm_text");
     kvs_generate_result_free(&g);
@@ -479,7 +479,7 @@ TEST(test_threads_share_a_cache) {
     for (int i = 0; i < 2; i++) {
         CHECK_MSG(jobs[i].st == KVS_OK, "thread %d: %s", i, kvs_last_error());
         if (jobs[i].st) continue;
-        CHECK_EQ_INT(jobs[i].warm.n_cached, jobs[i].n - 1); /* its second run hits its own first */
+        CHECK_EQ_INT(jobs[i].warm.reuse->n_cached, jobs[i].n - 1); /* its second run hits its own first */
         same_output(&jobs[i].warm, &jobs[i].cold, "thread");
         kvs_generate_result_free(&jobs[i].warm);
         kvs_generate_result_free(&jobs[i].cold);

@@ -121,7 +121,7 @@ static int generate_fresh(kvs_cache_stats *st, const char *what) {
     int n = -1;
     if (!rc) {
         check_same(&r, &g_cold, what);
-        n = r.n_cached;
+        n = r.reuse->n_cached;
         kvs_generate_result_free(&r);
     }
     kvs_cache_get_stats(c, st);
@@ -329,7 +329,7 @@ TEST(test_f32_cache_exact) {
     kvs_kv_buffer *kv = kvs_context_kv(ctx);
     memset(kv->data, 0x7f, kvs_kv_buffer_bytes(kv)); /* F32 NaNs */
     CHECK_EQ_INT(kvs_generate_cached(ctx, c, g_prompt, 150, &gp, NULL, &w), KVS_OK);
-    CHECK_EQ_INT(w.n_cached, 65);
+    CHECK_EQ_INT(w.reuse->n_cached, 65);
     CHECK_EQ_INT(kvs_generate(ctx, g_prompt, 150, &gp, &cold), KVS_OK);
     check_same(&w, &cold, "f32");
     kvs_generate_result_free(&w);

@@ -302,7 +302,7 @@ TEST(exact_prefix_hit_on_system_segment) {
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     if (!st) {
         CHECK_EQ_INT(rb.n_exact, g_lay.segs[1].start); /* the whole system segment, exact */
-        CHECK_EQ_INT(b.n_cached, rb.n_exact);
+        CHECK_EQ_INT(b.reuse->n_cached, rb.n_exact);
         CHECK_EQ_INT(rb.n_docs_hit, N_DOCS);
         CHECK_MSG(same(&a, &b), "an exact hit on the system segment changed the output");
         kvs_generate_result_free(&b);
@@ -400,14 +400,16 @@ TEST(public_api) {
     kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, 0.15f);
     kvs_generate_result pub, in;
     kvs_seg_report rep;
-    int st = kvs_generate_segments(g_ctx, c, &seg, &gp, &rp, &pub);
+    kvs_reuse_params reuse = kvs_reuse_default_params();
+    reuse.repair = rp;
+    int st = kvs_generate_segments(g_ctx, c, &seg, &gp, &reuse, &pub);
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     if (!st && !run(c, &g_lay, rp, &in, &rep)) {
         CHECK_MSG(same(&pub, &in), "kvs_generate_segments differs from the internal request");
-        CHECK_EQ_INT(pub.n_moved, rep.n_moved);
-        CHECK_EQ_INT(pub.n_recomputed, rep.n_recomputed);
-        CHECK_EQ_INT(pub.n_docs_hit, N_DOCS);
-        CHECK_EQ_INT(pub.n_docs_computed, 0);
+        CHECK_EQ_INT(pub.docs->n_moved, rep.n_moved);
+        CHECK_EQ_INT(pub.docs->n_recomputed, rep.n_recomputed);
+        CHECK_EQ_INT(pub.docs->n_docs_hit, N_DOCS);
+        CHECK_EQ_INT(pub.docs->n_docs_computed, 0);
         CHECK_EQ_INT(pub.n_prompt, g_lay.n_tokens);
         kvs_generate_result_free(&in);
     }
@@ -454,7 +456,7 @@ TEST(real_prefix_one_doc_is_exact) {
         CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
         if (st) break;
         CHECK_MSG(same(&r, &cold), "public API, run %d: differs from a cold prefill", k);
-        CHECK_EQ_INT(r.n_docs_hit, 1);
+        CHECK_EQ_INT(r.docs->n_docs_hit, 1);
         kvs_generate_result_free(&r);
     }
     kvs_generate_result_free(&cold);

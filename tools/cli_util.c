@@ -1,25 +1,18 @@
-/* Helpers shared by the CLI commands: errors, number parsing, files, JSON. */
+/* Helpers shared by the CLI commands: errors, number parsing, files, progress. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 int cli_fail(int status, const char *what) {
     fprintf(stderr, "kvstitch: %s: %s: %s\n", what, kvs_strerror(status), kvs_last_error());
     return 1;
-}
-
-int cli_usage_error(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    fprintf(stderr, "kvstitch %s: ", cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, " (see kvstitch %s --help)\n", cmd);
-    return 2;
 }
 
 int cli_parse_int(const char *opt, const char *s, int *out) {
@@ -31,18 +24,6 @@ int cli_parse_int(const char *opt, const char *s, int *out) {
         return -1;
     }
     *out = (int)v;
-    return 0;
-}
-
-int cli_parse_float(const char *opt, const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = s ? strtof(s, &end) : 0;
-    if (!s || !*s || *end || errno) {
-        fprintf(stderr, "kvstitch: %s expects a number, got '%s'\n", opt, s ? s : "");
-        return -1;
-    }
-    *out = v;
     return 0;
 }
 
@@ -59,30 +40,52 @@ int cli_parse_u64(const char *opt, const char *s, unsigned long long *out) {
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
         fprintf(stderr, "kvstitch: cannot open %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "kvstitch: %s is not a regular file\n", path);
+        close(fd);
+        return NULL;
+    }
+    size_t cap = (size_t)st.st_size + 1, n = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *bigger = realloc(buf, cap * 2 + 1);
-        if (!bigger) { free(buf); buf = NULL; break; }
-        buf = bigger;
-        cap *= 2;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got < 0) {
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+        n += (size_t)got;
+        if (n == cap) { /* the file grew while we read it */
+            char *bigger = realloc(buf, cap * 2 + 1);
+            if (!bigger) { free(buf); buf = NULL; break; }
+            buf = bigger;
+            cap *= 2;
+        }
     }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "kvstitch: cannot read %s\n", path);
-        free(buf);
+    int err = errno;
+    close(fd);
+    if (!buf) {
+        fprintf(stderr, "kvstitch: cannot read %s: %s\n", path, strerror(err));
         return NULL;
     }
     buf[n] = 0;
+    const char *nul = memchr(buf, 0, n);
+    if (nul) {
+        fprintf(stderr, "kvstitch: %s: byte %zu of %zu is a NUL byte; prompt and document files must be text\n",
+                path, (size_t)(nul - buf), n);
+        free(buf);
+        return NULL;
+    }
     if (len) *len = n;
     return buf;
 }
@@ -127,4 +130,44 @@ void cli_json_string(FILE *f, const char *s, size_t len) {
         }
     }
     fputc('"', f);
+}
+
+/* --- progress ---------------------------------------------------------------- */
+
+typedef struct progress_state {
+    const char *label;
+    double last_ms; /* when the last line was printed */
+    int shown;      /* a line is on the terminal */
+} progress_state;
+
+static progress_state g_progress;
+
+double cli_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void on_progress(void *user, const kvs_progress *p) {
+    progress_state *s = user;
+    if (p->done >= p->total) { /* the pass ended: erase the line */
+        if (s->shown) fputs("\r\033[K", stderr);
+        s->shown = 0;
+        s->last_ms = 0;
+        return;
+    }
+    double now = cli_now_ms();
+    if (s->shown && now - s->last_ms < 200.0) return; /* throttle: 5 lines a second */
+    s->last_ms = now;
+    s->shown = 1;
+    fprintf(stderr, "\r\033[K[%s: %lld/%lld tokens (%.0f%%), %.0f tok/s, ETA %.1f s]", s->label, (long long)p->done,
+            (long long)p->total, 100.0 * (double)p->done / (double)p->total, p->tok_s, p->eta_ms / 1000.0);
+    fflush(stderr);
+}
+
+void cli_progress_attach(kvs_context_params *cp, const char *label, int enabled) {
+    if (!enabled || !isatty(STDERR_FILENO)) return;
+    g_progress.label = label;
+    cp->on_progress = on_progress;
+    cp->progress_user = &g_progress;
 }

@@ -3,6 +3,7 @@
  * median over repetitions after one warm-up, plus resident memory split into
  * file-backed pages (the mmapped weights) and anonymous pages (KV, scratch).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
@@ -10,17 +11,31 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json_util.h"
 
-static const char *usage_text =
-    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [--reps 3] [--threads N] [--json]\n"
-    "  -m, --model PATH   GGUF file\n"
-    "  -p N               prompt tokens for the prefill test (0 = skip; default 512)\n"
-    "  -n N               tokens for the decode test (0 = skip; default 128)\n"
-    "  --reps N           repetitions; the median is reported (default 3)\n"
-    "  --threads N        worker threads (default: all cores)\n"
-    "  --batch N          tokens per forward chunk in prefill (default 512)\n"
-    "  --json             one JSON object instead of a table\n"
-    "Prompt tokens are pseudo-random ids; the decode test starts from an empty context.\n";
+typedef struct bench_opts {
+    const char *model_path;
+    int n_pp, n_tg, reps, n_threads, n_batch, json;
+} bench_opts;
+
+static const cli_opt k_opts[] = {
+    CLI_FILE_OPT("-m", "--model", bench_opts, model_path, "PATH", "GGUF file"),
+    CLI_INT_OPT("-p", NULL, bench_opts, n_pp, 0, 1 << 20, "N",
+                "prompt tokens for the prefill test (0 = skip; default 512)"),
+    CLI_INT_OPT("-n", NULL, bench_opts, n_tg, 0, 1 << 20, "N", "tokens for the decode test (0 = skip; default 128)"),
+    CLI_INT_OPT(NULL, "--reps", bench_opts, reps, 1, 1000, "N", "repetitions; the median is reported (default 3)"),
+    CLI_INT_OPT(NULL, "--threads", bench_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--batch", bench_opts, n_batch, 1, 1 << 16, "N",
+                "tokens per forward chunk in prefill (default 512)"),
+    CLI_FLAG_OPT(NULL, "--json", bench_opts, json, 1, "one JSON object instead of a table"),
+};
+static const cli_command k_cmd = {
+    "bench",
+    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [--reps 3] [--threads N] [--json]\n",
+    k_opts,
+    (int)(sizeof k_opts / sizeof k_opts[0]),
+    "Prompt tokens are pseudo-random ids; the decode test starts from an empty context.\n",
+    NULL};
 
 static double now_ms(void) {
     struct timespec ts;
@@ -55,7 +70,8 @@ static void print_row(const char *kind, int n, double med, const double *runs, i
     char name[32];
     snprintf(name, sizeof name, "%s%d", kind, n);
     printf("%-8s %12.2f   [", name, med);
-    for (int r = 0; r < reps; r++) printf(r ? ", %.1f" : "%.1f", runs[r]);
+    for (int r = 0; r < reps; r++)
+        printf(r ? ", %.1f" : "%.1f", runs[r]);
     printf("]\n");
 }
 
@@ -71,12 +87,23 @@ static void cpu_name(char *buf, size_t cap) {
         const char *c = strchr(line, ':');
         if (!c) break;
         c++;
-        while (*c == ' ' || *c == '\t') c++;
+        while (*c == ' ' || *c == '\t')
+            c++;
         snprintf(buf, cap, "%s", c);
         buf[strcspn(buf, "\n")] = 0;
         break;
     }
     fclose(f);
+}
+
+/* {"n", "tok_s", "runs"} of one test, rounded to 0.01 tok/s as the table. */
+static void add_test(cJSON *j, const char *key, int n, double med, const double *runs, int reps) {
+    cJSON *t = cJSON_AddObjectToObject(j, key);
+    cJSON_AddNumberToObject(t, "n", n);
+    cJSON_AddNumberToObject(t, "tok_s", round(med * 100) / 100);
+    cJSON *a = cJSON_AddArrayToObject(t, "runs");
+    for (int r = 0; a && r < reps; r++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(round(runs[r] * 100) / 100));
 }
 
 /* One prefill of n tokens at positions 0..n-1; returns tokens/s. */
@@ -100,27 +127,13 @@ static int run_tg(kvs_context *ctx, const int32_t *toks, int n, float *logits, d
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL;
-    int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0, n_batch = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!v) return cli_usage_error("bench", "unknown option or missing value: %s", a);
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = argv[++i];
-        else if (!strcmp(a, "-p")) bad = cli_parse_int(a, argv[++i], &n_pp);
-        else if (!strcmp(a, "-n")) bad = cli_parse_int(a, argv[++i], &n_tg);
-        else if (!strcmp(a, "--reps")) bad = cli_parse_int(a, argv[++i], &reps);
-        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, argv[++i], &n_threads);
-        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, argv[++i], &n_batch);
-        else return cli_usage_error("bench", "unknown option: %s", a);
-        if (bad) return 2;
-    }
+    bench_opts o = {NULL, 512, 128, 3, 0, 0, 0};
+    int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
+    if (prc >= 0) return prc;
+    const char *model_path = o.model_path;
+    int n_pp = o.n_pp, n_tg = o.n_tg, reps = o.reps, n_threads = o.n_threads, n_batch = o.n_batch, json = o.json;
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
-    if (n_pp < 0 || n_tg < 0 || (n_pp == 0 && n_tg == 0)) return cli_usage_error("bench", "-p and -n must be >= 0, not both 0");
-    if (reps < 1 || reps > 1000) return cli_usage_error("bench", "--reps must be in 1..1000, got %d", reps);
-    if (n_threads < 0 || n_batch < 0) return cli_usage_error("bench", "--threads and --batch must be >= 0");
+    if (n_pp == 0 && n_tg == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
 
     kvs_model *model = NULL;
     kvs_context *ctx = NULL;
@@ -136,8 +149,14 @@ int cmd_bench(int argc, char **argv) {
     int32_t *toks = malloc((size_t)n_max * sizeof *toks), *pos = malloc((size_t)n_max * sizeof *pos);
     float *logits = malloc((size_t)kvs_vocab_size(model) * sizeof *logits);
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
-    if (!toks || !pos || !logits || !pp || !tg) { fprintf(stderr, "kvstitch bench: out of memory\n"); goto done; }
-    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
+    if (!toks || !pos || !logits || !pp || !tg) {
+        fprintf(stderr, "kvstitch bench: out of memory\n");
+        goto done;
+    }
+    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) {
+        cli_fail(st, "context");
+        goto done;
+    }
 
     /* A fixed LCG stream of ids: the same prompt every run, no tokenizer involved. */
     uint64_t x = 42;
@@ -148,16 +167,28 @@ int cmd_bench(int argc, char **argv) {
     }
     double pp_med = 0, tg_med = 0, scratch;
     if (n_pp > 0) {
-        if ((st = run_pp(ctx, toks, pos, n_pp, logits, &scratch))) { cli_fail(st, "prefill"); goto done; }
+        if ((st = run_pp(ctx, toks, pos, n_pp, logits, &scratch))) {
+            cli_fail(st, "prefill");
+            goto done;
+        }
         for (int r = 0; r < reps; r++)
-            if ((st = run_pp(ctx, toks, pos, n_pp, logits, &pp[r]))) { cli_fail(st, "prefill"); goto done; }
+            if ((st = run_pp(ctx, toks, pos, n_pp, logits, &pp[r]))) {
+                cli_fail(st, "prefill");
+                goto done;
+            }
         pp_med = median(pp, reps);
     }
     if (n_tg > 0) {
         int warm = n_tg < 16 ? n_tg : 16;
-        if ((st = run_tg(ctx, toks, warm, logits, &scratch))) { cli_fail(st, "decode"); goto done; }
+        if ((st = run_tg(ctx, toks, warm, logits, &scratch))) {
+            cli_fail(st, "decode");
+            goto done;
+        }
         for (int r = 0; r < reps; r++)
-            if ((st = run_tg(ctx, toks, n_tg, logits, &tg[r]))) { cli_fail(st, "decode"); goto done; }
+            if ((st = run_tg(ctx, toks, n_tg, logits, &tg[r]))) {
+                cli_fail(st, "decode");
+                goto done;
+            }
         tg_med = median(tg, reps);
     }
     long long kb[3];
@@ -166,23 +197,18 @@ int cmd_bench(int argc, char **argv) {
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
     if (json) {
-        printf("{\"model\": ");
-        cli_json_string(stdout, model_path, strlen(model_path));
-        printf(", \"cpu\": ");
-        cli_json_string(stdout, cpu, strlen(cpu));
-        printf(", \"threads\": %d, \"reps\": %d", n_threads, reps);
-        if (n_pp > 0) {
-            printf(", \"pp\": {\"n\": %d, \"tok_s\": %.2f, \"runs\": [", n_pp, pp_med);
-            for (int r = 0; r < reps; r++) printf(r ? ", %.2f" : "%.2f", pp[r]);
-            printf("]}");
-        }
-        if (n_tg > 0) {
-            printf(", \"tg\": {\"n\": %d, \"tok_s\": %.2f, \"runs\": [", n_tg, tg_med);
-            for (int r = 0; r < reps; r++) printf(r ? ", %.2f" : "%.2f", tg[r]);
-            printf("]}");
-        }
-        printf(", \"weight_bytes\": %llu, \"rss_bytes\": %lld, \"rss_file_bytes\": %lld, \"rss_anon_bytes\": %lld}\n",
-               (unsigned long long)info.weight_bytes, kb[0] * 1024, kb[2] * 1024, kb[1] * 1024);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", model_path);
+        cJSON_AddStringToObject(j, "cpu", cpu);
+        cJSON_AddNumberToObject(j, "threads", n_threads);
+        cJSON_AddNumberToObject(j, "reps", reps);
+        if (n_pp > 0) add_test(j, "pp", n_pp, pp_med, pp, reps);
+        if (n_tg > 0) add_test(j, "tg", n_tg, tg_med, tg, reps);
+        cJSON_AddNumberToObject(j, "weight_bytes", (double)info.weight_bytes);
+        cJSON_AddNumberToObject(j, "rss_bytes", (double)kb[0] * 1024);
+        cJSON_AddNumberToObject(j, "rss_file_bytes", (double)kb[2] * 1024);
+        cJSON_AddNumberToObject(j, "rss_anon_bytes", (double)kb[1] * 1024);
+        if (json_print_line(stdout, j)) goto done;
     } else {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
         printf("machine: %s, %d threads\n", cpu, n_threads);

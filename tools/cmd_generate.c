@@ -1,71 +1,154 @@
 /* kvstitch generate: prefill a prompt and generate, streaming text or one JSON object. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-
-static const char *usage_text =
-    "usage: kvstitch generate -m MODEL (-p TEXT | -f FILE) [options]\n"
-    "       kvstitch generate -m MODEL --cache-dir DIR [--chat] [--system TEXT] --doc FILE... (-p QUESTION)\n"
-    "                         [--reuse none|selective|cacheblend|firstk|full] [repair options]\n"
-    "  -m, --model PATH       GGUF file\n"
-    "  -p, --prompt TEXT      prompt text\n"
-    "  -f, --file PATH        read the prompt from a file\n"
-    "  -n, --n-predict N      new tokens at most (default 128)\n"
-    "  --temp T               temperature; 0 = greedy (default 0)\n"
-    "  --top-k K              keep the K most likely tokens; 0 = off (default 40)\n"
-    "  --top-p P              nucleus sampling mass; 1 = off (default 0.95)\n"
-    "  --min-p P              drop tokens below P x the best probability; 0 = off (default 0.05)\n"
-    "  --repeat-penalty R     penalty for the last 64 tokens; 1 = off (default 1)\n"
-    "  --seed S               random seed for sampling (default 0)\n"
-    "  --chat                 wrap the prompt in the model's chat template\n"
-    "  --system TEXT          system message (with --chat)\n"
-    "  --threads N            worker threads (default: all cores)\n"
-    "  --ctx N                context length (default: the model's, at most 8192)\n"
-    "  --json                 print one JSON object instead of streaming text:\n"
-    "                         prompt_tokens, tokens, text, ttft_ms, prefill_ms, prefill_tok_s,\n"
-    "                         decode_tok_s, first_logits_sha256, first_top_logprobs\n"
-    "                         (with --cache-dir also cached_tokens, live_tokens, cache_hit_ratio,\n"
-    "                         reuse, assemble_ms, chunk_ends, stored_chunks; with --doc also\n"
-    "                         moved_tokens, recomputed_tokens, recomputed_token_layers,\n"
-    "                         docs_hit, docs_computed)\n"
-    "Prompt KV cache:\n"
-    "  --cache-dir DIR        reuse the KV of the longest cached prefix of the prompt from DIR\n"
-    "                         (bit-identical output) and store the prompt's new chunks there\n"
-    "  --reuse MODE           prefix (default with --cache-dir) or none (compute every token)\n"
-    "  --no-store             do not store the prompt's chunks\n"
-    "  --chunk-tokens N       chunk size for new chunks (default 64)\n"
-    "  --cache-budget MIB     memory for cached chunks (default: 1/4 of RAM)\n"
-    "  --cache-max-bytes N    bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
-    "                         for the cache); least recently used entries are evicted\n"
-    "Documents (non-prefix reuse, RAG; with --cache-dir):\n"
-    "  --doc FILE             a document (repeatable), laid out after the system message and before the\n"
-    "                         question (-p / -f). Its KV is cached by content (computed on the fly if\n"
-    "                         missing) and reused at any position: keys rotated to the new place, then\n"
-    "                         repaired. The system segment still takes the exact, bit-identical path.\n"
-    "  --reuse MODE           with --doc: the repair of moved documents: none (as they are), selective,\n"
-    "                         cacheblend (default), firstk, full (recompute all: a cold run's bits;\n"
-    "                         prefix means full)\n"
-    "  --recompute-ratio R    cacheblend: share of document tokens recomputed (default 0.10)\n"
-    "  --overlap R            selective: tokens recomputed before each seam (default 16)\n"
-    "  --first-k K            firstk: tokens recomputed at the start of each document (default 16)\n"
-    "  --check-layer L        cacheblend: layer where the KV deviation is measured (default 1)\n"
-    "  --min-deviation D      cacheblend: recompute only tokens deviating more than D (default 0)\n"
-    "  --deviation M          cacheblend: v-l2 (default) or k-cos\n"
-    "  --seams, --no-seams    cacheblend: also recompute selective's tokens (--overlap before each seam),\n"
-    "                         beyond the ratio (default: on; --no-seams is plain CacheBlend)\n"
-    "  --narrow-from R        cacheblend: gradual narrowing: keep R of the document tokens at the check\n"
-    "                         layer, re-rank them by their KV deviation in each of the next\n"
-    "                         --narrow-layers layers and shrink the set to --recompute-ratio\n"
-    "                         (R in [ratio, 1]; default 0 = off). recomputed_tokens counts the final set\n"
-    "  --narrow-layers N      cacheblend: layers the narrowing takes (default 4)\n"
-    "  --doc-prefix TEXT      the text documents are computed after (default: with --chat the\n"
-    "                         template's text before the user's content, else nothing / BOS)\n"
-    "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n";
+#include "json_util.h"
 
 #define N_TOP_LOGPROBS 20
 #define MAX_DOCS 256
+#define MAX_STOPS 16
+#define DEFAULT_CHUNK_TOKENS 64
+
+typedef struct gen_opts {
+    const char *model_path, *prompt, *file, *system, *cache_dir, *reuse, *deviation, *doc_prefix;
+    int n_predict, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, no_store, chunk_tokens, cache_budget_mib;
+    kvs_sampler_params sp;
+    const char *docs[MAX_DOCS], *stops[MAX_STOPS];
+    int n_docs, n_stops;
+    kvs_repair_params rp;
+    unsigned long long cache_max_bytes;
+} gen_opts;
+
+static int set_max_bytes(void *opts, const char *v) {
+    return cli_parse_bytes("--cache-max-bytes", v, &((gen_opts *)opts)->cache_max_bytes) != 0;
+}
+
+#define O gen_opts
+static const cli_opt k_opts[] = {
+    CLI_FILE_OPT("-m", "--model", O, model_path, "PATH", "GGUF file"),
+    CLI_STR_OPT("-p", "--prompt", O, prompt, "TEXT", "prompt text (with --doc: the question)"),
+    CLI_FILE_OPT("-f", "--file", O, file, "PATH", "read the prompt from a file (a NUL byte in it is an error)"),
+    CLI_INT_OPT("-n", "--n-predict", O, n_predict, 0, 1 << 20, "N", "new tokens at most (default 128)"),
+    CLI_FLOAT_OPT(NULL, "--temp", O, sp.temperature, 0, 100, "T", "temperature; 0 = greedy (default 0)"),
+    CLI_INT_OPT(NULL, "--top-k", O, sp.top_k, 0, 1 << 20, "K", "keep the K most likely tokens; 0 = off (default 40)"),
+    CLI_OPT(NULL, "--top-p", CLI_FLOAT, O, sp.top_p, "P", "nucleus sampling mass; 1 = off (default 0.95)", .max = 1,
+            .min_open = 1),
+    CLI_FLOAT_OPT(NULL, "--min-p", O, sp.min_p, 0, 1, "P",
+                  "drop tokens below P x the best probability; 0 = off (default 0.05)"),
+    CLI_OPT(NULL, "--repeat-penalty", CLI_FLOAT, O, sp.repeat_penalty, "R",
+            "penalty for the last 64 tokens; 1 = off (default 1)", .max = 10, .min_open = 1),
+    CLI_U64_OPT(NULL, "--seed", O, sp.seed, "S", "random seed for sampling (default 0)"),
+    CLI_OPT(NULL, "--stop", CLI_STR, O, stops, "TEXT",
+            "stop when the text contains TEXT (cut from the output; stop_reason \"stop\")", .max_count = MAX_STOPS,
+            .count_offset = CLI_OFF(O, n_stops)),
+    CLI_FLAG_OPT(NULL, "--chat", O, chat, 1, "wrap the prompt in the model's chat template"),
+    CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat or --doc)"),
+    CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N",
+                "tokens per forward chunk in prefill (default 512; same bits)"),
+    CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N",
+                "context length (default: the model's trained length, at most 8192,\n"
+                "raised up to the trained length when the prompt needs it)"),
+    CLI_FLAG_OPT(NULL, "--ctx-beyond-train", O, beyond_train, 1,
+                 "allow --ctx and prompts beyond the model's trained context length\n"
+                 "(no RoPE scaling is applied: the output degrades)"),
+    CLI_FLAG_OPT(NULL, "--json", O, json, 1, "print one JSON object instead of streaming text (fields: README)"),
+    CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress, no warnings, no stats line"),
+    CLI_OPT(NULL, "--cache-dir", CLI_DIR, O, cache_dir, "DIR",
+            "reuse the KV of the longest cached prefix of the prompt from DIR\n"
+            "(bit-identical output) and store the prompt's new chunks there",
+            .group = "Prompt KV cache:"),
+    CLI_OPT(NULL, "--reuse", CLI_STR, O, reuse, "MODE",
+            "prefix (default) or none (compute every token); with --doc the repair\n"
+            "of moved documents: none, selective, cacheblend (default), firstk, query, full",
+            .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--no-store", CLI_FLAG, O, no_store, NULL, "do not store the prompt's chunks", .flag_value = 1,
+            .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--chunk-tokens", CLI_INT, O, chunk_tokens, "N", "chunk size for new chunks (default 64)", .min = 1,
+            .max = 4096, .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
+            "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+            "for the cache); least recently used entries are evicted",
+            .needs = "--cache-dir", .set = set_max_bytes),
+    CLI_OPT(NULL, "--cache-budget", CLI_INT, O, cache_budget_mib, "MIB",
+            "memory for cached chunks (default: 1/4 of RAM)", .min = 1, .max = 1 << 24, .needs = "--cache-dir"),
+    CLI_OPT(NULL, "--doc", CLI_FILE, O, docs, "FILE",
+            "a document, laid out after the system message and before the question\n"
+            "(-p / -f); its KV is cached by content and reused at any position",
+            .max_count = MAX_DOCS, .count_offset = CLI_OFF(O, n_docs), .needs = "--cache-dir",
+            .group = "Documents (non-prefix reuse, RAG; with --cache-dir):"),
+    CLI_OPT(NULL, "--recompute-ratio", CLI_FLOAT, O, rp.recompute_ratio, "R",
+            "cacheblend: share of document tokens recomputed (default 0.10)", .max = 1, .needs = "--doc"),
+    CLI_OPT(NULL, "--overlap", CLI_INT, O, rp.overlap, "R",
+            "selective: tokens recomputed before each seam (default 16)", .max = 1 << 16, .needs = "--doc"),
+    CLI_OPT(NULL, "--first-k", CLI_INT, O, rp.first_k, "K",
+            "firstk: tokens recomputed at the start of each document (default 16)", .max = 1 << 16, .needs = "--doc"),
+    CLI_OPT(NULL, "--check-layer", CLI_INT, O, rp.check_layer, "L",
+            "cacheblend: layer where the KV deviation is measured (default 1)", .max = 1024, .needs = "--doc"),
+    CLI_OPT(NULL, "--min-deviation", CLI_FLOAT, O, rp.min_deviation, "D",
+            "cacheblend: recompute only tokens deviating more than D (default 0)", .max = 1e30, .needs = "--doc"),
+    CLI_OPT(NULL, "--deviation", CLI_CHOICE, O, deviation, "M", "cacheblend: the ranking metric (default v-l2)",
+            .choices = "v-l2|k-cos", .needs = "--doc"),
+    CLI_OPT(NULL, "--seams", CLI_FLAG, O, rp.cacheblend_seams, NULL,
+            "cacheblend: also recompute selective's tokens beyond the ratio (default)", .flag_value = 1,
+            .needs = "--doc"),
+    CLI_OPT(NULL, "--no-seams", CLI_FLAG, O, rp.cacheblend_seams, NULL, "cacheblend: plain CacheBlend",
+            .needs = "--doc"),
+    CLI_OPT(NULL, "--narrow-from", CLI_FLOAT, O, rp.narrow_from, "R",
+            "cacheblend: gradual narrowing from R of the document tokens down to\n"
+            "--recompute-ratio over --narrow-layers layers (0 = off, else >= the ratio)",
+            .max = 1, .needs = "--doc"),
+    CLI_OPT(NULL, "--narrow-layers", CLI_INT, O, rp.narrow_layers, "N",
+            "cacheblend: layers the narrowing takes (default 4)", .min = 1, .max = 1024, .needs = "--doc"),
+    CLI_OPT(NULL, "--doc-prefix", CLI_STR, O, doc_prefix, "TEXT",
+            "the text documents are computed after (default: with --chat the\n"
+            "template's text before the user's content, else nothing / BOS)",
+            .needs = "--doc"),
+};
+#undef O
+
+static const cli_command k_cmd = {
+    "generate",
+    "usage: kvstitch generate -m MODEL (-p TEXT | -f FILE) [options]\n"
+    "       kvstitch generate -m MODEL --cache-dir DIR [--chat] [--system TEXT] --doc FILE... (-p QUESTION)\n",
+    k_opts,
+    (int)(sizeof k_opts / sizeof k_opts[0]),
+    "Sampling order: repeat penalty, top-k, temperature, top-p, min-p.\n"
+    "Generation stops at end-of-sequence, -n tokens, a --stop string or a full context (stop_reason).\n",
+    NULL,
+};
+
+/* Combinations the table cannot express. -1 to go on, else the exit code. */
+static int check(gen_opts *o) {
+    const char *c = k_cmd.name;
+    if (!o->model_path) return cli_usage_error(c, "-m MODEL is required");
+    if (!o->prompt == !o->file) return cli_usage_error(c, "give exactly one of -p TEXT or -f FILE");
+    if (o->system && !o->chat && !o->n_docs) return cli_usage_error(c, "--system needs --chat (or --doc)");
+    if (o->n_docs && o->no_store)
+        return cli_usage_error(c, "--no-store does not apply to --doc (documents are always cached)");
+    /* --reuse means the reuse mode without --doc, the repair strategy with it. */
+    kvs_repair_mode repair;
+    int is_repair = o->reuse && kvs_repair_mode_parse(o->reuse, &repair) == KVS_OK;
+    if (o->reuse && !o->n_docs && strcmp(o->reuse, "prefix") && strcmp(o->reuse, "none"))
+        return cli_usage_error(c, "--reuse must be prefix or none without --doc, got '%s'%s", o->reuse,
+                               is_repair ? " (a repair strategy: it needs --doc)" : "");
+    if (o->n_docs && o->reuse) {
+        if (!strcmp(o->reuse, "prefix"))
+            o->rp.mode = KVS_REPAIR_FULL;
+        else if (is_repair)
+            o->rp.mode = repair;
+        else
+            /* the accepted names come from the library's strategy table */
+            return cli_usage_error(c, "--reuse must be a repair strategy with --doc (prefix = full): %s",
+                                   kvs_last_error());
+    }
+    if (o->deviation) kvs_deviation_parse(o->deviation, &o->rp.deviation);
+    if (o->rp.narrow_from != 0.0f && o->rp.narrow_from < o->rp.recompute_ratio)
+        return cli_usage_error(c, "--narrow-from must be 0 (off) or a number in [--recompute-ratio %g, 1], got %g",
+                               (double)o->rp.recompute_ratio, (double)o->rp.narrow_from);
+    return -1;
+}
 
 static int stream_piece(void *user, int32_t token, const char *piece, size_t len) {
     (void)user;
@@ -73,164 +156,6 @@ static int stream_piece(void *user, int32_t token, const char *piece, size_t len
     fwrite(piece, 1, len, stdout);
     fflush(stdout);
     return 0;
-}
-
-static void json_number(double v) {
-    if (isfinite(v)) printf("%.9g", v);
-    else printf("null");
-}
-
-typedef struct gen_opts {
-    const char *model_path, *prompt, *file, *system, *cache_dir, *reuse;
-    int n_predict, chat, json, n_threads, n_ctx, no_store, chunk_tokens, cache_budget_mib;
-    unsigned long long cache_max_bytes;
-    kvs_sampler_params sp;
-    const char *docs[MAX_DOCS], *doc_prefix;
-    int n_docs, repair_opts; /* repair_opts: a repair option was given */
-    kvs_repair_params rp;
-} gen_opts;
-
-static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opts *o) {
-    double decode_tok_s = r->n_tokens > 1 && r->decode_ms > 0 ? (r->n_tokens - 1) * 1000.0 / r->decode_ms : 0.0;
-    double prefill_tok_s = r->prefill_ms > 0 ? r->n_live * 1000.0 / r->prefill_ms : 0.0;
-    char sha[65];
-    kvs_sha256_hex(r->first_logits, (size_t)r->n_vocab * sizeof(float), sha);
-    printf("{\"prompt_tokens\": %d, \"tokens\": [", n_prompt);
-    for (int i = 0; i < r->n_tokens; i++) printf(i ? ", %d" : "%d", r->tokens[i]);
-    printf("], \"text\": ");
-    cli_json_string(stdout, r->text, strlen(r->text));
-    printf(", \"ttft_ms\": ");
-    json_number(r->ttft_ms);
-    printf(", \"prefill_ms\": ");
-    json_number(r->prefill_ms);
-    printf(", \"prefill_tok_s\": ");
-    json_number(prefill_tok_s);
-    printf(", \"decode_tok_s\": ");
-    json_number(decode_tok_s);
-    printf(", \"first_logits_sha256\": \"%s\", \"first_top_logprobs\": [", sha);
-    for (int i = 0; i < r->n_top; i++) {
-        printf(i ? ", [%d, " : "[%d, ", r->top_ids[i]);
-        json_number(r->top_logprobs[i]);
-        printf("]");
-    }
-    printf("]");
-    if (o->cache_dir) {
-        printf(", \"cached_tokens\": %d, \"live_tokens\": %d, \"cache_hit_ratio\": ", r->n_cached, r->n_live);
-        json_number(r->cache_hit_ratio);
-        printf(", \"reuse\": \"%s\", \"assemble_ms\": ",
-               o->n_docs ? kvs_repair_mode_name(o->rp.mode) : o->reuse ? o->reuse : "prefix");
-        json_number(r->assemble_ms);
-        printf(", \"chunk_ends\": [");
-        for (int i = 0; i < r->n_chunks; i++) printf(i ? ", %d" : "%d", r->chunk_ends[i]);
-        printf("], \"stored_chunks\": %d, \"write_errors\": %d", r->n_chunks_stored, r->n_write_errors);
-    }
-    if (o->n_docs)
-        printf(", \"moved_tokens\": %d, \"recomputed_tokens\": %d, \"recomputed_token_layers\": %ld, \"docs_hit\": %d, "
-               "\"docs_computed\": %d",
-               r->n_moved, r->n_recomputed, r->n_token_layers, r->n_docs_hit, r->n_docs_computed);
-    printf("}\n");
-}
-
-static int parse(int argc, char **argv, gen_opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        unsigned long long seed;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(a, "--chat")) o->chat = 1;
-        else if (!strcmp(a, "--seams")) o->rp.cacheblend_seams = 1;
-        else if (!strcmp(a, "--no-seams")) o->rp.cacheblend_seams = 0;
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--no-store")) o->no_store = 1;
-        else if (!v) return cli_usage_error("generate", "unknown option or missing value: %s", a);
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = argv[++i];
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = argv[++i];
-        else if (!strcmp(a, "--system")) o->system = argv[++i];
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) bad = cli_parse_int(a, argv[++i], &o->n_predict);
-        else if (!strcmp(a, "--temp")) bad = cli_parse_float(a, argv[++i], &o->sp.temperature);
-        else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, argv[++i], &o->sp.top_k);
-        else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, argv[++i], &o->sp.top_p);
-        else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, argv[++i], &o->sp.min_p);
-        else if (!strcmp(a, "--repeat-penalty")) bad = cli_parse_float(a, argv[++i], &o->sp.repeat_penalty);
-        else if (!strcmp(a, "--seed")) { bad = cli_parse_u64(a, argv[++i], &seed); o->sp.seed = seed; }
-        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, argv[++i], &o->n_threads);
-        else if (!strcmp(a, "--ctx")) bad = cli_parse_int(a, argv[++i], &o->n_ctx);
-        else if (!strcmp(a, "--cache-dir")) o->cache_dir = argv[++i];
-        else if (!strcmp(a, "--reuse")) o->reuse = argv[++i];
-        else if (!strcmp(a, "--chunk-tokens")) bad = cli_parse_int(a, argv[++i], &o->chunk_tokens);
-        else if (!strcmp(a, "--cache-budget")) bad = cli_parse_int(a, argv[++i], &o->cache_budget_mib);
-        else if (!strcmp(a, "--cache-max-bytes")) bad = cli_parse_bytes(a, argv[++i], &o->cache_max_bytes);
-        else if (!strcmp(a, "--doc")) {
-            if (o->n_docs == MAX_DOCS) return cli_usage_error("generate", "at most %d documents", MAX_DOCS);
-            o->docs[o->n_docs++] = argv[++i];
-        }
-        else if (!strcmp(a, "--doc-prefix")) o->doc_prefix = argv[++i];
-        else if (!strcmp(a, "--recompute-ratio")) bad = cli_parse_float(a, argv[++i], &o->rp.recompute_ratio);
-        else if (!strcmp(a, "--overlap")) bad = cli_parse_int(a, argv[++i], &o->rp.overlap);
-        else if (!strcmp(a, "--first-k")) bad = cli_parse_int(a, argv[++i], &o->rp.first_k);
-        else if (!strcmp(a, "--check-layer")) bad = cli_parse_int(a, argv[++i], &o->rp.check_layer);
-        else if (!strcmp(a, "--min-deviation")) bad = cli_parse_float(a, argv[++i], &o->rp.min_deviation);
-        else if (!strcmp(a, "--narrow-from")) bad = cli_parse_float(a, argv[++i], &o->rp.narrow_from);
-        else if (!strcmp(a, "--narrow-layers")) bad = cli_parse_int(a, argv[++i], &o->rp.narrow_layers);
-        else if (!strcmp(a, "--deviation")) {
-            if (kvs_deviation_parse(argv[++i], &o->rp.deviation) != KVS_OK)
-                return cli_usage_error("generate", "--deviation must be v-l2 or k-cos, got '%s'", argv[i]);
-        }
-        else return cli_usage_error("generate", "unknown option: %s", a);
-        if (bad) return 2;
-        /* the document options, so that they can be refused without --doc */
-        static const char *const doc_opts[] = {"--doc-prefix", "--recompute-ratio", "--overlap", "--first-k",
-                                               "--check-layer", "--min-deviation", "--deviation", "--seams",
-                                               "--no-seams", "--narrow-from", "--narrow-layers"};
-        for (size_t k = 0; k < sizeof doc_opts / sizeof doc_opts[0]; k++) o->repair_opts |= !strcmp(a, doc_opts[k]);
-    }
-    if (!o->model_path) return cli_usage_error("generate", "-m MODEL is required");
-    if (!o->prompt == !o->file) return cli_usage_error("generate", "give exactly one of -p TEXT or -f FILE");
-    if (o->system && !o->chat && !o->n_docs) return cli_usage_error("generate", "--system needs --chat (or --doc)");
-    if (o->n_docs && !o->cache_dir) return cli_usage_error("generate", "--doc needs --cache-dir");
-    if (o->n_docs && o->no_store)
-        return cli_usage_error("generate", "--no-store does not apply to --doc (documents are always cached)");
-    if (o->repair_opts && !o->n_docs)
-        return cli_usage_error("generate", "--recompute-ratio, --overlap, --first-k, --check-layer, --min-deviation, "
-                               "--deviation, --seams, --no-seams, --narrow-from, --narrow-layers and --doc-prefix "
-                               "need --doc");
-    if (o->n_docs && o->reuse) {
-        if (!strcmp(o->reuse, "prefix")) o->rp.mode = KVS_REPAIR_FULL;
-        else if (kvs_repair_mode_parse(o->reuse, &o->rp.mode) != KVS_OK)
-            return cli_usage_error("generate", "with --doc, --reuse must be none, selective, cacheblend, firstk or "
-                                   "full, got '%s'", o->reuse);
-    }
-    if (o->n_docs && !(o->rp.recompute_ratio >= 0.0f && o->rp.recompute_ratio <= 1.0f))
-        return cli_usage_error("generate", "--recompute-ratio must be in [0, 1], got %g",
-                               (double)o->rp.recompute_ratio);
-    if (o->n_docs &&
-        (o->rp.overlap < 0 || o->rp.first_k < 0 || o->rp.check_layer < 0 || !(o->rp.min_deviation >= 0.0f)))
-        return cli_usage_error("generate", "--overlap, --first-k, --check-layer and --min-deviation must be >= 0");
-    if (o->n_docs && o->rp.narrow_from != 0.0f &&
-        !(o->rp.narrow_from >= o->rp.recompute_ratio && o->rp.narrow_from <= 1.0f))
-        return cli_usage_error("generate", "--narrow-from must be 0 (off) or in [--recompute-ratio %g, 1], got %g",
-                               (double)o->rp.recompute_ratio, (double)o->rp.narrow_from);
-    if (o->n_docs && o->rp.narrow_layers < 1)
-        return cli_usage_error("generate", "--narrow-layers must be >= 1, got %d", o->rp.narrow_layers);
-    if (o->n_predict < 0) return cli_usage_error("generate", "-n must be >= 0, got %d", o->n_predict);
-    if (o->n_threads < 0 || o->n_ctx < 0) return cli_usage_error("generate", "--threads and --ctx must be >= 0");
-    if (!o->cache_dir && (o->reuse || o->no_store || o->chunk_tokens || o->cache_budget_mib))
-        return cli_usage_error("generate", "--reuse, --no-store, --chunk-tokens and --cache-budget need --cache-dir");
-    if (o->cache_dir && !*o->cache_dir) return cli_usage_error("generate", "--cache-dir needs a directory");
-    kvs_reuse_mode mode;
-    if (!o->n_docs && o->reuse && kvs_reuse_mode_parse(o->reuse, &mode) != KVS_OK)
-        return cli_usage_error("generate", "--reuse must be prefix or none, got '%s'", o->reuse);
-    if (o->chunk_tokens < 0 || o->cache_budget_mib < 0)
-        return cli_usage_error("generate", "--chunk-tokens and --cache-budget must be > 0");
-    if (o->sp.top_k < 0) return cli_usage_error("generate", "--top-k must be >= 0, got %d", o->sp.top_k);
-    if (!(o->sp.top_p > 0.0f && o->sp.top_p <= 1.0f))
-        return cli_usage_error("generate", "--top-p must be in (0, 1], got %g", o->sp.top_p);
-    if (!(o->sp.min_p >= 0.0f && o->sp.min_p <= 1.0f))
-        return cli_usage_error("generate", "--min-p must be in [0, 1], got %g", o->sp.min_p);
-    if (!(o->sp.repeat_penalty > 0.0f))
-        return cli_usage_error("generate", "--repeat-penalty must be > 0, got %g", o->sp.repeat_penalty);
-    return -1; /* go on */
 }
 
 /* The prompt as token ids: plain text, or rendered through the chat template. */
@@ -254,60 +179,177 @@ static int32_t *prompt_tokens(const kvs_model *model, const gen_opts *o, const c
     return ids;
 }
 
-static void print_stats(int n, const kvs_generate_result *r, int cached) {
-    double dec = r->n_tokens > 1 && r->decode_ms > 0 ? (r->n_tokens - 1) * 1000.0 / r->decode_ms : 0.0;
-    fprintf(stderr, "[prompt %d tokens, prefill %.1f ms (%.1f tok/s), %d tokens generated, decode %.1f tok/s]\n", n,
-            r->prefill_ms, r->prefill_ms > 0 ? r->n_live * 1000.0 / r->prefill_ms : 0.0, r->n_tokens, dec);
-    if (cached)
-        fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
-                "ttft %.1f ms]\n", r->n_cached, n, 100.0 * r->cache_hit_ratio, r->n_live, r->n_chunks_stored,
-                r->ttft_ms);
-    if (cached && r->n_write_errors)
-        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
-                r->n_write_errors);
+/* Context limits. The prompt must fit the model's trained length (a hard
+ * limit unless --ctx-beyond-train) and the context; without --ctx the
+ * context grows up to the trained length when the prompt needs it. Sets
+ * *n_ctx (0 = the library's default). 0 to go on, 1 after an error. */
+static int fit_context(const kvs_model_info *info, const gen_opts *o, int n, int *n_ctx) {
+    const int train = info->n_ctx_train > 0 ? info->n_ctx_train : 1 << 20;
+    const int deflt = train < 8192 ? train : 8192, want = n + (o->n_predict > 0 ? o->n_predict : 1);
+    *n_ctx = o->n_ctx;
+    if (n > train && !o->beyond_train) {
+        fprintf(stderr,
+                "kvstitch generate: the prompt has %d tokens but %s was trained on at most %d "
+                "(%s.context_length): shorten it by at least %d tokens (raising --ctx cannot help; "
+                "--ctx-beyond-train runs it anyway, with degraded output)\n",
+                n, info->name[0] ? info->name : "the model", train, info->arch, n - train + 1);
+        return 1;
+    }
+    if (o->n_ctx && o->n_ctx > train && !o->beyond_train) {
+        fprintf(stderr,
+                "kvstitch generate: --ctx %d exceeds the %d tokens the model was trained on "
+                "(%s.context_length); use at most %d, or add --ctx-beyond-train (degraded output)\n",
+                o->n_ctx, train, info->arch, train);
+        return 1;
+    }
+    if (o->n_ctx && n > o->n_ctx) {
+        fprintf(stderr,
+                "kvstitch generate: the prompt has %d tokens but the context (--ctx %d) holds only %d: raise "
+                "--ctx to at least %d (the model's trained limit is %d)\n",
+                n, o->n_ctx, o->n_ctx, want < train ? want : n, train);
+        return 1;
+    }
+    if (!o->n_ctx && want > deflt) *n_ctx = want < train || o->beyond_train ? want : train;
+    int ctx = *n_ctx ? *n_ctx : deflt;
+    if (!o->quiet && want > ctx + 1)
+        fprintf(stderr,
+                "kvstitch generate: warning: the context holds %d tokens and the prompt takes %d: at most %d "
+                "of the -n %d tokens can be generated (stop_reason \"context\")\n",
+                ctx, n, ctx - n + 1, o->n_predict);
+    return 0;
 }
 
-/* --doc: the prompt as segments (system, documents, question), generated
- * with non-prefix reuse. Returns the exit code. */
-static int generate_docs(kvs_context *ctx, kvs_cache *cache, const gen_opts *o, const char *question) {
-    char *texts[MAX_DOCS];
-    int n = 0, rc = 1;
-    for (; n < o->n_docs; n++)
-        if (!(texts[n] = cli_read_file(o->docs[n], NULL))) goto out;
-    kvs_segments seg = {o->chat, o->system, (const char *const *)texts, NULL, o->n_docs, question, o->doc_prefix};
+static void print_stats(const kvs_generate_result *r) {
+    double dec = r->n_tokens > 1 && r->timings.decode_ms > 0 ? (r->n_tokens - 1) * 1000.0 / r->timings.decode_ms : 0;
+    double pre = json_rate(r->n_prefilled, r->timings.prefill_ms, DEFAULT_CHUNK_TOKENS);
+    char pre_s[48] = "";
+    if (pre == pre) snprintf(pre_s, sizeof pre_s, " (%.1f tok/s)", pre);
+    fprintf(stderr, "[prompt %d tokens, prefill %.1f ms%s, %d tokens generated, decode %.1f tok/s, stop: %s]\n",
+            r->n_prompt, r->timings.prefill_ms, pre_s, r->n_tokens, dec, kvs_stop_reason_name(r->stop_reason));
+    if (r->reuse)
+        fprintf(stderr,
+                "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
+                "ttft %.1f ms]\n",
+                r->reuse->n_reused, r->n_prompt, 100.0 * r->reuse->cache_hit_ratio, r->n_live,
+                r->reuse->n_chunks_stored, r->ttft_ms);
+    if (r->reuse && r->reuse->n_write_errors)
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                r->reuse->n_write_errors);
+    if (r->docs)
+        fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed]\n",
+                r->docs->n_docs_hit, r->docs->n_docs_computed, r->docs->n_moved, r->docs->n_recomputed);
+}
+
+typedef struct gen_run {
+    kvs_model *model;
+    kvs_context *ctx;
+    kvs_cache *cache;
+    char *texts[MAX_DOCS]; /* the documents' contents */
+    int n_texts;
+    int32_t *ids;
+    int n;
+} gen_run;
+
+static void run_free(gen_run *g) {
+    for (int i = 0; i < g->n_texts; i++)
+        free(g->texts[i]);
+    free(g->ids);
+    kvs_cache_free(g->cache);
+    kvs_context_free(g->ctx);
+    kvs_model_free(g->model);
+}
+
+/* Tokenizes the prompt (plain, chat, or segments with --doc) into g->ids
+ * and returns the tokenize time; -1 after an error. */
+static double tokenize_prompt(gen_run *g, const gen_opts *o, const char *text, kvs_segments *seg) {
+    double t0 = cli_now_ms();
+    if (o->n_docs) {
+        for (; g->n_texts < o->n_docs; g->n_texts++)
+            if (!(g->texts[g->n_texts] = cli_read_file(o->docs[g->n_texts], NULL))) return -1;
+        *seg = (kvs_segments){o->chat, o->system, (const char *const *)g->texts, NULL, o->n_docs, text, o->doc_prefix};
+        int st = kvs_segments_tokenize(g->model, seg, &g->ids, &g->n);
+        if (st != KVS_OK) return cli_fail(st, "segments"), -1;
+    } else if (!(g->ids = prompt_tokens(g->model, o, text, &g->n))) {
+        return -1;
+    }
+    if (g->n == 0) {
+        fprintf(stderr, "kvstitch generate: the prompt is empty (no tokens)\n");
+        return -1;
+    }
+    return cli_now_ms() - t0;
+}
+
+static int generate(gen_run *g, const gen_opts *o, const char *text) {
+    int st = kvs_model_load(o->model_path, kvs_model_default_params(), &g->model);
+    if (st != KVS_OK) return cli_fail(st, o->model_path);
+    kvs_model_info info;
+    kvs_model_get_info(g->model, &info);
+    kvs_segments seg;
+    double tok_ms = tokenize_prompt(g, o, text, &seg);
+    if (tok_ms < 0) return 1;
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_threads = o->n_threads;
+    cp.n_batch = o->n_batch;
+    cp.allow_beyond_train = o->beyond_train;
+    if (fit_context(&info, o, g->n, &cp.n_ctx)) return 1;
+    cli_progress_attach(&cp, "prefill", !o->quiet && !o->json);
+    if ((st = kvs_context_new(g->model, cp, &g->ctx)) != KVS_OK) return cli_fail(st, "context");
+    if (o->cache_dir) {
+        kvs_cache_params pp = kvs_cache_default_params();
+        pp.cache_dir = o->cache_dir;
+        pp.chunk_tokens = o->chunk_tokens;
+        pp.budget_bytes = (size_t)o->cache_budget_mib << 20;
+        pp.cache_max_bytes = o->cache_max_bytes;
+        pp.kv_type = cp.kv_type;
+        if ((st = kvs_cache_open(g->model, pp, &g->cache)) != KVS_OK) return cli_fail(st, o->cache_dir);
+    }
     kvs_generate_params gp = kvs_generate_default_params();
     gp.n_predict = o->n_predict;
     gp.sampling = o->sp;
     gp.n_top_logprobs = N_TOP_LOGPROBS;
+    gp.stop = o->stops;
+    gp.n_stop = o->n_stops;
     if (!o->json) gp.on_token = stream_piece;
+    kvs_reuse_params rp = kvs_reuse_default_params();
+    if (o->reuse && !o->n_docs) kvs_reuse_mode_parse(o->reuse, &rp.mode);
+    rp.store = !o->no_store;
+    rp.repair = o->rp;
     kvs_generate_result r;
-    int st = kvs_generate_segments(ctx, cache, &seg, &gp, &o->rp, &r);
-    if (st != KVS_OK) {
-        cli_fail(st, "generate");
-        goto out;
+    if (o->n_docs)
+        st = kvs_generate_segments(g->ctx, g->cache, &seg, &gp, &rp, &r);
+    else if (g->cache)
+        st = kvs_generate_cached(g->ctx, g->cache, g->ids, g->n, &gp, &rp, &r);
+    else
+        st = kvs_generate(g->ctx, g->ids, g->n, &gp, &r);
+    if (st != KVS_OK) return cli_fail(st, "generate");
+    if (!o->n_docs) { /* the library got tokens: our tokenization is part of the request */
+        r.timings.tokenize_ms = tok_ms;
+        r.ttft_ms += tok_ms;
     }
+    int rc = 0;
     if (o->json) {
-        print_json(r.n_prompt, &r, o);
+        json_generate_opts jo = {o->n_docs  ? kvs_repair_mode_name(o->rp.mode)
+                                 : o->reuse ? o->reuse
+                                            : "prefix",
+                                 o->chunk_tokens ? o->chunk_tokens : DEFAULT_CHUNK_TOKENS};
+        rc = json_print_line(stdout, json_generate_result(&r, &jo)) ? 1 : 0;
     } else {
         printf("\n");
-        fflush(stdout);
-        print_stats(r.n_prompt, &r, 1);
-        fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed (%s)]\n",
-                r.n_docs_hit, r.n_docs_computed, r.n_moved, r.n_recomputed, kvs_repair_mode_name(o->rp.mode));
+        fflush(stdout); /* the text before the stats line on a terminal */
+        if (!o->quiet) print_stats(&r);
     }
     kvs_generate_result_free(&r);
-    rc = 0;
-out:
-    for (int i = 0; i < n; i++) free(texts[i]);
     return rc;
 }
 
 int cmd_generate(int argc, char **argv) {
-    gen_opts o = {0};
+    gen_opts o;
+    memset(&o, 0, sizeof o);
     o.n_predict = 128;
     o.sp = kvs_sampler_default_params();
     o.rp = kvs_repair_default_params();
-    int rc = parse(argc, argv, &o);
+    int rc = cli_parse(&k_cmd, argc, argv, &o, NULL);
+    if (rc < 0) rc = check(&o);
     if (rc >= 0) return rc;
 
     char *owned = NULL;
@@ -316,80 +358,10 @@ int cmd_generate(int argc, char **argv) {
         if (!(owned = cli_read_file(o.file, NULL))) return 1;
         text = owned;
     }
-    kvs_model *model = NULL;
-    kvs_context *ctx = NULL;
-    kvs_cache *cache = NULL;
-    int32_t *ids = NULL;
-    int n = 0;
-    rc = 1;
-    int st = kvs_model_load(o.model_path, kvs_model_default_params(), &model);
-    if (st != KVS_OK) { cli_fail(st, o.model_path); goto done; }
-    kvs_context_params cp = kvs_context_default_params();
-    cp.n_ctx = o.n_ctx;
-    cp.n_threads = o.n_threads;
-    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
-    if (o.cache_dir) {
-        kvs_cache_params pp = kvs_cache_default_params();
-        pp.cache_dir = o.cache_dir;
-        pp.chunk_tokens = o.chunk_tokens;
-        pp.budget_bytes = (size_t)o.cache_budget_mib << 20;
-        pp.cache_max_bytes = o.cache_max_bytes;
-        pp.kv_type = cp.kv_type;
-        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
-    }
-    if (o.n_docs) {
-        rc = generate_docs(ctx, cache, &o, text);
-        goto done;
-    }
-    if (!(ids = prompt_tokens(model, &o, text, &n))) goto done;
-    if (n == 0) {
-        fprintf(stderr, "kvstitch generate: the prompt is empty (no tokens)\n");
-        goto done;
-    }
-    if (n > kvs_context_n_ctx(ctx)) {
-        fprintf(stderr, "kvstitch generate: the prompt has %d tokens but the context holds %d (raise --ctx)\n", n,
-                kvs_context_n_ctx(ctx));
-        goto done;
-    }
-
-    kvs_generate_params gp = kvs_generate_default_params();
-    gp.n_predict = o.n_predict;
-    gp.sampling = o.sp;
-    gp.n_top_logprobs = N_TOP_LOGPROBS;
-    if (!o.json) gp.on_token = stream_piece;
-    kvs_generate_result r;
-    if (cache) {
-        kvs_reuse_params rp = kvs_reuse_default_params();
-        if (o.reuse) kvs_reuse_mode_parse(o.reuse, &rp.mode);
-        rp.store = !o.no_store;
-        st = kvs_generate_cached(ctx, cache, ids, n, &gp, &rp, &r);
-    } else {
-        st = kvs_generate(ctx, ids, n, &gp, &r);
-    }
-    if (st != KVS_OK) { cli_fail(st, "generate"); goto done; }
-    if (o.json) {
-        print_json(n, &r, &o);
-    } else {
-        printf("\n");
-        fflush(stdout); /* the text before the stats line on a terminal */
-        double dec = r.n_tokens > 1 && r.decode_ms > 0 ? (r.n_tokens - 1) * 1000.0 / r.decode_ms : 0.0;
-        fprintf(stderr, "[prompt %d tokens, prefill %.1f ms (%.1f tok/s), %d tokens generated, decode %.1f tok/s]\n", n,
-                r.prefill_ms, r.prefill_ms > 0 ? r.n_live * 1000.0 / r.prefill_ms : 0.0, r.n_tokens, dec);
-        if (cache)
-            fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
-                    "ttft %.1f ms]\n", r.n_cached, n, 100.0 * r.cache_hit_ratio, r.n_live, r.n_chunks_stored,
-                    r.ttft_ms);
-        if (cache && r.n_write_errors)
-            fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
-                    r.n_write_errors);
-    }
-    kvs_generate_result_free(&r);
-    rc = 0;
-done:
-    free(ids);
+    gen_run g;
+    memset(&g, 0, sizeof g);
+    rc = generate(&g, &o, text);
+    run_free(&g);
     free(owned);
-    kvs_cache_free(cache);
-    kvs_context_free(ctx);
-    kvs_model_free(model);
     return rc;
 }

@@ -2,11 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
-
-static const char *usage_text =
-    "usage: kvstitch info -m MODEL [--json]\n"
-    "  -m, --model PATH   GGUF file\n"
-    "  --json             one JSON object instead of text\n";
+#include "json_util.h"
 
 static void print_text(const kvs_model_info *in, const int *counts) {
     printf("file:            %s\n", in->path);
@@ -41,54 +37,24 @@ static void print_text(const kvs_model_info *in, const int *counts) {
     printf("chat template:   %s\n", in->chat_template_family[0] ? in->chat_template_family : "none recognised");
 }
 
-static void json_field_str(const char *key, const char *v, int last) {
-    printf("  \"%s\": ", key);
-    cli_json_string(stdout, v, strlen(v));
-    printf(last ? "\n" : ",\n");
-}
+typedef struct info_opts {
+    const char *model_path;
+    int json;
+} info_opts;
 
-static void print_json(const kvs_model_info *in, const int *counts) {
-    printf("{\n");
-    json_field_str("file", in->path, 0);
-    json_field_str("name", in->name, 0);
-    json_field_str("architecture", in->arch, 0);
-    printf("  \"gguf_version\": %u,\n  \"vocab_only\": %s,\n", in->gguf_version, in->vocab_only ? "true" : "false");
-    printf("  \"n_layer\": %d,\n  \"n_embd\": %d,\n  \"n_ff\": %d,\n  \"n_head\": %d,\n  \"n_head_kv\": %d,\n"
-           "  \"head_dim\": %d,\n  \"n_ctx_train\": %d,\n  \"rope_freq_base\": %g,\n  \"rope_freq_scale\": %g,\n"
-           "  \"rope_dim\": %d,\n  \"rope_neox\": %s,\n  \"norm_eps\": %g,\n  \"tied_output\": %s,\n"
-           "  \"n_params\": %lld,\n  \"weight_bytes\": %llu,\n  \"n_tensors\": %d,\n",
-           in->n_layer, in->n_embd, in->n_ff, in->n_head, in->n_head_kv, in->head_dim, in->n_ctx_train,
-           in->rope_freq_base, in->rope_freq_scale, in->rope_dim, in->rope_neox ? "true" : "false",
-           in->norm_eps, in->tied_output ? "true" : "false", (long long)in->n_params,
-           (unsigned long long)in->weight_bytes, in->n_tensors);
-    printf("  \"tensor_types\": {");
-    const char *sep = "";
-    for (int t = 0; t < KVS_MAX_TENSOR_TYPES; t++) {
-        if (!counts[t]) continue;
-        const char *name = kvs_tensor_type_name(t);
-        printf("%s\"%s\": %d", sep, name ? name : "?", counts[t]);
-        sep = ", ";
-    }
-    printf("},\n  \"n_vocab\": %d,\n", in->n_vocab);
-    json_field_str("tokenizer_model", in->tokenizer_model, 0);
-    json_field_str("tokenizer_pre", in->tokenizer_pre, 0);
-    printf("  \"bos_id\": %d,\n  \"eos_id\": %d,\n  \"eot_id\": %d,\n  \"add_bos\": %s,\n", in->bos_id,
-           in->eos_id, in->eot_id, in->add_bos ? "true" : "false");
-    json_field_str("chat_template_family", in->chat_template_family, 1);
-    printf("}\n");
-}
+static const cli_opt k_opts[] = {
+    CLI_FILE_OPT("-m", "--model", info_opts, model_path, "PATH", "GGUF file"),
+    CLI_FLAG_OPT(NULL, "--json", info_opts, json, 1, "one JSON object instead of text"),
+};
+static const cli_command k_cmd = {"info", "usage: kvstitch info -m MODEL [--json]\n", k_opts,
+                                  (int)(sizeof k_opts / sizeof k_opts[0]), NULL, NULL};
 
 int cmd_info(int argc, char **argv) {
-    const char *model_path = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model_path = argv[++i];
-        else if (!strcmp(a, "--json")) json = 1;
-        else return cli_usage_error("info", "unknown option or missing value: %s", a);
-    }
-    if (!model_path) return cli_usage_error("info", "-m MODEL is required");
+    info_opts o = {0};
+    int rc = cli_parse(&k_cmd, argc, argv, &o, NULL);
+    if (rc >= 0) return rc;
+    if (!o.model_path) return cli_usage_error("info", "-m MODEL is required");
+    const char *model_path = o.model_path;
     kvs_model *model = NULL;
     int st = kvs_model_load(model_path, kvs_model_default_params(), &model);
     if (st != KVS_OK) return cli_fail(st, model_path);
@@ -96,8 +62,9 @@ int cmd_info(int argc, char **argv) {
     int counts[KVS_MAX_TENSOR_TYPES];
     kvs_model_get_info(model, &info);
     kvs_model_tensor_type_counts(model, counts);
-    if (json) print_json(&info, counts);
+    rc = 0;
+    if (o.json) rc = json_print_line(stdout, json_model_info(&info, counts)) ? 1 : 0;
     else print_text(&info, counts);
     kvs_model_free(model);
-    return 0;
+    return rc;
 }

@@ -9,15 +9,28 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json_util.h"
 
-static const char *usage_text =
-    "usage: kvstitch perplexity -m MODEL -f FILE [--ctx 512] [--chunks N] [--threads N] [--json]\n"
-    "  -m, --model PATH   GGUF file\n"
-    "  -f, --file PATH    text to score\n"
-    "  --ctx N            window length in tokens (default 512); the second half of each is scored\n"
-    "  --chunks N         score at most N windows (default: all)\n"
-    "  --threads N        worker threads (default: all cores)\n"
-    "  --json             one JSON object instead of text\n";
+typedef struct ppl_opts {
+    const char *model_path, *file;
+    int n_ctx, max_chunks, n_threads, json, quiet, beyond_train;
+} ppl_opts;
+
+static const cli_opt k_opts[] = {
+    CLI_FILE_OPT("-m", "--model", ppl_opts, model_path, "PATH", "GGUF file"),
+    CLI_FILE_OPT("-f", "--file", ppl_opts, file, "PATH", "text to score (a NUL byte in it is an error)"),
+    CLI_INT_OPT(NULL, "--ctx", ppl_opts, n_ctx, 4, 1 << 20, "N",
+                "window length in tokens (default 512); the second half of each is scored"),
+    CLI_INT_OPT(NULL, "--chunks", ppl_opts, max_chunks, 0, 1 << 30, "N", "score at most N windows (default 0: all)"),
+    CLI_INT_OPT(NULL, "--threads", ppl_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_FLAG_OPT(NULL, "--ctx-beyond-train", ppl_opts, beyond_train, 1,
+                 "allow --ctx beyond the model's trained context length (output degrades)"),
+    CLI_FLAG_OPT(NULL, "--json", ppl_opts, json, 1, "one JSON object instead of text"),
+    CLI_FLAG_OPT("-q", "--quiet", ppl_opts, quiet, 1, "no progress on the terminal"),
+};
+static const cli_command k_cmd = {
+    "perplexity", "usage: kvstitch perplexity -m MODEL -f FILE [--ctx 512] [--chunks N] [--threads N] [--json]\n",
+    k_opts, (int)(sizeof k_opts / sizeof k_opts[0]), NULL, NULL};
 
 /* -log softmax(logits)[target], in double. */
 static double nll(const float *logits, int n_vocab, int32_t target) {
@@ -30,25 +43,12 @@ static double nll(const float *logits, int n_vocab, int32_t target) {
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    const char *model_path = NULL, *file = NULL;
-    int n_ctx = 512, max_chunks = 0, n_threads = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!v) return cli_usage_error("perplexity", "unknown option or missing value: %s", a);
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = argv[++i];
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = argv[++i];
-        else if (!strcmp(a, "--ctx")) bad = cli_parse_int(a, argv[++i], &n_ctx);
-        else if (!strcmp(a, "--chunks")) bad = cli_parse_int(a, argv[++i], &max_chunks);
-        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, argv[++i], &n_threads);
-        else return cli_usage_error("perplexity", "unknown option: %s", a);
-        if (bad) return 2;
-    }
+    ppl_opts o = {NULL, NULL, 512, 0, 0, 0, 0, 0};
+    int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
+    if (prc >= 0) return prc;
+    const char *model_path = o.model_path, *file = o.file;
+    int n_ctx = o.n_ctx, max_chunks = o.max_chunks, n_threads = o.n_threads, json = o.json;
     if (!model_path || !file) return cli_usage_error("perplexity", "-m MODEL and -f FILE are required");
-    if (n_ctx < 4) return cli_usage_error("perplexity", "--ctx must be >= 4, got %d", n_ctx);
-    if (max_chunks < 0 || n_threads < 0) return cli_usage_error("perplexity", "--chunks and --threads must be >= 0");
 
     size_t len = 0;
     char *text = cli_read_file(file, &len);
@@ -74,6 +74,8 @@ int cmd_perplexity(int argc, char **argv) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
+    cp.allow_beyond_train = o.beyond_train;
+    cli_progress_attach(&cp, "perplexity window", !o.quiet && !json);
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
     int first = n_ctx / 2, n_logits = n_ctx - first;
     int n_vocab = kvs_vocab_size(model);
@@ -106,10 +108,15 @@ int cmd_perplexity(int argc, char **argv) {
     }
     double mean = sum / count, var = sum2 / count - mean * mean;
     double ppl = exp(mean), err = count > 1 && var > 0 ? ppl * sqrt(var / (count - 1)) : 0.0;
-    if (json)
-        printf("{\"ppl\": %.6f, \"ppl_stderr\": %.6f, \"tokens_scored\": %lld, \"windows\": %d, \"ctx\": %d}\n", ppl, err,
-               count, n_chunks, n_ctx);
-    else
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        json_add_number(j, "ppl", ppl);
+        json_add_number(j, "ppl_stderr", err);
+        cJSON_AddNumberToObject(j, "tokens_scored", (double)count);
+        cJSON_AddNumberToObject(j, "windows", n_chunks);
+        cJSON_AddNumberToObject(j, "ctx", n_ctx);
+        if (json_print_line(stdout, j)) goto done;
+    } else
         printf("perplexity: %.4f +/- %.4f over %lld tokens\n", ppl, err, count);
     rc = 0;
 done:

@@ -4,27 +4,52 @@
 
 #include "cli.h"
 
-static const char *usage_text =
-    "usage: kvstitch tokenize -m MODEL [--no-bos] [--no-special] (-f FILE | TEXT)\n"
-    "  -m, --model PATH   GGUF file (a vocabulary-only GGUF is enough)\n"
-    "  -f, --file PATH    read the text from a file instead of the argument\n"
-    "  --no-bos           never add the BOS token (default: add it if the model asks for it)\n"
-    "  --no-special       treat control-token text like <|im_start|> as plain text\n";
+typedef struct tok_opts {
+    const char *model_path, *file, *text;
+    int no_bos, no_special, pieces;
+} tok_opts;
+
+static int set_text(void *opts, const char *arg) {
+    tok_opts *o = opts;
+    if (o->text) return cli_usage_error("tokenize", "more than one TEXT argument ('%s' and '%s')", o->text, arg);
+    o->text = arg;
+    return 0;
+}
+
+static const cli_opt k_opts[] = {
+    CLI_FILE_OPT("-m", "--model", tok_opts, model_path, "PATH", "GGUF file (a vocabulary-only GGUF is enough)"),
+    CLI_FILE_OPT("-f", "--file", tok_opts, file, "PATH",
+                 "read the text from a file instead of the argument (a NUL byte in it is an error)"),
+    CLI_FLAG_OPT(NULL, "--no-bos", tok_opts, no_bos, 1, "never add the BOS token (default: add it if the model asks for it)"),
+    CLI_FLAG_OPT(NULL, "--no-special", tok_opts, no_special, 1, "treat control-token text like <|im_start|> as plain text"),
+    CLI_FLAG_OPT(NULL, "--pieces", tok_opts, pieces, 1,
+                 "one token a line: its id, a tab and its text as a JSON string"),
+};
+static const cli_command k_cmd = {"tokenize", "usage: kvstitch tokenize -m MODEL [options] (-f FILE | TEXT)\n", k_opts,
+                                  (int)(sizeof k_opts / sizeof k_opts[0]), NULL, set_text};
+
+/* --pieces: "id<TAB>"text"" per token, the text a JSON string literal
+ * (control tokens rendered; a token holding part of a UTF-8 character
+ * shows its raw bytes). */
+static void print_pieces(const kvs_model *model, const int32_t *ids, int n) {
+    char buf[256];
+    for (int i = 0; i < n; i++) {
+        size_t len = 0;
+        int st = kvs_token_to_bytes(model, ids[i], 1, buf, sizeof buf, &len);
+        if (st == KVS_ERR_BUFFER_TOO_SMALL) len = sizeof buf;
+        else if (st != KVS_OK) len = 0;
+        printf("%d\t", ids[i]);
+        cli_json_string(stdout, buf, len);
+        putchar('\n');
+    }
+}
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model_path = NULL, *file = NULL, *text = NULL;
-    int add_bos = 1, special = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model_path = argv[++i];
-        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && i + 1 < argc) file = argv[++i];
-        else if (!strcmp(a, "--no-bos")) add_bos = 0;
-        else if (!strcmp(a, "--no-special")) special = 0;
-        else if (a[0] == '-' && a[1] && !text) return cli_usage_error("tokenize", "unknown option or missing value: %s", a);
-        else if (!text) text = a;
-        else return cli_usage_error("tokenize", "more than one TEXT argument");
-    }
+    tok_opts o = {0};
+    int rc = cli_parse(&k_cmd, argc, argv, &o, NULL);
+    if (rc >= 0) return rc;
+    const char *model_path = o.model_path, *file = o.file, *text = o.text;
+    int add_bos = !o.no_bos, special = !o.no_special;
     if (!model_path) return cli_usage_error("tokenize", "-m MODEL is required");
     if (!file == !text) return cli_usage_error("tokenize", "give exactly one of -f FILE or TEXT");
 
@@ -48,8 +73,11 @@ int cmd_tokenize(int argc, char **argv) {
     int flags = (special ? KVS_TOKENIZE_PARSE_SPECIAL : 0) | (add_bos && info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
     int n = 0;
     int32_t *ids = cli_tokenize(model, text, len, flags, &n);
-    int rc = 1;
-    if (ids) {
+    rc = 1;
+    if (ids && o.pieces) {
+        print_pieces(model, ids, n);
+        rc = 0;
+    } else if (ids) {
         for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
         putchar('\n');
         rc = 0;

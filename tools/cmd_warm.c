@@ -3,32 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-
-static const char *usage_text =
-    "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT | --doc FILE)...\n"
-    "Caches the prompt KV of each text (each -f FILE or TEXT is one prompt, warmed on its own),\n"
-    "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n"
-    "  -m, --model PATH       GGUF file\n"
-    "  --cache-dir DIR        the cache directory (created if missing)\n"
-    "  --cache-max-bytes N    bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
-    "                         for the cache); least recently used entries are evicted\n"
-    "  -f, --file PATH        a prompt from a file (repeatable)\n"
-    "  --chat                 lay each text out as the user message of the chat template, up to\n"
-    "                         the end of the text (what `generate --chat` with a prompt that starts\n"
-    "                         with this text shares with it)\n"
-    "  --system TEXT          system message (with --chat)\n"
-    "  --doc FILE             a document for non-prefix reuse (repeatable): its KV is computed after\n"
-    "                         the doc prefix, cached by content, and reused at any position by\n"
-    "                         `generate --doc` (give the same --chat / --doc-prefix there)\n"
-    "  --doc-prefix TEXT      the text documents are computed after (default: with --chat the\n"
-    "                         template's text before the user's content, else nothing / BOS)\n"
-    "  --chunk-tokens N       chunk size (default 64)\n"
-    "  --threads N            worker threads (default: all cores)\n"
-    "  --ctx N                context length (default: the model's, at most 8192)\n"
-    "  --json                 one JSON object: {\"prompts\": [report...], totals}\n"
-    "Each report: tokens, chunks, stored, already cached, whether the end is chunk-aligned, the\n"
-    "partial tail, and a warning when the end of the text may tokenize differently once more\n"
-    "text follows (then a longer prompt reuses only stable_tokens of it).\n";
+#include "json_util.h"
 
 #define MAX_TEXTS 256
 
@@ -38,56 +13,95 @@ typedef struct warm_opts {
     const char *docs[MAX_TEXTS], *doc_prefix;
     int n_docs;
     int is_file[MAX_TEXTS];
-    int n_texts, chat, json, n_threads, n_ctx, chunk_tokens;
+    int n_texts, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, chunk_tokens;
     unsigned long long cache_max_bytes;
 } warm_opts;
 
+static int set_max_bytes(void *opts, const char *v) {
+    return cli_parse_bytes("--cache-max-bytes", v, &((warm_opts *)opts)->cache_max_bytes) != 0;
+}
+
+/* -f FILE and TEXT arguments, in the order given. */
+static int add_text(warm_opts *o, const char *text, int is_file) {
+    if (o->n_texts == MAX_TEXTS) return cli_usage_error("warm", "at most %d prompts per call", MAX_TEXTS);
+    o->is_file[o->n_texts] = is_file;
+    o->texts[o->n_texts++] = text;
+    return 0;
+}
+static int add_positional(void *opts, const char *arg) { return add_text(opts, arg, 0); }
+static int add_file(void *opts, const char *path) { return add_text(opts, path, 1); }
+
+#define O warm_opts
+static const cli_opt k_opts[] = {
+    CLI_FILE_OPT("-m", "--model", O, model_path, "PATH", "GGUF file"),
+    CLI_DIR_OPT(NULL, "--cache-dir", O, cache_dir, "DIR", "the cache directory (created if missing)"),
+    CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
+            "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+            "for the cache); least recently used entries are evicted",
+            .set = set_max_bytes),
+    /* -f keeps its place among the TEXT arguments: add_file appends it in order */
+    {.short_name = "-f",
+     .name = "--file",
+     .kind = CLI_FILE,
+     .metavar = "PATH",
+     .help = "a prompt from a file (repeatable; a NUL byte in it is an error)",
+     .set = add_file},
+    CLI_FLAG_OPT(NULL, "--chat", O, chat, 1,
+                 "lay each text out as the user message of the chat template, up to\n"
+                 "the end of the text (what `generate --chat` with a prompt that starts\n"
+                 "with this text shares with it)"),
+    CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat)"),
+    {.name = "--doc",
+     .kind = CLI_FILE,
+     .offset = CLI_OFF(O, docs),
+     .max_count = MAX_TEXTS,
+     .count_offset = CLI_OFF(O, n_docs),
+     .metavar = "FILE",
+     .help = "a document for non-prefix reuse: its KV is computed after the doc\n"
+             "prefix, cached by content, and reused at any position by\n"
+             "`generate --doc` (give the same --chat / --doc-prefix there)"},
+    CLI_STR_OPT(NULL, "--doc-prefix", O, doc_prefix, "TEXT",
+                "the text documents are computed after (default: with --chat the\n"
+                "template's text before the user's content, else nothing / BOS)"),
+    CLI_INT_OPT(NULL, "--chunk-tokens", O, chunk_tokens, 1, 4096, "N", "chunk size (default 64)"),
+    CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N", "tokens per forward chunk (default 512; same bits)"),
+    CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N", "context length (default: the model's, at most 8192)"),
+    CLI_FLAG_OPT(NULL, "--ctx-beyond-train", O, beyond_train, 1,
+                 "allow --ctx beyond the model's trained context length (output degrades)"),
+    CLI_FLAG_OPT(NULL, "--json", O, json, 1, "one JSON object: {\"prompts\": [report...], totals}"),
+    CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress on the terminal"),
+};
+#undef O
+
+static const cli_command k_cmd = {
+    "warm",
+    "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT | --doc FILE)...\n"
+    "Caches the prompt KV of each text (each -f FILE or TEXT is one prompt, warmed on its own),\n"
+    "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n",
+    k_opts,
+    (int)(sizeof k_opts / sizeof k_opts[0]),
+    "Each report: tokens, chunks, stored, already cached, whether the end is chunk-aligned, the\n"
+    "partial tail, and a warning when the end of the text may tokenize differently once more\n"
+    "text follows (then a longer prompt reuses only stable_tokens of it).\n",
+    add_positional,
+};
+
 static int parse(int argc, char **argv, warm_opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(a, "--chat")) o->chat = 1;
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (a[0] != '-' || !strcmp(a, "-")) {
-            if (o->n_texts == MAX_TEXTS) return cli_usage_error("warm", "at most %d prompts per call", MAX_TEXTS);
-            o->is_file[o->n_texts] = 0;
-            o->texts[o->n_texts++] = a;
-        }
-        else if (!v) return cli_usage_error("warm", "unknown option or missing value: %s", a);
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
-        else if (!strcmp(a, "--cache-dir")) o->cache_dir = argv[++i];
-        else if (!strcmp(a, "--cache-max-bytes")) bad = cli_parse_bytes(a, argv[++i], &o->cache_max_bytes);
-        else if (!strcmp(a, "--system")) o->system = argv[++i];
-        else if (!strcmp(a, "--doc-prefix")) o->doc_prefix = argv[++i];
-        else if (!strcmp(a, "--doc")) {
-            if (o->n_docs == MAX_TEXTS) return cli_usage_error("warm", "at most %d documents per call", MAX_TEXTS);
-            o->docs[o->n_docs++] = argv[++i];
-        }
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (o->n_texts == MAX_TEXTS) return cli_usage_error("warm", "at most %d prompts per call", MAX_TEXTS);
-            o->is_file[o->n_texts] = 1;
-            o->texts[o->n_texts++] = argv[++i];
-        }
-        else if (!strcmp(a, "--chunk-tokens")) bad = cli_parse_int(a, argv[++i], &o->chunk_tokens);
-        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, argv[++i], &o->n_threads);
-        else if (!strcmp(a, "--ctx")) bad = cli_parse_int(a, argv[++i], &o->n_ctx);
-        else return cli_usage_error("warm", "unknown option: %s", a);
-        if (bad) return 2;
-    }
+    int rc = cli_parse(&k_cmd, argc, argv, o, NULL);
+    if (rc >= 0) return rc;
     if (!o->model_path) return cli_usage_error("warm", "-m MODEL is required");
-    if (!o->cache_dir || !*o->cache_dir) return cli_usage_error("warm", "--cache-dir DIR is required");
+    if (!o->cache_dir) return cli_usage_error("warm", "--cache-dir DIR is required");
     if (o->n_texts == 0 && o->n_docs == 0)
         return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
-    if (o->chunk_tokens < 0 || o->n_threads < 0 || o->n_ctx < 0)
-        return cli_usage_error("warm", "--chunk-tokens, --threads and --ctx must be >= 0");
     return -1;
 }
 
 static const char *last_occurrence(const char *hay, const char *needle, size_t n) {
     const char *at = NULL;
-    for (const char *p = hay; n && (p = memmem(p, strlen(p), needle, n)) != NULL; p++) at = p;
+    for (const char *p = hay; n && (p = memmem(p, strlen(p), needle, n)) != NULL; p++)
+        at = p;
     return at;
 }
 
@@ -111,8 +125,12 @@ static char *chat_prefix(const kvs_model *model, const char *system, const char 
     size_t tl = strlen(t);
     const char *at = last_occurrence(r, t, tl);
     if (!at) {
-        while (tl && strchr(" \t\r\n", *t)) { t++; tl--; }
-        while (tl && strchr(" \t\r\n", t[tl - 1])) tl--;
+        while (tl && strchr(" \t\r\n", *t)) {
+            t++;
+            tl--;
+        }
+        while (tl && strchr(" \t\r\n", t[tl - 1]))
+            tl--;
         at = last_occurrence(r, t, tl);
     }
     if (!at) {
@@ -129,28 +147,17 @@ static void print_report_text(const char *src, const kvs_warm_report *w) {
     printf("%s: %d tokens, %d chunk%s of %d (%d stored, %d cached already); %d tokens computed, %d reused; ", src,
            w->n_tokens, w->n_chunks, w->n_chunks == 1 ? "" : "s", w->chunk_tokens, w->n_stored, w->n_existing,
            w->n_computed, w->n_cached);
-    if (w->aligned) printf("ends on the chunk grid");
-    else printf("ends off the chunk grid: a %d-token partial chunk", w->partial_tail);
+    if (w->aligned)
+        printf("ends on the chunk grid");
+    else
+        printf("ends off the chunk grid: a %d-token partial chunk", w->partial_tail);
     printf("; %.1f ms\n", w->ms);
     if (w->warning[0]) printf("  warning: %s\n", w->warning);
 }
 
-static void print_report_json(const char *src, const kvs_warm_report *w) {
-    printf("{\"source\": ");
-    cli_json_string(stdout, src, strlen(src));
-    printf(", \"tokens\": %d, \"chunk_tokens\": %d, \"chunks\": %d, \"chunks_stored\": %d, \"chunks_existing\": %d, "
-           "\"cached_tokens\": %d, \"computed_tokens\": %d, \"aligned\": %s, \"partial_tail_tokens\": %d, "
-           "\"border_stable\": %s, \"stable_tokens\": %d, \"warning\": ",
-           w->n_tokens, w->chunk_tokens, w->n_chunks, w->n_stored, w->n_existing, w->n_cached, w->n_computed,
-           w->aligned ? "true" : "false", w->partial_tail, w->border_stable ? "true" : "false", w->stable_tokens);
-    if (w->warning[0]) cli_json_string(stdout, w->warning, strlen(w->warning));
-    else printf("null");
-    printf(", \"ms\": %.3f}", w->ms);
-}
-
-/* --doc: caches the documents' KV (kvs_warm_docs). With --json it prints
- * the "docs" member of the object. Returns 0, or 1 after printing an error. */
-static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o) {
+/* --doc: caches the documents' KV (kvs_warm_docs). With --json (root not
+ * NULL) it adds the "docs" member. Returns 0, or 1 after printing an error. */
+static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJSON *root) {
     char *texts[MAX_TEXTS];
     int n = 0, rc = 1;
     for (; n < o->n_docs; n++)
@@ -159,20 +166,18 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o) {
     kvs_warm_docs_report r;
     int st = kvs_warm_docs(ctx, cache, &seg, &r);
     if (st != KVS_OK) {
-        if (o->json) printf("}\n");
-        fflush(stdout);
         cli_fail(st, "warm documents");
         goto out;
     }
-    if (o->json)
-        printf(", \"docs\": {\"docs\": %d, \"tokens\": %d, \"cached\": %d, \"computed\": %d, \"ms\": %.3f}", r.n_docs,
-               r.n_tokens, r.n_cached, r.n_computed, r.ms);
+    if (root)
+        cJSON_AddItemToObject(root, "docs", json_warm_docs_report(&r));
     else
         printf("documents: %d (%d tokens): %d cached already, %d computed and stored; %.1f ms\n", r.n_docs, r.n_tokens,
                r.n_cached, r.n_computed, r.ms);
     rc = 0;
 out:
-    for (int i = 0; i < n; i++) free(texts[i]);
+    for (int i = 0; i < n; i++)
+        free(texts[i]);
     return rc;
 }
 
@@ -185,25 +190,38 @@ int cmd_warm(int argc, char **argv) {
     kvs_model *model = NULL;
     kvs_context *ctx = NULL;
     kvs_cache *cache = NULL;
+    cJSON *root = NULL, *prompts = NULL;
     rc = 1;
     int st = kvs_model_load(o.model_path, kvs_model_default_params(), &model);
     if (st != KVS_OK) return cli_fail(st, o.model_path);
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = o.n_ctx;
     cp.n_threads = o.n_threads;
+    cp.n_batch = o.n_batch;
+    cp.allow_beyond_train = o.beyond_train;
+    cli_progress_attach(&cp, "warm", !o.quiet && !o.json);
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = o.cache_dir;
     pp.chunk_tokens = o.chunk_tokens;
     pp.cache_max_bytes = o.cache_max_bytes;
     pp.kv_type = cp.kv_type;
-    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
-    if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
+    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) {
+        cli_fail(st, "context");
+        goto done;
+    }
+    if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) {
+        cli_fail(st, o.cache_dir);
+        goto done;
+    }
     kvs_model_info info;
     kvs_model_get_info(model, &info);
     int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
 
     int total_tokens = 0, total_stored = 0, total_warnings = 0, total_write_errors = 0;
-    if (o.json) printf("{\"prompts\": [");
+    if (o.json && (!(root = cJSON_CreateObject()) || !(prompts = cJSON_AddArrayToObject(root, "prompts")))) {
+        fprintf(stderr, "kvstitch warm: out of memory\n");
+        goto done;
+    }
     for (int i = 0; i < o.n_texts; i++) {
         char *owned = NULL, *prompt = NULL;
         const char *text = o.texts[i];
@@ -213,7 +231,10 @@ int cmd_warm(int argc, char **argv) {
         }
         if (o.chat) {
             prompt = chat_prefix(model, o.system, text);
-            if (!prompt) { free(owned); goto done; }
+            if (!prompt) {
+                free(owned);
+                goto done;
+            }
             text = prompt;
         }
         kvs_warm_report w;
@@ -224,8 +245,6 @@ int cmd_warm(int argc, char **argv) {
         snprintf(src, sizeof src, "%s", o.is_file[i] ? o.texts[i] : "text");
         if (!o.is_file[i] && o.n_texts > 1) snprintf(src, sizeof src, "text %d", i + 1);
         if (st != KVS_OK) {
-            if (o.json) printf("]}\n");
-            fflush(stdout);
             cli_fail(st, o.is_file[i] ? o.texts[i] : "warm");
             goto done;
         }
@@ -233,23 +252,28 @@ int cmd_warm(int argc, char **argv) {
         total_stored += w.n_stored;
         total_write_errors += w.n_write_errors;
         total_warnings += w.warning[0] != 0;
-        if (o.json) {
-            if (i) printf(", ");
-            print_report_json(o.is_file[i] ? o.texts[i] : src, &w);
+        if (prompts) {
+            cJSON_AddItemToArray(prompts, json_warm_report(o.is_file[i] ? o.texts[i] : src, &w));
         } else {
             print_report_text(src, &w);
         }
     }
-    if (o.json) printf("]");
-    if (o.n_docs && warm_docs(ctx, cache, &o)) goto done;
-    if (o.json) {
+    if (o.n_docs && warm_docs(ctx, cache, &o, root)) goto done;
+    if (root) {
         char fp[65];
         kvs_cache_fingerprint_hex(cache, fp);
-        printf(", \"tokens\": %d, \"chunks_stored\": %d, \"write_errors\": %d, \"warnings\": %d, \"fingerprint\": \"%s\"}\n",
-               total_tokens, total_stored, total_write_errors, total_warnings, fp);
+        cJSON_AddNumberToObject(root, "tokens", total_tokens);
+        cJSON_AddNumberToObject(root, "chunks_stored", total_stored);
+        cJSON_AddNumberToObject(root, "write_errors", total_write_errors);
+        cJSON_AddNumberToObject(root, "warnings", total_warnings);
+        cJSON_AddStringToObject(root, "fingerprint", fp);
+        rc = json_print_line(stdout, root) ? 1 : 0;
+        root = NULL;
+    } else {
+        rc = 0;
     }
-    rc = 0;
 done:
+    cJSON_Delete(root);
     kvs_cache_free(cache);
     kvs_context_free(ctx);
     kvs_model_free(model);

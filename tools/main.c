@@ -21,7 +21,8 @@ static const command commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvstitch COMMAND [options]   (kvstitch COMMAND --help for details)\n\ncommands:\n");
+    fprintf(f, "usage: kvstitch COMMAND [options]   (kvstitch COMMAND --help for details)\n"
+               "       kvstitch --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
 }
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "kvstitch: unknown command '%s'\n", argv[1]);

@@ -204,5 +204,6 @@ kvs_reuse_params kvs_reuse_default_params(void) {
     memset(&p, 0, sizeof p);
     p.mode = KVS_REUSE_PREFIX;
     p.store = 1;
+    p.repair = kvs_repair_default_params();
     return p;
 }

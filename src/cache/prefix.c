@@ -75,12 +75,13 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
     kvs_generate_result r;
     memset(&r, 0, sizeof r);
     if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached, params, t0, &r);
+    if (!st && !(r.reuse = calloc(1, sizeof *r.reuse))) st = kvs_error(KVS_ERR_NOMEM, "generate: out of memory");
     if (!st) {
-        r.n_cached = hit.n_cached;
-        r.cache_hit_ratio = (double)hit.n_cached / n_prompt;
-        r.assemble_ms = t_assembled - t0;
-        st = kvs_reuse_chunk_ends(n_prompt, cache->chunk_tokens, rp.borders, rp.n_borders, &r.chunk_ends,
-                                  &r.n_chunks);
+        r.timings.lookup_ms = t_assembled - t0;
+        r.reuse->n_cached = r.reuse->n_reused = hit.n_cached;
+        r.reuse->cache_hit_ratio = (double)hit.n_cached / n_prompt;
+        st = kvs_reuse_chunk_ends(n_prompt, cache->chunk_tokens, rp.borders, rp.n_borders, &r.reuse->chunk_ends,
+                                  &r.reuse->n_chunks);
     }
     /* The pins end with the use: the KV was copied and generation is over.
      * Releasing them before storing lets this request's inserts evict the
@@ -94,8 +95,8 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
         kvs_put_report rep;
         kvs_store_put_prefix(cache->store, prompt, n_prompt, cache->chunk_tokens, rp.borders, rp.n_borders, kv,
                              &rep);
-        r.n_chunks_stored = rep.n_new;
-        r.n_write_errors = rep.n_write_errors;
+        r.reuse->n_chunks_stored = rep.n_new;
+        r.reuse->n_write_errors = rep.n_write_errors;
     }
     if (st) {
         kvs_generate_result_free(&r);

@@ -32,6 +32,17 @@ int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: unknown kv_type %d", (int)p.kv_type);
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < KVS_CTX_MAX_DEFAULT ? hp->n_ctx_train : KVS_CTX_MAX_DEFAULT;
     if (p.n_ctx <= 0) p.n_ctx = KVS_CTX_MAX_DEFAULT;
+    /* Past its trained length a model without RoPE scaling produces
+     * nonsense, silently: that takes an explicit opt-in. */
+    if (hp->n_ctx_train > 0 && p.n_ctx > hp->n_ctx_train && !p.allow_beyond_train) {
+        kvs_model_info info;
+        kvs_model_get_info(model, &info);
+        return kvs_error(KVS_ERR_CONTEXT_FULL,
+                         "%s: a context of %d tokens exceeds the %d tokens the model was trained on "
+                         "(%s.context_length); going beyond it takes an explicit opt-in (allow_beyond_train; the "
+                         "CLI's --ctx-beyond-train), and the output degrades",
+                         kvs_model_path(model), p.n_ctx, hp->n_ctx_train, info.arch);
+    }
     if (p.n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         p.n_threads = n > 0 ? (int)n : 1;

@@ -31,6 +31,9 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
     kvs_fwd *f = ctx->fwd;
     const int n_layer = kvs_model_hparams(ctx->model)->n_layer, n_vocab = kvs_context_n_vocab(ctx);
     const int B = ctx->params.n_batch, first = n - n_logits;
+    /* Progress only for calls that span several batches: one batch is short. */
+    const int report = ctx->params.on_progress && n > B;
+    const double t_start = report ? kvs_now_ms() : 0.0;
     for (int c0 = 0; c0 < n; c0 += B) {
         int m = n - c0 < B ? n - c0 : B;
         kvs_fwd_embed(f, tokens + c0, m);
@@ -39,6 +42,12 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
         int i0 = first > c0 ? first : c0, k = 0;
         for (int i = i0; i < c0 + m; i++) ctx->rows[k++] = i - c0;
         if (k > 0) kvs_fwd_logits(f, ctx->rows, k, logits + (size_t)(i0 - first) * n_vocab);
+        if (report) {
+            kvs_progress pr = {c0 + m, n, kvs_now_ms() - t_start, 0.0, 0.0};
+            pr.tok_s = pr.elapsed_ms > 0 ? pr.done * 1000.0 / pr.elapsed_ms : 0.0;
+            pr.eta_ms = pr.tok_s > 0 ? (pr.total - pr.done) * 1000.0 / pr.tok_s : 0.0;
+            ctx->params.on_progress(ctx->params.progress_user, &pr);
+        }
     }
     return KVS_OK;
 }

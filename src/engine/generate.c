@@ -26,6 +26,11 @@ kvs_generate_params kvs_generate_default_params(void) {
     return p;
 }
 
+const char *kvs_stop_reason_name(kvs_stop_reason reason) {
+    static const char *const names[] = {"eos", "length", "stop", "context", "callback"};
+    return (unsigned)reason < sizeof names / sizeof names[0] ? names[reason] : NULL;
+}
+
 void kvs_generate_result_free(kvs_generate_result *r) {
     if (!r) return;
     free(r->tokens);
@@ -33,7 +38,9 @@ void kvs_generate_result_free(kvs_generate_result *r) {
     free(r->first_logits);
     free(r->top_ids);
     free(r->top_logprobs);
-    free(r->chunk_ends);
+    if (r->reuse) free(r->reuse->chunk_ends);
+    free(r->reuse);
+    free(r->docs);
     memset(r, 0, sizeof *r);
 }
 
@@ -128,6 +135,7 @@ typedef struct gen_state {
 
 static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_ready, const kvs_generate_params *p,
                kvs_generate_result *r, gen_state *g, double t0) {
+    const double t_in = kvs_now_ms(); /* the caller's phases (lookup, assemble, repair) end here */
     const kvs_model *model = ctx->model;
     const int n_vocab = kvs_context_n_vocab(ctx), n_ctx = ctx->params.n_ctx;
     int st;
@@ -147,22 +155,27 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_read
     r->n_vocab = n_vocab;
     r->n_prompt = n_prompt;
     r->n_live = n_prompt - n_ready;
+    r->n_prefilled = n_prompt - n_ready;
 
     for (int i = 0; i < n_prompt; i++) g->pos[i] = i;
     int first_hist = n_prompt > p->sampling.repeat_last_n ? n_prompt - p->sampling.repeat_last_n : 0;
     for (int i = first_hist; i < n_prompt; i++) kvs_sampler_accept(g->sampler, prompt[i]);
 
-    double t_start = kvs_now_ms();
     /* Slots [0, n_ready) already hold the KV of prompt[0..n_ready) (a cache
      * hit): only the rest runs, at its absolute positions. */
     if ((st = kvs_decode(ctx, prompt + n_ready, g->pos + n_ready, n_prompt - n_ready, ctx->logits))) return st;
     double t_prefill = kvs_now_ms();
-    r->prefill_ms = t_prefill - t_start; /* the forward pass only; ttft_ms counts from t0 */
+    /* Sampler and buffer set-up are counted with the prefill: the phases
+     * stay consecutive, so they add up to ttft_ms. */
+    r->timings.prefill_ms = t_prefill - t_in;
     memcpy(r->first_logits, ctx->logits, (size_t)n_vocab * sizeof(float));
     if ((st = top_logprobs(ctx->logits, n_vocab, p->n_top_logprobs, r))) return st;
 
     double t_first = t_prefill, t_last = t_prefill;
     int stopped = 0, stop_hit = 0; /* on_token asked to stop / a stop string was cut */
+    /* Running out of n_max without another reason: the user's limit, or the
+     * context when it is the smaller one. */
+    r->stop_reason = n_max < p->n_predict ? KVS_STOP_CONTEXT : KVS_STOP_LENGTH;
     for (int i = 0; i < n_max && !stopped; i++) {
         int32_t tok = kvs_sampler_sample(g->sampler, ctx->logits);
         kvs_sampler_accept(g->sampler, tok);
@@ -172,7 +185,10 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_read
             r->ttft_ms = t_first - t0;
         }
         r->tokens[r->n_tokens++] = tok;
-        if (kvs_token_is_eog(model, tok)) break;
+        if (kvs_token_is_eog(model, tok)) {
+            r->stop_reason = KVS_STOP_EOS;
+            break;
+        }
 
         size_t n_piece = 0;
         if ((st = kvs_detok_push(g->detok, tok, g->piece, KVS_DETOK_BUF, &n_piece))) return st;
@@ -183,15 +199,19 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_read
             stream(&g->text, (size_t)cut, tok, p);
             g->text.s[cut] = 0;
             stop_hit = 1;
+            r->stop_reason = KVS_STOP_STRING;
             break;
         }
         stopped = stream(&g->text, g->text.len - stop_holdback(&g->text, p), tok, p);
+        if (stopped) r->stop_reason = KVS_STOP_CALLBACK;
         if (stopped || i + 1 == n_max) break;
 
         int32_t pos = n_prompt + i;
         if ((st = kvs_decode(ctx, &tok, &pos, 1, ctx->logits))) return st;
     }
-    r->decode_ms = t_last - t_first;
+    if (r->n_tokens == 0) r->ttft_ms = t_first - t0; /* n_predict = 0: up to the prompt's logits */
+    r->timings.first_token_ms = t_first - t_prefill;
+    r->timings.decode_ms = t_last - t_first;
 
     /* Bytes still held back: an unfinished UTF-8 sequence (flushed as
      * U+FFFD) or a suffix that never completed a stop string. */
@@ -203,6 +223,7 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_read
         if (cut >= 0) {
             g->text.len = (size_t)cut;
             g->text.s[cut] = 0;
+            r->stop_reason = KVS_STOP_STRING;
         }
         if (g->text.len > g->text.streamed) stream(&g->text, g->text.len, -1, p);
     }

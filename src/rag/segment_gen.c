@@ -121,8 +121,10 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
     if (q->opt.use_exact) {
         kvs_prefix_hit hit;
         memset(&hit, 0, sizeof hit);
+        double t_lookup = kvs_now_ms();
         /* n - 1: the last token always runs, for the first logits. */
         st = kvs_store_lookup_into(cache->store, lay->tokens, n - 1, q->kv, &hit);
+        q->rep.lookup_ms = kvs_now_ms() - t_lookup;
         E = hit.n_cached;
         kvs_prefix_hit_release(&hit); /* copied into the context */
         if (st) return st;
@@ -225,12 +227,27 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
     kvs_doc_computer_release(&q.dc); /* before generation: its buffer can be large */
     q.rep.assemble_ms = kvs_now_ms() - t0 - q.rep.repair_ms;
     if (!st) st = kvs_generate_from(ctx, lay->tokens, n, n_ready, gp, t0, &r);
+    if (!st && (!(r.reuse = calloc(1, sizeof *r.reuse)) || !(r.docs = calloc(1, sizeof *r.docs))))
+        st = kvs_error(KVS_ERR_NOMEM, "segments: out of memory");
     if (!st) {
-        r.n_cached = q.rep.n_exact;
         r.n_live = q.rep.n_live;
-        r.cache_hit_ratio = (double)q.rep.n_exact / n;
-        r.assemble_ms = q.rep.assemble_ms;
-        st = kvs_reuse_chunk_ends(n, cache->chunk_tokens, lay->borders, lay->n_borders, &r.chunk_ends, &r.n_chunks);
+        /* The phases before the prefill, consecutive from t0. */
+        r.timings.lookup_ms = q.rep.lookup_ms;
+        r.timings.assemble_ms = q.rep.assemble_ms - q.rep.lookup_ms;
+        r.timings.repair_ms = q.rep.repair_ms;
+        r.reuse->n_cached = q.rep.n_exact;
+        /* Reused = served without recompute: the exact prefix, plus the moved
+         * tokens the repair kept (`full` moves nothing). */
+        int kept = q.rep.n_moved - q.rep.n_recomputed;
+        r.reuse->n_reused = q.rep.n_exact + (q.rp->mode != KVS_REPAIR_FULL && kept > 0 ? kept : 0);
+        r.reuse->cache_hit_ratio = (double)r.reuse->n_reused / n;
+        r.docs->n_moved = q.rep.n_moved;
+        r.docs->n_recomputed = q.rep.n_recomputed;
+        r.docs->n_docs_hit = q.rep.n_docs_hit;
+        r.docs->n_docs_computed = q.rep.n_docs_computed;
+        r.docs->n_token_layers = q.rep.n_token_layers;
+        st = kvs_reuse_chunk_ends(n, cache->chunk_tokens, lay->borders, lay->n_borders, &r.reuse->chunk_ends,
+                                  &r.reuse->n_chunks);
     }
     if (!st && q.opt.store_prefix && exact_end > 0) {
         /* Only the exact part: moved and repaired KV must never be served as
@@ -240,8 +257,8 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         kvs_store_put_prefix(cache->store, lay->tokens, exact_end, cache->chunk_tokens, lay->borders, lay->n_borders,
                              q.kv, &put);
         q.rep.n_stored = put.n_new;
-        r.n_chunks_stored = put.n_new;
-        r.n_write_errors = put.n_write_errors;
+        r.reuse->n_chunks_stored = put.n_new;
+        r.reuse->n_write_errors = put.n_write_errors;
     }
     free(q.pos);
     free(q.moved);

@@ -40,6 +40,7 @@ typedef struct kvs_seg_report {
     int n_docs_hit;       /* of them, found in the cache */
     int n_docs_computed;  /* of them, computed now (and stored) */
     int n_stored;         /* prefix chunks stored after the request */
+    double lookup_ms;     /* the exact prefix lookup and copy (part of assemble_ms) */
     double assemble_ms;   /* exact lookup + live prefix + doc lookup/compute + move */
     double doc_compute_ms;/* computing missing docs (part of assemble_ms) */
     double move_ms;       /* moving doc chunks into place (part of assemble_ms) */
@@ -55,8 +56,8 @@ typedef struct kvs_seg_options {
 kvs_seg_options kvs_seg_default_options(void);
 
 /* Generates from lay->tokens with the reuse above. out as kvs_generate
- * (n_cached = exact tokens, n_live = fully computed ones; ttft_ms counts
- * the whole assembly). rep may be NULL. opt may be NULL (defaults). The
+ * (reuse and docs parts set: n_cached = exact tokens; n_live = fully
+ * computed ones; ttft_ms counts the whole assembly). rep may be NULL. opt may be NULL (defaults). The
  * context's KV slots [0, n_prompt) hold the prompt's (approximate) KV
  * afterwards, for teacher forcing. */
 int kvs_seg_generate(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, const kvs_generate_params *gp,

@@ -21,26 +21,33 @@ int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32
 }
 
 int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
-                          const kvs_generate_params *params, const kvs_repair_params *repair,
+                          const kvs_generate_params *params, const kvs_reuse_params *reuse,
                           kvs_generate_result *out) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !seg || !params || !out)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_segments: need a context, a cache, segments, params and "
                          "a result");
-    kvs_repair_params rp = repair ? *repair : kvs_repair_default_params();
+    kvs_reuse_params rp = reuse ? *reuse : kvs_reuse_default_params();
+    if (!kvs_reuse_mode_name(rp.mode))
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_segments: unknown reuse mode %d", (int)rp.mode);
+    kvs_seg_options opt = kvs_seg_default_options();
+    opt.store_prefix = opt.store_docs = rp.store != 0;
+    if (rp.mode == KVS_REUSE_NONE) {
+        /* Read nothing from the cache: every token is computed, a cold run. */
+        opt.use_exact = 0;
+        rp.repair.mode = KVS_REPAIR_FULL;
+    }
     kvs_seg_layout lay;
     int st = kvs_seg_layout_build(kvs_context_model(ctx), seg, &lay);
     if (st) return st;
-    kvs_seg_report rep;
+    double tokenize_ms = kvs_now_ms() - t0;
     kvs_generate_result r;
-    st = kvs_seg_generate_at(ctx, cache, &lay, params, &rp, NULL, t0, &r, &rep);
+    st = kvs_seg_generate_at(ctx, cache, &lay, params, &rp.repair, &opt, t0, &r, NULL);
     kvs_seg_layout_free(&lay);
     if (st) return st;
-    r.n_moved = rep.n_moved;
-    r.n_recomputed = rep.n_recomputed;
-    r.n_docs_hit = rep.n_docs_hit;
-    r.n_docs_computed = rep.n_docs_computed;
-    r.n_token_layers = rep.n_token_layers;
+    /* The layout (tokenization) ran after t0: take it out of the assembly. */
+    r.timings.tokenize_ms = tokenize_ms;
+    r.timings.assemble_ms -= tokenize_ms;
     *out = r;
     return KVS_OK;
 }

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# User mistakes across every command (issue 10): each must exit with the
+# expected non-zero code (2 = usage, 1 = the input or the run failed), never
+# 0, never a crash or a hang (every call runs under a timeout), with a message
+# on stderr that names the option or file, the value and what is accepted.
+# Prints "ok NAME" / "FAIL NAME" per mistake (counted by scripts/run-tests.sh).
+set -u
+CLI="${KVSTITCH_CLI:-build/kvstitch}"
+MODEL="${KVSTITCH_MODEL:?}"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+status=0; n=0
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; status=1; }
+
+# mistake NAME RC FRAGMENT ARGS...: runs the CLI, checks the exit code and
+# that stderr contains FRAGMENT (fixed string).
+mistake() {
+    local name=$1 want=$2 frag=$3; shift 3
+    n=$((n + 1))
+    timeout 60 "$CLI" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
+    if [ $rc -eq "$want" ] && grep -qF -- "$frag" "$tmp/err"; then ok "mistake_$name"
+    else fail "mistake_$name" "rc=$rc (want $want), stderr: $(head -c 400 "$tmp/err")"; fi
+}
+
+echo "a doc" >"$tmp/doc.txt"
+printf 'before\0after' >"$tmp/nul.txt"
+mkfifo "$tmp/fifo"
+echo "not a directory" >"$tmp/file"
+head -c 100000 "$MODEL" >"$tmp/trunc.gguf"
+D="$tmp/cache"
+# ~9000 tokens: past SmolLM2's trained context (8192)
+python3 -c 'import sys; sys.stdout.write("The quick brown fox jumps over the lazy dog. " * 1000)' >"$tmp/long.txt"
+
+M=(-m "$MODEL")
+# the command line itself
+mistake no_command 2 "usage: kvstitch COMMAND"
+mistake unknown_command 2 "unknown command 'frobnicate'" frobnicate
+# generate: required arguments and combinations
+mistake gen_no_model 2 "-m MODEL is required" generate -p hi
+mistake gen_no_prompt 2 "exactly one of -p TEXT or -f FILE" generate "${M[@]}"
+mistake gen_two_prompts 2 "exactly one of -p TEXT or -f FILE" generate "${M[@]}" -p hi -f "$tmp/doc.txt"
+mistake gen_unknown_option 2 "unknown option: --bogus" generate "${M[@]}" -p hi --bogus
+mistake gen_missing_value 2 "--temp needs a value" generate "${M[@]}" -p hi --temp
+# generate: every numeric value out of range names the option, the value and the range
+mistake gen_temp_negative 2 "--temp must be a number in [0, 100], got '-1'" generate "${M[@]}" -p hi --temp -1
+mistake gen_temp_nan 2 "--temp must be a number in [0, 100], got 'nan' (not a finite number)" generate "${M[@]}" -p hi --temp nan
+mistake gen_temp_text 2 "--temp must be a number in [0, 100], got 'abc' (not a number)" generate "${M[@]}" -p hi --temp abc
+mistake gen_ctx_zero 2 "--ctx must be an integer in [1, 1048576], got '0'" generate "${M[@]}" -p hi --ctx 0
+mistake gen_threads_zero 2 "--threads must be an integer in [1, 256], got '0'" generate "${M[@]}" -p hi --threads 0
+mistake gen_threads_1000 2 "--threads must be an integer in [1, 256], got '1000'" generate "${M[@]}" -p hi --threads 1000
+mistake gen_n_negative 2 "--n-predict must be an integer in [0, 1048576], got '-5'" generate "${M[@]}" -p hi -n -5
+mistake gen_n_junk 2 "got '12abc' (not an integer)" generate "${M[@]}" -p hi -n 12abc
+mistake gen_top_p_zero 2 "--top-p must be a number in (0, 1], got '0'" generate "${M[@]}" -p hi --top-p 0
+mistake gen_top_p_big 2 "--top-p must be a number in (0, 1], got '1.5'" generate "${M[@]}" -p hi --top-p 1.5
+mistake gen_min_p 2 "--min-p must be a number in [0, 1], got '-0.1'" generate "${M[@]}" -p hi --min-p -0.1
+mistake gen_repeat_penalty 2 "--repeat-penalty must be a number in (0, 10], got '0'" generate "${M[@]}" -p hi --repeat-penalty 0
+mistake gen_top_k 2 "--top-k must be an integer in [0, 1048576], got '-1'" generate "${M[@]}" -p hi --top-k -1
+mistake gen_seed 2 "--seed must be an integer" generate "${M[@]}" -p hi --seed -3
+# generate: files
+mistake gen_model_missing 2 "--model: $tmp/none.gguf: No such file or directory" generate -m "$tmp/none.gguf" -p hi
+mistake gen_model_fifo 2 "is a FIFO, expected a regular file" generate -m "$tmp/fifo" -p hi
+mistake gen_model_dir 2 "is a directory, expected a regular file" generate -m "$tmp" -p hi
+mistake gen_file_missing 2 "--file: $tmp/none.txt: No such file" generate "${M[@]}" -f "$tmp/none.txt"
+mistake gen_file_nul 1 "byte 6 of 12 is a NUL byte" generate "${M[@]}" -f "$tmp/nul.txt"
+mistake gen_doc_nul 1 "byte 6 of 12 is a NUL byte" generate "${M[@]}" --cache-dir "$D" --doc "$tmp/nul.txt" -p q
+# generate: options that need others
+mistake gen_system_no_chat 2 "--system needs --chat" generate "${M[@]}" -p hi --system x
+mistake gen_reuse_no_dir 2 "--reuse needs --cache-dir" generate "${M[@]}" -p hi --reuse none
+mistake gen_reuse_unknown 2 "--reuse must be prefix or none without --doc, got 'sideways'" \
+    generate "${M[@]}" -p hi --cache-dir "$D" --reuse sideways
+mistake gen_reuse_unknown_doc 2 "--reuse must be a repair strategy with --doc (prefix = full): unknown repair strategy 'sideways' (none, selective, cacheblend" \
+    generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --reuse sideways
+mistake gen_repair_no_doc 2 "got 'cacheblend' (a repair strategy: it needs --doc)" generate "${M[@]}" -p hi --cache-dir "$D" --reuse cacheblend
+mistake gen_cache_dir_file 2 "--cache-dir: $tmp/file exists and is a file, expected a directory" \
+    generate "${M[@]}" -p hi --cache-dir "$tmp/file"
+mistake gen_chunk_tokens 2 "--chunk-tokens must be an integer in [1, 4096], got '0'" generate "${M[@]}" -p hi --cache-dir "$D" --chunk-tokens 0
+mistake gen_ratio 2 "--recompute-ratio must be a number in [0, 1], got '2'" generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --recompute-ratio 2
+# generate: context limits (after tokenizing; the model's trained length is 8192)
+mistake gen_prompt_past_train 1 "was trained on at most 8192 (llama.context_length): shorten it by at least" \
+    generate "${M[@]}" -f "$tmp/long.txt" -n 4
+mistake gen_ctx_past_train 1 "--ctx 20000 exceeds the 8192 tokens the model was trained on" generate "${M[@]}" -p hi --ctx 20000
+mistake gen_prompt_past_ctx 1 "holds only 16: raise --ctx to at least" generate "${M[@]}" --ctx 16 \
+    -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen"
+# warm
+mistake warm_no_dir 2 "--cache-dir DIR is required" warm "${M[@]}" hi
+mistake warm_nothing 2 "give at least one prompt" warm "${M[@]}" --cache-dir "$D"
+mistake warm_file_missing 2 "--file: $tmp/none.txt: No such file" warm "${M[@]}" --cache-dir "$D" -f "$tmp/none.txt"
+mistake warm_file_fifo 2 "is a FIFO, expected a regular file" warm "${M[@]}" --cache-dir "$D" -f "$tmp/fifo"
+mistake warm_chunk_tokens 2 "--chunk-tokens must be an integer in [1, 4096], got '0'" warm "${M[@]}" --cache-dir "$D" --chunk-tokens 0 hi
+mistake warm_system_no_chat 2 "--system needs --chat" warm "${M[@]}" --cache-dir "$D" --system x hi
+mistake warm_file_nul 1 "byte 6 of 12 is a NUL byte" warm "${M[@]}" --cache-dir "$D" -f "$tmp/nul.txt"
+# tokenize: the same NUL rule as every command
+mistake tok_no_text 2 "give exactly one of -f FILE or TEXT" tokenize "${M[@]}"
+mistake tok_two_texts 2 "more than one TEXT argument" tokenize "${M[@]}" a b
+mistake tok_file_nul 1 "byte 6 of 12 is a NUL byte" tokenize "${M[@]}" -f "$tmp/nul.txt"
+mistake tok_fifo 2 "is a FIFO, expected a regular file" tokenize "${M[@]}" -f "$tmp/fifo"
+# info
+mistake info_no_model 2 "-m MODEL is required" info
+mistake info_fifo 2 "is a FIFO, expected a regular file" info -m "$tmp/fifo"
+mistake info_truncated 1 "trunc.gguf" info -m "$tmp/trunc.gguf"
+# bench
+mistake bench_reps 2 "--reps must be an integer in [1, 1000], got '0'" bench "${M[@]}" --reps 0
+mistake bench_nothing 2 "-p and -n are both 0" bench "${M[@]}" -p 0 -n 0
+mistake bench_batch 2 "--batch must be an integer in [1, 65536], got '0'" bench "${M[@]}" --batch 0
+# perplexity
+mistake ppl_no_file 2 "-m MODEL and -f FILE are required" perplexity "${M[@]}"
+mistake ppl_ctx 2 "--ctx must be an integer in [4, 1048576], got '2'" perplexity "${M[@]}" -f "$tmp/doc.txt" --ctx 2
+# cache
+mistake cache_no_action 2 "give an action" cache --cache-dir "$D"
+
+# the attacks: nothing above ever exits 0, and there are at least 40 of them
+[ $n -ge 40 ] && ok "mistakes_count_$n" || fail mistakes_count "only $n mistakes"
+exit $status

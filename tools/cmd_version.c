@@ -1,0 +1,20 @@
+/* kvstitch --version: the library version, the build's git describe, the CPU's kernel paths. */
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef KVS_GIT_DESCRIBE
+#define KVS_GIT_DESCRIBE "unknown"
+#endif
+
+int cmd_version(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+#if defined(KVS_VERSION_MAJOR) && defined(KVS_VERSION_MINOR) && defined(KVS_VERSION_PATCH)
+    printf("kvstitch %d.%d.%d (git %s)\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH, KVS_GIT_DESCRIBE);
+#else
+    printf("kvstitch (library version not set) (git %s)\n", KVS_GIT_DESCRIBE);
+#endif
+    printf("kernel paths on this CPU: %s\n", kvs_isa_paths());
+    return 0;
+}
