@@ -130,5 +130,18 @@ class Model:
         finally:
             lib.kvs_free(out[0])
 
+    def segment_tokens(self, blocks: Sequence[Any], chat: bool = True) -> list[int]:
+        """The token sequence Session.generate runs for blocks ([System,
+        Document..., Question]): a cold generate over exactly these tokens is
+        the baseline that reuse="full" reproduces bit for bit."""
+        from .segments import CSegments  # segments imports nothing of model
+        seg = CSegments(blocks, chat=chat)
+        toks, n = ffi.new("int32_t **"), ffi.new("int *")
+        check(lib.kvs_segments_tokenize(self._handle(), seg.c, toks, n))
+        try:
+            return list(ffi.unpack(toks[0], n[0]))
+        finally:
+            lib.kvs_free(toks[0])
+
     def __repr__(self) -> str:
         return f"kvstitch.Model({self.path!r})"
