@@ -15,9 +15,10 @@ class GenerateResult:
     """One generation. cached_tokens: prompt tokens served bit-exactly from
     a cached prefix; moved_tokens: document tokens whose cached KV was moved
     into place; recomputed_tokens: those the repair strategy recomputed;
-    live_tokens: prompt tokens computed by this request. first_logits: the
-    n_vocab float32 logits of the first generated position, as raw bytes
-    (numpy.frombuffer(r.first_logits, numpy.float32)), for bit comparisons."""
+    live_tokens: prompt tokens computed by this request. first_logits (with
+    generate(..., logits=True), else b""): the n_vocab float32 logits of the
+    first generated position, as raw bytes (numpy.frombuffer(r.first_logits,
+    numpy.float32)), for bit comparisons."""
     text: str
     tokens: list[int]
     stop_reason: str
@@ -49,7 +50,7 @@ def stop_reason_of(r, n_predict: int, n_ctx: int, cancelled: bool, model_h) -> s
     return "context" if r.n_prompt + r.n_tokens >= n_ctx else "stop"
 
 
-def result_from_c(r, stop_reason: str) -> GenerateResult:
+def result_from_c(r, stop_reason: str, logits: bool) -> GenerateResult:
     """Copies what the caller needs out of a filled kvs_generate_result (the
     C result is freed right after by the caller)."""
     reuse = getattr(r, "reuse", None) if "reuse" in _RESULT_FIELDS else r
@@ -76,7 +77,8 @@ def result_from_c(r, stop_reason: str) -> GenerateResult:
         docs_hit=docs.n_docs_hit if has_docs else 0,
         docs_computed=docs.n_docs_computed if has_docs else 0,
         chunks_stored=reuse.n_chunks_stored if has_reuse else 0,
-        first_logits=bytes(ffi.buffer(r.first_logits, 4 * r.n_vocab)) if r.first_logits != ffi.NULL else b"",
+        first_logits=bytes(ffi.buffer(r.first_logits, 4 * r.n_vocab))
+        if logits and r.first_logits != ffi.NULL else b"",
         top_logprobs=[(r.top_ids[i], r.top_logprobs[i]) for i in range(r.n_top)],
     )
 

@@ -71,7 +71,7 @@ class Session:
                  documents: Sequence[str | Document] | None = None, system: str | None = None,
                  chat: bool | None = None, reuse: str | None = None,
                  recompute_ratio: float | None = None, store: bool = True, logprobs: int = 0,
-                 add_bos: bool = True) -> GenerateResult:
+                 logits: bool = False, add_bos: bool = True) -> GenerateResult:
         """Generates from prompt: a text, token ids, chat messages
         ([{"role", "content"}]) or blocks ([System, Document..., Question]).
         documents / system with a text prompt make blocks of it.
@@ -81,7 +81,9 @@ class Session:
         the repair strategy: "cacheblend" (default), "selective", "firstk",
         "none" or "full" (a cold prefill's bits). recompute_ratio: CacheBlend's
         share of moved tokens recomputed. temperature <= 0: greedy. logprobs:
-        how many (id, logprob) pairs of the first position to return."""
+        how many (id, logprob) pairs of the first position to return.
+        logits: also return the first position's raw logits (first_logits,
+        n_vocab float32 as bytes: what bit-exactness is checked on)."""
         self._acquire()
         try:
             return self._run(prompt, locals(), None)
@@ -106,7 +108,7 @@ class Session:
     _DEFAULTS = dict(max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
                      repeat_penalty=1.0, stop=None, seed=0, documents=None, system=None,
                      chat=None, reuse=None, recompute_ratio=None, store=True, logprobs=0,
-                     add_bos=True)
+                     logits=False, add_bos=True)
 
     def _build(self, kw: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(kw) - set(self._DEFAULTS) - {"prompt", "self"}
@@ -197,7 +199,7 @@ class Session:
                 self.cache._leave()
         try:
             why = stop_reason_of(r, a["max_tokens"], self.n_ctx, cancelled[0], self.model._handle())
-            return result_from_c(r, why)
+            return result_from_c(r, why, a["logits"])
         finally:
             lib.kvs_generate_result_free(r)
 

@@ -22,6 +22,17 @@ def model(model_path):
     return kvstitch.Model.load(model_path, threads=2)
 
 
+@pytest.fixture(scope="session")
+def tiny_model():
+    """A 1-layer random llama (../shared/models): the same binding paths at a
+    fraction of the compute, for the many-call leak check."""
+    shared = os.environ.get("KVSTITCH_SHARED") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+    path = os.path.join(shared, "models", "llama-2-tiny-random.gguf")
+    if not os.path.exists(path):
+        pytest.fail(f"{path} missing: set KVSTITCH_SHARED to the shared test data")
+    return kvstitch.Model.load(path, threads=1)
+
+
 @pytest.fixture()
 def cache(model):
     c = kvstitch.Cache(model, budget_bytes=256 << 20)

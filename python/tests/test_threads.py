@@ -13,13 +13,13 @@ from conftest import MANUAL
 def test_threads_share_a_cache(model, cache):
     prompts = [MANUAL + f"Question {i}: what is step {i}?" for i in range(4)]
     ref = kvstitch.Session(model, n_ctx=1024)
-    want = [ref.generate(p, max_tokens=3) for p in prompts]
+    want = [ref.generate(p, max_tokens=3, logits=True) for p in prompts]
     got, errors = {}, []
 
     def work(i):
         try:
             s = kvstitch.Session(model, cache, n_ctx=1024, threads=1)
-            got[i] = s.generate(prompts[i], max_tokens=3)
+            got[i] = s.generate(prompts[i], max_tokens=3, logits=True)
         except Exception as e:  # reported below
             errors.append(e)
 
@@ -32,7 +32,7 @@ def test_threads_share_a_cache(model, cache):
     for i in range(4):
         assert got[i].first_logits == want[i].first_logits and got[i].tokens == want[i].tokens
     # later requests hit what the threads stored
-    again = kvstitch.Session(model, cache, n_ctx=1024).generate(prompts[0], max_tokens=3)
+    again = kvstitch.Session(model, cache, n_ctx=1024).generate(prompts[0], max_tokens=3, logits=True)
     assert again.cached_tokens > 100 and again.first_logits == want[0].first_logits
     assert cache.stats()["hits"] > 0
 
@@ -44,7 +44,7 @@ def test_gil_released_during_compute(model):
 
     def work():
         t0 = time.perf_counter()
-        s.generate(MANUAL * 2, max_tokens=1)   # one long prefill, no callbacks
+        s.generate(MANUAL * 2, max_tokens=1, logits=True)   # one long prefill, no callbacks
         box["call"] = (t0, time.perf_counter())
         done.set()
 
@@ -65,12 +65,12 @@ def test_gil_released_during_compute(model):
 
 def test_session_refuses_concurrent_use(model):
     s = kvstitch.Session(model, n_ctx=512)
-    st = s.stream("Tell me about rivers.", max_tokens=16)  # the Session is busy until it ends
+    st = s.stream("Tell me about rivers.", max_tokens=16, logits=True)  # the Session is busy until it ends
     err = []
 
     def other():
         try:
-            s.generate("Hello", max_tokens=1)
+            s.generate("Hello", max_tokens=1, logits=True)
         except kvstitch.SessionBusy as e:
             err.append(e)
 
