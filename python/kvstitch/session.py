@@ -24,6 +24,38 @@ from .stream import Stream
 Prompt = Union[str, Sequence[int], Sequence[Mapping[str, str]], Sequence[Segment]]
 
 
+# One reuse parameter struct holding the repair (newer headers), or a
+# separate kvs_repair_params for kvs_generate_segments (older ones).
+_UNIFIED_REUSE = "repair" in {name for name, _ in ffi.typeof("kvs_reuse_params").fields}
+
+
+def _prefix_params(a: Mapping[str, Any]):
+    rp = lib.kvs_reuse_default_params()
+    if a["reuse"] is not None:
+        mode = ffi.new("kvs_reuse_mode *")
+        check(lib.kvs_reuse_mode_parse(a["reuse"].encode(), mode))
+        rp.mode = mode[0]
+    rp.store = int(a["store"])
+    return ffi.new("kvs_reuse_params *", rp)
+
+
+def _segment_params(a: Mapping[str, Any]):
+    """reuse names the repair strategy here (as `kvstitch generate --doc`)."""
+    rep = lib.kvs_repair_default_params()
+    if a["reuse"] is not None:
+        mode = ffi.new("kvs_repair_mode *")
+        check(lib.kvs_repair_mode_parse(a["reuse"].encode(), mode))
+        rep.mode = mode[0]
+    if a["recompute_ratio"] is not None:
+        rep.recompute_ratio = a["recompute_ratio"]
+    if not _UNIFIED_REUSE:
+        return ffi.new("kvs_repair_params *", rep)
+    rp = lib.kvs_reuse_default_params()
+    rp.store = int(a["store"])
+    rp.repair = rep
+    return ffi.new("kvs_reuse_params *", rp)
+
+
 class Session:
     """A context of n_ctx tokens on a Model, optionally with a Cache."""
 
@@ -172,26 +204,13 @@ class Session:
         cache_h = self.cache._enter() if self.cache is not None else None
         try:
             if "segments" in a:
-                rp = lib.kvs_repair_default_params()
-                if a["reuse"] is not None:
-                    mode = ffi.new("kvs_repair_mode *")
-                    check(lib.kvs_repair_mode_parse(a["reuse"].encode(), mode))
-                    rp.mode = mode[0]
-                if a["recompute_ratio"] is not None:
-                    rp.recompute_ratio = a["recompute_ratio"]
                 check(lib.kvs_generate_segments(self._h, cache_h, a["segments"].c, ffi.addressof(gp),
-                                                ffi.new("kvs_repair_params *", rp), r))
+                                                _segment_params(a), r))
             else:
                 toks = ffi.new("int32_t[]", a["tokens"])
                 if cache_h is not None:
-                    rp = lib.kvs_reuse_default_params()
-                    if a["reuse"] is not None:
-                        mode = ffi.new("kvs_reuse_mode *")
-                        check(lib.kvs_reuse_mode_parse(a["reuse"].encode(), mode))
-                        rp.mode = mode[0]
-                    rp.store = int(a["store"])
                     check(lib.kvs_generate_cached(self._h, cache_h, toks, len(a["tokens"]),
-                                                  ffi.addressof(gp), ffi.new("kvs_reuse_params *", rp), r))
+                                                  ffi.addressof(gp), _prefix_params(a), r))
                 else:
                     check(lib.kvs_generate(self._h, toks, len(a["tokens"]), ffi.addressof(gp), r))
         finally:
