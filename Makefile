@@ -60,13 +60,41 @@ endif
 GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 $(BUILD)/tools/cmd_version.o: CFLAGS += -DKVS_GIT_DESCRIBE='"$(GIT_DESCRIBE)"'
 
-.PHONY: all test bench fuzz demo clean model tests
-all: $(BUILD)/kvstitch $(BUILD)/libkvstitch.a
+.PHONY: all test bench fuzz demo clean model tests install
+all: $(BUILD)/kvstitch $(BUILD)/libkvstitch.a $(BUILD)/libkvstitch.so
 
 $(BUILD)/libkvstitch.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(MSG) AR $@
 	$(Q)$(AR) rcs $@ $^
+
+# --- shared library, install, pkg-config ---------------------------------
+# Library objects are position-independent (one set serves both libraries)
+# and hide every symbol but the KVS_API declarations of include/kvstitch.h.
+# The version comes from the header's KVS_VERSION_* macros; while MAJOR is 0
+# the soname carries MINOR too (a 0.x minor may change the ABI).
+KVS_VERSION := $(shell sed -n 's/^\#define KVS_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/kvstitch.h | paste -sd.)
+KVS_SONAME  := libkvstitch.so.$(if $(filter 0.%,$(KVS_VERSION)),$(basename $(KVS_VERSION)),$(firstword $(subst ., ,$(KVS_VERSION))))
+$(LIB_OBJ): CFLAGS += -fPIC -fvisibility=hidden
+
+$(BUILD)/libkvstitch.so: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(KVS_SONAME) -o $@ $^ $(LDLIBS)
+
+# make install PREFIX=/usr/local [DESTDIR=staging]: header, both libraries
+# (libkvstitch.so -> soname -> versioned file) and kvstitch.pc.
+PREFIX ?= /usr/local
+INSTALL_LIB := $(DESTDIR)$(PREFIX)/lib
+install: $(BUILD)/libkvstitch.a $(BUILD)/libkvstitch.so kvstitch.pc.in
+	install -d $(DESTDIR)$(PREFIX)/include $(INSTALL_LIB)/pkgconfig
+	install -m 644 include/kvstitch.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libkvstitch.a $(INSTALL_LIB)/
+	install -m 755 $(BUILD)/libkvstitch.so $(INSTALL_LIB)/libkvstitch.so.$(KVS_VERSION)
+	ln -sf libkvstitch.so.$(KVS_VERSION) $(INSTALL_LIB)/$(KVS_SONAME)
+	ln -sf $(KVS_SONAME) $(INSTALL_LIB)/libkvstitch.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(KVS_VERSION)|' \
+	    -e 's|@REQUIRES_PRIVATE@|$(SYS_PKGS)|' kvstitch.pc.in > $(INSTALL_LIB)/pkgconfig/kvstitch.pc
+# --------------------------------------------------------------------------
 
 $(BUILD)/kvstitch: $(TOOL_OBJ) $(BUILD)/libkvstitch.a
 	$(MSG) LINK $@
@@ -87,7 +115,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libkvstitch.a $(CLIENT_OBJ)
 	$(MSG) LINK $@
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -Itools -o $@ $< $(CLIENT_OBJ) $(BUILD)/libkvstitch.a $(LDLIBS)
 
-tests: $(TEST_BIN) $(BUILD)/kvstitch
+tests: $(TEST_BIN) $(BUILD)/kvstitch $(BUILD)/libkvstitch.so
 
 # The model is fetched into a cache outside the tree (scripts/fetch-model.sh).
 test: tests

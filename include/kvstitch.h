@@ -14,6 +14,30 @@
  *     next to each field where it applies.
  *   - Thread safety: a kvs_model is immutable after load and may be shared by
  *     any number of threads. A kvs_context is used by one thread at a time.
+ *
+ * Ownership and lifetime (every handle and every returned pointer)
+ *   - Handles: kvs_model (kvs_model_load / kvs_model_free), kvs_context
+ *     (kvs_context_new / kvs_context_free), kvs_detok (kvs_detok_new /
+ *     kvs_detok_free), kvs_cache (kvs_cache_open / kvs_cache_free). The caller
+ *     owns each handle from its constructor until its _free. A context, a
+ *     detokenizer and a cache borrow the model they were made from: free them
+ *     before the model. A cache may outlive the contexts that used it.
+ *   - Memory the library allocates for the caller (kvs_chat_render's *out,
+ *     kvs_segments_tokenize's *tokens) is released with kvs_free(), never
+ *     with the caller's free(): the library may use another allocator (or C
+ *     runtime) than its caller. kvs_generate_result's arrays are released
+ *     together by kvs_generate_result_free().
+ *   - const char * returned by a function (kvs_strerror, kvs_*_name,
+ *     kvs_version, the strings of kvs_model_info) are owned by the library:
+ *     static, or living as long as the model they came from (stated at each).
+ *     kvs_last_error() is thread-local and valid until the next failing call
+ *     on the same thread.
+ *   - Pointers passed in (text, tokens, params, segments) are borrowed for the
+ *     duration of the call only; nothing keeps them afterwards.
+ *
+ * Linking: `pkg-config --cflags --libs kvstitch` (installed by `make install
+ * PREFIX=...`), against libkvstitch.so or, with --static, libkvstitch.a.
+ * Only the declarations marked KVS_API are exported by the shared library.
  */
 #ifndef KVSTITCH_H
 #define KVSTITCH_H
@@ -24,6 +48,32 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Marks the public API. The library is built with -fvisibility=hidden, so
+ * these declarations are the only symbols libkvstitch.so exports. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVS_API __attribute__((visibility("default")))
+#else
+#define KVS_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version and library-owned memory                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The version of this header. While MAJOR is 0 a MINOR change may change the
+ * ABI (the shared library's soname is libkvstitch.so.MAJOR.MINOR). */
+#define KVS_VERSION_MAJOR 0
+#define KVS_VERSION_MINOR 1
+#define KVS_VERSION_PATCH 0
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH"
+ * (static string). Compare with the KVS_VERSION_* macros to detect a header /
+ * library mismatch. */
+KVS_API const char *kvs_version(void);
+/* Releases memory the library allocated for the caller (see "Ownership"
+ * above). NULL is a no-op. */
+KVS_API void kvs_free(void *p);
 
 /* ------------------------------------------------------------------------ */
 /* Status                                                                    */
@@ -46,15 +96,15 @@ typedef enum kvs_status {
 } kvs_status;
 
 /* Short, static description of a status code. Never NULL. */
-const char *kvs_strerror(int status);
+KVS_API const char *kvs_strerror(int status);
 
 /* Detail of the last error raised on the calling thread (thread-local).
  * Valid until the next failing call on this thread. Never NULL. */
-const char *kvs_last_error(void);
+KVS_API const char *kvs_last_error(void);
 
 /* The kernel paths this build can run on this CPU, best first, space-
  * separated: "amx avx512vnni avx2 scalar" at most. Static storage. */
-const char *kvs_isa_paths(void);
+KVS_API const char *kvs_isa_paths(void);
 
 /* ------------------------------------------------------------------------ */
 /* Model                                                                     */
@@ -66,12 +116,14 @@ typedef struct kvs_model_params {
     int vocab_only; /* 1: load metadata + tokenizer only (vocabulary GGUFs) */
 } kvs_model_params;
 
-kvs_model_params kvs_model_default_params(void);
+KVS_API kvs_model_params kvs_model_default_params(void);
 
 /* Loads a GGUF file. Weights are mmapped read-only, never copied.
- * On failure *out is untouched and kvs_last_error() names the problem. */
-int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out);
-void kvs_model_free(kvs_model *model);
+ * On failure *out is untouched and kvs_last_error() names the problem.
+ * The caller owns *out; release it with kvs_model_free after every context,
+ * detokenizer and cache made from it has been freed. */
+KVS_API int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out);
+KVS_API void kvs_model_free(kvs_model *model);
 
 typedef struct kvs_model_info {
     const char *path;
@@ -98,15 +150,16 @@ typedef struct kvs_model_info {
     int vocab_only;
 } kvs_model_info;
 
-/* Fills *info; the strings point into the model and live as long as it. */
-void kvs_model_get_info(const kvs_model *model, kvs_model_info *info);
+/* Fills *info; the strings point into the model and live as long as it
+ * (kvs_model_free invalidates them). */
+KVS_API void kvs_model_get_info(const kvs_model *model, kvs_model_info *info);
 
 /* Number of tensors of each GGUF tensor type (index = ggml type id), for
  * `kvstitch info`. counts[] must hold KVS_MAX_TENSOR_TYPES entries. */
 #define KVS_MAX_TENSOR_TYPES 64
-void kvs_model_tensor_type_counts(const kvs_model *model, int counts[KVS_MAX_TENSOR_TYPES]);
-/* Name of a GGUF tensor type ("Q4_1"), or NULL if unknown. */
-const char *kvs_tensor_type_name(int type);
+KVS_API void kvs_model_tensor_type_counts(const kvs_model *model, int counts[KVS_MAX_TENSOR_TYPES]);
+/* Name of a GGUF tensor type ("Q4_1"), or NULL if unknown. Static string. */
+KVS_API const char *kvs_tensor_type_name(int type);
 
 /* ------------------------------------------------------------------------ */
 /* Tokenizer                                                                 */
@@ -122,26 +175,28 @@ enum {
 /* Tokenizes len bytes of UTF-8 text. Writes at most cap ids to out and the
  * full count to *n_out. Returns KVS_ERR_BUFFER_TOO_SMALL (with *n_out set to
  * the count needed) when cap is too small, KVS_ERR_UTF8 on invalid UTF-8. */
-int kvs_tokenize(const kvs_model *model, const char *text, size_t len, int flags,
-                 int32_t *out, int cap, int *n_out);
+KVS_API int kvs_tokenize(const kvs_model *model, const char *text, size_t len, int flags,
+                         int32_t *out, int cap, int *n_out);
 
-int kvs_vocab_size(const kvs_model *model);
+KVS_API int kvs_vocab_size(const kvs_model *model);
 /* The raw bytes a token stands for (after byte-level / sentencepiece
  * decoding). Control tokens give their text only if render_special. Writes
  * at most cap bytes; *n_out = full length. KVS_ERR_BUFFER_TOO_SMALL if cut. */
-int kvs_token_to_bytes(const kvs_model *model, int32_t token, int render_special,
-                       char *buf, size_t cap, size_t *n_out);
-int kvs_token_is_eog(const kvs_model *model, int32_t token); /* EOS, EOT, <|im_end|> ... */
+KVS_API int kvs_token_to_bytes(const kvs_model *model, int32_t token, int render_special,
+                               char *buf, size_t cap, size_t *n_out);
+KVS_API int kvs_token_is_eog(const kvs_model *model, int32_t token); /* EOS, EOT, <|im_end|> ... */
 
 /* Streaming detokenizer: pushes tokens, emits only complete UTF-8 sequences
- * (a partial multi-byte character is held back until it completes). */
+ * (a partial multi-byte character is held back until it completes).
+ * kvs_detok_new gives the caller a handle that borrows the model (free it
+ * with kvs_detok_free before the model). One thread at a time. */
 typedef struct kvs_detok kvs_detok;
-int kvs_detok_new(const kvs_model *model, int render_special, kvs_detok **out);
-void kvs_detok_free(kvs_detok *d);
+KVS_API int kvs_detok_new(const kvs_model *model, int render_special, kvs_detok **out);
+KVS_API void kvs_detok_free(kvs_detok *d);
 /* Appends the text that became complete to buf (NUL-terminated); *n_out = bytes. */
-int kvs_detok_push(kvs_detok *d, int32_t token, char *buf, size_t cap, size_t *n_out);
+KVS_API int kvs_detok_push(kvs_detok *d, int32_t token, char *buf, size_t cap, size_t *n_out);
 /* Flushes held-back bytes (invalid sequences become U+FFFD). */
-int kvs_detok_flush(kvs_detok *d, char *buf, size_t cap, size_t *n_out);
+KVS_API int kvs_detok_flush(kvs_detok *d, char *buf, size_t cap, size_t *n_out);
 
 /* ------------------------------------------------------------------------ */
 /* Chat templates                                                            */
@@ -154,11 +209,12 @@ typedef struct kvs_chat_message {
 
 /* Renders messages with a template family ("chatml", "llama3", "llama2") or,
  * when family is NULL, the family detected from tokenizer.chat_template.
- * An unknown template gives KVS_ERR_UNSUPPORTED naming it. *out is malloc'd
- * and NUL-terminated; the caller frees it. */
-int kvs_chat_render(const kvs_model *model, const char *family,
-                    const kvs_chat_message *msgs, int n_msgs,
-                    int add_generation_prompt, char **out);
+ * An unknown template gives KVS_ERR_UNSUPPORTED naming it. *out is
+ * NUL-terminated and allocated by the library: release it with kvs_free().
+ * On failure *out is untouched. */
+KVS_API int kvs_chat_render(const kvs_model *model, const char *family,
+                            const kvs_chat_message *msgs, int n_msgs,
+                            int add_generation_prompt, char **out);
 
 /* ------------------------------------------------------------------------ */
 /* Inference context                                                         */
@@ -197,10 +253,14 @@ typedef struct kvs_context_params {
     void *progress_user;
 } kvs_context_params;
 
-kvs_context_params kvs_context_default_params(void);
-int kvs_context_new(kvs_model *model, kvs_context_params params, kvs_context **out);
-void kvs_context_free(kvs_context *ctx);
-int kvs_context_n_ctx(const kvs_context *ctx);
+KVS_API kvs_context_params kvs_context_default_params(void);
+/* A context holds one sequence's KV buffer (n_ctx tokens), scratch and a
+ * thread pool of n_threads. The caller owns *out (kvs_context_free); it
+ * borrows the model, which must outlive it. One thread at a time; several
+ * contexts of one model may run concurrently. On failure *out is untouched. */
+KVS_API int kvs_context_new(kvs_model *model, kvs_context_params params, kvs_context **out);
+KVS_API void kvs_context_free(kvs_context *ctx);
+KVS_API int kvs_context_n_ctx(const kvs_context *ctx);
 
 /* Runs the model over n tokens at the given absolute positions, writing each
  * token's K/V into the context's KV buffer at slot = position. Each token
@@ -208,13 +268,13 @@ int kvs_context_n_ctx(const kvs_context *ctx);
  * not NULL it receives the n_vocab logits of the last of the n tokens.
  * Batch-invariant: the bits written and returned do not depend on n, on how
  * a sequence is split into calls, or on the thread count. */
-int kvs_decode(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits);
+KVS_API int kvs_decode(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits);
 /* Like kvs_decode, but logits (n_logits, n_vocab) receives the logits of the
  * last n_logits of the n tokens (1 <= n_logits <= n), for scoring a text
  * (perplexity, teacher forcing) without one call per token. Same bits as
  * kvs_decode would give for each of those tokens. */
-int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n,
-                      float *logits, int n_logits);
+KVS_API int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n,
+                              float *logits, int n_logits);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling and generation                                                   */
@@ -230,7 +290,7 @@ typedef struct kvs_sampler_params {
     uint64_t seed;
 } kvs_sampler_params;
 
-kvs_sampler_params kvs_sampler_default_params(void);
+KVS_API kvs_sampler_params kvs_sampler_default_params(void);
 
 /* Return nonzero to stop generation. piece holds the newly completed text
  * (NUL-terminated, possibly empty while a partial UTF-8 character or a
@@ -248,7 +308,7 @@ typedef struct kvs_generate_params {
     int n_top_logprobs;            /* how many [id, logprob] pairs of the first position */
 } kvs_generate_params;
 
-kvs_generate_params kvs_generate_default_params(void);
+KVS_API kvs_generate_params kvs_generate_default_params(void);
 
 /* Why generation ended. */
 typedef enum kvs_stop_reason {
@@ -260,7 +320,7 @@ typedef enum kvs_stop_reason {
 } kvs_stop_reason;
 
 /* "eos", "length", "stop", "context", "callback"; NULL if unknown. */
-const char *kvs_stop_reason_name(kvs_stop_reason reason);
+KVS_API const char *kvs_stop_reason_name(kvs_stop_reason reason);
 
 /* Where the time to first token went, in milliseconds. The phases are
  * consecutive: tokenize + lookup + assemble + repair + prefill + first_token
@@ -331,10 +391,10 @@ typedef struct kvs_generate_result {
  * text), at a stop string (cut from text), when the context is full, or when
  * on_token returns nonzero (stop_reason says which). On failure *out is
  * untouched. */
-int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt,
-                 const kvs_generate_params *params, kvs_generate_result *out);
+KVS_API int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt,
+                         const kvs_generate_params *params, kvs_generate_result *out);
 /* Frees what the result owns and zeroes it. NULL is a no-op. */
-void kvs_generate_result_free(kvs_generate_result *r);
+KVS_API void kvs_generate_result_free(kvs_generate_result *r);
 
 /* ------------------------------------------------------------------------ */
 /* Chunk cache                                                               */
@@ -381,23 +441,23 @@ typedef struct kvs_cache_params {
                             * the file system's available bytes) / 2) */
 } kvs_cache_params;
 
-kvs_cache_params kvs_cache_default_params(void);
+KVS_API kvs_cache_params kvs_cache_default_params(void);
 
 /* Opens a cache for one model: computes the model fingerprint (the weights
  * digest is computed once per model and remembered in the cache directory,
  * keyed by the file's identity, so later processes skip it), then indexes the
  * directory's entry headers (payloads are read only when used). The model
  * must outlive the cache. On failure *out is untouched. */
-int kvs_cache_open(kvs_model *model, kvs_cache_params params, kvs_cache **out);
+KVS_API int kvs_cache_open(kvs_model *model, kvs_cache_params params, kvs_cache **out);
 /* Frees the cache; the files stay. No call on it may be running. NULL is a no-op. */
-void kvs_cache_free(kvs_cache *cache);
+KVS_API void kvs_cache_free(kvs_cache *cache);
 /* Indexes entries other processes wrote since open. *n_new (may be NULL) = entries added. */
-int kvs_cache_sync(kvs_cache *cache, int *n_new);
+KVS_API int kvs_cache_sync(kvs_cache *cache, int *n_new);
 /* Removes every chunk from memory; with and_disk also every entry file of the
  * cache directory (of any model). */
-int kvs_cache_clear(kvs_cache *cache, int and_disk);
+KVS_API int kvs_cache_clear(kvs_cache *cache, int and_disk);
 /* The fingerprint as 64 hex digits + NUL. */
-void kvs_cache_fingerprint_hex(const kvs_cache *cache, char hex[65]);
+KVS_API void kvs_cache_fingerprint_hex(const kvs_cache *cache, char hex[65]);
 
 typedef struct kvs_cache_stats {
     int chunk_tokens;
@@ -424,7 +484,7 @@ typedef struct kvs_cache_stats {
                                 * process wrote them since open) */
 } kvs_cache_stats;
 
-void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);
+KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);
 
 /* One cached chunk, for listing. Strings are hex keys (NUL-terminated);
  * tokens points into the cache or a scan buffer and is valid only during the
@@ -453,7 +513,7 @@ typedef int (*kvs_cache_entry_fn)(void *user, const kvs_cache_entry *e);
 
 /* Calls fn for every chunk of the cache (in memory or on disk), in no
  * particular order. fn must not call into the cache. */
-int kvs_cache_ls(kvs_cache *cache, kvs_cache_entry_fn fn, void *user);
+KVS_API int kvs_cache_ls(kvs_cache *cache, kvs_cache_entry_fn fn, void *user);
 
 /* Directory-level access without a model (`kvstitch cache ls|stats|clear`). */
 typedef struct kvs_cache_dir_stats {
@@ -473,16 +533,16 @@ typedef struct kvs_cache_dir_stats {
 /* Checks every entry header of dir (payload checksums are verified on use,
  * not here) and calls fn (may be NULL) for each valid one, of any model.
  * A missing dir is an empty cache. */
-int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st);
+KVS_API int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st);
 /* kvs_cache_dir_scan (without a callback) that also reads every payload and
  * verifies its checksum: damaged counts payload damage too. Reads all of dir. */
-int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
+KVS_API int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
 /* Removes every entry file of dir (any model) and stale temporary files:
  * only files whose names and headers are the cache's own. */
-int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
+KVS_API int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
 
 /* The default byte bound of dir (see kvs_cache_params.cache_max_bytes). */
-uint64_t kvs_cache_dir_default_max_bytes(const char *dir);
+KVS_API uint64_t kvs_cache_dir_default_max_bytes(const char *dir);
 
 typedef struct kvs_cache_prune_params {
     uint64_t max_bytes;    /* evict least recently used entries down to this; 0 = no bound */
@@ -500,7 +560,7 @@ typedef struct kvs_cache_prune_report {
 /* Reclaims space in dir (any model): unreachable entries, stale temporary
  * files, then entries older than older_than_s, then least recently used
  * ones down to max_bytes. Only the cache's own files are touched. */
-int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_cache_prune_report *r);
+KVS_API int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_cache_prune_report *r);
 
 /* --- reuse in generation --- */
 
@@ -510,9 +570,9 @@ typedef enum kvs_reuse_mode {
 } kvs_reuse_mode;
 
 /* "prefix", "none"; NULL for an unknown value. */
-const char *kvs_reuse_mode_name(kvs_reuse_mode mode);
+KVS_API const char *kvs_reuse_mode_name(kvs_reuse_mode mode);
 /* Parses a name; KVS_ERR_INVALID_ARG naming the accepted values otherwise. */
-int kvs_reuse_mode_parse(const char *name, kvs_reuse_mode *out);
+KVS_API int kvs_reuse_mode_parse(const char *name, kvs_reuse_mode *out);
 
 
 
@@ -538,14 +598,14 @@ typedef struct kvs_warm_report {
 
 /* Stores the KV of tokens[0..n) (positions 0..n-1) without generating:
  * reuses what is cached already and computes the rest. */
-int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep);
+KVS_API int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep);
 /* The same for a text (tokenized with flags, KVS_TOKENIZE_*), plus the border
  * check: the text is tokenized again followed by probe continuations (" x":
  * a word, "x": letters glued on, "\n": a newline) and the report says how
  * many leading tokens survive every one (stable_tokens), with a warning if
  * that is fewer than all. */
-int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags,
-                  kvs_warm_report *rep);
+KVS_API int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags,
+                          kvs_warm_report *rep);
 
 /* --- non-prefix reuse: segmented prompts (RAG) --- */
 
@@ -614,14 +674,14 @@ typedef struct kvs_repair_params {
     int narrow_layers;      /* cacheblend: layers the narrowing takes (4) */
 } kvs_repair_params;
 
-kvs_repair_params kvs_repair_default_params(void);
+KVS_API kvs_repair_params kvs_repair_default_params(void);
 /* "none", "selective", "cacheblend", "firstk", "full"; NULL if unknown. */
-const char *kvs_repair_mode_name(kvs_repair_mode mode);
+KVS_API const char *kvs_repair_mode_name(kvs_repair_mode mode);
 /* Parses a name; KVS_ERR_INVALID_ARG naming the accepted values otherwise. */
-int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);
+KVS_API int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);
 /* "v-l2", "k-cos"; NULL if unknown. */
-const char *kvs_deviation_name(kvs_deviation d);
-int kvs_deviation_parse(const char *name, kvs_deviation *out);
+KVS_API const char *kvs_deviation_name(kvs_deviation d);
+KVS_API int kvs_deviation_parse(const char *name, kvs_deviation *out);
 
 /* The one set of reuse parameters, for kvs_generate_cached and
  * kvs_generate_segments. */
@@ -638,7 +698,7 @@ typedef struct kvs_reuse_params {
                                * (kvs_repair_default_params) */
 } kvs_reuse_params;
 
-kvs_reuse_params kvs_reuse_default_params(void);
+KVS_API kvs_reuse_params kvs_reuse_default_params(void);
 
 /* kvs_generate with the cache: finds the longest cached prefix of the prompt
  * (at most n_prompt - 1 tokens, so the first logits are always computed),
@@ -651,13 +711,14 @@ kvs_reuse_params kvs_reuse_default_params(void);
  * (counted in the stats); the output is the cold output anyway. reuse may be
  * NULL (defaults; its repair part does not apply here). The context's
  * kv_type must be the cache's. */
-int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
-                        const kvs_generate_params *params, const kvs_reuse_params *reuse,
-                        kvs_generate_result *out);
+KVS_API int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
+                                const kvs_generate_params *params, const kvs_reuse_params *reuse,
+                                kvs_generate_result *out);
 
 /* The token sequence kvs_generate_segments runs for seg (the full-prefill
- * baseline is kvs_generate over exactly these tokens). *tokens is malloc'd. */
-int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens);
+ * baseline is kvs_generate over exactly these tokens). *tokens is allocated
+ * by the library: release it with kvs_free(). */
+KVS_API int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens);
 
 /* Generates from a segmented prompt with the cache: the longest exact
  * prefix is served bit-exactly (as kvs_generate_cached); every document
@@ -670,9 +731,9 @@ int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32
  * (the system segment; everything for `full`) is stored by prefix. reuse
  * may be NULL (defaults); with mode KVS_REUSE_NONE nothing is read from the
  * cache and every token is computed (repair is then `full`). */
-int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
-                          const kvs_generate_params *params, const kvs_reuse_params *reuse,
-                          kvs_generate_result *out);
+KVS_API int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
+                                  const kvs_generate_params *params, const kvs_reuse_params *reuse,
+                                  kvs_generate_result *out);
 
 /* What kvs_warm_docs did. */
 typedef struct kvs_warm_docs_report {
@@ -686,10 +747,10 @@ typedef struct kvs_warm_docs_report {
 /* Caches the KV of seg's documents (computing the missing ones after the
  * doc prefix) without generating; the system and question are ignored
  * except for the layout (chat, doc_prefix). rep may be NULL. */
-int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep);
+KVS_API int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep);
 
 /* SHA-256 helper (hex output, 65 bytes incl. NUL). */
-void kvs_sha256_hex(const void *data, size_t len, char hex[65]);
+KVS_API void kvs_sha256_hex(const void *data, size_t len, char hex[65]);
 
 #ifdef __cplusplus
 }

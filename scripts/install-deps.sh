@@ -10,6 +10,7 @@ set -euo pipefail
 PKGS=(
     gcc make pkg-config       # build
     python3 python3-pip       # model fetch (pip download), test references
+    python3-venv              # venvs: scripts/setup-venv.sh, `pip install ./python` (Debian's pip refuses system installs)
     libcjson-dev              # JSON: CLI output, server requests/responses, bench readers
     libmicrohttpd-dev         # HTTP server (kvstitch serve)
     libhiredis-dev            # Redis / Redis Cluster chunk tier

@@ -1,0 +1,33 @@
+"""kvstitch: chunk KV reuse for LLM prompts, from Python.
+
+    import kvstitch
+    model = kvstitch.Model.load("SmolLM2-135M-Instruct.Q4_1.gguf")
+    cache = kvstitch.Cache(model, cache_dir="~/.cache/kvs")
+    s = kvstitch.Session(model, cache)
+    r = s.generate("...", documents=[doc_a, doc_b], max_tokens=64)
+
+A binding (cffi, ABI mode) of the C library libkvstitch.so: the C header is
+parsed at import, nothing of the engine is reimplemented here. Thread rules:
+Model and Cache are shared by threads; one Session per thread (a second
+concurrent call raises SessionBusy). The GIL is released while C computes.
+"""
+from ._errors import (ContextFull, CorruptCache, Error, FileError, FormatError, InternalError,
+                      InvalidArgument, ModelMismatch, NotFound, OutOfMemory, SessionBusy,
+                      Unsupported, Utf8Error)
+from ._lib import cstr as _cstr, lib as _lib, library_path
+from ._result import GenerateResult, WarmResult
+from .cache import Cache
+from .model import Model, ModelInfo
+from .segments import Document, Question, Segment, System
+from .session import Session
+from .stream import Stream
+
+__version__ = _cstr(_lib.kvs_version())
+
+__all__ = [
+    "Model", "ModelInfo", "Cache", "Session", "Stream", "GenerateResult", "WarmResult",
+    "System", "Document", "Question", "Segment",
+    "Error", "InvalidArgument", "FileError", "FormatError", "Unsupported", "OutOfMemory",
+    "NotFound", "ContextFull", "Utf8Error", "ModelMismatch", "CorruptCache", "InternalError",
+    "SessionBusy", "library_path", "__version__",
+]

@@ -1,0 +1,85 @@
+"""Loads libkvstitch.so and its header into one cffi FFI (ABI mode).
+
+Where the library comes from, first found wins:
+  1. $KVSTITCH_LIB (a libkvstitch.so path; header: $KVSTITCH_HEADER, else the
+     include/ beside its lib/ or build/ directory);
+  2. the copy `pip install` put inside this package (_native/);
+  3. the source tree this package sits in (../build/libkvstitch.so), for
+     running the tests from a checkout without installing;
+  4. an installed library (`make install`): pkg-config's libdir/includedir.
+
+cffi releases the GIL around every call into the library, so C compute
+(prefill, decode, lookups) runs while other Python threads proceed.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import cffi
+
+from ._header import cdef_from_header
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _candidates() -> list[tuple[Path, Path]]:
+    out: list[tuple[Path, Path]] = []
+    env = os.environ.get("KVSTITCH_LIB")
+    if env:
+        lib = Path(env)
+        hdr = os.environ.get("KVSTITCH_HEADER")
+        root = lib.parent.parent
+        while hdr is None and root != root.parent and not (root / "include" / "kvstitch.h").exists():
+            root = root.parent  # build/san/libkvstitch.so -> the tree's include/
+        out.append((lib, Path(hdr) if hdr else root / "include" / "kvstitch.h"))
+        return out  # an explicit choice is never silently replaced
+    out.append((_HERE / "_native" / "libkvstitch.so", _HERE / "_native" / "kvstitch.h"))
+    tree = _HERE.parent.parent
+    out.append((tree / "build" / "libkvstitch.so", tree / "include" / "kvstitch.h"))
+    try:
+        q = lambda var: subprocess.run(["pkg-config", "--variable=" + var, "kvstitch"],
+                                       capture_output=True, text=True, check=True).stdout.strip()
+        out.append((Path(q("libdir")) / "libkvstitch.so", Path(q("includedir")) / "kvstitch.h"))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return out
+
+
+def _load():
+    tried = []
+    for lib_path, hdr_path in _candidates():
+        if not (lib_path.exists() and hdr_path.exists()):
+            tried.append(f"{lib_path} (+ {hdr_path.name})")
+            continue
+        body, consts = cdef_from_header(hdr_path.read_text(encoding="utf-8"))
+        ffi = cffi.FFI()
+        ffi.cdef(body)
+        lib = ffi.dlopen(str(lib_path))
+        want = "%d.%d.%d" % (consts["KVS_VERSION_MAJOR"], consts["KVS_VERSION_MINOR"],
+                             consts["KVS_VERSION_PATCH"])
+        have = ffi.string(lib.kvs_version()).decode()
+        if have != want:
+            raise ImportError(f"kvstitch: {lib_path} is version {have} but its header "
+                              f"{hdr_path} says {want}; rebuild or set KVSTITCH_LIB")
+        return ffi, lib, str(lib_path)
+    raise ImportError("kvstitch: libkvstitch.so not found; tried " + "; ".join(tried) +
+                      ". Install with `pip install ./python` from the source tree, "
+                      "run `make install`, or set KVSTITCH_LIB")
+
+
+ffi, lib, library_path = _load()
+
+
+def cstr(p) -> str:
+    """A C string owned by the library (static or the model's) as str."""
+    return ffi.string(p).decode("utf-8", errors="replace") if p != ffi.NULL else ""
+
+
+def struct_dict(cdata) -> dict:
+    """Every field of a C struct of plain numbers, by the header's own field list."""
+    t = ffi.typeof(cdata)
+    if t.kind == "pointer":
+        t = t.item
+    return {name: getattr(cdata, name) for name, _ in t.fields}

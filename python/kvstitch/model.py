@@ -1,0 +1,147 @@
+"""Model: a loaded GGUF file (kvs_model), its tokenizer and chat template."""
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from ._errors import Error, check
+from ._lib import cstr, ffi, lib
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What kvs_model_get_info reports (architecture, sizes, tokenizer)."""
+    path: str
+    name: str
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ctx_train: int
+    n_vocab: int
+    n_params: int
+    tokenizer_model: str
+    chat_template_family: str
+    bos_id: int
+    eos_id: int
+    raw: Mapping[str, Any]  # every field of kvs_model_info, strings decoded
+
+
+class Model:
+    """A GGUF model, mmapped read-only. Immutable once loaded: share one Model
+    across threads freely. Caches and Sessions keep their Model alive."""
+
+    def __init__(self, handle, path: str, threads: int):
+        self._h = handle
+        self.path = path
+        self.threads = threads  # default thread count of the Sessions made from it
+        self._children: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, threads: int = 0, vocab_only: bool = False) -> "Model":
+        """Loads a GGUF file. threads: default for Sessions (0 = all cores).
+        Raises FileError / FormatError / Unsupported naming what is wrong."""
+        path = os.fspath(path)
+        params = lib.kvs_model_default_params()
+        params.vocab_only = int(vocab_only)
+        out = ffi.new("kvs_model **")
+        check(lib.kvs_model_load(path.encode(), params, out))
+        return cls(ffi.gc(out[0], lib.kvs_model_free), path, threads)
+
+    def close(self) -> None:
+        """Frees the model now (otherwise when it is garbage). Refused while a
+        Cache or Session made from it is alive."""
+        if len(self._children):
+            raise Error(f"{self.path}: {len(self._children)} caches/sessions still use this model")
+        if self._h is not None:
+            ffi.release(self._h)
+            self._h = None
+
+    def _handle(self):
+        if self._h is None:
+            raise Error(f"{self.path}: the model was closed")
+        return self._h
+
+    @property
+    def info(self) -> ModelInfo:
+        c = ffi.new("kvs_model_info *")
+        lib.kvs_model_get_info(self._handle(), c)
+        raw = {}
+        for name, field in ffi.typeof("kvs_model_info").fields:
+            v = getattr(c, name)
+            raw[name] = cstr(v) if field.type.cname == "char *" else v
+        return ModelInfo(**{k: raw[k] for k in ModelInfo.__dataclass_fields__ if k != "raw"}, raw=raw)
+
+    @property
+    def n_vocab(self) -> int:
+        return lib.kvs_vocab_size(self._handle())
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of text. add_bos: as the vocabulary asks (SmolLM2 asks for
+        none); special: recognise control tokens such as <|im_start|>."""
+        data = text.encode("utf-8")
+        flags = (lib.KVS_TOKENIZE_ADD_BOS if add_bos else 0) | \
+                (lib.KVS_TOKENIZE_PARSE_SPECIAL if special else 0)
+        n = ffi.new("int *")
+        cap = len(data) + 8  # enough for any text but hostile vocabularies: then retried
+        while True:
+            buf = ffi.new("int32_t[]", cap)
+            st = lib.kvs_tokenize(self._handle(), data, len(data), flags, buf, cap, n)
+            if st != lib.KVS_ERR_BUFFER_TOO_SMALL:
+                check(st)
+                return list(ffi.unpack(buf, n[0]))
+            cap = n[0]
+
+    def detokenize(self, ids: Iterable[int], render_special: bool = False) -> str:
+        """Text of ids (invalid UTF-8 sequences become U+FFFD)."""
+        d = ffi.new("kvs_detok **")
+        check(lib.kvs_detok_new(self._handle(), int(render_special), d))
+        det = ffi.gc(d[0], lib.kvs_detok_free)
+        cap = 256
+        buf, n = ffi.new("char[]", cap), ffi.new("size_t *")
+        parts = []
+        for t in ids:
+            check(lib.kvs_detok_push(det, int(t), buf, cap, n))
+            parts.append(ffi.unpack(buf, n[0]))
+        check(lib.kvs_detok_flush(det, buf, cap, n))
+        parts.append(ffi.unpack(buf, n[0]))
+        ffi.release(det)
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+    def render_chat(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                    family: str | None = None) -> str:
+        """messages ({"role", "content"}) laid out in the model's chat template."""
+        keep = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        msgs = ffi.new("kvs_chat_message[]", len(keep))
+        owners = []
+        for i, (role, content) in enumerate(keep):
+            r, c = ffi.new("char[]", role), ffi.new("char[]", content)
+            owners += [r, c]
+            msgs[i].role, msgs[i].content = r, c
+        out = ffi.new("char **")
+        check(lib.kvs_chat_render(self._handle(), family.encode() if family else ffi.NULL,
+                                  msgs, len(keep), int(add_generation_prompt), out))
+        try:
+            return ffi.string(out[0]).decode("utf-8")
+        finally:
+            lib.kvs_free(out[0])
+
+    def segment_tokens(self, blocks: Sequence[Any], chat: bool = True) -> list[int]:
+        """The token sequence Session.generate runs for blocks ([System,
+        Document..., Question]): a cold generate over exactly these tokens is
+        the baseline that reuse="full" reproduces bit for bit."""
+        from .segments import CSegments  # segments imports nothing of model
+        seg = CSegments(blocks, chat=chat)
+        toks, n = ffi.new("int32_t **"), ffi.new("int *")
+        check(lib.kvs_segments_tokenize(self._handle(), seg.c, toks, n))
+        try:
+            return list(ffi.unpack(toks[0], n[0]))
+        finally:
+            lib.kvs_free(toks[0])
+
+    def __repr__(self) -> str:
+        return f"kvstitch.Model({self.path!r})"

@@ -1,0 +1,260 @@
+"""Session: one inference context (kvs_context): generate, stream, warm.
+
+Thread rules: a Model and a Cache are shared by any number of threads; a
+Session is used by one call at a time. A second call entering a busy
+Session (from another thread, or a generate inside an unfinished stream)
+raises SessionBusy instead of corrupting the context. The GIL is released
+while the library computes (cffi drops it around every C call), so
+Sessions on several threads run in parallel.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Mapping, Sequence, Union
+
+from ._errors import InvalidArgument, SessionBusy, check
+from ._lib import ffi, lib
+from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
+                      warm_from_docs_report, warm_from_report)
+from .cache import Cache, kv_type_of
+from .model import Model
+from .segments import CSegments, Document, Question, Segment, System, is_segment_list
+from .stream import Stream
+
+Prompt = Union[str, Sequence[int], Sequence[Mapping[str, str]], Sequence[Segment]]
+
+
+# One reuse parameter struct holding the repair (newer headers), or a
+# separate kvs_repair_params for kvs_generate_segments (older ones).
+_UNIFIED_REUSE = "repair" in {name for name, _ in ffi.typeof("kvs_reuse_params").fields}
+
+
+def _prefix_params(a: Mapping[str, Any]):
+    rp = lib.kvs_reuse_default_params()
+    if a["reuse"] is not None:
+        mode = ffi.new("kvs_reuse_mode *")
+        check(lib.kvs_reuse_mode_parse(a["reuse"].encode(), mode))
+        rp.mode = mode[0]
+    rp.store = int(a["store"])
+    return ffi.new("kvs_reuse_params *", rp)
+
+
+def _segment_params(a: Mapping[str, Any]):
+    """reuse names the repair strategy here (as `kvstitch generate --doc`)."""
+    rep = lib.kvs_repair_default_params()
+    if a["reuse"] is not None:
+        mode = ffi.new("kvs_repair_mode *")
+        check(lib.kvs_repair_mode_parse(a["reuse"].encode(), mode))
+        rep.mode = mode[0]
+    if a["recompute_ratio"] is not None:
+        rep.recompute_ratio = a["recompute_ratio"]
+    if not _UNIFIED_REUSE:
+        return ffi.new("kvs_repair_params *", rep)
+    rp = lib.kvs_reuse_default_params()
+    rp.store = int(a["store"])
+    rp.repair = rep
+    return ffi.new("kvs_reuse_params *", rp)
+
+
+class Session:
+    """A context of n_ctx tokens on a Model, optionally with a Cache."""
+
+    def __init__(self, model: Model, cache: Cache | None = None, n_ctx: int = 0,
+                 threads: int | None = None, n_batch: int = 0, kv_type: str | None = None):
+        """n_ctx: 0 = the model's trained length (capped at 8192); threads:
+        None = the Model's default (0 = all cores); kv_type: the Cache's, or
+        "f16" without a cache."""
+        if cache is not None and cache.model is not model:
+            raise InvalidArgument("Session: the cache belongs to another Model")
+        p = lib.kvs_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_threads = model.threads if threads is None else threads
+        p.n_batch = n_batch
+        p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
+        out = ffi.new("kvs_context **")
+        check(lib.kvs_context_new(model._handle(), p, out))
+        self.model, self.cache = model, cache
+        self._h = ffi.gc(out[0], lib.kvs_context_free)
+        self.n_ctx = lib.kvs_context_n_ctx(self._h)
+        self._busy = threading.Lock()
+        model._children.add(self)
+
+    # --- one call at a time ---------------------------------------------------
+    def _acquire(self) -> None:
+        if self._h is None:
+            raise InvalidArgument("the session was closed")
+        if not self._busy.acquire(blocking=False):
+            raise SessionBusy("this Session is running another call (one Session per thread; "
+                              "finish or close a stream before the next call)")
+
+    def close(self) -> None:
+        """Frees the context now (otherwise when the Session is garbage)."""
+        self._acquire()
+        try:
+            ffi.release(self._h)
+            self._h = None
+        finally:
+            self._busy.release()
+
+    # --- generate -------------------------------------------------------------
+    def generate(self, prompt: Prompt, max_tokens: int = 128, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 stop: Sequence[str] | None = None, seed: int = 0,
+                 documents: Sequence[str | Document] | None = None, system: str | None = None,
+                 chat: bool | None = None, reuse: str | None = None,
+                 recompute_ratio: float | None = None, store: bool = True, logprobs: int = 0,
+                 logits: bool = False, add_bos: bool = True) -> GenerateResult:
+        """Generates from prompt: a text, token ids, chat messages
+        ([{"role", "content"}]) or blocks ([System, Document..., Question]).
+        documents / system with a text prompt make blocks of it.
+
+        reuse: for plain prompts "prefix" (default with a cache: the longest
+        cached prefix, bit-identical to a cold run) or "none"; for documents
+        the repair strategy: "cacheblend" (default), "selective", "firstk",
+        "none" or "full" (a cold prefill's bits). recompute_ratio: CacheBlend's
+        share of moved tokens recomputed. temperature <= 0: greedy. logprobs:
+        how many (id, logprob) pairs of the first position to return.
+        logits: also return the first position's raw logits (first_logits,
+        n_vocab float32 as bytes: what bit-exactness is checked on)."""
+        self._acquire()
+        try:
+            return self._run(prompt, locals(), None)
+        finally:
+            self._busy.release()
+
+    def stream(self, prompt: Prompt, **kw: Any) -> Stream:
+        """Like generate, but returns a Stream that yields text pieces as they
+        are generated; stream.result holds the GenerateResult once it ends.
+        Closing the stream early (or leaving its `with` block) stops
+        generation. The Session is busy until the stream ends or is closed."""
+        self._acquire()
+        args = dict(kw, prompt=prompt)
+        try:
+            self._build(args)  # raise argument errors here, not on the worker thread
+        except BaseException:
+            self._busy.release()
+            raise
+        return Stream(lambda on_token: self._run(prompt, args, on_token), self._busy.release)
+
+    # --- internals ------------------------------------------------------------
+    _DEFAULTS = dict(max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
+                     repeat_penalty=1.0, stop=None, seed=0, documents=None, system=None,
+                     chat=None, reuse=None, recompute_ratio=None, store=True, logprobs=0,
+                     logits=False, add_bos=True)
+
+    def _build(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(kw) - set(self._DEFAULTS) - {"prompt", "self"}
+        if unknown:
+            raise TypeError(f"unknown argument(s): {', '.join(sorted(unknown))}")
+        a = dict(self._DEFAULTS, **{k: v for k, v in kw.items() if k != "self"})
+        prompt = a["prompt"]
+        if a["documents"] is not None or (isinstance(prompt, str) and a["system"] is not None
+                                          and a["chat"] is not False):
+            if not isinstance(prompt, str):
+                raise InvalidArgument("documents=/system= go with a text prompt (the question)")
+            blocks = ([System(a["system"])] if a["system"] is not None else []) + \
+                [d if isinstance(d, Document) else Document(d) for d in a["documents"] or []] + \
+                [Question(prompt)]
+            prompt = blocks
+        if is_segment_list(prompt):
+            if self.cache is None:
+                raise InvalidArgument("documents need a Session with a Cache")
+            a["segments"] = CSegments(prompt, chat=a["chat"] is not False)
+        else:
+            a["tokens"] = self._tokens(prompt, a["chat"], a["add_bos"])
+        return a
+
+    def _tokens(self, prompt: Any, chat: bool | None, add_bos: bool) -> list[int]:
+        if isinstance(prompt, str):
+            if chat:
+                prompt = [{"role": "user", "content": prompt}]
+            else:
+                return self.model.tokenize(prompt, add_bos=add_bos)
+        if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
+            text = self.model.render_chat(prompt, add_generation_prompt=True)
+            return self.model.tokenize(text, add_bos=add_bos, special=True)
+        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt) and prompt:
+            return list(prompt)
+        raise InvalidArgument("prompt: expected a str, token ids, chat messages or "
+                              "[System, Document..., Question] blocks (non-empty)")
+
+    def _run(self, prompt: Prompt, kw: Mapping[str, Any],
+             on_token: Callable[[int, bytes], bool] | None) -> GenerateResult:
+        a = self._build(dict(kw, prompt=prompt))
+        gp = lib.kvs_generate_default_params()
+        gp.n_predict = a["max_tokens"]
+        s = gp.sampling
+        s.temperature, s.top_k, s.top_p, s.min_p = a["temperature"], a["top_k"], a["top_p"], a["min_p"]
+        s.repeat_penalty, s.seed = a["repeat_penalty"], a["seed"]
+        gp.sampling = s
+        keep = [ffi.new("char[]", x.encode("utf-8")) for x in a["stop"] or []]
+        stops = ffi.new("char *[]", keep) if keep else ffi.NULL
+        gp.stop, gp.n_stop = stops, len(keep)
+        gp.n_top_logprobs = a["logprobs"]
+        cancelled = [False]
+        cb = None
+        if on_token is not None:
+            def trampoline(user, token, piece, n):
+                stop_now = on_token(token, ffi.unpack(piece, n) if n else b"")
+                cancelled[0] = cancelled[0] or bool(stop_now)
+                return int(bool(stop_now))
+            cb = ffi.callback("kvs_token_callback", trampoline, onerror=lambda *e: 1)
+            gp.on_token = cb
+        r = ffi.new("kvs_generate_result *")
+        cache_h = self.cache._enter() if self.cache is not None else None
+        try:
+            if "segments" in a:
+                check(lib.kvs_generate_segments(self._h, cache_h, a["segments"].c, ffi.addressof(gp),
+                                                _segment_params(a), r))
+            else:
+                toks = ffi.new("int32_t[]", a["tokens"])
+                if cache_h is not None:
+                    check(lib.kvs_generate_cached(self._h, cache_h, toks, len(a["tokens"]),
+                                                  ffi.addressof(gp), _prefix_params(a), r))
+                else:
+                    check(lib.kvs_generate(self._h, toks, len(a["tokens"]), ffi.addressof(gp), r))
+        finally:
+            if self.cache is not None:
+                self.cache._leave()
+        try:
+            why = stop_reason_of(r, a["max_tokens"], self.n_ctx, cancelled[0], self.model._handle())
+            return result_from_c(r, why, a["logits"])
+        finally:
+            lib.kvs_generate_result_free(r)
+
+    # --- warm -----------------------------------------------------------------
+    def warm(self, text: str | Sequence[int] | Sequence[Segment] | None = None,
+             documents: Sequence[str | Document] | None = None, chat: bool = True,
+             add_bos: bool = True) -> WarmResult:
+        """Caches KV without generating. A text (or token ids): its chunks, as
+        a later generate(text + more) would reuse them (same add_bos), with
+        KVBoost's WarmResult fields and the BPE border check. Documents
+        (documents=[...] or blocks): each document's KV, as generate(...,
+        documents=...) with the same chat layout reuses it."""
+        if self.cache is None:
+            raise InvalidArgument("warm needs a Session with a Cache")
+        self._acquire()
+        cache_h = self.cache._enter()
+        try:
+            if documents is not None or is_segment_list(text):
+                blocks = list(text) if is_segment_list(text) else \
+                    [d if isinstance(d, Document) else Document(d) for d in documents or []]
+                seg = CSegments(blocks, chat=chat)
+                rep = ffi.new("kvs_warm_docs_report *")
+                check(lib.kvs_warm_docs(self._h, cache_h, seg.c, rep))
+                return warm_from_docs_report(rep, self.cache.stats()["chunk_tokens"])
+            rep = ffi.new("kvs_warm_report *")
+            if isinstance(text, str):
+                data = text.encode("utf-8")
+                flags = lib.KVS_TOKENIZE_ADD_BOS if add_bos else 0
+                check(lib.kvs_warm_text(self._h, cache_h, data, len(data), flags, rep))
+            else:
+                toks = self._tokens(text, False, add_bos)
+                check(lib.kvs_warm(self._h, cache_h, ffi.new("int32_t[]", toks), len(toks), rep))
+            return warm_from_report(rep)
+        finally:
+            self.cache._leave()
+            self._busy.release()
+
+    def __repr__(self) -> str:
+        return f"kvstitch.Session(n_ctx={self.n_ctx}, cache={self.cache is not None})"

@@ -1,0 +1,55 @@
+"""Model.load, info, tokenize / detokenize, chat rendering, package surface."""
+import inspect
+import re
+from pathlib import Path
+
+import kvstitch
+
+
+def test_version_matches_header():
+    hdr = (Path(__file__).resolve().parents[2] / "include" / "kvstitch.h").read_text()
+    want = ".".join(re.search(r"#define KVS_VERSION_%s (\d+)" % p, hdr).group(1)
+                    for p in ("MAJOR", "MINOR", "PATCH"))
+    assert kvstitch.__version__ == want
+
+
+def test_info(model, model_path):
+    info = model.info
+    assert info.path == model_path
+    assert info.arch == "llama" and info.n_layer == 30 and info.n_vocab == 49152
+    assert info.chat_template_family == "chatml"
+    assert info.raw["n_embd"] == info.n_embd == 576
+    assert model.n_vocab == info.n_vocab
+
+
+def test_tokenize_detokenize_roundtrip(model):
+    text = "Hello, world! Grüße, 東京 🙂 and tabs\tand\nnewlines"
+    ids = model.tokenize(text)
+    assert ids and all(isinstance(t, int) for t in ids)
+    assert model.detokenize(ids) == text
+
+
+def test_tokenize_special(model):
+    plain = model.tokenize("<|im_start|>user", special=False)
+    special = model.tokenize("<|im_start|>user", special=True)
+    assert len(special) < len(plain)
+    assert model.detokenize(special, render_special=True) == "<|im_start|>user"
+
+
+def test_render_chat(model):
+    text = model.render_chat([{"role": "system", "content": "Be brief."},
+                              {"role": "user", "content": "Hi"}])
+    assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_public_surface_documented():
+    pkg = Path(kvstitch.__file__).parent
+    assert (pkg / "py.typed").exists()
+    for name in kvstitch.__all__:
+        obj = getattr(kvstitch, name)
+        if inspect.isclass(obj):
+            assert obj.__doc__, name
+            for meth_name, meth in inspect.getmembers(obj, inspect.isfunction):
+                if not meth_name.startswith("_"):
+                    assert meth.__doc__, f"{name}.{meth_name}"

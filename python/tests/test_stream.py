@@ -1,0 +1,40 @@
+"""Session.stream: pieces as they come, same output as generate, early
+close, and the Session is busy while a stream is open."""
+import pytest
+
+import kvstitch
+
+
+def test_stream_equals_generate(model):
+    s = kvstitch.Session(model, n_ctx=512)
+    ref = s.generate("Write a line about the sea.", chat=True, max_tokens=16, logits=True)
+    st = s.stream("Write a line about the sea.", chat=True, max_tokens=16, logits=True)
+    pieces = list(st)
+    assert len(pieces) > 1 and "".join(pieces) == ref.text
+    assert st.result.tokens == ref.tokens and st.result.first_logits == ref.first_logits
+
+
+def test_stream_close_early(model):
+    s = kvstitch.Session(model, n_ctx=512)
+    with s.stream("Count from one to fifty:", max_tokens=64, logits=True) as st:
+        got = [next(st), next(st)]
+    assert all(isinstance(p, str) for p in got)
+    assert st.result.stop_reason == "callback" and len(st.result.tokens) < 64
+    assert s.generate("Hello", max_tokens=2, logits=True).tokens  # usable again
+
+
+def test_session_busy_during_stream(model):
+    s = kvstitch.Session(model, n_ctx=512)
+    st = s.stream("Tell me a story.", max_tokens=8, logits=True)
+    with pytest.raises(kvstitch.SessionBusy):
+        s.generate("Hello", max_tokens=1, logits=True)
+    st.close()
+    assert s.generate("Hello", max_tokens=1, logits=True).tokens
+
+
+def test_stream_error_raised_in_consumer(model):
+    s = kvstitch.Session(model, n_ctx=16)
+    st = s.stream("word " * 40, max_tokens=4, logits=True)
+    with pytest.raises(kvstitch.ContextFull):
+        list(st)
+    assert s.generate("Hi", max_tokens=1, logits=True).tokens
