@@ -52,6 +52,9 @@ if [ -n "$memo" ] && [ -n "$entry" ]; then
     rm -f "$memo" "$entry"; mkfifo "$memo" "$entry"
     T "$CLI" generate -m "$MODEL" --cache-dir "$D" --threads 2 -n 2 --json -f "$tmp/p0.txt" >"$tmp/g.json" 2>"$tmp/e"; rc=$?
     [ $rc -eq 0 ] && ok cache_dir_fifo_memo_and_entry_generate || fail cache_dir_fifo_memo_and_entry_generate "rc=$rc $(cat "$tmp/e")"
+    # generate may rename its own new files over them (the names are the
+    # cache's); clear and prune must leave them alone
+    rm -f "$memo" "$entry"; mkfifo "$memo" "$entry"
     for verb in "stats" "stats --verify" "ls" "prune --max-bytes 1G" "clear"; do
         T "$CLI" cache $verb --cache-dir "$D" -m "$MODEL" >/dev/null 2>"$tmp/e" ||
             T "$CLI" cache $verb --cache-dir "$D" >/dev/null 2>>"$tmp/e"; rc=$?
@@ -66,7 +69,10 @@ fi
 small="$tmp/small"; mkdir -p "$small"
 if mount -t tmpfs -o size=2m tmpfs "$small" 2>/dev/null; then
     mounts+=("$small")
-    T "$CLI" warm -m "$MODEL" --cache-dir "$small" --threads 2 --json -f "$tmp/p1.txt" >"$tmp/w.json" 2>"$tmp/e"; rc=$?
+    # a bound above the file system's size: writes run into ENOSPC (under the
+    # default bound the cache would evict its own entries to make room)
+    T "$CLI" warm -m "$MODEL" --cache-dir "$small" --cache-max-bytes 1G --threads 2 --json -f "$tmp/p1.txt" \
+        >"$tmp/w.json" 2>"$tmp/e"; rc=$?
     on_disk=$(kvc_count "$small")
     if [ $rc -eq 0 ] && [ "$(j "$tmp/w.json" 'd["chunks_stored"] == '"$on_disk"' and d["write_errors"] > 0 and d["chunks_stored"] + d["write_errors"] == d["prompts"][0]["chunks"]')" = True ] \
         && [ "$(j "$tmp/w.json" '"could not be written" in d["prompts"][0]["warning"]')" = True ]; then
@@ -74,7 +80,8 @@ if mount -t tmpfs -o size=2m tmpfs "$small" 2>/dev/null; then
     else
         fail cache_dir_full_fs_reported "rc=$rc on_disk=$on_disk $(cat "$tmp/w.json" "$tmp/e")"
     fi
-    T "$CLI" generate -m "$MODEL" --cache-dir "$small" --threads 2 -n 2 --json -f "$tmp/p2.txt" >"$tmp/g.json" 2>"$tmp/e"; rc=$?
+    T "$CLI" generate -m "$MODEL" --cache-dir "$small" --cache-max-bytes 1G --threads 2 -n 2 --json -f "$tmp/p2.txt" \
+        >"$tmp/g.json" 2>"$tmp/e"; rc=$?
     [ $rc -eq 0 ] && [ "$(j "$tmp/g.json" 'd["write_errors"] > 0')" = True ] && grep -q "could not be written" "$tmp/e" \
         && ok cache_dir_full_fs_generate || fail cache_dir_full_fs_generate "rc=$rc $(cat "$tmp/g.json" "$tmp/e")"
     rm -rf "${small:?}"/* "$small"/.[!.]* 2>/dev/null
