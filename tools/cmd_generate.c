@@ -262,9 +262,6 @@ static void print_stats(int n, const kvs_generate_result *r, int cached) {
         fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
                 "ttft %.1f ms]\n", r->n_cached, n, 100.0 * r->cache_hit_ratio, r->n_live, r->n_chunks_stored,
                 r->ttft_ms);
-    if (cached && r->n_write_errors)
-        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
-                r->n_write_errors);
 }
 
 /* --doc: the prompt as segments (system, documents, question), generated
@@ -286,6 +283,9 @@ static int generate_docs(kvs_context *ctx, kvs_cache *cache, const gen_opts *o, 
         cli_fail(st, "generate");
         goto out;
     }
+    if (r.n_write_errors) /* also with --json: a warning on stderr */
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                r.n_write_errors);
     if (o->json) {
         print_json(r.n_prompt, &r, o);
     } else {
@@ -379,10 +379,10 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
                     "ttft %.1f ms]\n", r.n_cached, n, 100.0 * r.cache_hit_ratio, r.n_live, r.n_chunks_stored,
                     r.ttft_ms);
-        if (cache && r.n_write_errors)
-            fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
-                    r.n_write_errors);
     }
+    if (cache && r.n_write_errors) /* also with --json: a warning on stderr */
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                r.n_write_errors);
     kvs_generate_result_free(&r);
     rc = 0;
 done:
