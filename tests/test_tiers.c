@@ -245,24 +245,26 @@ TEST(damage_on_every_chunk_heals_in_one_request) {
 
 TEST(failed_write_is_counted_not_stored) {
     char *dir = new_dir();
-    char path[512];
+    char path[512], path3[512];
     entry_path(dir, 2, path, sizeof path);
-    CHECK_EQ_INT(mkdir(path, 0755), 0); /* a directory in the entry's place */
+    entry_path(dir, 3, path3, sizeof path3);
+    CHECK_EQ_INT(mkdir(path, 0755), 0); /* directories in two entries' places */
+    CHECK_EQ_INT(mkdir(path3, 0755), 0);
     kvs_store *s = open_store(dir, 0);
     fake_kv_fill(cold, toks, N);
     kvs_put_report r;
     CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
-    CHECK_EQ_INT(r.n_new, 4);
-    CHECK_EQ_INT(r.n_write_errors, 1);
+    CHECK_EQ_INT(r.n_new, 3);
+    CHECK_EQ_INT(r.n_write_errors, 2);
     CHECK(strstr(r.write_error, ".kvc") != NULL);
     kvs_store_stats st;
     kvs_store_get_stats(s, &st);
-    CHECK_EQ_INT(st.disk_write_errors, 1);
-    CHECK_EQ_INT(st.disk_writes, 4);
+    CHECK_EQ_INT(st.disk_write_errors, 2);
+    CHECK_EQ_INT(st.disk_writes, 3);
     kvs_store_free(s);
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)); /* left alone */
-    CHECK_EQ_INT(count_files(dir, ".kvc"), 5);          /* 4 entries + the directory */
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5);          /* 3 entries + the directories */
     CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
     rm_dir(dir);
     free(dir);

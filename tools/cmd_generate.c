@@ -232,9 +232,6 @@ static void print_stats(const kvs_generate_result *r) {
                 "ttft %.1f ms]\n",
                 r->reuse->n_reused, r->n_prompt, 100.0 * r->reuse->cache_hit_ratio, r->n_live,
                 r->reuse->n_chunks_stored, r->ttft_ms);
-    if (r->reuse && r->reuse->n_write_errors)
-        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
-                r->reuse->n_write_errors);
     if (r->docs)
         fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed]\n",
                 r->docs->n_docs_hit, r->docs->n_docs_computed, r->docs->n_moved, r->docs->n_recomputed);
@@ -338,6 +335,9 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
         fflush(stdout); /* the text before the stats line on a terminal */
         if (!o->quiet) print_stats(&r);
     }
+    if (r.reuse && r.reuse->n_write_errors) /* with --json and --quiet too: nothing stored silently */
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                r.reuse->n_write_errors);
     kvs_generate_result_free(&r);
     return rc;
 }

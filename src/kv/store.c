@@ -218,11 +218,15 @@ static int put_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, con
     rc = kvs_chunk_copy_from_kv(c, 0, c->n_tok, kv, sp->start);
     int ins = rc ? rc : insert(s, c, tokens, &write_failed);
     kvs_chunk_unref(c);
-    if (ins == KVS_OK && write_failed && !r->n_write_errors++)
-        snprintf(r->write_error, sizeof r->write_error, "%s", kvs_last_error());
-    else if (ins == KVS_OK) r->n_new++;
-    else if (ins == KVS_STORE_EXISTS) r->n_existing++;
-    else r->n_skipped++;
+    if (ins == KVS_OK && write_failed) {
+        if (!r->n_write_errors++) snprintf(r->write_error, sizeof r->write_error, "%s", kvs_last_error());
+    } else if (ins == KVS_OK) {
+        r->n_new++;
+    } else if (ins == KVS_STORE_EXISTS) {
+        r->n_existing++;
+    } else {
+        r->n_skipped++;
+    }
     return ins < 0 ? ins : KVS_OK;
 }
 

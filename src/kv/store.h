@@ -1,13 +1,19 @@
 /*
  * The chunk store: chunks of one model (one fingerprint, one KV shape) in
- * memory within a byte budget, optionally backed by a cache directory.
+ * memory within a byte budget, backed by storage tiers below RAM (tier.h:
+ * the cache directory first, then any attached, e.g. Redis).
  *
  *   kvs_store
  *   +-- prefix map   prefix_key  -> chunk     (identity; dedup)
  *   +-- content map  content_key -> chunk(s)  (non-prefix reuse)
  *   +-- radix tree   token paths, chunks hanging at their end depth (radix.h)
  *   +-- LRU list     resident chunks, most recent first
- *   +-- disk         DIR/<prefix hex>.kvc (disk.h), written through on insert
+ *   +-- tiers[]      below RAM, in order (tier_dir.h: DIR/<prefix hex>.kvc);
+ *                    written through on insert, asked in order on lookup
+ *
+ * The files, one job each (store_impl.h): store.c (open, attach, insert,
+ * put, remove, clear, sync), store_index.c, store_lru.c, store_fetch.c,
+ * store_lookup.c (the one lookup path), store_stats.c.
  *
  * Reuse. kvs_store_lookup_prefix() answers "which cached KV covers the
  * longest prefix of these tokens" with segments (chunk, tokens [from, to)).
@@ -15,12 +21,14 @@
  * 0..t, so a chunk whose path agrees with the prompt up to token m holds the
  * exact KV of its tokens before m. A reuse can thus stop at any token, on or
  * off the chunk grid. kvs_prefix_hit_copy_to_kv() then copies the KV into
- * the engine's buffer at slot = position.
+ * the engine's buffer at slot = position. Past what the RAM index covers,
+ * the lookup asks the tiers for the prompt's grid chunks by prefix key
+ * (store_lookup.c), so a tier that was never scanned serves too.
  *
  * Eviction. Resident chunks form one LRU list; when the bytes they count
  * (chunk struct, token ids and payload of every resident chunk) exceed the
- * budget, the least recently used chunks that nobody pins are evicted: a disk-backed
- * chunk only drops its payload (it stays indexed and is reloaded on the next
+ * budget, the least recently used chunks that nobody pins are evicted: a chunk a
+ * tier holds only drops its payload (it stays indexed and is reloaded on the next
  * hit), a memory-only chunk leaves every index. A prefix hit touches its
  * chunks from the last to the first, and kvs_store_insert_chain() inserts
  * likewise, so within a chain the later chunks are evicted first. The
@@ -43,10 +51,10 @@
  * The request path (src/cache/prefix.c, kvs_generate_cached, does exactly this):
  *
  *   kvs_prefix_hit hit;
- *   kvs_store_lookup_into(store, prompt, n - 1, &view, &hit); // >= 1 live token for the logits
+ *   kvs_store_lookup_into(store, prompt, n - 1, kv, &hit); // >= 1 live token for the logits
  *   ... prefill prompt[hit.n_cached .. n) at positions hit.n_cached .. n-1 ...
  *   kvs_prefix_hit_release(&hit);
- *   kvs_store_put_prefix(store, prompt, n, 64, borders, n_borders, &view, &report);
+ *   kvs_store_put_prefix(store, prompt, n, 64, borders, n_borders, kv, &report);
  *
  * (or kvs_store_lookup_prefix + kvs_prefix_hit_copy_to_kv in a long-lived
  * process that wants loaded payloads to stay resident for later requests).
@@ -65,14 +73,18 @@
  * under the read lock with a small mutex. kvs_store_lookup_prefix makes disk
  * payloads resident under the read lock, one load at a time (a mutex), so a
  * writer waits for a load in progress; kvs_store_lookup_into reads into the
- * caller's buffer outside every lock (its chunks are pinned). Statistics
+ * caller's buffer outside every lock (its chunks are pinned), and so do the
+ * tier reads by key (what they serve is indexed afterwards, write lock). Statistics
  * are atomics (a snapshot is consistent per field, not across fields).
  *
  * Processes. Several processes may share a cache directory: files appear by
- * atomic rename, every read is verified (disk.h). A store sees other
- * processes' new entries after kvs_store_sync_disk(); an entry removed by
- * another process is dropped (counted as missing) when a lookup tries to
- * load it.
+ * atomic rename, every read is verified (disk.h). A lookup finds other
+ * processes' new grid chunks by key; kvs_store_sync_disk() indexes all
+ * their entries (off-grid tails too). An entry removed by another process
+ * (or evicted by the directory's byte bound, disk_budget.h) is dropped
+ * (counted as missing) when a lookup tries to load it. A damaged or missing
+ * entry ends the hit and makes the lookup verify the rest of the prompt's
+ * indexed path, so that one request drops, recomputes and stores them all.
  */
 #ifndef KVS_KV_STORE_H
 #define KVS_KV_STORE_H

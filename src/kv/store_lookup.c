@@ -123,7 +123,9 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
             uint64_t t0 = kvs_store_mono_ns();
             kvs_fetch_fault f = c ? kvs_store_fault_of(t->ops->get_into(t, c, from - p->start, p->end - from, kv, from))
                                   : KVS_FETCH_TRANSIENT;
-            if (c) kvs_store_count_fetch(s, c, f, t0);
+            /* damage met by key is the tier's to count (its stats; the dir's
+             * scan counted it already): disk_bad counts indexed entries */
+            if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, c, f, t0);
             if (f != KVS_FETCH_OK || push_seg(hit, cap, c, from, p->end)) {
                 kvs_chunk_unref(c);
                 break;

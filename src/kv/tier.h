@@ -5,7 +5,10 @@
  * this interface, in order:
  *
  *   lookup:  RAM index --miss--> tier[0] --miss--> tier[1] ... --miss--> compute
+ *            (by prefix key: the prompt's grid chunks past the RAM hit, one
+ *            batched call per tier; no scan needed, see store_lookup.c)
  *   insert:  RAM + put() on every tier (a tier may queue the write)
+ *   attach:  kvs_store_attach_tier (store.h); the store owns and closes it
  *
  * A tier stores whole chunks (identity + tokens + payload) under the chunk's
  * prefix key, for one model fingerprint and one KV shape (given at open).
@@ -23,7 +26,8 @@
  * except close (no op may run concurrently with it).
  *
  * Adding a tier: one new file with its ops row and an open function that
- * fills a kvs_tier; the store needs no change.
+ * fills a kvs_tier; the store needs no change (tests/test_tiers.c plugs a
+ * dummy one in that way). Rows: tier_dir.c (the cache directory).
  */
 #ifndef KVS_KV_TIER_H
 #define KVS_KV_TIER_H
