@@ -278,11 +278,11 @@ TEST(type_traits) {
     static const struct { int type; const char *name; int bs, ts, sup; } want[] = {
         {KVS_TYPE_F32, "F32", 1, 4, 1},      {KVS_TYPE_F16, "F16", 1, 2, 1},
         {KVS_TYPE_BF16, "BF16", 1, 2, 1},    {KVS_TYPE_Q4_0, "Q4_0", 32, 18, 1},
-        {KVS_TYPE_Q4_1, "Q4_1", 32, 20, 1},  {KVS_TYPE_Q5_0, "Q5_0", 32, 22, 0},
-        {KVS_TYPE_Q5_1, "Q5_1", 32, 24, 0},  {KVS_TYPE_Q8_0, "Q8_0", 32, 34, 1},
+        {KVS_TYPE_Q4_1, "Q4_1", 32, 20, 1},  {KVS_TYPE_Q5_0, "Q5_0", 32, 22, 1},
+        {KVS_TYPE_Q5_1, "Q5_1", 32, 24, 1},  {KVS_TYPE_Q8_0, "Q8_0", 32, 34, 1},
         {KVS_TYPE_Q8_1, "Q8_1", 32, 36, 0},  {KVS_TYPE_Q2_K, "Q2_K", 256, 84, 0},
-        {KVS_TYPE_Q3_K, "Q3_K", 256, 110, 0}, {KVS_TYPE_Q4_K, "Q4_K", 256, 144, 0},
-        {KVS_TYPE_Q5_K, "Q5_K", 256, 176, 0}, {KVS_TYPE_Q6_K, "Q6_K", 256, 210, 0},
+        {KVS_TYPE_Q3_K, "Q3_K", 256, 110, 0}, {KVS_TYPE_Q4_K, "Q4_K", 256, 144, 1},
+        {KVS_TYPE_Q5_K, "Q5_K", 256, 176, 1}, {KVS_TYPE_Q6_K, "Q6_K", 256, 210, 1},
         {KVS_TYPE_Q8_K, "Q8_K", 256, 292, 0},
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {

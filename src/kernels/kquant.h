@@ -60,6 +60,8 @@ typedef struct kvs_kq_block {
     float mw;
 } kvs_kq_block;
 void kvs_kq_unpack(int type, const uint8_t *row, int b, kvs_kq_block *out);
+/* Only dw and mw of block b (the SIMD paths unpack the integers themselves). */
+void kvs_kq_scales(int type, const uint8_t *row, int b, kvs_kq_block *out);
 int kvs_kq_has_min(int type);
 int kvs_kq_split_scales(int type);
 

@@ -17,6 +17,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kquant.h"
 #include "kernels/quant.h"
@@ -38,6 +39,52 @@ static inline __m256i dot32(__m256i aw, __m256i sw, const int8_t *x) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+/* 0xff in byte e where bit e of the 32-bit word is set. */
+static inline __m256i bytes_from_bits(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                            0x0303030303030303);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+/* The 32 integers of block b, as kvs_kq_unpack gives them (vector unpack
+ * for the types gemma3's Q4_K_M mixes: Q5_0, Q4_K, Q6_K), and its scales. */
+static inline __m256i unpack(int type, const uint8_t *row, int b, kvs_kq_block *blk) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    switch (type) {
+    case KVS_TYPE_Q5_0: {
+        const uint8_t *p = row + (size_t)b * 22;
+        uint32_t qh;
+        memcpy(&qh, p + 2, 4);
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + 6));
+        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+        q = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(16)));
+        kvs_kq_scales(type, row, b, blk);
+        return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    }
+    case KVS_TYPE_Q4_K: {
+        const int j = b % 8;
+        __m256i v = _mm256_loadu_si256((const __m256i *)(row + (size_t)(b / 8) * 144 + 16 + 32 * (j / 2)));
+        kvs_kq_scales(type, row, b, blk);
+        return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
+    }
+    case KVS_TYPE_Q6_K: {
+        const int j = b % 8, n = j / 4, r = j % 4;
+        const uint8_t *sb = row + (size_t)(b / 8) * 210;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(sb + 64 * n + (r & 1 ? 32 : 0)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * n));
+        __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+        __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)), _mm256_set1_epi8(3));
+        kvs_kq_scales(type, row, b, blk);
+        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+    }
+    default:
+        kvs_kq_unpack(type, row, b, blk);
+        return _mm256_loadu_si256((const __m256i *)blk->q);
+    }
+}
+
 static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
     const int nb = w->k / 32, split = kvs_kq_split_scales(w->type), has_min = kvs_kq_has_min(w->type);
     for (int i0 = 0; i0 < m; i0 += MAX_ROWS) {
@@ -49,8 +96,7 @@ static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, i
                 for (int c = 0; c < 16; c++) acc[r][c] = 0.0f;
             kvs_kq_block blk;
             for (int b = 0; b < nb; b++) {
-                kvs_kq_unpack(w->type, row, b, &blk);
-                __m256i wv = _mm256_loadu_si256((const __m256i *)blk.q);
+                __m256i wv = unpack(w->type, row, b, &blk);
                 __m256i aw = _mm256_sign_epi8(wv, wv); /* |q_w| as the unsigned operand */
                 for (int r = 0; r < mr; r++) {
                     const uint8_t *xr = xq + (size_t)(i0 + r) * xq_row;

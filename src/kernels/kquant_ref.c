@@ -35,8 +35,39 @@ static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
-void kvs_kq_unpack(int type, const uint8_t *row, int b, kvs_kq_block *o) {
+void kvs_kq_scales(int type, const uint8_t *row, int b, kvs_kq_block *o) {
     o->mw = 0.0f;
+    switch (type) {
+    case KVS_TYPE_Q5_0:
+        o->dw[0] = o->dw[1] = half_at(row + (size_t)b * 22);
+        break;
+    case KVS_TYPE_Q5_1:
+        o->dw[0] = o->dw[1] = half_at(row + (size_t)b * 24);
+        o->mw = half_at(row + (size_t)b * 24 + 2);
+        break;
+    case KVS_TYPE_Q4_K:
+    case KVS_TYPE_Q5_K: {
+        const uint8_t *sb = row + (size_t)(b / 8) * (type == KVS_TYPE_Q5_K ? 176 : 144);
+        int sc, m;
+        scale_min_k4(b % 8, sb + 4, &sc, &m);
+        o->dw[0] = o->dw[1] = half_at(sb) * (float)sc;
+        o->mw = -(half_at(sb + 2) * (float)m);
+        break;
+    }
+    default: { /* KVS_TYPE_Q6_K */
+        const int j = b % 8;
+        const uint8_t *sb = row + (size_t)(b / 8) * 210;
+        const int8_t *sc = (const int8_t *)(sb + 192) + 8 * (j / 4) + 2 * (j % 4);
+        float d = half_at(sb + 208);
+        o->dw[0] = d * (float)sc[0];
+        o->dw[1] = d * (float)sc[1];
+        break;
+    }
+    }
+}
+
+void kvs_kq_unpack(int type, const uint8_t *row, int b, kvs_kq_block *o) {
+    kvs_kq_scales(type, row, b, o);
     switch (type) {
     case KVS_TYPE_Q5_0:
     case KVS_TYPE_Q5_1: {
@@ -51,8 +82,6 @@ void kvs_kq_unpack(int type, const uint8_t *row, int b, kvs_kq_block *o) {
             o->q[e] = (int8_t)(m1 ? lo : lo - 16);
             o->q[e + 16] = (int8_t)(m1 ? hi : hi - 16);
         }
-        o->dw[0] = o->dw[1] = half_at(blk);
-        if (m1) o->mw = half_at(blk + 2);
         break;
     }
     case KVS_TYPE_Q4_K:
@@ -65,29 +94,20 @@ void kvs_kq_unpack(int type, const uint8_t *row, int b, kvs_kq_block *o) {
             if (k5) v |= ((qh[l] >> j) & 1) << 4;
             o->q[l] = (int8_t)v;
         }
-        int sc, m;
-        scale_min_k4(j, sb + 4, &sc, &m);
-        o->dw[0] = o->dw[1] = half_at(sb) * (float)sc;
-        o->mw = -(half_at(sb + 2) * (float)m);
         break;
     }
     default: { /* KVS_TYPE_Q6_K */
         const int j = b % 8, n = j / 4, r = j % 4;
         const uint8_t *sb = row + (size_t)(b / 8) * 210;
         const uint8_t *ql = sb + 64 * n + (r & 1 ? 32 : 0), *qh = sb + 128 + 32 * n;
-        const int8_t *sc = (const int8_t *)(sb + 192) + 8 * n + 2 * r;
         for (int l = 0; l < 32; l++) {
             int v = (r < 2 ? ql[l] & 15 : ql[l] >> 4) | ((qh[l] >> (2 * r)) & 3) << 4;
             o->q[l] = (int8_t)(v - 32);
         }
-        float d = half_at(sb + 208);
-        o->dw[0] = d * (float)sc[0];
-        o->dw[1] = d * (float)sc[1];
         break;
     }
     }
 }
-
 
 void kvs_kq_dequantize_row(int type, const void *src, float *dst, int k) {
     kvs_kq_block blk;

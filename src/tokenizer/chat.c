@@ -11,6 +11,8 @@
  *   llama3  <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
  *           ... <|start_header_id|>assistant<|end_header_id|>\n\n
  *   llama2  [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user|trim} [/INST] {assistant|trim} </s><s>[INST] ...
+ *   gemma   <start_of_turn>{user|model}\n{content|trim}<end_of_turn>\n ... <start_of_turn>model\n
+ *           (Gemma 3: a system message is prepended to the first user turn, "\n\n" between)
  *
  * The text never starts with BOS: tokenize it with KVS_TOKENIZE_ADD_BOS (and
  * PARSE_SPECIAL, so the markers become their special tokens), as llama.cpp
@@ -70,6 +72,7 @@ const char *kvs_chat_family_of_template(const char *tmpl, size_t len) {
     if (memfind(tmpl, len, "<|im_start|>")) return "chatml";
     if (memfind(tmpl, len, "<|start_header_id|>")) return "llama3";
     if (memfind(tmpl, len, "[INST]")) return "llama2";
+    if (memfind(tmpl, len, "<start_of_turn>")) return "gemma";
     return NULL;
 }
 
@@ -150,6 +153,24 @@ static void render_llama3(sbuf *b, const kvs_chat_message *m, int n, int add_gen
     if (add_gen) sb_str(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+/* Gemma 3's template: roles user / model, the system message inside the
+ * first user turn. */
+static void render_gemma(sbuf *b, const kvs_chat_message *m, int n, int add_gen) {
+    const char *sys = n > 0 && strcmp(m[0].role, "system") == 0 ? m[0].content : NULL;
+    for (int i = sys ? 1 : 0; i < n; i++) {
+        sb_str(b, "<start_of_turn>");
+        sb_str(b, strcmp(m[i].role, "assistant") == 0 ? "model" : m[i].role);
+        sb_str(b, "\n");
+        if (sys && i == 1) {
+            sb_trimmed(b, sys);
+            sb_str(b, "\n\n");
+        }
+        sb_trimmed(b, m[i].content);
+        sb_str(b, "<end_of_turn>\n");
+    }
+    if (add_gen) sb_str(b, "<start_of_turn>model\n");
+}
+
 /* Meta's Llama-2 template: the system message goes inside the first user
  * turn; roles after it must be user / assistant. The generation prompt is
  * implicit (the text ends with [/INST]). */
@@ -211,7 +232,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         fam = kvs_chat_family_of_template(tmpl, tmpl_len);
         if (!fam && tmpl_len == 0)
             return kvs_error(KVS_ERR_UNSUPPORTED,
-                             "the model has no %s; pass a template family (chatml, llama3, llama2) "
+                             "the model has no %s; pass a template family (chatml, llama3, llama2, gemma) "
                              "to choose one (CLI: --template NAME)", KEY_TEMPLATE);
         if (!fam) {
             /* Name the template by its first characters, on one line. */
@@ -221,7 +242,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
             head[k] = 0;
             return kvs_error(KVS_ERR_UNSUPPORTED,
                              "chat template not recognised: \"%s%s\"; pass a template family "
-                             "(chatml, llama3, llama2) to override (CLI: --template NAME)",
+                             "(chatml, llama3, llama2, gemma) to override (CLI: --template NAME)",
                              head, tmpl_len > 60 ? "..." : "");
         }
     }
@@ -240,8 +261,10 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         render_llama3(&b, msgs, n_msgs, add_generation_prompt);
     } else if (strcmp(fam, "llama2") == 0) {
         st = render_llama2(&b, msgs, n_msgs);
+    } else if (strcmp(fam, "gemma") == 0) {
+        render_gemma(&b, msgs, n_msgs, add_generation_prompt);
     } else {
-        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: chatml, llama3, llama2)", fam);
+        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: chatml, llama3, llama2, gemma)", fam);
     }
     if (st == KVS_OK && b.oom) st = kvs_error(KVS_ERR_NOMEM, "kvs_chat_render: out of memory");
     if (st) {
