@@ -141,9 +141,7 @@ TEST(cold_docs_equal_cached_docs) {
         CHECK_EQ_INT(rb.n_docs_hit, N_DOCS);
         CHECK_EQ_INT(rb.n_docs_computed, 0);
         CHECK_MSG(same(&a, &b), "docs from the cache give other bits than docs computed on the spot");
-        CHECK_MSG(rb.assemble_ms + rb.repair_ms < ra.assemble_ms + ra.repair_ms,
-                  "cached docs were not faster: %.1f vs %.1f ms", rb.assemble_ms + rb.repair_ms,
-                  ra.assemble_ms + ra.repair_ms);
+        /* speed: bench/doc_reuse_ttft (never asserted in a test) */
         kvs_generate_result_free(&b);
     }
     kvs_generate_result_free(&a);
