@@ -30,6 +30,22 @@ static int kt_test_skipped, kt_n_skip;
         return;                                                                  \
     } while (0)
 
+/* KVSTITCH_TEST_ONLY: a comma-separated list of test names; when set, RUN
+ * runs only those (scripts/mutate.sh runs the tests that guard a mutation). */
+static inline int kt_selected(const char *name) {
+    const char *only = getenv("KVSTITCH_TEST_ONLY");
+    if (!only || !*only) return 1;
+    size_t n = strlen(name);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 #define TEST(name) static void name(void)
 
 #define CHECK(cond)                                                              \
@@ -72,6 +88,7 @@ static int kt_test_skipped, kt_n_skip;
 
 #define RUN(name)                                                                \
     do {                                                                         \
+        if (!kt_selected(#name)) break;                                          \
         kt_test_failed = 0;                                                      \
         kt_test_skipped = 0;                                                     \
         kt_current = #name;                                                      \
