@@ -25,13 +25,13 @@ radix_search_off|src/kv/radix.c|if (t < tok) lo = mid + 1;|if (t <= tok) lo = mi
 avx2_attention_no_max|src/kernels/attention_avx2.c|__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), mx[rb]));|__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), _mm256_mul_ps(mx[rb], _mm256_set1_ps(1.0f + 0x1p-20f))));|test_kernels test_kernels_invariance|every ISA path (AVX2 attention) gives the scalar bits
 attention_scale_1pct|src/model/forward.c|float scale = 1.0f / sqrtf((float)hp->head_dim);|float scale = 1.01f / sqrtf((float)hp->head_dim);|test_golden|the forward pass matches the independent reference
 move_delta_off_by_one|src/rag/move.c|(int32_t)(slot - (c->pos0 + off))};|(int32_t)(slot - (c->pos0 + off) + 1)};|test_move|a moved chunk's keys are rotated by exactly the position delta
-selective_misses_seam_token|src/rag/repair/strategies.c|    *hi = doc_len;\n}|    *hi = doc_len - 1;\n}|test_repair_select|selective recomputes the last overlap tokens before each seam
-firstk_takes_last_k|src/rag/repair/firstk.c|    *lo = 0;\n    *hi = p->first_k < doc_len ? p->first_k : doc_len;|    *lo = doc_len - (p->first_k < doc_len ? p->first_k : doc_len);\n    *hi = doc_len;|test_repair_select|firstk recomputes the first k tokens of each document
-cacheblend_ranking_inverted|src/rag/repair/blend.c|if (x->dev != y->dev) return x->dev > y->dev ? -1 : 1;|if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;|test_repair_select|cacheblend recomputes the most deviating tokens
-cacheblend_floor_inclusive|src/rag/repair/blend.c|by_dev[rk[i].row] = i < want && rk[i].dev > floor;|by_dev[rk[i].row] = i < want && rk[i].dev >= floor;|test_repair_select|cacheblend never recomputes a token whose K/V do not deviate (min_deviation)
-cacheblend_seams_dropped|src/rag/repair/cacheblend.c|if (!job->p->cacheblend_seams) return NULL;|if (job->p->cacheblend_seams >= 0) return NULL;|test_repair_select|cacheblend + seams keeps selective's tokens
-full_skips_layer0|src/rag/repair/full.c|    *l0 = 0;|    *l0 = 1;|test_repair_select test_repair:full_equals_cold_prefill|full gives a cold prefill's bits
-executor_skips_last_layer|src/rag/repair/repair.c|kvs_rowset_layers(f, kv, &rs, l0, n_layer);|kvs_rowset_layers(f, kv, &rs, l0, n_layer - 1);|test_repair_select|a recomputed token is recomputed through the last layer
+selective_misses_seam_token|src/rag/repair/strategies.c|    *hi = doc_len;\n}|    *hi = doc_len - 1;\n}|test_repair_select:selective_recomputes_tokens_before_seams|selective recomputes the last overlap tokens before each seam
+firstk_takes_last_k|src/rag/repair/firstk.c|    *lo = 0;\n    *hi = p->first_k < doc_len ? p->first_k : doc_len;|    *lo = doc_len - (p->first_k < doc_len ? p->first_k : doc_len);\n    *hi = doc_len;|test_repair_select:firstk_recomputes_document_starts|firstk recomputes the first k tokens of each document
+cacheblend_ranking_inverted|src/rag/repair/blend.c|if (x->dev != y->dev) return x->dev > y->dev ? -1 : 1;|if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;|test_repair_select:cacheblend_v_l2_picks_planted_tokens|cacheblend recomputes the most deviating tokens
+cacheblend_floor_inclusive|src/rag/repair/blend.c|by_dev[rk[i].row] = i < want && rk[i].dev > floor;|by_dev[rk[i].row] = i < want && rk[i].dev >= floor;|test_repair_select:cacheblend_v_l2_picks_planted_tokens|cacheblend never recomputes a token whose K/V do not deviate (min_deviation)
+cacheblend_seams_dropped|src/rag/repair/cacheblend.c|if (!job->p->cacheblend_seams) return NULL;|if (job->p->cacheblend_seams >= 0) return NULL;|test_repair_select:cacheblend_seams_keep_tokens_before_seams|cacheblend + seams keeps selective's tokens
+full_skips_layer0|src/rag/repair/full.c|    *l0 = 0;|    *l0 = 1;|test_repair:full_equals_cold_prefill|full gives a cold prefill's bits
+executor_skips_last_layer|src/rag/repair/repair.c|kvs_rowset_layers(f, kv, &rs, l0, n_layer);|kvs_rowset_layers(f, kv, &rs, l0, n_layer - 1);|test_repair_select:full_recomputes_every_moved_token|a recomputed token is recomputed through the last layer
 narrowing_share|src/rag/repair/blend.c|pow((double)p->recompute_ratio / p->narrow_from, (double)j / L)|pow((double)p->recompute_ratio / p->narrow_from, (double)j / (L + 1))|test_repair:narrowing_params|gradual narrowing shrinks geometrically to the ratio
 payload_checksum_ignored|src/kv/disk.c|    if (kvs_checksum64_final(&cs) != hd.payload_sum)|    if (0 && kvs_checksum64_final(&cs) != hd.payload_sum)|test_kv_disk test_prefix_reuse_disk|a damaged payload is detected and never served
 publish_without_rename|src/kv/disk.c|if (ok && rename(tmp, final)) {|if (ok && 0) {|test_kv_disk|entries are published by rename (readers see whole files only)
@@ -55,7 +55,7 @@ esac
 
 t_start=$(date +%s)
 scratch=$(mktemp -d /tmp/kvs-mutate.XXXXXX) || exit 1
-if [ -z "${MUTATE_KEEP:-}" ]; then trap 'rm -rf "$scratch"' EXIT; else echo "mutate: scratch tree $scratch (kept)"; fi
+if [ -z "${MUTATE_KEEP:-}" ]; then trap 'rm -rf "$scratch"' EXIT; trap 'exit 130' INT TERM; else echo "mutate: scratch tree $scratch (kept)"; fi
 # The work tree as it is (tracked + untracked, not ignored), and the build
 # directory to start warm (tar keeps mtimes, so make rebuilds only what a
 # mutation touches).
@@ -86,7 +86,11 @@ targets() { local spec t=""; for spec in $1; do spec=${spec%%:*}; [[ "$spec" == 
 mk() { make -C "$scratch" -j2 BUILD=build $1 >"$scratch/.make.log" 2>&1; }
 
 # Baseline: every test named in a selected row passes on the unmutated tree.
-all_tests=$(printf '%s\n' "$TABLE" | awk -F'|' -v only="$only" 'NF >= 6 && (only == "" || index(only, "," $1 ",")) { print $5 }' | tr ' ' '\n' | sort -u | tr '\n' ' ')
+# One run per binary: the union of the tests its rows name (all, if a row names none).
+all_tests=$(printf '%s\n' "$TABLE" | awk -F'|' -v only="$only" 'NF >= 6 && (only == "" || index(only, "," $1 ",")) { print $5 }' \
+    | tr ' ' '\n' | awk -F: 'NF { if (!($1 in sel)) { sel[$1] = $2; order[++n] = $1 }
+        else if (sel[$1] != "" && $2 != "") sel[$1] = sel[$1] "," $2; else sel[$1] = "" }
+        END { for (i = 1; i <= n; i++) printf "%s%s ", order[i], sel[order[i]] == "" ? "" : ":" sel[order[i]] }')
 echo "mutate: baseline build and run of: $all_tests"
 if ! mk "$(targets "$all_tests")"; then echo "mutate: the unmutated tree does not build:"; tail -20 "$scratch/.make.log"; exit 1; fi
 if ! why=$(run_tests "$all_tests"); then echo "mutate: baseline FAILED ($why): fix the suite first"; exit 1; fi

@@ -249,9 +249,9 @@ static int setup_planted(planted *p, int check_layer) {
     /* both inside the middle doc, away from its seams */
     p->high = g_docs[1].start + (g_docs[1].end - g_docs[1].start) / 3;
     p->zero = g_docs[1].start + 2 * (g_docs[1].end - g_docs[1].start) / 3;
+    if (request(&g_lay, params(KVS_REPAIR_FULL), NULL)) return -1; /* the exact KV, in the context */
     p->exact_k = malloc((size_t)d * sizeof(float));
     p->exact_v = malloc((size_t)d * sizeof(float));
-    if (request(&g_lay, params(KVS_REPAIR_FULL), NULL)) return -1; /* the exact KV, in the context */
     slot_get(kv, check_layer, 0, p->zero, p->exact_k);
     slot_get(kv, check_layer, 1, p->zero, p->exact_v);
     return 0;
