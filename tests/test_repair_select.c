@@ -423,7 +423,7 @@ static int setup(void) {
     for (int i = 0; i < g_lay.n_segs && nd < N_DOCS; i++)
         if (g_lay.segs[i].kind == KVS_SEG_DOC) g_docs[nd++] = g_lay.segs[i];
     if (nd != N_DOCS) return -1;
-    g_rg = (kvs_repair_region){g_lay.tokens, g_docs[0].start, g_docs[N_DOCS - 1].end, g_docs, N_DOCS};
+    g_rg = (kvs_repair_region){g_lay.tokens, g_docs[0].start, g_docs[N_DOCS - 1].end, g_docs, N_DOCS, g_lay.n_tokens};
     printf("  selection prompt: %d tokens, moved [%d, %d); quality prompt: %d tokens\n", g_lay.n_tokens, g_rg.start,
            g_rg.end, g_lay_long.n_tokens);
     return 0;
