@@ -29,6 +29,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_kl.h"
 #include "test_musique.h"
 #include "kvstitch.h"
 #include "cache/cache.h"
@@ -66,26 +67,6 @@ static kvs_cache *open_cache(const char *dir) {
 static int same(const kvs_generate_result *a, const kvs_generate_result *b) {
     return a->n_vocab == b->n_vocab && !memcmp(a->first_logits, b->first_logits, (size_t)a->n_vocab * sizeof(float)) &&
            a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
-}
-
-/* KL(p_ref || p) of the first-token distributions. */
-static double kl_first(const kvs_generate_result *ref, const kvs_generate_result *r) {
-    int n = ref->n_vocab;
-    double mr = -INFINITY, m = -INFINITY, sr = 0, s = 0, kl = 0;
-    for (int i = 0; i < n; i++) {
-        if (ref->first_logits[i] > mr) mr = ref->first_logits[i];
-        if (r->first_logits[i] > m) m = r->first_logits[i];
-    }
-    for (int i = 0; i < n; i++) {
-        sr += exp(ref->first_logits[i] - mr);
-        s += exp(r->first_logits[i] - m);
-    }
-    double lr = mr + log(sr), l = m + log(s);
-    for (int i = 0; i < n; i++) {
-        double lp = ref->first_logits[i] - lr, lq = r->first_logits[i] - l;
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl;
 }
 
 static kvs_repair_params repair(kvs_repair_mode mode, float ratio) {

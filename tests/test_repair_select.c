@@ -33,6 +33,7 @@
 #include "cache/cache.h"
 #include "engine/context.h"
 #include "harness.h"
+#include "test_kl.h"
 #include "kernels/kernels.h"
 #include "kvstitch.h"
 #include "rag/repair/blend.h"
@@ -173,37 +174,26 @@ TEST(full_recomputes_every_moved_token) {
     free(want);
 }
 
-/* The last `overlap` tokens of each doc: the ones just before each seam. */
-TEST(selective_recomputes_tokens_before_seams) {
+/* selective (last `overlap` tokens of each doc: the ones just before each
+ * seam) or firstk (first `first_k`: the document starts), at 1, 5, 16. */
+static void per_doc_selection(kvs_repair_mode mode) {
     int n = g_rg.end - g_rg.start;
     unsigned char *got = calloc((size_t)n, 1), *want = calloc((size_t)n, 1);
-    static const int overlaps[] = {1, 5, 16};
+    static const int ks[] = {1, 5, 16};
     for (int k = 0; k < 3; k++) {
-        kvs_repair_params rp = params(KVS_REPAIR_SELECTIVE);
-        rp.overlap = overlaps[k];
-        expect_per_doc(want, 0, overlaps[k]);
-        CHECK_EQ_INT(recomputed(rp, NULL, NULL, got, NULL, NULL, NULL), N_DOCS * overlaps[k]);
-        CHECK_SET(got, want, "selective");
+        kvs_repair_params rp = params(mode);
+        rp.overlap = rp.first_k = ks[k];
+        if (mode == KVS_REPAIR_FIRSTK) expect_per_doc(want, ks[k], 0);
+        else expect_per_doc(want, 0, ks[k]);
+        CHECK_EQ_INT(recomputed(rp, NULL, NULL, got, NULL, NULL, NULL), N_DOCS * ks[k]);
+        CHECK_SET(got, want, kvs_repair_mode_name(mode));
     }
     free(got);
     free(want);
 }
 
-/* The first `first_k` tokens of each doc: the document starts. */
-TEST(firstk_recomputes_document_starts) {
-    int n = g_rg.end - g_rg.start;
-    unsigned char *got = calloc((size_t)n, 1), *want = calloc((size_t)n, 1);
-    static const int ks[] = {1, 5, 16};
-    for (int k = 0; k < 3; k++) {
-        kvs_repair_params rp = params(KVS_REPAIR_FIRSTK);
-        rp.first_k = ks[k];
-        expect_per_doc(want, ks[k], 0);
-        CHECK_EQ_INT(recomputed(rp, NULL, NULL, got, NULL, NULL, NULL), N_DOCS * ks[k]);
-        CHECK_SET(got, want, "firstk");
-    }
-    free(got);
-    free(want);
-}
+TEST(selective_recomputes_tokens_before_seams) { per_doc_selection(KVS_REPAIR_SELECTIVE); }
+TEST(firstk_recomputes_document_starts) { per_doc_selection(KVS_REPAIR_FIRSTK); }
 
 /* --- cacheblend ----------------------------------------------------------- */
 
@@ -322,26 +312,6 @@ TEST(cacheblend_seams_keep_tokens_before_seams) {
 }
 
 /* --- quality bounds ------------------------------------------------------ */
-
-/* KL(p_ref || p) of the first-token distributions. */
-static double kl_first(const kvs_generate_result *ref, const kvs_generate_result *r) {
-    int n = ref->n_vocab;
-    double mr = -INFINITY, m = -INFINITY, sr = 0, s = 0, kl = 0;
-    for (int i = 0; i < n; i++) {
-        if (ref->first_logits[i] > mr) mr = ref->first_logits[i];
-        if (r->first_logits[i] > m) m = r->first_logits[i];
-    }
-    for (int i = 0; i < n; i++) {
-        sr += exp(ref->first_logits[i] - mr);
-        s += exp(r->first_logits[i] - m);
-    }
-    double lr = mr + log(sr), l = m + log(s);
-    for (int i = 0; i < n; i++) {
-        double lp = ref->first_logits[i] - lr, lq = r->first_logits[i] - l;
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl;
-}
 
 /* KL vs full of each strategy (defaults: overlap 16, first_k 16), bounded
  * as a share of KL(none). Measured on SmolLM2-135M Q4_1 (the kernels give
