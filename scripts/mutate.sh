@@ -21,7 +21,7 @@ BUILD="${BUILD:-build}"
 read -r -d '' TABLE <<'ROWS'
 prefix_copy_short|src/cache/prefix.c|if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached, params, t0, &r);|if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached + (hit.n_cached % 64 != 0), params, t0, &r);|test_prefix_reuse|exact reuse: the KV copied covers the whole cached prefix (off-grid end)
 chunk_key_ignores_parent|src/kv/keys.c|kvs_sha256_update(&s, root->b, sizeof root->b);|kvs_sha256_update(&s, root->b, 0);|test_kv_chunk test_store test_prefix_reuse|chunk keys: a prefix key depends on its parent (and the fingerprint)
-radix_search_off|src/kv/radix.c|if (t < tok) lo = mid + 1;|if (t <= tok) lo = mid + 1;|test_radix|radix lookup finds the longest cached prefix
+radix_first_child_missed|src/kv/radix.c|if (t == tok) { *found = 1; return mid; }|if (t == tok && mid > 0) { *found = 1; return mid; }|test_radix|radix lookup finds the longest cached prefix (every child reachable)
 avx2_attention_no_max|src/kernels/attention_avx2.c|__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), mx[rb]));|__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), _mm256_mul_ps(mx[rb], _mm256_set1_ps(1.0f + 0x1p-20f))));|test_kernels test_kernels_invariance|every ISA path (AVX2 attention) gives the scalar bits
 attention_scale_1pct|src/model/hparams.c|hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 0.0f;|hp->attn_scale = hp->head_dim > 0 ? 1.01f / sqrtf((float)hp->head_dim) : 0.0f;|test_golden|the forward pass matches the independent reference
 move_delta_off_by_one|src/rag/move.c|(int32_t)(slot - (c->pos0 + off))};|(int32_t)(slot - (c->pos0 + off) + 1)};|test_move|a moved chunk's keys are rotated by exactly the position delta
