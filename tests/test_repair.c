@@ -636,6 +636,54 @@ static int setup(void) {
     return 0;
 }
 
+/* Query-guided selection: ratio 0 is none, ratio 1 is full (bit-identical),
+ * a ratio picks that many tokens, the same ones whatever the thread count,
+ * and the question-guided set is closer to full than none. */
+TEST(query_invariants) {
+    kvs_cache *c = open_cache(NULL);
+    kvs_context *one = NULL;
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_threads = 1;
+    if (!c || kvs_context_new(g_model, cp, &one) != KVS_OK) goto out;
+    const int n_moved = doc_tokens(&g_lay);
+    kvs_generate_result none, q0, q1, qa, qb;
+    kvs_seg_report rep;
+    if (run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &none, &rep)) goto out;
+    if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.0f), &q0, &rep)) {
+        CHECK_MSG(same(&q0, &none), "query ratio 0 differs from none");
+        CHECK_EQ_INT(rep.n_recomputed, 0);
+        kvs_generate_result_free(&q0);
+    }
+    if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 1.0f), &q1, &rep)) {
+        CHECK_MSG(same(&q1, &g_full), "query ratio 1 differs from full");
+        CHECK_EQ_INT(rep.n_recomputed, n_moved);
+        kvs_generate_result_free(&q1);
+    }
+    if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.3f), &qa, &rep)) {
+        CHECK_EQ_INT(rep.n_recomputed, (int)(0.3 * n_moved + 0.5));
+        CHECK(rep.n_check > 0); /* the question rows ran the scoring pass */
+        kvs_generate_params gp = greedy();
+        kvs_seg_options o = kvs_seg_default_options();
+        o.use_exact = 0;
+        o.store_prefix = 0;
+        kvs_repair_params rp = repair(KVS_REPAIR_QUERY, 0.3f);
+        int st = kvs_seg_generate(one, c, &g_lay, &gp, &rp, &o, &qb, &rep);
+        CHECK_MSG(st == KVS_OK, "query on 1 thread: %s", kvs_last_error());
+        if (st == KVS_OK) {
+            CHECK_MSG(same(&qa, &qb), "query 0.3 gives other bits on 1 thread");
+            kvs_generate_result_free(&qb);
+        }
+        double kl_q = kl_first(&g_full, &qa), kl_n = kl_first(&g_full, &none);
+        printf("  query 0.30: first-token KL vs full %.5f (none %.5f)\n", kl_q, kl_n);
+        CHECK_MSG(kl_q < kl_n, "query 0.3 (KL %.5f) is not closer to full than none (KL %.5f)", kl_q, kl_n);
+        kvs_generate_result_free(&qa);
+    }
+    kvs_generate_result_free(&none);
+out:
+    kvs_context_free(one);
+    kvs_cache_free(c);
+}
+
 int main(void) {
     if (setup()) {
         fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
@@ -656,6 +704,7 @@ int main(void) {
     RUN(narrowing_params);
     RUN(narrowing_invariants);
     RUN(narrowing_sets_shrink);
+    RUN(query_invariants);
     kvs_generate_result_free(&g_full);
     kvs_seg_layout_free(&g_lay);
     kvs_seg_layout_free(&g_lay_rev);
