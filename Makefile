@@ -127,6 +127,12 @@ bench: all $(BENCH_BIN)
 demo: all
 	@scripts/demo.sh
 
+# The mutation suite (scripts/mutate.sh): small deliberate bugs in a scratch
+# copy, each must be killed by the tests that guard it. Not part of `test`.
+.PHONY: mutate
+mutate: tests
+	@BUILD=$(BUILD) scripts/mutate.sh
+
 FUZZ_SECONDS ?= 30
 fuzz:
 	@scripts/run-fuzz.sh $(FUZZ_SECONDS)

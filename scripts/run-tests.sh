@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test binary in $BUILD/tests and prints "N passed, N failed".
+# Runs every test binary in $BUILD/tests and prints "N passed, N failed,
+# N skipped" last. A test prints "ok NAME", "FAIL NAME" or "skip NAME: reason"
+# (tests/harness.h SKIP); skips are counted apart, never as passes, and their
+# lines are shown.
 # Tests find the model in $KVSTITCH_MODEL (fetched here if unset) and
 # ../shared in $KVSTITCH_SHARED (found here if unset).
 set -uo pipefail
@@ -23,7 +26,7 @@ if [ -z "${KVSTITCH_MODEL:-}" ]; then
 fi
 export KVSTITCH_CLI="$BUILD/kvstitch"
 
-pass=0; fail=0; failed_bins=()
+pass=0; fail=0; skip=0; failed_bins=()
 # C test programs (built by make) and shell tests (tests/test_*.sh, run with bash).
 for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     [ -f "$t" ] || continue
@@ -31,7 +34,7 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     name=$(basename "$t")
     # KVSTITCH_TEST_SKIP: an extended regex of test names to leave out (CI's sanitizer pass).
     if [ -n "${KVSTITCH_TEST_SKIP:-}" ] && [[ "$name" =~ ${KVSTITCH_TEST_SKIP} ]]; then
-        echo "skipped $name"; continue
+        echo "skip $name: left out by KVSTITCH_TEST_SKIP"; skip=$((skip + 1)); continue
     fi
     t0=$(date +%s.%N)
     # Say which test is running when it takes more than a few seconds (the
@@ -41,13 +44,14 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     notice=$!
     if [[ "$t" == *.sh ]]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
     kill "$notice" 2>/dev/null; wait "$notice" 2>/dev/null
-    p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+    p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^skip ' <<<"$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; out+=$'\n'"FAIL $name (exit $rc)"; fi
-    pass=$((pass + p)); fail=$((fail + f))
-    if [ "$f" -gt 0 ]; then failed_bins+=("$name"); printf '%s\n' "$out"; fi
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+    if [ "$f" -gt 0 ]; then failed_bins+=("$name"); printf '%s\n' "$out";
+    elif [ "$s" -gt 0 ]; then grep '^skip ' <<<"$out"; fi
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    printf '%-32s %3d passed %3d failed %7ss\n' "$name" "$p" "$f" "$secs"
+    printf '%-32s %3d passed %3d failed %3d skipped %7ss\n' "$name" "$p" "$f" "$s" "$secs"
 done
 [ ${#failed_bins[@]} -gt 0 ] && echo "failed: ${failed_bins[*]}"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

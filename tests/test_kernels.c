@@ -553,10 +553,7 @@ TEST(test_attention_simd_equals_scalar) {
  * 32-column panel, on one and two threads, including rows at the two-level
  * rounding edges; Q8_0 (not on AMX) must fall back with the same bytes. */
 TEST(test_matmul_amx_equals_scalar) {
-    if (kvs_kernels_set_isa("amx") != 0) {
-        printf("  (skip: no AMX on this CPU / OS)\n");
-        return;
-    }
+    if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
     CHECK(kvs_kernels_amx() == 1);
     kvs_kernels_set_isa("avx512vnni");
     CHECK(kvs_kernels_amx() == 0);
@@ -641,10 +638,7 @@ static void *amx_stack_run(void *arg) {
 }
 
 TEST(test_matmul_amx_small_stack) {
-    if (kvs_kernels_set_isa("amx") != 0) {
-        printf("  (skip: no AMX on this CPU / OS)\n");
-        return;
-    }
+    if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
     const int m = 64, k = 2048, n = 48;
     kvs_wmat w = kt_rand_wmat(KVS_TYPE_Q4_1, n, k);
     float *x = xmalloc(sizeof(float) * m * k);

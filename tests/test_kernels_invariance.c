@@ -9,6 +9,16 @@
 #include "test_kernels_util.h"
 
 static const char *isas[] = {"scalar", "avx2", "avx512vnni", "amx"};
+enum { N_ISAS = sizeof isas / sizeof isas[0] };
+/* configurations checked per ISA path, over all tests */
+static int exercised[N_ISAS];
+
+/* Selects path s; 0 if this CPU lacks it. Counts a use. */
+static int use_isa(size_t s) {
+    if (kvs_kernels_set_isa(isas[s]) != 0) return 0;
+    exercised[s]++;
+    return 1;
+}
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -32,7 +42,7 @@ TEST(test_matmul_invariance) {
     const int m = 41;
     int checked = 0;
     for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
-        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        if (!use_isa(s)) continue;
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
             for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
                 int n = shapes[si].n, k = shapes[si].k;
@@ -89,7 +99,7 @@ TEST(test_matmul_invariance_row_blocks) {
     kvs_pool *pool = kvs_pool_new(2);
     int checked = 0;
     for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
-        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        if (!use_isa(s)) continue;
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
             kvs_wmat w = kt_rand_wmat(types[ti], n, k);
             float *x = xmalloc(sizeof(float) * m * k);
@@ -119,7 +129,7 @@ TEST(test_matmul_multi_equals_separate) {
     kvs_pool *pool = kvs_pool_new(2);
     const int m_list[] = {1, 3, 37};
     for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
-        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        if (!use_isa(s)) continue;
         for (int mixed = 0; mixed <= 1; mixed++)
             for (size_t mi = 0; mi < 3; mi++) {
                 int m = m_list[mi], k = 576;
@@ -157,7 +167,7 @@ TEST(test_attention_invariance) {
     const int n_head = 9, n_kv = 3, hd = 64, n_ctx = 256, m = 70, start = 150;
     int checked = 0;
     for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
-        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        if (!use_isa(s)) continue;
         for (int kv_type = 0; kv_type <= 1; kv_type++) {
             size_t kvn = (size_t)n_kv * n_ctx * hd, qn = (size_t)m * n_head * hd;
             float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
@@ -210,10 +220,34 @@ TEST(test_attention_invariance) {
     printf("  %d attention configurations\n", checked);
 }
 
+/* The paths above skip what the CPU lacks; this makes sure that what it has
+ * was checked: the CPU's best level (kvs_kernels_cpu_level: 0 scalar, 1
+ * avx2, 2 avx512vnni; + amx where the OS grants tiles) and every level below
+ * it ran through all four tests. Missing paths are reported as skips, one
+ * per path. */
+TEST(test_best_isa_exercised) {
+    int level = kvs_kernels_cpu_level(), amx = kvs_kernels_amx_available();
+    size_t best = amx ? 3 : (size_t)level;
+    CHECK_MSG(level >= 0 && level <= 2 && best < N_ISAS, "cpu level %d", level);
+    if (best >= N_ISAS) return;
+    for (size_t s = 0; s <= best; s++)
+        CHECK_MSG(exercised[s] >= 4, "path %s (the CPU's best: %s) ran in %d of the 4 tests", isas[s], isas[best],
+                  exercised[s]);
+    printf("  best path: %s, exercised in %d tests\n", isas[best], exercised[best]);
+}
+
+/* One line per path this CPU lacks, counted as skipped by run-tests.sh. */
+static void report_missing_paths(void) {
+    for (size_t s = 0; s < N_ISAS; s++)
+        if (!exercised[s]) printf("skip invariance_%s: not supported by this CPU / OS\n", isas[s]);
+}
+
 int main(void) {
     RUN(test_matmul_invariance);
     RUN(test_matmul_invariance_row_blocks);
     RUN(test_matmul_multi_equals_separate);
     RUN(test_attention_invariance);
+    RUN(test_best_isa_exercised);
+    report_missing_paths();
     return kt_summary();
 }

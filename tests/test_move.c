@@ -169,7 +169,9 @@ static void forward_shifted(kvs_context *ctx, kvs_kv_buffer *kv, const int32_t *
 }
 
 TEST(move_chunk_vs_direct) {
-    const char *mp = kt_model_path();
+    const char *mp = kt_model_path(); /* fails the test when unset */
+    /* asked to run (KVSTITCH_MODEL set): a model that does not load fails */
+    CHECK_MSG(g_model != NULL, "KVSTITCH_MODEL=%s did not load", mp ? mp : "");
     if (!mp || !g_model) return;
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = 2048; /* room to move the chunk to np + d */

@@ -29,6 +29,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_kl.h"
 #include "test_musique.h"
 #include "kvstitch.h"
 #include "cache/cache.h"
@@ -66,26 +67,6 @@ static kvs_cache *open_cache(const char *dir) {
 static int same(const kvs_generate_result *a, const kvs_generate_result *b) {
     return a->n_vocab == b->n_vocab && !memcmp(a->first_logits, b->first_logits, (size_t)a->n_vocab * sizeof(float)) &&
            a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
-}
-
-/* KL(p_ref || p) of the first-token distributions. */
-static double kl_first(const kvs_generate_result *ref, const kvs_generate_result *r) {
-    int n = ref->n_vocab;
-    double mr = -INFINITY, m = -INFINITY, sr = 0, s = 0, kl = 0;
-    for (int i = 0; i < n; i++) {
-        if (ref->first_logits[i] > mr) mr = ref->first_logits[i];
-        if (r->first_logits[i] > m) m = r->first_logits[i];
-    }
-    for (int i = 0; i < n; i++) {
-        sr += exp(ref->first_logits[i] - mr);
-        s += exp(r->first_logits[i] - m);
-    }
-    double lr = mr + log(sr), l = m + log(s);
-    for (int i = 0; i < n; i++) {
-        double lp = ref->first_logits[i] - lr, lq = r->first_logits[i] - l;
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl;
 }
 
 static kvs_repair_params repair(kvs_repair_mode mode, float ratio) {
@@ -141,9 +122,7 @@ TEST(cold_docs_equal_cached_docs) {
         CHECK_EQ_INT(rb.n_docs_hit, N_DOCS);
         CHECK_EQ_INT(rb.n_docs_computed, 0);
         CHECK_MSG(same(&a, &b), "docs from the cache give other bits than docs computed on the spot");
-        CHECK_MSG(rb.assemble_ms + rb.repair_ms < ra.assemble_ms + ra.repair_ms,
-                  "cached docs were not faster: %.1f vs %.1f ms", rb.assemble_ms + rb.repair_ms,
-                  ra.assemble_ms + ra.repair_ms);
+        /* speed: bench/doc_reuse_ttft (never asserted in a test) */
         kvs_generate_result_free(&b);
     }
     kvs_generate_result_free(&a);

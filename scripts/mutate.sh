@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# make mutate: the mutation suite. Each mutation is a small deliberate bug in
+# one of kvstitch's core claims (the table below: one row per mutation),
+# applied to a scratch copy of this work tree (in /tmp, never here), built,
+# and run against the tests that guard that claim (a subset of `make test`,
+# named in the row, in quick mode). A mutation is KILLED when a test fails,
+# SURVIVED when every test passes: a surviving mutation is a hole in the
+# suite. The unmutated scratch tree runs every named test first (baseline):
+# they must pass there, or a kill would mean nothing.
+#   scripts/mutate.sh [--list] [--only ID[,ID...]]
+#   MUTATE_KEEP=1   keeps the scratch tree (its path is printed)
+#   BUILD           the build directory copied to start warm (default build)
+# Exit 0 only when every mutation was applied and killed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+BUILD="${BUILD:-build}"
+
+# id | file | old text (exactly once in the file; \n = newline; no '|') | new text | tests (binary[:TEST,...] or x.sh; space-separated) | claim
+# A row whose `old` text is not found (the code moved) is reported NOT APPLIED and fails the run: update the row.
+read -r -d '' TABLE <<'ROWS'
+prefix_copy_short|src/cache/prefix.c|if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached, params, t0, &r);|if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached + (hit.n_cached % 64 != 0), params, t0, &r);|test_prefix_reuse|exact reuse: the KV copied covers the whole cached prefix (off-grid end)
+chunk_key_ignores_parent|src/kv/keys.c|kvs_sha256_update(&s, root->b, sizeof root->b);|kvs_sha256_update(&s, root->b, 0);|test_kv_chunk test_store test_prefix_reuse|chunk keys: a prefix key depends on its parent (and the fingerprint)
+radix_first_child_missed|src/kv/radix.c|if (t == tok) { *found = 1; return mid; }|if (t == tok && mid > 0) { *found = 1; return mid; }|test_radix|radix lookup finds the longest cached prefix (every child reachable)
+avx2_attention_no_max|src/kernels/attention_avx2.c|__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), mx[rb]));|__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), _mm256_mul_ps(mx[rb], _mm256_set1_ps(1.0f + 0x1p-20f))));|test_kernels test_kernels_invariance|every ISA path (AVX2 attention) gives the scalar bits
+attention_scale_1pct|src/model/hparams.c|hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 0.0f;|hp->attn_scale = hp->head_dim > 0 ? 1.01f / sqrtf((float)hp->head_dim) : 0.0f;|test_golden|the forward pass matches the independent reference
+move_delta_off_by_one|src/rag/move.c|(int32_t)(slot - (c->pos0 + off))};|(int32_t)(slot - (c->pos0 + off) + 1)};|test_move|a moved chunk's keys are rotated by exactly the position delta
+selective_misses_seam_token|src/rag/repair/strategies.c|    *hi = doc_len;\n}|    *hi = doc_len - 1;\n}|test_repair_select:selective_recomputes_tokens_before_seams|selective recomputes the last overlap tokens before each seam
+firstk_takes_last_k|src/rag/repair/firstk.c|    *lo = 0;\n    *hi = p->first_k < doc_len ? p->first_k : doc_len;|    *lo = doc_len - (p->first_k < doc_len ? p->first_k : doc_len);\n    *hi = doc_len;|test_repair_select:firstk_recomputes_document_starts|firstk recomputes the first k tokens of each document
+cacheblend_ranking_inverted|src/rag/repair/blend.c|if (x->dev != y->dev) return x->dev > y->dev ? -1 : 1;|if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;|test_repair_select:cacheblend_v_l2_picks_planted_tokens|cacheblend recomputes the most deviating tokens
+cacheblend_seams_dropped|src/rag/repair/cacheblend.c|if (!job->p->cacheblend_seams) return NULL;|if (job->p->cacheblend_seams >= 0) return NULL;|test_repair_select:cacheblend_seams_keep_tokens_before_seams|cacheblend + seams keeps selective's tokens
+full_skips_layer0|src/rag/repair/full.c|    *l0 = 0;|    *l0 = 1;|test_repair:full_equals_cold_prefill|full gives a cold prefill's bits
+executor_skips_last_layer|src/rag/repair/repair.c|kvs_rowset_layers(f, kv, &rs, l0, n_layer);|kvs_rowset_layers(f, kv, &rs, l0, n_layer - 1);|test_repair_select:full_recomputes_every_moved_token|a recomputed token is recomputed through the last layer
+narrowing_share|src/rag/repair/blend.c|pow((double)p->recompute_ratio / p->narrow_from, (double)j / L)|pow((double)p->recompute_ratio / p->narrow_from, (double)j / (L + 1))|test_repair:narrowing_params|gradual narrowing shrinks geometrically to the ratio
+payload_checksum_ignored|src/kv/disk.c|    if (kvs_checksum64_final(&cs) != hd.payload_sum)\n|    if (0 && kvs_checksum64_final(&cs) != hd.payload_sum)\n|test_kv_disk test_prefix_reuse_disk:test_damaged_payload_never_served test_tiers|a damaged payload is detected and never served (kvs_disk_load_payload)
+payload_checksum_ignored_kv|src/kv/disk.c|!= hd.payload_sum) FAIL(KVS_DISK_BAD_PAYLOAD|!= hd.payload_sum && 0) FAIL(KVS_DISK_BAD_PAYLOAD|test_kv_disk test_prefix_reuse_disk:test_damaged_payload_never_served test_tiers|a damaged payload is detected and never served (kvs_disk_read_into_kv)
+publish_without_rename|src/kv/disk.c|if (ok && rename(tmp, final)) {|if (ok && 0) {|test_kv_disk|entries are published by rename (readers see whole files only)
+fp_probe_left_out|src/cache/fingerprint.c|    kvs_sha256_update(&h, probe, 32);|    (void)probe;|test_fingerprint:numerics_probe_never_served|a build that rounds differently does not see the entries
+fp_weights_left_out|src/cache/fingerprint.c|    kvs_sha256_update(&h, wd, 32);|    (void)wd;|test_fingerprint:weights_digest_never_served|another model's entries are never served
+fp_kv_dtype_left_out|src/cache/fingerprint.c|    put_u32(&h, (uint32_t)kv_type + (perturbed(KVS_FP_PERTURB_KV_TYPE) ? 16u : 0u));|    (void)perturbed;|test_fingerprint:kv_dtype_never_served|entries of another KV dtype are never served
+fp_rope_left_out|src/cache/fingerprint.c|    put_f32(&h, hp->rope_freq_base * (perturbed(KVS_FP_PERTURB_ROPE) ? 2.0f : 1.0f));|    (void)0;|test_fingerprint:rope_never_served|entries of another RoPE configuration are never served
+fp_tensors_left_out|src/cache/fingerprint.c|        put_u64(&h, t->offset + (uint64_t)(i == 0 && perturbed(KVS_FP_PERTURB_TENSORS)));|        (void)t;|test_fingerprint:tensor_directory_never_served|entries of another tensor directory are never served
+bpe_merge_order|src/tokenizer/bpe.c|(x->rank == y->rank && x->left < y->left);|(x->rank == y->rank && x->left > y->left);|test_tokenizer_vectors test_tokenizer_smollm2|BPE merges the lowest-ranked pair, leftmost first
+sampler_top_k_plus_one|src/engine/sampler.c|int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;|int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k + 1 : n;|test_sampler|the sampler keeps exactly top_k candidates
+ROWS
+
+list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }
+only=""
+case "${1:-}" in
+    --list) list_rows; exit 0;;
+    --only) only=",${2:?--only needs IDs},";;
+    "") ;;
+    *) echo "usage: scripts/mutate.sh [--list] [--only ID[,ID...]]" >&2; exit 2;;
+esac
+
+t_start=$(date +%s)
+scratch=$(mktemp -d /tmp/kvs-mutate.XXXXXX) || exit 1
+if [ -z "${MUTATE_KEEP:-}" ]; then trap 'rm -rf "$scratch"' EXIT; trap 'exit 130' INT TERM; else echo "mutate: scratch tree $scratch (kept)"; fi
+# The work tree as it is (tracked + untracked, not ignored), and the build
+# directory to start warm (tar keeps mtimes, so make rebuilds only what a
+# mutation touches).
+git ls-files -co --exclude-standard -z | tar --null -cf - -T - | tar -xf - -C "$scratch" || exit 1
+[ -d "$BUILD" ] && cp -a "$BUILD" "$scratch/build"
+export KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
+if [ -z "${KVSTITCH_MODEL:-}" ]; then KVSTITCH_MODEL=$(scripts/fetch-model.sh | tail -n 1) || exit 1; fi
+export KVSTITCH_MODEL KVSTITCH_TEST_QUICK=1 KVSTITCH_CLI="$scratch/build/kvstitch"
+echo "mutate: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# run_tests "spec..." -> 0 all passed; 1 a test failed (prints which)
+run_tests() {
+    local spec bin only_tests out rc
+    for spec in $1; do
+        bin=${spec%%:*}; only_tests=""; [[ "$spec" == *:* ]] && only_tests=${spec#*:}
+        if [[ "$bin" == *.sh ]]; then out=$(cd "$scratch" && timeout 900 bash "tests/$bin" 2>&1); rc=$?
+        else out=$(cd "$scratch" && KVSTITCH_TEST_ONLY="$only_tests" timeout 900 "build/tests/$bin" 2>&1); rc=$?; fi
+        if [ $rc -ne 0 ] || grep -q '^FAIL ' <<<"$out"; then
+            echo "$spec: $(grep -m1 '^FAIL ' <<<"$out" || echo "exit $rc")"; return 1
+        fi
+        if ! grep -q '^ok ' <<<"$out"; then echo "$spec: no test ran"; return 1; fi
+    done
+    return 0
+}
+
+targets() { local spec t=""; for spec in $1; do spec=${spec%%:*}; [[ "$spec" == *.sh ]] || t+=" build/tests/$spec"; done; echo "$t build/kvstitch"; }
+
+mk() { make -C "$scratch" -j2 BUILD=build $1 >"$scratch/.make.log" 2>&1; }
+
+# Baseline: every test named in a selected row passes on the unmutated tree.
+# One run per binary: the union of the tests its rows name (all, if a row names none).
+all_tests=$(printf '%s\n' "$TABLE" | awk -F'|' -v only="$only" 'NF >= 6 && (only == "" || index(only, "," $1 ",")) { print $5 }' \
+    | tr ' ' '\n' | awk -F: 'NF { if (!($1 in sel)) { sel[$1] = $2; order[++n] = $1 }
+        else if (sel[$1] != "" && $2 != "") sel[$1] = sel[$1] "," $2; else sel[$1] = "" }
+        END { for (i = 1; i <= n; i++) printf "%s%s ", order[i], sel[order[i]] == "" ? "" : ":" sel[order[i]] }')
+echo "mutate: baseline build and run of: $all_tests"
+if ! mk "$(targets "$all_tests")"; then echo "mutate: the unmutated tree does not build:"; tail -20 "$scratch/.make.log"; exit 1; fi
+if ! why=$(run_tests "$all_tests"); then echo "mutate: baseline FAILED ($why): fix the suite first"; exit 1; fi
+
+killed=0; survived=0; broken=0; n=0; survivors=()
+while IFS='|' read -r id file old new tests claim; do
+    [ -n "$id" ] || continue
+    [ -z "$only" ] || [[ "$only" == *",$id,"* ]] || continue
+    n=$((n + 1)); t0=$(date +%s)
+    if ! python3 - "$scratch/$file" "$old" "$new" <<'PY'
+import sys
+path, old, new = sys.argv[1], sys.argv[2].replace("\\n", "\n"), sys.argv[3].replace("\\n", "\n")
+src = open(path).read()
+if src.count(old) != 1:
+    sys.exit(1)
+open(path + ".orig", "w").write(src)
+open(path, "w").write(src.replace(old, new))
+PY
+    then
+        printf '%-30s NOT APPLIED (the text is not in %s exactly once: update the row)\n' "$id" "$file"
+        broken=$((broken + 1)); continue
+    fi
+    if ! mk "$(targets "$tests")"; then
+        result="BUILD FAILED"; broken=$((broken + 1)); why=$(grep -m1 'error' "$scratch/.make.log")
+    elif why=$(run_tests "$tests"); then
+        result="SURVIVED"; survived=$((survived + 1)); survivors+=("$id"); why="every test passed: $tests"
+    else
+        result="killed"; killed=$((killed + 1))
+    fi
+    mv "$scratch/$file.orig" "$scratch/$file"
+    touch "$scratch/$file"
+    printf '%-30s %-12s %4ss  %s\n' "$id" "$result" "$(( $(date +%s) - t0 ))" "$why"
+done <<<"$TABLE"
+mk "$(targets "$all_tests")" # leave the scratch build unmutated (MUTATE_KEEP)
+
+secs=$(( $(date +%s) - t_start ))
+[ ${#survivors[@]} -gt 0 ] && echo "survived: ${survivors[*]}"
+echo "mutate: $killed killed, $survived survived, $broken not applied or not built, of $n mutations in ${secs}s"
+[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ] && [ "$killed" -gt 0 ]
