@@ -252,6 +252,7 @@ static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
             for (int j = j0; j < j1; j++) c->y[(size_t)i * n + j] = dot_f(w, j, c->x + (size_t)i * w->k);
         return;
     }
+    if (kvs_avx2_matmul_packed(c, j0, j1)) return;
     int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     prep2 pw[NR * 32] __attribute__((aligned(32)));
     if (ng > 32) {
