@@ -180,6 +180,128 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
     return y;
 }
 
+/* kvs_tree16 of lanes lo (0..7) and hi (8..15): halves, quarters, pairs. */
+AI float tree16_2(__m256 lo, __m256 hi) {
+    __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+/* One activation row (decode) against two Q4 weight rows at once: two
+ * independent chains for the out-of-order core, x loaded once for both, the
+ * 16 chains of each row in registers (lanes). Same operations per output as
+ * q4_groups. */
+AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const uint8_t *xq, float y[2]) {
+    const int gb = q41 ? 320 : 288;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+            __m256i ph[2], pl[2];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r));
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r + 64));
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r + 64));
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) {
+                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * gb;
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                    __m256i wa = _mm256_and_si256(q, lo4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+                    __m256i sh = _mm256_add_epi16(_mm256_maddubs_epi16(wa, x0), _mm256_maddubs_epi16(wb, x1));
+                    __m256i sl = _mm256_add_epi16(_mm256_maddubs_epi16(wa, l0), _mm256_maddubs_epi16(wb, l1));
+                    ph[o] = r ? _mm256_add_epi16(ph[o], sh) : sh;
+                    pl[o] = r ? _mm256_add_epi16(pl[o], sl) : sl;
+                }
+            }
+            __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+#pragma GCC unroll 2
+            for (int o = 0; o < 2; o++) {
+                const uint8_t *pg = (o ? pb : pa) + (size_t)g * gb;
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(ph[o], c256), _mm256_madd_epi16(pl[o], ones));
+                if (!q41) isum = _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(trailer + 32 + 8 * h)));
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 256 + 16 * h)));
+                C[o][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), C[o][h]);
+                if (q41) {
+                    __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 288 + 16 * h)));
+                    C[o][h] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(trailer + 16 + 8 * h), C[o][h]);
+                }
+            }
+        }
+    }
+    y[0] = tree16_2(C[0][0], C[0][1]);
+    y[1] = tree16_2(C[1][0], C[1][1]);
+}
+
+/* The same for Q8_0 (x bytes + 128, turned signed once for both rows). */
+static void q8_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, float y[2]) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+            __m256i a[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xh + 64 * xq_of_q8[r])), c80);
+                __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xl + 64 * xq_of_q8[r])), c80);
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) {
+                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
+                    __m256i w = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                    __m256i aw = _mm256_sign_epi8(w, w);
+                    a[o] = _mm256_add_epi32(a[o], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x1, w)), c256));
+                    a[o] = _mm256_add_epi32(a[o], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x2, w)), ones));
+                }
+            }
+            __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+#pragma GCC unroll 2
+            for (int o = 0; o < 2; o++) {
+                const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
+                C[o][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[o]), _mm256_mul_ps(dw, dx), C[o][h]);
+            }
+        }
+    }
+    y[0] = tree16_2(C[0][0], C[0][1]);
+    y[1] = tree16_2(C[1][0], C[1][1]);
+}
+
+/* Decode (m = 1): weight rows [j0, j1) two at a time (an odd last row is
+ * computed twice and stored once). */
+static void matmul_m1(const kvs_mm_call *c, int j0, int j1, const xtail *xt) {
+    const kvs_wmat *w = c->w;
+    const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const size_t rb = w->row_bytes;
+    for (int j = j0; j < j1; j += 2) {
+        const uint8_t *pa = (const uint8_t *)w->packed + (size_t)j * rb;
+        const uint8_t *pb = j + 1 < j1 ? pa + rb : pa;
+        if (j + PF_ROWS + 1 < w->n) { /* the stream ahead: both rows of a later pair */
+            const uint8_t *pf = pa + PF_ROWS * rb;
+            for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        }
+        float y[2];
+        if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, c->xq, y);
+        else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, c->xq, y);
+        else q4_m1_pair(pa, pb, ng, 0, c->xq, y);
+        for (int o = 0; o < 2 && j + o < j1; o++) {
+            float v = y[o];
+            if (nt) v = tail_blocks(type, (o ? pb : pa) + (size_t)ng * 16 * bs, nt, xt, v);
+            c->y[j + o] = v;
+        }
+    }
+}
+
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (!w->packed || !c->xq) return 0;
@@ -187,6 +309,11 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
     float acc[ROWS][16] __attribute__((aligned(32)));
     xtail xt[ROWS * (KVS_XQ_GROUP - 1)];
+    if (c->m == 1) {
+        if (nt) load_tails(c, 0, 1, nt, xt);
+        matmul_m1(c, j0, j1, xt);
+        return 1;
+    }
     for (int i0 = 0; i0 < c->m; i0 += ROWS) {
         int mr = c->m - i0 < ROWS ? c->m - i0 : ROWS;
         const uint8_t *xq = c->xq + (size_t)i0 * c->xq_row;
@@ -197,7 +324,8 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                 const uint8_t *pf = pw + PF_ROWS * w->row_bytes;
                 for (size_t o = 0; o < w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
             }
-            memset(acc, 0, sizeof(float) * 16 * (size_t)mr);
+            for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
+                for (int l = 0; l < 16; l++) acc[i][l] = 0.0f;
             if (type == KVS_TYPE_Q8_0) q8_groups(pw, ng, xq, c->xq_row, mr, acc);
             else if (type == KVS_TYPE_Q4_1) q4_groups(pw, ng, 1, xq, c->xq_row, mr, acc);
             else q4_groups(pw, ng, 0, xq, c->xq_row, mr, acc);
