@@ -276,9 +276,9 @@ static void q8_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, const uint8
     y[1] = tree16_2(C[1][0], C[1][1]);
 }
 
-/* Decode (m = 1): weight rows [j0, j1) two at a time (an odd last row is
- * computed twice and stored once). */
-static void matmul_m1(const kvs_mm_call *c, int j0, int j1, const xtail *xt) {
+/* Activation row i against weight rows [j0, j1), two at a time (an odd last
+ * row is computed twice and stored once); xt: row i's tail blocks. */
+static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail *xt) {
     const kvs_wmat *w = c->w;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
@@ -291,13 +291,14 @@ static void matmul_m1(const kvs_mm_call *c, int j0, int j1, const xtail *xt) {
             for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
         }
         float y[2];
-        if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, c->xq, y);
-        else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, c->xq, y);
-        else q4_m1_pair(pa, pb, ng, 0, c->xq, y);
+        const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
+        if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y);
+        else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y);
+        else q4_m1_pair(pa, pb, ng, 0, xq, y);
         for (int o = 0; o < 2 && j + o < j1; o++) {
             float v = y[o];
             if (nt) v = tail_blocks(type, (o ? pb : pa) + (size_t)ng * 16 * bs, nt, xt, v);
-            c->y[j + o] = v;
+            c->y[(size_t)i * w->n + j + o] = v;
         }
     }
 }
@@ -309,9 +310,9 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
     float acc[ROWS][16] __attribute__((aligned(32)));
     xtail xt[ROWS * (KVS_XQ_GROUP - 1)];
-    if (c->m == 1) {
+    if (c->m == 1) { /* decode: pairs of weight rows (measured: row passes are slower for m > 1) */
         if (nt) load_tails(c, 0, 1, nt, xt);
-        matmul_m1(c, j0, j1, xt);
+        matmul_row(c, 0, j0, j1, xt);
         return 1;
     }
     for (int i0 = 0; i0 < c->m; i0 += ROWS) {
