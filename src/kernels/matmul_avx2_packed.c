@@ -29,12 +29,10 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
-#include <immintrin.h>
 #include <math.h>
 
-#include "kernels/kernels_impl.h"
+#include "kernels/avx2_util.h"
 
-#define AI __attribute__((always_inline)) static inline
 #define ROWS 16   /* activation rows per pass over a weight row */
 #define PF_ROWS 8 /* weight rows prefetched ahead (the stream is one pass per step) */
 
@@ -45,14 +43,6 @@ typedef struct xtail {
     int32_t c;
 } xtail;
 
-static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7}; /* packed Q8 vector r -> xq vec */
-
-AI int32_t hsum_i32(__m256i v) {
-    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
-    return _mm_cvtsi128_si32(a);
-}
 
 /* Tail blocks of rows [i0, i0 + mr) out of their quads (quant.h). */
 static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) {
@@ -178,14 +168,6 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
         }
     }
     return y;
-}
-
-/* kvs_tree16 of lanes lo (0..7) and hi (8..15): halves, quarters, pairs. */
-AI float tree16_2(__m256 lo, __m256 hi) {
-    __m256 a = _mm256_add_ps(lo, hi);
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
 /* One activation row (decode) against two Q4 weight rows at once: two
