@@ -1,7 +1,7 @@
 /*
  * Kernel benchmark at SmolLM2-135M shapes: matmul GOPS (2*m*n*k per second)
- * and weight GB/s for m = 1 (decode) and m = 512 (prefill), per ISA path and
- * thread count; attention prefill/decode at 512, 2048, 4096 context; the
+ * and weight GB/s for m = 1 (decode), m = 8 (8 streams batched) and m = 512
+ * (prefill), per ISA path (AVX2: GGUF rows and packed rows) and thread count; attention prefill/decode at 512, 2048, 4096 context; the
  * cost of an empty kvs_pool_run. Medians over several repetitions.
  *
  *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn]
@@ -98,7 +98,7 @@ static double time_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int
     return median(t, reps);
 }
 
-static void bench_matmul(const char *isa, int threads, int quick) {
+static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     struct { const char *name; int type, k, n; } shapes[] = {
         {"attn_q/o 576->576", KVS_TYPE_Q4_1, 576, 576},
         {"attn_k/v 576->192", KVS_TYPE_Q4_1, 576, 192},
@@ -107,13 +107,16 @@ static void bench_matmul(const char *isa, int threads, int quick) {
         {"output   576->49152", KVS_TYPE_Q8_0, 576, 49152},
     };
     kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
-    int ms[] = {1, 512};
+    /* decode, batched decode of 8 streams (GB/s(w): weights read once per call), prefill */
+    int ms[] = {1, 8, 512};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         kvs_wmat w = make_w(shapes[s].type, shapes[s].n, shapes[s].k);
-        for (int mi = 0; mi < 2; mi++) {
+        /* packed rows (pack.c) where the path reads them: the AVX2 kernels */
+        if (pack && kvs_wmat_pack(&w, 1) != 0) { fprintf(stderr, "bench_kernels: pack: out of memory\n"); exit(1); }
+        for (int mi = 0; mi < 3; mi++) {
             int m = ms[mi];
             if (!strcmp(isa, "scalar") && m > 1) continue; /* minutes, not informative */
-            if (quick && m > 1 && shapes[s].n > 10000) m = 64;
+            if (quick && m > 8 && shapes[s].n > 10000) m = 64;
             float *x = malloc(sizeof(float) * (size_t)m * w.k);
             float *y = malloc(sizeof(float) * (size_t)m * w.n);
             for (size_t i = 0; i < (size_t)m * w.k; i++) x[i] = rndf();
@@ -121,11 +124,12 @@ static void bench_matmul(const char *isa, int threads, int quick) {
             double t = time_matmul(pool, &w, x, m, y, work, quick ? 0.1 : 0.4);
             double gops = 2.0 * m * w.n * w.k / t / 1e9;
             double gbs = (double)w.row_bytes * w.n / t / 1e9;
-            printf("  %-10s t=%d  %-20s %-4s m=%-4d %9.1f us  %7.1f GOPS  %6.1f GB/s(w)\n", isa,
-                   threads, shapes[s].name, type_name(w.type), m, t * 1e6, gops, gbs);
+            printf("  %-10s t=%d  %-20s %-4s%s m=%-4d %9.1f us  %7.1f GOPS  %6.1f GB/s(w)\n", isa,
+                   threads, shapes[s].name, type_name(w.type), w.packed ? " packed" : "", m, t * 1e6, gops, gbs);
             fflush(stdout);
             free(x); free(y); free(work);
         }
+        kvs_wmat_unpack(&w);
         free((void *)w.data);
     }
     kvs_pool_free(pool);
@@ -236,7 +240,8 @@ int main(int argc, char **argv) {
         for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
             if (only_isa && strcmp(only_isa, isas[s])) continue;
             if (kvs_kernels_set_isa(isas[s]) != 0) continue;
-            if (!no_mm) bench_matmul(isas[s], t, quick);
+            if (!no_mm) bench_matmul(isas[s], t, quick, 0);
+            if (!no_mm && !strcmp(isas[s], "avx2")) bench_matmul(isas[s], t, quick, 1); /* side by side */
             if (!no_attn && strcmp(isas[s], "amx")) bench_attention(isas[s], t, quick);
         }
     }

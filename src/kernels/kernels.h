@@ -31,7 +31,19 @@ typedef struct kvs_wmat {
     int n;            /* rows = output features */
     int k;            /* columns = input features */
     size_t row_bytes;
+    /* NULL, or the same rows repacked for the kernels (kvs_wmat_pack; same
+     * size, same bits out); owned by whoever packed it. */
+    const void *packed;
 } kvs_wmat;
+
+/* Repacks a Q4_0 / Q4_1 / Q8_0 matrix into the layout the AVX2 kernels
+ * stream (pack.c) and sets w->packed; results stay memcmp-equal to the
+ * unpacked path. Does nothing (returns 0, packed stays NULL) for other types
+ * or, unless force, when the CPU's best path does not read it (AVX-512 reads
+ * the GGUF layout) or the environment has KVS_PACK=0. Returns -1 if out of memory (w unchanged). The copy
+ * doubles the matrix's memory; kvs_wmat_unpack frees it. */
+int kvs_wmat_pack(kvs_wmat *w, int force);
+void kvs_wmat_unpack(kvs_wmat *w);
 
 /* Bytes of scratch kvs_matmul needs for m activation rows against w
  * (0 for float weights: work may then be NULL). */

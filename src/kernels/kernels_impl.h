@@ -118,6 +118,9 @@ extern const kvs_isa kvs_isa_scalar;
 extern const kvs_isa kvs_isa_avx2;
 extern const kvs_isa kvs_isa_avx512;
 extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
+/* AVX2 on packed weights (matmul_avx2_packed.c): columns [j0, j1) of a call
+ * whose w->packed is set; returns 0 (nothing done) otherwise. */
+int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1);
 #endif
 
 /* Scalar pieces reused by the SIMD paths for tails and unusual shapes. */

@@ -19,33 +19,16 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
-#include <immintrin.h>
 #include <math.h>
 
-#include "kernels/kernels_impl.h"
+#include "kernels/avx2_util.h"
 
 #define NR 4
-#define AI __attribute__((always_inline)) static inline
 
 typedef struct prep2 {
     __m256i v[2][8]; /* [half][vec] */
     __m256 dw[2], mw[2];
 } prep2;
-
-/* kvs_tree16 of lanes lo (0..7) and hi (8..15). */
-AI float tree16_2(__m256 lo, __m256 hi) {
-    __m256 a = _mm256_add_ps(lo, hi);
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
-}
-
-AI int32_t hsum_i32(__m256i v) {
-    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
-    return _mm_cvtsi128_si32(a);
-}
 
 /* Sum of u8 x s8 products, 4 per int32 lane (exact for our operand ranges). */
 AI __m256i dot4(__m256i u, __m256i s) {
@@ -93,9 +76,6 @@ static void prep_row(const kvs_wmat *w, const uint8_t *row, int ng, prep2 *out) 
         }
     }
 }
-
-/* Q8_0 weight vector r pairs with xq vec xq_of_q8[r] (see matmul_avx512.c). */
-static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 /* ------------------------------------------------------------------ tail */
 
@@ -252,6 +232,7 @@ static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
             for (int j = j0; j < j1; j++) c->y[(size_t)i * n + j] = dot_f(w, j, c->x + (size_t)i * w->k);
         return;
     }
+    if (kvs_avx2_matmul_packed(c, j0, j1)) return;
     int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     prep2 pw[NR * 32] __attribute__((aligned(32)));
     if (ng > 32) {

@@ -70,6 +70,7 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
     m->hp.n_vocab = tv;
     m->tok_embd.n = tv;
     m->output.n = tv;
+    kvs_model_pack_weights(m);
     return KVS_OK;
 }
 
@@ -93,6 +94,7 @@ int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out) {
 void kvs_model_free(kvs_model *m) {
     if (!m) return;
     kvs_tokenizer_free(m->tok);
+    kvs_model_unpack_weights(m);
     kvs_gguf_close(m->gguf);
     free(m->layers);
     free(m->layer_hp);

@@ -36,5 +36,9 @@ struct kvs_model {
 int kvs_model_read_hparams(kvs_model *m, int required);
 /* weights.c: builds the tensor views with shape and type checks. */
 int kvs_model_bind_weights(kvs_model *m);
+/* weights.c: kernel-layout copies of the streamed matrices (kvs_wmat_pack),
+ * made after binding, freed before the mapping closes. */
+void kvs_model_pack_weights(kvs_model *m);
+void kvs_model_unpack_weights(kvs_model *m);
 
 #endif

@@ -124,3 +124,22 @@ int kvs_model_bind_weights(kvs_model *m) {
     }
     return KVS_OK;
 }
+
+/* Repacked copies of the matrices a forward pass streams (kernels/pack.c:
+ * same bits, faster decode where the kernels read them; none where they do
+ * not). token_embd is only read a row at a time, so a tied output head gets
+ * its own packed copy and tok_embd none. A failed allocation leaves a matrix
+ * unpacked, which only costs speed. */
+static void for_each_streamed(kvs_model *m, void (*fn)(kvs_wmat *)) {
+    fn(&m->output);
+    for (int l = 0; l < m->hp.n_layer && m->layers; l++) {
+        kvs_layer_weights *w = &m->layers[l];
+        kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) fn(mats[i]);
+    }
+}
+
+static void pack_one(kvs_wmat *w) { (void)kvs_wmat_pack(w, 0); }
+
+void kvs_model_pack_weights(kvs_model *m) { for_each_streamed(m, pack_one); }
+void kvs_model_unpack_weights(kvs_model *m) { for_each_streamed(m, kvs_wmat_unpack); }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Roofline report: how close decode comes to the memory-bandwidth bound and
+# prefill to the int8 peak, per quant type and thread count, with llama.cpp
+# beside us. Writes bench/results/roofline-<cpu>.md (--no-save: print only).
+#
+#   bench/roofline.sh [--threads "1 2"] [--reps 3] [--rounds 2] [-p 512] [-n 64]
+#                     [--types "Q4_1 Q4_0 Q8_0 F16"] [--llama-bin DIR] [--no-save]
+#
+# Ceilings (build/bench/roofline_probe): read bandwidth over 256 MiB and the
+# int8 dot peak of the ISA path, per thread count, by wall clock (what the
+# machine gave during this run) and by thread CPU time (what a core gives
+# while it runs; on a shared machine the estimate of an idle machine).
+#  - kernel level (build/bench/bench_kernels --cpu, 1 thread, thread CPU
+#    time): each SmolLM2 matmul at m = 1 as weight GB/s and its share of the
+#    CPU-time bandwidth; m = 8 (8 streams in one call) as aggregate rows/s;
+#  - model level (kvstitch bench vs llama-bench, same file, same threads,
+#    alternating for --rounds, medians): decode tok/s, its bound
+#    (wall read GB/s of the same run / weight bytes per token: the tied head
+#    reads every weight once per token) and the share; prefill tok/s and the
+#    int8 work it implies (2 x params MACs per token, x 2 for the two-level
+#    activations) as a share of the wall int8 peak.
+# Models: the Q4_1 file of scripts/fetch-model.sh; Q4_0 / Q8_0 / F16 are made
+# from it with llama-quantize --allow-requantize when llama.cpp's binaries
+# are found (--llama-bin DIR with llama-bench and llama-quantize; default:
+# a cmake build of llama-cpp-python's vendored llama.cpp under
+# $KVSTITCH_CACHE/llamacpp-src/*/vendor/llama.cpp/build/bin).
+# Without llama.cpp the report has our columns only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+threads="1 2" reps=3 rounds=2 pp=512 ngen=64 types="Q4_1 Q4_0 Q8_0 F16" llbin="" save=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --threads) threads="$2"; shift 2;;
+        --reps) reps="$2"; shift 2;;
+        --rounds) rounds="$2"; shift 2;;
+        -p) pp="$2"; shift 2;;
+        -n) ngen="$2"; shift 2;;
+        --types) types="$2"; shift 2;;
+        --llama-bin) llbin="$2"; shift 2;;
+        --no-save) save=0; shift;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;;
+        *) echo "roofline: unknown option $1 (see --help)" >&2; exit 2;;
+    esac
+done
+for v in reps rounds pp ngen; do
+    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "roofline: $v must be a number, got '${!v}'" >&2; exit 2; }
+done
+
+BUILD="${BUILD:-build}"
+cache="${KVSTITCH_CACHE:-$HOME/.cache/kvstitch}"
+for b in "$BUILD/kvstitch" "$BUILD/bench/roofline_probe" "$BUILD/bench/bench_kernels"; do
+    [ -x "$b" ] || { echo "roofline: $b is not built (make && make bench)" >&2; exit 2; }
+done
+if [ -z "$llbin" ]; then
+    llbin=$(ls -d "$cache"/llamacpp-src/*/vendor/llama.cpp/build/bin 2>/dev/null | head -n 1 || true)
+fi
+have_ll=0
+[ -n "$llbin" ] && [ -x "$llbin/llama-bench" ] && [ -x "$llbin/llama-quantize" ] && have_ll=1
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+q41=$(scripts/fetch-model.sh | tail -n 1)
+
+model_of() { # type -> path ('' if it cannot be had)
+    local t="$1" out="$cache/models/SmolLM2-135M-Instruct.$1.gguf"
+    [ "$t" = Q4_1 ] && { echo "$q41"; return; }
+    if [ ! -f "$out" ] && [ $have_ll = 1 ]; then
+        "$llbin/llama-quantize" --allow-requantize "$q41" "$out.tmp" "$t" >"$tmp/quant.log" 2>&1 \
+            && mv "$out.tmp" "$out" || { echo "roofline: llama-quantize $t failed" >&2; tail -3 "$tmp/quant.log" >&2; }
+    fi
+    [ -f "$out" ] && echo "$out" || echo ""
+}
+
+echo "roofline: probe" >&2
+"$BUILD/bench/roofline_probe" --reps 5 > "$tmp/probe.txt"
+echo "roofline: kernels (1 thread, CPU time)" >&2
+"$BUILD/bench/bench_kernels" --cpu --no-attn --threads 1 --quick \
+    --isa "$(sed -n 's/^isa //p' "$tmp/probe.txt")" > "$tmp/kernels.txt"
+
+: > "$tmp/runs.jsonl"
+for t in $types; do
+    m=$(model_of "$t")
+    [ -n "$m" ] || { echo "roofline: no $t model (llama-quantize missing): skipped" >&2; continue; }
+    for th in $threads; do
+        for r in $(seq "$rounds"); do
+            echo "roofline: $t threads $th round $r" >&2
+            "$BUILD/kvstitch" bench -m "$m" -p "$pp" -n "$ngen" --reps "$reps" --threads "$th" --json \
+                | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"who":"ours","type":sys.argv[1],"threads":int(sys.argv[2]),"pp":d["pp"]["tok_s"],"tg":d["tg"]["tok_s"],"bytes":d["weight_bytes"]}))' "$t" "$th" \
+                >> "$tmp/runs.jsonl"
+            if [ $have_ll = 1 ]; then
+                "$llbin/llama-bench" -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/ll.err" \
+                    | python3 -c 'import json,sys; d=json.load(sys.stdin); v={("pp" if x["n_prompt"] else "tg"): x["avg_ts"] for x in d}; print(json.dumps({"who":"llama.cpp","type":sys.argv[1],"threads":int(sys.argv[2]),"pp":v.get("pp"),"tg":v.get("tg")}))' "$t" "$th" \
+                    >> "$tmp/runs.jsonl" || { echo "roofline: llama-bench failed" >&2; cat "$tmp/ll.err" >&2; }
+            fi
+        done
+    done
+done
+
+cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+slug=$(echo "${cpu:-cpu}-$(sed -n 's/^isa //p' "$tmp/probe.txt")" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
+out="bench/results/roofline-$slug.md"
+python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
+    "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \
+    "$([ $have_ll = 1 ] && "$llbin/llama-bench" --version 2>&1 | head -n 1 || echo 'not available')" \
+    "$("$BUILD/kvstitch" info -m "$q41" | sed -n 's/^parameters: *\([0-9]*\).*/\1/p')" > "$tmp/report.md"
+cat "$tmp/report.md"
+if [ $save = 1 ]; then cp "$tmp/report.md" "$out"; echo "roofline: wrote $out" >&2; fi

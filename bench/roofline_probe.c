@@ -1,0 +1,224 @@
+/*
+ * The two ceilings of the roofline report (bench/roofline.sh):
+ *  - read bandwidth: T threads stream disjoint slices of a buffer larger
+ *    than the last-level cache (256 MiB) with 32-byte loads; GB/s per T;
+ *  - int8 dot peak of the ISA path the matmuls use: independent chains of
+ *    the kernels' own instruction (AVX2: vpmaddubsw + int16 add, 32 int8
+ *    multiply-adds; AVX-512 VNNI: vpdpbusd, 64), in registers; GMAC/s per T.
+ * Each figure is the median and the best of several repetitions, all threads
+ * started together, from two clocks: wall (what the machine gave) and each
+ * thread's CPU time (what a core gives while it runs: on a shared, loaded
+ * machine the honest estimate of the ceiling). The load is printed too.
+ *
+ *   roofline_probe [--threads N] [--mib 256] [--reps 7]
+ * Output: one "key value..." line per figure (parsed by bench/roofline.sh).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct job {
+    int kind;            /* 0 read, 1 avx2 dot, 2 avx512 vnni dot */
+    const uint8_t *p;    /* read: this thread's slice */
+    size_t bytes;
+    long iters;          /* dot: loop iterations */
+    pthread_barrier_t *bar;
+    double t0, t1;
+    double cpu;          /* this thread's CPU time (what it got of a shared machine) */
+    uint64_t sink;
+} job;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t read_slice(const uint8_t *p, size_t bytes) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t o = 0; o + 128 <= bytes; o += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + o)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + o + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + o + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + o + 96)));
+    }
+    __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+/* 6 independent chains (6 weight registers, one x), 8 steps per iteration:
+ * 48 x 32 MACs. One asm statement per step so that the compiler neither
+ * merges identical products nor spills the chains. */
+#define DOT_CHAINS 6
+#define DOT_STEPS 8
+__attribute__((target("avx2"))) static uint64_t dot_avx2(long iters) {
+    __m256i x = _mm256_set1_epi8(-3), t0, t1;
+    __m256i w0 = _mm256_set1_epi8(7), w1 = _mm256_set1_epi8(8), w2 = _mm256_set1_epi8(9);
+    __m256i w3 = _mm256_set1_epi8(10), w4 = _mm256_set1_epi8(11), w5 = _mm256_set1_epi8(12);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+    for (long it = 0; it < iters; it++)
+        for (int r = 0; r < DOT_STEPS; r++)
+            __asm__ volatile("vpmaddubsw %[x], %[w0], %[t0]\n\tvpaddw %[t0], %[a0], %[a0]\n\t"
+                             "vpmaddubsw %[x], %[w1], %[t1]\n\tvpaddw %[t1], %[a1], %[a1]\n\t"
+                             "vpmaddubsw %[x], %[w2], %[t0]\n\tvpaddw %[t0], %[a2], %[a2]\n\t"
+                             "vpmaddubsw %[x], %[w3], %[t1]\n\tvpaddw %[t1], %[a3], %[a3]\n\t"
+                             "vpmaddubsw %[x], %[w4], %[t0]\n\tvpaddw %[t0], %[a4], %[a4]\n\t"
+                             "vpmaddubsw %[x], %[w5], %[t1]\n\tvpaddw %[t1], %[a5], %[a5]"
+                             : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4),
+                               [a5] "+x"(a5), [t0] "=&x"(t0), [t1] "=&x"(t1)
+                             : [x] "x"(x), [w0] "x"(w0), [w1] "x"(w1), [w2] "x"(w2), [w3] "x"(w3), [w4] "x"(w4),
+                               [w5] "x"(w5));
+    __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    s = _mm256_xor_si256(s, _mm256_xor_si256(a4, a5));
+    return (uint64_t)_mm256_extract_epi64(s, 0);
+}
+
+/* The same shape with vpdpbusd (accumulates in place): 48 x 64 MACs. */
+__attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iters) {
+    __m512i x = _mm512_set1_epi8(-3);
+    __m512i w0 = _mm512_set1_epi8(7), w1 = _mm512_set1_epi8(8), w2 = _mm512_set1_epi8(9);
+    __m512i w3 = _mm512_set1_epi8(10), w4 = _mm512_set1_epi8(11), w5 = _mm512_set1_epi8(12);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+    for (long it = 0; it < iters; it++)
+        for (int r = 0; r < DOT_STEPS; r++)
+            __asm__ volatile("vpdpbusd %[x], %[w0], %[a0]\n\tvpdpbusd %[x], %[w1], %[a1]\n\t"
+                             "vpdpbusd %[x], %[w2], %[a2]\n\tvpdpbusd %[x], %[w3], %[a3]\n\t"
+                             "vpdpbusd %[x], %[w4], %[a4]\n\tvpdpbusd %[x], %[w5], %[a5]"
+                             : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4),
+                               [a5] "+v"(a5)
+                             : [x] "v"(x), [w0] "v"(w0), [w1] "v"(w1), [w2] "v"(w2), [w3] "v"(w3), [w4] "v"(w4),
+                               [w5] "v"(w5));
+    __m512i s = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    s = _mm512_xor_si512(s, _mm512_xor_si512(a4, a5));
+    return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s));
+}
+#endif
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->bar);
+    j->t0 = now_s();
+    double c0 = cpu_s();
+#if defined(__x86_64__)
+    if (j->kind == 0) j->sink = read_slice(j->p, j->bytes);
+    else if (j->kind == 1) j->sink = dot_avx2(j->iters);
+    else j->sink = dot_vnni(j->iters);
+#endif
+    j->cpu = cpu_s() - c0;
+    j->t1 = now_s();
+    return NULL;
+}
+
+/* Runs kind on nt threads, each on its share (bytes / nt of the buffer, or
+ * iters). Returns the work rate in units per second two ways: *wall from the
+ * wall time (first start to last end), and the return value as the sum over
+ * threads of share / own CPU time: what nt threads would do with a core each,
+ * which a loaded machine does not give (the other threads' memory traffic
+ * still counts, since they run at the same time when they run). */
+static double run_threads(int kind, int nt, const uint8_t *buf, size_t bytes, long iters, double units,
+                          double *wall) {
+    pthread_t th[64];
+    job jobs[64];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nt);
+    size_t slice = bytes / (size_t)nt & ~(size_t)127;
+    for (int i = 0; i < nt; i++) {
+        jobs[i] = (job){.kind = kind, .p = buf + (size_t)i * slice, .bytes = slice, .iters = iters, .bar = &bar};
+        pthread_create(&th[i], NULL, run_job, &jobs[i]);
+    }
+    double t0 = 1e300, t1 = 0, rate = 0;
+    for (int i = 0; i < nt; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].t0 < t0) t0 = jobs[i].t0;
+        if (jobs[i].t1 > t1) t1 = jobs[i].t1;
+        rate += units / nt / jobs[i].cpu;
+    }
+    pthread_barrier_destroy(&bar);
+    *wall = units / (t1 - t0);
+    return rate;
+}
+
+static void report(const char *key, const char *extra, int nt, double *cpu, double *wall, int n) {
+    qsort(cpu, (size_t)n, sizeof(double), cmp_d);
+    qsort(wall, (size_t)n, sizeof(double), cmp_d);
+    printf("%s %s threads %d cpu_median %.2f cpu_best %.2f wall_median %.2f wall_best %.2f\n", key, extra, nt,
+           cpu[n / 2], cpu[n - 1], wall[n / 2], wall[n - 1]);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    int max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 7;
+    size_t mib = 256;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) max_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: roofline_probe [--threads N] [--mib 256] [--reps 7]\n");
+            return 2;
+        }
+    }
+    if (max_threads < 1 || max_threads > 64 || reps < 1 || reps > 100 || mib < 8 || mib > 65536) {
+        fprintf(stderr, "roofline_probe: --threads 1..64, --reps 1..100, --mib 8..65536\n");
+        return 2;
+    }
+#if !defined(__x86_64__)
+    printf("isa none (x86-64 only)\n");
+    return 0;
+#else
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2"), vnni = __builtin_cpu_supports("avx512vnni");
+    char load[64] = "?";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fgets(load, sizeof load, f)) load[strcspn(load, "\n")] = 0;
+    if (f) fclose(f);
+    printf("load %s\n", load);
+    printf("isa %s\n", vnni ? "avx512vnni" : avx2 ? "avx2" : "none");
+    if (!avx2) return 0;
+    size_t bytes = mib << 20;
+    uint8_t *buf = aligned_alloc(4096, bytes);
+    if (!buf) {
+        fprintf(stderr, "roofline_probe: cannot allocate %zu MiB\n", mib);
+        return 1;
+    }
+    memset(buf, 1, bytes); /* fault the pages in before timing */
+    double v[100], w[100];
+    for (int nt = 1; nt <= max_threads; nt++) {
+        run_threads(0, nt, buf, bytes, 0, 1, w); /* warm */
+        for (int r = 0; r < reps; r++) v[r] = run_threads(0, nt, buf, bytes, 0, (double)bytes / 1e9, &w[r]);
+        report("read_gbs", "-", nt, v, w, reps);
+    }
+    const long iters = 1000000; /* ~0.1 s of one idle core */
+    const double macs = (double)iters * DOT_CHAINS * DOT_STEPS / 1e9;
+    for (int nt = 1; nt <= max_threads; nt++) {
+        for (int r = 0; r < reps; r++) v[r] = run_threads(1, nt, NULL, 0, iters, macs * 32 * nt, &w[r]);
+        report("int8_gmacs", "avx2", nt, v, w, reps);
+        if (vnni) {
+            for (int r = 0; r < reps; r++) v[r] = run_threads(2, nt, NULL, 0, iters, macs * 64 * nt, &w[r]);
+            report("int8_gmacs", "avx512vnni", nt, v, w, reps);
+        }
+    }
+    free(buf);
+    return 0;
+#endif
+}

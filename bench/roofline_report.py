@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Writes the roofline report (markdown) from bench/roofline.sh's raw outputs.
+
+usage: roofline_report.py PROBE KERNELS RUNS CPU NPROC COMMIT PP NGEN ROUNDS REPS PEER PARAMS
+  PROBE    roofline_probe output      KERNELS  bench_kernels --cpu output
+  RUNS     one JSON object per run (who, type, threads, pp, tg[, bytes])
+  PARAMS   parameters of the model (multiply-adds per token, ~ all weights)
+"""
+import json
+import re
+import statistics
+import sys
+
+
+def parse_probe(path):
+    probe = {"read": {}, "int8": {}, "load": "?", "isa": "?"}
+    for line in open(path):
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "load":
+            probe["load"] = " ".join(f[1:4])
+        elif f[0] == "isa":
+            probe["isa"] = f[1]
+        elif f[0] in ("read_gbs", "int8_gmacs"):
+            kv = dict(zip(f[4::2], map(float, f[5::2])))
+            key = "read" if f[0] == "read_gbs" else "int8"
+            if key == "int8" and f[1] != probe["isa"]:
+                continue  # the peak of the path the matmuls use
+            probe[key][int(f[3])] = kv
+    return probe
+
+
+KERNEL_RE = re.compile(r"t=(\d+)\s+(.+?)\s+(Q4_0|Q4_1|Q8_0|F16|F32)( packed)?\s+m=(\d+)\s+([\d.]+) us\s+"
+                       r"([\d.]+) GOPS\s+([\d.]+) GB/s")
+
+
+def parse_kernels(path):
+    rows = []
+    for line in open(path):
+        m = KERNEL_RE.search(line)
+        if m:
+            rows.append({"shape": m.group(2).strip(), "type": m.group(3), "packed": bool(m.group(4)),
+                         "m": int(m.group(5)), "us": float(m.group(6)), "gops": float(m.group(7)),
+                         "gbs": float(m.group(8))})
+    return rows
+
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def fmt(x, spec="%.0f"):
+    return "-" if x is None else spec % x
+
+
+def main():
+    (probe_p, kern_p, runs_p, cpu, nproc, commit, pp, ngen, rounds, reps, peer, params) = sys.argv[1:13]
+    probe, kern = parse_probe(probe_p), parse_kernels(kern_p)
+    runs = [json.loads(l) for l in open(runs_p) if l.strip()]
+    params = float(params)
+    out = []
+    w = out.append
+    w("# Roofline: %s (%s cores, ISA path %s)\n" % (cpu, nproc, probe["isa"]))
+    w("Commit %s. Load average at the probe: %s (the machine is shared: wall-clock figures are what it "
+      "gave during this run; CPU-time figures are what a core gives while it runs). Written by "
+      "`bench/roofline.sh`.\n" % (commit, probe["load"]))
+    w("## Ceilings (build/bench/roofline_probe)\n")
+    w("| threads | read GB/s, CPU time (median / best) | read GB/s, wall | int8 GMAC/s (%s), CPU time | int8 GMAC/s, wall |"
+      % probe["isa"])
+    w("|---:|---:|---:|---:|---:|")
+    for t in sorted(probe["read"]):
+        r, i = probe["read"][t], probe["int8"].get(t, {})
+        w("| %d | %.1f / %.1f | %.1f | %s | %s |" % (t, r["cpu_median"], r["cpu_best"], r["wall_median"],
+                                                       fmt(i.get("cpu_median"), "%.1f"), fmt(i.get("wall_median"), "%.1f")))
+    w("\nint8 MACs: vpmaddubsw = 32, vpdpbusd = 64. The two-level activations (quant.h) cost two int8 "
+      "MACs per weight multiply-add.\n")
+
+    bw1 = probe["read"].get(1, {}).get("cpu_median")
+    pk1 = probe["int8"].get(1, {}).get("cpu_median")
+    w("## Kernels, 1 thread, thread CPU time (build/bench/bench_kernels --cpu)\n")
+    w("SmolLM2-135M shapes, random weights. m = 1 is one decode step; share of bandwidth = weight GB/s / "
+      "read GB/s (CPU time, 1 thread, %s); share of int8 peak = two-level int8 MAC/s / peak (%s). m = 8: "
+      "eight rows (streams) in one call; speedup = 8 x time(m = 1) / time(m = 8).\n"
+      % (fmt(bw1, "%.1f"), fmt(pk1, "%.1f")))
+    w("| matrix | type | rows | m = 1 us | weight GB/s | share of bandwidth | share of int8 peak | m = 8 us | batch speedup |")
+    w("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in kern:
+        if r["m"] != 1:
+            continue
+        r8 = next((x for x in kern if x["m"] == 8 and x["shape"] == r["shape"] and x["packed"] == r["packed"]), None)
+        quant = r["type"] in ("Q4_0", "Q4_1", "Q8_0")
+        w("| %s | %s | %s | %.1f | %.1f | %s | %s | %s | %s |" % (
+            r["shape"], r["type"], "packed" if r["packed"] else "GGUF", r["us"], r["gbs"],
+            fmt(r["gbs"] / bw1 * 100 if bw1 else None, "%.0f%%"),
+            fmt(r["gops"] / pk1 * 100 if pk1 and quant else None, "%.0f%%"),
+            fmt(r8["us"] if r8 else None, "%.1f"), fmt(8 * r["us"] / r8["us"] if r8 else None, "%.1fx")))
+
+    w("\n## Model: SmolLM2-135M, kvstitch bench vs llama-bench (wall clock)\n")
+    w("Same file, same threads; %s rounds alternating ours and llama.cpp, each the median of %s reps; "
+      "medians over the rounds. tg = decode of %s tokens, pp = prefill of %s. Decode bound = wall read "
+      "GB/s of the probe at that thread count / weight bytes per token. Prefill int8 share = pp tok/s x "
+      "%.0fM MACs x 2 (two-level) / wall int8 peak (quantized types). Peer: %s.\n"
+      % (rounds, reps, ngen, pp, params / 1e6, peer))
+    w("| type | threads | tg ours | tg llama.cpp | ours / llama.cpp | bound | share of bound | pp ours | pp llama.cpp | ours / llama.cpp | pp share of int8 peak |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    keys = sorted({(r["type"], r["threads"]) for r in runs}, key=lambda k: (["Q4_1", "Q4_0", "Q8_0", "F16"].index(k[0])
+                                                                             if k[0] in ("Q4_1", "Q4_0", "Q8_0", "F16") else 9, k[1]))
+    for typ, th in keys:
+        ours = [r for r in runs if r["who"] == "ours" and r["type"] == typ and r["threads"] == th]
+        peer_r = [r for r in runs if r["who"] == "llama.cpp" and r["type"] == typ and r["threads"] == th]
+        tg, pp_o = med([r["tg"] for r in ours]), med([r["pp"] for r in ours])
+        tg_p, pp_p = med([r["tg"] for r in peer_r]), med([r["pp"] for r in peer_r])
+        nbytes = ours[0]["bytes"] if ours else None
+        bw = probe["read"].get(th, {}).get("wall_median")
+        bound = bw * 1e9 / nbytes if bw and nbytes else None
+        pk = probe["int8"].get(th, {}).get("wall_median")
+        ppshare = pp_o * params * 2 / (pk * 1e9) * 100 if pk and pp_o and typ != "F16" else None
+        w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            typ, th, fmt(tg, "%.1f"), fmt(tg_p, "%.1f"), fmt(tg / tg_p if tg and tg_p else None, "%.2fx"),
+            fmt(bound, "%.1f"), fmt(tg / bound * 100 if tg and bound else None, "%.0f%%"),
+            fmt(pp_o, "%.1f"), fmt(pp_p, "%.1f"), fmt(pp_o / pp_p if pp_o and pp_p else None, "%.2fx"),
+            fmt(ppshare, "%.0f%%")))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+/*
+ * AVX2 matmul on packed weights (kvs_wmat.packed, pack.c): Q4_0, Q4_1 and
+ * Q8_0 for any number of activation rows, bit-identical to the scalar
+ * reference (kernels_impl.h) like every path.
+ *
+ * Lane l of a packed vector is block l of a 16-block group, the lane order of
+ * the quantized activations' full groups (quant.h), so the weights need no
+ * gather and no shuffle: one 32-byte load gives 8 blocks' dwords r. Per
+ * weight row, activation rows are taken in passes of ROWS: the unpacked
+ * weight vectors of a half group stay in registers while every row of the
+ * pass meets them, so a decode step of m = 1..16 streams for rows (streams
+ * of the server's batch) reads each weight byte from memory once.
+ *
+ * Exact block dots without vpmaddwd per vector:
+ *  - Q4: u4 weight x s8 activation pairs are <= 2 * 15 * 127 = 3810, so the
+ *    8 vpmaddubsw of a plane add up in int16 (<= 30480); one vpmaddwd by 256
+ *    (hi plane) or by 1 (lo plane) widens them: 256 * dot(w, hi) + dot(w, lo);
+ *  - Q8: |w| x sign(w) x pairs are <= 2 * 128 * 127 = 32512, widened per
+ *    vector (two would overflow int16).
+ * Then the canonical float steps: chain c = b % 16 is lane c, the tree, and
+ * the tail blocks (nb % 16) in order with the activations in natural order.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <math.h>
+
+#include "kernels/avx2_util.h"
+
+#define ROWS 16   /* activation rows per pass over a weight row */
+#define PF_ROWS 8 /* weight rows prefetched ahead (the stream is one pass per step) */
+
+/* A tail block of one activation row in natural element order, signed. */
+typedef struct xtail {
+    int8_t hi[32], lo[32];
+    float d, s;
+    int32_t c;
+} xtail;
+
+
+/* Tail blocks of rows [i0, i0 + mr) out of their quads (quant.h). */
+static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) {
+    const int off = c->w->type == KVS_TYPE_Q8_0 ? 128 : 0;
+    for (int r = 0; r < mr; r++) {
+        int i = i0 + r, sub = i % 4;
+        uint8_t *quad = (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad;
+        for (int t = 0; t < nt; t++) {
+            xtail *x = &xt[r * nt + t];
+            for (int e = 0; e < KVS_QK; e++) {
+                x->hi[e] = (int8_t)(quad[kvs_xq_tail_pos(t, sub, e)] - off);
+                x->lo[e] = (int8_t)(quad[KVS_XQ_TAIL_PLANE + kvs_xq_tail_pos(t, sub, e)] - off);
+            }
+            x->d = kvs_xq_tail_d(quad, t)[sub];
+            x->s = kvs_xq_tail_s(quad, t)[sub];
+            x->c = kvs_xq_tail_c(quad, t)[sub];
+        }
+    }
+}
+
+/* Full groups of one Q4 weight row against mr activation rows: acc[i] gets
+ * the 16 chains of row i. */
+AI void q4_groups(const uint8_t *pw, int ng, int q41, const uint8_t *xq, size_t xq_row, int mr,
+                  float (*acc)[16]) {
+    const int gb = q41 ? 320 : 288;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *pg = pw + (size_t)g * gb;
+        for (int h = 0; h < 2; h++) {
+            __m256i W[8];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                W[2 * r] = _mm256_and_si256(q, lo4);
+                W[2 * r + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+            }
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 256 + 16 * h)));
+            __m256 mw = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 288 + 16 * h)))
+                            : _mm256_setzero_ps();
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+                const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+                __m256i ph = _mm256_maddubs_epi16(W[0], _mm256_loadu_si256((const __m256i *)xh));
+                __m256i pl = _mm256_maddubs_epi16(W[0], _mm256_loadu_si256((const __m256i *)xl));
+#pragma GCC unroll 7
+                for (int v = 1; v < 8; v++) {
+                    ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(W[v], _mm256_loadu_si256((const __m256i *)(xh + 64 * v))));
+                    pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(W[v], _mm256_loadu_si256((const __m256i *)(xl + 64 * v))));
+                }
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones));
+                const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+                if (!q41) isum = _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(trailer + 32 + 8 * h)));
+                __m256 C = _mm256_load_ps(acc[i] + 8 * h);
+                C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(trailer + 8 * h)), C);
+                if (q41) C = _mm256_fmadd_ps(mw, _mm256_loadu_ps(trailer + 16 + 8 * h), C);
+                _mm256_store_ps(acc[i] + 8 * h, C);
+            }
+        }
+    }
+}
+
+/* Full groups of one Q8_0 weight row (x bytes are stored + 128: quant.h). */
+static void q8_groups(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_row, int mr, float (*acc)[16]) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1),
+                  c256 = _mm256_set1_epi16(256);
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *pg = pw + (size_t)g * 544;
+        for (int h = 0; h < 2; h++) {
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+                const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+                __m256i a = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) {
+                    __m256i w = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                    __m256i aw = _mm256_sign_epi8(w, w);
+                    __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xh + 64 * xq_of_q8[r])), c80);
+                    __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xl + 64 * xq_of_q8[r])), c80);
+                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x1, w)), c256));
+                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x2, w)), ones));
+                }
+                const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+                __m256 C = _mm256_load_ps(acc[i] + 8 * h);
+                C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(dw, _mm256_loadu_ps(trailer + 8 * h)), C);
+                _mm256_store_ps(acc[i] + 8 * h, C);
+            }
+        }
+    }
+}
+
+/* The tail blocks of one weight row for one activation row, after the tree:
+ * y = fma chain in block order (kernels_impl.h). */
+static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, float y) {
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    for (int t = 0; t < nt; t++, blk += bs) {
+        __m256i xh = _mm256_loadu_si256((const __m256i *)xt[t].hi);
+        __m256i xl = _mm256_loadu_si256((const __m256i *)xt[t].lo);
+        __m256i ph, pl;
+        uint16_t d16;
+        memcpy(&d16, blk, 2);
+        float dw = kvs_f16_to_f32(d16);
+        if (type == KVS_TYPE_Q8_0) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            __m256i aw = _mm256_sign_epi8(w, w);
+            ph = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xh, w));
+            pl = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xl, w));
+        } else {
+            __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
+            __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+            ph = _mm256_maddubs_epi16(W, xh);
+            pl = _mm256_maddubs_epi16(W, xl);
+        }
+        int32_t isum = hsum_i32(_mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones)));
+        if (type == KVS_TYPE_Q4_0) isum += xt[t].c;
+        y = fmaf((float)isum, dw * xt[t].d, y);
+        if (type == KVS_TYPE_Q4_1) {
+            uint16_t m16;
+            memcpy(&m16, blk + 2, 2);
+            y = fmaf(kvs_f16_to_f32(m16), xt[t].s, y);
+        }
+    }
+    return y;
+}
+
+/* One activation row (decode) against two Q4 weight rows at once: two
+ * independent chains for the out-of-order core, x loaded once for both, the
+ * 16 chains of each row in registers (lanes). Same operations per output as
+ * q4_groups. */
+AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const uint8_t *xq, float y[2]) {
+    const int gb = q41 ? 320 : 288;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+            __m256i ph[2], pl[2];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r));
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r + 64));
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r + 64));
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) {
+                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * gb;
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                    __m256i wa = _mm256_and_si256(q, lo4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+                    __m256i sh = _mm256_add_epi16(_mm256_maddubs_epi16(wa, x0), _mm256_maddubs_epi16(wb, x1));
+                    __m256i sl = _mm256_add_epi16(_mm256_maddubs_epi16(wa, l0), _mm256_maddubs_epi16(wb, l1));
+                    ph[o] = r ? _mm256_add_epi16(ph[o], sh) : sh;
+                    pl[o] = r ? _mm256_add_epi16(pl[o], sl) : sl;
+                }
+            }
+            __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+#pragma GCC unroll 2
+            for (int o = 0; o < 2; o++) {
+                const uint8_t *pg = (o ? pb : pa) + (size_t)g * gb;
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(ph[o], c256), _mm256_madd_epi16(pl[o], ones));
+                if (!q41) isum = _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(trailer + 32 + 8 * h)));
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 256 + 16 * h)));
+                C[o][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), C[o][h]);
+                if (q41) {
+                    __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 288 + 16 * h)));
+                    C[o][h] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(trailer + 16 + 8 * h), C[o][h]);
+                }
+            }
+        }
+    }
+    y[0] = tree16_2(C[0][0], C[0][1]);
+    y[1] = tree16_2(C[1][0], C[1][1]);
+}
+
+/* The same for Q8_0 (x bytes + 128, turned signed once for both rows). */
+static void q8_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, float y[2]) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+            __m256i a[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xh + 64 * xq_of_q8[r])), c80);
+                __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xl + 64 * xq_of_q8[r])), c80);
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) {
+                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
+                    __m256i w = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                    __m256i aw = _mm256_sign_epi8(w, w);
+                    a[o] = _mm256_add_epi32(a[o], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x1, w)), c256));
+                    a[o] = _mm256_add_epi32(a[o], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x2, w)), ones));
+                }
+            }
+            __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+#pragma GCC unroll 2
+            for (int o = 0; o < 2; o++) {
+                const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
+                C[o][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[o]), _mm256_mul_ps(dw, dx), C[o][h]);
+            }
+        }
+    }
+    y[0] = tree16_2(C[0][0], C[0][1]);
+    y[1] = tree16_2(C[1][0], C[1][1]);
+}
+
+/* Activation row i against weight rows [j0, j1), two at a time (an odd last
+ * row is computed twice and stored once); xt: row i's tail blocks. */
+static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail *xt) {
+    const kvs_wmat *w = c->w;
+    const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const size_t rb = w->row_bytes;
+    for (int j = j0; j < j1; j += 2) {
+        const uint8_t *pa = (const uint8_t *)w->packed + (size_t)j * rb;
+        const uint8_t *pb = j + 1 < j1 ? pa + rb : pa;
+        if (j + PF_ROWS + 1 < w->n) { /* the stream ahead: both rows of a later pair */
+            const uint8_t *pf = pa + PF_ROWS * rb;
+            for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        }
+        float y[2];
+        const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
+        if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y);
+        else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y);
+        else q4_m1_pair(pa, pb, ng, 0, xq, y);
+        for (int o = 0; o < 2 && j + o < j1; o++) {
+            float v = y[o];
+            if (nt) v = tail_blocks(type, (o ? pb : pa) + (size_t)ng * 16 * bs, nt, xt, v);
+            c->y[(size_t)i * w->n + j + o] = v;
+        }
+    }
+}
+
+int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
+    const kvs_wmat *w = c->w;
+    if (!w->packed || !c->xq) return 0;
+    const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    float acc[ROWS][16] __attribute__((aligned(32)));
+    xtail xt[ROWS * (KVS_XQ_GROUP - 1)];
+    if (c->m == 1) { /* decode: pairs of weight rows (measured: row passes are slower for m > 1) */
+        if (nt) load_tails(c, 0, 1, nt, xt);
+        matmul_row(c, 0, j0, j1, xt);
+        return 1;
+    }
+    for (int i0 = 0; i0 < c->m; i0 += ROWS) {
+        int mr = c->m - i0 < ROWS ? c->m - i0 : ROWS;
+        const uint8_t *xq = c->xq + (size_t)i0 * c->xq_row;
+        if (nt) load_tails(c, i0, mr, nt, xt);
+        for (int j = j0; j < j1; j++) {
+            const uint8_t *pw = (const uint8_t *)w->packed + (size_t)j * w->row_bytes;
+            if (j + PF_ROWS < w->n) { /* the stream ahead */
+                const uint8_t *pf = pw + PF_ROWS * w->row_bytes;
+                for (size_t o = 0; o < w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+            }
+            for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
+                for (int l = 0; l < 16; l++) acc[i][l] = 0.0f;
+            if (type == KVS_TYPE_Q8_0) q8_groups(pw, ng, xq, c->xq_row, mr, acc);
+            else if (type == KVS_TYPE_Q4_1) q4_groups(pw, ng, 1, xq, c->xq_row, mr, acc);
+            else q4_groups(pw, ng, 0, xq, c->xq_row, mr, acc);
+            const uint8_t *tail = pw + (size_t)ng * 16 * bs;
+            for (int i = 0; i < mr; i++) {
+                float y = kvs_tree16(acc[i]);
+                if (nt) y = tail_blocks(type, tail, nt, xt + i * nt, y);
+                c->y[(size_t)(i0 + i) * w->n + j] = y;
+            }
+        }
+    }
+    return 1;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif

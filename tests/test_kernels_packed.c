@@ -1,0 +1,201 @@
+/*
+ * Packed weights (kvs_wmat_pack, matmul_avx2_packed.c) and batched decode:
+ *  - the AVX2 path on packed Q4_0 / Q4_1 / Q8_0 rows gives the scalar
+ *    reference's bits on the unpacked rows (memcmp), for every m in 1..17
+ *    and prefill sizes, k with and without tail blocks, 1 and 2 threads;
+ *  - batch invariance of batched decode: row i of a call of m = 2..16 rows
+ *    is memcmp-equal to a call of that row alone, on every available path
+ *    (packed or not);
+ *  - the two-level rounding edges (ties, clamped lo, zero and subnormal
+ *    blocks, huge values) through the packed path;
+ *  - Q8_0 weight bytes of -128 (|w| = 128 in the sign trick).
+ */
+#include <float.h>
+#include <math.h>
+
+#include "harness.h"
+#include "kernels/kernels_impl.h"
+#include "test_kernels_util.h"
+
+static const int qtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+static int quick(void) {
+    const char *e = getenv("KVSTITCH_TEST_QUICK");
+    return e && *e && *e != '0';
+}
+
+/* y of kvs_matmul on the given ISA ("scalar" ignores packed rows). */
+static void mm(const char *isa, kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y) {
+    void *work = xmalloc(kvs_matmul_work_size(w, m));
+    kvs_kernels_set_isa(isa);
+    kvs_matmul(pool, w, x, m, y, work);
+    kvs_kernels_set_isa("best");
+    free(work);
+}
+
+static int first_diff(const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, 4)) return i;
+    return -1;
+}
+
+TEST(test_packed_equals_scalar) {
+    if (kvs_kernels_set_isa("avx2") != 0) {
+        printf("  (skip: no AVX2 on this CPU)\n");
+        kvs_kernels_set_isa("best");
+        return;
+    }
+    kvs_kernels_set_isa("best");
+    const int ks[] = {32, 96, 512, 544, 576, 1536};
+    const int ns[] = {1, 7, 45, 130};
+    const int ms[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40};
+    kvs_pool *pool2 = kvs_pool_new(2);
+    CHECK(pool2 != NULL);
+    int compared = 0;
+    for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++)
+        for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+                if (quick() && (ki + ni) % 2) continue;
+                int type = qtypes[t], k = ks[ki], n = ns[ni];
+                kvs_wmat w = kt_rand_wmat(type, n, k);
+                kvs_wmat wp = w;
+                CHECK_EQ_INT(kvs_wmat_pack(&wp, 1), 0);
+                CHECK(wp.packed != NULL);
+                for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                    int m = ms[mi];
+                    float *x = xmalloc(sizeof(float) * m * k);
+                    float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+                    kt_rand_vec(x, (size_t)m * k, 3.0f);
+                    mm("scalar", NULL, &w, x, m, y0);
+                    for (int th = 0; th < 2; th++) {
+                        mm("avx2", th ? pool2 : NULL, &wp, x, m, y1);
+                        int bad = first_diff(y0, y1, m * n);
+                        CHECK_MSG(bad < 0, "packed type %d k %d n %d m %d threads %d: y[%d] %.9g vs scalar %.9g",
+                                  type, k, n, m, th + 1, bad, bad < 0 ? 0 : y1[bad], bad < 0 ? 0 : y0[bad]);
+                        compared++;
+                    }
+                    free(x); free(y0); free(y1);
+                }
+                kvs_wmat_unpack(&wp);
+                CHECK(wp.packed == NULL);
+                free((void *)w.data);
+            }
+    kvs_pool_free(pool2);
+    printf("  %d packed/scalar matmul comparisons\n", compared);
+}
+
+/* Row i of an m-row call == the call of row i alone (m = 1), per path. */
+TEST(test_batched_rows_equal_m1) {
+    const char *isas[] = {"scalar", "avx2", "avx512vnni", "best"};
+    const int types[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0, KVS_TYPE_F16, KVS_TYPE_F32};
+    const int k = 576, n = 200;
+    kvs_pool *pool2 = kvs_pool_new(2);
+    int compared = 0;
+    for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
+        if (kvs_kernels_set_isa(isas[s]) != 0) continue;
+        kvs_kernels_set_isa("best");
+        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+            for (int packed = 0; packed < 2; packed++) {
+                if (packed && !kvs_wtype_is_quant(types[t])) continue;
+                kvs_wmat w = kt_rand_wmat(types[t], n, k);
+                if (packed) CHECK_EQ_INT(kvs_wmat_pack(&w, 1), 0);
+                float *x = xmalloc(sizeof(float) * 16 * k);
+                float *yb = xmalloc(sizeof(float) * 16 * n), *y1 = xmalloc(sizeof(float) * n);
+                kt_rand_vec(x, (size_t)16 * k, 1.5f);
+                for (int m = 2; m <= 16; m += quick() ? 7 : 1) {
+                    mm(isas[s], pool2, &w, x, m, yb);
+                    for (int i = 0; i < m; i++) {
+                        mm(isas[s], NULL, &w, x + (size_t)i * k, 1, y1);
+                        int bad = first_diff(y1, yb + (size_t)i * n, n);
+                        CHECK_MSG(bad < 0, "%s type %d packed %d m %d row %d: col %d differs from m = 1", isas[s],
+                                  types[t], packed, m, i, bad);
+                        compared++;
+                    }
+                }
+                free(x); free(yb); free(y1);
+                kvs_wmat_unpack(&w);
+                free((void *)w.data);
+            }
+    }
+    kvs_pool_free(pool2);
+    printf("  %d batched rows compared with m = 1\n", compared);
+}
+
+/* The rounding edges of quant.h and extreme weights through the packed path. */
+TEST(test_packed_edges) {
+    if (kvs_kernels_set_isa("avx2") != 0) {
+        printf("  (skip: no AVX2 on this CPU)\n");
+        kvs_kernels_set_isa("best");
+        return;
+    }
+    kvs_kernels_set_isa("best");
+    const int k = 576, n = 33, m = 6;
+    float *x = xmalloc(sizeof(float) * m * k);
+    for (int i = 0; i < m * k; i++) {
+        int e = i % 32, b = i / 32;
+        switch (b % 6) {
+        case 0: x[i] = 0.0f; break;                                       /* all-zero block */
+        case 1: x[i] = (e == 0 ? 127.0f : (float)(e - 16) + 0.5f); break; /* ties of v */
+        case 2: x[i] = e == 0 ? 127.0f : (float)(e - 16) + 0.5f / 256.0f + 0.5f / 256.0f * (e & 1); break;
+        case 3: x[i] = 1e-38f * (float)(e - 16); break;                   /* subnormal scale */
+        case 4: x[i] = (e & 1 ? -3e38f : 3e38f) * (float)(e + 1) / 33.0f; break;
+        default: x[i] = kt_randf() * 100.0f;
+        }
+    }
+    for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++) {
+        kvs_wmat w = kt_rand_wmat(qtypes[t], n, k);
+        if (qtypes[t] == KVS_TYPE_Q8_0) /* row 0: every quant -128, row 1: +127 */
+            for (int b = 0; b < k / 32; b++) {
+                memset((uint8_t *)w.data + (size_t)b * 34 + 2, 0x80, 32);
+                memset((uint8_t *)w.data + w.row_bytes + (size_t)b * 34 + 2, 0x7f, 32);
+            }
+        else /* row 0: every nibble 15, row 1: every nibble 0 */
+            for (int b = 0; b < k / 32; b++) {
+                size_t qo = qtypes[t] == KVS_TYPE_Q4_1 ? 4 : 2, bs = qtypes[t] == KVS_TYPE_Q4_1 ? 20 : 18;
+                memset((uint8_t *)w.data + (size_t)b * bs + qo, 0xff, 16);
+                memset((uint8_t *)w.data + w.row_bytes + (size_t)b * bs + qo, 0x00, 16);
+            }
+        kvs_wmat wp = w;
+        CHECK_EQ_INT(kvs_wmat_pack(&wp, 1), 0);
+        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+        mm("scalar", NULL, &w, x, m, y0);
+        mm("avx2", NULL, &wp, x, m, y1);
+        int bad = first_diff(y0, y1, m * n);
+        CHECK_MSG(bad < 0, "packed edges type %d: y[%d] %.9g vs scalar %.9g", qtypes[t], bad,
+                  bad < 0 ? 0 : y1[bad], bad < 0 ? 0 : y0[bad]);
+        free(y0); free(y1);
+        kvs_wmat_unpack(&wp);
+        free((void *)w.data);
+    }
+    free(x);
+}
+
+/* Types without a packed layout are left alone; packing twice is a no-op. */
+TEST(test_pack_scope) {
+    kvs_wmat f = kt_rand_wmat(KVS_TYPE_F16, 4, 64);
+    CHECK_EQ_INT(kvs_wmat_pack(&f, 1), 0);
+    CHECK(f.packed == NULL);
+    free((void *)f.data);
+    kvs_wmat q = kt_rand_wmat(KVS_TYPE_Q4_1, 4, 64);
+    CHECK_EQ_INT(kvs_wmat_pack(&q, 1), 0);
+    const void *p = q.packed;
+    CHECK(p != NULL);
+    CHECK_EQ_INT(kvs_wmat_pack(&q, 1), 0);
+    CHECK(q.packed == p);
+    kvs_wmat_unpack(&q);
+    free((void *)q.data);
+}
+
+int main(void) {
+    RUN(test_packed_equals_scalar);
+    RUN(test_batched_rows_equal_m1);
+    RUN(test_packed_edges);
+    RUN(test_pack_scope);
+    return kt_summary();
+}
