@@ -46,6 +46,11 @@ static cJSON *usage_json(const srv_server *s, const srv_job *j) {
     cJSON_AddNumberToObject(t, "decode_ms", u->decode_ms);
     cJSON_AddNumberToObject(t, "total_ms", u->total_ms);
     cJSON_AddStringToObject(k, "first_logits_sha256", u->first_logits_sha256);
+    if (j->req.return_token_ids) {
+        cJSON *ids = cJSON_AddArrayToObject(k, "completion_token_ids");
+        for (int i = 0; j->gen_tokens && i < u->completion_tokens; i++)
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(j->gen_tokens[i]));
+    }
     if (j->req.return_prompt_sources) {
         /* Runs of prompt tokens by KV source, in prompt order, with their text. */
         cJSON *runs = cJSON_AddArrayToObject(k, "prompt_sources");

@@ -112,6 +112,7 @@ void srv_job_unref(srv_job *j) {
     srv_request_free(&j->req);
     free(j->prompt);
     free(j->seg_ends);
+    free(j->gen_tokens);
     free(j->text);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -65,6 +65,7 @@ typedef struct srv_job {
     srv_finish finish;
     srv_error err;
     srv_usage usage;
+    int32_t *gen_tokens;      /* (usage.completion_tokens) the generated ids, set at finish */
     int n_sources;            /* runs of prompt tokens by KV source */
     struct { srv_source src; int n; } sources[2 + 3 * SRV_MAX_DOCS];
 

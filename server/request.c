@@ -247,7 +247,9 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_documents(root, r, e) ||
         parse_reuse(root, r, e))
         return -1;
-    if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "return_prompt_sources", &r->return_prompt_sources, e))
+    r->cache_prompt = 1;
+    if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "return_prompt_sources", &r->return_prompt_sources, e) ||
+        get_bool(root, "return_token_ids", &r->return_token_ids, e) || get_bool(root, "cache_prompt", &r->cache_prompt, e))
         return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {

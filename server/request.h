@@ -54,6 +54,9 @@ typedef struct srv_request {
     int stream;
     int include_usage;          /* stream_options.include_usage */
     int return_prompt_sources;  /* kvstitch extension: per-token KV source runs in usage.kvstitch */
+    int return_token_ids;       /* kvstitch extension: completion_token_ids in usage.kvstitch */
+    int cache_prompt;           /* kvstitch extension (llama-server's name), default 1: 0 = no cache
+                                 * lookup or store (prompts without documents): a cold run */
 } srv_request;
 
 /* Parses body[0..len) (need not be NUL-terminated). On failure *out is

@@ -26,6 +26,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->gen_len = s->emitted = 0;
     s->t_start = now_ms();
     s->t_first = 0;
+    s->prefill_started = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
     job->usage.strategy = job->segments ? kvs_repair_mode_name(job->req.repair.mode) : "prefix";
@@ -167,10 +168,11 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
     if (j->segments) return prefill_segments(s, env);
-    if (s->n_kv == 0) {
+    if (s->n_kv == 0 && !s->prefill_started) {
         /* First step: the longest cached prefix (the last prompt token always runs). */
         int n_loaded = 0;
-        if (kvs_cache_load_prefix(s->ctx, env->cache, j->prompt, j->n_prompt - 1, &n_loaded))
+        s->prefill_started = 1;
+        if (j->req.cache_prompt && kvs_cache_load_prefix(s->ctx, env->cache, j->prompt, j->n_prompt - 1, &n_loaded))
             return fail_job(s, env, "cache lookup");
         s->n_kv = n_loaded;
         j->usage.cached_tokens = n_loaded;
@@ -190,7 +192,7 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     if (last) {
         /* Stored now, so that requests arriving meanwhile share it. */
         int n_new = 0;
-        kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);
+        if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);
         j->usage.chunks_stored += n_new;
         if (j->warm_only) srv_slot_finish(s, env, SRV_FINISH_STOP);
         else first_token(s, env, logits);
@@ -217,7 +219,7 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
     }
     /* Multi-turn: the KV of the generated tokens is kept too (exact path
      * only: a documents prompt holds moved, approximate KV). */
-    if (!j->segments && why != SRV_FINISH_ERROR && s->n_kv > j->n_prompt) {
+    if (!j->segments && j->req.cache_prompt && why != SRV_FINISH_ERROR && s->n_kv > j->n_prompt) {
         int n_new = 0;
         kvs_cache_store_context(s->ctx, env->cache, s->hist, s->n_kv, &n_new);
         j->usage.chunks_stored += n_new;
@@ -225,6 +227,8 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
     double t = now_ms();
     srv_usage *u = &j->usage;
     u->completion_tokens = s->n_gen;
+    if (s->n_gen > 0 && (j->gen_tokens = malloc((size_t)s->n_gen * sizeof *j->gen_tokens)))
+        memcpy(j->gen_tokens, s->hist + j->n_prompt, (size_t)s->n_gen * sizeof *j->gen_tokens);
     u->ttft_ms = s->t_first > 0 ? s->t_first - j->t_submit : 0;
     u->decode_ms = s->t_first > 0 ? t - s->t_first : 0;
     u->total_ms = t - j->t_submit;

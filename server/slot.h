@@ -29,6 +29,7 @@ typedef struct srv_slot {
     char *gen;            /* generated text, NUL-terminated */
     size_t gen_len, gen_cap, emitted;
     int n_gen;
+    int prefill_started;  /* the cache lookup is done */
     double t_start, t_first;
 } srv_slot;
 
