@@ -32,7 +32,7 @@ static void hist_add(srv_hist *h, double v) {
     h->n++;
 }
 
-void srv_metrics_job(srv_metrics *m, const srv_job *j) {
+void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why) {
     const srv_usage *u = &j->usage;
     pthread_mutex_lock(&m->mu);
     int computed = u->prompt_tokens - u->cached_tokens - u->moved_tokens;
@@ -41,7 +41,7 @@ void srv_metrics_job(srv_metrics *m, const srv_job *j) {
     m->prompt_tokens[SRV_SRC_RECOMPUTED] += (uint64_t)u->recomputed_tokens;
     m->prompt_tokens[SRV_SRC_COMPUTED] += (uint64_t)(computed > 0 ? computed : 0);
     m->decode_tokens += (uint64_t)u->completion_tokens;
-    if ((unsigned)j->finish < 5) m->finished[j->finish]++;
+    if ((unsigned)why < 5) m->finished[why]++;
     if (u->completion_tokens > 0) hist_add(&m->ttft, u->ttft_ms / 1e3);
     hist_add(&m->e2e, u->total_ms / 1e3);
     pthread_mutex_unlock(&m->mu);

@@ -35,7 +35,7 @@ void srv_metrics_init(srv_metrics *m);
 void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_status(srv_metrics *m, int http_status);
 /* A finished generation: tokens by KV source, TTFT, end-to-end, decode tokens. */
-void srv_metrics_job(srv_metrics *m, const srv_job *j);
+void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why);
 
 typedef struct srv_load {
     int queued, active, slots;

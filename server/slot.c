@@ -238,7 +238,7 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
     s->detok = NULL;
     s->job = NULL;
     s->state = SRV_SLOT_FREE;
-    srv_metrics_job(env->metrics, j);
+    srv_metrics_job(env->metrics, j, why);
     if (why == SRV_FINISH_ERROR) {
         srv_error e = j->err;
         srv_job_fail(j, &e);

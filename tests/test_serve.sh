@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The server suite (tests/serve/, pytest + the openai client + curl), run by
+# scripts/run-tests.sh: prints one "ok NAME" / "FAIL NAME" line per test.
+# The Python packages come from scripts/setup-venv.sh (a venv outside the
+# tree); every server the tests start binds 127.0.0.1 on a free port and is
+# stopped by the fixtures, also on failure. Bounded: 20 minutes at most.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export KVSTITCH_CLI="${KVSTITCH_CLI:-build/kvstitch}"
+case "$KVSTITCH_CLI" in /*) ;; *) KVSTITCH_CLI="$(pwd)/$KVSTITCH_CLI" ;; esac
+if ! PY=$(scripts/setup-venv.sh | tail -n 1); then
+    echo "FAIL serve_setup_venv (scripts/setup-venv.sh failed: the suite needs openai, pytest, requests)"
+    exit 1
+fi
+if ! command -v curl >/dev/null; then
+    echo "FAIL serve_curl_missing (install curl: scripts/install-deps.sh)"
+    exit 1
+fi
+out=$(timeout 1200 "$PY" -m pytest -p no:cacheprovider -q -rA tests/serve "$@" 2>&1)
+rc=$?
+# Summary lines: "PASSED tests/serve/test_api.py::test_x", "FAILED ...", "ERROR ...".
+sed -n -E 's/^PASSED (tests\/serve\/)?([^ ]*).*/ok serve:\2/p; s/^(FAILED|ERROR) (tests\/serve\/)?([^ ]*).*/FAIL serve:\3/p' <<<"$out"
+if [ $rc -ne 0 ]; then
+    printf '%s\n' "$out" | tail -n 80 >&2
+    grep -qE '^(FAILED|ERROR) ' <<<"$out" || echo "FAIL serve_pytest (exit $rc)"
+fi
+exit $rc
