@@ -66,6 +66,28 @@ static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
     return st;
 }
 
+/* The request's sampling and repair fields over the library's defaults. */
+static int resolve_params(srv_job *j, srv_error *err) {
+    const srv_request *r = &j->req;
+    j->sampling = kvs_sampler_default_params();
+    j->sampling.temperature = r->temperature;
+    j->sampling.top_p = r->top_p;
+    j->sampling.min_p = r->min_p;
+    j->sampling.top_k = r->top_k;
+    j->sampling.seed = r->seed;
+    j->sampling.repeat_penalty = 1.0f;
+    j->repair = kvs_repair_default_params();
+    if (r->strategy && kvs_repair_mode_parse(r->strategy, &j->repair.mode)) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "reuse.strategy",
+                      "'reuse.strategy' is '%s': must be one of none, selective, cacheblend, firstk, full", r->strategy);
+        return -1;
+    }
+    if (r->recompute_ratio >= 0) j->repair.recompute_ratio = r->recompute_ratio;
+    if (r->overlap >= 0) j->repair.overlap = r->overlap;
+    if (r->first_k >= 0) j->repair.first_k = r->first_k;
+    return 0;
+}
+
 srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err) {
     srv_job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -83,7 +105,7 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     static atomic_ulong counter;
     snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
-    if (build_prompt(model, j, err)) goto fail;
+    if (resolve_params(j, err) || build_prompt(model, j, err)) goto fail;
     if (j->n_prompt == 0) {
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt has no tokens");
         goto fail;

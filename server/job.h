@@ -47,6 +47,8 @@ typedef struct srv_job {
     int32_t *prompt;          /* (n_prompt) the tokens that run */
     int n_prompt;
     int max_tokens;           /* resolved */
+    kvs_sampler_params sampling; /* resolved from req */
+    kvs_repair_params repair;    /* resolved from req (documents) */
     int segments;             /* 1: documents (kvs_generate_segments path) */
     int warm_only;            /* POST /v1/cache/warm: prefill and store, no generation */
     kvs_segments seg;         /* points into req */

@@ -179,35 +179,29 @@ static int parse_documents(const cJSON *root, srv_request *r, srv_error *e) {
 }
 
 static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
-    r->repair = kvs_repair_default_params();
+    r->recompute_ratio = -1;
+    r->overlap = r->first_k = -1;
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "reuse");
     if (!u || cJSON_IsNull(u)) return 0;
     if (!cJSON_IsObject(u)) return bad(e, "reuse", "'%s' must be an object {\"strategy\", \"recompute_ratio\"}%s", "");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(u, "strategy");
     if (s && !cJSON_IsNull(s)) {
-        if (!cJSON_IsString(s) || kvs_repair_mode_parse(s->valuestring, &r->repair.mode))
-            return bad(e, "reuse.strategy", "'%s' must be one of none, selective, cacheblend, firstk, full%s", "");
+        if (!cJSON_IsString(s)) return bad(e, "reuse.strategy", "'%s' must be a string%s", "");
+        r->strategy = dup_string(s);
     }
-    double ratio = r->repair.recompute_ratio;
-    long long overlap = r->repair.overlap, first_k = r->repair.first_k;
-    if (get_number(u, "recompute_ratio", 0, 1, &ratio, e)) return -1;
-    if (get_int(u, "overlap", 0, 4096, &overlap, e)) return -1;
-    if (get_int(u, "first_k", 0, 4096, &first_k, e)) return -1;
-    r->repair.recompute_ratio = (float)ratio;
-    r->repair.overlap = (int)overlap;
-    r->repair.first_k = (int)first_k;
+    double ratio = -1;
+    long long overlap = -1, first_k = -1;
+    if (get_number(u, "recompute_ratio", 0, 1, &ratio, e) || get_int(u, "overlap", 0, 4096, &overlap, e) ||
+        get_int(u, "first_k", 0, 4096, &first_k, e))
+        return -1;
+    r->recompute_ratio = (float)ratio;
+    r->overlap = (int)overlap;
+    r->first_k = (int)first_k;
     return 0;
 }
 
 static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
-    kvs_sampler_params *sp = &r->sampling;
-    *sp = kvs_sampler_default_params();
-    sp->temperature = 1.0f; /* OpenAI's default */
-    sp->top_k = 0;
-    sp->top_p = 1.0f;
-    sp->min_p = 0.0f;
-    sp->repeat_penalty = 1.0f;
-    double t = sp->temperature, p = sp->top_p, pres = 0, freq = 0, minp = 0;
+    double t = 1.0, p = 1.0, pres = 0, freq = 0, minp = 0;
     long long seed = 0, top_k = 0, max_tokens = 0, n = 1;
     if (get_number(root, "temperature", 0, 2, &t, e) || get_number(root, "top_p", 0, 1, &p, e) ||
         get_number(root, "min_p", 0, 1, &minp, e) || get_int(root, "top_k", 0, 1 << 20, &top_k, e) ||
@@ -223,11 +217,11 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     const char *mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens") ? "max_completion_tokens"
                                                                                      : "max_tokens";
     if (get_int(root, mt, 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e)) return -1;
-    sp->temperature = (float)t;
-    sp->top_p = (float)p;
-    sp->min_p = (float)minp;
-    sp->top_k = (int)top_k;
-    sp->seed = (uint64_t)seed;
+    r->temperature = (float)t;
+    r->top_p = (float)p;
+    r->min_p = (float)minp;
+    r->top_k = (int)top_k;
+    r->seed = (uint64_t)seed;
     r->max_tokens = (int)max_tokens;
     return 0;
 }
@@ -290,6 +284,7 @@ void srv_request_free(srv_request *r) {
     free(r->docs);
     free(r->doc_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->strategy);
     memset(r, 0, sizeof *r);
 }
 

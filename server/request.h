@@ -17,7 +17,9 @@
 
 #include <stddef.h>
 
-#include "kvstitch.h"
+#include <stdint.h>
+
+#include "kvstitch.h"  /* kvs_chat_message only */
 
 typedef enum srv_kind { SRV_KIND_CHAT = 0, SRV_KIND_COMPLETION = 1 } srv_kind;
 
@@ -46,9 +48,16 @@ typedef struct srv_request {
     char **doc_ids;             /* (n_docs) "" when not given */
     char **docs;                /* (n_docs) texts */
     int n_docs;
-    kvs_repair_params repair;   /* documents: the repair strategy */
+    /* Documents: the repair strategy (resolved against the library's table
+     * in job.c, so that this file needs nothing but cJSON: fuzzable alone). */
+    char *strategy;             /* NULL = the library's default */
+    float recompute_ratio;      /* < 0 = default */
+    int overlap, first_k;       /* < 0 = default */
     int max_tokens;             /* 0 = the server's default */
-    kvs_sampler_params sampling;
+    /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */
+    float temperature, top_p, min_p;
+    int top_k;
+    uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int stream;

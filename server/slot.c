@@ -29,15 +29,15 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->prefill_started = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
-    job->usage.strategy = job->segments ? kvs_repair_mode_name(job->req.repair.mode) : "prefix";
-    if (kvs_sampler_new(job->req.sampling, env->n_vocab, &s->sampler) || kvs_detok_new(env->model, 0, &s->detok)) {
+    job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
+    if (kvs_sampler_new(job->sampling, env->n_vocab, &s->sampler) || kvs_detok_new(env->model, 0, &s->detok)) {
         fail_job(s, env, "cannot start the request");
         return -1;
     }
     memcpy(s->hist, job->prompt, (size_t)job->n_prompt * sizeof *s->hist);
     s->n_hist = job->n_prompt;
     /* The sampler sees the prompt's last repeat_last_n tokens, as in kvs_generate. */
-    int last_n = job->req.sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
+    int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
     for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept(s->sampler, job->prompt[i]);
     s->state = SRV_SLOT_PREFILL;
     return 0;
@@ -144,7 +144,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     gp.n_predict = 1; /* the prompt only: decode runs batched, sampled here */
     gp.sampling.temperature = 0;
     kvs_generate_result r;
-    if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &j->req.repair, &r)) return fail_job(s, env, "documents");
+    if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &j->repair, &r)) return fail_job(s, env, "documents");
     if (r.n_prompt != j->n_prompt || !r.first_logits) {
         kvs_generate_result_free(&r);
         return fail_job(s, env, "documents: the prompt's layout changed");
