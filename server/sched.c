@@ -94,10 +94,15 @@ static void cancel_gone(srv_sched *s) {
     }
 }
 
+/* Prompts with one token left run as rows of the batched decode step. */
+static int prefill_in_batch(const srv_slot *sl) {
+    return sl->state == SRV_SLOT_PREFILL && !sl->job->segments && srv_slot_prefill_left(sl) == 1;
+}
+
 static void prefill_one(srv_sched *s) {
     for (int k = 0; k < s->p.n_slots; k++) {
         int i = (s->rr + k) % s->p.n_slots;
-        if (s->slots[i].state == SRV_SLOT_PREFILL) {
+        if (s->slots[i].state == SRV_SLOT_PREFILL && !prefill_in_batch(&s->slots[i])) {
             srv_slot_prefill_step(&s->slots[i], &s->env);
             s->rr = i + 1;
             return;
@@ -109,10 +114,12 @@ static void decode_all(srv_sched *s) {
     int m = 0;
     for (int i = 0; i < s->p.n_slots; i++) {
         srv_slot *sl = &s->slots[i];
-        if (sl->state != SRV_SLOT_DECODE) continue;
+        if (sl->state != SRV_SLOT_DECODE && !prefill_in_batch(sl)) continue;
+        /* Decoding: the last sampled token; prefilling: the last prompt token
+         * (hist starts with the prompt). Either way slot n_kv's token. */
         s->b_ctx[m] = sl->ctx;
-        s->b_tok[m] = sl->hist[sl->n_hist - 1];
-        s->b_pos[m] = sl->n_hist - 1;
+        s->b_tok[m] = sl->hist[sl->n_kv];
+        s->b_pos[m] = sl->n_kv;
         s->b_slot[m++] = i;
     }
     if (m == 0) return;
@@ -122,6 +129,8 @@ static void decode_all(srv_sched *s) {
         if (st) {
             srv_error_set(&sl->job->err, 500, "server_error", "", "", "decode: %s", kvs_last_error());
             srv_slot_finish(sl, &s->env, SRV_FINISH_ERROR);
+        } else if (sl->state == SRV_SLOT_PREFILL) {
+            srv_slot_prefill_done(sl, &s->env, s->b_logits + (size_t)r * s->env.n_vocab);
         } else {
             srv_slot_take_logits(sl, &s->env, s->b_logits + (size_t)r * s->env.n_vocab);
         }
@@ -145,7 +154,7 @@ static void *loop(void *arg) {
         admit(s);
         cancel_gone(s);
         prefill_one(s);
-        decode_all(s);
+        decode_all(s); /* after prefill_one: a prompt it finished decodes its first token now */
         pthread_mutex_lock(&s->mu);
         s->n_active = count_active(s);
         pthread_cond_broadcast(&s->cv); /* drain waits on it */

@@ -11,6 +11,8 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+static void add_source(srv_job *j, srv_source src, int n);
+
 static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
     srv_error e;
     srv_error_set(&e, 500, "server_error", "", "", "%s: %s", what, kvs_last_error());
@@ -26,7 +28,6 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->gen_len = s->emitted = 0;
     s->t_start = now_ms();
     s->t_first = 0;
-    s->prefill_started = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
     job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
@@ -40,6 +41,19 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
     for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept(s->sampler, job->prompt[i]);
     s->state = SRV_SLOT_PREFILL;
+    if (!job->segments) {
+        /* The longest cached prefix, now: a prompt cached up to its last
+         * token then joins the next batched decode step as one more row. */
+        int n_loaded = 0;
+        if (job->req.cache_prompt && kvs_cache_load_prefix(s->ctx, env->cache, job->prompt, job->n_prompt - 1, &n_loaded)) {
+            fail_job(s, env, "cache lookup");
+            return -1;
+        }
+        s->n_kv = n_loaded;
+        job->usage.cached_tokens = n_loaded;
+        add_source(job, SRV_SRC_CACHED, n_loaded);
+        add_source(job, SRV_SRC_COMPUTED, job->n_prompt - n_loaded);
+    }
     return 0;
 }
 
@@ -168,17 +182,6 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
     if (j->segments) return prefill_segments(s, env);
-    if (s->n_kv == 0 && !s->prefill_started) {
-        /* First step: the longest cached prefix (the last prompt token always runs). */
-        int n_loaded = 0;
-        s->prefill_started = 1;
-        if (j->req.cache_prompt && kvs_cache_load_prefix(s->ctx, env->cache, j->prompt, j->n_prompt - 1, &n_loaded))
-            return fail_job(s, env, "cache lookup");
-        s->n_kv = n_loaded;
-        j->usage.cached_tokens = n_loaded;
-        add_source(j, SRV_SRC_CACHED, n_loaded);
-        add_source(j, SRV_SRC_COMPUTED, j->n_prompt - n_loaded);
-    }
     int m = j->n_prompt - s->n_kv;
     if (m > env->prefill_chunk) m = env->prefill_chunk;
     int last = s->n_kv + m == j->n_prompt;
@@ -189,15 +192,23 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
         return fail_job(s, env, "prefill");
     }
     s->n_kv += m;
-    if (last) {
-        /* Stored now, so that requests arriving meanwhile share it. */
-        int n_new = 0;
-        if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);
-        j->usage.chunks_stored += n_new;
-        if (j->warm_only) srv_slot_finish(s, env, SRV_FINISH_STOP);
-        else first_token(s, env, logits);
-        free(logits);
-    }
+    if (last) srv_slot_prefill_done(s, env, logits);
+    free(logits);
+}
+
+int srv_slot_prefill_left(const srv_slot *s) {
+    return s->state != SRV_SLOT_PREFILL ? 0 : s->job->segments ? s->job->n_prompt : s->job->n_prompt - s->n_kv;
+}
+
+void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits) {
+    srv_job *j = s->job;
+    s->n_kv = j->n_prompt;
+    /* Stored now, so that requests arriving meanwhile share it. */
+    int n_new = 0;
+    if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);
+    j->usage.chunks_stored += n_new;
+    if (j->warm_only) srv_slot_finish(s, env, SRV_FINISH_STOP);
+    else first_token(s, env, logits);
 }
 
 void srv_slot_take_logits(srv_slot *s, const srv_env *env, const float *logits) {

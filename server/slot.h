@@ -29,7 +29,6 @@ typedef struct srv_slot {
     char *gen;            /* generated text, NUL-terminated */
     size_t gen_len, gen_cap, emitted;
     int n_gen;
-    int prefill_started;  /* the cache lookup is done */
     double t_start, t_first;
 } srv_slot;
 
@@ -42,11 +41,16 @@ typedef struct srv_env {
     int prefill_chunk;    /* prompt tokens per prefill step */
 } srv_env;
 
-/* Binds job to a free slot. Returns 0, or -1 after failing the job. */
+/* Binds job to a free slot and copies its cached prefix in. Returns 0, or
+ * -1 after failing the job. */
 int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job);
 /* One prefill step (chunk_tokens of the prompt, or the whole documents
  * path). On the last one the first token is sampled and the slot decodes. */
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env);
+/* Prompt tokens still to run (documents: all of them, in one step). */
+int srv_slot_prefill_left(const srv_slot *s);
+/* The prompt's last token ran (in a batched step): logits start generation. */
+void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits);
 /* Takes the logits of the slot's last decoded position: samples, emits,
  * maybe finishes. */
 void srv_slot_take_logits(srv_slot *s, const srv_env *env, const float *logits);
