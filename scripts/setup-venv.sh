@@ -5,7 +5,7 @@
 set -euo pipefail
 venv="${KVSTITCH_CACHE:-$HOME/.cache/kvstitch}/venv"
 stamp="$venv/.kvstitch-packages"
-want="numpy gguf tokenizers openai pytest requests"  # openai, pytest, requests: tests/serve (the server suite)
+want="numpy gguf tokenizers openai pytest requests websocket-client"  # the last four: tests/serve (websocket-client drives headless Chromium)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     python3 -m venv "$venv" >&2
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $want >&2

@@ -8,6 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export KVSTITCH_CLI="${KVSTITCH_CLI:-build/kvstitch}"
 case "$KVSTITCH_CLI" in /*) ;; *) KVSTITCH_CLI="$(pwd)/$KVSTITCH_CLI" ;; esac
+if [ -z "${KVSTITCH_MODEL:-}" ]; then
+    KVSTITCH_MODEL=$(scripts/fetch-model.sh | tail -n 1) || { echo "FAIL serve_model_fetch"; exit 1; }
+    export KVSTITCH_MODEL
+fi
 if ! PY=$(scripts/setup-venv.sh | tail -n 1); then
     echo "FAIL serve_setup_venv (scripts/setup-venv.sh failed: the suite needs openai, pytest, requests)"
     exit 1
@@ -19,6 +23,8 @@ fi
 out=$(timeout 1200 "$PY" -m pytest -p no:cacheprovider -q -rA tests/serve "$@" 2>&1)
 rc=$?
 # Summary lines: "PASSED tests/serve/test_api.py::test_x", "FAILED ...", "ERROR ...".
+# Measurements the tests print ("load: ...") go to the log as they are.
+grep -E '^load: ' <<<"$out" | sort -u
 sed -n -E 's/^PASSED (tests\/serve\/)?([^ ]*).*/ok serve:\2/p; s/^(FAILED|ERROR) (tests\/serve\/)?([^ ]*).*/FAIL serve:\3/p' <<<"$out"
 if [ $rc -ne 0 ]; then
     printf '%s\n' "$out" | tail -n 80 >&2
