@@ -107,20 +107,15 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
     kvs_cache_fingerprint_hex(s->cache, fp);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "fingerprint", fp);
-    cJSON_AddNumberToObject(o, "chunk_tokens", st.chunk_tokens);
-    cJSON_AddNumberToObject(o, "entries", (double)st.entries);
-    cJSON_AddNumberToObject(o, "resident", (double)st.resident);
-    cJSON_AddNumberToObject(o, "bytes", (double)st.bytes);
-    cJSON_AddNumberToObject(o, "budget_bytes", (double)st.budget_bytes);
-    cJSON_AddNumberToObject(o, "lookups", (double)st.lookups);
-    cJSON_AddNumberToObject(o, "hits", (double)st.hits);
-    cJSON_AddNumberToObject(o, "misses", (double)st.misses);
-    cJSON_AddNumberToObject(o, "hit_tokens", (double)st.hit_tokens);
-    cJSON_AddNumberToObject(o, "inserts", (double)st.inserts);
-    cJSON_AddNumberToObject(o, "evictions", (double)st.evictions);
-    cJSON_AddNumberToObject(o, "disk_writes", (double)st.disk_writes);
-    cJSON_AddNumberToObject(o, "disk_loads", (double)st.disk_loads);
-    cJSON_AddNumberToObject(o, "disk_bad", (double)st.disk_bad);
+    const struct { const char *name; double v; } fields[] = {
+        {"chunk_tokens", st.chunk_tokens}, {"entries", (double)st.entries}, {"resident", (double)st.resident},
+        {"bytes", (double)st.bytes}, {"budget_bytes", (double)st.budget_bytes}, {"lookups", (double)st.lookups},
+        {"hits", (double)st.hits}, {"misses", (double)st.misses}, {"hit_tokens", (double)st.hit_tokens},
+        {"inserts", (double)st.inserts}, {"evictions", (double)st.evictions},
+        {"disk_writes", (double)st.disk_writes}, {"disk_loads", (double)st.disk_loads},
+        {"disk_bad", (double)st.disk_bad},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cJSON_AddNumberToObject(o, fields[i].name, fields[i].v);
     return srv_reply_json(c, 200, o);
 }
 

@@ -32,20 +32,27 @@ int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n
     return st;
 }
 
+/* The checks both copies share, then a view of ctx's KV buffer. */
+static int open_view(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, const char *what,
+                     kvs_kv_view *view) {
+    if (n > kvs_context_n_ctx(ctx))
+        return kvs_error(KVS_ERR_CONTEXT_FULL, "%s: %d tokens but the context holds %d", what, n,
+                         kvs_context_n_ctx(ctx));
+    int st = kvs_reuse_check_context(ctx, cache);
+    if (!st) st = kvs_reuse_check_tokens(ctx, tokens, n);
+    if (!st) st = kvs_reuse_view(ctx, view);
+    return st;
+}
+
 int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded) {
     if (!ctx || !cache || !tokens || n < 0 || !n_loaded)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_load_prefix: need a context, a cache, tokens, n >= 0 "
                          "(got %d), n_loaded", n);
     *n_loaded = 0;
     if (n == 0) return KVS_OK;
-    if (n > kvs_context_n_ctx(ctx))
-        return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n,
-                         kvs_context_n_ctx(ctx));
-    int st = kvs_reuse_check_context(ctx, cache);
-    if (!st) st = kvs_reuse_check_tokens(ctx, tokens, n);
-    if (st) return st;
     kvs_kv_view view;
-    if ((st = kvs_reuse_view(ctx, &view))) return st;
+    int st = open_view(ctx, cache, tokens, n, "kvs_cache_load_prefix", &view);
+    if (st) return st;
     kvs_prefix_hit hit;
     memset(&hit, 0, sizeof hit);
     st = kvs_store_lookup_into(cache->store, tokens, n, &view, &hit);
@@ -60,14 +67,9 @@ int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *t
     if (!ctx || !cache || !tokens || n <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_store_context: need a context, a cache and n > 0 tokens "
                          "(got %d)", n);
-    if (n > kvs_context_n_ctx(ctx))
-        return kvs_error(KVS_ERR_CONTEXT_FULL, "kvs_cache_store_context: %d tokens but the context holds %d", n,
-                         kvs_context_n_ctx(ctx));
-    int st = kvs_reuse_check_context(ctx, cache);
-    if (!st) st = kvs_reuse_check_tokens(ctx, tokens, n);
-    if (st) return st;
     kvs_kv_view view;
-    if ((st = kvs_reuse_view(ctx, &view))) return st;
+    int st = open_view(ctx, cache, tokens, n, "kvs_cache_store_context", &view);
+    if (st) return st;
     kvs_put_report rep;
     memset(&rep, 0, sizeof rep);
     st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, &view, &rep);
