@@ -78,8 +78,8 @@ static int resolve_params(srv_job *j, srv_error *err) {
     j->sampling.repeat_penalty = 1.0f;
     j->repair = kvs_repair_default_params();
     if (r->strategy && kvs_repair_mode_parse(r->strategy, &j->repair.mode)) {
-        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "reuse.strategy",
-                      "'reuse.strategy' is '%s': must be one of none, selective, cacheblend, firstk, full", r->strategy);
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "reuse.strategy", "'reuse.strategy': %s",
+                      kvs_last_error());
         return -1;
     }
     if (r->recompute_ratio >= 0) j->repair.recompute_ratio = r->recompute_ratio;

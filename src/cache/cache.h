@@ -10,8 +10,8 @@
  *   +-- chunk_tokens the grid step of new chunks
  *   +-- store        chunks in memory (LRU, budget) + the cache dir
  *
- * The request path (prefix.c) copies cached KV into a context's KV buffer
- * through a kvs_kv_view of it (kvs_reuse_view).
+ * The request path (prefix.c) copies cached KV straight into the context's
+ * KV buffer (kvs_context_kv: the one kvs_kv_buffer type of engine and store).
  */
 #ifndef KVS_REUSE_CACHE_H
 #define KVS_REUSE_CACHE_H
@@ -27,11 +27,6 @@ struct kvs_cache {
     kvs_store *store;
     char *dir;          /* NULL: memory only */
 };
-
-/* A view of the context's KV buffer for src/kv/. The two pointer arrays are
- * malloc'd: release with kvs_reuse_view_free. */
-int kvs_reuse_view(kvs_context *ctx, kvs_kv_view *view);
-void kvs_reuse_view_free(kvs_kv_view *view);
 
 /* KVS_OK if ctx computes the KV this cache holds: same fingerprint (model
  * and numerics) and KV dtype. KVS_ERR_MODEL_MISMATCH otherwise. */

@@ -32,15 +32,13 @@ int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n
     return st;
 }
 
-/* The checks both copies share, then a view of ctx's KV buffer. */
-static int open_view(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, const char *what,
-                     kvs_kv_view *view) {
+/* The checks both copies share. */
+static int check(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, const char *what) {
     if (n > kvs_context_n_ctx(ctx))
         return kvs_error(KVS_ERR_CONTEXT_FULL, "%s: %d tokens but the context holds %d", what, n,
                          kvs_context_n_ctx(ctx));
     int st = kvs_reuse_check_context(ctx, cache);
     if (!st) st = kvs_reuse_check_tokens(ctx, tokens, n);
-    if (!st) st = kvs_reuse_view(ctx, view);
     return st;
 }
 
@@ -50,16 +48,14 @@ int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tok
                          "(got %d), n_loaded", n);
     *n_loaded = 0;
     if (n == 0) return KVS_OK;
-    kvs_kv_view view;
-    int st = open_view(ctx, cache, tokens, n, "kvs_cache_load_prefix", &view);
+    int st = check(ctx, cache, tokens, n, "kvs_cache_load_prefix");
     if (st) return st;
     kvs_prefix_hit hit;
     memset(&hit, 0, sizeof hit);
-    st = kvs_store_lookup_into(cache->store, tokens, n, &view, &hit);
+    st = kvs_store_lookup_into(cache->store, tokens, n, kvs_context_kv(ctx), &hit);
     if (!st) *n_loaded = hit.n_cached;
     /* The KV was copied: the pins may go now. */
     kvs_prefix_hit_release(&hit);
-    kvs_reuse_view_free(&view);
     return st;
 }
 
@@ -67,13 +63,11 @@ int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *t
     if (!ctx || !cache || !tokens || n <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_store_context: need a context, a cache and n > 0 tokens "
                          "(got %d)", n);
-    kvs_kv_view view;
-    int st = open_view(ctx, cache, tokens, n, "kvs_cache_store_context", &view);
+    int st = check(ctx, cache, tokens, n, "kvs_cache_store_context");
     if (st) return st;
     kvs_put_report rep;
     memset(&rep, 0, sizeof rep);
-    st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, &view, &rep);
+    st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, kvs_context_kv(ctx), &rep);
     if (n_new) *n_new = rep.n_new;
-    kvs_reuse_view_free(&view);
     return st;
 }
