@@ -20,6 +20,17 @@ if os.path.exists(mach):
     lines += ["```", open(mach).read().strip(), "```", ""]
 
 mt = {w: load("multiturn", w) for w in WHO}
+if mt["kvstitch"] and not mt["llama-server"]:
+    a = mt["kvstitch"]
+    lines += ["## Multi-turn chat (kvstitch only: no llama-server in this run)", "",
+              "| turn | TTFT p50 | TTFT p95 |", "|---:|---:|---:|"]
+    for t in sorted(int(t) for t in a["per_turn"]):
+        p = a["per_turn"][str(t)]
+        lines.append("| %d | %.0f ms | %.0f ms |" % (t, p["ttft_p50_ms"], p["ttft_p95_ms"]))
+    lines += ["", "TTFT p50 of turns 2+: %.0f ms (turn 1: %.0f ms, %.1fx). Aggregate decode %.1f tok/s (%d tokens in "
+              "%.0f s)." % (a["ttft_p50_later_turns_ms"], a["per_turn"]["1"]["ttft_p50_ms"],
+                            a["per_turn"]["1"]["ttft_p50_ms"] / a["ttft_p50_later_turns_ms"], a["decode_tok_s"],
+                            a["completion_tokens"], a["wall_s"]), ""]
 if all(mt.values()):
     turns = sorted(int(t) for t in mt["kvstitch"]["per_turn"])
     lines += ["## Multi-turn chat", "", "| turn | kvstitch TTFT p50 / p95 | llama-server TTFT p50 / p95 | p50 ratio |",
@@ -64,6 +75,11 @@ if all(mt.values()):
     lines += ["![TTFT per turn](serve-ttft.svg)", ""]
 
 rag = {w: load("rag", w) for w in WHO}
+if rag["kvstitch"] and not rag["llama-server"]:
+    a = rag["kvstitch"]
+    lines += ["## RAG (6 of 20 passages, random order; kvstitch only)", "",
+              "TTFT p50 %.0f ms, p95 %.0f ms, %s prompt tokens on average." % (
+                  a["ttft_p50_ms"], a["ttft_p95_ms"], a["prompt_tokens_mean"]), ""]
 if all(rag.values()):
     a, b = rag["kvstitch"], rag["llama-server"]
     lines += ["## RAG (6 of 20 passages, random order)", "", "| server | TTFT p50 | TTFT p95 | prompt tokens (mean) |",
@@ -75,6 +91,11 @@ if all(rag.values()):
               "", "TTFT p50 ratio: %.1fx." % (b["ttft_p50_ms"] / a["ttft_p50_ms"]), ""]
 
 sc = {w: load("scaling", w) for w in WHO}
+if sc["kvstitch"] and not sc["llama-server"]:
+    lines += ["## Throughput scaling (aggregate decode tok/s; kvstitch only)", "", "| streams | tok/s |", "|---:|---:|"]
+    for n in sorted((k for k in sc["kvstitch"] if k.isdigit()), key=int):
+        lines.append("| %s | %.1f |" % (n, sc["kvstitch"][n]["decode_tok_s"]))
+    lines.append("")
 if all(sc.values()):
     lines += ["## Throughput scaling (aggregate decode tok/s)", "", "| streams | kvstitch | llama-server | ratio |",
               "|---:|---:|---:|---:|"]

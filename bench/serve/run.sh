@@ -6,6 +6,7 @@
 # in serve-ttft.svg (bench/serve/report.py).
 #   THREADS (2) SLOTS (8) USERS (8) TURNS (6) SYS_TOKENS (1000) ANSWER (64)
 #   RAG_REQUESTS (20) STREAMS (1,2,4,8) SCENARIOS ("multiturn rag scaling")
+#   PEER (1): 0 = kvstitch alone (no llama-server build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS="${THREADS:-2}"; SLOTS="${SLOTS:-8}"; USERS="${USERS:-8}"; TURNS="${TURNS:-6}"
@@ -13,7 +14,9 @@ SYS_TOKENS="${SYS_TOKENS:-1000}"; ANSWER="${ANSWER:-64}"; RAG_REQUESTS="${RAG_RE
 STREAMS="${STREAMS:-1,2,4,8}"; SCENARIOS="${SCENARIOS:-multiturn rag scaling}"
 CTX=4096
 M=$(scripts/fetch-model.sh | tail -n 1)
-LS=$(bench/serve/setup-llama-server.sh | tail -n 1)
+PEER="${PEER:-1}"
+WHO="kvstitch"
+if [ "$PEER" = 1 ]; then LS=$(bench/serve/setup-llama-server.sh | tail -n 1); WHO="kvstitch llama-server"; fi
 make -j2 build/kvstitch >&2
 out=bench/results
 tmp=$(mktemp -d)
@@ -34,17 +37,20 @@ build/kvstitch serve -m "$M" --port "$P1" --slots "$SLOTS" -t "$THREADS" --ctx "
     > "$tmp/kvstitch.log" 2>&1 &
 pids+=($!)
 P2=$(free_port)
-"$LS" -m "$M" --host 127.0.0.1 --port "$P2" -t "$THREADS" -np "$SLOTS" -c $((CTX * SLOTS)) --cache-reuse 256 \
-    > "$tmp/llama-server.log" 2>&1 &
-pids+=($!)
-wait_health "$P1"; wait_health "$P2"
+if [ "$PEER" = 1 ]; then
+    "$LS" -m "$M" --host 127.0.0.1 --port "$P2" -t "$THREADS" -np "$SLOTS" -c $((CTX * SLOTS)) --cache-reuse 256 \
+        > "$tmp/llama-server.log" 2>&1 &
+    pids+=($!)
+    wait_health "$P2"
+fi
+wait_health "$P1"
 
 {
     echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "config: threads $THREADS, slots $SLOTS, users $USERS, turns $TURNS, system ~$SYS_TOKENS tokens, answers $ANSWER tokens, rag $RAG_REQUESTS requests, streams $STREAMS"
 } > "$out/serve-machine.txt"
 for sc in $SCENARIOS; do
-    for who in kvstitch llama-server; do
+    for who in $WHO; do
         if [ "$who" = kvstitch ]; then url="http://127.0.0.1:$P1"; flag=--kvstitch; else url="http://127.0.0.1:$P2"; flag=; fi
         echo "bench/serve: $sc on $who" >&2
         python3 bench/serve/bench_serve.py --url "$url" $flag --scenario "$sc" --users "$USERS" --turns "$TURNS" \
