@@ -24,6 +24,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 wait_health() {
     for _ in $(seq 1 600); do
         curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
