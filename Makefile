@@ -37,6 +37,15 @@ TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 # Shared by the clients of kvstitch.h (CLI, benchmarks, tests, server): JSON on cJSON.
 CLIENT_OBJ := $(BUILD)/tools/json_util.o
+# kvstitch serve (server/): linked into the CLI, a client of include/kvstitch.h.
+SERVER_SRC := $(wildcard server/*.c)
+TOOL_OBJ  += $(SERVER_SRC:%.c=$(BUILD)/%.o)
+.DEFAULT_GOAL := all
+$(BUILD)/server/page_html.h: server/page.html
+	@mkdir -p $(@D)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+$(BUILD)/server/page.o: $(BUILD)/server/page_html.h
+$(BUILD)/server/page.o: CFLAGS += -I$(BUILD)/server
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)

@@ -749,6 +749,55 @@ typedef struct kvs_warm_docs_report {
  * except for the layout (chat, doc_prefix). rep may be NULL. */
 KVS_API int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep);
 
+/* ------------------------------------------------------------------------ */
+/* Step-level serving (kvstitch serve: continuous batching)                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * What a scheduler needs to drive many sequences itself, one forward pass at
+ * a time, instead of handing a whole request to kvs_generate*: a sampler,
+ * one decode step over several contexts, and the cache in steps.
+ */
+
+/* Token sampler (repetition penalty -> top-k -> temperature -> top-p ->
+ * min-p -> draw; xoshiro256** from params.seed). Same params, history and
+ * logits give the same token on any machine. Owned by the caller; one
+ * thread at a time. */
+typedef struct kvs_sampler kvs_sampler;
+int kvs_sampler_new(kvs_sampler_params params, int n_vocab, kvs_sampler **out);
+void kvs_sampler_free(kvs_sampler *s);
+/* Adds a token to the history the repetition penalty looks at (kvs_generate
+ * accepts the last repeat_last_n prompt tokens, then every sampled one). */
+void kvs_sampler_accept(kvs_sampler *s, int32_t token);
+/* Picks a token from n_vocab logits (not modified). Does not accept it. */
+int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
+
+/* One decode step for n sequences in n distinct contexts of one model:
+ * tokens[r] at position pos[r] runs in ctxs[r] (its K/V are written into
+ * ctxs[r]'s buffer, it attends to ctxs[r]'s slots 0..pos[r]), all rows
+ * stacked into ONE forward pass (each weight matrix is read once for all of
+ * them). logits (n, n_vocab) receives every row's logits. Uses the scratch
+ * and threads of ctxs[0]: n <= its n_batch, no other context's n_ctx may
+ * exceed its own; no other thread may use any of the contexts meanwhile.
+ * Batch-invariant: row r's bits (KV and logits) equal those of
+ * kvs_decode(ctxs[r], &tokens[r], &pos[r], 1, ...). */
+int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits);
+
+/* Tokens a prefix lookup of tokens[0..n) would serve now (*n_hit), without
+ * copying anything (chunks that live on disk only are loaded). */
+int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit);
+/* Copies the KV of the longest cached prefix of tokens[0..n) into ctx at
+ * slots 0..*n_loaded-1 (positions = slots). Pass n_prompt - 1 to keep the
+ * last prompt token for the logits. The bytes are those a cold prefill
+ * writes; the caller computes tokens [*n_loaded, n_prompt) with kvs_decode. */
+int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded);
+/* Stores ctx's KV of tokens[0..n) (slots 0..n-1, all written) by prefix,
+ * the chunks not cached yet. For a conversation, pass prompt + generated
+ * tokens whose KV was written (not the last sampled one), so that the next
+ * turn, whose prompt repeats them, computes only what is new.
+ * *n_new (may be NULL) = chunks stored. */
+int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new);
+
 /* SHA-256 helper (hex output, 65 bytes incl. NUL). */
 KVS_API void kvs_sha256_hex(const void *data, size_t len, char hex[65]);
 

@@ -17,6 +17,7 @@ PKGS=(
     libzstd-dev               # compression of chunk values in shared tiers
     redis-server redis-tools  # a real Redis (and Cluster) that the tests start on loopback
     curl                      # raw SSE checks of the server
+    chromium                  # the server's chat page, driven headless by tests/serve/test_page.py
 )
 
 missing=()

@@ -63,3 +63,25 @@ if [ $rc -ne 0 ]; then
     exit 1
 fi
 echo "run-fuzz: fuzz_gguf: ${execs:-?} executions in ${secs}s, no crash (log $log)"
+
+# The server's request parser (JSON -> request; needs only cJSON), seeded
+# with example bodies, for at most 30 s of the budget.
+serve_secs=$(( secs < 30 ? secs : 30 ))
+mkdir -p "$out/serve_corpus"
+cp -f fuzz/serve_seeds/*.json "$out/serve_corpus/"
+# shellcheck disable=SC2046
+"$clang" -g -O1 $san -Iinclude fuzz/fuzz_serve_request.c server/request.c \
+    $(pkg-config --cflags --libs libcjson) -o "$out/fuzz_serve_request"
+log="$out/fuzz_serve_request.log"
+set +e
+"$out/fuzz_serve_request" -max_total_time="$serve_secs" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 -artifact_prefix="$out/serve-" "$out/serve_corpus" > "$log" 2>&1
+rc=$?
+set -e
+execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+if [ $rc -ne 0 ]; then
+    tail -n 40 "$log" >&2
+    echo "run-fuzz: fuzz_serve_request CRASHED after ${execs:-?} executions (exit $rc); log $log" >&2
+    exit 1
+fi
+echo "run-fuzz: fuzz_serve_request: ${execs:-?} executions in ${serve_secs}s, no crash (log $log)"

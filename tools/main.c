@@ -10,6 +10,8 @@ typedef struct command {
     const char *summary;
 } command;
 
+int cmd_serve(int argc, char **argv); /* server/serve.c */
+
 static const command commands[] = {
     {"generate", cmd_generate, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
@@ -18,6 +20,7 @@ static const command commands[] = {
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"warm", cmd_warm, "cache the prompt KV of texts without generating"},
     {"cache", cmd_cache, "inspect (stats, ls) or empty (clear) a prompt KV cache directory"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server sharing one chunk KV cache"},
 };
 
 static void usage(FILE *f) {

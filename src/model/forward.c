@@ -222,12 +222,27 @@ void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv
     run_rows(f, OP_STORE_KV, l, m, pos, kv, NULL);
 }
 
-void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv) {
+void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv) {
+    const size_t kvd = (size_t)f->hp->n_head_kv * f->hp->head_dim;
+    store_row(kv, l, 0, f->k + (size_t)r * kvd, pos[r]);
+    store_row(kv, l, 1, f->v + (size_t)r * kvd, pos[r]);
+}
+
+void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *kv) {
     const kvs_hparams *hp = f->hp;
+    const size_t qd = (size_t)hp->n_head * hp->head_dim;
+    kvs_attention_window(f->pool, f->att + (size_t)r0 * qd, f->q + (size_t)r0 * qd, pos + r0, m, kvs_kv_k(kv, l),
+                         kvs_kv_v(kv, l), (int)kv->type, hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx,
+                         hp->attn_scale, hp->layer[l].window, f->att_work);
+}
+
+void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv) {
+    kvs_fwd_layer_attn(f, l, pos, 0, m, kv);
+    kvs_fwd_layer_ffn(f, l, pos, m);
+}
+
+void kvs_fwd_layer_ffn(kvs_fwd *f, int l, const int32_t *pos, int m) {
     const kvs_layer_weights *w = kvs_model_layer(f->model, l);
-    kvs_attention_window(f->pool, f->att, f->q, pos, m, kvs_kv_k(kv, l), kvs_kv_v(kv, l), (int)kv->type,
-                         hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx, hp->attn_scale, hp->layer[l].window,
-                         f->att_work);
     kvs_matmul(f->pool, &w->wo, f->att, m, f->xn, f->mm_work);
     run_rows(f, OP_RESID_FFN_NORM, l, m, pos, NULL, NULL);
     const kvs_wmat *mats[] = {&w->w_gate, &w->w_up};

@@ -58,6 +58,14 @@ void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv
 /* Layer l, second part: attention of q against kv, output projection, FFN;
  * x is updated in place. kv->n_ctx must be <= f->n_ctx. */
 void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv);
+/* The attention and the FFN halves of kvs_fwd_layer_attn_ffn, for callers
+ * whose rows live in different KV buffers (batched decode over several
+ * contexts, src/engine/decode_batch.c): attention of rows r0..r0+m against
+ * kv into att; then wo + FFN for rows 0..m. Row r's store into its own
+ * buffer: kvs_fwd_layer_store_kv_row. Same bits as the fused calls. */
+void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *kv);
+void kvs_fwd_layer_ffn(kvs_fwd *f, int l, const int32_t *pos, int m);
+void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv);
 /* The three steps above. */
 void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv);
 

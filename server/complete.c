@@ -1,0 +1,289 @@
+/*
+ * POST /v1/chat/completions and /v1/completions: parse, queue, then either
+ * wait and answer one JSON object, or stream Server-Sent Events:
+ *
+ *   data: {chunk: role}            (chat only)
+ *   data: {chunk: text piece} ...  as the scheduler emits text
+ *   data: {chunk: finish_reason}
+ *   data: {chunk: choices [], usage}   with stream_options.include_usage
+ *   data: [DONE]
+ *
+ * A client that goes away cancels its request (the scheduler frees the slot
+ * within one step).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+#define WAIT_SLICE_MS 50
+
+/* usage, with the kvstitch object (README "Server" documents every field). */
+static cJSON *usage_json(const srv_server *s, const srv_job *j) {
+    const srv_usage *u = &j->usage;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    /* OpenAI's field: prompt tokens this request did not compute (exact
+     * hits, and moved document tokens the repair left as they were). */
+    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens + u->moved_tokens - u->recomputed_tokens);
+    cJSON *k = cJSON_AddObjectToObject(o, "kvstitch");
+    cJSON_AddNumberToObject(k, "cached_tokens", u->cached_tokens);
+    cJSON_AddNumberToObject(k, "moved_tokens", u->moved_tokens);
+    cJSON_AddNumberToObject(k, "recomputed_tokens", u->recomputed_tokens);
+    cJSON_AddNumberToObject(k, "computed_tokens", u->prompt_tokens - u->cached_tokens - u->moved_tokens);
+    cJSON_AddStringToObject(k, "strategy", u->strategy ? u->strategy : "prefix");
+    cJSON_AddNumberToObject(k, "docs_hit", u->docs_hit);
+    cJSON_AddNumberToObject(k, "docs_computed", u->docs_computed);
+    cJSON_AddNumberToObject(k, "chunks_stored", u->chunks_stored);
+    cJSON *t = cJSON_AddObjectToObject(k, "timings");
+    cJSON_AddNumberToObject(t, "queue_ms", u->queue_ms);
+    cJSON_AddNumberToObject(t, "ttft_ms", u->ttft_ms);
+    cJSON_AddNumberToObject(t, "prefill_ms", u->prefill_ms);
+    cJSON_AddNumberToObject(t, "decode_ms", u->decode_ms);
+    cJSON_AddNumberToObject(t, "total_ms", u->total_ms);
+    cJSON_AddStringToObject(k, "first_logits_sha256", u->first_logits_sha256);
+    if (j->req.return_token_ids) {
+        cJSON *ids = cJSON_AddArrayToObject(k, "completion_token_ids");
+        for (int i = 0; j->gen_tokens && i < u->completion_tokens; i++)
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(j->gen_tokens[i]));
+    }
+    if (j->req.return_prompt_sources) {
+        /* Runs of prompt tokens by KV source, in prompt order, with their text. */
+        cJSON *runs = cJSON_AddArrayToObject(k, "prompt_sources");
+        int at = 0;
+        for (int i = 0; i < j->n_sources; i++) {
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddStringToObject(r, "source", srv_source_name(j->sources[i].src));
+            cJSON_AddNumberToObject(r, "tokens", j->sources[i].n);
+            size_t cap = 16 * (size_t)j->sources[i].n + 1, len = 0;
+            char *text = malloc(cap);
+            for (int t2 = at; text && t2 < at + j->sources[i].n && t2 < j->n_prompt; t2++) {
+                size_t n = 0;
+                if (kvs_token_to_bytes(s->model, j->prompt[t2], 1, text + len, cap - len - 1, &n) == KVS_OK) len += n;
+            }
+            if (text) {
+                text[len] = 0;
+                cJSON_AddStringToObject(r, "text", text); /* cJSON escapes; invalid UTF-8 passes as bytes */
+            }
+            free(text);
+            at += j->sources[i].n;
+            cJSON_AddItemToArray(runs, r);
+        }
+    }
+    return o;
+}
+
+static cJSON *envelope(const srv_server *s, const srv_job *j, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", s->model_id);
+    cJSON_AddStringToObject(o, "system_fingerprint", "kvstitch");
+    return o;
+}
+
+static const char *finish_reason(const srv_job *j) {
+    return j->finish == SRV_FINISH_LENGTH ? "length" : "stop";
+}
+
+static int reply_done(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+    if (j->finish == SRV_FINISH_ERROR) return srv_reply_error(c, &j->err);
+    if (j->finish == SRV_FINISH_CANCELLED) {
+        srv_error e;
+        srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
+        return srv_reply_error(c, &e);
+    }
+    int chat = j->req.kind == SRV_KIND_CHAT;
+    cJSON *o = envelope(s, j, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (chat) {
+        cJSON *m = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", j->text);
+    } else {
+        cJSON_AddStringToObject(ch, "text", j->text);
+    }
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(j));
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddItemToObject(o, "usage", usage_json(s, j));
+    return srv_reply_json(c, 200, o);
+}
+
+/* --- SSE --------------------------------------------------------------------------- */
+
+typedef struct sse {
+    srv_server *s;
+    struct MHD_Connection *c;
+    srv_job *j;
+    size_t seen;
+    int role_sent, ended;
+    char *out;         /* bytes ready to send */
+    size_t out_len, out_off;
+} sse;
+
+static void sse_push(sse *st, cJSON *o) {
+    char *js = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    const char *payload = js ? js : "[DONE]";
+    size_t n = strlen(payload) + 8, keep = st->out_len - st->out_off;
+    char *buf = malloc(keep + n + 1);
+    if (buf) {
+        memcpy(buf, st->out + st->out_off, keep);
+        snprintf(buf + keep, n + 1, "data: %s\n\n", payload);
+        free(st->out);
+        st->out = buf;
+        st->out_len = keep + strlen(buf + keep);
+        st->out_off = 0;
+    }
+    free(js);
+}
+
+/* A chunk with one choice: delta (chat) or text (completions). */
+static cJSON *sse_chunk(sse *st, const char *role, const char *text, const char *finish) {
+    int chat = st->j->req.kind == SRV_KIND_CHAT;
+    cJSON *o = envelope(st->s, st->j, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (chat) {
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", role);
+        if (text) cJSON_AddStringToObject(d, "content", text);
+    } else {
+        cJSON_AddStringToObject(ch, "text", text ? text : "");
+    }
+    cJSON_AddNullToObject(ch, "logprobs");
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    return o;
+}
+
+static void sse_end(sse *st) {
+    srv_job *j = st->j;
+    if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
+        srv_error e = j->err;
+        if (j->finish == SRV_FINISH_CANCELLED)
+            srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
+        cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(err, "message", e.message);
+        cJSON_AddStringToObject(err, "type", e.type);
+        cJSON_AddStringToObject(err, "code", e.code);
+        sse_push(st, o);
+    } else {
+        sse_push(st, sse_chunk(st, NULL, NULL, finish_reason(j)));
+        if (j->req.include_usage) {
+            cJSON *o = envelope(st->s, j, j->req.kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(st->s, j));
+            sse_push(st, o);
+        }
+    }
+    sse_push(st, NULL);
+    st->ended = 1;
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    sse *st = cls;
+    for (;;) {
+        if (st->out_off < st->out_len) {
+            size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
+            memcpy(buf, st->out + st->out_off, n);
+            st->out_off += n;
+            return (ssize_t)n;
+        }
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!st->role_sent) {
+            st->role_sent = 1;
+            if (st->j->req.kind == SRV_KIND_CHAT) sse_push(st, sse_chunk(st, "assistant", "", NULL));
+            continue;
+        }
+        char *piece = NULL;
+        size_t n = 0;
+        int done = srv_job_wait(st->j, &st->seen, &piece, &n, WAIT_SLICE_MS);
+        if (piece) sse_push(st, sse_chunk(st, NULL, piece, NULL));
+        free(piece);
+        if (done) sse_end(st);
+        else if (!n && srv_peer_gone(st->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void sse_free(void *cls) {
+    sse *st = cls;
+    /* A response torn down before the end: the client went away. */
+    if (!st->ended) srv_job_cancel(st->j);
+    srv_job_unref(st->j);
+    free(st->out);
+    free(st);
+}
+
+static int reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+    sse *st = calloc(1, sizeof *st);
+    if (!st) {
+        srv_job_cancel(j);
+        srv_job_unref(j);
+        return 0;
+    }
+    st->s = s;
+    st->c = c;
+    st->j = j;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, st, sse_free);
+    if (!r) {
+        sse_free(st);
+        return 0;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ok = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ok == MHD_YES ? 200 : 0;
+}
+
+/* --- the handlers ---------------------------------------------------------------- */
+
+static int complete(srv_server *s, struct MHD_Connection *c, const char *body, size_t len, srv_kind kind) {
+    srv_request req;
+    srv_error e;
+    if (srv_request_parse(body, len, kind, &req, &e)) return srv_reply_error(c, &e);
+    srv_job *j = srv_job_new(s->model, &req, s->n_ctx, s->default_max_tokens, &e);
+    if (!j) return srv_reply_error(c, &e);
+    int q = srv_sched_submit(s->sched, j);
+    if (q) {
+        srv_job_unref(j);
+        if (q == -1) srv_error_set(&e, 429, "rate_limit_error", "queue_full", "", "the request queue is full; retry later");
+        else srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
+        return srv_reply_error(c, &e);
+    }
+    if (j->req.stream) return reply_stream(s, c, j); /* the stream owns our reference */
+    size_t seen = 0;
+    for (;;) {
+        char *piece = NULL;
+        size_t n = 0;
+        int done = srv_job_wait(j, &seen, &piece, &n, WAIT_SLICE_MS);
+        free(piece);
+        if (done) break;
+        if (srv_peer_gone(c)) {
+            srv_job_cancel(j);
+            srv_job_unref(j);
+            return 0;
+        }
+    }
+    int st = reply_done(s, c, j);
+    srv_job_unref(j);
+    return st;
+}
+
+int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    return complete(s, c, body, len, SRV_KIND_CHAT);
+}
+
+int srv_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    return complete(s, c, body, len, SRV_KIND_COMPLETION);
+}

@@ -1,0 +1,188 @@
+/*
+ * The HTTP front end on libmicrohttpd: one thread per connection (a
+ * handler may block while its request runs: the scheduler is elsewhere),
+ * the body collected up to max_body (413 beyond), the API key checked, and
+ * the route table below.
+ */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+
+#include "server.h"
+
+static const srv_route routes[] = {
+    {"POST", "/v1/chat/completions", srv_chat_completions, 1, 1},
+    {"POST", "/v1/completions", srv_completions, 1, 1},
+    {"GET", "/v1/models", srv_models, 1, 0},
+    {"GET", "/health", srv_health, 0, 0},
+    {"GET", "/metrics", srv_metrics_page, 0, 0},
+    {"POST", "/tokenize", srv_tokenize, 1, 1},
+    {"POST", "/detokenize", srv_detokenize, 1, 1},
+    {"POST", "/v1/cache/warm", srv_cache_warm, 1, 1},
+    {"GET", "/v1/cache/stats", srv_cache_stats, 1, 1},
+    {"GET", "/", srv_page, 0, 0},
+};
+
+typedef struct conn_body {
+    char *data;
+    size_t len, cap;
+    int too_large;
+} conn_body;
+
+int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return 0;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok == MHD_YES ? status : 0;
+}
+
+int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json) {
+    char *s = json ? cJSON_PrintUnformatted(json) : NULL;
+    cJSON_Delete(json);
+    if (!s) return srv_reply(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37);
+    int st = srv_reply(c, status, "application/json", s, strlen(s));
+    free(s);
+    return st;
+}
+
+int srv_reply_error(struct MHD_Connection *c, const srv_error *e) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", e->message);
+    cJSON_AddStringToObject(err, "type", e->type);
+    if (*e->param) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (*e->code) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    return srv_reply_json(c, e->http, root);
+}
+
+int srv_peer_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 1;
+    struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Constant time in the key's length: no early exit on the first mismatch. */
+static int key_matches(const char *want, const char *got) {
+    size_t n = strlen(want), m = strlen(got);
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    return diff == 0;
+}
+
+static int authorized(srv_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    return h && !strncmp(h, "Bearer ", 7) && key_matches(s->api_key, h + 7);
+}
+
+static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_body *b) {
+    srv_error e;
+    const srv_route *route = NULL;
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(url, routes[i].path)) continue;
+        path_known = 1;
+        if (!strcmp(method, routes[i].method)) route = &routes[i];
+    }
+    if (!strcmp(method, "OPTIONS") && path_known) {
+        /* CORS preflight for browser clients. */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_queue_response(c, 204, r);
+        MHD_destroy_response(r);
+        return 204;
+    }
+    if (!route) {
+        srv_error_set(&e, path_known ? 405 : 404, "invalid_request_error", path_known ? "method_not_allowed" : "not_found",
+                      "", "%s %s: %s", method, url, path_known ? "method not allowed" : "no such endpoint");
+        return srv_reply_error(c, &e);
+    }
+    if (route->auth && !authorized(s, c)) {
+        srv_error_set(&e, 401, "authentication_error", "invalid_api_key", "",
+                      "missing or wrong API key: send 'Authorization: Bearer KEY'");
+        return srv_reply_error(c, &e);
+    }
+    if (b->too_large) {
+        srv_error_set(&e, 413, "invalid_request_error", "request_too_large", "",
+                      "the request body exceeds the server's limit of %zu bytes", s->max_body);
+        return srv_reply_error(c, &e);
+    }
+    if (route->needs_model && !atomic_load(&s->ready)) {
+        srv_error_set(&e, 503, "server_error", "model_loading", "", "the model is still loading");
+        return srv_reply_error(c, &e);
+    }
+    return route->fn(s, c, b->data ? b->data : "", b->len);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    srv_server *s = cls;
+    conn_body *b = *con_cls;
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b))) return MHD_NO;
+        *con_cls = b;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        /* Past the limit the rest is read and dropped, then answered 413. */
+        if (!b->too_large && b->len + *upload_size > s->max_body) {
+            b->too_large = 1;
+            free(b->data);
+            b->data = NULL;
+            b->len = b->cap = 0;
+        }
+        if (!b->too_large) {
+            if (b->len + *upload_size + 1 > b->cap) {
+                size_t cap = (b->len + *upload_size + 1) * 2;
+                char *d = realloc(b->data, cap);
+                if (!d) return MHD_NO;
+                b->data = d;
+                b->cap = cap;
+            }
+            memcpy(b->data + b->len, upload, *upload_size);
+            b->len += *upload_size;
+            b->data[b->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int status = dispatch(s, c, url, method, b);
+    if (status) srv_metrics_status(&s->metrics, status);
+    return status ? MHD_YES : MHD_NO;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    conn_body *b = *con_cls;
+    if (!b) return;
+    free(b->data);
+    free(b);
+    *con_cls = NULL;
+}
+
+int srv_http_start(srv_server *s, const char *host, int port) {
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) return -1;
+    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                                     MHD_USE_ERROR_LOG,
+                                 (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+    return s->daemon ? 0 : -1;
+}
+
+void srv_http_stop(srv_server *s) {
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+}

@@ -1,0 +1,179 @@
+/* The small endpoints: models, health, metrics, tokenize, detokenize, cache. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server.h"
+
+static int bad_request(struct MHD_Connection *c, const char *param, const char *msg) {
+    srv_error e;
+    srv_error_set(&e, 400, "invalid_request_error", "invalid_value", param, "%s", msg);
+    return srv_reply_error(c, &e);
+}
+
+int srv_models(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddStringToObject(m, "id", s->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "kvstitch");
+    cJSON_AddNumberToObject(m, "context_length", s->n_ctx);
+    cJSON_AddItemToArray(data, m);
+    return srv_reply_json(c, 200, o);
+}
+
+int srv_health(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    int ready = atomic_load(&s->ready);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", ready ? "ok" : "loading");
+    return srv_reply_json(c, ready ? 200 : 503, o);
+}
+
+int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    srv_load load = {0, 0, 0, 0};
+    if (atomic_load(&s->ready)) load = srv_sched_load(s->sched);
+    char *text = srv_metrics_render(&s->metrics, atomic_load(&s->ready) ? s->cache : NULL, load);
+    if (!text) return srv_reply(c, 500, "text/plain", "out of memory\n", 14);
+    int st = srv_reply(c, 200, "text/plain; version=0.0.4", text, strlen(text));
+    free(text);
+    return st;
+}
+
+/* {"content": "...", "add_special": false, "parse_special": true} -> {"tokens": [...]} */
+int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    cJSON *in = cJSON_ParseWithLength(body, len);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(in, "content");
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(in, "add_special");
+    const cJSON *parse = cJSON_GetObjectItemCaseSensitive(in, "parse_special");
+    if (!cJSON_IsString(content) || (add && !cJSON_IsBool(add)) || (parse && !cJSON_IsBool(parse))) {
+        cJSON_Delete(in);
+        return bad_request(c, "content", "expected {\"content\": string, \"add_special\": bool, \"parse_special\": bool}");
+    }
+    int flags = (cJSON_IsTrue(add) ? KVS_TOKENIZE_ADD_BOS : 0) | (!parse || cJSON_IsTrue(parse) ? KVS_TOKENIZE_PARSE_SPECIAL : 0);
+    size_t n_bytes = strlen(content->valuestring);
+    int cap = (int)(n_bytes < 1u << 26 ? n_bytes : 1u << 26) + 8, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int st = ids ? kvs_tokenize(s->model, content->valuestring, n_bytes, flags, ids, cap, &n) : KVS_ERR_NOMEM;
+    cJSON_Delete(in);
+    if (st) {
+        free(ids);
+        return bad_request(c, "content", kvs_last_error());
+    }
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    free(ids);
+    return srv_reply_json(c, 200, o);
+}
+
+/* {"tokens": [...]} -> {"content": "..."} */
+int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    cJSON *in = cJSON_ParseWithLength(body, len);
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(in, "tokens"), *t;
+    int n_vocab = kvs_vocab_size(s->model), ok = cJSON_IsArray(toks);
+    cJSON_ArrayForEach(t, toks) ok &= cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < n_vocab &&
+                                      t->valuedouble == (int)t->valuedouble;
+    if (!ok) {
+        cJSON_Delete(in);
+        return bad_request(c, "tokens", "expected {\"tokens\": [ids within the vocabulary]}");
+    }
+    size_t cap = 64, n = 0;
+    char *text = malloc(cap);
+    cJSON_ArrayForEach(t, toks) {
+        size_t need = 0;
+        for (;;) {
+            if (!text) break;
+            int st = kvs_token_to_bytes(s->model, (int32_t)t->valuedouble, 1, text + n, cap - n - 1, &need);
+            if (st == KVS_OK) break;
+            char *g = realloc(text, cap = (cap + need) * 2);
+            if (!g) free(text);
+            text = g;
+        }
+        n += need;
+    }
+    cJSON_Delete(in);
+    if (!text) return srv_reply(c, 500, "text/plain", "out of memory\n", 14);
+    text[n] = 0;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", text);
+    free(text);
+    return srv_reply_json(c, 200, o);
+}
+
+int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    kvs_cache_stats st;
+    kvs_cache_get_stats(s->cache, &st);
+    char fp[65];
+    kvs_cache_fingerprint_hex(s->cache, fp);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "fingerprint", fp);
+    const struct { const char *name; double v; } fields[] = {
+        {"chunk_tokens", st.chunk_tokens}, {"entries", (double)st.entries}, {"resident", (double)st.resident},
+        {"bytes", (double)st.bytes}, {"budget_bytes", (double)st.budget_bytes}, {"lookups", (double)st.lookups},
+        {"hits", (double)st.hits}, {"misses", (double)st.misses}, {"hit_tokens", (double)st.hit_tokens},
+        {"inserts", (double)st.inserts}, {"evictions", (double)st.evictions},
+        {"disk_writes", (double)st.disk_writes}, {"disk_loads", (double)st.disk_loads},
+        {"disk_bad", (double)st.disk_bad},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cJSON_AddNumberToObject(o, fields[i].name, fields[i].v);
+    return srv_reply_json(c, 200, o);
+}
+
+/*
+ * POST /v1/cache/warm: the body of a chat request ({"messages": [...]}: the
+ * rendered prompt, generation prompt included, exactly what a chat request
+ * with these messages runs) or of a completion ({"prompt": "..."}), with
+ * optional "documents" (cached for any later order). Runs in a slot like a
+ * request that generates nothing.
+ */
+int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    cJSON *in = cJSON_ParseWithLength(body, len);
+    int chat = cJSON_GetObjectItemCaseSensitive(in, "messages") != NULL;
+    /* Documents alone: lay them out as a chat request's documents would be. */
+    if (in && !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&
+        cJSON_GetObjectItemCaseSensitive(in, "documents")) {
+        cJSON *msgs = cJSON_AddArrayToObject(in, "messages"), *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", "");
+        cJSON_AddItemToArray(msgs, m);
+        chat = 1;
+    }
+    char *norm = in ? cJSON_PrintUnformatted(in) : NULL;
+    cJSON_Delete(in);
+    srv_request req;
+    srv_error e;
+    int st = srv_request_parse(norm ? norm : body, norm ? strlen(norm) : len, chat ? SRV_KIND_CHAT : SRV_KIND_COMPLETION,
+                               &req, &e);
+    free(norm);
+    if (st) return srv_reply_error(c, &e);
+    srv_job *j = srv_job_new(s->model, &req, s->n_ctx, 1, &e);
+    if (!j) return srv_reply_error(c, &e);
+    j->warm_only = 1;
+    if (srv_sched_submit(s->sched, j)) {
+        srv_job_unref(j);
+        srv_error_set(&e, 429, "rate_limit_error", "queue_full", "", "the request queue is full; retry later");
+        return srv_reply_error(c, &e);
+    }
+    size_t seen = 0;
+    for (;;) {
+        char *piece = NULL;
+        size_t n = 0;
+        int done = srv_job_wait(j, &seen, &piece, &n, 50);
+        free(piece);
+        if (done) break;
+    }
+    if (j->finish == SRV_FINISH_ERROR) {
+        st = srv_reply_error(c, &j->err);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "tokens", j->n_prompt);
+        cJSON_AddNumberToObject(o, "cached_tokens", j->usage.cached_tokens);
+        cJSON_AddNumberToObject(o, "chunks_stored", j->usage.chunks_stored);
+        cJSON_AddNumberToObject(o, "docs_cached", j->usage.docs_hit);
+        cJSON_AddNumberToObject(o, "docs_computed", j->usage.docs_computed);
+        cJSON_AddNumberToObject(o, "ms", j->usage.total_ms);
+        st = srv_reply_json(c, 200, o);
+    }
+    srv_job_unref(j);
+    return st;
+}

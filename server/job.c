@@ -1,0 +1,219 @@
+/* srv_job: tokenize a request, and the text channel between the scheduler
+ * and the HTTP thread (job.h). */
+#include "job.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int tokenize(const kvs_model *model, const char *text, int32_t **out, int *n, srv_error *err) {
+    kvs_model_info info;
+    kvs_model_get_info(model, &info);
+    int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
+    size_t len = strlen(text);
+    int cap = (int)(len < 1u << 28 ? len : 1u << 28) + 8;
+    *out = malloc((size_t)cap * sizeof **out);
+    if (!*out) {
+        srv_error_set(err, 500, "server_error", "", "", "out of memory for %d tokens", cap);
+        return -1;
+    }
+    int st = kvs_tokenize(model, text, len, flags, *out, cap, n);
+    if (st) {
+        srv_error_set(err, 400, "invalid_request_error", st == KVS_ERR_UTF8 ? "invalid_utf8" : "invalid_value",
+                      "", "cannot tokenize the prompt: %s", kvs_last_error());
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
+    srv_request *r = &j->req;
+    if (r->n_docs > 0) {
+        const char *system, *question;
+        if (srv_request_doc_layout(r, &system, &question, err)) return -1;
+        j->segments = 1;
+        j->seg.chat = r->kind == SRV_KIND_CHAT;
+        j->seg.system = system;
+        j->seg.docs = (const char *const *)r->docs;
+        j->seg.n_docs = r->n_docs;
+        j->seg.question = question;
+        if (kvs_segments_tokenize(model, &j->seg, &j->prompt, &j->n_prompt)) {
+            srv_error_set(err, 400, "invalid_request_error", "invalid_value", "documents",
+                          "cannot lay out the documents: %s", kvs_last_error());
+            return -1;
+        }
+        return 0;
+    }
+    if (r->kind == SRV_KIND_COMPLETION) return tokenize(model, r->prompt, &j->prompt, &j->n_prompt, err);
+    char *rendered = NULL;
+    if (kvs_chat_render(model, NULL, r->msgs, r->n_msgs, 1, &rendered)) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "messages",
+                      "cannot render the chat template: %s", kvs_last_error());
+        return -1;
+    }
+    int st = tokenize(model, rendered, &j->prompt, &j->n_prompt, err);
+    free(rendered);
+    return st;
+}
+
+/* The request's sampling and repair fields over the library's defaults. */
+static int resolve_params(srv_job *j, srv_error *err) {
+    const srv_request *r = &j->req;
+    j->sampling = kvs_sampler_default_params();
+    j->sampling.temperature = r->temperature;
+    j->sampling.top_p = r->top_p;
+    j->sampling.min_p = r->min_p;
+    j->sampling.top_k = r->top_k;
+    j->sampling.seed = r->seed;
+    j->sampling.repeat_penalty = 1.0f;
+    j->repair = kvs_repair_default_params();
+    if (r->strategy && kvs_repair_mode_parse(r->strategy, &j->repair.mode)) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "reuse.strategy", "'reuse.strategy': %s",
+                      kvs_last_error());
+        return -1;
+    }
+    if (r->recompute_ratio >= 0) j->repair.recompute_ratio = r->recompute_ratio;
+    if (r->overlap >= 0) j->repair.overlap = r->overlap;
+    if (r->first_k >= 0) j->repair.first_k = r->first_k;
+    return 0;
+}
+
+srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        srv_error_set(err, 500, "server_error", "", "", "out of memory");
+        return NULL;
+    }
+    j->req = *req; /* takes ownership */
+    memset(req, 0, sizeof *req);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->refs, 1);
+    atomic_init(&j->cancelled, 0);
+    j->t_submit = now_ms();
+    j->created = (long)time(NULL);
+    static atomic_ulong counter;
+    snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
+    if (resolve_params(j, err) || build_prompt(model, j, err)) goto fail;
+    if (j->n_prompt == 0) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt has no tokens");
+        goto fail;
+    }
+    if (j->n_prompt >= n_ctx) {
+        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
+                      j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
+                      "this model's context holds %d tokens, but the prompt has %d (and at least one token must "
+                      "be generated)", n_ctx, j->n_prompt);
+        goto fail;
+    }
+    /* The last token sampled is never decoded: n_ctx - n_prompt + 1 fit. */
+    int room = n_ctx - j->n_prompt + 1;
+    j->max_tokens = j->req.max_tokens > 0 ? j->req.max_tokens : default_max_tokens;
+    if (j->max_tokens > room) j->max_tokens = room;
+    if (!(j->text = calloc(1, 256))) goto fail;
+    j->cap = 256;
+    return j;
+fail:
+    srv_job_unref(j);
+    return NULL;
+}
+
+void srv_job_unref(srv_job *j) {
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    srv_request_free(&j->req);
+    free(j->prompt);
+    free(j->seg_ends);
+    free(j->gen_tokens);
+    free(j->text);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void srv_job_cancel(srv_job *j) { atomic_store(&j->cancelled, 1); }
+
+void srv_job_emit(srv_job *j, const char *s, size_t n) {
+    if (n == 0) return;
+    pthread_mutex_lock(&j->mu);
+    if (j->len + n + 1 > j->cap) {
+        size_t cap = j->cap * 2 > j->len + n + 1 ? j->cap * 2 : j->len + n + 1;
+        char *t = realloc(j->text, cap);
+        if (!t) {
+            pthread_mutex_unlock(&j->mu);
+            return; /* the text is cut; the finish reason still arrives */
+        }
+        j->text = t;
+        j->cap = cap;
+    }
+    memcpy(j->text + j->len, s, n);
+    j->len += n;
+    j->text[j->len] = 0;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_finish(srv_job *j, srv_finish why) {
+    pthread_mutex_lock(&j->mu);
+    j->finish = why;
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_fail(srv_job *j, const srv_error *err) {
+    pthread_mutex_lock(&j->mu);
+    j->err = *err;
+    pthread_mutex_unlock(&j->mu);
+    srv_job_finish(j, SRV_FINISH_ERROR);
+}
+
+int srv_job_wait(srv_job *j, size_t *seen, char **piece, size_t *n_piece, int timeout_ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    *piece = NULL;
+    *n_piece = 0;
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && j->len == *seen)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
+    if (j->len > *seen && (*piece = malloc(j->len - *seen + 1))) {
+        *n_piece = j->len - *seen;
+        memcpy(*piece, j->text + *seen, *n_piece);
+        (*piece)[*n_piece] = 0;
+        *seen = j->len;
+    }
+    int done = j->done && *seen == j->len;
+    pthread_mutex_unlock(&j->mu);
+    return done;
+}
+
+const char *srv_finish_name(srv_finish f) {
+    switch (f) {
+    case SRV_FINISH_STOP: return "stop";
+    case SRV_FINISH_LENGTH: return "length";
+    case SRV_FINISH_CANCELLED: return "cancelled";
+    case SRV_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+const char *srv_source_name(srv_source s) {
+    static const char *const names[] = {"cached", "moved", "recomputed", "computed"};
+    return (unsigned)s < 4 ? names[s] : "?";
+}

@@ -1,0 +1,100 @@
+/*
+ * One request in flight, shared by the HTTP thread that waits on it and
+ * the scheduler thread that runs it (refcounted: each side drops its ref).
+ *
+ *   HTTP thread                         scheduler thread
+ *   srv_job_new (tokenize, check len)
+ *   srv_sched_submit ------------------> queue -> slot: prefill, decode steps
+ *   srv_job_wait (text so far) <-------- srv_job_emit (safe text: no partial
+ *     ... until done                        UTF-8, no possible stop-string start)
+ *   srv_job_cancel on disconnect ------> slot freed within one step
+ *                                        srv_job_finish (usage, finish reason)
+ */
+#ifndef KVS_SERVER_JOB_H
+#define KVS_SERVER_JOB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "request.h"
+
+typedef enum srv_finish {
+    SRV_FINISH_NONE = 0,
+    SRV_FINISH_STOP,      /* end-of-generation token or a stop string */
+    SRV_FINISH_LENGTH,    /* max_tokens or the context window */
+    SRV_FINISH_CANCELLED, /* the client went away, or the server drains */
+    SRV_FINISH_ERROR,
+} srv_finish;
+
+/* A run of prompt tokens whose KV came from one source (for the web page). */
+typedef enum srv_source { SRV_SRC_CACHED = 0, SRV_SRC_MOVED, SRV_SRC_RECOMPUTED, SRV_SRC_COMPUTED } srv_source;
+
+typedef struct srv_usage {
+    int prompt_tokens, completion_tokens;
+    int cached_tokens;      /* exact prefix hit: bit-identical KV, not recomputed */
+    int moved_tokens;       /* document tokens from cached documents, moved into place */
+    int recomputed_tokens;  /* tokens the repair recomputed */
+    int docs_hit, docs_computed;
+    int chunks_stored;
+    const char *strategy;   /* "prefix" or a repair strategy name */
+    double queue_ms, ttft_ms, prefill_ms, decode_ms, total_ms;
+    char first_logits_sha256[65]; /* of the first generated position's n_vocab float logits */
+} srv_usage;
+
+typedef struct srv_job {
+    /* Input: immutable after srv_job_new. */
+    srv_request req;
+    int32_t *prompt;          /* (n_prompt) the tokens that run */
+    int n_prompt;
+    int max_tokens;           /* resolved */
+    kvs_sampler_params sampling; /* resolved from req */
+    kvs_repair_params repair;    /* resolved from req (documents) */
+    int segments;             /* 1: documents (kvs_generate_segments path) */
+    int warm_only;            /* POST /v1/cache/warm: prefill and store, no generation */
+    kvs_segments seg;         /* points into req */
+    int *seg_ends;            /* (n_seg_ends) end token of each segment (system, docs..., question) */
+    int n_seg_ends;
+    double t_submit;          /* ms, monotonic */
+    char id[40];              /* "chatcmpl-..." / "cmpl-..." */
+    long created;             /* unix seconds */
+
+    /* Output, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *text;               /* emitted text, NUL-terminated */
+    size_t len, cap;
+    int done;
+    srv_finish finish;
+    srv_error err;
+    srv_usage usage;
+    int32_t *gen_tokens;      /* (usage.completion_tokens) the generated ids, set at finish */
+    int n_sources;            /* runs of prompt tokens by KV source */
+    struct { srv_source src; int n; } sources[2 + 3 * SRV_MAX_DOCS];
+
+    atomic_int cancelled;
+    atomic_int refs;
+} srv_job;
+
+/* Tokenizes the request for model (chat template, or documents as
+ * segments). On failure returns NULL with err set (400, e.g.
+ * context_length_exceeded when the prompt does not fit n_ctx). The job
+ * starts with one reference, the caller's. */
+srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err);
+void srv_job_unref(srv_job *j);
+void srv_job_cancel(srv_job *j);
+
+/* Scheduler side. */
+void srv_job_emit(srv_job *j, const char *s, size_t n);
+void srv_job_finish(srv_job *j, srv_finish why);
+void srv_job_fail(srv_job *j, const srv_error *err);
+
+/* HTTP side: waits until text beyond *seen exists or the job is done, at
+ * most timeout_ms. Returns 1 when done (and everything emitted was seen
+ * after this call's copy), else 0. Copies new text into a malloc'd *piece
+ * (NULL if none) and advances *seen. */
+int srv_job_wait(srv_job *j, size_t *seen, char **piece, size_t *n_piece, int timeout_ms);
+
+const char *srv_finish_name(srv_finish f);
+const char *srv_source_name(srv_source s);
+
+#endif

@@ -1,0 +1,318 @@
+/* JSON body -> srv_request, validated field by field (see request.h). */
+#include "request.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_error_set(srv_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
+                   ...) {
+    e->http = http;
+    snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+static int bad(srv_error *e, const char *param, const char *fmt, const char *detail) {
+    srv_error_set(e, 400, "invalid_request_error", "invalid_value", param, fmt, param, detail);
+    return -1;
+}
+
+/* --- typed field readers: absent -> keep the default, wrong type -> error --- */
+
+static int get_number(const cJSON *o, const char *key, double lo, double hi, double *out, srv_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return bad(e, key, "'%s' must be a number%s", "");
+    if (v->valuedouble < lo || v->valuedouble > hi) {
+        srv_error_set(e, 400, "invalid_request_error", "invalid_value", key, "'%s' is %g, outside [%g, %g]", key,
+                      v->valuedouble, lo, hi);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_int(const cJSON *o, const char *key, double lo, double hi, long long *out, srv_error *e) {
+    double d;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return bad(e, key, "'%s' must be an integer%s", "");
+    if (get_number(o, key, lo, hi, &d, e)) return -1;
+    *out = (long long)d;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, srv_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return bad(e, key, "'%s' must be true or false%s", "");
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static char *dup_string(const cJSON *v) { return strdup(v->valuestring); }
+
+/* A message's content: a string, or OpenAI's array of parts
+ * [{"type": "text", "text": "..."}] whose texts are concatenated. */
+static char *content_text(const cJSON *c, int i, srv_error *e) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (cJSON_IsString(c)) return dup_string(c);
+    if (cJSON_IsNull(c) || !c) return strdup("");
+    if (!cJSON_IsArray(c)) {
+        bad(e, param, "'%s' must be a string or an array of text parts%s", "");
+        return NULL;
+    }
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+        if (!cJSON_IsString(t) || (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text")))) {
+            bad(e, param, "'%s': only parts {\"type\": \"text\", \"text\": \"...\"} are supported%s", "");
+            return NULL;
+        }
+        len += strlen(t->valuestring);
+    }
+    char *s = malloc(len + 1), *p = s;
+    if (!s) return NULL;
+    cJSON_ArrayForEach(part, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(p, t, n);
+        p += n;
+    }
+    *p = 0;
+    return s;
+}
+
+static int parse_messages(const cJSON *root, srv_request *r, srv_error *e) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!m) return bad(e, "messages", "'%s' is required%s", "");
+    if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
+        return bad(e, "messages", "'%s' must be a non-empty array of {\"role\", \"content\"}%s", "");
+    int n = cJSON_GetArraySize(m);
+    r->msgs = calloc((size_t)n, sizeof *r->msgs);
+    if (!r->msgs) return bad(e, "messages", "'%s': out of memory%s", "");
+    static const char *const roles[] = {"system", "user", "assistant", "developer"};
+    const cJSON *it;
+    cJSON_ArrayForEach(it, m) {
+        int i = r->n_msgs;
+        char param[48];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+        if (!cJSON_IsObject(it) || !cJSON_IsString(role))
+            return bad(e, param, "'%s' must be a string%s", "");
+        int known = -1;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(role->valuestring, roles[k])) known = k;
+        if (known < 0) return bad(e, param, "'%s' must be system, user, assistant or developer%s", "");
+        char *content = content_text(cJSON_GetObjectItemCaseSensitive(it, "content"), i, e);
+        if (!content) return -1;
+        /* developer is OpenAI's newer name for the system role. */
+        r->msgs[i].role = strdup(known == 3 ? "system" : roles[known]);
+        r->msgs[i].content = content;
+        r->n_msgs++;
+        if (!r->msgs[i].role) return bad(e, param, "'%s': out of memory%s", "");
+    }
+    return 0;
+}
+
+static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!p) return bad(e, "prompt", "'%s' is required%s", "");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+        p = cJSON_GetArrayItem(p, 0);
+    if (!cJSON_IsString(p)) return bad(e, "prompt", "'%s' must be a string (or an array of one string)%s", "");
+    r->prompt = dup_string(p);
+    return r->prompt ? 0 : bad(e, "prompt", "'%s': out of memory%s", "");
+}
+
+static int parse_stop(const cJSON *root, srv_request *r, srv_error *e) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (!s || cJSON_IsNull(s)) return 0;
+    if (cJSON_IsString(s)) {
+        if (*s->valuestring) r->stop[r->n_stop++] = dup_string(s);
+        return 0;
+    }
+    if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > SRV_MAX_STOP)
+        return bad(e, "stop", "'%s' must be a string or an array of at most 4 strings%s", "");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, s) {
+        if (!cJSON_IsString(it)) return bad(e, "stop", "'%s' must hold strings only%s", "");
+        if (*it->valuestring) r->stop[r->n_stop++] = dup_string(it);
+    }
+    return 0;
+}
+
+static int parse_documents(const cJSON *root, srv_request *r, srv_error *e) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "documents");
+    if (!d || cJSON_IsNull(d)) return 0;
+    if (!cJSON_IsArray(d) || cJSON_GetArraySize(d) > SRV_MAX_DOCS)
+        return bad(e, "documents", "'%s' must be an array of at most 64 {\"id\", \"text\"} objects or strings%s", "");
+    int n = cJSON_GetArraySize(d);
+    r->docs = calloc((size_t)n + 1, sizeof *r->docs);
+    r->doc_ids = calloc((size_t)n + 1, sizeof *r->doc_ids);
+    if (!r->docs || !r->doc_ids) return bad(e, "documents", "'%s': out of memory%s", "");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, d) {
+        char param[40];
+        snprintf(param, sizeof param, "documents[%d]", r->n_docs);
+        const cJSON *text = cJSON_IsString(it) ? it : cJSON_GetObjectItemCaseSensitive(it, "text");
+        const cJSON *id = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "id") : NULL;
+        if (!cJSON_IsString(text)) return bad(e, param, "'%s' must be a string or an object with a string 'text'%s", "");
+        if (id && !cJSON_IsString(id)) return bad(e, param, "'%s'.id must be a string%s", "");
+        r->docs[r->n_docs] = dup_string(text);
+        r->doc_ids[r->n_docs] = strdup(id ? id->valuestring : "");
+        r->n_docs++;
+    }
+    return 0;
+}
+
+static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
+    r->recompute_ratio = -1;
+    r->overlap = r->first_k = -1;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "reuse");
+    if (!u || cJSON_IsNull(u)) return 0;
+    if (!cJSON_IsObject(u)) return bad(e, "reuse", "'%s' must be an object {\"strategy\", \"recompute_ratio\"}%s", "");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(u, "strategy");
+    if (s && !cJSON_IsNull(s)) {
+        if (!cJSON_IsString(s)) return bad(e, "reuse.strategy", "'%s' must be a string%s", "");
+        r->strategy = dup_string(s);
+    }
+    double ratio = -1;
+    long long overlap = -1, first_k = -1;
+    if (get_number(u, "recompute_ratio", 0, 1, &ratio, e) || get_int(u, "overlap", 0, 4096, &overlap, e) ||
+        get_int(u, "first_k", 0, 4096, &first_k, e))
+        return -1;
+    r->recompute_ratio = (float)ratio;
+    r->overlap = (int)overlap;
+    r->first_k = (int)first_k;
+    return 0;
+}
+
+static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
+    double t = 1.0, p = 1.0, pres = 0, freq = 0, minp = 0;
+    long long seed = 0, top_k = 0, max_tokens = 0, n = 1;
+    if (get_number(root, "temperature", 0, 2, &t, e) || get_number(root, "top_p", 0, 1, &p, e) ||
+        get_number(root, "min_p", 0, 1, &minp, e) || get_int(root, "top_k", 0, 1 << 20, &top_k, e) ||
+        get_number(root, "presence_penalty", -2, 2, &pres, e) ||
+        get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
+        get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, 1, &n, e))
+        return -1;
+    /* The sampler has a multiplicative repetition penalty, not OpenAI's
+     * additive presence/frequency penalties: refuse rather than ignore. */
+    if (pres != 0) return bad(e, "presence_penalty", "'%s' is not supported (only 0)%s", "");
+    if (freq != 0) return bad(e, "frequency_penalty", "'%s' is not supported (only 0)%s", "");
+    if (p <= 0) return bad(e, "top_p", "'%s' must be > 0%s", "");
+    const char *mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                                                     : "max_tokens";
+    if (get_int(root, mt, 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e)) return -1;
+    r->temperature = (float)t;
+    r->top_p = (float)p;
+    r->min_p = (float)minp;
+    r->top_k = (int)top_k;
+    r->seed = (uint64_t)seed;
+    r->max_tokens = (int)max_tokens;
+    return 0;
+}
+
+static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_error *e) {
+    if (!cJSON_IsObject(root)) {
+        srv_error_set(e, 400, "invalid_request_error", "invalid_json", "", "the request body must be a JSON object");
+        return -1;
+    }
+    r->kind = kind;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) return bad(e, "model", "'%s' must be a string%s", "");
+        r->model = dup_string(model);
+    }
+    if (kind == SRV_KIND_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
+    if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_documents(root, r, e) ||
+        parse_reuse(root, r, e))
+        return -1;
+    r->cache_prompt = 1;
+    if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "return_prompt_sources", &r->return_prompt_sources, e) ||
+        get_bool(root, "return_token_ids", &r->return_token_ids, e) || get_bool(root, "cache_prompt", &r->cache_prompt, e))
+        return -1;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) return bad(e, "stream_options", "'%s' must be an object%s", "");
+        if (get_bool(so, "include_usage", &r->include_usage, e)) return -1;
+    }
+    return 0;
+}
+
+int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
+                      "the request body is not valid JSON (near byte %ld)",
+                      cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - body) : 0L);
+        return -1;
+    }
+    int st = parse_root(root, kind, out, err);
+    cJSON_Delete(root);
+    if (st) srv_request_free(out);
+    return st;
+}
+
+void srv_request_free(srv_request *r) {
+    if (!r) return;
+    free(r->model);
+    for (int i = 0; i < r->n_msgs; i++) {
+        free((char *)r->msgs[i].role);
+        free((char *)r->msgs[i].content);
+    }
+    free(r->msgs);
+    free(r->prompt);
+    for (int i = 0; i < r->n_docs; i++) {
+        free(r->docs[i]);
+        free(r->doc_ids[i]);
+    }
+    free(r->docs);
+    free(r->doc_ids);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->strategy);
+    memset(r, 0, sizeof *r);
+}
+
+int srv_request_doc_layout(const srv_request *r, const char **system, const char **question, srv_error *err) {
+    *system = NULL;
+    *question = NULL;
+    if (r->kind == SRV_KIND_COMPLETION) {
+        *question = r->prompt;
+        return 0;
+    }
+    int n_user = 0;
+    for (int i = 0; i < r->n_msgs; i++) {
+        const char *role = r->msgs[i].role;
+        if (!strcmp(role, "system") && i == 0) *system = r->msgs[i].content;
+        else if (!strcmp(role, "user")) {
+            *question = r->msgs[i].content;
+            n_user++;
+        } else {
+            srv_error_set(err, 400, "invalid_request_error", "invalid_value", "documents",
+                          "'documents' go with a system message (first, optional) and one user message; "
+                          "messages[%d] has role %s", i, role);
+            return -1;
+        }
+    }
+    if (n_user != 1) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "documents",
+                      "'documents' go with exactly one user message (got %d)", n_user);
+        return -1;
+    }
+    return 0;
+}

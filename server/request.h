@@ -1,0 +1,81 @@
+/*
+ * An OpenAI request, parsed: the pure function from a JSON body to a
+ * validated srv_request (no model, no I/O: fuzz/fuzz_serve_request.c runs it
+ * on arbitrary bytes), and the error in OpenAI's shape when it is not one.
+ *
+ *   POST /v1/chat/completions   messages[] -> chat template
+ *   POST /v1/completions        prompt (a string, or an array of one string)
+ *   either, kvstitch extension  documents[] ({"id", "text"} or strings) and
+ *                               reuse {"strategy", "recompute_ratio", "overlap",
+ *                               "first_k"}: the RAG path (kvs_generate_segments)
+ *
+ * Unknown fields are ignored; known fields of the wrong type or out of range
+ * are rejected, naming the field (err->param).
+ */
+#ifndef KVS_SERVER_REQUEST_H
+#define KVS_SERVER_REQUEST_H
+
+#include <stddef.h>
+
+#include <stdint.h>
+
+#include "kvstitch.h"  /* kvs_chat_message only */
+
+typedef enum srv_kind { SRV_KIND_CHAT = 0, SRV_KIND_COMPLETION = 1 } srv_kind;
+
+/* An error for the client: HTTP status + OpenAI's {"error": {...}} fields. */
+typedef struct srv_error {
+    int http;          /* 400, 401, 404, 413, 429, 500, 503 */
+    char type[40];     /* "invalid_request_error", "authentication_error", ... */
+    char code[48];     /* "" or e.g. "context_length_exceeded" */
+    char param[64];    /* "" or the offending field */
+    char message[512];
+} srv_error;
+
+void srv_error_set(srv_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
+                   ...) __attribute__((format(printf, 6, 7)));
+
+#define SRV_MAX_STOP 4
+#define SRV_MAX_DOCS 64
+#define SRV_MAX_TOKENS_LIMIT 32768
+
+typedef struct srv_request {
+    srv_kind kind;
+    char *model;                /* as sent, or NULL */
+    kvs_chat_message *msgs;     /* (n_msgs) chat: role and content strings owned */
+    int n_msgs;
+    char *prompt;               /* completions */
+    char **doc_ids;             /* (n_docs) "" when not given */
+    char **docs;                /* (n_docs) texts */
+    int n_docs;
+    /* Documents: the repair strategy (resolved against the library's table
+     * in job.c, so that this file needs nothing but cJSON: fuzzable alone). */
+    char *strategy;             /* NULL = the library's default */
+    float recompute_ratio;      /* < 0 = default */
+    int overlap, first_k;       /* < 0 = default */
+    int max_tokens;             /* 0 = the server's default */
+    /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */
+    float temperature, top_p, min_p;
+    int top_k;
+    uint64_t seed;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    int stream;
+    int include_usage;          /* stream_options.include_usage */
+    int return_prompt_sources;  /* kvstitch extension: per-token KV source runs in usage.kvstitch */
+    int return_token_ids;       /* kvstitch extension: completion_token_ids in usage.kvstitch */
+    int cache_prompt;           /* kvstitch extension (llama-server's name), default 1: 0 = no cache
+                                 * lookup or store (prompts without documents): a cold run */
+} srv_request;
+
+/* Parses body[0..len) (need not be NUL-terminated). On failure *out is
+ * left zeroed (nothing to free) and err says what is wrong (HTTP 400). */
+int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err);
+void srv_request_free(srv_request *r);
+
+/* The system message (or NULL) and the last user message of a chat
+ * request that carries documents: documents go with one system message and
+ * one user message. 0 ok, -1 with err set otherwise. */
+int srv_request_doc_layout(const srv_request *r, const char **system, const char **question, srv_error *err);
+
+#endif

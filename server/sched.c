@@ -1,0 +1,279 @@
+/* The scheduler loop (sched.h). */
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "slot.h"
+
+#define ADMIT_WINDOW 8     /* queued requests considered for cache-aware admission */
+#define MAX_PASSED_OVER 4
+#define MAX_WAIT_MS 2000.0
+
+typedef struct queued {
+    srv_job *job;
+    int uncached;     /* prompt tokens not served by the cache (peeked once); -1 = not yet */
+    int passed_over;
+} queued;
+
+struct srv_sched {
+    srv_sched_params p;
+    srv_env env;
+    int32_t *pos;
+    srv_slot *slots;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    queued *queue;    /* (max_queue) FIFO */
+    int n_queued;
+    int draining, cancel_all, quit;
+    int n_active;
+    int rr;           /* round-robin cursor over prefilling slots */
+    /* Batched decode scratch. */
+    kvs_context **b_ctx;
+    int32_t *b_tok, *b_pos;
+    int *b_slot;
+    float *b_logits;  /* (n_slots, n_vocab) */
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Picks the queue index to admit next (under mu). */
+static int pick(srv_sched *s) {
+    int n = s->n_queued < ADMIT_WINDOW ? s->n_queued : ADMIT_WINDOW;
+    queued *head = &s->queue[0];
+    if (head->passed_over >= MAX_PASSED_OVER || now_ms() - head->job->t_submit > MAX_WAIT_MS) return 0;
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        queued *q = &s->queue[i];
+        if (q->uncached < 0) {
+            int hit = 0;
+            /* Documents: their reuse is decided in the prefill; count all. */
+            if (!q->job->segments) kvs_cache_peek_prefix(s->env.cache, q->job->prompt, q->job->n_prompt - 1, &hit);
+            q->uncached = q->job->n_prompt - hit;
+        }
+        if (q->uncached < s->queue[best].uncached) best = i;
+    }
+    for (int i = 0; i < best; i++) s->queue[i].passed_over++;
+    return best;
+}
+
+static void admit(srv_sched *s) {
+    for (int i = 0; i < s->p.n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->state != SRV_SLOT_FREE) continue;
+        srv_job *j = NULL;
+        pthread_mutex_lock(&s->mu);
+        while (s->n_queued > 0 && !j) {
+            int k = pick(s);
+            j = s->queue[k].job;
+            memmove(&s->queue[k], &s->queue[k + 1], (size_t)(s->n_queued - k - 1) * sizeof *s->queue);
+            s->n_queued--;
+            if (atomic_load(&j->cancelled) || s->cancel_all) {
+                srv_job_finish(j, SRV_FINISH_CANCELLED);
+                srv_job_unref(j);
+                j = NULL;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!j) return;
+        srv_slot_start(sl, &s->env, j);
+    }
+}
+
+static void cancel_gone(srv_sched *s) {
+    for (int i = 0; i < s->p.n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->state != SRV_SLOT_FREE && (atomic_load(&sl->job->cancelled) || s->cancel_all))
+            srv_slot_finish(sl, &s->env, SRV_FINISH_CANCELLED);
+    }
+}
+
+/* Prompts with one token left run as rows of the batched decode step. */
+static int prefill_in_batch(const srv_slot *sl) {
+    return sl->state == SRV_SLOT_PREFILL && !sl->job->segments && srv_slot_prefill_left(sl) == 1;
+}
+
+static void prefill_one(srv_sched *s) {
+    for (int k = 0; k < s->p.n_slots; k++) {
+        int i = (s->rr + k) % s->p.n_slots;
+        if (s->slots[i].state == SRV_SLOT_PREFILL && !prefill_in_batch(&s->slots[i])) {
+            srv_slot_prefill_step(&s->slots[i], &s->env);
+            s->rr = i + 1;
+            return;
+        }
+    }
+}
+
+static void decode_all(srv_sched *s) {
+    int m = 0;
+    for (int i = 0; i < s->p.n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->state != SRV_SLOT_DECODE && !prefill_in_batch(sl)) continue;
+        /* Decoding: the last sampled token; prefilling: the last prompt token
+         * (hist starts with the prompt). Either way slot n_kv's token. */
+        s->b_ctx[m] = sl->ctx;
+        s->b_tok[m] = sl->hist[sl->n_kv];
+        s->b_pos[m] = sl->n_kv;
+        s->b_slot[m++] = i;
+    }
+    if (m == 0) return;
+    int st = kvs_decode_batch(s->b_ctx, s->b_tok, s->b_pos, m, s->b_logits);
+    for (int r = 0; r < m; r++) {
+        srv_slot *sl = &s->slots[s->b_slot[r]];
+        if (st) {
+            srv_error_set(&sl->job->err, 500, "server_error", "", "", "decode: %s", kvs_last_error());
+            srv_slot_finish(sl, &s->env, SRV_FINISH_ERROR);
+        } else if (sl->state == SRV_SLOT_PREFILL) {
+            srv_slot_prefill_done(sl, &s->env, s->b_logits + (size_t)r * s->env.n_vocab);
+        } else {
+            srv_slot_take_logits(sl, &s->env, s->b_logits + (size_t)r * s->env.n_vocab);
+        }
+    }
+}
+
+static int count_active(srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->p.n_slots; i++) n += s->slots[i].state != SRV_SLOT_FREE;
+    return n;
+}
+
+static void *loop(void *arg) {
+    srv_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->quit && s->n_queued == 0 && s->n_active == 0) pthread_cond_wait(&s->cv, &s->mu);
+        int quit = s->quit && s->n_queued == 0 && s->n_active == 0;
+        pthread_mutex_unlock(&s->mu);
+        if (quit) break;
+        admit(s);
+        cancel_gone(s);
+        prefill_one(s);
+        decode_all(s); /* after prefill_one: a prompt it finished decodes its first token now */
+        pthread_mutex_lock(&s->mu);
+        s->n_active = count_active(s);
+        pthread_cond_broadcast(&s->cv); /* drain waits on it */
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_metrics *m, srv_sched **out) {
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s) return KVS_ERR_NOMEM;
+    s->p = p;
+    s->env.model = model;
+    s->env.cache = cache;
+    s->env.metrics = m;
+    s->env.n_vocab = kvs_vocab_size(model);
+    s->env.n_ctx = p.n_ctx;
+    s->env.prefill_chunk = p.prefill_chunk;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->pos = malloc((size_t)p.n_ctx * sizeof *s->pos);
+    s->slots = calloc((size_t)p.n_slots, sizeof *s->slots);
+    s->queue = calloc((size_t)p.max_queue + 1, sizeof *s->queue);
+    s->b_ctx = calloc((size_t)p.n_slots, sizeof *s->b_ctx);
+    s->b_tok = calloc((size_t)p.n_slots, sizeof *s->b_tok);
+    s->b_pos = calloc((size_t)p.n_slots, sizeof *s->b_pos);
+    s->b_slot = calloc((size_t)p.n_slots, sizeof *s->b_slot);
+    s->b_logits = malloc((size_t)p.n_slots * s->env.n_vocab * sizeof(float));
+    int st = s->pos && s->slots && s->queue && s->b_ctx && s->b_tok && s->b_pos && s->b_slot && s->b_logits
+                 ? KVS_OK
+                 : KVS_ERR_NOMEM;
+    for (int i = 0; st == KVS_OK && i < p.n_ctx; i++) s->pos[i] = i;
+    s->env.pos = s->pos;
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = p.n_ctx;
+    cp.n_threads = p.n_threads;
+    cp.n_batch = p.prefill_chunk > p.n_slots ? p.prefill_chunk : p.n_slots;
+    for (int i = 0; st == KVS_OK && i < p.n_slots; i++) {
+        st = kvs_context_new(model, cp, &s->slots[i].ctx);
+        if (!st && !(s->slots[i].hist = malloc(((size_t)p.n_ctx + 1) * sizeof(int32_t)))) st = KVS_ERR_NOMEM;
+    }
+    if (!st && pthread_create(&s->thread, NULL, loop, s)) st = KVS_ERR_INTERNAL;
+    if (st) {
+        s->quit = 1;
+        s->thread = 0;
+        srv_sched_free(s);
+        return st;
+    }
+    *out = s;
+    return KVS_OK;
+}
+
+int srv_sched_submit(srv_sched *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    int st = s->draining ? -2 : s->n_queued >= s->p.max_queue ? -1 : 0;
+    if (!st) {
+        atomic_fetch_add(&j->refs, 1);
+        s->queue[s->n_queued++] = (queued){j, -1, 0};
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void srv_sched_drain(srv_sched *s, double timeout_ms) {
+    double until = now_ms() + timeout_ms;
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    while ((s->n_queued > 0 || s->n_active > 0) && now_ms() < until) {
+        pthread_mutex_unlock(&s->mu);
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    s->cancel_all = 1;
+    s->quit = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    if (s->thread) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = s->cancel_all = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    for (int i = 0; s->slots && i < s->p.n_slots; i++) {
+        kvs_context_free(s->slots[i].ctx);
+        free(s->slots[i].hist);
+        free(s->slots[i].gen);
+    }
+    for (int i = 0; s->queue && i < s->n_queued; i++) {
+        srv_job_finish(s->queue[i].job, SRV_FINISH_CANCELLED);
+        srv_job_unref(s->queue[i].job);
+    }
+    free(s->slots);
+    free(s->queue);
+    free(s->pos);
+    free(s->b_ctx);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_slot);
+    free(s->b_logits);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+srv_load srv_sched_load(srv_sched *s) {
+    srv_load l = {0, 0, 0, 0};
+    if (!s) return l;
+    pthread_mutex_lock(&s->mu);
+    l.queued = s->n_queued;
+    l.active = s->n_active;
+    l.slots = s->p.n_slots;
+    pthread_mutex_unlock(&s->mu);
+    l.ready = 1;
+    return l;
+}

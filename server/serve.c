@@ -1,0 +1,185 @@
+/*
+ * `kvstitch serve`: options, then
+ *
+ *   HTTP up first (GET /health says 503 "loading" meanwhile)
+ *   model, cache (RAM budget + optional directory), scheduler with N slots
+ *   ready: 200
+ *   SIGTERM / SIGINT: stop admitting (503), let running requests finish for
+ *   --drain-timeout seconds, cancel the rest, stop HTTP, close the cache
+ *   (every stored entry is already on disk: the store writes through)
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+typedef struct serve_opts {
+    const char *model, *host, *cache_dir, *api_key_file, *alias;
+    int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens;
+    unsigned long long cache_max_bytes, max_body;
+    double drain_s;
+} serve_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvstitch serve -m MODEL [options]\n"
+            "  OpenAI-compatible HTTP server; every request shares one chunk KV cache.\n"
+            "  -m, --model F          GGUF model (required)\n"
+            "  --host ADDR            IPv4 address to bind (127.0.0.1)\n"
+            "  --port N               TCP port (8080; 0 = any free port, printed)\n"
+            "  --slots N              sequences decoded together in one batched forward (4)\n"
+            "  -t, --threads N        threads per forward pass (0 = all cores)\n"
+            "  --ctx N                context window per slot (0 = the model's, at most 8192)\n"
+            "  --cache-dir DIR        persist the chunk cache in DIR (shared with the CLI)\n"
+            "  --cache-max-bytes N    RAM budget of the chunk cache (0 = 1/4 of RAM)\n"
+            "  --api-key-file F       require 'Authorization: Bearer KEY' (first line of F)\n"
+            "  --max-queue N          queued requests beyond which new ones get 429 (64)\n"
+            "  --max-body N           request body limit in bytes, 413 beyond (8388608)\n"
+            "  --prefill-chunk N      prompt tokens per prefill step between decode steps (256)\n"
+            "  --max-tokens N         default max_tokens of a request (256)\n"
+            "  --drain-timeout S      on SIGTERM, seconds to let running requests finish (30)\n"
+            "  --alias NAME           model id listed by /v1/models (the file's base name)\n");
+}
+
+static int parse_opts(int argc, char **argv, serve_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->slots = 4;
+    o->max_queue = 64;
+    o->prefill_chunk = 256;
+    o->max_tokens = 256;
+    o->max_body = 8u << 20;
+    o->drain_s = 30;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+#define STR(flag, field) if (!strcmp(a, flag)) { if (!v) goto missing; o->field = v; i++; continue; }
+#define NUM(flag, field, lo) if (!strcmp(a, flag)) { char *end; if (!v) goto missing; double d = strtod(v, &end); \
+        if (*end || d < (lo)) { fprintf(stderr, "kvstitch serve: %s: '%s' is not a number >= %g\n", a, v, (double)(lo)); \
+        return -1; } o->field = d; i++; continue; }
+        STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
+        STR("--api-key-file", api_key_file) STR("--alias", alias)
+        NUM("--port", port, 0) NUM("--slots", slots, 1) NUM("-t", threads, 0) NUM("--threads", threads, 0)
+        NUM("--ctx", n_ctx, 0) NUM("--max-queue", max_queue, 1) NUM("--prefill-chunk", prefill_chunk, 1)
+        NUM("--max-tokens", max_tokens, 1) NUM("--cache-max-bytes", cache_max_bytes, 0)
+        NUM("--max-body", max_body, 1024) NUM("--drain-timeout", drain_s, 0)
+#undef STR
+#undef NUM
+        fprintf(stderr, "kvstitch serve: unknown option '%s' (see --help)\n", a);
+        return -1;
+    missing:
+        fprintf(stderr, "kvstitch serve: %s needs a value\n", a);
+        return -1;
+    }
+    if (!o->model) {
+        fprintf(stderr, "kvstitch serve: -m MODEL is required\n");
+        return -1;
+    }
+    if (o->port > 65535 || o->slots > 64) {
+        fprintf(stderr, "kvstitch serve: --port must be <= 65535 and --slots <= 64\n");
+        return -1;
+    }
+    return 0;
+}
+
+static char *read_key(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: cannot open\n", path);
+        return NULL;
+    }
+    char line[512] = "";
+    if (!fgets(line, sizeof line, f)) line[0] = 0;
+    fclose(f);
+    line[strcspn(line, "\r\n")] = 0;
+    if (!line[0]) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: the first line (the key) is empty\n", path);
+        return NULL;
+    }
+    return strdup(line);
+}
+
+static int load(srv_server *s, const serve_opts *o) {
+    int st = kvs_model_load(o->model, kvs_model_default_params(), &s->model);
+    if (st) return fprintf(stderr, "kvstitch serve: %s: %s\n", o->model, kvs_last_error()), st;
+    kvs_cache_params cp = kvs_cache_default_params();
+    cp.cache_dir = o->cache_dir;
+    cp.budget_bytes = o->cache_max_bytes;
+    if ((st = kvs_cache_open(s->model, cp, &s->cache)))
+        return fprintf(stderr, "kvstitch serve: cache: %s\n", kvs_last_error()), st;
+    kvs_model_info info;
+    kvs_model_get_info(s->model, &info);
+    s->n_ctx = o->n_ctx ? o->n_ctx : (info.n_ctx_train > 0 && info.n_ctx_train < 8192 ? info.n_ctx_train : 8192);
+    srv_sched_params sp = {o->slots, o->threads, s->n_ctx, o->max_queue, o->prefill_chunk};
+    if ((st = srv_sched_start(s->model, s->cache, sp, &s->metrics, &s->sched)))
+        return fprintf(stderr, "kvstitch serve: scheduler: %s\n", kvs_last_error()), st;
+    return KVS_OK;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    if (parse_opts(argc, argv, &o)) return 2;
+    srv_server s;
+    memset(&s, 0, sizeof s);
+    srv_metrics_init(&s.metrics);
+    s.max_body = (size_t)o.max_body;
+    s.default_max_tokens = o.max_tokens;
+    const char *base = strrchr(o.model, '/');
+    snprintf(s.model_id, sizeof s.model_id, "%s", o.alias ? o.alias : base ? base + 1 : o.model);
+    if (o.api_key_file && !(s.api_key = read_key(o.api_key_file))) return 2;
+
+    /* Signals are taken by sigwait below; every thread started from here
+     * on inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (srv_http_start(&s, o.host, o.port)) {
+        fprintf(stderr, "kvstitch serve: cannot listen on %s:%d (address in use or invalid?)\n", o.host, o.port);
+        free(s.api_key);
+        return 1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s.daemon, MHD_DAEMON_INFO_BIND_PORT);
+    int port = di ? di->port : o.port;
+    fprintf(stderr, "kvstitch serve: listening on http://%s:%d (loading %s)\n", o.host, port, o.model);
+    int st = load(&s, &o);
+    if (st) {
+        srv_http_stop(&s);
+        kvs_cache_free(s.cache);
+        kvs_model_free(s.model);
+        free(s.api_key);
+        return 1;
+    }
+    atomic_store(&s.ready, 1);
+    fprintf(stderr, "kvstitch serve: ready on http://%s:%d (%d slots, context %d)\n", o.host, port, o.slots, s.n_ctx);
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "kvstitch serve: %s: draining (at most %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_s);
+    /* Drain: new requests get 503 from here on; then the connections still
+     * waiting on their (finished or cancelled) requests end; then the slots go. */
+    srv_sched_drain(s.sched, o.drain_s * 1e3);
+    srv_http_stop(&s);
+    atomic_store(&s.ready, 0);
+    srv_sched_free(s.sched);
+    s.sched = NULL;
+    kvs_cache_stats cs;
+    kvs_cache_get_stats(s.cache, &cs);
+    fprintf(stderr, "kvstitch serve: stopped; cache: %llu chunks, %llu bytes in RAM, %llu written to disk\n",
+            (unsigned long long)cs.entries, (unsigned long long)cs.bytes, (unsigned long long)cs.disk_writes);
+    kvs_cache_free(s.cache);
+    kvs_model_free(s.model);
+    srv_metrics_destroy(&s.metrics);
+    free(s.api_key);
+    return 0;
+}

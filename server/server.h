@@ -1,0 +1,78 @@
+/*
+ * kvstitch serve: the process-wide state and the pieces the HTTP front end
+ * (http.c) routes to.
+ *
+ *   http.c      libmicrohttpd daemon (a thread per connection), body limit,
+ *               API key, the route table
+ *   request.c   JSON -> srv_request (pure, fuzzed)
+ *   job.c       a request in flight: tokens in, text out
+ *   sched.c     slots, admission, chunked prefill, batched decode
+ *   slot.c      one slot's request: prefill with the cache, sampling, text
+ *   complete.c  POST /v1/chat/completions, /v1/completions (JSON and SSE)
+ *   info.c      models, health, tokenize, detokenize, cache, metrics
+ *   page.c      GET /: the chat page
+ *   serve.c     `kvstitch serve`: options, start, SIGTERM drain
+ */
+#ifndef KVS_SERVER_SERVER_H
+#define KVS_SERVER_SERVER_H
+
+#include <cJSON.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+#include "metrics.h"
+#include "request.h"
+#include "sched.h"
+
+typedef struct srv_server {
+    kvs_model *model;       /* NULL until loaded */
+    kvs_cache *cache;
+    srv_sched *sched;
+    srv_metrics metrics;
+    atomic_int ready;       /* 0 while loading: /health answers 503 */
+    char model_id[128];     /* what /v1/models lists */
+    char *api_key;          /* NULL: no auth */
+    size_t max_body;        /* bytes; beyond: 413 */
+    int n_ctx;
+    int default_max_tokens;
+    struct MHD_Daemon *daemon;
+} srv_server;
+
+/* One route: a handler answers the request (queues a response) and returns
+ * the HTTP status it sent (for the metrics), or 0 if the connection broke. */
+typedef int (*srv_handler)(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+
+typedef struct srv_route {
+    const char *method;
+    const char *path;
+    srv_handler fn;
+    int auth;            /* needs the API key when one is set */
+    int needs_model;     /* 503 while loading */
+} srv_route;
+
+int srv_http_start(srv_server *s, const char *host, int port);
+void srv_http_stop(srv_server *s);
+
+/* Responses. Each returns the status sent (0 if queuing failed). */
+int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len);
+int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json); /* frees json */
+int srv_reply_error(struct MHD_Connection *c, const srv_error *e);
+/* 1 if the peer closed its end of the connection. */
+int srv_peer_gone(struct MHD_Connection *c);
+
+/* Handlers. */
+int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_models(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_health(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+
+/* `kvstitch serve` (tools/main.c's command row). */
+int cmd_serve(int argc, char **argv);
+
+#endif

@@ -1,0 +1,260 @@
+/* One slot's request: prefill (with the cache), sampling, text, finish (slot.h). */
+#include "slot.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void add_source(srv_job *j, srv_source src, int n);
+
+static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
+    srv_error e;
+    srv_error_set(&e, 500, "server_error", "", "", "%s: %s", what, kvs_last_error());
+    s->job->err = e; /* read by the HTTP side only after finish */
+    srv_slot_finish(s, env, SRV_FINISH_ERROR);
+}
+
+int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
+    s->job = job;
+    s->n_hist = 0;
+    s->n_kv = 0;
+    s->n_gen = 0;
+    s->gen_len = s->emitted = 0;
+    s->t_start = now_ms();
+    s->t_first = 0;
+    job->usage.queue_ms = s->t_start - job->t_submit;
+    job->usage.prompt_tokens = job->n_prompt;
+    job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
+    if (kvs_sampler_new(job->sampling, env->n_vocab, &s->sampler) || kvs_detok_new(env->model, 0, &s->detok)) {
+        fail_job(s, env, "cannot start the request");
+        return -1;
+    }
+    memcpy(s->hist, job->prompt, (size_t)job->n_prompt * sizeof *s->hist);
+    s->n_hist = job->n_prompt;
+    /* The sampler sees the prompt's last repeat_last_n tokens, as in kvs_generate. */
+    int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
+    for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept(s->sampler, job->prompt[i]);
+    s->state = SRV_SLOT_PREFILL;
+    if (!job->segments) {
+        /* The longest cached prefix, now: a prompt cached up to its last
+         * token then joins the next batched decode step as one more row. */
+        int n_loaded = 0;
+        if (job->req.cache_prompt && kvs_cache_load_prefix(s->ctx, env->cache, job->prompt, job->n_prompt - 1, &n_loaded)) {
+            fail_job(s, env, "cache lookup");
+            return -1;
+        }
+        s->n_kv = n_loaded;
+        job->usage.cached_tokens = n_loaded;
+        add_source(job, SRV_SRC_CACHED, n_loaded);
+        add_source(job, SRV_SRC_COMPUTED, job->n_prompt - n_loaded);
+    }
+    return 0;
+}
+
+/* --- text: stop strings are cut, never streamed, not even in part ------------------ */
+
+static int gen_append(srv_slot *s, const char *p, size_t n) {
+    if (s->gen_len + n + 1 > s->gen_cap) {
+        size_t cap = (s->gen_len + n + 1) * 2;
+        char *g = realloc(s->gen, cap);
+        if (!g) return -1;
+        s->gen = g;
+        s->gen_cap = cap;
+    }
+    memcpy(s->gen + s->gen_len, p, n);
+    s->gen_len += n;
+    s->gen[s->gen_len] = 0;
+    return 0;
+}
+
+/* Start of the first stop string in the unemitted text, or -1. Text before
+ * `emitted` cannot hold the start of one: see keep_back. */
+static long first_stop(const srv_slot *s) {
+    const srv_request *r = &s->job->req;
+    long best = -1;
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *hit = memmem(s->gen + s->emitted, s->gen_len - s->emitted, r->stop[i], strlen(r->stop[i]));
+        if (hit && (best < 0 || hit - s->gen < best)) best = hit - s->gen;
+    }
+    return best;
+}
+
+/* Bytes at the end that could still grow into a stop string: held back. */
+static size_t keep_back(const srv_slot *s) {
+    const srv_request *r = &s->job->req;
+    size_t keep = 0, avail = s->gen_len - s->emitted;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t k = strlen(r->stop[i]) - 1;
+        if (k > avail) k = avail;
+        for (; k > keep; k--)
+            if (!memcmp(s->gen + s->gen_len - k, r->stop[i], k)) {
+                keep = k;
+                break;
+            }
+    }
+    return keep;
+}
+
+static void emit_upto(srv_slot *s, size_t upto) {
+    if (upto <= s->emitted) return;
+    srv_job_emit(s->job, s->gen + s->emitted, upto - s->emitted);
+    s->emitted = upto;
+}
+
+/* Samples the next token from logits; emits its text or finishes. */
+static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
+    srv_job *j = s->job;
+    int32_t tok = kvs_sampler_sample(s->sampler, logits);
+    kvs_sampler_accept(s->sampler, tok);
+    if (s->n_gen == 0) s->t_first = now_ms();
+    s->hist[s->n_hist++] = tok;
+    s->n_gen++;
+    if (kvs_token_is_eog(env->model, tok)) return srv_slot_finish(s, env, SRV_FINISH_STOP);
+    char piece[256];
+    size_t n = 0;
+    if (kvs_detok_push(s->detok, tok, piece, sizeof piece, &n) || gen_append(s, piece, n))
+        return fail_job(s, env, "detokenize");
+    long cut = first_stop(s);
+    if (cut >= 0) {
+        emit_upto(s, (size_t)cut);
+        s->gen_len = (size_t)cut;
+        s->gen[cut] = 0;
+        s->emitted = s->gen_len;
+        return srv_slot_finish(s, env, SRV_FINISH_STOP);
+    }
+    emit_upto(s, s->gen_len - keep_back(s));
+    if (s->n_gen >= j->max_tokens || s->n_hist >= env->n_ctx) return srv_slot_finish(s, env, SRV_FINISH_LENGTH);
+    s->state = SRV_SLOT_DECODE;
+}
+
+static void first_token(srv_slot *s, const srv_env *env, const float *logits) {
+    kvs_sha256_hex(logits, (size_t)env->n_vocab * sizeof(float), s->job->usage.first_logits_sha256);
+    s->job->usage.prefill_ms = now_ms() - s->t_start;
+    sample_next(s, env, logits);
+}
+
+static void add_source(srv_job *j, srv_source src, int n) {
+    if (n <= 0 || j->n_sources >= (int)(sizeof j->sources / sizeof j->sources[0])) return;
+    j->sources[j->n_sources].src = src;
+    j->sources[j->n_sources++].n = n;
+}
+
+static void prefill_segments(srv_slot *s, const srv_env *env) {
+    srv_job *j = s->job;
+    if (j->warm_only) {
+        kvs_warm_docs_report rep;
+        if (kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep)) return fail_job(s, env, "warm documents");
+        j->usage.docs_hit = rep.n_cached;
+        j->usage.docs_computed = rep.n_computed;
+        return srv_slot_finish(s, env, SRV_FINISH_STOP);
+    }
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = 1; /* the prompt only: decode runs batched, sampled here */
+    gp.sampling.temperature = 0;
+    kvs_generate_result r;
+    if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &j->repair, &r)) return fail_job(s, env, "documents");
+    if (r.n_prompt != j->n_prompt || !r.first_logits) {
+        kvs_generate_result_free(&r);
+        return fail_job(s, env, "documents: the prompt's layout changed");
+    }
+    j->usage.cached_tokens = r.n_cached;
+    j->usage.moved_tokens = r.n_moved;
+    j->usage.recomputed_tokens = r.n_recomputed;
+    j->usage.docs_hit = r.n_docs_hit;
+    j->usage.docs_computed = r.n_docs_computed;
+    /* Runs in prompt order: the exact prefix, the documents' region (moved
+     * tokens, of which the repair recomputed some), then the rest. */
+    add_source(j, SRV_SRC_CACHED, r.n_cached);
+    add_source(j, SRV_SRC_MOVED, r.n_moved - r.n_recomputed);
+    add_source(j, SRV_SRC_RECOMPUTED, r.n_recomputed);
+    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - r.n_cached - r.n_moved);
+    s->n_kv = j->n_prompt;
+    first_token(s, env, r.first_logits);
+    kvs_generate_result_free(&r);
+}
+
+void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
+    srv_job *j = s->job;
+    if (j->segments) return prefill_segments(s, env);
+    int m = j->n_prompt - s->n_kv;
+    if (m > env->prefill_chunk) m = env->prefill_chunk;
+    int last = s->n_kv + m == j->n_prompt;
+    float *logits = last ? malloc((size_t)env->n_vocab * sizeof *logits) : NULL;
+    if (last && !logits) return fail_job(s, env, "out of memory");
+    if (kvs_decode(s->ctx, j->prompt + s->n_kv, env->pos + s->n_kv, m, logits)) {
+        free(logits);
+        return fail_job(s, env, "prefill");
+    }
+    s->n_kv += m;
+    if (last) srv_slot_prefill_done(s, env, logits);
+    free(logits);
+}
+
+int srv_slot_prefill_left(const srv_slot *s) {
+    return s->state != SRV_SLOT_PREFILL ? 0 : s->job->segments ? s->job->n_prompt : s->job->n_prompt - s->n_kv;
+}
+
+void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits) {
+    srv_job *j = s->job;
+    s->n_kv = j->n_prompt;
+    /* Stored now, so that requests arriving meanwhile share it. */
+    int n_new = 0;
+    if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);
+    j->usage.chunks_stored += n_new;
+    if (j->warm_only) srv_slot_finish(s, env, SRV_FINISH_STOP);
+    else first_token(s, env, logits);
+}
+
+void srv_slot_take_logits(srv_slot *s, const srv_env *env, const float *logits) {
+    s->n_kv = s->n_hist;
+    sample_next(s, env, logits);
+}
+
+void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
+    srv_job *j = s->job;
+    if (!j) return;
+    if (why == SRV_FINISH_LENGTH || (why == SRV_FINISH_STOP && s->emitted < s->gen_len)) {
+        /* Held-back bytes: an unfinished UTF-8 sequence, or a suffix that
+         * never completed a stop string. */
+        char piece[64];
+        size_t n = 0;
+        if (!kvs_detok_flush(s->detok, piece, sizeof piece, &n)) gen_append(s, piece, n);
+        long cut = first_stop(s);
+        emit_upto(s, cut >= 0 ? (size_t)cut : s->gen_len);
+    }
+    /* Multi-turn: the KV of the generated tokens is kept too (exact path
+     * only: a documents prompt holds moved, approximate KV). */
+    if (!j->segments && j->req.cache_prompt && why != SRV_FINISH_ERROR && s->n_kv > j->n_prompt) {
+        int n_new = 0;
+        kvs_cache_store_context(s->ctx, env->cache, s->hist, s->n_kv, &n_new);
+        j->usage.chunks_stored += n_new;
+    }
+    double t = now_ms();
+    srv_usage *u = &j->usage;
+    u->completion_tokens = s->n_gen;
+    if (s->n_gen > 0 && (j->gen_tokens = malloc((size_t)s->n_gen * sizeof *j->gen_tokens)))
+        memcpy(j->gen_tokens, s->hist + j->n_prompt, (size_t)s->n_gen * sizeof *j->gen_tokens);
+    u->ttft_ms = s->t_first > 0 ? s->t_first - j->t_submit : 0;
+    u->decode_ms = s->t_first > 0 ? t - s->t_first : 0;
+    u->total_ms = t - j->t_submit;
+    kvs_sampler_free(s->sampler);
+    kvs_detok_free(s->detok);
+    s->sampler = NULL;
+    s->detok = NULL;
+    s->job = NULL;
+    s->state = SRV_SLOT_FREE;
+    srv_metrics_job(env->metrics, j, why);
+    if (why == SRV_FINISH_ERROR) {
+        srv_error e = j->err;
+        srv_job_fail(j, &e);
+    } else {
+        srv_job_finish(j, why);
+    }
+    srv_job_unref(j);
+}

@@ -1,0 +1,60 @@
+/*
+ * A scheduler slot: one kvs_context and the request running in it.
+ *
+ *   FREE -> PREFILL (chunks of the uncached prompt, interleaved with other
+ *           slots' decode steps; documents: one kvs_generate_segments call)
+ *        -> DECODE  (one row of the batched step per scheduler iteration)
+ *        -> FREE    (finish: text flushed, KV of prompt + generated tokens
+ *                    stored for the next turn, usage filled, job released)
+ *
+ * Only the scheduler thread touches a slot.
+ */
+#ifndef KVS_SERVER_SLOT_H
+#define KVS_SERVER_SLOT_H
+
+#include "job.h"
+#include "metrics.h"
+
+typedef enum srv_slot_state { SRV_SLOT_FREE = 0, SRV_SLOT_PREFILL, SRV_SLOT_DECODE } srv_slot_state;
+
+typedef struct srv_slot {
+    kvs_context *ctx;
+    srv_slot_state state;
+    srv_job *job;
+    kvs_sampler *sampler;
+    kvs_detok *detok;
+    int32_t *hist;        /* (n_ctx + 1) prompt + generated tokens */
+    int n_hist;
+    int n_kv;             /* tokens of hist whose KV the context holds */
+    char *gen;            /* generated text, NUL-terminated */
+    size_t gen_len, gen_cap, emitted;
+    int n_gen;
+    double t_start, t_first;
+} srv_slot;
+
+typedef struct srv_env {
+    const kvs_model *model;
+    kvs_cache *cache;
+    srv_metrics *metrics;
+    const int32_t *pos;   /* (n_ctx) 0, 1, 2, ... */
+    int n_vocab, n_ctx;
+    int prefill_chunk;    /* prompt tokens per prefill step */
+} srv_env;
+
+/* Binds job to a free slot and copies its cached prefix in. Returns 0, or
+ * -1 after failing the job. */
+int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job);
+/* One prefill step (chunk_tokens of the prompt, or the whole documents
+ * path). On the last one the first token is sampled and the slot decodes. */
+void srv_slot_prefill_step(srv_slot *s, const srv_env *env);
+/* Prompt tokens still to run (documents: all of them, in one step). */
+int srv_slot_prefill_left(const srv_slot *s);
+/* The prompt's last token ran (in a batched step): logits start generation. */
+void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits);
+/* Takes the logits of the slot's last decoded position: samples, emits,
+ * maybe finishes. */
+void srv_slot_take_logits(srv_slot *s, const srv_env *env, const float *logits);
+/* Ends the request (cancel, drain, error) and frees the slot. */
+void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * kvs_decode_batch: one decode step for several sequences, each living in
+ * its own context (a server slot), through ONE forward pass.
+ *
+ *   rows    r = 0..n-1, one per context: token[r] at position pos[r]
+ *   stacked embed, QKV projections, wo, FFN, output head: one matmul per
+ *           weight with m = n rows (the weights are read once per step)
+ *   per row K/V stored into ctxs[r]'s buffer, attention against it
+ *
+ * The scratch (activations, matmul and attention work) is ctxs[0]'s, and so
+ * is the thread pool. Batch invariance of the kernels makes row r's bits
+ * those of kvs_decode(ctxs[r], &token[r], &pos[r], 1, ...) alone.
+ */
+#include <stdint.h>
+
+#include "base/error.h"
+#include "engine/context.h"
+
+int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits) {
+    if (!ctxs || !tokens || !pos || !logits || n <= 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: need contexts, tokens, positions, logits and n > 0 "
+                         "(n = %d)", n);
+    kvs_context *host = ctxs[0];
+    if (!host) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: context 0 is NULL");
+    if (n > host->params.n_batch)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: %d rows exceed context 0's n_batch of %d", n,
+                         host->params.n_batch);
+    for (int r = 0; r < n; r++) {
+        const kvs_context *c = ctxs[r];
+        if (!c) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: context %d is NULL", r);
+        if (c->model != host->model)
+            return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: context %d runs another model than context 0", r);
+        /* Attention scratch is sized for context 0's window. */
+        if (c->params.n_ctx > host->params.n_ctx)
+            return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: context %d holds %d tokens, more than context "
+                             "0's %d", r, c->params.n_ctx, host->params.n_ctx);
+        for (int q = 0; q < r; q++)
+            if (ctxs[q] == c)
+                return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: contexts %d and %d are the same", q, r);
+        int st = kvs_context_check_batch(c, tokens + r, pos + r, 1);
+        if (st) return st;
+    }
+
+    kvs_fwd *f = host->fwd;
+    const int n_layer = kvs_model_hparams(host->model)->n_layer;
+    kvs_fwd_embed(f, tokens, n);
+    for (int l = 0; l < n_layer; l++) {
+        kvs_fwd_layer_qkv(f, l, pos, n);
+        for (int r = 0; r < n; r++) {
+            kvs_fwd_layer_store_kv_row(f, l, pos, r, &ctxs[r]->kv);
+            kvs_fwd_layer_attn(f, l, pos, r, 1, &ctxs[r]->kv);
+        }
+        kvs_fwd_layer_ffn(f, l, pos, n);
+    }
+    for (int r = 0; r < n; r++) host->rows[r] = r;
+    kvs_fwd_logits(f, host->rows, n, logits);
+    return KVS_OK;
+}

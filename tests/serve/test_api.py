@@ -1,0 +1,227 @@
+"""The OpenAI API through the real `openai` client: chat and completions,
+streaming and not, usage fields, documents via extra_body, and the errors."""
+import json
+
+import openai
+import pytest
+import requests
+
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_health_and_models(server, client):
+    r = requests.get(server.url + "/health", timeout=30)
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def check_usage(u):
+    assert u.prompt_tokens > 0 and u.completion_tokens > 0
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert u.prompt_tokens_details is not None and u.prompt_tokens_details.cached_tokens >= 0
+    k = u.model_extra["kvstitch"]
+    assert k["cached_tokens"] + k["moved_tokens"] + k["computed_tokens"] == u.prompt_tokens
+    for f in ("queue_ms", "ttft_ms", "prefill_ms", "decode_ms", "total_ms"):
+        assert k["timings"][f] >= 0
+    return k
+
+
+def test_chat_non_streaming(client):
+    r = client.chat.completions.create(model="x", messages=Q, max_tokens=16, temperature=0)
+    assert r.object == "chat.completion"
+    c = r.choices[0]
+    assert c.message.role == "assistant" and "Paris" in c.message.content
+    assert c.finish_reason in ("stop", "length")
+    k = check_usage(r.usage)
+    assert k["strategy"] == "prefix" and len(k["first_logits_sha256"]) == 64
+
+
+def test_chat_streaming_equals_non_streaming(client):
+    full = client.chat.completions.create(model="x", messages=Q, max_tokens=24, temperature=0)
+    chunks = list(client.chat.completions.create(model="x", messages=Q, max_tokens=24, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [full.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    check_usage(chunks[-1].usage)
+    # Without include_usage: no usage chunk.
+    plain = list(client.chat.completions.create(model="x", messages=Q, max_tokens=4, temperature=0, stream=True))
+    assert all(c.usage is None for c in plain)
+
+
+def test_completions(client):
+    r = client.completions.create(model="x", prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8
+    check_usage(r.usage)
+    s = list(client.completions.create(model="x", prompt="The capital of France is", max_tokens=8, temperature=0,
+                                       stream=True))
+    assert "".join(c.choices[0].text for c in s if c.choices) == r.choices[0].text
+
+
+def test_stop_string_is_cut(client):
+    r = client.chat.completions.create(model="x", messages=Q, max_tokens=24, temperature=0)
+    text = r.choices[0].message.content
+    word = "France"
+    assert word in text
+    r2 = client.chat.completions.create(model="x", messages=Q, max_tokens=24, temperature=0, stop=[word])
+    assert r2.choices[0].message.content == text[: text.index(word)]
+    assert r2.choices[0].finish_reason == "stop"
+    s = list(client.chat.completions.create(model="x", messages=Q, max_tokens=24, temperature=0, stop=word,
+                                            stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in s if c.choices) == text[: text.index(word)]
+
+
+def test_seeded_sampling_is_reproducible(client):
+    kw = dict(model="x", messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=24,
+              temperature=0.9, top_p=0.95, seed=1234)
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+
+
+def test_prefix_reuse_is_reported(client):
+    system = "You are a terse assistant for the city archive of Lyon. " * 12
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Who founded the archive?"}]
+    client.chat.completions.create(model="x", messages=msgs, max_tokens=4, temperature=0)
+    msgs[1]["content"] = "When does the archive open?"
+    r = client.chat.completions.create(model="x", messages=msgs, max_tokens=4, temperature=0)
+    k = r.usage.model_extra["kvstitch"]
+    assert r.usage.prompt_tokens_details.cached_tokens == k["cached_tokens"] > 120
+
+
+def test_cache_prompt_false_gives_the_same_bits(client):
+    msgs = [{"role": "system", "content": "Answer in one word. " * 10}, {"role": "user", "content": "Sky colour?"}]
+    warm = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0)
+    warm = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0,
+                                          extra_body={"return_token_ids": True})
+    cold = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0,
+                                          extra_body={"cache_prompt": False, "return_token_ids": True})
+    kw, kc = warm.usage.model_extra["kvstitch"], cold.usage.model_extra["kvstitch"]
+    assert kw["cached_tokens"] > 0 and kc["cached_tokens"] == 0
+    assert kw["first_logits_sha256"] == kc["first_logits_sha256"]
+    assert kw["completion_token_ids"] == kc["completion_token_ids"]
+
+
+def test_documents_through_extra_body(client):
+    docs = [{"id": "a", "text": "The Eiffel Tower was built from 1887 to 1889 for the World's Fair in Paris. " * 3},
+            {"id": "b", "text": "The Colosseum in Rome was completed in 80 AD under the emperor Titus. " * 3},
+            {"id": "c", "text": "Big Ben is the nickname of the great bell of the clock at Westminster. " * 3}]
+    msgs = [{"role": "system", "content": "Answer from the passages."},
+            {"role": "user", "content": "When was the Eiffel Tower built?"}]
+    r1 = client.chat.completions.create(model="x", messages=msgs, max_tokens=12, temperature=0,
+                                        extra_body={"documents": docs,
+                                                    "reuse": {"strategy": "cacheblend", "recompute_ratio": 0.1}})
+    k1 = r1.usage.model_extra["kvstitch"]
+    assert k1["strategy"] == "cacheblend" and k1["docs_computed"] + k1["docs_hit"] == 3
+    r2 = client.chat.completions.create(model="x", messages=msgs, max_tokens=12, temperature=0,
+                                        extra_body={"documents": docs[::-1]})
+    k2 = r2.usage.model_extra["kvstitch"]
+    assert k2["docs_hit"] == 3 and k2["moved_tokens"] > 0
+    assert 0 < k2["recomputed_tokens"] < k2["moved_tokens"]
+    assert r2.usage.prompt_tokens == r1.usage.prompt_tokens
+    r3 = client.chat.completions.create(model="x", messages=msgs, max_tokens=12, temperature=0,
+                                        extra_body={"documents": docs, "reuse": {"strategy": "full"}})
+    assert r3.usage.model_extra["kvstitch"]["strategy"] == "full"
+
+
+# --- errors --------------------------------------------------------------------------
+
+
+def error_of(r, status):
+    assert r.status_code == status, r.text
+    e = r.json()["error"]
+    assert set(e) >= {"message", "type", "param", "code"}
+    return e
+
+
+def test_malformed_json_and_wrong_types(server):
+    h = dict(server.headers(), **{"Content-Type": "application/json"})
+    r = requests.post(server.url + "/v1/chat/completions", data=b"{\"messages\": [", headers=h, timeout=30)
+    assert error_of(r, 400)["code"] == "invalid_json"
+    for body, param in [({"messages": "hi"}, "messages"),
+                        ({"messages": Q, "temperature": "hot"}, "temperature"),
+                        ({"messages": Q, "temperature": 3}, "temperature"),
+                        ({"messages": Q, "max_tokens": 0}, "max_tokens"),
+                        ({"messages": Q, "top_p": 0}, "top_p"),
+                        ({"messages": Q, "n": 2}, "n"),
+                        ({"messages": Q, "stop": [1]}, "stop"),
+                        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+                        ({"messages": Q, "documents": [{"text": 5}]}, "documents[0]"),
+                        ({"messages": Q, "documents": ["d"], "reuse": {"strategy": "magic"}}, "reuse.strategy"),
+                        ({"prompt": 5}, None)]:
+        path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+        e = error_of(server.post(path, body), 400)
+        if param:
+            assert e["param"] == param, (body, e)
+    # Unknown fields are ignored.
+    r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2, "frobnicate": {"x": 1}})
+    assert r.status_code == 200
+
+
+def test_context_length_exceeded(server, client):
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "word " * 3000}], max_tokens=4)
+    assert ei.value.code == "context_length_exceeded"
+
+
+def test_body_too_large(server):
+    r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 300000}]})
+    assert error_of(r, 413)["code"] == "request_too_large"
+
+
+def test_api_key(server):
+    r = requests.post(server.url + "/v1/chat/completions", json={"messages": Q}, timeout=30)
+    assert error_of(r, 401)["type"] == "authentication_error"
+    r = requests.post(server.url + "/v1/chat/completions", json={"messages": Q},
+                      headers={"Authorization": "Bearer wrong"}, timeout=30)
+    error_of(r, 401)
+    bad = openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model="x", messages=Q, max_tokens=2)
+
+
+def test_unknown_endpoint_and_method(server):
+    assert error_of(server.get("/v1/nothing"), 404)["code"] == "not_found"
+    assert error_of(server.get("/v1/chat/completions"), 405)["code"] == "method_not_allowed"
+
+
+def test_tokenize_detokenize(server):
+    r = server.post("/tokenize", {"content": "Hello, world"})
+    toks = r.json()["tokens"]
+    assert r.status_code == 200 and len(toks) >= 3
+    d = server.post("/detokenize", {"tokens": toks})
+    assert d.json()["content"] == "Hello, world"
+    error_of(server.post("/detokenize", {"tokens": [-1]}), 400)
+    error_of(server.post("/tokenize", {"content": 7}), 400)
+
+
+def test_cache_warm_and_stats(server, client):
+    system = "You are the help desk of the Zephyr rail company. Be short. " * 8
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+    w = server.post("/v1/cache/warm", {"messages": msgs})
+    assert w.status_code == 200, w.text
+    assert w.json()["tokens"] > 100
+    r = client.chat.completions.create(model="x", messages=msgs, max_tokens=2, temperature=0)
+    assert r.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 1
+    st = server.get("/v1/cache/stats").json()
+    assert st["entries"] > 0 and st["hits"] > 0 and len(st["fingerprint"]) == 64
+    dw = server.post("/v1/cache/warm", {"documents": ["A passage about trains. " * 5]})
+    assert dw.status_code == 200 and dw.json()["docs_computed"] + dw.json()["docs_cached"] == 1
+
+
+def test_metrics(server, client):
+    client.chat.completions.create(model="x", messages=Q, max_tokens=2, temperature=0)
+    text = requests.get(server.url + "/metrics", timeout=30).text
+    for name in ("kvstitch_requests_total{status=\"200\"}", "kvstitch_prompt_tokens_total{source=\"cached\"}",
+                 "kvstitch_prompt_tokens_total{source=\"computed\"}", "kvstitch_ttft_seconds_bucket",
+                 "kvstitch_request_duration_seconds_count", "kvstitch_decode_tokens_total", "kvstitch_queue_depth",
+                 "kvstitch_active_slots", "kvstitch_cache_bytes{tier=\"ram\"}", "kvstitch_cache_evictions_total",
+                 "kvstitch_cache_hits_total"):
+        assert name in text, name
+    ok = [l for l in text.splitlines() if l.startswith("kvstitch_requests_total{status=\"200\"}")]
+    assert int(ok[0].split()[-1]) > 0

@@ -1,0 +1,155 @@
+"""Serving behaviour: multi-turn reuse, deterministic batching, cancellation,
+queue limits, SIGTERM drain, raw SSE through curl."""
+import concurrent.futures as cf
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import requests
+
+from conftest import QUICK, SLOW, Server
+
+
+def chat(server, msgs, **kw):
+    body = dict(dict(messages=msgs, temperature=0, max_tokens=32, return_token_ids=True), **kw)
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_multi_turn_computes_only_the_new_message(server):
+    # Three turns with the model's own chat template (chatml), which renders
+    # an earlier answer as <|im_start|>assistant\n{content}<|im_end|>\n: the
+    # generated tokens' KV was kept, so each turn's exact hit covers the
+    # previous prompt and the answer (all but its end-of-turn token).
+    msgs = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Name a large city in Italy."}]
+    prev = None
+    for turn, follow in enumerate(["Name another one.", "And one in Spain?", None]):
+        r = chat(server, msgs)
+        u, k = r["usage"], r["usage"]["kvstitch"]
+        if prev is not None:
+            answered = prev["usage"]["prompt_tokens"] + prev["usage"]["completion_tokens"] - 1
+            assert k["cached_tokens"] >= answered, (turn, k, prev["usage"])
+            # Only the template's end of the last turn + the new message run.
+            new_msg = len(server.post("/tokenize", {"content": msgs[-1]["content"]}).json()["tokens"])
+            assert k["computed_tokens"] <= new_msg + 12, (turn, k)
+        msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+        if follow:
+            msgs.append({"role": "user", "content": follow})
+        prev = r
+    # Bit-exact: the last turn again without the cache gives the same bits.
+    msgs.pop()
+    cold = chat(server, msgs, cache_prompt=False)
+    warm = chat(server, msgs)
+    assert warm["usage"]["kvstitch"]["cached_tokens"] > 0
+    assert warm["usage"]["kvstitch"]["first_logits_sha256"] == cold["usage"]["kvstitch"]["first_logits_sha256"]
+    assert warm["usage"]["kvstitch"]["completion_token_ids"] == cold["usage"]["kvstitch"]["completion_token_ids"]
+
+
+def requests_for_determinism():
+    topics = ["the sea", "a mountain", "a small robot", "bread", "winter", "a library", "the moon", "rain"]
+    out = []
+    for i, t in enumerate(topics):
+        body = {"messages": [{"role": "user", "content": "Write two sentences about %s." % t + " Please." * i}],
+                "max_tokens": 8 + 5 * i, "return_token_ids": True, "cache_prompt": False}
+        if i % 2:
+            body.update(temperature=0.8, top_p=0.9, seed=100 + i)
+        else:
+            body.update(temperature=0)
+        out.append(body)
+    return out
+
+
+def signature(r):
+    k = r["usage"]["kvstitch"]
+    return (k["completion_token_ids"], k["first_logits_sha256"], r["choices"][0]["message"]["content"])
+
+
+def test_concurrent_requests_equal_each_alone(server):
+    # 8 requests with different prompts and lengths, all at once (4 slots:
+    # decode steps batch up to 4 rows, the others queue and join as slots
+    # free), vs each alone: same token ids, same first-logits bytes, same text.
+    bodies = requests_for_determinism()
+    if QUICK:
+        bodies = bodies[:4]
+    alone = [signature(server.post("/v1/chat/completions", b).json()) for b in bodies]
+    with cf.ThreadPoolExecutor(len(bodies)) as ex:
+        together = list(ex.map(lambda b: signature(server.post("/v1/chat/completions", b).json()), bodies))
+    for i, (a, t) in enumerate(zip(alone, together)):
+        assert a == t, "request %d differs when batched" % i
+    assert len({a[1] for a in alone}) == len(bodies)  # different prompts really ran
+
+
+def test_raw_sse_with_curl(server):
+    body = json.dumps({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 6, "stream": True,
+                       "temperature": 0, "stream_options": {"include_usage": True}})
+    out = subprocess.run(["curl", "-sN", "--max-time", str(int(120 * SLOW)), "-H", "Content-Type: application/json",
+                          "-H", "Authorization: Bearer " + server.key, "-d", body,
+                          server.url + "/v1/chat/completions"], capture_output=True, text=True, check=True).stdout
+    events = out.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    datas = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    assert all(e.startswith("data: ") for e in events[:-1])
+    assert all(d["object"] == "chat.completion.chunk" for d in datas)
+    assert datas[-1]["usage"]["completion_tokens"] == 6 or datas[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+def metric(server, name):
+    for line in requests.get(server.url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(name)
+
+
+def test_disconnect_cancels_the_request(server):
+    before = metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}')
+    body = json.dumps({"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 2000,
+                       "stream": True, "temperature": 0}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += s.recv(4096)
+    s.close()
+    t0 = time.time()
+    while time.time() - t0 < 30 * SLOW:
+        if metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before and \
+                metric(server, "kvstitch_active_slots") == 0:
+            break
+        time.sleep(0.1)
+    assert metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before
+    assert metric(server, "kvstitch_active_slots") == 0
+    # The slot is usable again.
+    assert chat(server, [{"role": "user", "content": "Hi"}], max_tokens=2)["usage"]["completion_tokens"] >= 1
+
+
+def test_queue_full_429_and_sigterm_drain():
+    s = Server("--slots", "1", "--max-queue", "1", "--ctx", "512", "--drain-timeout", "120")
+    try:
+        body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 40,
+                "temperature": 0}
+        with cf.ThreadPoolExecutor(4) as ex:
+            futs = [ex.submit(s.post, "/v1/chat/completions", body) for _ in range(4)]
+            codes = sorted(f.result().status_code for f in futs)
+        assert 429 in codes and 200 in codes, codes
+        err = [f.result().json() for f in futs if f.result().status_code == 429][0]["error"]
+        assert err["code"] == "queue_full" and err["type"] == "rate_limit_error"
+        # SIGTERM while a request runs: it completes, then the process exits 0.
+        with cf.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(s.post, "/v1/chat/completions", body)
+            t0 = time.time()
+            while metric(s, "kvstitch_active_slots") == 0 and time.time() - t0 < 60 * SLOW:
+                time.sleep(0.05)
+            s.proc.send_signal(signal.SIGTERM)
+            r = fut.result()
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 40
+        assert s.proc.wait(timeout=120 * SLOW) == 0
+        assert "draining" in s.read_log()
+    finally:
+        s.stop()

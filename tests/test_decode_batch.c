@@ -1,0 +1,182 @@
+/*
+ * kvs_decode_batch: one decode step over several contexts must give every
+ * row the bits it gets alone (kvs_decode with one token), whatever the other
+ * rows, their number, their order, or the thread count. memcmp, no tolerance.
+ * Also: the cache in steps (load_prefix + decode) equals a cold prefill, and
+ * the argument checks name what is wrong.
+ */
+#include "harness.h"
+#include "kvstitch.h"
+
+#define N_CTX 256
+#define N_SEQ 4
+#define N_STEPS 6
+
+static kvs_model *g_model;
+static int g_vocab;
+
+/* Sequence s: a prompt of 5 + 9 s tokens, derived from s. */
+static int prompt_of(int s, int32_t *out) {
+    int n = 5 + 9 * s;
+    for (int i = 0; i < n; i++) out[i] = (int32_t)((s * 7919 + i * 104729) % 20000 + 100);
+    return n;
+}
+
+static kvs_context *new_ctx(int n_threads) {
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_threads = n_threads;
+    cp.n_batch = 64;
+    kvs_context *c = NULL;
+    int st = kvs_context_new(g_model, cp, &c);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    return c;
+}
+
+static int argmax(const float *x) {
+    int b = 0;
+    for (int i = 1; i < g_vocab; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Reference: sequence s alone, greedy, N_STEPS decode steps; logits of the
+ * prompt's last token and of every step: (N_STEPS + 1, n_vocab). */
+static float *run_alone(int s, int n_threads) {
+    int32_t p[N_CTX], pos[N_CTX];
+    int n = prompt_of(s, p);
+    for (int i = 0; i < N_CTX; i++) pos[i] = i;
+    kvs_context *c = new_ctx(n_threads);
+    float *lg = malloc((size_t)(N_STEPS + 1) * g_vocab * sizeof(float));
+    if (!c || !lg) return lg;
+    CHECK(kvs_decode(c, p, pos, n, lg) == KVS_OK);
+    for (int t = 0; t < N_STEPS; t++) {
+        int32_t tok = argmax(lg + (size_t)t * g_vocab), ps = n + t;
+        CHECK(kvs_decode(c, &tok, &ps, 1, lg + (size_t)(t + 1) * g_vocab) == KVS_OK);
+    }
+    kvs_context_free(c);
+    return lg;
+}
+
+/* All sequences together, sequence s joining at step s % 2 (continuous
+ * batching: rows come and go), rows in reverse order on odd steps. */
+static void run_batched(int n_threads, float *ref[N_SEQ]) {
+    kvs_context *c[N_SEQ];
+    int32_t p[N_CTX], pos[N_CTX], n[N_SEQ], next[N_SEQ];
+    int step[N_SEQ] = {0};
+    for (int i = 0; i < N_CTX; i++) pos[i] = i;
+    float *lg = malloc((size_t)N_SEQ * g_vocab * sizeof(float)), *one = malloc((size_t)g_vocab * sizeof(float));
+    for (int s = 0; s < N_SEQ; s++) {
+        c[s] = new_ctx(n_threads);
+        if (!c[s]) return;
+        n[s] = prompt_of(s, p);
+        CHECK(kvs_decode(c[s], p, pos, n[s], one) == KVS_OK);
+        CHECK_MSG(memcmp(one, ref[s], (size_t)g_vocab * sizeof(float)) == 0, "seq %d prefill logits", s);
+        next[s] = argmax(one);
+    }
+    for (int round = 0; round < N_STEPS + 1; round++) {
+        kvs_context *bc[N_SEQ];
+        int32_t bt[N_SEQ], bp[N_SEQ];
+        int who[N_SEQ], m = 0;
+        for (int k = 0; k < N_SEQ; k++) {
+            int s = round % 2 ? N_SEQ - 1 - k : k;
+            if (round < s % 2 || step[s] >= N_STEPS) continue;
+            bc[m] = c[s];
+            bt[m] = next[s];
+            bp[m] = n[s] + step[s];
+            who[m++] = s;
+        }
+        if (m == 0) break;
+        CHECK_MSG(kvs_decode_batch(bc, bt, bp, m, lg) == KVS_OK, "%s", kvs_last_error());
+        for (int r = 0; r < m; r++) {
+            int s = who[r];
+            step[s]++;
+            const float *want = ref[s] + (size_t)step[s] * g_vocab;
+            CHECK_MSG(memcmp(lg + (size_t)r * g_vocab, want, (size_t)g_vocab * sizeof(float)) == 0,
+                      "seq %d step %d (row %d of %d, %d threads): logits differ from the sequence alone", s, step[s],
+                      r, m, n_threads);
+            next[s] = argmax(lg + (size_t)r * g_vocab);
+        }
+    }
+    for (int s = 0; s < N_SEQ; s++) {
+        CHECK_EQ_INT(step[s], N_STEPS);
+        kvs_context_free(c[s]);
+    }
+    free(lg);
+    free(one);
+}
+
+TEST(batched_rows_equal_alone) {
+    float *ref[N_SEQ];
+    for (int s = 0; s < N_SEQ; s++) ref[s] = run_alone(s, 1);
+    run_batched(1, ref);
+    run_batched(2, ref);
+    for (int s = 0; s < N_SEQ; s++) free(ref[s]);
+}
+
+TEST(bad_arguments_are_named) {
+    kvs_context *a = new_ctx(1), *b = new_ctx(1);
+    float *lg = malloc((size_t)2 * g_vocab * sizeof(float));
+    kvs_context *same[2] = {a, a}, *two[2] = {a, b};
+    int32_t tok[2] = {1, 2}, pos[2] = {0, 0}, bad_tok[2] = {1, -5}, far[2] = {0, N_CTX};
+    CHECK(kvs_decode_batch(same, tok, pos, 2, lg) == KVS_ERR_INVALID_ARG);
+    CHECK(strstr(kvs_last_error(), "same") != NULL);
+    CHECK(kvs_decode_batch(two, bad_tok, pos, 2, lg) == KVS_ERR_INVALID_ARG);
+    CHECK(kvs_decode_batch(two, tok, far, 2, lg) == KVS_ERR_CONTEXT_FULL);
+    CHECK(kvs_decode_batch(two, tok, pos, 0, lg) == KVS_ERR_INVALID_ARG);
+    CHECK(kvs_decode_batch(two, tok, pos, 2, lg) == KVS_OK);
+    free(lg);
+    kvs_context_free(a);
+    kvs_context_free(b);
+}
+
+/* load_prefix + decode of the rest = cold prefill; store_context of prompt +
+ * generated tokens makes a longer prompt that repeats them hit all of them. */
+TEST(cache_steps_equal_cold) {
+    kvs_cache_params pp = kvs_cache_default_params();
+    kvs_cache *cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return;
+    int32_t p[N_CTX], pos[N_CTX];
+    int n = 150;
+    for (int i = 0; i < N_CTX; i++) {
+        p[i] = (int32_t)((i * 7907) % 20000 + 50);
+        pos[i] = i;
+    }
+    float *cold = malloc((size_t)g_vocab * sizeof(float)), *warm = malloc((size_t)g_vocab * sizeof(float));
+    kvs_context *c = new_ctx(1);
+    CHECK(kvs_decode(c, p, pos, n, cold) == KVS_OK);
+    int n_new = 0, n_hit = -1, n_loaded = -1;
+    CHECK(kvs_cache_store_context(c, cache, p, n, &n_new) == KVS_OK);
+    CHECK(n_new >= 2);
+    kvs_context_free(c);
+    CHECK(kvs_cache_peek_prefix(cache, p, n + 20, &n_hit) == KVS_OK);
+    CHECK_EQ_INT(n_hit, n);
+    /* A new context, prompt = the stored tokens + 20 more: 150 served. */
+    c = new_ctx(2);
+    CHECK(kvs_cache_load_prefix(c, cache, p, n + 19, &n_loaded) == KVS_OK);
+    CHECK_EQ_INT(n_loaded, n);
+    CHECK(kvs_decode(c, p + n, pos + n, 20, warm) == KVS_OK);
+    kvs_context *d = new_ctx(1);
+    CHECK(kvs_decode(d, p, pos, n + 20, cold) == KVS_OK);
+    CHECK_MSG(memcmp(cold, warm, (size_t)g_vocab * sizeof(float)) == 0, "warm logits differ from cold");
+    kvs_context_free(c);
+    kvs_context_free(d);
+    kvs_cache_free(cache);
+    free(cold);
+    free(warm);
+}
+
+int main(void) {
+    const char *path = kt_model_path();
+    if (!path || kvs_model_load(path, kvs_model_default_params(), &g_model)) {
+        printf("FAIL load_model\n");
+        return 1;
+    }
+    g_vocab = kvs_vocab_size(g_model);
+    RUN(batched_rows_equal_alone);
+    RUN(bad_arguments_are_named);
+    RUN(cache_steps_equal_cold);
+    kvs_model_free(g_model);
+    return kt_summary();
+}
