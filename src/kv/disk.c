@@ -47,7 +47,7 @@ static uint64_t get64(const uint8_t *p) {
     return v;
 }
 
-static size_t header_bytes_for(int n_tok) {
+size_t kvs_disk_header_bytes(int n_tok) {
     size_t raw = KVS_DISK_FIXED_BYTES + (size_t)n_tok * 4 + 32;
     return (raw + HDR_ALIGN - 1) / HDR_ALIGN * HDR_ALIGN;
 }
@@ -104,7 +104,7 @@ int kvs_disk_path(const char *dir, const kvs_key *k, char *buf, size_t cap) {
 
 /* --- writing ------------------------------------------------------------- */
 
-static void build_header(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
+void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
     memset(h, 0, hbytes);
     memcpy(h, KVS_DISK_MAGIC, 4);
     put32(h + 4, KVS_DISK_VERSION);
@@ -139,10 +139,10 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
     kvs_key_to_hex(&c->prefix_key, hex);
     snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%u.tmp", dir, hex, (long)getpid(),
              atomic_fetch_add(&tmp_counter, 1));
-    size_t hbytes = header_bytes_for(c->n_tok);
+    size_t hbytes = kvs_disk_header_bytes(c->n_tok);
     uint8_t *h = malloc(hbytes);
     if (!h) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory for a header", final);
-    build_header(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
+    kvs_disk_header_build(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         free(h);
@@ -176,17 +176,8 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
 
 /* --- reading --------------------------------------------------------------- */
 
-typedef struct header {
-    kvs_key fp, prefix, content, parent;
-    kvs_kv_shape shape;
-    int32_t n_tok, pos0;
-    int64_t created_ns;
-    uint64_t payload_bytes, payload_sum;
-    size_t header_bytes;
-    int32_t *tokens; /* (n_tok) malloc'd */
-} header;
 
-static int verdict_status(kvs_disk_verdict v) {
+int kvs_disk_verdict_status(kvs_disk_verdict v) {
     switch (v) {
     case KVS_DISK_OK: return KVS_OK;
     case KVS_DISK_MISSING: return KVS_ERR_NOT_FOUND;
@@ -203,25 +194,18 @@ static int verdict_status(kvs_disk_verdict v) {
 #define FAIL(v, ...)                                    \
     do {                                                \
         *verdict = (v);                                 \
-        kvs_error(verdict_status(v), __VA_ARGS__);      \
+        kvs_error(kvs_disk_verdict_status(v), __VA_ARGS__);      \
         goto fail;                                      \
     } while (0)
 
-/* Reads and checks the header of an open entry file (see disk.h). */
-static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
-                          header *hd, kvs_disk_verdict *verdict) {
-    uint8_t fixed[KVS_DISK_FIXED_BYTES];
-    uint8_t *rest = NULL;
+int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *what, kvs_disk_header *hd,
+                                kvs_disk_verdict *verdict) {
     memset(hd, 0, sizeof *hd);
-    struct stat st;
-    if (fstat(fd, &st)) FAIL(KVS_DISK_IO, "%s: stat: %s", path, strerror(errno));
-    ssize_t got = pread_all(fd, fixed, sizeof fixed, 0);
-    if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
-    if (got >= 4 && memcmp(fixed, KVS_DISK_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch cache entry (bad magic)", path);
-    if (got < (ssize_t)sizeof fixed) FAIL(KVS_DISK_TRUNCATED, "%s: truncated header (%zd bytes)", path, got);
+    if (got >= 4 && memcmp(fixed, KVS_DISK_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch cache entry (bad magic)", what);
+    if (got < KVS_DISK_FIXED_BYTES) FAIL(KVS_DISK_TRUNCATED, "%s: truncated header (%zu bytes)", what, got);
     uint32_t version = get32(fixed + 4);
     if (version != KVS_DISK_VERSION)
-        FAIL(KVS_DISK_BAD_VERSION, "%s: cache entry version %u, this build reads %u", path, version, KVS_DISK_VERSION);
+        FAIL(KVS_DISK_BAD_VERSION, "%s: cache entry version %u, this build reads %u", what, version, KVS_DISK_VERSION);
     memcpy(hd->fp.b, fixed + 16, 32);
     memcpy(hd->prefix.b, fixed + 48, 32);
     memcpy(hd->content.b, fixed + 80, 32);
@@ -237,34 +221,76 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     hd->payload_sum = get64(fixed + 184);
     hd->header_bytes = get32(fixed + 8);
     if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > (1 << 24) || hd->pos0 < 0 ||
-        hd->header_bytes != header_bytes_for(hd->n_tok) ||
+        hd->header_bytes != kvs_disk_header_bytes(hd->n_tok) ||
         hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok))
-        FAIL(KVS_DISK_BAD_HEADER, "%s: impossible header fields", path);
-    if ((uint64_t)st.st_size < hd->header_bytes)
-        FAIL(KVS_DISK_TRUNCATED, "%s: truncated (%lld bytes, header alone is %zu)", path, (long long)st.st_size,
-             hd->header_bytes);
+        FAIL(KVS_DISK_BAD_HEADER, "%s: impossible header fields", what);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    return kvs_disk_verdict_status(*verdict);
+}
+
+int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_header *hd, kvs_disk_verdict *verdict) {
     size_t covered = KVS_DISK_FIXED_BYTES + (size_t)hd->n_tok * 4;
-    rest = malloc(hd->header_bytes);
-    hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
-    if (!rest || !hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", path);
-    if (pread_all(fd, rest, hd->header_bytes, 0) != (ssize_t)hd->header_bytes)
-        FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
     uint8_t digest[32];
-    kvs_sha256_digest(rest, covered, digest);
-    if (memcmp(digest, rest + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", path);
-    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)get32(rest + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
-    if ((uint64_t)st.st_size != hd->header_bytes + hd->payload_bytes)
-        FAIL(KVS_DISK_TRUNCATED, "%s: %lld bytes, header says %llu", path, (long long)st.st_size,
-             (unsigned long long)(hd->header_bytes + hd->payload_bytes));
+    kvs_sha256_digest(h, covered, digest);
+    if (memcmp(digest, h + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", what);
+    hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
+    if (!hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", what);
+    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)get32(h + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
     /* The keys must be those of the tokens: a header that was rewritten by
      * hand, or damaged before its digest was computed, is caught here. */
     kvs_key k;
     kvs_key_prefix(&hd->parent, hd->tokens, hd->n_tok, &k);
-    if (!kvs_key_equal(&k, &hd->prefix)) FAIL(KVS_DISK_BAD_HEADER, "%s: prefix key does not match the tokens", path);
+    if (!kvs_key_equal(&k, &hd->prefix)) FAIL(KVS_DISK_BAD_HEADER, "%s: prefix key does not match the tokens", what);
     kvs_key_content(&hd->fp, hd->tokens, hd->n_tok, &k);
-    if (!kvs_key_equal(&k, &hd->content)) FAIL(KVS_DISK_BAD_HEADER, "%s: content key does not match the tokens", path);
+    if (!kvs_key_equal(&k, &hd->content)) FAIL(KVS_DISK_BAD_HEADER, "%s: content key does not match the tokens", what);
     if (hd->pos0 == 0 && !kvs_key_equal(&hd->parent, &hd->fp))
-        FAIL(KVS_DISK_BAD_HEADER, "%s: chunk at position 0 is not rooted in its fingerprint", path);
+        FAIL(KVS_DISK_BAD_HEADER, "%s: chunk at position 0 is not rooted in its fingerprint", what);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    free(hd->tokens);
+    hd->tokens = NULL;
+    return kvs_disk_verdict_status(*verdict);
+}
+
+int kvs_disk_header_check_owner(const kvs_disk_header *hd, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
+                                const char *what, kvs_disk_verdict *verdict) {
+    if ((want_fp && !kvs_key_equal(want_fp, &hd->fp)) || (want_shape && !kvs_kv_shape_equal(want_shape, &hd->shape))) {
+        *verdict = KVS_DISK_FOREIGN;
+        return kvs_error(KVS_ERR_MODEL_MISMATCH, "%s: entry of another model or KV shape", what);
+    }
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+}
+
+/* Reads and checks the header of an open entry file (see disk.h). */
+static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
+                          kvs_disk_header *hd, kvs_disk_verdict *verdict) {
+    uint8_t fixed[KVS_DISK_FIXED_BYTES];
+    uint8_t *rest = NULL;
+    memset(hd, 0, sizeof *hd);
+    struct stat st;
+    if (fstat(fd, &st)) FAIL(KVS_DISK_IO, "%s: stat: %s", path, strerror(errno));
+    ssize_t got = pread_all(fd, fixed, sizeof fixed, 0);
+    if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+    int rc = kvs_disk_header_parse_fixed(fixed, (size_t)got, path, hd, verdict);
+    if (rc) return rc;
+    if ((uint64_t)st.st_size < hd->header_bytes)
+        FAIL(KVS_DISK_TRUNCATED, "%s: truncated (%lld bytes, header alone is %zu)", path, (long long)st.st_size,
+             hd->header_bytes);
+    rest = malloc(hd->header_bytes);
+    if (!rest) FAIL(KVS_DISK_IO, "%s: out of memory", path);
+    if (pread_all(fd, rest, hd->header_bytes, 0) != (ssize_t)hd->header_bytes)
+        FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
+    rc = kvs_disk_header_parse_rest(rest, path, hd, verdict);
+    free(rest);
+    rest = NULL;
+    if (rc) return rc;
+    if ((uint64_t)st.st_size != hd->header_bytes + hd->payload_bytes)
+        FAIL(KVS_DISK_TRUNCATED, "%s: %lld bytes, header says %llu", path, (long long)st.st_size,
+             (unsigned long long)(hd->header_bytes + hd->payload_bytes));
     /* The name must be the prefix key (a file renamed by hand is not trusted). */
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -272,23 +298,23 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     kvs_key_to_hex(&hd->prefix, hex);
     if (strncmp(base, hex, 64) || strcmp(base + 64, KVS_DISK_EXT))
         FAIL(KVS_DISK_BAD_HEADER, "%s: file name is not its prefix key", path);
-    if ((want_fp && !kvs_key_equal(want_fp, &hd->fp)) || (want_shape && !kvs_kv_shape_equal(want_shape, &hd->shape)))
-        FAIL(KVS_DISK_FOREIGN, "%s: entry of another model or KV shape", path);
-    free(rest);
-    *verdict = KVS_DISK_OK;
+    rc = kvs_disk_header_check_owner(hd, want_fp, want_shape, path, verdict);
+    if (rc) goto fail_rc;
     return KVS_OK;
 fail:
+    rc = kvs_disk_verdict_status(*verdict);
+fail_rc:
     free(rest);
     free(hd->tokens);
     hd->tokens = NULL;
-    return verdict_status(*verdict);
+    return rc;
 }
 
 static int open_entry(const char *path, kvs_disk_verdict *verdict) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         *verdict = errno == ENOENT ? KVS_DISK_MISSING : KVS_DISK_IO;
-        kvs_error(verdict_status(*verdict), "%s: %s", path, strerror(errno));
+        kvs_error(kvs_disk_verdict_status(*verdict), "%s: %s", path, strerror(errno));
     }
     return fd;
 }
@@ -298,8 +324,8 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     int fd = open_entry(path, verdict);
-    if (fd < 0) return verdict_status(*verdict);
-    header hd;
+    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    kvs_disk_header hd;
     int rc = read_header_fd(fd, path, fp, shape, &hd, verdict);
     close(fd);
     if (rc) return rc;
@@ -334,8 +360,8 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
         return rc;
     }
     int fd = open_entry(path, verdict);
-    if (fd < 0) return verdict_status(*verdict);
-    header hd;
+    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    kvs_disk_header hd;
     uint8_t *buf = NULL;
     rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
     if (rc) {
@@ -369,7 +395,7 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
 fail:
     close(fd);
     free(buf);
-    return verdict_status(*verdict);
+    return kvs_disk_verdict_status(*verdict);
 }
 
 /* preadv of every iovec, advancing over short reads. Returns 0, or -1 with
@@ -410,8 +436,8 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
     int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
     if (rc) return rc;
     int fd = open_entry(path, verdict);
-    if (fd < 0) return verdict_status(*verdict);
-    header hd;
+    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    kvs_disk_header hd;
     struct iovec *iov = NULL, *work = NULL;
     uint8_t *sink = NULL;
     rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
@@ -479,7 +505,7 @@ fail:
     free(iov);
     free(work);
     free(sink);
-    return verdict_status(*verdict);
+    return kvs_disk_verdict_status(*verdict);
 }
 
 /* --- directory --------------------------------------------------------------- */
