@@ -235,6 +235,9 @@ int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_head
     uint8_t digest[32];
     kvs_sha256_digest(h, covered, digest);
     if (memcmp(digest, h + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", what);
+    /* The padding is not under the digest: writers zero it, so anything else is damage. */
+    for (size_t i = covered + 32; i < hd->header_bytes; i++)
+        if (h[i]) FAIL(KVS_DISK_BAD_HEADER, "%s: nonzero header padding at byte %zu", what, i);
     hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
     if (!hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", what);
     for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)get32(h + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);

@@ -102,7 +102,7 @@ void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fingerprint
  * the entry in messages. */
 int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *what, kvs_disk_header *hd,
                                 kvs_disk_verdict *verdict);
-/* Step 2: h holds the whole header (hd->header_bytes): the SHA-256 digest,
+/* Step 2: h holds the whole header (hd->header_bytes): the SHA-256 digest, zero padding,
  * the tokens (hd->tokens, malloc'd on success only), the keys recomputed
  * from the tokens. */
 int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_header *hd, kvs_disk_verdict *verdict);
