@@ -84,20 +84,47 @@ static void note_failure(kvs_redis_conn *c) {
     }
 }
 
+static void block_sigpipe(kvs_redis_conn *c) {
+    sigset_t pipe, pending;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &c->saved_mask);
+    sigpending(&pending);
+    c->pipe_was_pending = sigismember(&pending, SIGPIPE);
+}
+
+static void unblock_sigpipe(kvs_redis_conn *c) {
+    sigset_t pipe, pending;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigpending(&pending);
+    if (!c->pipe_was_pending && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &c->saved_mask, NULL);
+}
+
+/* Gives up the conn without having used it. */
+static redisContext *not_held(kvs_redis_conn *c) {
+    unblock_sigpipe(c);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
 redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c) {
     pthread_mutex_lock(&c->mu);
+    block_sigpipe(c);
     if (c->ctx) return c->ctx;
     if (kvs_redis_mono_ns() < c->retry_at_ns) {
         atomic_fetch_add(&c->n.skipped, 1);
-        pthread_mutex_unlock(&c->mu);
-        return NULL;
+        return not_held(c);
     }
     c->ctx = connect_node(c);
     if (!c->ctx) {
         atomic_fetch_add(&c->n.connect_fails, 1);
         note_failure(c);
-        pthread_mutex_unlock(&c->mu);
-        return NULL;
+        return not_held(c);
     }
     atomic_fetch_add(&c->n.connects, 1);
     return c->ctx;
@@ -110,12 +137,14 @@ void kvs_redis_conn_release(kvs_redis_conn *c, int ok) {
         atomic_store(&c->breaker_open, 0);
     } else {
         atomic_fetch_add(&c->n.op_fails, 1);
-        if (c->ctx && c->ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
+        /* hiredis reports a socket timeout as an I/O error with strerror(EAGAIN) */
+        if (c->ctx && c->ctx->err == REDIS_ERR_IO && !strcmp(c->ctx->errstr, strerror(EAGAIN)))
             atomic_fetch_add(&c->n.timeouts, 1);
         if (c->ctx) redisFree(c->ctx);
         c->ctx = NULL;
         note_failure(c);
     }
+    unblock_sigpipe(c);
     pthread_mutex_unlock(&c->mu);
 }
 

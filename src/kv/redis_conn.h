@@ -17,6 +17,10 @@
  * unlocks it, ok = 0 when the operation failed (the context is dropped: a
  * pipeline cut in the middle cannot be resumed).
  *
+ * While a conn is held, SIGPIPE is blocked in the holding thread and a
+ * SIGPIPE raised by writing to a dead socket is consumed at release (a
+ * library must not kill its process, nor change its signal handlers).
+ *
  * The password is kept only in memory; it is never printed (messages name
  * host:port and user, never the password).
  */
@@ -25,6 +29,7 @@
 
 #include <hiredis.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -62,6 +67,8 @@ typedef struct kvs_redis_conn {
     int fails;             /* consecutive failures */
     int backoff_ms;
     _Atomic int breaker_open;
+    sigset_t saved_mask;   /* the holder's signal mask (SIGPIPE blocked while held) */
+    int pipe_was_pending;
     kvs_redis_conn_counters n;
 } kvs_redis_conn;
 

@@ -181,10 +181,10 @@ static int parse_header(const uint8_t *v, size_t len, size_t total_len, const kv
              KVS_RV_PREFIX_BYTES + hd->header_bytes);
     rc = kvs_disk_header_parse_rest(v + KVS_RV_PREFIX_BYTES, what, hd, verdict);
     if (rc) return rc;
-    if (x->prefix_key && !kvs_key_equal(x->prefix_key, &hd->prefix))
-        FAIL(KVS_DISK_BAD_HEADER, "%s: value stored under another chunk's key", what);
     rc = kvs_disk_header_check_owner(hd, x->fingerprint, x->shape, what, verdict);
     if (rc) goto fail_rc;
+    if (x->prefix_key && !kvs_key_equal(x->prefix_key, &hd->prefix))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: value stored under another chunk's key", what);
     if (x->max_bytes && hd->payload_bytes > x->max_bytes)
         FAIL(KVS_DISK_BAD_HEADER, "%s: payload of %llu bytes, over the %zu-byte limit", what,
              (unsigned long long)hd->payload_bytes, x->max_bytes);
