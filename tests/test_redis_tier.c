@@ -212,7 +212,7 @@ TEST(hostile_values_are_never_served) {
             break;
         default: { /* 64 MB, made by the server (SETRANGE): over the 1 MB limit */
             redisReply *x = rt_cmd(r.port, "SETRANGE %s %d x", key, (64 << 20) - 1);
-            CHECK(x && x->type == REDIS_REPLY_INTEGER);
+            CHECK_MSG(x && x->type == REDIS_REPLY_INTEGER, "SETRANGE: %s", x ? (x->str ? x->str : "?") : "no reply");
             if (x) freeReplyObject(x);
         }
         }

@@ -281,3 +281,86 @@ static inline int rt_redis_restart(rt_redis *r, int cluster) {
 }
 
 #endif
+
+/* --- a 3-master + 3-replica cluster on loopback ------------------------------------- */
+
+#define RT_CLUSTER_N 6
+
+/* 1 when every running node reports cluster_state:ok. */
+static inline int rt_cluster_ok(const rt_redis *s, int n) {
+    for (int i = 0; i < n; i++) {
+        if (s[i].pid <= 0) continue;
+        redisReply *r = rt_cmd(s[i].port, "CLUSTER INFO");
+        int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        if (r) freeReplyObject(r);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* Starts six cluster-mode servers and joins them with redis-cli --cluster
+ * create (one replica per master). 0 when the cluster is ok (within 30 s). */
+static inline int rt_cluster_start(rt_redis *s) {
+    memset(s, 0, sizeof(rt_redis) * RT_CLUSTER_N);
+    for (int i = 0; i < RT_CLUSTER_N; i++)
+        if (rt_redis_start(&s[i], 1)) return -1;
+    char addr[RT_CLUSTER_N][32];
+    const char *argv[RT_CLUSTER_N + 8];
+    int a = 0;
+    argv[a++] = "redis-cli";
+    argv[a++] = "--cluster";
+    argv[a++] = "create";
+    for (int i = 0; i < RT_CLUSTER_N; i++) {
+        snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", s[i].port);
+        argv[a++] = addr[i];
+    }
+    argv[a++] = "--cluster-replicas";
+    argv[a++] = "1";
+    argv[a++] = "--cluster-yes";
+    argv[a] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) {
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+        }
+        execvp("redis-cli", (char *const *)argv);
+        _exit(127);
+    }
+    int status = -1;
+    for (int i = 0; i < 600 && waitpid(pid, &status, WNOHANG) == 0; i++) rt_sleep_ms(50);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fprintf(stderr, "  redis-cli --cluster create failed\n");
+        return -1;
+    }
+    for (int i = 0; i < 300; i++) {
+        if (rt_cluster_ok(s, RT_CLUSTER_N)) return 0;
+        rt_sleep_ms(100);
+    }
+    fprintf(stderr, "  the cluster did not reach cluster_state:ok\n");
+    return -1;
+}
+
+static inline void rt_cluster_stop(rt_redis *s) {
+    for (int i = 0; i < RT_CLUSTER_N; i++) rt_redis_stop(&s[i]);
+}
+
+/* 1 if the node at port is a master (ROLE). */
+static inline int rt_is_master(int port) {
+    redisReply *r = rt_cmd(port, "ROLE");
+    int m = r && r->type == REDIS_REPLY_ARRAY && r->elements && r->element[0]->type == REDIS_REPLY_STRING &&
+            !strcmp(r->element[0]->str, "master");
+    if (r) freeReplyObject(r);
+    return m;
+}
+
+/* "127.0.0.1:p1,127.0.0.1:p2,..." of the first n servers. */
+static inline void rt_seed_list(const rt_redis *s, int n, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) o += (size_t)snprintf(buf + o, cap - o, "%s127.0.0.1:%d", i ? "," : "", s[i].port);
+}
