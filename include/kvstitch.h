@@ -308,6 +308,16 @@ typedef struct kvs_cache_params {
     kvs_kv_type kv_type;   /* KV dtype; must equal the kv_type of the contexts used with
                             * this cache (default KVS_KV_F16) */
     int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */
+    /* A shared tier on Redis below RAM and the cache dir (README "Redis tier"): chunks are
+     * looked up there (one pipelined round trip per node) and written asynchronously
+     * (bounded queue; dropped and counted when full). An unreachable, slow or broken Redis
+     * costs at most redis_timeout_ms per socket operation, never a request. At most one
+     * of redis_url and redis_cluster. Strings are copied. */
+    const char *redis_url;           /* redis://[user[:password]@]host[:port][/db]; NULL: none */
+    const char *redis_cluster;       /* host:port[,host:port...] of a Redis Cluster; NULL: none */
+    const char *redis_password_file; /* the password: first line of this file (if the URL has
+                                      * none); else $KVSTITCH_REDIS_PASSWORD if set */
+    int redis_timeout_ms;            /* per socket operation; 0 = 50 */
 } kvs_cache_params;
 
 kvs_cache_params kvs_cache_default_params(void);
@@ -348,6 +358,16 @@ typedef struct kvs_cache_stats {
     uint64_t disk_foreign;     /* entries of another model / KV dtype: skipped */
     uint64_t disk_missing;     /* entries that vanished before they could be read */
     uint64_t disk_orphans;     /* entries whose parent chain is missing (not prefix-reachable) */
+    /* The Redis tier (all 0 without one). */
+    uint64_t redis_gets, redis_hits;      /* chunks asked of Redis, served by it */
+    uint64_t redis_get_bytes;             /* KV bytes served */
+    uint64_t redis_puts, redis_put_bytes; /* chunks handed to the writer, value bytes written */
+    uint64_t redis_put_dropped;           /* not written by design: queue full, Redis down */
+    uint64_t redis_put_errors;            /* writes Redis refused or that failed */
+    uint64_t redis_bad, redis_foreign;    /* damaged / another model's values: never served */
+    uint64_t redis_errors;                /* lookups without an answer (down, timeout, garbage) */
+    uint64_t redis_timeouts, redis_breaker_opens, redis_connects; /* connection events */
+    uint64_t redis_moved;                 /* cluster redirections followed (MOVED + ASK) */
 } kvs_cache_stats;
 
 void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);
@@ -400,6 +420,15 @@ int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_c
 int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
 /* Removes every entry file of dir (any model) and stale temporary files. */
 int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
+
+/* The same on the Redis tier of params (redis_url or redis_cluster), without a
+ * model: every kvstitch key ("kvs:*") of any model, found by SCAN on every
+ * master (never KEYS, never FLUSHALL; other keys are never touched). scan:
+ * headers only (payloads are verified on use); st->bytes = value bytes;
+ * unreadable = keys that vanished or could not be read. */
+int kvs_cache_redis_scan(const kvs_cache_params *params, kvs_cache_entry_fn fn, void *user,
+                         kvs_cache_dir_stats *st);
+int kvs_cache_redis_clear(const kvs_cache_params *params, uint64_t *n_removed);
 
 /* --- reuse in generation --- */
 

@@ -31,4 +31,27 @@ int32_t *cli_tokenize(const kvs_model *model, const char *text, size_t len, int 
 /* Writes s as a JSON string literal (with quotes) to f. */
 void cli_json_string(FILE *f, const char *s, size_t len);
 
+/* The Redis tier options (cli_redis.c), taken by generate, warm and cache. */
+#define CLI_REDIS_USAGE                                                                              \
+    "Shared Redis tier (below RAM and --cache-dir; see README \"Redis tier\"):\n"                     \
+    "  --redis URL            redis://[user[:password]@]host[:port][/db]\n"                           \
+    "  --redis-cluster LIST   host:port[,host:port...] of a Redis Cluster\n"                          \
+    "  --redis-password-file F  the password, first line of F (else $KVSTITCH_REDIS_PASSWORD;\n"     \
+    "                         a password in the URL is masked in the process list)\n"              \
+    "  --redis-timeout MS     per socket operation (default 50): a slow or dead Redis costs at\n"   \
+    "                         most this, then the chunks are computed\n"
+typedef struct cli_redis_opts {
+    const char *url, *cluster, *password_file;
+    int timeout_ms;
+    char *url_copy; /* the URL with its password (argv's copy is masked) */
+} cli_redis_opts;
+/* 0: opt is not a Redis option; 1: taken (with value: the caller skips it);
+ * -1: bad value (usage error printed). value may be masked in place. */
+int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_opts *o);
+int cli_redis_given(const cli_redis_opts *o);
+/* 0, or -1 after a usage error (both --redis and --redis-cluster, ...). */
+int cli_redis_check(const char *cmd, const cli_redis_opts *o);
+void cli_redis_apply(const cli_redis_opts *o, kvs_cache_params *p);
+void cli_redis_free(cli_redis_opts *o);
+
 #endif

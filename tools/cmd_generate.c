@@ -37,6 +37,7 @@ static const char *usage_text =
     "  --no-store             do not store the prompt's chunks\n"
     "  --chunk-tokens N       chunk size for new chunks (default 64)\n"
     "  --cache-budget MIB     memory for cached chunks (default: 1/4 of RAM)\n"
+    CLI_REDIS_USAGE
     "Documents (non-prefix reuse, RAG; with --cache-dir):\n"
     "  --doc FILE             a document (repeatable), laid out after the system message and before the\n"
     "                         question (-p / -f). Its KV is cached by content (computed on the fly if\n"
@@ -85,6 +86,7 @@ typedef struct gen_opts {
     const char *docs[MAX_DOCS], *doc_prefix;
     int n_docs, repair_opts; /* repair_opts: a repair option was given */
     kvs_repair_params rp;
+    cli_redis_opts redis;
 } gen_opts;
 
 static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opts *o) {
@@ -111,7 +113,7 @@ static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opt
         printf("]");
     }
     printf("]");
-    if (o->cache_dir) {
+    if (o->cache_dir || cli_redis_given(&o->redis)) {
         printf(", \"cached_tokens\": %d, \"live_tokens\": %d, \"cache_hit_ratio\": ", r->n_cached, r->n_live);
         json_number(r->cache_hit_ratio);
         printf(", \"reuse\": \"%s\", \"assemble_ms\": ",
@@ -139,6 +141,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--no-seams")) o->rp.cacheblend_seams = 0;
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--no-store")) o->no_store = 1;
+        else if ((bad = cli_redis_option("generate", a, i + 1 < argc ? argv[i + 1] : NULL, &o->redis)) != 0) {
+            if (bad > 0) bad = 0, i++;
+        }
         else if (!v) return cli_usage_error("generate", "unknown option or missing value: %s", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = argv[++i];
@@ -184,7 +189,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
     if (!o->model_path) return cli_usage_error("generate", "-m MODEL is required");
     if (!o->prompt == !o->file) return cli_usage_error("generate", "give exactly one of -p TEXT or -f FILE");
     if (o->system && !o->chat && !o->n_docs) return cli_usage_error("generate", "--system needs --chat (or --doc)");
-    if (o->n_docs && !o->cache_dir) return cli_usage_error("generate", "--doc needs --cache-dir");
+    if (cli_redis_check("generate", &o->redis)) return 2;
+    if (o->n_docs && !o->cache_dir && !cli_redis_given(&o->redis))
+        return cli_usage_error("generate", "--doc needs --cache-dir or --redis");
     if (o->n_docs && o->no_store)
         return cli_usage_error("generate", "--no-store does not apply to --doc (documents are always cached)");
     if (o->repair_opts && !o->n_docs)
@@ -211,8 +218,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
         return cli_usage_error("generate", "--narrow-layers must be >= 1, got %d", o->rp.narrow_layers);
     if (o->n_predict < 0) return cli_usage_error("generate", "-n must be >= 0, got %d", o->n_predict);
     if (o->n_threads < 0 || o->n_ctx < 0) return cli_usage_error("generate", "--threads and --ctx must be >= 0");
-    if (!o->cache_dir && (o->reuse || o->no_store || o->chunk_tokens || o->cache_budget_mib))
-        return cli_usage_error("generate", "--reuse, --no-store, --chunk-tokens and --cache-budget need --cache-dir");
+    if (!o->cache_dir && !cli_redis_given(&o->redis) && (o->reuse || o->no_store || o->chunk_tokens || o->cache_budget_mib))
+        return cli_usage_error("generate", "--reuse, --no-store, --chunk-tokens and --cache-budget need --cache-dir "
+                               "or --redis");
     if (o->cache_dir && !*o->cache_dir) return cli_usage_error("generate", "--cache-dir needs a directory");
     kvs_reuse_mode mode;
     if (!o->n_docs && o->reuse && kvs_reuse_mode_parse(o->reuse, &mode) != KVS_OK)
@@ -321,13 +329,14 @@ int cmd_generate(int argc, char **argv) {
     cp.n_ctx = o.n_ctx;
     cp.n_threads = o.n_threads;
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
-    if (o.cache_dir) {
+    if (o.cache_dir || cli_redis_given(&o.redis)) {
         kvs_cache_params pp = kvs_cache_default_params();
         pp.cache_dir = o.cache_dir;
+        cli_redis_apply(&o.redis, &pp);
         pp.chunk_tokens = o.chunk_tokens;
         pp.budget_bytes = (size_t)o.cache_budget_mib << 20;
         pp.kv_type = cp.kv_type;
-        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
+        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir ? o.cache_dir : "redis"); goto done; }
     }
     if (o.n_docs) {
         rc = generate_docs(ctx, cache, &o, text);
@@ -380,5 +389,6 @@ done:
     kvs_cache_free(cache);
     kvs_context_free(ctx);
     kvs_model_free(model);
+    cli_redis_free(&o.redis);
     return rc;
 }

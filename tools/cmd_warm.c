@@ -5,7 +5,7 @@
 #include "cli.h"
 
 static const char *usage_text =
-    "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT | --doc FILE)...\n"
+    "usage: kvstitch warm -m MODEL (--cache-dir DIR | --redis URL | --redis-cluster LIST) [options] (-f FILE | TEXT | --doc FILE)...\n"
     "Caches the prompt KV of each text (each -f FILE or TEXT is one prompt, warmed on its own),\n"
     "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n"
     "  -m, --model PATH       GGUF file\n"
@@ -24,6 +24,7 @@ static const char *usage_text =
     "  --threads N            worker threads (default: all cores)\n"
     "  --ctx N                context length (default: the model's, at most 8192)\n"
     "  --json                 one JSON object: {\"prompts\": [report...], totals}\n"
+    CLI_REDIS_USAGE
     "Each report: tokens, chunks, stored, already cached, whether the end is chunk-aligned, the\n"
     "partial tail, and a warning when the end of the text may tokenize differently once more\n"
     "text follows (then a longer prompt reuses only stable_tokens of it).\n";
@@ -37,6 +38,7 @@ typedef struct warm_opts {
     int n_docs;
     int is_file[MAX_TEXTS];
     int n_texts, chat, json, n_threads, n_ctx, chunk_tokens;
+    cli_redis_opts redis;
 } warm_opts;
 
 static int parse(int argc, char **argv, warm_opts *o) {
@@ -50,6 +52,9 @@ static int parse(int argc, char **argv, warm_opts *o) {
             if (o->n_texts == MAX_TEXTS) return cli_usage_error("warm", "at most %d prompts per call", MAX_TEXTS);
             o->is_file[o->n_texts] = 0;
             o->texts[o->n_texts++] = a;
+        }
+        else if ((bad = cli_redis_option("warm", a, i + 1 < argc ? argv[i + 1] : NULL, &o->redis)) != 0) {
+            if (bad > 0) bad = 0, i++;
         }
         else if (!v) return cli_usage_error("warm", "unknown option or missing value: %s", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
@@ -72,7 +77,9 @@ static int parse(int argc, char **argv, warm_opts *o) {
         if (bad) return 2;
     }
     if (!o->model_path) return cli_usage_error("warm", "-m MODEL is required");
-    if (!o->cache_dir || !*o->cache_dir) return cli_usage_error("warm", "--cache-dir DIR is required");
+    if (cli_redis_check("warm", &o->redis)) return 2;
+    if ((!o->cache_dir || !*o->cache_dir) && !cli_redis_given(&o->redis))
+        return cli_usage_error("warm", "--cache-dir DIR or --redis URL is required");
     if (o->n_texts == 0 && o->n_docs == 0)
         return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
@@ -189,10 +196,11 @@ int cmd_warm(int argc, char **argv) {
     cp.n_threads = o.n_threads;
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = o.cache_dir;
+    cli_redis_apply(&o.redis, &pp);
     pp.chunk_tokens = o.chunk_tokens;
     pp.kv_type = cp.kv_type;
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
-    if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir); goto done; }
+    if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir ? o.cache_dir : "redis"); goto done; }
     kvs_model_info info;
     kvs_model_get_info(model, &info);
     int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
@@ -244,8 +252,9 @@ int cmd_warm(int argc, char **argv) {
     }
     rc = 0;
 done:
-    kvs_cache_free(cache);
+    kvs_cache_free(cache); /* with Redis: waits (bounded) for the queued writes */
     kvs_context_free(ctx);
     kvs_model_free(model);
+    cli_redis_free(&o.redis);
     return rc;
 }

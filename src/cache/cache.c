@@ -103,6 +103,7 @@ void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->disk_foreign = s.disk_foreign;
     st->disk_missing = s.disk_missing;
     st->disk_orphans = s.disk_orphans;
+    kvs_cache_redis_stats(c, st);
 }
 
 /* --- listing ---------------------------------------------------------------------- */

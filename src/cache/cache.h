@@ -17,6 +17,7 @@
 #define KVS_REUSE_CACHE_H
 
 #include "kv/store.h"
+#include "kv/tier.h"
 #include "kvstitch.h"
 
 struct kvs_cache {
@@ -26,7 +27,11 @@ struct kvs_cache {
     int chunk_tokens;
     kvs_store *store;
     char *dir;          /* NULL: memory only */
+    kvs_tier *redis;    /* the Redis tier, NULL if none (owned by the store) */
 };
+
+/* The Redis tier's counters into st (cache_redis.c; no-op without one). */
+void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st);
 
 /* A view of the context's KV buffer for src/kv/. The two pointer arrays are
  * malloc'd: release with kvs_reuse_view_free. */

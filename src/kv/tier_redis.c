@@ -265,10 +265,11 @@ static int redis_clear(kvs_tier *t, uint64_t *n_removed) {
 }
 
 typedef struct list_ctx {
-    kvs_tier_visit_fn fn;
+    kvs_redis_visit_fp_fn fn;
     void *user;
     int stop;
     int st;
+    uint64_t *n_bad;
 } list_ctx;
 
 static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
@@ -288,15 +289,21 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
     for (size_t i = 0; ok && i < keys->elements; i++) {
         redisReply *len = NULL, *head = NULL;
         ok = redisGetReply(ctx, (void **)&len) == REDIS_OK && redisGetReply(ctx, (void **)&head) == REDIS_OK;
+        /* a key deleted between SCAN and here reads as "" : not counted */
         if (ok && !x->stop && len->type == REDIS_REPLY_INTEGER && head->type == REDIS_REPLY_STRING && head->len) {
-            kvs_rv_expect e = {&rt->fp, &rt->shape, NULL, rt->max_value_bytes};
+            kvs_rv_expect e = {rt->any_model ? NULL : &rt->fp, rt->any_model ? NULL : &rt->shape, NULL,
+                               rt->max_value_bytes};
             kvs_chunk *chunk;
+            kvs_key vfp;
             kvs_disk_verdict v;
             if (kvs_rv_decode_header((const uint8_t *)head->str, (size_t)head->len, (size_t)len->integer, &e,
-                                     keys->element[i]->str, &chunk, NULL, &v) == KVS_OK)
-                x->stop = x->fn(x->user, chunk);
+                                     keys->element[i]->str, &chunk, &vfp, &v) == KVS_OK)
+                x->stop = x->fn(x->user, chunk, &vfp, (uint64_t)len->integer);
             else if (v == KVS_DISK_FOREIGN) atomic_fetch_add(&rt->foreign, 1);
-            else atomic_fetch_add(&rt->bad, 1);
+            else {
+                atomic_fetch_add(&rt->bad, 1);
+                if (x->n_bad) (*x->n_bad)++;
+            }
         }
         if (len) freeReplyObject(len);
         if (head) freeReplyObject(head);
@@ -306,10 +313,25 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
     return !ok || x->stop;
 }
 
-static int redis_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
-    list_ctx x = {fn, user, 0, KVS_OK};
+int kvs_redis_tier_scan_fp(kvs_tier *t, kvs_redis_visit_fp_fn fn, void *user, uint64_t *n_bad) {
+    list_ctx x = {fn, user, 0, KVS_OK, n_bad};
     int st = scan_keys(impl(t), list_batch, &x);
     return st ? st : x.st;
+}
+
+typedef struct visit_adapter {
+    kvs_tier_visit_fn fn;
+    void *user;
+} visit_adapter;
+
+static int visit_without_fp(void *user, kvs_chunk *chunk, const kvs_key *fp, uint64_t value_bytes) {
+    visit_adapter *a = user;
+    return a->fn(a->user, chunk);
+}
+
+static int redis_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
+    visit_adapter a = {fn, user};
+    return kvs_redis_tier_scan_fp(t, visit_without_fp, &a, NULL);
 }
 
 /* --- stats / put / close --------------------------------------------------------------- */
@@ -365,8 +387,8 @@ void kvs_redis_tier_default_params(kvs_redis_tier_params *p) {
 
 int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const kvs_kv_shape *shape,
                         kvs_tier **out) {
-    if (!p || !fp || !shape || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_redis_tier_open: NULL argument");
-    int st = kvs_kv_shape_check(shape);
+    if (!p || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_redis_tier_open: NULL argument");
+    int st = !fp && !shape ? KVS_OK : !fp || !shape ? kvs_error(KVS_ERR_INVALID_ARG, "kvs_redis_tier_open: fingerprint and shape go together") : kvs_kv_shape_check(shape);
     if (st) return st;
     if ((unsigned)p->codec >= KVS_RV_CODEC_COUNT)
         return kvs_error(KVS_ERR_INVALID_ARG, "redis tier: unknown codec %d", (int)p->codec);
@@ -376,11 +398,16 @@ int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const
     if (p->timeout_ms > 0) rt->policy.timeout_ms = p->timeout_ms;
     if (p->breaker_failures > 0) rt->policy.breaker_failures = p->breaker_failures;
     if (p->breaker_open_ms > 0) rt->policy.breaker_open_ms = p->breaker_open_ms;
-    rt->fp = *fp;
-    rt->shape = *shape;
-    char hex[65];
-    kvs_key_to_hex(fp, hex);
-    snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:%.16s:", hex);
+    if (fp) {
+        rt->fp = *fp;
+        rt->shape = *shape;
+        char hex[65];
+        kvs_key_to_hex(fp, hex);
+        snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:%.16s:", hex);
+    } else {
+        rt->any_model = 1; /* listing and clearing every model's keys */
+        snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:");
+    }
     rt->max_value_bytes = p->max_value_bytes ? p->max_value_bytes : (size_t)64 << 20;
     rt->codec = p->codec;
     rt->level = p->level ? p->level : KVS_RV_ZSTD_LEVEL_DEFAULT;

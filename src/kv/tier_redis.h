@@ -57,11 +57,17 @@ typedef struct kvs_redis_tier_params {
 
 void kvs_redis_tier_default_params(kvs_redis_tier_params *p);
 
-/* Opens the tier for one fingerprint + KV shape. Fails only for bad
+/* Opens the tier for one fingerprint + KV shape (both NULL: every model's
+ * keys, for scan and clear only: `cache ls/clear` without a model). Fails only for bad
  * parameters (a malformed URL, an unreadable password file): an unreachable
  * Redis opens fine and behaves as an empty tier until it answers. */
 int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fingerprint, const kvs_kv_shape *shape,
                         kvs_tier **out);
+
+/* scan with each value's fingerprint and size (for listing every model).
+ * *n_bad (optional) += values whose header fails its checks. */
+typedef int (*kvs_redis_visit_fp_fn)(void *user, kvs_chunk *chunk, const kvs_key *fp, uint64_t value_bytes);
+int kvs_redis_tier_scan_fp(kvs_tier *t, kvs_redis_visit_fp_fn fn, void *user, uint64_t *n_bad);
 
 /* Redis-specific counters (tier stats have the common ones). */
 typedef struct kvs_redis_tier_stats {
