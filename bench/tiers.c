@@ -31,22 +31,8 @@
 #include "kv/redis_value.h"
 #include "kv/tier_redis.h"
 #include "kvstitch.h"
+#include "bench_util.h"
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Real prose tokens: the MuSiQue file's text from byte `from` (the JSON
  * punctuation does not matter for timing or compression). */
@@ -117,15 +103,15 @@ static void bench_codecs(const kvs_key *fp, const chunk_list *l, int reps) {
         int ok = 1;
         for (int r = 0; r < reps; r++) {
             enc = 0;
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             for (int i = 0; i < l->n; i++) {
                 free(v[i]);
                 v[i] = NULL;
                 kvs_rv_encode(fp, l->c[i], cases[k].codec, cases[k].level, &v[i], &len[i]);
                 enc += len[i];
             }
-            te[r] = now_ms() - t0;
-            t0 = now_ms();
+            te[r] = bench_now_ms() - t0;
+            t0 = bench_now_ms();
             for (int i = 0; i < l->n; i++) {
                 kvs_chunk *d = NULL;
                 kvs_rv_expect x = {fp, &l->c[i]->shape, &l->c[i]->prefix_key, 0};
@@ -133,13 +119,13 @@ static void bench_codecs(const kvs_key *fp, const chunk_list *l, int reps) {
                       !memcmp(d->kv, l->c[i]->kv, d->kv_bytes);
                 kvs_chunk_unref(d);
             }
-            td[r] = now_ms() - t0;
+            td[r] = bench_now_ms() - t0;
         }
         char name[32];
         snprintf(name, sizeof name, "%s%s", kvs_rv_codec_name(cases[k].codec),
                  cases[k].codec == KVS_RV_CODEC_RAW ? "" : cases[k].level == 1 ? " -1" : " -3");
         printf("%-16s %6.3fx %12.0f %12.0f%s\n", name, (double)l->raw_bytes / (double)enc,
-               l->raw_bytes / 1e3 / median(te, reps), l->raw_bytes / 1e3 / median(td, reps), ok ? "" : "  DECODE FAILED");
+               l->raw_bytes / 1e3 / bench_median(te, reps), l->raw_bytes / 1e3 / bench_median(td, reps), ok ? "" : "  DECODE FAILED");
     }
     for (int i = 0; i < l->n; i++) free(v[i]);
     free(v);
@@ -169,20 +155,20 @@ static void bench_get_set(const kvs_key *fp, const chunk_list *l, int port, int 
         int served = 0;
         for (int r = 0; r < reps; r++) {
             t->ops->clear(t, NULL);
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             for (int i = 0; i < l->n; i++) t->ops->put(t, l->c[i]);
             kvs_redis_tier_flush(t, 60000);
-            ts[r] = now_ms() - t0;
-            t0 = now_ms();
+            ts[r] = bench_now_ms() - t0;
+            t0 = bench_now_ms();
             t->ops->get_many(t, keys, l->n, out);
-            tg[r] = now_ms() - t0;
+            tg[r] = bench_now_ms() - t0;
             served = 0;
             for (int i = 0; i < l->n; i++) {
                 served += out[i] && !memcmp(out[i]->kv, l->c[i]->kv, l->c[i]->kv_bytes);
                 kvs_chunk_unref(out[i]);
             }
         }
-        double mts = median(ts, reps), mtg = median(tg, reps);
+        double mts = bench_median(ts, reps), mtg = bench_median(tg, reps);
         printf("%-16s %10.0f %10.0f %10.1f%s\n", kvs_rv_codec_name(cases[k].codec), l->raw_bytes / 1e3 / mts,
                l->raw_bytes / 1e3 / mtg, mtg, served == l->n ? "" : "  NOT ALL SERVED");
         t->ops->clear(t, NULL);
@@ -325,7 +311,7 @@ int main(int argc, char **argv) {
             if (k > 0) kvs_cache_free(c);
         }
     }
-    double cold = median(t_cold, reps);
+    double cold = bench_median(t_cold, reps);
     printf("\nTTFT of a %d-token prompt sharing its first %d tokens (95%%) with a cached one; medians of %d:\n", n,
            shared_n, reps);
     printf("%-10s %7s %10s %8s %12s %9s %6s\n", "source", "cached", "TTFT ms", "speedup", "assemble ms", "overhead",
@@ -334,7 +320,7 @@ int main(int argc, char **argv) {
     const char *names[4] = {"RAM", "dir", "redis", "cluster"};
     int all_exact = 1;
     for (int k = 0; k < 1 + n_tc; k++) {
-        double w = median(t_w[k], reps), as = median(t_asm[k], reps);
+        double w = bench_median(t_w[k], reps), as = bench_median(t_asm[k], reps);
         printf("%-10s %7d %10.1f %7.1fx %12.1f %8.1f%% %6s\n", names[k], cached[k], w, cold / w, as, 100 * as / w,
                exact[k] ? "yes" : "NO");
         all_exact &= exact[k];

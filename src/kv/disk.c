@@ -1,6 +1,7 @@
 #include "kv/disk.h"
 
 #include "base/error.h"
+#include "base/le.h"
 #include "base/sha256.h"
 #include "kv/checksum.h"
 #include "kv/keys.h"
@@ -28,24 +29,6 @@ const char *kvs_disk_verdict_name(kvs_disk_verdict v) {
     return (unsigned)v < KVS_DISK_VERDICT_COUNT ? verdict_names[v] : "?";
 }
 
-/* --- little-endian fields -------------------------------------------------- */
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 size_t kvs_disk_header_bytes(int n_tok) {
     size_t raw = KVS_DISK_FIXED_BYTES + (size_t)n_tok * 4 + 32;
@@ -107,24 +90,24 @@ int kvs_disk_path(const char *dir, const kvs_key *k, char *buf, size_t cap) {
 void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
     memset(h, 0, hbytes);
     memcpy(h, KVS_DISK_MAGIC, 4);
-    put32(h + 4, KVS_DISK_VERSION);
-    put32(h + 8, (uint32_t)hbytes);
-    put32(h + 12, 0);
+    kvs_put_le32(h + 4, KVS_DISK_VERSION);
+    kvs_put_le32(h + 8, (uint32_t)hbytes);
+    kvs_put_le32(h + 12, 0);
     memcpy(h + 16, fp->b, 32);
     memcpy(h + 48, c->prefix_key.b, 32);
     memcpy(h + 80, c->content_key.b, 32);
     memcpy(h + 112, c->parent_key.b, 32);
-    put32(h + 144, (uint32_t)c->shape.dtype);
-    put32(h + 148, (uint32_t)c->shape.n_layer);
-    put32(h + 152, (uint32_t)c->shape.n_kv_head);
-    put32(h + 156, (uint32_t)c->shape.head_dim);
-    put32(h + 160, (uint32_t)c->n_tok);
-    put32(h + 164, (uint32_t)c->pos0);
-    put64(h + 168, (uint64_t)c->created_ns);
-    put64(h + 176, (uint64_t)c->kv_bytes);
-    put64(h + 184, sum);
+    kvs_put_le32(h + 144, (uint32_t)c->shape.dtype);
+    kvs_put_le32(h + 148, (uint32_t)c->shape.n_layer);
+    kvs_put_le32(h + 152, (uint32_t)c->shape.n_kv_head);
+    kvs_put_le32(h + 156, (uint32_t)c->shape.head_dim);
+    kvs_put_le32(h + 160, (uint32_t)c->n_tok);
+    kvs_put_le32(h + 164, (uint32_t)c->pos0);
+    kvs_put_le64(h + 168, (uint64_t)c->created_ns);
+    kvs_put_le64(h + 176, (uint64_t)c->kv_bytes);
+    kvs_put_le64(h + 184, sum);
     uint8_t *t = h + KVS_DISK_FIXED_BYTES;
-    for (int i = 0; i < c->n_tok; i++) put32(t + 4 * (size_t)i, (uint32_t)c->tokens[i]);
+    for (int i = 0; i < c->n_tok; i++) kvs_put_le32(t + 4 * (size_t)i, (uint32_t)c->tokens[i]);
     size_t covered = KVS_DISK_FIXED_BYTES + (size_t)c->n_tok * 4;
     kvs_sha256_digest(h, covered, h + covered);
 }
@@ -203,23 +186,23 @@ int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *wh
     memset(hd, 0, sizeof *hd);
     if (got >= 4 && memcmp(fixed, KVS_DISK_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch cache entry (bad magic)", what);
     if (got < KVS_DISK_FIXED_BYTES) FAIL(KVS_DISK_TRUNCATED, "%s: truncated header (%zu bytes)", what, got);
-    uint32_t version = get32(fixed + 4);
+    uint32_t version = kvs_get_le32(fixed + 4);
     if (version != KVS_DISK_VERSION)
         FAIL(KVS_DISK_BAD_VERSION, "%s: cache entry version %u, this build reads %u", what, version, KVS_DISK_VERSION);
     memcpy(hd->fp.b, fixed + 16, 32);
     memcpy(hd->prefix.b, fixed + 48, 32);
     memcpy(hd->content.b, fixed + 80, 32);
     memcpy(hd->parent.b, fixed + 112, 32);
-    hd->shape.dtype = (kvs_kv_type)get32(fixed + 144);
-    hd->shape.n_layer = (int32_t)get32(fixed + 148);
-    hd->shape.n_kv_head = (int32_t)get32(fixed + 152);
-    hd->shape.head_dim = (int32_t)get32(fixed + 156);
-    hd->n_tok = (int32_t)get32(fixed + 160);
-    hd->pos0 = (int32_t)get32(fixed + 164);
-    hd->created_ns = (int64_t)get64(fixed + 168);
-    hd->payload_bytes = get64(fixed + 176);
-    hd->payload_sum = get64(fixed + 184);
-    hd->header_bytes = get32(fixed + 8);
+    hd->shape.dtype = (kvs_kv_type)kvs_get_le32(fixed + 144);
+    hd->shape.n_layer = (int32_t)kvs_get_le32(fixed + 148);
+    hd->shape.n_kv_head = (int32_t)kvs_get_le32(fixed + 152);
+    hd->shape.head_dim = (int32_t)kvs_get_le32(fixed + 156);
+    hd->n_tok = (int32_t)kvs_get_le32(fixed + 160);
+    hd->pos0 = (int32_t)kvs_get_le32(fixed + 164);
+    hd->created_ns = (int64_t)kvs_get_le64(fixed + 168);
+    hd->payload_bytes = kvs_get_le64(fixed + 176);
+    hd->payload_sum = kvs_get_le64(fixed + 184);
+    hd->header_bytes = kvs_get_le32(fixed + 8);
     if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > (1 << 24) || hd->pos0 < 0 ||
         hd->header_bytes != kvs_disk_header_bytes(hd->n_tok) ||
         hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok))
@@ -240,7 +223,7 @@ int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_head
         if (h[i]) FAIL(KVS_DISK_BAD_HEADER, "%s: nonzero header padding at byte %zu", what, i);
     hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
     if (!hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", what);
-    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)get32(h + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
+    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)kvs_get_le32(h + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
     /* The keys must be those of the tokens: a header that was rewritten by
      * hand, or damaged before its digest was computed, is caught here. */
     kvs_key k;

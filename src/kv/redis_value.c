@@ -2,29 +2,13 @@
 #include "kv/redis_value.h"
 
 #include "base/error.h"
+#include "base/le.h"
 #include "kv/checksum.h"
 #include "kv/keys.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* --- byte planes ------------------------------------------------------------ */
 
@@ -136,11 +120,11 @@ int kvs_rv_encode(const kvs_key *fp, const kvs_chunk *c, kvs_rv_codec codec, int
         return kvs_error(KVS_ERR_NOMEM, "redis value: %s encoding of %zu bytes failed", row->name, c->kv_bytes);
     }
     memcpy(v, KVS_RV_MAGIC, 4);
-    put32(v + 4, KVS_RV_VERSION);
-    put32(v + 8, (uint32_t)codec);
-    put32(v + 12, 0);
-    put64(v + 16, enc_len);
-    put64(v + 24, kvs_checksum64(enc, enc_len, 0));
+    kvs_put_le32(v + 4, KVS_RV_VERSION);
+    kvs_put_le32(v + 8, (uint32_t)codec);
+    kvs_put_le32(v + 12, 0);
+    kvs_put_le64(v + 16, enc_len);
+    kvs_put_le64(v + 24, kvs_checksum64(enc, enc_len, 0));
     kvs_disk_header_build(v + KVS_RV_PREFIX_BYTES, hb, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
     *out = v;
     *out_len = KVS_RV_PREFIX_BYTES + hb + enc_len;
@@ -165,13 +149,13 @@ static int parse_header(const uint8_t *v, size_t len, size_t total_len, const kv
         FAIL(KVS_DISK_BAD_HEADER, "%s: %zu bytes, over the %zu-byte limit", what, total_len, x->max_bytes);
     if (len >= 4 && memcmp(v, KVS_RV_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch value (bad magic)", what);
     if (len < KVS_RV_PREFIX_BYTES) FAIL(KVS_DISK_TRUNCATED, "%s: truncated (%zu bytes)", what, len);
-    if (get32(v + 4) != KVS_RV_VERSION)
-        FAIL(KVS_DISK_BAD_VERSION, "%s: value version %u, this build reads %u", what, get32(v + 4), KVS_RV_VERSION);
-    if (get32(v + 8) >= KVS_RV_CODEC_COUNT || get32(v + 12))
-        FAIL(KVS_DISK_BAD_HEADER, "%s: unknown codec %u", what, get32(v + 8));
+    if (kvs_get_le32(v + 4) != KVS_RV_VERSION)
+        FAIL(KVS_DISK_BAD_VERSION, "%s: value version %u, this build reads %u", what, kvs_get_le32(v + 4), KVS_RV_VERSION);
+    if (kvs_get_le32(v + 8) >= KVS_RV_CODEC_COUNT || kvs_get_le32(v + 12))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: unknown codec %u", what, kvs_get_le32(v + 8));
     int rc = kvs_disk_header_parse_fixed(v + KVS_RV_PREFIX_BYTES, len - KVS_RV_PREFIX_BYTES, what, hd, verdict);
     if (rc) return rc;
-    uint64_t enc_bytes = get64(v + 16);
+    uint64_t enc_bytes = kvs_get_le64(v + 16);
     if (total_len < KVS_RV_PREFIX_BYTES + hd->header_bytes ||
         enc_bytes != total_len - KVS_RV_PREFIX_BYTES - hd->header_bytes)
         FAIL(KVS_DISK_TRUNCATED, "%s: %zu bytes, its header says %llu", what, total_len,
@@ -238,11 +222,11 @@ int kvs_rv_decode(const uint8_t *v, size_t len, const kvs_rv_expect *expect, con
     if (rc) return rc;
     const uint8_t *enc = v + KVS_RV_PREFIX_BYTES + hd.header_bytes;
     size_t enc_len = len - KVS_RV_PREFIX_BYTES - hd.header_bytes;
-    if (kvs_checksum64(enc, enc_len, 0) != get64(v + 24))
+    if (kvs_checksum64(enc, enc_len, 0) != kvs_get_le64(v + 24))
         FAIL(KVS_DISK_BAD_PAYLOAD, "%s: encoded payload checksum mismatch", what);
     if (chunk_from_header(&hd, 1, &c)) FAIL(KVS_DISK_IO, "%s: out of memory for %llu bytes", what,
                                             (unsigned long long)hd.payload_bytes);
-    const codec_row *row = &codecs[get32(v + 8)];
+    const codec_row *row = &codecs[kvs_get_le32(v + 8)];
     if (row->decode(c->kv, c->kv_bytes, enc, enc_len, kvs_kv_dtype_size(hd.shape.dtype)))
         FAIL(KVS_DISK_BAD_PAYLOAD, "%s: %s payload does not decode to %llu bytes", what, row->name,
              (unsigned long long)hd.payload_bytes);

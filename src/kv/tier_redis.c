@@ -225,6 +225,14 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
     return st;
 }
 
+/* The rd connection of node, or NULL with *st set to an error naming it. */
+static redisContext *acquire_node(redis_tier *rt, int node, kvs_redis_conn **c, int *st) {
+    *c = &rt->nodes.node[node]->rd;
+    redisContext *ctx = kvs_redis_conn_acquire(*c);
+    if (!ctx) *st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", (*c)->host, (*c)->port);
+    return ctx;
+}
+
 typedef struct clear_ctx {
     uint64_t removed;
     int st;
@@ -232,12 +240,9 @@ typedef struct clear_ctx {
 
 static int clear_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
     clear_ctx *x = user;
-    kvs_redis_conn *c = &rt->nodes.node[node]->rd;
-    redisContext *ctx = kvs_redis_conn_acquire(c);
-    if (!ctx) {
-        x->st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", c->host, c->port);
-        return 1;
-    }
+    kvs_redis_conn *c;
+    redisContext *ctx = acquire_node(rt, node, &c, &x->st);
+    if (!ctx) return 1;
     int ok = 1;
     for (size_t i = 0; ok && i < keys->elements; i++) {
         const char *argv[2] = {"DEL", keys->element[i]->str};
@@ -274,12 +279,9 @@ typedef struct list_ctx {
 
 static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
     list_ctx *x = user;
-    kvs_redis_conn *c = &rt->nodes.node[node]->rd;
-    redisContext *ctx = kvs_redis_conn_acquire(c);
-    if (!ctx) {
-        x->st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", c->host, c->port);
-        return 1;
-    }
+    kvs_redis_conn *c;
+    redisContext *ctx = acquire_node(rt, node, &c, &x->st);
+    if (!ctx) return 1;
     int ok = 1;
     for (size_t i = 0; ok && i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
