@@ -127,29 +127,18 @@ static void bench_radix(int runs, int n_paths) {
 
 /* Engine-shaped KV buffer: per layer K and V of (n_kv_head, n_ctx, head_dim). */
 typedef struct kvbuf {
-    void *k[64], *v[64];
-    kvs_kv_view view;
+    kvs_kv_buffer view;
 } kvbuf;
 
 static void kvbuf_init(kvbuf *b, const kvs_kv_shape *s, int n_ctx, int fill) {
-    size_t bytes = (size_t)s->n_kv_head * (size_t)n_ctx * (size_t)s->head_dim * kvs_kv_dtype_size(s->dtype);
-    for (int l = 0; l < s->n_layer; l++) {
-        b->k[l] = aligned_alloc(64, bytes);
-        b->v[l] = aligned_alloc(64, bytes);
-        uint64_t *pk = b->k[l], *pv = b->v[l];
-        for (size_t i = 0; i < bytes / 8; i++) {
-            pk[i] = fill ? rnd() : 0;
-            pv[i] = fill ? rnd() : 0;
-        }
-    }
-    b->view = (kvs_kv_view){*s, n_ctx, b->k, b->v};
+    if (kvs_kv_buffer_init(&b->view, s->n_layer, s->n_kv_head, n_ctx, s->head_dim, s->dtype)) abort();
+    uint64_t *p = b->view.data;
+    for (size_t i = 0; fill && i < kvs_kv_buffer_bytes(&b->view) / 8; i++) p[i] = rnd();
 }
 
 static void kvbuf_free(kvbuf *b, int n_layer) {
-    for (int l = 0; l < n_layer; l++) {
-        free(b->k[l]);
-        free(b->v[l]);
-    }
+    (void)n_layer;
+    kvs_kv_buffer_release(&b->view);
 }
 
 static int rm_tree(const char *dir) {

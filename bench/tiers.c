@@ -127,6 +127,7 @@ static void bench_codecs(const kvs_key *fp, const chunk_list *l, int reps) {
         printf("%-16s %6.3fx %12.0f %12.0f%s\n", name, (double)l->raw_bytes / (double)enc,
                l->raw_bytes / 1e3 / bench_median(te, reps), l->raw_bytes / 1e3 / bench_median(td, reps), ok ? "" : "  DECODE FAILED");
     }
+    fflush(stdout);
     for (int i = 0; i < l->n; i++) free(v[i]);
     free(v);
     free(len);
@@ -174,6 +175,7 @@ static void bench_get_set(const kvs_key *fp, const chunk_list *l, int port, int 
         t->ops->clear(t, NULL);
         kvs_tier_close(t);
     }
+    fflush(stdout);
     free(ts);
     free(tg);
     free(keys);
@@ -234,6 +236,7 @@ int main(int argc, char **argv) {
     memcpy(b + shared_n, other, (size_t)(n - shared_n) * sizeof *b);
     if (b[shared_n] == a[shared_n]) b[shared_n] = (b[shared_n] + 1) % 40000;
 
+    fflush(stdout);
     /* A's chunks, in memory: the real KV for the codec figures. */
     kvs_cache *mem = NULL;
     kvs_cache_params pm = kvs_cache_default_params();

@@ -249,7 +249,9 @@ typedef struct kvs_generate_result {
     int32_t *chunk_ends;  /* (n_chunks) end index of each chunk the prompt is cut into, ascending,
                            * the last = n_prompt (malloc'd) */
     int n_chunks;
-    int n_chunks_stored;  /* chunks of the prompt newly stored by this request */
+    int n_chunks_stored;  /* chunks of the prompt newly stored by this request (with a cache dir:
+                           * written to it; a failed write is not counted) */
+    int n_write_errors;   /* chunks whose write to the cache dir failed (kept in memory only) */
     /* Non-prefix reuse (kvs_generate_segments; zero elsewhere). */
     int n_moved;          /* document tokens whose KV came from cached documents, moved into place */
     int n_recomputed;     /* tokens the repair strategy recomputed (full: every document token) */
@@ -308,6 +310,10 @@ typedef struct kvs_cache_params {
     kvs_kv_type kv_type;   /* KV dtype; must equal the kv_type of the contexts used with
                             * this cache (default KVS_KV_F16) */
     int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */
+    uint64_t cache_max_bytes; /* bound on cache_dir's entry bytes, kept by every process that
+                            * writes there (least recently used entries evicted); 0 = default:
+                            * half of the space free for the cache at open ((its bytes +
+                            * the file system's available bytes) / 2) */
     /* A shared tier on Redis below RAM and the cache dir (README "Redis tier"): chunks are
      * looked up there (one pipelined round trip per node) and written asynchronously
      * (bounded queue; dropped and counted when full). An unreachable, slow or broken Redis
@@ -358,6 +364,9 @@ typedef struct kvs_cache_stats {
     uint64_t disk_foreign;     /* entries of another model / KV dtype: skipped */
     uint64_t disk_missing;     /* entries that vanished before they could be read */
     uint64_t disk_orphans;     /* entries whose parent chain is missing (not prefix-reachable) */
+    uint64_t dir_max_bytes;    /* the cache dir's byte bound in force (0 without a dir) */
+    uint64_t tier_key_hits;    /* chunks a tier served by key that were not indexed (another
+                                * process wrote them since open) */
     /* The Redis tier (all 0 without one). */
     uint64_t redis_gets, redis_hits;      /* chunks asked of Redis, served by it */
     uint64_t redis_get_bytes;             /* KV bytes served */
@@ -407,8 +416,13 @@ typedef struct kvs_cache_dir_stats {
     uint64_t bytes;          /* their file bytes */
     uint64_t models;         /* distinct fingerprints among them */
     uint64_t damaged;        /* files that fail a check: bad magic/version/header, truncated */
-    uint64_t unreadable;     /* read errors */
+    uint64_t unreadable;     /* read errors, and non-regular files (FIFOs...) in an entry's place */
     uint64_t tmp;            /* writers' temporary files */
+    uint64_t stale_tmp;      /* of which stale: their writer is gone (cache prune removes them) */
+    uint64_t unreachable;    /* valid entries whose parent chain is broken: no prompt reaches them
+                              * until the missing chunk is stored again (cache prune removes them) */
+    uint64_t unreachable_bytes;
+    uint64_t other_files;    /* files that are not the cache's (never touched) */
 } kvs_cache_dir_stats;
 
 /* Checks every entry header of dir (payload checksums are verified on use,
@@ -418,9 +432,30 @@ int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_c
 /* kvs_cache_dir_scan (without a callback) that also reads every payload and
  * verifies its checksum: damaged counts payload damage too. Reads all of dir. */
 int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
-/* Removes every entry file of dir (any model) and stale temporary files. */
+/* Removes every entry file of dir (any model) and stale temporary files:
+ * only files whose names and headers are the cache's own. */
 int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
 
+/* The default byte bound of dir (see kvs_cache_params.cache_max_bytes). */
+uint64_t kvs_cache_dir_default_max_bytes(const char *dir);
+
+typedef struct kvs_cache_prune_params {
+    uint64_t max_bytes;    /* evict least recently used entries down to this; 0 = no bound */
+    int64_t older_than_s;  /* remove entries not used for this many seconds; 0 = none */
+    int keep_unreachable;  /* 1: keep entries whose parent chain is broken (default 0: removed) */
+} kvs_cache_prune_params;
+
+typedef struct kvs_cache_prune_report {
+    uint64_t removed, removed_bytes; /* entries removed (by the bound, age or unreachable) */
+    uint64_t unreachable_removed;
+    uint64_t tmp_removed;            /* stale temporary files */
+    uint64_t entries, bytes;         /* what remains */
+} kvs_cache_prune_report;
+
+/* Reclaims space in dir (any model): unreachable entries, stale temporary
+ * files, then entries older than older_than_s, then least recently used
+ * ones down to max_bytes. Only the cache's own files are touched. */
+int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_cache_prune_report *r);
 /* The same on the Redis tier of params (redis_url or redis_cluster), without a
  * model: every kvstitch key ("kvs:*") of any model, found by SCAN on every
  * master (never KEYS, never FLUSHALL; other keys are never touched). scan:
@@ -472,7 +507,8 @@ typedef struct kvs_warm_report {
     int n_tokens;        /* tokens of the text / sequence */
     int chunk_tokens;    /* grid step */
     int n_chunks;        /* chunks it was cut into */
-    int n_stored;        /* chunks newly stored */
+    int n_stored;        /* chunks newly stored (with a cache dir: written to it) */
+    int n_write_errors;  /* chunks whose write to the cache dir failed (not in n_stored) */
     int n_existing;      /* chunks already cached */
     int n_cached;        /* tokens whose KV came from the cache (not recomputed) */
     int n_computed;      /* tokens run through the model */

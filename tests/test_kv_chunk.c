@@ -44,7 +44,7 @@ static void copy_roundtrip(kvs_kv_type dtype) {
     fake_kv_fill(src, toks, N);
     kvs_chunk *c;
     CHECK_EQ_INT(kvs_chunk_new(&s, 12, 1, &c), KVS_OK);
-    CHECK_EQ_INT(kvs_chunk_copy_from_kv(c, 0, 12, &src->view, 20), KVS_OK);
+    CHECK_EQ_INT(kvs_chunk_copy_from_kv(c, 0, 12, &src->kv, 20), KVS_OK);
     /* layout: element (l, half, h, t, d) at ((l*2 + half)*n_kv_head + h)*n_tok*head_dim + t*head_dim + d */
     size_t es = kvs_kv_dtype_size(dtype);
     int bad = 0;
@@ -63,22 +63,22 @@ static void copy_roundtrip(kvs_kv_type dtype) {
     CHECK((uint8_t *)kvs_chunk_layer_k(c, 2) == (uint8_t *)c->kv + (size_t)2 * 2 * 2 * 12 * 8 * es);
     CHECK((uint8_t *)kvs_chunk_layer_v(c, 2) == (uint8_t *)c->kv + (size_t)(2 * 2 + 1) * 2 * 12 * 8 * es);
     /* copy the middle 5 tokens back at slot 20 + 3: equal there, zero elsewhere */
-    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 3, 5, &dst->view, 23), KVS_OK);
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 3, 5, &dst->kv, 23), KVS_OK);
     CHECK(fake_kv_equal(src, dst, 23, 28));
     CHECK(fake_kv_is_zero(dst, 0, 23));
     CHECK(fake_kv_is_zero(dst, 28, NCTX));
     /* bounds and shape are checked, nothing is copied on error */
     fake_kv_zero(dst);
-    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 10, 3, &dst->view, 0), KVS_ERR_INVALID_ARG);
-    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 12, &dst->view, NCTX - 11), KVS_ERR_INVALID_ARG);
-    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, -1, 2, &dst->view, 0), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 10, 3, &dst->kv, 0), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 12, &dst->kv, NCTX - 11), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, -1, 2, &dst->kv, 0), KVS_ERR_INVALID_ARG);
     CHECK(fake_kv_is_zero(dst, 0, NCTX));
-    kvs_kv_view other = dst->view;
-    other.shape.head_dim = 4;
+    kvs_kv_buffer other = dst->kv;
+    other.head_dim = 4;
     CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 1, &other, 0), KVS_ERR_INVALID_ARG);
     kvs_chunk_unref(c);
     CHECK_EQ_INT(kvs_chunk_new(&s, 4, 0, &c), KVS_OK);
-    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 1, &dst->view, 0), KVS_ERR_INVALID_ARG); /* no payload */
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 1, &dst->kv, 0), KVS_ERR_INVALID_ARG); /* no payload */
     kvs_chunk_unref(c);
     fake_kv_free(src);
     fake_kv_free(dst);

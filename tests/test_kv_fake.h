@@ -19,8 +19,8 @@
 typedef struct fake_kv {
     kvs_kv_shape shape;
     int n_ctx;
-    void *k[64], *v[64]; /* (n_layer) (n_kv_head, n_ctx, head_dim) */
-    kvs_kv_view view;
+    void *k[64], *v[64]; /* (n_layer) layer planes inside kv: (n_kv_head, n_ctx, head_dim) */
+    kvs_kv_buffer kv;    /* the engine's KV buffer type */
 } fake_kv;
 
 static inline uint64_t fake_mix(uint64_t x) {
@@ -36,21 +36,20 @@ static inline fake_kv *fake_kv_new(kvs_kv_shape shape, int n_ctx) {
     fake_kv *f = calloc(1, sizeof *f);
     f->shape = shape;
     f->n_ctx = n_ctx;
-    size_t bytes = (size_t)shape.n_kv_head * (size_t)n_ctx * (size_t)shape.head_dim * kvs_kv_dtype_size(shape.dtype);
-    for (int l = 0; l < shape.n_layer; l++) {
-        f->k[l] = calloc(1, bytes);
-        f->v[l] = calloc(1, bytes);
+    if (kvs_kv_buffer_init(&f->kv, shape.n_layer, shape.n_kv_head, n_ctx, shape.head_dim, shape.dtype)) {
+        free(f);
+        return NULL;
     }
-    f->view = (kvs_kv_view){shape, n_ctx, f->k, f->v};
+    for (int l = 0; l < shape.n_layer; l++) {
+        f->k[l] = kvs_kv_k(&f->kv, l);
+        f->v[l] = kvs_kv_v(&f->kv, l);
+    }
     return f;
 }
 
 static inline void fake_kv_free(fake_kv *f) {
     if (!f) return;
-    for (int l = 0; l < f->shape.n_layer; l++) {
-        free(f->k[l]);
-        free(f->v[l]);
-    }
+    kvs_kv_buffer_release(&f->kv);
     free(f);
 }
 
@@ -131,7 +130,7 @@ static inline kvs_chunk *fake_chunk(const fake_kv *f, const kvs_key *fp, const k
     c->parent_key = *parent;
     kvs_key_prefix(parent, c->tokens, c->n_tok, &c->prefix_key);
     kvs_key_content(fp, c->tokens, c->n_tok, &c->content_key);
-    kvs_chunk_copy_from_kv(c, 0, c->n_tok, &f->view, start);
+    kvs_chunk_copy_from_kv(c, 0, c->n_tok, &f->kv, start);
     return c;
 }
 

@@ -240,12 +240,9 @@ TEST(test_other_fingerprint_same_shape_never_served) {
     int32_t pos[N_CTX];
     for (int i = 0; i < g_n; i++) pos[i] = i;
     CHECK_EQ_INT(kvs_decode(g_ctx, g_prompt, pos, g_n, NULL), KVS_OK);
-    kvs_kv_view view;
-    CHECK_EQ_INT(kvs_reuse_view(g_ctx, &view), KVS_OK);
     kvs_put_report rep;
-    CHECK_EQ_INT(kvs_store_put_prefix(s, g_prompt, g_n, 64, NULL, 0, &view, &rep), KVS_OK);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, g_prompt, g_n, 64, NULL, 0, kvs_context_kv(g_ctx), &rep), KVS_OK);
     CHECK_EQ_INT(rep.n_new, g_chunks);
-    kvs_reuse_view_free(&view);
     kvs_store_free(s);
     kvs_cache_stats st;
     CHECK_EQ_INT(generate_fresh(&st, "other fingerprint"), 0);

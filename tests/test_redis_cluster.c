@@ -114,10 +114,15 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     for (int i = 0; i < RT_CLUSTER_N && replica < 0; i++)
         if (!rt_is_master(s[i].port)) replica = i;
     CHECK(replica >= 0);
-    redisReply *x = rt_cmd(s[replica].port, "CLUSTER FAILOVER");
-    CHECK(x && x->type == REDIS_REPLY_STATUS);
-    if (x) freeReplyObject(x);
-    for (int i = 0; i < 100 && !rt_is_master(s[replica].port); i++) rt_sleep_ms(50);
+    /* the replica must be in sync first, or the manual failover never starts */
+    for (int i = 0; i < 300 && !rt_replica_in_sync(s[replica].port); i++) rt_sleep_ms(100);
+    redisReply *x = NULL;
+    for (int attempt = 0; attempt < 3 && !rt_is_master(s[replica].port); attempt++) {
+        x = rt_cmd(s[replica].port, "CLUSTER FAILOVER");
+        CHECK(x && x->type == REDIS_REPLY_STATUS);
+        if (x) freeReplyObject(x);
+        for (int i = 0; i < 200 && !rt_is_master(s[replica].port); i++) rt_sleep_ms(50);
+    }
     CHECK(rt_is_master(s[replica].port));
     rt_sleep_ms(200);
     CHECK_EQ_INT(served(t, c), N_CHUNKS);

@@ -358,6 +358,15 @@ static inline int rt_is_master(int port) {
     return m;
 }
 
+/* 1 if the replica at port has its link to the master up and synced. */
+static inline int rt_replica_in_sync(int port) {
+    redisReply *r = rt_cmd(port, "INFO replication");
+    int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up") &&
+             strstr(r->str, "master_sync_in_progress:0");
+    if (r) freeReplyObject(r);
+    return up;
+}
+
 /* "127.0.0.1:p1,127.0.0.1:p2,..." of the first n servers. */
 static inline void rt_seed_list(const rt_redis *s, int n, char *buf, size_t cap) {
     size_t o = 0;

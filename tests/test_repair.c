@@ -33,6 +33,7 @@
 #include "kvstitch.h"
 #include "cache/cache.h"
 #include "rag/segment_gen.h"
+#include "rag/repair/blend.h"
 
 #define N_DOCS 3
 #define N_GEN 4

@@ -36,7 +36,7 @@ static void make_tokens(int32_t *t, int n, uint64_t seed) {
 static kvs_put_report put(kvs_store *s, const int32_t *t, int n, fake_kv *scratch) {
     fake_kv_fill(scratch, t, n);
     kvs_put_report r;
-    CHECK_EQ_INT(kvs_store_put_prefix(s, t, n, 64, NULL, 0, &scratch->view, &r), KVS_OK);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, t, n, 64, NULL, 0, &scratch->kv, &r), KVS_OK);
     return r;
 }
 
@@ -47,7 +47,7 @@ static int reuse(kvs_store *s, const int32_t *t, int n, fake_kv *cold, fake_kv *
     if (kvs_store_lookup_prefix(s, t, n, &hit) != KVS_OK) return -1;
     fake_kv_fill(cold, t, n);
     fake_kv_zero(warm);
-    int ok = kvs_prefix_hit_copy_to_kv(&hit, &warm->view) == KVS_OK && fake_kv_equal(cold, warm, 0, hit.n_cached) &&
+    int ok = kvs_prefix_hit_copy_to_kv(&hit, &warm->kv) == KVS_OK && fake_kv_equal(cold, warm, 0, hit.n_cached) &&
              fake_kv_is_zero(warm, hit.n_cached, n);
     int at = 0;
     for (int i = 0; i < hit.n_segs; i++) { /* segments tile [0, n_cached) */
@@ -84,7 +84,7 @@ TEST(reuse_at_every_shared_length) {
         /* the one-call form gives the same bytes */
         fake_kv_zero(warm);
         kvs_prefix_hit hit;
-        CHECK_EQ_INT(kvs_store_lookup_into(s, b, NB, &warm->view, &hit), KVS_OK);
+        CHECK_EQ_INT(kvs_store_lookup_into(s, b, NB, &warm->kv, &hit), KVS_OK);
         CHECK(hit.n_cached == L && fake_kv_equal(cold, warm, 0, L) && fake_kv_is_zero(warm, L, NB));
         kvs_prefix_hit_release(&hit);
         /* asking for exactly the shared part */
@@ -143,7 +143,7 @@ TEST(segment_borders) {
     fake_kv_fill(f, t, 200);
     int borders[] = {30, 150};
     kvs_put_report r;
-    CHECK_EQ_INT(kvs_store_put_prefix(s, t, 200, 64, borders, 2, &f->view, &r), KVS_OK);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, t, 200, 64, borders, 2, &f->kv, &r), KVS_OK);
     /* [0,30) [30,64) [64,128) [128,150) [150,192) [192,200) */
     CHECK_EQ_INT(r.n_chunks, 6);
     CHECK_EQ_INT(r.partial_tail, 8);
@@ -285,7 +285,7 @@ TEST(descendants_of_evicted_chunk) {
     /* its KV is the cold KV of tokens [128, 192) */
     fake_kv_fill(cold, t, 192);
     fake_kv_zero(warm);
-    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 64, &warm->view, 128), KVS_OK);
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 64, &warm->kv, 128), KVS_OK);
     CHECK(fake_kv_equal(cold, warm, 128, 192));
     kvs_chunk_unref(c);
     kvs_put_report r = put(s, t, 192, f);
@@ -322,13 +322,13 @@ static void *reader(void *arg) {
         kvs_prefix_hit hit;
         fake_kv_zero(warm);
         int into = (rng >> 20) & 1; /* both lookup forms */
-        int rc = into ? kvs_store_lookup_into(shared, prompts[p], n, &warm->view, &hit)
+        int rc = into ? kvs_store_lookup_into(shared, prompts[p], n, &warm->kv, &hit)
                       : kvs_store_lookup_prefix(shared, prompts[p], n, &hit);
         if (rc != KVS_OK) {
             atomic_fetch_add(&mismatches, 1);
             continue;
         }
-        if ((!into && kvs_prefix_hit_copy_to_kv(&hit, &warm->view) != KVS_OK) ||
+        if ((!into && kvs_prefix_hit_copy_to_kv(&hit, &warm->kv) != KVS_OK) ||
             !fake_kv_equal(colds[p], warm, 0, hit.n_cached))
             atomic_fetch_add(&mismatches, 1);
         if (hit.n_cached) atomic_fetch_add(&served, 1);
@@ -373,7 +373,7 @@ static void concurrent(const char *dir) {
         rng = fake_mix(rng);
         int p = (int)(rng % NPROMPT);
         int n = 1 + (int)((rng >> 8) % PLEN);
-        if (kvs_store_put_prefix(shared, prompts[p], n, 64, NULL, 0, &colds[p]->view, NULL) != KVS_OK) errors++;
+        if (kvs_store_put_prefix(shared, prompts[p], n, 64, NULL, 0, &colds[p]->kv, NULL) != KVS_OK) errors++;
         if (it % 200 == 199) kvs_store_trim(shared, 0);
     }
     atomic_store(&stop_flag, 1);

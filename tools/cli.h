@@ -24,6 +24,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_parse_int(const char *opt, const char *s, int *out);
 int cli_parse_float(const char *opt, const char *s, float *out);
 int cli_parse_u64(const char *opt, const char *s, unsigned long long *out);
+/* A byte count: digits with an optional binary suffix K, M, G, T (KiB..., "B"
+ * optional), at least 1 (tools/cmd_cache.c). */
+int cli_parse_bytes(const char *opt, const char *s, unsigned long long *out);
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on error. */
 char *cli_read_file(const char *path, size_t *len);
 /* Tokenizes text into a malloc'd array; prints the error and returns NULL on failure. */

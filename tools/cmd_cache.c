@@ -1,32 +1,90 @@
-/* kvstitch cache stats|ls|clear: inspect and empty a prompt KV cache directory. */
+/* kvstitch cache stats|ls|clear|prune: inspect, bound and empty a prompt KV
+ * cache directory. */
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
 
 static const char *usage_text =
-    "usage: kvstitch cache (stats | ls | clear) --cache-dir DIR [-m MODEL] [--verify] [--json]\n"
+    "usage: kvstitch cache (stats | ls | clear | prune) --cache-dir DIR [options]\n"
     "       kvstitch cache (stats | ls | clear) (--redis URL | --redis-cluster LIST) [-m MODEL] [--json]\n"
     "  (on Redis: every kvstitch key, kvs:*, found by SCAN; clear deletes only those, never FLUSHALL;\n"
     "   with -m, ls shows only that model's chunks)\n"
-    "  stats                  entries, bytes, models, damaged files; with -m also this model's\n"
-    "                         view: its entries, prefix-reachable chunks, foreign/damaged/orphaned\n"
+    "  stats                  entries, bytes and the byte bound, models, damaged files,\n"
+    "                         unreachable entries and stale temporary files (what prune reclaims);\n"
+    "                         with -m also this model's view: its entries, prefix-reachable\n"
+    "                         chunks, foreign/damaged/orphaned\n"
     "  ls                     one line per chunk: key, position, tokens, bytes, created, model;\n"
     "                         with -m only this model's chunks, with their text\n"
-    "  clear                  remove every entry of DIR (all models)\n"
-    "  --cache-dir DIR        the cache directory\n"
+    "  clear                  remove every entry of DIR (all models; only the cache's own files)\n"
+    "  prune                  reclaim space: unreachable entries (their parent chunk is gone, no\n"
+    "                         prompt can use them), temporary files of writers that died, entries\n"
+    "                         unused for --older-than, then the least recently used down to\n"
+    "                         --max-bytes (only the cache's own files)\n"
+    "  --cache-dir DIR        the cache directory (must exist)\n"
     "  -m, --model PATH       GGUF file (stats, ls)\n"
     "  --verify               stats: also read every payload and check its checksum\n"
     "                         (otherwise payloads are checked when they are used)\n"
+    "  --max-bytes N          prune: bound on DIR's entry bytes (K/M/G/T suffixes)\n"
+    "  --older-than AGE       prune: remove entries unused for AGE (seconds, or with s/m/h/d)\n"
+    "  --cache-max-bytes N    stats: the bound to report (default: the one generate/warm use)\n"
     "  --json                 JSON output\n"
     CLI_REDIS_USAGE;
 
 typedef struct cache_opts {
     const char *verb, *dir, *model_path;
     int json, verify;
+    unsigned long long max_bytes, cache_max_bytes, older_than_s;
+    int has_max_bytes, has_older_than;
     cli_redis_opts redis;
 } cache_opts;
+
+int cli_parse_bytes(const char *opt, const char *s, unsigned long long *out) {
+    static const char units[] = "KMGT";
+    char *end;
+    errno = 0;
+    unsigned long long v = s && isdigit((unsigned char)*s) ? strtoull(s, &end, 10) : 0;
+    int ok = s && isdigit((unsigned char)*s) && !errno;
+    if (ok && *end) {
+        const char *u = strchr(units, toupper((unsigned char)*end));
+        int shift = u ? 10 * (int)(u - units + 1) : 0;
+        const char *rest = end + 1;
+        ok = u && (!*rest || !strcmp(rest, "B") || !strcmp(rest, "iB")) && v <= (~0ull >> shift);
+        if (ok) v <<= shift;
+    }
+    if (!ok || v == 0) {
+        fprintf(stderr, "kvstitch: %s expects a byte count >= 1 (digits, optional K/M/G/T suffix), got '%s'\n", opt,
+                s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Seconds, or digits with s/m/h/d. */
+static int parse_age(const char *opt, const char *s, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = s && isdigit((unsigned char)*s) ? strtoull(s, &end, 10) : 0;
+    unsigned long long mul = 0;
+    if (s && isdigit((unsigned char)*s) && !errno) {
+        if (!*end || !strcmp(end, "s")) mul = 1;
+        else if (!strcmp(end, "m")) mul = 60;
+        else if (!strcmp(end, "h")) mul = 3600;
+        else if (!strcmp(end, "d")) mul = 86400;
+    }
+    if (!mul || v == 0 || v > (1ull << 40) / mul) {
+        fprintf(stderr, "kvstitch: %s expects an age >= 1 (seconds, or digits with s/m/h/d), got '%s'\n", opt,
+                s ? s : "");
+        return -1;
+    }
+    *out = v * mul;
+    return 0;
+}
 
 static int parse(int argc, char **argv, cache_opts *o) {
     int rc;
@@ -46,20 +104,40 @@ static int parse(int argc, char **argv, cache_opts *o) {
         else if (!v) return cli_usage_error("cache", "unknown option or missing value: %s", a);
         else if (!strcmp(a, "--cache-dir")) o->dir = argv[++i];
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
+        else if (!strcmp(a, "--max-bytes")) {
+            if (cli_parse_bytes(a, argv[++i], &o->max_bytes)) return 2;
+            o->has_max_bytes = 1;
+        } else if (!strcmp(a, "--cache-max-bytes")) {
+            if (cli_parse_bytes(a, argv[++i], &o->cache_max_bytes)) return 2;
+        } else if (!strcmp(a, "--older-than")) {
+            if (parse_age(a, argv[++i], &o->older_than_s)) return 2;
+            o->has_older_than = 1;
+        }
         else return cli_usage_error("cache", "unknown option: %s", a);
     }
-    if (!o->verb) return cli_usage_error("cache", "give an action: stats, ls or clear");
-    if (strcmp(o->verb, "stats") && strcmp(o->verb, "ls") && strcmp(o->verb, "clear"))
-        return cli_usage_error("cache", "unknown action '%s' (stats, ls, clear)", o->verb);
+    if (!o->verb) return cli_usage_error("cache", "give an action: stats, ls, clear or prune");
+    if (strcmp(o->verb, "stats") && strcmp(o->verb, "ls") && strcmp(o->verb, "clear") && strcmp(o->verb, "prune"))
+        return cli_usage_error("cache", "unknown action '%s' (stats, ls, clear, prune)", o->verb);
     if (cli_redis_check("cache", &o->redis)) return 2;
     if (cli_redis_given(&o->redis)) {
         if (o->dir) return cli_usage_error("cache", "give --cache-dir or --redis / --redis-cluster, not both");
-        if (o->verify) return cli_usage_error("cache", "--verify is for --cache-dir (Redis values are verified on use)");
+        if (!strcmp(o->verb, "prune") || o->verify || o->has_max_bytes || o->has_older_than || o->cache_max_bytes)
+            return cli_usage_error("cache", "prune, --verify, --max-bytes, --older-than and --cache-max-bytes are for "
+                                   "--cache-dir (on Redis, maxmemory + allkeys-lru evicts; values are verified on use)");
         if (o->model_path && !strcmp(o->verb, "clear"))
             return cli_usage_error("cache", "clear removes the entries of every model; it takes no -m");
         return -1;
     }
     if (!o->dir || !*o->dir) return cli_usage_error("cache", "--cache-dir DIR (or --redis URL) is required");
+    struct stat sb;
+    if (stat(o->dir, &sb)) return cli_usage_error("cache", "--cache-dir %s: %s", o->dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return cli_usage_error("cache", "--cache-dir %s: not a directory", o->dir);
+    if ((o->has_max_bytes || o->has_older_than) && strcmp(o->verb, "prune"))
+        return cli_usage_error("cache", "--max-bytes and --older-than go with prune");
+    if (o->cache_max_bytes && strcmp(o->verb, "stats"))
+        return cli_usage_error("cache", "--cache-max-bytes goes with stats (prune takes --max-bytes)");
+    if (o->model_path && !strcmp(o->verb, "prune"))
+        return cli_usage_error("cache", "prune works on every model's entries; it takes no -m");
     if (o->verify && strcmp(o->verb, "stats")) return cli_usage_error("cache", "--verify goes with stats");
     if (o->model_path && !strcmp(o->verb, "clear"))
         return cli_usage_error("cache", "clear removes the entries of every model; it takes no -m");
@@ -174,21 +252,32 @@ static void print_rows(const rows *x, int json) {
 
 /* --- stats --------------------------------------------------------------------------- */
 
-static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, int json) {
+#define ULL(x) ((unsigned long long)(x))
+
+static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint64_t max_bytes, int json) {
     if (json) {
         printf("\"dir\": ");
         cli_json_string(stdout, dir, strlen(dir));
-        printf(", \"entries\": %llu, \"bytes\": %llu, \"models\": %llu, \"damaged\": %llu, \"unreadable\": %llu, "
-               "\"tmp_files\": %llu",
-               (unsigned long long)d->entries, (unsigned long long)d->bytes, (unsigned long long)d->models,
-               (unsigned long long)d->damaged, (unsigned long long)d->unreadable, (unsigned long long)d->tmp);
+        printf(", \"entries\": %llu, \"bytes\": %llu, \"max_bytes\": %llu, \"models\": %llu, \"damaged\": %llu, "
+               "\"unreadable\": %llu, \"tmp_files\": %llu, \"stale_tmp_files\": %llu, \"unreachable\": %llu, "
+               "\"unreachable_bytes\": %llu, \"other_files\": %llu",
+               ULL(d->entries), ULL(d->bytes), ULL(max_bytes), ULL(d->models), ULL(d->damaged), ULL(d->unreadable),
+               ULL(d->tmp), ULL(d->stale_tmp), ULL(d->unreachable), ULL(d->unreachable_bytes), ULL(d->other_files));
     } else {
         printf("cache dir:        %s\n", dir);
-        printf("entries:          %llu (%.1f MiB on disk) of %llu model%s\n", (unsigned long long)d->entries,
-               (double)d->bytes / (1 << 20), (unsigned long long)d->models, d->models == 1 ? "" : "s");
-        printf("damaged files:    %llu\n", (unsigned long long)d->damaged);
-        if (d->unreadable) printf("unreadable files: %llu\n", (unsigned long long)d->unreadable);
-        if (d->tmp) printf("temporary files:  %llu\n", (unsigned long long)d->tmp);
+        printf("entries:          %llu (%.1f MiB on disk) of %llu model%s\n", ULL(d->entries),
+               (double)d->bytes / (1 << 20), ULL(d->models), d->models == 1 ? "" : "s");
+        printf("byte bound:       %.1f MiB (%.0f%% used; least recently used entries are evicted beyond it)\n",
+               (double)max_bytes / (1 << 20), max_bytes ? 100.0 * (double)d->bytes / (double)max_bytes : 0.0);
+        printf("unreachable:      %llu entries, %.1f MiB (their parent chunk is gone: no prompt reaches them\n"
+               "                  until it is stored again; `cache prune` removes them)\n",
+               ULL(d->unreachable), (double)d->unreachable_bytes / (1 << 20));
+        printf("damaged files:    %llu (never served; dropped when a request meets them)\n", ULL(d->damaged));
+        if (d->unreadable) printf("unreadable files: %llu (read errors, or not regular files: left alone)\n", ULL(d->unreadable));
+        if (d->tmp)
+            printf("temporary files:  %llu, %llu stale (writers that died; `cache prune` removes them)\n", ULL(d->tmp),
+                   ULL(d->stale_tmp));
+        if (d->other_files) printf("other files:      %llu (not the cache's: never touched)\n", ULL(d->other_files));
     }
 }
 
@@ -203,8 +292,8 @@ static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, 
                (unsigned long long)s->disk_orphans, (unsigned long long)s->index_bytes);
     } else {
         printf("model fingerprint: %s\n", fp);
-        printf("  its entries:     %llu (%llu reachable by prefix, %llu orphaned)\n", (unsigned long long)s->entries,
-               (unsigned long long)s->prefix_reachable, (unsigned long long)s->disk_orphans);
+        printf("  its entries:     %llu (%llu reachable by prefix, %llu orphaned: parent chunk missing)\n",
+               ULL(s->entries), ULL(s->prefix_reachable), ULL(s->disk_orphans));
         printf("  other models':   %llu entries (never served to this model)\n",
                (unsigned long long)s->disk_foreign);
     }
@@ -306,6 +395,28 @@ int cmd_cache(int argc, char **argv) {
         return 0;
     }
 
+    if (!strcmp(o.verb, "prune")) {
+        kvs_cache_prune_params pp = {o.max_bytes, (int64_t)o.older_than_s, 0};
+        kvs_cache_prune_report r;
+        int st = kvs_cache_dir_prune(o.dir, &pp, &r);
+        if (st != KVS_OK) return cli_fail(st, o.dir);
+        if (o.json) {
+            printf("{\"removed\": %llu, \"removed_bytes\": %llu, \"unreachable_removed\": %llu, \"tmp_removed\": %llu, "
+                   "\"entries\": %llu, \"bytes\": %llu, \"dir\": ",
+                   ULL(r.removed), ULL(r.removed_bytes), ULL(r.unreachable_removed), ULL(r.tmp_removed), ULL(r.entries),
+                   ULL(r.bytes));
+            cli_json_string(stdout, o.dir, strlen(o.dir));
+            printf("}\n");
+        } else {
+            printf("removed %llu entr%s (%.1f MiB; %llu unreachable) and %llu stale temporary file%s from %s; "
+                   "%llu entries (%.1f MiB) remain\n",
+                   ULL(r.removed), r.removed == 1 ? "y" : "ies", (double)r.removed_bytes / (1 << 20),
+                   ULL(r.unreachable_removed), ULL(r.tmp_removed), r.tmp_removed == 1 ? "" : "s", o.dir,
+                   ULL(r.entries), (double)r.bytes / (1 << 20));
+        }
+        return 0;
+    }
+
     kvs_model *model = NULL;
     kvs_cache *cache = NULL;
     rows x;
@@ -319,6 +430,7 @@ int cmd_cache(int argc, char **argv) {
         }
         kvs_cache_params pp = kvs_cache_default_params();
         pp.cache_dir = o.dir;
+        pp.cache_max_bytes = o.cache_max_bytes;
         if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
     }
     if (!strcmp(o.verb, "ls")) {
@@ -333,7 +445,8 @@ int cmd_cache(int argc, char **argv) {
         st = o.verify ? kvs_cache_dir_verify(o.dir, &d) : kvs_cache_dir_scan(o.dir, NULL, NULL, &d);
         if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
         if (o.json) printf("{");
-        print_dir_stats(o.dir, &d, o.json);
+        uint64_t max_bytes = o.cache_max_bytes ? o.cache_max_bytes : kvs_cache_dir_default_max_bytes(o.dir);
+        print_dir_stats(o.dir, &d, max_bytes, o.json);
         if (cache) {
             kvs_cache_stats s;
             kvs_cache_get_stats(cache, &s);

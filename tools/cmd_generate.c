@@ -37,6 +37,8 @@ static const char *usage_text =
     "  --no-store             do not store the prompt's chunks\n"
     "  --chunk-tokens N       chunk size for new chunks (default 64)\n"
     "  --cache-budget MIB     memory for cached chunks (default: 1/4 of RAM)\n"
+    "  --cache-max-bytes N    bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+    "                         for the cache); least recently used entries are evicted\n"
     CLI_REDIS_USAGE
     "Documents (non-prefix reuse, RAG; with --cache-dir):\n"
     "  --doc FILE             a document (repeatable), laid out after the system message and before the\n"
@@ -82,6 +84,7 @@ static void json_number(double v) {
 typedef struct gen_opts {
     const char *model_path, *prompt, *file, *system, *cache_dir, *reuse;
     int n_predict, chat, json, n_threads, n_ctx, no_store, chunk_tokens, cache_budget_mib;
+    unsigned long long cache_max_bytes;
     kvs_sampler_params sp;
     const char *docs[MAX_DOCS], *doc_prefix;
     int n_docs, repair_opts; /* repair_opts: a repair option was given */
@@ -121,7 +124,7 @@ static void print_json(int n_prompt, const kvs_generate_result *r, const gen_opt
         json_number(r->assemble_ms);
         printf(", \"chunk_ends\": [");
         for (int i = 0; i < r->n_chunks; i++) printf(i ? ", %d" : "%d", r->chunk_ends[i]);
-        printf("], \"stored_chunks\": %d", r->n_chunks_stored);
+        printf("], \"stored_chunks\": %d, \"write_errors\": %d", r->n_chunks_stored, r->n_write_errors);
     }
     if (o->n_docs)
         printf(", \"moved_tokens\": %d, \"recomputed_tokens\": %d, \"recomputed_token_layers\": %ld, \"docs_hit\": %d, "
@@ -162,6 +165,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--reuse")) o->reuse = argv[++i];
         else if (!strcmp(a, "--chunk-tokens")) bad = cli_parse_int(a, argv[++i], &o->chunk_tokens);
         else if (!strcmp(a, "--cache-budget")) bad = cli_parse_int(a, argv[++i], &o->cache_budget_mib);
+        else if (!strcmp(a, "--cache-max-bytes")) bad = cli_parse_bytes(a, argv[++i], &o->cache_max_bytes);
         else if (!strcmp(a, "--doc")) {
             if (o->n_docs == MAX_DOCS) return cli_usage_error("generate", "at most %d documents", MAX_DOCS);
             o->docs[o->n_docs++] = argv[++i];
@@ -266,6 +270,9 @@ static void print_stats(int n, const kvs_generate_result *r, int cached) {
         fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
                 "ttft %.1f ms]\n", r->n_cached, n, 100.0 * r->cache_hit_ratio, r->n_live, r->n_chunks_stored,
                 r->ttft_ms);
+    if (cached && r->n_write_errors)
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                r->n_write_errors);
 }
 
 /* --doc: the prompt as segments (system, documents, question), generated
@@ -335,6 +342,7 @@ int cmd_generate(int argc, char **argv) {
         cli_redis_apply(&o.redis, &pp);
         pp.chunk_tokens = o.chunk_tokens;
         pp.budget_bytes = (size_t)o.cache_budget_mib << 20;
+        pp.cache_max_bytes = o.cache_max_bytes;
         pp.kv_type = cp.kv_type;
         if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir ? o.cache_dir : "redis"); goto done; }
     }
@@ -380,6 +388,9 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "[cache: %d of %d prompt tokens reused (%.1f%%), %d computed, %d chunks stored, "
                     "ttft %.1f ms]\n", r.n_cached, n, 100.0 * r.cache_hit_ratio, r.n_live, r.n_chunks_stored,
                     r.ttft_ms);
+        if (cache && r.n_write_errors)
+            fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
+                    r.n_write_errors);
     }
     kvs_generate_result_free(&r);
     rc = 0;

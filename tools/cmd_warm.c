@@ -10,6 +10,8 @@ static const char *usage_text =
     "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n"
     "  -m, --model PATH       GGUF file\n"
     "  --cache-dir DIR        the cache directory (created if missing)\n"
+    "  --cache-max-bytes N    bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+    "                         for the cache); least recently used entries are evicted\n"
     "  -f, --file PATH        a prompt from a file (repeatable)\n"
     "  --chat                 lay each text out as the user message of the chat template, up to\n"
     "                         the end of the text (what `generate --chat` with a prompt that starts\n"
@@ -38,6 +40,7 @@ typedef struct warm_opts {
     int n_docs;
     int is_file[MAX_TEXTS];
     int n_texts, chat, json, n_threads, n_ctx, chunk_tokens;
+    unsigned long long cache_max_bytes;
     cli_redis_opts redis;
 } warm_opts;
 
@@ -59,6 +62,7 @@ static int parse(int argc, char **argv, warm_opts *o) {
         else if (!v) return cli_usage_error("warm", "unknown option or missing value: %s", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
         else if (!strcmp(a, "--cache-dir")) o->cache_dir = argv[++i];
+        else if (!strcmp(a, "--cache-max-bytes")) bad = cli_parse_bytes(a, argv[++i], &o->cache_max_bytes);
         else if (!strcmp(a, "--system")) o->system = argv[++i];
         else if (!strcmp(a, "--doc-prefix")) o->doc_prefix = argv[++i];
         else if (!strcmp(a, "--doc")) {
@@ -198,6 +202,7 @@ int cmd_warm(int argc, char **argv) {
     pp.cache_dir = o.cache_dir;
     cli_redis_apply(&o.redis, &pp);
     pp.chunk_tokens = o.chunk_tokens;
+    pp.cache_max_bytes = o.cache_max_bytes;
     pp.kv_type = cp.kv_type;
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
     if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.cache_dir ? o.cache_dir : "redis"); goto done; }
@@ -205,7 +210,7 @@ int cmd_warm(int argc, char **argv) {
     kvs_model_get_info(model, &info);
     int flags = KVS_TOKENIZE_PARSE_SPECIAL | (info.add_bos ? KVS_TOKENIZE_ADD_BOS : 0);
 
-    int total_tokens = 0, total_stored = 0, total_warnings = 0;
+    int total_tokens = 0, total_stored = 0, total_warnings = 0, total_write_errors = 0;
     if (o.json) printf("{\"prompts\": [");
     for (int i = 0; i < o.n_texts; i++) {
         char *owned = NULL, *prompt = NULL;
@@ -234,6 +239,7 @@ int cmd_warm(int argc, char **argv) {
         }
         total_tokens += w.n_tokens;
         total_stored += w.n_stored;
+        total_write_errors += w.n_write_errors;
         total_warnings += w.warning[0] != 0;
         if (o.json) {
             if (i) printf(", ");
@@ -247,8 +253,8 @@ int cmd_warm(int argc, char **argv) {
     if (o.json) {
         char fp[65];
         kvs_cache_fingerprint_hex(cache, fp);
-        printf(", \"tokens\": %d, \"chunks_stored\": %d, \"warnings\": %d, \"fingerprint\": \"%s\"}\n", total_tokens,
-               total_stored, total_warnings, fp);
+        printf(", \"tokens\": %d, \"chunks_stored\": %d, \"write_errors\": %d, \"warnings\": %d, \"fingerprint\": \"%s\"}\n",
+               total_tokens, total_stored, total_write_errors, total_warnings, fp);
     }
     rc = 0;
 done:

@@ -45,8 +45,11 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
         sp.budget_bytes = p.budget_bytes;
         sp.cache_dir = c->dir;
         sp.fsync = p.fsync;
+        sp.cache_max_bytes = p.cache_max_bytes;
+        sp.chunk_tokens = c->chunk_tokens;
         st = kvs_store_open(&c->fp, &c->shape, sp, &c->store);
     }
+    if (!st) st = kvs_cache_open_redis(c, &p); /* below RAM and the dir */
     if (st) {
         kvs_cache_free(c);
         return st;
@@ -103,6 +106,8 @@ void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->disk_foreign = s.disk_foreign;
     st->disk_missing = s.disk_missing;
     st->disk_orphans = s.disk_orphans;
+    st->dir_max_bytes = s.dir_max_bytes;
+    st->tier_key_hits = s.tier_key_hits;
     kvs_cache_redis_stats(c, st);
 }
 
@@ -126,7 +131,7 @@ void kvs_reuse_fill_entry(const kvs_chunk *c, const kvs_key *fp, kvs_cache_entry
     e->last_access_ns = atomic_load_explicit(&c->last_access_ns, memory_order_relaxed);
     if (!e->last_access_ns) e->last_access_ns = c->created_ns;
     e->n_access = atomic_load_explicit(&c->n_access, memory_order_relaxed);
-    e->on_disk = c->on_disk;
+    e->on_disk = c->tier >= 0;
 }
 
 typedef struct ls_ctx {
@@ -151,31 +156,6 @@ int kvs_cache_ls(kvs_cache *c, kvs_cache_entry_fn fn, void *user) {
 }
 
 /* --- shared helpers ------------------------------------------------------------------ */
-
-int kvs_reuse_view(kvs_context *ctx, kvs_kv_view *view) {
-    kvs_kv_buffer *kv = kvs_context_kv(ctx);
-    void **k = malloc((size_t)kv->n_layer * sizeof *k), **v = malloc((size_t)kv->n_layer * sizeof *v);
-    if (!k || !v) {
-        free(k);
-        free(v);
-        return kvs_error(KVS_ERR_NOMEM, "kv view: out of memory");
-    }
-    for (int l = 0; l < kv->n_layer; l++) {
-        k[l] = kvs_kv_k(kv, l);
-        v[l] = kvs_kv_v(kv, l);
-    }
-    view->shape = (kvs_kv_shape){kv->n_layer, kv->n_kv_head, kv->head_dim, kv->type};
-    view->n_ctx = kv->n_ctx;
-    view->k = k;
-    view->v = v;
-    return KVS_OK;
-}
-
-void kvs_reuse_view_free(kvs_kv_view *view) {
-    free((void *)view->k);
-    free((void *)view->v);
-    view->k = view->v = NULL;
-}
 
 int kvs_reuse_check_context(kvs_context *ctx, kvs_cache *c) {
     const kvs_kv_buffer *kv = kvs_context_kv(ctx);

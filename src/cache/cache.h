@@ -10,8 +10,8 @@
  *   +-- chunk_tokens the grid step of new chunks
  *   +-- store        chunks in memory (LRU, budget) + the cache dir
  *
- * The request path (prefix.c) copies cached KV into a context's KV buffer
- * through a kvs_kv_view of it (kvs_reuse_view).
+ * The request path (prefix.c) copies cached KV straight into the context's
+ * KV buffer (kvs_context_kv: the one kvs_kv_buffer type of engine and store).
  */
 #ifndef KVS_REUSE_CACHE_H
 #define KVS_REUSE_CACHE_H
@@ -33,10 +33,9 @@ struct kvs_cache {
 /* The Redis tier's counters into st (cache_redis.c; no-op without one). */
 void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st);
 
-/* A view of the context's KV buffer for src/kv/. The two pointer arrays are
- * malloc'd: release with kvs_reuse_view_free. */
-int kvs_reuse_view(kvs_context *ctx, kvs_kv_view *view);
-void kvs_reuse_view_free(kvs_kv_view *view);
+/* Opens the Redis tier of params (if any) and attaches it to the store
+ * (cache_redis.c; called by kvs_cache_open after the store is open). */
+int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p);
 
 /* KVS_OK if ctx computes the KV this cache holds: same fingerprint (model
  * and numerics) and KV dtype. KVS_ERR_MODEL_MISMATCH otherwise. */

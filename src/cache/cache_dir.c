@@ -1,12 +1,24 @@
 /* Directory-level cache access without a model: listing every entry of any
- * model, counting damage, clearing (`kvstitch cache ls|stats|clear`). */
+ * model, counting damage and unreachable entries, clearing and pruning
+ * (`kvstitch cache ls|stats|clear|prune`). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/error.h"
 #include "kv/disk.h"
+#include "kv/disk_budget.h"
+#include "kv/keys.h"
 #include "cache/cache.h"
+
+/* What reachability needs of one valid entry. */
+typedef struct node {
+    kvs_key prefix, parent, fp;
+    int32_t pos0, end;
+    uint64_t bytes;
+    int state; /* 0 unknown, 1 in progress, 2 reachable, 3 unreachable */
+} node;
 
 typedef struct dir_ctx {
     kvs_cache_entry_fn fn;
@@ -15,7 +27,9 @@ typedef struct dir_ctx {
     kvs_cache_dir_stats *st;
     kvs_key *fps;         /* (n_fps) distinct fingerprints seen */
     size_t n_fps, cap_fps;
-    int stop;
+    node *nodes;          /* (n_nodes) every valid entry */
+    size_t n_nodes, cap_nodes;
+    int nomem;
 } dir_ctx;
 
 static void note_fp(dir_ctx *x, const kvs_key *fp) {
@@ -31,13 +45,30 @@ static void note_fp(dir_ctx *x, const kvs_key *fp) {
     x->fps[x->n_fps++] = *fp;
 }
 
+static void note_node(dir_ctx *x, const kvs_chunk *c, const kvs_key *fp, uint64_t bytes) {
+    if (x->n_nodes == x->cap_nodes) {
+        size_t cap = x->cap_nodes ? 2 * x->cap_nodes : 256;
+        node *v = realloc(x->nodes, cap * sizeof *v);
+        if (!v) {
+            x->nomem = 1;
+            return;
+        }
+        x->nodes = v;
+        x->cap_nodes = cap;
+    }
+    x->nodes[x->n_nodes++] = (node){c->prefix_key, c->parent_key, *fp, c->pos0, c->pos0 + c->n_tok, bytes, 0};
+}
+
 static int dir_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
     dir_ctx *x = user;
     char path[4096];
     struct stat sb;
+    uint64_t bytes = 0;
     if (kvs_disk_path(x->dir, &c->prefix_key, path, sizeof path) == KVS_OK && stat(path, &sb) == 0)
-        x->st->bytes += (uint64_t)sb.st_size;
+        bytes = (uint64_t)sb.st_size;
+    x->st->bytes += bytes;
     note_fp(x, fp);
+    note_node(x, c, fp, bytes);
     int stop = 0;
     if (x->fn) {
         kvs_cache_entry e;
@@ -49,24 +80,90 @@ static int dir_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
     return stop;
 }
 
-int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st) {
-    kvs_cache_dir_stats local;
-    if (!st) st = &local;
+static int by_prefix(const void *a, const void *b) { return memcmp(((const node *)a)->prefix.b, ((const node *)b)->prefix.b, 32); }
+
+static node *find(node *v, size_t n, const kvs_key *k) {
+    node key;
+    key.prefix = *k;
+    return bsearch(&key, v, n, sizeof *v, by_prefix);
+}
+
+/* Reachable: the chain of parents joins exactly down to position 0, rooted
+ * in the entry's own fingerprint (iterative: chains can be long). */
+static int reachable(node *v, size_t n, node *e) {
+    node *chain[64];
+    int depth = 0;
+    node *x = e;
+    int verdict = 0;
+    for (;;) {
+        if (x->state >= 2) {
+            verdict = x->state == 2;
+            break;
+        }
+        if (x->pos0 == 0) {
+            verdict = kvs_key_equal(&x->parent, &x->fp);
+            x->state = verdict ? 2 : 3;
+            break;
+        }
+        node *p = find(v, n, &x->parent);
+        if (!p || p->end != x->pos0 || !kvs_key_equal(&p->fp, &x->fp)) {
+            x->state = 3;
+            verdict = 0;
+            break;
+        }
+        if (depth == 64) { /* resolve the deep part first, then come back */
+            reachable(v, n, p);
+            continue;
+        }
+        chain[depth++] = x;
+        x = p;
+    }
+    while (depth > 0) chain[--depth]->state = verdict ? 2 : 3;
+    return verdict;
+}
+
+static void count_unreachable(dir_ctx *x) {
+    qsort(x->nodes, x->n_nodes, sizeof *x->nodes, by_prefix);
+    for (size_t i = 0; i < x->n_nodes; i++)
+        if (!reachable(x->nodes, x->n_nodes, &x->nodes[i])) {
+            x->st->unreachable++;
+            x->st->unreachable_bytes += x->nodes[i].bytes;
+        }
+}
+
+/* The scan behind stats and prune; x->nodes is left for the caller. */
+static int scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st, dir_ctx *x) {
     memset(st, 0, sizeof *st);
+    memset(x, 0, sizeof *x);
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: no directory given");
     struct stat sb;
-    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return kvs_error(KVS_ERR_INVALID_ARG, "%s: not a directory", dir);
-    dir_ctx x = {fn, user, dir, st, NULL, 0, 0, 0};
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) return kvs_error(KVS_ERR_INVALID_ARG, "%s: not a directory", dir);
+    *x = (dir_ctx){fn, user, dir, st, NULL, 0, 0, NULL, 0, 0, 0};
     kvs_disk_counts counts;
-    int rc = kvs_disk_scan_fp(dir, NULL, NULL, dir_visit, &x, &counts);
+    int rc = kvs_disk_scan_fp(dir, NULL, NULL, dir_visit, x, &counts);
     st->entries = counts.n[KVS_DISK_OK];
     st->damaged = counts.n[KVS_DISK_BAD_MAGIC] + counts.n[KVS_DISK_BAD_VERSION] + counts.n[KVS_DISK_BAD_HEADER] +
                   counts.n[KVS_DISK_TRUNCATED] + counts.n[KVS_DISK_BAD_PAYLOAD];
-    st->unreadable = counts.n[KVS_DISK_IO];
-    st->tmp = counts.tmp;
-    st->models = x.n_fps;
-    free(x.fps);
+    st->unreadable = counts.n[KVS_DISK_IO] + counts.n[KVS_DISK_NOT_REGULAR];
+    st->models = x->n_fps;
+    kvs_disk_usage u;
+    if (!rc && !(rc = kvs_disk_usage_get(dir, &u))) {
+        st->tmp = u.tmp;
+        st->stale_tmp = u.stale_tmp;
+        st->other_files = u.other;
+    }
+    if (!rc && x->nomem) rc = kvs_error(KVS_ERR_NOMEM, "%s: out of memory while scanning", dir);
+    if (!rc) count_unreachable(x);
+    free(x->fps);
+    x->fps = NULL;
+    return rc;
+}
+
+int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st) {
+    kvs_cache_dir_stats local;
+    dir_ctx x;
+    int rc = scan(dir, fn, user, st ? st : &local, &x);
+    free(x.nodes);
     return rc;
 }
 
@@ -103,4 +200,45 @@ int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed) {
     if (n_removed) *n_removed = 0;
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: no directory given");
     return kvs_disk_clear(dir, n_removed);
+}
+
+uint64_t kvs_cache_dir_default_max_bytes(const char *dir) {
+    kvs_disk_usage u;
+    if (!dir || kvs_disk_usage_get(dir, &u)) return 0;
+    return kvs_disk_default_max_bytes(dir, u.bytes);
+}
+
+int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_cache_prune_report *r) {
+    kvs_cache_prune_report local;
+    if (!r) r = &local;
+    memset(r, 0, sizeof *r);
+    if (!p) return kvs_error(KVS_ERR_INVALID_ARG, "cache prune: no parameters");
+    if (p->older_than_s < 0) return kvs_error(KVS_ERR_INVALID_ARG, "cache prune: older_than_s must be >= 0");
+    kvs_cache_dir_stats st;
+    dir_ctx x;
+    int rc = scan(dir, NULL, NULL, &st, &x);
+    /* Unreachable first: no prompt can use them (until their missing
+     * parent is stored again, which the LRU would outlive anyway). */
+    for (size_t i = 0; !rc && !p->keep_unreachable && i < x.n_nodes; i++) {
+        if (x.nodes[i].state != 3) continue;
+        char hex[65], name[80];
+        kvs_key_to_hex(&x.nodes[i].prefix, hex);
+        snprintf(name, sizeof name, "%s%s", hex, KVS_DISK_EXT);
+        if (kvs_disk_classify(dir, name, 1, NULL) != KVS_DISK_FILE_ENTRY) continue;
+        if (kvs_disk_remove(dir, &x.nodes[i].prefix) == KVS_OK) {
+            r->unreachable_removed++;
+            r->removed_bytes += x.nodes[i].bytes;
+        }
+    }
+    free(x.nodes);
+    if (rc) return rc;
+    kvs_disk_prune_params dp = {p->max_bytes, p->older_than_s, 1};
+    kvs_disk_prune_report dr;
+    if ((rc = kvs_disk_prune(dir, &dp, &dr))) return rc;
+    r->removed = r->unreachable_removed + dr.removed;
+    r->removed_bytes += dr.removed_bytes;
+    r->tmp_removed = dr.tmp_removed;
+    r->entries = dr.entries;
+    r->bytes = dr.bytes;
+    return KVS_OK;
 }

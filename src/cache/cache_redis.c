@@ -22,6 +22,20 @@ static void tier_params(const kvs_cache_params *p, kvs_redis_tier_params *rp) {
     rp->timeout_ms = p->redis_timeout_ms;
 }
 
+int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p) {
+    if (!has_redis(p)) return KVS_OK;
+    if (p->redis_timeout_ms < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "redis_timeout_ms must be >= 0, got %d", p->redis_timeout_ms);
+    kvs_redis_tier_params rp;
+    tier_params(p, &rp);
+    kvs_tier *t = NULL;
+    int st = kvs_redis_tier_open(&rp, &c->fp, &c->shape, &t);
+    if (st) return st;
+    st = kvs_store_attach_tier(c->store, t); /* the store owns t from here, also on failure */
+    if (!st) c->redis = t;
+    return st;
+}
+
 void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
     if (!c->redis) return;
     kvs_tier_stats ts;

@@ -2,8 +2,11 @@
  * architecture and hyperparameters, the KV dtype, and the numerics probe. */
 #include "cache/fingerprint.h"
 
+#include "base/file.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +65,7 @@ static int memo_path(const char *dir, const file_id *id, char *buf, size_t cap) 
 static int memo_read(const char *dir, const file_id *id, uint8_t out[32]) {
     char path[4096];
     if (memo_path(dir, id, path, sizeof path)) return -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = kvs_open_regular(path, NULL); /* a FIFO planted as the memo must not hang */
     if (fd < 0) return -1;
     memo_rec r;
     ssize_t got = read(fd, &r, sizeof r);
@@ -119,6 +122,14 @@ int kvs_weights_digest(const kvs_model *model, const char *memo_dir, uint8_t out
     return KVS_OK;
 }
 
+/* --- test-only perturbation (fingerprint.h) ------------------------------------------ */
+
+static unsigned g_perturb;
+
+void kvs_fingerprint_test_perturb(unsigned mask) { g_perturb = mask; }
+
+static int perturbed(unsigned component) { return (g_perturb & component) != 0; }
+
 /* --- numerics probe ------------------------------------------------------------- */
 
 /* SHA-256 of the KV and last logits of a fixed token sequence run through
@@ -143,6 +154,7 @@ static int numerics_probe(kvs_model *model, kvs_kv_type kv_type, uint8_t out[32]
                 : kvs_error(KVS_ERR_NOMEM, "fingerprint probe: out of memory");
     if (st == KVS_OK) {
         const kvs_kv_buffer *kv = kvs_context_kv(ctx);
+        if (perturbed(KVS_FP_PERTURB_PROBE)) logits[0] = nextafterf(logits[0], INFINITY);
         kvs_sha256 h;
         kvs_sha256_init(&h);
         kvs_sha256_update(&h, kv->data, kvs_kv_buffer_bytes(kv));
@@ -181,12 +193,13 @@ int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir,
     if (kvs_model_is_vocab_only(model))
         return kvs_error(KVS_ERR_INVALID_ARG, "%s: a vocabulary-only model has no KV to cache", kvs_model_path(model));
     int slot = kv_type == KVS_KV_F16 ? KVS_MODEL_MEMO_FP_F16 : KVS_MODEL_MEMO_FP_F32;
-    if (kvs_model_memo_get(model, slot, out->b)) return KVS_OK;
+    if (!g_perturb && kvs_model_memo_get(model, slot, out->b)) return KVS_OK;
 
     uint8_t wd[32], probe[32];
     int st = kvs_weights_digest(model, memo_dir, wd, NULL);
     if (!st) st = numerics_probe(model, kv_type, probe);
     if (st) return st;
+    if (perturbed(KVS_FP_PERTURB_WEIGHTS)) wd[0] ^= 1;
 
     kvs_sha256 h;
     kvs_sha256_init(&h);
@@ -200,21 +213,25 @@ int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir,
         put_str(&h, t->name.ptr, t->name.len);
         put_u32(&h, (uint32_t)t->type);
         for (int d = 0; d < 4; d++) put_u64(&h, (uint64_t)t->ne[d]);
-        put_u64(&h, t->offset);
+        put_u64(&h, t->offset + (uint64_t)(i == 0 && perturbed(KVS_FP_PERTURB_TENSORS)));
     }
     kvs_model_info info;
     kvs_model_get_info(model, &info);
-    put_str(&h, info.arch, strlen(info.arch));
+    const char *arch = perturbed(KVS_FP_PERTURB_ARCH) ? "perturbed-arch" : info.arch;
+    put_str(&h, arch, strlen(arch));
     const kvs_hparams *hp = kvs_model_hparams(model);
-    int ints[] = {hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
-                  hp->n_vocab, hp->n_ctx_train, hp->rope_dim, hp->rope_neox};
+    int ints[] = {hp->n_layer,  hp->n_embd + perturbed(KVS_FP_PERTURB_HPARAMS),
+                  hp->n_head,   hp->n_head_kv,
+                  hp->head_dim, hp->n_ff,
+                  hp->n_vocab,  hp->n_ctx_train,
+                  hp->rope_dim, hp->rope_neox};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) put_u32(&h, (uint32_t)ints[i]);
-    put_f32(&h, hp->rope_freq_base);
+    put_f32(&h, hp->rope_freq_base * (perturbed(KVS_FP_PERTURB_ROPE) ? 2.0f : 1.0f));
     put_f32(&h, hp->rope_freq_scale);
     put_f32(&h, hp->norm_eps);
-    put_u32(&h, (uint32_t)kv_type);
+    put_u32(&h, (uint32_t)kv_type + (perturbed(KVS_FP_PERTURB_KV_TYPE) ? 16u : 0u));
     kvs_sha256_update(&h, probe, 32);
     kvs_sha256_final(&h, out->b);
-    kvs_model_memo_set(model, slot, out->b);
+    if (!g_perturb) kvs_model_memo_set(model, slot, out->b);
     return KVS_OK;
 }

@@ -47,4 +47,22 @@ int kvs_weights_digest(const kvs_model *model, const char *memo_dir, uint8_t out
 /* The fingerprint of (model, kv_type). memo_dir as above. */
 int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir, kvs_key *out);
 
+/* Test-only: perturb one component's value before it is hashed, as another
+ * model, file layout, build, ... would (tests/test_fingerprint.c checks that
+ * entries written under the real fingerprint are then never served, i.e.
+ * that each component really reaches the hash). A bit mask of the
+ * components below, 0 = off (the default; nothing else ever sets it). While
+ * a mask is set, fingerprints bypass the model's memo slots. Process-wide,
+ * not thread-safe: set it before opening a cache. */
+enum {
+    KVS_FP_PERTURB_WEIGHTS = 1 << 0, /* weights digest: one bit flipped */
+    KVS_FP_PERTURB_TENSORS = 1 << 1, /* tensor directory: the first tensor's offset + 1 */
+    KVS_FP_PERTURB_HPARAMS = 1 << 2, /* n_embd + 1 (as hashed; the model is untouched) */
+    KVS_FP_PERTURB_ROPE = 1 << 3,    /* RoPE base x 2 */
+    KVS_FP_PERTURB_KV_TYPE = 1 << 4, /* the KV dtype's code + 16 */
+    KVS_FP_PERTURB_PROBE = 1 << 5,   /* the probe's first logit one ulp off: a build that rounds differently */
+    KVS_FP_PERTURB_ARCH = 1 << 6,    /* another architecture name */
+};
+void kvs_fingerprint_test_perturb(unsigned mask);
+
 #endif

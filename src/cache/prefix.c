@@ -63,14 +63,13 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
     if (!st) st = kvs_reuse_check_tokens(ctx, prompt, n_prompt);
     if (st) return st;
 
-    kvs_kv_view view;
-    if ((st = kvs_reuse_view(ctx, &view))) return st;
+    kvs_kv_buffer *kv = kvs_context_kv(ctx);
     kvs_prefix_hit hit;
     memset(&hit, 0, sizeof hit);
     if (rp.mode == KVS_REUSE_PREFIX) {
         /* n_prompt - 1: the last prompt token is always computed, for the
          * logits that start generation. */
-        st = kvs_store_lookup_into(cache->store, prompt, n_prompt - 1, &view, &hit);
+        st = kvs_store_lookup_into(cache->store, prompt, n_prompt - 1, kv, &hit);
     }
     double t_assembled = kvs_now_ms();
     kvs_generate_result r;
@@ -93,11 +92,11 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
          * full: counted in the stats) does not fail the request, whose
          * output is complete and correct. */
         kvs_put_report rep;
-        kvs_store_put_prefix(cache->store, prompt, n_prompt, cache->chunk_tokens, rp.borders, rp.n_borders, &view,
+        kvs_store_put_prefix(cache->store, prompt, n_prompt, cache->chunk_tokens, rp.borders, rp.n_borders, kv,
                              &rep);
         r.n_chunks_stored = rep.n_new;
+        r.n_write_errors = rep.n_write_errors;
     }
-    kvs_reuse_view_free(&view);
     if (st) {
         kvs_generate_result_free(&r);
         return st;

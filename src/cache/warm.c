@@ -35,12 +35,11 @@ int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, k
 
     kvs_warm_report r;
     memset(&r, 0, sizeof r);
-    kvs_kv_view view;
-    if ((st = kvs_reuse_view(ctx, &view))) return st;
+    kvs_kv_buffer *kv = kvs_context_kv(ctx);
     int32_t *pos = malloc((size_t)n * sizeof *pos);
     kvs_prefix_hit hit;
     memset(&hit, 0, sizeof hit);
-    st = pos ? kvs_store_lookup_into(cache->store, tokens, n, &view, &hit)
+    st = pos ? kvs_store_lookup_into(cache->store, tokens, n, kv, &hit)
              : kvs_error(KVS_ERR_NOMEM, "warm: out of memory");
     if (!st && hit.n_cached < n) {
         for (int i = 0; i < n; i++) pos[i] = i;
@@ -52,12 +51,13 @@ int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, k
     kvs_put_report put;
     memset(&put, 0, sizeof put);
     if (!st)
-        st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, &view, &put);
+        st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, kv, &put);
     if (!st) {
         r.n_tokens = n;
         r.chunk_tokens = cache->chunk_tokens;
         r.n_chunks = put.n_chunks;
         r.n_stored = put.n_new;
+        r.n_write_errors = put.n_write_errors;
         r.n_existing = put.n_existing;
         r.n_cached = n_cached;
         r.n_computed = n - n_cached;
@@ -65,13 +65,16 @@ int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, k
         r.partial_tail = put.partial_tail;
         r.border_stable = 1;
         r.stable_tokens = n;
-        if (put.n_skipped)
+        if (put.n_write_errors)
+            snprintf(r.warning, sizeof r.warning,
+                     "%d of %d chunks could not be written to the cache dir (%.150s); they are not stored",
+                     put.n_write_errors, put.n_chunks, put.write_error);
+        else if (put.n_skipped)
             snprintf(r.warning, sizeof r.warning,
                      "%d of %d chunks were not stored (they do not fit the cache budget)", put.n_skipped, put.n_chunks);
         r.ms = kvs_now_ms() - t0;
         *rep = r;
     }
-    kvs_reuse_view_free(&view);
     free(pos);
     return st;
 }

@@ -9,6 +9,7 @@
 #include "gguf/gguf_internal.h"
 
 #include "base/error.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -473,18 +474,11 @@ int kvs_gguf_open_memory(const void *data, size_t size, kvs_gguf **out) {
 
 int kvs_gguf_open(const char *path, kvs_gguf **out) {
     if (!path || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_gguf_open: NULL argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kvs_error(KVS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return kvs_error(KVS_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kvs_error(KVS_ERR_IO, "%s: not a regular file", path);
-    }
+    /* non-blocking open + type check: a FIFO given as the model must not hang */
+    int fd = kvs_open_regular(path, &sb);
+    if (fd == KVS_OPEN_NOT_REGULAR) return kvs_error(KVS_ERR_IO, "%s: not a regular file", path);
+    if (fd < 0) return kvs_error(KVS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (sb.st_size == 0) { /* mmap cannot map 0 bytes */
         close(fd);
         return kvs_error(KVS_ERR_FORMAT, "%s: header: file is empty, not a GGUF file (at offset 0)", path);

@@ -70,6 +70,7 @@ int kvs_chunk_new(const kvs_kv_shape *shape, int n_tok, int with_payload, kvs_ch
     atomic_init(&c->last_access_ns, c->created_ns);
     atomic_init(&c->n_access, 0);
     atomic_init(&c->refs, 1);
+    c->tier = -1;
     *out = c;
     return KVS_OK;
 }
@@ -92,37 +93,36 @@ size_t kvs_chunk_mem_bytes(const kvs_chunk *c) {
     return sizeof *c + (size_t)c->n_tok * sizeof(int32_t) + (c->kv ? c->kv_bytes : 0);
 }
 
-static int check_copy(const kvs_chunk *c, int off, int n, const kvs_kv_view *view, int slot,
+static int check_copy(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot,
                       const char *what) {
     if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "%s: chunk at pos %d has no resident payload", what, c->pos0);
-    if (!kvs_kv_shape_equal(&c->shape, &view->shape))
+    kvs_kv_shape shape = kvs_kv_buffer_shape(kv);
+    if (!kvs_kv_shape_equal(&c->shape, &shape))
         return kvs_error(KVS_ERR_INVALID_ARG, "%s: chunk and KV buffer shapes differ", what);
     if (off < 0 || n < 0 || off > c->n_tok - n)
         return kvs_error(KVS_ERR_INVALID_ARG, "%s: tokens [%d, %d) outside the chunk's %d", what, off,
                          off + n, c->n_tok);
-    if (slot < 0 || slot > view->n_ctx - n)
+    if (slot < 0 || slot > kv->n_ctx - n)
         return kvs_error(KVS_ERR_INVALID_ARG, "%s: slots [%d, %d) outside the KV buffer's %d", what, slot,
-                         slot + n, view->n_ctx);
+                         slot + n, kv->n_ctx);
     return KVS_OK;
 }
 
 /* One memcpy per (layer, K|V, head): the runs are contiguous on both sides. */
-static void copy_runs(const kvs_chunk *c, int off, int n, const kvs_kv_view *view, int slot, int to_kv) {
+static void copy_runs(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot, int to_kv) {
     const kvs_kv_shape *s = &c->shape;
     const size_t es = kvs_kv_dtype_size(s->dtype);
     const size_t row = (size_t)s->head_dim * es;           /* one token of one head */
     const size_t run = (size_t)n * row;
     const size_t chunk_head = (size_t)c->n_tok * row;      /* one head in the chunk */
     const size_t chunk_half = (size_t)s->n_kv_head * chunk_head; /* K or V of a layer */
-    const size_t buf_head = (size_t)view->n_ctx * row;     /* one head in the buffer */
-    uint8_t *kv = c->kv;
+    uint8_t *payload = c->kv;
     for (int l = 0; l < s->n_layer; l++) {
         for (int half = 0; half < 2; half++) {
-            uint8_t *cbase = kv + ((size_t)l * 2 + (size_t)half) * chunk_half + (size_t)off * row;
-            uint8_t *bbase = (uint8_t *)(half ? view->v[l] : view->k[l]) + (size_t)slot * row;
+            uint8_t *cbase = payload + ((size_t)l * 2 + (size_t)half) * chunk_half + (size_t)off * row;
             for (int h = 0; h < s->n_kv_head; h++) {
                 uint8_t *cp = cbase + (size_t)h * chunk_head;
-                uint8_t *bp = bbase + (size_t)h * buf_head;
+                uint8_t *bp = kvs_kv_at(kv, l, half, h, slot);
                 if (to_kv) memcpy(bp, cp, run);
                 else memcpy(cp, bp, run);
             }
@@ -130,16 +130,16 @@ static void copy_runs(const kvs_chunk *c, int off, int n, const kvs_kv_view *vie
     }
 }
 
-int kvs_chunk_copy_to_kv(const kvs_chunk *c, int off, int n, const kvs_kv_view *view, int slot) {
-    int rc = check_copy(c, off, n, view, slot, "chunk copy-in");
+int kvs_chunk_copy_to_kv(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot) {
+    int rc = check_copy(c, off, n, kv, slot, "chunk copy-in");
     if (rc) return rc;
-    if (n) copy_runs(c, off, n, view, slot, 1);
+    if (n) copy_runs(c, off, n, kv, slot, 1);
     return KVS_OK;
 }
 
-int kvs_chunk_copy_from_kv(kvs_chunk *c, int off, int n, const kvs_kv_view *view, int slot) {
-    int rc = check_copy(c, off, n, view, slot, "chunk copy-out");
+int kvs_chunk_copy_from_kv(kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot) {
+    int rc = check_copy(c, off, n, kv, slot, "chunk copy-out");
     if (rc) return rc;
-    if (n) copy_runs(c, off, n, view, slot, 0);
+    if (n) copy_runs(c, off, n, kv, slot, 0);
     return KVS_OK;
 }

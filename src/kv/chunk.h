@@ -31,6 +31,7 @@
 #define KVS_KV_CHUNK_H
 
 #include "kvstitch.h"
+#include "model/kv_buffer.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -58,16 +59,14 @@ int kvs_kv_shape_equal(const kvs_kv_shape *a, const kvs_kv_shape *b);
 size_t kvs_kv_payload_bytes(const kvs_kv_shape *shape, int n_tok);
 
 /*
- * The engine's KV buffer as src/kv/ sees it. Not owned: the engine owns the
- * memory and the two pointer arrays; the view just names them.
- *   k[l], v[l]  (n_kv_head, n_ctx, head_dim) of shape.dtype, slot = position
- */
-typedef struct kvs_kv_view {
-    kvs_kv_shape shape;
-    int n_ctx;           /* slots per layer */
-    void *const *k;      /* (n_layer) layer base pointers */
-    void *const *v;      /* (n_layer) layer base pointers */
-} kvs_kv_view;
+ * The KV buffer src/kv/ reads and writes is the engine's own kvs_kv_buffer
+ * (model/kv_buffer.h: one flat block, slot = position): one type for the
+ * engine, the store, the tiers and the repair, so no adapter is built per
+ * request. Its geometry as a chunk shape: */
+static inline kvs_kv_shape kvs_kv_buffer_shape(const kvs_kv_buffer *kv) {
+    kvs_kv_shape s = {kv->n_layer, kv->n_kv_head, kv->head_dim, kv->type};
+    return s;
+}
 
 typedef struct kvs_chunk {
     /* Identity: set before the chunk is published, immutable after. */
@@ -91,12 +90,13 @@ typedef struct kvs_chunk {
     /* Reference count: the creator's, the store's, and one per pin. */
     atomic_int refs;
 
-    /* Private to store.c (LRU list, hash chains, flags). */
+    /* Private to the store (store_impl.h: LRU list, hash chains, flags). */
     struct kvs_chunk *lru_prev, *lru_next;
     struct kvs_chunk *hnext_prefix, *hnext_content;
     void *radix_node;    /* the radix node it hangs on, NULL if not prefix-reachable */
     unsigned store_flags;
-    int on_disk;         /* a valid file for this chunk exists in the cache dir */
+    int tier;            /* the store's tier below RAM that holds it (index in its tier list,
+                            0 = the first, e.g. the cache dir); -1 = memory only */
 } kvs_chunk;
 
 /* Allocates a chunk for n_tok tokens with an uninitialised payload (payload
@@ -112,16 +112,16 @@ void kvs_chunk_unref(kvs_chunk *chunk);
  * This is what a store's byte budget counts. */
 size_t kvs_chunk_mem_bytes(const kvs_chunk *chunk);
 
-/* Copies tokens [off, off + n) of the chunk into the view at slots
+/* Copies tokens [off, off + n) of the chunk into the KV buffer at slots
  * [slot, slot + n) of every layer (K and V). For exact prefix reuse slot is
  * chunk->pos0 + off. Requires a resident payload and a matching shape; checks
  * bounds and returns KVS_ERR_INVALID_ARG without copying anything otherwise.
  * Safe to run concurrently on the same chunk (it only reads the chunk). */
-int kvs_chunk_copy_to_kv(const kvs_chunk *chunk, int off, int n, const kvs_kv_view *view, int slot);
+int kvs_chunk_copy_to_kv(const kvs_chunk *chunk, int off, int n, const kvs_kv_buffer *kv, int slot);
 
 /* Fills tokens [off, off + n) of the chunk's payload from slots [slot, slot + n)
- * of the view. The chunk must not be shared yet (no concurrent readers). */
-int kvs_chunk_copy_from_kv(kvs_chunk *chunk, int off, int n, const kvs_kv_view *view, int slot);
+ * of the buffer. The chunk must not be shared yet (no concurrent readers). */
+int kvs_chunk_copy_from_kv(kvs_chunk *chunk, int off, int n, const kvs_kv_buffer *kv, int slot);
 
 /* K and V of layer l inside a resident payload:
  * (n_kv_head, n_tok, head_dim) of shape.dtype each. */

@@ -1,9 +1,11 @@
 #include "kv/disk.h"
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/le.h"
 #include "base/sha256.h"
 #include "kv/checksum.h"
+#include "kv/disk_budget.h"
 #include "kv/keys.h"
 
 #include <dirent.h>
@@ -22,7 +24,8 @@
 #define HDR_ALIGN 64
 
 static const char *const verdict_names[KVS_DISK_VERDICT_COUNT] = {
-    "ok", "missing", "bad magic", "bad version", "bad header", "truncated", "foreign", "bad payload", "io error",
+    "ok", "missing", "bad magic", "bad version", "bad header", "truncated", "foreign", "bad payload",
+    "not a regular file", "io error",
 };
 
 const char *kvs_disk_verdict_name(kvs_disk_verdict v) {
@@ -296,13 +299,25 @@ fail_rc:
     return rc;
 }
 
+/* Non-blocking open + regular-file check: a FIFO in an entry's place must
+ * not hang the reader (base/file.h). */
 static int open_entry(const char *path, kvs_disk_verdict *verdict) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int fd = kvs_open_regular(path, NULL);
+    if (fd == KVS_OPEN_NOT_REGULAR) {
+        *verdict = KVS_DISK_NOT_REGULAR;
+        kvs_error(kvs_disk_verdict_status(*verdict), "%s: not a regular file (left alone)", path);
+    } else if (fd < 0) {
         *verdict = errno == ENOENT ? KVS_DISK_MISSING : KVS_DISK_IO;
         kvs_error(kvs_disk_verdict_status(*verdict), "%s: %s", path, strerror(errno));
     }
     return fd;
+}
+
+/* The access stamp of the cross-process LRU (disk_budget.h): the entry's
+ * atime, set explicitly (relatime would not). Best effort. */
+static void touch_atime(int fd) {
+    struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    futimens(fd, ts);
 }
 
 int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape *shape, kvs_chunk **out,
@@ -327,7 +342,6 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
     c->parent_key = hd.parent;
     c->pos0 = hd.pos0;
     c->created_ns = hd.created_ns;
-    c->on_disk = 1;
     memcpy(c->tokens, hd.tokens, (size_t)hd.n_tok * sizeof(int32_t));
     free(hd.tokens);
     if (file_fp) *file_fp = hd.fp;
@@ -374,6 +388,7 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
     }
     if (kvs_checksum64_final(&cs) != hd.payload_sum)
         FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
+    touch_atime(fd);
     close(fd);
     *payload = buf;
     *verdict = KVS_DISK_OK;
@@ -410,14 +425,15 @@ static int preadv_all(int fd, struct iovec *iov, int n_iov, off_t off) {
 }
 
 int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c, int off, int n,
-                          const kvs_kv_view *view, int slot, kvs_disk_verdict *verdict) {
+                          const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     *verdict = KVS_DISK_IO;
-    if (!kvs_kv_shape_equal(&c->shape, &view->shape) || off < 0 || n <= 0 || off > c->n_tok - n || slot < 0 ||
-        slot > view->n_ctx - n)
+    kvs_kv_shape kv_shape = kvs_kv_buffer_shape(kv);
+    if (!kvs_kv_shape_equal(&c->shape, &kv_shape) || off < 0 || n <= 0 || off > c->n_tok - n || slot < 0 ||
+        slot > kv->n_ctx - n)
         return kvs_error(KVS_ERR_INVALID_ARG, "disk read: tokens [%d, %d) of %d into slots [%d, %d) of %d", off,
-                         off + n, c->n_tok, slot, slot + n, view->n_ctx);
+                         off + n, c->n_tok, slot, slot + n, kv->n_ctx);
     char path[4096];
     int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
     if (rc) return rc;
@@ -451,8 +467,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
     for (int l = 0; l < s->n_layer; l++)
         for (int half = 0; half < 2; half++)
             for (int h = 0; h < s->n_kv_head; h++) {
-                uint8_t *dst = (uint8_t *)(half ? view->v[l] : view->k[l]) +
-                               ((size_t)h * (size_t)view->n_ctx + (size_t)slot) * row;
+                uint8_t *dst = kvs_kv_at(kv, l, half, h, slot);
                 if (before) {
                     iov[k++] = (struct iovec){sp, (size_t)before * row};
                     sp += (size_t)before * row;
@@ -480,6 +495,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
         at += (off_t)batch;
     }
     if (kvs_checksum64_final(&cs) != hd.payload_sum) FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
+    touch_atime(fd);
     close(fd);
     free(iov);
     free(work);
@@ -587,18 +603,18 @@ int kvs_disk_clear(const char *dir, uint64_t *n_removed) {
     struct dirent *de;
     char path[4096];
     int rc = KVS_OK;
-    time_t now = time(NULL);
     while ((de = readdir(d))) {
-        kvs_key k;
-        int entry = entry_name_key(de->d_name, &k), tmp = is_tmp_name(de->d_name);
-        if (!entry && !tmp) continue;
+        /* only the cache's own files, by name, type and header
+         * (disk_budget.h); a live writer's temp file stays */
+        struct stat st;
+        kvs_disk_file_kind k = kvs_disk_classify(dir, de->d_name, 1, &st);
+        if (k == KVS_DISK_FILE_OTHER || (k == KVS_DISK_FILE_TMP && !kvs_disk_tmp_is_stale(de->d_name, &st))) continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
-        if (tmp) {
-            struct stat st;
-            if (stat(path, &st) || now - st.st_mtime < 3600) continue;
+        if (unlink(path) == 0) {
+            if (k == KVS_DISK_FILE_ENTRY) n++;
+        } else if (errno != ENOENT) {
+            rc = kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
         }
-        if (unlink(path) == 0) n++;
-        else if (errno != ENOENT) rc = kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     }
     closedir(d);
     if (n_removed) *n_removed = n;

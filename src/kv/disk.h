@@ -65,6 +65,8 @@ typedef enum kvs_disk_verdict {
     KVS_DISK_TRUNCATED,    /* file size differs from header_bytes + payload_bytes */
     KVS_DISK_FOREIGN,      /* another model's fingerprint or another KV shape */
     KVS_DISK_BAD_PAYLOAD,  /* payload checksum mismatch */
+    KVS_DISK_NOT_REGULAR,  /* a FIFO, device, directory... in an entry's place: never opened
+                              for reading, never removed */
     KVS_DISK_IO,           /* read error */
     KVS_DISK_VERDICT_COUNT
 } kvs_disk_verdict;
@@ -145,7 +147,7 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fingerprint, const kvs
  * Checks are those of kvs_disk_load_payload. On failure the view's slots
  * [slot, slot + n) hold undefined bytes; nothing else is written. */
 int kvs_disk_read_into_kv(const char *dir, const kvs_key *fingerprint, const kvs_chunk *c, int off, int n,
-                          const kvs_kv_view *view, int slot, kvs_disk_verdict *verdict);
+                          const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict);
 
 /* Calls fn(user, chunk) for every valid entry of dir (chunk without payload;
  * fn takes ownership of the reference; a nonzero return stops the scan) and
@@ -165,8 +167,9 @@ int kvs_disk_scan_fp(const char *dir, const kvs_key *fingerprint, const kvs_kv_s
 /* Removes one entry (KVS_ERR_NOT_FOUND if absent). */
 int kvs_disk_remove(const char *dir, const kvs_key *prefix_key);
 
-/* Removes every *.kvc file (any model) and writers' temporary files older
- * than an hour (younger ones may belong to a live writer). */
+/* Removes every entry file (any model) and writers' stale temporary files
+ * (disk_budget.h: a live writer's stays), only files whose names and
+ * headers are the cache's own. *n_removed counts the entries. */
 int kvs_disk_clear(const char *dir, uint64_t *n_removed);
 
 #endif

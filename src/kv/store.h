@@ -79,6 +79,7 @@
 
 #include "kv/chunk.h"
 #include "kv/disk.h"
+#include "kv/tier.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -91,8 +92,11 @@ typedef struct kvs_store kvs_store;
 
 typedef struct kvs_store_params {
     size_t budget_bytes;   /* bytes of resident chunks; 0 = default: 1/4 of physical RAM */
-    const char *cache_dir; /* NULL or "": memory only. Created if missing; copied. */
+    const char *cache_dir; /* NULL or "": memory only; else the directory tier (tier_dir.h)
+                              is opened and attached first. Created if missing; copied. */
     int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */
+    uint64_t cache_max_bytes; /* bound on the cache dir's bytes; 0 = its default (disk_budget.h) */
+    int chunk_tokens;      /* grid of the chunks asked from tiers by key; 0 = KVS_CHUNK_TOKENS_DEFAULT */
 } kvs_store_params;
 
 kvs_store_params kvs_store_default_params(void);
@@ -106,6 +110,13 @@ size_t kvs_store_default_budget(void);
  * untouched. */
 int kvs_store_open(const kvs_key *fingerprint, const kvs_kv_shape *shape, kvs_store_params params,
                    kvs_store **out);
+/* Appends a tier below RAM (after the cache dir's, if any): lookups ask it,
+ * in order, for the prompt's grid chunks past what RAM and the tiers before
+ * it serve (by prefix key: it needs no scan); inserts put() to it. The store
+ * owns t from now on (also on failure) and closes it in kvs_store_free.
+ * Call before the store is shared between threads. */
+int kvs_store_attach_tier(kvs_store *s, kvs_tier *t);
+
 /* Drops the store's references (pinned chunks live on until unpinned) and
  * frees the store. Files stay on disk. NULL is a no-op. */
 void kvs_store_free(kvs_store *s);
@@ -146,6 +157,9 @@ typedef struct kvs_put_report {
     int n_new;         /* stored now */
     int n_existing;    /* already stored (touched) */
     int n_skipped;     /* not stored: too big for the budget, or an error */
+    int n_write_errors;/* kept in memory, but a tier's write failed (disk full, read-only,
+                          ...): not counted in n_new, which counts only what the tiers hold */
+    char write_error[200]; /* the first failed write's message, "" if none */
     int partial_tail;  /* tokens of the last chunk if it ends off the grid, else 0 */
 } kvs_put_report;
 
@@ -156,7 +170,7 @@ typedef struct kvs_put_report {
  * and inserts the others, last first. rep may be NULL. Returns the first
  * error (the chunks before it in that order are stored), else KVS_OK. */
 int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_tokens, const int *borders,
-                         int n_borders, const kvs_kv_view *view, kvs_put_report *rep);
+                         int n_borders, const kvs_kv_buffer *kv, kvs_put_report *rep);
 
 /* --- lookup ------------------------------------------------------------------ */
 
@@ -192,7 +206,7 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
  * [0, hit->n_cached) hold the KV; slots of a chunk that failed verification
  * (the hit ends before it) hold undefined bytes, which the caller's prefill
  * of [n_cached, n) overwrites as usual. view->n_ctx must be >= n. */
-int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_view *view,
+int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv,
                           kvs_prefix_hit *hit);
 
 /* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */
@@ -200,7 +214,7 @@ void kvs_prefix_hit_release(kvs_prefix_hit *hit);
 
 /* Copies every segment's KV into view at slots [from, to). Reads only.
  * For a hit of kvs_store_lookup_prefix (its payloads are resident). */
-int kvs_prefix_hit_copy_to_kv(const kvs_prefix_hit *hit, const kvs_kv_view *view);
+int kvs_prefix_hit_copy_to_kv(const kvs_prefix_hit *hit, const kvs_kv_buffer *kv);
 
 /* A chunk by content key (same tokens, any context or position; the most
  * recently inserted if several), pinned and resident: unref it when done.
@@ -253,14 +267,19 @@ typedef struct kvs_store_stats {
     double lookups_per_s;      /* lookups / lookup_seconds (lookup throughput) */
     uint64_t inserts, insert_exists, insert_too_big;
     uint64_t evictions;        /* payload drops + removals by the budget */
-    uint64_t disk_writes, disk_write_errors;
-    uint64_t disk_loads, disk_load_bytes;
+    uint64_t disk_writes, disk_write_errors; /* tier writes (every tier), failed ones */
+    uint64_t disk_loads, disk_load_bytes;    /* payloads read from tiers */
     double disk_load_seconds;
     uint64_t disk_bad;         /* damaged entries found (scan or load): never served */
     uint64_t disk_foreign;     /* entries of another model / KV shape, skipped */
     uint64_t disk_missing;     /* entries that vanished before a load */
     uint64_t disk_orphans;     /* entries indexed by content key only (broken parent chain) */
+    uint64_t tier_key_hits;    /* chunks served by a tier by key (not indexed before) */
     kvs_disk_counts last_scan; /* verdict counts of the last directory scan */
+    uint64_t dir_max_bytes;    /* the cache dir's byte bound (0 without a dir) */
+    int n_tiers;               /* tiers below RAM, in lookup order */
+    const char *tier_name[8];  /* (n_tiers) their kinds ("dir", "redis", ...) */
+    kvs_tier_stats tier[8];    /* (n_tiers) their own counters */
 } kvs_store_stats;
 
 void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st);

@@ -61,16 +61,26 @@ typedef struct kvs_tier_ops {
 
     /* n chunks by prefix key in one round trip where the tier can batch
      * (Redis: one pipeline per node). out[i] = a new resident chunk (caller
-     * owns the reference) or NULL (missing, damaged, foreign, error).
+     * owns the reference) or NULL (missing, damaged, foreign, error). The
+     * keys of a lookup are one prompt's chain and only the leading run of
+     * hits is used, so a tier may stop at its first miss (NULL after it).
      * Returns KVS_OK even when some or all are missing; an error status
      * only for bad arguments or out of memory (out[] all NULL then). */
     int (*get_many)(kvs_tier *t, const kvs_key *prefix_keys, int n, kvs_chunk **out);
 
     /* Optional (NULL = the store uses get_many + kvs_chunk_copy_to_kv):
-     * reads chunk tokens [off, off + n) of c's entry straight into view
-     * slots [slot, slot + n), verifying it whole. KVS_OK, or a status for a
-     * miss (nothing valid written: the slots hold undefined bytes). */
-    int (*get_into)(kvs_tier *t, const kvs_chunk *c, int off, int n, const kvs_kv_view *view, int slot);
+     * reads chunk tokens [off, off + n) of c's entry (c: identity, no
+     * payload needed) straight into slots [slot, slot + n) of kv, verifying
+     * the entry whole and that it describes c. KVS_OK, or a status for a
+     * miss (nothing valid written: the slots hold undefined bytes):
+     * KVS_ERR_NOT_FOUND the entry is gone; KVS_ERR_IO / KVS_ERR_NOMEM not
+     * the entry's fault (it stays); any other status: damaged (dropped). */
+    int (*get_into)(kvs_tier *t, const kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot);
+
+    /* Optional (NULL = get_many): the verified payload of c's entry in a
+     * new 64-byte-aligned buffer of c->kv_bytes (*payload, caller frees).
+     * Statuses as get_into. */
+    int (*load)(kvs_tier *t, const kvs_chunk *c, void **payload);
 
     /* Stores a resident chunk. May be asynchronous (the tier copies what it
      * needs before returning; the caller may drop its reference at once).

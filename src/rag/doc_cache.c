@@ -53,16 +53,10 @@ int kvs_doc_computer_init(kvs_doc_computer *dc, kvs_context *ctx, const kvs_cach
     const kvs_kv_shape *s = &cache->shape;
     int n = n_prefix + max_doc, st;
     if ((st = kvs_kv_buffer_init(&dc->kv, s->n_layer, s->n_kv_head, n, s->head_dim, s->dtype))) return st;
-    dc->k = malloc((size_t)s->n_layer * sizeof *dc->k);
-    dc->v = malloc((size_t)s->n_layer * sizeof *dc->v);
     dc->pos = malloc((size_t)n * sizeof *dc->pos);
-    if (!dc->k || !dc->v || !dc->pos) {
+    if (!dc->pos) {
         kvs_doc_computer_release(dc);
         return kvs_error(KVS_ERR_NOMEM, "doc chunks: out of memory");
-    }
-    for (int l = 0; l < s->n_layer; l++) {
-        dc->k[l] = kvs_kv_k(&dc->kv, l);
-        dc->v[l] = kvs_kv_v(&dc->kv, l);
     }
     for (int i = 0; i < n; i++) dc->pos[i] = i;
     dc->ctx = ctx;
@@ -77,8 +71,6 @@ int kvs_doc_computer_init(kvs_doc_computer *dc, kvs_context *ctx, const kvs_cach
 void kvs_doc_computer_release(kvs_doc_computer *dc) {
     if (!dc) return;
     kvs_kv_buffer_release(&dc->kv);
-    free(dc->k);
-    free(dc->v);
     free(dc->pos);
     memset(dc, 0, sizeof *dc);
 }
@@ -116,8 +108,7 @@ int kvs_doc_compute(kvs_doc_computer *dc, const int32_t *doc, int n, kvs_chunk *
     c->parent_key = dc->parent;
     kvs_key_prefix(&dc->parent, doc, n, &c->prefix_key);
     kvs_key_content(&cache->fp, doc, n, &c->content_key);
-    kvs_kv_view view = {cache->shape, dc->kv.n_ctx, dc->k, dc->v};
-    if ((st = kvs_chunk_copy_from_kv(c, 0, n, &view, dc->n_prefix))) {
+    if ((st = kvs_chunk_copy_from_kv(c, 0, n, &dc->kv, dc->n_prefix))) {
         kvs_chunk_unref(c);
         return st;
     }

@@ -41,7 +41,6 @@ typedef struct kvs_doc_computer {
     kvs_context *ctx;         /* its forward scratch and pool are used */
     const kvs_cache *cache;
     kvs_kv_buffer kv;         /* (n_layer, 2, n_kv_head, n_prefix + max_doc, head_dim) */
-    void **k, **v;            /* (n_layer) layer pointers for the kvs_kv_view */
     kvs_key parent;
     const int32_t *prefix;
     int n_prefix, max_doc;

@@ -105,7 +105,7 @@ typedef struct req {
     const kvs_repair_params *rp;
     kvs_seg_options opt;
     kvs_seg_report rep;
-    kvs_kv_view view;
+    kvs_kv_buffer *kv;  /* the context's KV buffer */
     int32_t *pos;       /* (n) 0, 1, 2, ... */
     kvs_seg *moved;     /* (n_segs) the doc segments placed from chunks */
     kvs_doc_computer dc;
@@ -122,7 +122,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         kvs_prefix_hit hit;
         memset(&hit, 0, sizeof hit);
         /* n - 1: the last token always runs, for the first logits. */
-        st = kvs_store_lookup_into(cache->store, lay->tokens, n - 1, &q->view, &hit);
+        st = kvs_store_lookup_into(cache->store, lay->tokens, n - 1, q->kv, &hit);
         E = hit.n_cached;
         kvs_prefix_hit_release(&hit); /* copied into the context */
         if (st) return st;
@@ -216,7 +216,7 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
     q.moved = malloc((size_t)lay->n_segs * sizeof *q.moved);
     if (!q.pos || !q.moved) st = kvs_error(KVS_ERR_NOMEM, "segments: out of memory");
     for (int i = 0; !st && i < n; i++) q.pos[i] = i;
-    if (!st) st = kvs_reuse_view(ctx, &q.view);
+    q.kv = kvs_context_kv(ctx);
 
     int n_ready = 0, exact_end = 0;
     kvs_generate_result r;
@@ -238,11 +238,11 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         kvs_put_report put;
         memset(&put, 0, sizeof put);
         kvs_store_put_prefix(cache->store, lay->tokens, exact_end, cache->chunk_tokens, lay->borders, lay->n_borders,
-                             &q.view, &put);
+                             q.kv, &put);
         q.rep.n_stored = put.n_new;
         r.n_chunks_stored = put.n_new;
+        r.n_write_errors = put.n_write_errors;
     }
-    if (q.view.k) kvs_reuse_view_free(&q.view);
     free(q.pos);
     free(q.moved);
     if (st) {

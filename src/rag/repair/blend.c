@@ -45,7 +45,7 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
-#include "rag/repair/repair.h"
+#include "rag/repair/blend.h"
 
 typedef struct ranked {
     float dev;

@@ -45,6 +45,10 @@
  *               ratio; min_deviation applies at the check layer only.
  *   full        S = everything, from layer 0: the prompt's exact KV
  *
+ * Each strategy is a row of the table in strategy.h (one file each); the
+ * executor that carries S through the layers is rowset.h; CacheBlend's
+ * selection is blend.h. This file's kvs_repair_run dispatches on the row.
+ *
  * Invariants (tests/test_repair.c): full gives the bits of a cold prefill;
  * cacheblend with ratio 1.0 gives the bits of full (every row is computed
  * in every layer from exact inputs; the kernels are batch-invariant);
@@ -64,6 +68,7 @@
 #include <stdint.h>
 
 #include "engine/context.h"
+#include "rag/repair/rowset.h"
 #include "rag/segments.h"
 
 /* kvs_repair_mode, kvs_deviation, kvs_repair_params and their
@@ -96,48 +101,7 @@ int kvs_repair_run(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repa
  * after each selection with the rows kept entering `layer`'s attention (the
  * check layer, then each narrowing layer); tests check that every set is a
  * subset of the one before. */
-typedef struct kvs_rowset kvs_rowset;
-typedef void (*kvs_blend_trace_fn)(void *ud, int layer, const kvs_rowset *rs);
 int kvs_repair_run_traced(kvs_context *ctx, const kvs_repair_region *rg, const kvs_repair_params *p,
                           kvs_blend_trace_fn trace, void *ud, kvs_repair_report *rep);
-
-/* --- the sparse executor (shared with blend.c) --------------------------- */
-
-/* A set of prompt rows carried through layers: hidden state per row. */
-struct kvs_rowset {
-    int n;
-    int32_t *pos;           /* (n) slots = positions, ascending */
-    int32_t *tok;           /* (n) token ids */
-    float *x;               /* (n, n_embd) residual stream entering the next layer */
-};
-
-int kvs_rowset_alloc(kvs_rowset *rs, int n, int n_embd);
-void kvs_rowset_free(kvs_rowset *rs);
-/* x = token embeddings. */
-void kvs_rowset_embed(kvs_fwd *f, kvs_rowset *rs);
-/* Runs layers [l0, l1) for the rows, layer-major: in each layer the rows go
- * in ascending batches of at most f->max_rows, so every slot a row attends
- * to at that layer has been written before (by an earlier batch, by this
- * batch's store, or by whoever filled the buffer). */
-void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1);
-
-/* CacheBlend (blend.c): check layers for all rows of rs, select (and
- * narrow, with p->narrow_from), and leave rs holding only the selected
- * rows, their x entering layer *resume (the check layer, or the last
- * narrowing layer), which the caller runs on from. force (may be NULL):
- * (rs->n) rows kept whatever their deviation, on top of the ratio.
- * *token_layers: fresh K/V (token, layer) pairs written below *resume.
- * trace may be NULL. */
-int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
-                     const unsigned char *force, kvs_blend_trace_fn trace, void *ud, int *resume,
-                     long *token_layers);
-
-/* The share of moved tokens kept entering layer check_layer + j,
- * 0 <= j <= the narrowing's length: narrow_from * (ratio / narrow_from)^(j / L)
- * (geometric; ratio itself from j = L on, or always without narrowing). */
-double kvs_blend_share(const kvs_repair_params *p, int j, int n_layer);
-/* The narrowing's length L in layers (0 without narrowing), clipped so
- * that it ends at the last layer at most. */
-int kvs_blend_narrow_len(const kvs_repair_params *p, int n_layer);
 
 #endif

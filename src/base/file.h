@@ -1,0 +1,22 @@
+/*
+ * Opening files that are read as data (models, cache entries, memo files)
+ * without ever blocking: open() of a FIFO blocks until a writer appears,
+ * so a FIFO planted in a cache directory or given as a model would hang the
+ * process. kvs_open_regular opens with O_NONBLOCK (a FIFO opens at once),
+ * checks with fstat that it is a regular file, and only then returns it
+ * (blocking mode restored). It opens with O_NOATIME where allowed, so
+ * that reading is not a use for the cache directory's LRU (atime stamps).
+ */
+#ifndef KVS_BASE_FILE_H
+#define KVS_BASE_FILE_H
+
+#include <sys/stat.h>
+
+#define KVS_OPEN_NOT_REGULAR (-2)
+
+/* fd >= 0 (O_RDONLY | O_CLOEXEC; *st filled if st is not NULL), -1 with
+ * errno when open or fstat fails, or KVS_OPEN_NOT_REGULAR when path is a
+ * FIFO, device, directory or socket (nothing was read from it). */
+int kvs_open_regular(const char *path, struct stat *st);
+
+#endif

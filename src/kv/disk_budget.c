@@ -1,0 +1,212 @@
+/* The cache directory's byte bound and file ownership (disk_budget.h). */
+#include "kv/disk_budget.h"
+
+#include "base/error.h"
+#include "base/file.h"
+#include "kv/disk.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+static int is_hex64(const char *s) {
+    for (int i = 0; i < 64; i++)
+        if (!isxdigit((unsigned char)s[i])) return 0;
+    return 1;
+}
+
+static int all_digits(const char *s, size_t n) {
+    if (!n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isdigit((unsigned char)s[i])) return 0;
+    return 1;
+}
+
+/* ".<64 hex>.<pid>.<n>.tmp" (disk.c's writers); *pid set. */
+static int tmp_name(const char *name, long *pid) {
+    size_t len = strlen(name);
+    if (len < 1 + 64 + 1 + 1 + 1 + 1 + 4 || name[0] != '.' || !is_hex64(name + 1) || name[65] != '.' ||
+        strcmp(name + len - 4, ".tmp"))
+        return 0;
+    const char *p = name + 66, *end = name + len - 4;
+    const char *dot = memchr(p, '.', (size_t)(end - p));
+    if (!dot || !all_digits(p, (size_t)(dot - p)) || !all_digits(dot + 1, (size_t)(end - dot - 1))) return 0;
+    *pid = strtol(p, NULL, 10);
+    return 1;
+}
+
+static int entry_name(const char *name) {
+    return strlen(name) == 64 + strlen(KVS_DISK_EXT) && is_hex64(name) && !strcmp(name + 64, KVS_DISK_EXT);
+}
+
+/* 1 if the file starts with the entry magic (or, with empty_ok, is empty). */
+static int header_is_ours(const char *path, int empty_ok) {
+    struct stat st;
+    int fd = kvs_open_regular(path, &st);
+    if (fd < 0) return 0;
+    char m[4];
+    ssize_t got = pread(fd, m, 4, 0);
+    close(fd);
+    if (got == 0 && st.st_size == 0) return empty_ok;
+    return got == 4 && !memcmp(m, KVS_DISK_MAGIC, 4);
+}
+
+kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int check_header, struct stat *st) {
+    struct stat local;
+    if (!st) st = &local;
+    long pid;
+    int entry = entry_name(name), tmp = !entry && tmp_name(name, &pid);
+    if (!entry && !tmp) return KVS_DISK_FILE_OTHER;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return KVS_DISK_FILE_OTHER;
+    if (lstat(path, st) || !S_ISREG(st->st_mode)) return KVS_DISK_FILE_OTHER;
+    if (check_header && !header_is_ours(path, tmp)) return KVS_DISK_FILE_OTHER;
+    return entry ? KVS_DISK_FILE_ENTRY : KVS_DISK_FILE_TMP;
+}
+
+int kvs_disk_tmp_is_stale(const char *name, const struct stat *st) {
+    long pid;
+    if (!tmp_name(name, &pid)) return 0;
+    if (time(NULL) - st->st_mtime >= 3600) return 1;
+    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* One listed file. */
+typedef struct listed {
+    char name[256];
+    uint64_t bytes;
+    int64_t atime_ns;
+    kvs_disk_file_kind kind;
+    int stale;
+} listed;
+
+static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage *u) {
+    memset(u, 0, sizeof *u);
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return KVS_OK;
+        return kvs_error(KVS_ERR_IO, "%s: cannot open cache dir: %s", dir, strerror(errno));
+    }
+    listed *v = NULL;
+    size_t n = 0, cap = 0;
+    int rc = KVS_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2]))) continue;
+        struct stat st;
+        kvs_disk_file_kind k = kvs_disk_classify(dir, de->d_name, 0, &st);
+        if (k == KVS_DISK_FILE_OTHER) {
+            u->other++;
+            continue;
+        }
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            listed *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                rc = kvs_error(KVS_ERR_NOMEM, "%s: out of memory listing the cache dir", dir);
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        listed *e = &v[n++];
+        snprintf(e->name, sizeof e->name, "%s", de->d_name);
+        e->bytes = (uint64_t)st.st_size;
+        e->atime_ns = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
+        e->kind = k;
+        e->stale = k == KVS_DISK_FILE_TMP && kvs_disk_tmp_is_stale(de->d_name, &st);
+        if (k == KVS_DISK_FILE_ENTRY) {
+            u->entries++;
+            u->bytes += e->bytes;
+        } else {
+            u->tmp++;
+            u->tmp_bytes += e->bytes;
+            u->stale_tmp += (uint64_t)e->stale;
+        }
+    }
+    closedir(d);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n_out = n;
+    return KVS_OK;
+}
+
+int kvs_disk_usage_get(const char *dir, kvs_disk_usage *u) {
+    listed *v;
+    size_t n;
+    int rc = list_dir(dir, &v, &n, u);
+    free(v);
+    return rc;
+}
+
+uint64_t kvs_disk_default_max_bytes(const char *dir, uint64_t cache_bytes) {
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs)) return cache_bytes + ((uint64_t)1 << 30); /* unknown: 1 GiB more */
+    return (cache_bytes + (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize) / 2;
+}
+
+static int by_atime(const void *a, const void *b) {
+    const listed *x = a, *y = b;
+    return (x->atime_ns > y->atime_ns) - (x->atime_ns < y->atime_ns);
+}
+
+/* Unlinks DIR/name if it is the cache's own file: 1 removed, 0 gone
+ * already (another process), -1 not ours (left alone). */
+static int remove_owned(const char *dir, const char *name) {
+    if (kvs_disk_classify(dir, name, 1, NULL) == KVS_DISK_FILE_OTHER) return -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return unlink(path) == 0;
+}
+
+int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_prune_report *r) {
+    kvs_disk_prune_report local;
+    if (!r) r = &local;
+    memset(r, 0, sizeof *r);
+    listed *v;
+    size_t n;
+    kvs_disk_usage u;
+    int rc = list_dir(dir, &v, &n, &u);
+    if (rc) return rc;
+    qsort(v, n, sizeof *v, by_atime); /* least recently accessed first */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t cutoff = p->older_than_s > 0
+                         ? (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - p->older_than_s * (int64_t)1000000000
+                         : INT64_MIN;
+    uint64_t bytes = u.bytes, entries = u.entries;
+    for (size_t i = 0; i < n; i++) {
+        listed *e = &v[i];
+        if (e->kind == KVS_DISK_FILE_TMP) {
+            if (p->stale_tmp && e->stale && remove_owned(dir, e->name) == 1) r->tmp_removed++;
+            continue;
+        }
+        int over = p->max_bytes && bytes > p->max_bytes, old = e->atime_ns < cutoff;
+        if (!over && !old) continue;
+        int gone = remove_owned(dir, e->name);
+        if (gone < 0) continue;
+        if (gone) {
+            r->removed++;
+            r->removed_bytes += e->bytes;
+        }
+        bytes -= e->bytes; /* removed here or by another process */
+        entries--;
+    }
+    free(v);
+    r->entries = entries;
+    r->bytes = bytes;
+    return KVS_OK;
+}

@@ -1,0 +1,72 @@
+/*
+ * The cache directory's byte bound, kept by every process that writes to it
+ * without a global lock:
+ *
+ *   access stamp   an entry's atime, set explicitly on every verified read
+ *                  (disk.c) and by the write that creates it
+ *   bound          after its writes a process lists the directory (names +
+ *                  stat, no reads) and, when the entries' bytes exceed the
+ *                  bound, unlinks the least recently accessed ones down to
+ *                  a low-water mark; concurrent evictors may unlink the same
+ *                  file (ENOENT is fine)
+ *   readers        a removed entry is a miss (open fails) or, when already
+ *                  open, still complete (unlink keeps the inode): never a
+ *                  half entry (writes are tmp + rename, disk.h)
+ *
+ * Ownership: only files whose names AND first bytes are the cache's own are
+ * ever removed (kvs_disk_classify): "<64 hex>.kvc" starting with the magic,
+ * or a writer's ".<64 hex>.<pid>.<n>.tmp" that is empty or starts with the
+ * magic. Anything else in the directory is left alone.
+ *
+ * Default bound (kvs_disk_default_max_bytes): half of the space free for the
+ * cache when it is opened, i.e. (its own bytes + the file system's available
+ * bytes) / 2.
+ */
+#ifndef KVS_KV_DISK_BUDGET_H
+#define KVS_KV_DISK_BUDGET_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+
+typedef enum kvs_disk_file_kind {
+    KVS_DISK_FILE_OTHER = 0, /* not the cache's: never touched */
+    KVS_DISK_FILE_ENTRY,
+    KVS_DISK_FILE_TMP,
+} kvs_disk_file_kind;
+
+/* Classifies DIR/name by its name, its type (regular file, lstat) and, when
+ * check_header, its first bytes (non-blocking open). st (optional) filled. */
+kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int check_header, struct stat *st);
+
+/* A writer's temp file is stale when its process is gone (same host: the
+ * pid in its name answers no signal) or it is older than an hour. */
+int kvs_disk_tmp_is_stale(const char *name, const struct stat *st);
+
+typedef struct kvs_disk_usage {
+    uint64_t entries, bytes;     /* entry files (by name and type) and their bytes */
+    uint64_t tmp, tmp_bytes;     /* writers' temp files */
+    uint64_t stale_tmp;          /* of which stale */
+    uint64_t other;              /* files that are not the cache's */
+} kvs_disk_usage;
+
+/* Lists dir (names + lstat; no file is opened). A missing dir is empty. */
+int kvs_disk_usage_get(const char *dir, kvs_disk_usage *u);
+
+/* (bytes of the cache's entries + available bytes of dir's file system) / 2. */
+uint64_t kvs_disk_default_max_bytes(const char *dir, uint64_t cache_bytes);
+
+typedef struct kvs_disk_prune_params {
+    uint64_t max_bytes;     /* evict least recently accessed entries down to this; 0 = no bound */
+    int64_t older_than_s;   /* remove entries not accessed for this long; 0 = none */
+    int stale_tmp;          /* 1: remove stale temp files */
+} kvs_disk_prune_params;
+
+typedef struct kvs_disk_prune_report {
+    uint64_t removed, removed_bytes; /* entries */
+    uint64_t tmp_removed;
+    uint64_t entries, bytes;         /* what remains */
+} kvs_disk_prune_report;
+
+int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_prune_report *r);
+
+#endif

@@ -1,0 +1,291 @@
+/*
+ * The one lookup path (store.h): the longest cached prefix of a prompt,
+ *
+ *   1. RAM index: one radix walk finds the chunks covering the longest
+ *      prefix (any part of a chunk serves, on or off the grid); pinned.
+ *   2. Their payloads: resident ones are copied, the others fetched from
+ *      the tier that holds them (store_fetch.c). The first failure ends the
+ *      hit; a damaged or vanished entry there makes the rest of the path be
+ *      verified too, so one request drops every damaged entry of its path
+ *      and stores them all again.
+ *   3. Tiers by key: past the RAM hit, the prompt's grid chunks (chunk_tokens
+ *      steps from position 0) have prefix keys computable from the tokens
+ *      alone (keys.h), so a tier that was never scanned (Redis) serves them:
+ *      one batched call per tier (contains_many before per-chunk get_into
+ *      reads, else one get_many), tiers in order, each going on where the
+ *      previous stopped. What a tier serves is indexed in RAM under its
+ *      token path, so the next lookup finds it in step 1.
+ *
+ * With a KV buffer the KV lands in it (a tier-only chunk is read straight
+ * into it and stays tier-only); without one, payloads become resident.
+ */
+#include "kv/store_impl.h"
+
+#include "base/error.h"
+#include "kv/chunking.h"
+#include "kv/keys.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int push_seg(kvs_prefix_hit *hit, int *cap, kvs_chunk *c, int from, int to) {
+    if (hit->n_segs == *cap) {
+        int nc = *cap ? 2 * *cap : 8;
+        kvs_hit_seg *g = realloc(hit->segs, (size_t)nc * sizeof *g);
+        if (!g) return kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+        hit->segs = g;
+        *cap = nc;
+    }
+    hit->segs[hit->n_segs++] = (kvs_hit_seg){c, from, to};
+    return KVS_OK;
+}
+
+/* Step 1: pins the radix coverage into hit. */
+static int from_index(kvs_store *s, const int32_t *tokens, int n, kvs_prefix_hit *hit, int *cap) {
+    kvs_radix_seg local[64], *segs = local;
+    kvs_radix_match m;
+    pthread_rwlock_rdlock(&s->lock);
+    int rc = kvs_radix_lookup(s->radix, tokens, n, segs, 64, &m);
+    if (rc == KVS_ERR_BUFFER_TOO_SMALL) {
+        segs = malloc((size_t)m.n_segs * sizeof *segs);
+        rc = segs ? kvs_radix_lookup(s->radix, tokens, n, segs, m.n_segs, &m)
+                  : kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+    }
+    if (rc == KVS_OK) {
+        hit->n_matched = m.n_matched;
+        for (int i = 0; i < m.n_segs && rc == KVS_OK; i++) {
+            rc = push_seg(hit, cap, segs[i].item, segs[i].from, segs[i].to);
+            if (rc == KVS_OK) kvs_chunk_ref(segs[i].item);
+        }
+        if (rc == KVS_OK) hit->n_cached = m.n_covered;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (segs != local) free(segs);
+    return rc;
+}
+
+/* Cuts the hit before segment i (unpinning it and the rest). */
+static void cut_at(kvs_prefix_hit *hit, int i) {
+    for (int j = i; j < hit->n_segs; j++) kvs_chunk_unref(hit->segs[j].chunk);
+    hit->n_cached = i < hit->n_segs ? hit->segs[i].from : hit->n_cached;
+    hit->n_segs = i;
+}
+
+/* Step 2. Returns 1 if the hit was cut. Failed entries go to *bad. */
+static int serve_index(kvs_store *s, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, kvs_chunk ***bad, int *n_bad) {
+    for (int i = 0; i < hit->n_segs; i++) {
+        kvs_hit_seg *g = &hit->segs[i];
+        kvs_fetch_fault f = kvs_store_fetch(s, g->chunk, kv, g->from - g->chunk->pos0, g->to - g->from, g->from);
+        if (f == KVS_FETCH_OK) continue;
+        if (f == KVS_FETCH_TRANSIENT) {
+            cut_at(hit, i);
+            return 1;
+        }
+        /* The entry's fault: verify the rest of the path (its chunks are
+         * pinned) and collect every failed one for dropping. */
+        *bad = malloc((size_t)(hit->n_segs - i) * sizeof **bad);
+        if (*bad) (*bad)[(*n_bad)++] = kvs_chunk_ref(g->chunk);
+        for (int j = i + 1; *bad && j < hit->n_segs; j++) {
+            kvs_fetch_fault fj = kvs_store_verify(s, hit->segs[j].chunk);
+            if (fj == KVS_FETCH_GONE || fj == KVS_FETCH_DAMAGED) (*bad)[(*n_bad)++] = kvs_chunk_ref(hit->segs[j].chunk);
+        }
+        cut_at(hit, i);
+        return 1;
+    }
+    return 0;
+}
+
+/* A payload-less chunk for grid span sp of tokens, keyed like the store's. */
+static kvs_chunk *stub_for(kvs_store *s, const int32_t *tokens, const kvs_span *sp, const kvs_key *key,
+                           const kvs_key *parent) {
+    kvs_chunk *c;
+    if (kvs_chunk_new(&s->shape, sp->end - sp->start, 0, &c)) return NULL;
+    c->prefix_key = *key;
+    c->parent_key = *parent;
+    kvs_key_content(&s->fp, tokens + sp->start, c->n_tok, &c->content_key);
+    c->pos0 = sp->start;
+    memcpy(c->tokens, tokens + sp->start, (size_t)c->n_tok * sizeof(int32_t));
+    return c;
+}
+
+/* Step 3 for one tier: serves spans [*i, n_spans) while it has them. */
+static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_span *sp, const kvs_key *keys,
+                       int n_spans, int *i, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap) {
+    kvs_tier *t = s->tiers[ti];
+    int want = n_spans - *i;
+    if (kv && t->ops->get_into) {
+        uint8_t *present = calloc((size_t)want, 1);
+        if (!present || t->ops->contains_many(t, keys + *i, want, present) != KVS_OK) want = 0;
+        for (int j = 0; j < want && present[j]; j++) {
+            const kvs_span *p = &sp[*i];
+            kvs_chunk *c = stub_for(s, tokens, p, &keys[*i], *i ? &keys[*i - 1] : &s->fp);
+            int from = hit->n_cached;
+            uint64_t t0 = kvs_store_mono_ns();
+            kvs_fetch_fault f = c ? kvs_store_fault_of(t->ops->get_into(t, c, from - p->start, p->end - from, kv, from))
+                                  : KVS_FETCH_TRANSIENT;
+            if (c) kvs_store_count_fetch(s, c, f, t0);
+            if (f != KVS_FETCH_OK || push_seg(hit, cap, c, from, p->end)) {
+                kvs_chunk_unref(c);
+                break;
+            }
+            kvs_store_index_from_tier(s, c, tokens, ti);
+            hit->n_cached = p->end;
+            ADD(s->tier_key_hits, 1);
+            (*i)++;
+        }
+        free(present);
+        return;
+    }
+    uint64_t t0 = kvs_store_mono_ns();
+    kvs_chunk **got = calloc((size_t)want, sizeof *got);
+    if (!got || t->ops->get_many(t, keys + *i, want, got) != KVS_OK) {
+        free(got);
+        return;
+    }
+    int ok = 1;
+    for (int j = 0; j < want; j++) {
+        kvs_chunk *c = got[j];
+        const kvs_span *p = &sp[*i];
+        int from = hit->n_cached;
+        ok = ok && c && c->kv && c->pos0 == p->start && c->n_tok == p->end - p->start &&
+             kvs_kv_shape_equal(&c->shape, &s->shape) &&
+             !memcmp(c->tokens, tokens + p->start, (size_t)c->n_tok * sizeof(int32_t)) &&
+             (!kv || kvs_chunk_copy_to_kv(c, from - p->start, p->end - from, kv, from) == KVS_OK) &&
+             push_seg(hit, cap, c, from, p->end) == KVS_OK;
+        if (!ok) {
+            kvs_chunk_unref(c);
+            continue;
+        }
+        kvs_store_count_fetch(s, c, KVS_FETCH_OK, t0);
+        kvs_store_index_from_tier(s, c, tokens, ti);
+        hit->n_cached = p->end;
+        ADD(s->tier_key_hits, 1);
+        (*i)++;
+    }
+    free(got);
+}
+
+/* Step 3: past the RAM hit, the grid chunks by key. */
+static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit,
+                       int *cap) {
+    int cap_spans = kvs_chunking_max_spans(n, s->chunk_tokens, 0), n_spans = 0;
+    kvs_span *sp = malloc((size_t)cap_spans * sizeof *sp);
+    kvs_key *keys = malloc((size_t)cap_spans * sizeof *keys);
+    int rc = sp && keys ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+    if (!rc) rc = kvs_chunking_split(n, 0, s->chunk_tokens, NULL, 0, sp, cap_spans, &n_spans);
+    if (!rc) rc = kvs_key_prefix_chain(&s->fp, tokens, sp, n_spans, keys);
+    int i = 0;
+    while (!rc && i < n_spans && sp[i].end <= hit->n_cached) i++;
+    for (int ti = 0; !rc && ti < s->n_tiers && i < n_spans; ti++)
+        serve_tier(s, ti, tokens, sp, keys, n_spans, &i, kv, hit, cap);
+    free(sp);
+    free(keys);
+    return rc;
+}
+
+static int lookup(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit) {
+    uint64_t t0 = kvs_store_mono_ns();
+    memset(hit, 0, sizeof *hit);
+    hit->n_tokens = n;
+    if (n < 0 || (n && !tokens)) return kvs_error(KVS_ERR_INVALID_ARG, "store lookup: %d tokens", n);
+    if (kv) {
+        kvs_kv_shape ks = kvs_kv_buffer_shape(kv);
+        if (!kvs_kv_shape_equal(&ks, &s->shape) || kv->n_ctx < n)
+            return kvs_error(KVS_ERR_INVALID_ARG,
+                             "store lookup: %d tokens into a KV buffer of %d slots or another shape", n, kv->n_ctx);
+    }
+    int cap = 0;
+    kvs_chunk **bad = NULL;
+    int n_bad = 0;
+    int rc = from_index(s, tokens, n, hit, &cap);
+    int cut = rc ? 1 : serve_index(s, kv, hit, &bad, &n_bad);
+    /* Last to first: the head of the chain ends up most recently used, so
+     * eviction takes tails first and never cuts a chain short. */
+    for (int i = hit->n_segs - 1; i >= 0; i--) kvs_store_touch(s, hit->segs[i].chunk);
+    if (!rc && !cut && s->n_tiers && hit->n_cached < n) rc = serve_tiers(s, tokens, n, kv, hit, &cap);
+    kvs_store_drop(s, bad, n_bad);
+    free(bad);
+    if (rc) {
+        kvs_prefix_hit_release(hit);
+        hit->n_tokens = n;
+        return rc;
+    }
+    if (!kv) kvs_store_enforce_budget(s);
+    ADD(s->lookups, 1);
+    ADD(s->lookup_tokens, n);
+    if (hit->n_cached > 0) {
+        ADD(s->hits, 1);
+        ADD(s->hit_tokens, hit->n_cached);
+    } else {
+        ADD(s->misses, 1);
+    }
+    ADD(s->lookup_ns, kvs_store_mono_ns() - t0);
+    return KVS_OK;
+}
+
+int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_prefix_hit *hit) {
+    return lookup(s, tokens, n, NULL, hit);
+}
+
+int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit) {
+    if (!kv) return kvs_error(KVS_ERR_INVALID_ARG, "store lookup: no KV buffer");
+    return lookup(s, tokens, n, kv, hit);
+}
+
+void kvs_prefix_hit_release(kvs_prefix_hit *hit) {
+    if (!hit) return;
+    for (int i = 0; i < hit->n_segs; i++) kvs_chunk_unref(hit->segs[i].chunk);
+    free(hit->segs);
+    memset(hit, 0, sizeof *hit);
+}
+
+int kvs_prefix_hit_copy_to_kv(const kvs_prefix_hit *hit, const kvs_kv_buffer *kv) {
+    for (int i = 0; i < hit->n_segs; i++) {
+        const kvs_hit_seg *g = &hit->segs[i];
+        int rc = kvs_chunk_copy_to_kv(g->chunk, g->from - g->chunk->pos0, g->to - g->from, kv, g->from);
+        if (rc) return rc;
+    }
+    return KVS_OK;
+}
+
+/* The two key lookups: find under the read lock, pin, then fetch. */
+static int lookup_key(kvs_store *s, const kvs_key *k, int content, kvs_chunk **out) {
+    uint64_t t0 = kvs_store_mono_ns();
+    pthread_rwlock_rdlock(&s->lock);
+    kvs_chunk *c = kvs_chunk_map_find(content ? &s->cmap : &s->pmap, k);
+    if (c) kvs_chunk_ref(c);
+    pthread_rwlock_unlock(&s->lock);
+    if (c) {
+        kvs_fetch_fault f = kvs_store_fetch(s, c, NULL, 0, 0, 0);
+        if (f == KVS_FETCH_OK) {
+            kvs_store_touch(s, c);
+        } else {
+            if (f == KVS_FETCH_TRANSIENT) kvs_chunk_unref(c);
+            else kvs_store_drop(s, &c, 1);
+            c = NULL;
+        }
+    }
+    if (content) {
+        ADD(s->lookups, 1);
+        if (c) ADD(s->hits, 1);
+        else ADD(s->misses, 1);
+        ADD(s->lookup_ns, kvs_store_mono_ns() - t0);
+    }
+    if (!c) {
+        char hex[65];
+        kvs_key_to_hex(k, hex);
+        return kvs_error(KVS_ERR_NOT_FOUND, "store: no usable chunk with %s key %s", content ? "content" : "prefix",
+                         hex);
+    }
+    kvs_store_enforce_budget(s);
+    *out = c;
+    return KVS_OK;
+}
+
+int kvs_store_lookup_content(kvs_store *s, const kvs_key *content_key, kvs_chunk **out) {
+    return lookup_key(s, content_key, 1, out);
+}
+
+int kvs_store_get(kvs_store *s, const kvs_key *prefix_key, kvs_chunk **out) {
+    return lookup_key(s, prefix_key, 0, out);
+}

@@ -1,0 +1,167 @@
+/*
+ * The model fingerprint guards the cache: entries written under one
+ * fingerprint are never served under another. Each component of the
+ * fingerprint (fingerprint.h: weights digest, tensor directory,
+ * architecture, hparams, RoPE, KV dtype, numerics probe) is perturbed in
+ * turn with the test-only hook kvs_fingerprint_test_perturb, as another
+ * model, file, build or dtype would change it; a fresh cache on a directory
+ * written under the real fingerprint must then serve nothing (n_cached 0,
+ * the entries counted as foreign, the output a cold run's), while with the
+ * hook off the same directory serves the whole prefix (so the check can
+ * fail). A component left out of the hash would make its row fail.
+ */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "cache/fingerprint.h"
+#include "engine/context.h"
+#include "harness.h"
+#include "kvstitch.h"
+
+#define N_PROMPT 160 /* chunks at 0 and 64, the tail at 128 */
+
+static kvs_model *g_model;
+static kvs_context *g_ctx;
+static char g_dir[64];
+static int32_t g_prompt[N_PROMPT];
+static kvs_generate_result g_cold;
+
+static kvs_generate_params greedy(void) {
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = 1;
+    gp.sampling.temperature = 0;
+    return gp;
+}
+
+static kvs_cache *open_cache(void) {
+    kvs_cache_params cp = kvs_cache_default_params();
+    cp.cache_dir = g_dir;
+    kvs_cache *c = NULL;
+    int st = kvs_cache_open(g_model, cp, &c);
+    CHECK_MSG(st == KVS_OK, "cache open: %s", kvs_last_error());
+    return c;
+}
+
+static int same(const kvs_generate_result *a, const kvs_generate_result *b) {
+    return a->n_vocab == b->n_vocab && !memcmp(a->first_logits, b->first_logits, (size_t)a->n_vocab * sizeof(float)) &&
+           a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
+}
+
+/* The prompt through a fresh cache on g_dir: n_cached (-1 on error), the
+ * directory's foreign entries in *foreign. */
+static int served(uint64_t *foreign, char fp_hex[65]) {
+    kvs_cache *c = open_cache();
+    if (!c) return -1;
+    kvs_cache_fingerprint_hex(c, fp_hex);
+    kvs_generate_params gp = greedy();
+    kvs_generate_result r;
+    int n = -1, st = kvs_generate_cached(g_ctx, c, g_prompt, N_PROMPT, &gp, NULL, &r);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (!st) {
+        CHECK_MSG(same(&r, &g_cold), "output differs from the cold run");
+        n = r.n_cached;
+        kvs_generate_result_free(&r);
+    }
+    kvs_cache_stats s;
+    kvs_cache_get_stats(c, &s);
+    *foreign = s.disk_foreign;
+    kvs_cache_free(c);
+    return n;
+}
+
+static const struct {
+    const char *name;
+    unsigned mask;
+} k_components[] = {
+    {"weights_digest", KVS_FP_PERTURB_WEIGHTS}, {"tensor_directory", KVS_FP_PERTURB_TENSORS},
+    {"architecture", KVS_FP_PERTURB_ARCH},      {"hparams", KVS_FP_PERTURB_HPARAMS},
+    {"rope", KVS_FP_PERTURB_ROPE},              {"kv_dtype", KVS_FP_PERTURB_KV_TYPE},
+    {"numerics_probe", KVS_FP_PERTURB_PROBE},
+};
+enum { N_COMPONENTS = sizeof k_components / sizeof k_components[0] };
+
+/* Warm g_dir under the real fingerprint; the control: a fresh cache serves
+ * all but the last token. */
+TEST(real_fingerprint_serves) {
+    kvs_fingerprint_test_perturb(0);
+    kvs_cache *c = open_cache();
+    if (!c) return;
+    kvs_warm_report w;
+    CHECK_EQ_INT(kvs_warm(g_ctx, c, g_prompt, N_PROMPT, &w), KVS_OK);
+    CHECK(w.n_stored >= 2);
+    kvs_cache_free(c);
+    uint64_t foreign = 0;
+    char hex[65];
+    CHECK_EQ_INT(served(&foreign, hex), N_PROMPT - 1);
+    CHECK_EQ_INT(foreign, 0);
+}
+
+/* One row per component: perturbed, nothing is served. */
+static void component_never_served(int i) {
+    char real[65], other[65];
+    uint64_t foreign = 0;
+    kvs_fingerprint_test_perturb(0);
+    kvs_key a, b;
+    CHECK_EQ_INT(kvs_fingerprint(g_model, KVS_KV_F16, NULL, &a), KVS_OK);
+    kvs_fingerprint_test_perturb(k_components[i].mask);
+    CHECK_EQ_INT(kvs_fingerprint(g_model, KVS_KV_F16, NULL, &b), KVS_OK);
+    CHECK_MSG(memcmp(a.b, b.b, sizeof a.b), "%s: perturbed, the fingerprint is unchanged", k_components[i].name);
+    int n = served(&foreign, other);
+    CHECK_MSG(n == 0, "%s: %d tokens served under another fingerprint", k_components[i].name, n);
+    CHECK_MSG(foreign >= 2, "%s: %llu foreign entries, want >= 2", k_components[i].name,
+              (unsigned long long)foreign);
+    kvs_fingerprint_test_perturb(0);
+    /* the hook off again: the real fingerprint, and the entries serve */
+    CHECK_EQ_INT(served(&foreign, real), N_PROMPT - 1);
+    CHECK_MSG(strcmp(real, other), "%s: the cache's fingerprint is unchanged", k_components[i].name);
+}
+
+#define COMPONENT_TEST(idx, fn) \
+    TEST(fn) { component_never_served(idx); }
+COMPONENT_TEST(0, weights_digest_never_served)
+COMPONENT_TEST(1, tensor_directory_never_served)
+COMPONENT_TEST(2, architecture_never_served)
+COMPONENT_TEST(3, hparams_never_served)
+COMPONENT_TEST(4, rope_never_served)
+COMPONENT_TEST(5, kv_dtype_never_served)
+COMPONENT_TEST(6, numerics_probe_never_served)
+
+static int setup(void) {
+    const char *mp = kt_model_path();
+    if (!mp) return -1;
+    if (kvs_model_load(mp, kvs_model_default_params(), &g_model) != KVS_OK) return -1;
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 256;
+    if (kvs_context_new(g_model, cp, &g_ctx) != KVS_OK) return -1;
+    int n_vocab = kvs_context_n_vocab(g_ctx);
+    for (int i = 0; i < N_PROMPT; i++) g_prompt[i] = (int32_t)((i * 4099 + 7) % n_vocab);
+    kvs_generate_params gp = greedy();
+    if (kvs_generate(g_ctx, g_prompt, N_PROMPT, &gp, &g_cold) != KVS_OK) return -1;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvs-test-fp-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    return 0;
+}
+
+int main(void) {
+    if (setup()) {
+        fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
+        printf("FAIL setup\n");
+        return 1;
+    }
+    RUN(real_fingerprint_serves);
+    RUN(weights_digest_never_served);
+    RUN(tensor_directory_never_served);
+    RUN(architecture_never_served);
+    RUN(hparams_never_served);
+    RUN(rope_never_served);
+    RUN(kv_dtype_never_served);
+    RUN(numerics_probe_never_served);
+    kvs_fingerprint_test_perturb(0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd)) fprintf(stderr, "  cannot remove %s\n", g_dir);
+    kvs_generate_result_free(&g_cold);
+    kvs_context_free(g_ctx);
+    kvs_model_free(g_model);
+    return kt_summary();
+}

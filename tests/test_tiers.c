@@ -1,0 +1,479 @@
+/*
+ * Storage tiers below RAM and the cache directory as an attacker meets it:
+ *   - a tier serves a prompt by key without having been scanned (the
+ *     directory tier attached to a memory-only store; a dummy tier defined
+ *     here in one ops row, as a Redis tier plugs in)
+ *   - damage on every chunk of a path: one request drops and rewrites all
+ *   - a failed write (a directory in an entry's place) is counted, not stored
+ *   - a FIFO in an entry's place never hangs a scan, a lookup, clear, prune
+ *   - clear / prune touch only files whose names and headers are the cache's
+ *   - the byte bound evicts the least recently used entries
+ *   - unreachable entries and old entries are reported and pruned
+ * KV is the fake of test_kv_fake.h: a reuse is right iff its bytes equal the
+ * cold bytes.
+ */
+#include "harness.h"
+
+#include "kv/disk.h"
+#include "kv/disk_budget.h"
+#include "kv/store.h"
+#include "kv/tier_dir.h"
+#include "kvstitch.h"
+#include "test_kv_dir.h"
+#include "test_kv_fake.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static const kvs_kv_shape SHAPE = {2, 2, 16, KVS_KV_F16};
+enum { N = 300 }; /* chunks [0,64) [64,128) [128,192) [192,256) [256,300) */
+
+static int32_t toks[N];
+static fake_kv *cold, *warm;
+static kvs_key FP;
+
+static kvs_store *open_store(const char *dir, uint64_t max_bytes) {
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 64u << 20;
+    p.cache_dir = dir;
+    p.cache_max_bytes = max_bytes;
+    kvs_store *s = NULL;
+    int rc = kvs_store_open(&FP, &SHAPE, p, &s);
+    CHECK_MSG(rc == KVS_OK, "open %s: %s", dir ? dir : "(memory)", kvs_last_error());
+    return s;
+}
+
+static char *populated_dir(void) {
+    char *dir = new_dir();
+    kvs_store *s = open_store(dir, 0);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 5);
+    kvs_store_free(s);
+    return dir;
+}
+
+static void chunk_key(int i, kvs_key *out) {
+    kvs_key k = FP;
+    for (int j = 0; j <= i; j++) {
+        int a = 64 * j, b = a + 64 < N ? a + 64 : N;
+        kvs_key next;
+        kvs_key_prefix(&k, toks + a, b - a, &next);
+        k = next;
+    }
+    *out = k;
+}
+
+static void entry_path(const char *dir, int i, char *out, size_t cap) {
+    kvs_key k;
+    chunk_key(i, &k);
+    kvs_disk_path(dir, &k, out, cap);
+}
+
+/* Tokens served into warm (checked against the cold bytes), -1 if wrong. */
+static int serve_into(kvs_store *s, int n) {
+    fake_kv_fill(cold, toks, N);
+    fake_kv_zero(warm);
+    kvs_prefix_hit hit;
+    if (kvs_store_lookup_into(s, toks, n, &warm->kv, &hit) != KVS_OK) return -1;
+    int got = fake_kv_equal(cold, warm, 0, hit.n_cached) ? hit.n_cached : -1;
+    kvs_prefix_hit_release(&hit);
+    return got;
+}
+
+TEST(dir_tier_serves_by_key_without_scan) {
+    char *dir = populated_dir();
+    for (int mode = 0; mode < 2; mode++) { /* 0: into a KV buffer (get_into), 1: resident (get_many) */
+        kvs_store *s = open_store(NULL, 0);
+        kvs_tier_dir_params dp = {dir, 0, 0};
+        kvs_tier *t = NULL;
+        CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
+        CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
+        kvs_store_stats st;
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.entries, 0); /* nothing scanned */
+        if (mode == 0) {
+            CHECK_EQ_INT(serve_into(s, N), N);
+        } else {
+            kvs_prefix_hit hit;
+            CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, N - 10, &hit), KVS_OK);
+            CHECK_EQ_INT(hit.n_cached, 256); /* the grid chunks within N - 10 tokens */
+            fake_kv_zero(warm);
+            CHECK_EQ_INT(kvs_prefix_hit_copy_to_kv(&hit, &warm->kv), KVS_OK);
+            CHECK(fake_kv_equal(cold, warm, 0, hit.n_cached));
+            kvs_prefix_hit_release(&hit);
+        }
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.tier_key_hits, mode == 0 ? 5 : 4);
+        CHECK_EQ_INT(st.entries, mode == 0 ? 5 : 4); /* indexed on the way */
+        CHECK_EQ_INT(st.n_tiers, 1);
+        CHECK(st.tier_name[0] && !strcmp(st.tier_name[0], "dir"));
+        /* again: from the RAM index now, also at an off-grid length */
+        CHECK_EQ_INT(serve_into(s, 200), 200);
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.tier_key_hits, mode == 0 ? 5 : 4);
+        kvs_store_free(s);
+    }
+    rm_dir(dir);
+    free(dir);
+}
+
+/* --- a dummy tier: one ops row over a shared in-memory table ---------------- */
+
+typedef struct mem_shelf {
+    pthread_mutex_t mu;
+    kvs_chunk *c[64];
+    int n, puts, gets;
+} mem_shelf;
+
+static kvs_chunk *shelf_find(mem_shelf *m, const kvs_key *k) {
+    for (int i = 0; i < m->n; i++)
+        if (kvs_key_equal(&m->c[i]->prefix_key, k)) return m->c[i];
+    return NULL;
+}
+
+static int mem_get_many(kvs_tier *t, const kvs_key *keys, int n, kvs_chunk **out) {
+    mem_shelf *m = t->impl;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < n; i++) {
+        kvs_chunk *src = shelf_find(m, &keys[i]), *c = NULL;
+        m->gets++;
+        if (src && kvs_chunk_new(&src->shape, src->n_tok, 1, &c) == KVS_OK) {
+            c->prefix_key = src->prefix_key;
+            c->parent_key = src->parent_key;
+            c->content_key = src->content_key;
+            c->pos0 = src->pos0;
+            memcpy(c->tokens, src->tokens, (size_t)src->n_tok * sizeof(int32_t));
+            memcpy(c->kv, src->kv, src->kv_bytes);
+        }
+        out[i] = c;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return KVS_OK;
+}
+
+static int mem_put(kvs_tier *t, const kvs_chunk *c) {
+    mem_shelf *m = t->impl;
+    pthread_mutex_lock(&m->mu);
+    int rc = KVS_OK;
+    if (!shelf_find(m, &c->prefix_key)) {
+        if (m->n == 64) rc = KVS_ERR_NOMEM;
+        else m->c[m->n++] = kvs_chunk_ref((kvs_chunk *)c); /* the test never changes a stored chunk */
+    }
+    m->puts++;
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+static int mem_contains_many(kvs_tier *t, const kvs_key *keys, int n, uint8_t *present) {
+    mem_shelf *m = t->impl;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < n; i++) present[i] = shelf_find(m, &keys[i]) != NULL;
+    pthread_mutex_unlock(&m->mu);
+    return KVS_OK;
+}
+
+static int mem_remove(kvs_tier *t, const kvs_key *k) { return KVS_ERR_NOT_FOUND; }
+static int mem_clear(kvs_tier *t, uint64_t *n) { return KVS_OK; }
+static void mem_stats(kvs_tier *t, kvs_tier_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->puts = (uint64_t)((mem_shelf *)t->impl)->puts;
+}
+static void mem_close(kvs_tier *t) { free(t); } /* the shelf outlives the tiers */
+
+static const kvs_tier_ops mem_ops = {
+    .name = "mem", .get_many = mem_get_many, .put = mem_put, .contains_many = mem_contains_many,
+    .remove = mem_remove, .clear = mem_clear, .stats = mem_stats, .close = mem_close,
+};
+
+static kvs_tier *mem_tier(mem_shelf *m) {
+    kvs_tier *t = calloc(1, sizeof *t);
+    t->ops = &mem_ops;
+    t->impl = m;
+    return t;
+}
+
+TEST(dummy_tier_plugs_in_by_its_ops_row) {
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0};
+    kvs_store *a = open_store(NULL, 0), *b = open_store(NULL, 0);
+    CHECK_EQ_INT(kvs_store_attach_tier(a, mem_tier(&shelf)), KVS_OK);
+    CHECK_EQ_INT(kvs_store_attach_tier(b, mem_tier(&shelf)), KVS_OK);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(a, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 5);
+    CHECK_EQ_INT(shelf.puts, 5);
+    /* b never saw a's inserts: it finds them by key, in one get_many */
+    CHECK_EQ_INT(serve_into(b, N), N);
+    CHECK_EQ_INT(shelf.gets, 5);
+    kvs_store_free(a);
+    kvs_store_free(b);
+    for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
+}
+
+TEST(damage_on_every_chunk_heals_in_one_request) {
+    char *dir = populated_dir();
+    char path[512];
+    for (int i = 1; i < 5; i++) {
+        entry_path(dir, i, path, sizeof path);
+        struct stat sb;
+        stat(path, &sb);
+        flip(path, (long)sb.st_size - 7); /* inside the payload */
+    }
+    kvs_store *s = open_store(dir, 0);
+    CHECK_EQ_INT(serve_into(s, N), 64);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_bad, 4); /* the first damaged one, and the rest of the path verified */
+    /* the request recomputes and stores what it could not reuse: all four */
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 4);
+    kvs_store_free(s);
+    s = open_store(dir, 0);
+    CHECK_EQ_INT(serve_into(s, N), N);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_bad, 0);
+    kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(failed_write_is_counted_not_stored) {
+    char *dir = new_dir();
+    char path[512];
+    entry_path(dir, 2, path, sizeof path);
+    CHECK_EQ_INT(mkdir(path, 0755), 0); /* a directory in the entry's place */
+    kvs_store *s = open_store(dir, 0);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 4);
+    CHECK_EQ_INT(r.n_write_errors, 1);
+    CHECK(strstr(r.write_error, ".kvc") != NULL);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_write_errors, 1);
+    CHECK_EQ_INT(st.disk_writes, 4);
+    kvs_store_free(s);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)); /* left alone */
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5);          /* 4 entries + the directory */
+    CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
+    rm_dir(dir);
+    free(dir);
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL fifo_in_place_never_hangs (timed out)\n";
+    if (write(1, msg, sizeof msg - 1)) _exit(1);
+    _exit(1);
+}
+
+TEST(fifo_in_place_never_hangs) {
+    char *dir = populated_dir();
+    char path[512];
+    entry_path(dir, 1, path, sizeof path);
+    CHECK_EQ_INT(unlink(path), 0);
+    CHECK_EQ_INT(mkfifo(path, 0644), 0);
+    signal(SIGALRM, on_alarm);
+    alarm(30);
+    kvs_store *s = open_store(dir, 0);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_NOT_REGULAR], 1);
+    CHECK_EQ_INT(serve_into(s, N), 64);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, N, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 64);
+    kvs_prefix_hit_release(&hit);
+    kvs_store_free(s);
+    kvs_cache_dir_stats ds;
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+    CHECK_EQ_INT(ds.unreadable, 1);
+    CHECK_EQ_INT(kvs_cache_dir_verify(dir, &ds), KVS_OK);
+    kvs_cache_prune_params pp = {1, 0, 0};
+    kvs_cache_prune_report pr;
+    CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+    uint64_t removed;
+    CHECK_EQ_INT(kvs_cache_dir_clear(dir, &removed), KVS_OK);
+    alarm(0);
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode)); /* never ours: left alone */
+    rm_dir(dir);
+    free(dir);
+}
+
+/* A pid that is certainly not running: a child that has exited and been reaped. */
+static long dead_pid(void) {
+    pid_t p = fork();
+    if (p == 0) _exit(0);
+    waitpid(p, NULL, 0);
+    return (long)p;
+}
+
+static void put_file(const char *dir, const char *name, const char *content, time_t mtime) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fputs(content, f);
+        fclose(f);
+    }
+    if (mtime) {
+        struct timespec ts[2] = {{mtime, 0}, {mtime, 0}};
+        utimensat(AT_FDCWD, p, ts, 0);
+    }
+}
+
+static int exists(const char *dir, const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+TEST(clear_and_prune_touch_only_own_files) {
+    for (int use_prune = 0; use_prune < 2; use_prune++) {
+        char *dir = populated_dir();
+        char hex[65], stale[160], live[160], fake_entry[80];
+        kvs_key k;
+        chunk_key(0, &k);
+        kvs_key_to_hex(&k, hex);
+        time_t old = time(NULL) - 7200;
+        snprintf(stale, sizeof stale, ".%s.%ld.3.tmp", hex, dead_pid());
+        snprintf(live, sizeof live, ".%s.%ld.4.tmp", hex, (long)getpid());
+        snprintf(fake_entry, sizeof fake_entry, "%064d.kvc", 5);
+        put_file(dir, stale, "KVSC partial", 0);
+        put_file(dir, live, "KVSC partial", 0);
+        put_file(dir, ".x.tmp", "someone else's", old);      /* old, but not a writer's name */
+        put_file(dir, fake_entry, "not a cache entry", old); /* an entry's name, not its header */
+        put_file(dir, "notes.txt", "mine", old);
+        kvs_cache_dir_stats ds;
+        CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+        CHECK_EQ_INT(ds.tmp, 2);
+        CHECK_EQ_INT(ds.stale_tmp, 1);
+        CHECK_EQ_INT(ds.other_files, 2); /* .x.tmp, notes.txt (the fake entry counts as damaged) */
+        CHECK_EQ_INT(ds.damaged, 1);
+        if (use_prune) {
+            kvs_cache_prune_params pp = {1, 0, 0}; /* a 1-byte bound: every entry goes */
+            kvs_cache_prune_report pr;
+            CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+            CHECK_EQ_INT(pr.removed, 5);
+            CHECK_EQ_INT(pr.tmp_removed, 1);
+        } else {
+            uint64_t removed = 0;
+            CHECK_EQ_INT(kvs_cache_dir_clear(dir, &removed), KVS_OK);
+            CHECK_EQ_INT(removed, 5);
+        }
+        CHECK(!exists(dir, stale));
+        CHECK(exists(dir, live)); /* a live writer's */
+        CHECK(exists(dir, ".x.tmp"));
+        CHECK(exists(dir, fake_entry));
+        CHECK(exists(dir, "notes.txt"));
+        CHECK_EQ_INT(count_files(dir, ".kvc"), 1);
+        rm_dir(dir);
+        free(dir);
+    }
+}
+
+static void set_atime(const char *path, time_t t) {
+    struct timespec ts[2] = {{t, 0}, {0, UTIME_OMIT}};
+    CHECK_EQ_INT(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+TEST(bound_evicts_least_recently_used) {
+    char *dir = populated_dir();
+    kvs_disk_usage u;
+    CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
+    uint64_t entry = u.bytes / 5 + 1; /* about one entry (the tail is smaller) */
+    /* ages: chunk i last used i hours ago, except chunk 4, used just now */
+    time_t now = time(NULL);
+    char path[512];
+    for (int i = 0; i < 4; i++) {
+        entry_path(dir, i, path, sizeof path);
+        set_atime(path, now - 3600 * (4 - i));
+    }
+    /* a second prompt sharing chunk 0; its writes push the dir over 6 entries' bound */
+    static int32_t t2[N];
+    memcpy(t2, toks, sizeof t2);
+    for (int i = 64; i < N; i++) t2[i] = toks[i] + 1;
+    kvs_store *s = open_store(dir, 6 * entry);
+    fake_kv *f = fake_kv_new(SHAPE, N);
+    fake_kv_fill(f, t2, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, t2, N, 64, NULL, 0, &f->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 4);
+    kvs_store_free(s); /* the last check happens at close at the latest */
+    fake_kv_free(f);
+    CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
+    CHECK_MSG(u.bytes <= 6 * entry, "%llu bytes > bound %llu", (unsigned long long)u.bytes,
+              (unsigned long long)(6 * entry));
+    /* the least recently used went first: chunk 0 (shared by the second
+     * prompt, which only touched it in memory), then 1, 2, 3; chunk 4 was
+     * used after them and stays */
+    entry_path(dir, 0, path, sizeof path);
+    int gone0 = access(path, F_OK) != 0;
+    entry_path(dir, 4, path, sizeof path);
+    CHECK(access(path, F_OK) == 0); /* the recently used one stays */
+    CHECK(gone0);
+    rm_dir(dir);
+    free(dir);
+}
+
+TEST(unreachable_and_old_entries_pruned) {
+    char *dir = populated_dir();
+    char path[512];
+    entry_path(dir, 0, path, sizeof path);
+    CHECK_EQ_INT(unlink(path), 0); /* a killed writer lost the first chunk */
+    kvs_cache_dir_stats ds;
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+    CHECK_EQ_INT(ds.entries, 4);
+    CHECK_EQ_INT(ds.unreachable, 4);
+    kvs_cache_prune_params pp = {0, 0, 1}; /* keep unreachable: nothing to do */
+    kvs_cache_prune_report pr;
+    CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+    CHECK_EQ_INT(pr.removed, 0);
+    pp.keep_unreachable = 0;
+    CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+    CHECK_EQ_INT(pr.unreachable_removed, 4);
+    CHECK_EQ_INT(pr.entries, 0);
+    rm_dir(dir);
+    free(dir);
+    /* --older-than: entries unused for two days go, the others stay */
+    dir = populated_dir();
+    for (int i = 3; i < 5; i++) {
+        entry_path(dir, i, path, sizeof path);
+        set_atime(path, time(NULL) - 2 * 86400);
+    }
+    pp = (kvs_cache_prune_params){0, 86400, 0};
+    CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+    CHECK_EQ_INT(pr.removed, 2);
+    CHECK_EQ_INT(pr.entries, 3);
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+    CHECK_EQ_INT(ds.unreachable, 0);
+    rm_dir(dir);
+    free(dir);
+}
+
+int main(void) {
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)(fake_mix((uint64_t)i + 7) % 49152);
+    for (int i = 0; i < 32; i++) FP.b[i] = (uint8_t)(5 * i + 1);
+    cold = fake_kv_new(SHAPE, N);
+    warm = fake_kv_new(SHAPE, N);
+    RUN(dir_tier_serves_by_key_without_scan);
+    RUN(dummy_tier_plugs_in_by_its_ops_row);
+    RUN(damage_on_every_chunk_heals_in_one_request);
+    RUN(failed_write_is_counted_not_stored);
+    RUN(fifo_in_place_never_hangs);
+    RUN(clear_and_prune_touch_only_own_files);
+    RUN(bound_evicts_least_recently_used);
+    RUN(unreachable_and_old_entries_pruned);
+    fake_kv_free(cold);
+    fake_kv_free(warm);
+    return kt_summary();
+}
