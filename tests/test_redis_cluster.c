@@ -109,6 +109,55 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     CHECK_EQ_INT(t->ops->scan(t, count_visit, &listed), KVS_OK);
     CHECK_EQ_INT(listed, N_CHUNKS);
 
+    /* ASK: chunk 0's slot is being migrated and its key has moved already:
+     * the old owner answers ASK, the tier follows with ASKING. Then the
+     * migration completes (the new owner answers; the old one MOVED). */
+    {
+        char key[96];
+        kvs_redis_tier_key(t, &c[0]->prefix_key, key);
+        int slot = kvs_redis_key_slot(key, strlen(key)), src = -1, dst = -1;
+        for (int i = 0; i < RT_CLUSTER_N; i++) {
+            if (!rt_is_master(s[i].port)) continue;
+            redisReply *k = rt_cmd(s[i].port, "CLUSTER COUNTKEYSINSLOT %d", slot);
+            if (k && k->type == REDIS_REPLY_INTEGER && k->integer > 0) src = i;
+            else if (dst < 0) dst = i;
+            if (k) freeReplyObject(k);
+        }
+        CHECK(src >= 0 && dst >= 0);
+        if (src >= 0 && dst >= 0) {
+            char src_id[64] = "", dst_id[64] = "";
+            redisReply *id = rt_cmd(s[src].port, "CLUSTER MYID");
+            if (id && id->type == REDIS_REPLY_STRING) snprintf(src_id, sizeof src_id, "%s", id->str);
+            if (id) freeReplyObject(id);
+            id = rt_cmd(s[dst].port, "CLUSTER MYID");
+            if (id && id->type == REDIS_REPLY_STRING) snprintf(dst_id, sizeof dst_id, "%s", id->str);
+            if (id) freeReplyObject(id);
+            redisReply *y[3];
+            y[0] = rt_cmd(s[dst].port, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id);
+            y[1] = rt_cmd(s[src].port, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id);
+            y[2] = rt_cmd(s[src].port, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %s", s[dst].port, "", key);
+            for (int i = 0; i < 3; i++) {
+                CHECK_MSG(y[i] && y[i]->type == REDIS_REPLY_STATUS && !strcmp(y[i]->str, "OK"), "migration step %d: %s", i,
+                          y[i] && y[i]->str ? y[i]->str : "no reply");
+                if (y[i]) freeReplyObject(y[i]);
+            }
+            kvs_chunk *got = NULL;
+            CHECK_EQ_INT(t->ops->get_many(t, &c[0]->prefix_key, 1, &got), KVS_OK);
+            CHECK(got && !memcmp(got->kv, c[0]->kv, c[0]->kv_bytes));
+            kvs_chunk_unref(got);
+            kvs_redis_tier_stats as;
+            kvs_redis_tier_get_stats(t, &as);
+            CHECK_MSG(as.ask >= 1, "no ASK followed (ask %llu)", (unsigned long long)as.ask);
+            for (int i = 0; i < RT_CLUSTER_N; i++) {
+                if (s[i].pid <= 0) continue;
+                redisReply *z = rt_cmd(s[i].port, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);
+                if (z) freeReplyObject(z);
+            }
+            rt_sleep_ms(200);
+            CHECK_EQ_INT(served(t, c), N_CHUNKS);
+        }
+    }
+
     /* Manual failover: a replica becomes master, the old master answers MOVED. */
     int replica = -1;
     for (int i = 0; i < RT_CLUSTER_N && replica < 0; i++)
