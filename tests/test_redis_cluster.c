@@ -182,11 +182,27 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     /* Kill a master while requests run: each request stays bounded and
      * serves only correct bytes; after the failover everything is served. */
     int victim = -1;
-    for (int i = 0; i < RT_CLUSTER_N && victim < 0; i++)
-        if (rt_is_master(s[i].port)) victim = i;
+    /* a master whose replica is in sync (else no replica may take over) */
+    for (int wait = 0; wait < 100 && victim < 0; wait++) {
+        for (int i = 0; i < RT_CLUSTER_N && victim < 0; i++) {
+            if (s[i].pid <= 0 || !rt_is_master(s[i].port)) continue;
+            redisReply *role = rt_cmd(s[i].port, "ROLE");
+            if (role && role->type == REDIS_REPLY_ARRAY && role->elements >= 3 &&
+                role->element[2]->type == REDIS_REPLY_ARRAY && role->element[2]->elements >= 1) {
+                const redisReply *rep = role->element[2]->element[0];
+                if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING &&
+                    rt_replica_in_sync(atoi(rep->element[1]->str)))
+                    victim = i;
+            }
+            if (role) freeReplyObject(role);
+        }
+        if (victim < 0) rt_sleep_ms(100);
+    }
+    CHECK(victim >= 0);
+    if (victim < 0) victim = 0;
     double t0 = now_ms(), worst = 0;
     int killed = 0, all_back = 0, min_served = N_CHUNKS;
-    while (now_ms() - t0 < 15000 && !all_back) {
+    while (now_ms() - t0 < 45000 && !all_back) { /* failover: ~2-3 s idle, much more on a loaded machine */
         if (!killed && now_ms() - t0 > 300) {
             rt_redis_kill(&s[victim]);
             killed = 1;
