@@ -130,8 +130,8 @@ static int run_round_trip(env *e, const kvs_seg_layout *lay, const int *delta, i
         for (int l = 0; l < kv->n_layer; l++)
             for (int h = 0; h < kv->n_kv_head; h++) {
                 void *k = kvs_kv_at(kv, l, 0, h, g->start);
-                kvs_move_k_run(&rc, kv->type, k, k, g->end - g->start, d);
-                kvs_move_k_run(&rc, kv->type, k, k, g->end - g->start, -d);
+                kvs_move_k_run_layer(&rc, l, kv->type, k, k, g->end - g->start, d);
+                kvs_move_k_run_layer(&rc, l, kv->type, k, k, g->end - g->start, -d);
             }
     }
     st = kvs_generate_from(e->ctx, lay->tokens, lay->n_tokens, Q, &gp, kvs_now_ms(), &r);
@@ -173,7 +173,7 @@ static int run_shifted(env *e, const kvs_seg_layout *lay, int shift, float *out)
     for (int l = 0; l < kv->n_layer; l++)
         for (int h = 0; h < kv->n_kv_head; h++) {
             void *k = kvs_kv_at(kv, l, 0, h, 0);
-            kvs_move_k_run(&rc, kv->type, k, k, Q, -shift);
+            kvs_move_k_run_layer(&rc, l, kv->type, k, k, Q, -shift);
         }
     kvs_generate_params gp = first_only();
     kvs_generate_result r;

@@ -491,6 +491,9 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
         c->rp.narrow_from = (float)(param * NARROW_X < 1 ? param * NARROW_X : 1);
         snprintf(c->name, sizeof c->name, "cacheblend%s narrow %.2f->%.2f", m == CFG_CB_SEAMS_NARROW ? "+seams" : "",
                  (double)c->rp.narrow_from, param);
+    } else if (m == KVS_REPAIR_QUERY) {
+        c->rp.recompute_ratio = (float)param;
+        snprintf(c->name, sizeof c->name, "query r=%.2f", param);
     } else if (m == KVS_REPAIR_SELECTIVE) {
         c->rp.overlap = (int)param;
         snprintf(c->name, sizeof c->name, "selective R=%d", (int)param);
@@ -521,7 +524,7 @@ static int parse_configs(const char *list, cfg *cfgs) {
         else if (!strcmp(t, "cacheblend+narrow")) m = CFG_CB_NARROW;
         else if (!strcmp(t, "cacheblend+seams+narrow")) m = CFG_CB_SEAMS_NARROW;
         else if (kvs_repair_mode_parse(t, &m) != KVS_OK) return -1;
-        if (!colon && (m == KVS_REPAIR_CACHEBLEND || m == CFG_CB_NARROW)) param = 0.15;
+        if (!colon && (m == KVS_REPAIR_CACHEBLEND || m == CFG_CB_NARROW || m == KVS_REPAIR_QUERY)) param = 0.15;
         if (!colon && (m == CFG_CB_SEAMS || m == CFG_CB_SEAMS_NARROW)) param = 0.10;
         if (!colon && (m == KVS_REPAIR_SELECTIVE || m == KVS_REPAIR_FIRSTK)) param = 16;
         if (m == KVS_REPAIR_FULL) return -1; /* full is the baseline row */

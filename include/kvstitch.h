@@ -570,6 +570,7 @@ typedef enum kvs_repair_mode {
     KVS_REPAIR_CACHEBLEND = 2, /* CacheBlend: recompute the tokens whose KV deviates most (default) */
     KVS_REPAIR_FIRSTK = 3,     /* recompute the first `first_k` tokens of each moved document */
     KVS_REPAIR_FULL = 4,       /* recompute everything after the exact prefix: a cold prefill's bits */
+    KVS_REPAIR_QUERY = 5,      /* recompute the top `recompute_ratio` of moved tokens the question attends to */
 } kvs_repair_mode;
 
 /* How CacheBlend ranks tokens at the check layer. */

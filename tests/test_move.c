@@ -60,7 +60,7 @@ static double max_rel_pair_err(const kvs_rope_cfg *rc, const float *a, const flo
 }
 
 static void roundtrip(kvs_kv_type type, int neox, int rope_dim) {
-    kvs_rope_cfg rc = {HD, rope_dim, neox, 100000.0f, 1.0f};
+    kvs_rope_cfg rc = {HD, rope_dim, neox, 100000.0f, 1.0f, NULL};
     static float src[NT * HD], back[NT * HD], orig[NT * HD];
     static uint16_t h_src[NT * HD], h_mid[NT * HD], h_back[NT * HD];
     static const int32_t deltas[] = {1, 7, 100, 4093, -3, -2500};
@@ -108,7 +108,7 @@ TEST(move_roundtrip_f16) {
 
 /* rope at p, then moved by d == rope at p + d (within a float rounding). */
 TEST(move_composes_with_rope) {
-    kvs_rope_cfg rc = {HD, HD, 0, 100000.0f, 1.0f};
+    kvs_rope_cfg rc = {HD, HD, 0, 100000.0f, 1.0f, NULL};
     static float x[NT * HD], at_p[NT * HD], direct[NT * HD], moved[NT * HD];
     for (int i = 0; i < NT * HD; i++) x[i] = frand();
     const int32_t p = 123, d = 1789;

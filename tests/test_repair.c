@@ -558,7 +558,7 @@ TEST(narrowing_sets_shrink) {
     int nd = 0;
     for (int i = 0; i < g_lay.n_segs && nd < N_DOCS; i++)
         if (g_lay.segs[i].kind == KVS_SEG_DOC) docs[nd++] = g_lay.segs[i];
-    kvs_repair_region rg = {g_lay.tokens, docs[0].start, docs[nd - 1].end, docs, nd};
+    kvs_repair_region rg = {g_lay.tokens, docs[0].start, docs[nd - 1].end, docs, nd, g_lay.n_tokens};
     for (int seams = 0; seams < 2; seams++) {
         kvs_generate_result r;
         kvs_seg_report sr;

@@ -8,6 +8,8 @@
  * f32 tiles once and shared by all row blocks; pass 1 scores (8 keys at a
  * time, fma chain over d), pass 2 exp and the 16 partial sums (j % 16), pass
  * 3 o[d] = fma chain over j (keys a row does not see have e = 0 and add +0).
+ * A sliding window masks keys below a row's lo as well; all passes start at
+ * the rows' smallest lo rounded down to 16 (partials stay j % 16).
  */
 #if defined(__x86_64__)
 
@@ -63,30 +65,35 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     float *Qt = work + (size_t)KVS_ATTN_ROWS * ctxs;   /* (nrb, D, 8), then O */
     float *kvf = Qt + (size_t)3 * 16 * 256;            /* (JT, D) staged tile */
     const float *qrow[KVS_ATTN_ROWS];
-    int n[KVS_ATTN_ROWS], maxn[KVS_ATTN_ROWS / RB], maxall = 0;
+    int n[KVS_ATTN_ROWS], lo[KVS_ATTN_ROWS], maxn[KVS_ATTN_ROWS / RB], maxall = 0, jmin = c->n_ctx;
     for (int r = 0; r < rows; r++) {
-        int t = t0 + r / group, v = c->pos[t] + 1;
-        n[r] = v > c->n_ctx ? c->n_ctx : v < 1 ? 1 : v;
+        int t = t0 + r / group;
+        n[r] = kvs_attn_n(c, c->pos[t]);
+        lo[r] = kvs_attn_lo(c, n[r]);
+        if (lo[r] < jmin) jmin = lo[r];
         qrow[r] = c->q + ((size_t)t * c->n_head + (size_t)g * group + r % group) * D;
     }
+    jmin &= ~15;
     __m256 mx[KVS_ATTN_ROWS / RB];
-    __m256i nvec[KVS_ATTN_ROWS / RB];
+    __m256i nvec[KVS_ATTN_ROWS / RB], lovec[KVS_ATTN_ROWS / RB];
     for (int rb = 0; rb < nrb; rb++) {
-        int nv[RB];
+        int nv[RB], lv[RB];
         maxn[rb] = 0;
         for (int l = 0; l < RB; l++) {
             int r = rb * RB + l;
             nv[l] = r < rows ? n[r] : 0;
+            lv[l] = r < rows ? lo[r] : 0;
             if (nv[l] > maxn[rb]) maxn[rb] = nv[l];
             for (int d = 0; d < D; d++) Qt[((size_t)rb * D + d) * RB + l] = r < rows ? qrow[r][d] : 0.0f;
         }
         if (maxn[rb] > maxall) maxall = maxn[rb];
         nvec[rb] = _mm256_loadu_si256((const __m256i *)nv);
+        lovec[rb] = _mm256_loadu_si256((const __m256i *)lv);
         mx[rb] = _mm256_set1_ps(-INFINITY);
     }
     const __m256 scale = _mm256_set1_ps(c->scale), ninf = _mm256_set1_ps(-INFINITY);
     /* pass 1: scores */
-    for (int j0 = 0; j0 < maxall; j0 += JT) {
+    for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *kf;
         if (c->kv_type == 0) {
@@ -123,7 +130,9 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
                 }
                 for (int jj = 0; jj < n8; jj++) {
                     int jg = j0 + j + jj;
-                    __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nvec[rb], _mm256_set1_epi32(jg)));
+                    __m256i jv = _mm256_set1_epi32(jg);
+                    __m256 live = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(lovec[rb], jv),
+                                                                          _mm256_cmpgt_epi32(nvec[rb], jv)));
                     __m256 v = _mm256_blendv_ps(ninf, _mm256_mul_ps(s[jj], scale), live);
                     mx[rb] = _mm256_max_ps(mx[rb], v);
                     _mm256_storeu_ps(Sb + (size_t)jg * RB, v);
@@ -138,7 +147,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
         __m256 P[16];
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) P[i] = _mm256_setzero_ps();
-        int j = 0;
+        int j = jmin;
         for (; j + 16 <= maxn[rb]; j += 16)
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
@@ -159,7 +168,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     }
     /* pass 3: o = sum_j e_j v_j, V staged per tile, partial o in O (Qt's space) */
     float *O = Qt;
-    for (int j0 = 0; j0 < maxall; j0 += JT) {
+    for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *vf;
         if (c->kv_type == 0) {
@@ -178,7 +187,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
                 __m256 acc[8];
 #pragma GCC unroll 8
                 for (int dd = 0; dd < 8; dd++)
-                    acc[dd] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(o + dd * RB);
+                    acc[dd] = j0 == jmin ? _mm256_setzero_ps() : _mm256_loadu_ps(o + dd * RB);
                 for (int j = 0; j < nkr; j++) {
                     __m256 e = _mm256_loadu_ps(Sb + (size_t)(j0 + j) * RB);
                     const float *v = vf + (size_t)j * D + d0;

@@ -17,6 +17,9 @@
  * 16 registers in the prefill layout). P.V: lane = d, fma chain over j per
  * output element, the rows of one token together so each V row is
  * converted once.
+ * Sliding window: keys below a row's lo are masked like keys past its n,
+ * and every loop over keys starts at jmin, the unit's smallest lo rounded
+ * down to 16 (so partials keep their j % 16 index).
  */
 #if defined(__x86_64__)
 
@@ -114,7 +117,9 @@ typedef struct unit_ctx {
     float *S;        /* scores / probabilities */
     float *stage;    /* Qt / Kt staging */
     float inv[KVS_ATTN_ROWS];
-    int n[KVS_ATTN_ROWS];
+    int n[KVS_ATTN_ROWS];   /* row r sees slots [lo[r], n[r]) */
+    int lo[KVS_ATTN_ROWS];
+    int jmin;               /* min lo, rounded down to 16 */
 } unit_ctx;
 
 /* ------------------------------------------------ prefill, lane = row */
@@ -137,7 +142,7 @@ static const float *stage_rows(const unit_ctx *u, const void *base, int j0, int 
 /* Scores of keys [j0, j0 + nk) for row block rb (lane = row), from f32 keys
  * kf (nk, D); running max in *mx. */
 static void qk_rows(const unit_ctx *u, int rb, const float *Qt, const float *kf, int j0, int nk,
-                    __m512i nvec, __m512 *mx) {
+                    __m512i nvec, __m512i lovec, __m512 *mx) {
     const int D = u->D;
     float *S = u->S + (size_t)rb * 16 * u->ctxs;
     const __m512 scale = _mm512_set1_ps(u->c->scale), ninf = _mm512_set1_ps(-INFINITY);
@@ -162,7 +167,8 @@ static void qk_rows(const unit_ctx *u, int rb, const float *Qt, const float *kf,
             }
         }
         for (int jj = 0; jj < n8; jj++) {
-            __mmask16 live = _mm512_cmpgt_epi32_mask(nvec, _mm512_set1_epi32(j0 + j + jj));
+            __m512i jv = _mm512_set1_epi32(j0 + j + jj);
+            __mmask16 live = _mm512_cmpgt_epi32_mask(nvec, jv) & _mm512_cmple_epi32_mask(lovec, jv);
             __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[jj], scale));
             *mx = _mm512_max_ps(*mx, v);
             _mm512_storeu_ps(S + (size_t)(j0 + j + jj) * 16, v);
@@ -175,7 +181,7 @@ static void softmax_rows(unit_ctx *u, int rb, int maxn, __m512 mx, int nr) {
     float *S = u->S + (size_t)rb * 16 * u->ctxs;
     __m512 P[16];
     for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
-    int j = 0;
+    int j = u->jmin;
     for (; j + 16 <= maxn; j += 16)
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
@@ -214,17 +220,18 @@ static void prefill_unit(unit_ctx *u) {
     const int D = u->D, nrb = (u->rows + 15) / 16, JT = tile_keys(D);
     float *Qt = u->stage;                              /* (nrb, D, 16), then O (nrb, D, 16) */
     float *kvf = u->stage + (size_t)3 * 16 * 256;      /* (JT, D) staged K or V tile */
-    __m512i nvec[3];
+    __m512i nvec[3], lovec[3];
     __m512 mx[3];
     int maxn[3], nr[3], maxall = 0;
     for (int rb = 0; rb < nrb; rb++) {
-        int r0 = rb * 16, nv[16];
+        int r0 = rb * 16, nv[16], lv[16];
         nr[rb] = u->rows - r0 < 16 ? u->rows - r0 : 16;
         maxn[rb] = 0;
         float *qt = Qt + (size_t)rb * D * 16;
         for (int l = 0; l < 16; l++) {
             int r = r0 + l;
             nv[l] = l < nr[rb] ? u->n[r] : 0;
+            lv[l] = l < nr[rb] ? u->lo[r] : 0;
             if (nv[l] > maxn[rb]) maxn[rb] = nv[l];
             const float *q = l < nr[rb] ? c->q + ((size_t)(u->t0 + r / u->group) * c->n_head +
                                                   (size_t)u->g * u->group + r % u->group) * D
@@ -233,22 +240,23 @@ static void prefill_unit(unit_ctx *u) {
         }
         if (maxn[rb] > maxall) maxall = maxn[rb];
         nvec[rb] = _mm512_loadu_si512(nv);
+        lovec[rb] = _mm512_loadu_si512(lv);
         mx[rb] = _mm512_set1_ps(-INFINITY);
     }
     /* pass 1: scores, K staged once per tile for all row blocks */
-    for (int j0 = 0; j0 < maxall; j0 += JT) {
+    for (int j0 = u->jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *kf = stage_rows(u, c->k, j0, nk, kvf);
         for (int rb = 0; rb < nrb; rb++) {
             int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
-            if (nkr > 0) qk_rows(u, rb, Qt + (size_t)rb * D * 16, kf, j0, nkr, nvec[rb], &mx[rb]);
+            if (nkr > 0) qk_rows(u, rb, Qt + (size_t)rb * D * 16, kf, j0, nkr, nvec[rb], lovec[rb], &mx[rb]);
         }
     }
     /* pass 2: probabilities */
     for (int rb = 0; rb < nrb; rb++) softmax_rows(u, rb, maxn[rb], mx[rb], nr[rb]);
     /* pass 3: P.V, V staged once per tile; partial outputs live in O */
     float *O = Qt;
-    for (int j0 = 0; j0 < maxall; j0 += JT) {
+    for (int j0 = u->jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *vf = stage_rows(u, c->v, j0, nk, kvf);
         for (int rb = 0; rb < nrb; rb++) {
@@ -259,7 +267,7 @@ static void prefill_unit(unit_ctx *u) {
                 __m512 acc[16];
 #pragma GCC unroll 16
                 for (int dd = 0; dd < 16; dd++)
-                    acc[dd] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o + dd * 16);
+                    acc[dd] = j0 == u->jmin ? _mm512_setzero_ps() : _mm512_loadu_ps(o + dd * 16);
                 if (nkr > 0) pv_rows(S, vf, D, j0, nkr, d0, acc);
 #pragma GCC unroll 16
                 for (int dd = 0; dd < 16; dd++) _mm512_storeu_ps(o + dd * 16, acc[dd]);
@@ -315,7 +323,8 @@ AI void qk_keys(unit_ctx *u, const float *const *qr, const float *Kt, int r0, in
         for (int b = 0; b < nt; b++) {
             int r = r0 + i, jb = j0 + 16 * b;
             __m512i jv = _mm512_add_epi32(lane, _mm512_set1_epi32(jb));
-            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r]));
+            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r])) &
+                             _mm512_cmpge_epi32_mask(jv, _mm512_set1_epi32(u->lo[r]));
             __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[i][b], scale));
             mx[r] = _mm512_max_ps(mx[r], v);
             _mm512_storeu_ps(u->S + (size_t)r * u->ctxs + jb, v);
@@ -338,7 +347,7 @@ static void scores_keys(unit_ctx *u) {
         qr[r] = c->q + ((size_t)(u->t0 + r / u->group) * c->n_head + (size_t)u->g * u->group +
                         r % u->group) * D;
     }
-    for (int j0 = 0; j0 < maxn; j0 += 32) {
+    for (int j0 = u->jmin; j0 < maxn; j0 += 32) {
         int nt = maxn - j0 > 16 ? 2 : 1;
         for (int b = 0; b < nt; b++) {
             int jb = j0 + 16 * b, nk = maxn - jb < 16 ? maxn - jb : 16;
@@ -369,8 +378,8 @@ static void scores_keys(unit_ctx *u) {
         float m = _mm512_reduce_max_ps(mx[r]);
         __m512 mv = _mm512_set1_ps(m), P = _mm512_setzero_ps();
         float *S = u->S + (size_t)r * u->ctxs;
-        for (int j = 0; j < u->n[r]; j += 16) {
-            /* lanes past n hold -inf: exp gives 0 and adds +0 to partial j % 16 */
+        for (int j = u->jmin; j < u->n[r]; j += 16) {
+            /* lanes past n (and below lo) hold -inf: exp gives 0 and adds +0 to partial j % 16 */
             __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + j), mv));
             _mm512_storeu_ps(S + j, e);
             P = _mm512_add_ps(P, e);
@@ -391,7 +400,7 @@ AI void pv_block(const unit_ctx *u, int r0, int nr, int d0, int nz, const float 
     for (int i = 0; i < nr; i++)
 #pragma GCC unroll 4
         for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_ps();
-    for (int j = 0; j < n; j++) {
+    for (int j = u->jmin; j < n; j++) {
         __m512 v[4];
 #pragma GCC unroll 4
         for (int z = 0; z < nz; z++) v[z] = kv_load16(c->v, c->kv_type, u->kv_off + (size_t)j * D + d0 + 16 * z);
@@ -459,10 +468,13 @@ void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, fl
     u.ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
     u.S = work;
     u.stage = work + KVS_ATTN_ROWS * u.ctxs;
+    u.jmin = c->n_ctx;
     for (int r = 0; r < rows; r++) {
-        int n = c->pos[t0 + r / group] + 1;
-        u.n[r] = n > c->n_ctx ? c->n_ctx : n < 1 ? 1 : n;
+        u.n[r] = kvs_attn_n(c, c->pos[t0 + r / group]);
+        u.lo[r] = kvs_attn_lo(c, u.n[r]);
+        if (u.lo[r] < u.jmin) u.jmin = u.lo[r];
     }
+    u.jmin &= ~15;
     if (rows >= 8) {
         prefill_unit(&u);
     } else {

@@ -11,6 +11,12 @@
  *
  * Keys and values are taken in ascending slot order. SIMD paths reproduce
  * these operations exactly (only the grouping of independent work changes).
+ *
+ * Sliding window (window > 0): j runs over lo..n-1 only, lo = n - window
+ * when n > window. A masked key is the same as a key with e_j = +0: it adds
+ * exactly +0 to partial j % 16 and to every o[d] (fma(+0, v, o) = o), so the
+ * SIMD paths may mask keys in a tile or skip them, with the same bits, as
+ * long as partials stay indexed by the absolute slot j % 16.
  */
 #include <math.h>
 
@@ -55,14 +61,12 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
     size_t kv_off = (size_t)g * c->n_ctx * D;
     float *s = work; /* (n_ctx) scores of one row */
     for (int t = t0; t < t1; t++) {
-        int n = c->pos[t] + 1;
-        if (n > c->n_ctx) n = c->n_ctx;
-        if (n < 1) n = 1;
+        const int n = kvs_attn_n(c, c->pos[t]), lo = kvs_attn_lo(c, n);
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = c->q + ((size_t)t * c->n_head + h) * D;
             float *out = c->out + ((size_t)t * c->n_head + h) * D;
             float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
+            for (int j = lo; j < n; j++) {
                 float acc = 0.0f;
                 for (int d = 0; d < D; d++)
                     acc = fmaf(q[d], kv_get(c->k, c->kv_type, kv_off + (size_t)j * D + d), acc);
@@ -70,14 +74,14 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
                 mx = fmaxf(mx, s[j]);
             }
             float part[16] = {0};
-            for (int j = 0; j < n; j++) {
+            for (int j = lo; j < n; j++) {
                 s[j] = kvs_expf_ref(s[j] - mx);
                 part[j % 16] += s[j];
             }
             float inv = 1.0f / kvs_tree16(part);
             for (int d = 0; d < D; d++) {
                 float o = 0.0f;
-                for (int j = 0; j < n; j++)
+                for (int j = lo; j < n; j++)
                     o = fmaf(s[j], kv_get(c->v, c->kv_type, kv_off + (size_t)j * D + d), o);
                 out[d] = o * inv;
             }

@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/kernels_impl.h"
+#include "kernels/kquant.h"
 
 static atomic_int g_force_scalar = -1; /* -1: not decided yet (read env) */
 
@@ -159,6 +160,7 @@ static inline void *align64(void *p) {
 }
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
+    if (kvs_kq_handles(w->type)) return kvs_kq_work_size(w, m); /* Q5 / K-quants: kquant.c */
     if (!kvs_wtype_is_quant(w->type)) return 0;
     size_t s = kvs_xq_bytes(w->k, m) + 64 + kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
     /* whichever path runs (the ISA may change between sizing and the call) */
@@ -270,6 +272,10 @@ static int mm_cols(const kvs_isa *isa, int m) {
 
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
+    if (kvs_kq_handles(w->type)) {
+        kvs_kq_matmul(pool, w, x, m, y, work);
+        return;
+    }
     mm_task t = {.isa = mm_isa(w, m)};
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
     if (kvs_wtype_is_quant(w->type)) mm_quantize(pool, &t, work);
@@ -294,7 +300,7 @@ static void mm_multi_chunk(void *arg, int chunk, int ith) {
 }
 
 static int same_shape(int nw, const kvs_wmat *const *ws) {
-    if (nw < 1 || nw > MM_MULTI_MAX) return 0;
+    if (nw < 1 || nw > MM_MULTI_MAX || kvs_kq_handles(ws[0]->type)) return 0;
     for (int i = 1; i < nw; i++)
         if (ws[i]->type != ws[0]->type || ws[i]->k != ws[0]->k) return 0;
     return 1;
@@ -370,12 +376,18 @@ static void attn_chunk(void *arg, int u, int ith) {
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work) {
+    kvs_attention_window(pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale, 0, work);
+}
+
+void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
+                          const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
+                          int head_dim, int n_ctx, float scale, int window, void *work) {
     if (m <= 0) return;
     attn_task t = {.isa = pick_isa()};
     t.call = (kvs_attn_call){.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v,
                              .kv_type = kv_type, .n_head = n_head, .n_kv_head = n_kv_head,
                              .head_dim = head_dim, .n_ctx = n_ctx, .scale = scale,
-                             .work = align64(work)};
+                             .window = window > 0 ? window : 0, .work = align64(work)};
     int group = n_head / n_kv_head;
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;

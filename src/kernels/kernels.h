@@ -91,6 +91,20 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work);
 
+/* The same with a sliding window: query t sees only slots
+ * (pos[t] - window, pos[t]] (window 0 = kvs_attention). The bits equal a
+ * computation that skips the masked keys (attention_ref.c). */
+void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
+                          const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
+                          int head_dim, int n_ctx, float scale, int window, void *work);
+
+/* gate[i] = gelu_tanh(gate[i]) * up[i] (GeGLU), gelu_tanh(x) =
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x / (1 + e^(-2u)),
+ * with the attention's exp (act.c). */
+void kvs_gelu_tanh_mul(float *gate, const float *up, int n);
+/* y[i] = cap * tanh(y[i] / cap) (final logit soft-capping). */
+void kvs_softcap_row(float *y, int n, float cap);
+
 /* Which SIMD level the dispatcher chose ("avx512vnni", "avx2", "scalar"). */
 const char *kvs_kernels_isa(void);
 /* Forces the scalar path (tests, KVS_FORCE_SCALAR=1 env does the same). */

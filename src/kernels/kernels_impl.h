@@ -61,8 +61,19 @@ typedef struct kvs_attn_call {
     int kv_type;
     int n_head, n_kv_head, head_dim, n_ctx;
     float scale;
+    int window;            /* 0: all slots 0..pos; else slots (pos - window, pos] */
     float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
 } kvs_attn_call;
+
+/* Visible slots [lo, n) of a query at position pos (attention_ref.c). lo
+ * rounded down to 16 is where the SIMD paths start their key loops. */
+static inline int kvs_attn_n(const kvs_attn_call *c, int32_t pos) {
+    int n = pos + 1;
+    return n > c->n_ctx ? c->n_ctx : n < 1 ? 1 : n;
+}
+static inline int kvs_attn_lo(const kvs_attn_call *c, int n) {
+    return c->window > 0 && n > c->window ? n - c->window : 0;
+}
 
 static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * (2 * KVS_QK + 8); }
 

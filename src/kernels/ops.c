@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels/kernels_impl.h"
+#include "kernels/kquant.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -260,8 +261,9 @@ void kvs_dequantize_row(int type, const void *src, float *dst, int k) {
         }
         break;
     }
-    default: /* unsupported types never reach here (kvs_type_traits_of) */
-        memset(dst, 0, (size_t)k * 4);
+    default: /* Q5 / K-quants (kquant.c); unsupported types never reach here */
+        if (kvs_kq_handles(type)) kvs_kq_dequantize_row(type, src, dst, k);
+        else memset(dst, 0, (size_t)k * 4);
         break;
     }
 }

@@ -18,11 +18,11 @@
 
 typedef enum row_op {
     OP_ATTN_NORM,     /* xn = rmsnorm(x, attn_norm) */
-    OP_QKV_POST,      /* q, k, v += bias; rope q, k */
+    OP_QKV_POST,      /* q, k, v += bias; q, k = rmsnorm per head (q/k norm); rope q, k */
     OP_STORE_KV,      /* kv[pos] = k, v */
-    OP_RESID_FFN_NORM,/* x += xn; xn = rmsnorm(x, ffn_norm) */
-    OP_SILU_MUL,      /* gate = silu(gate) * up */
-    OP_RESID,         /* x += xn */
+    OP_RESID_FFN_NORM,/* [xn = rmsnorm(xn, attn_post_norm)]; x += xn; xn = rmsnorm(x, ffn_norm) */
+    OP_ACT_MUL,       /* gate = act(gate) * up (the row's activation) */
+    OP_RESID,         /* [xn = rmsnorm(xn, ffn_post_norm)]; x += xn */
     OP_OUT_NORM,      /* xn[i] = rmsnorm(x[rows[i]], output_norm) */
 } row_op;
 
@@ -48,6 +48,11 @@ static void store_row(const kvs_kv_buffer *kv, int l, int plane, const float *sr
     }
 }
 
+/* RMSNorm of one head in place (Q/K norm), with the model's epsilon. */
+static void norm_head(float *x, const float *w, const kvs_hparams *hp) {
+    kvs_rmsnorm(x, x, w, hp->head_dim, hp->norm_eps);
+}
+
 static void row_op_one(const row_task *t, int r) {
     kvs_fwd *f = t->f;
     const kvs_hparams *hp = f->hp;
@@ -60,13 +65,18 @@ static void row_op_one(const row_task *t, int r) {
         break;
     case OP_QKV_POST: {
         float *q = f->q + (size_t)r * qd, *k = f->k + (size_t)r * kvd, *v = f->v + (size_t)r * kvd;
+        const kvs_layer_hparams *lh = &hp->layer[t->l];
         if (w->bq) add_row(q, w->bq, qd);
         if (w->bk) add_row(k, w->bk, kvd);
         if (w->bv) add_row(v, w->bv, kvd);
-        kvs_rope(q, hp->n_head, hp->head_dim, hp->rope_dim, t->pos[r], hp->rope_freq_base,
-                 hp->rope_freq_scale, hp->rope_neox);
-        kvs_rope(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, t->pos[r], hp->rope_freq_base,
-                 hp->rope_freq_scale, hp->rope_neox);
+        if (w->q_norm)
+            for (int h = 0; h < hp->n_head; h++) norm_head(q + (size_t)h * hp->head_dim, w->q_norm, hp);
+        if (w->k_norm)
+            for (int h = 0; h < hp->n_head_kv; h++) norm_head(k + (size_t)h * hp->head_dim, w->k_norm, hp);
+        kvs_rope(q, hp->n_head, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
+                 lh->rope_freq_scale, hp->rope_neox);
+        kvs_rope(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
+                 lh->rope_freq_scale, hp->rope_neox);
         break;
     }
     case OP_STORE_KV:
@@ -74,13 +84,18 @@ static void row_op_one(const row_task *t, int r) {
         store_row(t->kv, t->l, 1, f->v + (size_t)r * kvd, t->pos[r]);
         break;
     case OP_RESID_FFN_NORM:
+        if (w->attn_post_norm) kvs_rmsnorm(xn, xn, w->attn_post_norm, d, hp->norm_eps);
         add_row(x, xn, d);
         kvs_rmsnorm(xn, x, w->ffn_norm, d, hp->norm_eps);
         break;
-    case OP_SILU_MUL:
-        kvs_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff, hp->n_ff);
+    case OP_ACT_MUL:
+        if (hp->arch->act == KVS_ACT_GELU_TANH)
+            kvs_gelu_tanh_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff, hp->n_ff);
+        else
+            kvs_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff, hp->n_ff);
         break;
     case OP_RESID:
+        if (w->ffn_post_norm) kvs_rmsnorm(xn, xn, w->ffn_post_norm, d, hp->norm_eps);
         add_row(x, xn, d);
         break;
     case OP_OUT_NORM:
@@ -103,7 +118,7 @@ static void row_chunk_fn(void *arg, int chunk, int ith) {
 static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kvs_kv_buffer *kv,
                      const int *rows) {
     row_task t = {f, op, l, m, pos, kv, rows};
-    int width = op == OP_SILU_MUL ? f->hp->n_ff : f->hp->n_embd;
+    int width = op == OP_ACT_MUL ? f->hp->n_ff : f->hp->n_embd;
     int n_chunks = (m + KVS_FWD_ROWS_PER_CHUNK - 1) / KVS_FWD_ROWS_PER_CHUNK;
     if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
         for (int c = 0; c < n_chunks; c++) row_chunk_fn(&t, c, 0);
@@ -183,7 +198,14 @@ void kvs_fwd_free(kvs_fwd *f) {
 
 void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m) {
     const kvs_wmat *emb = kvs_model_tok_embd(f->model);
-    for (int r = 0; r < m; r++) kvs_wmat_get_row(emb, tokens[r], f->x + (size_t)r * f->hp->n_embd);
+    const int d = f->hp->n_embd;
+    const float s = f->hp->embd_scale;
+    for (int r = 0; r < m; r++) {
+        float *x = f->x + (size_t)r * d;
+        kvs_wmat_get_row(emb, tokens[r], x);
+        if (s != 1.0f)
+            for (int i = 0; i < d; i++) x[i] *= s;
+    }
 }
 
 void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m) {
@@ -203,15 +225,15 @@ void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv
 void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv) {
     const kvs_hparams *hp = f->hp;
     const kvs_layer_weights *w = kvs_model_layer(f->model, l);
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
-    kvs_attention(f->pool, f->att, f->q, pos, m, kvs_kv_k(kv, l), kvs_kv_v(kv, l), (int)kv->type, hp->n_head,
-                  hp->n_head_kv, hp->head_dim, kv->n_ctx, scale, f->att_work);
+    kvs_attention_window(f->pool, f->att, f->q, pos, m, kvs_kv_k(kv, l), kvs_kv_v(kv, l), (int)kv->type,
+                         hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx, hp->attn_scale, hp->layer[l].window,
+                         f->att_work);
     kvs_matmul(f->pool, &w->wo, f->att, m, f->xn, f->mm_work);
     run_rows(f, OP_RESID_FFN_NORM, l, m, pos, NULL, NULL);
     const kvs_wmat *mats[] = {&w->w_gate, &w->w_up};
     float *const outs[] = {f->gate, f->up};
     kvs_matmul_multi(f->pool, 2, mats, f->xn, m, outs, f->mm_work);
-    run_rows(f, OP_SILU_MUL, l, m, pos, NULL, NULL);
+    run_rows(f, OP_ACT_MUL, l, m, pos, NULL, NULL);
     kvs_matmul(f->pool, &w->w_down, f->gate, m, f->xn, f->mm_work);
     run_rows(f, OP_RESID, l, m, pos, NULL, NULL);
 }
@@ -225,4 +247,7 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
 void kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
     run_rows(f, OP_OUT_NORM, 0, n, NULL, NULL, rows);
     kvs_matmul(f->pool, kvs_model_output(f->model), f->xn, n, logits, f->mm_work);
+    if (f->hp->logit_softcap > 0.0f)
+        for (int i = 0; i < n; i++)
+            kvs_softcap_row(logits + (size_t)i * f->hp->n_vocab, f->hp->n_vocab, f->hp->logit_softcap);
 }

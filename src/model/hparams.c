@@ -1,5 +1,8 @@
-/* Hyperparameters from the {arch}.* GGUF keys (llama, qwen2). */
+/* Hyperparameters from the {arch}.* GGUF keys, per-layer RoPE and windows
+ * as the architecture's row (arch.h) describes them. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -31,6 +34,35 @@ static int get_float(kvs_model *m, const char *suffix, float dflt, int required,
     int st = kvs_gguf_get_f32(m->gguf, key, out);
     if (st == KVS_ERR_NOT_FOUND) { *out = dflt; return KVS_OK; }
     if (st != KVS_OK) return required ? kvs_error_prefix(st, "%s", m->path) : KVS_OK;
+    return KVS_OK;
+}
+
+/* Per-layer RoPE and window: sliding-window rows alternate local layers
+ * (window, their own RoPE base, no scaling) with global ones. */
+static int read_layers(kvs_model *m) {
+    kvs_hparams *hp = &m->hp;
+    const kvs_arch *a = hp->arch;
+    int st, period = a->swa_period;
+    float swa_base = a->swa_rope_base > 0.0f ? a->swa_rope_base : hp->rope_freq_base;
+    if (period) {
+        if ((st = get_int(m, "attention.sliding_window", -1, 1, &hp->n_swa)) ||
+            (st = get_int(m, "attention.sliding_window_pattern", period, 1, &period)) ||
+            (st = get_float(m, "rope.freq_base_swa", swa_base, 1, &swa_base)))
+            return st;
+        if (!(swa_base > 0.0f))
+            return kvs_error(KVS_ERR_FORMAT, "%s: %s.rope.freq_base_swa = %g must be positive", m->path, m->arch,
+                             swa_base);
+    }
+    if (!(m->layer_hp = calloc((size_t)hp->n_layer, sizeof *m->layer_hp)))
+        return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int l = 0; l < hp->n_layer; l++) {
+        kvs_layer_hparams *lh = &m->layer_hp[l];
+        int local = period > 0 && (l + 1) % period != 0;
+        lh->rope_freq_base = local ? swa_base : hp->rope_freq_base;
+        lh->rope_freq_scale = local ? 1.0f : hp->rope_freq_scale;
+        lh->window = local ? hp->n_swa : 0;
+    }
+    hp->layer = m->layer_hp;
     return KVS_OK;
 }
 
@@ -80,9 +112,12 @@ int kvs_model_read_hparams(kvs_model *m, int required) {
         if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
     }
 
-    /* GGUF llama Q/K rows are permuted by the converter so adjacent pairs
-     * rotate together; qwen2 keeps the HF layout (NeoX pairing). */
-    hp->rope_neox = strcmp(m->arch, "qwen2") == 0;
+    hp->rope_neox = hp->arch ? hp->arch->rope_neox : 0;
+    hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 0.0f;
+    if ((st = get_float(m, "attention.scale", hp->attn_scale, required, &hp->attn_scale)) ||
+        (st = get_float(m, "final_logit_softcapping", 0.0f, required, &hp->logit_softcap)))
+        return st;
+    hp->embd_scale = hp->arch && hp->arch->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
 
     if (!required) return KVS_OK;
     if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
@@ -100,5 +135,8 @@ int kvs_model_read_hparams(kvs_model *m, int required) {
     if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
         return kvs_error(KVS_ERR_FORMAT, "%s: rms epsilon %g / rope base %g must be positive", m->path,
                          hp->norm_eps, hp->rope_freq_base);
-    return KVS_OK;
+    if (!(hp->attn_scale > 0.0f) || !(hp->logit_softcap >= 0.0f))
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.scale %g / final_logit_softcapping %g out of range",
+                         m->path, m->arch, hp->attn_scale, hp->logit_softcap);
+    return read_layers(m);
 }

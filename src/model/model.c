@@ -42,6 +42,7 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
         m->weight_bytes += t->nbytes;
     }
 
+    m->hp.arch = kvs_arch_find(m->arch);
     m->vocab_only = params.vocab_only || kvs_gguf_n_tensors(m->gguf) == 0;
     if (m->vocab_only) {
         /* Vocabulary files may lack most hparams: take what is there. */
@@ -51,8 +52,11 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
     }
 
     if (!m->arch[0]) return kvs_error(KVS_ERR_NOT_FOUND, "%s: key general.architecture is missing", path);
-    if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "qwen2") != 0)
-        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, qwen2)", path, m->arch);
+    if (!m->hp.arch) {
+        char names[128];
+        kvs_arch_names(names, sizeof names);
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (%s)", path, m->arch, names);
+    }
     if ((st = kvs_model_read_hparams(m, 1))) return st;
     if (!(m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers)))
         return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
@@ -91,6 +95,7 @@ void kvs_model_free(kvs_model *m) {
     kvs_tokenizer_free(m->tok);
     kvs_gguf_close(m->gguf);
     free(m->layers);
+    free(m->layer_hp);
     free(m->name);
     free(m->path);
     pthread_mutex_destroy(&m->memo_mu);

@@ -12,14 +12,24 @@
 #include "kvstitch.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "model/arch.h"
 #include "tokenizer/tokenizer.h"
 
 /* Accessors for other modules (the struct itself is private to src/model/). */
 const kvs_gguf *kvs_model_gguf(const kvs_model *model);
 const kvs_tokenizer *kvs_model_tokenizer(const kvs_model *model);
 
+/* What differs between the layers of one model: the RoPE of each layer and
+ * its attention window (sliding-window architectures, arch.h). */
+typedef struct kvs_layer_hparams {
+    float rope_freq_base;
+    float rope_freq_scale;  /* 1 / linear scaling factor */
+    int window;             /* a query at p sees slots (p - window, p]; 0 = all of 0..p */
+} kvs_layer_hparams;
+
 /* Hyperparameters of the decoder. All zero for a vocabulary-only model. */
 typedef struct kvs_hparams {
+    const kvs_arch *arch;    /* the architecture's row (NULL: vocabulary-only, unknown) */
     int n_layer;
     int n_embd;          /* residual width */
     int n_head, n_head_kv;
@@ -29,20 +39,30 @@ typedef struct kvs_hparams {
     int n_ctx_train;
     int rope_dim;        /* leading dims of each head that rotate */
     int rope_neox;       /* 1: pairs (i, i + rope_dim/2) (qwen2); 0: (2i, 2i+1) (llama) */
-    float rope_freq_base;
-    float rope_freq_scale; /* 1 / linear scaling factor */
+    float rope_freq_base;  /* of the global layers (layer[l] has each layer's) */
+    float rope_freq_scale; /* 1 / linear scaling factor (global layers) */
     float norm_eps;
+    float attn_scale;      /* scores = q.k * attn_scale: {arch}.attention.scale or 1/sqrt(head_dim) */
+    float embd_scale;      /* embeddings * embd_scale (1 unless the row scales them) */
+    float logit_softcap;   /* logits = c * tanh(logits / c) when > 0 ({arch}.final_logit_softcapping) */
+    int n_swa;             /* sliding window of the local layers, 0 if none */
+    const kvs_layer_hparams *layer; /* (n_layer); NULL for a vocabulary-only model */
 } kvs_hparams;
 
-/* One decoder block's weights. Norm weights and biases are F32 vectors. */
+/* One decoder block's weights. Norm weights and biases are F32 vectors;
+ * the optional ones (arch.h's KVS_ARCH_* masks) are NULL when absent. */
 typedef struct kvs_layer_weights {
     const float *attn_norm;   /* (n_embd) */
     kvs_wmat wq;              /* (n_head * head_dim, n_embd) */
     kvs_wmat wk, wv;          /* (n_head_kv * head_dim, n_embd) */
     kvs_wmat wo;              /* (n_embd, n_head * head_dim) */
-    const float *bq;          /* (n_head * head_dim) or NULL (qwen2 only) */
+    const float *bq;          /* (n_head * head_dim) or NULL */
     const float *bk, *bv;     /* (n_head_kv * head_dim) or NULL */
+    const float *q_norm;      /* (head_dim) or NULL: RMSNorm of each query head */
+    const float *k_norm;      /* (head_dim) or NULL: RMSNorm of each key head */
+    const float *attn_post_norm; /* (n_embd) or NULL: RMSNorm of the attention output */
     const float *ffn_norm;    /* (n_embd) */
+    const float *ffn_post_norm;  /* (n_embd) or NULL: RMSNorm of the FFN output */
     kvs_wmat w_gate, w_up;    /* (n_ff, n_embd) */
     kvs_wmat w_down;          /* (n_embd, n_ff) */
 } kvs_layer_weights;

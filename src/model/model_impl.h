@@ -17,6 +17,7 @@ struct kvs_model {
     char *name;                 /* general.name, NUL-terminated copy ("" if absent) */
     int32_t eot_id;             /* tokenizer.ggml.eot_token_id, -1 if absent */
     kvs_hparams hp;
+    kvs_layer_hparams *layer_hp; /* (n_layer), hp.layer points here */
     kvs_wmat tok_embd;          /* (n_vocab, n_embd) */
     kvs_wmat output;            /* (n_vocab, n_embd) */
     const float *output_norm;   /* (n_embd) */

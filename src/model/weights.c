@@ -1,4 +1,5 @@
 /* Weight views into the GGUF mapping, with type and shape checks per tensor. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,52 @@ static int bind_vec(const kvs_model *m, const char *name, int n, int optional, c
     return KVS_OK;
 }
 
+/* The per-layer tensors: name suffix, matrix or vector, its dims, and the
+ * KVS_ARCH_* bit that makes it required (0: always required; otherwise it is
+ * optional for rows without the bit and bound if present). */
+typedef enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD } dim;
+typedef struct layer_slot {
+    const char *name;  /* after "blk.N." */
+    int is_mat;
+    dim k, n;          /* matrix ne = (k, n); vector: k elements */
+    unsigned need;
+    size_t off;        /* offset of the kvs_wmat / const float * in kvs_layer_weights */
+} layer_slot;
+
+#define MAT(nm, k, n, f) {nm, 1, k, n, 0, offsetof(kvs_layer_weights, f)}
+#define VEC(nm, k, need, f) {nm, 0, k, k, need, offsetof(kvs_layer_weights, f)}
+static const layer_slot k_slots[] = {
+    VEC("attn_norm.weight", D_EMBD, 0, attn_norm),
+    MAT("attn_q.weight", D_EMBD, D_Q, wq),
+    MAT("attn_k.weight", D_EMBD, D_KV, wk),
+    MAT("attn_v.weight", D_EMBD, D_KV, wv),
+    MAT("attn_output.weight", D_Q, D_EMBD, wo),
+    VEC("attn_q.bias", D_Q, KVS_ARCH_QKV_BIAS, bq),
+    VEC("attn_k.bias", D_KV, KVS_ARCH_QKV_BIAS, bk),
+    VEC("attn_v.bias", D_KV, KVS_ARCH_QKV_BIAS, bv),
+    VEC("attn_q_norm.weight", D_HEAD, KVS_ARCH_QK_NORM, q_norm),
+    VEC("attn_k_norm.weight", D_HEAD, KVS_ARCH_QK_NORM, k_norm),
+    VEC("post_attention_norm.weight", D_EMBD, KVS_ARCH_POST_NORM, attn_post_norm),
+    VEC("ffn_norm.weight", D_EMBD, 0, ffn_norm),
+    MAT("ffn_gate.weight", D_EMBD, D_FF, w_gate),
+    MAT("ffn_up.weight", D_EMBD, D_FF, w_up),
+    MAT("ffn_down.weight", D_FF, D_EMBD, w_down),
+    VEC("post_ffw_norm.weight", D_EMBD, KVS_ARCH_POST_NORM, ffn_post_norm),
+};
+#undef MAT
+#undef VEC
+
+static int dim_of(const kvs_hparams *hp, dim d) {
+    switch (d) {
+    case D_EMBD: return hp->n_embd;
+    case D_Q: return hp->n_head * hp->head_dim;
+    case D_KV: return hp->n_head_kv * hp->head_dim;
+    case D_FF: return hp->n_ff;
+    case D_HEAD: return hp->head_dim;
+    }
+    return 0;
+}
+
 int kvs_model_bind_weights(kvs_model *m) {
     kvs_hparams *hp = &m->hp;
     int st;
@@ -63,26 +110,17 @@ int kvs_model_bind_weights(kvs_model *m) {
     if (m->tied_output) m->output = m->tok_embd;
     else if ((st = bind_mat(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output))) return st;
 
-    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-    int qkv_bias = strcmp(m->arch, "qwen2") == 0;
     for (int l = 0; l < hp->n_layer; l++) {
-        kvs_layer_weights *w = &m->layers[l];
-        char name[96];
-#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, l), name)
-        if ((st = bind_vec(m, NAME("attn_norm.weight"), hp->n_embd, 0, &w->attn_norm)) ||
-            (st = bind_mat(m, NAME("attn_q.weight"), hp->n_embd, q_dim, &w->wq)) ||
-            (st = bind_mat(m, NAME("attn_k.weight"), hp->n_embd, kv_dim, &w->wk)) ||
-            (st = bind_mat(m, NAME("attn_v.weight"), hp->n_embd, kv_dim, &w->wv)) ||
-            (st = bind_mat(m, NAME("attn_output.weight"), q_dim, hp->n_embd, &w->wo)) ||
-            (st = bind_vec(m, NAME("attn_q.bias"), q_dim, !qkv_bias, &w->bq)) ||
-            (st = bind_vec(m, NAME("attn_k.bias"), kv_dim, !qkv_bias, &w->bk)) ||
-            (st = bind_vec(m, NAME("attn_v.bias"), kv_dim, !qkv_bias, &w->bv)) ||
-            (st = bind_vec(m, NAME("ffn_norm.weight"), hp->n_embd, 0, &w->ffn_norm)) ||
-            (st = bind_mat(m, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, &w->w_gate)) ||
-            (st = bind_mat(m, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, &w->w_up)) ||
-            (st = bind_mat(m, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, &w->w_down)))
-            return st;
-#undef NAME
+        char *w = (char *)&m->layers[l];
+        for (size_t i = 0; i < sizeof k_slots / sizeof k_slots[0]; i++) {
+            const layer_slot *sl = &k_slots[i];
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", l, sl->name);
+            if (sl->is_mat) st = bind_mat(m, name, dim_of(hp, sl->k), dim_of(hp, sl->n), (kvs_wmat *)(w + sl->off));
+            else st = bind_vec(m, name, dim_of(hp, sl->k), sl->need && !(hp->arch->tensors & sl->need),
+                               (const float **)(w + sl->off));
+            if (st) return st;
+        }
     }
     return KVS_OK;
 }

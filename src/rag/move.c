@@ -12,11 +12,25 @@
 #define MOVE_BLOCK 16
 
 kvs_rope_cfg kvs_rope_cfg_of(const kvs_hparams *hp) {
-    kvs_rope_cfg rc = {hp->head_dim, hp->rope_dim, hp->rope_neox, hp->rope_freq_base, hp->rope_freq_scale};
+    kvs_rope_cfg rc = {hp->head_dim, hp->rope_dim, hp->rope_neox, hp->rope_freq_base, hp->rope_freq_scale, hp->layer};
     return rc;
 }
 
+static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, kvs_kv_type type, const void *src, void *dst,
+                       int n_tok, int32_t delta);
+
 void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta) {
+    rotate_run(rc, rc->freq_base, rc->freq_scale, type, src, dst, n_tok, delta);
+}
+
+void kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
+                          int32_t delta) {
+    if (!rc->layer) rotate_run(rc, rc->freq_base, rc->freq_scale, type, src, dst, n_tok, delta);
+    else rotate_run(rc, rc->layer[l].rope_freq_base, rc->layer[l].rope_freq_scale, type, src, dst, n_tok, delta);
+}
+
+static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, kvs_kv_type type, const void *src, void *dst,
+                       int n_tok, int32_t delta) {
     const int hd = rc->head_dim;
     const size_t esz = type == KVS_KV_F16 ? 2 : 4;
     if (delta == 0) {
@@ -29,7 +43,7 @@ void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, v
         size_t off = (size_t)t0 * hd, cnt = (size_t)m * hd;
         if (type == KVS_KV_F16) kvs_f16_to_f32_row((const uint16_t *)src + off, buf, (int)cnt);
         else memcpy(buf, (const float *)src + off, cnt * sizeof(float));
-        kvs_rope(buf, m, hd, rc->rope_dim, delta, rc->freq_base, rc->freq_scale, rc->neox);
+        kvs_rope(buf, m, hd, rc->rope_dim, delta, base, scale, rc->neox);
         if (type == KVS_KV_F16) kvs_f32_to_f16_row(buf, (uint16_t *)dst + off, (int)cnt);
         else memcpy((float *)dst + off, buf, cnt * sizeof(float));
     }
@@ -54,7 +68,7 @@ static void move_one(void *arg, int task, int ith) {
     size_t src_off = ((size_t)h * c->n_tok + (size_t)t->off) * hd * esz;
     const char *ks = (const char *)kvs_chunk_layer_k(c, l) + src_off;
     const char *vs = (const char *)kvs_chunk_layer_v(c, l) + src_off;
-    kvs_move_k_run(t->rc, t->kv->type, ks, kvs_kv_at(t->kv, l, 0, h, t->slot), t->n, t->delta);
+    kvs_move_k_run_layer(t->rc, l, t->kv->type, ks, kvs_kv_at(t->kv, l, 0, h, t->slot), t->n, t->delta);
     memcpy(kvs_kv_at(t->kv, l, 1, h, t->slot), vs, (size_t)t->n * hd * esz);
 }
 

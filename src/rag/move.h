@@ -29,22 +29,28 @@
 /* Largest head_dim a move handles (the scratch is on the stack). */
 #define KVS_MOVE_MAX_HEAD_DIM 512
 
-/* The RoPE configuration of a model's keys. */
+/* The RoPE configuration of a model's keys. Layers may rotate with their
+ * own base (sliding-window layers of gemma3): layer[l] then overrides
+ * freq_base / freq_scale for layer l. */
 typedef struct kvs_rope_cfg {
     int head_dim, rope_dim, neox;
-    float freq_base, freq_scale;
+    float freq_base, freq_scale;     /* of every layer when layer is NULL */
+    const kvs_layer_hparams *layer;  /* (n_layer) or NULL; owned by the model */
 } kvs_rope_cfg;
 
 kvs_rope_cfg kvs_rope_cfg_of(const kvs_hparams *hp);
 
 /* Rotates the keys of n_tok consecutive tokens of one head by delta
  * positions: src and dst are (n_tok, head_dim) elements of type (they may be
- * the same buffer). delta = 0 copies. */
+ * the same buffer). delta = 0 copies. kvs_move_k_run uses rc's freq_base /
+ * freq_scale; kvs_move_k_run_layer those of layer l. */
 void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta);
+void kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
+                          int32_t delta);
 
 /* Places tokens [off, off + n) of a resident chunk into kv at slots
  * [slot, slot + n) of every layer: V copied, K rotated by
- * slot - (chunk->pos0 + off). Splits over the pool by (layer, head).
+ * slot - (chunk->pos0 + off) with the layer's RoPE. Splits over the pool by (layer, head).
  * KVS_ERR_INVALID_ARG (nothing written) if the shapes differ, the chunk has
  * no payload or the range does not fit. */
 int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, int slot, const kvs_rope_cfg *rc,

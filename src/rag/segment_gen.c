@@ -175,7 +175,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
     q->rep.n_live = (D - E) + (n - Q);
 
     double t0 = kvs_now_ms();
-    kvs_repair_region rg = {lay->tokens, D, Q, q->moved, n_moved_segs};
+    kvs_repair_region rg = {lay->tokens, D, Q, q->moved, n_moved_segs, lay->n_tokens};
     kvs_repair_report rr;
     if ((st = kvs_repair_run(q->ctx, &rg, q->rp, &rr))) return st;
     q->rep.repair_ms = kvs_now_ms() - t0;

@@ -83,6 +83,7 @@ typedef struct kvs_repair_region {
     int start, end;         /* moved tokens [start, end) */
     const kvs_seg *docs;    /* (n_docs) the moved doc segments, ascending, tiling [start, end) */
     int n_docs;
+    int n_tokens;           /* prompt length: the question is [end, n_tokens) (query reads it; 0 = none) */
 } kvs_repair_region;
 
 typedef struct kvs_repair_report {

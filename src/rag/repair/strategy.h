@@ -8,6 +8,8 @@
  *                             seams, narrowing, min deviation  the top ratio (blend.c)
  *   firstk      "firstk"      first_k >= 0                     first first_k of each doc, 0
  *   full        "full"        -                                every moved token, 0
+ *   query       "query"       ratio                            top ratio by the question's
+ *                                                              attention over the moved KV, 0
  *
  * A row's select fills a rowset with the rows to recompute, their hidden
  * states entering layer *l0, and runs whatever layers its choice needs
@@ -61,7 +63,7 @@ void kvs_repair_range_seam(const kvs_repair_params *p, int doc_len, int *lo, int
 
 /* Every strategy's row, in the order names are listed (one file each:
  * <name>.c defines kvs_repair_<name>). */
-#define KVS_REPAIR_STRATEGIES(X) X(none) X(selective) X(cacheblend) X(firstk) X(full)
+#define KVS_REPAIR_STRATEGIES(X) X(none) X(selective) X(cacheblend) X(firstk) X(full) X(query)
 #define KVS_REPAIR_DECLARE_ROW(name) extern const kvs_repair_strategy kvs_repair_##name;
 KVS_REPAIR_STRATEGIES(KVS_REPAIR_DECLARE_ROW)
 #undef KVS_REPAIR_DECLARE_ROW

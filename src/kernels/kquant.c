@@ -1,0 +1,57 @@
+/*
+ * The threaded matmul for Q5_0 / Q5_1 / K-quant weights (kquant.h): x rows
+ * quantized once (each on its own: batch-invariant), then whole output
+ * columns per chunk, so no output is reduced across threads. The ISA row
+ * follows the dispatcher's choice: the scalar reference when it picks
+ * "scalar", else AVX2 (which every AVX-512 CPU runs as well).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kquant.h"
+
+static const kvs_kq_isa *kq_isa(void) {
+#if defined(__x86_64__)
+    if (strcmp(kvs_kernels_isa(), "scalar") != 0) return &kvs_kq_isa_avx2;
+#endif
+    return &kvs_kq_isa_scalar;
+}
+
+size_t kvs_kq_work_size(const kvs_wmat *w, int m) { return 64 + (size_t)m * kvs_kq_xrow_bytes(w->k); }
+
+typedef struct kq_task {
+    const kvs_kq_isa *isa;
+    const kvs_wmat *w;
+    const float *x;
+    uint8_t *xq;
+    size_t xq_row;
+    int m, cols;
+    float *y;
+} kq_task;
+
+#define KQ_QUANT_ROWS 8
+
+static void quant_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
+    const kq_task *t = arg;
+    int i1 = (chunk + 1) * KQ_QUANT_ROWS < t->m ? (chunk + 1) * KQ_QUANT_ROWS : t->m;
+    for (int i = chunk * KQ_QUANT_ROWS; i < i1; i++)
+        kvs_kq_quantize_row(t->x + (size_t)i * t->w->k, t->w->k, t->xq + (size_t)i * t->xq_row);
+}
+
+static void cols_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
+    const kq_task *t = arg;
+    int j0 = chunk * t->cols, j1 = j0 + t->cols < t->w->n ? j0 + t->cols : t->w->n;
+    t->isa->dot_cols(t->w, t->xq, t->xq_row, t->m, t->y, j0, j1);
+}
+
+void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
+    if (m <= 0 || w->n <= 0) return;
+    kq_task t = {kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), kvs_kq_xrow_bytes(w->k), m,
+                 m == 1 ? 64 : 16, y};
+    int nq = (m + KQ_QUANT_ROWS - 1) / KQ_QUANT_ROWS;
+    if (m <= 2 * KQ_QUANT_ROWS) for (int c = 0; c < nq; c++) quant_chunk(&t, c, 0);
+    else kvs_pool_for(pool, nq, quant_chunk, &t);
+    kvs_pool_for(pool, (w->n + t.cols - 1) / t.cols, cols_chunk, &t);
+}

@@ -1,0 +1,81 @@
+/*
+ * Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K, Q6_K): weight block layouts
+ * (ggml's, byte for byte), their unpacking, and the matmul these kernels
+ * run. dispatch.c routes weights of these types here (kvs_kq_handles).
+ *
+ *   Q5_0  | f16 d | u8 qh[4] | u8 qs[16] |            32 el., 22 B: x = d * (q - 16)
+ *   Q5_1  | f16 d | f16 m | u8 qh[4] | u8 qs[16] |    32 el., 24 B: x = d * q + m
+ *         q = nibble of qs (low: e < 16, high: e >= 16) | bit e of qh << 4
+ *   Q4_K  | f16 d | f16 dmin | u8 scales[12] | u8 qs[128] |            256 el., 144 B
+ *   Q5_K  | f16 d | f16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128] | 256 el., 176 B
+ *         8 sub-blocks of 32 with 6-bit scale sc and min m (packed in scales[]):
+ *         x = (d * sc) * q - (dmin * m); sub-block j takes the low (j even) or
+ *         high (j odd) nibbles of qs[32 (j/2) ..], Q5_K adds bit j of qh[l] << 4
+ *   Q6_K  | u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d |            256 el., 210 B
+ *         16 sub-blocks of 16: x = (d * scale) * (q - 32), q 6 bits
+ *
+ * Every type is seen as 32-element blocks b: integers q_w[32] (the ggml
+ * integer of each element, e.g. q - 16 for Q5_0), a scale dw per half
+ * (both halves equal except Q6_K) and an additive min mw (Q5_1, Q4_K, Q5_K:
+ * x = dw * q_w + mw). The canonical arithmetic of y = x . w (all ISA paths
+ * reproduce it bit for bit):
+ *
+ *   x row -> two-level quantized blocks of 32 (quant.h's definition: Q, dx =
+ *   d / 256, sx = dx * sum Q), stored here in natural element order
+ *   (kvs_kq_xrow_bytes).
+ *   I_h = exact integer dot of q_w and Q over half h (elements 16h..16h+15)
+ *   for every block b, c = b % 16:
+ *     split scales (Q6_K): acc[c] = fma((float)I_0, dw_0 * dx, acc[c]);
+ *                          acc[c] = fma((float)I_1, dw_1 * dx, acc[c])
+ *     otherwise:           acc[c] = fma((float)(I_0 + I_1), dw * dx, acc[c])
+ *     with a min:          acc[c] = fma(mw, sx, acc[c])
+ *   y = kvs_tree16(acc).
+ */
+#ifndef KVS_KERNELS_KQUANT_H
+#define KVS_KERNELS_KQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+/* 1 if w's type runs through the kernels of this file. */
+int kvs_kq_handles(int type);
+
+/* Quantized activation row: nb blocks of {i8 hi[32], i8 lo[32]}, then float
+ * dx[nb], then float sx[nb]. */
+static inline size_t kvs_kq_xrow_bytes(int k) { return (size_t)(k / 32) * 72; }
+
+size_t kvs_kq_work_size(const kvs_wmat *w, int m);
+void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);
+/* Dequantizes k elements of a row (k a multiple of the type's block). */
+void kvs_kq_dequantize_row(int type, const void *src, float *dst, int k);
+
+/* ---- internals shared by kquant_ref.c and the SIMD files ---- */
+
+/* Block b (32 elements) of a weight row: integers, half scales, min. */
+typedef struct kvs_kq_block {
+    int8_t q[32];
+    float dw[2];
+    float mw;
+} kvs_kq_block;
+void kvs_kq_unpack(int type, const uint8_t *row, int b, kvs_kq_block *out);
+int kvs_kq_has_min(int type);
+int kvs_kq_split_scales(int type);
+
+/* x row i of the call quantized into xrow (kvs_kq_xrow_bytes(k) bytes). */
+void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow);
+/* The scalar reference of one output. */
+float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow);
+
+/* One ISA row: y[i][j] for rows [0, m) and columns [j0, j1). */
+typedef struct kvs_kq_isa {
+    const char *name;
+    void (*dot_cols)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+} kvs_kq_isa;
+extern const kvs_kq_isa kvs_kq_isa_scalar;
+#if defined(__x86_64__)
+extern const kvs_kq_isa kvs_kq_isa_avx2;
+#endif
+
+#endif

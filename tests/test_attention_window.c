@@ -1,0 +1,176 @@
+/*
+ * Sliding-window attention (kvs_attention_window): every ISA path is
+ * memcmp-equal to the scalar reference, a window that covers every visible
+ * slot gives the bits of kvs_attention, the window is batch-invariant
+ * (each query alone = all together), and the result matches a float64
+ * softmax over slots (pos - window, pos] (tolerance stated below).
+ */
+#include "harness.h"
+#include "test_kernels_util.h"
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+typedef struct wcase {
+    int m, n_head, n_kv, hd, n_ctx, kv_type, window;
+    float *q;
+    void *k, *v;
+    int32_t *pos;
+} wcase;
+
+static wcase make(int m, int nh, int nkv, int hd, int ctx, int kv_type, int start, int window) {
+    wcase c = {m, nh, nkv, hd, ctx, kv_type, window, NULL, NULL, NULL, NULL};
+    size_t kvn = (size_t)nkv * ctx * hd, qn = (size_t)m * nh * hd;
+    c.q = xmalloc(qn * 4);
+    kt_rand_vec(c.q, qn, 2.0f);
+    float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
+    kt_rand_vec(kf, kvn, 2.0f);
+    kt_rand_vec(vf, kvn, 1.0f);
+    if (kv_type == 0) {
+        c.k = xmalloc(kvn * 2);
+        c.v = xmalloc(kvn * 2);
+        kvs_f32_to_f16_row(kf, c.k, (int)kvn);
+        kvs_f32_to_f16_row(vf, c.v, (int)kvn);
+        free(kf);
+        free(vf);
+    } else {
+        c.k = kf;
+        c.v = vf;
+    }
+    c.pos = xmalloc((size_t)m * 4);
+    for (int t = 0; t < m; t++) c.pos[t] = start + t < ctx ? start + t : ctx - 1;
+    return c;
+}
+
+static void drop(wcase *c) { free(c->q); free(c->k); free(c->v); free(c->pos); }
+
+/* out (m, n_head, hd); rows [t0, t0 + mm) of the case only. */
+static void run(const wcase *c, kvs_pool *pool, int nth, int window, int t0, int mm, float *out) {
+    void *work = xmalloc(kvs_attention_work_size(nth, c->n_ctx));
+    size_t row = (size_t)c->n_head * c->hd;
+    kvs_attention_window(pool, out + t0 * row, c->q + t0 * row, c->pos + t0, mm, c->k, c->v, c->kv_type,
+                         c->n_head, c->n_kv, c->hd, c->n_ctx, 1.0f / sqrtf((float)c->hd), window, work);
+    free(work);
+}
+
+static const struct { int m, nh, nkv, hd, ctx, start, window; } k_cases[] = {
+    {1, 4, 1, 256, 700, 690, 512},  /* decode, gemma3-like head (256 dims, one kv head) */
+    {1, 9, 3, 64, 600, 517, 100},   /* decode, window not a multiple of 16 */
+    {1, 9, 3, 64, 600, 517, 1},     /* sees itself only */
+    {37, 9, 3, 64, 300, 100, 33},   /* prefill rows with different lo */
+    {64, 4, 1, 256, 200, 0, 48},    /* prefill from 0 across the window edge */
+    {20, 8, 1, 128, 90, 60, 16},
+    {5, 4, 4, 32, 50, 20, 7},
+    {48, 4, 1, 256, 1100, 1000, 512},
+};
+
+TEST(test_window_simd_equals_scalar) {
+    const char *isas[] = {"avx2", "avx512vnni"};
+    int compared = 0;
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
+        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+            wcase c = make(k_cases[i].m, k_cases[i].nh, k_cases[i].nkv, k_cases[i].hd, k_cases[i].ctx, kv_type,
+                           k_cases[i].start, k_cases[i].window);
+            size_t n = (size_t)c.m * c.n_head * c.hd;
+            float *ref = xmalloc(n * 4), *got = xmalloc(n * 4);
+            kvs_kernels_set_isa("scalar");
+            run(&c, NULL, 1, c.window, 0, c.m, ref);
+            for (size_t a = 0; a < 2; a++) {
+                if (kvs_kernels_set_isa(isas[a]) != 0) continue; /* CPU lacks it */
+                memset(got, 0xff, n * 4);
+                run(&c, NULL, 1, c.window, 0, c.m, got);
+                CHECK_MSG(memcmp(ref, got, n * 4) == 0, "case %zu kv_type %d: %s differs from scalar", i, kv_type,
+                          isas[a]);
+                compared++;
+            }
+            free(ref);
+            free(got);
+            drop(&c);
+        }
+    kvs_kernels_set_isa("best");
+    printf("  %d ISA comparisons\n", compared);
+}
+
+/* A window wider than every query's history is no window at all. */
+TEST(test_window_covering_equals_full) {
+    wcase c = make(30, 8, 2, 64, 200, 0, 120, 0);
+    size_t n = (size_t)c.m * c.n_head * c.hd;
+    float *a = xmalloc(n * 4), *b = xmalloc(n * 4);
+    run(&c, NULL, 1, 0, 0, c.m, a);
+    run(&c, NULL, 1, 200, 0, c.m, b);
+    CHECK(memcmp(a, b, n * 4) == 0);
+    run(&c, NULL, 1, 150, 0, c.m, b); /* max pos 149: sees 150 slots */
+    CHECK(memcmp(a, b, n * 4) == 0);
+    run(&c, NULL, 1, 149, 0, c.m, b); /* the last query loses slot 0 */
+    CHECK(memcmp(a, b, n * 4) != 0);
+    free(a);
+    free(b);
+    drop(&c);
+}
+
+/* Each query alone, one at a time, on 2 threads vs all at once on 1. */
+TEST(test_window_batch_invariant) {
+    kvs_pool *pool = kvs_pool_new(2);
+    CHECK(pool != NULL);
+    wcase c = make(40, 4, 1, 256, 400, 0, 300, 64);
+    size_t n = (size_t)c.m * c.n_head * c.hd;
+    float *a = xmalloc(n * 4), *b = xmalloc(n * 4);
+    run(&c, NULL, 1, c.window, 0, c.m, a);
+    for (int t = 0; t < c.m; t++) run(&c, pool, 2, c.window, t, 1, b);
+    CHECK(memcmp(a, b, n * 4) == 0);
+    for (int t = 0; t < c.m; t += 7) run(&c, pool, 2, c.window, t, c.m - t < 7 ? c.m - t : 7, b);
+    CHECK(memcmp(a, b, n * 4) == 0);
+    free(a);
+    free(b);
+    drop(&c);
+    kvs_pool_free(pool);
+}
+
+static double kv_at(const wcase *c, const void *base, size_t i) {
+    return c->kv_type == 0 ? kvs_f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* Against a float64 softmax over the window only. */
+TEST(test_window_vs_double) {
+    for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        wcase c = make(9, 6, 2, 64, 300, kv_type, 250, 37);
+        c.pos[2] = 10; /* a query whose history is shorter than the window */
+        size_t n = (size_t)c.m * c.n_head * c.hd;
+        float *out = xmalloc(n * 4);
+        run(&c, NULL, 1, c.window, 0, c.m, out);
+        double worst = 0;
+        for (int t = 0; t < c.m; t++)
+            for (int h = 0; h < c.n_head; h++) {
+                int g = h / (c.n_head / c.n_kv), hi = c.pos[t] + 1, lo = hi > c.window ? hi - c.window : 0;
+                const float *q = c.q + ((size_t)t * c.n_head + h) * c.hd;
+                double s[64], mx = -1e300, sum = 0;
+                for (int j = lo; j < hi; j++) {
+                    double a = 0;
+                    for (int d = 0; d < c.hd; d++) a += q[d] * kv_at(&c, c.k, ((size_t)g * c.n_ctx + j) * c.hd + d);
+                    s[j - lo] = a / sqrt((double)c.hd);
+                    if (s[j - lo] > mx) mx = s[j - lo];
+                }
+                for (int j = lo; j < hi; j++) { s[j - lo] = exp(s[j - lo] - mx); sum += s[j - lo]; }
+                for (int d = 0; d < c.hd; d++) {
+                    double o = 0;
+                    for (int j = lo; j < hi; j++) o += s[j - lo] * kv_at(&c, c.v, ((size_t)g * c.n_ctx + j) * c.hd + d);
+                    double err = fabs(out[((size_t)t * c.n_head + h) * c.hd + d] - o / sum);
+                    if (err > worst) worst = err;
+                }
+            }
+        CHECK_MSG(worst < 2e-5, "kv_type %d: max abs error %g", kv_type, worst); /* |v| <= 1 */
+        free(out);
+        drop(&c);
+    }
+}
+
+int main(void) {
+    RUN(test_window_simd_equals_scalar);
+    RUN(test_window_covering_equals_full);
+    RUN(test_window_batch_invariant);
+    RUN(test_window_vs_double);
+    return kt_summary();
+}

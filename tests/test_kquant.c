@@ -1,0 +1,218 @@
+/*
+ * Q5_0 / Q5_1 / K-quant kernels (src/kernels/kquant.h):
+ *  - dequantization equals the PyPI gguf package's (gguf.quants.dequantize,
+ *    the reference of the GGUF block layouts) on random blocks;
+ *  - every ISA path of the matmul is memcmp-equal to the scalar reference,
+ *    for row counts 1..37 and k with and without a multiple of 16 blocks;
+ *  - the matmul is within the activation quantization's error bound of a
+ *    float64 dot of the dequantized weights;
+ *  - a row's bits do not depend on the other rows of the call or the
+ *    thread count (batch invariance).
+ */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kernels/kquant.h"
+#include "test_kernels_util.h"
+
+static const int k_types[] = {KVS_TYPE_Q5_0, KVS_TYPE_Q5_1, KVS_TYPE_Q4_K, KVS_TYPE_Q5_K, KVS_TYPE_Q6_K};
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+/* Random weights of a kquant type: random bytes with sane f16 scales. */
+static kvs_wmat rand_kq(int type, int n, int k) {
+    const kvs_type_traits *tr = kvs_type_traits_of(type);
+    kvs_wmat w = {.type = type, .n = n, .k = k, .row_bytes = kvs_type_row_bytes(type, k)};
+    size_t bytes = w.row_bytes * (size_t)n;
+    uint8_t *p = xmalloc(bytes);
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)kt_rand();
+    for (size_t b = 0; b < bytes / (size_t)tr->type_size; b++) {
+        uint8_t *blk = p + b * (size_t)tr->type_size;
+        uint16_t d = kvs_f32_to_f16(0.0005f + 0.01f * (kt_randf() + 1.0f));
+        uint16_t m = kvs_f32_to_f16(0.002f * kt_randf());
+        switch (type) {
+        case KVS_TYPE_Q5_0: memcpy(blk, &d, 2); break;
+        case KVS_TYPE_Q5_1: memcpy(blk, &d, 2); memcpy(blk + 2, &m, 2); break;
+        case KVS_TYPE_Q4_K: case KVS_TYPE_Q5_K: {
+            uint16_t dmin = kvs_f32_to_f16(0.0002f + 0.001f * (kt_randf() + 1.0f));
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+            break;
+        }
+        case KVS_TYPE_Q6_K: memcpy(blk + 208, &d, 2); break;
+        }
+    }
+    w.data = p;
+    return w;
+}
+
+static const char *venv_python(void) {
+    static char path[1024];
+    if (path[0]) return path;
+    FILE *f = popen("scripts/setup-venv.sh 2>/dev/null | tail -n 1", "r");
+    if (!f) return NULL;
+    if (!fgets(path, sizeof path, f)) path[0] = 0;
+    pclose(f);
+    path[strcspn(path, "\n")] = 0;
+    return path[0] ? path : NULL;
+}
+
+/* gguf.quants.dequantize of the rows of w, as float32 (n * k). */
+static float *gguf_dequant(const kvs_wmat *w) {
+    const char *py = venv_python();
+    if (!py) return NULL;
+    char in[] = "/tmp/kvs_kq_XXXXXX";
+    int fd = mkstemp(in);
+    if (fd < 0) return NULL;
+    size_t bytes = w->row_bytes * (size_t)w->n, nf = (size_t)w->n * w->k;
+    int ok = write(fd, w->data, bytes) == (ssize_t)bytes;
+    close(fd);
+    char out[64], cmd[2048];
+    snprintf(out, sizeof out, "%s.f32", in);
+    snprintf(cmd, sizeof cmd,
+             "%s -c 'import sys, numpy as np; from gguf.quants import dequantize; from gguf import GGMLQuantizationType as T; "
+             "raw = np.fromfile(sys.argv[1], dtype=np.uint8).reshape(%d, -1); "
+             "dequantize(raw, T(%d)).astype(np.float32).tofile(sys.argv[2])' %s %s",
+             py, w->n, w->type, in, out);
+    float *res = NULL;
+    if (ok && system(cmd) == 0) {
+        FILE *f = fopen(out, "rb");
+        res = xmalloc(nf * 4);
+        if (!f || fread(res, 4, nf, f) != nf) { free(res); res = NULL; }
+        if (f) fclose(f);
+    }
+    unlink(in);
+    unlink(out);
+    return res;
+}
+
+TEST(test_kq_dequant_matches_gguf) {
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
+        kvs_wmat w = rand_kq(k_types[t], 8, 512);
+        float *ref = gguf_dequant(&w);
+        CHECK_MSG(ref != NULL, "type %s: the gguf package could not dequantize (scripts/setup-venv.sh)",
+                  kvs_type_traits_of(w.type)->name);
+        if (ref) {
+            float *got = xmalloc((size_t)w.k * 4);
+            double worst = 0;
+            for (int j = 0; j < w.n; j++) {
+                kvs_dequantize_row(w.type, (const uint8_t *)w.data + (size_t)j * w.row_bytes, got, w.k);
+                for (int e = 0; e < w.k; e++) {
+                    double r = ref[(size_t)j * w.k + e], err = fabs(got[e] - r) / (fabs(r) + 1e-3);
+                    if (err > worst) worst = err;
+                }
+            }
+            /* the formulas differ only by one fused rounding: ~1 float ulp */
+            CHECK_MSG(worst < 1e-6, "type %s: max rel error %g vs gguf", kvs_type_traits_of(w.type)->name, worst);
+            free(got);
+            free(ref);
+        }
+        free((void *)w.data);
+    }
+}
+
+static float *matmul(const kvs_wmat *w, const float *x, int m, kvs_pool *pool) {
+    float *y = xmalloc((size_t)m * w->n * 4);
+    void *work = xmalloc(kvs_matmul_work_size(w, m));
+    kvs_matmul(pool, w, x, m, y, work);
+    free(work);
+    return y;
+}
+
+TEST(test_kq_simd_equals_scalar) {
+    const int ks[] = {256, 640, 2048}; /* 640: 20 blocks, not a multiple of 16 (Q5_0 only: K-quants need 256) */
+    const int ms[] = {1, 3, 16, 37};
+    int compared = 0;
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            if (ks[ki] % 256 && !(k_types[t] == KVS_TYPE_Q5_0 || k_types[t] == KVS_TYPE_Q5_1)) continue;
+            kvs_wmat w = rand_kq(k_types[t], 48, ks[ki]);
+            for (size_t mi = 0; mi < 4; mi++) {
+                float *x = xmalloc((size_t)ms[mi] * w.k * 4);
+                kt_rand_vec(x, (size_t)ms[mi] * w.k, 3.0f);
+                kvs_kernels_set_isa("scalar");
+                float *ref = matmul(&w, x, ms[mi], NULL);
+                const char *isas[] = {"avx2", "avx512vnni"};
+                for (int a = 0; a < 2; a++) {
+                    if (kvs_kernels_set_isa(isas[a]) != 0) continue;
+                    float *got = matmul(&w, x, ms[mi], NULL);
+                    CHECK_MSG(memcmp(ref, got, (size_t)ms[mi] * w.n * 4) == 0, "%s k %d m %d: %s differs",
+                              kvs_type_traits_of(w.type)->name, w.k, ms[mi], isas[a]);
+                    compared++;
+                    free(got);
+                }
+                kvs_kernels_set_isa("best");
+                free(ref);
+                free(x);
+            }
+            free((void *)w.data);
+        }
+    printf("  %d ISA comparisons\n", compared);
+}
+
+/* |y - w.x| <= sum over blocks of |w|_1 * d_x / 256 (the activation error)
+ * plus float rounding: checked against float64 of the dequantized weights. */
+TEST(test_kq_vs_double) {
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
+        kvs_wmat w = rand_kq(k_types[t], 16, 1024);
+        float *x = xmalloc((size_t)w.k * 4), *wr = xmalloc((size_t)w.k * 4);
+        kt_rand_vec(x, w.k, 2.0f);
+        float *y = matmul(&w, x, 1, NULL);
+        double worst = 0;
+        for (int j = 0; j < w.n; j++) {
+            kvs_dequantize_row(w.type, (const uint8_t *)w.data + (size_t)j * w.row_bytes, wr, w.k);
+            double ref = 0, bound = 0;
+            for (int b = 0; b < w.k / 32; b++) {
+                double amax = 0, l1 = 0;
+                for (int e = 0; e < 32; e++) {
+                    ref += (double)wr[b * 32 + e] * x[b * 32 + e];
+                    amax = fmax(amax, fabs(x[b * 32 + e]));
+                    l1 += fabs(wr[b * 32 + e]);
+                }
+                bound += l1 * amax / 127.0 / 256.0 * 0.5;
+            }
+            double excess = fabs(y[j] - ref) - bound - 1e-5 * fabs(ref) - 1e-6;
+            if (excess > worst) worst = excess;
+        }
+        CHECK_MSG(worst <= 0, "type %s: error exceeds the bound by %g", kvs_type_traits_of(w.type)->name, worst);
+        free(x);
+        free(wr);
+        free(y);
+        free((void *)w.data);
+    }
+}
+
+TEST(test_kq_batch_invariant) {
+    kvs_pool *pool = kvs_pool_new(2);
+    CHECK(pool != NULL);
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
+        kvs_wmat w = rand_kq(k_types[t], 80, 512);
+        const int m = 21;
+        float *x = xmalloc((size_t)m * w.k * 4);
+        kt_rand_vec(x, (size_t)m * w.k, 1.0f);
+        float *all = matmul(&w, x, m, pool);
+        for (int i = 0; i < m; i += 5) {
+            float *one = matmul(&w, x + (size_t)i * w.k, 1, NULL);
+            CHECK_MSG(memcmp(one, all + (size_t)i * w.n, (size_t)w.n * 4) == 0, "%s row %d",
+                      kvs_type_traits_of(w.type)->name, i);
+            free(one);
+        }
+        free(all);
+        free(x);
+        free((void *)w.data);
+    }
+    kvs_pool_free(pool);
+}
+
+int main(void) {
+    RUN(test_kq_dequant_matches_gguf);
+    RUN(test_kq_simd_equals_scalar);
+    RUN(test_kq_vs_double);
+    RUN(test_kq_batch_invariant);
+    return kt_summary();
+}
