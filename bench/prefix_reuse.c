@@ -30,6 +30,7 @@
 
 #include "kv/store.h"
 #include "kvstitch.h"
+#include "bench_util.h"
 #include "cache/cache.h"
 
 #define MAX_SIZES 8
@@ -37,21 +38,6 @@
 
 static const int overlaps[N_OVERLAPS] = {50, 90, 95};
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -158,7 +144,7 @@ int main(int argc, char **argv) {
         perror("mkdtemp");
         return 1;
     }
-    double t_open = now_ms();
+    double t_open = bench_now_ms();
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = dir;
     kvs_cache *mem = NULL;
@@ -166,7 +152,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "prefix_reuse: %s\n", kvs_last_error());
         return 1;
     }
-    t_open = now_ms() - t_open;
+    t_open = bench_now_ms() - t_open;
 
     char cpu[256] = "unknown CPU";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -239,9 +225,9 @@ int main(int argc, char **argv) {
                 kvs_generate_result_free(&r);
                 /* warm from memory, and the lookup alone */
                 kvs_prefix_hit hit;
-                double l0 = now_ms();
+                double l0 = bench_now_ms();
                 kvs_store_lookup_prefix(mem->store, b, n - 1, &hit);
-                t3[k] = now_ms() - l0;
+                t3[k] = bench_now_ms() - l0;
                 kvs_prefix_hit_release(&hit);
                 if (kvs_generate_cached(ctx, mem, b, n, &gp, &nostore, &r)) {
                     fprintf(stderr, "prefix_reuse: %s\n", kvs_last_error());
@@ -265,12 +251,12 @@ int main(int argc, char **argv) {
                 kvs_generate_result_free(&r);
                 kvs_cache_free(fresh);
             }
-            p->cold = median(t6, reps);
-            p->warm = median(t, reps);
-            p->lookup = median(t3, reps);
-            p->assemble = median(t4, reps);
-            p->warm_disk = median(t2, reps);
-            p->assemble_disk = median(t5, reps);
+            p->cold = bench_median(t6, reps);
+            p->warm = bench_median(t, reps);
+            p->lookup = bench_median(t3, reps);
+            p->assemble = bench_median(t4, reps);
+            p->warm_disk = bench_median(t2, reps);
+            p->assemble_disk = bench_median(t5, reps);
             all_exact &= p->exact;
             fprintf(stderr, "  %d tokens, %d%%: cold %.1f ms, warm %.1f ms\n", n, p->overlap, p->cold, p->warm);
         }

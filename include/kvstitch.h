@@ -439,6 +439,16 @@ typedef struct kvs_cache_params {
                             * writes there (least recently used entries evicted); 0 = default:
                             * half of the space free for the cache at open ((its bytes +
                             * the file system's available bytes) / 2) */
+    /* A shared tier on Redis below RAM and the cache dir (README "Redis tier"): chunks are
+     * looked up there (one pipelined round trip per node) and written asynchronously
+     * (bounded queue; dropped and counted when full). An unreachable, slow or broken Redis
+     * costs at most redis_timeout_ms per socket operation, never a request. At most one
+     * of redis_url and redis_cluster. Strings are copied. */
+    const char *redis_url;           /* redis://[user[:password]@]host[:port][/db]; NULL: none */
+    const char *redis_cluster;       /* host:port[,host:port...] of a Redis Cluster; NULL: none */
+    const char *redis_password_file; /* the password: first line of this file (if the URL has
+                                      * none); else $KVSTITCH_REDIS_PASSWORD if set */
+    int redis_timeout_ms;            /* per socket operation; 0 = 50 */
 } kvs_cache_params;
 
 KVS_API kvs_cache_params kvs_cache_default_params(void);
@@ -482,6 +492,16 @@ typedef struct kvs_cache_stats {
     uint64_t dir_max_bytes;    /* the cache dir's byte bound in force (0 without a dir) */
     uint64_t tier_key_hits;    /* chunks a tier served by key that were not indexed (another
                                 * process wrote them since open) */
+    /* The Redis tier (all 0 without one). */
+    uint64_t redis_gets, redis_hits;      /* chunks asked of Redis, served by it */
+    uint64_t redis_get_bytes;             /* KV bytes served */
+    uint64_t redis_puts, redis_put_bytes; /* chunks handed to the writer, value bytes written */
+    uint64_t redis_put_dropped;           /* not written by design: queue full, Redis down */
+    uint64_t redis_put_errors;            /* writes Redis refused or that failed */
+    uint64_t redis_bad, redis_foreign;    /* damaged / another model's values: never served */
+    uint64_t redis_errors;                /* lookups without an answer (down, timeout, garbage) */
+    uint64_t redis_timeouts, redis_breaker_opens, redis_connects; /* connection events */
+    uint64_t redis_moved;                 /* cluster redirections followed (MOVED + ASK) */
 } kvs_cache_stats;
 
 KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);
@@ -561,6 +581,14 @@ typedef struct kvs_cache_prune_report {
  * files, then entries older than older_than_s, then least recently used
  * ones down to max_bytes. Only the cache's own files are touched. */
 KVS_API int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_cache_prune_report *r);
+/* The same on the Redis tier of params (redis_url or redis_cluster), without a
+ * model: every kvstitch key ("kvs:*") of any model, found by SCAN on every
+ * master (never KEYS, never FLUSHALL; other keys are never touched). scan:
+ * headers only (payloads are verified on use); st->bytes = value bytes;
+ * unreadable = keys that vanished or could not be read. */
+KVS_API int kvs_cache_redis_scan(const kvs_cache_params *params, kvs_cache_entry_fn fn, void *user,
+                                 kvs_cache_dir_stats *st);
+KVS_API int kvs_cache_redis_clear(const kvs_cache_params *params, uint64_t *n_removed);
 
 /* --- reuse in generation --- */
 

@@ -48,4 +48,47 @@ double cli_now_ms(void);
  * a second, each overwriting the last ("\r"), erased when the pass ends. */
 void cli_progress_attach(kvs_context_params *cp, const char *label, int enabled);
 
+/* The Redis tier options (cli_redis.c), taken by generate, warm and cache. */
+#define CLI_REDIS_USAGE                                                                              \
+    "Shared Redis tier (below RAM and --cache-dir; see README \"Redis tier\"):\n"                     \
+    "  --redis URL            redis://[user[:password]@]host[:port][/db]\n"                           \
+    "  --redis-cluster LIST   host:port[,host:port...] of a Redis Cluster\n"                          \
+    "  --redis-password-file F  the password, first line of F (else $KVSTITCH_REDIS_PASSWORD;\n"     \
+    "                         a password in the URL is masked in the process list)\n"              \
+    "  --redis-timeout MS     per socket operation (default 50): a slow or dead Redis costs at\n"   \
+    "                         most this, then the chunks are computed\n"
+typedef struct cli_redis_opts {
+    const char *url, *cluster, *password_file;
+    int timeout_ms;
+    char *url_copy; /* the URL with its password (argv's copy is masked) */
+} cli_redis_opts;
+/* 0: opt is not a Redis option; 1: taken (with value: the caller skips it);
+ * -1: bad value (usage error printed). value may be masked in place. */
+int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_opts *o);
+int cli_redis_given(const cli_redis_opts *o);
+/* 0, or -1 after a usage error (both --redis and --redis-cluster, ...). */
+int cli_redis_check(const char *cmd, const cli_redis_opts *o);
+void cli_redis_apply(const cli_redis_opts *o, kvs_cache_params *p);
+void cli_redis_free(cli_redis_opts *o);
+/* The Redis rows of a table-driven command (cli_opts.h): type is the
+ * command's options struct, field its cli_redis_opts member. Options that
+ * need a cache name CLI_CACHE_NEEDS: a directory or Redis will do. */
+#define CLI_CACHE_NEEDS "--cache-dir|--redis|--redis-cluster"
+#define CLI_REDIS_ROWS(type, field)                                                                             \
+    CLI_OPT(NULL, "--redis", CLI_STR, type, field.url, "URL",                                                   \
+            "redis://[user[:password]@]host[:port][/db]; a password here is masked in\n"                        \
+            "the process list (prefer --redis-password-file or $KVSTITCH_REDIS_PASSWORD)",                      \
+            .group = "Shared Redis tier (below RAM and --cache-dir; README \"Redis tier\"):"),                  \
+        CLI_STR_OPT(NULL, "--redis-cluster", type, field.cluster, "LIST", "host:port[,host:port...] of a Redis Cluster"), \
+        CLI_OPT(NULL, "--redis-password-file", CLI_FILE, type, field.password_file, "FILE",                    \
+                "the Redis password: the first line of FILE", .needs = "--redis|--redis-cluster"),              \
+        CLI_OPT(NULL, "--redis-timeout", CLI_INT, type, field.timeout_ms, "MS",                                 \
+                "per socket operation (default 50): a slow or dead Redis costs at most\n"                       \
+                "this, then the chunks are computed",                                                          \
+                .min = 1, .max = 60000, .needs = "--redis|--redis-cluster")
+/* After cli_parse of such a table: refuses --redis with --redis-cluster,
+ * keeps a copy of the URL and masks its password in argv. -1 to go on, 2
+ * after a usage error. */
+int cli_redis_finish(const char *cmd, cli_redis_opts *o);
+
 #endif

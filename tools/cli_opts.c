@@ -158,6 +158,33 @@ int cli_given(const cli_command *cmd, const int *given, const char *name) {
     return 0;
 }
 
+/* needs: one option name, or alternatives "--a|--b" (any one will do). */
+static int needs_given(const cli_command *cmd, const int *seen, const char *needs) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", needs);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, "|", &save); t; t = strtok_r(NULL, "|", &save))
+        if (cli_given(cmd, seen, t)) return 1;
+    return 0;
+}
+
+/* "--a|--b|--c" as "--a (or --b, --c)". */
+static void needs_text(const char *needs, char *out, size_t cap) {
+    const char *bar = strchr(needs, '|');
+    if (!bar) {
+        snprintf(out, cap, "%s", needs);
+        return;
+    }
+    snprintf(out, cap, "%.*s (or ", (int)(bar - needs), needs);
+    for (const char *p = bar + 1; *p && strlen(out) + 3 < cap; p++) {
+        size_t n = strlen(out);
+        if (*p == '|') snprintf(out + n, cap - n, ", ");
+        else out[n] = *p, out[n + 1] = 0;
+    }
+    size_t n = strlen(out);
+    snprintf(out + n, cap - n, ")");
+}
+
 int cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, int *given) {
     int local[64] = {0};
     int *seen = given ? given : local;
@@ -189,10 +216,13 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, int *gi
         if (rc) return rc;
     }
     for (int k = 0; k < cmd->n_opts; k++)
-        if (seen[k] && cmd->opts[k].needs && !cli_given(cmd, seen, cmd->opts[k].needs))
+        if (seen[k] && cmd->opts[k].needs && !needs_given(cmd, seen, cmd->opts[k].needs)) {
+            char alt[128];
+            needs_text(cmd->opts[k].needs, alt, sizeof alt);
             return cli_usage_error(cmd->name,
                                    "%s needs %s (it does nothing without it; the options of that kind need %s)",
-                                   row_name(&cmd->opts[k]), cmd->opts[k].needs, cmd->opts[k].needs);
+                                   row_name(&cmd->opts[k]), alt, alt);
+        }
     return -1;
 }
 

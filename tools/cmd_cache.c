@@ -11,6 +11,9 @@
 
 static const char *usage_text =
     "usage: kvstitch cache (stats | ls | clear | prune) --cache-dir DIR [options]\n"
+    "       kvstitch cache (stats | ls | clear) (--redis URL | --redis-cluster LIST) [-m MODEL] [--json]\n"
+    "  (on Redis: every kvstitch key, kvs:*, found by SCAN; clear deletes only those, never FLUSHALL;\n"
+    "   with -m, ls shows only that model's chunks)\n"
     "  stats                  entries, bytes and the byte bound, models, damaged files,\n"
     "                         unreachable entries and stale temporary files (what prune reclaims);\n"
     "                         with -m also this model's view: its entries, prefix-reachable\n"
@@ -29,13 +32,15 @@ static const char *usage_text =
     "  --max-bytes N          prune: bound on DIR's entry bytes (K/M/G/T suffixes)\n"
     "  --older-than AGE       prune: remove entries unused for AGE (seconds, or with s/m/h/d)\n"
     "  --cache-max-bytes N    stats: the bound to report (default: the one generate/warm use)\n"
-    "  --json                 JSON output\n";
+    "  --json                 JSON output\n"
+    CLI_REDIS_USAGE;
 
 typedef struct cache_opts {
     const char *verb, *dir, *model_path;
     int json, verify;
     unsigned long long max_bytes, cache_max_bytes, older_than_s;
     int has_max_bytes, has_older_than;
+    cli_redis_opts redis;
 } cache_opts;
 
 int cli_parse_bytes(const char *opt, const char *s, unsigned long long *out) {
@@ -82,6 +87,7 @@ static int parse_age(const char *opt, const char *s, unsigned long long *out) {
 }
 
 static int parse(int argc, char **argv, cache_opts *o) {
+    int rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -90,6 +96,10 @@ static int parse(int argc, char **argv, cache_opts *o) {
         else if (a[0] != '-') {
             if (o->verb) return cli_usage_error("cache", "one action only (got '%s' and '%s')", o->verb, a);
             o->verb = a;
+        }
+        else if ((rc = cli_redis_option("cache", a, i + 1 < argc ? argv[i + 1] : NULL, &o->redis)) != 0) {
+            if (rc < 0) return 2;
+            i++;
         }
         else if (!v) return cli_usage_error("cache", "unknown option or missing value: %s", a);
         else if (!strcmp(a, "--cache-dir")) o->dir = argv[++i];
@@ -108,7 +118,17 @@ static int parse(int argc, char **argv, cache_opts *o) {
     if (!o->verb) return cli_usage_error("cache", "give an action: stats, ls, clear or prune");
     if (strcmp(o->verb, "stats") && strcmp(o->verb, "ls") && strcmp(o->verb, "clear") && strcmp(o->verb, "prune"))
         return cli_usage_error("cache", "unknown action '%s' (stats, ls, clear, prune)", o->verb);
-    if (!o->dir || !*o->dir) return cli_usage_error("cache", "--cache-dir DIR is required");
+    if (cli_redis_check("cache", &o->redis)) return 2;
+    if (cli_redis_given(&o->redis)) {
+        if (o->dir) return cli_usage_error("cache", "give --cache-dir or --redis / --redis-cluster, not both");
+        if (!strcmp(o->verb, "prune") || o->verify || o->has_max_bytes || o->has_older_than || o->cache_max_bytes)
+            return cli_usage_error("cache", "prune, --verify, --max-bytes, --older-than and --cache-max-bytes are for "
+                                   "--cache-dir (on Redis, maxmemory + allkeys-lru evicts; values are verified on use)");
+        if (o->model_path && !strcmp(o->verb, "clear"))
+            return cli_usage_error("cache", "clear removes the entries of every model; it takes no -m");
+        return -1;
+    }
+    if (!o->dir || !*o->dir) return cli_usage_error("cache", "--cache-dir DIR (or --redis URL) is required");
     struct stat sb;
     if (stat(o->dir, &sb)) return cli_usage_error("cache", "--cache-dir %s: %s", o->dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return cli_usage_error("cache", "--cache-dir %s: not a directory", o->dir);
@@ -279,11 +299,87 @@ static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, 
     }
 }
 
+/* --- on Redis ------------------------------------------------------------------------ */
+
+typedef struct redis_rows {
+    rows *x;
+    const char *fp; /* only this model's entries (ls -m), or NULL */
+} redis_rows;
+
+static int collect_model(void *user, const kvs_cache_entry *e) {
+    redis_rows *r = user;
+    return r->fp && strcmp(e->fingerprint, r->fp) ? 0 : collect(r->x, e);
+}
+
+/* stats | ls | clear of the kvstitch keys on the Redis tier of o. */
+static int cache_redis(const cache_opts *o) {
+    kvs_cache_params pp = kvs_cache_default_params();
+    cli_redis_apply(&o->redis, &pp);
+    const char *where = o->redis.cluster ? o->redis.cluster : "redis";
+    if (!strcmp(o->verb, "clear")) {
+        uint64_t n = 0;
+        int st = kvs_cache_redis_clear(&pp, &n);
+        if (st != KVS_OK) return cli_fail(st, where);
+        if (o->json) printf("{\"removed\": %llu}\n", (unsigned long long)n);
+        else printf("removed %llu entr%s from Redis\n", (unsigned long long)n, n == 1 ? "y" : "ies");
+        return 0;
+    }
+    kvs_model *model = NULL;
+    kvs_cache *cache = NULL;
+    rows x;
+    memset(&x, 0, sizeof x);
+    char fp[65];
+    redis_rows rr = {&x, NULL};
+    int rc = 1, st;
+    if (o->model_path) {
+        if ((st = kvs_model_load(o->model_path, kvs_model_default_params(), &model)) != KVS_OK) {
+            cli_fail(st, o->model_path);
+            goto done;
+        }
+        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, where); goto done; }
+        kvs_cache_fingerprint_hex(cache, fp);
+        rr.fp = fp;
+        x.model = model;
+    }
+    kvs_cache_dir_stats d;
+    int ls = !strcmp(o->verb, "ls");
+    if ((st = kvs_cache_redis_scan(&pp, ls ? collect_model : NULL, &rr, &d)) != KVS_OK) {
+        cli_fail(st, where);
+        goto done;
+    }
+    if (ls) {
+        if (x.nomem) { fprintf(stderr, "kvstitch cache: out of memory\n"); goto done; }
+        qsort(x.r, x.n, sizeof *x.r, by_model_pos);
+        print_rows(&x, o->json);
+    } else if (o->json) {
+        printf("{\"redis\": \"%s\", \"entries\": %llu, \"bytes\": %llu, \"models\": %llu, \"damaged\": %llu}\n",
+               o->redis.cluster ? "cluster" : "single", (unsigned long long)d.entries, (unsigned long long)d.bytes,
+               (unsigned long long)d.models, (unsigned long long)d.damaged);
+    } else {
+        printf("redis:            %s\n", o->redis.cluster ? o->redis.cluster : "(URL given)");
+        printf("entries:          %llu (%.1f MiB of values) of %llu model%s\n", (unsigned long long)d.entries,
+               (double)d.bytes / (1 << 20), (unsigned long long)d.models, d.models == 1 ? "" : "s");
+        printf("damaged values:   %llu\n", (unsigned long long)d.damaged);
+    }
+    rc = 0;
+done:
+    for (size_t i = 0; i < x.n; i++) free(x.r[i].text);
+    free(x.r);
+    kvs_cache_free(cache);
+    kvs_model_free(model);
+    return rc;
+}
+
 int cmd_cache(int argc, char **argv) {
     cache_opts o;
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
+    if (cli_redis_given(&o.redis)) {
+        rc = cache_redis(&o);
+        cli_redis_free(&o.redis);
+        return rc;
+    }
 
     if (!strcmp(o.verb, "clear")) {
         uint64_t n = 0;

@@ -18,6 +18,7 @@ typedef struct gen_opts {
     int n_docs, n_stops;
     kvs_repair_params rp;
     unsigned long long cache_max_bytes;
+    cli_redis_opts redis;
 } gen_opts;
 
 static int set_max_bytes(void *opts, const char *v) {
@@ -62,22 +63,23 @@ static const cli_opt k_opts[] = {
     CLI_OPT(NULL, "--reuse", CLI_STR, O, reuse, "MODE",
             "prefix (default) or none (compute every token); with --doc the repair\n"
             "of moved documents: none, selective, cacheblend (default), firstk, query, full",
-            .needs = "--cache-dir"),
+            .needs = CLI_CACHE_NEEDS),
     CLI_OPT(NULL, "--no-store", CLI_FLAG, O, no_store, NULL, "do not store the prompt's chunks", .flag_value = 1,
-            .needs = "--cache-dir"),
+            .needs = CLI_CACHE_NEEDS),
     CLI_OPT(NULL, "--chunk-tokens", CLI_INT, O, chunk_tokens, "N", "chunk size for new chunks (default 64)", .min = 1,
-            .max = 4096, .needs = "--cache-dir"),
+            .max = 4096, .needs = CLI_CACHE_NEEDS),
     CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
             "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
             "for the cache); least recently used entries are evicted",
             .needs = "--cache-dir", .set = set_max_bytes),
     CLI_OPT(NULL, "--cache-budget", CLI_INT, O, cache_budget_mib, "MIB",
-            "memory for cached chunks (default: 1/4 of RAM)", .min = 1, .max = 1 << 24, .needs = "--cache-dir"),
+            "memory for cached chunks (default: 1/4 of RAM)", .min = 1, .max = 1 << 24, .needs = CLI_CACHE_NEEDS),
+    CLI_REDIS_ROWS(O, redis),
     CLI_OPT(NULL, "--doc", CLI_FILE, O, docs, "FILE",
             "a document, laid out after the system message and before the question\n"
             "(-p / -f); its KV is cached by content and reused at any position",
-            .max_count = MAX_DOCS, .count_offset = CLI_OFF(O, n_docs), .needs = "--cache-dir",
-            .group = "Documents (non-prefix reuse, RAG; with --cache-dir):"),
+            .max_count = MAX_DOCS, .count_offset = CLI_OFF(O, n_docs), .needs = CLI_CACHE_NEEDS,
+            .group = "Documents (non-prefix reuse, RAG; with --cache-dir or --redis):"),
     CLI_OPT(NULL, "--recompute-ratio", CLI_FLOAT, O, rp.recompute_ratio, "R",
             "cacheblend: share of document tokens recomputed (default 0.10)", .max = 1, .needs = "--doc"),
     CLI_OPT(NULL, "--overlap", CLI_INT, O, rp.overlap, "R",
@@ -122,6 +124,7 @@ static const cli_command k_cmd = {
 /* Combinations the table cannot express. -1 to go on, else the exit code. */
 static int check(gen_opts *o) {
     const char *c = k_cmd.name;
+    if (cli_redis_finish(c, &o->redis) != -1) return 2;
     if (!o->model_path) return cli_usage_error(c, "-m MODEL is required");
     if (!o->prompt == !o->file) return cli_usage_error(c, "give exactly one of -p TEXT or -f FILE");
     if (o->system && !o->chat && !o->n_docs) return cli_usage_error(c, "--system needs --chat (or --doc)");
@@ -291,14 +294,16 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     if (fit_context(&info, o, g->n, &cp.n_ctx)) return 1;
     cli_progress_attach(&cp, "prefill", !o->quiet && !o->json);
     if ((st = kvs_context_new(g->model, cp, &g->ctx)) != KVS_OK) return cli_fail(st, "context");
-    if (o->cache_dir) {
+    if (o->cache_dir || cli_redis_given(&o->redis)) {
         kvs_cache_params pp = kvs_cache_default_params();
         pp.cache_dir = o->cache_dir;
+        cli_redis_apply(&o->redis, &pp);
         pp.chunk_tokens = o->chunk_tokens;
         pp.budget_bytes = (size_t)o->cache_budget_mib << 20;
         pp.cache_max_bytes = o->cache_max_bytes;
         pp.kv_type = cp.kv_type;
-        if ((st = kvs_cache_open(g->model, pp, &g->cache)) != KVS_OK) return cli_fail(st, o->cache_dir);
+        if ((st = kvs_cache_open(g->model, pp, &g->cache)) != KVS_OK)
+            return cli_fail(st, o->cache_dir ? o->cache_dir : "redis");
     }
     kvs_generate_params gp = kvs_generate_default_params();
     gp.n_predict = o->n_predict;
@@ -363,5 +368,6 @@ int cmd_generate(int argc, char **argv) {
     rc = generate(&g, &o, text);
     run_free(&g);
     free(owned);
+    cli_redis_free(&o.redis);
     return rc;
 }

@@ -15,6 +15,7 @@ typedef struct warm_opts {
     int is_file[MAX_TEXTS];
     int n_texts, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, chunk_tokens;
     unsigned long long cache_max_bytes;
+    cli_redis_opts redis;
 } warm_opts;
 
 static int set_max_bytes(void *opts, const char *v) {
@@ -38,7 +39,8 @@ static const cli_opt k_opts[] = {
     CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
             "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
             "for the cache); least recently used entries are evicted",
-            .set = set_max_bytes),
+            .set = set_max_bytes, .needs = "--cache-dir"),
+    CLI_REDIS_ROWS(O, redis),
     /* -f keeps its place among the TEXT arguments: add_file appends it in order */
     {.short_name = "-f",
      .name = "--file",
@@ -91,7 +93,9 @@ static int parse(int argc, char **argv, warm_opts *o) {
     int rc = cli_parse(&k_cmd, argc, argv, o, NULL);
     if (rc >= 0) return rc;
     if (!o->model_path) return cli_usage_error("warm", "-m MODEL is required");
-    if (!o->cache_dir) return cli_usage_error("warm", "--cache-dir DIR is required");
+    if (cli_redis_finish("warm", &o->redis) != -1) return 2;
+    if (!o->cache_dir && !cli_redis_given(&o->redis))
+        return cli_usage_error("warm", "--cache-dir DIR is required (or --redis URL / --redis-cluster LIST)");
     if (o->n_texts == 0 && o->n_docs == 0)
         return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
@@ -202,6 +206,7 @@ int cmd_warm(int argc, char **argv) {
     cli_progress_attach(&cp, "warm", !o.quiet && !o.json);
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = o.cache_dir;
+    cli_redis_apply(&o.redis, &pp);
     pp.chunk_tokens = o.chunk_tokens;
     pp.cache_max_bytes = o.cache_max_bytes;
     pp.kv_type = cp.kv_type;
@@ -210,7 +215,7 @@ int cmd_warm(int argc, char **argv) {
         goto done;
     }
     if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) {
-        cli_fail(st, o.cache_dir);
+        cli_fail(st, o.cache_dir ? o.cache_dir : "redis");
         goto done;
     }
     kvs_model_info info;
@@ -277,5 +282,6 @@ done:
     kvs_cache_free(cache);
     kvs_context_free(ctx);
     kvs_model_free(model);
+    cli_redis_free(&o.redis);
     return rc;
 }

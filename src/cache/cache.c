@@ -49,6 +49,7 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
         sp.chunk_tokens = c->chunk_tokens;
         st = kvs_store_open(&c->fp, &c->shape, sp, &c->store);
     }
+    if (!st) st = kvs_cache_open_redis(c, &p); /* below RAM and the dir */
     if (st) {
         kvs_cache_free(c);
         return st;
@@ -107,6 +108,7 @@ void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->disk_orphans = s.disk_orphans;
     st->dir_max_bytes = s.dir_max_bytes;
     st->tier_key_hits = s.tier_key_hits;
+    kvs_cache_redis_stats(c, st);
 }
 
 /* --- listing ---------------------------------------------------------------------- */

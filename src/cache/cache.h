@@ -17,6 +17,7 @@
 #define KVS_REUSE_CACHE_H
 
 #include "kv/store.h"
+#include "kv/tier.h"
 #include "kvstitch.h"
 
 struct kvs_cache {
@@ -26,7 +27,15 @@ struct kvs_cache {
     int chunk_tokens;
     kvs_store *store;
     char *dir;          /* NULL: memory only */
+    kvs_tier *redis;    /* the Redis tier, NULL if none (owned by the store) */
 };
+
+/* The Redis tier's counters into st (cache_redis.c; no-op without one). */
+void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st);
+
+/* Opens the Redis tier of params (if any) and attaches it to the store
+ * (cache_redis.c; called by kvs_cache_open after the store is open). */
+int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p);
 
 /* KVS_OK if ctx computes the KV this cache holds: same fingerprint (model
  * and numerics) and KV dtype. KVS_ERR_MODEL_MISMATCH otherwise. */

@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/le.h"
 #include "base/sha256.h"
 #include "kv/checksum.h"
 #include "kv/keys.h"
@@ -29,26 +30,8 @@ const char *kvs_disk_verdict_name(kvs_disk_verdict v) {
     return (unsigned)v < KVS_DISK_VERDICT_COUNT ? verdict_names[v] : "?";
 }
 
-/* --- little-endian fields -------------------------------------------------- */
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static size_t header_bytes_for(int n_tok) {
+size_t kvs_disk_header_bytes(int n_tok) {
     size_t raw = KVS_DISK_FIXED_BYTES + (size_t)n_tok * 4 + 32;
     return (raw + HDR_ALIGN - 1) / HDR_ALIGN * HDR_ALIGN;
 }
@@ -105,27 +88,27 @@ int kvs_disk_path(const char *dir, const kvs_key *k, char *buf, size_t cap) {
 
 /* --- writing ------------------------------------------------------------- */
 
-static void build_header(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
+void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
     memset(h, 0, hbytes);
     memcpy(h, KVS_DISK_MAGIC, 4);
-    put32(h + 4, KVS_DISK_VERSION);
-    put32(h + 8, (uint32_t)hbytes);
-    put32(h + 12, 0);
+    kvs_put_le32(h + 4, KVS_DISK_VERSION);
+    kvs_put_le32(h + 8, (uint32_t)hbytes);
+    kvs_put_le32(h + 12, 0);
     memcpy(h + 16, fp->b, 32);
     memcpy(h + 48, c->prefix_key.b, 32);
     memcpy(h + 80, c->content_key.b, 32);
     memcpy(h + 112, c->parent_key.b, 32);
-    put32(h + 144, (uint32_t)c->shape.dtype);
-    put32(h + 148, (uint32_t)c->shape.n_layer);
-    put32(h + 152, (uint32_t)c->shape.n_kv_head);
-    put32(h + 156, (uint32_t)c->shape.head_dim);
-    put32(h + 160, (uint32_t)c->n_tok);
-    put32(h + 164, (uint32_t)c->pos0);
-    put64(h + 168, (uint64_t)c->created_ns);
-    put64(h + 176, (uint64_t)c->kv_bytes);
-    put64(h + 184, sum);
+    kvs_put_le32(h + 144, (uint32_t)c->shape.dtype);
+    kvs_put_le32(h + 148, (uint32_t)c->shape.n_layer);
+    kvs_put_le32(h + 152, (uint32_t)c->shape.n_kv_head);
+    kvs_put_le32(h + 156, (uint32_t)c->shape.head_dim);
+    kvs_put_le32(h + 160, (uint32_t)c->n_tok);
+    kvs_put_le32(h + 164, (uint32_t)c->pos0);
+    kvs_put_le64(h + 168, (uint64_t)c->created_ns);
+    kvs_put_le64(h + 176, (uint64_t)c->kv_bytes);
+    kvs_put_le64(h + 184, sum);
     uint8_t *t = h + KVS_DISK_FIXED_BYTES;
-    for (int i = 0; i < c->n_tok; i++) put32(t + 4 * (size_t)i, (uint32_t)c->tokens[i]);
+    for (int i = 0; i < c->n_tok; i++) kvs_put_le32(t + 4 * (size_t)i, (uint32_t)c->tokens[i]);
     size_t covered = KVS_DISK_FIXED_BYTES + (size_t)c->n_tok * 4;
     kvs_sha256_digest(h, covered, h + covered);
 }
@@ -140,10 +123,10 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
     kvs_key_to_hex(&c->prefix_key, hex);
     snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%u.tmp", dir, hex, (long)getpid(),
              atomic_fetch_add(&tmp_counter, 1));
-    size_t hbytes = header_bytes_for(c->n_tok);
+    size_t hbytes = kvs_disk_header_bytes(c->n_tok);
     uint8_t *h = malloc(hbytes);
     if (!h) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory for a header", final);
-    build_header(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
+    kvs_disk_header_build(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         free(h);
@@ -177,17 +160,8 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
 
 /* --- reading --------------------------------------------------------------- */
 
-typedef struct header {
-    kvs_key fp, prefix, content, parent;
-    kvs_kv_shape shape;
-    int32_t n_tok, pos0;
-    int64_t created_ns;
-    uint64_t payload_bytes, payload_sum;
-    size_t header_bytes;
-    int32_t *tokens; /* (n_tok) malloc'd */
-} header;
 
-static int verdict_status(kvs_disk_verdict v) {
+int kvs_disk_verdict_status(kvs_disk_verdict v) {
     switch (v) {
     case KVS_DISK_OK: return KVS_OK;
     case KVS_DISK_MISSING: return KVS_ERR_NOT_FOUND;
@@ -204,13 +178,83 @@ static int verdict_status(kvs_disk_verdict v) {
 #define FAIL(v, ...)                                    \
     do {                                                \
         *verdict = (v);                                 \
-        kvs_error(verdict_status(v), __VA_ARGS__);      \
+        kvs_error(kvs_disk_verdict_status(v), __VA_ARGS__);      \
         goto fail;                                      \
     } while (0)
 
+int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *what, kvs_disk_header *hd,
+                                kvs_disk_verdict *verdict) {
+    memset(hd, 0, sizeof *hd);
+    if (got >= 4 && memcmp(fixed, KVS_DISK_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch cache entry (bad magic)", what);
+    if (got < KVS_DISK_FIXED_BYTES) FAIL(KVS_DISK_TRUNCATED, "%s: truncated header (%zu bytes)", what, got);
+    uint32_t version = kvs_get_le32(fixed + 4);
+    if (version != KVS_DISK_VERSION)
+        FAIL(KVS_DISK_BAD_VERSION, "%s: cache entry version %u, this build reads %u", what, version, KVS_DISK_VERSION);
+    memcpy(hd->fp.b, fixed + 16, 32);
+    memcpy(hd->prefix.b, fixed + 48, 32);
+    memcpy(hd->content.b, fixed + 80, 32);
+    memcpy(hd->parent.b, fixed + 112, 32);
+    hd->shape.dtype = (kvs_kv_type)kvs_get_le32(fixed + 144);
+    hd->shape.n_layer = (int32_t)kvs_get_le32(fixed + 148);
+    hd->shape.n_kv_head = (int32_t)kvs_get_le32(fixed + 152);
+    hd->shape.head_dim = (int32_t)kvs_get_le32(fixed + 156);
+    hd->n_tok = (int32_t)kvs_get_le32(fixed + 160);
+    hd->pos0 = (int32_t)kvs_get_le32(fixed + 164);
+    hd->created_ns = (int64_t)kvs_get_le64(fixed + 168);
+    hd->payload_bytes = kvs_get_le64(fixed + 176);
+    hd->payload_sum = kvs_get_le64(fixed + 184);
+    hd->header_bytes = kvs_get_le32(fixed + 8);
+    if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > (1 << 24) || hd->pos0 < 0 ||
+        hd->header_bytes != kvs_disk_header_bytes(hd->n_tok) ||
+        hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: impossible header fields", what);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    return kvs_disk_verdict_status(*verdict);
+}
+
+int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_header *hd, kvs_disk_verdict *verdict) {
+    size_t covered = KVS_DISK_FIXED_BYTES + (size_t)hd->n_tok * 4;
+    uint8_t digest[32];
+    kvs_sha256_digest(h, covered, digest);
+    if (memcmp(digest, h + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", what);
+    /* The padding is not under the digest: writers zero it, so anything else is damage. */
+    for (size_t i = covered + 32; i < hd->header_bytes; i++)
+        if (h[i]) FAIL(KVS_DISK_BAD_HEADER, "%s: nonzero header padding at byte %zu", what, i);
+    hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
+    if (!hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", what);
+    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)kvs_get_le32(h + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
+    /* The keys must be those of the tokens: a header that was rewritten by
+     * hand, or damaged before its digest was computed, is caught here. */
+    kvs_key k;
+    kvs_key_prefix(&hd->parent, hd->tokens, hd->n_tok, &k);
+    if (!kvs_key_equal(&k, &hd->prefix)) FAIL(KVS_DISK_BAD_HEADER, "%s: prefix key does not match the tokens", what);
+    kvs_key_content(&hd->fp, hd->tokens, hd->n_tok, &k);
+    if (!kvs_key_equal(&k, &hd->content)) FAIL(KVS_DISK_BAD_HEADER, "%s: content key does not match the tokens", what);
+    if (hd->pos0 == 0 && !kvs_key_equal(&hd->parent, &hd->fp))
+        FAIL(KVS_DISK_BAD_HEADER, "%s: chunk at position 0 is not rooted in its fingerprint", what);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    free(hd->tokens);
+    hd->tokens = NULL;
+    return kvs_disk_verdict_status(*verdict);
+}
+
+int kvs_disk_header_check_owner(const kvs_disk_header *hd, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
+                                const char *what, kvs_disk_verdict *verdict) {
+    if ((want_fp && !kvs_key_equal(want_fp, &hd->fp)) || (want_shape && !kvs_kv_shape_equal(want_shape, &hd->shape))) {
+        *verdict = KVS_DISK_FOREIGN;
+        return kvs_error(KVS_ERR_MODEL_MISMATCH, "%s: entry of another model or KV shape", what);
+    }
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+}
+
 /* Reads and checks the header of an open entry file (see disk.h). */
 static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
-                          header *hd, kvs_disk_verdict *verdict) {
+                          kvs_disk_header *hd, kvs_disk_verdict *verdict) {
     uint8_t fixed[KVS_DISK_FIXED_BYTES];
     uint8_t *rest = NULL;
     memset(hd, 0, sizeof *hd);
@@ -218,54 +262,22 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     if (fstat(fd, &st)) FAIL(KVS_DISK_IO, "%s: stat: %s", path, strerror(errno));
     ssize_t got = pread_all(fd, fixed, sizeof fixed, 0);
     if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
-    if (got >= 4 && memcmp(fixed, KVS_DISK_MAGIC, 4)) FAIL(KVS_DISK_BAD_MAGIC, "%s: not a kvstitch cache entry (bad magic)", path);
-    if (got < (ssize_t)sizeof fixed) FAIL(KVS_DISK_TRUNCATED, "%s: truncated header (%zd bytes)", path, got);
-    uint32_t version = get32(fixed + 4);
-    if (version != KVS_DISK_VERSION)
-        FAIL(KVS_DISK_BAD_VERSION, "%s: cache entry version %u, this build reads %u", path, version, KVS_DISK_VERSION);
-    memcpy(hd->fp.b, fixed + 16, 32);
-    memcpy(hd->prefix.b, fixed + 48, 32);
-    memcpy(hd->content.b, fixed + 80, 32);
-    memcpy(hd->parent.b, fixed + 112, 32);
-    hd->shape.dtype = (kvs_kv_type)get32(fixed + 144);
-    hd->shape.n_layer = (int32_t)get32(fixed + 148);
-    hd->shape.n_kv_head = (int32_t)get32(fixed + 152);
-    hd->shape.head_dim = (int32_t)get32(fixed + 156);
-    hd->n_tok = (int32_t)get32(fixed + 160);
-    hd->pos0 = (int32_t)get32(fixed + 164);
-    hd->created_ns = (int64_t)get64(fixed + 168);
-    hd->payload_bytes = get64(fixed + 176);
-    hd->payload_sum = get64(fixed + 184);
-    hd->header_bytes = get32(fixed + 8);
-    if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > (1 << 24) || hd->pos0 < 0 ||
-        hd->header_bytes != header_bytes_for(hd->n_tok) ||
-        hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok))
-        FAIL(KVS_DISK_BAD_HEADER, "%s: impossible header fields", path);
+    int rc = kvs_disk_header_parse_fixed(fixed, (size_t)got, path, hd, verdict);
+    if (rc) return rc;
     if ((uint64_t)st.st_size < hd->header_bytes)
         FAIL(KVS_DISK_TRUNCATED, "%s: truncated (%lld bytes, header alone is %zu)", path, (long long)st.st_size,
              hd->header_bytes);
-    size_t covered = KVS_DISK_FIXED_BYTES + (size_t)hd->n_tok * 4;
     rest = malloc(hd->header_bytes);
-    hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
-    if (!rest || !hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", path);
+    if (!rest) FAIL(KVS_DISK_IO, "%s: out of memory", path);
     if (pread_all(fd, rest, hd->header_bytes, 0) != (ssize_t)hd->header_bytes)
         FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
-    uint8_t digest[32];
-    kvs_sha256_digest(rest, covered, digest);
-    if (memcmp(digest, rest + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", path);
-    for (int i = 0; i < hd->n_tok; i++) hd->tokens[i] = (int32_t)get32(rest + KVS_DISK_FIXED_BYTES + 4 * (size_t)i);
+    rc = kvs_disk_header_parse_rest(rest, path, hd, verdict);
+    free(rest);
+    rest = NULL;
+    if (rc) return rc;
     if ((uint64_t)st.st_size != hd->header_bytes + hd->payload_bytes)
         FAIL(KVS_DISK_TRUNCATED, "%s: %lld bytes, header says %llu", path, (long long)st.st_size,
              (unsigned long long)(hd->header_bytes + hd->payload_bytes));
-    /* The keys must be those of the tokens: a header that was rewritten by
-     * hand, or damaged before its digest was computed, is caught here. */
-    kvs_key k;
-    kvs_key_prefix(&hd->parent, hd->tokens, hd->n_tok, &k);
-    if (!kvs_key_equal(&k, &hd->prefix)) FAIL(KVS_DISK_BAD_HEADER, "%s: prefix key does not match the tokens", path);
-    kvs_key_content(&hd->fp, hd->tokens, hd->n_tok, &k);
-    if (!kvs_key_equal(&k, &hd->content)) FAIL(KVS_DISK_BAD_HEADER, "%s: content key does not match the tokens", path);
-    if (hd->pos0 == 0 && !kvs_key_equal(&hd->parent, &hd->fp))
-        FAIL(KVS_DISK_BAD_HEADER, "%s: chunk at position 0 is not rooted in its fingerprint", path);
     /* The name must be the prefix key (a file renamed by hand is not trusted). */
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -273,16 +285,16 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     kvs_key_to_hex(&hd->prefix, hex);
     if (strncmp(base, hex, 64) || strcmp(base + 64, KVS_DISK_EXT))
         FAIL(KVS_DISK_BAD_HEADER, "%s: file name is not its prefix key", path);
-    if ((want_fp && !kvs_key_equal(want_fp, &hd->fp)) || (want_shape && !kvs_kv_shape_equal(want_shape, &hd->shape)))
-        FAIL(KVS_DISK_FOREIGN, "%s: entry of another model or KV shape", path);
-    free(rest);
-    *verdict = KVS_DISK_OK;
+    rc = kvs_disk_header_check_owner(hd, want_fp, want_shape, path, verdict);
+    if (rc) goto fail_rc;
     return KVS_OK;
 fail:
+    rc = kvs_disk_verdict_status(*verdict);
+fail_rc:
     free(rest);
     free(hd->tokens);
     hd->tokens = NULL;
-    return verdict_status(*verdict);
+    return rc;
 }
 
 /* Non-blocking open + regular-file check: a FIFO in an entry's place must
@@ -291,10 +303,10 @@ static int open_entry(const char *path, kvs_disk_verdict *verdict) {
     int fd = kvs_open_regular(path, NULL);
     if (fd == KVS_OPEN_NOT_REGULAR) {
         *verdict = KVS_DISK_NOT_REGULAR;
-        kvs_error(verdict_status(*verdict), "%s: not a regular file (left alone)", path);
+        kvs_error(kvs_disk_verdict_status(*verdict), "%s: not a regular file (left alone)", path);
     } else if (fd < 0) {
         *verdict = errno == ENOENT ? KVS_DISK_MISSING : KVS_DISK_IO;
-        kvs_error(verdict_status(*verdict), "%s: %s", path, strerror(errno));
+        kvs_error(kvs_disk_verdict_status(*verdict), "%s: %s", path, strerror(errno));
     }
     return fd;
 }
@@ -311,8 +323,8 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     int fd = open_entry(path, verdict);
-    if (fd < 0) return verdict_status(*verdict);
-    header hd;
+    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    kvs_disk_header hd;
     int rc = read_header_fd(fd, path, fp, shape, &hd, verdict);
     close(fd);
     if (rc) return rc;
@@ -346,8 +358,8 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
         return rc;
     }
     int fd = open_entry(path, verdict);
-    if (fd < 0) return verdict_status(*verdict);
-    header hd;
+    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    kvs_disk_header hd;
     uint8_t *buf = NULL;
     rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
     if (rc) {
@@ -382,7 +394,7 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
 fail:
     close(fd);
     free(buf);
-    return verdict_status(*verdict);
+    return kvs_disk_verdict_status(*verdict);
 }
 
 /* preadv of every iovec, advancing over short reads. Returns 0, or -1 with
@@ -424,8 +436,8 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
     int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
     if (rc) return rc;
     int fd = open_entry(path, verdict);
-    if (fd < 0) return verdict_status(*verdict);
-    header hd;
+    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    kvs_disk_header hd;
     struct iovec *iov = NULL, *work = NULL;
     uint8_t *sink = NULL;
     rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
@@ -493,5 +505,5 @@ fail:
     free(iov);
     free(work);
     free(sink);
-    return verdict_status(*verdict);
+    return kvs_disk_verdict_status(*verdict);
 }

@@ -80,6 +80,39 @@ typedef struct kvs_disk_counts {
     uint64_t tmp;                       /* temporary files of writers (ignored) */
 } kvs_disk_counts;
 
+/* --- the entry header codec (also the header of a Redis value, redis_value.h) --- */
+
+/* A parsed header (the fields of the layout above). */
+typedef struct kvs_disk_header {
+    kvs_key fp, prefix, content, parent;
+    kvs_kv_shape shape;
+    int32_t n_tok, pos0;
+    int64_t created_ns;
+    uint64_t payload_bytes, payload_sum;
+    size_t header_bytes;
+    int32_t *tokens; /* (n_tok) malloc'd by kvs_disk_header_parse_rest; the caller frees */
+} kvs_disk_header;
+
+/* The status a verdict maps to (KVS_OK, KVS_ERR_CORRUPT, ...). */
+int kvs_disk_verdict_status(kvs_disk_verdict v);
+/* header_bytes of an entry of n_tok tokens (a multiple of 64). */
+size_t kvs_disk_header_bytes(int n_tok);
+/* Writes the header of chunk c (payload checksum sum) into h[0, hbytes). */
+void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fingerprint, const kvs_chunk *c, uint64_t sum);
+/* Step 1 of a check: the fixed part (got = bytes available, may be short):
+ * magic, version, possible fields. Sets every field but tokens. what names
+ * the entry in messages. */
+int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *what, kvs_disk_header *hd,
+                                kvs_disk_verdict *verdict);
+/* Step 2: h holds the whole header (hd->header_bytes): the SHA-256 digest, zero padding,
+ * the tokens (hd->tokens, malloc'd on success only), the keys recomputed
+ * from the tokens. */
+int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_header *hd, kvs_disk_verdict *verdict);
+/* Step 3: KVS_DISK_FOREIGN unless the entry is of want_fp / want_shape
+ * (NULL = any). */
+int kvs_disk_header_check_owner(const kvs_disk_header *hd, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
+                                const char *what, kvs_disk_verdict *verdict);
+
 /* Creates dir (one level) if it does not exist. */
 int kvs_disk_init_dir(const char *dir);
 

@@ -1,0 +1,231 @@
+/* Redis node routing: plain node or the client side of Redis Cluster (redis_cluster.h). */
+#include "kv/redis_cluster.h"
+
+#include "base/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define NO_NODE 0xff
+
+uint16_t kvs_redis_crc16(const void *data, size_t len) {
+    /* CRC16-CCITT, XMODEM variant: poly 0x1021, init 0, no reflection. */
+    const uint8_t *p = data;
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)((uint16_t)p[i] << 8);
+        for (int b = 0; b < 8; b++) crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    }
+    return crc;
+}
+
+int kvs_redis_key_slot(const char *key, size_t len) {
+    const char *open = memchr(key, '{', len);
+    if (open) {
+        const char *close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
+        if (close && close > open + 1) return kvs_redis_crc16(open + 1, (size_t)(close - open - 1)) & 16383;
+    }
+    return kvs_redis_crc16(key, len) & 16383;
+}
+
+static int node_index_locked(kvs_redis_nodes *m, const char *host, int port) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->node[i]->rd.port == port && !strcasecmp(m->node[i]->rd.host, host)) return i;
+    if (m->n_nodes >= KVS_REDIS_MAX_NODES) return -1;
+    kvs_redis_node *n = calloc(1, sizeof *n);
+    if (!n) return -1;
+    kvs_redis_conn_init(&n->rd, host, port, m->policy);
+    kvs_redis_conn_init(&n->wr, host, port, m->policy);
+    m->node[m->n_nodes] = n;
+    return m->n_nodes++;
+}
+
+int kvs_redis_node_index(kvs_redis_nodes *m, const char *host, int port) {
+    pthread_rwlock_wrlock(&m->lock);
+    int i = node_index_locked(m, host, port);
+    pthread_rwlock_unlock(&m->lock);
+    return i;
+}
+
+static void init_common(kvs_redis_nodes *m, int cluster, const kvs_redis_policy *policy) {
+    memset(m, 0, sizeof *m);
+    m->cluster = cluster;
+    m->policy = policy;
+    pthread_rwlock_init(&m->lock, NULL);
+    memset(m->slot_node, cluster ? NO_NODE : 0, sizeof m->slot_node);
+}
+
+int kvs_redis_nodes_init_single(kvs_redis_nodes *m, const char *host, int port, const kvs_redis_policy *policy) {
+    init_common(m, 0, policy);
+    if (node_index_locked(m, host, port) != 0) {
+        kvs_redis_nodes_destroy(m);
+        return kvs_error(KVS_ERR_NOMEM, "redis: out of memory");
+    }
+    return KVS_OK;
+}
+
+int kvs_redis_nodes_init_cluster(kvs_redis_nodes *m, const char *seeds, const kvs_redis_policy *policy) {
+    init_common(m, 1, policy);
+    for (const char *s = seeds; s && *s;) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        if (m->n_seeds >= KVS_REDIS_MAX_NODES ||
+            kvs_redis_parse_hostport(s, len, m->seed_host[m->n_seeds], sizeof m->seed_host[0],
+                                     &m->seed_port[m->n_seeds])) {
+            kvs_redis_nodes_destroy(m);
+            return kvs_error(KVS_ERR_INVALID_ARG, "--redis-cluster: '%.*s' is not host:port (in '%s')", (int)len, s,
+                             seeds);
+        }
+        m->n_seeds++;
+        s = comma ? comma + 1 : s + len;
+    }
+    if (!m->n_seeds) {
+        kvs_redis_nodes_destroy(m);
+        return kvs_error(KVS_ERR_INVALID_ARG, "--redis-cluster: no host:port given");
+    }
+    kvs_redis_refresh(m, 1);
+    return KVS_OK;
+}
+
+void kvs_redis_nodes_destroy(kvs_redis_nodes *m) {
+    if (!m->policy) return;
+    for (int i = 0; i < m->n_nodes; i++) {
+        kvs_redis_conn_destroy(&m->node[i]->rd);
+        kvs_redis_conn_destroy(&m->node[i]->wr);
+        free(m->node[i]);
+    }
+    m->n_nodes = 0;
+    pthread_rwlock_destroy(&m->lock);
+    m->policy = NULL; /* destroyed: a second destroy is a no-op */
+}
+
+int kvs_redis_route(kvs_redis_nodes *m, const char *key, size_t len) {
+    if (!m->cluster) return 0;
+    int slot = kvs_redis_key_slot(key, len);
+    pthread_rwlock_rdlock(&m->lock);
+    int i = m->slot_node[slot];
+    pthread_rwlock_unlock(&m->lock);
+    return i == NO_NODE ? -1 : i;
+}
+
+/* CLUSTER SLOTS from host:port on a short-lived connection. NULL if it fails. */
+static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port) {
+    kvs_redis_conn c;
+    kvs_redis_conn_init(&c, host, port, m->policy);
+    redisContext *ctx = kvs_redis_conn_acquire(&c);
+    redisReply *r = NULL;
+    if (ctx) {
+        r = redisCommand(ctx, "CLUSTER SLOTS");
+        int ok = r && r->type == REDIS_REPLY_ARRAY;
+        if (!ok && r) {
+            freeReplyObject(r);
+            r = NULL;
+        }
+        kvs_redis_conn_release(&c, r != NULL);
+    }
+    kvs_redis_conn_destroy(&c);
+    return r;
+}
+
+/* Applies a CLUSTER SLOTS reply (asked of host) to the map. Called with the write lock. */
+static void apply_slots(kvs_redis_nodes *m, const redisReply *r, const char *asked_host) {
+    memset(m->slot_node, NO_NODE, sizeof m->slot_node);
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
+        const redisReply *lo = e->element[0], *hi = e->element[1], *master = e->element[2];
+        if (lo->type != REDIS_REPLY_INTEGER || hi->type != REDIS_REPLY_INTEGER || master->type != REDIS_REPLY_ARRAY ||
+            master->elements < 2 || master->element[0]->type != REDIS_REPLY_STRING ||
+            master->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        if (lo->integer < 0 || hi->integer >= KVS_REDIS_SLOTS || lo->integer > hi->integer) continue;
+        /* An empty host means "the node you asked" (cluster-announce). */
+        const char *host = master->element[0]->len ? master->element[0]->str : asked_host;
+        int idx = node_index_locked(m, host, (int)master->element[1]->integer);
+        if (idx < 0) continue;
+        memset(m->slot_node + lo->integer, idx, (size_t)(hi->integer - lo->integer + 1));
+    }
+}
+
+void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
+    if (!m->cluster) return;
+    int64_t now = kvs_redis_mono_ns();
+    pthread_rwlock_wrlock(&m->lock);
+    if (!force && now < m->refresh_after_ns) {
+        pthread_rwlock_unlock(&m->lock);
+        return;
+    }
+    m->refresh_after_ns = now + 100 * 1000000LL;
+    /* Candidates: known nodes first (the cluster as it is now), then seeds. */
+    int n_cand = 0;
+    char (*host)[256] = malloc(sizeof(char[256]) * 2 * KVS_REDIS_MAX_NODES);
+    int port[2 * KVS_REDIS_MAX_NODES];
+    if (!host) {
+        pthread_rwlock_unlock(&m->lock);
+        return;
+    }
+    for (int i = 0; i < m->n_nodes; i++) {
+        memcpy(host[n_cand], m->node[i]->rd.host, 256);
+        port[n_cand++] = m->node[i]->rd.port;
+    }
+    for (int i = 0; i < m->n_seeds; i++) {
+        memcpy(host[n_cand], m->seed_host[i], 256);
+        port[n_cand++] = m->seed_port[i];
+    }
+    pthread_rwlock_unlock(&m->lock);
+    /* Ask outside the lock (requests keep routing with the old map). A node
+     * whose breaker is open is not asked. */
+    for (int i = 0; i < n_cand; i++) {
+        redisReply *r = cluster_slots(m, host[i], port[i]);
+        if (!r) continue;
+        pthread_rwlock_wrlock(&m->lock);
+        apply_slots(m, r, host[i]);
+        pthread_rwlock_unlock(&m->lock);
+        freeReplyObject(r);
+        atomic_fetch_add(&m->refreshes, 1);
+        break;
+    }
+    free(host);
+}
+
+int kvs_redis_redirect(kvs_redis_nodes *m, const redisReply *r, int *ask) {
+    if (!m->cluster || r->type != REDIS_REPLY_ERROR || !r->str) return -1;
+    int is_moved = !strncmp(r->str, "MOVED ", 6), is_ask = !strncmp(r->str, "ASK ", 4);
+    if (!is_moved && !is_ask) return -1;
+    const char *p = r->str + (is_moved ? 6 : 4);
+    char *end;
+    long slot = strtol(p, &end, 10);
+    if (end == p || *end != ' ' || slot < 0 || slot >= KVS_REDIS_SLOTS) return -1;
+    char host[256];
+    int port;
+    const char *addr = end + 1;
+    if (kvs_redis_parse_hostport(addr, strlen(addr), host, sizeof host, &port)) return -1;
+    pthread_rwlock_wrlock(&m->lock);
+    int idx = node_index_locked(m, host, port);
+    if (idx >= 0 && is_moved) m->slot_node[slot] = (uint8_t)idx;
+    pthread_rwlock_unlock(&m->lock);
+    *ask = is_ask;
+    atomic_fetch_add(is_moved ? &m->moved : &m->ask, 1);
+    return idx;
+}
+
+int kvs_redis_masters(kvs_redis_nodes *m, int *idx, int cap) {
+    if (!m->cluster) {
+        if (cap > 0) idx[0] = 0;
+        return 1;
+    }
+    uint8_t seen[KVS_REDIS_MAX_NODES] = {0};
+    int n = 0;
+    pthread_rwlock_rdlock(&m->lock);
+    for (int s = 0; s < KVS_REDIS_SLOTS; s++) {
+        int i = m->slot_node[s];
+        if (i != NO_NODE && !seen[i]) {
+            seen[i] = 1;
+            if (n < cap) idx[n] = i;
+            n++;
+        }
+    }
+    pthread_rwlock_unlock(&m->lock);
+    return n < cap ? n : cap;
+}

@@ -1,0 +1,94 @@
+/*
+ * One connection to one Redis node, with the failure policy of the Redis
+ * tiers: every operation has a deadline, a failed connection is dropped and
+ * re-established later with exponential backoff, and after repeated
+ * failures a circuit breaker keeps the node "open" (every operation skipped
+ * at once, as a miss) for a while before one trial operation.
+ *
+ *   state:   connected --error--> down (retry at now + backoff, doubling)
+ *            down --fails >= breaker_failures--> open (retry at now + breaker_open_ms)
+ *            down/open --retry time reached--> one caller reconnects (half-open)
+ *            any --success--> connected, fails = 0, backoff = min
+ *
+ * A conn is used by one thread at a time: kvs_redis_conn_acquire locks it
+ * and returns the hiredis context (connected, authenticated, db selected,
+ * timeouts set), or NULL when the node is down / the breaker is open / the
+ * connect failed (the conn is then not held). kvs_redis_conn_release
+ * unlocks it, ok = 0 when the operation failed (the context is dropped: a
+ * pipeline cut in the middle cannot be resumed).
+ *
+ * While a conn is held, SIGPIPE is blocked in the holding thread and a
+ * SIGPIPE raised by writing to a dead socket is consumed at release (a
+ * library must not kill its process, nor change its signal handlers).
+ *
+ * The password is kept only in memory; it is never printed (messages name
+ * host:port and user, never the password).
+ */
+#ifndef KVS_KV_REDIS_CONN_H
+#define KVS_KV_REDIS_CONN_H
+
+#include <hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* How every connection of a tier behaves (owned by the tier, shared). */
+typedef struct kvs_redis_policy {
+    int timeout_ms;         /* per operation: connect, and each socket read/write of a reply (50) */
+    int backoff_min_ms;     /* first reconnect delay after a failure (20) */
+    int backoff_max_ms;     /* cap of the doubling delay (1000) */
+    int breaker_failures;   /* consecutive failures that open the breaker (3) */
+    int breaker_open_ms;    /* how long an open breaker skips the node (2000) */
+    const char *user;       /* NULL: AUTH with the password only (or no AUTH) */
+    const char *password;   /* NULL: no AUTH */
+    int db;                 /* SELECT (single node only; a cluster has db 0) */
+} kvs_redis_policy;
+
+void kvs_redis_policy_defaults(kvs_redis_policy *p);
+
+/* Counters of one conn (monotonic). */
+typedef struct kvs_redis_conn_counters {
+    _Atomic uint64_t connects;      /* successful connects (the first included) */
+    _Atomic uint64_t connect_fails;
+    _Atomic uint64_t op_fails;      /* operations that failed (I/O, timeout, protocol) */
+    _Atomic uint64_t timeouts;      /* of those, timeouts */
+    _Atomic uint64_t skipped;       /* operations skipped: node down (backoff) or breaker open */
+    _Atomic uint64_t breaker_opens;
+} kvs_redis_conn_counters;
+
+typedef struct kvs_redis_conn {
+    char host[256];
+    int port;
+    const kvs_redis_policy *policy;
+    pthread_mutex_t mu;
+    redisContext *ctx;     /* NULL while disconnected */
+    int64_t retry_at_ns;   /* CLOCK_MONOTONIC: no connect before this */
+    int fails;             /* consecutive failures */
+    int backoff_ms;
+    _Atomic int breaker_open;
+    sigset_t saved_mask;   /* the holder's signal mask (SIGPIPE blocked while held) */
+    int pipe_was_pending;
+    kvs_redis_conn_counters n;
+} kvs_redis_conn;
+
+void kvs_redis_conn_init(kvs_redis_conn *c, const char *host, int port, const kvs_redis_policy *policy);
+void kvs_redis_conn_destroy(kvs_redis_conn *c);
+
+/* See the state machine above. Returns NULL (not held) if the node is
+ * skipped or cannot be reached. */
+redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c);
+void kvs_redis_conn_release(kvs_redis_conn *c, int ok);
+
+/* Sends everything appended to ctx (redisAppendCommand*) without waiting
+ * for replies, so that several nodes work on their pipelines at once.
+ * 0 or -1 (ctx->err set). */
+int kvs_redis_flush(redisContext *ctx);
+
+/* CLOCK_MONOTONIC nanoseconds. */
+int64_t kvs_redis_mono_ns(void);
+
+/* Parses "host:port" (IPv4 name or address; "[v6]:port"). 0 or -1. */
+int kvs_redis_parse_hostport(const char *s, size_t len, char *host, size_t host_cap, int *port);
+
+#endif

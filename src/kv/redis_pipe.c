@@ -1,0 +1,141 @@
+/* Pipelined single-key commands over Redis nodes (redis_pipe.h). */
+#include "kv/redis_pipe.h"
+
+#include "base/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kvs_redis_conn *conn_of(kvs_redis_nodes *m, int node, int wr) {
+    return wr ? &m->node[node]->wr : &m->node[node]->rd;
+}
+
+static int append_item(redisContext *ctx, const kvs_redis_batch *b, int i) {
+    const char *argv[KVS_REDIS_MAX_ARGS];
+    size_t argvlen[KVS_REDIS_MAX_ARGS];
+    int argc = b->command(b->user, i, argv, argvlen);
+    return redisAppendCommandArgv(ctx, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+}
+
+/* An item alone on node (after a redirection), following further
+ * redirections up to KVS_REDIS_MAX_HOPS. */
+static void run_redirected(kvs_redis_nodes *m, const kvs_redis_batch *b, int i, int node, int ask,
+                           kvs_redis_batch_counts *cnt) {
+    for (int hop = 0; hop < KVS_REDIS_MAX_HOPS && node >= 0; hop++) {
+        kvs_redis_conn *c = conn_of(m, node, b->use_writer_conn);
+        redisContext *ctx = kvs_redis_conn_acquire(c);
+        if (!ctx) break;
+        redisReply *r = NULL, *asking = NULL;
+        int ok = (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
+                 kvs_redis_flush(ctx) == 0 && (!ask || redisGetReply(ctx, (void **)&asking) == REDIS_OK) &&
+                 redisGetReply(ctx, (void **)&r) == REDIS_OK;
+        if (asking) freeReplyObject(asking);
+        kvs_redis_conn_release(c, ok);
+        if (!ok) {
+            if (r) freeReplyObject(r);
+            break;
+        }
+        int next = kvs_redis_redirect(m, r, &ask);
+        if (next < 0) {
+            b->reply(b->user, i, r);
+            freeReplyObject(r);
+            return;
+        }
+        freeReplyObject(r);
+        node = next;
+    }
+    cnt->no_answer++;
+    b->reply(b->user, i, NULL);
+}
+
+int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_batch_counts *cnt) {
+    kvs_redis_batch_counts local = {0};
+    if (!cnt) cnt = &local;
+    if (b->n <= 0) return KVS_OK;
+    const int n = b->n;
+    int *node_of = malloc((size_t)n * sizeof *node_of), *order = malloc((size_t)n * sizeof *order);
+    int *redir_node = malloc((size_t)n * sizeof *redir_node), *redir_ask = malloc((size_t)n * sizeof *redir_ask);
+    if (!node_of || !order || !redir_node || !redir_ask) {
+        free(node_of);
+        free(order);
+        free(redir_node);
+        free(redir_ask);
+        return kvs_error(KVS_ERR_NOMEM, "redis: out of memory for a batch of %d", n);
+    }
+    int trouble = 0;
+    int start[KVS_REDIS_MAX_NODES + 1] = {0};
+    for (int i = 0; i < n; i++) {
+        node_of[i] = kvs_redis_route(m, b->keys[i], b->key_lens[i]);
+        redir_node[i] = -1;
+        if (node_of[i] >= 0) start[node_of[i] + 1]++;
+    }
+    for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) start[k + 1] += start[k];
+    int fill[KVS_REDIS_MAX_NODES];
+    memcpy(fill, start, sizeof fill);
+    for (int i = 0; i < n; i++) {
+        if (node_of[i] >= 0) order[fill[node_of[i]]++] = i;
+        else {
+            trouble = 1;
+            cnt->no_answer++;
+            b->reply(b->user, i, NULL);
+        }
+    }
+    /* Send: every node's pipeline before any reply is read. Locks are
+     * taken in ascending node order (no deadlock between batches). */
+    redisContext *ctx[KVS_REDIS_MAX_NODES] = {0};
+    for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) {
+        if (start[k] == start[k + 1]) continue;
+        kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
+        uint64_t skipped0 = atomic_load(&c->n.skipped);
+        ctx[k] = kvs_redis_conn_acquire(c);
+        int ok = ctx[k] != NULL;
+        for (int j = start[k]; ok && j < start[k + 1]; j++) ok = append_item(ctx[k], b, order[j]) == 0;
+        if (ok) ok = kvs_redis_flush(ctx[k]) == 0;
+        if (!ok) {
+            if (ctx[k]) kvs_redis_conn_release(c, 0);
+            else if (atomic_load(&c->n.skipped) != skipped0) cnt->skipped += (uint64_t)(start[k + 1] - start[k]);
+            ctx[k] = NULL;
+            trouble = 1;
+            for (int j = start[k]; j < start[k + 1]; j++) {
+                cnt->no_answer++;
+                b->reply(b->user, order[j], NULL);
+            }
+        }
+    }
+    /* Read, node by node, in the order sent. */
+    int n_redir = 0;
+    for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) {
+        if (!ctx[k]) continue;
+        int ok = 1;
+        for (int j = start[k]; j < start[k + 1]; j++) {
+            int i = order[j];
+            redisReply *r = NULL;
+            if (ok && redisGetReply(ctx[k], (void **)&r) != REDIS_OK) ok = 0;
+            if (!ok) {
+                if (r) freeReplyObject(r);
+                trouble = 1;
+                cnt->no_answer++;
+                b->reply(b->user, i, NULL);
+                continue;
+            }
+            int ask = 0, to = kvs_redis_redirect(m, r, &ask);
+            if (to >= 0) {
+                redir_node[i] = to;
+                redir_ask[i] = ask;
+                n_redir++;
+            } else {
+                b->reply(b->user, i, r);
+            }
+            freeReplyObject(r);
+        }
+        kvs_redis_conn_release(conn_of(m, k, b->use_writer_conn), ok);
+    }
+    for (int i = 0; n_redir && i < n; i++)
+        if (redir_node[i] >= 0) run_redirected(m, b, i, redir_node[i], redir_ask[i], cnt);
+    if (trouble || n_redir) kvs_redis_refresh(m, 0);
+    free(node_of);
+    free(order);
+    free(redir_node);
+    free(redir_ask);
+    return KVS_OK;
+}

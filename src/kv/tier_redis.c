@@ -1,0 +1,457 @@
+/* The Redis / Redis Cluster tier: the kvs_tier_ops row (tier_redis.h). */
+#include "kv/tier_redis_impl.h"
+
+#include "base/error.h"
+#include "kv/keys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Listing reads this much of each value: the wrapper and an entry header of
+ * up to ~16K tokens, never the payload. */
+#define SCAN_HEAD_BYTES 65536
+#define SCAN_COUNT "512"
+
+static redis_tier *impl(const kvs_tier *t) { return t->impl; }
+
+size_t kvs_redis_make_key(const redis_tier *rt, const kvs_key *prefix_key, char *buf) {
+    char hex[65];
+    kvs_key_to_hex(prefix_key, hex);
+    return (size_t)snprintf(buf, KVS_REDIS_KEY_CAP, "%s%s", rt->key_prefix, hex);
+}
+
+void kvs_redis_tier_key(const kvs_tier *t, const kvs_key *prefix_key, char *buf) {
+    kvs_redis_make_key(impl(t), prefix_key, buf);
+}
+
+/* Keys of a batch of prefix keys (one allocation). */
+typedef struct key_set {
+    char (*key)[KVS_REDIS_KEY_CAP];
+    const char **keys;
+    size_t *lens;
+} key_set;
+
+static int key_set_make(const redis_tier *rt, const kvs_key *pk, int n, key_set *ks) {
+    ks->key = malloc((size_t)n * sizeof *ks->key);
+    ks->keys = malloc((size_t)n * sizeof *ks->keys);
+    ks->lens = malloc((size_t)n * sizeof *ks->lens);
+    if (!ks->key || !ks->keys || !ks->lens) {
+        free(ks->key);
+        free(ks->keys);
+        free(ks->lens);
+        return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
+    }
+    for (int i = 0; i < n; i++) {
+        ks->lens[i] = kvs_redis_make_key(rt, &pk[i], ks->key[i]);
+        ks->keys[i] = ks->key[i];
+    }
+    return KVS_OK;
+}
+
+static void key_set_free(key_set *ks) {
+    free(ks->key);
+    free(ks->keys);
+    free(ks->lens);
+}
+
+/* --- get_many ----------------------------------------------------------------- */
+
+typedef struct get_ctx {
+    redis_tier *rt;
+    const kvs_key *prefix_keys;
+    key_set ks;
+    char limit[24];
+    kvs_chunk **out;
+} get_ctx;
+
+static int getrange_command(void *user, int i, const char **argv, size_t *argvlen) {
+    get_ctx *g = user;
+    argv[0] = "GETRANGE";
+    argv[1] = g->ks.keys[i];
+    argv[2] = "0";
+    argv[3] = g->limit;
+    argvlen[0] = 8;
+    argvlen[1] = g->ks.lens[i];
+    argvlen[2] = 1;
+    argvlen[3] = strlen(g->limit);
+    return 4;
+}
+
+static void get_reply(void *user, int i, const redisReply *r) {
+    get_ctx *g = user;
+    redis_tier *rt = g->rt;
+    if (!r) {
+        atomic_fetch_add(&rt->errors, 1);
+        return;
+    }
+    /* GETRANGE of a missing key is "" (nil in old servers). */
+    if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) return;
+    if (r->type != REDIS_REPLY_STRING) {
+        atomic_fetch_add(&rt->errors, 1);
+        return;
+    }
+    if ((size_t)r->len > rt->max_value_bytes) { /* GETRANGE gave limit + 1 bytes: larger than allowed */
+        atomic_fetch_add(&rt->oversized, 1);
+        atomic_fetch_add(&rt->bad, 1);
+        return;
+    }
+    kvs_rv_expect x = {&rt->fp, &rt->shape, &g->prefix_keys[i], rt->max_value_bytes};
+    kvs_disk_verdict v;
+    kvs_chunk *c;
+    if (kvs_rv_decode((const uint8_t *)r->str, (size_t)r->len, &x, g->ks.keys[i], &c, &v) == KVS_OK) {
+        g->out[i] = c;
+        atomic_fetch_add(&rt->get_bytes, c->kv_bytes);
+    } else if (v == KVS_DISK_FOREIGN) {
+        atomic_fetch_add(&rt->foreign, 1);
+    } else {
+        atomic_fetch_add(&rt->bad, 1);
+    }
+}
+
+static int redis_get_many(kvs_tier *t, const kvs_key *pk, int n, kvs_chunk **out) {
+    redis_tier *rt = impl(t);
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    if (n <= 0) return KVS_OK;
+    int64_t t0 = kvs_redis_mono_ns();
+    get_ctx g = {.rt = rt, .prefix_keys = pk, .out = out};
+    snprintf(g.limit, sizeof g.limit, "%zu", rt->max_value_bytes); /* inclusive: limit + 1 bytes at most */
+    int st = key_set_make(rt, pk, n, &g.ks);
+    if (st) return st;
+    kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0};
+    st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
+    key_set_free(&g.ks);
+    int found = 0;
+    for (int i = 0; i < n; i++) found += out[i] != NULL;
+    atomic_fetch_add(&rt->gets, (uint64_t)n);
+    atomic_fetch_add(&rt->hits, (uint64_t)found);
+    atomic_fetch_add(&rt->misses, (uint64_t)(n - found));
+    atomic_fetch_add(&rt->get_ns, (uint64_t)(kvs_redis_mono_ns() - t0));
+    return st;
+}
+
+/* --- contains / remove ---------------------------------------------------------- */
+
+typedef struct key_cmd_ctx {
+    redis_tier *rt;
+    key_set ks;
+    const char *cmd;
+    long long *result; /* (n) integer replies, -1 = no answer */
+} key_cmd_ctx;
+
+static int key_command(void *user, int i, const char **argv, size_t *argvlen) {
+    key_cmd_ctx *k = user;
+    argv[0] = k->cmd;
+    argvlen[0] = strlen(k->cmd);
+    argv[1] = k->ks.keys[i];
+    argvlen[1] = k->ks.lens[i];
+    return 2;
+}
+
+static void key_reply(void *user, int i, const redisReply *r) {
+    key_cmd_ctx *k = user;
+    k->result[i] = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (k->result[i] < 0) atomic_fetch_add(&k->rt->errors, 1);
+}
+
+/* cmd (EXISTS, DEL) on every key; result[i] its integer reply or -1. */
+static int key_commands(redis_tier *rt, const char *cmd, const kvs_key *pk, int n, long long *result) {
+    key_cmd_ctx k = {.rt = rt, .cmd = cmd, .result = result};
+    int st = key_set_make(rt, pk, n, &k.ks);
+    if (st) return st;
+    kvs_redis_batch b = {n, k.ks.keys, k.ks.lens, key_command, key_reply, &k, 0};
+    st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
+    key_set_free(&k.ks);
+    return st;
+}
+
+static int redis_contains_many(kvs_tier *t, const kvs_key *pk, int n, uint8_t *present) {
+    if (n <= 0) return KVS_OK;
+    long long *res = malloc((size_t)n * sizeof *res);
+    if (!res) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory");
+    int st = key_commands(impl(t), "EXISTS", pk, n, res);
+    for (int i = 0; i < n; i++) present[i] = !st && res[i] > 0;
+    free(res);
+    return st;
+}
+
+static int redis_remove(kvs_tier *t, const kvs_key *pk) {
+    long long res = -1;
+    int st = key_commands(impl(t), "DEL", pk, 1, &res);
+    if (st) return st;
+    if (res < 0) return kvs_error(KVS_ERR_IO, "redis tier: DEL got no answer");
+    return res > 0 ? KVS_OK : KVS_ERR_NOT_FOUND;
+}
+
+/* --- scan / clear: SCAN MATCH <prefix>* on every master ---------------------------- */
+
+/* Calls fn(user, node, keys) for every batch of this tier's keys on every
+ * master. A node that fails is reported as an error (the rest go on). */
+typedef int (*scan_batch_fn)(redis_tier *rt, int node, const redisReply *keys, void *user);
+
+static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
+    char match[48];
+    snprintf(match, sizeof match, "%s*", rt->key_prefix);
+    kvs_redis_refresh(&rt->nodes, 1);
+    int masters[KVS_REDIS_MAX_NODES];
+    int n_masters = kvs_redis_masters(&rt->nodes, masters, KVS_REDIS_MAX_NODES);
+    int st = KVS_OK;
+    if (!n_masters) st = kvs_error(KVS_ERR_IO, "redis tier: no reachable node");
+    for (int m = 0; m < n_masters; m++) {
+        kvs_redis_conn *c = &rt->nodes.node[masters[m]]->rd;
+        char cursor[32] = "0";
+        int stop = 0;
+        do {
+            redisContext *ctx = kvs_redis_conn_acquire(c);
+            if (!ctx) {
+                st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", c->host, c->port);
+                break;
+            }
+            redisReply *r = redisCommand(ctx, "SCAN %s MATCH %s COUNT " SCAN_COUNT, cursor, match);
+            int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                     r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_ARRAY;
+            kvs_redis_conn_release(c, r != NULL);
+            if (!ok) {
+                st = kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN failed", c->host, c->port);
+                if (r) freeReplyObject(r);
+                break;
+            }
+            snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+            if (r->element[1]->elements) stop = fn(rt, masters[m], r->element[1], user);
+            freeReplyObject(r);
+        } while (!stop && strcmp(cursor, "0"));
+        if (stop) break;
+    }
+    return st;
+}
+
+/* The rd connection of node, or NULL with *st set to an error naming it. */
+static redisContext *acquire_node(redis_tier *rt, int node, kvs_redis_conn **c, int *st) {
+    *c = &rt->nodes.node[node]->rd;
+    redisContext *ctx = kvs_redis_conn_acquire(*c);
+    if (!ctx) *st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", (*c)->host, (*c)->port);
+    return ctx;
+}
+
+typedef struct clear_ctx {
+    uint64_t removed;
+    int st;
+} clear_ctx;
+
+static int clear_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
+    clear_ctx *x = user;
+    kvs_redis_conn *c;
+    redisContext *ctx = acquire_node(rt, node, &c, &x->st);
+    if (!ctx) return 1;
+    int ok = 1;
+    for (size_t i = 0; ok && i < keys->elements; i++) {
+        const char *argv[2] = {"DEL", keys->element[i]->str};
+        size_t lens[2] = {3, keys->element[i]->len};
+        ok = redisAppendCommandArgv(ctx, 2, argv, lens) == REDIS_OK;
+    }
+    for (size_t i = 0; ok && i < keys->elements; i++) {
+        redisReply *r = NULL;
+        ok = redisGetReply(ctx, (void **)&r) == REDIS_OK;
+        if (ok && r->type == REDIS_REPLY_INTEGER) x->removed += (uint64_t)r->integer;
+        if (r) freeReplyObject(r);
+    }
+    kvs_redis_conn_release(c, ok);
+    if (!ok) x->st = kvs_error(KVS_ERR_IO, "redis %s:%d: DEL failed", c->host, c->port);
+    return !ok;
+}
+
+static int redis_clear(kvs_tier *t, uint64_t *n_removed) {
+    redis_tier *rt = impl(t);
+    kvs_redis_writer_flush(rt, rt->flush_timeout_ms); /* queued writes would bring keys back */
+    clear_ctx x = {0, KVS_OK};
+    int st = scan_keys(rt, clear_batch, &x);
+    if (n_removed) *n_removed = x.removed;
+    return st ? st : x.st;
+}
+
+typedef struct list_ctx {
+    kvs_redis_visit_fp_fn fn;
+    void *user;
+    int stop;
+    int st;
+    uint64_t *n_bad;
+} list_ctx;
+
+static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
+    list_ctx *x = user;
+    kvs_redis_conn *c;
+    redisContext *ctx = acquire_node(rt, node, &c, &x->st);
+    if (!ctx) return 1;
+    int ok = 1;
+    for (size_t i = 0; ok && i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        ok = redisAppendCommand(ctx, "STRLEN %b", k, keys->element[i]->len) == REDIS_OK &&
+             redisAppendCommand(ctx, "GETRANGE %b 0 %d", k, keys->element[i]->len, SCAN_HEAD_BYTES - 1) == REDIS_OK;
+    }
+    for (size_t i = 0; ok && i < keys->elements; i++) {
+        redisReply *len = NULL, *head = NULL;
+        ok = redisGetReply(ctx, (void **)&len) == REDIS_OK && redisGetReply(ctx, (void **)&head) == REDIS_OK;
+        /* a key deleted between SCAN and here reads as "" : not counted */
+        if (ok && !x->stop && len->type == REDIS_REPLY_INTEGER && head->type == REDIS_REPLY_STRING && head->len) {
+            kvs_rv_expect e = {rt->any_model ? NULL : &rt->fp, rt->any_model ? NULL : &rt->shape, NULL,
+                               rt->max_value_bytes};
+            kvs_chunk *chunk;
+            kvs_key vfp;
+            kvs_disk_verdict v;
+            if (kvs_rv_decode_header((const uint8_t *)head->str, (size_t)head->len, (size_t)len->integer, &e,
+                                     keys->element[i]->str, &chunk, &vfp, &v) == KVS_OK)
+                x->stop = x->fn(x->user, chunk, &vfp, (uint64_t)len->integer);
+            else if (v == KVS_DISK_FOREIGN) atomic_fetch_add(&rt->foreign, 1);
+            else {
+                atomic_fetch_add(&rt->bad, 1);
+                if (x->n_bad) (*x->n_bad)++;
+            }
+        }
+        if (len) freeReplyObject(len);
+        if (head) freeReplyObject(head);
+    }
+    kvs_redis_conn_release(c, ok);
+    if (!ok) x->st = kvs_error(KVS_ERR_IO, "redis %s:%d: listing failed", c->host, c->port);
+    return !ok || x->stop;
+}
+
+int kvs_redis_tier_scan_fp(kvs_tier *t, kvs_redis_visit_fp_fn fn, void *user, uint64_t *n_bad) {
+    list_ctx x = {fn, user, 0, KVS_OK, n_bad};
+    int st = scan_keys(impl(t), list_batch, &x);
+    return st ? st : x.st;
+}
+
+typedef struct visit_adapter {
+    kvs_tier_visit_fn fn;
+    void *user;
+} visit_adapter;
+
+static int visit_without_fp(void *user, kvs_chunk *chunk, const kvs_key *fp, uint64_t value_bytes) {
+    visit_adapter *a = user;
+    return a->fn(a->user, chunk);
+}
+
+static int redis_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
+    visit_adapter a = {fn, user};
+    return kvs_redis_tier_scan_fp(t, visit_without_fp, &a, NULL);
+}
+
+/* --- stats / put / close --------------------------------------------------------------- */
+
+static void redis_stats(kvs_tier *t, kvs_tier_stats *st) {
+    redis_tier *rt = impl(t);
+    memset(st, 0, sizeof *st);
+    st->gets = atomic_load(&rt->gets);
+    st->hits = atomic_load(&rt->hits);
+    st->misses = atomic_load(&rt->misses);
+    st->get_bytes = atomic_load(&rt->get_bytes);
+    st->get_seconds = (double)atomic_load(&rt->get_ns) * 1e-9;
+    st->puts = atomic_load(&rt->puts);
+    st->put_errors = atomic_load(&rt->put_errors);
+    st->put_dropped = atomic_load(&rt->put_dropped);
+    st->put_bytes = atomic_load(&rt->put_bytes);
+    st->bad = atomic_load(&rt->bad);
+    st->foreign = atomic_load(&rt->foreign);
+    st->errors = atomic_load(&rt->errors);
+}
+
+static int redis_put(kvs_tier *t, const kvs_chunk *c) { return kvs_redis_writer_put(impl(t), c); }
+
+static void redis_free(redis_tier *rt) {
+    kvs_redis_writer_stop(rt);
+    if (rt->nodes.policy) kvs_redis_nodes_destroy(&rt->nodes);
+    if (rt->password) memset(rt->password, 0, strlen(rt->password));
+    free(rt->password);
+    free(rt->user);
+    free(rt);
+}
+
+static void redis_close(kvs_tier *t) {
+    if (t && t->impl) redis_free(impl(t));
+}
+
+/* One row, under two names (stats and messages say which). */
+#define REDIS_OPS_ROW(row_name)                                                                                  \
+    {                                                                                                            \
+        .name = row_name, .get_many = redis_get_many, .get_into = NULL, .put = redis_put,                        \
+        .contains_many = redis_contains_many, .remove = redis_remove, .scan = redis_scan, .clear = redis_clear,  \
+        .stats = redis_stats, .close = redis_close,                                                              \
+    }
+static const kvs_tier_ops redis_ops = REDIS_OPS_ROW("redis");
+static const kvs_tier_ops redis_cluster_ops = REDIS_OPS_ROW("redis-cluster");
+
+int kvs_tier_is_redis(const kvs_tier *t) { return t && (t->ops == &redis_ops || t->ops == &redis_cluster_ops); }
+
+void kvs_redis_tier_default_params(kvs_redis_tier_params *p) {
+    memset(p, 0, sizeof *p);
+    p->codec = KVS_RV_CODEC_DEFAULT;
+}
+
+int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const kvs_kv_shape *shape,
+                        kvs_tier **out) {
+    if (!p || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_redis_tier_open: NULL argument");
+    int st = !fp && !shape ? KVS_OK : !fp || !shape ? kvs_error(KVS_ERR_INVALID_ARG, "kvs_redis_tier_open: fingerprint and shape go together") : kvs_kv_shape_check(shape);
+    if (st) return st;
+    if ((unsigned)p->codec >= KVS_RV_CODEC_COUNT)
+        return kvs_error(KVS_ERR_INVALID_ARG, "redis tier: unknown codec %d", (int)p->codec);
+    redis_tier *rt = calloc(1, sizeof *rt);
+    if (!rt) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory");
+    kvs_redis_policy_defaults(&rt->policy);
+    if (p->timeout_ms > 0) rt->policy.timeout_ms = p->timeout_ms;
+    if (p->breaker_failures > 0) rt->policy.breaker_failures = p->breaker_failures;
+    if (p->breaker_open_ms > 0) rt->policy.breaker_open_ms = p->breaker_open_ms;
+    if (fp) {
+        rt->fp = *fp;
+        rt->shape = *shape;
+        char hex[65];
+        kvs_key_to_hex(fp, hex);
+        snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:%.16s:", hex);
+    } else {
+        rt->any_model = 1; /* listing and clearing every model's keys */
+        snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:");
+    }
+    rt->max_value_bytes = p->max_value_bytes ? p->max_value_bytes : (size_t)64 << 20;
+    rt->codec = p->codec;
+    rt->level = p->level ? p->level : KVS_RV_ZSTD_LEVEL_DEFAULT;
+    rt->flush_timeout_ms = p->flush_timeout_ms > 0 ? p->flush_timeout_ms : 10000;
+    st = kvs_redis_setup_endpoint(rt, p);
+    if (!st)
+        st = kvs_redis_writer_start(rt, p->queue_chunks > 0 ? p->queue_chunks : 256,
+                                    p->queue_bytes ? p->queue_bytes : (size_t)256 << 20);
+    if (st) {
+        redis_free(rt);
+        return st;
+    }
+    rt->tier.ops = rt->nodes.cluster ? &redis_cluster_ops : &redis_ops;
+    rt->tier.impl = rt;
+    *out = &rt->tier;
+    return KVS_OK;
+}
+
+void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st) {
+    redis_tier *rt = impl(t);
+    memset(st, 0, sizeof *st);
+    pthread_rwlock_rdlock(&rt->nodes.lock);
+    st->nodes = rt->nodes.n_nodes;
+    for (int i = 0; i < rt->nodes.n_nodes; i++)
+        for (int w = 0; w < 2; w++) {
+            kvs_redis_conn_counters *n = w ? &rt->nodes.node[i]->wr.n : &rt->nodes.node[i]->rd.n;
+            st->connects += atomic_load(&n->connects);
+            st->connect_fails += atomic_load(&n->connect_fails);
+            st->op_fails += atomic_load(&n->op_fails);
+            st->timeouts += atomic_load(&n->timeouts);
+            st->skipped += atomic_load(&n->skipped);
+            st->breaker_opens += atomic_load(&n->breaker_opens);
+        }
+    pthread_rwlock_unlock(&rt->nodes.lock);
+    st->moved = atomic_load(&rt->nodes.moved);
+    st->ask = atomic_load(&rt->nodes.ask);
+    st->refreshes = atomic_load(&rt->nodes.refreshes);
+    st->oversized = atomic_load(&rt->oversized);
+    pthread_mutex_lock(&rt->q_mu);
+    st->queued = (uint64_t)(rt->q_len + rt->q_busy);
+    st->queue_peak = rt->q_peak;
+    pthread_mutex_unlock(&rt->q_mu);
+}
+
+int kvs_redis_tier_flush(kvs_tier *t, int timeout_ms) { return kvs_redis_writer_flush(impl(t), timeout_ms); }

@@ -1,0 +1,59 @@
+/* Private state of the Redis tiers, shared by tier_redis.c (ops, open),
+ * redis_writer.c (the write queue and its thread) and redis_url.c. */
+#ifndef KVS_KV_TIER_REDIS_IMPL_H
+#define KVS_KV_TIER_REDIS_IMPL_H
+
+#include "kv/redis_pipe.h"
+#include "kv/tier_redis.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define KVS_REDIS_KEY_CAP 96
+
+typedef struct redis_tier {
+    kvs_tier tier;                 /* tier.impl points back here */
+    kvs_redis_policy policy;       /* user / password point into the strings below */
+    char *user, *password;
+    kvs_redis_nodes nodes;
+    kvs_key fp;
+    kvs_kv_shape shape;
+    int any_model;                 /* opened without a fingerprint: scan / clear of "kvs:*" only */
+    char key_prefix[32];           /* "kvs:<fp16>:" */
+    size_t max_value_bytes;
+    kvs_rv_codec codec;
+    int level;
+    int flush_timeout_ms;
+
+    /* Write queue: a ring of pinned chunk references (redis_writer.c). */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;           /* items arrived / stop */
+    pthread_cond_t q_idle;         /* queue drained */
+    kvs_chunk **q;
+    int q_cap, q_head, q_len;
+    size_t q_bytes, q_max_bytes;
+    int q_busy;                    /* chunks the writer took and has not finished */
+    int q_stop;
+    uint64_t q_peak;
+    pthread_t writer;
+    int writer_started;
+
+    /* Counters (tier.h's common ones, then Redis-specific). */
+    _Atomic uint64_t gets, hits, misses, get_bytes, get_ns;
+    _Atomic uint64_t puts, put_errors, put_dropped, put_bytes;
+    _Atomic uint64_t bad, foreign, errors, oversized;
+} redis_tier;
+
+/* The key of prefix_key: key_prefix + 64 hex digits. Returns its length. */
+size_t kvs_redis_make_key(const redis_tier *rt, const kvs_key *prefix_key, char *buf);
+
+/* Writer (redis_writer.c). */
+int kvs_redis_writer_start(redis_tier *rt, int queue_chunks, size_t queue_bytes);
+int kvs_redis_writer_put(redis_tier *rt, const kvs_chunk *c);
+int kvs_redis_writer_flush(redis_tier *rt, int timeout_ms);
+void kvs_redis_writer_stop(redis_tier *rt); /* bounded flush, then stop and drop the rest */
+
+/* URL and password (redis_url.c): fills rt->nodes / user / password / db. */
+int kvs_redis_setup_endpoint(redis_tier *rt, const kvs_redis_tier_params *p);
+
+#endif

@@ -1,0 +1,119 @@
+/* The Redis tier under the chunk store (kvs_store_attach_tier), with the
+ * fake KV of test_kv_fake.h (no model): a fresh store (a new process's view:
+ * empty RAM) serves a prompt's prefix from Redis with the cold bytes; a
+ * chunk missing in Redis ends the reuse exactly before it; a chunk that
+ * disappears from Redis after it was indexed (lookup, then eviction from RAM,
+ * then DEL) ends the reuse there too, and the rest is a miss, never wrong
+ * bytes; another model's store never sees the chunks. */
+#include "harness.h"
+#include "test_kv_fake.h"
+#include "test_redis_util.h"
+
+#include "kv/chunking.h"
+#include "kv/store.h"
+#include "kv/tier_redis.h"
+
+static const kvs_kv_shape SHAPE = {3, 2, 16, KVS_KV_F16};
+#define N_TOK 640 /* 10 chunks of 64 */
+
+static kvs_store *open_store(const kvs_key *fp, int port) {
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(fp, &SHAPE, kvs_store_default_params(), &s), KVS_OK);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.url = url;
+    p.timeout_ms = 2000; /* hits, not outages, are tested here */
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, fp, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
+    return s;
+}
+
+/* The tier's key of chunk k (tier_redis.h: kvs:<fp16>:<prefix key hex>). */
+static void redis_key(const kvs_key *fp, const kvs_key *k, char *buf) {
+    char f[65], h[65];
+    kvs_key_to_hex(fp, f);
+    kvs_key_to_hex(k, h);
+    snprintf(buf, 96, "kvs:%.16s:%s", f, h);
+}
+
+/* n_cached of a lookup of tokens[0, N_TOK - 1) into a zeroed buffer; checks
+ * that every served slot holds the cold bytes. */
+static int served(kvs_store *s, const int32_t *tokens, const fake_kv *cold) {
+    fake_kv *w = fake_kv_new(SHAPE, N_TOK);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_into(s, tokens, N_TOK - 1, &w->kv, &hit), KVS_OK);
+    int n = hit.n_cached;
+    CHECK_MSG(n == 0 || fake_kv_equal(w, cold, 0, n), "served KV differs from cold in [0, %d)", n);
+    kvs_prefix_hit_release(&hit);
+    fake_kv_free(w);
+    return n;
+}
+
+TEST(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp, other;
+    rt_fill_key(&fp, 1);
+    rt_fill_key(&other, 2);
+    int32_t tokens[N_TOK];
+    uint64_t seed = 11;
+    for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(rt_rand(&seed) % 30000);
+    fake_kv *cold = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(cold, tokens, N_TOK);
+
+    /* process A: computes and stores (through to Redis) */
+    kvs_store *a = open_store(&fp, r.port);
+    kvs_put_report rep;
+    CHECK_EQ_INT(kvs_store_put_prefix(a, tokens, N_TOK, 64, NULL, 0, &cold->kv, &rep), KVS_OK);
+    CHECK_EQ_INT(rep.n_new, 10);
+    kvs_store_free(a); /* waits for the queued writes */
+
+    /* process B: empty RAM, everything from Redis that its grid keys name:
+     * the lookup of N_TOK - 1 tokens cuts its last span at 639, whose key is
+     * not the stored [576, 640)'s, so a tier (found by key, never scanned)
+     * serves the 9 whole chunks before it */
+    kvs_store *b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served(b, tokens, cold), 9 * 64);
+    /* another model: nothing */
+    kvs_store *o = open_store(&other, r.port);
+    CHECK_EQ_INT(served(o, tokens, cold), 0);
+    kvs_store_free(o);
+
+    /* chunk 5 missing in Redis: a fresh store stops exactly before it */
+    kvs_key keys[10];
+    kvs_span spans[10];
+    int n_spans = 0;
+    CHECK_EQ_INT(kvs_chunking_split(N_TOK, 0, 64, NULL, 0, spans, 10, &n_spans), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, tokens, spans, n_spans, keys), KVS_OK);
+    char key[96];
+    redis_key(&fp, &keys[5], key);
+    redisReply *x = rt_cmd(r.port, "DEL %s", key);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1);
+    if (x) freeReplyObject(x);
+    kvs_store *c = open_store(&fp, r.port);
+    CHECK_EQ_INT(served(c, tokens, cold), 5 * 64);
+    kvs_store_free(c);
+
+    /* B indexed all ten from Redis; chunk 3 now disappears from Redis and
+     * B's RAM drops the payloads: B's next lookup ends before chunk 3 */
+    redis_key(&fp, &keys[3], key);
+    x = rt_cmd(r.port, "DEL %s", key);
+    if (x) freeReplyObject(x);
+    kvs_store_trim(b, 0);
+    int n = served(b, tokens, cold);
+    CHECK_MSG(n == 3 * 64, "after a DEL: %d tokens served, want %d", n, 3 * 64);
+    kvs_store_free(b);
+    fake_kv_free(cold);
+    rt_redis_stop(&r);
+}
+
+int main(void) {
+    RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
+    return kt_summary();
+}

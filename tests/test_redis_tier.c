@@ -1,0 +1,526 @@
+/* The Redis tier through its ops (src/kv/tier_redis.h) against redis-server
+ * processes this test starts: round trips, listing and clearing by prefix,
+ * hostile values, and outages (down at start, killed during load, DEBUG
+ * SLEEP, garbage answers, full write queue): every op returns within a
+ * bound, nothing bad is served, counters say what happened. */
+#include "harness.h"
+#include "test_redis_util.h"
+
+#include "kv/redis_conn.h"
+#include "kv/redis_value.h"
+#include "kv/tier_redis.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+
+static const kvs_kv_shape SHAPE = {4, 2, 32, KVS_KV_F16};
+#define N_CHAIN 12
+#define CHUNK_TOK 64
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A chain of N_CHAIN chunks of one token path (pos0 = 64 i). */
+static void make_chain(const kvs_key *fp, uint64_t seed, kvs_chunk **c) {
+    for (int i = 0; i < N_CHAIN; i++)
+        c[i] = rt_make_chunk(&SHAPE, fp, i ? &c[i - 1]->prefix_key : NULL, i * CHUNK_TOK, CHUNK_TOK, seed + (uint64_t)i);
+}
+
+static void free_chain(kvs_chunk **c) {
+    for (int i = 0; i < N_CHAIN; i++) kvs_chunk_unref(c[i]);
+}
+
+static kvs_tier *open_tier(int port, const kvs_key *fp, int timeout_ms) {
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.url = url;
+    p.timeout_ms = timeout_ms;
+    p.breaker_open_ms = 300;
+    p.flush_timeout_ms = 3000;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, fp, &SHAPE, &t), KVS_OK);
+    return t;
+}
+
+/* How many of the chain get_many serves, each equal to the original. */
+static int served(kvs_tier *t, kvs_chunk **c) {
+    kvs_key keys[N_CHAIN];
+    kvs_chunk *out[N_CHAIN];
+    for (int i = 0; i < N_CHAIN; i++) keys[i] = c[i]->prefix_key;
+    CHECK_EQ_INT(t->ops->get_many(t, keys, N_CHAIN, out), KVS_OK);
+    int n = 0;
+    for (int i = 0; i < N_CHAIN; i++) {
+        if (!out[i]) continue;
+        int same = out[i]->kv_bytes == c[i]->kv_bytes && !memcmp(out[i]->kv, c[i]->kv, c[i]->kv_bytes) &&
+                   out[i]->pos0 == c[i]->pos0 && kvs_key_equal(&out[i]->parent_key, &c[i]->parent_key);
+        CHECK_MSG(same, "chunk %d served with other bytes", i);
+        n += same;
+        kvs_chunk_unref(out[i]);
+    }
+    return n;
+}
+
+static void put_chain(kvs_tier *t, kvs_chunk **c) {
+    for (int i = 0; i < N_CHAIN; i++) CHECK_EQ_INT(t->ops->put(t, c[i]), KVS_OK);
+    CHECK(kvs_redis_tier_flush(t, 5000));
+}
+
+typedef struct count_ctx {
+    int n;
+} count_ctx;
+static int count_visit(void *user, kvs_chunk *c) {
+    ((count_ctx *)user)->n++;
+    kvs_chunk_unref(c);
+    return 0;
+}
+
+TEST(ops_roundtrip_list_remove_clear) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp, fp2;
+    rt_fill_key(&fp, 10);
+    rt_fill_key(&fp2, 11);
+    for (int codec = 0; codec < KVS_RV_CODEC_COUNT; codec++) {
+        char url[64];
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d/3", r.port);
+        kvs_redis_tier_params p;
+        kvs_redis_tier_default_params(&p);
+        p.url = url;
+        p.codec = (kvs_rv_codec)codec;
+        kvs_tier *t = NULL, *t2 = open_tier(r.port, &fp2, 200);
+        CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+        /* db 3 for t; t2 (another model) in db 0: clear must touch neither db 0 nor other keys */
+        kvs_chunk *c[N_CHAIN];
+        make_chain(&fp, 100 * (uint64_t)codec, c);
+        CHECK_EQ_INT(served(t, c), 0);
+        put_chain(t, c);
+        CHECK_EQ_INT(served(t, c), N_CHAIN);
+        uint8_t present[N_CHAIN];
+        kvs_key keys[N_CHAIN];
+        for (int i = 0; i < N_CHAIN; i++) keys[i] = c[i]->prefix_key;
+        CHECK_EQ_INT(t->ops->contains_many(t, keys, N_CHAIN, present), KVS_OK);
+        for (int i = 0; i < N_CHAIN; i++) CHECK(present[i]);
+        CHECK_EQ_INT(t->ops->remove(t, &keys[3]), KVS_OK);
+        CHECK_EQ_INT(t->ops->remove(t, &keys[3]), KVS_ERR_NOT_FOUND);
+        CHECK_EQ_INT(served(t, c), N_CHAIN - 1);
+        count_ctx cc = {0};
+        CHECK_EQ_INT(t->ops->scan(t, count_visit, &cc), KVS_OK);
+        CHECK_EQ_INT(cc.n, N_CHAIN - 1);
+        /* a key that is not ours, in the same db, and another model's chunk */
+        redisReply *x = rt_cmd(r.port, "SELECT 3");
+        if (x) freeReplyObject(x);
+        redisContext *ctx = rt_connect(r.port);
+        x = redisCommand(ctx, "SELECT 3");
+        freeReplyObject(x);
+        x = redisCommand(ctx, "SET user:1 keep");
+        freeReplyObject(x);
+        kvs_chunk *other = rt_make_chunk(&SHAPE, &fp2, NULL, 0, 8, 5);
+        CHECK_EQ_INT(t2->ops->put(t2, other), KVS_OK);
+        CHECK(kvs_redis_tier_flush(t2, 5000));
+        uint64_t removed = 0;
+        CHECK_EQ_INT(t->ops->clear(t, &removed), KVS_OK);
+        CHECK_EQ_INT(removed, N_CHAIN - 1);
+        CHECK_EQ_INT(served(t, c), 0);
+        x = redisCommand(ctx, "GET user:1");
+        CHECK(x && x->type == REDIS_REPLY_STRING && !strcmp(x->str, "keep"));
+        freeReplyObject(x);
+        kvs_chunk *got = NULL;
+        CHECK_EQ_INT(t2->ops->get_many(t2, &other->prefix_key, 1, &got), KVS_OK);
+        CHECK(got != NULL);
+        kvs_chunk_unref(got);
+        x = redisCommand(ctx, "FLUSHALL"); /* the test's own server */
+        freeReplyObject(x);
+        redisFree(ctx);
+        kvs_tier_stats st;
+        t->ops->stats(t, &st);
+        CHECK_EQ_INT(st.puts, N_CHAIN);
+        CHECK_EQ_INT(st.put_errors + st.put_dropped, 0);
+        CHECK(st.put_bytes > 0 && st.hits >= 2 * N_CHAIN - 1 && st.bad == 0);
+        kvs_chunk_unref(other);
+        free_chain(c);
+        kvs_tier_close(t);
+        kvs_tier_close(t2);
+    }
+    rt_redis_stop(&r);
+}
+
+/* SET of raw bytes under key. */
+static void raw_set(int port, const char *key, const void *v, size_t len) {
+    redisReply *x = rt_cmd(port, "SET %s %b", key, v, len);
+    CHECK(x && x->type == REDIS_REPLY_STATUS);
+    if (x) freeReplyObject(x);
+}
+
+static long max_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+TEST(hostile_values_are_never_served) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp, other;
+    rt_fill_key(&fp, 20);
+    rt_fill_key(&other, 21);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r.port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.url = url;
+    p.timeout_ms = 2000; /* the 64 MB value below is not an outage */
+    p.max_value_bytes = 1 << 20;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 7, c);
+    char key[96];
+    uint8_t *v;
+    size_t len;
+    uint64_t seed = 5;
+    for (int i = 0; i < N_CHAIN; i++) {
+        kvs_redis_tier_key(t, &c[i]->prefix_key, key);
+        CHECK_EQ_INT(kvs_rv_encode(&fp, c[i], KVS_RV_CODEC_RAW, 0, &v, &len), KVS_OK);
+        switch (i % 6) {
+        case 0: raw_set(r.port, key, v, len / 2); break;                       /* truncated */
+        case 1: v[len - 100] ^= 4; raw_set(r.port, key, v, len); break;       /* bit flip in the payload */
+        case 2: v[KVS_RV_PREFIX_BYTES + 50] ^= 1; raw_set(r.port, key, v, len); break; /* in the header */
+        case 3: {                                                               /* another model's value */
+            uint8_t *f;
+            size_t flen;
+            kvs_chunk *fc = rt_make_chunk(&SHAPE, &other, NULL, 0, CHUNK_TOK, 1);
+            CHECK_EQ_INT(kvs_rv_encode(&other, fc, KVS_RV_CODEC_RAW, 0, &f, &flen), KVS_OK);
+            raw_set(r.port, key, f, flen);
+            free(f);
+            kvs_chunk_unref(fc);
+            break;
+        }
+        case 4:                                                                 /* random bytes */
+            for (size_t j = 0; j < len; j++) v[j] = (uint8_t)(rt_rand(&seed) >> 24);
+            raw_set(r.port, key, v, len);
+            break;
+        default: { /* 64 MB, made by the server (SETRANGE): over the 1 MB limit */
+            redisReply *x = rt_cmd(r.port, "SETRANGE %s %d x", key, (64 << 20) - 1);
+            CHECK_MSG(x && x->type == REDIS_REPLY_INTEGER, "SETRANGE: %s", x ? (x->str ? x->str : "?") : "no reply");
+            if (x) freeReplyObject(x);
+        }
+        }
+        free(v);
+    }
+    long rss0 = max_rss_kb();
+    CHECK_EQ_INT(served(t, c), 0);
+    long rss1 = max_rss_kb();
+    CHECK_MSG(rss1 - rss0 < 16 * 1024, "peak RSS grew by %ld KB reading values over a 1 MB limit", rss1 - rss0);
+    kvs_tier_stats st;
+    t->ops->stats(t, &st);
+    CHECK_EQ_INT(st.hits, 0);
+    CHECK_EQ_INT(st.foreign, 2);
+    CHECK_EQ_INT(st.bad, N_CHAIN - 2);
+    kvs_redis_tier_stats rs;
+    kvs_redis_tier_get_stats(t, &rs);
+    CHECK_EQ_INT(rs.oversized, 2);
+    free_chain(c);
+    kvs_tier_close(t);
+    rt_redis_stop(&r);
+}
+
+/* get_many's latency with the server misbehaving: a bound, never a hang. */
+static double timed_served(kvs_tier *t, kvs_chunk **c, int *n) {
+    double t0 = now_ms();
+    *n = served(t, c);
+    return now_ms() - t0;
+}
+
+TEST(down_at_start_then_up) {
+    kvs_key fp;
+    rt_fill_key(&fp, 30);
+    int port = rt_free_port(0);
+    kvs_tier *t = open_tier(port, &fp, 50);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 3, c);
+    for (int round = 0; round < 5; round++) {
+        rt_sleep_ms(30 * round); /* past the backoff: the connects are tried and fail */
+        int n;
+        double ms = timed_served(t, c, &n);
+        CHECK_EQ_INT(n, 0);
+        CHECK_MSG(ms < 250, "a get against a down Redis took %.0f ms", ms);
+        double p0 = now_ms();
+        CHECK_EQ_INT(t->ops->put(t, c[round]), KVS_OK);
+        CHECK_MSG(now_ms() - p0 < 40, "put blocked %.1f ms", now_ms() - p0);
+    }
+    kvs_redis_tier_flush(t, 2000);
+    kvs_redis_tier_stats rs;
+    kvs_redis_tier_get_stats(t, &rs);
+    CHECK(rs.breaker_opens >= 1);
+    CHECK(rs.connect_fails >= 1 && rs.skipped >= 1);
+    kvs_tier_stats st;
+    t->ops->stats(t, &st);
+    CHECK_EQ_INT(st.errors, 5 * N_CHAIN);
+    CHECK_EQ_INT(st.put_dropped + st.put_errors, 5);
+    /* Redis comes up: after the breaker's 300 ms the tier reconnects */
+    rt_redis r;
+    CHECK_EQ_INT(rt_redis_start_on(&r, port, 0), 0);
+    int ok = 0;
+    for (int i = 0; i < 40 && !ok; i++) {
+        rt_sleep_ms(50);
+        put_chain(t, c);
+        ok = served(t, c) == N_CHAIN;
+    }
+    CHECK_MSG(ok, "the tier did not reconnect to a Redis that came up");
+    free_chain(c);
+    kvs_tier_close(t);
+    rt_redis_stop(&r);
+}
+
+TEST(killed_during_load_and_slow) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 40);
+    kvs_tier *t = open_tier(r.port, &fp, 50);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 9, c);
+    put_chain(t, c);
+    CHECK_EQ_INT(served(t, c), N_CHAIN);
+    /* DEBUG SLEEP: the server stops answering for 1 s */
+    redisContext *ctl = rt_connect(r.port);
+    redisAppendCommand(ctl, "DEBUG SLEEP 1");
+    kvs_redis_flush(ctl);
+    rt_sleep_ms(20);
+    double worst = 0, t_sleep = now_ms();
+    while (now_ms() - t_sleep < 700) { /* gets all through the sleep */
+        int n;
+        double ms = timed_served(t, c, &n);
+        if (ms > worst) worst = ms;
+        CHECK_EQ_INT(n, 0);
+        rt_sleep_ms(5);
+    }
+    CHECK_MSG(worst < 250, "a get against a sleeping Redis took %.0f ms (timeout 50)", worst);
+    redisReply *x = NULL;
+    redisGetReply(ctl, (void **)&x); /* the sleep ends */
+    if (x) freeReplyObject(x);
+    redisFree(ctl);
+    kvs_redis_tier_stats rs;
+    kvs_redis_tier_get_stats(t, &rs);
+    CHECK(rs.timeouts >= 1 && rs.breaker_opens >= 1);
+    int back = 0;
+    for (int i = 0; i < 40 && !back; i++) {
+        rt_sleep_ms(50);
+        back = served(t, c) == N_CHAIN;
+    }
+    CHECK_MSG(back, "no recovery after DEBUG SLEEP");
+    /* killed: gets become misses within the bound; restarted: hits again
+     * (the restarted server is empty: the chain is written again) */
+    rt_redis_kill(&r);
+    worst = 0;
+    for (int i = 0; i < 5; i++) {
+        int n;
+        double ms = timed_served(t, c, &n);
+        if (ms > worst) worst = ms;
+        CHECK_EQ_INT(n, 0);
+    }
+    CHECK_MSG(worst < 250, "a get against a killed Redis took %.0f ms", worst);
+    CHECK_EQ_INT(rt_redis_restart(&r, 0), 0);
+    back = 0;
+    for (int i = 0; i < 40 && !back; i++) {
+        rt_sleep_ms(50);
+        put_chain(t, c);
+        back = served(t, c) == N_CHAIN;
+    }
+    CHECK_MSG(back, "no reconnection after a restart");
+    free_chain(c);
+    kvs_tier_close(t);
+    rt_redis_stop(&r);
+}
+
+/* A "server" that answers every connection with random bytes. */
+typedef struct garbage_srv {
+    int fd, port, stop;
+    pthread_t th;
+} garbage_srv;
+
+static void *garbage_main(void *arg) {
+    garbage_srv *g = arg;
+    uint64_t seed = 77;
+    while (!g->stop) {
+        int c = accept(g->fd, NULL, NULL);
+        if (c < 0) continue;
+        struct timeval tv = {0, 200000};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[4096];
+        for (int k = 0; k < 20 && !g->stop; k++) {
+            if (read(c, buf, sizeof buf) <= 0) break;
+            for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)(rt_rand(&seed) >> 24);
+            if (k & 1) memcpy(buf, "$5\r\nhello\r\n", 11); /* sometimes well-formed, wrong */
+            if (send(c, buf, 64 + rt_rand(&seed) % 2000, MSG_NOSIGNAL) < 0) break;
+        }
+        close(c);
+    }
+    return NULL;
+}
+
+TEST(garbage_answers) {
+    garbage_srv g = {0};
+    g.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    setsockopt(g.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    CHECK(bind(g.fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(g.fd, 16) == 0);
+    socklen_t al = sizeof a;
+    getsockname(g.fd, (struct sockaddr *)&a, &al);
+    g.port = ntohs(a.sin_port);
+    struct timeval tv = {0, 100000};
+    setsockopt(g.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* accept wakes up to see stop */
+    pthread_create(&g.th, NULL, garbage_main, &g);
+    kvs_key fp;
+    rt_fill_key(&fp, 50);
+    kvs_tier *t = open_tier(g.port, &fp, 50);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 13, c);
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        int n;
+        double ms = timed_served(t, c, &n);
+        if (ms > worst) worst = ms;
+        CHECK_EQ_INT(n, 0);
+        t->ops->put(t, c[i % N_CHAIN]);
+        if (i % 5 == 4) rt_sleep_ms(350); /* let the breaker close again */
+    }
+    CHECK_MSG(worst < 400, "a get against a garbage server took %.0f ms", worst);
+    kvs_tier_stats st;
+    t->ops->stats(t, &st);
+    CHECK_EQ_INT(st.hits, 0);
+    CHECK(st.errors + st.bad > 0);
+    free_chain(c);
+    kvs_tier_close(t);
+    g.stop = 1;
+    pthread_join(g.th, NULL);
+    close(g.fd);
+}
+
+TEST(full_write_queue_drops_and_never_blocks) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 60);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r.port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.url = url;
+    p.timeout_ms = 2000; /* the writer waits out the sleep below */
+    p.queue_chunks = 4;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    redisContext *ctl = rt_connect(r.port);
+    redisAppendCommand(ctl, "DEBUG SLEEP 0.5");
+    kvs_redis_flush(ctl);
+    rt_sleep_ms(20);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 17, c);
+    double worst = 0;
+    for (int round = 0; round < 4; round++)
+        for (int i = 0; i < N_CHAIN; i++) {
+            double t0 = now_ms();
+            CHECK_EQ_INT(t->ops->put(t, c[i]), KVS_OK);
+            if (now_ms() - t0 > worst) worst = now_ms() - t0;
+        }
+    CHECK_MSG(worst < 100, "a put blocked %.1f ms (the server sleeps 500)", worst);
+    redisReply *x = NULL;
+    redisGetReply(ctl, (void **)&x);
+    if (x) freeReplyObject(x);
+    redisFree(ctl);
+    CHECK(kvs_redis_tier_flush(t, 5000));
+    kvs_tier_stats st;
+    t->ops->stats(t, &st);
+    CHECK_EQ_INT(st.puts, 4 * N_CHAIN);
+    CHECK(st.put_dropped >= 4 * N_CHAIN - 4 - 16); /* at most the queue + one writer batch got through */
+    kvs_redis_tier_stats rs;
+    kvs_redis_tier_get_stats(t, &rs);
+    CHECK(rs.queue_peak <= 4);
+    free_chain(c);
+    kvs_tier_close(t);
+    rt_redis_stop(&r);
+}
+
+TEST(url_and_password_sources) {
+    kvs_key fp;
+    rt_fill_key(&fp, 70);
+    kvs_redis_tier_params p;
+    kvs_tier *t = NULL;
+    const char *bad[] = {"http://x:1", "redis://", "redis://h:0", "redis://h:99999", "redis://h:12/x", "redis://h:1x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvs_redis_tier_default_params(&p);
+        p.url = bad[i];
+        CHECK_MSG(kvs_redis_tier_open(&p, &fp, &SHAPE, &t) == KVS_ERR_INVALID_ARG, "%s accepted", bad[i]);
+    }
+    kvs_redis_tier_default_params(&p);
+    p.cluster = "127.0.0.1:1,nonsense";
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_ERR_INVALID_ARG);
+    /* the password never appears in a message */
+    kvs_redis_tier_default_params(&p);
+    p.url = "redis://u:s3cr3t@h:1/x";
+    CHECK(kvs_redis_tier_open(&p, &fp, &SHAPE, &t) != KVS_OK);
+    CHECK_MSG(!strstr(kvs_last_error(), "s3cr3t"), "message shows the password: %s", kvs_last_error());
+    /* a server with requirepass: URL, file and environment all work */
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    redisReply *x = rt_cmd(r.port, "CONFIG SET requirepass pa%%ss");
+    if (x) freeReplyObject(x);
+    kvs_chunk *c = rt_make_chunk(&SHAPE, &fp, NULL, 0, 8, 1);
+    char url[96], file[] = "/tmp/kvs-redis-pw-XXXXXX";
+    int fd = mkstemp(file);
+    CHECK(fd >= 0 && write(fd, "pa%ss\n", 6) == 6);
+    close(fd);
+    for (int way = 0; way < 4; way++) {
+        kvs_redis_tier_default_params(&p);
+        snprintf(url, sizeof url, way == 0 ? "redis://:pa%%25ss@127.0.0.1:%d" : "redis://127.0.0.1:%d", r.port);
+        p.url = url;
+        if (way == 1) p.password_file = file;
+        if (way == 2) setenv(KVS_REDIS_PASSWORD_ENV, "pa%ss", 1);
+        CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+        t->ops->put(t, c);
+        kvs_redis_tier_flush(t, 2000);
+        kvs_chunk *got = NULL;
+        t->ops->get_many(t, &c->prefix_key, 1, &got);
+        CHECK_MSG((got != NULL) == (way < 3), "password way %d", way); /* way 3: no password, refused */
+        kvs_chunk_unref(got);
+        kvs_tier_close(t);
+        unsetenv(KVS_REDIS_PASSWORD_ENV);
+    }
+    unlink(file);
+    kvs_chunk_unref(c);
+    rt_redis_stop(&r);
+}
+
+int main(void) {
+    RUN(ops_roundtrip_list_remove_clear);
+    RUN(hostile_values_are_never_served);
+    RUN(down_at_start_then_up);
+    RUN(killed_during_load_and_slow);
+    RUN(garbage_answers);
+    RUN(full_write_queue_drops_and_never_blocks);
+    RUN(url_and_password_sources);
+    return kt_summary();
+}

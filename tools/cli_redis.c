@@ -1,0 +1,76 @@
+/* The Redis tier options shared by generate, warm and cache (cli.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Keeps a copy of the URL for the library, then masks the password in argv
+ * so that ps and /proc/PID/cmdline no longer show it (it may have been
+ * visible for the instant before this ran: prefer the file or
+ * $KVSTITCH_REDIS_PASSWORD). */
+static void keep_url_mask_argv(cli_redis_opts *o, char *value) {
+    free(o->url_copy);
+    o->url_copy = strdup(value);
+    o->url = o->url_copy ? o->url_copy : value;
+    char *scheme = strstr(value, "://"), *at = strrchr(value, '@');
+    char *colon = scheme && at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+    if (colon)
+        for (char *p = colon + 1; p < at; p++) *p = '*';
+}
+
+int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_opts *o) {
+    int is_url = !strcmp(opt, "--redis"), is_cluster = !strcmp(opt, "--redis-cluster");
+    int is_file = !strcmp(opt, "--redis-password-file"), is_timeout = !strcmp(opt, "--redis-timeout");
+    if (!is_url && !is_cluster && !is_file && !is_timeout) return 0;
+    if (!value || !*value) {
+        cli_usage_error(cmd, "%s needs a value", opt);
+        return -1;
+    }
+    if (is_timeout) return cli_parse_int(opt, value, &o->timeout_ms) || o->timeout_ms <= 0
+                               ? (cli_usage_error(cmd, "--redis-timeout must be > 0 (ms)"), -1)
+                               : 1;
+    if (is_file) {
+        o->password_file = value;
+        return 1;
+    }
+    if (is_cluster) {
+        o->cluster = value;
+        return 1;
+    }
+    keep_url_mask_argv(o, value);
+    return 1;
+}
+
+int cli_redis_finish(const char *cmd, cli_redis_opts *o) {
+    if (cli_redis_check(cmd, o)) return 2;
+    /* o->url points into argv, which is writable */
+    if (o->url && o->url != o->url_copy) keep_url_mask_argv(o, (char *)o->url);
+    return -1;
+}
+
+int cli_redis_given(const cli_redis_opts *o) { return o->url || o->cluster; }
+
+int cli_redis_check(const char *cmd, const cli_redis_opts *o) {
+    if (o->url && o->cluster) {
+        cli_usage_error(cmd, "give --redis or --redis-cluster, not both");
+        return -1;
+    }
+    if ((o->password_file || o->timeout_ms) && !cli_redis_given(o)) {
+        cli_usage_error(cmd, "--redis-password-file and --redis-timeout go with --redis or --redis-cluster");
+        return -1;
+    }
+    return 0;
+}
+
+void cli_redis_apply(const cli_redis_opts *o, kvs_cache_params *p) {
+    p->redis_url = o->url;
+    p->redis_cluster = o->cluster;
+    p->redis_password_file = o->password_file;
+    p->redis_timeout_ms = o->timeout_ms;
+}
+
+void cli_redis_free(cli_redis_opts *o) {
+    if (o->url_copy) memset(o->url_copy, 0, strlen(o->url_copy));
+    free(o->url_copy);
+    memset(o, 0, sizeof *o);
+}
