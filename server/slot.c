@@ -158,22 +158,25 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     gp.n_predict = 1; /* the prompt only: decode runs batched, sampled here */
     gp.sampling.temperature = 0;
     kvs_generate_result r;
-    if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &j->repair, &r)) return fail_job(s, env, "documents");
-    if (r.n_prompt != j->n_prompt || !r.first_logits) {
+    kvs_reuse_params rp = kvs_reuse_default_params();
+    rp.repair = j->repair;
+    if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &rp, &r)) return fail_job(s, env, "documents");
+    if (r.n_prompt != j->n_prompt || !r.first_logits || !r.reuse || !r.docs) {
         kvs_generate_result_free(&r);
         return fail_job(s, env, "documents: the prompt's layout changed");
     }
-    j->usage.cached_tokens = r.n_cached;
-    j->usage.moved_tokens = r.n_moved;
-    j->usage.recomputed_tokens = r.n_recomputed;
-    j->usage.docs_hit = r.n_docs_hit;
-    j->usage.docs_computed = r.n_docs_computed;
+    const int n_cached = r.reuse->n_cached, n_moved = r.docs->n_moved, n_recomputed = r.docs->n_recomputed;
+    j->usage.cached_tokens = n_cached;
+    j->usage.moved_tokens = n_moved;
+    j->usage.recomputed_tokens = n_recomputed;
+    j->usage.docs_hit = r.docs->n_docs_hit;
+    j->usage.docs_computed = r.docs->n_docs_computed;
     /* Runs in prompt order: the exact prefix, the documents' region (moved
      * tokens, of which the repair recomputed some), then the rest. */
-    add_source(j, SRV_SRC_CACHED, r.n_cached);
-    add_source(j, SRV_SRC_MOVED, r.n_moved - r.n_recomputed);
-    add_source(j, SRV_SRC_RECOMPUTED, r.n_recomputed);
-    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - r.n_cached - r.n_moved);
+    add_source(j, SRV_SRC_CACHED, n_cached);
+    add_source(j, SRV_SRC_MOVED, n_moved - n_recomputed);
+    add_source(j, SRV_SRC_RECOMPUTED, n_recomputed);
+    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - n_cached - n_moved);
     s->n_kv = j->n_prompt;
     first_token(s, env, r.first_logits);
     kvs_generate_result_free(&r);
