@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
 
     int same = rb.n_vocab == rb_cold.n_vocab &&
                memcmp(rb.first_logits, rb_cold.first_logits, sizeof(float) * (size_t)rb.n_vocab) == 0;
-    printf("prompt B: %d tokens, %d from the cache\n", rb.n_prompt, rb.n_cached);
+    printf("prompt B: %d tokens, %d from the cache\n", rb.n_prompt, rb.reuse ? rb.reuse->n_cached : 0);
     printf("ttft cold %.1f ms, cached %.1f ms\n", rb_cold.ttft_ms, rb.ttft_ms);
     printf("answer: %s\n", rb.text);
     printf("first logits bit-identical to cold: %s\n", same ? "yes" : "NO");

@@ -41,7 +41,7 @@ PY
 # --- FIFOs never hang -------------------------------------------------------------------
 mkfifo "$tmp/model.fifo"
 T "$CLI" info -m "$tmp/model.fifo" >/dev/null 2>"$tmp/e"; rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "not a regular file" "$tmp/e" && ok cache_dir_fifo_model \
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE "not a regular file|is a FIFO, expected a regular file" "$tmp/e" && ok cache_dir_fifo_model \
     || fail cache_dir_fifo_model "rc=$rc $(cat "$tmp/e")"
 
 D="$tmp/fifo"
