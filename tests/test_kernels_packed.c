@@ -143,11 +143,10 @@ TEST(test_packed_edges) {
         case 0: x[i] = 0.0f; break;                                       /* all-zero block */
         case 1: x[i] = (e == 0 ? 127.0f : (float)(e - 16) + 0.5f); break; /* ties of v */
         case 2: x[i] = e == 0 ? 127.0f : (float)(e - 16) + 0.5f / 256.0f + 0.5f / 256.0f * (e & 1); break;
-        /* tiny scale; not below 127 / FLT_MAX (~3.7e-37): there the quantizer's
-         * 127 / amax is infinite, which it does not handle (no activation of a
-         * real model comes near it) */
-        case 3: x[i] = 1e-35f * (float)(e - 16); break;
-        case 4: x[i] = (e & 1 ? -3e38f : 3e38f) * (float)(e + 1) / 33.0f; break;
+        case 3: x[i] = 1e-38f * (float)(e - 16); break;                   /* subnormal scale */
+        /* huge but finite: divide first (3e38 * 32 would be inf, and an
+         * infinite activation has no quantization) */
+        case 4: x[i] = (e & 1 ? -3e38f : 3e38f) / 33.0f * (float)(e + 1); break;
         default: x[i] = kt_randf() * 100.0f;
         }
     }

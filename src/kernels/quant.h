@@ -197,9 +197,9 @@ static inline int32_t *kvs_xq_tail_c(uint8_t *quad, int t) { return (int32_t *)(
  * same operations lane-wise (cvtps2dq rounds half to even like nearbyintf). */
 static inline void kvs_xq_split(float v, int *hi, int *lo) {
     int h = (int)nearbyintf(v);
-    /* wrapping arithmetic, as the SIMD quantizers' integer lanes do: v out
-     * of range (an amax so small that 127 / amax overflows) must not be
-     * undefined behaviour in the reference */
+    /* wrapping arithmetic, as the SIMD quantizers' integer lanes do: a v out
+     * of range (an infinite or NaN activation) must not be undefined
+     * behaviour in the reference */
     int l = (int)((unsigned)(int)nearbyintf(v * 256.0f) - 256u * (unsigned)h);
     *hi = h;
     *lo = l > 127 ? 127 : l < -127 ? -127 : l;
