@@ -181,7 +181,7 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
     kvs_disk_usage u;
     int rc = list_dir(dir, &v, &n, &u);
     if (rc) return rc;
-    qsort(v, n, sizeof *v, by_atime); /* least recently accessed first */
+    if (n) qsort(v, n, sizeof *v, by_atime); /* least recently accessed first (v may be NULL when n is 0) */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t cutoff = p->older_than_s > 0
