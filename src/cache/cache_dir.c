@@ -123,7 +123,7 @@ static int reachable(node *v, size_t n, node *e) {
 }
 
 static void count_unreachable(dir_ctx *x) {
-    qsort(x->nodes, x->n_nodes, sizeof *x->nodes, by_prefix);
+    if (x->n_nodes) qsort(x->nodes, x->n_nodes, sizeof *x->nodes, by_prefix); /* nodes is NULL when empty */
     for (size_t i = 0; i < x->n_nodes; i++)
         if (!reachable(x->nodes, x->n_nodes, &x->nodes[i])) {
             x->st->unreachable++;
