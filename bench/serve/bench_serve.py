@@ -165,7 +165,7 @@ def run_rag(cl, kvstitch, shared, n_requests, concurrency, answer_tokens, seed):
         reqs.append((docs, questions[i % len(questions)]))
     samples, lock = [], threading.Lock()
 
-    def one(docs, q):
+    def one(i, docs, q):
         if kvstitch:
             msgs = [{"role": "system", "content": RAG_SYSTEM}, {"role": "user", "content": q}]
             r = cl.chat(msgs, answer_tokens, documents=[{"id": str(k), "text": d + "\n\n"} for k, d in enumerate(docs)])
@@ -173,12 +173,18 @@ def run_rag(cl, kvstitch, shared, n_requests, concurrency, answer_tokens, seed):
             msgs = [{"role": "system", "content": RAG_SYSTEM},
                     {"role": "user", "content": "".join(d + "\n\n" for d in docs) + q}]
             r = cl.chat(msgs, answer_tokens)
+        usage = r[4] or {}
+        ks = usage.get("kvstitch") or {}
         with lock:
-            samples.append((r[0], r[1], r[3], r[2], (r[4] or {}).get("prompt_tokens")))
+            # ttft, total, completion tokens, answer, prompt tokens, request index, and where
+            # kvstitch's prompt KV came from (None for the peer)
+            samples.append((r[0], r[1], r[3], r[2], usage.get("prompt_tokens"), i,
+                            {k: ks.get(k) for k in ("strategy", "cached_tokens", "moved_tokens",
+                                                    "recomputed_tokens", "computed_tokens")} if ks else None))
 
     t0 = time.perf_counter()
     for k in range(0, len(reqs), concurrency):
-        th = [threading.Thread(target=one, args=a) for a in reqs[k:k + concurrency]]
+        th = [threading.Thread(target=one, args=(k + j,) + a) for j, a in enumerate(reqs[k:k + concurrency])]
         [x.start() for x in th]
         [x.join() for x in th]
     xs = [s[0] for s in samples]

@@ -17,7 +17,7 @@ M=$(scripts/fetch-model.sh | tail -n 1)
 PEER="${PEER:-1}"
 WHO="kvstitch"
 if [ "$PEER" = 1 ]; then LS=$(bench/serve/setup-llama-server.sh | tail -n 1); WHO="kvstitch llama-server"; fi
-make -j2 build/kvstitch >&2
+nice -n 10 make -j2 build/kvstitch >&2
 out=bench/results
 tmp=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -49,6 +49,11 @@ wait_health "$P1"
 {
     echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "config: threads $THREADS, slots $SLOTS, users $USERS, turns $TURNS, system ~$SYS_TOKENS tokens, answers $ANSWER tokens, rag $RAG_REQUESTS requests, streams $STREAMS"
+    echo "model: $(basename "$M")"
+    echo "kvstitch: $(git rev-parse --short HEAD), serve --slots $SLOTS -t $THREADS --ctx $CTX"
+    if [ "$PEER" = 1 ]; then
+        echo "llama-server: $("$LS" --version 2>&1 | grep -m1 -i version), -t $THREADS -np $SLOTS -c $((CTX * SLOTS)) --cache-reuse 256 (defaults otherwise: host prompt cache --cache-ram 8192 MiB, jinja template), requests with cache_prompt"
+    fi
 } > "$out/serve-machine.txt"
 for sc in $SCENARIOS; do
     for who in $WHO; do
