@@ -20,7 +20,12 @@ PP="${PP:-512}"; TG="${TG:-64}"; MODELS="${MODELS:-gemma3 smollm2}"
 SHARED="${KVSTITCH_SHARED:-../shared}"
 cli="${KVSTITCH_CLI:-build/kvstitch}"
 [ -x "$cli" ] || { echo "gemma3-vs-llamacpp: $cli is not built (make)" >&2; exit 1; }
-ls_bin=$(dirname "$(bench/serve/setup-llama-server.sh | tail -n 1)")
+# LLAMACPP_BIN: a directory holding llama-bench and llama-perplexity (default: the
+# build of bench/serve/setup-llama-server.sh, made if missing)
+ls_bin="${LLAMACPP_BIN:-$(dirname "$(bench/serve/setup-llama-server.sh | tail -n 1)")}"
+for t in llama-bench llama-perplexity; do
+    [ -x "$ls_bin/$t" ] || { echo "gemma3-vs-llamacpp: $ls_bin/$t is missing" >&2; exit 1; }
+done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gemma3-vs-llamacpp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
