@@ -13,8 +13,8 @@
  *  - exact prefix reuse through the prompt cache: at split points on and off
  *    the 64-token chunk grid, the first logits and greedy tokens of a prompt
  *    sharing L tokens with a cached one are memcmp-equal to a cold run;
- *  - `kvstitch info` names the architecture, the quant mix and the chat
- *    template family; files with scaling the engine does not run are refused
+ *  - `kvstitch info` names the architecture, the quant mix, the RoPE scaling
+ *    and the chat template family; files with scaling the engine does not run are refused
  *    with an error naming the key or tensor.
  *
  * Models (gen_random_model.py MODELS): llama3-q4km (Q4_K/Q5_K/Q6_K/Q8_0,
@@ -42,13 +42,14 @@ typedef struct model_case {
     const char *name, *arch, *family;
     int quantized;
     const char *types;  /* substring of `kvstitch info`'s tensors line */
+    const char *rope;   /* its rope scaling line */
 } model_case;
 
 static const model_case k_models[] = {
-    {"llama3-q4km", "llama", "llama3", 1, "(F32 x8, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)"},
-    {"llama3-keys-f16", "llama", "llama3", 0, "(F32 x6, F16 x14)"},
-    {"qwen3-q4km", "qwen3", "qwen3", 1, "(F32 x13, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)"},
-    {"qwen3-f16", "qwen3", "qwen3", 0, "(F32 x10, F16 x14)"},
+    {"llama3-q4km", "llama", "llama3", 1, "(F32 x8, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)", "llama3 (rope_freqs.weight)"},
+    {"llama3-keys-f16", "llama", "llama3", 0, "(F32 x6, F16 x14)", "llama3 (rope.scaling.* keys)"},
+    {"qwen3-q4km", "qwen3", "qwen3", 1, "(F32 x13, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)", "none"},
+    {"qwen3-f16", "qwen3", "qwen3", 0, "(F32 x10, F16 x14)", "none"},
 };
 #define N_MODELS (int)(sizeof k_models / sizeof k_models[0])
 
@@ -293,6 +294,8 @@ TEST(arch_random_info_cli) {
         snprintf(want, sizeof want, "architecture:    %s\n", mc->arch);
         CHECK_MSG(strstr(out, want), "%s: no '%s' in:\n%s", mc->name, want, out);
         CHECK_MSG(strstr(out, mc->types), "%s: no '%s' in:\n%s", mc->name, mc->types, out);
+        snprintf(want, sizeof want, "rope scaling:    %s\n", mc->rope);
+        CHECK_MSG(strstr(out, want), "%s: no '%s' in:\n%s", mc->name, want, out);
         snprintf(want, sizeof want, "chat template:   %s\n", mc->family);
         CHECK_MSG(strstr(out, want), "%s: no '%s' in:\n%s", mc->name, want, out);
         free(out);

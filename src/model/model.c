@@ -163,6 +163,7 @@ const kvs_wmat *kvs_model_tok_embd(const kvs_model *m) { return &m->tok_embd; }
 const kvs_wmat *kvs_model_output(const kvs_model *m) { return &m->output; }
 const float *kvs_model_output_norm(const kvs_model *m) { return m->output_norm; }
 const char *kvs_model_path(const kvs_model *m) { return m->path; }
+const char *kvs_model_rope_scaling(const kvs_model *m) { return m->rope_scaling ? m->rope_scaling : "none"; }
 
 int kvs_model_memo_get(const kvs_model *m, int slot, uint8_t out[32]) {
     if (slot < 0 || slot >= KVS_MODEL_MEMO_N) return 0;

@@ -19,6 +19,7 @@ struct kvs_model {
     kvs_hparams hp;
     kvs_layer_hparams *layer_hp; /* (n_layer), hp.layer points here */
     float *rope_factors;        /* (rope_dim / 2) llama3 factors computed from keys, or NULL */
+    const char *rope_scaling;   /* kvs_model_rope_scaling(); NULL = "none" */
     kvs_wmat tok_embd;          /* (n_vocab, n_embd) */
     kvs_wmat output;            /* (n_vocab, n_embd) */
     const float *output_norm;   /* (n_embd) */

@@ -115,11 +115,21 @@ int kvs_model_read_rope_scaling(kvs_model *m, int required) {
     int has_type = kvs_gguf_get_str(m->gguf, key, &stype) == KVS_OK;
     hp->rope_freq_scale = 1.0f;
     /* Older files carry only rope.scale_linear. */
-    if (!has_type) return linear_scale(m, "rope.scale_linear", required, &hp->rope_freq_scale);
+    if (!has_type) {
+        int st = linear_scale(m, "rope.scale_linear", required, &hp->rope_freq_scale);
+        if (hp->rope_freq_scale != 1.0f) m->rope_scaling = "linear";
+        return st;
+    }
     if (kvs_gguf_str_eq(stype, "none")) return KVS_OK;
-    if (kvs_gguf_str_eq(stype, "linear")) return linear_scale(m, "rope.scaling.factor", required, &hp->rope_freq_scale);
+    if (kvs_gguf_str_eq(stype, "linear")) {
+        m->rope_scaling = "linear";
+        return linear_scale(m, "rope.scaling.factor", required, &hp->rope_freq_scale);
+    }
     if (!required) return KVS_OK;
-    if (kvs_gguf_str_eq(stype, "llama3") && hp->arch && hp->arch->rope_freqs) return llama3_factors(m);
+    if (kvs_gguf_str_eq(stype, "llama3") && hp->arch && hp->arch->rope_freqs) {
+        m->rope_scaling = "llama3 (rope.scaling.* keys)";
+        return llama3_factors(m);
+    }
     return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported for architecture '%s' (%s)", m->path,
                      key, (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, m->arch,
                      hp->arch && hp->arch->rope_freqs ? "none, linear or llama3" : "none or linear");
@@ -154,6 +164,8 @@ int kvs_model_bind_rope_factors(kvs_model *m) {
                                  ROPE_FREQS_TENSOR, i, tf[i], m->arch, ff[i]);
         }
         ff = tf;
+        m->rope_scaling = m->rope_factors ? "llama3 (rope_freqs.weight, equal to the rope.scaling.* keys)"
+                                          : "llama3 (rope_freqs.weight)";
     }
     for (int l = 0; l < hp->n_layer; l++) {
         kvs_layer_hparams *lh = &m->layer_hp[l];
