@@ -1,5 +1,5 @@
 /*
- * The llama (Llama 3 RoPE frequency factors) and qwen3 rows of the
+ * The llama (Llama 3 RoPE frequency factors), qwen3 and qwen2 rows of the
  * architecture table on small random-weight models, written at test time by
  * tests/ref/gen_random_model.py (the venv of scripts/setup-venv.sh) into a
  * temporary directory, with a float64 numpy reference (tests/ref/
@@ -8,7 +8,7 @@
  *  - logits: every position of a 100-token sequence within TOL_* of the
  *    reference (relative to the reference's rms logit), top-1 equal where
  *    the reference's margin is clear; and far from a reference that gets one
- *    detail wrong (llama3: no frequency factors; qwen3: adjacent pairs), so
+ *    detail wrong (llama3: no frequency factors; qwen2/3: adjacent pairs), so
  *    the tolerance cannot hide that detail;
  *  - exact prefix reuse through the prompt cache: at split points on and off
  *    the 64-token chunk grid, the first logits and greedy tokens of a prompt
@@ -19,7 +19,8 @@
  *
  * Models (gen_random_model.py MODELS): llama3-q4km (Q4_K/Q5_K/Q6_K/Q8_0,
  * rope_freqs.weight), llama3-keys-f16 (rope.scaling.type llama3 + keys, tied
- * head), qwen3-q4km, qwen3-f16 (head_dim 128: n_head * head_dim != n_embd).
+ * head), qwen3-q4km, qwen2-q4km (QKV biases), qwen3-f16 (head_dim 128:
+ * n_head * head_dim != n_embd).
  * Without python and the venv every test is skipped, saying so.
  */
 #include <stdint.h>
@@ -49,6 +50,7 @@ static const model_case k_models[] = {
     {"llama3-q4km", "llama", "llama3", 1, "(F32 x8, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)", "llama3 (rope_freqs.weight)"},
     {"llama3-keys-f16", "llama", "llama3", 0, "(F32 x6, F16 x14)", "llama3 (rope.scaling.* keys)"},
     {"qwen3-q4km", "qwen3", "qwen3", 1, "(F32 x13, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)", "none"},
+    {"qwen2-q4km", "qwen2", "chatml", 1, "(F32 x16, Q8_0 x1, Q4_K x15, Q5_K x3, Q6_K x4)", "none"},
     {"qwen3-f16", "qwen3", "qwen3", 0, "(F32 x10, F16 x14)", "none"},
 };
 #define N_MODELS (int)(sizeof k_models / sizeof k_models[0])

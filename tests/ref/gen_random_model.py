@@ -13,7 +13,7 @@ writes, for each model NAME in MODELS below:
     NAME.ids         the token ids, one line, space-separated
     NAME.ref.f64     reference logits (n_tokens, n_vocab), float64, row-major
     NAME.wrong.f64   the same with one architectural detail done wrong
-                     (llama3: no frequency factors; qwen3: adjacent rotation
+                     (llama3: no frequency factors; qwen2/3: adjacent rotation
                      pairs): the C test checks the engine is far from these,
                      so its tolerance cannot hide that detail.
 and prints one line per model: name, vocabulary, quant mix, round-trip error.
@@ -53,6 +53,8 @@ MODELS = {
                             quant=F16, scaling="keys", tied=True),
     "qwen3-q4km": dict(arch="qwen3", n_layer=3, n_embd=256, n_head=8, n_kv=2, head_dim=64, n_ff=512,
                        quant=MIX, scaling=None, tied=False),
+    "qwen2-q4km": dict(arch="qwen2", n_layer=3, n_embd=256, n_head=8, n_kv=2, head_dim=32, n_ff=512,
+                       quant=MIX, scaling=None, tied=False),
     "qwen3-f16": dict(arch="qwen3", n_layer=2, n_embd=256, n_head=4, n_kv=2, head_dim=128, n_ff=768,
                       quant=F16, scaling=None, tied=True),
 }
@@ -73,19 +75,23 @@ for _cfg in BAD.values():
 # positions (< 128) the factors change the rotation of most pairs (with the
 # published 8192 they would only matter far beyond the test's prompt).
 LLAMA3_SCALING = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context_length=64)
-ROPE_BASE = {"llama": 10000.0, "qwen3": 1000000.0}
+ROPE_BASE = {"llama": 10000.0, "qwen2": 1000000.0, "qwen3": 1000000.0}
 
 SPECIALS = {
     "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+    "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     "qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
 }
-PRE = {"llama": "llama-bpe", "qwen3": "qwen2"}
+PRE = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}
 # Short templates with each family's markers (the real ones are longer Jinja;
 # kvstitch recognises the family by its markers and renders it by hand).
 TEMPLATES = {
     "llama": ("{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + "
               "'<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
               "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"),
+    "qwen2": ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
+              "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+              "{%- endif %}"),
     "qwen3": ("{%- for message in messages %}{%- if message.role == 'assistant' and '</think>' in message.content %}"
               "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
               "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}{%- endfor %}"
@@ -145,7 +151,7 @@ def write_model(path, cfg, rng):
     w.add_uint32(p + "attention.head_count_kv", cfg["n_kv"])
     w.add_float32(p + "rope.freq_base", ROPE_BASE[arch])
     w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
-    if arch == "qwen3":
+    if arch != "llama":
         w.add_uint32(p + "attention.key_length", hd)
         w.add_uint32(p + "attention.value_length", hd)
     else:
@@ -206,6 +212,9 @@ def write_model(path, cfg, rng):
         mat(b + "attn_k.weight", "attn_k", kvd, d)
         mat(b + "attn_v.weight", "attn_v", kvd, d)
         mat(b + "attn_output.weight", "attn_output", d, qd)
+        if arch == "qwen2":
+            for nm, nn in (("attn_q.bias", qd), ("attn_k.bias", kvd), ("attn_v.bias", kvd)):
+                w.add_tensor(b + nm, (0.5 * rng.standard_normal(nn)).astype(np.float32))
         if arch == "qwen3":
             w.add_tensor(b + "attn_q_norm.weight", norm_w(rng, hd))
             w.add_tensor(b + "attn_k_norm.weight", norm_w(rng, hd))
@@ -248,7 +257,7 @@ def main():
         ref = RefModel(path).forward(ids)
         assert ref.shape == (a.tokens, n_vocab)
         ref.astype(np.float64).tofile(os.path.join(a.outdir, name + ".ref.f64"))
-        if cfg["arch"] == "qwen3":
+        if cfg["arch"] != "llama":
             wrong = RefModel(path, rope_mode="adjacent").forward(ids)
         else:
             wrong = RefModel(path, freq_factors=False).forward(ids)

@@ -25,6 +25,7 @@ the tensor rope_freqs.weight (what llama.cpp's converter writes) or, with
 llama.rope.scaling.type = llama3, computed from the scaling keys the way HF
 transformers' _compute_llama3_parameters does (llama3_factors below).
 
+Qwen2 (GGUF arch "qwen2"): biases on q, k, v, NeoX pairs.
 Qwen3 (GGUF arch "qwen3"): as above but q and k are RMS-normed per head
 (attn_q_norm / attn_k_norm) before RoPE, the rotation pairs are NeoX's
 (i, i + d/2) (no row permutation in its converter), and head_dim comes from
@@ -72,8 +73,8 @@ def llama3_factors(base, dim, factor, low, high, orig_ctx):
 class Hparams:
     def __init__(self, reader):
         arch = _field(reader, "general.architecture")
-        if arch not in ("llama", "qwen3"):
-            raise ValueError(f"ref_forward: arch {arch!r} is not supported (llama, qwen3)")
+        if arch not in ("llama", "qwen2", "qwen3"):
+            raise ValueError(f"ref_forward: arch {arch!r} is not supported (llama, qwen2, qwen3)")
         self.arch = arch
         p = arch + "."
         self.n_layer = int(_field(reader, p + "block_count"))
@@ -123,7 +124,7 @@ class RefModel:
         reader = gguf.GGUFReader(path)
         self.hp = Hparams(reader)
         if rope_mode is None:
-            rope_mode = "neox" if self.hp.arch == "qwen3" else "adjacent"
+            rope_mode = "adjacent" if self.hp.arch == "llama" else "neox"
         if rope_mode not in ("adjacent", "neox"):
             raise ValueError("rope_mode must be 'adjacent' or 'neox'")
         self.path = path
@@ -244,6 +245,10 @@ class RefModel:
             q = self.matmul(h, b + "attn_q.weight").reshape(n, hp.n_head, hp.head_dim)
             k = self.matmul(h, b + "attn_k.weight").reshape(n, hp.n_head_kv, hp.head_dim)
             v = self.matmul(h, b + "attn_v.weight").reshape(n, hp.n_head_kv, hp.head_dim)
+            if b + "attn_q.bias" in w:  # qwen2: QKV biases
+                q = q + w[b + "attn_q.bias"].reshape(hp.n_head, hp.head_dim)
+                k = k + w[b + "attn_k.bias"].reshape(hp.n_head_kv, hp.head_dim)
+                v = v + w[b + "attn_v.bias"].reshape(hp.n_head_kv, hp.head_dim)
             if b + "attn_q_norm.weight" in w:  # qwen3: RMSNorm of each head
                 q = self.rmsnorm(q, w[b + "attn_q_norm.weight"])
                 k = self.rmsnorm(k, w[b + "attn_k_norm.weight"])
