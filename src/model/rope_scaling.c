@@ -88,8 +88,9 @@ static int llama3_factors(kvs_model *m) {
     return KVS_OK;
 }
 
-/* 1 / the linear factor in {arch}.{suffix}, or 1 when absent. A value of the
- * wrong type or not positive is an error naming the key (when required). */
+/* 1 / the linear factor in {arch}.{suffix}, or 1 when absent or 0 (llama.cpp
+ * reads 0 as unset). A value of the wrong type, negative or not finite is an
+ * error naming the key (when required). */
 static int linear_scale(kvs_model *m, const char *suffix, int required, float *scale) {
     char key[128];
     key_of(m, suffix, key, sizeof key);
@@ -101,6 +102,7 @@ static int linear_scale(kvs_model *m, const char *suffix, int required, float *s
         return KVS_OK;
     }
     if (st) return kvs_error_prefix(st, "%s", m->path);
+    if (factor == 0.0f) return KVS_OK;
     if (!isfinite(factor) || !(factor > 0.0f))
         return kvs_error(KVS_ERR_FORMAT, "%s: key %s = %g must be a positive number", m->path, key, factor);
     *scale = 1.0f / factor;
