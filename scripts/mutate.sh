@@ -42,6 +42,9 @@ fp_rope_left_out|src/cache/fingerprint.c|    put_f32(&h, hp->rope_freq_base * (p
 fp_tensors_left_out|src/cache/fingerprint.c|        put_u64(&h, t->offset + (uint64_t)(i == 0 && perturbed(KVS_FP_PERTURB_TENSORS)));|        (void)t;|test_fingerprint:tensor_directory_never_served|entries of another tensor directory are never served
 bpe_merge_order|src/tokenizer/bpe.c|(x->rank == y->rank && x->left < y->left);|(x->rank == y->rank && x->left > y->left);|test_tokenizer_vectors test_tokenizer_smollm2|BPE merges the lowest-ranked pair, leftmost first
 sampler_top_k_plus_one|src/engine/sampler.c|int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;|int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k + 1 : n;|test_sampler|the sampler keeps exactly top_k candidates
+llama3_factors_dropped|src/model/rope_scaling.c|lh->rope_freq_factors = lh->window ? NULL : ff;|lh->rope_freq_factors = NULL;|test_arch_random:arch_random_logits_match_reference|Llama 3 RoPE frequency factors are applied (rope_freqs.weight and the scaling keys)
+llama3_no_smooth_band|src/model/rope_scaling.c|ff = 1.0 / ((1.0 - smooth) / factor + smooth);|ff = 1.0;|test_arch_random:arch_random_logits_match_reference|the llama3 factors from keys interpolate the middle band as HF does
+qwen3_q_norm_skipped|src/model/forward.c|        if (w->q_norm)|        if (0 && w->q_norm)|test_arch_random:arch_random_logits_match_reference|per-head Q norm (qwen3, gemma3) is applied
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }

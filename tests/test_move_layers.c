@@ -31,7 +31,8 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 }
 
 TEST(test_move_uses_layer_base) {
-    const kvs_layer_hparams layers[2] = {{10000.0f, 1.0f, 512}, {1000000.0f, 1.0f, 0}};
+    const kvs_layer_hparams layers[2] = {{.rope_freq_base = 10000.0f, .rope_freq_scale = 1.0f, .window = 512},
+                                         {.rope_freq_base = 1000000.0f, .rope_freq_scale = 1.0f, .window = 0}};
     kvs_rope_cfg rc = {HD, HD, 1, 1000000.0f, 1.0f, layers};
     const int32_t p = 100, d = 377;
     float raw[NT * HD];
