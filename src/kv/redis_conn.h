@@ -21,6 +21,18 @@
  * SIGPIPE raised by writing to a dead socket is consumed at release (a
  * library must not kill its process, nor change its signal handlers).
  *
+ * Deadlines. A pipeline of large values cannot answer within a small fixed
+ * timeout: Redis runs every command of a pipeline before it writes the
+ * first reply byte, so the wait for that byte grows with the bytes asked
+ * for (bench/tiers measured ~1 ms per MB on an idle 2-core VM and up to
+ * ~11 ms per MB, ~24 ms per MB for the whole transfer, with 2 cores
+ * oversubscribed 8 times; bench/results/tiers.md). So an operation that
+ * moves B bytes gets a budget of timeout_ms + B / min_mb_per_s
+ * (kvs_redis_budget_ms): small operations keep timeout_ms, a 4K-token
+ * read of ~91 MB gets ~1.9 s at the default 50 MB/s floor, and a Redis that
+ * does not answer costs at most that budget (then backoff and breaker as
+ * above), a fraction of recomputing what it would have served.
+ *
  * The password is kept only in memory; it is never printed (messages name
  * host:port and user, never the password).
  */
@@ -36,6 +48,7 @@
 /* How every connection of a tier behaves (owned by the tier, shared). */
 typedef struct kvs_redis_policy {
     int timeout_ms;         /* per operation: connect, and each socket read/write of a reply (50) */
+    int min_mb_per_s;       /* slowest transfer a large batch may have: its budget grows by 1/this per byte (50) */
     int backoff_min_ms;     /* first reconnect delay after a failure (20) */
     int backoff_max_ms;     /* cap of the doubling delay (1000) */
     int breaker_failures;   /* consecutive failures that open the breaker (3) */
@@ -67,6 +80,7 @@ typedef struct kvs_redis_conn {
     int fails;             /* consecutive failures */
     int backoff_ms;
     _Atomic int breaker_open;
+    int socket_ms;         /* socket timeout in effect on ctx (timeout_ms unless a budget is set) */
     sigset_t saved_mask;   /* the holder's signal mask (SIGPIPE blocked while held) */
     int pipe_was_pending;
     kvs_redis_conn_counters n;
@@ -79,6 +93,15 @@ void kvs_redis_conn_destroy(kvs_redis_conn *c);
  * skipped or cannot be reached. */
 redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c);
 void kvs_redis_conn_release(kvs_redis_conn *c, int ok);
+
+/* The budget of an operation that moves `bytes` (request and reply):
+ * timeout_ms + bytes / min_mb_per_s, in ms (capped at 10 minutes). */
+int kvs_redis_budget_ms(const kvs_redis_policy *p, uint64_t bytes);
+
+/* Sets the socket timeout of the held conn's context to ms (each later
+ * socket read or write waits at most that long); release puts timeout_ms
+ * back. 0 or -1. */
+int kvs_redis_conn_set_timeout(kvs_redis_conn *c, int ms);
 
 /* Sends everything appended to ctx (redisAppendCommand*) without waiting
  * for replies, so that several nodes work on their pipelines at once.
