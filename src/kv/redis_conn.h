@@ -21,17 +21,20 @@
  * SIGPIPE raised by writing to a dead socket is consumed at release (a
  * library must not kill its process, nor change its signal handlers).
  *
- * Deadlines. A pipeline of large values cannot answer within a small fixed
+ * Budgets. A pipeline of large values cannot answer within a small fixed
  * timeout: Redis runs every command of a pipeline before it writes the
  * first reply byte, so the wait for that byte grows with the bytes asked
- * for (bench/tiers measured ~1 ms per MB on an idle 2-core VM and up to
- * ~11 ms per MB, ~24 ms per MB for the whole transfer, with 2 cores
- * oversubscribed 8 times; bench/results/tiers.md). So an operation that
- * moves B bytes gets a budget of timeout_ms + B / min_mb_per_s
- * (kvs_redis_budget_ms): small operations keep timeout_ms, a 4K-token
- * read of ~91 MB gets ~1.9 s at the default 50 MB/s floor, and a Redis that
- * does not answer costs at most that budget (then backoff and breaker as
- * above), a fraction of recomputing what it would have served.
+ * for. bench/tiers, one read of a 4K-token prompt's 63 chunks (92 MB) on
+ * the shared 2-core VM (bench/results/tiers.md): first byte 151 ms and
+ * whole transfer 335 ms at load 8.7; with 2 more busy loops up to 1.2 s and
+ * 1.8 s (19 ms per MB); a fixed 50 ms served none of those reads. So an
+ * operation that moves B bytes gets a budget of timeout_ms +
+ * B / min_mb_per_s (kvs_redis_budget_ms): small operations keep
+ * timeout_ms; that 92 MB read gets 3.7 s at the default 25 MB/s floor (2x
+ * the slowest transfer measured); a Redis that does not answer costs at
+ * most the budget (then backoff and breaker as above), less than computing
+ * the chunks it would have served even at the best prefill speed measured
+ * on this VM (4,096 tokens at 884 tok/s: 4.6 s, README).
  *
  * The password is kept only in memory; it is never printed (messages name
  * host:port and user, never the password).
@@ -48,7 +51,7 @@
 /* How every connection of a tier behaves (owned by the tier, shared). */
 typedef struct kvs_redis_policy {
     int timeout_ms;         /* per operation: connect, and each socket read/write of a reply (50) */
-    int min_mb_per_s;       /* slowest transfer a large batch may have: its budget grows by 1/this per byte (50) */
+    int min_mb_per_s;       /* slowest transfer a large batch may have: its budget grows by 1/this per byte (25) */
     int backoff_min_ms;     /* first reconnect delay after a failure (20) */
     int backoff_max_ms;     /* cap of the doubling delay (1000) */
     int breaker_failures;   /* consecutive failures that open the breaker (3) */
