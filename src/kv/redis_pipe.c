@@ -28,7 +28,8 @@ static void run_redirected(kvs_redis_nodes *m, const kvs_redis_batch *b, int i, 
         redisContext *ctx = kvs_redis_conn_acquire(c);
         if (!ctx) break;
         redisReply *r = NULL, *asking = NULL;
-        int ok = kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, bytes_of(b, i))) == 0 && (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
+        int ok = kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, bytes_of(b, i))) == 0 &&
+                 (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
                  kvs_redis_flush(ctx) == 0 && (!ask || redisGetReply(ctx, (void **)&asking) == REDIS_OK) &&
                  redisGetReply(ctx, (void **)&r) == REDIS_OK;
         if (asking) freeReplyObject(asking);
