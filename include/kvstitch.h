@@ -160,6 +160,9 @@ KVS_API void kvs_model_get_info(const kvs_model *model, kvs_model_info *info);
 KVS_API void kvs_model_tensor_type_counts(const kvs_model *model, int counts[KVS_MAX_TENSOR_TYPES]);
 /* Name of a GGUF tensor type ("Q4_1"), or NULL if unknown. Static string. */
 KVS_API const char *kvs_tensor_type_name(int type);
+/* How the model's RoPE is scaled: "none", "linear", or "llama3 (...)" naming
+ * where its frequency factors come from (static string). */
+KVS_API const char *kvs_model_rope_scaling(const kvs_model *model);
 
 /* ------------------------------------------------------------------------ */
 /* Tokenizer                                                                 */

@@ -29,7 +29,7 @@ selective_misses_seam_token|src/rag/repair/strategies.c|    *hi = doc_len;\n}|  
 firstk_takes_last_k|src/rag/repair/firstk.c|    *lo = 0;\n    *hi = p->first_k < doc_len ? p->first_k : doc_len;|    *lo = doc_len - (p->first_k < doc_len ? p->first_k : doc_len);\n    *hi = doc_len;|test_repair_select:firstk_recomputes_document_starts|firstk recomputes the first k tokens of each document
 cacheblend_ranking_inverted|src/rag/repair/blend.c|if (x->dev != y->dev) return x->dev > y->dev ? -1 : 1;|if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;|test_repair_select:cacheblend_v_l2_picks_planted_tokens|cacheblend recomputes the most deviating tokens
 cacheblend_seams_dropped|src/rag/repair/cacheblend.c|if (!job->p->cacheblend_seams) return NULL;|if (job->p->cacheblend_seams >= 0) return NULL;|test_repair_select:cacheblend_seams_keep_tokens_before_seams|cacheblend + seams keeps selective's tokens
-full_skips_layer0|src/rag/repair/full.c|    *l0 = 0;|    *l0 = 1;|test_repair:full_equals_cold_prefill|full gives a cold prefill's bits
+full_skips_layer0|src/rag/repair/full.c|    *l0 = 0;|    *l0 = 1;|test_repair_select:full_gives_cold_prefill_bits_at_every_layer|full gives a cold prefill's bits
 executor_skips_last_layer|src/rag/repair/repair.c|kvs_rowset_layers(f, kv, &rs, l0, n_layer);|kvs_rowset_layers(f, kv, &rs, l0, n_layer - 1);|test_repair_select:full_recomputes_every_moved_token|a recomputed token is recomputed through the last layer
 narrowing_share|src/rag/repair/blend.c|pow((double)p->recompute_ratio / p->narrow_from, (double)j / L)|pow((double)p->recompute_ratio / p->narrow_from, (double)j / (L + 1))|test_repair:narrowing_params|gradual narrowing shrinks geometrically to the ratio
 payload_checksum_ignored|src/kv/disk.c|    if (kvs_checksum64_final(&cs) != hd.payload_sum)\n|    if (0 && kvs_checksum64_final(&cs) != hd.payload_sum)\n|test_kv_disk test_prefix_reuse_disk:test_damaged_payload_never_served test_tiers|a damaged payload is detected and never served (kvs_disk_load_payload)
@@ -42,6 +42,9 @@ fp_rope_left_out|src/cache/fingerprint.c|    put_f32(&h, hp->rope_freq_base * (p
 fp_tensors_left_out|src/cache/fingerprint.c|        put_u64(&h, t->offset + (uint64_t)(i == 0 && perturbed(KVS_FP_PERTURB_TENSORS)));|        (void)t;|test_fingerprint:tensor_directory_never_served|entries of another tensor directory are never served
 bpe_merge_order|src/tokenizer/bpe.c|(x->rank == y->rank && x->left < y->left);|(x->rank == y->rank && x->left > y->left);|test_tokenizer_vectors test_tokenizer_smollm2|BPE merges the lowest-ranked pair, leftmost first
 sampler_top_k_plus_one|src/engine/sampler.c|int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;|int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k + 1 : n;|test_sampler|the sampler keeps exactly top_k candidates
+llama3_factors_dropped|src/model/rope_scaling.c|lh->rope_freq_factors = lh->window ? NULL : ff;|lh->rope_freq_factors = NULL;|test_arch_random:arch_random_logits_match_reference|Llama 3 RoPE frequency factors are applied (rope_freqs.weight and the scaling keys)
+llama3_no_smooth_band|src/model/rope_scaling.c|ff = 1.0 / ((1.0 - smooth) / factor + smooth);|ff = 1.0;|test_arch_random:arch_random_logits_match_reference|the llama3 factors from keys interpolate the middle band as HF does
+qwen3_q_norm_skipped|src/model/forward.c|        if (w->q_norm)|        if (0 && w->q_norm)|test_arch_random:arch_random_logits_match_reference|per-head Q norm (qwen3, gemma3) is applied
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }

@@ -135,7 +135,7 @@ static void sse_push(sse *st, cJSON *o) {
     size_t n = strlen(payload) + 8, keep = st->out_len - st->out_off;
     char *buf = malloc(keep + n + 1);
     if (buf) {
-        memcpy(buf, st->out + st->out_off, keep);
+        if (keep) memcpy(buf, st->out + st->out_off, keep); /* out is NULL before the first push */
         snprintf(buf + keep, n + 1, "data: %s\n\n", payload);
         free(st->out);
         st->out = buf;

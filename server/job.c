@@ -156,7 +156,7 @@ void srv_job_emit(srv_job *j, const char *s, size_t n) {
         j->text = t;
         j->cap = cap;
     }
-    memcpy(j->text + j->len, s, n);
+    if (n) memcpy(j->text + j->len, s, n);
     j->len += n;
     j->text[j->len] = 0;
     pthread_cond_broadcast(&j->cv);

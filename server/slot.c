@@ -67,7 +67,7 @@ static int gen_append(srv_slot *s, const char *p, size_t n) {
         s->gen = g;
         s->gen_cap = cap;
     }
-    memcpy(s->gen + s->gen_len, p, n);
+    if (n) memcpy(s->gen + s->gen_len, p, n); /* an empty piece may come with p == NULL */
     s->gen_len += n;
     s->gen[s->gen_len] = 0;
     return 0;

@@ -125,6 +125,43 @@ TEST(gemma) {
                  "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n");
 }
 
+/* Qwen3: expected strings rendered with Python jinja2 from Qwen3's published
+ * template (its tools-free branch), for these messages. */
+TEST(qwen3) {
+    const char *tmpl = "{%- set ns = namespace(multi_step_tool=true) %}{{- '<|im_start|>' + message.role + '\\n' }}"
+                       "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{{- '\\n<think>\\n' }}";
+    CHECK(strcmp(kvs_chat_family_of_template(tmpl, strlen(tmpl)), "qwen3") == 0);
+    check_render(tmpl, NULL, user_only, 1, 1, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+    check_render(tmpl, NULL, multi, 4, 1,
+                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi \n<|im_end|>\n<|im_start|>assistant\n"
+                 "Hello.  <|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+    /* reasoning of a turn before the last query is dropped */
+    const kvs_chat_message hist[] = {{"user", "2+2?"}, {"assistant", "<think>\nadd them\n</think>\n\n4"}, {"user", "and 3+3?"}};
+    check_render(tmpl, NULL, hist, 3, 1,
+                 "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nand 3+3?<|im_end|>\n"
+                 "<|im_start|>assistant\n");
+    /* ... and kept after it */
+    check_render(tmpl, NULL, hist, 2, 0,
+                 "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nadd them\n</think>\n\n4<|im_end|>\n");
+    /* a tool response is not a query; a middle turn without reasoning keeps its newlines */
+    const kvs_chat_message tr[] = {{"user", "q"}, {"assistant", "\n\nplain"}, {"user", "<tool_response>x</tool_response>"},
+                                   {"assistant", "<think>r</think>ok"}};
+    check_render(tmpl, NULL, tr, 4, 0,
+                 "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n\n\nplain<|im_end|>\n<|im_start|>user\n"
+                 "<tool_response>x</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nok<|im_end|>\n");
+    /* consecutive tool messages share one user turn; the last turn gets an empty think block */
+    const kvs_chat_message tools[] = {{"user", "weather?"}, {"assistant", "calling"}, {"tool", "sunny"}, {"tool", "20C"},
+                                      {"assistant", "\nIt is sunny."}};
+    check_render(tmpl, NULL, tools, 5, 1,
+                 "<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\ncalling<|im_end|>\n<|im_start|>user\n"
+                 "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n20C\n</tool_response><|im_end|>\n"
+                 "<|im_start|>assistant\n<think>\n\n</think>\n\nIt is sunny.<|im_end|>\n<|im_start|>assistant\n");
+    char *out = NULL;
+    const kvs_chat_message odd[] = {{"critic", "x"}};
+    CHECK_EQ_INT(kvs_chat_render_template(tmpl, strlen(tmpl), NULL, odd, 1, 1, &out), KVS_ERR_INVALID_ARG);
+    CHECK(strstr(kvs_last_error(), "critic") != NULL);
+}
+
 TEST(errors) {
     char *out = (char *)"untouched";
     /* (gemma's <start_of_turn> was the example here until the gemma family
@@ -188,6 +225,7 @@ int main(void) {
     RUN(llama3);
     RUN(llama2);
     RUN(gemma);
+    RUN(qwen3);
     RUN(errors);
     RUN(smollm2_gguf);
     return kt_summary();

@@ -31,7 +31,8 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 }
 
 TEST(test_move_uses_layer_base) {
-    const kvs_layer_hparams layers[2] = {{10000.0f, 1.0f, 512}, {1000000.0f, 1.0f, 0}};
+    const kvs_layer_hparams layers[2] = {{.rope_freq_base = 10000.0f, .rope_freq_scale = 1.0f, .window = 512},
+                                         {.rope_freq_base = 1000000.0f, .rope_freq_scale = 1.0f, .window = 0}};
     kvs_rope_cfg rc = {HD, HD, 1, 1000000.0f, 1.0f, layers};
     const int32_t p = 100, d = 377;
     float raw[NT * HD];
@@ -59,7 +60,30 @@ TEST(test_move_uses_layer_base) {
     CHECK(memcmp(a, b, sizeof a) == 0);
 }
 
+/* Llama 3 scaling: a layer's per-pair frequency factors (rope_freqs.weight)
+ * are part of its rotation, so a move with them equals a rope at p + d with
+ * them, and is far from a move without them. */
+TEST(test_move_uses_layer_freq_factors) {
+    float ff[HD / 2];
+    for (int i = 0; i < HD / 2; i++) ff[i] = i < HD / 8 ? 1.0f : i < HD / 4 ? 2.5f : 8.0f;
+    const kvs_layer_hparams layer = {.rope_freq_base = 500000.0f, .rope_freq_scale = 1.0f, .rope_freq_factors = ff};
+    kvs_rope_cfg rc = {HD, HD, 0, 500000.0f, 1.0f, &layer};
+    const int32_t p = 40, d = 1234;
+    float at_p[NT * HD], direct[NT * HD], moved[NT * HD], plain[NT * HD];
+    for (int i = 0; i < NT * HD; i++) at_p[i] = direct[i] = frand();
+    for (int t = 0; t < NT; t++) {
+        kvs_rope_ff(at_p + t * HD, 1, HD, HD, p + t, 500000.0f, 1.0f, 0, ff);
+        kvs_rope_ff(direct + t * HD, 1, HD, HD, p + d + t, 500000.0f, 1.0f, 0, ff);
+    }
+    kvs_move_k_run_layer(&rc, 0, KVS_KV_F32, at_p, moved, NT, d);
+    kvs_move_k_run(&rc, KVS_KV_F32, at_p, plain, NT, d); /* no layer table: no factors */
+    double err = max_abs_diff(moved, direct, NT * HD), far = max_abs_diff(plain, direct, NT * HD);
+    CHECK_MSG(err <= 4.0 * ldexp(1.0, -22) * 2.0, "moved with factors vs direct %g", err);
+    CHECK_MSG(far > 0.1, "a move without the factors gives nearly the same keys (%g)", far);
+}
+
 int main(void) {
     RUN(test_move_uses_layer_base);
+    RUN(test_move_uses_layer_freq_factors);
     return kt_summary();
 }

@@ -174,6 +174,43 @@ TEST(full_recomputes_every_moved_token) {
     free(want);
 }
 
+/* Every layer, both planes, of every slot in the region, as bytes. */
+static unsigned char *region_snapshot(const kvs_kv_buffer *kv) {
+    const size_t row = (size_t)kv->head_dim * kv->elem_bytes;
+    unsigned char *snap = malloc((size_t)kv->n_layer * 2 * kv->n_kv_head * (size_t)(g_rg.end - g_rg.start) * row), *p = snap;
+    if (!snap) return NULL;
+    for (int l = 0; l < kv->n_layer; l++)
+        for (int plane = 0; plane < 2; plane++)
+            for (int h = 0; h < kv->n_kv_head; h++)
+                for (int t = g_rg.start; t < g_rg.end; t++, p += row) memcpy(p, kvs_kv_at(kv, l, plane, h, t), row);
+    return snap;
+}
+
+/* full's select starts at layer 0: after it, the region holds a cold
+ * prefill's KV bits at every layer (a later start layer would leave the
+ * moved KV, or the planted sentinels below, in the layers it skips). */
+TEST(full_gives_cold_prefill_bits_at_every_layer) {
+    kvs_kv_buffer *kv = kvs_context_kv(g_ctx);
+    unsigned char *cold = NULL, *got = NULL;
+    if (request(&g_lay, params(KVS_REPAIR_FULL), NULL) || !(cold = region_snapshot(kv))) goto out;
+    if (request(&g_lay, params(KVS_REPAIR_NONE), NULL)) goto out;
+    for (int l = 0; l < kv->n_layer; l++)
+        for (int t = g_rg.start; t < g_rg.end; t++)
+            for (int h = 0; h < kv->n_kv_head; h++)
+                for (int i = 0; i < kv->head_dim; i++) set_f(kv, kvs_kv_at(kv, l, 0, h, t), i, SENTINEL);
+    kvs_repair_params rp = params(KVS_REPAIR_FULL);
+    kvs_repair_report rep;
+    CHECK_MSG(kvs_repair_run_traced(g_ctx, &g_rg, &rp, NULL, NULL, &rep) == KVS_OK, "repair: %s", kvs_last_error());
+    if (!(got = region_snapshot(kv))) goto out;
+    const size_t per_layer = 2 * (size_t)kv->n_kv_head * (size_t)(g_rg.end - g_rg.start) * kv->head_dim * kv->elem_bytes;
+    for (int l = 0; l < kv->n_layer; l++)
+        CHECK_MSG(memcmp(got + l * per_layer, cold + l * per_layer, per_layer) == 0,
+                  "full: layer %d of the region differs from a cold prefill", l);
+out:
+    free(cold);
+    free(got);
+}
+
 /* selective (last `overlap` tokens of each doc: the ones just before each
  * seam) or firstk (first `first_k`: the document starts), at 1, 5, 16. */
 static void per_doc_selection(kvs_repair_mode mode) {
@@ -405,6 +442,7 @@ int main(void) {
     }
     RUN(none_recomputes_nothing);
     RUN(full_recomputes_every_moved_token);
+    RUN(full_gives_cold_prefill_bits_at_every_layer);
     RUN(selective_recomputes_tokens_before_seams);
     RUN(firstk_recomputes_document_starts);
     RUN(cacheblend_v_l2_picks_planted_tokens);

@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "json_util.h"
 
-static void print_text(const kvs_model_info *in, const int *counts) {
+static void print_text(const kvs_model_info *in, const int *counts, const char *rope_scaling) {
     printf("file:            %s\n", in->path);
     printf("gguf version:    %u\n", in->gguf_version);
     printf("name:            %s\n", in->name);
@@ -17,6 +17,7 @@ static void print_text(const kvs_model_info *in, const int *counts) {
         printf("context (train): %d\n", in->n_ctx_train);
         printf("rope:            base %g, scale %g, dims %d, %s pairs\n", in->rope_freq_base,
                in->rope_freq_scale, in->rope_dim, in->rope_neox ? "neox" : "adjacent");
+        printf("rope scaling:    %s\n", rope_scaling);
         printf("rms norm eps:    %g\n", in->norm_eps);
         printf("output head:     %s\n", in->tied_output ? "tied to token_embd" : "separate");
         printf("parameters:      %lld (%.1f MB of weights)\n", (long long)in->n_params, in->weight_bytes / 1e6);
@@ -63,8 +64,14 @@ int cmd_info(int argc, char **argv) {
     kvs_model_get_info(model, &info);
     kvs_model_tensor_type_counts(model, counts);
     rc = 0;
-    if (o.json) rc = json_print_line(stdout, json_model_info(&info, counts)) ? 1 : 0;
-    else print_text(&info, counts);
+    const char *rope_scaling = kvs_model_rope_scaling(model);
+    if (o.json) {
+        cJSON *j = json_model_info(&info, counts);
+        if (j) cJSON_AddStringToObject(j, "rope_scaling", rope_scaling);
+        rc = json_print_line(stdout, j) ? 1 : 0;
+    } else {
+        print_text(&info, counts, rope_scaling);
+    }
     kvs_model_free(model);
     return rc;
 }

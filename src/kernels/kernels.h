@@ -81,6 +81,11 @@ void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
  * double and rounded once, so +d then -d returns each value within ~1 ulp. */
 void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
               float freq_base, float freq_scale, int neox);
+/* The same with per-pair frequency factors (Llama 3 RoPE scaling):
+ * theta_i = pos * freq_scale * base^(-2i/rope_dim) / freq_factors[i],
+ * freq_factors (rope_dim/2) or NULL (= kvs_rope, same bits). */
+void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
+                 float freq_base, float freq_scale, int neox, const float *freq_factors);
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 void kvs_silu_mul(float *gate, const float *up, int n);

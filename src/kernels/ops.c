@@ -5,6 +5,7 @@
  * identical whether the compiler vectorizes them or not.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 #include "kernels/kquant.h"
@@ -125,31 +126,50 @@ void kvs_silu_mul(float *gate, const float *up, int n) {
 }
 
 /*
- * theta_i = pos * freq_scale * base^(-2i/rope_dim), evaluated in double, and
- * the rotation itself in double, rounded once to float: rotating by +p and
- * then by -p returns each value within an ulp or two.
+ * theta_i = pos * freq_scale * base^(-2i/rope_dim) / ff_i, evaluated in
+ * double, and the rotation itself in double, rounded once to float: rotating
+ * by +p and then by -p returns each value within an ulp or two. ff_i are the
+ * per-pair frequency factors of Llama 3's RoPE scaling (1 without them).
  */
-/* Per-thread memo: the frequencies of the last (base, dim) and the cos/sin of
- * the last (pos, scale); q and k of a token reuse them. Values are the same
- * as computing afresh (same expressions), so the memo changes no bits. */
+/* Per-thread memo: the frequencies of the last (base, dim, factors) and the
+ * cos/sin of the last (pos, scale); q and k of a token reuse them. Values are
+ * the same as computing afresh (same expressions), so the memo changes no
+ * bits. The factors are compared by value (a copy), never by pointer: a
+ * freed model's address may be reused by the next one. */
+#define ROPE_MEMO_HALF 512
 typedef struct rope_memo {
     float base, scale;
-    int dim, have_freq, have_pos;
+    int dim, have_freq, have_pos, have_ff;
     int32_t pos;
-    double inv_freq[512], c[512], s[512];
+    float ff[ROPE_MEMO_HALF];
+    double inv_freq[ROPE_MEMO_HALF], c[ROPE_MEMO_HALF], s[ROPE_MEMO_HALF];
 } rope_memo;
 static _Thread_local rope_memo g_rope;
 
+static double rope_inv_freq(float freq_base, int i, int rope_dim, const float *ff) {
+    double f = pow((double)freq_base, -2.0 * i / (double)rope_dim);
+    return ff ? f / (double)ff[i] : f;
+}
+
 void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
               float freq_base, float freq_scale, int neox) {
+    kvs_rope_ff(x, n_head, head_dim, rope_dim, pos, freq_base, freq_scale, neox, NULL);
+}
+
+void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
+                 float freq_base, float freq_scale, int neox, const float *freq_factors) {
     int half = rope_dim / 2;
     rope_memo *mm = &g_rope;
-    if (half > 512) { /* beyond any real head size: no memo */
+    const float *ff = freq_factors;
+    if (half > ROPE_MEMO_HALF) { /* beyond any real head size: no memo */
         mm = NULL;
-    } else if (!mm->have_freq || mm->base != freq_base || mm->dim != rope_dim) {
-        for (int i = 0; i < half; i++) mm->inv_freq[i] = pow((double)freq_base, -2.0 * i / (double)rope_dim);
+    } else if (!mm->have_freq || mm->base != freq_base || mm->dim != rope_dim || mm->have_ff != (ff != NULL) ||
+               (ff && memcmp(mm->ff, ff, (size_t)half * sizeof *ff) != 0)) {
+        for (int i = 0; i < half; i++) mm->inv_freq[i] = rope_inv_freq(freq_base, i, rope_dim, ff);
         mm->base = freq_base;
         mm->dim = rope_dim;
+        mm->have_ff = ff != NULL;
+        if (ff) memcpy(mm->ff, ff, (size_t)half * sizeof *ff);
         mm->have_freq = 1;
         mm->have_pos = 0;
     }
@@ -168,8 +188,7 @@ void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
             c = mm->c[i];
             s = mm->s[i];
         } else {
-            double inv_freq = pow((double)freq_base, -2.0 * i / (double)rope_dim);
-            double theta = (double)pos * (double)freq_scale * inv_freq;
+            double theta = (double)pos * (double)freq_scale * rope_inv_freq(freq_base, i, rope_dim, ff);
             sincos(theta, &s, &c);
         }
         for (int h = 0; h < n_head; h++) {

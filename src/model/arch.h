@@ -12,7 +12,7 @@
  *     h  = rmsnorm(x, attn_norm)
  *     q, k, v = h Wq, h Wk, h Wv  [+ bias: KVS_ARCH_QKV_BIAS]
  *     q, k = rmsnorm per head [KVS_ARCH_QK_NORM]
- *     q, k = rope(pos, layer's base / scale) [pairs: rope_neox]
+ *     q, k = rope(pos, layer's base / scale [/ frequency factors: rope_freqs]) [pairs: rope_neox]
  *     a  = attention(q, K, V, scale, layer's window) Wo
  *     a  = rmsnorm(a, attn_post_norm) [KVS_ARCH_POST_NORM]
  *     x += a
@@ -57,6 +57,8 @@ typedef struct kvs_arch {
      * sliding_window_pattern overrides the period when a file has it. */
     int swa_period;
     float swa_rope_base;    /* RoPE base of the local layers (no scaling there); 0: the global base */
+    int rope_freqs;         /* accepts Llama 3 RoPE frequency factors (rope_freqs.weight or
+                             * rope.scaling.type llama3, rope_scaling.c); others refuse them */
 } kvs_arch;
 
 /* The row for a general.architecture value, or NULL if unsupported. */

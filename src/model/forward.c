@@ -73,10 +73,10 @@ static void row_op_one(const row_task *t, int r) {
             for (int h = 0; h < hp->n_head; h++) norm_head(q + (size_t)h * hp->head_dim, w->q_norm, hp);
         if (w->k_norm)
             for (int h = 0; h < hp->n_head_kv; h++) norm_head(k + (size_t)h * hp->head_dim, w->k_norm, hp);
-        kvs_rope(q, hp->n_head, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
-                 lh->rope_freq_scale, hp->rope_neox);
-        kvs_rope(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
-                 lh->rope_freq_scale, hp->rope_neox);
+        kvs_rope_ff(q, hp->n_head, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
+                    lh->rope_freq_scale, hp->rope_neox, lh->rope_freq_factors);
+        kvs_rope_ff(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
+                    lh->rope_freq_scale, hp->rope_neox, lh->rope_freq_factors);
         break;
     }
     case OP_STORE_KV:

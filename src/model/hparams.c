@@ -89,28 +89,8 @@ int kvs_model_read_hparams(kvs_model *m, int required) {
     if (key_len) hp->head_dim = key_len;
     if ((st = get_int(m, "rope.dimension_count", hp->head_dim, required, &hp->rope_dim))) return st;
 
-    /* Linear position interpolation; other scaling types change the rotation
-     * itself and are refused rather than silently mis-computed. */
-    hp->rope_freq_scale = 1.0f;
-    char key[128];
-    kvs_gguf_str stype;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
-    int has_type = kvs_gguf_get_str(m->gguf, key, &stype) == KVS_OK;
-    if (has_type && !kvs_gguf_str_eq(stype, "none")) {
-        if (!kvs_gguf_str_eq(stype, "linear")) {
-            if (!required) return KVS_OK;
-            return kvs_error(KVS_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported (only linear)",
-                             m->path, key, (int)(stype.len > 64 ? 64 : stype.len), stype.ptr);
-        }
-        float factor = 1.0f;
-        if ((st = get_float(m, "rope.scaling.factor", 1.0f, required, &factor))) return st;
-        if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
-    } else if (!has_type) {
-        /* Older files carry only rope.scale_linear. */
-        float factor = 1.0f;
-        if ((st = get_float(m, "rope.scale_linear", 1.0f, required, &factor))) return st;
-        if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
-    }
+    /* Linear or llama3 scaling (rope_scaling.c); others are refused. */
+    if ((st = kvs_model_read_rope_scaling(m, required))) return st;
 
     hp->rope_neox = hp->arch ? hp->arch->rope_neox : 0;
     hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 0.0f;

@@ -60,7 +60,7 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
     if ((st = kvs_model_read_hparams(m, 1))) return st;
     if (!(m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers)))
         return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
-    if ((st = kvs_model_bind_weights(m))) return st;
+    if ((st = kvs_model_bind_weights(m)) || (st = kvs_model_bind_rope_factors(m))) return st;
     int tv = kvs_tokenizer_n_vocab(m->tok);
     if (tv > m->hp.n_vocab)
         return kvs_error(KVS_ERR_FORMAT, "%s: the tokenizer has %d tokens but token_embd.weight only %d rows", path,
@@ -98,6 +98,7 @@ void kvs_model_free(kvs_model *m) {
     kvs_gguf_close(m->gguf);
     free(m->layers);
     free(m->layer_hp);
+    free(m->rope_factors);
     free(m->name);
     free(m->path);
     pthread_mutex_destroy(&m->memo_mu);
@@ -162,6 +163,7 @@ const kvs_wmat *kvs_model_tok_embd(const kvs_model *m) { return &m->tok_embd; }
 const kvs_wmat *kvs_model_output(const kvs_model *m) { return &m->output; }
 const float *kvs_model_output_norm(const kvs_model *m) { return m->output_norm; }
 const char *kvs_model_path(const kvs_model *m) { return m->path; }
+const char *kvs_model_rope_scaling(const kvs_model *m) { return m->rope_scaling ? m->rope_scaling : "none"; }
 
 int kvs_model_memo_get(const kvs_model *m, int slot, uint8_t out[32]) {
     if (slot < 0 || slot >= KVS_MODEL_MEMO_N) return 0;

@@ -24,6 +24,8 @@ const kvs_tokenizer *kvs_model_tokenizer(const kvs_model *model);
 typedef struct kvs_layer_hparams {
     float rope_freq_base;
     float rope_freq_scale;  /* 1 / linear scaling factor */
+    const float *rope_freq_factors; /* (rope_dim / 2) divisors of each pair's frequency
+                                     * (Llama 3 scaling, rope_scaling.c) or NULL */
     int window;             /* a query at p sees slots (p - window, p]; 0 = all of 0..p */
 } kvs_layer_hparams;
 

@@ -18,6 +18,8 @@ struct kvs_model {
     int32_t eot_id;             /* tokenizer.ggml.eot_token_id, -1 if absent */
     kvs_hparams hp;
     kvs_layer_hparams *layer_hp; /* (n_layer), hp.layer points here */
+    float *rope_factors;        /* (rope_dim / 2) llama3 factors computed from keys, or NULL */
+    const char *rope_scaling;   /* kvs_model_rope_scaling(); NULL = "none" */
     kvs_wmat tok_embd;          /* (n_vocab, n_embd) */
     kvs_wmat output;            /* (n_vocab, n_embd) */
     const float *output_norm;   /* (n_embd) */
@@ -34,6 +36,12 @@ struct kvs_model {
 /* hparams.c: reads {arch}.* keys into m->hp. required = 0 reads what is there
  * (vocabulary-only files) and never fails on a missing key. */
 int kvs_model_read_hparams(kvs_model *m, int required);
+/* rope_scaling.c: {arch}.rope.scaling.* into hp.rope_freq_scale and, for
+ * llama3 keys, m->rope_factors (called by kvs_model_read_hparams). */
+int kvs_model_read_rope_scaling(kvs_model *m, int required);
+/* rope_scaling.c: after binding, the frequency factors of each layer
+ * (rope_freqs.weight or the keys' factors). */
+int kvs_model_bind_rope_factors(kvs_model *m);
 /* weights.c: builds the tensor views with shape and type checks. */
 int kvs_model_bind_weights(kvs_model *m);
 /* weights.c: kernel-layout copies of the streamed matrices (kvs_wmat_pack),

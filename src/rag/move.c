@@ -16,21 +16,25 @@ kvs_rope_cfg kvs_rope_cfg_of(const kvs_hparams *hp) {
     return rc;
 }
 
-static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, kvs_kv_type type, const void *src, void *dst,
-                       int n_tok, int32_t delta);
+static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
+                       const void *src, void *dst, int n_tok, int32_t delta);
 
 void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta) {
-    rotate_run(rc, rc->freq_base, rc->freq_scale, type, src, dst, n_tok, delta);
+    rotate_run(rc, rc->freq_base, rc->freq_scale, NULL, type, src, dst, n_tok, delta);
 }
 
 void kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
                           int32_t delta) {
-    if (!rc->layer) rotate_run(rc, rc->freq_base, rc->freq_scale, type, src, dst, n_tok, delta);
-    else rotate_run(rc, rc->layer[l].rope_freq_base, rc->layer[l].rope_freq_scale, type, src, dst, n_tok, delta);
+    /* The layer's own base, scale and (Llama 3) frequency factors: the same
+     * rotation the forward pass applied, so a move is a rotation by delta. */
+    if (!rc->layer) rotate_run(rc, rc->freq_base, rc->freq_scale, NULL, type, src, dst, n_tok, delta);
+    else
+        rotate_run(rc, rc->layer[l].rope_freq_base, rc->layer[l].rope_freq_scale, rc->layer[l].rope_freq_factors, type,
+                   src, dst, n_tok, delta);
 }
 
-static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, kvs_kv_type type, const void *src, void *dst,
-                       int n_tok, int32_t delta) {
+static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
+                       const void *src, void *dst, int n_tok, int32_t delta) {
     const int hd = rc->head_dim;
     const size_t esz = type == KVS_KV_F16 ? 2 : 4;
     if (delta == 0) {
@@ -43,7 +47,7 @@ static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, kvs_kv_t
         size_t off = (size_t)t0 * hd, cnt = (size_t)m * hd;
         if (type == KVS_KV_F16) kvs_f16_to_f32_row((const uint16_t *)src + off, buf, (int)cnt);
         else memcpy(buf, (const float *)src + off, cnt * sizeof(float));
-        kvs_rope(buf, m, hd, rc->rope_dim, delta, base, scale, rc->neox);
+        kvs_rope_ff(buf, m, hd, rc->rope_dim, delta, base, scale, rc->neox, freq_factors);
         if (type == KVS_KV_F16) kvs_f32_to_f16_row(buf, (uint16_t *)dst + off, (int)cnt);
         else memcpy((float *)dst + off, buf, cnt * sizeof(float));
     }

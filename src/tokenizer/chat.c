@@ -8,6 +8,12 @@
  *           message is not "system" (SmolLM2: "You are a helpful AI assistant
  *           named SmolLM, trained by Hugging Face"), that text is read from
  *           the template and injected the same way.
+ *   qwen3   ChatML (no default system message) whose template knows <think>:
+ *           an assistant turn's reasoning ("<think>...</think>" at the start
+ *           of its content) is dropped from turns before the last user query
+ *           and kept, re-formatted, after it; tool results become
+ *           <tool_response> blocks in a user turn. Thinking stays enabled
+ *           (the generation prompt is "<|im_start|>assistant\n").
  *   llama3  <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
  *           ... <|start_header_id|>assistant<|end_header_id|>\n\n
  *   llama2  [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user|trim} [/INST] {assistant|trim} </s><s>[INST] ...
@@ -69,6 +75,7 @@ static const char *memfind(const char *h, size_t hn, const char *needle) {
 
 const char *kvs_chat_family_of_template(const char *tmpl, size_t len) {
     if (!tmpl || len == 0) return NULL;
+    if (memfind(tmpl, len, "<|im_start|>") && memfind(tmpl, len, "<think>")) return "qwen3";
     if (memfind(tmpl, len, "<|im_start|>")) return "chatml";
     if (memfind(tmpl, len, "<|start_header_id|>")) return "llama3";
     if (memfind(tmpl, len, "[INST]")) return "llama2";
@@ -140,6 +147,67 @@ static void render_chatml(sbuf *b, const char *default_sys, const kvs_chat_messa
         sb_str(b, "<|im_end|>\n");
     }
     if (add_gen) sb_str(b, "<|im_start|>assistant\n");
+}
+
+/* Python's str.strip-family on '\n' only, as Qwen3's template uses them. */
+static void nl_trim(const char **b, const char **e, int left, int right) {
+    while (left && *b < *e && **b == '\n') (*b)++;
+    while (right && *e > *b && (*e)[-1] == '\n') (*e)--;
+}
+
+static int is_tool_response(const char *c) {
+    size_t n = strlen(c);
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    return n >= sizeof open - 1 + sizeof close - 1 && !strncmp(c, open, sizeof open - 1) &&
+           !strcmp(c + n - (sizeof close - 1), close);
+}
+
+/* Qwen3's template (its published Jinja, without tools / tool_calls). */
+static int render_qwen3(sbuf *b, const kvs_chat_message *m, int n, int add_gen) {
+    int last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--)
+        if (!strcmp(m[i].role, "user") && !is_tool_response(m[i].content)) { last_query = i; break; }
+    for (int i = 0; i < n; i++) {
+        const char *role = m[i].role, *c = m[i].content;
+        if (!strcmp(role, "user") || !strcmp(role, "system")) {
+            sb_str(b, "<|im_start|>");
+            sb_str(b, role);
+            sb_str(b, "\n");
+            sb_str(b, c);
+            sb_str(b, "<|im_end|>\n");
+        } else if (!strcmp(role, "assistant")) {
+            const char *cb = c, *ce = c + strlen(c), *rb = c, *re = c; /* content, reasoning */
+            const char *end_think = strstr(c, "</think>");
+            if (end_think) {
+                re = end_think; /* reasoning: before the first </think>, after the last <think> in it */
+                for (const char *t = c; (t = memfind(t, (size_t)(re - t), "<think>")) != NULL; t += 7) rb = t + 7;
+                nl_trim(&rb, &re, 1, 1);
+                for (const char *t = c; (t = strstr(t, "</think>")) != NULL; t += 8) cb = t + 8; /* after the last */
+                nl_trim(&cb, &ce, 1, 0);
+            }
+            sb_str(b, "<|im_start|>assistant\n");
+            if (i > last_query && (i == n - 1 || re > rb)) {
+                nl_trim(&cb, &ce, 1, 0);
+                sb_str(b, "<think>\n");
+                sb_put(b, rb, (size_t)(re - rb));
+                sb_str(b, "\n</think>\n\n");
+            }
+            sb_put(b, cb, (size_t)(ce - cb));
+            sb_str(b, "<|im_end|>\n");
+        } else if (!strcmp(role, "tool")) {
+            if (i == 0 || strcmp(m[i - 1].role, "tool")) sb_str(b, "<|im_start|>user");
+            sb_str(b, "\n<tool_response>\n");
+            sb_str(b, c);
+            sb_str(b, "\n</tool_response>");
+            if (i == n - 1 || strcmp(m[i + 1].role, "tool")) sb_str(b, "<|im_end|>\n");
+        } else {
+            return kvs_error(KVS_ERR_INVALID_ARG,
+                             "chat template qwen3: message %d has role '%.40s' (system, user, assistant or tool)", i,
+                             role);
+        }
+    }
+    if (add_gen) sb_str(b, "<|im_start|>assistant\n");
+    return KVS_OK;
 }
 
 static void render_llama3(sbuf *b, const kvs_chat_message *m, int n, int add_gen) {
@@ -232,7 +300,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         fam = kvs_chat_family_of_template(tmpl, tmpl_len);
         if (!fam && tmpl_len == 0)
             return kvs_error(KVS_ERR_UNSUPPORTED,
-                             "the model has no %s; pass a template family (chatml, llama3, llama2, gemma) "
+                             "the model has no %s; pass a template family (chatml, qwen3, llama3, llama2, gemma) "
                              "to choose one (CLI: --template NAME)", KEY_TEMPLATE);
         if (!fam) {
             /* Name the template by its first characters, on one line. */
@@ -242,7 +310,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
             head[k] = 0;
             return kvs_error(KVS_ERR_UNSUPPORTED,
                              "chat template not recognised: \"%s%s\"; pass a template family "
-                             "(chatml, llama3, llama2, gemma) to override (CLI: --template NAME)",
+                             "(chatml, qwen3, llama3, llama2, gemma) to override (CLI: --template NAME)",
                              head, tmpl_len > 60 ? "..." : "");
         }
     }
@@ -257,6 +325,8 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         if (detected && strcmp(detected, "chatml") == 0) st = chatml_default_system(tmpl, tmpl_len, &def);
         if (st == KVS_OK) render_chatml(&b, def, msgs, n_msgs, add_generation_prompt);
         free(def);
+    } else if (strcmp(fam, "qwen3") == 0) {
+        st = render_qwen3(&b, msgs, n_msgs, add_generation_prompt);
     } else if (strcmp(fam, "llama3") == 0) {
         render_llama3(&b, msgs, n_msgs, add_generation_prompt);
     } else if (strcmp(fam, "llama2") == 0) {
@@ -264,7 +334,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
     } else if (strcmp(fam, "gemma") == 0) {
         render_gemma(&b, msgs, n_msgs, add_generation_prompt);
     } else {
-        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: chatml, llama3, llama2, gemma)", fam);
+        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: chatml, qwen3, llama3, llama2, gemma)", fam);
     }
     if (st == KVS_OK && b.oom) st = kvs_error(KVS_ERR_NOMEM, "kvs_chat_render: out of memory");
     if (st) {

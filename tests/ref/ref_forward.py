@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """
-A small, readable numpy reference forward pass for GGUF Llama models.
+A small, readable numpy reference forward pass for GGUF Llama models
+(and Qwen3, and Llama 3's RoPE frequency factors).
 
 Independent of the C engine: weights are read with the PyPI `gguf` package
 (GGUFReader + gguf.quants.dequantize) and every op is plain numpy, computed
@@ -18,6 +19,17 @@ Model (GGUF arch "llama"):
         h = rmsnorm(x) * ffn_norm
         x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T            # SwiGLU
     logits = (rmsnorm(x) * output_norm) Wout^T               # Wout = output or token_embd (tied)
+
+Llama 3.1+ RoPE scaling: theta_i = pos * base^(-2i/d) / ff_i, with ff_i from
+the tensor rope_freqs.weight (what llama.cpp's converter writes) or, with
+llama.rope.scaling.type = llama3, computed from the scaling keys the way HF
+transformers' _compute_llama3_parameters does (llama3_factors below).
+
+Qwen2 (GGUF arch "qwen2"): biases on q, k, v, NeoX pairs.
+Qwen3 (GGUF arch "qwen3"): as above but q and k are RMS-normed per head
+(attn_q_norm / attn_k_norm) before RoPE, the rotation pairs are NeoX's
+(i, i + d/2) (no row permutation in its converter), and head_dim comes from
+attention.key_length (n_head * head_dim may differ from n_embd).
 
 Why adjacent pairs: llama.cpp's HF->GGUF converter permutes the rows of
 attn_q / attn_k of "llama" models so that the HF "rotate_half" (NeoX) pairing
@@ -47,18 +59,30 @@ def _field(reader, key, default=None):
     return f.contents()
 
 
+def llama3_factors(base, dim, factor, low, high, orig_ctx):
+    """HF transformers' _compute_llama3_parameters as per-pair divisors of
+    the frequency (what llama.cpp's converter stores in rope_freqs.weight)."""
+    inv = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    wavelen = 2 * np.pi / inv
+    smooth = (orig_ctx / wavelen - low) / (high - low)
+    ff = 1.0 / ((1 - smooth) / factor + smooth)
+    ff = np.where(wavelen < orig_ctx / high, 1.0, ff)
+    return np.where(wavelen > orig_ctx / low, factor, ff)
+
+
 class Hparams:
     def __init__(self, reader):
         arch = _field(reader, "general.architecture")
-        if arch != "llama":
-            raise ValueError(f"ref_forward: arch {arch!r} is not supported (llama only)")
-        p = "llama."
+        if arch not in ("llama", "qwen2", "qwen3"):
+            raise ValueError(f"ref_forward: arch {arch!r} is not supported (llama, qwen2, qwen3)")
+        self.arch = arch
+        p = arch + "."
         self.n_layer = int(_field(reader, p + "block_count"))
         self.n_embd = int(_field(reader, p + "embedding_length"))
         self.n_ff = int(_field(reader, p + "feed_forward_length"))
         self.n_head = int(_field(reader, p + "attention.head_count"))
         self.n_head_kv = int(_field(reader, p + "attention.head_count_kv", self.n_head))
-        self.head_dim = self.n_embd // self.n_head
+        self.head_dim = int(_field(reader, p + "attention.key_length", self.n_embd // self.n_head))
         self.eps = float(_field(reader, p + "attention.layer_norm_rms_epsilon"))
         # llama.cpp's defaults when the keys are absent (the tiny model has no freq_base).
         self.rope_base = float(_field(reader, p + "rope.freq_base", 10000.0))
@@ -67,6 +91,15 @@ class Hparams:
         factor = float(_field(reader, p + "rope.scaling.factor", 0.0) or 0.0)
         # Linear scaling divides the position by the factor.
         self.rope_freq_scale = 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
+        self.freq_factors = None  # (rope_dim/2) divisors, or None
+        if scaling == "llama3":
+            self.freq_factors = llama3_factors(
+                self.rope_base, self.rope_dim, factor,
+                float(_field(reader, p + "rope.scaling.low_freq_factor")),
+                float(_field(reader, p + "rope.scaling.high_freq_factor")),
+                int(_field(reader, p + "rope.scaling.original_context_length")))
+        elif scaling not in ("none", "linear"):
+            raise ValueError(f"ref_forward: rope scaling {scaling!r} is not supported")
 
     def __repr__(self):
         return ("Hparams(n_layer=%d n_embd=%d n_ff=%d n_head=%d n_head_kv=%d head_dim=%d "
@@ -79,12 +112,19 @@ class Hparams:
 class RefModel:
     """Float weights in memory (dtype float64 by default) + forward pass."""
 
-    def __init__(self, path, dtype=np.float64, rope_mode="adjacent", emulate_engine=False, act_levels=2):
+    def __init__(self, path, dtype=np.float64, rope_mode=None, emulate_engine=False, act_levels=2,
+                 freq_factors=True):
         """emulate_engine: round what the engine rounds (activations per 32-block
         before a quantized matmul, K/V to float16), to PREDICT the deviation it
         shows. act_levels 2: our engine's two 8-bit levels (a 16-bit integer,
         src/kernels/quant.h); 1: one 8-bit level like llama.cpp's Q8_1. Never
-        used for golden data."""
+        used for golden data. rope_mode None: the architecture's (llama
+        adjacent, qwen3 neox). freq_factors False ignores Llama 3's factors
+        (to show that a test tells the two apart)."""
+        reader = gguf.GGUFReader(path)
+        self.hp = Hparams(reader)
+        if rope_mode is None:
+            rope_mode = "adjacent" if self.hp.arch == "llama" else "neox"
         if rope_mode not in ("adjacent", "neox"):
             raise ValueError("rope_mode must be 'adjacent' or 'neox'")
         self.path = path
@@ -92,8 +132,6 @@ class RefModel:
         self.rope_mode = rope_mode
         self.emulate = emulate_engine
         self.act_levels = act_levels
-        reader = gguf.GGUFReader(path)
-        self.hp = Hparams(reader)
         self.w = {}
         self.quantized = {}  # name -> True if the GGUF type is a block quant
         for t in reader.tensors:
@@ -111,6 +149,12 @@ class RefModel:
         # inv_freq[i] = base^(-2i/rope_dim), i < rope_dim/2
         i = np.arange(self.hp.rope_dim // 2, dtype=np.float64)
         self.inv_freq = self.hp.rope_base ** (-2.0 * i / self.hp.rope_dim)
+        ff = self.hp.freq_factors
+        if "rope_freqs.weight" in self.w:
+            ff = self.w["rope_freqs.weight"].reshape(-1).astype(np.float64)
+        self.freq_factors = ff if freq_factors else None
+        if self.freq_factors is not None:
+            self.inv_freq = self.inv_freq / self.freq_factors
 
     # ---------------------------------------------------------------- ops
     def rmsnorm(self, x, w):  # x: (n, d), w: (d,)
@@ -201,6 +245,13 @@ class RefModel:
             q = self.matmul(h, b + "attn_q.weight").reshape(n, hp.n_head, hp.head_dim)
             k = self.matmul(h, b + "attn_k.weight").reshape(n, hp.n_head_kv, hp.head_dim)
             v = self.matmul(h, b + "attn_v.weight").reshape(n, hp.n_head_kv, hp.head_dim)
+            if b + "attn_q.bias" in w:  # qwen2: QKV biases
+                q = q + w[b + "attn_q.bias"].reshape(hp.n_head, hp.head_dim)
+                k = k + w[b + "attn_k.bias"].reshape(hp.n_head_kv, hp.head_dim)
+                v = v + w[b + "attn_v.bias"].reshape(hp.n_head_kv, hp.head_dim)
+            if b + "attn_q_norm.weight" in w:  # qwen3: RMSNorm of each head
+                q = self.rmsnorm(q, w[b + "attn_q_norm.weight"])
+                k = self.rmsnorm(k, w[b + "attn_k_norm.weight"])
             q, k = self.rope(q, pos), self._kv_round(self.rope(k, pos))
             v = self._kv_round(v)
             K = np.concatenate([cache["k"][l], k], axis=0)     # (p0+n, Hkv, hd)
@@ -216,7 +267,7 @@ class RefModel:
                 p = np.exp(s)
                 p /= p.sum(axis=1, keepdims=True)
                 att[:, hh, :] = p @ V[:, kv, :]
-            x = x + self.matmul(att.reshape(n, hp.n_embd), b + "attn_output.weight")
+            x = x + self.matmul(att.reshape(n, hp.n_head * hp.head_dim), b + "attn_output.weight")
 
             h = self.rmsnorm(x, w[b + "ffn_norm.weight"])
             g = self.silu(self.matmul(h, b + "ffn_gate.weight"))   # (n, n_ff)
@@ -344,7 +395,7 @@ def main():
     ap.add_argument("cmd", choices=["selfcheck", "predict", "ids"])
     ap.add_argument("ids", nargs="*", type=int)
     ap.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
-    ap.add_argument("--rope", choices=["adjacent", "neox"], default="adjacent")
+    ap.add_argument("--rope", choices=["adjacent", "neox"], default=None, help="default: the architecture's")
     a = ap.parse_args()
     dtype = np.float32 if a.float32 else np.float64
     if a.cmd == "selfcheck":
