@@ -291,6 +291,11 @@ typedef struct kvs_sampler_params {
     float repeat_penalty; /* 1 = off */
     int repeat_last_n;    /* tokens considered for the penalty */
     uint64_t seed;
+    /* OpenAI's additive penalties over the tokens generated so far (not the
+     * prompt): logit -= frequency_penalty * count + presence_penalty * (count > 0).
+     * 0 = off; finite values only. */
+    float presence_penalty;
+    float frequency_penalty;
 } kvs_sampler_params;
 
 KVS_API kvs_sampler_params kvs_sampler_default_params(void);
@@ -790,16 +795,19 @@ KVS_API int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments
  * one decode step over several contexts, and the cache in steps.
  */
 
-/* Token sampler (repetition penalty -> top-k -> temperature -> top-p ->
+/* Token sampler (repetition penalty -> presence/frequency -> top-k -> temperature -> top-p ->
  * min-p -> draw; xoshiro256** from params.seed). Same params, history and
  * logits give the same token on any machine. Owned by the caller; one
  * thread at a time. */
 typedef struct kvs_sampler kvs_sampler;
 int kvs_sampler_new(kvs_sampler_params params, int n_vocab, kvs_sampler **out);
 void kvs_sampler_free(kvs_sampler *s);
-/* Adds a token to the history the repetition penalty looks at (kvs_generate
- * accepts the last repeat_last_n prompt tokens, then every sampled one). */
+/* Adds a generated token to the history: the repetition penalty's window
+ * and the presence/frequency counts (kvs_generate accepts every sampled
+ * token here, after the last repeat_last_n prompt tokens through
+ * kvs_sampler_accept_prompt, which feeds the window only). */
 void kvs_sampler_accept(kvs_sampler *s, int32_t token);
+void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token);
 /* Picks a token from n_vocab logits (not modified). Does not accept it. */
 int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
 

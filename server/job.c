@@ -76,6 +76,8 @@ static int resolve_params(srv_job *j, srv_error *err) {
     j->sampling.top_k = r->top_k;
     j->sampling.seed = r->seed;
     j->sampling.repeat_penalty = 1.0f;
+    j->sampling.presence_penalty = r->presence_penalty;
+    j->sampling.frequency_penalty = r->frequency_penalty;
     j->repair = kvs_repair_default_params();
     if (r->strategy && kvs_repair_mode_parse(r->strategy, &j->repair.mode)) {
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "reuse.strategy", "'reuse.strategy': %s",

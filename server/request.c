@@ -209,10 +209,6 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
         get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
         get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, 1, &n, e))
         return -1;
-    /* The sampler has a multiplicative repetition penalty, not OpenAI's
-     * additive presence/frequency penalties: refuse rather than ignore. */
-    if (pres != 0) return bad(e, "presence_penalty", "'%s' is not supported (only 0)%s", "");
-    if (freq != 0) return bad(e, "frequency_penalty", "'%s' is not supported (only 0)%s", "");
     if (p <= 0) return bad(e, "top_p", "'%s' must be > 0%s", "");
     const char *mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens") ? "max_completion_tokens"
                                                                                      : "max_tokens";
@@ -220,6 +216,8 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     r->temperature = (float)t;
     r->top_p = (float)p;
     r->min_p = (float)minp;
+    r->presence_penalty = (float)pres;
+    r->frequency_penalty = (float)freq;
     r->top_k = (int)top_k;
     r->seed = (uint64_t)seed;
     r->max_tokens = (int)max_tokens;

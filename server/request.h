@@ -56,6 +56,7 @@ typedef struct srv_request {
     int max_tokens;             /* 0 = the server's default */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */
     float temperature, top_p, min_p;
+    float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */
     int top_k;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];

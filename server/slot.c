@@ -39,7 +39,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->n_hist = job->n_prompt;
     /* The sampler sees the prompt's last repeat_last_n tokens, as in kvs_generate. */
     int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
-    for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept(s->sampler, job->prompt[i]);
+    for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept_prompt(s->sampler, job->prompt[i]);
     s->state = SRV_SLOT_PREFILL;
     if (!job->segments) {
         /* The longest cached prefix, now: a prompt cached up to its last

@@ -1,5 +1,7 @@
 /* Sampler: greedy, top-k/top-p/min-p cut-offs, temperature, repetition
- * penalty, and determinism of the seeded draw. No model needed. */
+ * penalty, presence/frequency penalties, and determinism of the seeded draw. No model needed. */
+#include <math.h>
+
 #include "engine/sampler.h"
 #include "harness.h"
 
@@ -170,6 +172,56 @@ TEST(test_repetition_penalty) {
     kvs_sampler_free(s);
 }
 
+/* OpenAI's additive penalties: logit -= frequency * count + presence *
+ * (count > 0), over generated tokens only (prompt tokens never count);
+ * reset clears the counts. */
+TEST(test_presence_and_frequency_penalties) {
+    float l[3] = {3.0f, 2.2f, 1.0f};
+    kvs_sampler_params p = plain(0.0f);
+    p.presence_penalty = 0.5f;
+    kvs_sampler *s = make(p, 3);
+    if (!s) return;
+    kvs_sampler_accept_prompt(s, 0); /* the prompt: no effect */
+    kvs_sampler_accept_prompt(s, 0);
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_accept(s, 0); /* 3.0 - 0.5 = 2.5 > 2.2 */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_accept(s, 0); /* presence counts once: still 2.5 */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_free(s);
+
+    p = plain(0.0f);
+    p.frequency_penalty = 0.5f;
+    s = make(p, 3);
+    if (!s) return;
+    kvs_sampler_accept(s, 0); /* 3.0 - 0.5 = 2.5 > 2.2 */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_accept(s, 0); /* 3.0 - 1.0 = 2.0 < 2.2 */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 1);
+    kvs_sampler_reset(s);
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 0);
+    kvs_sampler_free(s);
+
+    /* negative values encourage repeats: 1.0 + 2 * 1.5 = 4.0 > 3.0 */
+    p = plain(0.0f);
+    p.frequency_penalty = -1.5f;
+    s = make(p, 3);
+    if (!s) return;
+    kvs_sampler_accept(s, 2);
+    kvs_sampler_accept(s, 2);
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 2);
+    kvs_sampler_free(s);
+
+    kvs_sampler *bad = NULL;
+    p = plain(1.0f);
+    p.presence_penalty = NAN;
+    CHECK_EQ_INT(kvs_sampler_new(p, 3, &bad), KVS_ERR_INVALID_ARG);
+    p = plain(1.0f);
+    p.frequency_penalty = INFINITY;
+    CHECK_EQ_INT(kvs_sampler_new(p, 3, &bad), KVS_ERR_INVALID_ARG);
+    CHECK(bad == NULL);
+}
+
 TEST(test_logits_untouched_and_bad_params) {
     float l[3] = {1, 2, 3}, c[3] = {1, 2, 3};
     kvs_sampler_params p = plain(0.7f);
@@ -197,6 +249,7 @@ int main(void) {
     RUN(test_temperature_flattens_and_sharpens);
     RUN(test_top_k_top_p_min_p_cutoffs);
     RUN(test_repetition_penalty);
+    RUN(test_presence_and_frequency_penalties);
     RUN(test_logits_untouched_and_bad_params);
     return kt_summary();
 }

@@ -99,6 +99,7 @@ class Session:
     # --- generate -------------------------------------------------------------
     def generate(self, prompt: Prompt, max_tokens: int = 128, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  stop: Sequence[str] | None = None, seed: int = 0,
                  documents: Sequence[str | Document] | None = None, system: str | None = None,
                  chat: bool | None = None, reuse: str | None = None,
@@ -138,7 +139,8 @@ class Session:
 
     # --- internals ------------------------------------------------------------
     _DEFAULTS = dict(max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
-                     repeat_penalty=1.0, stop=None, seed=0, documents=None, system=None,
+                     repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+                     stop=None, seed=0, documents=None, system=None,
                      chat=None, reuse=None, recompute_ratio=None, store=True, logprobs=0,
                      logits=False, add_bos=True)
 
@@ -186,6 +188,7 @@ class Session:
         s = gp.sampling
         s.temperature, s.top_k, s.top_p, s.min_p = a["temperature"], a["top_k"], a["top_p"], a["min_p"]
         s.repeat_penalty, s.seed = a["repeat_penalty"], a["seed"]
+        s.presence_penalty, s.frequency_penalty = a["presence_penalty"], a["frequency_penalty"]
         gp.sampling = s
         keep = [ffi.new("char[]", x.encode("utf-8")) for x in a["stop"] or []]
         stops = ffi.new("char *[]", keep) if keep else ffi.NULL

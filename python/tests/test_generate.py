@@ -85,3 +85,14 @@ def test_sampling_seed(model):
     b = s.generate("Once upon a time", max_tokens=12, logits=True, temperature=0.9, seed=7)
     c = s.generate("Once upon a time", max_tokens=12, logits=True, temperature=0.9, seed=8)
     assert a.tokens == b.tokens and a.tokens != c.tokens
+
+
+def test_presence_and_frequency_penalties(model):
+    s = kvstitch.Session(model, n_ctx=256)
+    prompt = "one one one one one one one one"
+    plain = s.generate(prompt, max_tokens=16)
+    a = s.generate(prompt, max_tokens=16, frequency_penalty=2.0, presence_penalty=1.0)
+    b = s.generate(prompt, max_tokens=16, frequency_penalty=2.0, presence_penalty=1.0)
+    assert a.tokens == b.tokens and a.tokens != plain.tokens
+    # no generated token repeats more than a penalty of 2 per use allows to win greedily
+    assert max(a.tokens.count(t) for t in set(a.tokens)) < max(plain.tokens.count(t) for t in set(plain.tokens))

@@ -159,7 +159,7 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_read
 
     for (int i = 0; i < n_prompt; i++) g->pos[i] = i;
     int first_hist = n_prompt > p->sampling.repeat_last_n ? n_prompt - p->sampling.repeat_last_n : 0;
-    for (int i = first_hist; i < n_prompt; i++) kvs_sampler_accept(g->sampler, prompt[i]);
+    for (int i = first_hist; i < n_prompt; i++) kvs_sampler_accept_prompt(g->sampler, prompt[i]);
 
     /* Slots [0, n_ready) already hold the KV of prompt[0..n_ready) (a cache
      * hit): only the rest runs, at its absolute positions. */

@@ -16,6 +16,12 @@ struct kvs_sampler {
     float *probs;      /* (n_vocab) candidate probabilities */
     int32_t *hist;     /* (repeat_last_n) ring of recent tokens */
     int n_hist, hist_pos;
+    /* Presence/frequency penalties (only when one is nonzero): how often
+     * each id was generated, and the distinct ids in order of first use, so
+     * a step touches only those logits. */
+    int32_t *counts;   /* (n_vocab) */
+    int32_t *used;     /* (n_vocab) */
+    int n_used;
 };
 
 kvs_sampler_params kvs_sampler_default_params(void) {
@@ -27,6 +33,8 @@ kvs_sampler_params kvs_sampler_default_params(void) {
     p.repeat_penalty = 1.0f;
     p.repeat_last_n = 64;
     p.seed = 0;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
     return p;
 }
 
@@ -54,15 +62,21 @@ void kvs_sampler_reset(kvs_sampler *s) {
     uint64_t x = s->p.seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
     s->n_hist = s->hist_pos = 0;
+    for (int i = 0; i < s->n_used; i++) s->counts[s->used[i]] = 0;
+    s->n_used = 0;
 }
+
+static int has_counts(const kvs_sampler_params *p) { return p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f; }
 
 int kvs_sampler_new(kvs_sampler_params p, int n_vocab, kvs_sampler **out) {
     if (n_vocab <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "sampler: n_vocab %d", n_vocab);
     if (p.top_k < 0 || p.repeat_last_n < 0 || !(p.top_p >= 0.0f) || !(p.min_p >= 0.0f) || !(p.repeat_penalty > 0.0f) ||
-        isnan(p.temperature))
+        isnan(p.temperature) || !isfinite(p.presence_penalty) || !isfinite(p.frequency_penalty))
         return kvs_error(KVS_ERR_INVALID_ARG,
-                         "sampler: bad parameters (top_k %d, top_p %g, min_p %g, repeat_penalty %g, repeat_last_n %d)",
-                         p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n);
+                         "sampler: bad parameters (top_k %d, top_p %g, min_p %g, repeat_penalty %g, repeat_last_n %d, "
+                         "presence_penalty %g, frequency_penalty %g)",
+                         p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.presence_penalty,
+                         p.frequency_penalty);
     kvs_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvs_error(KVS_ERR_NOMEM, "sampler: out of memory");
     s->p = p;
@@ -73,7 +87,11 @@ int kvs_sampler_new(kvs_sampler_params p, int n_vocab, kvs_sampler **out) {
     s->heap = malloc(n * sizeof *s->heap);
     s->probs = malloc(n * sizeof *s->probs);
     s->hist = malloc(((size_t)p.repeat_last_n + 1) * sizeof *s->hist);
-    if (!s->logits || !s->ids || !s->heap || !s->probs || !s->hist) {
+    if (has_counts(&p)) {
+        s->counts = calloc(n, sizeof *s->counts);
+        s->used = malloc(n * sizeof *s->used);
+    }
+    if (!s->logits || !s->ids || !s->heap || !s->probs || !s->hist || (has_counts(&p) && (!s->counts || !s->used))) {
         kvs_sampler_free(s);
         return kvs_error(KVS_ERR_NOMEM, "sampler: out of memory");
     }
@@ -89,10 +107,17 @@ void kvs_sampler_free(kvs_sampler *s) {
     free(s->heap);
     free(s->probs);
     free(s->hist);
+    free(s->counts);
+    free(s->used);
     free(s);
 }
 
 void kvs_sampler_accept(kvs_sampler *s, int32_t token) {
+    if (s->counts && token >= 0 && token < s->n_vocab && s->counts[token]++ == 0) s->used[s->n_used++] = token;
+    kvs_sampler_accept_prompt(s, token);
+}
+
+void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token) {
     int cap = s->p.repeat_last_n;
     if (cap == 0) return;
     s->hist[s->hist_pos] = token;
@@ -163,10 +188,20 @@ static void apply_penalty(kvs_sampler *s) {
     }
 }
 
+/* OpenAI's: subtracted from each generated id's logit, in first-use order
+ * (one float operation per id: the same bits whatever the order). */
+static void apply_presence_frequency(kvs_sampler *s) {
+    for (int i = 0; i < s->n_used; i++) {
+        int32_t t = s->used[i];
+        s->logits[t] -= s->p.frequency_penalty * (float)s->counts[t] + s->p.presence_penalty;
+    }
+}
+
 int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits) {
     const int n = s->n_vocab;
     memcpy(s->logits, logits, (size_t)n * sizeof *s->logits);
     apply_penalty(s);
+    apply_presence_frequency(s);
     const float *x = s->logits;
 
     if (s->p.temperature <= 0.0f) {

@@ -1,5 +1,5 @@
 /*
- * Token sampler: repetition penalty -> top-k -> temperature -> softmax ->
+ * Token sampler: repetition penalty -> presence/frequency penalties -> top-k -> temperature -> softmax ->
  * top-p -> min-p -> draw. temperature <= 0 is greedy (argmax after the
  * penalty, lowest id on ties). The draw uses xoshiro256** seeded from
  * params.seed via splitmix64, and every step runs in a fixed order, so the
@@ -19,8 +19,12 @@ int kvs_sampler_new(kvs_sampler_params params, int n_vocab, kvs_sampler **out);
 void kvs_sampler_free(kvs_sampler *s);
 /* Clears the history and restarts the random stream from the seed. */
 void kvs_sampler_reset(kvs_sampler *s);
-/* Adds a token to the history the repetition penalty looks at. */
+/* Adds a generated token to the history: the repetition penalty's window
+ * and the counts of the presence/frequency penalties. */
 void kvs_sampler_accept(kvs_sampler *s, int32_t token);
+/* Adds a prompt token: the repetition penalty's window only (OpenAI's
+ * penalties look at the generated text). */
+void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token);
 /* Picks a token from n_vocab logits (not modified). Does not accept it. */
 int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
 

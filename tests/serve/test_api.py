@@ -84,6 +84,22 @@ def test_seeded_sampling_is_reproducible(client):
     assert a == b
 
 
+def test_presence_and_frequency_penalties(client):
+    """OpenAI's additive penalties: a strong frequency penalty changes a greedy
+    answer that repeats itself; the same request gives the same text again;
+    out of range is a 400 naming the field."""
+    kw = dict(model="x", messages=[{"role": "user", "content": "Count: one one one one one one"}],
+              max_tokens=24, temperature=0)
+    plain = client.chat.completions.create(**kw).choices[0].message.content
+    pen = [client.chat.completions.create(**kw, frequency_penalty=2.0, presence_penalty=1.0).choices[0].message.content
+           for _ in range(2)]
+    assert pen[0] == pen[1]
+    assert pen[0] != plain
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**kw, frequency_penalty=2.5)
+    assert "frequency_penalty" in str(e.value)
+
+
 def test_prefix_reuse_is_reported(client):
     system = "You are a terse assistant for the city archive of Lyon. " * 12
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Who founded the archive?"}]
