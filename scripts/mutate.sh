@@ -45,6 +45,8 @@ sampler_top_k_plus_one|src/engine/sampler.c|int k = s->p.top_k > 0 && s->p.top_k
 llama3_factors_dropped|src/model/rope_scaling.c|lh->rope_freq_factors = lh->window ? NULL : ff;|lh->rope_freq_factors = NULL;|test_arch_random:arch_random_logits_match_reference|Llama 3 RoPE frequency factors are applied (rope_freqs.weight and the scaling keys)
 llama3_no_smooth_band|src/model/rope_scaling.c|ff = 1.0 / ((1.0 - smooth) / factor + smooth);|ff = 1.0;|test_arch_random:arch_random_logits_match_reference|the llama3 factors from keys interpolate the middle band as HF does
 qwen3_q_norm_skipped|src/model/forward.c|        if (w->q_norm)|        if (0 && w->q_norm)|test_arch_random:arch_random_logits_match_reference|per-head Q norm (qwen3, gemma3) is applied
+move_ignores_freq_factors|src/rag/move.c|rc->layer[l].rope_freq_factors, type,|NULL, type,|test_move_layers|a moved key is rotated with its layer's Llama 3 frequency factors
+frequency_penalty_ignores_count|src/engine/sampler.c|s->p.frequency_penalty * (float)s->counts[t] + s->p.presence_penalty|s->p.frequency_penalty + s->p.presence_penalty|test_sampler:test_presence_and_frequency_penalties|the frequency penalty grows with each use of a token
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }
