@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "test_greedy.h"
 #include "kvstitch.h"
 
 /* max |logit - ref| / rms(ref) over all positions. The engine rounds
@@ -201,14 +202,6 @@ TEST(arch_random_logits_match_reference) {
     for (int i = 0; i < N_MODELS; i++) check_logits(&k_models[i]);
 }
 
-static kvs_generate_params greedy(int n_predict) {
-    kvs_generate_params gp = kvs_generate_default_params();
-    gp.n_predict = n_predict;
-    gp.sampling.temperature = 0;
-    gp.n_top_logprobs = 0;
-    return gp;
-}
-
 /* A = ids (cached by kvs_warm); B_L = ids[0..L) + a tail that differs from
  * ids[L]. B from the cache must equal B cold, bit for bit, with exactly L
  * cached tokens. */
@@ -231,7 +224,7 @@ static int check_prefix_reuse(const model_case *mc) {
         int L = grid[g], nb = L + 5;
         memcpy(b, a, (size_t)L * sizeof *b);
         for (int i = 0; i < 5; i++) b[L + i] = (a[L] + 1 + 7 * i) % 256; /* byte tokens; b[L] != a[L] */
-        kvs_generate_params gp = greedy(3);
+        kvs_generate_params gp = kt_greedy(3);
         kvs_reuse_params rp = kvs_reuse_default_params();
         rp.store = 0;
         kvs_generate_result warm, cold;

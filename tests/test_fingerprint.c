@@ -16,6 +16,7 @@
 #include "cache/fingerprint.h"
 #include "engine/context.h"
 #include "harness.h"
+#include "test_greedy.h"
 #include "kvstitch.h"
 
 #define N_PROMPT 160 /* chunks at 0 and 64, the tail at 128 */
@@ -25,13 +26,6 @@ static kvs_context *g_ctx;
 static char g_dir[64];
 static int32_t g_prompt[N_PROMPT];
 static kvs_generate_result g_cold;
-
-static kvs_generate_params greedy(void) {
-    kvs_generate_params gp = kvs_generate_default_params();
-    gp.n_predict = 1;
-    gp.sampling.temperature = 0;
-    return gp;
-}
 
 static kvs_cache *open_cache(void) {
     kvs_cache_params cp = kvs_cache_default_params();
@@ -53,7 +47,7 @@ static int served(uint64_t *foreign, char fp_hex[65]) {
     kvs_cache *c = open_cache();
     if (!c) return -1;
     kvs_cache_fingerprint_hex(c, fp_hex);
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(1);
     kvs_generate_result r;
     int n = -1, st = kvs_generate_cached(g_ctx, c, g_prompt, N_PROMPT, &gp, NULL, &r);
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
@@ -129,7 +123,7 @@ static int setup(void) {
     if (kvs_context_new(g_model, cp, &g_ctx) != KVS_OK) return -1;
     int n_vocab = kvs_context_n_vocab(g_ctx);
     for (int i = 0; i < N_PROMPT; i++) g_prompt[i] = (int32_t)((i * 4099 + 7) % n_vocab);
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(1);
     if (kvs_generate(g_ctx, g_prompt, N_PROMPT, &gp, &g_cold) != KVS_OK) return -1;
     snprintf(g_dir, sizeof g_dir, "/tmp/kvs-test-fp-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;

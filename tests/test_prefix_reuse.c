@@ -19,6 +19,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_greedy.h"
 #include "kvstitch.h"
 
 #define N_CTX 1024
@@ -116,14 +117,6 @@ static int make_prompt(const pair *p, int L, int b, int32_t *out) {
     return L + nt;
 }
 
-static kvs_generate_params greedy(int n_predict) {
-    kvs_generate_params gp = kvs_generate_default_params();
-    gp.n_predict = n_predict;
-    gp.sampling.temperature = 0;
-    gp.n_top_logprobs = 0;
-    return gp;
-}
-
 static void sha_hex(const kvs_generate_result *r, char hex[65]) {
     kvs_sha256_hex(r->first_logits, (size_t)r->n_vocab * sizeof(float), hex);
 }
@@ -183,7 +176,7 @@ static int cache_a(const pair *p) {
         st = kvs_warm(g_ctx, c, a, na, &rep);
         CHECK_EQ_INT(rep.n_stored, (na + 63) / 64);
     } else {
-        kvs_generate_params g1 = greedy(1);
+        kvs_generate_params g1 = kt_greedy(1);
         kvs_generate_result ra;
         st = kvs_generate_cached(g_ctx, c, a, na, &g1, NULL, &ra);
         if (!st) CHECK_EQ_INT(ra.reuse->n_chunks_stored, (na + 63) / 64);
@@ -204,7 +197,7 @@ static int grid_point(const pair *p, int L) {
     snprintf(what, sizeof what, "%s L=%d", p->name, L);
     CHECK_MSG(p->tail_b[0] != p->base[L], "%s: B would share more than L tokens", what);
     int good = 0, expect = L < nb - 1 ? L : nb - 1;
-    kvs_generate_params gp = greedy(N_GEN);
+    kvs_generate_params gp = kt_greedy(N_GEN);
     /* B is not stored (store = 0), so every run reuses exactly the L tokens
      * it shares with A. */
     kvs_reuse_params rp = kvs_reuse_default_params();
@@ -273,7 +266,7 @@ TEST(test_full_hit_keeps_one_live_token) {
     int na = make_prompt(p, 130, 0, a);
     kvs_cache *c = open_cache(NULL, 0);
     if (!c) return;
-    kvs_generate_params gp = greedy(N_GEN);
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_generate_result r1, r2, cold;
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, a, na, &gp, NULL, &r1), KVS_OK);
     CHECK_EQ_INT(r1.reuse->n_cached, 0);
@@ -317,7 +310,7 @@ TEST(test_small_budget_stays_exact) {
     size_t chunk_bytes = (size_t)64 * 30 * 2 * 3 * 64 * 2;
     kvs_cache *c = open_cache(NULL, chunk_bytes * 5 / 2);
     if (!c) return;
-    kvs_generate_params gp = greedy(N_GEN);
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_generate_result ra, rb, cold;
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, a, na, &gp, NULL, &ra), KVS_OK);
     poison(g_ctx);
@@ -381,7 +374,7 @@ TEST(test_warm_report) {
     const char *longer = "The committee published its final recommendations in September. What changed?";
     int n = 0;
     CHECK_EQ_INT(kvs_tokenize(g_model, longer, strlen(longer), 0, ids, 256, &n), KVS_OK);
-    kvs_generate_params gp = greedy(2);
+    kvs_generate_params gp = kt_greedy(2);
     kvs_generate_result g, cold;
     poison(g_ctx);
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, ids, n, &gp, NULL, &g), KVS_OK);
@@ -397,7 +390,7 @@ TEST(test_api_errors) {
     kvs_cache *c = open_cache(NULL, 0);
     if (!c) return;
     int32_t t[4] = {1, 2, 3, 4};
-    kvs_generate_params gp = greedy(1);
+    kvs_generate_params gp = kt_greedy(1);
     kvs_generate_result r;
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, t, 0, &gp, NULL, &r), KVS_ERR_INVALID_ARG);
     CHECK_EQ_INT(kvs_generate_cached(NULL, c, t, 4, &gp, NULL, &r), KVS_ERR_INVALID_ARG);
@@ -448,7 +441,7 @@ static void *thread_main(void *arg) {
     cp.n_threads = 1;
     kvs_context *ctx = NULL;
     j->st = kvs_context_new(g_model, cp, &ctx);
-    kvs_generate_params gp = greedy(3);
+    kvs_generate_params gp = kt_greedy(3);
     for (int rep = 0; rep < 2 && !j->st; rep++) {
         if (rep) kvs_generate_result_free(&j->warm);
         poison(ctx);

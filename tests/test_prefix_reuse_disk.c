@@ -10,6 +10,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_greedy.h"
 #include "kv/store.h"
 #include "model/model.h"
 #include "kvstitch.h"
@@ -41,11 +42,8 @@ static kvs_cache *open_cache(kvs_model *m, const char *dir) {
 }
 
 static kvs_generate_params greedy(void) {
-    kvs_generate_params gp = kvs_generate_default_params();
     const char *q = getenv("KVSTITCH_TEST_QUICK");
-    gp.n_predict = q && *q && strcmp(q, "0") ? 2 : 4;
-    gp.sampling.temperature = 0;
-    return gp;
+    return kt_greedy(q && *q && strcmp(q, "0") ? 2 : 4);
 }
 
 static void check_same(const kvs_generate_result *a, const kvs_generate_result *b, const char *what) {

@@ -280,8 +280,6 @@ static inline int rt_redis_restart(rt_redis *r, int cluster) {
     return rt_redis_start_on(r, port, cluster);
 }
 
-#endif
-
 /* --- a 3-master + 3-replica cluster on loopback ------------------------------------- */
 
 #define RT_CLUSTER_N 6
@@ -373,3 +371,5 @@ static inline void rt_seed_list(const rt_redis *s, int n, char *buf, size_t cap)
     buf[0] = 0;
     for (int i = 0; i < n; i++) o += (size_t)snprintf(buf + o, cap - o, "%s127.0.0.1:%d", i ? "," : "", s[i].port);
 }
+
+#endif

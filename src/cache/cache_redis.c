@@ -20,6 +20,7 @@ static void tier_params(const kvs_cache_params *p, kvs_redis_tier_params *rp) {
     rp->cluster = p->redis_cluster && *p->redis_cluster ? p->redis_cluster : NULL;
     rp->password_file = p->redis_password_file;
     rp->timeout_ms = p->redis_timeout_ms;
+    rp->chunk_tokens = p->chunk_tokens; /* the grid: what a read expects per key */
 }
 
 int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p) {

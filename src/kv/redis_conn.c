@@ -10,6 +10,7 @@
 void kvs_redis_policy_defaults(kvs_redis_policy *p) {
     memset(p, 0, sizeof *p);
     p->timeout_ms = 50;
+    p->min_mb_per_s = 25;
     p->backoff_min_ms = 20;
     p->backoff_max_ms = 1000;
     p->breaker_failures = 3;
@@ -70,6 +71,20 @@ fail:
     return NULL;
 }
 
+int kvs_redis_budget_ms(const kvs_redis_policy *p, uint64_t bytes) {
+    const int64_t cap = 600000;
+    int64_t ms = p->timeout_ms + (p->min_mb_per_s > 0 ? (int64_t)(bytes / (uint64_t)p->min_mb_per_s / 1000) : 0);
+    return (int)(ms < cap ? ms : cap);
+}
+
+int kvs_redis_conn_set_timeout(kvs_redis_conn *c, int ms) {
+    if (ms < 1) ms = 1;
+    if (!c->ctx || ms == c->socket_ms) return 0;
+    if (redisSetTimeout(c->ctx, ms_tv(ms)) != REDIS_OK) return -1;
+    c->socket_ms = ms;
+    return 0;
+}
+
 /* After a failure: back off, or open the breaker. Called with mu held. */
 static void note_failure(kvs_redis_conn *c) {
     const kvs_redis_policy *p = c->policy;
@@ -127,10 +142,13 @@ redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c) {
         return not_held(c);
     }
     atomic_fetch_add(&c->n.connects, 1);
+    c->socket_ms = c->policy->timeout_ms;
     return c->ctx;
 }
 
 void kvs_redis_conn_release(kvs_redis_conn *c, int ok) {
+    if (ok && c->ctx && c->socket_ms != c->policy->timeout_ms && kvs_redis_conn_set_timeout(c, c->policy->timeout_ms))
+        ok = 0; /* a context left with a budget's timeout would wait too long next time */
     if (ok) {
         c->fails = 0;
         c->backoff_ms = c->policy->backoff_min_ms;

@@ -21,6 +21,21 @@
  * SIGPIPE raised by writing to a dead socket is consumed at release (a
  * library must not kill its process, nor change its signal handlers).
  *
+ * Budgets. A pipeline of large values cannot answer within a small fixed
+ * timeout: Redis runs every command of a pipeline before it writes the
+ * first reply byte, so the wait for that byte grows with the bytes asked
+ * for. bench/tiers, one read of a 4K-token prompt's 63 chunks (92 MB) on
+ * the shared 2-core VM (bench/results/tiers.md): first byte 151 ms and
+ * whole transfer 335 ms at load 8.7; with 2 more busy loops up to 1.2 s and
+ * 1.8 s (19 ms per MB); a fixed 50 ms served none of those reads. So an
+ * operation that moves B bytes gets a budget of timeout_ms +
+ * B / min_mb_per_s (kvs_redis_budget_ms): small operations keep
+ * timeout_ms; that 92 MB read gets 3.7 s at the default 25 MB/s floor (2x
+ * the slowest transfer measured); a Redis that does not answer costs at
+ * most the budget (then backoff and breaker as above), less than computing
+ * the chunks it would have served even at the best prefill speed measured
+ * on this VM (4,096 tokens at 884 tok/s: 4.6 s, README).
+ *
  * The password is kept only in memory; it is never printed (messages name
  * host:port and user, never the password).
  */
@@ -36,6 +51,7 @@
 /* How every connection of a tier behaves (owned by the tier, shared). */
 typedef struct kvs_redis_policy {
     int timeout_ms;         /* per operation: connect, and each socket read/write of a reply (50) */
+    int min_mb_per_s;       /* slowest transfer a large batch may have: its budget grows by 1/this per byte (25) */
     int backoff_min_ms;     /* first reconnect delay after a failure (20) */
     int backoff_max_ms;     /* cap of the doubling delay (1000) */
     int breaker_failures;   /* consecutive failures that open the breaker (3) */
@@ -67,6 +83,7 @@ typedef struct kvs_redis_conn {
     int fails;             /* consecutive failures */
     int backoff_ms;
     _Atomic int breaker_open;
+    int socket_ms;         /* socket timeout in effect on ctx (timeout_ms unless a budget is set) */
     sigset_t saved_mask;   /* the holder's signal mask (SIGPIPE blocked while held) */
     int pipe_was_pending;
     kvs_redis_conn_counters n;
@@ -79,6 +96,15 @@ void kvs_redis_conn_destroy(kvs_redis_conn *c);
  * skipped or cannot be reached. */
 redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c);
 void kvs_redis_conn_release(kvs_redis_conn *c, int ok);
+
+/* The budget of an operation that moves `bytes` (request and reply):
+ * timeout_ms + bytes / min_mb_per_s, in ms (capped at 10 minutes). */
+int kvs_redis_budget_ms(const kvs_redis_policy *p, uint64_t bytes);
+
+/* Sets the socket timeout of the held conn's context to ms (each later
+ * socket read or write waits at most that long); release puts timeout_ms
+ * back. 0 or -1. */
+int kvs_redis_conn_set_timeout(kvs_redis_conn *c, int ms);
 
 /* Sends everything appended to ctx (redisAppendCommand*) without waiting
  * for replies, so that several nodes work on their pipelines at once.

@@ -17,8 +17,10 @@ static int append_item(redisContext *ctx, const kvs_redis_batch *b, int i) {
     return redisAppendCommandArgv(ctx, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
 }
 
+static uint64_t bytes_of(const kvs_redis_batch *b, int i) { return b->item_bytes ? b->item_bytes[i] : 0; }
+
 /* An item alone on node (after a redirection), following further
- * redirections up to KVS_REDIS_MAX_HOPS. */
+ * redirections up to KVS_REDIS_MAX_HOPS, each hop within its budget. */
 static void run_redirected(kvs_redis_nodes *m, const kvs_redis_batch *b, int i, int node, int ask,
                            kvs_redis_batch_counts *cnt) {
     for (int hop = 0; hop < KVS_REDIS_MAX_HOPS && node >= 0; hop++) {
@@ -26,7 +28,8 @@ static void run_redirected(kvs_redis_nodes *m, const kvs_redis_batch *b, int i, 
         redisContext *ctx = kvs_redis_conn_acquire(c);
         if (!ctx) break;
         redisReply *r = NULL, *asking = NULL;
-        int ok = (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
+        int ok = kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, bytes_of(b, i))) == 0 &&
+                 (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
                  kvs_redis_flush(ctx) == 0 && (!ask || redisGetReply(ctx, (void **)&asking) == REDIS_OK) &&
                  redisGetReply(ctx, (void **)&r) == REDIS_OK;
         if (asking) freeReplyObject(asking);
@@ -64,10 +67,15 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
     }
     int trouble = 0;
     int start[KVS_REDIS_MAX_NODES + 1] = {0};
+    uint64_t node_bytes[KVS_REDIS_MAX_NODES] = {0};
+    const int64_t t0 = kvs_redis_mono_ns();
     for (int i = 0; i < n; i++) {
         node_of[i] = kvs_redis_route(m, b->keys[i], b->key_lens[i]);
         redir_node[i] = -1;
-        if (node_of[i] >= 0) start[node_of[i] + 1]++;
+        if (node_of[i] >= 0) {
+            start[node_of[i] + 1]++;
+            node_bytes[node_of[i]] += bytes_of(b, i);
+        }
     }
     for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) start[k + 1] += start[k];
     int fill[KVS_REDIS_MAX_NODES];
@@ -88,7 +96,7 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
         kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
         uint64_t skipped0 = atomic_load(&c->n.skipped);
         ctx[k] = kvs_redis_conn_acquire(c);
-        int ok = ctx[k] != NULL;
+        int ok = ctx[k] != NULL && kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, node_bytes[k])) == 0;
         for (int j = start[k]; ok && j < start[k + 1]; j++) ok = append_item(ctx[k], b, order[j]) == 0;
         if (ok) ok = kvs_redis_flush(ctx[k]) == 0;
         if (!ok) {
@@ -102,15 +110,26 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
             }
         }
     }
-    /* Read, node by node, in the order sent. */
+    /* Read, node by node, in the order sent: node k's replies are due by
+     * t0 + the budget of the bytes of nodes 0..k (this thread reads the
+     * earlier nodes first; node k works on its pipeline meanwhile), plus
+     * the time spent in reply callbacks (decoding is ours, not Redis's). */
     int n_redir = 0;
+    uint64_t bytes_due = 0;
+    int64_t cb_ns = 0;
     for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) {
         if (!ctx[k]) continue;
+        kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
+        bytes_due += node_bytes[k];
+        const int64_t due = t0 + (int64_t)kvs_redis_budget_ms(m->policy, bytes_due) * 1000000;
         int ok = 1;
         for (int j = start[k]; j < start[k + 1]; j++) {
             int i = order[j];
             redisReply *r = NULL;
-            if (ok && redisGetReply(ctx[k], (void **)&r) != REDIS_OK) ok = 0;
+            int64_t left_ms = (due + cb_ns - kvs_redis_mono_ns()) / 1000000;
+            if (ok && (kvs_redis_conn_set_timeout(c, (int)(left_ms > 0 ? left_ms : 1)) ||
+                       redisGetReply(ctx[k], (void **)&r) != REDIS_OK))
+                ok = 0;
             if (!ok) {
                 if (r) freeReplyObject(r);
                 trouble = 1;
@@ -124,11 +143,13 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
                 redir_ask[i] = ask;
                 n_redir++;
             } else {
+                int64_t c0 = kvs_redis_mono_ns();
                 b->reply(b->user, i, r);
+                cb_ns += kvs_redis_mono_ns() - c0;
             }
             freeReplyObject(r);
         }
-        kvs_redis_conn_release(conn_of(m, k, b->use_writer_conn), ok);
+        kvs_redis_conn_release(c, ok);
     }
     for (int i = 0; n_redir && i < n; i++)
         if (redir_node[i] >= 0) run_redirected(m, b, i, redir_node[i], redir_ask[i], cnt);

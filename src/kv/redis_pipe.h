@@ -10,9 +10,13 @@
  *   (ASK: preceded by ASKING), at most KVS_REDIS_MAX_HOPS times.
  *
  * A node that is down, skipped by its breaker, or fails during the batch
- * gives every item it had left a NULL reply; the batch never waits longer
- * than the policy's timeout per socket operation. Cluster: a failed node or
- * an unrouted key triggers a (rate-limited) slot map refresh.
+ * gives every item it had left a NULL reply. Deadlines (redis_conn.h): a
+ * node's pipeline is sent within the budget of its bytes, and its replies
+ * must arrive by start + the budget of the bytes of that node and of the
+ * nodes read before it (they are read one node after the other); each
+ * reply's socket waits are bounded by the time left (a server that
+ * trickles bytes can stretch one reply, a silent one cannot). Cluster: a
+ * failed node or an unrouted key triggers a (rate-limited) slot map refresh.
  */
 #ifndef KVS_KV_REDIS_PIPE_H
 #define KVS_KV_REDIS_PIPE_H
@@ -34,6 +38,9 @@ typedef struct kvs_redis_batch {
     void (*reply)(void *user, int i, const redisReply *r);
     void *user;
     int use_writer_conn;           /* 1: the nodes' wr connections (the writer thread) */
+    /* (n) bytes item i moves, request and reply (a value written or the
+     * value expected back), for its node's deadline; NULL: small items. */
+    const size_t *item_bytes;
 } kvs_redis_batch;
 
 /* Counts of what the batch met (added to, not reset). */

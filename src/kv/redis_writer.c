@@ -27,6 +27,7 @@ typedef struct write_batch {
     size_t key_len[WRITE_BATCH];
     uint8_t *val[WRITE_BATCH];
     size_t val_len[WRITE_BATCH];
+    size_t moved[WRITE_BATCH];      /* bytes sent per SET: its node's deadline */
     uint64_t skipped;
 } write_batch;
 
@@ -69,9 +70,10 @@ static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
         b.keys[m] = b.key[m];
         b.val[m] = v;
         b.val_len[m] = len;
+        b.moved[m] = len + b.key_len[m];
         m++;
     }
-    kvs_redis_batch batch = {m, b.keys, b.key_len, set_command, set_reply, &b, 1};
+    kvs_redis_batch batch = {m, b.keys, b.key_len, set_command, set_reply, &b, 1, b.moved};
     kvs_redis_batch_counts cnt = {0};
     if (m && kvs_redis_run_batch(&rt->nodes, &batch, &cnt)) atomic_fetch_add(&rt->put_errors, (uint64_t)m);
     /* Items a node's breaker or backoff skipped were dropped by design,

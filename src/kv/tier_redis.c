@@ -2,6 +2,7 @@
 #include "kv/tier_redis_impl.h"
 
 #include "base/error.h"
+#include "kv/chunking.h"
 #include "kv/keys.h"
 
 #include <stdio.h>
@@ -63,6 +64,7 @@ typedef struct get_ctx {
     key_set ks;
     char limit[24];
     kvs_chunk **out;
+    size_t *expect;   /* (n) bytes each reply may bring: the read's deadline */
 } get_ctx;
 
 static int getrange_command(void *user, int i, const char **argv, size_t *argvlen) {
@@ -116,11 +118,18 @@ static int redis_get_many(kvs_tier *t, const kvs_key *pk, int n, kvs_chunk **out
     int64_t t0 = kvs_redis_mono_ns();
     get_ctx g = {.rt = rt, .prefix_keys = pk, .out = out};
     snprintf(g.limit, sizeof g.limit, "%zu", rt->max_value_bytes); /* inclusive: limit + 1 bytes at most */
+    g.expect = malloc((size_t)n * sizeof *g.expect);
+    if (!g.expect) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
+    for (int i = 0; i < n; i++) g.expect[i] = rt->expect_value_bytes;
     int st = key_set_make(rt, pk, n, &g.ks);
-    if (st) return st;
-    kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0};
+    if (st) {
+        free(g.expect);
+        return st;
+    }
+    kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0, g.expect};
     st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
     key_set_free(&g.ks);
+    free(g.expect);
     int found = 0;
     for (int i = 0; i < n; i++) found += out[i] != NULL;
     atomic_fetch_add(&rt->gets, (uint64_t)n);
@@ -159,7 +168,7 @@ static int key_commands(redis_tier *rt, const char *cmd, const kvs_key *pk, int 
     key_cmd_ctx k = {.rt = rt, .cmd = cmd, .result = result};
     int st = key_set_make(rt, pk, n, &k.ks);
     if (st) return st;
-    kvs_redis_batch b = {n, k.ks.keys, k.ks.lens, key_command, key_reply, &k, 0};
+    kvs_redis_batch b = {n, k.ks.keys, k.ks.lens, key_command, key_reply, &k, 0, NULL};
     st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
     key_set_free(&k.ks);
     return st;
@@ -282,7 +291,8 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
     kvs_redis_conn *c;
     redisContext *ctx = acquire_node(rt, node, &c, &x->st);
     if (!ctx) return 1;
-    int ok = 1;
+    /* up to SCAN_HEAD_BYTES per key come back: the budget of that */
+    int ok = !kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(&rt->policy, (uint64_t)keys->elements * SCAN_HEAD_BYTES));
     for (size_t i = 0; ok && i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         ok = redisAppendCommand(ctx, "STRLEN %b", k, keys->element[i]->len) == REDIS_OK &&
@@ -400,12 +410,15 @@ int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const
     if (p->timeout_ms > 0) rt->policy.timeout_ms = p->timeout_ms;
     if (p->breaker_failures > 0) rt->policy.breaker_failures = p->breaker_failures;
     if (p->breaker_open_ms > 0) rt->policy.breaker_open_ms = p->breaker_open_ms;
+    if (p->min_mb_per_s > 0) rt->policy.min_mb_per_s = p->min_mb_per_s;
     if (fp) {
         rt->fp = *fp;
         rt->shape = *shape;
         char hex[65];
         kvs_key_to_hex(fp, hex);
         snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:%.16s:", hex);
+        /* raw bytes: a compressed value is smaller, so the budget errs long */
+        rt->expect_value_bytes = kvs_kv_payload_bytes(shape, p->chunk_tokens > 0 ? p->chunk_tokens : KVS_CHUNK_TOKENS_DEFAULT);
     } else {
         rt->any_model = 1; /* listing and clearing every model's keys */
         snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:");

@@ -23,10 +23,11 @@
  * (a missing chunk is a miss; the reuse ends before it and the rest is
  * computed). Writes are SET without expiry.
  *
- * Failure policy (redis_conn.h): per-operation timeout, reconnect with
- * backoff, circuit breaker. A down, slow or garbage-answering Redis makes
- * lookups misses and writes drops; no op blocks longer than the timeout per
- * socket operation (put never blocks at all).
+ * Failure policy (redis_conn.h): per-operation timeout, a budget that grows
+ * with the bytes a batch moves (a read expects chunk_tokens tokens of the
+ * KV shape per key), reconnect with backoff, circuit breaker. A down, slow
+ * or garbage-answering Redis makes lookups misses and writes drops; no op
+ * blocks longer than its budget (put never blocks at all).
  */
 #ifndef KVS_KV_TIER_REDIS_H
 #define KVS_KV_TIER_REDIS_H
@@ -44,7 +45,9 @@ typedef struct kvs_redis_tier_params {
     const char *cluster;       /* or: host:port[,host:port...] (any nodes of the cluster) */
     const char *password_file; /* optional: the password is the first line of this file */
     /* Without a password in the URL or a file, KVSTITCH_REDIS_PASSWORD is used if set. */
-    int timeout_ms;            /* per socket operation (0 = 50) */
+    int timeout_ms;            /* per socket operation (0 = 50); large batches get more (redis_conn.h) */
+    int min_mb_per_s;          /* slowest transfer a batch of large values may have (0 = 50) */
+    int chunk_tokens;          /* the store's chunk grid: the value size a read expects (0 = 64) */
     int breaker_failures;      /* 0 = 3 */
     int breaker_open_ms;       /* 0 = 2000 */
     size_t max_value_bytes;    /* values above it are never read whole (0 = 64 MiB) */

@@ -21,6 +21,7 @@ typedef struct redis_tier {
     int any_model;                 /* opened without a fingerprint: scan / clear of "kvs:*" only */
     char key_prefix[32];           /* "kvs:<fp16>:" */
     size_t max_value_bytes;
+    size_t expect_value_bytes;     /* a full grid chunk's raw KV: what a read budgets per key */
     kvs_rv_codec codec;
     int level;
     int flush_timeout_ms;

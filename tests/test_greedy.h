@@ -1,0 +1,17 @@
+/* Greedy generation parameters shared by the tests that compare runs bit for
+ * bit: temperature 0 (argmax, no sampler state), n_predict tokens, no top
+ * logprobs. */
+#ifndef KVS_TEST_GREEDY_H
+#define KVS_TEST_GREEDY_H
+
+#include "kvstitch.h"
+
+static inline kvs_generate_params kt_greedy(int n_predict) {
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = n_predict;
+    gp.sampling.temperature = 0;
+    gp.n_top_logprobs = 0;
+    return gp;
+}
+
+#endif
