@@ -527,7 +527,8 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
 }
 
 /* "strategy[:param],..." with strategy none, selective, firstk, cacheblend,
- * cacheblend+seams, cacheblend+narrow, cacheblend+seams+narrow (param:
+ * cacheblend+seams, cacheblend+narrow, cacheblend+seams+narrow, query,
+ * query+seams (param:
  * tokens or ratio; narrow: from 3x the ratio over 4 layers, or
  * RATIO/FROM/LAYERS). Returns the count, -1 if bad. */
 static int parse_configs(const char *list, cfg *cfgs) {
@@ -567,7 +568,8 @@ static int parse_configs(const char *list, cfg *cfgs) {
 
 static const char *usage =
     "usage: rag_eval [--standard] [--items N | --all] [--skip N] [--wiki N] [--ratios 0.05,0.15,...] [--sweep]\n"
-    "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,...]\n"
+    "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,\n"
+    "                 query:0.15,query+seams:0.1,...]\n"
     "                [--tag NAME] [--cold-items N] [--reps N] [--n-gen N] [--threads N] [--out DIR] [--model PATH]\n"
     "                [--data DIR]\n"
     "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, cacheblend at\n"
