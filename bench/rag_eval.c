@@ -110,6 +110,18 @@ static void answer_of(const char *text, char *out, size_t cap) {
     out[n] = 0;
 }
 
+/* "Answer found": the strategy's answer (first line, normalised) equals
+ * full prefill's. On a 135M model the gold answer is often missed by full
+ * itself, so agreement with full says whether reuse changed the answer. */
+static int same_answer(const char *full_text, const char *text) {
+    char a[512], b[512], na[1024], nb[1024];
+    answer_of(full_text, a, sizeof a);
+    answer_of(text, b, sizeof b);
+    normalize(a, na, sizeof na);
+    normalize(b, nb, sizeof nb);
+    return !strcmp(na, nb);
+}
+
 static void score(const item *it, const char *text, double *f1, double *em) {
     char ans[512], np[1024], ng[1024];
     answer_of(text, ans, sizeof ans);
@@ -165,7 +177,7 @@ typedef struct cfg {
     char name[48];
     kvs_repair_params rp;
     double param;            /* cacheblend: ratio; selective: overlap; firstk: k */
-    series ttft, kl, top1, exact, f1, em, frac, cost, ttft_full_pair;
+    series ttft, kl, top1, exact, same_answer, f1, em, frac, cost, ttft_full_pair;
     /* cold runs (empty cache) and, for the same prompts, the cached run and full */
     series ttft_cold, ttft_cold_cached, ttft_cold_full;
 } cfg;
@@ -175,9 +187,11 @@ typedef struct cfg {
 #define CFG_CB_SEAMS ((kvs_repair_mode)100)
 #define CFG_CB_NARROW ((kvs_repair_mode)101)
 #define CFG_CB_SEAMS_NARROW ((kvs_repair_mode)102)
+#define CFG_QUERY_SEAMS ((kvs_repair_mode)103)
 #define NARROW_X 3.0
 
 static const char *cfg_strategy(const cfg *c) {
+    if (c->rp.mode == KVS_REPAIR_QUERY) return c->rp.query_seams ? "query+seams" : "query";
     if (c->rp.mode != KVS_REPAIR_CACHEBLEND) return kvs_repair_mode_name(c->rp.mode);
     if (c->rp.narrow_from > 0) return c->rp.cacheblend_seams ? "cacheblend+seams+narrow" : "cacheblend+narrow";
     return c->rp.cacheblend_seams ? "cacheblend+seams" : "cacheblend";
@@ -313,6 +327,7 @@ static void eval_prompt(ev *e, const item *it, const kvs_seg_layout *lay, cfg *c
         push(&c->kl, kl_first(full.first_logits, r.first_logits, e->n_vocab));
         push(&c->exact, r.n_tokens == full.n_tokens &&
                             !memcmp(r.tokens, full.tokens, (size_t)full.n_tokens * sizeof(int32_t)));
+        push(&c->same_answer, same_answer(full.text, r.text));
         push(&c->frac, rep.n_moved ? (double)rep.n_recomputed / rep.n_moved : 0.0);
         push(&c->cost, rep.n_moved ? (double)rep.n_token_layers / ((double)rep.n_moved * e->n_layer) : 0.0);
         if (c->ttft_cold.n > c->ttft_cold_cached.n) { /* this prompt had a cold run: pair it */
@@ -390,17 +405,17 @@ static void fmt(char *b, size_t cap, const char *f, double v) {
 static void table(FILE *o, cfg *cfgs, int n_cfg, const series *full_ttft, const series *full_f1,
                   const series *full_em) {
     fprintf(o, "| strategy | recomputed tokens | fresh KV | TTFT ms | speedup vs full | cold TTFT ms (n) | "
-               "cold vs full | cached vs cold | first-token KL | top-1 agree | exact output | F1 | EM |\n");
-    fprintf(o, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+               "cold vs full | cached vs cold | first-token KL | top-1 agree | exact output | same answer | F1 | EM |\n");
+    fprintf(o, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     char f1[16], em[16];
     fmt(f1, sizeof f1, "%.3f", mean(full_f1));
     fmt(em, sizeof em, "%.3f", mean(full_em));
-    fprintf(o, "| full (cold prefill) | 100%% | 100%% | %.0f | 1.00x | - | - | - | 0 | 1.000 | 1.000 | %s | %s |\n",
+    fprintf(o, "| full (cold prefill) | 100%% | 100%% | %.0f | 1.00x | - | - | - | 0 | 1.000 | 1.000 | 1.000 | %s | %s |\n",
             median(full_ttft), f1, em);
     for (int i = 0; i < n_cfg; i++) {
         cfg *c = &cfgs[i];
         double t = median(&c->ttft), tc = median(&c->ttft_cold);
-        char cold[32], cf[16], cs[16], kl[16], t1[16], ex[16];
+        char cold[32], cf[16], cs[16], kl[16], t1[16], ex[16], sa[16];
         if (c->ttft_cold.n) snprintf(cold, sizeof cold, "%.0f (%d)", tc, c->ttft_cold.n);
         else snprintf(cold, sizeof cold, "-");
         fmt(cf, sizeof cf, "%.2fx", median(&c->ttft_cold_full) / tc);
@@ -408,11 +423,12 @@ static void table(FILE *o, cfg *cfgs, int n_cfg, const series *full_ttft, const 
         fmt(kl, sizeof kl, "%.4f", mean(&c->kl));
         fmt(t1, sizeof t1, "%.3f", mean(&c->top1));
         fmt(ex, sizeof ex, "%.3f", mean(&c->exact));
+        fmt(sa, sizeof sa, "%.3f", mean(&c->same_answer));
         fmt(f1, sizeof f1, "%.3f", mean(&c->f1));
         fmt(em, sizeof em, "%.3f", mean(&c->em));
-        fprintf(o, "| %s | %.1f%% | %.1f%% | %.0f | %.2fx | %s | %s | %s | %s | %s | %s | %s | %s |\n", c->name,
-                100 * mean(&c->frac), 100 * mean(&c->cost), t, median(&c->ttft_full_pair) / t, cold, cf, cs, kl, t1,
-                ex, f1, em);
+        fprintf(o, "| %s | %.1f%% | %.1f%% | %.0f | %.2fx | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                c->name, 100 * mean(&c->frac), 100 * mean(&c->cost), t, median(&c->ttft_full_pair) / t, cold, cf, cs,
+                kl, t1, ex, sa, f1, em);
     }
 }
 
@@ -420,9 +436,10 @@ static void table(FILE *o, cfg *cfgs, int n_cfg, const series *full_ttft, const 
  * chart draws a line per strategy through its rows). */
 static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
     fprintf(o, "# strategy\tparam\trecomputed_frac\tttft_ms\tspeedup_vs_full\tkl\ttop1\texact\tf1\tem\tfull_f1"
-               "\tfresh_kv_frac\n");
+               "\tfresh_kv_frac\tsame_answer\n");
     static const char *const groups[] = {"none", "selective", "firstk", "cacheblend", "cacheblend+seams",
-                                         "cacheblend+narrow", "cacheblend+seams+narrow", "full"};
+                                         "cacheblend+narrow", "cacheblend+seams+narrow", "query", "query+seams",
+                                         "full"};
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         int done[MAX_CFG] = {0};
         for (;;) {
@@ -434,10 +451,11 @@ static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
             done[b] = 1;
             cfg *c = &cfgs[b];
             double t = median(&c->ttft);
-            fprintf(o, "%s\t%g\t%.4f\t%.1f\t%.3f\t%.5f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n",
+            fprintf(o, "%s\t%g\t%.4f\t%.1f\t%.3f\t%.5f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n",
                     cfg_strategy(c), c->param, mean(&c->frac), t, median(&c->ttft_full_pair) / t,
                     mean(&c->kl), mean(&c->top1), mean(&c->exact), c->f1.n ? mean(&c->f1) : NAN,
-                    c->em.n ? mean(&c->em) : NAN, full_f1->n ? mean(full_f1) : NAN, mean(&c->cost));
+                    c->em.n ? mean(&c->em) : NAN, full_f1->n ? mean(full_f1) : NAN, mean(&c->cost),
+                    mean(&c->same_answer));
         }
     }
 }
@@ -491,9 +509,11 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
         c->rp.narrow_from = (float)(param * NARROW_X < 1 ? param * NARROW_X : 1);
         snprintf(c->name, sizeof c->name, "cacheblend%s narrow %.2f->%.2f", m == CFG_CB_SEAMS_NARROW ? "+seams" : "",
                  (double)c->rp.narrow_from, param);
-    } else if (m == KVS_REPAIR_QUERY) {
+    } else if (m == KVS_REPAIR_QUERY || m == CFG_QUERY_SEAMS) {
+        c->rp.mode = KVS_REPAIR_QUERY;
+        c->rp.query_seams = m == CFG_QUERY_SEAMS;
         c->rp.recompute_ratio = (float)param;
-        snprintf(c->name, sizeof c->name, "query r=%.2f", param);
+        snprintf(c->name, sizeof c->name, "query%s r=%.2f", c->rp.query_seams ? "+seams" : "", param);
     } else if (m == KVS_REPAIR_SELECTIVE) {
         c->rp.overlap = (int)param;
         snprintf(c->name, sizeof c->name, "selective R=%d", (int)param);
@@ -507,7 +527,8 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
 }
 
 /* "strategy[:param],..." with strategy none, selective, firstk, cacheblend,
- * cacheblend+seams, cacheblend+narrow, cacheblend+seams+narrow (param:
+ * cacheblend+seams, cacheblend+narrow, cacheblend+seams+narrow, query,
+ * query+seams (param:
  * tokens or ratio; narrow: from 3x the ratio over 4 layers, or
  * RATIO/FROM/LAYERS). Returns the count, -1 if bad. */
 static int parse_configs(const char *list, cfg *cfgs) {
@@ -523,8 +544,10 @@ static int parse_configs(const char *list, cfg *cfgs) {
         if (!strcmp(t, "cacheblend+seams")) m = CFG_CB_SEAMS;
         else if (!strcmp(t, "cacheblend+narrow")) m = CFG_CB_NARROW;
         else if (!strcmp(t, "cacheblend+seams+narrow")) m = CFG_CB_SEAMS_NARROW;
+        else if (!strcmp(t, "query+seams")) m = CFG_QUERY_SEAMS;
         else if (kvs_repair_mode_parse(t, &m) != KVS_OK) return -1;
-        if (!colon && (m == KVS_REPAIR_CACHEBLEND || m == CFG_CB_NARROW || m == KVS_REPAIR_QUERY)) param = 0.15;
+        if (!colon && (m == KVS_REPAIR_CACHEBLEND || m == CFG_CB_NARROW || m == KVS_REPAIR_QUERY || m == CFG_QUERY_SEAMS))
+            param = 0.15;
         if (!colon && (m == CFG_CB_SEAMS || m == CFG_CB_SEAMS_NARROW)) param = 0.10;
         if (!colon && (m == KVS_REPAIR_SELECTIVE || m == KVS_REPAIR_FIRSTK)) param = 16;
         if (m == KVS_REPAIR_FULL) return -1; /* full is the baseline row */
@@ -545,7 +568,8 @@ static int parse_configs(const char *list, cfg *cfgs) {
 
 static const char *usage =
     "usage: rag_eval [--standard] [--items N | --all] [--skip N] [--wiki N] [--ratios 0.05,0.15,...] [--sweep]\n"
-    "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,...]\n"
+    "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,\n"
+    "                 query:0.15,query+seams:0.1,...]\n"
     "                [--tag NAME] [--cold-items N] [--reps N] [--n-gen N] [--threads N] [--out DIR] [--model PATH]\n"
     "                [--data DIR]\n"
     "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, cacheblend at\n"
@@ -740,7 +764,9 @@ configured:;
                    "(the docs are computed and stored on the way), median over n prompts (the given order of the "
                    "first items; the default strategy on every item); cold vs full and cached vs cold: ratios of "
                    "the medians over those same prompts. KL (first token, full || strategy), top-1 agreement (32 "
-                   "tokens teacher-forced on full's output), exact output rate: means over prompts. F1 / EM: "
+                   "tokens teacher-forced on full's output), exact output rate, same answer (the first line of the "
+                   "output, normalised, equals full's: the answer found by full is found again): means over "
+                   "prompts. F1 / EM: "
                    "MuSiQue only, SQuAD normalisation, first line of the answer.\n\n",
                 e.reps);
         table(f, cfgs, n_cfg, &full_ttft, &full_f1, &full_em);

@@ -2,7 +2,7 @@
 # speedup over full against fidelity (first-token KL, top-1 agreement), and
 # fidelity against the recompute cost (the share of doc token-layers whose
 # K/V the repair wrote: deterministic, free of timing noise); one line per
-# strategy through its parameter values (cacheblend: recompute ratio;
+# strategy through its parameter values (cacheblend, query: recompute ratio;
 # selective / firstk: tokens per doc). Run by bench/rag_eval.sh:
 #   gnuplot -e "tsv='...tsv'; png='...png'" bench/rag_eval.gp
 if (!exists("tsv")) tsv = 'bench/results/rag_eval.tsv'
@@ -16,10 +16,10 @@ set logscale y 2
 set yrange [1:96]
 set multiplot layout 1,3 title "Non-prefix reuse on RAG prompts (SmolLM2-135M, 6 docs): speedup vs fidelity, fidelity vs recompute cost"
 # columns: 1 strategy, 2 param, 3 recomputed_frac, 4 ttft_ms, 5 speedup, 6 kl, 7 top1, 8 exact, 9 f1, 10 em,
-# 11 full_f1, 12 fresh_kv_frac
-# cacheblend*: the recompute ratio (narrow: the final one; it starts at 3x); selective / firstk: tokens per doc
-lbl(s, p, f) = (s[1:10] eq "cacheblend") ? sprintf("%.2f", p) : (s eq "none" ? "" : sprintf("%d", p))
-groups = "cacheblend cacheblend+seams cacheblend+narrow cacheblend+seams+narrow selective firstk none"
+# 11 full_f1, 12 fresh_kv_frac, 13 same_answer
+# cacheblend* / query*: the recompute ratio (narrow: the final one; it starts at 3x); selective / firstk: tokens per doc
+lbl(s, p, f) = (s[1:10] eq "cacheblend" || s[1:5] eq "query") ? sprintf("%.2f", p) : (s eq "none" ? "" : sprintf("%d", p))
+groups = "cacheblend cacheblend+seams cacheblend+narrow cacheblend+seams+narrow query query+seams selective firstk none"
 set xlabel "first-token KL vs full (lower is better)"
 set ylabel "TTFT speedup over full (docs cached)"
 plot for [s in groups] tsv using (strcol(1) eq s ? $6 : NaN):5 \

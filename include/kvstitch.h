@@ -708,6 +708,8 @@ typedef struct kvs_repair_params {
                              * geometrically to recompute_ratio. recomputed_tokens counts the
                              * final set (the tokens recomputed through the last layer) */
     int narrow_layers;      /* cacheblend: layers the narrowing takes (4) */
+    int query_seams;        /* query: 1 = with a ratio > 0, also recompute selective's tokens (the
+                             * last `overlap` before each seam) beyond the ratio; 0 (default) = off */
 } kvs_repair_params;
 
 KVS_API kvs_repair_params kvs_repair_default_params(void);

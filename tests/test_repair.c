@@ -686,6 +686,60 @@ out:
     kvs_cache_free(c);
 }
 
+/* query + seams: selective's tokens beyond the ratio, like cacheblend_seams;
+ * nothing at ratio 0 (the bits of none), every token at ratio 1 (the bits
+ * of full); with overlap 0 the seams add nothing (the bits of plain query);
+ * the flag is validated. */
+TEST(query_seams) {
+    const int L = kvs_model_hparams(g_model)->n_layer;
+    kvs_repair_params p = repair(KVS_REPAIR_QUERY, 0.2f);
+    CHECK_EQ_INT(kvs_repair_default_params().query_seams, 0);
+    p.query_seams = 2;
+    CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_ERR_INVALID_ARG);
+    p.query_seams = 1;
+    p.overlap = -1;
+    CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_ERR_INVALID_ARG);
+    kvs_cache *c = open_cache(NULL);
+    if (!c) return;
+    const int n_moved = doc_tokens(&g_lay), want = (int)(0.2 * n_moved + 0.5);
+    int sel = 0;
+    for (int i = 0; i < g_lay.n_segs; i++)
+        if (g_lay.segs[i].kind == KVS_SEG_DOC) {
+            int len = g_lay.segs[i].end - g_lay.segs[i].start;
+            sel += len < 16 ? len : 16;
+        }
+    kvs_generate_result none, r, plain;
+    kvs_seg_report rep;
+    if (run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &none, &rep)) goto out;
+    kvs_repair_params sp = repair(KVS_REPAIR_QUERY, 0.0f);
+    sp.query_seams = 1;
+    if (!run(c, &g_lay, sp, &r, &rep)) {
+        CHECK_MSG(same(&r, &none), "query+seams ratio 0 differs from none");
+        kvs_generate_result_free(&r);
+    }
+    sp.recompute_ratio = 1.0f;
+    if (!run(c, &g_lay, sp, &r, &rep)) {
+        CHECK_MSG(same(&r, &g_full), "query+seams ratio 1 differs from full");
+        CHECK_EQ_INT(rep.n_recomputed, n_moved);
+        kvs_generate_result_free(&r);
+    }
+    sp.recompute_ratio = 0.2f;
+    if (!run(c, &g_lay, sp, &r, &rep)) {
+        CHECK_MSG(rep.n_recomputed > want && rep.n_recomputed <= want + sel,
+                  "query+seams 0.2 recomputed %d (ratio %d, seams %d)", rep.n_recomputed, want, sel);
+        kvs_generate_result_free(&r);
+    }
+    sp.overlap = 0;
+    if (!run(c, &g_lay, sp, &r, &rep) && !run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.2f), &plain, &rep)) {
+        CHECK_MSG(same(&r, &plain), "query+seams with overlap 0 differs from query");
+        kvs_generate_result_free(&plain);
+        kvs_generate_result_free(&r);
+    }
+    kvs_generate_result_free(&none);
+out:
+    kvs_cache_free(c);
+}
+
 int main(void) {
     if (setup()) {
         fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
@@ -707,6 +761,7 @@ int main(void) {
     RUN(narrowing_invariants);
     RUN(narrowing_sets_shrink);
     RUN(query_invariants);
+    RUN(query_seams);
     kvs_generate_result_free(&g_full);
     kvs_seg_layout_free(&g_lay);
     kvs_seg_layout_free(&g_lay_rev);

@@ -19,7 +19,9 @@
  *      on each moved slot is added to that slot's score;
  *   3. the top recompute_ratio of moved tokens by score (ties to the earlier
  *      slot) are recomputed in every layer from layer 0, like full does for
- *      all of them.
+ *      all of them; with query_seams, the last `overlap` tokens of each doc
+ *      (selective's) too, beyond the ratio (the hybrid cacheblend_seams is
+ *      for cacheblend).
  *
  * Deterministic: one thread, a fixed summation order (16 lanes, then a fixed
  * tree), explicit fmaf; the same bits on every ISA with FMA. Invariants:
@@ -43,6 +45,10 @@ static int check_query(const kvs_repair_params *p, int n_layer) {
     if (!(p->recompute_ratio >= 0.0f && p->recompute_ratio <= 1.0f))
         return kvs_error(KVS_ERR_INVALID_ARG, "repair: recompute ratio must be in [0, 1], got %g",
                          (double)p->recompute_ratio);
+    if (p->query_seams != 0 && p->query_seams != 1)
+        return kvs_error(KVS_ERR_INVALID_ARG, "repair: query_seams must be 0 or 1, got %d", p->query_seams);
+    if (p->query_seams && p->overlap < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "repair: overlap must be >= 0, got %d", p->overlap);
     return KVS_OK;
 }
 
@@ -106,11 +112,6 @@ static int cmp_scored(const void *a, const void *b) {
     return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 /* The question pass: score[i] for moved slot start + i. */
 static int score_moved(const kvs_repair_job *job, double *score) {
     kvs_fwd *f = job->f;
@@ -166,25 +167,37 @@ static int select_query(const kvs_repair_job *job, kvs_rowset *rs, int *l0, kvs_
     }
     scored *sc = malloc((size_t)n_moved * sizeof *sc);
     double *score = calloc((size_t)n_moved, sizeof *score);
-    int *slots = malloc((size_t)want * sizeof *slots);
-    if (!sc || !score || !slots) {
+    int *slots = malloc((size_t)n_moved * sizeof *slots);
+    unsigned char *pick = calloc((size_t)n_moved, 1);
+    if (!sc || !score || !slots || !pick) {
         free(sc);
         free(score);
         free(slots);
+        free(pick);
         return kvs_error(KVS_ERR_NOMEM, "repair: query: out of memory for %d tokens", n_moved);
     }
     int st = want < n_moved ? score_moved(job, score) : KVS_OK; /* all of them: no pass needed */
+    int n_pick = 0;
     if (!st) {
         rep->n_check = want < n_moved ? nq : 0;
         rep->n_token_layers = (long)rep->n_check * n_layer;
         for (int i = 0; i < n_moved; i++) sc[i] = (scored){score[i], rg->start + i};
         qsort(sc, (size_t)n_moved, sizeof *sc, cmp_scored);
-        for (int i = 0; i < want; i++) slots[i] = sc[i].slot;
-        qsort(slots, (size_t)want, sizeof *slots, cmp_int);
-        st = kvs_rowset_alloc(rs, want, job->f->hp->n_embd);
+        for (int i = 0; i < want; i++) pick[sc[i].slot - rg->start] = 1;
+        /* seams: the tokens just before each seam, beyond the ratio (as
+         * cacheblend_seams does for cacheblend) */
+        for (int i = 0; job->p->query_seams && i < rg->n_docs; i++) {
+            const kvs_seg *s = &rg->docs[i];
+            int lo, hi;
+            kvs_repair_range_seam(job->p, s->end - s->start, &lo, &hi);
+            for (int t = s->start + lo; t < s->start + hi; t++) pick[t - rg->start] = 1;
+        }
+        for (int i = 0; i < n_moved; i++) /* slots ascending */
+            if (pick[i]) slots[n_pick++] = rg->start + i;
+        st = kvs_rowset_alloc(rs, n_pick, job->f->hp->n_embd);
     }
     if (!st) {
-        for (int r = 0; r < want; r++) {
+        for (int r = 0; r < n_pick; r++) {
             rs->pos[r] = slots[r];
             rs->tok[r] = rg->tokens[slots[r]];
         }
@@ -194,6 +207,7 @@ static int select_query(const kvs_repair_job *job, kvs_rowset *rs, int *l0, kvs_
     free(sc);
     free(score);
     free(slots);
+    free(pick);
     return st;
 }
 

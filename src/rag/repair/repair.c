@@ -22,6 +22,7 @@ kvs_repair_params kvs_repair_default_params(void) {
     p.cacheblend_seams = 1;
     p.narrow_from = 0.0f; /* off: see bench/results/rag_eval.md */
     p.narrow_layers = 4;
+    p.query_seams = 0;
     return p;
 }
 

@@ -8,8 +8,9 @@
  *                             seams, narrowing, min deviation  the top ratio (blend.c)
  *   firstk      "firstk"      first_k >= 0                     first first_k of each doc, 0
  *   full        "full"        -                                every moved token, 0
- *   query       "query"       ratio                            top ratio by the question's
- *                                                              attention over the moved KV, 0
+ *   query       "query"       ratio, query_seams (overlap)     top ratio by the question's
+ *                                                              attention over the moved KV
+ *                                                              (+ seams), 0
  *
  * A row's select fills a rowset with the rows to recompute, their hidden
  * states entering layer *l0, and runs whatever layers its choice needs
