@@ -34,11 +34,11 @@ if ! have_libfuzzer; then
 fi
 
 # The GGUF reader needs only the error module from src/base.
-src="src/gguf/*.c src/base/error.c"
+src="src/gguf/*.c src/base/error.c src/base/file.c"
 # shellcheck disable=SC2086
-"$clang" -g -O1 $san -Iinclude -Isrc -Itests fuzz/fuzz_gguf.c $src -o "$out/fuzz_gguf"
+"$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude -Isrc -Itests fuzz/fuzz_gguf.c $src -o "$out/fuzz_gguf"
 # shellcheck disable=SC2086
-"$clang" -g -O1 -DKVS_FUZZ_SEEDGEN -Iinclude -Isrc -Itests fuzz/fuzz_gguf.c $src -o "$out/seedgen"
+"$clang" -g -O1 -D_GNU_SOURCE -DKVS_FUZZ_SEEDGEN -Iinclude -Isrc -Itests fuzz/fuzz_gguf.c $src -o "$out/seedgen"
 
 # Seeds: the shared tiny model and vocabularies, plus builder-made files.
 for f in "$shared/models/llama-2-tiny-random.gguf" "$shared"/tokenizer-tests/*.gguf; do
@@ -70,7 +70,7 @@ serve_secs=$(( secs < 30 ? secs : 30 ))
 mkdir -p "$out/serve_corpus"
 cp -f fuzz/serve_seeds/*.json "$out/serve_corpus/"
 # shellcheck disable=SC2046
-"$clang" -g -O1 $san -Iinclude fuzz/fuzz_serve_request.c server/request.c \
+"$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude fuzz/fuzz_serve_request.c server/request.c \
     $(pkg-config --cflags --libs libcjson) -o "$out/fuzz_serve_request"
 log="$out/fuzz_serve_request.log"
 set +e
