@@ -78,7 +78,7 @@ static void keys_as_float(const kvs_kv_buffer *kv, int l, int n_slots, float *kf
 /* Adds, for m question rows whose roped queries are in f->q, the attention
  * probability each moved slot [start, end) receives to score[slot - start]. */
 static void add_attention(const kvs_fwd *f, const float *kf, int n_slots, const int32_t *pos, int m, int start,
-                          int end, float *logit, double *score) {
+                          int end, float *logit, double *ex, double *score) {
     const kvs_hparams *hp = f->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -92,10 +92,12 @@ static void add_attention(const kvs_fwd *f, const float *kf, int n_slots, const 
                 logit[j] = dot_fixed(q, kh + (size_t)j * hd, hd) * scale;
                 if (logit[j] > mx) mx = logit[j];
             }
+            /* Each exp once, kept for the moved slots' share (the same bits
+             * as computing it again, half the exp calls). */
             double z = 0.0;
-            for (int j = 0; j < n; j++) z += exp((double)logit[j] - mx);
+            for (int j = 0; j < n; j++) z += ex[j] = exp((double)logit[j] - mx);
             const int hi = end < n ? end : n;
-            for (int j = start; j < hi; j++) score[j - start] += exp((double)logit[j] - mx) / z;
+            for (int j = start; j < hi; j++) score[j - start] += ex[j] / z;
         }
     }
 }
@@ -123,9 +125,11 @@ static int score_moved(const kvs_repair_job *job, double *score) {
     if (st) return st;
     float *kf = malloc((size_t)kv->n_kv_head * n_slots * kv->head_dim * sizeof *kf);
     float *logit = malloc((size_t)n_slots * sizeof *logit);
-    if (!kf || !logit) {
+    double *ex = malloc((size_t)n_slots * sizeof *ex);
+    if (!kf || !logit || !ex) {
         free(kf);
         free(logit);
+        free(ex);
         kvs_rowset_free(&qs);
         return kvs_error(KVS_ERR_NOMEM, "repair: query: out of memory for %d slots", n_slots);
     }
@@ -145,13 +149,14 @@ static int score_moved(const kvs_repair_job *job, double *score) {
             /* keys after this batch's store: its rows see each other as the
              * attention kernel will */
             keys_as_float(kv, l, qs.pos[b0 + m - 1] + 1, kf);
-            add_attention(f, kf, qs.pos[b0 + m - 1] + 1, qs.pos + b0, m, rg->start, rg->end, logit, score);
+            add_attention(f, kf, qs.pos[b0 + m - 1] + 1, qs.pos + b0, m, rg->start, rg->end, logit, ex, score);
             kvs_fwd_layer_attn_ffn(f, l, qs.pos + b0, m, kv);
             memcpy(qs.x + (size_t)b0 * d, f->x, (size_t)m * d * sizeof(float));
         }
     }
     free(kf);
     free(logit);
+    free(ex);
     kvs_rowset_free(&qs);
     return KVS_OK;
 }
