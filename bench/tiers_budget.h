@@ -17,31 +17,8 @@
 #include <limits.h>
 #include <poll.h>
 
+#include "../tests/busy_loops.h"
 #include "kv/redis_conn.h"
-
-/* n busy loops, each bounded in time (alarm) and dying with this process. */
-static int budget_busy_start(pid_t *kids, int n) {
-    int k = 0;
-    for (; k < n; k++) {
-        pid_t p = fork();
-        if (p < 0) break;
-        if (p == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            alarm(120);
-            for (volatile unsigned long x = 0;; x++) {
-            }
-        }
-        kids[k] = p;
-    }
-    return k;
-}
-
-static void budget_busy_stop(pid_t *kids, int n) {
-    for (int i = 0; i < n; i++) {
-        kill(kids[i], SIGKILL);
-        waitpid(kids[i], NULL, 0);
-    }
-}
 
 /* One raw pipelined read of keys: ms to the first reply byte and to the last reply. */
 static int budget_raw_read(redisContext *ctx, char (*key)[96], int n, double *first, double *all) {
@@ -113,7 +90,7 @@ static void bench_budget(const kvs_key *fp, const chunk_list *l, int port, int r
     const int busy_cases[] = {0, (int)cores, 2 * (int)cores};
     for (int b = 0; b < 3; b++) {
         pid_t kids[256];
-        int n_busy = budget_busy_start(kids, busy_cases[b] < 256 ? busy_cases[b] : 256);
+        int n_busy = busy_loops_start(kids, busy_cases[b] < 256 ? busy_cases[b] : 256, 120);
         bench_sleep_ms(300);
         int ok = 1, got_fixed = 0, got_sized = 0;
         for (int r = 0; r < reps; r++) {
@@ -124,7 +101,7 @@ static void bench_budget(const kvs_key *fp, const chunk_list *l, int port, int r
             if (pong) freeReplyObject(pong);
         }
         double load = bench_load1();
-        budget_busy_stop(kids, n_busy);
+        busy_loops_stop(kids, n_busy);
         if (!ok) {
             printf("%5d  raw read failed\n", n_busy);
             continue;

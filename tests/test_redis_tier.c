@@ -6,6 +6,7 @@
  * happened. */
 #include "harness.h"
 #include "test_redis_util.h"
+#include "busy_loops.h"
 
 #include "kv/redis_conn.h"
 #include "kv/redis_value.h"
@@ -469,31 +470,6 @@ TEST(full_write_queue_drops_and_never_blocks) {
 static const kvs_kv_shape REAL = {30, 3, 64, KVS_KV_F16};
 #define REAL_MAX 16
 
-/* n busy loops (nice 0), each bounded in time by alarm(), dying with this
- * process; stop_busy kills them. */
-static int start_busy(pid_t *kids, int n) {
-    int started = 0;
-    for (; started < n; started++) {
-        pid_t p = fork();
-        if (p < 0) break;
-        if (p == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            alarm(60);
-            for (volatile unsigned long x = 0;; x++) {
-            }
-        }
-        kids[started] = p;
-    }
-    return started;
-}
-
-static void stop_busy(pid_t *kids, int n) {
-    for (int i = 0; i < n; i++) {
-        kill(kids[i], SIGKILL);
-        waitpid(kids[i], NULL, 0);
-    }
-}
-
 /* How many of the n real-sized chunks get_many serves, each bit-identical. */
 static int served_real(kvs_tier *t, kvs_chunk **c, int n) {
     kvs_key keys[REAL_MAX];
@@ -545,11 +521,11 @@ TEST(loaded_machine_and_slow_server_real_sizes) {
     /* busy loops: two per core, as many processes sharing a small machine */
     pid_t kids[64];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n_busy = start_busy(kids, (int)(cores < 1 ? 2 : cores > 32 ? 64 : 2 * cores));
+    int n_busy = busy_loops_start(kids, (int)(cores < 1 ? 2 : cores > 32 ? 64 : 2 * cores), 60);
     rt_sleep_ms(100);
     int hits = 0;
     for (int round = 0; round < 3; round++) hits += served_real(t, c, n);
-    stop_busy(kids, n_busy);
+    busy_loops_stop(kids, n_busy);
     CHECK_MSG(hits == 3 * n, "under %d busy loops %d of %d real-sized chunks were served", n_busy, hits, 3 * n);
 
     kvs_redis_policy pol;
