@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "kernels/kernels_impl.h"
 #include "kernels/kquant.h"
 #include "test_kernels_util.h"
 
@@ -125,11 +126,11 @@ static float *matmul(const kvs_wmat *w, const float *x, int m, kvs_pool *pool) {
 }
 
 TEST(test_kq_simd_equals_scalar) {
-    const int ks[] = {256, 640, 2048}; /* 640: 20 blocks, not a multiple of 16 (Q5_0 only: K-quants need 256) */
+    const int ks[] = {96, 256, 640, 2048}; /* 96, 640: 3 and 20 blocks, a partial octet and not a multiple of 16 (Q5_0 / Q5_1 only: K-quants need 256) */
     const int ms[] = {1, 3, 16, 37};
     int compared = 0;
     for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++)
-        for (size_t ki = 0; ki < 3; ki++) {
+        for (size_t ki = 0; ki < 4; ki++) {
             if (ks[ki] % 256 && !(k_types[t] == KVS_TYPE_Q5_0 || k_types[t] == KVS_TYPE_Q5_1)) continue;
             kvs_wmat w = rand_kq(k_types[t], 48, ks[ki]);
             for (size_t mi = 0; mi < 4; mi++) {
@@ -209,10 +210,79 @@ TEST(test_kq_batch_invariant) {
     kvs_pool_free(pool);
 }
 
+/* The SIMD quantizers of activation rows write the reference's bytes (the
+ * K-quant row and the Q4 / Q8 layout), also
+ * for hostile rows: NaN, infinities, huge and subnormal values, all-zero
+ * blocks, exact rounding ties (v * 256 on .5), a partial last octet. */
+TEST(test_quantize_rows_simd_equals_scalar) {
+#if defined(__x86_64__)
+    if (kvs_kernels_cpu_level() < 1) {
+        printf("  (skip: no AVX2 on this CPU)\n");
+        return;
+    }
+    const int k = 640; /* 20 blocks: nbp 24, padding past nb */
+    const size_t bytes = kvs_kq_xrow_bytes(k);
+    float *x = xmalloc((size_t)k * 4);
+    uint8_t *a = xmalloc(bytes), *b = xmalloc(bytes);
+    int rows = 0;
+    for (int variant = 0; variant < 9; variant++) {
+        kt_rand_vec(x, (size_t)k, 3.0f);
+        switch (variant) {
+        case 1: for (int e = 32; e < 64; e++) x[e] = 0.0f; break;
+        case 2: /* a NaN at every position of a block (each lane of the max reduction) */
+            for (int q = 0; q < 20; q++) x[32 * q + q] = q % 2 ? NAN : -NAN;
+            break;
+        case 8:
+            for (int q = 0; q < 20; q++) x[32 * q + 12 + q] = NAN;
+            break;
+        case 3: x[40] = INFINITY; x[41] = -INFINITY; x[300] = INFINITY; break;
+        case 4: for (int e = 0; e < k; e += 3) x[e] = 3e38f * (e % 2 ? -1.0f : 1.0f); break;
+        case 5: for (int e = 0; e < k; e++) x[e] *= 1e-39f; break; /* subnormal, below FLT_MIN scales */
+        case 6: for (int e = 0; e < k; e++) x[e] = (float)(e % 255 - 127) / 2.0f; break; /* ties */
+        case 7: for (int e = 0; e < k; e++) x[e] = (float)((e * 37) % 513 - 256) / 512.0f; break;
+        }
+        memset(a, 0xaa, bytes);
+        memset(b, 0x55, bytes);
+        kvs_kq_isa_scalar.quantize_row(x, k, a);
+        kvs_kq_isa_avx2.quantize_row(x, k, b);
+        size_t bad = 0;
+        while (bad < bytes && a[bad] == b[bad]) bad++;
+        CHECK_MSG(bad == bytes, "variant %d: quantized rows differ at byte %zu of %zu", variant, bad, bytes);
+        rows++;
+        /* the same rows in the Q4_0 / Q4_1 / Q8_0 layout (quant.h: groups, tail quads) */
+        const int wtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+        for (int t = 0; t < 3; t++) {
+            kvs_wmat w = {.type = wtypes[t], .n = 1, .k = k};
+            const size_t xb = kvs_xq_bytes(k, 1);
+            uint8_t *qa = xmalloc(xb), *qb = xmalloc(xb);
+            memset(qa, 0, xb);
+            memset(qb, 0, xb);
+            kvs_mm_call ca = {.w = &w, .x = x, .m = 1, .xq = qa, .xq_row = kvs_xq_row_bytes(k),
+                              .xq_tail = qa + kvs_xq_row_bytes(k), .xq_quad = kvs_xq_quad_bytes(k)};
+            kvs_mm_call cb = ca;
+            cb.xq = qb;
+            cb.xq_tail = qb + kvs_xq_row_bytes(k);
+            kvs_isa_scalar.quantize_rows(&ca, 0, 1);
+            kvs_isa_avx2.quantize_rows(&cb, 0, 1);
+            CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, %s layout: quantized rows differ", variant,
+                      kvs_type_traits_of(wtypes[t])->name);
+            free(qa);
+            free(qb);
+            rows++;
+        }
+    }
+    printf("  %d hostile rows compared\n", rows);
+    free(x);
+    free(a);
+    free(b);
+#endif
+}
+
 int main(void) {
     RUN(test_kq_dequant_matches_gguf);
     RUN(test_kq_simd_equals_scalar);
     RUN(test_kq_vs_double);
     RUN(test_kq_batch_invariant);
+    RUN(test_quantize_rows_simd_equals_scalar);
     return kt_summary();
 }

@@ -123,6 +123,17 @@ extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1);
 #endif
 
+/* One block of 32 quantized (quant.h): hi and lo bytes + offset (128 for
+ * Q8_0 weights, else 0) in natural order, sum Q; returns the scale of Q. */
+typedef float (*kvs_xq_block_fn)(const float *xb, int offset, uint8_t hi[KVS_QK], uint8_t lo[KVS_QK], int32_t *sum);
+/* Row x quantized block by block with quantize, laid out as quant.h says
+ * (full groups at xq, tail blocks in quad at row sub): one layout for every
+ * ISA's block quantizer. */
+void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, int wtype, uint8_t *xq,
+                             uint8_t *quad, int sub);
+/* Rows [i0, i1) of a call's x into its xq (kvs_quantize_row_layout each). */
+void kvs_quantize_rows_with(kvs_xq_block_fn quantize, const kvs_mm_call *c, int i0, int i1);
+
 /* Scalar pieces reused by the SIMD paths for tails and unusual shapes. */
 /* Row i of the call: its full groups at xq, its tail in quad at sub = i % 4. */
 void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub);

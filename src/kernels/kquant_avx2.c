@@ -1,46 +1,69 @@
 /*
  * AVX2 dot products for Q5_0 / Q5_1 / K-quant weights: the canonical
- * arithmetic of kquant.h bit for bit. A weight block is unpacked once per
- * (column, block) and used for every activation row of the call; the
- * integer dots run in 16-bit pairs (|q_w| <= 32, |hi|, |lo| <= 127: no
- * saturation) and are exact, and the float steps are the reference's, in
- * its order.
+ * arithmetic of kquant.h bit for bit.
+ *
+ * Lanes are blocks. Blocks are taken by octets (8 consecutive blocks, b0 a
+ * multiple of 8), so lane l of a float vector is block b0 + l and its chain
+ * c = b % 16 is lane l of the low (b0 % 16 == 0) or the high accumulator:
+ * the reference's 16 chains are two registers and every float step of eight
+ * blocks is one vector instruction in the reference's order.
+ *
+ * A weight row is first unpacked into an L1 buffer (unpack_row): unsigned
+ * integers qu = q_w + off (0..63, off 16 for Q5_0, 32 for Q6_K, else 0) and
+ * per-block float scales, by octets, zero-padded to whole octets. The
+ * unpacked row then meets every activation row of the call (decode: one;
+ * the server's batch: a few; prefill: many), so the unpacking cost is paid
+ * once per weight row and the dot loop is the same for every type:
+ *
+ *   block dot: vpmaddubsw(qu, hi) and (qu, lo) (pairs <= 2 * 63 * 127: no
+ *   saturation), widened by vpmaddwd with 256 and 1: lanes 0-3 hold half 0,
+ *   lanes 4-7 half 1; three rounds of vphaddd over the octet's 8 block
+ *   vectors leave each block's half sums in one lane; the offset comes off
+ *   exactly as off * (sum of Q over the half), which the quantized row
+ *   carries (kquant.h). Integers are exact, so only the float steps are
+ *   ordered, and they are the reference's.
+ *
+ * Two weight rows are computed together (two independent chains; x loaded
+ * once for both).
  */
 #if defined(__x86_64__)
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
 #include "kernels/kquant.h"
-#include "kernels/quant.h"
+#include "kernels/quant_avx2.h"
 
-#define MAX_ROWS 16 /* activation rows per pass (accumulators on the stack) */
+/* Blocks a row may have for the unpacked buffers on the stack (k <= 32768
+ * elements: 2 rows x 1024 blocks x 44 bytes = 88 KiB); longer rows take
+ * the scalar reference. */
+#define MAX_BLOCKS 1024
+#define PF_ROWS 4 /* weight rows prefetched ahead in decode */
 
-/* Sum of the 8 int32 lanes (exact). */
-static inline int32_t hsum_i32(__m256i v) {
-    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
-    return _mm_cvtsi128_si32(a);
-}
+/* One weight row, unpacked (see above). */
+typedef struct wrow {
+    uint8_t qu[MAX_BLOCKS * 32] __attribute__((aligned(32)));
+    float dw0[MAX_BLOCKS], dw1[MAX_BLOCKS], mw[MAX_BLOCKS];
+} wrow;
 
-/* int32 lanes: lanes 0-3 hold elements 0-15 (half 0), lanes 4-7 half 1. */
-static inline __m256i dot32(__m256i aw, __m256i sw, const int8_t *x) {
-    __m256i xv = _mm256_loadu_si256((const __m256i *)x);
-    __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, sw));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
+/* Per-type constants of the dot loop (avx2_dot_cols passes them as
+ * literals so that each type's loop is compiled without the others'
+ * branches; kvs_kq_split_scales / kvs_kq_has_min say the same). */
+typedef struct kq_shape {
+    int off_shift; /* off = 1 << off_shift, 0: no offset (off 0) */
+    int split;     /* Q6_K: a scale per half */
+    int has_min;   /* Q5_1, Q4_K, Q5_K */
+} kq_shape;
 
 /* 0xff in byte e where bit e of the 32-bit word is set. */
-static inline __m256i bytes_from_bits(uint32_t bits) {
+AI __m256i bytes_from_bits(uint32_t bits) {
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
                                             0x0303030303030303);
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
@@ -48,82 +71,243 @@ static inline __m256i bytes_from_bits(uint32_t bits) {
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
 }
 
-/* The 32 integers of block b, as kvs_kq_unpack gives them (vector unpack
- * for the types gemma3's Q4_K_M mixes: Q5_0, Q4_K, Q6_K), and its scales. */
-static inline __m256i unpack(int type, const uint8_t *row, int b, kvs_kq_block *blk) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    switch (type) {
-    case KVS_TYPE_Q5_0: {
-        const uint8_t *p = row + (size_t)b * 22;
-        uint32_t qh;
-        memcpy(&qh, p + 2, 4);
-        __m128i v = _mm_loadu_si128((const __m128i *)(p + 6));
-        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-        q = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(16)));
-        kvs_kq_scales(type, row, b, blk);
-        return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-    }
-    case KVS_TYPE_Q4_K: {
-        const int j = b % 8;
-        __m256i v = _mm256_loadu_si256((const __m256i *)(row + (size_t)(b / 8) * 144 + 16 + 32 * (j / 2)));
-        kvs_kq_scales(type, row, b, blk);
-        return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
-    }
-    case KVS_TYPE_Q6_K: {
-        const int j = b % 8, n = j / 4, r = j % 4;
-        const uint8_t *sb = row + (size_t)(b / 8) * 210;
-        __m256i ql = _mm256_loadu_si256((const __m256i *)(sb + 64 * n + (r & 1 ? 32 : 0)));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * n));
-        __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
-        __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)), _mm256_set1_epi8(3));
-        kvs_kq_scales(type, row, b, blk);
-        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
-    }
-    default:
-        kvs_kq_unpack(type, row, b, blk);
-        return _mm256_loadu_si256((const __m256i *)blk->q);
-    }
+AI uint16_t u16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
 }
 
-static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
-    const int nb = w->k / 32, split = kvs_kq_split_scales(w->type), has_min = kvs_kq_has_min(w->type);
-    for (int i0 = 0; i0 < m; i0 += MAX_ROWS) {
-        const int mr = m - i0 < MAX_ROWS ? m - i0 : MAX_ROWS;
-        for (int j = j0; j < j1; j++) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-            float acc[MAX_ROWS][16];
-            for (int r = 0; r < mr; r++)
-                for (int c = 0; c < 16; c++) acc[r][c] = 0.0f;
-            kvs_kq_block blk;
-            for (int b = 0; b < nb; b++) {
-                __m256i wv = unpack(w->type, row, b, &blk);
-                __m256i aw = _mm256_sign_epi8(wv, wv); /* |q_w| as the unsigned operand */
-                for (int r = 0; r < mr; r++) {
-                    const uint8_t *xr = xq + (size_t)(i0 + r) * xq_row;
-                    const int8_t *hi = (const int8_t *)xr + (size_t)b * 64;
-                    const float *dx = (const float *)(xr + (size_t)nb * 64), *sx = dx + nb;
-                    __m256i iv = _mm256_add_epi32(_mm256_slli_epi32(dot32(aw, wv, hi), 8), dot32(aw, wv, hi + 32));
-                    float *a = &acc[r][b % 16];
-                    if (split) {
-                        __m128i h0 = _mm256_castsi256_si128(iv), h1 = _mm256_extracti128_si256(iv, 1);
-                        h0 = _mm_add_epi32(h0, _mm_shuffle_epi32(h0, 0x4e));
-                        h0 = _mm_add_epi32(h0, _mm_shuffle_epi32(h0, 0xb1));
-                        h1 = _mm_add_epi32(h1, _mm_shuffle_epi32(h1, 0x4e));
-                        h1 = _mm_add_epi32(h1, _mm_shuffle_epi32(h1, 0xb1));
-                        *a = fmaf((float)_mm_cvtsi128_si32(h0), blk.dw[0] * dx[b], *a);
-                        *a = fmaf((float)_mm_cvtsi128_si32(h1), blk.dw[1] * dx[b], *a);
-                    } else {
-                        *a = fmaf((float)hsum_i32(iv), blk.dw[0] * dx[b], *a);
-                    }
-                    if (has_min) *a = fmaf(blk.mw, sx[b], *a);
-                }
-            }
-            for (int r = 0; r < mr; r++) y[(size_t)(i0 + r) * w->n + j] = kvs_tree16(acc[r]);
+/* Q5_0 / Q5_1: cnt (<= 8) blocks from b0, each with its own f16 scale (and min). */
+static void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, wrow *o) {
+    const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
+    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
+    uint16_t d[8] = {0}, m[8] = {0};
+    for (int i = 0; i < cnt; i++) {
+        const uint8_t *p = row + (size_t)(b0 + i) * bs;
+        uint32_t qh;
+        memcpy(&qh, p + qh_at, 4);
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + qh_at + 4));
+        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+        q = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), b16));
+        _mm256_store_si256((__m256i *)(o->qu + (size_t)(b0 + i) * 32), q);
+        d[i] = u16_at(p);
+        if (q51) m[i] = u16_at(p + 2);
+    }
+    for (int i = cnt; i < 8; i++) /* padding: zero integers (and zero scales below) */
+        _mm256_store_si256((__m256i *)(o->qu + (size_t)(b0 + i) * 32), _mm256_setzero_si256());
+    __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    _mm256_storeu_ps(o->dw0 + b0, dv);
+    _mm256_storeu_ps(o->dw1 + b0, dv);
+    _mm256_storeu_ps(o->mw + b0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)m)));
+}
+
+/* Q4_K / Q5_K: superblock s is the octet from 8 s. */
+static void unpack_k45(const uint8_t *row, int s, int k5, wrow *o) {
+    const uint8_t *sb = row + (size_t)s * (k5 ? 176 : 144), *q = sb + 4;
+    const uint8_t *qs = sb + (k5 ? 48 : 16);
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i qh = k5 ? _mm256_loadu_si256((const __m256i *)(sb + 16)) : _mm256_setzero_si256();
+    uint8_t *dst = o->qu + (size_t)s * 256;
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (k5) { /* bit j of qh[l] is bit 4 of element l of sub-block j */
+            const int j = 2 * p;
+            __m256i bl = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one);
+            __m256i bh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j + 1)), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
+        }
+        _mm256_store_si256((__m256i *)(dst + 64 * p), lo);
+        _mm256_store_si256((__m256i *)(dst + 64 * p + 32), hi);
+    }
+    /* ggml's get_scale_min_k4 for the 8 sub-blocks (kquant_ref.c) */
+    int32_t sc[8], mn[8];
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
+        mn[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb)));
+    __m256 dmin = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 2)));
+    __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sc)));
+    __m256 mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)mn)));
+    _mm256_storeu_ps(o->dw0 + 8 * s, dw);
+    _mm256_storeu_ps(o->dw1 + 8 * s, dw);
+    _mm256_storeu_ps(o->mw + 8 * s, _mm256_xor_ps(mw, _mm256_set1_ps(-0.0f))); /* -(dmin * m), exact */
+}
+
+/* Q6_K: superblock s is the octet from 8 s; sub-block j reads ql half
+ * (j % 4 < 2: low nibbles) of ql[64 (j / 4) + 32 (j % 2)] and 2 bits of
+ * qh[32 (j / 4)] at 2 (j % 4); its half scales are scales[2 j], [2 j + 1]. */
+static void unpack_q6k(const uint8_t *row, int s, wrow *o) {
+    const uint8_t *sb = row + (size_t)s * 210;
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    uint8_t *dst = o->qu + (size_t)s * 256;
+    for (int n = 0; n < 2; n++) {
+        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * n));
+        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * n + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * n));
+        __m256i lo[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                         _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+        for (int r = 0; r < 4; r++) {
+            __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)), m3);
+            _mm256_store_si256((__m256i *)(dst + 32 * (4 * n + r)), _mm256_or_si256(lo[r], _mm256_slli_epi16(hb, 4)));
+        }
+    }
+    __m128i sc = _mm_loadu_si128((const __m128i *)(sb + 192));
+    __m128i eo = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 208)));
+    _mm256_storeu_ps(o->dw0 + 8 * s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eo))));
+    _mm256_storeu_ps(o->dw1 + 8 * s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(eo, 8)))));
+    _mm256_storeu_ps(o->mw + 8 * s, _mm256_setzero_ps());
+}
+
+static void unpack_row(int type, const uint8_t *row, int nb, wrow *o) {
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        switch (type) {
+        case KVS_TYPE_Q5_0: unpack_q5(row, b0, nb - b0 < 8 ? nb - b0 : 8, 0, o); break;
+        case KVS_TYPE_Q5_1: unpack_q5(row, b0, nb - b0 < 8 ? nb - b0 : 8, 1, o); break;
+        case KVS_TYPE_Q4_K: unpack_k45(row, b0 / 8, 0, o); break;
+        case KVS_TYPE_Q5_K: unpack_k45(row, b0 / 8, 1, o); break;
+        default: unpack_q6k(row, b0 / 8, o); break;
         }
     }
 }
 
-const kvs_kq_isa kvs_kq_isa_avx2 = {.name = "avx2", .dot_cols = avx2_dot_cols};
+/* 256 dot(qu, hi) + dot(qu, lo) of one block: half 0 in lanes 0-3, half 1 in 4-7. */
+AI __m256i block_dot(const uint8_t *qu, const int8_t *x) {
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256i w = _mm256_load_si256((const __m256i *)qu);
+    __m256i h = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)x));
+    __m256i l = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(x + 32)));
+    return _mm256_add_epi32(_mm256_madd_epi16(h, c256), _mm256_madd_epi16(l, ones));
+}
+
+/* Half sums of cnt blocks from b0 of one weight row: H0 lane l = half 0 of
+ * block b0 + l, H1 half 1 (lanes >= cnt: 0). */
+AI void octet_sums(const wrow *w, int b0, int cnt, const int8_t *xb, __m256i *H0, __m256i *H1) {
+    __m256i v[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        v[i] = i < cnt ? block_dot(w->qu + (size_t)(b0 + i) * 32, xb + (size_t)(b0 + i) * 64) : _mm256_setzero_si256();
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    *H0 = _mm256_permute2x128_si256(a, b, 0x20);
+    *H1 = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+/* The float steps of an octet on its accumulator (the reference's order). */
+AI __m256 octet_fma(__m256 A, const wrow *w, int b0, __m256i H0, __m256i H1, const float *dx, const float *sx,
+                    const int32_t *s0, const int32_t *s1, kq_shape sh) {
+    if (sh.off_shift) {
+        H0 = _mm256_sub_epi32(H0, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(s0 + b0)),
+                                                   _mm_cvtsi32_si128(sh.off_shift)));
+        H1 = _mm256_sub_epi32(H1, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(s1 + b0)),
+                                                   _mm_cvtsi32_si128(sh.off_shift)));
+    }
+    __m256 dxv = _mm256_loadu_ps(dx + b0);
+    if (sh.split) {
+        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H0), _mm256_mul_ps(_mm256_loadu_ps(w->dw0 + b0), dxv), A);
+        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H1), _mm256_mul_ps(_mm256_loadu_ps(w->dw1 + b0), dxv), A);
+    } else {
+        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1)),
+                            _mm256_mul_ps(_mm256_loadu_ps(w->dw0 + b0), dxv), A);
+    }
+    if (sh.has_min) A = _mm256_fmadd_ps(_mm256_loadu_ps(w->mw + b0), _mm256_loadu_ps(sx + b0), A);
+    return A;
+}
+
+/* y = two weight rows (wa, wb) . one quantized activation row xr. */
+AI void dot_pair(const wrow *wa, const wrow *wb, const uint8_t *xr, int nb, kq_shape sh, float *ya, float *yb) {
+    const int nbp = (nb + 7) & ~7;
+    const int8_t *xb = (const int8_t *)xr;
+    const float *dx = (const float *)(xr + (size_t)nb * 64), *sx = dx + nbp;
+    const int32_t *s0 = (const int32_t *)(sx + nbp), *s1 = s0 + nbp;
+    __m256 A[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    const int nfull = nb & ~7;
+    for (int b0 = 0; b0 < nfull; b0 += 8) {
+        const int c = (b0 >> 3) & 1;
+        __m256i H0, H1;
+        octet_sums(wa, b0, 8, xb, &H0, &H1);
+        A[0][c] = octet_fma(A[0][c], wa, b0, H0, H1, dx, sx, s0, s1, sh);
+        octet_sums(wb, b0, 8, xb, &H0, &H1);
+        A[1][c] = octet_fma(A[1][c], wb, b0, H0, H1, dx, sx, s0, s1, sh);
+    }
+    if (nfull < nb) { /* a partial octet (Q5_0 / Q5_1): lanes past nb keep their chains untouched */
+        const int b0 = nfull, c = (b0 >> 3) & 1, cnt = nb - nfull;
+        const __m256 keep = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
+        for (int o = 0; o < 2; o++) {
+            const wrow *w = o ? wb : wa;
+            __m256i H0, H1;
+            octet_sums(w, b0, cnt, xb, &H0, &H1);
+            A[o][c] = _mm256_blendv_ps(octet_fma(A[o][c], w, b0, H0, H1, dx, sx, s0, s1, sh), A[o][c], keep);
+        }
+    }
+    *ya = tree16_2(A[0][0], A[0][1]);
+    *yb = tree16_2(A[1][0], A[1][1]);
+}
+
+/* Columns [j0, j1) for rows [0, m), per type shape (constant-folded). */
+AI void cols_of_shape(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1,
+                      kq_shape sh, wrow *wa, wrow *wb) {
+    const int nb = w->k / 32;
+    for (int j = j0; j < j1; j += 2) {
+        const uint8_t *ra = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
+        const int pair = j + 1 < j1;
+        if (m == 1 && j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
+            const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
+            for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        }
+        unpack_row(w->type, ra, nb, wa);
+        if (pair) unpack_row(w->type, ra + w->row_bytes, nb, wb);
+        for (int i = 0; i < m; i++) {
+            float ya, yb;
+            dot_pair(wa, pair ? wb : wa, xq + (size_t)i * xq_row, nb, sh, &ya, &yb);
+            y[(size_t)i * w->n + j] = ya;
+            if (pair) y[(size_t)i * w->n + j + 1] = yb;
+        }
+    }
+}
+
+static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
+    if (w->k / 32 > MAX_BLOCKS) {
+        kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1);
+        return;
+    }
+    wrow bufs[2];
+    switch (w->type) { /* one instance per shape */
+    case KVS_TYPE_Q5_0: cols_of_shape(w, xq, xq_row, m, y, j0, j1, (kq_shape){4, 0, 0}, &bufs[0], &bufs[1]); break;
+    case KVS_TYPE_Q6_K: cols_of_shape(w, xq, xq_row, m, y, j0, j1, (kq_shape){5, 1, 0}, &bufs[0], &bufs[1]); break;
+    default: /* Q5_1, Q4_K, Q5_K: no offset, a min */
+        cols_of_shape(w, xq, xq_row, m, y, j0, j1, (kq_shape){0, 0, 1}, &bufs[0], &bufs[1]);
+        break;
+    }
+}
+
+/* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer. */
+static void avx2_quantize_row(const float *x, int k, uint8_t *xrow) {
+    const int nb = k / 32, nbp = kvs_kq_nbp(k);
+    float *dx = (float *)(xrow + (size_t)nb * 64), *sx = dx + nbp;
+    int32_t *s0 = (int32_t *)(sx + nbp), *s1 = s0 + nbp;
+    memset(dx, 0, (size_t)nbp * 16);
+    for (int b = 0; b < nb; b++) {
+        __m256i hi, lo;
+        int32_t s[2];
+        float d = kvs_avx2_quantize_block(x + (size_t)b * 32, &hi, &lo, s);
+        _mm256_storeu_si256((__m256i *)(xrow + (size_t)b * 64), hi);
+        _mm256_storeu_si256((__m256i *)(xrow + (size_t)b * 64 + 32), lo);
+        dx[b] = d * (1.0f / 256.0f);
+        sx[b] = dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
+        s0[b] = s[0];
+        s1[b] = s[1];
+    }
+}
+
+const kvs_kq_isa kvs_kq_isa_avx2 = {.name = "avx2", .dot_cols = avx2_dot_cols, .quantize_row = avx2_quantize_row};
 
 #if defined(__clang__)
 #pragma clang attribute pop

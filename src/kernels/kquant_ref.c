@@ -119,8 +119,10 @@ void kvs_kq_dequantize_row(int type, const void *src, float *dst, int k) {
 
 /* quant.h's two-level quantization of one block, natural order. */
 void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
-    const int nb = k / 32;
-    float *dx = (float *)(xrow + (size_t)nb * 64), *sx = dx + nb;
+    const int nb = k / 32, nbp = kvs_kq_nbp(k);
+    float *dx = (float *)(xrow + (size_t)nb * 64), *sx = dx + nbp;
+    int32_t *s0 = (int32_t *)(sx + nbp), *s1 = s0 + nbp;
+    memset(dx, 0, (size_t)nbp * 16); /* the padding past nb */
     for (int b = 0; b < nb; b++) {
         const float *xb = x + (size_t)b * 32;
         int8_t *hi = (int8_t *)xrow + (size_t)b * 64, *lo = hi + 32;
@@ -128,23 +130,25 @@ void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
         for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(xb[e]));
         float d = amax / 127.0f;
         float id = d >= FLT_MIN ? 1.0f / d : 0.0f;
-        int32_t s = 0;
+        int32_t s[2] = {0, 0};
         for (int e = 0; e < 32; e++) {
             int h, l;
             kvs_xq_split(xb[e] * id, &h, &l);
             hi[e] = (int8_t)h;
             lo[e] = (int8_t)l;
-            s += 256 * h + l;
+            s[e >> 4] += 256 * h + l;
         }
         dx[b] = d * (1.0f / 256.0f);
-        sx[b] = dx[b] * (float)s;
+        sx[b] = dx[b] * (float)(s[0] + s[1]);
+        s0[b] = s[0];
+        s1[b] = s[1];
     }
 }
 
 float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow) {
     const int nb = w->k / 32, split = kvs_kq_split_scales(w->type), has_min = kvs_kq_has_min(w->type);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-    const float *dx = (const float *)(xrow + (size_t)nb * 64), *sx = dx + nb;
+    const float *dx = (const float *)(xrow + (size_t)nb * 64), *sx = dx + kvs_kq_nbp(w->k);
     float acc[16] = {0};
     kvs_kq_block blk;
     for (int b = 0; b < nb; b++) {
@@ -169,4 +173,4 @@ static void scalar_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row,
         for (int j = j0; j < j1; j++) y[(size_t)i * w->n + j] = kvs_kq_dot_ref(w, j, xq + (size_t)i * xq_row);
 }
 
-const kvs_kq_isa kvs_kq_isa_scalar = {.name = "scalar", .dot_cols = scalar_dot_cols};
+const kvs_kq_isa kvs_kq_isa_scalar = {.name = "scalar", .dot_cols = scalar_dot_cols, .quantize_row = kvs_kq_quantize_row};

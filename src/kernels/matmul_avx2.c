@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include "kernels/avx2_util.h"
+#include "kernels/quant_avx2.h"
 
 #define NR 4
 
@@ -220,9 +221,19 @@ static float dot_f(const kvs_wmat *w, int j, const float *x) {
 
 /* ------------------------------------------------------------ entry point */
 
-static void avx2_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
-    kvs_isa_scalar.quantize_rows(c, i0, i1); /* cheap next to the matmul */
+/* quant.h's block quantization with the vector quantizer (quant_avx2.h). */
+static float quantize_block(const float *xb, int offset, uint8_t hi[KVS_QK], uint8_t lo[KVS_QK], int32_t *sum) {
+    __m256i h, l;
+    int32_t s[2];
+    float d = kvs_avx2_quantize_block(xb, &h, &l, s);
+    const __m256i off = _mm256_set1_epi8((char)offset); /* + 128 mod 256 = xor 0x80 */
+    _mm256_storeu_si256((__m256i *)hi, _mm256_xor_si256(h, off));
+    _mm256_storeu_si256((__m256i *)lo, _mm256_xor_si256(l, off));
+    *sum = (int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
+    return d * (1.0f / 256.0f);
 }
+
+static void avx2_quantize_rows(const kvs_mm_call *c, int i0, int i1) { kvs_quantize_rows_with(quantize_block, c, i0, i1); }
 
 static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;

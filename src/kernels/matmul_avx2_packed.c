@@ -44,21 +44,28 @@ typedef struct xtail {
 } xtail;
 
 
-/* Tail blocks of rows [i0, i0 + mr) out of their quads (quant.h). */
+/* Tail blocks of rows [i0, i0 + mr) out of their quads (quant.h): the
+ * dword of row sub in vec v holds elements 4 (v / 2) + 16 (v % 2) .. +3. */
 static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) {
-    const int off = c->w->type == KVS_TYPE_Q8_0 ? 128 : 0;
+    const __m128i off = _mm_set1_epi8(c->w->type == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
     for (int r = 0; r < mr; r++) {
         int i = i0 + r, sub = i % 4;
-        uint8_t *quad = (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad;
+        const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
         for (int t = 0; t < nt; t++) {
             xtail *x = &xt[r * nt + t];
-            for (int e = 0; e < KVS_QK; e++) {
-                x->hi[e] = (int8_t)(quad[kvs_xq_tail_pos(t, sub, e)] - off);
-                x->lo[e] = (int8_t)(quad[KVS_XQ_TAIL_PLANE + kvs_xq_tail_pos(t, sub, e)] - off);
+            for (int p = 0; p < 2; p++) {
+                const uint8_t *pl = quad + (size_t)t * KVS_XQ_TAIL_BYTES + p * KVS_XQ_TAIL_PLANE + 4 * sub;
+                int32_t d[8];
+                for (int v = 0; v < 8; v++) memcpy(&d[v], pl + 16 * v, 4);
+                /* vecs 0,2,4,6: elements 0..15; vecs 1,3,5,7: 16..31 */
+                __m128i a = _mm_setr_epi32(d[0], d[2], d[4], d[6]), b = _mm_setr_epi32(d[1], d[3], d[5], d[7]);
+                int8_t *dst = p ? x->lo : x->hi;
+                _mm_storeu_si128((__m128i *)dst, _mm_xor_si128(a, off));
+                _mm_storeu_si128((__m128i *)(dst + 16), _mm_xor_si128(b, off));
             }
-            x->d = kvs_xq_tail_d(quad, t)[sub];
-            x->s = kvs_xq_tail_s(quad, t)[sub];
-            x->c = kvs_xq_tail_c(quad, t)[sub];
+            x->d = kvs_xq_tail_d((uint8_t *)quad, t)[sub];
+            x->s = kvs_xq_tail_s((uint8_t *)quad, t)[sub];
+            x->c = kvs_xq_tail_c((uint8_t *)quad, t)[sub];
         }
     }
 }
@@ -134,38 +141,70 @@ static void q8_groups(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_ro
     }
 }
 
+/* The exact integer dot of one tail block (GGUF layout) with one activation
+ * row's tail block: 8 int32 partial sums. */
+AI __m256i tail_isum(int type, const uint8_t *blk, const xtail *x) {
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256i xh = _mm256_loadu_si256((const __m256i *)x->hi);
+    __m256i xl = _mm256_loadu_si256((const __m256i *)x->lo);
+    __m256i ph, pl;
+    if (type == KVS_TYPE_Q8_0) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        __m256i aw = _mm256_sign_epi8(w, w);
+        ph = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xh, w));
+        pl = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xl, w));
+    } else {
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
+        __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+        ph = _mm256_maddubs_epi16(W, xh);
+        pl = _mm256_maddubs_epi16(W, xl);
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones));
+}
+
+AI float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
 /* The tail blocks of one weight row for one activation row, after the tree:
  * y = fma chain in block order (kernels_impl.h). */
 static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, float y) {
-    const __m128i lo4 = _mm_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
     const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
     for (int t = 0; t < nt; t++, blk += bs) {
-        __m256i xh = _mm256_loadu_si256((const __m256i *)xt[t].hi);
-        __m256i xl = _mm256_loadu_si256((const __m256i *)xt[t].lo);
-        __m256i ph, pl;
-        uint16_t d16;
-        memcpy(&d16, blk, 2);
-        float dw = kvs_f16_to_f32(d16);
-        if (type == KVS_TYPE_Q8_0) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-            __m256i aw = _mm256_sign_epi8(w, w);
-            ph = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xh, w));
-            pl = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xl, w));
-        } else {
-            __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
-            __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-            ph = _mm256_maddubs_epi16(W, xh);
-            pl = _mm256_maddubs_epi16(W, xl);
-        }
-        int32_t isum = hsum_i32(_mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones)));
+        int32_t isum = hsum_i32(tail_isum(type, blk, &xt[t]));
         if (type == KVS_TYPE_Q4_0) isum += xt[t].c;
-        y = fmaf((float)isum, dw * xt[t].d, y);
-        if (type == KVS_TYPE_Q4_1) {
-            uint16_t m16;
-            memcpy(&m16, blk + 2, 2);
-            y = fmaf(kvs_f16_to_f32(m16), xt[t].s, y);
+        y = fmaf((float)isum, f16_at(blk) * xt[t].d, y);
+        if (type == KVS_TYPE_Q4_1) y = fmaf(f16_at(blk + 2), xt[t].s, y);
+    }
+    return y;
+}
+
+/* The same for 8 weight rows at once (row o's tail blocks at blk[o]), one
+ * activation row: lane o runs row o's chain, so each lane takes the steps
+ * of tail_blocks in its order. y: the 8 rows' tree results. */
+static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const xtail *xt, __m256 y) {
+    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    for (int t = 0; t < nt; t++) {
+        __m256i v[8];
+        uint16_t d[8], mn[8];
+        for (int o = 0; o < 8; o++) {
+            const uint8_t *b = blk[o] + (size_t)t * bs;
+            v[o] = tail_isum(type, b, &xt[t]);
+            memcpy(&d[o], b, 2);
+            if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], b + 2, 2);
         }
+        /* lane o = the sum of v[o]'s lanes (exact integers) */
+        __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+        if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xt[t].d)), y);
+        if (type == KVS_TYPE_Q4_1)
+            y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)), _mm256_set1_ps(xt[t].s), y);
     }
     return y;
 }
@@ -259,29 +298,38 @@ static void q8_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, const uint8
 }
 
 /* Activation row i against weight rows [j0, j1), two at a time (an odd last
- * row is computed twice and stored once); xt: row i's tail blocks. */
+ * row is computed twice and stored once); the tail blocks of 8 rows at a
+ * time; xt: row i's tail blocks. */
 static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail *xt) {
     const kvs_wmat *w = c->w;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
-    const size_t rb = w->row_bytes;
-    for (int j = j0; j < j1; j += 2) {
-        const uint8_t *pa = (const uint8_t *)w->packed + (size_t)j * rb;
-        const uint8_t *pb = j + 1 < j1 ? pa + rb : pa;
-        if (j + PF_ROWS + 1 < w->n) { /* the stream ahead: both rows of a later pair */
-            const uint8_t *pf = pa + PF_ROWS * rb;
-            for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    const size_t rb = w->row_bytes, tail_at = (size_t)ng * 16 * bs;
+    const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
+    float *yrow = c->y + (size_t)i * w->n;
+    for (int j8 = j0; j8 < j1; j8 += 8) {
+        const int n8 = j1 - j8 < 8 ? j1 - j8 : 8;
+        float y[8];
+        for (int j = j8; j < j8 + n8; j += 2) {
+            const uint8_t *pa = (const uint8_t *)w->packed + (size_t)j * rb;
+            const uint8_t *pb = j + 1 < j1 ? pa + rb : pa;
+            if (j + PF_ROWS + 1 < w->n) { /* the stream ahead: both rows of a later pair */
+                const uint8_t *pf = pa + PF_ROWS * rb;
+                for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+            }
+            if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y + (j - j8));
+            else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y + (j - j8));
+            else q4_m1_pair(pa, pb, ng, 0, xq, y + (j - j8));
         }
-        float y[2];
-        const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
-        if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y);
-        else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y);
-        else q4_m1_pair(pa, pb, ng, 0, xq, y);
-        for (int o = 0; o < 2 && j + o < j1; o++) {
-            float v = y[o];
-            if (nt) v = tail_blocks(type, (o ? pb : pa) + (size_t)ng * 16 * bs, nt, xt, v);
-            c->y[(size_t)i * w->n + j + o] = v;
+        if (nt && n8 == 8) {
+            const uint8_t *blk[8];
+            for (int o = 0; o < 8; o++) blk[o] = (const uint8_t *)w->packed + (size_t)(j8 + o) * rb + tail_at;
+            _mm256_storeu_ps(y, tail_blocks8(type, blk, nt, xt, _mm256_loadu_ps(y)));
+        } else if (nt) {
+            for (int o = 0; o < n8; o++)
+                y[o] = tail_blocks(type, (const uint8_t *)w->packed + (size_t)(j8 + o) * rb + tail_at, nt, xt, y[o]);
         }
+        memcpy(yrow + j8, y, (size_t)n8 * sizeof(float));
     }
 }
 

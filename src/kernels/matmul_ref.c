@@ -5,6 +5,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 
@@ -32,18 +33,20 @@ static float quantize_block(const float *xb, int offset, uint8_t hi[KVS_QK], uin
     return d * (1.0f / 256.0f); /* exact: a power of two */
 }
 
-void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
+void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, int wtype, uint8_t *xq,
+                             uint8_t *quad, int sub) {
     int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k);
     int offset = wtype == KVS_TYPE_Q8_0 ? 128 : 0; /* Q8_0: x is the unsigned operand */
     uint8_t hi[KVS_QK], lo[KVS_QK];
     int32_t sum;
+    /* elements 4j..4j+3 of a block stay together in every layout: dword copies */
     for (int g = 0; g < ng; g++) {
         uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
         for (int l = 0; l < KVS_XQ_GROUP; l++) {
-            float d = quantize_block(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, offset, hi, lo, &sum);
-            for (int e = 0; e < KVS_QK; e++) {
-                grp[kvs_xq_pos(l, e)] = hi[e];
-                grp[KVS_XQ_PLANE + kvs_xq_pos(l, e)] = lo[e];
+            float d = quantize(x + (size_t)(g * KVS_XQ_GROUP + l) * KVS_QK, offset, hi, lo, &sum);
+            for (int e = 0; e < KVS_QK; e += 4) {
+                memcpy(grp + kvs_xq_pos(l, e), hi + e, 4);
+                memcpy(grp + KVS_XQ_PLANE + kvs_xq_pos(l, e), lo + e, 4);
             }
             kvs_xq_d(grp)[l] = d;
             kvs_xq_s(grp)[l] = d * (float)sum;
@@ -51,15 +54,19 @@ void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t
         }
     }
     for (int t = 0; t < nt; t++) {
-        float d = quantize_block(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, offset, hi, lo, &sum);
-        for (int e = 0; e < KVS_QK; e++) {
-            quad[kvs_xq_tail_pos(t, sub, e)] = hi[e];
-            quad[KVS_XQ_TAIL_PLANE + kvs_xq_tail_pos(t, sub, e)] = lo[e];
+        float d = quantize(x + (size_t)(ng * KVS_XQ_GROUP + t) * KVS_QK, offset, hi, lo, &sum);
+        for (int e = 0; e < KVS_QK; e += 4) {
+            memcpy(quad + kvs_xq_tail_pos(t, sub, e), hi + e, 4);
+            memcpy(quad + KVS_XQ_TAIL_PLANE + kvs_xq_tail_pos(t, sub, e), lo + e, 4);
         }
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
         kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
     }
+}
+
+void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
+    kvs_quantize_row_layout(quantize_block, x, k, wtype, xq, quad, sub);
 }
 
 /* Exact integer dot of weight block b of row with the activation integers
@@ -147,12 +154,14 @@ float kvs_dot_f_ref(const kvs_wmat *w, int j, const float *x) {
     return kvs_tree16(acc);
 }
 
-static void scalar_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+void kvs_quantize_rows_with(kvs_xq_block_fn quantize, const kvs_mm_call *c, int i0, int i1) {
     for (int i = i0; i < i1; i++)
-        kvs_quantize_row_ref(c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
-                             (uint8_t *)c->xq + (size_t)i * c->xq_row,
-                             (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4);
+        kvs_quantize_row_layout(quantize, c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
+                                (uint8_t *)c->xq + (size_t)i * c->xq_row,
+                                (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4);
 }
+
+static void scalar_quantize_rows(const kvs_mm_call *c, int i0, int i1) { kvs_quantize_rows_with(quantize_block, c, i0, i1); }
 
 static void scalar_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;

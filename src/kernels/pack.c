@@ -25,8 +25,11 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels/kernels_impl.h"
+
+#define HUGE_PAGE ((size_t)2 << 20)
 
 static int packable(int type) {
     return type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q8_0;
@@ -59,8 +62,13 @@ int kvs_wmat_pack(kvs_wmat *w, int force) {
     const char *env = getenv("KVS_PACK"); /* KVS_PACK=0: GGUF rows (side-by-side benchmarks) */
     if (!force && env && !strcmp(env, "0")) return 0;
     size_t bytes = w->row_bytes * (size_t)w->n;
-    uint8_t *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    /* Large copies on 2 MiB pages where the kernel allows it (THP "madvise"
+     * mode is common): a decode step streams every byte once, and with 4 KiB
+     * pages each page costs a TLB miss and stops the hardware prefetcher. */
+    size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
+    uint8_t *p = aligned_alloc(align, (bytes + align - 1) & ~(align - 1));
     if (!p) return -1;
+    if (align == HUGE_PAGE) (void)madvise(p, (bytes + align - 1) & ~(align - 1), MADV_HUGEPAGE);
     for (int j = 0; j < w->n; j++)
         pack_row(w->type, w->k, (const uint8_t *)w->data + (size_t)j * w->row_bytes, p + (size_t)j * w->row_bytes);
     w->packed = p;
