@@ -146,6 +146,16 @@ TEST(test_kq_simd_equals_scalar) {
                               kvs_type_traits_of(w.type)->name, w.k, ms[mi], isas[a]);
                     compared++;
                     free(got);
+                    kvs_wmat wp = w; /* Q5_0 / Q5_1: the repacked rows too (pack.c) */
+                    CHECK_EQ_INT(kvs_wmat_pack(&wp, 1), 0);
+                    if (wp.packed) {
+                        got = matmul(&wp, x, ms[mi], NULL);
+                        CHECK_MSG(memcmp(ref, got, (size_t)ms[mi] * w.n * 4) == 0, "%s k %d m %d: %s packed differs",
+                                  kvs_type_traits_of(w.type)->name, w.k, ms[mi], isas[a]);
+                        compared++;
+                        free(got);
+                        kvs_wmat_unpack(&wp);
+                    }
                 }
                 kvs_kernels_set_isa("best");
                 free(ref);

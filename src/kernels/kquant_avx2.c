@@ -165,8 +165,39 @@ static void unpack_q6k(const uint8_t *row, int s, wrow *o) {
     _mm256_storeu_ps(o->mw + 8 * s, _mm256_setzero_ps());
 }
 
-static void unpack_row(int type, const uint8_t *row, int nb, wrow *o) {
+/* A full Q5_0 / Q5_1 octet from b0 of a packed row (pack.c): 4-bit parts
+ * two blocks per vector, the 5th bits as bit planes (bit i of byte e:
+ * block i), scales contiguous. */
+static void unpack_q5_packed(const uint8_t *row, int b0, int q51, wrow *o) {
+    const uint8_t *oct = row + (size_t)b0 * (q51 ? 24 : 22);
+    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(oct + 128));
+    /* bit i of each byte to bit 4 (16-bit shifts: the masked bit never
+     * crosses into the other byte) */
+    const __m256i h[8] = {_mm256_and_si256(_mm256_slli_epi16(hb, 4), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 3), b16),
+                          _mm256_and_si256(_mm256_slli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 1), b16),
+                          _mm256_and_si256(hb, b16),                        _mm256_and_si256(_mm256_srli_epi16(hb, 1), b16),
+                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_srli_epi16(hb, 3), b16)};
+    uint8_t *dst = o->qu + (size_t)b0 * 32;
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(oct + 32 * p));
+        _mm256_store_si256((__m256i *)(dst + 64 * p), _mm256_or_si256(_mm256_and_si256(v, m4), h[2 * p]));
+        _mm256_store_si256((__m256i *)(dst + 64 * p + 32),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h[2 * p + 1]));
+    }
+    __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
+    _mm256_storeu_ps(o->dw0 + b0, dv);
+    _mm256_storeu_ps(o->dw1 + b0, dv);
+    _mm256_storeu_ps(o->mw + b0, q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps());
+}
+
+/* packed: the row is kvs_wmat.packed's (Q5_0 / Q5_1 only), else GGUF's. */
+static void unpack_row(int type, const uint8_t *row, int nb, int packed, wrow *o) {
     for (int b0 = 0; b0 < nb; b0 += 8) {
+        if (packed && b0 + 8 <= nb) {
+            unpack_q5_packed(row, b0, type == KVS_TYPE_Q5_1, o);
+            continue;
+        }
         switch (type) {
         case KVS_TYPE_Q5_0: unpack_q5(row, b0, nb - b0 < 8 ? nb - b0 : 8, 0, o); break;
         case KVS_TYPE_Q5_1: unpack_q5(row, b0, nb - b0 < 8 ? nb - b0 : 8, 1, o); break;
@@ -220,35 +251,49 @@ AI __m256 octet_fma(__m256 A, const wrow *w, int b0, __m256i H0, __m256i H1, con
     return A;
 }
 
-/* y = two weight rows (wa, wb) . one quantized activation row xr. */
+/* The octet at b0 of both weight rows onto their accumulators a, b. */
+AI void octet_pair(const wrow *wa, const wrow *wb, int b0, int cnt, const int8_t *xb, const float *dx,
+                   const float *sx, const int32_t *s0, const int32_t *s1, kq_shape sh, __m256 *a, __m256 *b) {
+    __m256i H0, H1;
+    octet_sums(wa, b0, cnt, xb, &H0, &H1);
+    __m256 na = octet_fma(*a, wa, b0, H0, H1, dx, sx, s0, s1, sh);
+    octet_sums(wb, b0, cnt, xb, &H0, &H1);
+    __m256 nb = octet_fma(*b, wb, b0, H0, H1, dx, sx, s0, s1, sh);
+    if (cnt < 8) { /* a partial octet (Q5_0 / Q5_1): lanes past the row keep their chains untouched */
+        const __m256 keep = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
+        na = _mm256_blendv_ps(na, *a, keep);
+        nb = _mm256_blendv_ps(nb, *b, keep);
+    }
+    *a = na;
+    *b = nb;
+}
+
+/* y = two weight rows (wa, wb) . one quantized activation row xr. Octets
+ * alternate between the low (chains 0-7) and high (8-15) accumulators; the
+ * loop takes them by twos so the accumulators stay in registers. */
 AI void dot_pair(const wrow *wa, const wrow *wb, const uint8_t *xr, int nb, kq_shape sh, float *ya, float *yb) {
     const int nbp = (nb + 7) & ~7;
     const int8_t *xb = (const int8_t *)xr;
     const float *dx = (const float *)(xr + (size_t)nb * 64), *sx = dx + nbp;
     const int32_t *s0 = (const int32_t *)(sx + nbp), *s1 = s0 + nbp;
-    __m256 A[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
     const int nfull = nb & ~7;
-    for (int b0 = 0; b0 < nfull; b0 += 8) {
-        const int c = (b0 >> 3) & 1;
-        __m256i H0, H1;
-        octet_sums(wa, b0, 8, xb, &H0, &H1);
-        A[0][c] = octet_fma(A[0][c], wa, b0, H0, H1, dx, sx, s0, s1, sh);
-        octet_sums(wb, b0, 8, xb, &H0, &H1);
-        A[1][c] = octet_fma(A[1][c], wb, b0, H0, H1, dx, sx, s0, s1, sh);
+    int o = 0;
+    for (; o + 16 <= nfull; o += 16) {
+        octet_pair(wa, wb, o, 8, xb, dx, sx, s0, s1, sh, &a0, &b0);
+        octet_pair(wa, wb, o + 8, 8, xb, dx, sx, s0, s1, sh, &a1, &b1);
     }
-    if (nfull < nb) { /* a partial octet (Q5_0 / Q5_1): lanes past nb keep their chains untouched */
-        const int b0 = nfull, c = (b0 >> 3) & 1, cnt = nb - nfull;
-        const __m256 keep = _mm256_castsi256_ps(
-            _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
-        for (int o = 0; o < 2; o++) {
-            const wrow *w = o ? wb : wa;
-            __m256i H0, H1;
-            octet_sums(w, b0, cnt, xb, &H0, &H1);
-            A[o][c] = _mm256_blendv_ps(octet_fma(A[o][c], w, b0, H0, H1, dx, sx, s0, s1, sh), A[o][c], keep);
-        }
+    if (o < nfull) { /* one more full octet: chains 0-7 */
+        octet_pair(wa, wb, o, 8, xb, dx, sx, s0, s1, sh, &a0, &b0);
+        o += 8;
     }
-    *ya = tree16_2(A[0][0], A[0][1]);
-    *yb = tree16_2(A[1][0], A[1][1]);
+    if (o < nb) { /* the partial octet */
+        if ((o >> 3) & 1) octet_pair(wa, wb, o, nb - o, xb, dx, sx, s0, s1, sh, &a1, &b1);
+        else octet_pair(wa, wb, o, nb - o, xb, dx, sx, s0, s1, sh, &a0, &b0);
+    }
+    *ya = tree16_2(a0, a1);
+    *yb = tree16_2(b0, b1);
 }
 
 /* Columns [j0, j1) for rows [0, m), per type shape (constant-folded). */
@@ -256,14 +301,15 @@ AI void cols_of_shape(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m
                       kq_shape sh, wrow *wa, wrow *wb) {
     const int nb = w->k / 32;
     for (int j = j0; j < j1; j += 2) {
-        const uint8_t *ra = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
+        const int packed = w->packed != NULL;
+        const uint8_t *ra = (const uint8_t *)(packed ? w->packed : w->data) + (size_t)j * w->row_bytes;
         const int pair = j + 1 < j1;
         if (m == 1 && j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
             const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
             for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
         }
-        unpack_row(w->type, ra, nb, wa);
-        if (pair) unpack_row(w->type, ra + w->row_bytes, nb, wb);
+        unpack_row(w->type, ra, nb, packed, wa);
+        if (pair) unpack_row(w->type, ra + w->row_bytes, nb, packed, wb);
         for (int i = 0; i < m; i++) {
             float ya, yb;
             dot_pair(wa, pair ? wb : wa, xq + (size_t)i * xq_row, nb, sh, &ya, &yb);

@@ -28,11 +28,51 @@
 #include <sys/mman.h>
 
 #include "kernels/kernels_impl.h"
+#include "kernels/kquant.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static int packable(int type) {
-    return type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q8_0;
+    return type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q8_0 || type == KVS_TYPE_Q5_0 ||
+           type == KVS_TYPE_Q5_1;
+}
+
+/* Q5_0 / Q5_1 (kquant.h): each full octet of 8 blocks becomes
+ *
+ *   qs[4][32]   vector p, byte e = 4-bit part of element e of block 2p (low
+ *               nibble) and of block 2p + 1 (high nibble)
+ *   qh[32]      byte e, bit i = the 5th bit of element e of block i
+ *   d[8] (f16)  then, Q5_1 only, m[8] (f16)
+ *
+ * (176 / 192 bytes: the octet's own size), so the AVX2 unpacking is a mask
+ * and a shift per block (kquant_avx2.c) instead of a bit expansion and a
+ * gather of scales; the blocks past the last full octet stay in GGUF layout. */
+static void pack_row_q5(int q51, int k, const uint8_t *src, uint8_t *dst) {
+    const int bs = q51 ? 24 : 22, nb = k / KVS_QK, no = nb / 8;
+    for (int o = 0; o < no; o++) {
+        uint8_t *out = dst + (size_t)o * 8 * bs;
+        uint8_t q[8][KVS_QK];
+        uint32_t qh[8];
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *blk = src + (size_t)(8 * o + i) * bs;
+            const uint8_t *qs = blk + (q51 ? 8 : 6);
+            memcpy(&qh[i], blk + (q51 ? 4 : 2), 4);
+            for (int e = 0; e < 16; e++) {
+                q[i][e] = qs[e] & 15;
+                q[i][e + 16] = qs[e] >> 4;
+            }
+            memcpy(out + 160 + 2 * i, blk, 2); /* d */
+            if (q51) memcpy(out + 176 + 2 * i, blk + 2, 2); /* m */
+        }
+        for (int p = 0; p < 4; p++)
+            for (int e = 0; e < KVS_QK; e++) out[32 * p + e] = (uint8_t)(q[2 * p][e] | q[2 * p + 1][e] << 4);
+        for (int e = 0; e < KVS_QK; e++) {
+            uint8_t bits = 0;
+            for (int i = 0; i < 8; i++) bits |= (uint8_t)(((qh[i] >> e) & 1) << i);
+            out[128 + e] = bits;
+        }
+    }
+    memcpy(dst + (size_t)no * 8 * bs, src + (size_t)no * 8 * bs, (size_t)(nb - 8 * no) * bs);
 }
 
 /* Packs one row (row_bytes) from src into dst. */
@@ -58,7 +98,10 @@ int kvs_wmat_pack(kvs_wmat *w, int force) {
     if (w->packed || !packable(w->type) || w->k % KVS_QK || w->n <= 0) return 0;
     /* Only the AVX2 kernels read the packed layout; elsewhere it would be
      * memory for nothing. */
-    if (!force && !(kvs_kernels_cpu_level() == 1 && kvs_kernels_simd_allowed())) return 0;
+    const int q5 = w->type == KVS_TYPE_Q5_0 || w->type == KVS_TYPE_Q5_1;
+    /* (Q5: the AVX2 K-quant kernels, which AVX-512 CPUs run as well) */
+    if (!force && !((q5 ? kvs_kernels_cpu_level() >= 1 : kvs_kernels_cpu_level() == 1) && kvs_kernels_simd_allowed()))
+        return 0;
     const char *env = getenv("KVS_PACK"); /* KVS_PACK=0: GGUF rows (side-by-side benchmarks) */
     if (!force && env && !strcmp(env, "0")) return 0;
     size_t bytes = w->row_bytes * (size_t)w->n;
@@ -69,8 +112,11 @@ int kvs_wmat_pack(kvs_wmat *w, int force) {
     uint8_t *p = aligned_alloc(align, (bytes + align - 1) & ~(align - 1));
     if (!p) return -1;
     if (align == HUGE_PAGE) (void)madvise(p, (bytes + align - 1) & ~(align - 1), MADV_HUGEPAGE);
-    for (int j = 0; j < w->n; j++)
-        pack_row(w->type, w->k, (const uint8_t *)w->data + (size_t)j * w->row_bytes, p + (size_t)j * w->row_bytes);
+    for (int j = 0; j < w->n; j++) {
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
+        if (q5) pack_row_q5(w->type == KVS_TYPE_Q5_1, w->k, src, p + (size_t)j * w->row_bytes);
+        else pack_row(w->type, w->k, src, p + (size_t)j * w->row_bytes);
+    }
     w->packed = p;
     return 0;
 }
