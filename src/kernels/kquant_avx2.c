@@ -8,12 +8,12 @@
  * the reference's 16 chains are two registers and every float step of eight
  * blocks is one vector instruction in the reference's order.
  *
- * A weight row is first unpacked into an L1 buffer (unpack_row): unsigned
- * integers qu = q_w + off (0..63, off 16 for Q5_0, 32 for Q6_K, else 0) and
- * per-block float scales, by octets, zero-padded to whole octets. The
- * unpacked row then meets every activation row of the call (decode: one;
- * the server's batch: a few; prefill: many), so the unpacking cost is paid
- * once per weight row and the dot loop is the same for every type:
+ * A weight octet is unpacked (unpack_octet) into unsigned integers qu =
+ * q_w + off (0..63, off 16 for Q5_0, 32 for Q6_K, else 0) and per-block
+ * float scales, zero past the row. With several activation rows (the
+ * server's batch, prefill) a pair of weight rows is unpacked once into an
+ * L1 buffer and met by every row; in decode each octet goes from memory to
+ * registers and is used at once. The dot loop is the same for every type:
  *
  *   block dot: vpmaddubsw(qu, hi) and (qu, lo) (pairs <= 2 * 63 * 127: no
  *   saturation), widened by vpmaddwd with 256 and 1: lanes 0-3 hold half 0,
@@ -41,22 +41,24 @@
 #include "kernels/kquant.h"
 #include "kernels/quant_avx2.h"
 
-/* Blocks a row may have for the unpacked buffers on the stack (k <= 32768
- * elements: 2 rows x 1024 blocks x 44 bytes = 88 KiB); longer rows take
+/* Octets a row may have for the unpacked buffers on the stack (k <= 32768
+ * elements: 2 rows x 128 octets x 352 bytes = 88 KiB); longer rows take
  * the scalar reference. */
-#define MAX_BLOCKS 1024
+#define MAX_OCTETS 128
 #define PF_ROWS 4 /* weight rows prefetched ahead in decode */
 
-/* One weight row, unpacked (see above). */
-typedef struct wrow {
-    uint8_t qu[MAX_BLOCKS * 32] __attribute__((aligned(32)));
-    float dw0[MAX_BLOCKS], dw1[MAX_BLOCKS], mw[MAX_BLOCKS];
-} wrow;
+/* One octet of a weight row, unpacked: unsigned integers of blocks b0..b0+7
+ * (zero past the row), their half scales and mins (zero past the row). */
+typedef struct octet {
+    __m256i qu[8];
+    __m256 dw0, dw1, mw;
+} octet;
 
 /* Per-type constants of the dot loop (avx2_dot_cols passes them as
  * literals so that each type's loop is compiled without the others'
  * branches; kvs_kq_split_scales / kvs_kq_has_min say the same). */
 typedef struct kq_shape {
+    int type;
     int off_shift; /* off = 1 << off_shift, 0: no offset (off 0) */
     int split;     /* Q6_K: a scale per half */
     int has_min;   /* Q5_1, Q4_K, Q5_K */
@@ -77,37 +79,58 @@ AI uint16_t u16_at(const uint8_t *p) {
     return h;
 }
 
-/* Q5_0 / Q5_1: cnt (<= 8) blocks from b0, each with its own f16 scale (and min). */
-static void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, wrow *o) {
+/* Q5_0 / Q5_1 in GGUF layout: cnt (<= 8) blocks from b0, each with its own
+ * f16 scale (and min). */
+AI void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, octet *o) {
     const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
     const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
     uint16_t d[8] = {0}, m[8] = {0};
-    for (int i = 0; i < cnt; i++) {
+    for (int i = 0; i < 8; i++) {
+        if (i >= cnt) { /* padding: zero integers and scales */
+            o->qu[i] = _mm256_setzero_si256();
+            continue;
+        }
         const uint8_t *p = row + (size_t)(b0 + i) * bs;
         uint32_t qh;
         memcpy(&qh, p + qh_at, 4);
         __m128i v = _mm_loadu_si128((const __m128i *)(p + qh_at + 4));
         __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-        q = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), b16));
-        _mm256_store_si256((__m256i *)(o->qu + (size_t)(b0 + i) * 32), q);
+        o->qu[i] = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), b16));
         d[i] = u16_at(p);
         if (q51) m[i] = u16_at(p + 2);
     }
-    for (int i = cnt; i < 8; i++) /* padding: zero integers (and zero scales below) */
-        _mm256_store_si256((__m256i *)(o->qu + (size_t)(b0 + i) * 32), _mm256_setzero_si256());
-    __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
-    _mm256_storeu_ps(o->dw0 + b0, dv);
-    _mm256_storeu_ps(o->dw1 + b0, dv);
-    _mm256_storeu_ps(o->mw + b0, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)m)));
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    o->mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)m));
+}
+
+/* A full Q5_0 / Q5_1 octet from b0 of a packed row (pack.c): 4-bit parts
+ * two blocks per vector, the 5th bits as bit planes (bit i of byte e:
+ * block i), scales contiguous. */
+AI void unpack_q5_packed(const uint8_t *row, int b0, int q51, octet *o) {
+    const uint8_t *oct = row + (size_t)b0 * (q51 ? 24 : 22);
+    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(oct + 128));
+    /* bit i of each byte to bit 4 (16-bit shifts: the masked bit never
+     * crosses into the other byte) */
+    const __m256i h[8] = {_mm256_and_si256(_mm256_slli_epi16(hb, 4), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 3), b16),
+                          _mm256_and_si256(_mm256_slli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 1), b16),
+                          _mm256_and_si256(hb, b16),                        _mm256_and_si256(_mm256_srli_epi16(hb, 1), b16),
+                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_srli_epi16(hb, 3), b16)};
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(oct + 32 * p));
+        o->qu[2 * p] = _mm256_or_si256(_mm256_and_si256(v, m4), h[2 * p]);
+        o->qu[2 * p + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h[2 * p + 1]);
+    }
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
+    o->mw = q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps();
 }
 
 /* Q4_K / Q5_K: superblock s is the octet from 8 s. */
-static void unpack_k45(const uint8_t *row, int s, int k5, wrow *o) {
+AI void unpack_k45(const uint8_t *row, int s, int k5, octet *o) {
     const uint8_t *sb = row + (size_t)s * (k5 ? 176 : 144), *q = sb + 4;
     const uint8_t *qs = sb + (k5 ? 48 : 16);
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     __m256i qh = k5 ? _mm256_loadu_si256((const __m256i *)(sb + 16)) : _mm256_setzero_si256();
-    uint8_t *dst = o->qu + (size_t)s * 256;
     for (int p = 0; p < 4; p++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -118,8 +141,8 @@ static void unpack_k45(const uint8_t *row, int s, int k5, wrow *o) {
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
         }
-        _mm256_store_si256((__m256i *)(dst + 64 * p), lo);
-        _mm256_store_si256((__m256i *)(dst + 64 * p + 32), hi);
+        o->qu[2 * p] = lo;
+        o->qu[2 * p + 1] = hi;
     }
     /* ggml's get_scale_min_k4 for the 8 sub-blocks (kquant_ref.c) */
     int32_t sc[8], mn[8];
@@ -131,20 +154,17 @@ static void unpack_k45(const uint8_t *row, int s, int k5, wrow *o) {
     }
     __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb)));
     __m256 dmin = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 2)));
-    __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sc)));
+    o->dw0 = o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sc)));
     __m256 mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)mn)));
-    _mm256_storeu_ps(o->dw0 + 8 * s, dw);
-    _mm256_storeu_ps(o->dw1 + 8 * s, dw);
-    _mm256_storeu_ps(o->mw + 8 * s, _mm256_xor_ps(mw, _mm256_set1_ps(-0.0f))); /* -(dmin * m), exact */
+    o->mw = _mm256_xor_ps(mw, _mm256_set1_ps(-0.0f)); /* -(dmin * m), exact */
 }
 
 /* Q6_K: superblock s is the octet from 8 s; sub-block j reads ql half
  * (j % 4 < 2: low nibbles) of ql[64 (j / 4) + 32 (j % 2)] and 2 bits of
  * qh[32 (j / 4)] at 2 (j % 4); its half scales are scales[2 j], [2 j + 1]. */
-static void unpack_q6k(const uint8_t *row, int s, wrow *o) {
+AI void unpack_q6k(const uint8_t *row, int s, octet *o) {
     const uint8_t *sb = row + (size_t)s * 210;
     const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-    uint8_t *dst = o->qu + (size_t)s * 256;
     for (int n = 0; n < 2; n++) {
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * n));
         __m256i ql1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * n + 32));
@@ -154,76 +174,53 @@ static void unpack_q6k(const uint8_t *row, int s, wrow *o) {
                          _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
         for (int r = 0; r < 4; r++) {
             __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)), m3);
-            _mm256_store_si256((__m256i *)(dst + 32 * (4 * n + r)), _mm256_or_si256(lo[r], _mm256_slli_epi16(hb, 4)));
+            o->qu[4 * n + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(hb, 4));
         }
     }
     __m128i sc = _mm_loadu_si128((const __m128i *)(sb + 192));
     __m128i eo = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
     __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 208)));
-    _mm256_storeu_ps(o->dw0 + 8 * s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eo))));
-    _mm256_storeu_ps(o->dw1 + 8 * s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(eo, 8)))));
-    _mm256_storeu_ps(o->mw + 8 * s, _mm256_setzero_ps());
+    o->dw0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eo)));
+    o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(eo, 8))));
+    o->mw = _mm256_setzero_ps();
 }
 
-/* A full Q5_0 / Q5_1 octet from b0 of a packed row (pack.c): 4-bit parts
- * two blocks per vector, the 5th bits as bit planes (bit i of byte e:
- * block i), scales contiguous. */
-static void unpack_q5_packed(const uint8_t *row, int b0, int q51, wrow *o) {
-    const uint8_t *oct = row + (size_t)b0 * (q51 ? 24 : 22);
-    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
-    const __m256i hb = _mm256_loadu_si256((const __m256i *)(oct + 128));
-    /* bit i of each byte to bit 4 (16-bit shifts: the masked bit never
-     * crosses into the other byte) */
-    const __m256i h[8] = {_mm256_and_si256(_mm256_slli_epi16(hb, 4), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 3), b16),
-                          _mm256_and_si256(_mm256_slli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 1), b16),
-                          _mm256_and_si256(hb, b16),                        _mm256_and_si256(_mm256_srli_epi16(hb, 1), b16),
-                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_srli_epi16(hb, 3), b16)};
-    uint8_t *dst = o->qu + (size_t)b0 * 32;
-    for (int p = 0; p < 4; p++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(oct + 32 * p));
-        _mm256_store_si256((__m256i *)(dst + 64 * p), _mm256_or_si256(_mm256_and_si256(v, m4), h[2 * p]));
-        _mm256_store_si256((__m256i *)(dst + 64 * p + 32),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h[2 * p + 1]));
-    }
-    __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
-    _mm256_storeu_ps(o->dw0 + b0, dv);
-    _mm256_storeu_ps(o->dw1 + b0, dv);
-    _mm256_storeu_ps(o->mw + b0, q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps());
-}
-
-/* packed: the row is kvs_wmat.packed's (Q5_0 / Q5_1 only), else GGUF's. */
-static void unpack_row(int type, const uint8_t *row, int nb, int packed, wrow *o) {
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        if (packed && b0 + 8 <= nb) {
-            unpack_q5_packed(row, b0, type == KVS_TYPE_Q5_1, o);
-            continue;
-        }
-        switch (type) {
-        case KVS_TYPE_Q5_0: unpack_q5(row, b0, nb - b0 < 8 ? nb - b0 : 8, 0, o); break;
-        case KVS_TYPE_Q5_1: unpack_q5(row, b0, nb - b0 < 8 ? nb - b0 : 8, 1, o); break;
-        case KVS_TYPE_Q4_K: unpack_k45(row, b0 / 8, 0, o); break;
-        case KVS_TYPE_Q5_K: unpack_k45(row, b0 / 8, 1, o); break;
-        default: unpack_q6k(row, b0 / 8, o); break;
-        }
+/* The octet from b0 (cnt blocks of the row there, <= 8) of a weight row;
+ * packed: the row is kvs_wmat.packed's (Q5_0 / Q5_1 only), else GGUF's. */
+AI void unpack_octet(int type, const uint8_t *row, int b0, int cnt, int packed, octet *o) {
+    switch (type) {
+    case KVS_TYPE_Q5_0:
+    case KVS_TYPE_Q5_1:
+        if (packed && cnt == 8) unpack_q5_packed(row, b0, type == KVS_TYPE_Q5_1, o);
+        else unpack_q5(row, b0, cnt, type == KVS_TYPE_Q5_1, o);
+        break;
+    case KVS_TYPE_Q4_K: unpack_k45(row, b0 / 8, 0, o); break;
+    case KVS_TYPE_Q5_K: unpack_k45(row, b0 / 8, 1, o); break;
+    default: unpack_q6k(row, b0 / 8, o); break;
     }
 }
 
 /* 256 dot(qu, hi) + dot(qu, lo) of one block: half 0 in lanes 0-3, half 1 in 4-7. */
-AI __m256i block_dot(const uint8_t *qu, const int8_t *x) {
+AI __m256i block_dot(__m256i w, const int8_t *x) {
     const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    __m256i w = _mm256_load_si256((const __m256i *)qu);
     __m256i h = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)x));
     __m256i l = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(x + 32)));
     return _mm256_add_epi32(_mm256_madd_epi16(h, c256), _mm256_madd_epi16(l, ones));
 }
 
-/* Half sums of cnt blocks from b0 of one weight row: H0 lane l = half 0 of
- * block b0 + l, H1 half 1 (lanes >= cnt: 0). */
-AI void octet_sums(const wrow *w, int b0, int cnt, const int8_t *xb, __m256i *H0, __m256i *H1) {
+/* Quantized activations of one row, from the octet at b0 on (kquant.h). */
+typedef struct xoct {
+    const int8_t *q; /* block b0's hi */
+    const float *dx, *sx;
+    const int32_t *s0, *s1;
+} xoct;
+
+/* Half sums of the octet's cnt blocks: H0 lane l = half 0 of block b0 + l,
+ * H1 half 1 (lanes >= cnt: 0). */
+AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m256i *H1) {
     __m256i v[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        v[i] = i < cnt ? block_dot(w->qu + (size_t)(b0 + i) * 32, xb + (size_t)(b0 + i) * 64) : _mm256_setzero_si256();
+    for (int i = 0; i < 8; i++) v[i] = i < cnt ? block_dot(w->qu[i], xq + (size_t)i * 64) : _mm256_setzero_si256();
     __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
     *H0 = _mm256_permute2x128_si256(a, b, 0x20);
@@ -231,88 +228,114 @@ AI void octet_sums(const wrow *w, int b0, int cnt, const int8_t *xb, __m256i *H0
 }
 
 /* The float steps of an octet on its accumulator (the reference's order). */
-AI __m256 octet_fma(__m256 A, const wrow *w, int b0, __m256i H0, __m256i H1, const float *dx, const float *sx,
-                    const int32_t *s0, const int32_t *s1, kq_shape sh) {
+AI __m256 octet_fma(__m256 A, const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
     if (sh.off_shift) {
-        H0 = _mm256_sub_epi32(H0, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(s0 + b0)),
-                                                   _mm_cvtsi32_si128(sh.off_shift)));
-        H1 = _mm256_sub_epi32(H1, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)(s1 + b0)),
-                                                   _mm_cvtsi32_si128(sh.off_shift)));
+        const __m128i c = _mm_cvtsi32_si128(sh.off_shift);
+        H0 = _mm256_sub_epi32(H0, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s0), c));
+        H1 = _mm256_sub_epi32(H1, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s1), c));
     }
-    __m256 dxv = _mm256_loadu_ps(dx + b0);
+    __m256 dxv = _mm256_loadu_ps(x.dx);
     if (sh.split) {
-        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H0), _mm256_mul_ps(_mm256_loadu_ps(w->dw0 + b0), dxv), A);
-        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H1), _mm256_mul_ps(_mm256_loadu_ps(w->dw1 + b0), dxv), A);
+        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H0), _mm256_mul_ps(w->dw0, dxv), A);
+        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H1), _mm256_mul_ps(w->dw1, dxv), A);
     } else {
-        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1)),
-                            _mm256_mul_ps(_mm256_loadu_ps(w->dw0 + b0), dxv), A);
+        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1)), _mm256_mul_ps(w->dw0, dxv), A);
     }
-    if (sh.has_min) A = _mm256_fmadd_ps(_mm256_loadu_ps(w->mw + b0), _mm256_loadu_ps(sx + b0), A);
+    if (sh.has_min) A = _mm256_fmadd_ps(w->mw, _mm256_loadu_ps(x.sx), A);
     return A;
 }
 
-/* The octet at b0 of both weight rows onto their accumulators a, b. */
-AI void octet_pair(const wrow *wa, const wrow *wb, int b0, int cnt, const int8_t *xb, const float *dx,
-                   const float *sx, const int32_t *s0, const int32_t *s1, kq_shape sh, __m256 *a, __m256 *b) {
+/* Where the octets of a pair of weight rows come from: unpacked buffers
+ * (calls of several activation rows: unpacked once, met by every row), or
+ * the rows themselves, unpacked on the way (decode: each octet is used
+ * once, so it goes from memory to registers without a buffer). */
+typedef struct wsrc {
+    int direct;            /* 1: unpack from the rows (a constant at every call: two loops) */
+    const octet *buf[2];   /* the buffers (direct 0) */
+    const uint8_t *row[2]; /* the weight rows, GGUF or packed (direct 1) */
+    int packed;
+} wsrc;
+
+AI const octet *octet_of(const wsrc *src, int r, int o, int cnt, kq_shape sh, octet *tmp) {
+    if (!src->direct) return &src->buf[r][o];
+    unpack_octet(sh.type, src->row[r], 8 * o, cnt, src->packed, tmp);
+    return tmp;
+}
+
+/* Octet o (cnt blocks) of both weight rows onto their accumulators a, b. */
+AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, int nb, kq_shape sh, __m256 *a, __m256 *b) {
+    const int nbp = (nb + 7) & ~7, b0 = 8 * o;
+    const float *dx = (const float *)(xr + (size_t)nb * 64);
+    const int32_t *s0 = (const int32_t *)(dx + 2 * nbp);
+    const xoct x = {(const int8_t *)xr + (size_t)b0 * 64, dx + b0, dx + nbp + b0, s0 + b0, s0 + nbp + b0};
+    octet ta, tb;
     __m256i H0, H1;
-    octet_sums(wa, b0, cnt, xb, &H0, &H1);
-    __m256 na = octet_fma(*a, wa, b0, H0, H1, dx, sx, s0, s1, sh);
-    octet_sums(wb, b0, cnt, xb, &H0, &H1);
-    __m256 nb = octet_fma(*b, wb, b0, H0, H1, dx, sx, s0, s1, sh);
+    const octet *wa = octet_of(src, 0, o, cnt, sh, &ta);
+    octet_sums(wa, cnt, x.q, &H0, &H1);
+    __m256 na = octet_fma(*a, wa, H0, H1, x, sh);
+    const octet *wb = octet_of(src, 1, o, cnt, sh, &tb);
+    octet_sums(wb, cnt, x.q, &H0, &H1);
+    __m256 nb_ = octet_fma(*b, wb, H0, H1, x, sh);
     if (cnt < 8) { /* a partial octet (Q5_0 / Q5_1): lanes past the row keep their chains untouched */
         const __m256 keep = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
         na = _mm256_blendv_ps(na, *a, keep);
-        nb = _mm256_blendv_ps(nb, *b, keep);
+        nb_ = _mm256_blendv_ps(nb_, *b, keep);
     }
     *a = na;
-    *b = nb;
+    *b = nb_;
 }
 
-/* y = two weight rows (wa, wb) . one quantized activation row xr. Octets
- * alternate between the low (chains 0-7) and high (8-15) accumulators; the
- * loop takes them by twos so the accumulators stay in registers. */
-AI void dot_pair(const wrow *wa, const wrow *wb, const uint8_t *xr, int nb, kq_shape sh, float *ya, float *yb) {
-    const int nbp = (nb + 7) & ~7;
-    const int8_t *xb = (const int8_t *)xr;
-    const float *dx = (const float *)(xr + (size_t)nb * 64), *sx = dx + nbp;
-    const int32_t *s0 = (const int32_t *)(sx + nbp), *s1 = s0 + nbp;
+/* y = two weight rows . one quantized activation row xr. Octets alternate
+ * between the low (chains 0-7) and high (8-15) accumulators; the loop takes
+ * them by twos so the accumulators stay in registers. */
+AI void dot_pair(const wsrc *src, const uint8_t *xr, int nb, kq_shape sh, float *ya, float *yb) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-    const int nfull = nb & ~7;
+    const int nfull = nb / 8;
     int o = 0;
-    for (; o + 16 <= nfull; o += 16) {
-        octet_pair(wa, wb, o, 8, xb, dx, sx, s0, s1, sh, &a0, &b0);
-        octet_pair(wa, wb, o + 8, 8, xb, dx, sx, s0, s1, sh, &a1, &b1);
+    for (; o + 2 <= nfull; o += 2) {
+        octet_pair(src, o, 8, xr, nb, sh, &a0, &b0);
+        octet_pair(src, o + 1, 8, xr, nb, sh, &a1, &b1);
     }
-    if (o < nfull) { /* one more full octet: chains 0-7 */
-        octet_pair(wa, wb, o, 8, xb, dx, sx, s0, s1, sh, &a0, &b0);
-        o += 8;
-    }
-    if (o < nb) { /* the partial octet */
-        if ((o >> 3) & 1) octet_pair(wa, wb, o, nb - o, xb, dx, sx, s0, s1, sh, &a1, &b1);
-        else octet_pair(wa, wb, o, nb - o, xb, dx, sx, s0, s1, sh, &a0, &b0);
+    if (o < nfull) /* one more full octet: chains 0-7 */
+        octet_pair(src, o++, 8, xr, nb, sh, &a0, &b0);
+    if (8 * o < nb) { /* the partial octet */
+        if (o & 1) octet_pair(src, o, nb - 8 * o, xr, nb, sh, &a1, &b1);
+        else octet_pair(src, o, nb - 8 * o, xr, nb, sh, &a0, &b0);
     }
     *ya = tree16_2(a0, a1);
     *yb = tree16_2(b0, b1);
 }
 
-/* Columns [j0, j1) for rows [0, m), per type shape (constant-folded). */
-AI void cols_of_shape(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1,
-                      kq_shape sh, wrow *wa, wrow *wb) {
-    const int nb = w->k / 32;
+/* Columns [j0, j1) for rows [0, m), per type (constant-folded), two weight
+ * rows at a time (an odd last row is computed twice and stored once). */
+AI void cols_of_type(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1,
+                     kq_shape sh, octet *bufa, octet *bufb) {
+    const int nb = w->k / 32, no = (nb + 7) / 8;
+    const int packed = w->packed != NULL;
     for (int j = j0; j < j1; j += 2) {
-        const int packed = w->packed != NULL;
         const uint8_t *ra = (const uint8_t *)(packed ? w->packed : w->data) + (size_t)j * w->row_bytes;
         const int pair = j + 1 < j1;
-        if (m == 1 && j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
-            const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
-            for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        float ya, yb;
+        if (m == 1) {
+            if (j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
+                const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
+                for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+            }
+            const wsrc src = {.direct = 1, .row = {ra, pair ? ra + w->row_bytes : ra}, .packed = packed};
+            dot_pair(&src, xq, nb, sh, &ya, &yb);
+            y[j] = ya;
+            if (pair) y[j + 1] = yb;
+            continue;
         }
-        unpack_row(w->type, ra, nb, packed, wa);
-        if (pair) unpack_row(w->type, ra + w->row_bytes, nb, packed, wb);
+        for (int o = 0; o < no; o++) {
+            const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
+            unpack_octet(sh.type, ra, 8 * o, cnt, packed, &bufa[o]);
+            if (pair) unpack_octet(sh.type, ra + w->row_bytes, 8 * o, cnt, packed, &bufb[o]);
+        }
+        const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}};
         for (int i = 0; i < m; i++) {
-            float ya, yb;
-            dot_pair(wa, pair ? wb : wa, xq + (size_t)i * xq_row, nb, sh, &ya, &yb);
+            dot_pair(&src, xq + (size_t)i * xq_row, nb, sh, &ya, &yb);
             y[(size_t)i * w->n + j] = ya;
             if (pair) y[(size_t)i * w->n + j + 1] = yb;
         }
@@ -320,17 +343,17 @@ AI void cols_of_shape(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m
 }
 
 static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
-    if (w->k / 32 > MAX_BLOCKS) {
+    if ((w->k / 32 + 7) / 8 > MAX_OCTETS) {
         kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1);
         return;
     }
-    wrow bufs[2];
-    switch (w->type) { /* one instance per shape */
-    case KVS_TYPE_Q5_0: cols_of_shape(w, xq, xq_row, m, y, j0, j1, (kq_shape){4, 0, 0}, &bufs[0], &bufs[1]); break;
-    case KVS_TYPE_Q6_K: cols_of_shape(w, xq, xq_row, m, y, j0, j1, (kq_shape){5, 1, 0}, &bufs[0], &bufs[1]); break;
-    default: /* Q5_1, Q4_K, Q5_K: no offset, a min */
-        cols_of_shape(w, xq, xq_row, m, y, j0, j1, (kq_shape){0, 0, 1}, &bufs[0], &bufs[1]);
-        break;
+    octet bufs[2][MAX_OCTETS];
+    switch (w->type) { /* one instance per type: {type, offset shift, split scales, min} */
+    case KVS_TYPE_Q5_0: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q5_0, 4, 0, 0}, bufs[0], bufs[1]); break;
+    case KVS_TYPE_Q5_1: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q5_1, 0, 0, 1}, bufs[0], bufs[1]); break;
+    case KVS_TYPE_Q4_K: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q4_K, 0, 0, 1}, bufs[0], bufs[1]); break;
+    case KVS_TYPE_Q5_K: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q5_K, 0, 0, 1}, bufs[0], bufs[1]); break;
+    default: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q6_K, 5, 1, 0}, bufs[0], bufs[1]); break;
     }
 }
 
