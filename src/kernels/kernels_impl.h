@@ -43,10 +43,11 @@ typedef struct kvs_mm_call {
     size_t xq_row;     /* bytes per quantized row */
     const uint8_t *xq_tail; /* ((m + 3) / 4, quad bytes) tail blocks by row quads */
     size_t xq_quad;    /* bytes per quad */
-    /* m == 1 and Q8_0 weights only (else NULL): the row again in natural
-     * order for the AVX-512 decode path, written by its quantizer (other
-     * ISAs ignore it): s8 hi[nb * 32], s8 lo[nb * 32], int32 128 * sum Q[nb],
-     * float d[nb]; kvs_xn_bytes(k). */
+    /* m == 1 and Q8_0 weights only (else NULL): the row again for the
+     * decode paths, written by their quantizers (kvs_xn_bytes(k)): AVX-512:
+     * natural order, s8 hi[nb * 32], s8 lo[nb * 32], int32 128 * sum Q[nb],
+     * float d[nb]; AVX2 on packed weights: int16 Q in the packed order
+     * (kvs_avx2_q16_row). */
     uint8_t *xn;
     int m;
     float *y;          /* (m, n) */
@@ -121,6 +122,8 @@ extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
 /* AVX2 on packed weights (matmul_avx2_packed.c): columns [j0, j1) of a call
  * whose w->packed is set; returns 0 (nothing done) otherwise. */
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1);
+/* Writes c->xn for the packed Q8_0 decode path (m == 1, after quantizing). */
+void kvs_avx2_q16_row(const kvs_mm_call *c);
 #endif
 
 /* One block of 32 quantized (quant.h): hi and lo bytes + offset (128 for

@@ -297,6 +297,74 @@ static void q8_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, const uint8
     y[1] = tree16_2(C[1][0], C[1][1]);
 }
 
+/* Decode with Q8_0 weights: the row's Q = 256 hi + lo as int16 in the
+ * packed weights' order, into kvs_mm_call.xn (kvs_xn_bytes(k) >= 64 bytes
+ * per block): group g, weight vector r, half h: 32 int16 = the 4 elements
+ * (4r..4r+3) of blocks 8h .. 8h+7. |Q| <= 127 * 257 (quant.h: hi and lo
+ * are within +-127), so int16 holds it. */
+void kvs_avx2_q16_row(const kvs_mm_call *c) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80);
+    const int ng = kvs_xq_groups(c->w->k);
+    int16_t *x16 = (int16_t *)c->xn;
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *grp = c->xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+        for (int r = 0; r < 8; r++)
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *xh = grp + 64 * xq_of_q8[r] + 32 * h;
+                __m256i hi = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xh), c80);
+                __m256i lo = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xh + KVS_XQ_PLANE)), c80);
+                int16_t *dst = x16 + ((size_t)(g * 8 + r) * 2 + h) * 32;
+                for (int q = 0; q < 2; q++) {
+                    __m128i hq = q ? _mm256_extracti128_si256(hi, 1) : _mm256_castsi256_si128(hi);
+                    __m128i lq = q ? _mm256_extracti128_si256(lo, 1) : _mm256_castsi256_si128(lo);
+                    __m256i v = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(hq), 8), _mm256_cvtepi8_epi16(lq));
+                    _mm256_storeu_si256((__m256i *)(dst + 16 * q), v);
+                }
+            }
+    }
+}
+
+/* q8_m1_pair on the int16 row (kvs_avx2_q16_row): one vpmaddwd per 16
+ * weights gives the exact 256 dot(w, hi) + dot(w, lo) directly, half the
+ * multiplies of the two 8-bit planes and no sign juggling. Lanes: a
+ * vpmaddwd of blocks 8h..8h+3 leaves two partial sums per block; one
+ * vphaddd and a 64-bit permute put block l in lane l. Same bits. */
+static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, const int16_t *x16,
+                         float y[2]) {
+    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int g = 0; g < ng; g++) {
+        const float *trailer = (const float *)(xq + (size_t)g * KVS_XQ_GROUP_BYTES + KVS_XQ_GROUP_QS);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i sa[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i sb[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                const int16_t *xr = x16 + ((size_t)(g * 8 + r) * 2 + h) * 32;
+                __m256i xa = _mm256_loadu_si256((const __m256i *)xr), xb = _mm256_loadu_si256((const __m256i *)(xr + 16));
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) {
+                    const uint8_t *pw = (o ? pb : pa) + (size_t)g * 544 + 64 * r + 32 * h;
+                    __m256i wa = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)pw));
+                    __m256i wb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pw + 16)));
+                    sa[o] = _mm256_add_epi32(sa[o], _mm256_madd_epi16(wa, xa));
+                    sb[o] = _mm256_add_epi32(sb[o], _mm256_madd_epi16(wb, xb));
+                }
+            }
+            __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+#pragma GCC unroll 2
+            for (int o = 0; o < 2; o++) {
+                const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
+                __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa[o], sb[o]), 0xD8);
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
+                C[o][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), C[o][h]);
+            }
+        }
+    }
+    y[0] = tree16_2(C[0][0], C[0][1]);
+    y[1] = tree16_2(C[1][0], C[1][1]);
+}
+
 /* Activation row i against weight rows [j0, j1), two at a time (an odd last
  * row is computed twice and stored once); the tail blocks of 8 rows at a
  * time; xt: row i's tail blocks. */
@@ -317,7 +385,8 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
                 const uint8_t *pf = pa + PF_ROWS * rb;
                 for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
             }
-            if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y + (j - j8));
+            if (type == KVS_TYPE_Q8_0 && c->xn) q8_m1_pair16(pa, pb, ng, xq, (const int16_t *)c->xn, y + (j - j8));
+            else if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y + (j - j8));
             else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y + (j - j8));
             else q4_m1_pair(pa, pb, ng, 0, xq, y + (j - j8));
         }
