@@ -126,11 +126,13 @@ static float *matmul(const kvs_wmat *w, const float *x, int m, kvs_pool *pool) {
 }
 
 TEST(test_kq_simd_equals_scalar) {
-    const int ks[] = {96, 256, 640, 2048}; /* 96, 640: 3 and 20 blocks, a partial octet and not a multiple of 16 (Q5_0 / Q5_1 only: K-quants need 256) */
+    /* 96, 640: 3 and 20 blocks, a partial octet and not a multiple of 16 (Q5_0 / Q5_1 only: K-quants need
+     * 256); 8192: long rows (256 blocks, 32 octets) */
+    const int ks[] = {96, 256, 640, 2048, 8192};
     const int ms[] = {1, 3, 16, 37};
     int compared = 0;
     for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++)
-        for (size_t ki = 0; ki < 4; ki++) {
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             if (ks[ki] % 256 && !(k_types[t] == KVS_TYPE_Q5_0 || k_types[t] == KVS_TYPE_Q5_1)) continue;
             kvs_wmat w = rand_kq(k_types[t], 48, ks[ki]);
             for (size_t mi = 0; mi < 4; mi++) {
