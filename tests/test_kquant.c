@@ -255,11 +255,26 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         }
         memset(a, 0xaa, bytes);
         memset(b, 0x55, bytes);
-        kvs_kq_isa_scalar.quantize_row(x, k, a);
-        kvs_kq_isa_avx2.quantize_row(x, k, b);
+        kvs_kq_isa_scalar.quantize_row(x, k, a, 1);
+        kvs_kq_isa_avx2.quantize_row(x, k, b, 1);
         size_t bad = 0;
         while (bad < bytes && a[bad] == b[bad]) bad++;
         CHECK_MSG(bad == bytes, "variant %d: quantized rows differ at byte %zu of %zu", variant, bad, bytes);
+        rows++;
+        /* a call of several rows: the AVX2 lane layout (octet o, plane p, vector r, lane l = block 8o + l,
+         * elements 4r..4r+3), the same values and the same scales and sums */
+        memset(b, 0x55, bytes);
+        kvs_kq_isa_avx2.quantize_row(x, k, b, 2);
+        int lane_bad = 0;
+        for (int blk = 0; blk < k / 32; blk++)
+            for (int p = 0; p < 2; p++)
+                for (int e = 0; e < 32; e++) {
+                    size_t at = (size_t)(blk / 8) * 512 + (size_t)p * 256 + (size_t)(e / 4) * 32 + (size_t)(blk % 8) * 4 + e % 4;
+                    lane_bad += a[(size_t)blk * 64 + p * 32 + e] != b[at];
+                }
+        const size_t ints = (size_t)kvs_kq_nbp(k) * 64;
+        CHECK_MSG(lane_bad == 0 && memcmp(a + ints, b + ints, bytes - ints) == 0,
+                  "variant %d: lane layout differs (%d integers)", variant, lane_bad);
         rows++;
         /* the same rows in the Q4_0 / Q4_1 / Q8_0 layout (quant.h: groups, tail quads) */
         const int wtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};

@@ -36,7 +36,7 @@ static void quant_chunk(void *arg, int chunk, int ith) {
     const kq_task *t = arg;
     int i1 = (chunk + 1) * KQ_QUANT_ROWS < t->m ? (chunk + 1) * KQ_QUANT_ROWS : t->m;
     for (int i = chunk * KQ_QUANT_ROWS; i < i1; i++)
-        t->isa->quantize_row(t->x + (size_t)i * t->w->k, t->w->k, t->xq + (size_t)i * t->xq_row);
+        t->isa->quantize_row(t->x + (size_t)i * t->w->k, t->w->k, t->xq + (size_t)i * t->xq_row, t->m);
 }
 
 static void cols_chunk(void *arg, int chunk, int ith) {

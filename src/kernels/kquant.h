@@ -42,13 +42,14 @@
 /* 1 if w's type runs through the kernels of this file. */
 int kvs_kq_handles(int type);
 
-/* Quantized activation row: nb blocks of {i8 hi[32], i8 lo[32]}, then, each
- * nbp = nb rounded up to 8 long and zero past nb: float dx[nbp], float
- * sx[nbp], int32 s0[nbp], int32 s1[nbp] (s_h = sum of Q over half h of the
- * block: the SIMD paths take weights as unsigned q_w + off and subtract
- * off * s_h, exactly). */
+/* Quantized activation row, nbp = nb rounded up to 8: 64 * nbp bytes of
+ * integers (the reference: nb blocks of {i8 hi[32], i8 lo[32]}; an ISA may
+ * use another order of the same values, see its quantize_row), then, each
+ * nbp long and zero past nb: float dx[nbp], float sx[nbp], int32 s0[nbp],
+ * int32 s1[nbp] (s_h = sum of Q over half h of the block: the SIMD paths
+ * take weights as unsigned q_w + off and subtract off * s_h, exactly). */
 static inline int kvs_kq_nbp(int k) { return (k / 32 + 7) & ~7; }
-static inline size_t kvs_kq_xrow_bytes(int k) { return (size_t)(k / 32) * 64 + (size_t)kvs_kq_nbp(k) * 16; }
+static inline size_t kvs_kq_xrow_bytes(int k) { return (size_t)kvs_kq_nbp(k) * 80; }
 
 size_t kvs_kq_work_size(const kvs_wmat *w, int m);
 void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);
@@ -74,12 +75,13 @@ void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow);
 /* The scalar reference of one output. */
 float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow);
 
-/* One ISA row: y[i][j] for rows [0, m) and columns [j0, j1); an x row
- * quantized as kvs_kq_quantize_row does, bit for bit. */
+/* One ISA row: y[i][j] for rows [0, m) and columns [j0, j1), on x rows its
+ * own quantize_row wrote for a call of m rows (the values of
+ * kvs_kq_quantize_row, bit for bit, in the order the ISA reads). */
 typedef struct kvs_kq_isa {
     const char *name;
     void (*dot_cols)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
-    void (*quantize_row)(const float *x, int k, uint8_t *xrow);
+    void (*quantize_row)(const float *x, int k, uint8_t *xrow, int m);
 } kvs_kq_isa;
 extern const kvs_kq_isa kvs_kq_isa_scalar;
 #if defined(__x86_64__)

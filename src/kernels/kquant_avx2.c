@@ -227,6 +227,56 @@ AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m25
     *H1 = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
+/* 8x8 transpose of dwords: out[r] lane l = dword r of in[l]. Turns an
+ * octet's blocks (vector = block) into lanes (vector r = elements
+ * 4r..4r+3 of every block, lane l = block l). */
+AI void transpose8(const __m256i in[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    for (int p = 0; p < 2; p++) {
+        const __m256i *q = in + 4 * p;
+        t[4 * p + 0] = _mm256_unpacklo_epi32(q[0], q[1]);
+        t[4 * p + 1] = _mm256_unpackhi_epi32(q[0], q[1]);
+        t[4 * p + 2] = _mm256_unpacklo_epi32(q[2], q[3]);
+        t[4 * p + 3] = _mm256_unpackhi_epi32(q[2], q[3]);
+        u[4 * p + 0] = _mm256_unpacklo_epi64(t[4 * p + 0], t[4 * p + 2]); /* dwords 0, 4 */
+        u[4 * p + 1] = _mm256_unpackhi_epi64(t[4 * p + 0], t[4 * p + 2]); /* 1, 5 */
+        u[4 * p + 2] = _mm256_unpacklo_epi64(t[4 * p + 1], t[4 * p + 3]); /* 2, 6 */
+        u[4 * p + 3] = _mm256_unpackhi_epi64(t[4 * p + 1], t[4 * p + 3]); /* 3, 7 */
+    }
+    for (int r = 0; r < 4; r++) {
+        out[r] = _mm256_permute2x128_si256(u[r], u[4 + r], 0x20);
+        out[r + 4] = _mm256_permute2x128_si256(u[r], u[4 + r], 0x31);
+    }
+}
+
+/* octet_sums on the lane layout (several activation rows): the weight
+ * octet transposed (transpose8), the activations likewise (the quantizer's
+ * lane layout: hi plane vec r at xo + 32 r, lo plane at xo + 256 + 32 r).
+ * Lane l accumulates block l directly: two vpmaddubsw per plane summed in
+ * int16 (pairs <= 2 * 63 * 127, two of them <= 32004), widened once; no
+ * horizontal step. */
+AI void octet_sums_lanes(const octet *wt, const int8_t *xo, __m256i *H0, __m256i *H1) {
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256i H[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++) {
+            const int r = 4 * h + 2 * p;
+            const int8_t *xh = xo + 32 * r, *xl = xh + 256;
+            __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(wt->qu[r], _mm256_loadu_si256((const __m256i *)xh)),
+                                          _mm256_maddubs_epi16(wt->qu[r + 1], _mm256_loadu_si256((const __m256i *)(xh + 32))));
+            __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(wt->qu[r], _mm256_loadu_si256((const __m256i *)xl)),
+                                          _mm256_maddubs_epi16(wt->qu[r + 1], _mm256_loadu_si256((const __m256i *)(xl + 32))));
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones)));
+        }
+        H[h] = acc;
+    }
+    *H0 = H[0];
+    *H1 = H[1];
+}
+
 /* The float steps of an octet on its accumulator (the reference's order). */
 AI __m256 octet_fma(__m256 A, const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
     if (sh.off_shift) {
@@ -265,16 +315,18 @@ AI const octet *octet_of(const wsrc *src, int r, int o, int cnt, kq_shape sh, oc
 /* Octet o (cnt blocks) of both weight rows onto their accumulators a, b. */
 AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, int nb, kq_shape sh, __m256 *a, __m256 *b) {
     const int nbp = (nb + 7) & ~7, b0 = 8 * o;
-    const float *dx = (const float *)(xr + (size_t)nb * 64);
+    const float *dx = (const float *)(xr + (size_t)nbp * 64);
     const int32_t *s0 = (const int32_t *)(dx + 2 * nbp);
     const xoct x = {(const int8_t *)xr + (size_t)b0 * 64, dx + b0, dx + nbp + b0, s0 + b0, s0 + nbp + b0};
     octet ta, tb;
     __m256i H0, H1;
     const octet *wa = octet_of(src, 0, o, cnt, sh, &ta);
-    octet_sums(wa, cnt, x.q, &H0, &H1);
+    if (src->direct) octet_sums(wa, cnt, x.q, &H0, &H1);
+    else octet_sums_lanes(wa, x.q, &H0, &H1); /* buffers hold transposed octets, x the lane layout */
     __m256 na = octet_fma(*a, wa, H0, H1, x, sh);
     const octet *wb = octet_of(src, 1, o, cnt, sh, &tb);
-    octet_sums(wb, cnt, x.q, &H0, &H1);
+    if (src->direct) octet_sums(wb, cnt, x.q, &H0, &H1);
+    else octet_sums_lanes(wb, x.q, &H0, &H1);
     __m256 nb_ = octet_fma(*b, wb, H0, H1, x, sh);
     if (cnt < 8) { /* a partial octet (Q5_0 / Q5_1): lanes past the row keep their chains untouched */
         const __m256 keep = _mm256_castsi256_ps(
@@ -328,10 +380,17 @@ AI void cols_of_type(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m,
             if (pair) y[j + 1] = yb;
             continue;
         }
-        for (int o = 0; o < no; o++) {
+        for (int o = 0; o < no; o++) { /* unpacked and transposed to the lane layout, once per call */
             const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
-            unpack_octet(sh.type, ra, 8 * o, cnt, packed, &bufa[o]);
-            if (pair) unpack_octet(sh.type, ra + w->row_bytes, 8 * o, cnt, packed, &bufb[o]);
+            octet t;
+            unpack_octet(sh.type, ra, 8 * o, cnt, packed, &t);
+            bufa[o] = t;
+            transpose8(t.qu, bufa[o].qu);
+            if (pair) {
+                unpack_octet(sh.type, ra + w->row_bytes, 8 * o, cnt, packed, &t);
+                bufb[o] = t;
+                transpose8(t.qu, bufb[o].qu);
+            }
         }
         const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}};
         for (int i = 0; i < m; i++) {
@@ -357,22 +416,44 @@ static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, i
     }
 }
 
-/* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer. */
-static void avx2_quantize_row(const float *x, int k, uint8_t *xrow) {
+/* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer. One
+ * row (decode): blocks in natural order, as the reference's. Several rows:
+ * the lane layout of octet_sums_lanes (per octet a hi plane of 8 vectors,
+ * vector r lane l = elements 4r..4r+3 of block l, then the lo plane; blocks
+ * past the row zero). The values are the same. */
+static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
     const int nb = k / 32, nbp = kvs_kq_nbp(k);
-    float *dx = (float *)(xrow + (size_t)nb * 64), *sx = dx + nbp;
+    float *dx = (float *)(xrow + (size_t)nbp * 64), *sx = dx + nbp;
     int32_t *s0 = (int32_t *)(sx + nbp), *s1 = s0 + nbp;
     memset(dx, 0, (size_t)nbp * 16);
-    for (int b = 0; b < nb; b++) {
-        __m256i hi, lo;
-        int32_t s[2];
-        float d = kvs_avx2_quantize_block(x + (size_t)b * 32, &hi, &lo, s);
-        _mm256_storeu_si256((__m256i *)(xrow + (size_t)b * 64), hi);
-        _mm256_storeu_si256((__m256i *)(xrow + (size_t)b * 64 + 32), lo);
-        dx[b] = d * (1.0f / 256.0f);
-        sx[b] = dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
-        s0[b] = s[0];
-        s1[b] = s[1];
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        __m256i hi[8], lo[8];
+        for (int l = 0; l < 8; l++) {
+            const int b = b0 + l;
+            if (b >= nb) {
+                hi[l] = lo[l] = _mm256_setzero_si256();
+                continue;
+            }
+            int32_t s[2];
+            float d = kvs_avx2_quantize_block(x + (size_t)b * 32, &hi[l], &lo[l], s);
+            dx[b] = d * (1.0f / 256.0f);
+            sx[b] = dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
+            s0[b] = s[0];
+            s1[b] = s[1];
+        }
+        __m256i *dst = (__m256i *)(xrow + (size_t)b0 * 64);
+        if (m == 1) {
+            for (int l = 0; l < 8; l++) {
+                _mm256_storeu_si256(dst + 2 * l, hi[l]);
+                _mm256_storeu_si256(dst + 2 * l + 1, lo[l]);
+            }
+            continue;
+        }
+        __m256i t[8];
+        transpose8(hi, t);
+        for (int r = 0; r < 8; r++) _mm256_storeu_si256(dst + r, t[r]);
+        transpose8(lo, t);
+        for (int r = 0; r < 8; r++) _mm256_storeu_si256(dst + 8 + r, t[r]);
     }
 }
 

@@ -120,9 +120,9 @@ void kvs_kq_dequantize_row(int type, const void *src, float *dst, int k) {
 /* quant.h's two-level quantization of one block, natural order. */
 void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
     const int nb = k / 32, nbp = kvs_kq_nbp(k);
-    float *dx = (float *)(xrow + (size_t)nb * 64), *sx = dx + nbp;
+    float *dx = (float *)(xrow + (size_t)nbp * 64), *sx = dx + nbp;
     int32_t *s0 = (int32_t *)(sx + nbp), *s1 = s0 + nbp;
-    memset(dx, 0, (size_t)nbp * 16); /* the padding past nb */
+    memset(xrow + (size_t)nb * 64, 0, (size_t)(nbp - nb) * 64 + (size_t)nbp * 16); /* the padding past nb */
     for (int b = 0; b < nb; b++) {
         const float *xb = x + (size_t)b * 32;
         int8_t *hi = (int8_t *)xrow + (size_t)b * 64, *lo = hi + 32;
@@ -148,7 +148,7 @@ void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
 float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow) {
     const int nb = w->k / 32, split = kvs_kq_split_scales(w->type), has_min = kvs_kq_has_min(w->type);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-    const float *dx = (const float *)(xrow + (size_t)nb * 64), *sx = dx + kvs_kq_nbp(w->k);
+    const float *dx = (const float *)(xrow + (size_t)kvs_kq_nbp(w->k) * 64), *sx = dx + kvs_kq_nbp(w->k);
     float acc[16] = {0};
     kvs_kq_block blk;
     for (int b = 0; b < nb; b++) {
@@ -173,4 +173,9 @@ static void scalar_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row,
         for (int j = j0; j < j1; j++) y[(size_t)i * w->n + j] = kvs_kq_dot_ref(w, j, xq + (size_t)i * xq_row);
 }
 
-const kvs_kq_isa kvs_kq_isa_scalar = {.name = "scalar", .dot_cols = scalar_dot_cols, .quantize_row = kvs_kq_quantize_row};
+static void scalar_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
+    (void)m; /* one layout */
+    kvs_kq_quantize_row(x, k, xrow);
+}
+
+const kvs_kq_isa kvs_kq_isa_scalar = {.name = "scalar", .dot_cols = scalar_dot_cols, .quantize_row = scalar_quantize_row};
