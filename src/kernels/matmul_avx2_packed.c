@@ -39,6 +39,7 @@
 /* A tail block of one activation row in natural element order, signed. */
 typedef struct xtail {
     int8_t hi[32], lo[32];
+    int16_t q[32]; /* Q = 256 hi + lo (the Q8_0 tails' operand) */
     float d, s;
     int32_t c;
 } xtail;
@@ -62,6 +63,12 @@ static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) 
                 int8_t *dst = p ? x->lo : x->hi;
                 _mm_storeu_si128((__m128i *)dst, _mm_xor_si128(a, off));
                 _mm_storeu_si128((__m128i *)(dst + 16), _mm_xor_si128(b, off));
+            }
+            for (int h = 0; h < 2; h++) {
+                __m128i hi = _mm_loadu_si128((const __m128i *)(x->hi + 16 * h));
+                __m128i lo = _mm_loadu_si128((const __m128i *)(x->lo + 16 * h));
+                _mm256_storeu_si256((__m256i *)(x->q + 16 * h),
+                                    _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(hi), 8), _mm256_cvtepi8_epi16(lo)));
             }
             x->d = kvs_xq_tail_d((uint8_t *)quad, t)[sub];
             x->s = kvs_xq_tail_s((uint8_t *)quad, t)[sub];
@@ -149,11 +156,11 @@ AI __m256i tail_isum(int type, const uint8_t *blk, const xtail *x) {
     __m256i xh = _mm256_loadu_si256((const __m256i *)x->hi);
     __m256i xl = _mm256_loadu_si256((const __m256i *)x->lo);
     __m256i ph, pl;
-    if (type == KVS_TYPE_Q8_0) {
-        __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        __m256i aw = _mm256_sign_epi8(w, w);
-        ph = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xh, w));
-        pl = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xl, w));
+    if (type == KVS_TYPE_Q8_0) { /* int16 Q (|Q| <= 127 * 257): one vpmaddwd per 16 weights */
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+        return _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x->q)),
+                                _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x->q + 16))));
     } else {
         __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
         __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
