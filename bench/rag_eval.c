@@ -500,7 +500,8 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
         c->rp.recompute_ratio = (float)param;
         kvs_repair_params d = kvs_repair_default_params();
         snprintf(c->name, sizeof c->name, "cacheblend+seams r=%.2f%s", param,
-                 fabs(param - (double)d.recompute_ratio) < 1e-6 && d.cacheblend_seams && d.narrow_from == 0
+                 d.mode == KVS_REPAIR_CACHEBLEND && fabs(param - (double)d.recompute_ratio) < 1e-6 &&
+                         d.cacheblend_seams && d.narrow_from == 0
                      ? " (default)" : "");
     } else if (m == CFG_CB_NARROW || m == CFG_CB_SEAMS_NARROW) {
         c->rp.mode = KVS_REPAIR_CACHEBLEND;
@@ -513,7 +514,11 @@ static int add_cfg(cfg *cfgs, int n, kvs_repair_mode m, double param) {
         c->rp.mode = KVS_REPAIR_QUERY;
         c->rp.query_seams = m == CFG_QUERY_SEAMS;
         c->rp.recompute_ratio = (float)param;
-        snprintf(c->name, sizeof c->name, "query%s r=%.2f", c->rp.query_seams ? "+seams" : "", param);
+        kvs_repair_params d = kvs_repair_default_params();
+        snprintf(c->name, sizeof c->name, "query%s r=%.2f%s", c->rp.query_seams ? "+seams" : "", param,
+                 d.mode == KVS_REPAIR_QUERY && fabs(param - (double)d.recompute_ratio) < 1e-6 &&
+                         c->rp.query_seams == d.query_seams
+                     ? " (default)" : "");
     } else if (m == KVS_REPAIR_SELECTIVE) {
         c->rp.overlap = (int)param;
         snprintf(c->name, sizeof c->name, "selective R=%d", (int)param);
@@ -572,8 +577,9 @@ static const char *usage =
     "                 query:0.15,query+seams:0.1,...]\n"
     "                [--tag NAME] [--cold-items N] [--reps N] [--n-gen N] [--threads N] [--out DIR] [--model PATH]\n"
     "                [--data DIR]\n"
-    "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, cacheblend at\n"
-    "   0.05,0.1,0.15,0.3,0.5, the cacheblend+seams hybrid, gradual narrowing from 3x the ratio, selective and\n"
+    "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, query (the\n"
+    "   default) at 0.10, 0.15, 0.20, cacheblend at 0.05,0.1,0.15,0.3,0.5, the cacheblend+seams hybrid,\n"
+    "   gradual narrowing from 3x the ratio, selective and\n"
     "   firstk at 16 and 64 tokens, cold runs of every strategy on the first 3 items, TTFT the fastest of\n"
     "   --reps 2 runs; ~25 min on 2 idle cores. --sweep: selective and firstk at each ratio's share of a\n"
     "   600-token doc too)\n";
@@ -632,16 +638,20 @@ int main(int argc, char **argv) {
         }
         goto configured;
     }
-    /* the library's default (kvs_repair_default_params: the hybrid at 0.10),
-     * then plain CacheBlend at the issue's 0.15 */
-    n_cfg = add_cfg(cfgs, 0, CFG_CB_SEAMS, (double)kvs_repair_default_params().recompute_ratio);
+    /* the library's default (kvs_repair_default_params: query at 0.10), the
+     * hybrid at 0.10 (the default before), then plain CacheBlend at the
+     * issue's 0.15 */
+    n_cfg = add_cfg(cfgs, 0, KVS_REPAIR_QUERY, (double)kvs_repair_default_params().recompute_ratio);
+    n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.10);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_CACHEBLEND, 0.15);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_NONE, 0);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 16);
     n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_FIRSTK, 16);
     for (int i = 0; i < o.n_ratios; i++)
         if (fabs(o.ratios[i] - 0.15) > 1e-9) n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_CACHEBLEND, o.ratios[i]);
-    if (!o.quick) { /* the hybrid at other ratios, and longer fixed sets */
+    if (!o.quick) { /* query and the hybrid at other ratios, and longer fixed sets */
+        n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_QUERY, 0.15);
+        n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_QUERY, 0.20);
         n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.05);
         n_cfg = add_cfg(cfgs, n_cfg, CFG_CB_SEAMS, 0.15);
         n_cfg = add_cfg(cfgs, n_cfg, KVS_REPAIR_SELECTIVE, 64);

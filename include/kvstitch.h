@@ -677,10 +677,11 @@ typedef struct kvs_segments {
 typedef enum kvs_repair_mode {
     KVS_REPAIR_NONE = 0,       /* moved documents as they are (fastest, lowest fidelity) */
     KVS_REPAIR_SELECTIVE = 1,  /* recompute the last `overlap` tokens before each seam */
-    KVS_REPAIR_CACHEBLEND = 2, /* CacheBlend: recompute the tokens whose KV deviates most (default) */
+    KVS_REPAIR_CACHEBLEND = 2, /* CacheBlend: recompute the tokens whose KV deviates most */
     KVS_REPAIR_FIRSTK = 3,     /* recompute the first `first_k` tokens of each moved document */
     KVS_REPAIR_FULL = 4,       /* recompute everything after the exact prefix: a cold prefill's bits */
-    KVS_REPAIR_QUERY = 5,      /* recompute the top `recompute_ratio` of moved tokens the question attends to */
+    KVS_REPAIR_QUERY = 5,      /* recompute the top `recompute_ratio` of moved tokens the question attends to
+                                * (default) */
 } kvs_repair_mode;
 
 /* How CacheBlend ranks tokens at the check layer. */
@@ -690,8 +691,9 @@ typedef enum kvs_deviation {
 } kvs_deviation;
 
 typedef struct kvs_repair_params {
-    kvs_repair_mode mode;   /* default KVS_REPAIR_CACHEBLEND */
-    float recompute_ratio;  /* cacheblend: fraction of moved tokens recomputed (0.10); 0 = none, 1 = full */
+    kvs_repair_mode mode;   /* default KVS_REPAIR_QUERY (bench/results/rag_eval_query.md says why) */
+    float recompute_ratio;  /* cacheblend, query: fraction of moved tokens recomputed (0.10); 0 = none,
+                             * 1 = full */
     float min_deviation;    /* cacheblend: recompute only tokens deviating more than this (0) */
     int check_layer;        /* cacheblend: layer where the deviation is measured (1); layers
                              * before it run for every moved token */
@@ -713,7 +715,7 @@ typedef struct kvs_repair_params {
 } kvs_repair_params;
 
 KVS_API kvs_repair_params kvs_repair_default_params(void);
-/* "none", "selective", "cacheblend", "firstk", "full"; NULL if unknown. */
+/* "none", "selective", "cacheblend", "firstk", "full", "query"; NULL if unknown. */
 KVS_API const char *kvs_repair_mode_name(kvs_repair_mode mode);
 /* Parses a name; KVS_ERR_INVALID_ARG naming the accepted values otherwise. */
 KVS_API int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out);

@@ -198,18 +198,27 @@ TEST(recomputed_counts) {
         CHECK(rep.n_recomputed <= (int)(0.15 * n_moved + 0.5) + sel);
         kvs_generate_result_free(&r);
     }
-    /* The defaults: the hybrid at 0.10; ratio 0 is none with them too. */
+    /* The defaults: query-guided selection at 0.10, exactly the ratio's share
+     * (no seams); ratio 0 is none with them too. With mode cacheblend they
+     * give the hybrid at 0.10. */
     kvs_repair_params dp = kvs_repair_default_params();
-    CHECK(dp.mode == KVS_REPAIR_CACHEBLEND && dp.cacheblend_seams == 1);
+    CHECK(dp.mode == KVS_REPAIR_QUERY && dp.query_seams == 0 && fabsf(dp.recompute_ratio - 0.10f) < 1e-7f);
     if (!run(c, &g_lay, dp, &r, &rep)) {
-        int want = (int)(dp.recompute_ratio * n_moved + 0.5);
-        CHECK(rep.n_recomputed > want && rep.n_recomputed <= want + sel);
+        CHECK_EQ_INT(rep.n_recomputed, (int)(dp.recompute_ratio * n_moved + 0.5));
         kvs_generate_result_free(&r);
     }
     dp.recompute_ratio = 0;
     if (!run(c, &g_lay, dp, &r, &rep)) {
         CHECK_EQ_INT(rep.n_recomputed, 0);
         CHECK_EQ_INT(rep.n_check, 0);
+        kvs_generate_result_free(&r);
+    }
+    kvs_repair_params hb = kvs_repair_default_params();
+    hb.mode = KVS_REPAIR_CACHEBLEND;
+    CHECK(hb.cacheblend_seams == 1);
+    if (!run(c, &g_lay, hb, &r, &rep)) {
+        int want = (int)(hb.recompute_ratio * n_moved + 0.5);
+        CHECK(rep.n_recomputed > want && rep.n_recomputed <= want + sel);
         kvs_generate_result_free(&r);
     }
     /* A deviation floor above everything: no token recomputed, but the
@@ -421,6 +430,7 @@ TEST(real_prefix_one_doc_is_exact) {
     static const kvs_repair_mode modes[] = {KVS_REPAIR_NONE, KVS_REPAIR_SELECTIVE, KVS_REPAIR_CACHEBLEND};
     for (int i = 0; i < 3; i++) {
         kvs_repair_params rp = kvs_repair_default_params(); /* cacheblend: the hybrid at the default ratio */
+        rp.cacheblend_seams = 1;
         rp.mode = modes[i];
         if (run(c, &lay, rp, &r, &rep)) continue;
         CHECK_EQ_INT(rep.n_moved, lay.segs[1].end - D);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CLI contract of non-prefix reuse: warm --doc, generate --doc --reuse
-# none|selective|cacheblend|firstk|full and the repair options, JSON fields.
+# none|selective|cacheblend|firstk|query|full and the repair options, JSON fields.
 # Every run is a fresh process, so documents come through the cache
 # directory. Invariants compared by first_logits_sha256 (no tolerance):
-# full == full on a cold cache; cacheblend at ratio 1 == full; ratio 0 ==
+# full == full on a cold cache; the default (query) at ratio 1 == full; ratio 0 ==
 # none; narrowing from r to r == no narrowing. Prints "ok NAME" / "FAIL NAME".
 set -u
 CLI="${KVSTITCH_CLI:-build/kvstitch}"
@@ -54,12 +54,21 @@ rdocs=(--doc "$tmp/d2.txt" --doc "$tmp/d0.txt" --doc "$tmp/d1.txt")
 "$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 --chat "${docs[@]}" >"$tmp/w2.txt" 2>&1 \
     && grep -q "3 cached already, 0 computed" "$tmp/w2.txt" && ok repair_cli_warm_docs_again || fail repair_cli_warm_docs_again "$(cat "$tmp/w2.txt")"
 
-# cacheblend (default) from the warmed documents
-gen --cache-dir "$D" "${docs[@]}" >"$tmp/cb.json" 2>"$tmp/e" \
+# the default strategy (query, 0.10: exactly the ratio's share) from the warmed documents
+gen --cache-dir "$D" "${docs[@]}" >"$tmp/q.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/q.json" 'd["docs_hit"] == 3 and d["docs_computed"] == 0 and d["reuse"] == "query" and d["moved_tokens"] > 300 and d["recomputed_tokens"] == int(0.10 * d["moved_tokens"] + 0.5)')" = True ] \
+    && ok repair_cli_default_query_json || fail repair_cli_default_query_json "$(cat "$tmp/q.json" "$tmp/e")"
+# query with selective's tokens on top (--query-seams): beyond the ratio, at most --overlap per seam
+gen --cache-dir "$D" "${docs[@]}" --query-seams --overlap 8 >"$tmp/qs.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/qs.json" 'd["reuse"] == "query" and int(0.10 * d["moved_tokens"] + 0.5) < d["recomputed_tokens"] <= int(0.10 * d["moved_tokens"] + 0.5) + 3 * 8')" = True ] \
+    && "$CLI" generate --help | grep -q -- "--query-seams" \
+    && ok repair_cli_query_seams || fail repair_cli_query_seams "$(cat "$tmp/qs.json" "$tmp/e")"
+# cacheblend (the hybrid with seams at 0.10)
+gen --cache-dir "$D" "${docs[@]}" --reuse cacheblend >"$tmp/cb.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/cb.json" 'd["docs_hit"] == 3 and d["docs_computed"] == 0 and d["reuse"] == "cacheblend" and d["moved_tokens"] > 300 and int(0.10 * d["moved_tokens"] + 0.5) < d["recomputed_tokens"] <= int(0.10 * d["moved_tokens"] + 0.5) + 3 * 16')" = True ] \
     && ok repair_cli_cacheblend_json || fail repair_cli_cacheblend_json "$(cat "$tmp/cb.json" "$tmp/e")"
 
-# invariants: ratio 1 == full (checked below), ratio 0 == none
+# invariants of the default strategy: ratio 1 == full (checked below), ratio 0 == none
 gen --cache-dir "$D" "${docs[@]}" --recompute-ratio 1 >"$tmp/r1.json" 2>"$tmp/e"
 # (the cost, recomputed_token_layers: every document token in every layer)
 [ -s "$tmp/r1.json" ] && [ "$(j "$tmp/r1.json" 'd["recomputed_tokens"] == d["moved_tokens"] > 0 and d["recomputed_token_layers"] % d["moved_tokens"] == 0 and d["recomputed_token_layers"] >= 2 * d["moved_tokens"]')" = True ] \
@@ -79,14 +88,14 @@ gen --cache-dir "$D" "${rdocs[@]}" --reuse selective --overlap 8 >"$tmp/sel.json
 gen --cache-dir "$D" "${rdocs[@]}" --reuse firstk --first-k 5 >"$tmp/fk.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/fk.json" 'd["recomputed_tokens"] == 15 and d["docs_hit"] == 3')" = True ] \
     && ok repair_cli_firstk || fail repair_cli_firstk "$(cat "$tmp/fk.json" "$tmp/e")"
-gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.3 --deviation k-cos --check-layer 2 --no-seams >"$tmp/kc.json" 2>"$tmp/e" \
+gen --cache-dir "$D" "${rdocs[@]}" --reuse cacheblend --recompute-ratio 0.3 --deviation k-cos --check-layer 2 --no-seams >"$tmp/kc.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/kc.json" 'd["recomputed_tokens"] == int(0.3 * d["moved_tokens"] + 0.5)')" = True ] \
     && ok repair_cli_cacheblend_options || fail repair_cli_cacheblend_options "$(cat "$tmp/kc.json" "$tmp/e")"
 # gradual narrowing: recomputed_tokens is the final set; from r to r is
 # no narrowing, bit for bit
-gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams >"$tmp/n0.json" 2>"$tmp/e"
-gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams --narrow-from 0.1 >"$tmp/n1.json" 2>>"$tmp/e"
-gen --cache-dir "$D" "${rdocs[@]}" --recompute-ratio 0.1 --no-seams --narrow-from 0.4 --narrow-layers 3 >"$tmp/n2.json" 2>>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse cacheblend --recompute-ratio 0.1 --no-seams >"$tmp/n0.json" 2>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse cacheblend --recompute-ratio 0.1 --no-seams --narrow-from 0.1 >"$tmp/n1.json" 2>>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse cacheblend --recompute-ratio 0.1 --no-seams --narrow-from 0.4 --narrow-layers 3 >"$tmp/n2.json" 2>>"$tmp/e"
 [ -s "$tmp/n2.json" ] && [ "$(j "$tmp/n0.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/n1.json" 'd["first_logits_sha256"]')" ] \
     && [ "$(j "$tmp/n2.json" 'd["recomputed_tokens"] == int(0.1 * d["moved_tokens"] + 0.5) and d["docs_hit"] == 3')" = True ] \
     && [ "$(j "$tmp/n2.json" 'd["recomputed_token_layers"]')" -gt "$(j "$tmp/n0.json" 'd["recomputed_token_layers"]')" ] \

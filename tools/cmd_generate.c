@@ -66,7 +66,7 @@ static const cli_opt k_opts[] = {
             .group = "Prompt KV cache:"),
     CLI_OPT(NULL, "--reuse", CLI_STR, O, reuse, "MODE",
             "prefix (default) or none (compute every token); with --doc the repair\n"
-            "of moved documents: none, selective, cacheblend (default), firstk, query, full",
+            "of moved documents: none, selective, cacheblend, firstk, query (default), full",
             .needs = CLI_CACHE_NEEDS),
     CLI_OPT(NULL, "--no-store", CLI_FLAG, O, no_store, NULL, "do not store the prompt's chunks", .flag_value = 1,
             .needs = CLI_CACHE_NEEDS),
@@ -85,7 +85,11 @@ static const cli_opt k_opts[] = {
             .max_count = MAX_DOCS, .count_offset = CLI_OFF(O, n_docs), .needs = CLI_CACHE_NEEDS,
             .group = "Documents (non-prefix reuse, RAG; with --cache-dir or --redis):"),
     CLI_OPT(NULL, "--recompute-ratio", CLI_FLOAT, O, rp.recompute_ratio, "R",
-            "cacheblend: share of document tokens recomputed (default 0.10)", .max = 1, .needs = "--doc"),
+            "cacheblend, query: share of document tokens recomputed (default 0.10)", .max = 1,
+            .needs = "--doc"),
+    CLI_OPT(NULL, "--query-seams", CLI_FLAG, O, rp.query_seams, NULL,
+            "query: also recompute selective's tokens (--overlap before each seam)\n"
+            "beyond the ratio (default off)", .flag_value = 1, .needs = "--doc"),
     CLI_OPT(NULL, "--overlap", CLI_INT, O, rp.overlap, "R",
             "selective: tokens recomputed before each seam (default 16)", .max = 1 << 16, .needs = "--doc"),
     CLI_OPT(NULL, "--first-k", CLI_INT, O, rp.first_k, "K",

@@ -111,9 +111,10 @@ class Session:
 
         reuse: for plain prompts "prefix" (default with a cache: the longest
         cached prefix, bit-identical to a cold run) or "none"; for documents
-        the repair strategy: "cacheblend" (default), "selective", "firstk",
-        "none" or "full" (a cold prefill's bits). recompute_ratio: CacheBlend's
-        share of moved tokens recomputed. temperature <= 0: greedy. logprobs:
+        the repair strategy: "query" (default: the moved tokens the question
+        attends to most), "cacheblend", "selective", "firstk", "none" or
+        "full" (a cold prefill's bits). recompute_ratio: the share of moved
+        tokens recomputed (query, cacheblend). temperature <= 0: greedy. logprobs:
         how many (id, logprob) pairs of the first position to return.
         logits: also return the first position's raw logits (first_logits,
         n_vocab float32 as bytes: what bit-exactness is checked on)."""

@@ -14,7 +14,7 @@ def test_documents_in_any_order(model, cache):
     n_doc_tokens = len(model.tokenize(DOC_A, add_bos=False)) + len(model.tokenize(DOC_B, add_bos=False))
     assert swapped.docs_hit == 2 and swapped.docs_computed == 0
     assert swapped.moved_tokens == n_doc_tokens
-    assert 0 < swapped.recomputed_tokens < n_doc_tokens   # cacheblend: a share, not all
+    assert 0 < swapped.recomputed_tokens < n_doc_tokens   # query (the default): a share, not all
     assert swapped.cached_tokens > 0                      # the system turn: exact prefix
     none = s.generate(QUESTION, system=SYSTEM, documents=[DOC_B, DOC_A], max_tokens=4, logits=True, reuse="none")
     assert none.recomputed_tokens == 0 and none.moved_tokens == n_doc_tokens

@@ -10,9 +10,15 @@
 kvs_repair_params kvs_repair_default_params(void) {
     kvs_repair_params p;
     memset(&p, 0, sizeof p);
-    p.mode = KVS_REPAIR_CACHEBLEND;
-    /* Chosen with bench/rag_eval (bench/results/rag_eval.md): the hybrid at
-     * 0.10 was as fast as plain CacheBlend at 0.15 and closer to full. */
+    /* Chosen with bench/rag_eval over 15 prompts (bench/results/rag_eval_query.md):
+     * query-guided selection at 0.10 has 2.6x less first-token KL to a full
+     * prefill than the cacheblend + seams hybrid at 0.10 (0.057 vs 0.147: the
+     * question reads few of the moved tokens, CacheBlend's deviation cannot
+     * find them), agrees more often on the top token and the answer, and
+     * recomputes fewer tokens; its scoring pass costs TTFT (4.7x vs 5.9x
+     * faster than full in the same run). The cacheblend fields below are its
+     * defaults when that strategy is chosen. */
+    p.mode = KVS_REPAIR_QUERY;
     p.recompute_ratio = 0.10f;
     p.min_deviation = 0.0f;
     p.check_layer = 1;
