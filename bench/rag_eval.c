@@ -7,7 +7,9 @@
  *                 at other positions); gold answers for F1 / EM
  *   2WikiMQA dev  the given chunks as docs, the given query as the question
  * Every prompt is a chat: a system message with the instruction, the docs
- * and the question in the user turn (src/rag/segments.h).
+ * and the question in the user turn (src/rag/segments.h); --plain lays the
+ * same segments out as plain text (BOS, system, docs, question) for base
+ * models without a chat template.
  *
  * Per strategy, against `full` (a cold prefill of the same tokens):
  *   latency   TTFT median with the docs cached (the system segment is an
@@ -207,6 +209,7 @@ typedef struct ev {
     kvs_cache *cache;
     int n_gen, n_vocab, n_layer;
     int reps;                 /* TTFT = the fastest of this many identical runs (the outputs are the same bits) */
+    int plain;                /* 1: no chat template (base models): system, docs, question as plain text */
     float *tf_logits;         /* (n_gen, n_vocab) teacher-forcing logits */
     int32_t *pos;
 } ev;
@@ -287,7 +290,7 @@ static void shuffle(const char **d, int n, uint64_t seed) {
 }
 
 static int build_layout(ev *e, const item *it, const char **docs, kvs_seg_layout *lay) {
-    kvs_seg_input in = {1, k_system, docs, NULL, it->n_docs, it->question, NULL};
+    kvs_seg_input in = {!e->plain, k_system, docs, NULL, it->n_docs, it->question, NULL};
     int st = kvs_seg_layout_build(e->model, &in, lay);
     if (st) fprintf(stderr, "rag_eval: layout: %s\n", kvs_last_error());
     return st;
@@ -464,7 +467,7 @@ static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
 
 typedef struct opts {
     const char *model, *data, *out;
-    int items, wiki, threads, n_gen, cold_items, sweep, quick, skip, reps;
+    int items, wiki, threads, n_gen, cold_items, sweep, quick, skip, reps, plain;
     const char *configs, *tag;
     double ratios[16];
     int n_ratios;
@@ -576,13 +579,13 @@ static const char *usage =
     "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,\n"
     "                 query:0.15,query+seams:0.1,...]\n"
     "                [--tag NAME] [--cold-items N] [--reps N] [--n-gen N] [--threads N] [--out DIR] [--model PATH]\n"
-    "                [--data DIR]\n"
+    "                [--data DIR] [--plain]\n"
     "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, query (the\n"
     "   default) at 0.10, 0.15, 0.20, cacheblend at 0.05,0.1,0.15,0.3,0.5, the cacheblend+seams hybrid,\n"
     "   gradual narrowing from 3x the ratio, selective and\n"
     "   firstk at 16 and 64 tokens, cold runs of every strategy on the first 3 items, TTFT the fastest of\n"
     "   --reps 2 runs; ~25 min on 2 idle cores. --sweep: selective and firstk at each ratio's share of a\n"
-    "   600-token doc too)\n";
+    "   600-token doc too; --plain: no chat template, for base models without one, e.g. gemma3-270m)\n";
 
 int main(int argc, char **argv) {
     opts o = {.out = "bench/results", .items = 2, .threads = 2, .n_gen = 32, .cold_items = 1, .quick = 1, .reps = 1,
@@ -598,6 +601,7 @@ int main(int argc, char **argv) {
             parse_ratios("0.05,0.1,0.15,0.3,0.5", &o);
         } else if (!strcmp(a, "--all")) { o.quick = 0; o.items = 1000; }
         else if (!strcmp(a, "--sweep")) o.sweep = 1;
+        else if (!strcmp(a, "--plain")) o.plain = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
         else if (!v) { fputs(usage, stderr); return 2; }
         else if (!strcmp(a, "--items")) { o.items = atoi(argv[++i]); o.quick = 0; }
@@ -684,6 +688,7 @@ configured:;
     memset(&e, 0, sizeof e);
     e.n_gen = o.n_gen;
     e.reps = o.reps > 0 ? o.reps : 1;
+    e.plain = o.plain;
     if (kvs_model_load(o.model, kvs_model_default_params(), &e.model) != KVS_OK) {
         fprintf(stderr, "rag_eval: %s: %s\n", o.model, kvs_last_error());
         return 1;
@@ -744,11 +749,13 @@ configured:;
     char hdr[2048];
     snprintf(hdr, sizeof hdr,
              "%d prompts (%d MuSiQue items from #%d x 2 doc orders, %d 2WikiMQA items), median %.0f prompt tokens, "
-             "docs of median %.0f tokens; SmolLM2-135M-Instruct Q4_1, f16 KV, %d threads, greedy, %d new tokens.\n"
+             "docs of median %.0f tokens; %s%s, f16 KV, %d threads, greedy, %d new tokens.\n"
              "Machine: %s; load average %.2f at the end (shared: timings are noisy). Commit %s. Wall time %.0f s.\n"
              "For scale: the first-token KL between full on the given and on the shuffled doc order (the order "
              "alone) is %.4f (mean).\n",
-             n_prompts, n_mu, o.skip, n_wi, median(&prompt_len), median(&doc_len), o.threads, o.n_gen, mach, la[0], com,
+             n_prompts, n_mu, o.skip, n_wi, median(&prompt_len), median(&doc_len),
+             strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model, o.plain ? " (plain text, no chat template)" : "",
+             o.threads, o.n_gen, mach, la[0], com,
              (kvs_now_ms() - t_start) / 1000, mean(&order_kl));
     printf("\n%s\n", hdr);
     table(stdout, cfgs, n_cfg, &full_ttft, &full_f1, &full_em);

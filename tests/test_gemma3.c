@@ -14,6 +14,8 @@
  *    memcmp-equal to B run cold in one call. The grid straddles the chunk
  *    grid (64) and the window (512).
  *
+ *  - moved documents: a repair of every moved token gives full's bits.
+ *
  * The model is fetched by scripts/fetch-model.sh gemma3 (or given in
  * KVSTITCH_GEMMA3_MODEL). KVSTITCH_TEST_QUICK=1 samples the grid.
  */
@@ -191,6 +193,67 @@ TEST(gemma3_prefix_reuse_bit_exact) {
     kvs_context_free(cold);
 }
 
+/* Moved documents on gemma3 (sliding-window layers, the embedding scale):
+ * repairing every moved token (query or cacheblend at ratio 1) gives the
+ * bits of full, ratio 0 those of none, and none differs from full. (The
+ * repair's rows once skipped the embedding scale: ratio 1 then differed.) */
+TEST(gemma3_repair_ratio_one_is_full) {
+    kvs_cache_params pp = kvs_cache_default_params();
+    kvs_cache *c = NULL;
+    CHECK_EQ_INT(kvs_cache_open(g_model, pp, &c), KVS_OK);
+    kvs_context *ctx = new_ctx(2048);
+    if (!c || !ctx) return;
+    static char docs_text[3][1200];
+    static const char *topics[3] = {"river", "mill", "bridge"};
+    for (int d = 0; d < 3; d++) {
+        docs_text[d][0] = 0;
+        for (int i = 0; i < 6; i++) {
+            char line[200];
+            snprintf(line, sizeof line, "Note %d on the %s: it was rebuilt in %d after the flood of %d. ", i,
+                     topics[d], 1700 + 13 * i + d, 1690 + 11 * i + d);
+            strcat(docs_text[d], line);
+        }
+    }
+    const char *docs[3] = {docs_text[0], docs_text[1], docs_text[2]};
+    const char *moved[3] = {docs_text[2], docs_text[0], docs_text[1]};
+    kvs_segments seg = {0, "Answer from the notes.", docs, NULL, 3, "When was the bridge rebuilt?", NULL};
+    kvs_generate_params gp = kvs_generate_default_params();
+    gp.n_predict = 1;
+    gp.sampling.temperature = 0;
+    kvs_reuse_params rp = kvs_reuse_default_params();
+    kvs_generate_result r;
+    CHECK_EQ_INT(kvs_generate_segments(ctx, c, &seg, &gp, &rp, &r), KVS_OK); /* computes and stores the docs */
+    kvs_generate_result_free(&r);
+    seg.docs = moved;
+    rp.store = 0; /* every run below starts from the same cache */
+    static const struct { kvs_repair_mode mode; float ratio; } runs[] = {
+        {KVS_REPAIR_QUERY, 1.0f}, {KVS_REPAIR_CACHEBLEND, 1.0f}, {KVS_REPAIR_QUERY, 0.0f}, {KVS_REPAIR_NONE, 0.0f},
+        {KVS_REPAIR_FULL, 0.0f}};
+    enum { NR = sizeof runs / sizeof runs[0] };
+    const int nv = kvs_vocab_size(g_model);
+    float *lg[NR];
+    for (int i = 0; i < NR; i++) {
+        lg[i] = calloc((size_t)nv, sizeof(float));
+        rp.repair = kvs_repair_default_params();
+        rp.repair.mode = runs[i].mode;
+        rp.repair.recompute_ratio = runs[i].ratio;
+        int st = kvs_generate_segments(ctx, c, &seg, &gp, &rp, &r);
+        CHECK_MSG(st == KVS_OK, "%s: %s", kvs_repair_mode_name(runs[i].mode), kvs_last_error());
+        if (st) continue;
+        if (runs[i].mode != KVS_REPAIR_FULL) CHECK(r.docs && r.docs->n_moved > 0 && r.docs->n_docs_hit == 3);
+        if (r.first_logits) memcpy(lg[i], r.first_logits, (size_t)nv * sizeof(float));
+        kvs_generate_result_free(&r);
+    }
+    const size_t bytes = (size_t)nv * sizeof(float);
+    CHECK_MSG(!memcmp(lg[0], lg[4], bytes), "query at ratio 1 differs from full");
+    CHECK_MSG(!memcmp(lg[1], lg[4], bytes), "cacheblend at ratio 1 differs from full");
+    CHECK_MSG(!memcmp(lg[2], lg[3], bytes), "query at ratio 0 differs from none");
+    CHECK_MSG(memcmp(lg[3], lg[4], bytes) != 0, "none gave full's bits: nothing was moved");
+    for (int i = 0; i < NR; i++) free(lg[i]);
+    kvs_context_free(ctx);
+    kvs_cache_free(c);
+}
+
 int main(void) {
     const char *p = gemma_path();
     if (!p) { printf("FAIL gemma3_model\n"); return 1; }
@@ -203,6 +266,7 @@ int main(void) {
     RUN(gemma3_info);
     RUN(gemma3_golden_teacher_forced);
     RUN(gemma3_prefix_reuse_bit_exact);
+    RUN(gemma3_repair_ratio_one_is_full);
     kvs_model_free(g_model);
     return kt_summary();
 }

@@ -196,17 +196,19 @@ void kvs_fwd_free(kvs_fwd *f) {
     free(f);
 }
 
-void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m) {
+void kvs_fwd_embed_rows(const kvs_fwd *f, const int32_t *tokens, int m, float *out) {
     const kvs_wmat *emb = kvs_model_tok_embd(f->model);
     const int d = f->hp->n_embd;
-    const float s = f->hp->embd_scale;
+    const float s = f->hp->embd_scale; /* gemma3: sqrt(n_embd) */
     for (int r = 0; r < m; r++) {
-        float *x = f->x + (size_t)r * d;
+        float *x = out + (size_t)r * d;
         kvs_wmat_get_row(emb, tokens[r], x);
         if (s != 1.0f)
             for (int i = 0; i < d; i++) x[i] *= s;
     }
 }
+
+void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m) { kvs_fwd_embed_rows(f, tokens, m, f->x); }
 
 void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m) {
     const kvs_layer_weights *w = kvs_model_layer(f->model, l);

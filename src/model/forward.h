@@ -47,8 +47,12 @@ typedef struct kvs_fwd {
 int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx, kvs_fwd **out);
 void kvs_fwd_free(kvs_fwd *f);
 
-/* x[r] = embedding of tokens[r], r < m. Ids must be < n_vocab (caller checks). */
+/* x[r] = embedding of tokens[r], r < m, times the architecture's embedding
+ * scale. Ids must be < n_vocab (caller checks). */
 void kvs_fwd_embed(kvs_fwd *f, const int32_t *tokens, int m);
+/* The same into out (m rows of n_embd): rows computed apart from f->x (the
+ * repair's rowsets). */
+void kvs_fwd_embed_rows(const kvs_fwd *f, const int32_t *tokens, int m, float *out);
 
 /* Layer l, first part: q, k, v of rows 0..m from x (norm, projections, bias,
  * RoPE at pos[r]). Does not touch the KV buffer. */

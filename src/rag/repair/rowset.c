@@ -28,9 +28,9 @@ void kvs_rowset_free(kvs_rowset *rs) {
 }
 
 void kvs_rowset_embed(kvs_fwd *f, kvs_rowset *rs) {
-    const kvs_wmat *emb = kvs_model_tok_embd(f->model);
-    const size_t d = (size_t)f->hp->n_embd;
-    for (int r = 0; r < rs->n; r++) kvs_wmat_get_row(emb, rs->tok[r], rs->x + (size_t)r * d);
+    /* the forward's own embedding (with the architecture's scale): a rowset
+     * row must enter layer 0 exactly as a prefill's row does */
+    kvs_fwd_embed_rows(f, rs->tok, rs->n, rs->x);
 }
 
 void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1) {
