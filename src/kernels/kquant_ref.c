@@ -136,10 +136,11 @@ void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
             kvs_xq_split(xb[e] * id, &h, &l);
             hi[e] = (int8_t)h;
             lo[e] = (int8_t)l;
-            s[e >> 4] += 256 * h + l;
+            /* wrapping, as the SIMD lanes: a NaN activation's h is INT_MIN */
+            s[e >> 4] = (int32_t)((uint32_t)s[e >> 4] + 256u * (uint32_t)h + (uint32_t)l);
         }
         dx[b] = d * (1.0f / 256.0f);
-        sx[b] = dx[b] * (float)(s[0] + s[1]);
+        sx[b] = dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
         s0[b] = s[0];
         s1[b] = s[1];
     }

@@ -94,7 +94,7 @@ static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t 
             scatter_dwords(grp + KVS_XQ_PLANE + 4 * b, 64, l[0], l[1], off);
             kvs_xq_d(grp)[b] = d;
             kvs_xq_s(grp)[b] = d * (float)sum;
-            kvs_xq_sum(grp)[b] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+            kvs_xq_sum(grp)[b] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
             if (xn) store_xn(xn, nb, g * KVS_XQ_GROUP + b, h, l, sum, d);
         }
     }
@@ -105,7 +105,7 @@ static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t 
         scatter_dwords(qt + KVS_XQ_TAIL_PLANE, 16, l[0], l[1], off);
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
-        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
         if (xn) store_xn(xn, nb, ng * KVS_XQ_GROUP + t, h, l, sum, d);
     }
 }

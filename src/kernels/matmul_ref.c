@@ -25,7 +25,7 @@ static float quantize_block(const float *xb, int offset, uint8_t hi[KVS_QK], uin
     for (int e = 0; e < KVS_QK; e++) {
         int h, l;
         kvs_xq_split(xb[e] * id, &h, &l);
-        s += 256 * h + l;
+        s = (int32_t)((uint32_t)s + 256u * (uint32_t)h + (uint32_t)l); /* wrapping, as the SIMD lanes */
         hi[e] = (uint8_t)(h + offset);
         lo[e] = (uint8_t)(l + offset);
     }
@@ -50,7 +50,7 @@ void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, in
             }
             kvs_xq_d(grp)[l] = d;
             kvs_xq_s(grp)[l] = d * (float)sum;
-            kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+            kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
         }
     }
     for (int t = 0; t < nt; t++) {
@@ -61,7 +61,7 @@ void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, in
         }
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
-        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? -8 * sum : sum;
+        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
     }
 }
 
