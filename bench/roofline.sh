@@ -102,7 +102,7 @@ slug=$(echo "${cpu:-cpu}-$(sed -n 's/^isa //p' "$tmp/probe.txt")" | tr 'A-Z' 'a-
 out="bench/results/roofline-$slug.md"
 python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
     "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \
-    "$([ $have_ll = 1 ] && "$llbin/llama-bench" --version 2>&1 | head -n 1 || echo 'not available')" \
+    "$(if [ $have_ll = 1 ]; then { "$llbin/llama-bench" --version 2>&1 || true; } | grep -m1 -i version | sed 's/^version: /llama.cpp /'; else echo 'not available'; fi)" \
     "$("$BUILD/kvstitch" info -m "$q41" | sed -n 's/^parameters: *\([0-9]*\).*/\1/p')" > "$tmp/report.md"
 cat "$tmp/report.md"
 if [ $save = 1 ]; then cp "$tmp/report.md" "$out"; echo "roofline: wrote $out" >&2; fi
