@@ -23,6 +23,16 @@ AI float tree16_2(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
+/* The lane sums of 8 int32 vectors, transposed: H0 lane o = v[o]'s lanes
+ * 0-3 summed, H1 lane o = its lanes 4-7 (exact integers; H0 + H1 = each
+ * vector's total). */
+AI void hsum8_halves(const __m256i v[8], __m256i *H0, __m256i *H1) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    *H0 = _mm256_permute2x128_si256(a, b, 0x20);
+    *H1 = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
 AI int32_t hsum_i32(__m256i v) {
     __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));

@@ -50,6 +50,17 @@ int kvs_kq_handles(int type);
  * take weights as unsigned q_w + off and subtract off * s_h, exactly). */
 static inline int kvs_kq_nbp(int k) { return (k / 32 + 7) & ~7; }
 static inline size_t kvs_kq_xrow_bytes(int k) { return (size_t)kvs_kq_nbp(k) * 80; }
+/* The per-block arrays after a quantized row's integers. */
+typedef struct kvs_kq_trailer {
+    float *dx, *sx;
+    int32_t *s0, *s1;
+} kvs_kq_trailer;
+static inline kvs_kq_trailer kvs_kq_trailer_of(const uint8_t *xrow, int k) {
+    const int nbp = kvs_kq_nbp(k);
+    float *dx = (float *)(uintptr_t)(xrow + (size_t)nbp * 64);
+    int32_t *s0 = (int32_t *)(dx + 2 * nbp);
+    return (kvs_kq_trailer){dx, dx + nbp, s0, s0 + nbp};
+}
 
 size_t kvs_kq_work_size(const kvs_wmat *w, int m);
 void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);

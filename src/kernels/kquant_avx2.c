@@ -221,10 +221,7 @@ AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m25
     __m256i v[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) v[i] = i < cnt ? block_dot(w->qu[i], xq + (size_t)i * 64) : _mm256_setzero_si256();
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    *H0 = _mm256_permute2x128_si256(a, b, 0x20);
-    *H1 = _mm256_permute2x128_si256(a, b, 0x31);
+    hsum8_halves(v, H0, H1);
 }
 
 /* 8x8 transpose of dwords: out[r] lane l = dword r of in[l]. Turns an
@@ -312,22 +309,24 @@ AI const octet *octet_of(const wsrc *src, int r, int o, int cnt, kq_shape sh, oc
     return tmp;
 }
 
-/* Octet o (cnt blocks) of both weight rows onto their accumulators a, b. */
-AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, int nb, kq_shape sh, __m256 *a, __m256 *b) {
-    const int nbp = (nb + 7) & ~7, b0 = 8 * o;
-    const float *dx = (const float *)(xr + (size_t)nbp * 64);
-    const int32_t *s0 = (const int32_t *)(dx + 2 * nbp);
-    const xoct x = {(const int8_t *)xr + (size_t)b0 * 64, dx + b0, dx + nbp + b0, s0 + b0, s0 + nbp + b0};
-    octet ta, tb;
+/* Weight row r's octet o onto its accumulator (before any blend). */
+AI __m256 octet_step(const wsrc *src, int r, int o, int cnt, xoct x, kq_shape sh, __m256 A) {
+    octet t;
     __m256i H0, H1;
-    const octet *wa = octet_of(src, 0, o, cnt, sh, &ta);
-    if (src->direct) octet_sums(wa, cnt, x.q, &H0, &H1);
-    else octet_sums_lanes(wa, x.q, &H0, &H1); /* buffers hold transposed octets, x the lane layout */
-    __m256 na = octet_fma(*a, wa, H0, H1, x, sh);
-    const octet *wb = octet_of(src, 1, o, cnt, sh, &tb);
-    if (src->direct) octet_sums(wb, cnt, x.q, &H0, &H1);
-    else octet_sums_lanes(wb, x.q, &H0, &H1);
-    __m256 nb_ = octet_fma(*b, wb, H0, H1, x, sh);
+    const octet *w = octet_of(src, r, o, cnt, sh, &t);
+    if (src->direct) octet_sums(w, cnt, x.q, &H0, &H1);
+    else octet_sums_lanes(w, x.q, &H0, &H1); /* buffers hold transposed octets, x the lane layout */
+    return octet_fma(A, w, H0, H1, x, sh);
+}
+
+/* Octet o (cnt blocks) of both weight rows onto their accumulators a, b;
+ * xr: the activation row, tr its trailer. */
+AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, const kvs_kq_trailer *tr, kq_shape sh,
+                   __m256 *a, __m256 *b) {
+    const int b0 = 8 * o;
+    const xoct x = {(const int8_t *)xr + (size_t)b0 * 64, tr->dx + b0, tr->sx + b0, tr->s0 + b0, tr->s1 + b0};
+    __m256 na = octet_step(src, 0, o, cnt, x, sh, *a);
+    __m256 nb_ = octet_step(src, 1, o, cnt, x, sh, *b);
     if (cnt < 8) { /* a partial octet (Q5_0 / Q5_1): lanes past the row keep their chains untouched */
         const __m256 keep = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
@@ -342,18 +341,19 @@ AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, int nb, k
  * between the low (chains 0-7) and high (8-15) accumulators; the loop takes
  * them by twos so the accumulators stay in registers. */
 AI void dot_pair(const wsrc *src, const uint8_t *xr, int nb, kq_shape sh, float *ya, float *yb) {
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
     const int nfull = nb / 8;
     int o = 0;
     for (; o + 2 <= nfull; o += 2) {
-        octet_pair(src, o, 8, xr, nb, sh, &a0, &b0);
-        octet_pair(src, o + 1, 8, xr, nb, sh, &a1, &b1);
+        octet_pair(src, o, 8, xr, &tr, sh, &a0, &b0);
+        octet_pair(src, o + 1, 8, xr, &tr, sh, &a1, &b1);
     }
     if (o < nfull) /* one more full octet: chains 0-7 */
-        octet_pair(src, o++, 8, xr, nb, sh, &a0, &b0);
+        octet_pair(src, o++, 8, xr, &tr, sh, &a0, &b0);
     if (8 * o < nb) { /* the partial octet */
-        if (o & 1) octet_pair(src, o, nb - 8 * o, xr, nb, sh, &a1, &b1);
-        else octet_pair(src, o, nb - 8 * o, xr, nb, sh, &a0, &b0);
+        if (o & 1) octet_pair(src, o, nb - 8 * o, xr, &tr, sh, &a1, &b1);
+        else octet_pair(src, o, nb - 8 * o, xr, &tr, sh, &a0, &b0);
     }
     *ya = tree16_2(a0, a1);
     *yb = tree16_2(b0, b1);
@@ -422,10 +422,11 @@ static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, i
  * vector r lane l = elements 4r..4r+3 of block l, then the lo plane; blocks
  * past the row zero). The values are the same. */
 static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
-    const int nb = k / 32, nbp = kvs_kq_nbp(k);
-    float *dx = (float *)(xrow + (size_t)nbp * 64), *sx = dx + nbp;
-    int32_t *s0 = (int32_t *)(sx + nbp), *s1 = s0 + nbp;
-    memset(dx, 0, (size_t)nbp * 16);
+    const int nb = k / 32;
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
+    float *dx = tr.dx, *sx = tr.sx;
+    int32_t *s0 = tr.s0, *s1 = tr.s1;
+    memset(dx, 0, (size_t)kvs_kq_nbp(k) * 16);
     for (int b0 = 0; b0 < nb; b0 += 8) {
         __m256i hi[8], lo[8];
         for (int l = 0; l < 8; l++) {

@@ -120,8 +120,9 @@ void kvs_kq_dequantize_row(int type, const void *src, float *dst, int k) {
 /* quant.h's two-level quantization of one block, natural order. */
 void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
     const int nb = k / 32, nbp = kvs_kq_nbp(k);
-    float *dx = (float *)(xrow + (size_t)nbp * 64), *sx = dx + nbp;
-    int32_t *s0 = (int32_t *)(sx + nbp), *s1 = s0 + nbp;
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
+    float *dx = tr.dx, *sx = tr.sx;
+    int32_t *s0 = tr.s0, *s1 = tr.s1;
     memset(xrow + (size_t)nb * 64, 0, (size_t)(nbp - nb) * 64 + (size_t)nbp * 16); /* the padding past nb */
     for (int b = 0; b < nb; b++) {
         const float *xb = x + (size_t)b * 32;
@@ -149,7 +150,8 @@ void kvs_kq_quantize_row(const float *x, int k, uint8_t *xrow) {
 float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow) {
     const int nb = w->k / 32, split = kvs_kq_split_scales(w->type), has_min = kvs_kq_has_min(w->type);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-    const float *dx = (const float *)(xrow + (size_t)kvs_kq_nbp(w->k) * 64), *sx = dx + kvs_kq_nbp(w->k);
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, w->k);
+    const float *dx = tr.dx, *sx = tr.sx;
     float acc[16] = {0};
     kvs_kq_block blk;
     for (int b = 0; b < nb; b++) {

@@ -64,7 +64,7 @@ static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) 
                 _mm_storeu_si128((__m128i *)dst, _mm_xor_si128(a, off));
                 _mm_storeu_si128((__m128i *)(dst + 16), _mm_xor_si128(b, off));
             }
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < 2 && c->w->type == KVS_TYPE_Q8_0; h++) { /* q: Q8_0's operand only */
                 __m128i hi = _mm_loadu_si128((const __m128i *)(x->hi + 16 * h));
                 __m128i lo = _mm_loadu_si128((const __m128i *)(x->lo + 16 * h));
                 _mm256_storeu_si256((__m256i *)(x->q + 16 * h),
@@ -151,22 +151,18 @@ static void q8_groups(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_ro
 /* The exact integer dot of one tail block (GGUF layout) with one activation
  * row's tail block: 8 int32 partial sums. */
 AI __m256i tail_isum(int type, const uint8_t *blk, const xtail *x) {
-    const __m128i lo4 = _mm_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    __m256i xh = _mm256_loadu_si256((const __m256i *)x->hi);
-    __m256i xl = _mm256_loadu_si256((const __m256i *)x->lo);
-    __m256i ph, pl;
     if (type == KVS_TYPE_Q8_0) { /* int16 Q (|Q| <= 127 * 257): one vpmaddwd per 16 weights */
         __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
         __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
         return _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x->q)),
                                 _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x->q + 16))));
-    } else {
-        __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
-        __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-        ph = _mm256_maddubs_epi16(W, xh);
-        pl = _mm256_maddubs_epi16(W, xl);
     }
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
+    __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+    __m256i ph = _mm256_maddubs_epi16(W, _mm256_loadu_si256((const __m256i *)x->hi));
+    __m256i pl = _mm256_maddubs_epi16(W, _mm256_loadu_si256((const __m256i *)x->lo));
     return _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones));
 }
 
@@ -179,7 +175,7 @@ AI float f16_at(const uint8_t *p) {
 /* The tail blocks of one weight row for one activation row, after the tree:
  * y = fma chain in block order (kernels_impl.h). */
 static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, float y) {
-    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++, blk += bs) {
         int32_t isum = hsum_i32(tail_isum(type, blk, &xt[t]));
         if (type == KVS_TYPE_Q4_0) isum += xt[t].c;
@@ -193,7 +189,7 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
  * activation row: lane o runs row o's chain, so each lane takes the steps
  * of tail_blocks in its order. y: the 8 rows' tree results. */
 static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const xtail *xt, __m256 y) {
-    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++) {
         __m256i v[8];
         uint16_t d[8], mn[8];
@@ -203,10 +199,9 @@ static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const 
             memcpy(&d[o], b, 2);
             if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], b + 2, 2);
         }
-        /* lane o = the sum of v[o]'s lanes (exact integers) */
-        __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-        __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-        __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+        __m256i h0, h1; /* lane o = the sum of v[o]'s lanes (exact integers) */
+        hsum8_halves(v, &h0, &h1);
+        __m256i isum = _mm256_add_epi32(h0, h1);
         if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
         y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xt[t].d)), y);
@@ -378,7 +373,7 @@ static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uin
 static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail *xt) {
     const kvs_wmat *w = c->w;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const int bs = kvs_q_block_bytes(type);
     const size_t rb = w->row_bytes, tail_at = (size_t)ng * 16 * bs;
     const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
     float *yrow = c->y + (size_t)i * w->n;
@@ -413,7 +408,7 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (!w->packed || !c->xq) return 0;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const int bs = kvs_q_block_bytes(type);
     float acc[ROWS][16] __attribute__((aligned(32)));
     xtail xt[ROWS * (KVS_XQ_GROUP - 1)];
     if (c->m == 1) { /* decode: pairs of weight rows (measured: row passes are slower for m > 1) */

@@ -94,7 +94,7 @@ static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t 
             scatter_dwords(grp + KVS_XQ_PLANE + 4 * b, 64, l[0], l[1], off);
             kvs_xq_d(grp)[b] = d;
             kvs_xq_s(grp)[b] = d * (float)sum;
-            kvs_xq_sum(grp)[b] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
+            kvs_xq_sum(grp)[b] = kvs_xq_sum_word(wtype, sum);
             if (xn) store_xn(xn, nb, g * KVS_XQ_GROUP + b, h, l, sum, d);
         }
     }
@@ -105,7 +105,7 @@ static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t 
         scatter_dwords(qt + KVS_XQ_TAIL_PLANE, 16, l[0], l[1], off);
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
-        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
+        kvs_xq_tail_c(quad, t)[sub] = kvs_xq_sum_word(wtype, sum);
         if (xn) store_xn(xn, nb, ng * KVS_XQ_GROUP + t, h, l, sum, d);
     }
 }
@@ -141,7 +141,7 @@ static void prep_q4_1(const uint8_t *row, int ng, prep_grp *out) {
  * gather dwords at byte offsets (masked for the tail). */
 void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    const int bs = type == KVS_TYPE_Q4_0 ? 18 : 34;
+    const int bs = kvs_q_block_bytes(type);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i base = _mm512_mullo_epi32(lane, _mm512_set1_epi32(bs));
     for (int g = 0; g < ng; g++) {

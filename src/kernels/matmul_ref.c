@@ -50,7 +50,7 @@ void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, in
             }
             kvs_xq_d(grp)[l] = d;
             kvs_xq_s(grp)[l] = d * (float)sum;
-            kvs_xq_sum(grp)[l] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
+            kvs_xq_sum(grp)[l] = kvs_xq_sum_word(wtype, sum);
         }
     }
     for (int t = 0; t < nt; t++) {
@@ -61,7 +61,7 @@ void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, in
         }
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
-        kvs_xq_tail_c(quad, t)[sub] = wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
+        kvs_xq_tail_c(quad, t)[sub] = kvs_xq_sum_word(wtype, sum);
     }
 }
 

@@ -28,7 +28,6 @@
 #include <sys/mman.h>
 
 #include "kernels/kernels_impl.h"
-#include "kernels/kquant.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -77,7 +76,7 @@ static void pack_row_q5(int q51, int k, const uint8_t *src, uint8_t *dst) {
 
 /* Packs one row (row_bytes) from src into dst. */
 static void pack_row(int type, int k, const uint8_t *src, uint8_t *dst) {
-    const int bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+    const int bs = kvs_q_block_bytes(type);
     const int qoff = type == KVS_TYPE_Q4_1 ? 4 : 2; /* qs after d (and m) */
     const int nvec = type == KVS_TYPE_Q8_0 ? 8 : 4;
     const int ng = kvs_xq_groups(k), nb = k / KVS_QK;
@@ -108,10 +107,10 @@ int kvs_wmat_pack(kvs_wmat *w, int force) {
     /* Large copies on 2 MiB pages where the kernel allows it (THP "madvise"
      * mode is common): a decode step streams every byte once, and with 4 KiB
      * pages each page costs a TLB miss and stops the hardware prefetcher. */
-    size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
-    uint8_t *p = aligned_alloc(align, (bytes + align - 1) & ~(align - 1));
+    const size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64, rounded = (bytes + align - 1) & ~(align - 1);
+    uint8_t *p = aligned_alloc(align, rounded);
     if (!p) return -1;
-    if (align == HUGE_PAGE) (void)madvise(p, (bytes + align - 1) & ~(align - 1), MADV_HUGEPAGE);
+    if (align == HUGE_PAGE) (void)madvise(p, rounded, MADV_HUGEPAGE);
     for (int j = 0; j < w->n; j++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
         if (q5) pack_row_q5(w->type == KVS_TYPE_Q5_1, w->k, src, p + (size_t)j * w->row_bytes);

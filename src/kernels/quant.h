@@ -49,6 +49,12 @@ _Static_assert(sizeof(kvs_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(kvs_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(kvs_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 
+/* Bytes of one block of a Q4_0 / Q4_1 / Q8_0 row. */
+static inline int kvs_q_block_bytes(int type) {
+    return type == KVS_TYPE_Q4_0 ? (int)sizeof(kvs_block_q4_0)
+         : type == KVS_TYPE_Q4_1 ? (int)sizeof(kvs_block_q4_1) : (int)sizeof(kvs_block_q8_0);
+}
+
 /* IEEE half -> float, exact (handles subnormals, inf, nan). */
 static inline float kvs_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -178,6 +184,12 @@ static inline int kvs_xq_pos(int l, int e) { return kvs_xq_vec(e) * 64 + 4 * l +
  * plane (add KVS_XQ_TAIL_PLANE for lo). */
 static inline int kvs_xq_tail_pos(int t, int sub, int e) {
     return t * KVS_XQ_TAIL_BYTES + kvs_xq_vec(e) * 16 + sub * 4 + (e & 3);
+}
+
+/* The integer word of a block's trailer (the c / sum fields above): -8 sum
+ * for Q4_0 weights, else sum; wrapping (a NaN row's sum is arbitrary). */
+static inline int32_t kvs_xq_sum_word(int wtype, int32_t sum) {
+    return wtype == KVS_TYPE_Q4_0 ? (int32_t)(0u - 8u * (uint32_t)sum) : sum;
 }
 
 /* Accessors of a group's trailer. */
