@@ -33,7 +33,7 @@ static int one_call(kvs_context *ctx, kvs_cache *cache, const kvs_model *model, 
     kvs_generate_result r = {0};
     st = kvs_generate_cached(ctx, cache, ids, n, &gp, NULL, &r);
     if (st != KVS_OK) return st;
-    *n_cached = r.n_cached;
+    *n_cached = r.reuse ? r.reuse->n_cached : 0;
     kvs_generate_result_free(&r);
     return KVS_OK;
 }

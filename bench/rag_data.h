@@ -21,6 +21,7 @@
 
 #define MAX_DOCS 10
 #define MUSIQUE_DOCS 6
+#define MAX_POOL 14   /* MuSiQue: the item's next passages (not in the prompt), a corpus for baking */
 
 static const char *k_system =
     "You will read several passages and then answer a question about them. Answer directly from the passages, in "
@@ -33,6 +34,8 @@ typedef struct item {
     const char *dataset;      /* "musique" / "2wikimqa" */
     char *docs[MAX_DOCS];
     int n_docs;
+    char *pool[MAX_POOL];     /* MuSiQue: passages after the first MUSIQUE_DOCS */
+    int n_pool;
     char *question;
     char **answers;           /* (n_answers), none for 2wikimqa */
     int n_answers;
@@ -40,6 +43,7 @@ typedef struct item {
 
 static inline void item_free(item *it) {
     for (int i = 0; i < it->n_docs; i++) free(it->docs[i]);
+    for (int i = 0; i < it->n_pool; i++) free(it->pool[i]);
     free(it->question);
     for (int i = 0; i < it->n_answers; i++) free(it->answers[i]);
     free(it->answers);
@@ -91,12 +95,13 @@ static inline int load_musique(const char *dir, int max_items, item *out) {
         it->dataset = "musique";
         const cJSON *c;
         cJSON_ArrayForEach(c, ctxs) {
-            if (it->n_docs >= MUSIQUE_DOCS) break;
+            if (it->n_docs >= MUSIQUE_DOCS && it->n_pool >= MAX_POOL) break;
             const char *t = str_field(c, "text", path), *ti = str_field(c, "title", path);
             if (!t) continue;
             const char *title = ti ? ti : "";
             char *head = *title ? cat(title, ": ", "") : cat("", "", "");
-            it->docs[it->n_docs++] = cat(head, t, "\n\n");
+            if (it->n_docs < MUSIQUE_DOCS) it->docs[it->n_docs++] = cat(head, t, "\n\n");
+            else it->pool[it->n_pool++] = cat(head, t, "\n\n");
             free(head);
         }
         it->question = cat("Question: ", q, "\nAnswer in at most five words.");

@@ -179,6 +179,7 @@ typedef struct cfg {
     char name[48];
     kvs_repair_params rp;
     double param;            /* cacheblend: ratio; selective: overlap; firstk: k */
+    int baked;               /* 1: moves the docs' baked chunks (--bake), 0: the plain ones */
     series ttft, kl, top1, exact, same_answer, f1, em, frac, cost, ttft_full_pair;
     /* cold runs (empty cache) and, for the same prompts, the cached run and full */
     series ttft_cold, ttft_cold_cached, ttft_cold_full;
@@ -192,11 +193,20 @@ typedef struct cfg {
 #define CFG_QUERY_SEAMS ((kvs_repair_mode)103)
 #define NARROW_X 3.0
 
-static const char *cfg_strategy(const cfg *c) {
+static const char *cfg_strategy_base(const cfg *c) {
     if (c->rp.mode == KVS_REPAIR_QUERY) return c->rp.query_seams ? "query+seams" : "query";
     if (c->rp.mode != KVS_REPAIR_CACHEBLEND) return kvs_repair_mode_name(c->rp.mode);
     if (c->rp.narrow_from > 0) return c->rp.cacheblend_seams ? "cacheblend+seams+narrow" : "cacheblend+narrow";
     return c->rp.cacheblend_seams ? "cacheblend+seams" : "cacheblend";
+}
+
+/* The strategy's name for the chart's lines ("+bake" on baked docs). */
+static const char *cfg_strategy(const cfg *c) {
+    static char buf[8][64];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, 64, "%s%s", cfg_strategy_base(c), c->baked ? "+bake" : "");
+    return b;
 }
 
 
@@ -247,7 +257,9 @@ static kvs_generate_params greedy(int n) {
 
 static int seg_run_once(ev *e, const kvs_seg_layout *lay, const cfg *c, kvs_generate_result *r, kvs_seg_report *rep) {
     kvs_generate_params gp = greedy(e->n_gen);
-    int st = kvs_seg_generate(e->ctx, e->cache, lay, &gp, &c->rp, NULL, r, rep);
+    kvs_seg_options opt = kvs_seg_default_options();
+    opt.use_baked = c->baked;
+    int st = kvs_seg_generate(e->ctx, e->cache, lay, &gp, &c->rp, &opt, r, rep);
     if (st) fprintf(stderr, "rag_eval: %s: %s\n", c->name, kvs_last_error());
     return st;
 }
@@ -443,12 +455,15 @@ static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
     static const char *const groups[] = {"none", "selective", "firstk", "cacheblend", "cacheblend+seams",
                                          "cacheblend+narrow", "cacheblend+seams+narrow", "query", "query+seams",
                                          "full"};
-    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+    for (size_t g = 0; g < 2 * (sizeof groups / sizeof groups[0]); g++) {
+        const char *group = groups[g / 2];
+        int baked = (int)(g % 2); /* each strategy on plain, then on baked docs */
         int done[MAX_CFG] = {0};
         for (;;) {
             int b = -1;
             for (int i = 0; i < n_cfg; i++)
-                if (!strcmp(cfg_strategy(&cfgs[i]), groups[g]) && !done[i] && (b < 0 || cfgs[i].param < cfgs[b].param))
+                if (!strcmp(cfg_strategy_base(&cfgs[i]), group) && cfgs[i].baked == baked && !done[i] &&
+                    (b < 0 || cfgs[i].param < cfgs[b].param))
                     b = i;
             if (b < 0) break;
             done[b] = 1;
@@ -468,6 +483,9 @@ static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
 typedef struct opts {
     const char *model, *data, *out;
     int items, wiki, threads, n_gen, cold_items, sweep, quick, skip, reps, plain;
+    int bake;                /* neighbours per doc for the +bake configs (-1: all the prompt's other docs) */
+    int bake_pool;           /* bake over the prompt's docs plus this many more of the item's passages */
+    int bake_foreign;        /* control: bake each doc after this many passages of another MuSiQue item */
     const char *configs, *tag;
     double ratios[16];
     int n_ratios;
@@ -548,6 +566,9 @@ static int parse_configs(const char *list, cfg *cfgs) {
         char *colon = strchr(t, ':');
         double param = colon ? atof(colon + 1) : 0;
         if (colon) *colon = 0;
+        size_t tl = strlen(t);
+        int baked = tl > 5 && !strcmp(t + tl - 5, "+bake");
+        if (baked) t[tl - 5] = 0;
         kvs_repair_mode m;
         if (!strcmp(t, "cacheblend+seams")) m = CFG_CB_SEAMS;
         else if (!strcmp(t, "cacheblend+narrow")) m = CFG_CB_NARROW;
@@ -560,6 +581,11 @@ static int parse_configs(const char *list, cfg *cfgs) {
         if (!colon && (m == KVS_REPAIR_SELECTIVE || m == KVS_REPAIR_FIRSTK)) param = 16;
         if (m == KVS_REPAIR_FULL) return -1; /* full is the baseline row */
         n = add_cfg(cfgs, n, m, param);
+        if (baked) {
+            cfgs[n - 1].baked = 1;
+            size_t nl = strlen(cfgs[n - 1].name);
+            snprintf(cfgs[n - 1].name + nl, sizeof cfgs[n - 1].name - nl, " +bake");
+        }
         /* narrow: optional "/FROM/LAYERS" after the ratio */
         const char *sl = colon ? strchr(colon + 1, '/') : NULL;
         if (sl && (m == CFG_CB_NARROW || m == CFG_CB_SEAMS_NARROW)) {
@@ -577,7 +603,7 @@ static int parse_configs(const char *list, cfg *cfgs) {
 static const char *usage =
     "usage: rag_eval [--standard] [--items N | --all] [--skip N] [--wiki N] [--ratios 0.05,0.15,...] [--sweep]\n"
     "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,\n"
-    "                 query:0.15,query+seams:0.1,...]\n"
+    "                 query:0.15,query+seams:0.1,query+bake:0.1,none+bake,...] [--bake K]\n"
     "                [--tag NAME] [--cold-items N] [--reps N] [--n-gen N] [--threads N] [--out DIR] [--model PATH]\n"
     "                [--data DIR] [--plain]\n"
     "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, query (the\n"
@@ -585,7 +611,10 @@ static const char *usage =
     "   gradual narrowing from 3x the ratio, selective and\n"
     "   firstk at 16 and 64 tokens, cold runs of every strategy on the first 3 items, TTFT the fastest of\n"
     "   --reps 2 runs; ~25 min on 2 idle cores. --sweep: selective and firstk at each ratio's share of a\n"
-    "   600-token doc too; --plain: no chat template, for base models without one, e.g. gemma3-270m)\n";
+    "   600-token doc too; --plain: no chat template, for base models without one, e.g. gemma3-270m;\n"
+    "   STRATEGY+bake: the docs' baked chunks, each doc baked after the prompt's other docs, or its --bake K\n"
+    "   nearest ones; --bake-pool N: bake among the prompt's docs and N more passages of the item;\n"
+    "   --bake-foreign N: a control, each doc baked after N passages of another item)\n";
 
 int main(int argc, char **argv) {
     opts o = {.out = "bench/results", .items = 2, .threads = 2, .n_gen = 32, .cold_items = 1, .quick = 1, .reps = 1,
@@ -616,6 +645,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--data")) o.data = argv[++i];
         else if (!strcmp(a, "--configs")) { o.configs = argv[++i]; o.quick = 0; }
         else if (!strcmp(a, "--skip")) o.skip = atoi(argv[++i]);
+        else if (!strcmp(a, "--bake")) o.bake = atoi(argv[++i]);
+        else if (!strcmp(a, "--bake-pool")) o.bake_pool = atoi(argv[++i]);
+        else if (!strcmp(a, "--bake-foreign")) o.bake_foreign = atoi(argv[++i]);
         else if (!strcmp(a, "--tag")) o.tag = argv[++i];
         else { fputs(usage, stderr); return 2; }
     }
@@ -720,7 +752,9 @@ configured:;
     series order_kl = {0}; /* KL(full, given order || full, shuffled): how much the order alone moves it */
     float *first_given = malloc((size_t)e.n_vocab * sizeof(float));
     float *first_shuf = malloc((size_t)e.n_vocab * sizeof(float));
-    int n_prompts = 0;
+    int n_prompts = 0, any_baked = 0, n_baked = 0;
+    series bake_ms = {0};
+    for (int i = 0; i < n_cfg; i++) any_baked |= cfgs[i].baked;
     double t_start = kvs_now_ms();
     for (int i = 0; i < n_mu + n_wi; i++) {
         item *it = &items[i];
@@ -735,6 +769,52 @@ configured:;
             for (int s = 0; ord == 0 && s < lay.n_segs; s++)
                 if (lay.segs[s].kind == KVS_SEG_DOC) push(&doc_len, lay.segs[s].end - lay.segs[s].start);
             if (ord == 0) eval_cold(&e, &lay, cfgs, n_cfg, i < o.cold_items);
+            if (ord == 0 && any_baked) { /* after the cold runs: they empty the cache */
+                kvs_seg_bake_report br;
+                kvs_seg_layout pool_lay;
+                const kvs_seg_layout *bl = &lay;
+                if (o.bake_pool > 0 && it->n_pool > 0) { /* the prompt's docs among more of the item's passages */
+                    const char *all[MAX_DOCS + MAX_POOL];
+                    int na = 0;
+                    for (int k = 0; k < it->n_docs; k++) all[na++] = it->docs[k];
+                    for (int k = 0; k < it->n_pool && k < o.bake_pool; k++) all[na++] = it->pool[k];
+                    kvs_seg_input in = {!e.plain, k_system, all, NULL, na, it->question, NULL};
+                    if (kvs_seg_layout_build(e.model, &in, &pool_lay) != KVS_OK) {
+                        fprintf(stderr, "rag_eval: bake pool: %s\n", kvs_last_error());
+                        return 1;
+                    }
+                    bl = &pool_lay;
+                }
+                int bst = KVS_OK;
+                if (o.bake_foreign > 0 && n_mu > 0) {
+                    /* the control: each doc after passages of another item (unrelated text) */
+                    const item *fi = &items[(i + 1) % n_mu];
+                    br.n_baked = 0;
+                    br.bake_ms = 0;
+                    for (int k = 0; k < it->n_docs && bst == KVS_OK; k++) {
+                        const char *all[MAX_POOL + 1];
+                        int na = 0;
+                        for (int f = 0; f < fi->n_pool && f < o.bake_foreign; f++) all[na++] = fi->pool[f];
+                        all[na++] = it->docs[k];
+                        kvs_seg_input in = {!e.plain, k_system, all, NULL, na, it->question, NULL};
+                        kvs_seg_bake_report one;
+                        if ((bst = kvs_seg_layout_build(e.model, &in, &pool_lay)) != KVS_OK) break;
+                        bst = kvs_seg_bake_docs(e.ctx, e.cache, &pool_lay, -1, &one);
+                        kvs_seg_layout_free(&pool_lay);
+                        br.n_baked += one.n_baked;
+                        br.bake_ms += one.bake_ms;
+                    }
+                } else {
+                    bst = kvs_seg_bake_docs(e.ctx, e.cache, bl, o.bake ? o.bake : -1, &br);
+                }
+                if (bl != &lay) kvs_seg_layout_free(&pool_lay);
+                if (bst != KVS_OK) {
+                    fprintf(stderr, "rag_eval: bake: %s\n", kvs_last_error());
+                    return 1;
+                }
+                push(&bake_ms, br.bake_ms);
+                n_baked += br.n_baked;
+            }
             eval_prompt(&e, it, &lay, cfgs, n_cfg, &full_ttft, &full_f1, &full_em, &n_prompts,
                         ord == 0 ? first_given : first_shuf);
             if (ord == 1) push(&order_kl, kl_first(first_given, first_shuf, e.n_vocab));
@@ -757,6 +837,26 @@ configured:;
              strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model, o.plain ? " (plain text, no chat template)" : "",
              o.threads, o.n_gen, mach, la[0], com,
              (kvs_now_ms() - t_start) / 1000, mean(&order_kl));
+    if (any_baked) {
+        char bake_how[160];
+        if (o.bake_foreign > 0)
+            snprintf(bake_how, sizeof bake_how, "%d passages of another MuSiQue item (a control: unrelated text; the "
+                     "passages are baked too)", o.bake_foreign);
+        else if (o.bake_pool > 0)
+            snprintf(bake_how, sizeof bake_how, "its %d nearest among the prompt's docs and %d more passages of the "
+                     "item (MuSiQue; 2WikiMQA: the prompt's docs)", o.bake > 0 ? o.bake : -1, o.bake_pool);
+        else if (o.bake > 0)
+            snprintf(bake_how, sizeof bake_how, "its %d nearest docs of the prompt", o.bake);
+        else
+            snprintf(bake_how, sizeof bake_how, "all the prompt's other docs");
+        size_t hl = strlen(hdr);
+        snprintf(hdr + hl, sizeof hdr - hl,
+                 "Baking (+bake rows): before the runs of an item, each of its docs computed again after the cached KV "
+                 "of %s (kvs_bake_docs, the most similar closest); %d docs baked, median %.0f ms per item "
+                 "(offline: not in any TTFT). The shuffled order moves the same baked chunks.\n",
+                 bake_how, n_baked,
+                 median(&bake_ms));
+    }
     printf("\n%s\n", hdr);
     table(stdout, cfgs, n_cfg, &full_ttft, &full_f1, &full_em);
 

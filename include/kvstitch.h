@@ -369,6 +369,7 @@ typedef struct kvs_docs_result {
     long n_token_layers;  /* (document token, layer) pairs whose K/V the repair computed afresh: the
                            * repair's cost (cacheblend: all tokens in the layers up to the check
                            * layer, then the selected ones; full: document tokens x layers) */
+    int n_docs_baked;     /* of the hits, baked chunks (kvs_bake_docs) */
 } kvs_docs_result;
 
 /* One generation's output. Everything it points to is owned by the result
@@ -534,6 +535,10 @@ typedef struct kvs_cache_entry {
     int resident;          /* KV in memory (kvs_cache_ls only) */
     int on_disk;           /* a file exists for it */
     int prefix_reachable;  /* a prefix lookup can reach it (kvs_cache_ls only) */
+    const char *origin;    /* "prefix" (a piece of a prompt's exact history), "doc" (a document
+                            * computed after the doc prefix, found by content) or "baked" (a
+                            * document computed after other documents: kvs_bake_docs); static */
+    int n_neighbours;      /* "baked": the documents it was computed after (at most 255) */
 } kvs_cache_entry;
 
 /* Return nonzero to stop the iteration. */
@@ -736,6 +741,8 @@ typedef struct kvs_reuse_params {
     int n_borders;
     kvs_repair_params repair; /* kvs_generate_segments: how moved documents are repaired
                                * (kvs_repair_default_params) */
+    int use_baked;        /* kvs_generate_segments: 1 (default) = a document's baked KV
+                           * (kvs_bake_docs) when there is one, else its plain KV; 0 = plain only */
 } kvs_reuse_params;
 
 KVS_API kvs_reuse_params kvs_reuse_default_params(void);
@@ -782,12 +789,32 @@ typedef struct kvs_warm_docs_report {
     int n_computed;      /* computed and stored now */
     int n_tokens;        /* tokens of all documents */
     double ms;           /* wall time */
+    int n_baked;         /* kvs_bake_docs: documents baked and stored now */
+    int n_bake_cached;   /* kvs_bake_docs: documents that had a baked entry already (kept) */
+    int n_unbaked;       /* kvs_bake_docs: documents left plain (no other document, or none fits) */
 } kvs_warm_docs_report;
 
 /* Caches the KV of seg's documents (computing the missing ones after the
  * doc prefix) without generating; the system and question are ignored
- * except for the layout (chat, doc_prefix). rep may be NULL. */
+ * except for the layout (chat, doc_prefix). Each document must fit the
+ * context after the doc prefix; all of them together need not (a corpus
+ * can be warmed in one call). rep may be NULL. */
 KVS_API int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep);
+
+/* Cross-document baking (FusionRAG's offline step), for documents that are
+ * retrieved together: warms seg's documents as kvs_warm_docs, then computes
+ * each one again after the cached KV of up to n_neighbours of the others
+ * (< 0: all of them; the most similar by shared tokens closest to it;
+ * neighbours that do not fit the context are dropped, least similar first)
+ * and stores that as the document's baked entry (`cache ls`: "baked", with
+ * the number of neighbours). A request with use_baked (the default) moves
+ * a document's baked KV instead of its plain KV: the repair then starts
+ * from KV that has seen other documents. The first baking of a document
+ * (after the same doc prefix) is kept; a document baked already is left as
+ * it is (n_bake_cached). Baked KV is never served as an exact prefix.
+ * bench/results/rag_eval_bake.md measures it. rep may be NULL. */
+KVS_API int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int n_neighbours,
+                          kvs_warm_docs_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* Step-level serving (kvstitch serve: continuous batching)                  */

@@ -38,6 +38,7 @@ static cJSON *usage_json(const srv_server *s, const srv_job *j) {
     cJSON_AddStringToObject(k, "strategy", u->strategy ? u->strategy : "prefix");
     cJSON_AddNumberToObject(k, "docs_hit", u->docs_hit);
     cJSON_AddNumberToObject(k, "docs_computed", u->docs_computed);
+    cJSON_AddNumberToObject(k, "docs_baked", u->docs_baked);
     cJSON_AddNumberToObject(k, "chunks_stored", u->chunks_stored);
     cJSON *t = cJSON_AddObjectToObject(k, "timings");
     cJSON_AddNumberToObject(t, "queue_ms", u->queue_ms);

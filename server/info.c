@@ -123,8 +123,9 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
  * POST /v1/cache/warm: the body of a chat request ({"messages": [...]}: the
  * rendered prompt, generation prompt included, exactly what a chat request
  * with these messages runs) or of a completion ({"prompt": "..."}), with
- * optional "documents" (cached for any later order). Runs in a slot like a
- * request that generates nothing.
+ * optional "documents" (cached for any later order; with
+ * "bake_with_neighbours": K or "doc_set": true also baked, kvs_bake_docs).
+ * Runs in a slot like a request that generates nothing.
  */
 int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
     cJSON *in = cJSON_ParseWithLength(body, len);
@@ -171,6 +172,7 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
         cJSON_AddNumberToObject(o, "chunks_stored", j->usage.chunks_stored);
         cJSON_AddNumberToObject(o, "docs_cached", j->usage.docs_hit);
         cJSON_AddNumberToObject(o, "docs_computed", j->usage.docs_computed);
+        cJSON_AddNumberToObject(o, "docs_baked", j->usage.docs_baked);
         cJSON_AddNumberToObject(o, "ms", j->usage.total_ms);
         st = srv_reply_json(c, 200, o);
     }

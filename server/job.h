@@ -35,6 +35,7 @@ typedef struct srv_usage {
     int moved_tokens;       /* document tokens from cached documents, moved into place */
     int recomputed_tokens;  /* tokens the repair recomputed */
     int docs_hit, docs_computed;
+    int docs_baked;         /* documents whose baked KV was moved (or, warm: baked now) */
     int chunks_stored;
     const char *strategy;   /* "prefix" or a repair strategy name */
     double queue_ms, ttft_ms, prefill_ms, decode_ms, total_ms;

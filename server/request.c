@@ -181,6 +181,7 @@ static int parse_documents(const cJSON *root, srv_request *r, srv_error *e) {
 static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
     r->recompute_ratio = -1;
     r->overlap = r->first_k = -1;
+    r->use_baked = 1;
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "reuse");
     if (!u || cJSON_IsNull(u)) return 0;
     if (!cJSON_IsObject(u)) return bad(e, "reuse", "'%s' must be an object {\"strategy\", \"recompute_ratio\"}%s", "");
@@ -194,6 +195,7 @@ static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
     if (get_number(u, "recompute_ratio", 0, 1, &ratio, e) || get_int(u, "overlap", 0, 4096, &overlap, e) ||
         get_int(u, "first_k", 0, 4096, &first_k, e))
         return -1;
+    if (get_bool(u, "baked", &r->use_baked, e)) return -1;
     r->recompute_ratio = (float)ratio;
     r->overlap = (int)overlap;
     r->first_k = (int)first_k;
@@ -243,6 +245,12 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "return_prompt_sources", &r->return_prompt_sources, e) ||
         get_bool(root, "return_token_ids", &r->return_token_ids, e) || get_bool(root, "cache_prompt", &r->cache_prompt, e))
         return -1;
+    long long bake = 0;
+    int doc_set = 0;
+    if (get_int(root, "bake_with_neighbours", 1, 255, &bake, e) || get_bool(root, "doc_set", &doc_set, e)) return -1;
+    if (bake && doc_set)
+        return bad(e, "doc_set", "give '%s' (all the other documents) or 'bake_with_neighbours', not both%s", "");
+    r->bake_neighbours = doc_set ? -1 : (int)bake;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return bad(e, "stream_options", "'%s' must be an object%s", "");

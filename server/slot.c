@@ -149,9 +149,12 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
     if (j->warm_only) {
         kvs_warm_docs_report rep;
-        if (kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep)) return fail_job(s, env, "warm documents");
+        int k = j->req.bake_neighbours;
+        if (k ? kvs_bake_docs(s->ctx, env->cache, &j->seg, k, &rep) : kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep))
+            return fail_job(s, env, "warm documents");
         j->usage.docs_hit = rep.n_cached;
         j->usage.docs_computed = rep.n_computed;
+        j->usage.docs_baked = rep.n_baked;
         return srv_slot_finish(s, env, SRV_FINISH_STOP);
     }
     kvs_generate_params gp = kvs_generate_default_params();
@@ -160,6 +163,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     kvs_generate_result r;
     kvs_reuse_params rp = kvs_reuse_default_params();
     rp.repair = j->repair;
+    rp.use_baked = j->req.use_baked;
     if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &rp, &r)) return fail_job(s, env, "documents");
     if (r.n_prompt != j->n_prompt || !r.first_logits || !r.reuse || !r.docs) {
         kvs_generate_result_free(&r);
@@ -171,6 +175,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     j->usage.recomputed_tokens = n_recomputed;
     j->usage.docs_hit = r.docs->n_docs_hit;
     j->usage.docs_computed = r.docs->n_docs_computed;
+    j->usage.docs_baked = r.docs->n_docs_baked;
     /* Runs in prompt order: the exact prefix, the documents' region (moved
      * tokens, of which the repair recomputed some), then the rest. */
     add_source(j, SRV_SRC_CACHED, n_cached);

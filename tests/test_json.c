@@ -33,7 +33,7 @@ static kvs_generate_result sample_result(kvs_reuse_result *u, kvs_docs_result *d
     r.n_top = 2;
     ends[0] = 64, ends[1] = 300;
     *u = (kvs_reuse_result){200, 230, 230.0 / 300, ends, 2, 1, 3};
-    *d = (kvs_docs_result){100, 70, 2, 1, 2100};
+    *d = (kvs_docs_result){100, 70, 2, 1, 2100, 1};
     r.reuse = u;
     r.docs = d;
     return r;
@@ -71,6 +71,7 @@ TEST(generate_result_round_trip) {
     CHECK(json_get_int(back, "write_errors", 1, 0, 1 << 20, &v, &e) == 0 && v == 3);
     CHECK(json_get_number(back, "cache_hit_ratio", 1, 0, 1, &x, &e) == 0 && fabs(x - 230.0 / 300) < 1e-12);
     CHECK(json_get_int(back, "recomputed_token_layers", 1, 0, 1L << 40, &v, &e) == 0 && v == 2100);
+    CHECK(json_get_int(back, "docs_baked", 1, 0, 1 << 20, &v, &e) == 0 && v == 1);
     CHECK(json_get_number(back, "assemble_ms", 1, 0, 1e9, &x, &e) == 0 && fabs(x - 11.25) < 1e-12);
     const cJSON *t = NULL, *a = NULL;
     CHECK(json_get_object(back, "timings", 1, &t, &e) == 0);

@@ -29,6 +29,8 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_docs_util.h"
+#include "test_greedy.h"
 #include "test_kl.h"
 #include "test_musique.h"
 #include "kvstitch.h"
@@ -39,35 +41,14 @@
 #define N_DOCS 3
 #define N_GEN 4
 
-static const char *const k_sys = "Answer the question from the passages, in a few words.";
-static const char *const k_question = "\n\nQuestion: Where was the author of Hannibal and Scipio educated?";
+static const char *const k_sys = KT_DOCS_SYSTEM;
+static const char *const k_question = KT_DOCS_QUESTION;
 
 static kvs_model *g_model;
 static kvs_context *g_ctx;
 static kvs_seg_layout g_lay, g_lay_rev;
 static kvs_generate_result g_full; /* cold prefill of g_lay.tokens */
 static char *g_docs[N_DOCS];
-
-static kvs_generate_params greedy(void) {
-    kvs_generate_params gp = kvs_generate_default_params();
-    gp.n_predict = N_GEN;
-    gp.sampling.temperature = 0;
-    return gp;
-}
-
-static kvs_cache *open_cache(const char *dir) {
-    kvs_cache_params cp = kvs_cache_default_params();
-    cp.cache_dir = dir;
-    kvs_cache *c = NULL;
-    int st = kvs_cache_open(g_model, cp, &c);
-    CHECK_MSG(st == KVS_OK, "cache open: %s", kvs_last_error());
-    return c;
-}
-
-static int same(const kvs_generate_result *a, const kvs_generate_result *b) {
-    return a->n_vocab == b->n_vocab && !memcmp(a->first_logits, b->first_logits, (size_t)a->n_vocab * sizeof(float)) &&
-           a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
-}
 
 static kvs_repair_params repair(kvs_repair_mode mode, float ratio) {
     kvs_repair_params rp = kvs_repair_default_params();
@@ -80,7 +61,7 @@ static kvs_repair_params repair(kvs_repair_mode mode, float ratio) {
 /* One request without the exact prefix path (isolates the doc path). */
 static int run(kvs_cache *c, const kvs_seg_layout *lay, kvs_repair_params rp, kvs_generate_result *r,
                kvs_seg_report *rep) {
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_seg_options o = kvs_seg_default_options();
     o.use_exact = 0;
     o.store_prefix = 0;
@@ -97,11 +78,11 @@ static int doc_tokens(const kvs_seg_layout *lay) {
 }
 
 TEST(full_equals_cold_prefill) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     kvs_generate_result r;
     kvs_seg_report rep;
     if (!c || run(c, &g_lay, repair(KVS_REPAIR_FULL, 0), &r, &rep)) goto out;
-    CHECK_MSG(same(&r, &g_full), "full differs from a cold prefill");
+    CHECK_MSG(kt_same_result(&r, &g_full), "full differs from a cold prefill");
     CHECK_EQ_INT(rep.n_moved, 0);
     CHECK_EQ_INT(rep.n_recomputed, doc_tokens(&g_lay));
     CHECK_EQ_INT(rep.n_docs, 0); /* full reads no doc chunk */
@@ -111,7 +92,7 @@ out:
 }
 
 TEST(cold_docs_equal_cached_docs) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     kvs_generate_result a, b;
     kvs_seg_report ra, rb;
     if (!c || run(c, &g_lay, repair(KVS_REPAIR_CACHEBLEND, 0.15f), &a, &ra)) goto out;
@@ -121,7 +102,7 @@ TEST(cold_docs_equal_cached_docs) {
     if (!run(c, &g_lay, repair(KVS_REPAIR_CACHEBLEND, 0.15f), &b, &rb)) {
         CHECK_EQ_INT(rb.n_docs_hit, N_DOCS);
         CHECK_EQ_INT(rb.n_docs_computed, 0);
-        CHECK_MSG(same(&a, &b), "docs from the cache give other bits than docs computed on the spot");
+        CHECK_MSG(kt_same_result(&a, &b), "docs from the cache give other bits than docs computed on the spot");
         /* speed: bench/doc_reuse_ttft (never asserted in a test) */
         kvs_generate_result_free(&b);
     }
@@ -131,19 +112,19 @@ out:
 }
 
 TEST(invariants_ratio_one_and_zero) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     kvs_generate_result none, r0, r1, k1;
     kvs_seg_report rep;
     if (!c || run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &none, &rep)) goto out;
     CHECK_EQ_INT(rep.n_recomputed, 0);
     CHECK_EQ_INT(rep.n_moved, doc_tokens(&g_lay));
     if (!run(c, &g_lay, repair(KVS_REPAIR_CACHEBLEND, 0.0f), &r0, &rep)) {
-        CHECK_MSG(same(&r0, &none), "cacheblend ratio 0 differs from none");
+        CHECK_MSG(kt_same_result(&r0, &none), "cacheblend ratio 0 differs from none");
         CHECK_EQ_INT(rep.n_recomputed, 0);
         kvs_generate_result_free(&r0);
     }
     if (!run(c, &g_lay, repair(KVS_REPAIR_CACHEBLEND, 1.0f), &r1, &rep)) {
-        CHECK_MSG(same(&r1, &g_full), "cacheblend ratio 1 differs from full");
+        CHECK_MSG(kt_same_result(&r1, &g_full), "cacheblend ratio 1 differs from full");
         CHECK_EQ_INT(rep.n_recomputed, doc_tokens(&g_lay));
         CHECK_EQ_INT(rep.n_check, doc_tokens(&g_lay));
         kvs_generate_result_free(&r1);
@@ -152,17 +133,17 @@ TEST(invariants_ratio_one_and_zero) {
     kp.deviation = KVS_DEVIATION_K_COS;
     kp.check_layer = 2;
     if (!run(c, &g_lay, kp, &k1, &rep)) {
-        CHECK_MSG(same(&k1, &g_full), "cacheblend (k-cos, check layer 2) ratio 1 differs from full");
+        CHECK_MSG(kt_same_result(&k1, &g_full), "cacheblend (k-cos, check layer 2) ratio 1 differs from full");
         kvs_generate_result_free(&k1);
     }
-    CHECK_MSG(!same(&none, &g_full), "none equals full: the test prompt does not exercise the repair");
+    CHECK_MSG(!kt_same_result(&none, &g_full), "none equals full: the test prompt does not exercise the repair");
     kvs_generate_result_free(&none);
 out:
     kvs_cache_free(c);
 }
 
 TEST(recomputed_counts) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
     int n_moved = doc_tokens(&g_lay), sel = 0, fk = 0;
     for (int i = 0; i < g_lay.n_segs; i++)
@@ -234,7 +215,7 @@ TEST(recomputed_counts) {
 }
 
 TEST(cacheblend_closer_than_none) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
     static const struct { kvs_repair_mode m; float r; } cfg[] = {
         {KVS_REPAIR_NONE, 0}, {KVS_REPAIR_SELECTIVE, 0}, {KVS_REPAIR_FIRSTK, 0},
@@ -255,7 +236,7 @@ TEST(cacheblend_closer_than_none) {
 }
 
 TEST(shuffled_docs_hit) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     kvs_generate_result a, b, f;
     kvs_seg_report ra, rb, rf;
     if (!c || run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &a, &ra)) goto out;
@@ -275,9 +256,9 @@ out:
 }
 
 TEST(exact_prefix_hit_on_system_segment) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, 0.15f);
     kvs_generate_result a, b;
     kvs_seg_report ra, rb;
@@ -292,7 +273,7 @@ TEST(exact_prefix_hit_on_system_segment) {
         CHECK_EQ_INT(rb.n_exact, g_lay.segs[1].start); /* the whole system segment, exact */
         CHECK_EQ_INT(b.reuse->n_cached, rb.n_exact);
         CHECK_EQ_INT(rb.n_docs_hit, N_DOCS);
-        CHECK_MSG(same(&a, &b), "an exact hit on the system segment changed the output");
+        CHECK_MSG(kt_same_result(&a, &b), "an exact hit on the system segment changed the output");
         kvs_generate_result_free(&b);
     }
     kvs_generate_result_free(&a);
@@ -306,16 +287,16 @@ out:
  * start of the third doc, which is moved. ratio 1 still gives the bits of a
  * cold prefill. */
 TEST(exact_prefix_hit_covering_docs) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_repair_params full = repair(KVS_REPAIR_FULL, 0), one = repair(KVS_REPAIR_CACHEBLEND, 1.0f);
     kvs_generate_result a, b, cold;
     kvs_seg_report ra, rb;
     int st = kvs_seg_generate(g_ctx, c, &g_lay, &gp, &full, NULL, &a, &ra);
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     if (st) goto out;
-    CHECK(same(&a, &g_full));
+    CHECK(kt_same_result(&a, &g_full));
     CHECK(ra.n_stored > 0);
     /* docs 0, 1 and the first part of doc 2 (a prefix of its text). */
     char *d2 = strdup(g_docs[2]);
@@ -334,7 +315,7 @@ TEST(exact_prefix_hit_covering_docs) {
         CHECK_EQ_INT(rb.n_moved, lay.segs[3].end - lay.segs[3].start);
         CHECK_EQ_INT(rb.n_docs, 1);
         if (kvs_generate(g_ctx, lay.tokens, lay.n_tokens, &gp, &cold) == KVS_OK) {
-            CHECK_MSG(same(&b, &cold), "exact docs + moved doc at ratio 1 differ from a cold prefill");
+            CHECK_MSG(kt_same_result(&b, &cold), "exact docs + moved doc at ratio 1 differ from a cold prefill");
             kvs_generate_result_free(&cold);
         }
         kvs_generate_result_free(&b);
@@ -352,29 +333,27 @@ TEST(docs_persist_in_cache_dir) {
         CHECK_MSG(0, "mkdtemp failed");
         return;
     }
-    kvs_cache *c = open_cache(dir);
+    kvs_cache *c = kt_open_cache(g_model, dir);
     kvs_generate_result a, b;
     kvs_seg_report ra, rb;
     if (!c || run(c, &g_lay, repair(KVS_REPAIR_SELECTIVE, 0), &a, &ra)) goto out;
     kvs_cache_free(c);
-    c = open_cache(dir); /* a fresh store: the doc chunks come from their files */
+    c = kt_open_cache(g_model, dir); /* a fresh store: the doc chunks come from their files */
     if (c && !run(c, &g_lay, repair(KVS_REPAIR_SELECTIVE, 0), &b, &rb)) {
         CHECK_EQ_INT(rb.n_docs_hit, N_DOCS);
-        CHECK_MSG(same(&a, &b), "docs read from the cache directory give other bits");
+        CHECK_MSG(kt_same_result(&a, &b), "docs read from the cache directory give other bits");
         kvs_generate_result_free(&b);
     }
     kvs_generate_result_free(&a);
 out:
     kvs_cache_free(c);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) fprintf(stderr, "  cannot remove %s\n", dir);
+    kt_remove_dir(dir);
 }
 
 /* The public API: kvs_warm_docs, then kvs_generate_segments == the
  * internal request on the same layout. */
 TEST(public_api) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
     const char *fwd[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]};
     kvs_segments seg = {1, "Answer the question from the passages, in a few words.", fwd, NULL, N_DOCS,
@@ -384,7 +363,7 @@ TEST(public_api) {
     CHECK(w.n_docs == N_DOCS && w.n_computed == N_DOCS && w.n_cached == 0 && w.n_tokens == doc_tokens(&g_lay));
     CHECK_EQ_INT(kvs_warm_docs(g_ctx, c, &seg, &w), KVS_OK);
     CHECK(w.n_cached == N_DOCS && w.n_computed == 0);
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, 0.15f);
     kvs_generate_result pub, in;
     kvs_seg_report rep;
@@ -393,7 +372,7 @@ TEST(public_api) {
     int st = kvs_generate_segments(g_ctx, c, &seg, &gp, &reuse, &pub);
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     if (!st && !run(c, &g_lay, rp, &in, &rep)) {
-        CHECK_MSG(same(&pub, &in), "kvs_generate_segments differs from the internal request");
+        CHECK_MSG(kt_same_result(&pub, &in), "kvs_generate_segments differs from the internal request");
         CHECK_EQ_INT(pub.docs->n_moved, rep.n_moved);
         CHECK_EQ_INT(pub.docs->n_recomputed, rep.n_recomputed);
         CHECK_EQ_INT(pub.docs->n_docs_hit, N_DOCS);
@@ -422,10 +401,10 @@ TEST(real_prefix_one_doc_is_exact) {
     CHECK_EQ_INT(lay.n_doc_prefix, D);
     CHECK_MSG(lay.n_doc_prefix == D && !memcmp(lay.doc_prefix, lay.tokens, (size_t)D * sizeof(int32_t)),
               "the text doc prefix does not tokenize as the prompt's prefix");
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_generate_result cold, r;
     kvs_seg_report rep;
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c || kvs_generate(g_ctx, lay.tokens, lay.n_tokens, &gp, &cold) != KVS_OK) goto out;
     static const kvs_repair_mode modes[] = {KVS_REPAIR_NONE, KVS_REPAIR_SELECTIVE, KVS_REPAIR_CACHEBLEND};
     for (int i = 0; i < 3; i++) {
@@ -434,7 +413,7 @@ TEST(real_prefix_one_doc_is_exact) {
         rp.mode = modes[i];
         if (run(c, &lay, rp, &r, &rep)) continue;
         CHECK_EQ_INT(rep.n_moved, lay.segs[1].end - D);
-        CHECK_MSG(same(&r, &cold), "%s: a doc after its own prefix at delta 0 differs from a cold prefill (KL %.3g)",
+        CHECK_MSG(kt_same_result(&r, &cold), "%s: a doc after its own prefix at delta 0 differs from a cold prefill (KL %.3g)",
                   kvs_repair_mode_name(rp.mode), kl_first(&cold, &r));
         kvs_generate_result_free(&r);
     }
@@ -444,7 +423,7 @@ TEST(real_prefix_one_doc_is_exact) {
         int st = kvs_generate_segments(g_ctx, c, &seg, &gp, NULL, &r);
         CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
         if (st) break;
-        CHECK_MSG(same(&r, &cold), "public API, run %d: differs from a cold prefill", k);
+        CHECK_MSG(kt_same_result(&r, &cold), "public API, run %d: differs from a cold prefill", k);
         CHECK_EQ_INT(r.docs->n_docs_hit, 1);
         kvs_generate_result_free(&r);
     }
@@ -463,14 +442,14 @@ static kvs_repair_params narrowing(float from, float ratio, int layers, int seam
 }
 
 TEST(narrowing_invariants) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
     int n_moved = doc_tokens(&g_lay);
     kvs_generate_result a, b;
     kvs_seg_report ra, rb;
     /* 1 -> 1: every token in every layer, a cold prefill's bits */
     if (!run(c, &g_lay, narrowing(1.0f, 1.0f, 4, 0), &a, &ra)) {
-        CHECK_MSG(same(&a, &g_full), "narrowing 1 -> 1 differs from full");
+        CHECK_MSG(kt_same_result(&a, &g_full), "narrowing 1 -> 1 differs from full");
         CHECK_EQ_INT(ra.n_recomputed, n_moved);
         CHECK(ra.n_token_layers == (long)n_moved * kvs_model_hparams(g_model)->n_layer);
         kvs_generate_result_free(&a);
@@ -480,7 +459,7 @@ TEST(narrowing_invariants) {
         float r = seams ? 0.10f : 0.15f;
         if (run(c, &g_lay, narrowing(0, r, 4, seams), &a, &ra)) continue;
         if (!run(c, &g_lay, narrowing(r, r, 4, seams), &b, &rb)) {
-            CHECK_MSG(same(&a, &b), "narrowing %.2f -> %.2f (seams %d) differs from no narrowing", (double)r,
+            CHECK_MSG(kt_same_result(&a, &b), "narrowing %.2f -> %.2f (seams %d) differs from no narrowing", (double)r,
                       (double)r, seams);
             CHECK_EQ_INT(rb.n_recomputed, ra.n_recomputed);
             /* the same rows, but the narrowing layers' K/V counted for them too */
@@ -542,7 +521,7 @@ static int contains(const int32_t *a, int n, int32_t x) {
  * the check layer, then one per narrowing layer, each a subset of the one
  * before, shrinking to the ratio; the seams' tokens in every set. */
 TEST(narrowing_sets_shrink) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
     const int n_layer = kvs_model_hparams(g_model)->n_layer, n_moved = doc_tokens(&g_lay);
     kvs_seg docs[N_DOCS];
@@ -621,28 +600,13 @@ TEST(narrowing_params) {
 }
 
 static int setup(void) {
-    const char *mp = kt_model_path();
-    if (!mp) return -1;
-    if (kvs_model_load(mp, kvs_model_default_params(), &g_model) != KVS_OK) {
-        fprintf(stderr, "  %s: %s\n", mp, kvs_last_error());
-        return -1;
-    }
-    kvs_context_params cp = kvs_context_default_params();
-    cp.n_ctx = 2048;
-    cp.n_batch = 128;
-    if (kvs_context_new(g_model, cp, &g_ctx) != KVS_OK) return -1;
-    /* KVSTITCH_TEST_QUICK (sanitizer runs): shorter docs */
-    const char *quick = getenv("KVSTITCH_TEST_QUICK");
-    size_t doc_bytes = quick && *quick && strcmp(quick, "0") ? 400 : 1000;
-    for (int i = 0; i < N_DOCS; i++)
-        if (!(g_docs[i] = kt_musique_passage(0, i, doc_bytes))) return -1;
+    if (kt_docs_setup(1000, N_DOCS, g_docs, &g_model, &g_ctx)) return -1;
     const char *fwd[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]}, *rev[N_DOCS] = {g_docs[2], g_docs[1], g_docs[0]};
-    kvs_seg_input in = {1, "Answer the question from the passages, in a few words.", fwd, NULL, N_DOCS,
-                        "\n\nQuestion: Where was the author of Hannibal and Scipio educated?", NULL};
+    kvs_seg_input in = {1, KT_DOCS_SYSTEM, fwd, NULL, N_DOCS, KT_DOCS_QUESTION, NULL};
     if (kvs_seg_layout_build(g_model, &in, &g_lay) != KVS_OK) return -1;
     in.docs = rev;
     if (kvs_seg_layout_build(g_model, &in, &g_lay_rev) != KVS_OK) return -1;
-    kvs_generate_params gp = greedy();
+    kvs_generate_params gp = kt_greedy(N_GEN);
     if (kvs_generate(g_ctx, g_lay.tokens, g_lay.n_tokens, &gp, &g_full) != KVS_OK) return -1;
     printf("  prompt %d tokens, %d in docs\n", g_lay.n_tokens, doc_tokens(&g_lay));
     return 0;
@@ -652,7 +616,7 @@ static int setup(void) {
  * a ratio picks that many tokens, the same ones whatever the thread count,
  * and the question-guided set is closer to full than none. */
 TEST(query_invariants) {
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     kvs_context *one = NULL;
     kvs_context_params cp = kvs_context_default_params();
     cp.n_threads = 1;
@@ -662,19 +626,19 @@ TEST(query_invariants) {
     kvs_seg_report rep;
     if (run(c, &g_lay, repair(KVS_REPAIR_NONE, 0), &none, &rep)) goto out;
     if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.0f), &q0, &rep)) {
-        CHECK_MSG(same(&q0, &none), "query ratio 0 differs from none");
+        CHECK_MSG(kt_same_result(&q0, &none), "query ratio 0 differs from none");
         CHECK_EQ_INT(rep.n_recomputed, 0);
         kvs_generate_result_free(&q0);
     }
     if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 1.0f), &q1, &rep)) {
-        CHECK_MSG(same(&q1, &g_full), "query ratio 1 differs from full");
+        CHECK_MSG(kt_same_result(&q1, &g_full), "query ratio 1 differs from full");
         CHECK_EQ_INT(rep.n_recomputed, n_moved);
         kvs_generate_result_free(&q1);
     }
     if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.3f), &qa, &rep)) {
         CHECK_EQ_INT(rep.n_recomputed, (int)(0.3 * n_moved + 0.5));
         CHECK(rep.n_check > 0); /* the question rows ran the scoring pass */
-        kvs_generate_params gp = greedy();
+        kvs_generate_params gp = kt_greedy(N_GEN);
         kvs_seg_options o = kvs_seg_default_options();
         o.use_exact = 0;
         o.store_prefix = 0;
@@ -682,7 +646,7 @@ TEST(query_invariants) {
         int st = kvs_seg_generate(one, c, &g_lay, &gp, &rp, &o, &qb, &rep);
         CHECK_MSG(st == KVS_OK, "query on 1 thread: %s", kvs_last_error());
         if (st == KVS_OK) {
-            CHECK_MSG(same(&qa, &qb), "query 0.3 gives other bits on 1 thread");
+            CHECK_MSG(kt_same_result(&qa, &qb), "query 0.3 gives other bits on 1 thread");
             kvs_generate_result_free(&qb);
         }
         double kl_q = kl_first(&g_full, &qa), kl_n = kl_first(&g_full, &none);
@@ -709,7 +673,7 @@ TEST(query_seams) {
     p.query_seams = 1;
     p.overlap = -1;
     CHECK_EQ_INT(kvs_repair_params_check(&p, L), KVS_ERR_INVALID_ARG);
-    kvs_cache *c = open_cache(NULL);
+    kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
     const int n_moved = doc_tokens(&g_lay), want = (int)(0.2 * n_moved + 0.5);
     int sel = 0;
@@ -724,12 +688,12 @@ TEST(query_seams) {
     kvs_repair_params sp = repair(KVS_REPAIR_QUERY, 0.0f);
     sp.query_seams = 1;
     if (!run(c, &g_lay, sp, &r, &rep)) {
-        CHECK_MSG(same(&r, &none), "query+seams ratio 0 differs from none");
+        CHECK_MSG(kt_same_result(&r, &none), "query+seams ratio 0 differs from none");
         kvs_generate_result_free(&r);
     }
     sp.recompute_ratio = 1.0f;
     if (!run(c, &g_lay, sp, &r, &rep)) {
-        CHECK_MSG(same(&r, &g_full), "query+seams ratio 1 differs from full");
+        CHECK_MSG(kt_same_result(&r, &g_full), "query+seams ratio 1 differs from full");
         CHECK_EQ_INT(rep.n_recomputed, n_moved);
         kvs_generate_result_free(&r);
     }
@@ -741,7 +705,7 @@ TEST(query_seams) {
     }
     sp.overlap = 0;
     if (!run(c, &g_lay, sp, &r, &rep) && !run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.2f), &plain, &rep)) {
-        CHECK_MSG(same(&r, &plain), "query+seams with overlap 0 differs from query");
+        CHECK_MSG(kt_same_result(&r, &plain), "query+seams with overlap 0 differs from query");
         kvs_generate_result_free(&plain);
         kvs_generate_result_free(&r);
     }

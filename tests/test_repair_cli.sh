@@ -128,4 +128,28 @@ gen --cache-dir "$tmp/copy" "${docs[@]}" >"$tmp/again.json" 2>"$tmp/e" \
 # text mode prints the document line
 "$CLI" generate -m "$MODEL" --threads 2 -n 2 --chat -p "$Q" --cache-dir "$D" "${docs[@]}" >/dev/null 2>"$tmp/t.txt" \
     && grep -q "documents: 3 from the cache" "$tmp/t.txt" && ok repair_cli_text || fail repair_cli_text "$(cat "$tmp/t.txt")"
+# cross-document baking (on a copy: the other checks use plain documents):
+# warm --doc-set bakes each document after the other two; generate moves the
+# baked KV unless --plain-docs, which gives the unbaked directory's bits
+B="$tmp/bake"; cp -r "$D" "$B"
+"$CLI" warm -m "$MODEL" --cache-dir "$B" --threads 2 --chat --json --doc-set "${docs[@]}" >"$tmp/bw.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/bw.json" 'd["docs"]["baked"] == 3 and d["docs"]["cached"] == 3 and d["docs"]["unbaked"] == 0')" = True ] \
+    && "$CLI" warm -m "$MODEL" --cache-dir "$B" --threads 2 --chat --json --bake-with-neighbours 1 "${docs[@]}" >"$tmp/bw2.json" 2>>"$tmp/e" \
+    && [ "$(j "$tmp/bw2.json" 'd["docs"]["baked"] == 0 and d["docs"]["bake_cached"] == 3')" = True ] \
+    && ok repair_cli_bake_warm || fail repair_cli_bake_warm "$(cat "$tmp/bw.json" "$tmp/bw2.json" "$tmp/e")"
+"$CLI" cache ls --cache-dir "$B" --json >"$tmp/ls.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/ls.json" 'sum(e["origin"] == "baked" and e["neighbours"] == 2 for e in d["entries"]) == 3 and sum(e["origin"] == "doc" for e in d["entries"]) >= 3')" = True ] \
+    && "$CLI" cache ls --cache-dir "$B" | grep -q "baked/2" \
+    && ok repair_cli_bake_ls || fail repair_cli_bake_ls "$(cat "$tmp/ls.json" "$tmp/e")"
+gen --cache-dir "$B" "${rdocs[@]}" --reuse none >"$tmp/bn.json" 2>"$tmp/e"
+gen --cache-dir "$B" "${rdocs[@]}" --reuse none --plain-docs >"$tmp/bp.json" 2>>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse none >"$tmp/pn.json" 2>>"$tmp/e"
+[ -s "$tmp/pn.json" ] && [ "$(j "$tmp/bn.json" 'd["docs_baked"] == 3 and d["docs_hit"] == 3')" = True ] \
+    && [ "$(j "$tmp/bp.json" 'd["docs_baked"] == 0 and d["docs_hit"] == 3')" = True ] \
+    && [ "$(j "$tmp/bp.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/pn.json" 'd["first_logits_sha256"]')" ] \
+    && [ "$(j "$tmp/bn.json" 'd["first_logits_sha256"]')" != "$(j "$tmp/pn.json" 'd["first_logits_sha256"]')" ] \
+    && ok repair_cli_bake_generate || fail repair_cli_bake_generate "$(cat "$tmp/bn.json" "$tmp/bp.json" "$tmp/pn.json" "$tmp/e")"
+usage_err repair_cli_err_bake_both "not both" warm -m "$MODEL" --cache-dir "$B" --doc "$tmp/x.txt" --doc-set --bake-with-neighbours 2
+usage_err repair_cli_err_bake_needs_doc "need --doc" warm -m "$MODEL" --cache-dir "$B" --doc-set hi
+usage_err repair_cli_err_bake_range "bake-with-neighbours" warm -m "$MODEL" --cache-dir "$B" --doc "$tmp/x.txt" --bake-with-neighbours 0
 exit $status

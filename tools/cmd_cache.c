@@ -212,17 +212,19 @@ static void iso_time(int64_t ns, char *buf, size_t cap) {
 
 static void print_rows(const rows *x, int json) {
     if (json) printf("{\"entries\": [");
-    else printf("%-16s %6s %5s %10s  %-20s  %-12s%s\n", "prefix key", "pos", "tok", "kv bytes", "created (UTC)", "model",
-                x->model ? "  text" : "");
+    else printf("%-16s %6s %5s %-9s %10s  %-20s  %-12s%s\n", "prefix key", "pos", "tok", "origin", "kv bytes",
+                "created (UTC)", "model", x->model ? "  text" : "");
     for (size_t i = 0; i < x->n; i++) {
         const kvs_cache_entry *e = &x->r[i].e;
         char when[32];
         iso_time(e->created_ns, when, sizeof when);
         if (json) {
             printf("%s{\"prefix_key\": \"%s\", \"parent_key\": \"%s\", \"content_key\": \"%s\", \"fingerprint\": \"%s\", "
-                   "\"pos0\": %d, \"tokens\": %d, \"kv_bytes\": %llu, \"kv_type\": \"%s\", \"created\": \"%s\"",
+                   "\"pos0\": %d, \"tokens\": %d, \"origin\": \"%s\", \"neighbours\": %d, \"kv_bytes\": %llu, "
+                   "\"kv_type\": \"%s\", \"created\": \"%s\"",
                    i ? ", " : "", e->prefix_key, e->parent_key, e->content_key, e->fingerprint, e->pos0, e->n_tok,
-                   (unsigned long long)e->kv_bytes, e->kv_type == KVS_KV_F16 ? "f16" : "f32", when);
+                   e->origin, e->n_neighbours, (unsigned long long)e->kv_bytes, e->kv_type == KVS_KV_F16 ? "f16" : "f32",
+                   when);
             if (x->model) {
                 printf(", \"resident\": %s, \"prefix_reachable\": %s, \"text\": ", e->resident ? "true" : "false",
                        e->prefix_reachable ? "true" : "false");
@@ -231,7 +233,10 @@ static void print_rows(const rows *x, int json) {
             }
             printf("}");
         } else {
-            printf("%.16s %6d %5d %10llu  %-20s  %.12s", e->prefix_key, e->pos0, e->n_tok,
+            char origin[16];
+            if (e->n_neighbours) snprintf(origin, sizeof origin, "%s/%d", e->origin, e->n_neighbours);
+            else snprintf(origin, sizeof origin, "%s", e->origin);
+            printf("%.16s %6d %5d %-9s %10llu  %-20s  %.12s", e->prefix_key, e->pos0, e->n_tok, origin,
                    (unsigned long long)e->kv_bytes, when, e->fingerprint);
             if (x->model) {
                 /* one line: control characters shown as spaces, long texts cut */

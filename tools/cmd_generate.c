@@ -17,6 +17,7 @@ typedef struct gen_opts {
     const char *docs[MAX_DOCS], *stops[MAX_STOPS];
     int n_docs, n_stops;
     kvs_repair_params rp;
+    int plain_docs;
     unsigned long long cache_max_bytes;
     cli_redis_opts redis;
 } gen_opts;
@@ -111,6 +112,9 @@ static const cli_opt k_opts[] = {
             .max = 1, .needs = "--doc"),
     CLI_OPT(NULL, "--narrow-layers", CLI_INT, O, rp.narrow_layers, "N",
             "cacheblend: layers the narrowing takes (default 4)", .min = 1, .max = 1024, .needs = "--doc"),
+    CLI_OPT(NULL, "--plain-docs", CLI_FLAG, O, plain_docs, NULL,
+            "move the documents' plain KV even where a baked one is cached\n"
+            "(`warm --bake-with-neighbours` / `--doc-set`)", .flag_value = 1, .needs = "--doc"),
     CLI_OPT(NULL, "--doc-prefix", CLI_STR, O, doc_prefix, "TEXT",
             "the text documents are computed after (default: with --chat the\n"
             "template's text before the user's content, else nothing / BOS)",
@@ -244,8 +248,9 @@ static void print_stats(const kvs_generate_result *r) {
                 r->reuse->n_reused, r->n_prompt, 100.0 * r->reuse->cache_hit_ratio, r->n_live,
                 r->reuse->n_chunks_stored, r->ttft_ms);
     if (r->docs)
-        fprintf(stderr, "[documents: %d from the cache, %d computed; %d tokens moved, %d recomputed]\n",
-                r->docs->n_docs_hit, r->docs->n_docs_computed, r->docs->n_moved, r->docs->n_recomputed);
+        fprintf(stderr, "[documents: %d from the cache (%d baked), %d computed; %d tokens moved, %d recomputed]\n",
+                r->docs->n_docs_hit, r->docs->n_docs_baked, r->docs->n_docs_computed, r->docs->n_moved,
+                r->docs->n_recomputed);
 }
 
 typedef struct gen_run {
@@ -324,6 +329,7 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     if (o->reuse && !o->n_docs) kvs_reuse_mode_parse(o->reuse, &rp.mode);
     rp.store = !o->no_store;
     rp.repair = o->rp;
+    rp.use_baked = !o->plain_docs;
     kvs_generate_result r;
     if (o->n_docs)
         st = kvs_generate_segments(g->ctx, g->cache, &seg, &gp, &rp, &r);

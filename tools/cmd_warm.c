@@ -14,6 +14,7 @@ typedef struct warm_opts {
     int n_docs;
     int is_file[MAX_TEXTS];
     int n_texts, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, chunk_tokens;
+    int bake_neighbours, doc_set;
     unsigned long long cache_max_bytes;
     cli_redis_opts redis;
 } warm_opts;
@@ -65,6 +66,16 @@ static const cli_opt k_opts[] = {
     CLI_STR_OPT(NULL, "--doc-prefix", O, doc_prefix, "TEXT",
                 "the text documents are computed after (default: with --chat the\n"
                 "template's text before the user's content, else nothing / BOS)"),
+    CLI_OPT(NULL, "--bake-with-neighbours", CLI_INT, O, bake_neighbours, "K",
+                "cross-document baking: after warming the --doc documents, compute\n"
+                "each one again after the cached KV of the K others most like it\n"
+                "(shared tokens) and store that as its baked entry, which\n"
+                "`generate --doc` moves instead of the plain one (closer to a full\n"
+                "prefill when the documents come together; `cache ls`: baked/K)",
+                .min = 1, .max = 255, .needs = "--doc"),
+    CLI_OPT(NULL, "--doc-set", CLI_FLAG, O, doc_set, NULL,
+            "bake every --doc document after all the others (documents that are\n"
+            "retrieved together)", .flag_value = 1, .needs = "--doc"),
     CLI_INT_OPT(NULL, "--chunk-tokens", O, chunk_tokens, 1, 4096, "N", "chunk size (default 64)"),
     CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N", "tokens per forward chunk (default 512; same bits)"),
@@ -99,6 +110,8 @@ static int parse(int argc, char **argv, warm_opts *o) {
     if (o->n_texts == 0 && o->n_docs == 0)
         return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
+    if (o->doc_set && o->bake_neighbours)
+        return cli_usage_error("warm", "give --doc-set (all the others) or --bake-with-neighbours K, not both");
     return -1;
 }
 
@@ -168,13 +181,18 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
         if (!(texts[n] = cli_read_file(o->docs[n], NULL))) goto out;
     kvs_segments seg = {o->chat, o->system, (const char *const *)texts, NULL, o->n_docs, NULL, o->doc_prefix};
     kvs_warm_docs_report r;
-    int st = kvs_warm_docs(ctx, cache, &seg, &r);
+    int bake = o->doc_set ? -1 : o->bake_neighbours;
+    int st = bake ? kvs_bake_docs(ctx, cache, &seg, bake, &r) : kvs_warm_docs(ctx, cache, &seg, &r);
     if (st != KVS_OK) {
         cli_fail(st, "warm documents");
         goto out;
     }
     if (root)
         cJSON_AddItemToObject(root, "docs", json_warm_docs_report(&r));
+    else if (bake)
+        printf("documents: %d (%d tokens): %d cached already, %d computed and stored; baked: %d now, %d already, %d "
+               "left plain; %.1f ms\n", r.n_docs, r.n_tokens, r.n_cached, r.n_computed, r.n_baked, r.n_bake_cached,
+               r.n_unbaked, r.ms);
     else
         printf("documents: %d (%d tokens): %d cached already, %d computed and stored; %.1f ms\n", r.n_docs, r.n_tokens,
                r.n_cached, r.n_computed, r.ms);

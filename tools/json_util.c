@@ -101,6 +101,7 @@ cJSON *json_generate_result(const kvs_generate_result *r, const json_generate_op
         cJSON_AddNumberToObject(j, "recomputed_tokens", d->n_recomputed);
         cJSON_AddNumberToObject(j, "recomputed_token_layers", (double)d->n_token_layers);
         cJSON_AddNumberToObject(j, "docs_hit", d->n_docs_hit);
+        cJSON_AddNumberToObject(j, "docs_baked", d->n_docs_baked);
         cJSON_AddNumberToObject(j, "docs_computed", d->n_docs_computed);
     }
     const char *why = kvs_stop_reason_name(r->stop_reason);
@@ -143,6 +144,9 @@ cJSON *json_warm_docs_report(const kvs_warm_docs_report *r) {
     cJSON_AddNumberToObject(j, "tokens", r->n_tokens);
     cJSON_AddNumberToObject(j, "cached", r->n_cached);
     cJSON_AddNumberToObject(j, "computed", r->n_computed);
+    cJSON_AddNumberToObject(j, "baked", r->n_baked);
+    cJSON_AddNumberToObject(j, "bake_cached", r->n_bake_cached);
+    cJSON_AddNumberToObject(j, "unbaked", r->n_unbaked);
     json_add_number(j, "ms", r->ms);
     return j;
 }

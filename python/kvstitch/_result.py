@@ -32,6 +32,7 @@ class GenerateResult:
     recomputed_tokens: int = 0
     docs_hit: int = 0
     docs_computed: int = 0
+    docs_baked: int = 0      # of docs_hit, baked ones (Session.warm(..., doc_set=True))
     chunks_stored: int = 0
     first_logits: bytes = field(default=b"", repr=False)
     top_logprobs: list[tuple[int, float]] = field(default_factory=list)
@@ -76,6 +77,7 @@ def result_from_c(r, stop_reason: str, logits: bool) -> GenerateResult:
         recomputed_tokens=docs.n_recomputed if has_docs else 0,
         docs_hit=docs.n_docs_hit if has_docs else 0,
         docs_computed=docs.n_docs_computed if has_docs else 0,
+        docs_baked=getattr(docs, "n_docs_baked", 0) if has_docs else 0,
         chunks_stored=reuse.n_chunks_stored if has_reuse else 0,
         first_logits=bytes(ffi.buffer(r.first_logits, 4 * r.n_vocab))
         if logits and r.first_logits != ffi.NULL else b"",
@@ -100,6 +102,8 @@ class WarmResult:
     computed_tokens: int = 0
     documents_cached: int = 0
     documents_computed: int = 0
+    documents_baked: int = 0       # baked now (bake_with_neighbours / doc_set)
+    documents_bake_cached: int = 0  # had a baked entry already (the first baking is kept)
     ms: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -120,4 +124,5 @@ def warm_from_docs_report(rep, chunk_tokens: int) -> WarmResult:
         chunks_stored=rep.n_computed, token_count=rep.n_tokens, chunk_size=chunk_tokens,
         chunk_boundary_aligned=True, partial_tail_tokens=0, alignment_warning=None,
         chunks_existing=rep.n_cached, documents_cached=rep.n_cached,
-        documents_computed=rep.n_computed, ms=rep.ms, raw=struct_dict(rep))
+        documents_computed=rep.n_computed, documents_baked=getattr(rep, "n_baked", 0),
+        documents_bake_cached=getattr(rep, "n_bake_cached", 0), ms=rep.ms, raw=struct_dict(rep))

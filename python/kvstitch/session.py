@@ -53,6 +53,7 @@ def _segment_params(a: Mapping[str, Any]):
     rp = lib.kvs_reuse_default_params()
     rp.store = int(a["store"])
     rp.repair = rep
+    rp.use_baked = int(a["baked"])
     return ffi.new("kvs_reuse_params *", rp)
 
 
@@ -104,7 +105,7 @@ class Session:
                  documents: Sequence[str | Document] | None = None, system: str | None = None,
                  chat: bool | None = None, reuse: str | None = None,
                  recompute_ratio: float | None = None, store: bool = True, logprobs: int = 0,
-                 logits: bool = False, add_bos: bool = True) -> GenerateResult:
+                 logits: bool = False, add_bos: bool = True, baked: bool = True) -> GenerateResult:
         """Generates from prompt: a text, token ids, chat messages
         ([{"role", "content"}]) or blocks ([System, Document..., Question]).
         documents / system with a text prompt make blocks of it.
@@ -114,7 +115,9 @@ class Session:
         the repair strategy: "query" (default: the moved tokens the question
         attends to most), "cacheblend", "selective", "firstk", "none" or
         "full" (a cold prefill's bits). recompute_ratio: the share of moved
-        tokens recomputed (query, cacheblend). temperature <= 0: greedy. logprobs:
+        tokens recomputed (query, cacheblend). baked: move a document's baked
+        KV (warm(..., doc_set=True)) when cached (default), else its plain
+        KV. temperature <= 0: greedy. logprobs:
         how many (id, logprob) pairs of the first position to return.
         logits: also return the first position's raw logits (first_logits,
         n_vocab float32 as bytes: what bit-exactness is checked on)."""
@@ -143,7 +146,7 @@ class Session:
                      repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
                      stop=None, seed=0, documents=None, system=None,
                      chat=None, reuse=None, recompute_ratio=None, store=True, logprobs=0,
-                     logits=False, add_bos=True)
+                     logits=False, add_bos=True, baked=True)
 
     def _build(self, kw: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(kw) - set(self._DEFAULTS) - {"prompt", "self"}
@@ -229,12 +232,16 @@ class Session:
     # --- warm -----------------------------------------------------------------
     def warm(self, text: str | Sequence[int] | Sequence[Segment] | None = None,
              documents: Sequence[str | Document] | None = None, chat: bool = True,
-             add_bos: bool = True) -> WarmResult:
+             add_bos: bool = True, bake_with_neighbours: int = 0, doc_set: bool = False) -> WarmResult:
         """Caches KV without generating. A text (or token ids): its chunks, as
         a later generate(text + more) would reuse them (same add_bos), with
         KVBoost's WarmResult fields and the BPE border check. Documents
         (documents=[...] or blocks): each document's KV, as generate(...,
-        documents=...) with the same chat layout reuses it."""
+        documents=...) with the same chat layout reuses it. With
+        bake_with_neighbours=K or doc_set=True the documents are also baked:
+        each computed again after the cached KV of its K most similar
+        neighbours (doc_set: all the others) and stored as its baked entry,
+        which generate(..., documents=...) moves instead of the plain one."""
         if self.cache is None:
             raise InvalidArgument("warm needs a Session with a Cache")
         self._acquire()
@@ -245,7 +252,15 @@ class Session:
                     [d if isinstance(d, Document) else Document(d) for d in documents or []]
                 seg = CSegments(blocks, chat=chat)
                 rep = ffi.new("kvs_warm_docs_report *")
-                check(lib.kvs_warm_docs(self._h, cache_h, seg.c, rep))
+                if doc_set and bake_with_neighbours:
+                    raise InvalidArgument("give doc_set=True or bake_with_neighbours=K, not both")
+                if bake_with_neighbours < 0:
+                    raise InvalidArgument("bake_with_neighbours must be >= 0")
+                k = -1 if doc_set else bake_with_neighbours
+                if k:
+                    check(lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep))
+                else:
+                    check(lib.kvs_warm_docs(self._h, cache_h, seg.c, rep))
                 return warm_from_docs_report(rep, self.cache.stats()["chunk_tokens"])
             rep = ffi.new("kvs_warm_report *")
             if isinstance(text, str):

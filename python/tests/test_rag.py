@@ -58,3 +58,20 @@ def test_uncached_document_is_live(model, cache):
     r2 = s.generate([kvstitch.Document(DOC_A), kvstitch.Document(DOC_B, cache=False),
                      kvstitch.Question(QUESTION)], max_tokens=2, logits=True)
     assert r2.docs_hit == 1 and r2.docs_computed == 0
+
+
+def test_baked_documents(model):
+    cache = kvstitch.Cache(model, budget_bytes=64 << 20)
+    s = kvstitch.Session(model, cache, n_ctx=1024)
+    w = s.warm(documents=[DOC_A, DOC_B], doc_set=True)
+    assert w.documents_computed == 2 and w.documents_baked == 2
+    assert s.warm(documents=[DOC_A, DOC_B], bake_with_neighbours=1).documents_bake_cached == 2
+    baked = s.generate(QUESTION, documents=[DOC_B, DOC_A], max_tokens=2, logits=True, reuse="none")
+    plain = s.generate(QUESTION, documents=[DOC_B, DOC_A], max_tokens=2, logits=True, reuse="none", baked=False)
+    assert baked.docs_baked == 2 and plain.docs_baked == 0 and plain.docs_hit == 2
+    assert baked.first_logits != plain.first_logits
+    try:
+        s.warm(documents=[DOC_A, DOC_B], doc_set=True, bake_with_neighbours=1)
+        raise AssertionError("doc_set with bake_with_neighbours was accepted")
+    except kvstitch.InvalidArgument:
+        pass

@@ -132,6 +132,8 @@ void kvs_reuse_fill_entry(const kvs_chunk *c, const kvs_key *fp, kvs_cache_entry
     if (!e->last_access_ns) e->last_access_ns = c->created_ns;
     e->n_access = atomic_load_explicit(&c->n_access, memory_order_relaxed);
     e->on_disk = c->tier >= 0;
+    e->origin = (c->origin & KVS_CHUNK_BAKED) ? "baked" : (c->origin & KVS_CHUNK_DOC) ? "doc" : "prefix";
+    e->n_neighbours = kvs_chunk_neighbours(c->origin);
 }
 
 typedef struct ls_ctx {
@@ -207,5 +209,6 @@ kvs_reuse_params kvs_reuse_default_params(void) {
     p.mode = KVS_REUSE_PREFIX;
     p.store = 1;
     p.repair = kvs_repair_default_params();
+    p.use_baked = 1;
     return p;
 }

@@ -16,6 +16,7 @@
 typedef struct node {
     kvs_key prefix, parent, fp;
     int32_t pos0, end;
+    uint32_t origin;
     uint64_t bytes;
     int state; /* 0 unknown, 1 in progress, 2 reachable, 3 unreachable */
 } node;
@@ -56,7 +57,7 @@ static void note_node(dir_ctx *x, const kvs_chunk *c, const kvs_key *fp, uint64_
         x->nodes = v;
         x->cap_nodes = cap;
     }
-    x->nodes[x->n_nodes++] = (node){c->prefix_key, c->parent_key, *fp, c->pos0, c->pos0 + c->n_tok, bytes, 0};
+    x->nodes[x->n_nodes++] = (node){c->prefix_key, c->parent_key, *fp, c->pos0, c->pos0 + c->n_tok, c->origin, bytes, 0};
 }
 
 static int dir_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
@@ -89,7 +90,9 @@ static node *find(node *v, size_t n, const kvs_key *k) {
 }
 
 /* Reachable: the chain of parents joins exactly down to position 0, rooted
- * in the entry's own fingerprint (iterative: chains can be long). */
+ * in the entry's own fingerprint (iterative: chains can be long). A doc
+ * chunk is a root of its own: it is found by its content, and its parent
+ * (the doc prefix) is never stored as such. */
 static int reachable(node *v, size_t n, node *e) {
     node *chain[64];
     int depth = 0;
@@ -98,6 +101,11 @@ static int reachable(node *v, size_t n, node *e) {
     for (;;) {
         if (x->state >= 2) {
             verdict = x->state == 2;
+            break;
+        }
+        if (x->origin & KVS_CHUNK_DOC) {
+            verdict = 1;
+            x->state = 2;
             break;
         }
         if (x->pos0 == 0) {

@@ -68,6 +68,17 @@ static inline kvs_kv_shape kvs_kv_buffer_shape(const kvs_kv_buffer *kv) {
     return s;
 }
 
+/* kvs_chunk.origin. A chunk of an exact history has 0: its parent chain
+ * leads to position 0. */
+#define KVS_CHUNK_DOC 1u    /* a document's KV computed after a doc prefix (rag/doc_cache.h): found by
+                               its content, never by a prefix path; its parent is the doc prefix's key,
+                               which need not be stored */
+#define KVS_CHUNK_BAKED 2u  /* (with DOC) computed after neighbour documents' moved KV (kvs_bake_docs):
+                               never an exact history */
+#define KVS_CHUNK_NEIGHBOURS_SHIFT 8 /* bits 8..15 of a baked chunk: the neighbours it saw (at most 255) */
+#define KVS_CHUNK_ORIGIN_MASK (KVS_CHUNK_DOC | KVS_CHUNK_BAKED | (0xFFu << KVS_CHUNK_NEIGHBOURS_SHIFT))
+static inline int kvs_chunk_neighbours(uint32_t origin) { return (int)((origin >> KVS_CHUNK_NEIGHBOURS_SHIFT) & 0xFF); }
+
 typedef struct kvs_chunk {
     /* Identity: set before the chunk is published, immutable after. */
     kvs_key prefix_key;  /* SHA-256(parent_key || tokens): see keys.h */
@@ -77,6 +88,8 @@ typedef struct kvs_chunk {
     int32_t pos0;        /* absolute position of tokens[0] when the KV was computed */
     int32_t n_tok;
     int32_t *tokens;     /* (n_tok) token ids; points inside this allocation */
+    uint32_t origin;     /* KVS_CHUNK_DOC, KVS_CHUNK_BAKED | neighbours: how the KV was computed
+                            (0: a piece of a prompt's exact history); the entry header's flags */
 
     /* Payload: NULL while the chunk lives on disk only (see store.h). */
     void *kv;            /* (n_layer, 2, n_kv_head, n_tok, head_dim) of shape.dtype */

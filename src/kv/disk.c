@@ -93,7 +93,7 @@ void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const k
     memcpy(h, KVS_DISK_MAGIC, 4);
     kvs_put_le32(h + 4, KVS_DISK_VERSION);
     kvs_put_le32(h + 8, (uint32_t)hbytes);
-    kvs_put_le32(h + 12, 0);
+    kvs_put_le32(h + 12, c->origin);
     memcpy(h + 16, fp->b, 32);
     memcpy(h + 48, c->prefix_key.b, 32);
     memcpy(h + 80, c->content_key.b, 32);
@@ -200,13 +200,16 @@ int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *wh
     hd->shape.head_dim = (int32_t)kvs_get_le32(fixed + 156);
     hd->n_tok = (int32_t)kvs_get_le32(fixed + 160);
     hd->pos0 = (int32_t)kvs_get_le32(fixed + 164);
+    hd->origin = kvs_get_le32(fixed + 12);
     hd->created_ns = (int64_t)kvs_get_le64(fixed + 168);
     hd->payload_bytes = kvs_get_le64(fixed + 176);
     hd->payload_sum = kvs_get_le64(fixed + 184);
     hd->header_bytes = kvs_get_le32(fixed + 8);
     if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > (1 << 24) || hd->pos0 < 0 ||
         hd->header_bytes != kvs_disk_header_bytes(hd->n_tok) ||
-        hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok))
+        hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok) || (hd->origin & ~KVS_CHUNK_ORIGIN_MASK) ||
+        ((hd->origin & KVS_CHUNK_BAKED) && !(hd->origin & KVS_CHUNK_DOC)) ||
+        (!(hd->origin & KVS_CHUNK_BAKED) && kvs_chunk_neighbours(hd->origin)))
         FAIL(KVS_DISK_BAD_HEADER, "%s: impossible header fields", what);
     *verdict = KVS_DISK_OK;
     return KVS_OK;
@@ -240,6 +243,21 @@ fail:
     free(hd->tokens);
     hd->tokens = NULL;
     return kvs_disk_verdict_status(*verdict);
+}
+
+int kvs_disk_header_to_chunk(const kvs_disk_header *hd, int with_payload, kvs_chunk **out) {
+    kvs_chunk *c;
+    int rc = kvs_chunk_new(&hd->shape, hd->n_tok, with_payload, &c);
+    if (rc) return rc;
+    c->prefix_key = hd->prefix;
+    c->content_key = hd->content;
+    c->parent_key = hd->parent;
+    c->pos0 = hd->pos0;
+    c->origin = hd->origin;
+    c->created_ns = hd->created_ns;
+    memcpy(c->tokens, hd->tokens, (size_t)hd->n_tok * sizeof(int32_t));
+    *out = c;
+    return KVS_OK;
 }
 
 int kvs_disk_header_check_owner(const kvs_disk_header *hd, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
@@ -329,19 +347,12 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
     close(fd);
     if (rc) return rc;
     kvs_chunk *c;
-    rc = kvs_chunk_new(&hd.shape, hd.n_tok, 0, &c);
+    rc = kvs_disk_header_to_chunk(&hd, 0, &c);
+    free(hd.tokens);
     if (rc) {
-        free(hd.tokens);
         *verdict = KVS_DISK_IO;
         return rc;
     }
-    c->prefix_key = hd.prefix;
-    c->content_key = hd.content;
-    c->parent_key = hd.parent;
-    c->pos0 = hd.pos0;
-    c->created_ns = hd.created_ns;
-    memcpy(c->tokens, hd.tokens, (size_t)hd.n_tok * sizeof(int32_t));
-    free(hd.tokens);
     if (file_fp) *file_fp = hd.fp;
     *out = c;
     return KVS_OK;
@@ -366,7 +377,7 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
         close(fd);
         return rc;
     }
-    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && kvs_key_equal(&hd.parent, &c->parent_key) &&
+    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && hd.origin == c->origin && kvs_key_equal(&hd.parent, &c->parent_key) &&
                !memcmp(hd.tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
     free(hd.tokens);
     if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
@@ -445,7 +456,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
         close(fd);
         return rc;
     }
-    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && kvs_key_equal(&hd.parent, &c->parent_key) &&
+    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && hd.origin == c->origin && kvs_key_equal(&hd.parent, &c->parent_key) &&
                !memcmp(hd.tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
     free(hd.tokens);
     if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);

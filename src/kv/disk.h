@@ -8,7 +8,8 @@
  *   0       4           magic "KVSC"
  *   4       4   u32     version (KVS_DISK_VERSION)
  *   8       4   u32     header_bytes: offset of the payload (a multiple of 64)
- *   12      4   u32     flags (0)
+ *   12      4   u32     flags: the chunk's origin (chunk.h: 0, KVS_CHUNK_DOC, KVS_CHUNK_BAKED |
+ *                           neighbours); other bits are damage
  *   16      32          model fingerprint
  *   48      32          prefix key   = SHA-256(parent key || tokens)
  *   80      32          content key  = SHA-256(fingerprint || tokens)
@@ -87,11 +88,16 @@ typedef struct kvs_disk_header {
     kvs_key fp, prefix, content, parent;
     kvs_kv_shape shape;
     int32_t n_tok, pos0;
+    uint32_t origin;  /* the flags word */
     int64_t created_ns;
     uint64_t payload_bytes, payload_sum;
     size_t header_bytes;
     int32_t *tokens; /* (n_tok) malloc'd by kvs_disk_header_parse_rest; the caller frees */
 } kvs_disk_header;
+
+/* A chunk (no payload unless with_payload) with the header's identity,
+ * origin, creation time and tokens. */
+int kvs_disk_header_to_chunk(const kvs_disk_header *hd, int with_payload, kvs_chunk **out);
 
 /* The status a verdict maps to (KVS_OK, KVS_ERR_CORRUPT, ...). */
 int kvs_disk_verdict_status(kvs_disk_verdict v);

@@ -182,20 +182,6 @@ fail_rc:
     return rc;
 }
 
-static int chunk_from_header(const kvs_disk_header *hd, int with_payload, kvs_chunk **out) {
-    kvs_chunk *c;
-    int rc = kvs_chunk_new(&hd->shape, hd->n_tok, with_payload, &c);
-    if (rc) return rc;
-    c->prefix_key = hd->prefix;
-    c->content_key = hd->content;
-    c->parent_key = hd->parent;
-    c->pos0 = hd->pos0;
-    c->created_ns = hd->created_ns;
-    memcpy(c->tokens, hd->tokens, (size_t)hd->n_tok * sizeof(int32_t));
-    *out = c;
-    return KVS_OK;
-}
-
 int kvs_rv_decode_header(const uint8_t *v, size_t len, size_t total_len, const kvs_rv_expect *expect,
                          const char *what, kvs_chunk **out, kvs_key *value_fp, kvs_disk_verdict *verdict) {
     kvs_disk_verdict v_local;
@@ -204,7 +190,7 @@ int kvs_rv_decode_header(const uint8_t *v, size_t len, size_t total_len, const k
     kvs_disk_header hd;
     int rc = parse_header(v, len, total_len, expect ? expect : &none, what, &hd, verdict);
     if (rc) return rc;
-    rc = chunk_from_header(&hd, 0, out);
+    rc = kvs_disk_header_to_chunk(&hd, 0, out);
     if (!rc && value_fp) *value_fp = hd.fp;
     free(hd.tokens);
     if (rc) *verdict = KVS_DISK_IO;
@@ -224,7 +210,7 @@ int kvs_rv_decode(const uint8_t *v, size_t len, const kvs_rv_expect *expect, con
     size_t enc_len = len - KVS_RV_PREFIX_BYTES - hd.header_bytes;
     if (kvs_checksum64(enc, enc_len, 0) != kvs_get_le64(v + 24))
         FAIL(KVS_DISK_BAD_PAYLOAD, "%s: encoded payload checksum mismatch", what);
-    if (chunk_from_header(&hd, 1, &c)) FAIL(KVS_DISK_IO, "%s: out of memory for %llu bytes", what,
+    if (kvs_disk_header_to_chunk(&hd, 1, &c)) FAIL(KVS_DISK_IO, "%s: out of memory for %llu bytes", what,
                                             (unsigned long long)hd.payload_bytes);
     const codec_row *row = &codecs[kvs_get_le32(v + 8)];
     if (row->decode(c->kv, c->kv_bytes, enc, enc_len, kvs_kv_dtype_size(hd.shape.dtype)))

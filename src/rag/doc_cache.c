@@ -5,17 +5,45 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/sha256.h"
 #include "kv/keys.h"
+#include "rag/move.h"
 
 void kvs_doc_parent_key(const kvs_key *fp, const int32_t *prefix, int n, kvs_key *out) {
     if (n > 0) kvs_key_prefix(fp, prefix, n, out);
     else *out = *fp;
 }
 
+void kvs_doc_baked_parent_key(const kvs_key *parent, kvs_key *out) {
+    static const char tag[] = "kvstitch baked document after";
+    kvs_sha256 h;
+    kvs_sha256_init(&h);
+    kvs_sha256_update(&h, tag, sizeof tag);
+    kvs_sha256_update(&h, parent->b, sizeof parent->b);
+    kvs_sha256_final(&h, out->b);
+}
+
 /* The chunk holds exactly doc[0..n), computed at position n_prefix after parent. */
 static int doc_matches(const kvs_chunk *c, const kvs_key *parent, int n_prefix, const int32_t *doc, int n) {
-    return c->kv && c->n_tok == n && c->pos0 == n_prefix && kvs_key_equal(&c->parent_key, parent) &&
-           memcmp(c->tokens, doc, (size_t)n * sizeof *doc) == 0;
+    return c->kv && c->n_tok == n && c->pos0 == n_prefix && !(c->origin & KVS_CHUNK_BAKED) &&
+           kvs_key_equal(&c->parent_key, parent) && memcmp(c->tokens, doc, (size_t)n * sizeof *doc) == 0;
+}
+
+int kvs_doc_lookup_baked(kvs_store *store, const kvs_key *parent, const int32_t *doc, int n, kvs_chunk **out) {
+    *out = NULL;
+    if (!store || !doc || n <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "doc lookup: need a store and a non-empty doc");
+    kvs_key bp, pk;
+    kvs_doc_baked_parent_key(parent, &bp);
+    kvs_key_prefix(&bp, doc, n, &pk);
+    kvs_chunk *c = NULL;
+    int st = kvs_store_get(store, &pk, &c);
+    if (st == KVS_OK && c->kv && c->n_tok == n && (c->origin & KVS_CHUNK_BAKED) && kvs_key_equal(&c->parent_key, &bp) &&
+        memcmp(c->tokens, doc, (size_t)n * sizeof *doc) == 0) {
+        *out = c;
+        return KVS_OK;
+    }
+    kvs_chunk_unref(c);
+    return KVS_OK;
 }
 
 int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, int n_prefix, const int32_t *doc,
@@ -87,31 +115,52 @@ static void prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *
     }
 }
 
-int kvs_doc_compute(kvs_doc_computer *dc, const int32_t *doc, int n, kvs_chunk **out) {
-    if (n <= 0 || n > dc->max_doc)
-        return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a doc of %d tokens (at most %d here)", n, dc->max_doc);
+int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, const int32_t *doc, int n,
+                          kvs_chunk **out) {
+    int n_ctx = 0;
+    for (int i = 0; i < n_nb; i++) n_ctx += nb[i]->n_tok;
+    if (n <= 0 || n_nb < 0 || n_ctx + n > dc->max_doc)
+        return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a doc of %d tokens after %d of neighbours (at most %d "
+                         "here)", n, n_ctx, dc->max_doc);
     int st = kvs_reuse_check_tokens(dc->ctx, doc, n);
     if (st) return st;
     if (!dc->prefix_done) {
         if (dc->n_prefix > 0) prefill(dc, dc->prefix, dc->pos, dc->n_prefix);
         dc->prefix_done = 1;
     }
+    /* The neighbours' KV, moved to follow the prefix. */
+    const kvs_cache *cache = dc->cache;
+    int at = dc->n_prefix;
+    kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(dc->ctx)));
+    for (int i = 0; i < n_nb; i++) {
+        if ((st = kvs_move_chunk_to_kv(nb[i], 0, nb[i]->n_tok, &dc->kv, at, &rc, kvs_context_fwd(dc->ctx)->pool)))
+            return st;
+        at += nb[i]->n_tok;
+    }
     /* Slots past the doc may hold an earlier doc's KV: never read, since a
      * row attends to slots 0..pos only. */
-    prefill(dc, doc, dc->pos + dc->n_prefix, n);
+    prefill(dc, doc, dc->pos + at, n);
 
-    const kvs_cache *cache = dc->cache;
     kvs_chunk *c = NULL;
     if ((st = kvs_chunk_new(&cache->shape, n, 1, &c))) return st;
     memcpy(c->tokens, doc, (size_t)n * sizeof *doc);
-    c->pos0 = dc->n_prefix;
+    c->pos0 = at;
+    c->origin = KVS_CHUNK_DOC;
     c->parent_key = dc->parent;
-    kvs_key_prefix(&dc->parent, doc, n, &c->prefix_key);
+    if (n_nb > 0) {
+        c->origin |= KVS_CHUNK_BAKED | (uint32_t)(n_nb < 255 ? n_nb : 255) << KVS_CHUNK_NEIGHBOURS_SHIFT;
+        kvs_doc_baked_parent_key(&dc->parent, &c->parent_key);
+    }
+    kvs_key_prefix(&c->parent_key, doc, n, &c->prefix_key);
     kvs_key_content(&cache->fp, doc, n, &c->content_key);
-    if ((st = kvs_chunk_copy_from_kv(c, 0, n, &dc->kv, dc->n_prefix))) {
+    if ((st = kvs_chunk_copy_from_kv(c, 0, n, &dc->kv, at))) {
         kvs_chunk_unref(c);
         return st;
     }
     *out = c;
     return KVS_OK;
+}
+
+int kvs_doc_compute(kvs_doc_computer *dc, const int32_t *doc, int n, kvs_chunk **out) {
+    return kvs_doc_compute_after(dc, NULL, 0, doc, n, out);
 }

@@ -11,16 +11,13 @@
 #include "rag/move.h"
 
 kvs_seg_options kvs_seg_default_options(void) {
-    kvs_seg_options o = {1, 1, 1};
+    kvs_seg_options o = {1, 1, 1, 1};
     return o;
 }
 
-static int check_layout(const kvs_context *ctx, const kvs_seg_layout *lay) {
+int kvs_seg_layout_check_docs(const kvs_context *ctx, const kvs_seg_layout *lay) {
     if (!lay->tokens || lay->n_tokens <= 0 || lay->n_segs <= 0 || lay->segs[lay->n_segs - 1].kind != KVS_SEG_QUESTION)
         return kvs_error(KVS_ERR_INVALID_ARG, "segments: a layout must end with a non-empty question segment");
-    if (lay->n_tokens > kvs_context_n_ctx(ctx))
-        return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", lay->n_tokens,
-                         kvs_context_n_ctx(ctx));
     int at = 0, seen_doc = 0, seen_q = 0;
     for (int i = 0; i < lay->n_segs; i++) {
         const kvs_seg *s = &lay->segs[i];
@@ -29,6 +26,10 @@ static int check_layout(const kvs_context *ctx, const kvs_seg_layout *lay) {
                              s->end, at);
         if ((s->kind == KVS_SEG_PREFIX && (seen_doc || i > 0)) || seen_q)
             return kvs_error(KVS_ERR_INVALID_ARG, "segments: the order must be prefix, docs, question");
+        if (s->kind == KVS_SEG_DOC && lay->n_doc_prefix + (s->end - s->start) > kvs_context_n_ctx(ctx))
+            return kvs_error(KVS_ERR_CONTEXT_FULL, "segments: doc %d has %d tokens; after the doc prefix of %d they do "
+                             "not fit the context of %d", s->doc, s->end - s->start, lay->n_doc_prefix,
+                             kvs_context_n_ctx(ctx));
         seen_doc |= s->kind == KVS_SEG_DOC;
         seen_q |= s->kind == KVS_SEG_QUESTION;
         at = s->end;
@@ -38,8 +39,15 @@ static int check_layout(const kvs_context *ctx, const kvs_seg_layout *lay) {
     return kvs_reuse_check_tokens(ctx, lay->tokens, lay->n_tokens);
 }
 
+int kvs_seg_layout_check(const kvs_context *ctx, const kvs_seg_layout *lay) {
+    if (lay->n_tokens > kvs_context_n_ctx(ctx))
+        return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", lay->n_tokens,
+                         kvs_context_n_ctx(ctx));
+    return kvs_seg_layout_check_docs(ctx, lay);
+}
+
 /* Longest doc of segments [j0, n_segs). */
-static int max_doc_len(const kvs_seg_layout *lay, int j0) {
+int kvs_seg_max_doc_len(const kvs_seg_layout *lay, int j0) {
     int m = 0;
     for (int j = j0; j < lay->n_segs; j++)
         if (lay->segs[j].kind == KVS_SEG_DOC && lay->segs[j].end - lay->segs[j].start > m)
@@ -47,10 +55,8 @@ static int max_doc_len(const kvs_seg_layout *lay, int j0) {
     return m;
 }
 
-/* The chunk of doc segment j: cached, or computed now (and stored if asked).
- * *out is a reference the caller drops. */
-static int acquire_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, int j, int j0, int store,
-                       kvs_doc_computer *dc, kvs_seg_report *rep, kvs_chunk **out) {
+int kvs_seg_acquire_plain_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, int j, int max_doc,
+                              int store, kvs_doc_computer *dc, kvs_seg_report *rep, kvs_chunk **out) {
     const kvs_seg *s = &lay->segs[j];
     const int32_t *doc = lay->tokens + s->start;
     int n = s->end - s->start;
@@ -64,8 +70,7 @@ static int acquire_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout 
         return KVS_OK;
     }
     double t0 = kvs_now_ms();
-    if (!dc->ctx && (st = kvs_doc_computer_init(dc, ctx, cache, lay->doc_prefix, lay->n_doc_prefix,
-                                                max_doc_len(lay, j0))))
+    if (!dc->ctx && (st = kvs_doc_computer_init(dc, ctx, cache, lay->doc_prefix, lay->n_doc_prefix, max_doc)))
         return st;
     if ((st = kvs_doc_compute(dc, doc, n, out))) return st;
     /* A failed insert (budget, memory, disk: counted by the store) leaves
@@ -76,20 +81,40 @@ static int acquire_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout 
     return KVS_OK;
 }
 
+/* The chunk of doc segment j for a request: its baked chunk if asked and
+ * there is one, else the plain one. */
+static int acquire_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, int j, int j0,
+                       const kvs_seg_options *opt, kvs_doc_computer *dc, kvs_seg_report *rep, kvs_chunk **out) {
+    if (opt->use_baked) {
+        const kvs_seg *s = &lay->segs[j];
+        kvs_key parent;
+        kvs_doc_parent_key(&cache->fp, lay->doc_prefix, lay->n_doc_prefix, &parent);
+        int st = kvs_doc_lookup_baked(cache->store, &parent, lay->tokens + s->start, s->end - s->start, out);
+        if (st) return st;
+        if (*out) {
+            rep->n_docs++;
+            rep->n_docs_hit++;
+            rep->n_docs_baked++;
+            return KVS_OK;
+        }
+    }
+    return kvs_seg_acquire_plain_doc(ctx, cache, lay, j, kvs_seg_max_doc_len(lay, j0), opt->store_docs, dc, rep, out);
+}
+
 int kvs_seg_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, kvs_seg_report *rep) {
     kvs_seg_report r;
     memset(&r, 0, sizeof r);
     if (!ctx || !cache || !lay)
         return kvs_error(KVS_ERR_INVALID_ARG, "warm docs: need a context, a cache and a layout");
     int st = kvs_reuse_check_context(ctx, cache);
-    if (!st) st = check_layout(ctx, lay);
+    if (!st) st = kvs_seg_layout_check_docs(ctx, lay);
     if (st) return st;
     kvs_doc_computer dc;
     memset(&dc, 0, sizeof dc);
     for (int j = 0; j < lay->n_segs && !st; j++) {
         if (lay->segs[j].kind != KVS_SEG_DOC) continue;
         kvs_chunk *c = NULL;
-        st = acquire_doc(ctx, cache, lay, j, 0, 1, &dc, &r, &c);
+        st = kvs_seg_acquire_plain_doc(ctx, cache, lay, j, kvs_seg_max_doc_len(lay, 0), 1, &dc, &r, &c);
         kvs_chunk_unref(c);
     }
     kvs_doc_computer_release(&dc);
@@ -162,7 +187,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
     for (int j = j0; j < lay->n_segs - 1; j++) {
         const kvs_seg *s = &lay->segs[j];
         kvs_chunk *c = NULL;
-        if ((st = acquire_doc(q->ctx, cache, lay, j, j0, q->opt.store_docs, &q->dc, &q->rep, &c))) return st;
+        if ((st = acquire_doc(q->ctx, cache, lay, j, j0, &q->opt, &q->dc, &q->rep, &c))) return st;
         double t0 = kvs_now_ms();
         kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
         st = kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
@@ -201,7 +226,7 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
     if (!ctx || !cache || !lay || !gp || !rp || !out)
         return kvs_error(KVS_ERR_INVALID_ARG, "segments: need a context, a cache, a layout, params and a result");
     int st = kvs_reuse_check_context(ctx, cache);
-    if (!st) st = check_layout(ctx, lay);
+    if (!st) st = kvs_seg_layout_check(ctx, lay);
     if (!st) st = kvs_repair_params_check(rp, kvs_model_hparams(kvs_context_model(ctx))->n_layer);
     if (st) return st;
 
@@ -245,6 +270,7 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         r.docs->n_recomputed = q.rep.n_recomputed;
         r.docs->n_docs_hit = q.rep.n_docs_hit;
         r.docs->n_docs_computed = q.rep.n_docs_computed;
+        r.docs->n_docs_baked = q.rep.n_docs_baked;
         r.docs->n_token_layers = q.rep.n_token_layers;
         st = kvs_reuse_chunk_ends(n, cache->chunk_tokens, lay->borders, lay->n_borders, &r.reuse->chunk_ends,
                                   &r.reuse->n_chunks);

@@ -5,8 +5,9 @@
  *             slots [0, E); if E ends inside a doc it is cut back to the
  *             doc's start
  *   live      the rest of the prefix segment, [E, D) computed fully
- *   docs      every doc from D on: its chunk looked up (doc_cache.h), or
- *             computed after the doc prefix and stored on the spot; moved
+ *   docs      every doc from D on: its chunk looked up (doc_cache.h; its
+ *             baked chunk first, with use_baked), or computed after the doc
+ *             prefix and stored on the spot; moved
  *             into its slots (K rotated by the position delta, move.h)
  *   repair    the strategy recomputes its chosen tokens (repair.h)
  *   question  prefilled at its positions, then generation (kvs_generate_from)
@@ -26,6 +27,7 @@
 #include "kvstitch.h"
 #include "cache/cache.h"
 #include "rag/repair/repair.h"
+#include "rag/doc_cache.h"
 #include "rag/segments.h"
 
 typedef struct kvs_seg_report {
@@ -39,6 +41,7 @@ typedef struct kvs_seg_report {
     int n_docs;           /* doc segments placed from chunks */
     int n_docs_hit;       /* of them, found in the cache */
     int n_docs_computed;  /* of them, computed now (and stored) */
+    int n_docs_baked;     /* of the hits, baked ones (kvs_seg_bake_docs) */
     int n_stored;         /* prefix chunks stored after the request */
     double lookup_ms;     /* the exact prefix lookup and copy (part of assemble_ms) */
     double assemble_ms;   /* exact lookup + live prefix + doc lookup/compute + move */
@@ -51,6 +54,7 @@ typedef struct kvs_seg_options {
     int use_exact;        /* 1 (default): serve the longest exact prefix from the cache */
     int store_prefix;     /* 1 (default): store the exact part of the prompt by prefix key */
     int store_docs;       /* 1 (default): store docs computed by this request */
+    int use_baked;        /* 1 (default): a doc's baked chunk when there is one, else its plain one */
 } kvs_seg_options;
 
 kvs_seg_options kvs_seg_default_options(void);
@@ -71,8 +75,44 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
                         kvs_seg_report *rep);
 
 /* Makes sure every doc of the layout is cached (computing and storing the
- * missing ones). rep (may be NULL): n_docs, n_docs_hit, n_docs_computed,
+ * missing ones; each doc must fit the context after the doc prefix, not
+ * all of them together). rep (may be NULL): n_docs, n_docs_hit, n_docs_computed,
  * doc_compute_ms. */
 int kvs_seg_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, kvs_seg_report *rep);
+
+/* KVS_OK if the layout is prefix, docs, question, tiling its tokens, with
+ * valid token ids, and fits the context. */
+int kvs_seg_layout_check(const kvs_context *ctx, const kvs_seg_layout *lay);
+/* The same, but only each doc after the doc prefix must fit the context
+ * (warming and baking docs: a set of docs may be longer than one prompt). */
+int kvs_seg_layout_check_docs(const kvs_context *ctx, const kvs_seg_layout *lay);
+/* The longest doc among segments [j0, n_segs). */
+int kvs_seg_max_doc_len(const kvs_seg_layout *lay, int j0);
+
+/* The plain chunk of doc segment j (the doc computed after the doc prefix
+ * alone): cached, or computed now with dc (initialised on first use with
+ * room for max_doc tokens) and stored if store. *out is a reference the
+ * caller drops; rep counts n_docs, n_docs_hit, n_docs_computed. */
+int kvs_seg_acquire_plain_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, int j, int max_doc,
+                              int store, kvs_doc_computer *dc, kvs_seg_report *rep, kvs_chunk **out);
+
+/* What kvs_seg_bake_docs did (plain: as kvs_seg_warm_docs). */
+typedef struct kvs_seg_bake_report {
+    kvs_seg_report plain;
+    int n_baked;          /* docs baked now and stored */
+    int n_bake_cached;    /* docs that had a baked chunk already (kept: the first baking wins) */
+    int n_unbaked;        /* docs with no neighbour to bake with (a single doc, or none fits the context) */
+    double bake_ms;
+} kvs_seg_bake_report;
+
+/* Cross-document baking (FusionRAG's offline step): every doc of the
+ * layout is computed again after the cached KV of up to n_neighbours other
+ * docs of the layout (< 0: all of them), most similar last (closest), and
+ * stored as its baked chunk (doc_cache.h). Similarity: shared distinct
+ * tokens over the union (Jaccard), ties by layout order; neighbours that do
+ * not fit the context with the doc are dropped, least similar first. The
+ * plain chunks are made sure of first. rep may be NULL. */
+int kvs_seg_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, int n_neighbours,
+                      kvs_seg_bake_report *rep);
 
 #endif

@@ -32,6 +32,7 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_segments: unknown reuse mode %d", (int)rp.mode);
     kvs_seg_options opt = kvs_seg_default_options();
     opt.store_prefix = opt.store_docs = rp.store != 0;
+    opt.use_baked = rp.use_baked != 0;
     if (rp.mode == KVS_REUSE_NONE) {
         /* Read nothing from the cache: every token is computed, a cold run. */
         opt.use_exact = 0;
@@ -52,26 +53,56 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
     return KVS_OK;
 }
 
+/* The layout of seg's documents for warming: a question is needed for the
+ * layout only. */
+static int docs_layout(kvs_context *ctx, const kvs_segments *seg, kvs_seg_layout *lay) {
+    kvs_segments s = *seg;
+    if (!s.question || !*s.question) s.question = "?";
+    return kvs_seg_layout_build(kvs_context_model(ctx), &s, lay);
+}
+
+static void fill_warm_report(const kvs_seg_layout *lay, const kvs_seg_report *sr, double t0, kvs_warm_docs_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->n_docs = sr->n_docs;
+    rep->n_cached = sr->n_docs_hit;
+    rep->n_computed = sr->n_docs_computed;
+    for (int i = 0; i < lay->n_segs; i++)
+        if (lay->segs[i].kind == KVS_SEG_DOC) rep->n_tokens += lay->segs[i].end - lay->segs[i].start;
+    rep->ms = kvs_now_ms() - t0;
+}
+
 int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !seg)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_warm_docs: need a context, a cache and segments");
-    /* The layout needs a question; only the docs matter here. */
-    kvs_segments s = *seg;
-    if (!s.question || !*s.question) s.question = "?";
     kvs_seg_layout lay;
-    int st = kvs_seg_layout_build(kvs_context_model(ctx), &s, &lay);
+    int st = docs_layout(ctx, seg, &lay);
     if (st) return st;
     kvs_seg_report sr;
     st = kvs_seg_warm_docs(ctx, cache, &lay, &sr);
+    if (!st && rep) fill_warm_report(&lay, &sr, t0, rep);
+    kvs_seg_layout_free(&lay);
+    return st;
+}
+
+int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int n_neighbours,
+                  kvs_warm_docs_report *rep) {
+    double t0 = kvs_now_ms();
+    if (!ctx || !cache || !seg)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_bake_docs: need a context, a cache and segments");
+    if (n_neighbours == 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_bake_docs: n_neighbours must be > 0 (or < 0 for all the other "
+                         "documents); 0 bakes nothing (kvs_warm_docs warms without baking)");
+    kvs_seg_layout lay;
+    int st = docs_layout(ctx, seg, &lay);
+    if (st) return st;
+    kvs_seg_bake_report br;
+    st = kvs_seg_bake_docs(ctx, cache, &lay, n_neighbours, &br);
     if (!st && rep) {
-        memset(rep, 0, sizeof *rep);
-        rep->n_docs = sr.n_docs;
-        rep->n_cached = sr.n_docs_hit;
-        rep->n_computed = sr.n_docs_computed;
-        for (int i = 0; i < lay.n_segs; i++)
-            if (lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += lay.segs[i].end - lay.segs[i].start;
-        rep->ms = kvs_now_ms() - t0;
+        fill_warm_report(&lay, &br.plain, t0, rep);
+        rep->n_baked = br.n_baked;
+        rep->n_bake_cached = br.n_bake_cached;
+        rep->n_unbaked = br.n_unbaked;
     }
     kvs_seg_layout_free(&lay);
     return st;

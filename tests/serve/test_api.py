@@ -146,6 +146,33 @@ def test_documents_through_extra_body(client):
     assert r3.usage.model_extra["kvstitch"]["strategy"] == "full"
 
 
+def test_documents_baked_by_warm(server, client):
+    """/v1/cache/warm with doc_set bakes every document after the others;
+    requests then move the baked KV unless reuse.baked is false."""
+    docs = ["The Danube flows through ten countries, more than any other river. " * 3,
+            "Vienna, Budapest and Belgrade are capitals on the Danube. " * 3,
+            "The Black Sea receives the Danube through a delta in Romania. " * 3]
+    w = server.post("/v1/cache/warm", {"documents": docs, "doc_set": True})
+    assert w.status_code == 200, w.text
+    assert w.json()["docs_baked"] == 3
+    again = server.post("/v1/cache/warm", {"documents": docs, "bake_with_neighbours": 1})
+    assert again.status_code == 200 and again.json()["docs_baked"] == 0  # the first baking is kept
+    msgs = [{"role": "user", "content": "Which sea does the Danube reach?"}]
+    b = client.chat.completions.create(model="x", messages=msgs, max_tokens=4, temperature=0,
+                                       extra_body={"documents": docs[::-1]})
+    kb = b.usage.model_extra["kvstitch"]
+    assert kb["docs_hit"] == 3 and kb["docs_baked"] == 3
+    p = client.chat.completions.create(model="x", messages=msgs, max_tokens=4, temperature=0,
+                                       extra_body={"documents": docs[::-1], "reuse": {"baked": False}})
+    kp = p.usage.model_extra["kvstitch"]
+    assert kp["docs_hit"] == 3 and kp["docs_baked"] == 0
+    assert kb["first_logits_sha256"] != kp["first_logits_sha256"]
+    for body, param in [({"documents": docs, "bake_with_neighbours": 0}, "bake_with_neighbours"),
+                        ({"documents": docs, "bake_with_neighbours": 1, "doc_set": True}, "doc_set"),
+                        ({"documents": docs, "doc_set": "yes"}, "doc_set")]:
+        assert error_of(server.post("/v1/cache/warm", body), 400)["param"] == param
+
+
 # --- errors --------------------------------------------------------------------------
 
 
@@ -170,6 +197,7 @@ def test_malformed_json_and_wrong_types(server):
                         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
                         ({"messages": Q, "documents": [{"text": 5}]}, "documents[0]"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"strategy": "magic"}}, "reuse.strategy"),
+                        ({"messages": Q, "documents": ["d"], "reuse": {"baked": 1}}, "baked"),
                         ({"prompt": 5}, None)]:
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
         e = error_of(server.post(path, body), 400)
