@@ -65,8 +65,6 @@ static int by_similarity(const void *pa, const void *pb) {
 }
 
 typedef struct bake {
-    kvs_context *ctx;
-    kvs_cache *cache;
     const kvs_seg_layout *lay;
     int n_docs;
     int *seg_of;          /* (n_docs) layout segment of each doc */
@@ -100,9 +98,9 @@ static int same_tokens(const bake *b, int i, int j) {
 }
 
 /* The neighbours of doc i into b->nb (least similar first, the most similar
- * right before the doc); *n_tok = their tokens. At most k (< 0: all), and no
+ * right before the doc); returns how many. At most k (< 0: all), and no
  * more than fit room tokens. */
-static int choose(bake *b, int i, int k, int room, int *n_tok) {
+static int choose(bake *b, int i, int k, int room) {
     int nc = 0;
     for (int j = 0; j < b->n_docs; j++) {
         if (j == i || same_tokens(b, i, j)) continue;
@@ -122,7 +120,6 @@ static int choose(bake *b, int i, int k, int room, int *n_tok) {
         n++;
     }
     for (int c = 0; c < n; c++) b->nb[c] = b->plain[b->cands[n - 1 - c].doc];
-    *n_tok = used;
     return n;
 }
 
@@ -137,8 +134,6 @@ int kvs_seg_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *
 
     bake b;
     memset(&b, 0, sizeof b);
-    b.ctx = ctx;
-    b.cache = cache;
     b.lay = lay;
     for (int j = 0; j < lay->n_segs; j++) b.n_docs += lay->segs[j].kind == KVS_SEG_DOC;
     int nd = b.n_docs;
@@ -185,7 +180,7 @@ int kvs_seg_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *
             kvs_chunk_unref(c);
             continue;
         }
-        int ctx_tok = 0, k = dc.ctx ? choose(&b, i, n_neighbours, dc.max_doc - n, &ctx_tok) : 0;
+        int k = dc.ctx ? choose(&b, i, n_neighbours, dc.max_doc - n) : 0;
         if (k == 0) {
             r.n_unbaked++;
             continue;
