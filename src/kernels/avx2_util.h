@@ -33,6 +33,25 @@ AI void hsum8_halves(const __m256i v[8], __m256i *H0, __m256i *H1) {
     *H1 = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
+/* 8 x 8 transpose of 32-bit lanes: out[v] lane o = in[o] lane v. */
+AI void transpose8_epi32(const __m256i in[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    for (int p = 0; p < 4; p++) {
+        t[2 * p] = _mm256_unpacklo_epi32(in[2 * p], in[2 * p + 1]);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+        t[2 * p + 1] = _mm256_unpackhi_epi32(in[2 * p], in[2 * p + 1]); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+    }
+    for (int q = 0; q < 2; q++) { /* rows 0-3 (q = 0) and 4-7 (q = 1) */
+        u[4 * q] = _mm256_unpacklo_epi64(t[4 * q], t[4 * q + 2]);     /* a0 b0 c0 d0 | a4 .. */
+        u[4 * q + 1] = _mm256_unpackhi_epi64(t[4 * q], t[4 * q + 2]); /* a1 .. | a5 .. */
+        u[4 * q + 2] = _mm256_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+        u[4 * q + 3] = _mm256_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+    }
+    for (int v = 0; v < 4; v++) {
+        out[v] = _mm256_permute2x128_si256(u[v], u[4 + v], 0x20);
+        out[v + 4] = _mm256_permute2x128_si256(u[v], u[4 + v], 0x31);
+    }
+}
+
 AI int32_t hsum_i32(__m256i v) {
     __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));

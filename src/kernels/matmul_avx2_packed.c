@@ -39,7 +39,7 @@
 /* A tail block of one activation row in natural element order, signed. */
 typedef struct xtail {
     int8_t hi[32], lo[32];
-    int16_t q[32]; /* Q = 256 hi + lo (the Q8_0 tails' operand) */
+    int16_t q[32]; /* Q = 256 hi + lo (the int16 tail dots' operand) */
     float d, s;
     int32_t c;
 } xtail;
@@ -64,7 +64,7 @@ static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) 
                 _mm_storeu_si128((__m128i *)dst, _mm_xor_si128(a, off));
                 _mm_storeu_si128((__m128i *)(dst + 16), _mm_xor_si128(b, off));
             }
-            for (int h = 0; h < 2 && c->w->type == KVS_TYPE_Q8_0; h++) { /* q: Q8_0's operand only */
+            for (int h = 0; h < 2; h++) { /* q: the int16 operand (Q8_0 rows; every type in calls of several rows) */
                 __m128i hi = _mm_loadu_si128((const __m128i *)(x->hi + 16 * h));
                 __m128i lo = _mm_loadu_si128((const __m128i *)(x->lo + 16 * h));
                 _mm256_storeu_si256((__m256i *)(x->q + 16 * h),
@@ -207,6 +207,61 @@ static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const 
         y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xt[t].d)), y);
         if (type == KVS_TYPE_Q4_1)
             y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)), _mm256_set1_ps(xt[t].s), y);
+    }
+    return y;
+}
+
+/* Tail blocks of 8 weight rows (row o's at blk[o]) for calls of several
+ * activation rows, unpacked once per 8 rows and met by every row of the
+ * pass: wt[16 t + v] lane o = the int16 elements 2v, 2v + 1 of row o's tail
+ * block t (an 8 x 8 transpose of each half block), wd[t] / wm[t] lane o =
+ * its d / m. Then one activation row's tail is 16 vpmaddwd per block with
+ * a broadcast pair of its int16 Q, and lane o is row o's exact integer dot
+ * at once (no horizontal sums). */
+static void tail_prep8(int type, const uint8_t *const blk[8], int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
+    const int bs = kvs_q_block_bytes(type), qoff = type == KVS_TYPE_Q4_1 ? 4 : 2;
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    for (int t = 0; t < nt; t++) {
+        __m256i a[8], b[8];
+        uint16_t d[8], mn[8];
+        for (int o = 0; o < 8; o++) {
+            const uint8_t *p = blk[o] + (size_t)t * bs;
+            __m128i q = _mm_loadu_si128((const __m128i *)(p + qoff));
+            if (type == KVS_TYPE_Q8_0) { /* elements 0..15, 16..31 */
+                a[o] = _mm256_cvtepi8_epi16(q);
+                b[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + qoff + 16)));
+            } else { /* low nibbles: elements 0..15, high: 16..31 */
+                a[o] = _mm256_cvtepu8_epi16(_mm_and_si128(q, lo4));
+                b[o] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), lo4));
+            }
+            memcpy(&d[o], p, 2);
+            if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], p + 2, 2);
+        }
+        transpose8_epi32(a, wt + 16 * t);
+        transpose8_epi32(b, wt + 16 * t + 8);
+        wd[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        wm[t] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)) : _mm256_setzero_ps();
+    }
+}
+
+/* The tail of one activation row (its blocks xt) against the 8 rows of
+ * tail_prep8: lane o takes the steps of tail_blocks for row o, from y. */
+AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256 *wm, int nt, const xtail *xt,
+                     __m256 y) {
+    for (int t = 0; t < nt; t++) {
+        const int32_t *qd = (const int32_t *)xt[t].q; /* dword v: elements 2v, 2v + 1 */
+        const __m256i *w = wt + 16 * t;
+        __m256i s0 = _mm256_madd_epi16(w[0], _mm256_set1_epi32(qd[0]));
+        __m256i s1 = _mm256_madd_epi16(w[1], _mm256_set1_epi32(qd[1]));
+#pragma GCC unroll 7
+        for (int v = 2; v < 16; v += 2) {
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(w[v], _mm256_set1_epi32(qd[v])));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(w[v + 1], _mm256_set1_epi32(qd[v + 1])));
+        }
+        __m256i isum = _mm256_add_epi32(s0, s1);
+        if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
+        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd[t], _mm256_set1_ps(xt[t].d)), y);
+        if (type == KVS_TYPE_Q4_1) y = _mm256_fmadd_ps(wm[t], _mm256_set1_ps(xt[t].s), y);
     }
     return y;
 }
@@ -416,27 +471,46 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
         matmul_row(c, 0, j0, j1, xt);
         return 1;
     }
+    /* several rows: passes of ROWS activation rows over tiles of 8 weight
+     * rows; the tiles' tails met by every row of the pass (tail_rows8) */
+    float ytile[ROWS][8] __attribute__((aligned(32)));
+    __m256i wt[(KVS_XQ_GROUP - 1) * 16];
+    __m256 wd[KVS_XQ_GROUP - 1], wm[KVS_XQ_GROUP - 1];
+    const size_t tail_at = (size_t)ng * 16 * bs;
     for (int i0 = 0; i0 < c->m; i0 += ROWS) {
         int mr = c->m - i0 < ROWS ? c->m - i0 : ROWS;
         const uint8_t *xq = c->xq + (size_t)i0 * c->xq_row;
         if (nt) load_tails(c, i0, mr, nt, xt);
-        for (int j = j0; j < j1; j++) {
-            const uint8_t *pw = (const uint8_t *)w->packed + (size_t)j * w->row_bytes;
-            if (j + PF_ROWS < w->n) { /* the stream ahead */
-                const uint8_t *pf = pw + PF_ROWS * w->row_bytes;
-                for (size_t o = 0; o < w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        for (int j8 = j0; j8 < j1; j8 += 8) {
+            const int n8 = j1 - j8 < 8 ? j1 - j8 : 8;
+            for (int o = 0; o < n8; o++) {
+                const uint8_t *pw = (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes;
+                if (j8 + o + PF_ROWS < w->n) { /* the stream ahead */
+                    const uint8_t *pf = pw + PF_ROWS * w->row_bytes;
+                    for (size_t b = 0; b < w->row_bytes; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
+                }
+                for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
+                    for (int l = 0; l < 16; l++) acc[i][l] = 0.0f;
+                if (type == KVS_TYPE_Q8_0) q8_groups(pw, ng, xq, c->xq_row, mr, acc);
+                else q4_groups(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
+                for (int i = 0; i < mr; i++) ytile[i][o] = kvs_tree16(acc[i]);
             }
-            for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
-                for (int l = 0; l < 16; l++) acc[i][l] = 0.0f;
-            if (type == KVS_TYPE_Q8_0) q8_groups(pw, ng, xq, c->xq_row, mr, acc);
-            else if (type == KVS_TYPE_Q4_1) q4_groups(pw, ng, 1, xq, c->xq_row, mr, acc);
-            else q4_groups(pw, ng, 0, xq, c->xq_row, mr, acc);
-            const uint8_t *tail = pw + (size_t)ng * 16 * bs;
-            for (int i = 0; i < mr; i++) {
-                float y = kvs_tree16(acc[i]);
-                if (nt) y = tail_blocks(type, tail, nt, xt + i * nt, y);
-                c->y[(size_t)(i0 + i) * w->n + j] = y;
+            if (nt && n8 == 8) {
+                const uint8_t *blk[8];
+                for (int o = 0; o < 8; o++) blk[o] = (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes + tail_at;
+                tail_prep8(type, blk, nt, wt, wd, wm);
+                for (int i = 0; i < mr; i++)
+                    _mm256_storeu_ps(c->y + (size_t)(i0 + i) * w->n + j8,
+                                     tail_rows8(type, wt, wd, wm, nt, xt + i * nt, _mm256_load_ps(ytile[i])));
+                continue;
             }
+            for (int i = 0; i < mr; i++)
+                for (int o = 0; o < n8; o++) {
+                    float y = ytile[i][o];
+                    if (nt) y = tail_blocks(type, (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes + tail_at,
+                                            nt, xt + i * nt, y);
+                    c->y[(size_t)(i0 + i) * w->n + j8 + o] = y;
+                }
         }
     }
     return 1;
