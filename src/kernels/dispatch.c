@@ -162,7 +162,7 @@ static inline void *align64(void *p) {
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     if (kvs_kq_handles(w->type)) return kvs_kq_work_size(w, m); /* Q5 / K-quants: kquant.c */
     if (!kvs_wtype_is_quant(w->type)) return 0;
-    size_t s = kvs_xq_bytes(w->k, m) + 64 + kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
+    size_t s = kvs_xq_bytes(w->k, m) + 64 + (size_t)m * kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
     /* whichever path runs (the ISA may change between sizing and the call) */
     if (amx_applies(w, m) && kvs_xa_bytes(w->k, m) > s) s = kvs_xa_bytes(w->k, m);
     return 64 + s;
@@ -235,8 +235,12 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     c->xq_row = kvs_xq_row_bytes(c->w->k);
     c->xq_tail = c->xq + (size_t)m * c->xq_row;
     c->xq_quad = kvs_xq_quad_bytes(c->w->k);
-    c->xn = m == 1 && c->w->type == KVS_TYPE_Q8_0
-                ? align64((uint8_t *)c->xq_tail + (size_t)((m + 3) / 4) * c->xq_quad) : NULL;
+    int xn = m == 1 && c->w->type == KVS_TYPE_Q8_0; /* the AVX-512 decode path */
+#if defined(__x86_64__)
+    xn |= t->isa == &kvs_isa_avx2; /* its packed kernels read int16 rows */
+#endif
+    c->xn = xn ? align64((uint8_t *)c->xq_tail + (size_t)((m + 3) / 4) * c->xq_quad) : NULL;
+    c->xn_row = kvs_xn_bytes(c->w->k);
     if (m % 4) /* rows the last quad lacks stay zero (never stored, but defined) */
         memset((uint8_t *)c->xq_tail + (size_t)(m / 4) * c->xq_quad, 0, c->xq_quad);
     /* A few rows quantize faster on the caller than a pool round trip. */
@@ -340,6 +344,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
                 t->call.xq_tail = mt.t[0].call.xq_tail;
                 t->call.xq_quad = mt.t[0].call.xq_quad;
                 t->call.xn = mt.t[0].call.xn;
+                t->call.xn_row = mt.t[0].call.xn_row;
             }
         }
         mt.first[i + 1] = mt.first[i] + mm_nchunks(t);

@@ -43,12 +43,13 @@ typedef struct kvs_mm_call {
     size_t xq_row;     /* bytes per quantized row */
     const uint8_t *xq_tail; /* ((m + 3) / 4, quad bytes) tail blocks by row quads */
     size_t xq_quad;    /* bytes per quad */
-    /* m == 1 and Q8_0 weights only (else NULL): the row again for the
-     * decode paths, written by their quantizers (kvs_xn_bytes(k)): AVX-512:
-     * natural order, s8 hi[nb * 32], s8 lo[nb * 32], int32 128 * sum Q[nb],
-     * float d[nb]; AVX2 on packed weights: int16 Q in the packed order
-     * (kvs_avx2_q16_row). */
+    /* The rows again in the form a path's kernels read, written by its
+     * quantizer (kvs_xn_bytes(k) each, row i at xn + i * xn_row), else NULL:
+     * AVX-512, m == 1 and Q8_0 weights: natural order, s8 hi[nb * 32], s8
+     * lo[nb * 32], int32 128 * sum Q[nb], float d[nb]; AVX2, every m and
+     * quantized type: int16 Q (kvs_avx2_xn_row). */
     uint8_t *xn;
+    size_t xn_row;
     int m;
     float *y;          /* (m, n) */
 } kvs_mm_call;
@@ -76,7 +77,8 @@ static inline int kvs_attn_lo(const kvs_attn_call *c, int n) {
     return c->window > 0 && n > c->window ? n - c->window : 0;
 }
 
-static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * (2 * KVS_QK + 8); }
+/* AVX-512 needs 72 bytes per block, AVX2 64 per full-group block and 80 per tail block. */
+static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * 80; }
 
 /* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 weights, calls of >= KVS_AMX_MIN_M
  * rows and k <= KVS_AMX_MAX_K (the size of its per-thread weight repack). Its
@@ -122,8 +124,8 @@ extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
 /* AVX2 on packed weights (matmul_avx2_packed.c): columns [j0, j1) of a call
  * whose w->packed is set; returns 0 (nothing done) otherwise. */
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1);
-/* Writes c->xn for the packed Q8_0 decode path (m == 1, after quantizing). */
-void kvs_avx2_q16_row(const kvs_mm_call *c);
+/* Writes row i of c->xn for the packed kernels (after quantizing row i). */
+void kvs_avx2_xn_row(const kvs_mm_call *c, int i);
 #endif
 
 /* One block of 32 quantized (quant.h): hi and lo bytes + offset (128 for

@@ -235,7 +235,8 @@ static float quantize_block(const float *xb, int offset, uint8_t hi[KVS_QK], uin
 
 static void avx2_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
     kvs_quantize_rows_with(quantize_block, c, i0, i1);
-    if (c->xn && c->w->packed) kvs_avx2_q16_row(c); /* m == 1, Q8_0: the int16 row of the decode path */
+    if (c->xn) /* the int16 rows of the packed kernels */
+        for (int i = i0; i < i1; i++) kvs_avx2_xn_row(c, i);
 }
 
 static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {

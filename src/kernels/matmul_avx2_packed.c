@@ -11,12 +11,13 @@
  * pass meets them, so a decode step of m = 1..16 streams for rows (streams
  * of the server's batch) reads each weight byte from memory once.
  *
- * Exact block dots without vpmaddwd per vector:
+ * Exact block dots:
  *  - Q4: u4 weight x s8 activation pairs are <= 2 * 15 * 127 = 3810, so the
  *    8 vpmaddubsw of a plane add up in int16 (<= 30480); one vpmaddwd by 256
  *    (hi plane) or by 1 (lo plane) widens them: 256 * dot(w, hi) + dot(w, lo);
- *  - Q8: |w| x sign(w) x pairs are <= 2 * 128 * 127 = 32512, widened per
- *    vector (two would overflow int16).
+ *  - Q8_0, and every tail block: weights widened to int16 against the
+ *    activations' Q = 256 hi + lo as int16 (kvs_avx2_xn_row, once per row
+ *    and call), one vpmaddwd per 16 weights.
  * Then the canonical float steps: chain c = b % 16 is lane c, the tree, and
  * the tail blocks (nb % 16) in order with the activations in natural order.
  */
@@ -36,45 +37,19 @@
 #define ROWS 16   /* activation rows per pass over a weight row */
 #define PF_ROWS 8 /* weight rows prefetched ahead (the stream is one pass per step) */
 
-/* A tail block of one activation row in natural element order, signed. */
+/* A tail block of one activation row: Q = 256 hi + lo as int16 in natural
+ * element order (|Q| <= 127 * 257: quant.h), the operand of every tail dot;
+ * d, s, c of its trailer. Written once per row by the quantizer into the
+ * row's xn (kvs_avx2_xn_row), after the int16 groups. */
 typedef struct xtail {
-    int8_t hi[32], lo[32];
-    int16_t q[32]; /* Q = 256 hi + lo (the int16 tail dots' operand) */
+    int16_t q[32];
     float d, s;
-    int32_t c;
+    int32_t c, pad;
 } xtail;
+_Static_assert(sizeof(xtail) == 80, "xtail: kvs_xn_bytes allows 80 bytes per tail block");
 
-
-/* Tail blocks of rows [i0, i0 + mr) out of their quads (quant.h): the
- * dword of row sub in vec v holds elements 4 (v / 2) + 16 (v % 2) .. +3. */
-static void load_tails(const kvs_mm_call *c, int i0, int mr, int nt, xtail *xt) {
-    const __m128i off = _mm_set1_epi8(c->w->type == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
-    for (int r = 0; r < mr; r++) {
-        int i = i0 + r, sub = i % 4;
-        const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
-        for (int t = 0; t < nt; t++) {
-            xtail *x = &xt[r * nt + t];
-            for (int p = 0; p < 2; p++) {
-                const uint8_t *pl = quad + (size_t)t * KVS_XQ_TAIL_BYTES + p * KVS_XQ_TAIL_PLANE + 4 * sub;
-                int32_t d[8];
-                for (int v = 0; v < 8; v++) memcpy(&d[v], pl + 16 * v, 4);
-                /* vecs 0,2,4,6: elements 0..15; vecs 1,3,5,7: 16..31 */
-                __m128i a = _mm_setr_epi32(d[0], d[2], d[4], d[6]), b = _mm_setr_epi32(d[1], d[3], d[5], d[7]);
-                int8_t *dst = p ? x->lo : x->hi;
-                _mm_storeu_si128((__m128i *)dst, _mm_xor_si128(a, off));
-                _mm_storeu_si128((__m128i *)(dst + 16), _mm_xor_si128(b, off));
-            }
-            for (int h = 0; h < 2; h++) { /* q: the int16 operand (Q8_0 rows; every type in calls of several rows) */
-                __m128i hi = _mm_loadu_si128((const __m128i *)(x->hi + 16 * h));
-                __m128i lo = _mm_loadu_si128((const __m128i *)(x->lo + 16 * h));
-                _mm256_storeu_si256((__m256i *)(x->q + 16 * h),
-                                    _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(hi), 8), _mm256_cvtepi8_epi16(lo)));
-            }
-            x->d = kvs_xq_tail_d((uint8_t *)quad, t)[sub];
-            x->s = kvs_xq_tail_s((uint8_t *)quad, t)[sub];
-            x->c = kvs_xq_tail_c((uint8_t *)quad, t)[sub];
-        }
-    }
+AI const xtail *row_tails(const kvs_mm_call *c, int i) {
+    return (const xtail *)(c->xn + (size_t)i * c->xn_row + (size_t)kvs_xq_groups(c->w->k) * 1024);
 }
 
 /* Full groups of one Q4 weight row against mr activation rows: acc[i] gets
@@ -118,30 +93,36 @@ AI void q4_groups(const uint8_t *pw, int ng, int q41, const uint8_t *xq, size_t 
     }
 }
 
-/* Full groups of one Q8_0 weight row (x bytes are stored + 128: quant.h). */
-static void q8_groups(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_row, int mr, float (*acc)[16]) {
-    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1),
-                  c256 = _mm256_set1_epi16(256);
+/* Full groups of one Q8_0 weight row on the int16 rows (kvs_avx2_xn_row):
+ * the row's weights widened to int16 once (L1) and met by every activation
+ * row with one vpmaddwd per 16 weights, the exact 256 dot(w, hi) +
+ * dot(w, lo) at once: a third of q8_groups' vector work (no sign juggling,
+ * half the multiplies). Lanes as in q8_m1_pair16. */
+static void q8_groups16(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_row, const uint8_t *xn,
+                        size_t xn_row, int mr, float (*acc)[16]) {
+    __m256i W[8][2] __attribute__((aligned(32)));
     for (int g = 0; g < ng; g++) {
         const uint8_t *pg = pw + (size_t)g * 544;
         for (int h = 0; h < 2; h++) {
+            for (int r = 0; r < 8; r++) {
+                W[r][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pg + 64 * r + 32 * h)));
+                W[r][1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pg + 64 * r + 32 * h + 16)));
+            }
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
             for (int i = 0; i < mr; i++) {
-                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-                const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
-                __m256i a = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int r = 0; r < 8; r++) {
-                    __m256i w = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
-                    __m256i aw = _mm256_sign_epi8(w, w);
-                    __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xh + 64 * xq_of_q8[r])), c80);
-                    __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xl + 64 * xq_of_q8[r])), c80);
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x1, w)), c256));
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x2, w)), ones));
+                const int16_t *x16 = (const int16_t *)(xn + (size_t)i * xn_row) + (size_t)g * 512 + 32 * h;
+                __m256i sa = _mm256_madd_epi16(W[0][0], _mm256_loadu_si256((const __m256i *)x16));
+                __m256i sb = _mm256_madd_epi16(W[0][1], _mm256_loadu_si256((const __m256i *)(x16 + 16)));
+#pragma GCC unroll 7
+                for (int r = 1; r < 8; r++) {
+                    const int16_t *xr = x16 + 64 * r;
+                    sa = _mm256_add_epi32(sa, _mm256_madd_epi16(W[r][0], _mm256_loadu_si256((const __m256i *)xr)));
+                    sb = _mm256_add_epi32(sb, _mm256_madd_epi16(W[r][1], _mm256_loadu_si256((const __m256i *)(xr + 16))));
                 }
-                const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+                __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa, sb), 0xD8);
+                const float *trailer = (const float *)(xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES + KVS_XQ_GROUP_QS);
                 __m256 C = _mm256_load_ps(acc[i] + 8 * h);
-                C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(dw, _mm256_loadu_ps(trailer + 8 * h)), C);
+                C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(trailer + 8 * h)), C);
                 _mm256_store_ps(acc[i] + 8 * h, C);
             }
         }
@@ -149,21 +130,20 @@ static void q8_groups(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_ro
 }
 
 /* The exact integer dot of one tail block (GGUF layout) with one activation
- * row's tail block: 8 int32 partial sums. */
+ * row's tail block: 8 int32 partial sums, one vpmaddwd per 16 weights. */
 AI __m256i tail_isum(int type, const uint8_t *blk, const xtail *x) {
-    if (type == KVS_TYPE_Q8_0) { /* int16 Q (|Q| <= 127 * 257): one vpmaddwd per 16 weights */
-        __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
-        __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
-        return _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x->q)),
-                                _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x->q + 16))));
+    __m256i w0, w1; /* elements 0..15, 16..31 as int16 */
+    if (type == KVS_TYPE_Q8_0) {
+        w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
+        w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+    } else {
+        const __m128i lo4 = _mm_set1_epi8(0x0f);
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
+        w0 = _mm256_cvtepu8_epi16(_mm_and_si128(q, lo4));
+        w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), lo4));
     }
-    const __m128i lo4 = _mm_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    __m128i q = _mm_loadu_si128((const __m128i *)(blk + (type == KVS_TYPE_Q4_1 ? 4 : 2)));
-    __m256i W = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-    __m256i ph = _mm256_maddubs_epi16(W, _mm256_loadu_si256((const __m256i *)x->hi));
-    __m256i pl = _mm256_maddubs_epi16(W, _mm256_loadu_si256((const __m256i *)x->lo));
-    return _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones));
+    return _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x->q)),
+                            _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x->q + 16))));
 }
 
 AI float f16_at(const uint8_t *p) {
@@ -317,54 +297,22 @@ AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const 
     y[1] = tree16_2(C[1][0], C[1][1]);
 }
 
-/* The same for Q8_0 (x bytes + 128, turned signed once for both rows). */
-static void q8_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, float y[2]) {
-    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
-    for (int g = 0; g < ng; g++) {
-        const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-        const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
-            __m256i a[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xh + 64 * xq_of_q8[r])), c80);
-                __m256i x2 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xl + 64 * xq_of_q8[r])), c80);
-#pragma GCC unroll 2
-                for (int o = 0; o < 2; o++) {
-                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
-                    __m256i w = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
-                    __m256i aw = _mm256_sign_epi8(w, w);
-                    a[o] = _mm256_add_epi32(a[o], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x1, w)), c256));
-                    a[o] = _mm256_add_epi32(a[o], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x2, w)), ones));
-                }
-            }
-            __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
-#pragma GCC unroll 2
-            for (int o = 0; o < 2; o++) {
-                const uint8_t *pg = (o ? pb : pa) + (size_t)g * 544;
-                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
-                C[o][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[o]), _mm256_mul_ps(dw, dx), C[o][h]);
-            }
-        }
-    }
-    y[0] = tree16_2(C[0][0], C[0][1]);
-    y[1] = tree16_2(C[1][0], C[1][1]);
-}
-
-/* Decode with Q8_0 weights: the row's Q = 256 hi + lo as int16 in the
- * packed weights' order, into kvs_mm_call.xn (kvs_xn_bytes(k) >= 64 bytes
- * per block): group g, weight vector r, half h: 32 int16 = the 4 elements
- * (4r..4r+3) of blocks 8h .. 8h+7. |Q| <= 127 * 257 (quant.h: hi and lo
- * are within +-127), so int16 holds it. */
-void kvs_avx2_q16_row(const kvs_mm_call *c) {
+/* Row i of kvs_mm_call.xn (kvs_xn_bytes(k) bytes), written after the row
+ * is quantized:
+ *  - Q8_0 weights: the full groups' Q = 256 hi + lo as int16 in the packed
+ *    weights' order: group g, weight vector r, half h: 32 int16 = the 4
+ *    elements (4r..4r+3) of blocks 8h .. 8h+7 (1024 bytes per group);
+ *  - every type: then the tail blocks as xtail, out of their quads
+ *    (quant.h: the dword of row sub in vec v holds elements
+ *    4 (v / 2) + 16 (v % 2) .. +3), once per row instead of once per
+ *    column chunk. */
+void kvs_avx2_xn_row(const kvs_mm_call *c, int i) {
     const __m256i c80 = _mm256_set1_epi8((char)0x80);
-    const int ng = kvs_xq_groups(c->w->k);
-    int16_t *x16 = (int16_t *)c->xn;
-    for (int g = 0; g < ng; g++) {
-        const uint8_t *grp = c->xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+    const int ng = kvs_xq_groups(c->w->k), nt = kvs_xq_tail_blocks(c->w->k);
+    const int q8 = c->w->type == KVS_TYPE_Q8_0;
+    int16_t *x16 = (int16_t *)(c->xn + (size_t)i * c->xn_row);
+    for (int g = 0; g < ng && q8; g++) {
+        const uint8_t *grp = c->xq + (size_t)i * c->xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
         for (int r = 0; r < 8; r++)
             for (int h = 0; h < 2; h++) {
                 const uint8_t *xh = grp + 64 * xq_of_q8[r] + 32 * h;
@@ -379,11 +327,35 @@ void kvs_avx2_q16_row(const kvs_mm_call *c) {
                 }
             }
     }
+    const __m128i off = _mm_set1_epi8(q8 ? (char)0x80 : 0);
+    const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
+    const int sub = i % 4;
+    xtail *xt = (xtail *)(c->xn + (size_t)i * c->xn_row + (size_t)ng * 1024);
+    for (int t = 0; t < nt; t++) {
+        __m128i pl[2][2]; /* [plane hi / lo][elements 0..15 / 16..31] as s8 */
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *src = quad + (size_t)t * KVS_XQ_TAIL_BYTES + p * KVS_XQ_TAIL_PLANE + 4 * sub;
+            int32_t d[8];
+            for (int v = 0; v < 8; v++) memcpy(&d[v], src + 16 * v, 4);
+            /* vecs 0,2,4,6: elements 0..15; vecs 1,3,5,7: 16..31 */
+            pl[p][0] = _mm_xor_si128(_mm_setr_epi32(d[0], d[2], d[4], d[6]), off);
+            pl[p][1] = _mm_xor_si128(_mm_setr_epi32(d[1], d[3], d[5], d[7]), off);
+        }
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_si256((__m256i *)(xt[t].q + 16 * h),
+                                _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(pl[0][h]), 8),
+                                                 _mm256_cvtepi8_epi16(pl[1][h])));
+        xt[t].d = kvs_xq_tail_d((uint8_t *)quad, t)[sub];
+        xt[t].s = kvs_xq_tail_s((uint8_t *)quad, t)[sub];
+        xt[t].c = kvs_xq_tail_c((uint8_t *)quad, t)[sub];
+        xt[t].pad = 0;
+    }
 }
 
-/* q8_m1_pair on the int16 row (kvs_avx2_q16_row): one vpmaddwd per 16
- * weights gives the exact 256 dot(w, hi) + dot(w, lo) directly, half the
- * multiplies of the two 8-bit planes and no sign juggling. Lanes: a
+/* One activation row (decode) against two Q8_0 weight rows, on the row's
+ * int16 Q (kvs_avx2_xn_row): one vpmaddwd per 16 weights gives the exact
+ * 256 dot(w, hi) + dot(w, lo) directly, half the multiplies of the two
+ * 8-bit planes and no sign juggling. Lanes: a
  * vpmaddwd of blocks 8h..8h+3 leaves two partial sums per block; one
  * vphaddd and a 64-bit permute put block l in lane l. Same bits. */
 static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, const int16_t *x16,
@@ -442,8 +414,7 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
                 const uint8_t *pf = pa + PF_ROWS * rb;
                 for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
             }
-            if (type == KVS_TYPE_Q8_0 && c->xn) q8_m1_pair16(pa, pb, ng, xq, (const int16_t *)c->xn, y + (j - j8));
-            else if (type == KVS_TYPE_Q8_0) q8_m1_pair(pa, pb, ng, xq, y + (j - j8));
+            if (type == KVS_TYPE_Q8_0) q8_m1_pair16(pa, pb, ng, xq, (const int16_t *)(c->xn + (size_t)i * c->xn_row), y + (j - j8));
             else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y + (j - j8));
             else q4_m1_pair(pa, pb, ng, 0, xq, y + (j - j8));
         }
@@ -461,14 +432,12 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
 
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
-    if (!w->packed || !c->xq) return 0;
+    if (!w->packed || !c->xq || !c->xn) return 0;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     const int bs = kvs_q_block_bytes(type);
     float acc[ROWS][16] __attribute__((aligned(32)));
-    xtail xt[ROWS * (KVS_XQ_GROUP - 1)];
     if (c->m == 1) { /* decode: pairs of weight rows (measured: row passes are slower for m > 1) */
-        if (nt) load_tails(c, 0, 1, nt, xt);
-        matmul_row(c, 0, j0, j1, xt);
+        matmul_row(c, 0, j0, j1, row_tails(c, 0));
         return 1;
     }
     /* several rows: passes of ROWS activation rows over tiles of 8 weight
@@ -480,7 +449,6 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     for (int i0 = 0; i0 < c->m; i0 += ROWS) {
         int mr = c->m - i0 < ROWS ? c->m - i0 : ROWS;
         const uint8_t *xq = c->xq + (size_t)i0 * c->xq_row;
-        if (nt) load_tails(c, i0, mr, nt, xt);
         for (int j8 = j0; j8 < j1; j8 += 8) {
             const int n8 = j1 - j8 < 8 ? j1 - j8 : 8;
             for (int o = 0; o < n8; o++) {
@@ -491,7 +459,8 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                 }
                 for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
                     for (int l = 0; l < 16; l++) acc[i][l] = 0.0f;
-                if (type == KVS_TYPE_Q8_0) q8_groups(pw, ng, xq, c->xq_row, mr, acc);
+                if (type == KVS_TYPE_Q8_0)
+                    q8_groups16(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc);
                 else q4_groups(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
                 for (int i = 0; i < mr; i++) ytile[i][o] = kvs_tree16(acc[i]);
             }
@@ -501,14 +470,14 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                 tail_prep8(type, blk, nt, wt, wd, wm);
                 for (int i = 0; i < mr; i++)
                     _mm256_storeu_ps(c->y + (size_t)(i0 + i) * w->n + j8,
-                                     tail_rows8(type, wt, wd, wm, nt, xt + i * nt, _mm256_load_ps(ytile[i])));
+                                     tail_rows8(type, wt, wd, wm, nt, row_tails(c, i0 + i), _mm256_load_ps(ytile[i])));
                 continue;
             }
             for (int i = 0; i < mr; i++)
                 for (int o = 0; o < n8; o++) {
                     float y = ytile[i][o];
                     if (nt) y = tail_blocks(type, (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes + tail_at,
-                                            nt, xt + i * nt, y);
+                                            nt, row_tails(c, i0 + i), y);
                     c->y[(size_t)(i0 + i) * w->n + j8 + o] = y;
                 }
         }
