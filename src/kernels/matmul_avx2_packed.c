@@ -93,6 +93,69 @@ AI void q4_groups(const uint8_t *pw, int ng, int q41, const uint8_t *xq, size_t 
     }
 }
 
+/* Full groups of four Q4 weight rows (row r at pw + r * rb) against mr
+ * activation rows: the four rows' weights unpacked once per half group
+ * (L1) and, per weight vector, one activation row's hi and lo vectors (in
+ * registers) meet all four: 8 vpmaddubsw per 6 loads, where one weight row
+ * at a time needs a load per vpmaddubsw (and the loads bound the loop).
+ * acc[r][i] gets the 16 chains of activation row i for weight row r; the
+ * same operations per output as q4_groups. */
+static void q4_groups4(const uint8_t *pw, size_t rb, int ng, int q41, const uint8_t *xq, size_t xq_row, int mr,
+                       float (*acc)[ROWS][16]) {
+    const int gb = q41 ? 320 : 288;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    __m256i Wu[8][4] __attribute__((aligned(32)));
+    for (int g = 0; g < ng; g++) {
+        for (int h = 0; h < 2; h++) {
+            __m256 dw[4], mw[4];
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *pg = pw + r * rb + (size_t)g * gb;
+                for (int v = 0; v < 4; v++) {
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * v + 32 * h));
+                    Wu[2 * v][r] = _mm256_and_si256(q, lo4);
+                    Wu[2 * v + 1][r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+                }
+                dw[r] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 256 + 16 * h)));
+                mw[r] = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 288 + 16 * h))) : _mm256_setzero_ps();
+            }
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+                const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
+                __m256i ph[4], pl[4];
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++) {
+                    __m256i a = _mm256_loadu_si256((const __m256i *)(xh + 64 * v));
+                    __m256i b = _mm256_loadu_si256((const __m256i *)(xl + 64 * v));
+                    __asm__("" : "+x"(a), "+x"(b)); /* in registers: loaded once, not once per weight row */
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) {
+                        __m256i w = _mm256_load_si256(&Wu[v][r]);
+                        __m256i mh = _mm256_maddubs_epi16(w, a), ml = _mm256_maddubs_epi16(w, b);
+                        ph[r] = v ? _mm256_add_epi16(ph[r], mh) : mh;
+                        pl[r] = v ? _mm256_add_epi16(pl[r], ml) : ml;
+                    }
+                    /* the tile's order as written: otherwise the compiler
+                     * hoists the products and spills them */
+                    __asm__("" : "+x"(ph[0]), "+x"(pl[0]), "+x"(ph[1]), "+x"(pl[1]), "+x"(ph[2]), "+x"(pl[2]),
+                                 "+x"(ph[3]), "+x"(pl[3]));
+                }
+                const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
+                __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+                __m256i c0 = q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(trailer + 32 + 8 * h));
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(ph[r], c256), _mm256_madd_epi16(pl[r], ones));
+                    if (!q41) isum = _mm256_add_epi32(isum, c0);
+                    float *ac = acc[r][i] + 8 * h;
+                    __m256 C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw[r], dx), _mm256_load_ps(ac));
+                    if (q41) C = _mm256_fmadd_ps(mw[r], _mm256_loadu_ps(trailer + 16 + 8 * h), C);
+                    _mm256_store_ps(ac, C);
+                }
+            }
+        }
+    }
+}
+
 /* Full groups of one Q8_0 weight row on the int16 rows (kvs_avx2_xn_row):
  * the row's weights widened to int16 once (L1) and met by every activation
  * row with one vpmaddwd per 16 weights, the exact 256 dot(w, hi) +
@@ -435,7 +498,7 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     if (!w->packed || !c->xq || !c->xn) return 0;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     const int bs = kvs_q_block_bytes(type);
-    float acc[ROWS][16] __attribute__((aligned(32)));
+    float acc[4][ROWS][16] __attribute__((aligned(32)));
     if (c->m == 1) { /* decode: pairs of weight rows (measured: row passes are slower for m > 1) */
         matmul_row(c, 0, j0, j1, row_tails(c, 0));
         return 1;
@@ -454,18 +517,26 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
         const uint8_t *xq = c->xq + (size_t)i0 * c->xq_row;
         for (int j8 = j0; j8 < j1; j8 += 8) {
             const int n8 = j1 - j8 < 8 ? j1 - j8 : 8;
-            for (int o = 0; o < n8; o++) {
+            for (int o = 0; o < n8;) {
+                /* Q4: four weight rows at a time where the tile has them */
+                const int no = type != KVS_TYPE_Q8_0 && n8 - o >= 4 ? 4 : 1;
                 const uint8_t *pw = (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes;
-                if (j8 + o + PF_ROWS < w->n) { /* the stream ahead */
+                if (j8 + o + PF_ROWS + no <= w->n) { /* the stream ahead */
                     const uint8_t *pf = pw + PF_ROWS * w->row_bytes;
-                    for (size_t b = 0; b < w->row_bytes; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
+                    for (size_t b = 0; b < no * w->row_bytes; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
                 }
-                for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
-                    for (int l = 0; l < 16; l++) acc[i][l] = 0.0f;
+                for (int r = 0; r < no; r++)
+                    for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
+                        for (int l = 0; l < 16; l++) acc[r][i][l] = 0.0f;
                 if (type == KVS_TYPE_Q8_0)
-                    q8_groups16(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc);
-                else q4_groups(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
-                for (int i = 0; i < mr; i++) ytile[i][o] = kvs_tree16(acc[i]);
+                    q8_groups16(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc[0]);
+                else if (no == 4)
+                    q4_groups4(pw, w->row_bytes, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
+                else
+                    q4_groups(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc[0]);
+                for (int r = 0; r < no; r++)
+                    for (int i = 0; i < mr; i++) ytile[i][o + r] = kvs_tree16(acc[r][i]);
+                o += no;
             }
             if (nt && n8 == 8) {
                 const uint8_t *blk[8];
