@@ -388,6 +388,9 @@ AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const 
                     ph[o] = r ? _mm256_add_epi16(ph[o], sh) : sh;
                     pl[o] = r ? _mm256_add_epi16(pl[o], sl) : sl;
                 }
+                /* the order as written: otherwise the compiler hoists the
+                 * products of all four steps and spills them */
+                __asm__("" : "+x"(ph[0]), "+x"(pl[0]), "+x"(ph[1]), "+x"(pl[1]));
             }
             __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
 #pragma GCC unroll 2
