@@ -105,6 +105,7 @@ static void q4_groups4(const uint8_t *pw, size_t rb, int ng, int q41, const uint
     const int gb = q41 ? 320 : 288;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
     __m256i Wu[8][4] __attribute__((aligned(32)));
+    __m256i S[ROWS][4][2] __attribute__((aligned(32))); /* int16 sums of a half group: [row][weight row][hi, lo] */
     for (int g = 0; g < ng; g++) {
         for (int h = 0; h < 2; h++) {
             __m256 dw[4], mw[4];
@@ -139,12 +140,26 @@ static void q4_groups4(const uint8_t *pw, size_t rb, int ng, int q41, const uint
                     __asm__("" : "+x"(ph[0]), "+x"(pl[0]), "+x"(ph[1]), "+x"(pl[1]), "+x"(ph[2]), "+x"(pl[2]),
                                  "+x"(ph[3]), "+x"(pl[3]));
                 }
+                for (int r = 0; r < 4; r++) { /* the float steps after the loop (below) */
+                    _mm256_store_si256(&S[i][r][0], ph[r]);
+                    _mm256_store_si256(&S[i][r][1], pl[r]);
+                }
+            }
+            /* The float steps of every row of the pass, apart from the
+             * integer loop: a short loop whose iterations overlap, where
+             * after each row's long integer loop they held it up (the
+             * out-of-order window holds about one row): 9.9 -> 9.4 cycles
+             * per weight vector step (1 thread, the kernel alone, best of
+             * 60 runs). */
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
                 const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
                 __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
                 __m256i c0 = q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(trailer + 32 + 8 * h));
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
-                    __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(ph[r], c256), _mm256_madd_epi16(pl[r], ones));
+                    __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(&S[i][r][0]), c256),
+                                                    _mm256_madd_epi16(_mm256_load_si256(&S[i][r][1]), ones));
                     if (!q41) isum = _mm256_add_epi32(isum, c0);
                     float *ac = acc[r][i] + 8 * h;
                     __m256 C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw[r], dx), _mm256_load_ps(ac));
