@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/kernels_impl.h" /* kvs_decode_cols */
 #include "kernels/kquant.h"
 
 static const kvs_kq_isa *kq_isa(void) {
@@ -49,7 +50,7 @@ static void cols_chunk(void *arg, int chunk, int ith) {
 void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
     kq_task t = {kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), kvs_kq_xrow_bytes(w->k), m,
-                 m == 1 ? 64 : 16, y};
+                 m == 1 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16, y};
     int nq = (m + KQ_QUANT_ROWS - 1) / KQ_QUANT_ROWS;
     if (m <= 2 * KQ_QUANT_ROWS) for (int c = 0; c < nq; c++) quant_chunk(&t, c, 0);
     else kvs_pool_for(pool, nq, quant_chunk, &t);
