@@ -816,6 +816,27 @@ KVS_API int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments
 KVS_API int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int n_neighbours,
                           kvs_warm_docs_report *rep);
 
+/* Stepwise kvs_warm_docs, for a scheduler that interleaves other work
+ * (kvstitch serve: a request whose documents are not cached computes them a
+ * slice at a time between the decode steps of the other streams, then
+ * kvs_generate_segments finds them cached). new: lays out seg (not used
+ * after the call; ctx and cache must outlive the warmer, and only it uses
+ * ctx until the last step). step: looks documents up in order and computes
+ * at most max_tokens (>= 1) tokens of the first uncached one, storing each
+ * document when its last slice is done; *done = 1 once every document is
+ * cached (or was computed and offered to the store: with a RAM budget too
+ * small for the request's documents, kvs_generate_segments computes the
+ * evicted ones again). With use_baked, a document that has a baked entry is
+ * not computed (such a request moves its baked KV). The bytes stored are
+ * kvs_warm_docs' whatever max_tokens is. report: as kvs_warm_docs' (ms:
+ * time inside the steps). Each returns KVS_OK or an error code. */
+typedef struct kvs_docs_warmer kvs_docs_warmer;
+KVS_API int kvs_docs_warmer_new(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int use_baked,
+                                kvs_docs_warmer **out);
+KVS_API int kvs_docs_warmer_step(kvs_docs_warmer *w, int max_tokens, int *done);
+KVS_API void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep);
+KVS_API void kvs_docs_warmer_free(kvs_docs_warmer *w); /* NULL is fine */
+
 /* ------------------------------------------------------------------------ */
 /* Step-level serving (kvstitch serve: continuous batching)                  */
 /* ------------------------------------------------------------------------ */

@@ -40,6 +40,7 @@ static cJSON *usage_json(const srv_server *s, const srv_job *j) {
     cJSON_AddNumberToObject(k, "docs_computed", u->docs_computed);
     cJSON_AddNumberToObject(k, "docs_baked", u->docs_baked);
     cJSON_AddNumberToObject(k, "chunks_stored", u->chunks_stored);
+    cJSON_AddNumberToObject(k, "prefill_steps", u->prefill_steps);
     cJSON *t = cJSON_AddObjectToObject(k, "timings");
     cJSON_AddNumberToObject(t, "queue_ms", u->queue_ms);
     cJSON_AddNumberToObject(t, "ttft_ms", u->ttft_ms);

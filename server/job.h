@@ -37,6 +37,7 @@ typedef struct srv_usage {
     int docs_hit, docs_computed;
     int docs_baked;         /* documents whose baked KV was moved (or, warm: baked now) */
     int chunks_stored;
+    int prefill_steps;      /* scheduler steps the prompt took (chunks; documents: slices of uncached ones, then the assembly) */
     const char *strategy;   /* "prefix" or a repair strategy name */
     double queue_ms, ttft_ms, prefill_ms, decode_ms, total_ms;
     char first_logits_sha256[65]; /* of the first generated position's n_vocab float logits */

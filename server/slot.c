@@ -28,6 +28,9 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->gen_len = s->emitted = 0;
     s->t_start = now_ms();
     s->t_first = 0;
+    s->warmer = NULL;
+    s->docs_ready = 0;
+    s->docs_computed = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
     job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
@@ -173,8 +176,13 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     j->usage.cached_tokens = n_cached;
     j->usage.moved_tokens = n_moved;
     j->usage.recomputed_tokens = n_recomputed;
-    j->usage.docs_hit = r.docs->n_docs_hit;
-    j->usage.docs_computed = r.docs->n_docs_computed;
+    /* Documents the warmer computed are hits here (unless evicted since:
+     * then computed twice, counted once). */
+    const int n_docs = r.docs->n_docs_hit + r.docs->n_docs_computed;
+    int computed = r.docs->n_docs_computed + s->docs_computed;
+    if (computed > n_docs) computed = n_docs;
+    j->usage.docs_hit = n_docs - computed;
+    j->usage.docs_computed = computed;
     j->usage.docs_baked = r.docs->n_docs_baked;
     /* Runs in prompt order: the exact prefix, the documents' region (moved
      * tokens, of which the repair recomputed some), then the rest. */
@@ -187,9 +195,42 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     kvs_generate_result_free(&r);
 }
 
+/* Documents not in the cache are computed a prefill chunk at a time,
+ * between the other slots' decode steps (a cold document set is seconds of
+ * work; in one step it held every stream up). Returns 1 while there is
+ * more to do (or the job failed), 0 when the documents are ready. `full`
+ * reads no document: nothing to warm. */
+static int warm_docs_step(srv_slot *s, const srv_env *env) {
+    srv_job *j = s->job;
+    if (s->docs_ready || j->warm_only || j->repair.mode == KVS_REPAIR_FULL) return 0;
+    int first = !s->warmer, done = 0;
+    if (first && kvs_docs_warmer_new(s->ctx, env->cache, &j->seg, j->req.use_baked, &s->warmer)) {
+        fail_job(s, env, "documents");
+        return 1;
+    }
+    if (kvs_docs_warmer_step(s->warmer, env->prefill_chunk, &done)) {
+        fail_job(s, env, "documents");
+        return 1;
+    }
+    if (!done) return 1;
+    kvs_warm_docs_report rep;
+    kvs_docs_warmer_report(s->warmer, &rep);
+    s->docs_computed = rep.n_computed;
+    kvs_docs_warmer_free(s->warmer);
+    s->warmer = NULL;
+    s->docs_ready = 1;
+    /* All cached at the first look: the assembly runs now; after computing,
+     * in the next step. */
+    return !first || rep.n_computed > 0;
+}
+
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
-    if (j->segments) return prefill_segments(s, env);
+    j->usage.prefill_steps++;
+    if (j->segments) {
+        if (warm_docs_step(s, env)) return;
+        return prefill_segments(s, env);
+    }
     int m = j->n_prompt - s->n_kv;
     if (m > env->prefill_chunk) m = env->prefill_chunk;
     int last = s->n_kv + m == j->n_prompt;
@@ -253,8 +294,10 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
     u->total_ms = t - j->t_submit;
     kvs_sampler_free(s->sampler);
     kvs_detok_free(s->detok);
+    kvs_docs_warmer_free(s->warmer); /* cancelled while computing documents */
     s->sampler = NULL;
     s->detok = NULL;
+    s->warmer = NULL;
     s->job = NULL;
     s->state = SRV_SLOT_FREE;
     srv_metrics_job(env->metrics, j, why);

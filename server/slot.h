@@ -2,7 +2,9 @@
  * A scheduler slot: one kvs_context and the request running in it.
  *
  *   FREE -> PREFILL (chunks of the uncached prompt, interleaved with other
- *           slots' decode steps; documents: one kvs_generate_segments call)
+ *           slots' decode steps; documents: uncached documents computed in
+ *           slices of a chunk (kvs_docs_warmer), then one
+ *           kvs_generate_segments call that finds them cached)
  *        -> DECODE  (one row of the batched step per scheduler iteration)
  *        -> FREE    (finish: text flushed, KV of prompt + generated tokens
  *                    stored for the next turn, usage filled, job released)
@@ -30,6 +32,9 @@ typedef struct srv_slot {
     size_t gen_len, gen_cap, emitted;
     int n_gen;
     double t_start, t_first;
+    kvs_docs_warmer *warmer; /* documents: uncached ones being computed (NULL before and after) */
+    int docs_ready;       /* documents: the warmer is done (or not needed) */
+    int docs_computed;    /* documents the warmer computed */
 } srv_slot;
 
 typedef struct srv_env {
@@ -47,7 +52,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job);
 /* One prefill step (chunk_tokens of the prompt, or the whole documents
  * path). On the last one the first token is sampled and the slot decodes. */
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env);
-/* Prompt tokens still to run (documents: all of them, in one step). */
+/* Prompt tokens still to run (documents: all of them). */
 int srv_slot_prefill_left(const srv_slot *s);
 /* The prompt's last token ran (in a batched step): logits start generation. */
 void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits);

@@ -115,33 +115,12 @@ static void prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *
     }
 }
 
-int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, const int32_t *doc, int n,
-                          kvs_chunk **out) {
-    int n_ctx = 0;
-    for (int i = 0; i < n_nb; i++) n_ctx += nb[i]->n_tok;
-    if (n <= 0 || n_nb < 0 || n_ctx + n > dc->max_doc)
-        return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a doc of %d tokens after %d of neighbours (at most %d "
-                         "here)", n, n_ctx, dc->max_doc);
-    int st = kvs_reuse_check_tokens(dc->ctx, doc, n);
-    if (st) return st;
-    if (!dc->prefix_done) {
-        if (dc->n_prefix > 0) prefill(dc, dc->prefix, dc->pos, dc->n_prefix);
-        dc->prefix_done = 1;
-    }
-    /* The neighbours' KV, moved to follow the prefix. */
+/* The chunk of doc[0..n), whose KV sits in dc->kv at slots at.. (after the
+ * prefix and n_nb neighbours' n_ctx tokens). */
+static int make_chunk(kvs_doc_computer *dc, const int32_t *doc, int n, int at, int n_nb, kvs_chunk **out) {
     const kvs_cache *cache = dc->cache;
-    int at = dc->n_prefix;
-    kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(dc->ctx)));
-    for (int i = 0; i < n_nb; i++) {
-        if ((st = kvs_move_chunk_to_kv(nb[i], 0, nb[i]->n_tok, &dc->kv, at, &rc, kvs_context_fwd(dc->ctx)->pool)))
-            return st;
-        at += nb[i]->n_tok;
-    }
-    /* Slots past the doc may hold an earlier doc's KV: never read, since a
-     * row attends to slots 0..pos only. */
-    prefill(dc, doc, dc->pos + at, n);
-
     kvs_chunk *c = NULL;
+    int st;
     if ((st = kvs_chunk_new(&cache->shape, n, 1, &c))) return st;
     memcpy(c->tokens, doc, (size_t)n * sizeof *doc);
     c->pos0 = at;
@@ -159,6 +138,53 @@ int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, 
     }
     *out = c;
     return KVS_OK;
+}
+
+static void ensure_prefix(kvs_doc_computer *dc) {
+    if (dc->prefix_done) return;
+    if (dc->n_prefix > 0) prefill(dc, dc->prefix, dc->pos, dc->n_prefix);
+    dc->prefix_done = 1;
+}
+
+int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, const int32_t *doc, int n,
+                          kvs_chunk **out) {
+    int n_ctx = 0;
+    for (int i = 0; i < n_nb; i++) n_ctx += nb[i]->n_tok;
+    if (n <= 0 || n_nb < 0 || n_ctx + n > dc->max_doc)
+        return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a doc of %d tokens after %d of neighbours (at most %d "
+                         "here)", n, n_ctx, dc->max_doc);
+    int st = kvs_reuse_check_tokens(dc->ctx, doc, n);
+    if (st) return st;
+    ensure_prefix(dc);
+    /* The neighbours' KV, moved to follow the prefix. */
+    int at = dc->n_prefix;
+    kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(dc->ctx)));
+    for (int i = 0; i < n_nb; i++) {
+        if ((st = kvs_move_chunk_to_kv(nb[i], 0, nb[i]->n_tok, &dc->kv, at, &rc, kvs_context_fwd(dc->ctx)->pool)))
+            return st;
+        at += nb[i]->n_tok;
+    }
+    /* Slots past the doc may hold an earlier doc's KV: never read, since a
+     * row attends to slots 0..pos only. */
+    prefill(dc, doc, dc->pos + at, n);
+    return make_chunk(dc, doc, n, at, n_nb, out);
+}
+
+int kvs_doc_compute_slice(kvs_doc_computer *dc, const int32_t *doc, int n, int *done, int max_tokens,
+                          kvs_chunk **out) {
+    *out = NULL;
+    if (n <= 0 || n > dc->max_doc || *done < 0 || *done >= n || max_tokens <= 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a slice of %d tokens from %d of a doc of %d (at most %d "
+                         "here)", max_tokens, *done, n, dc->max_doc);
+    int st;
+    if (*done == 0 && (st = kvs_reuse_check_tokens(dc->ctx, doc, n))) return st;
+    ensure_prefix(dc);
+    /* Rows attend to slots 0..pos only, so computing the doc in slices
+     * writes the bytes one call writes (the kernels are batch-invariant). */
+    int m = n - *done < max_tokens ? n - *done : max_tokens;
+    prefill(dc, doc + *done, dc->pos + dc->n_prefix + *done, m);
+    *done += m;
+    return *done == n ? make_chunk(dc, doc, n, dc->n_prefix, 0, out) : KVS_OK;
 }
 
 int kvs_doc_compute(kvs_doc_computer *dc, const int32_t *doc, int n, kvs_chunk **out) {

@@ -79,6 +79,14 @@ void kvs_doc_computer_release(kvs_doc_computer *dc); /* safe on a zeroed one */
  * stored: see kvs_store_insert. */
 int kvs_doc_compute(kvs_doc_computer *dc, const int32_t *doc, int n, kvs_chunk **out);
 
+/* kvs_doc_compute a slice at a time (for a scheduler that interleaves other
+ * work): computes doc[*done, *done + max_tokens) (at most to n) and advances
+ * *done (start it at 0); the call that reaches n returns the chunk in *out
+ * (else *out = NULL). The same bytes as kvs_doc_compute whatever the
+ * slices. Between the slices of one doc the computer computes nothing else. */
+int kvs_doc_compute_slice(kvs_doc_computer *dc, const int32_t *doc, int n, int *done, int max_tokens,
+                          kvs_chunk **out);
+
 /* Bakes doc[0..n): the resident chunks nb[0..n_nb) (plain doc chunks) are
  * moved in after the prefix, in order, and the doc is computed after them;
  * their tokens plus n must fit max_doc. Returns a new baked chunk (keys

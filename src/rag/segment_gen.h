@@ -80,6 +80,10 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
  * doc_compute_ms. */
 int kvs_seg_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *lay, kvs_seg_report *rep);
 
+/* The layout of seg's documents for warming (segments_api.c): a question is
+ * needed for the layout only ("?" when seg has none). */
+int kvs_seg_docs_layout(kvs_context *ctx, const kvs_segments *seg, kvs_seg_layout *lay);
+
 /* KVS_OK if the layout is prefix, docs, question, tiling its tokens, with
  * valid token ids, and fits the context. */
 int kvs_seg_layout_check(const kvs_context *ctx, const kvs_seg_layout *lay);

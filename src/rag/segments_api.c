@@ -53,9 +53,7 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
     return KVS_OK;
 }
 
-/* The layout of seg's documents for warming: a question is needed for the
- * layout only. */
-static int docs_layout(kvs_context *ctx, const kvs_segments *seg, kvs_seg_layout *lay) {
+int kvs_seg_docs_layout(kvs_context *ctx, const kvs_segments *seg, kvs_seg_layout *lay) {
     kvs_segments s = *seg;
     if (!s.question || !*s.question) s.question = "?";
     return kvs_seg_layout_build(kvs_context_model(ctx), &s, lay);
@@ -76,7 +74,7 @@ int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, k
     if (!ctx || !cache || !seg)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_warm_docs: need a context, a cache and segments");
     kvs_seg_layout lay;
-    int st = docs_layout(ctx, seg, &lay);
+    int st = kvs_seg_docs_layout(ctx, seg, &lay);
     if (st) return st;
     kvs_seg_report sr;
     st = kvs_seg_warm_docs(ctx, cache, &lay, &sr);
@@ -94,7 +92,7 @@ int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, i
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_bake_docs: n_neighbours must be > 0 (or < 0 for all the other "
                          "documents); 0 bakes nothing (kvs_warm_docs warms without baking)");
     kvs_seg_layout lay;
-    int st = docs_layout(ctx, seg, &lay);
+    int st = kvs_seg_docs_layout(ctx, seg, &lay);
     if (st) return st;
     kvs_seg_bake_report br;
     st = kvs_seg_bake_docs(ctx, cache, &lay, n_neighbours, &br);

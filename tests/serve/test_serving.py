@@ -129,6 +129,58 @@ def test_disconnect_cancels_the_request(server):
     assert chat(server, [{"role": "user", "content": "Hi"}], max_tokens=2)["usage"]["completion_tokens"] >= 1
 
 
+def test_cold_documents_prefill_in_slices_between_decode_steps():
+    """Uncached documents are computed a prefill chunk at a time (kvs_docs_warmer),
+    each slice followed by a decode step of the other streams: a stream keeps
+    receiving tokens while a cold RAG request prefills, and the request's answer
+    has the bits of the same request on cached documents."""
+    s = Server("--slots", "2", "--max-queue", "8", "--ctx", "2048", "--prefill-chunk", "16")
+    try:
+        docs = ["The Danube flows through ten countries, more than any other river in Europe. " * 4,
+                "Vienna, Budapest and Belgrade are capital cities built on the banks of the Danube. " * 4,
+                "The Black Sea receives the Danube through a wide delta in Romania and Ukraine. " * 4]
+        msgs = [{"role": "user", "content": "Which sea does the Danube reach?"}]
+        stream_body = {"messages": [{"role": "user", "content": "Count from one to one hundred."}],
+                       "max_tokens": 64 if not QUICK else 32, "stream": True, "temperature": 0}
+        arrivals = []
+
+        def read_stream():
+            with requests.post(s.url + "/v1/chat/completions", json=stream_body, headers=s.headers(), stream=True,
+                               timeout=300 * SLOW) as r:
+                assert r.status_code == 200, r.text
+                for line in r.iter_lines():
+                    if line.startswith(b"data: {"):
+                        arrivals.append(time.time())
+
+        with cf.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(read_stream)
+            t0 = time.time()
+            while len(arrivals) < 3 and time.time() - t0 < 120 * SLOW:
+                time.sleep(0.01)
+            assert len(arrivals) >= 3, "the stream did not start"
+            t_rag = time.time()
+            cold = chat(s, msgs, max_tokens=4, documents=docs)
+            t_done = time.time()
+            fut.result()
+        k = cold["usage"]["kvstitch"]
+        assert k["docs_computed"] == 3 and k["docs_hit"] == 0, k
+        # 16-token slices of ~200 document tokens, then the assembly
+        assert k["prefill_steps"] >= 10, k
+        # The stream's longest silence while the RAG request ran is a slice and a
+        # decode step, not the whole prefill (which one step would make it).
+        gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > t_rag and a < t_done]
+        prefill_s = k["timings"]["prefill_ms"] / 1000.0
+        assert gaps and max(gaps) < 0.5 * prefill_s, "longest stream gap %.3f s, cold prefill %.3f s" % (
+            max(gaps) if gaps else -1, prefill_s)
+        warm = chat(s, msgs, max_tokens=4, documents=docs)
+        kw = warm["usage"]["kvstitch"]
+        assert kw["docs_hit"] == 3 and kw["docs_computed"] == 0 and kw["prefill_steps"] == 1, kw
+        assert kw["first_logits_sha256"] == k["first_logits_sha256"]
+        assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+    finally:
+        assert s.stop() == 0, s.read_log()[-2000:]
+
+
 def test_queue_full_429_and_sigterm_drain():
     s = Server("--slots", "1", "--max-queue", "1", "--ctx", "512", "--drain-timeout", "120")
     try:
