@@ -18,10 +18,13 @@
  * Ownership and lifetime (every handle and every returned pointer)
  *   - Handles: kvs_model (kvs_model_load / kvs_model_free), kvs_context
  *     (kvs_context_new / kvs_context_free), kvs_detok (kvs_detok_new /
- *     kvs_detok_free), kvs_cache (kvs_cache_open / kvs_cache_free). The caller
+ *     kvs_detok_free), kvs_cache (kvs_cache_open / kvs_cache_free),
+ *     kvs_docs_warmer (kvs_docs_warmer_new / kvs_docs_warmer_free). The caller
  *     owns each handle from its constructor until its _free. A context, a
  *     detokenizer and a cache borrow the model they were made from: free them
- *     before the model. A cache may outlive the contexts that used it.
+ *     before the model. A cache may outlive the contexts that used it. A
+ *     warmer borrows its context and cache (free it first; it copies the
+ *     segments it was given).
  *   - Memory the library allocates for the caller (kvs_chat_render's *out,
  *     kvs_segments_tokenize's *tokens) is released with kvs_free(), never
  *     with the caller's free(): the library may use another allocator (or C
