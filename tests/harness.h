@@ -103,6 +103,14 @@ static inline int kt_summary(void) {
     return kt_n_fail ? 1 : 0;
 }
 
+/* A test file's setup failed: says why (e.g. kvs_last_error()) and returns
+ * main's exit code: if (setup()) return kt_setup_failed(kvs_last_error()); */
+static inline int kt_setup_failed(const char *why) {
+    fprintf(stderr, "  setup failed: %s\n", why ? why : "?");
+    printf("FAIL setup\n");
+    return 1;
+}
+
 /* Path of the real model (set by scripts/run-tests.sh from fetch-model.sh). */
 static inline const char *kt_model_path(void) {
     const char *p = getenv("KVSTITCH_MODEL");

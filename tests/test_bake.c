@@ -41,10 +41,7 @@ static kvs_seg_layout g_lay;
 static kvs_generate_result g_full;
 static char *g_docs[N_DOCS];
 
-static kvs_segments segments(void) {
-    kvs_segments s = {1, KT_DOCS_SYSTEM, (const char *const *)g_docs, NULL, N_DOCS, KT_DOCS_QUESTION, NULL};
-    return s;
-}
+static kvs_segments segments(void) { return kt_docs_segments(g_docs, N_DOCS); }
 
 static int bake(kvs_context *ctx, kvs_cache *c, int k, kvs_warm_docs_report *rep) {
     kvs_segments s = segments();
@@ -94,12 +91,7 @@ static origins list(kvs_cache *c) {
     return o;
 }
 
-static const kvs_seg *doc_seg(int i) {
-    int k = 0;
-    for (int j = 0; j < g_lay.n_segs; j++)
-        if (g_lay.segs[j].kind == KVS_SEG_DOC && k++ == i) return &g_lay.segs[j];
-    return NULL;
-}
+static const kvs_seg *doc_seg(int i) { return kt_doc_seg(&g_lay, i); }
 
 /* The baked chunk of doc i, pinned (NULL if none). */
 static kvs_chunk *baked_chunk(kvs_cache *c, int i) {
@@ -316,11 +308,7 @@ static int setup(void) {
 }
 
 int main(void) {
-    if (setup()) {
-        fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
-        printf("FAIL setup\n");
-        return 1;
-    }
+    if (setup()) return kt_setup_failed(kvs_last_error());
     RUN(bake_stores_baked_entries);
     RUN(baked_used_unless_plain_asked);
     RUN(baked_ratio_one_is_full_zero_is_none);
@@ -328,9 +316,6 @@ int main(void) {
     RUN(baked_persist_survive_prune_never_exact);
     RUN(neighbours_that_do_not_fit_are_dropped);
     kvs_generate_result_free(&g_full);
-    kvs_seg_layout_free(&g_lay);
-    for (int i = 0; i < N_DOCS; i++) free(g_docs[i]);
-    kvs_context_free(g_ctx);
-    kvs_model_free(g_model);
+    kt_docs_teardown(&g_lay, g_docs, N_DOCS, g_ctx, g_model);
     return kt_summary();
 }

@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "kvstitch.h"
+#include "rag/segments.h"
 #include "test_musique.h"
 
 /* The repair tests' prompt: this system message, MuSiQue passages, this question. */
@@ -36,6 +37,29 @@ static inline int kt_docs_setup(size_t doc_bytes, int n, char **docs, kvs_model 
     for (int i = 0; i < n; i++)
         if (!(docs[i] = kt_musique_passage(0, i, doc_bytes))) return -1;
     return 0;
+}
+
+/* The repair tests' segments: a chat prompt of KT_DOCS_SYSTEM, docs and
+ * KT_DOCS_QUESTION. */
+static inline kvs_segments kt_docs_segments(char **docs, int n) {
+    kvs_segments s = {1, KT_DOCS_SYSTEM, (const char *const *)docs, NULL, n, KT_DOCS_QUESTION, NULL};
+    return s;
+}
+
+/* Doc segment i of a layout (NULL past the last). */
+static inline const kvs_seg *kt_doc_seg(const kvs_seg_layout *lay, int i) {
+    int k = 0;
+    for (int j = 0; j < lay->n_segs; j++)
+        if (lay->segs[j].kind == KVS_SEG_DOC && k++ == i) return &lay->segs[j];
+    return NULL;
+}
+
+/* Frees a layout and what kt_docs_setup made. */
+static inline void kt_docs_teardown(kvs_seg_layout *lay, char **docs, int n, kvs_context *ctx, kvs_model *model) {
+    kvs_seg_layout_free(lay);
+    for (int i = 0; i < n; i++) free(docs[i]);
+    kvs_context_free(ctx);
+    kvs_model_free(model);
 }
 
 /* A cache on model (dir: its directory, or NULL for memory only); NULL

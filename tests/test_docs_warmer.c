@@ -33,17 +33,9 @@ static kvs_context *g_ctx;
 static kvs_seg_layout g_lay;
 static char *g_docs[N_DOCS];
 
-static kvs_segments segments(void) {
-    kvs_segments s = {1, KT_DOCS_SYSTEM, (const char *const *)g_docs, NULL, N_DOCS, KT_DOCS_QUESTION, NULL};
-    return s;
-}
+static kvs_segments segments(void) { return kt_docs_segments(g_docs, N_DOCS); }
 
-static const kvs_seg *doc_seg(int i) {
-    int k = 0;
-    for (int j = 0; j < g_lay.n_segs; j++)
-        if (g_lay.segs[j].kind == KVS_SEG_DOC && k++ == i) return &g_lay.segs[j];
-    return NULL;
-}
+static const kvs_seg *doc_seg(int i) { return kt_doc_seg(&g_lay, i); }
 
 static int doc_tokens(void) {
     int n = 0;
@@ -199,17 +191,10 @@ static int setup(void) {
 }
 
 int main(void) {
-    if (setup()) {
-        fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
-        printf("FAIL setup\n");
-        return 1;
-    }
+    if (setup()) return kt_setup_failed(kvs_last_error());
     RUN(slices_give_the_one_call_bytes);
     RUN(warmer_steps_then_request_finds_them);
     RUN(warmer_refuses_bad_arguments);
-    kvs_seg_layout_free(&g_lay);
-    for (int i = 0; i < N_DOCS; i++) free(g_docs[i]);
-    kvs_context_free(g_ctx);
-    kvs_model_free(g_model);
+    kt_docs_teardown(&g_lay, g_docs, N_DOCS, g_ctx, g_model);
     return kt_summary();
 }

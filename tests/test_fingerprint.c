@@ -137,11 +137,7 @@ static int setup(void) {
 }
 
 int main(void) {
-    if (setup()) {
-        fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
-        printf("FAIL setup\n");
-        return 1;
-    }
+    if (setup()) return kt_setup_failed(kvs_last_error());
     RUN(real_fingerprint_serves);
     RUN(weights_digest_never_served);
     RUN(tensor_directory_never_served);

@@ -715,11 +715,7 @@ out:
 }
 
 int main(void) {
-    if (setup()) {
-        fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
-        printf("FAIL setup\n");
-        return 1;
-    }
+    if (setup()) return kt_setup_failed(kvs_last_error());
     RUN(full_equals_cold_prefill);
     RUN(cold_docs_equal_cached_docs);
     RUN(invariants_ratio_one_and_zero);

@@ -435,11 +435,7 @@ static int setup(void) {
 }
 
 int main(void) {
-    if (setup()) {
-        fprintf(stderr, "  setup failed: %s\n", kvs_last_error());
-        printf("FAIL setup\n");
-        return 1;
-    }
+    if (setup()) return kt_setup_failed(kvs_last_error());
     RUN(none_recomputes_nothing);
     RUN(full_recomputes_every_moved_token);
     RUN(full_gives_cold_prefill_bits_at_every_layer);
