@@ -795,6 +795,7 @@ typedef struct kvs_warm_docs_report {
     int n_baked;         /* kvs_bake_docs: documents baked and stored now */
     int n_bake_cached;   /* kvs_bake_docs: documents that had a baked entry already (kept) */
     int n_unbaked;       /* kvs_bake_docs: documents left plain (no other document, or none fits) */
+    int n_prefix_computed; /* kvs_docs_warmer: tokens before the first document it computed (and stored) */
 } kvs_warm_docs_report;
 
 /* Caches the KV of seg's documents (computing the missing ones after the
@@ -824,9 +825,12 @@ KVS_API int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments
  * slice at a time between the decode steps of the other streams, then
  * kvs_generate_segments finds them cached). new: lays out seg (not used
  * after the call; ctx and cache must outlive the warmer, and only it uses
- * ctx until the last step). step: looks documents up in order and computes
- * at most max_tokens (>= 1) tokens of the first uncached one, storing each
- * document when its last slice is done; *done = 1 once every document is
+ * ctx until the last step). step: computes at most max_tokens (>= 1)
+ * tokens: first the prompt before the first document (the system segment),
+ * after its cached part, in ctx's KV, stored by prefix when complete as
+ * kvs_generate_segments stores it (so the request serves it exactly); then
+ * documents in order, the first uncached one a slice at a time, each
+ * stored when its last slice is done; *done = 1 once every document is
  * cached (or was computed and offered to the store: with a RAM budget too
  * small for the request's documents, kvs_generate_segments computes the
  * evicted ones again). With use_baked, a document that has a baked entry is

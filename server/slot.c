@@ -31,6 +31,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->warmer = NULL;
     s->docs_ready = 0;
     s->docs_computed = 0;
+    s->prefix_computed = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
     job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
@@ -172,7 +173,11 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
         kvs_generate_result_free(&r);
         return fail_job(s, env, "documents: the prompt's layout changed");
     }
-    const int n_cached = r.reuse->n_cached, n_moved = r.docs->n_moved, n_recomputed = r.docs->n_recomputed;
+    const int n_moved = r.docs->n_moved, n_recomputed = r.docs->n_recomputed;
+    /* The exact prefix the warmer computed in earlier steps is a cache hit
+     * here: this request computed it. */
+    const int n_warmed = s->prefix_computed < r.reuse->n_cached ? s->prefix_computed : r.reuse->n_cached;
+    const int n_cached = r.reuse->n_cached - n_warmed;
     j->usage.cached_tokens = n_cached;
     j->usage.moved_tokens = n_moved;
     j->usage.recomputed_tokens = n_recomputed;
@@ -187,17 +192,19 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     /* Runs in prompt order: the exact prefix, the documents' region (moved
      * tokens, of which the repair recomputed some), then the rest. */
     add_source(j, SRV_SRC_CACHED, n_cached);
+    add_source(j, SRV_SRC_COMPUTED, n_warmed);
     add_source(j, SRV_SRC_MOVED, n_moved - n_recomputed);
     add_source(j, SRV_SRC_RECOMPUTED, n_recomputed);
-    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - n_cached - n_moved);
+    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - r.reuse->n_cached - n_moved);
     s->n_kv = j->n_prompt;
     first_token(s, env, r.first_logits);
     kvs_generate_result_free(&r);
 }
 
-/* Documents not in the cache are computed a prefill chunk at a time,
- * between the other slots' decode steps (a cold document set is seconds of
- * work; in one step it held every stream up). Returns 1 while there is
+/* The uncached prompt before the documents, then the documents not in the
+ * cache, are computed a prefill chunk at a time, between the other slots'
+ * decode steps (a cold document set is seconds of work; in one step it held
+ * every stream up). Returns 1 while there is
  * more to do (or the job failed), 0 when the documents are ready. `full`
  * reads no document: nothing to warm. */
 static int warm_docs_step(srv_slot *s, const srv_env *env) {
@@ -216,6 +223,7 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
     kvs_warm_docs_report rep;
     kvs_docs_warmer_report(s->warmer, &rep);
     s->docs_computed = rep.n_computed;
+    s->prefix_computed = rep.n_prefix_computed;
     kvs_docs_warmer_free(s->warmer);
     s->warmer = NULL;
     s->docs_ready = 1;

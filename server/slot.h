@@ -35,6 +35,7 @@ typedef struct srv_slot {
     kvs_docs_warmer *warmer; /* documents: uncached ones being computed (NULL before and after) */
     int docs_ready;       /* documents: the warmer is done (or not needed) */
     int docs_computed;    /* documents the warmer computed */
+    int prefix_computed;  /* prompt tokens before the documents the warmer computed (then served as cached) */
 } srv_slot;
 
 typedef struct srv_env {

@@ -8,10 +8,12 @@
  *   a warmer's cache gives kvs_generate_segments the bits that a cache
  *   warmed by kvs_warm_docs gives (first logits and tokens)
  * Bookkeeping: steps of max_tokens compute no more than that many tokens
- * (so a cold set takes several steps), each document is stored when its
- * last slice is done, the report counts them, a second warmer finds them
- * all cached at its first step, the request after it computes none, and
- * bad arguments are refused by name.
+ * (so a cold set takes several steps), the prompt before the documents is
+ * computed first and stored by prefix (the request then serves it exactly),
+ * each document is stored when its last slice is done, the report counts
+ * them, a second warmer finds everything cached at its first step, the
+ * request after it computes no document, and bad arguments are refused by
+ * name.
  */
 #include <stdint.h>
 
@@ -130,25 +132,31 @@ TEST(warmer_steps_then_request_finds_them) {
     memset(&ra, 0, sizeof ra);
     memset(&rb, 0, sizeof rb);
     if (!a || !b) goto out;
-    const int slice = 50, n_doc_tokens = doc_tokens();
+    const int slice = 50, n_doc_tokens = doc_tokens(), n_prefix = doc_seg(0)->start;
     kvs_warm_docs_report rep;
     int steps = warm_in_steps(a, slice, &rep);
-    /* at most `slice` tokens per step: at least ceil(total / slice) steps */
-    CHECK(steps >= (n_doc_tokens + slice - 1) / slice);
-    CHECK(steps <= n_doc_tokens / slice + N_DOCS + 1);
+    /* at most `slice` tokens per step (the prefix before the documents, then
+     * the documents): at least ceil(total / slice) steps */
+    CHECK(steps >= (n_prefix + n_doc_tokens + slice - 1) / slice);
+    CHECK(steps <= (n_prefix + n_doc_tokens) / slice + N_DOCS + 2);
     CHECK_EQ_INT(rep.n_docs, N_DOCS);
     CHECK_EQ_INT(rep.n_computed, N_DOCS);
     CHECK_EQ_INT(rep.n_cached, 0);
     CHECK_EQ_INT(rep.n_tokens, n_doc_tokens);
-    /* a second warmer: all cached, done at its first step */
+    CHECK_EQ_INT(rep.n_prefix_computed, n_prefix);
+    /* a second warmer: all cached (prefix and documents), done at its first step */
     CHECK_EQ_INT(warm_in_steps(a, slice, &rep), 1);
     CHECK_EQ_INT(rep.n_cached, N_DOCS);
     CHECK_EQ_INT(rep.n_computed, 0);
+    CHECK_EQ_INT(rep.n_prefix_computed, 0);
     /* the same cache contents as kvs_warm_docs: the same request bits */
     kvs_segments s = segments();
     CHECK(kvs_warm_docs(g_ctx, b, &s, NULL) == KVS_OK);
     if (generate(a, &ra) || generate(b, &rb)) goto out;
     CHECK(kt_same_result(&ra, &rb));
+    /* the warmer's prefix is served exactly; kvs_warm_docs stores no prefix */
+    CHECK(ra.reuse && ra.reuse->n_cached == n_prefix);
+    CHECK(rb.reuse && rb.reuse->n_cached == 0);
     CHECK(ra.docs != NULL);
     if (ra.docs) {
         CHECK_EQ_INT(ra.docs->n_docs_hit, N_DOCS);

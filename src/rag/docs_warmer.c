@@ -1,11 +1,13 @@
 /* kvs_docs_warmer (kvstitch.h): kvs_warm_docs a slice at a time, so that a
- * scheduler computes a request's uncached documents between the decode
+ * scheduler computes a request's uncached prompt prefix (the system
+ * segment, before the first document) and documents between the decode
  * steps of its other streams instead of in one long step. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "engine/context.h"
+#include "kv/store.h"
 #include "rag/segment_gen.h"
 
 struct kvs_docs_warmer {
@@ -15,6 +17,10 @@ struct kvs_docs_warmer {
     int use_baked;
     kvs_key parent;       /* the doc prefix's key */
     kvs_doc_computer dc;  /* initialised at the first uncached document */
+    int prefix_done;      /* the exact prefix [0, D) is in the context and stored */
+    int n_prefix_at;      /* tokens of it in the context (looked up, then computed) */
+    int n_prefix_computed;
+    int32_t *pos;         /* (D) 0, 1, 2, ... */
     int j;                /* the segment being looked at */
     int computing;        /* segment j is uncached: n_done of its tokens are computed */
     int n_done;
@@ -55,12 +61,49 @@ static int is_cached(kvs_docs_warmer *w, const kvs_seg *s, int *cached) {
     return st;
 }
 
+/* The prompt before the first document, as kvs_generate_segments serves it
+ * exactly: looked up (the cached part copied into the context), the rest
+ * computed in slices of the budget, then stored by prefix with the layout's
+ * chunk borders (generate's own store), so the request's lookup hits it. */
+static int prefix_step(kvs_docs_warmer *w, int *budget) {
+    const int j0 = kvs_seg_layout_first_doc(&w->lay);
+    const int D = j0 < 0 ? 0 : w->lay.segs[j0].start;
+    int st = KVS_OK;
+    if (D > 0 && !w->pos) {
+        if (!(w->pos = malloc((size_t)D * sizeof *w->pos))) return kvs_error(KVS_ERR_NOMEM, "docs warmer: out of memory");
+        for (int i = 0; i < D; i++) w->pos[i] = i;
+        kvs_prefix_hit hit;
+        memset(&hit, 0, sizeof hit);
+        st = kvs_store_lookup_into(w->cache->store, w->lay.tokens, D, kvs_context_kv(w->ctx), &hit);
+        w->n_prefix_at = hit.n_cached;
+        kvs_prefix_hit_release(&hit);
+        if (st) return st;
+    }
+    if (w->n_prefix_at < D) {
+        int m = D - w->n_prefix_at < *budget ? D - w->n_prefix_at : *budget;
+        if ((st = kvs_decode(w->ctx, w->lay.tokens + w->n_prefix_at, w->pos + w->n_prefix_at, m, NULL))) return st;
+        w->n_prefix_at += m;
+        w->n_prefix_computed += m;
+        *budget -= m;
+        if (w->n_prefix_at < D) return KVS_OK;
+    }
+    if (w->n_prefix_computed > 0) { /* a failed store leaves it to the request */
+        kvs_put_report put;
+        memset(&put, 0, sizeof put);
+        kvs_store_put_prefix(w->cache->store, w->lay.tokens, D, w->cache->chunk_tokens, w->lay.borders,
+                             w->lay.n_borders, kvs_context_kv(w->ctx), &put);
+    }
+    w->prefix_done = 1;
+    return KVS_OK;
+}
+
 int kvs_docs_warmer_step(kvs_docs_warmer *w, int max_tokens, int *done) {
     if (!w || !done || max_tokens < 1)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_docs_warmer_step: need a warmer, max_tokens >= 1 and an output");
     double t0 = kvs_now_ms();
     int st = KVS_OK, budget = max_tokens;
-    while (!st && budget > 0 && w->j < w->lay.n_segs) {
+    if (!w->prefix_done) st = prefix_step(w, &budget);
+    while (!st && w->prefix_done && budget > 0 && w->j < w->lay.n_segs) {
         const kvs_seg *s = &w->lay.segs[w->j];
         if (s->kind != KVS_SEG_DOC) {
             w->j++;
@@ -109,11 +152,13 @@ void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep)
     for (int i = 0; i < w->lay.n_segs; i++)
         if (w->lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += w->lay.segs[i].end - w->lay.segs[i].start;
     rep->ms = w->ms;
+    rep->n_prefix_computed = w->n_prefix_computed;
 }
 
 void kvs_docs_warmer_free(kvs_docs_warmer *w) {
     if (!w) return;
     kvs_doc_computer_release(&w->dc);
     kvs_seg_layout_free(&w->lay);
+    free(w->pos);
     free(w);
 }

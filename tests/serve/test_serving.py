@@ -130,16 +130,18 @@ def test_disconnect_cancels_the_request(server):
 
 
 def test_cold_documents_prefill_in_slices_between_decode_steps():
-    """Uncached documents are computed a prefill chunk at a time (kvs_docs_warmer),
-    each slice followed by a decode step of the other streams: a stream keeps
-    receiving tokens while a cold RAG request prefills, and the request's answer
-    has the bits of the same request on cached documents."""
+    """An uncached system message and documents are computed a prefill chunk at a
+    time (kvs_docs_warmer), each slice followed by a decode step of the other
+    streams: a stream keeps receiving tokens while a cold RAG request prefills,
+    and the request's answer has the bits of the same request served from the
+    cache."""
     s = Server("--slots", "2", "--max-queue", "8", "--ctx", "2048", "--prefill-chunk", "16")
     try:
         docs = ["The Danube flows through ten countries, more than any other river in Europe. " * 4,
                 "Vienna, Budapest and Belgrade are capital cities built on the banks of the Danube. " * 4,
                 "The Black Sea receives the Danube through a wide delta in Romania and Ukraine. " * 4]
-        msgs = [{"role": "user", "content": "Which sea does the Danube reach?"}]
+        system = "You answer questions about European rivers from the passages given, briefly and exactly. " * 3
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Which sea does the Danube reach?"}]
         stream_body = {"messages": [{"role": "user", "content": "Count from one to one hundred."}],
                        "max_tokens": 64 if not QUICK else 32, "stream": True, "temperature": 0}
         arrivals = []
@@ -164,6 +166,10 @@ def test_cold_documents_prefill_in_slices_between_decode_steps():
             fut.result()
         k = cold["usage"]["kvstitch"]
         assert k["docs_computed"] == 3 and k["docs_hit"] == 0, k
+        # the system message was computed by this request too (in slices, before
+        # the documents), not served from the cache (only the template's opening
+        # tokens, which the stream's prompt stored, are)
+        assert k["cached_tokens"] <= 8 and k["computed_tokens"] > 50, k
         # 16-token slices of ~200 document tokens, then the assembly
         assert k["prefill_steps"] >= 10, k
         # The stream's longest silence while the RAG request ran is a slice and a
@@ -175,6 +181,7 @@ def test_cold_documents_prefill_in_slices_between_decode_steps():
         warm = chat(s, msgs, max_tokens=4, documents=docs)
         kw = warm["usage"]["kvstitch"]
         assert kw["docs_hit"] == 3 and kw["docs_computed"] == 0 and kw["prefill_steps"] == 1, kw
+        assert kw["cached_tokens"] > 50, kw  # the system message, stored by the first request
         assert kw["first_logits_sha256"] == k["first_logits_sha256"]
         assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
     finally:
