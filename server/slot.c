@@ -229,7 +229,7 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
     s->docs_ready = 1;
     /* All cached at the first look: the assembly runs now; after computing,
      * in the next step. */
-    return !first || rep.n_computed > 0;
+    return !first || rep.n_computed > 0 || rep.n_prefix_computed > 0;
 }
 
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
