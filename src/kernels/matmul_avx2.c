@@ -194,6 +194,18 @@ AI __m256 load_w8(const uint8_t *row, int e, int type) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/* Element e of a float weight row (the scalar reads of a tail). */
+AI float w_at(const uint8_t *row, int e, int type) {
+    float f;
+    if (type == KVS_TYPE_F32) {
+        memcpy(&f, row + 4 * (size_t)e, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, row + 2 * (size_t)e, 2);
+    return type == KVS_TYPE_F16 ? kvs_f16_to_f32(h) : kvs_bf16_to_f32(h);
+}
+
 static float dot_f(const kvs_wmat *w, int j, const float *x) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
     int k = w->k, type = w->type;
@@ -206,16 +218,7 @@ static float dot_f(const kvs_wmat *w, int j, const float *x) {
     float acc[16];
     _mm256_storeu_ps(acc, lo);
     _mm256_storeu_ps(acc + 8, hi);
-    for (int l = 0; e < k; e++, l++) { /* the scalar reference's order for a tail */
-        float wv;
-        if (type == KVS_TYPE_F32) memcpy(&wv, row + 4 * (size_t)e, 4);
-        else {
-            uint16_t h;
-            memcpy(&h, row + 2 * (size_t)e, 2);
-            wv = type == KVS_TYPE_F16 ? kvs_f16_to_f32(h) : kvs_bf16_to_f32(h);
-        }
-        acc[l] = fmaf(x[e], wv, acc[l]);
-    }
+    for (int l = 0; e < k; e++, l++) acc[l] = fmaf(x[e], w_at(row, e, type), acc[l]); /* the reference's tail order */
     return kvs_tree16(acc);
 }
 
@@ -240,11 +243,7 @@ static void widen_rows(const kvs_wmat *w, int j0, int nr, float *wf, const float
         float *d = wf + (size_t)r * k;
         int e = 0;
         for (; e + 8 <= k; e += 8) _mm256_storeu_ps(d + e, load_w8(row, e, w->type));
-        for (; e < k; e++) {
-            uint16_t h;
-            memcpy(&h, row + 2 * (size_t)e, 2);
-            d[e] = w->type == KVS_TYPE_F16 ? kvs_f16_to_f32(h) : kvs_bf16_to_f32(h);
-        }
+        for (; e < k; e++) d[e] = w_at(row, e, w->type);
         wr[r] = d;
     }
 }

@@ -52,55 +52,15 @@ AI const xtail *row_tails(const kvs_mm_call *c, int i) {
     return (const xtail *)(c->xn + (size_t)i * c->xn_row + (size_t)kvs_xq_groups(c->w->k) * 1024);
 }
 
-/* Full groups of one Q4 weight row against mr activation rows: acc[i] gets
- * the 16 chains of row i. */
-AI void q4_groups(const uint8_t *pw, int ng, int q41, const uint8_t *xq, size_t xq_row, int mr,
-                  float (*acc)[16]) {
-    const int gb = q41 ? 320 : 288;
-    const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    for (int g = 0; g < ng; g++) {
-        const uint8_t *pg = pw + (size_t)g * gb;
-        for (int h = 0; h < 2; h++) {
-            __m256i W[8];
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
-                W[2 * r] = _mm256_and_si256(q, lo4);
-                W[2 * r + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-            }
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 256 + 16 * h)));
-            __m256 mw = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 288 + 16 * h)))
-                            : _mm256_setzero_ps();
-            for (int i = 0; i < mr; i++) {
-                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-                const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
-                __m256i ph = _mm256_maddubs_epi16(W[0], _mm256_loadu_si256((const __m256i *)xh));
-                __m256i pl = _mm256_maddubs_epi16(W[0], _mm256_loadu_si256((const __m256i *)xl));
-#pragma GCC unroll 7
-                for (int v = 1; v < 8; v++) {
-                    ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(W[v], _mm256_loadu_si256((const __m256i *)(xh + 64 * v))));
-                    pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(W[v], _mm256_loadu_si256((const __m256i *)(xl + 64 * v))));
-                }
-                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones));
-                const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
-                if (!q41) isum = _mm256_add_epi32(isum, _mm256_loadu_si256((const __m256i *)(trailer + 32 + 8 * h)));
-                __m256 C = _mm256_load_ps(acc[i] + 8 * h);
-                C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(trailer + 8 * h)), C);
-                if (q41) C = _mm256_fmadd_ps(mw, _mm256_loadu_ps(trailer + 16 + 8 * h), C);
-                _mm256_store_ps(acc[i] + 8 * h, C);
-            }
-        }
-    }
-}
-
-/* Full groups of four Q4 weight rows (row r at pw + r * rb) against mr
- * activation rows: the four rows' weights unpacked once per half group
- * (L1) and, per weight vector, one activation row's hi and lo vectors (in
- * registers) meet all four: 8 vpmaddubsw per 6 loads, where one weight row
- * at a time needs a load per vpmaddubsw (and the loads bound the loop).
- * acc[r][i] gets the 16 chains of activation row i for weight row r; the
- * same operations per output as q4_groups. */
-static void q4_groups4(const uint8_t *pw, size_t rb, int ng, int q41, const uint8_t *xq, size_t xq_row, int mr,
+/* Full groups of four Q4 weight rows (pw[r]; a tile of fewer repeats its
+ * last row) against mr activation rows: the four rows' weights unpacked
+ * once per half group (L1) and, per weight vector, one activation row's hi
+ * and lo vectors (in registers) meet all four: 8 vpmaddubsw per 6 loads,
+ * where one weight row at a time needs a load per vpmaddubsw (and the loads
+ * bound the loop). acc[r][i] gets the 16 chains of activation row i for
+ * weight row r. Per block: 256 * dot(w, hi) + dot(w, lo) (+ c for Q4_0),
+ * then the canonical float steps. */
+static void q4_groups4(const uint8_t *const pw[4], int ng, int q41, const uint8_t *xq, size_t xq_row, int mr,
                        float (*acc)[ROWS][16]) {
     const int gb = q41 ? 320 : 288;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
@@ -110,7 +70,7 @@ static void q4_groups4(const uint8_t *pw, size_t rb, int ng, int q41, const uint
         for (int h = 0; h < 2; h++) {
             __m256 dw[4], mw[4];
             for (int r = 0; r < 4; r++) {
-                const uint8_t *pg = pw + r * rb + (size_t)g * gb;
+                const uint8_t *pg = pw[r] + (size_t)g * gb;
                 for (int v = 0; v < 4; v++) {
                     __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * v + 32 * h));
                     Wu[2 * v][r] = _mm256_and_si256(q, lo4);
@@ -171,53 +131,20 @@ static void q4_groups4(const uint8_t *pw, size_t rb, int ng, int q41, const uint
     }
 }
 
-/* Full groups of one Q8_0 weight row on the int16 rows (kvs_avx2_xn_row):
- * the row's weights widened to int16 once (L1) and met by every activation
- * row with one vpmaddwd per 16 weights, the exact 256 dot(w, hi) +
- * dot(w, lo) at once: a third of q8_groups' vector work (no sign juggling,
- * half the multiplies). Lanes as in q8_m1_pair16. */
-static void q8_groups16(const uint8_t *pw, int ng, const uint8_t *xq, size_t xq_row, const uint8_t *xn,
-                        size_t xn_row, int mr, float (*acc)[16]) {
-    __m256i W[8][2] __attribute__((aligned(32)));
-    for (int g = 0; g < ng; g++) {
-        const uint8_t *pg = pw + (size_t)g * 544;
-        for (int h = 0; h < 2; h++) {
-            for (int r = 0; r < 8; r++) {
-                W[r][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pg + 64 * r + 32 * h)));
-                W[r][1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pg + 64 * r + 32 * h + 16)));
-            }
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pg + 512 + 16 * h)));
-            for (int i = 0; i < mr; i++) {
-                const int16_t *x16 = (const int16_t *)(xn + (size_t)i * xn_row) + (size_t)g * 512 + 32 * h;
-                __m256i sa = _mm256_madd_epi16(W[0][0], _mm256_loadu_si256((const __m256i *)x16));
-                __m256i sb = _mm256_madd_epi16(W[0][1], _mm256_loadu_si256((const __m256i *)(x16 + 16)));
-#pragma GCC unroll 7
-                for (int r = 1; r < 8; r++) {
-                    const int16_t *xr = x16 + 64 * r;
-                    sa = _mm256_add_epi32(sa, _mm256_madd_epi16(W[r][0], _mm256_loadu_si256((const __m256i *)xr)));
-                    sb = _mm256_add_epi32(sb, _mm256_madd_epi16(W[r][1], _mm256_loadu_si256((const __m256i *)(xr + 16))));
-                }
-                __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa, sb), 0xD8);
-                const float *trailer = (const float *)(xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES + KVS_XQ_GROUP_QS);
-                __m256 C = _mm256_load_ps(acc[i] + 8 * h);
-                C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(trailer + 8 * h)), C);
-                _mm256_store_ps(acc[i] + 8 * h, C);
-            }
-        }
-    }
-}
-
-/* q8_groups16 for four weight rows (row r at pw + r * rb): per weight
- * vector, one activation row's two int16 vectors (in registers) meet the
- * four rows' widened weights (L1): 1.25 loads per vpmaddwd instead of 2. */
-static void q8_groups16x4(const uint8_t *pw, size_t rb, int ng, const uint8_t *xq, size_t xq_row, const uint8_t *xn,
+/* Full groups of four Q8_0 weight rows (pw[r], as q4_groups4) on the int16
+ * activation rows (kvs_avx2_xn_row): the rows' weights widened to int16
+ * once (L1), one vpmaddwd per 16 weights gives the exact 256 dot(w, hi) +
+ * dot(w, lo) (no sign juggling, half the multiplies of the 8-bit planes);
+ * per weight vector, one activation row's two int16 vectors (in registers)
+ * meet the four rows: 1.25 loads per vpmaddwd. Lanes as in q8_m1_pair16. */
+static void q8_groups16x4(const uint8_t *const pw[4], int ng, const uint8_t *xq, size_t xq_row, const uint8_t *xn,
                           size_t xn_row, int mr, float (*acc)[ROWS][16]) {
     __m256i W[8][4][2] __attribute__((aligned(32)));
     for (int g = 0; g < ng; g++) {
         for (int h = 0; h < 2; h++) {
             __m256 dw[4];
             for (int o = 0; o < 4; o++) {
-                const uint8_t *pg = pw + o * rb + (size_t)g * 544;
+                const uint8_t *pg = pw[o] + (size_t)g * 544;
                 for (int r = 0; r < 8; r++) {
                     W[r][o][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pg + 64 * r + 32 * h)));
                     W[r][o][1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pg + 64 * r + 32 * h + 16)));
@@ -375,7 +302,7 @@ AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256
 /* One activation row (decode) against two Q4 weight rows at once: two
  * independent chains for the out-of-order core, x loaded once for both, the
  * 16 chains of each row in registers (lanes). Same operations per output as
- * q4_groups. */
+ * q4_groups4. */
 AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const uint8_t *xq, float y[2]) {
     const int gb = q41 ? 320 : 288;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
@@ -435,6 +362,11 @@ AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const 
  *    (quant.h: the dword of row sub in vec v holds elements
  *    4 (v / 2) + 16 (v % 2) .. +3), once per row instead of once per
  *    column chunk. */
+/* 16 elements' Q = 256 hi + lo as int16, from their signed hi and lo bytes. */
+AI __m256i q16_of(__m128i hi, __m128i lo) {
+    return _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(hi), 8), _mm256_cvtepi8_epi16(lo));
+}
+
 void kvs_avx2_xn_row(const kvs_mm_call *c, int i) {
     const __m256i c80 = _mm256_set1_epi8((char)0x80);
     const int ng = kvs_xq_groups(c->w->k), nt = kvs_xq_tail_blocks(c->w->k);
@@ -451,8 +383,7 @@ void kvs_avx2_xn_row(const kvs_mm_call *c, int i) {
                 for (int q = 0; q < 2; q++) {
                     __m128i hq = q ? _mm256_extracti128_si256(hi, 1) : _mm256_castsi256_si128(hi);
                     __m128i lq = q ? _mm256_extracti128_si256(lo, 1) : _mm256_castsi256_si128(lo);
-                    __m256i v = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(hq), 8), _mm256_cvtepi8_epi16(lq));
-                    _mm256_storeu_si256((__m256i *)(dst + 16 * q), v);
+                    _mm256_storeu_si256((__m256i *)(dst + 16 * q), q16_of(hq, lq));
                 }
             }
     }
@@ -471,9 +402,7 @@ void kvs_avx2_xn_row(const kvs_mm_call *c, int i) {
             pl[p][1] = _mm_xor_si128(_mm_setr_epi32(d[1], d[3], d[5], d[7]), off);
         }
         for (int h = 0; h < 2; h++)
-            _mm256_storeu_si256((__m256i *)(xt[t].q + 16 * h),
-                                _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(pl[0][h]), 8),
-                                                 _mm256_cvtepi8_epi16(pl[1][h])));
+            _mm256_storeu_si256((__m256i *)(xt[t].q + 16 * h), q16_of(pl[0][h], pl[1][h]));
         xt[t].d = kvs_xq_tail_d((uint8_t *)quad, t)[sub];
         xt[t].s = kvs_xq_tail_s((uint8_t *)quad, t)[sub];
         xt[t].c = kvs_xq_tail_c((uint8_t *)quad, t)[sub];
@@ -584,23 +513,21 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
         for (int j8 = j0; j8 < j1; j8 += 8) {
             const int n8 = j1 - j8 < 8 ? j1 - j8 : 8;
             for (int o = 0; o < n8;) {
-                const int no = n8 - o >= 4 ? 4 : 1; /* four weight rows at a time where the tile has them */
-                const uint8_t *pw = (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes;
+                const int no = n8 - o < 4 ? n8 - o : 4; /* weight rows of this step (4, fewer at a tile's end) */
+                const uint8_t *pw[4];
+                for (int r = 0; r < 4; r++) /* a short step repeats its last row (computed, not stored) */
+                    pw[r] = (const uint8_t *)w->packed + (size_t)(j8 + o + (r < no ? r : no - 1)) * w->row_bytes;
                 if (j8 + o + PF_ROWS + no <= w->n) { /* the stream ahead */
-                    const uint8_t *pf = pw + PF_ROWS * w->row_bytes;
+                    const uint8_t *pf = pw[0] + PF_ROWS * w->row_bytes;
                     for (size_t b = 0; b < no * w->row_bytes; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
                 }
-                for (int r = 0; r < no; r++)
+                for (int r = 0; r < 4; r++)
                     for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
                         for (int l = 0; l < 16; l++) acc[r][i][l] = 0.0f;
-                if (type == KVS_TYPE_Q8_0 && no == 4)
-                    q8_groups16x4(pw, w->row_bytes, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc);
-                else if (type == KVS_TYPE_Q8_0)
-                    q8_groups16(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc[0]);
-                else if (no == 4)
-                    q4_groups4(pw, w->row_bytes, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
+                if (type == KVS_TYPE_Q8_0)
+                    q8_groups16x4(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc);
                 else
-                    q4_groups(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc[0]);
+                    q4_groups4(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
                 for (int r = 0; r < no; r++)
                     for (int i = 0; i < mr; i++) ytile[i][o + r] = kvs_tree16(acc[r][i]);
                 o += no;
