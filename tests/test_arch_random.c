@@ -142,13 +142,6 @@ static kvs_context *new_ctx(kvs_model *m, int n_ctx) {
     return st ? NULL : c;
 }
 
-static int argmax_f(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 static void check_logits(const model_case *mc) {
     kvs_model *m = load(mc->name);
     if (!m) return;
@@ -178,7 +171,7 @@ static void check_logits(const model_case *mc) {
                 if (r[j] > r[t1]) { t2 = t1; t1 = j; }
                 else if (j != t1 && (t2 < 0 || r[j] > r[t2])) t2 = j;
             }
-            int a = argmax_f(e, nv) == t1;
+            int a = kt_argmax(e, nv) == t1;
             agree += a;
             if (r[t1] - r[t2] >= 0.05 * rms) { decisive++; decisive_agree += a; }
         }

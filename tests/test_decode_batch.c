@@ -6,6 +6,7 @@
  * the argument checks name what is wrong.
  */
 #include "harness.h"
+#include "test_greedy.h"
 #include "kvstitch.h"
 
 #define N_CTX 256
@@ -33,13 +34,6 @@ static kvs_context *new_ctx(int n_threads) {
     return c;
 }
 
-static int argmax(const float *x) {
-    int b = 0;
-    for (int i = 1; i < g_vocab; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Reference: sequence s alone, greedy, N_STEPS decode steps; logits of the
  * prompt's last token and of every step: (N_STEPS + 1, n_vocab). */
 static float *run_alone(int s, int n_threads) {
@@ -51,7 +45,7 @@ static float *run_alone(int s, int n_threads) {
     if (!c || !lg) return lg;
     CHECK(kvs_decode(c, p, pos, n, lg) == KVS_OK);
     for (int t = 0; t < N_STEPS; t++) {
-        int32_t tok = argmax(lg + (size_t)t * g_vocab), ps = n + t;
+        int32_t tok = kt_argmax(lg + (size_t)t * g_vocab, g_vocab), ps = n + t;
         CHECK(kvs_decode(c, &tok, &ps, 1, lg + (size_t)(t + 1) * g_vocab) == KVS_OK);
     }
     kvs_context_free(c);
@@ -72,7 +66,7 @@ static void run_batched(int n_threads, float *ref[N_SEQ]) {
         n[s] = prompt_of(s, p);
         CHECK(kvs_decode(c[s], p, pos, n[s], one) == KVS_OK);
         CHECK_MSG(memcmp(one, ref[s], (size_t)g_vocab * sizeof(float)) == 0, "seq %d prefill logits", s);
-        next[s] = argmax(one);
+        next[s] = kt_argmax(one, g_vocab);
     }
     for (int round = 0; round < N_STEPS + 1; round++) {
         kvs_context *bc[N_SEQ];
@@ -95,7 +89,7 @@ static void run_batched(int n_threads, float *ref[N_SEQ]) {
             CHECK_MSG(memcmp(lg + (size_t)r * g_vocab, want, (size_t)g_vocab * sizeof(float)) == 0,
                       "seq %d step %d (row %d of %d, %d threads): logits differ from the sequence alone", s, step[s],
                       r, m, n_threads);
-            next[s] = argmax(lg + (size_t)r * g_vocab);
+            next[s] = kt_argmax(lg + (size_t)r * g_vocab, g_vocab);
         }
     }
     for (int s = 0; s < N_SEQ; s++) {

@@ -3,6 +3,7 @@
  * callbacks, seeds, first logits / top logprobs, context limits). */
 #include "engine/context.h"
 #include "harness.h"
+#include "test_greedy.h"
 #include "kvstitch.h"
 
 static kvs_model *g_model;
@@ -33,13 +34,6 @@ static int chat_prompt(const char *user, int32_t *out, int cap) {
     int n = tokenize(text, KVS_TOKENIZE_PARSE_SPECIAL, out, cap);
     free(text);
     return n;
-}
-
-static int32_t argmax(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 TEST(test_context_params) {
@@ -94,7 +88,7 @@ TEST(test_greedy_continuation) {
     CHECK_EQ_INT(kvs_decode(ctx, toks, pos, n, logits), KVS_OK);
     char piece[64];
     size_t len = 0;
-    int32_t best = argmax(logits, 49152);
+    int32_t best = kt_argmax(logits, 49152);
     CHECK_EQ_INT(kvs_token_to_bytes(g_model, best, 0, piece, sizeof piece - 1, &len), KVS_OK);
     piece[len < sizeof piece ? len : sizeof piece - 1] = 0;
     CHECK_MSG(!strcmp(piece, " Paris"), "next token %d = '%s'", best, piece);
@@ -173,7 +167,7 @@ TEST(test_generate_greedy_chat) {
     CHECK(r.ttft_ms >= r.timings.prefill_ms && r.timings.prefill_ms > 0 && r.timings.decode_ms >= 0);
     /* greedy: the first token is the argmax of the first logits = top logprob */
     CHECK_EQ_INT(r.n_top, 20);
-    CHECK_EQ_INT(r.tokens[0], argmax(r.first_logits, 49152));
+    CHECK_EQ_INT(r.tokens[0], kt_argmax(r.first_logits, 49152));
     CHECK_EQ_INT(r.top_ids[0], r.tokens[0]);
     double mass = 0;
     int sorted = 1;

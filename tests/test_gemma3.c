@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "harness.h"
+#include "test_greedy.h"
 #include "kvstitch.h"
 #include "model/model.h"
 #include "rag/move.h"
@@ -56,13 +57,6 @@ static kvs_context *new_ctx(int n_ctx) {
     int st = kvs_context_new(g_model, cp, &c);
     CHECK_MSG(st == KVS_OK, "context: %s", kvs_last_error());
     return c;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 TEST(gemma3_info) {
@@ -118,7 +112,7 @@ TEST(gemma3_golden_teacher_forced) {
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     int agree = 0, decisive = 0, decisive_agree = 0;
     for (int i = 0; !st && i < n; i++) {
-        int a = argmax(lg + (size_t)i * nv, nv) == ref_top[i];
+        int a = kt_argmax(lg + (size_t)i * nv, nv) == ref_top[i];
         agree += a;
         if (margin[i] >= 0.05) {
             decisive++;

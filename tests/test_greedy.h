@@ -4,6 +4,8 @@
 #ifndef KVS_TEST_GREEDY_H
 #define KVS_TEST_GREEDY_H
 
+#include <stdint.h>
+
 #include "kvstitch.h"
 
 static inline kvs_generate_params kt_greedy(int n_predict) {
@@ -12,6 +14,14 @@ static inline kvs_generate_params kt_greedy(int n_predict) {
     gp.sampling.temperature = 0;
     gp.n_top_logprobs = 0;
     return gp;
+}
+
+/* The greedy choice: the first index of the largest of n logits. */
+static inline int32_t kt_argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
 }
 
 #endif
