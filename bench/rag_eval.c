@@ -180,6 +180,7 @@ typedef struct cfg {
     kvs_repair_params rp;
     double param;            /* cacheblend: ratio; selective: overlap; firstk: k */
     int baked;               /* 1: moves the docs' baked chunks (--bake), 0: the plain ones */
+    int recal;               /* 1: APE's recalibration of the question and output (--recal T,S) */
     series ttft, kl, top1, exact, same_answer, f1, em, frac, cost, ttft_full_pair;
     /* cold runs (empty cache) and, for the same prompts, the cached run and full */
     series ttft_cold, ttft_cold_cached, ttft_cold_full;
@@ -200,12 +201,13 @@ static const char *cfg_strategy_base(const cfg *c) {
     return c->rp.cacheblend_seams ? "cacheblend+seams" : "cacheblend";
 }
 
-/* The strategy's name for the chart's lines ("+bake" on baked docs). */
+/* The strategy's name for the chart's lines ("+recal" recalibrated, "+bake"
+ * on baked docs). */
 static const char *cfg_strategy(const cfg *c) {
     static char buf[8][64];
     static int k;
     char *b = buf[k++ % 8];
-    snprintf(b, 64, "%s%s", cfg_strategy_base(c), c->baked ? "+bake" : "");
+    snprintf(b, 64, "%s%s%s", cfg_strategy_base(c), c->recal ? "+recal" : "", c->baked ? "+bake" : "");
     return b;
 }
 
@@ -255,10 +257,13 @@ static kvs_generate_params greedy(int n) {
     return gp;
 }
 
+static kvs_recal_params g_recal = {0.9f, 0.9f}; /* --recal T,S */
+
 static int seg_run_once(ev *e, const kvs_seg_layout *lay, const cfg *c, kvs_generate_result *r, kvs_seg_report *rep) {
     kvs_generate_params gp = greedy(e->n_gen);
     kvs_seg_options opt = kvs_seg_default_options();
     opt.use_baked = c->baked;
+    if (c->recal) opt.recal = g_recal;
     int st = kvs_seg_generate(e->ctx, e->cache, lay, &gp, &c->rp, &opt, r, rep);
     if (st) fprintf(stderr, "rag_eval: %s: %s\n", c->name, kvs_last_error());
     return st;
@@ -455,14 +460,16 @@ static void tsv(FILE *o, cfg *cfgs, int n_cfg, const series *full_f1) {
     static const char *const groups[] = {"none", "selective", "firstk", "cacheblend", "cacheblend+seams",
                                          "cacheblend+narrow", "cacheblend+seams+narrow", "query", "query+seams",
                                          "full"};
-    for (size_t g = 0; g < 2 * (sizeof groups / sizeof groups[0]); g++) {
-        const char *group = groups[g / 2];
-        int baked = (int)(g % 2); /* each strategy on plain, then on baked docs */
+    for (size_t g = 0; g < 4 * (sizeof groups / sizeof groups[0]); g++) {
+        const char *group = groups[g / 4];
+        /* each strategy on plain, then on baked docs; without, then with recalibration */
+        int baked = (int)(g % 2), recal = (int)(g / 2 % 2);
         int done[MAX_CFG] = {0};
         for (;;) {
             int b = -1;
             for (int i = 0; i < n_cfg; i++)
-                if (!strcmp(cfg_strategy_base(&cfgs[i]), group) && cfgs[i].baked == baked && !done[i] &&
+                if (!strcmp(cfg_strategy_base(&cfgs[i]), group) && cfgs[i].baked == baked && cfgs[i].recal == recal &&
+                    !done[i] &&
                     (b < 0 || cfgs[i].param < cfgs[b].param))
                     b = i;
             if (b < 0) break;
@@ -568,7 +575,9 @@ static int parse_configs(const char *list, cfg *cfgs) {
         if (colon) *colon = 0;
         size_t tl = strlen(t);
         int baked = tl > 5 && !strcmp(t + tl - 5, "+bake");
-        if (baked) t[tl - 5] = 0;
+        if (baked) t[tl -= 5] = 0;
+        int recal = tl > 6 && !strcmp(t + tl - 6, "+recal");
+        if (recal) t[tl - 6] = 0;
         kvs_repair_mode m;
         if (!strcmp(t, "cacheblend+seams")) m = CFG_CB_SEAMS;
         else if (!strcmp(t, "cacheblend+narrow")) m = CFG_CB_NARROW;
@@ -581,6 +590,11 @@ static int parse_configs(const char *list, cfg *cfgs) {
         if (!colon && (m == KVS_REPAIR_SELECTIVE || m == KVS_REPAIR_FIRSTK)) param = 16;
         if (m == KVS_REPAIR_FULL) return -1; /* full is the baseline row */
         n = add_cfg(cfgs, n, m, param);
+        if (recal) {
+            cfgs[n - 1].recal = 1;
+            size_t nl = strlen(cfgs[n - 1].name);
+            snprintf(cfgs[n - 1].name + nl, sizeof cfgs[n - 1].name - nl, " +recal");
+        }
         if (baked) {
             cfgs[n - 1].baked = 1;
             size_t nl = strlen(cfgs[n - 1].name);
@@ -605,7 +619,7 @@ static const char *usage =
     "                [--configs cacheblend:0.15,none,selective:16,cacheblend+seams:0.1,cacheblend+narrow:0.15,\n"
     "                 query:0.15,query+seams:0.1,query+bake:0.1,none+bake,...] [--bake K]\n"
     "                [--tag NAME] [--cold-items N] [--reps N] [--n-gen N] [--threads N] [--out DIR] [--model PATH]\n"
-    "                [--data DIR] [--plain]\n"
+    "                [--data DIR] [--plain] [--recal T,S]\n"
     "  (no arguments: a quick smoke run; --standard: 6 MuSiQue items x 2 orders + 3 2WikiMQA, query (the\n"
     "   default) at 0.10, 0.15, 0.20, cacheblend at 0.05,0.1,0.15,0.3,0.5, the cacheblend+seams hybrid,\n"
     "   gradual narrowing from 3x the ratio, selective and\n"
@@ -614,7 +628,9 @@ static const char *usage =
     "   600-token doc too; --plain: no chat template, for base models without one, e.g. gemma3-270m;\n"
     "   STRATEGY+bake: the docs' baked chunks, each doc baked after the prompt's other docs, or its --bake K\n"
     "   nearest ones; --bake-pool N: bake among the prompt's docs and N more passages of the item;\n"
-    "   --bake-foreign N: a control, each doc baked after N passages of another item)\n";
+    "   --bake-foreign N: a control, each doc baked after N passages of another item;\n"
+    "   STRATEGY+recal[+bake]: APE's attention recalibration of the question and output, --recal T,S\n"
+    "   (default 0.9,0.9))\n";
 
 int main(int argc, char **argv) {
     opts o = {.out = "bench/results", .items = 2, .threads = 2, .n_gen = 32, .cold_items = 1, .quick = 1, .reps = 1,
@@ -646,6 +662,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--configs")) { o.configs = argv[++i]; o.quick = 0; }
         else if (!strcmp(a, "--skip")) o.skip = atoi(argv[++i]);
         else if (!strcmp(a, "--bake")) o.bake = atoi(argv[++i]);
+        else if (!strcmp(a, "--recal")) {
+            if (sscanf(argv[++i], "%f,%f", &g_recal.temperature, &g_recal.scale) != 2 ||
+                kvs_recal_params_check(&g_recal) != KVS_OK) { fputs(usage, stderr); return 2; }
+        }
         else if (!strcmp(a, "--bake-pool")) o.bake_pool = atoi(argv[++i]);
         else if (!strcmp(a, "--bake-foreign")) o.bake_foreign = atoi(argv[++i]);
         else if (!strcmp(a, "--tag")) o.tag = argv[++i];

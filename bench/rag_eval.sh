@@ -9,12 +9,7 @@
 # About 20-25 minutes on 2 idle cores; longer on a shared machine. The
 # error anatomy (bench/rag_anatomy: where the error of moved KV comes from)
 # is a separate run: $BUILD/bench/rag_anatomy --items 4 (about 3 minutes).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD="${BUILD:-build}"
-make --no-print-directory BUILD="$BUILD" "$BUILD/bench/rag_eval" >/dev/null
-model=$(scripts/fetch-model.sh | tail -n 1)
-export KVSTITCH_MODEL="$model" KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
+. "$(dirname "$0")/rag_eval_env.sh"
 "$BUILD/bench/rag_eval" --standard --out bench/results "$@"
 if command -v gnuplot >/dev/null; then
     gnuplot -e "tsv='bench/results/rag_eval.tsv'; png='bench/results/rag_eval.png'" bench/rag_eval.gp

@@ -14,12 +14,7 @@
 # Quality columns are deterministic; TTFT excludes the baking (offline; its
 # time per item is in the header). About 15-20 minutes per run on 2 idle cores.
 #   BUILD   build dir (default build); extra arguments go to both runs.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD="${BUILD:-build}"
-make --no-print-directory BUILD="$BUILD" "$BUILD/bench/rag_eval" >/dev/null
-model=$(scripts/fetch-model.sh | tail -n 1)
-export KVSTITCH_MODEL="$model" KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(readlink -f ../shared)}"
+. "$(dirname "$0")/rag_eval_env.sh"
 common=(--items 6 --wiki 3 --cold-items 0 --reps 1 --out bench/results)
 "$BUILD/bench/rag_eval" "${common[@]}" --tag bake \
     --configs none,none+bake,query:0.1,query+bake:0.1,query+bake:0.05,query:0.2,query+bake:0.2,cacheblend+seams:0.1,cacheblend+seams+bake:0.1 "$@"

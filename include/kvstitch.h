@@ -733,6 +733,18 @@ KVS_API int kvs_deviation_parse(const char *name, kvs_deviation *out);
 
 /* The one set of reuse parameters, for kvs_generate_cached and
  * kvs_generate_segments. */
+/* APE's attention recalibration (arXiv 2502.05431) for kvs_generate_segments:
+ * the question's and the generated tokens' attention over the moved documents
+ * uses the temperature T, and the documents' share of it is weighed by their
+ * log-sum-exp times S before it is merged with the rest of the prompt. Zero
+ * extra work; the prompt's KV is not changed, only what later tokens read
+ * from it. {0, 0} = off (default); else both in [0.1, 4] (the paper: 0.9,
+ * 0.9). It lasts until the context's KV is rewritten before the question. */
+typedef struct kvs_recal_params {
+    float temperature;
+    float scale;
+} kvs_recal_params;
+
 typedef struct kvs_reuse_params {
     kvs_reuse_mode mode;  /* KVS_REUSE_PREFIX (default): serve what is cached; KVS_REUSE_NONE: read
                            * nothing from the cache (every prompt token is computed: a cold run) */
@@ -746,6 +758,7 @@ typedef struct kvs_reuse_params {
                                * (kvs_repair_default_params) */
     int use_baked;        /* kvs_generate_segments: 1 (default) = a document's baked KV
                            * (kvs_bake_docs) when there is one, else its plain KV; 0 = plain only */
+    kvs_recal_params recal; /* kvs_generate_segments: {0, 0} (default) = none */
 } kvs_reuse_params;
 
 KVS_API kvs_reuse_params kvs_reuse_default_params(void);

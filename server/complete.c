@@ -36,6 +36,11 @@ static cJSON *usage_json(const srv_server *s, const srv_job *j) {
     cJSON_AddNumberToObject(k, "recomputed_tokens", u->recomputed_tokens);
     cJSON_AddNumberToObject(k, "computed_tokens", u->prompt_tokens - u->cached_tokens - u->moved_tokens);
     cJSON_AddStringToObject(k, "strategy", u->strategy ? u->strategy : "prefix");
+    if (j->segments && j->req.recal_temperature > 0) {
+        cJSON *rc = cJSON_AddObjectToObject(k, "recalibrate");
+        cJSON_AddNumberToObject(rc, "temperature", j->req.recal_temperature);
+        cJSON_AddNumberToObject(rc, "scale", j->req.recal_scale);
+    }
     cJSON_AddNumberToObject(k, "docs_hit", u->docs_hit);
     cJSON_AddNumberToObject(k, "docs_computed", u->docs_computed);
     cJSON_AddNumberToObject(k, "docs_baked", u->docs_baked);

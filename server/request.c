@@ -178,6 +178,25 @@ static int parse_documents(const cJSON *root, srv_request *r, srv_error *e) {
     return 0;
 }
 
+/* reuse.recalibrate: a bool or {"temperature", "scale"} (each 0.1..4, 0.9 if
+ * left out), the ranges of kvs_recal_params. */
+static int parse_recalibrate(const cJSON *u, srv_request *r, srv_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(u, "recalibrate");
+    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
+    double t = 0.9, s = 0.9;
+    if (cJSON_IsObject(v)) {
+        if (get_number(v, "temperature", 0.1, 4, &t, e) || get_number(v, "scale", 0.1, 4, &s, e)) {
+            snprintf(e->param, sizeof e->param, "reuse.recalibrate");
+            return -1;
+        }
+    } else if (!cJSON_IsTrue(v)) {
+        return bad(e, "reuse.recalibrate", "'%s' must be true, false or {\"temperature\", \"scale\"}%s", "");
+    }
+    r->recal_temperature = (float)t;
+    r->recal_scale = (float)s;
+    return 0;
+}
+
 static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
     r->recompute_ratio = -1;
     r->overlap = r->first_k = -1;
@@ -195,7 +214,7 @@ static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
     if (get_number(u, "recompute_ratio", 0, 1, &ratio, e) || get_int(u, "overlap", 0, 4096, &overlap, e) ||
         get_int(u, "first_k", 0, 4096, &first_k, e))
         return -1;
-    if (get_bool(u, "baked", &r->use_baked, e)) return -1;
+    if (get_bool(u, "baked", &r->use_baked, e) || parse_recalibrate(u, r, e)) return -1;
     r->recompute_ratio = (float)ratio;
     r->overlap = (int)overlap;
     r->first_k = (int)first_k;

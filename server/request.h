@@ -7,7 +7,8 @@
  *   POST /v1/completions        prompt (a string, or an array of one string)
  *   either, kvstitch extension  documents[] ({"id", "text"} or strings) and
  *                               reuse {"strategy", "recompute_ratio", "overlap",
- *                               "first_k", "baked"}: the RAG path (kvs_generate_segments)
+ *                               "first_k", "baked", "recalibrate"}: the RAG path
+ *                               (kvs_generate_segments)
  *   POST /v1/cache/warm         also "bake_with_neighbours" K or "doc_set": true
  *                               (kvs_bake_docs)
  *
@@ -56,6 +57,9 @@ typedef struct srv_request {
     float recompute_ratio;      /* < 0 = default */
     int overlap, first_k;       /* < 0 = default */
     int use_baked;              /* reuse.baked, default 1: a document's baked KV when cached */
+    /* reuse.recalibrate: true (APE's 0.9, 0.9), false, or {"temperature",
+     * "scale"} (kvs_recal_params); 0, 0 = off */
+    float recal_temperature, recal_scale;
     int bake_neighbours;        /* warm: bake_with_neighbours K, -1 for doc_set, 0 = no baking */
     int max_tokens;             /* 0 = the server's default */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */

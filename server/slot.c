@@ -168,6 +168,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     kvs_reuse_params rp = kvs_reuse_default_params();
     rp.repair = j->repair;
     rp.use_baked = j->req.use_baked;
+    rp.recal = (kvs_recal_params){j->req.recal_temperature, j->req.recal_scale};
     if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &rp, &r)) return fail_job(s, env, "documents");
     if (r.n_prompt != j->n_prompt || !r.first_logits || !r.reuse || !r.docs) {
         kvs_generate_result_free(&r);

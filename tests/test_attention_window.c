@@ -1,9 +1,12 @@
 /*
- * Sliding-window attention (kvs_attention_window): every ISA path is
- * memcmp-equal to the scalar reference, a window that covers every visible
- * slot gives the bits of kvs_attention, the window is batch-invariant
- * (each query alone = all together), and the result matches a float64
- * softmax over slots (pos - window, pos] (tolerance stated below).
+ * Sliding-window and recalibrated attention (kvs_attention_window): every
+ * ISA path is memcmp-equal to the scalar reference, a window that covers
+ * every visible slot gives the bits of kvs_attention, a recalibration with
+ * T = S = 1 (or on rows before the documents' end) gives the bits of none,
+ * both are batch-invariant (each query alone = all together), and the
+ * results match float64 formulas: a softmax over slots (pos - window, pos],
+ * and APE's merge of the documents' softmax at temperature T, weighed by
+ * their sum of weights to the power S (tolerances stated below).
  */
 #include "harness.h"
 #include "test_kernels_util.h"
@@ -48,12 +51,17 @@ static wcase make(int m, int nh, int nkv, int hd, int ctx, int kv_type, int star
 static void drop(wcase *c) { free(c->q); free(c->k); free(c->v); free(c->pos); }
 
 /* out (m, n_head, hd); rows [t0, t0 + mm) of the case only. */
-static void run(const wcase *c, kvs_pool *pool, int nth, int window, int t0, int mm, float *out) {
+static void run_recal(const wcase *c, kvs_pool *pool, int nth, int window, const kvs_attn_recal *rc, int t0, int mm,
+                      float *out) {
     void *work = xmalloc(kvs_attention_work_size(nth, c->n_ctx));
     size_t row = (size_t)c->n_head * c->hd;
     kvs_attention_window(pool, out + t0 * row, c->q + t0 * row, c->pos + t0, mm, c->k, c->v, c->kv_type,
-                         c->n_head, c->n_kv, c->hd, c->n_ctx, 1.0f / sqrtf((float)c->hd), window, work);
+                         c->n_head, c->n_kv, c->hd, c->n_ctx, 1.0f / sqrtf((float)c->hd), window, rc, work);
     free(work);
+}
+
+static void run(const wcase *c, kvs_pool *pool, int nth, int window, int t0, int mm, float *out) {
+    run_recal(c, pool, nth, window, NULL, t0, mm, out);
 }
 
 static const struct { int m, nh, nkv, hd, ctx, start, window; } k_cases[] = {
@@ -111,22 +119,27 @@ TEST(test_window_covering_equals_full) {
     drop(&c);
 }
 
-/* Each query alone, one at a time, on 2 threads vs all at once on 1. */
-TEST(test_window_batch_invariant) {
+/* Each query alone, one at a time, on 2 threads (and in calls of 7) vs all
+ * at once on 1. */
+static void check_batch_invariant(const wcase *c, int window, const kvs_attn_recal *rc) {
     kvs_pool *pool = kvs_pool_new(2);
     CHECK(pool != NULL);
-    wcase c = make(40, 4, 1, 256, 400, 0, 300, 64);
-    size_t n = (size_t)c.m * c.n_head * c.hd;
+    size_t n = (size_t)c->m * c->n_head * c->hd;
     float *a = xmalloc(n * 4), *b = xmalloc(n * 4);
-    run(&c, NULL, 1, c.window, 0, c.m, a);
-    for (int t = 0; t < c.m; t++) run(&c, pool, 2, c.window, t, 1, b);
+    run_recal(c, NULL, 1, window, rc, 0, c->m, a);
+    for (int t = 0; t < c->m; t++) run_recal(c, pool, 2, window, rc, t, 1, b);
     CHECK(memcmp(a, b, n * 4) == 0);
-    for (int t = 0; t < c.m; t += 7) run(&c, pool, 2, c.window, t, c.m - t < 7 ? c.m - t : 7, b);
+    for (int t = 0; t < c->m; t += 7) run_recal(c, pool, 2, window, rc, t, c->m - t < 7 ? c->m - t : 7, b);
     CHECK(memcmp(a, b, n * 4) == 0);
     free(a);
     free(b);
-    drop(&c);
     kvs_pool_free(pool);
+}
+
+TEST(test_window_batch_invariant) {
+    wcase c = make(40, 4, 1, 256, 400, 0, 300, 64);
+    check_batch_invariant(&c, c.window, NULL);
+    drop(&c);
 }
 
 static double kv_at(const wcase *c, const void *base, size_t i) {
@@ -167,8 +180,129 @@ TEST(test_window_vs_double) {
     }
 }
 
+/* Documents at [lo, hi); the case's queries straddle hi (rows before it are
+ * not recalibrated). */
+static const struct { int m, nh, nkv, hd, ctx, start, window, lo, hi; float t, s; } k_recal[] = {
+    {1, 9, 3, 64, 600, 517, 0, 40, 400, 0.9f, 0.9f},     /* decode, SmolLM2-like heads */
+    {30, 9, 3, 64, 300, 150, 0, 17, 161, 0.9f, 0.9f},    /* question rows from before hi to after */
+    {48, 4, 1, 256, 700, 600, 512, 100, 610, 0.7f, 1.2f}, /* gemma3-like, window cuts into the documents */
+    {20, 8, 2, 128, 90, 60, 0, 0, 61, 1.5f, 0.5f},       /* documents from slot 0 */
+    {7, 4, 4, 32, 50, 20, 7, 3, 22, 0.9f, 0.9f},         /* head_dim 32, short window */
+};
+
+static kvs_attn_recal recal_of(size_t i) {
+    return (kvs_attn_recal){k_recal[i].lo, k_recal[i].hi, 1.0f / k_recal[i].t, k_recal[i].s};
+}
+
+TEST(test_recal_simd_equals_scalar) {
+    const char *isas[] = {"avx2", "avx512vnni"};
+    int compared = 0;
+    for (size_t i = 0; i < sizeof k_recal / sizeof k_recal[0]; i++)
+        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+            wcase c = make(k_recal[i].m, k_recal[i].nh, k_recal[i].nkv, k_recal[i].hd, k_recal[i].ctx, kv_type,
+                           k_recal[i].start, k_recal[i].window);
+            kvs_attn_recal rc = recal_of(i);
+            size_t n = (size_t)c.m * c.n_head * c.hd;
+            float *ref = xmalloc(n * 4), *got = xmalloc(n * 4), *plain = xmalloc(n * 4);
+            kvs_kernels_set_isa("scalar");
+            run_recal(&c, NULL, 1, c.window, &rc, 0, c.m, ref);
+            run(&c, NULL, 1, c.window, 0, c.m, plain);
+            /* recalibrated rows differ from plain ones, the others do not */
+            size_t row = (size_t)c.n_head * c.hd;
+            for (int t = 0; t < c.m; t++)
+                CHECK_MSG((memcmp(ref + t * row, plain + t * row, row * 4) != 0) == (c.pos[t] >= rc.hi),
+                          "case %zu row %d (pos %d, hi %d)", i, t, c.pos[t], rc.hi);
+            for (size_t a = 0; a < 2; a++) {
+                if (kvs_kernels_set_isa(isas[a]) != 0) continue; /* CPU lacks it */
+                memset(got, 0xff, n * 4);
+                run_recal(&c, NULL, 1, c.window, &rc, 0, c.m, got);
+                CHECK_MSG(memcmp(ref, got, n * 4) == 0, "case %zu kv_type %d: %s differs from scalar", i, kv_type,
+                          isas[a]);
+                compared++;
+            }
+            free(ref);
+            free(got);
+            free(plain);
+            drop(&c);
+        }
+    kvs_kernels_set_isa("best");
+    printf("  %d ISA comparisons\n", compared);
+}
+
+/* T = S = 1 is no recalibration, bit for bit (every path). */
+TEST(test_recal_identity) {
+    wcase c = make(24, 9, 3, 64, 400, 0, 300, 0);
+    kvs_attn_recal rc = {50, 310, 1.0f, 1.0f};
+    size_t n = (size_t)c.m * c.n_head * c.hd;
+    float *a = xmalloc(n * 4), *b = xmalloc(n * 4);
+    const char *isas[] = {"scalar", "avx2", "best"};
+    for (int i = 0; i < 3; i++) {
+        if (kvs_kernels_set_isa(isas[i]) != 0) continue;
+        run(&c, NULL, 1, 0, 0, c.m, a);
+        run_recal(&c, NULL, 1, 0, &rc, 0, c.m, b);
+        CHECK_MSG(memcmp(a, b, n * 4) == 0, "%s", isas[i]);
+    }
+    kvs_kernels_set_isa("best");
+    free(a);
+    free(b);
+    drop(&c);
+}
+
+TEST(test_recal_batch_invariant) {
+    wcase c = make(40, 9, 3, 64, 400, 0, 280, 0);
+    kvs_attn_recal rc = {30, 300, 1.0f / 0.9f, 0.9f};
+    check_batch_invariant(&c, 0, &rc);
+    drop(&c);
+}
+
+/* APE's formula in float64, with absolute (unshifted) weights: the documents
+ * D at temperature T, w_D = sum over D of e^(s_j / T), the rest R plain:
+ * out = (sum_R e^s_j v_j + w_D^(S-1) sum_D e^(s_j/T) v_j) / (sum_R e^s_j + w_D^S). */
+TEST(test_recal_vs_double) {
+    for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        wcase c = make(6, 6, 2, 64, 300, kv_type, 200, 0);
+        const double T = 0.8, S = 0.85;
+        kvs_attn_recal rc = {20, 180, (float)(1.0 / T), (float)S};
+        size_t n = (size_t)c.m * c.n_head * c.hd;
+        float *out = xmalloc(n * 4);
+        run_recal(&c, NULL, 1, 0, &rc, 0, c.m, out);
+        double worst = 0;
+        for (int t = 0; t < c.m; t++)
+            for (int h = 0; h < c.n_head; h++) {
+                int g = h / (c.n_head / c.n_kv), hi = c.pos[t] + 1;
+                const float *q = c.q + ((size_t)t * c.n_head + h) * c.hd;
+                double w[300], sum_r = 0, sum_d = 0;
+                for (int j = 0; j < hi; j++) {
+                    double a = 0;
+                    for (int d = 0; d < c.hd; d++) a += q[d] * kv_at(&c, c.k, ((size_t)g * c.n_ctx + j) * c.hd + d);
+                    a /= sqrt((double)c.hd);
+                    int doc = j >= rc.lo && j < rc.hi;
+                    w[j] = exp(doc ? a / T : a);
+                    if (doc) sum_d += w[j];
+                    else sum_r += w[j];
+                }
+                double fd = pow(sum_d, S - 1.0);
+                for (int d = 0; d < c.hd; d++) {
+                    double o = 0;
+                    for (int j = 0; j < hi; j++)
+                        o += (j >= rc.lo && j < rc.hi ? fd : 1.0) * w[j] *
+                             kv_at(&c, c.v, ((size_t)g * c.n_ctx + j) * c.hd + d);
+                    double err = fabs(out[((size_t)t * c.n_head + h) * c.hd + d] - o / (sum_r + fd * sum_d));
+                    if (err > worst) worst = err;
+                }
+            }
+        CHECK_MSG(worst < 3e-5, "kv_type %d: max abs error %g", kv_type, worst); /* |v| <= 1 */
+        free(out);
+        drop(&c);
+    }
+}
+
 int main(void) {
     RUN(test_window_simd_equals_scalar);
+    RUN(test_recal_simd_equals_scalar);
+    RUN(test_recal_identity);
+    RUN(test_recal_batch_invariant);
+    RUN(test_recal_vs_double);
     RUN(test_window_covering_equals_full);
     RUN(test_window_batch_invariant);
     RUN(test_window_vs_double);

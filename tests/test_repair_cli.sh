@@ -149,6 +149,15 @@ gen --cache-dir "$D" "${rdocs[@]}" --reuse none >"$tmp/pn.json" 2>>"$tmp/e"
     && [ "$(j "$tmp/bp.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/pn.json" 'd["first_logits_sha256"]')" ] \
     && [ "$(j "$tmp/bn.json" 'd["first_logits_sha256"]')" != "$(j "$tmp/pn.json" 'd["first_logits_sha256"]')" ] \
     && ok repair_cli_bake_generate || fail repair_cli_bake_generate "$(cat "$tmp/bn.json" "$tmp/bp.json" "$tmp/pn.json" "$tmp/e")"
+# APE's recalibration: T = S = 1 is none's bits, 0.9 is not; ranges checked
+gen --cache-dir "$D" "${rdocs[@]}" --reuse none >"$tmp/rc0.json" 2>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse none --recal >"$tmp/rc9.json" 2>>"$tmp/e"
+gen --cache-dir "$D" "${rdocs[@]}" --reuse none --recal-temperature 1 --recal-scale 1 >"$tmp/rc1.json" 2>>"$tmp/e"
+[ -s "$tmp/rc1.json" ] && [ "$(j "$tmp/rc1.json" 'd["first_logits_sha256"]')" = "$(j "$tmp/rc0.json" 'd["first_logits_sha256"]')" ] \
+    && [ "$(j "$tmp/rc9.json" 'd["first_logits_sha256"]')" != "$(j "$tmp/rc0.json" 'd["first_logits_sha256"]')" ] \
+    && ok repair_cli_recal || fail repair_cli_recal "$(cat "$tmp/e")"
+usage_err repair_cli_err_recal_range "recal-temperature" generate -m "$MODEL" -p hi --cache-dir "$D" --doc "$tmp/x.txt" --recal-temperature 9
+usage_err repair_cli_err_recal_needs_doc "need --doc" generate -m "$MODEL" -p hi --cache-dir "$D" --recal
 usage_err repair_cli_err_bake_both "not both" warm -m "$MODEL" --cache-dir "$B" --doc "$tmp/x.txt" --doc-set --bake-with-neighbours 2
 usage_err repair_cli_err_bake_needs_doc "need --doc" warm -m "$MODEL" --cache-dir "$B" --doc-set hi
 usage_err repair_cli_err_bake_range "bake-with-neighbours" warm -m "$MODEL" --cache-dir "$B" --doc "$tmp/x.txt" --bake-with-neighbours 0

@@ -18,6 +18,8 @@ typedef struct gen_opts {
     int n_docs, n_stops;
     kvs_repair_params rp;
     int plain_docs;
+    int recal_on;                /* --recal */
+    kvs_recal_params recal;      /* --recal-temperature / --recal-scale (0: not given) */
     unsigned long long cache_max_bytes;
     cli_redis_opts redis;
 } gen_opts;
@@ -115,6 +117,14 @@ static const cli_opt k_opts[] = {
     CLI_OPT(NULL, "--plain-docs", CLI_FLAG, O, plain_docs, NULL,
             "move the documents' plain KV even where a baked one is cached\n"
             "(`warm --bake-with-neighbours` / `--doc-set`)", .flag_value = 1, .needs = "--doc"),
+    CLI_OPT(NULL, "--recal", CLI_FLAG, O, recal_on, NULL,
+            "APE's attention recalibration: the question and the output attend\n"
+            "to the moved documents at temperature T, their log-sum-exp times S\n"
+            "(T = S = 0.9 unless given below)", .flag_value = 1, .needs = "--doc"),
+    CLI_OPT(NULL, "--recal-temperature", CLI_FLOAT, O, recal.temperature, "T",
+            "--recal's temperature (0.1..4, implies --recal)", .min = 0.1, .max = 4, .needs = "--doc"),
+    CLI_OPT(NULL, "--recal-scale", CLI_FLOAT, O, recal.scale, "S",
+            "--recal's log-sum-exp scale (0.1..4, implies --recal)", .min = 0.1, .max = 4, .needs = "--doc"),
     CLI_OPT(NULL, "--doc-prefix", CLI_STR, O, doc_prefix, "TEXT",
             "the text documents are computed after (default: with --chat the\n"
             "template's text before the user's content, else nothing / BOS)",
@@ -330,6 +340,10 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     rp.store = !o->no_store;
     rp.repair = o->rp;
     rp.use_baked = !o->plain_docs;
+    if (o->recal_on || o->recal.temperature > 0 || o->recal.scale > 0) {
+        rp.recal.temperature = o->recal.temperature > 0 ? o->recal.temperature : 0.9f;
+        rp.recal.scale = o->recal.scale > 0 ? o->recal.scale : 0.9f;
+    }
     kvs_generate_result r;
     if (o->n_docs)
         st = kvs_generate_segments(g->ctx, g->cache, &seg, &gp, &rp, &r);

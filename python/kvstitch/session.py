@@ -54,6 +54,12 @@ def _segment_params(a: Mapping[str, Any]):
     rp.store = int(a["store"])
     rp.repair = rep
     rp.use_baked = int(a["baked"])
+    recal = a["recalibrate"]
+    if recal is not None and recal is not False:
+        if "recal" not in {name for name, _ in ffi.typeof("kvs_reuse_params").fields}:
+            raise InvalidArgument("recalibrate= needs a newer libkvstitch")
+        t, s = (0.9, 0.9) if recal is True else recal
+        rp.recal.temperature, rp.recal.scale = float(t), float(s)
     return ffi.new("kvs_reuse_params *", rp)
 
 
@@ -105,7 +111,8 @@ class Session:
                  documents: Sequence[str | Document] | None = None, system: str | None = None,
                  chat: bool | None = None, reuse: str | None = None,
                  recompute_ratio: float | None = None, store: bool = True, logprobs: int = 0,
-                 logits: bool = False, add_bos: bool = True, baked: bool = True) -> GenerateResult:
+                 logits: bool = False, add_bos: bool = True, baked: bool = True,
+                 recalibrate: bool | tuple[float, float] | None = None) -> GenerateResult:
         """Generates from prompt: a text, token ids, chat messages
         ([{"role", "content"}]) or blocks ([System, Document..., Question]).
         documents / system with a text prompt make blocks of it.
@@ -117,7 +124,9 @@ class Session:
         "full" (a cold prefill's bits). recompute_ratio: the share of moved
         tokens recomputed (query, cacheblend). baked: move a document's baked
         KV (warm(..., doc_set=True)) when cached (default), else its plain
-        KV. temperature <= 0: greedy. logprobs:
+        KV. recalibrate: APE's attention recalibration of the question and
+        the output over the moved documents: True (temperature 0.9, scale
+        0.9) or (temperature, scale), each 0.1..4. temperature <= 0: greedy. logprobs:
         how many (id, logprob) pairs of the first position to return.
         logits: also return the first position's raw logits (first_logits,
         n_vocab float32 as bytes: what bit-exactness is checked on)."""
@@ -146,7 +155,7 @@ class Session:
                      repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
                      stop=None, seed=0, documents=None, system=None,
                      chat=None, reuse=None, recompute_ratio=None, store=True, logprobs=0,
-                     logits=False, add_bos=True, baked=True)
+                     logits=False, add_bos=True, baked=True, recalibrate=None)
 
     def _build(self, kw: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(kw) - set(self._DEFAULTS) - {"prompt", "self"}

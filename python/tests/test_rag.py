@@ -75,3 +75,21 @@ def test_baked_documents(model):
         raise AssertionError("doc_set with bake_with_neighbours was accepted")
     except kvstitch.InvalidArgument:
         pass
+
+
+def test_recalibrated_documents(model, cache):
+    s = kvstitch.Session(model, cache, n_ctx=1024)
+    kw = dict(system=SYSTEM, documents=[DOC_B, DOC_A], max_tokens=3, logits=True, reuse="none")
+    s.generate(QUESTION, **kw)  # cache the docs
+    off = s.generate(QUESTION, **kw)
+    on = s.generate(QUESTION, recalibrate=True, **kw)
+    same = s.generate(QUESTION, recalibrate=(1.0, 1.0), **kw)
+    assert same.first_logits == off.first_logits and on.first_logits != off.first_logits
+    again = s.generate(QUESTION, **kw)  # it lasts for its request only
+    assert again.first_logits == off.first_logits
+    for bad in [(0.9, 0.0), (9.0, 1.0)]:
+        try:
+            s.generate(QUESTION, recalibrate=bad, **kw)
+            raise AssertionError(f"recalibrate={bad} was accepted")
+        except kvstitch.InvalidArgument:
+            pass

@@ -27,6 +27,7 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
                          n_logits, n);
     int st = kvs_context_check_batch(ctx, tokens, pos, n);
     if (st) return st;
+    for (int i = 0; i < n; i++) kvs_kv_recal_end(&ctx->kv, pos[i]);
 
     kvs_fwd *f = ctx->fwd;
     const int n_layer = kvs_model_hparams(ctx->model)->n_layer, n_vocab = kvs_context_n_vocab(ctx);

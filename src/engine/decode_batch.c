@@ -40,6 +40,7 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
         int st = kvs_context_check_batch(c, tokens + r, pos + r, 1);
         if (st) return st;
     }
+    for (int r = 0; r < n; r++) kvs_kv_recal_end(&ctxs[r]->kv, pos[r]);
 
     kvs_fwd *f = host->fwd;
     const int n_layer = kvs_model_hparams(host->model)->n_layer;

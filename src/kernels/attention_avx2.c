@@ -10,6 +10,9 @@
  * 3 o[d] = fma chain over j (keys a row does not see have e = 0 and add +0).
  * A sliding window masks keys below a row's lo as well; all passes start at
  * the rows' smallest lo rounded down to 16 (partials stay j % 16).
+ * Recalibrated rows (kvs_attn_recal) scale their document scores in pass 1;
+ * after pass 2 their document weights are summed again (partials j % 16) and
+ * scaled by the row's factor; other lanes take factor 1 (same bits).
  */
 #if defined(__x86_64__)
 
@@ -50,6 +53,32 @@ AI __m256 exp8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
 }
 
+/* kvs_tree16 of 16 vectors of partials, lane by lane (P is overwritten). */
+AI __m256 tree16_8(__m256 P[16]) {
+    for (int i = 0; i < 8; i++) P[i] = _mm256_add_ps(P[i], P[i + 8]);
+    for (int i = 0; i < 4; i++) P[i] = _mm256_add_ps(P[i], P[i + 4]);
+    for (int i = 0; i < 2; i++) P[i] = _mm256_add_ps(P[i], P[i + 2]);
+    return _mm256_add_ps(P[0], P[1]);
+}
+
+/* A block's recalibrated rows (mask rc): their documents' weights [d0, d1)
+ * summed, the factor, the weights scaled; returns the new sum. */
+static __m256 recal_block(const kvs_attn_call *c, float *Sb, int d0, int d1, __m256 rc, __m256 mx, __m256 sum) {
+    __m256 P[16];
+    for (int i = 0; i < 16; i++) P[i] = _mm256_setzero_ps();
+    for (int j = d0; j < d1; j++) P[j % 16] = _mm256_add_ps(P[j % 16], _mm256_loadu_ps(Sb + (size_t)j * RB));
+    float pd[RB], mxs[RB], rcs[RB], f[RB];
+    _mm256_storeu_ps(pd, tree16_8(P));
+    _mm256_storeu_ps(mxs, mx);
+    _mm256_storeu_ps(rcs, rc);
+    for (int l = 0; l < RB; l++) f[l] = rcs[l] != 0.0f ? kvs_attn_recal_factor(mxs[l], pd[l], c->recal.s) : 1.0f;
+    const __m256 fv = _mm256_loadu_ps(f);
+    for (int j = d0; j < d1; j++)
+        _mm256_storeu_ps(Sb + (size_t)j * RB, _mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), fv));
+    return _mm256_blendv_ps(sum, _mm256_fmadd_ps(_mm256_sub_ps(fv, _mm256_set1_ps(1.0f)), _mm256_loadu_ps(pd), sum),
+                            rc);
+}
+
 static inline int tile_keys(int D) { return (KVS_ATTN_STAGE_FLOATS / D) & ~15; }
 
 void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
@@ -76,22 +105,30 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     jmin &= ~15;
     __m256 mx[KVS_ATTN_ROWS / RB];
     __m256i nvec[KVS_ATTN_ROWS / RB], lovec[KVS_ATTN_ROWS / RB];
+    __m256 rcm[KVS_ATTN_ROWS / RB]; /* recalibrated lanes */
+    int any_rc[KVS_ATTN_ROWS / RB];
     for (int rb = 0; rb < nrb; rb++) {
-        int nv[RB], lv[RB];
+        int nv[RB], lv[RB], rv[RB];
         maxn[rb] = 0;
+        any_rc[rb] = 0;
         for (int l = 0; l < RB; l++) {
             int r = rb * RB + l;
             nv[l] = r < rows ? n[r] : 0;
             lv[l] = r < rows ? lo[r] : 0;
+            rv[l] = r < rows && kvs_attn_recal_row(c, c->pos[t0 + r / group]) ? -1 : 0;
+            any_rc[rb] |= rv[l];
             if (nv[l] > maxn[rb]) maxn[rb] = nv[l];
             for (int d = 0; d < D; d++) Qt[((size_t)rb * D + d) * RB + l] = r < rows ? qrow[r][d] : 0.0f;
         }
         if (maxn[rb] > maxall) maxall = maxn[rb];
         nvec[rb] = _mm256_loadu_si256((const __m256i *)nv);
         lovec[rb] = _mm256_loadu_si256((const __m256i *)lv);
+        rcm[rb] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)rv));
         mx[rb] = _mm256_set1_ps(-INFINITY);
     }
     const __m256 scale = _mm256_set1_ps(c->scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 inv_t = _mm256_set1_ps(c->recal.inv_t);
+    const int dlo = c->recal.lo, dhi = c->recal.hi;
     /* pass 1: scores */
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
@@ -134,6 +171,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
                     __m256 live = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(lovec[rb], jv),
                                                                           _mm256_cmpgt_epi32(nvec[rb], jv)));
                     __m256 v = _mm256_blendv_ps(ninf, _mm256_mul_ps(s[jj], scale), live);
+                    if (any_rc[rb] && jg >= dlo && jg < dhi) v = _mm256_blendv_ps(v, _mm256_mul_ps(v, inv_t), rcm[rb]);
                     mx[rb] = _mm256_max_ps(mx[rb], v);
                     _mm256_storeu_ps(Sb + (size_t)jg * RB, v);
                 }
@@ -160,10 +198,13 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
             _mm256_storeu_ps(Sb + (size_t)j * RB, e);
             P[i] = _mm256_add_ps(P[i], e);
         }
-        for (int i = 0; i < 8; i++) P[i] = _mm256_add_ps(P[i], P[i + 8]);
-        for (int i = 0; i < 4; i++) P[i] = _mm256_add_ps(P[i], P[i + 4]);
-        for (int i = 0; i < 2; i++) P[i] = _mm256_add_ps(P[i], P[i + 2]);
-        __m256 iv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(P[0], P[1]));
+        __m256 sum = tree16_8(P);
+        if (any_rc[rb]) {
+            /* rows of the block before jmin are unwritten, rows past maxn unread */
+            int d0 = dlo > jmin ? dlo : jmin, d1 = dhi < maxn[rb] ? dhi : maxn[rb];
+            sum = recal_block(c, Sb, d0, d1, rcm[rb], mx[rb], sum);
+        }
+        __m256 iv = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
         _mm256_storeu_ps(inv + rb * RB, iv); /* rows past `rows` unused */
     }
     /* pass 3: o = sum_j e_j v_j, V staged per tile, partial o in O (Qt's space) */

@@ -9,6 +9,16 @@
  *   o[d] = fma chain over j = 0..n-1 of e_j * v_j[d], from 0
  *   out[d] = o[d] * (1 / S)
  *
+ * Recalibrated rows (kvs_attn_recal: the row's position >= hi, D = the
+ * document slots [lo, hi)):
+ *
+ *   s_j  = s_j * inv_t for j in D (before the max)
+ *   Pd   = kvs_tree16 of 16 partial sums of e_j over j in D (partial j % 16)
+ *   f    = kvs_attn_recal_factor(mx, Pd, s), e_j = e_j * f for j in D
+ *   S    = fma(f - 1, Pd, S)
+ *
+ * (S was over all keys: S + (f - 1) Pd = the other keys' sum + f Pd.)
+ *
  * Keys and values are taken in ascending slot order. SIMD paths reproduce
  * these operations exactly (only the grouping of independent work changes).
  *
@@ -44,6 +54,15 @@ float kvs_expf_ref(float x) {
     return p * scale;
 }
 
+float kvs_attn_recal_factor(float mx, float pd, float s) {
+    if (!(pd > 0.0f) || !isfinite(mx)) return 1.0f;
+    double e = ((double)s - 1.0) * ((double)mx + log((double)pd));
+    /* bounded so that f and f * Pd stay finite floats */
+    if (e > 60.0) e = 60.0;
+    if (e < -60.0) e = -60.0;
+    return (float)exp(e);
+}
+
 size_t kvs_attn_thread_floats(int n_ctx) {
     /* scores for KVS_ATTN_ROWS rows, then (SIMD) Qt / partial outputs of 3
      * blocks of 16 rows x 256 dims, and a staged f32 K/V tile */
@@ -62,6 +81,8 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
     float *s = work; /* (n_ctx) scores of one row */
     for (int t = t0; t < t1; t++) {
         const int n = kvs_attn_n(c, c->pos[t]), lo = kvs_attn_lo(c, n);
+        const int rc = kvs_attn_recal_row(c, c->pos[t]);
+        const int dlo = rc ? c->recal.lo : 0, dhi = rc ? c->recal.hi : 0;
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = c->q + ((size_t)t * c->n_head + h) * D;
             float *out = c->out + ((size_t)t * c->n_head + h) * D;
@@ -71,14 +92,22 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
                 for (int d = 0; d < D; d++)
                     acc = fmaf(q[d], kv_get(c->k, c->kv_type, kv_off + (size_t)j * D + d), acc);
                 s[j] = acc * c->scale;
+                if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 mx = fmaxf(mx, s[j]);
             }
-            float part[16] = {0};
+            float part[16] = {0}, dpart[16] = {0};
             for (int j = lo; j < n; j++) {
                 s[j] = kvs_expf_ref(s[j] - mx);
                 part[j % 16] += s[j];
+                if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
             }
-            float inv = 1.0f / kvs_tree16(part);
+            float sum = kvs_tree16(part);
+            if (rc) {
+                float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
+                for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
+                sum = fmaf(f - 1.0f, pd, sum);
+            }
+            float inv = 1.0f / sum;
             for (int d = 0; d < D; d++) {
                 float o = 0.0f;
                 for (int j = lo; j < n; j++)

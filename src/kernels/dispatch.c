@@ -361,7 +361,7 @@ size_t kvs_attention_work_size(int n_threads, int n_ctx) {
 
 typedef struct attn_task {
     kvs_attn_call call;
-    const kvs_isa *isa;
+    void (*unit)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
     int tile;    /* query tokens per unit */
     int n_tiles;
 } attn_task;
@@ -375,24 +375,34 @@ static void attn_chunk(void *arg, int u, int ith) {
     int tile = t->n_tiles - 1 - u / c->n_kv_head, g = u % c->n_kv_head;
     int t0 = tile * t->tile, t1 = t0 + t->tile;
     if (t1 > c->m) t1 = c->m;
-    t->isa->attention_unit(c, t0, t1, g, work);
+    t->unit(c, t0, t1, g, work);
 }
 
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work) {
-    kvs_attention_window(pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale, 0, work);
+    kvs_attention_window(pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale, 0, NULL,
+                         work);
 }
 
 void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                           const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
-                          int head_dim, int n_ctx, float scale, int window, void *work) {
+                          int head_dim, int n_ctx, float scale, int window, const kvs_attn_recal *recal,
+                          void *work) {
     if (m <= 0) return;
-    attn_task t = {.isa = pick_isa()};
+    const kvs_isa *isa = pick_isa();
+    attn_task t = {.unit = isa->attention_unit};
     t.call = (kvs_attn_call){.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v,
                              .kv_type = kv_type, .n_head = n_head, .n_kv_head = n_kv_head,
                              .head_dim = head_dim, .n_ctx = n_ctx, .scale = scale,
                              .window = window > 0 ? window : 0, .work = align64(work)};
+    if (recal && recal->hi > recal->lo) {
+        t.call.recal = *recal;
+        int any = 0;
+        for (int i = 0; i < m && !any; i++) any = kvs_attn_recal_row(&t.call, pos[i]);
+        if (any) t.unit = isa->attention_unit_recal;
+        else t.call.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
+    }
     int group = n_head / n_kv_head;
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;

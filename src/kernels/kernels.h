@@ -109,12 +109,26 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work);
 
+/* APE's attention recalibration (arXiv 2502.05431) for the rows after moved
+ * documents: a query at a position >= hi sees the slots [lo, hi) (the
+ * documents) with its scores times inv_t (a temperature T = 1 / inv_t), and
+ * their summed weight raised to the power s (the segment's log-sum-exp times
+ * s) before it is merged with the other keys' (attention_ref.c). Rows before
+ * hi, and every row when hi <= lo, are computed as without it; inv_t = s = 1
+ * gives the same bits as without it. */
+typedef struct kvs_attn_recal {
+    int lo, hi;
+    float inv_t, s;
+} kvs_attn_recal;
+
 /* The same with a sliding window: query t sees only slots
  * (pos[t] - window, pos[t]] (window 0 = kvs_attention). The bits equal a
- * computation that skips the masked keys (attention_ref.c). */
+ * computation that skips the masked keys (attention_ref.c). recal may be
+ * NULL (none). */
 void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                           const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
-                          int head_dim, int n_ctx, float scale, int window, void *work);
+                          int head_dim, int n_ctx, float scale, int window, const kvs_attn_recal *recal,
+                          void *work);
 
 /* gate[i] = gelu_tanh(gate[i]) * up[i] (GeGLU), gelu_tanh(x) =
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x / (1 + e^(-2u)),

@@ -64,6 +64,7 @@ typedef struct kvs_attn_call {
     int n_head, n_kv_head, head_dim, n_ctx;
     float scale;
     int window;            /* 0: all slots 0..pos; else slots (pos - window, pos] */
+    kvs_attn_recal recal;  /* hi <= lo: none */
     float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
 } kvs_attn_call;
 
@@ -76,6 +77,16 @@ static inline int kvs_attn_n(const kvs_attn_call *c, int32_t pos) {
 static inline int kvs_attn_lo(const kvs_attn_call *c, int n) {
     return c->window > 0 && n > c->window ? n - c->window : 0;
 }
+
+/* 1 if the query at pos is recalibrated (kvs_attn_recal). */
+static inline int kvs_attn_recal_row(const kvs_attn_call *c, int32_t pos) {
+    return c->recal.hi > c->recal.lo && pos >= c->recal.hi;
+}
+/* The factor f a recalibrated row multiplies its document weights by, from
+ * its score maximum mx and the documents' summed weight pd (relative to mx):
+ * f = e^((s - 1) (mx + ln pd)), so that f pd = (e^mx pd)^s / e^mx. One scalar
+ * function for every path (attention_ref.c). */
+float kvs_attn_recal_factor(float mx, float pd, float s);
 
 /* Output columns per chunk of a decode step (m == 1) of an n-column matrix
  * on nth threads: 64, or about 8 chunks per thread for a large matrix such
@@ -117,6 +128,9 @@ typedef struct kvs_isa {
     void (*matmul_cols)(const kvs_mm_call *c, int j0, int j1);
     /* One unit of attention work: query tokens [t0, t1) of kv head g. */
     void (*attention_unit)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+    /* The same for calls with recalibrated rows (a path without its own
+     * takes another path's: the bits are the same). */
+    void (*attention_unit_recal)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 } kvs_isa;
 
 /* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */

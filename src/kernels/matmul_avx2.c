@@ -346,6 +346,7 @@ const kvs_isa kvs_isa_avx2 = {
     .quantize_rows = avx2_quantize_rows,
     .matmul_cols = avx2_matmul_cols,
     .attention_unit = kvs_attention_unit_avx2,
+    .attention_unit_recal = kvs_attention_unit_avx2,
 };
 
 #if defined(__clang__)

@@ -494,12 +494,15 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
 }
 
 void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 
 const kvs_isa kvs_isa_avx512 = {
     .name = "avx512vnni",
     .quantize_rows = avx512_quantize_rows,
     .matmul_cols = avx512_matmul_cols,
     .attention_unit = kvs_attention_unit_avx512,
+    /* recalibrated rows are rare (a RAG request's question and output) */
+    .attention_unit_recal = kvs_attention_unit_avx2,
 };
 
 #if defined(__clang__)

@@ -185,4 +185,5 @@ const kvs_isa kvs_isa_scalar = {
     .quantize_rows = scalar_quantize_rows,
     .matmul_cols = scalar_matmul_cols,
     .attention_unit = kvs_attention_unit_ref,
+    .attention_unit_recal = kvs_attention_unit_ref,
 };

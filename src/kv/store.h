@@ -218,7 +218,7 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
  * [0, hit->n_cached) hold the KV; slots of a chunk that failed verification
  * (the hit ends before it) hold undefined bytes, which the caller's prefill
  * of [n_cached, n) overwrites as usual. view->n_ctx must be >= n. */
-int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv,
+int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buffer *kv,
                           kvs_prefix_hit *hit);
 
 /* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */

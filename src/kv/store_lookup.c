@@ -229,8 +229,9 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
     return lookup(s, tokens, n, NULL, hit);
 }
 
-int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit) {
+int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buffer *kv, kvs_prefix_hit *hit) {
     if (!kv) return kvs_error(KVS_ERR_INVALID_ARG, "store lookup: no KV buffer");
+    kvs_kv_recal_end(kv, 0); /* slots from 0 get another sequence's KV */
     return lookup(s, tokens, n, kv, hit);
 }
 

@@ -235,7 +235,7 @@ void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, co
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
     kvs_attention_window(f->pool, f->att + (size_t)r0 * qd, f->q + (size_t)r0 * qd, pos + r0, m, kvs_kv_k(kv, l),
                          kvs_kv_v(kv, l), (int)kv->type, hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx,
-                         hp->attn_scale, hp->layer[l].window, f->att_work);
+                         hp->attn_scale, hp->layer[l].window, &kv->recal, f->att_work);
 }
 
 void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv) {

@@ -16,7 +16,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "kernels/kernels.h"
 #include "kvstitch.h"
 
 typedef struct kvs_kv_buffer {
@@ -26,6 +28,10 @@ typedef struct kvs_kv_buffer {
     size_t head_bytes;   /* bytes of one head's slots: n_ctx * head_dim * elem_bytes */
     size_t plane_bytes;  /* bytes of one layer's K (== its V): n_kv_head * head_bytes */
     void *data;          /* (n_layer, 2, n_kv_head, n_ctx, head_dim), zero-filled */
+    /* Moved documents at slots [recal.lo, recal.hi) that later rows attend to
+     * recalibrated (APE); set after the assembly of a request, ended by any
+     * write before its end (kvs_kv_recal_end). Zero: none. */
+    kvs_attn_recal recal;
 } kvs_kv_buffer;
 
 /* Allocates a zeroed buffer (pages are touched only as slots get written). */
@@ -33,6 +39,12 @@ int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx,
                        kvs_kv_type type);
 void kvs_kv_buffer_release(kvs_kv_buffer *kv); /* safe on a zeroed struct */
 size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv);
+
+/* A write to slot pos (a forward, a copy, a move) starts another sequence
+ * there when pos is before the recalibrated documents' end: they end too. */
+static inline void kvs_kv_recal_end(kvs_kv_buffer *kv, int pos) {
+    if (pos < kv->recal.hi) memset(&kv->recal, 0, sizeof kv->recal);
+}
 
 /* Layer l's K or V plane: (n_kv_head, n_ctx, head_dim). */
 static inline void *kvs_kv_k(const kvs_kv_buffer *kv, int l) {

@@ -11,8 +11,18 @@
 #include "rag/move.h"
 
 kvs_seg_options kvs_seg_default_options(void) {
-    kvs_seg_options o = {1, 1, 1, 1};
+    kvs_seg_options o = {1, 1, 1, 1, {0.0f, 0.0f}};
     return o;
+}
+
+int kvs_recal_params_check(const kvs_recal_params *p) {
+    if (p->temperature == 0 && p->scale == 0) return KVS_OK;
+    if (!(p->temperature >= KVS_RECAL_MIN && p->temperature <= KVS_RECAL_MAX && p->scale >= KVS_RECAL_MIN &&
+          p->scale <= KVS_RECAL_MAX))
+        return kvs_error(KVS_ERR_INVALID_ARG, "recalibration: temperature %g and scale %g must both be 0 (off) or "
+                         "both in [%g, %g]", (double)p->temperature, (double)p->scale, (double)KVS_RECAL_MIN,
+                         (double)KVS_RECAL_MAX);
+    return KVS_OK;
 }
 
 int kvs_seg_layout_check_docs(const kvs_context *ctx, const kvs_seg_layout *lay) {
@@ -209,6 +219,8 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
     q->rep.n_recomputed = rr.n_recomputed;
     q->rep.n_check = rr.n_check;
     q->rep.n_token_layers = rr.n_token_layers;
+    if (n_moved_segs > 0 && q->opt.recal.temperature > 0)
+        q->kv->recal = (kvs_attn_recal){D, Q, 1.0f / q->opt.recal.temperature, q->opt.recal.scale};
     *n_ready = Q;
     *exact_end = D;
     return KVS_OK;
@@ -228,6 +240,7 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
     int st = kvs_reuse_check_context(ctx, cache);
     if (!st) st = kvs_seg_layout_check(ctx, lay);
     if (!st) st = kvs_repair_params_check(rp, kvs_model_hparams(kvs_context_model(ctx))->n_layer);
+    if (!st && opt) st = kvs_recal_params_check(&opt->recal);
     if (st) return st;
 
     req q;
@@ -244,6 +257,7 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
     if (!q.pos || !q.moved) st = kvs_error(KVS_ERR_NOMEM, "segments: out of memory");
     for (int i = 0; !st && i < n; i++) q.pos[i] = i;
     q.kv = kvs_context_kv(ctx);
+    kvs_kv_recal_end(q.kv, 0); /* a new sequence */
 
     int n_ready = 0, exact_end = 0;
     kvs_generate_result r;

@@ -55,9 +55,16 @@ typedef struct kvs_seg_options {
     int store_prefix;     /* 1 (default): store the exact part of the prompt by prefix key */
     int store_docs;       /* 1 (default): store docs computed by this request */
     int use_baked;        /* 1 (default): a doc's baked chunk when there is one, else its plain one */
+    kvs_recal_params recal; /* {0, 0} (default): none; else the question and generation read
+                             * the moved documents recalibrated (kvs_attn_recal) */
 } kvs_seg_options;
 
 kvs_seg_options kvs_seg_default_options(void);
+
+/* KVS_OK for {0, 0} (off) or both values in [KVS_RECAL_MIN, KVS_RECAL_MAX]. */
+#define KVS_RECAL_MIN 0.1f
+#define KVS_RECAL_MAX 4.0f
+int kvs_recal_params_check(const kvs_recal_params *p);
 
 /* Generates from lay->tokens with the reuse above. out as kvs_generate
  * (reuse and docs parts set: n_cached = exact tokens; n_live = fully

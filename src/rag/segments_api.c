@@ -33,6 +33,7 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
     kvs_seg_options opt = kvs_seg_default_options();
     opt.store_prefix = opt.store_docs = rp.store != 0;
     opt.use_baked = rp.use_baked != 0;
+    opt.recal = rp.recal;
     if (rp.mode == KVS_REUSE_NONE) {
         /* Read nothing from the cache: every token is computed, a cold run. */
         opt.use_exact = 0;

@@ -173,6 +173,27 @@ def test_documents_baked_by_warm(server, client):
         assert error_of(server.post("/v1/cache/warm", body), 400)["param"] == param
 
 
+def test_documents_recalibrated(client):
+    """reuse.recalibrate (APE): the question's and the output's attention over
+    the moved documents; T = S = 1 is the same bits as none."""
+    docs = ["Marie Curie won Nobel prizes in physics (1903) and chemistry (1911). " * 3,
+            "Warsaw was Marie Curie's birthplace; she later studied in Paris. " * 3]
+    msgs = [{"role": "user", "content": "In which city was Marie Curie born?"}]
+
+    def ask(recal):
+        reuse = {"strategy": "query"} if recal is None else {"strategy": "query", "recalibrate": recal}
+        r = client.chat.completions.create(model="x", messages=msgs, max_tokens=6, temperature=0,
+                                           extra_body={"documents": docs[::-1], "reuse": reuse})
+        return r.usage.model_extra["kvstitch"]
+
+    off, on, one = ask(None), ask(True), ask({"temperature": 1, "scale": 1})
+    assert on["moved_tokens"] > 0 and "recalibrate" not in off
+    assert on["recalibrate"] == pytest.approx({"temperature": 0.9, "scale": 0.9})
+    assert one["first_logits_sha256"] == off["first_logits_sha256"]
+    assert on["first_logits_sha256"] != off["first_logits_sha256"]
+    assert ask({"temperature": 0.8})["recalibrate"] == pytest.approx({"temperature": 0.8, "scale": 0.9})
+
+
 # --- errors --------------------------------------------------------------------------
 
 
@@ -198,6 +219,9 @@ def test_malformed_json_and_wrong_types(server):
                         ({"messages": Q, "documents": [{"text": 5}]}, "documents[0]"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"strategy": "magic"}}, "reuse.strategy"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"baked": 1}}, "baked"),
+                        ({"messages": Q, "documents": ["d"], "reuse": {"recalibrate": "yes"}}, "reuse.recalibrate"),
+                        ({"messages": Q, "documents": ["d"], "reuse": {"recalibrate": {"scale": 9}}},
+                         "reuse.recalibrate"),
                         ({"prompt": 5}, None)]:
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
         e = error_of(server.post(path, body), 400)
