@@ -3,8 +3,10 @@
  * and weight GB/s for m = 1 (decode), m = 8 (8 streams batched) and m = 512
  * (prefill), per ISA path (AVX2: GGUF rows and packed rows) and thread count; attention prefill/decode at 512, 2048, 4096 context; the
  * cost of an empty kvs_pool_run. Medians over several repetitions.
+ * --gemma3: the matmuls at gemma3-270m Q4_K_M's shapes and types instead
+ * (Q5_0 where k = 640 is no multiple of 256, Q4_K / Q6_K, the Q8_0 head).
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3]
  */
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +53,9 @@ static size_t row_bytes(int type, int k) {
     case KVS_TYPE_Q4_0: return (size_t)k / 32 * 18;
     case KVS_TYPE_Q4_1: return (size_t)k / 32 * 20;
     case KVS_TYPE_Q8_0: return (size_t)k / 32 * 34;
+    case KVS_TYPE_Q5_0: return (size_t)k / 32 * 22;
+    case KVS_TYPE_Q4_K: return (size_t)k / 256 * 144;
+    case KVS_TYPE_Q6_K: return (size_t)k / 256 * 210;
     case KVS_TYPE_F16: return (size_t)k * 2;
     default: return (size_t)k * 4;
     }
@@ -68,6 +73,15 @@ static kvs_wmat make_w(int type, int n, int k) {
             memcpy(p + b * bs, &d, 2);
             if (type == KVS_TYPE_Q4_1) memcpy(p + b * bs + 2, &m, 2);
         }
+    } else if (type == KVS_TYPE_Q5_0 || type == KVS_TYPE_Q4_K || type == KVS_TYPE_Q6_K) {
+        /* the f16 scales (and Q4_K's min) at their offsets in each block */
+        size_t bs = type == KVS_TYPE_Q5_0 ? 22 : type == KVS_TYPE_Q4_K ? 144 : 210;
+        size_t at = type == KVS_TYPE_Q6_K ? 208 : 0;
+        for (size_t b = 0; b < bytes / bs; b++) {
+            uint16_t d = kvs_f32_to_f16(0.01f);
+            memcpy(p + b * bs + at, &d, 2);
+            if (type == KVS_TYPE_Q4_K) memcpy(p + b * bs + 2, &d, 2);
+        }
     } else if (type == KVS_TYPE_F16) {
         for (size_t i = 0; i < bytes / 2; i++) {
             uint16_t h = kvs_f32_to_f16(rndf());
@@ -80,6 +94,7 @@ static kvs_wmat make_w(int type, int n, int k) {
 
 static const char *type_name(int t) {
     return t == KVS_TYPE_Q4_1 ? "Q4_1" : t == KVS_TYPE_Q8_0 ? "Q8_0" : t == KVS_TYPE_Q4_0 ? "Q4_0"
+         : t == KVS_TYPE_Q5_0 ? "Q5_0" : t == KVS_TYPE_Q4_K ? "Q4_K" : t == KVS_TYPE_Q6_K ? "Q6_K"
          : t == KVS_TYPE_F16 ? "F16" : "F32";
 }
 
@@ -98,18 +113,38 @@ static double time_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int
     return median(t, reps);
 }
 
+typedef struct shape {
+    const char *name;
+    int type, k, n;
+} shape;
+
+static const shape k_smollm2[] = {
+    {"attn_q/o 576->576", KVS_TYPE_Q4_1, 576, 576},
+    {"attn_k/v 576->192", KVS_TYPE_Q4_1, 576, 192},
+    {"ffn_up   576->1536", KVS_TYPE_Q4_1, 576, 1536},
+    {"ffn_down 1536->576", KVS_TYPE_Q4_1, 1536, 576},
+    {"output   576->49152", KVS_TYPE_Q8_0, 576, 49152},
+    {NULL, 0, 0, 0},
+};
+
+static const shape k_gemma3[] = {
+    {"attn_q   640->1024", KVS_TYPE_Q5_0, 640, 1024},
+    {"ffn_up   640->2048", KVS_TYPE_Q5_0, 640, 2048},
+    {"attn_o   1024->640", KVS_TYPE_Q4_K, 1024, 640},
+    {"ffn_down 2048->640", KVS_TYPE_Q4_K, 2048, 640},
+    {"ffn_down 2048->640", KVS_TYPE_Q6_K, 2048, 640},
+    {"output   640->262144", KVS_TYPE_Q8_0, 640, 262144},
+    {NULL, 0, 0, 0},
+};
+
+static const shape *g_shapes = k_smollm2;
+
 static void bench_matmul(const char *isa, int threads, int quick, int pack) {
-    struct { const char *name; int type, k, n; } shapes[] = {
-        {"attn_q/o 576->576", KVS_TYPE_Q4_1, 576, 576},
-        {"attn_k/v 576->192", KVS_TYPE_Q4_1, 576, 192},
-        {"ffn_up   576->1536", KVS_TYPE_Q4_1, 576, 1536},
-        {"ffn_down 1536->576", KVS_TYPE_Q4_1, 1536, 576},
-        {"output   576->49152", KVS_TYPE_Q8_0, 576, 49152},
-    };
+    const shape *shapes = g_shapes;
     kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
     /* decode, batched decode of 8 streams (GB/s(w): weights read once per call), prefill */
     int ms[] = {1, 8, 512};
-    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    for (size_t s = 0; shapes[s].name; s++) {
         kvs_wmat w = make_w(shapes[s].type, shapes[s].n, shapes[s].k);
         /* packed rows (pack.c) where the path reads them: the AVX2 kernels */
         if (pack && kvs_wmat_pack(&w, 1) != 0) { fprintf(stderr, "bench_kernels: pack: out of memory\n"); exit(1); }
@@ -210,6 +245,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
+        else if (!strcmp(argv[i], "--gemma3")) g_shapes = k_gemma3;
     }
     /* the machine and its load: timings on a shared machine are noisy */
     char model[128] = "?", load[64] = "?", line[256];

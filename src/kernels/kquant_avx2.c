@@ -23,8 +23,11 @@
  *   carries (kquant.h). Integers are exact, so only the float steps are
  *   ordered, and they are the reference's.
  *
- * Two weight rows are computed together (two independent chains; x loaded
- * once for both).
+ * With several activation rows two weight rows are computed together (two
+ * independent chains); decode takes one row at a time (two rows' unpacked
+ * octets and accumulators did not fit the 16 registers: the accumulators
+ * went to the stack). Decode and batch loops are compiled per type as
+ * functions of their own (k_type_fns).
  */
 #if defined(__x86_64__)
 
@@ -80,11 +83,14 @@ AI uint16_t u16_at(const uint8_t *p) {
 }
 
 /* Q5_0 / Q5_1 in GGUF layout: cnt (<= 8) blocks from b0, each with its own
- * f16 scale (and min). */
+ * f16 scale (and min). Unrolled, the scales gathered in integers: with a
+ * loop the vectors went through the stack and the first multiply waited
+ * for the stores (a partial octet is a fifth of a k = 640 row). */
 AI void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, octet *o) {
     const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
     const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
-    uint16_t d[8] = {0}, m[8] = {0};
+    uint64_t d[2] = {0, 0}, m[2] = {0, 0};
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
         if (i >= cnt) { /* padding: zero integers and scales */
             o->qu[i] = _mm256_setzero_si256();
@@ -96,11 +102,11 @@ AI void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, octet *o) {
         __m128i v = _mm_loadu_si128((const __m128i *)(p + qh_at + 4));
         __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
         o->qu[i] = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), b16));
-        d[i] = u16_at(p);
-        if (q51) m[i] = u16_at(p + 2);
+        d[i / 4] |= (uint64_t)u16_at(p) << (16 * (i % 4));
+        if (q51) m[i / 4] |= (uint64_t)u16_at(p + 2) << (16 * (i % 4));
     }
-    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
-    o->mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)m));
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_set_epi64x((long long)d[1], (long long)d[0]));
+    o->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
 }
 
 /* A full Q5_0 / Q5_1 octet from b0 of a packed row (pack.c): 4-bit parts
@@ -111,15 +117,15 @@ AI void unpack_q5_packed(const uint8_t *row, int b0, int q51, octet *o) {
     const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
     const __m256i hb = _mm256_loadu_si256((const __m256i *)(oct + 128));
     /* bit i of each byte to bit 4 (16-bit shifts: the masked bit never
-     * crosses into the other byte) */
-    const __m256i h[8] = {_mm256_and_si256(_mm256_slli_epi16(hb, 4), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 3), b16),
-                          _mm256_and_si256(_mm256_slli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_slli_epi16(hb, 1), b16),
-                          _mm256_and_si256(hb, b16),                        _mm256_and_si256(_mm256_srli_epi16(hb, 1), b16),
-                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), b16), _mm256_and_si256(_mm256_srli_epi16(hb, 3), b16)};
+     * crosses into the other byte), made where used (fewer live registers) */
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(oct + 32 * p));
-        o->qu[2 * p] = _mm256_or_si256(_mm256_and_si256(v, m4), h[2 * p]);
-        o->qu[2 * p + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h[2 * p + 1]);
+        const int i0 = 2 * p, i1 = 2 * p + 1;
+        __m256i h0 = i0 < 4 ? _mm256_slli_epi16(hb, 4 - i0) : _mm256_srli_epi16(hb, i0 - 4);
+        __m256i h1 = i1 < 4 ? _mm256_slli_epi16(hb, 4 - i1) : _mm256_srli_epi16(hb, i1 - 4);
+        o->qu[i0] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(h0, b16));
+        o->qu[i1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(h1, b16));
     }
     o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
     o->mw = q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps();
@@ -144,18 +150,23 @@ AI void unpack_k45(const uint8_t *row, int s, int k5, octet *o) {
         o->qu[2 * p] = lo;
         o->qu[2 * p + 1] = hi;
     }
-    /* ggml's get_scale_min_k4 for the 8 sub-blocks (kquant_ref.c) */
-    int32_t sc[8], mn[8];
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        mn[j] = q[j + 4] & 63;
-        sc[j + 4] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
-        mn[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
-    }
+    /* ggml's get_scale_min_k4 for the 8 sub-blocks (kquant_ref.c) in one
+     * vector (scalar stores read back as a vector stalled the loop: no
+     * store forwarding): bytes 0-7 the scales, 8-15 the mins.
+     *   sc[j] = q[j] & 63,  sc[j + 4] = (q[j + 8] & 15) | (q[j] >> 6) << 4
+     *   mn[j] = q[j + 4] & 63,  mn[j + 4] = (q[j + 8] >> 4) | (q[j + 4] >> 6) << 4
+     * (16 bytes read: the 12 scale bytes and 4 of qs after them) */
+    const __m128i B = _mm_loadu_si128((const __m128i *)q);
+    const __m128i A = _mm_shuffle_epi8(B, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i C = _mm_shuffle_epi8(B, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i hi4 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1);
+    const __m128i A4 = _mm_blendv_epi8(A, _mm_srli_epi16(A, 4), hi4);
+    const __m128i keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m128i R = _mm_or_si128(_mm_and_si128(A4, keep), _mm_and_si128(_mm_srli_epi16(C, 2), _mm_set1_epi8(0x30)));
     __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb)));
     __m256 dmin = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 2)));
-    o->dw0 = o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sc)));
-    __m256 mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)mn)));
+    o->dw0 = o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(R)));
+    __m256 mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(R, 8))));
     o->mw = _mm256_xor_ps(mw, _mm256_set1_ps(-0.0f)); /* -(dmin * m), exact */
 }
 
@@ -218,10 +229,18 @@ typedef struct xoct {
 /* Half sums of the octet's cnt blocks: H0 lane l = half 0 of block b0 + l,
  * H1 half 1 (lanes >= cnt: 0). */
 AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m256i *H1) {
-    __m256i v[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) v[i] = i < cnt ? block_dot(w->qu[i], xq + (size_t)i * 64) : _mm256_setzero_si256();
-    hsum8_halves(v, H0, H1);
+    /* hsum8_halves, each pair of block sums added as soon as it is made
+     * (fewer live registers than all eight first) */
+    __m256i p[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m256i v0 = 2 * i < cnt ? block_dot(w->qu[2 * i], xq + (size_t)(2 * i) * 64) : _mm256_setzero_si256();
+        __m256i v1 = 2 * i + 1 < cnt ? block_dot(w->qu[2 * i + 1], xq + (size_t)(2 * i + 1) * 64) : _mm256_setzero_si256();
+        p[i] = _mm256_hadd_epi32(v0, v1);
+    }
+    __m256i a = _mm256_hadd_epi32(p[0], p[1]), b = _mm256_hadd_epi32(p[2], p[3]);
+    *H0 = _mm256_permute2x128_si256(a, b, 0x20);
+    *H1 = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
 /* 8x8 transpose of dwords: out[r] lane l = dword r of in[l]. Turns an
@@ -319,14 +338,15 @@ AI __m256 octet_step(const wsrc *src, int r, int o, int cnt, xoct x, kq_shape sh
     return octet_fma(A, w, H0, H1, x, sh);
 }
 
-/* Octet o (cnt blocks) of both weight rows onto their accumulators a, b;
- * xr: the activation row, tr its trailer. */
-AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, const kvs_kq_trailer *tr, kq_shape sh,
+/* Octet o (cnt blocks) of nr (1 or 2, a constant) weight rows onto their
+ * accumulators a (row 0) and b (row 1); xr: the activation row, tr its
+ * trailer. (No arrays indexed by row: the compiler kept those on the stack.) */
+AI void octet_rows(const wsrc *src, int nr, int o, int cnt, const uint8_t *xr, const kvs_kq_trailer *tr, kq_shape sh,
                    __m256 *a, __m256 *b) {
     const int b0 = 8 * o;
     const xoct x = {(const int8_t *)xr + (size_t)b0 * 64, tr->dx + b0, tr->sx + b0, tr->s0 + b0, tr->s1 + b0};
     __m256 na = octet_step(src, 0, o, cnt, x, sh, *a);
-    __m256 nb_ = octet_step(src, 1, o, cnt, x, sh, *b);
+    __m256 nb_ = nr > 1 ? octet_step(src, 1, o, cnt, x, sh, *b) : *b;
     if (cnt < 8) { /* a partial octet (Q5_0 / Q5_1): lanes past the row keep their chains untouched */
         const __m256 keep = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
@@ -337,50 +357,56 @@ AI void octet_pair(const wsrc *src, int o, int cnt, const uint8_t *xr, const kvs
     *b = nb_;
 }
 
-/* y = two weight rows . one quantized activation row xr. Octets alternate
- * between the low (chains 0-7) and high (8-15) accumulators; the loop takes
- * them by twos so the accumulators stay in registers. */
-AI void dot_pair(const wsrc *src, const uint8_t *xr, int nb, kq_shape sh, float *ya, float *yb) {
+/* y[r] = weight row r . one quantized activation row xr, for nr (1 or 2, a
+ * constant) rows. Octets alternate between the low (chains 0-7) and high
+ * (8-15) accumulators; the loop takes them by twos so the accumulators stay
+ * in registers. */
+AI void dot_rows(const wsrc *src, int nr, const uint8_t *xr, int nb, kq_shape sh, float *y) {
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
     const int nfull = nb / 8;
     int o = 0;
     for (; o + 2 <= nfull; o += 2) {
-        octet_pair(src, o, 8, xr, &tr, sh, &a0, &b0);
-        octet_pair(src, o + 1, 8, xr, &tr, sh, &a1, &b1);
+        octet_rows(src, nr, o, 8, xr, &tr, sh, &a0, &b0);
+        octet_rows(src, nr, o + 1, 8, xr, &tr, sh, &a1, &b1);
     }
     if (o < nfull) /* one more full octet: chains 0-7 */
-        octet_pair(src, o++, 8, xr, &tr, sh, &a0, &b0);
+        octet_rows(src, nr, o++, 8, xr, &tr, sh, &a0, &b0);
     if (8 * o < nb) { /* the partial octet */
-        if (o & 1) octet_pair(src, o, nb - 8 * o, xr, &tr, sh, &a1, &b1);
-        else octet_pair(src, o, nb - 8 * o, xr, &tr, sh, &a0, &b0);
+        if (o & 1) octet_rows(src, nr, o, nb - 8 * o, xr, &tr, sh, &a1, &b1);
+        else octet_rows(src, nr, o, nb - 8 * o, xr, &tr, sh, &a0, &b0);
     }
-    *ya = tree16_2(a0, a1);
-    *yb = tree16_2(b0, b1);
+    y[0] = tree16_2(a0, a1);
+    if (nr > 1) y[1] = tree16_2(b0, b1);
 }
 
-/* Columns [j0, j1) for rows [0, m), per type (constant-folded), two weight
- * rows at a time (an odd last row is computed twice and stored once). */
-AI void cols_of_type(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1,
-                     kq_shape sh, octet *bufa, octet *bufb) {
+/* Decode (one activation row): columns [j0, j1), a weight row at a time,
+ * each octet unpacked into registers on the way. */
+AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1, kq_shape sh) {
+    const int nb = w->k / 32, packed = w->packed != NULL;
+    const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
+    for (int j = j0; j < j1; j++) {
+        const uint8_t *ra = base + (size_t)j * w->row_bytes;
+        if ((j - j0) % 2 == 0 && j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
+            const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
+            for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        }
+        const wsrc src = {.direct = 1, .row = {ra, ra}, .packed = packed};
+        dot_rows(&src, 1, xq, nb, sh, &y[j]);
+    }
+}
+
+/* Several activation rows: columns [j0, j1), two weight rows at a time
+ * (an odd last row is computed twice and stored once), unpacked and
+ * transposed once into L1 buffers and met by every activation row. */
+AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1, kq_shape sh) {
+    octet bufa[MAX_OCTETS], bufb[MAX_OCTETS];
     const int nb = w->k / 32, no = (nb + 7) / 8;
     const int packed = w->packed != NULL;
     for (int j = j0; j < j1; j += 2) {
         const uint8_t *ra = (const uint8_t *)(packed ? w->packed : w->data) + (size_t)j * w->row_bytes;
         const int pair = j + 1 < j1;
-        float ya, yb;
-        if (m == 1) {
-            if (j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
-                const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
-                for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-            }
-            const wsrc src = {.direct = 1, .row = {ra, pair ? ra + w->row_bytes : ra}, .packed = packed};
-            dot_pair(&src, xq, nb, sh, &ya, &yb);
-            y[j] = ya;
-            if (pair) y[j + 1] = yb;
-            continue;
-        }
-        for (int o = 0; o < no; o++) { /* unpacked and transposed to the lane layout, once per call */
+        for (int o = 0; o < no; o++) {
             const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
             octet t;
             unpack_octet(sh.type, ra, 8 * o, cnt, packed, &t);
@@ -394,26 +420,50 @@ AI void cols_of_type(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m,
         }
         const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}};
         for (int i = 0; i < m; i++) {
-            dot_pair(&src, xq + (size_t)i * xq_row, nb, sh, &ya, &yb);
-            y[(size_t)i * w->n + j] = ya;
-            if (pair) y[(size_t)i * w->n + j + 1] = yb;
+            float yy[2];
+            dot_rows(&src, 2, xq + (size_t)i * xq_row, nb, sh, yy);
+            y[(size_t)i * w->n + j] = yy[0];
+            if (pair) y[(size_t)i * w->n + j + 1] = yy[1];
         }
     }
 }
 
+/* One decode and one batch function per type, each compiled on its own with
+ * the type's constants {type, offset shift, split scales, min} (in one
+ * function of every instance, the accumulators lived on the stack). */
+#define KQ_TYPE_FNS(name, ...)                                                                                    \
+    static __attribute__((noinline)) void decode_##name(const kvs_wmat *w, const uint8_t *xq, float *y, int j0,  \
+                                                        int j1) {                                                 \
+        decode_cols(w, xq, y, j0, j1, (kq_shape){__VA_ARGS__});                                                   \
+    }                                                                                                             \
+    static __attribute__((noinline)) void batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, \
+                                                       float *y, int j0, int j1) {                                \
+        batch_cols(w, xq, xq_row, m, y, j0, j1, (kq_shape){__VA_ARGS__});                                         \
+    }
+KQ_TYPE_FNS(q5_0, KVS_TYPE_Q5_0, 4, 0, 0)
+KQ_TYPE_FNS(q5_1, KVS_TYPE_Q5_1, 0, 0, 1)
+KQ_TYPE_FNS(q4_k, KVS_TYPE_Q4_K, 0, 0, 1)
+KQ_TYPE_FNS(q5_k, KVS_TYPE_Q5_K, 0, 0, 1)
+KQ_TYPE_FNS(q6_k, KVS_TYPE_Q6_K, 5, 1, 0)
+
+static const struct {
+    int type;
+    void (*decode)(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1);
+    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+} k_type_fns[] = {
+    {KVS_TYPE_Q5_0, decode_q5_0, batch_q5_0}, {KVS_TYPE_Q5_1, decode_q5_1, batch_q5_1},
+    {KVS_TYPE_Q4_K, decode_q4_k, batch_q4_k}, {KVS_TYPE_Q5_K, decode_q5_k, batch_q5_k},
+    {KVS_TYPE_Q6_K, decode_q6_k, batch_q6_k},
+};
+
 static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
-    if ((w->k / 32 + 7) / 8 > MAX_OCTETS) {
-        kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1);
-        return;
-    }
-    octet bufs[2][MAX_OCTETS];
-    switch (w->type) { /* one instance per type: {type, offset shift, split scales, min} */
-    case KVS_TYPE_Q5_0: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q5_0, 4, 0, 0}, bufs[0], bufs[1]); break;
-    case KVS_TYPE_Q5_1: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q5_1, 0, 0, 1}, bufs[0], bufs[1]); break;
-    case KVS_TYPE_Q4_K: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q4_K, 0, 0, 1}, bufs[0], bufs[1]); break;
-    case KVS_TYPE_Q5_K: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q5_K, 0, 0, 1}, bufs[0], bufs[1]); break;
-    default: cols_of_type(w, xq, xq_row, m, y, j0, j1, (kq_shape){KVS_TYPE_Q6_K, 5, 1, 0}, bufs[0], bufs[1]); break;
-    }
+    for (size_t i = 0; (w->k / 32 + 7) / 8 <= MAX_OCTETS && i < sizeof k_type_fns / sizeof k_type_fns[0]; i++)
+        if (k_type_fns[i].type == w->type) {
+            if (m == 1) k_type_fns[i].decode(w, xq, y, j0, j1);
+            else k_type_fns[i].batch(w, xq, xq_row, m, y, j0, j1);
+            return;
+        }
+    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* rows too long for the buffers */
 }
 
 /* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer. One
