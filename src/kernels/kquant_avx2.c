@@ -293,8 +293,15 @@ AI void octet_sums_lanes(const octet *wt, const int8_t *xo, __m256i *H0, __m256i
     *H1 = H[1];
 }
 
-/* The float steps of an octet on its accumulator (the reference's order). */
-AI __m256 octet_fma(__m256 A, const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
+/* An octet's float steps, their operands made ahead (octet_prep) and the
+ * steps taken on the accumulator in the reference's order (octet_apply):
+ *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A). */
+typedef struct octet_ops {
+    __m256 f0, p0, f1, p1, m, s;
+} octet_ops;
+
+AI octet_ops octet_prep(const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
+    octet_ops op;
     if (sh.off_shift) {
         const __m128i c = _mm_cvtsi32_si128(sh.off_shift);
         H0 = _mm256_sub_epi32(H0, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s0), c));
@@ -302,12 +309,36 @@ AI __m256 octet_fma(__m256 A, const octet *w, __m256i H0, __m256i H1, xoct x, kq
     }
     __m256 dxv = _mm256_loadu_ps(x.dx);
     if (sh.split) {
-        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H0), _mm256_mul_ps(w->dw0, dxv), A);
-        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H1), _mm256_mul_ps(w->dw1, dxv), A);
+        op.f0 = _mm256_cvtepi32_ps(H0);
+        op.p0 = _mm256_mul_ps(w->dw0, dxv);
+        op.f1 = _mm256_cvtepi32_ps(H1);
+        op.p1 = _mm256_mul_ps(w->dw1, dxv);
     } else {
-        A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1)), _mm256_mul_ps(w->dw0, dxv), A);
+        op.f0 = _mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1));
+        op.p0 = _mm256_mul_ps(w->dw0, dxv);
+        op.f1 = op.p1 = _mm256_setzero_ps();
     }
-    if (sh.has_min) A = _mm256_fmadd_ps(w->mw, _mm256_loadu_ps(x.sx), A);
+    op.m = sh.has_min ? w->mw : _mm256_setzero_ps();
+    op.s = sh.has_min ? _mm256_loadu_ps(x.sx) : _mm256_setzero_ps();
+    return op;
+}
+
+/* The operands of lanes 4-7 in lanes 0-3 (a merged tail's second row). */
+AI octet_ops octet_ops_high(const octet_ops *op) {
+    octet_ops h;
+    h.f0 = _mm256_permute2f128_ps(op->f0, op->f0, 0x01);
+    h.p0 = _mm256_permute2f128_ps(op->p0, op->p0, 0x01);
+    h.f1 = _mm256_permute2f128_ps(op->f1, op->f1, 0x01);
+    h.p1 = _mm256_permute2f128_ps(op->p1, op->p1, 0x01);
+    h.m = _mm256_permute2f128_ps(op->m, op->m, 0x01);
+    h.s = _mm256_permute2f128_ps(op->s, op->s, 0x01);
+    return h;
+}
+
+AI __m256 octet_apply(__m256 A, const octet_ops *op, kq_shape sh) {
+    A = _mm256_fmadd_ps(op->f0, op->p0, A);
+    if (sh.split) A = _mm256_fmadd_ps(op->f1, op->p1, A);
+    if (sh.has_min) A = _mm256_fmadd_ps(op->m, op->s, A);
     return A;
 }
 
@@ -320,6 +351,7 @@ typedef struct wsrc {
     const octet *buf[2];   /* the buffers (direct 0) */
     const uint8_t *row[2]; /* the weight rows, GGUF or packed (direct 1) */
     int packed;
+    int merged_tail;       /* buffers: the last octet (<= 4 blocks) holds both rows, buf[0]'s (merge_tails) */
 } wsrc;
 
 AI const octet *octet_of(const wsrc *src, int r, int o, int cnt, kq_shape sh, octet *tmp) {
@@ -328,26 +360,35 @@ AI const octet *octet_of(const wsrc *src, int r, int o, int cnt, kq_shape sh, oc
     return tmp;
 }
 
-/* Weight row r's octet o onto its accumulator (before any blend). */
-AI __m256 octet_step(const wsrc *src, int r, int o, int cnt, xoct x, kq_shape sh, __m256 A) {
+/* Weight row r's octet o: its float steps' operands. */
+AI octet_ops octet_step(const wsrc *src, int r, int o, int cnt, xoct x, kq_shape sh) {
     octet t;
     __m256i H0, H1;
     const octet *w = octet_of(src, r, o, cnt, sh, &t);
     if (src->direct) octet_sums(w, cnt, x.q, &H0, &H1);
     else octet_sums_lanes(w, x.q, &H0, &H1); /* buffers hold transposed octets, x the lane layout */
-    return octet_fma(A, w, H0, H1, x, sh);
+    return octet_prep(w, H0, H1, x, sh);
 }
 
-/* Octet o (cnt blocks) of nr (1 or 2, a constant) weight rows onto their
- * accumulators a (row 0) and b (row 1); xr: the activation row, tr its
- * trailer. (No arrays indexed by row: the compiler kept those on the stack.) */
+/* Octet o (cnt blocks) of nr (1 or 2, a constant) weight rows: the
+ * operands of their float steps (ops[r]); xr: the activation row, tr its
+ * trailer. */
 AI void octet_rows(const wsrc *src, int nr, int o, int cnt, const uint8_t *xr, const kvs_kq_trailer *tr, kq_shape sh,
-                   __m256 *a, __m256 *b) {
+                   octet_ops *ops) {
     const int b0 = 8 * o;
     const xoct x = {(const int8_t *)xr + (size_t)b0 * 64, tr->dx + b0, tr->sx + b0, tr->s0 + b0, tr->s1 + b0};
-    __m256 na = octet_step(src, 0, o, cnt, x, sh, *a);
-    __m256 nb_ = nr > 1 ? octet_step(src, 1, o, cnt, x, sh, *b) : *b;
-    if (cnt < 8) { /* a partial octet (Q5_0 / Q5_1): lanes past the row keep their chains untouched */
+    ops[0] = octet_step(src, 0, o, cnt, x, sh);
+    if (nr > 1) ops[1] = octet_step(src, 1, o, cnt, x, sh);
+}
+
+/* The steps of ops onto the accumulators a (row 0) and b (row 1); a
+ * partial octet (cnt < 8, Q5_0 / Q5_1) leaves lanes past the row as they
+ * were. (No arrays indexed by row for the accumulators: the compiler kept
+ * those on the stack.) */
+AI void octet_apply_rows(int nr, int cnt, const octet_ops *ops, kq_shape sh, __m256 *a, __m256 *b) {
+    __m256 na = octet_apply(*a, &ops[0], sh);
+    __m256 nb_ = nr > 1 ? octet_apply(*b, &ops[1], sh) : *b;
+    if (cnt < 8) {
         const __m256 keep = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
         na = _mm256_blendv_ps(na, *a, keep);
@@ -360,21 +401,35 @@ AI void octet_rows(const wsrc *src, int nr, int o, int cnt, const uint8_t *xr, c
 /* y[r] = weight row r . one quantized activation row xr, for nr (1 or 2, a
  * constant) rows. Octets alternate between the low (chains 0-7) and high
  * (8-15) accumulators; the loop takes them by twos so the accumulators stay
- * in registers. */
+ * in registers. The octets after the loop (an odd one, a partial one) are
+ * computed first and their float steps taken last, in order: computed
+ * last, their latency was the call's (k = 640: 2 octets in the loop and a
+ * partial one cost as much as 3 + 1). */
 AI void dot_rows(const wsrc *src, int nr, const uint8_t *xr, int nb, kq_shape sh, float *y) {
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-    const int nfull = nb / 8;
-    int o = 0;
-    for (; o + 2 <= nfull; o += 2) {
-        octet_rows(src, nr, o, 8, xr, &tr, sh, &a0, &b0);
-        octet_rows(src, nr, o + 1, 8, xr, &tr, sh, &a1, &b1);
+    const int nfull = nb / 8, no = (nb + 7) / 8, first_late = nfull & ~1;
+    octet_ops late[2][2];
+    for (int o = first_late; o < no; o++) {
+        const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
+        if (nr > 1 && src->merged_tail && o == no - 1 && cnt <= 4) { /* both rows in one octet */
+            octet_rows(src, 1, o, cnt, xr, &tr, sh, late[o - first_late]);
+            late[o - first_late][1] = octet_ops_high(&late[o - first_late][0]);
+        } else {
+            octet_rows(src, nr, o, cnt, xr, &tr, sh, late[o - first_late]);
+        }
     }
-    if (o < nfull) /* one more full octet: chains 0-7 */
-        octet_rows(src, nr, o++, 8, xr, &tr, sh, &a0, &b0);
-    if (8 * o < nb) { /* the partial octet */
-        if (o & 1) octet_rows(src, nr, o, nb - 8 * o, xr, &tr, sh, &a1, &b1);
-        else octet_rows(src, nr, o, nb - 8 * o, xr, &tr, sh, &a0, &b0);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    for (int o = 0; o < first_late; o += 2) {
+        octet_ops ops[2];
+        octet_rows(src, nr, o, 8, xr, &tr, sh, ops);
+        octet_apply_rows(nr, 8, ops, sh, &a0, &b0);
+        octet_rows(src, nr, o + 1, 8, xr, &tr, sh, ops);
+        octet_apply_rows(nr, 8, ops, sh, &a1, &b1);
+    }
+    for (int o = first_late; o < no; o++) { /* at most 2: chains 0-7, then 8-15 */
+        const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
+        if (o == first_late) octet_apply_rows(nr, cnt, late[0], sh, &a0, &b0);
+        else octet_apply_rows(nr, cnt, late[1], sh, &a1, &b1);
     }
     y[0] = tree16_2(a0, a1);
     if (nr > 1) y[1] = tree16_2(b0, b1);
@@ -394,6 +449,19 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
         const wsrc src = {.direct = 1, .row = {ra, ra}, .packed = packed};
         dot_rows(&src, 1, xq, nb, sh, &y[j]);
     }
+}
+
+/* A pair's partial last octets of <= 4 blocks (lanes 0-3 of each, the lane
+ * layout) as one: a's blocks in lanes 0-3, b's in 4-7. The quantizer copies
+ * such an octet's activation lanes 0-3 into 4-7 (avx2_quantize_row), so one
+ * octet of integer work gives both rows' sums (Q5_0 at k = 640: 2 full
+ * octets and 4 blocks, 2.5 octets of work instead of 3). */
+AI void merge_tails(octet *a, const octet *b) {
+    for (int r = 0; r < 8; r++)
+        a->qu[r] = _mm256_blend_epi32(a->qu[r], _mm256_permute2x128_si256(b->qu[r], b->qu[r], 0x00), 0xF0);
+    a->dw0 = _mm256_blend_ps(a->dw0, _mm256_permute2f128_ps(b->dw0, b->dw0, 0x00), 0xF0);
+    a->dw1 = _mm256_blend_ps(a->dw1, _mm256_permute2f128_ps(b->dw1, b->dw1, 0x00), 0xF0);
+    a->mw = _mm256_blend_ps(a->mw, _mm256_permute2f128_ps(b->mw, b->mw, 0x00), 0xF0);
 }
 
 /* Several activation rows: columns [j0, j1), two weight rows at a time
@@ -418,7 +486,9 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
                 transpose8(t.qu, bufb[o].qu);
             }
         }
-        const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}};
+        const int tail = nb % 8, merged = tail > 0 && tail <= 4;
+        if (merged) merge_tails(&bufa[no - 1], pair ? &bufb[no - 1] : &bufa[no - 1]);
+        const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}, .merged_tail = merged};
         for (int i = 0; i < m; i++) {
             float yy[2];
             dot_rows(&src, 2, xq + (size_t)i * xq_row, nb, sh, yy);
@@ -499,6 +569,16 @@ static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
                 _mm256_storeu_si256(dst + 2 * l + 1, lo[l]);
             }
             continue;
+        }
+        if (nb - b0 <= 4) { /* a partial octet of <= 4 blocks: lanes 4-7 copy 0-3 (merge_tails) */
+            for (int l = 4; l < 4 + nb - b0; l++) {
+                hi[l] = hi[l - 4];
+                lo[l] = lo[l - 4];
+                dx[b0 + l] = dx[b0 + l - 4];
+                sx[b0 + l] = sx[b0 + l - 4];
+                s0[b0 + l] = s0[b0 + l - 4];
+                s1[b0 + l] = s1[b0 + l - 4];
+            }
         }
         __m256i t[8];
         transpose8(hi, t);
