@@ -75,30 +75,41 @@ static const struct { int m, nh, nkv, hd, ctx, start, window; } k_cases[] = {
     {48, 4, 1, 256, 1100, 1000, 512},
 };
 
-TEST(test_window_simd_equals_scalar) {
+/* The SIMD paths the CPU has against ref (the scalar result of the case);
+ * returns the number of comparisons. */
+static int check_isas(const wcase *c, const kvs_attn_recal *rc, const float *ref, const char *label) {
     const char *isas[] = {"avx2", "avx512vnni"};
+    size_t n = (size_t)c->m * c->n_head * c->hd;
+    float *got = xmalloc(n * 4);
+    int compared = 0;
+    for (size_t a = 0; a < 2; a++) {
+        if (kvs_kernels_set_isa(isas[a]) != 0) continue; /* CPU lacks it */
+        memset(got, 0xff, n * 4);
+        run_recal(c, NULL, 1, c->window, rc, 0, c->m, got);
+        CHECK_MSG(memcmp(ref, got, n * 4) == 0, "%s: %s differs from scalar", label, isas[a]);
+        compared++;
+    }
+    kvs_kernels_set_isa("best");
+    free(got);
+    return compared;
+}
+
+TEST(test_window_simd_equals_scalar) {
     int compared = 0;
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
         for (int kv_type = 0; kv_type <= 1; kv_type++) {
             wcase c = make(k_cases[i].m, k_cases[i].nh, k_cases[i].nkv, k_cases[i].hd, k_cases[i].ctx, kv_type,
                            k_cases[i].start, k_cases[i].window);
             size_t n = (size_t)c.m * c.n_head * c.hd;
-            float *ref = xmalloc(n * 4), *got = xmalloc(n * 4);
+            float *ref = xmalloc(n * 4);
             kvs_kernels_set_isa("scalar");
             run(&c, NULL, 1, c.window, 0, c.m, ref);
-            for (size_t a = 0; a < 2; a++) {
-                if (kvs_kernels_set_isa(isas[a]) != 0) continue; /* CPU lacks it */
-                memset(got, 0xff, n * 4);
-                run(&c, NULL, 1, c.window, 0, c.m, got);
-                CHECK_MSG(memcmp(ref, got, n * 4) == 0, "case %zu kv_type %d: %s differs from scalar", i, kv_type,
-                          isas[a]);
-                compared++;
-            }
+            char label[64];
+            snprintf(label, sizeof label, "case %zu kv_type %d", i, kv_type);
+            compared += check_isas(&c, NULL, ref, label);
             free(ref);
-            free(got);
             drop(&c);
         }
-    kvs_kernels_set_isa("best");
     printf("  %d ISA comparisons\n", compared);
 }
 
@@ -195,7 +206,6 @@ static kvs_attn_recal recal_of(size_t i) {
 }
 
 TEST(test_recal_simd_equals_scalar) {
-    const char *isas[] = {"avx2", "avx512vnni"};
     int compared = 0;
     for (size_t i = 0; i < sizeof k_recal / sizeof k_recal[0]; i++)
         for (int kv_type = 0; kv_type <= 1; kv_type++) {
@@ -203,7 +213,7 @@ TEST(test_recal_simd_equals_scalar) {
                            k_recal[i].start, k_recal[i].window);
             kvs_attn_recal rc = recal_of(i);
             size_t n = (size_t)c.m * c.n_head * c.hd;
-            float *ref = xmalloc(n * 4), *got = xmalloc(n * 4), *plain = xmalloc(n * 4);
+            float *ref = xmalloc(n * 4), *plain = xmalloc(n * 4);
             kvs_kernels_set_isa("scalar");
             run_recal(&c, NULL, 1, c.window, &rc, 0, c.m, ref);
             run(&c, NULL, 1, c.window, 0, c.m, plain);
@@ -212,20 +222,13 @@ TEST(test_recal_simd_equals_scalar) {
             for (int t = 0; t < c.m; t++)
                 CHECK_MSG((memcmp(ref + t * row, plain + t * row, row * 4) != 0) == (c.pos[t] >= rc.hi),
                           "case %zu row %d (pos %d, hi %d)", i, t, c.pos[t], rc.hi);
-            for (size_t a = 0; a < 2; a++) {
-                if (kvs_kernels_set_isa(isas[a]) != 0) continue; /* CPU lacks it */
-                memset(got, 0xff, n * 4);
-                run_recal(&c, NULL, 1, c.window, &rc, 0, c.m, got);
-                CHECK_MSG(memcmp(ref, got, n * 4) == 0, "case %zu kv_type %d: %s differs from scalar", i, kv_type,
-                          isas[a]);
-                compared++;
-            }
+            char label[64];
+            snprintf(label, sizeof label, "recal case %zu kv_type %d", i, kv_type);
+            compared += check_isas(&c, &rc, ref, label);
             free(ref);
-            free(got);
             free(plain);
             drop(&c);
         }
-    kvs_kernels_set_isa("best");
     printf("  %d ISA comparisons\n", compared);
 }
 
