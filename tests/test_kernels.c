@@ -344,21 +344,30 @@ TEST(test_rowops_simd_equals_scalar) {
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
             int n = ns[ni];
             float *x = xmalloc(4 * n), *w = xmalloc(4 * n), *y0 = xmalloc(4 * n), *y1 = xmalloc(4 * n);
-            float *g0 = xmalloc(4 * n), *g1 = xmalloc(4 * n);
+            float *g0 = xmalloc(4 * n), *g1 = xmalloc(4 * n), *h0 = xmalloc(4 * n), *h1 = xmalloc(4 * n);
             kt_rand_vec(x, n, 30.0f);
             kt_rand_vec(w, n, 2.0f);
             if (n > 3) { x[0] = 100.0f; x[1] = -100.0f; x[2] = 0.0f; }
+            if (n > 15) { /* the exp's saturation, NaN, infinities, -0, tiny */
+                x[3] = 88.5f; x[4] = -88.5f; x[5] = NAN; x[6] = INFINITY; x[7] = -INFINITY;
+                x[8] = -0.0f; x[9] = 1e-30f; x[10] = -9.5f; x[11] = 9.5f;
+            }
             memcpy(g0, x, 4 * n);
             memcpy(g1, x, 4 * n);
+            memcpy(h0, x, 4 * n);
+            memcpy(h1, x, 4 * n);
             kvs_kernels_set_isa("scalar");
             kvs_rmsnorm(y0, x, w, n, 1e-5f);
             kvs_silu_mul(g0, w, n);
+            kvs_gelu_tanh_mul(h0, w, n);
             kvs_kernels_set_isa(simd_isas[s]);
             kvs_rmsnorm(y1, x, w, n, 1e-5f);
             kvs_silu_mul(g1, w, n);
+            kvs_gelu_tanh_mul(h1, w, n);
             CHECK_MSG(memcmp(y0, y1, 4 * n) == 0, "%s rmsnorm n=%d", simd_isas[s], n);
             CHECK_MSG(memcmp(g0, g1, 4 * n) == 0, "%s silu n=%d", simd_isas[s], n);
-            free(x); free(w); free(y0); free(y1); free(g0); free(g1);
+            CHECK_MSG(memcmp(h0, h1, 4 * n) == 0, "%s gelu_tanh n=%d", simd_isas[s], n);
+            free(x); free(w); free(y0); free(y1); free(g0); free(g1); free(h0); free(h1);
         }
     }
     kvs_kernels_set_isa("best");

@@ -26,32 +26,11 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels/kernels_impl.h"
-
-#define AI __attribute__((always_inline)) static inline
+#include "kernels/avx2_util.h"
 #define RB 8 /* rows per block */
 
 void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
-
-/* kvs_expf_ref, 8 lanes, same operations. */
-AI __m256 exp8(__m256 x) {
-    __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
-}
 
 /* kvs_tree16 of 16 vectors of partials, lane by lane (P is overwritten). */
 AI __m256 tree16_8(__m256 P[16]) {
@@ -189,12 +168,12 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
         for (; j + 16 <= maxn[rb]; j += 16)
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
-                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)(j + i) * RB), mx[rb]));
+                __m256 e = kvs_exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)(j + i) * RB), mx[rb]));
                 _mm256_storeu_ps(Sb + (size_t)(j + i) * RB, e);
                 P[i] = _mm256_add_ps(P[i], e);
             }
         for (int i = 0; j < maxn[rb]; j++, i++) {
-            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), mx[rb]));
+            __m256 e = kvs_exp8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), mx[rb]));
             _mm256_storeu_ps(Sb + (size_t)j * RB, e);
             P[i] = _mm256_add_ps(P[i], e);
         }

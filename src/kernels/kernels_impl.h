@@ -175,4 +175,14 @@ int kvs_wtype_is_quant(int type);
  * float operations in scalar and SIMD code, ~1 ulp on [-87, 0]. */
 float kvs_expf_ref(float x);
 
+/* Activation row kernels: the scalar loops (the definition) and their AVX2
+ * versions (act_avx2.c, the same bits). gelu_tanh(x) = x * sigmoid(2u),
+ * 2u = x (K0 + K1 x^2): K0 = 2 sqrt(2/pi), K1 = 2 sqrt(2/pi) * 0.044715. */
+#define KVS_GELU_K0 1.5957691216057308f
+#define KVS_GELU_K1 0.0713548162726009f
+void kvs_silu_mul_ref(float *gate, const float *up, int n);
+void kvs_gelu_tanh_mul_ref(float *gate, const float *up, int n);
+void kvs_silu_mul_avx2(float *gate, const float *up, int n);
+void kvs_gelu_tanh_mul_avx2(float *gate, const float *up, int n);
+
 #endif

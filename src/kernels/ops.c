@@ -112,17 +112,25 @@ static inline float expf_sat(float x) {
     return kvs_expf_ref(x);
 }
 
+void kvs_silu_mul_ref(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = (g / (1.0f + expf_sat(-g))) * up[i];
+    }
+}
+
 void kvs_silu_mul(float *gate, const float *up, int n) {
 #if defined(__x86_64__)
     if (use_avx512()) {
         silu_mul_avx512(gate, up, n);
         return;
     }
-#endif
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = (g / (1.0f + expf_sat(-g))) * up[i];
+    if (strcmp(kvs_kernels_isa(), "avx2") == 0) {
+        kvs_silu_mul_avx2(gate, up, n);
+        return;
     }
+#endif
+    kvs_silu_mul_ref(gate, up, n);
 }
 
 /*
