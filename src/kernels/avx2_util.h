@@ -45,11 +45,18 @@ AI float tree16_2(__m256 lo, __m256 hi) {
 /* The lane sums of 8 int32 vectors, transposed: H0 lane o = v[o]'s lanes
  * 0-3 summed, H1 lane o = its lanes 4-7 (exact integers; H0 + H1 = each
  * vector's total). */
-AI void hsum8_halves(const __m256i v[8], __m256i *H0, __m256i *H1) {
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+/* The same from p[i] = hadd(v[2i], v[2i + 1]) (a caller that adds each pair
+ * as soon as it has it keeps fewer vectors live). */
+AI void hsum8_pairs(const __m256i p[4], __m256i *H0, __m256i *H1) {
+    __m256i a = _mm256_hadd_epi32(p[0], p[1]), b = _mm256_hadd_epi32(p[2], p[3]);
     *H0 = _mm256_permute2x128_si256(a, b, 0x20);
     *H1 = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+AI void hsum8_halves(const __m256i v[8], __m256i *H0, __m256i *H1) {
+    const __m256i p[4] = {_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]), _mm256_hadd_epi32(v[4], v[5]),
+                          _mm256_hadd_epi32(v[6], v[7])};
+    hsum8_pairs(p, H0, H1);
 }
 
 /* 8 x 8 transpose of 32-bit lanes: out[v] lane o = in[o] lane v. */

@@ -238,9 +238,7 @@ AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m25
         __m256i v1 = 2 * i + 1 < cnt ? block_dot(w->qu[2 * i + 1], xq + (size_t)(2 * i + 1) * 64) : _mm256_setzero_si256();
         p[i] = _mm256_hadd_epi32(v0, v1);
     }
-    __m256i a = _mm256_hadd_epi32(p[0], p[1]), b = _mm256_hadd_epi32(p[2], p[3]);
-    *H0 = _mm256_permute2x128_si256(a, b, 0x20);
-    *H1 = _mm256_permute2x128_si256(a, b, 0x31);
+    hsum8_pairs(p, H0, H1);
 }
 
 /* 8x8 transpose of dwords: out[r] lane l = dword r of in[l]. Turns an
@@ -351,7 +349,6 @@ typedef struct wsrc {
     const octet *buf[2];   /* the buffers (direct 0) */
     const uint8_t *row[2]; /* the weight rows, GGUF or packed (direct 1) */
     int packed;
-    int merged_tail;       /* buffers: the last octet (<= 4 blocks) holds both rows, buf[0]'s (merge_tails) */
 } wsrc;
 
 AI const octet *octet_of(const wsrc *src, int r, int o, int cnt, kq_shape sh, octet *tmp) {
@@ -411,7 +408,7 @@ AI void dot_rows(const wsrc *src, int nr, const uint8_t *xr, int nb, kq_shape sh
     octet_ops late[2][2];
     for (int o = first_late; o < no; o++) {
         const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
-        if (nr > 1 && src->merged_tail && o == no - 1 && cnt <= 4) { /* both rows in one octet */
+        if (nr > 1 && !src->direct && cnt <= 4) { /* buffers: both rows in one octet (merge_tails) */
             octet_rows(src, 1, o, cnt, xr, &tr, sh, late[o - first_late]);
             late[o - first_late][1] = octet_ops_high(&late[o - first_late][0]);
         } else {
@@ -486,9 +483,8 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
                 transpose8(t.qu, bufb[o].qu);
             }
         }
-        const int tail = nb % 8, merged = tail > 0 && tail <= 4;
-        if (merged) merge_tails(&bufa[no - 1], pair ? &bufb[no - 1] : &bufa[no - 1]);
-        const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}, .merged_tail = merged};
+        if (nb % 8 > 0 && nb % 8 <= 4) merge_tails(&bufa[no - 1], pair ? &bufb[no - 1] : &bufa[no - 1]);
+        const wsrc src = {.direct = 0, .buf = {bufa, pair ? bufb : bufa}};
         for (int i = 0; i < m; i++) {
             float yy[2];
             dot_rows(&src, 2, xq + (size_t)i * xq_row, nb, sh, yy);
