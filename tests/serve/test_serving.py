@@ -200,6 +200,11 @@ def test_queue_full_429_and_sigterm_drain():
         err = [f.result().json() for f in futs if f.result().status_code == 429][0]["error"]
         assert err["code"] == "queue_full" and err["type"] == "rate_limit_error"
         # SIGTERM while a request runs: it completes, then the process exits 0.
+        # The slot of the requests above may be released just after their
+        # replies: wait for it, so that "active" below is the new request.
+        t0 = time.time()
+        while metric(s, "kvstitch_active_slots") != 0 and time.time() - t0 < 60 * SLOW:
+            time.sleep(0.05)
         with cf.ThreadPoolExecutor(1) as ex:
             fut = ex.submit(s.post, "/v1/chat/completions", body)
             t0 = time.time()
