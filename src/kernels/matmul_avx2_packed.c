@@ -218,6 +218,22 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
     return y;
 }
 
+/* The f16 words at bytes 0-1 (d) and 2-3 (Q4_1's m; other types: data,
+ * unused) of 8 blocks blk[o] + at, as floats: lane o = block o. Built in
+ * registers: scalar stores read back as one vector wait for the stores (no
+ * store forwarding), once per 8 weight rows of every decode matmul. */
+AI void block_scales8(const uint8_t *const blk[8], size_t at, __m256 *d, __m256 *m) {
+    uint32_t u[8];
+    for (int o = 0; o < 8; o++) memcpy(&u[o], blk[o] + at, 4);
+    const __m256i v = _mm256_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3], (int)u[4], (int)u[5], (int)u[6],
+                                        (int)u[7]);
+    /* lanes [d0-3, m0-3 | d4-7, m4-7] as 16-bit words, then [d0-7 | m0-7] */
+    __m256i p = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(v, 16));
+    p = _mm256_permute4x64_epi64(p, 0xD8);
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
+}
+
 /* The same for 8 weight rows at once (row o's tail blocks at blk[o]), one
  * activation row: lane o runs row o's chain, so each lane takes the steps
  * of tail_blocks in its order. y: the 8 rows' tree results. */
@@ -225,21 +241,15 @@ static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const 
     const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++) {
         __m256i v[8];
-        uint16_t d[8], mn[8];
-        for (int o = 0; o < 8; o++) {
-            const uint8_t *b = blk[o] + (size_t)t * bs;
-            v[o] = tail_isum(type, b, &xt[t]);
-            memcpy(&d[o], b, 2);
-            if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], b + 2, 2);
-        }
+        for (int o = 0; o < 8; o++) v[o] = tail_isum(type, blk[o] + (size_t)t * bs, &xt[t]);
         __m256i h0, h1; /* lane o = the sum of v[o]'s lanes (exact integers) */
         hsum8_halves(v, &h0, &h1);
         __m256i isum = _mm256_add_epi32(h0, h1);
         if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        __m256 dw, mw;
+        block_scales8(blk, (size_t)t * bs, &dw, &mw);
         y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xt[t].d)), y);
-        if (type == KVS_TYPE_Q4_1)
-            y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)), _mm256_set1_ps(xt[t].s), y);
+        if (type == KVS_TYPE_Q4_1) y = _mm256_fmadd_ps(mw, _mm256_set1_ps(xt[t].s), y);
     }
     return y;
 }
@@ -256,7 +266,6 @@ static void tail_prep8(int type, const uint8_t *const blk[8], int nt, __m256i *w
     const __m128i lo4 = _mm_set1_epi8(0x0f);
     for (int t = 0; t < nt; t++) {
         __m256i a[8], b[8];
-        uint16_t d[8], mn[8];
         for (int o = 0; o < 8; o++) {
             const uint8_t *p = blk[o] + (size_t)t * bs;
             __m128i q = _mm_loadu_si128((const __m128i *)(p + qoff));
@@ -267,13 +276,12 @@ static void tail_prep8(int type, const uint8_t *const blk[8], int nt, __m256i *w
                 a[o] = _mm256_cvtepu8_epi16(_mm_and_si128(q, lo4));
                 b[o] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), lo4));
             }
-            memcpy(&d[o], p, 2);
-            if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], p + 2, 2);
         }
         transpose8_epi32(a, wt + 16 * t);
         transpose8_epi32(b, wt + 16 * t + 8);
-        wd[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
-        wm[t] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)) : _mm256_setzero_ps();
+        __m256 mw;
+        block_scales8(blk, (size_t)t * bs, &wd[t], &mw);
+        wm[t] = type == KVS_TYPE_Q4_1 ? mw : _mm256_setzero_ps();
     }
 }
 
@@ -484,7 +492,8 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
             for (int o = 0; o < n8; o++)
                 y[o] = tail_blocks(type, (const uint8_t *)w->packed + (size_t)(j8 + o) * rb + tail_at, nt, xt, y[o]);
         }
-        memcpy(yrow + j8, y, (size_t)n8 * sizeof(float));
+        if (n8 == 8) _mm256_storeu_ps(yrow + j8, _mm256_loadu_ps(y)); /* (memcpy of a variable size: rep movs) */
+        else memcpy(yrow + j8, y, (size_t)n8 * sizeof(float));
     }
 }
 
