@@ -82,28 +82,40 @@ static void q4_groups4(const uint8_t *const pw[4], int ng, int q41, const uint8_
             for (int i = 0; i < mr; i++) {
                 const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
                 const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
-                __m256i ph[4], pl[4];
+                /* named variables, not arrays: arrays indexed by the loop's
+                 * row were kept in memory (8 stores per weight vector step,
+                 * then copied into S) */
+                __m256i ph0, pl0, ph1, pl1, ph2, pl2, ph3, pl3;
+#define Q4_MAC(r, ph, pl)                                                                                          \
+    do {                                                                                                           \
+        const __m256i w_ = _mm256_load_si256(&Wu[v][r]);                                                          \
+        const __m256i mh_ = _mm256_maddubs_epi16(w_, a), ml_ = _mm256_maddubs_epi16(w_, b);                       \
+        ph = v ? _mm256_add_epi16(ph, mh_) : mh_;                                                                  \
+        pl = v ? _mm256_add_epi16(pl, ml_) : ml_;                                                                  \
+    } while (0)
+                ph0 = pl0 = ph1 = pl1 = ph2 = pl2 = ph3 = pl3 = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++) {
                     __m256i a = _mm256_loadu_si256((const __m256i *)(xh + 64 * v));
                     __m256i b = _mm256_loadu_si256((const __m256i *)(xl + 64 * v));
                     __asm__("" : "+x"(a), "+x"(b)); /* in registers: loaded once, not once per weight row */
-#pragma GCC unroll 4
-                    for (int r = 0; r < 4; r++) {
-                        __m256i w = _mm256_load_si256(&Wu[v][r]);
-                        __m256i mh = _mm256_maddubs_epi16(w, a), ml = _mm256_maddubs_epi16(w, b);
-                        ph[r] = v ? _mm256_add_epi16(ph[r], mh) : mh;
-                        pl[r] = v ? _mm256_add_epi16(pl[r], ml) : ml;
-                    }
+                    Q4_MAC(0, ph0, pl0);
+                    Q4_MAC(1, ph1, pl1);
+                    Q4_MAC(2, ph2, pl2);
+                    Q4_MAC(3, ph3, pl3);
                     /* the tile's order as written: otherwise the compiler
                      * hoists the products and spills them */
-                    __asm__("" : "+x"(ph[0]), "+x"(pl[0]), "+x"(ph[1]), "+x"(pl[1]), "+x"(ph[2]), "+x"(pl[2]),
-                                 "+x"(ph[3]), "+x"(pl[3]));
+                    __asm__("" : "+x"(ph0), "+x"(pl0), "+x"(ph1), "+x"(pl1), "+x"(ph2), "+x"(pl2), "+x"(ph3), "+x"(pl3));
                 }
-                for (int r = 0; r < 4; r++) { /* the float steps after the loop (below) */
-                    _mm256_store_si256(&S[i][r][0], ph[r]);
-                    _mm256_store_si256(&S[i][r][1], pl[r]);
-                }
+#undef Q4_MAC
+                _mm256_store_si256(&S[i][0][0], ph0);
+                _mm256_store_si256(&S[i][0][1], pl0);
+                _mm256_store_si256(&S[i][1][0], ph1);
+                _mm256_store_si256(&S[i][1][1], pl1);
+                _mm256_store_si256(&S[i][2][0], ph2);
+                _mm256_store_si256(&S[i][2][1], pl2);
+                _mm256_store_si256(&S[i][3][0], ph3);
+                _mm256_store_si256(&S[i][3][1], pl3);
             }
             /* The float steps of every row of the pass, apart from the
              * integer loop: a short loop whose iterations overlap, where
@@ -153,30 +165,40 @@ static void q8_groups16x4(const uint8_t *const pw[4], int ng, const uint8_t *xq,
             }
             for (int i = 0; i < mr; i++) {
                 const int16_t *x16 = (const int16_t *)(xn + (size_t)i * xn_row) + (size_t)g * 512 + 32 * h;
-                __m256i sa[4], sb[4];
+                __m256i sa0, sb0, sa1, sb1, sa2, sb2, sa3, sb3; /* named: as q4_groups4's sums */
+#define Q8_MAC(o, sa, sb)                                                                                          \
+    do {                                                                                                           \
+        const __m256i pa_ = _mm256_madd_epi16(_mm256_load_si256(&W[r][o][0]), xa);                                \
+        const __m256i pb_ = _mm256_madd_epi16(_mm256_load_si256(&W[r][o][1]), xb);                                \
+        sa = r ? _mm256_add_epi32(sa, pa_) : pa_;                                                                  \
+        sb = r ? _mm256_add_epi32(sb, pb_) : pb_;                                                                  \
+    } while (0)
+                sa0 = sb0 = sa1 = sb1 = sa2 = sb2 = sa3 = sb3 = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) {
                     __m256i xa = _mm256_loadu_si256((const __m256i *)(x16 + 64 * r));
                     __m256i xb = _mm256_loadu_si256((const __m256i *)(x16 + 64 * r + 16));
                     __asm__("" : "+x"(xa), "+x"(xb)); /* in registers: loaded once, not once per weight row */
-#pragma GCC unroll 4
-                    for (int o = 0; o < 4; o++) {
-                        __m256i pa = _mm256_madd_epi16(_mm256_load_si256(&W[r][o][0]), xa);
-                        __m256i pb = _mm256_madd_epi16(_mm256_load_si256(&W[r][o][1]), xb);
-                        sa[o] = r ? _mm256_add_epi32(sa[o], pa) : pa;
-                        sb[o] = r ? _mm256_add_epi32(sb[o], pb) : pb;
-                    }
-                    __asm__("" : "+x"(sa[0]), "+x"(sb[0]), "+x"(sa[1]), "+x"(sb[1]), "+x"(sa[2]), "+x"(sb[2]),
-                                 "+x"(sa[3]), "+x"(sb[3]));
+                    Q8_MAC(0, sa0, sb0);
+                    Q8_MAC(1, sa1, sb1);
+                    Q8_MAC(2, sa2, sb2);
+                    Q8_MAC(3, sa3, sb3);
+                    __asm__("" : "+x"(sa0), "+x"(sb0), "+x"(sa1), "+x"(sb1), "+x"(sa2), "+x"(sb2), "+x"(sa3), "+x"(sb3));
                 }
+#undef Q8_MAC
                 const float *trailer = (const float *)(xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES + KVS_XQ_GROUP_QS);
-                __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
-#pragma GCC unroll 4
-                for (int o = 0; o < 4; o++) {
-                    __m256i isum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa[o], sb[o]), 0xD8);
-                    float *ac = acc[o][i] + 8 * h;
-                    _mm256_store_ps(ac, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw[o], dx), _mm256_load_ps(ac)));
-                }
+                const __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
+#define Q8_STEP(o, sa, sb)                                                                                         \
+    do {                                                                                                           \
+        const __m256i isum_ = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa, sb), 0xD8);                          \
+        float *ac_ = acc[o][i] + 8 * h;                                                                            \
+        _mm256_store_ps(ac_, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum_), _mm256_mul_ps(dw[o], dx), _mm256_load_ps(ac_))); \
+    } while (0)
+                Q8_STEP(0, sa0, sb0);
+                Q8_STEP(1, sa1, sb1);
+                Q8_STEP(2, sa2, sb2);
+                Q8_STEP(3, sa3, sb3);
+#undef Q8_STEP
             }
         }
     }
@@ -322,26 +344,30 @@ AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const 
         for (int h = 0; h < 2; h++) {
             const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
             __m256i ph[2], pl[2];
+            __m256i pha = _mm256_setzero_si256(), pla = pha, phb = pha, plb = pha; /* named (q4_groups4) */
+#define Q4_PAIR_MAC(p, ph, pl)                                                                                     \
+    do {                                                                                                           \
+        const __m256i q_ = _mm256_loadu_si256((const __m256i *)((p) + (size_t)g * gb + 64 * r + 32 * h));         \
+        const __m256i wa_ = _mm256_and_si256(q_, lo4), wb_ = _mm256_and_si256(_mm256_srli_epi16(q_, 4), lo4);      \
+        const __m256i sh_ = _mm256_add_epi16(_mm256_maddubs_epi16(wa_, x0), _mm256_maddubs_epi16(wb_, x1));       \
+        const __m256i sl_ = _mm256_add_epi16(_mm256_maddubs_epi16(wa_, l0), _mm256_maddubs_epi16(wb_, l1));       \
+        ph = r ? _mm256_add_epi16(ph, sh_) : sh_;                                                                  \
+        pl = r ? _mm256_add_epi16(pl, sl_) : sl_;                                                                  \
+    } while (0)
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 __m256i x0 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r));
                 __m256i x1 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r + 64));
                 __m256i l0 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r));
                 __m256i l1 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r + 64));
-#pragma GCC unroll 2
-                for (int o = 0; o < 2; o++) {
-                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * gb;
-                    __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
-                    __m256i wa = _mm256_and_si256(q, lo4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-                    __m256i sh = _mm256_add_epi16(_mm256_maddubs_epi16(wa, x0), _mm256_maddubs_epi16(wb, x1));
-                    __m256i sl = _mm256_add_epi16(_mm256_maddubs_epi16(wa, l0), _mm256_maddubs_epi16(wb, l1));
-                    ph[o] = r ? _mm256_add_epi16(ph[o], sh) : sh;
-                    pl[o] = r ? _mm256_add_epi16(pl[o], sl) : sl;
-                }
+                Q4_PAIR_MAC(pa, pha, pla);
+                Q4_PAIR_MAC(pb, phb, plb);
                 /* the order as written: otherwise the compiler hoists the
                  * products of all four steps and spills them */
-                __asm__("" : "+x"(ph[0]), "+x"(pl[0]), "+x"(ph[1]), "+x"(pl[1]));
+                __asm__("" : "+x"(pha), "+x"(pla), "+x"(phb), "+x"(plb));
             }
+#undef Q4_PAIR_MAC
+            ph[0] = pha, pl[0] = pla, ph[1] = phb, pl[1] = plb;
             __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
 #pragma GCC unroll 2
             for (int o = 0; o < 2; o++) {
