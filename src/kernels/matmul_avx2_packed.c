@@ -523,6 +523,18 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
     }
 }
 
+/* tail_rows8 for the mr rows of a pass from i0, their tree results in
+ * ytile, into columns j8 .. j8 + 7 of y. A function of its own: inlined in
+ * the matmul's loop nest, each row's running y went through the stack
+ * between the tail blocks and the store waited on it (a quarter of a k =
+ * 576 prefill went to its 2 tail blocks of 18). */
+static __attribute__((noinline)) void tail_pass8(const kvs_mm_call *c, int type, const __m256i *wt, const __m256 *wd,
+                                                 const __m256 *wm, int nt, int i0, int mr, float (*ytile)[8], int j8) {
+    for (int i = 0; i < mr; i++)
+        _mm256_storeu_ps(c->y + (size_t)(i0 + i) * c->w->n + j8,
+                         tail_rows8(type, wt, wd, wm, nt, row_tails(c, i0 + i), _mm256_load_ps(ytile[i])));
+}
+
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (!w->packed || !c->xq || !c->xn) return 0;
@@ -571,9 +583,7 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                 const uint8_t *blk[8];
                 for (int o = 0; o < 8; o++) blk[o] = (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes + tail_at;
                 tail_prep8(type, blk, nt, wt, wd, wm);
-                for (int i = 0; i < mr; i++)
-                    _mm256_storeu_ps(c->y + (size_t)(i0 + i) * w->n + j8,
-                                     tail_rows8(type, wt, wd, wm, nt, row_tails(c, i0 + i), _mm256_load_ps(ytile[i])));
+                tail_pass8(c, type, wt, wd, wm, nt, i0, mr, ytile, j8);
                 continue;
             }
             for (int i = 0; i < mr; i++)
