@@ -66,6 +66,7 @@ static void q4_groups4(const uint8_t *const pw[4], int ng, int q41, const uint8_
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
     __m256i Wu[8][4] __attribute__((aligned(32)));
     __m256i S[ROWS][4][2] __attribute__((aligned(32))); /* int16 sums of a half group: [row][weight row][hi, lo] */
+    const __m256 zero = _mm256_setzero_ps(); /* group 0's steps start from it (acc is not cleared) */
     for (int g = 0; g < ng; g++) {
         for (int h = 0; h < 2; h++) {
             __m256 dw[4], mw[4];
@@ -134,7 +135,7 @@ static void q4_groups4(const uint8_t *const pw[4], int ng, int q41, const uint8_
                                                     _mm256_madd_epi16(_mm256_load_si256(&S[i][r][1]), ones));
                     if (!q41) isum = _mm256_add_epi32(isum, c0);
                     float *ac = acc[r][i] + 8 * h;
-                    __m256 C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw[r], dx), _mm256_load_ps(ac));
+                    __m256 C = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw[r], dx), g ? _mm256_load_ps(ac) : zero);
                     if (q41) C = _mm256_fmadd_ps(mw[r], _mm256_loadu_ps(trailer + 16 + 8 * h), C);
                     _mm256_store_ps(ac, C);
                 }
@@ -152,6 +153,7 @@ static void q4_groups4(const uint8_t *const pw[4], int ng, int q41, const uint8_
 static void q8_groups16x4(const uint8_t *const pw[4], int ng, const uint8_t *xq, size_t xq_row, const uint8_t *xn,
                           size_t xn_row, int mr, float (*acc)[ROWS][16]) {
     __m256i W[8][4][2] __attribute__((aligned(32)));
+    const __m256 zero = _mm256_setzero_ps(); /* as in q4_groups4 */
     for (int g = 0; g < ng; g++) {
         for (int h = 0; h < 2; h++) {
             __m256 dw[4];
@@ -192,7 +194,7 @@ static void q8_groups16x4(const uint8_t *const pw[4], int ng, const uint8_t *xq,
     do {                                                                                                           \
         const __m256i isum_ = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa, sb), 0xD8);                          \
         float *ac_ = acc[o][i] + 8 * h;                                                                            \
-        _mm256_store_ps(ac_, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum_), _mm256_mul_ps(dw[o], dx), _mm256_load_ps(ac_))); \
+        _mm256_store_ps(ac_, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum_), _mm256_mul_ps(dw[o], dx), g ? _mm256_load_ps(ac_) : zero)); \
     } while (0)
                 Q8_STEP(0, sa0, sb0);
                 Q8_STEP(1, sa1, sb1);
@@ -568,9 +570,10 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                     const uint8_t *pf = pw[0] + PF_ROWS * w->row_bytes;
                     for (size_t b = 0; b < no * w->row_bytes; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
                 }
-                for (int r = 0; r < 4; r++)
-                    for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
-                        for (int l = 0; l < 16; l++) acc[r][i][l] = 0.0f;
+                if (ng == 0) /* else the first group's steps start from zero (q4_groups4): no clear */
+                    for (int r = 0; r < 4; r++)
+                        for (int i = 0; i < mr; i++) /* (a fixed-size clear: no memset call per row) */
+                            for (int l = 0; l < 16; l++) acc[r][i][l] = 0.0f;
                 if (type == KVS_TYPE_Q8_0)
                     q8_groups16x4(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc);
                 else
