@@ -11,9 +11,10 @@
  * A weight octet is unpacked (unpack_octet) into unsigned integers qu =
  * q_w + off (0..63, off 16 for Q5_0, 32 for Q6_K, else 0) and per-block
  * float scales, zero past the row. With several activation rows (the
- * server's batch, prefill) a pair of weight rows is unpacked once into an
- * L1 buffer and met by every row; in decode each octet goes from memory to
- * registers and is used at once. The dot loop is the same for every type:
+ * server's batch, prefill) pairs of weight rows are unpacked once into
+ * buffers, a group of pairs at a time, and every activation row meets the
+ * group (batch_cols); in decode each octet goes from memory to registers
+ * and is used at once. The dot loop is the same for every type:
  *
  *   block dot: vpmaddubsw(qu, hi) and (qu, lo) (pairs <= 2 * 63 * 127: no
  *   saturation), widened by vpmaddwd with 256 and 1: lanes 0-3 hold half 0,
