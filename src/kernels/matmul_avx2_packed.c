@@ -242,15 +242,28 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
     return y;
 }
 
+AI uint32_t u32_at(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u;
+}
+
 /* The f16 words at bytes 0-1 (d) and 2-3 (Q4_1's m; other types: data,
  * unused) of 8 blocks blk[o] + at, as floats: lane o = block o. Built in
- * registers: scalar stores read back as one vector wait for the stores (no
- * store forwarding), once per 8 weight rows of every decode matmul. */
+ * registers, for tail_prep8, whose rows the pass has just read (L1): there
+ * scalar stores read back as one vector waited for the stores (no store
+ * forwarding). */
 AI void block_scales8(const uint8_t *const blk[8], size_t at, __m256 *d, __m256 *m) {
-    uint32_t u[8];
-    for (int o = 0; o < 8; o++) memcpy(&u[o], blk[o] + at, 4);
-    const __m256i v = _mm256_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3], (int)u[4], (int)u[5], (int)u[6],
-                                        (int)u[7]);
+    /* scalar loads inserted one by one (GCC turned a loop of them into a
+     * vpgatherqd: slower) */
+    __m128i v0 = _mm_cvtsi32_si128((int)u32_at(blk[0] + at)), v1 = _mm_cvtsi32_si128((int)u32_at(blk[4] + at));
+    v0 = _mm_insert_epi32(v0, (int)u32_at(blk[1] + at), 1);
+    v1 = _mm_insert_epi32(v1, (int)u32_at(blk[5] + at), 1);
+    v0 = _mm_insert_epi32(v0, (int)u32_at(blk[2] + at), 2);
+    v1 = _mm_insert_epi32(v1, (int)u32_at(blk[6] + at), 2);
+    v0 = _mm_insert_epi32(v0, (int)u32_at(blk[3] + at), 3);
+    v1 = _mm_insert_epi32(v1, (int)u32_at(blk[7] + at), 3);
+    const __m256i v = _mm256_set_m128i(v1, v0);
     /* lanes [d0-3, m0-3 | d4-7, m4-7] as 16-bit words, then [d0-7 | m0-7] */
     __m256i p = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(v, 16));
     p = _mm256_permute4x64_epi64(p, 0xD8);
@@ -260,20 +273,32 @@ AI void block_scales8(const uint8_t *const blk[8], size_t at, __m256 *d, __m256 
 
 /* The same for 8 weight rows at once (row o's tail blocks at blk[o]), one
  * activation row: lane o runs row o's chain, so each lane takes the steps
- * of tail_blocks in its order. y: the 8 rows' tree results. */
+ * of tail_blocks in its order. y: the 8 rows' tree results. The scales go
+ * through scalar stores read back as one vector (a store-forwarding stall):
+ * measured with the weights streamed from memory, as in a decode step, that
+ * was faster than building the vector in registers (block_scales8) for
+ * Q8_0 (the 262144x640 head: 14.1 -> 12.2 ms, 1 thread) and 5% slower for
+ * Q4 (576-column rows); with the rows in L2 the registers won, which is not
+ * the case a decode step meets. */
 static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const xtail *xt, __m256 y) {
     const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++) {
         __m256i v[8];
-        for (int o = 0; o < 8; o++) v[o] = tail_isum(type, blk[o] + (size_t)t * bs, &xt[t]);
+        uint16_t d[8], mn[8];
+        for (int o = 0; o < 8; o++) {
+            const uint8_t *b = blk[o] + (size_t)t * bs;
+            v[o] = tail_isum(type, b, &xt[t]);
+            memcpy(&d[o], b, 2);
+            if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], b + 2, 2);
+        }
         __m256i h0, h1; /* lane o = the sum of v[o]'s lanes (exact integers) */
         hsum8_halves(v, &h0, &h1);
         __m256i isum = _mm256_add_epi32(h0, h1);
         if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
-        __m256 dw, mw;
-        block_scales8(blk, (size_t)t * bs, &dw, &mw);
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
         y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xt[t].d)), y);
-        if (type == KVS_TYPE_Q4_1) y = _mm256_fmadd_ps(mw, _mm256_set1_ps(xt[t].s), y);
+        if (type == KVS_TYPE_Q4_1)
+            y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)), _mm256_set1_ps(xt[t].s), y);
     }
     return y;
 }
