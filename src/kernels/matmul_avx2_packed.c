@@ -371,30 +371,26 @@ AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const 
         for (int h = 0; h < 2; h++) {
             const uint8_t *xh = grp + 32 * h, *xl = xh + KVS_XQ_PLANE;
             __m256i ph[2], pl[2];
-            __m256i pha = _mm256_setzero_si256(), pla = pha, phb = pha, plb = pha; /* named (q4_groups4) */
-#define Q4_PAIR_MAC(p, ph, pl)                                                                                     \
-    do {                                                                                                           \
-        const __m256i q_ = _mm256_loadu_si256((const __m256i *)((p) + (size_t)g * gb + 64 * r + 32 * h));         \
-        const __m256i wa_ = _mm256_and_si256(q_, lo4), wb_ = _mm256_and_si256(_mm256_srli_epi16(q_, 4), lo4);      \
-        const __m256i sh_ = _mm256_add_epi16(_mm256_maddubs_epi16(wa_, x0), _mm256_maddubs_epi16(wb_, x1));       \
-        const __m256i sl_ = _mm256_add_epi16(_mm256_maddubs_epi16(wa_, l0), _mm256_maddubs_epi16(wb_, l1));       \
-        ph = r ? _mm256_add_epi16(ph, sh_) : sh_;                                                                  \
-        pl = r ? _mm256_add_epi16(pl, sl_) : sl_;                                                                  \
-    } while (0)
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 __m256i x0 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r));
                 __m256i x1 = _mm256_loadu_si256((const __m256i *)(xh + 128 * r + 64));
                 __m256i l0 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r));
                 __m256i l1 = _mm256_loadu_si256((const __m256i *)(xl + 128 * r + 64));
-                Q4_PAIR_MAC(pa, pha, pla);
-                Q4_PAIR_MAC(pb, phb, plb);
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) {
+                    const uint8_t *pg = (o ? pb : pa) + (size_t)g * gb;
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(pg + 64 * r + 32 * h));
+                    __m256i wa = _mm256_and_si256(q, lo4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+                    __m256i sh = _mm256_add_epi16(_mm256_maddubs_epi16(wa, x0), _mm256_maddubs_epi16(wb, x1));
+                    __m256i sl = _mm256_add_epi16(_mm256_maddubs_epi16(wa, l0), _mm256_maddubs_epi16(wb, l1));
+                    ph[o] = r ? _mm256_add_epi16(ph[o], sh) : sh;
+                    pl[o] = r ? _mm256_add_epi16(pl[o], sl) : sl;
+                }
                 /* the order as written: otherwise the compiler hoists the
                  * products of all four steps and spills them */
-                __asm__("" : "+x"(pha), "+x"(pla), "+x"(phb), "+x"(plb));
+                __asm__("" : "+x"(ph[0]), "+x"(pl[0]), "+x"(ph[1]), "+x"(pl[1]));
             }
-#undef Q4_PAIR_MAC
-            ph[0] = pha, pl[0] = pla, ph[1] = phb, pl[1] = plb;
             __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
 #pragma GCC unroll 2
             for (int o = 0; o < 2; o++) {
