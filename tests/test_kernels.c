@@ -234,6 +234,41 @@ TEST(test_matmul_simd_equals_scalar) {
     printf("  %d SIMD/scalar matmul comparisons\n", compared);
 }
 
+/* Float weights (F32, F16, BF16) take any k: the register tiles of the
+ * SIMD paths (activation rows x weight rows) end with the reference's
+ * scalar tail when k is not a multiple of 16; every tile shape (m and n
+ * edges) must give the scalar bytes. */
+TEST(test_matmul_float_k_tails) {
+    const int ks[] = {7, 16, 40, 583};
+    const int ns[] = {1, 3, 17};
+    const int ms[] = {1, 2, 3, 4, 7};
+    int compared = 0;
+    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+        for (int t = 0; t < 3; t++) /* all_types' float entries */
+            for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                        int type = all_types[t], k = ks[ki], n = ns[ni], m = ms[mi];
+                        kvs_wmat w = kt_rand_wmat(type, n, k);
+                        float *x = xmalloc(sizeof(float) * m * k);
+                        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+                        kt_rand_vec(x, (size_t)m * k, 2.0f);
+                        kvs_kernels_set_isa(simd_isas[s]);
+                        kvs_matmul(NULL, &w, x, m, y1, NULL);
+                        kvs_kernels_set_isa("scalar");
+                        kvs_matmul(NULL, &w, x, m, y0, NULL);
+                        CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0, "%s type %d k %d n %d m %d differs",
+                                  simd_isas[s], type, k, n, m);
+                        compared++;
+                        free(x); free(y0); free(y1); free((void *)w.data);
+                    }
+    }
+    kvs_kernels_set_isa("best");
+    CHECK(compared > 0);
+    printf("  %d float-weight tail comparisons\n", compared);
+}
+
 /* The edges of the two-level activation rounding (quant.h), where a path
  * could round differently from the scalar reference: exact ties of v and of
  * 256 v, lo at +-128 (clamped to +-127), all-zero blocks, blocks too small to
@@ -688,6 +723,7 @@ int main(void) {
     RUN(test_expf);
     RUN(test_matmul_ref_vs_double);
     RUN(test_matmul_simd_equals_scalar);
+    RUN(test_matmul_float_k_tails);
     RUN(test_matmul_two_level_edges);
     RUN(test_matmul_amx_equals_scalar);
     RUN(test_rmsnorm);
