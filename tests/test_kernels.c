@@ -560,6 +560,10 @@ TEST(test_attention_simd_equals_scalar) {
         {1, 9, 3, 64, 600, 517}, {1, 9, 3, 64, 40, 0}, {37, 9, 3, 64, 300, 100},
         {64, 9, 3, 64, 64, 0},   {5, 4, 4, 32, 50, 20}, {20, 8, 1, 128, 90, 60},
         {3, 6, 2, 48, 30, 10},
+        /* units of at most 4 rows (keys in lanes on AVX2): 1, 2, 3, 4 rows,
+         * rows of different tokens (different n), head_dim 32 to 256 */
+        {1, 4, 4, 32, 70, 69},   {1, 4, 2, 128, 300, 150}, {3, 2, 2, 64, 100, 40},
+        {2, 4, 2, 256, 50, 10},  {1, 8, 2, 32, 1000, 999},
     };
     int compared = 0;
     for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {

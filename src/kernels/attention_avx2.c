@@ -31,6 +31,7 @@
 
 void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 
 /* kvs_tree16 of 16 vectors of partials, lane by lane (P is overwritten). */
 AI __m256 tree16_8(__m256 P[16]) {
@@ -198,6 +199,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
         kvs_attention_unit_ref(c, t0, t1, g, work);
         return;
     }
+    if (kvs_attention_decode_avx2(c, t0, t1, g, work)) return; /* a few rows: keys in lanes */
     const size_t ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
     const size_t kv_off = (size_t)g * c->n_ctx * D;
     const int nrb = (rows + RB - 1) / RB, JT = tile_keys(D);

@@ -1,0 +1,230 @@
+/*
+ * AVX2 attention for units of a few query rows (a decode step: one token
+ * times the heads of a kv group, e.g. SmolLM2's 3, gemma3's 4), the
+ * canonical arithmetic of attention_ref.c bit for bit. attention_avx2.c
+ * puts query rows in lanes, which leaves 5 of 8 lanes idle for 3 rows; here
+ * lanes are keys (scores, exp, partial sums) and dims (outputs):
+ *
+ *  - pass 1: a tile of keys staged transposed (Kt: per block of 8 keys, per
+ *    d, the 8 keys' element d), then s = fma chain over d of broadcast q[d]
+ *    times Kt[d] for several key blocks and all rows at once; scaled and
+ *    masked (-inf outside [lo, n)) like the reference, stored per row;
+ *  - pass 2: per row e = exp(s - mx), the 16 partials j % 16 as two vectors
+ *    (key blocks start at multiples of 16: blocks at 16a feed partials 0-7,
+ *    blocks at 16a + 8 partials 8-15), kvs_tree16 of them;
+ *  - pass 3: o[d] = fma chain over j of broadcast e_j times v_j[d..d+7] (V
+ *    read in place: its rows are contiguous dims), all rows sharing each V
+ *    vector.
+ * Masked keys have e = +0 and add exactly +0 (attention_ref.c), so every
+ * row runs over the same key blocks from the rows' smallest lo rounded down
+ * to 16. Rows with recalibration (kvs_attn_recal) take the general path.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/avx2_util.h"
+
+int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+#define DEC_ROWS 4 /* most query rows of a unit this path takes */
+
+/* Key blocks per pass-1 step and 8-dim blocks per pass-3 step for r rows:
+ * as many accumulators as the 16 registers hold beside the r broadcasts
+ * and the shared operand (8 to 12, enough chains to hide the fma latency). */
+#define KEY_BLOCKS(r) ((r) == 1 ? 8 : (r) == 2 ? 4 : (r) == 3 ? 3 : 2)
+#define DIM_BLOCKS(r) ((r) <= 3 ? 4 : 2)
+
+AI __m256 kv_load8(const void *base, int kv_type, size_t idx) {
+    if (kv_type == 0) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + idx)));
+    return _mm256_loadu_ps((const float *)base + idx);
+}
+
+/* Keys j0 .. j0 + 8 nkb - 1 transposed into Kt (nkb blocks of D x 8
+ * floats); keys at or past jend are zeros (masked in pass 1, never read). */
+static void stage_keys(const kvs_attn_call *c, size_t kv_off, int D, int j0, int jend, int nkb, float *Kt) {
+    for (int b = 0; b < nkb; b++) {
+        int kb = j0 + 8 * b, live = jend - kb < 8 ? jend - kb : 8;
+        for (int d0 = 0; d0 < D; d0 += 8) {
+            __m256i in[8], out[8];
+            for (int i = 0; i < 8; i++)
+                in[i] = i < live ? _mm256_castps_si256(kv_load8(c->k, c->kv_type, kv_off + (size_t)(kb + i) * D + d0))
+                                 : _mm256_setzero_si256();
+            transpose8_epi32(in, out);
+            for (int t = 0; t < 8; t++) _mm256_storeu_si256((__m256i *)(Kt + ((size_t)b * D + d0 + t) * 8), out[t]);
+        }
+    }
+}
+
+typedef struct dec_rows {
+    int nr, D;
+    const float *q[DEC_ROWS];
+    float *S[DEC_ROWS]; /* scores, then weights, by absolute slot */
+    __m256i n[DEC_ROWS], lo[DEC_ROWS];
+    __m256 mx[DEC_ROWS];
+    float scale;
+} dec_rows;
+
+/* Pass 1, one step: key blocks jb, jb + 8, .. (nkb = KEY_BLOCKS(nr) of
+ * them, Kt at the first) for the rows; blocks at or past jend not stored. */
+AI void score_step(dec_rows *dr, int nr, const float *Kt, int jb, int jend) {
+    enum { KB_MAX = 8 };
+    const int nkb = KEY_BLOCKS(nr), D = dr->D;
+    __m256 acc[DEC_ROWS][KB_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 8
+        for (int b = 0; b < nkb; b++) acc[r][b] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d++) {
+        __m256 qd[DEC_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) qd[r] = _mm256_broadcast_ss(dr->q[r] + d);
+#pragma GCC unroll 8
+        for (int b = 0; b < nkb; b++) {
+            __m256 kt = _mm256_loadu_ps(Kt + ((size_t)b * D + d) * 8);
+            __asm__("" : "+x"(kt)); /* a register: not a load folded into each row's fma */
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) acc[r][b] = _mm256_fmadd_ps(qd[r], kt, acc[r][b]);
+        }
+    }
+    const __m256 scale = _mm256_set1_ps(dr->scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 8
+    for (int b = 0; b < nkb; b++) {
+        int jk = jb + 8 * b;
+        if (jk >= jend) break;
+        __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(jk), lane);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            __m256 live = _mm256_castsi256_ps(
+                _mm256_andnot_si256(_mm256_cmpgt_epi32(dr->lo[r], jv), _mm256_cmpgt_epi32(dr->n[r], jv)));
+            __m256 v = _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[r][b], scale), live);
+            dr->mx[r] = _mm256_max_ps(dr->mx[r], v);
+            _mm256_storeu_ps(dr->S[r] + jk, v);
+        }
+    }
+}
+
+static void score_steps(dec_rows *dr, const float *Kt, int j0, int nsteps, int jend) {
+    for (int s = 0; s < nsteps; s++) {
+        const float *kt = Kt + (size_t)s * KEY_BLOCKS(dr->nr) * dr->D * 8;
+        int jb = j0 + s * 8 * KEY_BLOCKS(dr->nr);
+        switch (dr->nr) {
+        case 1: score_step(dr, 1, kt, jb, jend); break;
+        case 2: score_step(dr, 2, kt, jb, jend); break;
+        case 3: score_step(dr, 3, kt, jb, jend); break;
+        default: score_step(dr, 4, kt, jb, jend); break;
+        }
+    }
+}
+
+/* Pass 3, dims d0 .. d0 + 8 DIM_BLOCKS(nr) - 1 of every row: the fma chains
+ * over j in [j0, j1), then out = o * inv. */
+AI void value_step(const kvs_attn_call *c, const dec_rows *dr, int nr, size_t kv_off, int j0, int j1, int d0,
+                   float *const out[DEC_ROWS], const float inv[DEC_ROWS]) {
+    enum { DB_MAX = 4 };
+    const int ndb = DIM_BLOCKS(nr), D = dr->D;
+    __m256 acc[DEC_ROWS][DB_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int b = 0; b < ndb; b++) acc[r][b] = _mm256_setzero_ps();
+    for (int j = j0; j < j1; j++) {
+        __m256 e[DEC_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) e[r] = _mm256_broadcast_ss(dr->S[r] + j);
+#pragma GCC unroll 4
+        for (int b = 0; b < ndb; b++) {
+            __m256 v = kv_load8(c->v, c->kv_type, kv_off + (size_t)j * D + d0 + 8 * b);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) acc[r][b] = _mm256_fmadd_ps(e[r], v, acc[r][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int b = 0; b < ndb; b++)
+            _mm256_storeu_ps(out[r] + d0 + 8 * b, _mm256_mul_ps(acc[r][b], _mm256_set1_ps(inv[r])));
+}
+
+static void value_steps(const kvs_attn_call *c, const dec_rows *dr, size_t kv_off, int j0, int j1,
+                        float *const out[DEC_ROWS], const float inv[DEC_ROWS]) {
+    for (int d0 = 0; d0 < dr->D; d0 += 8 * DIM_BLOCKS(dr->nr)) {
+        switch (dr->nr) {
+        case 1: value_step(c, dr, 1, kv_off, j0, j1, d0, out, inv); break;
+        case 2: value_step(c, dr, 2, kv_off, j0, j1, d0, out, inv); break;
+        case 3: value_step(c, dr, 3, kv_off, j0, j1, d0, out, inv); break;
+        default: value_step(c, dr, 4, kv_off, j0, j1, d0, out, inv); break;
+        }
+    }
+}
+
+/* Runs the unit and returns 1 when it suits this path, else returns 0
+ * having done nothing. work: kvs_attn_thread_floats(n_ctx) floats. */
+int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
+    const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
+    if (rows > DEC_ROWS || D % 32 != 0 || D > 256) return 0;
+    dec_rows dr = {.nr = rows, .D = D, .scale = c->scale};
+    const size_t ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    const size_t kv_off = (size_t)g * c->n_ctx * D;
+    float *out[DEC_ROWS];
+    int jmin = c->n_ctx, maxn = 0;
+    for (int r = 0; r < rows; r++) {
+        int t = t0 + r / group, h = g * group + r % group;
+        if (kvs_attn_recal_row(c, c->pos[t])) return 0;
+        int n = kvs_attn_n(c, c->pos[t]), lo = kvs_attn_lo(c, n);
+        if (lo < jmin) jmin = lo;
+        if (n > maxn) maxn = n;
+        dr.q[r] = c->q + ((size_t)t * c->n_head + h) * D;
+        out[r] = c->out + ((size_t)t * c->n_head + h) * D;
+        dr.S[r] = work + (size_t)r * ctxs;
+        dr.n[r] = _mm256_set1_epi32(n);
+        dr.lo[r] = _mm256_set1_epi32(lo);
+        dr.mx[r] = _mm256_set1_ps(-INFINITY);
+    }
+    jmin &= ~15;
+    const int jend = (maxn + 7) & ~7; /* key blocks scored: [jmin, jend) */
+    /* pass 1: tiles of whole steps, staged transposed */
+    float *Kt = work + (size_t)KVS_ATTN_ROWS * ctxs + 3 * 16 * 256;
+    const int step_keys = 8 * KEY_BLOCKS(rows);
+    const int tile = (KVS_ATTN_STAGE_FLOATS / D / step_keys) * step_keys;
+    for (int j0 = jmin; j0 < jend; j0 += tile) {
+        int nk = jend - j0 < tile ? jend - j0 : tile, nsteps = (nk + step_keys - 1) / step_keys;
+        stage_keys(c, kv_off, D, j0, maxn, nsteps * KEY_BLOCKS(rows), Kt);
+        score_steps(&dr, Kt, j0, nsteps, jend);
+    }
+    /* pass 2: weights and 1 / sum per row */
+    float inv[DEC_ROWS];
+    for (int r = 0; r < rows; r++) {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(dr.mx[r]), _mm256_extractf128_ps(dr.mx[r], 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const __m256 mx = _mm256_broadcastss_ps(m4);
+        __m256 P[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int j = jmin; j < jend; j += 8) {
+            __m256 e = kvs_exp8(_mm256_sub_ps(_mm256_loadu_ps(dr.S[r] + j), mx));
+            _mm256_storeu_ps(dr.S[r] + j, e);
+            P[(j >> 3) & 1] = _mm256_add_ps(P[(j >> 3) & 1], e);
+        }
+        inv[r] = 1.0f / tree16_2(P[0], P[1]);
+    }
+    /* pass 3: outputs (keys past a row's n have e = +0) */
+    value_steps(c, &dr, kv_off, jmin, maxn, out, inv);
+    return 1;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
