@@ -186,6 +186,25 @@ TEST(test_bench_json) {
     if (f && a) CHECK_MSG(atof(f) > 60e6 && atof(a) < atof(f), "file %s anon %s", f, a);
 }
 
+/* -d: the tests run after a context of that many tokens (llama-bench -d);
+ * a depth past the model's context is an error naming it. */
+TEST(test_bench_depth) {
+    const char *model = kt_model_path();
+    if (!model) return;
+    char args[1024];
+    snprintf(args, sizeof args, "bench -m %s -p 16 -n 4 -d 40 --reps 1 --threads 2 --json", model);
+    int rc = run_cli(args);
+    CHECK_MSG(rc == 0, "%s", g_err);
+    if (rc) return;
+    const char *d = json_val("depth");
+    CHECK(d && atoi(d) == 40);
+    CHECK(strstr(g_out, "\"pp\":{\"n\":16,\"tok_s\":") != NULL);
+    CHECK(strstr(g_out, "\"tg\":{\"n\":4,\"tok_s\":") != NULL);
+    snprintf(args, sizeof args, "bench -m %s -p 0 -n 8 -d 1000000 --reps 1", model);
+    CHECK(run_cli(args) != 0);
+    CHECK_MSG(strstr(g_err, "context") != NULL, "%s", g_err);
+}
+
 TEST(test_perplexity) {
     const char *model = kt_model_path();
     if (!model) return;
@@ -216,6 +235,7 @@ int main(void) {
     RUN(test_generate_streams_text);
     RUN(test_generate_errors);
     RUN(test_bench_json);
+    RUN(test_bench_depth);
     RUN(test_perplexity);
     return kt_summary();
 }

@@ -1,7 +1,9 @@
 /*
  * kvstitch bench: prefill (pp) and decode (tg) tokens/s like llama-bench, the
- * median over repetitions after one warm-up, plus resident memory split into
- * file-backed pages (the mmapped weights) and anonymous pages (KV, scratch).
+ * median over repetitions after one warm-up, optionally at a depth (tests run
+ * after a context of that many tokens, as llama-bench -d), plus resident
+ * memory split into file-backed pages (the mmapped weights) and anonymous
+ * pages (KV, scratch).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 
 typedef struct bench_opts {
     const char *model_path;
-    int n_pp, n_tg, reps, n_threads, n_batch, json;
+    int n_pp, n_tg, n_depth, reps, n_threads, n_batch, json;
 } bench_opts;
 
 static const cli_opt k_opts[] = {
@@ -23,6 +25,8 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT("-p", NULL, bench_opts, n_pp, 0, 1 << 20, "N",
                 "prompt tokens for the prefill test (0 = skip; default 512)"),
     CLI_INT_OPT("-n", NULL, bench_opts, n_tg, 0, 1 << 20, "N", "tokens for the decode test (0 = skip; default 128)"),
+    CLI_INT_OPT("-d", "--depth", bench_opts, n_depth, 0, 1 << 20, "N",
+                "tokens already in the context when each test starts (default 0)"),
     CLI_INT_OPT(NULL, "--reps", bench_opts, reps, 1, 1000, "N", "repetitions; the median is reported (default 3)"),
     CLI_INT_OPT(NULL, "--threads", bench_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", bench_opts, n_batch, 1, 1 << 16, "N",
@@ -31,10 +35,10 @@ static const cli_opt k_opts[] = {
 };
 static const cli_command k_cmd = {
     "bench",
-    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [--reps 3] [--threads N] [--json]\n",
+    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [-d 0] [--reps 3] [--threads N] [--json]\n",
     k_opts,
     (int)(sizeof k_opts / sizeof k_opts[0]),
-    "Prompt tokens are pseudo-random ids; the decode test starts from an empty context.\n",
+    "Prompt tokens are pseudo-random ids; the tests start at position -d (0: an empty context).\n",
     NULL};
 
 static double now_ms(void) {
@@ -66,9 +70,10 @@ static void read_rss(long long kb[3]) {
     fclose(f);
 }
 
-static void print_row(const char *kind, int n, double med, const double *runs, int reps) {
-    char name[32];
-    snprintf(name, sizeof name, "%s%d", kind, n);
+static void print_row(const char *kind, int n, int depth, double med, const double *runs, int reps) {
+    char name[48];
+    if (depth) snprintf(name, sizeof name, "%s%d @ d%d", kind, n, depth);
+    else snprintf(name, sizeof name, "%s%d", kind, n);
     printf("%-8s %12.2f   [", name, med);
     for (int r = 0; r < reps; r++)
         printf(r ? ", %.1f" : "%.1f", runs[r]);
@@ -114,11 +119,11 @@ static int run_pp(kvs_context *ctx, const int32_t *toks, const int32_t *pos, int
     return st;
 }
 
-/* n single-token decodes at positions 0..n-1; returns tokens/s. */
-static int run_tg(kvs_context *ctx, const int32_t *toks, int n, float *logits, double *tok_s) {
+/* n single-token decodes at positions p0..p0+n-1; returns tokens/s. */
+static int run_tg(kvs_context *ctx, const int32_t *toks, int p0, int n, float *logits, double *tok_s) {
     double t = now_ms();
     for (int i = 0; i < n; i++) {
-        int32_t p = i;
+        int32_t p = p0 + i;
         int st = kvs_decode(ctx, &toks[i], &p, 1, logits);
         if (st) return st;
     }
@@ -127,11 +132,12 @@ static int run_tg(kvs_context *ctx, const int32_t *toks, int n, float *logits, d
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_opts o = {NULL, 512, 128, 3, 0, 0, 0};
+    bench_opts o = {NULL, 512, 128, 0, 3, 0, 0, 0};
     int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
     if (prc >= 0) return prc;
     const char *model_path = o.model_path;
-    int n_pp = o.n_pp, n_tg = o.n_tg, reps = o.reps, n_threads = o.n_threads, n_batch = o.n_batch, json = o.json;
+    int n_pp = o.n_pp, n_tg = o.n_tg, depth = o.n_depth, reps = o.reps, n_threads = o.n_threads;
+    int n_batch = o.n_batch, json = o.json;
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
     if (n_pp == 0 && n_tg == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
 
@@ -142,7 +148,7 @@ int cmd_bench(int argc, char **argv) {
     kvs_model_info info;
     kvs_model_get_info(model, &info);
     kvs_context_params cp = kvs_context_default_params();
-    cp.n_ctx = n_pp > n_tg ? n_pp : n_tg;
+    cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg);
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
     int rc = 1, n_max = cp.n_ctx;
@@ -166,13 +172,18 @@ int cmd_bench(int argc, char **argv) {
         pos[i] = i;
     }
     double pp_med = 0, tg_med = 0, scratch;
+    /* slots 0..depth-1 once; every test then writes the slots after them */
+    if (depth > 0 && (st = run_pp(ctx, toks, pos, depth, logits, &scratch))) {
+        cli_fail(st, "prefill of the depth");
+        goto done;
+    }
     if (n_pp > 0) {
-        if ((st = run_pp(ctx, toks, pos, n_pp, logits, &scratch))) {
+        if ((st = run_pp(ctx, toks + depth, pos + depth, n_pp, logits, &scratch))) {
             cli_fail(st, "prefill");
             goto done;
         }
         for (int r = 0; r < reps; r++)
-            if ((st = run_pp(ctx, toks, pos, n_pp, logits, &pp[r]))) {
+            if ((st = run_pp(ctx, toks + depth, pos + depth, n_pp, logits, &pp[r]))) {
                 cli_fail(st, "prefill");
                 goto done;
             }
@@ -180,12 +191,12 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_tg > 0) {
         int warm = n_tg < 16 ? n_tg : 16;
-        if ((st = run_tg(ctx, toks, warm, logits, &scratch))) {
+        if ((st = run_tg(ctx, toks + depth, depth, warm, logits, &scratch))) {
             cli_fail(st, "decode");
             goto done;
         }
         for (int r = 0; r < reps; r++)
-            if ((st = run_tg(ctx, toks, n_tg, logits, &tg[r]))) {
+            if ((st = run_tg(ctx, toks + depth, depth, n_tg, logits, &tg[r]))) {
                 cli_fail(st, "decode");
                 goto done;
             }
@@ -202,6 +213,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddStringToObject(j, "cpu", cpu);
         cJSON_AddNumberToObject(j, "threads", n_threads);
         cJSON_AddNumberToObject(j, "reps", reps);
+        cJSON_AddNumberToObject(j, "depth", depth);
         if (n_pp > 0) add_test(j, "pp", n_pp, pp_med, pp, reps);
         if (n_tg > 0) add_test(j, "tg", n_tg, tg_med, tg, reps);
         cJSON_AddNumberToObject(j, "weight_bytes", (double)info.weight_bytes);
@@ -213,8 +225,8 @@ int cmd_bench(int argc, char **argv) {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
         printf("machine: %s, %d threads\n", cpu, n_threads);
         printf("%-8s %12s   %s\n", "test", "tokens/s", "runs (median reported)");
-        if (n_pp > 0) print_row("pp", n_pp, pp_med, pp, reps);
-        if (n_tg > 0) print_row("tg", n_tg, tg_med, tg, reps);
+        if (n_pp > 0) print_row("pp", n_pp, depth, pp_med, pp, reps);
+        if (n_tg > 0) print_row("tg", n_tg, depth, tg_med, tg, reps);
         printf("memory:  RSS %.1f MB = %.1f MB file-backed (mmapped weights) + %.1f MB anonymous (KV, scratch)\n",
                kb[0] / 1024.0, kb[2] / 1024.0, kb[1] / 1024.0);
     }
