@@ -191,6 +191,30 @@ TEST(test_matmul_ref_vs_double) {
     kvs_kernels_set_isa("best");
 }
 
+/* One random (type, k, n, m) matmul on ISA path isa and on the scalar
+ * reference; a failure if the bytes differ, naming the first. zero_first:
+ * x[0] = 0 (an all-small block edge). */
+static void matmul_vs_scalar(const char *isa, int type, int k, int n, int m, int zero_first) {
+    kvs_wmat w = kt_rand_wmat(type, n, k);
+    float *x = xmalloc(sizeof(float) * m * k);
+    float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+    kt_rand_vec(x, (size_t)m * k, 2.0f);
+    if (zero_first) x[0] = 0.0f;
+    void *work = xmalloc(kvs_matmul_work_size(&w, m));
+    kvs_kernels_set_isa(isa);
+    kvs_matmul(NULL, &w, x, m, y1, work);
+    kvs_kernels_set_isa("scalar");
+    kvs_matmul(NULL, &w, x, m, y0, work);
+    if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
+        int bad = 0;
+        while (y0[bad] == y1[bad]) bad++;
+        fprintf(stderr, "  %s type %d k %d n %d m %d: y[%d] %.9g vs scalar %.9g\n", isa, type, k, n, m, bad,
+                y1[bad], y0[bad]);
+        kt_test_failed++;
+    }
+    free(x); free(y0); free(y1); free(work); free((void *)w.data);
+}
+
 /* Every SIMD path gives the same bytes as the scalar reference, for shapes
  * with tails in n (not a multiple of the tile), k (not a multiple of 16
  * blocks) and m. */
@@ -207,28 +231,8 @@ TEST(test_matmul_simd_equals_scalar) {
         for (size_t t = 0; t < sizeof(all_types) / sizeof(all_types[0]); t++)
             for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
                 for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
-                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
-                        int type = all_types[t], k = ks[ki], n = ns[ni], m = ms[mi];
-                        kvs_wmat w = kt_rand_wmat(type, n, k);
-                        float *x = xmalloc(sizeof(float) * m * k);
-                        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
-                        kt_rand_vec(x, (size_t)m * k, 2.0f);
-                        if (ki == 0) x[0] = 0.0f; /* an all-small block edge */
-                        void *work = xmalloc(kvs_matmul_work_size(&w, m));
-                        kvs_kernels_set_isa(simd_isas[s]);
-                        kvs_matmul(NULL, &w, x, m, y1, work);
-                        kvs_kernels_set_isa("scalar");
-                        kvs_matmul(NULL, &w, x, m, y0, work);
-                        if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
-                            int bad = 0;
-                            while (y0[bad] == y1[bad]) bad++;
-                            fprintf(stderr, "  %s type %d k %d n %d m %d: y[%d] %.9g vs scalar %.9g\n",
-                                    simd_isas[s], type, k, n, m, bad, y1[bad], y0[bad]);
-                            kt_test_failed++;
-                        }
-                        compared++;
-                        free(x); free(y0); free(y1); free(work); free((void *)w.data);
-                    }
+                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++, compared++)
+                        matmul_vs_scalar(simd_isas[s], all_types[t], ks[ki], ns[ni], ms[mi], ki == 0);
     }
     kvs_kernels_set_isa("best");
     printf("  %d SIMD/scalar matmul comparisons\n", compared);
@@ -248,21 +252,8 @@ TEST(test_matmul_float_k_tails) {
         for (int t = 0; t < 3; t++) /* all_types' float entries */
             for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
                 for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
-                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
-                        int type = all_types[t], k = ks[ki], n = ns[ni], m = ms[mi];
-                        kvs_wmat w = kt_rand_wmat(type, n, k);
-                        float *x = xmalloc(sizeof(float) * m * k);
-                        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
-                        kt_rand_vec(x, (size_t)m * k, 2.0f);
-                        kvs_kernels_set_isa(simd_isas[s]);
-                        kvs_matmul(NULL, &w, x, m, y1, NULL);
-                        kvs_kernels_set_isa("scalar");
-                        kvs_matmul(NULL, &w, x, m, y0, NULL);
-                        CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0, "%s type %d k %d n %d m %d differs",
-                                  simd_isas[s], type, k, n, m);
-                        compared++;
-                        free(x); free(y0); free(y1); free((void *)w.data);
-                    }
+                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++, compared++)
+                        matmul_vs_scalar(simd_isas[s], all_types[t], ks[ki], ns[ni], ms[mi], 0);
     }
     kvs_kernels_set_isa("best");
     CHECK(compared > 0);

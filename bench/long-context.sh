@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Long context side by side: `kvstitch bench -d D` vs `llama-bench -d D` (the
+# tests run after a context of D tokens), same GGUF, same threads, engines
+# alternating for ROUNDS, medians of REPS. Per depth: prefill of PP more
+# tokens and decode of TG tokens, both engines, the ratio, and each engine's
+# per-token cost relative to depth 0 (issue 16 asks <= 2x at 4K-8K).
+# Writes bench/results/long-context-<cpu>.md (and prints it); NO_SAVE=1 prints only.
+#   MODEL (the Q4_1 file of scripts/fetch-model.sh)  DEPTHS ("0 512 2048 4096")
+#   THREADS ("1 2")  PP (512)  TG (32)  REPS (2)  ROUNDS (2)
+#   LLAMACPP_BIN: a directory with llama-bench (default: the build of
+#   bench/serve/setup-llama-server.sh, made if missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEPTHS="${DEPTHS:-0 512 2048 4096}"; THREADS="${THREADS:-1 2}"; PP="${PP:-512}"; TG="${TG:-32}"
+REPS="${REPS:-2}"; ROUNDS="${ROUNDS:-2}"
+for v in PP TG REPS ROUNDS; do
+    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "long-context: $v must be a number, got '${!v}'" >&2; exit 2; }
+done
+cli="${KVSTITCH_CLI:-build/kvstitch}"
+[ -x "$cli" ] || { echo "long-context: $cli is not built (make)" >&2; exit 1; }
+model="${MODEL:-$(scripts/fetch-model.sh | tail -n 1)}"
+ll_bin="${LLAMACPP_BIN:-$(dirname "$(bench/serve/setup-llama-server.sh | tail -n 1)")}"
+[ -x "$ll_bin/llama-bench" ] || { echo "long-context: $ll_bin/llama-bench is missing" >&2; exit 1; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/long-context.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+: > "$tmp/runs.jsonl"
+for r in $(seq "$ROUNDS"); do
+    for th in $THREADS; do
+        for d in $DEPTHS; do
+            echo "long-context: round $r threads $th depth $d" >&2
+            "$cli" bench -m "$model" -p "$PP" -n "$TG" -d "$d" --reps "$REPS" --threads "$th" --json |
+                python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"who":"kvstitch","threads":int(sys.argv[1]),"depth":d["depth"],"pp":d["pp"]["tok_s"],"tg":d["tg"]["tok_s"],"cpu":d["cpu"]}))' "$th" \
+                >> "$tmp/runs.jsonl"
+            "$ll_bin/llama-bench" -m "$model" -p "$PP" -n "$TG" -d "$d" -t "$th" -r "$REPS" -o json 2>"$tmp/ll.err" |
+                python3 -c 'import json,sys; d=json.load(sys.stdin); v={("pp" if x["n_prompt"] else "tg"): x["avg_ts"] for x in d}; print(json.dumps({"who":"llama.cpp","threads":int(sys.argv[1]),"depth":int(sys.argv[2]),"pp":v["pp"],"tg":v["tg"]}))' "$th" "$d" \
+                >> "$tmp/runs.jsonl" || { echo "long-context: llama-bench failed" >&2; cat "$tmp/ll.err" >&2; exit 1; }
+        done
+    done
+done
+
+python3 - "$tmp/runs.jsonl" "$model" "$PP" "$TG" "$REPS" "$ROUNDS" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    "$("$ll_bin/llama-bench" --version 2>&1 | grep -m1 -i version || echo 'llama.cpp (version unknown)')" \
+    > "$tmp/report.md" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+model, pp, tg, reps, rounds, commit, llv = sys.argv[2:9]
+cpu = next(r["cpu"] for r in runs if r["who"] == "kvstitch")
+med = {}
+for r in runs:
+    for k in ("pp", "tg"):
+        med.setdefault((r["who"], r["threads"], r["depth"], k), []).append(r[k])
+med = {key: statistics.median(v) for key, v in med.items()}
+print(f"# Long context: kvstitch vs llama.cpp\n")
+print(f"CPU: {cpu}. Model: `{model.split('/')[-1]}`. kvstitch {commit}; llama.cpp {llv.strip()}.")
+print(f"`kvstitch bench -p {pp} -n {tg} -d D` vs `llama-bench -p {pp} -n {tg} -d D`, {reps} reps, "
+      f"medians over {rounds} alternating rounds. Per-token cost: time per token at depth D "
+      f"over time per token at depth 0, same engine and threads.\n")
+print("| threads | depth | prefill ours | prefill llama.cpp | ratio | decode ours | decode llama.cpp | ratio "
+      "| prefill cost vs d0 ours / llama.cpp | decode cost vs d0 ours / llama.cpp |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for th in sorted({r["threads"] for r in runs}):
+    for d in sorted({r["depth"] for r in runs}):
+        g = lambda who, k, dd=d: med.get((who, th, dd, k))
+        row = [str(th), str(d)]
+        for k in ("pp", "tg"):
+            o, l = g("kvstitch", k), g("llama.cpp", k)
+            row += [f"{o:.1f}", f"{l:.1f}", f"{o / l:.2f}x"]
+        for k in ("pp", "tg"):
+            o0, l0 = g("kvstitch", k, 0), g("llama.cpp", k, 0)
+            row.append(f"{o0 / g('kvstitch', k):.2f}x / {l0 / g('llama.cpp', k):.2f}x" if o0 and l0 else "-")
+        print("| " + " | ".join(row) + " |")
+PY
+cat "$tmp/report.md"
+if [ "${NO_SAVE:-0}" != 1 ]; then
+    slug=$(echo "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
+    cp "$tmp/report.md" "bench/results/long-context-${slug:-cpu}.md"
+    echo "long-context: wrote bench/results/long-context-${slug:-cpu}.md" >&2
+fi
