@@ -48,19 +48,53 @@ AI __m256 kv_load8(const void *base, int kv_type, size_t idx) {
     return _mm256_loadu_ps((const float *)base + idx);
 }
 
+/* One block of 8 keys (from key kb), dims d0 .. d0 + 7, transposed into
+ * dst (8 vectors: dim d0 + t of the 8 keys). Named variables, so that the
+ * block stays in registers (as arrays GCC kept it on the stack). */
+AI void stage_block8(const kvs_attn_call *c, int kv_type, size_t kv_off, int D, int kb, int d0, float *dst) {
+#define KEY_ROW(i) kv_load8(c->k, kv_type, kv_off + (size_t)(kb + (i)) * D + d0)
+    __m256 r0 = KEY_ROW(0), r1 = KEY_ROW(1), r2 = KEY_ROW(2), r3 = KEY_ROW(3);
+    __m256 r4 = KEY_ROW(4), r5 = KEY_ROW(5), r6 = KEY_ROW(6), r7 = KEY_ROW(7);
+#undef KEY_ROW
+    /* pairs of keys interleaved, then quads, then the 128-bit halves */
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(dst + 0, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 24, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 32, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 40, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 48, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 56, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 /* Keys j0 .. j0 + 8 nkb - 1 transposed into Kt (nkb blocks of D x 8
  * floats); keys at or past jend are zeros (masked in pass 1, never read). */
 static void stage_keys(const kvs_attn_call *c, size_t kv_off, int D, int j0, int jend, int nkb, float *Kt) {
     for (int b = 0; b < nkb; b++) {
         int kb = j0 + 8 * b, live = jend - kb < 8 ? jend - kb : 8;
-        for (int d0 = 0; d0 < D; d0 += 8) {
-            __m256i in[8], out[8];
-            for (int i = 0; i < 8; i++)
-                in[i] = i < live ? _mm256_castps_si256(kv_load8(c->k, c->kv_type, kv_off + (size_t)(kb + i) * D + d0))
-                                 : _mm256_setzero_si256();
-            transpose8_epi32(in, out);
-            for (int t = 0; t < 8; t++) _mm256_storeu_si256((__m256i *)(Kt + ((size_t)b * D + d0 + t) * 8), out[t]);
+        float *dst = Kt + (size_t)b * D * 8;
+        if (live == 8) {
+            for (int d0 = 0; d0 < D; d0 += 8) {
+                if (c->kv_type == 0) stage_block8(c, 0, kv_off, D, kb, d0, dst + (size_t)d0 * 8);
+                else stage_block8(c, 1, kv_off, D, kb, d0, dst + (size_t)d0 * 8);
+            }
+            continue;
         }
+        for (int d = 0; d < D; d++) /* the last, partial block of the context */
+            for (int i = 0; i < 8; i++) {
+                size_t idx = kv_off + (size_t)(kb + i) * D + d;
+                dst[(size_t)d * 8 + i] = i >= live         ? 0.0f
+                                         : c->kv_type == 0 ? kvs_f16_to_f32(((const uint16_t *)c->k)[idx])
+                                                           : ((const float *)c->k)[idx];
+            }
     }
 }
 
