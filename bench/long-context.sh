@@ -40,7 +40,7 @@ for r in $(seq "$ROUNDS"); do
 done
 
 python3 - "$tmp/runs.jsonl" "$model" "$PP" "$TG" "$REPS" "$ROUNDS" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
-    "$("$ll_bin/llama-bench" --version 2>&1 | grep -m1 -i version || echo 'llama.cpp (version unknown)')" \
+    "$({ "$ll_bin/llama-bench" --version 2>&1 || true; } | awk '/version/ && !f { print; f = 1 }')" \
     > "$tmp/report.md" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
@@ -52,7 +52,7 @@ for r in runs:
         med.setdefault((r["who"], r["threads"], r["depth"], k), []).append(r[k])
 med = {key: statistics.median(v) for key, v in med.items()}
 print(f"# Long context: kvstitch vs llama.cpp\n")
-print(f"CPU: {cpu}. Model: `{model.split('/')[-1]}`. kvstitch {commit}; llama.cpp {llv.strip()}.")
+print(f"CPU: {cpu}. Model: `{model.split('/')[-1]}`. kvstitch {commit}; llama.cpp {llv.strip() or '(version unknown)'}.")
 print(f"`kvstitch bench -p {pp} -n {tg} -d D` vs `llama-bench -p {pp} -n {tg} -d D`, {reps} reps, "
       f"medians over {rounds} alternating rounds. Per-token cost: time per token at depth D "
       f"over time per token at depth 0, same engine and threads.\n")
