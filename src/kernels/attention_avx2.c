@@ -61,6 +61,15 @@ static __m256 recal_block(const kvs_attn_call *c, float *Sb, int d0, int d1, __m
 
 static inline int tile_keys(int D) { return (KVS_ATTN_STAGE_FLOATS / D) & ~15; }
 
+/* n floats of K or V from element off: f16 converted into kvf, f32 in place. */
+static const float *stage_f32(const void *base, int kv_type, size_t off, size_t n, float *kvf) {
+    if (kv_type != 0) return (const float *)base + off;
+    const uint16_t *src = (const uint16_t *)base + off;
+    for (size_t i = 0; i < n; i += 8) /* n: whole keys of D % 8 == 0 floats */
+        _mm256_storeu_ps(kvf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    return kvf;
+}
+
 /* Passes 1 and 3 take row blocks in groups of up to GB so that one
  * broadcast key (or value) element serves GB blocks: per step GB + 4 loads
  * for 12 fmas in 12 accumulators, where one block at a time loaded one per
@@ -241,19 +250,10 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     }
     const score_consts sc = {.scale = _mm256_set1_ps(c->scale), .ninf = _mm256_set1_ps(-INFINITY),
                              .inv_t = _mm256_set1_ps(c->recal.inv_t), .dlo = c->recal.lo, .dhi = c->recal.hi};
-    const int dlo = c->recal.lo, dhi = c->recal.hi;
     /* pass 1: scores */
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
-        const float *kf;
-        if (c->kv_type == 0) {
-            const uint16_t *src = (const uint16_t *)c->k + kv_off + (size_t)j0 * D;
-            for (size_t i = 0; i < (size_t)nk * D; i += 8)
-                _mm256_storeu_ps(kvf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-            kf = kvf;
-        } else {
-            kf = (const float *)c->k + kv_off + (size_t)j0 * D;
-        }
+        const float *kf = stage_f32(c->k, c->kv_type, kv_off + (size_t)j0 * D, (size_t)nk * D, kvf);
         for (int rb0 = 0; rb0 < nrb; rb0 += GB) {
             int nb = nrb - rb0 < GB ? nrb - rb0 : GB, nkg = 0;
             score_block sb[GB];
@@ -290,7 +290,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
         __m256 sum = tree16_8(P);
         if (any_rc[rb]) {
             /* rows of the block before jmin are unwritten, rows past maxn unread */
-            int d0 = dlo > jmin ? dlo : jmin, d1 = dhi < maxn[rb] ? dhi : maxn[rb];
+            int d0 = sc.dlo > jmin ? sc.dlo : jmin, d1 = sc.dhi < maxn[rb] ? sc.dhi : maxn[rb];
             sum = recal_block(c, Sb, d0, d1, rcm[rb], mx[rb], sum);
         }
         /* e = +0 for the keys past the block's rows up to the longest
@@ -303,15 +303,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     float *O = Qt;
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
-        const float *vf;
-        if (c->kv_type == 0) {
-            const uint16_t *src = (const uint16_t *)c->v + kv_off + (size_t)j0 * D;
-            for (size_t i = 0; i < (size_t)nk * D; i += 8)
-                _mm256_storeu_ps(kvf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-            vf = kvf;
-        } else {
-            vf = (const float *)c->v + kv_off + (size_t)j0 * D;
-        }
+        const float *vf = stage_f32(c->v, c->kv_type, kv_off + (size_t)j0 * D, (size_t)nk * D, kvf);
         for (int rb0 = 0; rb0 < nrb; rb0 += GB) {
             int nb = nrb - rb0 < GB ? nrb - rb0 : GB, nkg = 0;
             const float *Sb[GB];

@@ -206,6 +206,17 @@ AI float w_at(const uint8_t *row, int e, int type) {
     return type == KVS_TYPE_F16 ? kvs_f16_to_f32(h) : kvs_bf16_to_f32(h);
 }
 
+/* The finish of a float-weight output: its two chains, the reference's
+ * scalar tail (elements e .. k - 1), the tree. */
+AI float finish_f(__m256 lo, __m256 hi, const float *x, const uint8_t *row, int e, int k, int type) {
+    if (e == k) return tree16_2(lo, hi);
+    float acc[16];
+    _mm256_storeu_ps(acc, lo);
+    _mm256_storeu_ps(acc + 8, hi);
+    for (int l = 0; e < k; e++, l++) acc[l] = fmaf(x[e], w_at(row, e, type), acc[l]);
+    return kvs_tree16(acc);
+}
+
 static float dot_f(const kvs_wmat *w, int j, const float *x) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
     int k = w->k, type = w->type;
@@ -215,11 +226,7 @@ static float dot_f(const kvs_wmat *w, int j, const float *x) {
         lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + e), load_w8(row, e, type), lo);
         hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + e + 8), load_w8(row, e + 8, type), hi);
     }
-    float acc[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (int l = 0; e < k; e++, l++) acc[l] = fmaf(x[e], w_at(row, e, type), acc[l]); /* the reference's tail order */
-    return kvs_tree16(acc);
+    return finish_f(lo, hi, x, row, e, k, type);
 }
 
 /* Float weights, several activation rows (prefill, batched decode): tiles
@@ -234,16 +241,6 @@ static float dot_f(const kvs_wmat *w, int j, const float *x) {
  * 7.3 -> 4.7 ms. */
 #define FR 3 /* activation rows per tile */
 #define FC 2 /* weight rows per tile */
-
-/* dot_f's finish: the two chains, the reference's scalar tail, the tree. */
-AI float finish_f(__m256 lo, __m256 hi, const float *x, const uint8_t *row, int e, int k, int type) {
-    if (e == k) return tree16_2(lo, hi);
-    float acc[16];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (int l = 0; e < k; e++, l++) acc[l] = fmaf(x[e], w_at(row, e, type), acc[l]);
-    return kvs_tree16(acc);
-}
 
 /* y[r * ldy + c] = x_r . row_c for r < mr, c < nc (x rows k apart). */
 AI void tile_f(const uint8_t *row0, size_t row_bytes, const float *x, int k, float *y, size_t ldy, int mr,
