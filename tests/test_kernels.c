@@ -243,9 +243,10 @@ TEST(test_matmul_simd_equals_scalar) {
  * scalar tail when k is not a multiple of 16; every tile shape (m and n
  * edges) must give the scalar bytes. */
 TEST(test_matmul_float_k_tails) {
-    const int ks[] = {7, 16, 40, 583};
+    /* m >= 12 takes AVX-512's widened panels, k = 2071 the path past them */
+    const int ks[] = {7, 16, 40, 583, 2071};
     const int ns[] = {1, 3, 17};
-    const int ms[] = {1, 2, 3, 4, 7};
+    const int ms[] = {1, 2, 3, 4, 7, 12, 13, 31};
     int compared = 0;
     for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
         if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
@@ -258,6 +259,45 @@ TEST(test_matmul_float_k_tails) {
     kvs_kernels_set_isa("best");
     CHECK(compared > 0);
     printf("  %d float-weight tail comparisons\n", compared);
+}
+
+/* A chain can hold -0 (a negative product that underflows, added to +0).
+ * The reference makes no step past k, so such a chain stays -0 there and a
+ * dot of only such chains is -0; a path that ran a zero step on the lanes
+ * past k (fma(0, 0, -0) = +0) would return +0. */
+TEST(test_matmul_float_negative_zero_chains) {
+    enum { N = 5 };
+    const int ks[] = {23, 583};
+    const int ms[] = {1, 2, 5, 12, 13};
+    int compared = 0;
+    for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+        int k = ks[ki];
+        float *wf = xmalloc(sizeof(float) * N * k);
+        for (int e = 0; e < N * k; e++) wf[e] = 1e-30f;
+        kvs_wmat w = {.type = KVS_TYPE_F32, .n = N, .k = k, .row_bytes = sizeof(float) * (size_t)k, .data = wf};
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+            int m = ms[mi];
+            float *x = xmalloc(sizeof(float) * m * k), *y0 = xmalloc(sizeof(float) * m * N),
+                  *y1 = xmalloc(sizeof(float) * m * N);
+            for (int e = 0; e < m * k; e++) x[e] = -1e-30f;
+            kvs_kernels_set_isa("scalar");
+            kvs_matmul(NULL, &w, x, m, y0, NULL);
+            CHECK(y0[0] == 0.0f && signbit(y0[0])); /* the premise: -0 */
+            for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+                if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+                kvs_matmul(NULL, &w, x, m, y1, NULL);
+                compared++;
+                if (memcmp(y0, y1, sizeof(float) * m * N) != 0) {
+                    fprintf(stderr, "  %s k %d m %d: y[0] %g, scalar %g\n", simd_isas[s], k, m, y1[0], y0[0]);
+                    kt_test_failed++;
+                }
+            }
+            free(x); free(y0); free(y1);
+        }
+        free(wf);
+    }
+    kvs_kernels_set_isa("best");
+    CHECK(compared > 0);
 }
 
 /* The edges of the two-level activation rounding (quant.h), where a path
@@ -719,6 +759,7 @@ int main(void) {
     RUN(test_matmul_ref_vs_double);
     RUN(test_matmul_simd_equals_scalar);
     RUN(test_matmul_float_k_tails);
+    RUN(test_matmul_float_negative_zero_chains);
     RUN(test_matmul_two_level_edges);
     RUN(test_matmul_amx_equals_scalar);
     RUN(test_rmsnorm);

@@ -25,6 +25,7 @@
  * One activation row (decode) takes the paths of matmul_avx512_m1.c.
  */
 #include <float.h>
+#include <string.h>
 
 #if defined(__x86_64__)
 
@@ -418,7 +419,8 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
         for (int i = 0; i < mr; i++) {
             __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + e);
             #pragma GCC unroll 4
-            for (int j = 0; j < nr; j++) C[i][j] = _mm512_fmadd_ps(xv, W[j], C[i][j]);
+            /* merge-masked: lanes past k keep their chain as it is (a -0 stays -0) */
+            for (int j = 0; j < nr; j++) C[i][j] = _mm512_mask3_fmadd_ps(xv, W[j], C[i][j], mk);
         }
     }
     #pragma GCC unroll 4
@@ -445,11 +447,116 @@ static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, s
     }
 }
 
+/* Several activation rows (prefill, batched decode): NR weight rows are
+ * widened to f32 once into a panel (k padded with zero to 16) that every
+ * 4-row tile of the call then reads; widening them per tile had the cvts
+ * take half the fma ports (vcvtph2ps is two uops on the fma ports). The 16
+ * outputs of a tile are reduced together (tree16x16); the last partial step
+ * is a merge-masked fma, so chains past k are left exactly as they are, as
+ * in the reference, which has no step there. */
+#ifndef PMR
+#define PMR 2 /* activation rows of a panel tile */
+#endif
+#ifndef PANEL_MIN_M
+#define PANEL_MIN_M 12
+#endif
+#ifndef PANEL_X_BYTES
+#define PANEL_X_BYTES (1024 * 1024)
+#endif
+#define PNR (16 / PMR) /* weight rows of a panel: the tile's 16 outputs fill one tree16x16 */
+#define PANEL_FLOATS 16384 /* 64 KiB of stack: PNR rows of up to 16384 / PNR */
+
+static void widen_panel(const kvs_wmat *w, int j0, int nr, int kp, float *wf) {
+    for (int j = 0; j < PNR; j++) {
+        float *dst = wf + (size_t)j * kp;
+        if (j >= nr) {
+            memset(dst, 0, sizeof(float) * (size_t)kp);
+            continue;
+        }
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
+        for (int e = 0; e < kp; e += 16) {
+            __mmask16 mk = w->k - e >= 16 ? 0xffff : (__mmask16)((1u << (w->k - e)) - 1);
+            _mm512_store_ps(dst + e, load_w16(row, e, w->type, mk));
+        }
+    }
+}
+
+AI void kern_panel(const float *wf, int kp, const float *x, int k, float *y, size_t ldy, int mr, int nr) {
+    __m512 C[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) C[t] = _mm512_setzero_ps();
+    int e = 0;
+    for (; e + 16 <= k; e += 16) {
+        __m512 X[PMR];
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            X[i] = _mm512_loadu_ps(x + (size_t)i * k + e);
+            __asm__("" : "+v"(X[i])); /* one load each, not one per fma */
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < PNR; j++) {
+            __m512 W = _mm512_load_ps(wf + (size_t)j * kp + e);
+            __asm__("" : "+v"(W));
+#pragma GCC unroll 8
+            for (int i = 0; i < mr; i++) C[PNR * i + j] = _mm512_fmadd_ps(X[i], W, C[PNR * i + j]);
+        }
+    }
+    if (e < k) {
+        __mmask16 mk = (__mmask16)((1u << (k - e)) - 1);
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + e);
+#pragma GCC unroll 8
+            for (int j = 0; j < PNR; j++)
+                C[PNR * i + j] = _mm512_mask3_fmadd_ps(xv, _mm512_load_ps(wf + (size_t)j * kp + e), C[PNR * i + j], mk);
+        }
+    }
+    float out[16] __attribute__((aligned(64)));
+    _mm512_store_ps(out, tree16x16(C)); /* C[t] in lane 4 (t % 4) + t / 4 */
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            int t = PNR * i + j;
+            y[(size_t)i * ldy + j] = out[4 * (t % 4) + t / 4];
+        }
+}
+
+static void tile_panel(const float *wf, int kp, const float *x, int k, float *y, size_t ldy, int mr, int nr) {
+    switch (mr) {
+    case 1: kern_panel(wf, kp, x, k, y, ldy, 1, nr); break;
+#if PMR >= 2
+    case 2: kern_panel(wf, kp, x, k, y, ldy, 2, nr); break;
+#endif
+#if PMR >= 4
+    case 3: kern_panel(wf, kp, x, k, y, ldy, 3, nr); break;
+    case 4: kern_panel(wf, kp, x, k, y, ldy, 4, nr); break;
+#endif
+    }
+}
+
 /* ------------------------------------------------------------ entry point */
 
 static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     int m = c->m, n = w->n;
+    int kp = (w->k + 15) & ~15;
+    if (!c->xq && m >= PANEL_MIN_M && kp * PNR <= PANEL_FLOATS) {
+        float wf[PANEL_FLOATS] __attribute__((aligned(64)));
+        /* activation rows in blocks that stay in L2 while the panels pass */
+        int mb = (int)(PANEL_X_BYTES / (sizeof(float) * (size_t)kp)) & ~(PMR - 1);
+        if (mb < PMR) mb = PMR;
+        for (int i0 = 0; i0 < m; i0 += mb) {
+            int i1 = m - i0 < mb ? m : i0 + mb;
+            for (int jt = j0; jt < j1; jt += PNR) {
+                int nr = j1 - jt < PNR ? j1 - jt : PNR;
+                widen_panel(w, jt, nr, kp, wf);
+                for (int it = i0; it < i1; it += PMR) {
+                    int mr = i1 - it < PMR ? i1 - it : PMR;
+                    tile_panel(wf, kp, c->x + (size_t)it * w->k, w->k, c->y + (size_t)it * n + jt, n, mr, nr);
+                }
+            }
+        }
+        return;
+    }
     if (!c->xq) {
         for (int jt = j0; jt < j1; jt += NR) {
             int nr = j1 - jt < NR ? j1 - jt : NR;
