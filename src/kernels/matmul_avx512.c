@@ -541,6 +541,12 @@ static void tile_panel(const float *wf, int kp, const float *x, int k, float *y,
 
 /* ------------------------------------------------------------ entry point */
 
+/* Activation rows per block of at most budget bytes (a multiple of the tile's rows, at least one tile). */
+static int rows_per_block(size_t budget, size_t row_bytes, int tile_rows) {
+    int mb = (int)(budget / row_bytes) & ~(tile_rows - 1);
+    return mb < tile_rows ? tile_rows : mb;
+}
+
 static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     int m = c->m, n = w->n;
@@ -548,8 +554,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     if (!c->xq && m >= PANEL_MIN_M && kp * PNR <= PANEL_FLOATS) {
         float wf[PANEL_FLOATS] __attribute__((aligned(64)));
         /* activation rows in blocks that stay in L2 while the panels pass */
-        int mb = (int)(PANEL_X_BYTES / (sizeof(float) * (size_t)kp)) & ~(PMR - 1);
-        if (mb < PMR) mb = PMR;
+        int mb = rows_per_block(PANEL_X_BYTES, sizeof(float) * (size_t)kp, PMR);
         for (int i0 = 0; i0 < m; i0 += mb) {
             int i1 = m - i0 < mb ? m : i0 + mb;
             for (int jt = j0; jt < j1; jt += PNR) {
@@ -586,8 +591,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     /* Activation rows in blocks whose xq stays in L2 while the column tiles
      * of the chunk pass over it (the weights are prepared once per block). */
     size_t row_bytes = c->xq_row + c->xq_quad / 4 + 1;
-    int mb = (int)(XQ_BLOCK_BYTES / row_bytes) & ~(MR - 1);
-    if (mb < MR) mb = MR;
+    int mb = rows_per_block(XQ_BLOCK_BYTES, row_bytes, MR);
     for (int i0 = 0; i0 < m; i0 += mb) {
         int i1 = m - i0 < mb ? m : i0 + mb;
         for (int jt = j0; jt < j1; jt += NR) {
