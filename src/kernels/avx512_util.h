@@ -105,7 +105,8 @@ AI __m512 tree16x16(const __m512 C[16]) {
 /* Q4_0 / Q8_0 full groups of one weight row (matmul_avx512.c). */
 void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out);
 
-/* m = 1 fast paths (matmul_avx512_m1.c); returns 0 if it does not apply. */
+/* Paths for one activation row, and for Q4 calls of up to 4 rows
+ * (matmul_avx512_m1.c); returns 0 if it does not apply. */
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1);
 
 #endif

@@ -22,7 +22,8 @@
  * dwords of the tile's 4 rows are one 16-byte broadcast (quant.h), so eight
  * vpdpbusd give the tail block's integer dots of all 16 outputs at once.
  * Any tile shape gives the same bits per output, so m = 1 and m = 512 agree.
- * One activation row (decode) takes the paths of matmul_avx512_m1.c.
+ * One activation row (decode), and Q4_0 / Q4_1 calls of up to 4 rows, take
+ * the paths of matmul_avx512_m1.c.
  */
 #include <float.h>
 #include <string.h>

@@ -1,10 +1,13 @@
 /*
- * AVX-512 matmul for one activation row (decode), bit-identical to the
- * scalar reference like every path (kernels_impl.h). Here weight bytes are
- * not amortized over activation rows, so nothing is prepared into memory:
+ * AVX-512 matmul for one activation row (decode) and for Q4 calls of up to
+ * 4 rows (a batch of few streams), bit-identical to the scalar reference like
+ * every path (kernels_impl.h). Here weight bytes are amortized over few
+ * activation rows or none, so nothing is prepared into memory:
  *  - Q4_0 / Q4_1: 16 weight rows per tile; full groups lane = block with the
- *    rearrangement fused into the dot; one tree for the 16 outputs; tail
- *    blocks with lane = weight row (gathered);
+ *    rearrangement fused into the dot and shared by the rows; one tree per
+ *    row for its 16 outputs; tail blocks with lane = weight row (gathered);
+ *    (the prepared tiles of matmul_avx512.c cost as much as 2 calls of one
+ *    row at m = 2: the preparation is paid per call);
  *  - Q8_0 (the output head): lane = weight row for every block, natural
  *    32-byte loads, a transposed integer reduction per pair of blocks; x in
  *    natural order comes from the quantizer (kvs_mm_call.xn).
@@ -32,29 +35,42 @@
 #define KVS_M1_Q8_PF_ROWS 16
 #endif
 
+/* Q4_0 / Q4_1 calls of up to this many activation rows take few_q4 (by
+ * quads of rows); more rows take the prepared tiles of matmul_avx512.c. */
+#ifndef KVS_FEW_MAX_M
+#define KVS_FEW_MAX_M 4
+#endif
+
 /* Tree input slot of weight row rho so that tree16x16 puts it in lane rho
  * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
 static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
 
-/* One activation row against up to 16 Q4 weight rows [j0, j0 + nr): full
- * groups lane = block (prep fused with the dot, nothing stored), then one
- * tree for the 16 outputs, then the tail blocks with lane = weight row
- * (gathered), each tail block adding its fma (and the Q4_1 min fma) in order.
+/* Up to 4 activation rows (the rows of one quad: a decode step, or a batch of
+ * up to 4 streams) against up to 16 Q4 weight rows [j0, j0 + nr): full
+ * groups lane = block (the rearrangement fused into the dot, nothing stored,
+ * and shared by the rows), then one tree per activation row for its 16
+ * outputs, then the tail blocks with lane = weight row (gathered once for
+ * the rows), each tail block adding its fma (and the Q4_1 min fma) in order.
  * Every block's integer dot is 256 * dot(w, hi) + dot(w, lo) (quant.h): the
- * unpacked weight nibbles serve both planes. */
-static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const uint8_t *quad, float *y) {
+ * unpacked weight nibbles serve both planes and every row. mr is a
+ * constant in each caller (few_q4_rows). */
+AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
+               int mr, float *y, size_t ldy) {
     const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18;
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    __m512 C[16];
-    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
+    __m512 C[4][16];
+    for (int i = 0; i < mr; i++)
+        for (int o = 0; o < 16; o++) C[i][o] = _mm512_setzero_ps();
     for (int rho = 0; rho < nr; rho++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
         /* the same row KVS_M1_PF_ROWS rows further, line by line (prefetches
          * past the matrix are harmless hints) */
         const uintptr_t pf0 = (uintptr_t)row + KVS_M1_PF_ROWS * w->row_bytes;
         for (uintptr_t a = pf0 & ~(uintptr_t)63; a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_ps();
         if (q41) {
             for (int g = 0; g < ng; g++) {
                 const uint8_t *src = row + (size_t)g * 16 * 20;
@@ -65,41 +81,57 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
                 __m512i dm = gather5(z, 0);
                 __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
                 __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-                __m512i ha = _mm512_setzero_si512(), hb = _mm512_setzero_si512();
-                __m512i la = _mm512_setzero_si512(), lb = _mm512_setzero_si512();
+                __m512i ha[4], hb[4], la[4], lb[4];
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) ha[i] = hb[i] = la[i] = lb[i] = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     __m512i q = gather5(z, 1 + r);
                     __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-                    ha = _mm512_dpbusd_epi32(ha, wa, _mm512_loadu_si512(grp + 128 * r));
-                    hb = _mm512_dpbusd_epi32(hb, wb, _mm512_loadu_si512(grp + 128 * r + 64));
-                    la = _mm512_dpbusd_epi32(la, wa, _mm512_loadu_si512(grp + KVS_XQ_PLANE + 128 * r));
-                    lb = _mm512_dpbusd_epi32(lb, wb, _mm512_loadu_si512(grp + KVS_XQ_PLANE + 128 * r + 64));
+#pragma GCC unroll 4
+                    for (int i = 0; i < mr; i++) {
+                        const uint8_t *gi = grp + (size_t)i * xq_row;
+                        ha[i] = _mm512_dpbusd_epi32(ha[i], wa, _mm512_loadu_si512(gi + 128 * r));
+                        hb[i] = _mm512_dpbusd_epi32(hb[i], wb, _mm512_loadu_si512(gi + 128 * r + 64));
+                        la[i] = _mm512_dpbusd_epi32(la[i], wa, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r));
+                        lb[i] = _mm512_dpbusd_epi32(lb[i], wb, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r + 64));
+                    }
                 }
-                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha, hb), 8),
-                                                _mm512_add_epi32(la, lb));
-                __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS), sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc);
-                acc = _mm512_fmadd_ps(mw, sx, acc);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    const uint8_t *gi = grp + (size_t)i * xq_row;
+                    __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha[i], hb[i]), 8),
+                                                    _mm512_add_epi32(la[i], lb[i]));
+                    __m512 dx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS), sx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS + 64);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(mw, sx, acc[i]);
+                }
             }
         } else if (ng) {
             prep_grp pg[32] __attribute__((aligned(64)));
             kvs_avx512_prep_gather(row, ng, KVS_TYPE_Q4_0, pg);
             for (int g = 0; g < ng; g++) {
-                const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-                __m512i h = _mm512_setzero_si512(), l = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+                    __m512i h = _mm512_setzero_si512(), l = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
 #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) {
-                    h = _mm512_dpbusd_epi32(h, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
-                    l = _mm512_dpbusd_epi32(l, pg[g].v[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
+                    for (int v = 0; v < 8; v++) {
+                        h = _mm512_dpbusd_epi32(h, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
+                        l = _mm512_dpbusd_epi32(l, pg[g].v[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
+                    }
+                    __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                             _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc[i]);
                 }
-                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc);
             }
         }
-        C[slot_of(rho)] = acc;
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) C[i][slot_of(rho)] = acc[i];
     }
-    __m512 R = tree16x16(C); /* lane rho = weight row j0 + rho */
+    __m512 R[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) R[i] = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
     if (nt) {
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
@@ -107,31 +139,48 @@ static void m1_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, const ui
         const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
         for (int t = 0; t < nt; t++) {
             const uint8_t *blk = base + (size_t)(ng * 16 + t) * bs;
-            const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES; /* row sub 0 */
+            const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES; /* + 4 * row sub below */
             const uint8_t *ql = qt + KVS_XQ_TAIL_PLANE;
             __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
-            __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
+            __m512i wa[4], wb[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk + (q41 ? 4 : 2) + 4 * r, 1);
-                __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-                h = _mm512_dpbusd_epi32(h, wa, _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r)));
-                h = _mm512_dpbusd_epi32(h, wb, _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16)));
-                l = _mm512_dpbusd_epi32(l, wa, _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r)));
-                l = _mm512_dpbusd_epi32(l, wb, _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r + 16)));
+                wa[r] = _mm512_and_si512(q, lo4);
+                wb[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
             }
-            __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
-            if (!q41) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(*(const int32_t *)(qt + KVS_XQ_TAIL_C)));
             __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-            __m512 dx = _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_D));
-            R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), R);
-            if (q41) {
-                __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-                R = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_S)), R);
+            __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) {
+                __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    h = _mm512_dpbusd_epi32(h, wa[r], _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 4 * i)));
+                    h = _mm512_dpbusd_epi32(h, wb[r], _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16 + 4 * i)));
+                    l = _mm512_dpbusd_epi32(l, wa[r], _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r + 4 * i)));
+                    l = _mm512_dpbusd_epi32(l, wb[r], _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r + 16 + 4 * i)));
+                }
+                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+                if (!q41) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(*(const int32_t *)(qt + KVS_XQ_TAIL_C + 4 * i)));
+                __m512 dx = _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_D + 4 * i));
+                R[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), R[i]);
+                if (q41) R[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_S + 4 * i)), R[i]);
             }
         }
     }
-    _mm512_mask_storeu_ps(y + j0, (__mmask16)((1u << nr) - 1), R);
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + j0, (__mmask16)((1u << nr) - 1), R[i]);
+}
+
+static void few_q4_rows(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
+                        int mr, float *y, size_t ldy) {
+    switch (mr) {
+    case 1: few_q4(w, j0, nr, xq, xq_row, quad, 1, y, ldy); break;
+    case 2: few_q4(w, j0, nr, xq, xq_row, quad, 2, y, ldy); break;
+    case 3: few_q4(w, j0, nr, xq, xq_row, quad, 3, y, ldy); break;
+    default: few_q4(w, j0, nr, xq, xq_row, quad, 4, y, ldy); break;
+    }
 }
 
 /* Q8_0, one activation row: lane = weight row for every block. Per pair of
@@ -224,7 +273,8 @@ static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xh, const int
 
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
-    if (c->m != 1 || !c->xq || w->k > 16384) return 0;
+    if (!c->xq || w->k > 16384) return 0;
+    if (c->m > (w->type == KVS_TYPE_Q8_0 ? 1 : KVS_FEW_MAX_M)) return 0;
     if (w->type == KVS_TYPE_Q8_0) {
         if (!c->xn) return 0; /* not quantized by the AVX-512 quantizer: the tile path */
         const int nb = w->k / KVS_QK;
@@ -234,7 +284,11 @@ int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
         for (int jt = j0; jt < j1; jt += 16) m1_q8(w, jt, j1 - jt < 16 ? j1 - jt : 16, xh, xl, xs, dx, c->y);
         return 1;
     }
-    for (int jt = j0; jt < j1; jt += 16) m1_q4(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq, c->xq_tail, c->y);
+    for (int jt = j0; jt < j1; jt += 16)
+        for (int i0 = 0; i0 < c->m; i0 += 4)
+            few_q4_rows(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq + (size_t)i0 * c->xq_row, c->xq_row,
+                        c->xq_tail + (size_t)(i0 / 4) * c->xq_quad, c->m - i0 < 4 ? c->m - i0 : 4,
+                        c->y + (size_t)i0 * w->n, w->n);
     return 1;
 }
 
