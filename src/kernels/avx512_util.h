@@ -84,6 +84,38 @@ AI __m512i gather5(const __m512i z[5], int c) {
     return _mm512_mask_permutexvar_epi32(r, m4, idx, z[4]);
 }
 
+/* Q4_0: a 16-block group is 288 bytes (z[0..4], z[4] loaded masked to its
+ * 32 bytes); lane l of the result = bytes 18l + off .. 18l + off + 3, off =
+ * 0 for the scale (d and two q bytes) and 2 + 4r for q dword r (c = 1 + r).
+ * Byte permutes, where 16-lane gathers of unaligned dwords were the bulk of
+ * a Q4_0 decode step: q40_idx holds each byte's index mod 256 (vpermt2b reads
+ * the low 7 bits, vpermb the low 6), q40_seg whether it lies in z0:z1, z2:z3
+ * or z4. */
+#define Q40_B(l, off, b) (18 * (l) + (off) + (b))
+#define Q40_I(l, off) (uint8_t)Q40_B(l, off, 0), (uint8_t)Q40_B(l, off, 1), (uint8_t)Q40_B(l, off, 2), (uint8_t)Q40_B(l, off, 3)
+#define Q40_SEG(x) ((x) < 128 ? 0 : (x) < 256 ? 1 : 2)
+#define Q40_S(l, off) Q40_SEG(Q40_B(l, off, 0)), Q40_SEG(Q40_B(l, off, 1)), Q40_SEG(Q40_B(l, off, 2)), Q40_SEG(Q40_B(l, off, 3))
+#define Q40_ROW(M, off)                                                                                   \
+    {M(0, off), M(1, off), M(2, off), M(3, off), M(4, off), M(5, off), M(6, off), M(7, off), M(8, off), \
+     M(9, off), M(10, off), M(11, off), M(12, off), M(13, off), M(14, off), M(15, off)}
+static const uint8_t q40_idx[5][64] __attribute__((aligned(64))) = {
+    Q40_ROW(Q40_I, 0), Q40_ROW(Q40_I, 2), Q40_ROW(Q40_I, 6), Q40_ROW(Q40_I, 10), Q40_ROW(Q40_I, 14)};
+static const uint8_t q40_seg[5][64] __attribute__((aligned(64))) = {
+    Q40_ROW(Q40_S, 0), Q40_ROW(Q40_S, 2), Q40_ROW(Q40_S, 6), Q40_ROW(Q40_S, 10), Q40_ROW(Q40_S, 14)};
+
+AI void load_q40_group(const uint8_t *src, __m512i z[5]) {
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
+    z[4] = _mm512_maskz_loadu_epi8(0xffffffffull, src + 256); /* 288 bytes: never past the group */
+}
+
+AI __m512i gather18(const __m512i z[5], int c) {
+    const __m512i idx = _mm512_load_si512(q40_idx[c]), seg = _mm512_load_si512(q40_seg[c]);
+    __m512i r = _mm512_permutex2var_epi8(z[0], idx, z[1]);
+    r = _mm512_mask_mov_epi8(r, _mm512_cmpeq_epi8_mask(seg, _mm512_set1_epi8(1)), _mm512_permutex2var_epi8(z[2], idx, z[3]));
+    return _mm512_mask_permutexvar_epi8(r, _mm512_cmpeq_epi8_mask(seg, _mm512_set1_epi8(2)), idx, z[4]);
+}
+
 /* kvs_tree16 of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
 AI __m512 tree16x16(const __m512 C[16]) {
     __m512 z[8], w4[4], v2[2];

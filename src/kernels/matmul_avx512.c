@@ -140,7 +140,8 @@ static void prep_q4_1(const uint8_t *row, int ng, prep_grp *out) {
 }
 
 /* Q4_0 (18-byte blocks) and Q8_0 (34-byte blocks) are not dword aligned:
- * gather dwords at byte offsets (masked for the tail). */
+ * Q4_0 by byte permutes of the group (gather18), Q8_0 by gathers of dwords
+ * at byte offsets. */
 void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const int bs = kvs_q_block_bytes(type);
@@ -149,19 +150,22 @@ void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out)
     for (int g = 0; g < ng; g++) {
         const uint8_t *src = row + (size_t)g * 16 * bs;
         prep_grp *p = &out[g];
-        /* d: the first 2 bytes of each block; reading 4 bytes stays inside
-         * the block (qs follows), so the gather never leaves the row. */
-        __m512i dv = _mm512_i32gather_epi32(base, src, 1);
-        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dv));
         p->mw = _mm512_setzero_ps();
         if (type == KVS_TYPE_Q4_0) {
+            __m512i z[5];
+            load_q40_group(src, z);
+            p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather18(z, 0)));
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                __m512i off = _mm512_add_epi32(base, _mm512_set1_epi32(2 + 4 * r));
-                __m512i q = _mm512_i32gather_epi32(off, src, 1);
+                __m512i q = gather18(z, 1 + r);
                 p->v[2 * r] = _mm512_and_si512(q, lo4);
                 p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
             }
         } else {
+            /* d: the first 2 bytes of each block; reading 4 bytes stays inside
+             * the block (qs follows), so the gather never leaves the row. */
+            __m512i dv = _mm512_i32gather_epi32(base, src, 1);
+            p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dv));
             __m512i corr = _mm512_setzero_si512();
             const __m512i c128 = _mm512_set1_epi8((char)0x80);
             for (int r = 0; r < 8; r++) {

@@ -52,11 +52,12 @@ static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
  * outputs, then the tail blocks with lane = weight row (gathered once for
  * the rows), each tail block adding its fma (and the Q4_1 min fma) in order.
  * Every block's integer dot is 256 * dot(w, hi) + dot(w, lo) (quant.h): the
- * unpacked weight nibbles serve both planes and every row. mr is a
- * constant in each caller (few_q4_rows). */
+ * unpacked weight nibbles serve both planes and every row (Q4_1's 20-byte
+ * blocks by dword permutes, gather5; Q4_0's 18-byte ones by byte permutes,
+ * gather18). mr and q41 are constants in each copy (few_q4_rows). */
 AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
-               int mr, float *y, size_t ldy) {
-    const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18;
+               int mr, int q41, float *y, size_t ldy) {
+    const int bs = q41 ? 20 : 18;
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     __m512 C[4][16];
@@ -71,59 +72,47 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
         __m512 acc[4];
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_ps();
-        if (q41) {
-            for (int g = 0; g < ng; g++) {
-                const uint8_t *src = row + (size_t)g * 16 * 20;
-                const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-                __m512i z[5];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *src = row + (size_t)g * 16 * bs;
+            const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+            __m512i z[5];
+            if (q41) {
 #pragma GCC unroll 5
                 for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
-                __m512i dm = gather5(z, 0);
-                __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-                __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-                __m512i ha[4], hb[4], la[4], lb[4];
+            } else {
+                load_q40_group(src, z);
+            }
+            __m512i dm = q41 ? gather5(z, 0) : gather18(z, 0);
+            __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+            __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))); /* Q4_1 */
+            __m512i ha[4], hb[4], la[4], lb[4];
 #pragma GCC unroll 4
-                for (int i = 0; i < mr; i++) ha[i] = hb[i] = la[i] = lb[i] = _mm512_setzero_si512();
+            for (int i = 0; i < mr; i++) {
+                ha[i] = hb[i] = lb[i] = _mm512_setzero_si512();
+                /* Q4_0: the trailer's -8 sum Q turns sum q Q into sum (q - 8) Q */
+                la[i] = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(grp + (size_t)i * xq_row + KVS_XQ_GROUP_QS + 128);
+            }
 #pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) {
-                    __m512i q = gather5(z, 1 + r);
-                    __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-#pragma GCC unroll 4
-                    for (int i = 0; i < mr; i++) {
-                        const uint8_t *gi = grp + (size_t)i * xq_row;
-                        ha[i] = _mm512_dpbusd_epi32(ha[i], wa, _mm512_loadu_si512(gi + 128 * r));
-                        hb[i] = _mm512_dpbusd_epi32(hb[i], wb, _mm512_loadu_si512(gi + 128 * r + 64));
-                        la[i] = _mm512_dpbusd_epi32(la[i], wa, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r));
-                        lb[i] = _mm512_dpbusd_epi32(lb[i], wb, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r + 64));
-                    }
-                }
+            for (int r = 0; r < 4; r++) {
+                __m512i q = q41 ? gather5(z, 1 + r) : gather18(z, 1 + r);
+                __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
 #pragma GCC unroll 4
                 for (int i = 0; i < mr; i++) {
                     const uint8_t *gi = grp + (size_t)i * xq_row;
-                    __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha[i], hb[i]), 8),
-                                                    _mm512_add_epi32(la[i], lb[i]));
-                    __m512 dx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS), sx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS + 64);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[i]);
-                    acc[i] = _mm512_fmadd_ps(mw, sx, acc[i]);
+                    ha[i] = _mm512_dpbusd_epi32(ha[i], wa, _mm512_loadu_si512(gi + 128 * r));
+                    hb[i] = _mm512_dpbusd_epi32(hb[i], wb, _mm512_loadu_si512(gi + 128 * r + 64));
+                    la[i] = _mm512_dpbusd_epi32(la[i], wa, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r));
+                    lb[i] = _mm512_dpbusd_epi32(lb[i], wb, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r + 64));
                 }
             }
-        } else if (ng) {
-            prep_grp pg[32] __attribute__((aligned(64)));
-            kvs_avx512_prep_gather(row, ng, KVS_TYPE_Q4_0, pg);
-            for (int g = 0; g < ng; g++) {
 #pragma GCC unroll 4
-                for (int i = 0; i < mr; i++) {
-                    const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-                    __m512i h = _mm512_setzero_si512(), l = _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
-#pragma GCC unroll 8
-                    for (int v = 0; v < 8; v++) {
-                        h = _mm512_dpbusd_epi32(h, pg[g].v[v], _mm512_loadu_si512(grp + 64 * v));
-                        l = _mm512_dpbusd_epi32(l, pg[g].v[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
-                    }
-                    __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                                             _mm512_mul_ps(pg[g].dw, _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS)), acc[i]);
-                }
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *gi = grp + (size_t)i * xq_row;
+                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha[i], hb[i]), 8),
+                                                _mm512_add_epi32(la[i], lb[i]));
+                __m512 dx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[i]);
+                if (q41) acc[i] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS + 64), acc[i]);
             }
         }
 #pragma GCC unroll 4
@@ -173,13 +162,14 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
     for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + j0, (__mmask16)((1u << nr) - 1), R[i]);
 }
 
+#define FEW_CASE(a, b) \
+    case (a) * 2 + (b): few_q4(w, j0, nr, xq, xq_row, quad, a, b, y, ldy); break;
+
 static void few_q4_rows(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
                         int mr, float *y, size_t ldy) {
-    switch (mr) {
-    case 1: few_q4(w, j0, nr, xq, xq_row, quad, 1, y, ldy); break;
-    case 2: few_q4(w, j0, nr, xq, xq_row, quad, 2, y, ldy); break;
-    case 3: few_q4(w, j0, nr, xq, xq_row, quad, 3, y, ldy); break;
-    default: few_q4(w, j0, nr, xq, xq_row, quad, 4, y, ldy); break;
+    switch (mr * 2 + (w->type == KVS_TYPE_Q4_1)) { /* both constant in each copy */
+        FEW_CASE(1, 0) FEW_CASE(1, 1) FEW_CASE(2, 0) FEW_CASE(2, 1)
+        FEW_CASE(3, 0) FEW_CASE(3, 1) FEW_CASE(4, 0) FEW_CASE(4, 1)
     }
 }
 
