@@ -84,13 +84,13 @@ for t in $types; do
     [ -n "$m" ] || { echo "roofline: no $t model (llama-quantize missing): skipped" >&2; continue; }
     # the read ceiling over a buffer the size of this file's weights (what a
     # decode step walks through; above the 256 MiB figure where the
-    # last-level cache holds part of it)
+    # last-level cache holds part of it); the best of the reps: a ceiling
     mib=$(( ($(stat -c %s "$m") + 1048575) / 1048576 ))
     "$BUILD/bench/roofline_probe" --read-only --reps 5 --mib "$mib" \
         | python3 -c 'import json,sys
 for l in sys.stdin:
     f = l.split()
-    if f[0] == "read_gbs": print(json.dumps({"who": "probe", "type": sys.argv[1], "mib": int(sys.argv[2]), "threads": int(f[3]), "wall": float(f[9])}))' "$t" "$mib" \
+    if f[0] == "read_gbs": print(json.dumps({"who": "probe", "type": sys.argv[1], "mib": int(sys.argv[2]), "threads": int(f[3]), "wall": float(f[11])}))' "$t" "$mib" \
         >> "$tmp/runs.jsonl"
     for th in $threads; do
         for r in $(seq "$rounds"); do
