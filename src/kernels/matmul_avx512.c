@@ -330,10 +330,16 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
             #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) {
                 const prep_grp *p = pw + (size_t)j * ng + g;
-                __m512i acc = _mm512_setzero_si512();
-                #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
-                A[j] = _mm512_slli_epi32(acc, 8);
+                /* two chains of 4 (a vpdpbusd waits ~5 cycles for its
+                 * accumulator: one chain of 8 per weight row left the unit
+                 * idle; integer sums, so the split keeps the bits) */
+                __m512i acc = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int v = 0; v < 8; v += 2) {
+                    acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
+                    acc1 = _mm512_dpbusd_epi32(acc1, X[v + 1], _mm512_load_si512(&p->v[v + 1]));
+                }
+                A[j] = _mm512_slli_epi32(_mm512_add_epi32(acc, acc1), 8);
             }
             #pragma GCC unroll 8
             for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * xq_of_q8[v]);
@@ -341,10 +347,13 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
             #pragma GCC unroll 4
             for (int j = 0; j < nr; j++) {
                 const prep_grp *p = pw + (size_t)j * ng + g;
-                __m512i acc = _mm512_load_si512(&p->corr);
-                #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
-                acc = _mm512_add_epi32(acc, A[j]);
+                __m512i acc = _mm512_load_si512(&p->corr), acc1 = A[j];
+                #pragma GCC unroll 4
+                for (int v = 0; v < 8; v += 2) {
+                    acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
+                    acc1 = _mm512_dpbusd_epi32(acc1, X[v + 1], _mm512_load_si512(&p->v[v + 1]));
+                }
+                acc = _mm512_add_epi32(acc, acc1);
                 __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
                 C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
             }
@@ -354,15 +363,14 @@ AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
     for (int t = 0; t < nt; t++) {
         const prep_grp *p = pt + t;
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
-        __m512i acc = _mm512_setzero_si512();
+        __m512i acc = _mm512_setzero_si512(), lac = _mm512_load_si512(&p->corr);
         #pragma GCC unroll 8
-        for (int v = 0; v < 8; v++)
-            acc = _mm512_dpbusd_epi32(acc, bcast16(qt + 16 * xq_of_q8[v]), _mm512_load_si512(&p->v[v]));
-        acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), _mm512_load_si512(&p->corr));
-        #pragma GCC unroll 8
-        for (int v = 0; v < 8; v++)
-            acc = _mm512_dpbusd_epi32(acc, bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * xq_of_q8[v]),
-                                      _mm512_load_si512(&p->v[v]));
+        for (int v = 0; v < 8; v++) { /* the hi and lo chains side by side */
+            __m512i wv = _mm512_load_si512(&p->v[v]);
+            acc = _mm512_dpbusd_epi32(acc, bcast16(qt + 16 * xq_of_q8[v]), wv);
+            lac = _mm512_dpbusd_epi32(lac, bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * xq_of_q8[v]), wv);
+        }
+        acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), lac);
         __m512 dx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_D));
         R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
     }
