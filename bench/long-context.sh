@@ -13,9 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHS="${DEPTHS:-0 512 2048 4096}"; THREADS="${THREADS:-1 2}"; PP="${PP:-512}"; TG="${TG:-32}"
 REPS="${REPS:-2}"; ROUNDS="${ROUNDS:-2}"
-for v in PP TG REPS ROUNDS; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "long-context: $v must be a number, got '${!v}'" >&2; exit 2; }
-done
+. bench/bench_lib.sh
+need_numbers long-context PP TG REPS ROUNDS
 cli="${KVSTITCH_CLI:-build/kvstitch}"
 [ -x "$cli" ] || { echo "long-context: $cli is not built (make)" >&2; exit 1; }
 model="${MODEL:-$(scripts/fetch-model.sh | tail -n 1)}"
@@ -30,10 +29,10 @@ for r in $(seq "$ROUNDS"); do
         for d in $DEPTHS; do
             echo "long-context: round $r threads $th depth $d" >&2
             "$cli" bench -m "$model" -p "$PP" -n "$TG" -d "$d" --reps "$REPS" --threads "$th" --json |
-                python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"who":"kvstitch","threads":int(sys.argv[1]),"depth":d["depth"],"pp":d["pp"]["tok_s"],"tg":d["tg"]["tok_s"],"cpu":d["cpu"]}))' "$th" \
+                python3 bench/bench_json.py kvstitch kvstitch threads="$th" \
                 >> "$tmp/runs.jsonl"
             "$ll_bin/llama-bench" -m "$model" -p "$PP" -n "$TG" -d "$d" -t "$th" -r "$REPS" -o json 2>"$tmp/ll.err" |
-                python3 -c 'import json,sys; d=json.load(sys.stdin); v={("pp" if x["n_prompt"] else "tg"): x["avg_ts"] for x in d}; print(json.dumps({"who":"llama.cpp","threads":int(sys.argv[1]),"depth":int(sys.argv[2]),"pp":v["pp"],"tg":v["tg"]}))' "$th" "$d" \
+                python3 bench/bench_json.py llama llama.cpp threads="$th" depth="$d" \
                 >> "$tmp/runs.jsonl" || { echo "long-context: llama-bench failed" >&2; cat "$tmp/ll.err" >&2; exit 1; }
         done
     done

@@ -31,9 +31,8 @@ while [ $# -gt 0 ]; do
         *) echo "peers: unknown option $1 (see --help)" >&2; exit 2;;
     esac
 done
-for v in rounds reps pp ngen; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "peers: $v must be a number, got '${!v}'" >&2; exit 2; }
-done
+. bench/bench_lib.sh
+need_numbers peers rounds reps pp ngen
 [ ${#names[@]} -gt 0 ] || { echo "peers: name at least one --peer NAME=CMD" >&2; exit 2; }
 for c in "${cmds[@]}"; do
     read -r exe _ <<< "$c"
@@ -53,12 +52,12 @@ for t in $types; do
         for r in $(seq "$rounds"); do
             echo "peers: $t threads $th round $r" >&2
             "$BUILD/kvstitch" bench -m "$m" -p "$pp" -n "$ngen" --reps "$reps" --threads "$th" --json \
-                | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"who":"kvstitch","type":sys.argv[1],"threads":int(sys.argv[2]),"pp":d["pp"]["tok_s"],"tg":d["tg"]["tok_s"]}))' "$t" "$th" \
+                | python3 bench/bench_json.py kvstitch kvstitch type="$t" threads="$th" \
                 >> "$tmp/runs.jsonl"
             for i in "${!names[@]}"; do
                 # shellcheck disable=SC2086
                 ${cmds[$i]} -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/peer.err" \
-                    | python3 -c 'import json,sys; d=json.load(sys.stdin); v={("pp" if x["n_prompt"] else "tg"): x["avg_ts"] for x in d}; print(json.dumps({"who":sys.argv[3],"type":sys.argv[1],"threads":int(sys.argv[2]),"pp":v.get("pp"),"tg":v.get("tg")}))' "$t" "$th" "${names[$i]}" \
+                    | python3 bench/bench_json.py llama "${names[$i]}" type="$t" threads="$th" \
                     >> "$tmp/runs.jsonl" || { echo "peers: ${names[$i]} failed" >&2; tail -3 "$tmp/peer.err" >&2; }
             done
         done

@@ -43,9 +43,8 @@ while [ $# -gt 0 ]; do
         *) echo "roofline: unknown option $1 (see --help)" >&2; exit 2;;
     esac
 done
-for v in reps rounds pp ngen; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "roofline: $v must be a number, got '${!v}'" >&2; exit 2; }
-done
+. bench/bench_lib.sh
+need_numbers roofline reps rounds pp ngen
 
 BUILD="${BUILD:-build}"
 cache="${KVSTITCH_CACHE:-$HOME/.cache/kvstitch}"
@@ -96,11 +95,11 @@ for l in sys.stdin:
         for r in $(seq "$rounds"); do
             echo "roofline: $t threads $th round $r" >&2
             "$BUILD/kvstitch" bench -m "$m" -p "$pp" -n "$ngen" --reps "$reps" --threads "$th" --json \
-                | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"who":"ours","type":sys.argv[1],"threads":int(sys.argv[2]),"pp":d["pp"]["tok_s"],"tg":d["tg"]["tok_s"],"bytes":d["weight_bytes"]}))' "$t" "$th" \
+                | python3 bench/bench_json.py kvstitch ours type="$t" threads="$th" \
                 >> "$tmp/runs.jsonl"
             if [ $have_ll = 1 ]; then
                 "$llbin/llama-bench" -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/ll.err" \
-                    | python3 -c 'import json,sys; d=json.load(sys.stdin); v={("pp" if x["n_prompt"] else "tg"): x["avg_ts"] for x in d}; print(json.dumps({"who":"llama.cpp","type":sys.argv[1],"threads":int(sys.argv[2]),"pp":v.get("pp"),"tg":v.get("tg")}))' "$t" "$th" \
+                    | python3 bench/bench_json.py llama llama.cpp type="$t" threads="$th" \
                     >> "$tmp/runs.jsonl" || { echo "roofline: llama-bench failed" >&2; cat "$tmp/ll.err" >&2; }
             fi
         done
