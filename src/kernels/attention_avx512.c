@@ -139,40 +139,67 @@ static const float *stage_rows(const unit_ctx *u, const void *base, int j0, int 
     return stage;
 }
 
-/* Scores of keys [j0, j0 + nk) for row block rb (lane = row), from f32 keys
- * kf (nk, D); running max in *mx. */
-static void qk_rows(const unit_ctx *u, int rb, const float *Qt, const float *kf, int j0, int nk,
-                    __m512i nvec, __m512i lovec, __m512 *mx) {
+/* Scores of keys [j0, j0 + nk) for the nb (1..3) row blocks rb0.. (lane =
+ * row), from f32 keys kf (nk, D); running maxima in mx[rb]. The blocks share
+ * each broadcast key element (11 loads per 24 fmas instead of 9 per 8: one
+ * block per broadcast was bound by the loads). A block's keys past its own
+ * maxn are computed too and stored as -inf (no row of it sees them), and no
+ * later pass reads them. nb is a constant in each copy (qk_blocks). */
+AI void qk_group(const unit_ctx *u, int rb0, int nb, const float *Qt, const float *kf, int j0, int nk,
+                 const __m512i *nvec, const __m512i *lovec, __m512 *mx) {
     const int D = u->D;
-    float *S = u->S + (size_t)rb * 16 * u->ctxs;
     const __m512 scale = _mm512_set1_ps(u->c->scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < nk; j += 8) {
         int n8 = nk - j < 8 ? nk - j : 8;
         const float *kb = kf + (size_t)j * D;
-        __m512 s[8];
+        __m512 s[3][8];
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++)
 #pragma GCC unroll 8
-        for (int jj = 0; jj < 8; jj++) s[jj] = _mm512_setzero_ps();
+            for (int jj = 0; jj < 8; jj++) s[b][jj] = _mm512_setzero_ps();
         if (n8 == 8) {
             for (int d = 0; d < D; d++) {
-                __m512 qd = _mm512_loadu_ps(Qt + d * 16);
+                __m512 qd[3];
+#pragma GCC unroll 3
+                for (int b = 0; b < nb; b++) {
+                    qd[b] = _mm512_loadu_ps(Qt + ((size_t)(rb0 + b) * D + d) * 16);
+                    __asm__("" : "+v"(qd[b])); /* one load, not one per fma */
+                }
 #pragma GCC unroll 8
-                for (int jj = 0; jj < 8; jj++)
-                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * D + d]), s[jj]);
+                for (int jj = 0; jj < 8; jj++) {
+                    __m512 k = _mm512_set1_ps(kb[jj * D + d]);
+#pragma GCC unroll 3
+                    for (int b = 0; b < nb; b++) s[b][jj] = _mm512_fmadd_ps(qd[b], k, s[b][jj]);
+                }
             }
         } else {
-            for (int d = 0; d < D; d++) {
-                __m512 qd = _mm512_loadu_ps(Qt + d * 16);
-                for (int jj = 0; jj < n8; jj++)
-                    s[jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * D + d]), s[jj]);
+            for (int d = 0; d < D; d++)
+                for (int b = 0; b < nb; b++) {
+                    __m512 qd = _mm512_loadu_ps(Qt + ((size_t)(rb0 + b) * D + d) * 16);
+                    for (int jj = 0; jj < n8; jj++)
+                        s[b][jj] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[jj * D + d]), s[b][jj]);
+                }
+        }
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++) {
+            float *S = u->S + (size_t)(rb0 + b) * 16 * u->ctxs;
+            for (int jj = 0; jj < n8; jj++) {
+                __m512i jv = _mm512_set1_epi32(j0 + j + jj);
+                __mmask16 live = _mm512_cmpgt_epi32_mask(nvec[rb0 + b], jv) & _mm512_cmple_epi32_mask(lovec[rb0 + b], jv);
+                __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[b][jj], scale));
+                mx[rb0 + b] = _mm512_max_ps(mx[rb0 + b], v);
+                _mm512_storeu_ps(S + (size_t)(j0 + j + jj) * 16, v);
             }
         }
-        for (int jj = 0; jj < n8; jj++) {
-            __m512i jv = _mm512_set1_epi32(j0 + j + jj);
-            __mmask16 live = _mm512_cmpgt_epi32_mask(nvec, jv) & _mm512_cmple_epi32_mask(lovec, jv);
-            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[jj], scale));
-            *mx = _mm512_max_ps(*mx, v);
-            _mm512_storeu_ps(S + (size_t)(j0 + j + jj) * 16, v);
-        }
+    }
+}
+
+static void qk_blocks(const unit_ctx *u, int nb, const float *Qt, const float *kf, int j0, int nk,
+                      const __m512i *nvec, const __m512i *lovec, __m512 *mx) {
+    switch (nb) {
+    case 1: qk_group(u, 0, 1, Qt, kf, j0, nk, nvec, lovec, mx); break;
+    case 2: qk_group(u, 0, 2, Qt, kf, j0, nk, nvec, lovec, mx); break;
+    default: qk_group(u, 0, 3, Qt, kf, j0, nk, nvec, lovec, mx); break;
     }
 }
 
@@ -247,10 +274,7 @@ static void prefill_unit(unit_ctx *u) {
     for (int j0 = u->jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *kf = stage_rows(u, c->k, j0, nk, kvf);
-        for (int rb = 0; rb < nrb; rb++) {
-            int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
-            if (nkr > 0) qk_rows(u, rb, Qt + (size_t)rb * D * 16, kf, j0, nkr, nvec[rb], lovec[rb], &mx[rb]);
-        }
+        qk_blocks(u, nrb, Qt, kf, j0, nk, nvec, lovec, mx); /* nk: to the longest block's keys */
     }
     /* pass 2: probabilities */
     for (int rb = 0; rb < nrb; rb++) softmax_rows(u, rb, maxn[rb], mx[rb], nr[rb]);
