@@ -134,8 +134,6 @@ AI __m512 tree16x16(const __m512 C[16]) {
     return _mm512_add_ps(_mm512_shuffle_ps(v2[0], v2[1], 0x88), _mm512_shuffle_ps(v2[0], v2[1], 0xdd));
 }
 
-/* Q4_0 / Q8_0 full groups of one weight row (matmul_avx512.c). */
-void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out);
 
 /* Paths for one activation row, and for Q4 calls of up to 4 rows
  * (matmul_avx512_m1.c); returns 0 if it does not apply. */

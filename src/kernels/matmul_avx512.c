@@ -142,7 +142,7 @@ static void prep_q4_1(const uint8_t *row, int ng, prep_grp *out) {
 /* Q4_0 (18-byte blocks) and Q8_0 (34-byte blocks) are not dword aligned:
  * Q4_0 by byte permutes of the group (gather18), Q8_0 by gathers of dwords
  * at byte offsets. */
-void kvs_avx512_prep_gather(const uint8_t *row, int ng, int type, prep_grp *out) {
+static void prep_gather(const uint8_t *row, int ng, int type, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const int bs = kvs_q_block_bytes(type);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -183,7 +183,7 @@ static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) 
     for (int j = 0; j < nr; j++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
         if (w->type == KVS_TYPE_Q4_1) prep_q4_1(row, ng, out + (size_t)j * ng);
-        else kvs_avx512_prep_gather(row, ng, w->type, out + (size_t)j * ng);
+        else prep_gather(row, ng, w->type, out + (size_t)j * ng);
     }
 }
 
