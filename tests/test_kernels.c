@@ -221,7 +221,9 @@ static void matmul_vs_scalar(const char *isa, int type, int k, int n, int m, int
 TEST(test_matmul_simd_equals_scalar) {
     const int ks[] = {32, 64, 96, 544, 576, 1536};
     const int ns[] = {1, 5, 16, 45, 100};
-    const int ms[] = {1, 2, 3, 4, 5, 13}; /* 1-4: AVX-512 few_q4 by quads of rows */
+    /* AVX-512 Q4: 1-4 few_q4 (by quads of rows), 5-12 many_q4, 13 on the
+     * prepared tiles; Q8_0: 1 m1_q8, more the tiles */
+    const int ms[] = {1, 2, 3, 4, 5, 8, 12, 13, 17};
     int compared = 0;
     for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
         if (kvs_kernels_set_isa(simd_isas[s]) != 0) {

@@ -3,7 +3,9 @@
  * median over repetitions after one warm-up, optionally at a depth (tests run
  * after a context of that many tokens, as llama-bench -d), plus resident
  * memory split into file-backed pages (the mmapped weights) and anonymous
- * pages (KV, scratch).
+ * pages (KV, scratch). --streams N: the decode test steps N contexts at once
+ * (kvs_decode_batch, one forward pass per step, as the server's continuous
+ * batching) and reports their aggregate tokens/s.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,7 +19,7 @@
 
 typedef struct bench_opts {
     const char *model_path;
-    int n_pp, n_tg, n_depth, reps, n_threads, n_batch, json;
+    int n_pp, n_tg, n_depth, reps, n_threads, n_batch, n_streams, json;
 } bench_opts;
 
 static const cli_opt k_opts[] = {
@@ -31,11 +33,13 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT(NULL, "--threads", bench_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", bench_opts, n_batch, 1, 1 << 16, "N",
                 "tokens per forward chunk in prefill (default 512)"),
+    CLI_INT_OPT(NULL, "--streams", bench_opts, n_streams, 1, 64, "N",
+                "decode N sequences at once, batched; aggregate tokens/s (default 1)"),
     CLI_FLAG_OPT(NULL, "--json", bench_opts, json, 1, "one JSON object instead of a table"),
 };
 static const cli_command k_cmd = {
     "bench",
-    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [-d 0] [--reps 3] [--threads N] [--json]\n",
+    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [-d 0] [--reps 3] [--threads N] [--streams N] [--json]\n",
     k_opts,
     (int)(sizeof k_opts / sizeof k_opts[0]),
     "Prompt tokens are pseudo-random ids; the tests start at position -d (0: an empty context).\n",
@@ -70,10 +74,11 @@ static void read_rss(long long kb[3]) {
     fclose(f);
 }
 
-static void print_row(const char *kind, int n, int depth, double med, const double *runs, int reps) {
-    char name[48];
-    if (depth) snprintf(name, sizeof name, "%s%d @ d%d", kind, n, depth);
-    else snprintf(name, sizeof name, "%s%d", kind, n);
+static void print_row(const char *kind, int n, int streams, int depth, double med, const double *runs, int reps) {
+    char name[64], x[16] = "";
+    if (streams > 1) snprintf(x, sizeof x, " x%d", streams);
+    if (depth) snprintf(name, sizeof name, "%s%d%s @ d%d", kind, n, x, depth);
+    else snprintf(name, sizeof name, "%s%d%s", kind, n, x);
     printf("%-8s %12.2f   [", name, med);
     for (int r = 0; r < reps; r++)
         printf(r ? ", %.1f" : "%.1f", runs[r]);
@@ -101,10 +106,12 @@ static void cpu_name(char *buf, size_t cap) {
     fclose(f);
 }
 
-/* {"n", "tok_s", "runs"} of one test, rounded to 0.01 tok/s as the table. */
-static void add_test(cJSON *j, const char *key, int n, double med, const double *runs, int reps) {
+/* {"n", ["streams",] "tok_s", "runs"} of one test, rounded to 0.01 tok/s as
+ * the table. */
+static void add_test(cJSON *j, const char *key, int n, int streams, double med, const double *runs, int reps) {
     cJSON *t = cJSON_AddObjectToObject(j, key);
     cJSON_AddNumberToObject(t, "n", n);
+    if (streams > 1) cJSON_AddNumberToObject(t, "streams", streams);
     cJSON_AddNumberToObject(t, "tok_s", round(med * 100) / 100);
     cJSON *a = cJSON_AddArrayToObject(t, "runs");
     for (int r = 0; a && r < reps; r++)
@@ -131,18 +138,43 @@ static int run_tg(kvs_context *ctx, const int32_t *toks, int p0, int n, float *l
     return KVS_OK;
 }
 
+/* n batched steps of ns streams (ctxs), stream s's token i = toks[s + i],
+ * all at positions p0..p0+n-1; returns the aggregate tokens/s. */
+static int run_tg_streams(kvs_context *const *ctxs, int ns, const int32_t *toks, int p0, int n, float *logits,
+                          double *tok_s) {
+    int32_t bt[64], bp[64];
+    double t = now_ms();
+    for (int i = 0; i < n; i++) {
+        for (int s = 0; s < ns; s++) {
+            bt[s] = toks[s + i];
+            bp[s] = p0 + i;
+        }
+        int st = kvs_decode_batch(ctxs, bt, bp, ns, logits);
+        if (st) return st;
+    }
+    *tok_s = (double)n * ns * 1000.0 / (now_ms() - t);
+    return KVS_OK;
+}
+
+/* The decode test: one context (kvs_decode) or ns (kvs_decode_batch). */
+static int run_tg_test(kvs_context *const *ctxs, int ns, const int32_t *toks, int p0, int n, float *logits,
+                       double *tok_s) {
+    if (ns == 1) return run_tg(ctxs[0], toks, p0, n, logits, tok_s);
+    return run_tg_streams(ctxs, ns, toks, p0, n, logits, tok_s);
+}
+
 int cmd_bench(int argc, char **argv) {
-    bench_opts o = {NULL, 512, 128, 0, 3, 0, 0, 0};
+    bench_opts o = {NULL, 512, 128, 0, 3, 0, 0, 1, 0};
     int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
     if (prc >= 0) return prc;
     const char *model_path = o.model_path;
     int n_pp = o.n_pp, n_tg = o.n_tg, depth = o.n_depth, reps = o.reps, n_threads = o.n_threads;
-    int n_batch = o.n_batch, json = o.json;
+    int n_batch = o.n_batch, json = o.json, ns = o.n_streams;
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
     if (n_pp == 0 && n_tg == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
 
     kvs_model *model = NULL;
-    kvs_context *ctx = NULL;
+    kvs_context *ctxs[64] = {NULL}, *ctx = NULL;
     int st = kvs_model_load(model_path, kvs_model_default_params(), &model);
     if (st != KVS_OK) return cli_fail(st, model_path);
     kvs_model_info info;
@@ -150,19 +182,21 @@ int cmd_bench(int argc, char **argv) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg);
     cp.n_threads = n_threads;
-    cp.n_batch = n_batch;
-    int rc = 1, n_max = cp.n_ctx;
+    cp.n_batch = n_batch > 0 && n_batch < ns ? ns : n_batch; /* 0: the default (>= 64) */
+    int rc = 1, n_max = cp.n_ctx + ns; /* stream s reads its tokens from s on */
     int32_t *toks = malloc((size_t)n_max * sizeof *toks), *pos = malloc((size_t)n_max * sizeof *pos);
-    float *logits = malloc((size_t)kvs_vocab_size(model) * sizeof *logits);
+    float *logits = malloc((size_t)ns * kvs_vocab_size(model) * sizeof *logits);
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
     if (!toks || !pos || !logits || !pp || !tg) {
         fprintf(stderr, "kvstitch bench: out of memory\n");
         goto done;
     }
-    if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) {
-        cli_fail(st, "context");
-        goto done;
-    }
+    for (int s = 0; s < ns; s++)
+        if ((st = kvs_context_new(model, cp, &ctxs[s])) != KVS_OK) {
+            cli_fail(st, "context");
+            goto done;
+        }
+    ctx = ctxs[0];
 
     /* A fixed LCG stream of ids: the same prompt every run, no tokenizer involved. */
     uint64_t x = 42;
@@ -172,11 +206,12 @@ int cmd_bench(int argc, char **argv) {
         pos[i] = i;
     }
     double pp_med = 0, tg_med = 0, scratch;
-    /* slots 0..depth-1 once; every test then writes the slots after them */
-    if (depth > 0 && (st = run_pp(ctx, toks, pos, depth, logits, &scratch))) {
-        cli_fail(st, "prefill of the depth");
-        goto done;
-    }
+    /* slots 0..depth-1 once (every stream); every test then writes the slots after them */
+    for (int s = 0; s < ns && depth > 0; s++)
+        if ((st = run_pp(ctxs[s], toks + s, pos, depth, logits, &scratch))) {
+            cli_fail(st, "prefill of the depth");
+            goto done;
+        }
     if (n_pp > 0) {
         if ((st = run_pp(ctx, toks + depth, pos + depth, n_pp, logits, &scratch))) {
             cli_fail(st, "prefill");
@@ -191,12 +226,12 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_tg > 0) {
         int warm = n_tg < 16 ? n_tg : 16;
-        if ((st = run_tg(ctx, toks + depth, depth, warm, logits, &scratch))) {
+        if ((st = run_tg_test(ctxs, ns, toks + depth, depth, warm, logits, &scratch))) {
             cli_fail(st, "decode");
             goto done;
         }
         for (int r = 0; r < reps; r++)
-            if ((st = run_tg(ctx, toks + depth, depth, n_tg, logits, &tg[r]))) {
+            if ((st = run_tg_test(ctxs, ns, toks + depth, depth, n_tg, logits, &tg[r]))) {
                 cli_fail(st, "decode");
                 goto done;
             }
@@ -214,8 +249,8 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "threads", n_threads);
         cJSON_AddNumberToObject(j, "reps", reps);
         cJSON_AddNumberToObject(j, "depth", depth);
-        if (n_pp > 0) add_test(j, "pp", n_pp, pp_med, pp, reps);
-        if (n_tg > 0) add_test(j, "tg", n_tg, tg_med, tg, reps);
+        if (n_pp > 0) add_test(j, "pp", n_pp, 1, pp_med, pp, reps);
+        if (n_tg > 0) add_test(j, "tg", n_tg, ns, tg_med, tg, reps);
         cJSON_AddNumberToObject(j, "weight_bytes", (double)info.weight_bytes);
         cJSON_AddNumberToObject(j, "rss_bytes", (double)kb[0] * 1024);
         cJSON_AddNumberToObject(j, "rss_file_bytes", (double)kb[2] * 1024);
@@ -225,8 +260,8 @@ int cmd_bench(int argc, char **argv) {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
         printf("machine: %s, %d threads\n", cpu, n_threads);
         printf("%-8s %12s   %s\n", "test", "tokens/s", "runs (median reported)");
-        if (n_pp > 0) print_row("pp", n_pp, depth, pp_med, pp, reps);
-        if (n_tg > 0) print_row("tg", n_tg, depth, tg_med, tg, reps);
+        if (n_pp > 0) print_row("pp", n_pp, 1, depth, pp_med, pp, reps);
+        if (n_tg > 0) print_row("tg", n_tg, ns, depth, tg_med, tg, reps);
         printf("memory:  RSS %.1f MB = %.1f MB file-backed (mmapped weights) + %.1f MB anonymous (KV, scratch)\n",
                kb[0] / 1024.0, kb[2] / 1024.0, kb[1] / 1024.0);
     }
@@ -237,7 +272,7 @@ done:
     free(logits);
     free(pp);
     free(tg);
-    kvs_context_free(ctx);
+    for (int s = 0; s < ns; s++) kvs_context_free(ctxs[s]);
     kvs_model_free(model);
     return rc;
 }

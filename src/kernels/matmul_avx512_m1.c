@@ -1,13 +1,15 @@
 /*
  * AVX-512 matmul for one activation row (decode) and for Q4 calls of up to
- * 4 rows (a batch of few streams), bit-identical to the scalar reference like
+ * 12 rows (a batch of streams), bit-identical to the scalar reference like
  * every path (kernels_impl.h). Here weight bytes are amortized over few
  * activation rows or none, so nothing is prepared into memory:
  *  - Q4_0 / Q4_1: 16 weight rows per tile; full groups lane = block with the
  *    rearrangement fused into the dot and shared by the rows; one tree per
  *    row for its 16 outputs; tail blocks with lane = weight row (gathered);
- *    (the prepared tiles of matmul_avx512.c cost as much as 2 calls of one
- *    row at m = 2: the preparation is paid per call);
+ *    up to 4 rows in registers (few_q4), 5..12 in a loop (many_q4). The
+ *    prepared tiles of matmul_avx512.c cost as much as 2 calls of one row at
+ *    m = 2 (the preparation is paid per call) and more than many_q4 up to
+ *    m = 12 (8 streams of SmolLM2 decode: +13%);
  *  - Q8_0 (the output head): lane = weight row for every block, natural
  *    32-byte loads, a transposed integer reduction per pair of blocks; x in
  *    natural order comes from the quantizer (kvs_mm_call.xn).
@@ -35,15 +37,112 @@
 #define KVS_M1_Q8_PF_ROWS 16
 #endif
 
-/* Q4_0 / Q4_1 calls of up to this many activation rows take few_q4 (by
- * quads of rows); more rows take the prepared tiles of matmul_avx512.c. */
+/* Q4_0 / Q4_1 calls of up to KVS_FEW_MAX_M activation rows take few_q4
+ * (rows in registers), up to KVS_MANY_MAX_M many_q4; more rows take the
+ * prepared tiles of matmul_avx512.c. */
 #ifndef KVS_FEW_MAX_M
 #define KVS_FEW_MAX_M 4
+#endif
+#ifndef KVS_MANY_MAX_M
+#define KVS_MANY_MAX_M 12
 #endif
 
 /* Tree input slot of weight row rho so that tree16x16 puts it in lane rho
  * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
 static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
+
+/* One Q4 group of 16 blocks of a weight row, lane = block: W[2r] / W[2r + 1]
+ * the low / high nibbles of q dword r (u8), dw the scales, mw the Q4_1 mins
+ * (Q4_1's 20-byte blocks by dword permutes, gather5; Q4_0's 18-byte ones by
+ * byte permutes, gather18). */
+AI void unpack_q4_group(const uint8_t *src, int q41, __m512i W[8], __m512 *dw, __m512 *mw) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512i z[5];
+    if (q41) {
+#pragma GCC unroll 5
+        for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
+    } else {
+        load_q40_group(src, z);
+    }
+    __m512i dm = q41 ? gather5(z, 0) : gather18(z, 0);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    *mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512i q = q41 ? gather5(z, 1 + r) : gather18(z, 1 + r);
+        W[2 * r] = _mm512_and_si512(q, lo4);
+        W[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+    }
+}
+
+/* Tail block blk (of weight row 0; rows at roff) of the live rows, lane =
+ * weight row: W as unpack_q4_group, gathered. */
+AI void gather_q4_tail(const uint8_t *blk, __m512i roff, __mmask16 live, int q41, __m512i W[8], __m512 *dw,
+                       __m512 *mw) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk + (q41 ? 4 : 2) + 4 * r, 1);
+        W[2 * r] = _mm512_and_si512(q, lo4);
+        W[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+    }
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    *mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+}
+
+/* One activation row's full group against W (lane = block): acc + the
+ * blocks' dw * dx * dot (+ mw * sx for Q4_1), in the reference's order. */
+AI __m512 row_q4_group(const __m512i W[8], __m512 dw, __m512 mw, const uint8_t *gi, int q41, __m512 acc) {
+    __m512i ha = _mm512_setzero_si512(), hb = _mm512_setzero_si512(), lb = _mm512_setzero_si512();
+    /* Q4_0: the trailer's -8 sum Q turns sum q Q into sum (q - 8) Q */
+    __m512i la = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(gi + KVS_XQ_GROUP_QS + 128);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        ha = _mm512_dpbusd_epi32(ha, W[2 * r], _mm512_loadu_si512(gi + 128 * r));
+        hb = _mm512_dpbusd_epi32(hb, W[2 * r + 1], _mm512_loadu_si512(gi + 128 * r + 64));
+        la = _mm512_dpbusd_epi32(la, W[2 * r], _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r));
+        lb = _mm512_dpbusd_epi32(lb, W[2 * r + 1], _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r + 64));
+    }
+    __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha, hb), 8), _mm512_add_epi32(la, lb));
+    __m512 dx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc);
+    if (q41) acc = _mm512_fmadd_ps(mw, _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS + 64), acc);
+    return acc;
+}
+
+/* Activation row sub of a quad's tail block qt against W (lane = weight
+ * row): r + the block's dw * dx * dot (+ mw * sx for Q4_1). */
+AI __m512 row_q4_tail(const __m512i W[8], __m512 dw, __m512 mw, const uint8_t *qt, int sub, int q41, __m512 r) {
+    const uint8_t *ql = qt + KVS_XQ_TAIL_PLANE;
+    __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        h = _mm512_dpbusd_epi32(h, W[2 * q], _mm512_set1_epi32(*(const int32_t *)(qt + 32 * q + 4 * sub)));
+        h = _mm512_dpbusd_epi32(h, W[2 * q + 1], _mm512_set1_epi32(*(const int32_t *)(qt + 32 * q + 16 + 4 * sub)));
+        l = _mm512_dpbusd_epi32(l, W[2 * q], _mm512_set1_epi32(*(const int32_t *)(ql + 32 * q + 4 * sub)));
+        l = _mm512_dpbusd_epi32(l, W[2 * q + 1], _mm512_set1_epi32(*(const int32_t *)(ql + 32 * q + 16 + 4 * sub)));
+    }
+    __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+    if (!q41) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(*(const int32_t *)(qt + KVS_XQ_TAIL_C + 4 * sub)));
+    __m512 dx = _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_D + 4 * sub));
+    r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), r);
+    if (q41) r = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_S + 4 * sub)), r);
+    return r;
+}
+
+/* Prefetches the row KVS_M1_PF_ROWS rows further, line by line (past the
+ * matrix these are harmless hints). */
+AI void prefetch_row_ahead(const uint8_t *row, size_t row_bytes) {
+    const uintptr_t pf0 = (uintptr_t)row + KVS_M1_PF_ROWS * row_bytes;
+    for (uintptr_t a = pf0 & ~(uintptr_t)63; a < pf0 + row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+}
+
+/* Byte offsets of weight rows 0..15 (gather indices, lane = weight row). */
+AI __m512i rows_offsets(size_t row_bytes) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
+}
 
 /* Up to 4 activation rows (the rows of one quad: a decode step, or a batch of
  * up to 4 streams) against up to 16 Q4 weight rows [j0, j0 + nr): full
@@ -59,61 +158,22 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
                int mr, int q41, float *y, size_t ldy) {
     const int bs = q41 ? 20 : 18;
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    const __m512i lo4 = _mm512_set1_epi8(0x0f);
     __m512 C[4][16];
     for (int i = 0; i < mr; i++)
         for (int o = 0; o < 16; o++) C[i][o] = _mm512_setzero_ps();
     for (int rho = 0; rho < nr; rho++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
-        /* the same row KVS_M1_PF_ROWS rows further, line by line (prefetches
-         * past the matrix are harmless hints) */
-        const uintptr_t pf0 = (uintptr_t)row + KVS_M1_PF_ROWS * w->row_bytes;
-        for (uintptr_t a = pf0 & ~(uintptr_t)63; a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+        prefetch_row_ahead(row, w->row_bytes);
         __m512 acc[4];
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_ps();
         for (int g = 0; g < ng; g++) {
-            const uint8_t *src = row + (size_t)g * 16 * bs;
+            __m512i W[8];
+            __m512 dw, mw;
+            unpack_q4_group(row + (size_t)g * 16 * bs, q41, W, &dw, &mw);
             const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-            __m512i z[5];
-            if (q41) {
-#pragma GCC unroll 5
-                for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
-            } else {
-                load_q40_group(src, z);
-            }
-            __m512i dm = q41 ? gather5(z, 0) : gather18(z, 0);
-            __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-            __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))); /* Q4_1 */
-            __m512i ha[4], hb[4], la[4], lb[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                ha[i] = hb[i] = lb[i] = _mm512_setzero_si512();
-                /* Q4_0: the trailer's -8 sum Q turns sum q Q into sum (q - 8) Q */
-                la[i] = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(grp + (size_t)i * xq_row + KVS_XQ_GROUP_QS + 128);
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m512i q = q41 ? gather5(z, 1 + r) : gather18(z, 1 + r);
-                __m512i wa = _mm512_and_si512(q, lo4), wb = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-#pragma GCC unroll 4
-                for (int i = 0; i < mr; i++) {
-                    const uint8_t *gi = grp + (size_t)i * xq_row;
-                    ha[i] = _mm512_dpbusd_epi32(ha[i], wa, _mm512_loadu_si512(gi + 128 * r));
-                    hb[i] = _mm512_dpbusd_epi32(hb[i], wb, _mm512_loadu_si512(gi + 128 * r + 64));
-                    la[i] = _mm512_dpbusd_epi32(la[i], wa, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r));
-                    lb[i] = _mm512_dpbusd_epi32(lb[i], wb, _mm512_loadu_si512(gi + KVS_XQ_PLANE + 128 * r + 64));
-                }
-            }
-#pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                const uint8_t *gi = grp + (size_t)i * xq_row;
-                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ha[i], hb[i]), 8),
-                                                _mm512_add_epi32(la[i], lb[i]));
-                __m512 dx = _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS);
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[i]);
-                if (q41) acc[i] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(gi + KVS_XQ_GROUP_QS + 64), acc[i]);
-            }
+            for (int i = 0; i < mr; i++) acc[i] = row_q4_group(W, dw, mw, grp + (size_t)i * xq_row, q41, acc[i]);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) C[i][slot_of(rho)] = acc[i];
@@ -121,45 +181,57 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
     __m512 R[4];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) R[i] = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
-    if (nt) {
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i roff = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
-        const __mmask16 live = (__mmask16)((1u << nr) - 1);
-        const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
-        for (int t = 0; t < nt; t++) {
-            const uint8_t *blk = base + (size_t)(ng * 16 + t) * bs;
-            const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES; /* + 4 * row sub below */
-            const uint8_t *ql = qt + KVS_XQ_TAIL_PLANE;
-            __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
-            __m512i wa[4], wb[4];
+    const __m512i roff = rows_offsets(w->row_bytes);
+    const __mmask16 live = (__mmask16)((1u << nr) - 1);
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+    for (int t = 0; t < nt; t++) {
+        __m512i W[8];
+        __m512 dw, mw;
+        gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, roff, live, q41, W, &dw, &mw);
+        const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk + (q41 ? 4 : 2) + 4 * r, 1);
-                wa[r] = _mm512_and_si512(q, lo4);
-                wb[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-            }
-            __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-            __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-#pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) {
-                    h = _mm512_dpbusd_epi32(h, wa[r], _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 4 * i)));
-                    h = _mm512_dpbusd_epi32(h, wb[r], _mm512_set1_epi32(*(const int32_t *)(qt + 32 * r + 16 + 4 * i)));
-                    l = _mm512_dpbusd_epi32(l, wa[r], _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r + 4 * i)));
-                    l = _mm512_dpbusd_epi32(l, wb[r], _mm512_set1_epi32(*(const int32_t *)(ql + 32 * r + 16 + 4 * i)));
-                }
-                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
-                if (!q41) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(*(const int32_t *)(qt + KVS_XQ_TAIL_C + 4 * i)));
-                __m512 dx = _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_D + 4 * i));
-                R[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), R[i]);
-                if (q41) R[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(qt + KVS_XQ_TAIL_S + 4 * i)), R[i]);
-            }
-        }
+        for (int i = 0; i < mr; i++) R[i] = row_q4_tail(W, dw, mw, qt, i, q41, R[i]);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + j0, (__mmask16)((1u << nr) - 1), R[i]);
+    for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + j0, live, R[i]);
+}
+
+/* 5..KVS_MANY_MAX_M activation rows (a batch of more streams) against up to
+ * 16 Q4 weight rows: as few_q4, each group unpacked once for all the rows
+ * (the prepared tiles of matmul_avx512.c pay a stored preparation per call,
+ * which at a few rows cost as much as the dots); the rows' accumulators and
+ * tree inputs live in memory, the rows run in a loop. */
+AI void many_q4(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int q41, float *y, size_t ldy) {
+    const int bs = q41 ? 20 : 18, m = c->m;
+    const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    __m512 C[KVS_MANY_MAX_M][16], acc[KVS_MANY_MAX_M];
+    for (int i = 0; i < m; i++)
+        for (int rho = nr; rho < 16; rho++) C[i][slot_of(rho)] = _mm512_setzero_ps();
+    for (int rho = 0; rho < nr; rho++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
+        prefetch_row_ahead(row, w->row_bytes);
+        for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            __m512i W[8];
+            __m512 dw, mw;
+            unpack_q4_group(row + (size_t)g * 16 * bs, q41, W, &dw, &mw);
+            const uint8_t *grp = c->xq + (size_t)g * KVS_XQ_GROUP_BYTES;
+            for (int i = 0; i < m; i++) acc[i] = row_q4_group(W, dw, mw, grp + (size_t)i * c->xq_row, q41, acc[i]);
+        }
+        for (int i = 0; i < m; i++) C[i][slot_of(rho)] = acc[i];
+    }
+    const __m512i roff = rows_offsets(w->row_bytes);
+    const __mmask16 live = (__mmask16)((1u << nr) - 1);
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+    __m512i TW[KVS_XQ_GROUP][8];
+    __m512 Tdw[KVS_XQ_GROUP], Tmw[KVS_XQ_GROUP];
+    for (int t = 0; t < nt; t++) gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, roff, live, q41, TW[t], &Tdw[t], &Tmw[t]);
+    for (int i = 0; i < m; i++) {
+        __m512 R = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
+        const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
+        for (int t = 0; t < nt; t++) R = row_q4_tail(TW[t], Tdw[t], Tmw[t], quad + (size_t)t * KVS_XQ_TAIL_BYTES, i % 4, q41, R);
+        _mm512_mask_storeu_ps(y + (size_t)i * ldy + j0, live, R);
+    }
 }
 
 #define FEW_CASE(a, b) \
@@ -171,6 +243,11 @@ static void few_q4_rows(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, si
         FEW_CASE(1, 0) FEW_CASE(1, 1) FEW_CASE(2, 0) FEW_CASE(2, 1)
         FEW_CASE(3, 0) FEW_CASE(3, 1) FEW_CASE(4, 0) FEW_CASE(4, 1)
     }
+}
+
+static void many_q4_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c) {
+    if (w->type == KVS_TYPE_Q4_1) many_q4(w, j0, nr, c, 1, c->y, w->n); /* q41 constant in each copy */
+    else many_q4(w, j0, nr, c, 0, c->y, w->n);
 }
 
 /* Q8_0, one activation row: lane = weight row for every block. Per pair of
@@ -264,7 +341,7 @@ static void m1_q8(const kvs_wmat *w, int j0, int nr, const int8_t *xh, const int
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (!c->xq || w->k > 16384) return 0;
-    if (c->m > (w->type == KVS_TYPE_Q8_0 ? 1 : KVS_FEW_MAX_M)) return 0;
+    if (c->m > (w->type == KVS_TYPE_Q8_0 ? 1 : KVS_MANY_MAX_M)) return 0;
     if (w->type == KVS_TYPE_Q8_0) {
         if (!c->xn) return 0; /* not quantized by the AVX-512 quantizer: the tile path */
         const int nb = w->k / KVS_QK;
@@ -272,6 +349,10 @@ int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
         const int32_t *xs = (const int32_t *)(c->xn + 64 * nb);
         const float *dx = (const float *)(c->xn + 68 * nb);
         for (int jt = j0; jt < j1; jt += 16) m1_q8(w, jt, j1 - jt < 16 ? j1 - jt : 16, xh, xl, xs, dx, c->y);
+        return 1;
+    }
+    if (c->m > KVS_FEW_MAX_M) {
+        for (int jt = j0; jt < j1; jt += 16) many_q4_rows(w, jt, j1 - jt < 16 ? j1 - jt : 16, c);
         return 1;
     }
     for (int jt = j0; jt < j1; jt += 16)
