@@ -205,6 +205,25 @@ TEST(test_bench_depth) {
     CHECK_MSG(strstr(g_err, "context") != NULL, "%s", g_err);
 }
 
+/* --streams N: the decode test steps N contexts together (kvs_decode_batch)
+ * and reports their aggregate tokens/s, after the depth in every stream. */
+TEST(test_bench_streams) {
+    const char *model = kt_model_path();
+    if (!model) return;
+    char args[1024];
+    snprintf(args, sizeof args, "bench -m %s -p 0 -n 4 -d 20 --streams 3 --reps 1 --threads 2 --json", model);
+    int rc = run_cli(args);
+    CHECK_MSG(rc == 0, "%s", g_err);
+    if (rc) return;
+    const char *tg = strstr(g_out, "\"tg\":{\"n\":4,\"streams\":3,\"tok_s\":");
+    CHECK_MSG(tg && atof(tg + strlen("\"tg\":{\"n\":4,\"streams\":3,\"tok_s\":")) > 0, "%s", g_out);
+    CHECK(strstr(g_out, "\"pp\"") == NULL);
+    snprintf(args, sizeof args, "bench -m %s -p 0 -n 4 --streams 2 --reps 1", model);
+    rc = run_cli(args);
+    CHECK_MSG(rc == 0, "%s", g_err);
+    CHECK_MSG(strstr(g_out, "tg4 x2") != NULL, "%s", g_out);
+}
+
 TEST(test_perplexity) {
     const char *model = kt_model_path();
     if (!model) return;
@@ -236,6 +255,7 @@ int main(void) {
     RUN(test_generate_errors);
     RUN(test_bench_json);
     RUN(test_bench_depth);
+    RUN(test_bench_streams);
     RUN(test_perplexity);
     return kt_summary();
 }
