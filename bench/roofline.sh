@@ -4,7 +4,7 @@
 # beside us. Writes bench/results/roofline-<cpu>.md (--no-save: print only).
 #
 #   bench/roofline.sh [--threads "1 2"] [--reps 3] [--rounds 2] [-p 512] [-n 64]
-#                     [--types "Q4_1 Q4_0 Q8_0 F16"] [--llama-bin DIR] [--no-save]
+#                     [--streams 8] [--types "Q4_1 Q4_0 Q8_0 F16"] [--llama-bin DIR] [--no-save]
 #
 # Ceilings (build/bench/roofline_probe): read bandwidth over 256 MiB and the
 # int8 dot peak of the ISA path, per thread count, by wall clock (what the
@@ -18,7 +18,11 @@
 #    (wall read GB/s of the same run / weight bytes per token: the tied head
 #    reads every weight once per token) and the share; prefill tok/s and the
 #    int8 work it implies (2 x params MACs per token, x 2 for the two-level
-#    activations) as a share of the wall int8 peak.
+#    activations) as a share of the wall int8 peak;
+#  - batched decode (ours only: llama-bench decodes one sequence): --streams
+#    N sequences stepped together (kvstitch bench --streams, the server's
+#    batched step), aggregate tok/s over the one-stream decode of the same
+#    round (0: skip).
 # Models: the Q4_1 file of scripts/fetch-model.sh; Q4_0 / Q8_0 / F16 are made
 # from it with llama-quantize --allow-requantize when llama.cpp's binaries
 # are found (--llama-bin DIR with llama-bench and llama-quantize; default:
@@ -28,7 +32,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-threads="1 2" reps=3 rounds=2 pp=512 ngen=64 types="Q4_1 Q4_0 Q8_0 F16" llbin="" save=1
+threads="1 2" reps=3 rounds=2 pp=512 ngen=64 streams=8 types="Q4_1 Q4_0 Q8_0 F16" llbin="" save=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --threads) threads="$2"; shift 2;;
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds="$2"; shift 2;;
         -p) pp="$2"; shift 2;;
         -n) ngen="$2"; shift 2;;
+        --streams) streams="$2"; shift 2;;
         --types) types="$2"; shift 2;;
         --llama-bin) llbin="$2"; shift 2;;
         --no-save) save=0; shift;;
@@ -44,7 +49,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 . bench/bench_lib.sh
-need_numbers roofline reps rounds pp ngen
+need_numbers roofline reps rounds pp ngen streams
 
 BUILD="${BUILD:-build}"
 cache="${KVSTITCH_CACHE:-$HOME/.cache/kvstitch}"
@@ -97,6 +102,11 @@ for l in sys.stdin:
             "$BUILD/kvstitch" bench -m "$m" -p "$pp" -n "$ngen" --reps "$reps" --threads "$th" --json \
                 | python3 bench/bench_json.py kvstitch ours type="$t" threads="$th" \
                 >> "$tmp/runs.jsonl"
+            if [ "$streams" -gt 1 ]; then
+                "$BUILD/kvstitch" bench -m "$m" -p 0 -n "$ngen" --reps "$reps" --threads "$th" --streams "$streams" \
+                    --json | python3 bench/bench_json.py kvstitch ours_streams type="$t" threads="$th" streams="$streams" \
+                    >> "$tmp/runs.jsonl"
+            fi
             if [ $have_ll = 1 ]; then
                 "$llbin/llama-bench" -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/ll.err" \
                     | python3 bench/bench_json.py llama llama.cpp type="$t" threads="$th" \

@@ -130,6 +130,21 @@ def main():
             fmt(bound, "%.1f"), fmt(tg / bound * 100 if tg and bound else None, "%.0f%%"), fmt(dram, "%.1f"),
             fmt(pp_o, "%.1f"), fmt(pp_p, "%.1f"), fmt(pp_o / pp_p if pp_o and pp_p else None, "%.2fx"),
             fmt(ppshare, "%.0f%%")))
+    batched = [r for r in runs if r["who"] == "ours_streams"]
+    if batched:
+        ns = batched[0]["streams"]
+        w("\n## Batched decode: %d streams in one step (kvstitch bench --streams %d)\n" % (ns, ns))
+        w("Aggregate decode tok/s of %d sequences stepped together (kvs_decode_batch: each weight matrix read "
+          "once per step for all of them, every row's bits those of the sequence alone), medians over the "
+          "rounds; speedup = aggregate / one-stream decode (tg ours above). Issue #16's target: >= 5x at 8 "
+          "streams.\n" % ns)
+        w("| type | threads | tg, 1 stream | tg, %d streams (aggregate) | speedup |" % ns)
+        w("|---|---:|---:|---:|---:|")
+        for typ, th in keys:
+            one = med([r["tg"] for r in runs if r["who"] == "ours" and r["type"] == typ and r["threads"] == th])
+            agg = med([r["tg"] for r in batched if r["type"] == typ and r["threads"] == th])
+            w("| %s | %d | %s | %s | %s |" % (typ, th, fmt(one, "%.1f"), fmt(agg, "%.1f"),
+                                           fmt(agg / one if agg and one else None, "%.2fx")))
     print("\n".join(out))
 
 
