@@ -103,6 +103,8 @@ mistake bench_reps 2 "--reps must be an integer in [1, 1000], got '0'" bench "${
 mistake bench_nothing 2 "-p and -n are both 0" bench "${M[@]}" -p 0 -n 0
 mistake bench_batch 2 "--batch must be an integer in [1, 65536], got '0'" bench "${M[@]}" --batch 0
 mistake bench_streams 2 "--streams must be an integer in [1, 64], got '65'" bench "${M[@]}" --streams 65
+mistake bench_streams_no_decode 2 "--streams 4 needs the decode test (-n > 0)" bench "${M[@]}" -n 0 --streams 4
+mistake bench_streams_batch 2 "--batch 2 is less than --streams 4" bench "${M[@]}" --batch 2 --streams 4
 # perplexity
 mistake ppl_no_file 2 "-m MODEL and -f FILE are required" perplexity "${M[@]}"
 mistake ppl_ctx 2 "--ctx must be an integer in [4, 1048576], got '2'" perplexity "${M[@]}" -f "$tmp/doc.txt" --ctx 2

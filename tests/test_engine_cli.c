@@ -222,6 +222,11 @@ TEST(test_bench_streams) {
     rc = run_cli(args);
     CHECK_MSG(rc == 0, "%s", g_err);
     CHECK_MSG(strstr(g_out, "tg4 x2") != NULL, "%s", g_out);
+    /* more streams than decode tokens: the context still takes a row per stream */
+    snprintf(args, sizeof args, "bench -m %s -p 0 -n 2 --streams 5 --reps 1 --json", model);
+    rc = run_cli(args);
+    CHECK_MSG(rc == 0, "%s", g_err);
+    CHECK_MSG(strstr(g_out, "\"tg\":{\"n\":2,\"streams\":5,\"tok_s\":") != NULL, "%s", g_out);
 }
 
 TEST(test_perplexity) {

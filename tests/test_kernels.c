@@ -219,7 +219,8 @@ static void matmul_vs_scalar(const char *isa, int type, int k, int n, int m, int
  * with tails in n (not a multiple of the tile), k (not a multiple of 16
  * blocks) and m. */
 TEST(test_matmul_simd_equals_scalar) {
-    const int ks[] = {32, 64, 96, 544, 576, 1536};
+    /* 992: a group and 15 tail blocks, the most a row can have */
+    const int ks[] = {32, 64, 96, 544, 576, 992, 1536};
     const int ns[] = {1, 5, 16, 45, 100};
     /* AVX-512 Q4: 1-4 few_q4 (by quads of rows), 5-12 many_q4, 13 on the
      * prepared tiles; Q8_0: 1 m1_q8, more the tiles */

@@ -172,6 +172,10 @@ int cmd_bench(int argc, char **argv) {
     int n_batch = o.n_batch, json = o.json, ns = o.n_streams;
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
     if (n_pp == 0 && n_tg == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
+    if (ns > 1 && n_tg == 0) return cli_usage_error("bench", "--streams %d needs the decode test (-n > 0)", ns);
+    if (ns > 1 && n_batch > 0 && n_batch < ns)
+        return cli_usage_error("bench", "--batch %d is less than --streams %d (one step takes a row per stream)",
+                               n_batch, ns);
 
     kvs_model *model = NULL;
     kvs_context *ctxs[64] = {NULL}, *ctx = NULL;
@@ -181,8 +185,9 @@ int cmd_bench(int argc, char **argv) {
     kvs_model_get_info(model, &info);
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg);
+    if (cp.n_ctx < ns) cp.n_ctx = ns; /* n_batch is capped at n_ctx, and a step takes ns rows */
     cp.n_threads = n_threads;
-    cp.n_batch = n_batch > 0 && n_batch < ns ? ns : n_batch; /* 0: the default (>= 64) */
+    cp.n_batch = n_batch;
     int rc = 1, n_max = cp.n_ctx + ns; /* stream s reads its tokens from s on */
     int32_t *toks = malloc((size_t)n_max * sizeof *toks), *pos = malloc((size_t)n_max * sizeof *pos);
     float *logits = malloc((size_t)ns * kvs_vocab_size(model) * sizeof *logits);
@@ -191,8 +196,12 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kvstitch bench: out of memory\n");
         goto done;
     }
+    /* the batched step runs on context 0's scratch and threads; the others
+     * hold their KV and need prefill scratch only for the depth */
+    kvs_context_params cp_other = cp;
+    if (cp_other.n_batch == 0 || cp_other.n_batch > 64) cp_other.n_batch = 64;
     for (int s = 0; s < ns; s++)
-        if ((st = kvs_context_new(model, cp, &ctxs[s])) != KVS_OK) {
+        if ((st = kvs_context_new(model, s ? cp_other : cp, &ctxs[s])) != KVS_OK) {
             cli_fail(st, "context");
             goto done;
         }
@@ -262,8 +271,8 @@ int cmd_bench(int argc, char **argv) {
         printf("%-8s %12s   %s\n", "test", "tokens/s", "runs (median reported)");
         if (n_pp > 0) print_row("pp", n_pp, 1, depth, pp_med, pp, reps);
         if (n_tg > 0) print_row("tg", n_tg, ns, depth, tg_med, tg, reps);
-        printf("memory:  RSS %.1f MB = %.1f MB file-backed (mmapped weights) + %.1f MB anonymous (KV, scratch)\n",
-               kb[0] / 1024.0, kb[2] / 1024.0, kb[1] / 1024.0);
+        printf("memory:  RSS %.1f MB = %.1f MB file-backed (mmapped weights) + %.1f MB anonymous (KV, scratch%s)\n",
+               kb[0] / 1024.0, kb[2] / 1024.0, kb[1] / 1024.0, ns > 1 ? "; every stream's context" : "");
     }
     rc = 0;
 done:

@@ -46,6 +46,9 @@
 #ifndef KVS_MANY_MAX_M
 #define KVS_MANY_MAX_M 12
 #endif
+#if KVS_MANY_MAX_M < KVS_FEW_MAX_M
+#error "KVS_MANY_MAX_M (many_q4's rows) must be at least KVS_FEW_MAX_M (few_q4's)"
+#endif
 
 /* Tree input slot of weight row rho so that tree16x16 puts it in lane rho
  * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
