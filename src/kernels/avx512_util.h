@@ -135,6 +135,30 @@ AI __m512 tree16x16(const __m512 C[16]) {
 }
 
 
+/* One Q4 group of 16 blocks of a weight row, lane = block: W[2r] / W[2r + 1]
+ * the low / high nibbles of q dword r (u8), dw the scales, mw the Q4_1 mins
+ * (Q4_1's 20-byte blocks by dword permutes, gather5; Q4_0's 18-byte ones by
+ * byte permutes, gather18). */
+AI void unpack_q4_group(const uint8_t *src, int q41, __m512i W[8], __m512 *dw, __m512 *mw) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512i z[5];
+    if (q41) {
+#pragma GCC unroll 5
+        for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
+    } else {
+        load_q40_group(src, z);
+    }
+    __m512i dm = q41 ? gather5(z, 0) : gather18(z, 0);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    *mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512i q = q41 ? gather5(z, 1 + r) : gather18(z, 1 + r);
+        W[2 * r] = _mm512_and_si512(q, lo4);
+        W[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+    }
+}
+
 /* Paths for one activation row, and for Q4 calls of up to 4 rows
  * (matmul_avx512_m1.c); returns 0 if it does not apply. */
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1);

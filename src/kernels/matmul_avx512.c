@@ -124,40 +124,13 @@ static void avx512_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
 
 /* ------------------------------------------------------------------ prep */
 
-static void prep_q4_1(const uint8_t *row, int ng, prep_grp *out) {
-    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+/* Q4_0 / Q4_1: unpack_q4_group (avx512_util.h), the decode kernels'
+ * unpacking, stored. */
+static void prep_q4(const uint8_t *row, int ng, int q41, prep_grp *out) {
     for (int g = 0; g < ng; g++) {
-        const uint8_t *src = row + (size_t)g * 16 * 20;
-        __m512i z[5];
-        for (int t = 0; t < 5; t++) z[t] = _mm512_loadu_si512(src + 64 * t);
         prep_grp *p = &out[g];
-        __m512i dm = gather5(z, 0);
-        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-        p->mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-        for (int r = 0; r < 4; r++) {
-            __m512i q = gather5(z, 1 + r);
-            p->v[2 * r] = _mm512_and_si512(q, lo4);
-            p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-        }
-    }
-}
-
-/* Q4_0 (18-byte blocks) is not dword aligned: byte permutes of the group
- * (gather18). */
-static void prep_q4_0(const uint8_t *row, int ng, prep_grp *out) {
-    const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    for (int g = 0; g < ng; g++) {
-        __m512i z[5];
-        load_q40_group(row + (size_t)g * 16 * 18, z);
-        prep_grp *p = &out[g];
-        p->mw = _mm512_setzero_ps();
-        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather18(z, 0)));
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            __m512i q = gather18(z, 1 + r);
-            p->v[2 * r] = _mm512_and_si512(q, lo4);
-            p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-        }
+        unpack_q4_group(row + (size_t)g * 16 * (q41 ? 20 : 18), q41, p->v, &p->dw, &p->mw);
+        if (!q41) p->mw = _mm512_setzero_ps();
     }
 }
 
@@ -228,8 +201,8 @@ static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) 
          * of SmolLM2 decode: +7%) */
         const uintptr_t pf0 = (uintptr_t)row + PREP_PF_ROWS * w->row_bytes;
         for (uintptr_t a = pf0 & ~(uintptr_t)63; PREP_PF_ROWS && a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        if (w->type == KVS_TYPE_Q4_1) prep_q4_1(row, ng, out + (size_t)j * ng);
-        else if (w->type == KVS_TYPE_Q4_0) prep_q4_0(row, ng, out + (size_t)j * ng);
+        if (w->type == KVS_TYPE_Q4_1) prep_q4(row, ng, 1, out + (size_t)j * ng);
+        else if (w->type == KVS_TYPE_Q4_0) prep_q4(row, ng, 0, out + (size_t)j * ng);
         else prep_q8_0(row, ng, out + (size_t)j * ng);
     }
 }
