@@ -47,6 +47,7 @@ llama3_no_smooth_band|src/model/rope_scaling.c|ff = 1.0 / ((1.0 - smooth) / fact
 qwen3_q_norm_skipped|src/model/forward.c|        if (w->q_norm)|        if (0 && w->q_norm)|test_arch_random:arch_random_logits_match_reference|per-head Q norm (qwen3, gemma3) is applied
 move_ignores_freq_factors|src/rag/move.c|rc->layer[l].rope_freq_factors, type,|NULL, type,|test_move_layers|a moved key is rotated with its layer's Llama 3 frequency factors
 frequency_penalty_ignores_count|src/engine/sampler.c|s->p.frequency_penalty * (float)s->counts[t] + s->p.presence_penalty|s->p.frequency_penalty + s->p.presence_penalty|test_sampler:test_presence_and_frequency_penalties|the frequency penalty grows with each use of a token
+packed_tile_tail_lane|src/kernels/pack.c|for (int v = 0; v < nvec; v++) memcpy(out + 32 * v + 4 * o, blk + qoff + 4 * v, 4);|for (int v = 0; v < nvec; v++) memcpy(out + 32 * v + 4 * (o ^ (v == 1)), blk + qoff + 4 * v, 4);|test_kernels_packed:test_packed_equals_scalar|packed rows: a whole tile's transposed tail blocks give every row its own weights (the scalar bits)
 recal_avx2_no_temperature|src/kernels/attention_avx2.c|v = _mm256_blendv_ps(v, _mm256_mul_ps(v, inv_t), rcm[rb]);|v = _mm256_blendv_ps(v, v, rcm[rb]);|test_attention_window:test_recal_simd_equals_scalar|APE recalibration: the AVX2 path gives the scalar bits
 recal_outlives_request|src/engine/decode.c|    for (int i = 0; i < n; i++) kvs_kv_recal_end(&ctx->kv, pos[i]);|    (void)0;|test_recal:ends_with_the_request|a recalibration lasts for its request only
 ROWS

@@ -42,6 +42,24 @@ AI float tree16_2(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
+/* tree16_2 of 8 rows at once: C[p] holds the chains (lo, hi) of row
+ * tree16x8_row[p], i.e. row o sits at position tree16x8_pos[o]; lane o of
+ * the result is row o's tree16_2, by the same additions in the same order:
+ * a = lo + hi, b_i = a_i + a_{i+4}, c_i = b_i + b_{i+2}, y = c_0 + c_1
+ * (128-bit halves swapped between row pairs, then in-lane shuffles). */
+static const int tree16x8_pos[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+AI __m256 tree16x8(const __m256 C[8][2]) {
+    __m256 a[8], b[4];
+    for (int p = 0; p < 8; p++) a[p] = _mm256_add_ps(C[p][0], C[p][1]);
+    for (int q = 0; q < 4; q++) /* [row of 2q: b0..3 | row of 2q+1: b0..3] */
+        b[q] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * q], a[2 * q + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * q], a[2 * q + 1], 0x31));
+    /* [c0 c1 of 2 rows | of 2 rows] */
+    __m256 c0 = _mm256_add_ps(_mm256_shuffle_ps(b[0], b[1], 0x44), _mm256_shuffle_ps(b[0], b[1], 0xEE));
+    __m256 c1 = _mm256_add_ps(_mm256_shuffle_ps(b[2], b[3], 0x44), _mm256_shuffle_ps(b[2], b[3], 0xEE));
+    return _mm256_add_ps(_mm256_shuffle_ps(c0, c1, 0x88), _mm256_shuffle_ps(c0, c1, 0xDD));
+}
+
 /* The lane sums of 8 int32 vectors, transposed: H0 lane o = v[o]'s lanes
  * 0-3 summed, H1 lane o = its lanes 4-7 (exact integers; H0 + H1 = each
  * vector's total). */

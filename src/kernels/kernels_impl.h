@@ -88,6 +88,29 @@ static inline int kvs_attn_recal_row(const kvs_attn_call *c, int32_t pos) {
  * function for every path (attention_ref.c). */
 float kvs_attn_recal_factor(float mx, float pd, float s);
 
+/* Packed Q4_0 / Q4_1 / Q8_0 matrices (pack.c): the rows of each whole tile
+ * of KVS_PACK_TILE rows (8a .. 8a + 7, all < n) hold the tile's rows' full
+ * groups back to back, then the tile's tail blocks transposed (row o in lane
+ * o); rows past the last whole tile keep their own full groups, then their
+ * tail blocks in GGUF layout, at row j * row_bytes. A call of the packed
+ * kernels covers whole tiles (column chunks are multiples of 16). */
+#define KVS_PACK_TILE 8
+static inline size_t kvs_packed_groups_bytes(const kvs_wmat *w) {
+    return (size_t)kvs_xq_groups(w->k) * KVS_XQ_GROUP * (size_t)kvs_q_block_bytes(w->type);
+}
+static inline int kvs_packed_tiled(const kvs_wmat *w, int j) { return j < (w->n & ~(KVS_PACK_TILE - 1)); }
+/* Row j's full groups. */
+static inline const uint8_t *kvs_packed_row(const kvs_wmat *w, int j) {
+    const uint8_t *p = (const uint8_t *)w->packed;
+    if (!kvs_packed_tiled(w, j)) return p + (size_t)j * w->row_bytes;
+    return p + (size_t)(j & ~(KVS_PACK_TILE - 1)) * w->row_bytes +
+           (size_t)(j & (KVS_PACK_TILE - 1)) * kvs_packed_groups_bytes(w);
+}
+/* The transposed tail blocks of the whole tile that starts at row j8. */
+static inline const uint8_t *kvs_packed_tile_tail(const kvs_wmat *w, int j8) {
+    return (const uint8_t *)w->packed + (size_t)j8 * w->row_bytes + KVS_PACK_TILE * kvs_packed_groups_bytes(w);
+}
+
 /* Output columns per chunk of a decode step (m == 1) of an n-column matrix
  * on nth threads: 64, or about 8 chunks per thread for a large matrix such
  * as the output head, so that each thread streams long runs of rows and the

@@ -242,95 +242,45 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
     return y;
 }
 
-AI uint32_t u32_at(const uint8_t *p) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    return u;
-}
-
-/* The f16 words at bytes 0-1 (d) and 2-3 (Q4_1's m; other types: data,
- * unused) of 8 blocks blk[o] + at, as floats: lane o = block o. Built in
- * registers, for tail_prep8, whose rows the pass has just read (L1): there
- * scalar stores read back as one vector waited for the stores (no store
- * forwarding). */
-AI void block_scales8(const uint8_t *const blk[8], size_t at, __m256 *d, __m256 *m) {
-    /* scalar loads inserted one by one (GCC turned a loop of them into a
-     * vpgatherqd: slower) */
-    __m128i v0 = _mm_cvtsi32_si128((int)u32_at(blk[0] + at)), v1 = _mm_cvtsi32_si128((int)u32_at(blk[4] + at));
-    v0 = _mm_insert_epi32(v0, (int)u32_at(blk[1] + at), 1);
-    v1 = _mm_insert_epi32(v1, (int)u32_at(blk[5] + at), 1);
-    v0 = _mm_insert_epi32(v0, (int)u32_at(blk[2] + at), 2);
-    v1 = _mm_insert_epi32(v1, (int)u32_at(blk[6] + at), 2);
-    v0 = _mm_insert_epi32(v0, (int)u32_at(blk[3] + at), 3);
-    v1 = _mm_insert_epi32(v1, (int)u32_at(blk[7] + at), 3);
-    const __m256i v = _mm256_set_m128i(v1, v0);
-    /* lanes [d0-3, m0-3 | d4-7, m4-7] as 16-bit words, then [d0-7 | m0-7] */
-    __m256i p = _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(v, 16));
-    p = _mm256_permute4x64_epi64(p, 0xD8);
-    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
-    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
-}
-
-/* The same for 8 weight rows at once (row o's tail blocks at blk[o]), one
- * activation row: lane o runs row o's chain, so each lane takes the steps
- * of tail_blocks in its order. y: the 8 rows' tree results. The scales go
- * through scalar stores read back as one vector (a store-forwarding stall):
- * measured with the weights streamed from memory, as in a decode step, that
- * was faster than building the vector in registers (block_scales8) for
- * Q8_0 (the 262144x640 head: 14.1 -> 12.2 ms, 1 thread) and 5% slower for
- * Q4 (576-column rows); with the rows in L2 the registers won, which is not
- * the case a decode step meets. */
-static __m256 tail_blocks8(int type, const uint8_t *const blk[8], int nt, const xtail *xt, __m256 y) {
-    const int bs = kvs_q_block_bytes(type);
+/* The tail blocks of a whole tile of 8 weight rows (tt: the tile's
+ * transposed tails, pack.c), unpacked for calls of any number of activation
+ * rows: wt[16 t + u] lane o = the int16 elements 2u, 2u + 1 of row o's tail
+ * block t, wd[t] / wm[t] lane o = its d / m. Then one activation row's tail
+ * is 16 vpmaddwd per block with a broadcast pair of its int16 Q, and lane o
+ * is row o's exact integer dot at once (no horizontal sums). */
+static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
+    const int bs = kvs_q_block_bytes(type), nvec = type == KVS_TYPE_Q8_0 ? 8 : 4;
+    /* bytes 0, 1 (or 2, 3) of each dword into its two words: zero-extended
+     * (the low byte of the word) for the u4 quants, sign-extended (the high
+     * byte, then an arithmetic shift) for Q8_0's s8 */
+    const __m256i z01 = _mm256_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1,
+                                         0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1);
+    const __m256i z23 = _mm256_add_epi8(z01, _mm256_setr_epi8(2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0,
+                                                              2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0));
+    const __m256i s01 = _mm256_setr_epi8(-1, 0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13,
+                                         -1, 0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13);
+    const __m256i s23 = _mm256_add_epi8(s01, _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2,
+                                                              0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2));
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
     for (int t = 0; t < nt; t++) {
-        __m256i v[8];
-        uint16_t d[8], mn[8];
-        for (int o = 0; o < 8; o++) {
-            const uint8_t *b = blk[o] + (size_t)t * bs;
-            v[o] = tail_isum(type, b, &xt[t]);
-            memcpy(&d[o], b, 2);
-            if (type == KVS_TYPE_Q4_1) memcpy(&mn[o], b + 2, 2);
-        }
-        __m256i h0, h1; /* lane o = the sum of v[o]'s lanes (exact integers) */
-        hsum8_halves(v, &h0, &h1);
-        __m256i isum = _mm256_add_epi32(h0, h1);
-        if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
-        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(xt[t].d)), y);
-        if (type == KVS_TYPE_Q4_1)
-            y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mn)), _mm256_set1_ps(xt[t].s), y);
-    }
-    return y;
-}
-
-/* Tail blocks of 8 weight rows (row o's at blk[o]) for calls of several
- * activation rows, unpacked once per 8 rows and met by every row of the
- * pass: wt[16 t + v] lane o = the int16 elements 2v, 2v + 1 of row o's tail
- * block t (an 8 x 8 transpose of each half block), wd[t] / wm[t] lane o =
- * its d / m. Then one activation row's tail is 16 vpmaddwd per block with
- * a broadcast pair of its int16 Q, and lane o is row o's exact integer dot
- * at once (no horizontal sums). */
-static void tail_prep8(int type, const uint8_t *const blk[8], int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
-    const int bs = kvs_q_block_bytes(type), qoff = type == KVS_TYPE_Q4_1 ? 4 : 2;
-    const __m128i lo4 = _mm_set1_epi8(0x0f);
-    for (int t = 0; t < nt; t++) {
-        __m256i a[8], b[8];
-        for (int o = 0; o < 8; o++) {
-            const uint8_t *p = blk[o] + (size_t)t * bs;
-            __m128i q = _mm_loadu_si128((const __m128i *)(p + qoff));
-            if (type == KVS_TYPE_Q8_0) { /* elements 0..15, 16..31 */
-                a[o] = _mm256_cvtepi8_epi16(q);
-                b[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + qoff + 16)));
-            } else { /* low nibbles: elements 0..15, high: 16..31 */
-                a[o] = _mm256_cvtepu8_epi16(_mm_and_si128(q, lo4));
-                b[o] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), lo4));
+        const uint8_t *p = tt + (size_t)t * KVS_PACK_TILE * bs;
+        __m256i *w = wt + 16 * t;
+        for (int v = 0; v < nvec; v++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * v));
+            if (type == KVS_TYPE_Q8_0) { /* dword v: elements 4v .. 4v + 3 */
+                w[2 * v] = _mm256_srai_epi16(_mm256_shuffle_epi8(q, s01), 8);
+                w[2 * v + 1] = _mm256_srai_epi16(_mm256_shuffle_epi8(q, s23), 8);
+            } else { /* low nibbles: elements 4v .. 4v + 3, high: 16 + 4v .. */
+                const __m256i lo = _mm256_and_si256(q, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+                w[2 * v] = _mm256_shuffle_epi8(lo, z01);
+                w[2 * v + 1] = _mm256_shuffle_epi8(lo, z23);
+                w[8 + 2 * v] = _mm256_shuffle_epi8(hi, z01);
+                w[9 + 2 * v] = _mm256_shuffle_epi8(hi, z23);
             }
         }
-        transpose8_epi32(a, wt + 16 * t);
-        transpose8_epi32(b, wt + 16 * t + 8);
-        __m256 mw;
-        block_scales8(blk, (size_t)t * bs, &wd[t], &mw);
-        wm[t] = type == KVS_TYPE_Q4_1 ? mw : _mm256_setzero_ps();
+        wd[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 * nvec)));
+        wm[t] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 * nvec + 16)))
+                                      : _mm256_setzero_ps();
     }
 }
 
@@ -360,10 +310,10 @@ AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256
  * independent chains for the out-of-order core, x loaded once for both, the
  * 16 chains of each row in registers (lanes). Same operations per output as
  * q4_groups4. */
-AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const uint8_t *xq, float y[2]) {
+AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const uint8_t *xq, __m256 C[2][2]) {
     const int gb = q41 ? 320 : 288;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    C[0][0] = C[0][1] = C[1][0] = C[1][1] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
         const float *trailer = (const float *)(grp + KVS_XQ_GROUP_QS);
@@ -406,8 +356,6 @@ AI void q4_m1_pair(const uint8_t *pa, const uint8_t *pb, int ng, int q41, const 
             }
         }
     }
-    y[0] = tree16_2(C[0][0], C[0][1]);
-    y[1] = tree16_2(C[1][0], C[1][1]);
 }
 
 /* Row i of kvs_mm_call.xn (kvs_xn_bytes(k) bytes), written after the row
@@ -474,8 +422,8 @@ void kvs_avx2_xn_row(const kvs_mm_call *c, int i) {
  * vpmaddwd of blocks 8h..8h+3 leaves two partial sums per block; one
  * vphaddd and a 64-bit permute put block l in lane l. Same bits. */
 static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, const int16_t *x16,
-                         float y[2]) {
-    __m256 C[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+                     __m256 C[2][2]) {
+    C[0][0] = C[0][1] = C[1][0] = C[1][1] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const float *trailer = (const float *)(xq + (size_t)g * KVS_XQ_GROUP_BYTES + KVS_XQ_GROUP_QS);
 #pragma GCC unroll 2
@@ -505,44 +453,64 @@ static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uin
             }
         }
     }
-    y[0] = tree16_2(C[0][0], C[0][1]);
-    y[1] = tree16_2(C[1][0], C[1][1]);
 }
 
-/* Activation row i against weight rows [j0, j1), two at a time (an odd last
- * row is computed twice and stored once); the tail blocks of 8 rows at a
- * time; xt: row i's tail blocks. */
+/* The chains of one activation row against weight rows pa and pb
+ * (C[o][h]: row o's chains 8h .. 8h + 7), by type. */
+AI void m1_pair(int type, const uint8_t *pa, const uint8_t *pb, int ng, const uint8_t *xq, const int16_t *x16,
+                __m256 C[2][2]) {
+    if (type == KVS_TYPE_Q8_0) q8_m1_pair16(pa, pb, ng, xq, x16, C);
+    else q4_m1_pair(pa, pb, ng, type == KVS_TYPE_Q4_1, xq, C);
+}
+
+/* Activation row i against weight rows [j0, j1): whole tiles of 8 rows,
+ * two rows at a time, whose trees (kvs_tree16) run side by side in the
+ * lanes of one vector (tree16x8), which then takes the tile's tail blocks
+ * (tail_prep8, tail_rows8) and is stored once; the rows past the last whole
+ * tile go pair by pair (an odd last row is computed twice and stored once).
+ * xt: row i's tail blocks. */
 static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail *xt) {
     const kvs_wmat *w = c->w;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    const int bs = kvs_q_block_bytes(type);
-    const size_t rb = w->row_bytes, tail_at = (size_t)ng * 16 * bs;
+    const size_t rb = w->row_bytes, gbytes = kvs_packed_groups_bytes(w);
     const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
+    const int16_t *x16 = (const int16_t *)(c->xn + (size_t)i * c->xn_row);
     float *yrow = c->y + (size_t)i * w->n;
-    for (int j8 = j0; j8 < j1; j8 += 8) {
-        const int n8 = j1 - j8 < 8 ? j1 - j8 : 8;
-        float y[8];
-        for (int j = j8; j < j8 + n8; j += 2) {
-            const uint8_t *pa = (const uint8_t *)w->packed + (size_t)j * rb;
-            const uint8_t *pb = j + 1 < j1 ? pa + rb : pa;
-            if (j + PF_ROWS + 1 < w->n) { /* the stream ahead: both rows of a later pair */
-                const uint8_t *pf = pa + PF_ROWS * rb;
-                for (size_t o = 0; o < 2 * rb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    __m256i wt[(KVS_XQ_GROUP - 1) * 16];
+    __m256 wd[KVS_XQ_GROUP - 1], wm[KVS_XQ_GROUP - 1];
+    for (int j8 = j0; j8 < j1; j8 += KVS_PACK_TILE) {
+        const int n8 = j1 - j8 < KVS_PACK_TILE ? j1 - j8 : KVS_PACK_TILE;
+        /* the stream ahead: a quarter of the next tile per pair */
+        const uint8_t *pf = (const uint8_t *)w->packed + (size_t)(j8 + KVS_PACK_TILE) * rb;
+        const int prefetch = j8 + 2 * KVS_PACK_TILE <= w->n;
+        __m256 C[8][2]; /* row o's chains at position tree16x8_pos[o] */
+        for (int o = 0; o < n8; o += 2) {
+            const uint8_t *pa = kvs_packed_row(w, j8 + o);
+            const uint8_t *pb = o + 1 < n8 ? kvs_packed_row(w, j8 + o + 1) : pa;
+            if (prefetch)
+                for (size_t b = (size_t)o * rb; b < (size_t)(o + 2) * rb; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
+            __m256 P[2][2];
+            m1_pair(type, pa, pb, ng, xq, x16, P);
+            C[tree16x8_pos[o]][0] = P[0][0]; /* (o is even: o + 1 < 8) */
+            C[tree16x8_pos[o]][1] = P[0][1];
+            C[tree16x8_pos[o + 1]][0] = P[1][0];
+            C[tree16x8_pos[o + 1]][1] = P[1][1];
+        }
+        if (n8 == KVS_PACK_TILE) {
+            __m256 y = tree16x8(C);
+            if (nt) {
+                tail_prep8(type, kvs_packed_tile_tail(w, j8), nt, wt, wd, wm);
+                y = tail_rows8(type, wt, wd, wm, nt, xt, y);
             }
-            if (type == KVS_TYPE_Q8_0) q8_m1_pair16(pa, pb, ng, xq, (const int16_t *)(c->xn + (size_t)i * c->xn_row), y + (j - j8));
-            else if (type == KVS_TYPE_Q4_1) q4_m1_pair(pa, pb, ng, 1, xq, y + (j - j8));
-            else q4_m1_pair(pa, pb, ng, 0, xq, y + (j - j8));
+            _mm256_storeu_ps(yrow + j8, y);
+            continue;
         }
-        if (nt && n8 == 8) {
-            const uint8_t *blk[8];
-            for (int o = 0; o < 8; o++) blk[o] = (const uint8_t *)w->packed + (size_t)(j8 + o) * rb + tail_at;
-            _mm256_storeu_ps(y, tail_blocks8(type, blk, nt, xt, _mm256_loadu_ps(y)));
-        } else if (nt) {
-            for (int o = 0; o < n8; o++)
-                y[o] = tail_blocks(type, (const uint8_t *)w->packed + (size_t)(j8 + o) * rb + tail_at, nt, xt, y[o]);
+        for (int o = 0; o < n8; o++) {
+            const int p = tree16x8_pos[o];
+            float y = tree16_2(C[p][0], C[p][1]);
+            if (nt) y = tail_blocks(type, kvs_packed_row(w, j8 + o) + gbytes, nt, xt, y);
+            yrow[j8 + o] = y;
         }
-        if (n8 == 8) _mm256_storeu_ps(yrow + j8, _mm256_loadu_ps(y)); /* (memcpy of a variable size: rep movs) */
-        else memcpy(yrow + j8, y, (size_t)n8 * sizeof(float));
     }
 }
 
@@ -561,8 +529,9 @@ static __attribute__((noinline)) void tail_pass8(const kvs_mm_call *c, int type,
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (!w->packed || !c->xq || !c->xn) return 0;
+    /* whole tiles only (kernels_impl.h: column chunks are multiples of 16) */
+    if (j0 % KVS_PACK_TILE || (j1 % KVS_PACK_TILE && j1 != w->n)) return 0;
     const int type = w->type, ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    const int bs = kvs_q_block_bytes(type);
     float acc[4][ROWS][16] __attribute__((aligned(32)));
     if (c->m == 1) { /* decode: pairs of weight rows (measured: row passes are slower for m > 1) */
         matmul_row(c, 0, j0, j1, row_tails(c, 0));
@@ -573,7 +542,7 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
     float ytile[ROWS][8] __attribute__((aligned(32)));
     __m256i wt[(KVS_XQ_GROUP - 1) * 16];
     __m256 wd[KVS_XQ_GROUP - 1], wm[KVS_XQ_GROUP - 1];
-    const size_t tail_at = (size_t)ng * 16 * bs;
+    const size_t gbytes = kvs_packed_groups_bytes(w);
     /* rows per pass: the pass's quantized rows stay in L1 (32 KiB) while
      * every weight row of the chunk meets them */
     const int rows = ng <= 1 ? ROWS : ROWS / 2; /* measured: k = 1536 (3 groups) 51 -> 64 GOPS at 8 rows, 61 at 4 */
@@ -586,9 +555,9 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                 const int no = n8 - o < 4 ? n8 - o : 4; /* weight rows of this step (4, fewer at a tile's end) */
                 const uint8_t *pw[4];
                 for (int r = 0; r < 4; r++) /* a short step repeats its last row (computed, not stored) */
-                    pw[r] = (const uint8_t *)w->packed + (size_t)(j8 + o + (r < no ? r : no - 1)) * w->row_bytes;
-                if (j8 + o + PF_ROWS + no <= w->n) { /* the stream ahead */
-                    const uint8_t *pf = pw[0] + PF_ROWS * w->row_bytes;
+                    pw[r] = kvs_packed_row(w, j8 + o + (r < no ? r : no - 1));
+                if (j8 + 2 * KVS_PACK_TILE <= w->n) { /* the stream ahead: this step's share of the next tile */
+                    const uint8_t *pf = (const uint8_t *)w->packed + (size_t)(j8 + KVS_PACK_TILE + o) * w->row_bytes;
                     for (size_t b = 0; b < no * w->row_bytes; b += 64) _mm_prefetch((const char *)pf + b, _MM_HINT_T0);
                 }
                 if (ng == 0) /* else the first group's steps start from zero (q4_groups4): no clear */
@@ -603,18 +572,15 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                     for (int i = 0; i < mr; i++) ytile[i][o + r] = kvs_tree16(acc[r][i]);
                 o += no;
             }
-            if (nt && n8 == 8) {
-                const uint8_t *blk[8];
-                for (int o = 0; o < 8; o++) blk[o] = (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes + tail_at;
-                tail_prep8(type, blk, nt, wt, wd, wm);
+            if (nt && n8 == KVS_PACK_TILE) {
+                tail_prep8(type, kvs_packed_tile_tail(w, j8), nt, wt, wd, wm);
                 tail_pass8(c, type, wt, wd, wm, nt, i0, mr, ytile, j8);
                 continue;
             }
             for (int i = 0; i < mr; i++)
                 for (int o = 0; o < n8; o++) {
                     float y = ytile[i][o];
-                    if (nt) y = tail_blocks(type, (const uint8_t *)w->packed + (size_t)(j8 + o) * w->row_bytes + tail_at,
-                                            nt, row_tails(c, i0 + i), y);
+                    if (nt) y = tail_blocks(type, kvs_packed_row(w, j8 + o) + gbytes, nt, row_tails(c, i0 + i), y);
                     c->y[(size_t)(i0 + i) * w->n + j8 + o] = y;
                 }
         }
