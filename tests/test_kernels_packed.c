@@ -194,10 +194,41 @@ TEST(test_pack_scope) {
     free((void *)q.data);
 }
 
+/* Packing into caller memory (the model's arena, model/weights.c): the
+ * size kvs_wmat_pack would allocate, the same bytes at any 64-byte offset,
+ * the same matmul bits; nothing to pack for float weights. */
+TEST(test_pack_to_arena) {
+    kvs_wmat f = kt_rand_wmat(KVS_TYPE_F16, 4, 64);
+    CHECK(kvs_wmat_packed_bytes(&f, 1) == 0);
+    free((void *)f.data);
+    const int k = 576, n = 45; /* 5 whole tiles and 5 rows past them, 2 tail blocks */
+    for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++) {
+        kvs_wmat alone = kt_rand_wmat(qtypes[t], n, k), in_arena = alone;
+        const size_t bytes = kvs_wmat_packed_bytes(&alone, 1);
+        CHECK(bytes == alone.row_bytes * (size_t)n);
+        CHECK_EQ_INT(kvs_wmat_pack(&alone, 1), 0);
+        uint8_t *arena = aligned_alloc(64, bytes + 128);
+        CHECK(arena != NULL);
+        kvs_wmat_pack_to(&in_arena, arena + 64);
+        CHECK(in_arena.packed == arena + 64);
+        CHECK(memcmp(in_arena.packed, alone.packed, bytes) == 0);
+        float x[576], y0[45], y1[45];
+        kt_rand_vec(x, (size_t)k, 2.0f);
+        mm("best", NULL, &alone, x, 1, y0);
+        mm("best", NULL, &in_arena, x, 1, y1);
+        CHECK_MSG(first_diff(y0, y1, n) < 0, "type %d: arena-packed matmul differs", qtypes[t]);
+        in_arena.packed = NULL;
+        free(arena);
+        kvs_wmat_unpack(&alone);
+        free((void *)alone.data);
+    }
+}
+
 int main(void) {
     RUN(test_packed_equals_scalar);
     RUN(test_batched_rows_equal_m1);
     RUN(test_packed_edges);
     RUN(test_pack_scope);
+    RUN(test_pack_to_arena);
     return kt_summary();
 }

@@ -45,6 +45,17 @@ typedef struct kvs_wmat {
  * doubles the matrix's memory; kvs_wmat_unpack frees it. */
 int kvs_wmat_pack(kvs_wmat *w, int force);
 void kvs_wmat_unpack(kvs_wmat *w);
+/* The same into memory the caller owns (one arena for a model's matrices:
+ * its weights stream as one run of 2 MiB pages in the order a decode step
+ * reads them): kvs_wmat_packed_bytes is the size kvs_wmat_pack would
+ * allocate, 0 where it would not pack; kvs_wmat_pack_to fills dst (that
+ * many bytes, 64-byte aligned) and points w->packed at it. The caller frees
+ * dst (after setting packed to NULL), never kvs_wmat_unpack. */
+size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force);
+void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
+/* bytes of memory (free() it) on 2 MiB pages where it is that large and the
+ * kernel allows it, else 64-byte aligned; NULL if out of memory. */
+void *kvs_huge_alloc(size_t bytes);
 
 /* Bytes of scratch kvs_matmul needs for m activation rows against w
  * (0 for float weights: work may then be NULL). */

@@ -133,7 +133,7 @@ static void pack_tile(int type, int k, size_t rb, const uint8_t *src, uint8_t *d
     }
 }
 
-int kvs_wmat_pack(kvs_wmat *w, int force) {
+size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force) {
     if (w->packed || !packable(w->type) || w->k % KVS_QK || w->n <= 0) return 0;
     /* Only the AVX2 kernels read the packed layout; elsewhere it would be
      * memory for nothing. */
@@ -143,14 +143,12 @@ int kvs_wmat_pack(kvs_wmat *w, int force) {
         return 0;
     const char *env = getenv("KVS_PACK"); /* KVS_PACK=0: GGUF rows (side-by-side benchmarks) */
     if (!force && env && !strcmp(env, "0")) return 0;
-    size_t bytes = w->row_bytes * (size_t)w->n;
-    /* Large copies on 2 MiB pages where the kernel allows it (THP "madvise"
-     * mode is common): a decode step streams every byte once, and with 4 KiB
-     * pages each page costs a TLB miss and stops the hardware prefetcher. */
-    const size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64, rounded = (bytes + align - 1) & ~(align - 1);
-    uint8_t *p = aligned_alloc(align, rounded);
-    if (!p) return -1;
-    if (align == HUGE_PAGE) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    return w->row_bytes * (size_t)w->n;
+}
+
+void kvs_wmat_pack_to(kvs_wmat *w, void *dst) {
+    uint8_t *p = dst;
+    const int q5 = w->type == KVS_TYPE_Q5_0 || w->type == KVS_TYPE_Q5_1;
     const int tiled = q5 ? 0 : w->n & ~(KVS_PACK_TILE - 1); /* rows in whole tiles */
     for (int j = 0; j < tiled; j += KVS_PACK_TILE)
         pack_tile(w->type, w->k, w->row_bytes, (const uint8_t *)w->data + (size_t)j * w->row_bytes,
@@ -161,6 +159,24 @@ int kvs_wmat_pack(kvs_wmat *w, int force) {
         else pack_row(w->type, w->k, src, p + (size_t)j * w->row_bytes);
     }
     w->packed = p;
+}
+
+void *kvs_huge_alloc(size_t bytes) {
+    /* 2 MiB pages where the kernel allows it (THP "madvise" mode is common):
+     * a decode step streams every byte once, and with 4 KiB pages each page
+     * costs a TLB miss and stops the hardware prefetcher. */
+    const size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64, rounded = (bytes + align - 1) & ~(align - 1);
+    void *p = aligned_alloc(align, rounded);
+    if (p && align == HUGE_PAGE) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
+}
+
+int kvs_wmat_pack(kvs_wmat *w, int force) {
+    const size_t bytes = kvs_wmat_packed_bytes(w, force);
+    if (!bytes) return 0;
+    uint8_t *p = kvs_huge_alloc(bytes);
+    if (!p) return -1;
+    kvs_wmat_pack_to(w, p);
     return 0;
 }
 

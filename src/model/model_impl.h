@@ -25,6 +25,7 @@ struct kvs_model {
     const float *output_norm;   /* (n_embd) */
     int tied_output;
     kvs_layer_weights *layers;  /* (n_layer) */
+    void *pack_arena;           /* the packed copies of the streamed matrices (weights.c), or NULL */
     int64_t n_params;
     uint64_t weight_bytes;
     /* kvs_model_memo_*: lazily derived values (see model.h). */

@@ -1,6 +1,7 @@
 /* Weight views into the GGUF mapping, with type and shape checks per tensor. */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -127,19 +128,75 @@ int kvs_model_bind_weights(kvs_model *m) {
 
 /* Repacked copies of the matrices a forward pass streams (kernels/pack.c:
  * same bits, faster decode where the kernels read them; none where they do
- * not). token_embd is only read a row at a time, so a tied output head gets
- * its own packed copy and tok_embd none. A failed allocation leaves a matrix
- * unpacked, which only costs speed. */
-static void for_each_streamed(kvs_model *m, void (*fn)(kvs_wmat *)) {
-    fn(&m->output);
+ * not), in one arena on 2 MiB pages in the order a decode step reads them
+ * (each layer's q, k, v, o, gate, up, down, then the output head): the step
+ * is one stream the hardware prefetchers follow from matrix to matrix, and
+ * SmolLM2's matrices (0.2-0.6 MiB each) no longer sit on 4 KiB pages
+ * (a TLB miss and a prefetcher restart every 4 KiB): 576x576 Q4_1 matrices
+ * streamed one after another 1.13x faster (median of 6 paired runs, one Zen
+ * 3 core). token_embd is only read a row at a time, so a tied output head
+ * gets its own packed copy and tok_embd none. If the arena cannot be had,
+ * each matrix is packed on its own; a failed allocation there leaves a
+ * matrix unpacked, which only costs speed. */
+static void for_each_streamed(kvs_model *m, void (*fn)(kvs_wmat *, void *), void *arg) {
     for (int l = 0; l < m->hp.n_layer && m->layers; l++) {
         kvs_layer_weights *w = &m->layers[l];
         kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) fn(mats[i]);
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) fn(mats[i], arg);
     }
+    fn(&m->output, arg);
 }
 
-static void pack_one(kvs_wmat *w) { (void)kvs_wmat_pack(w, 0); }
+#define PACK_ALIGN 64
 
-void kvs_model_pack_weights(kvs_model *m) { for_each_streamed(m, pack_one); }
-void kvs_model_unpack_weights(kvs_model *m) { for_each_streamed(m, kvs_wmat_unpack); }
+static size_t pack_rounded(const kvs_wmat *w) {
+    return (kvs_wmat_packed_bytes(w, 0) + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1);
+}
+
+static void add_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += pack_rounded(w); }
+
+static void pack_at(kvs_wmat *w, void *arg) {
+    uint8_t **at = arg;
+    const size_t bytes = pack_rounded(w);
+    if (!bytes) return;
+    kvs_wmat_pack_to(w, *at);
+    *at += bytes;
+}
+
+static void pack_alone(kvs_wmat *w, void *arg) {
+    (void)arg;
+    (void)kvs_wmat_pack(w, 0);
+}
+
+static void forget_packed(kvs_wmat *w, void *arg) {
+    (void)arg;
+    w->packed = NULL;
+}
+
+static void unpack_alone(kvs_wmat *w, void *arg) {
+    (void)arg;
+    kvs_wmat_unpack(w);
+}
+
+void kvs_model_pack_weights(kvs_model *m) {
+    size_t total = 0;
+    for_each_streamed(m, add_bytes, &total);
+    if (!total) return;
+    m->pack_arena = kvs_huge_alloc(total);
+    if (!m->pack_arena) {
+        for_each_streamed(m, pack_alone, NULL);
+        return;
+    }
+    uint8_t *at = m->pack_arena;
+    for_each_streamed(m, pack_at, &at);
+}
+
+void kvs_model_unpack_weights(kvs_model *m) {
+    if (!m->pack_arena) {
+        for_each_streamed(m, unpack_alone, NULL);
+        return;
+    }
+    for_each_streamed(m, forget_packed, NULL);
+    free(m->pack_arena);
+    m->pack_arena = NULL;
+}
