@@ -198,12 +198,32 @@ TEST(test_pack_scope) {
  * size kvs_wmat_pack would allocate, the same bytes at any 64-byte offset,
  * the same matmul bits; nothing to pack for float weights. */
 TEST(test_pack_to_arena) {
-    kvs_wmat f = kt_rand_wmat(KVS_TYPE_F16, 4, 64);
+    /* float weights: no packed layout; on the AVX2 path a plain copy in the
+     * arena, read in place of the mapping, with the same bits */
+    kvs_wmat f = kt_rand_wmat(KVS_TYPE_F16, 45, 576), fc = f;
     CHECK(kvs_wmat_packed_bytes(&f, 1) == 0);
+    const size_t fbytes = kvs_wmat_arena_bytes(&f);
+    const char *env = getenv("KVS_PACK");
+    const int avx2_path = kvs_kernels_cpu_level() == 1 && kvs_kernels_simd_allowed() && !(env && !strcmp(env, "0"));
+    CHECK(fbytes == (avx2_path ? f.row_bytes * 45 : 0));
+    if (fbytes) {
+        uint8_t *copy = aligned_alloc(64, fbytes + 64);
+        CHECK(copy != NULL);
+        kvs_wmat_arena_place(&fc, copy);
+        CHECK(fc.data == copy && fc.packed == NULL && memcmp(fc.data, f.data, fbytes) == 0);
+        float x[576], y0[45], y1[45];
+        kt_rand_vec(x, 576, 2.0f);
+        mm("best", NULL, &f, x, 1, y0);
+        mm("best", NULL, &fc, x, 1, y1);
+        CHECK(first_diff(y0, y1, 45) < 0);
+        free(copy);
+    }
     free((void *)f.data);
     const int k = 576, n = 45; /* 5 whole tiles and 5 rows past them, 2 tail blocks */
     for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++) {
         kvs_wmat alone = kt_rand_wmat(qtypes[t], n, k), in_arena = alone;
+        /* the model's arena packs quantized matrices where the path reads them */
+        CHECK(kvs_wmat_arena_bytes(&alone) == (avx2_path ? alone.row_bytes * (size_t)n : 0));
         const size_t bytes = kvs_wmat_packed_bytes(&alone, 1);
         CHECK(bytes == alone.row_bytes * (size_t)n);
         CHECK_EQ_INT(kvs_wmat_pack(&alone, 1), 0);

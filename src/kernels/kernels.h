@@ -53,6 +53,13 @@ void kvs_wmat_unpack(kvs_wmat *w);
  * dst (after setting packed to NULL), never kvs_wmat_unpack. */
 size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force);
 void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
+/* A model's arena (model/weights.c) holds, per streamed matrix, its packed
+ * copy, or on the AVX2 path a plain copy of float weights (read as they are,
+ * but then on 2 MiB pages in decode order): kvs_wmat_arena_bytes is the
+ * size of that (0: the matrix stays where it is), kvs_wmat_arena_place puts
+ * it at dst and points w->packed, or w->data for a copy, there. */
+size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
+void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
 /* bytes of memory (free() it) on 2 MiB pages where it is that large and the
  * kernel allows it, else 64-byte aligned; NULL if out of memory. */
 void *kvs_huge_alloc(size_t bytes);

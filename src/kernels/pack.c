@@ -133,6 +133,11 @@ static void pack_tile(int type, int k, size_t rb, const uint8_t *src, uint8_t *d
     }
 }
 
+static int pack_off_by_env(void) {
+    const char *env = getenv("KVS_PACK"); /* KVS_PACK=0: GGUF rows (side-by-side benchmarks) */
+    return env && !strcmp(env, "0");
+}
+
 size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force) {
     if (w->packed || !packable(w->type) || w->k % KVS_QK || w->n <= 0) return 0;
     /* Only the AVX2 kernels read the packed layout; elsewhere it would be
@@ -141,9 +146,32 @@ size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force) {
     /* (Q5: the AVX2 K-quant kernels, which AVX-512 CPUs run as well) */
     if (!force && !((q5 ? kvs_kernels_cpu_level() >= 1 : kvs_kernels_cpu_level() == 1) && kvs_kernels_simd_allowed()))
         return 0;
-    const char *env = getenv("KVS_PACK"); /* KVS_PACK=0: GGUF rows (side-by-side benchmarks) */
-    if (!force && env && !strcmp(env, "0")) return 0;
+    if (!force && pack_off_by_env()) return 0;
     return w->row_bytes * (size_t)w->n;
+}
+
+/* Float weights, which the AVX2 kernels stream as they are: a plain copy in
+ * the arena still puts them on 2 MiB pages in decode order (SmolLM2 F16
+ * decode ~1.08x at 1 thread on Zen 3; from the GGUF mapping they sit on
+ * 4 KiB file pages). */
+static int copied_in_arena(const kvs_wmat *w) {
+    return (w->type == KVS_TYPE_F16 || w->type == KVS_TYPE_BF16 || w->type == KVS_TYPE_F32) && w->data &&
+           w->n > 0 && kvs_kernels_cpu_level() == 1 && kvs_kernels_simd_allowed() && !pack_off_by_env();
+}
+
+size_t kvs_wmat_arena_bytes(const kvs_wmat *w) {
+    const size_t packed = kvs_wmat_packed_bytes(w, 0);
+    if (packed || w->packed) return packed;
+    return copied_in_arena(w) ? w->row_bytes * (size_t)w->n : 0;
+}
+
+void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
+    if (kvs_wmat_packed_bytes(w, 0)) {
+        kvs_wmat_pack_to(w, dst);
+    } else if (copied_in_arena(w)) {
+        memcpy(dst, w->data, w->row_bytes * (size_t)w->n);
+        w->data = dst;
+    }
 }
 
 void kvs_wmat_pack_to(kvs_wmat *w, void *dst) {

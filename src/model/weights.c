@@ -128,7 +128,7 @@ int kvs_model_bind_weights(kvs_model *m) {
 
 /* Repacked copies of the matrices a forward pass streams (kernels/pack.c:
  * same bits, faster decode where the kernels read them; none where they do
- * not), in one arena on 2 MiB pages in the order a decode step reads them
+ * not; on the AVX2 path plain copies of float weights), in one arena on 2 MiB pages in the order a decode step reads them
  * (each layer's q, k, v, o, gate, up, down, then the output head): the step
  * is one stream the hardware prefetchers follow from matrix to matrix, and
  * SmolLM2's matrices (0.2-0.6 MiB each) no longer sit on 4 KiB pages
@@ -150,7 +150,7 @@ static void for_each_streamed(kvs_model *m, void (*fn)(kvs_wmat *, void *), void
 #define PACK_ALIGN 64
 
 static size_t pack_rounded(const kvs_wmat *w) {
-    return (kvs_wmat_packed_bytes(w, 0) + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1);
+    return (kvs_wmat_arena_bytes(w) + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1);
 }
 
 static void add_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += pack_rounded(w); }
@@ -159,7 +159,7 @@ static void pack_at(kvs_wmat *w, void *arg) {
     uint8_t **at = arg;
     const size_t bytes = pack_rounded(w);
     if (!bytes) return;
-    kvs_wmat_pack_to(w, *at);
+    kvs_wmat_arena_place(w, *at);
     *at += bytes;
 }
 
@@ -170,7 +170,7 @@ static void pack_alone(kvs_wmat *w, void *arg) {
 
 static void forget_packed(kvs_wmat *w, void *arg) {
     (void)arg;
-    w->packed = NULL;
+    w->packed = NULL; /* (a copied matrix's data goes with the model) */
 }
 
 static void unpack_alone(kvs_wmat *w, void *arg) {
