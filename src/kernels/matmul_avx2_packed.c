@@ -20,6 +20,9 @@
  *    and call), one vpmaddwd per 16 weights.
  * Then the canonical float steps: chain c = b % 16 is lane c, the tree, and
  * the tail blocks (nb % 16) in order with the activations in natural order.
+ * Weight rows go by whole tiles of 8 (pack.c): the 8 rows' trees side by
+ * side in one vector (tree16x8), whose lane o then takes row o's tail
+ * blocks from the tile's transposed tails (tail_prep8, tail_rows8).
  */
 #if defined(__x86_64__)
 
@@ -35,7 +38,6 @@
 #include "kernels/avx2_util.h"
 
 #define ROWS 16   /* activation rows per pass over a weight row */
-#define PF_ROWS 8 /* weight rows prefetched ahead (the stream is one pass per step) */
 
 /* A tail block of one activation row: Q = 256 hi + lo as int16 in natural
  * element order (|Q| <= 127 * 257: quant.h), the operand of every tail dot;
