@@ -251,28 +251,21 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
  * is 16 vpmaddwd per block with a broadcast pair of its int16 Q, and lane o
  * is row o's exact integer dot at once (no horizontal sums). */
 static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
-    const int bs = kvs_q_block_bytes(type), nvec = type == KVS_TYPE_Q8_0 ? 8 : 4;
-    /* bytes 0, 1 (or 2, 3) of each dword into its two words: zero-extended
-     * (the low byte of the word) for the u4 quants, sign-extended (the high
-     * byte, then an arithmetic shift) for Q8_0's s8 */
+    const int bs = kvs_q_block_bytes(type), qbytes = type == KVS_TYPE_Q8_0 ? 256 : 128;
+    /* bytes 0, 1 (or 2, 3) of each dword, zero-extended into its two words */
     const __m256i z01 = _mm256_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1,
                                          0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1);
     const __m256i z23 = _mm256_add_epi8(z01, _mm256_setr_epi8(2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0,
                                                               2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0));
-    const __m256i s01 = _mm256_setr_epi8(-1, 0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13,
-                                         -1, 0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13);
-    const __m256i s23 = _mm256_add_epi8(s01, _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2,
-                                                              0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2));
     const __m256i lo4 = _mm256_set1_epi8(0x0f);
     for (int t = 0; t < nt; t++) {
         const uint8_t *p = tt + (size_t)t * KVS_PACK_TILE * bs;
         __m256i *w = wt + 16 * t;
-        for (int v = 0; v < nvec; v++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * v));
-            if (type == KVS_TYPE_Q8_0) { /* dword v: elements 4v .. 4v + 3 */
-                w[2 * v] = _mm256_srai_epi16(_mm256_shuffle_epi8(q, s01), 8);
-                w[2 * v + 1] = _mm256_srai_epi16(_mm256_shuffle_epi8(q, s23), 8);
-            } else { /* low nibbles: elements 4v .. 4v + 3, high: 16 + 4v .. */
+        if (type == KVS_TYPE_Q8_0) { /* pair u: elements 2u, 2u + 1 of the 8 rows, sign-extended at once */
+            for (int u = 0; u < 16; u++) w[u] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * u)));
+        } else {
+            for (int v = 0; v < 4; v++) { /* dword v: low nibbles elements 4v .. 4v + 3, high 16 + 4v .. */
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * v));
                 const __m256i lo = _mm256_and_si256(q, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
                 w[2 * v] = _mm256_shuffle_epi8(lo, z01);
                 w[2 * v + 1] = _mm256_shuffle_epi8(lo, z23);
@@ -280,8 +273,8 @@ static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 
                 w[9 + 2 * v] = _mm256_shuffle_epi8(hi, z23);
             }
         }
-        wd[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 * nvec)));
-        wm[t] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 * nvec + 16)))
+        wd[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + qbytes)));
+        wm[t] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + qbytes + 16)))
                                       : _mm256_setzero_ps();
     }
 }

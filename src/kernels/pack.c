@@ -33,8 +33,8 @@
  *
  *   Q4_0 / Q4_1:  qv[4][8][4]   vector v, lane o = qs dword v of row o
  *                 d[8] (f16)    then, Q4_1 only, m[8] (f16)
- *   Q8_0:         qv[8][8][4]   the same with 8 dwords
- *                 d[8] (f16)
+ *   Q8_0:         qp[16][8][2]  pair u, lane o = elements 2u, 2u + 1 of row o
+ *                 d[8] (f16)    (one vpmovsxbw: the int16 pairs the dot takes)
  *
  * (144, 160 and 272 bytes). Rows past the last whole tile keep their tail
  * blocks after their full groups, in GGUF layout.
@@ -126,7 +126,10 @@ static void pack_tile(int type, int k, size_t rb, const uint8_t *src, uint8_t *d
         uint8_t *out = dst + KVS_PACK_TILE * gbytes + (size_t)t * KVS_PACK_TILE * bs;
         for (int o = 0; o < KVS_PACK_TILE; o++) {
             const uint8_t *blk = src + (size_t)o * rb + (size_t)(ng * 16 + t) * bs;
-            for (int v = 0; v < nvec; v++) memcpy(out + 32 * v + 4 * o, blk + qoff + 4 * v, 4);
+            if (type == KVS_TYPE_Q8_0) /* word pairs: vpmovsxbw gives the int16 pairs at once */
+                for (int u = 0; u < 16; u++) memcpy(out + 16 * u + 2 * o, blk + qoff + 2 * u, 2);
+            else
+                for (int v = 0; v < nvec; v++) memcpy(out + 32 * v + 4 * o, blk + qoff + 4 * v, 4);
             memcpy(out + 32 * nvec + 2 * o, blk, 2); /* d */
             if (type == KVS_TYPE_Q4_1) memcpy(out + 32 * nvec + 16 + 2 * o, blk + 2, 2); /* m */
         }
