@@ -207,7 +207,7 @@ TEST(test_pack_to_arena) {
     const int avx2_path = kvs_kernels_cpu_level() == 1 && kvs_kernels_simd_allowed() && !(env && !strcmp(env, "0"));
     CHECK(fbytes == (avx2_path ? f.row_bytes * 45 : 0));
     if (fbytes) {
-        uint8_t *copy = aligned_alloc(64, fbytes + 64);
+        uint8_t *copy = aligned_alloc(64, (fbytes + 63) & ~(size_t)63); /* (a multiple of the alignment) */
         CHECK(copy != NULL);
         kvs_wmat_arena_place(&fc, copy);
         CHECK(fc.data == copy && fc.packed == NULL && memcmp(fc.data, f.data, fbytes) == 0);
@@ -227,7 +227,7 @@ TEST(test_pack_to_arena) {
         const size_t bytes = kvs_wmat_packed_bytes(&alone, 1);
         CHECK(bytes == alone.row_bytes * (size_t)n);
         CHECK_EQ_INT(kvs_wmat_pack(&alone, 1), 0);
-        uint8_t *arena = aligned_alloc(64, bytes + 128);
+        uint8_t *arena = aligned_alloc(64, (bytes + 64 + 63) & ~(size_t)63);
         CHECK(arena != NULL);
         kvs_wmat_pack_to(&in_arena, arena + 64);
         CHECK(in_arena.packed == arena + 64);
