@@ -42,8 +42,8 @@ AI float tree16_2(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
-/* tree16_2 of 8 rows at once: C[p] holds the chains (lo, hi) of row
- * tree16x8_row[p], i.e. row o sits at position tree16x8_pos[o]; lane o of
+/* tree16_2 of 8 rows at once: C[p] holds the chains (lo, hi) of one row,
+ * row o at position tree16x8_pos[o]; lane o of
  * the result is row o's tree16_2, by the same additions in the same order:
  * a = lo + hi, b_i = a_i + a_{i+4}, c_i = b_i + b_{i+2}, y = c_0 + c_1
  * (128-bit halves swapped between row pairs, then in-lane shuffles). */
@@ -60,21 +60,14 @@ AI __m256 tree16x8(const __m256 C[8][2]) {
     return _mm256_add_ps(_mm256_shuffle_ps(c0, c1, 0x88), _mm256_shuffle_ps(c0, c1, 0xDD));
 }
 
-/* The lane sums of 8 int32 vectors, transposed: H0 lane o = v[o]'s lanes
- * 0-3 summed, H1 lane o = its lanes 4-7 (exact integers; H0 + H1 = each
- * vector's total). */
-/* The same from p[i] = hadd(v[2i], v[2i + 1]) (a caller that adds each pair
- * as soon as it has it keeps fewer vectors live). */
+/* The lane sums of 8 int32 vectors v, transposed, from p[i] = hadd(v[2i],
+ * v[2i + 1]) (a caller that adds each pair as soon as it has it keeps fewer
+ * vectors live): H0 lane o = v[o]'s lanes 0-3 summed, H1 lane o = its lanes
+ * 4-7 (exact integers; H0 + H1 = each vector's total). */
 AI void hsum8_pairs(const __m256i p[4], __m256i *H0, __m256i *H1) {
     __m256i a = _mm256_hadd_epi32(p[0], p[1]), b = _mm256_hadd_epi32(p[2], p[3]);
     *H0 = _mm256_permute2x128_si256(a, b, 0x20);
     *H1 = _mm256_permute2x128_si256(a, b, 0x31);
-}
-
-AI void hsum8_halves(const __m256i v[8], __m256i *H0, __m256i *H1) {
-    const __m256i p[4] = {_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]), _mm256_hadd_epi32(v[4], v[5]),
-                          _mm256_hadd_epi32(v[6], v[7])};
-    hsum8_pairs(p, H0, H1);
 }
 
 /* 8 x 8 transpose of 32-bit lanes: out[v] lane o = in[o] lane v. */

@@ -230,8 +230,8 @@ typedef struct xoct {
 /* Half sums of the octet's cnt blocks: H0 lane l = half 0 of block b0 + l,
  * H1 half 1 (lanes >= cnt: 0). */
 AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m256i *H1) {
-    /* hsum8_halves, each pair of block sums added as soon as it is made
-     * (fewer live registers than all eight first) */
+    /* each pair of block sums added as soon as it is made (fewer live
+     * registers than all eight first), then hsum8_pairs */
     __m256i p[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
@@ -242,31 +242,10 @@ AI void octet_sums(const octet *w, int cnt, const int8_t *xq, __m256i *H0, __m25
     hsum8_pairs(p, H0, H1);
 }
 
-/* 8x8 transpose of dwords: out[r] lane l = dword r of in[l]. Turns an
- * octet's blocks (vector = block) into lanes (vector r = elements
- * 4r..4r+3 of every block, lane l = block l). */
-AI void transpose8(const __m256i in[8], __m256i out[8]) {
-    __m256i t[8], u[8];
-    for (int p = 0; p < 2; p++) {
-        const __m256i *q = in + 4 * p;
-        t[4 * p + 0] = _mm256_unpacklo_epi32(q[0], q[1]);
-        t[4 * p + 1] = _mm256_unpackhi_epi32(q[0], q[1]);
-        t[4 * p + 2] = _mm256_unpacklo_epi32(q[2], q[3]);
-        t[4 * p + 3] = _mm256_unpackhi_epi32(q[2], q[3]);
-        u[4 * p + 0] = _mm256_unpacklo_epi64(t[4 * p + 0], t[4 * p + 2]); /* dwords 0, 4 */
-        u[4 * p + 1] = _mm256_unpackhi_epi64(t[4 * p + 0], t[4 * p + 2]); /* 1, 5 */
-        u[4 * p + 2] = _mm256_unpacklo_epi64(t[4 * p + 1], t[4 * p + 3]); /* 2, 6 */
-        u[4 * p + 3] = _mm256_unpackhi_epi64(t[4 * p + 1], t[4 * p + 3]); /* 3, 7 */
-    }
-    for (int r = 0; r < 4; r++) {
-        out[r] = _mm256_permute2x128_si256(u[r], u[4 + r], 0x20);
-        out[r + 4] = _mm256_permute2x128_si256(u[r], u[4 + r], 0x31);
-    }
-}
-
 /* octet_sums on the lane layout (several activation rows): the weight
- * octet transposed (transpose8), the activations likewise (the quantizer's
- * lane layout: hi plane vec r at xo + 32 r, lo plane at xo + 256 + 32 r).
+ * octet transposed (transpose8_epi32: a vector per block becomes a lane per
+ * block), the activations likewise (the quantizer's lane layout: hi plane
+ * vec r at xo + 32 r, lo plane at xo + 256 + 32 r).
  * Lane l accumulates block l directly: two vpmaddubsw per plane summed in
  * int16 (pairs <= 2 * 63 * 127, two of them <= 32004), widened once; no
  * horizontal step. */
@@ -472,11 +451,11 @@ AI void unpack_pair(const uint8_t *ra, size_t row_bytes, int nb, int pair, int p
         octet t;
         unpack_octet(sh.type, ra, 8 * o, cnt, packed, &t);
         bufa[o] = t;
-        transpose8(t.qu, bufa[o].qu);
+        transpose8_epi32(t.qu, bufa[o].qu);
         if (pair) {
             unpack_octet(sh.type, ra + row_bytes, 8 * o, cnt, packed, &t);
             bufb[o] = t;
-            transpose8(t.qu, bufb[o].qu);
+            transpose8_epi32(t.qu, bufb[o].qu);
         }
     }
     if (nb % 8 > 0 && nb % 8 <= 4) merge_tails(&bufa[no - 1], pair ? &bufb[no - 1] : &bufa[no - 1]);
@@ -604,9 +583,9 @@ static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
             }
         }
         __m256i t[8];
-        transpose8(hi, t);
+        transpose8_epi32(hi, t);
         for (int r = 0; r < 8; r++) _mm256_storeu_si256(dst + r, t[r]);
-        transpose8(lo, t);
+        transpose8_epi32(lo, t);
         for (int r = 0; r < 8; r++) _mm256_storeu_si256(dst + 8 + r, t[r]);
     }
 }
