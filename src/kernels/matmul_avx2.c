@@ -217,47 +217,43 @@ AI float finish_f(__m256 lo, __m256 hi, const float *x, const uint8_t *row, int 
     return kvs_tree16(acc);
 }
 
-static float dot_f(const kvs_wmat *w, int j, const float *x) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-    int k = w->k, type = w->type;
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    int e = 0;
-    for (; e + 16 <= k; e += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + e), load_w8(row, e, type), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + e + 8), load_w8(row, e + 8, type), hi);
-    }
-    return finish_f(lo, hi, x, row, e, k, type);
-}
-
-/* Float weights, several activation rows (prefill, batched decode): tiles
- * of FR activation rows x FC weight rows, each output's two chains (dot_f's,
- * same order) in registers, 12 accumulators. Per 16 elements a tile loads
- * FR + FC vectors per half for FR * FC fmas, where one row at a time loads
- * two per fma (the loads, not the fmas, bound that loop). F16 / BF16
- * weights are widened as they are read (a vcvtph2ps per vector, no widened
- * copy); the chunk's weight rows stay in L1 / L2 while the activation rows
- * pass once per chunk (a pass per four weight rows streamed them from L3).
- * Tail and tree per output as dot_f. F16 576x576, m = 512, one Zen 3 core:
- * 7.3 -> 4.7 ms. */
+/* Float weights: tiles of FR activation rows x FC weight rows, each
+ * output's two chains (chain = e % 16, the reference's order) in registers,
+ * 12 accumulators. Per 16 elements a tile loads FR + FC vectors per half for
+ * FR * FC fmas, where one row at a time loads two per fma (the loads, not
+ * the fmas, bound that loop). F16 / BF16 weights are widened as they are
+ * read (a vcvtph2ps per vector, no widened copy); the chunk's weight rows
+ * stay in L1 / L2 while the activation rows pass once per chunk (a pass per
+ * four weight rows streamed them from L3). Tail and tree per output as
+ * finish_f. F16 576x576, m = 512, one Zen 3 core: 7.3 -> 4.7 ms. */
 #define FR 3 /* activation rows per tile */
 #define FC 2 /* weight rows per tile */
+/* Decode's software prefetch distance per stream: measured on Zen 3, SmolLM2
+ * F16 at 1 thread, 0 / 1 / 2 KiB: 47 / 53 / 49 tok/s (medians). */
+#define F_PREFETCH 1024
 
-/* y[r * ldy + c] = x_r . row_c for r < mr, c < nc (x rows k apart). */
-AI void tile_f(const uint8_t *row0, size_t row_bytes, const float *x, int k, float *y, size_t ldy, int mr,
-               int nc, int type) {
+/* y[r * ldy + c * ystep] = x_r . (weight row c at row0 + c * wstep) for
+ * r < mr, c < nc (x rows k apart). */
+AI void tile_f(const uint8_t *row0, size_t wstep, const float *x, int k, float *y, size_t ldy, size_t ystep,
+               int mr, int nc, int type) {
     __m256 C[FR][FC][2];
 #pragma GCC unroll 3
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
         for (int c = 0; c < nc; c++) C[r][c][0] = C[r][c][1] = _mm256_setzero_ps();
+    const int esz = type == KVS_TYPE_F32 ? 4 : 2;
     int e = 0;
     for (; e + 16 <= k; e += 16) {
+        if (mr == 1 && (e * esz & 63) == 0) /* one activation row (decode, see matmul_cols_f): a line per stream per line */
+#pragma GCC unroll 2
+            for (int c = 0; c < nc; c++)
+                _mm_prefetch((const char *)row0 + (size_t)c * wstep + (size_t)e * esz + F_PREFETCH, _MM_HINT_T0);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256 W[FC];
 #pragma GCC unroll 2
             for (int c = 0; c < nc; c++) {
-                W[c] = load_w8(row0 + (size_t)c * row_bytes, e + 8 * h, type);
+                W[c] = load_w8(row0 + (size_t)c * wstep, e + 8 * h, type);
                 if (type == KVS_TYPE_F32) __asm__("" : "+x"(W[c])); /* a register, as xv below */
             }
 #pragma GCC unroll 3
@@ -275,35 +271,50 @@ AI void tile_f(const uint8_t *row0, size_t row_bytes, const float *x, int k, flo
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
         for (int c = 0; c < nc; c++)
-            y[(size_t)r * ldy + c] =
-                finish_f(C[r][c][0], C[r][c][1], x + (size_t)r * k, row0 + (size_t)c * row_bytes, e, k, type);
+            y[(size_t)r * ldy + (size_t)c * ystep] =
+                finish_f(C[r][c][0], C[r][c][1], x + (size_t)r * k, row0 + (size_t)c * wstep, e, k, type);
 }
 
-#define TF_TYPES(mr, nc)                                                                      \
-    case (mr) * 4 + (nc):                                                                     \
-        if (type == KVS_TYPE_F32) tile_f(row0, row_bytes, x, k, y, ldy, mr, nc, KVS_TYPE_F32); \
-        else if (type == KVS_TYPE_F16) tile_f(row0, row_bytes, x, k, y, ldy, mr, nc, KVS_TYPE_F16); \
-        else tile_f(row0, row_bytes, x, k, y, ldy, mr, nc, KVS_TYPE_BF16);                    \
+#define TF_TYPES(mr, nc)                                                                                     \
+    case (mr) * 4 + (nc):                                                                                    \
+        if (type == KVS_TYPE_F32) tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_F32);            \
+        else if (type == KVS_TYPE_F16) tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_F16);       \
+        else tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_BF16);                                \
         break;
 
-static void tile_f_any(const uint8_t *row0, size_t row_bytes, const float *x, int k, float *y, size_t ldy,
-                       int mr, int nc, int type) {
+static void tile_f_any(const uint8_t *row0, size_t wstep, const float *x, int k, float *y, size_t ldy,
+                       size_t ystep, int mr, int nc, int type) {
     switch (mr * 4 + nc) {
         TF_TYPES(1, 1) TF_TYPES(1, 2) TF_TYPES(2, 1) TF_TYPES(2, 2) TF_TYPES(3, 1) TF_TYPES(3, 2)
     }
 }
 
 /* Columns j0 .. j1 - 1 for every activation row: the rows outside, so each
- * meets the chunk's weight rows while they are cached. */
+ * meets the chunk's weight rows while they are cached. One activation row
+ * (a decode step) instead pairs weight row j with row j + h of the chunk's
+ * other half: two streams far apart, each a line prefetched ahead, read a
+ * Zen 3 core's DRAM ~1.3x faster than one (bench/roofline_probe reads four
+ * such streams for the same reason), where two neighbouring rows were a
+ * third slower than one (measured, SmolLM2 F16 decode). */
 static void matmul_cols_f(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     const int k = w->k, n = w->n;
+    const uint8_t *data = (const uint8_t *)w->data;
+    if (c->m == 1) {
+        const int h = (j1 - j0) / 2;
+        for (int j = j0; j < j0 + h; j++)
+            tile_f_any(data + (size_t)j * w->row_bytes, (size_t)h * w->row_bytes, c->x, k, c->y + j, 0, (size_t)h, 1, 2,
+                       w->type);
+        if ((j1 - j0) % 2)
+            tile_f_any(data + (size_t)(j1 - 1) * w->row_bytes, 0, c->x, k, c->y + j1 - 1, 0, 0, 1, 1, w->type);
+        return;
+    }
     for (int i = 0; i < c->m; i += FR) {
         int mr = c->m - i < FR ? c->m - i : FR;
         for (int j = j0; j < j1; j += FC) {
             int nc = j1 - j < FC ? j1 - j : FC;
-            tile_f_any((const uint8_t *)w->data + (size_t)j * w->row_bytes, w->row_bytes, c->x + (size_t)i * k, k,
-                       c->y + (size_t)i * n + j, n, mr, nc, w->type);
+            tile_f_any(data + (size_t)j * w->row_bytes, w->row_bytes, c->x + (size_t)i * k, k, c->y + (size_t)i * n + j,
+                       n, 1, mr, nc, w->type);
         }
     }
 }
@@ -331,13 +342,8 @@ static void avx2_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
 static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     int m = c->m, n = w->n;
-    if (!c->xq && m > 1) {
-        matmul_cols_f(c, j0, j1);
-        return;
-    }
     if (!c->xq) {
-        for (int i = 0; i < m; i++)
-            for (int j = j0; j < j1; j++) c->y[(size_t)i * n + j] = dot_f(w, j, c->x + (size_t)i * w->k);
+        matmul_cols_f(c, j0, j1);
         return;
     }
     if (kvs_avx2_matmul_packed(c, j0, j1)) return;
