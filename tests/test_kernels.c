@@ -241,13 +241,16 @@ TEST(test_matmul_simd_equals_scalar) {
     printf("  %d SIMD/scalar matmul comparisons\n", compared);
 }
 
-/* Float weights, one activation row (a decode step), on one and two
- * threads: the AVX2 path pairs row j with row j + h of its column chunk
- * (two streams), so every chunk length (even, odd, 1) and every split of
- * the columns between threads must give the scalar bytes. */
+/* Float weights, one activation row (a decode step) or a few (a batched
+ * step), on one and two threads: the AVX2 path pairs row j with row j + h
+ * of its column chunk at m = 1 (two streams) and walks long chunks (the
+ * decode chunks) in blocks of 32 columns at m < 16, so every chunk length
+ * (even, odd, 1), block split and split of the columns between threads must
+ * give the scalar bytes. */
 TEST(test_matmul_float_decode_chunks) {
     const int ks[] = {16, 576, 583};
     const int ns[] = {1, 2, 3, 16, 33, 100, 577};
+    const int ms[] = {1, 2, 5, 8};
     kvs_pool *pool = kvs_pool_new(2);
     CHECK(pool != NULL);
     int compared = 0;
@@ -255,23 +258,26 @@ TEST(test_matmul_float_decode_chunks) {
         if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
         for (int t = 0; t < 3; t++) /* all_types' float entries */
             for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
-                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-                    const int k = ks[ki], n = ns[ni];
-                    kvs_wmat w = kt_rand_wmat(all_types[t], n, k);
-                    float *x = xmalloc(sizeof(float) * k), *y0 = xmalloc(sizeof(float) * n), *y1 = xmalloc(sizeof(float) * n);
-                    kt_rand_vec(x, (size_t)k, 2.0f);
-                    void *work = xmalloc(kvs_matmul_work_size(&w, 1));
-                    kvs_kernels_set_isa("scalar");
-                    kvs_matmul(NULL, &w, x, 1, y0, work);
-                    kvs_kernels_set_isa(simd_isas[s]);
-                    for (int th = 0; th < 2; th++, compared++) {
-                        memset(y1, 0xff, sizeof(float) * n);
-                        kvs_matmul(th ? pool : NULL, &w, x, 1, y1, work);
-                        CHECK_MSG(memcmp(y0, y1, sizeof(float) * n) == 0, "%s type %d k %d n %d threads %d: differs",
-                                  simd_isas[s], all_types[t], k, n, th + 1);
+                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                        const int k = ks[ki], n = ns[ni], m = ms[mi];
+                        kvs_wmat w = kt_rand_wmat(all_types[t], n, k);
+                        float *x = xmalloc(sizeof(float) * m * k);
+                        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+                        kt_rand_vec(x, (size_t)m * k, 2.0f);
+                        void *work = xmalloc(kvs_matmul_work_size(&w, m));
+                        kvs_kernels_set_isa("scalar");
+                        kvs_matmul(NULL, &w, x, m, y0, work);
+                        kvs_kernels_set_isa(simd_isas[s]);
+                        for (int th = 0; th < 2; th++, compared++) {
+                            memset(y1, 0xff, sizeof(float) * m * n);
+                            kvs_matmul(th ? pool : NULL, &w, x, m, y1, work);
+                            CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0,
+                                      "%s type %d k %d n %d m %d threads %d: differs", simd_isas[s], all_types[t], k, n,
+                                      m, th + 1);
+                        }
+                        free(x); free(y0); free(y1); free(work); free((void *)w.data);
                     }
-                    free(x); free(y0); free(y1); free(work); free((void *)w.data);
-                }
     }
     kvs_pool_free(pool);
     kvs_kernels_set_isa("best");

@@ -267,9 +267,14 @@ static int mm_rows(const kvs_isa *isa, const kvs_wmat *w, int m) {
 
 /* Small m: bigger chunks (less counter traffic); the work per chunk is what
  * matters, not its column count. Decode: kvs_decode_cols. */
-static int mm_cols(const kvs_isa *isa, int m, int n, int nth) {
+static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
+    const int n = w->n;
 #if defined(__x86_64__)
     if (isa == &kvs_isa_amx) return 32; /* one weight panel (two B tiles) */
+    /* AVX2 float weights, a few rows (batched decode): long runs of a
+     * thread's own columns, blocked inside (matmul_cols_f), so the block it
+     * prefetches while it computes is its own */
+    if (isa == &kvs_isa_avx2 && m < 16 && !kvs_wtype_is_quant(w->type)) return kvs_decode_cols(n, nth);
 #endif
     return m == 1 ? kvs_decode_cols(n, nth) : m < 16 ? 32 : 16;
 }
@@ -283,7 +288,7 @@ void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float 
     mm_task t = {.isa = mm_isa(w, m)};
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
     if (kvs_wtype_is_quant(w->type)) mm_quantize(pool, &t, work);
-    t.cols = mm_cols(t.isa, m, w->n, kvs_pool_size(pool));
+    t.cols = mm_cols(t.isa, w, m, kvs_pool_size(pool));
     t.rows = mm_rows(t.isa, w, m);
     kvs_pool_for(pool, mm_nchunks(&t), mm_chunk, &t);
 }
@@ -334,7 +339,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
         mm_task *t = &mt.t[i];
         t->isa = isa;
         t->call = (kvs_mm_call){.w = ws[i], .x = x, .m = m, .y = ys[i]};
-        t->cols = mm_cols(isa, m, ws[i]->n, kvs_pool_size(pool));
+        t->cols = mm_cols(isa, ws[i], m, kvs_pool_size(pool));
         t->rows = mm_rows(isa, ws[i], m);
         if (kvs_wtype_is_quant(ws[i]->type)) {
             if (i == 0) mm_quantize(pool, t, work);
