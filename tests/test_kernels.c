@@ -191,25 +191,27 @@ TEST(test_matmul_ref_vs_double) {
     kvs_kernels_set_isa("best");
 }
 
-/* One random (type, k, n, m) matmul on ISA path isa and on the scalar
- * reference; a failure if the bytes differ, naming the first. zero_first:
- * x[0] = 0 (an all-small block edge). */
-static void matmul_vs_scalar(const char *isa, int type, int k, int n, int m, int zero_first) {
+/* One random (type, k, n, m) matmul on ISA path isa (on pool's threads, or
+ * the caller's with NULL) and on the scalar reference; a failure if the
+ * bytes differ, naming the first. zero_first: x[0] = 0 (an all-small block
+ * edge). */
+static void matmul_vs_scalar(const char *isa, kvs_pool *pool, int type, int k, int n, int m, int zero_first) {
     kvs_wmat w = kt_rand_wmat(type, n, k);
     float *x = xmalloc(sizeof(float) * m * k);
     float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
     kt_rand_vec(x, (size_t)m * k, 2.0f);
     if (zero_first) x[0] = 0.0f;
     void *work = xmalloc(kvs_matmul_work_size(&w, m));
+    memset(y1, 0xff, sizeof(float) * m * n);
     kvs_kernels_set_isa(isa);
-    kvs_matmul(NULL, &w, x, m, y1, work);
+    kvs_matmul(pool, &w, x, m, y1, work);
     kvs_kernels_set_isa("scalar");
     kvs_matmul(NULL, &w, x, m, y0, work);
     if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
         int bad = 0;
         while (y0[bad] == y1[bad]) bad++;
-        fprintf(stderr, "  %s type %d k %d n %d m %d: y[%d] %.9g vs scalar %.9g\n", isa, type, k, n, m, bad,
-                y1[bad], y0[bad]);
+        fprintf(stderr, "  %s type %d k %d n %d m %d threads %d: y[%d] %.9g vs scalar %.9g\n", isa, type, k, n, m,
+                pool ? kvs_pool_size(pool) : 1, bad, y1[bad], y0[bad]);
         kt_test_failed++;
     }
     free(x); free(y0); free(y1); free(work); free((void *)w.data);
@@ -235,10 +237,28 @@ TEST(test_matmul_simd_equals_scalar) {
             for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
                 for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
                     for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++, compared++)
-                        matmul_vs_scalar(simd_isas[s], all_types[t], ks[ki], ns[ni], ms[mi], ki == 0);
+                        matmul_vs_scalar(simd_isas[s], NULL, all_types[t], ks[ki], ns[ni], ms[mi], ki == 0);
     }
     kvs_kernels_set_isa("best");
     printf("  %d SIMD/scalar matmul comparisons\n", compared);
+}
+
+/* Every SIMD path against the scalar reference on float weights (F32, F16,
+ * BF16) of each k x n x m shape given, on the caller's thread and, with a
+ * pool, on its threads too; returns the comparisons made. */
+static int float_shapes_vs_scalar(const int *ks, int nk, const int *ns, int nn, const int *ms, int nm, kvs_pool *pool) {
+    int compared = 0;
+    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+        for (int t = 0; t < 3; t++) /* all_types' float entries */
+            for (int ki = 0; ki < nk; ki++)
+                for (int ni = 0; ni < nn; ni++)
+                    for (int mi = 0; mi < nm; mi++)
+                        for (int th = 0; th < (pool ? 2 : 1); th++, compared++)
+                            matmul_vs_scalar(simd_isas[s], th ? pool : NULL, all_types[t], ks[ki], ns[ni], ms[mi], 0);
+    }
+    kvs_kernels_set_isa("best");
+    return compared;
 }
 
 /* Float weights, one activation row (a decode step) or a few (a batched
@@ -253,34 +273,8 @@ TEST(test_matmul_float_decode_chunks) {
     const int ms[] = {1, 2, 5, 8};
     kvs_pool *pool = kvs_pool_new(2);
     CHECK(pool != NULL);
-    int compared = 0;
-    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
-        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
-        for (int t = 0; t < 3; t++) /* all_types' float entries */
-            for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
-                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
-                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
-                        const int k = ks[ki], n = ns[ni], m = ms[mi];
-                        kvs_wmat w = kt_rand_wmat(all_types[t], n, k);
-                        float *x = xmalloc(sizeof(float) * m * k);
-                        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
-                        kt_rand_vec(x, (size_t)m * k, 2.0f);
-                        void *work = xmalloc(kvs_matmul_work_size(&w, m));
-                        kvs_kernels_set_isa("scalar");
-                        kvs_matmul(NULL, &w, x, m, y0, work);
-                        kvs_kernels_set_isa(simd_isas[s]);
-                        for (int th = 0; th < 2; th++, compared++) {
-                            memset(y1, 0xff, sizeof(float) * m * n);
-                            kvs_matmul(th ? pool : NULL, &w, x, m, y1, work);
-                            CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0,
-                                      "%s type %d k %d n %d m %d threads %d: differs", simd_isas[s], all_types[t], k, n,
-                                      m, th + 1);
-                        }
-                        free(x); free(y0); free(y1); free(work); free((void *)w.data);
-                    }
-    }
+    int compared = float_shapes_vs_scalar(ks, 3, ns, 7, ms, 4, pool);
     kvs_pool_free(pool);
-    kvs_kernels_set_isa("best");
     CHECK(compared > 0);
     printf("  %d float-weight decode comparisons\n", compared);
 }
@@ -294,16 +288,7 @@ TEST(test_matmul_float_k_tails) {
     const int ks[] = {7, 16, 40, 583, 2071};
     const int ns[] = {1, 3, 17};
     const int ms[] = {1, 2, 3, 4, 7, 12, 13, 31};
-    int compared = 0;
-    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
-        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
-        for (int t = 0; t < 3; t++) /* all_types' float entries */
-            for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
-                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
-                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++, compared++)
-                        matmul_vs_scalar(simd_isas[s], all_types[t], ks[ki], ns[ni], ms[mi], 0);
-    }
-    kvs_kernels_set_isa("best");
+    int compared = float_shapes_vs_scalar(ks, 5, ns, 3, ms, 8, NULL);
     CHECK(compared > 0);
     printf("  %d float-weight tail comparisons\n", compared);
 }
@@ -725,23 +710,7 @@ TEST(test_matmul_amx_equals_scalar) {
             }
     /* enough rows that the call is split into row blocks (each block's
      * activations sized for L2, dispatch.c): 200 rows at k = 2048 */
-    for (size_t t = 0; t < 2; t++) {
-        const int m = 200, k = 2048, n = 33;
-        kvs_wmat w = kt_rand_wmat(qtypes[t], n, k);
-        float *x = xmalloc(sizeof(float) * m * k);
-        float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
-        kt_rand_vec(x, (size_t)m * k, 2.0f);
-        void *work = xmalloc(kvs_matmul_work_size(&w, m));
-        kvs_kernels_set_isa("scalar");
-        kvs_matmul(NULL, &w, x, m, y0, work);
-        kvs_kernels_set_isa("amx");
-        memset(y1, 0xff, sizeof(float) * m * n);
-        kvs_matmul(pool, &w, x, m, y1, work);
-        CHECK_MSG(memcmp(y0, y1, sizeof(float) * m * n) == 0, "amx type %d m %d k %d: row blocks differ",
-                  qtypes[t], m, k);
-        compared++;
-        free(x); free(y0); free(y1); free(work); free((void *)w.data);
-    }
+    for (size_t t = 0; t < 2; t++, compared++) matmul_vs_scalar("amx", pool, qtypes[t], 2048, 33, 200, 0);
     kvs_pool_free(pool);
     kvs_kernels_set_isa("best");
     printf("  %d AMX/scalar matmul comparisons\n", compared);
