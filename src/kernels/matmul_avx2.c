@@ -234,9 +234,11 @@ AI float finish_f(__m256 lo, __m256 hi, const float *x, const uint8_t *row, int 
 #define F_BLOCK 32 /* columns every activation row meets while they are in L1 / L2 */
 
 /* y[r * ldy + c * ystep] = x_r . (weight row c at row0 + c * wstep) for
- * r < mr, c < nc (x rows k apart). */
+ * r < mr, c < nc (x rows k apart). stream: one activation row whose weight
+ * rows are streams of their own (decode, matmul_cols_f), each prefetched
+ * F_PREFETCH ahead. */
 AI void tile_f(const uint8_t *row0, size_t wstep, const float *x, int k, float *y, size_t ldy, size_t ystep,
-               int mr, int nc, int type) {
+               int mr, int nc, int type, int stream) {
     __m256 C[FR][FC][2];
 #pragma GCC unroll 3
     for (int r = 0; r < mr; r++)
@@ -245,7 +247,7 @@ AI void tile_f(const uint8_t *row0, size_t wstep, const float *x, int k, float *
     const int esz = type == KVS_TYPE_F32 ? 4 : 2;
     int e = 0;
     for (; e + 16 <= k; e += 16) {
-        if (mr == 1 && (e * esz & 63) == 0) /* one activation row (decode, see matmul_cols_f): a line per stream per line */
+        if (mr == 1 && stream && (e * esz & 63) == 0) /* a line per stream per line read */
 #pragma GCC unroll 2
             for (int c = 0; c < nc; c++)
                 _mm_prefetch((const char *)row0 + (size_t)c * wstep + (size_t)e * esz + F_PREFETCH, _MM_HINT_T0);
@@ -278,13 +280,13 @@ AI void tile_f(const uint8_t *row0, size_t wstep, const float *x, int k, float *
 
 #define TF_TYPES(mr, nc)                                                                                     \
     case (mr) * 4 + (nc):                                                                                    \
-        if (type == KVS_TYPE_F32) tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_F32);            \
-        else if (type == KVS_TYPE_F16) tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_F16);       \
-        else tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_BF16);                                \
+        if (type == KVS_TYPE_F32) tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_F32, stream);    \
+        else if (type == KVS_TYPE_F16) tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_F16, stream); \
+        else tile_f(row0, wstep, x, k, y, ldy, ystep, mr, nc, KVS_TYPE_BF16, stream);                        \
         break;
 
 static void tile_f_any(const uint8_t *row0, size_t wstep, const float *x, int k, float *y, size_t ldy,
-                       size_t ystep, int mr, int nc, int type) {
+                       size_t ystep, int mr, int nc, int type, int stream) {
     switch (mr * 4 + nc) {
         TF_TYPES(1, 1) TF_TYPES(1, 2) TF_TYPES(2, 1) TF_TYPES(2, 2) TF_TYPES(3, 1) TF_TYPES(3, 2)
     }
@@ -305,9 +307,9 @@ static void matmul_cols_f(const kvs_mm_call *c, int j0, int j1) {
         const int h = (j1 - j0) / 2;
         for (int j = j0; j < j0 + h; j++)
             tile_f_any(data + (size_t)j * w->row_bytes, (size_t)h * w->row_bytes, c->x, k, c->y + j, 0, (size_t)h, 1, 2,
-                       w->type);
+                       w->type, 1);
         if ((j1 - j0) % 2)
-            tile_f_any(data + (size_t)(j1 - 1) * w->row_bytes, 0, c->x, k, c->y + j1 - 1, 0, 0, 1, 1, w->type);
+            tile_f_any(data + (size_t)(j1 - 1) * w->row_bytes, 0, c->x, k, c->y + j1 - 1, 0, 0, 1, 1, w->type, 1);
         return;
     }
     for (int b0 = j0; b0 < j1; b0 += F_BLOCK) {
@@ -328,7 +330,7 @@ static void matmul_cols_f(const kvs_mm_call *c, int j0, int j1) {
                 int nc = b1 - j < FC ? b1 - j : FC;
                 for (size_t b = 0; b < pf_step && pf < pf_end; b += 64, pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
                 tile_f_any(data + (size_t)j * w->row_bytes, w->row_bytes, c->x + (size_t)i * k, k,
-                           c->y + (size_t)i * n + j, n, 1, mr, nc, w->type);
+                           c->y + (size_t)i * n + j, n, 1, mr, nc, w->type, 0);
             }
         }
     }
