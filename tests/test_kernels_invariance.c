@@ -159,6 +159,24 @@ TEST(test_matmul_multi_equals_separate) {
     kvs_pool_free(pool);
 }
 
+/* A random KV cache of kvn elements per tensor: f16 (kv_type 0) or f32. */
+typedef struct rand_kv {
+    void *k, *v;
+} rand_kv;
+
+static rand_kv rand_kv_new(size_t kvn, int kv_type) {
+    float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
+    kt_rand_vec(kf, kvn, 2.0f);
+    kt_rand_vec(vf, kvn, 1.0f);
+    if (kv_type != 0) return (rand_kv){kf, vf};
+    rand_kv kv = {xmalloc(kvn * 2), xmalloc(kvn * 2)};
+    kvs_f32_to_f16_row(kf, kv.k, (int)kvn);
+    kvs_f32_to_f16_row(vf, kv.v, (int)kvn);
+    free(kf);
+    free(vf);
+    return kv;
+}
+
 /* Attention: tokens of one sequence (positions start..start+m-1) computed in
  * one call, one per call, in random chunks, and on 1..4 threads. */
 TEST(test_attention_invariance) {
@@ -171,18 +189,10 @@ TEST(test_attention_invariance) {
         for (int kv_type = 0; kv_type <= 1; kv_type++) {
             size_t kvn = (size_t)n_kv * n_ctx * hd, qn = (size_t)m * n_head * hd;
             float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
-            float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
             int32_t *pos = xmalloc(m * 4);
             kt_rand_vec(q, qn, 2.0f);
-            kt_rand_vec(kf, kvn, 2.0f);
-            kt_rand_vec(vf, kvn, 1.0f);
-            void *k = kf, *v = vf;
-            if (kv_type == 0) {
-                k = xmalloc(kvn * 2);
-                v = xmalloc(kvn * 2);
-                kvs_f32_to_f16_row(kf, k, (int)kvn);
-                kvs_f32_to_f16_row(vf, v, (int)kvn);
-            }
+            const rand_kv kv = rand_kv_new(kvn, kv_type);
+            const void *k = kv.k, *v = kv.v;
             for (int t = 0; t < m; t++) pos[t] = start + t;
             void *work = xmalloc(kvs_attention_work_size(4, n_ctx));
             float scale = 0.125f;
@@ -211,13 +221,59 @@ TEST(test_attention_invariance) {
             }
 #undef ATTN
             checked++;
-            free(work); free(q); free(ref); free(out); free(kf); free(vf); free(pos);
-            if (kv_type == 0) { free(k); free(v); }
+            free(work); free(q); free(ref); free(out); free(pos); free(kv.k); free(kv.v);
         }
     }
     kvs_kernels_set_isa("best");
     for (int t = 2; t <= 4; t++) kvs_pool_free(pools[t]);
     printf("  %d attention configurations\n", checked);
+}
+
+/* One decode token at long context on 2 and 4 threads, where the (token, kv
+ * head) units leave threads idle (fewer kv heads than threads) and a path
+ * may split one kv head's keys, rows and dims across threads (kvs_isa's
+ * attention_split_*): the bits of the scalar path on one thread, for groups of 1 to 16 rows (row units of
+ * 4 and a remainder), head_dim 32 to 256, windows, f16 and f32 caches. */
+TEST(test_attention_decode_split) {
+    struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
+        {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
+        {4, 1, 256, 900, 899, 0},  {7, 1, 32, 1030, 1029, 0}, {16, 1, 64, 600, 599, 0},
+        {8, 2, 128, 800, 777, 0},  {9, 3, 64, 1100, 1000, 600}, {4, 1, 256, 1300, 1290, 512},
+    };
+    kvs_pool *pools[5] = {NULL, NULL, kvs_pool_new(2), NULL, kvs_pool_new(4)};
+    int checked = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+            const int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, ctx = cases[ci].ctx;
+            size_t kvn = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd;
+            float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+            kt_rand_vec(q, qn, 2.0f);
+            const rand_kv kv = rand_kv_new(kvn, kv_type);
+            const void *k = kv.k, *v = kv.v;
+            const int32_t pos = cases[ci].pos;
+            void *work = xmalloc(kvs_attention_work_size(4, ctx));
+#define ATTN(pool, dst)                                                                                        \
+    kvs_attention_window(pool, dst, q, &pos, 1, k, v, kv_type, nh, nkv, hd, ctx, 0.125f, cases[ci].window, NULL, \
+                         work)
+            kvs_kernels_set_isa("scalar");
+            ATTN(NULL, ref);
+            for (size_t s = 1; s < N_ISAS; s++) {
+                if (!use_isa(s)) continue;
+                for (int th = 2; th <= 4; th += 2) {
+                    memset(out, 0xff, qn * 4);
+                    ATTN(pools[th], out);
+                    CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s case %zu kv %d, %d threads: differs from scalar",
+                              isas[s], ci, kv_type, th);
+                    checked++;
+                }
+            }
+#undef ATTN
+            free(work); free(q); free(ref); free(out); free(kv.k); free(kv.v);
+        }
+    kvs_kernels_set_isa("best");
+    kvs_pool_free(pools[2]);
+    kvs_pool_free(pools[4]);
+    printf("  %d decode attention comparisons on 2 and 4 threads\n", checked);
 }
 
 /* The paths above skip what the CPU lacks; this makes sure that what it has
@@ -247,6 +303,7 @@ int main(void) {
     RUN(test_matmul_invariance_row_blocks);
     RUN(test_matmul_multi_equals_separate);
     RUN(test_attention_invariance);
+    RUN(test_attention_decode_split);
     RUN(test_best_isa_exercised);
     report_missing_paths();
     return kt_summary();

@@ -18,6 +18,8 @@
  * Masked keys have e = +0 and add exactly +0 (attention_ref.c), so every
  * row runs over the same key blocks from the rows' smallest lo rounded down
  * to 16. Rows with recalibration (kvs_attn_recal) take the general path.
+ * The same passes split across threads for one decode token are at the
+ * end (kvs_attention_split_*_avx2).
  */
 #if defined(__x86_64__)
 
@@ -34,6 +36,8 @@
 #include "kernels/avx2_util.h"
 
 int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+int kvs_attention_split_units_avx2(const kvs_attn_call *c, int phase);
+void kvs_attention_split_unit_avx2(const kvs_attn_call *c, int phase, int u, float *work);
 
 #define DEC_ROWS 4 /* most query rows of a unit this path takes */
 
@@ -103,7 +107,6 @@ typedef struct dec_rows {
     const float *q[DEC_ROWS];
     float *S[DEC_ROWS]; /* scores, then weights, by absolute slot */
     __m256i n[DEC_ROWS], lo[DEC_ROWS];
-    __m256 mx[DEC_ROWS];
     float scale;
 } dec_rows;
 
@@ -141,7 +144,6 @@ AI void score_step(dec_rows *dr, int nr, const float *Kt, int jb, int jend) {
             __m256 live = _mm256_castsi256_ps(
                 _mm256_andnot_si256(_mm256_cmpgt_epi32(dr->lo[r], jv), _mm256_cmpgt_epi32(dr->n[r], jv)));
             __m256 v = _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[r][b], scale), live);
-            dr->mx[r] = _mm256_max_ps(dr->mx[r], v);
             _mm256_storeu_ps(dr->S[r] + jk, v);
         }
     }
@@ -189,9 +191,11 @@ AI void value_step(const kvs_attn_call *c, const dec_rows *dr, int nr, size_t kv
             _mm256_storeu_ps(out[r] + d0 + 8 * b, _mm256_mul_ps(acc[r][b], _mm256_set1_ps(inv[r])));
 }
 
-static void value_steps(const kvs_attn_call *c, const dec_rows *dr, size_t kv_off, int j0, int j1,
-                        float *const out[DEC_ROWS], const float inv[DEC_ROWS]) {
-    for (int d0 = 0; d0 < dr->D; d0 += 8 * DIM_BLOCKS(dr->nr)) {
+/* Pass 3 for dims [d_lo, d_hi) of the rows over keys [j0, j1), a step of
+ * 8 DIM_BLOCKS(nr) dims at a time. */
+static void value_dims(const kvs_attn_call *c, const dec_rows *dr, size_t kv_off, int j0, int j1, int d_lo,
+                       int d_hi, float *const out[DEC_ROWS], const float inv[DEC_ROWS]) {
+    for (int d0 = d_lo; d0 < d_hi; d0 += 8 * DIM_BLOCKS(dr->nr)) {
         switch (dr->nr) {
         case 1: value_step(c, dr, 1, kv_off, j0, j1, d0, out, inv); break;
         case 2: value_step(c, dr, 2, kv_off, j0, j1, d0, out, inv); break;
@@ -201,58 +205,172 @@ static void value_steps(const kvs_attn_call *c, const dec_rows *dr, size_t kv_of
     }
 }
 
+/* Rows [r0, r0 + nr) of the unit (t0, g) (row r: token t0 + r / group, head
+ * g * group + r % group) into dr, row r's scores at S0 + (r - r0) * ctxs;
+ * the keys they need: [*jmin, *jend) scored (jmin a multiple of 16, jend of
+ * 8), values to *maxn. Returns 0 when a row has recalibration. */
+static int dec_rows_init(const kvs_attn_call *c, int t0, int g, int r0, int nr, float *S0, size_t ctxs,
+                         dec_rows *dr, float *out[DEC_ROWS], int *jmin, int *jend, int *maxn) {
+    const int group = c->n_head / c->n_kv_head, D = c->head_dim;
+    *dr = (dec_rows){.nr = nr, .D = D, .scale = c->scale};
+    int lo_min = c->n_ctx, n_max = 0;
+    for (int i = 0; i < nr; i++) {
+        const int r = r0 + i, t = t0 + r / group, h = g * group + r % group;
+        if (kvs_attn_recal_row(c, c->pos[t])) return 0;
+        int n = kvs_attn_n(c, c->pos[t]), lo = kvs_attn_lo(c, n);
+        if (lo < lo_min) lo_min = lo;
+        if (n > n_max) n_max = n;
+        dr->q[i] = c->q + ((size_t)t * c->n_head + h) * D;
+        out[i] = c->out + ((size_t)t * c->n_head + h) * D;
+        dr->S[i] = S0 + (size_t)i * ctxs;
+        dr->n[i] = _mm256_set1_epi32(n);
+        dr->lo[i] = _mm256_set1_epi32(lo);
+    }
+    *jmin = lo_min & ~15;
+    *jend = (n_max + 7) & ~7;
+    *maxn = n_max;
+    return 1;
+}
+
+/* A thread's staging tile in its scratch (kvs_attn_thread_floats): past
+ * its KVS_ATTN_ROWS score rows and the SIMD paths' 3 x 16 x 256 floats. */
+AI float *stage_area(float *work, size_t ctxs) { return work + (size_t)KVS_ATTN_ROWS * ctxs + 3 * 16 * 256; }
+
+/* Pass 1 for keys [j0, j1) of the rows (j0 - jmin and j1 multiples of 8;
+ * scores stored below j1 only), through tiles of whole steps staged
+ * transposed in Kt (KVS_ATTN_STAGE_FLOATS). */
+static void score_keys(const kvs_attn_call *c, dec_rows *dr, size_t kv_off, int j0, int j1, int maxn, float *Kt) {
+    const int D = dr->D, step_keys = 8 * KEY_BLOCKS(dr->nr);
+    const int tile = (KVS_ATTN_STAGE_FLOATS / D / step_keys) * step_keys;
+    for (int a = j0; a < j1; a += tile) {
+        int nk = j1 - a < tile ? j1 - a : tile, nsteps = (nk + step_keys - 1) / step_keys;
+        stage_keys(c, kv_off, D, a, maxn, nsteps * KEY_BLOCKS(dr->nr), Kt);
+        score_steps(dr, Kt, a, nsteps, j1);
+    }
+}
+
+/* Pass 2 for one row: its scores S[jmin, jend) become the weights e =
+ * exp(s - mx), in place; returns 1 / sum. mx: the lanes' maxima over the key
+ * blocks in ascending order (the order matters only to NaN), then across
+ * the lanes. */
+static float weights_row(float *S, int jmin, int jend) {
+    __m256 mxv = _mm256_set1_ps(-INFINITY);
+    for (int j = jmin; j < jend; j += 8) mxv = _mm256_max_ps(mxv, _mm256_loadu_ps(S + j));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mxv), _mm256_extractf128_ps(mxv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const __m256 mx = _mm256_broadcastss_ps(m4);
+    __m256 P[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int j = jmin; j < jend; j += 8) {
+        __m256 e = kvs_exp8(_mm256_sub_ps(_mm256_loadu_ps(S + j), mx));
+        _mm256_storeu_ps(S + j, e);
+        P[(j >> 3) & 1] = _mm256_add_ps(P[(j >> 3) & 1], e);
+    }
+    return 1.0f / tree16_2(P[0], P[1]);
+}
+
 /* Runs the unit and returns 1 when it suits this path, else returns 0
  * having done nothing. work: kvs_attn_thread_floats(n_ctx) floats. */
 int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
     if (rows > DEC_ROWS || D % 32 != 0 || D > 256) return 0;
-    dec_rows dr = {.nr = rows, .D = D, .scale = c->scale};
     const size_t ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
     const size_t kv_off = (size_t)g * c->n_ctx * D;
+    dec_rows dr;
     float *out[DEC_ROWS];
-    int jmin = c->n_ctx, maxn = 0;
-    for (int r = 0; r < rows; r++) {
-        int t = t0 + r / group, h = g * group + r % group;
-        if (kvs_attn_recal_row(c, c->pos[t])) return 0;
-        int n = kvs_attn_n(c, c->pos[t]), lo = kvs_attn_lo(c, n);
-        if (lo < jmin) jmin = lo;
-        if (n > maxn) maxn = n;
-        dr.q[r] = c->q + ((size_t)t * c->n_head + h) * D;
-        out[r] = c->out + ((size_t)t * c->n_head + h) * D;
-        dr.S[r] = work + (size_t)r * ctxs;
-        dr.n[r] = _mm256_set1_epi32(n);
-        dr.lo[r] = _mm256_set1_epi32(lo);
-        dr.mx[r] = _mm256_set1_ps(-INFINITY);
-    }
-    jmin &= ~15;
-    const int jend = (maxn + 7) & ~7; /* key blocks scored: [jmin, jend) */
-    /* pass 1: tiles of whole steps, staged transposed */
-    float *Kt = work + (size_t)KVS_ATTN_ROWS * ctxs + 3 * 16 * 256;
-    const int step_keys = 8 * KEY_BLOCKS(rows);
-    const int tile = (KVS_ATTN_STAGE_FLOATS / D / step_keys) * step_keys;
-    for (int j0 = jmin; j0 < jend; j0 += tile) {
-        int nk = jend - j0 < tile ? jend - j0 : tile, nsteps = (nk + step_keys - 1) / step_keys;
-        stage_keys(c, kv_off, D, j0, maxn, nsteps * KEY_BLOCKS(rows), Kt);
-        score_steps(&dr, Kt, j0, nsteps, jend);
-    }
-    /* pass 2: weights and 1 / sum per row */
+    int jmin, jend, maxn;
+    if (!dec_rows_init(c, t0, g, 0, rows, work, ctxs, &dr, out, &jmin, &jend, &maxn)) return 0;
+    score_keys(c, &dr, kv_off, jmin, jend, maxn, stage_area(work, ctxs));
     float inv[DEC_ROWS];
-    for (int r = 0; r < rows; r++) {
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(dr.mx[r]), _mm256_extractf128_ps(dr.mx[r], 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-        const __m256 mx = _mm256_broadcastss_ps(m4);
-        __m256 P[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int j = jmin; j < jend; j += 8) {
-            __m256 e = kvs_exp8(_mm256_sub_ps(_mm256_loadu_ps(dr.S[r] + j), mx));
-            _mm256_storeu_ps(dr.S[r] + j, e);
-            P[(j >> 3) & 1] = _mm256_add_ps(P[(j >> 3) & 1], e);
-        }
-        inv[r] = 1.0f / tree16_2(P[0], P[1]);
-    }
+    for (int r = 0; r < rows; r++) inv[r] = weights_row(dr.S[r], jmin, jend);
     /* pass 3: outputs (keys past a row's n have e = +0) */
-    value_steps(c, &dr, kv_off, jmin, maxn, out, inv);
+    value_dims(c, &dr, kv_off, jmin, maxn, 0, D, out, inv);
     return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * One decode token's attention split across threads (kvs_isa's
+ * attention_split_*): the units above are (token, kv head), so gemma3's one
+ * kv head ran on one thread of two, while at long context attention reads
+ * as many bytes as the weights. Three phases,
+ * each a kvs_pool_for, over the same passes as one unit, so the same bits:
+ *  0. scores, units (kv head, SPLIT_KEYS keys): each key's score is its own
+ *     chain over d;
+ *  1. weights, units heads: per row the lanes' maxima over the key blocks in
+ *     ascending order and pass 2 (one thread per row: its partial sums are
+ *     chains over the keys);
+ *  2. outputs, units (kv head, rows of up to DEC_ROWS, 32 dims): the chains
+ *     over the keys per dim.
+ * The rows' scores and weights live in thread 0's score rows (c->work, head
+ * h at h * ctxs, 1 / sum in its last float), which every phase's units share:
+ * the phases run one after another. */
+
+#define SPLIT_KEYS 256 /* keys per unit of phase 0 (a multiple of 8) */
+
+typedef struct split_shape {
+    int group, chunks; /* rows per kv head; their units of at most DEC_ROWS */
+    int jmin, jend;
+    size_t ctxs;
+} split_shape;
+
+static int split_shape_of(const kvs_attn_call *c, split_shape *s) {
+    const int D = c->head_dim;
+    if (c->m != 1 || c->n_head > KVS_ATTN_ROWS || D % 32 != 0 || D > 256) return 0;
+    if (kvs_attn_recal_row(c, c->pos[0])) return 0;
+    const int n = kvs_attn_n(c, c->pos[0]);
+    s->group = c->n_head / c->n_kv_head;
+    s->chunks = (s->group + DEC_ROWS - 1) / DEC_ROWS;
+    s->jmin = kvs_attn_lo(c, n) & ~15;
+    s->jend = (n + 7) & ~7;
+    s->ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    return 1;
+}
+
+int kvs_attention_split_units_avx2(const kvs_attn_call *c, int phase) {
+    split_shape s;
+    if (!split_shape_of(c, &s)) return 0;
+    if (phase == 0) return c->n_kv_head * ((s.jend - s.jmin + SPLIT_KEYS - 1) / SPLIT_KEYS);
+    if (phase == 1) return c->n_head;
+    return c->n_kv_head * s.chunks * (c->head_dim / 32);
+}
+
+/* Rows [r0, r0 + nr) of kv head g: the rows of the unit's chunk. */
+static void split_chunk_rows(const split_shape *s, int chunk, int *r0, int *nr) {
+    *r0 = chunk * DEC_ROWS;
+    *nr = s->group - *r0 < DEC_ROWS ? s->group - *r0 : DEC_ROWS;
+}
+
+void kvs_attention_split_unit_avx2(const kvs_attn_call *c, int phase, int u, float *work) {
+    split_shape s;
+    if (!split_shape_of(c, &s)) return;
+    float *scores = c->work;
+    const int D = c->head_dim;
+    dec_rows dr;
+    float *out[DEC_ROWS];
+    int jmin, jend, maxn, r0, nr;
+    if (phase == 1) { /* row u (head u) */
+        float *S = scores + (size_t)u * s.ctxs;
+        S[s.ctxs - 1] = weights_row(S, s.jmin, s.jend);
+        return;
+    }
+    if (phase == 0) {
+        const int per_g = (s.jend - s.jmin + SPLIT_KEYS - 1) / SPLIT_KEYS, g = u / per_g;
+        const int j0 = s.jmin + (u % per_g) * SPLIT_KEYS, j1 = j0 + SPLIT_KEYS < s.jend ? j0 + SPLIT_KEYS : s.jend;
+        for (int chunk = 0; chunk < s.chunks; chunk++) {
+            split_chunk_rows(&s, chunk, &r0, &nr);
+            dec_rows_init(c, 0, g, r0, nr, scores + (size_t)(g * s.group + r0) * s.ctxs, s.ctxs, &dr, out, &jmin,
+                          &jend, &maxn);
+            score_keys(c, &dr, (size_t)g * c->n_ctx * D, j0, j1, maxn, stage_area(work, s.ctxs));
+        }
+        return;
+    }
+    const int slabs = D / 32, g = u / (s.chunks * slabs), chunk = u / slabs % s.chunks, d0 = u % slabs * 32;
+    split_chunk_rows(&s, chunk, &r0, &nr);
+    dec_rows_init(c, 0, g, r0, nr, scores + (size_t)(g * s.group + r0) * s.ctxs, s.ctxs, &dr, out, &jmin, &jend,
+                  &maxn);
+    float inv[DEC_ROWS];
+    for (int i = 0; i < nr; i++) inv[i] = dr.S[i][s.ctxs - 1];
+    value_dims(c, &dr, (size_t)g * c->n_ctx * D, jmin, maxn, d0, d0 + 32, out, inv);
 }
 
 #if defined(__clang__)

@@ -383,6 +383,37 @@ static void attn_chunk(void *arg, int u, int ith) {
     t->unit(c, t0, t1, g, work);
 }
 
+typedef struct attn_split_task {
+    const kvs_isa *isa;
+    const kvs_attn_call *call;
+    int phase;
+} attn_split_task;
+
+static void attn_split_chunk(void *arg, int u, int ith) {
+    attn_split_task *t = arg;
+    float *work = t->call->work + (size_t)ith * kvs_attn_thread_floats(t->call->n_ctx);
+    t->isa->attention_split_unit(t->call, t->phase, u, work);
+}
+
+/* One decode token whose (token, kv head) units would leave threads idle
+ * (fewer kv heads than threads: gemma3's one on 2) over enough keys to pay
+ * for two more pool runs: the ISA's split phases instead (kvs_isa), the
+ * same bits. Measured (Zen 3, 2 threads, gemma3's shape from DRAM): 1.4x at
+ * 512 keys, 2.0x at 1024, 1.5x at 4096; no change at 256. 3 kv heads on 2
+ * threads (2 : 1) gained nothing split: memory-bound either way. Returns 0
+ * when not taken. */
+#define ATTN_SPLIT_MIN_KEYS 512
+static int attention_split(kvs_pool *pool, const kvs_isa *isa, const kvs_attn_call *c) {
+    const int nth = kvs_pool_size(pool);
+    if (c->m != 1 || c->n_kv_head >= nth || !isa->attention_split_units) return 0;
+    const int n = kvs_attn_n(c, c->pos[0]);
+    if (n - kvs_attn_lo(c, n) < ATTN_SPLIT_MIN_KEYS || !isa->attention_split_units(c, 0)) return 0;
+    attn_split_task t = {.isa = isa, .call = c};
+    for (t.phase = 0; t.phase < 3; t.phase++)
+        kvs_pool_for(pool, isa->attention_split_units(c, t.phase), attn_split_chunk, &t);
+    return 1;
+}
+
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work) {
@@ -408,6 +439,7 @@ void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int3
         if (any) t.unit = isa->attention_unit_recal;
         else t.call.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
     }
+    if (attention_split(pool, isa, &t.call)) return;
     int group = n_head / n_kv_head;
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;

@@ -154,6 +154,15 @@ typedef struct kvs_isa {
     /* The same for calls with recalibrated rows (a path without its own
      * takes another path's: the bits are the same). */
     void (*attention_unit_recal)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+    /* Optional (NULL: units only): one decode token's attention in phases
+     * 0, 1, 2 that split a kv head's keys, rows and dims across threads, for
+     * calls whose units would leave threads idle (kvs_attention_window).
+     * split_units: the units of a phase, 0 when the call does not suit;
+     * split_unit runs unit u of a phase (work: the thread's scratch; the
+     * phases share thread 0's score rows at c->work). The bits are the
+     * units'. */
+    int (*attention_split_units)(const kvs_attn_call *c, int phase);
+    void (*attention_split_unit)(const kvs_attn_call *c, int phase, int u, float *work);
 } kvs_isa;
 
 /* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */

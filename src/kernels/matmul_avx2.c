@@ -388,6 +388,8 @@ static void avx2_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
 }
 
 void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+int kvs_attention_split_units_avx2(const kvs_attn_call *c, int phase);
+void kvs_attention_split_unit_avx2(const kvs_attn_call *c, int phase, int u, float *work);
 
 const kvs_isa kvs_isa_avx2 = {
     .name = "avx2",
@@ -395,6 +397,8 @@ const kvs_isa kvs_isa_avx2 = {
     .matmul_cols = avx2_matmul_cols,
     .attention_unit = kvs_attention_unit_avx2,
     .attention_unit_recal = kvs_attention_unit_avx2,
+    .attention_split_units = kvs_attention_split_units_avx2,
+    .attention_split_unit = kvs_attention_split_unit_avx2,
 };
 
 #if defined(__clang__)
