@@ -4,7 +4,8 @@
  * (prefill), per ISA path (AVX2: GGUF rows and packed rows) and thread count; attention prefill/decode at 512, 2048, 4096 context; the
  * cost of an empty kvs_pool_run. Medians over several repetitions.
  * --gemma3: the matmuls at gemma3-270m Q4_K_M's shapes and types instead
- * (Q5_0 where k = 640 is no multiple of 256, Q4_K / Q6_K, the Q8_0 head).
+ * (Q5_0 where k = 640 is no multiple of 256, Q4_K / Q6_K, the Q8_0 head),
+ * and its attention shape (4 heads on one kv head of 256 dims).
  *
  *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3]
  */
@@ -170,11 +171,19 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     kvs_pool_free(pool);
 }
 
-/* Attention of one layer of SmolLM2 (9 heads, 3 kv heads, 64 dims, f16 KV):
- * prefill of ctx tokens (causal) and decode of one token at position ctx-1. */
+/* Attention shapes: query heads, kv heads, head_dim. */
+typedef struct attn_shape {
+    int nh, nkv, hd;
+} attn_shape;
+static const attn_shape k_attn_smollm2 = {9, 3, 64}, k_attn_gemma3 = {4, 1, 256};
+static const attn_shape *g_attn = &k_attn_smollm2;
+
+/* Attention of one layer (g_attn; f16 KV): prefill of ctx tokens (causal)
+ * and decode of one token at position ctx-1. With fewer kv heads than
+ * threads (gemma3 on 2) decode takes the split path (kvs_isa). */
 static void bench_attention(const char *isa, int threads, int quick) {
     kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
-    const int nh = 9, nkv = 3, hd = 64;
+    const int nh = g_attn->nh, nkv = g_attn->nkv, hd = g_attn->hd;
     int ctxs[] = {512, 2048, 4096};
     for (int ci = 0; ci < 3; ci++) {
         int ctx = ctxs[ci];
@@ -202,8 +211,8 @@ static void bench_attention(const char *isa, int threads, int quick) {
         double p = median(tp, reps), d = median(td, 32);
         /* flops: QK and PV, 2 flops per MAC, causal half */
         double flops = 2.0 * 2.0 * nh * hd * (double)ctx * (ctx + 1) / 2;
-        printf("  %-10s t=%d  attention ctx=%-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
-               isa, threads, ctx, p * 1e3, flops / p / 1e9, p / ctx * 1e6, d * 1e6);
+        printf("  %-10s t=%d  attention %dx%dx%d ctx=%-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
+               isa, threads, nh, nkv, hd, ctx, p * 1e3, flops / p / 1e9, p / ctx * 1e6, d * 1e6);
         fflush(stdout);
         free(k); free(v); free(q); free(out); free(pos); free(work);
     }
@@ -245,7 +254,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
-        else if (!strcmp(argv[i], "--gemma3")) g_shapes = k_gemma3;
+        else if (!strcmp(argv[i], "--gemma3")) {
+            g_shapes = k_gemma3;
+            g_attn = &k_attn_gemma3;
+        }
     }
     /* the machine and its load: timings on a shared machine are noisy */
     char model[128] = "?", load[64] = "?", line[256];
