@@ -232,8 +232,10 @@ TEST(test_attention_invariance) {
 /* One decode token at long context on 2 and 4 threads, where the (token, kv
  * head) units leave threads idle (fewer kv heads than threads) and a path
  * may split one kv head's keys, rows and dims across threads (kvs_isa's
- * attention_split_*): the bits of the scalar path on one thread, for groups of 1 to 16 rows (row units of
- * 4 and a remainder), head_dim 32 to 256, windows, f16 and f32 caches. */
+ * attention_split_*): the bits of the scalar path on one thread, for groups
+ * of 1 to 4 rows (split on AVX2) and of 7 and 16 (not split), head_dim 32 to
+ * 256, windows, f16 and f32 caches; then with a NaN key element, the bits of
+ * the same path on one thread. */
 TEST(test_attention_decode_split) {
     struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
         {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
@@ -255,16 +257,24 @@ TEST(test_attention_decode_split) {
 #define ATTN(pool, dst)                                                                                        \
     kvs_attention_window(pool, dst, q, &pos, 1, k, v, kv_type, nh, nkv, hd, ctx, 0.125f, cases[ci].window, NULL, \
                          work)
-            kvs_kernels_set_isa("scalar");
-            ATTN(NULL, ref);
-            for (size_t s = 1; s < N_ISAS; s++) {
-                if (!use_isa(s)) continue;
-                for (int th = 2; th <= 4; th += 2) {
-                    memset(out, 0xff, qn * 4);
-                    ATTN(pools[th], out);
-                    CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s case %zu kv %d, %d threads: differs from scalar",
-                              isas[s], ci, kv_type, th);
-                    checked++;
+            /* then a NaN key element: no path matches fmaxf's NaN rule, but
+             * each gives its own one-thread bits on any thread count */
+            for (int nan = 0; nan <= 1; nan++) {
+                const size_t nan_at = (size_t)(pos / 2) * hd + 1; /* kv head 0, key pos / 2 */
+                if (nan && kv_type == 0) ((uint16_t *)kv.k)[nan_at] = 0x7e00;
+                else if (nan) ((float *)kv.k)[nan_at] = NAN;
+                kvs_kernels_set_isa("scalar");
+                ATTN(NULL, ref);
+                for (size_t s = 1; s < N_ISAS; s++) {
+                    if (!use_isa(s)) continue;
+                    if (nan) ATTN(NULL, ref);
+                    for (int th = 2; th <= 4; th += 2) {
+                        memset(out, 0xff, qn * 4);
+                        ATTN(pools[th], out);
+                        CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s case %zu kv %d%s, %d threads: differs from %s",
+                                  isas[s], ci, kv_type, nan ? " NaN key" : "", th, nan ? "1 thread" : "scalar");
+                        checked++;
+                    }
                 }
             }
 #undef ATTN

@@ -256,10 +256,11 @@ static void score_keys(const kvs_attn_call *c, dec_rows *dr, size_t kv_off, int 
     for (int a = j0; a < j1; a += tile) {
         int nk = j1 - a < tile ? j1 - a : tile, nsteps = (nk + step_keys - 1) / step_keys;
         stage_keys(c, kv_off, D, a, maxn, nsteps * KEY_BLOCKS(dr->nr), Kt);
-        const int nxt = a + tile, end = j1 < maxn ? j1 : maxn, nn = end - nxt < tile ? end - nxt : tile; /* keys < maxn exist */
+        /* the next tile's keys that exist (below maxn) */
+        const int nxt = a + tile, end = j1 < maxn ? j1 : maxn, nn = end - nxt < tile ? end - nxt : tile;
         const size_t esz = c->kv_type == 0 ? 2 : 4;
-        score_steps(dr, Kt, a, nsteps, j1, (const char *)c->k + (kv_off + (size_t)nxt * D) * esz,
-                    nn > 0 ? (size_t)nn * D * esz : 0);
+        const char *pf = nn > 0 ? (const char *)c->k + (kv_off + (size_t)nxt * D) * esz : NULL;
+        score_steps(dr, Kt, a, nsteps, j1, pf, pf ? (size_t)nn * D * esz : 0);
     }
 }
 
@@ -313,8 +314,7 @@ int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, flo
  *  1. weights, units heads: per row the lanes' maxima over the key blocks in
  *     ascending order and pass 2 (one thread per row: its partial sums are
  *     chains over the keys);
- *  2. outputs, units (kv head, rows of up to DEC_ROWS, 32 dims): the chains
- *     over the keys per dim.
+ *  2. outputs, units (kv head, 32 dims): the chains over the keys per dim.
  * The rows' scores and weights live in thread 0's score rows (c->work, head
  * h at h * ctxs, 1 / sum in its last float), which every phase's units share:
  * the phases run one after another. */
@@ -322,18 +322,21 @@ int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, flo
 #define SPLIT_KEYS 256 /* keys per unit of phase 0 (a multiple of 8) */
 
 typedef struct split_shape {
-    int group, chunks; /* rows per kv head; their units of at most DEC_ROWS */
+    int group; /* rows per kv head (at most DEC_ROWS: one row unit) */
     int jmin, jend;
     size_t ctxs;
 } split_shape;
 
+/* Groups of at most DEC_ROWS rows only: their units take the passes above
+ * too (kvs_attention_decode_avx2), so the split gives their bits even where
+ * the order of the maxima matters (NaN scores); larger groups' units take
+ * attention_avx2.c's passes. */
 static int split_shape_of(const kvs_attn_call *c, split_shape *s) {
-    const int D = c->head_dim;
-    if (c->m != 1 || c->n_head > KVS_ATTN_ROWS || D % 32 != 0 || D > 256) return 0;
+    const int D = c->head_dim, group = c->n_head / c->n_kv_head;
+    if (c->m != 1 || group > DEC_ROWS || D % 32 != 0 || D > 256) return 0;
     if (kvs_attn_recal_row(c, c->pos[0])) return 0;
     const int n = kvs_attn_n(c, c->pos[0]);
-    s->group = c->n_head / c->n_kv_head;
-    s->chunks = (s->group + DEC_ROWS - 1) / DEC_ROWS;
+    s->group = group;
     s->jmin = kvs_attn_lo(c, n) & ~15;
     s->jend = (n + 7) & ~7;
     s->ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
@@ -345,13 +348,7 @@ int kvs_attention_split_units_avx2(const kvs_attn_call *c, int phase) {
     if (!split_shape_of(c, &s)) return 0;
     if (phase == 0) return c->n_kv_head * ((s.jend - s.jmin + SPLIT_KEYS - 1) / SPLIT_KEYS);
     if (phase == 1) return c->n_head;
-    return c->n_kv_head * s.chunks * (c->head_dim / 32);
-}
-
-/* Rows [r0, r0 + nr) of kv head g: the rows of the unit's chunk. */
-static void split_chunk_rows(const split_shape *s, int chunk, int *r0, int *nr) {
-    *r0 = chunk * DEC_ROWS;
-    *nr = s->group - *r0 < DEC_ROWS ? s->group - *r0 : DEC_ROWS;
+    return c->n_kv_head * (c->head_dim / 32);
 }
 
 void kvs_attention_split_unit_avx2(const kvs_attn_call *c, int phase, int u, float *work) {
@@ -361,29 +358,22 @@ void kvs_attention_split_unit_avx2(const kvs_attn_call *c, int phase, int u, flo
     const int D = c->head_dim;
     dec_rows dr;
     float *out[DEC_ROWS];
-    int jmin, jend, maxn, r0, nr;
+    int jmin, jend, maxn;
     if (phase == 1) { /* row u (head u) */
         float *S = scores + (size_t)u * s.ctxs;
         S[s.ctxs - 1] = weights_row(S, s.jmin, s.jend);
         return;
     }
+    const int per_g = phase == 0 ? (s.jend - s.jmin + SPLIT_KEYS - 1) / SPLIT_KEYS : D / 32, g = u / per_g;
+    dec_rows_init(c, 0, g, 0, s.group, scores + (size_t)g * s.group * s.ctxs, s.ctxs, &dr, out, &jmin, &jend, &maxn);
     if (phase == 0) {
-        const int per_g = (s.jend - s.jmin + SPLIT_KEYS - 1) / SPLIT_KEYS, g = u / per_g;
         const int j0 = s.jmin + (u % per_g) * SPLIT_KEYS, j1 = j0 + SPLIT_KEYS < s.jend ? j0 + SPLIT_KEYS : s.jend;
-        for (int chunk = 0; chunk < s.chunks; chunk++) {
-            split_chunk_rows(&s, chunk, &r0, &nr);
-            dec_rows_init(c, 0, g, r0, nr, scores + (size_t)(g * s.group + r0) * s.ctxs, s.ctxs, &dr, out, &jmin,
-                          &jend, &maxn);
-            score_keys(c, &dr, (size_t)g * c->n_ctx * D, j0, j1, maxn, stage_area(work, s.ctxs));
-        }
+        score_keys(c, &dr, (size_t)g * c->n_ctx * D, j0, j1, maxn, stage_area(work, s.ctxs));
         return;
     }
-    const int slabs = D / 32, g = u / (s.chunks * slabs), chunk = u / slabs % s.chunks, d0 = u % slabs * 32;
-    split_chunk_rows(&s, chunk, &r0, &nr);
-    dec_rows_init(c, 0, g, r0, nr, scores + (size_t)(g * s.group + r0) * s.ctxs, s.ctxs, &dr, out, &jmin, &jend,
-                  &maxn);
+    const int d0 = u % per_g * 32;
     float inv[DEC_ROWS];
-    for (int i = 0; i < nr; i++) inv[i] = dr.S[i][s.ctxs - 1];
+    for (int i = 0; i < s.group; i++) inv[i] = dr.S[i][s.ctxs - 1];
     value_dims(c, &dr, (size_t)g * c->n_ctx * D, jmin, maxn, d0, d0 + 32, out, inv);
 }
 
