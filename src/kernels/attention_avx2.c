@@ -209,7 +209,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
         return;
     }
     if (kvs_attention_decode_avx2(c, t0, t1, g, work)) return; /* a few rows: keys in lanes */
-    const size_t ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
     const size_t kv_off = (size_t)g * c->n_ctx * D;
     const int nrb = (rows + RB - 1) / RB, JT = tile_keys(D);
     float *S = work;                                   /* (nrb, ctxs, 8) */

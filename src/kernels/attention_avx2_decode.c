@@ -210,17 +210,17 @@ static void value_dims(const kvs_attn_call *c, const dec_rows *dr, size_t kv_off
     }
 }
 
-/* Rows [r0, r0 + nr) of the unit (t0, g) (row r: token t0 + r / group, head
- * g * group + r % group) into dr, row r's scores at S0 + (r - r0) * ctxs;
+/* The nr rows of the unit (t0, g) (row r: token t0 + r / group, head
+ * g * group + r % group) into dr, row r's scores at S0 + r * ctxs;
  * the keys they need: [*jmin, *jend) scored (jmin a multiple of 16, jend of
  * 8), values to *maxn. Returns 0 when a row has recalibration. */
-static int dec_rows_init(const kvs_attn_call *c, int t0, int g, int r0, int nr, float *S0, size_t ctxs,
+static int dec_rows_init(const kvs_attn_call *c, int t0, int g, int nr, float *S0, size_t ctxs,
                          dec_rows *dr, float *out[DEC_ROWS], int *jmin, int *jend, int *maxn) {
     const int group = c->n_head / c->n_kv_head, D = c->head_dim;
     *dr = (dec_rows){.nr = nr, .D = D, .scale = c->scale};
     int lo_min = c->n_ctx, n_max = 0;
     for (int i = 0; i < nr; i++) {
-        const int r = r0 + i, t = t0 + r / group, h = g * group + r % group;
+        const int t = t0 + i / group, h = g * group + i % group;
         if (kvs_attn_recal_row(c, c->pos[t])) return 0;
         int n = kvs_attn_n(c, c->pos[t]), lo = kvs_attn_lo(c, n);
         if (lo < lo_min) lo_min = lo;
@@ -289,12 +289,12 @@ static float weights_row(float *S, int jmin, int jend) {
 int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
     if (rows > DEC_ROWS || D % 32 != 0 || D > 256) return 0;
-    const size_t ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
     const size_t kv_off = (size_t)g * c->n_ctx * D;
     dec_rows dr;
     float *out[DEC_ROWS];
     int jmin, jend, maxn;
-    if (!dec_rows_init(c, t0, g, 0, rows, work, ctxs, &dr, out, &jmin, &jend, &maxn)) return 0;
+    if (!dec_rows_init(c, t0, g, rows, work, ctxs, &dr, out, &jmin, &jend, &maxn)) return 0;
     score_keys(c, &dr, kv_off, jmin, jend, maxn, stage_area(work, ctxs));
     float inv[DEC_ROWS];
     for (int r = 0; r < rows; r++) inv[r] = weights_row(dr.S[r], jmin, jend);
@@ -339,7 +339,7 @@ static int split_shape_of(const kvs_attn_call *c, split_shape *s) {
     s->group = group;
     s->jmin = kvs_attn_lo(c, n) & ~15;
     s->jend = (n + 7) & ~7;
-    s->ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    s->ctxs = kvs_attn_score_stride(c->n_ctx);
     return 1;
 }
 
@@ -365,7 +365,7 @@ void kvs_attention_split_unit_avx2(const kvs_attn_call *c, int phase, int u, flo
         return;
     }
     const int per_g = phase == 0 ? (s.jend - s.jmin + SPLIT_KEYS - 1) / SPLIT_KEYS : D / 32, g = u / per_g;
-    dec_rows_init(c, 0, g, 0, s.group, scores + (size_t)g * s.group * s.ctxs, s.ctxs, &dr, out, &jmin, &jend, &maxn);
+    dec_rows_init(c, 0, g, s.group, scores + (size_t)g * s.group * s.ctxs, s.ctxs, &dr, out, &jmin, &jend, &maxn);
     if (phase == 0) {
         const int j0 = s.jmin + (u % per_g) * SPLIT_KEYS, j1 = j0 + SPLIT_KEYS < s.jend ? j0 + SPLIT_KEYS : s.jend;
         score_keys(c, &dr, (size_t)g * c->n_ctx * D, j0, j1, maxn, stage_area(work, s.ctxs));

@@ -489,7 +489,7 @@ void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, fl
     u.D = D;
     u.rows = rows;
     u.kv_off = (size_t)g * c->n_ctx * D;
-    u.ctxs = (size_t)(c->n_ctx + 16 + 15) & ~(size_t)15;
+    u.ctxs = kvs_attn_score_stride(c->n_ctx);
     u.S = work;
     u.stage = work + KVS_ATTN_ROWS * u.ctxs;
     u.jmin = c->n_ctx;

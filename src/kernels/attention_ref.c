@@ -66,7 +66,7 @@ float kvs_attn_recal_factor(float mx, float pd, float s) {
 size_t kvs_attn_thread_floats(int n_ctx) {
     /* scores for KVS_ATTN_ROWS rows, then (SIMD) Qt / partial outputs of 3
      * blocks of 16 rows x 256 dims, and a staged f32 K/V tile */
-    size_t ctx = (size_t)(n_ctx + 16 + 15) & ~(size_t)15;
+    size_t ctx = kvs_attn_score_stride(n_ctx);
     return KVS_ATTN_ROWS * ctx + 3 * 16 * 256 + KVS_ATTN_STAGE_FLOATS + 64;
 }
 

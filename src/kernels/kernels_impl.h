@@ -142,6 +142,9 @@ static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (s
 #define KVS_ATTN_ROWS 48
 #define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
 size_t kvs_attn_thread_floats(int n_ctx);
+/* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
+ * (SIMD tails; the decode split keeps 1 / sum in the last), a multiple of 16. */
+static inline size_t kvs_attn_score_stride(int n_ctx) { return (size_t)(n_ctx + 16 + 15) & ~(size_t)15; }
 
 typedef struct kvs_isa {
     const char *name;
