@@ -627,6 +627,10 @@ TEST(test_attention_simd_equals_scalar) {
          * rows of different tokens (different n), head_dim 32 to 256 */
         {1, 4, 4, 32, 70, 69},   {1, 4, 2, 128, 300, 150}, {3, 2, 2, 64, 100, 40},
         {2, 4, 2, 256, 50, 10},  {1, 8, 2, 32, 1000, 999},
+        /* prefill over several staged key tiles (256 keys at head_dim 64,
+         * 64 at 256): the next tile prefetched, the keys every row sees
+         * stored unmasked, the causal edge masked */
+        {40, 9, 3, 64, 1100, 1000}, {24, 4, 1, 256, 700, 600}, {19, 9, 3, 64, 600, 250},
     };
     int compared = 0;
     for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {

@@ -70,6 +70,25 @@ static const float *stage_f32(const void *base, int kv_type, size_t off, size_t 
     return kvf;
 }
 
+/* The next tile's K or V, prefetched a few lines per step of the current
+ * tile's work so that staging it reads L2, not L3 or DRAM (the staging burst
+ * otherwise stalls the fmas; at 4096 keys a unit re-stages all of them). */
+typedef struct ahead {
+    const char *base;
+    size_t off, len; /* bytes */
+    int lines;       /* per step */
+} ahead;
+
+static ahead ahead_tile(const kvs_attn_call *c, const void *kv, size_t elem_off, int nk_next, int D, int steps) {
+    const size_t es = c->kv_type != 0 ? sizeof(float) : sizeof(uint16_t), len = (size_t)nk_next * D * es;
+    return (ahead){.base = (const char *)kv + elem_off * es, .len = len,
+                   .lines = (int)((len / 64 + (size_t)steps) / (size_t)(steps > 0 ? steps : 1))};
+}
+
+AI void ahead_step(ahead *a) {
+    for (int i = 0; i < a->lines && a->off < a->len; i++, a->off += 64) _mm_prefetch(a->base + a->off, _MM_HINT_T1);
+}
+
 /* Passes 1 and 3 take row blocks in groups of up to GB so that one
  * broadcast key (or value) element serves GB blocks: per step GB + 4 loads
  * for 12 fmas in 12 accumulators, where one block at a time loaded one per
@@ -90,6 +109,7 @@ typedef struct score_block {
     __m256i nvec, lovec;
     __m256 rcm, *mx;
     int nkr, any_rc;
+    int open_lo, open_hi; /* keys every lane sees (max lo, min n): no mask there */
 } score_block;
 
 typedef struct score_consts {
@@ -97,8 +117,11 @@ typedef struct score_consts {
     int dlo, dhi;
 } score_consts;
 
-/* Scores s (of keys j0 + j .. j0 + j + n - 1) scaled, masked, maxed, stored. */
-AI void store_scores(const score_block *sb, const score_consts *k, int j0, int j, int n, const __m256 *s) {
+/* Scores s (of keys j0 + j .. j0 + j + n - 1) scaled, masked, maxed, stored
+ * (out of line: inlined, it cost the score loop a register: an accumulator
+ * went to the stack). */
+static __attribute__((noinline)) void store_scores_masked(const score_block *sb, const score_consts *k, int j0, int j,
+                                                          int n, const __m256 *s) {
     for (int jj = 0; jj < n && j + jj < sb->nkr; jj++) {
         int jg = j0 + j + jj;
         __m256i jv = _mm256_set1_epi32(jg);
@@ -111,13 +134,28 @@ AI void store_scores(const score_block *sb, const score_consts *k, int j0, int j
     }
 }
 
+/* The same, inline for keys that every lane of the block sees (the bulk of
+ * a long context), where the mask would keep every lane. */
+AI void store_scores(const score_block *sb, const score_consts *k, int j0, int j, int n, const __m256 *s) {
+    if (!sb->any_rc && j0 + j >= sb->open_lo && j0 + j + n <= sb->open_hi && j + n <= sb->nkr) {
+        for (int jj = 0; jj < n; jj++) {
+            __m256 v = _mm256_mul_ps(s[jj], k->scale);
+            *sb->mx = _mm256_max_ps(*sb->mx, v);
+            _mm256_storeu_ps(sb->Sb + (size_t)(j0 + j + jj) * RB, v);
+        }
+        return;
+    }
+    store_scores_masked(sb, k, j0, j, n, s);
+}
+
 /* Pass 1 for a group of nb blocks (Qt at the group's first block) over the
  * staged keys kf[0 .. nk), nk = the group's longest. */
 AI void score_group_nb(const float *Qt, const score_block *sb, const score_consts *k, int nb, const float *kf,
-                       int D, int j0, int nk) {
+                       int D, int j0, int nk, ahead *pf) {
     const int nj = KJ(nb);
     int j = 0;
     for (; j + nj <= nk; j += nj) {
+        ahead_step(pf);
         __m256 s[GB][KJ_MAX];
 #pragma GCC unroll 3
         for (int b = 0; b < nb; b++)
@@ -157,10 +195,10 @@ AI void score_group_nb(const float *Qt, const score_block *sb, const score_const
 }
 
 static void score_group(const float *Qt, const score_block *sb, const score_consts *k, int nb, const float *kf,
-                        int D, int j0, int nk) {
-    if (nb == 3) score_group_nb(Qt, sb, k, 3, kf, D, j0, nk);
-    else if (nb == 2) score_group_nb(Qt, sb, k, 2, kf, D, j0, nk);
-    else score_group_nb(Qt, sb, k, 1, kf, D, j0, nk);
+                        int D, int j0, int nk, ahead *pf) {
+    if (nb == 3) score_group_nb(Qt, sb, k, 3, kf, D, j0, nk, pf);
+    else if (nb == 2) score_group_nb(Qt, sb, k, 2, kf, D, j0, nk, pf);
+    else score_group_nb(Qt, sb, k, 1, kf, D, j0, nk, pf);
 }
 
 /* O (blocks b < nb, dims d0 .. d0 + KJ(nb) - 1) += e_j (block b) * v_j[d]
@@ -194,8 +232,10 @@ AI void value_tile(float *O, const float *const Sb[GB], int nb, const float *vf,
 }
 
 /* Pass 3 for a group of nb blocks (O at the group's first block). */
-static void value_group(float *O, const float *const Sb[GB], int nb, const float *vf, int D, int nk, int first) {
+static void value_group(float *O, const float *const Sb[GB], int nb, const float *vf, int D, int nk, int first,
+                        ahead *pf) {
     for (int d0 = 0; d0 < D; d0 += KJ(nb)) { /* D % 8 == 0 */
+        ahead_step(pf);
         if (nb == 3) value_tile(O, Sb, 3, vf, D, d0, nk, first);
         else if (nb == 2) value_tile(O, Sb, 2, vf, D, d0, nk, first);
         else value_tile(O, Sb, 1, vf, D, d0, nk, first);
@@ -228,11 +268,13 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     __m256 mx[KVS_ATTN_ROWS / RB];
     __m256i nvec[KVS_ATTN_ROWS / RB], lovec[KVS_ATTN_ROWS / RB];
     __m256 rcm[KVS_ATTN_ROWS / RB]; /* recalibrated lanes */
-    int any_rc[KVS_ATTN_ROWS / RB];
+    int any_rc[KVS_ATTN_ROWS / RB], open_lo[KVS_ATTN_ROWS / RB], open_hi[KVS_ATTN_ROWS / RB];
     for (int rb = 0; rb < nrb; rb++) {
         int nv[RB], lv[RB], rv[RB];
         maxn[rb] = 0;
         any_rc[rb] = 0;
+        open_lo[rb] = 0;
+        open_hi[rb] = c->n_ctx;
         for (int l = 0; l < RB; l++) {
             int r = rb * RB + l;
             nv[l] = r < rows ? n[r] : 0;
@@ -240,6 +282,8 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
             rv[l] = r < rows && kvs_attn_recal_row(c, c->pos[t0 + r / group]) ? -1 : 0;
             any_rc[rb] |= rv[l];
             if (nv[l] > maxn[rb]) maxn[rb] = nv[l];
+            if (nv[l] < open_hi[rb]) open_hi[rb] = nv[l];
+            if (lv[l] > open_lo[rb]) open_lo[rb] = lv[l];
             for (int d = 0; d < D; d++) Qt[((size_t)rb * D + d) * RB + l] = r < rows ? qrow[r][d] : 0.0f;
         }
         if (maxn[rb] > maxall) maxall = maxn[rb];
@@ -254,6 +298,8 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *kf = stage_f32(c->k, c->kv_type, kv_off + (size_t)j0 * D, (size_t)nk * D, kvf);
+        const int nk_next = maxall - j0 - nk < JT ? maxall - j0 - nk : JT;
+        ahead pf = ahead_tile(c, c->k, kv_off + (size_t)(j0 + nk) * D, nk_next, D, (nrb + GB - 1) / GB * (nk / KJ(GB)));
         for (int rb0 = 0; rb0 < nrb; rb0 += GB) {
             int nb = nrb - rb0 < GB ? nrb - rb0 : GB, nkg = 0;
             score_block sb[GB];
@@ -261,10 +307,11 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
                 int rb = rb0 + b;
                 sb[b] = (score_block){.Sb = S + (size_t)rb * ctxs * RB, .nvec = nvec[rb], .lovec = lovec[rb],
                                       .rcm = rcm[rb], .mx = &mx[rb], .any_rc = any_rc[rb],
+                                      .open_lo = open_lo[rb], .open_hi = open_hi[rb],
                                       .nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk};
                 if (sb[b].nkr > nkg) nkg = sb[b].nkr;
             }
-            score_group(Qt + (size_t)rb0 * D * RB, sb, &sc, nb, kf, D, j0, nkg);
+            score_group(Qt + (size_t)rb0 * D * RB, sb, &sc, nb, kf, D, j0, nkg, &pf);
         }
     }
     /* pass 2: probabilities and 1 / sum (partials j % 16, kvs_tree16) */
@@ -304,6 +351,8 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *vf = stage_f32(c->v, c->kv_type, kv_off + (size_t)j0 * D, (size_t)nk * D, kvf);
+        const int nk_next = maxall - j0 - nk < JT ? maxall - j0 - nk : JT;
+        ahead pf = ahead_tile(c, c->v, kv_off + (size_t)(j0 + nk) * D, nk_next, D, (nrb + GB - 1) / GB * (D / KJ(GB)));
         for (int rb0 = 0; rb0 < nrb; rb0 += GB) {
             int nb = nrb - rb0 < GB ? nrb - rb0 : GB, nkg = 0;
             const float *Sb[GB];
@@ -312,7 +361,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
                 if (nkr > nkg) nkg = nkr;
                 Sb[b] = S + (size_t)(rb0 + b) * ctxs * RB + (size_t)j0 * RB;
             }
-            value_group(O + (size_t)rb0 * D * RB, Sb, nb, vf, D, nkg, j0 == jmin);
+            value_group(O + (size_t)rb0 * D * RB, Sb, nb, vf, D, nkg, j0 == jmin, &pf);
         }
     }
     for (int r = 0; r < rows; r++) {
