@@ -70,23 +70,14 @@ static const float *stage_f32(const void *base, int kv_type, size_t off, size_t 
     return kvf;
 }
 
-/* The next tile's K or V, prefetched a few lines per step of the current
- * tile's work so that staging it reads L2, not L3 or DRAM (the staging burst
- * otherwise stalls the fmas; at 4096 keys a unit re-stages all of them). */
-typedef struct ahead {
-    const char *base;
-    size_t off, len; /* bytes */
-    int lines;       /* per step */
-} ahead;
-
-static ahead ahead_tile(const kvs_attn_call *c, const void *kv, size_t elem_off, int nk_next, int D, int steps) {
-    const size_t es = c->kv_type != 0 ? sizeof(float) : sizeof(uint16_t), len = (size_t)nk_next * D * es;
-    return (ahead){.base = (const char *)kv + elem_off * es, .len = len,
-                   .lines = (int)((len / 64 + (size_t)steps) / (size_t)(steps > 0 ? steps : 1))};
-}
-
-AI void ahead_step(ahead *a) {
-    for (int i = 0; i < a->lines && a->off < a->len; i++, a->off += 64) _mm_prefetch(a->base + a->off, _MM_HINT_T1);
+/* Pass 1's or 3's prefetch of the tile after keys [j0, j0 + nk) of the
+ * unit's kv head (kvs_ahead, into L2: the staging reads it a tile later),
+ * over `steps` steps of the current tile's work. */
+static kvs_ahead ahead_tile(const kvs_attn_call *c, const void *kv, size_t kv_off, int j0, int nk, int maxall,
+                            int steps) {
+    const int D = c->head_dim, JT = tile_keys(D), next = j0 + nk, nk_next = maxall - next < JT ? maxall - next : JT;
+    const size_t es = c->kv_type != 0 ? sizeof(float) : sizeof(uint16_t);
+    return kvs_ahead_new((const char *)kv + (kv_off + (size_t)next * D) * es, (size_t)nk_next * D * es, steps, 0);
 }
 
 /* Passes 1 and 3 take row blocks in groups of up to GB so that one
@@ -151,11 +142,11 @@ AI void store_scores(const score_block *sb, const score_consts *k, int j0, int j
 /* Pass 1 for a group of nb blocks (Qt at the group's first block) over the
  * staged keys kf[0 .. nk), nk = the group's longest. */
 AI void score_group_nb(const float *Qt, const score_block *sb, const score_consts *k, int nb, const float *kf,
-                       int D, int j0, int nk, ahead *pf) {
+                       int D, int j0, int nk, kvs_ahead *pf) {
     const int nj = KJ(nb);
     int j = 0;
     for (; j + nj <= nk; j += nj) {
-        ahead_step(pf);
+        kvs_ahead_step(pf);
         __m256 s[GB][KJ_MAX];
 #pragma GCC unroll 3
         for (int b = 0; b < nb; b++)
@@ -195,7 +186,7 @@ AI void score_group_nb(const float *Qt, const score_block *sb, const score_const
 }
 
 static void score_group(const float *Qt, const score_block *sb, const score_consts *k, int nb, const float *kf,
-                        int D, int j0, int nk, ahead *pf) {
+                        int D, int j0, int nk, kvs_ahead *pf) {
     if (nb == 3) score_group_nb(Qt, sb, k, 3, kf, D, j0, nk, pf);
     else if (nb == 2) score_group_nb(Qt, sb, k, 2, kf, D, j0, nk, pf);
     else score_group_nb(Qt, sb, k, 1, kf, D, j0, nk, pf);
@@ -233,9 +224,9 @@ AI void value_tile(float *O, const float *const Sb[GB], int nb, const float *vf,
 
 /* Pass 3 for a group of nb blocks (O at the group's first block). */
 static void value_group(float *O, const float *const Sb[GB], int nb, const float *vf, int D, int nk, int first,
-                        ahead *pf) {
+                        kvs_ahead *pf) {
     for (int d0 = 0; d0 < D; d0 += KJ(nb)) { /* D % 8 == 0 */
-        ahead_step(pf);
+        kvs_ahead_step(pf);
         if (nb == 3) value_tile(O, Sb, 3, vf, D, d0, nk, first);
         else if (nb == 2) value_tile(O, Sb, 2, vf, D, d0, nk, first);
         else value_tile(O, Sb, 1, vf, D, d0, nk, first);
@@ -298,8 +289,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *kf = stage_f32(c->k, c->kv_type, kv_off + (size_t)j0 * D, (size_t)nk * D, kvf);
-        const int nk_next = maxall - j0 - nk < JT ? maxall - j0 - nk : JT;
-        ahead pf = ahead_tile(c, c->k, kv_off + (size_t)(j0 + nk) * D, nk_next, D, (nrb + GB - 1) / GB * (nk / KJ(GB)));
+        kvs_ahead pf = ahead_tile(c, c->k, kv_off, j0, nk, maxall, (nrb + GB - 1) / GB * (nk / KJ(GB)));
         for (int rb0 = 0; rb0 < nrb; rb0 += GB) {
             int nb = nrb - rb0 < GB ? nrb - rb0 : GB, nkg = 0;
             score_block sb[GB];
@@ -351,8 +341,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
     for (int j0 = jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *vf = stage_f32(c->v, c->kv_type, kv_off + (size_t)j0 * D, (size_t)nk * D, kvf);
-        const int nk_next = maxall - j0 - nk < JT ? maxall - j0 - nk : JT;
-        ahead pf = ahead_tile(c, c->v, kv_off + (size_t)(j0 + nk) * D, nk_next, D, (nrb + GB - 1) / GB * (D / KJ(GB)));
+        kvs_ahead pf = ahead_tile(c, c->v, kv_off, j0, nk, maxall, (nrb + GB - 1) / GB * (D / KJ(GB)));
         for (int rb0 = 0; rb0 < nrb; rb0 += GB) {
             int nb = nrb - rb0 < GB ? nrb - rb0 : GB, nkg = 0;
             const float *Sb[GB];

@@ -149,13 +149,11 @@ AI void score_step(dec_rows *dr, int nr, const float *Kt, int jb, int jend) {
     }
 }
 
-/* The steps of a staged tile; meanwhile pf_bytes from pf (the next tile's
- * keys) are prefetched, spread over the steps. */
-static void score_steps(dec_rows *dr, const float *Kt, int j0, int nsteps, int jend, const char *pf, size_t pf_bytes) {
-    const size_t pf_step = (pf_bytes / (size_t)nsteps + 63) & ~(size_t)63;
+/* The steps of a staged tile; meanwhile pf (the next tile's keys) is
+ * prefetched, spread over the steps. */
+static void score_steps(dec_rows *dr, const float *Kt, int j0, int nsteps, int jend, kvs_ahead *pf) {
     for (int s = 0; s < nsteps; s++) {
-        for (size_t b = (size_t)s * pf_step; b < (size_t)(s + 1) * pf_step && b < pf_bytes; b += 64)
-            _mm_prefetch(pf + b, _MM_HINT_T0);
+        kvs_ahead_step(pf);
         const float *kt = Kt + (size_t)s * KEY_BLOCKS(dr->nr) * dr->D * 8;
         int jb = j0 + s * 8 * KEY_BLOCKS(dr->nr);
         switch (dr->nr) {
@@ -259,8 +257,10 @@ static void score_keys(const kvs_attn_call *c, dec_rows *dr, size_t kv_off, int 
         /* the next tile's keys that exist (below maxn) */
         const int nxt = a + tile, end = j1 < maxn ? j1 : maxn, nn = end - nxt < tile ? end - nxt : tile;
         const size_t esz = c->kv_type == 0 ? 2 : 4;
-        const char *pf = nn > 0 ? (const char *)c->k + (kv_off + (size_t)nxt * D) * esz : NULL;
-        score_steps(dr, Kt, a, nsteps, j1, pf, pf ? (size_t)nn * D * esz : 0);
+        kvs_ahead pf = nn > 0 ? kvs_ahead_new((const char *)c->k + (kv_off + (size_t)nxt * D) * esz,
+                                              (size_t)nn * D * esz, nsteps, 1)
+                              : kvs_ahead_new(c->k, 0, nsteps, 1); /* no pointer past the keys */
+        score_steps(dr, Kt, a, nsteps, j1, &pf);
     }
 }
 

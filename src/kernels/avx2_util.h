@@ -42,6 +42,28 @@ AI float tree16_2(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
+/* The next tile of K or V (len bytes from base), prefetched a few 64-byte
+ * lines per step of the current tile's work (steps of them), into L1 (l1)
+ * or L2: staging the tile then reads cache, where a burst from L3 or DRAM
+ * stalled the fmas, and the reads are spread, not a burst of their own. */
+typedef struct kvs_ahead {
+    const char *base;
+    size_t off, len;
+    int lines, l1;
+} kvs_ahead;
+
+AI kvs_ahead kvs_ahead_new(const void *base, size_t len, int steps, int l1) {
+    const size_t st = steps > 0 ? (size_t)steps : 1, lines = (len + 63) / 64;
+    return (kvs_ahead){.base = (const char *)base, .len = len, .lines = (int)((lines + st - 1) / st), .l1 = l1};
+}
+
+AI void kvs_ahead_step(kvs_ahead *a) {
+    for (int i = 0; i < a->lines && a->off < a->len; i++, a->off += 64) {
+        if (a->l1) _mm_prefetch(a->base + a->off, _MM_HINT_T0);
+        else _mm_prefetch(a->base + a->off, _MM_HINT_T1);
+    }
+}
+
 /* tree16_2 of 8 rows at once: C[p] holds the chains (lo, hi) of one row,
  * row o at position tree16x8_pos[o]; lane o of
  * the result is row o's tree16_2, by the same additions in the same order:
