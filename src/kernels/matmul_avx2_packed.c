@@ -66,7 +66,11 @@ static void q4_groups4(const uint8_t *const pw[4], int ng, int q41, const uint8_
                        float (*acc)[ROWS][16]) {
     const int gb = q41 ? 320 : 288;
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
-    __m256i Wu[8][4] __attribute__((aligned(32)));
+    __m256i Wu_[8][4] __attribute__((aligned(32)));
+    /* through a pointer the compiler cannot follow: given the array itself,
+     * GCC copied all 32 vectors to other stack slots before every row pass */
+    __m256i(*Wu)[4] = Wu_;
+    __asm__("" : "+r"(Wu));
     __m256i S[ROWS][4][2] __attribute__((aligned(32))); /* int16 sums of a half group: [row][weight row][hi, lo] */
     const __m256 zero = _mm256_setzero_ps(); /* group 0's steps start from it (acc is not cleared) */
     for (int g = 0; g < ng; g++) {
@@ -429,6 +433,7 @@ static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uin
             for (int r = 0; r < 8; r++) {
                 const int16_t *xr = x16 + ((size_t)(g * 8 + r) * 2 + h) * 32;
                 __m256i xa = _mm256_loadu_si256((const __m256i *)xr), xb = _mm256_loadu_si256((const __m256i *)(xr + 16));
+                __asm__("" : "+x"(xa), "+x"(xb)); /* in registers: loaded once for both rows */
 #pragma GCC unroll 2
                 for (int o = 0; o < 2; o++) {
                     const uint8_t *pw = (o ? pb : pa) + (size_t)g * 544 + 64 * r + 32 * h;
@@ -437,6 +442,10 @@ static void q8_m1_pair16(const uint8_t *pa, const uint8_t *pb, int ng, const uin
                     sa[o] = _mm256_add_epi32(sa[o], _mm256_madd_epi16(wa, xa));
                     sb[o] = _mm256_add_epi32(sb[o], _mm256_madd_epi16(wb, xb));
                 }
+                /* the order as written: otherwise GCC hoists the products of
+                 * all eight steps and spills them to the stack (Zen 3, the
+                 * kernel alone from L1: 3.0 -> 2.2 cycles per block) */
+                __asm__("" : "+x"(sa[0]), "+x"(sb[0]), "+x"(sa[1]), "+x"(sb[1]));
             }
             __m256 dx = _mm256_loadu_ps(trailer + 8 * h);
 #pragma GCC unroll 2
@@ -535,16 +544,83 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
     }
 }
 
-/* tail_rows8 for the mr rows of a pass from i0, their tree results in
- * ytile, into columns j8 .. j8 + 7 of y. A function of its own: inlined in
- * the matmul's loop nest, each row's running y went through the stack
- * between the tail blocks and the store waited on it (a quarter of a k =
- * 576 prefill went to its 2 tail blocks of 18). */
+/* tail_rows8 for four activation rows at once (x0..x3: their tail blocks,
+ * y: their running outputs, updated): each weight pair vector of the tile
+ * is loaded once for the four rows, 1.25 loads per vpmaddwd where one row
+ * at a time took two (a load-bound loop: the tails, 2 blocks of 18 at k =
+ * 576, took 12% of a Q4_0 prefill, twice their share of the blocks; perf,
+ * Zen 3). Per row the same integer sums (exact) and float steps in the
+ * same order as tail_rows8. */
+AI void tail_rows8x4(int type, const __m256i *wt, const __m256 *wd, const __m256 *wm, int nt, const xtail *x0,
+                     const xtail *x1, const xtail *x2, const xtail *x3, __m256 y[4]) {
+    __m256 y0 = y[0], y1 = y[1], y2 = y[2], y3 = y[3];
+    for (int t = 0; t < nt; t++) {
+        const __m256i *w = wt + 16 * t;
+        const int32_t *q0 = (const int32_t *)x0[t].q, *q1 = (const int32_t *)x1[t].q;
+        const int32_t *q2 = (const int32_t *)x2[t].q, *q3 = (const int32_t *)x3[t].q;
+        __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00,
+                s31 = s00;
+#pragma GCC unroll 8
+        for (int v = 0; v < 16; v += 2) {
+            const __m256i wa = _mm256_load_si256(w + v), wb = _mm256_load_si256(w + v + 1);
+            s00 = _mm256_add_epi32(s00, _mm256_madd_epi16(wa, _mm256_set1_epi32(q0[v])));
+            s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(wb, _mm256_set1_epi32(q0[v + 1])));
+            s10 = _mm256_add_epi32(s10, _mm256_madd_epi16(wa, _mm256_set1_epi32(q1[v])));
+            s11 = _mm256_add_epi32(s11, _mm256_madd_epi16(wb, _mm256_set1_epi32(q1[v + 1])));
+            s20 = _mm256_add_epi32(s20, _mm256_madd_epi16(wa, _mm256_set1_epi32(q2[v])));
+            s21 = _mm256_add_epi32(s21, _mm256_madd_epi16(wb, _mm256_set1_epi32(q2[v + 1])));
+            s30 = _mm256_add_epi32(s30, _mm256_madd_epi16(wa, _mm256_set1_epi32(q3[v])));
+            s31 = _mm256_add_epi32(s31, _mm256_madd_epi16(wb, _mm256_set1_epi32(q3[v + 1])));
+            /* the order as written: otherwise GCC hoists the products of all
+             * eight steps and spills them (and this loop ran 1.6x slower
+             * than one row at a time) */
+            __asm__("" : "+x"(s00), "+x"(s01), "+x"(s10), "+x"(s11), "+x"(s20), "+x"(s21), "+x"(s30), "+x"(s31));
+        }
+#define TAIL_STEP(yq, xq, sa, sb)                                                                                   \
+    do {                                                                                                           \
+        __m256i is_ = _mm256_add_epi32(sa, sb);                                                                    \
+        if (type == KVS_TYPE_Q4_0) is_ = _mm256_add_epi32(is_, _mm256_set1_epi32(xq[t].c));                       \
+        yq = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is_), _mm256_mul_ps(wd[t], _mm256_set1_ps(xq[t].d)), yq);          \
+        if (type == KVS_TYPE_Q4_1) yq = _mm256_fmadd_ps(wm[t], _mm256_set1_ps(xq[t].s), yq);                       \
+    } while (0)
+        TAIL_STEP(y0, x0, s00, s01);
+        TAIL_STEP(y1, x1, s10, s11);
+        TAIL_STEP(y2, x2, s20, s21);
+        TAIL_STEP(y3, x3, s30, s31);
+#undef TAIL_STEP
+    }
+    y[0] = y0, y[1] = y1, y[2] = y2, y[3] = y3;
+}
+
+/* The tile's tail blocks for the mr rows of a pass from i0 (type: a
+ * constant where inlined), their tree results in ytile, into columns j8 ..
+ * j8 + 7 of y: rows by fours (tail_rows8x4), the rest one by one
+ * (tail_rows8). */
+AI void tail_pass8_type(const kvs_mm_call *c, int type, const __m256i *wt, const __m256 *wd, const __m256 *wm, int nt,
+                        int i0, int mr, float (*ytile)[8], int j8) {
+    const size_t n = (size_t)c->w->n;
+    int i = 0;
+    for (; i + 4 <= mr; i += 4) {
+        __m256 y[4] = {_mm256_load_ps(ytile[i]), _mm256_load_ps(ytile[i + 1]), _mm256_load_ps(ytile[i + 2]),
+                       _mm256_load_ps(ytile[i + 3])};
+        tail_rows8x4(type, wt, wd, wm, nt, row_tails(c, i0 + i), row_tails(c, i0 + i + 1), row_tails(c, i0 + i + 2),
+                     row_tails(c, i0 + i + 3), y);
+        for (int q = 0; q < 4; q++) _mm256_storeu_ps(c->y + (size_t)(i0 + i + q) * n + j8, y[q]);
+    }
+    for (; i < mr; i++)
+        _mm256_storeu_ps(c->y + (size_t)(i0 + i) * n + j8,
+                         tail_rows8(type, wt, wd, wm, nt, row_tails(c, i0 + i), _mm256_load_ps(ytile[i])));
+}
+
+/* tail_pass8_type by weight type. A function of its own: inlined in the
+ * matmul's loop nest, each row's running y went through the stack between
+ * the tail blocks and the store waited on it (a quarter of a k = 576
+ * prefill went to its 2 tail blocks of 18). */
 static __attribute__((noinline)) void tail_pass8(const kvs_mm_call *c, int type, const __m256i *wt, const __m256 *wd,
                                                  const __m256 *wm, int nt, int i0, int mr, float (*ytile)[8], int j8) {
-    for (int i = 0; i < mr; i++)
-        _mm256_storeu_ps(c->y + (size_t)(i0 + i) * c->w->n + j8,
-                         tail_rows8(type, wt, wd, wm, nt, row_tails(c, i0 + i), _mm256_load_ps(ytile[i])));
+    if (type == KVS_TYPE_Q4_0) tail_pass8_type(c, KVS_TYPE_Q4_0, wt, wd, wm, nt, i0, mr, ytile, j8);
+    else if (type == KVS_TYPE_Q4_1) tail_pass8_type(c, KVS_TYPE_Q4_1, wt, wd, wm, nt, i0, mr, ytile, j8);
+    else tail_pass8_type(c, KVS_TYPE_Q8_0, wt, wd, wm, nt, i0, mr, ytile, j8);
 }
 
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
@@ -589,8 +665,12 @@ int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1) {
                     q8_groups16x4(pw, ng, xq, c->xq_row, c->xn + (size_t)i0 * c->xn_row, c->xn_row, mr, acc);
                 else
                     q4_groups4(pw, ng, type == KVS_TYPE_Q4_1, xq, c->xq_row, mr, acc);
-                for (int r = 0; r < no; r++)
-                    for (int i = 0; i < mr; i++) ytile[i][o + r] = kvs_tree16(acc[r][i]);
+                if (no == 4) /* the four rows' trees at once (kvs_tree16 per output was scalar code) */
+                    for (int i = 0; i < mr; i++)
+                        _mm_storeu_ps(ytile[i] + o, tree16x4(acc[0][i], acc[1][i], acc[2][i], acc[3][i]));
+                else
+                    for (int r = 0; r < no; r++)
+                        for (int i = 0; i < mr; i++) ytile[i][o + r] = kvs_tree16(acc[r][i]);
                 o += no;
             }
             if (nt && n8 == KVS_PACK_TILE) {
