@@ -283,6 +283,18 @@ static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 
     }
 }
 
+/* The float steps of tail block t for one activation row (x: its tail
+ * block, s0 + s1: its exact integer dot with each of the tile's 8 rows, lane
+ * o = row o), onto y: the canonical order of kernels_impl.h. */
+AI __m256 tail_step(int type, const __m256 *wd, const __m256 *wm, int t, const xtail *x, __m256i s0, __m256i s1,
+                    __m256 y) {
+    __m256i isum = _mm256_add_epi32(s0, s1);
+    if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(x->c));
+    y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd[t], _mm256_set1_ps(x->d)), y);
+    if (type == KVS_TYPE_Q4_1) y = _mm256_fmadd_ps(wm[t], _mm256_set1_ps(x->s), y);
+    return y;
+}
+
 /* The tail of one activation row (its blocks xt) against the 8 rows of
  * tail_prep8: lane o takes the steps of tail_blocks for row o, from y. */
 AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256 *wm, int nt, const xtail *xt,
@@ -297,10 +309,7 @@ AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256
             s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(w[v], _mm256_set1_epi32(qd[v])));
             s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(w[v + 1], _mm256_set1_epi32(qd[v + 1])));
         }
-        __m256i isum = _mm256_add_epi32(s0, s1);
-        if (type == KVS_TYPE_Q4_0) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(xt[t].c));
-        y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd[t], _mm256_set1_ps(xt[t].d)), y);
-        if (type == KVS_TYPE_Q4_1) y = _mm256_fmadd_ps(wm[t], _mm256_set1_ps(xt[t].s), y);
+        y = tail_step(type, wd, wm, t, &xt[t], s0, s1, y);
     }
     return y;
 }
@@ -549,8 +558,8 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
  * is loaded once for the four rows, 1.25 loads per vpmaddwd where one row
  * at a time took two (a load-bound loop: the tails, 2 blocks of 18 at k =
  * 576, took 12% of a Q4_0 prefill, twice their share of the blocks; perf,
- * Zen 3). Per row the same integer sums (exact) and float steps in the
- * same order as tail_rows8. */
+ * Zen 3). Per row the same integer sums (exact) and float steps
+ * (tail_step) as tail_rows8. */
 AI void tail_rows8x4(int type, const __m256i *wt, const __m256 *wd, const __m256 *wm, int nt, const xtail *x0,
                      const xtail *x1, const xtail *x2, const xtail *x3, __m256 y[4]) {
     __m256 y0 = y[0], y1 = y[1], y2 = y[2], y3 = y[3];
@@ -576,18 +585,10 @@ AI void tail_rows8x4(int type, const __m256i *wt, const __m256 *wd, const __m256
              * than one row at a time) */
             __asm__("" : "+x"(s00), "+x"(s01), "+x"(s10), "+x"(s11), "+x"(s20), "+x"(s21), "+x"(s30), "+x"(s31));
         }
-#define TAIL_STEP(yq, xq, sa, sb)                                                                                   \
-    do {                                                                                                           \
-        __m256i is_ = _mm256_add_epi32(sa, sb);                                                                    \
-        if (type == KVS_TYPE_Q4_0) is_ = _mm256_add_epi32(is_, _mm256_set1_epi32(xq[t].c));                       \
-        yq = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is_), _mm256_mul_ps(wd[t], _mm256_set1_ps(xq[t].d)), yq);          \
-        if (type == KVS_TYPE_Q4_1) yq = _mm256_fmadd_ps(wm[t], _mm256_set1_ps(xq[t].s), yq);                       \
-    } while (0)
-        TAIL_STEP(y0, x0, s00, s01);
-        TAIL_STEP(y1, x1, s10, s11);
-        TAIL_STEP(y2, x2, s20, s21);
-        TAIL_STEP(y3, x3, s30, s31);
-#undef TAIL_STEP
+        y0 = tail_step(type, wd, wm, t, &x0[t], s00, s01, y0);
+        y1 = tail_step(type, wd, wm, t, &x1[t], s10, s11, y1);
+        y2 = tail_step(type, wd, wm, t, &x2[t], s20, s21, y2);
+        y3 = tail_step(type, wd, wm, t, &x3[t], s30, s31, y3);
     }
     y[0] = y0, y[1] = y1, y[2] = y2, y[3] = y3;
 }
