@@ -25,13 +25,13 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-/* Random weights of a kquant type: random bytes with sane f16 scales. */
-static kvs_wmat rand_kq(int type, int n, int k) {
+/* Weights of a kquant type: every byte fill (-1: random) but sane f16 scales. */
+static kvs_wmat kq_weights(int type, int n, int k, int fill) {
     const kvs_type_traits *tr = kvs_type_traits_of(type);
     kvs_wmat w = {.type = type, .n = n, .k = k, .row_bytes = kvs_type_row_bytes(type, k)};
     size_t bytes = w.row_bytes * (size_t)n;
     uint8_t *p = xmalloc(bytes);
-    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)kt_rand();
+    for (size_t i = 0; i < bytes; i++) p[i] = fill < 0 ? (uint8_t)kt_rand() : (uint8_t)fill;
     for (size_t b = 0; b < bytes / (size_t)tr->type_size; b++) {
         uint8_t *blk = p + b * (size_t)tr->type_size;
         uint16_t d = kvs_f32_to_f16(0.0005f + 0.01f * (kt_randf() + 1.0f));
@@ -51,6 +51,8 @@ static kvs_wmat rand_kq(int type, int n, int k) {
     w.data = p;
     return w;
 }
+/* Random weights of a kquant type: random bytes with sane f16 scales. */
+static kvs_wmat rand_kq(int type, int n, int k) { return kq_weights(type, n, k, -1); }
 
 static const char *venv_python(void) {
     static char path[1024];
@@ -126,16 +128,17 @@ static float *matmul(const kvs_wmat *w, const float *x, int m, kvs_pool *pool) {
 }
 
 TEST(test_kq_simd_equals_scalar) {
-    /* 96, 640: 3 and 20 blocks, a partial octet and not a multiple of 16 (Q5_0 / Q5_1 only: K-quants need
-     * 256); 8192: long rows (256 blocks, 32 octets: the batch path's pairs in groups of 4, kquant_avx2.c); an odd
-     * number of weight rows for every other k (the last pair of a chunk is one row) */
-    const int ks[] = {96, 256, 640, 2048, 8192};
+    /* 96, 640: 3 and 20 blocks, a partial last octet of <= 4 blocks (the batch path merges two rows' into one,
+     * kquant_avx2_batch.c merge_tails); 192: 6 blocks, a partial octet of more (Q5_0 / Q5_1 only: K-quants need 256);
+     * 8192: long rows (256 blocks, 32 octets). 45, 47, 48 weight rows: the batch path's tiles of four, the last
+     * with 1, 3 or 4 rows of its own (the others repeat a row, computed and not stored) */
+    const int ks[] = {96, 192, 256, 640, 2048, 8192}, ns[] = {45, 47, 48};
     const int ms[] = {1, 3, 16, 37};
     int compared = 0;
     for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             if (ks[ki] % 256 && !(k_types[t] == KVS_TYPE_Q5_0 || k_types[t] == KVS_TYPE_Q5_1)) continue;
-            kvs_wmat w = rand_kq(k_types[t], ki % 2 == 0 ? 45 : 48, ks[ki]);
+            kvs_wmat w = rand_kq(k_types[t], ns[ki % 3], ks[ki]);
             for (size_t mi = 0; mi < 4; mi++) {
                 float *x = xmalloc((size_t)ms[mi] * w.k * 4);
                 kt_rand_vec(x, (size_t)ms[mi] * w.k, 3.0f);
@@ -223,6 +226,40 @@ TEST(test_kq_batch_invariant) {
     kvs_pool_free(pool);
 }
 
+/* The integer extremes: every weight integer at its type's maximum (all
+ * bytes 0xff: 31 for Q5_0, 63 for Q6_K) against activations at +-127 on the
+ * hi plane and large lo values. The SIMD paths add vpmaddubsw products in
+ * int16 as long as they cannot overflow (kquant_avx2_batch.c tile_sums): one
+ * step more and these sums wrap. */
+TEST(test_kq_integer_extremes) {
+    int compared = 0;
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
+        kvs_wmat w = kq_weights(k_types[t], 8, 512, 0xff);
+        const int m = 6;
+        float *x = xmalloc((size_t)m * w.k * 4);
+        for (int i = 0; i < m; i++) /* 127 d once per block, the rest 126.4 d (hi 126, lo 102), signs by row */
+            for (int e = 0; e < w.k; e++) x[(size_t)i * w.k + e] = (i % 2 ? -1.0f : 1.0f) * (e % 32 ? 126.4f : 127.0f);
+        kvs_kernels_set_isa("scalar");
+        float *ref = matmul(&w, x, m, NULL);
+        const char *isas[] = {"avx2", "avx512vnni"};
+        for (int a = 0; a < 2; a++) {
+            if (kvs_kernels_set_isa(isas[a]) != 0) continue;
+            for (int mm = 1; mm <= m; mm += m - 1) { /* decode (one row) and batch */
+                float *got = matmul(&w, x, mm, NULL);
+                CHECK_MSG(memcmp(ref, got, (size_t)mm * w.n * 4) == 0, "%s m %d: %s differs",
+                          kvs_type_traits_of(w.type)->name, mm, isas[a]);
+                compared++;
+                free(got);
+            }
+        }
+        kvs_kernels_set_isa("best");
+        free(ref);
+        free(x);
+        free((void *)w.data);
+    }
+    printf("  %d ISA comparisons\n", compared);
+}
+
 /* The SIMD quantizers of activation rows write the reference's bytes (the
  * K-quant row and the Q4 / Q8 layout), also
  * for hostile rows: NaN, infinities, huge and subnormal values, all-zero
@@ -274,7 +311,7 @@ TEST(test_quantize_rows_simd_equals_scalar) {
                     lane_bad += a[(size_t)blk * 64 + p * 32 + e] != b[at];
                 }
         /* the scales and sums of the row's blocks equal; a last octet of <= 4 blocks (here 16..19)
-         * has its lanes 0-3 copied into 4-7, integers and trailer (kquant_avx2.c merge_tails) */
+         * has its lanes 0-3 copied into 4-7, integers and trailer (kquant_avx2_batch.c merge_tails) */
         const kvs_kq_trailer ta = kvs_kq_trailer_of(a, k), tb = kvs_kq_trailer_of(b, k);
         const int nb = k / 32, last = nb / 8 * 8;
         int trailer_bad = 0;
@@ -327,6 +364,7 @@ int main(void) {
     RUN(test_kq_simd_equals_scalar);
     RUN(test_kq_vs_double);
     RUN(test_kq_batch_invariant);
+    RUN(test_kq_integer_extremes);
     RUN(test_quantize_rows_simd_equals_scalar);
     return kt_summary();
 }

@@ -82,14 +82,11 @@ AI __m256 tree16x8(const __m256 C[8][2]) {
     return _mm256_add_ps(_mm256_shuffle_ps(c0, c1, 0x88), _mm256_shuffle_ps(c0, c1, 0xDD));
 }
 
-/* tree16_2 of 4 rows at once: lane r of the result is kvs_tree16 of row r's
- * 16 chains (acc[r]: lanes 0..15), by the same additions in the same order
- * (as tree16x8, on half as many rows). */
-AI __m128 tree16x4(const float *a0, const float *a1, const float *a2, const float *a3) {
-    const __m256 s0 = _mm256_add_ps(_mm256_load_ps(a0), _mm256_load_ps(a0 + 8));
-    const __m256 s1 = _mm256_add_ps(_mm256_load_ps(a1), _mm256_load_ps(a1 + 8));
-    const __m256 s2 = _mm256_add_ps(_mm256_load_ps(a2), _mm256_load_ps(a2 + 8));
-    const __m256 s3 = _mm256_add_ps(_mm256_load_ps(a3), _mm256_load_ps(a3 + 8));
+/* tree16_2 of 4 rows at once, from each row's first step s_r = lo + hi
+ * (lanes 0..7 + lanes 8..15): lane r of the result is kvs_tree16 of row r's
+ * 16 chains, by the same additions in the same order (as tree16x8, on half
+ * as many rows). */
+AI __m128 tree16x4_sums(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
     /* [row 0: b0..3 | row 1: b0..3], [row 2 | row 3] */
     const __m256 b01 = _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
     const __m256 b23 = _mm256_add_ps(_mm256_permute2f128_ps(s2, s3, 0x20), _mm256_permute2f128_ps(s2, s3, 0x31));
@@ -98,6 +95,14 @@ AI __m128 tree16x4(const float *a0, const float *a1, const float *a2, const floa
     /* [y0 y2 y0 y2 | y1 y3 y1 y3] */
     const __m256 y = _mm256_add_ps(_mm256_shuffle_ps(c, c, 0x88), _mm256_shuffle_ps(c, c, 0xDD));
     return _mm_unpacklo_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+}
+
+/* tree16x4_sums of 4 rows' chains in memory (acc[r]: lanes 0..15). */
+AI __m128 tree16x4(const float *a0, const float *a1, const float *a2, const float *a3) {
+    return tree16x4_sums(_mm256_add_ps(_mm256_load_ps(a0), _mm256_load_ps(a0 + 8)),
+                         _mm256_add_ps(_mm256_load_ps(a1), _mm256_load_ps(a1 + 8)),
+                         _mm256_add_ps(_mm256_load_ps(a2), _mm256_load_ps(a2 + 8)),
+                         _mm256_add_ps(_mm256_load_ps(a3), _mm256_load_ps(a3 + 8)));
 }
 
 /* The lane sums of 8 int32 vectors v, transposed, from p[i] = hadd(v[2i],

@@ -1,0 +1,297 @@
+/*
+ * AVX2 dot products for Q5_0 / Q5_1 / K-quant weights, the parts decode
+ * (kquant_avx2.c) and the batch path (kquant_avx2_batch.c) share: octets,
+ * their unpacking, their float steps. The canonical arithmetic of kquant.h
+ * bit for bit.
+ *
+ * Lanes are blocks. Blocks are taken by octets (8 consecutive blocks, b0 a
+ * multiple of 8), so lane l of a float vector is block b0 + l and its chain
+ * c = b % 16 is lane l of the low (b0 % 16 == 0) or the high accumulator:
+ * the reference's 16 chains are two registers and every float step of eight
+ * blocks is one vector instruction in the reference's order.
+ *
+ * A weight octet is unpacked (unpack_octet) into unsigned integers qu =
+ * q_w + off (0..63, off 16 for Q5_0, 32 for Q6_K, else 0) and per-block
+ * float scales, zero past the row. The offset comes off exactly as off *
+ * (sum of Q over the half), which the quantized row carries (kquant.h).
+ * Integers are exact, so only the float steps are ordered, and they are the
+ * reference's.
+ *
+ * Decode (one activation row, natural order): each octet goes from memory
+ * to registers and is used at once; block dot: vpmaddubsw(qu, hi) and (qu,
+ * lo) (pairs <= 2 * 63 * 128: no saturation), widened by vpmaddwd with 256
+ * and 1 (lanes 0-3 half 0, 4-7 half 1); three rounds of vphaddd over the
+ * octet's 8 block vectors leave each block's half sums in one lane. One
+ * weight row at a time: two rows' unpacked octets and accumulators did not
+ * fit the 16 registers.
+ *
+ * Several activation rows (prefill, the server's batch; the quantizer's
+ * lane layout, a lane per block): weight rows by tiles of four, unpacked
+ * and transposed once per call (tile_sums, tile_row, batch_cols); a lane
+ * accumulates its block directly, no horizontal step.
+ *
+ * Decode and batch loops are compiled per type as functions of their own
+ * (KQ_SHAPES, k_type_fns in kquant_avx2.c). Include this after the AVX2
+ * target pragma.
+ */
+#ifndef KVS_KERNELS_KQUANT_AVX2_OCTET_H
+#define KVS_KERNELS_KQUANT_AVX2_OCTET_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kquant.h"
+#include "kernels/quant_avx2.h"
+
+/* Octets a row may have for the unpacked buffer on the stack (k <= 32768
+ * elements: a tile of 4 rows x 128 octets x 352 bytes = 176 KiB); longer
+ * rows take the scalar reference. */
+#define MAX_OCTETS 128
+
+/* One octet of a weight row, unpacked: unsigned integers of blocks b0..b0+7
+ * (zero past the row), their half scales and mins (zero past the row). */
+typedef struct octet {
+    __m256i qu[8];
+    __m256 dw0, dw1, mw;
+} octet;
+
+/* Per-type constants of the dot loops (KQ_SHAPES: each type's loops are
+ * compiled with them as literals, without the others' branches;
+ * kvs_kq_split_scales / kvs_kq_has_min say the same). */
+typedef struct kq_shape {
+    int type;
+    int off_shift; /* off = 1 << off_shift, 0: no offset (off 0) */
+    int split;     /* Q6_K: a scale per half */
+    int has_min;   /* Q5_1, Q4_K, Q5_K */
+    int depth;     /* vpmaddubsw products an int16 sum holds (tile_sums): 8 for 4-bit weights, 4 for 5, 2 for 6 */
+} kq_shape;
+
+/* 0xff in byte e where bit e of the 32-bit word is set. */
+AI __m256i bytes_from_bits(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                            0x0303030303030303);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+AI uint16_t u16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+/* Q5_0 / Q5_1 in GGUF layout: cnt (<= 8) blocks from b0, each with its own
+ * f16 scale (and min). Unrolled, the scales gathered in integers: with a
+ * loop the vectors went through the stack and the first multiply waited
+ * for the stores (a partial octet is a fifth of a k = 640 row). */
+AI void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, octet *o) {
+    const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
+    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
+    uint64_t d[2] = {0, 0}, m[2] = {0, 0};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        if (i >= cnt) { /* padding: zero integers and scales */
+            o->qu[i] = _mm256_setzero_si256();
+            continue;
+        }
+        const uint8_t *p = row + (size_t)(b0 + i) * bs;
+        uint32_t qh;
+        memcpy(&qh, p + qh_at, 4);
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + qh_at + 4));
+        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+        o->qu[i] = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(qh), b16));
+        d[i / 4] |= (uint64_t)u16_at(p) << (16 * (i % 4));
+        if (q51) m[i / 4] |= (uint64_t)u16_at(p + 2) << (16 * (i % 4));
+    }
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_set_epi64x((long long)d[1], (long long)d[0]));
+    o->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
+}
+
+/* A full Q5_0 / Q5_1 octet from b0 of a packed row (pack.c): 4-bit parts
+ * two blocks per vector, the 5th bits as bit planes (bit i of byte e:
+ * block i), scales contiguous. */
+AI void unpack_q5_packed(const uint8_t *row, int b0, int q51, octet *o) {
+    const uint8_t *oct = row + (size_t)b0 * (q51 ? 24 : 22);
+    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(oct + 128));
+    /* bit i of each byte to bit 4 (16-bit shifts: the masked bit never
+     * crosses into the other byte), made where used (fewer live registers) */
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(oct + 32 * p));
+        const int i0 = 2 * p, i1 = 2 * p + 1;
+        __m256i h0 = i0 < 4 ? _mm256_slli_epi16(hb, 4 - i0) : _mm256_srli_epi16(hb, i0 - 4);
+        __m256i h1 = i1 < 4 ? _mm256_slli_epi16(hb, 4 - i1) : _mm256_srli_epi16(hb, i1 - 4);
+        o->qu[i0] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(h0, b16));
+        o->qu[i1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(h1, b16));
+    }
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
+    o->mw = q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps();
+}
+
+/* Q4_K / Q5_K: superblock s is the octet from 8 s. */
+AI void unpack_k45(const uint8_t *row, int s, int k5, octet *o) {
+    const uint8_t *sb = row + (size_t)s * (k5 ? 176 : 144), *q = sb + 4;
+    const uint8_t *qs = sb + (k5 ? 48 : 16);
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i qh = k5 ? _mm256_loadu_si256((const __m256i *)(sb + 16)) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (k5) { /* bit j of qh[l] is bit 4 of element l of sub-block j */
+            const int j = 2 * p;
+            __m256i bl = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one);
+            __m256i bh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j + 1)), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
+        }
+        o->qu[2 * p] = lo;
+        o->qu[2 * p + 1] = hi;
+    }
+    /* ggml's get_scale_min_k4 for the 8 sub-blocks (kquant_ref.c) in one
+     * vector (scalar stores read back as a vector stalled the loop: no
+     * store forwarding): bytes 0-7 the scales, 8-15 the mins.
+     *   sc[j] = q[j] & 63,  sc[j + 4] = (q[j + 8] & 15) | (q[j] >> 6) << 4
+     *   mn[j] = q[j + 4] & 63,  mn[j + 4] = (q[j + 8] >> 4) | (q[j + 4] >> 6) << 4
+     * (16 bytes read: the 12 scale bytes and 4 of qs after them) */
+    const __m128i B = _mm_loadu_si128((const __m128i *)q);
+    const __m128i A = _mm_shuffle_epi8(B, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i C = _mm_shuffle_epi8(B, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i hi4 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1);
+    const __m128i A4 = _mm_blendv_epi8(A, _mm_srli_epi16(A, 4), hi4);
+    const __m128i keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m128i R = _mm_or_si128(_mm_and_si128(A4, keep), _mm_and_si128(_mm_srli_epi16(C, 2), _mm_set1_epi8(0x30)));
+    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb)));
+    __m256 dmin = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 2)));
+    o->dw0 = o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(R)));
+    __m256 mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(R, 8))));
+    o->mw = _mm256_xor_ps(mw, _mm256_set1_ps(-0.0f)); /* -(dmin * m), exact */
+}
+
+/* Q6_K: superblock s is the octet from 8 s; sub-block j reads ql half
+ * (j % 4 < 2: low nibbles) of ql[64 (j / 4) + 32 (j % 2)] and 2 bits of
+ * qh[32 (j / 4)] at 2 (j % 4); its half scales are scales[2 j], [2 j + 1]. */
+AI void unpack_q6k(const uint8_t *row, int s, octet *o) {
+    const uint8_t *sb = row + (size_t)s * 210;
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    for (int n = 0; n < 2; n++) {
+        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * n));
+        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * n + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * n));
+        __m256i lo[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                         _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+        for (int r = 0; r < 4; r++) {
+            __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r)), m3);
+            o->qu[4 * n + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(hb, 4));
+        }
+    }
+    __m128i sc = _mm_loadu_si128((const __m128i *)(sb + 192));
+    __m128i eo = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 208)));
+    o->dw0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eo)));
+    o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(eo, 8))));
+    o->mw = _mm256_setzero_ps();
+}
+
+/* The octet from b0 (cnt blocks of the row there, <= 8) of a weight row;
+ * packed: the row is kvs_wmat.packed's (Q5_0 / Q5_1 only), else GGUF's. */
+AI void unpack_octet(int type, const uint8_t *row, int b0, int cnt, int packed, octet *o) {
+    switch (type) {
+    case KVS_TYPE_Q5_0:
+    case KVS_TYPE_Q5_1:
+        if (packed && cnt == 8) unpack_q5_packed(row, b0, type == KVS_TYPE_Q5_1, o);
+        else unpack_q5(row, b0, cnt, type == KVS_TYPE_Q5_1, o);
+        break;
+    case KVS_TYPE_Q4_K: unpack_k45(row, b0 / 8, 0, o); break;
+    case KVS_TYPE_Q5_K: unpack_k45(row, b0 / 8, 1, o); break;
+    default: unpack_q6k(row, b0 / 8, o); break;
+    }
+}
+
+/* Quantized activations of one row, from the octet at b0 on (kquant.h). */
+typedef struct xoct {
+    const int8_t *q; /* block b0's hi */
+    const float *dx, *sx;
+    const int32_t *s0, *s1;
+} xoct;
+
+/* An octet's float steps, their operands made ahead (octet_prep) and the
+ * steps taken on the accumulator in the reference's order (octet_apply):
+ *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A). */
+typedef struct octet_ops {
+    __m256 f0, p0, f1, p1, m, s;
+} octet_ops;
+
+AI octet_ops octet_prep(const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
+    octet_ops op;
+    if (sh.off_shift) {
+        const __m128i c = _mm_cvtsi32_si128(sh.off_shift);
+        H0 = _mm256_sub_epi32(H0, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s0), c));
+        H1 = _mm256_sub_epi32(H1, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s1), c));
+    }
+    __m256 dxv = _mm256_loadu_ps(x.dx);
+    if (sh.split) {
+        op.f0 = _mm256_cvtepi32_ps(H0);
+        op.p0 = _mm256_mul_ps(w->dw0, dxv);
+        op.f1 = _mm256_cvtepi32_ps(H1);
+        op.p1 = _mm256_mul_ps(w->dw1, dxv);
+    } else {
+        op.f0 = _mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1));
+        op.p0 = _mm256_mul_ps(w->dw0, dxv);
+        op.f1 = op.p1 = _mm256_setzero_ps();
+    }
+    op.m = sh.has_min ? w->mw : _mm256_setzero_ps();
+    op.s = sh.has_min ? _mm256_loadu_ps(x.sx) : _mm256_setzero_ps();
+    return op;
+}
+
+/* The operands of lanes 4-7 in lanes 0-3 (a merged tail's second row). */
+AI octet_ops octet_ops_high(const octet_ops *op) {
+    octet_ops h;
+    h.f0 = _mm256_permute2f128_ps(op->f0, op->f0, 0x01);
+    h.p0 = _mm256_permute2f128_ps(op->p0, op->p0, 0x01);
+    h.f1 = _mm256_permute2f128_ps(op->f1, op->f1, 0x01);
+    h.p1 = _mm256_permute2f128_ps(op->p1, op->p1, 0x01);
+    h.m = _mm256_permute2f128_ps(op->m, op->m, 0x01);
+    h.s = _mm256_permute2f128_ps(op->s, op->s, 0x01);
+    return h;
+}
+
+AI __m256 octet_apply(__m256 A, const octet_ops *op, kq_shape sh) {
+    A = _mm256_fmadd_ps(op->f0, op->p0, A);
+    if (sh.split) A = _mm256_fmadd_ps(op->f1, op->p1, A);
+    if (sh.has_min) A = _mm256_fmadd_ps(op->m, op->s, A);
+    return A;
+}
+
+/* The steps of op onto accumulator a; a partial octet (cnt < 8, Q5_0 /
+ * Q5_1) leaves lanes past the row as they were. */
+AI __m256 octet_apply_cnt(__m256 a, int cnt, const octet_ops *op, kq_shape sh) {
+    __m256 na = octet_apply(a, op, sh);
+    if (cnt < 8) {
+        const __m256 keep = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
+        na = _mm256_blendv_ps(na, a, keep);
+    }
+    return na;
+}
+
+/* Each type's shape: X(name, type, offset shift, split scales, min, int16
+ * depth), the fields of kq_shape. */
+#define KQ_SHAPES(X)                                                                                                   \
+    X(q5_0, KVS_TYPE_Q5_0, 4, 0, 0, 4)                                                                                 \
+    X(q5_1, KVS_TYPE_Q5_1, 0, 0, 1, 4)                                                                                 \
+    X(q4_k, KVS_TYPE_Q4_K, 0, 0, 1, 8)                                                                                 \
+    X(q5_k, KVS_TYPE_Q5_K, 0, 0, 1, 4)                                                                                 \
+    X(q6_k, KVS_TYPE_Q6_K, 5, 1, 0, 2)
+
+/* The batch path of each type (kquant_avx2_batch.c): y rows [0, m) x
+ * columns [j0, j1) on activation rows in the lane layout. */
+#define KQ_BATCH_DECL(name, ...)                                                                                       \
+    void kvs_kq_avx2_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+KQ_SHAPES(KQ_BATCH_DECL)
+#undef KQ_BATCH_DECL
+
+#endif
