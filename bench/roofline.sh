@@ -23,7 +23,10 @@
 #    N sequences stepped together (kvstitch bench --streams, the server's
 #    batched step), aggregate tok/s over the one-stream decode of the same
 #    round (0: skip).
-# Models: the Q4_1 file of scripts/fetch-model.sh; Q4_0 / Q8_0 / F16 are made
+# Models: the Q4_1 file of scripts/fetch-model.sh; type gemma3 (not in the
+# default list: --types "... gemma3") is gemma-3-270m Q4_K_M
+# (scripts/fetch-model.sh gemma3: Q5_0 / Q4_K / Q6_K matrices, Q8_0 head);
+# Q4_0 / Q8_0 / F16 are made
 # from it with llama-quantize --allow-requantize when llama.cpp's binaries
 # are found (--llama-bin DIR with llama-bench and llama-quantize; default:
 # a cmake build of llama-cpp-python's vendored llama.cpp under
@@ -69,6 +72,7 @@ q41=$(scripts/fetch-model.sh | tail -n 1)
 model_of() { # type -> path ('' if it cannot be had)
     local t="$1" out="$cache/models/SmolLM2-135M-Instruct.$1.gguf"
     [ "$t" = Q4_1 ] && { echo "$q41"; return; }
+    [ "$t" = gemma3 ] && { scripts/fetch-model.sh gemma3 | tail -n 1; return; }
     if [ ! -f "$out" ] && [ $have_ll = 1 ]; then
         "$llbin/llama-quantize" --allow-requantize "$q41" "$out.tmp" "$t" >"$tmp/quant.log" 2>&1 \
             && mv "$out.tmp" "$out" || { echo "roofline: llama-quantize $t failed" >&2; tail -3 "$tmp/quant.log" >&2; }
