@@ -45,7 +45,8 @@ int kvs_kq_handles(int type);
 /* Quantized activation row, nbp = nb rounded up to 8: 64 * nbp bytes of
  * integers (the reference: nb blocks of {i8 hi[32], i8 lo[32]}; an ISA may
  * use another order of the same values, see its quantize_row), then, each
- * nbp long and zero past nb: float dx[nbp], float sx[nbp], int32 s0[nbp],
+ * nbp long and zero past nb (an ISA's layout may fill those lanes with
+ * copies its kernels use, see its quantize_row): float dx[nbp], float sx[nbp], int32 s0[nbp],
  * int32 s1[nbp] (s_h = sum of Q over half h of the block: the SIMD paths
  * take weights as unsigned q_w + off and subtract off * s_h, exactly). */
 static inline int kvs_kq_nbp(int k) { return (k / 32 + 7) & ~7; }
@@ -88,7 +89,8 @@ float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow);
 
 /* One ISA row: y[i][j] for rows [0, m) and columns [j0, j1), on x rows its
  * own quantize_row wrote for a call of m rows (the values of
- * kvs_kq_quantize_row, bit for bit, in the order the ISA reads). */
+ * kvs_kq_quantize_row, bit for bit, in the order the ISA reads; lanes past
+ * the row may hold copies the ISA's kernels use). */
 typedef struct kvs_kq_isa {
     const char *name;
     void (*dot_cols)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);

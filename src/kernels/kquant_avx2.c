@@ -123,27 +123,34 @@ static const struct {
 #undef KQ_ROW
 };
 
+/* Several rows in the lane layout: the batch path; else (one row, or rows
+ * too long for the batch buffer, in natural order: kq_lanes) decode, row
+ * by row. */
 static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
-    for (size_t i = 0; (w->k / 32 + 7) / 8 <= MAX_OCTETS && i < sizeof k_type_fns / sizeof k_type_fns[0]; i++)
-        if (k_type_fns[i].type == w->type) {
-            if (m == 1) k_type_fns[i].decode(w, xq, y, j0, j1);
-            else k_type_fns[i].batch(w, xq, xq_row, m, y, j0, j1);
+    for (size_t t = 0; t < sizeof k_type_fns / sizeof k_type_fns[0]; t++)
+        if (k_type_fns[t].type == w->type) {
+            if (kq_lanes(w->k, m)) k_type_fns[t].batch(w, xq, xq_row, m, y, j0, j1);
+            else
+                for (int i = 0; i < m; i++) k_type_fns[t].decode(w, xq + (size_t)i * xq_row, y + (size_t)i * w->n, j0, j1);
             return;
         }
-    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* rows too long for the buffers */
+    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* (kvs_kq_handles: not reached) */
 }
 
-/* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer. One
- * row (decode): blocks in natural order, as the reference's. Several rows:
- * the lane layout of tile_sums (per octet a hi plane of 8 vectors,
- * vector r lane l = elements 4r..4r+3 of block l, then the lo plane; blocks
- * past the row zero). The values are the same. */
+/* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer.
+ * Natural order (one row; rows too long for the batch path): the
+ * reference's bytes. Several rows (kq_lanes): the lane layout of tile_sums
+ * (per octet a hi plane of 8 vectors, vector r lane l = elements 4r..4r+3
+ * of block l, then the lo plane), the same values in another order; blocks
+ * past the row are zero, except in a last octet of <= 4 blocks, whose lanes
+ * 4-7 copy lanes 0-3, integers and trailer (merge_tails). */
 static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
     const int nb = k / 32;
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
     float *dx = tr.dx, *sx = tr.sx;
     int32_t *s0 = tr.s0, *s1 = tr.s1;
     memset(dx, 0, (size_t)kvs_kq_nbp(k) * 16);
+    const int lanes = kq_lanes(k, m);
     for (int b0 = 0; b0 < nb; b0 += 8) {
         __m256i hi[8], lo[8];
         for (int l = 0; l < 8; l++) {
@@ -160,14 +167,14 @@ static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
             s1[b] = s[1];
         }
         __m256i *dst = (__m256i *)(xrow + (size_t)b0 * 64);
-        if (m == 1) {
+        if (!lanes) {
             for (int l = 0; l < 8; l++) {
                 _mm256_storeu_si256(dst + 2 * l, hi[l]);
                 _mm256_storeu_si256(dst + 2 * l + 1, lo[l]);
             }
             continue;
         }
-        if (nb - b0 <= 4) { /* a partial octet of <= 4 blocks: lanes 4-7 copy 0-3 (merge_tails) */
+        if (kq_merged_tail(nb - b0)) { /* lanes 4-7 copy 0-3 (merge_tails) */
             for (int l = 4; l < 4 + nb - b0; l++) {
                 hi[l] = hi[l - 4];
                 lo[l] = lo[l - 4];

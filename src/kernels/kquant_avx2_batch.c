@@ -39,15 +39,16 @@ AI void merge_tails(octet *a, const octet *b) {
  * Lane l of I[q][0]: block l over both halves (split scales: half 0, and
  * I[q][1] half 1). The vpmaddubsw products (pairs <= 2 * qmax * 128) add
  * up in int16, sh.depth of them (4 x 7936 for 5-bit weights), before one
- * vpmaddwd by 256 (hi) or 1 (lo) widens them: exact integers. */
-#define TILE_MAC(wq, ph, pl)                                                                                       \
+ * vpmaddwd by 256 (hi) or 1 (lo) widens them: exact integers. The macros
+ * are tile_sums' steps (its r, xh, xl, sh, I, c256, ones). */
+#define TILE_MAC(wq, ph, pl)                                                                                           \
     do {                                                                                                               \
         const __m256i w_ = _mm256_load_si256(&(wq)->qu[r]);                                                            \
-        const __m256i mh_ = _mm256_maddubs_epi16(w_, a), ml_ = _mm256_maddubs_epi16(w_, b);                            \
+        const __m256i mh_ = _mm256_maddubs_epi16(w_, xh), ml_ = _mm256_maddubs_epi16(w_, xl);                          \
         ph = r % sh.depth ? _mm256_add_epi16(ph, mh_) : mh_;                                                           \
         pl = r % sh.depth ? _mm256_add_epi16(pl, ml_) : ml_;                                                           \
     } while (0)
-#define TILE_WIDEN(q, ph, pl)                                                                                      \
+#define TILE_WIDEN(q, ph, pl)                                                                                          \
     do {                                                                                                               \
         const __m256i v_ = _mm256_add_epi32(_mm256_madd_epi16(ph, c256), _mm256_madd_epi16(pl, ones));                 \
         const int h_ = sh.split && r >= 4; /* split: half 1 apart */                                                   \
@@ -63,9 +64,9 @@ AI void tile_sums(const octet *const w[4], int nw, const int8_t *xo, kq_shape sh
         /* the pointers through an empty asm at every step: otherwise GCC
          * loaded all 16 activation vectors at once and spilled them */
         __asm__("" : "+r"(xo), "+r"(w0), "+r"(w1), "+r"(w2), "+r"(w3));
-        __m256i a = _mm256_loadu_si256((const __m256i *)(xo + 32 * r));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(xo + 256 + 32 * r));
-        __asm__("" : "+x"(a), "+x"(b)); /* in registers: loaded once for the four rows */
+        __m256i xh = _mm256_loadu_si256((const __m256i *)(xo + 32 * r));
+        __m256i xl = _mm256_loadu_si256((const __m256i *)(xo + 256 + 32 * r));
+        __asm__("" : "+x"(xh), "+x"(xl)); /* in registers: loaded once for the four rows */
         TILE_MAC(w0, ph0, pl0);
         TILE_MAC(w1, ph1, pl1);
         if (nw > 2) {
@@ -93,7 +94,7 @@ AI void tile_sums(const octet *const w[4], int nw, const int8_t *xo, kq_shape sh
 /* One weight row's float steps of a full octet on its accumulator A (the
  * octet's half of the row's chains): sums I, offsets o0 / o1 (the
  * activations' half sums times off; non-split: their sum in o0), dx, sx. */
-AI __m256 row_step(__m256 A, const octet *w, const __m256i I[2], __m256i o0, __m256i o1, __m256 dx, __m256 sx,
+AI __m256 full_step(__m256 A, const octet *w, const __m256i I[2], __m256i o0, __m256i o1, __m256 dx, __m256 sx,
                    kq_shape sh) {
     A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(I[0], o0)), _mm256_mul_ps(w->dw0, dx), A);
     if (sh.split) A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(I[1], o1)), _mm256_mul_ps(w->dw1, dx), A);
@@ -116,10 +117,10 @@ AI void tile_octet(const octet *const w[4], xoct x, kq_shape sh, __m256 *a0, __m
         o1 = _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s1), c);
         if (!sh.split) o0 = _mm256_add_epi32(o0, o1);
     }
-    *a0 = row_step(*a0, w[0], I[0], o0, o1, dx, sx, sh);
-    *a1 = row_step(*a1, w[1], I[1], o0, o1, dx, sx, sh);
-    *a2 = row_step(*a2, w[2], I[2], o0, o1, dx, sx, sh);
-    *a3 = row_step(*a3, w[3], I[3], o0, o1, dx, sx, sh);
+    *a0 = full_step(*a0, w[0], I[0], o0, o1, dx, sx, sh);
+    *a1 = full_step(*a1, w[1], I[1], o0, o1, dx, sx, sh);
+    *a2 = full_step(*a2, w[2], I[2], o0, o1, dx, sx, sh);
+    *a3 = full_step(*a3, w[3], I[3], o0, o1, dx, sx, sh);
 }
 
 /* A row's float steps of the last, partial octet (cnt blocks; lanes 4-7 of
@@ -135,7 +136,7 @@ AI __m256 tail_step(__m256 A, const octet *w, const __m256i I[2], xoct x, kq_sha
 AI void tile_tail(const octet *tb, int no, int o, int cnt, xoct x, kq_shape sh, __m256 *a0, __m256 *a1, __m256 *a2,
                   __m256 *a3) {
     __m256i I[4][2];
-    if (cnt <= 4) {
+    if (kq_merged_tail(cnt)) {
         const octet *w[4] = {tb + o, tb + 2 * no + o, tb + o, tb + 2 * no + o};
         tile_sums(w, 2, x.q, sh, I);
         *a0 = tail_step(*a0, w[0], I[0], x, sh, cnt, 0);
@@ -187,7 +188,7 @@ AI __m128 tile_row(const octet *tb, int no, int nb, const uint8_t *xr, kq_shape 
 
 /* Octets in the batch buffer: a tile of the longest rows (MAX_OCTETS);
  * rows of fewer octets take more tiles at a time. */
-#define BATCH_OCTETS (4 * MAX_OCTETS)
+#define BATCH_OCTETS (4 * MAX_OCTETS) /* 88 KiB */
 #define PASS_BYTES 16384 /* activation rows per pass: as many as fit this */
 
 /* Unpacks and transposes weight rows [j, j + 4) (rows past j1 repeat the
@@ -204,7 +205,7 @@ AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb
             transpose8_epi32(t.qu, tb[q * no + o].qu);
         }
     }
-    if (nb % 8 > 0 && nb % 8 <= 4) {
+    if (nb % 8 > 0 && kq_merged_tail(nb % 8)) {
         merge_tails(&tb[no - 1], &tb[2 * no - 1]);
         merge_tails(&tb[3 * no - 1], &tb[4 * no - 1]);
     }
@@ -217,7 +218,7 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
     octet buf[BATCH_OCTETS];
     const int nb = w->k / 32, no = (nb + 7) / 8, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
-    const int group = BATCH_OCTETS / no & ~3; /* rows: >= 4 as no <= MAX_OCTETS */
+    const int group = (BATCH_OCTETS / no) & ~3; /* rows: >= 4 as no <= MAX_OCTETS (kq_lanes) */
     int pass = (int)(PASS_BYTES / xq_row);
     if (pass < 1) pass = 1;
     for (int g0 = j0; g0 < j1; g0 += group) {

@@ -17,18 +17,13 @@
  * Integers are exact, so only the float steps are ordered, and they are the
  * reference's.
  *
- * Decode (one activation row, natural order): each octet goes from memory
- * to registers and is used at once; block dot: vpmaddubsw(qu, hi) and (qu,
- * lo) (pairs <= 2 * 63 * 128: no saturation), widened by vpmaddwd with 256
- * and 1 (lanes 0-3 half 0, 4-7 half 1); three rounds of vphaddd over the
- * octet's 8 block vectors leave each block's half sums in one lane. One
- * weight row at a time: two rows' unpacked octets and accumulators did not
- * fit the 16 registers.
+ * Decode (one activation row, natural order, kquant_avx2.c): each octet
+ * from memory to registers, used at once.
  *
  * Several activation rows (prefill, the server's batch; the quantizer's
  * lane layout, a lane per block): weight rows by tiles of four, unpacked
- * and transposed once per call (tile_sums, tile_row, batch_cols); a lane
- * accumulates its block directly, no horizontal step.
+ * and transposed once per call (unpack_tile, tile_sums; kquant_avx2_batch.c);
+ * a lane accumulates its block directly, no horizontal step.
  *
  * Decode and batch loops are compiled per type as functions of their own
  * (KQ_SHAPES, k_type_fns in kquant_avx2.c). Include this after the AVX2
@@ -43,10 +38,23 @@
 #include "kernels/kquant.h"
 #include "kernels/quant_avx2.h"
 
-/* Octets a row may have for the unpacked buffer on the stack (k <= 32768
- * elements: a tile of 4 rows x 128 octets x 352 bytes = 176 KiB); longer
- * rows take the scalar reference. */
-#define MAX_OCTETS 128
+/* Octets a row may have for the batch path's buffer on the stack (k <=
+ * 16384 elements: a tile of 4 rows x 64 octets x 352 bytes = 88 KiB, as
+ * much as the pair buffer before it took). Several activation rows of
+ * longer rows go one row at a time through decode (kq_lanes), which needs
+ * no buffer. */
+#define MAX_OCTETS 64
+
+/* 1 where a call of m activation rows of k elements takes the batch path
+ * and its quantized rows are in the lane layout; else natural order, and
+ * each row goes through decode. The quantizer and the routing both ask
+ * this. */
+static inline int kq_lanes(int k, int m) { return m > 1 && (k / 32 + 7) / 8 <= MAX_OCTETS; }
+
+/* 1 where an octet of cnt blocks (the last of a row, or more: 0) is short
+ * enough for two weight rows' to share one octet in the lane layout (the
+ * quantizer copies its activation lanes 0-3 into 4-7; merge_tails). */
+static inline int kq_merged_tail(int cnt) { return cnt <= 4; }
 
 /* One octet of a weight row, unpacked: unsigned integers of blocks b0..b0+7
  * (zero past the row), their half scales and mins (zero past the row). */
@@ -63,7 +71,7 @@ typedef struct kq_shape {
     int off_shift; /* off = 1 << off_shift, 0: no offset (off 0) */
     int split;     /* Q6_K: a scale per half */
     int has_min;   /* Q5_1, Q4_K, Q5_K */
-    int depth;     /* vpmaddubsw products an int16 sum holds (tile_sums): 8 for 4-bit weights, 4 for 5, 2 for 6 */
+    int depth;     /* vpmaddubsw results (pair sums) an int16 sum holds (tile_sums): 8 for 4-bit weights, 4 for 5, 2 for 6 */
 } kq_shape;
 
 /* 0xff in byte e where bit e of the 32-bit word is set. */
@@ -293,5 +301,12 @@ AI __m256 octet_apply_cnt(__m256 a, int cnt, const octet_ops *op, kq_shape sh) {
     void kvs_kq_avx2_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
 KQ_SHAPES(KQ_BATCH_DECL)
 #undef KQ_BATCH_DECL
+
+/* tile_sums widens after every depth results: depth divides the 8 vectors
+ * of an octet, and split scales keep the halves (4 vectors each) apart. */
+#define KQ_SHAPE_CHECK(name, type, off, split, min, depth)                                                             \
+    _Static_assert(8 % (depth) == 0 && (!(split) || (depth) <= 4), #name ": int16 depth must divide the octet");
+KQ_SHAPES(KQ_SHAPE_CHECK)
+#undef KQ_SHAPE_CHECK
 
 #endif

@@ -254,32 +254,34 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
  * block t, wd[t] / wm[t] lane o = its d / m. Then one activation row's tail
  * is 16 vpmaddwd per block with a broadcast pair of its int16 Q, and lane o
  * is row o's exact integer dot at once (no horizontal sums). */
-static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
-    const int bs = kvs_q_block_bytes(type), qbytes = type == KVS_TYPE_Q8_0 ? 256 : 128;
-    /* bytes 0, 1 (or 2, 3) of each dword, zero-extended into its two words */
+AI __m256i tail_wvec(int type, const uint8_t *p, int u) {
+    if (type == KVS_TYPE_Q8_0) /* pair u: elements 2u, 2u + 1 of the 8 rows, sign-extended at once */
+        return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * u)));
+    /* dword v: low nibbles elements 4v .. 4v + 3, high 16 + 4v ..; bytes 0, 1
+     * (even u) or 2, 3 (odd u) of each dword, zero-extended into its two words */
     const __m256i z01 = _mm256_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1,
                                          0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1);
-    const __m256i z23 = _mm256_add_epi8(z01, _mm256_setr_epi8(2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0,
-                                                              2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0));
-    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i z = u % 2 ? _mm256_add_epi8(z01, _mm256_set1_epi16(2)) : z01, lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * ((u % 8) / 2)));
+    return _mm256_shuffle_epi8(_mm256_and_si256(u >= 8 ? _mm256_srli_epi16(q, 4) : q, lo4), z);
+}
+
+/* Block p's scales: wd lane o = row o's d, wm its m (Q4_1; else 0). */
+AI void tail_scales(int type, const uint8_t *p, __m256 *wd, __m256 *wm) {
+    const int qbytes = type == KVS_TYPE_Q8_0 ? 256 : 128;
+    *wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + qbytes)));
+    *wm = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + qbytes + 16)))
+                                : _mm256_setzero_ps();
+}
+
+static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
+    const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++) {
         const uint8_t *p = tt + (size_t)t * KVS_PACK_TILE * bs;
-        __m256i *w = wt + 16 * t;
-        if (type == KVS_TYPE_Q8_0) { /* pair u: elements 2u, 2u + 1 of the 8 rows, sign-extended at once */
-            for (int u = 0; u < 16; u++) w[u] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * u)));
-        } else {
-            for (int v = 0; v < 4; v++) { /* dword v: low nibbles elements 4v .. 4v + 3, high 16 + 4v .. */
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * v));
-                const __m256i lo = _mm256_and_si256(q, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-                w[2 * v] = _mm256_shuffle_epi8(lo, z01);
-                w[2 * v + 1] = _mm256_shuffle_epi8(lo, z23);
-                w[8 + 2 * v] = _mm256_shuffle_epi8(hi, z01);
-                w[9 + 2 * v] = _mm256_shuffle_epi8(hi, z23);
-            }
-        }
-        wd[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + qbytes)));
-        wm[t] = type == KVS_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + qbytes + 16)))
-                                      : _mm256_setzero_ps();
+        __m256i v[16]; /* all made before any store: the loads they share are loaded once */
+        for (int u = 0; u < 16; u++) v[u] = tail_wvec(type, p, u);
+        for (int u = 0; u < 16; u++) wt[16 * t + u] = v[u];
+        tail_scales(type, p, &wd[t], &wm[t]);
     }
 }
 
@@ -310,6 +312,31 @@ AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256
             s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(w[v + 1], _mm256_set1_epi32(qd[v + 1])));
         }
         y = tail_step(type, wd, wm, t, &xt[t], s0, s1, y);
+    }
+    return y;
+}
+
+/* tail_rows8 for one activation row (decode) straight from the tile's
+ * tails (tt): each weight vector made and used at once (tail_wvec), where
+ * tail_prep8 stored the tile's 16 nt vectors and tail_rows8 read them back
+ * (a tile's tails are used once in decode; 8% of gemma3's decode went to
+ * that for its 262144 x 640 head, 4 tail blocks of 20). Same integer sums
+ * (exact) and float steps. */
+AI __m256 tail_rows8_direct(int type, const uint8_t *tt, int nt, const xtail *xt, __m256 y) {
+    const int bs = kvs_q_block_bytes(type);
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *p = tt + (size_t)t * KVS_PACK_TILE * bs;
+        const int32_t *qd = (const int32_t *)xt[t].q;
+        __m256i s0 = _mm256_madd_epi16(tail_wvec(type, p, 0), _mm256_set1_epi32(qd[0]));
+        __m256i s1 = _mm256_madd_epi16(tail_wvec(type, p, 1), _mm256_set1_epi32(qd[1]));
+#pragma GCC unroll 7
+        for (int v = 2; v < 16; v += 2) {
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(tail_wvec(type, p, v), _mm256_set1_epi32(qd[v])));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(tail_wvec(type, p, v + 1), _mm256_set1_epi32(qd[v + 1])));
+        }
+        __m256 wd, wm;
+        tail_scales(type, p, &wd, &wm);
+        y = tail_step(type, &wd, &wm, 0, &xt[t], s0, s1, y);
     }
     return y;
 }
@@ -478,14 +505,16 @@ AI void m1_pair(int type, const uint8_t *pa, const uint8_t *pb, int ng, const ui
 
 /* A whole tile's outputs for one activation row from its rows' chains (C,
  * row o at tree16x8_pos[o]): the 8 trees side by side (tree16x8), then the
- * tile's tail blocks (tail_prep8, tail_rows8; wt, wd, wm: scratch), one
- * store. */
-AI void tile_out8(const kvs_mm_call *c, int j8, const __m256 C[8][2], int nt, const xtail *xt, float *yrow,
-                  __m256i *wt, __m256 *wd, __m256 *wm) {
+ * tile's tail blocks (tail_rows8_direct, compiled per type), one store. */
+AI void tile_out8(const kvs_mm_call *c, int j8, const __m256 C[8][2], int nt, const xtail *xt, float *yrow) {
     __m256 y = tree16x8(C);
     if (nt) {
-        tail_prep8(c->w->type, kvs_packed_tile_tail(c->w, j8), nt, wt, wd, wm);
-        y = tail_rows8(c->w->type, wt, wd, wm, nt, xt, y);
+        const uint8_t *tt = kvs_packed_tile_tail(c->w, j8);
+        switch (c->w->type) {
+        case KVS_TYPE_Q4_0: y = tail_rows8_direct(KVS_TYPE_Q4_0, tt, nt, xt, y); break;
+        case KVS_TYPE_Q4_1: y = tail_rows8_direct(KVS_TYPE_Q4_1, tt, nt, xt, y); break;
+        default: y = tail_rows8_direct(KVS_TYPE_Q8_0, tt, nt, xt, y); break;
+        }
     }
     _mm256_storeu_ps(yrow + j8, y);
 }
@@ -509,8 +538,6 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
     const uint8_t *xq = c->xq + (size_t)i * c->xq_row;
     const int16_t *x16 = (const int16_t *)(c->xn + (size_t)i * c->xn_row);
     float *yrow = c->y + (size_t)i * w->n;
-    __m256i wt[(KVS_XQ_GROUP - 1) * 16];
-    __m256 wd[KVS_XQ_GROUP - 1], wm[KVS_XQ_GROUP - 1];
     const int half = (j1 - j0) / KVS_PACK_TILE / 2;
     for (int t = 0; t < half; t++) {
         const int ja = j0 + t * KVS_PACK_TILE, jb = ja + half * KVS_PACK_TILE;
@@ -524,8 +551,8 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
             CB[p][0] = P[1][0];
             CB[p][1] = P[1][1];
         }
-        tile_out8(c, ja, (const __m256(*)[2])CA, nt, xt, yrow, wt, wd, wm);
-        tile_out8(c, jb, (const __m256(*)[2])CB, nt, xt, yrow, wt, wd, wm);
+        tile_out8(c, ja, (const __m256(*)[2])CA, nt, xt, yrow);
+        tile_out8(c, jb, (const __m256(*)[2])CB, nt, xt, yrow);
     }
     for (int j8 = j0 + 2 * half * KVS_PACK_TILE; j8 < j1; j8 += KVS_PACK_TILE) {
         const int n8 = j1 - j8 < KVS_PACK_TILE ? j1 - j8 : KVS_PACK_TILE;
@@ -541,7 +568,7 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
             C[tree16x8_pos[o + 1]][1] = P[1][1];
         }
         if (n8 == KVS_PACK_TILE) {
-            tile_out8(c, j8, (const __m256(*)[2])C, nt, xt, yrow, wt, wd, wm);
+            tile_out8(c, j8, (const __m256(*)[2])C, nt, xt, yrow);
             continue;
         }
         for (int o = 0; o < n8; o++) {

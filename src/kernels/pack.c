@@ -60,7 +60,7 @@ static int packable(int type) {
  *   d[8] (f16)  then, Q5_1 only, m[8] (f16)
  *
  * (176 / 192 bytes: the octet's own size), so the AVX2 unpacking is a mask
- * and a shift per block (kquant_avx2.c) instead of a bit expansion and a
+ * and a shift per block (kquant_avx2_octet.h) instead of a bit expansion and a
  * gather of scales; the blocks past the last full octet stay in GGUF layout. */
 static void pack_row_q5(int q51, int k, const uint8_t *src, uint8_t *dst) {
     const int bs = q51 ? 24 : 22, nb = k / KVS_QK, no = nb / 8;
