@@ -230,6 +230,45 @@ TEST(test_kq_batch_invariant) {
     kvs_pool_free(pool);
 }
 
+/* kvs_matmul_multi on Q5 / K-quant matrices of one k (q / k / v, gate /
+ * up: the activations quantized once, kvs_kq_matmul_multi) gives the bytes
+ * of separate calls, also for mixed types. */
+TEST(test_kq_multi_equals_separate) {
+    kvs_pool *pool = kvs_pool_new(2);
+    CHECK(pool != NULL);
+    const int m_list[] = {1, 3, 37};
+    int compared = 0;
+    for (int mixed = 0; mixed <= 1; mixed++)
+        for (size_t mi = 0; mi < 3; mi++) {
+            const int m = m_list[mi], k = 512;
+            kvs_wmat wq = rand_kq(KVS_TYPE_Q5_0, 96, k);
+            kvs_wmat wk = rand_kq(mixed ? KVS_TYPE_Q4_K : KVS_TYPE_Q5_0, 33, k);
+            kvs_wmat wv = rand_kq(mixed ? KVS_TYPE_Q6_K : KVS_TYPE_Q5_0, 50, k);
+            const kvs_wmat *ws[3] = {&wq, &wk, &wv};
+            float *x = xmalloc((size_t)m * k * 4);
+            kt_rand_vec(x, (size_t)m * k, 2.0f);
+            void *work = xmalloc(kvs_matmul_multi_work_size(3, ws, m));
+            float *sep[3], *got[3];
+            for (int i = 0; i < 3; i++) {
+                sep[i] = matmul(ws[i], x, m, pool);
+                got[i] = xmalloc((size_t)m * ws[i]->n * 4);
+                memset(got[i], 0xff, (size_t)m * ws[i]->n * 4);
+            }
+            kvs_matmul_multi(pool, 3, ws, x, m, got, work);
+            for (int i = 0; i < 3; i++) {
+                CHECK_MSG(memcmp(sep[i], got[i], (size_t)m * ws[i]->n * 4) == 0, "mixed %d m %d matrix %d", mixed, m, i);
+                compared++;
+                free(sep[i]);
+                free(got[i]);
+                free((void *)ws[i]->data);
+            }
+            free(work);
+            free(x);
+        }
+    kvs_pool_free(pool);
+    printf("  %d matrices compared\n", compared);
+}
+
 /* The integer extremes: every weight integer at its type's maximum (all
  * bytes 0xff: 31 for Q5_0, 63 for Q6_K) against activations at +-127 on the
  * hi plane and large lo values. The SIMD paths add vpmaddubsw products in
@@ -368,6 +407,7 @@ int main(void) {
     RUN(test_kq_simd_equals_scalar);
     RUN(test_kq_vs_double);
     RUN(test_kq_batch_invariant);
+    RUN(test_kq_multi_equals_separate);
     RUN(test_kq_integer_extremes);
     RUN(test_quantize_rows_simd_equals_scalar);
     return kt_summary();

@@ -327,6 +327,10 @@ size_t kvs_matmul_multi_work_size(int nw, const kvs_wmat *const *ws, int m) {
 void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m,
                       float *const *ys, void *work) {
     if (m <= 0 || nw <= 0) return;
+    if (kvs_kq_multi_ok(nw, ws)) { /* Q5 / K-quants: kquant.c */
+        kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work);
+        return;
+    }
     if (!same_shape(nw, ws)) {
         for (int i = 0; i < nw; i++) kvs_matmul(pool, ws[i], x, m, ys[i], work);
         return;

@@ -47,12 +47,60 @@ static void cols_chunk(void *arg, int chunk, int ith) {
     t->isa->dot_cols(t->w, t->xq, t->xq_row, t->m, t->y, j0, j1);
 }
 
+/* t's activation rows quantized into t->xq (a few rows on this thread). */
+static void quantize(kvs_pool *pool, kq_task *t) {
+    const int nq = (t->m + KQ_QUANT_ROWS - 1) / KQ_QUANT_ROWS;
+    if (t->m <= 2 * KQ_QUANT_ROWS) for (int c = 0; c < nq; c++) quant_chunk(t, c, 0);
+    else kvs_pool_for(pool, nq, quant_chunk, t);
+}
+
 void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
     kq_task t = {kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), kvs_kq_xrow_bytes(w->k), m,
                  m == 1 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16, y};
-    int nq = (m + KQ_QUANT_ROWS - 1) / KQ_QUANT_ROWS;
-    if (m <= 2 * KQ_QUANT_ROWS) for (int c = 0; c < nq; c++) quant_chunk(&t, c, 0);
-    else kvs_pool_for(pool, nq, quant_chunk, &t);
+    quantize(pool, &t);
     kvs_pool_for(pool, (w->n + t.cols - 1) / t.cols, cols_chunk, &t);
 }
+
+/* Several matrices on one x (q / k / v, gate / up): kvs_kq_multi_ok says
+ * whether kvs_kq_matmul_multi takes them (all of these types, one k). */
+#define KQ_MULTI_MAX 8
+
+int kvs_kq_multi_ok(int nw, const kvs_wmat *const *ws) {
+    if (nw < 1 || nw > KQ_MULTI_MAX) return 0;
+    for (int i = 0; i < nw; i++)
+        if (!kvs_kq_handles(ws[i]->type) || ws[i]->k != ws[0]->k) return 0;
+    return 1;
+}
+
+typedef struct kq_multi {
+    kq_task t[KQ_MULTI_MAX];
+    int first[KQ_MULTI_MAX + 1]; /* matrix i's chunks: [first[i], first[i + 1]) */
+} kq_multi;
+
+static void multi_chunk(void *arg, int chunk, int ith) {
+    const kq_multi *mt = arg;
+    int i = 0;
+    while (chunk >= mt->first[i + 1]) i++;
+    cols_chunk((void *)&mt->t[i], chunk - mt->first[i], ith);
+}
+
+/* The activations quantized once (they depend on k and m, not on the weight
+ * type) and every matrix's column chunks in one parallel loop: per matrix
+ * the bytes of its own kvs_kq_matmul. */
+void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m, float *const *ys,
+                         void *work) {
+    if (m <= 0) return;
+    kq_multi mt;
+    mt.first[0] = 0;
+    for (int i = 0; i < nw; i++) {
+        const kvs_wmat *w = ws[i];
+        const int cols = m == 1 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16;
+        mt.t[i] = (kq_task){kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63),
+                            kvs_kq_xrow_bytes(w->k), m, cols, ys[i]};
+        mt.first[i + 1] = mt.first[i] + (w->n + cols - 1) / cols;
+    }
+    quantize(pool, &mt.t[0]);
+    kvs_pool_for(pool, mt.first[nw], multi_chunk, &mt);
+}
+

@@ -65,6 +65,12 @@ static inline kvs_kq_trailer kvs_kq_trailer_of(const uint8_t *xrow, int k) {
 
 size_t kvs_kq_work_size(const kvs_wmat *w, int m);
 void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work);
+/* nw matrices of these types and one k on the same x (work: the largest
+ * kvs_kq_work_size): x quantized once, one parallel loop; each ys[i] gets
+ * the bytes of kvs_kq_matmul. kvs_kq_multi_ok: whether it takes them. */
+int kvs_kq_multi_ok(int nw, const kvs_wmat *const *ws);
+void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m, float *const *ys,
+                         void *work);
 /* Dequantizes k elements of a row (k a multiple of the type's block). */
 void kvs_kq_dequantize_row(int type, const void *src, float *dst, int k);
 
