@@ -54,14 +54,6 @@ static void quantize(kvs_pool *pool, kq_task *t) {
     else kvs_pool_for(pool, nq, quant_chunk, t);
 }
 
-void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
-    if (m <= 0 || w->n <= 0) return;
-    kq_task t = {kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63), kvs_kq_xrow_bytes(w->k), m,
-                 m == 1 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16, y};
-    quantize(pool, &t);
-    kvs_pool_for(pool, (w->n + t.cols - 1) / t.cols, cols_chunk, &t);
-}
-
 /* Several matrices on one x (q / k / v, gate / up): kvs_kq_multi_ok says
  * whether kvs_kq_matmul_multi takes them (all of these types, one k). */
 #define KQ_MULTI_MAX 8
@@ -104,3 +96,7 @@ void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, cons
     kvs_pool_for(pool, mt.first[nw], multi_chunk, &mt);
 }
 
+void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
+    if (w->n <= 0) return;
+    kvs_kq_matmul_multi(pool, 1, &w, x, m, &y, work); /* the one-matrix case */
+}

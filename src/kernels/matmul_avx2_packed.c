@@ -248,12 +248,8 @@ static float tail_blocks(int type, const uint8_t *blk, int nt, const xtail *xt, 
     return y;
 }
 
-/* The tail blocks of a whole tile of 8 weight rows (tt: the tile's
- * transposed tails, pack.c), unpacked for calls of any number of activation
- * rows: wt[16 t + u] lane o = the int16 elements 2u, 2u + 1 of row o's tail
- * block t, wd[t] / wm[t] lane o = its d / m. Then one activation row's tail
- * is 16 vpmaddwd per block with a broadcast pair of its int16 Q, and lane o
- * is row o's exact integer dot at once (no horizontal sums). */
+/* Vector u (0..15) of a tile's tail block p (pack.c's transposed tails):
+ * lane o = the int16 elements 2u, 2u + 1 of row o's block. */
 AI __m256i tail_wvec(int type, const uint8_t *p, int u) {
     if (type == KVS_TYPE_Q8_0) /* pair u: elements 2u, 2u + 1 of the 8 rows, sign-extended at once */
         return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * u)));
@@ -274,6 +270,12 @@ AI void tail_scales(int type, const uint8_t *p, __m256 *wd, __m256 *wm) {
                                 : _mm256_setzero_ps();
 }
 
+/* The tail blocks of a whole tile of 8 weight rows (tt: the tile's
+ * transposed tails, pack.c), unpacked for calls of several activation rows:
+ * wt[16 t + u] = tail_wvec of block t, wd[t] / wm[t] lane o = its d / m.
+ * Then one activation row's tail is 16 vpmaddwd per block with a broadcast
+ * pair of its int16 Q, and lane o is row o's exact integer dot at once (no
+ * horizontal sums). */
 static void tail_prep8(int type, const uint8_t *tt, int nt, __m256i *wt, __m256 *wd, __m256 *wm) {
     const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++) {
@@ -297,20 +299,32 @@ AI __m256 tail_step(int type, const __m256 *wd, const __m256 *wm, int t, const x
     return y;
 }
 
+/* One tail block's exact integer dots with a tile's 8 rows (lane o: row
+ * o; s0 + s1), from one activation row's int16 pairs qd: the weight vectors
+ * from wt (tail_prep8's) or, with made (a constant at each call), made on
+ * the way from block p (tail_wvec). */
+AI void tail_isums8(int type, int made, const __m256i *wt, const uint8_t *p, const int32_t *qd, __m256i *s0,
+                    __m256i *s1) {
+#define TAIL_W(u) (made ? tail_wvec(type, p, u) : wt[u])
+    __m256i a = _mm256_madd_epi16(TAIL_W(0), _mm256_set1_epi32(qd[0]));
+    __m256i b = _mm256_madd_epi16(TAIL_W(1), _mm256_set1_epi32(qd[1]));
+#pragma GCC unroll 7
+    for (int v = 2; v < 16; v += 2) {
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(TAIL_W(v), _mm256_set1_epi32(qd[v])));
+        b = _mm256_add_epi32(b, _mm256_madd_epi16(TAIL_W(v + 1), _mm256_set1_epi32(qd[v + 1])));
+    }
+#undef TAIL_W
+    *s0 = a;
+    *s1 = b;
+}
+
 /* The tail of one activation row (its blocks xt) against the 8 rows of
  * tail_prep8: lane o takes the steps of tail_blocks for row o, from y. */
 AI __m256 tail_rows8(int type, const __m256i *wt, const __m256 *wd, const __m256 *wm, int nt, const xtail *xt,
                      __m256 y) {
     for (int t = 0; t < nt; t++) {
-        const int32_t *qd = (const int32_t *)xt[t].q; /* dword v: elements 2v, 2v + 1 */
-        const __m256i *w = wt + 16 * t;
-        __m256i s0 = _mm256_madd_epi16(w[0], _mm256_set1_epi32(qd[0]));
-        __m256i s1 = _mm256_madd_epi16(w[1], _mm256_set1_epi32(qd[1]));
-#pragma GCC unroll 7
-        for (int v = 2; v < 16; v += 2) {
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(w[v], _mm256_set1_epi32(qd[v])));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(w[v + 1], _mm256_set1_epi32(qd[v + 1])));
-        }
+        __m256i s0, s1; /* dword v of the activations: elements 2v, 2v + 1 */
+        tail_isums8(type, 0, wt + 16 * t, NULL, (const int32_t *)xt[t].q, &s0, &s1);
         y = tail_step(type, wd, wm, t, &xt[t], s0, s1, y);
     }
     return y;
@@ -326,15 +340,9 @@ AI __m256 tail_rows8_direct(int type, const uint8_t *tt, int nt, const xtail *xt
     const int bs = kvs_q_block_bytes(type);
     for (int t = 0; t < nt; t++) {
         const uint8_t *p = tt + (size_t)t * KVS_PACK_TILE * bs;
-        const int32_t *qd = (const int32_t *)xt[t].q;
-        __m256i s0 = _mm256_madd_epi16(tail_wvec(type, p, 0), _mm256_set1_epi32(qd[0]));
-        __m256i s1 = _mm256_madd_epi16(tail_wvec(type, p, 1), _mm256_set1_epi32(qd[1]));
-#pragma GCC unroll 7
-        for (int v = 2; v < 16; v += 2) {
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(tail_wvec(type, p, v), _mm256_set1_epi32(qd[v])));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(tail_wvec(type, p, v + 1), _mm256_set1_epi32(qd[v + 1])));
-        }
+        __m256i s0, s1;
         __m256 wd, wm;
+        tail_isums8(type, 1, NULL, p, (const int32_t *)xt[t].q, &s0, &s1);
         tail_scales(type, p, &wd, &wm);
         y = tail_step(type, &wd, &wm, 0, &xt[t], s0, s1, y);
     }
