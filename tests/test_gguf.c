@@ -8,6 +8,8 @@
 #include "kvstitch.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -491,6 +493,73 @@ TEST(real_model) {
     kvs_gguf_close(g);
 }
 
+/* kvs_type_find_nonfinite over every type with float fields: finite scales
+ * pass whatever the other bytes hold; inf, -inf and NaNs (quiet, signalling,
+ * negative) in any one field of block 3 are found there; float types over
+ * several runs of the vectorized scan, and from an unaligned start. */
+TEST(find_nonfinite_every_type) {
+    /* the float fields of ggml's block structs, written out here (not read
+     * from the type table, which is what is checked): type, count, offsets */
+    static const struct { int type, n, off[2]; } want[] = {
+        {KVS_TYPE_F32, 1, {0}},      {KVS_TYPE_F16, 1, {0}},       {KVS_TYPE_BF16, 1, {0}},
+        {KVS_TYPE_Q4_0, 1, {0}},     {KVS_TYPE_Q4_1, 2, {0, 2}},   {KVS_TYPE_Q5_0, 1, {0}},
+        {KVS_TYPE_Q5_1, 2, {0, 2}},  {KVS_TYPE_Q8_0, 1, {0}},      {KVS_TYPE_Q8_1, 2, {0, 2}},
+        {KVS_TYPE_Q2_K, 2, {80, 82}}, {KVS_TYPE_Q3_K, 1, {108}},   {KVS_TYPE_Q4_K, 2, {0, 2}},
+        {KVS_TYPE_Q5_K, 2, {0, 2}},  {KVS_TYPE_Q6_K, 1, {208}},    {KVS_TYPE_Q8_K, 1, {0}},
+    };
+    /* per encoding: a finite value, then the non-finite patterns */
+    static const uint32_t f16_bad[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe00, 0x7fff};
+    static const uint32_t bf16_bad[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffc0};
+    static const uint32_t f32_bad[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu};
+    int checked = 0;
+    for (size_t ti = 0; ti < sizeof want / sizeof want[0]; ti++) {
+        const int type = want[ti].type;
+        const kvs_type_traits *tr = kvs_type_traits_of(type);
+        CHECK(tr != NULL && tr->scale_enc != KVS_SCALE_NONE);
+        if (!tr) continue;
+        CHECK_MSG(tr->n_scales == want[ti].n, "%s: %d float fields in the table", tr->name, tr->n_scales);
+        for (int f = 0; f < want[ti].n && f < tr->n_scales; f++)
+            CHECK_MSG(tr->scale_off[f] == want[ti].off[f], "%s: field %d at %d in the table", tr->name, f, tr->scale_off[f]);
+        const int fsize = tr->scale_enc == KVS_SCALE_F32 ? 4 : 2;
+        const uint32_t finite = tr->scale_enc == KVS_SCALE_F32 ? 0x3f800000u : tr->scale_enc == KVS_SCALE_F16 ? 0x3c00 : 0x3f80;
+        const uint32_t *bad = tr->scale_enc == KVS_SCALE_F32 ? f32_bad : tr->scale_enc == KVS_SCALE_F16 ? f16_bad : bf16_bad;
+        const int n_bad = tr->scale_enc == KVS_SCALE_F32 ? 5 : tr->scale_enc == KVS_SCALE_F16 ? 6 : 5;
+        /* float types: 3 runs of the scan and a bit; quantized: 7 blocks */
+        const size_t nblocks = tr->block_size == 1 ? 3 * 4096 + 100 : 7;
+        const size_t bytes = nblocks * (size_t)tr->type_size;
+        uint8_t *buf = malloc(bytes + 8);
+        CHECK(buf != NULL);
+        if (!buf) continue;
+        uint8_t *p = buf + 4; /* 4-aligned (malloc gives 16): the vectorized scan */
+        memset(p, 0xff, bytes); /* every non-scale byte all ones: must not count */
+        for (size_t b = 0; b < nblocks; b++)
+            for (int f = 0; f < want[ti].n; f++) memcpy(p + b * tr->type_size + want[ti].off[f], &finite, fsize);
+        CHECK_MSG(kvs_type_find_nonfinite(type, p, bytes) == -1, "%s: finite scales reported", tr->name);
+        const size_t at[] = {3, nblocks - 1, tr->block_size == 1 ? 4096 + 7 : 5};
+        for (int f = 0; f < want[ti].n; f++)
+            for (int k = 0; k < n_bad; k++)
+                for (int a = 0; a < 3; a++) {
+                    uint8_t *field = p + at[a] * tr->type_size + want[ti].off[f];
+                    memcpy(field, &bad[k], fsize);
+                    int64_t got = kvs_type_find_nonfinite(type, p, bytes);
+                    CHECK_MSG(got == (int64_t)at[a], "%s field %d pattern %#x at %zu: got %lld", tr->name, f, bad[k],
+                              at[a], (long long)got);
+                    if (tr->block_size == 1) { /* the unaligned fallback: same answer */
+                        memmove(buf + 1, p, bytes);
+                        got = kvs_type_find_nonfinite(type, buf + 1, bytes);
+                        CHECK_MSG(got == (int64_t)at[a], "%s unaligned: got %lld", tr->name, (long long)got);
+                        memmove(p, buf + 1, bytes);
+                    }
+                    memcpy(field, &finite, fsize);
+                    checked++;
+                }
+        CHECK(kvs_type_find_nonfinite(type, p, bytes) == -1);
+        free(buf);
+    }
+    printf("  %d non-finite fields found where they were put\n", checked);
+    CHECK(checked > 100);
+}
+
 int main(void) {
     RUN(small_file_v3_memory);
     RUN(small_file_v2_mmap);
@@ -502,5 +571,6 @@ int main(void) {
     RUN(shared_tiny_model);
     RUN(shared_vocab_files);
     RUN(real_model);
+    RUN(find_nonfinite_every_type);
     return kt_summary();
 }

@@ -5,6 +5,7 @@
 
 #include "harness.h"
 #include "kvstitch.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 
 static const char *tiny_path(char *buf, size_t cap) {
@@ -254,6 +255,53 @@ TEST(test_qwen2_needs_qkv_bias) {
     free(b);
 }
 
+/* Byte offset of a tensor's element (row, col) in the tiny model's bytes. */
+static size_t tiny_elem_offset(const unsigned char *b, size_t len, const char *name, int64_t row, int64_t col) {
+    kvs_gguf *g = NULL;
+    if (kvs_gguf_open_memory(b, len, &g) != KVS_OK) return 0;
+    const kvs_gguf_tensor *t = kvs_gguf_find_tensor(g, name);
+    size_t at = 0;
+    if (t) {
+        const size_t esize = kvs_type_traits_of(t->type)->type_size;
+        at = (size_t)((const unsigned char *)t->data - (const unsigned char *)kvs_gguf_base(g)) +
+             (size_t)(row * t->ne[0] + col) * esize;
+    }
+    kvs_gguf_close(g);
+    return at;
+}
+
+/* Weights that are inf or NaN are refused at load, naming the tensor and
+ * where (kvs_type_find_nonfinite; quantized types' scales in test_gguf). */
+TEST(test_nonfinite_weights_named) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    static const uint16_t f16[] = {0x7c00 /* inf */, 0xfe00 /* -NaN */};
+    for (int i = 0; i < 2; i++) { /* an F16 matrix: row 3, column 5 */
+        size_t at = tiny_elem_offset(b, len, "blk.0.ffn_gate.weight", 3, 5);
+        CHECK(at != 0);
+        if (!at) break;
+        uint16_t keep;
+        memcpy(&keep, b + at, 2);
+        memcpy(b + at, &f16[i], 2);
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "blk.0.ffn_gate.weight: row 3, column 5 is not finite") != NULL, "%s",
+                  kvs_last_error());
+        memcpy(b + at, &keep, 2);
+    }
+    /* an F32 norm vector: element 6 */
+    size_t at = tiny_elem_offset(b, len, "blk.0.ffn_norm.weight", 0, 6);
+    CHECK(at != 0);
+    if (at) {
+        const float nan = __builtin_nanf("");
+        memcpy(b + at, &nan, 4);
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "blk.0.ffn_norm.weight: element 6 is not finite") != NULL, "%s",
+                  kvs_last_error());
+    }
+    free(b);
+}
+
 TEST(test_missing_file_named) {
     kvs_model *m = NULL;
     int st = kvs_model_load("/nonexistent/dir/model.gguf", kvs_model_default_params(), &m);
@@ -273,6 +321,7 @@ int main(void) {
     RUN(test_missing_hparam_named);
     RUN(test_unsupported_arch_named);
     RUN(test_qwen2_needs_qkv_bias);
+    RUN(test_nonfinite_weights_named);
     RUN(test_missing_file_named);
     return kt_summary();
 }

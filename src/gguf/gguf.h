@@ -43,17 +43,33 @@ typedef enum kvs_ggml_type {
     KVS_TYPE_Q6_K = 14, KVS_TYPE_Q8_K = 15, KVS_TYPE_BF16 = 30,
 } kvs_ggml_type;
 
+/* How a block's float scale is encoded (kvs_type_traits.scale_enc). */
+typedef enum kvs_scale_enc { KVS_SCALE_NONE = 0, KVS_SCALE_F16, KVS_SCALE_BF16, KVS_SCALE_F32 } kvs_scale_enc;
+
 typedef struct kvs_type_traits {
     const char *name;   /* "Q4_1" */
     int block_size;     /* elements per block (1 for F32/F16/BF16) */
     int type_size;      /* bytes per block */
     int supported;      /* 1 if the kernels can compute with it */
+    /* The block's float fields (scales, mins; for float types the element
+     * itself): n_scales of them, encoded as scale_enc, at byte offsets
+     * scale_off. Read by kvs_type_find_nonfinite. */
+    int scale_enc;      /* kvs_scale_enc */
+    int n_scales;
+    int scale_off[2];
 } kvs_type_traits;
 
 /* NULL for type ids the reader does not know. */
 const kvs_type_traits *kvs_type_traits_of(int type);
 /* Bytes of one row of n elements; 0 if n is not a multiple of the block size. */
 size_t kvs_type_row_bytes(int type, int64_t n);
+/* Index of the first block of data (nbytes: whole blocks of type) one of
+ * whose float fields is inf or NaN (for float types: of the first such
+ * element); -1 if there is none. A model's weights are checked with it at
+ * load: a non-finite scale makes every output it touches NaN or inf, and a
+ * NaN's payload bits would depend on each kernel's operand order (so the
+ * ISA paths would no longer agree bit for bit). */
+int64_t kvs_type_find_nonfinite(int type, const void *data, size_t nbytes);
 
 typedef struct kvs_gguf_str {
     const char *ptr; /* NOT NUL-terminated; points into the mapping */

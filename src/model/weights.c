@@ -1,4 +1,4 @@
-/* Weight views into the GGUF mapping, with type and shape checks per tensor. */
+/* Weight views into the GGUF mapping, with type, shape and finiteness checks per tensor. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,22 @@ static int shape_error(const kvs_model *m, const char *name, const kvs_gguf_tens
                      (long long)e0, (long long)e1);
 }
 
+/* A weight whose float field is inf or NaN (kvs_type_find_nonfinite: bad
+ * is the first such block, or element of a float type, counted from the
+ * tensor's start; k elements a row, 0 for a vector). */
+static int nonfinite_error(const kvs_model *m, const char *name, int type, int64_t bad, int64_t k) {
+    const kvs_type_traits *tr = kvs_type_traits_of(type);
+    const int64_t per_row = k / tr->block_size;
+    if (k == 0) /* a vector */
+        return kvs_error(KVS_ERR_FORMAT, "%s: tensor %s: element %lld is not finite (inf or NaN): the file is damaged",
+                         m->path, name, (long long)bad);
+    if (tr->block_size == 1)
+        return kvs_error(KVS_ERR_FORMAT, "%s: tensor %s: row %lld, column %lld is not finite (inf or NaN): the file is damaged",
+                         m->path, name, (long long)(bad / per_row), (long long)(bad % per_row));
+    return kvs_error(KVS_ERR_FORMAT, "%s: tensor %s: row %lld, block %lld (%s) has a scale that is not finite (inf or NaN): the file is damaged",
+                     m->path, name, (long long)(bad / per_row), (long long)(bad % per_row), tr->name);
+}
+
 /* A matrix with ne = (k, n). */
 static int bind_mat(const kvs_model *m, const char *name, int k, int n, kvs_wmat *w) {
     const kvs_gguf_tensor *t = find(m, name);
@@ -29,6 +45,8 @@ static int bind_mat(const kvs_model *m, const char *name, int k, int n, kvs_wmat
     size_t row = kvs_type_row_bytes(t->type, k);
     if (!row || row * (size_t)n > t->nbytes)
         return kvs_error(KVS_ERR_FORMAT, "%s: tensor %s: %d columns do not fit type %s", m->path, name, k, tr->name);
+    const int64_t bad = kvs_type_find_nonfinite(t->type, t->data, row * (size_t)n);
+    if (bad >= 0) return nonfinite_error(m, name, t->type, bad, k);
     w->data = t->data;
     w->type = t->type;
     w->n = n;
@@ -47,6 +65,8 @@ static int bind_vec(const kvs_model *m, const char *name, int n, int optional, c
     if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) return shape_error(m, name, t, n, 1);
     if (t->type != KVS_TYPE_F32)
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: tensor %s: type %d, expected F32", m->path, name, t->type);
+    const int64_t bad = kvs_type_find_nonfinite(t->type, t->data, (size_t)n * sizeof(float));
+    if (bad >= 0) return nonfinite_error(m, name, t->type, bad, 0);
     *out = t->data; /* the reader validated alignment, so the floats are aligned */
     return KVS_OK;
 }
