@@ -92,14 +92,11 @@ AI void tile_sums(const octet *const w[4], int nw, const int8_t *xo, kq_shape sh
 #undef TILE_WIDEN
 
 /* One weight row's float steps of a full octet on its accumulator A (the
- * octet's half of the row's chains): sums I, offsets o0 / o1 (the
- * activations' half sums times off; non-split: their sum in o0), dx, sx. */
+ * octet's half of the row's chains). */
 AI __m256 full_step(__m256 A, const octet *w, const __m256i I[2], __m256i o0, __m256i o1, __m256 dx, __m256 sx,
-                   kq_shape sh) {
-    A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(I[0], o0)), _mm256_mul_ps(w->dw0, dx), A);
-    if (sh.split) A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(I[1], o1)), _mm256_mul_ps(w->dw1, dx), A);
-    if (sh.has_min) A = _mm256_fmadd_ps(w->mw, sx, A);
-    return A;
+                    kq_shape sh) {
+    const octet_ops op = octet_ops_of(w, I[0], I[1], o0, o1, dx, sx, sh);
+    return octet_apply(A, &op, sh);
 }
 
 /* A full octet of a tile (rows w[q]) against activation octet x: the
@@ -110,13 +107,8 @@ AI void tile_octet(const octet *const w[4], xoct x, kq_shape sh, __m256 *a0, __m
     __m256i I[4][2];
     tile_sums(w, 4, x.q, sh, I);
     const __m256 dx = _mm256_loadu_ps(x.dx), sx = sh.has_min ? _mm256_loadu_ps(x.sx) : _mm256_setzero_ps();
-    __m256i o0 = _mm256_setzero_si256(), o1 = _mm256_setzero_si256();
-    if (sh.off_shift) { /* (H0 - off s0) + (H1 - off s1) = (H0 + H1) - (off s0 + off s1): exact */
-        const __m128i c = _mm_cvtsi32_si128(sh.off_shift);
-        o0 = _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s0), c);
-        o1 = _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s1), c);
-        if (!sh.split) o0 = _mm256_add_epi32(o0, o1);
-    }
+    __m256i o0, o1;
+    octet_offsets(x, sh, &o0, &o1);
     *a0 = full_step(*a0, w[0], I[0], o0, o1, dx, sx, sh);
     *a1 = full_step(*a1, w[1], I[1], o0, o1, dx, sx, sh);
     *a2 = full_step(*a2, w[2], I[2], o0, o1, dx, sx, sh);

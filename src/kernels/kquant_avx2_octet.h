@@ -225,34 +225,54 @@ typedef struct xoct {
     const int32_t *s0, *s1;
 } xoct;
 
-/* An octet's float steps, their operands made ahead (octet_prep) and the
- * steps taken on the accumulator in the reference's order (octet_apply):
+/* An octet's float steps, their operands made ahead (octet_ops_of,
+ * octet_prep) and the steps taken on the accumulator in the reference's
+ * order (octet_apply):
  *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A). */
 typedef struct octet_ops {
     __m256 f0, p0, f1, p1, m, s;
 } octet_ops;
 
-AI octet_ops octet_prep(const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
-    octet_ops op;
+/* The activations' offsets of an octet (off_shift types: the half sums s0,
+ * s1 times 2^off_shift; zero otherwise), subtracted from the integer sums. */
+AI void octet_offsets(xoct x, kq_shape sh, __m256i *o0, __m256i *o1) {
+    *o0 = *o1 = _mm256_setzero_si256();
     if (sh.off_shift) {
         const __m128i c = _mm_cvtsi32_si128(sh.off_shift);
-        H0 = _mm256_sub_epi32(H0, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s0), c));
-        H1 = _mm256_sub_epi32(H1, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s1), c));
+        *o0 = _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s0), c);
+        *o1 = _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)x.s1), c);
     }
-    __m256 dxv = _mm256_loadu_ps(x.dx);
+}
+
+/* The operands from the integer half sums H0, H1, the offsets o0, o1, the
+ * activations' dx and sx. Not split: one step on (H0 + H1) - (o0 + o1),
+ * the same integer as (H0 - o0) + (H1 - o1) (exact), so a caller may hold
+ * the whole in H0 with H1 zero. What the rows of a tile share (offsets, dx,
+ * sx, o0 + o1) is the same value for each, made once when inlined. */
+AI octet_ops octet_ops_of(const octet *w, __m256i H0, __m256i H1, __m256i o0, __m256i o1, __m256 dx, __m256 sx,
+                          kq_shape sh) {
+    octet_ops op;
     if (sh.split) {
-        op.f0 = _mm256_cvtepi32_ps(H0);
-        op.p0 = _mm256_mul_ps(w->dw0, dxv);
-        op.f1 = _mm256_cvtepi32_ps(H1);
-        op.p1 = _mm256_mul_ps(w->dw1, dxv);
+        op.f0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(H0, o0));
+        op.p0 = _mm256_mul_ps(w->dw0, dx);
+        op.f1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(H1, o1));
+        op.p1 = _mm256_mul_ps(w->dw1, dx);
     } else {
-        op.f0 = _mm256_cvtepi32_ps(_mm256_add_epi32(H0, H1));
-        op.p0 = _mm256_mul_ps(w->dw0, dxv);
+        op.f0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(H0, H1), _mm256_add_epi32(o0, o1)));
+        op.p0 = _mm256_mul_ps(w->dw0, dx);
         op.f1 = op.p1 = _mm256_setzero_ps();
     }
     op.m = sh.has_min ? w->mw : _mm256_setzero_ps();
-    op.s = sh.has_min ? _mm256_loadu_ps(x.sx) : _mm256_setzero_ps();
+    op.s = sh.has_min ? sx : _mm256_setzero_ps();
     return op;
+}
+
+/* octet_ops_of with the row's activations read from x. */
+AI octet_ops octet_prep(const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape sh) {
+    __m256i o0, o1;
+    octet_offsets(x, sh, &o0, &o1);
+    return octet_ops_of(w, H0, H1, o0, o1, _mm256_loadu_ps(x.dx),
+                        sh.has_min ? _mm256_loadu_ps(x.sx) : _mm256_setzero_ps(), sh);
 }
 
 /* The operands of lanes 4-7 in lanes 0-3 (a merged tail's second row). */
