@@ -130,6 +130,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!b) {
         if (!(b = calloc(1, sizeof *b))) return MHD_NO;
         *con_cls = b;
+        atomic_fetch_add(&s->in_flight, 1); /* until on_completed */
         return MHD_YES;
     }
     if (*upload_size) {
@@ -161,11 +162,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv_server *s = cls;
     conn_body *b = *con_cls;
     if (!b) return;
     free(b->data);
     free(b);
     *con_cls = NULL;
+    atomic_fetch_sub(&s->in_flight, 1);
 }
 
 int srv_http_start(srv_server *s, const char *host, int port) {
@@ -180,6 +183,11 @@ int srv_http_start(srv_server *s, const char *host, int port) {
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
                                  (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
     return s->daemon ? 0 : -1;
+}
+
+void srv_http_wait_idle(srv_server *s, double timeout_ms) {
+    for (double waited = 0; atomic_load(&s->in_flight) > 0 && waited < timeout_ms; waited += 10)
+        poll(NULL, 0, 10);
 }
 
 void srv_http_stop(srv_server *s) {

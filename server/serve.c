@@ -15,6 +15,11 @@
 
 #include "server.h"
 
+/* After the scheduler's drain, how long the replies of finished or cancelled
+ * jobs may take to be written before HTTP stops anyway (a client that never
+ * reads its reply must not hold the exit up). */
+#define DRAIN_REPLY_GRACE_MS 5000.0
+
 typedef struct serve_opts {
     const char *model, *host, *cache_dir, *api_key_file, *alias;
     int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens;
@@ -167,8 +172,12 @@ int cmd_serve(int argc, char **argv) {
     sigwait(&sigs, &sig);
     fprintf(stderr, "kvstitch serve: %s: draining (at most %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_s);
     /* Drain: new requests get 503 from here on; then the connections still
-     * waiting on their (finished or cancelled) requests end; then the slots go. */
+     * waiting on their (finished or cancelled) requests send their replies
+     * (a job is done before its handler has written the reply: stopping
+     * HTTP at once cut such a connection without an answer, now and then);
+     * then the slots go. */
     srv_sched_drain(s.sched, o.drain_s * 1e3);
+    srv_http_wait_idle(&s, DRAIN_REPLY_GRACE_MS);
     srv_http_stop(&s);
     atomic_store(&s.ready, 0);
     srv_sched_free(s.sched);

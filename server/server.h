@@ -36,6 +36,7 @@ typedef struct srv_server {
     int n_ctx;
     int default_max_tokens;
     struct MHD_Daemon *daemon;
+    atomic_int in_flight;   /* requests from their first byte to their last reply byte (on_completed) */
 } srv_server;
 
 /* One route: a handler answers the request (queues a response) and returns
@@ -51,6 +52,10 @@ typedef struct srv_route {
 } srv_route;
 
 int srv_http_start(srv_server *s, const char *host, int port);
+/* Waits (at most timeout_ms) until no request is in flight: a request whose
+ * job is done may still be writing its reply, and stopping the daemon would
+ * cut that connection without an answer. */
+void srv_http_wait_idle(srv_server *s, double timeout_ms);
 void srv_http_stop(srv_server *s);
 
 /* Responses. Each returns the status sent (0 if queuing failed). */

@@ -188,6 +188,41 @@ def test_cold_documents_prefill_in_slices_between_decode_steps():
         assert s.stop() == 0, s.read_log()[-2000:]
 
 
+def test_sigterm_answers_every_request_already_received():
+    # A request whose body is still arriving when SIGTERM comes is answered
+    # (503, draining), not cut: HTTP stops only once no request is in
+    # flight (the same wait covers a finished job whose handler is still
+    # writing its reply, a race the 429 / drain test below hit now and then).
+    s = Server("--slots", "1", "--ctx", "512", "--drain-timeout", "30")
+    try:
+        body = json.dumps({"prompt": "Hello", "max_tokens": 4}).encode()
+        head = ("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                "Authorization: Bearer %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                % (s.key, len(body))).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=60 * SLOW)
+        sock.sendall(head + body[:5])
+        time.sleep(0.5 * SLOW)  # the headers are in: the request is in flight
+        s.proc.send_signal(signal.SIGTERM)
+        t0 = time.time()
+        while "draining" not in s.read_log() and time.time() - t0 < 30 * SLOW:
+            time.sleep(0.05)
+        time.sleep(0.5 * SLOW)  # (the old server stopped HTTP here and cut the connection)
+        sock.sendall(body[5:])
+        reply = b""
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            reply += part
+        sock.close()
+        status = reply.split(b"\r\n", 1)[0]
+        assert status.startswith(b"HTTP/1.1 503"), reply[:300]
+        assert b"shutting_down" in reply, reply[-300:]
+        assert s.proc.wait(timeout=60 * SLOW) == 0
+    finally:
+        s.stop()
+
+
 def test_queue_full_429_and_sigterm_drain():
     s = Server("--slots", "1", "--max-queue", "1", "--ctx", "512", "--drain-timeout", "120")
     try:
