@@ -70,7 +70,7 @@ recal_avx2_no_temperature|src/kernels/attention_avx2.c|v = _mm256_blendv_ps(v, _
 recal_outlives_request|src/engine/decode.c|    for (int i = 0; i < n; i++) kvs_kv_recal_end(&ctx->kv, pos[i]);|    (void)0;|test_recal:ends_with_the_request|a recalibration lasts for its request only
 nonfinite_f16_exponent_bit|src/gguf/gguf_types.c|return enc == KVS_SCALE_F16 ? 0x7c00u :|return enc == KVS_SCALE_F16 ? 0x7e00u :|test_gguf:find_nonfinite_every_type|a quantized block whose f16 scale is inf or NaN is found (model load refuses it)
 nonfinite_q6k_scale_place|src/gguf/gguf_types.c|[KVS_TYPE_Q6_K] = {"Q6_K", 256, 210, 1, F16, 1, {208}},|[KVS_TYPE_Q6_K] = {"Q6_K", 256, 210, 1, F16, 1, {0}},|test_gguf:find_nonfinite_every_type|the scale of a Q6_K block is the one checked
-nonfinite_run_skipped|src/gguf/gguf_types.c|for (size_t i0 = 0; i0 < n; i0 += RUN) {|for (size_t i0 = RUN; i0 < n; i0 += RUN) {|test_gguf:find_nonfinite_every_type test_model:test_nonfinite_weights_named|every element of a float weight is checked at load
+nonfinite_run_skipped|src/gguf/gguf_types.c|for (size_t b0 = 0; b0 < nblocks; b0 += step) {|for (size_t b0 = step; b0 < nblocks; b0 += step) {|test_gguf:find_nonfinite_every_type test_model:test_nonfinite_weights_named|every element of a float weight is checked at load
 nonfinite_vec_unchecked|src/model/weights.c|    if (bad >= 0) return nonfinite_error(m, name, t->type, bad, 0);|    (void)bad;|test_model:test_nonfinite_weights_named|a norm vector with a NaN is refused at load, named
 ROWS
 

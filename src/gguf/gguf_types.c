@@ -82,35 +82,40 @@ static VECTORIZE int any_all_ones32(const uint32_t *p, size_t n, uint32_t mask) 
 }
 #undef VECTORIZE
 
-/* Float elements in runs of RUN: any_all_ones over a run, the exact index
- * only inside a run that has one. */
-#define RUN 4096
-static int64_t find_nonfinite_elements(int enc, const uint8_t *p, size_t n, size_t size) {
-    if ((uintptr_t)p % size) { /* (a file with general.alignment 1) */
-        for (size_t i = 0; i < n; i++)
-            if (field_nonfinite(enc, p + size * i)) return (int64_t)i;
-        return -1;
-    }
-    for (size_t i0 = 0; i0 < n; i0 += RUN) {
-        const size_t len = n - i0 < RUN ? n - i0 : RUN;
-        const int bad = enc == KVS_SCALE_F32 ? any_all_ones32((const uint32_t *)p + i0, len, exponent_mask(enc))
-                                             : any_all_ones16((const uint16_t *)p + i0, len, (uint16_t)exponent_mask(enc));
-        if (bad)
-            for (size_t i = i0; i < i0 + len; i++)
-                if (field_nonfinite(enc, p + size * i)) return (int64_t)i;
-    }
+/* Whether elements [i0, i0 + len) of an aligned float tensor p may hold an
+ * inf or NaN: any_all_ones over them. */
+static int run_may_hold(int enc, const uint8_t *p, size_t i0, size_t len) {
+    const uint32_t mask = exponent_mask(enc);
+    return enc == KVS_SCALE_F32 ? any_all_ones32((const uint32_t *)p + i0, len, mask)
+                                : any_all_ones16((const uint16_t *)p + i0, len, (uint16_t)mask);
+}
+
+/* The first block in [b0, b1) one of whose float fields is inf or NaN; -1 if none. */
+static int64_t first_nonfinite(const kvs_type_traits *t, const uint8_t *p, size_t b0, size_t b1) {
+    for (size_t b = b0; b < b1; b++)
+        for (int f = 0; f < t->n_scales; f++)
+            if (field_nonfinite(t->scale_enc, p + b * (size_t)t->type_size + t->scale_off[f])) return (int64_t)b;
     return -1;
 }
-#undef RUN
 
+/* Float tensors (blocks of one element), when aligned, go in runs of RUN:
+ * the vectorized run_may_hold, first_nonfinite only inside a run that may
+ * hold one. Quantized blocks (and a file with general.alignment 1) go in
+ * one run, block by block. */
+#define RUN 4096
 int64_t kvs_type_find_nonfinite(int type, const void *data, size_t nbytes) {
     const kvs_type_traits *t = kvs_type_traits_of(type);
     if (!t || t->scale_enc == KVS_SCALE_NONE) return -1;
     const uint8_t *p = data;
     const size_t nblocks = nbytes / (size_t)t->type_size;
-    if (t->block_size == 1) return find_nonfinite_elements(t->scale_enc, p, nblocks, (size_t)t->type_size);
-    for (size_t b = 0; b < nblocks; b++)
-        for (int f = 0; f < t->n_scales; f++)
-            if (field_nonfinite(t->scale_enc, p + b * (size_t)t->type_size + t->scale_off[f])) return (int64_t)b;
+    const int runs = t->block_size == 1 && (uintptr_t)p % (uintptr_t)t->type_size == 0;
+    const size_t step = runs ? RUN : nblocks;
+    for (size_t b0 = 0; b0 < nblocks; b0 += step) {
+        const size_t b1 = nblocks - b0 < step ? nblocks : b0 + step;
+        if (runs && !run_may_hold(t->scale_enc, p, b0, b1 - b0)) continue;
+        const int64_t bad = first_nonfinite(t, p, b0, b1);
+        if (bad >= 0) return bad;
+    }
     return -1;
 }
+#undef RUN
