@@ -11,6 +11,9 @@
  * fail). A component left out of the hash would make its row fail.
  */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cache/fingerprint.h"
@@ -70,7 +73,8 @@ static const struct {
     {"weights_digest", KVS_FP_PERTURB_WEIGHTS}, {"tensor_directory", KVS_FP_PERTURB_TENSORS},
     {"architecture", KVS_FP_PERTURB_ARCH},      {"hparams", KVS_FP_PERTURB_HPARAMS},
     {"rope", KVS_FP_PERTURB_ROPE},              {"kv_dtype", KVS_FP_PERTURB_KV_TYPE},
-    {"numerics_probe", KVS_FP_PERTURB_PROBE},
+    {"numerics_probe", KVS_FP_PERTURB_PROBE},   {"layers", KVS_FP_PERTURB_LAYERS},
+    {"metadata", KVS_FP_PERTURB_METADATA},
 };
 enum { N_COMPONENTS = sizeof k_components / sizeof k_components[0] };
 
@@ -113,6 +117,68 @@ COMPONENT_TEST(3, hparams_never_served)
 COMPONENT_TEST(4, rope_never_served)
 COMPONENT_TEST(5, kv_dtype_never_served)
 COMPONENT_TEST(6, numerics_probe_never_served)
+COMPONENT_TEST(7, layers_never_served)
+COMPONENT_TEST(8, metadata_never_served)
+
+/* A real edited file, not the hook: a copy of the model with one byte of
+ * its metadata changed (the first letter of general.name, which no forward
+ * pass reads: the same weights, tensors, hparams and probe) is another file
+ * and gets nothing from g_dir. v1 hashed only what this build derives from
+ * the metadata, so a changed key it did not derive (gemma3's sliding
+ * window, edited in place) was served the original's entries. */
+TEST(edited_metadata_never_served) {
+    kvs_fingerprint_test_perturb(0);
+    const char *mp = kt_model_path();
+    FILE *f = fopen(mp, "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)size);
+    CHECK(buf && fread(buf, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    if (!buf) return;
+    static const char key[] = "general.name";
+    char *at = memmem(buf, (size_t)(size < (1 << 22) ? size : 1 << 22), key, sizeof key - 1);
+    CHECK_MSG(at != NULL, "no general.name in the first 4 MiB of %s", mp);
+    char path[128];
+    snprintf(path, sizeof path, "%s.edited.gguf", g_dir);
+    kvs_model *m2 = NULL;
+    kvs_context *c2 = NULL;
+    kvs_cache *cache = NULL;
+    if (at) {
+        char *value = at + sizeof key - 1 + 4 + 8; /* type (string), length, then the bytes */
+        *value ^= 0x20;                            /* its case */
+        f = fopen(path, "wb");
+        CHECK(f && fwrite(buf, 1, (size_t)size, f) == (size_t)size);
+        if (f) fclose(f);
+    }
+    free(buf);
+    if (!at) return;
+    CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m2), KVS_OK);
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 256;
+    if (m2) CHECK_EQ_INT(kvs_context_new(m2, cp, &c2), KVS_OK);
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.cache_dir = g_dir;
+    if (c2) CHECK_EQ_INT(kvs_cache_open(m2, pp, &cache), KVS_OK);
+    if (cache) {
+        kvs_generate_params gp = kt_greedy(1);
+        kvs_generate_result r;
+        CHECK_EQ_INT(kvs_generate_cached(c2, cache, g_prompt, N_PROMPT, &gp, NULL, &r), KVS_OK);
+        CHECK_EQ_INT(r.reuse->n_cached, 0);
+        CHECK_MSG(same(&r, &g_cold), "the edited name changed the output");
+        kvs_generate_result_free(&r);
+        kvs_cache_stats s;
+        kvs_cache_get_stats(cache, &s);
+        CHECK_MSG(s.disk_foreign >= 2, "%llu foreign entries, want >= 2", (unsigned long long)s.disk_foreign);
+        kvs_cache_free(cache);
+    }
+    kvs_context_free(c2);
+    kvs_model_free(m2);
+    unlink(path);
+}
 
 static int setup(void) {
     const char *mp = kt_model_path();
@@ -146,6 +212,9 @@ int main(void) {
     RUN(rope_never_served);
     RUN(kv_dtype_never_served);
     RUN(numerics_probe_never_served);
+    RUN(layers_never_served);
+    RUN(metadata_never_served);
+    RUN(edited_metadata_never_served);
     kvs_fingerprint_test_perturb(0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -186,6 +186,35 @@ static void put_str(kvs_sha256 *h, const char *s, size_t n) {
     kvs_sha256_update(h, s, n);
 }
 
+/* What differs between layers (model.h: kvs_layer_hparams): each layer's
+ * RoPE, its frequency factors and its attention window. A window only
+ * matters past its length, beyond the probe's 8 tokens, so only the hash
+ * can tell two windows apart. */
+static void put_layers(kvs_sha256 *h, const kvs_hparams *hp) {
+    for (int l = 0; l < hp->n_layer; l++) {
+        const kvs_layer_hparams *lh = &hp->layer[l];
+        put_f32(h, lh->rope_freq_base);
+        put_f32(h, lh->rope_freq_scale);
+        put_u32(h, (uint32_t)lh->window + (l == 0 && perturbed(KVS_FP_PERTURB_LAYERS)));
+        put_u32(h, lh->rope_freq_factors != NULL);
+        for (int i = 0; lh->rope_freq_factors && i < hp->rope_dim / 2; i++) put_f32(h, lh->rope_freq_factors[i]);
+    }
+}
+
+/* Every byte of the file before the tensor data: the header, every metadata
+ * key and value, the tensor directory. The hparams above are what this
+ * build derives from them; this is what the file says, so a key that a
+ * later build reads (or a default it changes) is covered too. A few MB
+ * (mostly the vocabulary): ~1-5 ms, once per loaded model. */
+static void put_metadata(kvs_sha256 *h, const kvs_gguf *g) {
+    size_t off = kvs_gguf_data_offset(g), size = kvs_gguf_size(g);
+    if (off > size) off = size; /* (refused at load; kvs_weights_digest names it) */
+    uint8_t d[32];
+    kvs_sha256_digest(kvs_gguf_base(g), off, d);
+    if (perturbed(KVS_FP_PERTURB_METADATA)) d[0] ^= 1;
+    kvs_sha256_update(h, d, 32);
+}
+
 int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir, kvs_key *out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "fingerprint: model and out must not be NULL");
     if (kv_type != KVS_KV_F16 && kv_type != KVS_KV_F32)
@@ -203,7 +232,7 @@ int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir,
 
     kvs_sha256 h;
     kvs_sha256_init(&h);
-    static const char tag[] = "kvstitch-fp-v1";
+    static const char tag[] = "kvstitch-fp-v2";
     kvs_sha256_update(&h, tag, sizeof tag);
     kvs_sha256_update(&h, wd, 32);
     const kvs_gguf *g = kvs_model_gguf(model);
@@ -224,11 +253,17 @@ int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir,
                   hp->n_head,   hp->n_head_kv,
                   hp->head_dim, hp->n_ff,
                   hp->n_vocab,  hp->n_ctx_train,
-                  hp->rope_dim, hp->rope_neox};
+                  hp->rope_dim, hp->rope_neox,
+                  hp->n_swa};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) put_u32(&h, (uint32_t)ints[i]);
     put_f32(&h, hp->rope_freq_base * (perturbed(KVS_FP_PERTURB_ROPE) ? 2.0f : 1.0f));
     put_f32(&h, hp->rope_freq_scale);
     put_f32(&h, hp->norm_eps);
+    put_f32(&h, hp->attn_scale);
+    put_f32(&h, hp->embd_scale);
+    put_f32(&h, hp->logit_softcap);
+    put_layers(&h, hp);
+    put_metadata(&h, g);
     put_u32(&h, (uint32_t)kv_type + (perturbed(KVS_FP_PERTURB_KV_TYPE) ? 16u : 0u));
     kvs_sha256_update(&h, probe, 32);
     kvs_sha256_final(&h, out->b);

@@ -4,15 +4,27 @@
  * that cached KV is only ever served where a cold run would compute exactly
  * the same bytes:
  *
- *   fingerprint = SHA-256("kvstitch-fp-v1" ||
+ *   fingerprint = SHA-256("kvstitch-fp-v2" ||
  *                         weights digest      SHA-256 of the GGUF tensor data section
  *                         tensor directory    name, type, shape, offset of every tensor
  *                         architecture        general.architecture
  *                         hparams             layers, widths, heads, vocab, RoPE
- *                                             (dim, NeoX pairing, base, scale), norm eps
+ *                                             (dim, NeoX pairing, base, scale), norm eps,
+ *                                             attention scale, embedding scale, logit
+ *                                             softcap, sliding window
+ *                         layers              each layer's RoPE base, scale and
+ *                                             frequency factors, attention window
+ *                         metadata digest     SHA-256 of every byte before the tensor
+ *                                             data (header, all metadata, directory)
  *                         KV dtype
  *                         numerics probe)     SHA-256 of the KV + logits of a fixed
  *                                             8-token forward pass in this process
+ *
+ * The probe sees only 8 tokens: a setting that matters only past them (a
+ * sliding window, a long-context RoPE factor) must reach the hash through
+ * the hparams, the layers and the metadata digest (v1 left the window out:
+ * a model whose window was edited in its metadata was served the original's
+ * entries).
  *
  * The numerics probe catches what the file cannot: a build whose kernels
  * round differently (another SIMD path, a changed kernel) computes other KV
@@ -62,6 +74,8 @@ enum {
     KVS_FP_PERTURB_KV_TYPE = 1 << 4, /* the KV dtype's code + 16 */
     KVS_FP_PERTURB_PROBE = 1 << 5,   /* the probe's first logit one ulp off: a build that rounds differently */
     KVS_FP_PERTURB_ARCH = 1 << 6,    /* another architecture name */
+    KVS_FP_PERTURB_LAYERS = 1 << 7,  /* layer 0's attention window + 1 (as hashed) */
+    KVS_FP_PERTURB_METADATA = 1 << 8, /* metadata digest: one bit flipped */
 };
 void kvs_fingerprint_test_perturb(unsigned mask);
 
