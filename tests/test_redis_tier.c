@@ -375,20 +375,31 @@ static void *garbage_main(void *arg) {
     return NULL;
 }
 
-TEST(garbage_answers) {
-    garbage_srv g = {0};
-    g.fd = socket(AF_INET, SOCK_STREAM, 0);
+/* g listening on a free loopback port, its thread (main) started. */
+static int fake_server_start(garbage_srv *g, void *(*main_fn)(void *)) {
+    g->fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int one = 1;
-    setsockopt(g.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    CHECK(bind(g.fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(g.fd, 16) == 0);
+    setsockopt(g->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(g->fd, (struct sockaddr *)&a, sizeof a) || listen(g->fd, 16)) return -1;
     socklen_t al = sizeof a;
-    getsockname(g.fd, (struct sockaddr *)&a, &al);
-    g.port = ntohs(a.sin_port);
+    getsockname(g->fd, (struct sockaddr *)&a, &al);
+    g->port = ntohs(a.sin_port);
     struct timeval tv = {0, 100000};
-    setsockopt(g.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* accept wakes up to see stop */
-    pthread_create(&g.th, NULL, garbage_main, &g);
+    setsockopt(g->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* accept wakes up to see stop */
+    return pthread_create(&g->th, NULL, main_fn, g);
+}
+
+static void fake_server_stop(garbage_srv *g) {
+    g->stop = 1;
+    pthread_join(g->th, NULL);
+    close(g->fd);
+}
+
+TEST(garbage_answers) {
+    garbage_srv g = {0};
+    CHECK(fake_server_start(&g, garbage_main) == 0);
     kvs_key fp;
     rt_fill_key(&fp, 50);
     kvs_tier *t = open_tier(g.port, &fp, 50);
@@ -410,9 +421,56 @@ TEST(garbage_answers) {
     CHECK(st.errors + st.bad > 0);
     free_chain(c);
     kvs_tier_close(t);
-    g.stop = 1;
-    pthread_join(g.th, NULL);
-    close(g.fd);
+    fake_server_stop(&g);
+}
+
+/* A "server" that answers a command with a 4000-byte bulk string sent one
+ * byte every 10 ms (40 s in all; it gives up after 3 s or when the client
+ * hangs up): every socket read gets a byte well within a 50 ms timeout. */
+static void *trickle_main(void *arg) {
+    garbage_srv *g = arg;
+    while (!g->stop) {
+        int c = accept(g->fd, NULL, NULL);
+        if (c < 0) continue;
+        struct timeval tv = {0, 200000};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[4096];
+        if (read(c, buf, sizeof buf) > 0 && send(c, "$4000\r\n", 7, MSG_NOSIGNAL) == 7)
+            for (int i = 0; i < 300 && !g->stop && send(c, "x", 1, MSG_NOSIGNAL) == 1; i++) rt_sleep_ms(10);
+        close(c);
+    }
+    return NULL;
+}
+
+/* The budget bounds a whole reply, not each read: a Redis that trickles
+ * its answer costs one budget (50 ms + bytes / 25 MB/s), then a miss.
+ * redisGetReply's socket timeout had bounded each read only, so a reply
+ * paced under it held a get for as long as the server kept sending (3 s
+ * here, then the server gives up; the attack that found it: 92 s). */
+TEST(trickled_reply_bounded_by_budget) {
+    garbage_srv g = {0};
+    CHECK(fake_server_start(&g, trickle_main) == 0);
+    kvs_key fp;
+    rt_fill_key(&fp, 51);
+    kvs_tier *t = open_tier(g.port, &fp, 50);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 14, c);
+    double worst = 0;
+    for (int i = 0; i < 4; i++) {
+        int n;
+        double ms = timed_served(t, c, &n);
+        if (ms > worst) worst = ms;
+        CHECK_EQ_INT(n, 0);
+        rt_sleep_ms(350); /* past the backoff: each round reconnects and meets the trickle again */
+    }
+    CHECK_MSG(worst < 1000, "a get against a trickling server took %.0f ms (budget ~50 ms)", worst);
+    kvs_tier_stats st;
+    t->ops->stats(t, &st);
+    CHECK_EQ_INT(st.hits, 0);
+    CHECK(st.errors > 0);
+    free_chain(c);
+    kvs_tier_close(t);
+    fake_server_stop(&g);
 }
 
 TEST(full_write_queue_drops_and_never_blocks) {
@@ -629,6 +687,7 @@ int main(void) {
     RUN(down_at_start_then_up);
     RUN(killed_during_load_and_slow);
     RUN(garbage_answers);
+    RUN(trickled_reply_bounded_by_budget);
     RUN(full_write_queue_drops_and_never_blocks);
     RUN(loaded_machine_and_slow_server_real_sizes);
     RUN(url_and_password_sources);

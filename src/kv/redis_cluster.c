@@ -116,7 +116,7 @@ static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port)
     redisContext *ctx = kvs_redis_conn_acquire(&c);
     redisReply *r = NULL;
     if (ctx) {
-        r = redisCommand(ctx, "CLUSTER SLOTS");
+        r = kvs_redis_command_by(&c, kvs_redis_due_ns(m->policy, 0), "CLUSTER SLOTS");
         int ok = r && r->type == REDIS_REPLY_ARRAY;
         if (!ok && r) {
             freeReplyObject(r);

@@ -2,6 +2,7 @@
 #include "kv/redis_conn.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,55 @@ static struct timeval ms_tv(int ms) {
     return (struct timeval){ms / 1000, (ms % 1000) * 1000};
 }
 
-/* A reply that must be +OK (AUTH, SELECT). */
-static int command_ok(redisContext *ctx, int argc, const char **argv) {
-    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
-    int ok = r && r->type == REDIS_REPLY_STATUS;
+/* The next reply on ctx by due_ns (kvs_redis_reply_by); *socket_ms (may be
+ * NULL) tracks the socket timeout in effect. */
+static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, void **out) {
+    *out = NULL;
+    if (kvs_redis_flush(ctx) || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+    while (!*out) {
+        const int64_t left_ms = (due_ns - kvs_redis_mono_ns() + 999999) / 1000000;
+        if (left_ms <= 0) { /* as hiredis reports a socket timeout (counted as one at release) */
+            ctx->err = REDIS_ERR_IO;
+            snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(EAGAIN));
+            return -1;
+        }
+        const int ms = left_ms < 600000 ? (int)left_ms : 600000;
+        if (!socket_ms || *socket_ms != ms) {
+            if (redisSetTimeout(ctx, ms_tv(ms)) != REDIS_OK) return -1;
+            if (socket_ms) *socket_ms = ms;
+        }
+        if (redisBufferRead(ctx) != REDIS_OK || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+    }
+    return 0;
+}
+
+int kvs_redis_reply_by(kvs_redis_conn *c, int64_t due_ns, redisReply **out) {
+    return reply_by(c->ctx, &c->socket_ms, due_ns, (void **)out);
+}
+
+redisReply *kvs_redis_command_by(kvs_redis_conn *c, int64_t due_ns, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int ok = redisvAppendCommand(c->ctx, fmt, ap) == REDIS_OK;
+    va_end(ap);
+    redisReply *r = NULL;
+    if (ok && kvs_redis_reply_by(c, due_ns, &r) && r) {
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
+int64_t kvs_redis_due_ns(const kvs_redis_policy *p, uint64_t bytes) {
+    return kvs_redis_mono_ns() + (int64_t)kvs_redis_budget_ms(p, bytes) * 1000000;
+}
+
+/* A reply that must be +OK (AUTH, SELECT), within timeout_ms. */
+static int command_ok(redisContext *ctx, int timeout_ms, int argc, const char **argv) {
+    redisReply *r = NULL;
+    int ok = redisAppendCommandArgv(ctx, argc, argv, NULL) == REDIS_OK &&
+             reply_by(ctx, NULL, kvs_redis_mono_ns() + (int64_t)timeout_ms * 1000000, (void **)&r) == 0 &&
+             r->type == REDIS_REPLY_STATUS;
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;
 }
@@ -54,17 +100,18 @@ static redisContext *connect_node(kvs_redis_conn *c) {
     const kvs_redis_policy *p = c->policy;
     redisContext *ctx = redisConnectWithTimeout(c->host, c->port, ms_tv(p->timeout_ms));
     if (!ctx) return NULL;
-    if (ctx->err || redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) goto fail;
+    if (ctx->err) goto fail;
     if (p->password) {
         const char *argv[3] = {"AUTH", p->user ? p->user : p->password, p->password};
-        if (command_ok(ctx, p->user ? 3 : 2, argv)) goto fail;
+        if (command_ok(ctx, p->timeout_ms, p->user ? 3 : 2, argv)) goto fail;
     }
     if (p->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", p->db);
         const char *argv[2] = {"SELECT", db};
-        if (command_ok(ctx, 2, argv)) goto fail;
+        if (command_ok(ctx, p->timeout_ms, 2, argv)) goto fail;
     }
+    if (redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) goto fail; /* acquire's socket_ms */
     return ctx;
 fail:
     redisFree(ctx);

@@ -106,6 +106,21 @@ int kvs_redis_budget_ms(const kvs_redis_policy *p, uint64_t bytes);
  * back. 0 or -1. */
 int kvs_redis_conn_set_timeout(kvs_redis_conn *c, int ms);
 
+/* The next reply on the held conn, by due_ns (kvs_redis_mono_ns): pending
+ * output is sent, then before each socket read the timeout is set to what
+ * is left, so a whole reply takes at most until due_ns however the server
+ * paces its bytes (redisGetReply's timeout bounds each read, not the reply:
+ * a server sending one byte every 30 ms held a 50 ms budget for 92 s over
+ * 3 KB). 0 and *out, or -1 with ctx->err set (a passed deadline reads as a
+ * socket timeout); *out (NULL on -1) is the caller's to free. */
+int kvs_redis_reply_by(kvs_redis_conn *c, int64_t due_ns, redisReply **out);
+
+/* redisCommand on the held conn, its reply by due_ns: the reply or NULL. */
+redisReply *kvs_redis_command_by(kvs_redis_conn *c, int64_t due_ns, const char *fmt, ...);
+
+/* now + kvs_redis_budget_ms(p, bytes), in kvs_redis_mono_ns time. */
+int64_t kvs_redis_due_ns(const kvs_redis_policy *p, uint64_t bytes);
+
 /* Sends everything appended to ctx (redisAppendCommand*) without waiting
  * for replies, so that several nodes work on their pipelines at once.
  * 0 or -1 (ctx->err set). */

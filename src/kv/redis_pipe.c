@@ -28,10 +28,9 @@ static void run_redirected(kvs_redis_nodes *m, const kvs_redis_batch *b, int i, 
         redisContext *ctx = kvs_redis_conn_acquire(c);
         if (!ctx) break;
         redisReply *r = NULL, *asking = NULL;
-        int ok = kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, bytes_of(b, i))) == 0 &&
-                 (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
-                 kvs_redis_flush(ctx) == 0 && (!ask || redisGetReply(ctx, (void **)&asking) == REDIS_OK) &&
-                 redisGetReply(ctx, (void **)&r) == REDIS_OK;
+        const int64_t due = kvs_redis_due_ns(m->policy, bytes_of(b, i));
+        int ok = (!ask || redisAppendCommand(ctx, "ASKING") == REDIS_OK) && append_item(ctx, b, i) == 0 &&
+                 (!ask || kvs_redis_reply_by(c, due, &asking) == 0) && kvs_redis_reply_by(c, due, &r) == 0;
         if (asking) freeReplyObject(asking);
         kvs_redis_conn_release(c, ok);
         if (!ok) {
@@ -96,7 +95,7 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
         kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
         uint64_t skipped0 = atomic_load(&c->n.skipped);
         ctx[k] = kvs_redis_conn_acquire(c);
-        int ok = ctx[k] != NULL && kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, node_bytes[k])) == 0;
+        int ok = ctx[k] != NULL && kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(m->policy, node_bytes[k])) == 0; /* the send */
         for (int j = start[k]; ok && j < start[k + 1]; j++) ok = append_item(ctx[k], b, order[j]) == 0;
         if (ok) ok = kvs_redis_flush(ctx[k]) == 0;
         if (!ok) {
@@ -126,10 +125,7 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
         for (int j = start[k]; j < start[k + 1]; j++) {
             int i = order[j];
             redisReply *r = NULL;
-            int64_t left_ms = (due + cb_ns - kvs_redis_mono_ns()) / 1000000;
-            if (ok && (kvs_redis_conn_set_timeout(c, (int)(left_ms > 0 ? left_ms : 1)) ||
-                       redisGetReply(ctx[k], (void **)&r) != REDIS_OK))
-                ok = 0;
+            if (ok && kvs_redis_reply_by(c, due + cb_ns, &r)) ok = 0;
             if (!ok) {
                 if (r) freeReplyObject(r);
                 trouble = 1;

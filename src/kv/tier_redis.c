@@ -216,7 +216,8 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
                 st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", c->host, c->port);
                 break;
             }
-            redisReply *r = redisCommand(ctx, "SCAN %s MATCH %s COUNT " SCAN_COUNT, cursor, match);
+            redisReply *r = kvs_redis_command_by(c, kvs_redis_due_ns(&rt->policy, 0), "SCAN %s MATCH %s COUNT " SCAN_COUNT,
+                                                 cursor, match);
             int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                      r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_ARRAY;
             kvs_redis_conn_release(c, r != NULL);
@@ -258,9 +259,10 @@ static int clear_batch(redis_tier *rt, int node, const redisReply *keys, void *u
         size_t lens[2] = {3, keys->element[i]->len};
         ok = redisAppendCommandArgv(ctx, 2, argv, lens) == REDIS_OK;
     }
+    const int64_t due = kvs_redis_due_ns(&rt->policy, 0);
     for (size_t i = 0; ok && i < keys->elements; i++) {
         redisReply *r = NULL;
-        ok = redisGetReply(ctx, (void **)&r) == REDIS_OK;
+        ok = kvs_redis_reply_by(c, due, &r) == 0;
         if (ok && r->type == REDIS_REPLY_INTEGER) x->removed += (uint64_t)r->integer;
         if (r) freeReplyObject(r);
     }
@@ -292,7 +294,8 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
     redisContext *ctx = acquire_node(rt, node, &c, &x->st);
     if (!ctx) return 1;
     /* up to SCAN_HEAD_BYTES per key come back: the budget of that */
-    int ok = !kvs_redis_conn_set_timeout(c, kvs_redis_budget_ms(&rt->policy, (uint64_t)keys->elements * SCAN_HEAD_BYTES));
+    const int64_t due = kvs_redis_due_ns(&rt->policy, (uint64_t)keys->elements * SCAN_HEAD_BYTES);
+    int ok = 1;
     for (size_t i = 0; ok && i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         ok = redisAppendCommand(ctx, "STRLEN %b", k, keys->element[i]->len) == REDIS_OK &&
@@ -300,7 +303,7 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
     }
     for (size_t i = 0; ok && i < keys->elements; i++) {
         redisReply *len = NULL, *head = NULL;
-        ok = redisGetReply(ctx, (void **)&len) == REDIS_OK && redisGetReply(ctx, (void **)&head) == REDIS_OK;
+        ok = kvs_redis_reply_by(c, due, &len) == 0 && kvs_redis_reply_by(c, due, &head) == 0;
         /* a key deleted between SCAN and here reads as "" : not counted */
         if (ok && !x->stop && len->type == REDIS_REPLY_INTEGER && head->type == REDIS_REPLY_STRING && head->len) {
             kvs_rv_expect e = {rt->any_model ? NULL : &rt->fp, rt->any_model ? NULL : &rt->shape, NULL,
