@@ -383,6 +383,38 @@ TEST(clear_and_prune_touch_only_own_files) {
     }
 }
 
+/* A file with an entry's name but not its header is never removed, so it
+ * does not count toward the bound either: a 4-entry fake, used just now,
+ * beside the 5 real entries under a bound they fit in alone: nothing goes.
+ * (Counted, it had made the bound evict every real entry after each
+ * write.) */
+TEST(bound_ignores_files_not_its_own) {
+    char *dir = populated_dir();
+    kvs_disk_usage u;
+    CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
+    const uint64_t real = u.bytes;
+    char fake_entry[80], *big = malloc(4 * real + 1);
+    memset(big, 'x', 4 * real);
+    big[4 * real] = 0;
+    snprintf(fake_entry, sizeof fake_entry, "%064d.kvc", 7);
+    put_file(dir, fake_entry, big, 0);
+    free(big);
+    kvs_disk_prune_params pp = {real + 1, 0, 0};
+    kvs_disk_prune_report pr;
+    CHECK_EQ_INT(kvs_disk_prune(dir, &pp, &pr), KVS_OK);
+    CHECK_EQ_INT(pr.removed, 0);
+    CHECK_EQ_INT(pr.entries, 5);
+    CHECK_EQ_INT(pr.bytes, real);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 6);
+    /* a bound below the real entries still evicts them, and only them */
+    pp.max_bytes = real / 2;
+    CHECK_EQ_INT(kvs_disk_prune(dir, &pp, &pr), KVS_OK);
+    CHECK(pr.removed >= 2 && pr.bytes <= real / 2);
+    CHECK(exists(dir, fake_entry));
+    rm_dir(dir);
+    free(dir);
+}
+
 static void set_atime(const char *path, time_t t) {
     struct timespec ts[2] = {{t, 0}, {0, UTIME_OMIT}};
     CHECK_EQ_INT(utimensat(AT_FDCWD, path, ts, 0), 0);
@@ -473,6 +505,7 @@ int main(void) {
     RUN(failed_write_is_counted_not_stored);
     RUN(fifo_in_place_never_hangs);
     RUN(clear_and_prune_touch_only_own_files);
+    RUN(bound_ignores_files_not_its_own);
     RUN(bound_evicts_least_recently_used);
     RUN(unreachable_and_old_entries_pruned);
     fake_kv_free(cold);

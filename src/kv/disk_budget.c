@@ -188,8 +188,21 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
                          ? (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - p->older_than_s * (int64_t)1000000000
                          : INT64_MIN;
     uint64_t bytes = u.bytes, entries = u.entries;
+    /* Over the bound: a file with an entry's name but not its first bytes
+     * (damaged there, or not ours) is never removed (disk_budget.h), so it
+     * must not count either, or every entry would be evicted to make room
+     * that its bytes never give back (a 60 MB such file under a 50 MB bound
+     * had emptied the cache after every write). The listing reads no file;
+     * the headers are read only when there is something to evict. */
+    for (size_t i = 0; p->max_bytes && bytes > p->max_bytes && i < n; i++)
+        if (v[i].kind == KVS_DISK_FILE_ENTRY && kvs_disk_classify(dir, v[i].name, 1, NULL) != KVS_DISK_FILE_ENTRY) {
+            v[i].kind = KVS_DISK_FILE_OTHER;
+            bytes -= v[i].bytes;
+            entries--;
+        }
     for (size_t i = 0; i < n; i++) {
         listed *e = &v[i];
+        if (e->kind == KVS_DISK_FILE_OTHER) continue;
         if (e->kind == KVS_DISK_FILE_TMP) {
             if (p->stale_tmp && e->stale && remove_owned(dir, e->name) == 1) r->tmp_removed++;
             continue;
@@ -197,7 +210,11 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
         int over = p->max_bytes && bytes > p->max_bytes, old = e->atime_ns < cutoff;
         if (!over && !old) continue;
         int gone = remove_owned(dir, e->name);
-        if (gone < 0) continue;
+        if (gone < 0) { /* not ours (replaced since the listing): not the cache's bytes */
+            bytes -= e->bytes;
+            entries--;
+            continue;
+        }
         if (gone) {
             r->removed++;
             r->removed_bytes += e->bytes;
