@@ -475,6 +475,13 @@ KVS_API int kvs_cache_open(kvs_model *model, kvs_cache_params params, kvs_cache 
 KVS_API void kvs_cache_free(kvs_cache *cache);
 /* Indexes entries other processes wrote since open. *n_new (may be NULL) = entries added. */
 KVS_API int kvs_cache_sync(kvs_cache *cache, int *n_new);
+/* Waits until the writes queued for the shared Redis tier have been written
+ * or have failed (writes go out on a background thread: a call that stores
+ * chunks returns before Redis has them), at most timeout_ms: KVS_OK, or
+ * KVS_ERR_IO when writes were still queued at the deadline. Then
+ * kvs_cache_get_stats's redis_put_errors / redis_put_dropped count every
+ * write of the calls before it. KVS_OK at once without a Redis tier. */
+KVS_API int kvs_cache_flush(kvs_cache *cache, int timeout_ms);
 /* Removes every chunk from memory; with and_disk also every entry file of the
  * cache directory (of any model). */
 KVS_API int kvs_cache_clear(kvs_cache *cache, int and_disk);

@@ -147,9 +147,16 @@ gen --redis "$URL" -f "$tmp/b.txt" --no-store >"$tmp/b.json" 2>"$tmp/e" \
 # --- outages through the CLI, on prompt C in db 1: output equals cold, exit 0 ------------
 URL1="$URL/1"
 timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL1" --redis-timeout 2000 --json -f "$tmp/c.txt" >"$tmp/wc.json" 2>"$tmp/e" \
-    && [ "$(j "$tmp/wc.json" 'd["prompts"][0]["chunks_stored"] >= 4')" = True ] \
+    && [ "$(j "$tmp/wc.json" 'd["prompts"][0]["chunks_stored"] >= 4 and d["redis_write_errors"] + d["redis_dropped"] == 0')" = True ] \
+    && ! grep -q 'not written to Redis' "$tmp/e" \
     && ok redis_cli_warm_c || fail redis_cli_warm_c "$(cat "$tmp/wc.json" "$tmp/e")"
 dead=$((P + 1)); while ! port_free $dead; do dead=$((dead + 1)); done
+# writes to a Redis that is down are said to be lost (they had been reported
+# as stored, with no warning): JSON counts and a warning on stderr
+timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "redis://127.0.0.1:$dead" --json -f "$tmp/c.txt" >"$tmp/wd.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/wd.json" 'd["redis_write_errors"] + d["redis_dropped"] == d["prompts"][0]["chunks_stored"] > 0')" = True ] \
+    && grep -q "chunks were not written to Redis" "$tmp/e" \
+    && ok redis_cli_warm_down_says_not_written || fail redis_cli_warm_down_says_not_written "$(cat "$tmp/wd.json" "$tmp/e")"
 gen --redis "redis://127.0.0.1:$dead" -f "$tmp/c.txt" --no-store >"$tmp/down.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_down_equals_cold "$tmp/down.json" 0 "$tmp/cold_c.json" \
     || fail redis_cli_down_equals_cold "$(cat "$tmp/e")"

@@ -86,6 +86,12 @@ void cli_redis_free(cli_redis_opts *o);
                 "per socket operation (default 50): a slow or dead Redis costs at most\n"                       \
                 "this, then the chunks are computed",                                                          \
                 .min = 1, .max = 60000, .needs = "--redis|--redis-cluster")
+/* After a command's writes: waits for the Redis writer (at most 10 s) and,
+ * when some chunks did not reach Redis (refused, failed, dropped: Redis
+ * down or the write queue full), says so on stderr (also with --json /
+ * --quiet: nothing lost silently). *errors / *dropped (may be NULL) get the
+ * counts. No-op without a Redis tier. */
+void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint64_t *dropped);
 /* After cli_parse of such a table: refuses --redis with --redis-cluster,
  * keeps a copy of the URL and masks its password in argv. -1 to go on, 2
  * after a usage error. */

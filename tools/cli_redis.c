@@ -1,4 +1,5 @@
 /* The Redis tier options shared by generate, warm and cache (cli.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,4 +74,24 @@ void cli_redis_free(cli_redis_opts *o) {
     if (o->url_copy) memset(o->url_copy, 0, strlen(o->url_copy));
     free(o->url_copy);
     memset(o, 0, sizeof *o);
+}
+
+void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint64_t *dropped) {
+    if (errors) *errors = 0;
+    if (dropped) *dropped = 0;
+    if (!cache) return;
+    int flushed = kvs_cache_flush(cache, 10000) == KVS_OK;
+    kvs_cache_stats st;
+    kvs_cache_get_stats(cache, &st);
+    if (errors) *errors = st.redis_put_errors;
+    if (dropped) *dropped = st.redis_put_dropped;
+    if (!flushed)
+        fprintf(stderr, "kvstitch %s: warning: chunks still queued for Redis after 10 s (not stored there)\n", cmd);
+    if (st.redis_put_errors || st.redis_put_dropped)
+        fprintf(stderr,
+                "kvstitch %s: warning: %llu of %llu chunks were not written to Redis (%llu failed or refused, %llu "
+                "dropped: Redis down or the write queue full)\n",
+                cmd, (unsigned long long)(st.redis_put_errors + st.redis_put_dropped),
+                (unsigned long long)st.redis_puts, (unsigned long long)st.redis_put_errors,
+                (unsigned long long)st.redis_put_dropped);
 }

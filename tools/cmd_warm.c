@@ -282,12 +282,18 @@ int cmd_warm(int argc, char **argv) {
         }
     }
     if (o.n_docs && warm_docs(ctx, cache, &o, root)) goto done;
+    uint64_t redis_errors = 0, redis_dropped = 0;
+    if (cli_redis_given(&o.redis)) cli_redis_report("warm", cache, &redis_errors, &redis_dropped);
     if (root) {
         char fp[65];
         kvs_cache_fingerprint_hex(cache, fp);
         cJSON_AddNumberToObject(root, "tokens", total_tokens);
         cJSON_AddNumberToObject(root, "chunks_stored", total_stored);
         cJSON_AddNumberToObject(root, "write_errors", total_write_errors);
+        if (cli_redis_given(&o.redis)) {
+            cJSON_AddNumberToObject(root, "redis_write_errors", (double)redis_errors);
+            cJSON_AddNumberToObject(root, "redis_dropped", (double)redis_dropped);
+        }
         cJSON_AddNumberToObject(root, "warnings", total_warnings);
         cJSON_AddStringToObject(root, "fingerprint", fp);
         rc = json_print_line(stdout, root) ? 1 : 0;
