@@ -816,6 +816,7 @@ typedef struct kvs_warm_docs_report {
     int n_bake_cached;   /* kvs_bake_docs: documents that had a baked entry already (kept) */
     int n_unbaked;       /* kvs_bake_docs: documents left plain (no other document, or none fits) */
     int n_prefix_computed; /* kvs_docs_warmer: tokens before the first document it computed (and stored) */
+    int n_write_errors;  /* documents computed but kept in memory only: their cache-dir write failed */
 } kvs_warm_docs_report;
 
 /* Caches the KV of seg's documents (computing the missing ones after the

@@ -93,6 +93,19 @@ if mount -t tmpfs -o size=2m tmpfs "$small" 2>/dev/null; then
         [ $rc -eq 0 ] && [ "$(j "$tmp/w.json" 'd["chunks_stored"] == 0 and d["write_errors"] == d["prompts"][0]["chunks"]')" = True ] \
             && [ "$(kvc_count "$small")" -eq 0 ] && ok cache_dir_read_only_reported \
             || fail cache_dir_read_only_reported "rc=$rc $(cat "$tmp/w.json" "$tmp/e")"
+        # documents too (their failed writes had not been counted at all)
+        printf 'The red fox lives in the old forest by the river.\n' >"$tmp/docA.txt"
+        printf 'Owls hunt small animals at night.\n' >"$tmp/docB.txt"
+        T "$CLI" generate -m "$MODEL" --cache-dir "$small" --threads 2 -n 2 --json --doc "$tmp/docA.txt" \
+            --doc "$tmp/docB.txt" -p "What is the fox?" >"$tmp/gd.json" 2>"$tmp/e"; rc=$?
+        [ $rc -eq 0 ] && [ "$(j "$tmp/gd.json" 'd["docs_computed"] == 2 and d["write_errors"] >= 2')" = True ] \
+            && grep -q "could not be written" "$tmp/e" && ok cache_dir_read_only_docs_generate \
+            || fail cache_dir_read_only_docs_generate "rc=$rc $(cat "$tmp/gd.json" "$tmp/e")"
+        T "$CLI" warm -m "$MODEL" --cache-dir "$small" --threads 2 --json --doc "$tmp/docA.txt" --doc "$tmp/docB.txt" \
+            >"$tmp/wd.json" 2>"$tmp/e"; rc=$?
+        [ $rc -eq 0 ] && [ "$(j "$tmp/wd.json" 'd["docs"]["computed"] == 2 and d["docs"]["write_errors"] == 2')" = True ] \
+            && grep -q "documents could not be written" "$tmp/e" && ok cache_dir_read_only_docs_warm \
+            || fail cache_dir_read_only_docs_warm "rc=$rc $(cat "$tmp/wd.json" "$tmp/e")"
     else
         echo "skip cache_dir_read_only_reported (remount,ro failed)"
     fi

@@ -196,6 +196,9 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
     else
         printf("documents: %d (%d tokens): %d cached already, %d computed and stored; %.1f ms\n", r.n_docs, r.n_tokens,
                r.n_cached, r.n_computed, r.ms);
+    if (r.n_write_errors) /* with --json and --quiet too, as for prompts */
+        fprintf(stderr, "kvstitch warm: warning: %d documents could not be written to the cache dir (not stored)\n",
+                r.n_write_errors);
     rc = 0;
 out:
     for (int i = 0; i < n; i++)

@@ -214,10 +214,16 @@ static int put_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, con
     kvs_key_content(&s->fp, tokens + sp->start, sp->end - sp->start, &c->content_key);
     c->pos0 = sp->start;
     memcpy(c->tokens, tokens + sp->start, (size_t)c->n_tok * sizeof(int32_t));
-    int write_failed = 0;
     rc = kvs_chunk_copy_from_kv(c, 0, c->n_tok, kv, sp->start);
-    int ins = rc ? rc : insert(s, c, tokens, &write_failed);
+    int ins = rc ? rc : kvs_store_insert_counted(s, c, tokens, r);
+    if (rc) r->n_skipped++;
     kvs_chunk_unref(c);
+    return ins < 0 ? ins : KVS_OK;
+}
+
+int kvs_store_insert_counted(kvs_store *s, kvs_chunk *c, const int32_t *path, kvs_put_report *r) {
+    int write_failed = 0;
+    int ins = insert(s, c, path, &write_failed);
     if (ins == KVS_OK && write_failed) {
         if (!r->n_write_errors++) snprintf(r->write_error, sizeof r->write_error, "%s", kvs_last_error());
     } else if (ins == KVS_OK) {
@@ -227,7 +233,7 @@ static int put_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, con
     } else {
         r->n_skipped++;
     }
-    return ins < 0 ? ins : KVS_OK;
+    return ins;
 }
 
 int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_tokens, const int *borders,

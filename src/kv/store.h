@@ -175,6 +175,10 @@ typedef struct kvs_put_report {
     int partial_tail;  /* tokens of the last chunk if it ends off the grid, else 0 */
 } kvs_put_report;
 
+/* kvs_store_insert, its outcome counted in r (n_new, n_existing,
+ * n_skipped, n_write_errors and the first write_error). Same return. */
+int kvs_store_insert_counted(kvs_store *s, kvs_chunk *c, const int32_t *path, kvs_put_report *r);
+
 /* The request path's store step: tokens[0..n) sit at positions 0..n-1 and
  * their KV is in view at slots 0..n-1. Cuts them with kvs_chunking_split
  * (chunk_tokens, 0 = KVS_CHUNK_TOKENS_DEFAULT; borders as there), computes

@@ -83,9 +83,9 @@ int kvs_seg_acquire_plain_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_
     if (!dc->ctx && (st = kvs_doc_computer_init(dc, ctx, cache, lay->doc_prefix, lay->n_doc_prefix, max_doc)))
         return st;
     if ((st = kvs_doc_compute(dc, doc, n, out))) return st;
-    /* A failed insert (budget, memory, disk: counted by the store) leaves
-     * the doc uncached; this request still has its chunk. */
-    if (store) (void)kvs_store_insert(cache->store, *out, NULL);
+    /* A failed insert (budget, memory, disk: counted by the store and in
+     * docs_put) leaves the doc uncached; this request still has its chunk. */
+    if (store) (void)kvs_store_insert_counted(cache->store, *out, NULL, &rep->docs_put);
     rep->n_docs_computed++;
     rep->doc_compute_ms += kvs_now_ms() - t0;
     return KVS_OK;
@@ -300,6 +300,7 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         r.reuse->n_chunks_stored = put.n_new;
         r.reuse->n_write_errors = put.n_write_errors;
     }
+    if (!st) r.reuse->n_write_errors += q.rep.docs_put.n_write_errors; /* docs that only memory holds */
     free(q.pos);
     free(q.moved);
     if (st) {

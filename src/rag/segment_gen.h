@@ -43,6 +43,7 @@ typedef struct kvs_seg_report {
     int n_docs_computed;  /* of them, computed now (and stored) */
     int n_docs_baked;     /* of the hits, baked ones (kvs_seg_bake_docs) */
     int n_stored;         /* prefix chunks stored after the request */
+    kvs_put_report docs_put; /* the computed docs' stores (n_write_errors: kept in memory only) */
     double lookup_ms;     /* the exact prefix lookup and copy (part of assemble_ms) */
     double assemble_ms;   /* exact lookup + live prefix + doc lookup/compute + move */
     double doc_compute_ms;/* computing missing docs (part of assemble_ms) */

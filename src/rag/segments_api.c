@@ -65,6 +65,7 @@ static void fill_warm_report(const kvs_seg_layout *lay, const kvs_seg_report *sr
     rep->n_docs = sr->n_docs;
     rep->n_cached = sr->n_docs_hit;
     rep->n_computed = sr->n_docs_computed;
+    rep->n_write_errors = sr->docs_put.n_write_errors;
     for (int i = 0; i < lay->n_segs; i++)
         if (lay->segs[i].kind == KVS_SEG_DOC) rep->n_tokens += lay->segs[i].end - lay->segs[i].start;
     rep->ms = kvs_now_ms() - t0;
