@@ -110,6 +110,22 @@ mistake ppl_no_file 2 "-m MODEL and -f FILE are required" perplexity "${M[@]}"
 mistake ppl_ctx 2 "--ctx must be an integer in [4, 1048576], got '2'" perplexity "${M[@]}" -f "$tmp/doc.txt" --ctx 2
 # cache
 mistake cache_no_action 2 "give an action" cache --cache-dir "$D"
+# output that cannot be written (a full device): exit 1, not 0
+full_out() {
+    local name=$1; shift
+    n=$((n + 1))
+    timeout 60 "$CLI" "$@" >/dev/full 2>"$tmp/err" </dev/null; local rc=$?
+    if [ $rc -eq 1 ] && grep -qF "cannot write the output" "$tmp/err"; then ok "mistake_$name"
+    else fail "mistake_$name" "rc=$rc (want 1), stderr: $(head -c 400 "$tmp/err")"; fi
+}
+if [ -w /dev/full ]; then
+    full_out stdout_full_generate generate "${M[@]}" -p hi -n 2 --threads 1
+    full_out stdout_full_generate_json generate "${M[@]}" -p hi -n 2 --threads 1 --json
+    full_out stdout_full_tokenize tokenize "${M[@]}" "hello world"
+    full_out stdout_full_info info "${M[@]}" --json
+else
+    echo "skip stdout_full_* (no /dev/full)"
+fi
 
 # the attacks: nothing above ever exits 0, and there are at least 40 of them
 [ $n -ge 40 ] && ok "mistakes_count_$n" || fail mistakes_count "only $n mistakes"

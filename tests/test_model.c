@@ -1,6 +1,7 @@
 /* Model loading: hparams and weight views of the real model, vocabulary-only
  * files, and errors that name the key / tensor / architecture (made by
  * patching bytes of the tiny random llama in ../shared/models). */
+#include <math.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -223,6 +224,62 @@ TEST(test_missing_hparam_named) {
     free(b);
 }
 
+/* A hyperparameter that is infinite or NaN is refused, naming it: an
+ * infinite epsilon had made every logit 0 (an infinite attention scale or
+ * softcap, every logit NaN), with no error. */
+TEST(test_nonfinite_hparam_named) {
+    static const float bad[] = {INFINITY, -INFINITY, NAN};
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        unsigned char *b = tiny_bytes(&len);
+        if (!b) { CHECK(0); return; }
+        static const char key[] = "llama.attention.layer_norm_rms_epsilon";
+        unsigned char *k = find_bytes(b, len, key);
+        CHECK(k != NULL);
+        if (k) {
+            uint32_t type;
+            memcpy(&type, k + strlen(key), 4);
+            CHECK_EQ_INT(type, 6); /* GGUF float32 */
+            memcpy(k + strlen(key) + 4, &bad[i], 4);
+            CHECK_EQ_INT(load_patched(b, len), KVS_ERR_FORMAT);
+            CHECK_MSG(strstr(kvs_last_error(), "epsilon") != NULL, "%s", kvs_last_error());
+        }
+        free(b);
+    }
+}
+
+/* A hostile general.name (invalid UTF-8, ESC, a C0 and a C1 control) is
+ * shown with U+FFFD in their place: `info` had printed the raw bytes to the
+ * terminal and into JSON that no parser accepted. */
+TEST(test_hostile_name_made_displayable) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    static const char key[] = "general.name";
+    unsigned char *k = find_bytes(b, len, key);
+    CHECK(k != NULL);
+    if (k) {
+        unsigned char *val = k + strlen(key) + 4 + 8;
+        CHECK(!memcmp(val, "LLaMA v2", 8));
+        memcpy(val, "L\xff\x1b[\xc2\x85\x01m", 8); /* same length: 8 bytes */
+        char path[] = "/tmp/kvs_test_model_XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
+        close(fd);
+        kvs_model *m = NULL;
+        CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK);
+        if (m) {
+            kvs_model_info in;
+            kvs_model_get_info(m, &in);
+            const char *want = "L\xef\xbf\xbd\xef\xbf\xbd[\xef\xbf\xbd\xef\xbf\xbdm";
+            CHECK_MSG(!strcmp(in.name, want), "name shown as '%s'", in.name);
+        }
+        kvs_model_free(m);
+        unlink(path);
+    }
+    free(b);
+}
+
 TEST(test_unsupported_arch_named) {
     size_t len;
     unsigned char *b = tiny_bytes(&len);
@@ -319,6 +376,8 @@ int main(void) {
     RUN(test_missing_tensor_named);
     RUN(test_bad_shape_named);
     RUN(test_missing_hparam_named);
+    RUN(test_nonfinite_hparam_named);
+    RUN(test_hostile_name_made_displayable);
     RUN(test_unsupported_arch_named);
     RUN(test_qwen2_needs_qkv_bias);
     RUN(test_nonfinite_weights_named);

@@ -175,6 +175,11 @@ gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/bad.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_damaged_value_equals_cold "$tmp/bad.json" 0 "$tmp/cold_c.json" \
     || fail redis_cli_damaged_value_equals_cold "$(cat "$tmp/e")"
 
+# a key of ours holding another type (WRONGTYPE to STRLEN): counted as damaged
+redis-cli -p "$P" rpush kvs:wrongtype x >/dev/null
+"$CLI" cache stats --redis "$URL" --json >"$tmp/s2.json" 2>"$tmp/e" \
+    && [ "$(j "$tmp/s2.json" 'd["damaged"] == 1')" = True ] \
+    && ok redis_cli_cache_stats_wrong_type_damaged || fail redis_cli_cache_stats_wrong_type_damaged "$(cat "$tmp/s2.json" "$tmp/e")"
 "$CLI" cache clear --redis "$URL" --json >"$tmp/c.json" 2>"$tmp/e" \
     && [ "$(redis-cli -p "$P" --scan --pattern 'kvs:*' | wc -l)" = 0 ] \
     && [ "$(redis-cli -p "$P" get user:keep)" = 1 ] \

@@ -1,4 +1,5 @@
 /* kvstitch CLI entry point: dispatches to one file per command. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +31,15 @@ static void usage(FILE *f) {
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
 }
 
+/* The command's status, or 1 when its output did not all reach stdout (a
+ * full disk, a closed pipe's EPIPE): every command had exited 0 whatever
+ * became of what it printed. */
+static int with_stdout_checked(int rc) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "kvstitch: cannot write the output: %s\n", strerror(errno));
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -39,9 +49,10 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return cmd_version(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))
+        return with_stdout_checked(cmd_version(argc - 1, argv + 1));
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) return with_stdout_checked(commands[i].run(argc - 1, argv + 1));
     fprintf(stderr, "kvstitch: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

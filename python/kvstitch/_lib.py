@@ -77,6 +77,16 @@ def cstr(p) -> str:
     return ffi.string(p).decode("utf-8", errors="replace") if p != ffi.NULL else ""
 
 
+def c_text(s: str, what: str) -> bytes:
+    """s as UTF-8 for a C string: a NUL would end it early (the rest silently
+    dropped: a chat message, a stop string cut short), so it is refused, as
+    the CLI refuses it."""
+    if "\0" in s:
+        from ._errors import InvalidArgument
+        raise InvalidArgument(f"{what} contains a NUL character")
+    return s.encode("utf-8")
+
+
 def struct_dict(cdata) -> dict:
     """Every field of a C struct of plain numbers, by the header's own field list."""
     t = ffi.typeof(cdata)

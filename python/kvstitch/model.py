@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from ._errors import Error, check
-from ._lib import cstr, ffi, lib
+from ._inuse import InUse
+from ._lib import c_text, cstr, ffi, lib
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,12 @@ class ModelInfo:
     raw: Mapping[str, Any]  # every field of kvs_model_info, strings decoded
 
 
-class Model:
+class Model(InUse):
     """A GGUF model, mmapped read-only. Immutable once loaded: share one Model
     across threads freely. Caches and Sessions keep their Model alive."""
 
     def __init__(self, handle, path: str, threads: int):
+        self._init_in_use()
         self._h = handle
         self.path = path
         self.threads = threads  # default thread count of the Sessions made from it
@@ -49,17 +51,15 @@ class Model:
         params = lib.kvs_model_default_params()
         params.vocab_only = int(vocab_only)
         out = ffi.new("kvs_model **")
-        check(lib.kvs_model_load(path.encode(), params, out))
+        check(lib.kvs_model_load(c_text(path, "the model path"), params, out))
         return cls(ffi.gc(out[0], lib.kvs_model_free), path, threads)
 
     def close(self) -> None:
         """Frees the model now (otherwise when it is garbage). Refused while a
-        Cache or Session made from it is alive."""
+        Cache or Session made from it is open, or a call on it runs."""
         if len(self._children):
             raise Error(f"{self.path}: {len(self._children)} caches/sessions still use this model")
-        if self._h is not None:
-            ffi.release(self._h)
-            self._h = None
+        self._close_unused(f"{self.path}: the model")
 
     def _handle(self):
         if self._h is None:
@@ -69,7 +69,8 @@ class Model:
     @property
     def info(self) -> ModelInfo:
         c = ffi.new("kvs_model_info *")
-        lib.kvs_model_get_info(self._handle(), c)
+        with self._using() as h:
+            lib.kvs_model_get_info(h, c)
         raw = {}
         for name, field in ffi.typeof("kvs_model_info").fields:
             v = getattr(c, name)
@@ -78,7 +79,8 @@ class Model:
 
     @property
     def n_vocab(self) -> int:
-        return lib.kvs_vocab_size(self._handle())
+        with self._using() as h:
+            return lib.kvs_vocab_size(h)
 
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of text. add_bos: as the vocabulary asks (SmolLM2 asks for
@@ -88,34 +90,38 @@ class Model:
                 (lib.KVS_TOKENIZE_PARSE_SPECIAL if special else 0)
         n = ffi.new("int *")
         cap = len(data) + 8  # enough for any text but hostile vocabularies: then retried
-        while True:
-            buf = ffi.new("int32_t[]", cap)
-            st = lib.kvs_tokenize(self._handle(), data, len(data), flags, buf, cap, n)
-            if st != lib.KVS_ERR_BUFFER_TOO_SMALL:
-                check(st)
-                return list(ffi.unpack(buf, n[0]))
-            cap = n[0]
+        with self._using() as h:
+            while True:
+                buf = ffi.new("int32_t[]", cap)
+                st = lib.kvs_tokenize(h, data, len(data), flags, buf, cap, n)
+                if st != lib.KVS_ERR_BUFFER_TOO_SMALL:
+                    check(st)
+                    return list(ffi.unpack(buf, n[0]))
+                cap = n[0]
 
     def detokenize(self, ids: Iterable[int], render_special: bool = False) -> str:
         """Text of ids (invalid UTF-8 sequences become U+FFFD)."""
         d = ffi.new("kvs_detok **")
-        check(lib.kvs_detok_new(self._handle(), int(render_special), d))
-        det = ffi.gc(d[0], lib.kvs_detok_free)
         cap = 256
         buf, n = ffi.new("char[]", cap), ffi.new("size_t *")
         parts = []
-        for t in ids:
-            check(lib.kvs_detok_push(det, int(t), buf, cap, n))
-            parts.append(ffi.unpack(buf, n[0]))
-        check(lib.kvs_detok_flush(det, buf, cap, n))
-        parts.append(ffi.unpack(buf, n[0]))
-        ffi.release(det)
+        with self._using() as h:  # the detokenizer reads the model's vocabulary
+            check(lib.kvs_detok_new(h, int(render_special), d))
+            det = ffi.gc(d[0], lib.kvs_detok_free)
+            try:
+                for t in ids:
+                    check(lib.kvs_detok_push(det, int(t), buf, cap, n))
+                    parts.append(ffi.unpack(buf, n[0]))
+                check(lib.kvs_detok_flush(det, buf, cap, n))
+                parts.append(ffi.unpack(buf, n[0]))
+            finally:
+                ffi.release(det)
         return b"".join(parts).decode("utf-8", errors="replace")
 
     def render_chat(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
                     family: str | None = None) -> str:
         """messages ({"role", "content"}) laid out in the model's chat template."""
-        keep = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        keep = [(c_text(m["role"], "a message role"), c_text(m["content"], "a message content")) for m in messages]
         msgs = ffi.new("kvs_chat_message[]", len(keep))
         owners = []
         for i, (role, content) in enumerate(keep):
@@ -123,8 +129,9 @@ class Model:
             owners += [r, c]
             msgs[i].role, msgs[i].content = r, c
         out = ffi.new("char **")
-        check(lib.kvs_chat_render(self._handle(), family.encode() if family else ffi.NULL,
-                                  msgs, len(keep), int(add_generation_prompt), out))
+        with self._using() as h:
+            check(lib.kvs_chat_render(h, c_text(family, "family") if family else ffi.NULL,
+                                      msgs, len(keep), int(add_generation_prompt), out))
         try:
             return ffi.string(out[0]).decode("utf-8")
         finally:
@@ -137,7 +144,8 @@ class Model:
         from .segments import CSegments  # segments imports nothing of model
         seg = CSegments(blocks, chat=chat)
         toks, n = ffi.new("int32_t **"), ffi.new("int *")
-        check(lib.kvs_segments_tokenize(self._handle(), seg.c, toks, n))
+        with self._using() as h:
+            check(lib.kvs_segments_tokenize(h, seg.c, toks, n))
         try:
             return list(ffi.unpack(toks[0], n[0]))
         finally:

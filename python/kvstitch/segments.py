@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from ._errors import InvalidArgument
-from ._lib import ffi
+from ._lib import c_text, ffi
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,6 @@ class CSegments:
     def _str(self, text: str | None):
         if text is None:
             return ffi.NULL
-        p = ffi.new("char[]", text.encode("utf-8"))
+        p = ffi.new("char[]", c_text(text, "a system prompt, question or prefix"))
         self._keep.append(p)
         return p

@@ -13,7 +13,7 @@ import threading
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import InvalidArgument, SessionBusy, check
-from ._lib import ffi, lib
+from ._lib import c_text, ffi, lib
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -79,7 +79,8 @@ class Session:
         p.n_batch = n_batch
         p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
         out = ffi.new("kvs_context **")
-        check(lib.kvs_context_new(model._handle(), p, out))
+        with model._using() as mh:
+            check(lib.kvs_context_new(mh, p, out))
         self.model, self.cache = model, cache
         self._h = ffi.gc(out[0], lib.kvs_context_free)
         self.n_ctx = lib.kvs_context_n_ctx(self._h)
@@ -100,6 +101,7 @@ class Session:
         try:
             ffi.release(self._h)
             self._h = None
+            self.model._children.discard(self)  # closed: no longer holds the model
         finally:
             self._busy.release()
 
@@ -203,7 +205,7 @@ class Session:
         s.repeat_penalty, s.seed = a["repeat_penalty"], a["seed"]
         s.presence_penalty, s.frequency_penalty = a["presence_penalty"], a["frequency_penalty"]
         gp.sampling = s
-        keep = [ffi.new("char[]", x.encode("utf-8")) for x in a["stop"] or []]
+        keep = [ffi.new("char[]", c_text(x, "a stop string")) for x in a["stop"] or []]
         stops = ffi.new("char *[]", keep) if keep else ffi.NULL
         gp.stop, gp.n_stop = stops, len(keep)
         gp.n_top_logprobs = a["logprobs"]

@@ -1,5 +1,9 @@
 """Errors raise kvstitch.Error subclasses carrying the C status and the
 library's kvs_last_error() text, which names what is wrong."""
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 import kvstitch
@@ -60,8 +64,64 @@ def test_close_order_is_checked(model_path):
     s = kvstitch.Session(m, n_ctx=64)
     with pytest.raises(kvstitch.Error, match="still use"):
         m.close()
-    s.close()
-    del s
+    s.close()  # closed: no longer holds the model (it had until garbage-collected)
     m.close()
     with pytest.raises(kvstitch.Error, match="closed"):
         m.tokenize("x")
+
+
+def test_closed_cache_and_session_release_the_model(model_path):
+    m = kvstitch.Model.load(model_path, threads=1)
+    c = kvstitch.Cache(m, budget_bytes=1 << 20)
+    s = kvstitch.Session(m, c, n_ctx=64)
+    s.close()
+    c.close()
+    m.close()  # s and c are still referenced, but closed
+    with pytest.raises(kvstitch.Error, match="closed"):
+        c.stats()
+
+
+def test_close_while_another_thread_calls_is_refused(model_path):
+    """Model.close() while another thread tokenizes: refused (it had freed
+    the model under the call: a segfault). In a child process, so that a
+    crash fails this test instead of the run."""
+    code = textwrap.dedent("""
+        import sys, threading, kvstitch
+        m = kvstitch.Model.load(sys.argv[1], threads=1)
+        text = "The quick brown fox jumps over the lazy dog. " * 8000
+        started, out = threading.Event(), {}
+        def work():
+            started.set()
+            try:
+                for _ in range(4):
+                    m.tokenize(text)
+            except kvstitch.Error as e:
+                out["err"] = str(e)
+        t = threading.Thread(target=work)
+        t.start()
+        started.wait()
+        refused = 0
+        while t.is_alive():
+            try:
+                m.close()
+                break
+            except kvstitch.InvalidArgument:
+                refused += 1
+        t.join()
+        print(refused)
+    """)
+    r = subprocess.run([sys.executable, "-c", code, model_path], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-800:]}"
+    assert int(r.stdout.split()[0]) > 0  # close() was refused while the thread was in a call
+
+
+def test_nul_in_c_strings_is_refused(model):
+    """A NUL would end the C string early, the rest silently dropped."""
+    with pytest.raises(kvstitch.InvalidArgument, match="NUL"):
+        model.render_chat([{"role": "user", "content": "abc\0def"}])
+    with pytest.raises(kvstitch.InvalidArgument, match="NUL"):
+        kvstitch.Model.load("a\0b")
+    s = kvstitch.Session(model, n_ctx=64)
+    with pytest.raises(kvstitch.InvalidArgument, match="NUL"):
+        s.generate("hi", max_tokens=1, stop=["a\0b"])
+    s.close()

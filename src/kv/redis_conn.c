@@ -100,7 +100,7 @@ static redisContext *connect_node(kvs_redis_conn *c) {
     const kvs_redis_policy *p = c->policy;
     redisContext *ctx = redisConnectWithTimeout(c->host, c->port, ms_tv(p->timeout_ms));
     if (!ctx) return NULL;
-    if (ctx->err) goto fail;
+    if (ctx->err || redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) goto fail; /* the writes' */
     if (p->password) {
         const char *argv[3] = {"AUTH", p->user ? p->user : p->password, p->password};
         if (command_ok(ctx, p->timeout_ms, p->user ? 3 : 2, argv)) goto fail;

@@ -288,6 +288,11 @@ typedef struct list_ctx {
     uint64_t *n_bad;
 } list_ctx;
 
+static void count_bad(redis_tier *rt, list_ctx *x) {
+    atomic_fetch_add(&rt->bad, 1);
+    if (x->n_bad) (*x->n_bad)++;
+}
+
 static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
     list_ctx *x = user;
     kvs_redis_conn *c;
@@ -315,10 +320,10 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
                                      keys->element[i]->str, &chunk, &vfp, &v) == KVS_OK)
                 x->stop = x->fn(x->user, chunk, &vfp, (uint64_t)len->integer);
             else if (v == KVS_DISK_FOREIGN) atomic_fetch_add(&rt->foreign, 1);
-            else {
-                atomic_fetch_add(&rt->bad, 1);
-                if (x->n_bad) (*x->n_bad)++;
-            }
+            else
+                count_bad(rt, x);
+        } else if (ok && !x->stop && (len->type == REDIS_REPLY_ERROR || head->type == REDIS_REPLY_ERROR)) {
+            count_bad(rt, x); /* WRONGTYPE: a list, hash, ... under one of our keys: damaged too */
         }
         if (len) freeReplyObject(len);
         if (head) freeReplyObject(head);

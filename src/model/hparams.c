@@ -1,6 +1,8 @@
 /* Hyperparameters from the {arch}.* GGUF keys, per-layer RoPE and windows
  * as the architecture's row (arch.h) describes them. */
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,10 +114,17 @@ int kvs_model_read_hparams(kvs_model *m, int required) {
     if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
         return kvs_error(KVS_ERR_FORMAT, "%s: %s.rope.dimension_count = %d does not fit head_dim %d",
                          m->path, m->arch, hp->rope_dim, hp->head_dim);
-    if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
-        return kvs_error(KVS_ERR_FORMAT, "%s: rms epsilon %g / rope base %g must be positive", m->path,
+    /* int widths of the attention projections (weights.c, forward.c): a
+     * product past INT_MAX had wrapped to a size the tensors matched */
+    if ((int64_t)hp->n_head * hp->head_dim > INT_MAX / 4 || (int64_t)hp->n_head_kv * hp->head_dim > INT_MAX / 4)
+        return kvs_error(KVS_ERR_FORMAT, "%s: head_count %d x head_dim %d is too large", m->path, hp->n_head,
+                         hp->head_dim);
+    /* finite too: an infinite scale or softcap had made every logit NaN, an
+     * infinite epsilon every logit 0, with no error */
+    if (!(hp->norm_eps > 0.0f && isfinite(hp->norm_eps)) || !(hp->rope_freq_base > 0.0f && isfinite(hp->rope_freq_base)))
+        return kvs_error(KVS_ERR_FORMAT, "%s: rms epsilon %g / rope base %g must be positive and finite", m->path,
                          hp->norm_eps, hp->rope_freq_base);
-    if (!(hp->attn_scale > 0.0f) || !(hp->logit_softcap >= 0.0f))
+    if (!(hp->attn_scale > 0.0f && isfinite(hp->attn_scale)) || !(hp->logit_softcap >= 0.0f && isfinite(hp->logit_softcap)))
         return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.scale %g / final_logit_softcapping %g out of range",
                          m->path, m->arch, hp->attn_scale, hp->logit_softcap);
     return read_layers(m);

@@ -4,17 +4,19 @@
 
 #include "base/error.h"
 #include "model/model_impl.h"
+#include "tokenizer/unicode.h"
 
 kvs_model_params kvs_model_default_params(void) {
     kvs_model_params p = {0};
     return p;
 }
 
-static char *dup_str(kvs_gguf_str s) {
-    char *c = malloc(s.len + 1);
-    if (!c) return NULL;
-    memcpy(c, s.ptr, s.len);
-    c[s.len] = 0;
+/* A metadata string as it is shown (kvs_model_info, info, the server's
+ * model list): invalid UTF-8 and control characters replaced, so a hostile
+ * name cannot garble a terminal or make the JSON that carries it invalid. */
+static char *dup_display(kvs_gguf_str s) {
+    char *c = malloc(3 * s.len + 1);
+    if (c) kvs_utf8_display(s.ptr, s.len, c, 3 * s.len + 1);
     return c;
 }
 
@@ -27,12 +29,11 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
         if (s.len >= sizeof m->arch)
             return kvs_error(KVS_ERR_UNSUPPORTED, "%s: general.architecture is %llu bytes long", path,
                              (unsigned long long)s.len);
-        memcpy(m->arch, s.ptr, s.len);
-        m->arch[s.len] = 0;
+        kvs_utf8_display(s.ptr, s.len, m->arch, sizeof m->arch); /* printed in errors and info */
     }
     kvs_gguf_str empty = {"", 0};
     if (kvs_gguf_get_str(m->gguf, "general.name", &s) != KVS_OK) s = empty;
-    if (!(m->name = dup_str(s))) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
+    if (!(m->name = dup_display(s))) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory", path);
     if ((st = kvs_tokenizer_new(m->gguf, &m->tok))) return kvs_error_prefix(st, "%s", path);
     m->eot_id = kvs_tokenizer_eot(m->tok);
 

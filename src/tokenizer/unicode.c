@@ -1,6 +1,8 @@
 /* UTF-8 decoding, validation and encoding (strict: RFC 3629). */
 #include "tokenizer/unicode.h"
 
+#include <string.h>
+
 int kvs_utf8_seq_len(unsigned char b) {
     if (b < 0x80) return 1;
     if (b < 0xC2) return 0; /* continuation byte, or C0/C1 (always overlong) */
@@ -45,6 +47,30 @@ size_t kvs_utf8_validate(const char *s, size_t n) {
         i += (size_t)len;
     }
     return n;
+}
+
+size_t kvs_utf8_display(const char *s, size_t n, char *out, size_t cap) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < n && cap > 0;) {
+        uint32_t cp;
+        int len = kvs_utf8_decode(u + i, n - i, &cp);
+        const char *src = s + i;
+        if (len == 0 || cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) { /* invalid or control: U+FFFD */
+            src = "\xEF\xBF\xBD";
+            len = len ? len : 1;
+            if (o + 3 >= cap) break;
+            memcpy(out + o, src, 3);
+            o += 3;
+        } else {
+            if (o + (size_t)len >= cap) break;
+            memcpy(out + o, src, (size_t)len);
+            o += (size_t)len;
+        }
+        i += (size_t)len;
+    }
+    if (cap > 0) out[o] = 0;
+    return o;
 }
 
 int kvs_utf8_encode(uint32_t cp, char out[4]) {

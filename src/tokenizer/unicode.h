@@ -51,6 +51,12 @@ size_t kvs_utf8_validate(const char *s, size_t n);
  * start a sequence. */
 int kvs_utf8_seq_len(unsigned char b);
 
+/* s[0..n) made safe to print and to put in JSON: invalid sequences and
+ * control characters (C0, DEL, C1) become U+FFFD, the rest is kept. Writes
+ * at most cap - 1 bytes and a NUL (whole characters only); returns the
+ * bytes written. cap >= 3 n + 1 always holds it all. */
+size_t kvs_utf8_display(const char *s, size_t n, char *out, size_t cap);
+
 /* Encodes cp (<= U+10FFFF) into out; returns the length 1..4. */
 int kvs_utf8_encode(uint32_t cp, char out[4]);
 
