@@ -397,31 +397,41 @@ static void fake_server_stop(garbage_srv *g) {
     close(g->fd);
 }
 
-TEST(garbage_answers) {
+/* rounds gets (each a miss) against a fake server (main_fn) with a 50 ms
+ * timeout, a put after each with puts, a pause of 350 ms after every
+ * `every` rounds (past the backoff, or to let the breaker close again):
+ * the slowest get in ms, the tier's stats in *st. */
+static double worst_get_against(void *(*main_fn)(void *), int seed, int rounds, int puts, int every,
+                                kvs_tier_stats *st) {
     garbage_srv g = {0};
-    CHECK(fake_server_start(&g, garbage_main) == 0);
+    CHECK(fake_server_start(&g, main_fn) == 0);
     kvs_key fp;
-    rt_fill_key(&fp, 50);
+    rt_fill_key(&fp, seed);
     kvs_tier *t = open_tier(g.port, &fp, 50);
     kvs_chunk *c[N_CHAIN];
-    make_chain(&fp, 13, c);
+    make_chain(&fp, seed, c);
     double worst = 0;
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < rounds; i++) {
         int n;
         double ms = timed_served(t, c, &n);
         if (ms > worst) worst = ms;
         CHECK_EQ_INT(n, 0);
-        t->ops->put(t, c[i % N_CHAIN]);
-        if (i % 5 == 4) rt_sleep_ms(350); /* let the breaker close again */
+        if (puts) t->ops->put(t, c[i % N_CHAIN]);
+        if (i % every == every - 1) rt_sleep_ms(350);
     }
-    CHECK_MSG(worst < 400, "a get against a garbage server took %.0f ms", worst);
-    kvs_tier_stats st;
-    t->ops->stats(t, &st);
-    CHECK_EQ_INT(st.hits, 0);
-    CHECK(st.errors + st.bad > 0);
+    t->ops->stats(t, st);
     free_chain(c);
     kvs_tier_close(t);
     fake_server_stop(&g);
+    return worst;
+}
+
+TEST(garbage_answers) {
+    kvs_tier_stats st;
+    double worst = worst_get_against(garbage_main, 50, 20, 1, 5, &st);
+    CHECK_MSG(worst < 400, "a get against a garbage server took %.0f ms", worst);
+    CHECK_EQ_INT(st.hits, 0);
+    CHECK(st.errors + st.bad > 0);
 }
 
 /* A "server" that answers a command with a 4000-byte bulk string sent one
@@ -448,29 +458,11 @@ static void *trickle_main(void *arg) {
  * paced under it held a get for as long as the server kept sending (3 s
  * here, then the server gives up; the attack that found it: 92 s). */
 TEST(trickled_reply_bounded_by_budget) {
-    garbage_srv g = {0};
-    CHECK(fake_server_start(&g, trickle_main) == 0);
-    kvs_key fp;
-    rt_fill_key(&fp, 51);
-    kvs_tier *t = open_tier(g.port, &fp, 50);
-    kvs_chunk *c[N_CHAIN];
-    make_chain(&fp, 14, c);
-    double worst = 0;
-    for (int i = 0; i < 4; i++) {
-        int n;
-        double ms = timed_served(t, c, &n);
-        if (ms > worst) worst = ms;
-        CHECK_EQ_INT(n, 0);
-        rt_sleep_ms(350); /* past the backoff: each round reconnects and meets the trickle again */
-    }
-    CHECK_MSG(worst < 1000, "a get against a trickling server took %.0f ms (budget ~50 ms)", worst);
     kvs_tier_stats st;
-    t->ops->stats(t, &st);
+    double worst = worst_get_against(trickle_main, 51, 4, 0, 1, &st);
+    CHECK_MSG(worst < 1000, "a get against a trickling server took %.0f ms (budget ~50 ms)", worst);
     CHECK_EQ_INT(st.hits, 0);
     CHECK(st.errors > 0);
-    free_chain(c);
-    kvs_tier_close(t);
-    fake_server_stop(&g);
 }
 
 TEST(full_write_queue_drops_and_never_blocks) {
