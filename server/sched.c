@@ -80,6 +80,10 @@ static void admit(srv_sched *s) {
                 j = NULL;
             }
         }
+        /* Active from the moment it leaves the queue (the loop recounts
+         * later): a drain that saw it in neither had cancelled the last
+         * queued request of a SIGTERM while its slot started. */
+        if (j) s->n_active++;
         pthread_mutex_unlock(&s->mu);
         if (!j) return;
         srv_slot_start(sl, &s->env, j);

@@ -25,7 +25,7 @@ fi
 # plain pass.
 sel=()
 if [ "${KVSTITCH_TEST_QUICK:-0}" = 1 ] && [ $# -eq 0 ]; then
-    sel=(-k "test_api or test_load or disconnect or queue_full or sigterm_answers")
+    sel=(-k "test_api or test_load or disconnect or queue_full or sigterm_answers or sigterm_finishes")
 fi
 out=$(timeout 1200 "$PY" -m pytest -p no:cacheprovider -q -rA tests/serve "${sel[@]}" "$@" 2>&1)
 rc=$?

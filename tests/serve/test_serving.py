@@ -223,6 +223,29 @@ def test_sigterm_answers_every_request_already_received():
         s.stop()
 
 
+def test_sigterm_finishes_queued_requests():
+    # One slot, one request running and two queued when SIGTERM comes: all
+    # three are answered 200. The drain had seen the last queued request in
+    # neither the queue (just taken off) nor the slots (not yet counted) and
+    # cancelled it: 503 in 6 rounds of 6.
+    s = Server("--slots", "1", "--ctx", "512", "--drain-timeout", "120")
+    try:
+        def ask(i):
+            return s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": f"Story {i}"}],
+                                                   "max_tokens": 12, "temperature": 0})
+        with cf.ThreadPoolExecutor(3) as ex:
+            futs = [ex.submit(ask, i) for i in range(3)]
+            t0 = time.time()
+            while metric(s, "kvstitch_queue_depth") < 2 and time.time() - t0 < 60 * SLOW:
+                time.sleep(0.01)
+            s.proc.send_signal(signal.SIGTERM)
+            codes = [f.result().status_code for f in futs]
+        assert codes == [200, 200, 200], [f.result().text[:200] for f in futs]
+        assert s.proc.wait(timeout=120 * SLOW) == 0
+    finally:
+        s.stop()
+
+
 def test_queue_full_429_and_sigterm_drain():
     s = Server("--slots", "1", "--max-queue", "1", "--ctx", "512", "--drain-timeout", "120")
     try:
