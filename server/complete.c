@@ -255,19 +255,22 @@ static int reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
 
 /* --- the handlers ---------------------------------------------------------------- */
 
+int srv_submit(srv_server *s, srv_job *j, srv_error *e) {
+    int q = srv_sched_submit(s->sched, j);
+    if (!q) return 0;
+    srv_job_unref(j);
+    if (q == -1) srv_error_set(e, 429, "rate_limit_error", "queue_full", "", "the request queue is full; retry later");
+    else srv_error_set(e, 503, "server_error", "shutting_down", "", "the server is shutting down");
+    return -1;
+}
+
 static int complete(srv_server *s, struct MHD_Connection *c, const char *body, size_t len, srv_kind kind) {
     srv_request req;
     srv_error e;
     if (srv_request_parse(body, len, kind, &req, &e)) return srv_reply_error(c, &e);
     srv_job *j = srv_job_new(s->model, &req, s->n_ctx, s->default_max_tokens, &e);
     if (!j) return srv_reply_error(c, &e);
-    int q = srv_sched_submit(s->sched, j);
-    if (q) {
-        srv_job_unref(j);
-        if (q == -1) srv_error_set(&e, 429, "rate_limit_error", "queue_full", "", "the request queue is full; retry later");
-        else srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
-        return srv_reply_error(c, &e);
-    }
+    if (srv_submit(s, j, &e)) return srv_reply_error(c, &e);
     if (j->req.stream) return reply_stream(s, c, j); /* the stream owns our reference */
     size_t seen = 0;
     for (;;) {

@@ -42,7 +42,9 @@ int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *body, 
 
 /* {"content": "...", "add_special": false, "parse_special": true} -> {"tokens": [...]} */
 int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
-    cJSON *in = cJSON_ParseWithLength(body, len);
+    srv_error e;
+    cJSON *in = srv_json_parse(body, len, &e);
+    if (!in) return srv_reply_error(c, &e);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(in, "content");
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(in, "add_special");
     const cJSON *parse = cJSON_GetObjectItemCaseSensitive(in, "parse_special");
@@ -68,7 +70,9 @@ int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size
 
 /* {"tokens": [...]} -> {"content": "..."} */
 int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
-    cJSON *in = cJSON_ParseWithLength(body, len);
+    srv_error e;
+    cJSON *in = srv_json_parse(body, len, &e);
+    if (!in) return srv_reply_error(c, &e);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(in, "tokens"), *t;
     int n_vocab = kvs_vocab_size(s->model), ok = cJSON_IsArray(toks);
     cJSON_ArrayForEach(t, toks) ok &= cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < n_vocab &&
@@ -128,7 +132,9 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
  * Runs in a slot like a request that generates nothing.
  */
 int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
-    cJSON *in = cJSON_ParseWithLength(body, len);
+    srv_error e;
+    cJSON *in = srv_json_parse(body, len, &e);
+    if (!in) return srv_reply_error(c, &e);
     int chat = cJSON_GetObjectItemCaseSensitive(in, "messages") != NULL;
     /* Documents alone: lay them out as a chat request's documents would be. */
     if (in && !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&
@@ -142,7 +148,6 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     char *norm = in ? cJSON_PrintUnformatted(in) : NULL;
     cJSON_Delete(in);
     srv_request req;
-    srv_error e;
     int st = srv_request_parse(norm ? norm : body, norm ? strlen(norm) : len, chat ? SRV_KIND_CHAT : SRV_KIND_COMPLETION,
                                &req, &e);
     free(norm);
@@ -150,11 +155,7 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     srv_job *j = srv_job_new(s->model, &req, s->n_ctx, 1, &e);
     if (!j) return srv_reply_error(c, &e);
     j->warm_only = 1;
-    if (srv_sched_submit(s->sched, j)) {
-        srv_job_unref(j);
-        srv_error_set(&e, 429, "rate_limit_error", "queue_full", "", "the request queue is full; retry later");
-        return srv_reply_error(c, &e);
-    }
+    if (srv_submit(s, j, &e)) return srv_reply_error(c, &e); /* (a drain is 503, not 429) */
     size_t seen = 0;
     for (;;) {
         char *piece = NULL;

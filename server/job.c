@@ -36,6 +36,22 @@ static int tokenize(const kvs_model *model, const char *text, int32_t **out, int
     return 0;
 }
 
+/* Stop strings must be valid UTF-8 like the messages: one holding a lone
+ * byte (a raw 0xa9) had cut a character of the output in half and made the
+ * response's JSON invalid. The tokenizer is the validator (its status). */
+static int check_stops(const kvs_model *model, const srv_request *r, srv_error *err) {
+    for (int i = 0; i < r->n_stop; i++) {
+        int32_t t[1];
+        int n = 0;
+        if (kvs_tokenize(model, r->stop[i], strlen(r->stop[i]), 0, t, 0, &n) == KVS_ERR_UTF8) {
+            srv_error_set(err, 400, "invalid_request_error", "invalid_utf8", "stop", "stop string %d: %s", i,
+                          kvs_last_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
     srv_request *r = &j->req;
     if (r->n_docs > 0) {
@@ -107,7 +123,7 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     static atomic_ulong counter;
     snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
-    if (resolve_params(j, err) || build_prompt(model, j, err)) goto fail;
+    if (resolve_params(j, err) || check_stops(model, &j->req, err) || build_prompt(model, j, err)) goto fail;
     if (j->n_prompt == 0) {
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt has no tokens");
         goto fail;

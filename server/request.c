@@ -231,9 +231,12 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
         get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, 1, &n, e))
         return -1;
     if (p <= 0) return bad(e, "top_p", "'%s' must be > 0%s", "");
-    const char *mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens") ? "max_completion_tokens"
-                                                                                     : "max_tokens";
-    if (get_int(root, mt, 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e)) return -1;
+    /* both are checked, in this order: max_completion_tokens wins unless it
+     * is absent or null (get_int leaves the value then; a null one had hidden
+     * max_tokens, and max_tokens "garbage" had passed beside it) */
+    if (get_int(root, "max_tokens", 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e) ||
+        get_int(root, "max_completion_tokens", 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e))
+        return -1;
     r->temperature = (float)t;
     r->top_p = (float)p;
     r->min_p = (float)minp;
@@ -278,15 +281,53 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     return 0;
 }
 
-int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err) {
-    memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_ParseWithLength(body, len);
+/* 1 if a JSON string in body[0..len) has the escape \u0000 (any case). */
+static int has_nul_escape(const char *body, size_t len) {
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = body[i] == '"';
+        } else if (body[i] == '"') {
+            in_str = 0;
+        } else if (body[i] == '\\' && i + 1 < len) {
+            if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character (\" does not end the string) */
+        }
+    }
+    return 0;
+}
+
+cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
+    const char *end = NULL;
+    cJSON *root = body ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
+    size_t at = root && end ? (size_t)(end - body) : 0;
+    while (root && at < len && (body[at] == ' ' || body[at] == '\t' || body[at] == '\n' || body[at] == '\r')) at++;
+    if (root && at < len) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
+                      "the request body has more after its JSON value (at byte %zu)", at);
+        cJSON_Delete(root);
+        return NULL;
+    }
     if (!root) {
+        const char *ep = cJSON_GetErrorPtr();
         srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
                       "the request body is not valid JSON (near byte %ld)",
-                      cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - body) : 0L);
-        return -1;
+                      body && ep && ep >= body && ep <= body + len ? (long)(ep - body) : 0L);
+        return NULL;
     }
+    if (has_nul_escape(body, len)) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "",
+                      "a string in the request holds \\u0000 (NUL), which is not accepted: the text would end there");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = srv_json_parse(body, len, err);
+    if (!root) return -1;
     int st = parse_root(root, kind, out, err);
     cJSON_Delete(root);
     if (st) srv_request_free(out);

@@ -18,6 +18,7 @@
 #ifndef KVS_SERVER_REQUEST_H
 #define KVS_SERVER_REQUEST_H
 
+#include <cJSON.h>
 #include <stddef.h>
 
 #include <stdint.h>
@@ -80,6 +81,13 @@ typedef struct srv_request {
 /* Parses body[0..len) (need not be NUL-terminated). On failure *out is
  * left zeroed (nothing to free) and err says what is wrong (HTTP 400). */
 int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err);
+
+/* A request body as JSON, strictly: one value and nothing after it but
+ * whitespace (cJSON alone accepted `{...}garbage` and two objects), and no
+ * string holding U+0000 (cJSON ends its strings there: "abc\u0000def"
+ * would be taken as "abc", a stop string cut to its first letters). NULL
+ * with err set (400 invalid_json / invalid_value) otherwise. */
+cJSON *srv_json_parse(const char *body, size_t len, srv_error *err);
 void srv_request_free(srv_request *r);
 
 /* The system message (or NULL) and the last user message of a chat

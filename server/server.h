@@ -62,6 +62,9 @@ void srv_http_stop(srv_server *s);
 int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len);
 int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json); /* frees json */
 int srv_reply_error(struct MHD_Connection *c, const srv_error *e);
+/* Queues j; 0, or -1 with e set (429 queue_full, 503 shutting_down while
+ * draining) and j released. */
+int srv_submit(srv_server *s, srv_job *j, srv_error *e);
 /* 1 if the peer closed its end of the connection. */
 int srv_peer_gone(struct MHD_Connection *c);
 

@@ -169,6 +169,10 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     rp.repair = j->repair;
     rp.use_baked = j->req.use_baked;
     rp.recal = (kvs_recal_params){j->req.recal_temperature, j->req.recal_scale};
+    if (!j->req.cache_prompt) { /* no lookup, no store: a cold run (segments: every token computed) */
+        rp.mode = KVS_REUSE_NONE;
+        rp.store = 0;
+    }
     if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &rp, &r)) return fail_job(s, env, "documents");
     if (r.n_prompt != j->n_prompt || !r.first_logits || !r.reuse || !r.docs) {
         kvs_generate_result_free(&r);
@@ -210,7 +214,10 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
  * reads no document: nothing to warm. */
 static int warm_docs_step(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
-    if (s->docs_ready || j->warm_only || j->repair.mode == KVS_REPAIR_FULL) return 0;
+    /* cache_prompt false: nothing is stored, and the warmer stores what it
+     * computes (it had written the documents anyway): they are computed in
+     * the assembly's one step instead */
+    if (s->docs_ready || j->warm_only || j->repair.mode == KVS_REPAIR_FULL || !j->req.cache_prompt) return 0;
     int first = !s->warmer, done = 0;
     if (first && kvs_docs_warmer_new(s->ctx, env->cache, &j->seg, j->req.use_baked, &s->warmer)) {
         fail_job(s, env, "documents");

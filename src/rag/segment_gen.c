@@ -281,7 +281,10 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         r.reuse->n_reused = q.rep.n_exact + (q.rp->mode != KVS_REPAIR_FULL && kept > 0 ? kept : 0);
         r.reuse->cache_hit_ratio = (double)r.reuse->n_reused / n;
         r.docs->n_moved = q.rep.n_moved;
-        r.docs->n_recomputed = q.rep.n_recomputed;
+        /* of the moved tokens: a cold run (KVS_REUSE_NONE) moves none, and
+         * its documents are computed, not recomputed (the server had
+         * reported -89 cached tokens for one) */
+        r.docs->n_recomputed = q.rep.n_recomputed < q.rep.n_moved ? q.rep.n_recomputed : q.rep.n_moved;
         r.docs->n_docs_hit = q.rep.n_docs_hit;
         r.docs->n_docs_computed = q.rep.n_docs_computed;
         r.docs->n_docs_baked = q.rep.n_docs_baked;

@@ -146,6 +146,26 @@ def test_documents_through_extra_body(client):
     assert r3.usage.model_extra["kvstitch"]["strategy"] == "full"
 
 
+def test_documents_cache_prompt_false_is_a_cold_run(server, client):
+    # cache_prompt false with documents: no lookup, no store (the documents
+    # had been stored and read anyway), and the bits of a full recompute
+    docs = [{"id": "p", "text": "The Zephyr line runs from Oakfield to Brambleton every hour. " * 3},
+            {"id": "q", "text": "The Aster line stops at the old mill and the harbour. " * 3}]
+    msgs = [{"role": "system", "content": "Answer from the passages, briefly."},
+            {"role": "user", "content": "Where does the Zephyr line run?"}]
+    before = server.get("/v1/cache/stats").json()["inserts"]
+    outs = []
+    for extra in [{"cache_prompt": False}, {"cache_prompt": False}, {"reuse": {"strategy": "full"}}]:
+        r = client.chat.completions.create(model="x", messages=msgs, max_tokens=6, temperature=0,
+                                           extra_body=dict(extra, documents=docs))
+        k = r.usage.model_extra["kvstitch"]
+        outs.append(k["first_logits_sha256"])
+        if extra.get("cache_prompt") is False:
+            assert k["docs_hit"] == 0 and r.usage.prompt_tokens_details.cached_tokens == 0, k
+            assert server.get("/v1/cache/stats").json()["inserts"] == before
+    assert outs[0] == outs[1] == outs[2]
+
+
 def test_documents_baked_by_warm(server, client):
     """/v1/cache/warm with doc_set bakes every document after the others;
     requests then move the baked KV unless reuse.baked is false."""
@@ -230,6 +250,32 @@ def test_malformed_json_and_wrong_types(server):
     # Unknown fields are ignored.
     r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2, "frobnicate": {"x": 1}})
     assert r.status_code == 200
+
+
+def test_strict_json_nul_and_stop_utf8(server):
+    """Bodies the parser had accepted wrongly (an attack on the server)."""
+    h = dict(server.headers(), **{"Content-Type": "application/json"})
+    def raw(path, data):
+        return requests.post(server.url + path, data=data, headers=h, timeout=60)
+    # more after the JSON value: refused (cJSON alone took the first object)
+    for data in [b'{"prompt": "hi", "max_tokens": 1}garbage', b'{"prompt": "a"}{"prompt": "b"}']:
+        assert error_of(raw("/v1/completions", data), 400)["code"] == "invalid_json"
+    # U+0000 would end the C string: the tail dropped without a word, a stop
+    # string cut to its first letters; refused everywhere (\\u0000 is text)
+    for path, data in [("/v1/completions", b'{"prompt": "abc\\u0000def", "max_tokens": 1}'),
+                       ("/v1/completions", b'{"prompt": "abc", "max_tokens": 1, "stop": "a\\u0000zzz"}'),
+                       ("/tokenize", b'{"content": "abc\\u0000def"}')]:
+        assert "NUL" in error_of(raw(path, data), 400)["message"], data
+    ok = raw("/tokenize", b'{"content": "a\\\\u0000b"}')  # an escaped backslash: the text \u0000
+    assert ok.status_code == 200 and ok.json()["tokens"], ok.text
+    # a stop string with a lone byte: refused as the messages are (it had cut
+    # a character of the output in half: invalid UTF-8 in the reply)
+    e = error_of(raw("/v1/completions", b'{"prompt": "caf\xc3\xa9", "max_tokens": 4, "stop": "\xa9"}'), 400)
+    assert e["code"] == "invalid_utf8" and e["param"] == "stop"
+    # a null max_completion_tokens leaves max_tokens in force (it had hidden it)
+    r = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 3, "max_completion_tokens": None,
+                                        "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3, r.text
 
 
 def test_context_length_exceeded(server, client):
