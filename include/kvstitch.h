@@ -303,6 +303,18 @@ typedef struct kvs_sampler_params {
 
 KVS_API kvs_sampler_params kvs_sampler_default_params(void);
 
+/* Log-probabilities of raw logits: log-softmax over n_vocab values, summed
+ * in double in index order (the same bits on every machine and thread
+ * count). Writes the log-probability of token to *token_logprob when token
+ * >= 0 (token_logprob may be NULL when token < 0), and the n_top best ids
+ * (highest logit first, the lower id first on ties, NaN last) with theirs to
+ * the caller's top_ids[n_top] and top_logprobs[n_top] (NULL when n_top is
+ * 0). A -inf logit gives -inf. KVS_ERR_INVALID_ARG for n_vocab <= 0, n_top
+ * outside 0..n_vocab, a token >= n_vocab or a missing array; allocates
+ * nothing for n_top <= 64, else scratch of n_top ids. */
+KVS_API int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float *token_logprob, int n_top,
+                         int32_t *top_ids, float *top_logprobs);
+
 /* Return nonzero to stop generation. piece holds the newly completed text
  * (NUL-terminated, possibly empty while a partial UTF-8 character or a
  * possible stop-string start is held back). A final call with token -1

@@ -116,7 +116,10 @@ static int reply_done(srv_server *s, struct MHD_Connection *c, srv_job *j) {
     } else {
         cJSON_AddStringToObject(ch, "text", j->text);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    if (j->req.logprobs)
+        cJSON_AddItemToObject(ch, "logprobs", srv_logprobs_json(s->model, j->req.kind, j->lp, j->n_lp, j->text, 0, 0));
+    else
+        cJSON_AddNullToObject(ch, "logprobs");
     cJSON_AddStringToObject(ch, "finish_reason", finish_reason(j));
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddItemToObject(o, "usage", usage_json(s, j));
@@ -129,7 +132,8 @@ typedef struct sse {
     srv_server *s;
     struct MHD_Connection *c;
     srv_job *j;
-    size_t seen;
+    srv_job_cursor seen;
+    size_t seen_chars;  /* characters of the text before seen.text (text_offset) */
     int role_sent, ended;
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
@@ -152,8 +156,9 @@ static void sse_push(sse *st, cJSON *o) {
     free(js);
 }
 
-/* A chunk with one choice: delta (chat) or text (completions). */
-static cJSON *sse_chunk(sse *st, const char *role, const char *text, const char *finish) {
+/* A chunk with one choice: delta (chat) or text (completions), and the
+ * logprobs of the tokens whose text starts in it (NULL: null). */
+static cJSON *sse_chunk(sse *st, const char *role, const char *text, cJSON *logprobs, const char *finish) {
     int chat = st->j->req.kind == SRV_KIND_CHAT;
     cJSON *o = envelope(st->s, st->j, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
@@ -165,7 +170,8 @@ static cJSON *sse_chunk(sse *st, const char *role, const char *text, const char 
     } else {
         cJSON_AddStringToObject(ch, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    if (logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs);
+    else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
@@ -184,7 +190,7 @@ static void sse_end(sse *st) {
         cJSON_AddStringToObject(err, "code", e.code);
         sse_push(st, o);
     } else {
-        sse_push(st, sse_chunk(st, NULL, NULL, finish_reason(j)));
+        sse_push(st, sse_chunk(st, NULL, NULL, NULL, finish_reason(j)));
         if (j->req.include_usage) {
             cJSON *o = envelope(st->s, j, j->req.kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
             cJSON_AddArrayToObject(o, "choices");
@@ -208,14 +214,21 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         if (!st->role_sent) {
             st->role_sent = 1;
-            if (st->j->req.kind == SRV_KIND_CHAT) sse_push(st, sse_chunk(st, "assistant", "", NULL));
+            if (st->j->req.kind == SRV_KIND_CHAT) sse_push(st, sse_chunk(st, "assistant", "", NULL, NULL));
             continue;
         }
-        char *piece = NULL;
-        size_t n = 0;
-        int done = srv_job_wait(st->j, &st->seen, &piece, &n, WAIT_SLICE_MS);
-        if (piece) sse_push(st, sse_chunk(st, NULL, piece, NULL));
-        free(piece);
+        size_t base = st->seen.text;
+        srv_job_piece p;
+        int done = srv_job_wait(st->j, &st->seen, &p, WAIT_SLICE_MS);
+        if (p.text) {
+            cJSON *lp = st->j->req.logprobs ? srv_logprobs_json(st->s->model, st->j->req.kind, p.lp, p.n_lp, p.text,
+                                                                base, st->seen_chars)
+                                            : NULL;
+            sse_push(st, sse_chunk(st, NULL, p.text, lp, NULL));
+            st->seen_chars += srv_utf8_chars(p.text, p.n);
+        }
+        size_t n = p.n;
+        srv_job_piece_free(&p);
         if (done) sse_end(st);
         else if (!n && srv_peer_gone(st->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -272,12 +285,11 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
     if (!j) return srv_reply_error(c, &e);
     if (srv_submit(s, j, &e)) return srv_reply_error(c, &e);
     if (j->req.stream) return reply_stream(s, c, j); /* the stream owns our reference */
-    size_t seen = 0;
+    srv_job_cursor seen = {0, 0};
     for (;;) {
-        char *piece = NULL;
-        size_t n = 0;
-        int done = srv_job_wait(j, &seen, &piece, &n, WAIT_SLICE_MS);
-        free(piece);
+        srv_job_piece p;
+        int done = srv_job_wait(j, &seen, &p, WAIT_SLICE_MS);
+        srv_job_piece_free(&p);
         if (done) break;
         if (srv_peer_gone(c)) {
             srv_job_cancel(j);

@@ -156,12 +156,11 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     if (!j) return srv_reply_error(c, &e);
     j->warm_only = 1;
     if (srv_submit(s, j, &e)) return srv_reply_error(c, &e); /* (a drain is 503, not 429) */
-    size_t seen = 0;
+    srv_job_cursor seen = {0, 0};
     for (;;) {
-        char *piece = NULL;
-        size_t n = 0;
-        int done = srv_job_wait(j, &seen, &piece, &n, 50);
-        free(piece);
+        srv_job_piece p;
+        int done = srv_job_wait(j, &seen, &p, 50);
+        srv_job_piece_free(&p);
         if (done) break;
     }
     if (j->finish == SRV_FINISH_ERROR) {

@@ -36,14 +36,20 @@ static int tokenize(const kvs_model *model, const char *text, int32_t **out, int
     return 0;
 }
 
+/* The tokenizer is the library's UTF-8 validator (its status); an empty
+ * text is valid. */
+int srv_utf8_valid(const kvs_model *model, const char *text, size_t n) {
+    int32_t t[1];
+    int n_tok = 0;
+    return kvs_tokenize(model, text, n, 0, t, 0, &n_tok) != KVS_ERR_UTF8;
+}
+
 /* Stop strings must be valid UTF-8 like the messages: one holding a lone
  * byte (a raw 0xa9) had cut a character of the output in half and made the
- * response's JSON invalid. The tokenizer is the validator (its status). */
+ * response's JSON invalid. */
 static int check_stops(const kvs_model *model, const srv_request *r, srv_error *err) {
     for (int i = 0; i < r->n_stop; i++) {
-        int32_t t[1];
-        int n = 0;
-        if (kvs_tokenize(model, r->stop[i], strlen(r->stop[i]), 0, t, 0, &n) == KVS_ERR_UTF8) {
+        if (!srv_utf8_valid(model, r->stop[i], strlen(r->stop[i]))) {
             srv_error_set(err, 400, "invalid_request_error", "invalid_utf8", "stop", "stop string %d: %s", i,
                           kvs_last_error());
             return -1;
@@ -154,6 +160,7 @@ void srv_job_unref(srv_job *j) {
     free(j->seg_ends);
     free(j->gen_tokens);
     free(j->text);
+    free(j->lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -161,22 +168,35 @@ void srv_job_unref(srv_job *j) {
 
 void srv_job_cancel(srv_job *j) { atomic_store(&j->cancelled, 1); }
 
-void srv_job_emit(srv_job *j, const char *s, size_t n) {
+/* Grows *buf (of *cap elements of size elem) to hold need; 0 or -1. */
+static int grow(void **buf, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap * 2 > need ? *cap * 2 : need;
+    void *t = realloc(*buf, c * elem);
+    if (!t) return -1;
+    *buf = t;
+    *cap = c;
+    return 0;
+}
+
+void srv_job_emit(srv_job *j, const char *s, size_t n, const srv_logprob *lp, int n_lp) {
     if (n == 0) return;
     pthread_mutex_lock(&j->mu);
-    if (j->len + n + 1 > j->cap) {
-        size_t cap = j->cap * 2 > j->len + n + 1 ? j->cap * 2 : j->len + n + 1;
-        char *t = realloc(j->text, cap);
-        if (!t) {
-            pthread_mutex_unlock(&j->mu);
-            return; /* the text is cut; the finish reason still arrives */
+    void *text = j->text, *lps = j->lp;
+    size_t cap_lp = (size_t)j->cap_lp;
+    /* the text is cut if memory runs out; the finish reason still arrives */
+    if (!grow(&text, &j->cap, j->len + n + 1, 1)) {
+        j->text = text;
+        memcpy(j->text + j->len, s, n);
+        j->len += n;
+        j->text[j->len] = 0;
+        if (n_lp > 0 && !grow(&lps, &cap_lp, (size_t)j->n_lp + (size_t)n_lp, sizeof *lp)) {
+            j->lp = lps;
+            j->cap_lp = (int)cap_lp;
+            memcpy(j->lp + j->n_lp, lp, (size_t)n_lp * sizeof *lp);
+            j->n_lp += n_lp;
         }
-        j->text = t;
-        j->cap = cap;
     }
-    if (n) memcpy(j->text + j->len, s, n);
-    j->len += n;
-    j->text[j->len] = 0;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
@@ -196,7 +216,7 @@ void srv_job_fail(srv_job *j, const srv_error *err) {
     srv_job_finish(j, SRV_FINISH_ERROR);
 }
 
-int srv_job_wait(srv_job *j, size_t *seen, char **piece, size_t *n_piece, int timeout_ms) {
+int srv_job_wait(srv_job *j, srv_job_cursor *seen, srv_job_piece *out, int timeout_ms) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += timeout_ms / 1000;
@@ -205,20 +225,30 @@ int srv_job_wait(srv_job *j, size_t *seen, char **piece, size_t *n_piece, int ti
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
-    *piece = NULL;
-    *n_piece = 0;
+    memset(out, 0, sizeof *out);
     pthread_mutex_lock(&j->mu);
-    while (!j->done && j->len == *seen)
+    while (!j->done && j->len == seen->text)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
-    if (j->len > *seen && (*piece = malloc(j->len - *seen + 1))) {
-        *n_piece = j->len - *seen;
-        memcpy(*piece, j->text + *seen, *n_piece);
-        (*piece)[*n_piece] = 0;
-        *seen = j->len;
+    if (j->len > seen->text && (out->text = malloc(j->len - seen->text + 1))) {
+        out->n = j->len - seen->text;
+        memcpy(out->text, j->text + seen->text, out->n);
+        out->text[out->n] = 0;
+        seen->text = j->len;
     }
-    int done = j->done && *seen == j->len;
+    if (j->n_lp > seen->lp && (out->lp = malloc((size_t)(j->n_lp - seen->lp) * sizeof *out->lp))) {
+        out->n_lp = j->n_lp - seen->lp;
+        memcpy(out->lp, j->lp + seen->lp, (size_t)out->n_lp * sizeof *out->lp);
+        seen->lp = j->n_lp;
+    }
+    int done = j->done && seen->text == j->len;
     pthread_mutex_unlock(&j->mu);
     return done;
+}
+
+void srv_job_piece_free(srv_job_piece *p) {
+    free(p->text);
+    free(p->lp);
+    memset(p, 0, sizeof *p);
 }
 
 const char *srv_finish_name(srv_finish f) {

@@ -43,6 +43,17 @@ typedef struct srv_usage {
     char first_logits_sha256[65]; /* of the first generated position's n_vocab float logits */
 } srv_usage;
 
+/* One generated token's log-probabilities (requests with logprobs): of
+ * the raw logits (kvs_logprobs), before any sampling setting. */
+typedef struct srv_logprob {
+    int32_t token;
+    float logprob;
+    size_t offset;            /* byte offset of its text in the generated text */
+    int n_top;
+    int32_t top_ids[SRV_MAX_TOP_LOGPROBS];
+    float top_logprobs[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+
 typedef struct srv_job {
     /* Input: immutable after srv_job_new. */
     srv_request req;
@@ -65,6 +76,8 @@ typedef struct srv_job {
     pthread_cond_t cv;
     char *text;               /* emitted text, NUL-terminated */
     size_t len, cap;
+    srv_logprob *lp;          /* (n_lp) of the tokens whose text starts in the emitted text */
+    int n_lp, cap_lp;
     int done;
     srv_finish finish;
     srv_error err;
@@ -85,16 +98,35 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
 void srv_job_unref(srv_job *j);
 void srv_job_cancel(srv_job *j);
 
-/* Scheduler side. */
-void srv_job_emit(srv_job *j, const char *s, size_t n);
+/* Scheduler side. emit appends text and the log-probabilities of the
+ * tokens whose text starts in it (n_lp may be 0), in one step for the
+ * reader. */
+void srv_job_emit(srv_job *j, const char *s, size_t n, const srv_logprob *lp, int n_lp);
 void srv_job_finish(srv_job *j, srv_finish why);
 void srv_job_fail(srv_job *j, const srv_error *err);
 
-/* HTTP side: waits until text beyond *seen exists or the job is done, at
- * most timeout_ms. Returns 1 when done (and everything emitted was seen
- * after this call's copy), else 0. Copies new text into a malloc'd *piece
- * (NULL if none) and advances *seen. */
-int srv_job_wait(srv_job *j, size_t *seen, char **piece, size_t *n_piece, int timeout_ms);
+/* HTTP side: what the reader has taken so far, and what one wait hands
+ * over (malloc'd copies, NULL / 0 when none: srv_job_piece_free). */
+typedef struct srv_job_cursor {
+    size_t text;
+    int lp;
+} srv_job_cursor;
+typedef struct srv_job_piece {
+    char *text;               /* NUL-terminated */
+    size_t n;
+    srv_logprob *lp;
+    int n_lp;
+} srv_job_piece;
+
+/* Waits until text beyond seen exists or the job is done, at most
+ * timeout_ms. Returns 1 when done (and everything emitted was seen after
+ * this call's copy), else 0. Copies what is new into *out and advances
+ * *seen. */
+int srv_job_wait(srv_job *j, srv_job_cursor *seen, srv_job_piece *out, int timeout_ms);
+void srv_job_piece_free(srv_job_piece *p);
+
+/* 1 if text[0..n) is valid UTF-8 (kvs_last_error says why not). */
+int srv_utf8_valid(const kvs_model *model, const char *text, size_t n);
 
 const char *srv_finish_name(srv_finish f);
 const char *srv_source_name(srv_source s);

@@ -248,6 +248,27 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     return 0;
 }
 
+/* Chat: logprobs (bool) and top_logprobs (0..20, only with logprobs true,
+ * as OpenAI answers). Completions: logprobs N, the legacy integer (0..20:
+ * the chosen token's log-probability and the N best). */
+static int parse_logprobs(const cJSON *root, srv_request *r, srv_error *e) {
+    long long top = 0;
+    if (r->kind == SRV_KIND_COMPLETION) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        if (!v || cJSON_IsNull(v)) return 0;
+        if (get_int(root, "logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, e)) return -1;
+        r->logprobs = 1;
+        r->top_logprobs = (int)top;
+        return 0;
+    }
+    if (get_bool(root, "logprobs", &r->logprobs, e) ||
+        get_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, e))
+        return -1;
+    if (top > 0 && !r->logprobs) return bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
+    r->top_logprobs = (int)top;
+    return 0;
+}
+
 static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_error *e) {
     if (!cJSON_IsObject(root)) {
         srv_error_set(e, 400, "invalid_request_error", "invalid_json", "", "the request body must be a JSON object");
@@ -261,7 +282,7 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     }
     if (kind == SRV_KIND_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_documents(root, r, e) ||
-        parse_reuse(root, r, e))
+        parse_reuse(root, r, e) || parse_logprobs(root, r, e))
         return -1;
     r->cache_prompt = 1;
     if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "return_prompt_sources", &r->return_prompt_sources, e) ||

@@ -42,6 +42,7 @@ void srv_error_set(srv_error *e, int http, const char *type, const char *code, c
 #define SRV_MAX_STOP 4
 #define SRV_MAX_DOCS 64
 #define SRV_MAX_TOKENS_LIMIT 32768
+#define SRV_MAX_TOP_LOGPROBS 20 /* OpenAI's bound for top_logprobs */
 
 typedef struct srv_request {
     srv_kind kind;
@@ -76,6 +77,9 @@ typedef struct srv_request {
     int return_token_ids;       /* kvstitch extension: completion_token_ids in usage.kvstitch */
     int cache_prompt;           /* kvstitch extension (llama-server's name), default 1: 0 = no cache
                                  * lookup or store (prompts without documents): a cold run */
+    int logprobs;               /* 1: each generated token's log-probability (chat: logprobs true;
+                                 * completions: logprobs N, an integer) */
+    int top_logprobs;           /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token (completions: N) */
 } srv_request;
 
 /* Parses body[0..len) (need not be NUL-terminated). On failure *out is

@@ -68,6 +68,15 @@ int srv_submit(srv_server *s, srv_job *j, srv_error *e);
 /* 1 if the peer closed its end of the connection. */
 int srv_peer_gone(struct MHD_Connection *c);
 
+/* The logprobs object of a choice (logprobs.c) for lp[0..n), whose offsets
+ * point into text, the generated text from byte text_base on (the stream's
+ * piece; chars_base characters come before it). */
+cJSON *srv_logprobs_json(const kvs_model *m, srv_kind kind, const srv_logprob *lp, int n, const char *text,
+                         size_t text_base, size_t chars_base);
+
+/* Characters in s[0..n) of UTF-8 (its lead bytes). */
+size_t srv_utf8_chars(const char *s, size_t n);
+
 /* Handlers. */
 int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
 int srv_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);

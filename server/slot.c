@@ -26,6 +26,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->n_kv = 0;
     s->n_gen = 0;
     s->gen_len = s->emitted = 0;
+    s->n_lp = 0;
     s->t_start = now_ms();
     s->t_first = 0;
     s->warmer = NULL;
@@ -105,10 +106,38 @@ static size_t keep_back(const srv_slot *s) {
     return keep;
 }
 
+/* Emits the text up to upto, with the log-probabilities of the tokens
+ * whose text starts before it (a token that completes no character yet
+ * starts where the next bytes will: it goes with them). Those of tokens
+ * cut with a stop string are never emitted. */
 static void emit_upto(srv_slot *s, size_t upto) {
     if (upto <= s->emitted) return;
-    srv_job_emit(s->job, s->gen + s->emitted, upto - s->emitted);
+    int n = 0;
+    while (n < s->n_lp && s->lp[n].offset < upto) n++;
+    srv_job_emit(s->job, s->gen + s->emitted, upto - s->emitted, s->lp, n);
+    if (n > 0) { /* (no logprobs asked: s->lp is NULL) */
+        memmove(s->lp, s->lp + n, (size_t)(s->n_lp - n) * sizeof *s->lp);
+        s->n_lp -= n;
+    }
     s->emitted = upto;
+}
+
+/* Requests with logprobs: the sampled token's, kept until its text goes out. */
+static int note_logprob(srv_slot *s, const srv_env *env, const float *logits, int32_t tok) {
+    if (s->n_lp == s->cap_lp) {
+        int cap = s->cap_lp ? 2 * s->cap_lp : 16;
+        srv_logprob *t = realloc(s->lp, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        s->lp = t;
+        s->cap_lp = cap;
+    }
+    srv_logprob *e = &s->lp[s->n_lp];
+    e->token = tok;
+    e->offset = s->gen_len;
+    e->n_top = s->job->req.top_logprobs;
+    if (kvs_logprobs(logits, env->n_vocab, tok, &e->logprob, e->n_top, e->top_ids, e->top_logprobs)) return -1;
+    s->n_lp++;
+    return 0;
 }
 
 /* Samples the next token from logits; emits its text or finishes. */
@@ -120,6 +149,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     s->hist[s->n_hist++] = tok;
     s->n_gen++;
     if (kvs_token_is_eog(env->model, tok)) return srv_slot_finish(s, env, SRV_FINISH_STOP);
+    if (j->req.logprobs && note_logprob(s, env, logits, tok)) return fail_job(s, env, "logprobs");
     char piece[256];
     size_t n = 0;
     if (kvs_detok_push(s->detok, tok, piece, sizeof piece, &n) || gen_append(s, piece, n))

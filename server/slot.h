@@ -30,6 +30,8 @@ typedef struct srv_slot {
     int n_kv;             /* tokens of hist whose KV the context holds */
     char *gen;            /* generated text, NUL-terminated */
     size_t gen_len, gen_cap, emitted;
+    srv_logprob *lp;      /* (n_lp) logprobs of generated tokens whose text is not emitted yet */
+    int n_lp, cap_lp;
     int n_gen;
     double t_start, t_first;
     kvs_docs_warmer *warmer; /* documents: uncached ones being computed (NULL before and after) */

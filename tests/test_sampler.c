@@ -240,6 +240,52 @@ TEST(test_logits_untouched_and_bad_params) {
     CHECK_EQ_INT(kvs_sampler_new(p, 0, &bad), KVS_ERR_INVALID_ARG);
 }
 
+/* kvs_logprobs: a distribution (exp sums to 1), the order of kvs_top_k_ids,
+ * the chosen token's value equal to its top entry, -inf for a -inf logit,
+ * more than 64 ids (scratch allocated) agreeing with the first 64, and the
+ * refusals. */
+TEST(test_logprobs) {
+    enum { N = 3000 };
+    static float l[N];
+    uint32_t r = 12345;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        l[i] = (float)(r >> 8) / (float)(1u << 24) * 20.0f - 10.0f;
+    }
+    l[7] = l[8] = 12.0f; /* a tie at the top: id 7 first */
+    l[9] = -INFINITY;
+    static int32_t ids[N], ids_ref[N], heap[N];
+    static float lp[N];
+    float tok_lp = 0.0f;
+    CHECK_EQ_INT(kvs_logprobs(l, N, 8, &tok_lp, N, ids, lp), KVS_OK);
+    kvs_top_k_ids(l, N, N, ids_ref, heap);
+    double mass = 0.0;
+    int same_order = 1, nonpositive = 1;
+    for (int i = 0; i < N; i++) {
+        same_order &= ids[i] == ids_ref[i];
+        nonpositive &= lp[i] <= 0.0f || isnan(lp[i]);
+        mass += exp((double)lp[i]);
+    }
+    CHECK(same_order);
+    CHECK(nonpositive);
+    CHECK(fabs(mass - 1.0) < 1e-5);
+    CHECK_EQ_INT(ids[0], 7);
+    CHECK_EQ_INT(ids[1], 8);
+    CHECK(tok_lp == lp[1] && lp[0] == lp[1]);
+    CHECK(ids[N - 1] == 9 && isinf(lp[N - 1]) && lp[N - 1] < 0);
+    int32_t few[5];
+    float few_lp[5];
+    CHECK_EQ_INT(kvs_logprobs(l, N, -1, NULL, 5, few, few_lp), KVS_OK);
+    CHECK(!memcmp(few, ids, sizeof few) && !memcmp(few_lp, lp, sizeof few_lp));
+    CHECK_EQ_INT(kvs_logprobs(l, N, 3, &tok_lp, 0, NULL, NULL), KVS_OK);
+    CHECK(exp((double)tok_lp) > 0.0 && tok_lp < 0.0f);
+    CHECK_EQ_INT(kvs_logprobs(l, N, N, &tok_lp, 0, NULL, NULL), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_logprobs(l, N, 0, NULL, 0, NULL, NULL), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_logprobs(l, N, -1, NULL, N + 1, ids, lp), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_logprobs(l, N, -1, NULL, 2, NULL, lp), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_logprobs(l, 0, -1, NULL, 0, NULL, NULL), KVS_ERR_INVALID_ARG);
+}
+
 int main(void) {
     RUN(test_greedy_argmax_and_ties);
     RUN(test_default_is_greedy);
@@ -251,5 +297,6 @@ int main(void) {
     RUN(test_repetition_penalty);
     RUN(test_presence_and_frequency_penalties);
     RUN(test_logits_untouched_and_bad_params);
+    RUN(test_logprobs);
     return kt_summary();
 }

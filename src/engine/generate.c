@@ -109,20 +109,10 @@ static int top_logprobs(const float *logits, int n_vocab, int n_top, kvs_generat
     if (n_top <= 0) return KVS_OK;
     r->top_ids = malloc((size_t)n_top * sizeof *r->top_ids);
     r->top_logprobs = malloc((size_t)n_top * sizeof *r->top_logprobs);
-    int32_t *heap = malloc((size_t)n_top * sizeof *heap);
-    if (!r->top_ids || !r->top_logprobs || !heap) {
-        free(heap);
-        return kvs_error(KVS_ERR_NOMEM, "generate: out of memory");
-    }
-    kvs_top_k_ids(logits, n_vocab, n_top, r->top_ids, heap);
-    free(heap);
-    float max = logits[r->top_ids[0]];
-    double sum = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max);
-    double lse = (double)max + log(sum);
-    for (int i = 0; i < n_top; i++) r->top_logprobs[i] = (float)((double)logits[r->top_ids[i]] - lse);
-    r->n_top = n_top;
-    return KVS_OK;
+    if (!r->top_ids || !r->top_logprobs) return kvs_error(KVS_ERR_NOMEM, "generate: out of memory");
+    int st = kvs_logprobs(logits, n_vocab, -1, NULL, n_top, r->top_ids, r->top_logprobs);
+    if (st == KVS_OK) r->n_top = n_top;
+    return st;
 }
 
 typedef struct gen_state {

@@ -175,6 +175,30 @@ void kvs_top_k_ids(const float *x, int n, int k, int32_t *out, int32_t *heap) {
     }
 }
 
+int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float *token_logprob, int n_top, int32_t *top_ids,
+                 float *top_logprobs) {
+    if (!logits || n_vocab <= 0 || n_top < 0 || n_top > n_vocab || token >= n_vocab || (token >= 0 && !token_logprob) ||
+        (n_top > 0 && (!top_ids || !top_logprobs)))
+        return kvs_error(KVS_ERR_INVALID_ARG,
+                         "logprobs: need logits, n_vocab > 0, 0 <= n_top <= n_vocab (%d) and a token below it (%d), "
+                         "and arrays for what is asked", n_top, (int)token);
+    /* The shift: the largest value that is not NaN (NaN compares false). */
+    float max = -INFINITY;
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] > max) max = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max);
+    const double lse = (double)max + log(sum);
+    if (token >= 0) *token_logprob = (float)((double)logits[token] - lse);
+    if (n_top == 0) return KVS_OK;
+    int32_t small[64], *heap = n_top <= 64 ? small : malloc((size_t)n_top * sizeof *heap);
+    if (!heap) return kvs_error(KVS_ERR_NOMEM, "logprobs: out of memory for %d ids", n_top);
+    kvs_top_k_ids(logits, n_vocab, n_top, top_ids, heap);
+    if (heap != small) free(heap);
+    for (int i = 0; i < n_top; i++) top_logprobs[i] = (float)((double)logits[top_ids[i]] - lse);
+    return KVS_OK;
+}
+
 static void apply_penalty(kvs_sampler *s) {
     if (s->p.repeat_penalty == 1.0f) return;
     for (int i = 0; i < s->n_hist; i++) {

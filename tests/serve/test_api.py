@@ -340,3 +340,77 @@ def test_metrics(server, client):
         assert name in text, name
     ok = [l for l in text.splitlines() if l.startswith("kvstitch_requests_total{status=\"200\"}")]
     assert int(ok[0].split()[-1]) > 0
+
+
+def entry_bytes(e):
+    return bytes(e.bytes)
+
+
+def test_chat_logprobs(client):
+    """logprobs / top_logprobs: one entry per generated token whose bytes make
+    up the content, the greedy token first among its alternatives, the same
+    values streamed and not, and only the tokens before a stop string."""
+    kw = dict(model="x", messages=Q, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    content = c.logprobs.content
+    # every token but the end-of-generation one
+    assert len(content) == r.usage.completion_tokens - (c.finish_reason == "stop")
+    assert b"".join(entry_bytes(e) for e in content).decode() == c.message.content
+    for e in content:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 3
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob
+        assert sum(2.718281828459045 ** t.logprob for t in e.top_logprobs) <= 1.0 + 1e-6
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [(e.token, e.logprob, [t.logprob for t in e.top_logprobs]) for e in streamed] == \
+        [(e.token, e.logprob, [t.logprob for t in e.top_logprobs]) for e in content]
+    # A stop string: the tokens of the kept text only.
+    word = "France"
+    assert word in c.message.content
+    cut = client.chat.completions.create(stop=[word], **kw).choices[0]
+    kept = b"".join(entry_bytes(e) for e in cut.logprobs.content)
+    assert kept.startswith(cut.message.content.encode()) and len(cut.logprobs.content) < len(content)
+    assert len(b"".join(entry_bytes(e) for e in cut.logprobs.content[:-1])) < len(cut.message.content.encode())
+    # Without logprobs: null, as before.
+    assert client.chat.completions.create(model="x", messages=Q, max_tokens=2).choices[0].logprobs is None
+
+
+def test_completions_logprobs_match_the_library(server, client):
+    """Completions' legacy logprobs N: tokens that make up the text, character
+    offsets, and at the first position the same values as the CLI's
+    first_top_logprobs (the library's kvs_generate on the same prompt)."""
+    import subprocess
+    from conftest import CLI, MODEL
+    prompt = "The capital of France is"
+    r = client.completions.create(model="x", prompt=prompt, max_tokens=6, temperature=0, logprobs=5)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text and len(lp.tokens) == 6
+    offs, at = [], 0
+    for t in lp.tokens:
+        offs.append(at)
+        at += len(t)
+    assert lp.text_offset == offs
+    assert all(len(d) <= 5 and max(d.values()) == v for d, v in zip(lp.top_logprobs, lp.token_logprobs))
+    out = subprocess.run([CLI, "generate", "-m", MODEL, "-p", prompt, "-n", "1", "--json", "-q", "--threads", "1"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    ref = json.loads(out.stdout)["first_top_logprobs"][:5]
+    got = sorted(lp.top_logprobs[0].values(), reverse=True)
+    assert got == [v for _, v in ref]
+    s = list(client.completions.create(model="x", prompt=prompt, max_tokens=6, temperature=0, logprobs=5, stream=True))
+    streamed = [(t, v, o) for ch in s if ch.choices and ch.choices[0].logprobs
+                for t, v, o in zip(ch.choices[0].logprobs.tokens, ch.choices[0].logprobs.token_logprobs,
+                                   ch.choices[0].logprobs.text_offset)]
+    assert streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset))
+
+
+def test_logprobs_refusals(server):
+    for body, param in [({"logprobs": False, "top_logprobs": 2}, "top_logprobs"),
+                        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                        ({"logprobs": 1}, "logprobs")]:
+        body.update(model="x", messages=Q, max_tokens=1)
+        r = server.post("/v1/chat/completions", body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    r = server.post("/v1/completions", {"model": "x", "prompt": "a", "max_tokens": 1, "logprobs": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
