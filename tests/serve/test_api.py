@@ -366,13 +366,18 @@ def test_chat_logprobs(client):
     streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
     assert [(e.token, e.logprob, [t.logprob for t in e.top_logprobs]) for e in streamed] == \
         [(e.token, e.logprob, [t.logprob for t in e.top_logprobs]) for e in content]
-    # A stop string: the tokens of the kept text only.
-    word = "France"
-    assert word in c.message.content
-    cut = client.chat.completions.create(stop=[word], **kw).choices[0]
-    kept = b"".join(entry_bytes(e) for e in cut.logprobs.content)
-    assert kept.startswith(cut.message.content.encode()) and len(cut.logprobs.content) < len(content)
-    assert len(b"".join(entry_bytes(e) for e in cut.logprobs.content[:-1])) < len(cut.message.content.encode())
+    # Two stop strings: "France" is held back as the start of the first,
+    # then " is" completes the second, which starts inside " France": the
+    # text goes out up to "Fran", with the tokens that start in it only.
+    assert "France is" in c.message.content and "France was" not in c.message.content
+    cut = client.chat.completions.create(stop=["France was", "ce is"], **kw).choices[0]
+    assert cut.message.content.endswith("Fran")
+    kept, starts = b"", []
+    for e in cut.logprobs.content:
+        starts.append(len(kept))
+        kept += entry_bytes(e)
+    text = cut.message.content.encode()
+    assert kept.startswith(text) and starts and max(starts) < len(text), (starts, text)
     # Without logprobs: null, as before.
     assert client.chat.completions.create(model="x", messages=Q, max_tokens=2).choices[0].logprobs is None
 
