@@ -55,7 +55,8 @@ def requests_for_determinism():
     out = []
     for i, t in enumerate(topics):
         body = {"messages": [{"role": "user", "content": "Write two sentences about %s." % t + " Please." * i}],
-                "max_tokens": 8 + 5 * i, "return_token_ids": True, "cache_prompt": False}
+                "max_tokens": 8 + 5 * i, "return_token_ids": True, "cache_prompt": False,
+                "logprobs": True, "top_logprobs": 2}
         if i % 2:
             body.update(temperature=0.8, top_p=0.9, seed=100 + i)
         else:
@@ -66,13 +67,15 @@ def requests_for_determinism():
 
 def signature(r):
     k = r["usage"]["kvstitch"]
-    return (k["completion_token_ids"], k["first_logits_sha256"], r["choices"][0]["message"]["content"])
+    return (k["completion_token_ids"], k["first_logits_sha256"], r["choices"][0]["message"]["content"],
+            json.dumps(r["choices"][0]["logprobs"]))
 
 
 def test_concurrent_requests_equal_each_alone(server):
     # 8 requests with different prompts and lengths, all at once (4 slots:
     # decode steps batch up to 4 rows, the others queue and join as slots
-    # free), vs each alone: same token ids, same first-logits bytes, same text.
+    # free), vs each alone: same token ids, same first-logits bytes, same text,
+    # same log-probabilities.
     bodies = requests_for_determinism()
     if QUICK:
         bodies = bodies[:4]
