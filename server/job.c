@@ -88,6 +88,19 @@ static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
     return st;
 }
 
+/* logit_bias ids must be the model's. */
+static int check_bias(const kvs_model *model, const srv_request *r, srv_error *err) {
+    int n_vocab = kvs_vocab_size(model);
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_ids[i] >= n_vocab) {
+            srv_error_set(err, 400, "invalid_request_error", "invalid_value", "logit_bias",
+                          "'logit_bias' names token %d, but the model's vocabulary has %d (0..%d)", (int)r->bias_ids[i],
+                          n_vocab, n_vocab - 1);
+            return -1;
+        }
+    return 0;
+}
+
 /* The request's sampling and repair fields over the library's defaults. */
 static int resolve_params(srv_job *j, srv_error *err) {
     const srv_request *r = &j->req;
@@ -129,7 +142,9 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     static atomic_ulong counter;
     snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
-    if (resolve_params(j, err) || check_stops(model, &j->req, err) || build_prompt(model, j, err)) goto fail;
+    if (resolve_params(j, err) || check_stops(model, &j->req, err) || check_bias(model, &j->req, err) ||
+        build_prompt(model, j, err))
+        goto fail;
     if (j->n_prompt == 0) {
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt has no tokens");
         goto fail;

@@ -248,6 +248,39 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     return 0;
 }
 
+/* logit_bias: {"token id": bias}, ids as canonical decimal strings (so
+ * "7" and "007" cannot name one token twice), biases -100..100. */
+static int parse_logit_bias(const cJSON *root, srv_request *r, srv_error *e) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!b || cJSON_IsNull(b)) return 0;
+    if (!cJSON_IsObject(b) || cJSON_GetArraySize(b) > SRV_MAX_LOGIT_BIAS)
+        return bad(e, "logit_bias", "'%s' must be an object of at most 300 {\"token id\": bias} entries%s", "");
+    int n = cJSON_GetArraySize(b);
+    r->bias_ids = malloc((size_t)(n ? n : 1) * sizeof *r->bias_ids);
+    r->bias_values = malloc((size_t)(n ? n : 1) * sizeof *r->bias_values);
+    if (!r->bias_ids || !r->bias_values) return bad(e, "logit_bias", "'%s': out of memory%s", "");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, b) {
+        const char *k = it->string;
+        size_t len = strlen(k);
+        int canonical = len > 0 && len <= 10 && strspn(k, "0123456789") == len && (k[0] != '0' || len == 1);
+        long long id = canonical ? strtoll(k, NULL, 10) : -1;
+        if (id < 0 || id > INT32_MAX) {
+            srv_error_set(e, 400, "invalid_request_error", "invalid_value", "logit_bias",
+                          "'logit_bias' key \"%.40s\" is not a token id (a decimal integer)", k);
+            return -1;
+        }
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < -100 || it->valuedouble > 100) {
+            srv_error_set(e, 400, "invalid_request_error", "invalid_value", "logit_bias",
+                          "'logit_bias' of token %lld must be a number in [-100, 100]", id);
+            return -1;
+        }
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias_values[r->n_bias++] = (float)it->valuedouble;
+    }
+    return 0;
+}
+
 /* Chat: logprobs (bool) and top_logprobs (0..20, only with logprobs true,
  * as OpenAI answers). Completions: logprobs N, the legacy integer (0..20:
  * the chosen token's log-probability and the N best). */
@@ -282,7 +315,7 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     }
     if (kind == SRV_KIND_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_documents(root, r, e) ||
-        parse_reuse(root, r, e) || parse_logprobs(root, r, e))
+        parse_reuse(root, r, e) || parse_logprobs(root, r, e) || parse_logit_bias(root, r, e))
         return -1;
     r->cache_prompt = 1;
     if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "return_prompt_sources", &r->return_prompt_sources, e) ||
@@ -372,6 +405,8 @@ void srv_request_free(srv_request *r) {
     free(r->doc_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->strategy);
+    free(r->bias_ids);
+    free(r->bias_values);
     memset(r, 0, sizeof *r);
 }
 

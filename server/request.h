@@ -43,6 +43,7 @@ void srv_error_set(srv_error *e, int http, const char *type, const char *code, c
 #define SRV_MAX_DOCS 64
 #define SRV_MAX_TOKENS_LIMIT 32768
 #define SRV_MAX_TOP_LOGPROBS 20 /* OpenAI's bound for top_logprobs */
+#define SRV_MAX_LOGIT_BIAS 300  /* entries of logit_bias (OpenAI's bound) */
 
 typedef struct srv_request {
     srv_kind kind;
@@ -80,6 +81,9 @@ typedef struct srv_request {
     int logprobs;               /* 1: each generated token's log-probability (chat: logprobs true;
                                  * completions: logprobs N, an integer) */
     int top_logprobs;           /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token (completions: N) */
+    int32_t *bias_ids;          /* (n_bias) logit_bias: token ids (checked against the vocabulary in job.c) */
+    float *bias_values;         /* (n_bias) -100..100, added to those logits before sampling */
+    int n_bias;
 } srv_request;
 
 /* Parses body[0..len) (need not be NUL-terminated). On failure *out is

@@ -253,6 +253,7 @@ void srv_sched_free(srv_sched *s) {
         free(s->slots[i].hist);
         free(s->slots[i].gen);
         free(s->slots[i].lp);
+        free(s->slots[i].biased);
     }
     for (int i = 0; s->queue && i < s->n_queued; i++) {
         srv_job_finish(s->queue[i].job, SRV_FINISH_CANCELLED);

@@ -140,10 +140,23 @@ static int note_logprob(srv_slot *s, const srv_env *env, const float *logits, in
     return 0;
 }
 
+/* The logits the sampler sees: with logit_bias, a copy with the biases
+ * added (OpenAI's order: before every sampling step); NULL without memory. */
+static const float *biased_logits(srv_slot *s, const srv_env *env, const float *logits) {
+    const srv_request *r = &s->job->req;
+    if (r->n_bias == 0) return logits;
+    if (!s->biased && !(s->biased = malloc((size_t)env->n_vocab * sizeof *s->biased))) return NULL;
+    memcpy(s->biased, logits, (size_t)env->n_vocab * sizeof *s->biased);
+    for (int i = 0; i < r->n_bias; i++) s->biased[r->bias_ids[i]] += r->bias_values[i];
+    return s->biased;
+}
+
 /* Samples the next token from logits; emits its text or finishes. */
 static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     srv_job *j = s->job;
-    int32_t tok = kvs_sampler_sample(s->sampler, logits);
+    const float *l = biased_logits(s, env, logits);
+    if (!l) return fail_job(s, env, "logit_bias: out of memory");
+    int32_t tok = kvs_sampler_sample(s->sampler, l);
     kvs_sampler_accept(s->sampler, tok);
     if (s->n_gen == 0) s->t_first = now_ms();
     s->hist[s->n_hist++] = tok;

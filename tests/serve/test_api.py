@@ -419,3 +419,36 @@ def test_logprobs_refusals(server):
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
     r = server.post("/v1/completions", {"model": "x", "prompt": "a", "max_tokens": 1, "logprobs": True})
     assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+
+
+def token_id(server, text):
+    ids = server.post("/tokenize", {"content": text}).json()["tokens"]
+    assert len(ids) == 1, (text, ids)
+    return ids[0]
+
+
+def test_logit_bias(server, client):
+    """logit_bias: -100 bans a token (greedy picks another), +100 forces one
+    at every step; logprobs stay those of the model's own logits; bad keys,
+    values and ids are a 400 naming logit_bias."""
+    paris = token_id(server, " Paris")
+    kw = dict(model="x", messages=Q, max_tokens=12, temperature=0, extra_body={"return_token_ids": True})
+    plain = client.chat.completions.create(**kw)
+    assert paris in plain.usage.model_extra["kvstitch"]["completion_token_ids"]
+    banned = client.chat.completions.create(logit_bias={str(paris): -100}, **kw)
+    assert paris not in banned.usage.model_extra["kvstitch"]["completion_token_ids"]
+    assert "Paris" not in banned.choices[0].message.content
+    forced = client.chat.completions.create(logit_bias={str(paris): 100}, logprobs=True, top_logprobs=1,
+                                            **dict(kw, max_tokens=3))
+    assert forced.usage.model_extra["kvstitch"]["completion_token_ids"] == [paris] * 3
+    first = forced.choices[0].logprobs.content[0]
+    assert first.token == " Paris" and first.top_logprobs[0].token == "The"  # the model's own best
+    assert first.logprob < first.top_logprobs[0].logprob
+    n_vocab = 49152
+    for bias, needle in [({"abc": 1}, "not a token id"), ({"01": 1}, "not a token id"), ({"-1": 1}, "not a token id"),
+                         ({"5": 101}, "[-100, 100]"), ({"5": "x"}, "[-100, 100]"), ([1], "object"),
+                         ({str(n_vocab): 1}, "vocabulary has 49152"),
+                         ({str(i): 1 for i in range(301)}, "at most 300")]:
+        r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 1, "logit_bias": bias})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "logit_bias" and needle in err["message"], (bias, r.text)

@@ -57,6 +57,8 @@ def requests_for_determinism():
         body = {"messages": [{"role": "user", "content": "Write two sentences about %s." % t + " Please." * i}],
                 "max_tokens": 8 + 5 * i, "return_token_ids": True, "cache_prompt": False,
                 "logprobs": True, "top_logprobs": 2}
+        if i % 3 == 0:
+            body["logit_bias"] = {"30": -3.5, "314": 2}  # per row: the other rows' logits stay theirs
         if i % 2:
             body.update(temperature=0.8, top_p=0.9, seed=100 + i)
         else:
