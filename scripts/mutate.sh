@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 BUILD="${BUILD:-build}"
 
-# id | file | old text (exactly once in the file; \n = newline; no '|') | new text | tests (binary[:TEST,...] or x.sh; space-separated) | claim
+# id | file | old text (exactly once in the file; \n = newline; no '|') | new text | tests (binary[:TEST,...] or x.sh[:NAME,...]; space-separated) | claim
 # A row whose `old` text is not found (the code moved) is reported NOT APPLIED and fails the run: update the row.
 read -r -d '' TABLE <<'ROWS'
 prefix_copy_short|src/cache/prefix.c|if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached, params, t0, &r);|if (!st) st = kvs_generate_from(ctx, prompt, n_prompt, hit.n_cached + (hit.n_cached % 64 != 0), params, t0, &r);|test_prefix_reuse|exact reuse: the KV copied covers the whole cached prefix (off-grid end)
@@ -68,6 +68,7 @@ serve_drain_misses_admitted|server/sched.c|        if (j) s->n_active++;|       
 logprobs_unnormalized|src/engine/sampler.c|const double lse = (double)max + log(sum);|const double lse = (double)max;|test_sampler:test_logprobs|log-probabilities are the log-softmax (they sum to one)
 serve_logprobs_of_cut_stop|server/slot.c|while (n < s->n_lp && s->lp[n].offset < upto) n++;|while (n < s->n_lp && s->lp[n].offset <= s->gen_len) n++;|test_serve.sh|serve logprobs: a token goes out with its text (none for a cut stop string)
 serve_logit_bias_ignored|server/slot.c|    if (r->n_bias == 0) return logits;|    if (r->n_bias >= 0) return logits;|test_serve.sh|serve: logit_bias changes what is sampled
+serve_prefix_not_shared_in_flight|server/slot.c|    return c / env->chunk_tokens * env->chunk_tokens - f->n_kv >= env->chunk_tokens;|    return 0 * c;|test_serve.sh:share_their_prefix|serve: prompts arriving together compute their shared prefix once
 kq_multi_chunk_dropped|src/kernels/kquant.c|mt.first[i + 1] = mt.first[i] + (w->n + cols - 1) / cols;|mt.first[i + 1] = mt.first[i] + (w->n + cols - 1) / cols - (i == 1);|test_kquant:test_kq_multi_equals_separate|Q5 / K-quant matrices on one x: every matrix's columns are computed (the bytes of separate calls)
 float_batch_block_edge|src/kernels/matmul_avx2.c|const int b1 = b0 + F_BLOCK < j1 ? b0 + F_BLOCK : j1;|const int b1 = b0 + F_BLOCK < j1 ? b0 + F_BLOCK - 1 : j1;|test_kernels:test_matmul_float_decode_chunks|float-weight batched decode: the blocks of a chunk cover every column (the scalar bits)
 attn_prefill_unmasked_edge|src/kernels/attention_avx2.c|j0 + j + n <= sb->open_hi|j0 + j + n <= sb->open_hi + 1|test_kernels:test_attention_simd_equals_scalar|prefill attention: only keys every row of the block sees skip the causal mask (the scalar bits)
@@ -109,7 +110,8 @@ run_tests() {
     local spec bin only_tests out rc
     for spec in $1; do
         bin=${spec%%:*}; only_tests=""; [[ "$spec" == *:* ]] && only_tests=${spec#*:}
-        if [[ "$bin" == *.sh ]]; then out=$(cd "$scratch" && timeout 900 bash "tests/$bin" 2>&1); rc=$?
+        # x.sh:NAME[,NAME]: the script's own selection (test_serve.sh: pytest -k NAME or NAME)
+        if [[ "$bin" == *.sh ]]; then out=$(cd "$scratch" && timeout 900 bash "tests/$bin" ${only_tests:+-k "${only_tests//,/ or }"} 2>&1); rc=$?
         else out=$(cd "$scratch" && KVSTITCH_TEST_ONLY="$only_tests" timeout 900 "build/tests/$bin" 2>&1); rc=$?; fi
         if [ $rc -ne 0 ] || grep -q '^FAIL ' <<<"$out"; then
             echo "$spec: $(grep -m1 '^FAIL ' <<<"$out" || echo "exit $rc")"; return 1

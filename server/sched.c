@@ -103,11 +103,26 @@ static int prefill_in_batch(const srv_slot *sl) {
     return sl->state == SRV_SLOT_PREFILL && !sl->job->segments && srv_slot_prefill_left(sl) == 1;
 }
 
+/* 1 if slot i waits for another prompt's chunks (srv_slot_waits_for; the
+ * first in slot order leads among equals). The one furthest ahead never
+ * waits, so some prefill always runs. */
+static int waits(srv_sched *s, int i) {
+    for (int k = 0; k < s->p.n_slots; k++)
+        if (srv_slot_waits_for(&s->slots[i], &s->slots[k], k < i, &s->env)) return 1;
+    return 0;
+}
+
+/* One prefill step for the next prompt in turn that does not wait. Prompts
+ * that arrive together with a shared prefix (a system prompt) compute it
+ * once: the others wait, then load it from the cache. */
 static void prefill_one(srv_sched *s) {
     for (int k = 0; k < s->p.n_slots; k++) {
         int i = (s->rr + k) % s->p.n_slots;
-        if (s->slots[i].state == SRV_SLOT_PREFILL && !prefill_in_batch(&s->slots[i])) {
-            srv_slot_prefill_step(&s->slots[i], &s->env);
+        srv_slot *sl = &s->slots[i];
+        if (sl->state != SRV_SLOT_PREFILL || waits(s, i)) continue;
+        srv_slot_catch_up(sl, &s->env);
+        if (sl->state == SRV_SLOT_PREFILL && !prefill_in_batch(sl)) {
+            srv_slot_prefill_step(sl, &s->env);
             s->rr = i + 1;
             return;
         }
@@ -177,6 +192,9 @@ int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_
     s->env.n_vocab = kvs_vocab_size(model);
     s->env.n_ctx = p.n_ctx;
     s->env.prefill_chunk = p.prefill_chunk;
+    kvs_cache_stats cs;
+    kvs_cache_get_stats(cache, &cs);
+    s->env.chunk_tokens = cs.chunk_tokens > 0 ? cs.chunk_tokens : 64;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->pos = malloc((size_t)p.n_ctx * sizeof *s->pos);

@@ -12,6 +12,7 @@ static double now_ms(void) {
 }
 
 static void add_source(srv_job *j, srv_source src, int n);
+static void store_progress(srv_slot *s, const srv_env *env);
 
 static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
     srv_error e;
@@ -24,6 +25,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->job = job;
     s->n_hist = 0;
     s->n_kv = 0;
+    s->n_stored = 0;
     s->n_gen = 0;
     s->gen_len = s->emitted = 0;
     s->n_lp = 0;
@@ -55,9 +57,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
             return -1;
         }
         s->n_kv = n_loaded;
-        job->usage.cached_tokens = n_loaded;
-        add_source(job, SRV_SRC_CACHED, n_loaded);
-        add_source(job, SRV_SRC_COMPUTED, job->n_prompt - n_loaded);
+        job->usage.cached_tokens = n_loaded; /* (its sources are added when the prefill ends: it may catch up) */
     }
     return 0;
 }
@@ -300,8 +300,46 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
         return fail_job(s, env, "prefill");
     }
     s->n_kv += m;
+    store_progress(s, env);
     if (last) srv_slot_prefill_done(s, env, logits);
     free(logits);
+}
+
+static int uses_cache(const srv_slot *s) { return s->job && !s->job->segments && s->job->req.cache_prompt; }
+
+/* The whole chunks computed so far, stored now for prompts that follow
+ * (srv_slot_waits_for); the end of the prefill stores the rest. */
+static void store_progress(srv_slot *s, const srv_env *env) {
+    int n = s->n_kv / env->chunk_tokens * env->chunk_tokens, n_new = 0;
+    if (!uses_cache(s) || n <= s->n_stored) return;
+    if (kvs_cache_store_context(s->ctx, env->cache, s->job->prompt, n, &n_new) == KVS_OK) s->n_stored = n;
+    s->job->usage.chunks_stored += n_new;
+}
+
+int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const srv_env *env) {
+    if (f == l || f->state != SRV_SLOT_PREFILL || l->state != SRV_SLOT_PREFILL || !uses_cache(f) || !uses_cache(l))
+        return 0;
+    if (l->n_kv < f->n_kv || (l->n_kv == f->n_kv && !l_first)) return 0;
+    /* f keeps its last prompt token for the logits, as at its start */
+    const int32_t *a = f->job->prompt, *b = l->job->prompt;
+    int n = f->job->n_prompt - 1 < l->job->n_prompt ? f->job->n_prompt - 1 : l->job->n_prompt, c = 0;
+    while (c < n && a[c] == b[c]) c++;
+    return c / env->chunk_tokens * env->chunk_tokens - f->n_kv >= env->chunk_tokens;
+}
+
+void srv_slot_catch_up(srv_slot *s, const srv_env *env) {
+    srv_job *j = s->job;
+    int hit = 0, n_loaded = 0;
+    if (!uses_cache(s) || j->n_prompt - 1 <= s->n_kv) return;
+    if (kvs_cache_peek_prefix(env->cache, j->prompt, j->n_prompt - 1, &hit) || hit <= s->n_kv) return;
+    if (kvs_cache_load_prefix(s->ctx, env->cache, j->prompt, j->n_prompt - 1, &n_loaded)) {
+        fail_job(s, env, "cache lookup");
+        return;
+    }
+    if (n_loaded > s->n_kv) { /* (evicted meanwhile: what it holds stays) */
+        s->n_kv = n_loaded;
+        j->usage.cached_tokens = n_loaded;
+    }
 }
 
 int srv_slot_prefill_left(const srv_slot *s) {
@@ -311,6 +349,8 @@ int srv_slot_prefill_left(const srv_slot *s) {
 void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits) {
     srv_job *j = s->job;
     s->n_kv = j->n_prompt;
+    add_source(j, SRV_SRC_CACHED, j->usage.cached_tokens);
+    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - j->usage.cached_tokens);
     /* Stored now, so that requests arriving meanwhile share it. */
     int n_new = 0;
     if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);

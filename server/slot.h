@@ -28,6 +28,7 @@ typedef struct srv_slot {
     int32_t *hist;        /* (n_ctx + 1) prompt + generated tokens */
     int n_hist;
     int n_kv;             /* tokens of hist whose KV the context holds */
+    int n_stored;         /* prompt tokens stored to the cache during the prefill (whole chunks) */
     char *gen;            /* generated text, NUL-terminated */
     size_t gen_len, gen_cap, emitted;
     srv_logprob *lp;      /* (n_lp) logprobs of generated tokens whose text is not emitted yet */
@@ -48,6 +49,7 @@ typedef struct srv_env {
     const int32_t *pos;   /* (n_ctx) 0, 1, 2, ... */
     int n_vocab, n_ctx;
     int prefill_chunk;    /* prompt tokens per prefill step */
+    int chunk_tokens;     /* the cache's chunk grid */
 } srv_env;
 
 /* Binds job to a free slot and copies its cached prefix in. Returns 0, or
@@ -56,6 +58,16 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job);
 /* One prefill step (chunk_tokens of the prompt, or the whole documents
  * path). On the last one the first token is sampled and the slot decodes. */
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env);
+/* In-flight prefix sharing. 1 if f should not compute its next chunk now
+ * because l, a prompt ahead of it (more tokens computed, or as many and
+ * l_first), shares at least one more whole chunk with it that l is
+ * computing or has stored: f then loads it from the cache instead of
+ * computing it a second time. Prompts without the cache (documents,
+ * cache_prompt false) neither wait nor lead. */
+int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const srv_env *env);
+/* Loads the longest cached prefix of the prompt when it is longer than
+ * what the slot holds (what a leader stored meanwhile). */
+void srv_slot_catch_up(srv_slot *s, const srv_env *env);
 /* Prompt tokens still to run (documents: all of them). */
 int srv_slot_prefill_left(const srv_slot *s);
 /* The prompt's last token ran (in a batched step): logits start generation. */

@@ -50,6 +50,31 @@ def test_multi_turn_computes_only_the_new_message(server):
     assert warm["usage"]["kvstitch"]["completion_token_ids"] == cold["usage"]["kvstitch"]["completion_token_ids"]
 
 
+def test_concurrent_prompts_share_their_prefix_in_flight(server):
+    # Four requests with one long system prompt (new to the cache) arrive
+    # together: one computes the system prompt, the others wait for its
+    # chunks and load them (srv_slot_waits_for), where each had computed it
+    # again. Same bits as each computed cold.
+    system = "Session %d. " % time.time_ns() + " ".join(
+        "Rule %d: answer briefly, in plain words, and never make up a fact about item %d." % (i, i) for i in range(30))
+    questions = ["What is 2 + 2?", "Name a colour.", "Name a fruit.", "What day follows Monday?"]
+    bodies = [{"messages": [{"role": "system", "content": system}, {"role": "user", "content": q}],
+               "max_tokens": 4, "temperature": 0, "return_token_ids": True} for q in questions]
+    n_system = len(server.post("/tokenize", {"content": system}).json()["tokens"])
+    assert n_system > 500
+    with cf.ThreadPoolExecutor(len(bodies)) as ex:
+        warm = list(ex.map(lambda b: server.post("/v1/chat/completions", b).json(), bodies))
+    computed = [r["usage"]["kvstitch"]["computed_tokens"] for r in warm]
+    # Each computed alone: 4 x the system prompt. Shared: once, plus each
+    # prompt's own end and at most a chunk (64 tokens) before it.
+    assert sum(computed) < n_system + len(bodies) * (64 + 40), (computed, n_system)
+    assert sorted(computed)[-1] > n_system > sorted(computed)[-2], computed
+    for b, w in zip(bodies, warm):
+        cold = server.post("/v1/chat/completions", dict(b, cache_prompt=False)).json()
+        assert w["usage"]["kvstitch"]["completion_token_ids"] == cold["usage"]["kvstitch"]["completion_token_ids"]
+        assert w["usage"]["kvstitch"]["first_logits_sha256"] == cold["usage"]["kvstitch"]["first_logits_sha256"]
+
+
 def requests_for_determinism():
     topics = ["the sea", "a mountain", "a small robot", "bread", "winter", "a library", "the moon", "rain"]
     out = []
