@@ -316,9 +316,30 @@ static void store_progress(srv_slot *s, const srv_env *env) {
     s->job->usage.chunks_stored += n_new;
 }
 
+/* A documents prompt whose uncached documents the warmer computes a slice
+ * per step (warm_docs_step), and stores one by one. */
+static int warms_docs(const srv_slot *s) {
+    const srv_job *j = s->job;
+    return j && j->segments && j->req.cache_prompt && !j->warm_only && j->repair.mode != KVS_REPAIR_FULL &&
+           !s->docs_ready;
+}
+
+/* Documents: f waits while l, ahead of it (warming already, or as far and
+ * l_first), warms a document f has too; f's warmer then finds it cached. */
+static int waits_for_docs(const srv_slot *f, const srv_slot *l, int l_first) {
+    if (!warms_docs(f) || !warms_docs(l)) return 0;
+    if ((l->warmer != NULL) != (f->warmer != NULL) ? !l->warmer : !l_first) return 0;
+    const srv_request *a = &f->job->req, *b = &l->job->req;
+    for (int i = 0; i < a->n_docs; i++)
+        for (int k = 0; k < b->n_docs; k++)
+            if (*a->docs[i] && !strcmp(a->docs[i], b->docs[k])) return 1;
+    return 0;
+}
+
 int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const srv_env *env) {
-    if (f == l || f->state != SRV_SLOT_PREFILL || l->state != SRV_SLOT_PREFILL || !uses_cache(f) || !uses_cache(l))
-        return 0;
+    if (f == l || f->state != SRV_SLOT_PREFILL || l->state != SRV_SLOT_PREFILL) return 0;
+    if (waits_for_docs(f, l, l_first)) return 1;
+    if (!uses_cache(f) || !uses_cache(l)) return 0;
     if (l->n_kv < f->n_kv || (l->n_kv == f->n_kv && !l_first)) return 0;
     /* f keeps its last prompt token for the logits, as at its start */
     const int32_t *a = f->job->prompt, *b = l->job->prompt;

@@ -62,8 +62,9 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env);
  * because l, a prompt ahead of it (more tokens computed, or as many and
  * l_first), shares at least one more whole chunk with it that l is
  * computing or has stored: f then loads it from the cache instead of
- * computing it a second time. Prompts without the cache (documents,
- * cache_prompt false) neither wait nor lead. */
+ * computing it a second time. Documents prompts likewise wait while one
+ * ahead (warming first, or l_first) warms a document they have too.
+ * Prompts without the cache (cache_prompt false) neither wait nor lead. */
 int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const srv_env *env);
 /* Loads the longest cached prefix of the prompt when it is longer than
  * what the slot holds (what a leader stored meanwhile). */

@@ -75,6 +75,30 @@ def test_concurrent_prompts_share_their_prefix_in_flight(server):
         assert w["usage"]["kvstitch"]["first_logits_sha256"] == cold["usage"]["kvstitch"]["first_logits_sha256"]
 
 
+def test_concurrent_documents_computed_once(server):
+    # Three RAG requests with the same three new documents (other orders,
+    # other questions) arrive together: each document is computed once (the
+    # others wait for the warmer ahead of them), where each request had
+    # computed all three. Same bits as each request served afterwards with
+    # every document cached.
+    tag = time.time_ns()
+    docs = ["Note %d-%d: the %s line runs every %d minutes between the old mill and the harbour. " % (tag, i, w, 10 + i) * 4
+            for i, w in enumerate(["red", "green", "blue"])]
+    qs = ["How often does the red line run?", "Where does the green line go?", "Which line is the blue one?"]
+    bodies = [{"messages": [{"role": "system", "content": "Answer from the passages."}, {"role": "user", "content": q}],
+               "documents": docs[i:] + docs[:i], "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+              for i, q in enumerate(qs)]
+    with cf.ThreadPoolExecutor(len(bodies)) as ex:
+        together = list(ex.map(lambda b: server.post("/v1/chat/completions", b).json(), bodies))
+    ks = [r["usage"]["kvstitch"] for r in together]
+    assert sum(k["docs_computed"] for k in ks) == 3 and sum(k["docs_hit"] for k in ks) == 6, ks
+    for b, k in zip(bodies, ks):
+        again = server.post("/v1/chat/completions", b).json()["usage"]["kvstitch"]
+        assert again["docs_hit"] == 3
+        assert (k["completion_token_ids"], k["first_logits_sha256"]) == \
+            (again["completion_token_ids"], again["first_logits_sha256"])
+
+
 def requests_for_determinism():
     topics = ["the sea", "a mountain", "a small robot", "bread", "winter", "a library", "the moon", "rain"]
     out = []
