@@ -134,7 +134,7 @@ static int note_logprob(srv_slot *s, const srv_env *env, const float *logits, in
     srv_logprob *e = &s->lp[s->n_lp];
     e->token = tok;
     e->offset = s->gen_len;
-    e->n_top = s->job->req.top_logprobs;
+    e->n_top = s->job->req.top_logprobs < env->n_vocab ? s->job->req.top_logprobs : env->n_vocab;
     if (kvs_logprobs(logits, env->n_vocab, tok, &e->logprob, e->n_top, e->top_ids, e->top_logprobs)) return -1;
     s->n_lp++;
     return 0;
