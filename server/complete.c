@@ -8,8 +8,9 @@
  *   data: {chunk: choices [], usage}   with stream_options.include_usage
  *   data: [DONE]
  *
- * A client that goes away cancels its request (the scheduler frees the slot
- * within one step).
+ * With n > 1 each chunk names its choice (index); the finish chunks come as
+ * the choices end. A client that goes away cancels its request (the
+ * scheduler frees the slot within one step).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,25 @@
 
 #define WAIT_SLICE_MS 50
 
-/* usage, with the kvstitch object (README "Server" documents every field). */
-static cJSON *usage_json(const srv_server *s, const srv_job *j) {
+/* The n jobs of one request, one per choice (n > 1: the same prompt, seed
+ * + i for choice i; the first computes the prompt, the others share it in
+ * flight: srv_slot_waits_for). */
+typedef struct choices {
+    srv_job *j[SRV_MAX_CHOICES];
+    int n;
+} choices;
+
+/* usage, with the kvstitch object (README "Server" documents every field):
+ * completion tokens of every choice, the rest of the first one's. */
+static cJSON *usage_json(const srv_server *s, const choices *cs) {
+    const srv_job *j = cs->j[0];
     const srv_usage *u = &j->usage;
+    int completion = 0;
+    for (int i = 0; i < cs->n; i++) completion += cs->j[i]->usage.completion_tokens;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
-    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
-    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    cJSON_AddNumberToObject(o, "completion_tokens", completion);
+    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + completion);
     /* OpenAI's field: prompt tokens this request did not compute (exact
      * hits, and moved document tokens the repair left as they were). */
     cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
@@ -98,31 +111,45 @@ static const char *finish_reason(const srv_job *j) {
     return j->finish == SRV_FINISH_LENGTH ? "length" : "stop";
 }
 
-static int reply_done(srv_server *s, struct MHD_Connection *c, srv_job *j) {
-    if (j->finish == SRV_FINISH_ERROR) return srv_reply_error(c, &j->err);
-    if (j->finish == SRV_FINISH_CANCELLED) {
-        srv_error e;
-        srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
-        return srv_reply_error(c, &e);
+/* The first choice that failed or was cancelled, as the error to answer;
+ * NULL when every one finished. */
+static const srv_error *failure(const choices *cs, srv_error *buf) {
+    for (int i = 0; i < cs->n; i++) {
+        if (cs->j[i]->finish == SRV_FINISH_ERROR) return &cs->j[i]->err;
+        if (cs->j[i]->finish == SRV_FINISH_CANCELLED) {
+            srv_error_set(buf, 503, "server_error", "shutting_down", "", "the server is shutting down");
+            return buf;
+        }
     }
-    int chat = j->req.kind == SRV_KIND_CHAT;
-    cJSON *o = envelope(s, j, chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (chat) {
-        cJSON *m = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", j->text);
-    } else {
-        cJSON_AddStringToObject(ch, "text", j->text);
+    return NULL;
+}
+
+static int reply_done(srv_server *s, struct MHD_Connection *c, const choices *cs) {
+    srv_error buf;
+    const srv_error *e = failure(cs, &buf);
+    if (e) return srv_reply_error(c, e);
+    int chat = cs->j[0]->req.kind == SRV_KIND_CHAT;
+    cJSON *o = envelope(s, cs->j[0], chat ? "chat.completion" : "text_completion");
+    cJSON *choices_json = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < cs->n; i++) {
+        const srv_job *j = cs->j[i];
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", i);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", j->text);
+        } else {
+            cJSON_AddStringToObject(ch, "text", j->text);
+        }
+        if (j->req.logprobs)
+            cJSON_AddItemToObject(ch, "logprobs", srv_logprobs_json(s->model, j->req.kind, j->lp, j->n_lp, j->text, 0, 0));
+        else
+            cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", finish_reason(j));
+        cJSON_AddItemToArray(choices_json, ch);
     }
-    if (j->req.logprobs)
-        cJSON_AddItemToObject(ch, "logprobs", srv_logprobs_json(s->model, j->req.kind, j->lp, j->n_lp, j->text, 0, 0));
-    else
-        cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(j));
-    cJSON_AddItemToArray(choices, ch);
-    cJSON_AddItemToObject(o, "usage", usage_json(s, j));
+    cJSON_AddItemToObject(o, "usage", usage_json(s, cs));
     return srv_reply_json(c, 200, o);
 }
 
@@ -131,9 +158,10 @@ static int reply_done(srv_server *s, struct MHD_Connection *c, srv_job *j) {
 typedef struct sse {
     srv_server *s;
     struct MHD_Connection *c;
-    srv_job *j;
-    srv_job_cursor seen;
-    size_t seen_chars;  /* characters of the text before seen.text (text_offset) */
+    choices cs;
+    srv_job_cursor seen[SRV_MAX_CHOICES];
+    size_t seen_chars[SRV_MAX_CHOICES]; /* characters of a choice's text before seen.text (text_offset) */
+    int done[SRV_MAX_CHOICES];          /* its finish chunk was pushed */
     int role_sent, ended;
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
@@ -156,13 +184,13 @@ static void sse_push(sse *st, cJSON *o) {
     free(js);
 }
 
-/* A chunk with one choice: delta (chat) or text (completions), and the
+/* A chunk with choice i: delta (chat) or text (completions), and the
  * logprobs of the tokens whose text starts in it (NULL: null). */
-static cJSON *sse_chunk(sse *st, const char *role, const char *text, cJSON *logprobs, const char *finish) {
-    int chat = st->j->req.kind == SRV_KIND_CHAT;
-    cJSON *o = envelope(st->s, st->j, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", 0);
+static cJSON *sse_chunk(sse *st, int i, const char *role, const char *text, cJSON *logprobs, const char *finish) {
+    int chat = st->cs.j[0]->req.kind == SRV_KIND_CHAT;
+    cJSON *o = envelope(st->s, st->cs.j[0], chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices_json = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", i);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (role) cJSON_AddStringToObject(d, "role", role);
@@ -174,32 +202,54 @@ static cJSON *sse_chunk(sse *st, const char *role, const char *text, cJSON *logp
     else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddItemToArray(choices_json, ch);
     return o;
 }
 
+/* After every choice's end: an error (one failed or was cancelled), or the
+ * usage chunk (stream_options.include_usage); then [DONE]. */
 static void sse_end(sse *st) {
-    srv_job *j = st->j;
-    if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
-        srv_error e = j->err;
-        if (j->finish == SRV_FINISH_CANCELLED)
-            srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
+    srv_error buf;
+    const srv_error *e = failure(&st->cs, &buf);
+    const srv_job *j = st->cs.j[0];
+    if (e) {
         cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(err, "message", e.message);
-        cJSON_AddStringToObject(err, "type", e.type);
-        cJSON_AddStringToObject(err, "code", e.code);
+        cJSON_AddStringToObject(err, "message", e->message);
+        cJSON_AddStringToObject(err, "type", e->type);
+        cJSON_AddStringToObject(err, "code", e->code);
         sse_push(st, o);
-    } else {
-        sse_push(st, sse_chunk(st, NULL, NULL, NULL, finish_reason(j)));
-        if (j->req.include_usage) {
-            cJSON *o = envelope(st->s, j, j->req.kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage_json(st->s, j));
-            sse_push(st, o);
-        }
+    } else if (j->req.include_usage) {
+        cJSON *o = envelope(st->s, j, j->req.kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage_json(st->s, &st->cs));
+        sse_push(st, o);
     }
     sse_push(st, NULL);
     st->ended = 1;
+}
+
+/* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
+ * its finish chunk when it ended. Returns the bytes of text taken. */
+static size_t sse_take(sse *st, int i, int timeout_ms) {
+    srv_job *j = st->cs.j[i];
+    size_t base = st->seen[i].text;
+    srv_job_piece p;
+    int done = srv_job_wait(j, &st->seen[i], &p, timeout_ms);
+    if (p.text) {
+        cJSON *lp = j->req.logprobs
+                        ? srv_logprobs_json(st->s->model, j->req.kind, p.lp, p.n_lp, p.text, base, st->seen_chars[i])
+                        : NULL;
+        sse_push(st, sse_chunk(st, i, NULL, p.text, lp, NULL));
+        st->seen_chars[i] += srv_utf8_chars(p.text, p.n);
+    }
+    size_t n = p.n;
+    srv_job_piece_free(&p);
+    if (done) {
+        st->done[i] = 1;
+        if (j->finish != SRV_FINISH_ERROR && j->finish != SRV_FINISH_CANCELLED)
+            sse_push(st, sse_chunk(st, i, NULL, NULL, NULL, finish_reason(j)));
+    }
+    return n;
 }
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -214,45 +264,53 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         if (!st->role_sent) {
             st->role_sent = 1;
-            if (st->j->req.kind == SRV_KIND_CHAT) sse_push(st, sse_chunk(st, "assistant", "", NULL, NULL));
+            for (int i = 0; st->cs.j[0]->req.kind == SRV_KIND_CHAT && i < st->cs.n; i++)
+                sse_push(st, sse_chunk(st, i, "assistant", "", NULL, NULL));
             continue;
         }
-        size_t base = st->seen.text;
-        srv_job_piece p;
-        int done = srv_job_wait(st->j, &st->seen, &p, WAIT_SLICE_MS);
-        if (p.text) {
-            cJSON *lp = st->j->req.logprobs ? srv_logprobs_json(st->s->model, st->j->req.kind, p.lp, p.n_lp, p.text,
-                                                                base, st->seen_chars)
-                                            : NULL;
-            sse_push(st, sse_chunk(st, NULL, p.text, lp, NULL));
-            st->seen_chars += srv_utf8_chars(p.text, p.n);
+        /* Every choice without waiting, then (nothing new) a wait on the
+         * first one still running. */
+        size_t n = 0;
+        int first = -1, all_done = 1;
+        for (int i = 0; i < st->cs.n; i++) {
+            if (!st->done[i]) n += sse_take(st, i, 0);
+            if (!st->done[i] && first < 0) first = i;
         }
-        size_t n = p.n;
-        srv_job_piece_free(&p);
-        if (done) sse_end(st);
-        else if (!n && srv_peer_gone(st->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (first >= 0 && !n && st->out_off == st->out_len) n = sse_take(st, first, WAIT_SLICE_MS);
+        for (int i = 0; i < st->cs.n; i++) all_done &= st->done[i];
+        if (all_done) sse_end(st);
+        else if (!n && st->out_off == st->out_len && srv_peer_gone(st->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
+}
+
+static void choices_cancel_unref(choices *cs) {
+    for (int i = 0; i < cs->n; i++) {
+        srv_job_cancel(cs->j[i]);
+        srv_job_unref(cs->j[i]);
+    }
+    cs->n = 0;
 }
 
 static void sse_free(void *cls) {
     sse *st = cls;
     /* A response torn down before the end: the client went away. */
-    if (!st->ended) srv_job_cancel(st->j);
-    srv_job_unref(st->j);
+    if (!st->ended)
+        choices_cancel_unref(&st->cs);
+    else
+        for (int i = 0; i < st->cs.n; i++) srv_job_unref(st->cs.j[i]);
     free(st->out);
     free(st);
 }
 
-static int reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+static int reply_stream(srv_server *s, struct MHD_Connection *c, choices *cs) {
     sse *st = calloc(1, sizeof *st);
     if (!st) {
-        srv_job_cancel(j);
-        srv_job_unref(j);
+        choices_cancel_unref(cs);
         return 0;
     }
     st->s = s;
     st->c = c;
-    st->j = j;
+    st->cs = *cs;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, st, sse_free);
     if (!r) {
         sse_free(st);
@@ -277,28 +335,56 @@ int srv_submit(srv_server *s, srv_job *j, srv_error *e) {
     return -1;
 }
 
+/* The n jobs of a request: choice i is the body parsed again with seed +
+ * i (the request owns its strings: one copy each). 0, or -1 with e set and
+ * nothing left. */
+static int make_choices(srv_server *s, const char *body, size_t len, srv_kind kind, srv_request *req, choices *cs,
+                        srv_error *e) {
+    int n = req->n;
+    cs->n = 0;
+    for (int i = 0; i < n; i++) {
+        srv_request r;
+        if (i > 0 && srv_request_parse(body, len, kind, &r, e)) break;
+        if (i > 0) r.seed += (uint64_t)i;
+        srv_job *j = srv_job_new(s->model, i ? &r : req, s->n_ctx, s->default_max_tokens, e); /* takes it */
+        if (!j) break;
+        cs->j[cs->n++] = j;
+    }
+    if (cs->n == n) return 0;
+    for (int i = 0; i < cs->n; i++) srv_job_unref(cs->j[i]);
+    cs->n = 0;
+    return -1;
+}
+
 static int complete(srv_server *s, struct MHD_Connection *c, const char *body, size_t len, srv_kind kind) {
     srv_request req;
     srv_error e;
+    choices cs = {{NULL}, 0};
     if (srv_request_parse(body, len, kind, &req, &e)) return srv_reply_error(c, &e);
-    srv_job *j = srv_job_new(s->model, &req, s->n_ctx, s->default_max_tokens, &e);
-    if (!j) return srv_reply_error(c, &e);
-    if (srv_submit(s, j, &e)) return srv_reply_error(c, &e);
-    if (j->req.stream) return reply_stream(s, c, j); /* the stream owns our reference */
-    srv_job_cursor seen = {0, 0};
-    for (;;) {
-        srv_job_piece p;
-        int done = srv_job_wait(j, &seen, &p, WAIT_SLICE_MS);
-        srv_job_piece_free(&p);
-        if (done) break;
-        if (srv_peer_gone(c)) {
-            srv_job_cancel(j);
-            srv_job_unref(j);
-            return 0;
+    if (make_choices(s, body, len, kind, &req, &cs, &e)) return srv_reply_error(c, &e);
+    for (int i = 0; i < cs.n; i++)
+        if (srv_submit(s, cs.j[i], &e)) { /* (it released choice i) */
+            for (int k = i + 1; k < cs.n; k++) srv_job_unref(cs.j[k]);
+            cs.n = i;
+            choices_cancel_unref(&cs);
+            return srv_reply_error(c, &e);
+        }
+    if (cs.j[0]->req.stream) return reply_stream(s, c, &cs); /* the stream owns our references */
+    for (int i = 0; i < cs.n; i++) {
+        srv_job_cursor seen = {0, 0};
+        for (;;) {
+            srv_job_piece p;
+            int done = srv_job_wait(cs.j[i], &seen, &p, WAIT_SLICE_MS);
+            srv_job_piece_free(&p);
+            if (done) break;
+            if (srv_peer_gone(c)) {
+                choices_cancel_unref(&cs);
+                return 0;
+            }
         }
     }
-    int st = reply_done(s, c, j);
-    srv_job_unref(j);
+    int st = reply_done(s, c, &cs);
+    for (int i = 0; i < cs.n; i++) srv_job_unref(cs.j[i]);
     return st;
 }
 

@@ -228,7 +228,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
         get_number(root, "min_p", 0, 1, &minp, e) || get_int(root, "top_k", 0, 1 << 20, &top_k, e) ||
         get_number(root, "presence_penalty", -2, 2, &pres, e) ||
         get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
-        get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, 1, &n, e))
+        get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, SRV_MAX_CHOICES, &n, e))
         return -1;
     if (p <= 0) return bad(e, "top_p", "'%s' must be > 0%s", "");
     /* both are checked, in this order: max_completion_tokens wins unless it
@@ -245,6 +245,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     r->top_k = (int)top_k;
     r->seed = (uint64_t)seed;
     r->max_tokens = (int)max_tokens;
+    r->n = (int)n;
     return 0;
 }
 

@@ -44,6 +44,7 @@ void srv_error_set(srv_error *e, int http, const char *type, const char *code, c
 #define SRV_MAX_TOKENS_LIMIT 32768
 #define SRV_MAX_TOP_LOGPROBS 20 /* OpenAI's bound for top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 300  /* entries of logit_bias (OpenAI's bound) */
+#define SRV_MAX_CHOICES 16      /* n: choices of one request */
 
 typedef struct srv_request {
     srv_kind kind;
@@ -65,6 +66,7 @@ typedef struct srv_request {
     float recal_temperature, recal_scale;
     int bake_neighbours;        /* warm: bake_with_neighbours K, -1 for doc_set, 0 = no baking */
     int max_tokens;             /* 0 = the server's default */
+    int n;                      /* choices, 1..SRV_MAX_CHOICES (each a job of its own: complete.c) */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */
     float temperature, top_p, min_p;
     float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */

@@ -1,6 +1,7 @@
 """The OpenAI API through the real `openai` client: chat and completions,
 streaming and not, usage fields, documents via extra_body, and the errors."""
 import json
+import time
 
 import openai
 import pytest
@@ -233,7 +234,7 @@ def test_malformed_json_and_wrong_types(server):
                         ({"messages": Q, "temperature": 3}, "temperature"),
                         ({"messages": Q, "max_tokens": 0}, "max_tokens"),
                         ({"messages": Q, "top_p": 0}, "top_p"),
-                        ({"messages": Q, "n": 2}, "n"),
+                        ({"messages": Q, "n": 17}, "n"), ({"messages": Q, "n": 0}, "n"),
                         ({"messages": Q, "stop": [1]}, "stop"),
                         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
                         ({"messages": Q, "documents": [{"text": 5}]}, "documents[0]"),
@@ -452,3 +453,39 @@ def test_logit_bias(server, client):
         r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 1, "logit_bias": bias})
         err = r.json()["error"]
         assert r.status_code == 400 and err["param"] == "logit_bias" and needle in err["message"], (bias, r.text)
+
+
+def test_n_choices(server, client):
+    """n: one choice per index, choice i the same request alone with seed +
+    i (a prompt of a chunk or more is computed once: in-flight sharing);
+    streamed chunks name their choice and give the same texts; usage counts
+    every choice's tokens."""
+    kw = dict(model="x", messages=[{"role": "user", "content": "Tell me a story about %d dragons." % time.time_ns()}],
+              max_tokens=10, temperature=0.9, seed=40, extra_body={"return_token_ids": True})
+    r = client.chat.completions.create(n=3, logprobs=True, **kw)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    for i, c in enumerate(r.choices):
+        alone = client.chat.completions.create(**dict(kw, seed=40 + i))
+        assert c.message.content == alone.choices[0].message.content and c.finish_reason == alone.choices[0].finish_reason
+        assert len(c.logprobs.content) >= 1
+    assert len({c.message.content for c in r.choices}) > 1  # other seeds, other stories
+    alone_tokens = sum(client.chat.completions.create(**dict(kw, seed=40 + i)).usage.completion_tokens for i in range(3))
+    assert r.usage.completion_tokens == alone_tokens
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    chunks = list(client.chat.completions.create(n=3, stream=True, stream_options={"include_usage": True}, **kw))
+    texts, finishes = ["", "", ""], [None, None, None]
+    for ch in chunks:
+        for c in ch.choices:
+            texts[c.index] += c.delta.content or ""
+            finishes[c.index] = c.finish_reason or finishes[c.index]
+    assert texts == [c.message.content for c in r.choices]
+    assert finishes == [c.finish_reason for c in r.choices]
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    s = list(client.completions.create(model="x", prompt="Once upon a time", max_tokens=6, temperature=0.9, seed=3,
+                                       n=2, stream=True))
+    got = ["", ""]
+    for ch in s:
+        for c in ch.choices:
+            got[c.index] += c.text
+    full = client.completions.create(model="x", prompt="Once upon a time", max_tokens=6, temperature=0.9, seed=3, n=2)
+    assert got == [c.text for c in full.choices]
