@@ -336,20 +336,57 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     return 0;
 }
 
-/* 1 if a JSON string in body[0..len) has the escape \u0000 (any case). */
-static int has_nul_escape(const char *body, size_t len) {
+/* The first flaw cJSON lets pass in the strings of body[0..len): the
+ * escape \u0000 (any case; cJSON ends the string there) or a raw control
+ * byte (RFC 8259 wants them escaped). Its offset, or -1; *nul says which. */
+static long string_flaw(const char *body, size_t len, int *nul) {
     int in_str = 0;
     for (size_t i = 0; i < len; i++) {
         if (!in_str) {
             in_str = body[i] == '"';
         } else if (body[i] == '"') {
             in_str = 0;
+        } else if ((unsigned char)body[i] < 0x20) {
+            *nul = 0;
+            return (long)i;
         } else if (body[i] == '\\' && i + 1 < len) {
-            if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) return 1;
+            if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) {
+                *nul = 1;
+                return (long)i;
+            }
             i++; /* the escaped character (\" does not end the string) */
         }
     }
-    return 0;
+    return -1;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* A key twice in one object of the tree (cJSON keeps both, and lookups see
+ * the first: a second, invalid value would pass unchecked), or NULL. Names
+ * sorted per object: n log n, whatever a hostile body holds. */
+static const char *duplicate_key(const cJSON *v) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, v) {
+        const char *d = duplicate_key(c);
+        if (d) return d;
+        n++;
+    }
+    if (!cJSON_IsObject(v) || n < 2) return NULL;
+    const cJSON **names = malloc((size_t)n * sizeof *names);
+    if (!names) return "(out of memory)";
+    int k = 0;
+    cJSON_ArrayForEach(c, v) names[k++] = c;
+    qsort(names, (size_t)n, sizeof *names, by_name);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (!strcmp(names[i - 1]->string, names[i]->string)) dup = names[i]->string;
+    free(names);
+    return dup;
 }
 
 cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
@@ -370,9 +407,20 @@ cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
                       body && ep && ep >= body && ep <= body + len ? (long)(ep - body) : 0L);
         return NULL;
     }
-    if (has_nul_escape(body, len)) {
+    int nul = 0;
+    long at_flaw = string_flaw(body, len, &nul);
+    const char *dup = at_flaw < 0 ? duplicate_key(root) : NULL;
+    if (at_flaw >= 0 && nul)
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "",
                       "a string in the request holds \\u0000 (NUL), which is not accepted: the text would end there");
+    else if (at_flaw >= 0)
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
+                      "a string in the request holds a raw control byte (0x%02x at byte %ld): JSON wants it escaped",
+                      (unsigned char)body[at_flaw], at_flaw);
+    else if (dup)
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", dup, "the key \"%.60s\" appears twice in one object",
+                      dup);
+    if (at_flaw >= 0 || dup) {
         cJSON_Delete(root);
         return NULL;
     }

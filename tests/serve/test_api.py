@@ -269,6 +269,19 @@ def test_strict_json_nul_and_stop_utf8(server):
         assert "NUL" in error_of(raw(path, data), 400)["message"], data
     ok = raw("/tokenize", b'{"content": "a\\\\u0000b"}')  # an escaped backslash: the text \u0000
     assert ok.status_code == 200 and ok.json()["tokens"], ok.text
+    # a raw control byte inside a string (RFC 8259: escape it), and a key twice
+    # in one object (lookups saw the first, so an invalid second value passed)
+    for data in [b'{"prompt": "a\nb", "max_tokens": 1}', b'{"prompt": "a\x01b", "max_tokens": 1}']:
+        e = error_of(raw("/v1/completions", data), 400)
+        assert e["code"] == "invalid_json" and "control byte" in e["message"], (data, e)
+    assert raw("/v1/completions", b'{"prompt": "a\\nb",\n "max_tokens": 1}').status_code == 200  # escaped, and between tokens
+    for path, data in [("/v1/completions", b'{"prompt": "a", "max_tokens": 1, "max_tokens": "lots"}'),
+                       ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a", "role": 5}]}'),
+                       ("/tokenize", b'{"content": "a", "content": "b"}')]:
+        e = error_of(raw(path, data), 400)
+        assert e["code"] == "invalid_json" and "twice" in e["message"], (data, e)
+    many = "{" + ",".join('"k%d": %d' % (i, i) for i in range(5000)) + ', "prompt": "a", "max_tokens": 1}'
+    assert raw("/v1/completions", many.encode()).status_code == 200  # 5,000 distinct keys: sorted, not compared pairwise
     # a stop string with a lone byte: refused as the messages are (it had cut
     # a character of the output in half: invalid UTF-8 in the reply)
     e = error_of(raw("/v1/completions", b'{"prompt": "caf\xc3\xa9", "max_tokens": 4, "stop": "\xa9"}'), 400)
