@@ -27,8 +27,15 @@ static int bad(srv_error *e, const char *param, const char *fmt, const char *det
 
 /* --- typed field readers: absent -> keep the default, wrong type -> error --- */
 
+/* A field of o by its path from the request's root ("reuse.overlap"): its
+ * last name is looked up in o, the whole path names it in errors. */
+static const cJSON *field(const cJSON *o, const char *path) {
+    const char *leaf = strrchr(path, '.');
+    return cJSON_GetObjectItemCaseSensitive(o, leaf ? leaf + 1 : path);
+}
+
 static int get_number(const cJSON *o, const char *key, double lo, double hi, double *out, srv_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v = field(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return bad(e, key, "'%s' must be a number%s", "");
     if (v->valuedouble < lo || v->valuedouble > hi) {
@@ -42,7 +49,7 @@ static int get_number(const cJSON *o, const char *key, double lo, double hi, dou
 
 static int get_int(const cJSON *o, const char *key, double lo, double hi, long long *out, srv_error *e) {
     double d;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v = field(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return bad(e, key, "'%s' must be an integer%s", "");
@@ -52,7 +59,7 @@ static int get_int(const cJSON *o, const char *key, double lo, double hi, long l
 }
 
 static int get_bool(const cJSON *o, const char *key, int *out, srv_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v = field(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsBool(v)) return bad(e, key, "'%s' must be true or false%s", "");
     *out = cJSON_IsTrue(v);
@@ -185,10 +192,9 @@ static int parse_recalibrate(const cJSON *u, srv_request *r, srv_error *e) {
     if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
     double t = 0.9, s = 0.9;
     if (cJSON_IsObject(v)) {
-        if (get_number(v, "temperature", 0.1, 4, &t, e) || get_number(v, "scale", 0.1, 4, &s, e)) {
-            snprintf(e->param, sizeof e->param, "reuse.recalibrate");
+        if (get_number(v, "reuse.recalibrate.temperature", 0.1, 4, &t, e) ||
+            get_number(v, "reuse.recalibrate.scale", 0.1, 4, &s, e))
             return -1;
-        }
     } else if (!cJSON_IsTrue(v)) {
         return bad(e, "reuse.recalibrate", "'%s' must be true, false or {\"temperature\", \"scale\"}%s", "");
     }
@@ -211,10 +217,10 @@ static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
     }
     double ratio = -1;
     long long overlap = -1, first_k = -1;
-    if (get_number(u, "recompute_ratio", 0, 1, &ratio, e) || get_int(u, "overlap", 0, 4096, &overlap, e) ||
-        get_int(u, "first_k", 0, 4096, &first_k, e))
+    if (get_number(u, "reuse.recompute_ratio", 0, 1, &ratio, e) || get_int(u, "reuse.overlap", 0, 4096, &overlap, e) ||
+        get_int(u, "reuse.first_k", 0, 4096, &first_k, e))
         return -1;
-    if (get_bool(u, "baked", &r->use_baked, e) || parse_recalibrate(u, r, e)) return -1;
+    if (get_bool(u, "reuse.baked", &r->use_baked, e) || parse_recalibrate(u, r, e)) return -1;
     r->recompute_ratio = (float)ratio;
     r->overlap = (int)overlap;
     r->first_k = (int)first_k;
@@ -331,7 +337,7 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return bad(e, "stream_options", "'%s' must be an object%s", "");
-        if (get_bool(so, "include_usage", &r->include_usage, e)) return -1;
+        if (get_bool(so, "stream_options.include_usage", &r->include_usage, e)) return -1;
     }
     return 0;
 }

@@ -239,15 +239,20 @@ def test_malformed_json_and_wrong_types(server):
                         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
                         ({"messages": Q, "documents": [{"text": 5}]}, "documents[0]"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"strategy": "magic"}}, "reuse.strategy"),
-                        ({"messages": Q, "documents": ["d"], "reuse": {"baked": 1}}, "baked"),
+                        # nested fields are named by their whole path (the leaf alone had been)
+                        ({"messages": Q, "documents": ["d"], "reuse": {"baked": 1}}, "reuse.baked"),
+                        ({"messages": Q, "documents": ["d"], "reuse": {"overlap": -1}}, "reuse.overlap"),
+                        ({"messages": Q, "documents": ["d"], "reuse": {"recompute_ratio": 2}}, "reuse.recompute_ratio"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"recalibrate": "yes"}}, "reuse.recalibrate"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"recalibrate": {"scale": 9}}},
-                         "reuse.recalibrate"),
+                         "reuse.recalibrate.scale"),
+                        ({"messages": Q, "stream": True, "stream_options": {"include_usage": 1}},
+                         "stream_options.include_usage"),
                         ({"prompt": 5}, None)]:
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
         e = error_of(server.post(path, body), 400)
         if param:
-            assert e["param"] == param, (body, e)
+            assert e["param"] == param and param in e["message"], (body, e)
     # Unknown fields are ignored.
     r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2, "frobnicate": {"x": 1}})
     assert r.status_code == 200
