@@ -77,6 +77,9 @@ nonfinite_f16_exponent_bit|src/gguf/gguf_types.c|return enc == KVS_SCALE_F16 ? 0
 nonfinite_q6k_scale_place|src/gguf/gguf_types.c|[KVS_TYPE_Q6_K] = {"Q6_K", 256, 210, 1, F16, 1, {208}},|[KVS_TYPE_Q6_K] = {"Q6_K", 256, 210, 1, F16, 1, {0}},|test_gguf:find_nonfinite_every_type|the scale of a Q6_K block is the one checked
 nonfinite_run_skipped|src/gguf/gguf_types.c|for (size_t b0 = 0; b0 < nblocks; b0 += step) {|for (size_t b0 = step; b0 < nblocks; b0 += step) {|test_gguf:find_nonfinite_every_type test_model:test_nonfinite_weights_named|every element of a float weight is checked at load
 nonfinite_vec_unchecked|src/model/weights.c|    if (bad >= 0) return nonfinite_error(m, name, t->type, bad, 0);|    (void)bad;|test_model:test_nonfinite_weights_named|a norm vector with a NaN is refused at load, named
+sampler_top_p_zero_accepted|src/engine/sampler.c|FF(top_p, 0.0f, 1.0f, 1, "in (0, 1] (1 = off)"),|FF(top_p, 0.0f, 1.0f, 0, "in (0, 1] (1 = off)"),|test_sampler:test_bad_params_named|top_p 0 (a silent greedy draw) is refused, naming top_p
+generate_n_predict_unchecked|src/engine/generate.c|    if (p->n_predict < 0)\n|    if (0)\n|test_engine:test_generate_bad_params_named|n_predict < 0 is refused before any lookup, computation or store, naming the field
+chat_role_unchecked|src/tokenizer/chat.c|    int st = check_roles(fam, msgs, n_msgs);|    int st = KVS_OK;\n    (void)check_roles;|test_chat:unknown_role_refused|a chat role the family does not know is refused, never written into the prompt
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }
