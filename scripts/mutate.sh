@@ -80,6 +80,8 @@ nonfinite_vec_unchecked|src/model/weights.c|    if (bad >= 0) return nonfinite_e
 sampler_top_p_zero_accepted|src/engine/sampler.c|FF(top_p, 0.0f, 1.0f, 1, "in (0, 1] (1 = off)"),|FF(top_p, 0.0f, 1.0f, 0, "in (0, 1] (1 = off)"),|test_sampler:test_bad_params_named|top_p 0 (a silent greedy draw) is refused, naming top_p
 generate_n_predict_unchecked|src/engine/generate.c|    if (p->n_predict < 0)\n|    if (0)\n|test_engine:test_generate_bad_params_named|n_predict < 0 is refused before any lookup, computation or store, naming the field
 chat_role_unchecked|src/tokenizer/chat.c|    int st = check_roles(fam, msgs, n_msgs);|    int st = KVS_OK;\n    (void)check_roles;|test_chat:unknown_role_refused|a chat role the family does not know is refused, never written into the prompt
+cli_number_leading_space|tools/cli_opts.c|static int number_start(const char *v) { return *v && !isspace((unsigned char)*v); }|static int number_start(const char *v) { return *v != 0; }|test_cli_mistakes.sh|CLI numbers: white space before a number is refused like white space after it
+cli_repeated_option_kept_last|tools/cli_opts.c|        if (seen[o - cmd->opts] > 1 && !o->max_count && !o->repeatable)|        if (0)|test_cli_mistakes.sh|CLI: a single-valued option given twice is refused, not silently overridden
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }
