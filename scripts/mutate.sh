@@ -82,6 +82,7 @@ generate_n_predict_unchecked|src/engine/generate.c|    if (p->n_predict < 0)\n| 
 chat_role_unchecked|src/tokenizer/chat.c|    int st = check_roles(fam, msgs, n_msgs);|    int st = KVS_OK;\n    (void)check_roles;|test_chat:unknown_role_refused|a chat role the family does not know is refused, never written into the prompt
 cli_number_leading_space|tools/cli_opts.c|static int number_start(const char *v) { return *v && !isspace((unsigned char)*v); }|static int number_start(const char *v) { return *v != 0; }|test_cli_mistakes.sh|CLI numbers: white space before a number is refused like white space after it
 cli_repeated_option_kept_last|tools/cli_opts.c|        if (seen[o - cmd->opts] > 1 && !o->max_count && !o->repeatable)|        if (0)|test_cli_mistakes.sh|CLI: a single-valued option given twice is refused, not silently overridden
+alignment_1_vector_mapped|src/model/weights.c|    if (!misaligned(t->data)) return t->data;|    if (1) return t->data;|test_model:test_alignment_1_misaligned_floats|float vectors of a general.alignment 1 file are read from float-aligned memory
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }
