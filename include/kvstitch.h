@@ -572,7 +572,8 @@ typedef struct kvs_cache_dir_stats {
     uint64_t bytes;          /* their file bytes */
     uint64_t models;         /* distinct fingerprints among them */
     uint64_t damaged;        /* files that fail a check: bad magic/version/header, truncated */
-    uint64_t unreadable;     /* read errors, and non-regular files (FIFOs...) in an entry's place */
+    uint64_t unreadable;     /* read errors, and an entry's name on what is not a regular file
+                              * (FIFO, directory, symlink...: counted here only, never read) */
     uint64_t tmp;            /* writers' temporary files */
     uint64_t stale_tmp;      /* of which stale: their writer is gone (cache prune removes them) */
     uint64_t unreachable;    /* valid entries whose parent chain is broken: no prompt reaches them

@@ -83,6 +83,9 @@ chat_role_unchecked|src/tokenizer/chat.c|    int st = check_roles(fam, msgs, n_m
 cli_number_leading_space|tools/cli_opts.c|static int number_start(const char *v) { return *v && !isspace((unsigned char)*v); }|static int number_start(const char *v) { return *v != 0; }|test_cli_mistakes.sh|CLI numbers: white space before a number is refused like white space after it
 cli_repeated_option_kept_last|tools/cli_opts.c|        if (seen[o - cmd->opts] > 1 && !o->max_count && !o->repeatable)|        if (0)|test_cli_mistakes.sh|CLI: a single-valued option given twice is refused, not silently overridden
 alignment_1_vector_mapped|src/model/weights.c|    if (!misaligned(t->data)) return t->data;|    if (1) return t->data;|test_model:test_alignment_1_misaligned_floats|float vectors of a general.alignment 1 file are read from float-aligned memory
+dir_entry_over_bound_written|src/kv/tier_dir.c|    if (entry > d->max_bytes) {|    if (0) {|test_tiers:bound_below_one_entry_writes_nothing|an entry larger than the cache dir's bound is not written and is reported as not stored
+bound_evicts_own_write|src/kv/disk_budget.c|        if (p->keep && !strcmp(e->name, p->keep)) continue;|        (void)0;|test_tiers:bound_keeps_the_entry_just_written|a write's own bound check never evicts the entry it just wrote
+not_regular_counted_as_other|src/kv/disk_budget.c|if (entry_name(de->d_name) && !lstat_gone(dir, de->d_name)) u->not_regular++;|if (0) u->not_regular++;|test_tiers:non_regular_entry_names_counted_once|cache stats: an entry's name on a FIFO / directory / symlink counts once (unreadable), not also as other
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }
