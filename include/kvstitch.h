@@ -209,13 +209,15 @@ KVS_API int kvs_detok_flush(kvs_detok *d, char *buf, size_t cap, size_t *n_out);
 /* ------------------------------------------------------------------------ */
 
 typedef struct kvs_chat_message {
-    const char *role;    /* "system", "user", "assistant" */
+    const char *role;    /* "system", "user", "assistant"; qwen3 also "tool" */
     const char *content;
 } kvs_chat_message;
 
 /* Renders messages with a template family ("chatml", "llama3", "llama2") or,
  * when family is NULL, the family detected from tokenizer.chat_template.
- * An unknown template gives KVS_ERR_UNSUPPORTED naming it. *out is
+ * An unknown template gives KVS_ERR_UNSUPPORTED naming it; a role the
+ * family does not know (exact, case-sensitive) KVS_ERR_INVALID_ARG naming
+ * the message, the role and the known ones. *out is
  * NUL-terminated and allocated by the library: release it with kvs_free().
  * On failure *out is untouched. */
 KVS_API int kvs_chat_render(const kvs_model *model, const char *family,
@@ -286,13 +288,16 @@ KVS_API int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int
 /* Sampling and generation                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Each field's accepted range is written on it; a value outside (NaN and
+ * inf included) is refused with KVS_ERR_INVALID_ARG naming the field, by
+ * kvs_sampler_new and by every kvs_generate* call before any work. */
 typedef struct kvs_sampler_params {
-    float temperature;    /* <= 0: greedy */
-    int top_k;            /* 0 = off */
-    float top_p;          /* 1 = off */
-    float min_p;          /* 0 = off */
-    float repeat_penalty; /* 1 = off */
-    int repeat_last_n;    /* tokens considered for the penalty */
+    float temperature;    /* finite; <= 0 (or too small for 1 / T to be finite): greedy */
+    int top_k;            /* >= 0; 0 = off */
+    float top_p;          /* (0, 1]; 1 = off */
+    float min_p;          /* [0, 1]; 0 = off */
+    float repeat_penalty; /* finite, > 0; 1 = off */
+    int repeat_last_n;    /* >= 0: tokens considered for the penalty */
     uint64_t seed;
     /* OpenAI's additive penalties over the tokens generated so far (not the
      * prompt): logit -= frequency_penalty * count + presence_penalty * (count > 0).
@@ -321,14 +326,17 @@ KVS_API int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float 
  * delivers text held back until the end. */
 typedef int (*kvs_token_callback)(void *user, int32_t token, const char *piece, size_t len);
 
+/* Out-of-range values (a negative count, a NULL stop string, a sampling
+ * field outside its range) are refused with KVS_ERR_INVALID_ARG naming the
+ * field, before anything is looked up, computed or stored. */
 typedef struct kvs_generate_params {
-    int n_predict;                 /* max new tokens */
+    int n_predict;                 /* >= 0: max new tokens (0: the prompt only) */
     kvs_sampler_params sampling;
-    const char *const *stop;       /* stop strings, may be NULL */
-    int n_stop;
+    const char *const *stop;       /* (n_stop) stop strings, none NULL; may be NULL when n_stop is 0 */
+    int n_stop;                    /* >= 0 */
     kvs_token_callback on_token;   /* may be NULL */
     void *user;
-    int n_top_logprobs;            /* how many [id, logprob] pairs of the first position */
+    int n_top_logprobs;            /* >= 0: how many [id, logprob] pairs of the first position */
 } kvs_generate_params;
 
 KVS_API kvs_generate_params kvs_generate_default_params(void);
@@ -576,7 +584,8 @@ typedef struct kvs_cache_dir_stats {
     uint64_t bytes;          /* their file bytes */
     uint64_t models;         /* distinct fingerprints among them */
     uint64_t damaged;        /* files that fail a check: bad magic/version/header, truncated */
-    uint64_t unreadable;     /* read errors, and non-regular files (FIFOs...) in an entry's place */
+    uint64_t unreadable;     /* read errors, and an entry's name on what is not a regular file
+                              * (FIFO, directory, symlink...: counted here only, never read) */
     uint64_t tmp;            /* writers' temporary files */
     uint64_t stale_tmp;      /* of which stale: their writer is gone (cache prune removes them) */
     uint64_t unreachable;    /* valid entries whose parent chain is broken: no prompt reaches them

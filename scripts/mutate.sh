@@ -83,6 +83,15 @@ nonfinite_f16_exponent_bit|src/gguf/gguf_types.c|return enc == KVS_SCALE_F16 ? 0
 nonfinite_q6k_scale_place|src/gguf/gguf_types.c|[KVS_TYPE_Q6_K] = {"Q6_K", 256, 210, 1, F16, 1, {208}},|[KVS_TYPE_Q6_K] = {"Q6_K", 256, 210, 1, F16, 1, {0}},|test_gguf:find_nonfinite_every_type|the scale of a Q6_K block is the one checked
 nonfinite_run_skipped|src/gguf/gguf_types.c|for (size_t b0 = 0; b0 < nblocks; b0 += step) {|for (size_t b0 = step; b0 < nblocks; b0 += step) {|test_gguf:find_nonfinite_every_type test_model:test_nonfinite_weights_named|every element of a float weight is checked at load
 nonfinite_vec_unchecked|src/model/weights.c|    if (bad >= 0) return nonfinite_error(m, name, t->type, bad, 0);|    (void)bad;|test_model:test_nonfinite_weights_named|a norm vector with a NaN is refused at load, named
+sampler_top_p_zero_accepted|src/engine/sampler.c|FF(top_p, 0.0f, 1.0f, 1, "in (0, 1] (1 = off)"),|FF(top_p, 0.0f, 1.0f, 0, "in (0, 1] (1 = off)"),|test_sampler:test_bad_params_named|top_p 0 (a silent greedy draw) is refused, naming top_p
+generate_n_predict_unchecked|src/engine/generate.c|    if (p->n_predict < 0)\n|    if (0)\n|test_engine:test_generate_bad_params_named|n_predict < 0 is refused before any lookup, computation or store, naming the field
+chat_role_unchecked|src/tokenizer/chat.c|    int st = check_roles(fam, msgs, n_msgs);|    int st = KVS_OK;\n    (void)check_roles;|test_chat:unknown_role_refused|a chat role the family does not know is refused, never written into the prompt
+cli_number_leading_space|tools/cli_opts.c|static int number_start(const char *v) { return *v && !isspace((unsigned char)*v); }|static int number_start(const char *v) { return *v != 0; }|test_cli_mistakes.sh|CLI numbers: white space before a number is refused like white space after it
+cli_repeated_option_kept_last|tools/cli_opts.c|        if (seen[o - cmd->opts] > 1 && !o->max_count && !o->repeatable)|        if (0)|test_cli_mistakes.sh|CLI: a single-valued option given twice is refused, not silently overridden
+alignment_1_vector_mapped|src/model/weights.c|    if (!misaligned(t->data)) return t->data;|    if (1) return t->data;|test_model:test_alignment_1_misaligned_floats|float vectors of a general.alignment 1 file are read from float-aligned memory
+dir_entry_over_bound_written|src/kv/tier_dir.c|    if (entry > d->max_bytes) {|    if (0) {|test_tiers:bound_below_one_entry_writes_nothing|an entry larger than the cache dir's bound is not written and is reported as not stored
+bound_evicts_own_write|src/kv/disk_budget.c|        if (p->keep && !strcmp(e->name, p->keep)) continue;|        (void)0;|test_tiers:bound_keeps_the_entry_just_written|a write's own bound check never evicts the entry it just wrote
+not_regular_counted_as_other|src/kv/disk_budget.c|if (entry_name(de->d_name) && !lstat_gone(dir, de->d_name)) u->not_regular++;|if (0) u->not_regular++;|test_tiers:non_regular_entry_names_counted_once|cache stats: an entry's name on a FIFO / directory / symlink counts once (unreadable), not also as other
 ROWS
 
 list_rows() { printf '%s\n' "$TABLE" | awk -F'|' 'NF >= 6 { printf "%-30s %s\n", $1, $6 }'; }

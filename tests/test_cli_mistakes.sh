@@ -56,6 +56,16 @@ mistake gen_min_p 2 "--min-p must be a number in [0, 1], got '-0.1'" generate "$
 mistake gen_repeat_penalty 2 "--repeat-penalty must be a number in (0, 10], got '0'" generate "${M[@]}" -p hi --repeat-penalty 0
 mistake gen_top_k 2 "--top-k must be an integer in [0, 1048576], got '-1'" generate "${M[@]}" -p hi --top-k -1
 mistake gen_seed 2 "--seed must be an integer" generate "${M[@]}" -p hi --seed -3
+# numbers with white space around them: refused on both sides (strtol/strtod had skipped a leading one)
+mistake gen_n_leading_space 2 "--n-predict must be an integer in [0, 1048576], got ' 1' (not an integer)" generate "${M[@]}" -p hi -n " 1"
+mistake gen_n_trailing_space 2 "--n-predict must be an integer in [0, 1048576], got '1 ' (not an integer)" generate "${M[@]}" -p hi -n "1 "
+mistake gen_temp_leading_space 2 "--temp must be a number in [0, 100], got ' 0.5' (not a number)" generate "${M[@]}" -p hi --temp " 0.5"
+mistake gen_seed_leading_space 2 "--seed must be an integer in [0, " generate "${M[@]}" -p hi --seed $'\t3'
+mistake warm_bytes_leading_space 2 "--cache-max-bytes" warm "${M[@]}" --cache-dir "$D" --cache-max-bytes " 1M" hi
+# a single-valued option given twice: refused (it had kept the last value silently)
+mistake gen_prompt_twice 2 "-p given more than once (again with 'b'): it takes one value" generate "${M[@]}" -p a -p b
+mistake gen_n_twice 2 "--n-predict given more than once (again with '8'): it takes one value" generate "${M[@]}" -p a -n 4 --n-predict=8
+mistake warm_system_twice 2 "--system given more than once" warm "${M[@]}" --cache-dir "$D" --chat --system x --system y hi
 # generate: files
 mistake gen_model_missing 2 "--model: $tmp/none.gguf: No such file or directory" generate -m "$tmp/none.gguf" -p hi
 mistake gen_model_fifo 2 "is a FIFO, expected a regular file" generate -m "$tmp/fifo" -p hi
@@ -81,6 +91,18 @@ mistake gen_prompt_past_train 1 "was trained on at most 8192 (llama.context_leng
 mistake gen_ctx_past_train 1 "--ctx 20000 exceeds the 8192 tokens the model was trained on" generate "${M[@]}" -p hi --ctx 20000
 mistake gen_prompt_past_ctx 1 "holds only 16: raise --ctx to at least" generate "${M[@]}" --ctx 16 \
     -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen"
+# a model trained on a context of 1 token (the tiny random llama, patched): no advice to shorten
+# the prompt to nothing (it had said "shorten it by at least 3 tokens" of a 3-token prompt)
+python3 - "${KVSTITCH_SHARED:-../shared}/models/llama-2-tiny-random.gguf" "$tmp/ctx1.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+at = b.index(b"llama.context_length") + len(b"llama.context_length")
+assert struct.unpack_from("<I", b, at)[0] == 4  # u32
+struct.pack_into("<I", b, at + 4, 1)
+open(sys.argv[2], "wb").write(b)
+PY
+mistake gen_prompt_past_train_of_1 1 "trained on a context of only 1 token (llama.context_length), and the prompt's layout alone (BOS, chat template) takes 1: no text fits" \
+    generate -m "$tmp/ctx1.gguf" -p "hello world" -n 2
 # warm
 mistake warm_no_dir 2 "--cache-dir DIR is required" warm "${M[@]}" hi
 mistake warm_nothing 2 "give at least one prompt" warm "${M[@]}" --cache-dir "$D"

@@ -302,6 +302,56 @@ TEST(test_generate_context_limits) {
     kvs_context_free(ctx);
 }
 
+
+/* Out-of-range generation values are refused before any work, naming the
+ * field: n_predict -1 had generated nothing and stored the prompt, top_p 0
+ * / min_p 2 had been silent greedy draws, temperature inf a uniform one;
+ * through the cache and the documents path too (nothing looked up,
+ * computed or stored before the refusal). */
+TEST(test_generate_bad_params_named) {
+    int32_t prompt[64];
+    int n = chat_prompt("Hi", prompt, 64);
+    kvs_context *ctx = new_ctx(128, 1);
+    kvs_cache *cache = NULL;
+    kvs_cache_params cp = kvs_cache_default_params();
+    cp.budget_bytes = 16u << 20;
+    CHECK_EQ_INT(kvs_cache_open(g_model, cp, &cache), KVS_OK);
+    if (!ctx || !cache || n <= 0) { kvs_context_free(ctx); kvs_cache_free(cache); return; }
+    static const char *const docs[] = {"The red fox lives in the old forest."};
+    kvs_segments seg = {1, NULL, docs, NULL, 1, "Where does the fox live?", NULL};
+    for (int k = 0; k < 8; k++) {
+        kvs_generate_params gp = kvs_generate_default_params();
+        const char *field;
+        switch (k) {
+        case 0: gp.n_predict = -1; field = "n_predict"; break;
+        case 1: gp.sampling.top_p = 0.0f; field = "top_p"; break;
+        case 2: gp.sampling.min_p = 2.0f; field = "min_p"; break;
+        case 3: gp.sampling.temperature = INFINITY; field = "temperature"; break;
+        case 4: gp.sampling.temperature = NAN; field = "temperature"; break;
+        case 5: gp.n_top_logprobs = -1; field = "n_top_logprobs"; break;
+        case 6: gp.n_stop = -1; field = "n_stop"; break;
+        default: {
+            static const char *const stops[] = {"x", NULL};
+            gp.stop = stops;
+            gp.n_stop = 2;
+            field = "stop[1]";
+        }
+        }
+        kvs_generate_result r;
+        CHECK_EQ_INT(kvs_generate(ctx, prompt, n, &gp, &r), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), field) != NULL, "%s: %s", field, kvs_last_error());
+        CHECK_EQ_INT(kvs_generate_cached(ctx, cache, prompt, n, &gp, NULL, &r), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), field) != NULL, "%s: %s", field, kvs_last_error());
+        CHECK_EQ_INT(kvs_generate_segments(ctx, cache, &seg, &gp, NULL, &r), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), field) != NULL, "%s: %s", field, kvs_last_error());
+    }
+    kvs_cache_stats st;
+    kvs_cache_get_stats(cache, &st);
+    CHECK_EQ_INT(st.entries, 0); /* nothing was stored by the refused calls */
+    kvs_cache_free(cache);
+    kvs_context_free(ctx);
+}
+
 int main(void) {
     const char *path = kt_model_path();
     if (!path) return 1;
@@ -318,6 +368,7 @@ int main(void) {
     RUN(test_generate_stop_string_and_callback_stop);
     RUN(test_generate_seeded_sampling);
     RUN(test_generate_context_limits);
+    RUN(test_generate_bad_params_named);
     kvs_model_free(g_model);
     return kt_summary();
 }

@@ -369,6 +369,104 @@ TEST(test_missing_file_named) {
     kvs_model_free(NULL);
 }
 
+
+/* The tiny llama rewritten with general.alignment 1 and its data section at
+ * an offset of 1 mod 4: every tensor sits at an address that is not a
+ * multiple of 4. Float matrices are read with unaligned loads (memcpy,
+ * loadu); the float vectors the kernels index as float * (norm weights)
+ * must be float-aligned: they are copied out of the mapping (they had
+ * pointed into it: misaligned float loads, undefined behaviour that
+ * UBSan's alignment check reports). The logits equal the original's bit
+ * for bit. */
+static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static unsigned char *tiny_alignment_1(size_t *out_len) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    kvs_gguf *g = NULL;
+    if (!b || kvs_gguf_open_memory(b, len, &g) != KVS_OK) { free(b); return NULL; }
+    size_t hdr_end = 0; /* end of the last tensor info: name, n_dims, ne[n_dims], type, offset */
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(g); i++) {
+        const kvs_gguf_tensor *t = kvs_gguf_tensor_at(g, i);
+        size_t e = (size_t)((const unsigned char *)t->name.ptr - b) + t->name.len + 4 + 8 * (size_t)t->n_dims + 4 + 8;
+        if (e > hdr_end) hdr_end = e;
+    }
+    const size_t data = kvs_gguf_data_offset(g);
+    const uint64_t n_kv = (uint64_t)kvs_gguf_n_kv(g);
+    kvs_gguf_close(g);
+    /* two keys after the 24-byte header: general.alignment = 1 (u32) and a
+     * string whose length puts the data section at 1 mod 4 */
+    static const char k_align[] = "general.alignment", k_pad[] = "kvstitch.test.pad";
+    const size_t kv_align = 8 + 17 + 4 + 4, kv_pad0 = 8 + 17 + 4 + 8;
+    size_t pad = 0;
+    while ((hdr_end + kv_align + kv_pad0 + pad) % 4 != 1) pad++;
+    const size_t n = hdr_end + kv_align + kv_pad0 + pad + (len - data);
+    unsigned char *o = calloc(1, n), *w = o;
+    memcpy(w, b, 16); /* magic, version, n_tensors */
+    put_u64(w + 16, n_kv + 2);
+    w += 24;
+    put_u64(w, 17), memcpy(w + 8, k_align, 17), put_u32(w + 25, 4 /* u32 */), put_u32(w + 29, 1);
+    w += kv_align;
+    put_u64(w, 17), memcpy(w + 8, k_pad, 17), put_u32(w + 25, 8 /* string */), put_u64(w + 29, pad);
+    memset(w + 37, 'x', pad);
+    w += kv_pad0 + pad;
+    memcpy(w, b + 24, hdr_end - 24); /* the original keys and tensor infos (offsets are relative) */
+    w += hdr_end - 24;
+    memcpy(w, b + data, len - data);
+    free(b);
+    *out_len = n;
+    return o;
+}
+
+static float *tiny_logits(kvs_model *m) {
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 16;
+    cp.n_threads = 1;
+    kvs_context *ctx = NULL;
+    float *logits = malloc(32000 * sizeof(float));
+    int32_t toks[4] = {1, 450, 4996, 17354}, pos[4] = {0, 1, 2, 3};
+    int st = kvs_context_new(m, cp, &ctx);
+    if (!st) st = kvs_decode(ctx, toks, pos, 4, logits);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    kvs_context_free(ctx);
+    if (st) { free(logits); return NULL; }
+    return logits;
+}
+
+TEST(test_alignment_1_misaligned_floats) {
+    size_t len = 0;
+    unsigned char *b = tiny_alignment_1(&len);
+    CHECK(b != NULL);
+    if (!b) return;
+    char path[] = "/tmp/kvs_test_align1_XXXXXX", p[512];
+    int fd = mkstemp(path);
+    int ok = fd >= 0 && write(fd, b, len) == (ssize_t)len;
+    if (fd >= 0) close(fd);
+    free(b);
+    kvs_model *m = NULL, *ref = NULL;
+    int st = ok ? kvs_model_load(path, kvs_model_default_params(), &m) : -100;
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (!st) st = kvs_model_load(tiny_path(p, sizeof p), kvs_model_default_params(), &ref);
+    if (!st) {
+        CHECK_EQ_INT(kvs_gguf_alignment(kvs_model_gguf(m)), 1);
+        const kvs_gguf_tensor *t = kvs_gguf_find_tensor(kvs_model_gguf(m), "output_norm.weight");
+        CHECK(t && (uintptr_t)t->data % 4 != 0); /* the file really places it off the float grid */
+        const kvs_layer_weights *w = kvs_model_layer(m, 0);
+        CHECK((uintptr_t)kvs_model_output_norm(m) % _Alignof(float) == 0);
+        CHECK((uintptr_t)w->attn_norm % _Alignof(float) == 0);
+        CHECK((uintptr_t)w->ffn_norm % _Alignof(float) == 0);
+        CHECK(memcmp(kvs_model_output_norm(m), kvs_model_output_norm(ref), 8 * sizeof(float)) == 0);
+        float *a = tiny_logits(m), *r = tiny_logits(ref);
+        CHECK(a && r && memcmp(a, r, 32000 * sizeof(float)) == 0);
+        free(a);
+        free(r);
+    }
+    kvs_model_free(m);
+    kvs_model_free(ref);
+    unlink(path);
+}
+
 int main(void) {
     RUN(test_smollm2_hparams);
     RUN(test_tiny_random_untied_f16);
@@ -382,5 +480,6 @@ int main(void) {
     RUN(test_qwen2_needs_qkv_bias);
     RUN(test_nonfinite_weights_named);
     RUN(test_missing_file_named);
+    RUN(test_alignment_1_misaligned_floats);
     return kt_summary();
 }

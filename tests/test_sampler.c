@@ -286,6 +286,63 @@ TEST(test_logprobs) {
     CHECK_EQ_INT(kvs_logprobs(l, 0, -1, NULL, 0, NULL, NULL), KVS_ERR_INVALID_ARG);
 }
 
+/* Every out-of-range field is refused with KVS_ERR_INVALID_ARG and a message
+ * that names it (top_p 0 had been a silent greedy, min_p 2 too, temperature
+ * inf a uniform draw; temperature nan was refused by a message listing the
+ * other fields but not the temperature). */
+TEST(test_bad_params_named) {
+    static const struct {
+        const char *field;
+        int which; /* 0 temperature, 1 top_p, 2 min_p, 3 repeat_penalty, 4 top_k, 5 repeat_last_n */
+        float v;
+    } bad[] = {
+        {"temperature", 0, NAN},  {"temperature", 0, INFINITY}, {"temperature", 0, -INFINITY},
+        {"top_p", 1, 0.0f},       {"top_p", 1, -0.5f},          {"top_p", 1, 1.5f},
+        {"top_p", 1, NAN},        {"min_p", 2, 2.0f},           {"min_p", 2, -0.1f},
+        {"min_p", 2, NAN},        {"repeat_penalty", 3, 0.0f},  {"repeat_penalty", 3, INFINITY},
+        {"top_k", 4, -1},         {"repeat_last_n", 5, -1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvs_sampler_params p = plain(0.7f);
+        switch (bad[i].which) {
+        case 0: p.temperature = bad[i].v; break;
+        case 1: p.top_p = bad[i].v; break;
+        case 2: p.min_p = bad[i].v; break;
+        case 3: p.repeat_penalty = bad[i].v; break;
+        case 4: p.top_k = (int)bad[i].v; break;
+        default: p.repeat_last_n = (int)bad[i].v; break;
+        }
+        kvs_sampler *s = NULL;
+        CHECK_EQ_INT(kvs_sampler_new(p, 3, &s), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), bad[i].field) != NULL, "%s %g: %s", bad[i].field, (double)bad[i].v,
+                  kvs_last_error());
+        CHECK(s == NULL);
+        kvs_sampler_free(s);
+    }
+    /* the edges stay accepted: top_p 1 and min_p 1, min_p 0, a negative temperature (greedy) */
+    kvs_sampler_params p = plain(-1.0f);
+    p.top_p = 1.0f;
+    p.min_p = 1.0f;
+    kvs_sampler *s = make(p, 3);
+    kvs_sampler_free(s);
+    p.min_p = 0.0f;
+    s = make(p, 3);
+    kvs_sampler_free(s);
+}
+
+/* A temperature so small that 1 / T overflows (a denormal: the CLI's
+ * [0, 100] lets 1e-40 through) is greedy: its 0 * inf had made every
+ * probability NaN -> 0 and the draw return the last of the top-k. */
+TEST(test_tiny_temperature_is_greedy) {
+    float l[5] = {0.5f, 3.0f, 1.0f, 2.0f, -1.0f};
+    kvs_sampler_params p = plain(1e-40f);
+    p.top_k = 4;
+    kvs_sampler *s = make(p, 5);
+    if (!s) return;
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(kvs_sampler_sample(s, l), 1);
+    kvs_sampler_free(s);
+}
+
 int main(void) {
     RUN(test_greedy_argmax_and_ties);
     RUN(test_default_is_greedy);
@@ -298,5 +355,7 @@ int main(void) {
     RUN(test_presence_and_frequency_penalties);
     RUN(test_logits_untouched_and_bad_params);
     RUN(test_logprobs);
+    RUN(test_bad_params_named);
+    RUN(test_tiny_temperature_is_greedy);
     return kt_summary();
 }

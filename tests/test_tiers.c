@@ -399,7 +399,7 @@ TEST(bound_ignores_files_not_its_own) {
     snprintf(fake_entry, sizeof fake_entry, "%064d.kvc", 7);
     put_file(dir, fake_entry, big, 0);
     free(big);
-    kvs_disk_prune_params pp = {real + 1, 0, 0};
+    kvs_disk_prune_params pp = {real + 1, 0, 0, NULL};
     kvs_disk_prune_report pr;
     CHECK_EQ_INT(kvs_disk_prune(dir, &pp, &pr), KVS_OK);
     CHECK_EQ_INT(pr.removed, 0);
@@ -494,6 +494,115 @@ TEST(unreachable_and_old_entries_pruned) {
     free(dir);
 }
 
+
+/* A bound smaller than one entry: no chunk is written (each had been
+ * written, reported stored, and evicted at once with every other entry by
+ * its own bound check); the chunks are reported as failed writes, naming
+ * the bound, and kept in memory only. */
+TEST(bound_below_one_entry_writes_nothing) {
+    char *dir = new_dir();
+    kvs_store *s = open_store(dir, 4096);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 0);
+    CHECK_EQ_INT(r.n_write_errors, 5);
+    CHECK_MSG(strstr(r.write_error, "4096") && strstr(r.write_error, "bound"), "%s", r.write_error);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.disk_writes, 0);
+    CHECK_EQ_INT(st.disk_write_errors, 5);
+    CHECK_EQ_INT(serve_into(s, N), N); /* memory still serves them in this process */
+    kvs_store_free(s);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 0);
+    CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* A bound that holds one entry but not its low-water mark (90%): the entry
+ * just written is never evicted by its own write's bound check (it had
+ * been: the check evicted down to 90% of the bound, the new entry last),
+ * so a put that reports chunks stored leaves the last one on disk. */
+TEST(bound_keeps_the_entry_just_written) {
+    char *dir = populated_dir();
+    kvs_disk_usage u;
+    CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
+    char path[512];
+    entry_path(dir, 0, path, sizeof path);
+    struct stat sb;
+    CHECK_EQ_INT(stat(path, &sb), 0);
+    const uint64_t entry = (uint64_t)sb.st_size; /* a full 64-token entry */
+    rm_dir(dir);
+    free(dir);
+    dir = new_dir();
+    kvs_store *s = open_store(dir, entry + entry / 20);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    /* 4 full chunks, written last first: every second write crosses the bound */
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, 256, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 4);
+    CHECK_EQ_INT(r.n_write_errors, 0);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 1); /* chunk 0, written last (later writes evict earlier ones) */
+    entry_path(dir, 0, path, sizeof path);
+    CHECK_EQ_INT(access(path, F_OK), 0);
+    kvs_store_free(s);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 1);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* Names of entries on things that are not regular files, FIFO, directory,
+ * symlink (to a valid entry, and dangling): each is counted once, as
+ * unreadable (they had counted as unreadable and also as "other files"; the
+ * symlink to a valid entry as valid and other), and never removed. */
+TEST(non_regular_entry_names_counted_once) {
+    char *dir = populated_dir();
+    char p1[512], p2[512], p3[512], dangling[600], moved[600];
+    entry_path(dir, 1, p1, sizeof p1);
+    entry_path(dir, 2, p2, sizeof p2);
+    entry_path(dir, 3, p3, sizeof p3);
+    snprintf(moved, sizeof moved, "%s.moved", dir); /* outside the directory */
+    snprintf(dangling, sizeof dangling, "%s/%064d.kvc", dir, 9);
+    CHECK_EQ_INT(unlink(p1), 0);
+    CHECK_EQ_INT(mkfifo(p1, 0644), 0);
+    CHECK_EQ_INT(unlink(p2), 0);
+    CHECK_EQ_INT(mkdir(p2, 0755), 0);
+    CHECK_EQ_INT(rename(p3, moved), 0);
+    CHECK_EQ_INT(symlink(moved, p3), 0);
+    CHECK_EQ_INT(symlink("/nonexistent/entry", dangling), 0);
+    kvs_cache_dir_stats ds;
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+    CHECK_EQ_INT(ds.entries, 2); /* chunks 0 and 4 */
+    CHECK_EQ_INT(ds.unreadable, 4);
+    CHECK_EQ_INT(ds.other_files, 0);
+    CHECK_EQ_INT(ds.damaged, 0);
+    kvs_disk_usage u;
+    CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
+    CHECK_EQ_INT(u.entries, 2);
+    CHECK_EQ_INT(u.other, 0);
+    kvs_store *s = open_store(dir, 0);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.last_scan.n[KVS_DISK_NOT_REGULAR], 4);
+    kvs_store_free(s);
+    uint64_t removed = 0;
+    CHECK_EQ_INT(kvs_cache_dir_clear(dir, &removed), KVS_OK);
+    CHECK_EQ_INT(removed, 2);
+    struct stat sb;
+    CHECK(lstat(p1, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK(lstat(p2, &sb) == 0 && S_ISDIR(sb.st_mode));
+    CHECK(lstat(p3, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(lstat(dangling, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK_EQ_INT(access(moved, F_OK), 0); /* a symlink's target is never touched */
+    unlink(p3);
+    unlink(dangling);
+    rmdir(p2);
+    unlink(moved);
+    rm_dir(dir);
+    free(dir);
+}
+
 int main(void) {
     for (int i = 0; i < N; i++) toks[i] = (int32_t)(fake_mix((uint64_t)i + 7) % 49152);
     for (int i = 0; i < 32; i++) FP.b[i] = (uint8_t)(5 * i + 1);
@@ -508,6 +617,9 @@ int main(void) {
     RUN(bound_ignores_files_not_its_own);
     RUN(bound_evicts_least_recently_used);
     RUN(unreachable_and_old_entries_pruned);
+    RUN(bound_below_one_entry_writes_nothing);
+    RUN(bound_keeps_the_entry_just_written);
+    RUN(non_regular_entry_names_counted_once);
     fake_kv_free(cold);
     fake_kv_free(warm);
     return kt_summary();

@@ -1,4 +1,5 @@
 /* Table-driven option parsing and --help (cli_opts.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -86,6 +87,12 @@ static int choice_ok(const char *choices, const char *v) {
     return 0;
 }
 
+/* strtol / strtod / strtoull skip leading white space but stop at trailing
+ * white space: a number must start with its first character (a sign or a
+ * digit; "nan", "inf" are refused as not finite) so that " 1" and "1 " are
+ * refused alike. */
+static int number_start(const char *v) { return *v && !isspace((unsigned char)*v); }
+
 /* Converts and checks v for row o, storing it into opts. 0 or 2. */
 static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, void *opts) {
     char *field = (char *)opts + o->offset, *end = NULL;
@@ -93,14 +100,14 @@ static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, vo
     switch (o->kind) {
     case CLI_INT: {
         long x = strtol(v, &end, 10);
-        if (!*v || *end) return bad_value(cmd->name, o, v, "not an integer");
+        if (!number_start(v) || *end) return bad_value(cmd->name, o, v, "not an integer");
         if (errno || x < o->min || x > o->max) return bad_value(cmd->name, o, v, "out of range");
         *(int *)field = (int)x;
         return 0;
     }
     case CLI_FLOAT: {
         double x = strtod(v, &end);
-        if (!*v || *end) return bad_value(cmd->name, o, v, "not a number");
+        if (!number_start(v) || *end) return bad_value(cmd->name, o, v, "not a number");
         if (!isfinite(x)) return bad_value(cmd->name, o, v, "not a finite number");
         if (x < o->min || x > o->max || (o->min_open && x == o->min)) return bad_value(cmd->name, o, v, "out of range");
         *(float *)field = (float)x;
@@ -108,7 +115,8 @@ static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, vo
     }
     case CLI_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || *v == '-' || errno) return bad_value(cmd->name, o, v, "not a non-negative integer");
+        if (!number_start(v) || *end || *v == '-' || errno)
+            return bad_value(cmd->name, o, v, "not a non-negative integer");
         *(unsigned long long *)field = x;
         return 0;
     }
@@ -212,6 +220,11 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, int *gi
         }
         const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
         if (!v) return cli_usage_error(cmd->name, "%s needs a value (%s)", row_name(o), o->metavar ? o->metavar : "");
+        /* A single-valued option given again had silently replaced the first
+         * value (-p a -p b ran "b"); repeatable rows append instead. */
+        if (seen[o - cmd->opts] > 1 && !o->max_count && !o->repeatable)
+            return cli_usage_error(cmd->name, "%.*s given more than once (again with '%s'): it takes one value",
+                                   (int)(eq ? (size_t)(eq - a) : strlen(a)), a, v);
         int rc = set_value(cmd, o, v, opts);
         if (rc) return rc;
     }
@@ -245,6 +258,7 @@ void cli_print_help(const cli_command *cmd, FILE *f) {
         if (range[0] && o->kind != CLI_U64 && o->kind != CLI_CHOICE)
             fprintf(f, " %s", strpbrk(range, "[(") ? strpbrk(range, "[(") : range);
         if (o->max_count > 0) fprintf(f, " (repeatable, up to %d)", o->max_count);
+        else if (o->repeatable && !strstr(o->help, "repeatable")) fprintf(f, " (repeatable)");
         fputc('\n', f);
     }
     if (cmd->footer) fputs(cmd->footer, f);

@@ -6,7 +6,9 @@
  * the row), so the two cannot drift apart.
  *
  * A usage error prints "kvstitch CMD: OPTION: VALUE ...: expected RANGE"
- * on stderr and makes the command exit with 2.
+ * on stderr and makes the command exit with 2. Numbers are refused with
+ * white space on either side; a valued option given twice is refused
+ * unless its row is repeatable (max_count or repeatable).
  *
  *   static const cli_opt opts[] = {
  *       CLI_INT_OPT("-n", "--n-predict", gen_opts, n_predict, 0, 1 << 20, "N", "new tokens at most (default 128)"),
@@ -43,6 +45,8 @@ typedef struct cli_opt {
     int max_count;          /* > 0: repeatable, values appended to an array of max_count
                              * (const char *) at offset, its length an int at count_offset */
     size_t count_offset;
+    int repeatable;         /* 1: may be given more than once (each value goes to set); a row
+                             * without it or max_count is refused the second time */
     const char *needs;      /* another option's name that must be given with this one, or NULL */
     const char *metavar;    /* "N" in "--threads N" */
     const char *help;       /* one line (more with \n); the range is appended from the row */

@@ -27,6 +27,13 @@ int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_op
         cli_usage_error(cmd, "%s needs a value", opt);
         return -1;
     }
+    /* (the value of a repeated --redis is not echoed: it may hold a password) */
+    if ((is_url && o->url) || (is_cluster && o->cluster) || (is_file && o->password_file) ||
+        (is_timeout && o->timeout_ms)) {
+        cli_usage_error(cmd, "%s given more than once (again with '%s'): it takes one value", opt,
+                        is_url ? "..." : value);
+        return -1;
+    }
     if (is_timeout) return cli_parse_int(opt, value, &o->timeout_ms) || o->timeout_ms <= 0
                                ? (cli_usage_error(cmd, "--redis-timeout must be > 0 (ms)"), -1)
                                : 1;

@@ -1,4 +1,5 @@
 /* Helpers shared by the CLI commands: errors, number parsing, files, progress. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,7 +20,7 @@ int cli_parse_int(const char *opt, const char *s, int *out) {
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < INT_MIN || v > INT_MAX) {
+    if (!s || !*s || isspace((unsigned char)*s) || *end || errno || v < INT_MIN || v > INT_MAX) {
         fprintf(stderr, "kvstitch: %s expects an integer, got '%s'\n", opt, s ? s : "");
         return -1;
     }
@@ -31,7 +32,7 @@ int cli_parse_u64(const char *opt, const char *s, unsigned long long *out) {
     char *end;
     errno = 0;
     unsigned long long v = s ? strtoull(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || *s == '-') {
+    if (!s || !*s || isspace((unsigned char)*s) || *end || errno || *s == '-') {
         fprintf(stderr, "kvstitch: %s expects a non-negative integer, got '%s'\n", opt, s ? s : "");
         return -1;
     }

@@ -102,6 +102,13 @@ static int parse(int argc, char **argv, cache_opts *o) {
             i++;
         }
         else if (!v) return cli_usage_error("cache", "unknown option or missing value: %s", a);
+        /* each option takes one value: given again, refused (as the table-driven commands do) */
+        else if ((!strcmp(a, "--cache-dir") && o->dir) ||
+                 ((!strcmp(a, "-m") || !strcmp(a, "--model")) && o->model_path) ||
+                 (!strcmp(a, "--max-bytes") && o->has_max_bytes) ||
+                 (!strcmp(a, "--cache-max-bytes") && o->cache_max_bytes) ||
+                 (!strcmp(a, "--older-than") && o->has_older_than))
+            return cli_usage_error("cache", "%s given more than once (again with '%s'): it takes one value", a, v);
         else if (!strcmp(a, "--cache-dir")) o->dir = argv[++i];
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
         else if (!strcmp(a, "--max-bytes")) {

@@ -204,20 +204,44 @@ static int32_t *prompt_tokens(const kvs_model *model, const gen_opts *o, const c
     return ids;
 }
 
+/* Tokens the prompt's layout takes around an empty text (BOS, the chat
+ * template): no shortening of the text removes them. 0 with --doc (the
+ * documents can be shortened too) or when it cannot be told. */
+static int layout_tokens(const kvs_model *model, const gen_opts *o) {
+    int n = 0;
+    if (o->n_docs) return 0;
+    int32_t *ids = prompt_tokens(model, o, "", &n);
+    free(ids);
+    return ids ? n : 0;
+}
+
 /* Context limits. The prompt must fit the model's trained length (a hard
  * limit unless --ctx-beyond-train) and the context; without --ctx the
  * context grows up to the trained length when the prompt needs it. Sets
  * *n_ctx (0 = the library's default). 0 to go on, 1 after an error. */
-static int fit_context(const kvs_model_info *info, const gen_opts *o, int n, int *n_ctx) {
+static int fit_context(const kvs_model *model, const kvs_model_info *info, const gen_opts *o, int n, int *n_ctx) {
     const int train = info->n_ctx_train > 0 ? info->n_ctx_train : 1 << 20;
     const int deflt = train < 8192 ? train : 8192, want = n + (o->n_predict > 0 ? o->n_predict : 1);
     *n_ctx = o->n_ctx;
     if (n > train && !o->beyond_train) {
-        fprintf(stderr,
-                "kvstitch generate: the prompt has %d tokens but %s was trained on at most %d "
-                "(%s.context_length): shorten it by at least %d tokens (raising --ctx cannot help; "
-                "--ctx-beyond-train runs it anyway, with degraded output)\n",
-                n, info->name[0] ? info->name : "the model", train, info->arch, n - train + 1);
+        const char *name = info->name[0] ? info->name : "the model";
+        const int layout = layout_tokens(model, o);
+        /* A prompt of exactly the trained length fits (one token is then
+         * generated). Advice that leaves no text (a model trained on a
+         * context of 1 token had been told to shorten a 3-token prompt by 3)
+         * is not given. */
+        if (train <= layout)
+            fprintf(stderr,
+                    "kvstitch generate: the prompt has %d tokens but %s was trained on a context of only %d "
+                    "token%s (%s.context_length), and the prompt's layout alone (BOS, chat template) takes %d: "
+                    "no text fits (--ctx-beyond-train runs it anyway, with degraded output)\n",
+                    n, name, train, train == 1 ? "" : "s", info->arch, layout);
+        else
+            fprintf(stderr,
+                    "kvstitch generate: the prompt has %d tokens but %s was trained on at most %d "
+                    "(%s.context_length): shorten it by at least %d tokens, to %d (raising --ctx cannot help; "
+                    "--ctx-beyond-train runs it anyway, with degraded output)\n",
+                    n, name, train, info->arch, n - train, train);
         return 1;
     }
     if (o->n_ctx && o->n_ctx > train && !o->beyond_train) {
@@ -314,7 +338,7 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     cp.n_threads = o->n_threads;
     cp.n_batch = o->n_batch;
     cp.allow_beyond_train = o->beyond_train;
-    if (fit_context(&info, o, g->n, &cp.n_ctx)) return 1;
+    if (fit_context(g->model, &info, o, g->n, &cp.n_ctx)) return 1;
     cli_progress_attach(&cp, "prefill", !o->quiet && !o->json);
     if ((st = kvs_context_new(g->model, cp, &g->ctx)) != KVS_OK) return cli_fail(st, "context");
     if (o->cache_dir || cli_redis_given(&o->redis)) {

@@ -48,6 +48,7 @@ static const cli_opt k_opts[] = {
      .kind = CLI_FILE,
      .metavar = "PATH",
      .help = "a prompt from a file (repeatable; a NUL byte in it is an error)",
+     .repeatable = 1,
      .set = add_file},
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1,
                  "lay each text out as the user message of the chat template, up to\n"

@@ -59,6 +59,27 @@ def test_binding_argument_errors(model, cache):
         s.stream("Hello", max_tokenz=3)
 
 
+def test_generation_values_refused_naming_the_field(model, cache):
+    """Values the CLI and the server refuse are refused by the library too,
+    before any work, with a message naming the field (max_tokens=-1 had
+    generated nothing and stored the prompt; top_p=0 and min_p=2 had been
+    silent greedy draws, temperature=inf a uniform one; an unknown role was
+    written into the prompt)."""
+    cases = [(dict(max_tokens=-1), "n_predict"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+             (dict(min_p=2.0), "min_p"), (dict(temperature=float("inf")), "temperature"),
+             (dict(temperature=float("nan")), "temperature"), (dict(repeat_penalty=0.0), "repeat_penalty"),
+             (dict(top_k=-1), "top_k"), (dict(logprobs=-1), "n_top_logprobs")]
+    for s in (kvstitch.Session(model, n_ctx=64), kvstitch.Session(model, cache, n_ctx=64)):
+        for kw, field in cases:
+            with pytest.raises(kvstitch.InvalidArgument, match=field):
+                s.generate("Hello", **kw)
+        with pytest.raises(kvstitch.InvalidArgument, match="critic"):
+            s.generate([{"role": "critic", "content": "Hello"}], max_tokens=1)
+    assert cache.stats()["entries"] == 0  # nothing stored by the refused calls
+    with pytest.raises(kvstitch.InvalidArgument, match="critic"):
+        model.render_chat([{"role": "user", "content": "a"}, {"role": "critic", "content": "b"}])
+
+
 def test_close_order_is_checked(model_path):
     m = kvstitch.Model.load(model_path, threads=1)
     s = kvstitch.Session(m, n_ctx=64)

@@ -5,12 +5,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-int kvs_open_regular(const char *path, struct stat *st) {
+static int open_regular(const char *path, int extra, struct stat *st) {
     /* O_NOATIME: reading must not count as a use (the cache dir's LRU keeps
      * its own stamps in atime: disk_budget.h); only the owner (or root) may
      * ask for it, so without it on EPERM. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOATIME);
-    if (fd < 0 && errno == EPERM) fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOATIME | extra);
+    if (fd < 0 && errno == EPERM) fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra);
+    if (fd < 0 && errno == ELOOP && (extra & O_NOFOLLOW)) return KVS_OPEN_NOT_REGULAR; /* a symlink */
     if (fd < 0) return -1;
     struct stat local;
     if (!st) st = &local;
@@ -28,3 +29,7 @@ int kvs_open_regular(const char *path, struct stat *st) {
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
 }
+
+int kvs_open_regular(const char *path, struct stat *st) { return open_regular(path, 0, st); }
+
+int kvs_open_regular_nofollow(const char *path, struct stat *st) { return open_regular(path, O_NOFOLLOW, st); }

@@ -18,5 +18,10 @@
  * errno when open or fstat fails, or KVS_OPEN_NOT_REGULAR when path is a
  * FIFO, device, directory or socket (nothing was read from it). */
 int kvs_open_regular(const char *path, struct stat *st);
+/* The same, but a symlink is KVS_OPEN_NOT_REGULAR too (cache entries: the
+ * cache never makes links, and its listing, bound and prune treat a link
+ * named like an entry as not its own; a reader following it had served
+ * what the rest of the cache did not count). */
+int kvs_open_regular_nofollow(const char *path, struct stat *st);
 
 #endif

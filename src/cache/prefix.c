@@ -51,6 +51,8 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
     if (!ctx || !cache || !prompt || !params || !out || n_prompt <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: need a context, a cache, a prompt of at least one "
                          "token (got %d), params and a result", n_prompt);
+    int st = kvs_generate_params_check(params, "kvs_generate_cached");
+    if (st) return st;
     kvs_reuse_params rp = reuse ? *reuse : kvs_reuse_default_params();
     if (!kvs_reuse_mode_name(rp.mode))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: unknown reuse mode %d", (int)rp.mode);
@@ -59,7 +61,7 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
     if (n_prompt > kvs_context_n_ctx(ctx))
         return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n_prompt,
                          kvs_context_n_ctx(ctx));
-    int st = kvs_reuse_check_context(ctx, cache);
+    st = kvs_reuse_check_context(ctx, cache);
     if (!st) st = kvs_reuse_check_tokens(ctx, prompt, n_prompt);
     if (st) return st;
 

@@ -8,6 +8,7 @@
  * streamed, even partly. A stop string is cut from result.text too.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +221,23 @@ static int run(kvs_context *ctx, const int32_t *prompt, int n_prompt, int n_read
     return KVS_OK;
 }
 
+int kvs_generate_params_check(const kvs_generate_params *p, const char *who) {
+    if (!p) return kvs_error(KVS_ERR_INVALID_ARG, "%s: params is NULL", who);
+    if (p->n_predict < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: n_predict (new tokens at most) must be >= 0, got %d", who,
+                         p->n_predict);
+    if (p->n_top_logprobs < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: n_top_logprobs must be >= 0, got %d", who, p->n_top_logprobs);
+    if (p->n_stop < 0) return kvs_error(KVS_ERR_INVALID_ARG, "%s: n_stop must be >= 0, got %d", who, p->n_stop);
+    if (p->n_stop > 0 && !p->stop)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: n_stop = %d but stop is NULL", who, p->n_stop);
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i]) return kvs_error(KVS_ERR_INVALID_ARG, "%s: stop[%d] is NULL", who, i);
+    char field[64];
+    snprintf(field, sizeof field, "%s: sampling.", who);
+    return kvs_sampler_params_check(&p->sampling, field);
+}
+
 int kvs_generate(kvs_context *ctx, const int32_t *prompt, int n_prompt, const kvs_generate_params *params,
                  kvs_generate_result *out) {
     return kvs_generate_from(ctx, prompt, n_prompt, 0, params, kvs_now_ms(), out);
@@ -230,8 +248,8 @@ int kvs_generate_from(kvs_context *ctx, const int32_t *prompt, int n_prompt, int
     if (!ctx || !prompt || !params || !out || n_prompt <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate: need a context, a prompt of at least one token (got %d), "
                          "params and a result", n_prompt);
-    if (params->n_stop > 0 && !params->stop)
-        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate: n_stop = %d but stop is NULL", params->n_stop);
+    int st = kvs_generate_params_check(params, "kvs_generate");
+    if (st) return st;
     if (n_prompt > ctx->params.n_ctx)
         return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n_prompt,
                          ctx->params.n_ctx);
@@ -242,7 +260,7 @@ int kvs_generate_from(kvs_context *ctx, const int32_t *prompt, int n_prompt, int
     memset(&r, 0, sizeof r);
     gen_state g;
     memset(&g, 0, sizeof g);
-    int st = run(ctx, prompt, n_prompt, n_ready, params, &r, &g, t0);
+    st = run(ctx, prompt, n_prompt, n_ready, params, &r, &g, t0);
     kvs_sampler_free(g.sampler);
     kvs_detok_free(g.detok);
     free(g.pos);

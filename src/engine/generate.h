@@ -8,6 +8,12 @@
 
 #include "kvstitch.h"
 
+/* KVS_OK, or KVS_ERR_INVALID_ARG naming the first field of p out of its
+ * range (n_predict, n_top_logprobs, n_stop and stop, the sampling fields);
+ * who ("kvs_generate_cached") starts the message. The public entry points
+ * call it before any lookup, computation or store. */
+int kvs_generate_params_check(const kvs_generate_params *p, const char *who);
+
 /* kvs_generate for a prompt whose first n_ready tokens already have their
  * KV in the context's buffer at slots 0..n_ready-1 (0 <= n_ready < n_prompt,
  * exactly the bytes a prefill would write there): prefills

@@ -1,5 +1,6 @@
 /* Sampling chain (order and determinism described in sampler.h). */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,15 +69,48 @@ void kvs_sampler_reset(kvs_sampler *s) {
 
 static int has_counts(const kvs_sampler_params *p) { return p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f; }
 
+/* The accepted range of every field, checked by kvs_sampler_params_check:
+ * a value outside it is refused naming the field (top_p 0 or min_p 2 had
+ * been silent greedy draws, temperature inf a uniform one). The CLI's and
+ * the server's ranges lie inside these. */
+typedef struct float_field {
+    const char *name;
+    size_t off;
+    float lo, hi;     /* inclusive unless lo_open */
+    int lo_open;
+    const char *range; /* for the message */
+} float_field;
+
+#define FF(f, lo, hi, open, range) {#f, offsetof(kvs_sampler_params, f), lo, hi, open, range}
+static const float_field k_float_fields[] = {
+    FF(temperature, -HUGE_VALF, HUGE_VALF, 0, "a finite number (<= 0: greedy)"),
+    FF(top_p, 0.0f, 1.0f, 1, "in (0, 1] (1 = off)"),
+    FF(min_p, 0.0f, 1.0f, 0, "in [0, 1] (0 = off)"),
+    FF(repeat_penalty, 0.0f, HUGE_VALF, 1, "a finite number > 0 (1 = off)"),
+    FF(presence_penalty, -HUGE_VALF, HUGE_VALF, 0, "a finite number (0 = off)"),
+    FF(frequency_penalty, -HUGE_VALF, HUGE_VALF, 0, "a finite number (0 = off)"),
+};
+#undef FF
+
+int kvs_sampler_params_check(const kvs_sampler_params *p, const char *who) {
+    for (size_t i = 0; i < sizeof k_float_fields / sizeof k_float_fields[0]; i++) {
+        const float_field *f = &k_float_fields[i];
+        float v;
+        memcpy(&v, (const char *)p + f->off, sizeof v);
+        if (!isfinite(v) || v < f->lo || v > f->hi || (f->lo_open && v == f->lo))
+            return kvs_error(KVS_ERR_INVALID_ARG, "%s%s must be %s, got %g", who, f->name, f->range, (double)v);
+    }
+    if (p->top_k < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%stop_k must be >= 0 (0 = off), got %d", who, p->top_k);
+    if (p->repeat_last_n < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%srepeat_last_n must be >= 0, got %d", who, p->repeat_last_n);
+    return KVS_OK;
+}
+
 int kvs_sampler_new(kvs_sampler_params p, int n_vocab, kvs_sampler **out) {
     if (n_vocab <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "sampler: n_vocab %d", n_vocab);
-    if (p.top_k < 0 || p.repeat_last_n < 0 || !(p.top_p >= 0.0f) || !(p.min_p >= 0.0f) || !(p.repeat_penalty > 0.0f) ||
-        isnan(p.temperature) || !isfinite(p.presence_penalty) || !isfinite(p.frequency_penalty))
-        return kvs_error(KVS_ERR_INVALID_ARG,
-                         "sampler: bad parameters (top_k %d, top_p %g, min_p %g, repeat_penalty %g, repeat_last_n %d, "
-                         "presence_penalty %g, frequency_penalty %g)",
-                         p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.presence_penalty,
-                         p.frequency_penalty);
+    int st = kvs_sampler_params_check(&p, "sampler: ");
+    if (st) return st;
     kvs_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvs_error(KVS_ERR_NOMEM, "sampler: out of memory");
     s->p = p;
@@ -228,7 +262,9 @@ int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits) {
     apply_presence_frequency(s);
     const float *x = s->logits;
 
-    if (s->p.temperature <= 0.0f) {
+    /* A temperature whose inverse overflows (a denormal) is greedy too:
+     * the softmax below would compute 0 * inf = NaN for the best token. */
+    if (s->p.temperature <= 0.0f || !isfinite(1.0f / s->p.temperature)) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++)
             if (better(x, i, best)) best = i;

@@ -16,6 +16,10 @@
 typedef struct kvs_sampler kvs_sampler;
 
 int kvs_sampler_new(kvs_sampler_params params, int n_vocab, kvs_sampler **out);
+/* KVS_OK, or KVS_ERR_INVALID_ARG naming the first field out of its range
+ * (the ranges are written on kvs_sampler_params in kvstitch.h); who
+ * prefixes the message ("sampler: ", "kvs_generate: sampling."). */
+int kvs_sampler_params_check(const kvs_sampler_params *p, const char *who);
 void kvs_sampler_free(kvs_sampler *s);
 /* Clears the history and restarts the random stream from the seed. */
 void kvs_sampler_reset(kvs_sampler *s);

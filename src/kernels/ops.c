@@ -251,11 +251,19 @@ void kvs_dequantize_row(int type, const void *src, float *dst, int k) {
         memcpy(dst, src, (size_t)k * 4);
         break;
     case KVS_TYPE_F16:
-        kvs_f16_to_f32_row((const uint16_t *)src, dst, k);
-        break;
     case KVS_TYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)src;
-        for (int i = 0; i < k; i++) dst[i] = kvs_bf16_to_f32(s[i]);
+        /* Weight rows of a file with general.alignment 1 may start at an odd
+         * address: read the halves through memcpy there (same values). */
+        if (type == KVS_TYPE_F16 && (uintptr_t)src % 2 == 0) {
+            kvs_f16_to_f32_row((const uint16_t *)src, dst, k);
+            break;
+        }
+        const uint8_t *s = src;
+        for (int i = 0; i < k; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * (size_t)i, 2);
+            dst[i] = type == KVS_TYPE_F16 ? kvs_f16_to_f32(h) : kvs_bf16_to_f32(h);
+        }
         break;
     }
     case KVS_TYPE_Q4_0: {

@@ -316,9 +316,9 @@ fail_rc:
 }
 
 /* Non-blocking open + regular-file check: a FIFO in an entry's place must
- * not hang the reader (base/file.h). */
+ * not hang the reader (base/file.h); a symlink is not an entry either. */
 static int open_entry(const char *path, kvs_disk_verdict *verdict) {
-    int fd = kvs_open_regular(path, NULL);
+    int fd = kvs_open_regular_nofollow(path, NULL);
     if (fd == KVS_OPEN_NOT_REGULAR) {
         *verdict = KVS_DISK_NOT_REGULAR;
         kvs_error(kvs_disk_verdict_status(*verdict), "%s: not a regular file (left alone)", path);

@@ -66,8 +66,8 @@ typedef enum kvs_disk_verdict {
     KVS_DISK_TRUNCATED,    /* file size differs from header_bytes + payload_bytes */
     KVS_DISK_FOREIGN,      /* another model's fingerprint or another KV shape */
     KVS_DISK_BAD_PAYLOAD,  /* payload checksum mismatch */
-    KVS_DISK_NOT_REGULAR,  /* a FIFO, device, directory... in an entry's place: never opened
-                              for reading, never removed */
+    KVS_DISK_NOT_REGULAR,  /* a FIFO, device, directory, symlink... in an entry's place: never
+                              opened for reading (symlinks not followed), never removed */
     KVS_DISK_IO,           /* read error */
     KVS_DISK_VERDICT_COUNT
 } kvs_disk_verdict;

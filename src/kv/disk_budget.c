@@ -79,6 +79,14 @@ int kvs_disk_tmp_is_stale(const char *name, const struct stat *st) {
     return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
+/* 1 if DIR/name no longer exists (removed since readdir). */
+static int lstat_gone(const char *dir, const char *name) {
+    char path[4096];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return 1;
+    return lstat(path, &st) != 0;
+}
+
 /* One listed file. */
 typedef struct listed {
     char name[256];
@@ -106,7 +114,10 @@ static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage
         struct stat st;
         kvs_disk_file_kind k = kvs_disk_classify(dir, de->d_name, 0, &st);
         if (k == KVS_DISK_FILE_OTHER) {
-            u->other++;
+            /* an entry's name on a non-regular file is the scan's to count
+             * (unreadable): counted as other too, it was counted twice */
+            if (entry_name(de->d_name) && !lstat_gone(dir, de->d_name)) u->not_regular++;
+            else u->other++;
             continue;
         }
         if (n == cap) {
@@ -209,6 +220,7 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
         }
         int over = p->max_bytes && bytes > p->max_bytes, old = e->atime_ns < cutoff;
         if (!over && !old) continue;
+        if (p->keep && !strcmp(e->name, p->keep)) continue;
         int gone = remove_owned(dir, e->name);
         if (gone < 0) { /* not ours (replaced since the listing): not the cache's bytes */
             bytes -= e->bytes;

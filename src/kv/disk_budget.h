@@ -46,7 +46,10 @@ typedef struct kvs_disk_usage {
     uint64_t entries, bytes;     /* entry files (by name and type) and their bytes */
     uint64_t tmp, tmp_bytes;     /* writers' temp files */
     uint64_t stale_tmp;          /* of which stale */
-    uint64_t other;              /* files that are not the cache's */
+    uint64_t other;              /* files that are not the cache's (an entry's name on something
+                                  * that is not a regular file is not counted here: below) */
+    uint64_t not_regular;        /* entry names on FIFOs, directories, symlinks...: neither entries
+                                  * nor other (a scan counts them KVS_DISK_NOT_REGULAR) */
 } kvs_disk_usage;
 
 /* Lists dir (names + lstat; no file is opened). A missing dir is empty. */
@@ -59,6 +62,8 @@ typedef struct kvs_disk_prune_params {
     uint64_t max_bytes;     /* evict least recently accessed entries down to this; 0 = no bound */
     int64_t older_than_s;   /* remove entries not accessed for this long; 0 = none */
     int stale_tmp;          /* 1: remove stale temp files */
+    const char *keep;       /* an entry's file name never removed (the one a writer just wrote:
+                             * its own bound check must not evict it), or NULL */
 } kvs_disk_prune_params;
 
 typedef struct kvs_disk_prune_report {

@@ -128,14 +128,23 @@ static int dir_get_into(kvs_tier *t, const kvs_chunk *c, int off, int n, const k
     return KVS_OK;
 }
 
-/* Lists the directory and evicts down to the low-water mark when over. */
-static void check_bound(dir_tier *d) {
+/* Lists the directory and evicts down to the low-water mark when over,
+ * never the entry just written (keep: its prefix key, or NULL): that entry
+ * is at most the bound (dir_put), and a write reported as stored must leave
+ * it on disk (an entry above the low-water mark had been evicted by its
+ * own write's check). */
+static void check_bound(dir_tier *d, const kvs_key *keep) {
+    char keep_name[80] = "";
+    if (keep) {
+        kvs_key_to_hex(keep, keep_name);
+        strcat(keep_name, KVS_DISK_EXT);
+    }
     pthread_mutex_lock(&d->budget_mu);
     kvs_disk_usage u;
     if (kvs_disk_usage_get(d->dir, &u) == KVS_OK) {
         uint64_t bytes = u.bytes;
         if (bytes > d->max_bytes) {
-            kvs_disk_prune_params p = {LOW_WATER(d->max_bytes), 0, 0};
+            kvs_disk_prune_params p = {LOW_WATER(d->max_bytes), 0, 0, keep ? keep_name : NULL};
             kvs_disk_prune_report r;
             if (kvs_disk_prune(d->dir, &p, &r) == KVS_OK) {
                 INC(d->evicted, r.removed);
@@ -150,6 +159,17 @@ static void check_bound(dir_tier *d) {
 
 static int dir_put(kvs_tier *t, const kvs_chunk *c) {
     dir_tier *d = t->impl;
+    /* An entry larger than the bound cannot stay: written, it would be
+     * evicted at once with every other entry while reported stored. It is
+     * not written, and the caller counts a failed write (kept in memory). */
+    const uint64_t entry = kvs_disk_header_bytes(c->n_tok) + (uint64_t)c->kv_bytes;
+    if (entry > d->max_bytes) {
+        INC(d->put_errors, 1);
+        return kvs_error(KVS_ERR_IO,
+                         "cache dir %s: an entry of %llu bytes (%d tokens) is larger than the bound of %llu bytes "
+                         "(--cache-max-bytes): not written",
+                         d->dir, (unsigned long long)entry, c->n_tok, (unsigned long long)d->max_bytes);
+    }
     int rc = kvs_disk_write(d->dir, &d->fp, c, d->fsync);
     if (rc) {
         INC(d->put_errors, 1);
@@ -159,7 +179,7 @@ static int dir_put(kvs_tier *t, const kvs_chunk *c) {
     INC(d->put_bytes, c->kv_bytes);
     uint64_t est = atomic_fetch_add(&d->est_bytes, c->kv_bytes) + c->kv_bytes;
     uint64_t w = atomic_fetch_add(&d->writes_since_check, 1) + 1;
-    if (est > d->max_bytes || w >= CHECK_EVERY_WRITES) check_bound(d);
+    if (est > d->max_bytes || w >= CHECK_EVERY_WRITES) check_bound(d, &c->prefix_key);
     return KVS_OK;
 }
 
@@ -168,8 +188,8 @@ static int dir_contains_many(kvs_tier *t, const kvs_key *keys, int n, uint8_t *p
     for (int i = 0; i < n; i++) {
         char path[4096];
         struct stat st;
-        present[i] = kvs_disk_path(d->dir, &keys[i], path, sizeof path) == KVS_OK && stat(path, &st) == 0 &&
-                     S_ISREG(st.st_mode);
+        present[i] = kvs_disk_path(d->dir, &keys[i], path, sizeof path) == KVS_OK && lstat(path, &st) == 0 &&
+                     S_ISREG(st.st_mode); /* a symlink is not an entry (disk.c never follows one) */
     }
     return KVS_OK;
 }
@@ -215,7 +235,7 @@ static void dir_close(kvs_tier *t) {
     dir_tier *d = t->impl;
     if (d) {
         /* the last writer to close leaves the directory within its bound */
-        if (LD(d->writes_since_check)) check_bound(d);
+        if (LD(d->writes_since_check)) check_bound(d, NULL);
         pthread_mutex_destroy(&d->budget_mu);
         pthread_mutex_destroy(&d->scan_mu);
         free(d->dir);

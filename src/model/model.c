@@ -100,6 +100,7 @@ void kvs_model_free(kvs_model *m) {
     free(m->layers);
     free(m->layer_hp);
     free(m->rope_factors);
+    free(m->vec_copies);
     free(m->name);
     free(m->path);
     pthread_mutex_destroy(&m->memo_mu);

@@ -26,6 +26,9 @@ struct kvs_model {
     int tied_output;
     kvs_layer_weights *layers;  /* (n_layer) */
     void *pack_arena;           /* the packed copies of the streamed matrices (weights.c), or NULL */
+    float *vec_copies;          /* (vec_copies_cap) float-aligned copies of the F32 vectors a file with
+                                 * general.alignment < 4 places off the float grid (weights.c), or NULL */
+    size_t vec_copies_cap, vec_copies_used; /* in floats */
     int64_t n_params;
     uint64_t weight_bytes;
     /* kvs_model_memo_*: lazily derived values (see model.h). */
@@ -45,6 +48,11 @@ int kvs_model_read_rope_scaling(kvs_model *m, int required);
 int kvs_model_bind_rope_factors(kvs_model *m);
 /* weights.c: builds the tensor views with shape and type checks. */
 int kvs_model_bind_weights(kvs_model *m);
+/* weights.c: the n floats of F32 tensor t as a float-aligned pointer: its
+ * data in the mapping, or, where the file placed it off the float grid, a
+ * copy in m->vec_copies (sized by kvs_model_bind_weights). NULL if that
+ * space is exhausted. */
+const float *kvs_model_float_vector(kvs_model *m, const kvs_gguf_tensor *t, int n);
 /* weights.c: kernel-layout copies of the streamed matrices (kvs_wmat_pack),
  * made after binding, freed before the mapping closes. */
 void kvs_model_pack_weights(kvs_model *m);

@@ -153,7 +153,10 @@ int kvs_model_bind_rope_factors(kvs_model *m) {
         if (t->type != KVS_TYPE_F32)
             return kvs_error(KVS_ERR_UNSUPPORTED, "%s: tensor %s: type %d, expected F32", m->path, ROPE_FREQS_TENSOR,
                              t->type);
-        const float *tf = t->data;
+        const float *tf = kvs_model_float_vector(m, t, half); /* float-aligned (weights.c) */
+        if (!tf)
+            return kvs_error(KVS_ERR_INTERNAL, "%s: tensor %s: no room left for its aligned copy", m->path,
+                             ROPE_FREQS_TENSOR);
         for (int i = 0; i < half; i++) {
             if (!isfinite(tf[i]) || !(tf[i] > 0.0f))
                 return kvs_error(KVS_ERR_FORMAT, "%s: tensor %s: factor %d = %g must be positive", m->path,

@@ -1,5 +1,6 @@
 /* Weight views into the GGUF mapping, with type, shape and finiteness checks per tensor. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +56,36 @@ static int bind_mat(const kvs_model *m, const char *name, int k, int n, kvs_wmat
     return KVS_OK;
 }
 
+static int misaligned(const void *p) { return (uintptr_t)p % _Alignof(float) != 0; }
+
+const float *kvs_model_float_vector(kvs_model *m, const kvs_gguf_tensor *t, int n) {
+    if (!misaligned(t->data)) return t->data;
+    if (!m->vec_copies || m->vec_copies_cap - m->vec_copies_used < (size_t)n) return NULL;
+    float *dst = m->vec_copies + m->vec_copies_used;
+    memcpy(dst, t->data, (size_t)n * sizeof(float));
+    m->vec_copies_used += (size_t)n;
+    return dst;
+}
+
+/* Sizes m->vec_copies once for every F32 vector off the float grid (only a
+ * file with general.alignment 1 or 2 has them: the reader checks each data
+ * offset against the alignment, nothing more). */
+static int alloc_vec_copies(kvs_model *m) {
+    size_t need = 0;
+    for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
+        const kvs_gguf_tensor *t = kvs_gguf_tensor_at(m->gguf, i);
+        if (t->type == KVS_TYPE_F32 && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1 && misaligned(t->data))
+            need += (size_t)t->ne[0];
+    }
+    if (!need) return KVS_OK;
+    if (!(m->vec_copies = malloc(need * sizeof(float))))
+        return kvs_error(KVS_ERR_NOMEM, "%s: out of memory for the aligned copies of float vectors", m->path);
+    m->vec_copies_cap = need;
+    return KVS_OK;
+}
+
 /* An F32 vector of n elements (norm weights, biases). optional: absent -> NULL. */
-static int bind_vec(const kvs_model *m, const char *name, int n, int optional, const float **out) {
+static int bind_vec(kvs_model *m, const char *name, int n, int optional, const float **out) {
     const kvs_gguf_tensor *t = find(m, name);
     if (!t) {
         if (optional) { *out = NULL; return KVS_OK; }
@@ -67,7 +96,13 @@ static int bind_vec(const kvs_model *m, const char *name, int n, int optional, c
         return kvs_error(KVS_ERR_UNSUPPORTED, "%s: tensor %s: type %d, expected F32", m->path, name, t->type);
     const int64_t bad = kvs_type_find_nonfinite(t->type, t->data, (size_t)n * sizeof(float));
     if (bad >= 0) return nonfinite_error(m, name, t->type, bad, 0);
-    *out = t->data; /* the reader validated alignment, so the floats are aligned */
+    /* The kernels index these as float * (kvs_rmsnorm's w[i], the bias
+     * adds): the pointer must be float-aligned. The reader only checks the
+     * data offset against general.alignment, which a file may set to 1, so
+     * a vector off the float grid is read from an aligned copy (matrices
+     * are read through memcpy / unaligned SIMD loads and stay mapped). */
+    if (!(*out = kvs_model_float_vector(m, t, n)))
+        return kvs_error(KVS_ERR_INTERNAL, "%s: tensor %s: no room left for its aligned copy", m->path, name);
     return KVS_OK;
 }
 
@@ -119,7 +154,8 @@ static int dim_of(const kvs_hparams *hp, dim d) {
 
 int kvs_model_bind_weights(kvs_model *m) {
     kvs_hparams *hp = &m->hp;
-    int st;
+    int st = alloc_vec_copies(m);
+    if (st) return st;
     const kvs_gguf_tensor *emb = find(m, "token_embd.weight");
     if (!emb) return kvs_error(KVS_ERR_NOT_FOUND, "%s: tensor token_embd.weight is missing", m->path);
     if (emb->ne[1] <= 0 || emb->ne[1] > (1 << 24))

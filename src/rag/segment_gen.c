@@ -237,7 +237,8 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
                         kvs_seg_report *rep) {
     if (!ctx || !cache || !lay || !gp || !rp || !out)
         return kvs_error(KVS_ERR_INVALID_ARG, "segments: need a context, a cache, a layout, params and a result");
-    int st = kvs_reuse_check_context(ctx, cache);
+    int st = kvs_generate_params_check(gp, "segments");
+    if (!st) st = kvs_reuse_check_context(ctx, cache);
     if (!st) st = kvs_seg_layout_check(ctx, lay);
     if (!st) st = kvs_repair_params_check(rp, kvs_model_hparams(kvs_context_model(ctx))->n_layer);
     if (!st && opt) st = kvs_recal_params_check(&opt->recal);

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/context.h"
+#include "engine/generate.h"
 #include "rag/segment_gen.h"
 
 int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32_t **tokens, int *n_tokens) {
@@ -27,6 +28,8 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
     if (!ctx || !cache || !seg || !params || !out)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_segments: need a context, a cache, segments, params and "
                          "a result");
+    int st = kvs_generate_params_check(params, "kvs_generate_segments");
+    if (st) return st;
     kvs_reuse_params rp = reuse ? *reuse : kvs_reuse_default_params();
     if (!kvs_reuse_mode_name(rp.mode))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_segments: unknown reuse mode %d", (int)rp.mode);
@@ -40,7 +43,7 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
         rp.repair.mode = KVS_REPAIR_FULL;
     }
     kvs_seg_layout lay;
-    int st = kvs_seg_layout_build(kvs_context_model(ctx), seg, &lay);
+    st = kvs_seg_layout_build(kvs_context_model(ctx), seg, &lay);
     if (st) return st;
     double tokenize_ms = kvs_now_ms() - t0;
     kvs_generate_result r;

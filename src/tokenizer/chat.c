@@ -24,6 +24,7 @@
  * PARSE_SPECIAL, so the markers become their special tokens), as llama.cpp
  * does. Later turns' "<s>" (llama2) are part of the text.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,6 +286,43 @@ static int render_llama2(sbuf *b, const kvs_chat_message *m, int n) {
     return KVS_OK;
 }
 
+/* The roles each family renders. A message with another role is refused
+ * before anything is rendered, whatever the family (chatml, llama3 and
+ * gemma had written any role into the prompt: "user<|im_end|>" opened a
+ * turn of its own). */
+typedef struct family_roles {
+    const char *family;
+    const char *roles[5]; /* NULL-terminated */
+} family_roles;
+
+static const family_roles k_family_roles[] = {
+    {"chatml", {"system", "user", "assistant", NULL}},
+    {"qwen3", {"system", "user", "assistant", "tool", NULL}},
+    {"llama3", {"system", "user", "assistant", NULL}},
+    {"llama2", {"system", "user", "assistant", NULL}},
+    {"gemma", {"system", "user", "assistant", NULL}},
+};
+
+/* KVS_OK if every message's role is one fam renders (an unknown family is
+ * refused later, by name). */
+static int check_roles(const char *fam, const kvs_chat_message *m, int n) {
+    const family_roles *f = NULL;
+    for (size_t i = 0; i < sizeof k_family_roles / sizeof k_family_roles[0]; i++)
+        if (!strcmp(k_family_roles[i].family, fam)) f = &k_family_roles[i];
+    if (!f) return KVS_OK;
+    for (int i = 0; i < n; i++) {
+        int known = 0;
+        for (int r = 0; f->roles[r] && !known; r++) known = !strcmp(m[i].role, f->roles[r]);
+        if (known) continue;
+        char list[64] = "";
+        for (int r = 0; f->roles[r]; r++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", r ? ", " : "", f->roles[r]);
+        return kvs_error(KVS_ERR_INVALID_ARG, "chat template %s: message %d has role '%.40s'; the roles it knows: %s",
+                         fam, i, m[i].role, list);
+    }
+    return KVS_OK;
+}
+
 int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *family,
                              const kvs_chat_message *msgs, int n_msgs, int add_generation_prompt,
                              char **out) {
@@ -315,9 +353,10 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         }
     }
 
+    int st = check_roles(fam, msgs, n_msgs);
+    if (st) return st;
     sbuf b = {0};
     sb_put(&b, "", 0);
-    int st = KVS_OK;
     if (strcmp(fam, "chatml") == 0) {
         char *def = NULL;
         const char *detected = kvs_chat_family_of_template(tmpl, tmpl_len);
