@@ -3,7 +3,20 @@
  * handler may block while its request runs: the scheduler is elsewhere),
  * the body collected up to max_body (413 beyond), the API key checked, and
  * the route table below.
+ *
+ * A connection's life, and what bounds each part (slowloris: idle
+ * connections had held their thread and one of the 512 places for 600 s):
+ *
+ *   accept           at most conns_per_ip from one address (else closed at once)
+ *   headers, body    read_timeout_s of silence closes it; the headers alone
+ *                    settle two Content-Length (400) and a Content-Length
+ *                    over max_body (413) before any of the body is read
+ *   handler, reply   reply_timeout_s (a queued request may wait minutes; the
+ *                    handler blocks meanwhile, MHD's clock only runs while
+ *                    the client does not take the reply)
+ *   kept alive       read_timeout_s again until the next request
  */
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +43,8 @@ typedef struct conn_body {
     char *data;
     size_t len, cap;
     int too_large;
-    int answered;       /* refused before the body (refuse_early): the rest is dropped */
+    size_t dropped;  /* body bytes read and dropped past the limit */
+    int answered;   /* a reply is queued before the body was read: drop the rest */
 } conn_body;
 
 int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len) {
@@ -125,42 +139,48 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
     return route->fn(s, c, b->data ? b->data : "", b->len);
 }
 
-/* The Content-Length headers of a request: how many, and the last value. */
-typedef struct length_headers {
-    int n;
-    unsigned long long value;
-    int bad; /* not a plain decimal number */
-} length_headers;
+typedef struct framing {
+    int content_length, transfer_encoding; /* how many of each header */
+} framing;
 
-static enum MHD_Result count_length(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    length_headers *h = cls;
-    if (strcasecmp(key, "Content-Length")) return MHD_YES;
-    h->n++;
-    h->bad |= !value || !*value || strspn(value, "0123456789") != strlen(value);
-    if (!h->bad) h->value = strtoull(value, NULL, 10);
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) f->content_length++;
+    else if (!strcasecmp(key, "Transfer-Encoding")) f->transfer_encoding++;
     return MHD_YES;
 }
 
-/* Before any body is read: two Content-Length headers are a 400 (RFC 9112:
- * which one frames the body is ambiguous; the server had taken one), and a
- * body announced beyond the limit is a 413 at once (it had been read to its
- * end first, up to 10^15 bytes). 0: go on. */
-static int refuse_early(srv_server *s, struct MHD_Connection *c) {
-    length_headers h = {0, 0, 0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_length, &h);
-    srv_error e;
-    if (h.n > 1) {
-        srv_error_set(&e, 400, "invalid_request_error", "invalid_request", "",
-                      "the request has %d Content-Length headers: send one", h.n);
-        return srv_reply_error(c, &e);
+/* What the headers alone settle, before any of the body is read. Framing
+ * that two readers could take differently (request smuggling behind a
+ * proxy: libmicrohttpd 0.9.75 took the first of two Content-Length headers,
+ * and the chunked body beside a Content-Length) is a 400; a Content-Length
+ * over max_body is answered at once (404 / 401 / 413 in dispatch's order:
+ * the body had been read and dropped to its end first, so 10^15 bytes
+ * announced held the connection as long as the client liked). 0: read the
+ * body; else the status sent, -1 if none could be. */
+static int answer_from_headers(srv_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                               conn_body *b) {
+    framing f = {0, 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.content_length > 1 || (f.content_length && f.transfer_encoding)) {
+        srv_error e;
+        if (f.content_length > 1)
+            srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
+                          "the request has %d Content-Length headers: send one", f.content_length);
+        else
+            srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
+                          "the request has both Content-Length and Transfer-Encoding headers: send one of them");
+        b->answered = 1;
+        return srv_reply_error(c, &e) ? 400 : -1;
     }
-    if (h.n == 1 && !h.bad && h.value > s->max_body) {
-        srv_error_set(&e, 413, "invalid_request_error", "request_too_large", "",
-                      "the request body (%llu bytes announced) exceeds the server's limit of %zu bytes", h.value,
-                      s->max_body);
-        return srv_reply_error(c, &e);
-    }
-    return 0;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cl) return 0;
+    errno = 0;
+    unsigned long long n = strtoull(cl, NULL, 10);
+    if (errno != ERANGE && n <= s->max_body) return 0;
+    b->too_large = b->answered = 1;
+    int st = dispatch(s, c, url, method, b);
+    return st ? st : -1;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -171,19 +191,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(b = calloc(1, sizeof *b))) return MHD_NO;
         *con_cls = b;
         atomic_fetch_add(&s->in_flight, 1); /* until on_completed */
-        int status = refuse_early(s, c);
-        if (status) {
-            srv_metrics_status(&s->metrics, status);
-            b->answered = 1;
-        }
-        return MHD_YES;
+        int st = answer_from_headers(s, c, url, method, b);
+        if (st > 0) srv_metrics_status(&s->metrics, st);
+        return st >= 0 ? MHD_YES : MHD_NO;
     }
     if (b->answered) {
         *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
-        /* Past the limit the rest is read and dropped, then answered 413. */
+        /* Past the limit (a chunked body: nothing announced its size) the
+         * rest is read and dropped, then answered 413 (libmicrohttpd 0.9.75
+         * cannot queue a reply while a body is coming in); past twice the
+         * limit the connection is closed without one (an endless body had
+         * held it as long as it kept coming). */
+        if (b->too_large && (b->dropped += *upload_size) > s->max_body) return MHD_NO;
         if (!b->too_large && b->len + *upload_size > s->max_body) {
             b->too_large = 1;
             free(b->data);
@@ -205,6 +227,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    /* The request is in: its reply may wait for a slot and a long prefill. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->reply_timeout_s);
     int status = dispatch(s, c, url, method, b);
     if (status) srv_metrics_status(&s->metrics, status);
     return status ? MHD_YES : MHD_NO;
@@ -214,6 +238,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     srv_server *s = cls;
     conn_body *b = *con_cls;
     if (!b) return;
+    /* Kept alive for the next request: silence is bounded again. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->read_timeout_s);
     free(b->data);
     free(b);
     *con_cls = NULL;
@@ -230,7 +256,8 @@ int srv_http_start(srv_server *s, const char *host, int port) {
                                      MHD_USE_ERROR_LOG,
                                  (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+                                 s->read_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_MAX_CONNECTIONS,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->conns_per_ip, MHD_OPTION_END);
     return s->daemon ? 0 : -1;
 }
 

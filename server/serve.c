@@ -20,9 +20,13 @@
  * reads its reply must not hold the exit up). */
 #define DRAIN_REPLY_GRACE_MS 5000.0
 
+/* How long a client may leave a reply it asked for unread (MHD's clock does
+ * not run while a handler computes the reply). */
+#define REPLY_TIMEOUT_S 600
+
 typedef struct serve_opts {
     const char *model, *host, *cache_dir, *api_key_file, *alias;
-    int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens;
+    int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, conns_per_ip;
     unsigned long long cache_max_bytes, max_body;
     double drain_s;
 } serve_opts;
@@ -41,7 +45,12 @@ static void usage(FILE *f) {
             "  --cache-max-bytes N    RAM budget of the chunk cache (0 = 1/4 of RAM)\n"
             "  --api-key-file F       require 'Authorization: Bearer KEY' (first line of F)\n"
             "  --max-queue N          queued requests beyond which new ones get 429 (64)\n"
-            "  --max-body N           request body limit in bytes, 413 beyond (8388608)\n"
+            "  --max-body N           request body limit in bytes, 413 beyond (8388608; a larger\n"
+            "                         Content-Length is answered before the body is read)\n"
+            "  --read-timeout S       close a connection silent for S seconds before its request\n"
+            "                         (headers, body) is complete, or between requests (10)\n"
+            "  --max-conns-per-ip N   open connections from one address, more are closed at once\n"
+            "                         (64 of the 512 in all; 0 = no limit, e.g. behind a proxy)\n"
             "  --prefill-chunk N      prompt tokens per prefill step between decode steps (256)\n"
             "  --max-tokens N         default max_tokens of a request (256)\n"
             "  --drain-timeout S      on SIGTERM, seconds to let running requests finish (30)\n"
@@ -58,6 +67,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     o->max_tokens = 256;
     o->max_body = 8u << 20;
     o->drain_s = 30;
+    o->read_timeout = 10;
+    o->conns_per_ip = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -74,6 +85,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         NUM("--ctx", n_ctx, 0) NUM("--max-queue", max_queue, 1) NUM("--prefill-chunk", prefill_chunk, 1)
         NUM("--max-tokens", max_tokens, 1) NUM("--cache-max-bytes", cache_max_bytes, 0)
         NUM("--max-body", max_body, 1024) NUM("--drain-timeout", drain_s, 0)
+        NUM("--read-timeout", read_timeout, 1) NUM("--max-conns-per-ip", conns_per_ip, 0)
 #undef STR
 #undef NUM
         fprintf(stderr, "kvstitch serve: unknown option '%s' (see --help)\n", a);
@@ -88,6 +100,11 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     }
     if (o->port > 65535 || o->slots > 64) {
         fprintf(stderr, "kvstitch serve: --port must be <= 65535 and --slots <= 64\n");
+        return -1;
+    }
+    if (o->read_timeout > 86400 || o->conns_per_ip > SRV_MAX_CONNECTIONS) {
+        fprintf(stderr, "kvstitch serve: --read-timeout must be <= 86400 and --max-conns-per-ip <= %d\n",
+                SRV_MAX_CONNECTIONS);
         return -1;
     }
     return 0;
@@ -134,6 +151,9 @@ int cmd_serve(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     srv_metrics_init(&s.metrics);
     s.max_body = (size_t)o.max_body;
+    s.read_timeout_s = (unsigned)o.read_timeout;
+    s.reply_timeout_s = REPLY_TIMEOUT_S;
+    s.conns_per_ip = (unsigned)o.conns_per_ip;
     s.default_max_tokens = o.max_tokens;
     const char *base = strrchr(o.model, '/');
     snprintf(s.model_id, sizeof s.model_id, "%s", o.alias ? o.alias : base ? base + 1 : o.model);

@@ -32,7 +32,12 @@ typedef struct srv_server {
     atomic_int ready;       /* 0 while loading: /health answers 503 */
     char model_id[128];     /* what /v1/models lists */
     char *api_key;          /* NULL: no auth */
-    size_t max_body;        /* bytes; beyond: 413 */
+    size_t max_body;        /* bytes; beyond: 413 (at once when Content-Length announces it) */
+    /* Connections (http.c): a client silent for read_timeout_s before its
+     * request is complete, or between requests, is closed; once a request
+     * is in (its reply may take minutes to compute) reply_timeout_s applies.
+     * At most conns_per_ip connections from one address (0: no limit). */
+    unsigned read_timeout_s, reply_timeout_s, conns_per_ip;
     int n_ctx;
     int default_max_tokens;
     struct MHD_Daemon *daemon;
@@ -50,6 +55,8 @@ typedef struct srv_route {
     int auth;            /* needs the API key when one is set */
     int needs_model;     /* 503 while loading */
 } srv_route;
+
+#define SRV_MAX_CONNECTIONS 512  /* open connections at once (each holds a thread) */
 
 int srv_http_start(srv_server *s, const char *host, int port);
 /* Waits (at most timeout_ms) until no request is in flight: a request whose

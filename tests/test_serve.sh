@@ -21,11 +21,11 @@ if ! command -v curl >/dev/null; then
     exit 1
 fi
 # Quick mode (CI's sanitizer pass): the parser, handlers and errors, the
-# load test (200 requests), cancellation and the drain; the rest runs in the
-# plain pass.
+# HTTP layer's limits, the load test (200 requests), cancellation and the
+# drain; the rest runs in the plain pass.
 sel=()
 if [ "${KVSTITCH_TEST_QUICK:-0}" = 1 ] && [ $# -eq 0 ]; then
-    sel=(-k "test_api or test_load or disconnect or queue_full or sigterm_answers or sigterm_finishes")
+    sel=(-k "test_api or test_http or test_load or disconnect or queue_full or sigterm_answers or sigterm_finishes")
 fi
 out=$(timeout 1200 "$PY" -m pytest -p no:cacheprovider -q -rA tests/serve "${sel[@]}" "$@" 2>&1)
 rc=$?

@@ -306,17 +306,6 @@ def test_context_length_exceeded(server, client):
 def test_body_too_large(server):
     r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 300000}]})
     assert error_of(r, 413)["code"] == "request_too_large"
-    # Decided from the headers, before any body is read: a body announced
-    # beyond the limit is a 413 at once (it had been read to its end first),
-    # and two Content-Length headers are a 400 (which one frames the body?).
-    import socket
-    for head, status, says in [(b"Content-Length: 1000000000000000\r\n", b" 413 ", b"announced"),
-                               (b"Content-Length: 5\r\nContent-Length: 50\r\n", b" 400 ", b"Content-Length headers")]:
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + head + b"\r\n{")
-        reply = s.recv(4096)
-        s.close()
-        assert status in reply.split(b"\r\n")[0] and says in reply, reply
 
 
 def test_api_key(server):

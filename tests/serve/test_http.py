@@ -1,0 +1,161 @@
+"""The HTTP layer under attack, through raw sockets (an attack on the server):
+framing that two readers could take differently, a body announced over the
+limit, and connections that never finish their request (slowloris)."""
+import select
+import socket
+import time
+
+import requests
+
+from conftest import SLOW, Server
+
+TOKENIZE = b'{"content": "hi"}'
+
+
+def connect(port, src="127.0.0.1"):
+    s = socket.socket()
+    s.bind((src, 0))  # the whole of 127/8 is loopback: other "addresses" for the per-IP limit
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def closed_by_server(s, wait):
+    """True if the server closes s within `wait` seconds (EOF or reset);
+    reads and discards what it sends meanwhile."""
+    deadline = time.time() + wait
+    while True:
+        left = max(0.0, deadline - time.time())
+        if not select.select([s], [], [], left)[0]:
+            return False
+        try:
+            if not s.recv(65536):
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+
+
+def exchange(port, data, wait=2.0):
+    """Sends data on a fresh connection; what came back within `wait`
+    seconds, and whether the server closed the connection by then."""
+    s = connect(port)
+    s.settimeout(wait)
+    out, closed = b"", False
+    try:
+        s.sendall(data)
+        while True:
+            d = s.recv(65536)
+            if not d:
+                closed = True
+                break
+            out += d
+    except socket.timeout:
+        pass
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    finally:
+        s.close()
+    return out, closed
+
+
+def auth(server):
+    return b"Authorization: Bearer " + server.key.encode() + b"\r\n"
+
+
+def test_two_content_length_headers_refused(server):
+    # libmicrohttpd took the first of two Content-Length headers (and the
+    # chunked body beside one): a proxy taking the other would see another
+    # request in the same bytes (smuggling). 400 at once, and the
+    # connection is closed.
+    head = b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + auth(server)
+    n = b"%d" % len(TOKENIZE)
+    for framing, body in [(b"Content-Length: " + n + b"\r\nContent-Length: " + n + b"\r\n", TOKENIZE),
+                          (b"Content-Length: " + n + b"\r\nContent-Length: 5\r\n", TOKENIZE),
+                          (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+                           b"%x\r\n%s\r\n0\r\n\r\n" % (len(TOKENIZE), TOKENIZE))]:
+        out, closed = exchange(server.port, head + framing + b"\r\n" + body)
+        assert out.startswith(b"HTTP/1.1 400") and b'"code":"invalid_header"' in out, (framing, out[:300])
+        assert closed
+    out, _ = exchange(server.port, head + b"Connection: close\r\nContent-Length: " + n + b"\r\n\r\n" + TOKENIZE)
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]  # one header: as before
+
+
+def test_body_over_the_limit_answered_before_it_is_read(server):
+    # A Content-Length over --max-body (262144 here) had its body read and
+    # dropped to the end before the 413: 10^15 bytes announced held the
+    # connection as long as the client liked. Now the headers settle it.
+    t0 = time.time()
+    for extra, status in [(auth(server), b"413"),
+                          (auth(server) + b"Expect: 100-continue\r\n", b"413"),
+                          (b"", b"401")]:  # dispatch's order: the key first
+        out, closed = exchange(server.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + extra +
+                               b"Content-Length: 1000000000000000\r\n\r\n{\"messages\"")
+        assert out.startswith(b"HTTP/1.1 " + status) and closed, (extra, out[:300])
+        assert b"100 Continue" not in out
+    assert time.time() - t0 < 1.5 * SLOW
+    # chunked: nothing announced; past twice the limit the connection is cut
+    s = connect(server.port)
+    try:
+        s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + auth(server) + b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"10000\r\n" + b"y" * 0x10000 + b"\r\n"
+        for _ in range(3 * 262144 // 0x10000):
+            s.sendall(chunk)
+        assert closed_by_server(s, 1.5 * SLOW)
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        s.close()
+
+
+def test_connections_per_ip_capped_by_default(server):
+    # 64 connections from one address by default (of the 512 in all): the
+    # 65th and on are closed at once, so one client cannot take every place;
+    # another address is served meanwhile.
+    socks = []
+    try:
+        for _ in range(72):
+            socks.append(connect(server.port, "127.0.0.2"))
+        deadline, closed = time.time() + 1.5 * SLOW, set()
+        while len(closed) < 8 and time.time() < deadline:
+            live = [s for s in socks if s not in closed]
+            for s in select.select(live, [], [], max(0.0, deadline - time.time()))[0]:
+                if closed_by_server(s, 0):
+                    closed.add(s)
+        time.sleep(0.1)  # and no more than the 8 over the limit
+        closed |= {s for s in socks if s not in closed and closed_by_server(s, 0)}
+        assert len(closed) == 8, "%d of 72 connections from one address were refused" % len(closed)
+        r = requests.post(server.url + "/tokenize", json={"content": "hi"}, headers=server.headers(), timeout=10)
+        assert r.status_code == 200
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_silent_connections_closed_after_read_timeout():
+    # Slowloris: connections that send nothing, half a request line, or
+    # half a body had held their thread (and one of the 512 places) for
+    # 600 s. With --read-timeout 1 they are closed after a second of
+    # silence, as is a kept-alive connection between requests; a fifth
+    # from one address over --max-conns-per-ip 4 is closed at once; and
+    # another address is served all along.
+    s = Server("--slots", "1", "--ctx", "256", "--read-timeout", "1", "--max-conns-per-ip", "4", api_key=False)
+    socks = []
+    try:
+        t0 = time.time()  # every connection's last byte comes after this
+        socks = [connect(s.port, "127.0.0.2") for _ in range(4)]
+        socks[1].sendall(b"POST /tokeni")
+        socks[2].sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n{\"con")
+        socks[3].sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n" + TOKENIZE)
+        assert socks[3].recv(4096).startswith(b"HTTP/1.1 200")  # then kept alive, silent
+        fifth = connect(s.port, "127.0.0.2")
+        assert closed_by_server(fifth, 0.5 * SLOW)
+        fifth.close()
+        r = requests.post(s.url + "/tokenize", json={"content": "hi"}, timeout=10)
+        assert r.status_code == 200 and r.json()["tokens"]
+        t1 = time.time()  # and before this
+        for k, c in enumerate(socks):
+            assert closed_by_server(c, t1 + 1.0 + 0.5 * SLOW - time.time()), "connection %d still open" % k
+        assert time.time() - t0 > 0.95  # closed by the timeout, not at once
+    finally:
+        for c in socks:
+            c.close()
+        assert s.stop() == 0
