@@ -342,13 +342,19 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     return 0;
 }
 
-/* The first flaw cJSON lets pass in the strings of body[0..len): the
- * escape \u0000 (any case; cJSON ends the string there) or a raw control
- * byte (RFC 8259 wants them escaped). Its offset, or -1; *nul says which. */
+/* The first flaw cJSON lets pass in body[0..len): the escape \u0000 in a
+ * string (any case; cJSON ends the string there) or a raw control byte, in
+ * a string (RFC 8259 wants it escaped) or between tokens other than tab, LF
+ * and CR (cJSON skips every byte up to 0x20 as white space). Its offset, or
+ * -1; *nul says which. */
 static long string_flaw(const char *body, size_t len, int *nul) {
     int in_str = 0;
     for (size_t i = 0; i < len; i++) {
         if (!in_str) {
+            if ((unsigned char)body[i] < 0x20 && body[i] != '\t' && body[i] != '\n' && body[i] != '\r') {
+                *nul = 0;
+                return (long)i;
+            }
             in_str = body[i] == '"';
         } else if (body[i] == '"') {
             in_str = 0;
@@ -421,7 +427,8 @@ cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
                       "a string in the request holds \\u0000 (NUL), which is not accepted: the text would end there");
     else if (at_flaw >= 0)
         srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
-                      "a string in the request holds a raw control byte (0x%02x at byte %ld): JSON wants it escaped",
+                      "the request holds a raw control byte (0x%02x at byte %ld): JSON wants it escaped in a string, "
+                      "and only tab, LF and CR between tokens",
                       (unsigned char)body[at_flaw], at_flaw);
     else if (dup)
         srv_error_set(err, 400, "invalid_request_error", "invalid_json", dup, "the key \"%.60s\" appears twice in one object",

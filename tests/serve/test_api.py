@@ -276,7 +276,8 @@ def test_strict_json_nul_and_stop_utf8(server):
     assert ok.status_code == 200 and ok.json()["tokens"], ok.text
     # a raw control byte inside a string (RFC 8259: escape it), and a key twice
     # in one object (lookups saw the first, so an invalid second value passed)
-    for data in [b'{"prompt": "a\nb", "max_tokens": 1}', b'{"prompt": "a\x01b", "max_tokens": 1}']:
+    for data in [b'{"prompt": "a\nb", "max_tokens": 1}', b'{"prompt": "a\x01b", "max_tokens": 1}',
+                 b'{"prompt": "ab",\x01 "max_tokens": 1}']:
         e = error_of(raw("/v1/completions", data), 400)
         assert e["code"] == "invalid_json" and "control byte" in e["message"], (data, e)
     assert raw("/v1/completions", b'{"prompt": "a\\nb",\n "max_tokens": 1}').status_code == 200  # escaped, and between tokens
