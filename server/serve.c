@@ -8,6 +8,8 @@
  *   --drain-timeout seconds, cancel the rest, stop HTTP, close the cache
  *   (every stored entry is already on disk: the store writes through)
  */
+#include <ctype.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,21 @@ static void usage(FILE *f) {
             "  --alias NAME           model id listed by /v1/models (the file's base name)\n");
 }
 
+/* A number option's value: decimal, no white space around it, an integer
+ * unless frac, within [lo, hi] (strtod alone had taken " 1", 1.5 for a
+ * count, nan and 1e300). 0, or -1 after saying what is wrong. */
+static int opt_number(const char *opt, const char *v, double lo, double hi, int frac, double *out) {
+    char *end = NULL;
+    double d = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
+    if (isnan(d) || *end || d < lo || d > hi || (!frac && d != floor(d))) {
+        fprintf(stderr, "kvstitch serve: %s: '%s' is not %s in [%g, %g]\n", opt, v, frac ? "a number" : "an integer",
+                lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, serve_opts *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -76,16 +93,16 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
             exit(0);
         }
 #define STR(flag, field) if (!strcmp(a, flag)) { if (!v) goto missing; o->field = v; i++; continue; }
-#define NUM(flag, field, lo) if (!strcmp(a, flag)) { char *end; if (!v) goto missing; double d = strtod(v, &end); \
-        if (*end || d < (lo)) { fprintf(stderr, "kvstitch serve: %s: '%s' is not a number >= %g\n", a, v, (double)(lo)); \
-        return -1; } o->field = d; i++; continue; }
+#define NUM(flag, field, lo, hi, frac) if (!strcmp(a, flag)) { double d; \
+        if (!v) goto missing; else if (opt_number(a, v, lo, hi, frac, &d)) return -1; o->field = d; i++; continue; }
         STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
         STR("--api-key-file", api_key_file) STR("--alias", alias)
-        NUM("--port", port, 0) NUM("--slots", slots, 1) NUM("-t", threads, 0) NUM("--threads", threads, 0)
-        NUM("--ctx", n_ctx, 0) NUM("--max-queue", max_queue, 1) NUM("--prefill-chunk", prefill_chunk, 1)
-        NUM("--max-tokens", max_tokens, 1) NUM("--cache-max-bytes", cache_max_bytes, 0)
-        NUM("--max-body", max_body, 1024) NUM("--drain-timeout", drain_s, 0)
-        NUM("--read-timeout", read_timeout, 1) NUM("--max-conns-per-ip", conns_per_ip, 0)
+        NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, 256, 0)
+        NUM("--threads", threads, 0, 256, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
+        NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
+        NUM("--max-tokens", max_tokens, 1, 1 << 24, 0) NUM("--cache-max-bytes", cache_max_bytes, 0, 9e18, 0)
+        NUM("--max-body", max_body, 1024, 1e15, 0) NUM("--drain-timeout", drain_s, 0, 86400, 1)
+        NUM("--read-timeout", read_timeout, 1, 86400, 0) NUM("--max-conns-per-ip", conns_per_ip, 0, SRV_MAX_CONNECTIONS, 0)
 #undef STR
 #undef NUM
         fprintf(stderr, "kvstitch serve: unknown option '%s' (see --help)\n", a);
@@ -96,15 +113,6 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     }
     if (!o->model) {
         fprintf(stderr, "kvstitch serve: -m MODEL is required\n");
-        return -1;
-    }
-    if (o->port > 65535 || o->slots > 64) {
-        fprintf(stderr, "kvstitch serve: --port must be <= 65535 and --slots <= 64\n");
-        return -1;
-    }
-    if (o->read_timeout > 86400 || o->conns_per_ip > SRV_MAX_CONNECTIONS) {
-        fprintf(stderr, "kvstitch serve: --read-timeout must be <= 86400 and --max-conns-per-ip <= %d\n",
-                SRV_MAX_CONNECTIONS);
         return -1;
     }
     return 0;

@@ -130,6 +130,11 @@ mistake bench_streams_batch 2 "--batch 2 is less than --streams 4" bench "${M[@]
 # perplexity
 mistake ppl_no_file 2 "-m MODEL and -f FILE are required" perplexity "${M[@]}"
 mistake ppl_ctx 2 "--ctx must be an integer in [4, 1048576], got '2'" perplexity "${M[@]}" -f "$tmp/doc.txt" --ctx 2
+# serve: numbers as strictly as the other commands (strtod alone had taken these)
+mistake serve_port_space 2 "--port: ' 1' is not an integer in [0, 65535]" serve -m x --port " 1"
+mistake serve_slots_fraction 2 "--slots: '1.5' is not an integer in [1, 64]" serve -m x --slots 1.5
+mistake serve_port_nan 2 "--port: 'nan' is not an integer" serve -m x --port nan
+mistake serve_ctx_huge 2 "--ctx: '1e300' is not an integer" serve -m x --ctx 1e300
 # cache
 mistake cache_no_action 2 "give an action" cache --cache-dir "$D"
 # output that cannot be written (a full device): exit 1, not 0
