@@ -307,10 +307,13 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
 
 static int uses_cache(const srv_slot *s) { return s->job && !s->job->segments && s->job->req.cache_prompt; }
 
+/* Tokens of n in whole chunks of the cache's grid. */
+static int whole_chunks(int n, const srv_env *env) { return n / env->chunk_tokens * env->chunk_tokens; }
+
 /* The whole chunks computed so far, stored now for prompts that follow
  * (srv_slot_waits_for); the end of the prefill stores the rest. */
 static void store_progress(srv_slot *s, const srv_env *env) {
-    int n = s->n_kv / env->chunk_tokens * env->chunk_tokens, n_new = 0;
+    int n = whole_chunks(s->n_kv, env), n_new = 0;
     if (!uses_cache(s) || n <= s->n_stored) return;
     if (kvs_cache_store_context(s->ctx, env->cache, s->job->prompt, n, &n_new) == KVS_OK) s->n_stored = n;
     s->job->usage.chunks_stored += n_new;
@@ -328,7 +331,8 @@ static int warms_docs(const srv_slot *s) {
  * l_first), warms a document f has too; f's warmer then finds it cached. */
 static int waits_for_docs(const srv_slot *f, const srv_slot *l, int l_first) {
     if (!warms_docs(f) || !warms_docs(l)) return 0;
-    if ((l->warmer != NULL) != (f->warmer != NULL) ? !l->warmer : !l_first) return 0;
+    const int l_warming = l->warmer != NULL, f_warming = f->warmer != NULL;
+    if (l_warming != f_warming ? !l_warming : !l_first) return 0; /* l is not ahead */
     const srv_request *a = &f->job->req, *b = &l->job->req;
     for (int i = 0; i < a->n_docs; i++)
         for (int k = 0; k < b->n_docs; k++)
@@ -345,7 +349,7 @@ int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const 
     const int32_t *a = f->job->prompt, *b = l->job->prompt;
     int n = f->job->n_prompt - 1 < l->job->n_prompt ? f->job->n_prompt - 1 : l->job->n_prompt, c = 0;
     while (c < n && a[c] == b[c]) c++;
-    return c / env->chunk_tokens * env->chunk_tokens - f->n_kv >= env->chunk_tokens;
+    return whole_chunks(c, env) - f->n_kv >= env->chunk_tokens;
 }
 
 void srv_slot_catch_up(srv_slot *s, const srv_env *env) {
