@@ -107,24 +107,26 @@ def test_close_while_another_thread_calls_is_refused(model_path):
     the model under the call: a segfault). In a child process, so that a
     crash fails this test instead of the run."""
     code = textwrap.dedent("""
-        import sys, threading, time, kvstitch
+        import sys, threading, kvstitch
         text = "The quick brown fox jumps over the lazy dog. " * 8000
         refused = 0
-        for _ in range(3):  # a round may close before the worker's first call: then it sees "closed"
+        for _ in range(3):  # a close may land between two calls: then the worker sees "closed"
             m = kvstitch.Model.load(sys.argv[1], threads=1)
             started = threading.Event()
             def work():
-                started.set()
+                # calls back to back until close() succeeds (no timing: a
+                # fast CPU had finished a fixed number of calls before the
+                # first close)
                 try:
-                    for _ in range(4):
+                    while True:
                         m.tokenize(text)
+                        started.set()
                 except kvstitch.Error:
                     pass
             t = threading.Thread(target=work)
             t.start()
             started.wait()
-            time.sleep(0.05)
-            while t.is_alive():
+            while True:
                 try:
                     m.close()
                     break
