@@ -170,7 +170,7 @@ TEST(errors) {
     int st = kvs_chat_render_template(odd, strlen(odd), NULL, user_only, 1, 1, &out);
     CHECK_EQ_INT(st, KVS_ERR_UNSUPPORTED);
     CHECK(strstr(kvs_last_error(), "{% for m in messages %}<|{{ m.role }}|>") != NULL); /* names it */
-    CHECK(strstr(kvs_last_error(), "--template") != NULL);                          /* says how to override */
+    CHECK(strstr(kvs_last_error(), "family=") != NULL);                          /* says how to override */
     CHECK(strcmp(out, "untouched") == 0);
     /* The family argument overrides detection. */
     check_render(odd, "chatml", user_only, 1, 0, "<|im_start|>user\nHello!<|im_end|>\n");

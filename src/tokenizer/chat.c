@@ -339,7 +339,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         if (!fam && tmpl_len == 0)
             return kvs_error(KVS_ERR_UNSUPPORTED,
                              "the model has no %s; pass a template family (chatml, qwen3, llama3, llama2, gemma) "
-                             "to choose one (CLI: --template NAME)", KEY_TEMPLATE);
+                             "to choose one (kvs_chat_render's family; Python: render_chat(family=...))", KEY_TEMPLATE);
         if (!fam) {
             /* Name the template by its first characters, on one line. */
             char head[64];
@@ -348,7 +348,8 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
             head[k] = 0;
             return kvs_error(KVS_ERR_UNSUPPORTED,
                              "chat template not recognised: \"%s%s\"; pass a template family "
-                             "(chatml, qwen3, llama3, llama2, gemma) to override (CLI: --template NAME)",
+                             "(chatml, qwen3, llama3, llama2, gemma) to override (kvs_chat_render's family; "
+                             "Python: render_chat(family=...))",
                              head, tmpl_len > 60 ? "..." : "");
         }
     }
