@@ -164,6 +164,12 @@ class Session:
         if unknown:
             raise TypeError(f"unknown argument(s): {', '.join(sorted(unknown))}")
         a = dict(self._DEFAULTS, **{k: v for k, v in kw.items() if k != "self"})
+        # checked here so the message names this API's arguments (the C
+        # library would name its own fields, n_predict and n_top_logprobs)
+        for name in ("max_tokens", "logprobs"):
+            v = a[name]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InvalidArgument(f"{name} must be an integer >= 0, got {v!r}")
         prompt = a["prompt"]
         if a["documents"] is not None or (isinstance(prompt, str) and a["system"] is not None
                                           and a["chat"] is not False):

@@ -64,11 +64,12 @@ def test_generation_values_refused_naming_the_field(model, cache):
     before any work, with a message naming the field (max_tokens=-1 had
     generated nothing and stored the prompt; top_p=0 and min_p=2 had been
     silent greedy draws, temperature=inf a uniform one; an unknown role was
-    written into the prompt)."""
-    cases = [(dict(max_tokens=-1), "n_predict"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+    written into the prompt). The names are this API's (max_tokens, not
+    the C field n_predict)."""
+    cases = [(dict(max_tokens=-1), "max_tokens must"), (dict(max_tokens=2.5), "max_tokens must"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
              (dict(min_p=2.0), "min_p"), (dict(temperature=float("inf")), "temperature"),
              (dict(temperature=float("nan")), "temperature"), (dict(repeat_penalty=0.0), "repeat_penalty"),
-             (dict(top_k=-1), "top_k"), (dict(logprobs=-1), "n_top_logprobs")]
+             (dict(top_k=-1), "top_k"), (dict(logprobs=-1), "logprobs must")]
     for s in (kvstitch.Session(model, n_ctx=64), kvstitch.Session(model, cache, n_ctx=64)):
         for kw, field in cases:
             with pytest.raises(kvstitch.InvalidArgument, match=field):
