@@ -381,6 +381,7 @@ typedef struct kvs_reuse_result {
     int n_chunks_stored;    /* chunks of the prompt newly stored by this request (with a cache dir:
                              * written to it; a failed write is not counted) */
     int n_write_errors;     /* chunks whose write to the cache dir failed (kept in memory only) */
+    char write_error[200];  /* the first failed write's reason (e.g. the disk full), "" if none */
 } kvs_reuse_result;
 
 /* What non-prefix (document) reuse did (kvs_generate_segments). */

@@ -85,7 +85,9 @@ if mount -t tmpfs -o size=2m tmpfs "$small" 2>/dev/null; then
     fi
     T "$CLI" generate -m "$MODEL" --cache-dir "$small" --cache-max-bytes 1G --threads 2 -n 2 --json -f "$tmp/p2.txt" \
         >"$tmp/g.json" 2>"$tmp/e"; rc=$?
-    [ $rc -eq 0 ] && [ "$(j "$tmp/g.json" 'd["write_errors"] > 0')" = True ] && grep -q "could not be written" "$tmp/e" \
+    # the warning and the JSON say why (they had given the count alone)
+    [ $rc -eq 0 ] && [ "$(j "$tmp/g.json" 'd["write_errors"] > 0 and "space" in d["write_error"]')" = True ] \
+        && grep -q "could not be written.*: .*space" "$tmp/e" \
         && ok cache_dir_full_fs_generate || fail cache_dir_full_fs_generate "rc=$rc $(cat "$tmp/g.json" "$tmp/e")"
     rm -rf "${small:?}"/* "$small"/.[!.]* 2>/dev/null
     if mount -o remount,ro "$small" 2>/dev/null; then
@@ -98,8 +100,8 @@ if mount -t tmpfs -o size=2m tmpfs "$small" 2>/dev/null; then
         printf 'Owls hunt small animals at night.\n' >"$tmp/docB.txt"
         T "$CLI" generate -m "$MODEL" --cache-dir "$small" --threads 2 -n 2 --json --doc "$tmp/docA.txt" \
             --doc "$tmp/docB.txt" -p "What is the fox?" >"$tmp/gd.json" 2>"$tmp/e"; rc=$?
-        [ $rc -eq 0 ] && [ "$(j "$tmp/gd.json" 'd["docs_computed"] == 2 and d["write_errors"] >= 2')" = True ] \
-            && grep -q "could not be written" "$tmp/e" && ok cache_dir_read_only_docs_generate \
+        [ $rc -eq 0 ] && [ "$(j "$tmp/gd.json" 'd["docs_computed"] == 2 and d["write_errors"] >= 2 and "Read-only" in d["write_error"]')" = True ] \
+            && grep -q "could not be written.*: .*Read-only" "$tmp/e" && ok cache_dir_read_only_docs_generate \
             || fail cache_dir_read_only_docs_generate "rc=$rc $(cat "$tmp/gd.json" "$tmp/e")"
         T "$CLI" warm -m "$MODEL" --cache-dir "$small" --threads 2 --json --doc "$tmp/docA.txt" --doc "$tmp/docB.txt" \
             >"$tmp/wd.json" 2>"$tmp/e"; rc=$?

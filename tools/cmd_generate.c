@@ -393,8 +393,8 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
         if (!o->quiet) print_stats(&r);
     }
     if (r.reuse && r.reuse->n_write_errors) /* with --json and --quiet too: nothing stored silently */
-        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored)\n",
-                r.reuse->n_write_errors);
+        fprintf(stderr, "kvstitch: warning: %d chunks could not be written to the cache dir (not stored): %s\n",
+                r.reuse->n_write_errors, r.reuse->write_error[0] ? r.reuse->write_error : "no reason recorded");
     if (cli_redis_given(&o->redis)) cli_redis_report("generate", g->cache, NULL, NULL); /* the same for Redis */
     kvs_generate_result_free(&r);
     return rc;

@@ -93,6 +93,7 @@ cJSON *json_generate_result(const kvs_generate_result *r, const json_generate_op
         json_add_ints(j, "chunk_ends", u->chunk_ends, u->n_chunks);
         cJSON_AddNumberToObject(j, "stored_chunks", u->n_chunks_stored);
         cJSON_AddNumberToObject(j, "write_errors", u->n_write_errors);
+        if (u->n_write_errors) cJSON_AddStringToObject(j, "write_error", u->write_error);
         cJSON_AddNumberToObject(j, "reused_tokens", u->n_reused);
     }
     if (r->docs) {

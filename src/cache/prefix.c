@@ -17,6 +17,7 @@
  * everything after is computed from identical inputs.
  */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -99,6 +100,7 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
                              &rep);
         r.reuse->n_chunks_stored = rep.n_new;
         r.reuse->n_write_errors = rep.n_write_errors;
+        snprintf(r.reuse->write_error, sizeof r.reuse->write_error, "%s", rep.write_error);
     }
     if (st) {
         kvs_generate_result_free(&r);

@@ -2,6 +2,7 @@
 #include "rag/segment_gen.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -303,8 +304,13 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         q.rep.n_stored = put.n_new;
         r.reuse->n_chunks_stored = put.n_new;
         r.reuse->n_write_errors = put.n_write_errors;
+        snprintf(r.reuse->write_error, sizeof r.reuse->write_error, "%s", put.write_error);
     }
-    if (!st) r.reuse->n_write_errors += q.rep.docs_put.n_write_errors; /* docs that only memory holds */
+    if (!st) { /* docs that only memory holds */
+        r.reuse->n_write_errors += q.rep.docs_put.n_write_errors;
+        if (!r.reuse->write_error[0])
+            snprintf(r.reuse->write_error, sizeof r.reuse->write_error, "%s", q.rep.docs_put.write_error);
+    }
     free(q.pos);
     free(q.moved);
     if (st) {
