@@ -10,6 +10,7 @@
  */
 #include <ctype.h>
 #include <math.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,19 @@ static int opt_number(const char *opt, const char *v, double lo, double hi, int 
     return 0;
 }
 
+/* Marks the option field at offset off as given; -1 after saying so when it
+ * was given before, under either spelling (-m / --model: the last had
+ * silently won, as if the first were not there). */
+static int given_once(const char *opt, size_t off, size_t *seen, int *n_seen) {
+    for (int k = 0; k < *n_seen; k++)
+        if (seen[k] == off) {
+            fprintf(stderr, "kvstitch serve: %s given twice (each option at most once)\n", opt);
+            return -1;
+        }
+    seen[(*n_seen)++] = off;
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, serve_opts *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -86,15 +100,19 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     o->drain_s = 30;
     o->read_timeout = 10;
     o->conns_per_ip = 64;
+    size_t seen[64];
+    int n_seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
         }
-#define STR(flag, field) if (!strcmp(a, flag)) { if (!v) goto missing; o->field = v; i++; continue; }
+#define ONCE(field) if (given_once(a, offsetof(serve_opts, field), seen, &n_seen)) return -1;
+#define STR(flag, field) if (!strcmp(a, flag)) { if (!v) goto missing; ONCE(field) o->field = v; i++; continue; }
 #define NUM(flag, field, lo, hi, frac) if (!strcmp(a, flag)) { double d; \
-        if (!v) goto missing; else if (opt_number(a, v, lo, hi, frac, &d)) return -1; o->field = d; i++; continue; }
+        if (!v) goto missing; else if (opt_number(a, v, lo, hi, frac, &d)) return -1; ONCE(field) o->field = d; i++; \
+        continue; }
         STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
         STR("--api-key-file", api_key_file) STR("--alias", alias)
         NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, 256, 0)
@@ -105,6 +123,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         NUM("--read-timeout", read_timeout, 1, 86400, 0) NUM("--max-conns-per-ip", conns_per_ip, 0, SRV_MAX_CONNECTIONS, 0)
 #undef STR
 #undef NUM
+#undef ONCE
         fprintf(stderr, "kvstitch serve: unknown option '%s' (see --help)\n", a);
         return -1;
     missing:

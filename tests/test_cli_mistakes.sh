@@ -135,6 +135,9 @@ mistake serve_port_space 2 "--port: ' 1' is not an integer in [0, 65535]" serve 
 mistake serve_slots_fraction 2 "--slots: '1.5' is not an integer in [1, 64]" serve -m x --slots 1.5
 mistake serve_port_nan 2 "--port: 'nan' is not an integer" serve -m x --port nan
 mistake serve_ctx_huge 2 "--ctx: '1e300' is not an integer" serve -m x --ctx 1e300
+# serve: an option given twice is refused under either spelling (the last had won silently)
+mistake serve_port_twice 2 "--port given twice" serve -m x --port 1 --port 2
+mistake serve_model_both_spellings 2 "--model given twice" serve -m x --model y
 # cache
 mistake cache_no_action 2 "give an action" cache --cache-dir "$D"
 # output that cannot be written (a full device): exit 1, not 0
