@@ -32,7 +32,7 @@ static kvs_generate_result sample_result(kvs_reuse_result *u, kvs_docs_result *d
     r.top_logprobs = top_lp;
     r.n_top = 2;
     ends[0] = 64, ends[1] = 300;
-    *u = (kvs_reuse_result){200, 230, 230.0 / 300, ends, 2, 1, 3};
+    *u = (kvs_reuse_result){200, 230, 230.0 / 300, ends, 2, 1, 3, "No space left on device"};
     *d = (kvs_docs_result){100, 70, 2, 1, 2100, 1};
     r.reuse = u;
     r.docs = d;
@@ -69,6 +69,8 @@ TEST(generate_result_round_trip) {
     CHECK(json_get_int(back, "cached_tokens", 1, 0, 1 << 20, &v, &e) == 0 && v == 200);
     CHECK(json_get_int(back, "reused_tokens", 1, 0, 1 << 20, &v, &e) == 0 && v == 230);
     CHECK(json_get_int(back, "write_errors", 1, 0, 1 << 20, &v, &e) == 0 && v == 3);
+    const char *why = NULL;
+    CHECK(json_get_string(back, "write_error", 1, &why, &e) == 0 && why && !strcmp(why, "No space left on device"));
     CHECK(json_get_number(back, "cache_hit_ratio", 1, 0, 1, &x, &e) == 0 && fabs(x - 230.0 / 300) < 1e-12);
     CHECK(json_get_int(back, "recomputed_token_layers", 1, 0, 1L << 40, &v, &e) == 0 && v == 2100);
     CHECK(json_get_int(back, "docs_baked", 1, 0, 1 << 20, &v, &e) == 0 && v == 1);
