@@ -44,16 +44,33 @@ int srv_utf8_valid(const kvs_model *model, const char *text, size_t n) {
     return kvs_tokenize(model, text, n, 0, t, 0, &n_tok) != KVS_ERR_UTF8;
 }
 
-/* Stop strings must be valid UTF-8 like the messages: one holding a lone
- * byte (a raw 0xa9) had cut a character of the output in half and made the
- * response's JSON invalid. */
-static int check_stops(const kvs_model *model, const srv_request *r, srv_error *err) {
+/* 0 if text is valid UTF-8, else -1 with err naming param (a 400). */
+static int check_utf8(const kvs_model *model, const char *text, const char *param, srv_error *err) {
+    if (!text || srv_utf8_valid(model, text, strlen(text))) return 0;
+    srv_error_set(err, 400, "invalid_request_error", "invalid_utf8", param, "'%s': %s", param, kvs_last_error());
+    return -1;
+}
+
+/* Every text of the request must be valid UTF-8, checked field by field so
+ * the error names the one at fault (the rendered prompt's tokenizer had
+ * named no field; a document's error said 'documents'). Stop strings too:
+ * one holding a lone byte (a raw 0xa9) had cut a character of the output in
+ * half and made the response's JSON invalid. */
+static int check_texts(const kvs_model *model, const srv_request *r, srv_error *err) {
+    char param[48];
+    for (int i = 0; i < r->n_msgs; i++) {
+        snprintf(param, sizeof param, "messages[%d].content", i);
+        if (check_utf8(model, r->msgs[i].content, param, err)) return -1;
+    }
+    if (check_utf8(model, r->prompt, "prompt", err)) return -1;
+    for (int i = 0; i < r->n_docs; i++) {
+        snprintf(param, sizeof param, "documents[%d].text", i);
+        if (check_utf8(model, r->docs[i], param, err)) return -1;
+    }
     for (int i = 0; i < r->n_stop; i++) {
-        if (!srv_utf8_valid(model, r->stop[i], strlen(r->stop[i]))) {
-            srv_error_set(err, 400, "invalid_request_error", "invalid_utf8", "stop", "stop string %d: %s", i,
-                          kvs_last_error());
-            return -1;
-        }
+        if (r->stop_at[i] < 0) snprintf(param, sizeof param, "stop");
+        else snprintf(param, sizeof param, "stop[%d]", r->stop_at[i]);
+        if (check_utf8(model, r->stop[i], param, err)) return -1;
     }
     return 0;
 }
@@ -142,7 +159,7 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     static atomic_ulong counter;
     snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
-    if (resolve_params(j, err) || check_stops(model, &j->req, err) || check_bias(model, &j->req, err) ||
+    if (resolve_params(j, err) || check_texts(model, &j->req, err) || check_bias(model, &j->req, err) ||
         build_prompt(model, j, err))
         goto fail;
     if (j->n_prompt == 0) {

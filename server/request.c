@@ -148,15 +148,19 @@ static int parse_stop(const cJSON *root, srv_request *r, srv_error *e) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (!s || cJSON_IsNull(s)) return 0;
     if (cJSON_IsString(s)) {
-        if (*s->valuestring) r->stop[r->n_stop++] = dup_string(s);
+        if (*s->valuestring) r->stop_at[r->n_stop] = -1, r->stop[r->n_stop++] = dup_string(s);
         return 0;
     }
     if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > SRV_MAX_STOP)
         return bad(e, "stop", "'%s' must be a string or an array of at most 4 strings%s", "");
     const cJSON *it;
+    int k = 0;
     cJSON_ArrayForEach(it, s) {
-        if (!cJSON_IsString(it)) return bad(e, "stop", "'%s' must hold strings only%s", "");
-        if (*it->valuestring) r->stop[r->n_stop++] = dup_string(it);
+        char param[24];
+        snprintf(param, sizeof param, "stop[%d]", k);
+        if (!cJSON_IsString(it)) return bad(e, param, "'%s' must be a string%s", "");
+        if (*it->valuestring) r->stop_at[r->n_stop] = k, r->stop[r->n_stop++] = dup_string(it);
+        k++;
     }
     return 0;
 }
@@ -176,8 +180,14 @@ static int parse_documents(const cJSON *root, srv_request *r, srv_error *e) {
         snprintf(param, sizeof param, "documents[%d]", r->n_docs);
         const cJSON *text = cJSON_IsString(it) ? it : cJSON_GetObjectItemCaseSensitive(it, "text");
         const cJSON *id = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "id") : NULL;
-        if (!cJSON_IsString(text)) return bad(e, param, "'%s' must be a string or an object with a string 'text'%s", "");
-        if (id && !cJSON_IsString(id)) return bad(e, param, "'%s'.id must be a string%s", "");
+        if (!cJSON_IsString(text)) {
+            if (cJSON_IsObject(it)) snprintf(param, sizeof param, "documents[%d].text", r->n_docs);
+            return bad(e, param, "'%s' must be a string or an object with a string 'text'%s", "");
+        }
+        if (id && !cJSON_IsString(id)) {
+            snprintf(param, sizeof param, "documents[%d].id", r->n_docs);
+            return bad(e, param, "'%s' must be a string%s", "");
+        }
         r->docs[r->n_docs] = dup_string(text);
         r->doc_ids[r->n_docs] = strdup(id ? id->valuestring : "");
         r->n_docs++;

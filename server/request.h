@@ -73,6 +73,7 @@ typedef struct srv_request {
     int top_k;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
+    int stop_at[SRV_MAX_STOP];  /* stop[i]'s index in the request's array, -1 when 'stop' was one string */
     int n_stop;
     int stream;
     int include_usage;          /* stream_options.include_usage */

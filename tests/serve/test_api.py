@@ -235,9 +235,11 @@ def test_malformed_json_and_wrong_types(server):
                         ({"messages": Q, "max_tokens": 0}, "max_tokens"),
                         ({"messages": Q, "top_p": 0}, "top_p"),
                         ({"messages": Q, "n": 17}, "n"), ({"messages": Q, "n": 0}, "n"),
-                        ({"messages": Q, "stop": [1]}, "stop"),
+                        ({"messages": Q, "stop": ["a", 1]}, "stop[1]"),
                         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-                        ({"messages": Q, "documents": [{"text": 5}]}, "documents[0]"),
+                        ({"messages": Q, "documents": [{"text": 5}]}, "documents[0].text"),
+                        ({"messages": Q, "documents": [5]}, "documents[0]"),
+                        ({"messages": Q, "documents": ["d", {"id": 7, "text": "e"}]}, "documents[1].id"),
                         ({"messages": Q, "documents": ["d"], "reuse": {"strategy": "magic"}}, "reuse.strategy"),
                         # nested fields are named by their whole path (the leaf alone had been)
                         ({"messages": Q, "documents": ["d"], "reuse": {"baked": 1}}, "reuse.baked"),
@@ -292,6 +294,17 @@ def test_strict_json_nul_and_stop_utf8(server):
     # a character of the output in half: invalid UTF-8 in the reply)
     e = error_of(raw("/v1/completions", b'{"prompt": "caf\xc3\xa9", "max_tokens": 4, "stop": "\xa9"}'), 400)
     assert e["code"] == "invalid_utf8" and e["param"] == "stop"
+    # invalid UTF-8 is refused naming the field that holds it (the rendered
+    # prompt's tokenizer had named none; a document's error said 'documents')
+    for path, data, param in [
+            ("/v1/completions", b'{"prompt": "a", "max_tokens": 1, "stop": ["", "ok", "\xa9"]}', "stop[2]"),
+            ("/v1/completions", b'{"prompt": "caf\xa9", "max_tokens": 1}', "prompt"),
+            ("/v1/chat/completions", b'{"messages": [{"role": "system", "content": "s"}, '
+                                     b'{"role": "user", "content": "\xff"}], "max_tokens": 1}', "messages[1].content"),
+            ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "q"}], "max_tokens": 1, '
+                                     b'"documents": ["fine", {"id": "b", "text": "x\xc3"}]}', "documents[1].text")]:
+        e = error_of(raw(path, data), 400)
+        assert e["code"] == "invalid_utf8" and e["param"] == param and param in e["message"], (data, e)
     # a null max_completion_tokens leaves max_tokens in force (it had hidden it)
     r = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 3, "max_completion_tokens": None,
                                         "temperature": 0, "ignore_eos": True})
