@@ -217,6 +217,42 @@ static void matmul_vs_scalar(const char *isa, kvs_pool *pool, int type, int k, i
     free(x); free(y0); free(y1); free(work); free((void *)w.data);
 }
 
+/* Quantized weights at an odd address (a GGUF file with general.alignment
+ * 1 maps its tensors anywhere): every path, the scalar reference's block
+ * structs included, reads them (they had been 2-aligned structs: UBSan's
+ * alignment check stopped the sanitizer build) and gives the bytes of the
+ * same weights at an aligned address. */
+TEST(test_matmul_weights_at_odd_address) {
+    const int types[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+    const char *isas[] = {"scalar", "avx2", "avx512vnni"};
+    const int n = 37, k = 96, m = 3;
+    for (int t = 0; t < 3; t++) {
+        kvs_wmat w = kt_rand_wmat(types[t], n, k);
+        size_t bytes = (size_t)n * w.row_bytes;
+        uint8_t *odd_buf = xmalloc(bytes + 1);
+        memcpy(odd_buf + 1, w.data, bytes);
+        kvs_wmat wo = w;
+        wo.data = odd_buf + 1;
+        float *x = xmalloc(sizeof(float) * m * k), *y0 = xmalloc(sizeof(float) * m * n),
+              *y1 = xmalloc(sizeof(float) * m * n), row0[96], row1[96];
+        kt_rand_vec(x, (size_t)m * k, 2.0f);
+        void *work = xmalloc(kvs_matmul_work_size(&w, m));
+        for (int s = 0; s < 3; s++) {
+            if (kvs_kernels_set_isa(isas[s]) != 0) continue; /* not on this CPU */
+            for (int mm = 1; mm <= m; mm += m - 1) {
+                kvs_matmul(NULL, &w, x, mm, y0, work);
+                kvs_matmul(NULL, &wo, x, mm, y1, work);
+                CHECK_MSG(memcmp(y0, y1, sizeof(float) * (size_t)mm * n) == 0, "type %d %s m %d", types[t], isas[s], mm);
+            }
+        }
+        kvs_wmat_get_row(&w, 5, row0);
+        kvs_wmat_get_row(&wo, 5, row1);
+        CHECK(memcmp(row0, row1, sizeof row0) == 0);
+        kvs_kernels_set_isa("best");
+        free(x); free(y0); free(y1); free(work); free(odd_buf); free((void *)w.data);
+    }
+}
+
 /* Every SIMD path gives the same bytes as the scalar reference, for shapes
  * with tails in n (not a multiple of the tile), k (not a multiple of 16
  * blocks) and m. */
@@ -778,6 +814,7 @@ int main(void) {
     RUN(test_expf);
     RUN(test_matmul_ref_vs_double);
     RUN(test_matmul_simd_equals_scalar);
+    RUN(test_matmul_weights_at_odd_address);
     RUN(test_matmul_float_k_tails);
     RUN(test_matmul_float_decode_chunks);
     RUN(test_matmul_float_negative_zero_chains);

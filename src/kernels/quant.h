@@ -29,18 +29,21 @@
 
 #define KVS_QK 32 /* elements per quantization block */
 
-typedef struct kvs_block_q4_0 {
+/* Packed (alignment 1): the blocks of a GGUF file with general.alignment 1
+ * may start at any address, where a 2-aligned struct's member loads were
+ * undefined behaviour (UBSan's alignment check; x86 forgives them). */
+typedef struct __attribute__((packed)) kvs_block_q4_0 {
     uint16_t d;
     uint8_t qs[KVS_QK / 2];
 } kvs_block_q4_0;
 
-typedef struct kvs_block_q4_1 {
+typedef struct __attribute__((packed)) kvs_block_q4_1 {
     uint16_t d;
     uint16_t m;
     uint8_t qs[KVS_QK / 2];
 } kvs_block_q4_1;
 
-typedef struct kvs_block_q8_0 {
+typedef struct __attribute__((packed)) kvs_block_q8_0 {
     uint16_t d;
     int8_t qs[KVS_QK];
 } kvs_block_q8_0;
@@ -48,6 +51,8 @@ typedef struct kvs_block_q8_0 {
 _Static_assert(sizeof(kvs_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(kvs_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(kvs_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(_Alignof(kvs_block_q4_0) == 1 && _Alignof(kvs_block_q4_1) == 1 && _Alignof(kvs_block_q8_0) == 1,
+               "blocks are read at any address");
 
 /* Bytes of one block of a Q4_0 / Q4_1 / Q8_0 row. */
 static inline int kvs_q_block_bytes(int type) {
