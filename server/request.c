@@ -144,11 +144,19 @@ static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
     return r->prompt ? 0 : bad(e, "prompt", "'%s': out of memory%s", "");
 }
 
+/* Keeps stop string s (an empty one stops nothing: dropped); at: its index
+ * in the request's array, -1 for a lone string. */
+static void add_stop(srv_request *r, const cJSON *s, int at) {
+    if (!*s->valuestring) return;
+    r->stop_at[r->n_stop] = at;
+    r->stop[r->n_stop++] = dup_string(s);
+}
+
 static int parse_stop(const cJSON *root, srv_request *r, srv_error *e) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (!s || cJSON_IsNull(s)) return 0;
     if (cJSON_IsString(s)) {
-        if (*s->valuestring) r->stop_at[r->n_stop] = -1, r->stop[r->n_stop++] = dup_string(s);
+        add_stop(r, s, -1);
         return 0;
     }
     if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > SRV_MAX_STOP)
@@ -159,8 +167,7 @@ static int parse_stop(const cJSON *root, srv_request *r, srv_error *e) {
         char param[24];
         snprintf(param, sizeof param, "stop[%d]", k);
         if (!cJSON_IsString(it)) return bad(e, param, "'%s' must be a string%s", "");
-        if (*it->valuestring) r->stop_at[r->n_stop] = k, r->stop[r->n_stop++] = dup_string(it);
-        k++;
+        add_stop(r, it, k++);
     }
     return 0;
 }

@@ -256,7 +256,7 @@ static void score_keys(const kvs_attn_call *c, dec_rows *dr, size_t kv_off, int 
         stage_keys(c, kv_off, D, a, maxn, nsteps * KEY_BLOCKS(dr->nr), Kt);
         /* the next tile's keys that exist (below maxn) */
         const int nxt = a + tile, end = j1 < maxn ? j1 : maxn, nn = end - nxt < tile ? end - nxt : tile;
-        const size_t esz = c->kv_type == 0 ? 2 : 4;
+        const size_t esz = kvs_attn_elem_bytes(c);
         kvs_ahead pf = nn > 0 ? kvs_ahead_new((const char *)c->k + (kv_off + (size_t)nxt * D) * esz,
                                               (size_t)nn * D * esz, nsteps, 1)
                               : kvs_ahead_new(c->k, 0, nsteps, 1); /* no pointer past the keys */

@@ -68,6 +68,9 @@ typedef struct kvs_attn_call {
     float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
 } kvs_attn_call;
 
+/* Bytes of one K / V element: kv_type 0 is F16, else F32. */
+static inline size_t kvs_attn_elem_bytes(const kvs_attn_call *c) { return c->kv_type == 0 ? 2 : 4; }
+
 /* Visible slots [lo, n) of a query at position pos (attention_ref.c). lo
  * rounded down to 16 is where the SIMD paths start their key loops. */
 static inline int kvs_attn_n(const kvs_attn_call *c, int32_t pos) {
