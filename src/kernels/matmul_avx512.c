@@ -445,16 +445,13 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
     const uint8_t *rows[NR];
     #pragma GCC unroll 4
     for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-    if (mr == 1) { /* decode: the rows 16 further, as the quantized m = 1 paths do (F16 decode +17%, Xeon) */
-        const uintptr_t pf0 = (uintptr_t)rows[0] + F_PF_ROWS * w->row_bytes;
-        for (uintptr_t a = pf0 & ~(uintptr_t)63; a < pf0 + nr * w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-    }
-    /* pf (the first tile of several rows): the tile's bytes F_PF_ROWS rows
-     * further, spread over the chunks (nr * 16 elements a chunk) so that
-     * they overlap the fmas: with none the loads waited on DRAM, and a
-     * burst at the start of each tile waited on full fill buffers (8 rows
-     * of SmolLM2 F16's layers, one Xeon thread: 38 ms a step with the
-     * burst, 31.6 -> 26.5 ms spread) */
+    /* pf (the first row tile of the call's rows): the tile's bytes
+     * F_PF_ROWS rows further, spread over the chunks (nr * 16 elements a
+     * chunk) so that they overlap the fmas: with none the loads waited on
+     * DRAM, and a burst at the start of each tile waited on full fill
+     * buffers (8 rows of SmolLM2 F16's layers, one Xeon thread: 38 ms a step
+     * with the burst, 31.6 -> 26.5 ms spread; one row, decode: 40.4-41.2 ->
+     * 41.7-43.4 tok/s at 1 thread, 78-83 -> 83-87 at 2) */
     const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2);
     const uintptr_t pfb = pf ? (uintptr_t)rows[0] + F_PF_ROWS * w->row_bytes : 0;
     int e = 0;
@@ -639,7 +636,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
             int nr = j1 - jt < NR ? j1 - jt : NR;
             for (int it = 0; it < m; it += MR) {
                 int mr = m - it < MR ? m - it : MR;
-                tile_f(w, jt, c->x + (size_t)it * w->k, w->k, c->y + (size_t)it * n + jt, n, mr, nr, m > 1 && it == 0);
+                tile_f(w, jt, c->x + (size_t)it * w->k, w->k, c->y + (size_t)it * n + jt, n, mr, nr, it == 0);
             }
         }
         return;
