@@ -28,8 +28,31 @@ typedef struct choices {
     int n;
 } choices;
 
+/* The completion's token ids of job j, as a JSON array in o. */
+static void add_token_ids(cJSON *o, const srv_job *j) {
+    cJSON *ids = cJSON_AddArrayToObject(o, "completion_token_ids");
+    for (int i = 0; j->gen_tokens && i < j->usage.completion_tokens; i++)
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber(j->gen_tokens[i]));
+}
+
+/* n > 1: what differs between the choices (their prompt is the first's). */
+static void add_choices(cJSON *k, const choices *cs) {
+    cJSON *arr = cJSON_AddArrayToObject(k, "choices");
+    for (int i = 0; i < cs->n; i++) {
+        const srv_job *j = cs->j[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        cJSON_AddNumberToObject(c, "completion_tokens", j->usage.completion_tokens);
+        cJSON_AddNumberToObject(c, "decode_ms", j->usage.decode_ms);
+        cJSON_AddNumberToObject(c, "total_ms", j->usage.total_ms);
+        if (j->req.return_token_ids) add_token_ids(c, j);
+        cJSON_AddItemToArray(arr, c);
+    }
+}
+
 /* usage, with the kvstitch object (README "Server" documents every field):
- * completion tokens of every choice, the rest of the first one's. */
+ * completion tokens of every choice, the rest of the first one's, and with
+ * n > 1 each choice's own figures in kvstitch.choices. */
 static cJSON *usage_json(const srv_server *s, const choices *cs) {
     const srv_job *j = cs->j[0];
     const srv_usage *u = &j->usage;
@@ -66,11 +89,8 @@ static cJSON *usage_json(const srv_server *s, const choices *cs) {
     cJSON_AddNumberToObject(t, "decode_ms", u->decode_ms);
     cJSON_AddNumberToObject(t, "total_ms", u->total_ms);
     cJSON_AddStringToObject(k, "first_logits_sha256", u->first_logits_sha256);
-    if (j->req.return_token_ids) {
-        cJSON *ids = cJSON_AddArrayToObject(k, "completion_token_ids");
-        for (int i = 0; j->gen_tokens && i < u->completion_tokens; i++)
-            cJSON_AddItemToArray(ids, cJSON_CreateNumber(j->gen_tokens[i]));
-    }
+    if (j->req.return_token_ids) add_token_ids(k, j);
+    if (cs->n > 1) add_choices(k, cs);
     if (j->req.return_prompt_sources) {
         /* Runs of prompt tokens by KV source, in prompt order, with their text. */
         cJSON *runs = cJSON_AddArrayToObject(k, "prompt_sources");

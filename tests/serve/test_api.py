@@ -501,8 +501,16 @@ def test_n_choices(server, client):
         assert c.message.content == alone.choices[0].message.content and c.finish_reason == alone.choices[0].finish_reason
         assert len(c.logprobs.content) >= 1
     assert len({c.message.content for c in r.choices}) > 1  # other seeds, other stories
-    alone_tokens = sum(client.chat.completions.create(**dict(kw, seed=40 + i)).usage.completion_tokens for i in range(3))
-    assert r.usage.completion_tokens == alone_tokens
+    alones = [client.chat.completions.create(**dict(kw, seed=40 + i)).usage for i in range(3)]
+    assert r.usage.completion_tokens == sum(u.completion_tokens for u in alones)
+    # kvstitch.choices: each choice's own tokens (the rest of kvstitch is the first choice's)
+    per = r.usage.model_extra["kvstitch"]["choices"]
+    assert [c["index"] for c in per] == [0, 1, 2]
+    for c, u in zip(per, alones):
+        assert c["completion_token_ids"] == u.model_extra["kvstitch"]["completion_token_ids"]
+        assert c["completion_tokens"] == u.completion_tokens and c["decode_ms"] >= 0 and c["total_ms"] >= c["decode_ms"]
+    assert r.usage.model_extra["kvstitch"]["completion_token_ids"] == per[0]["completion_token_ids"]
+    assert "choices" not in alones[0].model_extra["kvstitch"]  # n = 1: no per-choice list
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
     chunks = list(client.chat.completions.create(n=3, stream=True, stream_options={"include_usage": True}, **kw))
     texts, finishes = ["", "", ""], [None, None, None]
