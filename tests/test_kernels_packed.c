@@ -46,12 +46,16 @@ static int first_diff(const float *a, const float *b, int n) {
 }
 
 TEST(test_packed_equals_scalar) {
-    if (kvs_kernels_set_isa("avx2") != 0) {
+    /* the AVX2 kernels read every packed type; the AVX-512 ones Q4_0 / Q4_1
+     * (and Q8_0 from the GGUF rows beside the packed copy) */
+    const char *isas[] = {"avx2", "avx512vnni"};
+    int have[2], any = 0;
+    for (int s = 0; s < 2; s++) any |= have[s] = kvs_kernels_set_isa(isas[s]) == 0;
+    kvs_kernels_set_isa("best");
+    if (!any) {
         printf("  (skip: no AVX2 on this CPU)\n");
-        kvs_kernels_set_isa("best");
         return;
     }
-    kvs_kernels_set_isa("best");
     const int ks[] = {32, 96, 512, 544, 576, 1536};
     const int ns[] = {1, 7, 45, 130};
     const int ms[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40};
@@ -73,13 +77,14 @@ TEST(test_packed_equals_scalar) {
                     float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
                     kt_rand_vec(x, (size_t)m * k, 3.0f);
                     mm("scalar", NULL, &w, x, m, y0);
-                    for (int th = 0; th < 2; th++) {
-                        mm("avx2", th ? pool2 : NULL, &wp, x, m, y1);
-                        int bad = first_diff(y0, y1, m * n);
-                        CHECK_MSG(bad < 0, "packed type %d k %d n %d m %d threads %d: y[%d] %.9g vs scalar %.9g",
-                                  type, k, n, m, th + 1, bad, bad < 0 ? 0 : y1[bad], bad < 0 ? 0 : y0[bad]);
-                        compared++;
-                    }
+                    for (int s = 0; s < 2; s++)
+                        for (int th = 0; have[s] && th < 2; th++) {
+                            mm(isas[s], th ? pool2 : NULL, &wp, x, m, y1);
+                            int bad = first_diff(y0, y1, m * n);
+                            CHECK_MSG(bad < 0, "%s packed type %d k %d n %d m %d threads %d: y[%d] %.9g vs scalar %.9g",
+                                      isas[s], type, k, n, m, th + 1, bad, bad < 0 ? 0 : y1[bad], bad < 0 ? 0 : y0[bad]);
+                            compared++;
+                        }
                     free(x); free(y0); free(y1);
                 }
                 kvs_wmat_unpack(&wp);
@@ -222,8 +227,11 @@ TEST(test_pack_to_arena) {
     const int k = 576, n = 45; /* 5 whole tiles and 5 rows past them, 2 tail blocks */
     for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++) {
         kvs_wmat alone = kt_rand_wmat(qtypes[t], n, k), in_arena = alone;
-        /* the model's arena packs quantized matrices where the path reads them */
-        CHECK(kvs_wmat_arena_bytes(&alone) == (avx2_path ? alone.row_bytes * (size_t)n : 0));
+        /* the model's arena packs quantized matrices where the path reads
+         * them: every type on the AVX2 path, Q4_0 / Q4_1 on AVX-512 too */
+        const int q4 = qtypes[t] != KVS_TYPE_Q8_0;
+        const int avx512_path = kvs_kernels_cpu_level() == 2 && kvs_kernels_simd_allowed() && !(env && !strcmp(env, "0"));
+        CHECK(kvs_wmat_arena_bytes(&alone) == (avx2_path || (q4 && avx512_path) ? alone.row_bytes * (size_t)n : 0));
         const size_t bytes = kvs_wmat_packed_bytes(&alone, 1);
         CHECK(bytes == alone.row_bytes * (size_t)n);
         CHECK_EQ_INT(kvs_wmat_pack(&alone, 1), 0);

@@ -159,6 +159,28 @@ AI void unpack_q4_group(const uint8_t *src, int q41, __m512i W[8], __m512 *dw, _
     }
 }
 
+/* The same group from a packed row (pack.c: qv[4] vector r lane l = q dword
+ * r of block l, then d[16], then Q4_1's m[16], all f16): no permutes. */
+AI void unpack_q4_packed(const uint8_t *src, int q41, __m512i W[8], __m512 *dw, __m512 *mw) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const __m512i q = _mm512_loadu_si512(src + 64 * r);
+        W[2 * r] = _mm512_and_si512(q, lo4);
+        W[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+    }
+    *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 256)));
+    *mw = q41 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 288))) : _mm512_setzero_ps();
+}
+
+/* Row j's group g of a Q4 matrix, packed or GGUF, as W / dw / mw. */
+AI void unpack_q4_row_group(const kvs_wmat *w, const uint8_t *row, int g, int q41, __m512i W[8], __m512 *dw,
+                            __m512 *mw) {
+    const size_t gbytes = (size_t)16 * (q41 ? 20 : 18);
+    if (w->packed) unpack_q4_packed(row + (size_t)g * gbytes, q41, W, dw, mw);
+    else unpack_q4_group(row + (size_t)g * gbytes, q41, W, dw, mw);
+}
+
 /* Paths for one activation row, and for Q4 calls of up to 4 rows
  * (matmul_avx512_m1.c); returns 0 if it does not apply. */
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1);

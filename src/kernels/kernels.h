@@ -40,7 +40,8 @@ typedef struct kvs_wmat {
  * AVX2 kernels stream (pack.c) and sets w->packed; results stay memcmp-equal
  * to the unpacked path. Does nothing (returns 0, packed stays NULL) for other
  * types or, unless force, when the CPU's best path does not read it (AVX-512
- * reads the GGUF layout of Q4 / Q8; every SIMD CPU runs the AVX2 Q5 kernels)
+ * reads packed Q4_0 / Q4_1 but the GGUF layout of Q8_0; every SIMD CPU runs
+ * the AVX2 Q5 kernels)
  * or the environment has KVS_PACK=0. Returns -1 if out of memory (w unchanged). The copy
  * doubles the matrix's memory; kvs_wmat_unpack frees it. */
 int kvs_wmat_pack(kvs_wmat *w, int force);

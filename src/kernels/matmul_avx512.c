@@ -124,12 +124,12 @@ static void avx512_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
 
 /* ------------------------------------------------------------------ prep */
 
-/* Q4_0 / Q4_1: unpack_q4_group (avx512_util.h), the decode kernels'
+/* Q4_0 / Q4_1: unpack_q4_row_group (avx512_util.h), the decode kernels'
  * unpacking, stored. */
-static void prep_q4(const uint8_t *row, int ng, int q41, prep_grp *out) {
+static void prep_q4(const kvs_wmat *w, const uint8_t *row, int ng, int q41, prep_grp *out) {
     for (int g = 0; g < ng; g++) {
         prep_grp *p = &out[g];
-        unpack_q4_group(row + (size_t)g * 16 * (q41 ? 20 : 18), q41, p->v, &p->dw, &p->mw);
+        unpack_q4_row_group(w, row, g, q41, p->v, &p->dw, &p->mw);
         if (!q41) p->mw = _mm512_setzero_ps();
     }
 }
@@ -201,8 +201,10 @@ static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) 
          * of SmolLM2 decode: +7%) */
         const uintptr_t pf0 = (uintptr_t)row + PREP_PF_ROWS * w->row_bytes;
         for (uintptr_t a = pf0 & ~(uintptr_t)63; PREP_PF_ROWS && a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        if (w->type == KVS_TYPE_Q4_1) prep_q4(row, ng, 1, out + (size_t)j * ng);
-        else if (w->type == KVS_TYPE_Q4_0) prep_q4(row, ng, 0, out + (size_t)j * ng);
+        /* packed Q4 rows (pack.c) hold the same groups without permutes */
+        const uint8_t *q4 = w->packed ? kvs_packed_row(w, j0 + j) : row;
+        if (w->type == KVS_TYPE_Q4_1) prep_q4(w, q4, ng, 1, out + (size_t)j * ng);
+        else if (w->type == KVS_TYPE_Q4_0) prep_q4(w, q4, ng, 0, out + (size_t)j * ng);
         else prep_q8_0(row, ng, out + (size_t)j * ng);
     }
 }

@@ -3,9 +3,11 @@
  * 12 rows (a batch of streams), bit-identical to the scalar reference like
  * every path (kernels_impl.h). Here weight bytes are amortized over few
  * activation rows or none, so nothing is prepared into memory:
- *  - Q4_0 / Q4_1: 16 weight rows per tile; full groups lane = block with the
- *    rearrangement fused into the dot and shared by the rows; one tree per
- *    row for its 16 outputs; tail blocks with lane = weight row (gathered);
+ *  - Q4_0 / Q4_1: 16 weight rows per tile; full groups lane = block, from
+ *    the packed rows (pack.c, as loaded) or with the rearrangement fused
+ *    into the dot, shared by the rows; one tree per row for its 16 outputs;
+ *    tail blocks with lane = weight row (two packed 8-row tiles' transposed
+ *    tails, or gathered from the GGUF rows);
  *    up to 4 rows in registers (few_q4), 5..12 in a loop (many_q4). The
  *    prepared tiles of matmul_avx512.c cost as much as 2 calls of one row at
  *    m = 2 (the preparation is paid per call) and more than many_q4 up to
@@ -123,6 +125,45 @@ AI __m512i rows_offsets(size_t row_bytes) {
     return _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
 }
 
+/* Row j's full groups: packed (kvs_packed_row) or GGUF. */
+AI const uint8_t *q4_row(const kvs_wmat *w, int j) {
+    return w->packed ? kvs_packed_row(w, j) : (const uint8_t *)w->data + (size_t)j * w->row_bytes;
+}
+
+/* Tail block t of the 16 weight rows j0.. as gather_q4_tail gives it: from
+ * the packed tiles' transposed tails (rows j0..j0+7 and j0+8..j0+15, two
+ * whole tiles: lane = row, two 32-byte halves per vector) where the 16 rows
+ * are both whole tiles, else gathered from the GGUF rows. */
+AI void q4_tail(const kvs_wmat *w, int j0, int nr, int ng, int t, int q41, __m512i W[8], __m512 *dw, __m512 *mw) {
+    const int bs = q41 ? 20 : 18;
+    if (w->packed && nr == 16 && kvs_packed_tiled(w, j0 + 15) && j0 % KVS_PACK_TILE == 0) {
+        const uint8_t *a = kvs_packed_tile_tail(w, j0) + (size_t)t * KVS_PACK_TILE * bs;
+        const uint8_t *b = kvs_packed_tile_tail(w, j0 + KVS_PACK_TILE) + (size_t)t * KVS_PACK_TILE * bs;
+        const __m512i lo4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + 32 * v))),
+                                                 _mm256_loadu_si256((const __m256i *)(b + 32 * v)), 1);
+            W[2 * v] = _mm512_and_si512(q, lo4);
+            W[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+        }
+        const __m256i d = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 128))),
+                                                  _mm_loadu_si128((const __m128i *)(b + 128)), 1);
+        *dw = _mm512_cvtph_ps(d);
+        if (q41) {
+            const __m256i mm = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 144))),
+                                                       _mm_loadu_si128((const __m128i *)(b + 144)), 1);
+            *mw = _mm512_cvtph_ps(mm);
+        } else {
+            *mw = _mm512_setzero_ps();
+        }
+        return;
+    }
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
+    gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, rows_offsets(w->row_bytes), (__mmask16)((1u << nr) - 1), q41, W,
+                   dw, mw);
+}
+
 /* Up to 4 activation rows (the rows of one quad: a decode step, or a batch of
  * up to 4 streams) against up to 16 Q4 weight rows [j0, j0 + nr): full
  * groups lane = block (the rearrangement fused into the dot, nothing stored,
@@ -135,13 +176,12 @@ AI __m512i rows_offsets(size_t row_bytes) {
  * gather18). mr and q41 are constants in each copy (few_q4_rows). */
 AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
                int mr, int q41, float *y, size_t ldy) {
-    const int bs = q41 ? 20 : 18;
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     __m512 C[4][16];
     for (int i = 0; i < mr; i++)
         for (int o = 0; o < 16; o++) C[i][o] = _mm512_setzero_ps();
     for (int rho = 0; rho < nr; rho++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
+        const uint8_t *row = q4_row(w, j0 + rho);
         prefetch_row_ahead(row, w->row_bytes);
         __m512 acc[4];
 #pragma GCC unroll 4
@@ -149,7 +189,7 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
         for (int g = 0; g < ng; g++) {
             __m512i W[8];
             __m512 dw, mw;
-            unpack_q4_group(row + (size_t)g * 16 * bs, q41, W, &dw, &mw);
+            unpack_q4_row_group(w, row, g, q41, W, &dw, &mw);
             const uint8_t *grp = xq + (size_t)g * KVS_XQ_GROUP_BYTES;
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) acc[i] = row_q4_group(W, dw, mw, grp + (size_t)i * xq_row, q41, acc[i]);
@@ -160,13 +200,11 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
     __m512 R[4];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) R[i] = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
-    const __m512i roff = rows_offsets(w->row_bytes);
     const __mmask16 live = (__mmask16)((1u << nr) - 1);
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
     for (int t = 0; t < nt; t++) {
         __m512i W[8];
         __m512 dw, mw;
-        gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, roff, live, q41, W, &dw, &mw);
+        q4_tail(w, j0, nr, ng, t, q41, W, &dw, &mw);
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) R[i] = row_q4_tail(W, dw, mw, qt, i, q41, R[i]);
@@ -181,30 +219,28 @@ AI void few_q4(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_r
  * which at a few rows cost as much as the dots); the rows' accumulators and
  * tree inputs live in memory, the rows run in a loop. */
 AI void many_q4(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int q41, float *y, size_t ldy) {
-    const int bs = q41 ? 20 : 18, m = c->m;
+    const int m = c->m;
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     __m512 C[KVS_MANY_MAX_M][16], acc[KVS_MANY_MAX_M];
     for (int i = 0; i < m; i++)
         for (int rho = nr; rho < 16; rho++) C[i][slot_of(rho)] = _mm512_setzero_ps();
     for (int rho = 0; rho < nr; rho++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + rho) * w->row_bytes;
+        const uint8_t *row = q4_row(w, j0 + rho);
         prefetch_row_ahead(row, w->row_bytes);
         for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
         for (int g = 0; g < ng; g++) {
             __m512i W[8];
             __m512 dw, mw;
-            unpack_q4_group(row + (size_t)g * 16 * bs, q41, W, &dw, &mw);
+            unpack_q4_row_group(w, row, g, q41, W, &dw, &mw);
             const uint8_t *grp = c->xq + (size_t)g * KVS_XQ_GROUP_BYTES;
             for (int i = 0; i < m; i++) acc[i] = row_q4_group(W, dw, mw, grp + (size_t)i * c->xq_row, q41, acc[i]);
         }
         for (int i = 0; i < m; i++) C[i][slot_of(rho)] = acc[i];
     }
-    const __m512i roff = rows_offsets(w->row_bytes);
     const __mmask16 live = (__mmask16)((1u << nr) - 1);
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
     __m512i TW[KVS_XQ_GROUP][8];
     __m512 Tdw[KVS_XQ_GROUP], Tmw[KVS_XQ_GROUP];
-    for (int t = 0; t < nt; t++) gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, roff, live, q41, TW[t], &Tdw[t], &Tmw[t]);
+    for (int t = 0; t < nt; t++) q4_tail(w, j0, nr, ng, t, q41, TW[t], &Tdw[t], &Tmw[t]);
     for (int i = 0; i < m; i++) {
         __m512 R = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
         const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
