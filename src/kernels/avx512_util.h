@@ -173,7 +173,12 @@ AI void unpack_q4_packed(const uint8_t *src, int q41, __m512i W[8], __m512 *dw, 
     *mw = q41 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 288))) : _mm512_setzero_ps();
 }
 
-/* Row j's group g of a Q4 matrix, packed or GGUF, as W / dw / mw. */
+/* Row j's full groups of a Q4 matrix: packed (kvs_packed_row) or GGUF. */
+AI const uint8_t *q4_row(const kvs_wmat *w, int j) {
+    return w->packed ? kvs_packed_row(w, j) : (const uint8_t *)w->data + (size_t)j * w->row_bytes;
+}
+
+/* Group g of a Q4 row from q4_row (packed or GGUF), as W / dw / mw. */
 AI void unpack_q4_row_group(const kvs_wmat *w, const uint8_t *row, int g, int q41, __m512i W[8], __m512 *dw,
                             __m512 *mw) {
     const size_t gbytes = (size_t)16 * (q41 ? 20 : 18);

@@ -195,16 +195,17 @@ __attribute__((noinline)) static void prep_q8_0(const uint8_t *row, int ng, prep
 
 static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) {
     for (int j = 0; j < nr; j++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-        /* the row PREP_PF_ROWS further: with few activation rows the
-         * preparation waits on weights from L3 or DRAM otherwise (8 streams
-         * of SmolLM2 decode: +7%) */
+        /* Q4: the packed groups where there are (pack.c), which need no
+         * permutes; Q8_0: the GGUF row (this path reads no packed Q8_0) */
+        const uint8_t *row = w->type == KVS_TYPE_Q8_0 ? (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes
+                                                      : q4_row(w, j0 + j);
+        /* the row PREP_PF_ROWS further, in the layout read: with few
+         * activation rows the preparation waits on weights from L3 or DRAM
+         * otherwise (8 streams of SmolLM2 decode: +7%) */
         const uintptr_t pf0 = (uintptr_t)row + PREP_PF_ROWS * w->row_bytes;
         for (uintptr_t a = pf0 & ~(uintptr_t)63; PREP_PF_ROWS && a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        /* packed Q4 rows (pack.c) hold the same groups without permutes */
-        const uint8_t *q4 = w->packed ? kvs_packed_row(w, j0 + j) : row;
-        if (w->type == KVS_TYPE_Q4_1) prep_q4(w, q4, ng, 1, out + (size_t)j * ng);
-        else if (w->type == KVS_TYPE_Q4_0) prep_q4(w, q4, ng, 0, out + (size_t)j * ng);
+        if (w->type == KVS_TYPE_Q4_1) prep_q4(w, row, ng, 1, out + (size_t)j * ng);
+        else if (w->type == KVS_TYPE_Q4_0) prep_q4(w, row, ng, 0, out + (size_t)j * ng);
         else prep_q8_0(row, ng, out + (size_t)j * ng);
     }
 }

@@ -125,11 +125,6 @@ AI __m512i rows_offsets(size_t row_bytes) {
     return _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
 }
 
-/* Row j's full groups: packed (kvs_packed_row) or GGUF. */
-AI const uint8_t *q4_row(const kvs_wmat *w, int j) {
-    return w->packed ? kvs_packed_row(w, j) : (const uint8_t *)w->data + (size_t)j * w->row_bytes;
-}
-
 /* Tail block t of the 16 weight rows j0.. as gather_q4_tail gives it: from
  * the packed tiles' transposed tails (rows j0..j0+7 and j0+8..j0+15, two
  * whole tiles: lane = row, two 32-byte halves per vector) where the 16 rows
