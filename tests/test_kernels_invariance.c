@@ -230,17 +230,20 @@ TEST(test_attention_invariance) {
 }
 
 /* One decode token at long context on 2 and 4 threads, where the (token, kv
- * head) units leave threads idle (fewer kv heads than threads) and a path
- * may split one kv head's keys, rows and dims across threads (kvs_isa's
- * attention_split_*): the bits of the scalar path on one thread, for groups
- * of 1 to 4 rows (split on AVX2) and of 7 and 16 (not split), head_dim 32 to
- * 256, windows, f16 and f32 caches; then with a NaN key element, the bits of
- * the same path on one thread. */
+ * head) units leave threads idle (fewer kv heads than threads, or 3 on 2
+ * past 4096 keys) and a path may split one kv head's keys, rows and dims
+ * across threads (kvs_isa's attention_split_*): the bits of the scalar path
+ * on one thread, for groups of 1 to 4 rows (split on AVX2 and AVX-512), 7
+ * (split on AVX-512) and 16 (not split), head_dim 32 to 256, windows, f16
+ * and f32 caches; then with a NaN key element, the bits of the same path on
+ * one thread. */
 TEST(test_attention_decode_split) {
     struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
         {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
         {4, 1, 256, 900, 899, 0},  {7, 1, 32, 1030, 1029, 0}, {16, 1, 64, 600, 599, 0},
         {8, 2, 128, 800, 777, 0},  {9, 3, 64, 1100, 1000, 600}, {4, 1, 256, 1300, 1290, 512},
+        /* 3 kv heads on 2 threads past attention_split_uneven_keys (AVX-512 splits) */
+        {9, 3, 64, 4200, 4199, 0}, {9, 3, 64, 4400, 4300, 4100},
     };
     kvs_pool *pools[5] = {NULL, NULL, kvs_pool_new(2), NULL, kvs_pool_new(4)};
     int checked = 0;

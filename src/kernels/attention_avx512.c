@@ -20,6 +20,9 @@
  * Sliding window: keys below a row's lo are masked like keys past its n,
  * and every loop over keys starts at jmin, the unit's smallest lo rounded
  * down to 16 (so partials keep their j % 16 index).
+ * A decode token whose units would leave threads idle can run in three
+ * phases that split keys, rows and dims across threads (the end of this
+ * file): the same passes, so the same bits.
  */
 #if defined(__x86_64__)
 
@@ -39,6 +42,8 @@
 
 void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+int kvs_attention_split_units_avx512(const kvs_attn_call *c, int phase);
+void kvs_attention_split_unit_avx512(const kvs_attn_call *c, int phase, int un, float *work);
 
 /* kvs_expf_ref, 16 lanes, same operations. */
 AI __m512 exp16(__m512 x) {
@@ -377,13 +382,20 @@ AI void qk_keys(unit_ctx *u, const float *const *qr, const float *Kt, int r0, in
 
 #define QKK_CASE(a, b) case (a) * 4 + (b): qk_keys(u, qr, Kt, r, a, b, j0, mx); break;
 
-static void scores_keys(unit_ctx *u) {
-    const kvs_attn_call *c = u->c;
-    const int D = u->D, R = u->rows;
+/* The largest n of the unit's rows: scores are computed up to it. */
+static int unit_maxn(const unit_ctx *u) {
     int maxn = 0;
-    for (int r = 0; r < R; r++) if (u->n[r] > maxn) maxn = u->n[r];
+    for (int r = 0; r < u->rows; r++) if (u->n[r] > maxn) maxn = u->n[r];
+    return maxn;
+}
+
+/* Scores of all rows for the steps of 32 keys j0 in [ja, jb) (ja - jmin a
+ * multiple of 32), stored in S (masked keys -inf, up to the unit's maxn);
+ * mx[r]: the lanes' maxima over the key blocks, ascending. */
+static void scores_keys(unit_ctx *u, int ja, int jb, __m512 *mx) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D, R = u->rows, maxn = unit_maxn(u);
     float *Kt = u->stage; /* (2, D, 16) two transposed key tiles */
-    __m512 mx[KVS_ATTN_ROWS];
     const float *qr[KVS_ATTN_ROWS];
     for (int r = 0; r < R; r++) {
         mx[r] = _mm512_set1_ps(-INFINITY);
@@ -392,17 +404,29 @@ static void scores_keys(unit_ctx *u) {
     }
     const size_t elem = kvs_attn_elem_bytes(c), key_bytes = (size_t)D * elem;
     const int pf_keys = (int)(PF_K_BYTES / key_bytes) < 32 ? 32 : (int)(PF_K_BYTES / key_bytes);
-    for (int j0 = u->jmin; j0 < maxn; j0 += 32) {
+    if (jb > maxn) jb = maxn;
+    for (int j0 = ja; j0 < jb; j0 += 32) {
         int nt = maxn - j0 > 16 ? 2 : 1;
-        prefetch_span(c->k, u->kv_off * elem + (size_t)(j0 + pf_keys) * key_bytes, 32 * key_bytes);
         for (int b = 0; b < nt; b++) {
-            int jb = j0 + 16 * b, nk = maxn - jb < 16 ? maxn - jb : 16;
+            int jt = j0 + 16 * b, nk = maxn - jt < 16 ? maxn - jt : 16;
             for (int d0 = 0; d0 < D; d0 += 16) {
                 __m512 t[16];
-                const size_t at = u->kv_off + (size_t)jb * D + d0;
+                const size_t at = u->kv_off + (size_t)jt * D + d0;
                 if (nk == 16) {
+                    /* one prefetch per key line read, pf_keys ahead, spread
+                     * among the loads (a burst per step waited on full
+                     * fill buffers) */
+                    if ((d0 * elem) % 64 == 0) {
+                        const uintptr_t pa = (uintptr_t)c->k + (at + (size_t)pf_keys * D) * elem;
 #pragma GCC unroll 16
-                    for (int jj = 0; jj < 16; jj++) t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
+                        for (int jj = 0; jj < 16; jj++) {
+                            _mm_prefetch((const char *)(pa + (size_t)jj * key_bytes), _MM_HINT_T0);
+                            t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
+                        }
+                    } else {
+#pragma GCC unroll 16
+                        for (int jj = 0; jj < 16; jj++) t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
+                    }
                 } else {
                     for (int jj = 0; jj < 16; jj++)
                         t[jj] = jj < nk ? kv_load16(c->k, c->kv_type, at + (size_t)jj * D) : _mm512_setzero_ps();
@@ -420,18 +444,21 @@ static void scores_keys(unit_ctx *u) {
             }
         }
     }
-    for (int r = 0; r < R; r++) {
-        float m = _mm512_reduce_max_ps(mx[r]);
-        __m512 mv = _mm512_set1_ps(m), P = _mm512_setzero_ps();
-        float *S = u->S + (size_t)r * u->ctxs;
-        for (int j = u->jmin; j < u->n[r]; j += 16) {
-            /* lanes past n (and below lo) hold -inf: exp gives 0 and adds +0 to partial j % 16 */
-            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + j), mv));
-            _mm512_storeu_ps(S + j, e);
-            P = _mm512_add_ps(P, e);
-        }
-        u->inv[r] = 1.0f / hsum_tree(P);
+}
+
+/* Row r's scores become its weights exp(s - max), in place; returns 1 / sum.
+ * mx: the lanes' maxima (scores_keys). */
+static float weights_row(const unit_ctx *u, int r, __m512 mx) {
+    float m = _mm512_reduce_max_ps(mx);
+    __m512 mv = _mm512_set1_ps(m), P = _mm512_setzero_ps();
+    float *S = u->S + (size_t)r * u->ctxs;
+    for (int j = u->jmin; j < u->n[r]; j += 16) {
+        /* lanes past n (and below lo) hold -inf: exp gives 0 and adds +0 to partial j % 16 */
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + j), mv));
+        _mm512_storeu_ps(S + j, e);
+        P = _mm512_add_ps(P, e);
     }
+    return 1.0f / hsum_tree(P);
 }
 
 /* ------------------------------------------------------------------ P.V */
@@ -472,7 +499,8 @@ AI void pv_block(const unit_ctx *u, int r0, int nr, int d0, int nz, const float 
 
 #define PV_CASE(a, b) case (a) * 8 + (b): pv_block(u, r0, a, d0, b, e, estride); break;
 
-static void pv_keys(const unit_ctx *u) {
+/* Outputs of all rows, dims [da, db) (multiples of 16). */
+static void pv_keys(const unit_ctx *u, int da, int db) {
     for (int r0 = 0; r0 < u->rows;) {
         /* rows of one token share n: take up to 4 of them */
         int tok = r0 / u->group, nr = 0;
@@ -484,8 +512,8 @@ static void pv_keys(const unit_ctx *u) {
             e[i] = u->S + (size_t)r * u->ctxs;
         }
         estride = 1;
-        for (int d0 = 0; d0 < u->D; d0 += 64) {
-            int nz = (u->D - d0) / 16 < 4 ? (u->D - d0) / 16 : 4;
+        for (int d0 = da; d0 < db; d0 += 64) {
+            int nz = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
             switch (nr * 8 + nz) {
                 PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
                 PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
@@ -497,6 +525,30 @@ static void pv_keys(const unit_ctx *u) {
     }
 }
 
+/* The unit (tokens [t0, t1) of kv head g) with its score rows at S and its
+ * staging at stage. */
+static void unit_init(unit_ctx *u, const kvs_attn_call *c, int t0, int t1, int g, float *S, float *stage) {
+    const int group = c->n_head / c->n_kv_head;
+    u->c = c;
+    u->t0 = t0;
+    u->t1 = t1;
+    u->g = g;
+    u->group = group;
+    u->D = c->head_dim;
+    u->rows = (t1 - t0) * group;
+    u->kv_off = (size_t)g * c->n_ctx * c->head_dim;
+    u->ctxs = kvs_attn_score_stride(c->n_ctx);
+    u->S = S;
+    u->stage = stage;
+    u->jmin = c->n_ctx;
+    for (int r = 0; r < u->rows; r++) {
+        u->n[r] = kvs_attn_n(c, c->pos[t0 + r / group]);
+        u->lo[r] = kvs_attn_lo(c, u->n[r]);
+        if (u->lo[r] < u->jmin) u->jmin = u->lo[r];
+    }
+    u->jmin &= ~15;
+}
+
 void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     int group = c->n_head / c->n_kv_head, D = c->head_dim;
     int rows = (t1 - t0) * group;
@@ -505,30 +557,123 @@ void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, fl
         return;
     }
     unit_ctx u;
-    u.c = c;
-    u.t0 = t0;
-    u.t1 = t1;
-    u.g = g;
-    u.group = group;
-    u.D = D;
-    u.rows = rows;
-    u.kv_off = (size_t)g * c->n_ctx * D;
-    u.ctxs = kvs_attn_score_stride(c->n_ctx);
-    u.S = work;
-    u.stage = work + KVS_ATTN_ROWS * u.ctxs;
-    u.jmin = c->n_ctx;
-    for (int r = 0; r < rows; r++) {
-        u.n[r] = kvs_attn_n(c, c->pos[t0 + r / group]);
-        u.lo[r] = kvs_attn_lo(c, u.n[r]);
-        if (u.lo[r] < u.jmin) u.jmin = u.lo[r];
-    }
-    u.jmin &= ~15;
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
+    unit_init(&u, c, t0, t1, g, work, work + KVS_ATTN_ROWS * ctxs);
     if (rows >= 8) {
         prefill_unit(&u);
     } else {
-        scores_keys(&u);
-        pv_keys(&u);
+        __m512 mx[KVS_ATTN_ROWS];
+        scores_keys(&u, u.jmin, c->n_ctx, mx);
+        for (int r = 0; r < rows; r++) u.inv[r] = weights_row(&u, r, mx[r]);
+        pv_keys(&u, 0, D);
     }
+}
+
+/* ------------------------------------------------------------------------
+ * One decode token's attention split across threads (kvs_isa's
+ * attention_split_*), where its (token, kv head) units would leave threads
+ * idle: gemma3's one kv head on 2 threads, SmolLM2's 3 on 2 (2 : 1; on this
+ * path decode attention is bound by its arithmetic, not by the bytes).
+ * Three phases, each a kvs_pool_for, over the passes of one unit above, so
+ * the same bits:
+ *  0. scores, units (kv head, a range of keys): each key's score is its own
+ *     chain over d;
+ *  1. weights, units heads: a row's maxima recomputed lane by lane over its
+ *     key blocks in ascending order, as the unit's scoring took them (the
+ *     order matters only to NaN), then pass 2 (its partial sums are chains
+ *     over the keys);
+ *  2. outputs, units kv heads (the first n_kv_head - n_kv_head % n_threads,
+ *     which the threads share evenly) then (kv head, SPLIT_DIMS dims) for
+ *     the rest: the chains over the keys per dim. A unit of fewer dims has
+ *     fewer chains (SmolLM2's 32 dims: 6, 1.5 fmas a cycle at most), so
+ *     only the heads that would leave a thread idle are cut.
+ * The rows' scores and weights live in thread 0's score rows (c->work, head
+ * h at h * ctxs, 1 / sum in its last float), which every phase's units
+ * share: the phases run one after another. */
+
+#define SPLIT_DIMS 32 /* dims per unit of phase 2 (a multiple of 16) */
+/* Phase 0: about 8 units per thread, each at least SPLIT_UNIT_BYTES of
+ * keys (a unit's first PF_K_BYTES are not prefetched by itself: units of
+ * 32 KB of SmolLM2's keys were 1.5x slower than of 128 KB). */
+#define SPLIT_UNIT_BYTES (128 * 1024)
+
+/* The decode layout only (rows < 8: scores_keys / pv_keys), so that the
+ * split gives the unit's bits; no recalibrated row (those take AVX2's
+ * units). */
+static int split_suits(const kvs_attn_call *c) {
+    const int D = c->head_dim, group = c->n_head / c->n_kv_head;
+    return c->m == 1 && group < 8 && c->n_head <= KVS_ATTN_ROWS && D % SPLIT_DIMS == 0 && D <= 256 &&
+           !kvs_attn_recal_row(c, c->pos[0]);
+}
+
+/* Kv head g's unit of the decode token, its score rows in thread 0's. */
+static void split_unit_init(unit_ctx *u, const kvs_attn_call *c, int g, float *work) {
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
+    const int group = c->n_head / c->n_kv_head;
+    unit_init(u, c, 0, 1, g, c->work + (size_t)g * group * ctxs, work + KVS_ATTN_ROWS * ctxs);
+}
+
+/* Phase 0's keys per unit (a multiple of 32) and units per kv head. */
+static int split_key_units(const unit_ctx *u, int *keys_per_unit) {
+    const kvs_attn_call *c = u->c;
+    const int span = unit_maxn(u) - u->jmin, nth = c->n_threads > 0 ? c->n_threads : 1;
+    const int want = (8 * nth + c->n_kv_head - 1) / c->n_kv_head;
+    const int min_keys = (int)(SPLIT_UNIT_BYTES / ((size_t)u->D * kvs_attn_elem_bytes(c)));
+    int kpu = (span + want - 1) / want;
+    if (kpu < min_keys) kpu = min_keys;
+    kpu = (kpu + 31) & ~31;
+    *keys_per_unit = kpu;
+    return (span + kpu - 1) / kpu;
+}
+
+/* Kv heads that phase 2 takes whole. */
+static int split_whole_heads(const kvs_attn_call *c) {
+    return c->n_threads > 0 ? c->n_kv_head - c->n_kv_head % c->n_threads : 0;
+}
+
+int kvs_attention_split_units_avx512(const kvs_attn_call *c, int phase) {
+    if (!split_suits(c)) return 0;
+    if (phase == 1) return c->n_head;
+    if (phase == 2) {
+        const int whole = split_whole_heads(c);
+        return whole + (c->n_kv_head - whole) * (c->head_dim / SPLIT_DIMS);
+    }
+    unit_ctx u;
+    int kpu;
+    split_unit_init(&u, c, 0, c->work);
+    return c->n_kv_head * split_key_units(&u, &kpu);
+}
+
+void kvs_attention_split_unit_avx512(const kvs_attn_call *c, int phase, int un, float *work) {
+    if (!split_suits(c)) return;
+    const int group = c->n_head / c->n_kv_head;
+    unit_ctx u;
+    if (phase == 0) {
+        int kpu;
+        split_unit_init(&u, c, 0, work);
+        const int per_g = split_key_units(&u, &kpu), g = un / per_g;
+        split_unit_init(&u, c, g, work);
+        const int ja = u.jmin + (un % per_g) * kpu;
+        __m512 mx[KVS_ATTN_ROWS];
+        scores_keys(&u, ja, ja + kpu, mx);
+        return;
+    }
+    if (phase == 1) { /* row un (head un) */
+        split_unit_init(&u, c, un / group, work);
+        const int r = un % group, maxn = unit_maxn(&u);
+        const float *S = u.S + (size_t)r * u.ctxs;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int j = u.jmin; j < maxn; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + j));
+        u.S[(size_t)r * u.ctxs + u.ctxs - 1] = weights_row(&u, r, mx);
+        return;
+    }
+    const int whole = split_whole_heads(c), per_g = c->head_dim / SPLIT_DIMS;
+    const int g = un < whole ? un : whole + (un - whole) / per_g;
+    const int d0 = un < whole ? 0 : (un - whole) % per_g * SPLIT_DIMS;
+    const int d1 = un < whole ? c->head_dim : d0 + SPLIT_DIMS;
+    split_unit_init(&u, c, g, work);
+    for (int r = 0; r < u.rows; r++) u.inv[r] = u.S[(size_t)r * u.ctxs + u.ctxs - 1];
+    pv_keys(&u, d0, d1);
 }
 
 #if defined(__clang__)

@@ -405,18 +405,21 @@ static void attn_split_chunk(void *arg, int u, int ith) {
 }
 
 /* One decode token whose (token, kv head) units would leave threads idle
- * (fewer kv heads than threads: gemma3's one on 2) over enough keys to pay
- * for two more pool runs: the ISA's split phases instead (kvs_isa), the
- * same bits. Measured (Zen 3, 2 threads, gemma3's shape from DRAM): 1.4x at
- * 512 keys, 2.0x at 1024, 1.5x at 4096; no change at 256. 3 kv heads on 2
- * threads (2 : 1) gained nothing split: memory-bound either way. Returns 0
- * when not taken. */
+ * over enough keys to pay for two more pool runs: the ISA's split phases
+ * instead (kvs_isa), the same bits. Fewer kv heads than threads (gemma3's
+ * one on 2), measured (2 threads, gemma3's shape from DRAM): Zen 3 (AVX2)
+ * 1.4x at 512 keys, 2.0x at 1024, 1.5x at 4096, no change at 256; Xeon
+ * (AVX-512) 1.0x at 512, 1.6x at 1024, 1.8-2.0x at 4096. Heads that do not
+ * divide among the threads (SmolLM2's 3 on 2: 2 : 1) only where the ISA
+ * asks (attention_split_uneven_keys): on Zen 3 they gained nothing split
+ * (memory-bound either way). Returns 0 when not taken. */
 #define ATTN_SPLIT_MIN_KEYS 512
 static int attention_split(kvs_pool *pool, const kvs_isa *isa, const kvs_attn_call *c) {
     const int nth = kvs_pool_size(pool);
-    if (c->m != 1 || c->n_kv_head >= nth || !isa->attention_split_units) return 0;
-    const int n = kvs_attn_n(c, c->pos[0]);
-    if (n - kvs_attn_lo(c, n) < ATTN_SPLIT_MIN_KEYS || !isa->attention_split_units(c, 0)) return 0;
+    if (c->m != 1 || !isa->attention_split_units || c->n_kv_head % nth == 0) return 0;
+    const int n = kvs_attn_n(c, c->pos[0]), keys = n - kvs_attn_lo(c, n);
+    const int min_keys = c->n_kv_head < nth ? ATTN_SPLIT_MIN_KEYS : isa->attention_split_uneven_keys;
+    if (min_keys <= 0 || keys < min_keys || !isa->attention_split_units(c, 0)) return 0;
     attn_split_task t = {.isa = isa, .call = c};
     for (t.phase = 0; t.phase < 3; t.phase++)
         kvs_pool_for(pool, isa->attention_split_units(c, t.phase), attn_split_chunk, &t);
@@ -440,7 +443,8 @@ void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int3
     t.call = (kvs_attn_call){.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v,
                              .kv_type = kv_type, .n_head = n_head, .n_kv_head = n_kv_head,
                              .head_dim = head_dim, .n_ctx = n_ctx, .scale = scale,
-                             .window = window > 0 ? window : 0, .work = align64(work)};
+                             .window = window > 0 ? window : 0, .work = align64(work),
+                             .n_threads = kvs_pool_size(pool)};
     if (recal && recal->hi > recal->lo) {
         t.call.recal = *recal;
         int any = 0;

@@ -66,6 +66,7 @@ typedef struct kvs_attn_call {
     int window;            /* 0: all slots 0..pos; else slots (pos - window, pos] */
     kvs_attn_recal recal;  /* hi <= lo: none */
     float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
+    int n_threads;         /* of the pool that runs the call's units */
 } kvs_attn_call;
 
 /* Bytes of one K / V element: kv_type 0 is F16, else F32. */
@@ -169,6 +170,9 @@ typedef struct kvs_isa {
      * units'. */
     int (*attention_split_units)(const kvs_attn_call *c, int phase);
     void (*attention_split_unit)(const kvs_attn_call *c, int phase, int u, float *work);
+    /* Also split where the kv heads do not divide evenly among the threads
+     * (not fewer), from this many keys on; 0: never. */
+    int attention_split_uneven_keys;
 } kvs_isa;
 
 /* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */
