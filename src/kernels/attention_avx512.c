@@ -341,14 +341,32 @@ static void prefill_unit(unit_ctx *u) {
 
 /* --------------------------------------------------- scores, lane = key */
 
+/* Rows [r0, r0 + nr) x tiles [0, nt): the chains' sums s become scaled
+ * scores, -inf where masked, stored in S; mx takes their lane maxima. */
+AI void store_scores(unit_ctx *u, __m512 s[4][2], int r0, int nr, int nt, int j0, __m512 *mx) {
+    const __m512 scale = _mm512_set1_ps(u->c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) {
+            int r = r0 + i, jb = j0 + 16 * b;
+            __m512i jv = _mm512_add_epi32(lane, _mm512_set1_epi32(jb));
+            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r])) &
+                             _mm512_cmpge_epi32_mask(jv, _mm512_set1_epi32(u->lo[r]));
+            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[i][b], scale));
+            mx[r] = _mm512_max_ps(mx[r], v);
+            _mm512_storeu_ps(u->S + (size_t)r * u->ctxs + jb, v);
+        }
+    }
+}
+
 /* Scores of rows [r0, r0 + nr) for the nt (1 or 2) transposed key tiles at
  * Kt (tile b at Kt + b * D * 16, keys j0 + 16 b ..): nr * nt independent fma
  * chains over d. */
 AI void qk_keys(unit_ctx *u, const float *const *qr, const float *Kt, int r0, int nr, int nt, int j0,
                 __m512 *mx) {
     const int D = u->D;
-    const __m512 scale = _mm512_set1_ps(u->c->scale), ninf = _mm512_set1_ps(-INFINITY);
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 s[4][2];
 #pragma GCC unroll 4
     for (int i = 0; i < nr; i++)
@@ -365,22 +383,83 @@ AI void qk_keys(unit_ctx *u, const float *const *qr, const float *Kt, int r0, in
             for (int b = 0; b < nt; b++) s[i][b] = _mm512_fmadd_ps(qd, kt[b], s[i][b]);
         }
     }
+    store_scores(u, s, r0, nr, nt, j0, mx);
+}
+
+/* F16 caches with D % 32 == 0: key tiles transposed as f16, 16 keys x 32
+ * dims at a time (one line per key; 64 word shuffles where the f32
+ * transposes took 128 plus 32 conversions), converted by the score loop.
+ * Shuffles and conversions share one port (p5 on Intel), which bounded the
+ * scoring: 320 -> 192 of its ops per 16 keys x 64 dims. In a transposed
+ * block of 32 dims, vector o holds dims i and 8 + i (o = 2i) or 16 + i and
+ * 24 + i (o = 2i + 1) of the 16 keys, 16 words each. */
+AI int t16_off(int dd) { return ((dd & 7) * 2 + (dd >> 4)) * 32 + ((dd >> 3) & 1) * 16; }
+
+AI void transpose16x32_f16(__m512i r[16]) {
+    __m512i a[16], b[16];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) { /* keys 2p, 2p + 1: dims 0-3 / 4-7 of each lane */
+        a[p] = _mm512_unpacklo_epi16(r[2 * p], r[2 * p + 1]);
+        a[8 + p] = _mm512_unpackhi_epi16(r[2 * p], r[2 * p + 1]);
+    }
 #pragma GCC unroll 4
-    for (int i = 0; i < nr; i++) {
+    for (int q = 0; q < 4; q++) { /* keys 4q..4q+3: dim pairs (0,1) (2,3) (4,5) (6,7) */
+        b[q] = _mm512_unpacklo_epi32(a[2 * q], a[2 * q + 1]);
+        b[4 + q] = _mm512_unpackhi_epi32(a[2 * q], a[2 * q + 1]);
+        b[8 + q] = _mm512_unpacklo_epi32(a[8 + 2 * q], a[8 + 2 * q + 1]);
+        b[12 + q] = _mm512_unpackhi_epi32(a[8 + 2 * q], a[8 + 2 * q + 1]);
+    }
+    /* c[g][i]: lane L holds dim 8L + i of keys 8g..8g+7 */
+    __m512i c[2][8];
 #pragma GCC unroll 2
-        for (int b = 0; b < nt; b++) {
-            int r = r0 + i, jb = j0 + 16 * b;
-            __m512i jv = _mm512_add_epi32(lane, _mm512_set1_epi32(jb));
-            __mmask16 live = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(u->n[r])) &
-                             _mm512_cmpge_epi32_mask(jv, _mm512_set1_epi32(u->lo[r]));
-            __m512 v = _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(s[i][b], scale));
-            mx[r] = _mm512_max_ps(mx[r], v);
-            _mm512_storeu_ps(u->S + (size_t)r * u->ctxs + jb, v);
+    for (int g = 0; g < 2; g++)
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; e++) {
+            c[g][2 * e] = _mm512_unpacklo_epi64(b[4 * e + 2 * g], b[4 * e + 2 * g + 1]);
+            c[g][2 * e + 1] = _mm512_unpackhi_epi64(b[4 * e + 2 * g], b[4 * e + 2 * g + 1]);
         }
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        r[2 * i] = _mm512_permutex2var_epi64(c[0][i], lo, c[1][i]);
+        r[2 * i + 1] = _mm512_permutex2var_epi64(c[0][i], hi, c[1][i]);
     }
 }
 
-#define QKK_CASE(a, b) case (a) * 4 + (b): qk_keys(u, qr, Kt, r, a, b, j0, mx); break;
+/* qk_keys over f16 tiles at Kt16 (tile b at Kt16 + b * D * 16 words, its
+ * 32-dim blocks 512 words apart, laid out as t16_off says). */
+AI void qk_keys16(unit_ctx *u, const float *const *qr, const uint16_t *Kt16, int r0, int nr, int nt, int j0,
+                  __m512 *mx) {
+    const int D = u->D;
+    __m512 s[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) s[i][b] = _mm512_setzero_ps();
+    for (int d0 = 0; d0 < D; d0 += 32) {
+#pragma GCC unroll 32
+        for (int dd = 0; dd < 32; dd++) {
+            __m512 kt[2];
+#pragma GCC unroll 2
+            for (int b = 0; b < nt; b++)
+                kt[b] = _mm512_cvtph_ps(_mm256_loadu_si256(
+                    (const __m256i *)(Kt16 + (size_t)b * D * 16 + (size_t)d0 * 16 + t16_off(dd))));
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++) {
+                __m512 qd = _mm512_set1_ps(qr[r0 + i][d0 + dd]);
+#pragma GCC unroll 2
+                for (int b = 0; b < nt; b++) s[i][b] = _mm512_fmadd_ps(qd, kt[b], s[i][b]);
+            }
+        }
+    }
+    store_scores(u, s, r0, nr, nt, j0, mx);
+}
+
+#define QKK_CASE(a, b)                                                      \
+    case (a) * 4 + (b):                                                     \
+        if (f16) qk_keys16(u, qr, (const uint16_t *)Kt, r, a, b, j0, mx);   \
+        else qk_keys(u, qr, Kt, r, a, b, j0, mx);                           \
+        break;
 
 /* The largest n of the unit's rows: scores are computed up to it. */
 static int unit_maxn(const unit_ctx *u) {
@@ -389,52 +468,83 @@ static int unit_maxn(const unit_ctx *u) {
     return maxn;
 }
 
+/* Keys [jt, jt + nk) of the unit's kv head (nk <= 16; keys past nk are
+ * zeros), transposed into Kt: 16 x 16 f32 blocks, Kt[d][16 keys]. A whole
+ * tile also prefetches, one line per key line it reads, the keys pf_keys
+ * further, spread among the loads (a burst per step waited on full fill
+ * buffers). */
+AI void stage_tile(const unit_ctx *u, float *Kt, int jt, int nk, int pf_keys) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D;
+    const size_t elem = kvs_attn_elem_bytes(c), key_bytes = (size_t)D * elem;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+        __m512 t[16];
+        const size_t at = u->kv_off + (size_t)jt * D + d0;
+        if (nk == 16) {
+            const uintptr_t pa = (uintptr_t)c->k + (at + (size_t)pf_keys * D) * elem;
+            const int pf = (d0 * elem) % 64 == 0;
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 16; jj++) {
+                if (pf) _mm_prefetch((const char *)(pa + (size_t)jj * key_bytes), _MM_HINT_T0);
+                t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
+            }
+        } else {
+            for (int jj = 0; jj < 16; jj++)
+                t[jj] = jj < nk ? kv_load16(c->k, c->kv_type, at + (size_t)jj * D) : _mm512_setzero_ps();
+        }
+        transpose16(t);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) _mm512_storeu_ps(Kt + (size_t)(d0 + i) * 16, t[i]);
+    }
+}
+
+/* The same for f16 caches with D % 32 == 0, as f16 (transpose16x32_f16). */
+AI void stage_tile16(const unit_ctx *u, uint16_t *Kt16, int jt, int nk, int pf_keys) {
+    const kvs_attn_call *c = u->c;
+    const int D = u->D;
+    const uint16_t *k = (const uint16_t *)c->k;
+    for (int d0 = 0; d0 < D; d0 += 32) {
+        __m512i t[16];
+        const size_t at = u->kv_off + (size_t)jt * D + d0;
+        if (nk == 16) {
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 16; jj++) {
+                _mm_prefetch((const char *)((uintptr_t)(k + at + (size_t)(pf_keys + jj) * D)), _MM_HINT_T0);
+                t[jj] = _mm512_loadu_si512((const void *)(k + at + (size_t)jj * D));
+            }
+        } else {
+            for (int jj = 0; jj < 16; jj++)
+                t[jj] = jj < nk ? _mm512_loadu_si512((const void *)(k + at + (size_t)jj * D)) : _mm512_setzero_si512();
+        }
+        transpose16x32_f16(t);
+#pragma GCC unroll 16
+        for (int o = 0; o < 16; o++) _mm512_storeu_si512((void *)(Kt16 + (size_t)d0 * 16 + o * 32), t[o]);
+    }
+}
+
 /* Scores of all rows for the steps of 32 keys j0 in [ja, jb) (ja - jmin a
  * multiple of 32), stored in S (masked keys -inf, up to the unit's maxn);
  * mx[r]: the lanes' maxima over the key blocks, ascending. */
 static void scores_keys(unit_ctx *u, int ja, int jb, __m512 *mx) {
     const kvs_attn_call *c = u->c;
     const int D = u->D, R = u->rows, maxn = unit_maxn(u);
-    float *Kt = u->stage; /* (2, D, 16) two transposed key tiles */
+    const int f16 = c->kv_type == 0 && D % 32 == 0;
+    float *Kt = u->stage; /* two transposed key tiles: (2, D, 16) f32 or f16 */
     const float *qr[KVS_ATTN_ROWS];
     for (int r = 0; r < R; r++) {
         mx[r] = _mm512_set1_ps(-INFINITY);
         qr[r] = c->q + ((size_t)(u->t0 + r / u->group) * c->n_head + (size_t)u->g * u->group +
                         r % u->group) * D;
     }
-    const size_t elem = kvs_attn_elem_bytes(c), key_bytes = (size_t)D * elem;
+    const size_t key_bytes = (size_t)D * kvs_attn_elem_bytes(c);
     const int pf_keys = (int)(PF_K_BYTES / key_bytes) < 32 ? 32 : (int)(PF_K_BYTES / key_bytes);
     if (jb > maxn) jb = maxn;
     for (int j0 = ja; j0 < jb; j0 += 32) {
         int nt = maxn - j0 > 16 ? 2 : 1;
         for (int b = 0; b < nt; b++) {
             int jt = j0 + 16 * b, nk = maxn - jt < 16 ? maxn - jt : 16;
-            for (int d0 = 0; d0 < D; d0 += 16) {
-                __m512 t[16];
-                const size_t at = u->kv_off + (size_t)jt * D + d0;
-                if (nk == 16) {
-                    /* one prefetch per key line read, pf_keys ahead, spread
-                     * among the loads (a burst per step waited on full
-                     * fill buffers) */
-                    if ((d0 * elem) % 64 == 0) {
-                        const uintptr_t pa = (uintptr_t)c->k + (at + (size_t)pf_keys * D) * elem;
-#pragma GCC unroll 16
-                        for (int jj = 0; jj < 16; jj++) {
-                            _mm_prefetch((const char *)(pa + (size_t)jj * key_bytes), _MM_HINT_T0);
-                            t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
-                        }
-                    } else {
-#pragma GCC unroll 16
-                        for (int jj = 0; jj < 16; jj++) t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
-                    }
-                } else {
-                    for (int jj = 0; jj < 16; jj++)
-                        t[jj] = jj < nk ? kv_load16(c->k, c->kv_type, at + (size_t)jj * D) : _mm512_setzero_ps();
-                }
-                transpose16(t);
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++) _mm512_storeu_ps(Kt + ((size_t)b * D + d0 + i) * 16, t[i]);
-            }
+            if (f16) stage_tile16(u, (uint16_t *)Kt + (size_t)b * D * 16, jt, nk, pf_keys);
+            else stage_tile(u, Kt + (size_t)b * D * 16, jt, nk, pf_keys);
         }
         for (int r = 0; r < R; r += 4) {
             int nr = R - r < 4 ? R - r : 4;
