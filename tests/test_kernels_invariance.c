@@ -289,6 +289,53 @@ TEST(test_attention_decode_split) {
     printf("  %d decode attention comparisons on 2 and 4 threads\n", checked);
 }
 
+/* kvs_attention_rows (batched decode: each row a token of its own sequence,
+ * against its own KV) against each row's own kvs_attention_window call: rows
+ * of different cache sizes and types, positions (some past 4096 keys, where
+ * a row alone may split across threads), a window, a recalibrated row; 1 to
+ * 4 threads, every path. */
+TEST(test_attention_rows_equal_each_alone) {
+    enum { NR = 7 };
+    const int nh = 9, nkv = 3, hd = 64;
+    const int ctxs[NR] = {300, 4400, 64, 1200, 300, 4200, 17};
+    const int poss[NR] = {299, 4350, 5, 800, 120, 4199, 16};
+    const int types[NR] = {0, 0, 1, 0, 1, 0, 0};
+    kvs_pool *pools[5] = {NULL, NULL, kvs_pool_new(2), kvs_pool_new(3), kvs_pool_new(4)};
+    rand_kv kv[NR];
+    for (int r = 0; r < NR; r++) kv[r] = rand_kv_new((size_t)nkv * ctxs[r] * hd, types[r]);
+    const size_t qn = (size_t)NR * nh * hd;
+    float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+    kt_rand_vec(q, qn, 2.0f);
+    void *work = xmalloc(kvs_attention_work_size(4, 4400));
+    const kvs_attn_recal recal = {.lo = 200, .hi = 700, .inv_t = 0.8f, .s = 0.9f}; /* row 3 (pos 800) */
+    int checked = 0;
+    for (int window = 0; window <= 1000; window += 1000)
+        for (size_t s = 0; s < N_ISAS; s++) {
+            if (!use_isa(s)) continue;
+            kvs_attn_row rows[NR];
+            for (int r = 0; r < NR; r++) {
+                const size_t at = (size_t)r * nh * hd;
+                rows[r] = (kvs_attn_row){.out = out + at, .q = q + at, .pos = poss[r], .k = kv[r].k, .v = kv[r].v,
+                                         .kv_type = types[r], .n_ctx = ctxs[r], .recal = r == 3 ? &recal : NULL};
+                kvs_attention_window(NULL, ref + at, q + at, &rows[r].pos, 1, kv[r].k, kv[r].v, types[r], nh, nkv, hd,
+                                     ctxs[r], 0.125f, window, rows[r].recal, work);
+            }
+            for (int th = 1; th <= 4; th++)
+                for (int n = 1; n <= NR; n += NR - 1) { /* one row (its own call) and all */
+                    memset(out, 0xff, qn * 4);
+                    kvs_attention_rows(pools[th], n, rows, nh, nkv, hd, 0.125f, window, work);
+                    CHECK_MSG(memcmp(ref, out, (size_t)n * nh * hd * 4) == 0, "%s window %d, %d threads, %d rows differ",
+                              isas[s], window, th, n);
+                    checked++;
+                }
+        }
+    kvs_kernels_set_isa("best");
+    for (int r = 0; r < NR; r++) { free(kv[r].k); free(kv[r].v); }
+    free(q); free(ref); free(out); free(work);
+    for (int t = 2; t <= 4; t++) kvs_pool_free(pools[t]);
+    printf("  %d row-batched attention comparisons\n", checked);
+}
+
 /* The paths above skip what the CPU lacks; this makes sure that what it has
  * was checked: the CPU's best level (kvs_kernels_cpu_level: 0 scalar, 1
  * avx2, 2 avx512vnni; + amx where the OS grants tiles) and every level below
@@ -317,6 +364,7 @@ int main(void) {
     RUN(test_matmul_multi_equals_separate);
     RUN(test_attention_invariance);
     RUN(test_attention_decode_split);
+    RUN(test_attention_rows_equal_each_alone);
     RUN(test_best_isa_exercised);
     report_missing_paths();
     return kt_summary();

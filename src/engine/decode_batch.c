@@ -5,7 +5,8 @@
  *   rows    r = 0..n-1, one per context: token[r] at position pos[r]
  *   stacked embed, QKV projections, wo, FFN, output head: one matmul per
  *           weight with m = n rows (the weights are read once per step)
- *   per row K/V stored into ctxs[r]'s buffer, attention against it
+ *   per row K/V stored into ctxs[r]'s buffer, attention against it (all
+ *           rows' units in one pool run: kvs_attention_rows)
  *
  * The scratch (activations, matmul and attention work) is ctxs[0]'s, and so
  * is the thread pool. Batch invariance of the kernels makes row r's bits
@@ -47,9 +48,12 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
     kvs_fwd_embed(f, tokens, n);
     for (int l = 0; l < n_layer; l++) {
         kvs_fwd_layer_qkv(f, l, pos, n);
-        for (int r = 0; r < n; r++) {
-            kvs_fwd_layer_store_kv_row(f, l, pos, r, &ctxs[r]->kv);
-            kvs_fwd_layer_attn(f, l, pos, r, 1, &ctxs[r]->kv);
+        for (int r = 0; r < n; r++) kvs_fwd_layer_store_kv_row(f, l, pos, r, &ctxs[r]->kv);
+        for (int r0 = 0; r0 < n; r0 += KVS_FWD_ATTN_ROWS) {
+            const kvs_kv_buffer *kvs[KVS_FWD_ATTN_ROWS];
+            const int m = n - r0 < KVS_FWD_ATTN_ROWS ? n - r0 : KVS_FWD_ATTN_ROWS;
+            for (int i = 0; i < m; i++) kvs[i] = &ctxs[r0 + i]->kv;
+            kvs_fwd_layer_attn_rows(f, l, pos, r0, m, kvs);
         }
         kvs_fwd_layer_ffn(f, l, pos, n);
     }

@@ -433,29 +433,87 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
                          work);
 }
 
+typedef void (*attn_unit_fn)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+/* The call of kvs_attention_window's arguments and the unit its rows take:
+ * the ISA's recalibrated unit where a row is recalibrated (else the call
+ * carries no recalibration: inv_t = s = 1 gives the same bits). */
+static kvs_attn_call attn_call_of(const kvs_isa *isa, kvs_pool *pool, float *out, const float *q,
+                                  const int32_t *pos, int m, const void *k, const void *v, int kv_type, int n_head,
+                                  int n_kv_head, int head_dim, int n_ctx, float scale, int window,
+                                  const kvs_attn_recal *recal, void *work, attn_unit_fn *unit) {
+    kvs_attn_call c = {.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v, .kv_type = kv_type,
+                       .n_head = n_head, .n_kv_head = n_kv_head, .head_dim = head_dim, .n_ctx = n_ctx,
+                       .scale = scale, .window = window > 0 ? window : 0, .work = align64(work),
+                       .n_threads = kvs_pool_size(pool)};
+    *unit = isa->attention_unit;
+    if (recal && recal->hi > recal->lo) {
+        c.recal = *recal;
+        int any = 0;
+        for (int i = 0; i < m && !any; i++) any = kvs_attn_recal_row(&c, pos[i]);
+        if (any) *unit = isa->attention_unit_recal;
+        else c.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
+    }
+    return c;
+}
+
 void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                           const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                           int head_dim, int n_ctx, float scale, int window, const kvs_attn_recal *recal,
                           void *work) {
     if (m <= 0) return;
     const kvs_isa *isa = pick_isa();
-    attn_task t = {.unit = isa->attention_unit};
-    t.call = (kvs_attn_call){.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v,
-                             .kv_type = kv_type, .n_head = n_head, .n_kv_head = n_kv_head,
-                             .head_dim = head_dim, .n_ctx = n_ctx, .scale = scale,
-                             .window = window > 0 ? window : 0, .work = align64(work),
-                             .n_threads = kvs_pool_size(pool)};
-    if (recal && recal->hi > recal->lo) {
-        t.call.recal = *recal;
-        int any = 0;
-        for (int i = 0; i < m && !any; i++) any = kvs_attn_recal_row(&t.call, pos[i]);
-        if (any) t.unit = isa->attention_unit_recal;
-        else t.call.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
-    }
+    attn_task t;
+    t.call = attn_call_of(isa, pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale,
+                          window, recal, work, &t.unit);
     if (attention_split(pool, isa, &t.call)) return;
     int group = n_head / n_kv_head;
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;
     t.n_tiles = (m + t.tile - 1) / t.tile;
     kvs_pool_for(pool, t.n_tiles * n_kv_head, attn_chunk, &t);
+}
+
+/* Rows of kvs_attention_rows per pool run (the calls live on the stack). */
+#define ATTN_ROWS_RUN 64
+
+typedef struct attn_rows_task {
+    kvs_attn_call call[ATTN_ROWS_RUN];
+    attn_unit_fn unit[ATTN_ROWS_RUN];
+    float *work;
+    size_t thread_floats; /* per thread, for the largest n_ctx */
+    int n_kv_head;
+} attn_rows_task;
+
+static void attn_rows_chunk(void *arg, int u, int ith) {
+    attn_rows_task *t = arg;
+    const int r = u / t->n_kv_head, g = u % t->n_kv_head;
+    t->unit[r](&t->call[r], 0, 1, g, t->work + (size_t)ith * t->thread_floats);
+}
+
+void kvs_attention_rows(kvs_pool *pool, int n, const kvs_attn_row *rows, int n_head, int n_kv_head, int head_dim,
+                        float scale, int window, void *work) {
+    if (n <= 0) return;
+    const kvs_isa *isa = pick_isa();
+    if (n == 1) { /* one row: its own call, which may split across threads */
+        const kvs_attn_row *r = &rows[0];
+        kvs_attention_window(pool, r->out, r->q, &r->pos, 1, r->k, r->v, r->kv_type, n_head, n_kv_head, head_dim,
+                             r->n_ctx, scale, window, r->recal, work);
+        return;
+    }
+    attn_rows_task t;
+    int max_ctx = 0;
+    for (int r = 0; r < n; r++) if (rows[r].n_ctx > max_ctx) max_ctx = rows[r].n_ctx;
+    t.work = align64(work);
+    t.thread_floats = kvs_attn_thread_floats(max_ctx);
+    t.n_kv_head = n_kv_head;
+    for (int r0 = 0; r0 < n; r0 += ATTN_ROWS_RUN) {
+        const int nr = n - r0 < ATTN_ROWS_RUN ? n - r0 : ATTN_ROWS_RUN;
+        for (int i = 0; i < nr; i++) {
+            const kvs_attn_row *row = &rows[r0 + i];
+            t.call[i] = attn_call_of(isa, pool, row->out, row->q, &row->pos, 1, row->k, row->v, row->kv_type, n_head,
+                                     n_kv_head, head_dim, row->n_ctx, scale, window, row->recal, work, &t.unit[i]);
+        }
+        kvs_pool_for(pool, nr * n_kv_head, attn_rows_chunk, &t);
+    }
 }

@@ -149,6 +149,26 @@ void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int3
                           int head_dim, int n_ctx, float scale, int window, const kvs_attn_recal *recal,
                           void *work);
 
+/* One query token of kvs_attention_rows, against its own layer KV (n_ctx
+ * slots of kv_type; recal may be NULL). */
+typedef struct kvs_attn_row {
+    float *out;
+    const float *q;
+    int32_t pos;
+    const void *k, *v;
+    int kv_type, n_ctx;
+    const kvs_attn_recal *recal;
+} kvs_attn_row;
+
+/* kvs_attention_window for n rows of one token each, every row against its
+ * own KV (batched decode over several sequences): one pool run over the
+ * (row, kv head) units instead of a run per row (8 streams of SmolLM2 on 2
+ * threads: 8 runs of 3 units, each 2 : 1 between the threads). Row r's
+ * bits are those of its own call; one row is its own call. work:
+ * kvs_attention_work_size with the largest n_ctx. */
+void kvs_attention_rows(kvs_pool *pool, int n, const kvs_attn_row *rows, int n_head, int n_kv_head, int head_dim,
+                        float scale, int window, void *work);
+
 /* gate[i] = gelu_tanh(gate[i]) * up[i] (GeGLU), gelu_tanh(x) =
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x / (1 + e^(-2u)),
  * with the attention's exp (act.c). */

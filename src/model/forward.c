@@ -238,6 +238,24 @@ void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, co
                          hp->attn_scale, hp->layer[l].window, &kv->recal, f->att_work);
 }
 
+void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *const *kvs) {
+    const kvs_hparams *hp = f->hp;
+    const size_t qd = (size_t)hp->n_head * hp->head_dim;
+    kvs_attn_row rows[KVS_FWD_ATTN_ROWS];
+    for (int i0 = 0; i0 < m; i0 += KVS_FWD_ATTN_ROWS) {
+        const int n = m - i0 < KVS_FWD_ATTN_ROWS ? m - i0 : KVS_FWD_ATTN_ROWS;
+        for (int i = 0; i < n; i++) {
+            const int r = r0 + i0 + i;
+            const kvs_kv_buffer *kv = kvs[i0 + i];
+            rows[i] = (kvs_attn_row){.out = f->att + (size_t)r * qd, .q = f->q + (size_t)r * qd, .pos = pos[r],
+                                     .k = kvs_kv_k(kv, l), .v = kvs_kv_v(kv, l), .kv_type = (int)kv->type,
+                                     .n_ctx = kv->n_ctx, .recal = &kv->recal};
+        }
+        kvs_attention_rows(f->pool, n, rows, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale,
+                           hp->layer[l].window, f->att_work);
+    }
+}
+
 void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const kvs_kv_buffer *kv) {
     kvs_fwd_layer_attn(f, l, pos, 0, m, kv);
     kvs_fwd_layer_ffn(f, l, pos, m);

@@ -69,6 +69,11 @@ void kvs_fwd_layer_attn_ffn(kvs_fwd *f, int l, const int32_t *pos, int m, const 
  * buffer: kvs_fwd_layer_store_kv_row. Same bits as the fused calls. */
 void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *kv);
 void kvs_fwd_layer_ffn(kvs_fwd *f, int l, const int32_t *pos, int m);
+/* kvs_fwd_layer_attn for rows r0..r0+m, row r0 + i against its own buffer
+ * kvs[i] (each n_ctx <= f->n_ctx): one pool run over
+ * all rows' units (kvs_attention_rows) instead of one per row. Same bits. */
+#define KVS_FWD_ATTN_ROWS 64
+void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *const *kvs);
 void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv);
 /* The three steps above. */
 void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv);
