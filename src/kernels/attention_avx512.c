@@ -361,6 +361,24 @@ AI void store_scores(unit_ctx *u, __m512 s[4][2], int r0, int nr, int nt, int j0
     }
 }
 
+/* The chains' sums of rows [r0, r0 + nr) x tiles [0, nt), zeroed. */
+AI void qk_zero(__m512 s[4][2], int nr, int nt) {
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) s[i][b] = _mm512_setzero_ps();
+}
+
+/* Step d of the chains: s[i][b] += q_{r0+i}[d] * kt[b] (16 keys). */
+AI void qk_fma(__m512 s[4][2], const float *const *qr, int r0, int nr, int nt, int d, const __m512 *kt) {
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        __m512 qd = _mm512_set1_ps(qr[r0 + i][d]);
+#pragma GCC unroll 2
+        for (int b = 0; b < nt; b++) s[i][b] = _mm512_fmadd_ps(qd, kt[b], s[i][b]);
+    }
+}
+
 /* Scores of rows [r0, r0 + nr) for the nt (1 or 2) transposed key tiles at
  * Kt (tile b at Kt + b * D * 16, keys j0 + 16 b ..): nr * nt independent fma
  * chains over d. */
@@ -368,20 +386,12 @@ AI void qk_keys(unit_ctx *u, const float *const *qr, const float *Kt, int r0, in
                 __m512 *mx) {
     const int D = u->D;
     __m512 s[4][2];
-#pragma GCC unroll 4
-    for (int i = 0; i < nr; i++)
-#pragma GCC unroll 2
-        for (int b = 0; b < nt; b++) s[i][b] = _mm512_setzero_ps();
+    qk_zero(s, nr, nt);
     for (int d = 0; d < D; d++) {
         __m512 kt[2];
 #pragma GCC unroll 2
         for (int b = 0; b < nt; b++) kt[b] = _mm512_loadu_ps(Kt + ((size_t)b * D + d) * 16);
-#pragma GCC unroll 4
-        for (int i = 0; i < nr; i++) {
-            __m512 qd = _mm512_set1_ps(qr[r0 + i][d]);
-#pragma GCC unroll 2
-            for (int b = 0; b < nt; b++) s[i][b] = _mm512_fmadd_ps(qd, kt[b], s[i][b]);
-        }
+        qk_fma(s, qr, r0, nr, nt, d, kt);
     }
     store_scores(u, s, r0, nr, nt, j0, mx);
 }
@@ -432,10 +442,7 @@ AI void qk_keys16(unit_ctx *u, const float *const *qr, const uint16_t *Kt16, int
                   __m512 *mx) {
     const int D = u->D;
     __m512 s[4][2];
-#pragma GCC unroll 4
-    for (int i = 0; i < nr; i++)
-#pragma GCC unroll 2
-        for (int b = 0; b < nt; b++) s[i][b] = _mm512_setzero_ps();
+    qk_zero(s, nr, nt);
     for (int d0 = 0; d0 < D; d0 += 32) {
 #pragma GCC unroll 32
         for (int dd = 0; dd < 32; dd++) {
@@ -444,12 +451,7 @@ AI void qk_keys16(unit_ctx *u, const float *const *qr, const uint16_t *Kt16, int
             for (int b = 0; b < nt; b++)
                 kt[b] = _mm512_cvtph_ps(_mm256_loadu_si256(
                     (const __m256i *)(Kt16 + (size_t)b * D * 16 + (size_t)d0 * 16 + t16_off(dd))));
-#pragma GCC unroll 4
-            for (int i = 0; i < nr; i++) {
-                __m512 qd = _mm512_set1_ps(qr[r0 + i][d0 + dd]);
-#pragma GCC unroll 2
-                for (int b = 0; b < nt; b++) s[i][b] = _mm512_fmadd_ps(qd, kt[b], s[i][b]);
-            }
+            qk_fma(s, qr, r0, nr, nt, d0 + dd, kt);
         }
     }
     store_scores(u, s, r0, nr, nt, j0, mx);
