@@ -9,6 +9,7 @@
 #include <float.h>
 #include <immintrin.h>
 
+#include "kernels/avx512_math.h"
 #include "kernels/kernels_impl.h"
 
 #define AI __attribute__((always_inline)) static inline
@@ -61,14 +62,6 @@ AI float quantize_block_levels(const float *xb, __m512i qh[2], __m512i ql[2], in
 /* The 16 bytes at p in all four 128-bit lanes (a tail block's dword of 4 rows). */
 AI __m512i bcast16(const uint8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
-/* kvs_tree16 on a register: halves, quarters, pairs, then the last pair. */
-AI float hsum_tree(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
-    return _mm_cvtss_f32(d);
-}
 
 /* Q4_1: a 16-block group is 80 dwords (z[0..4]); block l's dwords are 5l
  * (d, m) and 5l+1+r (qs dword r). Lane l of the result = dword 5l + c. One

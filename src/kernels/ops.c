@@ -23,6 +23,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,fma")
 #endif
+#include "kernels/avx512_math.h"
+
 static float rms_sumsq_avx512(const float *x, int n) {
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
@@ -53,22 +55,7 @@ static void silu_mul_avx512(float *gate, const float *up, int n) {
     for (; i + 16 <= n; i += 16) {
         __m512 g = _mm512_loadu_ps(gate + i);
         __m512 x = _mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), g), hi);
-        /* kvs_expf_ref */
-        __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
-        __m512 nn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-0.693359375f), x);
-        r = _mm512_fmadd_ps(nn, _mm512_set1_ps(2.12194440e-4f), r);
-        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-        p = _mm512_add_ps(p, one);
-        __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nn), _mm512_set1_epi32(127)), 23);
-        __m512 e = _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
+        __m512 e = exp16(x); /* kvs_expf_ref */
         __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i));
         _mm512_storeu_ps(gate + i, y);
     }
