@@ -1,8 +1,8 @@
 /*
  * AVX-512 attention, what the prefill layout (attention_avx512.c) and the
- * decode layout and its split (attention_avx512_decode.c) share: exp, the
- * in-register transpose, K/V loads and prefetch, the unit's context. Include
- * after the AVX-512 target pragma.
+ * decode layout and its split (attention_avx512_decode.c) share: the
+ * in-register transpose and the unit's context (exp and tree sums:
+ * avx512_math.h). Include after the AVX-512 target pragma.
  */
 #ifndef KVS_KERNELS_ATTENTION_AVX512_H
 #define KVS_KERNELS_ATTENTION_AVX512_H
@@ -46,33 +46,6 @@ AI void transpose16(__m512 r[16]) {
         r[4 + c] = _mm512_shuffle_f32x4(v[4 + c], v[12 + c], 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(v[4 + c], v[12 + c], 0xdd);
     }
-}
-
-/* (transpose16 is used by both layouts.) */
-
-/* 16 floats of K/V row j starting at dim d. */
-AI __m512 kv_load16(const void *base, int kv_type, size_t idx) {
-    if (kv_type == 0) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + idx)));
-    return _mm512_loadu_ps((const float *)base + idx);
-}
-
-/* Software prefetch in the decode layout (few rows): at long context K and
- * V stream from L3 or DRAM once per token (SmolLM2 at 4096: 94 MB a token),
- * and the loads of each key tile waited on memory. K: the rows about
- * PF_K_BYTES ahead of the tile; V: the strip of the row PF_V_ROWS ahead.
- * Measured (Xeon, SmolLM2 Q4_1, decode at depth 4096, old and new builds
- * alternating): 44.0-44.3 -> 50.2-52.1 tok/s at 1 thread, 77.7-79.4 ->
- * 90.8-92.5 at 2, depth 512 unchanged; 8 KB or 24 KB for K, 16 or 64 rows
- * for V were slower. Hints only: the bits do not change. */
-#define PF_K_BYTES 16384
-#define PF_V_ROWS 32
-
-/* Prefetches bytes [base + off, base + off + n) line by line (past the
- * buffer: harmless hints; addresses as integers, never out-of-bounds
- * pointers). */
-AI void prefetch_span(const void *base, size_t off, size_t n) {
-    const uintptr_t a = (uintptr_t)base + off;
-    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(a + o), _MM_HINT_T0);
 }
 
 typedef struct unit_ctx {
