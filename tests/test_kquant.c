@@ -130,11 +130,13 @@ static float *matmul(const kvs_wmat *w, const float *x, int m, kvs_pool *pool) {
 TEST(test_kq_simd_equals_scalar) {
     /* 96, 640: 3 and 20 blocks, a partial last octet of <= 4 blocks (the batch path merges two rows' into one,
      * kquant_avx2_batch.c merge_tails); 192: 6 blocks, a partial octet of more; 288, 416, 800: the partial octet
-     * odd (chains 8-15) (Q5_0 / Q5_1 only: K-quants need 256); 8192, 10240, 16384: several groups of tiles per
+     * odd (chains 8-15) (Q5_0 / Q5_1 only: K-quants need 256); on AVX-512 (groups of 16 blocks) 96 and 640 end in a
+     * group of <= 4 blocks (four weight rows share it), 192 and 256 <= 8 (two), 288, 416, 800 more, 1280 two full
+     * groups and 8 blocks; 8192, 10240, 16384: several groups of tiles per
      * chunk, 16384 the longest rows of the batch path (MAX_OCTETS); 32768, 33024: longer, several rows go through
      * decode row by row (kq_lanes). 45..48 weight rows, turning over independently of k: the batch path's tiles of
      * four, the last with 1, 2, 3 or 4 rows of its own (the others repeat a row, computed and not stored) */
-    const int ks[] = {96, 192, 256, 288, 416, 640, 800, 2048, 8192, 10240, 16384, 32768, 33024};
+    const int ks[] = {96, 192, 256, 288, 416, 640, 800, 1280, 2048, 8192, 10240, 16384, 32768, 33024};
     const int ns[] = {45, 46, 47, 48};
     const int ms[] = {1, 3, 16, 37};
     int compared = 0;
@@ -303,6 +305,46 @@ TEST(test_kq_integer_extremes) {
     printf("  %d ISA comparisons\n", compared);
 }
 
+#if defined(__x86_64__)
+/* An ISA's quantized rows for a call of two rows (b) against the
+ * reference's (a, natural order): the lane layout of `lanes` blocks a group
+ * (group g, plane p, vector r, lane l = block g * lanes + l, elements
+ * 4r..4r+3), the same integers, scales and sums. A last group of cnt <= 4
+ * (<= 8) blocks, narrower than the group, has lane l hold lane l % 4 (l %
+ * 8), integers and trailer, for the kernels that share it among weight
+ * rows; other lanes past the row are zero. */
+static void lane_layout_check(kvs_kq_isa isa, int lanes, const float *x, int k, const uint8_t *a, uint8_t *b,
+                              int variant) {
+    const size_t bytes = kvs_kq_xrow_bytes(k);
+    memset(b, 0x55, bytes);
+    isa.quantize_row(x, k, b, 2);
+    const kvs_kq_trailer ta = kvs_kq_trailer_of(a, k), tb = kvs_kq_trailer_of(b, k);
+    const int nb = k / 32;
+    int lane_bad = 0, trailer_bad = 0, zero_bad = 0;
+    for (int blk = 0; blk < (nb + lanes - 1) / lanes * lanes; blk++) {
+        const int g0 = blk - blk % lanes, cnt = nb - g0 < lanes ? nb - g0 : lanes;
+        int span = cnt <= 4 ? 4 : cnt <= 8 ? 8 : 16;
+        if (span > lanes) span = lanes;
+        const int src = (blk - g0) % span < cnt ? g0 + (blk - g0) % span : -1;
+        for (int p = 0; p < 2; p++)
+            for (int e = 0; e < 32; e++) {
+                const size_t at = (size_t)g0 * 64 + (size_t)p * 32 * lanes + (size_t)(e / 4) * 4 * lanes +
+                                  (size_t)(blk - g0) * 4 + e % 4;
+                lane_bad += src >= 0 ? a[(size_t)src * 64 + p * 32 + e] != b[at] : b[at] != 0;
+            }
+        if (src < 0) {
+            zero_bad += tb.dx[blk] != 0 || tb.sx[blk] != 0 || tb.s0[blk] != 0 || tb.s1[blk] != 0;
+            continue;
+        }
+        trailer_bad += memcmp(&ta.dx[src], &tb.dx[blk], 4) || memcmp(&ta.sx[src], &tb.sx[blk], 4) ||
+                       ta.s0[src] != tb.s0[blk] || ta.s1[src] != tb.s1[blk];
+    }
+    CHECK_MSG(lane_bad == 0 && trailer_bad == 0 && zero_bad == 0,
+              "variant %d, k %d, %s: lane layout differs (%d integers, %d blocks' sums, %d padding lanes)", variant, k,
+              isa.name, lane_bad, trailer_bad, zero_bad);
+}
+#endif
+
 /* The SIMD quantizers of activation rows write the reference's bytes (the
  * K-quant row and the Q4 / Q8 layout), also
  * for hostile rows: NaN, infinities, huge and subnormal values, all-zero
@@ -313,7 +355,7 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         printf("  (skip: no AVX2 on this CPU)\n");
         return;
     }
-    const int k = 640; /* 20 blocks: nbp 24, padding past nb */
+    const int k = 640; /* 20 blocks: nbp 32, padding past nb; a last group of 4 blocks */
     const size_t bytes = kvs_kq_xrow_bytes(k);
     float *x = xmalloc((size_t)k * 4);
     uint8_t *a = xmalloc(bytes), *b = xmalloc(bytes);
@@ -342,37 +384,13 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         while (bad < bytes && a[bad] == b[bad]) bad++;
         CHECK_MSG(bad == bytes, "variant %d: quantized rows differ at byte %zu of %zu", variant, bad, bytes);
         rows++;
-        /* a call of several rows: the AVX2 lane layout (octet o, plane p, vector r, lane l = block 8o + l,
-         * elements 4r..4r+3), the same values and the same scales and sums */
-        memset(b, 0x55, bytes);
-        kvs_kq_isa_avx2.quantize_row(x, k, b, 2);
-        int lane_bad = 0;
-        for (int blk = 0; blk < k / 32; blk++)
-            for (int p = 0; p < 2; p++)
-                for (int e = 0; e < 32; e++) {
-                    size_t at = (size_t)(blk / 8) * 512 + (size_t)p * 256 + (size_t)(e / 4) * 32 + (size_t)(blk % 8) * 4 + e % 4;
-                    lane_bad += a[(size_t)blk * 64 + p * 32 + e] != b[at];
-                }
-        /* the scales and sums of the row's blocks equal; a last octet of <= 4 blocks (here 16..19)
-         * has its lanes 0-3 copied into 4-7, integers and trailer (kquant_avx2_batch.c merge_tails) */
-        const kvs_kq_trailer ta = kvs_kq_trailer_of(a, k), tb = kvs_kq_trailer_of(b, k);
-        const int nb = k / 32, last = nb / 8 * 8;
-        int trailer_bad = 0;
-        for (int blk = 0; blk < kvs_kq_nbp(k); blk++) {
-            const int src = blk < nb ? blk : blk - 4 >= last && blk - 4 < nb ? blk - 4 : -1;
-            if (src < 0) continue;
-            trailer_bad += memcmp(&ta.dx[src], &tb.dx[blk], 4) || memcmp(&ta.sx[src], &tb.sx[blk], 4) ||
-                           ta.s0[src] != tb.s0[blk] || ta.s1[src] != tb.s1[blk];
-            if (blk >= nb)
-                for (int p = 0; p < 2; p++)
-                    for (int e = 0; e < 32; e++) {
-                        size_t at = (size_t)(blk / 8) * 512 + (size_t)p * 256 + (size_t)(e / 4) * 32 + (size_t)(blk % 8) * 4 + e % 4;
-                        lane_bad += a[(size_t)src * 64 + p * 32 + e] != b[at];
-                    }
-        }
-        CHECK_MSG(lane_bad == 0 && trailer_bad == 0, "variant %d: lane layout differs (%d integers, %d blocks' sums)",
-                  variant, lane_bad, trailer_bad);
+        /* a call of several rows: the lane layouts (AVX2: 8 blocks a group, AVX-512: 16) */
+        lane_layout_check(kvs_kq_isa_avx2, 8, x, k, a, b, variant);
         rows++;
+        if (kvs_kernels_cpu_level() >= 2) {
+            lane_layout_check(kvs_kq_isa_avx512, 16, x, k, a, b, variant);
+            rows++;
+        }
         /* the same rows in the Q4_0 / Q4_1 / Q8_0 layout (quant.h: groups, tail quads) */
         const int wtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
         for (int t = 0; t < 3; t++) {
@@ -394,6 +412,21 @@ TEST(test_quantize_rows_simd_equals_scalar) {
             free(qb);
             rows++;
         }
+    }
+    /* the lane layouts' other last groups: 3 blocks (no full group), 6 (<= 8), 9 and 25 (more) */
+    const int ks[] = {96, 192, 288, 800};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int kk = ks[ki];
+        float *xk = xmalloc((size_t)kk * 4);
+        uint8_t *ak = xmalloc(kvs_kq_xrow_bytes(kk)), *bk = xmalloc(kvs_kq_xrow_bytes(kk));
+        kt_rand_vec(xk, (size_t)kk, 3.0f);
+        kvs_kq_isa_scalar.quantize_row(xk, kk, ak, 1);
+        lane_layout_check(kvs_kq_isa_avx2, 8, xk, kk, ak, bk, -1);
+        if (kvs_kernels_cpu_level() >= 2) lane_layout_check(kvs_kq_isa_avx512, 16, xk, kk, ak, bk, -1);
+        rows++;
+        free(xk);
+        free(ak);
+        free(bk);
     }
     printf("  %d hostile rows compared\n", rows);
     free(x);

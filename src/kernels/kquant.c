@@ -2,8 +2,8 @@
  * The threaded matmul for Q5_0 / Q5_1 / K-quant weights (kquant.h): x rows
  * quantized once (each on its own: batch-invariant), then whole output
  * columns per chunk, so no output is reduced across threads. The ISA row
- * follows the dispatcher's choice: the scalar reference when it picks
- * "scalar", else AVX2 (which every AVX-512 CPU runs as well).
+ * follows the dispatcher's choice: the scalar reference, AVX2, or on
+ * AVX-512 (VNNI) the 16-lane batch kernels with AVX2's decode.
  */
 #include <stdint.h>
 #include <string.h>
@@ -13,7 +13,9 @@
 
 static const kvs_kq_isa *kq_isa(void) {
 #if defined(__x86_64__)
-    if (strcmp(kvs_kernels_isa(), "scalar") != 0) return &kvs_kq_isa_avx2;
+    const char *isa = kvs_kernels_isa();
+    if (!strcmp(isa, "avx2")) return &kvs_kq_isa_avx2;
+    if (strcmp(isa, "scalar") != 0) return &kvs_kq_isa_avx512; /* avx512vnni, amx */
 #endif
     return &kvs_kq_isa_scalar;
 }

@@ -42,14 +42,14 @@
 /* 1 if w's type runs through the kernels of this file. */
 int kvs_kq_handles(int type);
 
-/* Quantized activation row, nbp = nb rounded up to 8: 64 * nbp bytes of
+/* Quantized activation row, nbp = nb rounded up to 16: 64 * nbp bytes of
  * integers (the reference: nb blocks of {i8 hi[32], i8 lo[32]}; an ISA may
  * use another order of the same values, see its quantize_row), then, each
  * nbp long and zero past nb (an ISA's layout may fill those lanes with
  * copies its kernels use, see its quantize_row): float dx[nbp], float sx[nbp], int32 s0[nbp],
  * int32 s1[nbp] (s_h = sum of Q over half h of the block: the SIMD paths
  * take weights as unsigned q_w + off and subtract off * s_h, exactly). */
-static inline int kvs_kq_nbp(int k) { return (k / 32 + 7) & ~7; }
+static inline int kvs_kq_nbp(int k) { return (k / 32 + 15) & ~15; } /* whole groups of 16: the widest lane layout */
 static inline size_t kvs_kq_xrow_bytes(int k) { return (size_t)kvs_kq_nbp(k) * 80; }
 /* The per-block arrays after a quantized row's integers. */
 typedef struct kvs_kq_trailer {
@@ -105,6 +105,7 @@ typedef struct kvs_kq_isa {
 extern const kvs_kq_isa kvs_kq_isa_scalar;
 #if defined(__x86_64__)
 extern const kvs_kq_isa kvs_kq_isa_avx2;
+extern const kvs_kq_isa kvs_kq_isa_avx512;
 #endif
 
 #endif

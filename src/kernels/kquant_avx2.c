@@ -137,59 +137,10 @@ static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, i
     kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* (kvs_kq_handles: not reached) */
 }
 
-/* kvs_kq_quantize_row (kquant_ref.c) with the vector block quantizer.
- * Natural order (one row; rows too long for the batch path): the
- * reference's bytes. Several rows (kq_lanes): the lane layout of tile_sums
- * (per octet a hi plane of 8 vectors, vector r lane l = elements 4r..4r+3
- * of block l, then the lo plane), the same values in another order; blocks
- * past the row are zero, except in a last octet of <= 4 blocks, whose lanes
- * 4-7 copy lanes 0-3, integers and trailer (merge_tails). */
+/* The lane layout of 8 blocks a group where the batch path takes the call
+ * (kq_lanes), else natural order (kq_quantize_lanes). */
 static void avx2_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
-    const int nb = k / 32;
-    const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
-    float *dx = tr.dx, *sx = tr.sx;
-    int32_t *s0 = tr.s0, *s1 = tr.s1;
-    memset(dx, 0, (size_t)kvs_kq_nbp(k) * 16);
-    const int lanes = kq_lanes(k, m);
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        __m256i hi[8], lo[8];
-        for (int l = 0; l < 8; l++) {
-            const int b = b0 + l;
-            if (b >= nb) {
-                hi[l] = lo[l] = _mm256_setzero_si256();
-                continue;
-            }
-            int32_t s[2];
-            float d = kvs_avx2_quantize_block(x + (size_t)b * 32, &hi[l], &lo[l], s);
-            dx[b] = d * (1.0f / 256.0f);
-            sx[b] = dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
-            s0[b] = s[0];
-            s1[b] = s[1];
-        }
-        __m256i *dst = (__m256i *)(xrow + (size_t)b0 * 64);
-        if (!lanes) {
-            for (int l = 0; l < 8; l++) {
-                _mm256_storeu_si256(dst + 2 * l, hi[l]);
-                _mm256_storeu_si256(dst + 2 * l + 1, lo[l]);
-            }
-            continue;
-        }
-        if (kq_merged_tail(nb - b0)) { /* lanes 4-7 copy 0-3 (merge_tails) */
-            for (int l = 4; l < 4 + nb - b0; l++) {
-                hi[l] = hi[l - 4];
-                lo[l] = lo[l - 4];
-                dx[b0 + l] = dx[b0 + l - 4];
-                sx[b0 + l] = sx[b0 + l - 4];
-                s0[b0 + l] = s0[b0 + l - 4];
-                s1[b0 + l] = s1[b0 + l - 4];
-            }
-        }
-        __m256i t[8];
-        transpose8_epi32(hi, t);
-        for (int r = 0; r < 8; r++) _mm256_storeu_si256(dst + r, t[r]);
-        transpose8_epi32(lo, t);
-        for (int r = 0; r < 8; r++) _mm256_storeu_si256(dst + 8 + r, t[r]);
-    }
+    kq_quantize_lanes(x, k, xrow, kq_lanes(k, m) ? 8 : 0);
 }
 
 const kvs_kq_isa kvs_kq_isa_avx2 = {.name = "avx2", .dot_cols = avx2_dot_cols, .quantize_row = avx2_quantize_row};

@@ -51,10 +51,20 @@
  * this. */
 static inline int kq_lanes(int k, int m) { return m > 1 && (k / 32 + 7) / 8 <= MAX_OCTETS; }
 
+/* The lanes a last group of cnt blocks takes in a lane layout of `lanes`
+ * blocks a group (8 on AVX2, 16 on AVX-512): 4 or 8 where the blocks fit
+ * (the quantizer copies those activation lanes across the group, so one
+ * group of integer work serves 2 or 4 weight rows, each in its own lanes),
+ * else the whole group. */
+static inline int kq_tail_span(int cnt, int lanes) {
+    const int span = cnt <= 4 ? 4 : cnt <= 8 ? 8 : 16;
+    return span < lanes ? span : lanes;
+}
+
 /* 1 where an octet of cnt blocks (the last of a row, or more: 0) is short
- * enough for two weight rows' to share one octet in the lane layout (the
- * quantizer copies its activation lanes 0-3 into 4-7; merge_tails). */
-static inline int kq_merged_tail(int cnt) { return cnt <= 4; }
+ * enough for two weight rows' to share one octet in the AVX2 lane layout
+ * (merge_tails). */
+static inline int kq_merged_tail(int cnt) { return kq_tail_span(cnt, 8) < 8; }
 
 /* One octet of a weight row, unpacked: unsigned integers of blocks b0..b0+7
  * (zero past the row), their half scales and mins (zero past the row). */
@@ -304,6 +314,56 @@ AI __m256 octet_apply_cnt(__m256 a, int cnt, const octet_ops *op, kq_shape sh) {
         na = _mm256_blendv_ps(na, a, keep);
     }
     return na;
+}
+
+/* kvs_kq_quantize_row with the vector block quantizer, in the order an
+ * ISA's kernels read. lanes 0 (one row; rows too long for a batch path):
+ * natural order, the reference's bytes. lanes 8 (AVX2) or 16 (AVX-512):
+ * per group of `lanes` blocks from g0, a hi plane of 8 vectors of 4 *
+ * lanes bytes (vector r, lane l: elements 4r..4r+3 of block g0 + l), then
+ * the lo plane; the same values and scales in another order. Lanes past
+ * the row are zero, except in a last group whose blocks fit a span of 4 or
+ * 8 lanes (kq_tail_span): there lane l holds lane l % span, integers and
+ * trailer. */
+AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
+    const int nb = k / 32, nbp = kvs_kq_nbp(k), group = lanes ? lanes : 8;
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
+    memset(tr.dx, 0, (size_t)nbp * 16);
+    int g0 = 0;
+    for (; g0 < nb; g0 += group) {
+        const int cnt = nb - g0 < group ? nb - g0 : group, span = lanes ? kq_tail_span(cnt, lanes) : group;
+        uint8_t *base = xrow + (size_t)g0 * 64;
+        for (int o = 0; o < group; o += 8) { /* the group's octets */
+            __m256i hi[8], lo[8];
+            for (int l = 0; l < 8; l++) {
+                const int b = g0 + o + l, src = (o + l) % span;
+                if (src >= cnt) {
+                    hi[l] = lo[l] = _mm256_setzero_si256();
+                    continue;
+                }
+                int32_t s[2];
+                const float d = kvs_avx2_quantize_block(x + (size_t)(g0 + src) * 32, &hi[l], &lo[l], s);
+                tr.dx[b] = d * (1.0f / 256.0f);
+                tr.sx[b] = tr.dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
+                tr.s0[b] = s[0];
+                tr.s1[b] = s[1];
+            }
+            if (!lanes) {
+                for (int l = 0; l < 8; l++) {
+                    _mm256_storeu_si256((__m256i *)(base + (size_t)(o + l) * 64), hi[l]);
+                    _mm256_storeu_si256((__m256i *)(base + (size_t)(o + l) * 64 + 32), lo[l]);
+                }
+                continue;
+            }
+            __m256i t[8];
+            transpose8_epi32(hi, t);
+            for (int r = 0; r < 8; r++) _mm256_storeu_si256((__m256i *)(base + (size_t)r * 4 * lanes + 4 * o), t[r]);
+            transpose8_epi32(lo, t);
+            for (int r = 0; r < 8; r++)
+                _mm256_storeu_si256((__m256i *)(base + (size_t)(32 + 4 * r) * lanes + 4 * o), t[r]);
+        }
+    }
+    memset(xrow + (size_t)g0 * 64, 0, (size_t)(nbp - g0) * 64); /* the groups no kernel reads */
 }
 
 /* Each type's shape: X(name, type, offset shift, split scales, min, int16

@@ -1,0 +1,345 @@
+/*
+ * AVX-512 VNNI Q5_0 / Q5_1 / K-quant kernels for several activation rows
+ * (prefill, the server's batch): the canonical arithmetic of kquant.h bit
+ * for bit, on groups of 16 blocks ("hexadecets").
+ *
+ * Lane l of a zmm is block g0 + l of a hexadecet (g0 a multiple of 16), so
+ * its chain b % 16 is lane l: one register holds a weight row's 16 chains
+ * and each float step of 16 blocks is one instruction, in the reference's
+ * order. The activation rows are in the 16-lane layout (kq_quantize_lanes:
+ * per hexadecet a hi plane of 8 vectors, vector r lane l = elements
+ * 4r..4r+3 of block l, then the lo plane), the weights' unsigned integers
+ * q_w + off transposed alike (unpack_tile), so vpdpbusd leaves each block's
+ * integer dot in its lane: 16 of them (hi and lo planes) per weight row and
+ * hexadecet, where AVX2's vpmaddubsw path needs ~90 instructions for the
+ * same 16 blocks (kquant_avx2_batch.c). Integers are exact in any order;
+ * I = 256 * (w . hi) + (w . lo) - off * s, as in kquant_avx2_octet.h.
+ *
+ * A last hexadecet of <= 4 (<= 8) blocks holds 4 (2) weight rows, each in
+ * its own lanes, against activation lanes the quantizer copied (Q5_0 at k =
+ * 640: 16 + 4 blocks, 1.25 hexadecets of work a row, not 2); each row's
+ * float steps take its lanes back to lanes 0.. first. Weight rows go by
+ * tiles of four, unpacked (the AVX2 octet unpacking, kquant_avx2_octet.h)
+ * and transposed once per call into a buffer, as on AVX2. One activation
+ * row (decode) and rows too long for the buffer take the AVX2 paths
+ * (kquant_avx2.c), in natural order.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+
+#include "kernels/avx512_math.h"
+#include "kernels/kquant_avx2_octet.h"
+
+/* One weight row's hexadecet, unpacked and transposed (64-byte aligned:
+ * the kernel loads it whole). */
+typedef struct hexa {
+    __m512i qu[8];
+    __m512 dw0, dw1, mw;
+} hexa;
+
+#define BATCH_HEXAS (2 * MAX_OCTETS) /* a tile of the longest rows: 88 KiB */
+#define PASS_BYTES 16384             /* activation rows per pass: as many as fit this */
+
+/* Lanes [0, n) of v into lanes [at, at + n) of dst, the others kept. */
+AI __m512i place_i(__m512i dst, __m256i v, int at, int n) {
+    const __m512i idx = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(at));
+    const __mmask16 k = (__mmask16)(((1u << n) - 1) << at);
+    return _mm512_mask_permutexvar_epi32(dst, k, idx, _mm512_castsi256_si512(v));
+}
+AI __m512 place_f(__m512 dst, __m256 v, int at, int n) {
+    return _mm512_castsi512_ps(place_i(_mm512_castps_si512(dst), _mm256_castps_si256(v), at, n));
+}
+
+/* Blocks [b0, b0 + cnt) of a weight row (cnt <= 8, an octet of its own
+ * from b0, a multiple of 8) into lanes [at, at + min(cnt, n)) of h. */
+AI void place_octet(hexa *h, int type, const uint8_t *row, int b0, int cnt, int packed, int at, int n) {
+    octet u;
+    __m256i t[8];
+    unpack_octet(type, row, b0, cnt, packed, &u);
+    transpose8_epi32(u.qu, t);
+    for (int r = 0; r < 8; r++) h->qu[r] = place_i(h->qu[r], t[r], at, n);
+    h->dw0 = place_f(h->dw0, u.dw0, at, n);
+    h->dw1 = place_f(h->dw1, u.dw1, at, n);
+    h->mw = place_f(h->mw, u.mw, at, n);
+}
+
+AI void hexa_zero(hexa *h) {
+    for (int r = 0; r < 8; r++) h->qu[r] = _mm512_setzero_si512();
+    h->dw0 = h->dw1 = h->mw = _mm512_setzero_ps();
+}
+
+/* The tile of weight rows [j, j + 4) (rows past j1 repeat the last:
+ * computed, not stored): row q's full hexadecets at tb[q * nfull + h], then
+ * the last hexadecet's (cnt blocks) ntail = 4 span / 16 hexas, hexa t
+ * holding rows t * (16 / span) + i in lanes [i * span, i * span + span). */
+AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb) {
+    const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16);
+    for (int q = 0; q < 4; q++) {
+        const uint8_t *row = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
+        for (int h = 0; h < nfull; h++) {
+            hexa *o = &tb[q * nfull + h];
+            place_octet(o, sh.type, row, 16 * h, 8, packed, 0, 8);
+            place_octet(o, sh.type, row, 16 * h + 8, 8, packed, 8, 8);
+        }
+        if (cnt) {
+            const int per = 16 / span; /* rows a tail hexa holds */
+            hexa *o = &tb[4 * nfull + q / per];
+            if (q % per == 0) hexa_zero(o);
+            const int at = (q % per) * span, b0 = 16 * nfull;
+            place_octet(o, sh.type, row, b0, cnt < 8 ? cnt : 8, packed, at, span < 8 ? span : 8);
+            if (cnt > 8) place_octet(o, sh.type, row, b0 + 8, cnt - 8, packed, 8, 8);
+        }
+    }
+}
+
+/* Exact integer sums of nw weight hexas w[q] against activation hexadecet
+ * xo (hi plane vector r at xo + 64 r, lo plane at xo + 512 + 64 r): lane l
+ * of I[q][0] is block l over both halves (split scales: half 0, and
+ * I[q][1] half 1). 8 vpdpbusd chains whatever nw (4 / nw a row: a merged
+ * tail's one hexa on two chains waited on their latency); integers, so
+ * the split keeps the values. */
+AI __m512i chains_sum(__m512i H[4], __m512i L[4], int nc) {
+    __m512i h = H[0], l = L[0];
+    for (int c = 1; c < nc; c++) {
+        h = _mm512_add_epi32(h, H[c]);
+        l = _mm512_add_epi32(l, L[c]);
+    }
+    for (int c = 0; c < nc; c++) H[c] = L[c] = _mm512_setzero_si512();
+    return _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+}
+
+AI void hexa_sums(const hexa *const w[4], int nw, const int8_t *xo, kq_shape sh, __m512i I[4][2]) {
+    const int nc = 4 / nw; /* chains a weight hexa */
+    __m512i H[4][4], L[4][4];
+    for (int q = 0; q < 4; q++)
+        for (int c = 0; c < 4; c++) H[q][c] = L[q][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        const __m512i xh = _mm512_loadu_si512(xo + 64 * r), xl = _mm512_loadu_si512(xo + 512 + 64 * r);
+#pragma GCC unroll 4
+        for (int q = 0; q < nw; q++) {
+            const __m512i wv = _mm512_load_si512(&w[q]->qu[r]);
+            H[q][r % nc] = _mm512_dpbusd_epi32(H[q][r % nc], wv, xh);
+            L[q][r % nc] = _mm512_dpbusd_epi32(L[q][r % nc], wv, xl);
+        }
+        if (sh.split && r == 3)
+#pragma GCC unroll 4
+            for (int q = 0; q < nw; q++) I[q][0] = chains_sum(H[q], L[q], nc);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < nw; q++) {
+        I[q][sh.split] = chains_sum(H[q], L[q], nc);
+        if (!sh.split) I[q][1] = _mm512_setzero_si512();
+    }
+}
+
+/* The activations of hexadecet g0 of a row: offsets (2^off_shift * s_h;
+ * not split: their sum in o0), dx, sx. */
+typedef struct hx_act {
+    __m512i o0, o1;
+    __m512 dx, sx;
+} hx_act;
+
+AI hx_act hx_act_of(const kvs_kq_trailer *tr, int g0, kq_shape sh) {
+    hx_act a;
+    a.o0 = a.o1 = _mm512_setzero_si512();
+    if (sh.off_shift) {
+        const __m512i s0 = _mm512_loadu_si512(tr->s0 + g0), s1 = _mm512_loadu_si512(tr->s1 + g0);
+        a.o0 = _mm512_slli_epi32(sh.split ? s0 : _mm512_add_epi32(s0, s1), sh.off_shift);
+        a.o1 = _mm512_slli_epi32(s1, sh.off_shift);
+    }
+    a.dx = _mm512_loadu_ps(tr->dx + g0);
+    a.sx = sh.has_min ? _mm512_loadu_ps(tr->sx + g0) : _mm512_setzero_ps();
+    return a;
+}
+
+/* A hexadecet's float steps: the operands (in the hexa's lanes, then
+ * those of one row moved to lanes 0.. by idx, a merged tail's) and the
+ * steps on A's lanes in k, the reference's order:
+ *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A).
+ * Not split, f0 is (I0 + I1) - off * (s0 + s1), the same integer as the
+ * reference's (I0 - off s0) + (I1 - off s1). */
+typedef struct hx_ops {
+    __m512 f0, p0, f1, p1, m, s;
+} hx_ops;
+
+AI hx_ops hx_ops_of(const hexa *w, const __m512i I[2], const hx_act *a, kq_shape sh) {
+    hx_ops op;
+    op.f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(I[0], a->o0));
+    op.p0 = _mm512_mul_ps(w->dw0, a->dx);
+    op.f1 = sh.split ? _mm512_cvtepi32_ps(_mm512_sub_epi32(I[1], a->o1)) : _mm512_setzero_ps();
+    op.p1 = sh.split ? _mm512_mul_ps(w->dw1, a->dx) : _mm512_setzero_ps();
+    op.m = sh.has_min ? w->mw : _mm512_setzero_ps();
+    op.s = a->sx;
+    return op;
+}
+
+AI hx_ops hx_ops_moved(const hx_ops *op, __m512i idx, kq_shape sh) {
+    hx_ops r = *op;
+    r.f0 = _mm512_permutexvar_ps(idx, op->f0);
+    r.p0 = _mm512_permutexvar_ps(idx, op->p0);
+    if (sh.split) {
+        r.f1 = _mm512_permutexvar_ps(idx, op->f1);
+        r.p1 = _mm512_permutexvar_ps(idx, op->p1);
+    }
+    if (sh.has_min) {
+        r.m = _mm512_permutexvar_ps(idx, op->m);
+        r.s = _mm512_permutexvar_ps(idx, op->s);
+    }
+    return r;
+}
+
+AI __m512 hx_apply(__m512 A, const hx_ops *op, __mmask16 k, kq_shape sh) {
+    A = _mm512_mask3_fmadd_ps(op->f0, op->p0, A, k);
+    if (sh.split) A = _mm512_mask3_fmadd_ps(op->f1, op->p1, A, k);
+    if (sh.has_min) A = _mm512_mask3_fmadd_ps(op->m, op->s, A, k);
+    return A;
+}
+
+/* hsum_tree (kvs_tree16) of four registers at once: lane q of the result
+ * is a[q]'s, by the same additions in the same order (halves, quarters,
+ * pairs, the last pair). */
+AI __m128 tree16x4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+    const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+    const __m512 c = _mm512_add_ps(b, _mm512_permute_ps(b, 0xEE));
+    const __m512 d = _mm512_add_ps(c, _mm512_permute_ps(c, 0x55));
+    return _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d));
+}
+
+/* The last hexadecet (cnt blocks from g0) of a tile's four rows: its
+ * 4 span / 16 hexas tt against activation hexadecet xo, each row's steps on
+ * lanes [0, cnt) of its accumulator A[q], its operands moved there from
+ * lanes [(q % per) * span, ...) of its hexa. */
+AI void tail_steps(__m512 A[4], const hexa *tt, const int8_t *xo, const kvs_kq_trailer *tr, int g0, int cnt, int span,
+                   kq_shape sh) {
+    const int per = 16 / span; /* rows a hexa holds */
+    const hexa *w[4] = {tt, tt + 1, tt + 2, tt + 3};
+    __m512i I[4][2];
+    hexa_sums(w, 4 / per, xo, sh, I);
+    const hx_act a = hx_act_of(tr, g0, sh);
+    const __mmask16 k = (__mmask16)((1u << cnt) - 1);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const hx_ops op = hx_ops_of(w[q / per], I[q / per], &a, sh);
+        if (per == 1) {
+            A[q] = hx_apply(A[q], &op, k, sh);
+        } else {
+            const hx_ops mv = hx_ops_moved(&op, _mm512_add_epi32(lane, _mm512_set1_epi32((q % per) * span)), sh);
+            A[q] = hx_apply(A[q], &mv, k, sh);
+        }
+    }
+}
+
+/* The four outputs of tile tb (unpack_tile) for activation row xr (nb
+ * blocks, the 16-lane layout): full hexadecets in order, each row's
+ * accumulator in a register, then the tail's steps on lanes [0, cnt). */
+AI __m128 tile_row(const hexa *tb, int nb, const uint8_t *xr, kq_shape sh) {
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
+    const int nfull = nb / 16, cnt = nb % 16;
+    __m512 A[4];
+    for (int q = 0; q < 4; q++) A[q] = _mm512_setzero_ps();
+    __m512i I[4][2];
+    for (int h = 0; h < nfull; h++) {
+        const hexa *w[4] = {tb + h, tb + nfull + h, tb + 2 * nfull + h, tb + 3 * nfull + h};
+        hexa_sums(w, 4, (const int8_t *)xr + (size_t)h * 1024, sh, I);
+        const hx_act a = hx_act_of(&tr, 16 * h, sh);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const hx_ops op = hx_ops_of(w[q], I[q], &a, sh);
+            A[q] = hx_apply(A[q], &op, (__mmask16)0xffff, sh);
+        }
+    }
+    if (cnt) { /* span a literal in each call: the rows' loop unrolled, the operands in registers */
+        const int8_t *xo = (const int8_t *)xr + (size_t)nfull * 1024;
+        const hexa *tt = tb + 4 * nfull;
+        switch (kq_tail_span(cnt, 16)) {
+        case 4: tail_steps(A, tt, xo, &tr, 16 * nfull, cnt, 4, sh); break;
+        case 8: tail_steps(A, tt, xo, &tr, 16 * nfull, cnt, 8, sh); break;
+        default: tail_steps(A, tt, xo, &tr, 16 * nfull, cnt, 16, sh); break;
+        }
+    }
+    return tree16x4_512(A[0], A[1], A[2], A[3]);
+}
+
+/* Several activation rows (16-lane layout): columns [j0, j1) by groups of
+ * tiles that fit the buffer; per group, passes of activation rows, and per
+ * pass each tile meets each row of it. */
+AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1, kq_shape sh) {
+    hexa buf[BATCH_HEXAS] __attribute__((aligned(64)));
+    const int nb = w->k / 32, packed = w->packed != NULL;
+    const int tile_hexas = 4 * (nb / 16) + (nb % 16 ? 4 * kq_tail_span(nb % 16, 16) / 16 : 0);
+    const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
+    const int group = 4 * (BATCH_HEXAS / tile_hexas); /* rows: >= 4 (kq_lanes) */
+    int pass = (int)(PASS_BYTES / xq_row);
+    if (pass < 1) pass = 1;
+    for (int g0 = j0; g0 < j1; g0 += group) {
+        const int g1 = g0 + group < j1 ? g0 + group : j1, nt = (g1 - g0 + 3) / 4;
+        for (int t = 0; t < nt; t++)
+            unpack_tile(base, w->row_bytes, g0 + 4 * t, g1, nb, packed, sh, buf + (size_t)t * tile_hexas);
+        for (int i0 = 0; i0 < m; i0 += pass) {
+            const int i1 = i0 + pass < m ? i0 + pass : m;
+            for (int t = 0; t < nt; t++) {
+                const int j = g0 + 4 * t, nj = g1 - j < 4 ? g1 - j : 4;
+                for (int i = i0; i < i1; i++) {
+                    const __m128 y4 = tile_row(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, sh);
+                    _mm_mask_storeu_ps(y + (size_t)i * w->n + j, (__mmask8)((1u << nj) - 1), y4);
+                }
+            }
+        }
+    }
+}
+
+/* One batch function per type, compiled on its own with the type's constants. */
+#define KQ512_BATCH_FN(name, ...)                                                                                      \
+    static __attribute__((noinline)) void batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m,     \
+                                                       float *y, int j0, int j1) {                                     \
+        batch_cols(w, xq, xq_row, m, y, j0, j1, (kq_shape){__VA_ARGS__});                                              \
+    }
+KQ_SHAPES(KQ512_BATCH_FN)
+#undef KQ512_BATCH_FN
+
+static const struct {
+    int type;
+    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+} k_batch_fns[] = {
+#define KQ512_ROW(name, type, ...) {type, batch_##name},
+    KQ_SHAPES(KQ512_ROW)
+#undef KQ512_ROW
+};
+
+/* Several rows in the 16-lane layout: the batch path here; else (one row,
+ * rows too long for the buffer: natural order) AVX2's decode. */
+static void avx512_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
+    if (kq_lanes(w->k, m))
+        for (size_t t = 0; t < sizeof k_batch_fns / sizeof k_batch_fns[0]; t++)
+            if (k_batch_fns[t].type == w->type) {
+                k_batch_fns[t].batch(w, xq, xq_row, m, y, j0, j1);
+                return;
+            }
+    kvs_kq_isa_avx2.dot_cols(w, xq, xq_row, m, y, j0, j1);
+}
+
+static void avx512_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
+    kq_quantize_lanes(x, k, xrow, kq_lanes(k, m) ? 16 : 0);
+}
+
+const kvs_kq_isa kvs_kq_isa_avx512 = {.name = "avx512vnni", .dot_cols = avx512_dot_cols, .quantize_row = avx512_quantize_row};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
