@@ -345,6 +345,31 @@ static void lane_layout_check(kvs_kq_isa isa, int lanes, const float *x, int k, 
 }
 #endif
 
+#if defined(__x86_64__)
+/* AVX-512's decode layout (one row, or rows too long for its batch path):
+ * per octet 4 pairs of blocks (0, 2), (1, 3), (4, 6), (5, 7), each a hi
+ * vector (block a's 32 bytes, then b's) and a lo vector; the trailer as
+ * the reference's; blocks past the row zero. */
+static void pairs_layout_check(const float *x, int k, const uint8_t *a, uint8_t *b, int m, int variant) {
+    const size_t bytes = kvs_kq_xrow_bytes(k);
+    memset(b, 0x55, bytes);
+    kvs_kq_isa_avx512.quantize_row(x, k, b, m);
+    const int nb = k / 32, nbp = kvs_kq_nbp(k);
+    int bad = 0;
+    for (int blk = 0; blk < nbp; blk++) {
+        const int l = blk % 8;
+        const size_t at = (size_t)(blk / 8) * 512 + (size_t)(128 * ((l / 4) * 2 + l % 2) + 32 * ((l / 2) % 2));
+        for (int p = 0; p < 2; p++)
+            for (int e = 0; e < 32; e++)
+                bad += b[at + (size_t)p * 64 + e] != (blk < nb ? a[(size_t)blk * 64 + p * 32 + e] : 0);
+    }
+    const size_t tail = (size_t)nbp * 64; /* the trailer: the reference's bytes */
+    CHECK_MSG(bad == 0 && memcmp(a + tail, b + tail, bytes - tail) == 0,
+              "variant %d, k %d, m %d: avx512vnni's decode layout differs (%d integers, trailer %s)", variant, k, m, bad,
+              memcmp(a + tail, b + tail, bytes - tail) ? "differs" : "equal");
+}
+#endif
+
 /* The SIMD quantizers of activation rows write the reference's bytes (the
  * K-quant row and the Q4 / Q8 layout), also
  * for hostile rows: NaN, infinities, huge and subnormal values, all-zero
@@ -389,7 +414,8 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         rows++;
         if (kvs_kernels_cpu_level() >= 2) {
             lane_layout_check(kvs_kq_isa_avx512, 16, x, k, a, b, variant);
-            rows++;
+            pairs_layout_check(x, k, a, b, 1, variant);
+            rows += 2;
         }
         /* the same rows in the Q4_0 / Q4_1 / Q8_0 layout (quant.h: groups, tail quads) */
         const int wtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
@@ -422,7 +448,10 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         kt_rand_vec(xk, (size_t)kk, 3.0f);
         kvs_kq_isa_scalar.quantize_row(xk, kk, ak, 1);
         lane_layout_check(kvs_kq_isa_avx2, 8, xk, kk, ak, bk, -1);
-        if (kvs_kernels_cpu_level() >= 2) lane_layout_check(kvs_kq_isa_avx512, 16, xk, kk, ak, bk, -1);
+        if (kvs_kernels_cpu_level() >= 2) {
+            lane_layout_check(kvs_kq_isa_avx512, 16, xk, kk, ak, bk, -1);
+            pairs_layout_check(xk, kk, ak, bk, 1, -1);
+        }
         rows++;
         free(xk);
         free(ak);

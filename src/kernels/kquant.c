@@ -3,7 +3,7 @@
  * quantized once (each on its own: batch-invariant), then whole output
  * columns per chunk, so no output is reduced across threads. The ISA row
  * follows the dispatcher's choice: the scalar reference, AVX2, or on
- * AVX-512 (VNNI) the 16-lane batch kernels with AVX2's decode.
+ * AVX-512 (VNNI) kquant_avx512.c.
  */
 #include <stdint.h>
 #include <string.h>

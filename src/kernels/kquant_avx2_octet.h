@@ -126,6 +126,12 @@ AI void unpack_q5(const uint8_t *row, int b0, int cnt, int q51, octet *o) {
     o->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
 }
 
+/* The scales (and Q5_1's mins) of a packed Q5 octet (pack.c). */
+AI void scales_q5_packed(const uint8_t *oct, int q51, octet *o) {
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
+    o->mw = q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps();
+}
+
 /* A full Q5_0 / Q5_1 octet from b0 of a packed row (pack.c): 4-bit parts
  * two blocks per vector, the 5th bits as bit planes (bit i of byte e:
  * block i), scales contiguous. */
@@ -144,29 +150,13 @@ AI void unpack_q5_packed(const uint8_t *row, int b0, int q51, octet *o) {
         o->qu[i0] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(h0, b16));
         o->qu[i1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(h1, b16));
     }
-    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 160)));
-    o->mw = q51 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(oct + 176))) : _mm256_setzero_ps();
+    scales_q5_packed(oct, q51, o);
 }
 
-/* Q4_K / Q5_K: superblock s is the octet from 8 s. */
-AI void unpack_k45(const uint8_t *row, int s, int k5, octet *o) {
-    const uint8_t *sb = row + (size_t)s * (k5 ? 176 : 144), *q = sb + 4;
-    const uint8_t *qs = sb + (k5 ? 48 : 16);
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    __m256i qh = k5 ? _mm256_loadu_si256((const __m256i *)(sb + 16)) : _mm256_setzero_si256();
-    for (int p = 0; p < 4; p++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (k5) { /* bit j of qh[l] is bit 4 of element l of sub-block j */
-            const int j = 2 * p;
-            __m256i bl = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one);
-            __m256i bh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j + 1)), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
-        }
-        o->qu[2 * p] = lo;
-        o->qu[2 * p + 1] = hi;
-    }
+/* The half scales and mins of Q4_K / Q5_K superblock sb (octet o's dw0,
+ * dw1, mw). */
+AI void scales_k45(const uint8_t *sb, octet *o) {
+    const uint8_t *q = sb + 4;
     /* ggml's get_scale_min_k4 for the 8 sub-blocks (kquant_ref.c) in one
      * vector (scalar stores read back as a vector stalled the loop: no
      * store forwarding): bytes 0-7 the scales, 8-15 the mins.
@@ -187,6 +177,38 @@ AI void unpack_k45(const uint8_t *row, int s, int k5, octet *o) {
     o->mw = _mm256_xor_ps(mw, _mm256_set1_ps(-0.0f)); /* -(dmin * m), exact */
 }
 
+/* Q4_K / Q5_K: superblock s is the octet from 8 s. */
+AI void unpack_k45(const uint8_t *row, int s, int k5, octet *o) {
+    const uint8_t *sb = row + (size_t)s * (k5 ? 176 : 144);
+    const uint8_t *qs = sb + (k5 ? 48 : 16);
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i qh = k5 ? _mm256_loadu_si256((const __m256i *)(sb + 16)) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (k5) { /* bit j of qh[l] is bit 4 of element l of sub-block j */
+            const int j = 2 * p;
+            __m256i bl = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one);
+            __m256i bh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j + 1)), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
+        }
+        o->qu[2 * p] = lo;
+        o->qu[2 * p + 1] = hi;
+    }
+    scales_k45(sb, o);
+}
+
+/* The half scales of Q6_K superblock sb (octet o's dw0, dw1; mw zero). */
+AI void scales_q6k(const uint8_t *sb, octet *o) {
+    __m128i sc = _mm_loadu_si128((const __m128i *)(sb + 192));
+    __m128i eo = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 208)));
+    o->dw0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eo)));
+    o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(eo, 8))));
+    o->mw = _mm256_setzero_ps();
+}
+
 /* Q6_K: superblock s is the octet from 8 s; sub-block j reads ql half
  * (j % 4 < 2: low nibbles) of ql[64 (j / 4) + 32 (j % 2)] and 2 bits of
  * qh[32 (j / 4)] at 2 (j % 4); its half scales are scales[2 j], [2 j + 1]. */
@@ -205,12 +227,7 @@ AI void unpack_q6k(const uint8_t *row, int s, octet *o) {
             o->qu[4 * n + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(hb, 4));
         }
     }
-    __m128i sc = _mm_loadu_si128((const __m128i *)(sb + 192));
-    __m128i eo = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)u16_at(sb + 208)));
-    o->dw0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eo)));
-    o->dw1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(eo, 8))));
-    o->mw = _mm256_setzero_ps();
+    scales_q6k(sb, o);
 }
 
 /* The octet from b0 (cnt blocks of the row there, <= 8) of a weight row;
@@ -316,9 +333,19 @@ AI __m256 octet_apply_cnt(__m256 a, int cnt, const octet_ops *op, kq_shape sh) {
     return na;
 }
 
+/* The layout of AVX-512's decode (one activation row, or rows too long for
+ * its batch path): per octet of 8 blocks 4 pairs of blocks, (0, 2), (1, 3),
+ * (4, 6), (5, 7), the order the packed Q5 and Q4_K nibbles come in, each
+ * pair a 64-byte hi vector (block a's 32 bytes, then block b's) and then a
+ * lo vector: block l's hi at kq_pair_at(l) in the octet, its lo 64 bytes
+ * further. */
+#define KQ_PAIRS 2
+static inline size_t kq_pair_at(int l) { return (size_t)(128 * ((l / 4) * 2 + l % 2) + 32 * ((l / 2) % 2)); }
+
 /* kvs_kq_quantize_row with the vector block quantizer, in the order an
  * ISA's kernels read. lanes 0 (one row; rows too long for a batch path):
- * natural order, the reference's bytes. lanes 8 (AVX2) or 16 (AVX-512):
+ * natural order, the reference's bytes; KQ_PAIRS: AVX-512's decode order.
+ * lanes 8 (AVX2) or 16 (AVX-512):
  * per group of `lanes` blocks from g0, a hi plane of 8 vectors of 4 *
  * lanes bytes (vector r, lane l: elements 4r..4r+3 of block g0 + l), then
  * the lo plane; the same values and scales in another order. Lanes past
@@ -326,12 +353,12 @@ AI __m256 octet_apply_cnt(__m256 a, int cnt, const octet_ops *op, kq_shape sh) {
  * 8 lanes (kq_tail_span): there lane l holds lane l % span, integers and
  * trailer. */
 AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
-    const int nb = k / 32, nbp = kvs_kq_nbp(k), group = lanes ? lanes : 8;
+    const int nb = k / 32, nbp = kvs_kq_nbp(k), group = lanes >= 8 ? lanes : 8;
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
     memset(tr.dx, 0, (size_t)nbp * 16);
     int g0 = 0;
     for (; g0 < nb; g0 += group) {
-        const int cnt = nb - g0 < group ? nb - g0 : group, span = lanes ? kq_tail_span(cnt, lanes) : group;
+        const int cnt = nb - g0 < group ? nb - g0 : group, span = lanes >= 8 ? kq_tail_span(cnt, lanes) : group;
         uint8_t *base = xrow + (size_t)g0 * 64;
         for (int o = 0; o < group; o += 8) { /* the group's octets */
             __m256i hi[8], lo[8];
@@ -348,10 +375,11 @@ AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
                 tr.s0[b] = s[0];
                 tr.s1[b] = s[1];
             }
-            if (!lanes) {
+            if (lanes < 8) { /* natural order, or KQ_PAIRS */
                 for (int l = 0; l < 8; l++) {
-                    _mm256_storeu_si256((__m256i *)(base + (size_t)(o + l) * 64), hi[l]);
-                    _mm256_storeu_si256((__m256i *)(base + (size_t)(o + l) * 64 + 32), lo[l]);
+                    const size_t at = lanes ? kq_pair_at(l) : (size_t)l * 64;
+                    _mm256_storeu_si256((__m256i *)(base + at), hi[l]);
+                    _mm256_storeu_si256((__m256i *)(base + at + (lanes ? 64 : 32)), lo[l]);
                 }
                 continue;
             }
