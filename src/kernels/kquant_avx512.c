@@ -330,10 +330,53 @@ AI __m512i fifth_bits(__m512i hb, int ia, int ib) {
     return _mm512_and_si512(_mm512_srlv_epi16(_mm512_sllv_epi16(hb, l), r), m16);
 }
 
+/* Q5_0 / Q5_1 blocks in GGUF layout (cnt <= 8 from b0: those past a packed
+ * row's last full octet, or a row not packed) as pairs: each block's 16 qs
+ * bytes twice (low nibbles: elements 0-15, high: 16-31), its 32 5th bits a
+ * byte mask; the scales gathered in integers (as unpack_q5). */
+AI void unpack_q5_pairs(const uint8_t *row, int b0, int cnt, int q51, __m512i W[4], octet *sc) {
+    const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
+    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const __m512i nib_shift = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004,
+                                                0x40004, 0x40004, 0x40004); /* chunks 1, 3: high nibbles */
+    uint64_t d[2] = {0, 0}, m[2] = {0, 0};
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const int a = (v / 2) * 4 + v % 2, b = a + 2;
+        if (a >= cnt) {
+            W[v] = _mm512_setzero_si512();
+            continue;
+        }
+        const uint8_t *pa = row + (size_t)(b0 + a) * bs, *pb = row + (size_t)(b0 + b) * bs;
+        const __m128i qa = _mm_loadu_si128((const __m128i *)(pa + qh_at + 4));
+        const __m128i qb = b < cnt ? _mm_loadu_si128((const __m128i *)(pb + qh_at + 4)) : _mm_setzero_si128();
+        uint32_t ha, hb = 0;
+        memcpy(&ha, pa + qh_at, 4);
+        if (b < cnt) memcpy(&hb, pb + qh_at, 4);
+        __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(qa), qa, 1);
+        z = _mm512_inserti32x4(_mm512_inserti32x4(z, qb, 2), qb, 3);
+        z = _mm512_and_si512(_mm512_srlv_epi16(z, nib_shift), m4);
+        W[v] = _mm512_mask_add_epi8(z, (__mmask64)((uint64_t)ha | (uint64_t)hb << 32), z, b16);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        if (i >= cnt) break;
+        const uint8_t *p = row + (size_t)(b0 + i) * bs;
+        d[i / 4] |= (uint64_t)u16_at(p) << (16 * (i % 4));
+        if (q51) m[i / 4] |= (uint64_t)u16_at(p + 2) << (16 * (i % 4));
+    }
+    sc->dw0 = sc->dw1 = _mm256_cvtph_ps(_mm_set_epi64x((long long)d[1], (long long)d[0]));
+    sc->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
+}
+
 AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape sh, __m512i W[4], octet *sc) {
     const __m512i m4 = _mm512_set1_epi8(15);
     const int q5 = sh.type == KVS_TYPE_Q5_0 || sh.type == KVS_TYPE_Q5_1;
-    if (cnt < 8 || (q5 && !packed)) {
+    if (q5 && (cnt < 8 || !packed)) {
+        unpack_q5_pairs(row, b0, cnt, sh.type == KVS_TYPE_Q5_1, W, sc);
+        return;
+    }
+    if (cnt < 8) { /* (K-quants have whole superblocks: not reached) */
         unpack_octet(sh.type, row, b0, cnt, packed, sc);
         for (int v = 0; v < 4; v++) W[v] = pair_of(sc->qu[(v / 2) * 4 + v % 2], sc->qu[(v / 2) * 4 + v % 2 + 2]);
         return;
@@ -390,10 +433,14 @@ AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape s
  * unpack-and-add leave in 128-bit chunk c lane v the chunk c sum of pair v,
  * i.e. halves of blocks (0, 1, 4, 5) in chunks 0 (half 0) and 1 (half 1),
  * of (2, 3, 6, 7) in chunks 2 and 3; a permute puts them in block order. */
-AI void octet_half_sums(const __m512i W[4], const int8_t *xo, __m256i *H0, __m256i *H1) {
+AI void octet_half_sums(const __m512i W[4], const int8_t *xo, int cnt, __m256i *H0, __m256i *H1) {
     __m512i A[4];
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
+        if ((v / 2) * 4 + v % 2 >= cnt) { /* a pair past the row (a short last octet) */
+            A[v] = _mm512_setzero_si512();
+            continue;
+        }
         const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[v], _mm512_load_si512(xo + 128 * v));
         A[v] = _mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), W[v], _mm512_load_si512(xo + 128 * v + 64));
     }
@@ -415,7 +462,7 @@ AI __m256 decode_octet(__m256 a, const uint8_t *row, int packed, const uint8_t *
     octet sc;
     __m256i H0, H1;
     unpack_pairs(row, b0, cnt, packed, sh, W, &sc);
-    octet_half_sums(W, (const int8_t *)xq + (size_t)b0 * 64, &H0, &H1);
+    octet_half_sums(W, (const int8_t *)xq + (size_t)b0 * 64, cnt, &H0, &H1);
     const xoct x = {(const int8_t *)xq + (size_t)b0 * 64, tr->dx + b0, tr->sx + b0, tr->s0 + b0, tr->s1 + b0};
     if (!sh.split) { /* the whole in H0 (octet_ops_of) */
         H0 = _mm256_add_epi32(H0, H1);
