@@ -83,6 +83,159 @@ AI void hexa_zero(hexa *h) {
     h->dw0 = h->dw1 = h->mw = _mm512_setzero_ps();
 }
 
+/* Octet o of a weight row as 4 vectors of block pairs (0, 2), (1, 3),
+ * (4, 6), (5, 7) (KQ_PAIRS: block a's 32 unsigned integers in the low
+ * half, b's in the high), and its scales (sc: dw0, dw1, mw in block
+ * order). Full octets of packed Q5 rows and of Q4_K / Q5_K / Q6_K are
+ * unpacked whole-register (the nibble planes already come in these pairs;
+ * the 5th / 6th bits by a shift per half); others (GGUF Q5 rows, a partial
+ * last octet) by AVX2's octet, paired. */
+AI __m512i pair_of(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+
+/* The bit of each byte of hb (broadcast to both halves) that belongs to
+ * the pair's blocks (bit ia in the low half, ib in the high) at bit 4. */
+AI __m512i fifth_bits(__m512i hb, int ia, int ib) {
+    const __m512i m16 = _mm512_set1_epi8(16);
+    const __m512i l = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia < 4 ? 4 - ia : 0)),
+                                         _mm256_set1_epi16((short)(ib < 4 ? 4 - ib : 0)), 1);
+    const __m512i r = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia > 4 ? ia - 4 : 0)),
+                                         _mm256_set1_epi16((short)(ib > 4 ? ib - 4 : 0)), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_sllv_epi16(hb, l), r), m16);
+}
+
+/* Q5_0 / Q5_1 blocks in GGUF layout (cnt <= 8 from b0: those past a packed
+ * row's last full octet, or a row not packed) as pairs: each block's 16 qs
+ * bytes twice (low nibbles: elements 0-15, high: 16-31), its 32 5th bits a
+ * byte mask; the scales gathered in integers (as unpack_q5). */
+AI void unpack_q5_pairs(const uint8_t *row, int b0, int cnt, int q51, __m512i W[4], octet *sc) {
+    const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
+    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const __m512i nib_shift = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004,
+                                                0x40004, 0x40004, 0x40004); /* chunks 1, 3: high nibbles */
+    uint64_t d[2] = {0, 0}, m[2] = {0, 0};
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const int a = (v / 2) * 4 + v % 2, b = a + 2;
+        if (a >= cnt) {
+            W[v] = _mm512_setzero_si512();
+            continue;
+        }
+        const uint8_t *pa = row + (size_t)(b0 + a) * bs, *pb = row + (size_t)(b0 + b) * bs;
+        const __m128i qa = _mm_loadu_si128((const __m128i *)(pa + qh_at + 4));
+        const __m128i qb = b < cnt ? _mm_loadu_si128((const __m128i *)(pb + qh_at + 4)) : _mm_setzero_si128();
+        uint32_t ha, hb = 0;
+        memcpy(&ha, pa + qh_at, 4);
+        if (b < cnt) memcpy(&hb, pb + qh_at, 4);
+        __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(qa), qa, 1);
+        z = _mm512_inserti32x4(_mm512_inserti32x4(z, qb, 2), qb, 3);
+        z = _mm512_and_si512(_mm512_srlv_epi16(z, nib_shift), m4);
+        W[v] = _mm512_mask_add_epi8(z, (__mmask64)((uint64_t)ha | (uint64_t)hb << 32), z, b16);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        if (i >= cnt) break;
+        const uint8_t *p = row + (size_t)(b0 + i) * bs;
+        d[i / 4] |= (uint64_t)u16_at(p) << (16 * (i % 4));
+        if (q51) m[i / 4] |= (uint64_t)u16_at(p + 2) << (16 * (i % 4));
+    }
+    sc->dw0 = sc->dw1 = _mm256_cvtph_ps(_mm_set_epi64x((long long)d[1], (long long)d[0]));
+    sc->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
+}
+
+AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape sh, __m512i W[4], octet *sc) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const int q5 = sh.type == KVS_TYPE_Q5_0 || sh.type == KVS_TYPE_Q5_1;
+    if (q5 && (cnt < 8 || !packed)) {
+        unpack_q5_pairs(row, b0, cnt, sh.type == KVS_TYPE_Q5_1, W, sc);
+        return;
+    }
+    if (cnt < 8) { /* (K-quants have whole superblocks: not reached) */
+        unpack_octet(sh.type, row, b0, cnt, packed, sc);
+        for (int v = 0; v < 4; v++) W[v] = pair_of(sc->qu[(v / 2) * 4 + v % 2], sc->qu[(v / 2) * 4 + v % 2 + 2]);
+        return;
+    }
+    if (sh.type == KVS_TYPE_Q6_K) {
+        const uint8_t *sb = row + (size_t)(b0 / 8) * 210;
+        const __m512i m3 = _mm512_set1_epi8(3);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) { /* sub-blocks j = 4 (p / 2) + p % 2 and j + 2 */
+            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 64 * (p / 2) + 32 * (p % 2))));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * (p / 2))));
+            const __m512i nib = _mm512_and_si512(
+                _mm512_srlv_epi16(ql, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1)), m4);
+            const __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * (p % 2))),
+                                                  _mm256_set1_epi16((short)(2 * (p % 2) + 4)), 1);
+            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, hs), m3);
+            W[p] = _mm512_or_si512(nib, _mm512_slli_epi16(hb, 4));
+        }
+        scales_q6k(sb, sc);
+        return;
+    }
+    /* packed Q5 octet, Q4_K / Q5_K superblock: nibble planes of 32 bytes,
+     * low nibbles block 2p, high 2p + 1; 5th bits byte e, bit i = block i */
+    const uint8_t *nib, *hbits = NULL;
+    if (q5) {
+        nib = row + (size_t)b0 * (sh.type == KVS_TYPE_Q5_1 ? 24 : 22);
+        hbits = nib + 128;
+        scales_q5_packed(nib, sh.type == KVS_TYPE_Q5_1, sc);
+    } else {
+        const int k5 = sh.type == KVS_TYPE_Q5_K;
+        const uint8_t *sb = row + (size_t)(b0 / 8) * (k5 ? 176 : 144);
+        nib = sb + (k5 ? 48 : 16);
+        if (k5) hbits = sb + 16;
+        scales_k45(sb, sc);
+    }
+    const __m512i hb = hbits ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hbits)) : _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* pairs (4h, 4h + 2) and (4h + 1, 4h + 3) */
+        const __m512i v = _mm512_loadu_si512(nib + 64 * h);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (hbits) {
+            lo = _mm512_or_si512(lo, fifth_bits(hb, 4 * h, 4 * h + 2));
+            hi = _mm512_or_si512(hi, fifth_bits(hb, 4 * h + 1, 4 * h + 3));
+        }
+        W[2 * h] = lo;
+        W[2 * h + 1] = hi;
+    }
+}
+
+/* A full hexadecet (blocks g0..g0 + 15) of a weight row, by its two
+ * octets' block pairs (unpack_pairs: vector v lane 8 h + r = dword r of
+ * block a(v) + 2 h) turned into lanes = blocks: three rounds of vpermt2d,
+ * round k swapping bit k of the vector index with bit k of the lane (dword
+ * r becomes the vector, the pair the lane: lane 8 h + v), then one permute
+ * into block order. About half the work of two AVX2 octets transposed and
+ * placed (the batch path's cost at a few rows, a server step). */
+static const int32_t pair_tr_idx[3][2][16] __attribute__((aligned(64))) = {
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}, {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}, {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+};
+
+AI void unpack_hexa(const uint8_t *row, int g0, int packed, kq_shape sh, hexa *o) {
+    __m512i z[8], u[8];
+    octet s0, s1;
+    unpack_pairs(row, g0, 8, packed, sh, z, &s0);
+    unpack_pairs(row, g0 + 8, 8, packed, sh, z + 4, &s1);
+#pragma GCC unroll 3
+    for (int k = 0; k < 3; k++) {
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            const int x = v & ~(1 << k), ob = (v >> k) & 1;
+            u[v] = _mm512_permutex2var_epi32(z[x], _mm512_load_si512(pair_tr_idx[k][ob]), z[x | 1 << k]);
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) z[v] = u[v];
+    }
+    /* block l = 8 o + i sits in lane 8 hh(i) + 4 o + vv(i) (pairs (0, 2), (1, 3), ...) */
+    const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) o->qu[r] = _mm512_permutexvar_epi32(order, z[r]);
+    o->dw0 = _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw0), s1.dw0, 1);
+    o->dw1 = _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw1), s1.dw1, 1);
+    o->mw = _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1);
+}
+
 /* The tile of weight rows [j, j + 4) (rows past j1 repeat the last:
  * computed, not stored): row q's full hexadecets at tb[q * nfull + h], then
  * the last hexadecet's (cnt blocks) ntail = 4 span / 16 hexas, hexa t
@@ -91,11 +244,7 @@ AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb
     const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16);
     for (int q = 0; q < 4; q++) {
         const uint8_t *row = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
-        for (int h = 0; h < nfull; h++) {
-            hexa *o = &tb[q * nfull + h];
-            place_octet(o, sh.type, row, 16 * h, 8, packed, 0, 8);
-            place_octet(o, sh.type, row, 16 * h + 8, 8, packed, 8, 8);
-        }
+        for (int h = 0; h < nfull; h++) unpack_hexa(row, 16 * h, packed, sh, &tb[q * nfull + h]);
         if (cnt) {
             const int per = 16 / span; /* rows a tail hexa holds */
             hexa *o = &tb[4 * nfull + q / per];
@@ -309,122 +458,6 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
 }
 
 /* ---------------------------------------------------------------- decode */
-
-/* Octet o of a weight row as 4 vectors of block pairs (0, 2), (1, 3),
- * (4, 6), (5, 7) (KQ_PAIRS: block a's 32 unsigned integers in the low
- * half, b's in the high), and its scales (sc: dw0, dw1, mw in block
- * order). Full octets of packed Q5 rows and of Q4_K / Q5_K / Q6_K are
- * unpacked whole-register (the nibble planes already come in these pairs;
- * the 5th / 6th bits by a shift per half); others (GGUF Q5 rows, a partial
- * last octet) by AVX2's octet, paired. */
-AI __m512i pair_of(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
-
-/* The bit of each byte of hb (broadcast to both halves) that belongs to
- * the pair's blocks (bit ia in the low half, ib in the high) at bit 4. */
-AI __m512i fifth_bits(__m512i hb, int ia, int ib) {
-    const __m512i m16 = _mm512_set1_epi8(16);
-    const __m512i l = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia < 4 ? 4 - ia : 0)),
-                                         _mm256_set1_epi16((short)(ib < 4 ? 4 - ib : 0)), 1);
-    const __m512i r = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia > 4 ? ia - 4 : 0)),
-                                         _mm256_set1_epi16((short)(ib > 4 ? ib - 4 : 0)), 1);
-    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_sllv_epi16(hb, l), r), m16);
-}
-
-/* Q5_0 / Q5_1 blocks in GGUF layout (cnt <= 8 from b0: those past a packed
- * row's last full octet, or a row not packed) as pairs: each block's 16 qs
- * bytes twice (low nibbles: elements 0-15, high: 16-31), its 32 5th bits a
- * byte mask; the scales gathered in integers (as unpack_q5). */
-AI void unpack_q5_pairs(const uint8_t *row, int b0, int cnt, int q51, __m512i W[4], octet *sc) {
-    const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
-    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
-    const __m512i nib_shift = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004,
-                                                0x40004, 0x40004, 0x40004); /* chunks 1, 3: high nibbles */
-    uint64_t d[2] = {0, 0}, m[2] = {0, 0};
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        const int a = (v / 2) * 4 + v % 2, b = a + 2;
-        if (a >= cnt) {
-            W[v] = _mm512_setzero_si512();
-            continue;
-        }
-        const uint8_t *pa = row + (size_t)(b0 + a) * bs, *pb = row + (size_t)(b0 + b) * bs;
-        const __m128i qa = _mm_loadu_si128((const __m128i *)(pa + qh_at + 4));
-        const __m128i qb = b < cnt ? _mm_loadu_si128((const __m128i *)(pb + qh_at + 4)) : _mm_setzero_si128();
-        uint32_t ha, hb = 0;
-        memcpy(&ha, pa + qh_at, 4);
-        if (b < cnt) memcpy(&hb, pb + qh_at, 4);
-        __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(qa), qa, 1);
-        z = _mm512_inserti32x4(_mm512_inserti32x4(z, qb, 2), qb, 3);
-        z = _mm512_and_si512(_mm512_srlv_epi16(z, nib_shift), m4);
-        W[v] = _mm512_mask_add_epi8(z, (__mmask64)((uint64_t)ha | (uint64_t)hb << 32), z, b16);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        if (i >= cnt) break;
-        const uint8_t *p = row + (size_t)(b0 + i) * bs;
-        d[i / 4] |= (uint64_t)u16_at(p) << (16 * (i % 4));
-        if (q51) m[i / 4] |= (uint64_t)u16_at(p + 2) << (16 * (i % 4));
-    }
-    sc->dw0 = sc->dw1 = _mm256_cvtph_ps(_mm_set_epi64x((long long)d[1], (long long)d[0]));
-    sc->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
-}
-
-AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape sh, __m512i W[4], octet *sc) {
-    const __m512i m4 = _mm512_set1_epi8(15);
-    const int q5 = sh.type == KVS_TYPE_Q5_0 || sh.type == KVS_TYPE_Q5_1;
-    if (q5 && (cnt < 8 || !packed)) {
-        unpack_q5_pairs(row, b0, cnt, sh.type == KVS_TYPE_Q5_1, W, sc);
-        return;
-    }
-    if (cnt < 8) { /* (K-quants have whole superblocks: not reached) */
-        unpack_octet(sh.type, row, b0, cnt, packed, sc);
-        for (int v = 0; v < 4; v++) W[v] = pair_of(sc->qu[(v / 2) * 4 + v % 2], sc->qu[(v / 2) * 4 + v % 2 + 2]);
-        return;
-    }
-    if (sh.type == KVS_TYPE_Q6_K) {
-        const uint8_t *sb = row + (size_t)(b0 / 8) * 210;
-        const __m512i m3 = _mm512_set1_epi8(3);
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) { /* sub-blocks j = 4 (p / 2) + p % 2 and j + 2 */
-            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 64 * (p / 2) + 32 * (p % 2))));
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * (p / 2))));
-            const __m512i nib = _mm512_and_si512(
-                _mm512_srlv_epi16(ql, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1)), m4);
-            const __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * (p % 2))),
-                                                  _mm256_set1_epi16((short)(2 * (p % 2) + 4)), 1);
-            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, hs), m3);
-            W[p] = _mm512_or_si512(nib, _mm512_slli_epi16(hb, 4));
-        }
-        scales_q6k(sb, sc);
-        return;
-    }
-    /* packed Q5 octet, Q4_K / Q5_K superblock: nibble planes of 32 bytes,
-     * low nibbles block 2p, high 2p + 1; 5th bits byte e, bit i = block i */
-    const uint8_t *nib, *hbits = NULL;
-    if (q5) {
-        nib = row + (size_t)b0 * (sh.type == KVS_TYPE_Q5_1 ? 24 : 22);
-        hbits = nib + 128;
-        scales_q5_packed(nib, sh.type == KVS_TYPE_Q5_1, sc);
-    } else {
-        const int k5 = sh.type == KVS_TYPE_Q5_K;
-        const uint8_t *sb = row + (size_t)(b0 / 8) * (k5 ? 176 : 144);
-        nib = sb + (k5 ? 48 : 16);
-        if (k5) hbits = sb + 16;
-        scales_k45(sb, sc);
-    }
-    const __m512i hb = hbits ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hbits)) : _mm512_setzero_si512();
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) { /* pairs (4h, 4h + 2) and (4h + 1, 4h + 3) */
-        const __m512i v = _mm512_loadu_si512(nib + 64 * h);
-        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if (hbits) {
-            lo = _mm512_or_si512(lo, fifth_bits(hb, 4 * h, 4 * h + 2));
-            hi = _mm512_or_si512(hi, fifth_bits(hb, 4 * h + 1, 4 * h + 3));
-        }
-        W[2 * h] = lo;
-        W[2 * h + 1] = hi;
-    }
-}
 
 /* The half sums of octet W against activation octet xo (KQ_PAIRS): H0 lane
  * l = half 0 of block l (elements 0..15), H1 half 1. Each pair's 16 lanes
