@@ -54,35 +54,6 @@ typedef struct hexa {
 #define BATCH_HEXAS (2 * MAX_OCTETS) /* a tile of the longest rows: 88 KiB */
 #define PASS_BYTES 16384             /* activation rows per pass: as many as fit this */
 
-/* Lanes [0, n) of v into lanes [at, at + n) of dst, the others kept. */
-AI __m512i place_i(__m512i dst, __m256i v, int at, int n) {
-    const __m512i idx = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(at));
-    const __mmask16 k = (__mmask16)(((1u << n) - 1) << at);
-    return _mm512_mask_permutexvar_epi32(dst, k, idx, _mm512_castsi256_si512(v));
-}
-AI __m512 place_f(__m512 dst, __m256 v, int at, int n) {
-    return _mm512_castsi512_ps(place_i(_mm512_castps_si512(dst), _mm256_castps_si256(v), at, n));
-}
-
-/* Blocks [b0, b0 + cnt) of a weight row (cnt <= 8, an octet of its own
- * from b0, a multiple of 8) into lanes [at, at + min(cnt, n)) of h. */
-AI void place_octet(hexa *h, int type, const uint8_t *row, int b0, int cnt, int packed, int at, int n) {
-    octet u;
-    __m256i t[8];
-    unpack_octet(type, row, b0, cnt, packed, &u);
-    transpose8_epi32(u.qu, t);
-    for (int r = 0; r < 8; r++) h->qu[r] = place_i(h->qu[r], t[r], at, n);
-    h->dw0 = place_f(h->dw0, u.dw0, at, n);
-    h->dw1 = place_f(h->dw1, u.dw1, at, n);
-    h->mw = place_f(h->mw, u.mw, at, n);
-}
-
-AI void hexa_zero(hexa *h) {
-    for (int r = 0; r < 8; r++) h->qu[r] = _mm512_setzero_si512();
-    h->dw0 = h->dw1 = h->mw = _mm512_setzero_ps();
-}
-
 /* Octet o of a weight row as 4 vectors of block pairs (0, 2), (1, 3),
  * (4, 6), (5, 7) (KQ_PAIRS: block a's 32 unsigned integers in the low
  * half, b's in the high), and its scales (sc: dw0, dw1, mw in block
@@ -199,24 +170,38 @@ AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape s
     }
 }
 
-/* A full hexadecet (blocks g0..g0 + 15) of a weight row, by its two
- * octets' block pairs (unpack_pairs: vector v lane 8 h + r = dword r of
- * block a(v) + 2 h) turned into lanes = blocks: three rounds of vpermt2d,
- * round k swapping bit k of the vector index with bit k of the lane (dword
- * r becomes the vector, the pair the lane: lane 8 h + v), then one permute
- * into block order. About half the work of two AVX2 octets transposed and
- * placed (the batch path's cost at a few rows, a server step). */
+/* A hexadecet of 16 lanes of blocks from nsrc sources (row, b0, cnt): 2
+ * octets (lanes 0-7 and 8-15: a row's blocks g0..g0 + 15, or two rows'
+ * short last octets), or 4 short octets of <= 4 blocks (lanes 4 s..4 s + 3:
+ * four rows' last blocks), lanes past a source's cnt zero. The sources'
+ * block pairs (unpack_pairs: vector v lane 8 h + r = dword r of block a(v)
+ * + 2 h; a source of 4 gives its pairs (0, 2) and (1, 3)) become lanes =
+ * blocks by three rounds of vpermt2d, round k swapping bit k of the vector
+ * index with bit k of the lane (dword r becomes the vector, lane 8 h + v),
+ * then one permute into block order: about half the work of AVX2 octets
+ * transposed and placed (the batch path's cost at a few rows, a server
+ * step). */
 static const int32_t pair_tr_idx[3][2][16] __attribute__((aligned(64))) = {
     {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}, {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
     {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}, {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
     {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
 };
 
-AI void unpack_hexa(const uint8_t *row, int g0, int packed, kq_shape sh, hexa *o) {
+AI void unpack_hexa(const uint8_t *const rows[4], const int b0[4], const int cnt[4], int nsrc, int packed, kq_shape sh,
+                    hexa *o) {
     __m512i z[8], u[8];
-    octet s0, s1;
-    unpack_pairs(row, g0, 8, packed, sh, z, &s0);
-    unpack_pairs(row, g0 + 8, 8, packed, sh, z + 4, &s1);
+    octet sc[4];
+    if (nsrc == 2) {
+        unpack_pairs(rows[0], b0[0], cnt[0], packed, sh, z, &sc[0]);
+        unpack_pairs(rows[1], b0[1], cnt[1], packed, sh, z + 4, &sc[1]);
+    } else {
+        for (int s = 0; s < 4; s++) {
+            __m512i p[4];
+            unpack_pairs(rows[s], b0[s], cnt[s], packed, sh, p, &sc[s]);
+            z[2 * s] = p[0];
+            z[2 * s + 1] = p[1];
+        }
+    }
 #pragma GCC unroll 3
     for (int k = 0; k < 3; k++) {
 #pragma GCC unroll 8
@@ -227,13 +212,24 @@ AI void unpack_hexa(const uint8_t *row, int g0, int packed, kq_shape sh, hexa *o
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) z[v] = u[v];
     }
-    /* block l = 8 o + i sits in lane 8 hh(i) + 4 o + vv(i) (pairs (0, 2), (1, 3), ...) */
+    /* lane 8 hh + v holds, for 2 sources, block 8 (v / 4) + i (pair v % 4 =
+     * (i / 4) * 2 + i % 2, hh = (i / 2) % 2); for 4, block 4 (v / 2) + i
+     * (pair v % 2 = i % 2, hh = i / 2): the same permute */
     const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) o->qu[r] = _mm512_permutexvar_epi32(order, z[r]);
-    o->dw0 = _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw0), s1.dw0, 1);
-    o->dw1 = _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw1), s1.dw1, 1);
-    o->mw = _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1);
+    if (nsrc == 2) {
+        o->dw0 = _mm512_insertf32x8(_mm512_castps256_ps512(sc[0].dw0), sc[1].dw0, 1);
+        o->dw1 = _mm512_insertf32x8(_mm512_castps256_ps512(sc[0].dw1), sc[1].dw1, 1);
+        o->mw = _mm512_insertf32x8(_mm512_castps256_ps512(sc[0].mw), sc[1].mw, 1);
+    } else {
+        o->dw0 = o->dw1 = o->mw = _mm512_setzero_ps();
+        for (int s = 0; s < 4; s++) { /* lanes 0-3 of each source's scales */
+            o->dw0 = _mm512_mask_broadcast_f32x4(o->dw0, (__mmask16)(0xfu << 4 * s), _mm256_castps256_ps128(sc[s].dw0));
+            o->dw1 = _mm512_mask_broadcast_f32x4(o->dw1, (__mmask16)(0xfu << 4 * s), _mm256_castps256_ps128(sc[s].dw1));
+            o->mw = _mm512_mask_broadcast_f32x4(o->mw, (__mmask16)(0xfu << 4 * s), _mm256_castps256_ps128(sc[s].mw));
+        }
+    }
 }
 
 /* The tile of weight rows [j, j + 4) (rows past j1 repeat the last:
@@ -241,18 +237,32 @@ AI void unpack_hexa(const uint8_t *row, int g0, int packed, kq_shape sh, hexa *o
  * the last hexadecet's (cnt blocks) ntail = 4 span / 16 hexas, hexa t
  * holding rows t * (16 / span) + i in lanes [i * span, i * span + span). */
 AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb) {
-    const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16);
-    for (int q = 0; q < 4; q++) {
-        const uint8_t *row = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
-        for (int h = 0; h < nfull; h++) unpack_hexa(row, 16 * h, packed, sh, &tb[q * nfull + h]);
-        if (cnt) {
-            const int per = 16 / span; /* rows a tail hexa holds */
-            hexa *o = &tb[4 * nfull + q / per];
-            if (q % per == 0) hexa_zero(o);
-            const int at = (q % per) * span, b0 = 16 * nfull;
-            place_octet(o, sh.type, row, b0, cnt < 8 ? cnt : 8, packed, at, span < 8 ? span : 8);
-            if (cnt > 8) place_octet(o, sh.type, row, b0 + 8, cnt - 8, packed, 8, 8);
+    const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16), g0 = 16 * nfull;
+    const uint8_t *rows[4];
+    for (int q = 0; q < 4; q++) rows[q] = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
+    for (int q = 0; q < 4; q++)
+        for (int h = 0; h < nfull; h++) {
+            const uint8_t *src[4] = {rows[q], rows[q]};
+            const int b0[4] = {16 * h, 16 * h + 8}, n[4] = {8, 8};
+            unpack_hexa(src, b0, n, 2, packed, sh, &tb[q * nfull + h]);
         }
+    if (!cnt) return;
+    hexa *tt = tb + 4 * nfull;
+    if (span == 16) /* a hexa a row: its blocks g0.. in two octets */
+        for (int q = 0; q < 4; q++) {
+            const uint8_t *src[4] = {rows[q], rows[q]};
+            const int b0[4] = {g0, g0 + 8}, n[4] = {8, cnt - 8};
+            unpack_hexa(src, b0, n, 2, packed, sh, &tt[q]);
+        }
+    else if (span == 8) /* rows 2 t, 2 t + 1 */
+        for (int t = 0; t < 2; t++) {
+            const uint8_t *src[4] = {rows[2 * t], rows[2 * t + 1]};
+            const int b0[4] = {g0, g0}, n[4] = {cnt, cnt};
+            unpack_hexa(src, b0, n, 2, packed, sh, &tt[t]);
+        }
+    else {
+        const int b0[4] = {g0, g0, g0, g0}, n[4] = {cnt, cnt, cnt, cnt};
+        unpack_hexa(rows, b0, n, 4, packed, sh, &tt[0]);
     }
 }
 
