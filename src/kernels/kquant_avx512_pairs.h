@@ -1,0 +1,142 @@
+/*
+ * AVX-512 VNNI Q5_0 / Q5_1 / K-quant weights as block pairs: what the
+ * decode (kquant_avx512.c) and the batch path (kquant_avx512_batch.c)
+ * share. An octet of 8 blocks becomes 4 registers of pairs (0, 2), (1, 3),
+ * (4, 6), (5, 7) (block a's 32 unsigned integers q_w + off in the low half,
+ * b's in the high), the order in which packed Q5 and Q4_K / Q5_K nibble
+ * planes come, so a 64-byte load, a mask and a shift give two pairs (the
+ * 5th bits, Q6_K's planes: a shift per half). Decode meets them with the
+ * activation row in the same pairs (KQ_PAIRS); the batch path turns them
+ * into lanes = blocks. Include after an AVX-512 target pragma (avx512f, bw,
+ * vl, dq, vnni, with avx2, fma, f16c).
+ */
+#ifndef KVS_KERNELS_KQUANT_AVX512_PAIRS_H
+#define KVS_KERNELS_KQUANT_AVX512_PAIRS_H
+
+#include "kernels/kquant_avx2_octet.h"
+
+/* Octet o of a weight row as 4 vectors of block pairs (0, 2), (1, 3),
+ * (4, 6), (5, 7) (KQ_PAIRS: block a's 32 unsigned integers in the low
+ * half, b's in the high), and its scales (sc: dw0, dw1, mw in block
+ * order). Full octets of packed Q5 rows and of Q4_K / Q5_K / Q6_K are
+ * unpacked whole-register (the nibble planes already come in these pairs;
+ * the 5th / 6th bits by a shift per half); others (GGUF Q5 rows, a partial
+ * last octet) by AVX2's octet, paired. */
+AI __m512i pair_of(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+
+/* The bit of each byte of hb (broadcast to both halves) that belongs to
+ * the pair's blocks (bit ia in the low half, ib in the high) at bit 4. */
+AI __m512i fifth_bits(__m512i hb, int ia, int ib) {
+    const __m512i m16 = _mm512_set1_epi8(16);
+    const __m512i l = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia < 4 ? 4 - ia : 0)),
+                                         _mm256_set1_epi16((short)(ib < 4 ? 4 - ib : 0)), 1);
+    const __m512i r = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia > 4 ? ia - 4 : 0)),
+                                         _mm256_set1_epi16((short)(ib > 4 ? ib - 4 : 0)), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_sllv_epi16(hb, l), r), m16);
+}
+
+/* Q5_0 / Q5_1 blocks in GGUF layout (cnt <= 8 from b0: those past a packed
+ * row's last full octet, or a row not packed) as pairs: each block's 16 qs
+ * bytes twice (low nibbles: elements 0-15, high: 16-31), its 32 5th bits a
+ * byte mask; the scales gathered in integers (as unpack_q5). */
+AI void unpack_q5_pairs(const uint8_t *row, int b0, int cnt, int q51, __m512i W[4], octet *sc) {
+    const int bs = q51 ? 24 : 22, qh_at = q51 ? 4 : 2;
+    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const __m512i nib_shift = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004,
+                                                0x40004, 0x40004, 0x40004); /* chunks 1, 3: high nibbles */
+    uint64_t d[2] = {0, 0}, m[2] = {0, 0};
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const int a = (v / 2) * 4 + v % 2, b = a + 2;
+        if (a >= cnt) {
+            W[v] = _mm512_setzero_si512();
+            continue;
+        }
+        const uint8_t *pa = row + (size_t)(b0 + a) * bs, *pb = row + (size_t)(b0 + b) * bs;
+        const __m128i qa = _mm_loadu_si128((const __m128i *)(pa + qh_at + 4));
+        const __m128i qb = b < cnt ? _mm_loadu_si128((const __m128i *)(pb + qh_at + 4)) : _mm_setzero_si128();
+        uint32_t ha, hb = 0;
+        memcpy(&ha, pa + qh_at, 4);
+        if (b < cnt) memcpy(&hb, pb + qh_at, 4);
+        __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(qa), qa, 1);
+        z = _mm512_inserti32x4(_mm512_inserti32x4(z, qb, 2), qb, 3);
+        z = _mm512_and_si512(_mm512_srlv_epi16(z, nib_shift), m4);
+        W[v] = _mm512_mask_add_epi8(z, (__mmask64)((uint64_t)ha | (uint64_t)hb << 32), z, b16);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        if (i >= cnt) break;
+        const uint8_t *p = row + (size_t)(b0 + i) * bs;
+        d[i / 4] |= (uint64_t)u16_at(p) << (16 * (i % 4));
+        if (q51) m[i / 4] |= (uint64_t)u16_at(p + 2) << (16 * (i % 4));
+    }
+    sc->dw0 = sc->dw1 = _mm256_cvtph_ps(_mm_set_epi64x((long long)d[1], (long long)d[0]));
+    sc->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
+}
+
+AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape sh, __m512i W[4], octet *sc) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const int q5 = sh.type == KVS_TYPE_Q5_0 || sh.type == KVS_TYPE_Q5_1;
+    if (q5 && (cnt < 8 || !packed)) {
+        unpack_q5_pairs(row, b0, cnt, sh.type == KVS_TYPE_Q5_1, W, sc);
+        return;
+    }
+    if (cnt < 8) { /* (K-quants have whole superblocks: not reached) */
+        unpack_octet(sh.type, row, b0, cnt, packed, sc);
+        for (int v = 0; v < 4; v++) W[v] = pair_of(sc->qu[(v / 2) * 4 + v % 2], sc->qu[(v / 2) * 4 + v % 2 + 2]);
+        return;
+    }
+    if (sh.type == KVS_TYPE_Q6_K) {
+        const uint8_t *sb = row + (size_t)(b0 / 8) * 210;
+        const __m512i m3 = _mm512_set1_epi8(3);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) { /* sub-blocks j = 4 (p / 2) + p % 2 and j + 2 */
+            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 64 * (p / 2) + 32 * (p % 2))));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * (p / 2))));
+            const __m512i nib = _mm512_and_si512(
+                _mm512_srlv_epi16(ql, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1)), m4);
+            const __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * (p % 2))),
+                                                  _mm256_set1_epi16((short)(2 * (p % 2) + 4)), 1);
+            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, hs), m3);
+            W[p] = _mm512_or_si512(nib, _mm512_slli_epi16(hb, 4));
+        }
+        scales_q6k(sb, sc);
+        return;
+    }
+    /* packed Q5 octet, Q4_K / Q5_K superblock: nibble planes of 32 bytes,
+     * low nibbles block 2p, high 2p + 1; 5th bits byte e, bit i = block i */
+    const uint8_t *nib, *hbits = NULL;
+    if (q5) {
+        nib = row + (size_t)b0 * (sh.type == KVS_TYPE_Q5_1 ? 24 : 22);
+        hbits = nib + 128;
+        scales_q5_packed(nib, sh.type == KVS_TYPE_Q5_1, sc);
+    } else {
+        const int k5 = sh.type == KVS_TYPE_Q5_K;
+        const uint8_t *sb = row + (size_t)(b0 / 8) * (k5 ? 176 : 144);
+        nib = sb + (k5 ? 48 : 16);
+        if (k5) hbits = sb + 16;
+        scales_k45(sb, sc);
+    }
+    const __m512i hb = hbits ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hbits)) : _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* pairs (4h, 4h + 2) and (4h + 1, 4h + 3) */
+        const __m512i v = _mm512_loadu_si512(nib + 64 * h);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (hbits) {
+            lo = _mm512_or_si512(lo, fifth_bits(hb, 4 * h, 4 * h + 2));
+            hi = _mm512_or_si512(hi, fifth_bits(hb, 4 * h + 1, 4 * h + 3));
+        }
+        W[2 * h] = lo;
+        W[2 * h + 1] = hi;
+    }
+}
+
+/* The batch path of each type (kquant_avx512_batch.c): y rows [0, m) x
+ * columns [j0, j1) on activation rows in the 16-lane layout. */
+#define KQ512_BATCH_DECL(name, ...)                                                                                    \
+    void kvs_kq_avx512_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0,      \
+                                    int j1);
+KQ_SHAPES(KQ512_BATCH_DECL)
+#undef KQ512_BATCH_DECL
+
+#endif
