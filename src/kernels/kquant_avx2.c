@@ -94,48 +94,14 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
     for (int j = j0; j < j1; j++) {
         const uint8_t *ra = base + (size_t)j * w->row_bytes;
-        if ((j - j0) % 2 == 0 && j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
-            const uint8_t *pf = ra + PF_ROWS * w->row_bytes;
-            for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-        }
+        kq_prefetch_ahead(ra, w->row_bytes, j, j0, w->n, PF_ROWS);
         y[j] = dot_row(ra, packed, xq, nb, sh);
     }
 }
 
-/* One decode function per type, compiled on its own with the type's
- * constants (in one function of every instance, the accumulators lived on
- * the stack). */
-#define KQ_DECODE_FN(name, ...)                                                                                        \
-    static __attribute__((noinline)) void decode_##name(const kvs_wmat *w, const uint8_t *xq, float *y, int j0,        \
-                                                        int j1) {                                                      \
-        decode_cols(w, xq, y, j0, j1, (kq_shape){__VA_ARGS__});                                                        \
-    }
 KQ_SHAPES(KQ_DECODE_FN)
-#undef KQ_DECODE_FN
-
-static const struct {
-    int type;
-    void (*decode)(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1);
-    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
-} k_type_fns[] = {
-#define KQ_ROW(name, type, ...) {type, decode_##name, kvs_kq_avx2_batch_##name},
-    KQ_SHAPES(KQ_ROW)
-#undef KQ_ROW
-};
-
-/* Several rows in the lane layout: the batch path; else (one row, or rows
- * too long for the batch buffer, in natural order: kq_lanes) decode, row
- * by row. */
-static void avx2_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
-    for (size_t t = 0; t < sizeof k_type_fns / sizeof k_type_fns[0]; t++)
-        if (k_type_fns[t].type == w->type) {
-            if (kq_lanes(w->k, m)) k_type_fns[t].batch(w, xq, xq_row, m, y, j0, j1);
-            else
-                for (int i = 0; i < m; i++) k_type_fns[t].decode(w, xq + (size_t)i * xq_row, y + (size_t)i * w->n, j0, j1);
-            return;
-        }
-    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* (kvs_kq_handles: not reached) */
-}
+#define KQ_BATCH_NAME(name) kvs_kq_avx2_batch_##name
+KQ_ISA_DOT_COLS(avx2_dot_cols)
 
 /* The lane layout of 8 blocks a group where the batch path takes the call
  * (kq_lanes), else natural order (kq_quantize_lanes). */

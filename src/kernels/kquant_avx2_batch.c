@@ -238,13 +238,8 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
 }
 
 /* One batch function per type, compiled on its own with the type's constants. */
-#define KQ_BATCH_FN(name, ...)                                                                                         \
-    void kvs_kq_avx2_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0,        \
-                                  int j1) {                                                                            \
-        batch_cols(w, xq, xq_row, m, y, j0, j1, (kq_shape){__VA_ARGS__});                                              \
-    }
+#define KQ_BATCH_NAME(name) kvs_kq_avx2_batch_##name
 KQ_SHAPES(KQ_BATCH_FN)
-#undef KQ_BATCH_FN
 
 #if defined(__clang__)
 #pragma clang attribute pop

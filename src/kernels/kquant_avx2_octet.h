@@ -394,6 +394,37 @@ AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
     memset(xrow + (size_t)g0 * 64, 0, (size_t)(nbp - g0) * 64); /* the groups no kernel reads */
 }
 
+/* One ISA's kernels of one type: decode (one activation row at a time) and
+ * the batch path (several rows in the ISA's lane layout). */
+typedef struct kq_type_fns {
+    int type;
+    void (*decode)(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1);
+    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+} kq_type_fns;
+
+/* An ISA's dot_cols over its table fns[0..n): several rows in the lane
+ * layout (kq_lanes) go to the type's batch path, else each row to decode. */
+static inline void kq_route(const kq_type_fns *fns, size_t n, const kvs_wmat *w, const uint8_t *xq, size_t xq_row,
+                            int m, float *y, int j0, int j1) {
+    for (size_t t = 0; t < n; t++)
+        if (fns[t].type == w->type) {
+            if (kq_lanes(w->k, m)) fns[t].batch(w, xq, xq_row, m, y, j0, j1);
+            else
+                for (int i = 0; i < m; i++) fns[t].decode(w, xq + (size_t)i * xq_row, y + (size_t)i * w->n, j0, j1);
+            return;
+        }
+    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* (kvs_kq_handles: not reached) */
+}
+
+/* Decode streams the weights once: every other row, the two rows `ahead`
+ * rows further are fetched (row j of [j0, n), row_bytes apart). */
+AI void kq_prefetch_ahead(const uint8_t *row, size_t row_bytes, int j, int j0, int n, int ahead) {
+    if ((j - j0) % 2 == 0 && j + ahead + 1 < n) {
+        const uint8_t *pf = row + (size_t)ahead * row_bytes;
+        for (size_t o = 0; o < 2 * row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    }
+}
+
 /* Each type's shape: X(name, type, offset shift, split scales, min, int16
  * depth), the fields of kq_shape. */
 #define KQ_SHAPES(X)                                                                                                   \
@@ -409,6 +440,27 @@ AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
     void kvs_kq_avx2_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
 KQ_SHAPES(KQ_BATCH_DECL)
 #undef KQ_BATCH_DECL
+
+/* What an ISA file of these kernels defines from its decode_cols and batch
+ * functions (named by its KQ_BATCH_NAME(name)): one decode function per
+ * type, compiled on its own with the type's constants (in one function of
+ * every instance, the accumulators lived on the stack), the table of its
+ * types and its dot_cols (kq_route). */
+#define KQ_DECODE_FN(name, ...)                                                                                        \
+    static __attribute__((noinline)) void decode_##name(const kvs_wmat *w, const uint8_t *xq, float *y, int j0,        \
+                                                        int j1) {                                                      \
+        decode_cols(w, xq, y, j0, j1, (kq_shape){__VA_ARGS__});                                                        \
+    }
+#define KQ_BATCH_FN(name, ...)                                                                                         \
+    void KQ_BATCH_NAME(name)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {   \
+        batch_cols(w, xq, xq_row, m, y, j0, j1, (kq_shape){__VA_ARGS__});                                              \
+    }
+#define KQ_TYPE_ROW(name, type, ...) {type, decode_##name, KQ_BATCH_NAME(name)},
+#define KQ_ISA_DOT_COLS(fn)                                                                                            \
+    static const kq_type_fns k_type_fns[] = {KQ_SHAPES(KQ_TYPE_ROW)};                                                  \
+    static void fn(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {             \
+        kq_route(k_type_fns, sizeof k_type_fns / sizeof k_type_fns[0], w, xq, xq_row, m, y, j0, j1);                   \
+    }
 
 /* tile_sums widens after every depth results: depth divides the 8 vectors
  * of an octet, and split scales keep the halves (4 vectors each) apart. */

@@ -78,10 +78,7 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xq, w->k);
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = base + (size_t)j * w->row_bytes;
-        if ((j - j0) % 2 == 0 && j + PF_ROWS + 1 < w->n) { /* decode streams the weights once: fetch ahead */
-            const uint8_t *pf = row + PF_ROWS * w->row_bytes;
-            for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-        }
+        kq_prefetch_ahead(row, w->row_bytes, j, j0, w->n, PF_ROWS);
         __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
         int o = 0;
         for (; o + 1 < nb / 8; o += 2) {
@@ -97,36 +94,9 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
     }
 }
 
-#define KQ512_DECODE_FN(name, ...)                                                                                     \
-    static __attribute__((noinline)) void decode_##name(const kvs_wmat *w, const uint8_t *xq, float *y, int j0,        \
-                                                        int j1) {                                                      \
-        decode_cols(w, xq, y, j0, j1, (kq_shape){__VA_ARGS__});                                                        \
-    }
-KQ_SHAPES(KQ512_DECODE_FN)
-#undef KQ512_DECODE_FN
-
-static const struct {
-    int type;
-    void (*decode)(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1);
-    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
-} k_type_fns[] = {
-#define KQ512_ROW(name, type, ...) {type, decode_##name, kvs_kq_avx512_batch_##name},
-    KQ_SHAPES(KQ512_ROW)
-#undef KQ512_ROW
-};
-
-/* Several rows in the 16-lane layout: the batch path; else (one row, rows
- * too long for the batch buffer: KQ_PAIRS) decode, row by row. */
-static void avx512_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
-    for (size_t t = 0; t < sizeof k_type_fns / sizeof k_type_fns[0]; t++)
-        if (k_type_fns[t].type == w->type) {
-            if (kq_lanes(w->k, m)) k_type_fns[t].batch(w, xq, xq_row, m, y, j0, j1);
-            else
-                for (int i = 0; i < m; i++) k_type_fns[t].decode(w, xq + (size_t)i * xq_row, y + (size_t)i * w->n, j0, j1);
-            return;
-        }
-    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* (kvs_kq_handles: not reached) */
-}
+KQ_SHAPES(KQ_DECODE_FN)
+#define KQ_BATCH_NAME(name) kvs_kq_avx512_batch_##name
+KQ_ISA_DOT_COLS(avx512_dot_cols)
 
 static void avx512_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
     kq_quantize_lanes(x, k, xrow, kq_lanes(k, m) ? 16 : KQ_PAIRS);
