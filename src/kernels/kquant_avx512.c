@@ -38,8 +38,8 @@ AI void octet_half_sums(const __m512i W[4], const int8_t *xo, int cnt, __m256i *
             A[v] = _mm512_setzero_si512();
             continue;
         }
-        const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[v], _mm512_load_si512(xo + 128 * v));
-        A[v] = _mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), W[v], _mm512_load_si512(xo + 128 * v + 64));
+        const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[v], _mm512_loadu_si512(xo + 128 * v));
+        A[v] = _mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), W[v], _mm512_loadu_si512(xo + 128 * v + 64));
     }
     const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(A[0], A[1]), _mm512_unpackhi_epi32(A[0], A[1]));
     const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(A[2], A[3]), _mm512_unpackhi_epi32(A[2], A[3]));
