@@ -23,27 +23,33 @@
 
 #include "kernels/kquant_avx512_pairs.h"
 
-/* The half sums of octet W against activation octet xo (KQ_PAIRS): H0 lane
- * l = half 0 of block l (elements 0..15), H1 half 1. Each pair's 16 lanes
- * (4 elements each: lanes 0-3 block a half 0, 4-7 a half 1, 8-11 b half 0,
- * 12-15 b half 1) are 256 (w . hi) + (w . lo), exact; two rounds of
- * unpack-and-add leave in 128-bit chunk c lane v the chunk c sum of pair v,
- * i.e. halves of blocks (0, 1, 4, 5) in chunks 0 (half 0) and 1 (half 1),
- * of (2, 3, 6, 7) in chunks 2 and 3; a permute puts them in block order. */
+/* The 256 (w . hi) + (w . lo) of pair vector W against its activation
+ * pair at xp (KQ_PAIRS: hi, then lo 64 bytes further), exact: lanes 0-3
+ * block a half 0 (4 elements a lane), 4-7 a half 1, 8-11 b half 0, 12-15 b
+ * half 1. */
+AI __m512i pair_dot(__m512i W, const int8_t *xp) {
+    const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W, _mm512_loadu_si512(xp));
+    return _mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), W, _mm512_loadu_si512(xp + 64));
+}
+
+/* Two rounds of unpack-and-add over an octet's 4 pair dots: in 128-bit
+ * chunk c, lane v the chunk c sum of pair v, i.e. the halves of blocks (0,
+ * 1, 4, 5) in chunks 0 (half 0) and 1 (half 1), of (2, 3, 6, 7) in chunks 2
+ * and 3. */
+AI __m512i pair_sums(const __m512i A[4]) {
+    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(A[0], A[1]), _mm512_unpackhi_epi32(A[0], A[1]));
+    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(A[2], A[3]), _mm512_unpackhi_epi32(A[2], A[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+}
+
+/* The half sums of octet W against activation octet xo: H0 lane l = half
+ * 0 of block l (elements 0..15), H1 half 1 (pairs past cnt: zero). */
 AI void octet_half_sums(const __m512i W[4], const int8_t *xo, int cnt, __m256i *H0, __m256i *H1) {
     __m512i A[4];
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        if ((v / 2) * 4 + v % 2 >= cnt) { /* a pair past the row (a short last octet) */
-            A[v] = _mm512_setzero_si512();
-            continue;
-        }
-        const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[v], _mm512_loadu_si512(xo + 128 * v));
-        A[v] = _mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), W[v], _mm512_loadu_si512(xo + 128 * v + 64));
-    }
-    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(A[0], A[1]), _mm512_unpackhi_epi32(A[0], A[1]));
-    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(A[2], A[3]), _mm512_unpackhi_epi32(A[2], A[3]));
-    const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    for (int v = 0; v < 4; v++) /* a pair past the row (a short last octet): zero */
+        A[v] = (v / 2) * 4 + v % 2 < cnt ? pair_dot(W[v], xo + 128 * v) : _mm512_setzero_si512();
+    const __m512i t = pair_sums(A);
     *H0 = _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0), t));
     *H1 = _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(4, 5, 12, 13, 6, 7, 14, 15, 0, 0, 0, 0, 0, 0, 0, 0), t));
 }
@@ -69,23 +75,45 @@ AI __m256 decode_octet(__m256 a, const uint8_t *row, int packed, const uint8_t *
     return octet_apply_cnt(a, cnt, &op, sh);
 }
 
+/* The float steps of full hexadecet g0 (two octets) of weight row `row`
+ * on A (lane l = chain l): both octets' pair sums into 16 lanes at once,
+ * then the batch path's 16-lane steps (hx_ops_of). */
+AI __m512 decode_hexa(__m512 A, const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int g0,
+                      kq_shape sh) {
+    __m512i W[8], P[8];
+    octet s0, s1;
+    unpack_pairs(row, g0, 8, packed, sh, W, &s0);
+    unpack_pairs(row, g0 + 8, 8, packed, sh, W + 4, &s1);
+    const int8_t *xo = (const int8_t *)xq + (size_t)g0 * 64;
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) P[v] = pair_dot(W[v], xo + 512 * (v / 4) + 128 * (v % 4));
+    const __m512i t0 = pair_sums(P), t1 = pair_sums(P + 4);
+    const __m512i h0 = _mm512_permutex2var_epi32(
+        t0, _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 16, 17, 24, 25, 18, 19, 26, 27), t1);
+    const __m512i h1 = _mm512_permutex2var_epi32(
+        t0, _mm512_setr_epi32(4, 5, 12, 13, 6, 7, 14, 15, 20, 21, 28, 29, 22, 23, 30, 31), t1);
+    const __m512i I[2] = {sh.split ? h0 : _mm512_add_epi32(h0, h1), sh.split ? h1 : _mm512_setzero_si512()};
+    const hx_act a = hx_act_of(tr, g0, sh);
+    const hx_ops op = hx_ops_of(_mm512_insertf32x8(_mm512_castps256_ps512(s0.dw0), s1.dw0, 1),
+                                _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw1), s1.dw1, 1),
+                                _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1), I, &a, sh);
+    return hx_apply(A, &op, (__mmask16)0xffff, sh);
+}
+
 /* Decode (one activation row xq, KQ_PAIRS): columns [j0, j1), a weight row
- * at a time; octets by twos, the even ones on the low accumulator (chains
- * 0-7), the odd ones on the high (8-15), both in registers. */
+ * at a time; full hexadecets on a 16-chain accumulator, then a last octet
+ * (full or partial: always at an even octet, chains 0-7) on its low half. */
 AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1, kq_shape sh) {
-    const int nb = w->k / 32, no = (nb + 7) / 8, packed = w->packed != NULL;
+    const int nb = w->k / 32, nh = nb / 16, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xq, w->k);
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = base + (size_t)j * w->row_bytes;
         kq_prefetch_ahead(row, w->row_bytes, j, j0, w->n, PF_ROWS);
-        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-        int o = 0;
-        for (; o + 1 < nb / 8; o += 2) {
-            lo = decode_octet(lo, row, packed, xq, &tr, o, 8, sh);
-            hi = decode_octet(hi, row, packed, xq, &tr, o + 1, 8, sh);
-        }
-        for (; o < no; o++) { /* an odd full octet, a partial one */
+        __m512 A = _mm512_setzero_ps();
+        for (int h = 0; h < nh; h++) A = decode_hexa(A, row, packed, xq, &tr, 16 * h, sh);
+        __m256 lo = _mm512_castps512_ps256(A), hi = _mm512_extractf32x8_ps(A, 1);
+        for (int o = 2 * nh; o < (nb + 7) / 8; o++) { /* at most 2: chains 0-7, then 8-15 */
             const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
             if (o % 2 == 0) lo = decode_octet(lo, row, packed, xq, &tr, o, cnt, sh);
             else hi = decode_octet(hi, row, packed, xq, &tr, o, cnt, sh);

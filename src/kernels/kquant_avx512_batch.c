@@ -181,47 +181,6 @@ AI void hexa_sums(const hexa *const w[4], int nw, const int8_t *xo, kq_shape sh,
     }
 }
 
-/* The activations of hexadecet g0 of a row: offsets (2^off_shift * s_h;
- * not split: their sum in o0), dx, sx. */
-typedef struct hx_act {
-    __m512i o0, o1;
-    __m512 dx, sx;
-} hx_act;
-
-AI hx_act hx_act_of(const kvs_kq_trailer *tr, int g0, kq_shape sh) {
-    hx_act a;
-    a.o0 = a.o1 = _mm512_setzero_si512();
-    if (sh.off_shift) {
-        const __m512i s0 = _mm512_loadu_si512(tr->s0 + g0), s1 = _mm512_loadu_si512(tr->s1 + g0);
-        a.o0 = _mm512_slli_epi32(sh.split ? s0 : _mm512_add_epi32(s0, s1), sh.off_shift);
-        a.o1 = _mm512_slli_epi32(s1, sh.off_shift);
-    }
-    a.dx = _mm512_loadu_ps(tr->dx + g0);
-    a.sx = sh.has_min ? _mm512_loadu_ps(tr->sx + g0) : _mm512_setzero_ps();
-    return a;
-}
-
-/* A hexadecet's float steps: the operands (in the hexa's lanes, then
- * those of one row moved to lanes 0.. by idx, a merged tail's) and the
- * steps on A's lanes in k, the reference's order:
- *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A).
- * Not split, f0 is (I0 + I1) - off * (s0 + s1), the same integer as the
- * reference's (I0 - off s0) + (I1 - off s1). */
-typedef struct hx_ops {
-    __m512 f0, p0, f1, p1, m, s;
-} hx_ops;
-
-AI hx_ops hx_ops_of(const hexa *w, const __m512i I[2], const hx_act *a, kq_shape sh) {
-    hx_ops op;
-    op.f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(I[0], a->o0));
-    op.p0 = _mm512_mul_ps(w->dw0, a->dx);
-    op.f1 = sh.split ? _mm512_cvtepi32_ps(_mm512_sub_epi32(I[1], a->o1)) : _mm512_setzero_ps();
-    op.p1 = sh.split ? _mm512_mul_ps(w->dw1, a->dx) : _mm512_setzero_ps();
-    op.m = sh.has_min ? w->mw : _mm512_setzero_ps();
-    op.s = a->sx;
-    return op;
-}
-
 AI hx_ops hx_ops_moved(const hx_ops *op, __m512i idx, kq_shape sh) {
     hx_ops r = *op;
     r.f0 = _mm512_permutexvar_ps(idx, op->f0);
@@ -235,13 +194,6 @@ AI hx_ops hx_ops_moved(const hx_ops *op, __m512i idx, kq_shape sh) {
         r.s = _mm512_permutexvar_ps(idx, op->s);
     }
     return r;
-}
-
-AI __m512 hx_apply(__m512 A, const hx_ops *op, __mmask16 k, kq_shape sh) {
-    A = _mm512_mask3_fmadd_ps(op->f0, op->p0, A, k);
-    if (sh.split) A = _mm512_mask3_fmadd_ps(op->f1, op->p1, A, k);
-    if (sh.has_min) A = _mm512_mask3_fmadd_ps(op->m, op->s, A, k);
-    return A;
 }
 
 /* hsum_tree (kvs_tree16) of four registers at once: lane q of the result
@@ -272,7 +224,7 @@ AI void tail_steps(__m512 A[4], const hexa *tt, const int8_t *xo, const kvs_kq_t
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
-        const hx_ops op = hx_ops_of(w[q / per], I[q / per], &a, sh);
+        const hx_ops op = hx_ops_of(w[q / per]->dw0, w[q / per]->dw1, w[q / per]->mw, I[q / per], &a, sh);
         if (per == 1) {
             A[q] = hx_apply(A[q], &op, k, sh);
         } else {
@@ -297,7 +249,7 @@ AI __m128 tile_row(const hexa *tb, int nb, const uint8_t *xr, kq_shape sh) {
         const hx_act a = hx_act_of(&tr, 16 * h, sh);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            const hx_ops op = hx_ops_of(w[q], I[q], &a, sh);
+            const hx_ops op = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I[q], &a, sh);
             A[q] = hx_apply(A[q], &op, (__mmask16)0xffff, sh);
         }
     }

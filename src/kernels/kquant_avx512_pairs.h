@@ -24,15 +24,12 @@
  * last octet) by AVX2's octet, paired. */
 AI __m512i pair_of(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
-/* The bit of each byte of hb (broadcast to both halves) that belongs to
- * the pair's blocks (bit ia in the low half, ib in the high) at bit 4. */
-AI __m512i fifth_bits(__m512i hb, int ia, int ib) {
-    const __m512i m16 = _mm512_set1_epi8(16);
-    const __m512i l = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia < 4 ? 4 - ia : 0)),
-                                         _mm256_set1_epi16((short)(ib < 4 ? 4 - ib : 0)), 1);
-    const __m512i r = _mm512_inserti64x4(_mm512_set1_epi16((short)(ia > 4 ? ia - 4 : 0)),
-                                         _mm256_set1_epi16((short)(ib > 4 ? ib - 4 : 0)), 1);
-    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_sllv_epi16(hb, l), r), m16);
+/* q with 16 added to the bytes whose 5th bit is set: bit ia of hb's byte
+ * (hb broadcast to both halves) for the pair's block a (low half), bit ib
+ * for block b (high half); a byte mask, no shifts. */
+AI __m512i with_fifth_bits(__m512i q, __m512i hb, int ia, int ib) {
+    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << ia)), _mm256_set1_epi8((char)(1 << ib)), 1);
+    return _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, sel), q, _mm512_set1_epi8(16));
 }
 
 /* Q5_0 / Q5_1 blocks in GGUF layout (cnt <= 8 from b0: those past a packed
@@ -123,12 +120,60 @@ AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape s
         const __m512i v = _mm512_loadu_si512(nib + 64 * h);
         __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         if (hbits) {
-            lo = _mm512_or_si512(lo, fifth_bits(hb, 4 * h, 4 * h + 2));
-            hi = _mm512_or_si512(hi, fifth_bits(hb, 4 * h + 1, 4 * h + 3));
+            lo = with_fifth_bits(lo, hb, 4 * h, 4 * h + 2);
+            hi = with_fifth_bits(hi, hb, 4 * h + 1, 4 * h + 3);
         }
         W[2 * h] = lo;
         W[2 * h + 1] = hi;
     }
+}
+
+/* The activations of hexadecet g0 of a row: offsets (2^off_shift * s_h;
+ * not split: their sum in o0), dx, sx. */
+typedef struct hx_act {
+    __m512i o0, o1;
+    __m512 dx, sx;
+} hx_act;
+
+AI hx_act hx_act_of(const kvs_kq_trailer *tr, int g0, kq_shape sh) {
+    hx_act a;
+    a.o0 = a.o1 = _mm512_setzero_si512();
+    if (sh.off_shift) {
+        const __m512i s0 = _mm512_loadu_si512(tr->s0 + g0), s1 = _mm512_loadu_si512(tr->s1 + g0);
+        a.o0 = _mm512_slli_epi32(sh.split ? s0 : _mm512_add_epi32(s0, s1), sh.off_shift);
+        a.o1 = _mm512_slli_epi32(s1, sh.off_shift);
+    }
+    a.dx = _mm512_loadu_ps(tr->dx + g0);
+    a.sx = sh.has_min ? _mm512_loadu_ps(tr->sx + g0) : _mm512_setzero_ps();
+    return a;
+}
+
+/* A hexadecet's float steps: the operands (in the hexa's lanes, then
+ * those of one row moved to lanes 0.. by idx, a merged tail's) and the
+ * steps on A's lanes in k, the reference's order:
+ *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A).
+ * Not split, f0 is (I0 + I1) - off * (s0 + s1), the same integer as the
+ * reference's (I0 - off s0) + (I1 - off s1). */
+typedef struct hx_ops {
+    __m512 f0, p0, f1, p1, m, s;
+} hx_ops;
+
+AI hx_ops hx_ops_of(__m512 dw0, __m512 dw1, __m512 mw, const __m512i I[2], const hx_act *a, kq_shape sh) {
+    hx_ops op;
+    op.f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(I[0], a->o0));
+    op.p0 = _mm512_mul_ps(dw0, a->dx);
+    op.f1 = sh.split ? _mm512_cvtepi32_ps(_mm512_sub_epi32(I[1], a->o1)) : _mm512_setzero_ps();
+    op.p1 = sh.split ? _mm512_mul_ps(dw1, a->dx) : _mm512_setzero_ps();
+    op.m = sh.has_min ? mw : _mm512_setzero_ps();
+    op.s = a->sx;
+    return op;
+}
+
+AI __m512 hx_apply(__m512 A, const hx_ops *op, __mmask16 k, kq_shape sh) {
+    A = _mm512_mask3_fmadd_ps(op->f0, op->p0, A, k);
+    if (sh.split) A = _mm512_mask3_fmadd_ps(op->f1, op->p1, A, k);
+    if (sh.has_min) A = _mm512_mask3_fmadd_ps(op->m, op->s, A, k);
+    return A;
 }
 
 /* The batch path of each type (kquant_avx512_batch.c): y rows [0, m) x
