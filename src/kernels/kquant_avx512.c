@@ -8,9 +8,11 @@
  * Decode: each weight octet as 4 registers of block pairs
  * (kquant_avx512_pairs.h), the activation row in the same pairs
  * (KQ_PAIRS), vpdpbusd, and two rounds of unpack-and-add plus a permute
- * leave each block's half sums in its lane for AVX2's float steps
- * (kquant_avx2_octet.h). Q4_K 2048x640, cache-resident, one core: 10.8 ->
- * 14.9 GB/s; Q6_K 10.4 -> 17.7 (the AVX2 decode, kquant_avx2.c).
+ * leave each block's half sums in its lane: a full group of 16 blocks (two
+ * octets) takes the batch path's float steps on a register of all 16
+ * chains, a last octet AVX2's 8-lane ones (kquant_avx2_octet.h). Q4_K
+ * 2048x640, cache-resident, one core: 10.8 -> 14.9 GB/s; Q6_K 10.4 -> 17.7
+ * (the AVX2 decode, kquant_avx2.c).
  */
 #if defined(__x86_64__)
 
