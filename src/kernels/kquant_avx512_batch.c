@@ -42,7 +42,7 @@ typedef struct hexa {
 } hexa;
 
 #define BATCH_HEXAS (2 * MAX_OCTETS) /* a tile of the longest rows: 88 KiB */
-#define PASS_BYTES 16384             /* activation rows per pass: as many as fit this */
+#define PASS_BYTES 24576             /* activation rows per pass: as many as fit this */
 
 /* A hexadecet of 16 lanes of blocks from nsrc sources (row, b0, cnt): 2
  * octets (lanes 0-7 and 8-15: a row's blocks g0..g0 + 15, or two rows'
@@ -265,6 +265,72 @@ AI __m128 tile_row(const hexa *tb, int nb, const uint8_t *xr, kq_shape sh) {
     return tree16x4_512(A[0], A[1], A[2], A[3]);
 }
 
+/* hexa_sums for two activation rows at once (x0, x1): each weight vector
+ * loaded once for both, 16 vpdpbusd chains. */
+AI void hexa_sums2(const hexa *const w[4], const int8_t *x0, const int8_t *x1, kq_shape sh, __m512i I0[4][2],
+                   __m512i I1[4][2]) {
+    __m512i H0[4], L0[4], H1[4], L1[4];
+    for (int q = 0; q < 4; q++) H0[q] = L0[q] = H1[q] = L1[q] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        const __m512i xh0 = _mm512_loadu_si512(x0 + 64 * r), xl0 = _mm512_loadu_si512(x0 + 512 + 64 * r);
+        const __m512i xh1 = _mm512_loadu_si512(x1 + 64 * r), xl1 = _mm512_loadu_si512(x1 + 512 + 64 * r);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const __m512i wv = _mm512_load_si512(&w[q]->qu[r]);
+            H0[q] = _mm512_dpbusd_epi32(H0[q], wv, xh0);
+            L0[q] = _mm512_dpbusd_epi32(L0[q], wv, xl0);
+            H1[q] = _mm512_dpbusd_epi32(H1[q], wv, xh1);
+            L1[q] = _mm512_dpbusd_epi32(L1[q], wv, xl1);
+        }
+        if (sh.split && r == 3)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                I0[q][0] = chains_sum(&H0[q], &L0[q], 1);
+                I1[q][0] = chains_sum(&H1[q], &L1[q], 1);
+            }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        I0[q][sh.split] = chains_sum(&H0[q], &L0[q], 1);
+        I1[q][sh.split] = chains_sum(&H1[q], &L1[q], 1);
+        if (!sh.split) I0[q][1] = I1[q][1] = _mm512_setzero_si512();
+    }
+}
+
+/* tile_row for two activation rows (xr0, xr1): their full hexadecets
+ * together (hexa_sums2), each row's tail and tree as tile_row's. */
+AI void tile_rows2(const hexa *tb, int nb, const uint8_t *xr0, const uint8_t *xr1, kq_shape sh, __m128 *y0, __m128 *y1) {
+    const kvs_kq_trailer tr0 = kvs_kq_trailer_of(xr0, 32 * nb), tr1 = kvs_kq_trailer_of(xr1, 32 * nb);
+    const int nfull = nb / 16, cnt = nb % 16;
+    __m512 A0[4], A1[4];
+    for (int q = 0; q < 4; q++) A0[q] = A1[q] = _mm512_setzero_ps();
+    __m512i I0[4][2], I1[4][2];
+    for (int h = 0; h < nfull; h++) {
+        const hexa *w[4] = {tb + h, tb + nfull + h, tb + 2 * nfull + h, tb + 3 * nfull + h};
+        hexa_sums2(w, (const int8_t *)xr0 + (size_t)h * 1024, (const int8_t *)xr1 + (size_t)h * 1024, sh, I0, I1);
+        const hx_act a0 = hx_act_of(&tr0, 16 * h, sh), a1 = hx_act_of(&tr1, 16 * h, sh);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const hx_ops op0 = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I0[q], &a0, sh);
+            A0[q] = hx_apply(A0[q], &op0, (__mmask16)0xffff, sh);
+            const hx_ops op1 = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I1[q], &a1, sh);
+            A1[q] = hx_apply(A1[q], &op1, (__mmask16)0xffff, sh);
+        }
+    }
+    if (cnt) {
+        const hexa *tt = tb + 4 * nfull;
+        const int8_t *xo0 = (const int8_t *)xr0 + (size_t)nfull * 1024, *xo1 = (const int8_t *)xr1 + (size_t)nfull * 1024;
+        switch (kq_tail_span(cnt, 16)) {
+        case 4: tail_steps(A0, tt, xo0, &tr0, 16 * nfull, cnt, 4, sh); tail_steps(A1, tt, xo1, &tr1, 16 * nfull, cnt, 4, sh); break;
+        case 8: tail_steps(A0, tt, xo0, &tr0, 16 * nfull, cnt, 8, sh); tail_steps(A1, tt, xo1, &tr1, 16 * nfull, cnt, 8, sh); break;
+        default: tail_steps(A0, tt, xo0, &tr0, 16 * nfull, cnt, 16, sh); tail_steps(A1, tt, xo1, &tr1, 16 * nfull, cnt, 16, sh); break;
+        }
+    }
+    *y0 = tree16x4_512(A0[0], A0[1], A0[2], A0[3]);
+    *y1 = tree16x4_512(A1[0], A1[1], A1[2], A1[3]);
+}
+
 /* Several activation rows (16-lane layout): columns [j0, j1) by groups of
  * tiles that fit the buffer; per group, passes of activation rows, and per
  * pass each tile meets each row of it. */
@@ -274,8 +340,8 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
     const int tile_hexas = 4 * (nb / 16) + (nb % 16 ? 4 * kq_tail_span(nb % 16, 16) / 16 : 0);
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
     const int group = 4 * (BATCH_HEXAS / tile_hexas); /* rows: >= 4 (kq_lanes) */
-    int pass = (int)(PASS_BYTES / xq_row);
-    if (pass < 1) pass = 1;
+    int pass = (int)(PASS_BYTES / xq_row) & ~1; /* pairs of rows (tile_rows2) */
+    if (pass < 2) pass = 2;
     for (int g0 = j0; g0 < j1; g0 += group) {
         const int g1 = g0 + group < j1 ? g0 + group : j1, nt = (g1 - g0 + 3) / 4;
         for (int t = 0; t < nt; t++)
@@ -284,10 +350,18 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
             const int i1 = i0 + pass < m ? i0 + pass : m;
             for (int t = 0; t < nt; t++) {
                 const int j = g0 + 4 * t, nj = g1 - j < 4 ? g1 - j : 4;
-                for (int i = i0; i < i1; i++) {
-                    const __m128 y4 = tile_row(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, sh);
-                    _mm_mask_storeu_ps(y + (size_t)i * w->n + j, (__mmask8)((1u << nj) - 1), y4);
+                const __mmask8 live = (__mmask8)((1u << nj) - 1);
+                int i = i0;
+                for (; i + 1 < i1; i += 2) {
+                    __m128 y0, y1;
+                    tile_rows2(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, xq + (size_t)(i + 1) * xq_row,
+                               sh, &y0, &y1);
+                    _mm_mask_storeu_ps(y + (size_t)i * w->n + j, live, y0);
+                    _mm_mask_storeu_ps(y + (size_t)(i + 1) * w->n + j, live, y1);
                 }
+                if (i < i1)
+                    _mm_mask_storeu_ps(y + (size_t)i * w->n + j, live,
+                                       tile_row(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, sh));
             }
         }
     }
