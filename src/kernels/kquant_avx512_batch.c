@@ -181,21 +181,6 @@ AI void hexa_sums(const hexa *const w[4], int nw, const int8_t *xo, kq_shape sh,
     }
 }
 
-AI hx_ops hx_ops_moved(const hx_ops *op, __m512i idx, kq_shape sh) {
-    hx_ops r = *op;
-    r.f0 = _mm512_permutexvar_ps(idx, op->f0);
-    r.p0 = _mm512_permutexvar_ps(idx, op->p0);
-    if (sh.split) {
-        r.f1 = _mm512_permutexvar_ps(idx, op->f1);
-        r.p1 = _mm512_permutexvar_ps(idx, op->p1);
-    }
-    if (sh.has_min) {
-        r.m = _mm512_permutexvar_ps(idx, op->m);
-        r.s = _mm512_permutexvar_ps(idx, op->s);
-    }
-    return r;
-}
-
 /* hsum_tree (kvs_tree16) of four registers at once: lane q of the result
  * is a[q]'s, by the same additions in the same order (halves, quarters,
  * pairs, the last pair). */
@@ -210,9 +195,11 @@ AI __m128 tree16x4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 /* The last hexadecet (cnt blocks from g0) of a tile's four rows: its
- * 4 span / 16 hexas tt against activation hexadecet xo, each row's steps on
- * lanes [0, cnt) of its accumulator A[q], its operands moved there from
- * lanes [(q % per) * span, ...) of its hexa. */
+ * 4 span / 16 hexas tt against activation hexadecet xo. A hexa shared by
+ * 2 or 4 rows (span 8 or 4: row q in lanes [(q % per) span, ...), chains
+ * 0..cnt - 1) takes its steps once, on the rows' chains gathered into the
+ * same lanes (128-bit chunk shuffles), which then go back; the values and
+ * order of each chain's steps are those of a row alone. */
 AI void tail_steps(__m512 A[4], const hexa *tt, const int8_t *xo, const kvs_kq_trailer *tr, int g0, int cnt, int span,
                    kq_shape sh) {
     const int per = 16 / span; /* rows a hexa holds */
@@ -221,16 +208,30 @@ AI void tail_steps(__m512 A[4], const hexa *tt, const int8_t *xo, const kvs_kq_t
     hexa_sums(w, 4 / per, xo, sh, I);
     const hx_act a = hx_act_of(tr, g0, sh);
     const __mmask16 k = (__mmask16)((1u << cnt) - 1);
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    if (per == 1) {
 #pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-        const hx_ops op = hx_ops_of(w[q / per]->dw0, w[q / per]->dw1, w[q / per]->mw, I[q / per], &a, sh);
-        if (per == 1) {
+        for (int q = 0; q < 4; q++) {
+            const hx_ops op = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I[q], &a, sh);
             A[q] = hx_apply(A[q], &op, k, sh);
-        } else {
-            const hx_ops mv = hx_ops_moved(&op, _mm512_add_epi32(lane, _mm512_set1_epi32((q % per) * span)), sh);
-            A[q] = hx_apply(A[q], &mv, k, sh);
         }
+    } else if (per == 2) { /* rows 2 t, 2 t + 1: chunks 0-1 of each */
+#pragma GCC unroll 2
+        for (int t = 0; t < 2; t++) {
+            const hx_ops op = hx_ops_of(w[t]->dw0, w[t]->dw1, w[t]->mw, I[t], &a, sh);
+            __m512 C = _mm512_shuffle_f32x4(A[2 * t], A[2 * t + 1], 0x44);
+            C = hx_apply(C, &op, (__mmask16)(k | k << 8), sh);
+            A[2 * t] = _mm512_mask_shuffle_f32x4(A[2 * t], 0x00ff, C, C, 0x04);
+            A[2 * t + 1] = _mm512_mask_shuffle_f32x4(A[2 * t + 1], 0x00ff, C, C, 0x0e);
+        }
+    } else { /* four rows: chunk 0 of each */
+        const hx_ops op = hx_ops_of(w[0]->dw0, w[0]->dw1, w[0]->mw, I[0], &a, sh);
+        const __m512 t01 = _mm512_shuffle_f32x4(A[0], A[1], 0x00), t23 = _mm512_shuffle_f32x4(A[2], A[3], 0x00);
+        __m512 C = _mm512_shuffle_f32x4(t01, t23, 0x88);
+        C = hx_apply(C, &op, (__mmask16)(k * 0x1111u), sh);
+        A[0] = _mm512_mask_shuffle_f32x4(A[0], 0x000f, C, C, 0);
+        A[1] = _mm512_mask_shuffle_f32x4(A[1], 0x000f, C, C, 1);
+        A[2] = _mm512_mask_shuffle_f32x4(A[2], 0x000f, C, C, 2);
+        A[3] = _mm512_mask_shuffle_f32x4(A[3], 0x000f, C, C, 3);
     }
 }
 
