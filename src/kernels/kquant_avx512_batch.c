@@ -31,7 +31,6 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #endif
 
-#include "kernels/avx512_math.h"
 #include "kernels/kquant_avx512_pairs.h"
 
 /* One weight row's hexadecet, unpacked and transposed (64-byte aligned:

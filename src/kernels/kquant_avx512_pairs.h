@@ -20,9 +20,10 @@
  * half, b's in the high), and its scales (sc: dw0, dw1, mw in block
  * order). Full octets of packed Q5 rows and of Q4_K / Q5_K / Q6_K are
  * unpacked whole-register (the nibble planes already come in these pairs;
- * the 5th / 6th bits by a shift per half); others (GGUF Q5 rows, a partial
- * last octet) by AVX2's octet, paired. */
-AI __m512i pair_of(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+ * the 5th / 6th bits by a shift per half); Q5 blocks in GGUF layout (rows
+ * not packed, a partial last octet) by unpack_q5_pairs. K-quant rows are
+ * whole superblocks (a GGUF row of them is a multiple of 256 elements), so
+ * their octets are always full. */
 
 /* q with 16 added to the bytes whose 5th bit is set: bit ia of hb's byte
  * (hb broadcast to both halves) for the pair's block a (low half), bit ib
@@ -76,11 +77,6 @@ AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape s
     const int q5 = sh.type == KVS_TYPE_Q5_0 || sh.type == KVS_TYPE_Q5_1;
     if (q5 && (cnt < 8 || !packed)) {
         unpack_q5_pairs(row, b0, cnt, sh.type == KVS_TYPE_Q5_1, W, sc);
-        return;
-    }
-    if (cnt < 8) { /* (K-quants have whole superblocks: not reached) */
-        unpack_octet(sh.type, row, b0, cnt, packed, sc);
-        for (int v = 0; v < 4; v++) W[v] = pair_of(sc->qu[(v / 2) * 4 + v % 2], sc->qu[(v / 2) * 4 + v % 2 + 2]);
         return;
     }
     if (sh.type == KVS_TYPE_Q6_K) {
