@@ -10,7 +10,7 @@
 #include "kvstitch.h"
 
 #define N_CTX 256
-#define N_SEQ 10 /* rounds of 5 and 10 rows (AVX-512: many_q4) */
+#define N_SEQ 10 /* rounds of 5 and 10 rows (AVX-512: many_rows) */
 #define N_STEPS 6
 
 static kvs_model *g_model;

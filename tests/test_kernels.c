@@ -260,8 +260,8 @@ TEST(test_matmul_simd_equals_scalar) {
     /* 992: a group and 15 tail blocks, the most a row can have */
     const int ks[] = {32, 64, 96, 544, 576, 992, 1536};
     const int ns[] = {1, 5, 16, 45, 100};
-    /* AVX-512 Q4: 1-4 few_q4 (by quads of rows), 5-12 many_q4, 13 on the
-     * prepared tiles; Q8_0: 1 m1_q8, more the tiles */
+    /* AVX-512: 1-4 few_rows (by quads of rows), 5-12 many_rows, 13 on the
+     * prepared tiles */
     const int ms[] = {1, 2, 3, 4, 5, 8, 12, 13, 17};
     int compared = 0;
     for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {

@@ -46,8 +46,7 @@ static int first_diff(const float *a, const float *b, int n) {
 }
 
 TEST(test_packed_equals_scalar) {
-    /* the AVX2 kernels read every packed type; the AVX-512 ones Q4_0 / Q4_1
-     * (and Q8_0 from the GGUF rows beside the packed copy) */
+    /* the AVX2 and AVX-512 kernels read every packed type */
     const char *isas[] = {"avx2", "avx512vnni"};
     int have[2], any = 0;
     for (int s = 0; s < 2; s++) any |= have[s] = kvs_kernels_set_isa(isas[s]) == 0;
@@ -227,11 +226,10 @@ TEST(test_pack_to_arena) {
     const int k = 576, n = 45; /* 5 whole tiles and 5 rows past them, 2 tail blocks */
     for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++) {
         kvs_wmat alone = kt_rand_wmat(qtypes[t], n, k), in_arena = alone;
-        /* the model's arena packs quantized matrices where the path reads
-         * them: every type on the AVX2 path, Q4_0 / Q4_1 on AVX-512 too */
-        const int q4 = qtypes[t] != KVS_TYPE_Q8_0;
+        /* the model's arena packs quantized matrices where a path reads
+         * them: every type on the AVX2 and AVX-512 paths */
         const int avx512_path = kvs_kernels_cpu_level() == 2 && kvs_kernels_simd_allowed() && !(env && !strcmp(env, "0"));
-        CHECK(kvs_wmat_arena_bytes(&alone) == (avx2_path || (q4 && avx512_path) ? alone.row_bytes * (size_t)n : 0));
+        CHECK(kvs_wmat_arena_bytes(&alone) == (avx2_path || avx512_path ? alone.row_bytes * (size_t)n : 0));
         const size_t bytes = kvs_wmat_packed_bytes(&alone, 1);
         CHECK(bytes == alone.row_bytes * (size_t)n);
         CHECK_EQ_INT(kvs_wmat_pack(&alone, 1), 0);

@@ -499,6 +499,21 @@ int kvs_gguf_open(const char *path, kvs_gguf **out) {
     return finish_open(g, out);
 }
 
+void kvs_gguf_release_pages(const kvs_gguf *g, const void *p, size_t bytes) {
+    if (!g || !g->mapped || !p) return;
+    const uintptr_t base = (uintptr_t)g->base, lo = (uintptr_t)p;
+    if (lo < base || bytes > g->size || lo - base > g->size - bytes) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (lo + page - 1) & ~(page - 1), b = (lo + bytes) & ~(page - 1);
+    if (b <= a) return;
+    /* a private read-only file mapping: dropped pages refault from the file;
+     * MADV_RANDOM: what is read again comes a row at a time (token
+     * embeddings), and a fault no longer maps its neighbours (SmolLM2 Q8_0,
+     * 512 tokens embedded: 42.6 -> 28.6 MB of file pages resident) */
+    (void)madvise((void *)a, b - a, MADV_DONTNEED);
+    (void)madvise((void *)a, b - a, MADV_RANDOM);
+}
+
 /* --- simple accessors ---------------------------------------------------- */
 
 uint32_t kvs_gguf_version(const kvs_gguf *g) { return g->version; }

@@ -94,6 +94,11 @@ int kvs_gguf_open(const char *path, kvs_gguf **out);
 /* Same over a caller-owned buffer (must outlive the handle); used by fuzzing. */
 int kvs_gguf_open_memory(const void *data, size_t size, kvs_gguf **out);
 void kvs_gguf_close(kvs_gguf *g);
+/* Gives the mapping's pages wholly inside [p, p + bytes) back to the kernel
+ * (a hint, for tensors a copy has replaced): read again, they come back from
+ * the file, page by page (no readahead). Nothing for an open_memory handle
+ * or a range outside the map. */
+void kvs_gguf_release_pages(const kvs_gguf *g, const void *p, size_t bytes);
 
 uint32_t kvs_gguf_version(const kvs_gguf *g);
 size_t kvs_gguf_alignment(const kvs_gguf *g);

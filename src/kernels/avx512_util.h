@@ -166,17 +166,99 @@ AI void unpack_q4_packed(const uint8_t *src, int q41, __m512i W[8], __m512 *dw, 
     *mw = q41 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 288))) : _mm512_setzero_ps();
 }
 
-/* Row j's full groups of a Q4 matrix: packed (kvs_packed_row) or GGUF. */
-AI const uint8_t *q4_row(const kvs_wmat *w, int j) {
+/* Row j's full groups of a Q4_0 / Q4_1 / Q8_0 matrix: packed
+ * (kvs_packed_row) or GGUF. */
+AI const uint8_t *q_row(const kvs_wmat *w, int j) {
     return w->packed ? kvs_packed_row(w, j) : (const uint8_t *)w->data + (size_t)j * w->row_bytes;
 }
 
-/* Group g of a Q4 row from q4_row (packed or GGUF), as W / dw / mw. */
+/* Group g of a Q4 row from q_row (packed or GGUF), as W / dw / mw. */
 AI void unpack_q4_row_group(const kvs_wmat *w, const uint8_t *row, int g, int q41, __m512i W[8], __m512 *dw,
                             __m512 *mw) {
     const size_t gbytes = (size_t)16 * (q41 ? 20 : 18);
     if (w->packed) unpack_q4_packed(row + (size_t)g * gbytes, q41, W, dw, mw);
     else unpack_q4_group(row + (size_t)g * gbytes, q41, W, dw, mw);
+}
+
+/* Q8_0 (34-byte blocks), one GGUF group of 16 blocks, lane = block: W[r]
+ * = q dword r (elements 4r..4r+3: xq vec xq_of_q8[r]) of each block, s8.
+ * The 32 q bytes of blocks 2p and 2p + 1 go into z[p] (lane 8h + r = dword
+ * r of block 2p + h), then an 8 x 16 dword transpose in three rounds of
+ * vpermt2d (16-lane gathers of unaligned dwords, one per vector, cost ~3x
+ * as much). Round k swaps bit 2 - k of the vector index (a block bit) with
+ * bit 2 - k of the lane (a dword bit): output vector o of the pair (x, x |
+ * vb) takes, in lane j, lane j with that bit := o's bit from the input whose
+ * bit is j's (idx + 16 selects the second). The last round also puts the
+ * block bits in lane order (lane l = block l, from lane 8 (l & 1) + l / 2 of
+ * the plain swap). The scales: one gather. */
+static const int32_t q8_tr_idx[3][2][16] __attribute__((aligned(64))) = {
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30},
+     {1, 9, 17, 25, 3, 11, 19, 27, 5, 13, 21, 29, 7, 15, 23, 31}},
+};
+
+AI void unpack_q8_group(const uint8_t *src, __m512i W[8], __m512 *dw) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* d: the first 2 bytes of each block; reading 4 bytes stays inside the
+     * block (qs follows), so the gather never leaves the row. */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32(34)), src, 1)));
+    __m512i z[8], u[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++)
+        z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(src + 68 * q + 2))),
+                                  _mm256_loadu_si256((const __m256i *)(src + 68 * q + 36)), 1);
+#pragma GCC unroll 3
+    for (int k = 0; k < 3; k++) {
+        const int vb = 4 >> k; /* vector bit of this round */
+#pragma GCC unroll 8
+        for (int o = 0; o < 8; o++) {
+            const int x = o & ~vb; /* the pair: x (bit 0) and x | vb (bit 1) */
+            u[o] = _mm512_permutex2var_epi32(z[x], _mm512_load_si512(q8_tr_idx[k][(o & vb) != 0]), z[x | vb]);
+        }
+#pragma GCC unroll 8
+        for (int o = 0; o < 8; o++) z[o] = u[o];
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) W[r] = z[r];
+}
+
+/* The same group from a packed row (pack.c: qv[8] vector r lane l = q dword
+ * r of block l, then d[16] f16): plain loads. */
+AI void unpack_q8_packed(const uint8_t *src, __m512i W[8], __m512 *dw) {
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) W[r] = _mm512_loadu_si512(src + 64 * r);
+    *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 512)));
+}
+
+/* corr of the 16 lanes of W (one block or one row's block each): the xq
+ * bytes of a Q8_0 call hold x + 128 (quant.h), see prep_grp. */
+AI __m512i q8_lanes_corr(const __m512i W[8]) {
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    __m512i s[4]; /* 128 * sum of w bytes, four chains: the dots of every row wait on it */
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) s[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, W[r]);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) s[r] = _mm512_dpbusd_epi32(s[r], c128, W[r + 4]);
+    return q8_corr(_mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3])));
+}
+
+/* Group g of a row from q_row, as a prep_grp (v, dw, and mw or corr): the
+ * form every AVX-512 Q4_0 / Q4_1 / Q8_0 kernel consumes. */
+AI void unpack_row_group(const kvs_wmat *w, const uint8_t *row, int g, int type, prep_grp *p) {
+    if (type == KVS_TYPE_Q8_0) {
+        const uint8_t *src = row + (size_t)g * 16 * 34;
+        if (w->packed) unpack_q8_packed(src, p->v, &p->dw);
+        else unpack_q8_group(src, p->v, &p->dw);
+        p->mw = _mm512_setzero_ps();
+        p->corr = q8_lanes_corr(p->v);
+        return;
+    }
+    unpack_q4_row_group(w, row, g, type == KVS_TYPE_Q4_1, p->v, &p->dw, &p->mw);
+    if (type == KVS_TYPE_Q4_0) p->mw = _mm512_setzero_ps();
+    p->corr = _mm512_setzero_si512();
 }
 
 /* Paths for one activation row, and for Q4 calls of up to 4 rows

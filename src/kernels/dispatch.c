@@ -235,9 +235,9 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     c->xq_row = kvs_xq_row_bytes(c->w->k);
     c->xq_tail = c->xq + (size_t)m * c->xq_row;
     c->xq_quad = kvs_xq_quad_bytes(c->w->k);
-    int xn = m == 1 && c->w->type == KVS_TYPE_Q8_0; /* the AVX-512 decode path */
+    int xn = 0;
 #if defined(__x86_64__)
-    xn |= t->isa == &kvs_isa_avx2; /* its packed kernels read int16 rows */
+    xn = t->isa == &kvs_isa_avx2; /* its packed kernels read int16 rows */
 #endif
     c->xn = xn ? align64((uint8_t *)c->xq_tail + (size_t)((m + 3) / 4) * c->xq_quad) : NULL;
     c->xn_row = kvs_xn_bytes(c->w->k);

@@ -45,9 +45,7 @@ typedef struct kvs_mm_call {
     size_t xq_quad;    /* bytes per quad */
     /* The rows again in the form a path's kernels read, written by its
      * quantizer (kvs_xn_bytes(k) each, row i at xn + i * xn_row), else NULL:
-     * AVX-512, m == 1 and Q8_0 weights: natural order, s8 hi[nb * 32], s8
-     * lo[nb * 32], int32 128 * sum Q[nb], float d[nb]; AVX2, every m and
-     * quantized type: int16 Q (kvs_avx2_xn_row). */
+     * AVX2, every m and quantized type: int16 Q (kvs_avx2_xn_row). */
     uint8_t *xn;
     size_t xn_row;
     int m;
@@ -126,7 +124,7 @@ static inline int kvs_decode_cols(int n, int nth) {
     return c > 64 ? c : 64;
 }
 
-/* AVX-512 needs 72 bytes per block, AVX2 64 per full-group block and 80 per tail block. */
+/* AVX2 needs 64 bytes per full-group block and 80 per tail block. */
 static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * 80; }
 
 /* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 weights, calls of >= KVS_AMX_MIN_M

@@ -42,6 +42,10 @@
 #define MR 4
 #define NR 4
 #define XQ_BLOCK_BYTES (256 * 1024) /* quantized activations per row block (L2) */
+#ifndef PREP_L1_BYTES
+#define PREP_L1_BYTES (24 * 1024) /* prepared weights that stay in L1 */
+#endif
+#define PREP_TILES 8 /* column tiles prepared together, at most */
 #ifndef PREP_PF_ROWS
 #define PREP_PF_ROWS 8 /* weight rows ahead that the preparation prefetches */
 #endif
@@ -76,18 +80,8 @@ AI void scatter_dwords(uint8_t *dst, size_t stride, __m128i pa, __m128i pb, __m1
     _mm_storeu_si32(dst + 7 * stride, _mm_srli_si128(pb, 12));
 }
 
-/* Block b of the natural-order copy xn (kvs_mm_call): s8 hi, lo, 128 * sum Q, d. */
-AI void store_xn(uint8_t *xn, int nb, int b, const __m128i h[2], const __m128i l[2], int32_t sum, float d) {
-    _mm_storeu_si128((__m128i *)(xn + 32 * b), h[0]);
-    _mm_storeu_si128((__m128i *)(xn + 32 * b + 16), h[1]);
-    _mm_storeu_si128((__m128i *)(xn + 32 * (nb + b)), l[0]);
-    _mm_storeu_si128((__m128i *)(xn + 32 * (nb + b) + 16), l[1]);
-    ((int32_t *)(xn + 64 * nb))[b] = 128 * sum;
-    ((float *)(xn + 68 * nb))[b] = d;
-}
-
-static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub, uint8_t *xn) {
-    int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k), nb = k / KVS_QK;
+static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub) {
+    int ng = kvs_xq_groups(k), nt = kvs_xq_tail_blocks(k);
     const __m128i off = _mm_set1_epi8(wtype == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
     __m128i h[2], l[2];
     int32_t sum;
@@ -100,7 +94,6 @@ static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t 
             kvs_xq_d(grp)[b] = d;
             kvs_xq_s(grp)[b] = d * (float)sum;
             kvs_xq_sum(grp)[b] = kvs_xq_sum_word(wtype, sum);
-            if (xn) store_xn(xn, nb, g * KVS_XQ_GROUP + b, h, l, sum, d);
         }
     }
     for (int t = 0; t < nt; t++) {
@@ -111,7 +104,6 @@ static void quantize_row(const float *x, int k, int wtype, uint8_t *xq, uint8_t 
         kvs_xq_tail_d(quad, t)[sub] = d;
         kvs_xq_tail_s(quad, t)[sub] = d * (float)sum;
         kvs_xq_tail_c(quad, t)[sub] = kvs_xq_sum_word(wtype, sum);
-        if (xn) store_xn(xn, nb, ng * KVS_XQ_GROUP + t, h, l, sum, d);
     }
 }
 
@@ -119,94 +111,37 @@ static void avx512_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
     for (int i = i0; i < i1; i++)
         quantize_row(c->x + (size_t)i * c->w->k, c->w->k, c->w->type,
                      (uint8_t *)c->xq + (size_t)i * c->xq_row,
-                     (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4, c->xn);
+                     (uint8_t *)c->xq_tail + (size_t)(i / 4) * c->xq_quad, i % 4);
 }
 
 /* ------------------------------------------------------------------ prep */
 
-/* Q4_0 / Q4_1: unpack_q4_row_group (avx512_util.h), the decode kernels'
- * unpacking, stored. */
-static void prep_q4(const kvs_wmat *w, const uint8_t *row, int ng, int q41, prep_grp *out) {
-    for (int g = 0; g < ng; g++) {
-        prep_grp *p = &out[g];
-        unpack_q4_row_group(w, row, g, q41, p->v, &p->dw, &p->mw);
-        if (!q41) p->mw = _mm512_setzero_ps();
-    }
+/* One weight row's groups as the kernels read them (unpack_row_group,
+ * avx512_util.h: the decode kernels' unpacking, stored). type is a constant
+ * in each call. */
+static void prep_groups(const kvs_wmat *w, const uint8_t *row, int ng, int type, prep_grp *out) {
+    for (int g = 0; g < ng; g++) unpack_row_group(w, row, g, type, &out[g]);
 }
 
-/* Q8_0 (34-byte blocks): the 32 q bytes of blocks 2p and 2p + 1 loaded into
- * z[p] (lane 8h + r = dword r of block 2p + h), then an 8 x 16 dword
- * transpose in three rounds of vpermt2d (16-lane gathers of unaligned
- * dwords, one per vector, cost ~3x as much: the preparation weighs as much
- * as the dots when a call has few rows). Round k swaps bit 2 - k of the
- * vector index (a block bit) with bit 2 - k of the lane (a dword bit):
- * output vector o of the pair (x, x | vb) takes, in lane j, lane j with that
- * bit := o's bit from the input whose bit is j's (idx + 16 selects the
- * second). The last round also puts the block bits in lane order (lane l =
- * block l, from lane 8 (l & 1) + l / 2 of the plain swap). The scales: one
- * gather. */
-static const int32_t q8_tr_idx[3][2][16] __attribute__((aligned(64))) = {
-    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-    {{0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30},
-     {1, 9, 17, 25, 3, 11, 19, 27, 5, 13, 21, 29, 7, 15, 23, 31}},
-};
-
-/* noinline: inlined, it changed the code of the tile loops around it, and
- * Q8_0 prefill (m = 256) ran 6-8% slower though the preparation is faster */
-__attribute__((noinline)) static void prep_q8_0(const uint8_t *row, int ng, prep_grp *out) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i base = _mm512_mullo_epi32(lane, _mm512_set1_epi32(34));
-    const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    for (int g = 0; g < ng; g++) {
-        const uint8_t *src = row + (size_t)g * 16 * 34;
-        prep_grp *p = &out[g];
-        p->mw = _mm512_setzero_ps();
-        /* d: the first 2 bytes of each block; reading 4 bytes stays inside
-         * the block (qs follows), so the gather never leaves the row. */
-        p->dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(base, src, 1)));
-        __m512i z[8], u[8];
-#pragma GCC unroll 8
-        for (int q = 0; q < 8; q++)
-            z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(src + 68 * q + 2))),
-                                      _mm256_loadu_si256((const __m256i *)(src + 68 * q + 36)), 1);
-#pragma GCC unroll 3
-        for (int k = 0; k < 3; k++) {
-            const int vb = 4 >> k; /* vector bit of this round */
-#pragma GCC unroll 8
-            for (int o = 0; o < 8; o++) {
-                const int x = o & ~vb; /* the pair: x (bit 0) and x | vb (bit 1) */
-                u[o] = _mm512_permutex2var_epi32(z[x], _mm512_load_si512(q8_tr_idx[k][(o & vb) != 0]), z[x | vb]);
-            }
-#pragma GCC unroll 8
-            for (int o = 0; o < 8; o++) z[o] = u[o];
-        }
-        __m512i corr = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            p->v[r] = z[r];
-            corr = _mm512_dpbusd_epi32(corr, c128, z[r]); /* 128 * sum of w bytes */
-        }
-        p->corr = q8_corr(corr);
-    }
+/* noinline: inlined, the GGUF transposition changed the code of the tile
+ * loops around it, and Q8_0 prefill (m = 256) ran 6-8% slower though the
+ * preparation is faster */
+__attribute__((noinline)) static void prep_q8_0(const kvs_wmat *w, const uint8_t *row, int ng, prep_grp *out) {
+    prep_groups(w, row, ng, KVS_TYPE_Q8_0, out);
 }
 
 static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) {
     for (int j = 0; j < nr; j++) {
-        /* Q4: the packed groups where there are (pack.c), which need no
-         * permutes; Q8_0: the GGUF row (this path reads no packed Q8_0) */
-        const uint8_t *row = w->type == KVS_TYPE_Q8_0 ? (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes
-                                                      : q4_row(w, j0 + j);
+        /* the packed groups where there are (pack.c), which need no permutes */
+        const uint8_t *row = q_row(w, j0 + j);
         /* the row PREP_PF_ROWS further, in the layout read: with few
          * activation rows the preparation waits on weights from L3 or DRAM
          * otherwise (8 streams of SmolLM2 decode: +7%) */
         const uintptr_t pf0 = (uintptr_t)row + PREP_PF_ROWS * w->row_bytes;
         for (uintptr_t a = pf0 & ~(uintptr_t)63; PREP_PF_ROWS && a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        if (w->type == KVS_TYPE_Q4_1) prep_q4(w, row, ng, 1, out + (size_t)j * ng);
-        else if (w->type == KVS_TYPE_Q4_0) prep_q4(w, row, ng, 0, out + (size_t)j * ng);
-        else prep_q8_0(row, ng, out + (size_t)j * ng);
+        if (w->type == KVS_TYPE_Q4_1) prep_groups(w, row, ng, KVS_TYPE_Q4_1, out + (size_t)j * ng);
+        else if (w->type == KVS_TYPE_Q4_0) prep_groups(w, row, ng, KVS_TYPE_Q4_0, out + (size_t)j * ng);
+        else prep_q8_0(w, row, ng, out + (size_t)j * ng);
     }
 }
 
@@ -214,9 +149,55 @@ static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) 
  * pairs with xq vec v (Q4) or xq vec xq_of_q8[v] (Q8_0). Missing rows: 0.
  * Each row's 16 (or 32) q bytes go into one 128-bit lane of Z (lane 4j + r
  * = dword r of row j), and one permute per dword r spreads it. */
+/* The same from a whole packed tile's transposed tails (pack.c), the 4 rows
+ * half .. half + 3 of the tile at a (half = 0 or 4): per dword, one permute
+ * spreads the 4 rows' dwords (Q8_0: their word pairs 2r and 2r + 1) to
+ * lanes 4j + i; the scales likewise. Prefill then reads none of the GGUF
+ * rows the packed copy replaced (their pages can be given back). */
+static const uint16_t tile_tail_words[2][32] __attribute__((aligned(64))) = {
+#define TW(h, j) (h) + (j), 8 + (h) + (j), (h) + (j), 8 + (h) + (j), (h) + (j), 8 + (h) + (j), (h) + (j), 8 + (h) + (j)
+    {TW(0, 0), TW(0, 1), TW(0, 2), TW(0, 3)},
+    {TW(4, 0), TW(4, 1), TW(4, 2), TW(4, 3)},
+#undef TW
+};
+
+static void prep_tail_packed(int type, const uint8_t *a, int half, prep_grp *p) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    const __m512i rows4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const int nvec = type == KVS_TYPE_Q8_0 ? 8 : 4; /* the tile's q bytes: 32 per vector */
+    const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(a + 32 * nvec + 2 * half)));
+    p->dw = _mm512_permutexvar_ps(rows4, _mm512_castps128_ps512(d4));
+    p->mw = _mm512_setzero_ps();
+    p->corr = _mm512_setzero_si512();
+    if (type == KVS_TYPE_Q8_0) {
+        const __m512i words = _mm512_load_si512(tile_tail_words[half / 4]);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            p->v[r] = _mm512_permutexvar_epi16(words, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + 32 * r))));
+        p->corr = q8_lanes_corr(p->v);
+        return;
+    }
+    if (type == KVS_TYPE_Q4_1) {
+        const __m128 m4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(a + 144 + 2 * half)));
+        p->mw = _mm512_permutexvar_ps(rows4, _mm512_castps128_ps512(m4));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const __m512i q = _mm512_permutexvar_epi32(rows4, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + 32 * r + 4 * half))));
+        p->v[2 * r] = _mm512_and_si512(q, lo4);
+        p->v[2 * r + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+    }
+}
+
 static void prep_tail(const kvs_wmat *w, int j0, int nr, int ng, int nt, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const int type = w->type;
+    if (w->packed && nr == NR && kvs_packed_tiled(w, j0 + NR - 1)) {
+        const int bs = kvs_q_block_bytes(type);
+        const uint8_t *tail = kvs_packed_tile_tail(w, j0 & ~(KVS_PACK_TILE - 1));
+        for (int t = 0; t < nt; t++) prep_tail_packed(type, tail + (size_t)t * KVS_PACK_TILE * bs, j0 & 4, &out[t]);
+        return;
+    }
     const int bs = type == KVS_TYPE_Q4_1 ? 20 : type == KVS_TYPE_Q4_0 ? 18 : 34;
     const int qoff = type == KVS_TYPE_Q4_1 ? 4 : 2;
     __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
@@ -646,31 +627,46 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     }
     if (kvs_avx512_matmul_m1(c, j0, j1)) return;
     int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    /* prep of NR rows x all full groups (704 bytes each) + tail, on the stack */
+    /* prep of up to PREP_TILES x NR rows x all full groups (704 bytes each)
+     * + tail, on the stack */
     prep_grp pw[NR * 32] __attribute__((aligned(64)));
-    prep_grp pt[KVS_XQ_GROUP] __attribute__((aligned(64)));
+    prep_grp pt[PREP_TILES][KVS_XQ_GROUP] __attribute__((aligned(64)));
     if (ng > 32) { /* k > 16384: larger than any model here; scalar stays correct */
         kvs_isa_scalar.matmul_cols(c, j0, j1);
         return;
     }
     int q41 = w->type == KVS_TYPE_Q4_1;
+    /* Column tiles prepared together: as many as keep their preparation
+     * within PREP_L1_BYTES, so that a tile of activation rows, read from L2
+     * once, meets all of them from L1 (one column tile at a time read each
+     * activation byte from L2 for 4 weight rows: L2 bandwidth, not the dot
+     * unit, set the pace) */
+    int tiles = (int)(PREP_L1_BYTES / ((size_t)NR * (ng + 1) * sizeof(prep_grp))); /* + 1: the tail's share */
+    tiles = tiles < 1 ? 1 : tiles > PREP_TILES ? PREP_TILES : tiles;
     /* Activation rows in blocks whose xq stays in L2 while the column tiles
      * of the chunk pass over it (the weights are prepared once per block). */
     size_t row_bytes = c->xq_row + c->xq_quad / 4 + 1;
     int mb = rows_per_block(XQ_BLOCK_BYTES, row_bytes, MR);
     for (int i0 = 0; i0 < m; i0 += mb) {
         int i1 = m - i0 < mb ? m : i0 + mb;
-        for (int jt = j0; jt < j1; jt += NR) {
-            int nr = j1 - jt < NR ? j1 - jt : NR;
-            prep_rows(w, jt, nr, pw, ng);
-            if (nt) prep_tail(w, jt, nr, ng, nt, pt);
+        for (int jb = j0; jb < j1; jb += tiles * NR) {
+            int jb1 = j1 - jb < tiles * NR ? j1 : jb + tiles * NR;
+            for (int jt = jb; jt < jb1; jt += NR) {
+                int nr = jb1 - jt < NR ? jb1 - jt : NR;
+                prep_rows(w, jt, nr, pw + (size_t)(jt - jb) * ng, ng);
+                if (nt) prep_tail(w, jt, nr, ng, nt, pt[(jt - jb) / NR]);
+            }
             for (int it = i0; it < i1; it += MR) {
                 int mr = i1 - it < MR ? i1 - it : MR;
                 const uint8_t *xq = c->xq + (size_t)it * c->xq_row;
                 const uint8_t *quad = c->xq_tail + (size_t)(it / 4) * c->xq_quad;
-                float *y = c->y + (size_t)it * n + jt;
-                if (w->type == KVS_TYPE_Q8_0) tile_q8(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
-                else tile_q4(pw, pt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);
+                for (int jt = jb; jt < jb1; jt += NR) {
+                    int nr = jb1 - jt < NR ? jb1 - jt : NR;
+                    const prep_grp *tw = pw + (size_t)(jt - jb) * ng, *tt = pt[(jt - jb) / NR];
+                    float *y = c->y + (size_t)it * n + jt;
+                    if (w->type == KVS_TYPE_Q8_0) tile_q8(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
+                    else tile_q4(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);
+                }
             }
         }
     }

@@ -1,7 +1,7 @@
 /*
  * Weight repacking at load (kvs_wmat_pack): the GGUF rows of a Q4_0 / Q4_1 /
  * Q8_0 matrix, permuted into the order the AVX2 kernels consume (and the
- * AVX-512 Q4 paths: a group's vector r is a zmm as it is), so that a
+ * AVX-512 paths: a group's vector r is a zmm as it is), so that a
  * decode step streams each weight byte once with plain 32-byte loads instead
  * of gathering 2-byte-misaligned block fields (quant.h's blocks are 18, 20 and
  * 34 bytes). Only bytes move: the scales stay f16, the quants stay as they
@@ -144,17 +144,14 @@ static int pack_off_by_env(void) {
 
 size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force) {
     if (w->packed || !packable(w->type) || w->k % KVS_QK || w->n <= 0) return 0;
-    /* Only where a path reads the packed layout; elsewhere it would be
-     * memory for nothing: the AVX2 kernels (every type), the AVX2 K-quant
-     * kernels that AVX-512 CPUs run as well (Q5), the AVX-512 Q4 paths
+    /* Only where a path reads the packed layout (every SIMD path does):
+     * the AVX2 kernels (every type), the AVX2 K-quant kernels that AVX-512
+     * CPUs run as well (Q5), the AVX-512 Q4_0 / Q4_1 / Q8_0 paths
      * (matmul_avx512_m1.c, the prepared tiles' groups: the groups' 16-lane
-     * vectors without the permutes of the 18- and 20-byte blocks; a
+     * vectors without the permutes of the 18-, 20- and 34-byte blocks; a
      * cache-resident SmolLM2 layer, one thread: m = 1 Q4_0 1.45x, Q4_1
-     * 1.28x, m = 8 1.1-1.15x). AVX-512 reads Q8_0 in GGUF layout. */
-    const int q5 = w->type == KVS_TYPE_Q5_0 || w->type == KVS_TYPE_Q5_1;
-    const int q4 = w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1;
-    if (!force && !((q5 || q4 ? kvs_kernels_cpu_level() >= 1 : kvs_kernels_cpu_level() == 1) && kvs_kernels_simd_allowed()))
-        return 0;
+     * 1.28x, m = 8 1.1-1.15x). */
+    if (!force && !(kvs_kernels_cpu_level() >= 1 && kvs_kernels_simd_allowed())) return 0;
     if (!force && pack_off_by_env()) return 0;
     return w->row_bytes * (size_t)w->n;
 }
