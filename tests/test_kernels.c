@@ -320,11 +320,12 @@ TEST(test_matmul_float_decode_chunks) {
  * scalar tail when k is not a multiple of 16; every tile shape (m and n
  * edges) must give the scalar bytes. */
 TEST(test_matmul_float_k_tails) {
-    /* m >= 12 takes AVX-512's widened panels, k = 2071 the path past them */
+    /* m >= 12 takes AVX-512's widened panels, k = 2071 the path past them;
+     * below them 8 x 2 tiles for whole blocks of 8 rows (m = 8, 9, 11) */
     const int ks[] = {7, 16, 40, 583, 2071};
     const int ns[] = {1, 3, 17};
-    const int ms[] = {1, 2, 3, 4, 7, 12, 13, 31};
-    int compared = float_shapes_vs_scalar(ks, 5, ns, 3, ms, 8, NULL);
+    const int ms[] = {1, 2, 3, 4, 7, 8, 9, 11, 12, 13, 31};
+    int compared = float_shapes_vs_scalar(ks, 5, ns, 3, ms, 11, NULL);
     CHECK(compared > 0);
     printf("  %d float-weight tail comparisons\n", compared);
 }

@@ -482,6 +482,72 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
     store_tile(tree16x16(T), y, ldy, mr, nr);
 }
 
+/* 8 activation rows x 2 weight rows (a batch of 8 streams): each weight
+ * chunk is loaded and widened once for 8 rows, not twice as by two 4 x 4
+ * tiles (vcvtph2ps shares the fma ports), and each activation chunk once
+ * for both weight rows. C[i][j]: output (i, j), 16 accumulators; the same
+ * chains, tree and bits as every tile shape. */
+#define F8_ROWS 8
+AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, size_t ldy, int nr, int type, int pf) {
+    __m512 C[F8_ROWS][2];
+    #pragma GCC unroll 8
+    for (int i = 0; i < F8_ROWS; i++) C[i][0] = C[i][1] = _mm512_setzero_ps();
+    const uint8_t *rows[2];
+    #pragma GCC unroll 2
+    for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
+    const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2);
+    const uintptr_t pfb = pf ? (uintptr_t)rows[0] + F_PF_ROWS * w->row_bytes : 0;
+    int e = 0;
+    for (; e + 16 <= k; e += 16) {
+        if (pfb)
+            for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb + (size_t)(e / 16) * chunk_bytes + o), _MM_HINT_T0);
+        __m512 W[2];
+        #pragma GCC unroll 2
+        for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, 0xffff);
+        #pragma GCC unroll 8
+        for (int i = 0; i < F8_ROWS; i++) {
+            const __m512 xv = _mm512_load_ps(xr + (size_t)(e / 16) * 128 + 16 * i);
+            #pragma GCC unroll 2
+            for (int j = 0; j < nr; j++) C[i][j] = _mm512_fmadd_ps(xv, W[j], C[i][j]);
+        }
+    }
+    if (e < k) {
+        const __mmask16 mk = (__mmask16)((1u << (k - e)) - 1);
+        __m512 W[2];
+        #pragma GCC unroll 2
+        for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, mk);
+        #pragma GCC unroll 8
+        for (int i = 0; i < F8_ROWS; i++) {
+            const __m512 xv = _mm512_load_ps(xr + (size_t)(e / 16) * 128 + 16 * i); /* zero past k */
+            #pragma GCC unroll 2
+            for (int j = 0; j < nr; j++) C[i][j] = _mm512_mask3_fmadd_ps(xv, W[j], C[i][j], mk);
+        }
+    }
+    /* output (i, j) into lane l = 2i + j: tree16x16 puts input 4a + b in lane 4b + a */
+    __m512 T[16];
+    #pragma GCC unroll 8
+    for (int i = 0; i < F8_ROWS; i++)
+        #pragma GCC unroll 2
+        for (int j = 0; j < 2; j++) T[4 * ((2 * i + j) % 4) + (2 * i + j) / 4] = C[i][j];
+    const __m512 r = tree16x16(T);
+    const __mmask16 mk = (__mmask16)((1u << nr) - 1);
+    #pragma GCC unroll 8
+    for (int i = 0; i < F8_ROWS; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy - 2 * i, (__mmask16)(mk << (2 * i)), r);
+}
+
+static void tile_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, size_t ldy, int nr, int pf) {
+    const int type = w->type;
+    if (nr == 2) {
+        if (type == KVS_TYPE_F32) kern_f8(w, j0, xr, k, y, ldy, 2, KVS_TYPE_F32, pf);
+        else if (type == KVS_TYPE_F16) kern_f8(w, j0, xr, k, y, ldy, 2, KVS_TYPE_F16, pf);
+        else kern_f8(w, j0, xr, k, y, ldy, 2, KVS_TYPE_BF16, pf);
+    } else {
+        if (type == KVS_TYPE_F32) kern_f8(w, j0, xr, k, y, ldy, 1, KVS_TYPE_F32, pf);
+        else if (type == KVS_TYPE_F16) kern_f8(w, j0, xr, k, y, ldy, 1, KVS_TYPE_F16, pf);
+        else kern_f8(w, j0, xr, k, y, ldy, 1, KVS_TYPE_BF16, pf);
+    }
+}
+
 #define KF_CASE(a, b)                                                                   \
     case (a) * 8 + (b):                                                                 \
         if (type == KVS_TYPE_F32) kern_f(w, j0, x, k, y, ldy, a, b, KVS_TYPE_F32, pf);      \
@@ -594,6 +660,32 @@ static int rows_per_block(size_t budget, size_t row_bytes, int tile_rows) {
     return mb < tile_rows ? tile_rows : mb;
 }
 
+/* Float weights, 8..PANEL_MIN_M - 1 activation rows (8 streams): the first
+ * 8 rows copied chunk by chunk side by side (xr[c][i][16]: one pointer
+ * reaches them all; 8 row pointers spilled into vector registers and cost
+ * more than the copy), then 8 x 2 tiles; rows past 8 on the 4 x 4 tiles.
+ * noinline: its 64 KiB of stack only while it runs. */
+#define F8_FLOATS 16384
+__attribute__((noinline)) static void f8_rows(const kvs_mm_call *c, int j0, int j1) {
+    const kvs_wmat *w = c->w;
+    const int k = w->k, n = w->n, m = c->m, nch = (k + 15) / 16;
+    float xr[F8_FLOATS] __attribute__((aligned(64)));
+    for (int ch = 0; ch < nch; ch++) {
+        const int e = 16 * ch;
+        const __mmask16 mk = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
+        for (int i = 0; i < F8_ROWS; i++)
+            _mm512_store_ps(xr + (size_t)ch * 128 + 16 * i, _mm512_maskz_loadu_ps(mk, c->x + (size_t)i * k + e));
+    }
+    for (int jt = j0; jt < j1; jt += NR) {
+        const int nr = j1 - jt < NR ? j1 - jt : NR;
+        for (int jh = jt; jh < jt + nr; jh += 2) tile_f8(w, jh, xr, k, c->y + jh, n, jt + nr - jh < 2 ? 1 : 2, 1);
+        for (int it = F8_ROWS; it < m; it += MR) {
+            const int mr = m - it < MR ? m - it : MR;
+            tile_f(w, jt, c->x + (size_t)it * k, k, c->y + (size_t)it * n + jt, n, mr, nr, 0);
+        }
+    }
+}
+
 static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     int m = c->m, n = w->n;
@@ -613,6 +705,10 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
                 }
             }
         }
+        return;
+    }
+    if (!c->xq && m >= F8_ROWS && kp * F8_ROWS <= F8_FLOATS) {
+        f8_rows(c, j0, j1);
         return;
     }
     if (!c->xq) {

@@ -162,7 +162,7 @@ size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force) {
  * 4 KiB file pages). */
 static int copied_in_arena(const kvs_wmat *w) {
     return (w->type == KVS_TYPE_F16 || w->type == KVS_TYPE_BF16 || w->type == KVS_TYPE_F32) && w->data &&
-           w->n > 0 && kvs_kernels_cpu_level() == 1 && kvs_kernels_simd_allowed() && !pack_off_by_env();
+           w->n > 0 && kvs_kernels_cpu_level() >= 1 && kvs_kernels_simd_allowed() && !pack_off_by_env();
 }
 
 size_t kvs_wmat_arena_bytes(const kvs_wmat *w) {

@@ -211,12 +211,21 @@ static size_t pack_rounded(const kvs_wmat *w) {
 
 static void add_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += pack_rounded(w); }
 
+typedef struct pack_cursor {
+    uint8_t *at;
+    const kvs_gguf *gguf;
+} pack_cursor;
+
 static void pack_at(kvs_wmat *w, void *arg) {
-    uint8_t **at = arg;
+    pack_cursor *pc = arg;
     const size_t bytes = pack_rounded(w);
     if (!bytes) return;
-    kvs_wmat_arena_place(w, *at);
-    *at += bytes;
+    const void *source = w->data;
+    kvs_wmat_arena_place(w, pc->at);
+    pc->at += bytes;
+    /* a plain copy took the place of the mapping (float weights): its pages
+     * go back as a packed matrix's do (release_source) */
+    if (w->data != source) kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
 }
 
 static void pack_alone(kvs_wmat *w, void *arg) {
@@ -251,8 +260,8 @@ void kvs_model_pack_weights(kvs_model *m) {
     if (!m->pack_arena) {
         for_each_streamed(m, pack_alone, NULL);
     } else {
-        uint8_t *at = m->pack_arena;
-        for_each_streamed(m, pack_at, &at);
+        pack_cursor pc = {m->pack_arena, m->gguf};
+        for_each_streamed(m, pack_at, &pc);
     }
     for_each_streamed(m, release_source, m->gguf);
 }
