@@ -55,12 +55,16 @@ void kvs_wmat_unpack(kvs_wmat *w);
 size_t kvs_wmat_packed_bytes(const kvs_wmat *w, int force);
 void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
 /* A model's arena (model/weights.c) holds, per streamed matrix, its packed
- * copy, or on the AVX2 path a plain copy of float weights (read as they are,
- * but then on 2 MiB pages in decode order): kvs_wmat_arena_bytes is the
- * size of that (0: the matrix stays where it is), kvs_wmat_arena_place puts
- * it at dst and points w->packed, or w->data for a copy, there. */
+ * copy, or on the SIMD paths a plain copy of float weights (read as they
+ * are, but then on 2 MiB pages in decode order): kvs_wmat_arena_bytes is
+ * the size of that (0: the matrix stays where it is), kvs_wmat_arena_place
+ * puts it at dst and points w->packed, or w->data for a copy, there. */
 size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
 void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
+/* 1 where the path the dispatcher picks reads, in a forward pass, none of
+ * the source rows an arena copy replaced (AVX-512 without AMX): their pages
+ * can be given back. The AVX2 and AMX prefill paths read the GGUF rows. */
+int kvs_wmat_arena_replaces_source(void);
 /* bytes of memory (free() it) on 2 MiB pages where it is that large and the
  * kernel allows it, else 64-byte aligned; NULL if out of memory. */
 void *kvs_huge_alloc(size_t bytes);

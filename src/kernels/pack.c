@@ -180,6 +180,10 @@ void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
     }
 }
 
+int kvs_wmat_arena_replaces_source(void) {
+    return kvs_kernels_cpu_level() >= 2 && kvs_kernels_simd_allowed() && !kvs_kernels_amx() && !pack_off_by_env();
+}
+
 void kvs_wmat_pack_to(kvs_wmat *w, void *dst) {
     uint8_t *p = dst;
     const int q5 = w->type == KVS_TYPE_Q5_0 || w->type == KVS_TYPE_Q5_1;

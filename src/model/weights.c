@@ -225,7 +225,7 @@ static void pack_at(kvs_wmat *w, void *arg) {
     pc->at += bytes;
     /* a plain copy took the place of the mapping (float weights): its pages
      * go back as a packed matrix's do (release_source) */
-    if (w->data != source) kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
+    if (w->data != source && pc->gguf) kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
 }
 
 static void pack_alone(kvs_wmat *w, void *arg) {
@@ -243,11 +243,12 @@ static void unpack_alone(kvs_wmat *w, void *arg) {
     kvs_wmat_unpack(w);
 }
 
-/* The GGUF pages of a matrix a packed copy replaced go back to the kernel:
+/* The GGUF pages of a matrix a packed copy replaced go back to the kernel
+ * where the kernels read only the copy (kvs_wmat_arena_replaces_source):
  * packing read them all, and resident they doubled the model's memory
  * (gemma3: 299 -> 471 MB with its Q8_0 head packed). Rows read later (a
- * tied head's token embeddings, the AVX2 and AMX prefill paths, the scalar
- * reference) fault their pages back in from the file. */
+ * tied head's token embeddings, the scalar reference) fault their pages
+ * back in from the file. */
 static void release_source(kvs_wmat *w, void *arg) {
     if (w->packed) kvs_gguf_release_pages(arg, w->data, w->row_bytes * (size_t)w->n);
 }
@@ -260,10 +261,10 @@ void kvs_model_pack_weights(kvs_model *m) {
     if (!m->pack_arena) {
         for_each_streamed(m, pack_alone, NULL);
     } else {
-        pack_cursor pc = {m->pack_arena, m->gguf};
+        pack_cursor pc = {m->pack_arena, kvs_wmat_arena_replaces_source() ? m->gguf : NULL};
         for_each_streamed(m, pack_at, &pc);
     }
-    for_each_streamed(m, release_source, m->gguf);
+    if (kvs_wmat_arena_replaces_source()) for_each_streamed(m, release_source, m->gguf);
 }
 
 void kvs_model_unpack_weights(kvs_model *m) {
