@@ -419,6 +419,22 @@ AI __m512 load_w16(const uint8_t *row, int e, int type, __mmask16 mk) {
 
 #define F_PF_ROWS 16 /* weight rows ahead that the float paths prefetch */
 
+/* With pf (the first row tile of the call's rows), the bytes of the nr
+ * weight rows F_PF_ROWS rows further, spread over the chunks (nr * 16
+ * elements a chunk) so that they overlap the fmas: with none the loads waited
+ * on DRAM, and a burst at the start of each tile waited on full fill buffers
+ * (8 rows of SmolLM2 F16's layers, one Xeon thread: 38 ms a step with the
+ * burst, 31.6 -> 26.5 ms spread; one row, decode: 40.4-41.2 -> 41.7-43.4
+ * tok/s at 1 thread, 78-83 -> 83-87 at 2). f_pf_base: 0 without pf. */
+AI uintptr_t f_pf_base(const kvs_wmat *w, int j0, int pf) {
+    return pf ? (uintptr_t)w->data + (size_t)(j0 + F_PF_ROWS) * w->row_bytes : 0;
+}
+AI void f_pf_chunk(uintptr_t pfb, int e, int nr, int type) {
+    const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2);
+    if (pfb)
+        for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb + (size_t)(e / 16) * chunk_bytes + o), _MM_HINT_T0);
+}
+
 AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_t ldy, int mr,
                int nr, int type, int pf) {
     __m512 C[MR][NR];
@@ -429,21 +445,12 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
     const uint8_t *rows[NR];
     #pragma GCC unroll 4
     for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-    /* pf (the first row tile of the call's rows): the tile's bytes
-     * F_PF_ROWS rows further, spread over the chunks (nr * 16 elements a
-     * chunk) so that they overlap the fmas: with none the loads waited on
-     * DRAM, and a burst at the start of each tile waited on full fill
-     * buffers (8 rows of SmolLM2 F16's layers, one Xeon thread: 38 ms a step
-     * with the burst, 31.6 -> 26.5 ms spread; one row, decode: 40.4-41.2 ->
-     * 41.7-43.4 tok/s at 1 thread, 78-83 -> 83-87 at 2) */
-    const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2);
-    const uintptr_t pfb = pf ? (uintptr_t)rows[0] + F_PF_ROWS * w->row_bytes : 0;
+    const uintptr_t pfb = f_pf_base(w, j0, pf);
     int e = 0;
     /* whole chunks: plain loads and fmas (merge-masked ones with a full
      * mask cost 8 streams of SmolLM2 F16 15%: 38 -> 33 ms a step) */
     for (; e + 16 <= k; e += 16) {
-        if (pfb)
-            for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb + (size_t)(e / 16) * chunk_bytes + o), _MM_HINT_T0);
+        f_pf_chunk(pfb, e, nr, type);
         __m512 W[NR];
         #pragma GCC unroll 4
         for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, 0xffff);
@@ -492,15 +499,11 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, siz
     __m512 C[F8_ROWS][2];
     #pragma GCC unroll 8
     for (int i = 0; i < F8_ROWS; i++) C[i][0] = C[i][1] = _mm512_setzero_ps();
-    const uint8_t *rows[2];
-    #pragma GCC unroll 2
-    for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-    const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2);
-    const uintptr_t pfb = pf ? (uintptr_t)rows[0] + F_PF_ROWS * w->row_bytes : 0;
+    const uint8_t *row0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes, *rows[2] = {row0, row0 + w->row_bytes};
+    const uintptr_t pfb = f_pf_base(w, j0, pf);
     int e = 0;
     for (; e + 16 <= k; e += 16) {
-        if (pfb)
-            for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb + (size_t)(e / 16) * chunk_bytes + o), _MM_HINT_T0);
+        f_pf_chunk(pfb, e, nr, type);
         __m512 W[2];
         #pragma GCC unroll 2
         for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, 0xffff);
