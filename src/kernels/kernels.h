@@ -37,13 +37,14 @@ typedef struct kvs_wmat {
 } kvs_wmat;
 
 /* Repacks a Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 matrix into the layout the
- * AVX2 kernels stream (pack.c) and sets w->packed; results stay memcmp-equal
- * to the unpacked path. Does nothing (returns 0, packed stays NULL) for other
- * types or, unless force, when the CPU's best path does not read it (AVX-512
- * reads packed Q4_0 / Q4_1 but the GGUF layout of Q8_0; every SIMD CPU runs
- * the AVX2 Q5 kernels)
- * or the environment has KVS_PACK=0. Returns -1 if out of memory (w unchanged). The copy
- * doubles the matrix's memory; kvs_wmat_unpack frees it. */
+ * AVX2 kernels stream (pack.c; the AVX-512 Q4_0 / Q4_1 / Q8_0 paths read it
+ * too, and every SIMD CPU runs the AVX2 Q5 kernels) and sets w->packed;
+ * results stay memcmp-equal to the unpacked path. Does nothing (returns 0,
+ * packed stays NULL) for other types or, unless force, on the scalar path or
+ * when the environment has KVS_PACK=0. Returns -1 if out of memory (w
+ * unchanged). The copy doubles the matrix's memory (a model gives the GGUF
+ * pages back where it can: kvs_wmat_arena_replaces_source);
+ * kvs_wmat_unpack frees it. */
 int kvs_wmat_pack(kvs_wmat *w, int force);
 void kvs_wmat_unpack(kvs_wmat *w);
 /* The same into memory the caller owns (one arena for a model's matrices:
