@@ -145,10 +145,6 @@ static void prep_rows(const kvs_wmat *w, int j0, int nr, prep_grp *out, int ng) 
     }
 }
 
-/* Tail blocks of the tile's nr rows, lane 4j + i = row j (any i). Vector v
- * pairs with xq vec v (Q4) or xq vec xq_of_q8[v] (Q8_0). Missing rows: 0.
- * Each row's 16 (or 32) q bytes go into one 128-bit lane of Z (lane 4j + r
- * = dword r of row j), and one permute per dword r spreads it. */
 /* The same from a whole packed tile's transposed tails (pack.c), the 4 rows
  * half .. half + 3 of the tile at a (half = 0 or 4): per dword, one permute
  * spreads the 4 rows' dwords (Q8_0: their word pairs 2r and 2r + 1) to
@@ -189,6 +185,10 @@ static void prep_tail_packed(int type, const uint8_t *a, int half, prep_grp *p) 
     }
 }
 
+/* Tail blocks of the tile's nr rows, lane 4j + i = row j (any i). Vector v
+ * pairs with xq vec v (Q4) or xq vec xq_of_q8[v] (Q8_0). Missing rows: 0.
+ * Each row's 16 (or 32) q bytes go into one 128-bit lane of Z (lane 4j + r
+ * = dword r of row j), and one permute per dword r spreads it. */
 static void prep_tail(const kvs_wmat *w, int j0, int nr, int ng, int nt, prep_grp *out) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const int type = w->type;
@@ -726,10 +726,11 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     }
     if (kvs_avx512_matmul_m1(c, j0, j1)) return;
     int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
-    /* prep of up to PREP_TILES x NR rows x all full groups (704 bytes each)
-     * + tail, on the stack */
-    prep_grp pw[NR * 32] __attribute__((aligned(64)));
-    prep_grp pt[PREP_TILES][KVS_XQ_GROUP] __attribute__((aligned(64)));
+    /* prep of the column tiles prepared together, on the stack: per tile NR
+     * rows x all full groups (704 bytes each), then its tail blocks; room
+     * for one tile of the longest rows (more tiles only where they fit
+     * PREP_L1_BYTES, far less) */
+    prep_grp pw[NR * 32 + KVS_XQ_GROUP] __attribute__((aligned(64)));
     if (ng > 32) { /* k > 16384: larger than any model here; scalar stays correct */
         kvs_isa_scalar.matmul_cols(c, j0, j1);
         return;
@@ -742,6 +743,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
      * unit, set the pace) */
     int tiles = (int)(PREP_L1_BYTES / ((size_t)NR * (ng + 1) * sizeof(prep_grp))); /* + 1: the tail's share */
     tiles = tiles < 1 ? 1 : tiles > PREP_TILES ? PREP_TILES : tiles;
+    const int per_tile = NR * ng + nt; /* prep_grps of a column tile in pw */
     /* Activation rows in blocks whose xq stays in L2 while the column tiles
      * of the chunk pass over it (the weights are prepared once per block). */
     size_t row_bytes = c->xq_row + c->xq_quad / 4 + 1;
@@ -752,8 +754,9 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
             int jb1 = j1 - jb < tiles * NR ? j1 : jb + tiles * NR;
             for (int jt = jb; jt < jb1; jt += NR) {
                 int nr = jb1 - jt < NR ? jb1 - jt : NR;
-                prep_rows(w, jt, nr, pw + (size_t)(jt - jb) * ng, ng);
-                if (nt) prep_tail(w, jt, nr, ng, nt, pt[(jt - jb) / NR]);
+                prep_grp *tile = pw + (size_t)((jt - jb) / NR) * per_tile;
+                prep_rows(w, jt, nr, tile, ng);
+                if (nt) prep_tail(w, jt, nr, ng, nt, tile + NR * ng);
             }
             for (int it = i0; it < i1; it += MR) {
                 int mr = i1 - it < MR ? i1 - it : MR;
@@ -761,7 +764,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
                 const uint8_t *quad = c->xq_tail + (size_t)(it / 4) * c->xq_quad;
                 for (int jt = jb; jt < jb1; jt += NR) {
                     int nr = jb1 - jt < NR ? jb1 - jt : NR;
-                    const prep_grp *tw = pw + (size_t)(jt - jb) * ng, *tt = pt[(jt - jb) / NR];
+                    const prep_grp *tw = pw + (size_t)((jt - jb) / NR) * per_tile, *tt = tw + NR * ng;
                     float *y = c->y + (size_t)it * n + jt;
                     if (w->type == KVS_TYPE_Q8_0) tile_q8(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
                     else tile_q4(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);

@@ -211,26 +211,30 @@ static size_t pack_rounded(const kvs_wmat *w) {
 
 static void add_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += pack_rounded(w); }
 
+/* Where the matrices go (the arena, or NULL: each packed on its own) and
+ * the mapping whose pages a copy replaced go back to the kernel (NULL: they
+ * stay). Packing read them all, and resident they doubled the model's
+ * memory (gemma3: 299 -> 471 MB with its Q8_0 head packed); they go back
+ * only where the kernels read nothing but the copies
+ * (kvs_wmat_arena_replaces_source). Rows read later (a tied head's token
+ * embeddings, the scalar reference) fault their pages back in from the file. */
 typedef struct pack_cursor {
     uint8_t *at;
     const kvs_gguf *gguf;
 } pack_cursor;
 
-static void pack_at(kvs_wmat *w, void *arg) {
+static void pack_one(kvs_wmat *w, void *arg) {
     pack_cursor *pc = arg;
-    const size_t bytes = pack_rounded(w);
-    if (!bytes) return;
-    const void *source = w->data;
-    kvs_wmat_arena_place(w, pc->at);
-    pc->at += bytes;
-    /* a plain copy took the place of the mapping (float weights): its pages
-     * go back as a packed matrix's do (release_source) */
-    if (w->data != source && pc->gguf) kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
-}
-
-static void pack_alone(kvs_wmat *w, void *arg) {
-    (void)arg;
-    (void)kvs_wmat_pack(w, 0);
+    const void *source = w->data; /* a plain copy of float weights replaces data */
+    if (pc->at) {
+        const size_t bytes = pack_rounded(w);
+        if (!bytes) return;
+        kvs_wmat_arena_place(w, pc->at);
+        pc->at += bytes;
+    } else if (kvs_wmat_pack(w, 0) || !w->packed) {
+        return;
+    }
+    if (pc->gguf) kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
 }
 
 static void forget_packed(kvs_wmat *w, void *arg) {
@@ -243,28 +247,13 @@ static void unpack_alone(kvs_wmat *w, void *arg) {
     kvs_wmat_unpack(w);
 }
 
-/* The GGUF pages of a matrix a packed copy replaced go back to the kernel
- * where the kernels read only the copy (kvs_wmat_arena_replaces_source):
- * packing read them all, and resident they doubled the model's memory
- * (gemma3: 299 -> 471 MB with its Q8_0 head packed). Rows read later (a
- * tied head's token embeddings, the scalar reference) fault their pages
- * back in from the file. */
-static void release_source(kvs_wmat *w, void *arg) {
-    if (w->packed) kvs_gguf_release_pages(arg, w->data, w->row_bytes * (size_t)w->n);
-}
-
 void kvs_model_pack_weights(kvs_model *m) {
     size_t total = 0;
     for_each_streamed(m, add_bytes, &total);
     if (!total) return;
     m->pack_arena = kvs_huge_alloc(total);
-    if (!m->pack_arena) {
-        for_each_streamed(m, pack_alone, NULL);
-    } else {
-        pack_cursor pc = {m->pack_arena, kvs_wmat_arena_replaces_source() ? m->gguf : NULL};
-        for_each_streamed(m, pack_at, &pc);
-    }
-    if (kvs_wmat_arena_replaces_source()) for_each_streamed(m, release_source, m->gguf);
+    pack_cursor pc = {m->pack_arena, kvs_wmat_arena_replaces_source() ? m->gguf : NULL};
+    for_each_streamed(m, pack_one, &pc);
 }
 
 void kvs_model_unpack_weights(kvs_model *m) {
