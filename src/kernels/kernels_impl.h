@@ -113,15 +113,24 @@ static inline const uint8_t *kvs_packed_tile_tail(const kvs_wmat *w, int j8) {
     return (const uint8_t *)w->packed + (size_t)j8 * w->row_bytes + KVS_PACK_TILE * kvs_packed_groups_bytes(w);
 }
 
-/* Output columns per chunk of a decode step (m == 1) of an n-column matrix
- * on nth threads: 64, or about 8 chunks per thread for a large matrix such
- * as the output head, so that each thread streams long runs of rows and the
- * hardware prefetchers stay on them (gemma3's 262144-row Q8_0 head, 2
- * threads: 7.9-10.4 ms with 64-column chunks, 6.4-6.8 ms with these). A
- * multiple of 16 (whole tiles). */
+/* Output columns per chunk of a decode step (m == 1) or of a few rows (a
+ * batch of streams) of an n-column matrix on nth threads: 64, or about 8
+ * chunks per thread for a large matrix such as the output head, so that
+ * each thread streams long runs of rows and the hardware prefetchers stay on
+ * them (gemma3's 262144-row Q8_0 head, 2 threads: 7.9-10.4 ms with
+ * 64-column chunks, 6.4-6.8 ms with these). Then up to twice that where it
+ * splits the tiles into a multiple of nth equal chunks: SmolLM2's 576
+ * columns went in 9 chunks of 64 (one of 2 threads did 5, the other 4 and
+ * waited), now 6 of 96 (2 Xeon threads: decode Q4_1 354-370 -> 372-381
+ * tok/s, Q4_0 360-382 -> 381-393; 8 streams F16 456-466 -> 478-502, Q4_1
+ * 804-828 -> 818-834). A multiple of 16 (whole tiles). */
 static inline int kvs_decode_cols(int n, int nth) {
     int c = n / (8 * nth) & ~15;
-    return c > 64 ? c : 64;
+    c = c > 64 ? c : 64;
+    const int tiles = (n + 15) / 16;
+    for (int s = c / 16; s <= c / 8 && s <= tiles; s++)
+        if (tiles % s == 0 && (tiles / s) % nth == 0) return 16 * s;
+    return c;
 }
 
 /* AVX2 needs 64 bytes per full-group block and 80 per tail block. */
