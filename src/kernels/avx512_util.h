@@ -109,23 +109,32 @@ AI __m512i gather18(const __m512i z[5], int c) {
     return _mm512_mask_permutexvar_epi8(r, _mm512_cmpeq_epi8_mask(seg, _mm512_set1_epi8(2)), idx, z[4]);
 }
 
-/* kvs_tree16 of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
-AI __m512 tree16x16(const __m512 C[16]) {
+/* a + b, or max(a, b) (is_max, a constant in each copy). */
+AI __m512 tree_step(__m512 a, __m512 b, int is_max) { return is_max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b); }
+
+/* The reduction tree of kvs_tree16 (is_max 0), or the maxima by the same
+ * pairing (1), of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
+AI __m512 tree16x16_op(const __m512 C[16], int is_max) {
     __m512 z[8], w4[4], v2[2];
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++)
-        z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0x44),
-                             _mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0xee));
+        z[p] = tree_step(_mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0x44),
+                         _mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0xee), is_max);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
-        w4[k] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0x88),
-                              _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0xdd));
+        w4[k] = tree_step(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0x88),
+                          _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0xdd), is_max);
 #pragma GCC unroll 2
     for (int a = 0; a < 2; a++)
-        v2[a] = _mm512_add_ps(_mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0x44),
-                              _mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0xee));
-    return _mm512_add_ps(_mm512_shuffle_ps(v2[0], v2[1], 0x88), _mm512_shuffle_ps(v2[0], v2[1], 0xdd));
+        v2[a] = tree_step(_mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0x44),
+                          _mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0xee), is_max);
+    return tree_step(_mm512_shuffle_ps(v2[0], v2[1], 0x88), _mm512_shuffle_ps(v2[0], v2[1], 0xdd), is_max);
 }
+AI __m512 tree16x16(const __m512 C[16]) { return tree16x16_op(C, 0); }
+
+/* Tree input slot of vector rho so that tree16x16 puts it in lane rho
+ * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
+static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
 
 
 /* One Q4 group of 16 blocks of a weight row, lane = block: W[2r] / W[2r + 1]
@@ -200,16 +209,10 @@ static const int32_t q8_tr_idx[3][2][16] __attribute__((aligned(64))) = {
      {1, 9, 17, 25, 3, 11, 19, 27, 5, 13, 21, 29, 7, 15, 23, 31}},
 };
 
-AI void unpack_q8_group(const uint8_t *src, __m512i W[8], __m512 *dw) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    /* d: the first 2 bytes of each block; reading 4 bytes stays inside the
-     * block (qs follows), so the gather never leaves the row. */
-    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32(34)), src, 1)));
-    __m512i z[8], u[8];
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; q++)
-        z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(src + 68 * q + 2))),
-                                  _mm256_loadu_si256((const __m256i *)(src + 68 * q + 36)), 1);
+/* z[q] lane 8h + r = dword r of block 2q + h (16 blocks of 8 dwords) ->
+ * z[r] lane l = dword r of block l, in place (the rounds above). */
+AI void transpose_block_dwords(__m512i z[8]) {
+    __m512i u[8];
 #pragma GCC unroll 3
     for (int k = 0; k < 3; k++) {
         const int vb = 4 >> k; /* vector bit of this round */
@@ -221,6 +224,19 @@ AI void unpack_q8_group(const uint8_t *src, __m512i W[8], __m512 *dw) {
 #pragma GCC unroll 8
         for (int o = 0; o < 8; o++) z[o] = u[o];
     }
+}
+
+AI void unpack_q8_group(const uint8_t *src, __m512i W[8], __m512 *dw) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* d: the first 2 bytes of each block; reading 4 bytes stays inside the
+     * block (qs follows), so the gather never leaves the row. */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32(34)), src, 1)));
+    __m512i z[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++)
+        z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(src + 68 * q + 2))),
+                                  _mm256_loadu_si256((const __m256i *)(src + 68 * q + 36)), 1);
+    transpose_block_dwords(z);
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) W[r] = z[r];
 }

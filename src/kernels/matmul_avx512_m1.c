@@ -50,10 +50,6 @@
 #error "KVS_MANY_MAX_M (many_rows' rows) must be at least KVS_FEW_MAX_M (few_rows')"
 #endif
 
-/* Tree input slot of weight row rho so that tree16x16 puts it in lane rho
- * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
-static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
-
 /* Tail block blk (of weight row 0; rows at roff) of the live rows, lane =
  * weight row: W as unpack_q4_group, gathered. */
 AI void gather_q4_tail(const uint8_t *blk, __m512i roff, __mmask16 live, int q41, __m512i W[8], __m512 *dw,
