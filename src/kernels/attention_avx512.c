@@ -144,15 +144,77 @@ static void softmax_rows(unit_ctx *u, int rb, int maxn, __m512 mx, int nr) {
     for (int l = 0; l < nr; l++) u->inv[rb * 16 + l] = tmp[l];
 }
 
-/* o[d] += e_j * v_j[d] for keys [j0, j0 + nk), 16 dims at d0, lane = row:
- * acc[dd] holds dim d0 + dd of the 16 rows. Keys a row does not see have
- * e = 0 and add exactly +0. */
-AI void pv_rows(const float *S, const float *vf, int D, int j0, int nk, int d0, __m512 acc[16]) {
-    for (int j = 0; j < nk; j++) {
-        __m512 e = _mm512_loadu_ps(S + (size_t)(j0 + j) * 16);
+/* o[d] += e_j * v_j[d] for the keys of up to 3 row blocks rb0.. (nb, a
+ * constant in each copy), PV_DIMS dims at d0, lane = row: acc[b][dd] holds
+ * dim d0 + dd of block rb0 + b's 16 rows, and block b takes keys [j0, j0 +
+ * nkr[b]) of the staged tile vf. The blocks share each broadcast V element
+ * over the keys they all take (one block per broadcast: 17 loads per 16
+ * fmas, the pass bound by the loads; now 11 per 24 as in qk_group), then
+ * each block its own last keys (its rows see fewer or more). Keys a row does
+ * not see have e = 0 and add exactly +0; per output the chain over j keeps
+ * its order. */
+#define PV_DIMS 8
+AI void pv_group(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, const int *nkr, int d0,
+                 __m512 acc[3][PV_DIMS]) {
+    const int D = u->D;
+    const float *S[3];
+    int nmin = nkr[0];
+#pragma GCC unroll 3
+    for (int b = 0; b < nb; b++) {
+        S[b] = u->S + (size_t)(rb0 + b) * 16 * u->ctxs + (size_t)j0 * 16;
+        if (nkr[b] < nmin) nmin = nkr[b];
+    }
+    for (int j = 0; j < nmin; j++) {
+        __m512 e[3];
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++) {
+            e[b] = _mm512_loadu_ps(S[b] + (size_t)j * 16);
+            __asm__("" : "+v"(e[b])); /* one load, not one per fma */
+        }
         const float *v = vf + (size_t)j * D + d0;
-#pragma GCC unroll 16
-        for (int dd = 0; dd < 16; dd++) acc[dd] = _mm512_fmadd_ps(e, _mm512_set1_ps(v[dd]), acc[dd]);
+#pragma GCC unroll 8
+        for (int dd = 0; dd < PV_DIMS; dd++) {
+            const __m512 vb = _mm512_set1_ps(v[dd]);
+#pragma GCC unroll 3
+            for (int b = 0; b < nb; b++) acc[b][dd] = _mm512_fmadd_ps(e[b], vb, acc[b][dd]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int b = 0; b < nb; b++)
+        for (int j = nmin; j < nkr[b]; j++) {
+            const __m512 e = _mm512_loadu_ps(S[b] + (size_t)j * 16);
+            const float *v = vf + (size_t)j * D + d0;
+#pragma GCC unroll 8
+            for (int dd = 0; dd < PV_DIMS; dd++) acc[b][dd] = _mm512_fmadd_ps(e, _mm512_set1_ps(v[dd]), acc[b][dd]);
+        }
+}
+
+/* pv_group over the D dims of blocks rb0.. (nb of them), partial outputs
+ * in O (rb, D, 16): from zero at the first tile, else where the last tile
+ * left them. */
+AI void pv_blocks_nb(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, const int *nkr, float *O) {
+    const int D = u->D;
+    for (int d0 = 0; d0 < D; d0 += PV_DIMS) {
+        __m512 acc[3][PV_DIMS];
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+            for (int dd = 0; dd < PV_DIMS; dd++)
+                acc[b][dd] = j0 == u->jmin ? _mm512_setzero_ps()
+                                           : _mm512_loadu_ps(O + ((size_t)(rb0 + b) * D + d0 + dd) * 16);
+        pv_group(u, rb0, nb, vf, j0, nkr, d0, acc);
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+            for (int dd = 0; dd < PV_DIMS; dd++) _mm512_storeu_ps(O + ((size_t)(rb0 + b) * D + d0 + dd) * 16, acc[b][dd]);
+    }
+}
+
+static void pv_blocks(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, const int *nkr, float *O) {
+    switch (nb) {
+    case 1: pv_blocks_nb(u, rb0, 1, vf, j0, nkr, O); break;
+    case 2: pv_blocks_nb(u, rb0, 2, vf, j0, nkr, O); break;
+    default: pv_blocks_nb(u, rb0, 3, vf, j0, nkr, O); break;
     }
 }
 
@@ -197,20 +259,12 @@ static void prefill_unit(unit_ctx *u) {
     for (int j0 = u->jmin; j0 < maxall; j0 += JT) {
         int nk = maxall - j0 < JT ? maxall - j0 : JT;
         const float *vf = stage_rows(u, c->v, j0, nk, kvf);
+        int nkr[3];
         for (int rb = 0; rb < nrb; rb++) {
-            int nkr = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
-            const float *S = u->S + (size_t)rb * 16 * u->ctxs;
-            for (int d0 = 0; d0 < D; d0 += 16) {
-                float *o = O + ((size_t)rb * D + d0) * 16;
-                __m512 acc[16];
-#pragma GCC unroll 16
-                for (int dd = 0; dd < 16; dd++)
-                    acc[dd] = j0 == u->jmin ? _mm512_setzero_ps() : _mm512_loadu_ps(o + dd * 16);
-                if (nkr > 0) pv_rows(S, vf, D, j0, nkr, d0, acc);
-#pragma GCC unroll 16
-                for (int dd = 0; dd < 16; dd++) _mm512_storeu_ps(o + dd * 16, acc[dd]);
-            }
+            nkr[rb] = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
+            if (nkr[rb] < 0) nkr[rb] = 0;
         }
+        pv_blocks(u, 0, nrb, vf, j0, nkr, O);
     }
     /* out = o * (1 / S), rows back to (token, head) order */
     for (int rb = 0; rb < nrb; rb++) {
