@@ -144,9 +144,9 @@ static void softmax_rows(unit_ctx *u, int rb, int maxn, __m512 mx, int nr) {
     for (int l = 0; l < nr; l++) u->inv[rb * 16 + l] = tmp[l];
 }
 
-/* o[d] += e_j * v_j[d] for the keys of up to 3 row blocks rb0.. (nb, a
- * constant in each copy), PV_DIMS dims at d0, lane = row: acc[b][dd] holds
- * dim d0 + dd of block rb0 + b's 16 rows, and block b takes keys [j0, j0 +
+/* o[d] += e_j * v_j[d] for the keys of the unit's nb (<= 3, a constant in
+ * each copy) row blocks, PV_DIMS dims at d0, lane = row: acc[b][dd] holds
+ * dim d0 + dd of block b's 16 rows, and block b takes keys [j0, j0 +
  * nkr[b]) of the staged tile vf. The blocks share each broadcast V element
  * over the keys they all take (one block per broadcast: 17 loads per 16
  * fmas, the pass bound by the loads; now 11 per 24 as in qk_group), then
@@ -154,14 +154,14 @@ static void softmax_rows(unit_ctx *u, int rb, int maxn, __m512 mx, int nr) {
  * not see have e = 0 and add exactly +0; per output the chain over j keeps
  * its order. */
 #define PV_DIMS 8
-AI void pv_group(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, const int *nkr, int d0,
+AI void pv_group(const unit_ctx *u, int nb, const float *vf, int j0, const int *nkr, int d0,
                  __m512 acc[3][PV_DIMS]) {
     const int D = u->D;
     const float *S[3];
     int nmin = nkr[0];
 #pragma GCC unroll 3
     for (int b = 0; b < nb; b++) {
-        S[b] = u->S + (size_t)(rb0 + b) * 16 * u->ctxs + (size_t)j0 * 16;
+        S[b] = u->S + (size_t)b * 16 * u->ctxs + (size_t)j0 * 16;
         if (nkr[b] < nmin) nmin = nkr[b];
     }
     for (int j = 0; j < nmin; j++) {
@@ -189,10 +189,10 @@ AI void pv_group(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, co
         }
 }
 
-/* pv_group over the D dims of blocks rb0.. (nb of them), partial outputs
+/* pv_group over the D dims of the unit's nb row blocks, partial outputs
  * in O (rb, D, 16): from zero at the first tile, else where the last tile
  * left them. */
-AI void pv_blocks_nb(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, const int *nkr, float *O) {
+AI void pv_blocks_nb(const unit_ctx *u, int nb, const float *vf, int j0, const int *nkr, float *O) {
     const int D = u->D;
     for (int d0 = 0; d0 < D; d0 += PV_DIMS) {
         __m512 acc[3][PV_DIMS];
@@ -201,20 +201,20 @@ AI void pv_blocks_nb(const unit_ctx *u, int rb0, int nb, const float *vf, int j0
 #pragma GCC unroll 8
             for (int dd = 0; dd < PV_DIMS; dd++)
                 acc[b][dd] = j0 == u->jmin ? _mm512_setzero_ps()
-                                           : _mm512_loadu_ps(O + ((size_t)(rb0 + b) * D + d0 + dd) * 16);
-        pv_group(u, rb0, nb, vf, j0, nkr, d0, acc);
+                                           : _mm512_loadu_ps(O + ((size_t)b * D + d0 + dd) * 16);
+        pv_group(u, nb, vf, j0, nkr, d0, acc);
 #pragma GCC unroll 3
         for (int b = 0; b < nb; b++)
 #pragma GCC unroll 8
-            for (int dd = 0; dd < PV_DIMS; dd++) _mm512_storeu_ps(O + ((size_t)(rb0 + b) * D + d0 + dd) * 16, acc[b][dd]);
+            for (int dd = 0; dd < PV_DIMS; dd++) _mm512_storeu_ps(O + ((size_t)b * D + d0 + dd) * 16, acc[b][dd]);
     }
 }
 
-static void pv_blocks(const unit_ctx *u, int rb0, int nb, const float *vf, int j0, const int *nkr, float *O) {
+static void pv_blocks(const unit_ctx *u, int nb, const float *vf, int j0, const int *nkr, float *O) {
     switch (nb) {
-    case 1: pv_blocks_nb(u, rb0, 1, vf, j0, nkr, O); break;
-    case 2: pv_blocks_nb(u, rb0, 2, vf, j0, nkr, O); break;
-    default: pv_blocks_nb(u, rb0, 3, vf, j0, nkr, O); break;
+    case 1: pv_blocks_nb(u, 1, vf, j0, nkr, O); break;
+    case 2: pv_blocks_nb(u, 2, vf, j0, nkr, O); break;
+    default: pv_blocks_nb(u, 3, vf, j0, nkr, O); break;
     }
 }
 
@@ -264,7 +264,7 @@ static void prefill_unit(unit_ctx *u) {
             nkr[rb] = maxn[rb] - j0 < nk ? maxn[rb] - j0 : nk;
             if (nkr[rb] < 0) nkr[rb] = 0;
         }
-        pv_blocks(u, 0, nrb, vf, j0, nkr, O);
+        pv_blocks(u, nrb, vf, j0, nkr, O);
     }
     /* out = o * (1 / S), rows back to (token, head) order */
     for (int rb = 0; rb < nrb; rb++) {

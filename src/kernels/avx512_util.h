@@ -37,9 +37,17 @@ AI __m512i q8_corr(__m512i s128) {
 /* The two-level rounding of one block of 32 (quant.h), lane-wise as the
  * reference: qh[h] / ql[h] = hi / lo of elements 16h..16h+15 as int32;
  * returns dx (the scale of Q = 256 hi + lo), writes sum Q. */
+/* hi and lo of 16 elements x given 1 / d (vid), lane-wise (quant.h). */
+AI void two_levels(__m512 x, __m512 vid, __m512i *qh, __m512i *ql) {
+    const __m512 v = _mm512_mul_ps(x, vid);
+    *qh = _mm512_cvtps_epi32(v); /* round half even */
+    const __m512i l = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
+                                       _mm512_slli_epi32(*qh, 8));
+    *ql = _mm512_max_epi32(_mm512_min_epi32(l, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+}
+
 AI float quantize_block_levels(const float *xb, __m512i qh[2], __m512i ql[2], int32_t *sum) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
     __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
     __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
     float amax = _mm512_reduce_max_ps(mx);
@@ -48,11 +56,7 @@ AI float quantize_block_levels(const float *xb, __m512i qh[2], __m512i ql[2], in
     __m512 vid = _mm512_set1_ps(id);
     __m512i qsum = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
-        __m512 v = _mm512_mul_ps(x[h], vid);
-        qh[h] = _mm512_cvtps_epi32(v); /* round half even */
-        ql[h] = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
-                                 _mm512_slli_epi32(qh[h], 8));
-        ql[h] = _mm512_max_epi32(_mm512_min_epi32(ql[h], c127), cm127);
+        two_levels(x[h], vid, &qh[h], &ql[h]);
         qsum = _mm512_add_epi32(qsum, _mm512_add_epi32(_mm512_slli_epi32(qh[h], 8), ql[h]));
     }
     *sum = _mm512_reduce_add_epi32(qsum);

@@ -89,7 +89,7 @@ static const uint8_t low_bytes_idx[64] __attribute__((aligned(64))) = {
 /* A full group of 16 blocks at once, in the group's own lane = block form:
  * the 16 blocks' maxima reduced together (one transposed tree, not a
  * reduction each), d and id of the 16 lanes by one division each, then per
- * block the levels of quantize_block_levels, its hi (lo) int32s as 32 bytes
+ * block the levels of quantize_block_levels (two_levels), its hi (lo) int32s as 32 bytes
  * by one byte permute (the low byte, as vpmovdb keeps), two blocks a vector,
  * and the 8 x 16 dword transpose of the Q8_0 weights (transpose_block_dwords)
  * into the plane's vectors; sum Q from the bytes. Every element and block
@@ -107,19 +107,12 @@ static void quantize_group(const float *x, int wtype, uint8_t *grp) {
     /* 1 / subnormal d would overflow: 0 (quant.h) */
     const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ),
                                           _mm512_set1_ps(1.0f), d);
-    const __m512i c127 = _mm512_set1_epi32(127), cm127 = _mm512_set1_epi32(-127);
     const __m512i pick = _mm512_load_si512(low_bytes_idx);
     __m512i zh[8], zl[8];
     for (int b = 0; b < KVS_XQ_GROUP; b++) {
         const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), id);
         __m512i qh[2], ql[2];
-        for (int h = 0; h < 2; h++) {
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * h), idb);
-            qh[h] = _mm512_cvtps_epi32(v); /* round half even */
-            ql[h] = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(256.0f))),
-                                     _mm512_slli_epi32(qh[h], 8));
-            ql[h] = _mm512_max_epi32(_mm512_min_epi32(ql[h], c127), cm127);
-        }
+        for (int h = 0; h < 2; h++) two_levels(_mm512_loadu_ps(x + 32 * b + 16 * h), idb, &qh[h], &ql[h]);
         /* the block's 32 bytes in natural order: block 2p in the low half of z[p], 2p + 1 in the high */
         const __m512i h32 = _mm512_permutex2var_epi8(qh[0], pick, qh[1]);
         const __m512i l32 = _mm512_permutex2var_epi8(ql[0], pick, ql[1]);
