@@ -185,10 +185,12 @@ AI __m128 tile_row(const octet *tb, int no, int nb, const uint8_t *xr, kq_shape 
 
 /* Unpacks and transposes weight rows [j, j + 4) (rows past j1 repeat the
  * last: computed, not stored) into tile tb. */
-AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, octet *tb) {
+AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, octet *tb,
+                    int pf_n) {
     const int no = (nb + 7) / 8;
     for (int q = 0; q < 4; q++) {
         const uint8_t *row = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
+        kq_prefetch_row(row, row_bytes, j + q, pf_n);
         for (int o = 0; o < no; o++) {
             const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
             octet t;
@@ -210,13 +212,16 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
     octet buf[BATCH_OCTETS];
     const int nb = w->k / 32, no = (nb + 7) / 8, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
-    const int group = (BATCH_OCTETS / no) & ~3; /* rows: >= 4 as no <= MAX_OCTETS (kq_lanes) */
     int pass = (int)(PASS_BYTES / xq_row);
     if (pass < 1) pass = 1;
+    /* rows: >= 4 as no <= MAX_OCTETS (kq_lanes); a call of one pass meets
+     * each tile once: a tile at a time, streamed (kq_prefetch_row) */
+    const int group = m <= pass ? 4 : (BATCH_OCTETS / no) & ~3;
     for (int g0 = j0; g0 < j1; g0 += group) {
         const int g1 = g0 + group < j1 ? g0 + group : j1, nt = (g1 - g0 + 3) / 4;
         for (int t = 0; t < nt; t++)
-            unpack_tile(base, w->row_bytes, g0 + 4 * t, g1, nb, packed, sh, buf + (size_t)4 * t * no);
+            unpack_tile(base, w->row_bytes, g0 + 4 * t, g1, nb, packed, sh, buf + (size_t)4 * t * no,
+                        group == 4 ? w->n : 0);
         for (int i0 = 0; i0 < m; i0 += pass) {
             const int i1 = i0 + pass < m ? i0 + pass : m;
             for (int t = 0; t < nt; t++) {

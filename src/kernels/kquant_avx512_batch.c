@@ -109,16 +109,19 @@ AI void unpack_hexa(const uint8_t *const rows[4], const int b0[4], const int cnt
  * computed, not stored): row q's full hexadecets at tb[q * nfull + h], then
  * the last hexadecet's (cnt blocks) ntail = 4 span / 16 hexas, hexa t
  * holding rows t * (16 / span) + i in lanes [i * span, i * span + span). */
-AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb) {
+AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb,
+                    int pf_n) {
     const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16), g0 = 16 * nfull;
     const uint8_t *rows[4];
     for (int q = 0; q < 4; q++) rows[q] = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
-    for (int q = 0; q < 4; q++)
+    for (int q = 0; q < 4; q++) {
+        kq_prefetch_row(rows[q], row_bytes, j + q, pf_n);
         for (int h = 0; h < nfull; h++) {
             const uint8_t *src[4] = {rows[q], rows[q]};
             const int b0[4] = {16 * h, 16 * h + 8}, n[4] = {8, 8};
             unpack_hexa(src, b0, n, 2, packed, sh, &tb[q * nfull + h]);
         }
+    }
     if (!cnt) return;
     hexa *tt = tb + 4 * nfull;
     if (span == 16) /* a hexa a row: its blocks g0.. in two octets */
@@ -339,13 +342,17 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
     const int nb = w->k / 32, packed = w->packed != NULL;
     const int tile_hexas = 4 * (nb / 16) + (nb % 16 ? 4 * kq_tail_span(nb % 16, 16) / 16 : 0);
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
-    const int group = 4 * (BATCH_HEXAS / tile_hexas); /* rows: >= 4 (kq_lanes) */
     int pass = (int)(PASS_BYTES / xq_row) & ~1; /* pairs of rows (tile_rows2) */
     if (pass < 2) pass = 2;
+    /* rows: >= 4 (kq_lanes); a call of one pass (a server step) meets each
+     * tile once: a tile at a time, its buffer in L1, the weights streamed
+     * (kq_prefetch_row) */
+    const int group = m <= pass ? 4 : 4 * (BATCH_HEXAS / tile_hexas);
     for (int g0 = j0; g0 < j1; g0 += group) {
         const int g1 = g0 + group < j1 ? g0 + group : j1, nt = (g1 - g0 + 3) / 4;
         for (int t = 0; t < nt; t++)
-            unpack_tile(base, w->row_bytes, g0 + 4 * t, g1, nb, packed, sh, buf + (size_t)t * tile_hexas);
+            unpack_tile(base, w->row_bytes, g0 + 4 * t, g1, nb, packed, sh, buf + (size_t)t * tile_hexas,
+                        group == 4 ? w->n : 0);
         for (int i0 = 0; i0 < m; i0 += pass) {
             const int i1 = i0 + pass < m ? i0 + pass : m;
             for (int t = 0; t < nt; t++) {
