@@ -34,9 +34,6 @@ AI __m512i q8_corr(__m512i s128) {
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(_mm512_slli_epi32(s128, 8), s128));
 }
 
-/* The two-level rounding of one block of 32 (quant.h), lane-wise as the
- * reference: qh[h] / ql[h] = hi / lo of elements 16h..16h+15 as int32;
- * returns dx (the scale of Q = 256 hi + lo), writes sum Q. */
 /* hi and lo of 16 elements x given 1 / d (vid), lane-wise (quant.h). */
 AI void two_levels(__m512 x, __m512 vid, __m512i *qh, __m512i *ql) {
     const __m512 v = _mm512_mul_ps(x, vid);
@@ -46,6 +43,9 @@ AI void two_levels(__m512 x, __m512 vid, __m512i *qh, __m512i *ql) {
     *ql = _mm512_max_epi32(_mm512_min_epi32(l, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
 }
 
+/* The two-level rounding of one block of 32 (quant.h), lane-wise as the
+ * reference: qh[h] / ql[h] = hi / lo of elements 16h..16h+15 as int32;
+ * returns dx (the scale of Q = 256 hi + lo), writes sum Q. */
 AI float quantize_block_levels(const float *xb, __m512i qh[2], __m512i ql[2], int32_t *sum) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};

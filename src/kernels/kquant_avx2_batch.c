@@ -184,13 +184,14 @@ AI __m128 tile_row(const octet *tb, int no, int nb, const uint8_t *xr, kq_shape 
 #define PASS_BYTES 16384 /* activation rows per pass: as many as fit this */
 
 /* Unpacks and transposes weight rows [j, j + 4) (rows past j1 repeat the
- * last: computed, not stored) into tile tb. */
+ * last: computed, not stored) into tile tb; pf_n: the matrix's rows where
+ * the call streams them (rows fetched KQ_PF_ROWS ahead), else 0. */
 AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, octet *tb,
                     int pf_n) {
     const int no = (nb + 7) / 8;
     for (int q = 0; q < 4; q++) {
         const uint8_t *row = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
-        kq_prefetch_row(row, row_bytes, j + q, pf_n);
+        kq_prefetch_ahead(row, row_bytes, j + q, 0, pf_n, KQ_PF_ROWS);
         for (int o = 0; o < no; o++) {
             const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
             octet t;
@@ -215,7 +216,7 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
     int pass = (int)(PASS_BYTES / xq_row);
     if (pass < 1) pass = 1;
     /* rows: >= 4 as no <= MAX_OCTETS (kq_lanes); a call of one pass meets
-     * each tile once: a tile at a time, streamed (kq_prefetch_row) */
+     * each tile once: a tile at a time, streamed (kq_prefetch_ahead) */
     const int group = m <= pass ? 4 : (BATCH_OCTETS / no) & ~3;
     for (int g0 = j0; g0 < j1; g0 += group) {
         const int g1 = g0 + group < j1 ? g0 + group : j1, nt = (g1 - g0 + 3) / 4;

@@ -425,15 +425,9 @@ AI void kq_prefetch_ahead(const uint8_t *row, size_t row_bytes, int j, int j0, i
     }
 }
 
-/* The batch paths on a call of one pass of activation rows (a server
- * step) go a tile at a time and stream the weights: as row j is unpacked,
- * row j + KQ_PF_ROWS is fetched (n: the matrix's rows; 0 where a call
- * reuses the rows, not streams them). */
+/* Weight rows the batch paths fetch ahead (kq_prefetch_ahead) on a call of
+ * one pass of activation rows (a server step), which streams them. */
 #define KQ_PF_ROWS 8
-AI void kq_prefetch_row(const uint8_t *row, size_t row_bytes, int j, int n) {
-    if (j + KQ_PF_ROWS < n)
-        for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch((const char *)row + KQ_PF_ROWS * row_bytes + o, _MM_HINT_T0);
-}
 
 /* Each type's shape: X(name, type, offset shift, split scales, min, int16
  * depth), the fields of kq_shape. */

@@ -108,14 +108,16 @@ AI void unpack_hexa(const uint8_t *const rows[4], const int b0[4], const int cnt
 /* The tile of weight rows [j, j + 4) (rows past j1 repeat the last:
  * computed, not stored): row q's full hexadecets at tb[q * nfull + h], then
  * the last hexadecet's (cnt blocks) ntail = 4 span / 16 hexas, hexa t
- * holding rows t * (16 / span) + i in lanes [i * span, i * span + span). */
+ * holding rows t * (16 / span) + i in lanes [i * span, i * span + span).
+ * pf_n: the matrix's rows where the call streams them (rows fetched
+ * KQ_PF_ROWS ahead), else 0. */
 AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb,
                     int pf_n) {
     const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16), g0 = 16 * nfull;
     const uint8_t *rows[4];
     for (int q = 0; q < 4; q++) rows[q] = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * row_bytes;
     for (int q = 0; q < 4; q++) {
-        kq_prefetch_row(rows[q], row_bytes, j + q, pf_n);
+        kq_prefetch_ahead(rows[q], row_bytes, j + q, 0, pf_n, KQ_PF_ROWS);
         for (int h = 0; h < nfull; h++) {
             const uint8_t *src[4] = {rows[q], rows[q]};
             const int b0[4] = {16 * h, 16 * h + 8}, n[4] = {8, 8};
@@ -346,7 +348,7 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
     if (pass < 2) pass = 2;
     /* rows: >= 4 (kq_lanes); a call of one pass (a server step) meets each
      * tile once: a tile at a time, its buffer in L1, the weights streamed
-     * (kq_prefetch_row) */
+     * (kq_prefetch_ahead) */
     const int group = m <= pass ? 4 : 4 * (BATCH_HEXAS / tile_hexas);
     for (int g0 = j0; g0 < j1; g0 += group) {
         const int g1 = g0 + group < j1 ? g0 + group : j1, nt = (g1 - g0 + 3) / 4;
