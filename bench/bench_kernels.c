@@ -6,8 +6,10 @@
  * --gemma3: the matmuls at gemma3-270m Q4_K_M's shapes and types instead
  * (Q5_0 where k = 640 is no multiple of 256, Q4_K / Q6_K, the Q8_0 head),
  * and its attention shape (4 heads on one kv head of 256 dims).
+ * --f16: SmolLM2's shapes with F16 weights (the float path: widened rows,
+ * f32 activations).
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16]
  */
 #include <math.h>
 #include <stdio.h>
@@ -138,6 +140,15 @@ static const shape k_gemma3[] = {
     {NULL, 0, 0, 0},
 };
 
+static const shape k_smollm2_f16[] = {
+    {"attn_q/o 576->576", KVS_TYPE_F16, 576, 576},
+    {"attn_k/v 576->192", KVS_TYPE_F16, 576, 192},
+    {"ffn_up   576->1536", KVS_TYPE_F16, 576, 1536},
+    {"ffn_down 1536->576", KVS_TYPE_F16, 1536, 576},
+    {"output   576->49152", KVS_TYPE_F16, 576, 49152},
+    {NULL, 0, 0, 0},
+};
+
 static const shape *g_shapes = k_smollm2;
 
 static void bench_matmul(const char *isa, int threads, int quick, int pack) {
@@ -254,6 +265,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
+        else if (!strcmp(argv[i], "--f16")) g_shapes = k_smollm2_f16;
         else if (!strcmp(argv[i], "--gemma3")) {
             g_shapes = k_gemma3;
             g_attn = &k_attn_gemma3;

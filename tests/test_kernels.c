@@ -321,11 +321,12 @@ TEST(test_matmul_float_decode_chunks) {
  * edges) must give the scalar bytes. */
 TEST(test_matmul_float_k_tails) {
     /* m >= 12 takes AVX-512's widened panels, k = 2071 the path past them;
-     * below them 8 x 2 tiles for whole blocks of 8 rows (m = 8, 9, 11) */
-    const int ks[] = {7, 16, 40, 583, 2071};
+     * below them 8 x 2 tiles for whole blocks of 8 rows (m = 8, 9, 11),
+     * k = 1100 in k blocks (the chains carried from one to the next) */
+    const int ks[] = {7, 16, 40, 583, 1100, 2071};
     const int ns[] = {1, 3, 17};
     const int ms[] = {1, 2, 3, 4, 7, 8, 9, 11, 12, 13, 31};
-    int compared = float_shapes_vs_scalar(ks, 5, ns, 3, ms, 11, NULL);
+    int compared = float_shapes_vs_scalar(ks, 6, ns, 3, ms, 11, NULL);
     CHECK(compared > 0);
     printf("  %d float-weight tail comparisons\n", compared);
 }

@@ -546,16 +546,22 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
  * chunk is loaded and widened once for 8 rows, not twice as by two 4 x 4
  * tiles (vcvtph2ps shares the fma ports), and each activation chunk once
  * for both weight rows. C[i][j]: output (i, j), 16 accumulators; the same
- * chains, tree and bits as every tile shape. */
+ * chains, tree and bits as every tile shape. Elements [e0, e1) of k: a
+ * block that starts past 0 resumes the chains from acc, one that ends
+ * before k leaves them there (acc[2 i + j]) and outputs nothing. */
 #define F8_ROWS 8
-AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, size_t ldy, int nr, int type, int pf) {
+AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e1, __m512 *acc, float *y,
+                size_t ldy, int nr, int type, int pf) {
     __m512 C[F8_ROWS][2];
     #pragma GCC unroll 8
-    for (int i = 0; i < F8_ROWS; i++) C[i][0] = C[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < F8_ROWS; i++) {
+        C[i][0] = e0 ? acc[2 * i] : _mm512_setzero_ps();
+        C[i][1] = e0 ? acc[2 * i + 1] : _mm512_setzero_ps();
+    }
     const uint8_t *row0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes, *rows[2] = {row0, row0 + w->row_bytes};
     const uintptr_t pfb = f_pf_base(w, j0, pf);
-    int e = 0;
-    for (; e + 16 <= k; e += 16) {
+    int e = e0;
+    for (; e + 16 <= e1; e += 16) {
         f_pf_chunk(pfb, e, nr, type);
         __m512 W[2];
         #pragma GCC unroll 2
@@ -566,6 +572,14 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, siz
             #pragma GCC unroll 2
             for (int j = 0; j < nr; j++) C[i][j] = _mm512_fmadd_ps(xv, W[j], C[i][j]);
         }
+    }
+    if (e1 < k) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < F8_ROWS; i++) {
+            acc[2 * i] = C[i][0];
+            acc[2 * i + 1] = C[i][1];
+        }
+        return;
     }
     if (e < k) {
         const __mmask16 mk = (__mmask16)((1u << (k - e)) - 1);
@@ -591,16 +605,17 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, siz
     for (int i = 0; i < F8_ROWS; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy - 2 * i, (__mmask16)(mk << (2 * i)), r);
 }
 
-static void tile_f8(const kvs_wmat *w, int j0, const float *xr, int k, float *y, size_t ldy, int nr, int pf) {
+static void tile_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e1, __m512 *acc, float *y,
+                    size_t ldy, int nr, int pf) {
     const int type = w->type;
     if (nr == 2) {
-        if (type == KVS_TYPE_F32) kern_f8(w, j0, xr, k, y, ldy, 2, KVS_TYPE_F32, pf);
-        else if (type == KVS_TYPE_F16) kern_f8(w, j0, xr, k, y, ldy, 2, KVS_TYPE_F16, pf);
-        else kern_f8(w, j0, xr, k, y, ldy, 2, KVS_TYPE_BF16, pf);
+        if (type == KVS_TYPE_F32) kern_f8(w, j0, xr, k, e0, e1, acc, y, ldy, 2, KVS_TYPE_F32, pf);
+        else if (type == KVS_TYPE_F16) kern_f8(w, j0, xr, k, e0, e1, acc, y, ldy, 2, KVS_TYPE_F16, pf);
+        else kern_f8(w, j0, xr, k, e0, e1, acc, y, ldy, 2, KVS_TYPE_BF16, pf);
     } else {
-        if (type == KVS_TYPE_F32) kern_f8(w, j0, xr, k, y, ldy, 1, KVS_TYPE_F32, pf);
-        else if (type == KVS_TYPE_F16) kern_f8(w, j0, xr, k, y, ldy, 1, KVS_TYPE_F16, pf);
-        else kern_f8(w, j0, xr, k, y, ldy, 1, KVS_TYPE_BF16, pf);
+        if (type == KVS_TYPE_F32) kern_f8(w, j0, xr, k, e0, e1, acc, y, ldy, 1, KVS_TYPE_F32, pf);
+        else if (type == KVS_TYPE_F16) kern_f8(w, j0, xr, k, e0, e1, acc, y, ldy, 1, KVS_TYPE_F16, pf);
+        else kern_f8(w, j0, xr, k, e0, e1, acc, y, ldy, 1, KVS_TYPE_BF16, pf);
     }
 }
 
@@ -720,24 +735,39 @@ static int rows_per_block(size_t budget, size_t row_bytes, int tile_rows) {
  * 8 rows copied chunk by chunk side by side (xr[c][i][16]: one pointer
  * reaches them all; 8 row pointers spilled into vector registers and cost
  * more than the copy), then 8 x 2 tiles; rows past 8 on the 4 x 4 tiles.
- * noinline: its 64 KiB of stack only while it runs. */
+ * Longer rows go in k blocks of at most F8_BLOCK_CHUNKS chunks (24 KiB of
+ * xr) over F8_GROUP weight rows at a time, the chains kept in acc between
+ * blocks: 8 rows of a 1536-long xr (48 KiB) left L1 for every pair of weight
+ * rows, and its loads (8 per 16 fmas) waited on L2 (SmolLM2 F16 ffn_down,
+ * 8 rows, one Xeon thread: 77 GOPS, the shorter shapes 120).
+ * noinline: its 72 KiB of stack only while it runs. */
 #define F8_FLOATS 16384
+#define F8_BLOCK_CHUNKS 48
+#define F8_GROUP 16
 __attribute__((noinline)) static void f8_rows(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     const int k = w->k, n = w->n, m = c->m, nch = (k + 15) / 16;
+    const int nblk = (nch + F8_BLOCK_CHUNKS - 1) / F8_BLOCK_CHUNKS, kb = 16 * ((nch + nblk - 1) / nblk);
     float xr[F8_FLOATS] __attribute__((aligned(64)));
+    __m512 acc[F8_GROUP / 2][2 * F8_ROWS];
     for (int ch = 0; ch < nch; ch++) {
         const int e = 16 * ch;
         const __mmask16 mk = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
         for (int i = 0; i < F8_ROWS; i++)
             _mm512_store_ps(xr + (size_t)ch * 128 + 16 * i, _mm512_maskz_loadu_ps(mk, c->x + (size_t)i * k + e));
     }
-    for (int jt = j0; jt < j1; jt += NR) {
-        const int nr = j1 - jt < NR ? j1 - jt : NR;
-        for (int jh = jt; jh < jt + nr; jh += 2) tile_f8(w, jh, xr, k, c->y + jh, n, jt + nr - jh < 2 ? 1 : 2, 1);
-        for (int it = F8_ROWS; it < m; it += MR) {
-            const int mr = m - it < MR ? m - it : MR;
-            tile_f(w, jt, c->x + (size_t)it * k, k, c->y + (size_t)it * n + jt, n, mr, nr, 0);
+    for (int jg = j0; jg < j1; jg += F8_GROUP) {
+        const int g1 = j1 - jg < F8_GROUP ? j1 : jg + F8_GROUP;
+        for (int eb = 0; eb < k; eb += kb)
+            for (int jh = jg; jh < g1; jh += 2)
+                tile_f8(w, jh, xr, k, eb, k - eb <= kb ? k : eb + kb, acc[(jh - jg) / 2], c->y + jh, n,
+                        g1 - jh < 2 ? 1 : 2, 1);
+        for (int jt = jg; jt < g1; jt += NR) {
+            const int nr = g1 - jt < NR ? g1 - jt : NR;
+            for (int it = F8_ROWS; it < m; it += MR) {
+                const int mr = m - it < MR ? m - it : MR;
+                tile_f(w, jt, c->x + (size_t)it * k, k, c->y + (size_t)it * n + jt, n, mr, nr, 0);
+            }
         }
     }
 }
