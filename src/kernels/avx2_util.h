@@ -12,9 +12,6 @@
 
 #define AI __attribute__((always_inline)) static inline
 
-/* Q8_0 weight vector r (elements 4r..4r+3) pairs with xq vec xq_of_q8[r]. */
-static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-
 /* kvs_expf_ref, 8 lanes, same operations. */
 AI __m256 kvs_exp8(__m256 x) {
     __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);

@@ -26,9 +26,6 @@ typedef struct prep_grp {
     __m512i corr;
 } prep_grp;
 
-/* Q8_0 weight vector r (elements 4r..4r+3) pairs with xq vec xq_of_q8[r]. */
-static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-
 /* corr of a prep_grp from 128 * sum w (see above): -(256 + 1) * that. */
 AI __m512i q8_corr(__m512i s128) {
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(_mm512_slli_epi32(s128, 8), s128));

@@ -213,6 +213,10 @@ void kvs_quantize_row_layout(kvs_xq_block_fn quantize, const float *x, int k, in
 /* Rows [i0, i1) of a call's x into its xq (kvs_quantize_row_layout each). */
 void kvs_quantize_rows_with(kvs_xq_block_fn quantize, const kvs_mm_call *c, int i0, int i1);
 
+/* The SIMD paths' Q8_0 weight vector r (elements 4r..4r+3) pairs with xq
+ * vec xq_of_q8[r]. */
+static const int xq_of_q8[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
 /* Scalar pieces reused by the SIMD paths for tails and unusual shapes. */
 /* Row i of the call: its full groups at xq, its tail in quad at sub = i % 4. */
 void kvs_quantize_row_ref(const float *x, int k, int wtype, uint8_t *xq, uint8_t *quad, int sub);
