@@ -653,30 +653,39 @@ static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, s
 #ifndef PANEL_X_BYTES
 #define PANEL_X_BYTES (1024 * 1024)
 #endif
+#define PANEL_BLOCK_CHUNKS 48 /* a panel block: PNR rows x 768 floats, 24 KiB */
+#define PANEL_ACC_ROWS 128    /* activation rows of a block when k is split: 64 KiB of chains */
 #define PNR (16 / PMR) /* weight rows of a panel: the tile's 16 outputs fill one tree16x16 */
 #define PANEL_FLOATS 16384 /* 64 KiB of stack: PNR rows of up to 16384 / PNR */
 
-static void widen_panel(const kvs_wmat *w, int j0, int nr, int kp, float *wf) {
+/* Elements [e0, e1) of weight rows j0.. widened into wf (row stride kbp,
+ * element e at e - e0; zero past k and for rows past nr). */
+static void widen_panel(const kvs_wmat *w, int j0, int nr, int e0, int e1, int kbp, float *wf) {
     for (int j = 0; j < PNR; j++) {
-        float *dst = wf + (size_t)j * kp;
+        float *dst = wf + (size_t)j * kbp;
         if (j >= nr) {
-            memset(dst, 0, sizeof(float) * (size_t)kp);
+            memset(dst, 0, sizeof(float) * (size_t)kbp);
             continue;
         }
         const uint8_t *row = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-        for (int e = 0; e < kp; e += 16) {
+        for (int e = e0; e < e1; e += 16) {
             __mmask16 mk = w->k - e >= 16 ? 0xffff : (__mmask16)((1u << (w->k - e)) - 1);
-            _mm512_store_ps(dst + e, load_w16(row, e, w->type, mk));
+            _mm512_store_ps(dst + (e - e0), load_w16(row, e, w->type, mk));
         }
     }
 }
 
-AI void kern_panel(const float *wf, int kp, const float *x, int k, float *y, size_t ldy, int mr, int nr) {
+/* A tile over elements [e0, e1) of k, the panel holding those (wf, row
+ * stride kbp): chains resumed from acc past e0, left in acc before k (no
+ * output), as kern_f8. */
+AI void kern_panel(const float *wf, int kbp, const float *x, int k, int e0, int e1, __m512 *acc, float *y,
+                   size_t ldy, int mr, int nr) {
     __m512 C[16];
 #pragma GCC unroll 16
-    for (int t = 0; t < 16; t++) C[t] = _mm512_setzero_ps();
-    int e = 0;
-    for (; e + 16 <= k; e += 16) {
+    for (int t = 0; t < 16; t++) C[t] = e0 ? acc[t] : _mm512_setzero_ps();
+    wf -= e0; /* wf[j * kbp + e] is element e of panel row j */
+    int e = e0;
+    for (; e + 16 <= e1; e += 16) {
         __m512 X[PMR];
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
@@ -685,11 +694,16 @@ AI void kern_panel(const float *wf, int kp, const float *x, int k, float *y, siz
         }
 #pragma GCC unroll 8
         for (int j = 0; j < PNR; j++) {
-            __m512 W = _mm512_load_ps(wf + (size_t)j * kp + e);
+            __m512 W = _mm512_load_ps(wf + (size_t)j * kbp + e);
             __asm__("" : "+v"(W));
 #pragma GCC unroll 8
             for (int i = 0; i < mr; i++) C[PNR * i + j] = _mm512_fmadd_ps(X[i], W, C[PNR * i + j]);
         }
+    }
+    if (e1 < k) {
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) acc[t] = C[t];
+        return;
     }
     if (e < k) {
         __mmask16 mk = (__mmask16)((1u << (k - e)) - 1);
@@ -698,7 +712,7 @@ AI void kern_panel(const float *wf, int kp, const float *x, int k, float *y, siz
             __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)i * k + e);
 #pragma GCC unroll 8
             for (int j = 0; j < PNR; j++)
-                C[PNR * i + j] = _mm512_mask3_fmadd_ps(xv, _mm512_load_ps(wf + (size_t)j * kp + e), C[PNR * i + j], mk);
+                C[PNR * i + j] = _mm512_mask3_fmadd_ps(xv, _mm512_load_ps(wf + (size_t)j * kbp + e), C[PNR * i + j], mk);
         }
     }
     float out[16] __attribute__((aligned(64)));
@@ -710,15 +724,16 @@ AI void kern_panel(const float *wf, int kp, const float *x, int k, float *y, siz
         }
 }
 
-static void tile_panel(const float *wf, int kp, const float *x, int k, float *y, size_t ldy, int mr, int nr) {
+static void tile_panel(const float *wf, int kbp, const float *x, int k, int e0, int e1, __m512 *acc, float *y,
+                       size_t ldy, int mr, int nr) {
     switch (mr) {
-    case 1: kern_panel(wf, kp, x, k, y, ldy, 1, nr); break;
+    case 1: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 1, nr); break;
 #if PMR >= 2
-    case 2: kern_panel(wf, kp, x, k, y, ldy, 2, nr); break;
+    case 2: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 2, nr); break;
 #endif
 #if PMR >= 4
-    case 3: kern_panel(wf, kp, x, k, y, ldy, 3, nr); break;
-    case 4: kern_panel(wf, kp, x, k, y, ldy, 4, nr); break;
+    case 3: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 3, nr); break;
+    case 4: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 4, nr); break;
 #endif
     }
 }
@@ -778,16 +793,30 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     int kp = (w->k + 15) & ~15;
     if (!c->xq && m >= PANEL_MIN_M && kp * PNR <= PANEL_FLOATS) {
         float wf[PANEL_FLOATS] __attribute__((aligned(64)));
+        /* k in blocks whose panel stays in L1 (as f8_rows: a 1536-long panel,
+         * 48 KiB, was read from L2 by every tile: SmolLM2 F16 ffn_down, 512
+         * rows, one Xeon thread, 84 GOPS, the shorter shapes 120; blocked:
+         * 96-106); the tiles' chains wait in acc between blocks, so the
+         * activation rows of a block are fewer (PANEL_ACC_ROWS: 32, 64, 128
+         * rows gave 90, 96, 106 GOPS, 256 and 512 no more) */
+        const int nch = kp / 16, nblk = (nch + PANEL_BLOCK_CHUNKS - 1) / PANEL_BLOCK_CHUNKS;
+        const int kb = 16 * ((nch + nblk - 1) / nblk);
+        __m512 acc[nblk > 1 ? PANEL_ACC_ROWS / PMR : 1][16];
         /* activation rows in blocks that stay in L2 while the panels pass */
         int mb = rows_per_block(PANEL_X_BYTES, sizeof(float) * (size_t)kp, PMR);
+        if (nblk > 1 && mb > PANEL_ACC_ROWS) mb = PANEL_ACC_ROWS;
         for (int i0 = 0; i0 < m; i0 += mb) {
             int i1 = m - i0 < mb ? m : i0 + mb;
             for (int jt = j0; jt < j1; jt += PNR) {
                 int nr = j1 - jt < PNR ? j1 - jt : PNR;
-                widen_panel(w, jt, nr, kp, wf);
-                for (int it = i0; it < i1; it += PMR) {
-                    int mr = i1 - it < PMR ? i1 - it : PMR;
-                    tile_panel(wf, kp, c->x + (size_t)it * w->k, w->k, c->y + (size_t)it * n + jt, n, mr, nr);
+                for (int eb = 0; eb < w->k; eb += kb) {
+                    const int e1 = w->k - eb <= kb ? w->k : eb + kb;
+                    widen_panel(w, jt, nr, eb, e1, kb, wf);
+                    for (int it = i0; it < i1; it += PMR) {
+                        int mr = i1 - it < PMR ? i1 - it : PMR;
+                        tile_panel(wf, kb, c->x + (size_t)it * w->k, w->k, eb, e1, acc[nblk > 1 ? (it - i0) / PMR : 0],
+                                   c->y + (size_t)it * n + jt, n, mr, nr);
+                    }
                 }
             }
         }
