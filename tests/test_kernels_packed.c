@@ -8,7 +8,9 @@
  *    (packed or not);
  *  - the two-level rounding edges (ties, clamped lo, zero and subnormal
  *    blocks, huge values) through the packed path;
- *  - Q8_0 weight bytes of -128 (|w| = 128 in the sign trick).
+ *  - Q8_0 weight bytes of -128 (|w| = 128 in the sign trick);
+ *  - the far prefetch of weights that stream from DRAM (far_rows): when it
+ *    is chosen, and the same bits with it.
  */
 #include <float.h>
 #include <math.h>
@@ -249,11 +251,52 @@ TEST(test_pack_to_arena) {
     }
 }
 
+/* far_rows (kvs_far_prefetch_rows): off for weights the last-level cache
+ * holds, forced by KVS_FAR_PREFETCH; a prefetch only, so every path gives
+ * the same bits with it, packed or not, at m = 1 (decode) and m = 8 (a
+ * batch of streams), the rows ahead past the matrix's end included. */
+TEST(test_far_prefetch) {
+    const char *saved = getenv("KVS_FAR_PREFETCH");
+    char *keep = saved ? strdup(saved) : NULL;
+    unsetenv("KVS_FAR_PREFETCH");
+    CHECK_EQ_INT(kvs_far_prefetch_rows(0), 0);
+    CHECK_EQ_INT(kvs_far_prefetch_rows(1 << 20), 0); /* 1 MiB: any last-level cache holds most of it */
+    setenv("KVS_FAR_PREFETCH", "1", 1);
+    const int far = kvs_far_prefetch_rows(0);
+    CHECK(far > 0);
+    setenv("KVS_FAR_PREFETCH", "0", 1);
+    CHECK_EQ_INT(kvs_far_prefetch_rows((size_t)1 << 40), 0);
+    if (keep) setenv("KVS_FAR_PREFETCH", keep, 1);
+    else unsetenv("KVS_FAR_PREFETCH");
+    free(keep);
+
+    const int n = 100, k = 640, ms[] = {1, 8};
+    float *x = xmalloc(sizeof(float) * 8 * k), *y0 = xmalloc(sizeof(float) * 8 * n), *y1 = xmalloc(sizeof(float) * 8 * n);
+    kt_rand_vec(x, (size_t)8 * k, 2.0f);
+    for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++)
+        for (int packed = 0; packed < 2; packed++) {
+            kvs_wmat w = kt_rand_wmat(qtypes[t], n, k);
+            if (packed) CHECK_EQ_INT(kvs_wmat_pack(&w, 1), 0);
+            for (int mi = 0; mi < 2; mi++) {
+                w.far_rows = 0;
+                mm("best", NULL, &w, x, ms[mi], y0);
+                w.far_rows = far;
+                mm("best", NULL, &w, x, ms[mi], y1);
+                CHECK_MSG(first_diff(y0, y1, ms[mi] * n) < 0, "type %d packed %d m=%d: far prefetch changed bits",
+                          qtypes[t], packed, ms[mi]);
+            }
+            kvs_wmat_unpack(&w);
+            free((void *)w.data);
+        }
+    free(x); free(y0); free(y1);
+}
+
 int main(void) {
     RUN(test_packed_equals_scalar);
     RUN(test_batched_rows_equal_m1);
     RUN(test_packed_edges);
     RUN(test_pack_scope);
     RUN(test_pack_to_arena);
+    RUN(test_far_prefetch);
     return kt_summary();
 }

@@ -34,7 +34,19 @@ typedef struct kvs_wmat {
     /* NULL, or the same rows repacked for the kernels (kvs_wmat_pack; same
      * size, same bits out); owned by whoever packed it. */
     const void *packed;
+    /* 0, or how many rows ahead the decode kernels also fetch into L2: for
+     * weights that stream from DRAM (kvs_far_prefetch_rows). Speed only. */
+    int far_rows;
 } kvs_wmat;
+
+/* far_rows for the matrices of a model of weight_bytes: the distance where
+ * they exceed 3/4 of the last-level cache (a decode step then reads them
+ * from DRAM, and prefetching into L1 16 rows ahead left the loads waiting:
+ * gemma3, 253 MB against the Xeon's 260 MB shared L3, decodes 10-12% faster
+ * with it), else 0 (the cache holds much of them and the extra prefetches
+ * cost: SmolLM2 Q4_1, 98 MB, lost 5%; Q8_0, 145 MB, gained at 1 thread
+ * and lost 7% at 2). KVS_FAR_PREFETCH=0 / 1 forces it off / on. */
+int kvs_far_prefetch_rows(size_t weight_bytes);
 
 /* Repacks a Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 matrix into the layout the
  * AVX2 kernels stream (pack.c; the AVX-512 Q4_0 / Q4_1 / Q8_0 paths read it

@@ -143,6 +143,10 @@ AI void prefetch_row_ahead(const kvs_wmat *w, int j) {
     const uint8_t *base = w->packed ? (const uint8_t *)w->packed : (const uint8_t *)w->data;
     const uintptr_t pf0 = (uintptr_t)base + (size_t)(j + KVS_M1_PF_ROWS) * w->row_bytes;
     for (uintptr_t a = pf0 & ~(uintptr_t)63; a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+    if (w->far_rows) { /* weights from DRAM: into L2 further ahead as well (kvs_far_prefetch_rows) */
+        const uintptr_t pf1 = (uintptr_t)base + (size_t)(j + w->far_rows) * w->row_bytes;
+        for (uintptr_t a = pf1 & ~(uintptr_t)63; a < pf1 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
+    }
 }
 
 /* Byte offsets of weight rows 0..15 (gather indices, lane = weight row). */

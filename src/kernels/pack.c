@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/kernels_impl.h"
 
@@ -207,6 +208,15 @@ void *kvs_huge_alloc(size_t bytes) {
     void *p = aligned_alloc(align, rounded);
     if (p && align == HUGE_PAGE) (void)madvise(p, rounded, MADV_HUGEPAGE);
     return p;
+}
+
+#define FAR_PF_ROWS 48 /* gemma3's Q8_0 head, one Xeon thread: 32 (T1 alone) ... 96 alike, 48 best */
+
+int kvs_far_prefetch_rows(size_t weight_bytes) {
+    const char *e = getenv("KVS_FAR_PREFETCH");
+    if (e && *e) return *e == '0' ? 0 : FAR_PF_ROWS;
+    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* 0 or -1 where the C library cannot tell */
+    return llc > 0 && weight_bytes > (size_t)llc / 4 * 3 ? FAR_PF_ROWS : 0;
 }
 
 int kvs_wmat_pack(kvs_wmat *w, int force) {

@@ -247,7 +247,15 @@ static void unpack_alone(kvs_wmat *w, void *arg) {
     kvs_wmat_unpack(w);
 }
 
+static void add_source_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += w->row_bytes * (size_t)w->n; }
+
+static void set_far_rows(kvs_wmat *w, void *arg) { w->far_rows = *(const int *)arg; }
+
 void kvs_model_pack_weights(kvs_model *m) {
+    size_t weights = 0;
+    for_each_streamed(m, add_source_bytes, &weights);
+    int far = kvs_far_prefetch_rows(weights);
+    for_each_streamed(m, set_far_rows, &far);
     size_t total = 0;
     for_each_streamed(m, add_bytes, &total);
     if (!total) return;
