@@ -464,6 +464,27 @@ TEST(test_quantize_rows_simd_equals_scalar) {
 #endif
 }
 
+/* Weights that stream from DRAM (kvs_wmat.far_rows: decode also prefetches
+ * rows far ahead into L2): a prefetch only, the same bits, packed or not,
+ * the rows ahead past the matrix's end included. */
+TEST(test_kq_far_prefetch) {
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++)
+        for (int packed = 0; packed < 2; packed++) {
+            kvs_wmat w = rand_kq(k_types[t], 100, 512);
+            if (packed) CHECK_EQ_INT(kvs_wmat_pack(&w, 1), 0);
+            float *x = xmalloc((size_t)w.k * 4);
+            kt_rand_vec(x, w.k, 2.0f);
+            float *y0 = matmul(&w, x, 1, NULL);
+            w.far_rows = 48;
+            float *y1 = matmul(&w, x, 1, NULL);
+            CHECK_MSG(memcmp(y0, y1, (size_t)w.n * 4) == 0, "type %s packed %d: far prefetch changed bits",
+                      kvs_type_traits_of(w.type)->name, packed);
+            free(x); free(y0); free(y1);
+            kvs_wmat_unpack(&w);
+            free((void *)w.data);
+        }
+}
+
 int main(void) {
     RUN(test_kq_dequant_matches_gguf);
     RUN(test_kq_simd_equals_scalar);
@@ -472,5 +493,6 @@ int main(void) {
     RUN(test_kq_multi_equals_separate);
     RUN(test_kq_integer_extremes);
     RUN(test_quantize_rows_simd_equals_scalar);
+    RUN(test_kq_far_prefetch);
     return kt_summary();
 }

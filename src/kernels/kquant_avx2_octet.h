@@ -418,11 +418,21 @@ static inline void kq_route(const kq_type_fns *fns, size_t n, const kvs_wmat *w,
 
 /* Decode streams the weights once: every other row, the two rows `ahead`
  * rows further are fetched (row j of [j0, n), row_bytes apart). */
-AI void kq_prefetch_ahead(const uint8_t *row, size_t row_bytes, int j, int j0, int n, int ahead) {
+AI void kq_prefetch_rows(const uint8_t *row, size_t row_bytes, int j, int j0, int n, int ahead, int to_l2) {
     if ((j - j0) % 2 == 0 && j + ahead + 1 < n) {
         const uint8_t *pf = row + (size_t)ahead * row_bytes;
-        for (size_t o = 0; o < 2 * row_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        for (size_t o = 0; o < 2 * row_bytes; o += 64) {
+            if (to_l2) _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+            else _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        }
     }
+}
+AI void kq_prefetch_ahead(const uint8_t *row, size_t row_bytes, int j, int j0, int n, int ahead) {
+    kq_prefetch_rows(row, row_bytes, j, j0, n, ahead, 0);
+}
+/* Weights that stream from DRAM (kvs_wmat.far_rows): the same far ahead, into L2. */
+AI void kq_prefetch_far(const uint8_t *row, size_t row_bytes, int j, int j0, int n, int far_rows) {
+    kq_prefetch_rows(row, row_bytes, j, j0, n, far_rows, 1);
 }
 
 /* Weight rows the batch paths fetch ahead (kq_prefetch_ahead) on a call of

@@ -112,6 +112,7 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = base + (size_t)j * w->row_bytes;
         kq_prefetch_ahead(row, w->row_bytes, j, j0, w->n, PF_ROWS);
+        if (w->far_rows) kq_prefetch_far(row, w->row_bytes, j, j0, w->n, w->far_rows);
         __m512 A = _mm512_setzero_ps();
         for (int h = 0; h < nh; h++) A = decode_hexa(A, row, packed, xq, &tr, 16 * h, sh);
         __m256 lo = _mm512_castps512_ps256(A), hi = _mm512_extractf32x8_ps(A, 1);
