@@ -253,8 +253,9 @@ TEST(test_pack_to_arena) {
 
 /* far_rows (kvs_far_prefetch_rows): off for weights the last-level cache
  * holds, forced by KVS_FAR_PREFETCH; a prefetch only, so every path gives
- * the same bits with it, packed or not, at m = 1 (decode) and m = 8 (a
- * batch of streams), the rows ahead past the matrix's end included. */
+ * the same bits with it, quantized (packed or not) and float weights, at
+ * m = 1 (decode), 4 and 8 (batches of streams), the rows ahead past the
+ * matrix's end included. */
 TEST(test_far_prefetch) {
     const char *saved = getenv("KVS_FAR_PREFETCH");
     char *keep = saved ? strdup(saved) : NULL;
@@ -270,20 +271,21 @@ TEST(test_far_prefetch) {
     else unsetenv("KVS_FAR_PREFETCH");
     free(keep);
 
-    const int n = 100, k = 640, ms[] = {1, 8};
+    const int n = 100, k = 640, ms[] = {1, 4, 8};
     float *x = xmalloc(sizeof(float) * 8 * k), *y0 = xmalloc(sizeof(float) * 8 * n), *y1 = xmalloc(sizeof(float) * 8 * n);
     kt_rand_vec(x, (size_t)8 * k, 2.0f);
-    for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++)
+    const int types[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0, KVS_TYPE_F16, KVS_TYPE_F32, KVS_TYPE_BF16};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
         for (int packed = 0; packed < 2; packed++) {
-            kvs_wmat w = kt_rand_wmat(qtypes[t], n, k);
-            if (packed) CHECK_EQ_INT(kvs_wmat_pack(&w, 1), 0);
-            for (int mi = 0; mi < 2; mi++) {
+            kvs_wmat w = kt_rand_wmat(types[t], n, k);
+            if (packed) CHECK_EQ_INT(kvs_wmat_pack(&w, 1), 0); /* (float weights: nothing to pack) */
+            for (int mi = 0; mi < 3; mi++) {
                 w.far_rows = 0;
                 mm("best", NULL, &w, x, ms[mi], y0);
                 w.far_rows = far;
                 mm("best", NULL, &w, x, ms[mi], y1);
                 CHECK_MSG(first_diff(y0, y1, ms[mi] * n) < 0, "type %d packed %d m=%d: far prefetch changed bits",
-                          qtypes[t], packed, ms[mi]);
+                          types[t], packed, ms[mi]);
             }
             kvs_wmat_unpack(&w);
             free((void *)w.data);

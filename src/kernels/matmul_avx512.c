@@ -478,14 +478,26 @@ AI __m512 load_w16(const uint8_t *row, int e, int type, __mmask16 mk) {
  * on DRAM, and a burst at the start of each tile waited on full fill buffers
  * (8 rows of SmolLM2 F16's layers, one Xeon thread: 38 ms a step with the
  * burst, 31.6 -> 26.5 ms spread; one row, decode: 40.4-41.2 -> 41.7-43.4
- * tok/s at 1 thread, 78-83 -> 83-87 at 2). f_pf_base: 0 without pf. */
-AI uintptr_t f_pf_base(const kvs_wmat *w, int j0, int pf) {
-    return pf ? (uintptr_t)w->data + (size_t)(j0 + F_PF_ROWS) * w->row_bytes : 0;
+ * tok/s at 1 thread, 78-83 -> 83-87 at 2). f_pf_base: none without pf. */
+typedef struct f_pf {
+    uintptr_t near, far; /* 0: none */
+} f_pf;
+/* With far, weights that stream from DRAM (w->far_rows) also go into L2
+ * far_rows ahead, spread the same way: SmolLM2 F16 decode 50.5-50.9 ->
+ * 60.3-63.6 tok/s on one Xeon thread, 105-111 -> 120-126 on two (the near
+ * prefetch alone left the loads waiting). Not for 8 rows (kern_f8), which
+ * compute longer per byte: 8 streams +3% on one thread, -7% on two. */
+AI f_pf f_pf_base(const kvs_wmat *w, int j0, int pf, int far) {
+    const uintptr_t data = (uintptr_t)w->data;
+    return (f_pf){pf ? data + (size_t)(j0 + F_PF_ROWS) * w->row_bytes : 0,
+                  pf && far && w->far_rows ? data + (size_t)(j0 + w->far_rows) * w->row_bytes : 0};
 }
-AI void f_pf_chunk(uintptr_t pfb, int e, int nr, int type) {
-    const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2);
-    if (pfb)
-        for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb + (size_t)(e / 16) * chunk_bytes + o), _MM_HINT_T0);
+AI void f_pf_chunk(f_pf pfb, int e, int nr, int type) {
+    const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2), at = (size_t)(e / 16) * chunk_bytes;
+    if (pfb.near)
+        for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb.near + at + o), _MM_HINT_T0);
+    if (pfb.far)
+        for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb.far + at + o), _MM_HINT_T1);
 }
 
 AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_t ldy, int mr,
@@ -498,7 +510,7 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
     const uint8_t *rows[NR];
     #pragma GCC unroll 4
     for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-    const uintptr_t pfb = f_pf_base(w, j0, pf);
+    const f_pf pfb = f_pf_base(w, j0, pf, 1);
     int e = 0;
     /* whole chunks: plain loads and fmas (merge-masked ones with a full
      * mask cost 8 streams of SmolLM2 F16 15%: 38 -> 33 ms a step) */
@@ -559,7 +571,7 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e
         C[i][1] = e0 ? acc[2 * i + 1] : _mm512_setzero_ps();
     }
     const uint8_t *row0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes, *rows[2] = {row0, row0 + w->row_bytes};
-    const uintptr_t pfb = f_pf_base(w, j0, pf);
+    const f_pf pfb = f_pf_base(w, j0, pf, 0);
     int e = e0;
     for (; e + 16 <= e1; e += 16) {
         f_pf_chunk(pfb, e, nr, type);
