@@ -153,6 +153,26 @@ AI void unpack_q5_packed(const uint8_t *row, int b0, int q51, octet *o) {
     scales_q5_packed(oct, q51, o);
 }
 
+/* A packed last half octet (4 blocks from b0, pack.c): qs as a full
+ * octet's first two vectors, the 5th bits of elements e and e + 16 in one
+ * byte (bits i and 4 + i: the high 128-bit half takes them shifted by 4
+ * more), 4 scales (and mins); blocks 4-7 zero. */
+AI void unpack_q5_half_packed(const uint8_t *row, int b0, int q51, octet *o) {
+    const uint8_t *oct = row + (size_t)b0 * (q51 ? 24 : 22);
+    const __m256i m4 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
+    const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(oct + 64)));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* bit i (low half) or 4 + i (high) of each byte to bit 4 */
+        const __m256i h = _mm256_blend_epi32(_mm256_slli_epi16(hb, 4 - i), _mm256_srli_epi16(hb, i), 0xF0);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(oct + 32 * (i / 2)));
+        const __m256i nib = i % 2 ? _mm256_srli_epi16(v, 4) : v;
+        o->qu[i] = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(h, b16));
+        o->qu[4 + i] = _mm256_setzero_si256();
+    }
+    o->dw0 = o->dw1 = _mm256_cvtph_ps(_mm_loadl_epi64((const __m128i *)(oct + 80)));
+    o->mw = q51 ? _mm256_cvtph_ps(_mm_loadl_epi64((const __m128i *)(oct + 88))) : _mm256_setzero_ps();
+}
+
 /* The half scales and mins of Q4_K / Q5_K superblock sb (octet o's dw0,
  * dw1, mw). */
 AI void scales_k45(const uint8_t *sb, octet *o) {
@@ -237,6 +257,7 @@ AI void unpack_octet(int type, const uint8_t *row, int b0, int cnt, int packed, 
     case KVS_TYPE_Q5_0:
     case KVS_TYPE_Q5_1:
         if (packed && cnt == 8) unpack_q5_packed(row, b0, type == KVS_TYPE_Q5_1, o);
+        else if (packed && cnt == 4) unpack_q5_half_packed(row, b0, type == KVS_TYPE_Q5_1, o);
         else unpack_q5(row, b0, cnt, type == KVS_TYPE_Q5_1, o);
         break;
     case KVS_TYPE_Q4_K: unpack_k45(row, b0 / 8, 0, o); break;

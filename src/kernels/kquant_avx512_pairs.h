@@ -72,9 +72,35 @@ AI void unpack_q5_pairs(const uint8_t *row, int b0, int cnt, int q51, __m512i W[
     sc->mw = _mm256_cvtph_ps(_mm_set_epi64x((long long)m[1], (long long)m[0]));
 }
 
+/* A packed last half octet (4 blocks, pack.c) as pairs (0, 2), (1, 3):
+ * one 64-byte load is both, its nibbles as a full octet's first half; the
+ * 5th bits of elements e and e + 16 share byte e (bits i, 4 + i), which
+ * the 128-bit chunk of each element picks by its mask; pairs 2, 3 zero. */
+AI void unpack_q5_half_pairs(const uint8_t *row, int b0, int q51, __m512i W[4], octet *sc) {
+    const uint8_t *oct = row + (size_t)b0 * (q51 ? 24 : 22);
+    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const __m512i v = _mm512_loadu_si512(oct);
+    const __m512i hb = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(oct + 64)));
+    const __m512i nib[2] = {_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)};
+#pragma GCC unroll 2
+    for (int a = 0; a < 2; a++) { /* pair (a, a + 2): chunks = block a's halves, block a + 2's */
+        const long long b0s = (long long)(0x0101010101010101ULL << a), b1s = (long long)(0x0101010101010101ULL << (4 + a)),
+                        b2s = (long long)(0x0101010101010101ULL << (2 + a)), b3s = (long long)(0x0101010101010101ULL << (6 + a));
+        const __m512i sel = _mm512_set_epi64(b3s, b3s, b2s, b2s, b1s, b1s, b0s, b0s); /* bit of each chunk's bytes */
+        W[a] = _mm512_mask_add_epi8(nib[a], _mm512_test_epi8_mask(hb, sel), nib[a], b16);
+    }
+    W[2] = W[3] = _mm512_setzero_si512();
+    sc->dw0 = sc->dw1 = _mm256_cvtph_ps(_mm_loadl_epi64((const __m128i *)(oct + 80)));
+    sc->mw = q51 ? _mm256_cvtph_ps(_mm_loadl_epi64((const __m128i *)(oct + 88))) : _mm256_setzero_ps();
+}
+
 AI void unpack_pairs(const uint8_t *row, int b0, int cnt, int packed, kq_shape sh, __m512i W[4], octet *sc) {
     const __m512i m4 = _mm512_set1_epi8(15);
     const int q5 = sh.type == KVS_TYPE_Q5_0 || sh.type == KVS_TYPE_Q5_1;
+    if (q5 && packed && cnt == 4) {
+        unpack_q5_half_pairs(row, b0, sh.type == KVS_TYPE_Q5_1, W, sc);
+        return;
+    }
     if (q5 && (cnt < 8 || !packed)) {
         unpack_q5_pairs(row, b0, cnt, sh.type == KVS_TYPE_Q5_1, W, sc);
         return;

@@ -63,33 +63,59 @@ static int packable(int type) {
  *
  * (176 / 192 bytes: the octet's own size), so the AVX2 unpacking is a mask
  * and a shift per block (kquant_avx2_octet.h) instead of a bit expansion and a
- * gather of scales; the blocks past the last full octet stay in GGUF layout. */
+ * gather of scales. A last half octet (4 blocks: the tail of gemma3's k = 640
+ * rows, a fifth of them, whose GGUF blocks cost the AVX-512 decode as much
+ * as a full octet) becomes
+ *
+ *   qs[2][32]   as above, blocks 0-3
+ *   qh[16]      byte e, bit i = the 5th bit of element e of block i, bit
+ *               4 + i that of element e + 16
+ *   d[4] (f16)  then, Q5_1 only, m[4] (f16)
+ *
+ * (88 / 96 bytes); other partial octets stay in GGUF layout. */
+static void q5_nibbles_and_scales(int q51, const uint8_t *src, int nblk, uint8_t *out, size_t d_at,
+                                  uint32_t *qh) {
+    const int bs = q51 ? 24 : 22;
+    uint8_t q[8][KVS_QK];
+    for (int i = 0; i < nblk; i++) {
+        const uint8_t *blk = src + (size_t)i * bs;
+        const uint8_t *qs = blk + (q51 ? 8 : 6);
+        memcpy(&qh[i], blk + (q51 ? 4 : 2), 4);
+        for (int e = 0; e < 16; e++) {
+            q[i][e] = qs[e] & 15;
+            q[i][e + 16] = qs[e] >> 4;
+        }
+        memcpy(out + d_at + 2 * i, blk, 2);                            /* d */
+        if (q51) memcpy(out + d_at + 2 * (size_t)nblk + 2 * i, blk + 2, 2); /* m */
+    }
+    for (int p = 0; p < nblk / 2; p++)
+        for (int e = 0; e < KVS_QK; e++) out[32 * p + e] = (uint8_t)(q[2 * p][e] | q[2 * p + 1][e] << 4);
+}
+
 static void pack_row_q5(int q51, int k, const uint8_t *src, uint8_t *dst) {
-    const int bs = q51 ? 24 : 22, nb = k / KVS_QK, no = nb / 8;
+    const int bs = q51 ? 24 : 22, nb = k / KVS_QK, no = nb / 8, rest = nb - 8 * no;
+    uint32_t qh[8];
     for (int o = 0; o < no; o++) {
         uint8_t *out = dst + (size_t)o * 8 * bs;
-        uint8_t q[8][KVS_QK];
-        uint32_t qh[8];
-        for (int i = 0; i < 8; i++) {
-            const uint8_t *blk = src + (size_t)(8 * o + i) * bs;
-            const uint8_t *qs = blk + (q51 ? 8 : 6);
-            memcpy(&qh[i], blk + (q51 ? 4 : 2), 4);
-            for (int e = 0; e < 16; e++) {
-                q[i][e] = qs[e] & 15;
-                q[i][e + 16] = qs[e] >> 4;
-            }
-            memcpy(out + 160 + 2 * i, blk, 2); /* d */
-            if (q51) memcpy(out + 176 + 2 * i, blk + 2, 2); /* m */
-        }
-        for (int p = 0; p < 4; p++)
-            for (int e = 0; e < KVS_QK; e++) out[32 * p + e] = (uint8_t)(q[2 * p][e] | q[2 * p + 1][e] << 4);
+        q5_nibbles_and_scales(q51, src + (size_t)o * 8 * bs, 8, out, 160, qh);
         for (int e = 0; e < KVS_QK; e++) {
             uint8_t bits = 0;
             for (int i = 0; i < 8; i++) bits |= (uint8_t)(((qh[i] >> e) & 1) << i);
             out[128 + e] = bits;
         }
     }
-    memcpy(dst + (size_t)no * 8 * bs, src + (size_t)no * 8 * bs, (size_t)(nb - 8 * no) * bs);
+    uint8_t *out = dst + (size_t)no * 8 * bs;
+    const uint8_t *tail = src + (size_t)no * 8 * bs;
+    if (rest != 4) {
+        memcpy(out, tail, (size_t)rest * bs);
+        return;
+    }
+    q5_nibbles_and_scales(q51, tail, 4, out, 80, qh);
+    for (int e = 0; e < 16; e++) {
+        uint8_t bits = 0;
+        for (int i = 0; i < 4; i++) bits |= (uint8_t)(((qh[i] >> e) & 1) << i | ((qh[i] >> (e + 16)) & 1) << (4 + i));
+        out[64 + e] = bits;
+    }
 }
 
 /* The full groups of one row from src into dst. */
