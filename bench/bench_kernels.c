@@ -140,16 +140,8 @@ static const shape k_gemma3[] = {
     {NULL, 0, 0, 0},
 };
 
-static const shape k_smollm2_f16[] = {
-    {"attn_q/o 576->576", KVS_TYPE_F16, 576, 576},
-    {"attn_k/v 576->192", KVS_TYPE_F16, 576, 192},
-    {"ffn_up   576->1536", KVS_TYPE_F16, 576, 1536},
-    {"ffn_down 1536->576", KVS_TYPE_F16, 1536, 576},
-    {"output   576->49152", KVS_TYPE_F16, 576, 49152},
-    {NULL, 0, 0, 0},
-};
-
 static const shape *g_shapes = k_smollm2;
+static int g_type = -1; /* --f16: every shape's weights of this type instead */
 
 static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     const shape *shapes = g_shapes;
@@ -157,7 +149,7 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     /* decode, batched decode of 8 streams (GB/s(w): weights read once per call), prefill */
     int ms[] = {1, 8, 512};
     for (size_t s = 0; shapes[s].name; s++) {
-        kvs_wmat w = make_w(shapes[s].type, shapes[s].n, shapes[s].k);
+        kvs_wmat w = make_w(g_type >= 0 ? g_type : shapes[s].type, shapes[s].n, shapes[s].k);
         /* packed rows (pack.c), as a model loads them: the SIMD paths read them */
         if (pack && kvs_wmat_pack(&w, 1) != 0) { fprintf(stderr, "bench_kernels: pack: out of memory\n"); exit(1); }
         for (int mi = 0; mi < 3; mi++) {
@@ -265,7 +257,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
-        else if (!strcmp(argv[i], "--f16")) g_shapes = k_smollm2_f16;
+        else if (!strcmp(argv[i], "--f16")) g_type = KVS_TYPE_F16;
         else if (!strcmp(argv[i], "--gemma3")) {
             g_shapes = k_gemma3;
             g_attn = &k_attn_gemma3;
