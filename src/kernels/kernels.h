@@ -44,8 +44,9 @@ typedef struct kvs_wmat {
  * from DRAM, and prefetching into L1 16 rows ahead left the loads waiting:
  * gemma3, 253 MB against the Xeon's 260 MB shared L3, decodes 10-12% faster
  * with it), else 0 (the cache holds much of them and the extra prefetches
- * cost: SmolLM2 Q4_1, 98 MB, lost 5%; Q8_0, 145 MB, gained at 1 thread
- * and lost 7% at 2). KVS_FAR_PREFETCH=0 / 1 forces it off / on. */
+ * cost: SmolLM2 Q4_1, 98 MB, lost 5%; Q8_0, 145 MB, gained at 1 thread in
+ * one run and nothing in another, and lost 7% at 2 in both).
+ * KVS_FAR_PREFETCH=0 / 1 forces it off / on. */
 int kvs_far_prefetch_rows(size_t weight_bytes);
 
 /* Repacks a Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 matrix into the layout the
