@@ -54,7 +54,8 @@ int kvs_model_bind_weights(kvs_model *m);
  * space is exhausted. */
 const float *kvs_model_float_vector(kvs_model *m, const kvs_gguf_tensor *t, int n);
 /* weights.c: kernel-layout copies of the streamed matrices (kvs_wmat_pack),
- * made after binding, freed before the mapping closes. */
+ * made after binding, freed before the mapping closes; also sets their
+ * far_rows (kvs_far_prefetch_rows). */
 void kvs_model_pack_weights(kvs_model *m);
 void kvs_model_unpack_weights(kvs_model *m);
 

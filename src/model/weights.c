@@ -251,11 +251,17 @@ static void add_source_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += w->row_
 
 static void set_far_rows(kvs_wmat *w, void *arg) { w->far_rows = *(const int *)arg; }
 
-void kvs_model_pack_weights(kvs_model *m) {
+/* Whether a decode step reads the streamed matrices from DRAM (all of
+ * them together against the last-level cache): their far prefetch. */
+static void choose_far_prefetch(kvs_model *m) {
     size_t weights = 0;
     for_each_streamed(m, add_source_bytes, &weights);
     int far = kvs_far_prefetch_rows(weights);
     for_each_streamed(m, set_far_rows, &far);
+}
+
+void kvs_model_pack_weights(kvs_model *m) {
+    choose_far_prefetch(m); /* whether or not anything is packed */
     size_t total = 0;
     for_each_streamed(m, add_bytes, &total);
     if (!total) return;
