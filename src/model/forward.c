@@ -14,7 +14,7 @@
 
 /* Below this many elements a row op is not worth waking the pool for
  * (decode: one row per call). */
-#define KVS_FWD_INLINE_ELEMS 16384
+#define KVS_FWD_INLINE_ELEMS 2048
 
 typedef enum row_op {
     OP_ATTN_NORM,     /* xn = rmsnorm(x, attn_norm) */
@@ -105,8 +105,12 @@ static void row_op_one(const row_task *t, int r) {
 }
 
 /* Rows per pool chunk: small enough to balance two threads when one of them
- * is descheduled, large enough to amortise the hand-out. */
-#define KVS_FWD_ROWS_PER_CHUNK 8
+ * is descheduled, and to split a step of 8 streams (with 8 rows a chunk and
+ * 16384 elements above, its row ops ran on one thread while the other
+ * waited; perf put 12% of a 2-thread step's samples in the pool's waits;
+ * measured with MM_QUANT_ROWS, kernels/dispatch.c), large enough to
+ * amortise the hand-out. */
+#define KVS_FWD_ROWS_PER_CHUNK 4
 
 static void row_chunk_fn(void *arg, int chunk, int ith) {
     const row_task *t = arg;
@@ -120,7 +124,7 @@ static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kv
     row_task t = {f, op, l, m, pos, kv, rows};
     int width = op == OP_ACT_MUL ? f->hp->n_ff : f->hp->n_embd;
     int n_chunks = (m + KVS_FWD_ROWS_PER_CHUNK - 1) / KVS_FWD_ROWS_PER_CHUNK;
-    if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
+    if (!f->pool || n_chunks == 1 || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
         for (int c = 0; c < n_chunks; c++) row_chunk_fn(&t, c, 0);
     } else {
         kvs_pool_for(f->pool, n_chunks, row_chunk_fn, &t);
