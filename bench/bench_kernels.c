@@ -7,9 +7,10 @@
  * (Q5_0 where k = 640 is no multiple of 256, Q4_K / Q6_K, the Q8_0 head),
  * and its attention shape (4 heads on one kv head of 256 dims).
  * --f16: SmolLM2's shapes with F16 weights (the float path: widened rows,
- * f32 activations).
+ * f32 activations); --f32: the same with F32 weights (nothing to widen:
+ * whether vcvtph2ps bounds a kernel).
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32]
  */
 #include <math.h>
 #include <stdio.h>
@@ -85,6 +86,11 @@ static kvs_wmat make_w(int type, int n, int k) {
             memcpy(p + b * bs + at, &d, 2);
             if (type == KVS_TYPE_Q4_K) memcpy(p + b * bs + 2, &d, 2);
         }
+    } else if (type == KVS_TYPE_F32) { /* finite values: random bytes hold NaNs and subnormals */
+        for (size_t i = 0; i < bytes / 4; i++) {
+            float f = rndf();
+            memcpy(p + 4 * i, &f, 4);
+        }
     } else if (type == KVS_TYPE_F16) {
         for (size_t i = 0; i < bytes / 2; i++) {
             uint16_t h = kvs_f32_to_f16(rndf());
@@ -141,7 +147,7 @@ static const shape k_gemma3[] = {
 };
 
 static const shape *g_shapes = k_smollm2;
-static int g_type = -1; /* --f16: every shape's weights of this type instead */
+static int g_type = -1; /* --f16 / --f32: every shape's weights of this type instead */
 
 static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     const shape *shapes = g_shapes;
@@ -258,6 +264,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
         else if (!strcmp(argv[i], "--f16")) g_type = KVS_TYPE_F16;
+        else if (!strcmp(argv[i], "--f32")) g_type = KVS_TYPE_F32;
         else if (!strcmp(argv[i], "--gemma3")) {
             g_shapes = k_gemma3;
             g_attn = &k_attn_gemma3;

@@ -573,14 +573,21 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e
     const uint8_t *row0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes, *rows[2] = {row0, row0 + w->row_bytes};
     const f_pf pfb = f_pf_base(w, j0, pf, 0);
     int e = e0;
-    for (; e + 16 <= e1; e += 16) {
+    const float *xc = xr + (size_t)(e0 / 16) * 128; /* chunk e's 8 rows */
+    for (; e + 16 <= e1; e += 16, xc += 128) {
         f_pf_chunk(pfb, e, nr, type);
         __m512 W[2];
         #pragma GCC unroll 2
         for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, 0xffff);
         #pragma GCC unroll 8
         for (int i = 0; i < F8_ROWS; i++) {
-            const __m512 xv = _mm512_load_ps(xr + (size_t)(e / 16) * 128 + 16 * i);
+            __m512 xv = _mm512_load_ps(xc + 16 * i);
+            /* one load, not one per fma: folded into both fmas, each
+             * activation vector was loaded twice through an indexed address
+             * (the pointer xc and this: SmolLM2 F16, 8 streams, one Xeon
+             * thread, 282 -> 304 tok/s; cache-resident ffn_down 140 -> 128
+             * us) */
+            __asm__("" : "+v"(xv));
             #pragma GCC unroll 2
             for (int j = 0; j < nr; j++) C[i][j] = _mm512_fmadd_ps(xv, W[j], C[i][j]);
         }
