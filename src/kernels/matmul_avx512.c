@@ -492,9 +492,12 @@ AI f_pf f_pf_base(const kvs_wmat *w, int j0, int pf, int far) {
     return (f_pf){pf ? data + (size_t)(j0 + F_PF_ROWS) * w->row_bytes : 0,
                   pf && far && w->far_rows ? data + (size_t)(j0 + w->far_rows) * w->row_bytes : 0};
 }
-AI void f_pf_chunk(f_pf pfb, int e, int nr, int type) {
+/* near_l2 (a constant in each copy): the near rows into L2 (T1), not L1 */
+AI void f_pf_chunk(f_pf pfb, int e, int nr, int type, int near_l2) {
     const size_t chunk_bytes = (size_t)nr * 16 * (type == KVS_TYPE_F32 ? 4 : 2), at = (size_t)(e / 16) * chunk_bytes;
-    if (pfb.near)
+    if (pfb.near && near_l2)
+        for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb.near + at + o), _MM_HINT_T1);
+    else if (pfb.near)
         for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb.near + at + o), _MM_HINT_T0);
     if (pfb.far)
         for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)(pfb.far + at + o), _MM_HINT_T1);
@@ -515,7 +518,7 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
     /* whole chunks: plain loads and fmas (merge-masked ones with a full
      * mask cost 8 streams of SmolLM2 F16 15%: 38 -> 33 ms a step) */
     for (; e + 16 <= k; e += 16) {
-        f_pf_chunk(pfb, e, nr, type);
+        f_pf_chunk(pfb, e, nr, type, 0);
         __m512 W[NR];
         #pragma GCC unroll 4
         for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, 0xffff);
@@ -562,6 +565,13 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
  * block that starts past 0 resumes the chains from acc, one that ends
  * before k leaves them there (acc[2 i + j]) and outputs nothing. */
 #define F8_ROWS 8
+/* kern_f8 prefetches the rows F8_PF_ROWS ahead into L2, not L1: 8 rows'
+ * chunk of xr (kept in L1 for the tile, 24 KiB a k block) and 16 weight
+ * rows ahead in L1 crowded each other out. SmolLM2 F16, 8 streams, one
+ * Xeon: L1 at 16 rows 298-303 tok/s (1 thread) / 519-528 (2 threads); L2
+ * at 8, 12, 16, 24 rows 313-319 / 570-584, 321 / 558-571, 316-323 /
+ * 509-571, 316-319 / 518-547; at 32 rows 315-320 (1 thread). */
+#define F8_PF_ROWS 8
 AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e1, __m512 *acc, float *y,
                 size_t ldy, int nr, int type, int pf) {
     __m512 C[F8_ROWS][2];
@@ -571,11 +581,11 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e
         C[i][1] = e0 ? acc[2 * i + 1] : _mm512_setzero_ps();
     }
     const uint8_t *row0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes, *rows[2] = {row0, row0 + w->row_bytes};
-    const f_pf pfb = f_pf_base(w, j0, pf, 0);
+    const f_pf pfb = {pf ? (uintptr_t)w->data + (size_t)(j0 + F8_PF_ROWS) * w->row_bytes : 0, 0};
     int e = e0;
     const float *xc = xr + (size_t)(e0 / 16) * 128; /* chunk e's 8 rows */
     for (; e + 16 <= e1; e += 16, xc += 128) {
-        f_pf_chunk(pfb, e, nr, type);
+        f_pf_chunk(pfb, e, nr, type, 1);
         __m512 W[2];
         #pragma GCC unroll 2
         for (int j = 0; j < nr; j++) W[j] = load_w16(rows[j], e, type, 0xffff);
