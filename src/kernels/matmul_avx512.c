@@ -478,7 +478,8 @@ AI __m512 load_w16(const uint8_t *row, int e, int type, __mmask16 mk) {
  * on DRAM, and a burst at the start of each tile waited on full fill buffers
  * (8 rows of SmolLM2 F16's layers, one Xeon thread: 38 ms a step with the
  * burst, 31.6 -> 26.5 ms spread; one row, decode: 40.4-41.2 -> 41.7-43.4
- * tok/s at 1 thread, 78-83 -> 83-87 at 2). f_pf_base: none without pf. */
+ * tok/s at 1 thread, 78-83 -> 83-87 at 2). f_pf_base: none without pf;
+ * near_rows: F_PF_ROWS, or kern_f8's own distance. */
 typedef struct f_pf {
     uintptr_t near, far; /* 0: none */
 } f_pf;
@@ -487,9 +488,9 @@ typedef struct f_pf {
  * 60.3-63.6 tok/s on one Xeon thread, 105-111 -> 120-126 on two (the near
  * prefetch alone left the loads waiting). Not for 8 rows (kern_f8), which
  * compute longer per byte: 8 streams +3% on one thread, -7% on two. */
-AI f_pf f_pf_base(const kvs_wmat *w, int j0, int pf, int far) {
+AI f_pf f_pf_base(const kvs_wmat *w, int j0, int pf, int near_rows, int far) {
     const uintptr_t data = (uintptr_t)w->data;
-    return (f_pf){pf ? data + (size_t)(j0 + F_PF_ROWS) * w->row_bytes : 0,
+    return (f_pf){pf ? data + (size_t)(j0 + near_rows) * w->row_bytes : 0,
                   pf && far && w->far_rows ? data + (size_t)(j0 + w->far_rows) * w->row_bytes : 0};
 }
 /* near_l2 (a constant in each copy): the near rows into L2 (T1), not L1 */
@@ -513,7 +514,7 @@ AI void kern_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, size_
     const uint8_t *rows[NR];
     #pragma GCC unroll 4
     for (int j = 0; j < nr; j++) rows[j] = (const uint8_t *)w->data + (size_t)(j0 + j) * w->row_bytes;
-    const f_pf pfb = f_pf_base(w, j0, pf, 1);
+    const f_pf pfb = f_pf_base(w, j0, pf, F_PF_ROWS, 1);
     int e = 0;
     /* whole chunks: plain loads and fmas (merge-masked ones with a full
      * mask cost 8 streams of SmolLM2 F16 15%: 38 -> 33 ms a step) */
@@ -581,7 +582,7 @@ AI void kern_f8(const kvs_wmat *w, int j0, const float *xr, int k, int e0, int e
         C[i][1] = e0 ? acc[2 * i + 1] : _mm512_setzero_ps();
     }
     const uint8_t *row0 = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes, *rows[2] = {row0, row0 + w->row_bytes};
-    const f_pf pfb = {pf ? (uintptr_t)w->data + (size_t)(j0 + F8_PF_ROWS) * w->row_bytes : 0, 0};
+    const f_pf pfb = f_pf_base(w, j0, pf, F8_PF_ROWS, 0);
     int e = e0;
     const float *xc = xr + (size_t)(e0 / 16) * 128; /* chunk e's 8 rows */
     for (; e + 16 <= e1; e += 16, xc += 128) {
