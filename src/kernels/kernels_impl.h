@@ -114,23 +114,20 @@ static inline const uint8_t *kvs_packed_tile_tail(const kvs_wmat *w, int j8) {
 }
 
 /* Output columns per chunk of a decode step (m == 1) or of a few rows (a
- * batch of streams) of an n-column matrix on nth threads: 64, or about 8
- * chunks per thread for a large matrix such as the output head, so that
- * each thread streams long runs of rows and the hardware prefetchers stay on
- * them (gemma3's 262144-row Q8_0 head, 2 threads: 7.9-10.4 ms with
- * 64-column chunks, 6.4-6.8 ms with these). Then up to twice that where it
- * splits the tiles into a multiple of nth equal chunks: SmolLM2's 576
- * columns went in 9 chunks of 64 (one of 2 threads did 5, the other 4 and
- * waited), now 6 of 96 (2 Xeon threads: decode Q4_1 354-370 -> 372-381
- * tok/s, Q4_0 360-382 -> 381-393; 8 streams F16 456-466 -> 478-502, Q4_1
- * 804-828 -> 818-834). A multiple of 16 (whole tiles). */
+ * batch of streams) of an n-column matrix on nth threads: one run of
+ * columns per thread (a multiple of 16: whole tiles), so that each thread
+ * streams its rows from start to end with its kernels' prefetch ahead and
+ * the hardware prefetchers on them, and takes one chunk off the pool's
+ * shared counter per matrix. About 8 chunks per thread before (each chunk
+ * starting unprefetched, ~16 counter increments crossing cores per matrix):
+ * SmolLM2 on 2 Xeon threads, old and new builds alternating, decode Q4_1
+ * 384-385 -> 423-426 tok/s, Q4_0 416-418 -> 451-456, Q8_0 244-254 ->
+ * 270-291, F16 98-109 -> 112-116; 8 streams F16 538-548 -> 584-590, Q4_1
+ * 874-887 -> 893-901, Q8_0 743-747 -> 754-772; gemma3 8 streams 334-336 ->
+ * 364-366; 1 thread unchanged. */
 static inline int kvs_decode_cols(int n, int nth) {
-    int c = n / (8 * nth) & ~15;
-    c = c > 64 ? c : 64;
-    const int tiles = (n + 15) / 16;
-    for (int s = c / 16; s <= c / 8 && s <= tiles; s++)
-        if (tiles % s == 0 && (tiles / s) % nth == 0) return 16 * s;
-    return c;
+    if (nth < 1) nth = 1;
+    return ((n + nth - 1) / nth + 15) & ~15;
 }
 
 /* AVX2 needs 64 bytes per full-group block and 80 per tail block. */

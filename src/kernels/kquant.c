@@ -89,7 +89,8 @@ void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, cons
     mt.first[0] = 0;
     for (int i = 0; i < nw; i++) {
         const kvs_wmat *w = ws[i];
-        const int cols = m == 1 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16;
+        /* a few rows (m < 16: batched decode) as decode (kvs_decode_cols) */
+        const int cols = m < 16 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16;
         mt.t[i] = (kq_task){kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63),
                             kvs_kq_xrow_bytes(w->k), m, cols, ys[i]};
         mt.first[i + 1] = mt.first[i] + (w->n + cols - 1) / cols;
