@@ -315,6 +315,24 @@ TEST(test_matmul_float_decode_chunks) {
     printf("  %d float-weight decode comparisons\n", compared);
 }
 
+/* The decode chunks (kvs_decode_cols): whole tiles (a multiple of 16), never
+ * empty (callers divide by the width), at most one chunk per thread, and
+ * together they cover every column. */
+TEST(test_decode_cols) {
+    const int ns[] = {1, 15, 16, 17, 33, 192, 576, 577, 1536, 49152, 262144};
+    int checked = 0;
+    for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++)
+        for (int nth = 0; nth <= 5; nth++) {
+            const int n = ns[a], c = kvs_decode_cols(n, nth), chunks = (n + c - 1) / c;
+            CHECK_MSG(c >= 16 && c % 16 == 0, "n %d threads %d: %d columns", n, nth, c);
+            CHECK_MSG(chunks <= (nth < 1 ? 1 : nth), "n %d threads %d: %d chunks", n, nth, chunks);
+            CHECK((long)chunks * c >= n);
+            checked++;
+        }
+    CHECK(kvs_decode_cols(0, 2) == 16);
+    printf("  %d (columns, threads) pairs\n", checked);
+}
+
 /* Float weights (F32, F16, BF16) take any k: the register tiles of the
  * SIMD paths (activation rows x weight rows) end with the reference's
  * scalar tail when k is not a multiple of 16; every tile shape (m and n
@@ -819,6 +837,7 @@ int main(void) {
     RUN(test_matmul_weights_at_odd_address);
     RUN(test_matmul_float_k_tails);
     RUN(test_matmul_float_decode_chunks);
+    RUN(test_decode_cols);
     RUN(test_matmul_float_negative_zero_chains);
     RUN(test_matmul_two_level_edges);
     RUN(test_matmul_amx_equals_scalar);

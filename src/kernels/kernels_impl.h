@@ -127,7 +127,8 @@ static inline const uint8_t *kvs_packed_tile_tail(const kvs_wmat *w, int j8) {
  * 364-366; 1 thread unchanged. */
 static inline int kvs_decode_cols(int n, int nth) {
     if (nth < 1) nth = 1;
-    return ((n + nth - 1) / nth + 15) & ~15;
+    const int c = ((n + nth - 1) / nth + 15) & ~15;
+    return c > 16 ? c : 16; /* never 0 (callers divide by it) */
 }
 
 /* AVX2 needs 64 bytes per full-group block and 80 per tail block. */
