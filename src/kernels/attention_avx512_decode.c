@@ -32,7 +32,11 @@ AI __m512 kv_load16(const void *base, int kv_type, size_t idx) {
  * Measured (Xeon, SmolLM2 Q4_1, decode at depth 4096, old and new builds
  * alternating): 44.0-44.3 -> 50.2-52.1 tok/s at 1 thread, 77.7-79.4 ->
  * 90.8-92.5 at 2, depth 512 unchanged; 8 KB or 24 KB for K, 16 or 64 rows
- * for V were slower. Hints only: the bits do not change. */
+ * for V were slower. Into L2 (T1), not L1: perf put the tiles' time on
+ * the prefetches themselves (each waits for a free L1 fill buffer); at
+ * depth 4096 58.2-58.7 -> 61.5-62.7 tok/s at 1 thread, 105-107 -> 109-122
+ * at 2; depth 1024 and gemma3 at 4096 unchanged; 32 KB / 64 rows ahead
+ * into L2 no better. Hints only: the bits do not change. */
 #define PF_K_BYTES 16384
 #define PF_V_ROWS 32
 
@@ -41,7 +45,7 @@ AI __m512 kv_load16(const void *base, int kv_type, size_t idx) {
  * pointers). */
 AI void prefetch_span(const void *base, size_t off, size_t n) {
     const uintptr_t a = (uintptr_t)base + off;
-    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(a + o), _MM_HINT_T0);
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(a + o), _MM_HINT_T1);
 }
 
 /* --------------------------------------------------- scores, lane = key */
@@ -192,7 +196,7 @@ AI void stage_tile(const unit_ctx *u, float *Kt, int jt, int nk, int pf_keys) {
             const int pf = (d0 * elem) % 64 == 0;
 #pragma GCC unroll 16
             for (int jj = 0; jj < 16; jj++) {
-                if (pf) _mm_prefetch((const char *)(pa + (size_t)jj * key_bytes), _MM_HINT_T0);
+                if (pf) _mm_prefetch((const char *)(pa + (size_t)jj * key_bytes), _MM_HINT_T1);
                 t[jj] = kv_load16(c->k, c->kv_type, at + (size_t)jj * D);
             }
         } else {
@@ -216,7 +220,7 @@ AI void stage_tile16(const unit_ctx *u, uint16_t *Kt16, int jt, int nk, int pf_k
         if (nk == 16) {
 #pragma GCC unroll 16
             for (int jj = 0; jj < 16; jj++) {
-                _mm_prefetch((const char *)((uintptr_t)(k + at + (size_t)(pf_keys + jj) * D)), _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)(k + at + (size_t)(pf_keys + jj) * D)), _MM_HINT_T1);
                 t[jj] = _mm512_loadu_si512((const void *)(k + at + (size_t)jj * D));
             }
         } else {
