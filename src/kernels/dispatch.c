@@ -191,11 +191,10 @@ static void mm_quant_chunk(void *arg, int chunk, int ith) {
     t->isa->quantize_rows(&t->call, i0, i1);
 }
 
-/* Quantizes the call's m activation rows, on the pool where they are more
- * than one chunk. */
+/* Quantizes the call's m activation rows (one chunk's rows run on the
+ * caller: kvs_pool_for takes a single chunk itself). */
 static void mm_quantize_all(kvs_pool *pool, mm_task *t, int m) {
-    if (m <= MM_QUANT_ROWS) t->isa->quantize_rows(&t->call, 0, m);
-    else kvs_pool_for(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
+    kvs_pool_for(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
 }
 
 /* Chunks of a task: column chunks, times row blocks for AMX. */

@@ -124,7 +124,7 @@ static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kv
     row_task t = {f, op, l, m, pos, kv, rows};
     int width = op == OP_ACT_MUL ? f->hp->n_ff : f->hp->n_embd;
     int n_chunks = (m + KVS_FWD_ROWS_PER_CHUNK - 1) / KVS_FWD_ROWS_PER_CHUNK;
-    if (!f->pool || n_chunks == 1 || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
+    if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
         for (int c = 0; c < n_chunks; c++) row_chunk_fn(&t, c, 0);
     } else {
         kvs_pool_for(f->pool, n_chunks, row_chunk_fn, &t);
