@@ -23,6 +23,11 @@
 #    N sequences stepped together (kvstitch bench --streams, the server's
 #    batched step), aggregate tok/s over the one-stream decode of the same
 #    round (0: skip).
+#  - on a CPU where our prefill runs on AMX tiles (kvstitch --version lists
+#    amx first, KVS_AMX not 0): prefill once more with KVS_AMX=0 (the
+#    AVX-512 VNNI path on the same machine) each round, and "-amx" in the
+#    report's file name, so an AMX machine's report never overwrites the
+#    report of an AVX-512 one.
 # Models: the Q4_1 file of scripts/fetch-model.sh; type gemma3 (not in the
 # default list: --types "... gemma3") is gemma-3-270m Q4_K_M
 # (scripts/fetch-model.sh gemma3: Q5_0 / Q4_K / Q6_K matrices, Q8_0 head);
@@ -64,6 +69,10 @@ if [ -z "$llbin" ]; then
 fi
 have_ll=0
 [ -n "$llbin" ] && [ -x "$llbin/llama-bench" ] && [ -x "$llbin/llama-quantize" ] && have_ll=1
+
+# AMX: our prefill's path here; prefill is also measured without it
+amx=0
+"$BUILD/kvstitch" --version | grep -q '^kernel paths on this CPU: amx ' && [ "${KVS_AMX:-1}" != 0 ] && amx=1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -111,6 +120,10 @@ for l in sys.stdin:
                     --json | python3 bench/bench_json.py kvstitch ours_streams type="$t" threads="$th" streams="$streams" \
                     >> "$tmp/runs.jsonl"
             fi
+            if [ $amx = 1 ]; then
+                KVS_AMX=0 "$BUILD/kvstitch" bench -m "$m" -p "$pp" -n 0 --reps "$reps" --threads "$th" --json \
+                    | python3 bench/bench_json.py kvstitch ours_noamx type="$t" threads="$th" >> "$tmp/runs.jsonl"
+            fi
             if [ $have_ll = 1 ]; then
                 "$llbin/llama-bench" -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/ll.err" \
                     | python3 bench/bench_json.py llama llama.cpp type="$t" threads="$th" \
@@ -121,11 +134,13 @@ for l in sys.stdin:
 done
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
-slug=$(echo "${cpu:-cpu}-$(sed -n 's/^isa //p' "$tmp/probe.txt")" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
+isa=$(sed -n 's/^isa //p' "$tmp/probe.txt")
+[ $amx = 1 ] && isa="$isa-amx"
+slug=$(echo "${cpu:-cpu}-$isa" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
 out="bench/results/roofline-$slug.md"
 python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
     "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \
     "$(if [ $have_ll = 1 ]; then { "$llbin/llama-bench" --version 2>&1 || true; } | grep -m1 -i version | sed 's/^version: /llama.cpp /'; else echo 'not available'; fi)" \
-    "$("$BUILD/kvstitch" info -m "$q41" | sed -n 's/^parameters: *\([0-9]*\).*/\1/p')" > "$tmp/report.md"
+    "$("$BUILD/kvstitch" info -m "$q41" | sed -n 's/^parameters: *\([0-9]*\).*/\1/p')" "$amx" > "$tmp/report.md"
 cat "$tmp/report.md"
 if [ $save = 1 ]; then cp "$tmp/report.md" "$out"; echo "roofline: wrote $out" >&2; fi

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Writes the roofline report (markdown) from bench/roofline.sh's raw outputs.
 
-usage: roofline_report.py PROBE KERNELS RUNS CPU NPROC COMMIT PP NGEN ROUNDS REPS PEER PARAMS
+usage: roofline_report.py PROBE KERNELS RUNS CPU NPROC COMMIT PP NGEN ROUNDS REPS PEER PARAMS [AMX]
   PROBE    roofline_probe output      KERNELS  bench_kernels --cpu output
   RUNS     one JSON object per run (who, type, threads, pp, tg[, bytes]), and per type
            the probe's read over a buffer of the file's size (who "probe", wall GB/s)
   PARAMS   parameters of the SmolLM2 model (multiply-adds per token, ~ all weights);
            type gemma3 (the Q4_K_M file) gets no int8 share: 168M of its 268M
            parameters are the embedding, which prefill does not multiply
+  AMX      1 where our prefill ran on AMX tiles: RUNS then also hold prefill without
+           AMX (who "ours_noamx", KVS_AMX=0), reported beside it
 """
 import json
 import re
@@ -60,12 +62,13 @@ def fmt(x, spec="%.0f"):
 
 def main():
     (probe_p, kern_p, runs_p, cpu, nproc, commit, pp, ngen, rounds, reps, peer, params) = sys.argv[1:13]
+    amx = len(sys.argv) > 13 and sys.argv[13] == "1"
     probe, kern = parse_probe(probe_p), parse_kernels(kern_p)
     runs = [json.loads(l) for l in open(runs_p) if l.strip()]
     params = float(params)
     out = []
     w = out.append
-    w("# Roofline: %s (%s cores, ISA path %s)\n" % (cpu, nproc, probe["isa"]))
+    w("# Roofline: %s (%s cores, ISA path %s)\n" % (cpu, nproc, probe["isa"] + (" + AMX tiles for prefill" if amx else "")))
     w("Commit %s. Load average at the probe: %s (the machine is shared: wall-clock figures are what it "
       "gave during this run; CPU-time figures are what a core gives while it runs). Written by "
       "`bench/roofline.sh`.\n" % (commit, probe["load"]))
@@ -111,8 +114,14 @@ def main():
       "read (the two differ where the last-level cache holds part of the weights). Prefill int8 share = pp tok/s x "
       "%.0fM MACs x 2 (two-level) / wall int8 peak (quantized types). Peer: %s.\n"
       % (rounds, reps, ngen, pp, params / 1e6, peer))
-    w("| type | threads | tg ours | tg llama.cpp | ours / llama.cpp | bound | share of bound | DRAM bound | pp ours | pp llama.cpp | ours / llama.cpp | pp share of int8 peak |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if amx:
+        w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 matrices: `src/kernels/matmul_amx.c`; the other types "
+          "on AVX-512 VNNI); \"pp ours, no AMX\" is the same run's prefill with KVS_AMX=0 (AVX-512 VNNI for "
+          "every type), its ratio against the same llama.cpp runs (which use AMX where ggml has AMX kernels). "
+          "The int8 share is of the VNNI peak: AMX prefill can pass 100%%.\n")
+    w("| type | threads | tg ours | tg llama.cpp | ours / llama.cpp | bound | share of bound | DRAM bound | pp ours | pp llama.cpp | ours / llama.cpp | pp share of int8 peak |"
+      + (" pp ours, no AMX | no AMX / llama.cpp |" if amx else ""))
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if amx else ""))
     keys = sorted({(r["type"], r["threads"]) for r in runs if r["who"] != "probe"}, key=lambda k: (["Q4_1", "Q4_0", "Q8_0", "F16", "gemma3"].index(k[0])
                                                                              if k[0] in ("Q4_1", "Q4_0", "Q8_0", "F16", "gemma3") else 9, k[1]))
     for typ, th in keys:
@@ -120,6 +129,7 @@ def main():
         peer_r = [r for r in runs if r["who"] == "llama.cpp" and r["type"] == typ and r["threads"] == th]
         tg, pp_o = med([r["tg"] for r in ours]), med([r["pp"] for r in ours])
         tg_p, pp_p = med([r["tg"] for r in peer_r]), med([r["pp"] for r in peer_r])
+        pp_n = med([r["pp"] for r in runs if r["who"] == "ours_noamx" and r["type"] == typ and r["threads"] == th])
         nbytes = ours[0]["bytes"] if ours else None
         bw = probe["read"].get(th, {}).get("wall_best")
         dram = bw * 1e9 / nbytes if bw and nbytes else None
@@ -131,7 +141,8 @@ def main():
             typ, th, fmt(tg, "%.1f"), fmt(tg_p, "%.1f"), fmt(tg / tg_p if tg and tg_p else None, "%.2fx"),
             fmt(bound, "%.1f"), fmt(tg / bound * 100 if tg and bound else None, "%.0f%%"), fmt(dram, "%.1f"),
             fmt(pp_o, "%.1f"), fmt(pp_p, "%.1f"), fmt(pp_o / pp_p if pp_o and pp_p else None, "%.2fx"),
-            fmt(ppshare, "%.0f%%")))
+            fmt(ppshare, "%.0f%%")) + ("" if not amx else " %s | %s |" % (
+            fmt(pp_n, "%.1f"), fmt(pp_n / pp_p if pp_n and pp_p else None, "%.2fx"))))
     batched = [r for r in runs if r["who"] == "ours_streams"]
     if batched:
         ns = batched[0]["streams"]
