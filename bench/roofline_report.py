@@ -118,7 +118,7 @@ def main():
         w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 matrices: `src/kernels/matmul_amx.c`; the other types "
           "on AVX-512 VNNI); \"pp ours, no AMX\" is the same run's prefill with KVS_AMX=0 (AVX-512 VNNI for "
           "every type), its ratio against the same llama.cpp runs (which use AMX where ggml has AMX kernels). "
-          "The int8 share is of the VNNI peak: AMX prefill can pass 100%%.\n")
+          "The int8 share is of the VNNI peak: AMX prefill can pass 100%.\n")
     w("| type | threads | tg ours | tg llama.cpp | ours / llama.cpp | bound | share of bound | DRAM bound | pp ours | pp llama.cpp | ours / llama.cpp | pp share of int8 peak |"
       + (" pp ours, no AMX | no AMX / llama.cpp |" if amx else ""))
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if amx else ""))

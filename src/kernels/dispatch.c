@@ -140,7 +140,7 @@ int kvs_kernels_amx(void) {
 
 static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K &&
-           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 || w->type == KVS_TYPE_Q8_0);
+           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1); /* why not Q8_0: matmul_amx.c */
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers

@@ -1,8 +1,7 @@
 /*
  * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
- * Q4_0 / Q4_1 / Q8_0 weights and many activation rows (prefill). Produces
- * exactly the bits of the scalar reference (canonical order in
- * kernels_impl.h).
+ * Q4_0 / Q4_1 weights and many activation rows (prefill). Produces exactly
+ * the bits of the scalar reference (canonical order in kernels_impl.h).
  *
  * Why BF16 tiles give exact integers: a block's integer dot is
  * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-8, 15], hi_e, lo_e in
@@ -11,16 +10,7 @@
  * so TDPBF16PS (fp32 accumulation) computes i_b exactly, whatever its
  * internal order: the tile holds exactly the reference's (float)i_b, hi and
  * lo accumulate into the same tile, and the vector epilogue is only the
- * canonical float steps.
- *
- * Q8_0 (w_e in [-128, 127]): i_b reaches 2^27, past fp32's exact integers,
- * so hi and lo go to tiles of their own. Each is exact: the lo dot is an
- * integer below 32 * 128 * 127 < 2^19, the hi dot 256 times one (every
- * partial sum a multiple of 256 below 2^27: at most 19 significant bits).
- * The epilogue adds the two (one vaddps: the exact sum 256 dot_hi + dot_lo
- * rounded once, which is (float)i_b), then runs the same float steps. Same
- * bits as the AVX-512 path (2 threads, SmolLM2 Q8_0, pp512: 1041 tok/s on
- * AVX-512 VNNI -> see README).
+ * canonical float steps. (Q8_0 weights reach 2^27: they stay on AVX-512.)
  *
  * Activations ("xa", kernels_impl.h): each row in natural element order,
  * bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb], float sx[nb], so one
@@ -29,8 +19,8 @@
  * Weights: per chunk of up to 32 output columns ("panel", two halves of 16)
  * every block is repacked once into the TDPBF16PS B layout (16 rows of 64
  * bytes: row r, dword n = elements 2r, 2r+1 of weight row n as bf16, Q4_0
- * already minus 8), plus dw (and mw) per column; in per-thread scratch,
- * reused by every 16-row tile of the call.
+ * already minus 8), plus dw (and mw) per column; on the stack, reused by
+ * every 16-row tile of the call.
  *
  * Work unit: 16 rows x the panel's 32 columns. Its tiles (tmm2/3: A =
  * 256 hi / lo of the 16 rows, shared by both halves; tmm4/5: B of the
@@ -110,13 +100,7 @@ typedef struct amx_blk {
 
 /* Repacks columns [j0, j0 + nr) of all nb blocks (the halves that have
  * columns; missing columns of a half: zero, never stored). */
-static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out);
-
 static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
-    if (w->type == KVS_TYPE_Q8_0) {
-        prep_panel_q8(w, j0, nr, nb, out);
-        return;
-    }
     const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18, qoff = q41 ? 4 : 2;
     const __m512i lo4 = _mm512_set1_epi8(0x0f), bytew = _mm512_set1_epi32(0xff);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -159,42 +143,7 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
     }
 }
 
-/* bf16 of the signed byte at bit 8 * e of every dword (exact: |v| <= 128) */
-AI __m512i bf16_of_byte(__m512i q, int e) {
-    __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(q, 24 - 8 * e), 24);
-    return _mm512_srli_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(v)), 16);
-}
-
-/* Q8_0 (34-byte blocks: f16 d, 32 signed bytes): B row 2r + u holds
- * elements 4r + 2u, 4r + 2u + 1 of each column. */
-static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
-    const __m512i z = _mm512_setzero_si512();
-    for (int h = 0; 16 * h < nr; h++) {
-        int cnt = nr - 16 * h;
-        __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
-        const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
-        for (int b = 0; b < nb; b++) {
-            amx_blk *p = &out[b];
-            const uint8_t *blk = base + (size_t)b * 34;
-            __m512i dm = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1); /* d, then qs[0..1] */
-            _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
-            _mm512_store_ps(p->mw + 16 * h, _mm512_setzero_ps());
-            for (int r = 0; r < 8; r++) {
-                __m512i q = _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2 + 4 * r, 1);
-                for (int u = 0; u < 2; u++)
-                    _mm512_store_si512(p->b[h][2 * r + u], _mm512_or_si512(bf16_of_byte(q, 2 * u),
-                                                                           _mm512_slli_epi32(bf16_of_byte(q, 2 * u + 1), 16)));
-            }
-        }
-    }
-}
-
 /* ------------------------------------------------------------- kernel */
-
-/* The weight types, as compile-time constants of the inlined kernel. */
-enum { KIND_Q40, KIND_Q41, KIND_Q8 };
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
@@ -212,41 +161,15 @@ typedef struct amx_run {
     int nb, nh, m, nr;
     float *y;          /* y of the call at the panel's first column */
     size_t ldy;
-    size_t lo;         /* Q8_0: floats from a buffer's hi dots to its lo dots */
 } amx_run;
 
 /* Blocks [b0, b1) of row tile t: C of even blocks in tmm0/1 (halves), odd
  * blocks in tmm6/7, so a block's products need not wait for the previous
  * block's stores; the A tiles serve both halves. */
-AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb, int kind) {
+AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
     const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row;
     const size_t ldc = (size_t)r->nb * 2 * 64;
     float *cb1 = cb + (size_t)r->nb * 16;
-    if (kind == KIND_Q8) { /* hi and lo dots in tiles of their own: tmm0/1 (half 0), tmm6/7 (half 1) */
-        for (int b = b0; b < b1; b++) {
-            _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
-            _tile_loadd(3, xa + (size_t)(r->nb + b) * 64, r->xa_row);
-            _tile_loadd(4, r->pan[b].b[0], 64);
-            if (r->nh > 1) _tile_loadd(5, r->pan[b].b[1], 64);
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_dpbf16ps(0, 2, 4);
-            _tile_dpbf16ps(1, 3, 4);
-            if (r->nh > 1) {
-                _tile_zero(6);
-                _tile_zero(7);
-                _tile_dpbf16ps(6, 2, 5);
-                _tile_dpbf16ps(7, 3, 5);
-            }
-            _tile_stored(0, cb + 16 * b, ldc);
-            _tile_stored(1, cb + r->lo + 16 * b, ldc);
-            if (r->nh > 1) {
-                _tile_stored(6, cb1 + 16 * b, ldc);
-                _tile_stored(7, cb1 + r->lo + 16 * b, ldc);
-            }
-        }
-        return;
-    }
     for (int b = b0; b < b1; b++) {
         _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
         _tile_loadd(3, xa + (size_t)(r->nb + b) * 64, r->xa_row);
@@ -279,20 +202,17 @@ AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb, int kind)
 }
 
 /* Block b of one output row into chain v: v = fma((float)i_b, dw * dx, v),
- * Q4_1: v = fma(mw, sx, v). Q8_0: (float)i_b = hi dot + lo dot (lo floats
- * further on). */
-AI __m512 step(const amx_blk *p, int h, const float *cr, size_t lo, const float *dx, const float *sx, int b,
-               __m512 v, int kind) {
+ * Q4_1: v = fma(mw, sx, v). */
+AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const float *sx, int b,
+               __m512 v, int q41) {
     __m512 s = _mm512_mul_ps(_mm512_load_ps(p->dw + 16 * h), _mm512_set1_ps(dx[b]));
-    __m512 ib = _mm512_load_ps(cr + 16 * b);
-    if (kind == KIND_Q8) ib = _mm512_add_ps(ib, _mm512_load_ps(cr + lo + 16 * b));
-    v = _mm512_fmadd_ps(ib, s, v);
-    if (kind == KIND_Q41) v = _mm512_fmadd_ps(_mm512_load_ps(p->mw + 16 * h), _mm512_set1_ps(sx[b]), v);
+    v = _mm512_fmadd_ps(_mm512_load_ps(cr + 16 * b), s, v);
+    if (q41) v = _mm512_fmadd_ps(_mm512_load_ps(p->mw + 16 * h), _mm512_set1_ps(sx[b]), v);
     return v;
 }
 
 /* Row i, half h of row tile t, its dots in cb: the canonical float steps. */
-AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int kind) {
+AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41) {
     const int nb = r->nb, nf = nb / 16 * 16;
     const float *cr = cb + (size_t)(i * 2 + h) * nb * 16;
     uint8_t *row = (uint8_t *)r->xq + (size_t)(t * 16 + i) * r->xa_row;
@@ -301,10 +221,10 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int kin
     if (nf) {
         __m512 a[16];
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) a[c] = step(&r->pan[c], h, cr, r->lo, dx, sx, c, _mm512_setzero_ps(), kind);
+        for (int c = 0; c < 16; c++) a[c] = step(&r->pan[c], h, cr, dx, sx, c, _mm512_setzero_ps(), q41);
         for (int b0 = 16; b0 < nf; b0 += 16)
 #pragma GCC unroll 16
-            for (int c = 0; c < 16; c++) a[c] = step(&r->pan[b0 + c], h, cr, r->lo, dx, sx, b0 + c, a[c], kind);
+            for (int c = 0; c < 16; c++) a[c] = step(&r->pan[b0 + c], h, cr, dx, sx, b0 + c, a[c], q41);
         /* kvs_tree16, lane-wise */
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
@@ -314,7 +234,7 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int kin
         a[1] = _mm512_add_ps(a[1], a[3]);
         y = _mm512_add_ps(a[0], a[1]);
     }
-    for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, r->lo, dx, sx, b, y, kind);
+    for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
     int cnt = r->nr - 16 * h;
     __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
     _mm512_mask_storeu_ps(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, mk, y);
@@ -326,21 +246,21 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int kin
  * run their float steps, the tiles of t + 1 fill the other buffer (a
  * sixteenth of its blocks per row), so the tile unit and the vector unit
  * work at the same time. */
-AI void panel(const amx_run *r, float *cbuf, int kind) {
+AI void panel(const amx_run *r, float *cbuf, int q41) {
     const int nt = (r->m + 15) / 16;
     /* floats of one buffer, plus 17 lines so the two buffers never sit a
      * multiple of 4 KiB apart (loads from one would falsely wait on tile
      * stores to the other) */
-    const size_t cbn = (kind == KIND_Q8 ? 2 : 1) * r->lo + CB_PAD;
-    unit_tiles(r, 0, 0, r->nb, cbuf, kind);
+    const size_t cbn = (size_t)16 * 2 * r->nb * 16 + CB_PAD;
+    unit_tiles(r, 0, 0, r->nb, cbuf);
     for (int t = 0; t < nt; t++) {
         int mr = r->m - 16 * t < 16 ? r->m - 16 * t : 16;
         const float *cb = cbuf + (t & 1) * cbn;
         float *cb1 = cbuf + ((t + 1) & 1) * cbn;
         for (int i = 0; i < 16; i++) {
-            if (t + 1 < nt) unit_tiles(r, t + 1, i * r->nb / 16, (i + 1) * r->nb / 16, cb1, kind);
+            if (t + 1 < nt) unit_tiles(r, t + 1, i * r->nb / 16, (i + 1) * r->nb / 16, cb1);
             if (i < mr)
-                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, kind);
+                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, q41);
         }
     }
 }
@@ -348,13 +268,12 @@ AI void panel(const amx_run *r, float *cbuf, int kind) {
 /* ------------------------------------------------------------ entry point */
 
 /* Per-thread scratch: the repacked weight panel and the two tile result
- * buffers (each with room for Q8_0's separate lo dots), ~670 KB: too much
- * for the stack of an arbitrary caller thread,
+ * buffers, ~410 KB: too much for the stack of an arbitrary caller thread,
  * so every thread allocates it once, on its first AMX call, and frees it
  * when it exits (pthread key destructor). */
 typedef struct amx_scratch {
     amx_blk pan[KVS_AMX_MAX_K / KVS_QK];
-    float cbuf[2 * (2 * 16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)];
+    float cbuf[2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)];
 } amx_scratch;
 
 static pthread_key_t g_scratch_key;
@@ -393,11 +312,9 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         prep_panel(w, jt, nr, nb, pan);
         /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
         amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
-                     .m = c->m, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n,
-                     .lo = (size_t)16 * 2 * nb * 16};
-        if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, KIND_Q41);
-        else if (w->type == KVS_TYPE_Q8_0) panel(&r, cbuf, KIND_Q8);
-        else panel(&r, cbuf, KIND_Q40);
+                     .m = c->m, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
+        if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1);
+        else panel(&r, cbuf, 0);
     }
     _tile_release();
 }
