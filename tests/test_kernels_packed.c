@@ -260,13 +260,27 @@ TEST(test_far_prefetch) {
     const char *saved = getenv("KVS_FAR_PREFETCH");
     char *keep = saved ? strdup(saved) : NULL;
     unsetenv("KVS_FAR_PREFETCH");
-    CHECK_EQ_INT(kvs_far_prefetch_rows(0), 0);
-    CHECK_EQ_INT(kvs_far_prefetch_rows(1 << 20), 0); /* 1 MiB: any last-level cache holds most of it */
+    CHECK_EQ_INT(kvs_far_prefetch_rows(NULL, 0), 0);
+    uint8_t *mib = xmalloc(1 << 20);
+    memset(mib, 1, 1 << 20);
+    const kvs_mem_span one_mib = {mib, 1 << 20};
+    CHECK_EQ_INT(kvs_far_prefetch_rows(&one_mib, 1), 0); /* 1 MiB: any last-level cache holds most of it */
+    /* 8 MiB in 4 spans: the probe's second pass finds it in the caches (its
+     * own reference re-read is the whole of it) */
+    kvs_mem_span quarters[4];
+    uint8_t *eight = xmalloc((size_t)8 << 20);
+    memset(eight, 2, (size_t)8 << 20);
+    for (int i = 0; i < 4; i++) quarters[i] = (kvs_mem_span){eight + ((size_t)i << 21), (size_t)2 << 20};
+    CHECK_EQ_INT(kvs_spans_stay_cached(quarters, 4), 1);
+    CHECK_EQ_INT(kvs_spans_stay_cached(quarters, 0), 1);
+    free(eight);
     setenv("KVS_FAR_PREFETCH", "1", 1);
-    const int far = kvs_far_prefetch_rows(0);
+    const int far = kvs_far_prefetch_rows(&one_mib, 1);
     CHECK(far > 0);
     setenv("KVS_FAR_PREFETCH", "0", 1);
-    CHECK_EQ_INT(kvs_far_prefetch_rows((size_t)1 << 40), 0);
+    const kvs_mem_span huge = {NULL, (size_t)1 << 40}; /* forced: never read */
+    CHECK_EQ_INT(kvs_far_prefetch_rows(&huge, 1), 0);
+    free(mib);
     if (keep) setenv("KVS_FAR_PREFETCH", keep, 1);
     else unsetenv("KVS_FAR_PREFETCH");
     free(keep);

@@ -39,15 +39,30 @@ typedef struct kvs_wmat {
     int far_rows;
 } kvs_wmat;
 
-/* far_rows for the matrices of a model of weight_bytes: the distance where
- * they exceed 3/4 of the last-level cache (a decode step then reads them
- * from DRAM, and prefetching into L1 16 rows ahead left the loads waiting:
- * gemma3, 253 MB against the Xeon's 260 MB shared L3, decodes 10-12% faster
- * with it), else 0 (the cache holds much of them and the extra prefetches
- * cost: SmolLM2 Q4_1, 98 MB, lost 5%; Q8_0, 145 MB, gained at 1 thread in
- * one run and nothing in another, and lost 7% at 2 in both).
- * KVS_FAR_PREFETCH=0 / 1 forces it off / on. */
-int kvs_far_prefetch_rows(size_t weight_bytes);
+/* A range of memory: the bytes of one streamed matrix. */
+typedef struct kvs_mem_span {
+    const void *p;
+    size_t n;
+} kvs_mem_span;
+
+/* far_rows for the matrices of a model (their bytes: spans[0 .. n)): the
+ * distance where a decode step reads them from DRAM, else 0 (the cache
+ * holds much of them and the extra prefetches cost: SmolLM2 Q4_1, 98 MB,
+ * lost 5% on a Xeon with a 260 MB L3; Q8_0, 145 MB, 0 to -7%). From DRAM:
+ * where they exceed 3/4 of the last-level cache (gemma3, 253 MB against
+ * that Xeon's 260 MB L3, decodes 10-12% faster with it), and where they
+ * fit by the size the CPU reports but a second pass finds them out of the
+ * cache (kvs_spans_stay_cached; models of 32 MB and more): a Xeon VM whose
+ * L3 reads as 480 MB, SmolLM2 decode Q8_0 85-87 -> 104 tok/s at 1 thread,
+ * 186-198 -> 234 at 2, F16 41 -> 49-51 and 82-85 -> 100-101.
+ * KVS_FAR_PREFETCH=0 / 1 forces it off / on (no probe). */
+int kvs_far_prefetch_rows(const kvs_mem_span *spans, int n);
+
+/* 1 if the caches keep the spans from one pass over them to the next: a
+ * second pass reads them at >= 0.62 of the rate of re-reading its last 8
+ * MiB (the best of 2 tries). Reads every byte 2-3 times (~20 ms for 145
+ * MB, ~40 for 270: cache_probe.c). */
+int kvs_spans_stay_cached(const kvs_mem_span *spans, int n);
 
 /* Repacks a Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 matrix into the layout the
  * AVX2 kernels stream (pack.c; the AVX-512 Q4_0 / Q4_1 / Q8_0 paths read it

@@ -238,11 +238,17 @@ void *kvs_huge_alloc(size_t bytes) {
 
 #define FAR_PF_ROWS 48 /* gemma3 decode, one Xeon thread: 48 and 96 rows measured alike */
 
-int kvs_far_prefetch_rows(size_t weight_bytes) {
+#define FAR_PROBE_MIN ((size_t)32 << 20) /* smaller: any last-level cache of an AVX-512 CPU holds it */
+
+int kvs_far_prefetch_rows(const kvs_mem_span *spans, int n) {
     const char *e = getenv("KVS_FAR_PREFETCH");
     if (e && *e) return *e == '0' ? 0 : FAR_PF_ROWS;
+    size_t weight_bytes = 0;
+    for (int i = 0; i < n; i++) weight_bytes += spans[i].n;
     const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* 0 or -1 where the C library cannot tell */
-    return llc > 0 && weight_bytes > (size_t)llc / 4 * 3 ? FAR_PF_ROWS : 0;
+    if (llc > 0 && weight_bytes > (size_t)llc / 4 * 3) return FAR_PF_ROWS;
+    if (weight_bytes < FAR_PROBE_MIN) return 0;
+    return kvs_spans_stay_cached(spans, n) ? 0 : FAR_PF_ROWS;
 }
 
 int kvs_wmat_pack(kvs_wmat *w, int force) {

@@ -194,10 +194,12 @@ int kvs_model_bind_weights(kvs_model *m) {
  * gets its own packed copy and tok_embd none. If the arena cannot be had,
  * each matrix is packed on its own; a failed allocation there leaves a
  * matrix unpacked, which only costs speed. */
+#define STREAMED_PER_LAYER 7 /* the mats of for_each_streamed */
+
 static void for_each_streamed(kvs_model *m, void (*fn)(kvs_wmat *, void *), void *arg) {
     for (int l = 0; l < m->hp.n_layer && m->layers; l++) {
         kvs_layer_weights *w = &m->layers[l];
-        kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        kvs_wmat *mats[STREAMED_PER_LAYER] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) fn(mats[i], arg);
     }
     fn(&m->output, arg);
@@ -247,16 +249,29 @@ static void unpack_alone(kvs_wmat *w, void *arg) {
     kvs_wmat_unpack(w);
 }
 
-static void add_source_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += w->row_bytes * (size_t)w->n; }
+typedef struct span_list {
+    kvs_mem_span *s;
+    int n;
+} span_list;
+
+static void add_source_span(kvs_wmat *w, void *arg) {
+    span_list *l = arg;
+    if (w->data) l->s[l->n++] = (kvs_mem_span){w->data, w->row_bytes * (size_t)w->n};
+}
 
 static void set_far_rows(kvs_wmat *w, void *arg) { w->far_rows = *(const int *)arg; }
 
 /* Whether a decode step reads the streamed matrices from DRAM (all of
- * them together against the last-level cache): their far prefetch. */
+ * them together against the last-level cache, measured where they seem to
+ * fit): their far prefetch. */
 static void choose_far_prefetch(kvs_model *m) {
-    size_t weights = 0;
-    for_each_streamed(m, add_source_bytes, &weights);
-    int far = kvs_far_prefetch_rows(weights);
+    span_list l = {malloc(sizeof(kvs_mem_span) * ((size_t)m->hp.n_layer * STREAMED_PER_LAYER + 1)), 0};
+    int far = 0; /* without the list (no memory): off, as for a cached model */
+    if (l.s) {
+        for_each_streamed(m, add_source_span, &l);
+        far = kvs_far_prefetch_rows(l.s, l.n);
+        free(l.s);
+    }
     for_each_streamed(m, set_far_rows, &far);
 }
 
