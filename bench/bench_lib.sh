@@ -9,3 +9,12 @@ need_numbers() {
         [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "$who: $v must be a number, got '${!v}'" >&2; exit 2; }
     done
 }
+
+# amx_prefill KVSTITCH: prints 1 if that build's prefill runs on AMX tiles
+# here (kvstitch --version lists amx first, KVS_AMX is not 0), else 0; the
+# reports of such a CPU carry "-amx" in their names.
+amx_prefill() {
+    local paths
+    paths=$("$1" --version | sed -n 's/^kernel paths on this CPU: //p')
+    if [ "${paths%% *}" = amx ] && [ "${KVS_AMX:-1}" != 0 ]; then echo 1; else echo 0; fi
+}

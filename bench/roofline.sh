@@ -71,8 +71,7 @@ have_ll=0
 [ -n "$llbin" ] && [ -x "$llbin/llama-bench" ] && [ -x "$llbin/llama-quantize" ] && have_ll=1
 
 # AMX: our prefill's path here; prefill is also measured without it
-amx=0
-"$BUILD/kvstitch" --version | grep -q '^kernel paths on this CPU: amx ' && [ "${KVS_AMX:-1}" != 0 ] && amx=1
+amx=$(amx_prefill "$BUILD/kvstitch")
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
