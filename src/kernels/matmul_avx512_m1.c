@@ -287,9 +287,11 @@ AI void tail_group(const kvs_wmat *w, int j0, int nr, int ng, int t, int type, p
 AI void few_rows(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad, int mr,
                  int type, float *y, size_t ldy) {
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+    /* every live row's slot is set below: only the tree's lanes past nr
+     * start at zero (a zeroing loop over all 16 became a memset call) */
     __m512 C[4][16];
     for (int i = 0; i < mr; i++)
-        for (int o = 0; o < 16; o++) C[i][o] = _mm512_setzero_ps();
+        for (int rho = nr; rho < 16; rho++) C[i][slot_of(rho)] = _mm512_setzero_ps();
     for (int rho = 0; rho < nr; rho++) {
         const uint8_t *row = q_row(w, j0 + rho);
         prefetch_row_ahead(w, j0 + rho);
