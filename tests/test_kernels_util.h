@@ -26,6 +26,7 @@ static inline size_t kt_row_bytes(int type, int k) {
     case KVS_TYPE_Q4_0: return (size_t)k / 32 * 18;
     case KVS_TYPE_Q4_1: return (size_t)k / 32 * 20;
     case KVS_TYPE_Q8_0: return (size_t)k / 32 * 34;
+    case KVS_TYPE_Q5_0: return (size_t)k / 32 * 22;
     }
     return 0;
 }
@@ -50,7 +51,7 @@ static inline kvs_wmat kt_rand_wmat(int type, int n, int k) {
                 uint16_t h = (uint16_t)(b >> 16); memcpy(row + 2 * e, &h, 2);
             }
         } else {
-            size_t bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
+            size_t bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : type == KVS_TYPE_Q5_0 ? 22 : 34;
             for (int b = 0; b < nb; b++) {
                 uint16_t d = kvs_f32_to_f16(0.001f + 0.02f * (kt_randf() + 1.0f));
                 uint16_t m = kvs_f32_to_f16(-0.1f * (kt_randf() + 1.0f));

@@ -140,7 +140,8 @@ int kvs_kernels_amx(void) {
 
 static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K &&
-           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1); /* why not Q8_0: matmul_amx.c */
+           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 ||
+            w->type == KVS_TYPE_Q5_0); /* why not Q8_0 or Q5_1: matmul_amx.c */
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers
@@ -153,6 +154,21 @@ static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
     return isa;
 }
 
+/* Whether a call on the AMX path (x86-64 only). */
+static int is_amx(const kvs_isa *isa) {
+#if defined(__x86_64__)
+    return isa == &kvs_isa_amx;
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+
+/* Whether a call of m rows on w runs in this file (quantized x in work, the
+ * ISA's matmul_cols) rather than in kquant.c: Q5_0 leaves the K-quant path
+ * for AMX, whose tiles compute its blocks exactly (matmul_amx.c). */
+static int mm_here(const kvs_wmat *w, int m) { return !kvs_kq_handles(w->type) || is_amx(mm_isa(w, m)); }
+
 /* ------------------------------------------------------------------------ */
 
 static inline void *align64(void *p) {
@@ -160,12 +176,15 @@ static inline void *align64(void *p) {
 }
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
-    if (kvs_kq_handles(w->type)) return kvs_kq_work_size(w, m); /* Q5 / K-quants: kquant.c */
+    /* whichever path runs (the ISA may change between sizing and the call) */
+    const size_t amx = amx_applies(w, m) ? 64 + kvs_xa_bytes(w->k, m) : 0;
+    if (kvs_kq_handles(w->type)) { /* Q5 / K-quants: kquant.c, or AMX */
+        const size_t kq = kvs_kq_work_size(w, m);
+        return kq > amx ? kq : amx;
+    }
     if (!kvs_wtype_is_quant(w->type)) return 0;
     size_t s = kvs_xq_bytes(w->k, m) + 64 + (size_t)m * kvs_xn_bytes(w->k); /* xn: see kvs_mm_call */
-    /* whichever path runs (the ISA may change between sizing and the call) */
-    if (amx_applies(w, m) && kvs_xa_bytes(w->k, m) > s) s = kvs_xa_bytes(w->k, m);
-    return 64 + s;
+    return 64 + s > amx ? 64 + s : amx;
 }
 
 typedef struct mm_task {
@@ -174,6 +193,9 @@ typedef struct mm_task {
     int cols;  /* output columns per chunk (a multiple of 16: whole tiles) */
     int rows;  /* AMX: activation rows per chunk (a multiple of 16), else 0: all */
 } mm_task;
+
+/* Whether the call quantizes x (every path but the float weights'). */
+static int mm_quantized(const mm_task *t) { return kvs_wtype_is_quant(t->call.w->type) || is_amx(t->isa); }
 
 /* Activation rows quantized per pool chunk (a multiple of 4: a chunk owns
  * whole quads of the tail layout); a call of one chunk's rows quantizes on
@@ -295,13 +317,13 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
 
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
-    if (kvs_kq_handles(w->type)) {
+    if (!mm_here(w, m)) {
         kvs_kq_matmul(pool, w, x, m, y, work);
         return;
     }
     mm_task t = {.isa = mm_isa(w, m)};
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
-    if (kvs_wtype_is_quant(w->type)) mm_quantize(pool, &t, work);
+    if (mm_quantized(&t)) mm_quantize(pool, &t, work);
     t.cols = mm_cols(t.isa, w, m, kvs_pool_size(pool));
     t.rows = mm_rows(t.isa, w, m);
     kvs_pool_for(pool, mm_nchunks(&t), mm_chunk, &t);
@@ -322,8 +344,9 @@ static void mm_multi_chunk(void *arg, int chunk, int ith) {
     mm_chunk(&mt->t[i], chunk - mt->first[i], ith);
 }
 
-static int same_shape(int nw, const kvs_wmat *const *ws) {
-    if (nw < 1 || nw > MM_MULTI_MAX || kvs_kq_handles(ws[0]->type)) return 0;
+/* nw matrices of one type and one k that this file's paths take at m rows. */
+static int same_shape(int nw, const kvs_wmat *const *ws, int m) {
+    if (nw < 1 || nw > MM_MULTI_MAX || !mm_here(ws[0], m)) return 0;
     for (int i = 1; i < nw; i++)
         if (ws[i]->type != ws[0]->type || ws[i]->k != ws[0]->k) return 0;
     return 1;
@@ -341,11 +364,12 @@ size_t kvs_matmul_multi_work_size(int nw, const kvs_wmat *const *ws, int m) {
 void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m,
                       float *const *ys, void *work) {
     if (m <= 0 || nw <= 0) return;
-    if (kvs_kq_multi_ok(nw, ws)) { /* Q5 / K-quants: kquant.c */
+    const int here = same_shape(nw, ws, m);
+    if (!here && kvs_kq_multi_ok(nw, ws)) { /* Q5 / K-quants: kquant.c */
         kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work);
         return;
     }
-    if (!same_shape(nw, ws)) {
+    if (!here) {
         for (int i = 0; i < nw; i++) kvs_matmul(pool, ws[i], x, m, ys[i], work);
         return;
     }
@@ -359,7 +383,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
         t->call = (kvs_mm_call){.w = ws[i], .x = x, .m = m, .y = ys[i]};
         t->cols = mm_cols(isa, ws[i], m, kvs_pool_size(pool));
         t->rows = mm_rows(isa, ws[i], m);
-        if (kvs_wtype_is_quant(ws[i]->type)) {
+        if (mm_quantized(t)) {
             if (i == 0) mm_quantize(pool, t, work);
             else { /* same type and k: the same quantized x */
                 t->call.xq = mt.t[0].call.xq;

@@ -1,16 +1,18 @@
 /*
  * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
- * Q4_0 / Q4_1 weights and many activation rows (prefill). Produces exactly
- * the bits of the scalar reference (canonical order in kernels_impl.h).
+ * Q4_0 / Q4_1 / Q5_0 weights and many activation rows (prefill). Produces
+ * exactly the bits of the scalar reference (canonical orders: kernels_impl.h
+ * for Q4, kquant.h for Q5_0).
  *
  * Why BF16 tiles give exact integers: a block's integer dot is
- * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-8, 15], hi_e, lo_e in
+ * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-16, 15], hi_e, lo_e in
  * [-127, 127]. 256 hi_e, lo_e and w_e are exact in bf16, every product and
- * every partial sum is an integer of magnitude < 32 * 15 * 32639 < 2^24,
+ * every partial sum is an integer of magnitude <= 32 * 16 * 32639 < 2^24,
  * so TDPBF16PS (fp32 accumulation) computes i_b exactly, whatever its
  * internal order: the tile holds exactly the reference's (float)i_b, hi and
  * lo accumulate into the same tile, and the vector epilogue is only the
- * canonical float steps. (Q8_0 weights reach 2^27: they stay on AVX-512.)
+ * canonical float steps. (Q8_0 weights reach 2^27, Q5_1's 2^25: they stay
+ * on AVX-512.)
  *
  * Activations ("xa", kernels_impl.h): each row in natural element order,
  * bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb], float sx[nb], so one
@@ -98,15 +100,25 @@ typedef struct amx_blk {
     float mw[PANEL];
 } amx_blk;
 
+/* Bits 0..3 of every dword lane of t, one to a byte: byte j = bit j (the
+ * shifted copies of t * 0x00204081 never overlap, so no carries). */
+AI __m512i bits_to_bytes(__m512i t) {
+    const __m512i four = _mm512_and_si512(t, _mm512_set1_epi32(15));
+    return _mm512_and_si512(_mm512_mullo_epi32(four, _mm512_set1_epi32(0x00204081)), _mm512_set1_epi32(0x01010101));
+}
+
 /* Repacks columns [j0, j0 + nr) of all nb blocks (the halves that have
- * columns; missing columns of a half: zero, never stored). */
+ * columns; missing columns of a half: zero, never stored). Q5_0 (| f16 d |
+ * u32 qh | qs[16] |): the fifth bit of element e is bit e of qh. */
 static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
-    const int q41 = w->type == KVS_TYPE_Q4_1, bs = q41 ? 20 : 18, qoff = q41 ? 4 : 2;
+    const int q41 = w->type == KVS_TYPE_Q4_1, q5 = w->type == KVS_TYPE_Q5_0;
+    const int bs = q41 ? 20 : q5 ? 22 : 18, qoff = q41 ? 4 : q5 ? 6 : 2;
     const __m512i lo4 = _mm512_set1_epi8(0x0f), bytew = _mm512_set1_epi32(0xff);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
-    /* word v -> bf16 of the weight value of nibble v (Q4_0: v - 8) */
-    const __m512i off = _mm512_set1_epi32(q41 ? 0 : 8);
+    /* word v -> bf16 of the weight value of the integer v (Q4_0: v - 8,
+     * Q5_0: v - 16; 32 words, so vpermw sees all five bits) */
+    const __m512i off = _mm512_set1_epi32(q41 ? 0 : q5 ? 16 : 8);
     __m512i t0 = _mm512_castsi256_si512(bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(lane, off))));
     const __m512i tbl = _mm512_inserti64x4(t0, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(
                                                    _mm512_add_epi32(lane, _mm512_set1_epi32(16)), off))), 1);
@@ -118,9 +130,10 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
         for (int b = 0; b < nb; b++) {
             amx_blk *p = &out[b];
             const uint8_t *blk = base + (size_t)b * bs;
-            /* first dword of each block: d (and m for Q4_1); for Q4_0 the 4
-             * bytes stay inside the block (qs follows) */
+            /* first dword of each block: d (and m for Q4_1); for Q4_0 / Q5_0
+             * the 4 bytes stay inside the block */
             __m512i dm = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1);
+            const __m512i qh = q5 ? _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2, 1) : z;
             _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
             _mm512_store_ps(p->mw + 16 * h, q41 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
                                                 : _mm512_setzero_ps());
@@ -129,6 +142,9 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
                  * 4r..4r+3 (B rows 2r, 2r+1), high nibbles 16+4r.. (rows 8+2r, 9+2r) */
                 __m512i q = _mm512_mask_i32gather_epi32(z, mk, idx, blk + qoff + 4 * r, 1);
                 __m512i nib[2] = {_mm512_and_si512(q, lo4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4)};
+                if (q5)
+                    for (int u = 0; u < 2; u++) /* elements 16u + 4r + j: qh bit 16u + 4r + j -> 16 */
+                        nib[u] = _mm512_or_si512(nib[u], _mm512_slli_epi32(bits_to_bytes(_mm512_srli_epi32(qh, 16 * u + 4 * r)), 4));
                 for (int u = 0; u < 2; u++) {
                     __m512i x = nib[u];
                     __m512i e01 = _mm512_or_si512(_mm512_and_si512(x, bytew),
@@ -211,20 +227,26 @@ AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const 
     return v;
 }
 
-/* Row i, half h of row tile t, its dots in cb: the canonical float steps. */
-AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41) {
+/* Row i, half h of row tile t, its dots in cb: the canonical float steps.
+ * kq (Q5_0, kquant.h's order): the blocks past the full groups go to their
+ * chains b % 16 before the tree, where Q4's (kernels_impl.h) follow it. */
+AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41, int kq) {
     const int nb = r->nb, nf = nb / 16 * 16;
     const float *cr = cb + (size_t)(i * 2 + h) * nb * 16;
     uint8_t *row = (uint8_t *)r->xq + (size_t)(t * 16 + i) * r->xa_row;
     const float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
     __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
-    if (nf) {
+    if (nf || kq) {
         __m512 a[16];
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) a[c] = step(&r->pan[c], h, cr, dx, sx, c, _mm512_setzero_ps(), q41);
-        for (int b0 = 16; b0 < nf; b0 += 16)
+        for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
+        for (int b0 = 0; b0 < nf; b0 += 16)
 #pragma GCC unroll 16
             for (int c = 0; c < 16; c++) a[c] = step(&r->pan[b0 + c], h, cr, dx, sx, b0 + c, a[c], q41);
+        if (kq)
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++)
+                if (nf + c < nb) a[c] = step(&r->pan[nf + c], h, cr, dx, sx, nf + c, a[c], q41);
         /* kvs_tree16, lane-wise */
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
@@ -234,7 +256,8 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41
         a[1] = _mm512_add_ps(a[1], a[3]);
         y = _mm512_add_ps(a[0], a[1]);
     }
-    for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
+    if (!kq)
+        for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
     int cnt = r->nr - 16 * h;
     __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
     _mm512_mask_storeu_ps(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, mk, y);
@@ -246,7 +269,7 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41
  * run their float steps, the tiles of t + 1 fill the other buffer (a
  * sixteenth of its blocks per row), so the tile unit and the vector unit
  * work at the same time. */
-AI void panel(const amx_run *r, float *cbuf, int q41) {
+AI void panel(const amx_run *r, float *cbuf, int q41, int kq) {
     const int nt = (r->m + 15) / 16;
     /* floats of one buffer, plus 17 lines so the two buffers never sit a
      * multiple of 4 KiB apart (loads from one would falsely wait on tile
@@ -260,7 +283,7 @@ AI void panel(const amx_run *r, float *cbuf, int q41) {
         for (int i = 0; i < 16; i++) {
             if (t + 1 < nt) unit_tiles(r, t + 1, i * r->nb / 16, (i + 1) * r->nb / 16, cb1);
             if (i < mr)
-                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, q41);
+                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, q41, kq);
         }
     }
 }
@@ -313,8 +336,9 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
         amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
                      .m = c->m, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
-        if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1);
-        else panel(&r, cbuf, 0);
+        if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1, 0);
+        else if (w->type == KVS_TYPE_Q5_0) panel(&r, cbuf, 0, 1);
+        else panel(&r, cbuf, 0, 0);
     }
     _tile_release();
 }
