@@ -718,22 +718,23 @@ TEST(test_attention_simd_equals_scalar) {
     printf("  %d SIMD/scalar attention comparisons\n", compared);
 }
 
-/* The AMX path (Q4_0 / Q4_1 / Q5_0, >= KVS_AMX_MIN_M rows) gives the scalar
+/* The AMX path (Q4_0 / Q4_1 / Q5_0 / Q4_K, >= KVS_AMX_MIN_M rows) gives the scalar
  * bytes for m around the 16-row tile and the threshold, k with and without
  * tail blocks (and past KVS_AMX_MAX_K: the AVX-512 fallback), n around the
  * 32-column panel, on one and two threads, including rows at the two-level
  * rounding edges; Q8_0 (not on AMX) must fall back with the same bytes. Q5_0
- * follows the K-quant order (tail blocks on their chains: k = 640 is
- * gemma3's) and at its extremes (every weight -16 against activations of
- * +-127.5: the largest block dots the tiles must hold exactly). */
+ * and Q4_K follow the K-quant order (tail blocks on their chains: k = 640 is
+ * gemma3's) and are taken to their extremes (weight row 0 all -16 / all 15
+ * against a row of 127.5: the largest block dots the tiles must hold
+ * exactly); Q4_K only where k is a multiple of its 256. */
 TEST(test_matmul_amx_equals_scalar) {
     if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
     CHECK(kvs_kernels_amx() == 1);
     kvs_kernels_set_isa("avx512vnni");
     CHECK(kvs_kernels_amx() == 0);
-    const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q5_0, KVS_TYPE_Q8_0};
+    const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q5_0, KVS_TYPE_Q4_K, KVS_TYPE_Q8_0};
     const int ms[] = {16, 17, 31, 32, 33, 47, 48, 70};
-    const int ks[] = {32, 96, 512, 544, 576, 640, 1536, 2048, 2080};
+    const int ks[] = {32, 96, 512, 544, 576, 640, 1024, 1536, 2048, 2080, 2304};
     const int ns[] = {1, 5, 16, 17, 31, 32, 33, 45, 100};
     kvs_pool *pool = kvs_pool_new(2);
     int compared = 0, idx = 0;
@@ -742,6 +743,7 @@ TEST(test_matmul_amx_equals_scalar) {
             for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++, idx++) {
                 int type = qtypes[t], k = ks[ki], m = ms[mi];
                 int n = ns[(size_t)idx % (sizeof(ns) / sizeof(ns[0]))];
+                if (type == KVS_TYPE_Q4_K && k % 256) continue;
                 if (k >= 2048 && m > 33) continue; /* keep the scalar runs short */
                 kvs_wmat w = kt_rand_wmat(type, n, k);
                 float *x = xmalloc(sizeof(float) * m * k);
@@ -753,10 +755,14 @@ TEST(test_matmul_amx_equals_scalar) {
                     x[k + e] = edge[e % 10];
                 }
                 for (int e = 0; e < 32; e++) x[2 * k + e] = 0.0f; /* an all-zero block */
-                if (type == KVS_TYPE_Q5_0 && m >= 4) { /* row 3 against column 0 at the largest |dot| */
+                if ((type == KVS_TYPE_Q5_0 || type == KVS_TYPE_Q4_K) && m >= 4) { /* row 3, column 0: the largest |dot| */
                     for (int e = 0; e < k; e++) x[3 * k + e] = 127.5f; /* Q = 32512 */
-                    for (int b = 0; b < k / 32; b++) /* weight row 0: q = 0 (qh, qs zero), w = -16 */
-                        memset((uint8_t *)w.data + (size_t)b * 22 + 2, 0, 20);
+                    if (type == KVS_TYPE_Q5_0)
+                        for (int b = 0; b < k / 32; b++) /* weight row 0: q = 0 (qh, qs zero), w = -16 */
+                            memset((uint8_t *)w.data + (size_t)b * 22 + 2, 0, 20);
+                    else
+                        for (int b = 0; b < k / 256; b++) /* weight row 0: every nibble 15 */
+                            memset((uint8_t *)w.data + (size_t)b * 144 + 16, 0xff, 128);
                 }
                 void *work = xmalloc(kvs_matmul_work_size(&w, m));
                 kvs_kernels_set_isa("scalar");
@@ -778,7 +784,7 @@ TEST(test_matmul_amx_equals_scalar) {
             }
     /* enough rows that the call is split into row blocks (each block's
      * activations sized for L2, dispatch.c): 200 rows at k = 2048 */
-    for (size_t t = 0; t < 3; t++, compared++) matmul_vs_scalar("amx", pool, qtypes[t], 2048, 33, 200, 0);
+    for (size_t t = 0; t < 4; t++, compared++) matmul_vs_scalar("amx", pool, qtypes[t], 2048, 33, 200, 0);
     kvs_pool_free(pool);
     kvs_kernels_set_isa("best");
     printf("  %d AMX/scalar matmul comparisons\n", compared);

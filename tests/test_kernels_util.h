@@ -27,6 +27,7 @@ static inline size_t kt_row_bytes(int type, int k) {
     case KVS_TYPE_Q4_1: return (size_t)k / 32 * 20;
     case KVS_TYPE_Q8_0: return (size_t)k / 32 * 34;
     case KVS_TYPE_Q5_0: return (size_t)k / 32 * 22;
+    case KVS_TYPE_Q4_K: return (size_t)k / 256 * 144;
     }
     return 0;
 }
@@ -52,11 +53,15 @@ static inline kvs_wmat kt_rand_wmat(int type, int n, int k) {
             }
         } else {
             size_t bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : type == KVS_TYPE_Q5_0 ? 22 : 34;
+            if (type == KVS_TYPE_Q4_K) { /* super-blocks of 256: d, dmin (then random 6-bit scales) */
+                bs = 144;
+                nb = k / 256;
+            }
             for (int b = 0; b < nb; b++) {
                 uint16_t d = kvs_f32_to_f16(0.001f + 0.02f * (kt_randf() + 1.0f));
                 uint16_t m = kvs_f32_to_f16(-0.1f * (kt_randf() + 1.0f));
                 memcpy(row + b * bs, &d, 2);
-                if (type == KVS_TYPE_Q4_1) memcpy(row + b * bs + 2, &m, 2);
+                if (type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q4_K) memcpy(row + b * bs + 2, &m, 2);
             }
         }
     }

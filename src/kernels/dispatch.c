@@ -140,8 +140,8 @@ int kvs_kernels_amx(void) {
 
 static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K &&
-           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 ||
-            w->type == KVS_TYPE_Q5_0); /* why not Q8_0 or Q5_1: matmul_amx.c */
+           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 || w->type == KVS_TYPE_Q5_0 ||
+            w->type == KVS_TYPE_Q4_K); /* why not Q8_0, Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers
@@ -165,8 +165,9 @@ static int is_amx(const kvs_isa *isa) {
 }
 
 /* Whether a call of m rows on w runs in this file (quantized x in work, the
- * ISA's matmul_cols) rather than in kquant.c: Q5_0 leaves the K-quant path
- * for AMX, whose tiles compute its blocks exactly (matmul_amx.c). */
+ * ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
+ * K-quant path for AMX, whose tiles compute their blocks exactly
+ * (matmul_amx.c). */
 static int mm_here(const kvs_wmat *w, int m) { return !kvs_kq_handles(w->type) || is_amx(mm_isa(w, m)); }
 
 /* ------------------------------------------------------------------------ */

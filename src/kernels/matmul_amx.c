@@ -1,8 +1,8 @@
 /*
  * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
- * Q4_0 / Q4_1 / Q5_0 weights and many activation rows (prefill). Produces
- * exactly the bits of the scalar reference (canonical orders: kernels_impl.h
- * for Q4, kquant.h for Q5_0).
+ * Q4_0 / Q4_1 / Q5_0 / Q4_K weights and many activation rows (prefill).
+ * Produces exactly the bits of the scalar reference (canonical orders:
+ * kernels_impl.h for Q4_0 / Q4_1, kquant.h for Q5_0 / Q4_K).
  *
  * Why BF16 tiles give exact integers: a block's integer dot is
  * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-16, 15], hi_e, lo_e in
@@ -11,8 +11,8 @@
  * so TDPBF16PS (fp32 accumulation) computes i_b exactly, whatever its
  * internal order: the tile holds exactly the reference's (float)i_b, hi and
  * lo accumulate into the same tile, and the vector epilogue is only the
- * canonical float steps. (Q8_0 weights reach 2^27, Q5_1's 2^25: they stay
- * on AVX-512.)
+ * canonical float steps. (Q8_0 weights reach 2^27, Q5_1's and Q5_K's
+ * 2^25: they stay on AVX-512; Q6_K's scales are per half block.)
  *
  * Activations ("xa", kernels_impl.h): each row in natural element order,
  * bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb], float sx[nb], so one
@@ -107,13 +107,26 @@ AI __m512i bits_to_bytes(__m512i t) {
     return _mm512_and_si512(_mm512_mullo_epi32(four, _mm512_set1_epi32(0x00204081)), _mm512_set1_epi32(0x01010101));
 }
 
+/* Words (w0, w1) of every dword lane of the 4 weight integers x (bytes):
+ * e01 = elements 0, 1, e23 = elements 2, 3, each word the bf16 of its
+ * integer through tbl (vpermw). */
+AI void bf16_pairs(__m512i x, __m512i tbl, __m512i *e01, __m512i *e23) {
+    const __m512i bytew = _mm512_set1_epi32(0xff);
+    const __m512i a = _mm512_or_si512(_mm512_and_si512(x, bytew),
+                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytew), 16));
+    const __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 16), bytew),
+                                      _mm512_slli_epi32(_mm512_srli_epi32(x, 24), 16));
+    *e01 = _mm512_permutexvar_epi16(a, tbl);
+    *e23 = _mm512_permutexvar_epi16(b, tbl);
+}
+
 /* Repacks columns [j0, j0 + nr) of all nb blocks (the halves that have
  * columns; missing columns of a half: zero, never stored). Q5_0 (| f16 d |
  * u32 qh | qs[16] |): the fifth bit of element e is bit e of qh. */
 static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
     const int q41 = w->type == KVS_TYPE_Q4_1, q5 = w->type == KVS_TYPE_Q5_0;
     const int bs = q41 ? 20 : q5 ? 22 : 18, qoff = q41 ? 4 : q5 ? 6 : 2;
-    const __m512i lo4 = _mm512_set1_epi8(0x0f), bytew = _mm512_set1_epi32(0xff);
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
     /* word v -> bf16 of the weight value of the integer v (Q4_0: v - 8,
@@ -146,15 +159,70 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
                     for (int u = 0; u < 2; u++) /* elements 16u + 4r + j: qh bit 16u + 4r + j -> 16 */
                         nib[u] = _mm512_or_si512(nib[u], _mm512_slli_epi32(bits_to_bytes(_mm512_srli_epi32(qh, 16 * u + 4 * r)), 4));
                 for (int u = 0; u < 2; u++) {
-                    __m512i x = nib[u];
-                    __m512i e01 = _mm512_or_si512(_mm512_and_si512(x, bytew),
-                                                  _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytew), 16));
-                    __m512i e23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 16), bytew),
-                                                  _mm512_slli_epi32(_mm512_srli_epi32(x, 24), 16));
-                    _mm512_store_si512(p->b[h][8 * u + 2 * r], _mm512_permutexvar_epi16(e01, tbl));
-                    _mm512_store_si512(p->b[h][8 * u + 2 * r + 1], _mm512_permutexvar_epi16(e23, tbl));
+                    __m512i e01, e23;
+                    bf16_pairs(nib[u], tbl, &e01, &e23);
+                    _mm512_store_si512(p->b[h][8 * u + 2 * r], e01);
+                    _mm512_store_si512(p->b[h][8 * u + 2 * r + 1], e23);
                 }
             }
+        }
+    }
+}
+
+/* Byte j (0..3) of every dword lane. */
+AI __m512i byte_of(__m512i d, int j) { return _mm512_and_si512(_mm512_srli_epi32(d, 8 * j), _mm512_set1_epi32(0xff)); }
+
+/* prep_panel for Q4_K (| f16 d | f16 dmin | scales[12] | qs[128] |, 256
+ * elements): per sub-block j of 32 (block 8 sb + j), dw = d * sc_j and mw =
+ * -(dmin * m_j) as kvs_kq_scales computes them (ggml's 6-bit get_scale_min_k4,
+ * lane-wise), integers q = the low (j even) or high (j odd) nibbles of
+ * qs[32 (j / 2) ..], element l at byte l. */
+static void prep_panel_q4k(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+    const __m512i tbl = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_of(_mm512_cvtepi32_ps(lane))),
+                                           bf16_of(_mm512_cvtepi32_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(16)))), 1);
+    const __m512i z = _mm512_setzero_si512();
+    for (int h = 0; 16 * h < nr; h++) {
+        const int cnt = nr - 16 * h;
+        const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
+        for (int sb = 0; sb < nb / 8; sb++) {
+            const uint8_t *blk = base + (size_t)sb * 144;
+            const __m512i dd = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1);
+            const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+            const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+            __m512i q[3]; /* scales[0..11] */
+            for (int v = 0; v < 3; v++) q[v] = _mm512_mask_i32gather_epi32(z, mk, idx, blk + 4 + 4 * v, 1);
+            for (int j = 0; j < 8; j++) {
+                __m512i sc, m;
+                if (j < 4) {
+                    sc = _mm512_and_si512(byte_of(q[0], j), m63);
+                    m = _mm512_and_si512(byte_of(q[1], j), m63);
+                } else {
+                    sc = _mm512_or_si512(_mm512_and_si512(byte_of(q[2], j - 4), m15),
+                                         _mm512_slli_epi32(_mm512_srli_epi32(byte_of(q[0], j - 4), 6), 4));
+                    m = _mm512_or_si512(_mm512_srli_epi32(byte_of(q[2], j - 4), 4),
+                                        _mm512_slli_epi32(_mm512_srli_epi32(byte_of(q[1], j - 4), 6), 4));
+                }
+                amx_blk *p = &out[8 * sb + j];
+                _mm512_store_ps(p->dw + 16 * h, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+                _mm512_store_ps(p->mw + 16 * h, _mm512_sub_ps(_mm512_setzero_ps(),
+                                                              _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m))));
+            }
+            for (int pj = 0; pj < 4; pj++) /* sub-blocks 2 pj (low nibbles), 2 pj + 1 (high) */
+                for (int r = 0; r < 8; r++) {
+                    const __m512i x = _mm512_mask_i32gather_epi32(z, mk, idx, blk + 16 + 32 * pj + 4 * r, 1);
+                    const __m512i nib[2] = {_mm512_and_si512(x, lo4), _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4)};
+                    for (int u = 0; u < 2; u++) { /* elements 4r..4r+3: B rows 2r, 2r + 1 */
+                        __m512i e01, e23;
+                        bf16_pairs(nib[u], tbl, &e01, &e23);
+                        amx_blk *p = &out[8 * sb + 2 * pj + u];
+                        _mm512_store_si512(p->b[h][2 * r], e01);
+                        _mm512_store_si512(p->b[h][2 * r + 1], e23);
+                    }
+                }
         }
     }
 }
@@ -332,12 +400,14 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
     _tile_loadconfig(&cfg); /* per thread, per call: released below */
     for (int jt = j0; jt < j1; jt += PANEL) {
         int nr = j1 - jt < PANEL ? j1 - jt : PANEL;
-        prep_panel(w, jt, nr, nb, pan);
+        if (w->type == KVS_TYPE_Q4_K) prep_panel_q4k(w, jt, nr, nb, pan);
+        else prep_panel(w, jt, nr, nb, pan);
         /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
         amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
                      .m = c->m, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
         if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1, 0);
         else if (w->type == KVS_TYPE_Q5_0) panel(&r, cbuf, 0, 1);
+        else if (w->type == KVS_TYPE_Q4_K) panel(&r, cbuf, 1, 1);
         else panel(&r, cbuf, 0, 0);
     }
     _tile_release();
