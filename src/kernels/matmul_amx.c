@@ -236,8 +236,10 @@ typedef struct amx_tilecfg {
 } amx_tilecfg;
 
 /* A unit of work: 16 rows (row tile t) x the panel's columns. Its tiles
- * store (float)i_b of every block into cb[16 rows][2 halves][nb][16 cols],
- * then the epilogue runs row by row with the 16 chains in registers. */
+ * store (float)i_b of every block into cb[nb][2 halves][16 rows][16 cols],
+ * each C tile's 1 KiB in one piece (rows nb * 128 bytes apart, the layout
+ * before, ran 2-17% slower: gemma3's shapes, paired runs), then the epilogue
+ * runs row by row with the 16 chains in registers. */
 typedef struct amx_run {
     const amx_blk *pan;
     const uint8_t *xq; /* xa of the call */
@@ -252,8 +254,8 @@ typedef struct amx_run {
  * block's stores; the A tiles serve both halves. */
 AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
     const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row;
-    const size_t ldc = (size_t)r->nb * 2 * 64;
-    float *cb1 = cb + (size_t)r->nb * 16;
+    const size_t ldc = 64; /* a C tile row: 16 floats, the next row right after */
+    float *cb1 = cb + 256; /* the second half's tile of a block */
     for (int b = b0; b < b1; b++) {
         _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
         _tile_loadd(3, xa + (size_t)(r->nb + b) * 64, r->xa_row);
@@ -268,8 +270,8 @@ AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
                 _tile_dpbf16ps(7, 2, 5);
                 _tile_dpbf16ps(7, 3, 5);
             }
-            _tile_stored(6, cb + 16 * b, ldc);
-            if (r->nh > 1) _tile_stored(7, cb1 + 16 * b, ldc);
+            _tile_stored(6, cb + 512 * b, ldc);
+            if (r->nh > 1) _tile_stored(7, cb1 + 512 * b, ldc);
         } else {
             _tile_zero(0);
             _tile_dpbf16ps(0, 2, 4);
@@ -279,8 +281,8 @@ AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
                 _tile_dpbf16ps(1, 2, 5);
                 _tile_dpbf16ps(1, 3, 5);
             }
-            _tile_stored(0, cb + 16 * b, ldc);
-            if (r->nh > 1) _tile_stored(1, cb1 + 16 * b, ldc);
+            _tile_stored(0, cb + 512 * b, ldc);
+            if (r->nh > 1) _tile_stored(1, cb1 + 512 * b, ldc);
         }
     }
 }
@@ -290,7 +292,7 @@ AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
 AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const float *sx, int b,
                __m512 v, int q41) {
     __m512 s = _mm512_mul_ps(_mm512_load_ps(p->dw + 16 * h), _mm512_set1_ps(dx[b]));
-    v = _mm512_fmadd_ps(_mm512_load_ps(cr + 16 * b), s, v);
+    v = _mm512_fmadd_ps(_mm512_load_ps(cr + 512 * b), s, v);
     if (q41) v = _mm512_fmadd_ps(_mm512_load_ps(p->mw + 16 * h), _mm512_set1_ps(sx[b]), v);
     return v;
 }
@@ -300,7 +302,7 @@ AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const 
  * chains b % 16 before the tree, where Q4's (kernels_impl.h) follow it. */
 AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41, int kq) {
     const int nb = r->nb, nf = nb / 16 * 16;
-    const float *cr = cb + (size_t)(i * 2 + h) * nb * 16;
+    const float *cr = cb + (size_t)(h * 16 + i) * 16;
     uint8_t *row = (uint8_t *)r->xq + (size_t)(t * 16 + i) * r->xa_row;
     const float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
     __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
