@@ -21,8 +21,8 @@
  * Weights: per chunk of up to 32 output columns ("panel", two halves of 16)
  * every block is repacked once into the TDPBF16PS B layout (16 rows of 64
  * bytes: row r, dword n = elements 2r, 2r+1 of weight row n as bf16, Q4_0
- * already minus 8), plus dw (and mw) per column; on the stack, reused by
- * every 16-row tile of the call.
+ * already minus 8, Q5_0 minus 16), plus dw (and mw) per column; in
+ * per-thread scratch, reused by every 16-row tile of the call.
  *
  * Work unit: 16 rows x the panel's 32 columns. Its tiles (tmm2/3: A =
  * 256 hi / lo of the 16 rows, shared by both halves; tmm4/5: B of the
@@ -107,6 +107,15 @@ AI __m512i bits_to_bytes(__m512i t) {
     return _mm512_and_si512(_mm512_mullo_epi32(four, _mm512_set1_epi32(0x00204081)), _mm512_set1_epi32(0x01010101));
 }
 
+/* The 32-word vpermw table of the weight integers: word v = bf16(v - off)
+ * (Q4_1 and Q4_K 0, Q4_0 8, Q5_0 16: vpermw sees all five bits). */
+AI __m512i bf16_table(int off) {
+    const __m512i v = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                       _mm512_set1_epi32(off));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_of(_mm512_cvtepi32_ps(v))),
+                              bf16_of(_mm512_cvtepi32_ps(_mm512_add_epi32(v, _mm512_set1_epi32(16)))), 1);
+}
+
 /* Words (w0, w1) of every dword lane of the 4 weight integers x (bytes):
  * e01 = elements 0, 1, e23 = elements 2, 3, each word the bf16 of its
  * integer through tbl (vpermw). */
@@ -129,12 +138,7 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
-    /* word v -> bf16 of the weight value of the integer v (Q4_0: v - 8,
-     * Q5_0: v - 16; 32 words, so vpermw sees all five bits) */
-    const __m512i off = _mm512_set1_epi32(q41 ? 0 : q5 ? 16 : 8);
-    __m512i t0 = _mm512_castsi256_si512(bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(lane, off))));
-    const __m512i tbl = _mm512_inserti64x4(t0, bf16_of(_mm512_cvtepi32_ps(_mm512_sub_epi32(
-                                                   _mm512_add_epi32(lane, _mm512_set1_epi32(16)), off))), 1);
+    const __m512i tbl = bf16_table(q41 ? 0 : q5 ? 16 : 8);
     const __m512i z = _mm512_setzero_si512();
     for (int h = 0; 16 * h < nr; h++) {
         int cnt = nr - 16 * h;
@@ -181,8 +185,7 @@ static void prep_panel_q4k(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *o
     const __m512i lo4 = _mm512_set1_epi8(0x0f), m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
-    const __m512i tbl = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_of(_mm512_cvtepi32_ps(lane))),
-                                           bf16_of(_mm512_cvtepi32_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(16)))), 1);
+    const __m512i tbl = bf16_table(0);
     const __m512i z = _mm512_setzero_si512();
     for (int h = 0; 16 * h < nr; h++) {
         const int cnt = nr - 16 * h;
@@ -298,7 +301,7 @@ AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const 
 }
 
 /* Row i, half h of row tile t, its dots in cb: the canonical float steps.
- * kq (Q5_0, kquant.h's order): the blocks past the full groups go to their
+ * kq (Q5_0, Q4_K: kquant.h's order): the blocks past the full groups go to their
  * chains b % 16 before the tree, where Q4's (kernels_impl.h) follow it. */
 AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41, int kq) {
     const int nb = r->nb, nf = nb / 16 * 16;
