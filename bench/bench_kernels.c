@@ -8,9 +8,9 @@
  * and its attention shape (4 heads on one kv head of 256 dims).
  * --f16: SmolLM2's shapes with F16 weights (the float path: widened rows,
  * f32 activations); --f32: the same with F32 weights (nothing to widen:
- * whether vcvtph2ps bounds a kernel).
+ * whether vcvtph2ps bounds a kernel); --q8_0: the same with Q8_0 weights.
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0]
  */
 #include <math.h>
 #include <stdio.h>
@@ -265,6 +265,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
         else if (!strcmp(argv[i], "--f16")) g_type = KVS_TYPE_F16;
         else if (!strcmp(argv[i], "--f32")) g_type = KVS_TYPE_F32;
+        else if (!strcmp(argv[i], "--q8_0")) g_type = KVS_TYPE_Q8_0;
         else if (!strcmp(argv[i], "--gemma3")) {
             g_shapes = k_gemma3;
             g_attn = &k_attn_gemma3;

@@ -718,15 +718,60 @@ TEST(test_attention_simd_equals_scalar) {
     printf("  %d SIMD/scalar attention comparisons\n", compared);
 }
 
-/* The AMX path (Q4_0 / Q4_1 / Q5_0 / Q4_K, >= KVS_AMX_MIN_M rows) gives the scalar
+/* The AMX path (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0, >= KVS_AMX_MIN_M rows) gives the scalar
  * bytes for m around the 16-row tile and the threshold, k with and without
  * tail blocks (and past KVS_AMX_MAX_K: the AVX-512 fallback), n around the
  * 32-column panel, on one and two threads, including rows at the two-level
- * rounding edges; Q8_0 (not on AMX) must fall back with the same bytes. Q5_0
+ * rounding edges (Q8_0 with nb < 16, 16..31 and several groups of chains,
+ * tail stages of 1..4 blocks: its stage order, panel_q8). Q5_0
  * and Q4_K follow the K-quant order (tail blocks on their chains: k = 640 is
  * gemma3's) and are taken to their extremes (weight row 0 all -16 / all 15
  * against a row of 127.5: the largest block dots the tiles must hold
  * exactly); Q4_K only where k is a multiple of its 256. */
+/* Q8_0 on AMX at large integer dots: weight and activation blocks of the
+ * same sign pattern, |w| 119..128 and levels of random magnitude, so i_b
+ * (~5e7..1e8) lies past 2^24 and (float)i_b rounds: the hi and lo tiles'
+ * sum must round exactly as the scalar reference's conversion does. (The
+ * SDM has TDPBF16PS round at each accumulation, so one tile of both could
+ * round several times; the Xeon of session 33 rounds once per instruction,
+ * and a one-tile variant passed here too: the two tiles are for the spec.) */
+static int q8x_sign(int b, int e) { return (e * 7 + b * 3) % 5 < 2 ? -1 : 1; }
+
+TEST(test_matmul_amx_q8_extremes) {
+    if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
+    const int m = 48, k = 576, n = 40;
+    kvs_wmat w = kt_rand_wmat(KVS_TYPE_Q8_0, n, k);
+    uint8_t *wd = (uint8_t *)w.data;
+    for (int j = 0; j < n; j++)
+        for (int b = 0; b < k / 32; b++)
+            for (int e = 0; e < 32; e++) {
+                const int r = (j * 13 + e * 5 + b) % 9;
+                wd[(size_t)j * w.row_bytes + (size_t)b * 34 + 2 + e] =
+                    (uint8_t)(int8_t)(q8x_sign(b, e) > 0 ? 127 - r : -128 + r);
+            }
+    float *x = xmalloc(sizeof(float) * m * k);
+    float *y0 = xmalloc(sizeof(float) * m * n), *y1 = xmalloc(sizeof(float) * m * n);
+    for (int i = 0; i < m; i++)
+        for (int e = 0; e < k; e++) { /* element 0 of a block sets amax; odd rows the opposite signs */
+            const float mag = e % 32 == 0 ? 1.0f : 0.55f + 0.45f * (float)((i * 31 + e * 17) % 101) / 101.0f;
+            x[(size_t)i * k + e] = (float)(q8x_sign(e / 32, e % 32) * (i % 2 ? -1 : 1)) * mag;
+        }
+    void *work = xmalloc(kvs_matmul_work_size(&w, m));
+    kvs_kernels_set_isa("scalar");
+    kvs_matmul(NULL, &w, x, m, y0, work);
+    kvs_kernels_set_isa("amx");
+    kvs_matmul(NULL, &w, x, m, y1, work);
+    kvs_kernels_set_isa("best");
+    int same = memcmp(y0, y1, sizeof(float) * m * n) == 0;
+    CHECK(same);
+    if (!same) {
+        int bad = 0;
+        while (y0[bad] == y1[bad]) bad++;
+        fprintf(stderr, "  q8 extremes: y[%d] %.9g vs scalar %.9g\n", bad, y1[bad], y0[bad]);
+    }
+    free(x); free(y0); free(y1); free(work); free((void *)w.data);
+}
+
 TEST(test_matmul_amx_equals_scalar) {
     if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
     CHECK(kvs_kernels_amx() == 1);
@@ -734,7 +779,7 @@ TEST(test_matmul_amx_equals_scalar) {
     CHECK(kvs_kernels_amx() == 0);
     const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q5_0, KVS_TYPE_Q4_K, KVS_TYPE_Q8_0};
     const int ms[] = {16, 17, 31, 32, 33, 47, 48, 70};
-    const int ks[] = {32, 96, 512, 544, 576, 640, 1024, 1536, 2048, 2080, 2304};
+    const int ks[] = {32, 96, 320, 512, 544, 576, 640, 736, 1024, 1536, 2048, 2080, 2304};
     const int ns[] = {1, 5, 16, 17, 31, 32, 33, 45, 100};
     kvs_pool *pool = kvs_pool_new(2);
     int compared = 0, idx = 0;
@@ -855,6 +900,7 @@ int main(void) {
     RUN(test_matmul_float_negative_zero_chains);
     RUN(test_matmul_two_level_edges);
     RUN(test_matmul_amx_equals_scalar);
+    RUN(test_matmul_amx_q8_extremes);
     RUN(test_rmsnorm);
     RUN(test_silu_mul);
     RUN(test_rowops_simd_equals_scalar);

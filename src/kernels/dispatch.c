@@ -141,7 +141,7 @@ int kvs_kernels_amx(void) {
 static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K &&
            (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 || w->type == KVS_TYPE_Q5_0 ||
-            w->type == KVS_TYPE_Q4_K); /* why not Q8_0, Q5_1, Q5_K, Q6_K: matmul_amx.c */
+            w->type == KVS_TYPE_Q4_K || w->type == KVS_TYPE_Q8_0); /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers

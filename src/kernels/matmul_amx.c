@@ -1,6 +1,6 @@
 /*
  * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
- * Q4_0 / Q4_1 / Q5_0 / Q4_K weights and many activation rows (prefill).
+ * Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights and many activation rows (prefill).
  * Produces exactly the bits of the scalar reference (canonical orders:
  * kernels_impl.h for Q4_0 / Q4_1, kquant.h for Q5_0 / Q4_K).
  *
@@ -11,8 +11,16 @@
  * so TDPBF16PS (fp32 accumulation) computes i_b exactly, whatever its
  * internal order: the tile holds exactly the reference's (float)i_b, hi and
  * lo accumulate into the same tile, and the vector epilogue is only the
- * canonical float steps. (Q8_0 weights reach 2^27, Q5_1's and Q5_K's
- * 2^25: they stay on AVX-512; Q6_K's scales are per half block.)
+ * canonical float steps. (Q5_1's and Q5_K's dots reach 2^25: they stay on
+ * AVX-512; Q6_K's scales are per half block.)
+ *
+ * Q8_0 (w_e in [-128, 127]): i_b reaches 2^27, past fp32's exact integers,
+ * so hi and lo go to tiles of their own. Each is exact: the lo dot is an
+ * integer below 32 * 128 * 127 < 2^19, the hi dot 256 times one (every
+ * partial sum a multiple of 256 below 2^27: at most 19 significant bits).
+ * One vaddps joins them: the exact sum 256 dot_hi + dot_lo rounded once,
+ * which is (float)i_b. Its panels run block stage by block stage
+ * (panel_q8), not row tile by row tile (panel).
  *
  * Activations ("xa", kernels_impl.h): each row in natural element order,
  * bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb], float sx[nb], so one
@@ -230,6 +238,36 @@ static void prep_panel_q4k(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *o
     }
 }
 
+/* bf16 of the signed byte at bits 8e..8e+7 of every dword (exact: |v| <= 128). */
+AI __m512i bf16_of_byte(__m512i q, int e) {
+    return _mm512_srli_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 24 - 8 * e), 24))), 16);
+}
+
+/* prep_panel for Q8_0 (| f16 d | qs[32] signed |): B row r = elements 2r,
+ * 2r + 1, so the dword of bytes 4v..4v+3 fills rows 2v and 2v + 1. */
+static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
+    const __m512i z = _mm512_setzero_si512();
+    for (int h = 0; 16 * h < nr; h++) {
+        const int cnt = nr - 16 * h;
+        const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
+        for (int b = 0; b < nb; b++) {
+            amx_blk *p = &out[b];
+            const uint8_t *blk = base + (size_t)b * 34;
+            const __m512i d = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1); /* d, then qs[0..1] */
+            _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+            for (int v = 0; v < 8; v++) {
+                const __m512i q = _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2 + 4 * v, 1);
+                for (int u = 0; u < 2; u++)
+                    _mm512_store_si512(p->b[h][2 * v + u], _mm512_or_si512(bf16_of_byte(q, 2 * u),
+                                                                           _mm512_slli_epi32(bf16_of_byte(q, 2 * u + 1), 16)));
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------- kernel */
 
 typedef struct amx_tilecfg {
@@ -290,6 +328,17 @@ AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
     }
 }
 
+/* kvs_tree16, lane-wise. */
+AI __m512 tree16_lanes(__m512 a[16]) {
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) a[q] = _mm512_add_ps(a[q], a[q + 4]);
+    a[0] = _mm512_add_ps(a[0], a[2]);
+    a[1] = _mm512_add_ps(a[1], a[3]);
+    return _mm512_add_ps(a[0], a[1]);
+}
+
 /* Block b of one output row into chain v: v = fma((float)i_b, dw * dx, v),
  * Q4_1: v = fma(mw, sx, v). */
 AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const float *sx, int b,
@@ -320,14 +369,7 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41
 #pragma GCC unroll 16
             for (int c = 0; c < 16; c++)
                 if (nf + c < nb) a[c] = step(&r->pan[nf + c], h, cr, dx, sx, nf + c, a[c], q41);
-        /* kvs_tree16, lane-wise */
-#pragma GCC unroll 8
-        for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) a[q] = _mm512_add_ps(a[q], a[q + 4]);
-        a[0] = _mm512_add_ps(a[0], a[2]);
-        a[1] = _mm512_add_ps(a[1], a[3]);
-        y = _mm512_add_ps(a[0], a[1]);
+        y = tree16_lanes(a);
     }
     if (!kq)
         for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
@@ -361,6 +403,120 @@ AI void panel(const amx_run *r, float *cbuf, int q41, int kq) {
     }
 }
 
+/* Q8_0, one block of row tile t: hi and lo dots of both halves into dst
+ * (hi half 0, hi half 1, lo half 0, lo half 1: 256 floats each, rows of 16). */
+AI void q8_block_tiles(const amx_run *r, int t, int b, float *dst) {
+    const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row;
+    _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
+    _tile_loadd(3, xa + (size_t)(r->nb + b) * 64, r->xa_row);
+    _tile_loadd(4, r->pan[b].b[0], 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_dpbf16ps(0, 2, 4);
+    _tile_dpbf16ps(1, 3, 4);
+    if (r->nh > 1) {
+        _tile_loadd(5, r->pan[b].b[1], 64);
+        _tile_zero(6);
+        _tile_zero(7);
+        _tile_dpbf16ps(6, 2, 5);
+        _tile_dpbf16ps(7, 3, 5);
+    }
+    _tile_stored(0, dst, 64);
+    _tile_stored(1, dst + 512, 64);
+    if (r->nh > 1) {
+        _tile_stored(6, dst + 256, 64);
+        _tile_stored(7, dst + 768, 64);
+    }
+}
+
+/* Q8_0 panel. Its two tiles per block and half (hi and lo) would double
+ * the 1 KiB tile stores into the whole-row-tile buffers of panel(), and a
+ * tile store into lines L1 no longer holds costs ~4x one into lines it
+ * does. So the blocks run in stages of at most 4 whose tiles fit one of
+ * two 16 KiB buffer sets that L1 keeps: stage c < 16 is chain c (blocks c,
+ * c + 16, ..: the chain in registers, 16 rows of one half at a time, then
+ * stored for the tree), the stages after it the tail blocks in order (on
+ * acc, each row's tree, or zero). The next stage's tiles are issued before
+ * the current stage's float steps. */
+#define Q8_STAGE 4                       /* blocks per stage: k <= 2048 gives <= 4 per chain */
+#define Q8_BUF (1024 + 16)               /* floats of one block's tiles, plus a line */
+#define Q8_SET (Q8_STAGE * Q8_BUF + 256) /* a buffer set, plus 16 lines */
+#define CH_ROW 17                        /* chains of one row and half, plus one (measured) */
+
+typedef struct q8_stage {
+    int first, count, stride, chain; /* chain: the chain's index, -1 for tail blocks */
+} q8_stage;
+
+AI q8_stage q8_stage_of(int nb, int s) {
+    const int nf = nb / 16 * 16;
+    if (nf && s < 16) return (q8_stage){s, nf / 16, 16, s};
+    const int first = nf + Q8_STAGE * (s - (nf ? 16 : 0));
+    return (q8_stage){first, nb - first < Q8_STAGE ? nb - first : Q8_STAGE, 1, -1};
+}
+
+AI void q8_stage_tiles(const amx_run *r, int t, q8_stage st, float *set) {
+    for (int g = 0; g < st.count; g++) q8_block_tiles(r, t, st.first + g * st.stride, set + g * Q8_BUF);
+}
+
+_Static_assert(KVS_AMX_MAX_K / KVS_QK / 16 <= Q8_STAGE, "a Q8_0 chain's blocks fit one stage");
+
+AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
+    const int nt = (r->m + 15) / 16, nb = r->nb, nf = nb / 16 * 16;
+    const int nst = (nf ? 16 : 0) + (nb - nf + Q8_STAGE - 1) / Q8_STAGE;
+    unsigned seq = 0;
+    q8_stage_tiles(r, 0, q8_stage_of(nb, 0), buf);
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *row0 = r->xq + (size_t)t * 16 * r->xa_row;
+        const float *dx0 = kvs_xa_dx((uint8_t *)row0, nb);
+        if (!nf)
+            for (int q = 0; q < 2 * 16; q++) _mm512_store_ps(acc + 16 * q, _mm512_setzero_ps());
+        for (int s = 0; s < nst; s++, seq++) {
+            if (s + 1 < nst) q8_stage_tiles(r, t, q8_stage_of(nb, s + 1), buf + ((seq + 1) & 1) * Q8_SET);
+            else if (t + 1 < nt) q8_stage_tiles(r, t + 1, q8_stage_of(nb, 0), buf + ((seq + 1) & 1) * Q8_SET);
+            const float *set = buf + (seq & 1) * Q8_SET;
+            const q8_stage st = q8_stage_of(nb, s);
+            for (int h = 0; h < r->nh; h++) {
+                __m512 v[16];
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    v[i] = st.chain >= 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + (size_t)(h * 16 + i) * 16);
+                for (int g = 0; g < st.count; g++) {
+                    const int b = st.first + g * st.stride;
+                    const float *c = set + g * Q8_BUF + 256 * h;
+                    const __m512 dw = _mm512_load_ps(r->pan[b].dw + 16 * h);
+                    const float *dx = dx0 + b;
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++) {
+                        const __m512 ib = _mm512_add_ps(_mm512_load_ps(c + 16 * i), _mm512_load_ps(c + 512 + 16 * i));
+                        const float dxi = *(const float *)((const uint8_t *)dx + (size_t)i * r->xa_row);
+                        v[i] = _mm512_fmadd_ps(ib, _mm512_mul_ps(dw, _mm512_set1_ps(dxi)), v[i]);
+                    }
+                }
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_ps(st.chain >= 0 ? ch + ((size_t)(h * 16 + i) * CH_ROW + st.chain) * 16
+                                                  : acc + (size_t)(h * 16 + i) * 16,
+                                    v[i]);
+            }
+            if (st.chain == 15) /* the full groups done: each row's tree starts its tail */
+                for (int q = 0; q < r->nh * 16; q++) {
+                    __m512 a[16];
+#pragma GCC unroll 16
+                    for (int u = 0; u < 16; u++) a[u] = _mm512_load_ps(ch + ((size_t)q * CH_ROW + u) * 16);
+                    _mm512_store_ps(acc + 16 * q, tree16_lanes(a));
+                }
+        }
+        const int mr = r->m - 16 * t < 16 ? r->m - 16 * t : 16;
+        for (int h = 0; h < r->nh; h++) {
+            const int cnt = r->nr - 16 * h;
+            const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_ps(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, mk,
+                                      _mm512_load_ps(acc + (size_t)(h * 16 + i) * 16));
+        }
+    }
+}
+
 /* ------------------------------------------------------------ entry point */
 
 /* Per-thread scratch: the repacked weight panel and the two tile result
@@ -371,6 +527,9 @@ typedef struct amx_scratch {
     amx_blk pan[KVS_AMX_MAX_K / KVS_QK];
     float cbuf[2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)];
 } amx_scratch;
+
+_Static_assert(2 * Q8_SET + 2 * 16 * CH_ROW * 16 + 2 * 16 * 16 <= sizeof(((amx_scratch *)0)->cbuf) / sizeof(float),
+               "panel_q8's buffers, chains and acc fit cbuf");
 
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
@@ -406,6 +565,7 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
     for (int jt = j0; jt < j1; jt += PANEL) {
         int nr = j1 - jt < PANEL ? j1 - jt : PANEL;
         if (w->type == KVS_TYPE_Q4_K) prep_panel_q4k(w, jt, nr, nb, pan);
+        else if (w->type == KVS_TYPE_Q8_0) prep_panel_q8(w, jt, nr, nb, pan);
         else prep_panel(w, jt, nr, nb, pan);
         /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
         amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
@@ -413,6 +573,8 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1, 0);
         else if (w->type == KVS_TYPE_Q5_0) panel(&r, cbuf, 0, 1);
         else if (w->type == KVS_TYPE_Q4_K) panel(&r, cbuf, 1, 1);
+        else if (w->type == KVS_TYPE_Q8_0) /* scratch: two buffer sets, the chains, acc */
+            panel_q8(&r, cbuf, cbuf + 2 * Q8_SET, cbuf + 2 * Q8_SET + 2 * 16 * CH_ROW * 16);
         else panel(&r, cbuf, 0, 0);
     }
     _tile_release();
