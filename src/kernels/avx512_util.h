@@ -137,6 +137,21 @@ AI __m512 tree16x16(const __m512 C[16]) { return tree16x16_op(C, 0); }
  * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
 static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
 
+/* The scales of a full group of 16 activation blocks at x, lane b = block
+ * b, as quantize_block_levels computes them: d = amax / 127 (returned) and
+ * id = 1 / d (0 where d is below FLT_MIN: 1 / subnormal d would overflow,
+ * quant.h); the maxima by one transposed tree, each division once. */
+AI __m512 group_scales(const float *x, __m512 *id) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 mx[16];
+    for (int b = 0; b < 16; b++)
+        mx[slot_of(b)] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + 32 * b), absmask),
+                                       _mm512_and_ps(_mm512_loadu_ps(x + 32 * b + 16), absmask));
+    const __m512 d = _mm512_div_ps(tree16x16_op(mx, 1), _mm512_set1_ps(127.0f));
+    *id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ), _mm512_set1_ps(1.0f), d);
+    return d;
+}
+
 
 /* One Q4 group of 16 blocks of a weight row, lane = block: W[2r] / W[2r + 1]
  * the low / high nibbles of q dword r (u8), dw the scales, mw the Q4_1 mins

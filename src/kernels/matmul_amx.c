@@ -81,6 +81,33 @@ AI float quantize_block(const float *xb, uint16_t *hb, uint16_t *lb, int32_t *su
     return dx;
 }
 
+/* A full group of 16 blocks at once (as matmul_avx512.c's quantize_group):
+ * the blocks' maxima by one transposed tree, d and id of the 16 lanes by one
+ * division each, sum Q of each block by one transposed tree of the exact
+ * integer sums (< 2^24, so any order gives them), not two horizontal
+ * reductions and two scalar divisions a block. The same operations per
+ * element and block as quantize_block, so the same bits. */
+static void quantize_group(const float *x, uint16_t *hb, uint16_t *lb, float *dx, float *sx) {
+    __m512 qs[16], id;
+    const __m512 d = group_scales(x, &id);
+    for (int b = 0; b < 16; b++) {
+        const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), id);
+        __m512i q = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            __m512i qh, ql;
+            two_levels(_mm512_loadu_ps(x + 32 * b + 16 * h), idb, &qh, &ql);
+            const __m512i qh8 = _mm512_slli_epi32(qh, 8);
+            _mm256_storeu_si256((__m256i *)(hb + 32 * b + 16 * h), bf16_of(_mm512_cvtepi32_ps(qh8)));
+            _mm256_storeu_si256((__m256i *)(lb + 32 * b + 16 * h), bf16_of(_mm512_cvtepi32_ps(ql)));
+            q = _mm512_add_epi32(q, _mm512_add_epi32(qh8, ql));
+        }
+        qs[slot_of(b)] = _mm512_cvtepi32_ps(q);
+    }
+    const __m512 dxv = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 256.0f));
+    _mm512_storeu_ps(dx, dxv);
+    _mm512_storeu_ps(sx, _mm512_mul_ps(dxv, tree16x16(qs)));
+}
+
 static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
     int k = c->w->k, nb = k / KVS_QK;
     for (int i = i0; i < i1; i++) {
@@ -88,7 +115,9 @@ static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
         uint8_t *row = (uint8_t *)c->xq + (size_t)i * c->xq_row;
         uint16_t *hb = (uint16_t *)row, *lb = hb + (size_t)nb * KVS_QK;
         float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
-        for (int b = 0; b < nb; b++) {
+        for (int g = 0; g < nb / 16; g++)
+            quantize_group(x + (size_t)g * 512, hb + 512 * g, lb + 512 * g, dx + 16 * g, sx + 16 * g);
+        for (int b = nb / 16 * 16; b < nb; b++) {
             int32_t sum;
             float d = quantize_block(x + (size_t)b * KVS_QK, hb + 32 * b, lb + 32 * b, &sum);
             dx[b] = d;

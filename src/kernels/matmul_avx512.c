@@ -98,15 +98,8 @@ static const uint8_t low_bytes_idx[64] __attribute__((aligned(64))) = {
  * time version (horizontal reductions, two scalar divisions and 16 dword
  * stores a block). */
 static void quantize_group(const float *x, int wtype, uint8_t *grp) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    __m512 mx[KVS_XQ_GROUP];
-    for (int b = 0; b < KVS_XQ_GROUP; b++)
-        mx[slot_of(b)] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + 32 * b), absmask),
-                                       _mm512_and_ps(_mm512_loadu_ps(x + 32 * b + 16), absmask));
-    const __m512 d = _mm512_div_ps(tree16x16_op(mx, 1), _mm512_set1_ps(127.0f)); /* lane b: block b */
-    /* 1 / subnormal d would overflow: 0 (quant.h) */
-    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ),
-                                          _mm512_set1_ps(1.0f), d);
+    __m512 id;
+    const __m512 d = group_scales(x, &id);
     const __m512i pick = _mm512_load_si512(low_bytes_idx);
     __m512i zh[8], zl[8];
     for (int b = 0; b < KVS_XQ_GROUP; b++) {
