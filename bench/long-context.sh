@@ -72,7 +72,7 @@ for th in sorted({r["threads"] for r in runs}):
         print("| " + " | ".join(row) + " |")
 PY
 amx=$(amx_prefill "$cli")
-[ "$amx" = 1 ] && printf '\nOur prefill ran on AMX tiles (Q4_0 / Q4_1 / Q5_0 / Q4_K matrices of many rows; attention on AVX-512).\n' >> "$tmp/report.md"
+[ "$amx" = 1 ] && printf '\nOur prefill ran on AMX tiles (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices of many rows; attention on AVX-512).\n' >> "$tmp/report.md"
 cat "$tmp/report.md"
 if [ "${NO_SAVE:-0}" != 1 ]; then
     slug=$(echo "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')

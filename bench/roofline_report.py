@@ -115,7 +115,7 @@ def main():
       "%.0fM MACs x 2 (two-level) / wall int8 peak (quantized types). Peer: %s.\n"
       % (rounds, reps, ngen, pp, params / 1e6, peer))
     if amx:
-        w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 / Q5_0 / Q4_K matrices: `src/kernels/matmul_amx.c`; the other types "
+        w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices: `src/kernels/matmul_amx.c`; the other types "
           "on AVX-512 VNNI); \"pp ours, no AMX\" is the same run's prefill with KVS_AMX=0 (AVX-512 VNNI for "
           "every type), its ratio against the same llama.cpp runs (which use AMX where ggml has AMX kernels). "
           "The int8 share is of the VNNI peak: AMX prefill can pass 100%.\n")
