@@ -829,7 +829,8 @@ TEST(test_matmul_amx_equals_scalar) {
             }
     /* enough rows that the call is split into row blocks (each block's
      * activations sized for L2, dispatch.c): 200 rows at k = 2048 */
-    for (size_t t = 0; t < 4; t++, compared++) matmul_vs_scalar("amx", pool, qtypes[t], 2048, 33, 200, 0);
+    for (size_t t = 0; t < sizeof(qtypes) / sizeof(qtypes[0]); t++, compared++)
+        matmul_vs_scalar("amx", pool, qtypes[t], 2048, 33, 200, 0);
     kvs_pool_free(pool);
     kvs_kernels_set_isa("best");
     printf("  %d AMX/scalar matmul comparisons\n", compared);
