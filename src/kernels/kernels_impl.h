@@ -134,10 +134,10 @@ static inline int kvs_decode_cols(int n, int nth) {
 /* AVX2 needs 64 bytes per full-group block and 80 per tail block. */
 static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * 80; }
 
-/* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights, calls of >= KVS_AMX_MIN_M
- * rows and k <= KVS_AMX_MAX_K (the size of its per-thread weight repack). Its
- * activation layout "xa" replaces xq (xq_tail NULL): per row, natural
- * element order, bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb] (the
+/* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights, calls
+ * of >= KVS_AMX_MIN_M rows and k <= KVS_AMX_MAX_K (the size of its per-thread
+ * weight repack). Its activation layout "xa" replaces xq (xq_tail NULL): per
+ * row, natural element order, bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb] (the
  * scale of Q), float sx[nb] (dx * sum Q); rows padded to a multiple of 16
  * (zero) so every tile load reads 16 rows. */
 #define KVS_AMX_MIN_M 32 /* below, the per-call weight repack outweighs the gain (measured) */

@@ -2,7 +2,7 @@
  * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
  * Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights and many activation rows (prefill).
  * Produces exactly the bits of the scalar reference (canonical orders:
- * kernels_impl.h for Q4_0 / Q4_1, kquant.h for Q5_0 / Q4_K).
+ * kernels_impl.h for Q4_0 / Q4_1 / Q8_0, kquant.h for Q5_0 / Q4_K).
  *
  * Why BF16 tiles give exact integers: a block's integer dot is
  * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-16, 15], hi_e, lo_e in
@@ -68,16 +68,19 @@
 /* Exact float -> bf16 of small integers (the low 16 bits are zero). */
 AI __m256i bf16_of(__m512 f) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16)); }
 
+/* 16 elements' levels as xa stores them: bf16 of 256 hi at hb, of lo at lb. */
+AI void store_levels(__m512i qh, __m512i ql, uint16_t *hb, uint16_t *lb) {
+    _mm256_storeu_si256((__m256i *)hb, bf16_of(_mm512_cvtepi32_ps(_mm512_slli_epi32(qh, 8))));
+    _mm256_storeu_si256((__m256i *)lb, bf16_of(_mm512_cvtepi32_ps(ql)));
+}
+
 /* One block, two-level (quant.h), the reference's arithmetic lane-wise:
  * writes 32 bf16 of 256 hi and 32 of lo, returns dx (the scale of Q), sets
  * sum Q. */
 AI float quantize_block(const float *xb, uint16_t *hb, uint16_t *lb, int32_t *sum) {
     __m512i qh[2], ql[2];
     float dx = quantize_block_levels(xb, qh, ql, sum);
-    for (int h = 0; h < 2; h++) {
-        _mm256_storeu_si256((__m256i *)(hb + 16 * h), bf16_of(_mm512_cvtepi32_ps(_mm512_slli_epi32(qh[h], 8))));
-        _mm256_storeu_si256((__m256i *)(lb + 16 * h), bf16_of(_mm512_cvtepi32_ps(ql[h])));
-    }
+    for (int h = 0; h < 2; h++) store_levels(qh[h], ql[h], hb + 16 * h, lb + 16 * h);
     return dx;
 }
 
@@ -96,10 +99,8 @@ static void quantize_group(const float *x, uint16_t *hb, uint16_t *lb, float *dx
         for (int h = 0; h < 2; h++) {
             __m512i qh, ql;
             two_levels(_mm512_loadu_ps(x + 32 * b + 16 * h), idb, &qh, &ql);
-            const __m512i qh8 = _mm512_slli_epi32(qh, 8);
-            _mm256_storeu_si256((__m256i *)(hb + 32 * b + 16 * h), bf16_of(_mm512_cvtepi32_ps(qh8)));
-            _mm256_storeu_si256((__m256i *)(lb + 32 * b + 16 * h), bf16_of(_mm512_cvtepi32_ps(ql)));
-            q = _mm512_add_epi32(q, _mm512_add_epi32(qh8, ql));
+            store_levels(qh, ql, hb + 32 * b + 16 * h, lb + 32 * b + 16 * h);
+            q = _mm512_add_epi32(q, _mm512_add_epi32(_mm512_slli_epi32(qh, 8), ql));
         }
         qs[slot_of(b)] = _mm512_cvtepi32_ps(q);
     }
