@@ -92,9 +92,11 @@ TEST(test_matmul_invariance) {
 
 /* Calls with more activation rows than one row block of the AVX-512 tile
  * loop (~256 KB of quantized x: 68 rows at k = 1600) against one row at a
- * time and uneven splits: a row's bytes must not depend on its block. */
+ * time and uneven splits: a row's bytes must not depend on its block. On 2
+ * threads m = 150 is also two row blocks, one a thread (dispatch.c,
+ * mm_rows: the sub-calls' quantized rows, tail quads, int16 rows). */
 TEST(test_matmul_invariance_row_blocks) {
-    const int types[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q8_0};
+    const int types[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q8_0, KVS_TYPE_F16};
     const int m = 150, n = 24, k = 1600; /* 3 groups + 2 tail blocks */
     kvs_pool *pool = kvs_pool_new(2);
     int checked = 0;
@@ -124,15 +126,18 @@ TEST(test_matmul_invariance_row_blocks) {
 }
 
 /* kvs_matmul_multi gives the bytes of separate calls (q/k/v-like shapes),
- * including when the types differ (fallback). */
+ * including when the types differ (fallback); m = 150 on 2 and 3 threads
+ * takes AMX's row blocks a thread (dispatch.c, mm_rows: chunks rb-major
+ * over the matrices), 3 threads a short last block. */
 TEST(test_matmul_multi_equals_separate) {
-    kvs_pool *pool = kvs_pool_new(2);
-    const int m_list[] = {1, 3, 37};
+    kvs_pool *pools[2] = {kvs_pool_new(2), kvs_pool_new(3)};
+    const int m_list[] = {1, 3, 37, 150};
     for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
         if (!use_isa(s)) continue;
         for (int mixed = 0; mixed <= 1; mixed++)
-            for (size_t mi = 0; mi < 3; mi++) {
-                int m = m_list[mi], k = 576;
+            for (size_t mi = 0; mi < 4 * 2; mi++) {
+                kvs_pool *pool = pools[mi % 2];
+                int m = m_list[mi / 2], k = 576;
                 kvs_wmat wq = kt_rand_wmat(KVS_TYPE_Q4_1, 576, k);
                 kvs_wmat wk = kt_rand_wmat(mixed ? KVS_TYPE_Q8_0 : KVS_TYPE_Q4_1, 192, k);
                 kvs_wmat wv = kt_rand_wmat(KVS_TYPE_Q4_1, 100, k);
@@ -150,13 +155,14 @@ TEST(test_matmul_multi_equals_separate) {
                 kvs_matmul_multi(pool, 3, ws, x, m, b, work);
                 for (int i = 0; i < 3; i++)
                     CHECK_MSG(memcmp(a[i], b[i], sizeof(float) * m * ws[i]->n) == 0,
-                              "%s mixed %d m %d matrix %d", isas[s], mixed, m, i);
+                              "%s mixed %d m %d matrix %d, %d threads", isas[s], mixed, m, i, kvs_pool_size(pool));
                 for (int i = 0; i < 3; i++) { free(a[i]); free(b[i]); free((void *)ws[i]->data); }
                 free(x); free(work);
             }
     }
     kvs_kernels_set_isa("best");
-    kvs_pool_free(pool);
+    kvs_pool_free(pools[0]);
+    kvs_pool_free(pools[1]);
 }
 
 /* A random KV cache of kvn elements per tensor: f16 (kv_type 0) or f32. */

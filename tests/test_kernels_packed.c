@@ -59,7 +59,7 @@ TEST(test_packed_equals_scalar) {
     }
     const int ks[] = {32, 96, 512, 544, 576, 1536};
     const int ns[] = {1, 7, 45, 130};
-    const int ms[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40};
+    const int ms[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40, 100}; /* 100: a row block a thread on 2 (dispatch.c, mm_rows) */
     kvs_pool *pool2 = kvs_pool_new(2);
     CHECK(pool2 != NULL);
     int compared = 0;

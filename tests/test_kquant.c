@@ -210,26 +210,33 @@ TEST(test_kq_vs_double) {
     }
 }
 
+/* A row of a call of m rows on a pool = the row alone. m = 70 on 2
+ * threads and 97 on 3 take a row block a thread (kquant.c kq_rows, or
+ * dispatch.c mm_rows where AMX takes the type): blocks of 35, and 33, 33,
+ * 31 rows. */
 TEST(test_kq_batch_invariant) {
-    kvs_pool *pool = kvs_pool_new(2);
-    CHECK(pool != NULL);
-    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
-        kvs_wmat w = rand_kq(k_types[t], 80, 512);
-        const int m = 21;
-        float *x = xmalloc((size_t)m * w.k * 4);
-        kt_rand_vec(x, (size_t)m * w.k, 1.0f);
-        float *all = matmul(&w, x, m, pool);
-        for (int i = 0; i < m; i += 5) {
-            float *one = matmul(&w, x + (size_t)i * w.k, 1, NULL);
-            CHECK_MSG(memcmp(one, all + (size_t)i * w.n, (size_t)w.n * 4) == 0, "%s row %d",
-                      kvs_type_traits_of(w.type)->name, i);
-            free(one);
+    kvs_pool *pools[3] = {kvs_pool_new(2), kvs_pool_new(2), kvs_pool_new(3)};
+    const int ms[3] = {21, 70, 97};
+    for (int c = 0; c < 3; c++) {
+        CHECK(pools[c] != NULL);
+        for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
+            kvs_wmat w = rand_kq(k_types[t], 80, 512);
+            const int m = ms[c];
+            float *x = xmalloc((size_t)m * w.k * 4);
+            kt_rand_vec(x, (size_t)m * w.k, 1.0f);
+            float *all = matmul(&w, x, m, pools[c]);
+            for (int i = 0; i < m; i += 3) {
+                float *one = matmul(&w, x + (size_t)i * w.k, 1, NULL);
+                CHECK_MSG(memcmp(one, all + (size_t)i * w.n, (size_t)w.n * 4) == 0, "%s m %d on %d threads: row %d",
+                          kvs_type_traits_of(w.type)->name, m, kvs_pool_size(pools[c]), i);
+                free(one);
+            }
+            free(all);
+            free(x);
+            free((void *)w.data);
         }
-        free(all);
-        free(x);
-        free((void *)w.data);
+        kvs_pool_free(pools[c]);
     }
-    kvs_pool_free(pool);
 }
 
 /* kvs_matmul_multi on Q5 / K-quant matrices of one k (q / k / v, gate /

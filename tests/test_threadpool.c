@@ -100,8 +100,10 @@ TEST(test_pool_uneven) {
     kvs_pool_free(p);
 }
 
-/* kvs_pool_for: every chunk exactly once, interleaved with kvs_pool_run,
- * with workers busy, asleep, or late. */
+/* kvs_pool_for and kvs_pool_for_spans (every other run, so one run's
+ * counters meet the other mode's): every chunk exactly once, interleaved
+ * with kvs_pool_run, with workers busy, asleep, or late; spans of zero
+ * chunks where n < size. */
 typedef struct chunk_counts {
     int n;
     atomic_int *hits;
@@ -124,7 +126,8 @@ TEST(test_pool_for) {
             atomic_int hits[37];
             for (int i = 0; i < n; i++) atomic_init(&hits[i], 0);
             chunk_counts c = {.n = n, .hits = hits, .size = size};
-            kvs_pool_for(p, n, chunk_fn, &c);
+            if (r % 2) kvs_pool_for_spans(p, n, chunk_fn, &c);
+            else kvs_pool_for(p, n, chunk_fn, &c);
             for (int i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
             bad += atomic_load(&c.bad_ith);
             if (r % 7 == 0) { /* a static run in between */
@@ -138,6 +141,38 @@ TEST(test_pool_for) {
         kvs_pool_free(p);
     }
     kvs_pool_for(NULL, 0, chunk_fn, NULL); /* no chunks: no call */
+    kvs_pool_for_spans(NULL, 0, chunk_fn, NULL);
+}
+
+/* kvs_pool_for_spans with span 0's first chunk slow: the other thread
+ * takes over the rest of span 0 from its counter, and each chunk still
+ * runs once. */
+typedef struct slow_spans {
+    int n;
+    atomic_int hits[64];
+} slow_spans;
+
+static void slow_span_fn(void *arg, int chunk, int ith) {
+    (void)ith;
+    slow_spans *s = arg;
+    if (chunk == 0) usleep(200000); /* span 0's first chunk: its owner is held up */
+    atomic_fetch_add(&s->hits[chunk], 1);
+}
+
+TEST(test_pool_for_spans_steal) {
+    kvs_pool *p = kvs_pool_new(2);
+    slow_spans s = {.n = 64};
+    for (int i = 0; i < 64; i++) atomic_init(&s.hits[i], 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    kvs_pool_for_spans(p, 64, slow_span_fn, &s);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    int bad = 0;
+    for (int i = 0; i < 64; i++) bad += atomic_load(&s.hits[i]) != 1;
+    CHECK_EQ_INT(bad, 0);
+    double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+    CHECK(ms >= 199.0); /* chunk 0 ran, whoever ran it */
+    kvs_pool_free(p);
 }
 
 static void noop_fn(void *arg, int ith, int nth) { (void)arg; (void)ith; (void)nth; }
@@ -171,6 +206,7 @@ int main(void) {
     RUN(test_pool_sleep_wake);
     RUN(test_pool_uneven);
     RUN(test_pool_for);
+    RUN(test_pool_for_spans_steal);
     RUN(test_pool_overhead);
     return kt_summary();
 }

@@ -12,6 +12,9 @@
  *                  while the run is open (state bit) and are counted while
  *                  inside; the caller closes the run when no chunk is left and
  *                  waits only for workers that are inside.
+ *   kvs_pool_for_spans  the same, with a counter per thread's span: a thread
+ *                  drains its own span first, then the others' from their
+ *                  counters, so a chunk is still taken exactly once.
  *
  * Sleep/wake handshake (no lost wake-ups): a sleeper first announces itself
  * (seq_cst increment), then futex-waits only while the word still has the
@@ -40,7 +43,7 @@
 /* How long a thread spins before sleeping (nanoseconds). */
 #define KVS_POOL_SPIN_NS 200000
 
-enum { MODE_ALL = 0, MODE_CHUNKS = 1 };
+enum { MODE_ALL = 0, MODE_CHUNKS = 1, MODE_SPANS = 2 };
 #define STATE_OPEN 1u /* kvs_pool_for: workers may join; count in bits 1.. */
 
 typedef struct kvs_worker {
@@ -65,6 +68,13 @@ struct kvs_pool {
     atomic_int done_sleeper;
     _Alignas(64) atomic_int next;     /* next chunk (MODE_CHUNKS) */
     _Alignas(64) atomic_uint state;   /* STATE_OPEN | 2 * workers inside */
+    struct span_next *span;           /* next chunk of each span (MODE_SPANS), n of them */
+};
+
+/* A span's counter on a cache line of its own (its owner takes chunks from
+ * it while the other spans' owners take theirs). */
+struct span_next {
+    _Alignas(64) atomic_int next;
 };
 
 static void futex_wait(atomic_uint *word, unsigned expected) {
@@ -109,6 +119,20 @@ static void run_chunks(kvs_pool *pool, kvs_pool_chunk_fn fn, void *arg, int n, i
     }
 }
 
+static int span_first(int t, int n, int nth) { return (int)((long long)t * n / nth); }
+
+/* Thread ith's own span, then the others' (from ith + 1 on, wrapping). */
+static void run_spans(kvs_pool *pool, kvs_pool_chunk_fn fn, void *arg, int n, int ith) {
+    for (int i = 0; i < pool->n; i++) {
+        const int s = (ith + i) % pool->n, end = span_first(s + 1, n, pool->n);
+        for (;;) {
+            int c = atomic_fetch_add_explicit(&pool->span[s].next, 1, memory_order_relaxed);
+            if (c >= end) break;
+            fn(arg, c, ith);
+        }
+    }
+}
+
 static void *worker_main(void *p) {
     kvs_worker *w = p;
     kvs_pool *pool = w->pool;
@@ -150,7 +174,8 @@ static void *worker_main(void *p) {
             atomic_fetch_sub(&pool->state, 2);
             continue;
         }
-        run_chunks(pool, cfn, arg, n_chunks, w->ith);
+        if (mode == MODE_SPANS) run_spans(pool, cfn, arg, n_chunks, w->ith);
+        else run_chunks(pool, cfn, arg, n_chunks, w->ith);
         atomic_fetch_sub(&pool->state, 2);
     }
     return NULL;
@@ -163,7 +188,10 @@ kvs_pool *kvs_pool_new(int n_threads) {
     pool->n = n_threads;
     if (n_threads > 1) {
         pool->workers = calloc((size_t)n_threads - 1, sizeof(kvs_worker));
-        if (!pool->workers) {
+        pool->span = aligned_alloc(64, (size_t)n_threads * sizeof(struct span_next));
+        if (!pool->workers || !pool->span) {
+            free(pool->workers);
+            free(pool->span);
             free(pool);
             return NULL;
         }
@@ -188,6 +216,7 @@ void kvs_pool_free(kvs_pool *pool) {
     futex_wake(&pool->gen, INT_MAX);
     for (int i = 1; i < pool->n; i++) pthread_join(pool->workers[i - 1].thread, NULL);
     free(pool->workers);
+    free(pool->span);
     free(pool);
 }
 
@@ -233,22 +262,35 @@ void kvs_pool_run(kvs_pool *pool, kvs_pool_fn fn, void *arg) {
     }
 }
 
-void kvs_pool_for(kvs_pool *pool, int n_chunks, kvs_pool_chunk_fn fn, void *arg) {
+/* kvs_pool_for and kvs_pool_for_spans: publish a chunk run of `mode`, take
+ * chunks on the caller, close, wait for the workers inside. */
+static void pool_chunks(kvs_pool *pool, int mode, int n_chunks, kvs_pool_chunk_fn fn, void *arg) {
     if (n_chunks <= 0) return;
     if (!pool || pool->n == 1 || n_chunks == 1) {
         for (int c = 0; c < n_chunks; c++) fn(arg, c, 0);
         return;
     }
     publish_begin(pool);
-    atomic_store_explicit(&pool->mode, MODE_CHUNKS, memory_order_relaxed);
+    atomic_store_explicit(&pool->mode, mode, memory_order_relaxed);
     atomic_store_explicit(&pool->chunk_fn, fn, memory_order_relaxed);
     atomic_store_explicit(&pool->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&pool->n_chunks, n_chunks, memory_order_relaxed);
     atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
+    for (int t = 0; t < pool->n; t++)
+        atomic_store_explicit(&pool->span[t].next, span_first(t, n_chunks, pool->n), memory_order_relaxed);
     atomic_store_explicit(&pool->state, STATE_OPEN, memory_order_release);
     publish_end(pool);
-    run_chunks(pool, fn, arg, n_chunks, 0);
+    if (mode == MODE_SPANS) run_spans(pool, fn, arg, n_chunks, 0);
+    else run_chunks(pool, fn, arg, n_chunks, 0);
     /* no chunk left: close, then wait for workers still inside */
     atomic_fetch_and(&pool->state, ~STATE_OPEN);
     while (atomic_load_explicit(&pool->state, memory_order_acquire) != 0) cpu_relax();
+}
+
+void kvs_pool_for(kvs_pool *pool, int n_chunks, kvs_pool_chunk_fn fn, void *arg) {
+    pool_chunks(pool, MODE_CHUNKS, n_chunks, fn, arg);
+}
+
+void kvs_pool_for_spans(kvs_pool *pool, int n_chunks, kvs_pool_chunk_fn fn, void *arg) {
+    pool_chunks(pool, MODE_SPANS, n_chunks, fn, arg);
 }

@@ -27,4 +27,14 @@ void kvs_pool_run(kvs_pool *pool, kvs_pool_fn fn, void *arg);
 typedef void (*kvs_pool_chunk_fn)(void *arg, int chunk, int ith);
 void kvs_pool_for(kvs_pool *pool, int n_chunks, kvs_pool_chunk_fn fn, void *arg);
 
+/* kvs_pool_for with an owner per chunk: the chunks are cut into size
+ * contiguous spans, span t = [t * n_chunks / size, (t + 1) * n_chunks /
+ * size), and thread t takes its own span's chunks first, in order, before
+ * it helps with the others' (from where their owners are). For work whose
+ * chunk c touches the same memory from one call to the next (rows of
+ * activations, op after op): each thread keeps its rows in its own core's
+ * cache. Every chunk still runs exactly once, whoever runs it; a thread
+ * that does not take part leaves its span to the others. */
+void kvs_pool_for_spans(kvs_pool *pool, int n_chunks, kvs_pool_chunk_fn fn, void *arg);
+
 #endif

@@ -192,7 +192,7 @@ typedef struct mm_task {
     kvs_mm_call call;
     const kvs_isa *isa;
     int cols;  /* output columns per chunk (a multiple of 16: whole tiles) */
-    int rows;  /* AMX: activation rows per chunk (a multiple of 16), else 0: all */
+    int rows;  /* activation rows per chunk (a multiple of 16; mm_rows), else 0: all */
 } mm_task;
 
 /* Whether the call quantizes x (every path but the float weights'). */
@@ -215,12 +215,14 @@ static void mm_quant_chunk(void *arg, int chunk, int ith) {
 }
 
 /* Quantizes the call's m activation rows (one chunk's rows run on the
- * caller: kvs_pool_for takes a single chunk itself). */
+ * caller: kvs_pool_for takes a single chunk itself). By spans: a thread
+ * quantizes the rows whose x its own row ops wrote (forward.c's run_rows)
+ * and, on AMX, that its own row block reads (mm_rows). */
 static void mm_quantize_all(kvs_pool *pool, mm_task *t, int m) {
-    kvs_pool_for(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
+    kvs_pool_for_spans(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
 }
 
-/* Chunks of a task: column chunks, times row blocks for AMX. */
+/* Chunks of a task: column chunks, times row blocks (mm_rows), rb-major. */
 static int mm_nchunks(const mm_task *t) {
     int nc = (t->call.w->n + t->cols - 1) / t->cols;
     return t->rows ? nc * ((t->call.m + t->rows - 1) / t->rows) : nc;
@@ -243,7 +245,9 @@ static void mm_chunk(void *arg, int chunk, int ith) {
     int i0 = rb * t->rows;
     sub.m = t->call.m - i0 < t->rows ? t->call.m - i0 : t->rows;
     sub.x += (size_t)i0 * t->call.w->k;
-    sub.xq += (size_t)i0 * t->call.xq_row;
+    if (sub.xq) sub.xq += (size_t)i0 * t->call.xq_row;
+    if (sub.xq_tail) sub.xq_tail += (size_t)(i0 / 4) * t->call.xq_quad; /* i0: a multiple of 16 */
+    if (sub.xn) sub.xn += (size_t)i0 * t->call.xn_row;
     sub.y += (size_t)i0 * t->call.w->n;
     t->isa->matmul_cols(&sub, j0, j1);
 }
@@ -280,21 +284,35 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     mm_quantize_all(pool, t, m);
 }
 
-/* AMX: rows per chunk, so that a row block's bf16 activations (twice the
- * bytes of xq) stay in L2 while every column chunk passes over it; blocks
- * of equal size (multiples of 16). 0 for the other paths. */
+/* Rows per chunk (multiples of 16; 0: every chunk all m rows). With
+ * several threads and m >= 32 a thread (prefill), one row block per
+ * thread, the chunks rb-major and taken by kvs_pool_for_spans: each thread
+ * reads the activation rows it quantized (or, for float weights, that its
+ * own row ops wrote: forward.c's run_rows, also by spans) in its own
+ * core's cache, and writes the output rows its next row ops read; only
+ * the weights are read by every thread. Column chunks over all rows had
+ * each thread read the other half of the activations from the other core:
+ * SmolLM2 pp512, 2 Xeon threads (AMX), Q4_0 1531-1588 -> 1682-1772 tok/s,
+ * Q8_0 1190 -> 1367-1404, gemma3 1382-1417 -> 1577-1595; without AMX Q4_0
+ * 1094-1109 -> 1189-1218, F16 684-713 -> 782-814; bench_kernels' AMX
+ * shapes had run a fixed ~120-150 us a call slower on 2 threads than half
+ * of one thread's time. AMX also splits a block whose bf16 activations
+ * (twice the bytes of xq) would not stay in L2 while every column chunk
+ * passes over it. */
 #define MM_AMX_XA_BUDGET (1536 * 1024) /* of a 2 MiB L2; 768 KiB measured ~5% slower */
-static int mm_rows(const kvs_isa *isa, const kvs_wmat *w, int m) {
+static int mm_rows(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
+    int nrb = nth > 1 && m >= 32 * nth ? nth : 1;
 #if defined(__x86_64__)
     if (isa == &kvs_isa_amx) {
         size_t bytes = (size_t)m * kvs_xa_row_bytes(w->k);
-        int nrb = (int)((bytes + MM_AMX_XA_BUDGET - 1) / MM_AMX_XA_BUDGET);
-        int rows = (m + nrb - 1) / nrb;
-        return (rows + 15) & ~15;
+        int l2 = (int)((bytes + MM_AMX_XA_BUDGET - 1) / MM_AMX_XA_BUDGET);
+        nrb = ((l2 + nrb - 1) / nrb) * nrb; /* a multiple of the threads' blocks */
     }
 #endif
-    (void)isa; (void)w; (void)m;
-    return 0;
+    (void)isa; (void)w;
+    if (nrb == 1) return is_amx(isa) ? (m + 15) & ~15 : 0;
+    int rows = (m + nrb - 1) / nrb;
+    return (rows + 15) & ~15;
 }
 
 /* Small m: bigger chunks (less counter traffic); the work per chunk is what
@@ -326,23 +344,31 @@ void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float 
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
     if (mm_quantized(&t)) mm_quantize(pool, &t, work);
     t.cols = mm_cols(t.isa, w, m, kvs_pool_size(pool));
-    t.rows = mm_rows(t.isa, w, m);
-    kvs_pool_for(pool, mm_nchunks(&t), mm_chunk, &t);
+    t.rows = mm_rows(t.isa, w, m, kvs_pool_size(pool));
+    if (t.rows) kvs_pool_for_spans(pool, mm_nchunks(&t), mm_chunk, &t);
+    else kvs_pool_for(pool, mm_nchunks(&t), mm_chunk, &t);
 }
 
 #define MM_MULTI_MAX 8
 
+/* Several matrices on one quantized x: the chunks of matrix 0, then of
+ * matrix 1, ...; with row blocks (mm_rows: the same for all, one k, one
+ * path) within each row block (rb-major, for kvs_pool_for_spans): row
+ * block 0's column chunks of every matrix, then row block 1's, ... */
 typedef struct mm_multi_task {
     mm_task t[MM_MULTI_MAX];
-    int first[MM_MULTI_MAX + 1]; /* chunk index where matrix i starts */
+    int first[MM_MULTI_MAX + 1]; /* chunk index where matrix i starts (row blocks: within a row block) */
     int nw;
 } mm_multi_task;
 
 static void mm_multi_chunk(void *arg, int chunk, int ith) {
     mm_multi_task *mt = arg;
+    const int per_rb = mt->first[mt->nw], rb = mt->t[0].rows ? chunk / per_rb : 0;
+    if (mt->t[0].rows) chunk %= per_rb;
     int i = 0;
     while (chunk >= mt->first[i + 1]) i++;
-    mm_chunk(&mt->t[i], chunk - mt->first[i], ith);
+    const int nc = mt->first[i + 1] - mt->first[i]; /* matrix i's column chunks (rows: per row block) */
+    mm_chunk(&mt->t[i], rb * nc + chunk - mt->first[i], ith);
 }
 
 /* nw matrices of one type and one k that this file's paths take at m rows. */
@@ -383,7 +409,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
         t->isa = isa;
         t->call = (kvs_mm_call){.w = ws[i], .x = x, .m = m, .y = ys[i]};
         t->cols = mm_cols(isa, ws[i], m, kvs_pool_size(pool));
-        t->rows = mm_rows(isa, ws[i], m);
+        t->rows = mm_rows(isa, ws[i], m, kvs_pool_size(pool));
         if (mm_quantized(t)) {
             if (i == 0) mm_quantize(pool, t, work);
             else { /* same type and k: the same quantized x */
@@ -395,9 +421,10 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
                 t->call.xn_row = mt.t[0].call.xn_row;
             }
         }
-        mt.first[i + 1] = mt.first[i] + mm_nchunks(t);
+        mt.first[i + 1] = mt.first[i] + (t->rows ? (ws[i]->n + t->cols - 1) / t->cols : mm_nchunks(t));
     }
-    kvs_pool_for(pool, mt.first[nw], mm_multi_chunk, &mt);
+    if (mt.t[0].rows) kvs_pool_for_spans(pool, mt.first[nw] * ((m + mt.t[0].rows - 1) / mt.t[0].rows), mm_multi_chunk, &mt);
+    else kvs_pool_for(pool, mt.first[nw], mm_multi_chunk, &mt);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -29,6 +29,7 @@ typedef struct kq_task {
     uint8_t *xq;
     size_t xq_row;
     int m, cols;
+    int rows; /* activation rows per chunk (kq_rows), 0: all */
     float *y;
 } kq_task;
 
@@ -42,18 +43,34 @@ static void quant_chunk(void *arg, int chunk, int ith) {
         t->isa->quantize_row(t->x + (size_t)i * t->w->k, t->w->k, t->xq + (size_t)i * t->xq_row, t->m);
 }
 
-static void cols_chunk(void *arg, int chunk, int ith) {
-    (void)ith;
-    const kq_task *t = arg;
+/* Column chunk `chunk` of row block rb (rows: all of them). */
+static void cols_chunk(const kq_task *t, int rb, int chunk) {
     int j0 = chunk * t->cols, j1 = j0 + t->cols < t->w->n ? j0 + t->cols : t->w->n;
-    t->isa->dot_cols(t->w, t->xq, t->xq_row, t->m, t->y, j0, j1);
+    if (!t->rows) {
+        t->isa->dot_cols(t->w, t->xq, t->xq_row, t->m, t->y, j0, j1);
+        return;
+    }
+    const int i0 = rb * t->rows, m = t->m - i0 < t->rows ? t->m - i0 : t->rows;
+    t->isa->dot_cols(t->w, t->xq + (size_t)i0 * t->xq_row, t->xq_row, m, t->y + (size_t)i0 * t->w->n, j0, j1);
 }
 
-/* t's activation rows quantized into t->xq (a few rows on this thread). */
+/* Rows per row block as dispatch.c's mm_rows (why: there): one block a
+ * thread for prefill on several threads, else 0. The quantized rows' layout
+ * depends on whether a call has one row or several (kq_lanes), so no block
+ * may be a single row: with m >= 32 a thread, the last has m / nth - nth + 1
+ * or more. */
+static int kq_rows(int m, int nth) {
+    if (nth < 2 || m < 32 * nth) return 0;
+    const int rows = (m + nth - 1) / nth;
+    return m - (nth - 1) * rows >= 2 ? rows : 0;
+}
+
+/* t's activation rows quantized into t->xq (a few rows on this thread); by
+ * spans, so that a thread quantizes the rows its own row block reads. */
 static void quantize(kvs_pool *pool, kq_task *t) {
     const int nq = (t->m + KQ_QUANT_ROWS - 1) / KQ_QUANT_ROWS;
     if (t->m <= 2 * KQ_QUANT_ROWS) for (int c = 0; c < nq; c++) quant_chunk(t, c, 0);
-    else kvs_pool_for(pool, nq, quant_chunk, t);
+    else kvs_pool_for_spans(pool, nq, quant_chunk, t);
 }
 
 /* Several matrices on one x (q / k / v, gate / up): kvs_kq_multi_ok says
@@ -67,16 +84,23 @@ int kvs_kq_multi_ok(int nw, const kvs_wmat *const *ws) {
     return 1;
 }
 
+/* The chunks: per row block (one, or kq_rows'), every matrix's column
+ * chunks, matrix 0's first; row blocks in order (rb-major, for
+ * kvs_pool_for_spans). */
 typedef struct kq_multi {
     kq_task t[KQ_MULTI_MAX];
-    int first[KQ_MULTI_MAX + 1]; /* matrix i's chunks: [first[i], first[i + 1]) */
+    int first[KQ_MULTI_MAX + 1]; /* matrix i's chunks in a row block: [first[i], first[i + 1]) */
+    int nw;
 } kq_multi;
 
 static void multi_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
     const kq_multi *mt = arg;
+    const int per_rb = mt->first[mt->nw], rb = chunk / per_rb;
+    chunk %= per_rb;
     int i = 0;
     while (chunk >= mt->first[i + 1]) i++;
-    cols_chunk((void *)&mt->t[i], chunk - mt->first[i], ith);
+    cols_chunk(&mt->t[i], rb, chunk - mt->first[i]);
 }
 
 /* The activations quantized once (they depend on k and m, not on the weight
@@ -87,16 +111,20 @@ void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, cons
     if (m <= 0) return;
     kq_multi mt;
     mt.first[0] = 0;
+    mt.nw = nw;
+    const int rows = kq_rows(m, kvs_pool_size(pool));
     for (int i = 0; i < nw; i++) {
         const kvs_wmat *w = ws[i];
         /* a few rows (m < 16: batched decode) as decode (kvs_decode_cols) */
         const int cols = m < 16 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16;
         mt.t[i] = (kq_task){kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63),
-                            kvs_kq_xrow_bytes(w->k), m, cols, ys[i]};
+                            kvs_kq_xrow_bytes(w->k), m, cols, rows, ys[i]};
         mt.first[i + 1] = mt.first[i] + (w->n + cols - 1) / cols;
     }
     quantize(pool, &mt.t[0]);
-    kvs_pool_for(pool, mt.first[nw], multi_chunk, &mt);
+    const int nrb = rows ? (m + rows - 1) / rows : 1;
+    if (rows) kvs_pool_for_spans(pool, nrb * mt.first[nw], multi_chunk, &mt);
+    else kvs_pool_for(pool, mt.first[nw], multi_chunk, &mt);
 }
 
 void kvs_kq_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {

@@ -127,7 +127,7 @@ static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kv
     if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
         for (int c = 0; c < n_chunks; c++) row_chunk_fn(&t, c, 0);
     } else {
-        kvs_pool_for(f->pool, n_chunks, row_chunk_fn, &t);
+        kvs_pool_for_spans(f->pool, n_chunks, row_chunk_fn, &t); /* a thread's rows stay in its cache (dispatch.c, mm_rows) */
     }
 }
 
