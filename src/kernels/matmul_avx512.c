@@ -660,15 +660,28 @@ static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, s
     }
 }
 
-/* Several activation rows (prefill, batched decode): NR weight rows are
+/* Several activation rows (prefill, batched decode): PNR weight rows are
  * widened to f32 once into a panel (k padded with zero to 16) that every
- * 4-row tile of the call then reads; widening them per tile had the cvts
- * take half the fma ports (vcvtph2ps is two uops on the fma ports). The 16
- * outputs of a tile are reduced together (tree16x16); the last partial step
- * is a merge-masked fma, so chains past k are left exactly as they are, as
- * in the reference, which has no step there. */
+ * PMR-row tile of the call then reads; widening them per tile had the cvts
+ * take half the fma ports (vcvtph2ps is two uops on the fma ports). A
+ * tile's outputs are reduced 16 at a time (tree16x16); the last partial
+ * step is a merge-masked fma, so chains past k are left exactly as they
+ * are, as in the reference, which has no step there.
+ * 3 x 8 tiles (24 chains, 11 loads per 24 fmas), not 2 x 8 (10 per 16):
+ * on the Xeon (AMX one; sessions 31-34) a loop of zmm loads and fmas from
+ * L1 runs at ~7 G loads + fmas a second between them (fmas alone 6.5 G/s),
+ * so fmas per load set the pace: 2 x 8 4.4 G fmas/s, 3 x 8 4.75, 4 x 4
+ * 4.5, 1 x 16 3.7 (4 x 6 4.9 in that loop, but spilled as compiled here);
+ * bench_kernels --f16, one thread, m = 512: 102-115 -> 115-128 GOPS with
+ * the prefetch below (PANEL_X_PREFETCH). */
 #ifndef PMR
-#define PMR 2 /* activation rows of a panel tile */
+#define PMR 3 /* activation rows of a panel tile */
+#endif
+/* Floats ahead of each activation row's chunk fetched into L1: the rows
+ * stream from L2 once per panel (hardware prefetch alone left the first
+ * loads of each chunk waiting: +3-8% at 2 x 8, up to +10% at 3 x 8). */
+#ifndef PANEL_X_PREFETCH
+#define PANEL_X_PREFETCH 128
 #endif
 #ifndef PANEL_MIN_M
 #define PANEL_MIN_M 12
@@ -677,8 +690,10 @@ static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, s
 #define PANEL_X_BYTES (1024 * 1024)
 #endif
 #define PANEL_BLOCK_CHUNKS 48 /* a panel block: PNR rows x 768 floats, 24 KiB */
-#define PANEL_ACC_ROWS 128    /* activation rows of a block when k is split: 64 KiB of chains */
-#define PNR (16 / PMR) /* weight rows of a panel: the tile's 16 outputs fill one tree16x16 */
+#define PANEL_ACC_ROWS 128    /* activation rows of a block when k is split: 96 KiB of chains */
+#ifndef PNR
+#define PNR 8 /* weight rows of a panel */
+#endif
 #define PANEL_FLOATS 16384 /* 64 KiB of stack: PNR rows of up to 16384 / PNR */
 
 /* Elements [e0, e1) of weight rows j0.. widened into wf (row stride kbp,
@@ -701,17 +716,20 @@ static void widen_panel(const kvs_wmat *w, int j0, int nr, int e0, int e1, int k
 /* A tile over elements [e0, e1) of k, the panel holding those (wf, row
  * stride kbp): chains resumed from acc past e0, left in acc before k (no
  * output), as kern_f8. */
+#define POUT (PMR * PNR) /* a tile's outputs, (i, j) at t = PNR i + j */
+#define PTREES ((POUT + 15) / 16)
 AI void kern_panel(const float *wf, int kbp, const float *x, int k, int e0, int e1, __m512 *acc, float *y,
                    size_t ldy, int mr, int nr) {
-    __m512 C[16];
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; t++) C[t] = e0 ? acc[t] : _mm512_setzero_ps();
+    __m512 C[16 * PTREES];
+#pragma GCC unroll 32
+    for (int t = 0; t < 16 * PTREES; t++) C[t] = e0 && t < POUT ? acc[t] : _mm512_setzero_ps();
     wf -= e0; /* wf[j * kbp + e] is element e of panel row j */
     int e = e0;
     for (; e + 16 <= e1; e += 16) {
         __m512 X[PMR];
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
+            _mm_prefetch((const char *)(x + (size_t)i * k + e + PANEL_X_PREFETCH), _MM_HINT_T0); /* (past the end: no fault) */
             X[i] = _mm512_loadu_ps(x + (size_t)i * k + e);
             __asm__("" : "+v"(X[i])); /* one load each, not one per fma */
         }
@@ -724,8 +742,8 @@ AI void kern_panel(const float *wf, int kbp, const float *x, int k, int e0, int 
         }
     }
     if (e1 < k) {
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++) acc[t] = C[t];
+#pragma GCC unroll 32
+        for (int t = 0; t < POUT; t++) acc[t] = C[t];
         return;
     }
     if (e < k) {
@@ -738,12 +756,13 @@ AI void kern_panel(const float *wf, int kbp, const float *x, int k, int e0, int 
                 C[PNR * i + j] = _mm512_mask3_fmadd_ps(xv, _mm512_load_ps(wf + (size_t)j * kbp + e), C[PNR * i + j], mk);
         }
     }
-    float out[16] __attribute__((aligned(64)));
-    _mm512_store_ps(out, tree16x16(C)); /* C[t] in lane 4 (t % 4) + t / 4 */
+    float out[16 * PTREES] __attribute__((aligned(64)));
+#pragma GCC unroll 2
+    for (int r = 0; r < PTREES; r++) _mm512_store_ps(out + 16 * r, tree16x16(C + 16 * r)); /* C[16 r + u] in lane 4 (u % 4) + u / 4 */
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
-            int t = PNR * i + j;
-            y[(size_t)i * ldy + j] = out[4 * (t % 4) + t / 4];
+            int t = PNR * i + j, u = t % 16;
+            y[(size_t)i * ldy + j] = out[16 * (t / 16) + 4 * (u % 4) + u / 4];
         }
 }
 
@@ -754,8 +773,10 @@ static void tile_panel(const float *wf, int kbp, const float *x, int k, int e0, 
 #if PMR >= 2
     case 2: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 2, nr); break;
 #endif
-#if PMR >= 4
+#if PMR >= 3
     case 3: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 3, nr); break;
+#endif
+#if PMR >= 4
     case 4: kern_panel(wf, kbp, x, k, e0, e1, acc, y, ldy, 4, nr); break;
 #endif
     }
@@ -765,7 +786,8 @@ static void tile_panel(const float *wf, int kbp, const float *x, int k, int e0, 
 
 /* Activation rows per block of at most budget bytes (a multiple of the tile's rows, at least one tile). */
 static int rows_per_block(size_t budget, size_t row_bytes, int tile_rows) {
-    int mb = (int)(budget / row_bytes) & ~(tile_rows - 1);
+    int mb = (int)(budget / row_bytes);
+    mb -= mb % tile_rows;
     return mb < tile_rows ? tile_rows : mb;
 }
 
@@ -824,7 +846,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
          * rows gave 90, 96, 106 GOPS, 256 and 512 no more) */
         const int nch = kp / 16, nblk = (nch + PANEL_BLOCK_CHUNKS - 1) / PANEL_BLOCK_CHUNKS;
         const int kb = 16 * ((nch + nblk - 1) / nblk);
-        __m512 acc[nblk > 1 ? PANEL_ACC_ROWS / PMR : 1][16];
+        __m512 acc[nblk > 1 ? (PANEL_ACC_ROWS + PMR - 1) / PMR : 1][POUT];
         /* activation rows in blocks that stay in L2 while the panels pass */
         int mb = rows_per_block(PANEL_X_BYTES, sizeof(float) * (size_t)kp, PMR);
         if (nblk > 1 && mb > PANEL_ACC_ROWS) mb = PANEL_ACC_ROWS;
