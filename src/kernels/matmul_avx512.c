@@ -690,7 +690,7 @@ static void tile_f(const kvs_wmat *w, int j0, const float *x, int k, float *y, s
 #define PANEL_X_BYTES (1024 * 1024)
 #endif
 #define PANEL_BLOCK_CHUNKS 48 /* a panel block: PNR rows x 768 floats, 24 KiB */
-#define PANEL_ACC_ROWS 128    /* activation rows of a block when k is split: 96 KiB of chains */
+#define PANEL_ACC_ROWS 128    /* activation rows of a block when k is split: ~64 KiB of chains (43 tiles x 24) */
 #ifndef PNR
 #define PNR 8 /* weight rows of a panel */
 #endif
@@ -729,7 +729,8 @@ AI void kern_panel(const float *wf, int kbp, const float *x, int k, int e0, int 
         __m512 X[PMR];
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
-            _mm_prefetch((const char *)(x + (size_t)i * k + e + PANEL_X_PREFETCH), _MM_HINT_T0); /* (past the end: no fault) */
+            /* (an address past the rows: a hint, no fault; integer arithmetic, no pointer past the array) */
+            _mm_prefetch((const char *)((uintptr_t)(x + (size_t)i * k + e) + 4 * PANEL_X_PREFETCH), _MM_HINT_T0);
             X[i] = _mm512_loadu_ps(x + (size_t)i * k + e);
             __asm__("" : "+v"(X[i])); /* one load each, not one per fma */
         }
