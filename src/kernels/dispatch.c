@@ -222,17 +222,13 @@ static void mm_quantize_all(kvs_pool *pool, mm_task *t, int m) {
     kvs_pool_for_spans(pool, (m + MM_QUANT_ROWS - 1) / MM_QUANT_ROWS, mm_quant_chunk, t);
 }
 
-/* Chunks of a task: column chunks, times row blocks (mm_rows), rb-major. */
-static int mm_nchunks(const mm_task *t) {
-    int nc = (t->call.w->n + t->cols - 1) / t->cols;
-    return t->rows ? nc * ((t->call.m + t->rows - 1) / t->rows) : nc;
-}
+/* A task's column chunks (per row block where it has row blocks) and row
+ * blocks (1: all m rows at once); its chunks rb-major, nrb x nc. */
+static int mm_ncols(const mm_task *t) { return (t->call.w->n + t->cols - 1) / t->cols; }
+static int mm_nrb(const mm_task *t) { return t->rows ? (t->call.m + t->rows - 1) / t->rows : 1; }
 
-static void mm_chunk(void *arg, int chunk, int ith) {
-    (void)ith;
-    mm_task *t = arg;
-    int nc = (t->call.w->n + t->cols - 1) / t->cols;
-    int rb = t->rows ? chunk / nc : 0, cc = t->rows ? chunk % nc : chunk;
+/* Column chunk cc of row block rb. */
+static void mm_block(const mm_task *t, int rb, int cc) {
     int j0 = cc * t->cols, j1 = j0 + t->cols;
     if (j1 > t->call.w->n) j1 = t->call.w->n;
     if (!t->rows) {
@@ -250,6 +246,13 @@ static void mm_chunk(void *arg, int chunk, int ith) {
     if (sub.xn) sub.xn += (size_t)i0 * t->call.xn_row;
     sub.y += (size_t)i0 * t->call.w->n;
     t->isa->matmul_cols(&sub, j0, j1);
+}
+
+static void mm_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
+    const mm_task *t = arg;
+    const int nc = mm_ncols(t);
+    mm_block(t, chunk / nc, chunk % nc);
 }
 
 /* Prepares t->call for quantized weights: xq in work, x quantized (on the
@@ -301,7 +304,7 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
  * passes over it. */
 #define MM_AMX_XA_BUDGET (1536 * 1024) /* of a 2 MiB L2; 768 KiB measured ~5% slower */
 static int mm_rows(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
-    int nrb = nth > 1 && m >= 32 * nth ? nth : 1;
+    int nrb = kvs_prefill_row_blocks(m, nth);
 #if defined(__x86_64__)
     if (isa == &kvs_isa_amx) {
         size_t bytes = (size_t)m * kvs_xa_row_bytes(w->k);
@@ -345,8 +348,8 @@ void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float 
     if (mm_quantized(&t)) mm_quantize(pool, &t, work);
     t.cols = mm_cols(t.isa, w, m, kvs_pool_size(pool));
     t.rows = mm_rows(t.isa, w, m, kvs_pool_size(pool));
-    if (t.rows) kvs_pool_for_spans(pool, mm_nchunks(&t), mm_chunk, &t);
-    else kvs_pool_for(pool, mm_nchunks(&t), mm_chunk, &t);
+    if (t.rows) kvs_pool_for_spans(pool, mm_nrb(&t) * mm_ncols(&t), mm_chunk, &t);
+    else kvs_pool_for(pool, mm_ncols(&t), mm_chunk, &t);
 }
 
 #define MM_MULTI_MAX 8
@@ -357,18 +360,18 @@ void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float 
  * block 0's column chunks of every matrix, then row block 1's, ... */
 typedef struct mm_multi_task {
     mm_task t[MM_MULTI_MAX];
-    int first[MM_MULTI_MAX + 1]; /* chunk index where matrix i starts (row blocks: within a row block) */
+    int first[MM_MULTI_MAX + 1]; /* within a row block, the chunk where matrix i starts */
     int nw;
 } mm_multi_task;
 
 static void mm_multi_chunk(void *arg, int chunk, int ith) {
-    mm_multi_task *mt = arg;
-    const int per_rb = mt->first[mt->nw], rb = mt->t[0].rows ? chunk / per_rb : 0;
-    if (mt->t[0].rows) chunk %= per_rb;
+    (void)ith;
+    const mm_multi_task *mt = arg;
+    const int per_rb = mt->first[mt->nw], rb = chunk / per_rb;
+    chunk %= per_rb;
     int i = 0;
     while (chunk >= mt->first[i + 1]) i++;
-    const int nc = mt->first[i + 1] - mt->first[i]; /* matrix i's column chunks (rows: per row block) */
-    mm_chunk(&mt->t[i], rb * nc + chunk - mt->first[i], ith);
+    mm_block(&mt->t[i], rb, chunk - mt->first[i]);
 }
 
 /* nw matrices of one type and one k that this file's paths take at m rows. */
@@ -421,9 +424,9 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
                 t->call.xn_row = mt.t[0].call.xn_row;
             }
         }
-        mt.first[i + 1] = mt.first[i] + (t->rows ? (ws[i]->n + t->cols - 1) / t->cols : mm_nchunks(t));
+        mt.first[i + 1] = mt.first[i] + mm_ncols(t);
     }
-    if (mt.t[0].rows) kvs_pool_for_spans(pool, mt.first[nw] * ((m + mt.t[0].rows - 1) / mt.t[0].rows), mm_multi_chunk, &mt);
+    if (mt.t[0].rows) kvs_pool_for_spans(pool, mm_nrb(&mt.t[0]) * mt.first[nw], mm_multi_chunk, &mt);
     else kvs_pool_for(pool, mt.first[nw], mm_multi_chunk, &mt);
 }
 

@@ -131,6 +131,11 @@ static inline int kvs_decode_cols(int n, int nth) {
     return c > 16 ? c : 16; /* never 0 (callers divide by it) */
 }
 
+/* Row blocks of a matmul of m activation rows on nth threads: one a thread
+ * for prefill (m >= 32 rows a thread), else 1 (dispatch.c mm_rows says why;
+ * kquant.c kq_rows follows it). */
+static inline int kvs_prefill_row_blocks(int m, int nth) { return nth > 1 && m >= 32 * nth ? nth : 1; }
+
 /* AVX2 needs 64 bytes per full-group block and 80 per tail block. */
 static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * 80; }
 

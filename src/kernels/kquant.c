@@ -55,14 +55,15 @@ static void cols_chunk(const kq_task *t, int rb, int chunk) {
 }
 
 /* Rows per row block as dispatch.c's mm_rows (why: there): one block a
- * thread for prefill on several threads, else 0. The quantized rows' layout
- * depends on whether a call has one row or several (kq_lanes), so no block
- * may be a single row: with m >= 32 a thread, the last has m / nth - nth + 1
- * or more. */
+ * thread for prefill on several threads (kvs_prefill_row_blocks), else 0.
+ * The quantized rows' layout depends on whether a call has one row or
+ * several (kq_lanes), so no block may be a single row: with m >= 32 a
+ * thread, the last has m / nth - nth + 1 or more. */
 static int kq_rows(int m, int nth) {
-    if (nth < 2 || m < 32 * nth) return 0;
-    const int rows = (m + nth - 1) / nth;
-    return m - (nth - 1) * rows >= 2 ? rows : 0;
+    const int nrb = kvs_prefill_row_blocks(m, nth);
+    if (nrb == 1) return 0;
+    const int rows = (m + nrb - 1) / nrb;
+    return m - (nrb - 1) * rows >= 2 ? rows : 0;
 }
 
 /* t's activation rows quantized into t->xq (a few rows on this thread); by
