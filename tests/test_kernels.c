@@ -737,9 +737,16 @@ TEST(test_attention_simd_equals_scalar) {
  * and a one-tile variant passed here too: the two tiles are for the spec.) */
 static int q8x_sign(int b, int e) { return (e * 7 + b * 3) % 5 < 2 ? -1 : 1; }
 
+static void q8_extremes(int m);
+
 TEST(test_matmul_amx_q8_extremes) {
     if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
-    const int m = 48, k = 576, n = 40;
+    for (int m = 48; m > 0; m = m == 48 ? 8 : m == 8 ? 3 : 0) /* prefill tiles; batch tiles (int32 i_b) */
+        q8_extremes(m);
+}
+
+static void q8_extremes(int m) {
+    const int k = 576, n = 40;
     kvs_wmat w = kt_rand_wmat(KVS_TYPE_Q8_0, n, k);
     uint8_t *wd = (uint8_t *)w.data;
     for (int j = 0; j < n; j++)
@@ -767,7 +774,7 @@ TEST(test_matmul_amx_q8_extremes) {
     if (!same) {
         int bad = 0;
         while (y0[bad] == y1[bad]) bad++;
-        fprintf(stderr, "  q8 extremes: y[%d] %.9g vs scalar %.9g\n", bad, y1[bad], y0[bad]);
+        fprintf(stderr, "  q8 extremes m %d: y[%d] %.9g vs scalar %.9g\n", m, bad, y1[bad], y0[bad]);
     }
     free(x); free(y0); free(y1); free(work); free((void *)w.data);
 }
@@ -778,7 +785,8 @@ TEST(test_matmul_amx_equals_scalar) {
     kvs_kernels_set_isa("avx512vnni");
     CHECK(kvs_kernels_amx() == 0);
     const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q5_0, KVS_TYPE_Q4_K, KVS_TYPE_Q8_0};
-    const int ms[] = {16, 17, 31, 32, 33, 47, 48, 70};
+    /* 2..8: Q8_0's batch tiles (matmul_amx_batch.c), 9: past them */
+    const int ms[] = {2, 5, 8, 9, 16, 17, 31, 32, 33, 47, 48, 70};
     const int ks[] = {32, 96, 320, 512, 544, 576, 640, 736, 1024, 1536, 2048, 2080, 2304};
     const int ns[] = {1, 5, 16, 17, 31, 32, 33, 45, 100};
     kvs_pool *pool = kvs_pool_new(2);
@@ -799,7 +807,8 @@ TEST(test_matmul_amx_equals_scalar) {
                                                  0.0f, 1e-40f, 3.0f - 128.0f / 256, -127.0f};
                     x[k + e] = edge[e % 10];
                 }
-                for (int e = 0; e < 32; e++) x[2 * k + e] = 0.0f; /* an all-zero block */
+                if (m >= 3)
+                    for (int e = 0; e < 32; e++) x[2 * k + e] = 0.0f; /* an all-zero block */
                 if ((type == KVS_TYPE_Q5_0 || type == KVS_TYPE_Q4_K) && m >= 4) { /* row 3, column 0: the largest |dot| */
                     for (int e = 0; e < k; e++) x[3 * k + e] = 127.5f; /* Q = 32512 */
                     if (type == KVS_TYPE_Q5_0)

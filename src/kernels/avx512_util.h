@@ -133,6 +133,17 @@ AI __m512 tree16x16_op(const __m512 C[16], int is_max) {
 }
 AI __m512 tree16x16(const __m512 C[16]) { return tree16x16_op(C, 0); }
 
+/* kvs_tree16, lane-wise (a[] is overwritten). */
+AI __m512 tree16_lanes(__m512 a[16]) {
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) a[q] = _mm512_add_ps(a[q], a[q + 4]);
+    a[0] = _mm512_add_ps(a[0], a[2]);
+    a[1] = _mm512_add_ps(a[1], a[3]);
+    return _mm512_add_ps(a[0], a[1]);
+}
+
 /* Tree input slot of vector rho so that tree16x16 puts it in lane rho
  * (slot o lands in lane 4 (o % 4) + o / 4: an involution). */
 static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }

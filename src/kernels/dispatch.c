@@ -144,12 +144,19 @@ static int amx_applies(const kvs_wmat *w, int m) {
             w->type == KVS_TYPE_Q4_K || w->type == KVS_TYPE_Q8_0); /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
+/* A batch of streams on AMX: Q8_0 (the output heads; matmul_amx_batch.c). */
+static int amx_batch_applies(const kvs_wmat *w, int m) {
+    return m >= KVS_AMX_BATCH_MIN_M && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K &&
+           w->type == KVS_TYPE_Q8_0 && w->data;
+}
+
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers
  * (same bits, so the choice is only about speed). */
 static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
     const kvs_isa *isa = pick_isa();
 #if defined(__x86_64__)
     if (isa == &kvs_isa_avx512 && amx_applies(w, m) && amx_on()) return &kvs_isa_amx;
+    if (isa == &kvs_isa_avx512 && amx_batch_applies(w, m) && amx_on()) return &kvs_isa_amx_batch;
 #endif
     return isa;
 }
@@ -178,7 +185,7 @@ static inline void *align64(void *p) {
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     /* whichever path runs (the ISA may change between sizing and the call) */
-    const size_t amx = amx_applies(w, m) ? 64 + kvs_xa_bytes(w->k, m) : 0;
+    const size_t amx = amx_applies(w, m) ? 64 + kvs_xa_bytes(w->k, m) : amx_batch_applies(w, m) ? 64 + kvs_xb_bytes(w->k) : 0;
     if (kvs_kq_handles(w->type)) { /* Q5 / K-quants: kquant.c, or AMX */
         const size_t kq = kvs_kq_work_size(w, m);
         return kq > amx ? kq : amx;
@@ -262,6 +269,15 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     int m = c->m;
     c->xq = align64(work);
 #if defined(__x86_64__)
+    if (t->isa == &kvs_isa_amx_batch) {
+        c->xq_row = 0;
+        c->xq_tail = NULL;
+        c->xq_quad = 0;
+        c->xn = NULL;
+        memset((uint8_t *)c->xq, 0, kvs_xb_bytes(c->w->k)); /* rows past m stay zero */
+        t->isa->quantize_rows(c, 0, m); /* on the caller: rows share every line of xb */
+        return;
+    }
     if (t->isa == &kvs_isa_amx) {
         c->xq_row = kvs_xa_row_bytes(c->w->k);
         c->xq_tail = NULL;
@@ -331,7 +347,8 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
      * 2 Xeon threads, 8 streams: F16 337 -> 371-387 tok/s, Q4_1 616-620 ->
      * 667-670, Q4_0 623-636 -> 668-685, Q8_0 485-496 -> 510-541; 4 streams
      * F16 225-234 -> 278-293, Q4_1 504-510 -> 567-576) */
-    if (m < 16 && (isa == &kvs_isa_avx512 || (isa == &kvs_isa_avx2 && !kvs_wtype_is_quant(w->type))))
+    if (m < 16 && (isa == &kvs_isa_avx512 || isa == &kvs_isa_amx_batch ||
+                   (isa == &kvs_isa_avx2 && !kvs_wtype_is_quant(w->type))))
         return kvs_decode_cols(n, nth);
 #endif
     return m == 1 ? kvs_decode_cols(n, nth) : m < 16 ? 32 : 16;

@@ -92,7 +92,8 @@ size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
 void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
 /* 1 where the path the dispatcher picks reads, in a forward pass, none of
  * the source rows an arena copy replaced (AVX-512 without AMX): their pages
- * can be given back. The AVX2 and AMX prefill paths read the GGUF rows. */
+ * can be given back. The AVX2 and AMX paths (prefill; Q8_0 batches of streams)
+ * read the GGUF rows. */
 int kvs_wmat_arena_replaces_source(void);
 /* bytes of memory (free() it) on 2 MiB pages where it is that large and the
  * kernel allows it, else 64-byte aligned; NULL if out of memory. */

@@ -152,6 +152,21 @@ static inline size_t kvs_xa_bytes(int k, int m) { return (size_t)((m + 15) & ~15
 static inline float *kvs_xa_dx(uint8_t *row, int nb) { return (float *)(row + (size_t)nb * 128); }
 static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (size_t)nb * 132); }
 
+/* AMX for a batch of streams (matmul_amx_batch.c): Q8_0 weights, calls of
+ * KVS_AMX_BATCH_MIN_M..KVS_AMX_BATCH_MAX_M rows and k <= KVS_AMX_MAX_K, on
+ * the GGUF rows (w->data). Its activation layout "xb" replaces xq (xq_row
+ * 0, xq_tail NULL): per block b a B tile of KVS_XB_TILE bytes (8 rows of
+ * 16 dwords: row r = elements 4r..4r+3, column i the hi level of row i,
+ * column 8 + i its lo level; rows past m zero), then per block 16 floats
+ * (dx of rows 0..7, twice). */
+#ifndef KVS_AMX_BATCH_MIN_M
+#define KVS_AMX_BATCH_MIN_M 2
+#endif
+#define KVS_AMX_BATCH_MAX_M 8 /* hi and lo of 8 rows fill a tile's 16 columns */
+#define KVS_XB_TILE 512
+static inline size_t kvs_xb_bytes(int k) { return (size_t)(k / KVS_QK) * (KVS_XB_TILE + 64); }
+static inline float *kvs_xb_dx(uint8_t *xb, int nb) { return (float *)(xb + (size_t)nb * KVS_XB_TILE); }
+
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48
 #define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
@@ -198,6 +213,7 @@ extern const kvs_isa kvs_isa_scalar;
 extern const kvs_isa kvs_isa_avx2;
 extern const kvs_isa kvs_isa_avx512;
 extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
+extern const kvs_isa kvs_isa_amx_batch; /* likewise */
 /* AVX2 on packed weights (matmul_avx2_packed.c): columns [j0, j1) of a call
  * whose w->packed is set; returns 0 (nothing done) otherwise. */
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1);

@@ -61,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/amx_util.h"
 #include "kernels/avx512_util.h"
 
 /* ------------------------------------------------------------ quantize x */
@@ -300,12 +301,6 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
 
 /* ------------------------------------------------------------- kernel */
 
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
 /* A unit of work: 16 rows (row tile t) x the panel's columns. Its tiles
  * store (float)i_b of every block into cb[nb][2 halves][16 rows][16 cols],
  * each C tile's 1 KiB in one piece (rows nb * 128 bytes apart, the layout
@@ -358,17 +353,6 @@ AI void unit_tiles(const amx_run *r, int t, int b0, int b1, float *cb) {
     }
 }
 
-/* kvs_tree16, lane-wise. */
-AI __m512 tree16_lanes(__m512 a[16]) {
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) a[q] = _mm512_add_ps(a[q], a[q + 4]);
-    a[0] = _mm512_add_ps(a[0], a[2]);
-    a[1] = _mm512_add_ps(a[1], a[3]);
-    return _mm512_add_ps(a[0], a[1]);
-}
-
 /* Block b of one output row into chain v: v = fma((float)i_b, dw * dx, v),
  * Q4_1: v = fma(mw, sx, v). */
 AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const float *sx, int b,
@@ -408,7 +392,7 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41
     _mm512_mask_storeu_ps(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, mk, y);
 }
 
-#define CB_PAD (17 * 16)
+#define CB_PAD KVS_AMX_CB_PAD
 
 /* All row tiles of a panel, software-pipelined: while the rows of tile t
  * run their float steps, the tiles of t + 1 fill the other buffer (a
@@ -555,7 +539,7 @@ AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
  * when it exits (pthread key destructor). */
 typedef struct amx_scratch {
     amx_blk pan[KVS_AMX_MAX_K / KVS_QK];
-    float cbuf[2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + CB_PAD)];
+    float cbuf[KVS_AMX_CBUF_FLOATS];
 } amx_scratch;
 
 _Static_assert(2 * Q8_SET + 2 * 16 * CH_ROW * 16 + 2 * 16 * 16 <= sizeof(((amx_scratch *)0)->cbuf) / sizeof(float),
@@ -616,6 +600,11 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
 __attribute__((noinline)) static void amx_cols_stack(const kvs_mm_call *c, int j0, int j1) {
     amx_scratch s __attribute__((aligned(64)));
     amx_cols(c, j0, j1, s.pan, s.cbuf);
+}
+
+float *kvs_amx_thread_cbuf(void) {
+    amx_scratch *s = thread_scratch();
+    return s ? s->cbuf : NULL;
 }
 
 static void amx_matmul_cols(const kvs_mm_call *c, int j0, int j1) {

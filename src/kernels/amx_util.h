@@ -1,0 +1,31 @@
+/*
+ * Pieces shared by the AMX matmul files (matmul_amx.c: prefill, bf16 tiles;
+ * matmul_amx_batch.c: a batch of streams, int8 tiles). Include it only
+ * inside an AMX target region.
+ */
+#ifndef KVS_KERNELS_AMX_UTIL_H
+#define KVS_KERNELS_AMX_UTIL_H
+
+#include <stdint.h>
+
+#include "kernels/kernels_impl.h"
+
+/* The tile configuration (ldtilecfg's 64 bytes, palette 1). */
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+/* Floats of a thread's AMX tile-result scratch: matmul_amx.c's two row-tile
+ * buffers (16 rows x 2 halves x every block's 16 columns, plus 17 lines). */
+#define KVS_AMX_CB_PAD (17 * 16)
+#define KVS_AMX_CBUF_FLOATS (2 * (16 * 2 * (KVS_AMX_MAX_K / KVS_QK) * 16 + KVS_AMX_CB_PAD))
+
+/* The calling thread's scratch of KVS_AMX_CBUF_FLOATS floats (64-byte
+ * aligned; allocated on the thread's first AMX call, ~410 KB with the
+ * prefill path's weight panel, freed when the thread exits), or NULL if it
+ * cannot be allocated. */
+float *kvs_amx_thread_cbuf(void);
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * AMX for a batch of streams: Q8_0 weights against 2..KVS_AMX_BATCH_MAX_M
+ * activation rows (the server's batched decode step), int8 tiles, exactly
+ * the bits of the scalar reference (kernels_impl.h's canonical order).
+ *
+ * Why: at 8 rows the AVX-512 path (matmul_avx512_m1.c many_rows) spends 16
+ * vpdpbusd and 17 loads per activation row, weight row and group of 16
+ * blocks, ~26% of the vpdpbusd peak; the Q8_0 output head is half of a
+ * gemma3 step of 8 streams. One TDPBSSD does 16 weight rows x 16 columns of
+ * a block in ~16 cycles. With the weights in L2 (bench_kernels, SmolLM2's
+ * 576-wide Q8_0 shapes, m = 8, 1 thread) the calls take ~0.6x the AVX-512
+ * path's time; in a model the weights stream from L3 or DRAM and the tile
+ * loads wait on them (the next panels are prefetched into L2), so a whole
+ * step gains less (see README, session 35).
+ *
+ * Tiles, per block b of a panel of 16 weight rows:
+ *   A  the 16 weight rows' 32 signed bytes of block b, loaded straight from
+ *      the GGUF rows (tile rows row_bytes apart, 34-byte blocks: d, then
+ *      the bytes): no repack, the weights are read once per call.
+ *   B  the call's activations of block b ("xb", quantized once per call):
+ *      8 rows (row r: elements 4r..4r+3) x 16 dword columns, column i < 8
+ *      the hi level of activation row i, column 8 + i its lo level (rows
+ *      past m zero).
+ *   C  = A B: C[n][i] = dot(w_n, hi_i), C[n][8 + i] = dot(w_n, lo_i), exact
+ *      int32 (|dot| <= 32 * 128 * 127 < 2^19).
+ * The epilogue takes weight rows in pairs (n, n + 1): lanes 0..7 are
+ * outputs (i, n), lanes 8..15 (i, n + 1); i_b = 256 hi + lo is exact in
+ * int32 (< 2^27) and converted once, as the reference's (float)i_b; then
+ * the canonical float steps lane-wise: blocks b < nf on chain b % 16 in
+ * registers, kvs_tree16, the tail blocks in order.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-int8"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-int8")
+#endif
+
+#include <string.h>
+
+#include "kernels/amx_util.h"
+#include "kernels/avx512_util.h"
+
+/* ------------------------------------------------------------ quantize x */
+
+static void batch_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+    const int k = c->w->k, nb = k / KVS_QK;
+    uint8_t *tiles = (uint8_t *)c->xq;
+    float *dxv = kvs_xb_dx(tiles, nb);
+    const __m128i tile_rows = _mm_setr_epi32(0, 64, 128, 192); /* dwords 4h..4h+3: B rows 4h.. */
+    for (int i = i0; i < i1; i++)
+        for (int b = 0; b < nb; b++) {
+            __m512i qh[2], ql[2];
+            int32_t sum;
+            const float dx = quantize_block_levels(c->x + (size_t)i * k + (size_t)b * KVS_QK, qh, ql, &sum);
+            uint8_t *t = tiles + (size_t)b * KVS_XB_TILE;
+            for (int h = 0; h < 2; h++) { /* levels are in [-127, 127]: vpmovdb keeps them */
+                _mm_i32scatter_epi32(t + 256 * h + 4 * i, tile_rows, _mm512_cvtepi32_epi8(qh[h]), 1);
+                _mm_i32scatter_epi32(t + 256 * h + 4 * (KVS_AMX_BATCH_MAX_M + i), tile_rows,
+                                     _mm512_cvtepi32_epi8(ql[h]), 1);
+            }
+            dxv[16 * b + i] = dxv[16 * b + KVS_AMX_BATCH_MAX_M + i] = dx;
+        }
+}
+
+/* ------------------------------------------------------------- kernel */
+
+static void configure(int nr) {
+    amx_tilecfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 2; t++) { /* C (nr x 16 dwords), A (nr x 32 bytes), B (8 x 16 dwords) */
+        cfg.rows[t] = (uint8_t)nr;
+        cfg.colsb[t] = 64;
+        cfg.rows[2 + t] = (uint8_t)nr;
+        cfg.colsb[2 + t] = 32;
+        cfg.rows[4 + t] = 8;
+        cfg.colsb[4 + t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* Share part of parts of the bytes [a0, a1) into L2. */
+AI void prefetch_share(uintptr_t a0, uintptr_t a1, int part, int parts) {
+    for (uintptr_t a = a0 + (a1 - a0) * part / parts; a < a0 + (a1 - a0) * (part + 1) / parts; a += 64)
+        _mm_prefetch((const char *)a, _MM_HINT_T1);
+}
+
+/* Every block's C of the panel at wrow (the first row's block 0 bytes) into
+ * cb[b] (256 int32, rows of 16), a share of [pf0, pf1) prefetched with each
+ * block; even and odd blocks on tiles of their own, so a block's product
+ * need not wait for the previous block's store. */
+static inline void panel_tiles(const uint8_t *wrow, size_t row_bytes, const uint8_t *xb, int nb, int32_t *cb,
+                               uintptr_t pf0, uintptr_t pf1) {
+    for (int b = 0; b < nb; b++) {
+        prefetch_share(pf0, pf1, b, nb);
+        const uint8_t *a = wrow + (size_t)b * 34, *bt = xb + (size_t)b * KVS_XB_TILE;
+        int32_t *dst = cb + 256 * b;
+        if (b & 1) {
+            _tile_loadd(3, a, row_bytes);
+            _tile_loadd(5, bt, 64);
+            _tile_zero(1);
+            _tile_dpbssd(1, 3, 5);
+            _tile_stored(1, dst, 64);
+        } else {
+            _tile_loadd(2, a, row_bytes);
+            _tile_loadd(4, bt, 64);
+            _tile_zero(0);
+            _tile_dpbssd(0, 2, 4);
+            _tile_stored(0, dst, 64);
+        }
+    }
+}
+
+/* Block b of the pair at rows c0 (weight row n) and c1 (n + 1, or c0 again
+ * when n is the panel's last row): (float)i_b of lanes (i, n), (i, n + 1). */
+AI __m512 pair_dots(const int32_t *c0, const int32_t *c1) {
+    const __m512i a = _mm512_load_si512(c0), d = _mm512_load_si512(c1);
+    const __m512i s = _mm512_shuffle_i64x2(a, d, 0x4e);   /* lo of n | hi of n + 1 */
+    const __m512i hi = _mm512_mask_blend_epi32(0xff00, a, s); /* hi of n | hi of n + 1 */
+    const __m512i lo = _mm512_mask_blend_epi32(0xff00, s, d); /* lo of n | lo of n + 1 */
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
+}
+
+/* The canonical float steps of one pair p (rows 2p, 2p + 1 of the panel):
+ * dwt[b] the panel's 16 dw of block b, dxv[b] the rows' dx twice. */
+AI __m512 pair_outputs(const int32_t *cb, const float *dwt, const float *dxv, int nb, int p, int nr) {
+    const int nf = nb / 16 * 16, r1 = 2 * p + 1 < nr ? 2 * p + 1 : 2 * p;
+    const __m512i pick = _mm512_set_epi32(r1, r1, r1, r1, r1, r1, r1, r1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p,
+                                          2 * p, 2 * p);
+    __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
+    if (nf) {
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
+        for (int b0 = 0; b0 < nf; b0 += 16)
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) {
+                const int b = b0 + c;
+                const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_load_ps(dwt + 16 * b)),
+                                               _mm512_load_ps(dxv + 16 * b));
+                a[c] = _mm512_fmadd_ps(pair_dots(cb + 256 * b + 32 * p, cb + 256 * b + 16 * r1), s, a[c]);
+            }
+        y = tree16_lanes(a);
+    }
+    for (int b = nf; b < nb; b++) {
+        const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_load_ps(dwt + 16 * b)),
+                                       _mm512_load_ps(dxv + 16 * b));
+        y = _mm512_fmadd_ps(pair_dots(cb + 256 * b + 32 * p, cb + 256 * b + 16 * r1), s, y);
+    }
+    return y;
+}
+
+/* Panels ahead that a panel prefetches (SmolLM2 Q8_0, 8 streams, 2 threads:
+ * 1 into L1 and none were no faster than the AVX-512 path, 3 into L2
+ * 1.04-1.11x). */
+#define BATCH_PF_PANELS 3
+
+/* Columns [j0, j1) of every row. scratch: nb * 256 int32 of C, nb * 16 dw,
+ * 8 * 16 outputs. */
+static void batch_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
+    const kvs_wmat *w = c->w;
+    const int nb = w->k / KVS_QK;
+    int32_t *cb = (int32_t *)scratch;
+    float *dwt = scratch + (size_t)nb * 256, *out = dwt + (size_t)nb * 16;
+    const uint8_t *xb = c->xq;
+    const float *dxv = kvs_xb_dx((uint8_t *)xb, nb);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)w->row_bytes));
+    const __m512i out_idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    int configured = 0;
+    for (int jt = j0; jt < j1; jt += 16) {
+        const int nr = j1 - jt < 16 ? j1 - jt : 16;
+        const __mmask16 live = (__mmask16)((1u << nr) - 1);
+        if (nr != configured) configure(configured = nr);
+        const uint8_t *wrow = (const uint8_t *)w->data + (size_t)jt * w->row_bytes;
+        /* the rows of the panel BATCH_PF_PANELS ahead (contiguous) into L2,
+         * half with the blocks' tiles, half with the pairs: a tile load waits
+         * for all its 16 rows, and the hardware prefetchers follow late */
+        const size_t pf_bytes = jt + BATCH_PF_PANELS * 16 < j1 ? 16 * w->row_bytes : 0;
+        const uintptr_t pf0 = (uintptr_t)wrow + BATCH_PF_PANELS * 16 * w->row_bytes, pfm = pf0 + pf_bytes / 2,
+                        pf1 = pf0 + pf_bytes;
+        panel_tiles(wrow + 2, w->row_bytes, xb, nb, cb, pf0, pfm);
+        for (int b = 0; b < nb; b++) /* the blocks' f16 d of the nr rows */
+            _mm512_store_ps(dwt + 16 * b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(
+                                              _mm512_setzero_si512(), live, rows, wrow + (size_t)b * 34, 1))));
+        for (int p = 0; 2 * p < nr; p++) {
+            prefetch_share(pfm, pf1, p, 8);
+            _mm512_store_ps(out + 16 * p, pair_outputs(cb, dwt, dxv, nb, p, nr));
+        }
+        for (int i = 0; i < c->m; i++) /* out[p][8h + i] is (i, 2p + h): lane n of row i at 8n + i */
+            _mm512_mask_storeu_ps(c->y + (size_t)i * w->n + jt, live,
+                                  _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live,
+                                                           _mm512_add_epi32(out_idx, _mm512_set1_epi32(i)), out, 4));
+    }
+    if (configured) _tile_release();
+}
+
+#define BATCH_SCRATCH_FLOATS ((KVS_AMX_MAX_K / KVS_QK) * (256 + 16) + 8 * 16)
+_Static_assert(BATCH_SCRATCH_FLOATS <= KVS_AMX_CBUF_FLOATS, "the batch scratch fits the AMX thread scratch");
+
+/* Only if a thread's scratch cannot be allocated (the activations are
+ * already in this path's layout, so another ISA cannot take over). */
+__attribute__((noinline)) static void batch_cols_stack(const kvs_mm_call *c, int j0, int j1) {
+    float s[BATCH_SCRATCH_FLOATS] __attribute__((aligned(64)));
+    batch_cols(c, j0, j1, s);
+}
+
+static void batch_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+    float *s = kvs_amx_thread_cbuf();
+    if (s) batch_cols(c, j0, j1, s);
+    else batch_cols_stack(c, j0, j1);
+}
+
+void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+
+const kvs_isa kvs_isa_amx_batch = {
+    .name = "amx",
+    .quantize_rows = batch_quantize_rows,
+    .matmul_cols = batch_matmul_cols,
+    .attention_unit = kvs_attention_unit_avx512,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
