@@ -741,7 +741,7 @@ static void q8_extremes(int m);
 
 TEST(test_matmul_amx_q8_extremes) {
     if (kvs_kernels_set_isa("amx") != 0) SKIP("no AMX on this CPU / OS");
-    for (int m = 48; m > 0; m = m == 48 ? 8 : m == 8 ? 3 : 0) /* prefill tiles; batch tiles (int32 i_b) */
+    for (int m = 48; m > 0; m = m == 48 ? 8 : m == 8 ? 7 : 0) /* prefill tiles; batch tiles (int32 i_b) */
         q8_extremes(m);
 }
 
@@ -785,8 +785,9 @@ TEST(test_matmul_amx_equals_scalar) {
     kvs_kernels_set_isa("avx512vnni");
     CHECK(kvs_kernels_amx() == 0);
     const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q5_0, KVS_TYPE_Q4_K, KVS_TYPE_Q8_0};
-    /* 2..8: Q8_0's batch tiles (matmul_amx_batch.c), 9: past them */
-    const int ms[] = {2, 5, 8, 9, 16, 17, 31, 32, 33, 47, 48, 70};
+    /* 7, 8: Q8_0's batch tiles (matmul_amx_batch.c, KVS_AMX_BATCH_MIN_M..),
+     * 2 and 9 the AVX-512 paths around them */
+    const int ms[] = {2, 7, 8, 9, 16, 17, 31, 32, 33, 47, 48, 70};
     const int ks[] = {32, 96, 320, 512, 544, 576, 640, 736, 1024, 1536, 2048, 2080, 2304};
     const int ns[] = {1, 5, 16, 17, 31, 32, 33, 45, 100};
     kvs_pool *pool = kvs_pool_new(2);

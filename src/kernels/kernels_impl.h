@@ -160,7 +160,11 @@ static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (s
  * column 8 + i its lo level; rows past m zero), then per block 16 floats
  * (dx of rows 0..7, twice). */
 #ifndef KVS_AMX_BATCH_MIN_M
-#define KVS_AMX_BATCH_MIN_M 2
+/* below, AVX-512's few_rows / many_rows are faster: the tiles and the float
+ * steps of a panel cost the same at any m (SmolLM2 Q8_0, 2 threads, old /
+ * new: 2 streams 391-443 / 246-250 tok/s, 6 streams 680-764 / 643, 7
+ * streams 715-732 / 729-747, 8 streams 738-765 / 778-862) */
+#define KVS_AMX_BATCH_MIN_M 7
 #endif
 #define KVS_AMX_BATCH_MAX_M 8 /* hi and lo of 8 rows fill a tile's 16 columns */
 #define KVS_XB_TILE 512

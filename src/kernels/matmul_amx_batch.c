@@ -1,6 +1,6 @@
 /*
- * AMX for a batch of streams: Q8_0 weights against 2..KVS_AMX_BATCH_MAX_M
- * activation rows (the server's batched decode step), int8 tiles, exactly
+ * AMX for a batch of streams: Q8_0 weights against KVS_AMX_BATCH_MIN_M..
+ * KVS_AMX_BATCH_MAX_M activation rows (the server's batched decode step), int8 tiles, exactly
  * the bits of the scalar reference (kernels_impl.h's canonical order).
  *
  * Why: at 8 rows the AVX-512 path (matmul_avx512_m1.c many_rows) spends 16
