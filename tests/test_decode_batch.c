@@ -10,7 +10,7 @@
 #include "kvstitch.h"
 
 #define N_CTX 256
-#define N_SEQ 10 /* rounds of 5 and 10 rows (AVX-512: many_rows) */
+#define N_SEQ 10 /* rounds of 5 and 10 rows (AVX-512: many_rows); fewer below */
 #define N_STEPS 6
 
 static kvs_model *g_model;
@@ -52,15 +52,16 @@ static float *run_alone(int s, int n_threads) {
     return lg;
 }
 
-/* All sequences together, sequence s joining at step s % 2 (continuous
- * batching: rows come and go), rows in reverse order on odd steps. */
-static void run_batched(int n_threads, float *ref[N_SEQ]) {
+/* Sequences 0..n_seq-1 together, sequence s joining at step s % 2
+ * (continuous batching: rows come and go), rows in reverse order on odd
+ * steps. */
+static void run_batched(int n_threads, float *ref[N_SEQ], int n_seq) {
     kvs_context *c[N_SEQ];
     int32_t p[N_CTX], pos[N_CTX], n[N_SEQ], next[N_SEQ];
     int step[N_SEQ] = {0};
     for (int i = 0; i < N_CTX; i++) pos[i] = i;
     float *lg = malloc((size_t)N_SEQ * g_vocab * sizeof(float)), *one = malloc((size_t)g_vocab * sizeof(float));
-    for (int s = 0; s < N_SEQ; s++) {
+    for (int s = 0; s < n_seq; s++) {
         c[s] = new_ctx(n_threads);
         if (!c[s]) return;
         n[s] = prompt_of(s, p);
@@ -72,8 +73,8 @@ static void run_batched(int n_threads, float *ref[N_SEQ]) {
         kvs_context *bc[N_SEQ];
         int32_t bt[N_SEQ], bp[N_SEQ];
         int who[N_SEQ], m = 0;
-        for (int k = 0; k < N_SEQ; k++) {
-            int s = round % 2 ? N_SEQ - 1 - k : k;
+        for (int k = 0; k < n_seq; k++) {
+            int s = round % 2 ? n_seq - 1 - k : k;
             if (round < s % 2 || step[s] >= N_STEPS) continue;
             bc[m] = c[s];
             bt[m] = next[s];
@@ -92,7 +93,7 @@ static void run_batched(int n_threads, float *ref[N_SEQ]) {
             next[s] = kt_argmax(lg + (size_t)r * g_vocab, g_vocab);
         }
     }
-    for (int s = 0; s < N_SEQ; s++) {
+    for (int s = 0; s < n_seq; s++) {
         CHECK_EQ_INT(step[s], N_STEPS);
         kvs_context_free(c[s]);
     }
@@ -103,8 +104,12 @@ static void run_batched(int n_threads, float *ref[N_SEQ]) {
 TEST(batched_rows_equal_alone) {
     float *ref[N_SEQ];
     for (int s = 0; s < N_SEQ; s++) ref[s] = run_alone(s, 1);
-    run_batched(1, ref);
-    run_batched(2, ref);
+    run_batched(1, ref, N_SEQ);
+    run_batched(2, ref, N_SEQ);
+    /* rounds of 4 and 8 rows, of 4 and 7: on AMX the Q8_0 output head takes
+     * the batch tiles (matmul_amx_batch.c) */
+    run_batched(2, ref, 8);
+    run_batched(1, ref, 7);
     for (int s = 0; s < N_SEQ; s++) free(ref[s]);
 }
 
