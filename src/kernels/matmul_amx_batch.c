@@ -1,17 +1,19 @@
 /*
  * AMX for a batch of streams: Q8_0 weights against KVS_AMX_BATCH_MIN_M..
- * KVS_AMX_BATCH_MAX_M activation rows (the server's batched decode step), int8 tiles, exactly
- * the bits of the scalar reference (kernels_impl.h's canonical order).
+ * KVS_AMX_BATCH_MAX_M activation rows (the server's batched decode step),
+ * int8 tiles, exactly the bits of the scalar reference (kernels_impl.h's
+ * canonical order).
  *
  * Why: at 8 rows the AVX-512 path (matmul_avx512_m1.c many_rows) spends 16
  * vpdpbusd and 17 loads per activation row, weight row and group of 16
  * blocks, ~26% of the vpdpbusd peak; the Q8_0 output head is half of a
  * gemma3 step of 8 streams. One TDPBSSD does 16 weight rows x 16 columns of
  * a block in ~16 cycles. With the weights in L2 (bench_kernels, SmolLM2's
- * 576-wide Q8_0 shapes, m = 8, 1 thread) the calls take ~0.6x the AVX-512
- * path's time; in a model the weights stream from L3 or DRAM and the tile
- * loads wait on them (the next panels are prefetched into L2), so a whole
- * step gains less (see README, session 35).
+ * Q8_0 shapes, m = 8, 1 thread) the calls at k = 576 take ~0.7x the AVX-512
+ * path's time (at k = 1536, whose 48 KiB of C outgrow L1, 1.0-1.2x; a model
+ * ran the same with those on AVX-512); in a model the weights stream from
+ * L3 or DRAM and the tile loads wait on them (the next panels are
+ * prefetched into L2), so a whole step gains less (README, session 35).
  *
  * Tiles, per block b of a panel of 16 weight rows:
  *   A  the 16 weight rows' 32 signed bytes of block b, loaded straight from
@@ -153,9 +155,9 @@ AI __m512 pair_outputs(const int32_t *cb, const float *dwt, const float *dxv, in
     return y;
 }
 
-/* Panels ahead that a panel prefetches (SmolLM2 Q8_0, 8 streams, 2 threads:
- * 1 into L1 and none were no faster than the AVX-512 path, 3 into L2
- * 1.04-1.11x). */
+/* Panels ahead that a panel prefetches into L2 (SmolLM2 Q8_0, 8 streams, 2
+ * threads, against the AVX-512 path: no prefetch ~0.75x, 1 panel into L1
+ * about even, 3 into L2 1.04-1.11x, 2 or 4 the same within noise, 8 less). */
 #define BATCH_PF_PANELS 3
 
 /* Columns [j0, j1) of every row. scratch: nb * 256 int32 of C, nb * 16 dw,
