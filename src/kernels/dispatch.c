@@ -185,7 +185,9 @@ static inline void *align64(void *p) {
 
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     /* whichever path runs (the ISA may change between sizing and the call) */
-    const size_t amx = amx_applies(w, m) ? 64 + kvs_xa_bytes(w->k, m) : amx_batch_applies(w, m) ? 64 + kvs_xb_bytes(w->k) : 0;
+    size_t amx = 0;
+    if (amx_applies(w, m)) amx = 64 + kvs_xa_bytes(w->k, m);
+    else if (amx_batch_applies(w, m)) amx = 64 + kvs_xb_bytes(w->k);
     if (kvs_kq_handles(w->type)) { /* Q5 / K-quants: kquant.c, or AMX */
         const size_t kq = kvs_kq_work_size(w, m);
         return kq > amx ? kq : amx;

@@ -218,6 +218,8 @@ extern const kvs_isa kvs_isa_avx2;
 extern const kvs_isa kvs_isa_avx512;
 extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
 extern const kvs_isa kvs_isa_amx_batch; /* likewise */
+/* AVX-512's attention unit, which the AMX tables (matmul only) name too. */
+void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 /* AVX2 on packed weights (matmul_avx2_packed.c): columns [j0, j1) of a call
  * whose w->packed is set; returns 0 (nothing done) otherwise. */
 int kvs_avx2_matmul_packed(const kvs_mm_call *c, int j0, int j1);

@@ -613,8 +613,6 @@ static void amx_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     else amx_cols_stack(c, j0, j1);
 }
 
-void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
-
 const kvs_isa kvs_isa_amx = {
     .name = "amx",
     .quantize_rows = amx_quantize_rows,

@@ -126,6 +126,15 @@ AI __m512 pair_dots(const int32_t *c0, const int32_t *c1) {
     return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
 }
 
+/* Block b's float step of pair p on acc: fma((float)i_b, dw * dx, acc);
+ * pick takes the pair's two dw (rows 2p and r1) out of dwt[b]. */
+AI __m512 pair_step(const int32_t *cb, const float *dwt, const float *dxv, int b, int p, int r1, __m512i pick,
+                    __m512 acc) {
+    const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_load_ps(dwt + 16 * b)),
+                                   _mm512_load_ps(dxv + 16 * b));
+    return _mm512_fmadd_ps(pair_dots(cb + 256 * b + 32 * p, cb + 256 * b + 16 * r1), s, acc);
+}
+
 /* The canonical float steps of one pair p (rows 2p, 2p + 1 of the panel):
  * dwt[b] the panel's 16 dw of block b, dxv[b] the rows' dx twice. */
 AI __m512 pair_outputs(const int32_t *cb, const float *dwt, const float *dxv, int nb, int p, int nr) {
@@ -139,19 +148,10 @@ AI __m512 pair_outputs(const int32_t *cb, const float *dwt, const float *dxv, in
         for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
         for (int b0 = 0; b0 < nf; b0 += 16)
 #pragma GCC unroll 16
-            for (int c = 0; c < 16; c++) {
-                const int b = b0 + c;
-                const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_load_ps(dwt + 16 * b)),
-                                               _mm512_load_ps(dxv + 16 * b));
-                a[c] = _mm512_fmadd_ps(pair_dots(cb + 256 * b + 32 * p, cb + 256 * b + 16 * r1), s, a[c]);
-            }
+            for (int c = 0; c < 16; c++) a[c] = pair_step(cb, dwt, dxv, b0 + c, p, r1, pick, a[c]);
         y = tree16_lanes(a);
     }
-    for (int b = nf; b < nb; b++) {
-        const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(pick, _mm512_load_ps(dwt + 16 * b)),
-                                       _mm512_load_ps(dxv + 16 * b));
-        y = _mm512_fmadd_ps(pair_dots(cb + 256 * b + 32 * p, cb + 256 * b + 16 * r1), s, y);
-    }
+    for (int b = nf; b < nb; b++) y = pair_step(cb, dwt, dxv, b, p, r1, pick, y);
     return y;
 }
 
@@ -215,8 +215,6 @@ static void batch_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     if (s) batch_cols(c, j0, j1, s);
     else batch_cols_stack(c, j0, j1);
 }
-
-void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 
 const kvs_isa kvs_isa_amx_batch = {
     .name = "amx",

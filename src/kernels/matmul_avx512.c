@@ -932,7 +932,6 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     }
 }
 
-void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 int kvs_attention_split_units_avx512(const kvs_attn_call *c, int phase);
 void kvs_attention_split_unit_avx512(const kvs_attn_call *c, int phase, int u, float *work);
