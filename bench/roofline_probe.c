@@ -5,7 +5,18 @@
  *    (read_slice); GB/s per T;
  *  - int8 dot peak of the ISA path the matmuls use: independent chains of
  *    the kernels' own instruction (AVX2: vpmaddubsw + int16 add, 32 int8
- *    multiply-adds; AVX-512 VNNI: vpdpbusd, 64), in registers; GMAC/s per T.
+ *    multiply-adds; AVX-512 VNNI: vpdpbusd, 64), in registers; GMAC/s per T;
+ *  - where the prefill matmuls run on AMX tiles (kvs_kernels_amx()): the
+ *    tile peaks (TDPBF16PS, TDPBSSD on four independent accumulators, tiles
+ *    in registers; GMAC/s per T) and the tile work a prefill block cannot
+ *    do without (amx_block_step): per 16 x 16 outputs of one 32-element
+ *    block, the hi and lo products and the tile store(s) that hand the
+ *    exact integer dots to the float epilogue (Q4_0 / Q4_1 / Q4_K / Q5_0:
+ *    both levels in one tile, one store; Q8_0: one tile and store each,
+ *    matmul_amx.c says why): G block dots/s per T; and, one thread, how
+ *    much of a vector epilogue of the kernel's shape (16 rows: two loads,
+ *    add, mul, fma) hides behind that tile work: amx_overlap = time(both
+ *    interleaved) / (time(tiles) + time(vector)), 1 = none, max/sum = all.
  * Each figure is the median and the best of several repetitions, all threads
  * started together, from two clocks: wall (what the machine gave) and each
  * thread's CPU time (what a core gives while it runs: on a shared, loaded
@@ -24,6 +35,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "kernels/amx_util.h"
+#include "kernels/kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -46,8 +60,20 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+enum job_kind {
+    JOB_READ,
+    JOB_DOT_AVX2,
+    JOB_DOT_VNNI,
+    JOB_AMX_BF16,    /* TDPBF16PS peak */
+    JOB_AMX_INT8,    /* TDPBSSD peak */
+    JOB_AMX_STEP_Q4, /* a prefill block step, both levels in one tile */
+    JOB_AMX_STEP_Q8, /* a Q8_0 prefill block step, a tile per level */
+    JOB_AMX_VEC,     /* the vector epilogue of a Q8_0 block step alone */
+    JOB_AMX_BOTH,    /* Q8_0 block steps and their epilogues interleaved */
+};
+
 typedef struct job {
-    int kind;            /* 0 read, 1 avx2 dot, 2 avx512 vnni dot */
+    int kind;            /* job_kind */
     const uint8_t *p;    /* read: this thread's slice */
     size_t bytes;
     long iters;          /* dot: loop iterations */
@@ -135,6 +161,96 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iter
     s = _mm512_xor_si512(s, _mm512_xor_si512(a10, a11));
     return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s));
 }
+
+/* ---- AMX tiles (matmul_amx.c's configuration: 8 tiles of 16 rows x 64 bytes) */
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,fma,amx-tile,amx-int8,amx-bf16")))
+#define AMX_TILE_MACS_BF16 (16 * 16 * 32)
+#define AMX_TILE_MACS_INT8 (16 * 16 * 64)
+#define AMX_STEP_DOTS 256 /* a block step: 16 rows x 16 columns of block dots */
+
+/* Tiles 2..5 (A, A, B, B) hold small integers (bf16 or int8 alike: the
+ * timing does not depend on the values); the results land in out, which
+ * rotates over 8 KiB so the stores stay in L1 as the kernel's do. */
+static uint8_t g_tile_src[2048] __attribute__((aligned(64)));
+
+AMX_TARGET static void amx_setup(void) {
+    amx_tilecfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    _tile_loadd(2, g_tile_src, 64);
+    _tile_loadd(3, g_tile_src + 1024, 64);
+    _tile_loadd(4, g_tile_src, 64);
+    _tile_loadd(5, g_tile_src + 1024, 64);
+}
+
+/* The vector epilogue of one Q8_0 block step as matmul_amx.c's panel_q8
+ * runs it: per row (16 chains) the hi and lo dots added, scaled, fma'd. */
+AMX_TARGET static inline void amx_epilogue(const float *c, __m512 v[16]) {
+    const __m512 dw = _mm512_set1_ps(1.0f / 3.0f);
+    for (int i = 0; i < 16; i++)
+        v[i] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_load_ps(c + 16 * i), _mm512_load_ps(c + 256 + 16 * i)),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(c[16 * i + 1])), v[i]);
+}
+
+AMX_TARGET static uint64_t amx_run(int kind, long iters) {
+    float out[4][512] __attribute__((aligned(64)));
+    memset(out, 0, sizeof out);
+    __m512 v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_ps();
+    amx_setup();
+    for (long it = 0; it < iters; it++) {
+        float *o = out[it & 3];
+        switch (kind) {
+        case JOB_AMX_BF16:
+            _tile_dpbf16ps(0, 2, 4);
+            _tile_dpbf16ps(1, 3, 4);
+            _tile_dpbf16ps(6, 2, 5);
+            _tile_dpbf16ps(7, 3, 5);
+            break;
+        case JOB_AMX_INT8:
+            _tile_dpbssd(0, 2, 4);
+            _tile_dpbssd(1, 3, 4);
+            _tile_dpbssd(6, 2, 5);
+            _tile_dpbssd(7, 3, 5);
+            break;
+        case JOB_AMX_STEP_Q4: /* even and odd steps on their own C, as panel() */
+            if (it & 1) {
+                _tile_zero(1);
+                _tile_dpbf16ps(1, 2, 4);
+                _tile_dpbf16ps(1, 3, 4);
+                _tile_stored(1, o, 64);
+            } else {
+                _tile_zero(0);
+                _tile_dpbf16ps(0, 2, 4);
+                _tile_dpbf16ps(0, 3, 4);
+                _tile_stored(0, o, 64);
+            }
+            break;
+        case JOB_AMX_BOTH:
+            amx_epilogue(out[(it + 3) & 3], v); /* the previous step's dots */
+            /* fall through */
+        case JOB_AMX_STEP_Q8:
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_dpbf16ps(0, 2, 4);
+            _tile_dpbf16ps(1, 3, 4);
+            _tile_stored(0, o, 64);
+            _tile_stored(1, o + 256, 64);
+            break;
+        case JOB_AMX_VEC:
+            amx_epilogue(out[(it + 3) & 3], v);
+            break;
+        }
+    }
+    _tile_release();
+    for (int i = 1; i < 16; i++) v[0] = _mm512_add_ps(v[0], v[i]);
+    return (uint64_t)_mm512_reduce_add_ps(v[0]) ^ (uint64_t)out[0][0];
+}
 #endif
 
 static void *run_job(void *arg) {
@@ -143,9 +259,10 @@ static void *run_job(void *arg) {
     j->t0 = now_s();
     double c0 = cpu_s();
 #if defined(__x86_64__)
-    if (j->kind == 0) j->sink = read_slice(j->p, j->bytes);
-    else if (j->kind == 1) j->sink = dot_avx2(j->iters);
-    else j->sink = dot_vnni(j->iters);
+    if (j->kind == JOB_READ) j->sink = read_slice(j->p, j->bytes);
+    else if (j->kind == JOB_DOT_AVX2) j->sink = dot_avx2(j->iters);
+    else if (j->kind == JOB_DOT_VNNI) j->sink = dot_vnni(j->iters);
+    else j->sink = amx_run(j->kind, j->iters);
 #endif
     j->cpu = cpu_s() - c0;
     j->t1 = now_s();
@@ -189,6 +306,40 @@ static void report(const char *key, const char *extra, int nt, double *cpu, doub
     fflush(stdout);
 }
 
+#if defined(__x86_64__)
+static void amx_ceilings(int max_threads, int reps) {
+    double v[100], w[100];
+    const long iters = 4000000; /* ~0.05-0.15 s of one idle core per kind */
+    static const struct {
+        int kind;
+        const char *key, *extra;
+        double units; /* per iteration, in 1e9 */
+    } peaks[] = {
+        {JOB_AMX_BF16, "amx_gmacs", "bf16", 4.0 * AMX_TILE_MACS_BF16 / 1e9},
+        {JOB_AMX_INT8, "amx_gmacs", "int8", 4.0 * AMX_TILE_MACS_INT8 / 1e9},
+        {JOB_AMX_STEP_Q4, "amx_block_gdots", "q4", AMX_STEP_DOTS / 1e9},
+        {JOB_AMX_STEP_Q8, "amx_block_gdots", "q8", AMX_STEP_DOTS / 1e9},
+    };
+    for (size_t p = 0; p < sizeof peaks / sizeof peaks[0]; p++)
+        for (int nt = 1; nt <= max_threads; nt++) {
+            for (int r = 0; r < reps; r++)
+                v[r] = run_threads(peaks[p].kind, nt, NULL, 0, iters, peaks[p].units * (double)iters * nt, &w[r]);
+            report(peaks[p].key, peaks[p].extra, nt, v, w, reps);
+        }
+    /* one thread, CPU time: the best of reps of each, then the ratio */
+    double best[3] = {1e300, 1e300, 1e300};
+    const int kinds[3] = {JOB_AMX_STEP_Q8, JOB_AMX_VEC, JOB_AMX_BOTH};
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < 3; k++) {
+            double wall, rate = run_threads(kinds[k], 1, NULL, 0, iters, 1.0, &wall);
+            if (1.0 / rate < best[k]) best[k] = 1.0 / rate;
+        }
+    printf("amx_overlap q8 threads 1 tiles_ns %.2f vector_ns %.2f both_ns %.2f ratio %.3f\n", best[0] / iters * 1e9,
+           best[1] / iters * 1e9, best[2] / iters * 1e9, best[2] / (best[0] + best[1]));
+    fflush(stdout);
+}
+#endif
+
 int main(int argc, char **argv) {
     int max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 7, read_only = 0;
     size_t mib = 256;
@@ -228,8 +379,8 @@ int main(int argc, char **argv) {
     memset(buf, 1, bytes); /* fault the pages in before timing */
     double v[100], w[100];
     for (int nt = 1; nt <= max_threads; nt++) {
-        run_threads(0, nt, buf, bytes, 0, 1, w); /* warm */
-        for (int r = 0; r < reps; r++) v[r] = run_threads(0, nt, buf, bytes, 0, (double)bytes / 1e9, &w[r]);
+        run_threads(JOB_READ, nt, buf, bytes, 0, 1, w); /* warm */
+        for (int r = 0; r < reps; r++) v[r] = run_threads(JOB_READ, nt, buf, bytes, 0, (double)bytes / 1e9, &w[r]);
         report("read_gbs", "-", nt, v, w, reps);
     }
     if (read_only) {
@@ -239,14 +390,15 @@ int main(int argc, char **argv) {
     const long iters = 1000000; /* ~0.1 s of one idle core */
     const double macs = (double)iters * DOT_CHAINS * DOT_STEPS / 1e9;
     for (int nt = 1; nt <= max_threads; nt++) {
-        for (int r = 0; r < reps; r++) v[r] = run_threads(1, nt, NULL, 0, iters, macs * 32 * nt, &w[r]);
+        for (int r = 0; r < reps; r++) v[r] = run_threads(JOB_DOT_AVX2, nt, NULL, 0, iters, macs * 32 * nt, &w[r]);
         report("int8_gmacs", "avx2", nt, v, w, reps);
         if (vnni) {
             for (int r = 0; r < reps; r++)
-                v[r] = run_threads(2, nt, NULL, 0, iters, macs / DOT_CHAINS * VNNI_CHAINS * 64 * nt, &w[r]);
+                v[r] = run_threads(JOB_DOT_VNNI, nt, NULL, 0, iters, macs / DOT_CHAINS * VNNI_CHAINS * 64 * nt, &w[r]);
             report("int8_gmacs", "avx512vnni", nt, v, w, reps);
         }
     }
+    if (vnni && kvs_kernels_amx()) amx_ceilings(max_threads, reps);
     free(buf);
     return 0;
 #endif

@@ -18,7 +18,7 @@ import sys
 
 
 def parse_probe(path):
-    probe = {"read": {}, "int8": {}, "load": "?", "isa": "?"}
+    probe = {"read": {}, "int8": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
     for line in open(path):
         f = line.split()
         if not f:
@@ -33,7 +33,39 @@ def parse_probe(path):
             if key == "int8" and f[1] != probe["isa"]:
                 continue  # the peak of the path the matmuls use
             probe[key][int(f[3])] = kv
+        elif f[0] in ("amx_gmacs", "amx_block_gdots"):
+            probe["amx"].setdefault((f[0], f[1]), {})[int(f[3])] = dict(zip(f[4::2], map(float, f[5::2])))
+        elif f[0] == "amx_overlap":
+            probe["overlap"] = dict(zip(f[4::2], map(float, f[5::2])))
     return probe
+
+
+def amx_section(probe, w):
+    """The AMX tile ceilings (roofline_probe's amx_* lines), where the probe found AMX."""
+    a = probe["amx"]
+    cols = [("amx_gmacs", "bf16", "TDPBF16PS GMAC/s"), ("amx_gmacs", "int8", "TDPBSSD GMAC/s"),
+            ("amx_block_gdots", "q4", "block step Q4 G dots/s"), ("amx_block_gdots", "q8", "block step Q8_0 G dots/s")]
+    w("\nAMX tiles (CPU time, median / best):\n")
+    w("| threads | " + " | ".join(c[2] for c in cols) + " |")
+    w("|---:|" + "---:|" * len(cols))
+    for t in sorted({t for v in a.values() for t in v}):
+        w("| %d | %s |" % (t, " | ".join(
+            "%.1f / %.1f" % (a[c[:2]][t]["cpu_median"], a[c[:2]][t]["cpu_best"]) if t in a.get(c[:2], {}) else "-"
+            for c in cols)))
+    text = ("\nA block step is the tile work our AMX prefill cannot do without for 16 x 16 outputs of one "
+            "32-element block (`src/kernels/matmul_amx.c`): the hi and lo products and the tile store that hands "
+            "the exact integer dots to the float epilogue; Q8_0's dots reach 2^27, so its two levels need a tile "
+            "and a store each. A tile store costs about what a product does, so a step runs far below the "
+            "TDPBF16PS peak.")
+    o = probe["overlap"]
+    if o:
+        text += (" Overlap, one thread: %.1f ns of Q8_0 block steps and %.1f ns of their vector epilogue (16 rows: "
+                 "two loads, add, mul, fma) took %.1f ns interleaved, %.2f of their sum: here the tile unit and the "
+                 "vector unit %s, so a prefill's epilogue adds to its tile time (Q8_0's ceiling with its epilogue: "
+                 "%.1f G dots/s a thread)." % (
+                     o["tiles_ns"], o["vector_ns"], o["both_ns"], o["ratio"],
+                     "hardly overlap" if o["ratio"] > 0.85 else "partly overlap", 256 / o["both_ns"]))
+    w(text + "\n")
 
 
 KERNEL_RE = re.compile(r"t=(\d+)\s+(.+?)\s+(Q4_0|Q4_1|Q8_0|F16|F32)( packed)?\s+m=(\d+)\s+([\d.]+) us\s+"
@@ -60,6 +92,14 @@ def fmt(x, spec="%.0f"):
     return "-" if x is None else spec % x
 
 
+def block_share(probe, typ, th, pp, params):
+    """Prefill's block dots/s as a share of the AMX block-step ceiling (SmolLM2's quantized types)."""
+    step = probe["amx"].get(("amx_block_gdots", "q8" if typ == "Q8_0" else "q4"), {}).get(th, {}).get("wall_median")
+    if not step or not pp or typ in ("F16", "gemma3"):
+        return None
+    return pp * params / 32 / (step * 1e9) * 100
+
+
 def main():
     (probe_p, kern_p, runs_p, cpu, nproc, commit, pp, ngen, rounds, reps, peer, params) = sys.argv[1:13]
     amx = len(sys.argv) > 13 and sys.argv[13] == "1"
@@ -81,7 +121,11 @@ def main():
         w("| %d | %.1f / %.1f | %.1f / %.1f | %s | %s |" % (t, r["cpu_median"], r["cpu_best"], r["wall_median"], r["wall_best"],
                                                        fmt(i.get("cpu_median"), "%.1f"), fmt(i.get("wall_median"), "%.1f")))
     w("\nint8 MACs: vpmaddubsw = 32, vpdpbusd = 64. The two-level activations (quant.h) cost two int8 "
-      "MACs per weight multiply-add.\n")
+      "MACs per weight multiply-add.")
+    if probe["amx"]:
+        amx_section(probe, w)
+    else:
+        w("")
 
     bw1 = probe["read"].get(1, {}).get("cpu_median")
     pk1 = probe["int8"].get(1, {}).get("cpu_median")
@@ -118,10 +162,12 @@ def main():
         w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices: `src/kernels/matmul_amx.c`; the other types "
           "on AVX-512 VNNI); \"pp ours, no AMX\" is the same run's prefill with KVS_AMX=0 (AVX-512 VNNI for "
           "every type), its ratio against the same llama.cpp runs (which use AMX where ggml has AMX kernels). "
-          "The int8 share is of the VNNI peak: AMX prefill can pass 100%.\n")
+          "The int8 share is of the VNNI peak: AMX prefill can pass 100%%. The block-step share is of the "
+          "AMX ceiling above: pp tok/s x %.0fM / 32 block dots / wall block steps' dots/s at that thread "
+          "count (Q8_0: its own step; the other AMX types: the Q4 step).\n" % (params / 1e6))
     w("| type | threads | tg ours | tg llama.cpp | ours / llama.cpp | bound | share of bound | DRAM bound | pp ours | pp llama.cpp | ours / llama.cpp | pp share of int8 peak |"
-      + (" pp ours, no AMX | no AMX / llama.cpp |" if amx else ""))
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if amx else ""))
+      + (" pp share of AMX block steps | pp ours, no AMX | no AMX / llama.cpp |" if amx else ""))
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if amx else ""))
     keys = sorted({(r["type"], r["threads"]) for r in runs if r["who"] != "probe"}, key=lambda k: (["Q4_1", "Q4_0", "Q8_0", "F16", "gemma3"].index(k[0])
                                                                              if k[0] in ("Q4_1", "Q4_0", "Q8_0", "F16", "gemma3") else 9, k[1]))
     for typ, th in keys:
@@ -141,7 +187,8 @@ def main():
             typ, th, fmt(tg, "%.1f"), fmt(tg_p, "%.1f"), fmt(tg / tg_p if tg and tg_p else None, "%.2fx"),
             fmt(bound, "%.1f"), fmt(tg / bound * 100 if tg and bound else None, "%.0f%%"), fmt(dram, "%.1f"),
             fmt(pp_o, "%.1f"), fmt(pp_p, "%.1f"), fmt(pp_o / pp_p if pp_o and pp_p else None, "%.2fx"),
-            fmt(ppshare, "%.0f%%")) + ("" if not amx else " %s | %s |" % (
+            fmt(ppshare, "%.0f%%")) + ("" if not amx else " %s | %s | %s |" % (
+            fmt(block_share(probe, typ, th, pp_o, params), "%.0f%%"),
             fmt(pp_n, "%.1f"), fmt(pp_n / pp_p if pp_n and pp_p else None, "%.2fx"))))
     batched = [r for r in runs if r["who"] == "ours_streams"]
     if batched:

@@ -1,7 +1,9 @@
 /*
  * Pieces shared by the AMX matmul files (matmul_amx.c: prefill, bf16 tiles;
- * matmul_amx_batch.c: a batch of streams, int8 tiles). Include it only
- * inside an AMX target region.
+ * matmul_amx_batch.c: a batch of streams, int8 tiles) and the roofline
+ * probe's tile ceilings (bench/roofline_probe.c). Types and declarations
+ * only, so any file may include it; the tile instructions themselves need
+ * an AMX target region.
  */
 #ifndef KVS_KERNELS_AMX_UTIL_H
 #define KVS_KERNELS_AMX_UTIL_H
