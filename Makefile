@@ -124,7 +124,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libkvstitch.a $(CLIENT_OBJ)
 	$(MSG) LINK $@
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -Itools -o $@ $< $(CLIENT_OBJ) $(BUILD)/libkvstitch.a $(LDLIBS)
 
-tests: $(TEST_BIN) $(BUILD)/kvstitch $(BUILD)/libkvstitch.so
+# roofline_probe: tests/test_roofline_report.sh checks its AMX lines.
+tests: $(TEST_BIN) $(BUILD)/kvstitch $(BUILD)/libkvstitch.so $(BUILD)/bench/roofline_probe
 
 # The model is fetched into a cache outside the tree (scripts/fetch-model.sh).
 test: tests

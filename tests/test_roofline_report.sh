@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Tests bench/roofline_report.py on fixed inputs (a probe output with and
+# without the AMX tile lines, one run of ours and one of the peer), so the
+# shares it prints are known exactly; and that build/bench/roofline_probe
+# prints the AMX lines exactly when kvstitch runs prefill on AMX tiles.
+# Prints "ok <name>" / "FAIL <name>" lines for scripts/run-tests.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+BUILD="${BUILD:-build}"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_roofline_report.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check NAME CONDITION-EXIT-STATUS
+    if [ "$2" -eq 0 ]; then echo "ok $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
+}
+
+cat >"$tmp/probe" <<'EOF'
+load 0.10 0.20 0.30 1/100 1
+isa avx512vnni
+read_gbs - threads 1 cpu_median 16.00 cpu_best 17.00 wall_median 16.00 wall_best 20.00
+int8_gmacs avx512vnni threads 1 cpu_median 400.00 cpu_best 410.00 wall_median 400.00 wall_best 410.00
+EOF
+cp "$tmp/probe" "$tmp/probe_amx"
+cat >>"$tmp/probe_amx" <<'EOF'
+amx_gmacs bf16 threads 1 cpu_median 1500.00 cpu_best 1510.00 wall_median 1500.00 wall_best 1510.00
+amx_gmacs int8 threads 1 cpu_median 3000.00 cpu_best 3010.00 wall_median 3000.00 wall_best 3010.00
+amx_block_gdots q4 threads 1 cpu_median 25.00 cpu_best 25.50 wall_median 25.00 wall_best 25.50
+amx_block_gdots q8 threads 1 cpu_median 12.50 cpu_best 13.00 wall_median 12.50 wall_best 13.00
+amx_overlap q8 threads 1 tiles_ns 20.00 vector_ns 16.00 both_ns 27.00 ratio 0.750
+EOF
+: >"$tmp/kernels"
+# 100 MB of weights a token: the 20 GB/s read bound is 200 tok/s.
+cat >"$tmp/runs" <<'EOF'
+{"who": "ours", "type": "Q8_0", "threads": 1, "pp": 1000.0, "tg": 150.0, "bytes": 100000000}
+{"who": "ours_noamx", "type": "Q8_0", "threads": 1, "pp": 600.0}
+{"who": "llama.cpp", "type": "Q8_0", "threads": 1, "pp": 800.0, "tg": 100.0}
+EOF
+report() { # report PROBE AMX
+    python3 bench/roofline_report.py "$1" "$tmp/kernels" "$tmp/runs" "Test CPU" 1 abc1234 512 64 1 3 \
+        "llama.cpp test" 128000000 "$2"
+}
+
+out=$(report "$tmp/probe_amx" 1)
+check report_amx_exit_0 $?
+grep -Eq '^\| 1 \| 1500\.0 / 1510\.0 \| 3000\.0 / 3010\.0 \| 25\.0 / 25\.5 \| 12\.5 / 13\.0 \|$' <<<"$out"
+check report_amx_ceilings_row $?
+# 27.0 / (20.0 + 16.0) = 0.75 of the sum; 256 dots / 27 ns = 9.5 G dots/s
+grep -q 'took 27.0 ns interleaved, 0.75 of their sum: here the tile unit and the vector unit partly overlap' <<<"$out"
+check report_amx_overlap $?
+grep -q "Q8_0's ceiling with its epilogue: 9.5 G dots/s a thread" <<<"$out"
+check report_amx_epilogue_ceiling $?
+# decode 150 / 200 = 75%; prefill 1000 / 800 = 1.25x; int8 share 1000 x 128M x 2 / 400G = 64%;
+# block steps 1000 x 128M / 32 / 12.5G = 32%; no AMX 600 / 800 = 0.75x
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \| 32% \| 600\.0 \| 0\.75x \|$' <<<"$out"
+check report_amx_model_row $?
+
+out=$(report "$tmp/probe" 0)
+check report_plain_exit_0 $?
+! grep -q 'AMX' <<<"$out"
+check report_plain_has_no_amx $?
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \|$' <<<"$out"
+check report_plain_model_row $?
+
+# The probe itself: AMX lines iff kvstitch's prefill runs on tiles here.
+if [ -x "$BUILD/bench/roofline_probe" ] && [ -x "$BUILD/kvstitch" ]; then
+    probe=$("$BUILD/bench/roofline_probe" --threads 1 --reps 1 --mib 8)
+    check probe_exit_0 $?
+    grep -Eq '^read_gbs - threads 1 cpu_median [0-9.]+' <<<"$probe"
+    check probe_read_line $?
+    if "$BUILD/kvstitch" --version 2>/dev/null | grep -q 'amx'; then
+        for key in "amx_gmacs bf16" "amx_gmacs int8" "amx_block_gdots q4" "amx_block_gdots q8"; do
+            awk -v k="$key" '$1 " " $2 == k && $4 == 1 && $6 > 0 { found = 1 } END { exit !found }' <<<"$probe"
+            check "probe_${key// /_}" $?
+        done
+        grep -Eq '^amx_overlap q8 threads 1 tiles_ns [0-9.]+ vector_ns [0-9.]+ both_ns [0-9.]+ ratio [0-9.]+$' <<<"$probe"
+        check probe_amx_overlap $?
+        # KVS_AMX=0 takes prefill off the tiles: the probe leaves them out too
+        KVS_AMX=0 "$BUILD/bench/roofline_probe" --threads 1 --reps 1 --mib 8 | grep -q '^amx_'
+        [ $? -ne 0 ]
+        check probe_no_amx_when_disabled $?
+    else
+        ! grep -q '^amx_' <<<"$probe"
+        check probe_no_amx_lines $?
+    fi
+else
+    echo "skip probe: $BUILD/bench/roofline_probe not built"
+fi
+
+[ "$fails" -eq 0 ]
