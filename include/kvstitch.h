@@ -121,8 +121,11 @@ typedef struct kvs_model_params {
 
 KVS_API kvs_model_params kvs_model_default_params(void);
 
-/* Loads a GGUF file. Weights are mmapped read-only, never copied.
- * On failure *out is untouched and kvs_last_error() names the problem.
+/* Loads a GGUF file. Weights are mmapped read-only; on SIMD CPUs the
+ * matrices a decode step streams are also laid out once, at load, in one
+ * model-owned run of 2 MiB pages (repacked for the kernels, or copied as
+ * they are where a path reads them so), and the mapped pages those copies
+ * replace are given back (KVS_PACK=0: none of that). On failure *out is untouched and kvs_last_error() names the problem.
  * The caller owns *out; release it with kvs_model_free after every context,
  * detokenizer and cache made from it has been freed. */
 KVS_API int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out);

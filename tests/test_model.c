@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "kvstitch.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 static const char *tiny_path(char *buf, size_t cap) {
@@ -69,11 +70,19 @@ TEST(test_smollm2_hparams) {
     CHECK_EQ_INT(w->wq.type, 3);
     CHECK_EQ_INT((long long)w->wq.row_bytes, 576 / 32 * 20);
     CHECK(w->bq == NULL && w->bk == NULL && w->bv == NULL);
-    CHECK(kvs_model_output(m)->data == kvs_model_tok_embd(m)->data); /* tied */
+    /* tied: the head's rows are the token embeddings' (the same mapping,
+     * or with AMX on a copy in the model's arena for the batch path) */
+    const kvs_wmat *head = kvs_model_output(m), *emb = kvs_model_tok_embd(m);
+    CHECK(head->type == emb->type && head->row_bytes == emb->row_bytes && head->n == emb->n);
+    CHECK(head->data == emb->data || memcmp(head->data, emb->data, head->row_bytes * (size_t)head->n) == 0);
     CHECK_EQ_INT(hp->n_vocab, 49152);
     const char *base = kvs_gguf_base(kvs_model_gguf(m));
     size_t size = kvs_gguf_size(kvs_model_gguf(m));
     CHECK((const char *)w->wq.data > base && (const char *)w->wq.data < base + size);
+    /* the Q8_0 head's rows: copied into the arena where the AMX batch path
+     * streams them (kernels/pack.c), read from the mapping otherwise */
+    const int head_mapped = (const char *)head->data >= base && (const char *)head->data < base + size;
+    CHECK_EQ_INT(head_mapped, kvs_wmat_rows_copy_bytes(head) == 0);
     kvs_model_free(m);
 }
 

@@ -138,16 +138,21 @@ int kvs_kernels_amx(void) {
 #endif
 }
 
-static int amx_applies(const kvs_wmat *w, int m) {
-    return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K &&
-           (w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 || w->type == KVS_TYPE_Q5_0 ||
-            w->type == KVS_TYPE_Q4_K || w->type == KVS_TYPE_Q8_0); /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
+int kvs_amx_prefill_type(int type) {
+    return type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q5_0 || type == KVS_TYPE_Q4_K ||
+           type == KVS_TYPE_Q8_0; /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
 /* A batch of streams on AMX: Q8_0 (the output heads; matmul_amx_batch.c). */
+int kvs_amx_batch_type(int type) { return type == KVS_TYPE_Q8_0; }
+
+static int amx_applies(const kvs_wmat *w, int m) {
+    return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K && kvs_amx_prefill_type(w->type);
+}
+
 static int amx_batch_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_BATCH_MIN_M && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K &&
-           w->type == KVS_TYPE_Q8_0 && w->data;
+           kvs_amx_batch_type(w->type) && w->data;
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers

@@ -87,14 +87,22 @@ void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
  * copy, or on the SIMD paths a plain copy of float weights (read as they
  * are, but then on 2 MiB pages in decode order): kvs_wmat_arena_bytes is
  * the size of that (0: the matrix stays where it is), kvs_wmat_arena_place
- * puts it at dst and points w->packed, or w->data for a copy, there. */
+ * puts it at dst and points w->packed, or w->data for a copy, there. After
+ * all of those, where AMX is on, a plain copy of the GGUF rows its batch
+ * path streams (Q8_0; the packed copy stays for the other paths):
+ * kvs_wmat_rows_copy_bytes (0: none), kvs_wmat_rows_copy_place (points
+ * w->data there). */
 size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
 void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
+size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w);
+void kvs_wmat_rows_copy_place(kvs_wmat *w, void *dst);
 /* 1 where the path the dispatcher picks reads, in a forward pass, none of
- * the source rows an arena copy replaced (AVX-512 without AMX): their pages
- * can be given back. The AVX2 and AMX paths (prefill; Q8_0 batches of streams)
- * read the GGUF rows. */
-int kvs_wmat_arena_replaces_source(void);
+ * w's source rows once it is in the arena (packed, and its rows copied if
+ * kvs_wmat_rows_copy_bytes): their pages can be given back. The AVX2 paths
+ * read the GGUF rows, and with AMX on so do its prefill and batch paths for
+ * their types (kvs_amx_prefill_type, kvs_amx_batch_type), unless the arena
+ * holds a copy of the rows. */
+int kvs_wmat_arena_replaces_source(const kvs_wmat *w);
 /* bytes of memory (free() it) on 2 MiB pages where it is that large and the
  * kernel allows it, else 64-byte aligned; NULL if out of memory. */
 void *kvs_huge_alloc(size_t bytes);

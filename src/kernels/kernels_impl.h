@@ -171,6 +171,13 @@ static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (s
 static inline size_t kvs_xb_bytes(int k) { return (size_t)(k / KVS_QK) * (KVS_XB_TILE + 64); }
 static inline float *kvs_xb_dx(uint8_t *xb, int nb) { return (float *)(xb + (size_t)nb * KVS_XB_TILE); }
 
+/* 1 for the weight types whose GGUF rows (kvs_wmat.data) the AMX prefill
+ * path (matmul_amx.c) / the AMX batch path (matmul_amx_batch.c) read:
+ * dispatch.c's choice, and the model arena's (pack.c: those rows on 2 MiB
+ * pages, and which source pages can go). */
+int kvs_amx_prefill_type(int type);
+int kvs_amx_batch_type(int type);
+
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48
 #define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */

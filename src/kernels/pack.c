@@ -207,8 +207,33 @@ void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
     }
 }
 
-int kvs_wmat_arena_replaces_source(void) {
-    return kvs_kernels_cpu_level() >= 2 && kvs_kernels_simd_allowed() && !kvs_kernels_amx() && !pack_off_by_env();
+/* The GGUF rows that the AMX batch path loads its tiles from every step
+ * (matmul_amx_batch.c: a server's 7-8 streams): a plain copy puts them on
+ * 2 MiB pages too (from the mapping, 4 KiB file pages; paired runs on the
+ * AMX Xeon VM, 8 streams, gemma3 whose Q8_0 head is half a step: 194-197
+ * -> 202-212 tok/s at 1 thread, 364-366 -> 380-396 at 2; copying every
+ * streamed matrix gained no more). The copies follow all the packed ones:
+ * interleaved with them, one-stream decode, which reads only the packed
+ * run, lost 3-6% (SmolLM2 Q8_0). */
+static int rows_copied_in_arena(const kvs_wmat *w) {
+    return w->data && w->n > 0 && kvs_amx_batch_type(w->type) && kvs_kernels_amx() && kvs_kernels_simd_allowed() &&
+           !pack_off_by_env();
+}
+
+size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w) {
+    return rows_copied_in_arena(w) ? w->row_bytes * (size_t)w->n : 0;
+}
+
+void kvs_wmat_rows_copy_place(kvs_wmat *w, void *dst) {
+    if (!rows_copied_in_arena(w)) return;
+    memcpy(dst, w->data, w->row_bytes * (size_t)w->n);
+    w->data = dst;
+}
+
+int kvs_wmat_arena_replaces_source(const kvs_wmat *w) {
+    if (kvs_kernels_cpu_level() < 2 || !kvs_kernels_simd_allowed() || pack_off_by_env()) return 0;
+    return !kvs_kernels_amx() || rows_copied_in_arena(w) ||
+           (!kvs_amx_prefill_type(w->type) && !kvs_amx_batch_type(w->type));
 }
 
 void kvs_wmat_pack_to(kvs_wmat *w, void *dst) {

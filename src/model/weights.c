@@ -207,36 +207,55 @@ static void for_each_streamed(kvs_model *m, void (*fn)(kvs_wmat *, void *), void
 
 #define PACK_ALIGN 64
 
-static size_t pack_rounded(const kvs_wmat *w) {
-    return (kvs_wmat_arena_bytes(w) + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1);
+static size_t rounded(size_t bytes) { return (bytes + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1); }
+
+static void add_bytes(kvs_wmat *w, void *arg) {
+    *(size_t *)arg += rounded(kvs_wmat_arena_bytes(w)) + rounded(kvs_wmat_rows_copy_bytes(w));
 }
 
-static void add_bytes(kvs_wmat *w, void *arg) { *(size_t *)arg += pack_rounded(w); }
-
 /* Where the matrices go (the arena, or NULL: each packed on its own) and
- * the mapping whose pages a copy replaced go back to the kernel (NULL: they
- * stay). Packing read them all, and resident they doubled the model's
- * memory (gemma3: 299 -> 471 MB with its Q8_0 head packed); they go back
- * only where the kernels read nothing but the copies
- * (kvs_wmat_arena_replaces_source). Rows read later (a tied head's token
- * embeddings, the scalar reference) fault their pages back in from the file. */
+ * the mapping whose pages a copy replaced go back to the kernel (NULL:
+ * they stay). Packing read them all, and resident they doubled the model's
+ * memory (gemma3: 299 -> 471 MB with its Q8_0 head packed); a matrix's go
+ * back only where the kernels read nothing of it but the copies
+ * (kvs_wmat_arena_replaces_source), and once the last copy is made. Rows
+ * read later (a tied head's token embeddings, the scalar reference) fault
+ * their pages back in from the file. */
 typedef struct pack_cursor {
     uint8_t *at;
     const kvs_gguf *gguf;
 } pack_cursor;
 
+static void release_source(const pack_cursor *pc, const kvs_wmat *w, const void *source) {
+    if (pc->gguf && kvs_wmat_arena_replaces_source(w))
+        kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
+}
+
+/* The first run: each matrix packed (or its float weights copied). */
 static void pack_one(kvs_wmat *w, void *arg) {
     pack_cursor *pc = arg;
     const void *source = w->data; /* a plain copy of float weights replaces data */
+    const int rows_later = pc->at && kvs_wmat_rows_copy_bytes(w); /* released by copy_rows_one */
     if (pc->at) {
-        const size_t bytes = pack_rounded(w);
+        const size_t bytes = rounded(kvs_wmat_arena_bytes(w));
         if (!bytes) return;
         kvs_wmat_arena_place(w, pc->at);
         pc->at += bytes;
     } else if (kvs_wmat_pack(w, 0) || !w->packed) {
         return;
     }
-    if (pc->gguf) kvs_gguf_release_pages(pc->gguf, source, w->row_bytes * (size_t)w->n);
+    if (!rows_later) release_source(pc, w, source);
+}
+
+/* The second run: the GGUF rows the AMX batch path streams. */
+static void copy_rows_one(kvs_wmat *w, void *arg) {
+    pack_cursor *pc = arg;
+    const size_t bytes = rounded(kvs_wmat_rows_copy_bytes(w));
+    if (!bytes) return;
+    const void *source = w->data;
+    kvs_wmat_rows_copy_place(w, pc->at);
+    pc->at += bytes;
+    release_source(pc, w, source);
 }
 
 static void forget_packed(kvs_wmat *w, void *arg) {
@@ -281,8 +300,9 @@ void kvs_model_pack_weights(kvs_model *m) {
     for_each_streamed(m, add_bytes, &total);
     if (!total) return;
     m->pack_arena = kvs_huge_alloc(total);
-    pack_cursor pc = {m->pack_arena, kvs_wmat_arena_replaces_source() ? m->gguf : NULL};
+    pack_cursor pc = {m->pack_arena, m->gguf};
     for_each_streamed(m, pack_one, &pc);
+    if (pc.at) for_each_streamed(m, copy_rows_one, &pc);
 }
 
 void kvs_model_unpack_weights(kvs_model *m) {
