@@ -235,7 +235,9 @@ static void release_source(const pack_cursor *pc, const kvs_wmat *w, const void 
 static void pack_one(kvs_wmat *w, void *arg) {
     pack_cursor *pc = arg;
     const void *source = w->data; /* a plain copy of float weights replaces data */
-    const int rows_later = pc->at && kvs_wmat_rows_copy_bytes(w); /* released by copy_rows_one */
+    /* rows the AMX batch path reads: given back by copy_rows_one once copied
+     * (without an arena, never: it reads them from the mapping) */
+    const int rows_read = kvs_wmat_rows_copy_bytes(w) != 0;
     if (pc->at) {
         const size_t bytes = rounded(kvs_wmat_arena_bytes(w));
         if (!bytes) return;
@@ -244,7 +246,7 @@ static void pack_one(kvs_wmat *w, void *arg) {
     } else if (kvs_wmat_pack(w, 0) || !w->packed) {
         return;
     }
-    if (!rows_later) release_source(pc, w, source);
+    if (!rows_read) release_source(pc, w, source);
 }
 
 /* The second run: the GGUF rows the AMX batch path streams. */
