@@ -197,6 +197,16 @@ AMX_TARGET static inline void amx_epilogue(const float *c, __m512 v[16]) {
                                _mm512_mul_ps(dw, _mm512_set1_ps(c[16 * i + 1])), v[i]);
 }
 
+/* Four independent accumulators (tiles 0, 1, 6, 7) of A tiles 2, 3 and B
+ * tiles 4, 5 (tile numbers are immediates, hence a macro). */
+#define AMX_FOUR_PRODUCTS(op) \
+    do {                      \
+        op(0, 2, 4);          \
+        op(1, 3, 4);          \
+        op(6, 2, 5);          \
+        op(7, 3, 5);          \
+    } while (0)
+
 AMX_TARGET static uint64_t amx_run(int kind, long iters) {
     float out[4][512] __attribute__((aligned(64)));
     memset(out, 0, sizeof out);
@@ -207,16 +217,10 @@ AMX_TARGET static uint64_t amx_run(int kind, long iters) {
         float *o = out[it & 3];
         switch (kind) {
         case JOB_AMX_BF16:
-            _tile_dpbf16ps(0, 2, 4);
-            _tile_dpbf16ps(1, 3, 4);
-            _tile_dpbf16ps(6, 2, 5);
-            _tile_dpbf16ps(7, 3, 5);
+            AMX_FOUR_PRODUCTS(_tile_dpbf16ps);
             break;
         case JOB_AMX_INT8:
-            _tile_dpbssd(0, 2, 4);
-            _tile_dpbssd(1, 3, 4);
-            _tile_dpbssd(6, 2, 5);
-            _tile_dpbssd(7, 3, 5);
+            AMX_FOUR_PRODUCTS(_tile_dpbssd);
             break;
         case JOB_AMX_STEP_Q4: /* even and odd steps on their own C, as panel() */
             if (it & 1) {
@@ -234,7 +238,7 @@ AMX_TARGET static uint64_t amx_run(int kind, long iters) {
         case JOB_AMX_BOTH:
             amx_epilogue(out[(it + 3) & 3], v); /* the previous step's dots */
             /* fall through */
-        case JOB_AMX_STEP_Q8:
+        case JOB_AMX_STEP_Q8: /* q8_block_tiles' products and stores for one half, on purpose */
             _tile_zero(0);
             _tile_zero(1);
             _tile_dpbf16ps(0, 2, 4);
