@@ -125,7 +125,8 @@ KVS_API kvs_model_params kvs_model_default_params(void);
  * matrices a decode step streams are also laid out once, at load, in one
  * model-owned run of 2 MiB pages (repacked for the kernels, or copied as
  * they are where a path reads them so), and the mapped pages those copies
- * replace are given back (KVS_PACK=0: none of that). On failure *out is untouched and kvs_last_error() names the problem.
+ * replace are given back (KVS_PACK=0: none of that).
+ * On failure *out is untouched and kvs_last_error() names the problem.
  * The caller owns *out; release it with kvs_model_free after every context,
  * detokenizer and cache made from it has been freed. */
 KVS_API int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out);
