@@ -17,6 +17,14 @@ import statistics
 import sys
 
 
+STEP_DOTS = 256  # block dots in one AMX block step: 16 rows x 16 columns (roofline_probe.c AMX_STEP_DOTS)
+
+
+def figures(f):
+    """The "name value name value ..." tail of a probe line (from its 5th field) as a dict."""
+    return dict(zip(f[4::2], map(float, f[5::2])))
+
+
 def parse_probe(path):
     probe = {"read": {}, "int8": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
     for line in open(path):
@@ -28,15 +36,15 @@ def parse_probe(path):
         elif f[0] == "isa":
             probe["isa"] = f[1]
         elif f[0] in ("read_gbs", "int8_gmacs"):
-            kv = dict(zip(f[4::2], map(float, f[5::2])))
+            kv = figures(f)
             key = "read" if f[0] == "read_gbs" else "int8"
             if key == "int8" and f[1] != probe["isa"]:
                 continue  # the peak of the path the matmuls use
             probe[key][int(f[3])] = kv
         elif f[0] in ("amx_gmacs", "amx_block_gdots"):
-            probe["amx"].setdefault((f[0], f[1]), {})[int(f[3])] = dict(zip(f[4::2], map(float, f[5::2])))
+            probe["amx"].setdefault((f[0], f[1]), {})[int(f[3])] = figures(f)
         elif f[0] == "amx_overlap":
-            probe["overlap"] = dict(zip(f[4::2], map(float, f[5::2])))
+            probe["overlap"] = figures(f)
     return probe
 
 
@@ -64,7 +72,7 @@ def amx_section(probe, w):
                  "vector unit %s, so a prefill's epilogue adds to its tile time (Q8_0's ceiling with its epilogue: "
                  "%.1f G dots/s a thread)." % (
                      o["tiles_ns"], o["vector_ns"], o["both_ns"], o["ratio"],
-                     "hardly overlap" if o["ratio"] > 0.85 else "partly overlap", 256 / o["both_ns"]))
+                     "hardly overlap" if o["ratio"] > 0.85 else "partly overlap", STEP_DOTS / o["both_ns"]))
     w(text + "\n")
 
 
