@@ -143,8 +143,21 @@ int kvs_amx_prefill_type(int type) {
            type == KVS_TYPE_Q8_0; /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
-/* A batch of streams on AMX: Q8_0 (the output heads; matmul_amx_batch.c). */
-int kvs_amx_batch_type(int type) { return type == KVS_TYPE_Q8_0; }
+/* A batch of streams on AMX, by weight type: Q8_0 (the output heads;
+ * matmul_amx_batch.c), Q5_0 (gemma3's k = 640 matrices;
+ * matmul_amx_batch_q5.c); NULL: none (Q4_0 / Q4_1: matmul_amx_batch_q5.c's
+ * comment). */
+static const kvs_isa *amx_batch_isa(int type) {
+#if defined(__x86_64__)
+    if (type == KVS_TYPE_Q8_0) return &kvs_isa_amx_batch;
+    if (type == KVS_TYPE_Q5_0) return &kvs_isa_amx_batch_q5;
+#else
+    (void)type;
+#endif
+    return NULL;
+}
+
+int kvs_amx_batch_type(int type) { return amx_batch_isa(type) != NULL; }
 
 static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K && kvs_amx_prefill_type(w->type);
@@ -161,7 +174,7 @@ static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
     const kvs_isa *isa = pick_isa();
 #if defined(__x86_64__)
     if (isa == &kvs_isa_avx512 && amx_applies(w, m) && amx_on()) return &kvs_isa_amx;
-    if (isa == &kvs_isa_avx512 && amx_batch_applies(w, m) && amx_on()) return &kvs_isa_amx_batch;
+    if (isa == &kvs_isa_avx512 && amx_batch_applies(w, m) && amx_on()) return amx_batch_isa(w->type);
 #endif
     return isa;
 }
@@ -176,11 +189,25 @@ static int is_amx(const kvs_isa *isa) {
 #endif
 }
 
+/* Whether a call on one of the AMX batch paths, whose activations are
+ * quantized on the caller into one layout all rows share (x86-64 only). */
+static int is_amx_batch(const kvs_isa *isa) {
+#if defined(__x86_64__)
+    return isa == &kvs_isa_amx_batch || isa == &kvs_isa_amx_batch_q5;
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+
 /* Whether a call of m rows on w runs in this file (quantized x in work, the
  * ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
  * K-quant path for AMX, whose tiles compute their blocks exactly
- * (matmul_amx.c). */
-static int mm_here(const kvs_wmat *w, int m) { return !kvs_kq_handles(w->type) || is_amx(mm_isa(w, m)); }
+ * (matmul_amx.c; Q5_0's batches, matmul_amx_batch_q5.c). */
+static int mm_here(const kvs_wmat *w, int m) {
+    const kvs_isa *isa = mm_isa(w, m);
+    return !kvs_kq_handles(w->type) || is_amx(isa) || is_amx_batch(isa);
+}
 
 /* ------------------------------------------------------------------------ */
 
@@ -210,7 +237,9 @@ typedef struct mm_task {
 } mm_task;
 
 /* Whether the call quantizes x (every path but the float weights'). */
-static int mm_quantized(const mm_task *t) { return kvs_wtype_is_quant(t->call.w->type) || is_amx(t->isa); }
+static int mm_quantized(const mm_task *t) {
+    return kvs_wtype_is_quant(t->call.w->type) || is_amx(t->isa) || is_amx_batch(t->isa);
+}
 
 /* Activation rows quantized per pool chunk (a multiple of 4: a chunk owns
  * whole quads of the tail layout); a call of one chunk's rows quantizes on
@@ -276,7 +305,7 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
     int m = c->m;
     c->xq = align64(work);
 #if defined(__x86_64__)
-    if (t->isa == &kvs_isa_amx_batch) {
+    if (is_amx_batch(t->isa)) {
         c->xq_row = 0;
         c->xq_tail = NULL;
         c->xq_quad = 0;
@@ -354,7 +383,7 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
      * 2 Xeon threads, 8 streams: F16 337 -> 371-387 tok/s, Q4_1 616-620 ->
      * 667-670, Q4_0 623-636 -> 668-685, Q8_0 485-496 -> 510-541; 4 streams
      * F16 225-234 -> 278-293, Q4_1 504-510 -> 567-576) */
-    if (m < 16 && (isa == &kvs_isa_avx512 || isa == &kvs_isa_amx_batch ||
+    if (m < 16 && (isa == &kvs_isa_avx512 || is_amx_batch(isa) ||
                    (isa == &kvs_isa_avx2 && !kvs_wtype_is_quant(w->type))))
         return kvs_decode_cols(n, nth);
 #endif

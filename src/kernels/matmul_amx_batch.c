@@ -10,10 +10,10 @@
  * gemma3 step of 8 streams. One TDPBSSD does 16 weight rows x 16 columns of
  * a block in ~16 cycles. With the weights in L2 (bench_kernels, SmolLM2's
  * Q8_0 shapes, m = 8, 1 thread) the calls at k = 576 take ~0.7x the AVX-512
- * path's time (at k = 1536, whose 48 KiB of C outgrow L1, 1.0-1.2x; a model
- * ran the same with those on AVX-512); in a model the weights stream from
- * L3 or DRAM and the tile loads wait on them (the next panels are
- * prefetched into L2), so a whole step gains less (README, session 35).
+ * path's time (at k = 1536, whose 48 KiB of C outgrew L1 before the passes
+ * below, 1.0-1.2x); in a model the weights stream from L3 or DRAM and the
+ * tile loads wait on them (the next panels are prefetched into L2), so a
+ * whole step gains less (README, sessions 35 and 37).
  *
  * Tiles, per block b of a panel of 16 weight rows:
  *   A  the 16 weight rows' 32 signed bytes of block b, loaded straight from
@@ -29,7 +29,9 @@
  * outputs (i, n), lanes 8..15 (i, n + 1); i_b = 256 hi + lo is exact in
  * int32 (< 2^27) and converted once, as the reference's (float)i_b; then
  * the canonical float steps lane-wise: blocks b < nf on chain b % 16 in
- * registers, kvs_tree16, the tail blocks in order.
+ * registers, kvs_tree16, the tail blocks in order. A panel's blocks go in
+ * passes of BATCH_PASS (tiles, then each pair's steps), the pairs' chains
+ * kept between passes.
  */
 #if defined(__x86_64__)
 
@@ -90,11 +92,11 @@ AI void prefetch_share(uintptr_t a0, uintptr_t a1, int part, int parts) {
         _mm_prefetch((const char *)a, _MM_HINT_T1);
 }
 
-/* Every block's C of the panel at wrow (the first row's block 0 bytes) into
+/* Every block's C of a pass at wrow (the first row's first block's bytes) into
  * cb[b] (256 int32, rows of 16), a share of [pf0, pf1) prefetched with each
  * block; even and odd blocks on tiles of their own, so a block's product
  * need not wait for the previous block's store. */
-static inline void panel_tiles(const uint8_t *wrow, size_t row_bytes, const uint8_t *xb, int nb, int32_t *cb,
+static inline void pass_tiles(const uint8_t *wrow, size_t row_bytes, const uint8_t *xb, int nb, int32_t *cb,
                                uintptr_t pf0, uintptr_t pf1) {
     for (int b = 0; b < nb; b++) {
         prefetch_share(pf0, pf1, b, nb);
@@ -135,23 +137,50 @@ AI __m512 pair_step(const int32_t *cb, const float *dwt, const float *dxv, int b
     return _mm512_fmadd_ps(pair_dots(cb + 256 * b + 32 * p, cb + 256 * b + 16 * r1), s, acc);
 }
 
-/* The canonical float steps of one pair p (rows 2p, 2p + 1 of the panel):
- * dwt[b] the panel's 16 dw of block b, dxv[b] the rows' dx twice. */
-AI __m512 pair_outputs(const int32_t *cb, const float *dwt, const float *dxv, int nb, int p, int nr) {
-    const int nf = nb / 16 * 16, r1 = 2 * p + 1 < nr ? 2 * p + 1 : 2 * p;
+/* Blocks of a pass: a pass's C and dw, and the pairs' chains between
+ * passes, stay in L1 while the weights stream in (640 -> 2048, 8 rows,
+ * weights from memory, one Xeon thread: all 20 blocks at once 151-154 us a
+ * call, passes of 16 158, of 8 142-147, of 4 150; gemma3, 8 streams,
+ * 202-206 -> 226-231 tok/s with matmul_amx_batch_q5.c's passes alike). A
+ * divisor of 16, so a pass's chains are contiguous and no pass holds blocks
+ * on both sides of nf. */
+#define BATCH_PASS 8
+
+/* The canonical float steps of one pair p (rows 2p, 2p + 1 of the panel)
+ * for the pass of blocks [p0, p1) (p0 a multiple of BATCH_PASS): blocks
+ * b < nf on chain b % 16, after the last of them the tree, then blocks
+ * b >= nf in order on its result. cb, dwt hold the pass's blocks (block b
+ * at b - p0: dwt[b] the panel's 16 dw of block b), dxv every block's dx of
+ * the rows twice. Between passes the pair's chains (or the tree's result,
+ * in st[0]) wait in st[16]. Returns the outputs after the last pass. */
+AI __m512 pair_pass(const int32_t *cb, const float *dwt, const float *dxv, int p0, int p1, int nf, int nb, int p,
+                    int nr, float *st) {
+    const int r1 = 2 * p + 1 < nr ? 2 * p + 1 : 2 * p, n = p1 - p0;
     const __m512i pick = _mm512_set_epi32(r1, r1, r1, r1, r1, r1, r1, r1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p,
                                           2 * p, 2 * p);
-    __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
-    if (nf) {
+    const float *dx = dxv + 16 * p0;
+    __m512 y;
+    if (p0 < nf) {
         __m512 a[16];
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
-        for (int b0 = 0; b0 < nf; b0 += 16)
+        for (int c = 0; c < 16; c++) a[c] = p0 ? _mm512_load_ps(st + 16 * c) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-            for (int c = 0; c < 16; c++) a[c] = pair_step(cb, dwt, dxv, b0 + c, p, r1, pick, a[c]);
+        for (int q = 0; q < 16; q += BATCH_PASS) /* chains q.. (constant indices: a[] stays in registers) */
+            if (p0 % 16 == q)
+#pragma GCC unroll 8
+                for (int c = 0; c < BATCH_PASS; c++)
+                    if (c < n) a[q + c] = pair_step(cb, dwt, dx, c, p, r1, pick, a[q + c]);
+        if (p1 < nf) {
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) _mm512_store_ps(st + 16 * c, a[c]);
+            return _mm512_setzero_ps();
+        }
         y = tree16_lanes(a);
+    } else {
+        y = p0 ? _mm512_load_ps(st) : _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
+        for (int c = 0; c < n; c++) y = pair_step(cb, dwt, dx, c, p, r1, pick, y);
     }
-    for (int b = nf; b < nb; b++) y = pair_step(cb, dwt, dxv, b, p, r1, pick, y);
+    if (p1 < nb) _mm512_store_ps(st, y);
     return y;
 }
 
@@ -160,13 +189,14 @@ AI __m512 pair_outputs(const int32_t *cb, const float *dwt, const float *dxv, in
  * about even, 3 into L2 1.04-1.11x, 2 or 4 the same within noise, 8 less). */
 #define BATCH_PF_PANELS 3
 
-/* Columns [j0, j1) of every row. scratch: nb * 256 int32 of C, nb * 16 dw,
- * 8 * 16 outputs. */
+/* Columns [j0, j1) of every row. scratch: BATCH_PASS * 256 int32 of C,
+ * BATCH_PASS * 16 dw, 8 pairs' chains (16 * 16 floats each), 8 * 16
+ * outputs. */
 static void batch_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     const kvs_wmat *w = c->w;
-    const int nb = w->k / KVS_QK;
+    const int nb = w->k / KVS_QK, nf = nb / 16 * 16;
     int32_t *cb = (int32_t *)scratch;
-    float *dwt = scratch + (size_t)nb * 256, *out = dwt + (size_t)nb * 16;
+    float *dwt = scratch + BATCH_PASS * 256, *st = dwt + BATCH_PASS * 16, *out = st + 8 * 256;
     const uint8_t *xb = c->xq;
     const float *dxv = kvs_xb_dx((uint8_t *)xb, nb);
     const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -179,18 +209,23 @@ static void batch_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
         if (nr != configured) configure(configured = nr);
         const uint8_t *wrow = (const uint8_t *)w->data + (size_t)jt * w->row_bytes;
         /* the rows of the panel BATCH_PF_PANELS ahead (contiguous) into L2,
-         * half with the blocks' tiles, half with the pairs: a tile load waits
-         * for all its 16 rows, and the hardware prefetchers follow late */
+         * each pass its share, half with the blocks' tiles, half with the
+         * pairs: a tile load waits for all its 16 rows, and the hardware
+         * prefetchers follow late */
         const size_t pf_bytes = jt + BATCH_PF_PANELS * 16 < j1 ? 16 * w->row_bytes : 0;
-        const uintptr_t pf0 = (uintptr_t)wrow + BATCH_PF_PANELS * 16 * w->row_bytes, pfm = pf0 + pf_bytes / 2,
-                        pf1 = pf0 + pf_bytes;
-        panel_tiles(wrow + 2, w->row_bytes, xb, nb, cb, pf0, pfm);
-        for (int b = 0; b < nb; b++) /* the blocks' f16 d of the nr rows */
-            _mm512_store_ps(dwt + 16 * b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(
-                                              _mm512_setzero_si512(), live, rows, wrow + (size_t)b * 34, 1))));
-        for (int p = 0; 2 * p < nr; p++) {
-            prefetch_share(pfm, pf1, p, 8);
-            _mm512_store_ps(out + 16 * p, pair_outputs(cb, dwt, dxv, nb, p, nr));
+        const uintptr_t pf0 = (uintptr_t)wrow + BATCH_PF_PANELS * 16 * w->row_bytes;
+        for (int p0 = 0, p1; p0 < nb; p0 = p1) {
+            p1 = p0 + BATCH_PASS < nb ? p0 + BATCH_PASS : nb;
+            const uintptr_t s0 = pf0 + pf_bytes * p0 / nb, s1 = pf0 + pf_bytes * p1 / nb, sm = s0 + (s1 - s0) / 2;
+            pass_tiles(wrow + 2 + (size_t)p0 * 34, w->row_bytes, xb + (size_t)p0 * KVS_XB_TILE, p1 - p0, cb, s0, sm);
+            for (int b = p0; b < p1; b++) /* the blocks' f16 d of the nr rows */
+                _mm512_store_ps(dwt + 16 * (b - p0), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(
+                                                         _mm512_setzero_si512(), live, rows, wrow + (size_t)b * 34, 1))));
+            for (int p = 0; 2 * p < nr; p++) {
+                prefetch_share(sm, s1, p, 8);
+                const __m512 y = pair_pass(cb, dwt, dxv, p0, p1, nf, nb, p, nr, st + 256 * p);
+                if (p1 == nb) _mm512_store_ps(out + 16 * p, y);
+            }
         }
         for (int i = 0; i < c->m; i++) /* out[p][8h + i] is (i, 2p + h): lane n of row i at 8n + i */
             _mm512_mask_storeu_ps(c->y + (size_t)i * w->n + jt, live,
@@ -200,7 +235,7 @@ static void batch_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     if (configured) _tile_release();
 }
 
-#define BATCH_SCRATCH_FLOATS ((KVS_AMX_MAX_K / KVS_QK) * (256 + 16) + 8 * 16)
+#define BATCH_SCRATCH_FLOATS (BATCH_PASS * (256 + 16) + 8 * 256 + 8 * 16)
 _Static_assert(BATCH_SCRATCH_FLOATS <= KVS_AMX_CBUF_FLOATS, "the batch scratch fits the AMX thread scratch");
 
 /* Only if a thread's scratch cannot be allocated (the activations are
