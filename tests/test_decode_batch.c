@@ -106,8 +106,9 @@ TEST(batched_rows_equal_alone) {
     for (int s = 0; s < N_SEQ; s++) ref[s] = run_alone(s, 1);
     run_batched(1, ref, N_SEQ);
     run_batched(2, ref, N_SEQ);
-    /* rounds of 4 and 8 rows, of 4 and 7: on AMX the Q8_0 output head takes
-     * the batch tiles (matmul_amx_batch.c) */
+    /* rounds of 4 and 8 rows, of 4 and 7: on AMX the Q8_0 output head and
+     * the Q4_0 / Q4_1 matrices take the batch tiles (matmul_amx_batch.c,
+     * matmul_amx_batch_nib.c) */
     run_batched(2, ref, 8);
     run_batched(1, ref, 7);
     for (int s = 0; s < N_SEQ; s++) free(ref[s]);

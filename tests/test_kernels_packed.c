@@ -252,22 +252,25 @@ TEST(test_pack_to_arena) {
 }
 
 /* Where AMX is on, the model's arena also holds a plain copy of the GGUF
- * rows its batch paths stream (Q8_0, Q5_0; kvs_wmat_rows_copy_bytes): the
- * same bytes, read in place of the mapping by a batch of 8 rows with the
- * same bits; only then, or without AMX, do the source pages of an AMX type
- * go back (kvs_wmat_arena_replaces_source). */
+ * rows its batch paths stream (Q8_0, Q4_0, Q4_1, Q5_0;
+ * kvs_wmat_rows_copy_bytes): the same bytes, read in place of the mapping
+ * by a batch of 8 rows with the same bits; only then, or without AMX, do
+ * the source pages of an AMX type go back (kvs_wmat_arena_replaces_source:
+ * Q4_K's stay for the AMX prefill path). */
 TEST(test_rows_copy_for_amx_batches) {
     const char *env = getenv("KVS_PACK");
     const int simd = kvs_kernels_cpu_level() >= 2 && kvs_kernels_simd_allowed() && !(env && !strcmp(env, "0"));
     const int amx = kvs_kernels_amx() && simd;
-    const int n = 40, k = 640, m = 8;
-    kvs_wmat batch[2] = {kt_rand_wmat(KVS_TYPE_Q8_0, n, k), kt_rand_wmat(KVS_TYPE_Q5_0, n, k)};
-    kvs_wmat q41 = kt_rand_wmat(KVS_TYPE_Q4_1, n, k), f16 = kt_rand_wmat(KVS_TYPE_F16, n, k);
-    CHECK(kvs_wmat_rows_copy_bytes(&q41) == 0); /* the AMX prefill path's rows stay where they are */
+    const int n = 40, k = 768, m = 8;
+    enum { NT = 4 };
+    kvs_wmat batch[NT] = {kt_rand_wmat(KVS_TYPE_Q8_0, n, k), kt_rand_wmat(KVS_TYPE_Q4_0, n, k),
+                          kt_rand_wmat(KVS_TYPE_Q4_1, n, k), kt_rand_wmat(KVS_TYPE_Q5_0, n, k)};
+    kvs_wmat q4k = kt_rand_wmat(KVS_TYPE_Q4_K, n, k), f16 = kt_rand_wmat(KVS_TYPE_F16, n, k);
+    CHECK(kvs_wmat_rows_copy_bytes(&q4k) == 0); /* the AMX prefill path's rows stay where they are */
     CHECK(kvs_wmat_rows_copy_bytes(&f16) == 0);
-    CHECK_EQ_INT(kvs_wmat_arena_replaces_source(&q41), simd && !amx);
+    CHECK_EQ_INT(kvs_wmat_arena_replaces_source(&q4k), simd && !amx);
     CHECK_EQ_INT(kvs_wmat_arena_replaces_source(&f16), simd);
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < NT; t++) {
         const kvs_wmat *w = &batch[t];
         const size_t bytes = w->row_bytes * (size_t)n;
         CHECK(kvs_wmat_rows_copy_bytes(w) == (amx ? bytes : 0));
@@ -278,7 +281,7 @@ TEST(test_rows_copy_for_amx_batches) {
         CHECK(dst != NULL);
         kvs_wmat_rows_copy_place(&copied, dst);
         CHECK(copied.data == dst && memcmp(dst, w->data, bytes) == 0);
-        float *x = xmalloc(sizeof(float) * m * k), y0[8 * 40], y1[8 * 40];
+        float *x = xmalloc(sizeof(float) * m * k), y0[8 * 40], y1[8 * 40]; /* m * n */
         kt_rand_vec(x, (size_t)m * k, 2.0f);
         mm("best", NULL, w, x, m, y0);
         mm("best", NULL, &copied, x, m, y1);
@@ -286,8 +289,8 @@ TEST(test_rows_copy_for_amx_batches) {
         free(x);
         free(dst);
     }
-    for (int t = 0; t < 2; t++) free((void *)batch[t].data);
-    free((void *)q41.data);
+    for (int t = 0; t < NT; t++) free((void *)batch[t].data);
+    free((void *)q4k.data);
     free((void *)f16.data);
 }
 

@@ -1,6 +1,7 @@
 /*
  * Pieces shared by the AMX matmul files (matmul_amx.c: prefill, bf16 tiles;
- * matmul_amx_batch.c: a batch of streams, int8 tiles) and the roofline
+ * matmul_amx_batch.c, matmul_amx_batch_nib.c: a batch of streams, int8
+ * tiles) and the roofline
  * probe's tile ceilings (bench/roofline_probe.c). Types and declarations
  * only, so any file may include it; the tile instructions themselves need
  * an AMX target region.

@@ -143,14 +143,13 @@ int kvs_amx_prefill_type(int type) {
            type == KVS_TYPE_Q8_0; /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
-/* A batch of streams on AMX, by weight type: Q8_0 (the output heads;
- * matmul_amx_batch.c), Q5_0 (gemma3's k = 640 matrices;
- * matmul_amx_batch_q5.c); NULL: none (Q4_0 / Q4_1: matmul_amx_batch_q5.c's
- * comment). */
+/* A batch of streams on AMX, by weight type: Q8_0 (matmul_amx_batch.c),
+ * the 4- and 5-bit types Q4_0, Q4_1, Q5_0 (matmul_amx_batch_nib.c); NULL:
+ * none (the K-quants keep kquant.c's batch kernels). */
 static const kvs_isa *amx_batch_isa(int type) {
 #if defined(__x86_64__)
     if (type == KVS_TYPE_Q8_0) return &kvs_isa_amx_batch;
-    if (type == KVS_TYPE_Q5_0) return &kvs_isa_amx_batch_q5;
+    if (type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q5_0) return &kvs_isa_amx_batch_nib;
 #else
     (void)type;
 #endif
@@ -193,7 +192,7 @@ static int is_amx(const kvs_isa *isa) {
  * quantized on the caller into one layout all rows share (x86-64 only). */
 static int is_amx_batch(const kvs_isa *isa) {
 #if defined(__x86_64__)
-    return isa == &kvs_isa_amx_batch || isa == &kvs_isa_amx_batch_q5;
+    return isa == &kvs_isa_amx_batch || isa == &kvs_isa_amx_batch_nib;
 #else
     (void)isa;
     return 0;
@@ -203,7 +202,7 @@ static int is_amx_batch(const kvs_isa *isa) {
 /* Whether a call of m rows on w runs in this file (quantized x in work, the
  * ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
  * K-quant path for AMX, whose tiles compute their blocks exactly
- * (matmul_amx.c; Q5_0's batches, matmul_amx_batch_q5.c). */
+ * (matmul_amx.c; Q5_0's batches, matmul_amx_batch_nib.c). */
 static int mm_here(const kvs_wmat *w, int m) {
     const kvs_isa *isa = mm_isa(w, m);
     return !kvs_kq_handles(w->type) || is_amx(isa) || is_amx_batch(isa);

@@ -171,17 +171,18 @@ static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (s
 static inline size_t kvs_xb_bytes(int k) { return (size_t)(k / KVS_QK) * (KVS_XB_TILE + 64); }
 static inline float *kvs_xb_dx(uint8_t *xb, int nb) { return (float *)(xb + (size_t)nb * KVS_XB_TILE); }
 
-/* AMX for a batch of streams on Q5_0 (matmul_amx_batch_q5.c), the same
- * calls on the GGUF rows. Its activation layout "xc" (kvs_xb_bytes long)
- * replaces xq: per block b an A tile of KVS_XB_TILE bytes (16 rows of 32
- * bytes, natural element order: row i the hi level of activation row i,
+/* AMX for a batch of streams on Q4_0 / Q4_1 / Q5_0 (matmul_amx_batch_nib.c),
+ * the same calls on the GGUF rows. Its activation layout "xc" (kvs_xb_bytes
+ * long) replaces xq: per block b an A tile of KVS_XB_TILE bytes (16 rows of
+ * 32 bytes, natural element order: row i the hi level of activation row i,
  * row 8 + i its lo level; rows past m zero), then per block the 8 rows'
- * dx. */
+ * dx, then per block their sx. */
 static inline float *kvs_xc_dx(uint8_t *xc, int nb) { return (float *)(xc + (size_t)nb * KVS_XB_TILE); }
+static inline float *kvs_xc_sx(uint8_t *xc, int nb) { return kvs_xc_dx(xc, nb) + (size_t)nb * KVS_AMX_BATCH_MAX_M; }
 
 /* 1 for the weight types whose GGUF rows (kvs_wmat.data) the AMX prefill
  * path (matmul_amx.c) / the AMX batch paths (matmul_amx_batch.c: Q8_0,
- * matmul_amx_batch_q5.c: Q5_0) read:
+ * matmul_amx_batch_nib.c: Q4_0, Q4_1, Q5_0) read:
  * dispatch.c's choice, and the model arena's (pack.c: those rows on 2 MiB
  * pages, and which source pages can go). */
 int kvs_amx_prefill_type(int type);
@@ -234,7 +235,7 @@ extern const kvs_isa kvs_isa_avx2;
 extern const kvs_isa kvs_isa_avx512;
 extern const kvs_isa kvs_isa_amx; /* matmul only; used by dispatch.c per call */
 extern const kvs_isa kvs_isa_amx_batch; /* likewise */
-extern const kvs_isa kvs_isa_amx_batch_q5; /* likewise */
+extern const kvs_isa kvs_isa_amx_batch_nib; /* likewise */
 /* AVX-512's attention unit, which the AMX tables (matmul only) name too. */
 void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 /* AVX2 on packed weights (matmul_avx2_packed.c): columns [j0, j1) of a call

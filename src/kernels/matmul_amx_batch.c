@@ -140,8 +140,8 @@ AI __m512 pair_step(const int32_t *cb, const float *dwt, const float *dxv, int b
 /* Blocks of a pass: a pass's C and dw, and the pairs' chains between
  * passes, stay in L1 while the weights stream in (640 -> 2048, 8 rows,
  * weights from memory, one Xeon thread: all 20 blocks at once 151-154 us a
- * call, passes of 16 158, of 8 142-147, of 4 150; gemma3, 8 streams,
- * 202-206 -> 226-231 tok/s with matmul_amx_batch_q5.c's passes alike). A
+ * call, passes of 8 142-147, of 4 150; gemma3, 8 streams,
+ * 202-206 -> 226-231 tok/s with matmul_amx_batch_nib.c's passes alike). A
  * divisor of 16, so a pass's chains are contiguous and no pass holds blocks
  * on both sides of nf. */
 #define BATCH_PASS 8

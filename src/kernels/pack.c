@@ -207,12 +207,14 @@ void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
     }
 }
 
-/* The GGUF rows that the AMX batch path loads its tiles from every step
- * (matmul_amx_batch.c: a server's 7-8 streams): a plain copy puts them on
- * 2 MiB pages too (from the mapping, 4 KiB file pages; paired runs on the
- * AMX Xeon VM, 8 streams, gemma3 whose Q8_0 head is half a step: 194-197
- * -> 202-212 tok/s at 1 thread, 364-366 -> 380-396 at 2; copying every
- * streamed matrix gained no more). The copies follow all the packed ones:
+/* The GGUF rows that the AMX batch paths load their tiles from every step
+ * (matmul_amx_batch.c, matmul_amx_batch_nib.c: a server's 7-8 streams): a
+ * plain copy puts them on 2 MiB pages too (from the mapping, 4 KiB file
+ * pages; paired runs on the AMX Xeon VM, 8 streams, gemma3 whose Q8_0 head
+ * is half a step: 194-197 -> 202-212 tok/s at 1 thread, 364-366 -> 380-396
+ * at 2; copying every streamed matrix gained no more). Their mapped pages
+ * go back instead (kvs_wmat_arena_replaces_source), so the resident memory
+ * stays the same. The copies follow all the packed ones:
  * interleaved with them, one-stream decode, which reads only the packed
  * run, lost 3-6% (SmolLM2 Q8_0). */
 static int rows_copied_in_arena(const kvs_wmat *w) {

@@ -1,0 +1,298 @@
+/*
+ * AMX for a batch of streams on 4- and 5-bit weights: Q4_0, Q4_1, Q5_0
+ * against KVS_AMX_BATCH_MIN_M..KVS_AMX_BATCH_MAX_M activation rows (the
+ * server's batched decode step), int8 tiles, exactly the bits of the scalar
+ * reference (kernels_impl.h's canonical order for Q4_0 / Q4_1, kquant.h's
+ * for Q5_0).
+ *
+ * Why: at 8 rows the AVX-512 paths (matmul_avx512_m1.c many_rows on Q4_0 /
+ * Q4_1, kquant_avx512_batch.c on Q5_0) spend two vpdpbusd per weight row,
+ * activation row and block plus their float steps: ~50 ns (Q4_1) and ~77
+ * ns (Q5_0) per 16 weight rows x 8 rows x one block on the AMX Xeon. One
+ * tile product does those 16 x 16 dots (8 rows' hi and lo levels).
+ *
+ * Unlike matmul_amx_batch.c (Q8_0, whose weight rows load as a tile as they
+ * are), the weights need unpacking, so they are the B operand, one column a
+ * weight row: per block of the panel's 16 rows, gathers of the rows' qs
+ * dwords give lane n = row n, and their low and high nibbles (Q5_0: with
+ * the fifth bits from qh) are B rows 0..3 and 4..7 (B row r: elements
+ * 4r..4r+3, natural order) - no transpose. Tiles, per block b:
+ *   A  the call's activations of block b ("xc", quantized once per call):
+ *      16 rows of 32 signed bytes, row i < 8 the hi level of activation row
+ *      i, row 8 + i its lo level (rows past m zero).
+ *   B  the 16 weight rows' integers of block b: Q4_0 q - 8 and Q5_0 q - 16
+ *      signed (TDPBSSD), Q4_1's q unsigned (TDPBSUD).
+ *   C  = A B: C[i][n] = dot(hi_i, w_n), C[8 + i][n] = dot(lo_i, w_n), exact
+ *      int32 (|dot| <= 32 * 16 * 127 < 2^17).
+ * The epilogue runs activation row by activation row, lanes = the panel's 16
+ * weight rows: i_b = 256 hi + lo (exact, < 2^24) converted once, then the
+ * canonical float steps lane-wise on 16 chains in registers, and the row's
+ * 16 outputs stored as they are. A panel's blocks go in passes of NIB_PASS
+ * (unpack, tiles, then each row's steps), the rows' chains kept between
+ * passes.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-int8"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-int8")
+#endif
+
+#include <string.h>
+
+#include "kernels/amx_util.h"
+#include "kernels/avx512_util.h"
+
+/* ------------------------------------------------------------ quantize x */
+
+static void nib_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+    const int k = c->w->k, nb = k / KVS_QK;
+    uint8_t *tiles = (uint8_t *)c->xq;
+    float *dxv = kvs_xc_dx(tiles, nb), *sxv = kvs_xc_sx(tiles, nb);
+    for (int i = i0; i < i1; i++)
+        for (int b = 0; b < nb; b++) {
+            __m512i qh[2], ql[2];
+            int32_t sum;
+            const float dx = quantize_block_levels(c->x + (size_t)i * k + (size_t)b * KVS_QK, qh, ql, &sum);
+            uint8_t *t = tiles + (size_t)b * KVS_XB_TILE;
+            for (int h = 0; h < 2; h++) { /* levels are in [-127, 127]: vpmovdb keeps them */
+                _mm_storeu_si128((__m128i *)(t + 32 * i + 16 * h), _mm512_cvtepi32_epi8(qh[h]));
+                _mm_storeu_si128((__m128i *)(t + 32 * (KVS_AMX_BATCH_MAX_M + i) + 16 * h), _mm512_cvtepi32_epi8(ql[h]));
+            }
+            dxv[KVS_AMX_BATCH_MAX_M * b + i] = dx;
+            sxv[KVS_AMX_BATCH_MAX_M * b + i] = dx * (float)sum;
+        }
+}
+
+/* ------------------------------------------------------------- weights */
+
+/* A type's GGUF block: its bytes, where qs and Q5_0's qh (else -1) start,
+ * the offset subtracted from q (0: unsigned), whether it has a min (Q4_1:
+ * its f16 m after d). */
+typedef struct nib_type {
+    int bytes, qs_at, qh_at, offset, min;
+} nib_type;
+
+static nib_type nib_type_of(int type) {
+    switch (type) {
+    case KVS_TYPE_Q4_0: return (nib_type){18, 2, -1, 8, 0};
+    case KVS_TYPE_Q4_1: return (nib_type){20, 4, -1, 0, 1};
+    default: return (nib_type){22, 6, 2, 16, 0}; /* Q5_0 */
+    }
+}
+
+/* Q5_0: the bytes of B row v (elements 4v..4v+3 of each lane's row) whose
+ * fifth bit is clear: each byte of a lane takes the lane's qh byte v / 2 (a
+ * byte shuffle) and tests its bit 4 (v % 2) + the byte's index. */
+AI __mmask64 q5_bit_clear(__m512i qh, int v) {
+    /* every byte of dword d of a 128-bit lane reads byte 4 d + v / 2 */
+    const __m512i pick = _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c)),
+                                         _mm512_set1_epi8((char)(v / 2)));
+    const __m512i bits = _mm512_set1_epi32(v % 2 ? (int)0x80402010 : 0x08040201);
+    return _mm512_testn_epi8_mask(_mm512_shuffle_epi8(qh, pick), bits);
+}
+
+/* Block b of the live rows (lane n: row n's byte offset from blk, the
+ * block's first byte in row 0) into a B tile (8 rows of 16 dwords) at bt,
+ * their dw (and Q4_1's mw) at dw (mw). */
+AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type t, uint8_t *bt, float *dw, float *mw) {
+    const __m512i z = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f);
+    const __m512i dm = _mm512_mask_i32gather_epi32(z, live, rows, blk, 1); /* d, then m or qh's first bytes */
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+    if (t.min) _mm512_store_ps(mw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    const __m512i qh = t.qh_at >= 0 ? _mm512_mask_i32gather_epi32(z, live, rows, blk + t.qh_at, 1) : z;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const __m512i q = _mm512_mask_i32gather_epi32(z, live, rows, blk + t.qs_at + 4 * r, 1);
+        __m512i v[2] = {_mm512_and_si512(q, lo4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4)};
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) { /* elements 16 h + 4 r .. */
+            if (t.qh_at >= 0) /* w = q - 16, q = nibble | fifth bit << 4 */
+                v[h] = _mm512_mask_sub_epi8(v[h], q5_bit_clear(_mm512_srli_epi32(qh, 16 * h), r), v[h],
+                                            _mm512_set1_epi8(16));
+            else if (t.offset)
+                v[h] = _mm512_sub_epi8(v[h], _mm512_set1_epi8((char)t.offset));
+            _mm512_store_si512(bt + 64 * (4 * h + r), _mm512_maskz_mov_epi32(live, v[h]));
+        }
+    }
+}
+
+/* ------------------------------------------------------------- kernel */
+
+static void configure(void) {
+    amx_tilecfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 2; t++) { /* C (16 x 16 dwords), A (16 x 32 bytes), B (8 x 16 dwords) */
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+        cfg.rows[2 + t] = 16;
+        cfg.colsb[2 + t] = 32;
+        cfg.rows[4 + t] = 8;
+        cfg.colsb[4 + t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* Every block's C of a pass into cb[b] (256 int32, rows of 16); even and
+ * odd blocks on tiles of their own, so a block's product need not wait for
+ * the previous block's store. */
+static inline void pass_tiles(const uint8_t *xc, const uint8_t *wb, int nb, int signed_w, int32_t *cb) {
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *at = xc + (size_t)b * KVS_XB_TILE, *bt = wb + (size_t)b * KVS_XB_TILE;
+        int32_t *dst = cb + 256 * b;
+        if (b & 1) {
+            _tile_loadd(3, at, 32);
+            _tile_loadd(5, bt, 64);
+            _tile_zero(1);
+            if (signed_w) _tile_dpbssd(1, 3, 5);
+            else _tile_dpbsud(1, 3, 5);
+            _tile_stored(1, dst, 64);
+        } else {
+            _tile_loadd(2, at, 32);
+            _tile_loadd(4, bt, 64);
+            _tile_zero(0);
+            if (signed_w) _tile_dpbssd(0, 2, 4);
+            else _tile_dpbsud(0, 2, 4);
+            _tile_stored(0, dst, 64);
+        }
+    }
+}
+
+/* Block b's float steps for activation row i on acc, lanes = weight rows:
+ * fma((float)i_b, dw * dx, acc), then Q4_1's fma(mw, sx, acc). */
+AI __m512 row_step(const int32_t *cb, const float *dwt, const float *mwt, const float *dxv, const float *sxv, int b,
+                   int i, int min, __m512 acc) {
+    const __m512i hi = _mm512_load_si512(cb + 256 * b + 16 * i);
+    const __m512i lo = _mm512_load_si512(cb + 256 * b + 16 * (KVS_AMX_BATCH_MAX_M + i));
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
+    const int s = KVS_AMX_BATCH_MAX_M * b + i;
+    acc = _mm512_fmadd_ps(f, _mm512_mul_ps(_mm512_load_ps(dwt + 16 * b), _mm512_set1_ps(dxv[s])), acc);
+    if (min) acc = _mm512_fmadd_ps(_mm512_load_ps(mwt + 16 * b), _mm512_set1_ps(sxv[s]), acc);
+    return acc;
+}
+
+/* Blocks of a pass: a pass's C, B tiles and scales, and the rows' chains
+ * between passes, stay in L1 while the weights stream in (Q5_0 640 ->
+ * 2048, 8 rows, weights from memory, one Xeon thread: all 20 blocks at
+ * once 173-179 us a call, passes of 8 132-136, of 4 135; with the weights
+ * in cache 112 / 108-111 / 122 us). A divisor of 16, so a pass's chains
+ * are contiguous and no pass holds blocks on both sides of nf. */
+#define NIB_PASS 8
+
+/* Activation row i's float steps for the pass of blocks [p0, p1) (p0 a
+ * multiple of NIB_PASS): blocks b < nf on chain b % 16, after the last of
+ * them the tree, then blocks b >= nf in order on its result (Q4_0 / Q4_1:
+ * nf = whole groups of 16; Q5_0, kquant.h: every block on a chain, nf =
+ * nb). cb, dwt, mwt hold the pass's blocks (block b at b - p0), dxv and
+ * sxv every block's. Between passes the row's chains (or the tree's
+ * result, in st[0]) wait in st[16]. Returns the outputs after the last
+ * pass. */
+AI __m512 row_pass(const int32_t *cb, const float *dwt, const float *mwt, const float *dxv, const float *sxv, int p0,
+                   int p1, int nf, int nb, int i, int min, float *st) {
+    const int n = p1 - p0;
+    const float *dx = dxv + KVS_AMX_BATCH_MAX_M * p0, *sx = sxv + KVS_AMX_BATCH_MAX_M * p0;
+    __m512 y;
+    if (p0 < nf) {
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) a[c] = p0 ? _mm512_load_ps(st + 16 * c) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; q += NIB_PASS) /* chains q.. (constant indices: a[] stays in registers) */
+            if (p0 % 16 == q)
+#pragma GCC unroll 8
+                for (int c = 0; c < NIB_PASS; c++)
+                    if (c < n) a[q + c] = row_step(cb, dwt, mwt, dx, sx, c, i, min, a[q + c]);
+        if (p1 < nf) {
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) _mm512_store_ps(st + 16 * c, a[c]);
+            return _mm512_setzero_ps();
+        }
+        y = tree16_lanes(a);
+    } else {
+        y = p0 ? _mm512_load_ps(st) : _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
+        for (int c = 0; c < n; c++) y = row_step(cb, dwt, mwt, dx, sx, c, i, min, y);
+    }
+    if (p1 < nb) _mm512_store_ps(st, y);
+    return y;
+}
+
+/* Panels ahead that a panel prefetches into L2 (SmolLM2 Q4_1 on this path,
+ * 8 streams, 1 thread, before the passes: none 0.85x, 1 or 3 into L1
+ * 0.88x, 6 into L2 0.95x of 3 into L2). */
+#define NIB_PF_PANELS 3
+
+/* Columns [j0, j1) of every row. scratch: NIB_PASS * 256 int32 of C, as
+ * many * 128 of B tiles, * 16 dw, * 16 mw, then the rows' chains. */
+static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
+    const kvs_wmat *w = c->w;
+    const int nb = w->k / KVS_QK, min = w->type == KVS_TYPE_Q4_1;
+    const nib_type t = nib_type_of(w->type);
+    const int nf = w->type == KVS_TYPE_Q5_0 ? nb : nb / 16 * 16;
+    int32_t *cb = (int32_t *)scratch;
+    uint8_t *wb = (uint8_t *)(cb + NIB_PASS * 256);
+    float *dwt = (float *)(wb + NIB_PASS * KVS_XB_TILE), *mwt = dwt + NIB_PASS * 16, *st = mwt + NIB_PASS * 16;
+    const uint8_t *xc = c->xq;
+    const float *dxv = kvs_xc_dx((uint8_t *)xc, nb), *sxv = kvs_xc_sx((uint8_t *)xc, nb);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)w->row_bytes));
+    configure();
+    for (int jt = j0; jt < j1; jt += 16) {
+        const int nr = j1 - jt < 16 ? j1 - jt : 16;
+        const __mmask16 live = (__mmask16)((1u << nr) - 1);
+        const uint8_t *wrow = (const uint8_t *)w->data + (size_t)jt * w->row_bytes;
+        /* the rows of the panel NIB_PF_PANELS ahead (contiguous) into L2,
+         * with the blocks' unpacking: a gather waits for all 16 rows */
+        const size_t pf_bytes = jt + NIB_PF_PANELS * 16 < j1 ? 16 * w->row_bytes : 0;
+        const uintptr_t pf0 = (uintptr_t)wrow + NIB_PF_PANELS * 16 * w->row_bytes;
+        for (int p0 = 0, p1; p0 < nb; p0 = p1) {
+            p1 = p0 + NIB_PASS < nb ? p0 + NIB_PASS : nb;
+            for (int b = p0; b < p1; b++) {
+                for (uintptr_t a = pf0 + pf_bytes * b / nb; a < pf0 + pf_bytes * (b + 1) / nb; a += 64)
+                    _mm_prefetch((const char *)a, _MM_HINT_T1);
+                unpack_block(wrow + (size_t)b * t.bytes, rows, live, t, wb + (size_t)(b - p0) * KVS_XB_TILE,
+                             dwt + 16 * (b - p0), mwt + 16 * (b - p0));
+            }
+            pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, wb, p1 - p0, !min, cb);
+            for (int i = 0; i < c->m; i++) { /* min a constant in each copy */
+                const __m512 y = min ? row_pass(cb, dwt, mwt, dxv, sxv, p0, p1, nf, nb, i, 1, st + 256 * i)
+                                     : row_pass(cb, dwt, mwt, dxv, sxv, p0, p1, nf, nb, i, 0, st + 256 * i);
+                if (p1 == nb) _mm512_mask_storeu_ps(c->y + (size_t)i * w->n + jt, live, y);
+            }
+        }
+    }
+    _tile_release();
+}
+
+#define NIB_SCRATCH_FLOATS (NIB_PASS * (256 + 128 + 32) + KVS_AMX_BATCH_MAX_M * 256)
+_Static_assert(NIB_SCRATCH_FLOATS <= KVS_AMX_CBUF_FLOATS, "the batch scratch fits the AMX thread scratch");
+
+/* Only if a thread's scratch cannot be allocated (the activations are
+ * already in this path's layout, so another ISA cannot take over). */
+__attribute__((noinline)) static void nib_cols_stack(const kvs_mm_call *c, int j0, int j1) {
+    float s[NIB_SCRATCH_FLOATS] __attribute__((aligned(64)));
+    nib_cols(c, j0, j1, s);
+}
+
+static void nib_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
+    float *s = kvs_amx_thread_cbuf();
+    if (s) nib_cols(c, j0, j1, s);
+    else nib_cols_stack(c, j0, j1);
+}
+
+const kvs_isa kvs_isa_amx_batch_nib = {
+    .name = "amx",
+    .quantize_rows = nib_quantize_rows,
+    .matmul_cols = nib_matmul_cols,
+    .attention_unit = kvs_attention_unit_avx512,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
