@@ -144,27 +144,30 @@ int kvs_amx_prefill_type(int type) {
 }
 
 /* A batch of streams on AMX, by weight type: Q8_0 (matmul_amx_batch.c),
- * the 4- and 5-bit types Q4_0, Q4_1, Q5_0 (matmul_amx_batch_nib.c); NULL:
- * none (the K-quants keep kquant.c's batch kernels). */
-static const kvs_isa *amx_batch_isa(int type) {
+ * the 4- and 5-bit types Q4_0, Q4_1, Q5_0 (matmul_amx_batch_nib.c), and the
+ * fewest rows where it beats AVX-512 (kernels_impl.h); NULL: none (the
+ * K-quants keep kquant.c's batch kernels). */
+static const kvs_isa *amx_batch_isa(int type, int *min_m) {
+    *min_m = type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 ? KVS_AMX_BATCH_Q4_MIN_M : KVS_AMX_BATCH_MIN_M;
 #if defined(__x86_64__)
     if (type == KVS_TYPE_Q8_0) return &kvs_isa_amx_batch;
     if (type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q5_0) return &kvs_isa_amx_batch_nib;
-#else
-    (void)type;
 #endif
     return NULL;
 }
 
-int kvs_amx_batch_type(int type) { return amx_batch_isa(type) != NULL; }
+int kvs_amx_batch_type(int type) {
+    int min_m;
+    return amx_batch_isa(type, &min_m) != NULL;
+}
 
 static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K && kvs_amx_prefill_type(w->type);
 }
 
 static int amx_batch_applies(const kvs_wmat *w, int m) {
-    return m >= KVS_AMX_BATCH_MIN_M && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K &&
-           kvs_amx_batch_type(w->type) && w->data;
+    int min_m;
+    return amx_batch_isa(w->type, &min_m) && m >= min_m && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K && w->data;
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers
@@ -173,7 +176,8 @@ static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
     const kvs_isa *isa = pick_isa();
 #if defined(__x86_64__)
     if (isa == &kvs_isa_avx512 && amx_applies(w, m) && amx_on()) return &kvs_isa_amx;
-    if (isa == &kvs_isa_avx512 && amx_batch_applies(w, m) && amx_on()) return amx_batch_isa(w->type);
+    int min_m;
+    if (isa == &kvs_isa_avx512 && amx_batch_applies(w, m) && amx_on()) return amx_batch_isa(w->type, &min_m);
 #endif
     return isa;
 }

@@ -161,10 +161,19 @@ static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (s
  * (dx of rows 0..7, twice). */
 #ifndef KVS_AMX_BATCH_MIN_M
 /* below, AVX-512's few_rows / many_rows are faster: the tiles and the float
- * steps of a panel cost the same at any m (SmolLM2 Q8_0, 2 threads, old /
- * new: 2 streams 391-443 / 246-250 tok/s, 6 streams 680-764 / 643, 7
- * streams 715-732 / 729-747, 8 streams 738-765 / 778-862) */
-#define KVS_AMX_BATCH_MIN_M 7
+ * steps of a panel cost the same at any m (AMX Xeon, tok/s AVX-512 / AMX
+ * tiles, in passes: SmolLM2 Q8_0 4 streams 287 / 251 at 1 thread, 5
+ * streams 285 / 305 and 507 / 534 at 2, 6 streams 321 / 351 and 589 / 616;
+ * gemma3 5 streams 143 / 155 and 262 / 279, 6 streams 157 / 184 and 294 /
+ * 335) */
+#define KVS_AMX_BATCH_MIN_M 5
+#endif
+#ifndef KVS_AMX_BATCH_Q4_MIN_M
+/* Q4_0 / Q4_1 (matmul_amx_batch_nib.c): many_rows on their packed rows
+ * stays faster up to 6 rows (SmolLM2 Q4_1, its Q8_0 head on tiles in both:
+ * 5 streams 349 / 329 tok/s at 1 thread, 631 / 568 at 2; 6 streams 384 /
+ * 383, 684 / 667) */
+#define KVS_AMX_BATCH_Q4_MIN_M 7
 #endif
 #define KVS_AMX_BATCH_MAX_M 8 /* hi and lo of 8 rows fill a tile's 16 columns */
 #define KVS_XB_TILE 512

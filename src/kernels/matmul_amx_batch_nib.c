@@ -1,7 +1,8 @@
 /*
  * AMX for a batch of streams on 4- and 5-bit weights: Q4_0, Q4_1, Q5_0
- * against KVS_AMX_BATCH_MIN_M..KVS_AMX_BATCH_MAX_M activation rows (the
- * server's batched decode step), int8 tiles, exactly the bits of the scalar
+ * against up to KVS_AMX_BATCH_MAX_M activation rows (the server's batched
+ * decode step; from KVS_AMX_BATCH_MIN_M rows on, Q4_0 / Q4_1 from
+ * KVS_AMX_BATCH_Q4_MIN_M), int8 tiles, exactly the bits of the scalar
  * reference (kernels_impl.h's canonical order for Q4_0 / Q4_1, kquant.h's
  * for Q5_0).
  *
