@@ -251,8 +251,8 @@ TEST(gemma3_repair_ratio_one_is_full) {
     kvs_cache_free(c);
 }
 
-/* A step of 8 streams (kvs_decode_batch; on AMX the Q5_0 matrices and the
- * Q8_0 head take the batch tiles, matmul_amx_batch_nib.c and
+/* A step of 8 streams (kvs_decode_batch; on AMX the Q5_0 / Q4_K matrices
+ * and the Q8_0 head take the batch tiles, matmul_amx_batch_nib.c and
  * matmul_amx_batch.c) gives every row the bits of its sequence decoded
  * alone, on one thread and on two, with the rows reversed on odd steps. */
 TEST(gemma3_batched_rows_equal_alone) {

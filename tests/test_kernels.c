@@ -786,9 +786,9 @@ TEST(test_matmul_amx_equals_scalar) {
     CHECK(kvs_kernels_amx() == 0);
     const int qtypes[] = {KVS_TYPE_Q4_1, KVS_TYPE_Q4_0, KVS_TYPE_Q5_0, KVS_TYPE_Q4_K, KVS_TYPE_Q8_0};
     /* 5..8: the batch tiles (matmul_amx_batch.c for Q8_0,
-     * matmul_amx_batch_nib.c for Q5_0 from KVS_AMX_BATCH_MIN_M rows, Q4_0 /
-     * Q4_1 from KVS_AMX_BATCH_Q4_MIN_M), 2 and 9 the AVX-512 paths around
-     * them */
+     * matmul_amx_batch_nib.c for Q5_0 / Q4_K from KVS_AMX_BATCH_MIN_M rows,
+     * Q4_0 / Q4_1 from KVS_AMX_BATCH_Q4_MIN_M), 2 and 9 the AVX-512 paths
+     * around them */
     const int ms[] = {2, 5, 6, 7, 8, 9, 16, 17, 31, 32, 33, 47, 48, 70};
     const int ks[] = {32, 96, 320, 512, 544, 576, 640, 736, 1024, 1536, 2048, 2080, 2304};
     const int ns[] = {1, 5, 16, 17, 31, 32, 33, 45, 100};

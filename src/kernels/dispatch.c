@@ -144,14 +144,15 @@ int kvs_amx_prefill_type(int type) {
 }
 
 /* A batch of streams on AMX, by weight type: Q8_0 (matmul_amx_batch.c),
- * the 4- and 5-bit types Q4_0, Q4_1, Q5_0 (matmul_amx_batch_nib.c), and the
- * fewest rows where it beats AVX-512 (kernels_impl.h); NULL: none (the
- * K-quants keep kquant.c's batch kernels). */
+ * the 4- and 5-bit types Q4_0, Q4_1, Q5_0, Q4_K (matmul_amx_batch_nib.c),
+ * and the fewest rows where it beats AVX-512 (kernels_impl.h); NULL: none
+ * (Q5_1, Q5_K, Q6_K keep kquant.c's batch kernels). */
 static const kvs_isa *amx_batch_isa(int type, int *min_m) {
     *min_m = type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 ? KVS_AMX_BATCH_Q4_MIN_M : KVS_AMX_BATCH_MIN_M;
 #if defined(__x86_64__)
     if (type == KVS_TYPE_Q8_0) return &kvs_isa_amx_batch;
-    if (type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q5_0) return &kvs_isa_amx_batch_nib;
+    if (type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q5_0 || type == KVS_TYPE_Q4_K)
+        return &kvs_isa_amx_batch_nib;
 #endif
     return NULL;
 }

@@ -180,8 +180,8 @@ static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (s
 static inline size_t kvs_xb_bytes(int k) { return (size_t)(k / KVS_QK) * (KVS_XB_TILE + 64); }
 static inline float *kvs_xb_dx(uint8_t *xb, int nb) { return (float *)(xb + (size_t)nb * KVS_XB_TILE); }
 
-/* AMX for a batch of streams on Q4_0 / Q4_1 / Q5_0 (matmul_amx_batch_nib.c),
- * the same calls on the GGUF rows. Its activation layout "xc" (kvs_xb_bytes
+/* AMX for a batch of streams on Q4_0 / Q4_1 / Q5_0 / Q4_K
+ * (matmul_amx_batch_nib.c), the same calls on the GGUF rows. Its activation layout "xc" (kvs_xb_bytes
  * long) replaces xq: per block b an A tile of KVS_XB_TILE bytes (16 rows of
  * 32 bytes, natural element order: row i the hi level of activation row i,
  * row 8 + i its lo level; rows past m zero), then per block the 8 rows'
@@ -191,7 +191,7 @@ static inline float *kvs_xc_sx(uint8_t *xc, int nb) { return kvs_xc_dx(xc, nb) +
 
 /* 1 for the weight types whose GGUF rows (kvs_wmat.data) the AMX prefill
  * path (matmul_amx.c) / the AMX batch paths (matmul_amx_batch.c: Q8_0,
- * matmul_amx_batch_nib.c: Q4_0, Q4_1, Q5_0) read:
+ * matmul_amx_batch_nib.c: Q4_0, Q4_1, Q5_0, Q4_K) read:
  * dispatch.c's choice, and the model arena's (pack.c: those rows on 2 MiB
  * pages, and which source pages can go). */
 int kvs_amx_prefill_type(int type);

@@ -1,28 +1,30 @@
 /*
- * AMX for a batch of streams on 4- and 5-bit weights: Q4_0, Q4_1, Q5_0
- * against up to KVS_AMX_BATCH_MAX_M activation rows (the server's batched
- * decode step; from KVS_AMX_BATCH_MIN_M rows on, Q4_0 / Q4_1 from
+ * AMX for a batch of streams on 4- and 5-bit weights: Q4_0, Q4_1, Q5_0,
+ * Q4_K against up to KVS_AMX_BATCH_MAX_M activation rows (the server's
+ * batched decode step; from KVS_AMX_BATCH_MIN_M rows on, Q4_0 / Q4_1 from
  * KVS_AMX_BATCH_Q4_MIN_M), int8 tiles, exactly the bits of the scalar
  * reference (kernels_impl.h's canonical order for Q4_0 / Q4_1, kquant.h's
- * for Q5_0).
+ * for Q5_0 / Q4_K).
  *
  * Why: at 8 rows the AVX-512 paths (matmul_avx512_m1.c many_rows on Q4_0 /
- * Q4_1, kquant_avx512_batch.c on Q5_0) spend two vpdpbusd per weight row,
- * activation row and block plus their float steps: ~50 ns (Q4_1) and ~77
- * ns (Q5_0) per 16 weight rows x 8 rows x one block on the AMX Xeon. One
- * tile product does those 16 x 16 dots (8 rows' hi and lo levels).
+ * Q4_1, kquant_avx512_batch.c on Q5_0 / Q4_K) spend two vpdpbusd per weight
+ * row, activation row and block plus their float steps: ~50 ns (Q4_1) and
+ * ~77 ns (Q5_0) per 16 weight rows x 8 rows x one block on the AMX Xeon.
+ * One tile product does those 16 x 16 dots (8 rows' hi and lo levels).
  *
  * Unlike matmul_amx_batch.c (Q8_0, whose weight rows load as a tile as they
  * are), the weights need unpacking, so they are the B operand, one column a
  * weight row: per block of the panel's 16 rows, gathers of the rows' qs
  * dwords give lane n = row n, and their low and high nibbles (Q5_0: with
  * the fifth bits from qh) are B rows 0..3 and 4..7 (B row r: elements
- * 4r..4r+3, natural order) - no transpose. Tiles, per block b:
+ * 4r..4r+3, natural order; Q4_K: one sub-block's 32 nibbles in order, the
+ * pair's other sub-block in the other nibbles) - no transpose. Tiles, per
+ * block b:
  *   A  the call's activations of block b ("xc", quantized once per call):
  *      16 rows of 32 signed bytes, row i < 8 the hi level of activation row
  *      i, row 8 + i its lo level (rows past m zero).
  *   B  the 16 weight rows' integers of block b: Q4_0 q - 8 and Q5_0 q - 16
- *      signed (TDPBSSD), Q4_1's q unsigned (TDPBSUD).
+ *      signed (TDPBSSD), Q4_1's and Q4_K's q unsigned (TDPBSUD).
  *   C  = A B: C[i][n] = dot(hi_i, w_n), C[8 + i][n] = dot(lo_i, w_n), exact
  *      int32 (|dot| <= 32 * 16 * 127 < 2^17).
  * The epilogue runs activation row by activation row, lanes = the panel's 16
@@ -80,6 +82,7 @@ static nib_type nib_type_of(int type) {
     switch (type) {
     case KVS_TYPE_Q4_0: return (nib_type){18, 2, -1, 8, 0};
     case KVS_TYPE_Q4_1: return (nib_type){20, 4, -1, 0, 1};
+    case KVS_TYPE_Q4_K: return (nib_type){144, 16, -1, 0, 1}; /* per 8 blocks: unpack_q4k */
     default: return (nib_type){22, 6, 2, 16, 0}; /* Q5_0 */
     }
 }
@@ -118,6 +121,47 @@ AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type 
             _mm512_store_si512(bt + 64 * (4 * h + r), _mm512_maskz_mov_epi32(live, v[h]));
         }
     }
+}
+
+/* Q4_K (kquant.h): the 8 sub-blocks of the live rows' super-block at sb
+ * (lane n: row n's offset from sb) as B tiles at bt + 512 j, their dw = d *
+ * sc and mw = -(dmin * m) (the reference's float steps, lane-wise) at dw +
+ * 16 j, mw + 16 j. Sub-blocks 2p and 2p + 1 are the low and high nibbles of
+ * the same 32 qs bytes: one gather of each dword serves both. */
+AI __m512i byte_of(__m512i x, int k) { return _mm512_and_si512(_mm512_srli_epi32(x, 8 * k), _mm512_set1_epi32(0xff)); }
+
+AI void unpack_q4k(const uint8_t *sb, __m512i rows, __mmask16 live, uint8_t *bt, float *dw, float *mw) {
+    const __m512i z = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f), six = _mm512_set1_epi32(63);
+    const __m512i dm = _mm512_mask_i32gather_epi32(z, live, rows, sb, 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)), dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    __m512i q[3]; /* scales[0..11] (ggml's get_scale_min_k4) */
+#pragma GCC unroll 3
+    for (int h = 0; h < 3; h++) q[h] = _mm512_mask_i32gather_epi32(z, live, rows, sb + 4 + 4 * h, 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m512i sc, m;
+        if (j < 4) {
+            sc = _mm512_and_si512(byte_of(q[0], j), six);
+            m = _mm512_and_si512(byte_of(q[1], j), six);
+        } else {
+            const __m512i hi = byte_of(q[2], j - 4);
+            sc = _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0xf)),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(byte_of(q[0], j - 4), 6), 4));
+            m = _mm512_or_si512(_mm512_srli_epi32(hi, 4), _mm512_slli_epi32(_mm512_srli_epi32(byte_of(q[1], j - 4), 6), 4));
+        }
+        _mm512_store_ps(dw + 16 * j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+        const __m512 dm_m = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
+        _mm512_store_ps(mw + 16 * j, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm_m), _mm512_set1_epi32((int)0x80000000u))));
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const __m512i v = _mm512_mask_i32gather_epi32(z, live, rows, sb + 16 + 32 * p + 4 * r, 1);
+            _mm512_store_si512(bt + 512 * (2 * p) + 64 * r, _mm512_maskz_mov_epi32(live, _mm512_and_si512(v, lo4)));
+            _mm512_store_si512(bt + 512 * (2 * p + 1) + 64 * r,
+                               _mm512_maskz_mov_epi32(live, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4)));
+        }
 }
 
 /* ------------------------------------------------------------- kernel */
@@ -186,8 +230,8 @@ AI __m512 row_step(const int32_t *cb, const float *dwt, const float *mwt, const 
 /* Activation row i's float steps for the pass of blocks [p0, p1) (p0 a
  * multiple of NIB_PASS): blocks b < nf on chain b % 16, after the last of
  * them the tree, then blocks b >= nf in order on its result (Q4_0 / Q4_1:
- * nf = whole groups of 16; Q5_0, kquant.h: every block on a chain, nf =
- * nb). cb, dwt, mwt hold the pass's blocks (block b at b - p0), dxv and
+ * nf = whole groups of 16; Q5_0 / Q4_K, kquant.h: every block on a
+ * chain, nf = nb). cb, dwt, mwt hold the pass's blocks (block b at b - p0), dxv and
  * sxv every block's. Between passes the row's chains (or the tree's
  * result, in st[0]) wait in st[16]. Returns the outputs after the last
  * pass. */
@@ -229,9 +273,9 @@ AI __m512 row_pass(const int32_t *cb, const float *dwt, const float *mwt, const 
  * many * 128 of B tiles, * 16 dw, * 16 mw, then the rows' chains. */
 static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     const kvs_wmat *w = c->w;
-    const int nb = w->k / KVS_QK, min = w->type == KVS_TYPE_Q4_1;
+    const int q4k = w->type == KVS_TYPE_Q4_K, nb = w->k / KVS_QK, min = w->type == KVS_TYPE_Q4_1 || q4k;
     const nib_type t = nib_type_of(w->type);
-    const int nf = w->type == KVS_TYPE_Q5_0 ? nb : nb / 16 * 16;
+    const int nf = w->type == KVS_TYPE_Q5_0 || q4k ? nb : nb / 16 * 16; /* kquant.h: every block on a chain */
     int32_t *cb = (int32_t *)scratch;
     uint8_t *wb = (uint8_t *)(cb + NIB_PASS * 256);
     float *dwt = (float *)(wb + NIB_PASS * KVS_XB_TILE), *mwt = dwt + NIB_PASS * 16, *st = mwt + NIB_PASS * 16;
@@ -253,10 +297,13 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
             for (int b = p0; b < p1; b++) {
                 for (uintptr_t a = pf0 + pf_bytes * b / nb; a < pf0 + pf_bytes * (b + 1) / nb; a += 64)
                     _mm_prefetch((const char *)a, _MM_HINT_T1);
-                unpack_block(wrow + (size_t)b * t.bytes, rows, live, t, wb + (size_t)(b - p0) * KVS_XB_TILE,
-                             dwt + 16 * (b - p0), mwt + 16 * (b - p0));
+                if (!q4k)
+                    unpack_block(wrow + (size_t)b * t.bytes, rows, live, t, wb + (size_t)(b - p0) * KVS_XB_TILE,
+                                 dwt + 16 * (b - p0), mwt + 16 * (b - p0));
             }
-            pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, wb, p1 - p0, !min, cb);
+            if (q4k) /* a pass is one super-block */
+                unpack_q4k(wrow + (size_t)(p0 / 8) * 144, rows, live, wb, dwt, mwt);
+            pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, wb, p1 - p0, t.offset != 0, cb);
             for (int i = 0; i < c->m; i++) { /* min a constant in each copy */
                 const __m512 y = min ? row_pass(cb, dwt, mwt, dxv, sxv, p0, p1, nf, nb, i, 1, st + 256 * i)
                                      : row_pass(cb, dwt, mwt, dxv, sxv, p0, p1, nf, nb, i, 0, st + 256 * i);
