@@ -1,10 +1,9 @@
 /*
  * Pieces shared by the AMX matmul files (matmul_amx.c: prefill, bf16 tiles;
  * matmul_amx_batch.c, matmul_amx_batch_nib.c: a batch of streams, int8
- * tiles) and the roofline
- * probe's tile ceilings (bench/roofline_probe.c). Types and declarations
- * only, so any file may include it; the tile instructions themselves need
- * an AMX target region.
+ * tiles) and the roofline probe's tile ceilings (bench/roofline_probe.c).
+ * Types, declarations and a macro only, so any file may include it; the
+ * tile instructions themselves need an AMX target region.
  */
 #ifndef KVS_KERNELS_AMX_UTIL_H
 #define KVS_KERNELS_AMX_UTIL_H
@@ -30,5 +29,21 @@ typedef struct amx_tilecfg {
  * prefill path's weight panel, freed when the thread exits), or NULL if it
  * cannot be allocated. */
 float *kvs_amx_thread_cbuf(void);
+
+/* A batch path's matmul_cols (name) running cols(c, j0, j1, scratch) on the
+ * thread's scratch, or, only if that cannot be allocated, on `floats`
+ * floats of stack (the activations are already in the path's layout, so
+ * another ISA cannot take over). */
+#define KVS_AMX_COLS_ON_SCRATCH(name, cols, floats)                                                  \
+    _Static_assert((floats) <= KVS_AMX_CBUF_FLOATS, "the batch scratch fits the AMX thread scratch"); \
+    __attribute__((noinline)) static void name##_on_stack(const kvs_mm_call *c, int j0, int j1) {    \
+        float s[floats] __attribute__((aligned(64)));                                                \
+        cols(c, j0, j1, s);                                                                          \
+    }                                                                                                \
+    static void name(const kvs_mm_call *c, int j0, int j1) {                                         \
+        float *s = kvs_amx_thread_cbuf();                                                            \
+        if (s) cols(c, j0, j1, s);                                                                   \
+        else name##_on_stack(c, j0, j1);                                                             \
+    }
 
 #endif

@@ -133,6 +133,17 @@ AI __m512 tree16x16_op(const __m512 C[16], int is_max) {
 }
 AI __m512 tree16x16(const __m512 C[16]) { return tree16x16_op(C, 0); }
 
+/* The 16 chains of a row whose blocks go in passes (the AMX batch paths):
+ * from st, or zero at the first pass; back to st after a pass. */
+AI void chains_load(__m512 a[16], const float *st, int first) {
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) a[c] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * c);
+}
+AI void chains_store(float *st, const __m512 a[16]) {
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) _mm512_store_ps(st + 16 * c, a[c]);
+}
+
 /* kvs_tree16, lane-wise (a[] is overwritten). */
 AI __m512 tree16_lanes(__m512 a[16]) {
 #pragma GCC unroll 8

@@ -162,8 +162,7 @@ AI __m512 pair_pass(const int32_t *cb, const float *dwt, const float *dxv, int p
     __m512 y;
     if (p0 < nf) {
         __m512 a[16];
-#pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) a[c] = p0 ? _mm512_load_ps(st + 16 * c) : _mm512_setzero_ps();
+        chains_load(a, st, p0 == 0);
 #pragma GCC unroll 16
         for (int q = 0; q < 16; q += BATCH_PASS) /* chains q.. (constant indices: a[] stays in registers) */
             if (p0 % 16 == q)
@@ -171,8 +170,7 @@ AI __m512 pair_pass(const int32_t *cb, const float *dwt, const float *dxv, int p
                 for (int c = 0; c < BATCH_PASS; c++)
                     if (c < n) a[q + c] = pair_step(cb, dwt, dx, c, p, r1, pick, a[q + c]);
         if (p1 < nf) {
-#pragma GCC unroll 16
-            for (int c = 0; c < 16; c++) _mm512_store_ps(st + 16 * c, a[c]);
+            chains_store(st, a);
             return _mm512_setzero_ps();
         }
         y = tree16_lanes(a);
@@ -235,21 +233,7 @@ static void batch_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     if (configured) _tile_release();
 }
 
-#define BATCH_SCRATCH_FLOATS (BATCH_PASS * (256 + 16) + 8 * 256 + 8 * 16)
-_Static_assert(BATCH_SCRATCH_FLOATS <= KVS_AMX_CBUF_FLOATS, "the batch scratch fits the AMX thread scratch");
-
-/* Only if a thread's scratch cannot be allocated (the activations are
- * already in this path's layout, so another ISA cannot take over). */
-__attribute__((noinline)) static void batch_cols_stack(const kvs_mm_call *c, int j0, int j1) {
-    float s[BATCH_SCRATCH_FLOATS] __attribute__((aligned(64)));
-    batch_cols(c, j0, j1, s);
-}
-
-static void batch_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
-    float *s = kvs_amx_thread_cbuf();
-    if (s) batch_cols(c, j0, j1, s);
-    else batch_cols_stack(c, j0, j1);
-}
+KVS_AMX_COLS_ON_SCRATCH(batch_matmul_cols, batch_cols, BATCH_PASS * (256 + 16) + 8 * 256 + 8 * 16)
 
 const kvs_isa kvs_isa_amx_batch = {
     .name = "amx",

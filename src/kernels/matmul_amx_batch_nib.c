@@ -184,25 +184,24 @@ static void configure(void) {
 /* Every block's C of a pass into cb[b] (256 int32, rows of 16); even and
  * odd blocks on tiles of their own, so a block's product need not wait for
  * the previous block's store. */
+/* One block on tiles C, A, B (literal tile numbers: the intrinsics name
+ * their registers). */
+#define NIB_BLOCK_TILES(C, A, B)                    \
+    do {                                            \
+        _tile_loadd(A, at, 32);                     \
+        _tile_loadd(B, bt, 64);                     \
+        _tile_zero(C);                              \
+        if (signed_w) _tile_dpbssd(C, A, B);        \
+        else _tile_dpbsud(C, A, B);                 \
+        _tile_stored(C, dst, 64);                   \
+    } while (0)
+
 static inline void pass_tiles(const uint8_t *xc, const uint8_t *wb, int nb, int signed_w, int32_t *cb) {
     for (int b = 0; b < nb; b++) {
         const uint8_t *at = xc + (size_t)b * KVS_XB_TILE, *bt = wb + (size_t)b * KVS_XB_TILE;
         int32_t *dst = cb + 256 * b;
-        if (b & 1) {
-            _tile_loadd(3, at, 32);
-            _tile_loadd(5, bt, 64);
-            _tile_zero(1);
-            if (signed_w) _tile_dpbssd(1, 3, 5);
-            else _tile_dpbsud(1, 3, 5);
-            _tile_stored(1, dst, 64);
-        } else {
-            _tile_loadd(2, at, 32);
-            _tile_loadd(4, bt, 64);
-            _tile_zero(0);
-            if (signed_w) _tile_dpbssd(0, 2, 4);
-            else _tile_dpbsud(0, 2, 4);
-            _tile_stored(0, dst, 64);
-        }
+        if (b & 1) NIB_BLOCK_TILES(1, 3, 5);
+        else NIB_BLOCK_TILES(0, 2, 4);
     }
 }
 
@@ -242,8 +241,7 @@ AI __m512 row_pass(const int32_t *cb, const float *dwt, const float *mwt, const 
     __m512 y;
     if (p0 < nf) {
         __m512 a[16];
-#pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) a[c] = p0 ? _mm512_load_ps(st + 16 * c) : _mm512_setzero_ps();
+        chains_load(a, st, p0 == 0);
 #pragma GCC unroll 16
         for (int q = 0; q < 16; q += NIB_PASS) /* chains q.. (constant indices: a[] stays in registers) */
             if (p0 % 16 == q)
@@ -251,8 +249,7 @@ AI __m512 row_pass(const int32_t *cb, const float *dwt, const float *mwt, const 
                 for (int c = 0; c < NIB_PASS; c++)
                     if (c < n) a[q + c] = row_step(cb, dwt, mwt, dx, sx, c, i, min, a[q + c]);
         if (p1 < nf) {
-#pragma GCC unroll 16
-            for (int c = 0; c < 16; c++) _mm512_store_ps(st + 16 * c, a[c]);
+            chains_store(st, a);
             return _mm512_setzero_ps();
         }
         y = tree16_lanes(a);
@@ -314,21 +311,7 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     _tile_release();
 }
 
-#define NIB_SCRATCH_FLOATS (NIB_PASS * (256 + 128 + 32) + KVS_AMX_BATCH_MAX_M * 256)
-_Static_assert(NIB_SCRATCH_FLOATS <= KVS_AMX_CBUF_FLOATS, "the batch scratch fits the AMX thread scratch");
-
-/* Only if a thread's scratch cannot be allocated (the activations are
- * already in this path's layout, so another ISA cannot take over). */
-__attribute__((noinline)) static void nib_cols_stack(const kvs_mm_call *c, int j0, int j1) {
-    float s[NIB_SCRATCH_FLOATS] __attribute__((aligned(64)));
-    nib_cols(c, j0, j1, s);
-}
-
-static void nib_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
-    float *s = kvs_amx_thread_cbuf();
-    if (s) nib_cols(c, j0, j1, s);
-    else nib_cols_stack(c, j0, j1);
-}
+KVS_AMX_COLS_ON_SCRATCH(nib_matmul_cols, nib_cols, NIB_PASS * (256 + 128 + 32) + KVS_AMX_BATCH_MAX_M * 256)
 
 const kvs_isa kvs_isa_amx_batch_nib = {
     .name = "amx",
