@@ -166,9 +166,11 @@ static int amx_applies(const kvs_wmat *w, int m) {
     return m >= KVS_AMX_MIN_M && w->k <= KVS_AMX_MAX_K && kvs_amx_prefill_type(w->type);
 }
 
-static int amx_batch_applies(const kvs_wmat *w, int m) {
+/* The AMX batch path of a call of m rows on w, NULL if none takes it. */
+static const kvs_isa *amx_batch_path(const kvs_wmat *w, int m) {
     int min_m;
-    return amx_batch_isa(w->type, &min_m) && m >= min_m && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K && w->data;
+    const kvs_isa *isa = amx_batch_isa(w->type, &min_m);
+    return isa && m >= min_m && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K && w->data ? isa : NULL;
 }
 
 /* The path of one matmul call: AMX replaces AVX-512 for calls it covers
@@ -177,8 +179,7 @@ static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
     const kvs_isa *isa = pick_isa();
 #if defined(__x86_64__)
     if (isa == &kvs_isa_avx512 && amx_applies(w, m) && amx_on()) return &kvs_isa_amx;
-    int min_m;
-    if (isa == &kvs_isa_avx512 && amx_batch_applies(w, m) && amx_on()) return amx_batch_isa(w->type, &min_m);
+    if (isa == &kvs_isa_avx512 && amx_batch_path(w, m) && amx_on()) return amx_batch_path(w, m);
 #endif
     return isa;
 }
@@ -207,7 +208,7 @@ static int is_amx_batch(const kvs_isa *isa) {
 /* Whether a call of m rows on w runs in this file (quantized x in work, the
  * ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
  * K-quant path for AMX, whose tiles compute their blocks exactly
- * (matmul_amx.c; Q5_0's batches, matmul_amx_batch_nib.c). */
+ * (matmul_amx.c; their batches, matmul_amx_batch_nib.c). */
 static int mm_here(const kvs_wmat *w, int m) {
     const kvs_isa *isa = mm_isa(w, m);
     return !kvs_kq_handles(w->type) || is_amx(isa) || is_amx_batch(isa);
@@ -223,7 +224,7 @@ size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     /* whichever path runs (the ISA may change between sizing and the call) */
     size_t amx = 0;
     if (amx_applies(w, m)) amx = 64 + kvs_xa_bytes(w->k, m);
-    else if (amx_batch_applies(w, m)) amx = 64 + kvs_xb_bytes(w->k);
+    else if (amx_batch_path(w, m)) amx = 64 + kvs_xb_bytes(w->k);
     if (kvs_kq_handles(w->type)) { /* Q5 / K-quants: kquant.c, or AMX */
         const size_t kq = kvs_kq_work_size(w, m);
         return kq > amx ? kq : amx;

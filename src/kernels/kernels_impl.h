@@ -181,11 +181,11 @@ static inline size_t kvs_xb_bytes(int k) { return (size_t)(k / KVS_QK) * (KVS_XB
 static inline float *kvs_xb_dx(uint8_t *xb, int nb) { return (float *)(xb + (size_t)nb * KVS_XB_TILE); }
 
 /* AMX for a batch of streams on Q4_0 / Q4_1 / Q5_0 / Q4_K
- * (matmul_amx_batch_nib.c), the same calls on the GGUF rows. Its activation layout "xc" (kvs_xb_bytes
- * long) replaces xq: per block b an A tile of KVS_XB_TILE bytes (16 rows of
- * 32 bytes, natural element order: row i the hi level of activation row i,
- * row 8 + i its lo level; rows past m zero), then per block the 8 rows'
- * dx, then per block their sx. */
+ * (matmul_amx_batch_nib.c), the same calls on the GGUF rows. Its activation
+ * layout "xc" (kvs_xb_bytes long) replaces xq: per block b an A tile of
+ * KVS_XB_TILE bytes (16 rows of 32 bytes, natural element order: row i the
+ * hi level of activation row i, row 8 + i its lo level; rows past m zero),
+ * then per block the 8 rows' dx, then per block their sx. */
 static inline float *kvs_xc_dx(uint8_t *xc, int nb) { return (float *)(xc + (size_t)nb * KVS_XB_TILE); }
 static inline float *kvs_xc_sx(uint8_t *xc, int nb) { return kvs_xc_dx(xc, nb) + (size_t)nb * KVS_AMX_BATCH_MAX_M; }
 

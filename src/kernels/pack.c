@@ -208,7 +208,7 @@ void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
 }
 
 /* The GGUF rows that the AMX batch paths load their tiles from every step
- * (matmul_amx_batch.c, matmul_amx_batch_nib.c: a server's 7-8 streams): a
+ * (matmul_amx_batch.c, matmul_amx_batch_nib.c: a server's 5-8 streams): a
  * plain copy puts them on 2 MiB pages too (from the mapping, 4 KiB file
  * pages; paired runs on the AMX Xeon VM, 8 streams, gemma3 whose Q8_0 head
  * is half a step: 194-197 -> 202-212 tok/s at 1 thread, 364-366 -> 380-396
