@@ -78,9 +78,11 @@ TEST(test_smollm2_hparams) {
     CHECK_EQ_INT(hp->n_vocab, 49152);
     const char *base = kvs_gguf_base(kvs_model_gguf(m));
     size_t size = kvs_gguf_size(kvs_model_gguf(m));
-    CHECK((const char *)w->wq.data > base && (const char *)w->wq.data < base + size);
-    /* the Q8_0 head's rows: copied into the arena where the AMX batch path
-     * streams them (kernels/pack.c), read from the mapping otherwise */
+    /* the rows (Q4_1 layers, the Q8_0 head): copied into the arena where the
+     * AMX batch paths stream them (kernels/pack.c), read from the mapping
+     * otherwise */
+    const int wq_mapped = (const char *)w->wq.data > base && (const char *)w->wq.data < base + size;
+    CHECK_EQ_INT(wq_mapped, kvs_wmat_rows_copy_bytes(&w->wq) == 0);
     const int head_mapped = (const char *)head->data >= base && (const char *)head->data < base + size;
     CHECK_EQ_INT(head_mapped, kvs_wmat_rows_copy_bytes(head) == 0);
     kvs_model_free(m);
