@@ -179,7 +179,8 @@ static const kvs_isa *mm_isa(const kvs_wmat *w, int m) {
     const kvs_isa *isa = pick_isa();
 #if defined(__x86_64__)
     if (isa == &kvs_isa_avx512 && amx_applies(w, m) && amx_on()) return &kvs_isa_amx;
-    if (isa == &kvs_isa_avx512 && amx_batch_path(w, m) && amx_on()) return amx_batch_path(w, m);
+    const kvs_isa *batch = isa == &kvs_isa_avx512 ? amx_batch_path(w, m) : NULL;
+    if (batch && amx_on()) return batch;
 #endif
     return isa;
 }

@@ -270,8 +270,8 @@ AI __m512 row_pass(const int32_t *cb, const float *dwt, const float *mwt, const 
  * many * 128 of B tiles, * 16 dw, * 16 mw, then the rows' chains. */
 static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     const kvs_wmat *w = c->w;
-    const int q4k = w->type == KVS_TYPE_Q4_K, nb = w->k / KVS_QK, min = w->type == KVS_TYPE_Q4_1 || q4k;
     const nib_type t = nib_type_of(w->type);
+    const int q4k = w->type == KVS_TYPE_Q4_K, nb = w->k / KVS_QK, min = t.min;
     const int nf = w->type == KVS_TYPE_Q5_0 || q4k ? nb : nb / 16 * 16; /* kquant.h: every block on a chain */
     int32_t *cb = (int32_t *)scratch;
     uint8_t *wb = (uint8_t *)(cb + NIB_PASS * 256);
