@@ -122,6 +122,12 @@ for l in sys.stdin:
             if [ $amx = 1 ]; then
                 KVS_AMX=0 "$BUILD/kvstitch" bench -m "$m" -p "$pp" -n 0 --reps "$reps" --threads "$th" --json \
                     | python3 bench/bench_json.py kvstitch ours_noamx type="$t" threads="$th" >> "$tmp/runs.jsonl"
+                # the batch without tiles: the AVX-512 paths a CPU without AMX runs
+                if [ "$streams" -gt 1 ]; then
+                    KVS_AMX=0 "$BUILD/kvstitch" bench -m "$m" -p 0 -n "$ngen" --reps "$reps" --threads "$th" \
+                        --streams "$streams" --json | python3 bench/bench_json.py kvstitch ours_streams_noamx \
+                        type="$t" threads="$th" streams="$streams" >> "$tmp/runs.jsonl"
+                fi
             fi
             if [ $have_ll = 1 ]; then
                 "$llbin/llama-bench" -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/ll.err" \

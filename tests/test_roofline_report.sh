@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests bench/roofline_report.py on fixed inputs (a probe output with and
-# without the AMX tile lines, one run of ours and one of the peer), so the
+# without the AMX tile lines, one run of ours and one of the peer, a batch of
+# streams with and without AMX), so the
 # shares it prints are known exactly; and that build/bench/roofline_probe
 # prints the AMX lines exactly when kvstitch runs prefill on AMX tiles.
 # Prints "ok <name>" / "FAIL <name>" lines for scripts/run-tests.sh.
@@ -34,6 +35,8 @@ cat >"$tmp/runs" <<'EOF'
 {"who": "ours", "type": "Q8_0", "threads": 1, "pp": 1000.0, "tg": 150.0, "bytes": 100000000}
 {"who": "ours_noamx", "type": "Q8_0", "threads": 1, "pp": 600.0}
 {"who": "llama.cpp", "type": "Q8_0", "threads": 1, "pp": 800.0, "tg": 100.0}
+{"who": "ours_streams", "type": "Q8_0", "threads": 1, "tg": 600.0, "streams": 8}
+{"who": "ours_streams_noamx", "type": "Q8_0", "threads": 1, "tg": 450.0, "streams": 8}
 EOF
 report() { # report PROBE AMX
     python3 bench/roofline_report.py "$1" "$tmp/kernels" "$tmp/runs" "Test CPU" 1 abc1234 512 64 1 3 \
@@ -53,6 +56,9 @@ check report_amx_epilogue_ceiling $?
 # block steps 1000 x 128M / 32 / 12.5G = 32%; no AMX 600 / 800 = 0.75x
 grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \| 32% \| 600\.0 \| 0\.75x \|$' <<<"$out"
 check report_amx_model_row $?
+# 8 streams: 600 / 150 = 4.00x; without AMX 450 / 150 = 3.00x
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 450\.0 \| 3\.00x \|$' <<<"$out"
+check report_amx_batch_row $?
 
 out=$(report "$tmp/probe" 0)
 check report_plain_exit_0 $?
@@ -60,6 +66,8 @@ check report_plain_exit_0 $?
 check report_plain_has_no_amx $?
 grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \|$' <<<"$out"
 check report_plain_model_row $?
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \|$' <<<"$out"
+check report_plain_batch_row $?
 
 # The probe itself: AMX lines iff kvstitch's prefill runs on tiles here.
 if [ -x "$BUILD/bench/roofline_probe" ] && [ -x "$BUILD/kvstitch" ]; then
