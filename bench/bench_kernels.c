@@ -68,7 +68,11 @@ static size_t row_bytes(int type, int k) {
 static kvs_wmat make_w(int type, int n, int k) {
     kvs_wmat w = {.type = type, .n = n, .k = k, .row_bytes = row_bytes(type, k)};
     size_t bytes = w.row_bytes * (size_t)n;
-    uint8_t *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    /* on 2 MiB pages where the kernel allows it, as a model's arena holds
+     * the rows its kernels stream (weights.c, pack.c kvs_huge_alloc), so
+     * that a matrix larger than the caches (gemma3's head) streams as it
+     * does in a model */
+    uint8_t *p = kvs_huge_alloc((bytes + 63) & ~(size_t)63);
     for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rnd();
     if (type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q8_0) {
         size_t bs = type == KVS_TYPE_Q4_0 ? 18 : type == KVS_TYPE_Q4_1 ? 20 : 34;
