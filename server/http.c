@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -47,26 +48,37 @@ typedef struct conn_body {
     int answered;   /* a reply is queued before the body was read: drop the rest */
 } conn_body;
 
-int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len) {
+/* A reply, with one more header (name NULL: none). */
+static int reply_with(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+                      const char *name, const char *value) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return 0;
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    if (name) MHD_add_response_header(r, name, value);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok == MHD_YES ? status : 0;
 }
 
-int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json) {
+int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len) {
+    return reply_with(c, status, ctype, body, len, NULL, NULL);
+}
+
+static int reply_json_with(struct MHD_Connection *c, int status, cJSON *json, const char *name, const char *value) {
     char *s = json ? cJSON_PrintUnformatted(json) : NULL;
     cJSON_Delete(json);
     if (!s) return srv_reply(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37);
-    int st = srv_reply(c, status, "application/json", s, strlen(s));
+    int st = reply_with(c, status, "application/json", s, strlen(s), name, value);
     free(s);
     return st;
 }
 
-int srv_reply_error(struct MHD_Connection *c, const srv_error *e) {
+int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json) {
+    return reply_json_with(c, status, json, NULL, NULL);
+}
+
+static cJSON *error_json(const srv_error *e) {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(err, "message", e->message);
     cJSON_AddStringToObject(err, "type", e->type);
@@ -74,8 +86,10 @@ int srv_reply_error(struct MHD_Connection *c, const srv_error *e) {
     else cJSON_AddNullToObject(err, "param");
     if (*e->code) cJSON_AddStringToObject(err, "code", e->code);
     else cJSON_AddNullToObject(err, "code");
-    return srv_reply_json(c, e->http, root);
+    return root;
 }
+
+int srv_reply_error(struct MHD_Connection *c, const srv_error *e) { return srv_reply_json(c, e->http, error_json(e)); }
 
 int srv_peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -102,10 +116,13 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
     srv_error e;
     const srv_route *route = NULL;
     int path_known = 0;
+    char allow[64] = "OPTIONS"; /* the path's methods, for a 405's Allow header */
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(url, routes[i].path)) continue;
         path_known = 1;
         if (!strcmp(method, routes[i].method)) route = &routes[i];
+        size_t at = strlen(allow);
+        snprintf(allow + at, sizeof allow - at, ", %s", routes[i].method);
     }
     if (!strcmp(method, "OPTIONS") && path_known) {
         /* CORS preflight for browser clients. */
@@ -120,7 +137,7 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
     if (!route) {
         srv_error_set(&e, path_known ? 405 : 404, "invalid_request_error", path_known ? "method_not_allowed" : "not_found",
                       "", "%s %s: %s", method, url, path_known ? "method not allowed" : "no such endpoint");
-        return srv_reply_error(c, &e);
+        return reply_json_with(c, e.http, error_json(&e), path_known ? "Allow" : NULL, allow);
     }
     if (route->auth && !authorized(s, c)) {
         srv_error_set(&e, 401, "authentication_error", "invalid_api_key", "",
@@ -172,6 +189,16 @@ static int answer_from_headers(srv_server *s, struct MHD_Connection *c, const ch
                           "the request has both Content-Length and Transfer-Encoding headers: send one of them");
         b->answered = 1;
         return srv_reply_error(c, &e) ? 400 : -1;
+    }
+    /* A transfer coding other than chunked (gzip, ...): libmicrohttpd cannot
+     * find the body's end, and the connection sat until the read timeout */
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    if (te && strcasecmp(te, "chunked")) {
+        srv_error e;
+        srv_error_set(&e, 501, "invalid_request_error", "invalid_header", "",
+                      "Transfer-Encoding '%s' is not supported: send the body with Content-Length or chunked", te);
+        b->answered = 1;
+        return srv_reply_error(c, &e) ? 501 : -1;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (!cl) return 0;
@@ -246,6 +273,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     atomic_fetch_sub(&s->in_flight, 1);
 }
 
+/* Percent-decoding of the URL as libmicrohttpd's own, except that one which
+ * would decode to a NUL byte stays as sent: the routes compare C strings,
+ * and "/health%00evil" had been served as "/health" (a proxy allowing or
+ * denying by path would see another path than the one routed). */
+static size_t unescape_url(void *cls, struct MHD_Connection *c, char *uri) {
+    if (strstr(uri, "%00")) return strlen(uri);
+    return MHD_http_unescape(uri);
+}
+
 int srv_http_start(srv_server *s, const char *host, int port) {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
@@ -257,7 +293,8 @@ int srv_http_start(srv_server *s, const char *host, int port) {
                                  (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
                                  s->read_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_MAX_CONNECTIONS,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->conns_per_ip, MHD_OPTION_END);
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->conns_per_ip, MHD_OPTION_UNESCAPE_CALLBACK,
+                                 unescape_url, NULL, MHD_OPTION_END);
     return s->daemon ? 0 : -1;
 }
 

@@ -81,22 +81,50 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, si
         cJSON_Delete(in);
         return bad_request(c, "tokens", "expected {\"tokens\": [ids within the vocabulary]}");
     }
-    size_t cap = 64, n = 0;
-    char *text = malloc(cap);
+    /* The text is bounded like a request body: a token's text can be ~80
+     * bytes for its ~6 in the request (8 MB of ids had made a 114 MB reply,
+     * 210 MB of memory on the way). NULs become U+FFFD (job.h). */
+    size_t cap = 256, n = 0, piece_cap = 256;
+    char *text = malloc(cap), *piece = malloc(piece_cap);
+    int too_long = 0;
     cJSON_ArrayForEach(t, toks) {
-        size_t need = 0;
-        for (;;) {
-            if (!text) break;
-            int st = kvs_token_to_bytes(s->model, (int32_t)t->valuedouble, 1, text + n, cap - n - 1, &need);
-            if (st == KVS_OK) break;
-            char *g = realloc(text, cap = (cap + need) * 2);
+        size_t m = 0;
+        if (!text || !piece) break;
+        int st = kvs_token_to_bytes(s->model, (int32_t)t->valuedouble, 1, piece, piece_cap, &m);
+        if (st == KVS_ERR_BUFFER_TOO_SMALL) {
+            char *g = realloc(piece, piece_cap = m + 1);
+            if (!g) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            piece = g;
+            st = kvs_token_to_bytes(s->model, (int32_t)t->valuedouble, 1, piece, piece_cap, &m);
+        }
+        if (st) m = 0;
+        const size_t add = srv_text_without_nul(NULL, piece, m);
+        if (n + add > s->max_body) {
+            too_long = 1;
+            break;
+        }
+        if (n + add + 1 > cap) {
+            char *g = realloc(text, cap = (n + add + 1) * 2);
             if (!g) free(text);
             text = g;
+            if (!text) break;
         }
-        n += need;
+        n += srv_text_without_nul(text + n, piece, m);
     }
     cJSON_Delete(in);
-    if (!text) return srv_reply(c, 500, "text/plain", "out of memory\n", 14);
+    const int oom = !text || !piece;
+    free(piece);
+    if (oom || too_long) free(text);
+    if (oom) return srv_reply(c, 500, "text/plain", "out of memory\n", 14);
+    if (too_long) {
+        srv_error_set(&e, 400, "invalid_request_error", "reply_too_large", "tokens",
+                      "'tokens': their text exceeds the server's limit of %zu bytes (--max-body)", s->max_body);
+        return srv_reply_error(c, &e);
+    }
     text[n] = 0;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "content", text);

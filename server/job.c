@@ -44,6 +44,20 @@ int srv_utf8_valid(const kvs_model *model, const char *text, size_t n) {
     return kvs_tokenize(model, text, n, 0, t, 0, &n_tok) != KVS_ERR_UTF8;
 }
 
+size_t srv_text_without_nul(char *dst, const char *src, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (src[i]) {
+            if (dst) dst[k] = src[i];
+            k++;
+        } else {
+            if (dst) memcpy(dst + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+        }
+    }
+    return k;
+}
+
 /* 0 if text is valid UTF-8, else -1 with err naming param (a 400). */
 static int check_utf8(const kvs_model *model, const char *text, const char *param, srv_error *err) {
     if (!text || srv_utf8_valid(model, text, strlen(text))) return 0;

@@ -32,9 +32,10 @@ static char *token_bytes(const kvs_model *m, int32_t id, size_t *n) {
     return b;
 }
 
-/* The token's text as a JSON-safe string (malloc'd). */
+/* The token's text as a JSON-safe string (malloc'd): valid UTF-8 without
+ * NUL as it is, else its bytes spelled out (a NUL would end the string). */
 static char *token_text(const kvs_model *m, const char *b, size_t n) {
-    if (srv_utf8_valid(m, b, n)) return strdup(b);
+    if (!memchr(b, 0, n) && srv_utf8_valid(m, b, n)) return strdup(b);
     char *t = malloc(6 + 4 * n + 1);
     if (!t) return NULL;
     int at = snprintf(t, 7, "bytes:");

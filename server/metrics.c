@@ -47,6 +47,12 @@ void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_job_unstarted(srv_metrics *m, srv_finish why) {
+    pthread_mutex_lock(&m->mu);
+    if ((unsigned)why < 5) m->finished[why]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 typedef struct sbuf {
     char *s;
     size_t len, cap;

@@ -36,6 +36,10 @@ void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_status(srv_metrics *m, int http_status);
 /* A finished generation: tokens by KV source, TTFT, end-to-end, decode tokens. */
 void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why);
+/* A generation cancelled before any slot took it (its client left while it
+ * was queued, or the server stopped): counted by its finish reason only,
+ * since none of its tokens was computed. */
+void srv_metrics_job_unstarted(srv_metrics *m, srv_finish why);
 
 typedef struct srv_load {
     int queued, active, slots;

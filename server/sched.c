@@ -75,6 +75,7 @@ static void admit(srv_sched *s) {
             memmove(&s->queue[k], &s->queue[k + 1], (size_t)(s->n_queued - k - 1) * sizeof *s->queue);
             s->n_queued--;
             if (atomic_load(&j->cancelled) || s->cancel_all) {
+                srv_metrics_job_unstarted(s->env.metrics, SRV_FINISH_CANCELLED);
                 srv_job_finish(j, SRV_FINISH_CANCELLED);
                 srv_job_unref(j);
                 j = NULL;
@@ -274,6 +275,7 @@ void srv_sched_free(srv_sched *s) {
         free(s->slots[i].biased);
     }
     for (int i = 0; s->queue && i < s->n_queued; i++) {
+        srv_metrics_job_unstarted(s->env.metrics, SRV_FINISH_CANCELLED);
         srv_job_finish(s->queue[i].job, SRV_FINISH_CANCELLED);
         srv_job_unref(s->queue[i].job);
     }

@@ -348,6 +348,46 @@ def test_tokenize_detokenize(server):
     error_of(server.post("/tokenize", {"content": 7}), 400)
 
 
+def test_nul_byte_token_comes_out_as_replacement_character(server):
+    # SmolLM2's token 190 is the byte 0x00. Replies are built from C strings,
+    # where it had cut everything after it (chat content "", text "" beside
+    # text_offset [0, 1, 2], "Hello\0 world" detokenized as "Hello"): it
+    # comes out as U+FFFD, the mark of bytes a text cannot carry, and the
+    # rest of the text stays.
+    nul = 190
+    force = {"logit_bias": {str(nul): 100}, "max_tokens": 3, "temperature": 0}
+    r = server.post("/v1/chat/completions", dict(force, messages=Q, logprobs=True)).json()
+    lp = r["choices"][0]["logprobs"]["content"]
+    assert [e["bytes"] for e in lp] == [[0]] * 3, lp  # the token is the NUL byte
+    assert [e["token"] for e in lp] == ["bytes:\\x00"] * 3
+    assert r["choices"][0]["message"]["content"] == "\ufffd" * 3
+    r = server.post("/v1/completions", dict(force, prompt="Hello", logprobs=1)).json()
+    c = r["choices"][0]
+    assert c["text"] == "\ufffd" * 3 and c["logprobs"]["text_offset"] == [0, 1, 2], c
+    assert c["logprobs"]["tokens"] == ["bytes:\\x00"] * 3
+    with requests.post(server.url + "/v1/completions", json=dict(force, prompt="Hello", stream=True),
+                       headers=server.headers(), timeout=60, stream=True) as s:
+        datas = [json.loads(l[6:].decode()) for l in s.iter_lines() if l.startswith(b"data: {")]
+    assert "".join(d["choices"][0]["text"] for d in datas if d["choices"]) == "\ufffd" * 3
+    hello = server.post("/tokenize", {"content": "Hello"}).json()["tokens"]
+    world = server.post("/tokenize", {"content": " world"}).json()["tokens"]
+    d = server.post("/detokenize", {"tokens": hello + [nul] + world})
+    assert d.status_code == 200 and d.json()["content"] == "Hello\ufffd world", d.text
+
+
+def test_detokenize_reply_bounded_by_max_body(server):
+    # A token's text can be ~14x its id in the request ("\n" and 80 spaces
+    # for "46778,"): 8 MB of ids had made a 114 MB reply and ~210 MB of
+    # memory. The text is bounded by --max-body (262144 here) like a body.
+    ids = server.post("/tokenize", {"content": "\n" + " " * 80}).json()["tokens"]
+    reps = 262144 // 81 + 16
+    assert len(json.dumps({"tokens": ids * reps})) < 262144
+    e = error_of(server.post("/detokenize", {"tokens": ids * reps}), 400)
+    assert e["code"] == "reply_too_large" and e["param"] == "tokens" and "262144" in e["message"], e
+    ok = server.post("/detokenize", {"tokens": ids * 100})
+    assert ok.status_code == 200 and ok.json()["content"] == ("\n" + " " * 80) * 100
+
+
 def test_cache_warm_and_stats(server, client):
     system = "You are the help desk of the Zephyr rail company. Be short. " * 8
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]

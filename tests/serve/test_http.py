@@ -79,6 +79,33 @@ def test_two_content_length_headers_refused(server):
     assert out.startswith(b"HTTP/1.1 200"), out[:300]  # one header: as before
 
 
+def test_nul_in_the_path_and_method_not_allowed(server):
+    # "%00" decoded into the C-string path had cut it: "/health%00evil" and
+    # "/v1/completions%00.png" were served as the endpoints (a proxy that
+    # allows or denies by path sees another path than the one routed).
+    for path in ["/health%00evil", "/v1/cache/stats%00zzz", "/v1/models%00"]:
+        r = requests.get(server.url + path, headers=server.headers(), timeout=10)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", (path, r.text)
+    r = requests.get(server.url + "/heal%74h", timeout=10)  # other escapes decode as before
+    assert r.status_code == 200, r.text
+    # A 405 names the methods the path has (RFC 9110: Allow is a must).
+    r = requests.delete(server.url + "/v1/models", headers=server.headers(), timeout=10)
+    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, GET", r.headers
+    r = requests.get(server.url + "/v1/chat/completions", headers=server.headers(), timeout=10)
+    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, POST", r.headers
+
+
+def test_unknown_transfer_coding_refused_at_once(server):
+    # Transfer-Encoding: gzip (no chunked): libmicrohttpd could not find the
+    # body's end and the connection sat silent until the read timeout. A
+    # 501 comes at once and the connection is closed.
+    t0 = time.time()
+    out, closed = exchange(server.port, b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + auth(server) +
+                           b"Transfer-Encoding: gzip\r\n\r\n" + TOKENIZE)
+    assert out.startswith(b"HTTP/1.1 501") and b'"code":"invalid_header"' in out and b"gzip" in out, out[:300]
+    assert closed and time.time() - t0 < 1.5 * SLOW
+
+
 def test_body_over_the_limit_answered_before_it_is_read(server):
     # A Content-Length over --max-body (262144 here) had its body read and
     # dropped to the end before the 413: 10^15 bytes announced held the

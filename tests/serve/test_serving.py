@@ -183,6 +183,34 @@ def test_disconnect_cancels_the_request(server):
     assert chat(server, [{"role": "user", "content": "Hi"}], max_tokens=2)["usage"]["completion_tokens"] >= 1
 
 
+def test_disconnect_counts_queued_generations(server):
+    # n = 16 on 4 slots: 12 generations wait in the queue. The client leaves
+    # after the first bytes; those never started were cancelled without a
+    # count (kvstitch_generations_total grew by 2 of 16). Every one of the
+    # 16 is counted, by whatever finish reason it met.
+    reasons = ["stop", "length", "cancelled", "error"]
+    name = 'kvstitch_generations_total{finish_reason="%s"}'
+    before = sum(metric(server, name % r) for r in reasons)
+    body = json.dumps({"messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 200,
+                       "n": 16, "stream": True, "temperature": 0}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    s.close()
+    t0 = time.time()
+    while time.time() - t0 < 30 * SLOW:
+        if sum(metric(server, name % r) for r in reasons) - before >= 16 and \
+                metric(server, "kvstitch_active_slots") == 0:
+            break
+        time.sleep(0.1)
+    assert sum(metric(server, name % r) for r in reasons) - before == 16
+    assert metric(server, "kvstitch_active_slots") == 0
+
+
 def test_cold_documents_prefill_in_slices_between_decode_steps():
     """An uncached system message and documents are computed a prefill chunk at a
     time (kvs_docs_warmer), each slice followed by a decode step of the other
