@@ -115,10 +115,11 @@ static int parse_messages(const cJSON *root, srv_request *r, srv_error *e) {
     cJSON_ArrayForEach(it, m) {
         int i = r->n_msgs;
         char param[48];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        if (!cJSON_IsObject(it)) return bad(e, param, "'%s' must be an object {\"role\", \"content\"}%s", "");
         snprintf(param, sizeof param, "messages[%d].role", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
-        if (!cJSON_IsObject(it) || !cJSON_IsString(role))
-            return bad(e, param, "'%s' must be a string%s", "");
+        if (!cJSON_IsString(role)) return bad(e, param, "'%s' must be a string%s", "");
         int known = -1;
         for (int k = 0; k < 4; k++)
             if (!strcmp(role->valuestring, roles[k])) known = k;

@@ -237,6 +237,9 @@ def test_malformed_json_and_wrong_types(server):
                         ({"messages": Q, "n": 17}, "n"), ({"messages": Q, "n": 0}, "n"),
                         ({"messages": Q, "stop": ["a", 1]}, "stop[1]"),
                         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+                        ({"messages": [{"content": "x"}]}, "messages[0].role"),
+                        # not an object: named as such (it had been "'messages[0].role' must be a string")
+                        ({"messages": [Q[0], 1]}, "messages[1]"),
                         ({"messages": Q, "documents": [{"text": 5}]}, "documents[0].text"),
                         ({"messages": Q, "documents": [5]}, "documents[0]"),
                         ({"messages": Q, "documents": ["d", {"id": 7, "text": "e"}]}, "documents[1].id"),
