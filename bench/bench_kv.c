@@ -1,6 +1,7 @@
 /*
  * src/kv/ costs on the request path, no model needed:
- *   1. key hashing, ns per token (prefix-key chain and content keys; SHA-NI and portable)
+ *   1. key hashing, ns per token (prefix-key chain and content keys; SHA-NI and portable),
+ *      and a 64 MiB digest as the model fingerprint's weights digest takes it, MB/s
  *   2. prefix lookup of a 4096-token prompt in a radix tree holding many cached paths
  *   3. store lookup + copy-in of a 4096-token chunk chain into an engine-shaped KV buffer
  *      (SmolLM2-135M shapes: 30 layers, 3 KV heads, head_dim 64, f16 = 94 MB)
@@ -87,6 +88,28 @@ static void bench_keys(int runs) {
                on ? "SHA-NI" : "portable", CHUNK, median(tp, runs), median(tc, runs));
     }
     kvs_sha256_use_hw(1);
+}
+
+/* One large digest, as kvs_weights_digest hashes a model's tensor data (the
+ * SHA-NI path had run at 10.6 MB/s there: sha256.c clean_upper_state). */
+static void bench_digest(int runs) {
+    const size_t n = (size_t)64 << 20;
+    uint8_t *buf = malloc(n), d[32];
+    if (!buf) return;
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)(i * 131);
+    for (int hw = 1; hw >= 0; hw--) {
+        int on = kvs_sha256_use_hw(hw);
+        if (hw && !on) continue;
+        double mbs[64];
+        for (int r = 0; r < runs; r++) {
+            double t0 = now_s();
+            kvs_sha256_digest(buf, n, d);
+            mbs[r] = (double)n / (now_s() - t0) / 1e6;
+        }
+        printf("digest of 64 MiB (%s SHA-256): %.0f MB/s\n", on ? "SHA-NI" : "portable", median(mbs, runs));
+    }
+    kvs_sha256_use_hw(1);
+    free(buf);
 }
 
 /* Many cached 4096-token paths that share prefixes of random lengths with
@@ -265,6 +288,7 @@ int main(int argc, char **argv) {
     machine();
     printf("(medians of %d runs; the machine is shared, so timings are noisy)\n", runs);
     bench_keys(runs);
+    bench_digest(runs);
     bench_radix(runs, 1000);
     bench_copy_and_disk(runs);
     return 0;
