@@ -83,6 +83,12 @@ mistake gen_reuse_unknown_doc 2 "--reuse must be a repair strategy with --doc (p
 mistake gen_repair_no_doc 2 "got 'cacheblend' (a repair strategy: it needs --doc)" generate "${M[@]}" -p hi --cache-dir "$D" --reuse cacheblend
 mistake gen_cache_dir_file 2 "--cache-dir: $tmp/file exists and is a file, expected a directory" \
     generate "${M[@]}" -p hi --cache-dir "$tmp/file"
+# a link to nowhere, or a loop: named as such (both had said "not a directory", later, exit 1)
+ln -s "$tmp/no-such-target" "$tmp/dangle"; ln -s "$tmp/loop2" "$tmp/loop1"; ln -s "$tmp/loop1" "$tmp/loop2"
+mistake gen_cache_dir_dangling_link 2 "--cache-dir: $tmp/dangle: a symbolic link to a missing target" \
+    generate "${M[@]}" -p hi --cache-dir "$tmp/dangle"
+mistake warm_cache_dir_link_loop 2 "--cache-dir: $tmp/loop1: Too many levels of symbolic links" \
+    warm "${M[@]}" -f "$tmp/doc.txt" --cache-dir "$tmp/loop1"
 mistake gen_chunk_tokens 2 "--chunk-tokens must be an integer in [1, 4096], got '0'" generate "${M[@]}" -p hi --cache-dir "$D" --chunk-tokens 0
 mistake gen_ratio 2 "--recompute-ratio must be a number in [0, 1], got '2'" generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --recompute-ratio 2
 # generate: context limits (after tokenizing; the model's trained length is 8192)

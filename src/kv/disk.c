@@ -72,9 +72,14 @@ int kvs_disk_init_dir(const char *dir) {
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: empty path");
     if (mkdir(dir, 0755) && errno != EEXIST)
         return kvs_error(KVS_ERR_IO, "%s: cannot create cache dir: %s", dir, strerror(errno));
-    struct stat st;
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
-        return kvs_error(KVS_ERR_IO, "%s: not a directory", dir);
+    struct stat st, lst;
+    if (stat(dir, &st)) { /* a dangling link or a loop: mkdir saw the link, EEXIST */
+        const int e = errno;
+        const int link = lstat(dir, &lst) == 0 && S_ISLNK(lst.st_mode);
+        return kvs_error(KVS_ERR_IO, "%s: cannot use as cache dir: %s%s", dir, strerror(e),
+                         link ? " (a symbolic link whose target cannot be reached)" : "");
+    }
+    if (!S_ISDIR(st.st_mode)) return kvs_error(KVS_ERR_IO, "%s: not a directory", dir);
     return KVS_OK;
 }
 
