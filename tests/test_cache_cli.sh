@@ -127,6 +127,27 @@ PY
 "$CLI" cache stats --cache-dir "$D" --verify --json >"$tmp/s2.json"
 [ "$(j "$tmp/s1.json" 'd["damaged"]')" = 0 ] && [ "$(j "$tmp/s2.json" 'd["damaged"]')" = 1 ] \
     && ok cache_cli_verify || fail cache_cli_verify "$(cat "$tmp/s1.json" "$tmp/s2.json")"
+# the damaged entry counts nowhere else: not as an entry, not in the bytes (its children are
+# unreachable, as a header-damaged parent's are)
+python3 - "$tmp/s1.json" "$tmp/s2.json" <<'PY' && ok cache_cli_verify_consistent || fail cache_cli_verify_consistent "$(cat "$tmp/s1.json" "$tmp/s2.json")"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert b["entries"] == a["entries"] - 1 and b["bytes"] < a["bytes"], (a, b)
+assert b["unreachable"] >= a["unreachable"] and b["unreachable"] <= b["entries"], (a, b)
+PY
+# every payload damaged (200 bytes from the end: the victim above keeps its own flip): no
+# entries, nothing unreachable (it had said 0 entries and 4 of them unreachable), and the
+# model's header-based view says what it is
+rm -rf "$tmp/all_bad"; cp -r "$D" "$tmp/all_bad"
+for f in "$tmp/all_bad"/*.kvc; do
+    python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(-200,2); b=f.read(1); f.seek(-200,2); f.write(bytes([b[0]^0x40]))' "$f"
+done
+n_files=$(ls "$tmp/all_bad"/*.kvc | wc -l)
+"$CLI" cache stats --cache-dir "$tmp/all_bad" --verify --json >"$tmp/s_bad.json"
+"$CLI" cache stats --cache-dir "$tmp/all_bad" --verify -m "$MODEL" >"$tmp/s_bad.txt" 2>&1
+[ "$(j "$tmp/s_bad.json" 'd["entries"], d["unreachable"], d["unreachable_bytes"], d["bytes"], d["models"], d["damaged"]')" = "(0, 0, 0, 0, 0, $n_files)" ] \
+    && grep -q "figures come from the entries' headers" "$tmp/s_bad.txt" \
+    && ok cache_cli_verify_all_damaged || fail cache_cli_verify_all_damaged "$(cat "$tmp/s_bad.json" "$tmp/s_bad.txt")"
 gen -f "$tmp/b.txt" --cache-dir "$D" >"$tmp/bd.json"
 [ "$(j "$tmp/bd.json" 'd["cached_tokens"]')" = 128 ] \
     && [ "$(j "$tmp/bd.json" 'd["first_logits_sha256"], d["tokens"]')" = "$(j "$tmp/b.none.json" 'd["first_logits_sha256"], d["tokens"]')" ] \

@@ -293,7 +293,9 @@ static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint6
     }
 }
 
-static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, int json) {
+/* verified: the directory's figures above read every payload (--verify);
+ * this model's come from the entries' headers, so say so. */
+static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, int json, int verified) {
     char fp[65];
     kvs_cache_fingerprint_hex(cache, fp);
     if (json) {
@@ -308,6 +310,9 @@ static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, 
                ULL(s->entries), ULL(s->prefix_reachable), ULL(s->disk_orphans));
         printf("  other models':   %llu entries (never served to this model)\n",
                (unsigned long long)s->disk_foreign);
+        if (verified)
+            printf("  (this model's figures come from the entries' headers; a payload that fails --verify\n"
+                   "   is counted above as damaged, and dropped when a request meets it)\n");
     }
 }
 
@@ -421,7 +426,7 @@ int cmd_cache(int argc, char **argv) {
             printf("}\n");
         } else {
             printf("removed %llu entr%s (%.1f MiB; %llu unreachable) and %llu stale temporary file%s from %s; "
-                   "%llu entries (%.1f MiB) remain\n",
+                   "%llu entry files (%.1f MiB; damaged ones included: `cache stats`) remain\n",
                    ULL(r.removed), r.removed == 1 ? "y" : "ies", (double)r.removed_bytes / (1 << 20),
                    ULL(r.unreachable_removed), ULL(r.tmp_removed), r.tmp_removed == 1 ? "" : "s", o.dir,
                    ULL(r.entries), (double)r.bytes / (1 << 20));
@@ -462,7 +467,7 @@ int cmd_cache(int argc, char **argv) {
         if (cache) {
             kvs_cache_stats s;
             kvs_cache_get_stats(cache, &s);
-            print_model_stats(cache, &s, o.json);
+            print_model_stats(cache, &s, o.json, o.verify);
         }
         if (o.json) printf("}\n");
     }

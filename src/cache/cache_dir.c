@@ -31,6 +31,8 @@ typedef struct dir_ctx {
     node *nodes;          /* (n_nodes) every valid entry */
     size_t n_nodes, cap_nodes;
     int nomem;
+    int verify;           /* read every payload: one that fails is damaged, not an entry */
+    uint64_t bad_payloads;
 } dir_ctx;
 
 static void note_fp(dir_ctx *x, const kvs_key *fp) {
@@ -60,8 +62,28 @@ static void note_node(dir_ctx *x, const kvs_chunk *c, const kvs_key *fp, uint64_
     x->nodes[x->n_nodes++] = (node){c->prefix_key, c->parent_key, *fp, c->pos0, c->pos0 + c->n_tok, c->origin, bytes, 0};
 }
 
+/* 1 if c's payload fails its checksum (read errors and vanished files are
+ * not damage: the scan counts those). */
+static int payload_damaged(const char *dir, kvs_chunk *c, const kvs_key *fp) {
+    void *payload = NULL;
+    kvs_disk_verdict v = KVS_DISK_OK;
+    if (kvs_disk_load_payload(dir, fp, c, &payload, &v) == KVS_OK) {
+        free(payload);
+        return 0;
+    }
+    return v != KVS_DISK_MISSING && v != KVS_DISK_IO;
+}
+
 static int dir_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
     dir_ctx *x = user;
+    if (x->verify && payload_damaged(x->dir, c, fp)) {
+        /* before it counts anywhere: its bytes, its model, reachability
+         * (its children are then unreachable, as a header-damaged
+         * parent's are) */
+        x->bad_payloads++;
+        kvs_chunk_unref(c);
+        return 0;
+    }
     char path[4096];
     struct stat sb;
     uint64_t bytes = 0;
@@ -139,19 +161,20 @@ static void count_unreachable(dir_ctx *x) {
         }
 }
 
-/* The scan behind stats and prune; x->nodes is left for the caller. */
-static int scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st, dir_ctx *x) {
+/* The scan behind stats, verify and prune; x->nodes is left for the caller. */
+static int scan(const char *dir, kvs_cache_entry_fn fn, void *user, int verify, kvs_cache_dir_stats *st,
+                dir_ctx *x) {
     memset(st, 0, sizeof *st);
     memset(x, 0, sizeof *x);
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: no directory given");
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) return kvs_error(KVS_ERR_INVALID_ARG, "%s: not a directory", dir);
-    *x = (dir_ctx){fn, user, dir, st, NULL, 0, 0, NULL, 0, 0, 0};
+    *x = (dir_ctx){fn, user, dir, st, NULL, 0, 0, NULL, 0, 0, 0, verify, 0};
     kvs_disk_counts counts;
     int rc = kvs_disk_scan_fp(dir, NULL, NULL, dir_visit, x, &counts);
-    st->entries = counts.n[KVS_DISK_OK];
+    st->entries = counts.n[KVS_DISK_OK] >= x->bad_payloads ? counts.n[KVS_DISK_OK] - x->bad_payloads : 0;
     st->damaged = counts.n[KVS_DISK_BAD_MAGIC] + counts.n[KVS_DISK_BAD_VERSION] + counts.n[KVS_DISK_BAD_HEADER] +
-                  counts.n[KVS_DISK_TRUNCATED] + counts.n[KVS_DISK_BAD_PAYLOAD];
+                  counts.n[KVS_DISK_TRUNCATED] + counts.n[KVS_DISK_BAD_PAYLOAD] + x->bad_payloads;
     st->unreadable = counts.n[KVS_DISK_IO] + counts.n[KVS_DISK_NOT_REGULAR];
     st->models = x->n_fps;
     kvs_disk_usage u;
@@ -170,37 +193,16 @@ static int scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_di
 int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st) {
     kvs_cache_dir_stats local;
     dir_ctx x;
-    int rc = scan(dir, fn, user, st ? st : &local, &x);
+    int rc = scan(dir, fn, user, 0, st ? st : &local, &x);
     free(x.nodes);
     return rc;
 }
 
-typedef struct verify_ctx {
-    const char *dir;
-    uint64_t bad;
-} verify_ctx;
-
-static int verify_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
-    verify_ctx *x = user;
-    void *payload = NULL;
-    kvs_disk_verdict v = KVS_DISK_OK;
-    if (kvs_disk_load_payload(x->dir, fp, c, &payload, &v) == KVS_OK) free(payload);
-    else if (v != KVS_DISK_MISSING && v != KVS_DISK_IO) x->bad++;
-    kvs_chunk_unref(c);
-    return 0;
-}
-
 int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st) {
     kvs_cache_dir_stats local;
-    if (!st) st = &local;
-    int rc = kvs_cache_dir_scan(dir, NULL, NULL, st);
-    if (rc) return rc;
-    verify_ctx x = {dir, 0};
-    kvs_disk_counts counts;
-    rc = kvs_disk_scan_fp(dir, NULL, NULL, verify_visit, &x, &counts);
-    /* entries whose payload fails move from valid to damaged */
-    st->damaged += x.bad;
-    st->entries = st->entries >= x.bad ? st->entries - x.bad : 0;
+    dir_ctx x;
+    int rc = scan(dir, NULL, NULL, 1, st ? st : &local, &x);
+    free(x.nodes);
     return rc;
 }
 
@@ -224,7 +226,7 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
     if (p->older_than_s < 0) return kvs_error(KVS_ERR_INVALID_ARG, "cache prune: older_than_s must be >= 0");
     kvs_cache_dir_stats st;
     dir_ctx x;
-    int rc = scan(dir, NULL, NULL, &st, &x);
+    int rc = scan(dir, NULL, NULL, 0, &st, &x);
     /* Unreachable first: no prompt can use them (until their missing
      * parent is stored again, which the LRU would outlive anyway). */
     for (size_t i = 0; !rc && !p->keep_unreachable && i < x.n_nodes; i++) {
