@@ -2,6 +2,7 @@
  * files, and errors that name the key / tensor / architecture (made by
  * patching bytes of the tiny random llama in ../shared/models). */
 #include <math.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -370,6 +371,49 @@ TEST(test_nonfinite_weights_named) {
     free(b);
 }
 
+/* Finite weights of extreme size (every element of blk.0.attn_norm.weight
+ * 3e38): the load accepts them, the activations overflow, and every logit
+ * is NaN. The sampler had taken such a row as token 0, an end of sequence,
+ * with no error; now the decode says what happened. */
+TEST(test_overflowing_weights_fail_the_decode) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    char path[] = "/tmp/kvs_test_model_XXXXXX";
+    int fd = mkstemp(path);
+    kvs_model *m = NULL;
+    CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
+    if (fd >= 0) close(fd);
+    CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK);
+    kvs_model_info in = {0};
+    if (m) kvs_model_get_info(m, &in);
+    kvs_model_free(m);
+    m = NULL;
+    const float huge = 3e38f;
+    for (int i = 0; i < in.n_embd; i++) {
+        size_t at = tiny_elem_offset(b, len, "blk.0.attn_norm.weight", 0, i);
+        CHECK(at != 0);
+        if (at) memcpy(b + at, &huge, 4);
+    }
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
+    if (fd >= 0) close(fd);
+    CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK); /* finite: loads */
+    kvs_context *ctx = NULL;
+    if (m) CHECK_EQ_INT(kvs_context_new(m, kvs_context_default_params(), &ctx), KVS_OK);
+    if (ctx) {
+        const int32_t toks[2] = {1, 2}, pos[2] = {0, 1};
+        float *logits = malloc(sizeof(float) * (size_t)in.n_vocab);
+        CHECK_EQ_INT(kvs_decode(ctx, toks, pos, 2, logits), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "are not finite") != NULL, "%s", kvs_last_error());
+        free(logits);
+    }
+    kvs_context_free(ctx);
+    kvs_model_free(m);
+    unlink(path);
+    free(b);
+}
+
 TEST(test_missing_file_named) {
     kvs_model *m = NULL;
     int st = kvs_model_load("/nonexistent/dir/model.gguf", kvs_model_default_params(), &m);
@@ -490,6 +534,7 @@ int main(void) {
     RUN(test_unsupported_arch_named);
     RUN(test_qwen2_needs_qkv_bias);
     RUN(test_nonfinite_weights_named);
+    RUN(test_overflowing_weights_fail_the_decode);
     RUN(test_missing_file_named);
     RUN(test_alignment_1_misaligned_floats);
     return kt_summary();

@@ -42,7 +42,7 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
         /* Only the rows whose logits were asked for pay for the output head. */
         int i0 = first > c0 ? first : c0, k = 0;
         for (int i = i0; i < c0 + m; i++) ctx->rows[k++] = i - c0;
-        if (k > 0) kvs_fwd_logits(f, ctx->rows, k, logits + (size_t)(i0 - first) * n_vocab);
+        if (k > 0 && (st = kvs_fwd_logits(f, ctx->rows, k, logits + (size_t)(i0 - first) * n_vocab))) return st;
         if (report) {
             kvs_progress pr = {c0 + m, n, kvs_now_ms() - t_start, 0.0, 0.0};
             pr.tok_s = pr.elapsed_ms > 0 ? pr.done * 1000.0 / pr.elapsed_ms : 0.0;

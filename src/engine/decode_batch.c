@@ -58,6 +58,5 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
         kvs_fwd_layer_ffn(f, l, pos, n);
     }
     for (int r = 0; r < n; r++) host->rows[r] = r;
-    kvs_fwd_logits(f, host->rows, n, logits);
-    return KVS_OK;
+    return kvs_fwd_logits(f, host->rows, n, logits);
 }

@@ -283,10 +283,20 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
     kvs_fwd_layer_attn_ffn(f, l, pos, m, kv);
 }
 
-void kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
+int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
     run_rows(f, OP_OUT_NORM, 0, n, NULL, NULL, rows);
     kvs_matmul(f->pool, kvs_model_output(f->model), f->xn, n, logits, f->mm_work);
+    const int n_vocab = f->hp->n_vocab;
     if (f->hp->logit_softcap > 0.0f)
-        for (int i = 0; i < n; i++)
-            kvs_softcap_row(logits + (size_t)i * f->hp->n_vocab, f->hp->n_vocab, f->hp->logit_softcap);
+        for (int i = 0; i < n; i++) kvs_softcap_row(logits + (size_t)i * n_vocab, n_vocab, f->hp->logit_softcap);
+    /* An overflow upstream reaches every logit (each reads the whole final
+     * hidden state), so three of them tell: the sampler had taken an all-NaN
+     * row as token 0 and the run as an end of sequence, without an error. */
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * n_vocab;
+        if (!isfinite(l[0]) || !isfinite(l[n_vocab / 2]) || !isfinite(l[n_vocab - 1]))
+            return kvs_error(KVS_ERR_FORMAT, "the logits of row %d of %d are not finite (%g, ...): the model's "
+                             "activations overflow (weights of extreme size?)", i, n, (double)l[0]);
+    }
+    return KVS_OK;
 }

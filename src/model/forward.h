@@ -79,7 +79,10 @@ void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kv
 void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv);
 
 /* Final norm + output head for the n rows listed in rows[] (indices into x,
- * n <= max_rows): logits (n, n_vocab). Only these rows pay for the head. */
-void kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
+ * n <= max_rows): logits (n, n_vocab). Only these rows pay for the head.
+ * KVS_ERR_FORMAT when a row's logits are not finite (the activations
+ * overflowed: finite weights of extreme size, which the load's check of
+ * every tensor for NaN / inf cannot see). */
+int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
 
 #endif
