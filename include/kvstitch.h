@@ -187,6 +187,11 @@ enum {
  * the count needed) when cap is too small, KVS_ERR_UTF8 on invalid UTF-8. */
 KVS_API int kvs_tokenize(const kvs_model *model, const char *text, size_t len, int flags,
                          int32_t *out, int cap, int *n_out);
+/* KVS_OK if len bytes of text are valid UTF-8, else KVS_ERR_UTF8 with the
+ * first bad byte's offset and value in kvs_last_error(): the check
+ * kvs_tokenize makes first, without the cost of tokenizing (a caller can
+ * name the field or file at fault). */
+KVS_API int kvs_utf8_check(const char *text, size_t len);
 
 KVS_API int kvs_vocab_size(const kvs_model *model);
 /* The raw bytes a token stands for (after byte-level / sentencepiece

@@ -36,13 +36,8 @@ static int tokenize(const kvs_model *model, const char *text, int32_t **out, int
     return 0;
 }
 
-/* The tokenizer is the library's UTF-8 validator (its status); an empty
- * text is valid. */
-int srv_utf8_valid(const kvs_model *model, const char *text, size_t n) {
-    int32_t t[1];
-    int n_tok = 0;
-    return kvs_tokenize(model, text, n, 0, t, 0, &n_tok) != KVS_ERR_UTF8;
-}
+/* An empty text is valid. */
+int srv_utf8_valid(const char *text, size_t n) { return kvs_utf8_check(text, n) == KVS_OK; }
 
 size_t srv_text_without_nul(char *dst, const char *src, size_t n) {
     size_t k = 0;
@@ -59,8 +54,8 @@ size_t srv_text_without_nul(char *dst, const char *src, size_t n) {
 }
 
 /* 0 if text is valid UTF-8, else -1 with err naming param (a 400). */
-static int check_utf8(const kvs_model *model, const char *text, const char *param, srv_error *err) {
-    if (!text || srv_utf8_valid(model, text, strlen(text))) return 0;
+static int check_utf8(const char *text, const char *param, srv_error *err) {
+    if (!text || srv_utf8_valid(text, strlen(text))) return 0;
     srv_error_set(err, 400, "invalid_request_error", "invalid_utf8", param, "'%s': %s", param, kvs_last_error());
     return -1;
 }
@@ -70,21 +65,21 @@ static int check_utf8(const kvs_model *model, const char *text, const char *para
  * named no field; a document's error said 'documents'). Stop strings too:
  * one holding a lone byte (a raw 0xa9) had cut a character of the output in
  * half and made the response's JSON invalid. */
-static int check_texts(const kvs_model *model, const srv_request *r, srv_error *err) {
+static int check_texts(const srv_request *r, srv_error *err) {
     char param[48];
     for (int i = 0; i < r->n_msgs; i++) {
         snprintf(param, sizeof param, "messages[%d].content", i);
-        if (check_utf8(model, r->msgs[i].content, param, err)) return -1;
+        if (check_utf8(r->msgs[i].content, param, err)) return -1;
     }
-    if (check_utf8(model, r->prompt, "prompt", err)) return -1;
+    if (check_utf8(r->prompt, "prompt", err)) return -1;
     for (int i = 0; i < r->n_docs; i++) {
         snprintf(param, sizeof param, "documents[%d].text", i);
-        if (check_utf8(model, r->docs[i], param, err)) return -1;
+        if (check_utf8(r->docs[i], param, err)) return -1;
     }
     for (int i = 0; i < r->n_stop; i++) {
         if (r->stop_at[i] < 0) snprintf(param, sizeof param, "stop");
         else snprintf(param, sizeof param, "stop[%d]", r->stop_at[i]);
-        if (check_utf8(model, r->stop[i], param, err)) return -1;
+        if (check_utf8(r->stop[i], param, err)) return -1;
     }
     return 0;
 }
@@ -173,7 +168,7 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     static atomic_ulong counter;
     snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
-    if (resolve_params(j, err) || check_texts(model, &j->req, err) || check_bias(model, &j->req, err) ||
+    if (resolve_params(j, err) || check_texts(&j->req, err) || check_bias(model, &j->req, err) ||
         build_prompt(model, j, err))
         goto fail;
     if (j->n_prompt == 0) {

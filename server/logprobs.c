@@ -34,8 +34,8 @@ static char *token_bytes(const kvs_model *m, int32_t id, size_t *n) {
 
 /* The token's text as a JSON-safe string (malloc'd): valid UTF-8 without
  * NUL as it is, else its bytes spelled out (a NUL would end the string). */
-static char *token_text(const kvs_model *m, const char *b, size_t n) {
-    if (!memchr(b, 0, n) && srv_utf8_valid(m, b, n)) return strdup(b);
+static char *token_text(const char *b, size_t n) {
+    if (!memchr(b, 0, n) && srv_utf8_valid(b, n)) return strdup(b);
     char *t = malloc(6 + 4 * n + 1);
     if (!t) return NULL;
     int at = snprintf(t, 7, "bytes:");
@@ -48,7 +48,7 @@ static cJSON *logprob_number(float lp) { return isfinite(lp) ? cJSON_CreateNumbe
 /* {"token", "logprob", "bytes"} of one id (chat). */
 static cJSON *chat_entry(const kvs_model *m, int32_t id, float lp) {
     size_t n = 0;
-    char *b = token_bytes(m, id, &n), *t = b ? token_text(m, b, n) : NULL;
+    char *b = token_bytes(m, id, &n), *t = b ? token_text(b, n) : NULL;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "token", t ? t : "");
     cJSON_AddItemToObject(o, "logprob", logprob_number(lp));
@@ -61,7 +61,7 @@ static cJSON *chat_entry(const kvs_model *m, int32_t id, float lp) {
 
 static char *token_string(const kvs_model *m, int32_t id) {
     size_t n = 0;
-    char *b = token_bytes(m, id, &n), *t = b ? token_text(m, b, n) : NULL;
+    char *b = token_bytes(m, id, &n), *t = b ? token_text(b, n) : NULL;
     free(b);
     return t ? t : strdup("");
 }

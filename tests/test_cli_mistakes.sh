@@ -83,6 +83,16 @@ mistake gen_reuse_unknown_doc 2 "--reuse must be a repair strategy with --doc (p
 mistake gen_repair_no_doc 2 "got 'cacheblend' (a repair strategy: it needs --doc)" generate "${M[@]}" -p hi --cache-dir "$D" --reuse cacheblend
 mistake gen_cache_dir_file 2 "--cache-dir: $tmp/file exists and is a file, expected a directory" \
     generate "${M[@]}" -p hi --cache-dir "$tmp/file"
+# invalid UTF-8 names the option or file it is in, with the offset in it (--system's had
+# been an offset into the rendered chat template, a --doc's "doc 1")
+printf 'abc\xff' >"$tmp/bad_utf8.txt"
+mistake gen_system_utf8 1 "--system: invalid UTF-8: invalid UTF-8 at byte offset 4 (byte 0xC3)" \
+    generate "${M[@]}" -p ok --chat --system "$(printf 'sys \xc3')"
+mistake gen_prompt_utf8 1 "-p: invalid UTF-8: invalid UTF-8 at byte offset 2 (byte 0xC3)" generate "${M[@]}" -p "$(printf 'ab\xc3')"
+mistake gen_doc_utf8 1 "$tmp/bad_utf8.txt: invalid UTF-8: invalid UTF-8 at byte offset 3 (byte 0xFF)" \
+    generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --doc "$tmp/bad_utf8.txt"
+mistake warm_text_utf8 1 "text 2 (an argument): invalid UTF-8: invalid UTF-8 at byte offset 1 (byte 0xFF)" \
+    warm "${M[@]}" --cache-dir "$D" ok "$(printf 'b\xff')"
 # a link to nowhere, or a loop: named as such (both had said "not a directory", later, exit 1)
 ln -s "$tmp/no-such-target" "$tmp/dangle"; ln -s "$tmp/loop2" "$tmp/loop1"; ln -s "$tmp/loop1" "$tmp/loop2"
 mistake gen_cache_dir_dangling_link 2 "--cache-dir: $tmp/dangle: a symbolic link to a missing target" \

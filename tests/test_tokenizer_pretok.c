@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "tokenizer/pretok.h"
+#include "kvstitch.h"
 #include "tokenizer/unicode.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
@@ -123,6 +124,13 @@ TEST(utf8_decoder) {
     CHECK_EQ_INT(kvs_utf8_decode((const unsigned char *)"\x80", 1, &cp), 0);
     CHECK_EQ_INT(kvs_utf8_validate("ab\xC3\xA9" "c\xFF", 6), 5);
     CHECK_EQ_INT(kvs_utf8_validate("ok", 2), 2);
+    /* the public check: the same verdict, the offset and byte named */
+    CHECK_EQ_INT(kvs_utf8_check("ab\xC3\xA9" "c\xFF", 6), KVS_ERR_UTF8);
+    CHECK_MSG(strstr(kvs_last_error(), "byte offset 5 (byte 0xFF)") != NULL, "%s", kvs_last_error());
+    CHECK_EQ_INT(kvs_utf8_check("ab\xC3", 3), KVS_ERR_UTF8); /* cut short at the end */
+    CHECK_EQ_INT(kvs_utf8_check("ok \xC3\xA9", 5), KVS_OK);
+    CHECK_EQ_INT(kvs_utf8_check(NULL, 0), KVS_OK);
+    CHECK_EQ_INT(kvs_utf8_check(NULL, 1), KVS_ERR_INVALID_ARG);
     char buf[4];
     CHECK_EQ_INT(kvs_utf8_encode(0x2581, buf), 3);
     CHECK(memcmp(buf, "\xE2\x96\x81", 3) == 0);

@@ -32,9 +32,15 @@ int cli_parse_bytes(const char *opt, const char *s, unsigned long long *out);
 /* Reads a whole text file into a malloc'd NUL-terminated buffer; NULL after
  * a message on error. The one rule for NUL bytes in prompt and document
  * files, for every command: a NUL byte is an error naming its offset (the
- * text would otherwise end there silently). Opens with O_NONBLOCK and reads
- * only regular files, so a FIFO cannot hang the command. */
+ * text would otherwise end there silently); so is invalid UTF-8, naming the
+ * file (a --doc's error had named "doc 1", the tokenizer's "tokenize").
+ * Opens with O_NONBLOCK and reads only regular files, so a FIFO cannot hang
+ * the command. */
 char *cli_read_file(const char *path, size_t *len);
+/* 0 if text (an option's value: -p, --system) is valid UTF-8, else prints
+ * "kvstitch: <what>: ..." with the offset in it and returns 1 (--system's
+ * error had given an offset into the rendered chat template). */
+int cli_check_utf8(const char *what, const char *text);
 /* Tokenizes text into a malloc'd array; prints the error and returns NULL on failure. */
 int32_t *cli_tokenize(const kvs_model *model, const char *text, size_t len, int flags, int *n_out);
 /* Writes s as a JSON string literal (with quotes) to f (cmd_cache.c). */

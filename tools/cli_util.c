@@ -87,8 +87,17 @@ char *cli_read_file(const char *path, size_t *len) {
         free(buf);
         return NULL;
     }
+    if (cli_check_utf8(path, buf)) {
+        free(buf);
+        return NULL;
+    }
     if (len) *len = n;
     return buf;
+}
+
+int cli_check_utf8(const char *what, const char *text) {
+    int st = kvs_utf8_check(text, strlen(text));
+    return st ? cli_fail(st, what) : 0;
 }
 
 int32_t *cli_tokenize(const kvs_model *model, const char *text, size_t len, int flags, int *n_out) {

@@ -415,6 +415,12 @@ int cmd_generate(int argc, char **argv) {
     if (o.file) {
         if (!(owned = cli_read_file(o.file, NULL))) return 1;
         text = owned;
+    } else if (cli_check_utf8("-p", text)) {
+        return 1;
+    }
+    if (o.system && cli_check_utf8("--system", o.system)) {
+        free(owned);
+        return 1;
     }
     gen_run g;
     memset(&g, 0, sizeof g);

@@ -212,6 +212,12 @@ int cmd_warm(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
+    if (o.system && cli_check_utf8("--system", o.system)) return 1;
+    for (int i = 0; i < o.n_texts; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "text %d (an argument)", i + 1);
+        if (!o.is_file[i] && cli_check_utf8(what, o.texts[i])) return 1;
+    }
 
     kvs_model *model = NULL;
     kvs_context *ctx = NULL;

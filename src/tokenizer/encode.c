@@ -42,10 +42,7 @@ int kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t len, i
      * byte, so counts fit an int when len does. */
     if (len > (size_t)INT_MAX - 16)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_tokenize: text of %zu bytes is too long", len);
-    size_t bad = kvs_utf8_validate(text, len);
-    if (bad < len)
-        return kvs_error(KVS_ERR_UTF8, "kvs_tokenize: invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad,
-                         (unsigned)(unsigned char)text[bad]);
+    if (kvs_utf8_check(text, len)) return kvs_error_prefix(KVS_ERR_UTF8, "kvs_tokenize");
 
     kvs_tok_out o = {out, cap, 0};
     int add_special = (flags & KVS_TOKENIZE_ADD_BOS) != 0;

@@ -1,6 +1,9 @@
 /* UTF-8 decoding, validation and encoding (strict: RFC 3629). */
 #include "tokenizer/unicode.h"
 
+#include "base/error.h"
+#include "kvstitch.h"
+
 #include <string.h>
 
 int kvs_utf8_seq_len(unsigned char b) {
@@ -47,6 +50,15 @@ size_t kvs_utf8_validate(const char *s, size_t n) {
         i += (size_t)len;
     }
     return n;
+}
+
+int kvs_utf8_check(const char *text, size_t len) {
+    if (!text && len) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_utf8_check: NULL text");
+    const size_t bad = kvs_utf8_validate(text, len);
+    if (bad < len)
+        return kvs_error(KVS_ERR_UTF8, "invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad,
+                         (unsigned)(unsigned char)text[bad]);
+    return KVS_OK;
 }
 
 size_t kvs_utf8_display(const char *s, size_t n, char *out, size_t cap) {
