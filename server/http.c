@@ -117,12 +117,15 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
     const srv_route *route = NULL;
     int path_known = 0;
     char allow[64] = "OPTIONS"; /* the path's methods, for a 405's Allow header */
+    /* HEAD is GET without the body (libmicrohttpd sends none for it) */
+    const char *as = strcmp(method, "HEAD") ? method : "GET";
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(url, routes[i].path)) continue;
         path_known = 1;
-        if (!strcmp(method, routes[i].method)) route = &routes[i];
+        if (!strcmp(as, routes[i].method)) route = &routes[i];
         size_t at = strlen(allow);
-        snprintf(allow + at, sizeof allow - at, ", %s", routes[i].method);
+        snprintf(allow + at, sizeof allow - at, strcmp(routes[i].method, "GET") ? ", %s" : ", %s, HEAD",
+                 routes[i].method);
     }
     if (!strcmp(method, "OPTIONS") && path_known) {
         /* CORS preflight for browser clients. */

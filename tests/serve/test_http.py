@@ -90,7 +90,10 @@ def test_nul_in_the_path_and_method_not_allowed(server):
     assert r.status_code == 200, r.text
     # A 405 names the methods the path has (RFC 9110: Allow is a must).
     r = requests.delete(server.url + "/v1/models", headers=server.headers(), timeout=10)
-    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, GET", r.headers
+    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, GET, HEAD", r.headers
+    # HEAD is GET without its body (it had been a 405)
+    r = requests.head(server.url + "/health", timeout=10)
+    assert r.status_code == 200 and r.content == b"" and r.headers["Content-Type"] == "application/json", r.headers
     r = requests.get(server.url + "/v1/chat/completions", headers=server.headers(), timeout=10)
     assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, POST", r.headers
 
