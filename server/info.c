@@ -81,42 +81,44 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, si
         cJSON_Delete(in);
         return bad_request(c, "tokens", "expected {\"tokens\": [ids within the vocabulary]}");
     }
-    /* The text is bounded like a request body: a token's text can be ~80
-     * bytes for its ~6 in the request (8 MB of ids had made a 114 MB reply,
-     * 210 MB of memory on the way). NULs become U+FFFD (job.h). */
+    /* The streaming detokenizer's text (as a generation's): a character split
+     * over tokens is joined, bytes that form none become U+FFFD (the byte
+     * tokens' raw bytes had made the reply's JSON invalid UTF-8), NULs too
+     * (job.h). The text is bounded like a request body: a token's text can
+     * be ~80 bytes for its ~6 in the request (8 MB of ids had made a 114 MB
+     * reply, 210 MB of memory on the way). */
     size_t cap = 256, n = 0, piece_cap = 256;
     char *text = malloc(cap), *piece = malloc(piece_cap);
-    int too_long = 0;
-    cJSON_ArrayForEach(t, toks) {
+    kvs_detok *d = NULL;
+    int too_long = 0, failed = kvs_detok_new(s->model, 1, &d) != KVS_OK;
+    for (const cJSON *next = toks->child; !failed && !too_long && text && piece;) {
         size_t m = 0;
-        if (!text || !piece) break;
-        int st = kvs_token_to_bytes(s->model, (int32_t)t->valuedouble, 1, piece, piece_cap, &m);
-        if (st == KVS_ERR_BUFFER_TOO_SMALL) {
+        int st = next ? kvs_detok_push(d, (int32_t)next->valuedouble, piece, piece_cap, &m)
+                      : kvs_detok_flush(d, piece, piece_cap, &m);
+        if (st == KVS_ERR_BUFFER_TOO_SMALL) { /* nothing changed: again with room */
             char *g = realloc(piece, piece_cap = m + 1);
-            if (!g) {
-                free(text);
-                text = NULL;
-                break;
-            }
+            if (!g) free(piece);
             piece = g;
-            st = kvs_token_to_bytes(s->model, (int32_t)t->valuedouble, 1, piece, piece_cap, &m);
+            continue;
         }
-        if (st) m = 0;
-        const size_t add = srv_text_without_nul(NULL, piece, m);
-        if (n + add > s->max_body) {
-            too_long = 1;
+        if (st) {
+            failed = 1;
             break;
         }
-        if (n + add + 1 > cap) {
+        const size_t add = srv_text_without_nul(NULL, piece, m);
+        if (n + add > s->max_body) too_long = 1;
+        else if (n + add + 1 > cap) {
             char *g = realloc(text, cap = (n + add + 1) * 2);
             if (!g) free(text);
             text = g;
-            if (!text) break;
         }
-        n += srv_text_without_nul(text + n, piece, m);
+        if (text && !too_long) n += srv_text_without_nul(text + n, piece, m);
+        if (!next) break;
+        next = next->next;
     }
+    kvs_detok_free(d);
     cJSON_Delete(in);
-    const int oom = !text || !piece;
+    const int oom = !text || !piece || failed;
     free(piece);
     if (oom || too_long) free(text);
     if (oom) return srv_reply(c, 500, "text/plain", "out of memory\n", 14);

@@ -349,6 +349,16 @@ def test_tokenize_detokenize(server):
     assert d.json()["content"] == "Hello, world"
     error_of(server.post("/detokenize", {"tokens": [-1]}), 400)
     error_of(server.post("/tokenize", {"content": 7}), 400)
+    # A character split over byte tokens is joined again; a byte token alone
+    # is no character and comes out as U+FFFD (its raw byte had made the
+    # reply's JSON invalid UTF-8: 114 of SmolLM2's first 400 ids).
+    text = "caf\u00e9 \U0001f999 \u4e2d\u6587"
+    toks = server.post("/tokenize", {"content": text}).json()["tokens"]
+    assert server.post("/detokenize", {"tokens": toks}).json()["content"] == text
+    for t in range(400):
+        r = server.post("/detokenize", {"tokens": [t]})
+        assert r.status_code == 200, (t, r.text)
+        r.content.decode("utf-8")  # raises on invalid UTF-8
 
 
 def test_nul_byte_token_comes_out_as_replacement_character(server):
