@@ -202,7 +202,9 @@ KVS_API int kvs_token_to_bytes(const kvs_model *model, int32_t token, int render
 KVS_API int kvs_token_is_eog(const kvs_model *model, int32_t token); /* EOS, EOT, <|im_end|> ... */
 
 /* Streaming detokenizer: pushes tokens, emits only complete UTF-8 sequences
- * (a partial multi-byte character is held back until it completes).
+ * (a partial multi-byte character is held back until it completes; bytes
+ * that form no character, and NUL, come out as U+FFFD, so the text is a C
+ * string).
  * kvs_detok_new gives the caller a handle that borrows the model (free it
  * with kvs_detok_free before the model). One thread at a time. */
 typedef struct kvs_detok kvs_detok;

@@ -84,7 +84,7 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, si
     /* The streaming detokenizer's text (as a generation's): a character split
      * over tokens is joined, bytes that form none become U+FFFD (the byte
      * tokens' raw bytes had made the reply's JSON invalid UTF-8), NULs too
-     * (job.h). The text is bounded like a request body: a token's text can
+     * (the reply is built from C strings). The text is bounded like a request body: a token's text can
      * be ~80 bytes for its ~6 in the request (8 MB of ids had made a 114 MB
      * reply, 210 MB of memory on the way). */
     size_t cap = 256, n = 0, piece_cap = 256;
@@ -105,14 +105,16 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, si
             failed = 1;
             break;
         }
-        const size_t add = srv_text_without_nul(NULL, piece, m);
-        if (n + add > s->max_body) too_long = 1;
-        else if (n + add + 1 > cap) {
-            char *g = realloc(text, cap = (n + add + 1) * 2);
+        if (n + m > s->max_body) too_long = 1;
+        else if (n + m + 1 > cap) {
+            char *g = realloc(text, cap = (n + m + 1) * 2);
             if (!g) free(text);
             text = g;
         }
-        if (text && !too_long) n += srv_text_without_nul(text + n, piece, m);
+        if (text && !too_long) {
+            memcpy(text + n, piece, m);
+            n += m;
+        }
         if (!next) break;
         next = next->next;
     }

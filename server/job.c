@@ -39,20 +39,6 @@ static int tokenize(const kvs_model *model, const char *text, int32_t **out, int
 /* An empty text is valid. */
 int srv_utf8_valid(const char *text, size_t n) { return kvs_utf8_check(text, n) == KVS_OK; }
 
-size_t srv_text_without_nul(char *dst, const char *src, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (src[i]) {
-            if (dst) dst[k] = src[i];
-            k++;
-        } else {
-            if (dst) memcpy(dst + k, "\xEF\xBF\xBD", 3);
-            k += 3;
-        }
-    }
-    return k;
-}
-
 /* 0 if text is valid UTF-8, else -1 with err naming param (a 400). */
 static int check_utf8(const char *text, const char *param, srv_error *err) {
     if (!text || srv_utf8_valid(text, strlen(text))) return 0;

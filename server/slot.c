@@ -64,16 +64,18 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
 
 /* --- text: stop strings are cut, never streamed, not even in part ------------------ */
 
+/* The detokenizer's pieces hold no NUL (it gives U+FFFD: the replies are
+ * built from C strings, and a NUL had cut the rest of the text off). */
 static int gen_append(srv_slot *s, const char *p, size_t n) {
-    const size_t add = srv_text_without_nul(NULL, p, n); /* an empty piece may come with p == NULL */
-    if (s->gen_len + add + 1 > s->gen_cap) {
-        size_t cap = (s->gen_len + add + 1) * 2;
+    if (s->gen_len + n + 1 > s->gen_cap) {
+        size_t cap = (s->gen_len + n + 1) * 2;
         char *g = realloc(s->gen, cap);
         if (!g) return -1;
         s->gen = g;
         s->gen_cap = cap;
     }
-    s->gen_len += srv_text_without_nul(s->gen + s->gen_len, p, n);
+    if (n) memcpy(s->gen + s->gen_len, p, n); /* an empty piece may come with p == NULL */
+    s->gen_len += n;
     s->gen[s->gen_len] = 0;
     return 0;
 }

@@ -386,6 +386,12 @@ TEST(detok_streaming) {
     CHECK(kvs_detok_push(d, bytes[0], buf, sizeof buf, &m) == KVS_OK && m == 0);
     CHECK(kvs_detok_push(d, a, buf, sizeof buf, &m) == KVS_OK);
     CHECK(m == 4 && strcmp(buf, "\xEF\xBF\xBD" "A") == 0);
+    /* A NUL byte (<0x00>) is U+FFFD too: the text is a C string, and the
+     * server's replies and kvs_generate's text had ended at it. */
+    int32_t nul = kvs_tokenizer_find(v_spm.t, "<0x00>");
+    CHECK(nul >= 0);
+    CHECK(kvs_detok_push(d, nul, buf, sizeof buf, &m) == KVS_OK);
+    CHECK(m == 3 && memcmp(buf, "\xEF\xBF\xBD", 4) == 0);
     CHECK_EQ_INT(kvs_detok_push(d, -5, buf, sizeof buf, &m), KVS_ERR_INVALID_ARG);
     kvs_detok_free(d);
 

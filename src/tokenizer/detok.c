@@ -3,7 +3,10 @@
  * characters. A multi-byte character split across tokens (byte-level BPE
  * and <0xXX> byte tokens do this for emoji and CJK) is held back until its
  * last byte arrives; bytes that can never form a valid character become
- * U+FFFD (one per maximal invalid subsequence).
+ * U+FFFD (one per maximal invalid subsequence), and so does a NUL byte (a
+ * byte token's U+0000): the text goes out as C strings (kvs_generate's
+ * result, the server's JSON), which a NUL ends, and everything after it had
+ * been dropped.
  *
  * State: at most 3 held-back bytes. A push that does not fit the caller's
  * buffer changes nothing, so it can be retried with a larger one.
@@ -82,7 +85,7 @@ static size_t scan(const unsigned char *s, size_t n, int flush, char *out, size_
     while (i < n) {
         uint32_t cp;
         int l = kvs_utf8_decode(s + i, n - i, &cp);
-        if (l > 0) {
+        if (l > 0 && cp != 0) {
             if (out) memcpy(out + k, s + i, (size_t)l);
             k += (size_t)l;
             i += (size_t)l;
