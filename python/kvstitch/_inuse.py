@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ._errors import InvalidArgument
 
@@ -41,12 +41,32 @@ class InUse:
         finally:
             self._leave()
 
-    def _close_unused(self, what: str) -> None:
-        """Releases self._h; InvalidArgument while a call uses it."""
+    def _close_unused(self, what: str, refuse: Callable[[], str | None] = lambda: None) -> None:
+        """Releases self._h; InvalidArgument while a call uses it, or when
+        refuse() (asked under the same lock as the calls' count) gives a
+        reason."""
         from ._lib import ffi
         with self._users_lock:
             if self._users:
                 raise InvalidArgument(f"{what} is in use by a running call (in another thread)")
+            why = refuse()
+            if why:
+                raise InvalidArgument(why)
             if self._h is not None:
                 ffi.release(self._h)
                 self._h = None
+
+
+class NoCopy:
+    """Mixin: the object owns a C handle, which a copy would share (closing
+    one freed it under the other: copy.copy(model).close() then a tokenize
+    crashed the process). Copying and pickling raise TypeError."""
+
+    def __copy__(self) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be copied: share the object itself")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be copied: share the object itself")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be pickled: load it again in the other process")

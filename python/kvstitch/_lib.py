@@ -87,6 +87,18 @@ def c_text(s: str, what: str) -> bytes:
     return s.encode("utf-8")
 
 
+def c_path(p, what: str) -> bytes:
+    """A file system path (str, bytes or os.PathLike) as the C library takes
+    it: os.fsencode, so a name that is not UTF-8 (os.listdir gives it with
+    surrogate escapes, or as bytes) reaches the file it names; NUL refused."""
+    import os
+    b = os.fsencode(p)
+    if b"\0" in b:
+        from ._errors import InvalidArgument
+        raise InvalidArgument(f"{what} contains a NUL character")
+    return b
+
+
 def struct_dict(cdata) -> dict:
     """Every field of a C struct of plain numbers, by the header's own field list."""
     t = ffi.typeof(cdata)

@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 from ._errors import check, InvalidArgument
-from ._inuse import InUse
-from ._lib import c_text, ffi, lib, struct_dict
+from ._inuse import InUse, NoCopy
+from ._lib import c_path, ffi, lib, struct_dict
 from .model import Model
 
 KV_TYPES = {"f16": lib.KVS_KV_F16, "f32": lib.KVS_KV_F32}
@@ -19,7 +19,7 @@ def kv_type_of(name: str) -> int:
     return KV_TYPES[name]
 
 
-class Cache(InUse):
+class Cache(InUse, NoCopy):
     """Prompt KV chunks of one model. Share one Cache across threads, each
     with its own Session: every method is safe concurrently, except that no
     call may run while the Cache is closed. Several processes may share a
@@ -29,23 +29,31 @@ class Cache(InUse):
                  chunk_tokens: int = 0, kv_type: str = "f16", fsync: bool = False):
         """budget_bytes: memory for chunks (0 = 1/4 of RAM); cache_dir: persist
         entries there (created if missing); chunk_tokens: grid step (0 = 64);
-        kv_type: "f16" or "f32", must match the Sessions using it."""
+        kv_type: "f16" or "f32", must match the Sessions using it. A "~" in
+        cache_dir is the home directory (the README's example had failed)."""
         p = lib.kvs_cache_default_params()
         p.budget_bytes = budget_bytes
-        self._dir = ffi.new("char[]", c_text(os.fspath(cache_dir), "cache_dir")) if cache_dir else ffi.NULL
+        if cache_dir is not None and not os.fspath(cache_dir):
+            raise InvalidArgument("cache_dir is empty: give a directory, or None for none")
+        if cache_dir is not None:
+            cache_dir = os.path.expanduser(cache_dir)
+        self._dir = ffi.new("char[]", c_path(cache_dir, "cache_dir")) if cache_dir is not None else ffi.NULL
         p.cache_dir = self._dir
         p.chunk_tokens = chunk_tokens
         p.kv_type = kv_type_of(kv_type)
         p.fsync = int(fsync)
         out = ffi.new("kvs_cache **")
+        self._init_in_use()  # calls and Sessions working on it right now (close() refuses then)
         with model._using() as mh:
             check(lib.kvs_cache_open(mh, p, out))
+            self._h = ffi.gc(out[0], lib.kvs_cache_free)
+            # while the model is in use: a Model.close() in another thread sees
+            # the call or this child, never neither (it had freed the model
+            # between the two)
+            model._children.add(self)
         self.model = model
         self.kv_type = kv_type
-        self.cache_dir = os.fspath(cache_dir) if cache_dir else None
-        self._h = ffi.gc(out[0], lib.kvs_cache_free)
-        self._init_in_use()  # calls and Sessions working on it right now (close() refuses then)
-        model._children.add(self)
+        self.cache_dir = os.fsdecode(os.fspath(cache_dir)) if cache_dir is not None else None
 
     def _handle(self):
         if self._h is None:

@@ -6,9 +6,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from ._errors import Error, check
-from ._inuse import InUse
-from ._lib import c_text, cstr, ffi, lib
+from ._errors import Error, InvalidArgument, check
+from ._inuse import InUse, NoCopy
+from ._lib import c_path, c_text, cstr, ffi, lib
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ModelInfo:
     raw: Mapping[str, Any]  # every field of kvs_model_info, strings decoded
 
 
-class Model(InUse):
+class Model(InUse, NoCopy):
     """A GGUF model, mmapped read-only. Immutable once loaded: share one Model
     across threads freely. Caches and Sessions keep their Model alive."""
 
@@ -44,22 +44,26 @@ class Model(InUse):
         self._children: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     @classmethod
-    def load(cls, path: str | os.PathLike, threads: int = 0, vocab_only: bool = False) -> "Model":
+    def load(cls, path: str | bytes | os.PathLike, threads: int = 0, vocab_only: bool = False) -> "Model":
         """Loads a GGUF file. threads: default for Sessions (0 = all cores).
         Raises FileError / FormatError / Unsupported naming what is wrong."""
-        path = os.fspath(path)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise InvalidArgument(f"threads must be an integer >= 0, got {threads!r}")
+        c = c_path(path, "the model path")
+        path = os.fsdecode(c)
         params = lib.kvs_model_default_params()
         params.vocab_only = int(vocab_only)
         out = ffi.new("kvs_model **")
-        check(lib.kvs_model_load(c_text(path, "the model path"), params, out))
+        check(lib.kvs_model_load(c, params, out))
         return cls(ffi.gc(out[0], lib.kvs_model_free), path, threads)
 
     def close(self) -> None:
         """Frees the model now (otherwise when it is garbage). Refused while a
         Cache or Session made from it is open, or a call on it runs."""
-        if len(self._children):
-            raise Error(f"{self.path}: {len(self._children)} caches/sessions still use this model")
-        self._close_unused(f"{self.path}: the model")
+        def children() -> str | None:  # asked under the lock a Session's / Cache's creation holds
+            n = len(self._children)
+            return f"{self.path}: {n} caches/sessions still use this model" if n else None
+        self._close_unused(f"{self.path}: the model", children)
 
     def _handle(self):
         if self._h is None:

@@ -74,21 +74,21 @@ class CSegments:
         self._keep: list = []
         s = ffi.new("kvs_segments *")
         s.chat = int(chat)
-        s.system = self._str(system)
-        s.question = self._str("".join(live)) if live else ffi.NULL
-        s.doc_prefix = self._str(doc_prefix)
+        s.system = self._str(system, "the system prompt")
+        s.question = self._str("".join(live), "the question") if live else ffi.NULL
+        s.doc_prefix = self._str(doc_prefix, "the document prefix")
         arr = ffi.new("char *[]", max(1, len(docs)))
         lens = ffi.new("size_t[]", max(1, len(docs)))
         for i, d in enumerate(docs):
             b = d.encode("utf-8")
-            arr[i], lens[i] = self._str(d), len(b)
+            arr[i], lens[i] = self._str(d, f"document {i}"), len(b)
         self._keep += [arr, lens]
         s.docs, s.doc_lens, s.n_docs = arr, lens, len(docs)
         self.c = s
 
-    def _str(self, text: str | None):
+    def _str(self, text: str | None, what: str):
         if text is None:
             return ffi.NULL
-        p = ffi.new("char[]", c_text(text, "a system prompt, question or prefix"))
+        p = ffi.new("char[]", c_text(text, what))
         self._keep.append(p)
         return p

@@ -13,6 +13,7 @@ import threading
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import InvalidArgument, SessionBusy, check
+from ._inuse import NoCopy
 from ._lib import c_text, ffi, lib
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
@@ -33,7 +34,7 @@ def _prefix_params(a: Mapping[str, Any]):
     rp = lib.kvs_reuse_default_params()
     if a["reuse"] is not None:
         mode = ffi.new("kvs_reuse_mode *")
-        check(lib.kvs_reuse_mode_parse(a["reuse"].encode(), mode))
+        check(lib.kvs_reuse_mode_parse(c_text(a["reuse"], "reuse"), mode))
         rp.mode = mode[0]
     rp.store = int(a["store"])
     return ffi.new("kvs_reuse_params *", rp)
@@ -44,7 +45,7 @@ def _segment_params(a: Mapping[str, Any]):
     rep = lib.kvs_repair_default_params()
     if a["reuse"] is not None:
         mode = ffi.new("kvs_repair_mode *")
-        check(lib.kvs_repair_mode_parse(a["reuse"].encode(), mode))
+        check(lib.kvs_repair_mode_parse(c_text(a["reuse"], "reuse"), mode))
         rep.mode = mode[0]
     if a["recompute_ratio"] is not None:
         rep.recompute_ratio = a["recompute_ratio"]
@@ -63,7 +64,7 @@ def _segment_params(a: Mapping[str, Any]):
     return ffi.new("kvs_reuse_params *", rp)
 
 
-class Session:
+class Session(NoCopy):
     """A context of n_ctx tokens on a Model, optionally with a Cache."""
 
     def __init__(self, model: Model, cache: Cache | None = None, n_ctx: int = 0,
@@ -79,13 +80,16 @@ class Session:
         p.n_batch = n_batch
         p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
         out = ffi.new("kvs_context **")
+        self._busy = threading.Lock()
         with model._using() as mh:
             check(lib.kvs_context_new(mh, p, out))
+            self._h = ffi.gc(out[0], lib.kvs_context_free)
+            # while the model is in use: a Model.close() in another thread sees
+            # the call or this child, never neither (it had freed the model
+            # between the two, and the next generate crashed)
+            model._children.add(self)
         self.model, self.cache = model, cache
-        self._h = ffi.gc(out[0], lib.kvs_context_free)
         self.n_ctx = lib.kvs_context_n_ctx(self._h)
-        self._busy = threading.Lock()
-        model._children.add(self)
 
     # --- one call at a time ---------------------------------------------------
     def _acquire(self) -> None:
@@ -96,7 +100,10 @@ class Session:
                               "finish or close a stream before the next call)")
 
     def close(self) -> None:
-        """Frees the context now (otherwise when the Session is garbage)."""
+        """Frees the context now (otherwise when the Session is garbage). A
+        second close does nothing, as Model's and Cache's."""
+        if self._h is None:
+            return
         self._acquire()
         try:
             ffi.release(self._h)
@@ -134,7 +141,7 @@ class Session:
         n_vocab float32 as bytes: what bit-exactness is checked on)."""
         self._acquire()
         try:
-            return self._run(prompt, locals(), None)
+            return self._run(self._build(locals()), None)
         finally:
             self._busy.release()
 
@@ -144,13 +151,15 @@ class Session:
         Closing the stream early (or leaving its `with` block) stops
         generation. The Session is busy until the stream ends or is closed."""
         self._acquire()
-        args = dict(kw, prompt=prompt)
         try:
-            self._build(args)  # raise argument errors here, not on the worker thread
+            # built once, here: argument errors raise on this thread, and an
+            # iterator given as documents= is read once (a second build had
+            # found it empty and dropped the documents)
+            a = self._build(dict(kw, prompt=prompt))
         except BaseException:
             self._busy.release()
             raise
-        return Stream(lambda on_token: self._run(prompt, args, on_token), self._busy.release)
+        return Stream(lambda on_token: self._run(a, on_token), self._busy.release)
 
     # --- internals ------------------------------------------------------------
     _DEFAULTS = dict(max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
@@ -170,7 +179,28 @@ class Session:
             v = a[name]
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InvalidArgument(f"{name} must be an integer >= 0, got {v!r}")
+        # one stop string may come alone, as OpenAI's stop does (a str had been
+        # taken as its characters, each a stop string)
+        if isinstance(a["stop"], str):
+            a["stop"] = [a["stop"]]
+        elif a["stop"] is not None:
+            a["stop"] = list(a["stop"])
+        if isinstance(a["documents"], (str, bytes)):
+            raise InvalidArgument("documents must be a list of texts or Documents, not one "
+                                  f"{type(a['documents']).__name__} (it had become one document a character)")
+        if a["documents"] is not None:
+            a["documents"] = list(a["documents"])
         prompt = a["prompt"]
+        if a["system"] is not None and a["documents"] is None and (not isinstance(prompt, str) or
+                                                                  a["chat"] is False):
+            # it had been dropped without a word
+            raise InvalidArgument("system= goes with a text prompt in chat (or with documents=); "
+                                  "for chat messages put it first in the messages")
+        if a["system"] is not None and a["documents"] is None and self.cache is None:
+            # no cache to keep the system prompt's KV in: a plain chat prompt
+            # (it had said "documents need a Session with a Cache")
+            prompt = [{"role": "system", "content": a["system"]}, {"role": "user", "content": prompt}]
+            a["system"] = None
         if a["documents"] is not None or (isinstance(prompt, str) and a["system"] is not None
                                           and a["chat"] is not False):
             if not isinstance(prompt, str):
@@ -201,9 +231,7 @@ class Session:
         raise InvalidArgument("prompt: expected a str, token ids, chat messages or "
                               "[System, Document..., Question] blocks (non-empty)")
 
-    def _run(self, prompt: Prompt, kw: Mapping[str, Any],
-             on_token: Callable[[int, bytes], bool] | None) -> GenerateResult:
-        a = self._build(dict(kw, prompt=prompt))
+    def _run(self, a: Mapping[str, Any], on_token: Callable[[int, bytes], bool] | None) -> GenerateResult:
         gp = lib.kvs_generate_default_params()
         gp.n_predict = a["max_tokens"]
         s = gp.sampling
@@ -262,7 +290,11 @@ class Session:
         if self.cache is None:
             raise InvalidArgument("warm needs a Session with a Cache")
         self._acquire()
-        cache_h = self.cache._enter()
+        try:
+            cache_h = self.cache._enter()
+        except BaseException:  # a closed cache: the Session stays usable (it had stayed busy for ever)
+            self._busy.release()
+            raise
         try:
             if documents is not None or is_segment_list(text):
                 blocks = list(text) if is_segment_list(text) else \

@@ -11,38 +11,49 @@ import queue
 import threading
 from typing import Callable, Iterator
 
+from ._inuse import NoCopy
 from ._result import GenerateResult
 
 _END = object()
 
 
-class Stream:
+def _work(q: "queue.Queue[object]", stop: threading.Event, box: list,
+          run: Callable[[Callable[[int, bytes], bool]], GenerateResult], release: Callable[[], None]) -> None:
+    """The worker thread: holds no reference to the Stream, so a Stream
+    dropped mid-iteration (a `break` out of the loop) is collected and its
+    __del__ stops generation at the next token (a bound-method target had
+    kept it alive: the Session stayed busy until max_tokens)."""
+    def on_token(token: int, piece: bytes) -> bool:
+        if piece:
+            q.put(piece.decode("utf-8", errors="replace"))
+        return stop.is_set()
+    try:
+        box[0] = run(on_token)
+        q.put(_END)
+    except BaseException as e:  # handed to the consumer, raised there
+        q.put(e)
+    finally:
+        release()
+
+
+class Stream(NoCopy):
     """Iterate for the text pieces (str); .result is the GenerateResult once
     the iteration ended (stop_reason "callback" if closed early). Use as a
-    context manager, or call close(), to stop early."""
+    context manager, or call close(), to stop early. close() may come from
+    another thread than the one iterating: that one then ends its loop."""
 
     def __init__(self, run: Callable[[Callable[[int, bytes], bool]], GenerateResult],
                  release: Callable[[], None]):
-        self.result: GenerateResult | None = None
+        self._box: list = [None]
         self._q: "queue.Queue[object]" = queue.Queue()
         self._stop = threading.Event()
-        self._run, self._release = run, release
-        self._thread = threading.Thread(target=self._work, name="kvstitch-stream", daemon=True)
+        self._thread: threading.Thread | None = threading.Thread(
+            target=_work, args=(self._q, self._stop, self._box, run, release), name="kvstitch-stream", daemon=True)
         self._thread.start()
 
-    def _on_token(self, token: int, piece: bytes) -> bool:
-        if piece:
-            self._q.put(piece.decode("utf-8", errors="replace"))
-        return self._stop.is_set()
-
-    def _work(self) -> None:
-        try:
-            self.result = self._run(self._on_token)
-            self._q.put(_END)
-        except BaseException as e:  # handed to the consumer, raised there
-            self._q.put(e)
-        finally:
-            self._release()
+    @property
+    def result(self) -> GenerateResult | None:
+        return self._box[0]
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -52,7 +63,10 @@ class Stream:
             raise StopIteration
         item = self._q.get()
         if item is _END or isinstance(item, BaseException):
-            self._thread.join()
+            self._q.put(item)  # for any other consumer: every loop sees the end (one had blocked for ever)
+            t = self._thread
+            if t is not None:
+                t.join()
             self._thread = None
             if isinstance(item, BaseException):
                 raise item
@@ -65,13 +79,14 @@ class Stream:
         return "".join(self)
 
     def close(self) -> None:
-        """Stops generation (at the next token) and waits for the library call to end."""
+        """Stops generation (at the next token) and waits for the library
+        call to end. Pieces not read yet are dropped. (It had read them
+        itself, racing a loop in another thread, which then waited for ever.)"""
         self._stop.set()
-        try:
-            for _ in self:
-                pass
-        except Exception:
-            pass
+        t = self._thread
+        if t is not None:
+            t.join()
+        self._thread = None
 
     def __enter__(self) -> "Stream":
         return self
@@ -80,5 +95,6 @@ class Stream:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_thread", None) is not None:
-            self._stop.set()
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()

@@ -1,0 +1,198 @@
+"""Careless or hostile use of the package (an attack run found each of these
+broken): copies, closes racing creation, a closed cache under warm, streams
+abandoned or closed from another thread, arguments of the wrong shape, and
+paths that are not UTF-8."""
+import copy
+import gc
+import os
+import pickle
+import shutil
+import threading
+import weakref
+
+import pytest
+
+import kvstitch
+
+Q = "What is the capital of France?"
+
+
+def test_copies_and_pickles_are_refused(model, cache):
+    # A shallow copy shared the C handle: copy.copy(model).close() freed it
+    # under the original, and the next tokenize crashed the process.
+    s = kvstitch.Session(model, cache, n_ctx=128)
+    st = s.stream(Q, max_tokens=2)
+    for obj in (model, cache, s, st):
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.copy(obj)
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.deepcopy(obj)
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(obj)
+    st.close()
+    assert model.tokenize("Hello world")  # the original is untouched
+    s.close()
+
+
+def test_close_racing_session_creation_never_frees_a_used_model(model_path):
+    # Model.close() had checked its children outside the lock that a
+    # Session's creation holds: it freed the model between the two (within
+    # a few iterations of this race), and the Session's next generate
+    # crashed. Now one of the two always loses cleanly.
+    for _ in range(40):
+        m = kvstitch.Model.load(model_path, threads=1)
+        made = []
+
+        def maker():
+            try:
+                made.append(kvstitch.Session(m, n_ctx=64))
+            except kvstitch.Error:  # the model was closed first: refused cleanly
+                pass
+
+        t = threading.Thread(target=maker)
+        t.start()
+        closed = False
+        while t.is_alive() and not closed:
+            try:
+                m.close()
+                closed = True
+            except kvstitch.InvalidArgument:
+                pass
+        t.join()
+        assert not (closed and made), "the model was closed under a Session made from it"
+        for s in made:
+            assert s.generate([1, 2, 3], max_tokens=1).tokens is not None
+            s.close()
+        m.close()
+
+
+def test_warm_with_a_closed_cache_leaves_the_session_usable(model_path):
+    # warm() entered the cache before its try: the error left the Session
+    # busy for ever, so neither it nor the model could be closed.
+    m = kvstitch.Model.load(model_path, threads=1)
+    c = kvstitch.Cache(m, budget_bytes=1 << 20)
+    s = kvstitch.Session(m, c, n_ctx=64)
+    c.close()
+    with pytest.raises(kvstitch.InvalidArgument, match="cache was closed"):
+        s.warm("hello")
+    s.close()
+    s.close()  # a second close does nothing, as Model's and Cache's
+    m.close()
+
+
+def test_a_stream_left_mid_loop_is_collected_and_stops(model):
+    # The worker thread's target was a bound method of the Stream: a `break`
+    # out of the loop left it alive, and generation ran on to max_tokens
+    # with the Session busy meanwhile.
+    s = kvstitch.Session(model, n_ctx=512)
+    st = s.stream("1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=400, chat=False)  # counts on
+    ref = weakref.ref(st)
+    for i, _ in enumerate(st):
+        if i == 2:
+            break
+    del st
+    gc.collect()
+    assert ref() is None  # collected: its __del__ asked the library to stop
+    for _ in range(600):  # bounded wait for the worker to reach the next token
+        try:
+            r = s.generate("Hi", max_tokens=1)
+            break
+        except kvstitch.SessionBusy:
+            threading.Event().wait(0.05)
+    else:
+        pytest.fail("the Session stayed busy")
+    assert r.tokens
+    s.close()
+
+
+def test_stream_closed_from_another_thread_ends_the_loop(model):
+    # close() had drained the queue itself, racing the iterating thread,
+    # which then waited for ever for an end marker close() had taken.
+    s = kvstitch.Session(model, n_ctx=512)
+    st = s.stream("1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=300, chat=False)  # counts on
+    got, started = [], threading.Event()
+
+    def consume():
+        for piece in st:
+            got.append(piece)
+            started.set()
+        started.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    assert started.wait(60)
+    st.close()
+    t.join(60)
+    assert not t.is_alive(), "the iterating thread still waits"
+    assert got and st.result is not None and st.result.stop_reason == "callback", (got, st.result)
+    s.close()
+
+
+def test_documents_as_an_iterator_are_read_once(model, cache):
+    # stream() built its arguments twice: a generator given as documents=
+    # was empty the second time and the documents were dropped.
+    from conftest import DOC_A, QUESTION
+    s = kvstitch.Session(model, cache, n_ctx=512)
+    want = s.generate(QUESTION, documents=[DOC_A], max_tokens=4)
+    with s.stream(QUESTION, documents=(d for d in [DOC_A]), max_tokens=4) as st:
+        text = st.text
+    assert st.result.prompt_tokens == want.prompt_tokens and text == want.text
+    s.close()
+
+
+def test_arguments_of_the_wrong_shape(model, cache):
+    s = kvstitch.Session(model, cache, n_ctx=256)
+    # One stop string may come alone (OpenAI's shape); it had been taken as
+    # its characters, each a stop string.
+    a = s.generate("The capital of France is", stop="Nova", max_tokens=12)
+    b = s.generate("The capital of France is", stop=["Nova"], max_tokens=12)
+    assert a.text == b.text and a.tokens == b.tokens
+    with pytest.raises(kvstitch.InvalidArgument, match="list of texts"):
+        s.generate(Q, documents="The Louvre is a museum.")  # had been 23 one-character documents
+    # system= where it cannot apply: refused (it had been dropped without a word)
+    with pytest.raises(kvstitch.InvalidArgument, match="system="):
+        s.generate(Q, system="Be short.", chat=False, max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match="system="):
+        s.generate([1, 2, 3], system="Be short.", max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match="reuse contains a NUL"):
+        s.generate(Q, reuse="prefix\0garbage", max_tokens=1)  # had been cut to "prefix"
+    with pytest.raises(kvstitch.InvalidArgument, match="document 1 contains a NUL"):
+        s.generate(Q, documents=["fine", "bad\0doc"], max_tokens=1)  # had blamed "a system prompt"
+    s.close()
+    # Without a cache, system= makes a chat prompt (it had asked for a Cache)
+    plain = kvstitch.Session(model, n_ctx=256)
+    msgs = [{"role": "system", "content": "Be short."}, {"role": "user", "content": Q}]
+    assert plain.generate(Q, system="Be short.", max_tokens=4).tokens == plain.generate(msgs, max_tokens=4).tokens
+    plain.close()
+    with pytest.raises(kvstitch.InvalidArgument, match="threads"):
+        kvstitch.Model.load(model.path, threads=1.5)
+
+
+def test_model_close_refusal_is_invalid_argument(model_path):
+    m = kvstitch.Model.load(model_path, threads=1)
+    s = kvstitch.Session(m, n_ctx=64)
+    with pytest.raises(kvstitch.InvalidArgument, match="still use"):  # had been the base Error
+        m.close()
+    s.close()
+    m.close()
+
+
+def test_paths_home_and_not_utf8(model_path, tmp_path, monkeypatch):
+    # "~" in cache_dir (the README's example had failed), and a model file
+    # whose name is not UTF-8, as os.listdir gives it (str with surrogate
+    # escapes) or as bytes (both had failed to encode).
+    monkeypatch.setenv("HOME", str(tmp_path))
+    m = kvstitch.Model.load(model_path, threads=1)
+    c = kvstitch.Cache(m, budget_bytes=1 << 20, cache_dir="~/kvs")
+    assert os.path.isdir(tmp_path / "kvs") and c.cache_dir == str(tmp_path / "kvs")
+    c.close()
+    with pytest.raises(kvstitch.InvalidArgument, match="cache_dir is empty"):
+        kvstitch.Cache(m, cache_dir="")
+    m.close()
+    odd = os.path.join(os.fsencode(tmp_path), b"model\xff.gguf")
+    os.symlink(os.fsencode(model_path), odd)
+    for p in (odd, os.fsdecode(odd)):
+        m = kvstitch.Model.load(p, threads=1)
+        assert m.n_vocab > 0
+        m.close()
+    shutil.rmtree(tmp_path / "kvs")
