@@ -81,6 +81,9 @@ def c_text(s: str, what: str) -> bytes:
     """s as UTF-8 for a C string: a NUL would end it early (the rest silently
     dropped: a chat message, a stop string cut short), so it is refused, as
     the CLI refuses it."""
+    if not isinstance(s, str):  # None or bytes had raised AttributeError / TypeError naming nothing
+        from ._errors import InvalidArgument
+        raise InvalidArgument(f"{what} must be a str, got {type(s).__name__}")
     if "\0" in s:
         from ._errors import InvalidArgument
         raise InvalidArgument(f"{what} contains a NUL character")

@@ -89,6 +89,8 @@ class Model(InUse, NoCopy):
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of text. add_bos: as the vocabulary asks (SmolLM2 asks for
         none); special: recognise control tokens such as <|im_start|>."""
+        if not isinstance(text, str):  # bytes had raised AttributeError
+            raise InvalidArgument(f"tokenize takes a str, got {type(text).__name__}")
         data = text.encode("utf-8")
         flags = (lib.KVS_TOKENIZE_ADD_BOS if add_bos else 0) | \
                 (lib.KVS_TOKENIZE_PARSE_SPECIAL if special else 0)
@@ -125,7 +127,11 @@ class Model(InUse, NoCopy):
     def render_chat(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
                     family: str | None = None) -> str:
         """messages ({"role", "content"}) laid out in the model's chat template."""
-        keep = [(c_text(m["role"], "a message role"), c_text(m["content"], "a message content")) for m in messages]
+        keep = []
+        for i, m in enumerate(messages):  # a missing key had raised KeyError
+            if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+                raise InvalidArgument(f"messages[{i}] must be a mapping with 'role' and 'content', got {m!r:.80}")
+            keep.append((c_text(m["role"], f"messages[{i}].role"), c_text(m["content"], f"messages[{i}].content")))
         msgs = ffi.new("kvs_chat_message[]", len(keep))
         owners = []
         for i, (role, content) in enumerate(keep):

@@ -175,10 +175,15 @@ class Session(NoCopy):
         a = dict(self._DEFAULTS, **{k: v for k, v in kw.items() if k != "self"})
         # checked here so the message names this API's arguments (the C
         # library would name its own fields, n_predict and n_top_logprobs)
-        for name in ("max_tokens", "logprobs"):
-            v = a[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise InvalidArgument(f"{name} must be an integer >= 0, got {v!r}")
+        for name, top in (("max_tokens", 2**31 - 1), ("logprobs", 2**31 - 1), ("seed", 2**64 - 1)):
+            v = a[name]  # (2**40 had raised cffi's OverflowError, -1 a conversion error, naming nothing)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > top:
+                raise InvalidArgument(f"{name} must be an integer in [0, {top}], got {v!r}")
+        recal = a["recalibrate"]
+        if not (recal is None or isinstance(recal, bool) or
+                (isinstance(recal, (tuple, list)) and len(recal) == 2 and
+                 all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in recal))):
+            raise InvalidArgument(f"recalibrate must be True, False, None or (temperature, scale), got {recal!r}")
         # one stop string may come alone, as OpenAI's stop does (a str had been
         # taken as its characters, each a stop string)
         if isinstance(a["stop"], str):

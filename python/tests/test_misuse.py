@@ -196,3 +196,22 @@ def test_paths_home_and_not_utf8(model_path, tmp_path, monkeypatch):
         assert m.n_vocab > 0
         m.close()
     shutil.rmtree(tmp_path / "kvs")
+
+
+def test_wrong_types_name_the_argument(model):
+    # Each had raised an exception naming nothing of ours (cffi's
+    # OverflowError, KeyError, AttributeError, an unpacking error).
+    s = kvstitch.Session(model, n_ctx=128)
+    for kw, name in [({"max_tokens": 2**40}, "max_tokens"), ({"seed": -1}, "seed"),
+                     ({"logprobs": 2**40}, "logprobs"), ({"recalibrate": "yes"}, "recalibrate"),
+                     ({"recalibrate": (1.0,)}, "recalibrate"), ({"stop": [None]}, "stop")]:
+        with pytest.raises(kvstitch.InvalidArgument, match=name):
+            s.generate(Q, **kw)
+    with pytest.raises(kvstitch.InvalidArgument, match=r"messages\[1\] must be a mapping"):
+        s.generate([{"role": "user", "content": "hi"}, {"role": "user"}], max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match=r"messages\[0\].content must be a str"):
+        s.generate([{"role": "user", "content": None}], max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match="tokenize takes a str"):
+        model.tokenize(b"bytes")
+    assert s.generate(Q, max_tokens=2, seed=2**64 - 1).tokens  # the bounds themselves pass
+    s.close()
