@@ -84,9 +84,9 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, si
     /* The streaming detokenizer's text (as a generation's): a character split
      * over tokens is joined, bytes that form none become U+FFFD (the byte
      * tokens' raw bytes had made the reply's JSON invalid UTF-8), NULs too
-     * (the reply is built from C strings). The text is bounded like a request body: a token's text can
-     * be ~80 bytes for its ~6 in the request (8 MB of ids had made a 114 MB
-     * reply, 210 MB of memory on the way). */
+     * (the reply is built from C strings). The text is bounded like a
+     * request body: a token's text can be ~80 bytes for its ~6 in the
+     * request (8 MB of ids had made a 114 MB reply, 210 MB of memory). */
     size_t cap = 256, n = 0, piece_cap = 256;
     char *text = malloc(cap), *piece = malloc(piece_cap);
     kvs_detok *d = NULL;

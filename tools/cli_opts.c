@@ -129,12 +129,12 @@ static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, vo
     case CLI_DIR: {
         struct stat st, lst;
         if (!*v) return cli_usage_error(cmd->name, "%s: the path is empty", row_name(o));
-        if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
+        const int e = stat(v, &st) ? errno : 0;
+        if (!e && !S_ISDIR(st.st_mode))
             return cli_usage_error(cmd->name, "%s: %s exists and is %s, expected a directory", row_name(o), v,
                                    S_ISREG(st.st_mode) ? "a file" : file_type(st.st_mode));
         /* missing is fine (it is created), but a link to nowhere or a loop
          * had been reported later as "not a directory" */
-        const int e = stat(v, &st) ? errno : 0;
         if (e && (e != ENOENT || (lstat(v, &lst) == 0 && S_ISLNK(lst.st_mode))))
             return cli_usage_error(cmd->name, "%s: %s: %s", row_name(o), v,
                                    e == ENOENT ? "a symbolic link to a missing target" : strerror(e));
