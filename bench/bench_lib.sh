@@ -18,3 +18,16 @@ amx_prefill() {
     paths=$("$1" --version | sed -n 's/^kernel paths on this CPU: //p')
     if [ "${paths%% *}" = amx ] && [ "${KVS_AMX:-1}" != 0 ]; then echo 1; else echo 0; fi
 }
+
+# report_slug KVSTITCH: the name part of a report of this machine, as
+# "<cpu model>-<kernel path>[-amx]" in lower case (e.g. amd-epyc-avx2,
+# amd-epyc-avx512vnni, intel-r-xeon-r-processor-avx512vnni-amx): CPUs of one
+# model name differ in what they expose (an EPYC VM with AVX2 only, another
+# with AVX-512), so the path keeps their reports apart.
+report_slug() {
+    local cpu isa
+    cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+    isa=$("$1" --version | sed -n 's/^kernel paths on this CPU: //p' | tr ' ' '\n' | grep -v -m1 '^amx$')
+    [ "$(amx_prefill "$1")" = 1 ] && isa="$isa-amx"
+    echo "${cpu:-cpu}-${isa:-scalar}" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//'
+}

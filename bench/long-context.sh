@@ -4,8 +4,9 @@
 # alternating for ROUNDS, medians of REPS. Per depth: prefill of PP more
 # tokens and decode of TG tokens, both engines, the ratio, and each engine's
 # per-token cost relative to depth 0 (issue 16 asks <= 2x at 4K-8K).
-# Writes bench/results/long-context-<cpu>.md (and prints it; -<cpu>-amx.md where
-# our prefill runs on AMX tiles, bench_lib.sh's amx_prefill); NO_SAVE=1 prints only.
+# Writes bench/results/long-context-<cpu>-<path>.md (and prints it; bench_lib.sh's
+# report_slug: e.g. amd-epyc-avx2, ...-avx512vnni-amx where our prefill runs on
+# AMX tiles); NO_SAVE=1 prints only.
 #   MODEL (the Q4_1 file of scripts/fetch-model.sh)  DEPTHS ("0 512 2048 4096")
 #   THREADS ("1 2")  PP (512)  TG (32)  REPS (2)  ROUNDS (2)
 #   LLAMACPP_BIN: a directory with llama-bench (default: the build of
@@ -75,8 +76,7 @@ amx=$(amx_prefill "$cli")
 [ "$amx" = 1 ] && printf '\nOur prefill ran on AMX tiles (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices of many rows; attention on AVX-512).\n' >> "$tmp/report.md"
 cat "$tmp/report.md"
 if [ "${NO_SAVE:-0}" != 1 ]; then
-    slug=$(echo "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
-    [ "$amx" = 1 ] && slug="$slug-amx"
-    cp "$tmp/report.md" "bench/results/long-context-${slug:-cpu}.md"
-    echo "long-context: wrote bench/results/long-context-${slug:-cpu}.md" >&2
+    slug=$(report_slug "$cli")
+    cp "$tmp/report.md" "bench/results/long-context-$slug.md"
+    echo "long-context: wrote bench/results/long-context-$slug.md" >&2
 fi

@@ -139,10 +139,7 @@ for l in sys.stdin:
 done
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
-isa=$(sed -n 's/^isa //p' "$tmp/probe.txt")
-[ $amx = 1 ] && isa="$isa-amx"
-slug=$(echo "${cpu:-cpu}-$isa" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
-out="bench/results/roofline-$slug.md"
+out="bench/results/roofline-$(report_slug "$BUILD/kvstitch").md"
 python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
     "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \
     "$(if [ $have_ll = 1 ]; then { "$llbin/llama-bench" --version 2>&1 || true; } | grep -m1 -i version | sed 's/^version: /llama.cpp /'; else echo 'not available'; fi)" \

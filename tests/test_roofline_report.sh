@@ -94,4 +94,19 @@ else
     echo "skip probe: $BUILD/bench/roofline_probe not built"
 fi
 
+# Report names (bench_lib.sh's report_slug): the CPU model, our best kernel
+# path, -amx only where prefill runs on tiles, so that two CPUs of one model
+# name with different paths never share a report.
+if [ -x "$BUILD/kvstitch" ]; then
+    . bench/bench_lib.sh
+    slug=$(report_slug "$BUILD/kvstitch")
+    best=$("$BUILD/kvstitch" --version | sed -n 's/^kernel paths on this CPU: //p' | tr ' ' '\n' | grep -v -m1 '^amx$')
+    [[ "$slug" =~ ^[a-z0-9-]+$ && "$slug" == *"-$best"* ]]
+    check slug_names_cpu_and_path $?
+    [[ "$(KVS_AMX=0 report_slug "$BUILD/kvstitch")" != *-amx ]]
+    check slug_no_amx_when_disabled $?
+    if [ "$(amx_prefill "$BUILD/kvstitch")" = 1 ]; then [[ "$slug" == *-amx ]]; else [[ "$slug" != *-amx ]]; fi
+    check slug_amx_iff_tiles $?
+fi
+
 [ "$fails" -eq 0 ]
