@@ -26,6 +26,8 @@
  * the paths of matmul_avx512_m1.c.
  */
 #include <float.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -833,6 +835,59 @@ __attribute__((noinline)) static void f8_rows(const kvs_mm_call *c, int j0, int 
     }
 }
 
+/* One activation row against float weights (decode), on AMD CPUs: row j
+ * with row j + h of the chunk's other half, two streams far apart, each
+ * prefetched a line ahead per line read (as the AVX2 path, matmul_avx2.c,
+ * for the same reason: an AMD core reads DRAM faster from distant streams);
+ * kern_f's chain and tree per output, so its bits. SmolLM2 F16 decode on a
+ * Zen 5 VM, alternating: 57-78 -> 71-88 tok/s at 1 thread, 125-136 ->
+ * 145-151 at 2. On Xeons kern_f's 4-row tiles with near and far prefetch
+ * stay (at the bandwidth bound there; pairs not measured on one). */
+#define F_PAIR_AHEAD 1024
+/* KVS_F_DECODE=pairs or tiles overrides the choice (benchmarks). */
+static atomic_int g_f_pairs = -1; /* -1: not decided yet */
+static int f_decode_pairs(void) {
+    int p = atomic_load_explicit(&g_f_pairs, memory_order_relaxed);
+    if (p < 0) {
+        const char *e = getenv("KVS_F_DECODE");
+        p = e && !strcmp(e, "pairs") ? 1 : e && !strcmp(e, "tiles") ? 0 : __builtin_cpu_is("amd");
+        atomic_store_explicit(&g_f_pairs, p, memory_order_relaxed);
+    }
+    return p;
+}
+void kvs_kernels_set_f_decode_pairs(int pairs) { atomic_store(&g_f_pairs, pairs < 0 ? -1 : !!pairs); }
+AI float f_dot_tail(__m512 acc, const uint8_t *row, const float *x, int e, int k, int type) {
+    if (e < k) {
+        const __mmask16 mk = (__mmask16)((1u << (k - e)) - 1);
+        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(mk, x + e), load_w16(row, e, type, mk), acc, mk);
+    }
+    return hsum_tree(acc);
+}
+AI void f_pair(const uint8_t *a, const uint8_t *b, const float *x, int k, float *ya, float *yb, int type) {
+    const int esz = type == KVS_TYPE_F32 ? 4 : 2;
+    __m512 ca = _mm512_setzero_ps(), cb = _mm512_setzero_ps();
+    int e = 0;
+    for (; e + 16 <= k; e += 16) {
+        if (((e * esz) & 63) == 0) {
+            _mm_prefetch((const char *)a + (size_t)e * esz + F_PAIR_AHEAD, _MM_HINT_T0);
+            if (b) _mm_prefetch((const char *)b + (size_t)e * esz + F_PAIR_AHEAD, _MM_HINT_T0);
+        }
+        const __m512 xv = _mm512_loadu_ps(x + e);
+        ca = _mm512_fmadd_ps(xv, load_w16(a, e, type, 0xffff), ca);
+        if (b) cb = _mm512_fmadd_ps(xv, load_w16(b, e, type, 0xffff), cb);
+    }
+    *ya = f_dot_tail(ca, a, x, e, k, type);
+    if (b) *yb = f_dot_tail(cb, b, x, e, k, type);
+}
+/* Rows [j0, j1): j with j + h, an odd count's last row alone. */
+AI void f_pairs(const kvs_wmat *w, int j0, int j1, const float *x, float *y, int type) {
+    const int h = (j1 - j0) / 2;
+    const uint8_t *d = (const uint8_t *)w->data;
+    for (int j = j0; j < j0 + h; j++)
+        f_pair(d + (size_t)j * w->row_bytes, d + (size_t)(j + h) * w->row_bytes, x, w->k, y + j, y + j + h, type);
+    if ((j1 - j0) % 2) f_pair(d + (size_t)(j1 - 1) * w->row_bytes, NULL, x, w->k, y + j1 - 1, NULL, type);
+}
+
 static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     int m = c->m, n = w->n;
@@ -870,6 +925,12 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
     }
     if (!c->xq && m >= F8_ROWS && kp * F8_ROWS <= F8_FLOATS) {
         f8_rows(c, j0, j1);
+        return;
+    }
+    if (!c->xq && m == 1 && f_decode_pairs()) {
+        if (w->type == KVS_TYPE_F16) f_pairs(w, j0, j1, c->x, c->y, KVS_TYPE_F16);
+        else if (w->type == KVS_TYPE_F32) f_pairs(w, j0, j1, c->x, c->y, KVS_TYPE_F32);
+        else f_pairs(w, j0, j1, c->x, c->y, KVS_TYPE_BF16);
         return;
     }
     if (!c->xq) {
@@ -957,4 +1018,6 @@ const kvs_isa kvs_isa_avx512 = {
 #pragma GCC pop_options
 #endif
 
+#else
+void kvs_kernels_set_f_decode_pairs(int pairs) { (void)pairs; } /* no AVX-512 path to steer */
 #endif
