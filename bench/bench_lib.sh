@@ -19,6 +19,12 @@ amx_prefill() {
     if [ "${paths%% *}" = amx ] && [ "${KVS_AMX:-1}" != 0 ]; then echo 1; else echo 0; fi
 }
 
+# best_vector_path KVSTITCH: the first kernel path that build lists here
+# other than amx (avx512vnni, avx2 or scalar).
+best_vector_path() {
+    "$1" --version | sed -n 's/^kernel paths on this CPU: //p' | tr ' ' '\n' | grep -v -m1 '^amx$'
+}
+
 # report_slug KVSTITCH: the name part of a report of this machine, as
 # "<cpu model>-<kernel path>[-amx]" in lower case (e.g. amd-epyc-avx2,
 # amd-epyc-avx512vnni, intel-r-xeon-r-processor-avx512vnni-amx): CPUs of one
@@ -27,7 +33,7 @@ amx_prefill() {
 report_slug() {
     local cpu isa
     cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
-    isa=$("$1" --version | sed -n 's/^kernel paths on this CPU: //p' | tr ' ' '\n' | grep -v -m1 '^amx$')
+    isa=$(best_vector_path "$1")
     [ "$(amx_prefill "$1")" = 1 ] && isa="$isa-amx"
     echo "${cpu:-cpu}-${isa:-scalar}" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//'
 }

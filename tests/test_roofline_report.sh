@@ -100,7 +100,7 @@ fi
 if [ -x "$BUILD/kvstitch" ]; then
     . bench/bench_lib.sh
     slug=$(report_slug "$BUILD/kvstitch")
-    best=$("$BUILD/kvstitch" --version | sed -n 's/^kernel paths on this CPU: //p' | tr ' ' '\n' | grep -v -m1 '^amx$')
+    best=$(best_vector_path "$BUILD/kvstitch")
     [[ "$slug" =~ ^[a-z0-9-]+$ && "$slug" == *"-$best"* ]]
     check slug_names_cpu_and_path $?
     [[ "$(KVS_AMX=0 report_slug "$BUILD/kvstitch")" != *-amx ]]
