@@ -181,7 +181,7 @@ AMX_TARGET static void amx_setup(void) {
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
-    _tile_loadconfig(&cfg);
+    amx_load_config(&cfg);
     _tile_loadd(2, g_tile_src, 64);
     _tile_loadd(3, g_tile_src + 1024, 64);
     _tile_loadd(4, g_tile_src, 64);

@@ -19,6 +19,20 @@ typedef struct amx_tilecfg {
     uint8_t rows[16];
 } amx_tilecfg;
 
+/* ldtilecfg of cfg. Not _tile_loadconfig: GCC 12's builtin does not tell
+ * the optimizer that it reads all 64 bytes, and where the configuring
+ * function is inlined, dead-store elimination dropped the colsb stores (a
+ * zero config: #GP, seen as SIGSEGV; llama.cpp builds with -fno-dse for the
+ * same bug). The asm's memory operand is the whole struct, so every store
+ * stays. */
+static inline void amx_load_config(const amx_tilecfg *cfg) {
+#if defined(__x86_64__)
+    __asm__ __volatile__("ldtilecfg %0" : : "m"(*cfg));
+#else
+    (void)cfg;
+#endif
+}
+
 /* Floats of a thread's AMX tile-result scratch: matmul_amx.c's two row-tile
  * buffers (16 rows x 2 halves x every block's 16 columns, plus 17 lines). */
 #define KVS_AMX_CB_PAD (17 * 16)

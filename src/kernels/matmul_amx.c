@@ -575,7 +575,7 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
-    _tile_loadconfig(&cfg); /* per thread, per call: released below */
+    amx_load_config(&cfg); /* per thread, per call: released below */
     for (int jt = j0; jt < j1; jt += PANEL) {
         int nr = j1 - jt < PANEL ? j1 - jt : PANEL;
         if (w->type == KVS_TYPE_Q4_K) prep_panel_q4k(w, jt, nr, nb, pan);

@@ -83,7 +83,7 @@ static void configure(int nr) {
         cfg.rows[4 + t] = 8;
         cfg.colsb[4 + t] = 64;
     }
-    _tile_loadconfig(&cfg);
+    amx_load_config(&cfg);
 }
 
 /* Share part of parts of the bytes [a0, a1) into L2. */

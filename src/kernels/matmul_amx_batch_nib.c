@@ -178,7 +178,7 @@ static void configure(void) {
         cfg.rows[4 + t] = 8;
         cfg.colsb[4 + t] = 64;
     }
-    _tile_loadconfig(&cfg);
+    amx_load_config(&cfg);
 }
 
 /* Every block's C of a pass into cb[b] (256 int32, rows of 16); even and
