@@ -17,6 +17,8 @@
  *    much of a vector epilogue of the kernel's shape (16 rows: two loads,
  *    add, mul, fma) hides behind that tile work: amx_overlap = time(both
  *    interleaved) / (time(tiles) + time(vector)), 1 = none, max/sum = all.
+ *  - the core clock: a chain of dependent adds per thread (base/core_clock.h),
+ *    GHz a core: on a shared VM it shows how much of its cores the host gave.
  * Each figure is the median and the best of several repetitions, all threads
  * started together, from two clocks: wall (what the machine gave) and each
  * thread's CPU time (what a core gives while it runs: on a shared, loaded
@@ -36,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/core_clock.h"
 #include "kernels/amx_util.h"
 #include "kernels/kernels.h"
 
@@ -61,6 +64,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 enum job_kind {
+    JOB_CLOCK, /* a chain of dependent adds (base/core_clock.h) */
     JOB_READ,
     JOB_DOT_AVX2,
     JOB_DOT_VNNI,
@@ -263,7 +267,8 @@ static void *run_job(void *arg) {
     j->t0 = now_s();
     double c0 = cpu_s();
 #if defined(__x86_64__)
-    if (j->kind == JOB_READ) j->sink = read_slice(j->p, j->bytes);
+    if (j->kind == JOB_CLOCK) j->sink = kvs_add_chain((uint64_t)j->iters);
+    else if (j->kind == JOB_READ) j->sink = read_slice(j->p, j->bytes);
     else if (j->kind == JOB_DOT_AVX2) j->sink = dot_avx2(j->iters);
     else if (j->kind == JOB_DOT_VNNI) j->sink = dot_vnni(j->iters);
     else j->sink = amx_run(j->kind, j->iters);
@@ -373,6 +378,15 @@ int main(int argc, char **argv) {
     if (f) fclose(f);
     printf("load %s\n", load);
     printf("isa %s\n", vnni ? "avx512vnni" : avx2 ? "avx2" : "none");
+    double v[100], w[100];
+    for (int nt = 1; nt <= max_threads; nt++) { /* GHz a core: the threads' mean */
+        const long iters = 1 << 21; /* 16 M adds: ~8 ms of a 2 GHz core */
+        for (int r = 0; r < reps; r++) {
+            v[r] = run_threads(JOB_CLOCK, nt, NULL, 0, iters, (double)iters * KVS_ADD_CHAIN_ADDS / 1e9 * nt, &w[r]) / nt;
+            w[r] /= nt;
+        }
+        report("clock_ghz", "-", nt, v, w, reps);
+    }
     if (!avx2) return 0;
     size_t bytes = mib << 20;
     uint8_t *buf = aligned_alloc(4096, bytes);
@@ -381,7 +395,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     memset(buf, 1, bytes); /* fault the pages in before timing */
-    double v[100], w[100];
     for (int nt = 1; nt <= max_threads; nt++) {
         run_threads(JOB_READ, nt, buf, bytes, 0, 1, w); /* warm */
         for (int r = 0; r < reps; r++) v[r] = run_threads(JOB_READ, nt, buf, bytes, 0, (double)bytes / 1e9, &w[r]);

@@ -27,7 +27,7 @@ def figures(f):
 
 
 def parse_probe(path):
-    probe = {"read": {}, "int8": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
+    probe = {"read": {}, "int8": {}, "clock": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
     for line in open(path):
         f = line.split()
         if not f:
@@ -42,6 +42,8 @@ def parse_probe(path):
             if key == "int8" and f[1] != probe["isa"]:
                 continue  # the peak of the path the matmuls use
             probe[key][int(f[3])] = kv
+        elif f[0] == "clock_ghz":
+            probe["clock"][int(f[3])] = figures(f)
         elif f[0] in ("amx_gmacs", "amx_block_gdots"):
             probe["amx"].setdefault((f[0], f[1]), {})[int(f[3])] = figures(f)
         elif f[0] == "amx_overlap":
@@ -122,15 +124,18 @@ def main():
       "gave during this run; CPU-time figures are what a core gives while it runs). Written by "
       "`bench/roofline.sh`.\n" % (commit, probe["load"]))
     w("## Ceilings (build/bench/roofline_probe)\n")
-    w("| threads | read GB/s, CPU time (median / best) | read GB/s, wall (median / best) | int8 GMAC/s (%s), CPU time | int8 GMAC/s, wall |"
-      % probe["isa"])
-    w("|---:|---:|---:|---:|---:|")
+    w("| threads | read GB/s, CPU time (median / best) | read GB/s, wall (median / best) | int8 GMAC/s (%s), CPU time | int8 GMAC/s, wall "
+      "| core clock GHz, CPU time / wall |" % probe["isa"])
+    w("|---:|---:|---:|---:|---:|---:|")
     for t in sorted(probe["read"]):
-        r, i = probe["read"][t], probe["int8"].get(t, {})
-        w("| %d | %.1f / %.1f | %.1f / %.1f | %s | %s |" % (t, r["cpu_median"], r["cpu_best"], r["wall_median"], r["wall_best"],
-                                                       fmt(i.get("cpu_median"), "%.1f"), fmt(i.get("wall_median"), "%.1f")))
+        r, i, c = probe["read"][t], probe["int8"].get(t, {}), probe["clock"].get(t, {})
+        clock = "%.2f / %.2f" % (c["cpu_median"], c["wall_median"]) if c else "-"
+        w("| %d | %.1f / %.1f | %.1f / %.1f | %s | %s | %s |" % (t, r["cpu_median"], r["cpu_best"], r["wall_median"], r["wall_best"],
+                                                            fmt(i.get("cpu_median"), "%.1f"), fmt(i.get("wall_median"), "%.1f"), clock))
     w("\nint8 MACs: vpmaddubsw = 32, vpdpbusd = 64. The two-level activations (quant.h) cost two int8 "
-      "MACs per weight multiply-add.")
+      "MACs per weight multiply-add. Core clock: a chain of dependent register adds on each thread "
+      "(base/core_clock.h), the threads' mean: on a quiet machine the cores' clock; below it, or a wall "
+      "figure below the CPU-time one, the host gave less than whole cores.")
     if probe["amx"]:
         amx_section(probe, w)
     else:

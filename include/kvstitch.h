@@ -109,6 +109,14 @@ KVS_API const char *kvs_last_error(void);
  * separated: "amx avx512vnni avx2 scalar" at most. Static storage. */
 KVS_API const char *kvs_isa_paths(void);
 
+/* How fast the calling thread's core runs now: dependent register adds per
+ * nanosecond of wall time (one cycle each on x86-64 and arm64 cores) over
+ * about `seconds` (at least ~4 ms); 0 where unknown (another CPU family).
+ * On a quiet machine the core's clock in GHz; on a shared VM it drops when
+ * the host's other tenants take the core, so `kvstitch bench` prints it
+ * before and after its tests. */
+KVS_API double kvs_core_clock_ghz(double seconds);
+
 /* ------------------------------------------------------------------------ */
 /* Model                                                                     */
 /* ------------------------------------------------------------------------ */

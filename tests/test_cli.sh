@@ -57,6 +57,19 @@ grep -q "architecture: *llama" <<<"$out" && grep -q "layers: *30" <<<"$out" && g
 "$CLI" info -m "$MODEL" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["n_layer"]==30 and d["n_vocab"]==49152 and d["tensor_types"]["Q8_0"]==1' \
     && ok cli_info_json || fail cli_info_json "bad JSON"
 
+# bench: figures, and the core clock before and after the tests (dependent
+# register adds: a real chain gives tenths of a GHz at least, text and JSON).
+"$CLI" bench -m "$MODEL" -p 8 -n 4 --reps 1 --threads 1 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+c = d["core_clock_ghz"]
+assert d["pp"]["tok_s"] > 0 and d["tg"]["tok_s"] > 0, d
+assert 0.1 < c["start"] < 20 and 0.1 < c["end"] < 20, c' \
+    && ok cli_bench_json_clock || fail cli_bench_json_clock "bad JSON"
+out=$("$CLI" bench -m "$MODEL" -p 8 -n 0 --reps 1 --threads 1)
+grep -Eq '^clock: +[0-9]+\.[0-9]{2} GHz before the tests, [0-9]+\.[0-9]{2} after' <<<"$out" \
+    && ok cli_bench_clock_line || fail cli_bench_clock_line "$out"
+
 # --help everywhere, exit 0.
 for c in tokenize info generate bench perplexity; do
     "$CLI" $c --help >/dev/null 2>&1 && ok "cli_help_$c" || fail "cli_help_$c" "exit $?"

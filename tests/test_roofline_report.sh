@@ -18,6 +18,7 @@ check() {  # check NAME CONDITION-EXIT-STATUS
 cat >"$tmp/probe" <<'EOF'
 load 0.10 0.20 0.30 1/100 1
 isa avx512vnni
+clock_ghz - threads 1 cpu_median 3.50 cpu_best 3.60 wall_median 3.40 wall_best 3.55
 read_gbs - threads 1 cpu_median 16.00 cpu_best 17.00 wall_median 16.00 wall_best 20.00
 int8_gmacs avx512vnni threads 1 cpu_median 400.00 cpu_best 410.00 wall_median 400.00 wall_best 410.00
 EOF
@@ -62,6 +63,9 @@ check report_amx_batch_row $?
 
 out=$(report "$tmp/probe" 0)
 check report_plain_exit_0 $?
+# the ceilings row: read, int8 peak, and the core clock (CPU time / wall medians)
+grep -Eq '^\| 1 \| 16\.0 / 17\.0 \| 16\.0 / 20\.0 \| 400\.0 \| 400\.0 \| 3\.50 / 3\.40 \|$' <<<"$out"
+check report_ceilings_row_with_clock $?
 ! grep -q 'AMX' <<<"$out"
 check report_plain_has_no_amx $?
 grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \|$' <<<"$out"
@@ -75,6 +79,9 @@ if [ -x "$BUILD/bench/roofline_probe" ] && [ -x "$BUILD/kvstitch" ]; then
     check probe_exit_0 $?
     grep -Eq '^read_gbs - threads 1 cpu_median [0-9.]+' <<<"$probe"
     check probe_read_line $?
+    # the core clock: a real chain gives some tenths of a GHz at least
+    awk '$1 == "clock_ghz" && $4 == 1 && $6 > 0.1 && $6 < 20 { found = 1 } END { exit !found }' <<<"$probe"
+    check probe_clock_line $?
     if "$BUILD/kvstitch" --version 2>/dev/null | grep -q 'amx'; then
         for key in "amx_gmacs bf16" "amx_gmacs int8" "amx_block_gdots q4" "amx_block_gdots q8"; do
             awk -v k="$key" '$1 " " $2 == k && $4 == 1 && $6 > 0 { found = 1 } END { exit !found }' <<<"$probe"

@@ -5,7 +5,9 @@
  * memory split into file-backed pages (the mmapped weights) and anonymous
  * pages (KV, scratch). --streams N: the decode test steps N contexts at once
  * (kvs_decode_batch, one forward pass per step, as the server's continuous
- * batching) and reports their aggregate tokens/s.
+ * batching) and reports their aggregate tokens/s. The core clock (a chain of
+ * dependent adds, kvs_core_clock_ghz) before and after the tests says what
+ * state a shared machine was in while they ran.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -215,6 +217,7 @@ int cmd_bench(int argc, char **argv) {
         pos[i] = i;
     }
     double pp_med = 0, tg_med = 0, scratch;
+    const double clock_start = kvs_core_clock_ghz(0.02);
     /* slots 0..depth-1 once (every stream); every test then writes the slots after them */
     for (int s = 0; s < ns && depth > 0; s++)
         if ((st = run_pp(ctxs[s], toks + s, pos, depth, logits, &scratch))) {
@@ -246,6 +249,7 @@ int cmd_bench(int argc, char **argv) {
             }
         tg_med = median(tg, reps);
     }
+    const double clock_end = kvs_core_clock_ghz(0.02);
     long long kb[3];
     read_rss(kb);
     if (!n_threads) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -264,10 +268,18 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "rss_bytes", (double)kb[0] * 1024);
         cJSON_AddNumberToObject(j, "rss_file_bytes", (double)kb[2] * 1024);
         cJSON_AddNumberToObject(j, "rss_anon_bytes", (double)kb[1] * 1024);
+        if (clock_start > 0 && clock_end > 0) {
+            cJSON *ck = cJSON_AddObjectToObject(j, "core_clock_ghz");
+            cJSON_AddNumberToObject(ck, "start", round(clock_start * 100) / 100);
+            cJSON_AddNumberToObject(ck, "end", round(clock_end * 100) / 100);
+        }
         if (json_print_line(stdout, j)) goto done;
     } else {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
         printf("machine: %s, %d threads\n", cpu, n_threads);
+        if (clock_start > 0 && clock_end > 0) /* low or moving: a shared host was busy */
+            printf("clock:   %.2f GHz before the tests, %.2f after (dependent adds on the main thread)\n",
+                   clock_start, clock_end);
         printf("%-8s %12s   %s\n", "test", "tokens/s", "runs (median reported)");
         if (n_pp > 0) print_row("pp", n_pp, 1, depth, pp_med, pp, reps);
         if (n_tg > 0) print_row("tg", n_tg, ns, depth, tg_med, tg, reps);
