@@ -1,13 +1,13 @@
 /*
  * How fast the calling thread's core runs right now: a chain of dependent
  * register adds (one add's latency is one cycle on every x86-64 and arm64
- * core; not add-immediates, which newer Intel cores fold at rename), timed by the wall clock. On a quiet machine this is the core's
- * clock; on a shared VM it drops when the host's other tenants take the
- * core or its SMT sibling (seen: 1.1-2.2 "GHz" minute to minute on a Xeon
- * whose quiet figure is ~3.7), so a benchmark that prints it beside its
- * figures says what state the machine was in (kvstitch bench through
- * kvs_core_clock_ghz, bench/roofline_probe per thread through
- * kvs_add_chain).
+ * core; not add-immediates, which newer Intel cores fold at rename), timed
+ * by the wall clock. On a quiet machine this is the core's clock; on a
+ * shared VM it drops when the host's other tenants take the core or its SMT
+ * sibling (seen: 1.1-2.2 "GHz" minute to minute on a Xeon whose quiet
+ * figure is ~3.7), so a benchmark that prints it beside its figures says
+ * what state the machine was in (kvstitch bench through kvs_core_clock_ghz,
+ * bench/roofline_probe per thread through kvs_add_chain).
  */
 #ifndef KVS_BASE_CORE_CLOCK_H
 #define KVS_BASE_CORE_CLOCK_H
