@@ -169,6 +169,15 @@ typedef struct kvs_model_info {
  * (kvs_model_free invalidates them). */
 KVS_API void kvs_model_get_info(const kvs_model *model, kvs_model_info *info);
 
+/* The far prefetch this model's decode steps use: weight rows that far
+ * ahead are prefetched into L2 (0: off). Chosen at load by size against the
+ * last-level cache and a read probe, then, where that turns it on, checked
+ * by timing one decode step's matmuls without it and with it (kept unless
+ * slower every time); ms, if not NULL, gets those times in milliseconds
+ * ({with, without}; 0 where not checked). KVS_FAR_PREFETCH=0 / 1 forces it.
+ * Speed only: results are the same bits either way. */
+KVS_API int kvs_model_far_prefetch(const kvs_model *model, double ms[2]);
+
 /* Number of tensors of each GGUF tensor type (index = ggml type id), for
  * `kvstitch info`. counts[] must hold KVS_MAX_TENSOR_TYPES entries. */
 #define KVS_MAX_TENSOR_TYPES 64

@@ -70,6 +70,31 @@ out=$("$CLI" bench -m "$MODEL" -p 8 -n 0 --reps 1 --threads 1)
 grep -Eq '^clock: +[0-9]+\.[0-9]{2} GHz before the tests, [0-9]+\.[0-9]{2} after' <<<"$out" \
     && ok cli_bench_clock_line || fail cli_bench_clock_line "$out"
 
+# bench: the far prefetch the decode uses. KVS_FAR_PREFETCH forces it (and
+# nothing is timed at load); unforced, where the load timed a step's matmuls
+# both ways and turned it off, it was the slower way (kvs_model_far_prefetch).
+far_json() { "$CLI" bench -m "$MODEL" -p 0 -n 2 --reps 1 --threads 1 --json; }
+KVS_FAR_PREFETCH=1 far_json | python3 -c '
+import json, sys
+f = json.load(sys.stdin)["far_prefetch"]
+assert f["rows"] > 0 and "ms_with" not in f, f' \
+    && ok cli_bench_far_forced_on || fail cli_bench_far_forced_on "bad JSON"
+KVS_FAR_PREFETCH=0 far_json | python3 -c '
+import json, sys
+f = json.load(sys.stdin)["far_prefetch"]
+assert f["rows"] == 0 and "ms_with" not in f, f' \
+    && ok cli_bench_far_forced_off || fail cli_bench_far_forced_off "bad JSON"
+(unset KVS_FAR_PREFETCH; far_json) | python3 -c '
+import json, sys
+f = json.load(sys.stdin)["far_prefetch"]
+assert f["rows"] >= 0, f
+if "ms_with" in f:
+    assert f["ms_with"] > 0 and f["ms_without"] > 0, f
+    assert f["rows"] > 0 or f["ms_with"] > f["ms_without"], f' \
+    && ok cli_bench_far_checked || fail cli_bench_far_checked "bad JSON"
+out=$(KVS_FAR_PREFETCH=0 "$CLI" bench -m "$MODEL" -p 0 -n 2 --reps 1 --threads 1)
+grep -Eq '^far prefetch: off$' <<<"$out" && ok cli_bench_far_line || fail cli_bench_far_line "$out"
+
 # --help everywhere, exit 0.
 for c in tokenize info generate bench perplexity; do
     "$CLI" $c --help >/dev/null 2>&1 && ok "cli_help_$c" || fail "cli_help_$c" "exit $?"

@@ -255,6 +255,8 @@ int cmd_bench(int argc, char **argv) {
     if (!n_threads) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
+    double far_ms[2];
+    const int far_rows = kvs_model_far_prefetch(model, far_ms);
     if (json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", model_path);
@@ -273,6 +275,12 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(ck, "start", round(clock_start * 100) / 100);
             cJSON_AddNumberToObject(ck, "end", round(clock_end * 100) / 100);
         }
+        cJSON *fp = cJSON_AddObjectToObject(j, "far_prefetch");
+        cJSON_AddNumberToObject(fp, "rows", far_rows);
+        if (far_ms[0] > 0) { /* the load's check: one step's matmuls, ms */
+            cJSON_AddNumberToObject(fp, "ms_with", round(far_ms[0] * 1000) / 1000);
+            cJSON_AddNumberToObject(fp, "ms_without", round(far_ms[1] * 1000) / 1000);
+        }
         if (json_print_line(stdout, j)) goto done;
     } else {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
@@ -280,6 +288,11 @@ int cmd_bench(int argc, char **argv) {
         if (clock_start > 0 && clock_end > 0) /* low or moving: a shared host was busy */
             printf("clock:   %.2f GHz before the tests, %.2f after (dependent adds on the main thread)\n",
                    clock_start, clock_end);
+        if (far_ms[0] > 0)
+            printf("far prefetch: %s (checked at load: a decode step's matmuls %.2f ms with it, %.2f without)\n",
+                   far_rows ? "on" : "off", far_ms[0], far_ms[1]);
+        else
+            printf("far prefetch: %s\n", far_rows ? "on" : "off");
         printf("%-8s %12s   %s\n", "test", "tokens/s", "runs (median reported)");
         if (n_pp > 0) print_row("pp", n_pp, 1, depth, pp_med, pp, reps);
         if (n_tg > 0) print_row("tg", n_tg, ns, depth, tg_med, tg, reps);

@@ -57,6 +57,8 @@ typedef struct kvs_mem_span {
  * 186-198 -> 234 at 2, F16 41 -> 49-51 and 82-85 -> 100-101.
  * KVS_FAR_PREFETCH=0 / 1 forces it off / on (no probe). */
 int kvs_far_prefetch_rows(const kvs_mem_span *spans, int n);
+/* Whether KVS_FAR_PREFETCH forces that choice (then nothing checks it). */
+int kvs_far_prefetch_forced(void);
 
 /* 1 if the caches keep the spans from one pass over them to the next: a
  * second pass reads them at >= 0.62 of the rate of re-reading its last 8

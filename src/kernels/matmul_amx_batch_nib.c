@@ -15,7 +15,8 @@
  * Unlike matmul_amx_batch.c (Q8_0, whose weight rows load as a tile as they
  * are), the weights need unpacking, so they are the B operand, one column a
  * weight row: per block of the panel's 16 rows, gathers of the rows' qs
- * dwords give lane n = row n, and their low and high nibbles (Q5_0: with
+ * dwords give lane n = row n (two dwords a gather element: qword gathers of
+ * 8 rows, gather_dword_pair), and their low and high nibbles (Q5_0: with
  * the fifth bits from qh) are B rows 0..3 and 4..7 (B row r: elements
  * 4r..4r+3, natural order; Q4_K: one sub-block's 32 nibbles in order, the
  * pair's other sub-block in the other nibbles) - no transpose. Tiles, per
@@ -98,18 +99,45 @@ AI __mmask64 q5_bit_clear(__m512i qh, int v) {
     return _mm512_testn_epi8_mask(_mm512_shuffle_epi8(qh, pick), bits);
 }
 
+/* Dwords a and a + 1 of the live rows' bytes at blk (lane n: row n's byte
+ * offset from blk), as two vectors lane n = row n: qword gathers of rows
+ * 0..7 and 8..15 and two dword permutes. A gather costs about a load per
+ * element: 16 qwords load where 32 dwords did. */
+static const int32_t qword_halves[2][16] __attribute__((aligned(64))) = {
+    {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+    {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
+
+AI void gather_dword_pair(const uint8_t *blk, __m512i rows, __mmask16 live, __m512i *a0, __m512i *a1) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i g0 = _mm512_mask_i32gather_epi64(z, (__mmask8)live, _mm512_castsi512_si256(rows), blk, 1);
+    const __m512i g1 =
+        _mm512_mask_i32gather_epi64(z, (__mmask8)(live >> 8), _mm512_extracti64x4_epi64(rows, 1), blk, 1);
+    *a0 = _mm512_permutex2var_epi32(g0, _mm512_load_si512(qword_halves[0]), g1);
+    *a1 = _mm512_permutex2var_epi32(g0, _mm512_load_si512(qword_halves[1]), g1);
+}
+
 /* Block b of the live rows (lane n: row n's byte offset from blk, the
  * block's first byte in row 0) into a B tile (8 rows of 16 dwords) at bt,
  * their dw (and Q4_1's mw) at dw (mw). */
 AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type t, uint8_t *bt, float *dw, float *mw) {
     const __m512i z = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f);
-    const __m512i dm = _mm512_mask_i32gather_epi32(z, live, rows, blk, 1); /* d, then m or qh's first bytes */
+    __m512i qs[4], head = z;
+    if (t.qs_at >= 4) { /* with the dword before qs (Q4_1's d m, Q5_0's qh); qs 2 twice */
+        gather_dword_pair(blk + t.qs_at - 4, rows, live, &head, &qs[0]);
+        gather_dword_pair(blk + t.qs_at + 4, rows, live, &qs[1], &qs[2]);
+        gather_dword_pair(blk + t.qs_at + 8, rows, live, &qs[2], &qs[3]);
+    } else { /* Q4_0 */
+        gather_dword_pair(blk + t.qs_at, rows, live, &qs[0], &qs[1]);
+        gather_dword_pair(blk + t.qs_at + 8, rows, live, &qs[2], &qs[3]);
+    }
+    /* d, then m (Q4_1; else bytes nobody reads) */
+    const __m512i dm = t.min ? head : _mm512_mask_i32gather_epi32(z, live, rows, blk, 1);
+    const __m512i qh = head;
     _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
     if (t.min) _mm512_store_ps(mw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
-    const __m512i qh = t.qh_at >= 0 ? _mm512_mask_i32gather_epi32(z, live, rows, blk + t.qh_at, 1) : z;
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
-        const __m512i q = _mm512_mask_i32gather_epi32(z, live, rows, blk + t.qs_at + 4 * r, 1);
+        const __m512i q = qs[r];
         __m512i v[2] = {_mm512_and_si512(q, lo4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4)};
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) { /* elements 16 h + 4 r .. */
@@ -131,12 +159,11 @@ AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type 
 AI __m512i byte_of(__m512i x, int k) { return _mm512_and_si512(_mm512_srli_epi32(x, 8 * k), _mm512_set1_epi32(0xff)); }
 
 AI void unpack_q4k(const uint8_t *sb, __m512i rows, __mmask16 live, uint8_t *bt, float *dw, float *mw) {
-    const __m512i z = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f), six = _mm512_set1_epi32(63);
-    const __m512i dm = _mm512_mask_i32gather_epi32(z, live, rows, sb, 1);
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), six = _mm512_set1_epi32(63);
+    __m512i dm, q[3]; /* d dmin, scales[0..11] (ggml's get_scale_min_k4) */
+    gather_dword_pair(sb, rows, live, &dm, &q[0]);
+    gather_dword_pair(sb + 8, rows, live, &q[1], &q[2]);
     const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)), dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-    __m512i q[3]; /* scales[0..11] (ggml's get_scale_min_k4) */
-#pragma GCC unroll 3
-    for (int h = 0; h < 3; h++) q[h] = _mm512_mask_i32gather_epi32(z, live, rows, sb + 4 + 4 * h, 1);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         __m512i sc, m;
@@ -155,12 +182,16 @@ AI void unpack_q4k(const uint8_t *sb, __m512i rows, __mmask16 live, uint8_t *bt,
     }
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++)
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            const __m512i v = _mm512_mask_i32gather_epi32(z, live, rows, sb + 16 + 32 * p + 4 * r, 1);
-            _mm512_store_si512(bt + 512 * (2 * p) + 64 * r, _mm512_maskz_mov_epi32(live, _mm512_and_si512(v, lo4)));
-            _mm512_store_si512(bt + 512 * (2 * p + 1) + 64 * r,
-                               _mm512_maskz_mov_epi32(live, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4)));
+#pragma GCC unroll 4
+        for (int r = 0; r < 8; r += 2) {
+            __m512i v[2];
+            gather_dword_pair(sb + 16 + 32 * p + 4 * r, rows, live, &v[0], &v[1]);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                uint8_t *lo = bt + 512 * (2 * p) + 64 * (r + h), *hi = lo + 512;
+                _mm512_store_si512(lo, _mm512_maskz_mov_epi32(live, _mm512_and_si512(v[h], lo4)));
+                _mm512_store_si512(hi, _mm512_maskz_mov_epi32(live, _mm512_and_si512(_mm512_srli_epi16(v[h], 4), lo4)));
+            }
         }
 }
 

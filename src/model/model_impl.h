@@ -26,6 +26,8 @@ struct kvs_model {
     int tied_output;
     kvs_layer_weights *layers;  /* (n_layer) */
     void *pack_arena;           /* the packed copies of the streamed matrices (weights.c), or NULL */
+    int far_rows;               /* their far prefetch (weights.c), kvs_model_far_prefetch */
+    double far_check_ms[2];     /* a decode step's matmuls with it and without, where the load timed them */
     float *vec_copies;          /* (vec_copies_cap) float-aligned copies of the F32 vectors a file with
                                  * general.alignment < 4 places off the float grid (weights.c), or NULL */
     size_t vec_copies_cap, vec_copies_used; /* in floats */

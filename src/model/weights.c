@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "model/model_impl.h"
@@ -293,7 +294,84 @@ static void choose_far_prefetch(kvs_model *m) {
         far = kvs_far_prefetch_rows(l.s, l.n);
         free(l.s);
     }
+    m->far_rows = far;
     for_each_streamed(m, set_far_rows, &far);
+}
+
+/* The far prefetch, checked where the rules above turn it on: how it pays
+ * depends on the machine's state as well as on the sizes (SmolLM2 and
+ * gemma3 decode on a Xeon VM whose host was busy, 1 thread, paired runs:
+ * 1.02-1.11x faster without it, where quiet Xeons gained 10-20% with it),
+ * so the load times one decode step's matmuls (m = 1 over every streamed
+ * matrix, packed as a step reads them) without it and with it, alternating,
+ * and keeps it unless it was slower in every round. Speed only: the bits
+ * are the same either way. */
+#define FAR_CHECK_ROUNDS 2
+
+typedef struct far_sweep {
+    float *x, *y;
+    void *work;
+    int k, n;
+    size_t work_bytes;
+} far_sweep;
+
+static void sweep_size(kvs_wmat *w, void *arg) {
+    far_sweep *s = arg;
+    if (w->k > s->k) s->k = w->k;
+    if (w->n > s->n) s->n = w->n;
+    const size_t b = kvs_matmul_work_size(w, 1);
+    if (b > s->work_bytes) s->work_bytes = b;
+}
+
+static void sweep_one(kvs_wmat *w, void *arg) {
+    far_sweep *s = arg;
+    kvs_matmul(NULL, w, s->x, 1, s->y, s->work);
+}
+
+static double sweep_ms(kvs_model *m, far_sweep *s, int far) {
+    for_each_streamed(m, set_far_rows, &far);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for_each_streamed(m, sweep_one, s);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+static void check_far_prefetch(kvs_model *m) {
+    const int far = m->far_rows;
+    if (!far || kvs_far_prefetch_forced() || !strcmp(kvs_kernels_isa(), "scalar")) return;
+    far_sweep s = {0};
+    for_each_streamed(m, sweep_size, &s);
+    s.x = malloc(sizeof(float) * (size_t)s.k);
+    s.y = malloc(sizeof(float) * (size_t)s.n);
+    s.work = malloc(s.work_bytes + 64);
+    if (s.x && s.y && s.work) {
+        for (int i = 0; i < s.k; i++) s.x[i] = (float)(i * 37 % 61 - 30) / 16.0f;
+        (void)sweep_ms(m, &s, far); /* both start from the same place in the caches */
+        double with = 0, without = 0;
+        int slower = 0;
+        for (int r = 0; r < FAR_CHECK_ROUNDS; r++) {
+            const double off = sweep_ms(m, &s, 0), on = sweep_ms(m, &s, far);
+            slower += on > off;
+            if (!r || on < with) with = on;
+            if (!r || off < without) without = off;
+        }
+        m->far_check_ms[0] = with;
+        m->far_check_ms[1] = without;
+        if (slower == FAR_CHECK_ROUNDS) m->far_rows = 0;
+    }
+    free(s.x);
+    free(s.y);
+    free(s.work);
+    for_each_streamed(m, set_far_rows, &m->far_rows);
+}
+
+int kvs_model_far_prefetch(const kvs_model *m, double ms[2]) {
+    if (ms) {
+        ms[0] = m ? m->far_check_ms[0] : 0;
+        ms[1] = m ? m->far_check_ms[1] : 0;
+    }
+    return m ? m->far_rows : 0;
 }
 
 void kvs_model_pack_weights(kvs_model *m) {
@@ -305,6 +383,7 @@ void kvs_model_pack_weights(kvs_model *m) {
     pack_cursor pc = {m->pack_arena, m->gguf};
     for_each_streamed(m, pack_one, &pc);
     if (pc.at) for_each_streamed(m, copy_rows_one, &pc);
+    check_far_prefetch(m);
 }
 
 void kvs_model_unpack_weights(kvs_model *m) {
