@@ -64,4 +64,36 @@ rc=$?
 [ $rc -eq 0 ] && grep -q 'skipped' <<<"$out" && grep -q 'setup-llamacpp.sh' <<<"$out"
 check compare_skips_without_llamacpp $?
 
+# bench/ab.sh: two builds (or settings) alternating, the median of the
+# rounds' ratios. The mock prints decode ${MOCK_TG:-100} and prefill
+# ${MOCK_PP:-500} tok/s, so the ratios are known; it logs its order.
+cat >"$tmp/ab_kvs" <<'EOF2'
+#!/usr/bin/env bash
+[ "$1" = bench ] || exit 9
+echo "${MOCK_TG:-100}" >>"${MOCK_LOG:-/dev/null}"
+echo "{\"pp\": {\"tok_s\": ${MOCK_PP:-500}}, \"tg\": {\"tok_s\": ${MOCK_TG:-100}}}"
+EOF2
+chmod +x "$tmp/ab_kvs"
+out=$(MOCK_LOG="$tmp/ab.log" bench/ab.sh --rounds 3 --env-b MOCK_TG=110 "$tmp/ab_kvs" "$tmp/ab_kvs" -- -m x 2>&1)
+grep -Eq '^A median 100\.0 tok/s, B median 110\.0, B/A paired median 1\.100 \(min 1\.100, max 1\.100\), 3 rounds, tg$' \
+    <<<"$out" && [ "$(grep -c '^round [123]: A 100\.0 B 110\.0 (B/A 1\.100)$' <<<"$out")" -eq 3 ]
+check ab_tg_ratio $?
+# odd rounds run A first, even rounds B first
+[ "$(tr '\n' ' ' <"$tmp/ab.log")" = "100 110 110 100 100 110 " ]
+check ab_alternates $?
+out=$(bench/ab.sh --rounds 1 --test pp --env-a MOCK_PP=400 "$tmp/ab_kvs" "$tmp/ab_kvs" -- -m x 2>&1)
+grep -q 'B/A paired median 1\.250 (min 1\.250, max 1\.250), 1 rounds, pp$' <<<"$out"
+check ab_pp_ratio $?
+out=$(bench/ab.sh "$tmp/ab_kvs" -- -m x 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q 'name two kvstitch executables' <<<"$out"
+check ab_needs_two $?
+out=$(bench/ab.sh --test xx "$tmp/ab_kvs" "$tmp/ab_kvs" -- -m x 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- '--test is tg or pp' <<<"$out"
+check ab_rejects_test $?
+printf '#!/usr/bin/env bash\necho "{\\"pp\\": {\\"tok_s\\": 1}}"\n' >"$tmp/ab_no_tg"
+chmod +x "$tmp/ab_no_tg"
+out=$(bench/ab.sh --rounds 1 "$tmp/ab_no_tg" "$tmp/ab_no_tg" -- -m x -n 0 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q 'no tg figure' <<<"$out"
+check ab_missing_figure $?
+
 [ "$fails" -eq 0 ]
