@@ -267,13 +267,17 @@ void *kvs_huge_alloc(size_t bytes) {
 
 #define FAR_PROBE_MIN ((size_t)32 << 20) /* smaller: any last-level cache of an AVX-512 CPU holds it */
 
-int kvs_far_prefetch_forced(void) {
+/* KVS_FAR_PREFETCH where set and not empty, else NULL. */
+static const char *far_prefetch_env(void) {
     const char *e = getenv("KVS_FAR_PREFETCH");
-    return e && *e;
+    return e && *e ? e : NULL;
 }
 
+int kvs_far_prefetch_forced(void) { return far_prefetch_env() != NULL; }
+
 int kvs_far_prefetch_rows(const kvs_mem_span *spans, int n) {
-    if (kvs_far_prefetch_forced()) return *getenv("KVS_FAR_PREFETCH") == '0' ? 0 : FAR_PF_ROWS;
+    const char *forced = far_prefetch_env();
+    if (forced) return *forced == '0' ? 0 : FAR_PF_ROWS;
     size_t weight_bytes = 0;
     for (int i = 0; i < n; i++) weight_bytes += spans[i].n;
     const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* 0 or -1 where the C library cannot tell */
