@@ -12,11 +12,12 @@
  *    do without (amx_block_step): per 16 x 16 outputs of one 32-element
  *    block, the hi and lo products and the tile store(s) that hand the
  *    exact integer dots to the float epilogue (Q4_0 / Q4_1 / Q4_K / Q5_0:
- *    both levels in one tile, one store; Q8_0: one tile and store each,
- *    matmul_amx.c says why): G block dots/s per T; and, one thread, how
- *    much of a vector epilogue of the kernel's shape (16 rows: two loads,
- *    add, mul, fma) hides behind that tile work: amx_overlap = time(both
- *    interleaved) / (time(tiles) + time(vector)), 1 = none, max/sum = all.
+ *    bf16, both levels in one tile, one store; Q8_0: int8 tiles of one
+ *    block (K = 32), one tile and store each, matmul_amx.c says why): G
+ *    block dots/s per T; and, one thread, how much of a vector epilogue of
+ *    the Q8_0 kernel's shape (16 rows: two loads, shift, add, convert, mul,
+ *    fma) hides behind that tile work: amx_overlap = time(both interleaved)
+ *    / (time(tiles) + time(vector)), 1 = none, max/sum = all.
  *  - the core clock: a chain of dependent adds per thread (base/core_clock.h),
  *    GHz a core: on a shared VM it shows how much of its cores the host gave.
  * Each figure is the median and the best of several repetitions, all threads
@@ -166,7 +167,9 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iter
     return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s));
 }
 
-/* ---- AMX tiles (matmul_amx.c's configuration: 8 tiles of 16 rows x 64 bytes) */
+/* ---- AMX tiles (matmul_amx.c's configurations: 8 tiles of 16 rows x 64
+ * bytes; for Q8_0's int8 block step A tiles 2, 3 of 16 x 32 bytes and B
+ * tiles 4, 5 of 8 x 64) */
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,fma,amx-tile,amx-int8,amx-bf16")))
 #define AMX_TILE_MACS_BF16 (16 * 16 * 32)
 #define AMX_TILE_MACS_INT8 (16 * 16 * 64)
@@ -177,13 +180,17 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iter
  * rotates over 8 KiB so the stores stay in L1 as the kernel's do. */
 static uint8_t g_tile_src[2048] __attribute__((aligned(64)));
 
-AMX_TARGET static void amx_setup(void) {
+AMX_TARGET static void amx_setup(int q8) {
     amx_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
+    }
+    if (q8) {
+        cfg.colsb[2] = cfg.colsb[3] = 32;
+        cfg.rows[4] = cfg.rows[5] = 8;
     }
     amx_load_config(&cfg);
     _tile_loadd(2, g_tile_src, 64);
@@ -193,12 +200,15 @@ AMX_TARGET static void amx_setup(void) {
 }
 
 /* The vector epilogue of one Q8_0 block step as matmul_amx.c's panel_q8
- * runs it: per row (16 chains) the hi and lo dots added, scaled, fma'd. */
+ * runs it: per row (16 chains) 256 hi + lo of the int32 dots, converted,
+ * scaled, fma'd. */
 AMX_TARGET static inline void amx_epilogue(const float *c, __m512 v[16]) {
     const __m512 dw = _mm512_set1_ps(1.0f / 3.0f);
-    for (int i = 0; i < 16; i++)
-        v[i] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_load_ps(c + 16 * i), _mm512_load_ps(c + 256 + 16 * i)),
+    for (int i = 0; i < 16; i++) {
+        const __m512i hi = _mm512_load_si512(c + 16 * i), lo = _mm512_load_si512(c + 256 + 16 * i);
+        v[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo)),
                                _mm512_mul_ps(dw, _mm512_set1_ps(c[16 * i + 1])), v[i]);
+    }
 }
 
 /* Four independent accumulators (tiles 0, 1, 6, 7) of A tiles 2, 3 and B
@@ -216,7 +226,7 @@ AMX_TARGET static uint64_t amx_run(int kind, long iters) {
     memset(out, 0, sizeof out);
     __m512 v[16];
     for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_ps();
-    amx_setup();
+    amx_setup(kind == JOB_AMX_STEP_Q8 || kind == JOB_AMX_BOTH || kind == JOB_AMX_VEC);
     for (long it = 0; it < iters; it++) {
         float *o = out[it & 3];
         switch (kind) {
@@ -245,8 +255,8 @@ AMX_TARGET static uint64_t amx_run(int kind, long iters) {
         case JOB_AMX_STEP_Q8: /* q8_block_tiles' products and stores for one half, on purpose */
             _tile_zero(0);
             _tile_zero(1);
-            _tile_dpbf16ps(0, 2, 4);
-            _tile_dpbf16ps(1, 3, 4);
+            _tile_dpbssd(0, 2, 4);
+            _tile_dpbssd(1, 3, 4);
             _tile_stored(0, o, 64);
             _tile_stored(1, o + 256, 64);
             break;

@@ -60,7 +60,7 @@ static int cpu_level(void) {
 
 int kvs_kernels_cpu_level(void) { return cpu_level(); }
 
-/* AMX: cpuid (leaf 7: EDX bit 24 amx-tile, bit 22 amx-bf16) and Linux's
+/* AMX: cpuid (leaf 7: EDX bit 24 amx-tile, 22 amx-bf16, 25 amx-int8) and Linux's
  * permission for tile data (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18
  * XTILEDATA; process-wide, so every pool thread may then use tiles). Asked
  * once; any failure leaves the AVX-512 path. */
@@ -68,7 +68,7 @@ static int amx_probe(void) {
 #if defined(__x86_64__) && defined(SYS_arch_prctl)
     unsigned a, b, c, d;
     if (cpu_level() < 2 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    if (!(d & (1u << 24)) || !(d & (1u << 22))) return 0;
+    if (!(d & (1u << 24)) || !(d & (1u << 22)) || !(d & (1u << 25))) return 0;
     return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 #else
     return 0;
@@ -224,7 +224,7 @@ static inline void *align64(void *p) {
 size_t kvs_matmul_work_size(const kvs_wmat *w, int m) {
     /* whichever path runs (the ISA may change between sizing and the call) */
     size_t amx = 0;
-    if (amx_applies(w, m)) amx = 64 + kvs_xa_bytes(w->k, m);
+    if (amx_applies(w, m)) amx = 64 + kvs_xa_bytes(w->type, w->k, m);
     else if (amx_batch_path(w, m)) amx = 64 + kvs_xb_bytes(w->k);
     if (kvs_kq_handles(w->type)) { /* Q5 / K-quants: kquant.c, or AMX */
         const size_t kq = kvs_kq_work_size(w, m);
@@ -321,7 +321,7 @@ static void mm_quantize(kvs_pool *pool, mm_task *t, void *work) {
         return;
     }
     if (t->isa == &kvs_isa_amx) {
-        c->xq_row = kvs_xa_row_bytes(c->w->k);
+        c->xq_row = kvs_xa_row_bytes(c->w->type, c->w->k);
         c->xq_tail = NULL;
         c->xq_quad = 0;
         c->xn = NULL;
@@ -365,7 +365,7 @@ static int mm_rows(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
     int nrb = kvs_prefill_row_blocks(m, nth);
 #if defined(__x86_64__)
     if (isa == &kvs_isa_amx) {
-        size_t bytes = (size_t)m * kvs_xa_row_bytes(w->k);
+        size_t bytes = (size_t)m * kvs_xa_row_bytes(w->type, w->k);
         int l2 = (int)((bytes + MM_AMX_XA_BUDGET - 1) / MM_AMX_XA_BUDGET);
         nrb = ((l2 + nrb - 1) / nrb) * nrb; /* a multiple of the threads' blocks */
     }

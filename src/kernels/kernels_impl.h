@@ -142,15 +142,26 @@ static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * 80; }
 /* AMX matmul (matmul_amx.c): Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights, calls
  * of >= KVS_AMX_MIN_M rows and k <= KVS_AMX_MAX_K (the size of its per-thread
  * weight repack). Its activation layout "xa" replaces xq (xq_tail NULL): per
- * row, natural element order, bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb] (the
- * scale of Q), float sx[nb] (dx * sum Q); rows padded to a multiple of 16
- * (zero) so every tile load reads 16 rows. */
+ * row, natural element order, the levels (kvs_xa_level_bytes a block: bf16
+ * 256*hi[nb][32] then bf16 lo[nb][32]; Q8_0, whose tiles are int8, per
+ * block int8 hi[32] then int8 lo[32]), float dx[nb] (the scale of Q), float
+ * sx[nb] (dx * sum Q); rows padded to a multiple of 16 (zero) so every tile
+ * load reads 16 rows. */
 #define KVS_AMX_MIN_M 32 /* below, the per-call weight repack outweighs the gain (measured) */
 #define KVS_AMX_MAX_K 2048
-static inline size_t kvs_xa_row_bytes(int k) { return ((size_t)(k / KVS_QK) * 136 + 63) & ~(size_t)63; }
-static inline size_t kvs_xa_bytes(int k, int m) { return (size_t)((m + 15) & ~15) * kvs_xa_row_bytes(k); }
-static inline float *kvs_xa_dx(uint8_t *row, int nb) { return (float *)(row + (size_t)nb * 128); }
-static inline float *kvs_xa_sx(uint8_t *row, int nb) { return (float *)(row + (size_t)nb * 132); }
+static inline size_t kvs_xa_level_bytes(int type) { return type == KVS_TYPE_Q8_0 ? 64 : 128; }
+static inline size_t kvs_xa_row_bytes(int type, int k) {
+    return ((size_t)(k / KVS_QK) * (kvs_xa_level_bytes(type) + 8) + 63) & ~(size_t)63;
+}
+static inline size_t kvs_xa_bytes(int type, int k, int m) {
+    return (size_t)((m + 15) & ~15) * kvs_xa_row_bytes(type, k);
+}
+static inline float *kvs_xa_dx(uint8_t *row, int type, int nb) {
+    return (float *)(row + (size_t)nb * kvs_xa_level_bytes(type));
+}
+static inline float *kvs_xa_sx(uint8_t *row, int type, int nb) {
+    return (float *)(row + (size_t)nb * (kvs_xa_level_bytes(type) + 4));
+}
 
 /* AMX for a batch of streams (matmul_amx_batch.c): Q8_0 weights, calls of
  * KVS_AMX_BATCH_MIN_M..KVS_AMX_BATCH_MAX_M rows and k <= KVS_AMX_MAX_K, on

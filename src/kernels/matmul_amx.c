@@ -1,5 +1,5 @@
 /*
- * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16) matmul for
+ * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16, amx-int8) matmul for
  * Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights and many activation rows (prefill).
  * Produces exactly the bits of the scalar reference (canonical orders:
  * kernels_impl.h for Q4_0 / Q4_1 / Q8_0, kquant.h for Q5_0 / Q4_K).
@@ -15,22 +15,30 @@
  * AVX-512; Q6_K's scales are per half block.)
  *
  * Q8_0 (w_e in [-128, 127]): i_b reaches 2^27, past fp32's exact integers,
- * so hi and lo go to tiles of their own. Each is exact: the lo dot is an
- * integer below 32 * 128 * 127 < 2^19, the hi dot 256 times one (every
- * partial sum a multiple of 256 below 2^27: at most 19 significant bits).
- * One vaddps joins them: the exact sum 256 dot_hi + dot_lo rounded once,
- * which is (float)i_b. Its panels run block stage by block stage
- * (panel_q8), not row tile by row tile (panel).
+ * so it runs on int8 tiles (amx-int8): TDPBSSD's int32 sums are exact at
+ * any size. K = 32 (one block; A tiles 16 rows x 32 bytes, B tiles 8 rows
+ * x 64), hi and lo on tiles of their own (a tile cannot weigh hi by 256);
+ * the epilogue forms 256 dot_hi + dot_lo in int32 (< 2^28) and converts it
+ * once: (float)i_b. Against the bf16 tiles it ran on before (two fp32 tiles,
+ * one vaddps), a K = 32 int8 product costs half a bf16 one and the tiles
+ * load half the bytes (SmolLM2 Q8_0 pp512, paired runs on the AMX Xeon:
+ * 1.24x at 1 thread, 1.14x at 2). The 4-bit types stay on bf16: on int8
+ * tiles their two levels would need a tile and a store each, where bf16
+ * adds both into one (measured slower: Q4_0 / Q4_1 576x576 at m = 512,
+ * 0.7-1.1x). Its panels run block stage by block stage (panel_q8), not row
+ * tile by row tile (panel).
  *
  * Activations ("xa", kernels_impl.h): each row in natural element order,
  * bf16 256*hi[nb][32], bf16 lo[nb][32], float dx[nb], float sx[nb], so one
- * tile load (row stride xa_row) gives block b of 16 rows.
+ * tile load (row stride xa_row) gives block b of 16 rows; for Q8_0 int8
+ * hi[32] and lo[32] of each block in one 64-byte line.
  *
  * Weights: per chunk of up to 32 output columns ("panel", two halves of 16)
  * every block is repacked once into the TDPBF16PS B layout (16 rows of 64
  * bytes: row r, dword n = elements 2r, 2r+1 of weight row n as bf16, Q4_0
- * already minus 8, Q5_0 minus 16), plus dw (and mw) per column; in
- * per-thread scratch, reused by every 16-row tile of the call.
+ * already minus 8, Q5_0 minus 16; Q8_0: the TDPBSSD B layout, 8 rows of
+ * 64 bytes, dword n = 4 bytes of weight row n), plus dw (and mw) per
+ * column; in per-thread scratch, reused by every 16-row tile of the call.
  *
  * Work unit: 16 rows x the panel's 32 columns. Its tiles (tmm2/3: A =
  * 256 hi / lo of the 16 rows, shared by both halves; tmm4/5: B of the
@@ -41,7 +49,8 @@
  * registers, lanes = 16 output columns: the tree (kvs_tree16 order, lane-
  * wise), then the tail blocks in order. The tiles of the next row tile are
  * issued between the rows of the current one (two buffers), so the tile
- * unit and the vector units work at the same time.
+ * unit and the vector units can work at the same time (on the AMX Xeon
+ * VM they barely do: bench/roofline_probe's amx_overlap).
  *
  * Activation rows come in blocks that keep their xa in L2 (dispatch.c
  * splits the call by rows as well as columns for this path).
@@ -51,10 +60,10 @@
 #if defined(__x86_64__)
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16,amx-int8"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16,amx-int8")
 #endif
 
 #include <pthread.h>
@@ -69,29 +78,42 @@
 /* Exact float -> bf16 of small integers (the low 16 bits are zero). */
 AI __m256i bf16_of(__m512 f) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16)); }
 
-/* 16 elements' levels as xa stores them: bf16 of 256 hi at hb, of lo at lb. */
+/* 16 elements' levels as the bf16 xa stores them: bf16 of 256 hi at hb, of lo at lb. */
 AI void store_levels(__m512i qh, __m512i ql, uint16_t *hb, uint16_t *lb) {
     _mm256_storeu_si256((__m256i *)hb, bf16_of(_mm512_cvtepi32_ps(_mm512_slli_epi32(qh, 8))));
     _mm256_storeu_si256((__m256i *)lb, bf16_of(_mm512_cvtepi32_ps(ql)));
 }
 
-/* One block, two-level (quant.h), the reference's arithmetic lane-wise:
- * writes 32 bf16 of 256 hi and 32 of lo, returns dx (the scale of Q), sets
- * sum Q. */
-AI float quantize_block(const float *xb, uint16_t *hb, uint16_t *lb, int32_t *sum) {
+/* Elements 16h..16h+15 of block b into xa row `row` of nb blocks: bf16, or
+ * (i8: Q8_0's layout) int8 hi at byte 64 b + 16 h, int8 lo 32 bytes on. */
+AI void put_levels(uint8_t *row, int nb, int b, int h, __m512i qh, __m512i ql, int i8) {
+    if (i8) {
+        uint8_t *p = row + (size_t)64 * b + 16 * h;
+        _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(qh));
+        _mm_storeu_si128((__m128i *)(p + 32), _mm512_cvtepi32_epi8(ql));
+    } else {
+        uint16_t *hb = (uint16_t *)row + 32 * b + 16 * h;
+        store_levels(qh, ql, hb, hb + (size_t)nb * KVS_QK);
+    }
+}
+
+/* One block b, two-level (quant.h), the reference's arithmetic lane-wise:
+ * writes its levels, returns dx (the scale of Q), sets sum Q. */
+AI float quantize_block(const float *xb, uint8_t *row, int nb, int b, int i8, int32_t *sum) {
     __m512i qh[2], ql[2];
     float dx = quantize_block_levels(xb, qh, ql, sum);
-    for (int h = 0; h < 2; h++) store_levels(qh[h], ql[h], hb + 16 * h, lb + 16 * h);
+    for (int h = 0; h < 2; h++) put_levels(row, nb, b, h, qh[h], ql[h], i8);
     return dx;
 }
 
-/* A full group of 16 blocks at once (as matmul_avx512.c's quantize_group):
- * the blocks' maxima by one transposed tree, d and id of the 16 lanes by one
- * division each, sum Q of each block by one transposed tree of the exact
- * integer sums (< 2^24, so any order gives them), not two horizontal
- * reductions and two scalar divisions a block. The same operations per
- * element and block as quantize_block, so the same bits. */
-static void quantize_group(const float *x, uint16_t *hb, uint16_t *lb, float *dx, float *sx) {
+/* A full group of 16 blocks (blocks 16 g..16 g + 15) at once (as
+ * matmul_avx512.c's quantize_group): the blocks' maxima by one transposed
+ * tree, d and id of the 16 lanes by one division each, sum Q of each block
+ * by one transposed tree of the exact integer sums (< 2^24, so any order
+ * gives them), not two horizontal reductions and two scalar divisions a
+ * block. The same operations per element and block as quantize_block, so
+ * the same bits. */
+AI void quantize_group(const float *x, uint8_t *row, int nb, int g, int i8, float *dx, float *sx) {
     __m512 qs[16], id;
     const __m512 d = group_scales(x, &id);
     for (int b = 0; b < 16; b++) {
@@ -100,7 +122,7 @@ static void quantize_group(const float *x, uint16_t *hb, uint16_t *lb, float *dx
         for (int h = 0; h < 2; h++) {
             __m512i qh, ql;
             two_levels(_mm512_loadu_ps(x + 32 * b + 16 * h), idb, &qh, &ql);
-            store_levels(qh, ql, hb + 32 * b + 16 * h, lb + 32 * b + 16 * h);
+            put_levels(row, nb, 16 * g + b, h, qh, ql, i8);
             q = _mm512_add_epi32(q, _mm512_add_epi32(_mm512_slli_epi32(qh, 8), ql));
         }
         qs[slot_of(b)] = _mm512_cvtepi32_ps(q);
@@ -110,22 +132,25 @@ static void quantize_group(const float *x, uint16_t *hb, uint16_t *lb, float *dx
     _mm512_storeu_ps(sx, _mm512_mul_ps(dxv, tree16x16(qs)));
 }
 
-static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
-    int k = c->w->k, nb = k / KVS_QK;
+AI void quantize_rows_as(const kvs_mm_call *c, int i0, int i1, int i8) {
+    const int k = c->w->k, nb = k / KVS_QK, type = c->w->type;
     for (int i = i0; i < i1; i++) {
         const float *x = c->x + (size_t)i * k;
         uint8_t *row = (uint8_t *)c->xq + (size_t)i * c->xq_row;
-        uint16_t *hb = (uint16_t *)row, *lb = hb + (size_t)nb * KVS_QK;
-        float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
-        for (int g = 0; g < nb / 16; g++)
-            quantize_group(x + (size_t)g * 512, hb + 512 * g, lb + 512 * g, dx + 16 * g, sx + 16 * g);
+        float *dx = kvs_xa_dx(row, type, nb), *sx = kvs_xa_sx(row, type, nb);
+        for (int g = 0; g < nb / 16; g++) quantize_group(x + (size_t)g * 512, row, nb, g, i8, dx + 16 * g, sx + 16 * g);
         for (int b = nb / 16 * 16; b < nb; b++) {
             int32_t sum;
-            float d = quantize_block(x + (size_t)b * KVS_QK, hb + 32 * b, lb + 32 * b, &sum);
+            float d = quantize_block(x + (size_t)b * KVS_QK, row, nb, b, i8, &sum);
             dx[b] = d;
             sx[b] = d * (float)sum;
         }
     }
+}
+
+static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
+    if (c->w->type == KVS_TYPE_Q8_0) quantize_rows_as(c, i0, i1, 1);
+    else quantize_rows_as(c, i0, i1, 0);
 }
 
 /* ------------------------------------------------------------------ prep */
@@ -269,13 +294,9 @@ static void prep_panel_q4k(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *o
     }
 }
 
-/* bf16 of the signed byte at bits 8e..8e+7 of every dword (exact: |v| <= 128). */
-AI __m512i bf16_of_byte(__m512i q, int e) {
-    return _mm512_srli_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 24 - 8 * e), 24))), 16);
-}
-
-/* prep_panel for Q8_0 (| f16 d | qs[32] signed |): B row r = elements 2r,
- * 2r + 1, so the dword of bytes 4v..4v+3 fills rows 2v and 2v + 1. */
+/* prep_panel for Q8_0 (| f16 d | qs[32] signed |), int8 tiles: the first
+ * 512 bytes of b[h] are the TDPBSSD B tile (8 rows of 16 dwords: row v,
+ * dword n = qs[4v..4v+3] of column n), the bytes as the GGUF holds them. */
 static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
@@ -289,12 +310,8 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
             const uint8_t *blk = base + (size_t)b * 34;
             const __m512i d = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1); /* d, then qs[0..1] */
             _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
-            for (int v = 0; v < 8; v++) {
-                const __m512i q = _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2 + 4 * v, 1);
-                for (int u = 0; u < 2; u++)
-                    _mm512_store_si512(p->b[h][2 * v + u], _mm512_or_si512(bf16_of_byte(q, 2 * u),
-                                                                           _mm512_slli_epi32(bf16_of_byte(q, 2 * u + 1), 16)));
-            }
+            for (int v = 0; v < 8; v++)
+                _mm512_store_si512((uint8_t *)p->b[h] + 64 * v, _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2 + 4 * v, 1));
         }
     }
 }
@@ -311,6 +328,7 @@ typedef struct amx_run {
     const uint8_t *xq; /* xa of the call */
     size_t xa_row;
     int nb, nh, m, nr;
+    int type;          /* the weights' */
     float *y;          /* y of the call at the panel's first column */
     size_t ldy;
 } amx_run;
@@ -370,7 +388,7 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41
     const int nb = r->nb, nf = nb / 16 * 16;
     const float *cr = cb + (size_t)(h * 16 + i) * 16;
     uint8_t *row = (uint8_t *)r->xq + (size_t)(t * 16 + i) * r->xa_row;
-    const float *dx = kvs_xa_dx(row, nb), *sx = kvs_xa_sx(row, nb);
+    const float *dx = kvs_xa_dx(row, r->type, nb), *sx = kvs_xa_sx(row, r->type, nb);
     __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
     if (nf || kq) {
         __m512 a[16];
@@ -417,23 +435,24 @@ AI void panel(const amx_run *r, float *cbuf, int q41, int kq) {
     }
 }
 
-/* Q8_0, one block of row tile t: hi and lo dots of both halves into dst
- * (hi half 0, hi half 1, lo half 0, lo half 1: 256 floats each, rows of 16). */
+/* Q8_0, one block of row tile t, on int8 tiles (TDPBSSD, exact int32):
+ * the hi and lo dots of both halves into dst (hi half 0, hi half 1, lo
+ * half 0, lo half 1: 256 int32 each, rows of 16). */
 AI void q8_block_tiles(const amx_run *r, int t, int b, float *dst) {
-    const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row;
-    _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
-    _tile_loadd(3, xa + (size_t)(r->nb + b) * 64, r->xa_row);
+    const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row + (size_t)b * 64;
+    _tile_loadd(2, xa, r->xa_row);
+    _tile_loadd(3, xa + 32, r->xa_row);
     _tile_loadd(4, r->pan[b].b[0], 64);
     _tile_zero(0);
     _tile_zero(1);
-    _tile_dpbf16ps(0, 2, 4);
-    _tile_dpbf16ps(1, 3, 4);
+    _tile_dpbssd(0, 2, 4);
+    _tile_dpbssd(1, 3, 4);
     if (r->nh > 1) {
         _tile_loadd(5, r->pan[b].b[1], 64);
         _tile_zero(6);
         _tile_zero(7);
-        _tile_dpbf16ps(6, 2, 5);
-        _tile_dpbf16ps(7, 3, 5);
+        _tile_dpbssd(6, 2, 5);
+        _tile_dpbssd(7, 3, 5);
     }
     _tile_stored(0, dst, 64);
     _tile_stored(1, dst + 512, 64);
@@ -453,7 +472,7 @@ AI void q8_block_tiles(const amx_run *r, int t, int b, float *dst) {
  * acc, each row's tree, or zero). The next stage's tiles are issued before
  * the current stage's float steps. */
 #define Q8_STAGE 4                       /* blocks per stage: k <= 2048 gives <= 4 per chain */
-#define Q8_BUF (1024 + 16)               /* floats of one block's tiles, plus a line */
+#define Q8_BUF (1024 + 16)               /* 4-byte words (int32 dots) of one block's tiles, plus a line */
 #define Q8_SET (Q8_STAGE * Q8_BUF + 256) /* a buffer set, plus 16 lines */
 #define CH_ROW 17                        /* chains of one row and half, plus one (measured) */
 
@@ -481,7 +500,7 @@ AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
     q8_stage_tiles(r, 0, q8_stage_of(nb, 0), buf);
     for (int t = 0; t < nt; t++) {
         const uint8_t *row0 = r->xq + (size_t)t * 16 * r->xa_row;
-        const float *dx0 = kvs_xa_dx((uint8_t *)row0, nb);
+        const float *dx0 = kvs_xa_dx((uint8_t *)row0, KVS_TYPE_Q8_0, nb);
         if (!nf)
             for (int q = 0; q < 2 * 16; q++) _mm512_store_ps(acc + 16 * q, _mm512_setzero_ps());
         for (int s = 0; s < nst; s++, seq++) {
@@ -501,7 +520,8 @@ AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
                     const float *dx = dx0 + b;
 #pragma GCC unroll 16
                     for (int i = 0; i < 16; i++) {
-                        const __m512 ib = _mm512_add_ps(_mm512_load_ps(c + 16 * i), _mm512_load_ps(c + 512 + 16 * i));
+                        const __m512i hi = _mm512_load_si512(c + 16 * i), lo = _mm512_load_si512(c + 512 + 16 * i);
+                        const __m512 ib = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
                         const float dxi = *(const float *)((const uint8_t *)dx + (size_t)i * r->xa_row);
                         v[i] = _mm512_fmadd_ps(ib, _mm512_mul_ps(dw, _mm512_set1_ps(dxi)), v[i]);
                     }
@@ -575,6 +595,10 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
+    if (w->type == KVS_TYPE_Q8_0) { /* int8, K = one block: A 16 x 32 bytes, B 8 x 64 */
+        cfg.colsb[2] = cfg.colsb[3] = 32;
+        cfg.rows[4] = cfg.rows[5] = 8;
+    }
     amx_load_config(&cfg); /* per thread, per call: released below */
     for (int jt = j0; jt < j1; jt += PANEL) {
         int nr = j1 - jt < PANEL ? j1 - jt : PANEL;
@@ -583,7 +607,7 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         else prep_panel(w, jt, nr, nb, pan);
         /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
         amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
-                     .m = c->m, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
+                     .m = c->m, .type = w->type, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
         if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1, 0);
         else if (w->type == KVS_TYPE_Q5_0) panel(&r, cbuf, 0, 1);
         else if (w->type == KVS_TYPE_Q4_K) panel(&r, cbuf, 1, 1);

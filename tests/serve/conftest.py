@@ -2,6 +2,7 @@
 (SIGTERM, then SIGKILL after a bound) even when tests fail."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,6 +25,7 @@ class Server:
         assert MODEL, "KVSTITCH_MODEL is not set (run through make test)"
         self.tmp = tempfile.mkdtemp(prefix="kvs-serve-")
         self.log_path = os.path.join(self.tmp, "server.log")
+        self.final_log = None  # the log's text once stop() has removed tmp
         cmd = [CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2"] + list(args)
         if api_key:
             key_file = os.path.join(self.tmp, "key")
@@ -49,6 +51,8 @@ class Server:
         raise RuntimeError("server not ready after %.0f s: %s" % (timeout, self.read_log()))
 
     def read_log(self):
+        if self.final_log is not None:
+            return self.final_log
         with open(self.log_path) as f:
             return f.read()
 
@@ -70,6 +74,9 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        if self.final_log is None:  # keep the text for messages, leave no scratch behind
+            self.final_log = self.read_log()
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return self.proc.returncode
 
 

@@ -86,10 +86,15 @@ def test_page_in_headless_chromium(server, client):
         shot = tab.call("Page.captureScreenshot", format="png")
         # Into a scratch file, so that a test run leaves the tree as it was;
         # KVSTITCH_PAGE_SHOT=bench/results/serve-page.png refreshes the README's.
-        out = os.environ.get("KVSTITCH_PAGE_SHOT") or os.path.join(tempfile.mkdtemp(prefix="kvs-page-"), "page.png")
-        with open(out, "wb") as f:
-            f.write(base64.b64decode(shot["data"]))
-        assert os.path.getsize(out) > 10000
+        shot_dir = None if os.environ.get("KVSTITCH_PAGE_SHOT") else tempfile.mkdtemp(prefix="kvs-page-")
+        out = os.environ.get("KVSTITCH_PAGE_SHOT") or os.path.join(shot_dir, "page.png")
+        try:
+            with open(out, "wb") as f:
+                f.write(base64.b64decode(shot["data"]))
+            assert os.path.getsize(out) > 10000
+        finally:
+            if shot_dir:
+                shutil.rmtree(shot_dir, ignore_errors=True)
     finally:
         proc.terminate()
         try:
