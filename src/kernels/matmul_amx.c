@@ -22,7 +22,7 @@
  * once: (float)i_b. Against the bf16 tiles it ran on before (two fp32 tiles,
  * one vaddps), a K = 32 int8 product costs half a bf16 one and the tiles
  * load half the bytes (SmolLM2 Q8_0 pp512, paired runs on the AMX Xeon:
- * 1.24x at 1 thread, 1.14x at 2). The 4-bit types stay on bf16: on int8
+ * 1.24x at 1 thread, 1.08-1.14x at 2). The 4-bit types stay on bf16: on int8
  * tiles their two levels would need a tile and a store each, where bf16
  * adds both into one (measured slower: Q4_0 / Q4_1 576x576 at m = 512,
  * 0.7-1.1x). Its panels run block stage by block stage (panel_q8), not row
