@@ -132,6 +132,8 @@ AI void quantize_group(const float *x, uint8_t *row, int nb, int g, int i8, floa
     _mm512_storeu_ps(sx, _mm512_mul_ps(dxv, tree16x16(qs)));
 }
 
+/* Rows i0..i1 of the call's x into xa, bf16 or (i8) int8 levels; inlined
+ * once per layout so the choice is not made per element. */
 AI void quantize_rows_as(const kvs_mm_call *c, int i0, int i1, int i8) {
     const int k = c->w->k, nb = k / KVS_QK, type = c->w->type;
     for (int i = i0; i < i1; i++) {
