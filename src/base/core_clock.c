@@ -30,11 +30,13 @@ uint64_t kvs_add_chain(uint64_t n) {
     return x;
 }
 
-static double now_s(void) {
+double kvs_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+static double now_s(void) { return kvs_now_ms() / 1e3; }
 
 double kvs_core_clock_ghz(double seconds) {
     if (!HAVE_CHAIN) return 0;

@@ -24,4 +24,8 @@ uint64_t kvs_add_chain(uint64_t n);
 
 /* kvs_core_clock_ghz (include/kvstitch.h) is built on kvs_add_chain. */
 
+/* Milliseconds on CLOCK_MONOTONIC: the clock every timing of the library
+ * reads (request timings, the load's far-prefetch check, the core clock). */
+double kvs_now_ms(void);
+
 #endif

@@ -1,6 +1,5 @@
 /* Context lifecycle: resolve params, create the pool, KV buffer and scratch. */
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -90,9 +89,3 @@ const kvs_model *kvs_context_model(const kvs_context *ctx) { return ctx->model; 
 int kvs_context_n_batch(const kvs_context *ctx) { return ctx->params.n_batch; }
 int kvs_context_n_threads(const kvs_context *ctx) { return ctx->params.n_threads; }
 int kvs_context_n_vocab(const kvs_context *ctx) { return kvs_model_hparams(ctx->model)->n_vocab; }
-
-double kvs_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}

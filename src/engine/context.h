@@ -7,6 +7,7 @@
 #ifndef KVS_ENGINE_CONTEXT_H
 #define KVS_ENGINE_CONTEXT_H
 
+#include "base/core_clock.h" /* kvs_now_ms, for the callers that time requests */
 #include "base/threadpool.h"
 #include "kvstitch.h"
 #include "model/forward.h"
@@ -32,8 +33,5 @@ int kvs_context_n_vocab(const kvs_context *ctx);
 /* Checks tokens/positions for kvs_decode-like calls: ids < n_vocab,
  * 0 <= pos < n_ctx (KVS_ERR_CONTEXT_FULL naming the numbers). */
 int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n);
-
-/* Milliseconds on a monotonic clock. */
-double kvs_now_ms(void);
 
 #endif

@@ -149,7 +149,8 @@ static inline size_t kvs_xn_bytes(int k) { return (size_t)(k / KVS_QK) * 80; }
  * load reads 16 rows. */
 #define KVS_AMX_MIN_M 32 /* below, the per-call weight repack outweighs the gain (measured) */
 #define KVS_AMX_MAX_K 2048
-static inline size_t kvs_xa_level_bytes(int type) { return type == KVS_TYPE_Q8_0 ? 64 : 128; }
+static inline int kvs_xa_int8(int type) { return type == KVS_TYPE_Q8_0; } /* else bf16 levels */
+static inline size_t kvs_xa_level_bytes(int type) { return kvs_xa_int8(type) ? 64 : 128; }
 static inline size_t kvs_xa_row_bytes(int type, int k) {
     return ((size_t)(k / KVS_QK) * (kvs_xa_level_bytes(type) + 8) + 63) & ~(size_t)63;
 }

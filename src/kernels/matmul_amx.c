@@ -151,7 +151,7 @@ AI void quantize_rows_as(const kvs_mm_call *c, int i0, int i1, int i8) {
 }
 
 static void amx_quantize_rows(const kvs_mm_call *c, int i0, int i1) {
-    if (c->w->type == KVS_TYPE_Q8_0) quantize_rows_as(c, i0, i1, 1);
+    if (kvs_xa_int8(c->w->type)) quantize_rows_as(c, i0, i1, 1);
     else quantize_rows_as(c, i0, i1, 0);
 }
 
@@ -502,7 +502,7 @@ AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
     q8_stage_tiles(r, 0, q8_stage_of(nb, 0), buf);
     for (int t = 0; t < nt; t++) {
         const uint8_t *row0 = r->xq + (size_t)t * 16 * r->xa_row;
-        const float *dx0 = kvs_xa_dx((uint8_t *)row0, KVS_TYPE_Q8_0, nb);
+        const float *dx0 = kvs_xa_dx((uint8_t *)row0, r->type, nb);
         if (!nf)
             for (int q = 0; q < 2 * 16; q++) _mm512_store_ps(acc + 16 * q, _mm512_setzero_ps());
         for (int s = 0; s < nst; s++, seq++) {
@@ -597,7 +597,7 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
-    if (w->type == KVS_TYPE_Q8_0) { /* int8, K = one block: A 16 x 32 bytes, B 8 x 64 */
+    if (kvs_xa_int8(w->type)) { /* int8, K = one block: A 16 x 32 bytes, B 8 x 64 */
         cfg.colsb[2] = cfg.colsb[3] = 32;
         cfg.rows[4] = cfg.rows[5] = 8;
     }

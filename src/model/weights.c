@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/core_clock.h"
 #include "base/error.h"
 #include "model/model_impl.h"
 
@@ -330,11 +330,9 @@ static void sweep_one(kvs_wmat *w, void *arg) {
 
 static double sweep_ms(kvs_model *m, far_sweep *s, int far) {
     for_each_streamed(m, set_far_rows, &far);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = kvs_now_ms();
     for_each_streamed(m, sweep_one, s);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return kvs_now_ms() - t0;
 }
 
 static void check_far_prefetch(kvs_model *m) {
