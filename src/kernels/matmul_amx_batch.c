@@ -13,7 +13,7 @@
  * path's time (at k = 1536, whose 48 KiB of C outgrew L1 before the passes
  * below, 1.0-1.2x); in a model the weights stream from L3 or DRAM and the
  * tile loads wait on them (the next panels are prefetched into L2), so a
- * whole step gains less (README, sessions 35 and 37).
+ * whole step gains less (docs/performance-log.md, sessions 35 and 37).
  *
  * Tiles, per block b of a panel of 16 weight rows:
  *   A  the 16 weight rows' 32 signed bytes of block b, loaded straight from
