@@ -235,8 +235,8 @@ int kvs_kernels_set_isa(const char *name);
  * then still names the vector level, "avx512vnni"). */
 int kvs_kernels_amx(void);
 /* The AVX-512 float decode (one activation row): 1 distant row pairs, 0
- * 4-row tiles, -1 the CPU's default (pairs on AMD; KVS_F_DECODE=pairs or
- * tiles overrides it). Same bits either way; for tests of both. */
+ * 4-row tiles, -1 the default (pairs; KVS_F_DECODE=tiles chooses the
+ * tiles). Same bits either way; for tests of both. */
 void kvs_kernels_set_f_decode_pairs(int pairs);
 
 #endif

@@ -835,14 +835,16 @@ __attribute__((noinline)) static void f8_rows(const kvs_mm_call *c, int j0, int 
     }
 }
 
-/* One activation row against float weights (decode), on AMD CPUs: row j
- * with row j + h of the chunk's other half, two streams far apart, each
- * prefetched a line ahead per line read (as the AVX2 path, matmul_avx2.c,
- * for the same reason: an AMD core reads DRAM faster from distant streams);
- * kern_f's chain and tree per output, so its bits. SmolLM2 F16 decode on a
- * Zen 5 VM, alternating: 57-78 -> 71-88 tok/s at 1 thread, 125-136 ->
- * 145-151 at 2. On Xeons kern_f's 4-row tiles with near and far prefetch
- * stay (at the bandwidth bound there; pairs not measured on one). */
+/* One activation row against float weights (decode): row j with row j + h
+ * of the chunk's other half, two streams far apart, each prefetched a line
+ * ahead per line read (as the AVX2 path, matmul_avx2.c, for the same
+ * reason: a core reads DRAM faster from distant streams); kern_f's chain
+ * and tree per output, so its bits. SmolLM2 F16 decode, tiles / pairs: a
+ * Zen 5 VM, alternating, 57-78 -> 71-88 tok/s at 1 thread, 125-136 ->
+ * 145-151 at 2; the AMX Xeon VM (session 44, paired, 5 rounds) 1.19x at 1
+ * thread (1.08-1.27x) and 1.23x at 2 (1.13-1.40x). Until then Xeons had kept
+ * kern_f's 4-row tiles (pairs unmeasured there); they remain for
+ * KVS_F_DECODE=tiles and the tests. */
 #define F_PAIR_AHEAD 1024
 /* KVS_F_DECODE=pairs or tiles overrides the choice (benchmarks). */
 static atomic_int g_f_pairs = -1; /* -1: not decided yet */
@@ -850,7 +852,7 @@ static int f_decode_pairs(void) {
     int p = atomic_load_explicit(&g_f_pairs, memory_order_relaxed);
     if (p < 0) {
         const char *e = getenv("KVS_F_DECODE");
-        p = e && !strcmp(e, "pairs") ? 1 : e && !strcmp(e, "tiles") ? 0 : __builtin_cpu_is("amd");
+        p = !(e && !strcmp(e, "tiles"));
         atomic_store_explicit(&g_f_pairs, p, memory_order_relaxed);
     }
     return p;

@@ -3,7 +3,8 @@
  * rows (a batch of streams), Q4_0 / Q4_1 / Q8_0, bit-identical to the scalar
  * reference like every path (kernels_impl.h). Here weight bytes are
  * amortized over few activation rows or none, so nothing is prepared into
- * memory: 16 weight rows per tile; full groups lane = block
+ * memory: 16 weight rows per tile (up to 4 rows: 8 from each of two
+ * streams, KVS_M1_TWO_STREAMS); full groups lane = block
  * (unpack_row_group: from the packed rows, pack.c, as loaded, or with the
  * rearrangement fused into the dot), shared by the rows; one tree per row
  * for its 16 outputs; tail blocks with lane = weight row (two packed 8-row
@@ -46,6 +47,21 @@
 #ifndef KVS_MANY_MAX_M
 #define KVS_MANY_MAX_M 12
 #endif
+
+/* few_rows reads a thread's columns (of at least KVS_M1_TWO_MIN_ROWS rows)
+ * as two streams, the first and the second half of its range: a tile is 8
+ * rows of each, taken in turn. One stream waited on its misses: the m = 1
+ * kernel spent ~70% of its samples on the instruction after a prefetch,
+ * and a plain read of one stream ran at 70-83% of four (bench/roofline_probe
+ * with READ_STREAMS 1). Paired runs on the AMX Xeon (session 44), one
+ * stream / two: SmolLM2 decode Q8_0 1.13x at 1 thread and 1.06x at 2, Q4_0
+ * 1.12x / 1.05x, Q4_1 1.07x / 1.04x, gemma3 (its Q8_0 head and matrices)
+ * 1.06x / 1.08x. Tiles of 16 rows from two streams 16 rows at a time (not
+ * row by row) lost 7%. KVS_M1_TWO_STREAMS=0 at build time turns it off. */
+#ifndef KVS_M1_TWO_STREAMS
+#define KVS_M1_TWO_STREAMS 1
+#endif
+#define KVS_M1_TWO_MIN_ROWS 64
 #if KVS_MANY_MAX_M < KVS_FEW_MAX_M
 #error "KVS_MANY_MAX_M (many_rows' rows) must be at least KVS_FEW_MAX_M (few_rows')"
 #endif
@@ -185,28 +201,32 @@ AI void prefetch_row_ahead(const kvs_wmat *w, int j) {
     }
 }
 
-/* Byte offsets of weight rows 0..15 (gather indices, lane = weight row). */
-AI __m512i rows_offsets(size_t row_bytes) {
+/* Byte offsets from row j0 of the tile's weight rows (gather indices, lane
+ * = weight row): lanes 0..7 rows j0.., lanes 8..15 rows jb.. (j0 + 8 where
+ * the tile's rows are contiguous). */
+AI __m512i rows_offsets(size_t row_bytes, int j0, int jb) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));
+    const __m512i row = _mm512_mask_add_epi32(lane, (__mmask16)0xff00, lane, _mm512_set1_epi32(jb - j0 - 8));
+    return _mm512_mullo_epi32(row, _mm512_set1_epi32((int)row_bytes));
 }
 
-/* Whether the 16 weight rows j0.. are two whole packed tiles (their tail
- * blocks transposed, pack.c). */
-AI int two_packed_tiles(const kvs_wmat *w, int j0, int nr) {
-    return w->packed && nr == 16 && kvs_packed_tiled(w, j0 + 15) && j0 % KVS_PACK_TILE == 0;
+/* Whether the tile's 16 weight rows (j0.., jb..) are two whole packed tiles
+ * (their tail blocks transposed, pack.c). */
+AI int two_packed_tiles(const kvs_wmat *w, int j0, int jb, int nr) {
+    return w->packed && nr == 16 && kvs_packed_tiled(w, j0 + 7) && kvs_packed_tiled(w, jb + 7) &&
+           j0 % KVS_PACK_TILE == 0 && jb % KVS_PACK_TILE == 0;
 }
 
 /* Q4 tail block t of the 16 weight rows j0.. as gather_q4_tail gives it:
  * from the packed tiles' transposed tails (rows j0..j0+7 and j0+8..j0+15,
  * lane = row, two 32-byte halves per vector) where the 16 rows are both
  * whole tiles, else gathered from the GGUF rows. */
-AI void q4_tail(const kvs_wmat *w, int j0, int nr, int ng, int t, int q41, prep_grp *p) {
+AI void q4_tail(const kvs_wmat *w, int j0, int jb, int nr, int ng, int t, int q41, prep_grp *p) {
     const int bs = q41 ? 20 : 18;
     p->corr = _mm512_setzero_si512();
-    if (two_packed_tiles(w, j0, nr)) {
+    if (two_packed_tiles(w, j0, jb, nr)) {
         const uint8_t *a = kvs_packed_tile_tail(w, j0) + (size_t)t * KVS_PACK_TILE * bs;
-        const uint8_t *b = kvs_packed_tile_tail(w, j0 + KVS_PACK_TILE) + (size_t)t * KVS_PACK_TILE * bs;
+        const uint8_t *b = kvs_packed_tile_tail(w, jb) + (size_t)t * KVS_PACK_TILE * bs;
         const __m512i lo4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
@@ -228,7 +248,7 @@ AI void q4_tail(const kvs_wmat *w, int j0, int nr, int ng, int t, int q41, prep_
         return;
     }
     const uint8_t *base = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes;
-    gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, rows_offsets(w->row_bytes), (__mmask16)((1u << nr) - 1), q41,
+    gather_q4_tail(base + (size_t)(ng * 16 + t) * bs, rows_offsets(w->row_bytes, j0, jb), (__mmask16)((1u << nr) - 1), q41,
                    p->v, &p->dw, &p->mw);
     if (!q41) p->mw = _mm512_setzero_ps();
 }
@@ -242,11 +262,11 @@ static const uint16_t q8_tail_words[32] __attribute__((aligned(64))) = {
     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
     16, 24, 17, 25, 18, 26, 19, 27, 20, 28, 21, 29, 22, 30, 23, 31};
 
-AI void q8_tail(const kvs_wmat *w, int j0, int nr, int ng, int t, prep_grp *p) {
+AI void q8_tail(const kvs_wmat *w, int j0, int jb, int nr, int ng, int t, prep_grp *p) {
     p->mw = _mm512_setzero_ps();
-    if (two_packed_tiles(w, j0, nr)) {
+    if (two_packed_tiles(w, j0, jb, nr)) {
         const uint8_t *a = kvs_packed_tile_tail(w, j0) + (size_t)t * KVS_PACK_TILE * 34;
-        const uint8_t *b = kvs_packed_tile_tail(w, j0 + KVS_PACK_TILE) + (size_t)t * KVS_PACK_TILE * 34;
+        const uint8_t *b = kvs_packed_tile_tail(w, jb) + (size_t)t * KVS_PACK_TILE * 34;
         const __m512i words = _mm512_load_si512(q8_tail_words);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
@@ -258,7 +278,7 @@ AI void q8_tail(const kvs_wmat *w, int j0, int nr, int ng, int t, prep_grp *p) {
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 256))), _mm_loadu_si128((const __m128i *)(b + 256)), 1));
     } else {
         const uint8_t *blk = (const uint8_t *)w->data + (size_t)j0 * w->row_bytes + (size_t)(ng * 16 + t) * 34;
-        const __m512i roff = rows_offsets(w->row_bytes);
+        const __m512i roff = rows_offsets(w->row_bytes, j0, jb);
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
         /* 4 bytes at the block's start: d and two q bytes (never past the block) */
         const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, roff, blk, 1);
@@ -270,13 +290,15 @@ AI void q8_tail(const kvs_wmat *w, int j0, int nr, int ng, int t, prep_grp *p) {
     p->corr = q8_lanes_corr(p->v);
 }
 
-AI void tail_group(const kvs_wmat *w, int j0, int nr, int ng, int t, int type, prep_grp *p) {
-    if (type == KVS_TYPE_Q8_0) q8_tail(w, j0, nr, ng, t, p);
-    else q4_tail(w, j0, nr, ng, t, type == KVS_TYPE_Q4_1, p);
+AI void tail_group(const kvs_wmat *w, int j0, int jb, int nr, int ng, int t, int type, prep_grp *p) {
+    if (type == KVS_TYPE_Q8_0) q8_tail(w, j0, jb, nr, ng, t, p);
+    else q4_tail(w, j0, jb, nr, ng, t, type == KVS_TYPE_Q4_1, p);
 }
 
 /* Up to 4 activation rows (the rows of one quad: a decode step, or a batch of
- * up to 4 streams) against up to 16 weight rows [j0, j0 + nr): full groups
+ * up to 4 streams) against up to 16 weight rows, lanes 0..7 rows j0.., lanes
+ * 8..15 rows jb.. (jb = j0 + 8: 16 neighbouring rows, nr of them; else two
+ * streams, nr = 16, their rows taken in turn): full groups
  * lane = block (the rearrangement fused into the dot, nothing stored, and
  * shared by the rows), then one tree per activation row for its 16 outputs,
  * then the tail blocks with lane = weight row (taken once for the rows),
@@ -284,17 +306,19 @@ AI void tail_group(const kvs_wmat *w, int j0, int nr, int ng, int t, int type, p
  * block's integer dot is 256 * dot(w, hi) + dot(w, lo) (quant.h): the
  * unpacked weights serve both planes and every row. mr and type are
  * constants in each copy (few_rows_of). */
-AI void few_rows(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad, int mr,
-                 int type, float *y, size_t ldy) {
-    const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
+AI void few_rows(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
+                 int mr, int type, float *y, size_t ldy) {
+    const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k), two = jb != j0 + 8;
     /* every live row's slot is set below: only the tree's lanes past nr
      * start at zero (a zeroing loop over all 16 became a memset call) */
     __m512 C[4][16];
     for (int i = 0; i < mr; i++)
         for (int rho = nr; rho < 16; rho++) C[i][slot_of(rho)] = _mm512_setzero_ps();
-    for (int rho = 0; rho < nr; rho++) {
-        const uint8_t *row = q_row(w, j0 + rho);
-        prefetch_row_ahead(w, j0 + rho);
+    for (int k = 0; k < nr; k++) {
+        /* two streams: their rows alternate (each row's sums are its own) */
+        const int rho = two ? (k & 1) * 8 + k / 2 : k, j = rho < 8 ? j0 + rho : jb + rho - 8;
+        const uint8_t *row = q_row(w, j);
+        prefetch_row_ahead(w, j);
         __m512 acc[4];
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_ps();
@@ -310,17 +334,25 @@ AI void few_rows(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq
     }
     __m512 R[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) R[i] = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
+    for (int i = 0; i < mr; i++) R[i] = tree16x16(C[i]); /* lane rho = the tile's weight row rho */
     const __mmask16 live = (__mmask16)((1u << nr) - 1);
     for (int t = 0; t < nt; t++) {
         prep_grp p;
-        tail_group(w, j0, nr, ng, t, type, &p);
+        tail_group(w, j0, jb, nr, ng, t, type, &p);
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) R[i] = row_tail(&p, qt, i, type, R[i]);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + j0, live, R[i]);
+    for (int i = 0; i < mr; i++) {
+        float *yi = y + (size_t)i * ldy;
+        if (two) {
+            _mm512_mask_storeu_ps(yi + j0, (__mmask16)0x00ff, R[i]);
+            _mm512_mask_storeu_ps(yi + jb - 8, (__mmask16)0xff00, R[i]);
+        } else {
+            _mm512_mask_storeu_ps(yi + j0, live, R[i]);
+        }
+    }
 }
 
 /* 5..KVS_MANY_MAX_M activation rows (a batch of more streams) against up to
@@ -366,7 +398,7 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int t
     }
     const __mmask16 live = (__mmask16)((1u << nr) - 1);
     prep_grp T[KVS_XQ_GROUP];
-    for (int t = 0; t < nt; t++) tail_group(w, j0, nr, ng, t, type, &T[t]);
+    for (int t = 0; t < nt; t++) tail_group(w, j0, j0 + 8, nr, ng, t, type, &T[t]);
     for (int i = 0; i < m; i++) {
         __m512 R = tree16x16(C[i]); /* lane rho = weight row j0 + rho */
         const uint8_t *quad = c->xq_tail + (size_t)(i / 4) * c->xq_quad;
@@ -376,13 +408,13 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int t
 }
 
 #define FEW_CASE(a, T) \
-    case (a) * 4 + (T): few_rows(w, j0, nr, xq, xq_row, quad, a, (T) == 0 ? KVS_TYPE_Q4_0 : (T) == 1 ? KVS_TYPE_Q4_1 : KVS_TYPE_Q8_0, y, ldy); break;
+    case (a) * 4 + (T): few_rows(w, j0, jb, nr, xq, xq_row, quad, a, (T) == 0 ? KVS_TYPE_Q4_0 : (T) == 1 ? KVS_TYPE_Q4_1 : KVS_TYPE_Q8_0, y, ldy); break;
 
 /* type index: 0 Q4_0, 1 Q4_1, 2 Q8_0 */
 static int type_index(int type) { return type == KVS_TYPE_Q4_0 ? 0 : type == KVS_TYPE_Q4_1 ? 1 : 2; }
 
-static void few_rows_of(const kvs_wmat *w, int j0, int nr, const uint8_t *xq, size_t xq_row, const uint8_t *quad,
-                        int mr, float *y, size_t ldy) {
+static void few_rows_of(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t *xq, size_t xq_row,
+                        const uint8_t *quad, int mr, float *y, size_t ldy) {
     switch (mr * 4 + type_index(w->type)) { /* both constant in each copy */
         FEW_CASE(1, 0) FEW_CASE(1, 1) FEW_CASE(1, 2) FEW_CASE(2, 0) FEW_CASE(2, 1) FEW_CASE(2, 2)
         FEW_CASE(3, 0) FEW_CASE(3, 1) FEW_CASE(3, 2) FEW_CASE(4, 0) FEW_CASE(4, 1) FEW_CASE(4, 2)
@@ -397,6 +429,15 @@ static void many_rows_of(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c
     }
 }
 
+/* One tile of every row quad of the call: weight rows j0..j0 + 7 in lanes
+ * 0..7, jb.. in lanes 8..15 (jb = j0 + 8: 16 neighbouring rows). */
+static void few_tile(const kvs_mm_call *c, int j0, int jb, int nr) {
+    for (int i0 = 0; i0 < c->m; i0 += 4)
+        few_rows_of(c->w, j0, jb, nr, c->xq + (size_t)i0 * c->xq_row, c->xq_row,
+                    c->xq_tail + (size_t)(i0 / 4) * c->xq_quad, c->m - i0 < 4 ? c->m - i0 : 4,
+                    c->y + (size_t)i0 * c->w->n, c->w->n);
+}
+
 int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
     const kvs_wmat *w = c->w;
     if (!c->xq || w->k > 16384 || c->m > KVS_MANY_MAX_M) return 0;
@@ -404,11 +445,13 @@ int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
         for (int jt = j0; jt < j1; jt += 16) many_rows_of(w, jt, j1 - jt < 16 ? j1 - jt : 16, c);
         return 1;
     }
-    for (int jt = j0; jt < j1; jt += 16)
-        for (int i0 = 0; i0 < c->m; i0 += 4)
-            few_rows_of(w, jt, j1 - jt < 16 ? j1 - jt : 16, c->xq + (size_t)i0 * c->xq_row, c->xq_row,
-                        c->xq_tail + (size_t)(i0 / 4) * c->xq_quad, c->m - i0 < 4 ? c->m - i0 : 4,
-                        c->y + (size_t)i0 * w->n, w->n);
+    int jt = j0;
+    if (KVS_M1_TWO_STREAMS && j0 % KVS_PACK_TILE == 0 && j1 - j0 >= KVS_M1_TWO_MIN_ROWS) {
+        const int half = (j1 - j0) / (2 * KVS_PACK_TILE) * KVS_PACK_TILE;
+        for (int a = j0; a < j0 + half; a += KVS_PACK_TILE) few_tile(c, a, a + half, 16);
+        jt = j0 + 2 * half;
+    }
+    for (; jt < j1; jt += 16) few_tile(c, jt, jt + 8, j1 - jt < 16 ? j1 - jt : 16);
     return 1;
 }
 
