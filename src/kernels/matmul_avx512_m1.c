@@ -446,8 +446,10 @@ int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
         return 1;
     }
     int jt = j0;
-    if (KVS_M1_TWO_STREAMS && j0 % KVS_PACK_TILE == 0 && j1 - j0 >= KVS_M1_TWO_MIN_ROWS) {
-        const int half = (j1 - j0) / (2 * KVS_PACK_TILE) * KVS_PACK_TILE;
+    const int half = (j1 - j0) / (2 * KVS_PACK_TILE) * KVS_PACK_TILE;
+    /* the tails' gathers reach the second stream by int32 byte offsets */
+    if (KVS_M1_TWO_STREAMS && j0 % KVS_PACK_TILE == 0 && j1 - j0 >= KVS_M1_TWO_MIN_ROWS &&
+        (size_t)(half + 8) * w->row_bytes <= (size_t)INT32_MAX) {
         for (int a = j0; a < j0 + half; a += KVS_PACK_TILE) few_tile(c, a, a + half, 16);
         jt = j0 + 2 * half;
     }
