@@ -3,8 +3,8 @@
  * rows (a batch of streams), Q4_0 / Q4_1 / Q8_0, bit-identical to the scalar
  * reference like every path (kernels_impl.h). Here weight bytes are
  * amortized over few activation rows or none, so nothing is prepared into
- * memory: 16 weight rows per tile (up to 4 rows: 8 from each of two
- * streams, KVS_M1_TWO_STREAMS); full groups lane = block
+ * memory: 16 weight rows per tile (one row: 8 from each of two streams,
+ * KVS_M1_TWO_STREAMS); full groups lane = block
  * (unpack_row_group: from the packed rows, pack.c, as loaded, or with the
  * rearrangement fused into the dot), shared by the rows; one tree per row
  * for its 16 outputs; tail blocks with lane = weight row (two packed 8-row
@@ -48,16 +48,18 @@
 #define KVS_MANY_MAX_M 12
 #endif
 
-/* few_rows reads a thread's columns (of at least KVS_M1_TWO_MIN_ROWS rows)
- * as two streams, the first and the second half of its range: a tile is 8
- * rows of each, taken in turn. One stream waited on its misses: the m = 1
+/* One activation row (a decode step) reads a thread's columns (of at least
+ * KVS_M1_TWO_MIN_ROWS rows) as two streams, the first and the second half
+ * of its range: a few_rows tile is 8 rows of each, taken in turn. One stream waited on its misses: the m = 1
  * kernel spent ~70% of its samples on the instruction after a prefetch,
  * and a plain read of one stream ran at 70-83% of four (bench/roofline_probe
  * with READ_STREAMS 1). Paired runs on the AMX Xeon (session 44), one
  * stream / two: SmolLM2 decode Q8_0 1.13x at 1 thread and 1.06x at 2, Q4_0
  * 1.12x / 1.05x, Q4_1 1.07x / 1.04x, gemma3 (its Q8_0 head and matrices)
  * 1.06x / 1.08x. Tiles of 16 rows from two streams 16 rows at a time (not
- * row by row) lost 7%. KVS_M1_TWO_STREAMS=0 at build time turns it off. */
+ * row by row) lost 7%; 4 activation rows (4 streams of a server step) lost
+ * too (Q8_0 0.90x, Q4_1 0.98x: more arithmetic per weight byte), so only
+ * m = 1 takes it. KVS_M1_TWO_STREAMS=0 at build time turns it off. */
 #ifndef KVS_M1_TWO_STREAMS
 #define KVS_M1_TWO_STREAMS 1
 #endif
@@ -448,7 +450,7 @@ int kvs_avx512_matmul_m1(const kvs_mm_call *c, int j0, int j1) {
     int jt = j0;
     const int half = (j1 - j0) / (2 * KVS_PACK_TILE) * KVS_PACK_TILE;
     /* the tails' gathers reach the second stream by int32 byte offsets */
-    if (KVS_M1_TWO_STREAMS && j0 % KVS_PACK_TILE == 0 && j1 - j0 >= KVS_M1_TWO_MIN_ROWS &&
+    if (KVS_M1_TWO_STREAMS && c->m == 1 && j0 % KVS_PACK_TILE == 0 && j1 - j0 >= KVS_M1_TWO_MIN_ROWS &&
         (size_t)(half + 8) * w->row_bytes <= (size_t)INT32_MAX) {
         for (int a = j0; a < j0 + half; a += KVS_PACK_TILE) few_tile(c, a, a + half, 16);
         jt = j0 + 2 * half;
