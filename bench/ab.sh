@@ -15,21 +15,19 @@
 # figure compared, decode (tg, default) or prefill (pp) tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 rounds=8 test=tg env_a="" env_b=""
 bins=()
 while [ $# -gt 0 ]; do
+    ab_option "$@"
+    if [ "$ab_shift" -gt 0 ]; then shift "$ab_shift"; continue; fi
     case "$1" in
-        --rounds) rounds="$2"; shift 2;;
         --test) test="$2"; shift 2;;
-        --env-a) env_a="$2"; shift 2;;
-        --env-b) env_b="$2"; shift 2;;
         --) shift; break;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;;
         -*) echo "ab: unknown option $1 (see --help)" >&2; exit 2;;
         *) bins+=("$1"); shift;;
     esac
 done
-. bench/bench_lib.sh
 need_numbers ab rounds
 [ "$rounds" -ge 1 ] || { echo "ab: --rounds must be at least 1" >&2; exit 2; }
 [ "$test" = tg ] || [ "$test" = pp ] || { echo "ab: --test is tg or pp, got '$test'" >&2; exit 2; }
@@ -51,15 +49,17 @@ print(t["tok_s"])' "$test"
 }
 
 as=() bs=()
-for r in $(seq "$rounds"); do
-    if [ $((r % 2)) -eq 1 ]; then
-        a=$(run "$env_a" "${bins[0]}" "$@"); b=$(run "$env_b" "${bins[1]}" "$@")
-    else
-        b=$(run "$env_b" "${bins[1]}" "$@"); a=$(run "$env_a" "${bins[0]}" "$@")
+bench_args=("$@")
+side() {  # side a|b ROUND: one run; after the round's second, its line
+    if [ "$1" = a ]; then a=$(run "$env_a" "${bins[0]}" "${bench_args[@]}"); else b=$(run "$env_b" "${bins[1]}" "${bench_args[@]}"); fi
+    local last=b
+    [ $(($2 % 2)) -eq 0 ] && last=a
+    if [ "$1" = "$last" ]; then
+        as+=("$a") bs+=("$b")
+        python3 -c 'import sys; a, b = map(float, sys.argv[2:]); print("round %s: A %.1f B %.1f (B/A %.3f)" % (sys.argv[1], a, b, b / a))' "$2" "$a" "$b"
     fi
-    as+=("$a") bs+=("$b")
-    python3 -c 'import sys; a, b = map(float, sys.argv[2:]); print("round %s: A %.1f B %.1f (B/A %.3f)" % (sys.argv[1], a, b, b / a))' "$r" "$a" "$b"
-done
+}
+ab_alternate "$rounds" side
 python3 - "$test" "${as[@]}" "${bs[@]}" <<'PY'
 import statistics as st, sys
 test, v = sys.argv[1], list(map(float, sys.argv[2:]))

@@ -37,3 +37,28 @@ report_slug() {
     [ "$(amx_prefill "$1")" = 1 ] && isa="$isa-amx"
     echo "${cpu:-cpu}-${isa:-scalar}" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//'
 }
+
+# The paired runs' scripts (ab.sh, ab-kernels.sh) share these.
+# ab_option ARGS...: takes the options they share (--rounds, --env-a,
+# --env-b; --help prints the calling script's header) into rounds, env_a and
+# env_b, and sets ab_shift to the number of arguments taken (0: none of them).
+# shellcheck disable=SC2034  # rounds, env_a, env_b, ab_shift: the caller's
+ab_option() {
+    ab_shift=0
+    case "$1" in
+        --rounds) rounds="$2"; ab_shift=2;;
+        --env-a) env_a="$2"; ab_shift=2;;
+        --env-b) env_b="$2"; ab_shift=2;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;;
+    esac
+}
+
+# ab_alternate ROUNDS FN: FN a R and FN b R for R = 1..ROUNDS, A first on odd
+# rounds and B first on even ones, so that neither side always runs second
+# (warmer caches, a host that slows down in the middle of a round).
+ab_alternate() {
+    local r
+    for r in $(seq "$1"); do
+        if [ $((r % 2)) -eq 1 ]; then "$2" a "$r"; "$2" b "$r"; else "$2" b "$r"; "$2" a "$r"; fi
+    done
+}

@@ -96,4 +96,46 @@ out=$(bench/ab.sh --rounds 1 "$tmp/ab_no_tg" "$tmp/ab_no_tg" -- -m x -n 0 2>&1);
 [ $rc -ne 0 ] && grep -q 'no tg figure' <<<"$out"
 check ab_missing_figure $?
 
+
+# bench/ab-kernels.sh: two bench_kernels alternating, each figure's fastest
+# round per side and the paired median. The mock's times are MOCK_US on
+# even calls of a side and twice it on odd ones (so the fastest is MOCK_US);
+# it logs MOCK_US per call (the order).
+cat >"$tmp/bk" <<'EOF2'
+#!/usr/bin/env bash
+[ "${MOCK_FAIL:-0}" = 1 ] && { echo "mock failure"; exit 3; }
+f="$MOCK_DIR/count.$MOCK_US"; n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$f"
+echo "$MOCK_US" >>"$MOCK_DIR/log"
+us=$(( MOCK_US * (1 + n % 2) ))
+echo "bench_kernels: mock, 2 cores; best ISA amx; wall clock"
+echo "  pool t=1: empty kvs_pool_run 0.003 us, kvs_pool_for of 2 empty chunks 0.006 us (medians of 7 x 20000)"
+echo "  amx        t=1  ffn_up   576->1536   Q4_1 m=8       $us.0 us     92.3 GOPS     3.6 GB/s(w)"
+echo "  avx512vnni t=1  attention 9x3x64 ctx=512   prefill      5.18 ms (  58.4 GFLOPS,   10.12 us/token)  decode     30.1 us"
+EOF2
+chmod +x "$tmp/bk"
+mkdir -p "$tmp/bkd" "$tmp/build/bench" && cp "$tmp/bk" "$tmp/build/bench/bench_kernels"
+out=$(MOCK_DIR="$tmp/bkd" bench/ab-kernels.sh --rounds 2 --env-a MOCK_US=100 --env-b MOCK_US=90 "$tmp/bk" "$tmp/build" -- --quick 2>&1)
+grep -Eq '^amx t=1 ffn_up 576->1536 Q4_1 m=8 +100\.0 +90\.0 +0\.900 +0\.900 \(0\.900-0\.900\)$' <<<"$out"
+check ab_kernels_fastest_and_paired $?
+grep -Eq '^avx512vnni t=1 attention 9x3x64 ctx=512 prefill +5180\.0 +5180\.0 +1\.000 ' <<<"$out" &&
+    grep -Eq '^avx512vnni t=1 attention 9x3x64 ctx=512 decode +30\.1 +30\.1 +1\.000 ' <<<"$out" &&
+    [ "$(grep -c '^[a-z0-9]* t=1 ' <<<"$out")" -eq 3 ]  # not the pool line, not us/token
+check ab_kernels_figures $?
+[ "$(tr '\n' ' ' <"$tmp/bkd/log")" = "100 90 90 100 " ]
+check ab_kernels_alternates $?
+out=$(MOCK_DIR="$tmp/bkd" bench/ab-kernels.sh --rounds 1 --match 'decode' --env-a MOCK_US=1 --env-b MOCK_US=1 "$tmp/bk" "$tmp/bk" -- 2>&1)
+[ "$(grep -c ' t=1 ' <<<"$out")" -eq 1 ] && grep -q 'ctx=512 decode' <<<"$out"
+check ab_kernels_match $?
+out=$(bench/ab-kernels.sh "$tmp/bk" -- 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q 'name two bench_kernels' <<<"$out"
+check ab_kernels_needs_two $?
+out=$(bench/ab-kernels.sh "$tmp/bk" "$tmp/nowhere" -- 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q 'nowhere is neither a bench_kernels executable' <<<"$out"
+check ab_kernels_rejects_missing $?
+out=$(MOCK_DIR="$tmp/bkd" bench/ab-kernels.sh --rounds 1 --env-b MOCK_FAIL=1 --env-a MOCK_US=1 "$tmp/bk" "$tmp/bk" -- 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'failed' <<<"$out" && grep -q 'mock failure' <<<"$out"
+check ab_kernels_reports_failure $?
+out=$(MOCK_DIR="$tmp/bkd" bench/ab-kernels.sh --rounds 1 --match 'nothing-like-this' --env-a MOCK_US=1 --env-b MOCK_US=1 "$tmp/bk" "$tmp/bk" -- 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q 'no figure common to both sides' <<<"$out"
+check ab_kernels_no_figures $?
 [ "$fails" -eq 0 ]
