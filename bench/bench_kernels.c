@@ -160,8 +160,16 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     int ms[] = {1, 8, 512};
     for (size_t s = 0; shapes[s].name; s++) {
         kvs_wmat w = make_w(g_type >= 0 ? g_type : shapes[s].type, shapes[s].n, shapes[s].k);
-        /* packed rows (pack.c), as a model loads them: the SIMD paths read them */
+        /* packed rows (pack.c), as a model loads them: the SIMD paths read them;
+         * with AMX, Q8_0's tiles as well (kvs_wmat_tiles_to: its batch and
+         * prefill tiles read them) */
         if (pack && kvs_wmat_pack(&w, 1) != 0) { fprintf(stderr, "bench_kernels: pack: out of memory\n"); exit(1); }
+        void *tiles = NULL;
+        if (pack && !strcmp(isa, "amx") && kvs_wmat_tiles_bytes(&w)) {
+            tiles = aligned_alloc(64, (kvs_wmat_tiles_bytes(&w) + 63) & ~(size_t)63);
+            if (!tiles) { fprintf(stderr, "bench_kernels: tiles: out of memory\n"); exit(1); }
+            kvs_wmat_tiles_to(&w, tiles);
+        }
         for (int mi = 0; mi < 3; mi++) {
             int m = ms[mi];
             if (!strcmp(isa, "scalar") && m > 1) continue; /* minutes, not informative */
@@ -179,6 +187,7 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
             free(x); free(y); free(work);
         }
         kvs_wmat_unpack(&w);
+        free(tiles);
         free((void *)w.data);
     }
     kvs_pool_free(pool);

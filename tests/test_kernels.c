@@ -824,20 +824,30 @@ TEST(test_matmul_amx_equals_scalar) {
                 void *work = xmalloc(kvs_matmul_work_size(&w, m));
                 kvs_kernels_set_isa("scalar");
                 kvs_matmul(NULL, &w, x, m, y0, work);
-                for (int th = 0; th < 2; th++) {
-                    kvs_kernels_set_isa("amx");
-                    memset(y1, 0xff, sizeof(float) * m * n);
-                    kvs_matmul(th ? pool : NULL, &w, x, m, y1, work);
-                    if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
-                        int bad = 0;
-                        while (y0[bad] == y1[bad]) bad++;
-                        fprintf(stderr, "  amx type %d k %d n %d m %d th %d: y[%d] %.9g vs scalar %.9g\n", type,
-                                k, n, m, th + 1, bad, y1[bad], y0[bad]);
-                        kt_test_failed++;
+                /* Q8_0 also from its tiles (kvs_wmat_tiles_to: the batch
+                 * tiles through matmul_amx_batch_nib.c, the prefill's copy) */
+                void *tiles = NULL;
+                for (int tl = 0; tl < (type == KVS_TYPE_Q8_0 ? 2 : 1); tl++) {
+                    if (tl) {
+                        tiles = aligned_alloc(64, (kvs_wmat_tiles_bytes(&w) + 63) & ~(size_t)63);
+                        CHECK(tiles != NULL);
+                        kvs_wmat_tiles_to(&w, tiles);
                     }
-                    compared++;
+                    for (int th = 0; th < 2; th++) {
+                        kvs_kernels_set_isa("amx");
+                        memset(y1, 0xff, sizeof(float) * m * n);
+                        kvs_matmul(th ? pool : NULL, &w, x, m, y1, work);
+                        if (memcmp(y0, y1, sizeof(float) * m * n) != 0) {
+                            int bad = 0;
+                            while (y0[bad] == y1[bad]) bad++;
+                            fprintf(stderr, "  amx type %d k %d n %d m %d th %d tiles %d: y[%d] %.9g vs scalar %.9g\n",
+                                    type, k, n, m, th + 1, tl, bad, y1[bad], y0[bad]);
+                            kt_test_failed++;
+                        }
+                        compared++;
+                    }
                 }
-                free(x); free(y0); free(y1); free(work); free((void *)w.data);
+                free(tiles); free(x); free(y0); free(y1); free(work); free((void *)w.data);
             }
     /* enough rows that the call is split into row blocks (each block's
      * activations sized for L2, dispatch.c): 200 rows at k = 2048 */

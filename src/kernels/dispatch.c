@@ -143,8 +143,10 @@ int kvs_amx_prefill_type(int type) {
            type == KVS_TYPE_Q8_0; /* why not Q5_1, Q5_K, Q6_K: matmul_amx.c */
 }
 
-/* A batch of streams on AMX, by weight type: Q8_0 (matmul_amx_batch.c),
- * the 4- and 5-bit types Q4_0, Q4_1, Q5_0, Q4_K (matmul_amx_batch_nib.c),
+/* A batch of streams on AMX, by weight type: Q8_0 (matmul_amx_batch.c on
+ * its GGUF rows; where the model's arena holds its tiles, kvs_wmat_tiles_to,
+ * matmul_amx_batch_nib.c: amx_batch_path), the 4- and 5-bit types Q4_0,
+ * Q4_1, Q5_0, Q4_K (matmul_amx_batch_nib.c),
  * and the fewest rows where it beats AVX-512 (kernels_impl.h); NULL: none
  * (Q5_1, Q5_K, Q6_K keep kquant.c's batch kernels). */
 static const kvs_isa *amx_batch_isa(int type, int *min_m) {
@@ -170,6 +172,9 @@ static int amx_applies(const kvs_wmat *w, int m) {
 static const kvs_isa *amx_batch_path(const kvs_wmat *w, int m) {
     int min_m;
     const kvs_isa *isa = amx_batch_isa(w->type, &min_m);
+#if defined(__x86_64__)
+    if (isa == &kvs_isa_amx_batch && w->tiles) isa = &kvs_isa_amx_batch_nib; /* Q8_0 with its tiles */
+#endif
     return isa && m >= min_m && m <= KVS_AMX_BATCH_MAX_M && w->k <= KVS_AMX_MAX_K && w->data ? isa : NULL;
 }
 

@@ -37,6 +37,9 @@ typedef struct kvs_wmat {
     /* 0, or how many rows ahead the decode kernels also fetch into L2: for
      * weights that stream from DRAM (kvs_far_prefetch_rows). Speed only. */
     int far_rows;
+    /* NULL, or (Q8_0) the rows as the AMX tiles take them (kvs_wmat_tiles_to);
+     * owned by whoever placed them. */
+    const void *tiles;
 } kvs_wmat;
 
 /* A range of memory: the bytes of one streamed matrix. */
@@ -91,13 +94,38 @@ void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
  * the size of that (0: the matrix stays where it is), kvs_wmat_arena_place
  * puts it at dst and points w->packed, or w->data for a copy, there. After
  * all of those, where AMX is on, a plain copy of the GGUF rows its batch
- * path streams (Q8_0; the packed copy stays for the other paths):
+ * path streams (Q4_0, Q4_1, Q5_0, Q4_K; the packed copy stays for the other
+ * paths), for Q8_0 its tiles (kvs_wmat_tiles_to) instead:
  * kvs_wmat_rows_copy_bytes (0: none), kvs_wmat_rows_copy_place (points
- * w->data there). */
+ * w->data, or w->tiles, there). */
 size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
 void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
 size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w);
 void kvs_wmat_rows_copy_place(kvs_wmat *w, void *dst);
+/* Q8_0 rows as the AMX paths' B tiles, which the arena holds instead of a
+ * plain copy of the rows (kvs_wmat_rows_copy_place). Slot s = panel p of 16
+ * rows (the last one's missing rows zero) x nb + block b. The tile of slot s
+ * is 8 rows of 16 dwords, row r's dword n = qs[4r..4r+3] of the panel's row
+ * n; its row r lies in stream r at 64 s, and the 16 f16 d of the slot in a
+ * ninth stream at 32 s: nine sequential streams (a tile load strides across
+ * them), so a step keeps as many lines in flight as from the GGUF rows: the
+ * rows' bytes, padded to whole panels. kvs_wmat_tiles_bytes: the size (0 for
+ * other types);
+ * kvs_wmat_tiles_to fills dst (64-byte aligned) and points w->tiles at it.
+ * Same bits out (only bytes move). */
+size_t kvs_wmat_tiles_bytes(const kvs_wmat *w);
+void kvs_wmat_tiles_to(kvs_wmat *w, void *dst);
+typedef struct kvs_q8_tiles {
+    const uint8_t *base;
+    size_t stride; /* bytes from one stream to the next: slots x 64 */
+} kvs_q8_tiles;
+static inline kvs_q8_tiles kvs_q8_tiles_of(const kvs_wmat *w) {
+    const size_t slots = (size_t)((w->n + 15) / 16) * (size_t)(w->k / 32);
+    return (kvs_q8_tiles){(const uint8_t *)w->tiles, slots * 64};
+}
+/* Slot s's tile row 0 (row r at + r * stride) and its d[16]. */
+static inline const uint8_t *kvs_q8_tiles_b(const kvs_q8_tiles *t, size_t s) { return t->base + 64 * s; }
+static inline const uint8_t *kvs_q8_tiles_d(const kvs_q8_tiles *t, size_t s) { return t->base + 8 * t->stride + 32 * s; }
 /* 1 where the path the dispatcher picks reads, in a forward pass, none of
  * w's source rows once it is in the arena (packed, and its rows copied if
  * kvs_wmat_rows_copy_bytes): their pages can be given back. The AVX2 paths

@@ -166,7 +166,8 @@ static inline float *kvs_xa_sx(uint8_t *row, int type, int nb) {
 
 /* AMX for a batch of streams (matmul_amx_batch.c): Q8_0 weights, calls of
  * KVS_AMX_BATCH_MIN_M..KVS_AMX_BATCH_MAX_M rows and k <= KVS_AMX_MAX_K, on
- * the GGUF rows (w->data). Its activation layout "xb" replaces xq (xq_row
+ * the GGUF rows (w->data; a model's arena gives Q8_0 its tiles instead, for
+ * matmul_amx_batch_nib.c). Its activation layout "xb" replaces xq (xq_row
  * 0, xq_tail NULL): per block b a B tile of KVS_XB_TILE bytes (8 rows of
  * 16 dwords: row r = elements 4r..4r+3, column i the hi level of row i,
  * column 8 + i its lo level; rows past m zero), then per block 16 floats

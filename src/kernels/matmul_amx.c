@@ -298,7 +298,8 @@ static void prep_panel_q4k(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *o
 
 /* prep_panel for Q8_0 (| f16 d | qs[32] signed |), int8 tiles: the first
  * 512 bytes of b[h] are the TDPBSSD B tile (8 rows of 16 dwords: row v,
- * dword n = qs[4v..4v+3] of column n), the bytes as the GGUF holds them. */
+ * dword n = qs[4v..4v+3] of column n), the bytes as the GGUF holds them:
+ * gathered from the rows, or copied from w->tiles, which hold them so. */
 static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
@@ -307,6 +308,18 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
         const int cnt = nr - 16 * h;
         const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
+        if (w->tiles) { /* the same bytes, laid out (kvs_wmat_tiles_to; j0 a multiple of 16) */
+            const kvs_q8_tiles t = kvs_q8_tiles_of(w);
+            const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
+            for (int b = 0; b < nb; b++) {
+                _mm512_store_ps(out[b].dw + 16 * h,
+                                _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kvs_q8_tiles_d(&t, s0 + b))));
+                for (int v = 0; v < 8; v++)
+                    _mm512_store_si512((uint8_t *)out[b].b[h] + 64 * v,
+                                       _mm512_load_si512(kvs_q8_tiles_b(&t, s0 + b) + v * t.stride));
+            }
+            continue;
+        }
         for (int b = 0; b < nb; b++) {
             amx_blk *p = &out[b];
             const uint8_t *blk = base + (size_t)b * 34;

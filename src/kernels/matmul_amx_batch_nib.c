@@ -1,10 +1,11 @@
 /*
  * AMX for a batch of streams on 4- and 5-bit weights: Q4_0, Q4_1, Q5_0,
- * Q4_K against up to KVS_AMX_BATCH_MAX_M activation rows (the server's
- * batched decode step; from KVS_AMX_BATCH_MIN_M rows on, Q4_0 / Q4_1 from
- * KVS_AMX_BATCH_Q4_MIN_M), int8 tiles, exactly the bits of the scalar
- * reference (kernels_impl.h's canonical order for Q4_0 / Q4_1, kquant.h's
- * for Q5_0 / Q4_K).
+ * Q4_K, and Q8_0 where the arena holds its tiles (kvs_wmat_tiles_to: B read
+ * as it is, nothing unpacked), against up to KVS_AMX_BATCH_MAX_M activation
+ * rows (the server's batched decode step; from KVS_AMX_BATCH_MIN_M rows on,
+ * Q4_0 / Q4_1 from KVS_AMX_BATCH_Q4_MIN_M), int8 tiles, exactly the bits of
+ * the scalar reference (kernels_impl.h's canonical order for Q4_0 / Q4_1 /
+ * Q8_0, kquant.h's for Q5_0 / Q4_K).
  *
  * Why: at 8 rows the AVX-512 paths (matmul_avx512_m1.c many_rows on Q4_0 /
  * Q4_1, kquant_avx512_batch.c on Q5_0 / Q4_K) spend two vpdpbusd per weight
@@ -12,11 +13,15 @@
  * ~77 ns (Q5_0) per 16 weight rows x 8 rows x one block on the AMX Xeon.
  * One tile product does those 16 x 16 dots (8 rows' hi and lo levels).
  *
- * Unlike matmul_amx_batch.c (Q8_0, whose weight rows load as a tile as they
- * are), the weights need unpacking, so they are the B operand, one column a
- * weight row: per block of the panel's 16 rows, gathers of the rows' qs
- * dwords give lane n = row n (two dwords a gather element: qword gathers of
- * 8 rows, gather_dword_pair), and their low and high nibbles (Q5_0: with
+ * Unlike matmul_amx_batch.c (Q8_0 on its GGUF rows, which load as a tile
+ * as they are), the weights are the B operand, one column a weight row. Q8_0
+ * from its tiles (kvs_wmat_tiles_to) loads as it is: 16 outputs then take 5
+ * vector ops and 3 loads where matmul_amx_batch.c's pairs take 9 and 4, and
+ * no gather (kernel calls at m = 8: 0.85-0.97x the time; docs/
+ * performance-log.md, session 45). The others need unpacking: per block of
+ * the panel's 16 rows, gathers of the rows' qs dwords give lane n = row n
+ * (two dwords a gather element: qword gathers of 8 rows,
+ * gather_dword_pair), and their low and high nibbles (Q5_0: with
  * the fifth bits from qh) are B rows 0..3 and 4..7 (B row r: elements
  * 4r..4r+3, natural order; Q4_K: one sub-block's 32 nibbles in order, the
  * pair's other sub-block in the other nibbles) - no transpose. Tiles, per
@@ -24,12 +29,13 @@
  *   A  the call's activations of block b ("xc", quantized once per call):
  *      16 rows of 32 signed bytes, row i < 8 the hi level of activation row
  *      i, row 8 + i its lo level (rows past m zero).
- *   B  the 16 weight rows' integers of block b: Q4_0 q - 8 and Q5_0 q - 16
- *      signed (TDPBSSD), Q4_1's and Q4_K's q unsigned (TDPBSUD).
+ *   B  the 16 weight rows' integers of block b: Q4_0 q - 8, Q5_0 q - 16 and
+ *      Q8_0's bytes signed (TDPBSSD), Q4_1's and Q4_K's q unsigned (TDPBSUD).
  *   C  = A B: C[i][n] = dot(hi_i, w_n), C[8 + i][n] = dot(lo_i, w_n), exact
- *      int32 (|dot| <= 32 * 16 * 127 < 2^17).
+ *      int32 (|dot| <= 32 * 16 * 127 < 2^17; Q8_0 32 * 128 * 127 < 2^19).
  * The epilogue runs activation row by activation row, lanes = the panel's 16
- * weight rows: i_b = 256 hi + lo (exact, < 2^24) converted once, then the
+ * weight rows: i_b = 256 hi + lo (exact in int32; < 2^24, Q8_0's < 2^27
+ * rounded as the reference's (float)i_b) converted once, then the
  * canonical float steps lane-wise on 16 chains in registers, and the row's
  * 16 outputs stored as they are. A panel's blocks go in passes of NIB_PASS
  * (unpack, tiles, then each row's steps), the rows' chains kept between
@@ -81,6 +87,7 @@ typedef struct nib_type {
 
 static nib_type nib_type_of(int type) {
     switch (type) {
+    case KVS_TYPE_Q8_0: return (nib_type){34, 2, -1, 0, 0}; /* its tiles (kvs_wmat_tiles_to): nothing to unpack */
     case KVS_TYPE_Q4_0: return (nib_type){18, 2, -1, 8, 0};
     case KVS_TYPE_Q4_1: return (nib_type){20, 4, -1, 0, 1};
     case KVS_TYPE_Q4_K: return (nib_type){144, 16, -1, 0, 1}; /* per 8 blocks: unpack_q4k */
@@ -220,16 +227,17 @@ static void configure(void) {
 #define NIB_BLOCK_TILES(C, A, B)                    \
     do {                                            \
         _tile_loadd(A, at, 32);                     \
-        _tile_loadd(B, bt, 64);                     \
+        _tile_loadd(B, bt, b_stride);               \
         _tile_zero(C);                              \
         if (signed_w) _tile_dpbssd(C, A, B);        \
         else _tile_dpbsud(C, A, B);                 \
         _tile_stored(C, dst, 64);                   \
     } while (0)
 
-static inline void pass_tiles(const uint8_t *xc, const uint8_t *wb, int nb, int signed_w, int32_t *cb) {
+static inline void pass_tiles(const uint8_t *xc, const uint8_t *wb, size_t wb_block, size_t b_stride, int nb,
+                              int signed_w, int32_t *cb) {
     for (int b = 0; b < nb; b++) {
-        const uint8_t *at = xc + (size_t)b * KVS_XB_TILE, *bt = wb + (size_t)b * KVS_XB_TILE;
+        const uint8_t *at = xc + (size_t)b * KVS_XB_TILE, *bt = wb + (size_t)b * wb_block;
         int32_t *dst = cb + 256 * b;
         if (b & 1) NIB_BLOCK_TILES(1, 3, 5);
         else NIB_BLOCK_TILES(0, 2, 4);
@@ -302,7 +310,8 @@ AI __m512 row_pass(const int32_t *cb, const float *dwt, const float *mwt, const 
 static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     const kvs_wmat *w = c->w;
     const nib_type t = nib_type_of(w->type);
-    const int q4k = w->type == KVS_TYPE_Q4_K, nb = w->k / KVS_QK, min = t.min;
+    const int q4k = w->type == KVS_TYPE_Q4_K, q8 = w->type == KVS_TYPE_Q8_0, nb = w->k / KVS_QK, min = t.min;
+    const kvs_q8_tiles qt = q8 ? kvs_q8_tiles_of(w) : (kvs_q8_tiles){NULL, 0};
     const int nf = w->type == KVS_TYPE_Q5_0 || q4k ? nb : nb / 16 * 16; /* kquant.h: every block on a chain */
     int32_t *cb = (int32_t *)scratch;
     uint8_t *wb = (uint8_t *)(cb + NIB_PASS * 256);
@@ -316,6 +325,7 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
         const int nr = j1 - jt < 16 ? j1 - jt : 16;
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
         const uint8_t *wrow = (const uint8_t *)w->data + (size_t)jt * w->row_bytes;
+        const size_t s0 = (size_t)(jt / 16) * nb; /* Q8_0: the panel's first tile slot (kvs_q8_tiles) */
         /* the rows of the panel NIB_PF_PANELS ahead (contiguous) into L2,
          * with the blocks' unpacking: a gather waits for all 16 rows */
         const size_t pf_bytes = jt + NIB_PF_PANELS * 16 < j1 ? 16 * w->row_bytes : 0;
@@ -323,6 +333,17 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
         for (int p0 = 0, p1; p0 < nb; p0 = p1) {
             p1 = p0 + NIB_PASS < nb ? p0 + NIB_PASS : nb;
             for (int b = p0; b < p1; b++) {
+                if (q8) { /* the same slot NIB_PF_PANELS panels ahead, its line in each of the 9 streams */
+                    if (pf_bytes) {
+                        const size_t sa = s0 + (size_t)NIB_PF_PANELS * nb + b;
+                        for (int r = 0; r < 8; r++)
+                            _mm_prefetch((const char *)kvs_q8_tiles_b(&qt, sa) + r * qt.stride, _MM_HINT_T1);
+                        _mm_prefetch((const char *)kvs_q8_tiles_d(&qt, sa), _MM_HINT_T1);
+                    }
+                    _mm512_store_ps(dwt + 16 * (b - p0), _mm512_cvtph_ps(_mm256_load_si256(
+                                                             (const __m256i *)kvs_q8_tiles_d(&qt, s0 + b))));
+                    continue;
+                }
                 for (uintptr_t a = pf0 + pf_bytes * b / nb; a < pf0 + pf_bytes * (b + 1) / nb; a += 64)
                     _mm_prefetch((const char *)a, _MM_HINT_T1);
                 if (!q4k)
@@ -331,7 +352,11 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
             }
             if (q4k) /* a pass is one super-block */
                 unpack_q4k(wrow + (size_t)(p0 / 8) * 144, rows, live, wb, dwt, mwt);
-            pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, wb, p1 - p0, t.offset != 0, cb);
+            if (q8) /* B straight from the tiles' streams: Q8_0's bytes are signed */
+                pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, kvs_q8_tiles_b(&qt, s0 + p0), 64, qt.stride, p1 - p0, 1,
+                           cb);
+            else
+                pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, wb, KVS_XB_TILE, 64, p1 - p0, t.offset != 0, cb);
             for (int i = 0; i < c->m; i++) { /* min a constant in each copy */
                 const __m512 y = min ? row_pass(cb, dwt, mwt, dxv, sxv, p0, p1, nf, nb, i, 1, st + 256 * i)
                                      : row_pass(cb, dwt, mwt, dxv, sxv, p0, p1, nf, nb, i, 0, st + 256 * i);

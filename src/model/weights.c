@@ -264,6 +264,7 @@ static void copy_rows_one(kvs_wmat *w, void *arg) {
 static void forget_packed(kvs_wmat *w, void *arg) {
     (void)arg;
     w->packed = NULL; /* (a copied matrix's data goes with the model) */
+    w->tiles = NULL;
 }
 
 static void unpack_alone(kvs_wmat *w, void *arg) {
