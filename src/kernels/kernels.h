@@ -125,7 +125,9 @@ static inline kvs_q8_tiles kvs_q8_tiles_of(const kvs_wmat *w) {
 }
 /* Slot s's tile row 0 (row r at + r * stride) and its d[16]. */
 static inline const uint8_t *kvs_q8_tiles_b(const kvs_q8_tiles *t, size_t s) { return t->base + 64 * s; }
-static inline const uint8_t *kvs_q8_tiles_d(const kvs_q8_tiles *t, size_t s) { return t->base + 8 * t->stride + 32 * s; }
+static inline const uint8_t *kvs_q8_tiles_d(const kvs_q8_tiles *t, size_t s) {
+    return t->base + 8 * t->stride + 32 * s;
+}
 /* 1 where the path the dispatcher picks reads, in a forward pass, none of
  * w's source rows once it is in the arena (packed, and its rows copied if
  * kvs_wmat_rows_copy_bytes): their pages can be given back. The AVX2 paths

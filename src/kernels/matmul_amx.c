@@ -307,7 +307,6 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
     for (int h = 0; 16 * h < nr; h++) {
         const int cnt = nr - 16 * h;
         const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
-        const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
         if (w->tiles) { /* the same bytes, laid out (kvs_wmat_tiles_to; j0 a multiple of 16) */
             const kvs_q8_tiles t = kvs_q8_tiles_of(w);
             const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
@@ -320,6 +319,7 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
             }
             continue;
         }
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
         for (int b = 0; b < nb; b++) {
             amx_blk *p = &out[b];
             const uint8_t *blk = base + (size_t)b * 34;

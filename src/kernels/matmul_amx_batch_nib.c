@@ -328,13 +328,14 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
         const size_t s0 = (size_t)(jt / 16) * nb; /* Q8_0: the panel's first tile slot (kvs_q8_tiles) */
         /* the rows of the panel NIB_PF_PANELS ahead (contiguous) into L2,
          * with the blocks' unpacking: a gather waits for all 16 rows */
-        const size_t pf_bytes = jt + NIB_PF_PANELS * 16 < j1 ? 16 * w->row_bytes : 0;
+        const int ahead = jt + NIB_PF_PANELS * 16 < j1; /* that panel is this call's */
+        const size_t pf_bytes = ahead ? 16 * w->row_bytes : 0;
         const uintptr_t pf0 = (uintptr_t)wrow + NIB_PF_PANELS * 16 * w->row_bytes;
         for (int p0 = 0, p1; p0 < nb; p0 = p1) {
             p1 = p0 + NIB_PASS < nb ? p0 + NIB_PASS : nb;
             for (int b = p0; b < p1; b++) {
                 if (q8) { /* the same slot NIB_PF_PANELS panels ahead, its line in each of the 9 streams */
-                    if (pf_bytes) {
+                    if (ahead) {
                         const size_t sa = s0 + (size_t)NIB_PF_PANELS * nb + b;
                         for (int r = 0; r < 8; r++)
                             _mm_prefetch((const char *)kvs_q8_tiles_b(&qt, sa) + r * qt.stride, _MM_HINT_T1);

@@ -50,10 +50,11 @@
 
 /* One activation row (a decode step) reads a thread's columns (of at least
  * KVS_M1_TWO_MIN_ROWS rows) as two streams, the first and the second half
- * of its range: a few_rows tile is 8 rows of each, taken in turn. One stream waited on its misses: the m = 1
- * kernel spent ~70% of its samples on the instruction after a prefetch,
- * and a plain read of one stream ran at 70-83% of four (bench/roofline_probe
- * with READ_STREAMS 1). Paired runs on the AMX Xeon (session 44), one
+ * of its range: a few_rows tile is 8 rows of each, taken in turn. One
+ * stream waited on its misses: the m = 1 kernel spent ~70% of its samples
+ * on the instruction after a prefetch, and a plain read of one stream ran
+ * at 70-83% of four (bench/roofline_probe with READ_STREAMS 1). Paired
+ * runs on the AMX Xeon (session 44), one
  * stream / two: SmolLM2 decode Q8_0 1.13x at 1 thread and 1.06x at 2, Q4_0
  * 1.12x / 1.05x, Q4_1 1.07x / 1.04x, gemma3 (its Q8_0 head and matrices)
  * 1.06x / 1.08x. Tiles of 16 rows from two streams 16 rows at a time (not
