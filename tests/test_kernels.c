@@ -824,10 +824,11 @@ TEST(test_matmul_amx_equals_scalar) {
                 void *work = xmalloc(kvs_matmul_work_size(&w, m));
                 kvs_kernels_set_isa("scalar");
                 kvs_matmul(NULL, &w, x, m, y0, work);
-                /* Q8_0 also from its tiles (kvs_wmat_tiles_to: the batch
-                 * tiles through matmul_amx_batch_nib.c, the prefill's copy) */
+                /* Q8_0 / Q4_0 / Q4_1 also from their tiles (kvs_wmat_tiles_to:
+                 * the batch tiles through matmul_amx_batch_nib.c, the
+                 * prefill's copy) */
                 void *tiles = NULL;
-                for (int tl = 0; tl < (type == KVS_TYPE_Q8_0 ? 2 : 1); tl++) {
+                for (int tl = 0; tl < (kvs_wmat_tiles_bytes(&w) ? 2 : 1); tl++) {
                     if (tl) {
                         tiles = aligned_alloc(64, (kvs_wmat_tiles_bytes(&w) + 63) & ~(size_t)63);
                         CHECK(tiles != NULL);

@@ -252,8 +252,8 @@ TEST(test_pack_to_arena) {
 }
 
 /* Where AMX is on, the model's arena also holds a plain copy of the GGUF
- * rows its batch paths stream (Q4_0, Q4_1, Q5_0, Q4_K; Q8_0 as its tiles,
- * which its prefill reads too: every type of the AMX prefill path;
+ * rows its batch paths stream (Q5_0, Q4_K; Q8_0, Q4_0 and Q4_1 as their
+ * tiles, which their prefill reads too: every type of the AMX prefill path;
  * kvs_wmat_rows_copy_bytes): the same bytes, read in place of the mapping by
  * a batch of 8 rows with the same bits; only
  * then, or without AMX, do the source pages of an AMX type go back
@@ -272,9 +272,11 @@ TEST(test_rows_copy_for_amx_batches) {
     CHECK_EQ_INT(kvs_wmat_arena_replaces_source(&f16), simd);
     for (int t = 0; t < NT; t++) {
         const kvs_wmat *w = &batch[t];
-        const int q8 = w->type == KVS_TYPE_Q8_0; /* its tiles instead (kvs_wmat_tiles_to), whole panels of 16 rows */
-        const size_t bytes = q8 ? kvs_wmat_tiles_bytes(w) : w->row_bytes * (size_t)n;
-        CHECK(!q8 || bytes == (size_t)(n + 15) / 16 * 16 * w->row_bytes);
+        /* Q8_0, Q4_0, Q4_1: their tiles instead (kvs_wmat_tiles_to), whole panels of 16 rows */
+        const int tiled = w->type == KVS_TYPE_Q8_0 || w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1;
+        const size_t bytes = tiled ? kvs_wmat_tiles_bytes(w) : w->row_bytes * (size_t)n;
+        CHECK_EQ_INT(kvs_wmat_tiles_bytes(w) != 0, tiled);
+        CHECK(!tiled || bytes == (size_t)(n + 15) / 16 * 16 * w->row_bytes);
         CHECK(kvs_wmat_rows_copy_bytes(w) == (amx ? bytes : 0));
         CHECK_EQ_INT(kvs_wmat_arena_replaces_source(w), simd);
         if (!amx) continue;
@@ -282,7 +284,7 @@ TEST(test_rows_copy_for_amx_batches) {
         uint8_t *dst = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         CHECK(dst != NULL);
         kvs_wmat_rows_copy_place(&copied, dst);
-        if (q8) CHECK(copied.tiles == dst && copied.data == w->data);
+        if (tiled) CHECK(copied.tiles == dst && copied.data == w->data);
         else CHECK(copied.data == dst && memcmp(dst, w->data, bytes) == 0);
         float *x = xmalloc(sizeof(float) * m * k), y0[8 * 40], y1[8 * 40]; /* m * n */
         kt_rand_vec(x, (size_t)m * k, 2.0f);

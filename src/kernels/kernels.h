@@ -94,39 +94,41 @@ void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
  * the size of that (0: the matrix stays where it is), kvs_wmat_arena_place
  * puts it at dst and points w->packed, or w->data for a copy, there. After
  * all of those, where AMX is on, a plain copy of the GGUF rows its batch
- * path streams (Q4_0, Q4_1, Q5_0, Q4_K; the packed copy stays for the other
- * paths), for Q8_0 its tiles (kvs_wmat_tiles_to) instead:
+ * path streams (Q5_0, Q4_K; the packed copy stays for the other paths), for
+ * Q8_0, Q4_0 and Q4_1 their tiles (kvs_wmat_tiles_to) instead:
  * kvs_wmat_rows_copy_bytes (0: none), kvs_wmat_rows_copy_place (points
  * w->data, or w->tiles, there). */
 size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
 void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
 size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w);
 void kvs_wmat_rows_copy_place(kvs_wmat *w, void *dst);
-/* Q8_0 rows as the AMX paths' B tiles, which the arena holds instead of a
- * plain copy of the rows (kvs_wmat_rows_copy_place). Slot s = panel p of 16
- * rows (the last one's missing rows zero) x nb + block b. The tile of slot s
- * is 8 rows of 16 dwords, row r's dword n = qs[4r..4r+3] of the panel's row
- * n; its row r lies in stream r at 64 s, and the 16 f16 d of the slot in a
- * ninth stream at 32 s: nine sequential streams (a tile load strides across
- * them), so a step keeps as many lines in flight as from the GGUF rows: the
- * rows' bytes, padded to whole panels. kvs_wmat_tiles_bytes: the size (0 for
- * other types);
+/* Q8_0 / Q4_0 / Q4_1 rows as the AMX paths' B operand, which the arena
+ * holds instead of a plain copy of the rows (kvs_wmat_rows_copy_place).
+ * Slot s = panel p of 16 rows (the last one's missing rows zero) x nb +
+ * block b. Its quants lie in q sequential streams (Q8_0 8, Q4 4), stream r
+ * at 64 s: 16 dwords, dword n = qs[4r..4r+3] of the panel's row n (Q8_0:
+ * row r of the slot's TDPBSSD B tile, so a tile load strides across the
+ * streams; Q4: low nibbles elements 4r..4r+3, high 16+4r..), and its
+ * scales in one more stream at scale_bytes s: 16 f16 d, then (Q4_1) 16 f16
+ * m. As many sequential streams as the GGUF rows give a panel's blocks (a
+ * step keeps as many lines in flight), no gathers, the rows' bytes padded
+ * to whole panels. kvs_wmat_tiles_bytes: the size (0 for other types);
  * kvs_wmat_tiles_to fills dst (64-byte aligned) and points w->tiles at it.
  * Same bits out (only bytes move). */
 size_t kvs_wmat_tiles_bytes(const kvs_wmat *w);
 void kvs_wmat_tiles_to(kvs_wmat *w, void *dst);
-typedef struct kvs_q8_tiles {
+typedef struct kvs_wtiles {
     const uint8_t *base;
-    size_t stride; /* bytes from one stream to the next: slots x 64 */
-} kvs_q8_tiles;
-static inline kvs_q8_tiles kvs_q8_tiles_of(const kvs_wmat *w) {
-    const size_t slots = (size_t)((w->n + 15) / 16) * (size_t)(w->k / 32);
-    return (kvs_q8_tiles){(const uint8_t *)w->tiles, slots * 64};
-}
-/* Slot s's tile row 0 (row r at + r * stride) and its d[16]. */
-static inline const uint8_t *kvs_q8_tiles_b(const kvs_q8_tiles *t, size_t s) { return t->base + 64 * s; }
-static inline const uint8_t *kvs_q8_tiles_d(const kvs_q8_tiles *t, size_t s) {
-    return t->base + 8 * t->stride + 32 * s;
+    size_t stride;   /* bytes from one stream to the next: slots x 64 */
+    int q_streams;   /* 8 (Q8_0) or 4 (Q4_0, Q4_1) */
+    int scale_bytes; /* a slot's in the scale stream: 32, Q4_1 64 */
+} kvs_wtiles;
+kvs_wtiles kvs_wtiles_of(const kvs_wmat *w);
+/* Slot s's stream 0 (stream r at + r * stride) and its d[16] (Q4_1: m[16]
+ * 32 bytes on). */
+static inline const uint8_t *kvs_wtiles_q(const kvs_wtiles *t, size_t s) { return t->base + 64 * s; }
+static inline const uint8_t *kvs_wtiles_d(const kvs_wtiles *t, size_t s) {
+    return t->base + (size_t)t->q_streams * t->stride + (size_t)t->scale_bytes * s;
 }
 /* 1 where the path the dispatcher picks reads, in a forward pass, none of
  * w's source rows once it is in the arena (packed, and its rows copied if

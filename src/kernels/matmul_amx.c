@@ -39,6 +39,9 @@
  * already minus 8, Q5_0 minus 16; Q8_0: the TDPBSSD B layout, 8 rows of
  * 64 bytes, dword n = 4 bytes of weight row n), plus dw (and mw) per
  * column; in per-thread scratch, reused by every 16-row tile of the call.
+ * Q8_0 / Q4_0 / Q4_1 read their blocks from the tiles where the arena holds
+ * them (kvs_wmat_tiles_to: plain loads), the other types gather them from
+ * the rows.
  *
  * Work unit: 16 rows x the panel's 32 columns. Its tiles (tmm2/3: A =
  * 256 hi / lo of the 16 rows, shared by both halves; tmm4/5: B of the
@@ -196,7 +199,8 @@ AI void bf16_pairs(__m512i x, __m512i tbl, __m512i *e01, __m512i *e23) {
 }
 
 /* Repacks columns [j0, j0 + nr) of all nb blocks (the halves that have
- * columns; missing columns of a half: zero, never stored). Q5_0 (| f16 d |
+ * columns; missing columns of a half: zero, never stored) from w->tiles
+ * where it has them (Q4_0 / Q4_1), else from the rows. Q5_0 (| f16 d |
  * u32 qh | qs[16] |): the fifth bit of element e is bit e of qh. */
 static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
     const int q41 = w->type == KVS_TYPE_Q4_1, q5 = w->type == KVS_TYPE_Q5_0;
@@ -210,20 +214,31 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
         int cnt = nr - 16 * h;
         __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
+        const kvs_wtiles t = kvs_wtiles_of(w); /* where w->tiles (Q4_0 / Q4_1; j0 a multiple of 16) */
+        const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
         for (int b = 0; b < nb; b++) {
             amx_blk *p = &out[b];
             const uint8_t *blk = base + (size_t)b * bs;
-            /* first dword of each block: d (and m for Q4_1); for Q4_0 / Q5_0
-             * the 4 bytes stay inside the block */
-            __m512i dm = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1);
+            const uint8_t *tq = w->tiles ? kvs_wtiles_q(&t, s0 + b) : NULL;
+            /* d (and m for Q4_1): the slot's scales, or the first dword of
+             * each block (for Q4_0 / Q5_0 the 4 bytes stay inside it) */
             const __m512i qh = q5 ? _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2, 1) : z;
-            _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
-            _mm512_store_ps(p->mw + 16 * h, q41 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
-                                                : _mm512_setzero_ps());
+            if (tq) {
+                const uint8_t *td = kvs_wtiles_d(&t, s0 + b);
+                _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)td)));
+                _mm512_store_ps(p->mw + 16 * h, q41 ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(td + 32)))
+                                                    : _mm512_setzero_ps());
+            } else {
+                const __m512i dm = _mm512_mask_i32gather_epi32(z, mk, idx, blk, 1);
+                _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+                _mm512_store_ps(p->mw + 16 * h, q41 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
+                                                    : _mm512_setzero_ps());
+            }
             for (int r = 0; r < 4; r++) {
                 /* lane n: qs[4r..4r+3] of column n; low nibbles are elements
                  * 4r..4r+3 (B rows 2r, 2r+1), high nibbles 16+4r.. (rows 8+2r, 9+2r) */
-                __m512i q = _mm512_mask_i32gather_epi32(z, mk, idx, blk + qoff + 4 * r, 1);
+                __m512i q = tq ? _mm512_load_si512(tq + r * t.stride)
+                               : _mm512_mask_i32gather_epi32(z, mk, idx, blk + qoff + 4 * r, 1);
                 __m512i nib[2] = {_mm512_and_si512(q, lo4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4)};
                 if (q5)
                     for (int u = 0; u < 2; u++) /* elements 16u + 4r + j: qh bit 16u + 4r + j -> 16 */
@@ -308,14 +323,14 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
         const int cnt = nr - 16 * h;
         const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
         if (w->tiles) { /* the same bytes, laid out (kvs_wmat_tiles_to; j0 a multiple of 16) */
-            const kvs_q8_tiles t = kvs_q8_tiles_of(w);
+            const kvs_wtiles t = kvs_wtiles_of(w);
             const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
             for (int b = 0; b < nb; b++) {
                 _mm512_store_ps(out[b].dw + 16 * h,
-                                _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kvs_q8_tiles_d(&t, s0 + b))));
+                                _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kvs_wtiles_d(&t, s0 + b))));
                 for (int v = 0; v < 8; v++)
                     _mm512_store_si512((uint8_t *)out[b].b[h] + 64 * v,
-                                       _mm512_load_si512(kvs_q8_tiles_b(&t, s0 + b) + v * t.stride));
+                                       _mm512_load_si512(kvs_wtiles_q(&t, s0 + b) + v * t.stride));
             }
             continue;
         }

@@ -19,13 +19,15 @@
  * vector ops and 3 loads where matmul_amx_batch.c's pairs take 9 and 4, and
  * no gather (kernel calls at m = 8: 0.85-0.97x the time; docs/
  * performance-log.md, session 45). The others need unpacking: per block of
- * the panel's 16 rows, gathers of the rows' qs dwords give lane n = row n
- * (two dwords a gather element: qword gathers of 8 rows,
- * gather_dword_pair), and their low and high nibbles (Q5_0: with
- * the fifth bits from qh) are B rows 0..3 and 4..7 (B row r: elements
- * 4r..4r+3, natural order; Q4_K: one sub-block's 32 nibbles in order, the
- * pair's other sub-block in the other nibbles) - no transpose. Tiles, per
- * block b:
+ * the panel's 16 rows, vectors of the rows' qs dwords, lane n = row n:
+ * Q4_0 / Q4_1 loaded from their tiles (kvs_wmat_tiles_to: 4 loads; from
+ * the GGUF rows 5-6 gathers and their permutes: 8 streams of SmolLM2
+ * Q4_1 1.20x, session 46), else gathered (two dwords a gather element:
+ * qword gathers of 8 rows, gather_dword_pair); their low and high nibbles
+ * (Q5_0: with the fifth bits from qh) are B rows 0..3 and 4..7 (B row r:
+ * elements 4r..4r+3, natural order; Q4_K: one sub-block's 32 nibbles in
+ * order, the pair's other sub-block in the other nibbles) - no transpose.
+ * Tiles, per block b:
  *   A  the call's activations of block b ("xc", quantized once per call):
  *      16 rows of 32 signed bytes, row i < 8 the hi level of activation row
  *      i, row 8 + i its lo level (rows past m zero).
@@ -123,25 +125,12 @@ AI void gather_dword_pair(const uint8_t *blk, __m512i rows, __mmask16 live, __m5
     *a1 = _mm512_permutex2var_epi32(g0, _mm512_load_si512(qword_halves[1]), g1);
 }
 
-/* Block b of the live rows (lane n: row n's byte offset from blk, the
- * block's first byte in row 0) into a B tile (8 rows of 16 dwords) at bt,
- * their dw (and Q4_1's mw) at dw (mw). */
-AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type t, uint8_t *bt, float *dw, float *mw) {
-    const __m512i z = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f);
-    __m512i qs[4], head = z;
-    if (t.qs_at >= 4) { /* with the dword before qs (Q4_1's d m, Q5_0's qh); qs 2 twice */
-        gather_dword_pair(blk + t.qs_at - 4, rows, live, &head, &qs[0]);
-        gather_dword_pair(blk + t.qs_at + 4, rows, live, &qs[1], &qs[2]);
-        gather_dword_pair(blk + t.qs_at + 8, rows, live, &qs[2], &qs[3]);
-    } else { /* Q4_0 */
-        gather_dword_pair(blk + t.qs_at, rows, live, &qs[0], &qs[1]);
-        gather_dword_pair(blk + t.qs_at + 8, rows, live, &qs[2], &qs[3]);
-    }
-    /* d, then m (Q4_1; else bytes nobody reads) */
-    const __m512i dm = t.min ? head : _mm512_mask_i32gather_epi32(z, live, rows, blk, 1);
-    const __m512i qh = head;
-    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
-    if (t.min) _mm512_store_ps(mw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+/* A block's qs dwords (qs[r], lane n = dword r of row n) into a B tile (8
+ * rows of 16 dwords) at bt: their low and high nibbles are B rows r and
+ * 4 + r (Q5_0 with the fifth bits from qh, Q4_0 minus 8); lanes past live
+ * zero. */
+AI void split_nibbles(const __m512i qs[4], __m512i qh, __mmask16 live, nib_type t, uint8_t *bt) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         const __m512i q = qs[r];
@@ -156,6 +145,38 @@ AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type 
             _mm512_store_si512(bt + 64 * (4 * h + r), _mm512_maskz_mov_epi32(live, v[h]));
         }
     }
+}
+
+/* Block b of the live rows (lane n: row n's byte offset from blk, the
+ * block's first byte in row 0) into a B tile at bt, their dw (and Q4_1's
+ * mw) at dw (mw). */
+AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type t, uint8_t *bt, float *dw, float *mw) {
+    const __m512i z = _mm512_setzero_si512();
+    __m512i qs[4], head = z;
+    if (t.qs_at >= 4) { /* with the dword before qs (Q4_1's d m, Q5_0's qh); qs 2 twice */
+        gather_dword_pair(blk + t.qs_at - 4, rows, live, &head, &qs[0]);
+        gather_dword_pair(blk + t.qs_at + 4, rows, live, &qs[1], &qs[2]);
+        gather_dword_pair(blk + t.qs_at + 8, rows, live, &qs[2], &qs[3]);
+    } else { /* Q4_0 */
+        gather_dword_pair(blk + t.qs_at, rows, live, &qs[0], &qs[1]);
+        gather_dword_pair(blk + t.qs_at + 8, rows, live, &qs[2], &qs[3]);
+    }
+    /* d, then m (Q4_1; else bytes nobody reads) */
+    const __m512i dm = t.min ? head : _mm512_mask_i32gather_epi32(z, live, rows, blk, 1);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+    if (t.min) _mm512_store_ps(mw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    split_nibbles(qs, head, live, t, bt);
+}
+
+/* unpack_block from a Q4_0 / Q4_1 slot of the tiles (kvs_wmat_tiles_to):
+ * four loads where the rows take 5-6 gathers. */
+AI void unpack_slot(const kvs_wtiles *wt, size_t s, __mmask16 live, nib_type t, uint8_t *bt, float *dw, float *mw) {
+    const uint8_t *q = kvs_wtiles_q(wt, s), *d = kvs_wtiles_d(wt, s);
+    const __m512i qs[4] = {_mm512_load_si512(q), _mm512_load_si512(q + wt->stride),
+                           _mm512_load_si512(q + 2 * wt->stride), _mm512_load_si512(q + 3 * wt->stride)};
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)d)));
+    if (t.min) _mm512_store_ps(mw, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(d + 32))));
+    split_nibbles(qs, _mm512_setzero_si512(), live, t, bt);
 }
 
 /* Q4_K (kquant.h): the 8 sub-blocks of the live rows' super-block at sb
@@ -311,7 +332,8 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     const kvs_wmat *w = c->w;
     const nib_type t = nib_type_of(w->type);
     const int q4k = w->type == KVS_TYPE_Q4_K, q8 = w->type == KVS_TYPE_Q8_0, nb = w->k / KVS_QK, min = t.min;
-    const kvs_q8_tiles qt = q8 ? kvs_q8_tiles_of(w) : (kvs_q8_tiles){NULL, 0};
+    const kvs_wtiles qt = kvs_wtiles_of(w); /* used where w->tiles (Q8_0: always on this path) */
+    const int tiled = w->tiles != NULL;
     const int nf = w->type == KVS_TYPE_Q5_0 || q4k ? nb : nb / 16 * 16; /* kquant.h: every block on a chain */
     int32_t *cb = (int32_t *)scratch;
     uint8_t *wb = (uint8_t *)(cb + NIB_PASS * 256);
@@ -325,7 +347,7 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
         const int nr = j1 - jt < 16 ? j1 - jt : 16;
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
         const uint8_t *wrow = (const uint8_t *)w->data + (size_t)jt * w->row_bytes;
-        const size_t s0 = (size_t)(jt / 16) * nb; /* Q8_0: the panel's first tile slot (kvs_q8_tiles) */
+        const size_t s0 = (size_t)(jt / 16) * nb; /* tiles: the panel's first slot (kvs_wtiles) */
         /* the rows of the panel NIB_PF_PANELS ahead (contiguous) into L2,
          * with the blocks' unpacking: a gather waits for all 16 rows */
         const int ahead = jt + NIB_PF_PANELS * 16 < j1; /* that panel is this call's */
@@ -334,15 +356,19 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
         for (int p0 = 0, p1; p0 < nb; p0 = p1) {
             p1 = p0 + NIB_PASS < nb ? p0 + NIB_PASS : nb;
             for (int b = p0; b < p1; b++) {
-                if (q8) { /* the same slot NIB_PF_PANELS panels ahead, its line in each of the 9 streams */
+                if (tiled) { /* the same slot NIB_PF_PANELS panels ahead, its line in each stream */
                     if (ahead) {
                         const size_t sa = s0 + (size_t)NIB_PF_PANELS * nb + b;
-                        for (int r = 0; r < 8; r++)
-                            _mm_prefetch((const char *)kvs_q8_tiles_b(&qt, sa) + r * qt.stride, _MM_HINT_T1);
-                        _mm_prefetch((const char *)kvs_q8_tiles_d(&qt, sa), _MM_HINT_T1);
+                        for (int r = 0; r < qt.q_streams; r++)
+                            _mm_prefetch((const char *)kvs_wtiles_q(&qt, sa) + r * qt.stride, _MM_HINT_T1);
+                        _mm_prefetch((const char *)kvs_wtiles_d(&qt, sa), _MM_HINT_T1);
                     }
-                    _mm512_store_ps(dwt + 16 * (b - p0), _mm512_cvtph_ps(_mm256_load_si256(
-                                                             (const __m256i *)kvs_q8_tiles_d(&qt, s0 + b))));
+                    if (q8)
+                        _mm512_store_ps(dwt + 16 * (b - p0), _mm512_cvtph_ps(_mm256_load_si256(
+                                                                 (const __m256i *)kvs_wtiles_d(&qt, s0 + b))));
+                    else
+                        unpack_slot(&qt, s0 + b, live, t, wb + (size_t)(b - p0) * KVS_XB_TILE, dwt + 16 * (b - p0),
+                                    mwt + 16 * (b - p0));
                     continue;
                 }
                 for (uintptr_t a = pf0 + pf_bytes * b / nb; a < pf0 + pf_bytes * (b + 1) / nb; a += 64)
@@ -354,7 +380,7 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
             if (q4k) /* a pass is one super-block */
                 unpack_q4k(wrow + (size_t)(p0 / 8) * 144, rows, live, wb, dwt, mwt);
             if (q8) /* B straight from the tiles' streams: Q8_0's bytes are signed */
-                pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, kvs_q8_tiles_b(&qt, s0 + p0), 64, qt.stride, p1 - p0, 1,
+                pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, kvs_wtiles_q(&qt, s0 + p0), 64, qt.stride, p1 - p0, 1,
                            cb);
             else
                 pass_tiles(xc + (size_t)p0 * KVS_XB_TILE, wb, KVS_XB_TILE, 64, p1 - p0, t.offset != 0, cb);

@@ -208,7 +208,8 @@ void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
 }
 
 /* The GGUF rows that the AMX batch paths load their tiles from every step
- * (matmul_amx_batch_nib.c: a server's 5-8 streams; Q8_0 as its tiles): a
+ * (matmul_amx_batch_nib.c: a server's 5-8 streams; Q8_0, Q4_0 and Q4_1 as
+ * their tiles): a
  * plain copy puts them on 2 MiB pages too (from the mapping, 4 KiB file
  * pages; paired runs on the AMX Xeon VM, 8 streams, gemma3 whose Q8_0 head
  * is half a step: 194-197 -> 202-212 tok/s at 1 thread, 364-366 -> 380-396
@@ -222,39 +223,52 @@ static int rows_copied_in_arena(const kvs_wmat *w) {
            !pack_off_by_env();
 }
 
-size_t kvs_wmat_tiles_bytes(const kvs_wmat *w) {
-    if (w->type != KVS_TYPE_Q8_0 || w->n <= 0 || w->k % KVS_QK) return 0;
-    return (size_t)((w->n + 15) / 16) * (size_t)(w->k / KVS_QK) * (8 * 64 + 32);
+static int tiled_type(int type) { return type == KVS_TYPE_Q8_0 || type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1; }
+
+kvs_wtiles kvs_wtiles_of(const kvs_wmat *w) {
+    const size_t slots = (size_t)((w->n + 15) / 16) * (size_t)(w->k / KVS_QK);
+    return (kvs_wtiles){(const uint8_t *)w->tiles, slots * 64, w->type == KVS_TYPE_Q8_0 ? 8 : 4,
+                        w->type == KVS_TYPE_Q4_1 ? 64 : 32};
 }
 
+size_t kvs_wmat_tiles_bytes(const kvs_wmat *w) {
+    if (!tiled_type(w->type) || w->n <= 0 || w->k % KVS_QK) return 0;
+    const kvs_wtiles t = kvs_wtiles_of(w);
+    return t.stride / 64 * (size_t)(64 * t.q_streams + t.scale_bytes);
+}
+
+/* Block b of the GGUF rows: | f16 d | (Q4_1 f16 m) | qs |: qs[4r..4r+3] of
+ * each row into stream r, d (and m) into the scale stream. */
 void kvs_wmat_tiles_to(kvs_wmat *w, void *dst) {
-    const int nb = w->k / KVS_QK, np = (w->n + 15) / 16;
+    const int nb = w->k / KVS_QK, np = (w->n + 15) / 16, bs = (int)(w->row_bytes / (size_t)nb);
     memset(dst, 0, kvs_wmat_tiles_bytes(w));
     w->tiles = dst;
-    const kvs_q8_tiles t = kvs_q8_tiles_of(w);
+    const kvs_wtiles t = kvs_wtiles_of(w);
+    const int q_at = w->type == KVS_TYPE_Q4_1 ? 4 : 2; /* qs after d (and m) */
     for (int p = 0; p < np; p++)
         for (int b = 0; b < nb; b++) {
             const size_t s = (size_t)p * nb + b;
-            uint8_t *tb = (uint8_t *)kvs_q8_tiles_b(&t, s), *td = (uint8_t *)kvs_q8_tiles_d(&t, s);
+            uint8_t *tq = (uint8_t *)kvs_wtiles_q(&t, s), *td = (uint8_t *)kvs_wtiles_d(&t, s);
             for (int n = 0; n < 16 && 16 * p + n < w->n; n++) {
-                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(16 * p + n) * w->row_bytes + (size_t)b * 34;
+                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(16 * p + n) * w->row_bytes + (size_t)b * bs;
                 memcpy(td + 2 * n, blk, 2); /* f16 d */
-                for (int r = 0; r < 8; r++) memcpy(tb + r * t.stride + 4 * n, blk + 2 + 4 * r, 4);
+                if (w->type == KVS_TYPE_Q4_1) memcpy(td + 32 + 2 * n, blk + 2, 2); /* f16 m */
+                for (int r = 0; r < t.q_streams; r++) memcpy(tq + r * t.stride + 4 * n, blk + q_at + 4 * r, 4);
             }
         }
 }
 
-/* Q8_0 gets its tiles (kvs_wmat_tiles_to) in place of the copy: the AMX
- * batch and prefill paths read them with plain tile loads instead of
- * gathering the 34-byte blocks of 16 rows (matmul_amx_batch_nib.c). */
+/* Q8_0, Q4_0 and Q4_1 get their tiles (kvs_wmat_tiles_to) in place of the
+ * copy: the AMX batch and prefill paths read them with plain loads instead
+ * of gathering the blocks of 16 rows (matmul_amx_batch_nib.c). */
 size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w) {
     if (!rows_copied_in_arena(w)) return 0;
-    return w->type == KVS_TYPE_Q8_0 ? kvs_wmat_tiles_bytes(w) : w->row_bytes * (size_t)w->n;
+    return tiled_type(w->type) ? kvs_wmat_tiles_bytes(w) : w->row_bytes * (size_t)w->n;
 }
 
 void kvs_wmat_rows_copy_place(kvs_wmat *w, void *dst) {
     if (!rows_copied_in_arena(w)) return;
-    if (w->type == KVS_TYPE_Q8_0) {
+    if (tiled_type(w->type)) {
         kvs_wmat_tiles_to(w, dst);
         return;
     }
