@@ -161,7 +161,7 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     for (size_t s = 0; shapes[s].name; s++) {
         kvs_wmat w = make_w(g_type >= 0 ? g_type : shapes[s].type, shapes[s].n, shapes[s].k);
         /* packed rows (pack.c), as a model loads them: the SIMD paths read them;
-         * with AMX, Q8_0's, Q4_0's and Q4_1's tiles as well
+         * with AMX, the tiles of Q8_0, Q4_0, Q4_1 and Q5_0 as well
          * (kvs_wmat_tiles_to: their batch and prefill tiles read them) */
         if (pack && kvs_wmat_pack(&w, 1) != 0) { fprintf(stderr, "bench_kernels: pack: out of memory\n"); exit(1); }
         void *tiles = NULL;

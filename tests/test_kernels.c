@@ -824,7 +824,7 @@ TEST(test_matmul_amx_equals_scalar) {
                 void *work = xmalloc(kvs_matmul_work_size(&w, m));
                 kvs_kernels_set_isa("scalar");
                 kvs_matmul(NULL, &w, x, m, y0, work);
-                /* Q8_0 / Q4_0 / Q4_1 also from their tiles (kvs_wmat_tiles_to:
+                /* Q8_0 / Q4_0 / Q4_1 / Q5_0 also from their tiles (kvs_wmat_tiles_to:
                  * the batch tiles through matmul_amx_batch_nib.c, the
                  * prefill's copy) */
                 void *tiles = NULL;

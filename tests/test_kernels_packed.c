@@ -252,7 +252,7 @@ TEST(test_pack_to_arena) {
 }
 
 /* Where AMX is on, the model's arena also holds a plain copy of the GGUF
- * rows its batch paths stream (Q5_0, Q4_K; Q8_0, Q4_0 and Q4_1 as their
+ * rows its batch paths stream (Q4_K; Q8_0, Q4_0, Q4_1 and Q5_0 as their
  * tiles, which their prefill reads too: every type of the AMX prefill path;
  * kvs_wmat_rows_copy_bytes): the same bytes, read in place of the mapping by
  * a batch of 8 rows with the same bits; only
@@ -272,8 +272,9 @@ TEST(test_rows_copy_for_amx_batches) {
     CHECK_EQ_INT(kvs_wmat_arena_replaces_source(&f16), simd);
     for (int t = 0; t < NT; t++) {
         const kvs_wmat *w = &batch[t];
-        /* Q8_0, Q4_0, Q4_1: their tiles instead (kvs_wmat_tiles_to), whole panels of 16 rows */
-        const int tiled = w->type == KVS_TYPE_Q8_0 || w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1;
+        /* Q8_0, Q4_0, Q4_1, Q5_0: their tiles instead (kvs_wmat_tiles_to), whole panels of 16 rows */
+        const int tiled = w->type == KVS_TYPE_Q8_0 || w->type == KVS_TYPE_Q4_0 || w->type == KVS_TYPE_Q4_1 ||
+                          w->type == KVS_TYPE_Q5_0;
         const size_t bytes = tiled ? kvs_wmat_tiles_bytes(w) : w->row_bytes * (size_t)n;
         CHECK_EQ_INT(kvs_wmat_tiles_bytes(w) != 0, tiled);
         CHECK(!tiled || bytes == (size_t)(n + 15) / 16 * 16 * w->row_bytes);

@@ -94,21 +94,22 @@ void kvs_wmat_pack_to(kvs_wmat *w, void *dst);
  * the size of that (0: the matrix stays where it is), kvs_wmat_arena_place
  * puts it at dst and points w->packed, or w->data for a copy, there. After
  * all of those, where AMX is on, a plain copy of the GGUF rows its batch
- * path streams (Q5_0, Q4_K; the packed copy stays for the other paths), for
- * Q8_0, Q4_0 and Q4_1 their tiles (kvs_wmat_tiles_to) instead:
+ * path streams (Q4_K; the packed copy stays for the other paths), for
+ * Q8_0, Q4_0, Q4_1 and Q5_0 their tiles (kvs_wmat_tiles_to) instead:
  * kvs_wmat_rows_copy_bytes (0: none), kvs_wmat_rows_copy_place (points
  * w->data, or w->tiles, there). */
 size_t kvs_wmat_arena_bytes(const kvs_wmat *w);
 void kvs_wmat_arena_place(kvs_wmat *w, void *dst);
 size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w);
 void kvs_wmat_rows_copy_place(kvs_wmat *w, void *dst);
-/* Q8_0 / Q4_0 / Q4_1 rows as the AMX paths' B operand, which the arena
- * holds instead of a plain copy of the rows (kvs_wmat_rows_copy_place).
- * Slot s = panel p of 16 rows (the last one's missing rows zero) x nb +
- * block b. Its quants lie in q sequential streams (Q8_0 8, Q4 4), stream r
- * at 64 s: 16 dwords, dword n = qs[4r..4r+3] of the panel's row n (Q8_0:
- * row r of the slot's TDPBSSD B tile, so a tile load strides across the
- * streams; Q4: low nibbles elements 4r..4r+3, high 16+4r..), and its
+/* Q8_0 / Q4_0 / Q4_1 / Q5_0 rows as the AMX paths' B operand, which the
+ * arena holds instead of a plain copy of the rows
+ * (kvs_wmat_rows_copy_place). Slot s = panel p of 16 rows (the last one's
+ * missing rows zero) x nb + block b. Its quants lie in q sequential streams
+ * (Q8_0 8, Q4 4, Q5_0 5), stream r at 64 s: 16 dwords, dword n = qs[4r..4r+3]
+ * of the panel's row n (Q8_0: row r of the slot's TDPBSSD B tile, so a tile
+ * load strides across the streams; Q4 / Q5: low nibbles elements 4r..4r+3,
+ * high 16+4r..; Q5_0's stream 4: dword n = row n's qh), and its
  * scales in one more stream at scale_bytes s: 16 f16 d, then (Q4_1) 16 f16
  * m. As many sequential streams as the GGUF rows give a panel's blocks (a
  * step keeps as many lines in flight), no gathers, the rows' bytes padded
@@ -120,7 +121,7 @@ void kvs_wmat_tiles_to(kvs_wmat *w, void *dst);
 typedef struct kvs_wtiles {
     const uint8_t *base;
     size_t stride;   /* bytes from one stream to the next: slots x 64 */
-    int q_streams;   /* 8 (Q8_0) or 4 (Q4_0, Q4_1) */
+    int q_streams;   /* 8 (Q8_0), 4 (Q4_0, Q4_1) or 5 (Q5_0) */
     int scale_bytes; /* a slot's in the scale stream: 32, Q4_1 64 */
 } kvs_wtiles;
 kvs_wtiles kvs_wtiles_of(const kvs_wmat *w);

@@ -39,7 +39,7 @@
  * already minus 8, Q5_0 minus 16; Q8_0: the TDPBSSD B layout, 8 rows of
  * 64 bytes, dword n = 4 bytes of weight row n), plus dw (and mw) per
  * column; in per-thread scratch, reused by every 16-row tile of the call.
- * Q8_0 / Q4_0 / Q4_1 read their blocks from the tiles where the arena holds
+ * Q8_0 / Q4_0 / Q4_1 / Q5_0 read their blocks from the tiles where the arena holds
  * them (kvs_wmat_tiles_to: plain loads), the other types gather them from
  * the rows.
  *
@@ -200,7 +200,7 @@ AI void bf16_pairs(__m512i x, __m512i tbl, __m512i *e01, __m512i *e23) {
 
 /* Repacks columns [j0, j0 + nr) of all nb blocks (the halves that have
  * columns; missing columns of a half: zero, never stored) from w->tiles
- * where it has them (Q4_0 / Q4_1), else from the rows. Q5_0 (| f16 d |
+ * where it has them (Q4_0 / Q4_1 / Q5_0), else from the rows. Q5_0 (| f16 d |
  * u32 qh | qs[16] |): the fifth bit of element e is bit e of qh. */
 static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
     const int q41 = w->type == KVS_TYPE_Q4_1, q5 = w->type == KVS_TYPE_Q5_0;
@@ -214,7 +214,7 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
         int cnt = nr - 16 * h;
         __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
-        const kvs_wtiles t = kvs_wtiles_of(w); /* where w->tiles (Q4_0 / Q4_1; j0 a multiple of 16) */
+        const kvs_wtiles t = kvs_wtiles_of(w); /* where w->tiles (j0 a multiple of 16) */
         const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
         for (int b = 0; b < nb; b++) {
             amx_blk *p = &out[b];
@@ -222,7 +222,9 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
             const uint8_t *tq = w->tiles ? kvs_wtiles_q(&t, s0 + b) : NULL;
             /* d (and m for Q4_1): the slot's scales, or the first dword of
              * each block (for Q4_0 / Q5_0 the 4 bytes stay inside it) */
-            const __m512i qh = q5 ? _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2, 1) : z;
+            const __m512i qh = !q5 ? z
+                               : tq ? _mm512_load_si512(tq + 4 * t.stride)
+                                    : _mm512_mask_i32gather_epi32(z, mk, idx, blk + 2, 1);
             if (tq) {
                 const uint8_t *td = kvs_wtiles_d(&t, s0 + b);
                 _mm512_store_ps(p->dw + 16 * h, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)td)));

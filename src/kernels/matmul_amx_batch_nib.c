@@ -20,7 +20,7 @@
  * no gather (kernel calls at m = 8: 0.85-0.97x the time; docs/
  * performance-log.md, session 45). The others need unpacking: per block of
  * the panel's 16 rows, vectors of the rows' qs dwords, lane n = row n:
- * Q4_0 / Q4_1 loaded from their tiles (kvs_wmat_tiles_to: 4 loads; from
+ * Q4_0 / Q4_1 / Q5_0 loaded from their tiles (kvs_wmat_tiles_to: 4-5 loads; from
  * the GGUF rows 5-6 gathers and their permutes: 8 streams of SmolLM2
  * Q4_1 1.20x, session 46), else gathered (two dwords a gather element:
  * qword gathers of 8 rows, gather_dword_pair); their low and high nibbles
@@ -168,15 +168,15 @@ AI void unpack_block(const uint8_t *blk, __m512i rows, __mmask16 live, nib_type 
     split_nibbles(qs, head, live, t, bt);
 }
 
-/* unpack_block from a Q4_0 / Q4_1 slot of the tiles (kvs_wmat_tiles_to):
- * four loads where the rows take 5-6 gathers. */
+/* unpack_block from a Q4_0 / Q4_1 / Q5_0 slot of the tiles
+ * (kvs_wmat_tiles_to): four or five loads where the rows take 5-6 gathers. */
 AI void unpack_slot(const kvs_wtiles *wt, size_t s, __mmask16 live, nib_type t, uint8_t *bt, float *dw, float *mw) {
     const uint8_t *q = kvs_wtiles_q(wt, s), *d = kvs_wtiles_d(wt, s);
     const __m512i qs[4] = {_mm512_load_si512(q), _mm512_load_si512(q + wt->stride),
                            _mm512_load_si512(q + 2 * wt->stride), _mm512_load_si512(q + 3 * wt->stride)};
     _mm512_store_ps(dw, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)d)));
     if (t.min) _mm512_store_ps(mw, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(d + 32))));
-    split_nibbles(qs, _mm512_setzero_si512(), live, t, bt);
+    split_nibbles(qs, t.qh_at >= 0 ? _mm512_load_si512(q + 4 * wt->stride) : _mm512_setzero_si512(), live, t, bt);
 }
 
 /* Q4_K (kquant.h): the 8 sub-blocks of the live rows' super-block at sb

@@ -208,8 +208,8 @@ void kvs_wmat_arena_place(kvs_wmat *w, void *dst) {
 }
 
 /* The GGUF rows that the AMX batch paths load their tiles from every step
- * (matmul_amx_batch_nib.c: a server's 5-8 streams; Q8_0, Q4_0 and Q4_1 as
- * their tiles): a
+ * (matmul_amx_batch_nib.c: a server's 5-8 streams; Q8_0, Q4_0, Q4_1 and
+ * Q5_0 as their tiles): a
  * plain copy puts them on 2 MiB pages too (from the mapping, 4 KiB file
  * pages; paired runs on the AMX Xeon VM, 8 streams, gemma3 whose Q8_0 head
  * is half a step: 194-197 -> 202-212 tok/s at 1 thread, 364-366 -> 380-396
@@ -223,12 +223,14 @@ static int rows_copied_in_arena(const kvs_wmat *w) {
            !pack_off_by_env();
 }
 
-static int tiled_type(int type) { return type == KVS_TYPE_Q8_0 || type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1; }
+static int tiled_type(int type) {
+    return type == KVS_TYPE_Q8_0 || type == KVS_TYPE_Q4_0 || type == KVS_TYPE_Q4_1 || type == KVS_TYPE_Q5_0;
+}
 
 kvs_wtiles kvs_wtiles_of(const kvs_wmat *w) {
     const size_t slots = (size_t)((w->n + 15) / 16) * (size_t)(w->k / KVS_QK);
-    return (kvs_wtiles){(const uint8_t *)w->tiles, slots * 64, w->type == KVS_TYPE_Q8_0 ? 8 : 4,
-                        w->type == KVS_TYPE_Q4_1 ? 64 : 32};
+    const int q_streams = w->type == KVS_TYPE_Q8_0 ? 8 : w->type == KVS_TYPE_Q5_0 ? 5 : 4;
+    return (kvs_wtiles){(const uint8_t *)w->tiles, slots * 64, q_streams, w->type == KVS_TYPE_Q4_1 ? 64 : 32};
 }
 
 size_t kvs_wmat_tiles_bytes(const kvs_wmat *w) {
@@ -237,14 +239,16 @@ size_t kvs_wmat_tiles_bytes(const kvs_wmat *w) {
     return t.stride / 64 * (size_t)(64 * t.q_streams + t.scale_bytes);
 }
 
-/* Block b of the GGUF rows: | f16 d | (Q4_1 f16 m) | qs |: qs[4r..4r+3] of
- * each row into stream r, d (and m) into the scale stream. */
+/* Block b of the GGUF rows: | f16 d | (Q4_1 f16 m, Q5_0 u32 qh) | qs |:
+ * qs[4r..4r+3] of each row into stream r (Q5_0: qh into stream 4), d (and
+ * m) into the scale stream. */
 void kvs_wmat_tiles_to(kvs_wmat *w, void *dst) {
     const int nb = w->k / KVS_QK, np = (w->n + 15) / 16, bs = (int)(w->row_bytes / (size_t)nb);
     memset(dst, 0, kvs_wmat_tiles_bytes(w));
     w->tiles = dst;
     const kvs_wtiles t = kvs_wtiles_of(w);
-    const int q_at = w->type == KVS_TYPE_Q4_1 ? 4 : 2; /* qs after d (and m) */
+    const int q5 = w->type == KVS_TYPE_Q5_0, q_at = w->type == KVS_TYPE_Q4_1 ? 4 : q5 ? 6 : 2; /* qs after d .. */
+    const int qs_streams = q5 ? 4 : t.q_streams;
     for (int p = 0; p < np; p++)
         for (int b = 0; b < nb; b++) {
             const size_t s = (size_t)p * nb + b;
@@ -253,13 +257,14 @@ void kvs_wmat_tiles_to(kvs_wmat *w, void *dst) {
                 const uint8_t *blk = (const uint8_t *)w->data + (size_t)(16 * p + n) * w->row_bytes + (size_t)b * bs;
                 memcpy(td + 2 * n, blk, 2); /* f16 d */
                 if (w->type == KVS_TYPE_Q4_1) memcpy(td + 32 + 2 * n, blk + 2, 2); /* f16 m */
-                for (int r = 0; r < t.q_streams; r++) memcpy(tq + r * t.stride + 4 * n, blk + q_at + 4 * r, 4);
+                if (q5) memcpy(tq + 4 * t.stride + 4 * n, blk + 2, 4); /* qh */
+                for (int r = 0; r < qs_streams; r++) memcpy(tq + r * t.stride + 4 * n, blk + q_at + 4 * r, 4);
             }
         }
 }
 
-/* Q8_0, Q4_0 and Q4_1 get their tiles (kvs_wmat_tiles_to) in place of the
- * copy: the AMX batch and prefill paths read them with plain loads instead
+/* Q8_0, Q4_0, Q4_1 and Q5_0 get their tiles (kvs_wmat_tiles_to) in place
+ * of the copy: the AMX batch and prefill paths read them with plain loads instead
  * of gathering the blocks of 16 rows (matmul_amx_batch_nib.c). */
 size_t kvs_wmat_rows_copy_bytes(const kvs_wmat *w) {
     if (!rows_copied_in_arena(w)) return 0;
