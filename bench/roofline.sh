@@ -19,10 +19,11 @@
 #    reads every weight once per token) and the share; prefill tok/s and the
 #    int8 work it implies (2 x params MACs per token, x 2 for the two-level
 #    activations) as a share of the wall int8 peak;
-#  - batched decode (ours only: llama-bench decodes one sequence): --streams
-#    N sequences stepped together (kvstitch bench --streams, the server's
-#    batched step), aggregate tok/s over the one-stream decode of the same
-#    round (0: skip).
+#  - batched decode: --streams N sequences stepped together (kvstitch bench
+#    --streams, the server's batched step), aggregate tok/s over the
+#    one-stream decode of the same round (0: skip); beside it llama.cpp's N
+#    parallel sequences where its build has llama-batched-bench (-npl 1,N,
+#    a one-token prompt each, the same decode length).
 #  - on a CPU where our prefill runs on AMX tiles (kvstitch --version lists
 #    amx first, KVS_AMX not 0): prefill once more with KVS_AMX=0 (the
 #    AVX-512 VNNI path on the same machine) each round, and "-amx" in the
@@ -67,8 +68,9 @@ done
 if [ -z "$llbin" ]; then
     llbin=$(ls -d "$cache"/llamacpp-src/*/vendor/llama.cpp/build/bin 2>/dev/null | head -n 1 || true)
 fi
-have_ll=0
+have_ll=0 have_llb=0
 [ -n "$llbin" ] && [ -x "$llbin/llama-bench" ] && [ -x "$llbin/llama-quantize" ] && have_ll=1
+[ $have_ll = 1 ] && [ -x "$llbin/llama-batched-bench" ] && have_llb=1
 
 # AMX: our prefill's path here; prefill is also measured without it
 amx=$(amx_prefill "$BUILD/kvstitch")
@@ -133,6 +135,13 @@ for l in sys.stdin:
                 "$llbin/llama-bench" -m "$m" -p "$pp" -n "$ngen" -t "$th" -r "$reps" -o json 2>"$tmp/ll.err" \
                     | python3 bench/bench_json.py llama llama.cpp type="$t" threads="$th" \
                     >> "$tmp/runs.jsonl" || { echo "roofline: llama-bench failed" >&2; cat "$tmp/ll.err" >&2; }
+            fi
+            if [ $have_llb = 1 ] && [ "$streams" -gt 1 ]; then
+                "$llbin/llama-batched-bench" -m "$m" -c $((streams * (ngen + 1) + 64)) -b 2048 -ub 512 -npp 1 \
+                    -ntg "$ngen" -npl "1,$streams" -t "$th" --output-format jsonl 2>"$tmp/llb.err" \
+                    | python3 bench/bench_json.py llama-batched llama_streams type="$t" threads="$th" \
+                        streams="$streams" >> "$tmp/runs.jsonl" \
+                    || { echo "roofline: llama-batched-bench failed" >&2; tail -5 "$tmp/llb.err" >&2; }
             fi
         done
     done

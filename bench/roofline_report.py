@@ -11,6 +11,8 @@ usage: roofline_report.py PROBE KERNELS RUNS CPU NPROC COMMIT PP NGEN ROUNDS REP
   AMX      1 where our prefill ran on AMX tiles: RUNS then also hold prefill without
            AMX (who "ours_noamx", KVS_AMX=0), reported beside it, and the batch of
            streams without AMX (who "ours_streams_noamx") beside the batch
+  RUNS may hold llama.cpp's parallel sequences (who "llama_streams": tg the
+  aggregate, tg1 one sequence, from llama-batched-bench), reported beside ours.
 """
 import json
 import re
@@ -215,18 +217,29 @@ def main():
         if amx:
             w("\"Without AMX\" is the same run's batch with KVS_AMX=0: the AVX-512 batch paths, which a CPU "
               "without AMX tiles (a Zen 5) runs; one-stream decode never uses the tiles.\n")
+        peer = [r for r in runs if r["who"] == "llama_streams"]
+        if peer:
+            w("llama.cpp: `llama-batched-bench -npl 1,%d` in the same rounds (one-token prompts, the same decode "
+              "length): its %d parallel sequences' aggregate decode, its speedup over its own one sequence, "
+              "and ours / its aggregate.\n" % (ns, ns))
         w("| type | threads | tg, 1 stream | tg, %d streams (aggregate) | speedup |" % ns
-          + (" %d streams without AMX | speedup without AMX |" % ns if amx else ""))
-        w("|---|---:|---:|---:|---:|" + ("---:|---:|" if amx else ""))
+          + (" %d streams without AMX | speedup without AMX |" % ns if amx else "")
+          + (" llama.cpp, %d sequences | its speedup | ours / llama.cpp |" % ns if peer else ""))
+        w("|---|---:|---:|---:|---:|" + ("---:|---:|" if amx else "") + ("---:|---:|---:|" if peer else ""))
         for typ, th in keys:
             one = med([r["tg"] for r in runs if r["who"] == "ours" and r["type"] == typ and r["threads"] == th])
             agg = med([r["tg"] for r in batched if r["type"] == typ and r["threads"] == th])
             agg_n = med([r["tg"] for r in runs
                          if r["who"] == "ours_streams_noamx" and r["type"] == typ and r["threads"] == th])
+            mine = [r for r in peer if r["type"] == typ and r["threads"] == th]
+            agg_p, one_p = med([r["tg"] for r in mine]), med([r["tg1"] for r in mine if r.get("tg1")])
             w("| %s | %d | %s | %s | %s |" % (typ, th, fmt(one, "%.1f"), fmt(agg, "%.1f"),
                                            fmt(agg / one if agg and one else None, "%.2fx"))
               + ("" if not amx else " %s | %s |" % (fmt(agg_n, "%.1f"),
-                                                    fmt(agg_n / one if agg_n and one else None, "%.2fx"))))
+                                                    fmt(agg_n / one if agg_n and one else None, "%.2fx")))
+              + ("" if not peer else " %s | %s | %s |" % (
+                  fmt(agg_p, "%.1f"), fmt(agg_p / one_p if agg_p and one_p else None, "%.2fx"),
+                  fmt(agg / agg_p if agg and agg_p else None, "%.2fx"))))
     print("\n".join(out))
 
 

@@ -61,6 +61,30 @@ check report_amx_model_row $?
 grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 450\.0 \| 3\.00x \|$' <<<"$out"
 check report_amx_batch_row $?
 
+# llama.cpp's parallel sequences beside ours: its 8 at 300 over its one at 100
+# = 3.00x, ours 600 / 300 = 2.00x
+cp "$tmp/runs" "$tmp/runs_no_peer"
+echo '{"who": "llama_streams", "type": "Q8_0", "threads": 1, "tg": 300.0, "tg1": 100.0, "streams": 8}' >>"$tmp/runs"
+out=$(report "$tmp/probe_amx" 1)
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 450\.0 \| 3\.00x \| 300\.0 \| 3\.00x \| 2\.00x \|$' <<<"$out"
+check report_batch_row_with_peer $?
+grep -q 'llama-batched-bench -npl 1,8' <<<"$out"
+check report_batch_names_peer $?
+cp "$tmp/runs_no_peer" "$tmp/runs"
+
+# bench_json.py reads llama-batched-bench's jsonl: the row of N sequences and of one
+printf '%s\n' 'main: n_kv_max = 600' \
+    '{"pl": 1, "speed_tg": 68.5, "speed_pp": 70.0}' '{"pl": 8, "speed_tg": 202.25, "speed_pp": 250.0}' \
+    | python3 bench/bench_json.py llama-batched llama_streams type=Q4_1 threads=2 streams=8 >"$tmp/llb.json"
+check bench_json_llama_batched_exit_0 $?
+python3 -c 'import json,sys; d = json.load(open(sys.argv[1]))
+sys.exit(not (d["tg"] == 202.25 and d["tg1"] == 68.5 and d["threads"] == 2 and d["who"] == "llama_streams"))' "$tmp/llb.json"
+check bench_json_llama_batched_rows $?
+# a run without the row of N sequences is an error, not a made-up figure
+echo '{"pl": 1, "speed_tg": 68.5}' | python3 bench/bench_json.py llama-batched x streams=8 >/dev/null 2>&1
+[ $? -ne 0 ]
+check bench_json_llama_batched_missing_row $?
+
 out=$(report "$tmp/probe" 0)
 check report_plain_exit_0 $?
 # the ceilings row: read, int8 peak, and the core clock (CPU time / wall medians)
