@@ -37,8 +37,8 @@ typedef struct kvs_wmat {
     /* 0, or how many rows ahead the decode kernels also fetch into L2: for
      * weights that stream from DRAM (kvs_far_prefetch_rows). Speed only. */
     int far_rows;
-    /* NULL, or (Q8_0) the rows as the AMX tiles take them (kvs_wmat_tiles_to);
-     * owned by whoever placed them. */
+    /* NULL, or (Q8_0, Q4_0, Q4_1, Q5_0) the rows as the AMX tiles take them
+     * (kvs_wmat_tiles_to); owned by whoever placed them. */
     const void *tiles;
 } kvs_wmat;
 

@@ -39,9 +39,9 @@
  * already minus 8, Q5_0 minus 16; Q8_0: the TDPBSSD B layout, 8 rows of
  * 64 bytes, dword n = 4 bytes of weight row n), plus dw (and mw) per
  * column; in per-thread scratch, reused by every 16-row tile of the call.
- * Q8_0 / Q4_0 / Q4_1 / Q5_0 read their blocks from the tiles where the arena holds
- * them (kvs_wmat_tiles_to: plain loads), the other types gather them from
- * the rows.
+ * Q8_0 / Q4_0 / Q4_1 / Q5_0 read their blocks from the tiles where the
+ * arena holds them (kvs_wmat_tiles_to: plain loads), the other types
+ * gather them from the rows.
  *
  * Work unit: 16 rows x the panel's 32 columns. Its tiles (tmm2/3: A =
  * 256 hi / lo of the 16 rows, shared by both halves; tmm4/5: B of the
@@ -210,11 +210,11 @@ static void prep_panel(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) 
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
     const __m512i tbl = bf16_table(q41 ? 0 : q5 ? 16 : 8);
     const __m512i z = _mm512_setzero_si512();
+    const kvs_wtiles t = kvs_wtiles_of(w); /* where w->tiles (j0 a multiple of 16) */
     for (int h = 0; 16 * h < nr; h++) {
         int cnt = nr - 16 * h;
         __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)(j0 + 16 * h) * w->row_bytes;
-        const kvs_wtiles t = kvs_wtiles_of(w); /* where w->tiles (j0 a multiple of 16) */
         const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
         for (int b = 0; b < nb; b++) {
             amx_blk *p = &out[b];
@@ -318,6 +318,7 @@ static void prep_panel_q4k(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *o
  * dword n = qs[4v..4v+3] of column n), the bytes as the GGUF holds them:
  * gathered from the rows, or copied from w->tiles, which hold them so. */
 static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *out) {
+    const kvs_wtiles t = kvs_wtiles_of(w);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)w->row_bytes));
     const __m512i z = _mm512_setzero_si512();
@@ -325,7 +326,6 @@ static void prep_panel_q8(const kvs_wmat *w, int j0, int nr, int nb, amx_blk *ou
         const int cnt = nr - 16 * h;
         const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
         if (w->tiles) { /* the same bytes, laid out (kvs_wmat_tiles_to; j0 a multiple of 16) */
-            const kvs_wtiles t = kvs_wtiles_of(w);
             const size_t s0 = (size_t)((j0 + 16 * h) / 16) * nb;
             for (int b = 0; b < nb; b++) {
                 _mm512_store_ps(out[b].dw + 16 * h,

@@ -20,9 +20,9 @@
  * no gather (kernel calls at m = 8: 0.85-0.97x the time; docs/
  * performance-log.md, session 45). The others need unpacking: per block of
  * the panel's 16 rows, vectors of the rows' qs dwords, lane n = row n:
- * Q4_0 / Q4_1 / Q5_0 loaded from their tiles (kvs_wmat_tiles_to: 4-5 loads; from
- * the GGUF rows 5-6 gathers and their permutes: 8 streams of SmolLM2
- * Q4_1 1.20x, session 46), else gathered (two dwords a gather element:
+ * Q4_0 / Q4_1 / Q5_0 loaded from their tiles (kvs_wmat_tiles_to: 4-5
+ * loads; from the GGUF rows 5-6 gathers and their permutes: 8 streams of
+ * SmolLM2 Q4_1 1.20x, session 46), else gathered (two dwords a gather element:
  * qword gathers of 8 rows, gather_dword_pair); their low and high nibbles
  * (Q5_0: with the fifth bits from qh) are B rows 0..3 and 4..7 (B row r:
  * elements 4r..4r+3, natural order; Q4_K: one sub-block's 32 nibbles in
