@@ -176,7 +176,8 @@ def main():
       % (rounds, reps, ngen, pp, params / 1e6, peer))
     if amx:
         w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices: `src/kernels/matmul_amx.c`; the other types "
-          "on AVX-512 VNNI); \"pp ours, no AMX\" is the same run's prefill with KVS_AMX=0 (AVX-512 VNNI for "
+          "on AVX-512 VNNI), each shape's calls on the tiles or on AVX-512 by their measured speed unless KVS_AMX=1 "
+          "(`src/kernels/path_tuner.c`); \"pp ours, no AMX\" is the same run's prefill with KVS_AMX=0 (AVX-512 VNNI for "
           "every type), its ratio against the same llama.cpp runs (which use AMX where ggml has AMX kernels). "
           "The int8 share is of the VNNI peak: AMX prefill can pass 100%%. The block-step share is of the "
           "AMX ceiling above: pp tok/s x %.0fM / 32 block dots / wall block steps' dots/s at that thread "

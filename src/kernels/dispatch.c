@@ -86,11 +86,15 @@ int kvs_kernels_amx_available(void) {
 }
 
 static atomic_int g_isa_cap = 2; /* highest level allowed (kvs_kernels_set_isa) */
-static atomic_int g_amx = -1;    /* AMX allowed: -1 not decided yet (KVS_AMX env) */
+/* AMX: -1 not decided yet (KVS_AMX env), 0 off, 1 on for every call it
+ * covers, 2 (the default) a prefill's calls on AMX or AVX-512 by their
+ * measured speed (path_tuner.c; the batch paths stay on AMX). */
+static atomic_int g_amx = -1;
 
 static int amx_default(void) {
     const char *e = getenv("KVS_AMX");
-    return !(e && !strcmp(e, "0"));
+    if (e && !strcmp(e, "0")) return 0;
+    return e && !strcmp(e, "1") ? 1 : 2;
 }
 
 static int amx_on(void) {
@@ -103,6 +107,8 @@ static int amx_on(void) {
     }
     return a && kvs_kernels_amx_available();
 }
+
+static int amx_tuned(void) { return amx_on() && atomic_load_explicit(&g_amx, memory_order_relaxed) == 2; }
 
 int kvs_kernels_set_isa(const char *name) {
     int want = 2, amx = 0;
@@ -215,9 +221,36 @@ static int is_amx_batch(const kvs_isa *isa) {
  * ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
  * K-quant path for AMX, whose tiles compute their blocks exactly
  * (matmul_amx.c; their batches, matmul_amx_batch_nib.c). */
-static int mm_here(const kvs_wmat *w, int m) {
-    const kvs_isa *isa = mm_isa(w, m);
+static int mm_here_on(const kvs_wmat *w, const kvs_isa *isa) {
     return !kvs_kq_handles(w->type) || is_amx(isa) || is_amx_batch(isa);
+}
+
+/* A call's path: mm_isa's, except that where it is AMX and AMX is tuned,
+ * the tuner may send the call to AVX-512 (n: the columns of every matrix
+ * of the call). tune_end records its time. */
+typedef struct mm_tuning {
+    int slot, path;
+    double t0, madds;
+} mm_tuning;
+
+static const kvs_isa *mm_isa_tuned(const kvs_wmat *w, int n, int m, mm_tuning *tu) {
+    const kvs_isa *isa = mm_isa(w, m);
+    tu->slot = -1;
+#if defined(__x86_64__)
+    if (is_amx(isa) && amx_tuned()) {
+        if (kvs_path_tune_pick(w->type, w->k, n, m, &tu->slot)) isa = &kvs_isa_avx512;
+        tu->path = !is_amx(isa); /* the path that runs, recorded as such */
+        tu->madds = (double)m * n * w->k;
+        tu->t0 = kvs_path_tune_now();
+    }
+#else
+    (void)n;
+#endif
+    return isa;
+}
+
+static void tune_end(const mm_tuning *tu) {
+    if (tu->slot >= 0) kvs_path_tune_record(tu->slot, tu->path, kvs_path_tune_now() - tu->t0, tu->madds);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -403,17 +436,20 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
 
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
-    if (!mm_here(w, m)) {
+    mm_tuning tu;
+    mm_task t = {.isa = mm_isa_tuned(w, w->n, m, &tu)};
+    if (!mm_here_on(w, t.isa)) {
         kvs_kq_matmul(pool, w, x, m, y, work);
+        tune_end(&tu);
         return;
     }
-    mm_task t = {.isa = mm_isa(w, m)};
     t.call = (kvs_mm_call){.w = w, .x = x, .m = m, .y = y};
     if (mm_quantized(&t)) mm_quantize(pool, &t, work);
     t.cols = mm_cols(t.isa, w, m, kvs_pool_size(pool));
     t.rows = mm_rows(t.isa, w, m, kvs_pool_size(pool));
     if (t.rows) kvs_pool_for_spans(pool, mm_nrb(&t) * mm_ncols(&t), mm_chunk, &t);
     else kvs_pool_for(pool, mm_ncols(&t), mm_chunk, &t);
+    tune_end(&tu);
 }
 
 #define MM_MULTI_MAX 8
@@ -438,9 +474,9 @@ static void mm_multi_chunk(void *arg, int chunk, int ith) {
     mm_block(&mt->t[i], rb, chunk - mt->first[i]);
 }
 
-/* nw matrices of one type and one k that this file's paths take at m rows. */
-static int same_shape(int nw, const kvs_wmat *const *ws, int m) {
-    if (nw < 1 || nw > MM_MULTI_MAX || !mm_here(ws[0], m)) return 0;
+/* nw matrices of one type and one k. */
+static int same_shape(int nw, const kvs_wmat *const *ws) {
+    if (nw < 1 || nw > MM_MULTI_MAX) return 0;
     for (int i = 1; i < nw; i++)
         if (ws[i]->type != ws[0]->type || ws[i]->k != ws[0]->k) return 0;
     return 1;
@@ -458,19 +494,26 @@ size_t kvs_matmul_multi_work_size(int nw, const kvs_wmat *const *ws, int m) {
 void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const float *x, int m,
                       float *const *ys, void *work) {
     if (m <= 0 || nw <= 0) return;
-    const int here = same_shape(nw, ws, m);
-    if (!here && kvs_kq_multi_ok(nw, ws)) { /* Q5 / K-quants: kquant.c */
-        kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work);
+    if (!same_shape(nw, ws)) {
+        if (kvs_kq_multi_ok(nw, ws)) kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work); /* Q5 / K-quants */
+        else
+            for (int i = 0; i < nw; i++) kvs_matmul(pool, ws[i], x, m, ys[i], work);
         return;
     }
-    if (!here) {
-        for (int i = 0; i < nw; i++) kvs_matmul(pool, ws[i], x, m, ys[i], work);
+    int n = 0;
+    for (int i = 0; i < nw; i++) n += ws[i]->n;
+    mm_tuning tu;
+    const kvs_isa *isa = mm_isa_tuned(ws[0], n, m, &tu); /* same type and k: the same path for all */
+    if (!mm_here_on(ws[0], isa)) { /* Q5 / K-quants: kquant.c */
+        if (kvs_kq_multi_ok(nw, ws)) kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work);
+        else
+            for (int i = 0; i < nw; i++) kvs_kq_matmul(pool, ws[i], x, m, ys[i], work);
+        tune_end(&tu);
         return;
     }
     mm_multi_task mt;
     mt.nw = nw;
     mt.first[0] = 0;
-    const kvs_isa *isa = mm_isa(ws[0], m); /* same type and k: the same path for all */
     for (int i = 0; i < nw; i++) {
         mm_task *t = &mt.t[i];
         t->isa = isa;
@@ -492,6 +535,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
     }
     if (mt.t[0].rows) kvs_pool_for_spans(pool, mm_nrb(&mt.t[0]) * mt.first[nw], mm_multi_chunk, &mt);
     else kvs_pool_for(pool, mt.first[nw], mm_multi_chunk, &mt);
+    tune_end(&tu);
 }
 
 /* ------------------------------------------------------------------------ */
