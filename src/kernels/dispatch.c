@@ -93,8 +93,8 @@ static atomic_int g_amx = -1;
 
 static int amx_default(void) {
     const char *e = getenv("KVS_AMX");
-    if (e && !strcmp(e, "0")) return 0;
-    return e && !strcmp(e, "1") ? 1 : 2;
+    if (!e || !*e || !strcmp(e, "auto")) return 2;
+    return strcmp(e, "0") ? 1 : 0; /* as before the tuner: anything but 0 keeps AMX on */
 }
 
 static int amx_on(void) {
@@ -217,8 +217,8 @@ static int is_amx_batch(const kvs_isa *isa) {
 #endif
 }
 
-/* Whether a call of m rows on w runs in this file (quantized x in work, the
- * ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
+/* Whether a call on w by path isa runs in this file (quantized x in work,
+ * the ISA's matmul_cols) rather than in kquant.c: Q5_0 and Q4_K leave the
  * K-quant path for AMX, whose tiles compute their blocks exactly
  * (matmul_amx.c; their batches, matmul_amx_batch_nib.c). */
 static int mm_here_on(const kvs_wmat *w, const kvs_isa *isa) {
@@ -233,18 +233,19 @@ typedef struct mm_tuning {
     double t0, madds;
 } mm_tuning;
 
-static const kvs_isa *mm_isa_tuned(const kvs_wmat *w, int n, int m, mm_tuning *tu) {
+static const kvs_isa *mm_isa_tuned(const kvs_wmat *w, int n, int m, int nth, mm_tuning *tu) {
     const kvs_isa *isa = mm_isa(w, m);
     tu->slot = -1;
 #if defined(__x86_64__)
     if (is_amx(isa) && amx_tuned()) {
-        if (kvs_path_tune_pick(w->type, w->k, n, m, &tu->slot)) isa = &kvs_isa_avx512;
+        if (kvs_path_tune_pick(w->type, w->k, n, m, nth, &tu->slot)) isa = &kvs_isa_avx512;
         tu->path = !is_amx(isa); /* the path that runs, recorded as such */
         tu->madds = (double)m * n * w->k;
         tu->t0 = kvs_path_tune_now();
     }
 #else
     (void)n;
+    (void)nth;
 #endif
     return isa;
 }
@@ -437,7 +438,7 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
 void kvs_matmul(kvs_pool *pool, const kvs_wmat *w, const float *x, int m, float *y, void *work) {
     if (m <= 0 || w->n <= 0) return;
     mm_tuning tu;
-    mm_task t = {.isa = mm_isa_tuned(w, w->n, m, &tu)};
+    mm_task t = {.isa = mm_isa_tuned(w, w->n, m, kvs_pool_size(pool), &tu)};
     if (!mm_here_on(w, t.isa)) {
         kvs_kq_matmul(pool, w, x, m, y, work);
         tune_end(&tu);
@@ -503,11 +504,9 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
     int n = 0;
     for (int i = 0; i < nw; i++) n += ws[i]->n;
     mm_tuning tu;
-    const kvs_isa *isa = mm_isa_tuned(ws[0], n, m, &tu); /* same type and k: the same path for all */
-    if (!mm_here_on(ws[0], isa)) { /* Q5 / K-quants: kquant.c */
-        if (kvs_kq_multi_ok(nw, ws)) kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work);
-        else
-            for (int i = 0; i < nw; i++) kvs_kq_matmul(pool, ws[i], x, m, ys[i], work);
+    const kvs_isa *isa = mm_isa_tuned(ws[0], n, m, kvs_pool_size(pool), &tu); /* same type and k: one path */
+    if (!mm_here_on(ws[0], isa)) { /* Q5 / K-quants of one type and k: kvs_kq_multi_ok holds */
+        kvs_kq_matmul_multi(pool, nw, ws, x, m, ys, work);
         tune_end(&tu);
         return;
     }

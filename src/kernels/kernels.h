@@ -260,12 +260,15 @@ void kvs_kernels_force_scalar(int on);
 /* Caps the dispatcher at one ISA level ("scalar", "avx2", "avx512vnni",
  * "amx" or "best"), for tests and benchmarks that compare paths. Returns -1
  * (and changes nothing) if the name is unknown or the CPU lacks that level.
- * "amx" is "avx512vnni" plus AMX tiles for Q4_0 / Q4_1 matmuls of many
- * rows (prefill; Linux must grant tile data; same bits), "avx512vnni"
- * leaves AMX out, "best" uses AMX where available unless KVS_AMX=0. */
+ * "amx" is "avx512vnni" plus AMX tiles for every quantized matmul they
+ * cover (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 of many rows, batches of
+ * streams; Linux must grant tile data; same bits), "avx512vnni" leaves AMX
+ * out, "best" follows KVS_AMX: 0 leaves AMX out, auto (or unset) runs each
+ * prefill shape's calls on AMX or AVX-512 by their measured speed
+ * (path_tuner.c), any other value is "amx". */
 int kvs_kernels_set_isa(const char *name);
-/* 1 if quantized matmuls of many rows currently run on AMX (kvs_kernels_isa
- * then still names the vector level, "avx512vnni"). */
+/* 1 if quantized matmuls may run on AMX (forced, or chosen per shape by
+ * speed; kvs_kernels_isa then still names the vector level, "avx512vnni"). */
 int kvs_kernels_amx(void);
 /* The AVX-512 float decode (one activation row): 1 distant row pairs, 0
  * 4-row tiles, -1 the default (pairs; KVS_F_DECODE=tiles chooses the

@@ -219,14 +219,14 @@ typedef struct kvs_tune_stats {
 } kvs_tune_stats;
 int kvs_tune_choose(const kvs_tune_stats *s);                  /* the path of the next call */
 void kvs_tune_update(kvs_tune_stats *s, int path, double cost); /* after a call of that path */
-/* The path for a call of m rows on a matrix of this type and shape (*slot:
- * its record, -1 if the table is full: path 0), and the call's time
- * afterwards. */
-int kvs_path_tune_pick(int type, int k, int n, int m, int *slot);
+/* The path for a call of m rows on nth threads on a matrix of this type and
+ * shape (*slot: its record, -1 if the table is full: path 0), and the
+ * call's time afterwards. */
+int kvs_path_tune_pick(int type, int k, int n, int m, int nth, int *slot);
 void kvs_path_tune_record(int slot, int path, double seconds, double madds);
 double kvs_path_tune_now(void);
 /* A copy of that shape's record (-1: none yet). */
-int kvs_path_tune_stats_of(int type, int k, int n, int m, kvs_tune_stats *out);
+int kvs_path_tune_stats_of(int type, int k, int n, int m, int nth, kvs_tune_stats *out);
 int kvs_amx_batch_type(int type);
 
 /* Query rows the attention kernels handle at once, and per-thread scratch. */

@@ -12,7 +12,8 @@
  * paired runs of session 47), while the 4-bit types mostly kept AMX ahead. The bits are the same either way, so the
  * choice is only about time, and determinism does not depend on it.
  *
- * Policy per shape (type, k, n, and the call's rows as a power of two): each path runs TUNE_WARM times in turn;
+ * Policy per shape (type, k, n, the call's rows as a power of two, and its
+ * threads: a call's time per multiply-add depends on all of them): each path runs TUNE_WARM times in turn;
  * then the path of the lower cost (an average of the last calls' seconds
  * per multiply-add, each new call weighing 1 / 4) runs, and every
  * TUNE_EXPLORE-th call the other one (every TUNE_EXPLORE_FAR-th where it
@@ -48,7 +49,7 @@ void kvs_tune_update(kvs_tune_stats *s, int path, double cost) {
 }
 
 typedef struct tune_slot {
-    int used, type, k, n, mb;
+    int used, type, k, n, mb, nth;
     kvs_tune_stats stats;
 } tune_slot;
 
@@ -66,15 +67,15 @@ static int rows_bucket(int m) {
 static tune_slot g_slots[TUNE_SLOTS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int kvs_path_tune_pick(int type, int k, int n, int m, int *slot) {
+int kvs_path_tune_pick(int type, int k, int n, int m, int nth, int *slot) {
     const int mb = rows_bucket(m);
     int path = 0;
     *slot = -1;
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < TUNE_SLOTS; i++) {
         tune_slot *t = &g_slots[i];
-        if (t->used && (t->type != type || t->k != k || t->n != n || t->mb != mb)) continue;
-        if (!t->used) *t = (tune_slot){.used = 1, .type = type, .k = k, .n = n, .mb = mb};
+        if (t->used && (t->type != type || t->k != k || t->n != n || t->mb != mb || t->nth != nth)) continue;
+        if (!t->used) *t = (tune_slot){.used = 1, .type = type, .k = k, .n = n, .mb = mb, .nth = nth};
         path = kvs_tune_choose(&t->stats);
         *slot = i;
         break;
@@ -90,13 +91,13 @@ void kvs_path_tune_record(int slot, int path, double seconds, double madds) {
     pthread_mutex_unlock(&g_lock);
 }
 
-int kvs_path_tune_stats_of(int type, int k, int n, int m, kvs_tune_stats *out) {
+int kvs_path_tune_stats_of(int type, int k, int n, int m, int nth, kvs_tune_stats *out) {
     const int mb = rows_bucket(m);
     int found = -1;
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < TUNE_SLOTS && found < 0; i++) {
         const tune_slot *t = &g_slots[i];
-        if (t->used && t->type == type && t->k == k && t->n == n && t->mb == mb) {
+        if (t->used && t->type == type && t->k == k && t->n == n && t->mb == mb && t->nth == nth) {
             *out = t->stats;
             found = 0;
         }
