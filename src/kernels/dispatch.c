@@ -12,6 +12,7 @@
 #include <unistd.h>
 #endif
 
+#include "base/core_clock.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/kquant.h"
 
@@ -241,7 +242,7 @@ static const kvs_isa *mm_isa_tuned(const kvs_wmat *w, int n, int m, int nth, mm_
         if (kvs_path_tune_pick(w->type, w->k, n, m, nth, &tu->slot)) isa = &kvs_isa_avx512;
         tu->path = !is_amx(isa); /* the path that runs, recorded as such */
         tu->madds = (double)m * n * w->k;
-        tu->t0 = kvs_path_tune_now();
+        tu->t0 = kvs_now_ms();
     }
 #else
     (void)n;
@@ -251,7 +252,7 @@ static const kvs_isa *mm_isa_tuned(const kvs_wmat *w, int n, int m, int nth, mm_
 }
 
 static void tune_end(const mm_tuning *tu) {
-    if (tu->slot >= 0) kvs_path_tune_record(tu->slot, tu->path, kvs_path_tune_now() - tu->t0, tu->madds);
+    if (tu->slot >= 0) kvs_path_tune_record(tu->slot, tu->path, kvs_now_ms() - tu->t0, tu->madds);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -210,7 +210,7 @@ static inline float *kvs_xc_sx(uint8_t *xc, int nb) { return kvs_xc_dx(xc, nb) +
 int kvs_amx_prefill_type(int type);
 
 /* Measured choice between two paths of the same bits (path_tuner.c). One
- * shape's record: calls, samples and average cost (seconds per multiply-add)
+ * shape's record: calls, samples and average cost (milliseconds per multiply-add)
  * of path 0 (AMX) and path 1 (AVX-512). */
 typedef struct kvs_tune_stats {
     double cost[2];
@@ -223,8 +223,7 @@ void kvs_tune_update(kvs_tune_stats *s, int path, double cost); /* after a call 
  * shape (*slot: its record, -1 if the table is full: path 0), and the
  * call's time afterwards. */
 int kvs_path_tune_pick(int type, int k, int n, int m, int nth, int *slot);
-void kvs_path_tune_record(int slot, int path, double seconds, double madds);
-double kvs_path_tune_now(void);
+void kvs_path_tune_record(int slot, int path, double ms, double madds); /* ms: kvs_now_ms */
 /* A copy of that shape's record (-1: none yet). */
 int kvs_path_tune_stats_of(int type, int k, int n, int m, int nth, kvs_tune_stats *out);
 int kvs_amx_batch_type(int type);

@@ -9,20 +9,22 @@
  * with the host busy (the tile unit slowed up to 3.6x, TDPBSSD 1040 against
  * 3730 GMAC/s a thread, the vector units far less) AVX-512 led it by
  * 1.06-1.35x (the contended roofline reports of 2026-12-01 and -02, and
- * paired runs of session 47), while the 4-bit types mostly kept AMX ahead. The bits are the same either way, so the
- * choice is only about time, and determinism does not depend on it.
+ * paired runs of session 47), while the 4-bit types mostly kept AMX ahead.
+ * The bits are the same either way, so the choice is only about time, and
+ * determinism does not depend on it.
  *
  * Policy per shape (type, k, n, the call's rows as a power of two, and its
- * threads: a call's time per multiply-add depends on all of them): each path runs TUNE_WARM times in turn;
- * then the path of the lower cost (an average of the last calls' seconds
- * per multiply-add, each new call weighing 1 / 4) runs, and every
+ * threads: a call's time per multiply-add depends on all of them): each
+ * path runs TUNE_WARM times in turn; then the path of the lower cost (an
+ * average of the last calls' milliseconds per multiply-add, each new call
+ * weighing 1 / 4) runs, and every
  * TUNE_EXPLORE-th call the other one (every TUNE_EXPLORE_FAR-th where it
  * costs over TUNE_FAR times as much), so a change of the host is seen
  * within a few prefills (a SmolLM2 prefill makes 30 calls of each of its
  * 4 shapes). Shapes past the table's TUNE_SLOTS run path 0.
  */
 #include <pthread.h>
-#include <time.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 
@@ -48,8 +50,13 @@ void kvs_tune_update(kvs_tune_stats *s, int path, double cost) {
     s->calls++;
 }
 
+typedef struct tune_key {
+    int type, k, n, mb, nth;
+} tune_key;
+
 typedef struct tune_slot {
-    int used, type, k, n, mb, nth;
+    int used;
+    tune_key key;
     kvs_tune_stats stats;
 } tune_slot;
 
@@ -64,50 +71,47 @@ static int rows_bucket(int m) {
     return b;
 }
 
-static tune_slot g_slots[TUNE_SLOTS];
+static tune_key key_of(int type, int k, int n, int m, int nth) {
+    return (tune_key){.type = type, .k = k, .n = n, .mb = rows_bucket(m), .nth = nth};
+}
+
+static tune_slot g_slots[TUNE_SLOTS]; /* taken in order, never given back */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int kvs_path_tune_pick(int type, int k, int n, int m, int nth, int *slot) {
-    const int mb = rows_bucket(m);
-    int path = 0;
-    *slot = -1;
-    pthread_mutex_lock(&g_lock);
+/* Under g_lock: the slot of key, else (add) the first free one, taken for
+ * it; -1 if none. */
+static int find_slot(tune_key key, int add) {
     for (int i = 0; i < TUNE_SLOTS; i++) {
         tune_slot *t = &g_slots[i];
-        if (t->used && (t->type != type || t->k != k || t->n != n || t->mb != mb || t->nth != nth)) continue;
-        if (!t->used) *t = (tune_slot){.used = 1, .type = type, .k = k, .n = n, .mb = mb, .nth = nth};
-        path = kvs_tune_choose(&t->stats);
-        *slot = i;
-        break;
+        if (!t->used) {
+            if (!add) return -1;
+            *t = (tune_slot){.used = 1, .key = key};
+            return i;
+        }
+        if (!memcmp(&t->key, &key, sizeof key)) return i;
     }
+    return -1;
+}
+
+int kvs_path_tune_pick(int type, int k, int n, int m, int nth, int *slot) {
+    pthread_mutex_lock(&g_lock);
+    *slot = find_slot(key_of(type, k, n, m, nth), 1);
+    const int path = *slot >= 0 ? kvs_tune_choose(&g_slots[*slot].stats) : 0;
     pthread_mutex_unlock(&g_lock);
     return path;
 }
 
-void kvs_path_tune_record(int slot, int path, double seconds, double madds) {
+void kvs_path_tune_record(int slot, int path, double ms, double madds) {
     if (slot < 0 || slot >= TUNE_SLOTS || !(madds > 0)) return;
     pthread_mutex_lock(&g_lock);
-    kvs_tune_update(&g_slots[slot].stats, path, seconds / madds);
+    kvs_tune_update(&g_slots[slot].stats, path, ms / madds);
     pthread_mutex_unlock(&g_lock);
 }
 
 int kvs_path_tune_stats_of(int type, int k, int n, int m, int nth, kvs_tune_stats *out) {
-    const int mb = rows_bucket(m);
-    int found = -1;
     pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < TUNE_SLOTS && found < 0; i++) {
-        const tune_slot *t = &g_slots[i];
-        if (t->used && t->type == type && t->k == k && t->n == n && t->mb == mb && t->nth == nth) {
-            *out = t->stats;
-            found = 0;
-        }
-    }
+    const int i = find_slot(key_of(type, k, n, m, nth), 0);
+    if (i >= 0) *out = g_slots[i].stats;
     pthread_mutex_unlock(&g_lock);
-    return found;
-}
-
-double kvs_path_tune_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return i >= 0 ? 0 : -1;
 }
