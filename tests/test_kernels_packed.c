@@ -314,12 +314,17 @@ TEST(test_far_prefetch) {
     const kvs_mem_span one_mib = {mib, 1 << 20};
     CHECK_EQ_INT(kvs_far_prefetch_rows(&one_mib, 1), 0); /* 1 MiB: any last-level cache holds most of it */
     /* 8 MiB in 4 spans: the probe's second pass finds it in the caches (its
-     * own reference re-read is the whole of it) */
+     * own reference re-read is the whole of it, so the two rates differ
+     * only by noise). A timing, so a busy host can lose a try to a
+     * preemption in the one timed pass (the CI run of session 48 failed on one):
+     * cached in at least one of 5 tries; a probe that never says so fails. */
     kvs_mem_span quarters[4];
     uint8_t *eight = xmalloc((size_t)8 << 20);
     memset(eight, 2, (size_t)8 << 20);
     for (int i = 0; i < 4; i++) quarters[i] = (kvs_mem_span){eight + ((size_t)i << 21), (size_t)2 << 20};
-    CHECK_EQ_INT(kvs_spans_stay_cached(quarters, 4), 1);
+    int cached = 0;
+    for (int try = 0; try < 5 && !cached; try++) cached = kvs_spans_stay_cached(quarters, 4);
+    CHECK_EQ_INT(cached, 1);
     CHECK_EQ_INT(kvs_spans_stay_cached(quarters, 0), 1);
     free(eight);
     setenv("KVS_FAR_PREFETCH", "1", 1);
