@@ -199,6 +199,50 @@ TEST(damaged_payload_never_served) {
     free(dir);
 }
 
+/* The payload readers (kvs_disk_load_payload, kvs_disk_read_into_kv)
+ * re-read the header: an entry that no longer describes the chunk the
+ * index holds (another token, position or origin) is refused by both as
+ * BAD_HEADER and left in place for the store's verdict; the chunk as
+ * indexed reads its exact bytes both ways. */
+TEST(payload_readers_check_the_entry_is_the_chunk) {
+    char *dir = populated_dir();
+    char path[512];
+    entry_path(dir, 1, path, sizeof path); /* tokens [64, 128) */
+    const kvs_key fp = fingerprint(1);
+    kvs_chunk *c = NULL;
+    kvs_disk_verdict v;
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, &c, NULL, &v), KVS_OK);
+    void *payload = NULL;
+    CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, c, &payload, &v), KVS_OK);
+    CHECK_EQ_INT(v, KVS_DISK_OK);
+    free(payload);
+    fake_kv_fill(cold, toks, N);
+    fake_kv_zero(warm);
+    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, c, 0, 64, &warm->kv, 64, &v), KVS_OK);
+    CHECK_EQ_INT(v, KVS_DISK_OK);
+    CHECK(fake_kv_equal(cold, warm, 64, 128));
+    for (int what = 0; what < 3; what++) {
+        const int32_t tok = c->tokens[5], pos0 = c->pos0;
+        const uint32_t origin = c->origin;
+        if (what == 0) c->tokens[5] ^= 1;
+        else if (what == 1) c->pos0 += 1;
+        else c->origin ^= KVS_CHUNK_DOC;
+        payload = NULL;
+        CHECK(kvs_disk_load_payload(dir, &fp, c, &payload, &v) != KVS_OK);
+        CHECK_MSG(v == KVS_DISK_BAD_HEADER && payload == NULL, "change %d: verdict %d", what, (int)v);
+        CHECK(strstr(kvs_last_error(), "no longer describes the indexed chunk") != NULL);
+        CHECK(kvs_disk_read_into_kv(dir, &fp, c, 0, 64, &warm->kv, 64, &v) != KVS_OK);
+        CHECK_MSG(v == KVS_DISK_BAD_HEADER, "change %d: verdict %d", what, (int)v);
+        c->tokens[5] = tok;
+        c->pos0 = pos0;
+        c->origin = origin;
+    }
+    CHECK(access(path, F_OK) == 0);
+    kvs_chunk_unref(c);
+    rm_dir(dir);
+    free(dir);
+}
+
 TEST(truncated_entry) {
     char *dir = populated_dir();
     char path[512];
@@ -471,6 +515,7 @@ int main(void) {
     RUN(persist_and_load_lazily);
     RUN(lookup_into_reads_straight_into_kv);
     RUN(damaged_payload_never_served);
+    RUN(payload_readers_check_the_entry_is_the_chunk);
     RUN(truncated_entry);
     RUN(foreign_model);
     RUN(bad_magic_version_header_name);

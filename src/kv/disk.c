@@ -363,29 +363,47 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
     return KVS_OK;
 }
 
+/* Opens the entry of indexed chunk c in dir (its name into path, of
+ * path_size bytes) for a payload read: its header read and checked (fingerprint,
+ * shape) and still describing c (tokens, position, origin, parent). On
+ * KVS_OK *fd is open and hd holds the payload's offset and checksum (its
+ * tokens freed); else nothing is open and *verdict says why. */
+static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_chunk *c, char *path, size_t path_size,
+                              int *fd, kvs_disk_header *hd, kvs_disk_verdict *verdict) {
+    int rc = kvs_disk_path(dir, &c->prefix_key, path, path_size);
+    if (rc) {
+        *verdict = KVS_DISK_IO;
+        return rc;
+    }
+    *fd = open_entry(path, verdict);
+    if (*fd < 0) return kvs_disk_verdict_status(*verdict);
+    rc = read_header_fd(*fd, path, fp, &c->shape, hd, verdict);
+    if (rc) goto fail_rc;
+    int same = hd->n_tok == c->n_tok && hd->pos0 == c->pos0 && hd->origin == c->origin &&
+               kvs_key_equal(&hd->parent, &c->parent_key) &&
+               !memcmp(hd->tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
+    free(hd->tokens);
+    hd->tokens = NULL;
+    if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
+    return KVS_OK;
+fail:
+    rc = kvs_disk_verdict_status(*verdict);
+fail_rc:
+    close(*fd);
+    *fd = -1;
+    return rc;
+}
+
 int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c, void **payload,
                           kvs_disk_verdict *verdict) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     char path[4096];
-    int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
-    if (rc) {
-        *verdict = KVS_DISK_IO;
-        return rc;
-    }
-    int fd = open_entry(path, verdict);
-    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    int fd;
     kvs_disk_header hd;
+    int rc = open_indexed_entry(dir, fp, c, path, sizeof path, &fd, &hd, verdict);
+    if (rc) return rc;
     uint8_t *buf = NULL;
-    rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
-    if (rc) {
-        close(fd);
-        return rc;
-    }
-    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && hd.origin == c->origin && kvs_key_equal(&hd.parent, &c->parent_key) &&
-               !memcmp(hd.tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
-    free(hd.tokens);
-    if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
     size_t alloc = (c->kv_bytes + 63) / 64 * 64;
     buf = aligned_alloc(64, alloc);
     if (!buf) FAIL(KVS_DISK_IO, "%s: out of memory for a %zu-byte payload", path, alloc);
@@ -449,22 +467,12 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
         return kvs_error(KVS_ERR_INVALID_ARG, "disk read: tokens [%d, %d) of %d into slots [%d, %d) of %d", off,
                          off + n, c->n_tok, slot, slot + n, kv->n_ctx);
     char path[4096];
-    int rc = kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
-    if (rc) return rc;
-    int fd = open_entry(path, verdict);
-    if (fd < 0) return kvs_disk_verdict_status(*verdict);
+    int fd;
     kvs_disk_header hd;
+    int rc = open_indexed_entry(dir, fp, c, path, sizeof path, &fd, &hd, verdict);
+    if (rc) return rc;
     struct iovec *iov = NULL, *work = NULL;
     uint8_t *sink = NULL;
-    rc = read_header_fd(fd, path, fp, &c->shape, &hd, verdict);
-    if (rc) {
-        close(fd);
-        return rc;
-    }
-    int same = hd.n_tok == c->n_tok && hd.pos0 == c->pos0 && hd.origin == c->origin && kvs_key_equal(&hd.parent, &c->parent_key) &&
-               !memcmp(hd.tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
-    free(hd.tokens);
-    if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
     const kvs_kv_shape *s = &c->shape;
     const size_t row = (size_t)s->head_dim * kvs_kv_dtype_size(s->dtype);
     const int before = off, after = c->n_tok - off - n;
