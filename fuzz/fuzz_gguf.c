@@ -8,6 +8,7 @@
  * writes builder-made seed files into a directory (scripts/run-fuzz.sh).
  */
 #include "gguf/gguf.h"
+#include "fuzz_util.h"
 #include "kvstitch.h"
 
 #include <stdint.h>
@@ -15,16 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_CHECK(c) do { if (!(c)) { fprintf(stderr, "invariant failed: %s\n", #c); __builtin_trap(); } } while (0)
-
-/* Folds bytes into a value the compiler must compute (reads every byte). */
-static volatile uint64_t sink;
-static void touch(const void *p, size_t n) {
-    const uint8_t *b = p;
-    uint64_t h = 0;
-    for (size_t i = 0; i < n; i++) h = h * 31 + b[i];
-    sink += h;
-}
 
 static int in_input(const void *p, size_t n, const uint8_t *data, size_t size) {
     const uint8_t *b = p;

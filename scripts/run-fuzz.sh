@@ -46,42 +46,47 @@ for f in "$shared/models/llama-2-tiny-random.gguf" "$shared"/tokenizer-tests/*.g
 done
 "$out/seedgen" "$out/corpus"
 
-log="$out/fuzz_gguf.log"
-echo "run-fuzz: fuzz_gguf for ${secs}s, corpus $out/corpus ($(ls "$out/corpus" | wc -l) files), max_len $max_len"
-set +e
-"$out/fuzz_gguf" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
-    -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus" > "$log" 2>&1
-rc=$?
-set -e
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-if [ -z "$execs" ]; then
-    execs=$(grep -o '#[0-9]*' "$log" | tail -1 | tr -d '#')
-fi
-if [ $rc -ne 0 ]; then
-    tail -n 40 "$log" >&2
-    echo "run-fuzz: fuzz_gguf CRASHED after ${execs:-?} executions (exit $rc); artifacts in $out/, log $log" >&2
-    exit 1
-fi
-echo "run-fuzz: fuzz_gguf: ${execs:-?} executions in ${secs}s, no crash (log $log)"
+# run_target NAME SECONDS MAX_LEN CORPUS: runs build $out/NAME on its corpus,
+# prints its executions, and exits non-zero with the log's tail on a crash.
+run_target() {
+    local name=$1 secs=$2 max_len=$3 corpus=$4 log="$out/$1.log" rc execs
+    echo "run-fuzz: $name for ${secs}s, corpus $corpus ($(ls "$corpus" | wc -l) files), max_len $max_len"
+    set +e
+    "$out/$name" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
+        -print_final_stats=1 -artifact_prefix="$out/$name-" "$corpus" > "$log" 2>&1
+    rc=$?
+    set -e
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    [ -n "$execs" ] || execs=$(grep -o '#[0-9]*' "$log" | tail -1 | tr -d '#')
+    if [ $rc -ne 0 ]; then
+        tail -n 40 "$log" >&2
+        echo "run-fuzz: $name CRASHED after ${execs:-?} executions (exit $rc); artifacts in $out/$name-*, log $log" >&2
+        exit 1
+    fi
+    echo "run-fuzz: $name: ${execs:-?} executions in ${secs}s, no crash (log $log)"
+}
+run_target fuzz_gguf "$secs" "$max_len" "$out/corpus"
 
 # The server's request parser (JSON -> request; needs only cJSON), seeded
 # with example bodies, for at most 30 s of the budget.
-serve_secs=$(( secs < 30 ? secs : 30 ))
 mkdir -p "$out/serve_corpus"
 cp -f fuzz/serve_seeds/*.json "$out/serve_corpus/"
 # shellcheck disable=SC2046
 "$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude fuzz/fuzz_serve_request.c server/request.c \
     $(pkg-config --cflags --libs libcjson) -o "$out/fuzz_serve_request"
-log="$out/fuzz_serve_request.log"
-set +e
-"$out/fuzz_serve_request" -max_total_time="$serve_secs" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
-    -print_final_stats=1 -artifact_prefix="$out/serve-" "$out/serve_corpus" > "$log" 2>&1
-rc=$?
-set -e
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-if [ $rc -ne 0 ]; then
-    tail -n 40 "$log" >&2
-    echo "run-fuzz: fuzz_serve_request CRASHED after ${execs:-?} executions (exit $rc); log $log" >&2
-    exit 1
-fi
-echo "run-fuzz: fuzz_serve_request: ${execs:-?} executions in ${serve_secs}s, no crash (log $log)"
+run_target fuzz_serve_request $(( secs < 30 ? secs : 30 )) 4096 "$out/serve_corpus"
+
+# The cache entry codecs (a Redis value, the disk tier's entry header in
+# it: the bytes a hostile Redis or cache directory hands the store), seeded
+# with valid values of every codec, for at most 20 s.
+entry_src="src/kv/redis_value.c src/kv/disk.c src/kv/keys.c src/kv/checksum.c src/kv/chunk.c src/base/sha256.c
+           src/base/error.c src/base/file.c"
+mkdir -p "$out/entry_corpus"
+# shellcheck disable=SC2086
+"$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude -Isrc fuzz/fuzz_cache_entry.c $entry_src -lzstd \
+    -o "$out/fuzz_cache_entry"
+# shellcheck disable=SC2086
+"$clang" -g -O1 -D_GNU_SOURCE -DKVS_FUZZ_SEEDGEN -Iinclude -Isrc fuzz/fuzz_cache_entry.c $entry_src -lzstd \
+    -o "$out/entry_seedgen"
+"$out/entry_seedgen" "$out/entry_corpus"
+run_target fuzz_cache_entry $(( secs < 20 ? secs : 20 )) 4096 "$out/entry_corpus"
