@@ -90,3 +90,18 @@ mkdir -p "$out/entry_corpus"
     -o "$out/entry_seedgen"
 "$out/entry_seedgen" "$out/entry_corpus"
 run_target fuzz_cache_entry $(( secs < 20 ? secs : 20 )) 4096 "$out/entry_corpus"
+
+# The tokenizers and the streaming detokenizer (client text in, streamed
+# text out) on the shared GPT-2 and Llama vocabularies, for at most 20 s;
+# skipped, and said so, where those files are not there.
+vocab_dir="$shared/tokenizer-tests"
+if [ -f "$vocab_dir/ggml-vocab-gpt-2.gguf" ] && [ -f "$vocab_dir/ggml-vocab-llama-spm.gguf" ]; then
+    mkdir -p "$out/tokenizer_corpus"
+    cp -f fuzz/tokenizer_seeds/* "$out/tokenizer_corpus/"
+    # shellcheck disable=SC2086
+    "$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude -Isrc fuzz/fuzz_tokenizer.c src/tokenizer/*.c src/gguf/*.c \
+        src/base/error.c src/base/file.c -o "$out/fuzz_tokenizer"
+    KVS_FUZZ_VOCAB_DIR="$vocab_dir" run_target fuzz_tokenizer $(( secs < 20 ? secs : 20 )) 512 "$out/tokenizer_corpus"
+else
+    echo "run-fuzz: fuzz_tokenizer skipped: no GPT-2 / Llama vocabularies in $vocab_dir"
+fi
