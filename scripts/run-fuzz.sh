@@ -11,7 +11,9 @@ secs="${1:-30}"
 out="${FUZZ_OUT:-build/fuzz}"
 clang="${CLANG:-clang}"
 max_len="${FUZZ_MAX_LEN:-65536}"
-shared="${KVSTITCH_SHARED:-../shared}"
+# shellcheck source=scripts/find-shared.sh
+. scripts/find-shared.sh
+shared="${KVSTITCH_SHARED:-$(find_shared)}"
 san="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 mkdir -p "$out/corpus"
 

@@ -8,16 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build}"
-# ../shared next to this checkout, or next to the repository it was cloned
-# from (a clone in /tmp of the work tree still finds the test data).
-find_shared() {
-    local origin
-    if [ -d ../shared ]; then readlink -f ../shared; return; fi
-    origin=$(git config --get remote.origin.url 2>/dev/null || true)
-    if [ -n "$origin" ] && [ -d "$origin/../shared" ]; then readlink -f "$origin/../shared"; return; fi
-    echo "run-tests: ../shared not found next to $(pwd) or its origin; set KVSTITCH_SHARED" >&2
-    echo "$(pwd)/../shared"
-}
+# shellcheck source=scripts/find-shared.sh
+. scripts/find-shared.sh
 KVSTITCH_SHARED="${KVSTITCH_SHARED:-$(find_shared)}"
 export KVSTITCH_SHARED
 if [ -z "${KVSTITCH_MODEL:-}" ]; then
