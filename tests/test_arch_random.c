@@ -61,7 +61,7 @@ static const char *g_skip; /* why nothing can run here, or NULL */
 static int g_gen_ok;
 
 static void setup(void) {
-    static char py[1024], reason[256];
+    static char py[1024], reason[1024 + 80]; /* the message and all of py */
     FILE *f = popen("scripts/setup-venv.sh 2>/dev/null | tail -n 1", "r");
     if (f) {
         if (!fgets(py, sizeof py, f)) py[0] = 0;
