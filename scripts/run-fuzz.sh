@@ -35,12 +35,16 @@ if ! have_libfuzzer; then
     have_libfuzzer || { echo "run-fuzz: error: need clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 fi
 
+# fuzz_cc ARGS...: the project's compile line for a fuzz target (add $san
+# for the fuzzer itself, -DKVS_FUZZ_SEEDGEN for its seed generator).
+fuzz_cc() { "$clang" -g -O1 -D_GNU_SOURCE -Iinclude -Isrc -Itests "$@"; }
+
 # The GGUF reader needs only the error module from src/base.
 src="src/gguf/*.c src/base/error.c src/base/file.c"
 # shellcheck disable=SC2086
-"$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude -Isrc -Itests fuzz/fuzz_gguf.c $src -o "$out/fuzz_gguf"
+fuzz_cc $san fuzz/fuzz_gguf.c $src -o "$out/fuzz_gguf"
 # shellcheck disable=SC2086
-"$clang" -g -O1 -D_GNU_SOURCE -DKVS_FUZZ_SEEDGEN -Iinclude -Isrc -Itests fuzz/fuzz_gguf.c $src -o "$out/seedgen"
+fuzz_cc -DKVS_FUZZ_SEEDGEN fuzz/fuzz_gguf.c $src -o "$out/seedgen"
 
 # Seeds: the shared tiny model and vocabularies, plus builder-made files.
 for f in "$shared/models/llama-2-tiny-random.gguf" "$shared"/tokenizer-tests/*.gguf; do
@@ -74,8 +78,8 @@ run_target fuzz_gguf "$secs" "$max_len" "$out/corpus"
 mkdir -p "$out/serve_corpus"
 cp -f fuzz/serve_seeds/*.json "$out/serve_corpus/"
 # shellcheck disable=SC2046
-"$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude fuzz/fuzz_serve_request.c server/request.c \
-    $(pkg-config --cflags --libs libcjson) -o "$out/fuzz_serve_request"
+fuzz_cc $san fuzz/fuzz_serve_request.c server/request.c $(pkg-config --cflags --libs libcjson) \
+    -o "$out/fuzz_serve_request"
 run_target fuzz_serve_request $(( secs < 30 ? secs : 30 )) 4096 "$out/serve_corpus"
 
 # The cache entry codecs (a Redis value, the disk tier's entry header in
@@ -85,11 +89,9 @@ entry_src="src/kv/redis_value.c src/kv/disk.c src/kv/keys.c src/kv/checksum.c sr
            src/base/error.c src/base/file.c"
 mkdir -p "$out/entry_corpus"
 # shellcheck disable=SC2086
-"$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude -Isrc fuzz/fuzz_cache_entry.c $entry_src -lzstd \
-    -o "$out/fuzz_cache_entry"
+fuzz_cc $san fuzz/fuzz_cache_entry.c $entry_src -lzstd -o "$out/fuzz_cache_entry"
 # shellcheck disable=SC2086
-"$clang" -g -O1 -D_GNU_SOURCE -DKVS_FUZZ_SEEDGEN -Iinclude -Isrc fuzz/fuzz_cache_entry.c $entry_src -lzstd \
-    -o "$out/entry_seedgen"
+fuzz_cc -DKVS_FUZZ_SEEDGEN fuzz/fuzz_cache_entry.c $entry_src -lzstd -o "$out/entry_seedgen"
 "$out/entry_seedgen" "$out/entry_corpus"
 run_target fuzz_cache_entry $(( secs < 20 ? secs : 20 )) 4096 "$out/entry_corpus"
 
@@ -101,8 +103,8 @@ if [ -f "$vocab_dir/ggml-vocab-gpt-2.gguf" ] && [ -f "$vocab_dir/ggml-vocab-llam
     mkdir -p "$out/tokenizer_corpus"
     cp -f fuzz/tokenizer_seeds/* "$out/tokenizer_corpus/"
     # shellcheck disable=SC2086
-    "$clang" -g -O1 -D_GNU_SOURCE $san -Iinclude -Isrc fuzz/fuzz_tokenizer.c src/tokenizer/*.c src/gguf/*.c \
-        src/base/error.c src/base/file.c -o "$out/fuzz_tokenizer"
+    fuzz_cc $san fuzz/fuzz_tokenizer.c src/tokenizer/*.c src/gguf/*.c src/base/error.c src/base/file.c \
+        -o "$out/fuzz_tokenizer"
     KVS_FUZZ_VOCAB_DIR="$vocab_dir" run_target fuzz_tokenizer $(( secs < 20 ? secs : 20 )) 512 "$out/tokenizer_corpus"
 else
     echo "run-fuzz: fuzz_tokenizer skipped: no GPT-2 / Llama vocabularies in $vocab_dir"
