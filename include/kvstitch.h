@@ -172,9 +172,9 @@ KVS_API void kvs_model_get_info(const kvs_model *model, kvs_model_info *info);
 /* The far prefetch this model's decode steps use: weight rows that far
  * ahead are prefetched into L2 (0: off). Chosen at load by size against the
  * last-level cache and a read probe, then, where that turns it on, checked
- * by timing one decode step's matmuls without it and with it (kept unless
- * slower every time); ms, if not NULL, gets those times in milliseconds
- * ({with, without}; 0 where not checked). KVS_FAR_PREFETCH=0 / 1 forces it.
+ * by timing one decode step's matmuls without it and with it (kept only
+ * where its best round was faster); ms, if not NULL, gets those best times
+ * in milliseconds ({with, without}; 0 where not checked). KVS_FAR_PREFETCH=0 / 1 forces it.
  * Speed only: results are the same bits either way. */
 KVS_API int kvs_model_far_prefetch(const kvs_model *model, double ms[2]);
 
