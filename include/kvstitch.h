@@ -174,8 +174,9 @@ KVS_API void kvs_model_get_info(const kvs_model *model, kvs_model_info *info);
  * last-level cache and a read probe, then, where that turns it on, checked
  * by timing one decode step's matmuls without it and with it (kept only
  * where its best round was faster); ms, if not NULL, gets those best times
- * in milliseconds ({with, without}; 0 where not checked). KVS_FAR_PREFETCH=0 / 1 forces it.
- * Speed only: results are the same bits either way. */
+ * in milliseconds ({with, without}; 0 where not checked).
+ * KVS_FAR_PREFETCH=0 / 1 forces it. Speed only: results are the same bits
+ * either way. */
 KVS_API int kvs_model_far_prefetch(const kvs_model *model, double ms[2]);
 
 /* Number of tensors of each GGUF tensor type (index = ggml type id), for
