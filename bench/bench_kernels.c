@@ -8,9 +8,13 @@
  * and its attention shape (4 heads on one kv head of 256 dims).
  * --f16: SmolLM2's shapes with F16 weights (the float path: widened rows,
  * f32 activations); --f32: the same with F32 weights (nothing to widen:
- * whether vcvtph2ps bounds a kernel); --q8_0: the same with Q8_0 weights.
+ * whether vcvtph2ps bounds a kernel); --q8_0 / --q4_0: the same with Q8_0 /
+ * Q4_0 weights. --shape NAME and --m M time only that shape (a prefix of its
+ * name, e.g. ffn_down) and that row count (1, 8 or 512): A/B runs of one
+ * kernel in seconds, not a minute.
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0]
+ *                 [--shape NAME] [--m M]
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +30,8 @@
 /* --cpu: single-thread figures from the thread's CPU time, which excludes
  * time the thread was descheduled (useful on a shared, loaded machine). */
 static int use_cpu_clock;
+static const char *only_shape; /* --shape: a prefix of the shape's name */
+static int only_m;             /* --m: 0 for all */
 
 static double now_s(void) {
     struct timespec ts;
@@ -159,6 +165,7 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     /* decode, batched decode of 8 streams (GB/s(w): weights read once per call), prefill */
     int ms[] = {1, 8, 512};
     for (size_t s = 0; shapes[s].name; s++) {
+        if (only_shape && strncmp(shapes[s].name, only_shape, strlen(only_shape))) continue;
         kvs_wmat w = make_w(g_type >= 0 ? g_type : shapes[s].type, shapes[s].n, shapes[s].k);
         /* packed rows (pack.c), as a model loads them: the SIMD paths read them;
          * with AMX, the tiles of Q8_0, Q4_0, Q4_1 and Q5_0 as well
@@ -172,6 +179,7 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
         }
         for (int mi = 0; mi < 3; mi++) {
             int m = ms[mi];
+            if (only_m && m != only_m) continue;
             if (!strcmp(isa, "scalar") && m > 1) continue; /* minutes, not informative */
             if (quick && m > 8 && shapes[s].n > 10000) m = 64;
             float *x = malloc(sizeof(float) * (size_t)m * w.k);
@@ -279,6 +287,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--f16")) g_type = KVS_TYPE_F16;
         else if (!strcmp(argv[i], "--f32")) g_type = KVS_TYPE_F32;
         else if (!strcmp(argv[i], "--q8_0")) g_type = KVS_TYPE_Q8_0;
+        else if (!strcmp(argv[i], "--q4_0")) g_type = KVS_TYPE_Q4_0;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc) only_m = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gemma3")) {
             g_shapes = k_gemma3;
             g_attn = &k_attn_gemma3;

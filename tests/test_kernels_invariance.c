@@ -68,6 +68,15 @@ TEST(test_matmul_invariance) {
                 }
                 kvs_kernels_set_f_decode_pairs(-1);
 
+                /* every call size 1..13 from row 0 (few_rows and many_rows
+                 * have a copy per row count) */
+                for (int cnt = 1; cnt <= 13; cnt++) {
+                    memset(y, 0xff, ybytes);
+                    mm_rows(NULL, &w, x, 0, cnt, y);
+                    CHECK_MSG(memcmp(ref, y, sizeof(float) * cnt * n) == 0, "%s type %d %dx%d: a call of %d rows differs",
+                              isas[s], types[ti], n, k, cnt);
+                }
+
                 /* random splits (row offsets, odd sizes), random thread counts */
                 for (int rep = 0; rep < 3; rep++) {
                     memset(y, 0xff, ybytes);

@@ -68,6 +68,9 @@
 #if KVS_MANY_MAX_M < KVS_FEW_MAX_M
 #error "KVS_MANY_MAX_M (many_rows' rows) must be at least KVS_FEW_MAX_M (few_rows')"
 #endif
+#if KVS_FEW_MAX_M != 4 || KVS_MANY_MAX_M > 12
+#error "few_rows_of has copies for 1..4 rows and many_rows_of for 5..12"
+#endif
 
 /* Tail block blk (of weight row 0; rows at roff) of the live rows, lane =
  * weight row: W as unpack_q4_group, gathered. */
@@ -361,11 +364,14 @@ AI void few_rows(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t *xq, s
 /* 5..KVS_MANY_MAX_M activation rows (a batch of more streams) against up to
  * 16 weight rows: as few_rows, each group unpacked once for all the rows
  * (the prepared tiles of matmul_avx512.c pay a stored preparation per call,
- * which at a few rows cost as much as the dots); the rows run in a loop and
- * accumulate straight into their tree inputs in memory (a separate
- * accumulator array copied over cost 2-5% of 8 SmolLM2 streams). */
-AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int type, float *y, size_t ldy) {
-    const int m = c->m;
+ * which at a few rows cost as much as the dots). m is a constant in each
+ * copy (many_rows_of), so the rows' loop unrolls: their chains interleave
+ * and a weight row's sums stay in registers over its groups, copied to the
+ * tree inputs once (with m a run-time count the rows ran one after another,
+ * each accumulating into memory: on the full-width Zen 5, 8 rows of
+ * SmolLM2's Q4_0 shapes 8-11% slower, bench_kernels --m 8; the Q8_0 pairs
+ * accumulate in memory still, two rows' sums being too many registers). */
+AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int m, int type, float *y, size_t ldy) {
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     __m512 C[KVS_MANY_MAX_M][16];
     for (int i = 0; i < m; i++)
@@ -391,13 +397,20 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int t
         const uint8_t *row = q_row(w, j0 + rho);
         prefetch_row_ahead(w, j0 + rho);
         const int s = slot_of(rho);
-        for (int i = 0; i < m; i++) C[i][s] = _mm512_setzero_ps();
+        /* the rows' sums in registers over the groups, the rows unrolled (m
+         * constant in each copy) so that their chains interleave */
+        __m512 A[KVS_MANY_MAX_M];
+#pragma GCC unroll 12
+        for (int i = 0; i < m; i++) A[i] = _mm512_setzero_ps();
         for (int g = 0; g < ng; g++) {
             prep_grp p;
             unpack_row_group(w, row, g, type, &p);
             const uint8_t *grp = c->xq + (size_t)g * KVS_XQ_GROUP_BYTES;
-            for (int i = 0; i < m; i++) C[i][s] = row_group(&p, grp + (size_t)i * c->xq_row, type, C[i][s]);
+#pragma GCC unroll 12
+            for (int i = 0; i < m; i++) A[i] = row_group(&p, grp + (size_t)i * c->xq_row, type, A[i]);
         }
+#pragma GCC unroll 12
+        for (int i = 0; i < m; i++) C[i][s] = A[i];
     }
     const __mmask16 live = (__mmask16)((1u << nr) - 1);
     prep_grp T[KVS_XQ_GROUP];
@@ -424,11 +437,13 @@ static void few_rows_of(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t
     }
 }
 
+#define MANY_CASE(a, T) \
+    case (a) * 4 + (T): many_rows(w, j0, nr, c, a, (T) == 0 ? KVS_TYPE_Q4_0 : (T) == 1 ? KVS_TYPE_Q4_1 : KVS_TYPE_Q8_0, c->y, w->n); break;
+#define MANY_CASES(a) MANY_CASE(a, 0) MANY_CASE(a, 1) MANY_CASE(a, 2)
+
 static void many_rows_of(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c) {
-    switch (type_index(w->type)) { /* type constant in each copy */
-    case 0: many_rows(w, j0, nr, c, KVS_TYPE_Q4_0, c->y, w->n); break;
-    case 1: many_rows(w, j0, nr, c, KVS_TYPE_Q4_1, c->y, w->n); break;
-    default: many_rows(w, j0, nr, c, KVS_TYPE_Q8_0, c->y, w->n); break;
+    switch (c->m * 4 + type_index(w->type)) { /* both constant in each copy */
+        MANY_CASES(5) MANY_CASES(6) MANY_CASES(7) MANY_CASES(8) MANY_CASES(9) MANY_CASES(10) MANY_CASES(11) MANY_CASES(12)
     }
 }
 
