@@ -25,7 +25,12 @@ def test_stream_close_early(model):
 
 def test_session_busy_during_stream(model):
     s = kvstitch.Session(model, n_ctx=512)
-    st = s.stream("Tell me a story.", max_tokens=8, logits=True)
+    # The worker frees the Session when generation ends, not when the pieces
+    # are read: the call below must come while it still runs. "Tell me a
+    # story." ended at EOS after one token (~20 ms), within a loaded host's
+    # scheduling delay (this failed once under a busy VM); this prompt runs
+    # to max_tokens (~0.7 s), and close() stops it at the next token.
+    st = s.stream("Once upon a time", max_tokens=256, logits=True)
     with pytest.raises(kvstitch.SessionBusy):
         s.generate("Hello", max_tokens=1, logits=True)
     st.close()

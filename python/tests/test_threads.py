@@ -65,7 +65,10 @@ def test_gil_released_during_compute(model):
 
 def test_session_refuses_concurrent_use(model):
     s = kvstitch.Session(model, n_ctx=512)
-    st = s.stream("Tell me about rivers.", max_tokens=16, logits=True)  # the Session is busy until it ends
+    # the Session is busy until generation ends: a prompt that runs to
+    # max_tokens (~0.7 s; "Tell me about rivers." ended at EOS after 7
+    # tokens, ~30 ms, a race against the thread's start on a loaded host)
+    st = s.stream("Once upon a time", max_tokens=256, logits=True)
     err = []
 
     def other():
