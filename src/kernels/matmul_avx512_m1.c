@@ -367,10 +367,11 @@ AI void few_rows(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t *xq, s
  * which at a few rows cost as much as the dots). m is a constant in each
  * copy (many_rows_of), so the rows' loop unrolls: their chains interleave
  * and a weight row's sums stay in registers over its groups, copied to the
- * tree inputs once (with m a run-time count the rows ran one after another,
- * each accumulating into memory: on the full-width Zen 5, 8 rows of
- * SmolLM2's Q4_0 shapes 8-11% slower, bench_kernels --m 8; the Q8_0 pairs
- * accumulate in memory still, two rows' sums being too many registers). */
+ * tree inputs once. With m a run-time count the rows ran one after another,
+ * each accumulating into memory: on the full-width Zen 5, 8 rows of SmolLM2's
+ * packed Q4_0 shapes take 0.89-0.94x the time with m constant, Q4_1
+ * 0.92-0.95x (bench_kernels --m 8). The Q8_0 pairs accumulate in memory
+ * still: two rows' sums for 8-12 rows are too many registers. */
 AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int m, int type, float *y, size_t ldy) {
     const int ng = kvs_xq_groups(w->k), nt = kvs_xq_tail_blocks(w->k);
     __m512 C[KVS_MANY_MAX_M][16];
@@ -397,9 +398,7 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int m
         const uint8_t *row = q_row(w, j0 + rho);
         prefetch_row_ahead(w, j0 + rho);
         const int s = slot_of(rho);
-        /* the rows' sums in registers over the groups, the rows unrolled (m
-         * constant in each copy) so that their chains interleave */
-        __m512 A[KVS_MANY_MAX_M];
+        __m512 A[KVS_MANY_MAX_M]; /* the rows' sums, in registers */
 #pragma GCC unroll 12
         for (int i = 0; i < m; i++) A[i] = _mm512_setzero_ps();
         for (int g = 0; g < ng; g++) {
