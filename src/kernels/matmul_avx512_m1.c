@@ -422,22 +422,24 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int m
     }
 }
 
-#define FEW_CASE(a, T) \
-    case (a) * 4 + (T): few_rows(w, j0, jb, nr, xq, xq_row, quad, a, (T) == 0 ? KVS_TYPE_Q4_0 : (T) == 1 ? KVS_TYPE_Q4_1 : KVS_TYPE_Q8_0, y, ldy); break;
-
-/* type index: 0 Q4_0, 1 Q4_1, 2 Q8_0 */
+/* type index: 0 Q4_0, 1 Q4_1, 2 Q8_0; the dispatch below keys its copies on
+ * rows * 4 + index */
 static int type_index(int type) { return type == KVS_TYPE_Q4_0 ? 0 : type == KVS_TYPE_Q4_1 ? 1 : 2; }
+#define TYPE_OF_INDEX(T) ((T) == 0 ? KVS_TYPE_Q4_0 : (T) == 1 ? KVS_TYPE_Q4_1 : KVS_TYPE_Q8_0)
+
+#define FEW_CASE(a, T) \
+    case (a) * 4 + (T): few_rows(w, j0, jb, nr, xq, xq_row, quad, a, TYPE_OF_INDEX(T), y, ldy); break;
+#define FEW_CASES(a) FEW_CASE(a, 0) FEW_CASE(a, 1) FEW_CASE(a, 2)
 
 static void few_rows_of(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t *xq, size_t xq_row,
                         const uint8_t *quad, int mr, float *y, size_t ldy) {
     switch (mr * 4 + type_index(w->type)) { /* both constant in each copy */
-        FEW_CASE(1, 0) FEW_CASE(1, 1) FEW_CASE(1, 2) FEW_CASE(2, 0) FEW_CASE(2, 1) FEW_CASE(2, 2)
-        FEW_CASE(3, 0) FEW_CASE(3, 1) FEW_CASE(3, 2) FEW_CASE(4, 0) FEW_CASE(4, 1) FEW_CASE(4, 2)
+        FEW_CASES(1) FEW_CASES(2) FEW_CASES(3) FEW_CASES(4)
     }
 }
 
 #define MANY_CASE(a, T) \
-    case (a) * 4 + (T): many_rows(w, j0, nr, c, a, (T) == 0 ? KVS_TYPE_Q4_0 : (T) == 1 ? KVS_TYPE_Q4_1 : KVS_TYPE_Q8_0, c->y, w->n); break;
+    case (a) * 4 + (T): many_rows(w, j0, nr, c, a, TYPE_OF_INDEX(T), c->y, w->n); break;
 #define MANY_CASES(a) MANY_CASE(a, 0) MANY_CASE(a, 1) MANY_CASE(a, 2)
 
 static void many_rows_of(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c) {
