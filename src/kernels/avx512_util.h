@@ -114,22 +114,27 @@ AI __m512i gather18(const __m512i z[5], int c) {
 AI __m512 tree_step(__m512 a, __m512 b, int is_max) { return is_max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b); }
 
 /* The reduction tree of kvs_tree16 (is_max 0), or the maxima by the same
- * pairing (1), of 16 vectors at once. C[4i + j] -> lane 4j + i of the result. */
-AI __m512 tree16x16_op(const __m512 C[16], int is_max) {
-    __m512 z[8], w4[4], v2[2];
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; p++)
-        z[p] = tree_step(_mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0x44),
-                         _mm512_shuffle_f32x4(C[2 * p], C[2 * p + 1], 0xee), is_max);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        w4[k] = tree_step(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0x88),
-                          _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], 0xdd), is_max);
+ * pairing (1), of 16 vectors at once. C[4i + j] -> lane 4j + i of the result.
+ * In two stages, so that a caller can reduce C[4i..4i+3] (a quarter) as soon
+ * as those are final and keep one register instead of four. */
+AI __m512 tree16x16_quarter(const __m512 Q[4], int is_max) {
+    const __m512 z0 = tree_step(_mm512_shuffle_f32x4(Q[0], Q[1], 0x44), _mm512_shuffle_f32x4(Q[0], Q[1], 0xee), is_max);
+    const __m512 z1 = tree_step(_mm512_shuffle_f32x4(Q[2], Q[3], 0x44), _mm512_shuffle_f32x4(Q[2], Q[3], 0xee), is_max);
+    return tree_step(_mm512_shuffle_f32x4(z0, z1, 0x88), _mm512_shuffle_f32x4(z0, z1, 0xdd), is_max);
+}
+AI __m512 tree16x16_quarters(const __m512 w4[4], int is_max) {
+    __m512 v2[2];
 #pragma GCC unroll 2
     for (int a = 0; a < 2; a++)
         v2[a] = tree_step(_mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0x44),
                           _mm512_shuffle_ps(w4[2 * a], w4[2 * a + 1], 0xee), is_max);
     return tree_step(_mm512_shuffle_ps(v2[0], v2[1], 0x88), _mm512_shuffle_ps(v2[0], v2[1], 0xdd), is_max);
+}
+AI __m512 tree16x16_op(const __m512 C[16], int is_max) {
+    __m512 w4[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) w4[k] = tree16x16_quarter(C + 4 * k, is_max);
+    return tree16x16_quarters(w4, is_max);
 }
 AI __m512 tree16x16(const __m512 C[16]) { return tree16x16_op(C, 0); }
 

@@ -14,9 +14,10 @@
  *   bytes, see avx512_util.h)
  *
  * Tiles: MR activation rows x NR weight rows of outputs (4 x 4), each output
- * one zmm accumulator (16 chains); the k loop runs over full groups. Then the
- * 16 accumulators of the tile are reduced together (a transposed kvs_tree16)
- * into one vector whose lane 4j + i is output (i, j), and the tail blocks
+ * one zmm accumulator (16 chains); the k loop runs over full groups, two
+ * activation rows at a time (kern_tile). Then the 16 accumulators of the
+ * tile are reduced (a transposed kvs_tree16, a row's 4 as soon as they are
+ * final) into one vector whose lane 4j + i is output (i, j), and the tail blocks
  * (nb % 16, e.g. 2 of SmolLM2's 18) are computed with lanes = outputs: the
  * tail weight dwords are prepared as lane 4j + i = row j, the activation
  * dwords of the tile's 4 rows are one 16-byte broadcast (quant.h), so eight
@@ -303,60 +304,30 @@ AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
 
 /* --------------------------------------------------------------- kernels */
 
-/* Q4_0 / Q4_1: weight nibbles (u8) in registers, xq bytes (s8) from memory.
- * Per block the integer dot is 256 * dot(w, hi) + dot(w, lo) (+ c for Q4_0):
- * two independent vpdpbusd chains (half the latency of one), then a shift
- * and an add. */
-AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
-                size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
-    __m512 C[16];
-    #pragma GCC unroll 16
-    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
-    for (int g = 0; g < ng; g++) {
-        #pragma GCC unroll 4
-        for (int j = 0; j < nr; j++) {
-            const prep_grp *p = pw + (size_t)j * ng + g;
-            __m512i W[8];
-            #pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) W[v] = _mm512_load_si512(&p->v[v]);
-            __m512 dw = _mm512_load_ps(&p->dw), mw = _mm512_load_ps(&p->mw);
-            #pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-                __m512i acc = _mm512_setzero_si512();
-                __m512i lac = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(grp + KVS_XQ_GROUP_QS + 128);
-                #pragma GCC unroll 8
-                for (int v = 0; v < 8; v++) {
-                    acc = _mm512_dpbusd_epi32(acc, W[v], _mm512_loadu_si512(grp + 64 * v));
-                    lac = _mm512_dpbusd_epi32(lac, W[v], _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * v));
-                }
-                acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), lac);
-                __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
-                __m512 s = _mm512_mul_ps(dw, dx);
-                C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
-                if (q41) {
-                    __m512 sx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS + 64);
-                    C[4 * i + j] = _mm512_fmadd_ps(mw, sx, C[4 * i + j]);
-                }
-            }
-        }
-    }
-    __m512 R = tree16x16(C);
+/* A tile's end: R, its full groups' chains reduced (lane 4j + i = output
+ * (i, j)), gets the tail blocks added with lanes = outputs, the outputs stored. type: Q4_0, Q4_1 (weight
+ * nibbles u8, xq s8) or Q8_0 (xq u8, weight bytes s8, see kern_q8). */
+AI void tile_finish(__m512 R, const prep_grp *pt, int nt, const uint8_t *quad, float *y, size_t ldy, int mr, int nr,
+                    int type) {
+    const int q8 = type == KVS_TYPE_Q8_0;
     for (int t = 0; t < nt; t++) {
         const prep_grp *p = pt + t;
         const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
         __m512i acc = _mm512_setzero_si512();
-        __m512i lac = q41 ? _mm512_setzero_si512() : bcast16(qt + KVS_XQ_TAIL_C);
+        __m512i lac = q8 ? _mm512_load_si512(&p->corr)
+                      : type == KVS_TYPE_Q4_1 ? _mm512_setzero_si512() : bcast16(qt + KVS_XQ_TAIL_C);
         #pragma GCC unroll 8
-        for (int v = 0; v < 8; v++) {
-            __m512i wv = _mm512_load_si512(&p->v[v]);
-            acc = _mm512_dpbusd_epi32(acc, wv, bcast16(qt + 16 * v));
-            lac = _mm512_dpbusd_epi32(lac, wv, bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * v));
+        for (int v = 0; v < 8; v++) { /* the hi and lo chains side by side */
+            const __m512i wv = _mm512_load_si512(&p->v[v]);
+            const int xv = q8 ? xq_of_q8[v] : v;
+            const __m512i xh = bcast16(qt + 16 * xv), xl = bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * xv);
+            acc = q8 ? _mm512_dpbusd_epi32(acc, xh, wv) : _mm512_dpbusd_epi32(acc, wv, xh);
+            lac = q8 ? _mm512_dpbusd_epi32(lac, xl, wv) : _mm512_dpbusd_epi32(lac, wv, xl);
         }
         acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), lac);
         __m512 dx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_D));
         R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
-        if (q41) {
+        if (type == KVS_TYPE_Q4_1) {
             __m512 sx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_S));
             R = _mm512_fmadd_ps(_mm512_load_ps(&p->mw), sx, R);
         }
@@ -364,98 +335,126 @@ AI void kern_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const ui
     store_tile(R, y, ldy, mr, nr);
 }
 
-/* Q8_0: xq bytes (u8, x + 128) in registers, one plane at a time, weight
- * bytes (s8) from memory. acc = 256 * hi chain + corr + lo chain, where
- * corr = -257 * 128 * sum w removes the two + 128 offsets. */
-AI void kern_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
-                size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) {
-    __m512 C[16];
-    #pragma GCC unroll 16
-    for (int o = 0; o < 16; o++) C[o] = _mm512_setzero_ps();
-    for (int g = 0; g < ng; g++) {
-        #pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            const uint8_t *grp = xq + (size_t)i * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
-            __m512i X[8], A[NR];
-            #pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + 64 * xq_of_q8[v]);
+/* x, made to live in a register: a load that several vpdpbusd share stays
+ * one load (the compiler would otherwise fold it into each of them). */
+AI __m512i in_register(__m512i x) {
+    __asm__("" : "+v"(x));
+    return x;
+}
+
+/* A tile of mr activation rows x nr weight rows, Q4_0 / Q4_1 (weight
+ * nibbles u8, xq bytes s8) or Q8_0 (xq bytes u8 = x + 128, weight bytes
+ * s8). Per block the integer dot is 256 * dot(w, hi) + dot(w, lo), plus c
+ * for Q4_0 (quant.h) or the weights' corr for Q8_0 (prep_grp): a hi and a
+ * lo vpdpbusd chain, then a shift and an add.
+ *
+ * The rows go in passes of two: per group, vector v of the nr weight rows
+ * is loaded once and meets both rows' hi and lo vectors, 16 vpdpbusd for 8
+ * loads, in 16 chains (a vpdpbusd waits some 4-5 cycles for its
+ * accumulator: 8 chains left the unit idle). Before, one weight row's 8
+ * vectors stayed in registers (Q8_0: one activation row's) and every
+ * vpdpbusd loaded its other operand: a core that loads two zmm a cycle and
+ * issues two vpdpbusd a cycle could not feed both. At the end of a pass
+ * each row's 4 output vectors are reduced to one (tree16x16_quarter), so
+ * the 16 chains, 8 outputs, 4 weight vectors, 1 activation vector and the
+ * 2 finished rows fit the 32 registers (with the first pass's 8 outputs
+ * left in memory instead, the spills and reloads cost more than the loads
+ * saved: SmolLM2 Q4_0 prefill 0.85-0.91x). SmolLM2's shapes at m = 512, one
+ * thread, a Zen 5 VM (bench/ab-kernels.sh, 7 rounds): Q4_0 0.85-0.89x the
+ * time; the whole prefill (bench/ab.sh, 6 rounds) Q4_0 1.07x tokens/s, Q4_1
+ * 1.04x, Q8_0 1.62x. Integer sums wrap, so any order gives the same dots;
+ * the float steps per output and the tree are unchanged: the same bits for
+ * every tile shape. */
+AI void kern_tile(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq, size_t xq_row,
+                  const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int type) {
+    const int q8 = type == KVS_TYPE_Q8_0;
+    __m512 Q[4]; /* row i's 4 outputs' chains, reduced as far as they go alone (tree16x16_quarter) */
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) Q[i] = _mm512_setzero_ps(); /* rows past mr */
+    #pragma GCC unroll 2
+    for (int i0 = 0; i0 < mr; i0 += 2) {
+        const int pr = mr - i0 < 2 ? 1 : 2;
+        __m512 Cp[2][NR]; /* this pass's outputs' chains (zero past nr) */
+        #pragma GCC unroll 2
+        for (int i = 0; i < pr; i++)
             #pragma GCC unroll 4
-            for (int j = 0; j < nr; j++) {
-                const prep_grp *p = pw + (size_t)j * ng + g;
-                /* two chains of 4 (a vpdpbusd waits ~5 cycles for its
-                 * accumulator: one chain of 8 per weight row left the unit
-                 * idle; integer sums, so the split keeps the bits) */
-                __m512i acc = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+            for (int j = 0; j < NR; j++) Cp[i][j] = _mm512_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            const prep_grp *p0 = pw + g; /* weight row j's group: p0 + j ng */
+            __m512i H[2][NR], L[2][NR];
+            const uint8_t *grp[2];
+            #pragma GCC unroll 2
+            for (int i = 0; i < pr; i++) {
+                grp[i] = xq + (size_t)(i0 + i) * xq_row + (size_t)g * KVS_XQ_GROUP_BYTES;
+                const __m512i c = type == KVS_TYPE_Q4_0 ? _mm512_loadu_si512(grp[i] + KVS_XQ_GROUP_QS + 128)
+                                                        : _mm512_setzero_si512();
                 #pragma GCC unroll 4
-                for (int v = 0; v < 8; v += 2) {
-                    acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
-                    acc1 = _mm512_dpbusd_epi32(acc1, X[v + 1], _mm512_load_si512(&p->v[v + 1]));
+                for (int j = 0; j < nr; j++) {
+                    H[i][j] = _mm512_setzero_si512();
+                    L[i][j] = q8 ? _mm512_load_si512(&p0[(size_t)j * ng].corr) : c;
                 }
-                A[j] = _mm512_slli_epi32(_mm512_add_epi32(acc, acc1), 8);
             }
             #pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) X[v] = _mm512_loadu_si512(grp + KVS_XQ_PLANE + 64 * xq_of_q8[v]);
-            __m512 dx = _mm512_loadu_ps(grp + KVS_XQ_GROUP_QS);
-            #pragma GCC unroll 4
-            for (int j = 0; j < nr; j++) {
-                const prep_grp *p = pw + (size_t)j * ng + g;
-                __m512i acc = _mm512_load_si512(&p->corr), acc1 = A[j];
+            for (int v = 0; v < 8; v++) {
+                const int xv = q8 ? xq_of_q8[v] : v;
+                __m512i W[NR];
                 #pragma GCC unroll 4
-                for (int v = 0; v < 8; v += 2) {
-                    acc = _mm512_dpbusd_epi32(acc, X[v], _mm512_load_si512(&p->v[v]));
-                    acc1 = _mm512_dpbusd_epi32(acc1, X[v + 1], _mm512_load_si512(&p->v[v + 1]));
+                for (int j = 0; j < nr; j++) W[j] = in_register(_mm512_load_si512(&p0[(size_t)j * ng].v[v]));
+                #pragma GCC unroll 2
+                for (int i = 0; i < pr; i++) {
+                    const __m512i xh = in_register(_mm512_loadu_si512(grp[i] + 64 * xv));
+                    #pragma GCC unroll 4
+                    for (int j = 0; j < nr; j++)
+                        H[i][j] = q8 ? _mm512_dpbusd_epi32(H[i][j], xh, W[j]) : _mm512_dpbusd_epi32(H[i][j], W[j], xh);
+                    const __m512i xl = in_register(_mm512_loadu_si512(grp[i] + KVS_XQ_PLANE + 64 * xv));
+                    #pragma GCC unroll 4
+                    for (int j = 0; j < nr; j++)
+                        L[i][j] = q8 ? _mm512_dpbusd_epi32(L[i][j], xl, W[j]) : _mm512_dpbusd_epi32(L[i][j], W[j], xl);
                 }
-                acc = _mm512_add_epi32(acc, acc1);
-                __m512 s = _mm512_mul_ps(_mm512_load_ps(&p->dw), dx);
-                C[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, C[4 * i + j]);
+            }
+            #pragma GCC unroll 2
+            for (int i = 0; i < pr; i++) {
+                const __m512 dx = _mm512_loadu_ps(grp[i] + KVS_XQ_GROUP_QS);
+                #pragma GCC unroll 4
+                for (int j = 0; j < nr; j++) {
+                    const prep_grp *p = p0 + (size_t)j * ng;
+                    const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(H[i][j], 8), L[i][j]);
+                    Cp[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), Cp[i][j]);
+                    if (type == KVS_TYPE_Q4_1)
+                        Cp[i][j] = _mm512_fmadd_ps(_mm512_load_ps(&p->mw), _mm512_loadu_ps(grp[i] + KVS_XQ_GROUP_QS + 64),
+                                                   Cp[i][j]);
+                }
             }
         }
+        #pragma GCC unroll 2
+        for (int i = 0; i < pr; i++) Q[i0 + i] = tree16x16_quarter(Cp[i], 0);
     }
-    __m512 R = tree16x16(C);
-    for (int t = 0; t < nt; t++) {
-        const prep_grp *p = pt + t;
-        const uint8_t *qt = quad + (size_t)t * KVS_XQ_TAIL_BYTES;
-        __m512i acc = _mm512_setzero_si512(), lac = _mm512_load_si512(&p->corr);
-        #pragma GCC unroll 8
-        for (int v = 0; v < 8; v++) { /* the hi and lo chains side by side */
-            __m512i wv = _mm512_load_si512(&p->v[v]);
-            acc = _mm512_dpbusd_epi32(acc, bcast16(qt + 16 * xq_of_q8[v]), wv);
-            lac = _mm512_dpbusd_epi32(lac, bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * xq_of_q8[v]), wv);
-        }
-        acc = _mm512_add_epi32(_mm512_slli_epi32(acc, 8), lac);
-        __m512 dx = _mm512_castsi512_ps(bcast16(qt + KVS_XQ_TAIL_D));
-        R = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_load_ps(&p->dw), dx), R);
-    }
-    store_tile(R, y, ldy, mr, nr);
+    tile_finish(tree16x16_quarters(Q, 0), pt, nt, quad, y, ldy, mr, nr, type);
 }
 
-#define KQ4_CASE(a, b)                                                                 \
-    case (a) * 8 + (b):                                                                \
-        if (q41) kern_q4(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b, 1);           \
-        else kern_q4(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b, 0);               \
-        break;
-#define KQ8_CASE(a, b) \
-    case (a) * 8 + (b): kern_q8(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b); break;
-
-static void tile_q4(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
-                    size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr, int q41) {
-    switch (mr * 8 + nr) {
-        KQ4_CASE(1, 1) KQ4_CASE(1, 2) KQ4_CASE(1, 3) KQ4_CASE(1, 4)
-        KQ4_CASE(2, 1) KQ4_CASE(2, 2) KQ4_CASE(2, 3) KQ4_CASE(2, 4)
-        KQ4_CASE(3, 1) KQ4_CASE(3, 2) KQ4_CASE(3, 3) KQ4_CASE(3, 4)
-        KQ4_CASE(4, 1) KQ4_CASE(4, 2) KQ4_CASE(4, 3) KQ4_CASE(4, 4)
+#define KQ_CASE(a, b) \
+    case (a) * 8 + (b): kern_tile(pw, pt, ng, nt, xq, xq_row, quad, y, ldy, a, b, TYPE); break;
+#define KQ_CASES                                                              \
+    switch (mr * 8 + nr) {                                                    \
+        KQ_CASE(1, 1) KQ_CASE(1, 2) KQ_CASE(1, 3) KQ_CASE(1, 4)               \
+        KQ_CASE(2, 1) KQ_CASE(2, 2) KQ_CASE(2, 3) KQ_CASE(2, 4)               \
+        KQ_CASE(3, 1) KQ_CASE(3, 2) KQ_CASE(3, 3) KQ_CASE(3, 4)               \
+        KQ_CASE(4, 1) KQ_CASE(4, 2) KQ_CASE(4, 3) KQ_CASE(4, 4)               \
     }
-}
 
-static void tile_q8(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
-                    size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) {
-    switch (mr * 8 + nr) {
-        KQ8_CASE(1, 1) KQ8_CASE(1, 2) KQ8_CASE(1, 3) KQ8_CASE(1, 4)
-        KQ8_CASE(2, 1) KQ8_CASE(2, 2) KQ8_CASE(2, 3) KQ8_CASE(2, 4)
-        KQ8_CASE(3, 1) KQ8_CASE(3, 2) KQ8_CASE(3, 3) KQ8_CASE(3, 4)
-        KQ8_CASE(4, 1) KQ8_CASE(4, 2) KQ8_CASE(4, 3) KQ8_CASE(4, 4)
-    }
-}
+/* One function per weight type: each holds its 16 tile shapes. */
+#define TYPE KVS_TYPE_Q4_0
+static void tile_q4_0(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                      size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) { KQ_CASES }
+#undef TYPE
+#define TYPE KVS_TYPE_Q4_1
+static void tile_q4_1(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                      size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) { KQ_CASES }
+#undef TYPE
+#define TYPE KVS_TYPE_Q8_0
+static void tile_q8_0(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const uint8_t *xq,
+                      size_t xq_row, const uint8_t *quad, float *y, size_t ldy, int mr, int nr) { KQ_CASES }
+#undef TYPE
 
 /* Float weights: chunks of 16 elements, lane l = chain l (e % 16 == l). */
 AI __m512 load_w16(const uint8_t *row, int e, int type, __mmask16 mk) {
@@ -956,7 +955,10 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
         kvs_isa_scalar.matmul_cols(c, j0, j1);
         return;
     }
-    int q41 = w->type == KVS_TYPE_Q4_1;
+    void (*tile_fn)(const prep_grp *, const prep_grp *, int, int, const uint8_t *, size_t, const uint8_t *, float *,
+                    size_t, int, int) = w->type == KVS_TYPE_Q8_0   ? tile_q8_0
+                                     : w->type == KVS_TYPE_Q4_1 ? tile_q4_1
+                                                                : tile_q4_0;
     /* Column tiles prepared together: as many as keep their preparation
      * within PREP_L1_BYTES, so that a tile of activation rows, read from L2
      * once, meets all of them from L1 (one column tile at a time read each
@@ -987,8 +989,7 @@ static void avx512_matmul_cols(const kvs_mm_call *c, int j0, int j1) {
                     int nr = jb1 - jt < NR ? jb1 - jt : NR;
                     const prep_grp *tw = pw + (size_t)((jt - jb) / NR) * per_tile, *tt = tw + NR * ng;
                     float *y = c->y + (size_t)it * n + jt;
-                    if (w->type == KVS_TYPE_Q8_0) tile_q8(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
-                    else tile_q4(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr, q41);
+                    tile_fn(tw, tt, ng, nt, xq, c->xq_row, quad, y, n, mr, nr);
                 }
             }
         }
