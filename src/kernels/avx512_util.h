@@ -110,6 +110,15 @@ AI __m512i gather18(const __m512i z[5], int c) {
     return _mm512_mask_permutexvar_epi8(r, _mm512_cmpeq_epi8_mask(seg, _mm512_set1_epi8(2)), idx, z[4]);
 }
 
+/* x, made to live in a register: a load that several vpdpbusd share stays
+ * one load. GCC otherwise folds it into each of them as a memory operand,
+ * and a kernel meant to load once for 2-4 vpdpbusd loads for every one:
+ * the load ports, not the dot unit, then set the pace. */
+AI __m512i in_register(__m512i x) {
+    __asm__("" : "+v"(x));
+    return x;
+}
+
 /* a + b, or max(a, b) (is_max, a constant in each copy). */
 AI __m512 tree_step(__m512 a, __m512 b, int is_max) { return is_max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b); }
 

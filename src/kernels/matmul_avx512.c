@@ -318,7 +318,7 @@ AI void tile_finish(__m512 R, const prep_grp *pt, int nt, const uint8_t *quad, f
                       : type == KVS_TYPE_Q4_1 ? _mm512_setzero_si512() : bcast16(qt + KVS_XQ_TAIL_C);
         #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) { /* the hi and lo chains side by side */
-            const __m512i wv = _mm512_load_si512(&p->v[v]);
+            const __m512i wv = in_register(_mm512_load_si512(&p->v[v])); /* one load for both chains */
             const int xv = q8 ? xq_of_q8[v] : v;
             const __m512i xh = bcast16(qt + 16 * xv), xl = bcast16(qt + KVS_XQ_TAIL_PLANE + 16 * xv);
             acc = q8 ? _mm512_dpbusd_epi32(acc, xh, wv) : _mm512_dpbusd_epi32(acc, wv, xh);
@@ -333,13 +333,6 @@ AI void tile_finish(__m512 R, const prep_grp *pt, int nt, const uint8_t *quad, f
         }
     }
     store_tile(R, y, ldy, mr, nr);
-}
-
-/* x, made to live in a register: a load that several vpdpbusd share stays
- * one load (the compiler would otherwise fold it into each of them). */
-AI __m512i in_register(__m512i x) {
-    __asm__("" : "+v"(x));
-    return x;
 }
 
 /* A tile of mr activation rows x nr weight rows, Q4_0 / Q4_1 (weight

@@ -146,8 +146,9 @@ AI void row_q8_group_pair(const prep_grp *p, const prep_grp *q, const uint8_t *g
 #pragma GCC unroll 4
     for (int r = 0; r < 8; r += 2) {
         const uint8_t *x0 = gi + 64 * xq_of_q8[r], *x1 = gi + 64 * xq_of_q8[r + 1];
-        const __m512i h0 = _mm512_loadu_si512(x0), h1 = _mm512_loadu_si512(x1);
-        const __m512i l0 = _mm512_loadu_si512(x0 + KVS_XQ_PLANE), l1 = _mm512_loadu_si512(x1 + KVS_XQ_PLANE);
+        const __m512i h0 = in_register(_mm512_loadu_si512(x0)), h1 = in_register(_mm512_loadu_si512(x1));
+        const __m512i l0 = in_register(_mm512_loadu_si512(x0 + KVS_XQ_PLANE));
+        const __m512i l1 = in_register(_mm512_loadu_si512(x1 + KVS_XQ_PLANE));
         pha = _mm512_dpbusd_epi32(pha, h0, p->v[r]);
         qha = _mm512_dpbusd_epi32(qha, h0, q->v[r]);
         phb = _mm512_dpbusd_epi32(phb, h1, p->v[r + 1]);
