@@ -10,7 +10,7 @@
  * f32 activations); --f32: the same with F32 weights (nothing to widen:
  * whether vcvtph2ps bounds a kernel); --q8_0 / --q4_0: the same with Q8_0 /
  * Q4_0 weights. --shape NAME and --m M time only that shape (a prefix of its
- * name, e.g. ffn_down) and that row count (1, 8 or 512): A/B runs of one
+ * name, e.g. ffn_down) and that row count (any; by default 1, 8 and 512): A/B runs of one
  * kernel in seconds, not a minute.
  *
  *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0]
@@ -164,6 +164,7 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
     kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
     /* decode, batched decode of 8 streams (GB/s(w): weights read once per call), prefill */
     int ms[] = {1, 8, 512};
+    if (only_m) ms[0] = only_m; /* --m: that row count alone, any value */
     for (size_t s = 0; shapes[s].name; s++) {
         if (only_shape && strncmp(shapes[s].name, only_shape, strlen(only_shape))) continue;
         kvs_wmat w = make_w(g_type >= 0 ? g_type : shapes[s].type, shapes[s].n, shapes[s].k);
@@ -177,9 +178,8 @@ static void bench_matmul(const char *isa, int threads, int quick, int pack) {
             if (!tiles) { fprintf(stderr, "bench_kernels: tiles: out of memory\n"); exit(1); }
             kvs_wmat_tiles_to(&w, tiles);
         }
-        for (int mi = 0; mi < 3; mi++) {
+        for (int mi = 0; mi < (only_m ? 1 : 3); mi++) {
             int m = ms[mi];
-            if (only_m && m != only_m) continue;
             if (!strcmp(isa, "scalar") && m > 1) continue; /* minutes, not informative */
             if (quick && m > 8 && shapes[s].n > 10000) m = 64;
             float *x = malloc(sizeof(float) * (size_t)m * w.k);
