@@ -305,8 +305,9 @@ AI void store_tile(__m512 r, float *y, size_t ldy, int mr, int nr) {
 /* --------------------------------------------------------------- kernels */
 
 /* A tile's end: R, its full groups' chains reduced (lane 4j + i = output
- * (i, j)), gets the tail blocks added with lanes = outputs, the outputs stored. type: Q4_0, Q4_1 (weight
- * nibbles u8, xq s8) or Q8_0 (xq u8, weight bytes s8, see kern_q8). */
+ * (i, j)), gets the tail blocks added with lanes = outputs, and the outputs
+ * are stored. type: Q4_0, Q4_1 (weight nibbles u8, xq s8) or Q8_0 (xq u8,
+ * weight bytes s8: see kern_tile). */
 AI void tile_finish(__m512 R, const prep_grp *pt, int nt, const uint8_t *quad, float *y, size_t ldy, int mr, int nr,
                     int type) {
     const int q8 = type == KVS_TYPE_Q8_0;
