@@ -10,8 +10,8 @@
  * f32 activations); --f32: the same with F32 weights (nothing to widen:
  * whether vcvtph2ps bounds a kernel); --q8_0 / --q4_0: the same with Q8_0 /
  * Q4_0 weights. --shape NAME and --m M time only that shape (a prefix of its
- * name, e.g. ffn_down) and that row count (any; by default 1, 8 and 512): A/B runs of one
- * kernel in seconds, not a minute.
+ * name, e.g. ffn_down) and that row count (any; by default 1, 8 and 512):
+ * A/B runs of one kernel in seconds, not a minute.
  *
  *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0]
  *                 [--shape NAME] [--m M]

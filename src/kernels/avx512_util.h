@@ -131,7 +131,7 @@ AI __m512 tree16x16_quarter(const __m512 Q[4], int is_max) {
     const __m512 z1 = tree_step(_mm512_shuffle_f32x4(Q[2], Q[3], 0x44), _mm512_shuffle_f32x4(Q[2], Q[3], 0xee), is_max);
     return tree_step(_mm512_shuffle_f32x4(z0, z1, 0x88), _mm512_shuffle_f32x4(z0, z1, 0xdd), is_max);
 }
-AI __m512 tree16x16_quarters(const __m512 w4[4], int is_max) {
+AI __m512 tree16x16_of_quarters(const __m512 w4[4], int is_max) {
     __m512 v2[2];
 #pragma GCC unroll 2
     for (int a = 0; a < 2; a++)
@@ -143,7 +143,7 @@ AI __m512 tree16x16_op(const __m512 C[16], int is_max) {
     __m512 w4[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) w4[k] = tree16x16_quarter(C + 4 * k, is_max);
-    return tree16x16_quarters(w4, is_max);
+    return tree16x16_of_quarters(w4, is_max);
 }
 AI __m512 tree16x16(const __m512 C[16]) { return tree16x16_op(C, 0); }
 

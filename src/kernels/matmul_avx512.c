@@ -423,7 +423,7 @@ AI void kern_tile(const prep_grp *pw, const prep_grp *pt, int ng, int nt, const 
         #pragma GCC unroll 2
         for (int i = 0; i < pr; i++) Q[i0 + i] = tree16x16_quarter(Cp[i], 0);
     }
-    tile_finish(tree16x16_quarters(Q, 0), pt, nt, quad, y, ldy, mr, nr, type);
+    tile_finish(tree16x16_of_quarters(Q, 0), pt, nt, quad, y, ldy, mr, nr, type);
 }
 
 #define KQ_CASE(a, b) \
