@@ -9,7 +9,10 @@
 # Ceilings (build/bench/roofline_probe): read bandwidth over 256 MiB and the
 # int8 dot peak of the ISA path, per thread count, by wall clock (what the
 # machine gave during this run) and by thread CPU time (what a core gives
-# while it runs; on a shared machine the estimate of an idle machine).
+# while it runs; on a shared machine the estimate of an idle machine), and
+# that peak beside the float steps the kernels owe per block group (a mul
+# and an fma per 16 vpdpbusd), the matmuls' own ceiling where those share
+# the dot's pipes.
 #  - kernel level (build/bench/bench_kernels --cpu, 1 thread, thread CPU
 #    time): each SmolLM2 matmul at m = 1 as weight GB/s and its share of the
 #    CPU-time bandwidth; m = 8 (8 streams in one call) as aggregate rows/s;
@@ -17,8 +20,9 @@
 #    alternating for --rounds, medians): decode tok/s, its bound
 #    (wall read GB/s of the same run / weight bytes per token: the tied head
 #    reads every weight once per token) and the share; prefill tok/s and the
-#    int8 work it implies (2 x params MACs per token, x 2 for the two-level
-#    activations) as a share of the wall int8 peak;
+#    int8 work it implies (a prompt token's MACs, the output head on the
+#    last row only, x 2 for the two-level activations) as a share of the
+#    wall int8 peak;
 #  - batched decode: --streams N sequences stepped together (kvstitch bench
 #    --streams, the server's batched step), aggregate tok/s over the
 #    one-stream decode of the same round (0: skip); beside it llama.cpp's N
@@ -148,10 +152,18 @@ for l in sys.stdin:
 done
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+# MACs per token: a decoded token's = the parameters (less a separate
+# token_embd, a lookup); a prompt token's less the output head too, which
+# runs on the last row only
+info=$("$BUILD/kvstitch" info -m "$q41")
+params=$(sed -n 's/^parameters: *\([0-9]*\).*/\1/p' <<< "$info")
+head_macs=$(( $(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' <<< "$info") * $(sed -n 's/^embedding: *\([0-9]*\).*/\1/p' <<< "$info") ))
+grep -q '^output head: *tied' <<< "$info" || params=$((params - head_macs))
+pp_macs=$((params - head_macs))
 out="bench/results/roofline-$(report_slug "$BUILD/kvstitch").md"
 python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
     "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \
     "$(if [ $have_ll = 1 ]; then { "$llbin/llama-bench" --version 2>&1 || true; } | grep -m1 -i version | sed 's/^version: /llama.cpp /'; else echo 'not available'; fi)" \
-    "$("$BUILD/kvstitch" info -m "$q41" | sed -n 's/^parameters: *\([0-9]*\).*/\1/p')" "$amx" > "$tmp/report.md"
+    "$params" "$amx" "$pp_macs" > "$tmp/report.md"
 cat "$tmp/report.md"
 if [ $save = 1 ]; then cp "$tmp/report.md" "$out"; echo "roofline: wrote $out" >&2; fi

@@ -69,6 +69,7 @@ enum job_kind {
     JOB_READ,
     JOB_DOT_AVX2,
     JOB_DOT_VNNI,
+    JOB_DOT_VNNI_FLOAT, /* vpdpbusd with a block group's float steps */
     JOB_AMX_BF16,    /* TDPBF16PS peak */
     JOB_AMX_INT8,    /* TDPBSSD peak */
     JOB_AMX_STEP_Q4, /* a prefill block step, both levels in one tile */
@@ -165,6 +166,53 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iter
     s = _mm512_xor_si512(s, _mm512_xor_si512(_mm512_xor_si512(a6, a7), _mm512_xor_si512(a8, a9)));
     s = _mm512_xor_si512(s, _mm512_xor_si512(a10, a11));
     return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s));
+}
+
+/* The same chains with the float steps every AVX-512 integer kernel owes
+ * the reference per 16 vpdpbusd of one (weight row, activation row) block
+ * group: the scale product (mul) and the accumulation (fma), here on 6
+ * float chains, one mul and one fma in 6 of the 8 steps (96 vpdpbusd, 6 mul,
+ * 6 fma: 16 : 1 : 1). Some cores (Zen 5) issue vpdpbusd on the same two
+ * pipes as mul and fma, so these steps are not free beside the dots; the
+ * loads, converts and integer adds of the kernels run on other ports. The
+ * values stay put (x 1, + 0 x 0): no denormal ever slows a step. */
+#define FLOAT_STEP(f, g)                                                                                       \
+    __asm__ volatile("vmulps %[one], %[pm], %[pm]\n\tvfmadd231ps %[zero], %[zero], %[pa]"                     \
+                     : [pm] "+v"(f), [pa] "+v"(g)                                                              \
+                     : [one] "v"(one), [zero] "v"(zero))
+__attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni_float(long iters) {
+    __m512i x = _mm512_set1_epi8(-3);
+    __m512i w0 = _mm512_set1_epi8(7), w1 = _mm512_set1_epi8(8), w2 = _mm512_set1_epi8(9);
+    __m512i w3 = _mm512_set1_epi8(10), w4 = _mm512_set1_epi8(11), w5 = _mm512_set1_epi8(12);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+    __m512i a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    __m512 f0 = one, f1 = one, f2 = one, g0 = zero, g1 = zero, g2 = zero;
+    for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) { /* 6 x 12 vpdpbusd, 3 float steps */
+            VNNI_SIX(a0, a1, a2, a3, a4, a5);
+            FLOAT_STEP(f0, g0);
+            VNNI_SIX(a6, a7, a8, a9, a10, a11);
+            VNNI_SIX(a0, a1, a2, a3, a4, a5);
+            FLOAT_STEP(f1, g1);
+            VNNI_SIX(a6, a7, a8, a9, a10, a11);
+            VNNI_SIX(a0, a1, a2, a3, a4, a5);
+            FLOAT_STEP(f2, g2);
+            VNNI_SIX(a6, a7, a8, a9, a10, a11);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) { /* 2 x 12 more: 96 in all */
+            VNNI_SIX(a0, a1, a2, a3, a4, a5);
+            VNNI_SIX(a6, a7, a8, a9, a10, a11);
+        }
+    }
+    __m512i s = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    s = _mm512_xor_si512(s, _mm512_xor_si512(a4, a5));
+    s = _mm512_xor_si512(s, _mm512_xor_si512(_mm512_xor_si512(a6, a7), _mm512_xor_si512(a8, a9)));
+    s = _mm512_xor_si512(s, _mm512_xor_si512(a10, a11));
+    const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(f0, f1), _mm512_add_ps(f2, g0)), _mm512_add_ps(g1, g2));
+    return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s)) ^ (uint64_t)_mm512_reduce_add_ps(t);
 }
 
 /* ---- AMX tiles (matmul_amx.c's configurations: 8 tiles of 16 rows x 64
@@ -281,6 +329,7 @@ static void *run_job(void *arg) {
     else if (j->kind == JOB_READ) j->sink = read_slice(j->p, j->bytes);
     else if (j->kind == JOB_DOT_AVX2) j->sink = dot_avx2(j->iters);
     else if (j->kind == JOB_DOT_VNNI) j->sink = dot_vnni(j->iters);
+    else if (j->kind == JOB_DOT_VNNI_FLOAT) j->sink = dot_vnni_float(j->iters);
     else j->sink = amx_run(j->kind, j->iters);
 #endif
     j->cpu = cpu_s() - c0;
@@ -424,6 +473,10 @@ int main(int argc, char **argv) {
             for (int r = 0; r < reps; r++)
                 v[r] = run_threads(JOB_DOT_VNNI, nt, NULL, 0, iters, macs / DOT_CHAINS * VNNI_CHAINS * 64 * nt, &w[r]);
             report("int8_gmacs", "avx512vnni", nt, v, w, reps);
+            /* 96 vpdpbusd an iteration, as dot_vnni's 8 steps of 12 */
+            for (int r = 0; r < reps; r++)
+                v[r] = run_threads(JOB_DOT_VNNI_FLOAT, nt, NULL, 0, iters, macs / DOT_CHAINS * VNNI_CHAINS * 64 * nt, &w[r]);
+            report("int8_float_gmacs", "avx512vnni", nt, v, w, reps);
         }
     }
     if (vnni && kvs_kernels_amx()) amx_ceilings(max_threads, reps);

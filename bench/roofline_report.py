@@ -29,7 +29,7 @@ def figures(f):
 
 
 def parse_probe(path):
-    probe = {"read": {}, "int8": {}, "clock": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
+    probe = {"read": {}, "int8": {}, "int8_float": {}, "clock": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
     for line in open(path):
         f = line.split()
         if not f:
@@ -44,6 +44,8 @@ def parse_probe(path):
             if key == "int8" and f[1] != probe["isa"]:
                 continue  # the peak of the path the matmuls use
             probe[key][int(f[3])] = kv
+        elif f[0] == "int8_float_gmacs" and f[1] == probe["isa"]:
+            probe["int8_float"][int(f[3])] = figures(f)
         elif f[0] == "clock_ghz":
             probe["clock"][int(f[3])] = figures(f)
         elif f[0] in ("amx_gmacs", "amx_block_gdots"):
@@ -116,6 +118,9 @@ def block_share(probe, typ, th, pp, params):
 def main():
     (probe_p, kern_p, runs_p, cpu, nproc, commit, pp, ngen, rounds, reps, peer, params) = sys.argv[1:13]
     amx = len(sys.argv) > 13 and sys.argv[13] == "1"
+    # a prompt token's MACs: the output head runs on the last row only (the
+    # caller passes params less the head's vocabulary x embedding)
+    pp_macs = float(sys.argv[14]) if len(sys.argv) > 14 else float(params)
     probe, kern = parse_probe(probe_p), parse_kernels(kern_p)
     runs = [json.loads(l) for l in open(runs_p) if l.strip()]
     params = float(params)
@@ -127,17 +132,23 @@ def main():
       "`bench/roofline.sh`.\n" % (commit, probe["load"]))
     w("## Ceilings (build/bench/roofline_probe)\n")
     w("| threads | read GB/s, CPU time (median / best) | read GB/s, wall (median / best) | int8 GMAC/s (%s), CPU time | int8 GMAC/s, wall "
-      "| core clock GHz, CPU time / wall |" % probe["isa"])
-    w("|---:|---:|---:|---:|---:|---:|")
+      "| with the float steps, CPU time / wall | core clock GHz, CPU time / wall |" % probe["isa"])
+    w("|---:|---:|---:|---:|---:|---:|---:|")
     for t in sorted(probe["read"]):
         r, i, c = probe["read"][t], probe["int8"].get(t, {}), probe["clock"].get(t, {})
+        fl = probe["int8_float"].get(t, {})
         clock = "%.2f / %.2f" % (c["cpu_median"], c["wall_median"]) if c else "-"
-        w("| %d | %.1f / %.1f | %.1f / %.1f | %s | %s | %s |" % (t, r["cpu_median"], r["cpu_best"], r["wall_median"], r["wall_best"],
-                                                            fmt(i.get("cpu_median"), "%.1f"), fmt(i.get("wall_median"), "%.1f"), clock))
+        flt = "%.1f / %.1f" % (fl["cpu_median"], fl["wall_median"]) if fl else "-"
+        w("| %d | %.1f / %.1f | %.1f / %.1f | %s | %s | %s | %s |" % (t, r["cpu_median"], r["cpu_best"], r["wall_median"], r["wall_best"],
+                                                                 fmt(i.get("cpu_median"), "%.1f"), fmt(i.get("wall_median"), "%.1f"), flt, clock))
     w("\nint8 MACs: vpmaddubsw = 32, vpdpbusd = 64. The two-level activations (quant.h) cost two int8 "
       "MACs per weight multiply-add. Core clock: a chain of dependent register adds on each thread "
       "(base/core_clock.h), the threads' mean: on a quiet machine the cores' clock; below it, or a wall "
-      "figure below the CPU-time one, the host gave less than whole cores.")
+      "figure below the CPU-time one, the host gave less than whole cores. With the float steps: the same "
+      "vpdpbusd chains beside the scale product and the accumulation (one mul and one fma per 16 "
+      "vpdpbusd) that every AVX-512 integer kernel owes the reference per block group: the kernels' own "
+      "ceiling on a core that issues vpdpbusd, mul and fma on the same pipes (Zen 5: 16 / 18 of the peak; "
+      "Q4_1 owes one fma more, 16 / 19).")
     if probe["amx"]:
         amx_section(probe, w)
     else:
@@ -172,8 +183,9 @@ def main():
       "traffic only lowers), read over a buffer the size of the file (the working set "
       "a decode step walks through), / weight bytes per token; DRAM bound: the same from the 256 MiB "
       "read (the two differ where the last-level cache holds part of the weights). Prefill int8 share = pp tok/s x "
-      "%.0fM MACs x 2 (two-level) / wall int8 peak (quantized types). Peer: %s.\n"
-      % (rounds, reps, ngen, pp, params / 1e6, peer))
+      "%.0fM MACs (a prompt token's: the output head runs on the last row only) x 2 (two-level) / wall int8 peak "
+      "(quantized types). Peer: %s.\n"
+      % (rounds, reps, ngen, pp, pp_macs / 1e6, peer))
     if amx:
         w("Our prefill runs on AMX tiles here (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices: `src/kernels/matmul_amx.c`; the other types "
           "on AVX-512 VNNI), each shape's calls on the tiles or on AVX-512 by their measured speed unless KVS_AMX=1 "
@@ -181,7 +193,7 @@ def main():
           "every type), its ratio against the same llama.cpp runs (which use AMX where ggml has AMX kernels). "
           "The int8 share is of the VNNI peak: AMX prefill can pass 100%%. The block-step share is of the "
           "AMX ceiling above: pp tok/s x %.0fM / 32 block dots / wall block steps' dots/s at that thread "
-          "count (Q8_0: its own step; the other AMX types: the Q4 step).\n" % (params / 1e6))
+          "count (Q8_0: its own step; the other AMX types: the Q4 step).\n" % (pp_macs / 1e6))
     w("| type | threads | tg ours | tg llama.cpp | ours / llama.cpp | bound | share of bound | DRAM bound | pp ours | pp llama.cpp | ours / llama.cpp | pp share of int8 peak |"
       + (" pp share of AMX block steps | pp ours, no AMX | no AMX / llama.cpp |" if amx else ""))
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if amx else ""))
@@ -199,13 +211,13 @@ def main():
         sized = [r["wall"] for r in runs if r["who"] == "probe" and r["type"] == typ and r["threads"] == th]
         bound = sized[0] * 1e9 / nbytes if sized and nbytes else dram
         pk = probe["int8"].get(th, {}).get("wall_median")
-        ppshare = pp_o * params * 2 / (pk * 1e9) * 100 if pk and pp_o and typ not in ("F16", "gemma3") else None
+        ppshare = pp_o * pp_macs * 2 / (pk * 1e9) * 100 if pk and pp_o and typ not in ("F16", "gemma3") else None
         w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             typ, th, fmt(tg, "%.1f"), fmt(tg_p, "%.1f"), fmt(tg / tg_p if tg and tg_p else None, "%.2fx"),
             fmt(bound, "%.1f"), fmt(tg / bound * 100 if tg and bound else None, "%.0f%%"), fmt(dram, "%.1f"),
             fmt(pp_o, "%.1f"), fmt(pp_p, "%.1f"), fmt(pp_o / pp_p if pp_o and pp_p else None, "%.2fx"),
             fmt(ppshare, "%.0f%%")) + ("" if not amx else " %s | %s | %s |" % (
-            fmt(block_share(probe, typ, th, pp_o, params), "%.0f%%"),
+            fmt(block_share(probe, typ, th, pp_o, pp_macs), "%.0f%%"),
             fmt(pp_n, "%.1f"), fmt(pp_n / pp_p if pp_n and pp_p else None, "%.2fx"))))
     batched = [r for r in runs if r["who"] == "ours_streams"]
     if batched:
@@ -214,7 +226,10 @@ def main():
         w("Aggregate decode tok/s of %d sequences stepped together (kvs_decode_batch: each weight matrix read "
           "once per step for all of them, every row's bits those of the sequence alone), medians over the "
           "rounds; speedup = aggregate / one-stream decode (tg ours above). Issue #16's target: >= 5x at 8 "
-          "streams.\n" % ns)
+          "streams. Share of the float-step ceiling: aggregate tok/s x %.0fM MACs (a decoded token's, the head "
+          "included) x 2 (two-level) / the wall int8 GMAC/s with the float steps at that thread count, the whole "
+          "step (attention, norms) counted against the matmuls' ceiling (quantized SmolLM2 types); 5x: the share "
+          "five one-stream decodes would need.\n" % (ns, params / 1e6))
         if amx:
             w("\"Without AMX\" is the same run's batch with KVS_AMX=0: the AVX-512 batch paths, which a CPU "
               "without AMX tiles (a Zen 5) runs; one-stream decode never uses the tiles.\n")
@@ -223,10 +238,10 @@ def main():
             w("llama.cpp: `llama-batched-bench -npl 1,%d` in the same rounds (one-token prompts, the same decode "
               "length): its %d parallel sequences' aggregate decode, its speedup over its own one sequence, "
               "and ours / its aggregate.\n" % (ns, ns))
-        w("| type | threads | tg, 1 stream | tg, %d streams (aggregate) | speedup |" % ns
+        w("| type | threads | tg, 1 stream | tg, %d streams (aggregate) | speedup | share of the float-step ceiling | 5x |" % ns
           + (" %d streams without AMX | speedup without AMX |" % ns if amx else "")
           + (" llama.cpp, %d sequences | its speedup | ours / llama.cpp |" % ns if peer else ""))
-        w("|---|---:|---:|---:|---:|" + ("---:|---:|" if amx else "") + ("---:|---:|---:|" if peer else ""))
+        w("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if amx else "") + ("---:|---:|---:|" if peer else ""))
         for typ, th in keys:
             one = med([r["tg"] for r in runs if r["who"] == "ours" and r["type"] == typ and r["threads"] == th])
             agg = med([r["tg"] for r in batched if r["type"] == typ and r["threads"] == th])
@@ -234,8 +249,12 @@ def main():
                          if r["who"] == "ours_streams_noamx" and r["type"] == typ and r["threads"] == th])
             mine = [r for r in peer if r["type"] == typ and r["threads"] == th]
             agg_p, one_p = med([r["tg"] for r in mine]), med([r["tg1"] for r in mine if r.get("tg1")])
-            w("| %s | %d | %s | %s | %s |" % (typ, th, fmt(one, "%.1f"), fmt(agg, "%.1f"),
-                                           fmt(agg / one if agg and one else None, "%.2fx"))
+            fl = probe["int8_float"].get(th, {}).get("wall_median")
+            quant = typ in ("Q4_0", "Q4_1", "Q8_0")
+            share = lambda tok_s: tok_s * params * 2 / (fl * 1e9) * 100 if fl and tok_s and quant else None
+            w("| %s | %d | %s | %s | %s | %s | %s |" % (typ, th, fmt(one, "%.1f"), fmt(agg, "%.1f"),
+                                                     fmt(agg / one if agg and one else None, "%.2fx"),
+                                                     fmt(share(agg), "%.0f%%"), fmt(share(5 * one if one else None), "%.0f%%"))
               + ("" if not amx else " %s | %s |" % (fmt(agg_n, "%.1f"),
                                                     fmt(agg_n / one if agg_n and one else None, "%.2fx")))
               + ("" if not peer else " %s | %s | %s |" % (

@@ -22,6 +22,9 @@ clock_ghz - threads 1 cpu_median 3.50 cpu_best 3.60 wall_median 3.40 wall_best 3
 read_gbs - threads 1 cpu_median 16.00 cpu_best 17.00 wall_median 16.00 wall_best 20.00
 int8_gmacs avx512vnni threads 1 cpu_median 400.00 cpu_best 410.00 wall_median 400.00 wall_best 410.00
 EOF
+# an older probe's output: no float-step ceiling
+cp "$tmp/probe" "$tmp/probe_no_float"
+echo 'int8_float_gmacs avx512vnni threads 1 cpu_median 350.00 cpu_best 360.00 wall_median 320.00 wall_best 340.00' >>"$tmp/probe"
 cp "$tmp/probe" "$tmp/probe_amx"
 cat >>"$tmp/probe_amx" <<'EOF'
 amx_gmacs bf16 threads 1 cpu_median 1500.00 cpu_best 1510.00 wall_median 1500.00 wall_best 1510.00
@@ -39,9 +42,9 @@ cat >"$tmp/runs" <<'EOF'
 {"who": "ours_streams", "type": "Q8_0", "threads": 1, "tg": 600.0, "streams": 8}
 {"who": "ours_streams_noamx", "type": "Q8_0", "threads": 1, "tg": 450.0, "streams": 8}
 EOF
-report() { # report PROBE AMX
+report() { # report PROBE AMX: 128M MACs a decoded token, 100M a prompt token
     python3 bench/roofline_report.py "$1" "$tmp/kernels" "$tmp/runs" "Test CPU" 1 abc1234 512 64 1 3 \
-        "llama.cpp test" 128000000 "$2"
+        "llama.cpp test" 128000000 "$2" 100000000
 }
 
 out=$(report "$tmp/probe_amx" 1)
@@ -53,12 +56,16 @@ grep -q 'took 27.0 ns interleaved, 0.75 of their sum: here the tile unit and the
 check report_amx_overlap $?
 grep -q "Q8_0's ceiling with its epilogue: 9.5 G dots/s a thread" <<<"$out"
 check report_amx_epilogue_ceiling $?
-# decode 150 / 200 = 75%; prefill 1000 / 800 = 1.25x; int8 share 1000 x 128M x 2 / 400G = 64%;
-# block steps 1000 x 128M / 32 / 12.5G = 32%; no AMX 600 / 800 = 0.75x
-grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \| 32% \| 600\.0 \| 0\.75x \|$' <<<"$out"
+# decode 150 / 200 = 75%; prefill 1000 / 800 = 1.25x; int8 share of a prompt
+# token's MACs 1000 x 100M x 2 / 400G = 50%; block steps 1000 x 100M / 32 /
+# 12.5G = 25%; no AMX 600 / 800 = 0.75x
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 50% \| 25% \| 600\.0 \| 0\.75x \|$' <<<"$out"
 check report_amx_model_row $?
-# 8 streams: 600 / 150 = 4.00x; without AMX 450 / 150 = 3.00x
-grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 450\.0 \| 3\.00x \|$' <<<"$out"
+grep -q 'pp tok/s x 100M MACs (a prompt token' <<<"$out"
+check report_prompt_token_macs $?
+# 8 streams: 600 / 150 = 4.00x; of the float-step ceiling 600 x 128M x 2 /
+# 320G (wall) = 48%, five single streams 750 tok/s 60%; without AMX 450 / 150 = 3.00x
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 48% \| 60% \| 450\.0 \| 3\.00x \|$' <<<"$out"
 check report_amx_batch_row $?
 
 # llama.cpp's parallel sequences beside ours: its 8 at 300 over its one at 100
@@ -66,7 +73,7 @@ check report_amx_batch_row $?
 cp "$tmp/runs" "$tmp/runs_no_peer"
 echo '{"who": "llama_streams", "type": "Q8_0", "threads": 1, "tg": 300.0, "tg1": 100.0, "streams": 8}' >>"$tmp/runs"
 out=$(report "$tmp/probe_amx" 1)
-grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 450\.0 \| 3\.00x \| 300\.0 \| 3\.00x \| 2\.00x \|$' <<<"$out"
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 48% \| 60% \| 450\.0 \| 3\.00x \| 300\.0 \| 3\.00x \| 2\.00x \|$' <<<"$out"
 check report_batch_row_with_peer $?
 grep -q 'llama-batched-bench -npl 1,8' <<<"$out"
 check report_batch_names_peer $?
@@ -87,15 +94,21 @@ check bench_json_llama_batched_missing_row $?
 
 out=$(report "$tmp/probe" 0)
 check report_plain_exit_0 $?
-# the ceilings row: read, int8 peak, and the core clock (CPU time / wall medians)
-grep -Eq '^\| 1 \| 16\.0 / 17\.0 \| 16\.0 / 20\.0 \| 400\.0 \| 400\.0 \| 3\.50 / 3\.40 \|$' <<<"$out"
+# the ceilings row: read, int8 peak, with the float steps and the core clock
+# (CPU time / wall medians)
+grep -Eq '^\| 1 \| 16\.0 / 17\.0 \| 16\.0 / 20\.0 \| 400\.0 \| 400\.0 \| 350\.0 / 320\.0 \| 3\.50 / 3\.40 \|$' <<<"$out"
 check report_ceilings_row_with_clock $?
 ! grep -q 'AMX' <<<"$out"
 check report_plain_has_no_amx $?
-grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 64% \|$' <<<"$out"
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 100\.0 \| 1\.50x \| 200\.0 \| 75% \| .* \| 1000\.0 \| 800\.0 \| 1\.25x \| 50% \|$' <<<"$out"
 check report_plain_model_row $?
-grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \|$' <<<"$out"
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| 48% \| 60% \|$' <<<"$out"
 check report_plain_batch_row $?
+# an older probe without the float-step line: those columns are "-", not made up
+out=$(report "$tmp/probe_no_float" 0)
+grep -Eq '^\| Q8_0 \| 1 \| 150\.0 \| 600\.0 \| 4\.00x \| - \| - \|$' <<<"$out" &&
+    grep -Eq '^\| 1 \| 16\.0 / 17\.0 \| 16\.0 / 20\.0 \| 400\.0 \| 400\.0 \| - \| 3\.50 / 3\.40 \|$' <<<"$out"
+check report_no_float_line $?
 
 # The probe itself: AMX lines iff kvstitch's prefill runs on tiles here.
 if [ -x "$BUILD/bench/roofline_probe" ] && [ -x "$BUILD/kvstitch" ]; then
@@ -106,6 +119,13 @@ if [ -x "$BUILD/bench/roofline_probe" ] && [ -x "$BUILD/kvstitch" ]; then
     # the core clock: a real chain gives some tenths of a GHz at least
     awk '$1 == "clock_ghz" && $4 == 1 && $6 > 0.1 && $6 < 20 { found = 1 } END { exit !found }' <<<"$probe"
     check probe_clock_line $?
+    # the float-step ceiling beside the VNNI peak, on a VNNI path only
+    if grep -q '^isa avx512vnni' <<<"$probe"; then
+        awk '$1 == "int8_float_gmacs" && $2 == "avx512vnni" && $4 == 1 && $6 > 0 { found = 1 } END { exit !found }' <<<"$probe"
+    else
+        ! grep -q '^int8_float_gmacs' <<<"$probe"
+    fi
+    check probe_float_step_line $?
     if "$BUILD/kvstitch" --version 2>/dev/null | grep -q 'amx'; then
         for key in "amx_gmacs bf16" "amx_gmacs int8" "amx_block_gdots q4" "amx_block_gdots q8"; do
             awk -v k="$key" '$1 " " $2 == k && $4 == 1 && $6 > 0 { found = 1 } END { exit !found }' <<<"$probe"
