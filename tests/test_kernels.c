@@ -589,6 +589,56 @@ TEST(test_rope) {
     for (int i = 0; i < 64; i++) CHECK_NEAR(a[i], b[i], 1e-7);
 }
 
+/* Every ISA path rotates to the same bits (the AVX-512 rotation: 8 pairs a
+ * vector, a scalar tail); the two-step form (the forward pass's table) gives
+ * kvs_rope_ff's bits; a rope_dim past the memo's 1024 takes its angles in
+ * blocks and still matches the float64 reference. */
+TEST(test_rope_paths) {
+    const char *isas[] = {"scalar", "avx2", "avx512vnni"};
+    const int dims[][2] = {{64, 64}, {32, 64}, {20, 24}, {256, 256}, {2050, 2050}}; /* rope_dim <= head_dim */
+    float ff[1025];
+    for (int i = 0; i < 1025; i++) ff[i] = 1.0f + (float)(i % 7) * 0.5f;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const int rd = dims[di][0], hd = dims[di][1], nh = 3, n = nh * hd;
+        float *x = xmalloc(sizeof(float) * n), *ref = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+        double *c = xmalloc(sizeof(double) * rd), *xd = xmalloc(sizeof(double) * n);
+        kt_rand_vec(x, n, 2.0f);
+        for (int neox = 0; neox <= 1; neox++)
+            for (int with_ff = 0; with_ff <= 1; with_ff++)
+                for (int32_t pos = -37; pos <= 5000; pos += 2519) {
+                    const float *fac = with_ff && rd / 2 <= 1025 ? ff : NULL;
+                    int have_ref = 0;
+                    for (int si = 0; si < 3; si++) {
+                        if (kvs_kernels_set_isa(isas[si]) != 0) continue; /* not on this CPU */
+                        memcpy(y, x, sizeof(float) * n);
+                        kvs_rope_ff(y, nh, hd, rd, pos, 10000.0f, 0.5f, neox, fac);
+                        if (!have_ref) {
+                            memcpy(ref, y, sizeof(float) * n);
+                            have_ref = 1;
+                        }
+                        CHECK_MSG(memcmp(y, ref, sizeof(float) * n) == 0, "rope_dim %d neox %d %s pos %d", rd, neox,
+                                  isas[si], pos);
+                        memcpy(y, x, sizeof(float) * n);
+                        kvs_rope_cos_sin(rd, pos, 10000.0f, 0.5f, fac, c, c + rd / 2);
+                        kvs_rope_apply(y, nh, hd, rd, neox, c, c + rd / 2);
+                        CHECK_MSG(memcmp(y, ref, sizeof(float) * n) == 0, "two steps, rope_dim %d neox %d %s", rd, neox,
+                                  isas[si]);
+                    }
+                    if (!fac) { /* the float64 reference at half the position (freq_scale 0.5) */
+                        for (int i = 0; i < n; i++) xd[i] = x[i];
+                        rope_double(xd, nh, hd, rd, pos * 0.5, 10000.0, 1.0, neox);
+                        for (int i = 0; i < n; i++) CHECK_NEAR(ref[i], xd[i], 3e-7 * 2.0 + 1e-12);
+                    }
+                }
+        kvs_kernels_set_isa("best");
+        free(x);
+        free(ref);
+        free(y);
+        free(c);
+        free(xd);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 
 typedef struct attn_case {
@@ -929,6 +979,7 @@ int main(void) {
     RUN(test_silu_mul);
     RUN(test_rowops_simd_equals_scalar);
     RUN(test_rope);
+    RUN(test_rope_paths);
     RUN(test_attention_ref_vs_double);
     RUN(test_attention_simd_equals_scalar);
     RUN(test_matmul_amx_small_stack);

@@ -183,6 +183,13 @@ void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
  * freq_factors (rope_dim/2) or NULL (= kvs_rope, same bits). */
 void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
                  float freq_base, float freq_scale, int neox, const float *freq_factors);
+/* kvs_rope_ff in two steps, for a caller that rotates one position many
+ * times (every layer of a forward pass): the cos and sin of its angles
+ * (c, s: rope_dim / 2 each), then the rotation by them; together the same
+ * bits as kvs_rope_ff at that position. */
+void kvs_rope_cos_sin(int rope_dim, int32_t pos, float freq_base, float freq_scale, const float *freq_factors,
+                      double *c, double *s);
+void kvs_rope_apply(float *x, int n_head, int head_dim, int rope_dim, int neox, const double *c, const double *s);
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 void kvs_silu_mul(float *gate, const float *up, int n);

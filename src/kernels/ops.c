@@ -65,6 +65,45 @@ static void silu_mul_avx512(float *gate, const float *up, int n) {
         gate[i] = (g / (1.0f + kvs_expf_ref(x))) * up[i];
     }
 }
+/* rotate_pairs for every pair, 8 at a time: each lane the scalar steps in
+ * double (x0 c - x1 s, x0 s + x1 c, each product rounded, then the sum,
+ * then one rounding to float), so the same bits. neox = 0: pairs are
+ * neighbours, 16 floats hold 8 pairs and c, s go to both lanes of a pair;
+ * neox = 1: x0 and x1 are 8 floats half a rotation apart. */
+static void rotate_pairs_avx512(float *x, int n_head, int head_dim, int half, int neox, const double *c, const double *s) {
+    int i8 = half & ~7;
+    for (int h = 0; h < n_head; h++) {
+        float *xh = x + (size_t)h * head_dim;
+        for (int i = 0; i < i8; i += 8) {
+            const __m512d vc = _mm512_loadu_pd(c + i), vs = _mm512_loadu_pd(s + i);
+            if (neox) {
+                const __m512d x0 = _mm512_cvtps_pd(_mm256_loadu_ps(xh + i)), x1 = _mm512_cvtps_pd(_mm256_loadu_ps(xh + i + half));
+                _mm256_storeu_ps(xh + i, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(x0, vc), _mm512_mul_pd(x1, vs))));
+                _mm256_storeu_ps(xh + i + half, _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(x0, vs), _mm512_mul_pd(x1, vc))));
+            } else {
+                /* pairs 2i.. as doubles: lanes (x0, x1) of 4 pairs per vector */
+                const __m512 v = _mm512_loadu_ps(xh + 2 * i);
+                const __m512i lo4 = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3), hi4 = _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7);
+                __m256 out[2];
+                for (int q = 0; q < 2; q++) {
+                    const __m512d p = _mm512_cvtps_pd(q ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
+                    const __m512d cc = _mm512_permutexvar_pd(q ? hi4 : lo4, vc), ss = _mm512_permutexvar_pd(q ? hi4 : lo4, vs);
+                    const __m512d sw = _mm512_permute_pd(p, 0x55); /* (x1, x0) */
+                    const __m512d pc = _mm512_mul_pd(p, cc), qs = _mm512_mul_pd(sw, ss);
+                    /* lane x0: x0 c - x1 s; lane x1: x1 c + x0 s (= x0 s + x1 c: the sum commutes) */
+                    out[q] = _mm512_cvtpd_ps(_mm512_mask_sub_pd(_mm512_add_pd(pc, qs), (__mmask8)0x55, pc, qs));
+                }
+                _mm512_storeu_ps(xh + 2 * i, _mm512_insertf32x8(_mm512_castps256_ps512(out[0]), out[1], 1));
+            }
+        }
+        for (int i = i8; i < half; i++) {
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            double x0 = xh[a], x1 = xh[b];
+            xh[a] = (float)(x0 * c[i] - x1 * s[i]);
+            xh[b] = (float)(x0 * s[i] + x1 * c[i]);
+        }
+    }
+}
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -146,20 +185,12 @@ static double rope_inv_freq(float freq_base, int i, int rope_dim, const float *f
     return ff ? f / (double)ff[i] : f;
 }
 
-void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
-              float freq_base, float freq_scale, int neox) {
-    kvs_rope_ff(x, n_head, head_dim, rope_dim, pos, freq_base, freq_scale, neox, NULL);
-}
-
-void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
-                 float freq_base, float freq_scale, int neox, const float *freq_factors) {
-    int half = rope_dim / 2;
-    rope_memo *mm = &g_rope;
-    const float *ff = freq_factors;
-    if (half > ROPE_MEMO_HALF) { /* beyond any real head size: no memo */
-        mm = NULL;
-    } else if (!mm->have_freq || mm->base != freq_base || mm->dim != rope_dim || mm->have_ff != (ff != NULL) ||
-               (ff && memcmp(mm->ff, ff, (size_t)half * sizeof *ff) != 0)) {
+/* The memo's frequencies for (base, rope_dim, ff), refreshed if they are
+ * another's; rope_dim / 2 <= ROPE_MEMO_HALF. */
+static const double *memo_freqs(rope_memo *mm, float freq_base, int rope_dim, const float *ff) {
+    const int half = rope_dim / 2;
+    if (!mm->have_freq || mm->base != freq_base || mm->dim != rope_dim || mm->have_ff != (ff != NULL) ||
+        (ff && memcmp(mm->ff, ff, (size_t)half * sizeof *ff) != 0)) {
         for (int i = 0; i < half; i++) mm->inv_freq[i] = rope_inv_freq(freq_base, i, rope_dim, ff);
         mm->base = freq_base;
         mm->dim = rope_dim;
@@ -168,32 +199,74 @@ void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
         mm->have_freq = 1;
         mm->have_pos = 0;
     }
-    if (mm && !(mm->have_pos && mm->pos == pos && mm->scale == freq_scale)) {
-        for (int i = 0; i < half; i++) {
-            double theta = (double)pos * (double)freq_scale * mm->inv_freq[i];
-            sincos(theta, &mm->s[i], &mm->c[i]);
-        }
-        mm->pos = pos;
-        mm->scale = freq_scale;
-        mm->have_pos = 1;
+    return mm->inv_freq;
+}
+
+/* cos and sin of theta_i for pairs i0 <= i < i1 into c[i - i0], s[i - i0]. */
+static void rope_angles(int i0, int i1, int rope_dim, int32_t pos, float freq_base, float freq_scale,
+                        const float *ff, double *c, double *s) {
+    const double *inv = rope_dim / 2 <= ROPE_MEMO_HALF ? memo_freqs(&g_rope, freq_base, rope_dim, ff) : NULL;
+    for (int i = i0; i < i1; i++) {
+        double theta = (double)pos * (double)freq_scale * (inv ? inv[i] : rope_inv_freq(freq_base, i, rope_dim, ff));
+        sincos(theta, &s[i - i0], &c[i - i0]);
     }
-    for (int i = 0; i < half; i++) {
-        double c, s;
-        if (mm) {
-            c = mm->c[i];
-            s = mm->s[i];
-        } else {
-            double theta = (double)pos * (double)freq_scale * rope_inv_freq(freq_base, i, rope_dim, ff);
-            sincos(theta, &s, &c);
-        }
+}
+
+void kvs_rope_cos_sin(int rope_dim, int32_t pos, float freq_base, float freq_scale, const float *freq_factors,
+                      double *c, double *s) {
+    rope_angles(0, rope_dim / 2, rope_dim, pos, freq_base, freq_scale, freq_factors, c, s);
+}
+
+/* Rotates pairs i0 <= i < i1 of every head by c[i - i0], s[i - i0]. */
+static void rotate_pairs(float *x, int n_head, int head_dim, int rope_dim, int neox, int i0, int i1,
+                         const double *c, const double *s) {
+    const int half = rope_dim / 2;
+#if defined(__x86_64__)
+    if (use_avx512() && i0 == 0 && i1 == half) {
+        rotate_pairs_avx512(x, n_head, head_dim, half, neox, c, s);
+        return;
+    }
+#endif
+    for (int i = i0; i < i1; i++)
         for (int h = 0; h < n_head; h++) {
             float *xh = x + (size_t)h * head_dim;
             int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
             double x0 = xh[a], x1 = xh[b];
-            xh[a] = (float)(x0 * c - x1 * s);
-            xh[b] = (float)(x0 * s + x1 * c);
+            xh[a] = (float)(x0 * c[i - i0] - x1 * s[i - i0]);
+            xh[b] = (float)(x0 * s[i - i0] + x1 * c[i - i0]);
         }
+}
+
+void kvs_rope_apply(float *x, int n_head, int head_dim, int rope_dim, int neox, const double *c, const double *s) {
+    rotate_pairs(x, n_head, head_dim, rope_dim, neox, 0, rope_dim / 2, c, s);
+}
+
+void kvs_rope(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
+              float freq_base, float freq_scale, int neox) {
+    kvs_rope_ff(x, n_head, head_dim, rope_dim, pos, freq_base, freq_scale, neox, NULL);
+}
+
+void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
+                 float freq_base, float freq_scale, int neox, const float *freq_factors) {
+    const int half = rope_dim / 2;
+    rope_memo *mm = &g_rope;
+    if (half > ROPE_MEMO_HALF) { /* beyond any real head size: no memo, the angles in blocks */
+        double c[ROPE_MEMO_HALF], s[ROPE_MEMO_HALF];
+        for (int i0 = 0; i0 < half; i0 += ROPE_MEMO_HALF) {
+            const int i1 = half - i0 < ROPE_MEMO_HALF ? half : i0 + ROPE_MEMO_HALF;
+            rope_angles(i0, i1, rope_dim, pos, freq_base, freq_scale, freq_factors, c, s);
+            rotate_pairs(x, n_head, head_dim, rope_dim, neox, i0, i1, c, s);
+        }
+        return;
     }
+    memo_freqs(mm, freq_base, rope_dim, freq_factors);
+    if (!(mm->have_pos && mm->pos == pos && mm->scale == freq_scale)) {
+        rope_angles(0, half, rope_dim, pos, freq_base, freq_scale, freq_factors, mm->c, mm->s);
+        mm->pos = pos;
+        mm->scale = freq_scale;
+        mm->have_pos = 1;
+    }
+    rotate_pairs(x, n_head, head_dim, rope_dim, neox, 0, half, mm->c, mm->s);
 }
 
 #if defined(__x86_64__)

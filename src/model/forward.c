@@ -33,6 +33,8 @@ typedef struct row_task {
     const int32_t *pos;
     kvs_kv_buffer *kv;
     const int *rows;
+    kvs_fwd_rope *rope; /* OP_QKV_POST: the rows' cos and sin */
+    int rope_fill;      /* ... which this pass computes first */
 } row_task;
 
 static void add_row(float *y, const float *x, int n) {
@@ -73,10 +75,12 @@ static void row_op_one(const row_task *t, int r) {
             for (int h = 0; h < hp->n_head; h++) norm_head(q + (size_t)h * hp->head_dim, w->q_norm, hp);
         if (w->k_norm)
             for (int h = 0; h < hp->n_head_kv; h++) norm_head(k + (size_t)h * hp->head_dim, w->k_norm, hp);
-        kvs_rope_ff(q, hp->n_head, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
-                    lh->rope_freq_scale, hp->rope_neox, lh->rope_freq_factors);
-        kvs_rope_ff(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, t->pos[r], lh->rope_freq_base,
-                    lh->rope_freq_scale, hp->rope_neox, lh->rope_freq_factors);
+        double *c = t->rope->cs + (size_t)r * hp->rope_dim, *s = c + hp->rope_dim / 2;
+        if (t->rope_fill)
+            kvs_rope_cos_sin(hp->rope_dim, t->pos[r], lh->rope_freq_base, lh->rope_freq_scale, lh->rope_freq_factors,
+                             c, s);
+        kvs_rope_apply(q, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_neox, c, s);
+        kvs_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, hp->rope_neox, c, s);
         break;
     }
     case OP_STORE_KV:
@@ -119,9 +123,9 @@ static void row_chunk_fn(void *arg, int chunk, int ith) {
     for (int r = r0; r < r1; r++) row_op_one(t, r);
 }
 
-static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kvs_kv_buffer *kv,
-                     const int *rows) {
-    row_task t = {f, op, l, m, pos, kv, rows};
+static void run_task(kvs_fwd *f, row_task t) {
+    const row_op op = t.op;
+    const int m = t.m;
     int width = op == OP_ACT_MUL ? f->hp->n_ff : f->hp->n_embd;
     int n_chunks = (m + KVS_FWD_ROWS_PER_CHUNK - 1) / KVS_FWD_ROWS_PER_CHUNK;
     if (!f->pool || (long long)m * width < KVS_FWD_INLINE_ELEMS) {
@@ -129,6 +133,34 @@ static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kv
     } else {
         kvs_pool_for_spans(f->pool, n_chunks, row_chunk_fn, &t); /* a thread's rows stay in its cache (dispatch.c, mm_rows) */
     }
+}
+
+static void run_rows(kvs_fwd *f, row_op op, int l, int m, const int32_t *pos, kvs_kv_buffer *kv,
+                     const int *rows) {
+    run_task(f, (row_task){f, op, l, m, pos, kv, rows, NULL, 0});
+}
+
+/* The table of layer l's rope configuration for rows at pos (m of them),
+ * *fill set where its values are still to be computed (the table is then
+ * taken for them). A prefill of 512 rows had computed 32 sincos per row in
+ * every layer: ~1% of its time. */
+static kvs_fwd_rope *rope_table(kvs_fwd *f, int l, const int32_t *pos, int m, int *fill) {
+    const kvs_layer_hparams *lh = &f->hp->layer[l];
+    for (int i = 0; i < KVS_FWD_ROPE_TABLES; i++) {
+        kvs_fwd_rope *t = &f->rope[i];
+        if (t->valid && t->m == m && t->base == lh->rope_freq_base && t->scale == lh->rope_freq_scale &&
+            t->factors == lh->rope_freq_factors && memcmp(t->pos, pos, (size_t)m * sizeof *pos) == 0) {
+            *fill = 0;
+            return t;
+        }
+    }
+    kvs_fwd_rope *t = &f->rope[f->rope_next];
+    f->rope_next = (f->rope_next + 1) % KVS_FWD_ROPE_TABLES;
+    *t = (kvs_fwd_rope){.valid = 0, .m = m, .base = lh->rope_freq_base, .scale = lh->rope_freq_scale,
+                        .factors = lh->rope_freq_factors, .pos = t->pos, .cs = t->cs};
+    memcpy(t->pos, pos, (size_t)m * sizeof *pos);
+    *fill = 1;
+    return t;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -161,6 +193,12 @@ int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx,
     f->att = malloc(R * qd * sizeof(float));
     f->gate = malloc(R * hp->n_ff * sizeof(float));
     f->up = malloc(R * hp->n_ff * sizeof(float));
+    int rope_ok = 1;
+    for (int i = 0; i < KVS_FWD_ROPE_TABLES; i++) {
+        f->rope[i].pos = malloc(R * sizeof(int32_t));
+        f->rope[i].cs = malloc((R * hp->rope_dim + 1) * sizeof(double));
+        rope_ok = rope_ok && f->rope[i].pos && f->rope[i].cs;
+    }
 
     size_t mm = kvs_matmul_work_size(kvs_model_output(model), max_rows);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -177,7 +215,7 @@ int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx,
     f->mm_work = aligned_alloc(64, (mm + 63) / 64 * 64 + 64);
     f->att_work = aligned_alloc(64, (aw + 63) / 64 * 64 + 64);
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->mm_work ||
-        !f->att_work) {
+        !f->att_work || !rope_ok) {
         kvs_fwd_free(f);
         return kvs_error(KVS_ERR_NOMEM, "forward: cannot allocate scratch for %d rows, %d slots", max_rows, n_ctx);
     }
@@ -197,6 +235,10 @@ void kvs_fwd_free(kvs_fwd *f) {
     free(f->up);
     free(f->mm_work);
     free(f->att_work);
+    for (int i = 0; i < KVS_FWD_ROPE_TABLES; i++) {
+        free(f->rope[i].pos);
+        free(f->rope[i].cs);
+    }
     free(f);
 }
 
@@ -221,7 +263,10 @@ void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m) {
     const kvs_wmat *mats[] = {&w->wq, &w->wk, &w->wv};
     float *const outs[] = {f->q, f->k, f->v};
     kvs_matmul_multi(f->pool, 3, mats, f->xn, m, outs, f->mm_work);
-    run_rows(f, OP_QKV_POST, l, m, pos, NULL, NULL);
+    int fill;
+    kvs_fwd_rope *rope = rope_table(f, l, pos, m, &fill);
+    run_task(f, (row_task){f, OP_QKV_POST, l, m, pos, NULL, NULL, rope, fill});
+    rope->valid = 1;
 }
 
 void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv) {

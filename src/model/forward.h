@@ -25,6 +25,21 @@
 #include "model/kv_buffer.h"
 #include "model/model.h"
 
+/* RoPE's cos and sin at every row's position for one rope configuration of
+ * the layers (base, scale, frequency factors): computed by the first layer
+ * of a pass that needs them and kept for the later ones, whose rows sit at
+ * the same positions. Valid only for the rows and positions copied in pos. */
+typedef struct kvs_fwd_rope {
+    int valid, m;
+    float base, scale;
+    const float *factors; /* the model's, for as long as the kvs_fwd */
+    int32_t *pos;         /* (max_rows) */
+    double *cs;           /* (max_rows, rope_dim): row r's cos (rope_dim / 2), then its sin */
+} kvs_fwd_rope;
+
+/* Configurations kept at once: gemma3's local and global layers alternate. */
+#define KVS_FWD_ROPE_TABLES 2
+
 typedef struct kvs_fwd {
     const kvs_model *model;
     const kvs_hparams *hp;
@@ -42,6 +57,8 @@ typedef struct kvs_fwd {
     float *gate, *up;   /* (max_rows, n_ff) */
     void *mm_work;      /* kvs_matmul scratch, sized for the largest matrix */
     void *att_work;     /* kvs_attention scratch */
+    kvs_fwd_rope rope[KVS_FWD_ROPE_TABLES];
+    int rope_next;      /* the table a new configuration replaces */
 } kvs_fwd;
 
 int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx, kvs_fwd **out);
