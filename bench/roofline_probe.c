@@ -150,24 +150,7 @@ __attribute__((target("avx2"))) static uint64_t dot_avx2(long iters) {
                      : [b0] "+v"(a0), [b1] "+v"(a1), [b2] "+v"(a2), [b3] "+v"(a3), [b4] "+v"(a4), [b5] "+v"(a5) \
                      : [x] "v"(x), [w0] "v"(w0), [w1] "v"(w1), [w2] "v"(w2), [w3] "v"(w3), [w4] "v"(w4),           \
                        [w5] "v"(w5))
-__attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iters) {
-    __m512i x = _mm512_set1_epi8(-3);
-    __m512i w0 = _mm512_set1_epi8(7), w1 = _mm512_set1_epi8(8), w2 = _mm512_set1_epi8(9);
-    __m512i w3 = _mm512_set1_epi8(10), w4 = _mm512_set1_epi8(11), w5 = _mm512_set1_epi8(12);
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-    __m512i a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-    for (long it = 0; it < iters; it++)
-        for (int r = 0; r < DOT_STEPS; r++) {
-            VNNI_SIX(a0, a1, a2, a3, a4, a5);
-            VNNI_SIX(a6, a7, a8, a9, a10, a11);
-        }
-    __m512i s = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-    s = _mm512_xor_si512(s, _mm512_xor_si512(a4, a5));
-    s = _mm512_xor_si512(s, _mm512_xor_si512(_mm512_xor_si512(a6, a7), _mm512_xor_si512(a8, a9)));
-    s = _mm512_xor_si512(s, _mm512_xor_si512(a10, a11));
-    return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s));
-}
-
+#define VNNI_TARGET __attribute__((target("avx512f,avx512vnni")))
 /* The same chains with the float steps every AVX-512 integer kernel owes
  * the reference per 16 vpdpbusd of one (weight row, activation row) block
  * group: the scale product (mul) and the accumulation (fma), here on 6
@@ -180,7 +163,8 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni(long iter
     __asm__ volatile("vmulps %[one], %[pm], %[pm]\n\tvfmadd231ps %[zero], %[zero], %[pa]"                     \
                      : [pm] "+v"(f), [pa] "+v"(g)                                                              \
                      : [one] "v"(one), [zero] "v"(zero))
-__attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni_float(long iters) {
+/* The chains, with the float steps or without (a constant in each caller). */
+VNNI_TARGET __attribute__((always_inline)) static inline uint64_t vnni_chains(long iters, int with_float) {
     __m512i x = _mm512_set1_epi8(-3);
     __m512i w0 = _mm512_set1_epi8(7), w1 = _mm512_set1_epi8(8), w2 = _mm512_set1_epi8(9);
     __m512i w3 = _mm512_set1_epi8(10), w4 = _mm512_set1_epi8(11), w5 = _mm512_set1_epi8(12);
@@ -189,6 +173,13 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni_float(lon
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
     __m512 f0 = one, f1 = one, f2 = one, g0 = zero, g1 = zero, g2 = zero;
     for (long it = 0; it < iters; it++) {
+        if (!with_float) {
+            for (int r = 0; r < DOT_STEPS; r++) {
+                VNNI_SIX(a0, a1, a2, a3, a4, a5);
+                VNNI_SIX(a6, a7, a8, a9, a10, a11);
+            }
+            continue;
+        }
 #pragma GCC unroll 2
         for (int r = 0; r < 2; r++) { /* 6 x 12 vpdpbusd, 3 float steps */
             VNNI_SIX(a0, a1, a2, a3, a4, a5);
@@ -202,7 +193,7 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni_float(lon
             VNNI_SIX(a6, a7, a8, a9, a10, a11);
         }
 #pragma GCC unroll 2
-        for (int r = 0; r < 2; r++) { /* 2 x 12 more: 96 in all */
+        for (int r = 0; r < 2; r++) { /* 2 x 12 more: 96 in all, as without */
             VNNI_SIX(a0, a1, a2, a3, a4, a5);
             VNNI_SIX(a6, a7, a8, a9, a10, a11);
         }
@@ -214,6 +205,8 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t dot_vnni_float(lon
     const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(f0, f1), _mm512_add_ps(f2, g0)), _mm512_add_ps(g1, g2));
     return (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(s)) ^ (uint64_t)_mm512_reduce_add_ps(t);
 }
+VNNI_TARGET static uint64_t dot_vnni(long iters) { return vnni_chains(iters, 0); }
+VNNI_TARGET static uint64_t dot_vnni_float(long iters) { return vnni_chains(iters, 1); }
 
 /* ---- AMX tiles (matmul_amx.c's configurations: 8 tiles of 16 rows x 64
  * bytes; for Q8_0's int8 block step A tiles 2, 3 of 16 x 32 bytes and B
