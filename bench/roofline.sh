@@ -82,6 +82,19 @@ amx=$(amx_prefill "$BUILD/kvstitch")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 q41=$(scripts/fetch-model.sh | tail -n 1)
+# MACs per token: a decoded token's = the parameters (less a separate
+# token_embd, a lookup); a prompt token's less the output head too, which
+# runs on the last row only. Read before the runs, so that an info without
+# these lines stops here and not after them.
+info=$("$BUILD/kvstitch" info -m "$q41")
+params=$(sed -n 's/^parameters: *\([0-9]*\).*/\1/p' <<< "$info")
+vocab=$(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' <<< "$info")
+embd=$(sed -n 's/^embedding: *\([0-9]*\).*/\1/p' <<< "$info")
+[ -n "$params" ] && [ -n "$vocab" ] && [ -n "$embd" ] ||
+    { echo "roofline: kvstitch info -m $q41 printed no parameters / vocabulary / embedding line" >&2; exit 1; }
+head_macs=$((vocab * embd))
+grep -q '^output head: *tied' <<< "$info" || params=$((params - head_macs))
+pp_macs=$((params - head_macs))
 
 model_of() { # type -> path ('' if it cannot be had)
     local t="$1" out="$cache/models/SmolLM2-135M-Instruct.$1.gguf"
@@ -152,14 +165,6 @@ for l in sys.stdin:
 done
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
-# MACs per token: a decoded token's = the parameters (less a separate
-# token_embd, a lookup); a prompt token's less the output head too, which
-# runs on the last row only
-info=$("$BUILD/kvstitch" info -m "$q41")
-params=$(sed -n 's/^parameters: *\([0-9]*\).*/\1/p' <<< "$info")
-head_macs=$(( $(sed -n 's/^vocabulary: *\([0-9]*\).*/\1/p' <<< "$info") * $(sed -n 's/^embedding: *\([0-9]*\).*/\1/p' <<< "$info") ))
-grep -q '^output head: *tied' <<< "$info" || params=$((params - head_macs))
-pp_macs=$((params - head_macs))
 out="bench/results/roofline-$(report_slug "$BUILD/kvstitch").md"
 python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
     "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \

@@ -228,8 +228,9 @@ def main():
           "rounds; speedup = aggregate / one-stream decode (tg ours above). Issue #16's target: >= 5x at 8 "
           "streams. Share of the float-step ceiling: aggregate tok/s x %.0fM MACs (a decoded token's, the head "
           "included) x 2 (two-level) / the wall int8 GMAC/s with the float steps at that thread count, the whole "
-          "step (attention, norms) counted against the matmuls' ceiling (quantized SmolLM2 types); 5x: the share "
-          "five one-stream decodes would need.\n" % (ns, params / 1e6))
+          "step (attention, norms) counted against the matmuls' ceiling (quantized SmolLM2 types%s); 5x: the share "
+          "five one-stream decodes would need.\n"
+          % (ns, params / 1e6, "; where the batch runs on AMX tiles it can pass 100%" if amx else ""))
         if amx:
             w("\"Without AMX\" is the same run's batch with KVS_AMX=0: the AVX-512 batch paths, which a CPU "
               "without AMX tiles (a Zen 5) runs; one-stream decode never uses the tiles.\n")
