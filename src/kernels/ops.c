@@ -65,13 +65,14 @@ static void silu_mul_avx512(float *gate, const float *up, int n) {
         gate[i] = (g / (1.0f + kvs_expf_ref(x))) * up[i];
     }
 }
-/* rotate_pairs for every pair, 8 at a time: each lane the scalar steps in
- * double (x0 c - x1 s, x0 s + x1 c, each product rounded, then the sum,
- * then one rounding to float), so the same bits. neox = 0: pairs are
- * neighbours, 16 floats hold 8 pairs and c, s go to both lanes of a pair;
- * neox = 1: x0 and x1 are 8 floats half a rotation apart. */
-static void rotate_pairs_avx512(float *x, int n_head, int head_dim, int half, int neox, const double *c, const double *s) {
-    int i8 = half & ~7;
+/* rotate_pairs for the pairs below half & ~7, 8 at a time (returns that
+ * count; the caller rotates the rest): each lane the scalar steps in double
+ * (x0 c - x1 s, x0 s + x1 c, each product rounded, then the sum, then one
+ * rounding to float), so the same bits. neox = 0: pairs are neighbours, 16
+ * floats hold 8 pairs and c, s go to both lanes of a pair; neox = 1: x0 and
+ * x1 are 8 floats half a rotation apart. */
+static int rotate_pairs_avx512(float *x, int n_head, int head_dim, int half, int neox, const double *c, const double *s) {
+    const int i8 = half & ~7;
     for (int h = 0; h < n_head; h++) {
         float *xh = x + (size_t)h * head_dim;
         for (int i = 0; i < i8; i += 8) {
@@ -96,13 +97,8 @@ static void rotate_pairs_avx512(float *x, int n_head, int head_dim, int half, in
                 _mm512_storeu_ps(xh + 2 * i, _mm512_insertf32x8(_mm512_castps256_ps512(out[0]), out[1], 1));
             }
         }
-        for (int i = i8; i < half; i++) {
-            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-            double x0 = xh[a], x1 = xh[b];
-            xh[a] = (float)(x0 * c[i] - x1 * s[i]);
-            xh[b] = (float)(x0 * s[i] + x1 * c[i]);
-        }
     }
+    return i8;
 }
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -202,10 +198,10 @@ static const double *memo_freqs(rope_memo *mm, float freq_base, int rope_dim, co
     return mm->inv_freq;
 }
 
-/* cos and sin of theta_i for pairs i0 <= i < i1 into c[i - i0], s[i - i0]. */
+/* cos and sin of theta_i for pairs i0 <= i < i1 into c[i - i0], s[i - i0];
+ * inv: the memo's frequencies, or NULL (each computed here). */
 static void rope_angles(int i0, int i1, int rope_dim, int32_t pos, float freq_base, float freq_scale,
-                        const float *ff, double *c, double *s) {
-    const double *inv = rope_dim / 2 <= ROPE_MEMO_HALF ? memo_freqs(&g_rope, freq_base, rope_dim, ff) : NULL;
+                        const float *ff, const double *inv, double *c, double *s) {
     for (int i = i0; i < i1; i++) {
         double theta = (double)pos * (double)freq_scale * (inv ? inv[i] : rope_inv_freq(freq_base, i, rope_dim, ff));
         sincos(theta, &s[i - i0], &c[i - i0]);
@@ -214,20 +210,19 @@ static void rope_angles(int i0, int i1, int rope_dim, int32_t pos, float freq_ba
 
 void kvs_rope_cos_sin(int rope_dim, int32_t pos, float freq_base, float freq_scale, const float *freq_factors,
                       double *c, double *s) {
-    rope_angles(0, rope_dim / 2, rope_dim, pos, freq_base, freq_scale, freq_factors, c, s);
+    const double *inv = rope_dim / 2 <= ROPE_MEMO_HALF ? memo_freqs(&g_rope, freq_base, rope_dim, freq_factors) : NULL;
+    rope_angles(0, rope_dim / 2, rope_dim, pos, freq_base, freq_scale, freq_factors, inv, c, s);
 }
 
 /* Rotates pairs i0 <= i < i1 of every head by c[i - i0], s[i - i0]. */
 static void rotate_pairs(float *x, int n_head, int head_dim, int rope_dim, int neox, int i0, int i1,
                          const double *c, const double *s) {
     const int half = rope_dim / 2;
+    int from = i0; /* the first pair left to the scalar loop */
 #if defined(__x86_64__)
-    if (use_avx512() && i0 == 0 && i1 == half) {
-        rotate_pairs_avx512(x, n_head, head_dim, half, neox, c, s);
-        return;
-    }
+    if (use_avx512() && i0 == 0 && i1 == half) from = rotate_pairs_avx512(x, n_head, head_dim, half, neox, c, s);
 #endif
-    for (int i = i0; i < i1; i++)
+    for (int i = from; i < i1; i++)
         for (int h = 0; h < n_head; h++) {
             float *xh = x + (size_t)h * head_dim;
             int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
@@ -254,14 +249,14 @@ void kvs_rope_ff(float *x, int n_head, int head_dim, int rope_dim, int32_t pos,
         double c[ROPE_MEMO_HALF], s[ROPE_MEMO_HALF];
         for (int i0 = 0; i0 < half; i0 += ROPE_MEMO_HALF) {
             const int i1 = half - i0 < ROPE_MEMO_HALF ? half : i0 + ROPE_MEMO_HALF;
-            rope_angles(i0, i1, rope_dim, pos, freq_base, freq_scale, freq_factors, c, s);
+            rope_angles(i0, i1, rope_dim, pos, freq_base, freq_scale, freq_factors, NULL, c, s);
             rotate_pairs(x, n_head, head_dim, rope_dim, neox, i0, i1, c, s);
         }
         return;
     }
-    memo_freqs(mm, freq_base, rope_dim, freq_factors);
+    const double *inv = memo_freqs(mm, freq_base, rope_dim, freq_factors);
     if (!(mm->have_pos && mm->pos == pos && mm->scale == freq_scale)) {
-        rope_angles(0, half, rope_dim, pos, freq_base, freq_scale, freq_factors, mm->c, mm->s);
+        rope_angles(0, half, rope_dim, pos, freq_base, freq_scale, freq_factors, inv, mm->c, mm->s);
         mm->pos = pos;
         mm->scale = freq_scale;
         mm->have_pos = 1;
