@@ -27,6 +27,9 @@
 #include "model/model.h"
 
 #define ROWS 16
+#if KVS_FWD_ROPE_TABLES != 2
+#error "the steps of rope_tables_hit_miss_evict_same_bits assume two tables (which one a third configuration evicts)"
+#endif
 #define N_CTX 4096
 
 typedef struct rope_env {
