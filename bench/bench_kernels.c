@@ -13,7 +13,7 @@
  * name, e.g. ffn_down) and that row count (any; by default 1, 8 and 512):
  * A/B runs of one kernel in seconds, not a minute.
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0 | --q5_0]
  *                 [--shape NAME] [--m M]
  */
 #include <math.h>
@@ -288,6 +288,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--f32")) g_type = KVS_TYPE_F32;
         else if (!strcmp(argv[i], "--q8_0")) g_type = KVS_TYPE_Q8_0;
         else if (!strcmp(argv[i], "--q4_0")) g_type = KVS_TYPE_Q4_0;
+        else if (!strcmp(argv[i], "--q5_0")) g_type = KVS_TYPE_Q5_0;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) only_m = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gemma3")) {

@@ -128,15 +128,15 @@ static float *matmul(const kvs_wmat *w, const float *x, int m, kvs_pool *pool) {
 }
 
 TEST(test_kq_simd_equals_scalar) {
-    /* 96, 640: 3 and 20 blocks, a partial last octet of <= 4 blocks (the batch path merges two rows' into one,
-     * kquant_avx2_batch.c merge_tails); 192: 6 blocks, a partial octet of more; 288, 416, 800: the partial octet
-     * odd (chains 8-15) (Q5_0 / Q5_1 only: K-quants need 256); on AVX-512 (groups of 16 blocks) 96 and 640 end in a
-     * group of <= 4 blocks (four weight rows share it), 192 and 256 <= 8 (two), 288, 416, 800 more, 1280 two full
-     * groups and 8 blocks; 8192, 10240, 16384: several groups of tiles per
-     * chunk, 16384 the longest rows of the batch path (MAX_OCTETS); 32768, 33024: longer, several rows go through
-     * decode row by row (kq_lanes). 45..48 weight rows, turning over independently of k: the batch path's tiles of
-     * four, the last with 1, 2, 3 or 4 rows of its own (the others repeat a row, computed and not stored) */
-    const int ks[] = {96, 192, 256, 288, 416, 640, 800, 1280, 2048, 8192, 10240, 16384, 32768, 33024};
+    /* 96, 576, 640: 3, 18 and 20 blocks, a partial last octet of <= 4 blocks (the batch path merges two rows' into
+     * one, kquant_avx2_batch.c merge_tails; 576: SmolLM2's Q5_0 rows in a Q4_K_M file); 192: 6 blocks, a partial
+     * octet of more; 288, 416, 800: the partial octet odd (chains 8-15) (Q5_0 / Q5_1 only: K-quants need 256); on
+     * AVX-512 (groups of 16 blocks) 96, 576 and 640 end in a group of <= 4 blocks (four weight rows share it), 192
+     * and 256 <= 8 (two), 288, 416, 800 more, 1280 two full groups and 8 blocks; 8192, 10240, 16384: several groups
+     * of tiles per chunk, 16384 the longest rows of the batch path (MAX_OCTETS); 32768, 33024: longer, several rows
+     * go through decode row by row (kq_lanes). 45..48 weight rows, turning over independently of k: the batch path's
+     * tiles of four, the last with 1, 2, 3 or 4 rows of its own (the others repeat a row, computed and not stored) */
+    const int ks[] = {96, 192, 256, 288, 416, 576, 640, 800, 1280, 2048, 8192, 10240, 16384, 32768, 33024};
     const int ns[] = {45, 46, 47, 48};
     const int ms[] = {1, 3, 16, 37};
     int compared = 0;

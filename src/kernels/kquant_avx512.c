@@ -8,9 +8,9 @@
  * Decode: each weight octet as 4 registers of block pairs
  * (kquant_avx512_pairs.h), the activation row in the same pairs
  * (KQ_PAIRS), vpdpbusd, and two rounds of unpack-and-add plus a permute
- * leave each block's half sums in its lane: a full group of 16 blocks (two
- * octets) takes the batch path's float steps on a register of all 16
- * chains, a last octet AVX2's 8-lane ones (kquant_avx2_octet.h). Q4_K
+ * leave each block's half sums in its lane: a group of 16 blocks (two
+ * octets; a row's last may be shorter) takes the batch path's float steps
+ * on a register of all 16 chains (kquant_avx512_pairs.h). Q4_K
  * 2048x640, cache-resident, one core: 10.8 -> 14.9 GB/s; Q6_K 10.4 -> 17.7
  * (the AVX2 decode, kquant_avx2.c).
  */
@@ -44,51 +44,32 @@ AI __m512i pair_sums(const __m512i A[4]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
-/* The half sums of octet W against activation octet xo: H0 lane l = half
- * 0 of block l (elements 0..15), H1 half 1 (pairs past cnt: zero). */
-AI void octet_half_sums(const __m512i W[4], const int8_t *xo, int cnt, __m256i *H0, __m256i *H1) {
-    __m512i A[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) /* a pair past the row (a short last octet): zero */
-        A[v] = (v / 2) * 4 + v % 2 < cnt ? pair_dot(W[v], xo + 128 * v) : _mm512_setzero_si512();
-    const __m512i t = pair_sums(A);
-    *H0 = _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0), t));
-    *H1 = _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(4, 5, 12, 13, 6, 7, 14, 15, 0, 0, 0, 0, 0, 0, 0, 0), t));
-}
-
 #define PF_ROWS 4 /* weight rows prefetched ahead in decode */
 
-/* The float steps of octet o (cnt blocks) of weight row `row` against
- * activation row xq (KQ_PAIRS, trailer tr) on accumulator a. */
-AI __m256 decode_octet(__m256 a, const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int o,
-                       int cnt, kq_shape sh) {
-    const int b0 = 8 * o;
-    __m512i W[4];
-    octet sc;
-    __m256i H0, H1;
-    unpack_pairs(row, b0, cnt, packed, sh, W, &sc);
-    octet_half_sums(W, (const int8_t *)xq + (size_t)b0 * 64, cnt, &H0, &H1);
-    const xoct x = {(const int8_t *)xq + (size_t)b0 * 64, tr->dx + b0, tr->sx + b0, tr->s0 + b0, tr->s1 + b0};
-    if (!sh.split) { /* the whole in H0 (octet_ops_of) */
-        H0 = _mm256_add_epi32(H0, H1);
-        H1 = _mm256_setzero_si256();
-    }
-    const octet_ops op = octet_prep(&sc, H0, H1, x, sh);
-    return octet_apply_cnt(a, cnt, &op, sh);
-}
-
-/* The float steps of full hexadecet g0 (two octets) of weight row `row`
- * on A (lane l = chain l): both octets' pair sums into 16 lanes at once,
- * then the batch path's 16-lane steps (hx_ops_of). */
+/* The float steps of hexadecet g0 (cnt blocks from g0: 16, or a row's last
+ * 1..15) of weight row `row` on A (lane l = chain l): the octets' pair sums
+ * into 16 lanes at once, then the batch path's 16-lane steps (hx_ops_of) on
+ * lanes [0, cnt). A last octet's blocks land in the chains the reference
+ * gives them (b % 16), after the full hexadecets' steps there, so a short
+ * last hexadecet is the same steps on fewer lanes; pairs past cnt are
+ * zero. */
 AI __m512 decode_hexa(__m512 A, const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int g0,
-                      kq_shape sh) {
+                      int cnt, kq_shape sh) {
     __m512i W[8], P[8];
     octet s0, s1;
-    unpack_pairs(row, g0, 8, packed, sh, W, &s0);
-    unpack_pairs(row, g0 + 8, 8, packed, sh, W + 4, &s1);
+    const int c0 = cnt < 8 ? cnt : 8, c1 = cnt - c0;
+    unpack_pairs(row, g0, c0, packed, sh, W, &s0);
+    if (c1) {
+        unpack_pairs(row, g0 + 8, c1, packed, sh, W + 4, &s1);
+    } else {
+        W[4] = W[5] = W[6] = W[7] = _mm512_setzero_si512();
+        s1.dw0 = s1.dw1 = s1.mw = _mm256_setzero_ps();
+    }
     const int8_t *xo = (const int8_t *)xq + (size_t)g0 * 64;
 #pragma GCC unroll 8
-    for (int v = 0; v < 8; v++) P[v] = pair_dot(W[v], xo + 512 * (v / 4) + 128 * (v % 4));
+    for (int v = 0; v < 8; v++) /* pair v's first block: 8 (v / 4) + (v % 4 / 2) 4 + v % 2 */
+        P[v] = 8 * (v / 4) + (v % 4 / 2) * 4 + v % 2 < cnt ? pair_dot(W[v], xo + 512 * (v / 4) + 128 * (v % 4))
+                                                          : _mm512_setzero_si512();
     const __m512i t0 = pair_sums(P), t1 = pair_sums(P + 4);
     const __m512i h0 = _mm512_permutex2var_epi32(
         t0, _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 16, 17, 24, 25, 18, 19, 26, 27), t1);
@@ -99,14 +80,16 @@ AI __m512 decode_hexa(__m512 A, const uint8_t *row, int packed, const uint8_t *x
     const hx_ops op = hx_ops_of(_mm512_insertf32x8(_mm512_castps256_ps512(s0.dw0), s1.dw0, 1),
                                 _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw1), s1.dw1, 1),
                                 _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1), I, &a, sh);
-    return hx_apply(A, &op, (__mmask16)0xffff, sh);
+    return hx_apply(A, &op, (__mmask16)((1u << cnt) - 1), sh);
 }
 
 /* Decode (one activation row xq, KQ_PAIRS): columns [j0, j1), a weight row
- * at a time; full hexadecets on a 16-chain accumulator, then a last octet
- * (full or partial: always at an even octet, chains 0-7) on its low half. */
+ * at a time, its hexadecets (the last one short where nb % 16) on one
+ * 16-chain accumulator. A short last hexadecet had gone through AVX2's
+ * 8-lane octet steps on half the chains: SmolLM2's Q5_0 rows of 18 blocks
+ * (k = 576) took 1.6x the time per block of rows of 48. */
 AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1, kq_shape sh) {
-    const int nb = w->k / 32, nh = nb / 16, packed = w->packed != NULL;
+    const int nb = w->k / 32, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xq, w->k);
     for (int j = j0; j < j1; j++) {
@@ -114,14 +97,16 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
         kq_prefetch_ahead(row, w->row_bytes, j, j0, w->n, PF_ROWS);
         if (w->far_rows) kq_prefetch_far(row, w->row_bytes, j, j0, w->n, w->far_rows);
         __m512 A = _mm512_setzero_ps();
-        for (int h = 0; h < nh; h++) A = decode_hexa(A, row, packed, xq, &tr, 16 * h, sh);
-        __m256 lo = _mm512_castps512_ps256(A), hi = _mm512_extractf32x8_ps(A, 1);
-        for (int o = 2 * nh; o < (nb + 7) / 8; o++) { /* at most 2: chains 0-7, then 8-15 */
-            const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
-            if (o % 2 == 0) lo = decode_octet(lo, row, packed, xq, &tr, o, cnt, sh);
-            else hi = decode_octet(hi, row, packed, xq, &tr, o, cnt, sh);
+        int g0 = 0;
+        for (; g0 + 16 <= nb; g0 += 16) A = decode_hexa(A, row, packed, xq, &tr, g0, 16, sh); /* 16: folded */
+        switch (nb - g0) { /* the common short ones folded too (k = 576, 640, 768) */
+        case 0: break;
+        case 2: A = decode_hexa(A, row, packed, xq, &tr, g0, 2, sh); break;
+        case 4: A = decode_hexa(A, row, packed, xq, &tr, g0, 4, sh); break;
+        case 8: A = decode_hexa(A, row, packed, xq, &tr, g0, 8, sh); break;
+        default: A = decode_hexa(A, row, packed, xq, &tr, g0, nb - g0, sh); break;
         }
-        y[j] = tree16_2(lo, hi);
+        y[j] = tree16_2(_mm512_castps512_ps256(A), _mm512_extractf32x8_ps(A, 1));
     }
 }
 
