@@ -44,7 +44,12 @@ AI __m512i pair_sums(const __m512i A[4]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
-#define PF_ROWS 4 /* weight rows prefetched ahead in decode */
+/* Weight rows prefetched ahead in decode. 4 left SmolLM2's short Q5_0 rows
+ * (396 bytes) 1.6 KB of lead; 12 (paired decode, session 55): SmolLM2
+ * Q4_K_M 1.078x at 1 thread (8 rounds, every one ahead) and 1.058x at 2,
+ * gemma3 1.049x (10 rounds); 8 and 16 measured 1.117x / 1.025x, 24 1.061x
+ * on SmolLM2 (6 rounds each, noisier). */
+#define PF_ROWS 12
 
 /* The float steps of hexadecet g0 (cnt blocks from g0: 16, or a row's last
  * 1..15) of weight row `row` on A (lane l = chain l): the octets' pair sums
