@@ -72,9 +72,9 @@ AI __m512 decode_hexa(__m512 A, const uint8_t *row, int packed, const uint8_t *x
     }
     const int8_t *xo = (const int8_t *)xq + (size_t)g0 * 64;
 #pragma GCC unroll 8
-    for (int v = 0; v < 8; v++) /* pair v's first block: 8 (v / 4) + (v % 4 / 2) 4 + v % 2 */
-        P[v] = 8 * (v / 4) + (v % 4 / 2) * 4 + v % 2 < cnt ? pair_dot(W[v], xo + 512 * (v / 4) + 128 * (v % 4))
-                                                          : _mm512_setzero_si512();
+    for (int v = 0; v < 8; v++) /* octet v / 4's pair v % 4 */
+        P[v] = 8 * (v / 4) + pair_first_block(v % 4) < cnt ? pair_dot(W[v], xo + 512 * (v / 4) + 128 * (v % 4))
+                                                           : _mm512_setzero_si512();
     const __m512i t0 = pair_sums(P), t1 = pair_sums(P + 4);
     const __m512i h0 = _mm512_permutex2var_epi32(
         t0, _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 16, 17, 24, 25, 18, 19, 26, 27), t1);

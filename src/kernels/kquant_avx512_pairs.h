@@ -33,6 +33,10 @@ AI __m512i with_fifth_bits(__m512i q, __m512i hb, int ia, int ib) {
     return _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, sel), q, _mm512_set1_epi8(16));
 }
 
+/* The first block (a) of an octet's pair vector v (0..3): pairs (0, 2),
+ * (1, 3), (4, 6), (5, 7). */
+AI int pair_first_block(int v) { return (v / 2) * 4 + v % 2; }
+
 /* Q5_0 / Q5_1 blocks in GGUF layout (cnt <= 8 from b0: those past a packed
  * row's last full octet, or a row not packed) as pairs: each block's 16 qs
  * bytes twice (low nibbles: elements 0-15, high: 16-31), its 32 5th bits a
@@ -45,7 +49,7 @@ AI void unpack_q5_pairs(const uint8_t *row, int b0, int cnt, int q51, __m512i W[
     uint64_t d[2] = {0, 0}, m[2] = {0, 0};
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        const int a = (v / 2) * 4 + v % 2, b = a + 2;
+        const int a = pair_first_block(v), b = a + 2;
         if (a >= cnt) {
             W[v] = _mm512_setzero_si512();
             continue;
