@@ -316,10 +316,10 @@ TEST(test_kq_integer_extremes) {
 /* An ISA's quantized rows for a call of two rows (b) against the
  * reference's (a, natural order): the lane layout of `lanes` blocks a group
  * (group g, plane p, vector r, lane l = block g * lanes + l, elements
- * 4r..4r+3), the same integers, scales and sums. A last group of cnt <= 4
- * (<= 8) blocks, narrower than the group, has lane l hold lane l % 4 (l %
- * 8), integers and trailer, for the kernels that share it among weight
- * rows; other lanes past the row are zero. */
+ * 4r..4r+3), the same integers, scales and sums. On AVX2 (8 lanes) a last
+ * group of cnt <= 4 blocks has lane l hold lane l % 4, integers and
+ * trailer, for the kernels that share it between two weight rows; other
+ * lanes past the row are zero (AVX-512's 16 lanes: all of them). */
 static void lane_layout_check(kvs_kq_isa isa, int lanes, const float *x, int k, const uint8_t *a, uint8_t *b,
                               int variant) {
     const size_t bytes = kvs_kq_xrow_bytes(k);
@@ -330,8 +330,7 @@ static void lane_layout_check(kvs_kq_isa isa, int lanes, const float *x, int k, 
     int lane_bad = 0, trailer_bad = 0, zero_bad = 0;
     for (int blk = 0; blk < (nb + lanes - 1) / lanes * lanes; blk++) {
         const int g0 = blk - blk % lanes, cnt = nb - g0 < lanes ? nb - g0 : lanes;
-        int span = cnt <= 4 ? 4 : cnt <= 8 ? 8 : 16;
-        if (span > lanes) span = lanes;
+        const int span = lanes == 8 && cnt <= 4 ? 4 : lanes;
         const int src = (blk - g0) % span < cnt ? g0 + (blk - g0) % span : -1;
         for (int p = 0; p < 2; p++)
             for (int e = 0; e < 32; e++) {

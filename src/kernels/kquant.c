@@ -20,7 +20,9 @@ static const kvs_kq_isa *kq_isa(void) {
     return &kvs_kq_isa_scalar;
 }
 
-size_t kvs_kq_work_size(const kvs_wmat *w, int m) { return 64 + (size_t)m * kvs_kq_xrow_bytes(w->k); }
+size_t kvs_kq_work_size(const kvs_wmat *w, int m) {
+    return 64 + (size_t)m * kvs_kq_xrow_bytes(w->k) + kvs_kq_quads_bytes(w->k, m);
+}
 
 typedef struct kq_task {
     const kvs_kq_isa *isa;
@@ -28,6 +30,7 @@ typedef struct kq_task {
     const float *x;
     uint8_t *xq;
     size_t xq_row;
+    uint8_t *xt; /* the quads' tails (kvs_kq_isa.prep_quads), after the m rows */
     int m, cols;
     int rows; /* activation rows per chunk (kq_rows), 0: all */
     float *y;
@@ -38,31 +41,36 @@ typedef struct kq_task {
 static void quant_chunk(void *arg, int chunk, int ith) {
     (void)ith;
     const kq_task *t = arg;
-    int i1 = (chunk + 1) * KQ_QUANT_ROWS < t->m ? (chunk + 1) * KQ_QUANT_ROWS : t->m;
-    for (int i = chunk * KQ_QUANT_ROWS; i < i1; i++)
+    const int i0 = chunk * KQ_QUANT_ROWS, i1 = i0 + KQ_QUANT_ROWS < t->m ? i0 + KQ_QUANT_ROWS : t->m;
+    for (int i = i0; i < i1; i++)
         t->isa->quantize_row(t->x + (size_t)i * t->w->k, t->w->k, t->xq + (size_t)i * t->xq_row, t->m);
+    if (t->isa->prep_quads) /* the chunk's whole quads (KQ_QUANT_ROWS: a multiple of 4) */
+        t->isa->prep_quads(t->w->k, t->xq + (size_t)i0 * t->xq_row, t->xq_row, i1 - i0, t->m,
+                           t->xt + (size_t)(i0 / 4) * kvs_kq_quads_bytes(t->w->k, 4));
 }
 
 /* Column chunk `chunk` of row block rb (rows: all of them). */
 static void cols_chunk(const kq_task *t, int rb, int chunk) {
     int j0 = chunk * t->cols, j1 = j0 + t->cols < t->w->n ? j0 + t->cols : t->w->n;
     if (!t->rows) {
-        t->isa->dot_cols(t->w, t->xq, t->xq_row, t->m, t->y, j0, j1);
+        t->isa->dot_cols(t->w, t->xq, t->xq_row, t->m, t->xt, t->y, j0, j1);
         return;
     }
-    const int i0 = rb * t->rows, m = t->m - i0 < t->rows ? t->m - i0 : t->rows;
-    t->isa->dot_cols(t->w, t->xq + (size_t)i0 * t->xq_row, t->xq_row, m, t->y + (size_t)i0 * t->w->n, j0, j1);
+    const int i0 = rb * t->rows, m = t->m - i0 < t->rows ? t->m - i0 : t->rows; /* i0: a multiple of 4 (kq_rows) */
+    t->isa->dot_cols(t->w, t->xq + (size_t)i0 * t->xq_row, t->xq_row, m,
+                     t->xt + (size_t)(i0 / 4) * kvs_kq_quads_bytes(t->w->k, 4), t->y + (size_t)i0 * t->w->n, j0, j1);
 }
 
 /* Rows per row block as dispatch.c's mm_rows (why: there): one block a
  * thread for prefill on several threads (kvs_prefill_row_blocks), else 0.
  * The quantized rows' layout depends on whether a call has one row or
  * several (kq_lanes), so no block may be a single row: with m >= 32 a
- * thread, the last has m / nth - nth + 1 or more. */
+ * thread, the last has m / nth - 3 nth + 1 or more. Blocks start at a
+ * multiple of 4, where a quad of the tails' operands does (prep_quads). */
 static int kq_rows(int m, int nth) {
     const int nrb = kvs_prefill_row_blocks(m, nth);
     if (nrb == 1) return 0;
-    const int rows = (m + nrb - 1) / nrb;
+    const int rows = ((m + nrb - 1) / nrb + 3) & ~3;
     return m - (nrb - 1) * rows >= 2 ? rows : 0;
 }
 
@@ -118,8 +126,9 @@ void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, cons
         const kvs_wmat *w = ws[i];
         /* a few rows (m < 16: batched decode) as decode (kvs_decode_cols) */
         const int cols = m < 16 ? kvs_decode_cols(w->n, kvs_pool_size(pool)) : 16;
-        mt.t[i] = (kq_task){kq_isa(), w, x, (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63),
-                            kvs_kq_xrow_bytes(w->k), m, cols, rows, ys[i]};
+        uint8_t *xq = (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+        const size_t xq_row = kvs_kq_xrow_bytes(w->k);
+        mt.t[i] = (kq_task){kq_isa(), w, x, xq, xq_row, xq + (size_t)m * xq_row, m, cols, rows, ys[i]};
         mt.first[i + 1] = mt.first[i] + (w->n + cols - 1) / cols;
     }
     quantize(pool, &mt.t[0]);

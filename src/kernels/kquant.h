@@ -23,13 +23,19 @@
  *   x row -> two-level quantized blocks of 32 (quant.h's definition: Q, dx =
  *   d / 256, sx = dx * sum Q), stored here in natural element order
  *   (kvs_kq_xrow_bytes).
- *   I_h = exact integer dot of q_w and Q over half h (elements 16h..16h+15)
- *   for every block b, c = b % 16:
- *     split scales (Q6_K): acc[c] = fma((float)I_0, dw_0 * dx, acc[c]);
- *                          acc[c] = fma((float)I_1, dw_1 * dx, acc[c])
- *     otherwise:           acc[c] = fma((float)(I_0 + I_1), dw * dx, acc[c])
- *     with a min:          acc[c] = fma(mw, sx, acc[c])
- *   y = kvs_tree16(acc).
+ *   I_h = exact integer dot of q_w and Q over half h (elements 16h..16h+15);
+ *   nf = 16 * (nb / 16) (the blocks of whole groups of 16);
+ *   for every block b < nf, a = acc[b % 16]:
+ *     split scales (Q6_K): a = fma((float)I_0, dw_0 * dx, a);
+ *                          a = fma((float)I_1, dw_1 * dx, a)
+ *     otherwise:           a = fma((float)(I_0 + I_1), dw * dx, a)
+ *     with a min:          a = fma(mw, sx, a)
+ *   y = kvs_tree16(acc);
+ *   the tail blocks b = nf .. nb - 1, in order: the same steps with a = y.
+ * This is kernels_impl.h's order for Q4_0 / Q4_1 / Q8_0 too: a row's tail
+ * (SmolLM2's k = 576 is 16 + 2 blocks, gemma3's 640 16 + 4) is computed with
+ * lanes = outputs by the batch paths, at the cost of its blocks alone (on
+ * chains b % 16 it took as long as the row's 16 full blocks: session 56).
  */
 #ifndef KVS_KERNELS_KQUANT_H
 #define KVS_KERNELS_KQUANT_H
@@ -61,6 +67,14 @@ static inline kvs_kq_trailer kvs_kq_trailer_of(const uint8_t *xrow, int k) {
     float *dx = (float *)(uintptr_t)(xrow + (size_t)nbp * 64);
     int32_t *s0 = (int32_t *)(dx + 2 * nbp);
     return (kvs_kq_trailer){dx, dx + nbp, s0, s0 + nbp};
+}
+
+/* The operands of the rows' tails by quads of 4 rows (the AVX-512 batch
+ * path's lanes = outputs; kvs_kq_isa.prep_quads): bytes a call of m rows
+ * of k elements keeps for them, after its quantized rows. */
+#define KVS_KQ_QUAD_BLOCK_BYTES 1280 /* a quad's operands of one tail block */
+static inline size_t kvs_kq_quads_bytes(int k, int m) {
+    return (size_t)((m + 3) / 4) * (size_t)((k / 32) % 16) * KVS_KQ_QUAD_BLOCK_BYTES;
 }
 
 size_t kvs_kq_work_size(const kvs_wmat *w, int m);
@@ -96,11 +110,17 @@ float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow);
 /* One ISA row: y[i][j] for rows [0, m) and columns [j0, j1), on x rows its
  * own quantize_row wrote for a call of m rows (the values of
  * kvs_kq_quantize_row, bit for bit, in the order the ISA reads; lanes past
- * the row may hold copies the ISA's kernels use). */
+ * the row may hold copies the ISA's kernels use), and xt: the quads of
+ * those rows from the first (prep_quads), or NULL where the ISA has no
+ * prep_quads. prep_quads (NULL: none): after rows [0, m) of a call of
+ * m_call rows are quantized, their quads' tail operands into xt (m a
+ * multiple of 4 unless the call's last rows). */
 typedef struct kvs_kq_isa {
     const char *name;
-    void (*dot_cols)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+    void (*dot_cols)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y, int j0,
+                     int j1);
     void (*quantize_row)(const float *x, int k, uint8_t *xrow, int m);
+    void (*prep_quads)(int k, const uint8_t *xq, size_t xq_row, int m, int m_call, uint8_t *xt);
 } kvs_kq_isa;
 extern const kvs_kq_isa kvs_kq_isa_scalar;
 #if defined(__x86_64__)

@@ -60,31 +60,32 @@ AI octet_ops octet_step(const uint8_t *row, int packed, int o, int cnt, const ui
 }
 
 /* One weight row . one quantized activation row xr (natural order).
- * Octets alternate between the low (chains 0-7) and high (8-15)
- * accumulators; the loop takes them by twos so the accumulators stay in
- * registers. The octets after the loop (an odd one, a partial one) are
- * computed first and their float steps taken last, in order: computed
- * last, their latency was the call's (k = 640: 2 octets in the loop and a
- * partial one cost as much as 3 + 1). */
+ * The whole groups' octets alternate between the low (chains 0-7) and
+ * high (8-15) accumulators, by twos so the accumulators stay in registers.
+ * The tail's octets (kquant.h: after the tree, in order; at most 2) are
+ * computed first and their steps taken last: computed last, their latency
+ * was the call's (k = 640: 2 octets in the loop and a partial one cost as
+ * much as 3 + 1). */
 AI float dot_row(const uint8_t *row, int packed, const uint8_t *xr, int nb, kq_shape sh) {
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
-    const int nfull = nb / 8, no = (nb + 7) / 8, first_late = nfull & ~1;
+    const int nfo = 2 * (nb / 16), no = (nb + 7) / 8; /* octets of whole groups; all */
     octet_ops late[2];
-    for (int o = first_late; o < no; o++)
-        late[o - first_late] = octet_step(row, packed, o, nb - 8 * o < 8 ? nb - 8 * o : 8, xr, &tr, sh);
+    for (int o = nfo; o < no; o++)
+        late[o - nfo] = octet_step(row, packed, o, nb - 8 * o < 8 ? nb - 8 * o : 8, xr, &tr, sh);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (int o = 0; o < first_late; o += 2) {
+    for (int o = 0; o < nfo; o += 2) {
         octet_ops op = octet_step(row, packed, o, 8, xr, &tr, sh);
         a0 = octet_apply(a0, &op, sh);
         op = octet_step(row, packed, o + 1, 8, xr, &tr, sh);
         a1 = octet_apply(a1, &op, sh);
     }
-    for (int o = first_late; o < no; o++) { /* at most 2: chains 0-7, then 8-15 */
-        const int cnt = nb - 8 * o < 8 ? nb - 8 * o : 8;
-        if (o == first_late) a0 = octet_apply_cnt(a0, cnt, &late[0], sh);
-        else a1 = octet_apply_cnt(a1, cnt, &late[1], sh);
+    float y = tree16_2(a0, a1);
+    if (no > nfo) {
+        kq_tail_ops t;
+        for (int o = nfo; o < no; o++) octet_ops_store(&late[o - nfo], &t, 8 * (o - nfo));
+        y = kq_tail_apply(y, &t, nb - 8 * nfo, sh);
     }
-    return tree16_2(a0, a1);
+    return y;
 }
 
 /* Decode (one activation row): columns [j0, j1), a weight row at a time,

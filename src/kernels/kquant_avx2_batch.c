@@ -115,67 +115,59 @@ AI void tile_octet(const octet *const w[4], xoct x, kq_shape sh, __m256 *a0, __m
     *a3 = full_step(*a3, w[3], I[3], o0, o1, dx, sx, sh);
 }
 
-/* A row's float steps of the last, partial octet (cnt blocks; lanes 4-7 of
- * a merged tail: high) on A, lanes past the row kept. */
-AI __m256 tail_step(__m256 A, const octet *w, const __m256i I[2], xoct x, kq_shape sh, int cnt, int high) {
-    octet_ops op = octet_prep(w, I[0], I[1], x, sh);
-    if (high) op = octet_ops_high(&op);
-    return octet_apply_cnt(A, cnt, &op, sh);
-}
-
-/* The last, partial octet o of a tile: merged tails (cnt <= 4, merge_tails:
- * rows 0|1 in row 0's octet, 2|3 in row 2's) or four rows. */
-AI void tile_tail(const octet *tb, int no, int o, int cnt, xoct x, kq_shape sh, __m256 *a0, __m256 *a1, __m256 *a2,
-                  __m256 *a3) {
+/* The operands of tail octet o (cnt blocks: the row's tail, kquant.h) of
+ * a tile's four rows into t[q] from lane `at`: merged tails (cnt <= 4,
+ * merge_tails: rows 0|1 in row 0's octet, 2|3 in row 2's) or four rows. */
+AI void tile_tail_ops(const octet *tb, int no, int o, int cnt, xoct x, kq_shape sh, kq_tail_ops t[4], int at) {
     __m256i I[4][2];
+    octet_ops op[4];
     if (kq_merged_tail(cnt)) {
         const octet *w[4] = {tb + o, tb + 2 * no + o, tb + o, tb + 2 * no + o};
         tile_sums(w, 2, x.q, sh, I);
-        *a0 = tail_step(*a0, w[0], I[0], x, sh, cnt, 0);
-        *a1 = tail_step(*a1, w[0], I[0], x, sh, cnt, 1);
-        *a2 = tail_step(*a2, w[1], I[1], x, sh, cnt, 0);
-        *a3 = tail_step(*a3, w[1], I[1], x, sh, cnt, 1);
+        op[0] = octet_prep(w[0], I[0][0], I[0][1], x, sh);
+        op[1] = octet_ops_high(&op[0]);
+        op[2] = octet_prep(w[1], I[1][0], I[1][1], x, sh);
+        op[3] = octet_ops_high(&op[2]);
     } else {
         const octet *w[4] = {tb + o, tb + no + o, tb + 2 * no + o, tb + 3 * no + o};
         tile_sums(w, 4, x.q, sh, I);
-        *a0 = tail_step(*a0, w[0], I[0], x, sh, cnt, 0);
-        *a1 = tail_step(*a1, w[1], I[1], x, sh, cnt, 0);
-        *a2 = tail_step(*a2, w[2], I[2], x, sh, cnt, 0);
-        *a3 = tail_step(*a3, w[3], I[3], x, sh, cnt, 0);
+        for (int q = 0; q < 4; q++) op[q] = octet_prep(w[q], I[q][0], I[q][1], x, sh);
     }
+    for (int q = 0; q < 4; q++) octet_ops_store(&op[q], &t[q], at);
 }
 
 /* The four outputs of tile tb (its rows' no octets each) for activation
- * row xr (nb blocks): octets in order, by twos (even octets: chains 0-7 in
- * the l accumulators, odd: 8-15 in h), each chain's steps in block order;
- * the accumulators stay in registers (in memory, their stores and reloads
- * per octet and the trees cost as much as a third of the integer work at
- * k = 640). */
+ * row xr (nb blocks): the whole groups' octets in order, by twos (even
+ * octets: chains 0-7 in the l accumulators, odd: 8-15 in h), each chain's
+ * steps in block order, the accumulators in registers (in memory, their
+ * stores and reloads per octet and the trees cost as much as a third of
+ * the integer work at k = 640); then the tree, then the tail octets'
+ * steps on each output in block order (kquant.h). */
 AI __m128 tile_row(const octet *tb, int no, int nb, const uint8_t *xr, kq_shape sh) {
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
-    const int nfull = nb / 8, cnt = nb % 8;
+    const int nfo = 2 * (nb / 16);
     __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
 #define TILE_X(o)                                                                                                      \
     ((xoct){(const int8_t *)xr + (size_t)(o) * 512, tr.dx + 8 * (o), tr.sx + 8 * (o), tr.s0 + 8 * (o), tr.s1 + 8 * (o)})
 #define TILE_W(o) {tb + (o), tb + no + (o), tb + 2 * no + (o), tb + 3 * no + (o)}
-    int o = 0;
-    for (; o + 1 < nfull; o += 2) {
+    for (int o = 0; o < nfo; o += 2) {
         const octet *we[4] = TILE_W(o), *wo[4] = TILE_W(o + 1);
         tile_octet(we, TILE_X(o), sh, &l0, &l1, &l2, &l3);
         tile_octet(wo, TILE_X(o + 1), sh, &h0, &h1, &h2, &h3);
     }
-    if (o < nfull) {
-        const octet *we[4] = TILE_W(o);
-        tile_octet(we, TILE_X(o), sh, &l0, &l1, &l2, &l3);
-        o++;
-    }
-    if (cnt) {
-        if (o % 2 == 0) tile_tail(tb, no, o, cnt, TILE_X(o), sh, &l0, &l1, &l2, &l3);
-        else tile_tail(tb, no, o, cnt, TILE_X(o), sh, &h0, &h1, &h2, &h3);
+    __m128 y4 = tree16x4_sums(_mm256_add_ps(l0, h0), _mm256_add_ps(l1, h1), _mm256_add_ps(l2, h2), _mm256_add_ps(l3, h3));
+    if (no > nfo) {
+        kq_tail_ops t[4];
+        for (int o = nfo; o < no; o++)
+            tile_tail_ops(tb, no, o, nb - 8 * o < 8 ? nb - 8 * o : 8, TILE_X(o), sh, t, 8 * (o - nfo));
+        float v[4];
+        _mm_storeu_ps(v, y4);
+        for (int q = 0; q < 4; q++) v[q] = kq_tail_apply(v[q], &t[q], nb - 8 * nfo, sh);
+        y4 = _mm_loadu_ps(v);
     }
 #undef TILE_X
 #undef TILE_W
-    return tree16x4_sums(_mm256_add_ps(l0, h0), _mm256_add_ps(l1, h1), _mm256_add_ps(l2, h2), _mm256_add_ps(l3, h3));
+    return y4;
 }
 
 /* Octets in the batch buffer: a tile of the longest rows (MAX_OCTETS);
@@ -209,7 +201,9 @@ AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb
 /* Several activation rows: columns [j0, j1) by groups of tiles that fit the
  * buffer; per group, passes of activation rows, and per pass each tile
  * meets each row of it. */
-AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1, kq_shape sh) {
+AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y, int j0, int j1,
+                   kq_shape sh) {
+    (void)xt; /* no prep_quads: each row's tail on its own (tile_row) */
     octet buf[BATCH_OCTETS];
     const int nb = w->k / 32, no = (nb + 7) / 8, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);

@@ -51,11 +51,12 @@
  * this. */
 static inline int kq_lanes(int k, int m) { return m > 1 && (k / 32 + 7) / 8 <= MAX_OCTETS; }
 
-/* The lanes a last group of cnt blocks takes in a lane layout of `lanes`
- * blocks a group (8 on AVX2, 16 on AVX-512): 4 or 8 where the blocks fit
- * (the quantizer copies those activation lanes across the group, so one
- * group of integer work serves 2 or 4 weight rows, each in its own lanes),
- * else the whole group. */
+/* The lanes a last group of cnt blocks takes in a group of `lanes` weight
+ * blocks (8 on AVX2, 16 on AVX-512): 4 or 8 where the blocks fit, so one
+ * group holds 2 or 4 weight rows' tails, each in its own lanes (AVX2: one
+ * group of integer work for two rows, on activation lanes its quantizer
+ * copies; AVX-512 then lays them out as lanes = outputs), else the whole
+ * group. */
 static inline int kq_tail_span(int cnt, int lanes) {
     const int span = cnt <= 4 ? 4 : cnt <= 8 ? 8 : 16;
     return span < lanes ? span : lanes;
@@ -342,16 +343,29 @@ AI __m256 octet_apply(__m256 A, const octet_ops *op, kq_shape sh) {
     return A;
 }
 
-/* The steps of op onto accumulator a; a partial octet (cnt < 8, Q5_0 /
- * Q5_1) leaves lanes past the row as they were. */
-AI __m256 octet_apply_cnt(__m256 a, int cnt, const octet_ops *op, kq_shape sh) {
-    __m256 na = octet_apply(a, op, sh);
-    if (cnt < 8) {
-        const __m256 keep = _mm256_castsi256_ps(
-            _mm256_cmpgt_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(cnt - 1)));
-        na = _mm256_blendv_ps(na, a, keep);
+/* A row's tail (kquant.h: blocks nf.. after the tree, in order): its
+ * blocks' operands as lanes, lane l = block nf + l (an ISA stores its
+ * octets or hexadecet there), and the steps on the row's output y. */
+typedef struct kq_tail_ops {
+    float f0[16], p0[16], f1[16], p1[16], m[16], s[16];
+} kq_tail_ops;
+
+AI void octet_ops_store(const octet_ops *op, kq_tail_ops *t, int at) {
+    _mm256_storeu_ps(t->f0 + at, op->f0);
+    _mm256_storeu_ps(t->p0 + at, op->p0);
+    _mm256_storeu_ps(t->f1 + at, op->f1);
+    _mm256_storeu_ps(t->p1 + at, op->p1);
+    _mm256_storeu_ps(t->m + at, op->m);
+    _mm256_storeu_ps(t->s + at, op->s);
+}
+
+AI float kq_tail_apply(float y, const kq_tail_ops *t, int cnt, kq_shape sh) {
+    for (int l = 0; l < cnt; l++) {
+        y = fmaf(t->f0[l], t->p0[l], y);
+        if (sh.split) y = fmaf(t->f1[l], t->p1[l], y);
+        if (sh.has_min) y = fmaf(t->m[l], t->s[l], y);
     }
-    return na;
+    return y;
 }
 
 /* The layout of AVX-512's decode (one activation row, or rows too long for
@@ -370,16 +384,16 @@ static inline size_t kq_pair_at(int l) { return (size_t)(128 * ((l / 4) * 2 + l 
  * per group of `lanes` blocks from g0, a hi plane of 8 vectors of 4 *
  * lanes bytes (vector r, lane l: elements 4r..4r+3 of block g0 + l), then
  * the lo plane; the same values and scales in another order. Lanes past
- * the row are zero, except in a last group whose blocks fit a span of 4 or
- * 8 lanes (kq_tail_span): there lane l holds lane l % span, integers and
- * trailer. */
+ * the row are zero, except on AVX2 in a last group whose blocks fit a span
+ * of 4 lanes (kq_tail_span, merge_tails): there lane l holds lane l % span,
+ * integers and trailer. */
 AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
     const int nb = k / 32, nbp = kvs_kq_nbp(k), group = lanes >= 8 ? lanes : 8;
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
     memset(tr.dx, 0, (size_t)nbp * 16);
     int g0 = 0;
     for (; g0 < nb; g0 += group) {
-        const int cnt = nb - g0 < group ? nb - g0 : group, span = lanes >= 8 ? kq_tail_span(cnt, lanes) : group;
+        const int cnt = nb - g0 < group ? nb - g0 : group, span = lanes == 8 ? kq_tail_span(cnt, 8) : group;
         uint8_t *base = xrow + (size_t)g0 * 64;
         for (int o = 0; o < group; o += 8) { /* the group's octets */
             __m256i hi[8], lo[8];
@@ -420,21 +434,22 @@ AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
 typedef struct kq_type_fns {
     int type;
     void (*decode)(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1);
-    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+    void (*batch)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y, int j0,
+                  int j1);
 } kq_type_fns;
 
 /* An ISA's dot_cols over its table fns[0..n): several rows in the lane
  * layout (kq_lanes) go to the type's batch path, else each row to decode. */
 static inline void kq_route(const kq_type_fns *fns, size_t n, const kvs_wmat *w, const uint8_t *xq, size_t xq_row,
-                            int m, float *y, int j0, int j1) {
+                            int m, const uint8_t *xt, float *y, int j0, int j1) {
     for (size_t t = 0; t < n; t++)
         if (fns[t].type == w->type) {
-            if (kq_lanes(w->k, m)) fns[t].batch(w, xq, xq_row, m, y, j0, j1);
+            if (kq_lanes(w->k, m)) fns[t].batch(w, xq, xq_row, m, xt, y, j0, j1);
             else
                 for (int i = 0; i < m; i++) fns[t].decode(w, xq + (size_t)i * xq_row, y + (size_t)i * w->n, j0, j1);
             return;
         }
-    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, y, j0, j1); /* (kvs_kq_handles: not reached) */
+    kvs_kq_isa_scalar.dot_cols(w, xq, xq_row, m, xt, y, j0, j1); /* (kvs_kq_handles: not reached) */
 }
 
 /* Decode streams the weights once: every other row, the two rows `ahead`
@@ -472,7 +487,8 @@ AI void kq_prefetch_far(const uint8_t *row, size_t row_bytes, int j, int j0, int
 /* The batch path of each type (kquant_avx2_batch.c): y rows [0, m) x
  * columns [j0, j1) on activation rows in the lane layout. */
 #define KQ_BATCH_DECL(name, ...)                                                                                       \
-    void kvs_kq_avx2_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1);
+    void kvs_kq_avx2_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt,        \
+                                  float *y, int j0, int j1);
 KQ_SHAPES(KQ_BATCH_DECL)
 #undef KQ_BATCH_DECL
 
@@ -487,14 +503,16 @@ KQ_SHAPES(KQ_BATCH_DECL)
         decode_cols(w, xq, y, j0, j1, (kq_shape){__VA_ARGS__});                                                        \
     }
 #define KQ_BATCH_FN(name, ...)                                                                                         \
-    void KQ_BATCH_NAME(name)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {   \
-        batch_cols(w, xq, xq_row, m, y, j0, j1, (kq_shape){__VA_ARGS__});                                              \
+    void KQ_BATCH_NAME(name)(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y, \
+                             int j0, int j1) {                                                                         \
+        batch_cols(w, xq, xq_row, m, xt, y, j0, j1, (kq_shape){__VA_ARGS__});                                          \
     }
 #define KQ_TYPE_ROW(name, type, ...) {type, decode_##name, KQ_BATCH_NAME(name)},
 #define KQ_ISA_DOT_COLS(fn)                                                                                            \
     static const kq_type_fns k_type_fns[] = {KQ_SHAPES(KQ_TYPE_ROW)};                                                  \
-    static void fn(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {             \
-        kq_route(k_type_fns, sizeof k_type_fns / sizeof k_type_fns[0], w, xq, xq_row, m, y, j0, j1);                   \
+    static void fn(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y, int j0,    \
+                   int j1) {                                                                                           \
+        kq_route(k_type_fns, sizeof k_type_fns / sizeof k_type_fns[0], w, xq, xq_row, m, xt, y, j0, j1);               \
     }
 
 /* tile_sums widens after every depth results: depth divides the 8 vectors

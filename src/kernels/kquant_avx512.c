@@ -9,8 +9,9 @@
  * (kquant_avx512_pairs.h), the activation row in the same pairs
  * (KQ_PAIRS), vpdpbusd, and two rounds of unpack-and-add plus a permute
  * leave each block's half sums in its lane: a group of 16 blocks (two
- * octets; a row's last may be shorter) takes the batch path's float steps
- * on a register of all 16 chains (kquant_avx512_pairs.h). Q4_K
+ * octets) takes the batch path's float steps on a register of all 16
+ * chains (kquant_avx512_pairs.h), a row's tail the same integer work on
+ * fewer lanes and its steps after the tree. Q4_K
  * 2048x640, cache-resident, one core: 10.8 -> 14.9 GB/s; Q6_K 10.4 -> 17.7
  * (the AVX2 decode, kquant_avx2.c).
  */
@@ -51,15 +52,12 @@ AI __m512i pair_sums(const __m512i A[4]) {
  * on SmolLM2 (6 rounds each, noisier). */
 #define PF_ROWS 12
 
-/* The float steps of hexadecet g0 (cnt blocks from g0: 16, or a row's last
- * 1..15) of weight row `row` on A (lane l = chain l): the octets' pair sums
- * into 16 lanes at once, then the batch path's 16-lane steps (hx_ops_of) on
- * lanes [0, cnt). A last octet's blocks land in the chains the reference
- * gives them (b % 16), after the full hexadecets' steps there, so a short
- * last hexadecet is the same steps on fewer lanes; pairs past cnt are
- * zero. */
-AI __m512 decode_hexa(__m512 A, const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int g0,
-                      int cnt, kq_shape sh) {
+/* The float steps' operands of hexadecet g0 (cnt blocks from g0: 16, or a
+ * row's tail of 1..15) of weight row `row`, lane l = block g0 + l: the
+ * octets' pair sums into 16 lanes at once, then the batch path's 16-lane
+ * operands (hx_ops_of); pairs past cnt are zero. */
+AI hx_ops decode_hexa(const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int g0, int cnt,
+                      kq_shape sh) {
     __m512i W[8], P[8];
     octet s0, s1;
     const int c0 = cnt < 8 ? cnt : 8, c1 = cnt - c0;
@@ -82,19 +80,31 @@ AI __m512 decode_hexa(__m512 A, const uint8_t *row, int packed, const uint8_t *x
         t0, _mm512_setr_epi32(4, 5, 12, 13, 6, 7, 14, 15, 20, 21, 28, 29, 22, 23, 30, 31), t1);
     const __m512i I[2] = {sh.split ? h0 : _mm512_add_epi32(h0, h1), sh.split ? h1 : _mm512_setzero_si512()};
     const hx_act a = hx_act_of(tr, g0, sh);
-    const hx_ops op = hx_ops_of(_mm512_insertf32x8(_mm512_castps256_ps512(s0.dw0), s1.dw0, 1),
-                                _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw1), s1.dw1, 1),
-                                _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1), I, &a, sh);
-    return hx_apply(A, &op, (__mmask16)((1u << cnt) - 1), sh);
+    return hx_ops_of(_mm512_insertf32x8(_mm512_castps256_ps512(s0.dw0), s1.dw0, 1),
+                     _mm512_insertf32x8(_mm512_castps256_ps512(s0.dw1), s1.dw1, 1),
+                     _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1), I, &a, sh);
+}
+
+/* The tail (cnt blocks from g0) of a row after its tree y: the blocks'
+ * steps in order (kquant.h), from their operands in lanes. */
+AI float decode_tail(float y, const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int g0,
+                     int cnt, kq_shape sh) {
+    const hx_ops op = decode_hexa(row, packed, xq, tr, g0, cnt, sh);
+    kq_tail_ops t;
+    _mm512_storeu_ps(t.f0, op.f0);
+    _mm512_storeu_ps(t.p0, op.p0);
+    _mm512_storeu_ps(t.f1, op.f1);
+    _mm512_storeu_ps(t.p1, op.p1);
+    _mm512_storeu_ps(t.m, op.m);
+    _mm512_storeu_ps(t.s, op.s);
+    return kq_tail_apply(y, &t, cnt, sh);
 }
 
 /* Decode (one activation row xq, KQ_PAIRS): columns [j0, j1), a weight row
- * at a time, its hexadecets (the last one short where nb % 16) on one
- * 16-chain accumulator. A short last hexadecet had gone through AVX2's
- * 8-lane octet steps on half the chains: SmolLM2's Q5_0 rows of 18 blocks
- * (k = 576) took 1.6x the time per block of rows of 48. */
+ * at a time, its whole hexadecets on one 16-chain accumulator, the tree,
+ * then the tail (nb % 16 blocks) in order on the result. */
 AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1, kq_shape sh) {
-    const int nb = w->k / 32, packed = w->packed != NULL;
+    const int nb = w->k / 32, nf = nb / 16 * 16, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xq, w->k);
     for (int j = j0; j < j1; j++) {
@@ -102,16 +112,19 @@ AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int 
         kq_prefetch_ahead(row, w->row_bytes, j, j0, w->n, PF_ROWS);
         if (w->far_rows) kq_prefetch_far(row, w->row_bytes, j, j0, w->n, w->far_rows);
         __m512 A = _mm512_setzero_ps();
-        int g0 = 0;
-        for (; g0 + 16 <= nb; g0 += 16) A = decode_hexa(A, row, packed, xq, &tr, g0, 16, sh); /* 16: folded */
-        switch (nb - g0) { /* the common short ones folded too (k = 576, 640, 768) */
-        case 0: break;
-        case 2: A = decode_hexa(A, row, packed, xq, &tr, g0, 2, sh); break;
-        case 4: A = decode_hexa(A, row, packed, xq, &tr, g0, 4, sh); break;
-        case 8: A = decode_hexa(A, row, packed, xq, &tr, g0, 8, sh); break;
-        default: A = decode_hexa(A, row, packed, xq, &tr, g0, nb - g0, sh); break;
+        for (int g0 = 0; g0 < nf; g0 += 16) {
+            const hx_ops op = decode_hexa(row, packed, xq, &tr, g0, 16, sh); /* 16: folded */
+            A = hx_apply(A, &op, (__mmask16)0xffff, sh);
         }
-        y[j] = tree16_2(_mm512_castps512_ps256(A), _mm512_extractf32x8_ps(A, 1));
+        float yj = tree16_2(_mm512_castps512_ps256(A), _mm512_extractf32x8_ps(A, 1));
+        switch (nb - nf) { /* the common tails folded too (k = 576, 640, 768) */
+        case 0: break;
+        case 2: yj = decode_tail(yj, row, packed, xq, &tr, nf, 2, sh); break;
+        case 4: yj = decode_tail(yj, row, packed, xq, &tr, nf, 4, sh); break;
+        case 8: yj = decode_tail(yj, row, packed, xq, &tr, nf, 8, sh); break;
+        default: yj = decode_tail(yj, row, packed, xq, &tr, nf, nb - nf, sh); break;
+        }
+        y[j] = yj;
     }
 }
 
@@ -123,7 +136,10 @@ static void avx512_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
     kq_quantize_lanes(x, k, xrow, kq_lanes(k, m) ? 16 : KQ_PAIRS);
 }
 
-const kvs_kq_isa kvs_kq_isa_avx512 = {.name = "avx512vnni", .dot_cols = avx512_dot_cols, .quantize_row = avx512_quantize_row};
+const kvs_kq_isa kvs_kq_isa_avx512 = {.name = "avx512vnni",
+                                     .dot_cols = avx512_dot_cols,
+                                     .quantize_row = avx512_quantize_row,
+                                     .prep_quads = kvs_kq_avx512_prep_quads};
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -16,10 +16,17 @@
  * (kquant_avx2_batch.c). Integers are exact in any order; I = 256 * (w .
  * hi) + (w . lo) - off * s, as in kquant_avx2_octet.h.
  *
- * A last hexadecet of <= 4 (<= 8) blocks holds 4 (2) weight rows, each in
- * its own lanes, against activation lanes the quantizer copied (Q5_0 at k =
- * 640: 16 + 4 blocks, 1.25 hexadecets of work a row, not 2); each row's
- * float steps take its lanes back to lanes 0.. first. Weight rows go by
+ * A row's tail (the nb % 16 blocks after its whole hexadecets; kquant.h
+ * takes their steps after the tree, in order) goes with lanes = outputs,
+ * as matmul_avx512.c's: a tile's 4 weight rows meet 4 activation rows (a
+ * quad), lane 4 i + j = output (i, j), and per tail block 8 hi and 8 lo
+ * vpdpbusd give the block's integer dots of all 16 outputs, its steps one
+ * fma each on the 16 trees. The weights (tail_hexa) broadcast a 128-bit
+ * chunk (rows 0..3), the activations (quad_tail) hold each row's dword in
+ * its chunk, both built once: per tile, and per quad and call
+ * (kvs_kq_avx512_prep_quads, beside the quantizer). On chains
+ * b % 16 in block lanes, SmolLM2's 2-block tail (k = 576: 16 + 2 blocks)
+ * had cost as much as its 16 full blocks (session 55). Weight rows go by
  * tiles of four, unpacked once per call into a buffer, as on AVX2.
  */
 #if defined(__x86_64__)
@@ -106,12 +113,31 @@ AI void unpack_hexa(const uint8_t *const rows[4], const int b0[4], const int cnt
     }
 }
 
+/* A tail hexa's lane 4 k + q (k: block 4 u + k of the tail, q: weight row
+ * q of the tile) from the span-laid hexas tmp (kq_tail_span): span 4, one
+ * hexa, row q in lanes 4 q..; span 8, two, rows 2 t, 2 t + 1 in lanes 0..
+ * and 8.. of hexa t; span 16, a hexa a row. */
+AI __m512i tail_lanes(const __m512i v[4], int span, int u) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i k = _mm512_srli_epi32(lane, 2), q = _mm512_and_si512(lane, _mm512_set1_epi32(3));
+    const __m512i q1 = _mm512_and_si512(q, _mm512_set1_epi32(1)), c = _mm512_add_epi32(k, _mm512_set1_epi32(4 * u));
+    if (span == 4) return _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, 2), k), v[0]);
+    if (span == 8) /* (q / 2) * 16 + 8 (q % 2) + c */
+        return _mm512_permutex2var_epi32(
+            v[0], _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(q, 1), 4), _mm512_slli_epi32(q1, 3)), c),
+            v[1]);
+    const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(q1, 4), c); /* rows 0 | 1, 2 | 3 by q % 2 */
+    return _mm512_mask_blend_epi32((__mmask16)0xCCCC, _mm512_permutex2var_epi32(v[0], idx, v[1]),
+                                   _mm512_permutex2var_epi32(v[2], idx, v[3]));
+}
+
 /* The tile of weight rows [j, j + 4) (rows past j1 repeat the last:
- * computed, not stored): row q's full hexadecets at tb[q * nfull + h], then
- * the last hexadecet's (cnt blocks) ntail = 4 span / 16 hexas, hexa t
- * holding rows t * (16 / span) + i in lanes [i * span, i * span + span).
- * pf_n: the matrix's rows where the call streams them (rows fetched
- * KQ_PF_ROWS ahead), else 0. */
+ * computed, not stored): row q's full hexadecets at tb[q * nfull + h],
+ * then its tail (cnt blocks from g0 = 16 nfull) in (cnt + 3) / 4 tail
+ * hexas: tail hexa u, qu[r] lane 4 k + q = dword r of block g0 + 4 u + k of
+ * row q, dw0 / dw1 / mw likewise (a 128-bit chunk per block, broadcast
+ * against a quad_tail). pf_n: the matrix's rows where the call streams them
+ * (rows fetched KQ_PF_ROWS ahead), else 0. */
 AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb,
                     int pf_n) {
     const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16), g0 = 16 * nfull;
@@ -126,7 +152,7 @@ AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb
         }
     }
     if (!cnt) return;
-    hexa *tt = tb + 4 * nfull;
+    hexa tt[4]; /* the tail as the span lays it: 16 / span rows a hexa */
     if (span == 16) /* a hexa a row: its blocks g0.. in two octets */
         for (int q = 0; q < 4; q++) {
             const uint8_t *src[4] = {rows[q], rows[q]};
@@ -143,48 +169,59 @@ AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb
         const int b0[4] = {g0, g0, g0, g0}, n[4] = {cnt, cnt, cnt, cnt};
         unpack_hexa(rows, b0, n, 4, packed, sh, &tt[0]);
     }
-}
-
-/* Exact integer sums of nw weight hexas w[q] against activation hexadecet
- * xo (hi plane vector r at xo + 64 r, lo plane at xo + 512 + 64 r): lane l
- * of I[q][0] is block l over both halves (split scales: half 0, and
- * I[q][1] half 1). 8 vpdpbusd chains whatever nw (4 / nw a row: a merged
- * tail's one hexa on two chains waited on their latency); integers, so
- * the split keeps the values. */
-AI __m512i chains_sum(__m512i H[4], __m512i L[4], int nc) {
-    __m512i h = H[0], l = L[0];
-    for (int c = 1; c < nc; c++) {
-        h = _mm512_add_epi32(h, H[c]);
-        l = _mm512_add_epi32(l, L[c]);
+    const int ntt = 4 * span / 16; /* hexas tt holds */
+    hexa *to = tb + 4 * nfull;
+    for (int u = 0; 4 * u < cnt; u++) {
+        __m512i v[4], d0[4], d1[4], mw[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            for (int t = 0; t < 4; t++) v[t] = t < ntt ? tt[t].qu[r] : _mm512_setzero_si512();
+            to[u].qu[r] = tail_lanes(v, span, u);
+        }
+        for (int t = 0; t < 4; t++) {
+            d0[t] = t < ntt ? _mm512_castps_si512(tt[t].dw0) : _mm512_setzero_si512();
+            d1[t] = t < ntt ? _mm512_castps_si512(tt[t].dw1) : _mm512_setzero_si512();
+            mw[t] = t < ntt ? _mm512_castps_si512(tt[t].mw) : _mm512_setzero_si512();
+        }
+        to[u].dw0 = _mm512_castsi512_ps(tail_lanes(d0, span, u));
+        to[u].dw1 = _mm512_castsi512_ps(tail_lanes(d1, span, u));
+        to[u].mw = _mm512_castsi512_ps(tail_lanes(mw, span, u));
     }
-    for (int c = 0; c < nc; c++) H[c] = L[c] = _mm512_setzero_si512();
-    return _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
 }
 
-AI void hexa_sums(const hexa *const w[4], int nw, const int8_t *xo, kq_shape sh, __m512i I[4][2]) {
-    const int nc = 4 / nw; /* chains a weight hexa */
-    /* each chain starts from zero at its first step (r < nc), not from a
-     * zeroed array: GCC turned the zeroing loop into a memset call of 2 KiB
-     * per tile and row, which kept the chains in memory (11% of gemma3's
+/* Exact integer sums of the 4 weight hexas w[q] against activation
+ * hexadecet xo (hi plane vector r at xo + 64 r, lo plane at xo + 512 + 64
+ * r): lane l of I[q][0] is block l over both halves (split scales: half 0,
+ * and I[q][1] half 1), on 8 vpdpbusd chains; integers, so the split keeps
+ * the values. */
+AI __m512i chains_sum(__m512i *H, __m512i *L) {
+    const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(*H, 8), *L);
+    *H = *L = _mm512_setzero_si512();
+    return s;
+}
+
+AI void hexa_sums(const hexa *const w[4], const int8_t *xo, kq_shape sh, __m512i I[4][2]) {
+    /* each chain starts from zero at its first step, not from a zeroed
+     * array: GCC turned the zeroing loop into a memset call of 2 KiB per
+     * tile and row, which kept the chains in memory (11% of gemma3's
      * prefill at one thread) */
-    __m512i H[4][4], L[4][4];
-    const __m512i z = _mm512_setzero_si512();
+    __m512i H[4], L[4];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) {
         const __m512i xh = in_register(_mm512_loadu_si512(xo + 64 * r)), xl = in_register(_mm512_loadu_si512(xo + 512 + 64 * r));
 #pragma GCC unroll 4
-        for (int q = 0; q < nw; q++) {
+        for (int q = 0; q < 4; q++) {
             const __m512i wv = in_register(_mm512_load_si512(&w[q]->qu[r]));
-            H[q][r % nc] = _mm512_dpbusd_epi32(r < nc ? z : H[q][r % nc], wv, xh);
-            L[q][r % nc] = _mm512_dpbusd_epi32(r < nc ? z : L[q][r % nc], wv, xl);
+            H[q] = _mm512_dpbusd_epi32(r ? H[q] : _mm512_setzero_si512(), wv, xh);
+            L[q] = _mm512_dpbusd_epi32(r ? L[q] : _mm512_setzero_si512(), wv, xl);
         }
         if (sh.split && r == 3)
 #pragma GCC unroll 4
-            for (int q = 0; q < nw; q++) I[q][0] = chains_sum(H[q], L[q], nc);
+            for (int q = 0; q < 4; q++) I[q][0] = chains_sum(&H[q], &L[q]);
     }
 #pragma GCC unroll 4
-    for (int q = 0; q < nw; q++) {
-        I[q][sh.split] = chains_sum(H[q], L[q], nc);
+    for (int q = 0; q < 4; q++) {
+        I[q][sh.split] = chains_sum(&H[q], &L[q]);
         if (!sh.split) I[q][1] = _mm512_setzero_si512();
     }
 }
@@ -202,73 +239,23 @@ AI __m128 tree16x4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
         _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d));
 }
 
-/* The last hexadecet (cnt blocks from g0) of a tile's four rows: its
- * 4 span / 16 hexas tt against activation hexadecet xo. A hexa shared by
- * 2 or 4 rows (span 8 or 4: row q in lanes [(q % per) span, ...), chains
- * 0..cnt - 1) takes its steps once, on the rows' chains gathered into the
- * same lanes (128-bit chunk shuffles), which then go back; the values and
- * order of each chain's steps are those of a row alone. */
-AI void tail_steps(__m512 A[4], const hexa *tt, const int8_t *xo, const kvs_kq_trailer *tr, int g0, int cnt, int span,
-                   kq_shape sh) {
-    const int per = 16 / span; /* rows a hexa holds */
-    const hexa *w[4] = {tt, tt + 1, tt + 2, tt + 3};
-    __m512i I[4][2];
-    hexa_sums(w, 4 / per, xo, sh, I);
-    const hx_act a = hx_act_of(tr, g0, sh);
-    const __mmask16 k = (__mmask16)((1u << cnt) - 1);
-    if (per == 1) {
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            const hx_ops op = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I[q], &a, sh);
-            A[q] = hx_apply(A[q], &op, k, sh);
-        }
-    } else if (per == 2) { /* rows 2 t, 2 t + 1: chunks 0-1 of each */
-#pragma GCC unroll 2
-        for (int t = 0; t < 2; t++) {
-            const hx_ops op = hx_ops_of(w[t]->dw0, w[t]->dw1, w[t]->mw, I[t], &a, sh);
-            __m512 C = _mm512_shuffle_f32x4(A[2 * t], A[2 * t + 1], 0x44);
-            C = hx_apply(C, &op, (__mmask16)(k | k << 8), sh);
-            A[2 * t] = _mm512_mask_shuffle_f32x4(A[2 * t], 0x00ff, C, C, 0x04);
-            A[2 * t + 1] = _mm512_mask_shuffle_f32x4(A[2 * t + 1], 0x00ff, C, C, 0x0e);
-        }
-    } else { /* four rows: chunk 0 of each */
-        const hx_ops op = hx_ops_of(w[0]->dw0, w[0]->dw1, w[0]->mw, I[0], &a, sh);
-        const __m512 t01 = _mm512_shuffle_f32x4(A[0], A[1], 0x00), t23 = _mm512_shuffle_f32x4(A[2], A[3], 0x00);
-        __m512 C = _mm512_shuffle_f32x4(t01, t23, 0x88);
-        C = hx_apply(C, &op, (__mmask16)(k * 0x1111u), sh);
-        A[0] = _mm512_mask_shuffle_f32x4(A[0], 0x000f, C, C, 0);
-        A[1] = _mm512_mask_shuffle_f32x4(A[1], 0x000f, C, C, 1);
-        A[2] = _mm512_mask_shuffle_f32x4(A[2], 0x000f, C, C, 2);
-        A[3] = _mm512_mask_shuffle_f32x4(A[3], 0x000f, C, C, 3);
-    }
-}
-
 /* The four outputs of tile tb (unpack_tile) for activation row xr (nb
- * blocks, the 16-lane layout): full hexadecets in order, each row's
- * accumulator in a register, then the tail's steps on lanes [0, cnt). */
+ * blocks, the 16-lane layout) before the row's tail: full hexadecets in
+ * order, each row's accumulator in a register, then the tree. */
 AI __m128 tile_row(const hexa *tb, int nb, const uint8_t *xr, kq_shape sh) {
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
-    const int nfull = nb / 16, cnt = nb % 16;
+    const int nfull = nb / 16;
     __m512 A[4];
     for (int q = 0; q < 4; q++) A[q] = _mm512_setzero_ps();
     __m512i I[4][2];
     for (int h = 0; h < nfull; h++) {
         const hexa *w[4] = {tb + h, tb + nfull + h, tb + 2 * nfull + h, tb + 3 * nfull + h};
-        hexa_sums(w, 4, (const int8_t *)xr + (size_t)h * 1024, sh, I);
+        hexa_sums(w, (const int8_t *)xr + (size_t)h * 1024, sh, I);
         const hx_act a = hx_act_of(&tr, 16 * h, sh);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             const hx_ops op = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I[q], &a, sh);
             A[q] = hx_apply(A[q], &op, (__mmask16)0xffff, sh);
-        }
-    }
-    if (cnt) { /* span a literal in each call: the rows' loop unrolled, the operands in registers */
-        const int8_t *xo = (const int8_t *)xr + (size_t)nfull * 1024;
-        const hexa *tt = tb + 4 * nfull;
-        switch (kq_tail_span(cnt, 16)) {
-        case 4: tail_steps(A, tt, xo, &tr, 16 * nfull, cnt, 4, sh); break;
-        case 8: tail_steps(A, tt, xo, &tr, 16 * nfull, cnt, 8, sh); break;
-        default: tail_steps(A, tt, xo, &tr, 16 * nfull, cnt, 16, sh); break;
         }
     }
     return tree16x4_512(A[0], A[1], A[2], A[3]);
@@ -299,23 +286,23 @@ AI void hexa_sums2(const hexa *const w[4], const int8_t *x0, const int8_t *x1, k
         if (sh.split && r == 3)
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
-                I0[q][0] = chains_sum(&H0[q], &L0[q], 1);
-                I1[q][0] = chains_sum(&H1[q], &L1[q], 1);
+                I0[q][0] = chains_sum(&H0[q], &L0[q]);
+                I1[q][0] = chains_sum(&H1[q], &L1[q]);
             }
     }
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
-        I0[q][sh.split] = chains_sum(&H0[q], &L0[q], 1);
-        I1[q][sh.split] = chains_sum(&H1[q], &L1[q], 1);
+        I0[q][sh.split] = chains_sum(&H0[q], &L0[q]);
+        I1[q][sh.split] = chains_sum(&H1[q], &L1[q]);
         if (!sh.split) I0[q][1] = I1[q][1] = _mm512_setzero_si512();
     }
 }
 
 /* tile_row for two activation rows (xr0, xr1): their full hexadecets
- * together (hexa_sums2), each row's tail and tree as tile_row's. */
+ * together (hexa_sums2), then each row's tree. */
 AI void tile_rows2(const hexa *tb, int nb, const uint8_t *xr0, const uint8_t *xr1, kq_shape sh, __m128 *y0, __m128 *y1) {
     const kvs_kq_trailer tr0 = kvs_kq_trailer_of(xr0, 32 * nb), tr1 = kvs_kq_trailer_of(xr1, 32 * nb);
-    const int nfull = nb / 16, cnt = nb % 16;
+    const int nfull = nb / 16;
     __m512 A0[4], A1[4];
     for (int q = 0; q < 4; q++) A0[q] = A1[q] = _mm512_setzero_ps();
     __m512i I0[4][2], I1[4][2];
@@ -331,29 +318,141 @@ AI void tile_rows2(const hexa *tb, int nb, const uint8_t *xr0, const uint8_t *xr
             A1[q] = hx_apply(A1[q], &op1, (__mmask16)0xffff, sh);
         }
     }
-    if (cnt) {
-        const hexa *tt = tb + 4 * nfull;
-        const int8_t *xo0 = (const int8_t *)xr0 + (size_t)nfull * 1024, *xo1 = (const int8_t *)xr1 + (size_t)nfull * 1024;
-        switch (kq_tail_span(cnt, 16)) {
-        case 4: tail_steps(A0, tt, xo0, &tr0, 16 * nfull, cnt, 4, sh); tail_steps(A1, tt, xo1, &tr1, 16 * nfull, cnt, 4, sh); break;
-        case 8: tail_steps(A0, tt, xo0, &tr0, 16 * nfull, cnt, 8, sh); tail_steps(A1, tt, xo1, &tr1, 16 * nfull, cnt, 8, sh); break;
-        default: tail_steps(A0, tt, xo0, &tr0, 16 * nfull, cnt, 16, sh); tail_steps(A1, tt, xo1, &tr1, 16 * nfull, cnt, 16, sh); break;
-        }
-    }
     *y0 = tree16x4_512(A0[0], A0[1], A0[2], A0[3]);
     *y1 = tree16x4_512(A1[0], A1[1], A1[2], A1[3]);
 }
 
-/* Several activation rows (16-lane layout): columns [j0, j1) by groups of
- * tiles that fit the buffer; per group, passes of activation rows, and per
- * pass each tile meets each row of it. */
-AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1, kq_shape sh) {
+/* A quad's activations for one tail block, lanes = outputs: chunk i (lanes
+ * 4 i..4 i + 3) holds activation row i's value in each lane (hi / lo dword
+ * r; dx, sx, the half sums s0, s1: whatever the weight type). */
+typedef struct quad_tail {
+    __m512i h[8], l[8];
+    __m512 dx, sx;
+    __m512i s0, s1;
+} quad_tail;
+
+/* Chunk i of the result = lane c of v[i] in every lane: c's 128-bit chunk
+ * u of the four vectors into chunks 0..3 (two two-source permutes and a
+ * blend), then lane c % 4 of each chunk spread over it. */
+AI __m512i quad_spread(const __m512i v[4], int c) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * (c / 4) + c % 4),
+                                         _mm512_and_si512(_mm512_slli_epi32(lane, 2), _mm512_set1_epi32(16)));
+    /* idx lane 4 i + l: 4 u + c % 4, plus 16 for odd chunks (the second source) */
+    const __m512i lo = _mm512_permutex2var_epi32(v[0], idx, v[1]), hi = _mm512_permutex2var_epi32(v[2], idx, v[3]);
+    return _mm512_mask_blend_epi32((__mmask16)0xFF00, lo, hi);
+}
+
+/* The quad of activation rows xr[0..nr) (nr <= 4; rows past nr zero): its
+ * tail blocks c < cnt (from g0) into qt[c]. */
+AI void quad_tails(const uint8_t *const xr[4], int nr, int nb, quad_tail *qt) {
+    const int g0 = nb / 16 * 16, cnt = nb - g0;
+    kvs_kq_trailer tr[4];
+    for (int i = 0; i < 4; i++) tr[i] = kvs_kq_trailer_of(xr[i], 32 * nb);
+    __m512i v[4];
+#define QT_LOAD(expr) for (int i = 0; i < 4; i++) v[i] = i < nr ? _mm512_loadu_si512(expr) : _mm512_setzero_si512()
+    for (int r = 0; r < 8; r++) { /* the tail hexadecet's plane vectors r: lane c = block g0 + c */
+        QT_LOAD(xr[i] + (size_t)g0 * 64 + 64 * r);
+        for (int c = 0; c < cnt; c++) qt[c].h[r] = quad_spread(v, c);
+        QT_LOAD(xr[i] + (size_t)g0 * 64 + 512 + 64 * r);
+        for (int c = 0; c < cnt; c++) qt[c].l[r] = quad_spread(v, c);
+    }
+    QT_LOAD(tr[i].dx + g0);
+    for (int c = 0; c < cnt; c++) qt[c].dx = _mm512_castsi512_ps(quad_spread(v, c));
+    QT_LOAD(tr[i].sx + g0);
+    for (int c = 0; c < cnt; c++) qt[c].sx = _mm512_castsi512_ps(quad_spread(v, c));
+    QT_LOAD(tr[i].s0 + g0);
+    for (int c = 0; c < cnt; c++) qt[c].s0 = quad_spread(v, c);
+    QT_LOAD(tr[i].s1 + g0);
+    for (int c = 0; c < cnt; c++) qt[c].s1 = quad_spread(v, c);
+#undef QT_LOAD
+}
+
+/* A tile's tail (cnt blocks, its tail hexas tt) against a quad (qt) on Y,
+ * lane 4 i + j = output (i, j) after its tree: per block, its integer dots
+ * of the 16 outputs (the hi and lo planes' halves on 4 chains), then the
+ * steps in order (kquant.h). */
+AI __m512 quad_tail_steps(__m512 Y, const hexa *tt, const quad_tail *qt, int cnt, kq_shape sh) {
+    for (int c = 0; c < cnt; c++) {
+        const hexa *t = tt + c / 4;
+        const int k = c % 4;
+        const quad_tail *x = qt + c;
+        __m512i H[2], L[2];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const __m512i wv = in_register(bcast16((const uint8_t *)&t->qu[r] + 16 * k));
+            const int hh = r / 4; /* half: split scales take them apart */
+            H[hh] = _mm512_dpbusd_epi32(r % 4 ? H[hh] : _mm512_setzero_si512(), wv, x->h[r]);
+            L[hh] = _mm512_dpbusd_epi32(r % 4 ? L[hh] : _mm512_setzero_si512(), wv, x->l[r]);
+        }
+        const __m512 dw0 = _mm512_castsi512_ps(bcast16((const uint8_t *)&t->dw0 + 16 * k));
+        const __m512i sh0 = sh.split ? x->s0 : _mm512_add_epi32(x->s0, x->s1); /* hx_act_of's offsets */
+        const __m512i o0 = sh.off_shift ? _mm512_slli_epi32(sh0, sh.off_shift) : _mm512_setzero_si512();
+        const __m512i o1 = sh.off_shift ? _mm512_slli_epi32(x->s1, sh.off_shift) : _mm512_setzero_si512();
+        if (sh.split) {
+            const __m512 dw1 = _mm512_castsi512_ps(bcast16((const uint8_t *)&t->dw1 + 16 * k));
+            const __m512i I0 = _mm512_add_epi32(_mm512_slli_epi32(H[0], 8), L[0]);
+            const __m512i I1 = _mm512_add_epi32(_mm512_slli_epi32(H[1], 8), L[1]);
+            Y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I0, o0)), _mm512_mul_ps(dw0, x->dx), Y);
+            Y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I1, o1)), _mm512_mul_ps(dw1, x->dx), Y);
+        } else {
+            const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(H[0], H[1]), 8),
+                                               _mm512_add_epi32(L[0], L[1]));
+            Y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I, o0)), _mm512_mul_ps(dw0, x->dx), Y);
+        }
+        if (sh.has_min) Y = _mm512_fmadd_ps(_mm512_castsi512_ps(bcast16((const uint8_t *)&t->mw + 16 * k)), x->sx, Y);
+    }
+    return Y;
+}
+
+/* Chunk i of Y (activation row i's 4 outputs) to y0 + i * ldy, its live
+ * lanes. */
+AI void store_quad(__m512 Y, float *y0, size_t ldy, int nr, __mmask8 live) {
+    _mm_mask_storeu_ps(y0, live, _mm512_castps512_ps128(Y));
+    if (nr > 1) _mm_mask_storeu_ps(y0 + ldy, live, _mm512_extractf32x4_ps(Y, 1));
+    if (nr > 2) _mm_mask_storeu_ps(y0 + 2 * ldy, live, _mm512_extractf32x4_ps(Y, 2));
+    if (nr > 3) _mm_mask_storeu_ps(y0 + 3 * ldy, live, _mm512_extractf32x4_ps(Y, 3));
+}
+
+/* A tile against the quad of activation rows from xr0 (nr <= 4 rows,
+ * xq_row apart): the full hexadecets two rows at a time, the trees, then
+ * the tail on the quad's 16 outputs at once. */
+AI __m512 tile_quad(const hexa *tb, int nb, const uint8_t *xr0, size_t xq_row, int nr, const quad_tail *qt,
+                    kq_shape sh) {
+    __m128 y[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+    if (nr >= 2) tile_rows2(tb, nb, xr0, xr0 + xq_row, sh, &y[0], &y[1]);
+    else y[0] = tile_row(tb, nb, xr0, sh);
+    if (nr == 4) tile_rows2(tb, nb, xr0 + 2 * xq_row, xr0 + 3 * xq_row, sh, &y[2], &y[3]);
+    else if (nr == 3) y[2] = tile_row(tb, nb, xr0 + 2 * xq_row, sh);
+    __m512 Y = _mm512_insertf32x4(_mm512_castps128_ps512(y[0]), y[1], 1);
+    Y = _mm512_insertf32x4(Y, y[2], 2);
+    Y = _mm512_insertf32x4(Y, y[3], 3);
+    const int cnt = nb % 16;
+    if (cnt) { /* the common counts folded (k = 576, 640, 768) */
+        const hexa *tt = tb + 4 * (nb / 16);
+        switch (cnt) {
+        case 2: Y = quad_tail_steps(Y, tt, qt, 2, sh); break;
+        case 4: Y = quad_tail_steps(Y, tt, qt, 4, sh); break;
+        case 8: Y = quad_tail_steps(Y, tt, qt, 8, sh); break;
+        default: Y = quad_tail_steps(Y, tt, qt, cnt, sh); break;
+        }
+    }
+    return Y;
+}
+
+/* Several activation rows (16-lane layout; their quads' tails at xt,
+ * kvs_kq_avx512_prep_quads): columns [j0, j1) by groups of tiles that fit
+ * the buffer; per group, passes of activation rows (whole quads), and per
+ * pass each tile meets each quad of it. */
+AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y, int j0, int j1,
+                   kq_shape sh) {
     hexa buf[BATCH_HEXAS] __attribute__((aligned(64)));
-    const int nb = w->k / 32, packed = w->packed != NULL;
-    const int tile_hexas = 4 * (nb / 16) + (nb % 16 ? 4 * kq_tail_span(nb % 16, 16) / 16 : 0);
+    const int nb = w->k / 32, cnt = nb % 16, packed = w->packed != NULL;
+    const int tile_hexas = 4 * (nb / 16) + (cnt + 3) / 4;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
-    int pass = (int)(PASS_BYTES / xq_row) & ~1; /* pairs of rows (tile_rows2) */
-    if (pass < 2) pass = 2;
+    const quad_tail *qts = (const quad_tail *)xt;
+    int pass = (int)(PASS_BYTES / xq_row) & ~3;
+    if (pass < 4) pass = 4;
     /* rows: >= 4 (kq_lanes); a call of one pass (a server step) meets each
      * tile once: a tile at a time, its buffer in L1, the weights streamed
      * (kq_prefetch_ahead) */
@@ -368,19 +467,31 @@ AI void batch_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, f
             for (int t = 0; t < nt; t++) {
                 const int j = g0 + 4 * t, nj = g1 - j < 4 ? g1 - j : 4;
                 const __mmask8 live = (__mmask8)((1u << nj) - 1);
-                int i = i0;
-                for (; i + 1 < i1; i += 2) {
-                    __m128 y0, y1;
-                    tile_rows2(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, xq + (size_t)(i + 1) * xq_row,
-                               sh, &y0, &y1);
-                    _mm_mask_storeu_ps(y + (size_t)i * w->n + j, live, y0);
-                    _mm_mask_storeu_ps(y + (size_t)(i + 1) * w->n + j, live, y1);
+                for (int i = i0; i < i1; i += 4) {
+                    const int nr = i1 - i < 4 ? i1 - i : 4;
+                    const __m512 Y = tile_quad(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, xq_row, nr,
+                                               qts + (size_t)(i / 4) * cnt, sh);
+                    store_quad(Y, y + (size_t)i * w->n + j, (size_t)w->n, nr, live);
                 }
-                if (i < i1)
-                    _mm_mask_storeu_ps(y + (size_t)i * w->n + j, live,
-                                       tile_row(buf + (size_t)t * tile_hexas, nb, xq + (size_t)i * xq_row, sh));
             }
         }
+    }
+}
+
+_Static_assert(sizeof(quad_tail) == KVS_KQ_QUAD_BLOCK_BYTES, "kvs_kq_quads_bytes sizes quad_tail");
+
+/* Rows [0, m) of a call of m_call (rows from a multiple of 4): their
+ * quads' tails into xt, where a call of several rows on the 16-lane layout
+ * (kq_lanes) has a tail. Once a call, so every column chunk of every
+ * thread reads them (built in the kernel, per chunk of 16 columns and
+ * pass, they cost a quarter of SmolLM2's k = 576 calls). */
+void kvs_kq_avx512_prep_quads(int k, const uint8_t *xq, size_t xq_row, int m, int m_call, uint8_t *xt) {
+    const int nb = k / 32, cnt = nb % 16;
+    if (!cnt || !kq_lanes(k, m_call)) return;
+    for (int i = 0; i < m; i += 4) {
+        const uint8_t *xr[4];
+        for (int q = 0; q < 4; q++) xr[q] = xq + (size_t)(i + q < m ? i + q : i) * xq_row;
+        quad_tails(xr, m - i < 4 ? m - i : 4, nb, (quad_tail *)xt + (size_t)(i / 4) * cnt);
     }
 }
 

@@ -205,9 +205,11 @@ AI __m512 hx_apply(__m512 A, const hx_ops *op, __mmask16 k, kq_shape sh) {
 /* The batch path of each type (kquant_avx512_batch.c): y rows [0, m) x
  * columns [j0, j1) on activation rows in the 16-lane layout. */
 #define KQ512_BATCH_DECL(name, ...)                                                                                    \
-    void kvs_kq_avx512_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0,      \
-                                    int j1);
+    void kvs_kq_avx512_batch_##name(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt,    \
+                                    float *y, int j0, int j1);
 KQ_SHAPES(KQ512_BATCH_DECL)
 #undef KQ512_BATCH_DECL
+/* kvs_kq_isa_avx512's prep_quads (kquant_avx512_batch.c). */
+void kvs_kq_avx512_prep_quads(int k, const uint8_t *xq, size_t xq_row, int m, int m_call, uint8_t *xt);
 
 #endif

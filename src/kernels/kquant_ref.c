@@ -152,14 +152,16 @@ float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)j * w->row_bytes;
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, w->k);
     const float *dx = tr.dx, *sx = tr.sx;
-    float acc[16] = {0};
+    const int nf = nb / 16 * 16;
+    float acc[16] = {0}, y = 0.0f;
     kvs_kq_block blk;
     for (int b = 0; b < nb; b++) {
+        if (b == nf) y = kvs_tree16(acc); /* the full groups done: the tail blocks follow on y */
         const int8_t *hi = (const int8_t *)xrow + (size_t)b * 64, *lo = hi + 32;
         kvs_kq_unpack(w->type, row, b, &blk);
         int32_t I[2] = {0, 0};
         for (int e = 0; e < 32; e++) I[e >> 4] += blk.q[e] * (256 * hi[e] + lo[e]);
-        float *a = &acc[b % 16];
+        float *a = b < nf ? &acc[b % 16] : &y;
         if (split) {
             *a = fmaf((float)I[0], blk.dw[0] * dx[b], *a);
             *a = fmaf((float)I[1], blk.dw[1] * dx[b], *a);
@@ -168,10 +170,12 @@ float kvs_kq_dot_ref(const kvs_wmat *w, int j, const uint8_t *xrow) {
         }
         if (has_min) *a = fmaf(blk.mw, sx[b], *a);
     }
-    return kvs_tree16(acc);
+    return nf == nb ? kvs_tree16(acc) : y;
 }
 
-static void scalar_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, float *y, int j0, int j1) {
+static void scalar_dot_cols(const kvs_wmat *w, const uint8_t *xq, size_t xq_row, int m, const uint8_t *xt, float *y,
+                            int j0, int j1) {
+    (void)xt; /* no prep_quads */
     for (int i = 0; i < m; i++)
         for (int j = j0; j < j1; j++) y[(size_t)i * w->n + j] = kvs_kq_dot_ref(w, j, xq + (size_t)i * xq_row);
 }

@@ -1,8 +1,8 @@
 /*
  * AMX (Intel Advanced Matrix Extensions: amx-tile, amx-bf16, amx-int8) matmul for
  * Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 weights and many activation rows (prefill).
- * Produces exactly the bits of the scalar reference (canonical orders:
- * kernels_impl.h for Q4_0 / Q4_1 / Q8_0, kquant.h for Q5_0 / Q4_K).
+ * Produces exactly the bits of the scalar reference (the canonical order of
+ * kernels_impl.h and kquant.h, the same for every type).
  *
  * Why BF16 tiles give exact integers: a block's integer dot is
  * i_b = sum_e w_e (256 hi_e + lo_e) with w_e in [-16, 15], hi_e, lo_e in
@@ -413,30 +413,24 @@ AI __m512 step(const amx_blk *p, int h, const float *cr, const float *dx, const 
     return v;
 }
 
-/* Row i, half h of row tile t, its dots in cb: the canonical float steps.
- * kq (Q5_0, Q4_K: kquant.h's order): the blocks past the full groups go to their
- * chains b % 16 before the tree, where Q4's (kernels_impl.h) follow it. */
-AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41, int kq) {
+/* Row i, half h of row tile t, its dots in cb: the canonical float steps
+ * (kernels_impl.h, kquant.h: the same order for every type). */
+AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41) {
     const int nb = r->nb, nf = nb / 16 * 16;
     const float *cr = cb + (size_t)(h * 16 + i) * 16;
     uint8_t *row = (uint8_t *)r->xq + (size_t)(t * 16 + i) * r->xa_row;
     const float *dx = kvs_xa_dx(row, r->type, nb), *sx = kvs_xa_sx(row, r->type, nb);
     __m512 y = _mm512_setzero_ps(); /* no full group: the sum of 16 zero chains */
-    if (nf || kq) {
+    if (nf) {
         __m512 a[16];
 #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
         for (int b0 = 0; b0 < nf; b0 += 16)
 #pragma GCC unroll 16
             for (int c = 0; c < 16; c++) a[c] = step(&r->pan[b0 + c], h, cr, dx, sx, b0 + c, a[c], q41);
-        if (kq)
-#pragma GCC unroll 16
-            for (int c = 0; c < 16; c++)
-                if (nf + c < nb) a[c] = step(&r->pan[nf + c], h, cr, dx, sx, nf + c, a[c], q41);
         y = tree16_lanes(a);
     }
-    if (!kq)
-        for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
+    for (int b = nf; b < nb; b++) y = step(&r->pan[b], h, cr, dx, sx, b, y, q41);
     int cnt = r->nr - 16 * h;
     __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
     _mm512_mask_storeu_ps(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, mk, y);
@@ -448,7 +442,7 @@ AI void unit_row(const amx_run *r, int t, int h, int i, const float *cb, int q41
  * run their float steps, the tiles of t + 1 fill the other buffer (a
  * sixteenth of its blocks per row), so the tile unit and the vector unit
  * work at the same time. */
-AI void panel(const amx_run *r, float *cbuf, int q41, int kq) {
+AI void panel(const amx_run *r, float *cbuf, int q41) {
     const int nt = (r->m + 15) / 16;
     /* floats of one buffer, plus 17 lines so the two buffers never sit a
      * multiple of 4 KiB apart (loads from one would falsely wait on tile
@@ -462,7 +456,7 @@ AI void panel(const amx_run *r, float *cbuf, int q41, int kq) {
         for (int i = 0; i < 16; i++) {
             if (t + 1 < nt) unit_tiles(r, t + 1, i * r->nb / 16, (i + 1) * r->nb / 16, cb1);
             if (i < mr)
-                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, q41, kq);
+                for (int h = 0; h < r->nh; h++) unit_row(r, t, h, i, cb, q41);
         }
     }
 }
@@ -640,12 +634,10 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
         /* rows past m exist in xa (rounded up to 16, zero): tiles stay full */
         amx_run r = {.pan = pan, .xq = c->xq, .xa_row = c->xq_row, .nb = nb, .nh = nr > 16 ? 2 : 1,
                      .m = c->m, .type = w->type, .nr = nr, .y = c->y + jt, .ldy = (size_t)w->n};
-        if (w->type == KVS_TYPE_Q4_1) panel(&r, cbuf, 1, 0);
-        else if (w->type == KVS_TYPE_Q5_0) panel(&r, cbuf, 0, 1);
-        else if (w->type == KVS_TYPE_Q4_K) panel(&r, cbuf, 1, 1);
+        if (w->type == KVS_TYPE_Q4_1 || w->type == KVS_TYPE_Q4_K) panel(&r, cbuf, 1); /* a min */
         else if (w->type == KVS_TYPE_Q8_0) /* scratch: two buffer sets, the chains, acc */
             panel_q8(&r, cbuf, cbuf + 2 * Q8_SET, cbuf + 2 * Q8_SET + 2 * 16 * CH_ROW * 16);
-        else panel(&r, cbuf, 0, 0);
+        else panel(&r, cbuf, 0);
     }
     _tile_release();
 }

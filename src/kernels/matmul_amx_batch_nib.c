@@ -4,8 +4,8 @@
  * as it is, nothing unpacked), against up to KVS_AMX_BATCH_MAX_M activation
  * rows (the server's batched decode step; from KVS_AMX_BATCH_MIN_M rows on,
  * Q4_0 / Q4_1 from KVS_AMX_BATCH_Q4_MIN_M), int8 tiles, exactly the bits of
- * the scalar reference (kernels_impl.h's canonical order for Q4_0 / Q4_1 /
- * Q8_0, kquant.h's for Q5_0 / Q4_K).
+ * the scalar reference (the canonical order of kernels_impl.h and kquant.h,
+ * the same for every type).
  *
  * Why: at 8 rows the AVX-512 paths (matmul_avx512_m1.c many_rows on Q4_0 /
  * Q4_1, kquant_avx512_batch.c on Q5_0 / Q4_K) spend two vpdpbusd per weight
@@ -288,9 +288,8 @@ AI __m512 row_step(const int32_t *cb, const float *dwt, const float *mwt, const 
 
 /* Activation row i's float steps for the pass of blocks [p0, p1) (p0 a
  * multiple of NIB_PASS): blocks b < nf on chain b % 16, after the last of
- * them the tree, then blocks b >= nf in order on its result (Q4_0 / Q4_1:
- * nf = whole groups of 16; Q5_0 / Q4_K, kquant.h: every block on a
- * chain, nf = nb). cb, dwt, mwt hold the pass's blocks (block b at b - p0), dxv and
+ * them the tree, then blocks b >= nf in order on its result (nf = whole
+ * groups of 16, every type). cb, dwt, mwt hold the pass's blocks (block b at b - p0), dxv and
  * sxv every block's. Between passes the row's chains (or the tree's
  * result, in st[0]) wait in st[16]. Returns the outputs after the last
  * pass. */
@@ -334,7 +333,7 @@ static void nib_cols(const kvs_mm_call *c, int j0, int j1, float *scratch) {
     const int q4k = w->type == KVS_TYPE_Q4_K, q8 = w->type == KVS_TYPE_Q8_0, nb = w->k / KVS_QK, min = t.min;
     const kvs_wtiles qt = kvs_wtiles_of(w); /* used where w->tiles (Q8_0: always on this path) */
     const int tiled = w->tiles != NULL;
-    const int nf = w->type == KVS_TYPE_Q5_0 || q4k ? nb : nb / 16 * 16; /* kquant.h: every block on a chain */
+    const int nf = nb / 16 * 16; /* every type (kernels_impl.h, kquant.h): whole groups on chains, then the tail */
     int32_t *cb = (int32_t *)scratch;
     uint8_t *wb = (uint8_t *)(cb + NIB_PASS * 256);
     float *dwt = (float *)(wb + NIB_PASS * KVS_XB_TILE), *mwt = dwt + NIB_PASS * 16, *st = mwt + NIB_PASS * 16;
