@@ -344,8 +344,8 @@ AI __m256 octet_apply(__m256 A, const octet_ops *op, kq_shape sh) {
 }
 
 /* A row's tail (kquant.h: blocks nf.. after the tree, in order): its
- * blocks' operands as lanes, lane l = block nf + l (an ISA stores its
- * octets or hexadecet there), and the steps on the row's output y. */
+ * blocks' operands as lanes, lane l = block nf + l (AVX2 stores its tail
+ * octets there), and the steps on the row's output y. */
 typedef struct kq_tail_ops {
     float f0[16], p0[16], f1[16], p1[16], m[16], s[16];
 } kq_tail_ops;

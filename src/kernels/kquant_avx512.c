@@ -85,46 +85,108 @@ AI hx_ops decode_hexa(const uint8_t *row, int packed, const uint8_t *xq, const k
                      _mm512_insertf32x8(_mm512_castps256_ps512(s0.mw), s1.mw, 1), I, &a, sh);
 }
 
-/* The tail (cnt blocks from g0) of a row after its tree y: the blocks'
- * steps in order (kquant.h), from their operands in lanes. */
-AI float decode_tail(float y, const uint8_t *row, int packed, const uint8_t *xq, const kvs_kq_trailer *tr, int g0,
-                     int cnt, kq_shape sh) {
-    const hx_ops op = decode_hexa(row, packed, xq, tr, g0, cnt, sh);
-    kq_tail_ops t;
-    _mm512_storeu_ps(t.f0, op.f0);
-    _mm512_storeu_ps(t.p0, op.p0);
-    _mm512_storeu_ps(t.f1, op.f1);
-    _mm512_storeu_ps(t.p1, op.p1);
-    _mm512_storeu_ps(t.m, op.m);
-    _mm512_storeu_ps(t.s, op.s);
-    return kq_tail_apply(y, &t, cnt, sh);
+/* Lane l of the result's 128-bit chunk c: lane c0 + c of v[l] (c < 4),
+ * four rows' operands of one block side by side. */
+AI __m512 rows4_lanes(const __m512 v[4], int c0) {
+    const __m512i il = _mm512_add_epi32(_mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 0, 16, 1, 17, 2, 18, 3, 19),
+                                        _mm512_set1_epi32(c0)); /* lanes 2 c + (0, 1): v[0 | 2], v[1 | 3] */
+    const __m512 g = _mm512_permutex2var_ps(v[0], il, v[1]), h = _mm512_permutex2var_ps(v[2], il, v[3]);
+    return _mm512_permutex2var_ps(g, _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23), h);
 }
 
-/* Decode (one activation row xq, KQ_PAIRS): columns [j0, j1), a weight row
- * at a time, its whole hexadecets on one 16-chain accumulator, the tree,
- * then the tail (nb % 16 blocks) in order on the result. */
+AI __m128 chunk_of(__m512 v, int c) {
+    switch (c) {
+    case 0: return _mm512_castps512_ps128(v);
+    case 1: return _mm512_extractf32x4_ps(v, 1);
+    case 2: return _mm512_extractf32x4_ps(v, 2);
+    default: return _mm512_extractf32x4_ps(v, 3);
+    }
+}
+
+/* The tails (cnt blocks from g0) of four rows after their trees y (lane q
+ * = row q): the blocks' steps in order (kquant.h), on the four rows at
+ * once from their operands in lanes (op[q]). */
+AI __m128 tail_rows4(__m128 y, const hx_ops op[4], int cnt, kq_shape sh) {
+    for (int c0 = 0; c0 < cnt; c0 += 4) {
+        __m512 f0, p0, f1 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps(), m = _mm512_setzero_ps(), s = m;
+        {
+            const __m512 a[4] = {op[0].f0, op[1].f0, op[2].f0, op[3].f0}, b[4] = {op[0].p0, op[1].p0, op[2].p0, op[3].p0};
+            f0 = rows4_lanes(a, c0);
+            p0 = rows4_lanes(b, c0);
+        }
+        if (sh.split) {
+            const __m512 a[4] = {op[0].f1, op[1].f1, op[2].f1, op[3].f1}, b[4] = {op[0].p1, op[1].p1, op[2].p1, op[3].p1};
+            f1 = rows4_lanes(a, c0);
+            p1 = rows4_lanes(b, c0);
+        }
+        if (sh.has_min) {
+            const __m512 a[4] = {op[0].m, op[1].m, op[2].m, op[3].m}, b[4] = {op[0].s, op[1].s, op[2].s, op[3].s};
+            m = rows4_lanes(a, c0);
+            s = rows4_lanes(b, c0);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            if (c0 + c >= cnt) break;
+            y = _mm_fmadd_ps(chunk_of(f0, c), chunk_of(p0, c), y);
+            if (sh.split) y = _mm_fmadd_ps(chunk_of(f1, c), chunk_of(p1, c), y);
+            if (sh.has_min) y = _mm_fmadd_ps(chunk_of(m, c), chunk_of(s, c), y);
+        }
+    }
+    return y;
+}
+
+/* Four weight rows from j (rows past j1 repeat the last: computed, not
+ * stored) against activation row xq: each row's whole hexadecets on its
+ * 16-chain accumulator, the four trees at once (tree16x4_512), then the
+ * tails (cnt blocks) on the four outputs. One tree for four rows, where
+ * a row at a time (tree16_2, and its tail's steps from memory) spent a
+ * quarter of SmolLM2's k = 576 decode on them. */
+AI __m128 decode_rows4(const kvs_wmat *w, const uint8_t *base, int packed, const uint8_t *xq, const kvs_kq_trailer *tr,
+                       int j, int j0, int j1, int cnt, kq_shape sh) {
+    const int nb = w->k / 32, nf = nb - cnt;
+    const uint8_t *rows[4];
+    __m512 A[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        rows[q] = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * w->row_bytes;
+        kq_prefetch_ahead(rows[q], w->row_bytes, j + q, j0, w->n, PF_ROWS);
+        if (w->far_rows) kq_prefetch_far(rows[q], w->row_bytes, j + q, j0, w->n, w->far_rows);
+        A[q] = _mm512_setzero_ps();
+    }
+    for (int g0 = 0; g0 < nf; g0 += 16)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const hx_ops op = decode_hexa(rows[q], packed, xq, tr, g0, 16, sh); /* 16: folded */
+            A[q] = hx_apply(A[q], &op, (__mmask16)0xffff, sh);
+        }
+    __m128 y = tree16x4_512(A[0], A[1], A[2], A[3]);
+    if (cnt) {
+        hx_ops op[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) op[q] = decode_hexa(rows[q], packed, xq, tr, nf, cnt, sh);
+        y = tail_rows4(y, op, cnt, sh);
+    }
+    return y;
+}
+
+/* Decode (one activation row xq, KQ_PAIRS): columns [j0, j1), four weight
+ * rows at a time (decode_rows4): each row's whole hexadecets on one
+ * 16-chain accumulator, the tree, then the tail (nb % 16 blocks) in order
+ * on the result. */
 AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1, kq_shape sh) {
-    const int nb = w->k / 32, nf = nb / 16 * 16, packed = w->packed != NULL;
+    const int nb = w->k / 32, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xq, w->k);
-    for (int j = j0; j < j1; j++) {
-        const uint8_t *row = base + (size_t)j * w->row_bytes;
-        kq_prefetch_ahead(row, w->row_bytes, j, j0, w->n, PF_ROWS);
-        if (w->far_rows) kq_prefetch_far(row, w->row_bytes, j, j0, w->n, w->far_rows);
-        __m512 A = _mm512_setzero_ps();
-        for (int g0 = 0; g0 < nf; g0 += 16) {
-            const hx_ops op = decode_hexa(row, packed, xq, &tr, g0, 16, sh); /* 16: folded */
-            A = hx_apply(A, &op, (__mmask16)0xffff, sh);
+    for (int j = j0; j < j1; j += 4) {
+        __m128 y4;
+        switch (nb % 16) { /* the common tails folded (k = 576, 640, 768) */
+        case 0: y4 = decode_rows4(w, base, packed, xq, &tr, j, j0, j1, 0, sh); break;
+        case 2: y4 = decode_rows4(w, base, packed, xq, &tr, j, j0, j1, 2, sh); break;
+        case 4: y4 = decode_rows4(w, base, packed, xq, &tr, j, j0, j1, 4, sh); break;
+        case 8: y4 = decode_rows4(w, base, packed, xq, &tr, j, j0, j1, 8, sh); break;
+        default: y4 = decode_rows4(w, base, packed, xq, &tr, j, j0, j1, nb % 16, sh); break;
         }
-        float yj = tree16_2(_mm512_castps512_ps256(A), _mm512_extractf32x8_ps(A, 1));
-        switch (nb - nf) { /* the common tails folded too (k = 576, 640, 768) */
-        case 0: break;
-        case 2: yj = decode_tail(yj, row, packed, xq, &tr, nf, 2, sh); break;
-        case 4: yj = decode_tail(yj, row, packed, xq, &tr, nf, 4, sh); break;
-        case 8: yj = decode_tail(yj, row, packed, xq, &tr, nf, 8, sh); break;
-        default: yj = decode_tail(yj, row, packed, xq, &tr, nf, nb - nf, sh); break;
-        }
-        y[j] = yj;
+        _mm_mask_storeu_ps(y + j, (__mmask8)(j1 - j < 4 ? (1u << (j1 - j)) - 1 : 0xf), y4);
     }
 }
 

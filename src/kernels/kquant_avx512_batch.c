@@ -226,19 +226,6 @@ AI void hexa_sums(const hexa *const w[4], const int8_t *xo, kq_shape sh, __m512i
     }
 }
 
-/* hsum_tree (kvs_tree16) of four registers at once: lane q of the result
- * is a[q]'s, by the same additions in the same order (halves, quarters,
- * pairs, the last pair). */
-AI __m128 tree16x4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
-    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
-    const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-    const __m512 c = _mm512_add_ps(b, _mm512_permute_ps(b, 0xEE));
-    const __m512 d = _mm512_add_ps(c, _mm512_permute_ps(c, 0x55));
-    return _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d));
-}
-
 /* The four outputs of tile tb (unpack_tile) for activation row xr (nb
  * blocks, the 16-lane layout) before the row's tail: full hexadecets in
  * order, each row's accumulator in a register, then the tree. */
