@@ -6,8 +6,9 @@
  * Decode's block dot: vpmaddubsw(qu, hi) and (qu, lo) widened by vpmaddwd
  * with 256 and 1 (lanes 0-3 half 0, 4-7 half 1); three rounds of vphaddd
  * over the octet's 8 block vectors leave each block's half sums in one
- * lane. One weight row at a time: two rows' unpacked octets and
- * accumulators did not fit the 16 registers.
+ * lane. One weight row at a time (two rows' unpacked octets and
+ * accumulators did not fit the 16 registers), four rows' trees and tails
+ * together.
  */
 #if defined(__x86_64__)
 
@@ -59,17 +60,17 @@ AI octet_ops octet_step(const uint8_t *row, int packed, int o, int cnt, const ui
     return octet_prep(&w, H0, H1, x, sh);
 }
 
-/* One weight row . one quantized activation row xr (natural order).
- * The whole groups' octets alternate between the low (chains 0-7) and
- * high (8-15) accumulators, by twos so the accumulators stay in registers.
- * The tail's octets (kquant.h: after the tree, in order; at most 2) are
- * computed first and their steps taken last: computed last, their latency
- * was the call's (k = 640: 2 octets in the loop and a partial one cost as
- * much as 3 + 1). */
-AI float dot_row(const uint8_t *row, int packed, const uint8_t *xr, int nb, kq_shape sh) {
+/* One weight row . one quantized activation row xr (natural order): s,
+ * its tree's first step (chains 0-7 + 8-15; tree16x4_sums takes it on),
+ * and the operands of its tail octets (kquant.h: after the tree, in order;
+ * at most 2) in late. The whole groups' octets alternate between the low
+ * (chains 0-7) and high (8-15) accumulators, by twos so the accumulators
+ * stay in registers. The tail octets are computed first: computed last,
+ * their latency was the call's (k = 640: 2 octets in the loop and a
+ * partial one cost as much as 3 + 1). */
+AI __m256 dot_row(const uint8_t *row, int packed, const uint8_t *xr, int nb, kq_shape sh, octet_ops late[2]) {
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xr, 32 * nb);
     const int nfo = 2 * (nb / 16), no = (nb + 7) / 8; /* octets of whole groups; all */
-    octet_ops late[2];
     for (int o = nfo; o < no; o++)
         late[o - nfo] = octet_step(row, packed, o, nb - 8 * o < 8 ? nb - 8 * o : 8, xr, &tr, sh);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -79,24 +80,32 @@ AI float dot_row(const uint8_t *row, int packed, const uint8_t *xr, int nb, kq_s
         op = octet_step(row, packed, o + 1, 8, xr, &tr, sh);
         a1 = octet_apply(a1, &op, sh);
     }
-    float y = tree16_2(a0, a1);
-    if (no > nfo) {
-        kq_tail_ops t;
-        for (int o = nfo; o < no; o++) octet_ops_store(&late[o - nfo], &t, 8 * (o - nfo));
-        y = kq_tail_apply(y, &t, nb - 8 * nfo, sh);
-    }
-    return y;
+    return _mm256_add_ps(a0, a1);
 }
 
-/* Decode (one activation row): columns [j0, j1), a weight row at a time,
- * each octet unpacked into registers on the way. */
+/* Decode (one activation row): columns [j0, j1), four weight rows at a
+ * time (rows past j1 repeat the last: computed, not stored), each octet
+ * unpacked into registers on the way; one tree for the four rows
+ * (tree16x4_sums), then their tails' steps together (tail_steps4). */
 AI void decode_cols(const kvs_wmat *w, const uint8_t *xq, float *y, int j0, int j1, kq_shape sh) {
-    const int nb = w->k / 32, packed = w->packed != NULL;
+    const int nb = w->k / 32, nfo = 2 * (nb / 16), no = (nb + 7) / 8, packed = w->packed != NULL;
     const uint8_t *base = (const uint8_t *)(packed ? w->packed : w->data);
-    for (int j = j0; j < j1; j++) {
-        const uint8_t *ra = base + (size_t)j * w->row_bytes;
-        kq_prefetch_ahead(ra, w->row_bytes, j, j0, w->n, PF_ROWS);
-        y[j] = dot_row(ra, packed, xq, nb, sh);
+    for (int j = j0; j < j1; j += 4) {
+        __m256 s[4];
+        octet_ops late[4][2], op[4];
+        for (int q = 0; q < 4; q++) {
+            const uint8_t *ra = base + (size_t)(j + q < j1 ? j + q : j1 - 1) * w->row_bytes;
+            kq_prefetch_ahead(ra, w->row_bytes, j + q, j0, w->n, PF_ROWS);
+            s[q] = dot_row(ra, packed, xq, nb, sh, late[q]);
+        }
+        __m128 y4 = tree16x4_sums(s[0], s[1], s[2], s[3]);
+        for (int o = nfo; o < no; o++) {
+            for (int q = 0; q < 4; q++) op[q] = late[q][o - nfo];
+            y4 = tail_steps4(y4, op, nb - 8 * o < 8 ? nb - 8 * o : 8, sh);
+        }
+        float v[4];
+        _mm_storeu_ps(v, y4);
+        memcpy(y + j, v, (size_t)(j1 - j < 4 ? j1 - j : 4) * sizeof(float));
     }
 }
 

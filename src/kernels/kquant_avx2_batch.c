@@ -115,10 +115,11 @@ AI void tile_octet(const octet *const w[4], xoct x, kq_shape sh, __m256 *a0, __m
     *a3 = full_step(*a3, w[3], I[3], o0, o1, dx, sx, sh);
 }
 
-/* The operands of tail octet o (cnt blocks: the row's tail, kquant.h) of
- * a tile's four rows into t[q] from lane `at`: merged tails (cnt <= 4,
- * merge_tails: rows 0|1 in row 0's octet, 2|3 in row 2's) or four rows. */
-AI void tile_tail_ops(const octet *tb, int no, int o, int cnt, xoct x, kq_shape sh, kq_tail_ops t[4], int at) {
+/* Tail octet o (cnt blocks: the row's tail, kquant.h) of a tile's four
+ * rows: its steps on their outputs y (lane q = row q), from the merged
+ * tails (cnt <= 4, merge_tails: rows 0|1 in row 0's octet, 2|3 in row 2's)
+ * or four rows. */
+AI __m128 tile_tail(__m128 y, const octet *tb, int no, int o, int cnt, xoct x, kq_shape sh) {
     __m256i I[4][2];
     octet_ops op[4];
     if (kq_merged_tail(cnt)) {
@@ -133,7 +134,7 @@ AI void tile_tail_ops(const octet *tb, int no, int o, int cnt, xoct x, kq_shape 
         tile_sums(w, 4, x.q, sh, I);
         for (int q = 0; q < 4; q++) op[q] = octet_prep(w[q], I[q][0], I[q][1], x, sh);
     }
-    for (int q = 0; q < 4; q++) octet_ops_store(&op[q], &t[q], at);
+    return tail_steps4(y, op, cnt, sh);
 }
 
 /* The four outputs of tile tb (its rows' no octets each) for activation
@@ -156,15 +157,7 @@ AI __m128 tile_row(const octet *tb, int no, int nb, const uint8_t *xr, kq_shape 
         tile_octet(wo, TILE_X(o + 1), sh, &h0, &h1, &h2, &h3);
     }
     __m128 y4 = tree16x4_sums(_mm256_add_ps(l0, h0), _mm256_add_ps(l1, h1), _mm256_add_ps(l2, h2), _mm256_add_ps(l3, h3));
-    if (no > nfo) {
-        kq_tail_ops t[4];
-        for (int o = nfo; o < no; o++)
-            tile_tail_ops(tb, no, o, nb - 8 * o < 8 ? nb - 8 * o : 8, TILE_X(o), sh, t, 8 * (o - nfo));
-        float v[4];
-        _mm_storeu_ps(v, y4);
-        for (int q = 0; q < 4; q++) v[q] = kq_tail_apply(v[q], &t[q], nb - 8 * nfo, sh);
-        y4 = _mm_loadu_ps(v);
-    }
+    for (int o = nfo; o < no; o++) y4 = tile_tail(y4, tb, no, o, nb - 8 * o < 8 ? nb - 8 * o : 8, TILE_X(o), sh);
 #undef TILE_X
 #undef TILE_W
     return y4;

@@ -343,27 +343,46 @@ AI __m256 octet_apply(__m256 A, const octet_ops *op, kq_shape sh) {
     return A;
 }
 
-/* A row's tail (kquant.h: blocks nf.. after the tree, in order): its
- * blocks' operands as lanes, lane l = block nf + l (AVX2 stores its tail
- * octets there), and the steps on the row's output y. */
-typedef struct kq_tail_ops {
-    float f0[16], p0[16], f1[16], p1[16], m[16], s[16];
-} kq_tail_ops;
-
-AI void octet_ops_store(const octet_ops *op, kq_tail_ops *t, int at) {
-    _mm256_storeu_ps(t->f0 + at, op->f0);
-    _mm256_storeu_ps(t->p0 + at, op->p0);
-    _mm256_storeu_ps(t->f1 + at, op->f1);
-    _mm256_storeu_ps(t->p1 + at, op->p1);
-    _mm256_storeu_ps(t->m + at, op->m);
-    _mm256_storeu_ps(t->s + at, op->s);
+/* Block c of four rows side by side: out[c] lane q = lane c of v[q], for
+ * blocks c < cnt (two 4x4 transposes, the second only past 4 blocks). */
+AI void rows4_blocks(const __m256 v[4], int cnt, __m128 out[8]) {
+    for (int h = 0; 4 * h < cnt; h++) {
+        __m128 r0 = h ? _mm256_extractf128_ps(v[0], 1) : _mm256_castps256_ps128(v[0]);
+        __m128 r1 = h ? _mm256_extractf128_ps(v[1], 1) : _mm256_castps256_ps128(v[1]);
+        __m128 r2 = h ? _mm256_extractf128_ps(v[2], 1) : _mm256_castps256_ps128(v[2]);
+        __m128 r3 = h ? _mm256_extractf128_ps(v[3], 1) : _mm256_castps256_ps128(v[3]);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        out[4 * h] = r0;
+        out[4 * h + 1] = r1;
+        out[4 * h + 2] = r2;
+        out[4 * h + 3] = r3;
+    }
 }
 
-AI float kq_tail_apply(float y, const kq_tail_ops *t, int cnt, kq_shape sh) {
-    for (int l = 0; l < cnt; l++) {
-        y = fmaf(t->f0[l], t->p0[l], y);
-        if (sh.split) y = fmaf(t->f1[l], t->p1[l], y);
-        if (sh.has_min) y = fmaf(t->m[l], t->s[l], y);
+/* A tail octet's steps (kquant.h: after the tree, in block order) on four
+ * rows' outputs y (lane q = row q), from the rows' operands op[q] in lanes
+ * = blocks (cnt of them). */
+AI __m128 tail_steps4(__m128 y, const octet_ops op[4], int cnt, kq_shape sh) {
+    __m128 f0[8], p0[8], f1[8], p1[8], m[8], s[8];
+    {
+        const __m256 a[4] = {op[0].f0, op[1].f0, op[2].f0, op[3].f0}, b[4] = {op[0].p0, op[1].p0, op[2].p0, op[3].p0};
+        rows4_blocks(a, cnt, f0);
+        rows4_blocks(b, cnt, p0);
+    }
+    if (sh.split) {
+        const __m256 a[4] = {op[0].f1, op[1].f1, op[2].f1, op[3].f1}, b[4] = {op[0].p1, op[1].p1, op[2].p1, op[3].p1};
+        rows4_blocks(a, cnt, f1);
+        rows4_blocks(b, cnt, p1);
+    }
+    if (sh.has_min) {
+        const __m256 a[4] = {op[0].m, op[1].m, op[2].m, op[3].m}, b[4] = {op[0].s, op[1].s, op[2].s, op[3].s};
+        rows4_blocks(a, cnt, m);
+        rows4_blocks(b, cnt, s);
+    }
+    for (int c = 0; c < cnt; c++) {
+        y = _mm_fmadd_ps(f0[c], p0[c], y);
+        if (sh.split) y = _mm_fmadd_ps(f1[c], p1[c], y);
+        if (sh.has_min) y = _mm_fmadd_ps(m[c], s[c], y);
     }
     return y;
 }
