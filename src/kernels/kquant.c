@@ -62,13 +62,20 @@ static void cols_chunk(const kq_task *t, int rb, int chunk) {
 }
 
 /* Rows per row block as dispatch.c's mm_rows (why: there): one block a
- * thread for prefill on several threads (kvs_prefill_row_blocks), else 0.
- * The quantized rows' layout depends on whether a call has one row or
+ * thread for prefill on several threads (kvs_prefill_row_blocks), and as
+ * many more as keep a block's quantized rows in L2 (KQ_XQ_BLOCK_BYTES: the
+ * chunks go block by block, so every column chunk of a block finds its rows
+ * there; 512 rows of k = 576 are 1.3 MB, and each chunk of 16 columns had
+ * streamed them all: SmolLM2 Q4_K_M prefill 1.04x at 1 thread, 6 paired
+ * rounds), else 0. The quantized rows' layout depends on whether a call has one row or
  * several (kq_lanes), so no block may be a single row: with m >= 32 a
  * thread, the last has m / nth - 3 nth + 1 or more. Blocks start at a
  * multiple of 4, where a quad of the tails' operands does (prep_quads). */
-static int kq_rows(int m, int nth) {
-    const int nrb = kvs_prefill_row_blocks(m, nth);
+#define KQ_XQ_BLOCK_BYTES (256 * 1024) /* as matmul_avx512.c's XQ_BLOCK_BYTES */
+static int kq_rows(int m, int nth, size_t xq_row) {
+    int nrb = kvs_prefill_row_blocks(m, nth);
+    const int l2 = (int)(((size_t)m * xq_row + KQ_XQ_BLOCK_BYTES - 1) / KQ_XQ_BLOCK_BYTES);
+    nrb = (l2 + nrb - 1) / nrb * nrb; /* a multiple of the threads' blocks */
     if (nrb == 1) return 0;
     const int rows = ((m + nrb - 1) / nrb + 3) & ~3;
     return m - (nrb - 1) * rows >= 2 ? rows : 0;
@@ -121,7 +128,7 @@ void kvs_kq_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, cons
     kq_multi mt;
     mt.first[0] = 0;
     mt.nw = nw;
-    const int rows = kq_rows(m, kvs_pool_size(pool));
+    const int rows = kq_rows(m, kvs_pool_size(pool), kvs_kq_xrow_bytes(ws[0]->k));
     for (int i = 0; i < nw; i++) {
         const kvs_wmat *w = ws[i];
         /* a few rows (m < 16: batched decode) as decode (kvs_decode_cols) */
