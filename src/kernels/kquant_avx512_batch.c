@@ -21,10 +21,11 @@
  * as matmul_avx512.c's: a tile's 4 weight rows meet 4 activation rows (a
  * quad), lane 4 i + j = output (i, j), and per tail block 8 hi and 8 lo
  * vpdpbusd give the block's integer dots of all 16 outputs, its steps one
- * fma each on the 16 trees. The weights (tail_hexa) broadcast a 128-bit
- * chunk (rows 0..3), the activations (quad_tail) hold each row's dword in
- * its chunk, both built once: per tile, and per quad and call
- * (kvs_kq_avx512_prep_quads, beside the quantizer). On chains
+ * fma each on the 16 trees. The weights (the tile's tail hexas,
+ * unpack_tile) broadcast a 128-bit chunk (rows 0..3), the activations
+ * (quad_tail) hold each row's dword in its chunk, both built once: per
+ * tile, and per quad and call (kvs_kq_avx512_prep_quads, beside the
+ * quantizer). On chains
  * b % 16 in block lanes, SmolLM2's 2-block tail (k = 576: 16 + 2 blocks)
  * had cost as much as its 16 full blocks (session 55). Weight rows go by
  * tiles of four, unpacked once per call into a buffer, as on AVX2.
