@@ -115,6 +115,45 @@ AI void tile_octet(const octet *const w[4], xoct x, kq_shape sh, __m256 *a0, __m
     *a3 = full_step(*a3, w[3], I[3], o0, o1, dx, sx, sh);
 }
 
+/* Block c (< 4) of a merged tail's two octets side by side: out[c] =
+ * rows 0..3's operand, from v01 (rows 0 | 1 in lanes 0-3 | 4-7) and v23:
+ * two unpacks a pair of blocks, where a transpose of four rows' octets
+ * (rows4_blocks) first needed each odd row's lanes moved down. */
+AI void merged_blocks(__m256 v01, __m256 v23, int cnt, __m128 out[4]) {
+    const __m256 g = _mm256_unpacklo_ps(v01, v23); /* [r0 b0, r2 b0, r0 b1, r2 b1 | r1 .., r3 ..] */
+    const __m128 gl = _mm256_castps256_ps128(g), gh = _mm256_extractf128_ps(g, 1);
+    out[0] = _mm_unpacklo_ps(gl, gh);
+    out[1] = _mm_unpackhi_ps(gl, gh);
+    if (cnt > 2) {
+        const __m256 h = _mm256_unpackhi_ps(v01, v23);
+        const __m128 hl = _mm256_castps256_ps128(h), hh = _mm256_extractf128_ps(h, 1);
+        out[2] = _mm_unpacklo_ps(hl, hh);
+        out[3] = _mm_unpackhi_ps(hl, hh);
+    }
+}
+
+/* A merged tail's steps (cnt <= 4 blocks; rows 0 | 1 in op01, 2 | 3 in
+ * op23) on the four rows' outputs y, in block order. */
+AI __m128 merged_tail_steps(__m128 y, const octet_ops *op01, const octet_ops *op23, int cnt, kq_shape sh) {
+    __m128 f0[4], p0[4], f1[4], p1[4], m[4], s[4];
+    merged_blocks(op01->f0, op23->f0, cnt, f0);
+    merged_blocks(op01->p0, op23->p0, cnt, p0);
+    if (sh.split) {
+        merged_blocks(op01->f1, op23->f1, cnt, f1);
+        merged_blocks(op01->p1, op23->p1, cnt, p1);
+    }
+    if (sh.has_min) {
+        merged_blocks(op01->m, op23->m, cnt, m);
+        merged_blocks(op01->s, op23->s, cnt, s);
+    }
+    for (int c = 0; c < cnt; c++) {
+        y = _mm_fmadd_ps(f0[c], p0[c], y);
+        if (sh.split) y = _mm_fmadd_ps(f1[c], p1[c], y);
+        if (sh.has_min) y = _mm_fmadd_ps(m[c], s[c], y);
+    }
+    return y;
+}
+
 /* Tail octet o (cnt blocks: the row's tail, kquant.h) of a tile's four
  * rows: its steps on their outputs y (lane q = row q), from the merged
  * tails (cnt <= 4, merge_tails: rows 0|1 in row 0's octet, 2|3 in row 2's)
@@ -126,9 +165,8 @@ AI __m128 tile_tail(__m128 y, const octet *tb, int no, int o, int cnt, xoct x, k
         const octet *w[4] = {tb + o, tb + 2 * no + o, tb + o, tb + 2 * no + o};
         tile_sums(w, 2, x.q, sh, I);
         op[0] = octet_prep(w[0], I[0][0], I[0][1], x, sh);
-        op[1] = octet_ops_high(&op[0]);
         op[2] = octet_prep(w[1], I[1][0], I[1][1], x, sh);
-        op[3] = octet_ops_high(&op[2]);
+        return merged_tail_steps(y, &op[0], &op[2], cnt, sh);
     } else {
         const octet *w[4] = {tb + o, tb + no + o, tb + 2 * no + o, tb + 3 * no + o};
         tile_sums(w, 4, x.q, sh, I);

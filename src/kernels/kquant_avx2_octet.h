@@ -324,18 +324,6 @@ AI octet_ops octet_prep(const octet *w, __m256i H0, __m256i H1, xoct x, kq_shape
                         sh.has_min ? _mm256_loadu_ps(x.sx) : _mm256_setzero_ps(), sh);
 }
 
-/* The operands of lanes 4-7 in lanes 0-3 (a merged tail's second row). */
-AI octet_ops octet_ops_high(const octet_ops *op) {
-    octet_ops h;
-    h.f0 = _mm256_permute2f128_ps(op->f0, op->f0, 0x01);
-    h.p0 = _mm256_permute2f128_ps(op->p0, op->p0, 0x01);
-    h.f1 = _mm256_permute2f128_ps(op->f1, op->f1, 0x01);
-    h.p1 = _mm256_permute2f128_ps(op->p1, op->p1, 0x01);
-    h.m = _mm256_permute2f128_ps(op->m, op->m, 0x01);
-    h.s = _mm256_permute2f128_ps(op->s, op->s, 0x01);
-    return h;
-}
-
 AI __m256 octet_apply(__m256 A, const octet_ops *op, kq_shape sh) {
     A = _mm256_fmadd_ps(op->f0, op->p0, A);
     if (sh.split) A = _mm256_fmadd_ps(op->f1, op->p1, A);
