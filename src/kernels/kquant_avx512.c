@@ -157,7 +157,7 @@ AI __m128 decode_rows4(const kvs_wmat *w, const uint8_t *base, int packed, const
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             const hx_ops op = decode_hexa(rows[q], packed, xq, tr, g0, 16, sh); /* 16: folded */
-            A[q] = hx_apply(A[q], &op, (__mmask16)0xffff, sh);
+            A[q] = hx_apply(A[q], &op, sh);
         }
     __m128 y = tree16x4_512(A[0], A[1], A[2], A[3]);
     if (cnt) {

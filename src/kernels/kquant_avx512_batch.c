@@ -243,7 +243,7 @@ AI __m128 tile_row(const hexa *tb, int nb, const uint8_t *xr, kq_shape sh) {
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             const hx_ops op = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I[q], &a, sh);
-            A[q] = hx_apply(A[q], &op, (__mmask16)0xffff, sh);
+            A[q] = hx_apply(A[q], &op, sh);
         }
     }
     return tree16x4_512(A[0], A[1], A[2], A[3]);
@@ -301,9 +301,9 @@ AI void tile_rows2(const hexa *tb, int nb, const uint8_t *xr0, const uint8_t *xr
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             const hx_ops op0 = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I0[q], &a0, sh);
-            A0[q] = hx_apply(A0[q], &op0, (__mmask16)0xffff, sh);
+            A0[q] = hx_apply(A0[q], &op0, sh);
             const hx_ops op1 = hx_ops_of(w[q]->dw0, w[q]->dw1, w[q]->mw, I1[q], &a1, sh);
-            A1[q] = hx_apply(A1[q], &op1, (__mmask16)0xffff, sh);
+            A1[q] = hx_apply(A1[q], &op1, sh);
         }
     }
     *y0 = tree16x4_512(A0[0], A0[1], A0[2], A0[3]);
@@ -374,9 +374,8 @@ AI __m512 quad_tail_steps(__m512 Y, const hexa *tt, const quad_tail *qt, int cnt
             L[hh] = _mm512_dpbusd_epi32(r % 4 ? L[hh] : _mm512_setzero_si512(), wv, x->l[r]);
         }
         const __m512 dw0 = _mm512_castsi512_ps(bcast16((const uint8_t *)&t->dw0 + 16 * k));
-        const __m512i sh0 = sh.split ? x->s0 : _mm512_add_epi32(x->s0, x->s1); /* hx_act_of's offsets */
-        const __m512i o0 = sh.off_shift ? _mm512_slli_epi32(sh0, sh.off_shift) : _mm512_setzero_si512();
-        const __m512i o1 = sh.off_shift ? _mm512_slli_epi32(x->s1, sh.off_shift) : _mm512_setzero_si512();
+        __m512i o0, o1;
+        hx_offsets(x->s0, x->s1, sh, &o0, &o1);
         if (sh.split) {
             const __m512 dw1 = _mm512_castsi512_ps(bcast16((const uint8_t *)&t->dw1 + 16 * k));
             const __m512i I0 = _mm512_add_epi32(_mm512_slli_epi32(H[0], 8), L[0]);

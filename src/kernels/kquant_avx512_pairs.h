@@ -161,22 +161,23 @@ typedef struct hx_act {
     __m512 dx, sx;
 } hx_act;
 
+/* The offsets of half sums s0, s1 (zero for types without one). */
+AI void hx_offsets(__m512i s0, __m512i s1, kq_shape sh, __m512i *o0, __m512i *o1) {
+    *o0 = sh.off_shift ? _mm512_slli_epi32(sh.split ? s0 : _mm512_add_epi32(s0, s1), sh.off_shift) : _mm512_setzero_si512();
+    *o1 = sh.off_shift ? _mm512_slli_epi32(s1, sh.off_shift) : _mm512_setzero_si512();
+}
+
 AI hx_act hx_act_of(const kvs_kq_trailer *tr, int g0, kq_shape sh) {
     hx_act a;
     a.o0 = a.o1 = _mm512_setzero_si512();
-    if (sh.off_shift) {
-        const __m512i s0 = _mm512_loadu_si512(tr->s0 + g0), s1 = _mm512_loadu_si512(tr->s1 + g0);
-        a.o0 = _mm512_slli_epi32(sh.split ? s0 : _mm512_add_epi32(s0, s1), sh.off_shift);
-        a.o1 = _mm512_slli_epi32(s1, sh.off_shift);
-    }
+    if (sh.off_shift) hx_offsets(_mm512_loadu_si512(tr->s0 + g0), _mm512_loadu_si512(tr->s1 + g0), sh, &a.o0, &a.o1);
     a.dx = _mm512_loadu_ps(tr->dx + g0);
     a.sx = sh.has_min ? _mm512_loadu_ps(tr->sx + g0) : _mm512_setzero_ps();
     return a;
 }
 
-/* A hexadecet's float steps: the operands (in the hexa's lanes, then
- * those of one row moved to lanes 0.. by idx, a merged tail's) and the
- * steps on A's lanes in k, the reference's order:
+/* A hexadecet's float steps: the operands (in the hexa's lanes) and the
+ * steps on A's lanes, the reference's order:
  *   A = fma(f0, p0, A); split: A = fma(f1, p1, A); min: A = fma(m, s, A).
  * Not split, f0 is (I0 + I1) - off * (s0 + s1), the same integer as the
  * reference's (I0 - off s0) + (I1 - off s1). */
@@ -195,10 +196,10 @@ AI hx_ops hx_ops_of(__m512 dw0, __m512 dw1, __m512 mw, const __m512i I[2], const
     return op;
 }
 
-AI __m512 hx_apply(__m512 A, const hx_ops *op, __mmask16 k, kq_shape sh) {
-    A = _mm512_mask3_fmadd_ps(op->f0, op->p0, A, k);
-    if (sh.split) A = _mm512_mask3_fmadd_ps(op->f1, op->p1, A, k);
-    if (sh.has_min) A = _mm512_mask3_fmadd_ps(op->m, op->s, A, k);
+AI __m512 hx_apply(__m512 A, const hx_ops *op, kq_shape sh) {
+    A = _mm512_fmadd_ps(op->f0, op->p0, A);
+    if (sh.split) A = _mm512_fmadd_ps(op->f1, op->p1, A);
+    if (sh.has_min) A = _mm512_fmadd_ps(op->m, op->s, A);
     return A;
 }
 
