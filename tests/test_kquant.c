@@ -391,7 +391,7 @@ TEST(test_quantize_rows_simd_equals_scalar) {
     float *x = xmalloc((size_t)k * 4);
     uint8_t *a = xmalloc(bytes), *b = xmalloc(bytes);
     int rows = 0;
-    for (int variant = 0; variant < 9; variant++) {
+    for (int variant = 0; variant < 10; variant++) {
         kt_rand_vec(x, (size_t)k, 3.0f);
         switch (variant) {
         case 1: for (int e = 32; e < 64; e++) x[e] = 0.0f; break;
@@ -400,6 +400,14 @@ TEST(test_quantize_rows_simd_equals_scalar) {
             break;
         case 8:
             for (int q = 0; q < 20; q++) x[32 * q + 12 + q] = NAN;
+            break;
+        case 9: /* a NaN in every lane of a block's second half, beside a maximum in its first: vmaxps
+                 * returns its second operand where either is NaN (the AVX-512 paths had lost the
+                 * maximum or made amax NaN) */
+            for (int q = 0; q < 20; q++) {
+                x[32 * q + q % 16] = 9.0f;
+                x[32 * q + 16 + q % 16] = NAN;
+            }
             break;
         case 3: x[40] = INFINITY; x[41] = -INFINITY; x[300] = INFINITY; break;
         case 4: for (int e = 0; e < k; e += 3) x[e] = 3e38f * (e % 2 ? -1.0f : 1.0f); break;
@@ -440,6 +448,12 @@ TEST(test_quantize_rows_simd_equals_scalar) {
             kvs_isa_avx2.quantize_rows(&cb, 0, 1);
             CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, %s layout: quantized rows differ", variant,
                       kvs_type_traits_of(wtypes[t])->name);
+            if (kvs_kernels_cpu_level() >= 2) { /* AVX-512's whole groups at once (quantize_group_planes) */
+                memset(qb, 0, xb);
+                kvs_isa_avx512.quantize_rows(&cb, 0, 1);
+                CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, %s layout: AVX-512 quantized rows differ", variant,
+                          kvs_type_traits_of(wtypes[t])->name);
+            }
             free(qa);
             free(qb);
             rows++;

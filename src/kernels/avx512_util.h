@@ -31,6 +31,15 @@ AI __m512i q8_corr(__m512i s128) {
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(_mm512_slli_epi32(s128, 8), s128));
 }
 
+/* |x|, and 0 where x is NaN: the maxima of quant.h's amax ignore NaN, as
+ * fmaxf does, and vmaxps returns its second operand where either is NaN, so
+ * a NaN met in the second place of a max, or in a tree, lost the other
+ * lanes' values or made amax NaN. max(NaN, 0) is 0 (the second operand),
+ * and 0 never raises a maximum of absolute values. */
+AI __m512 abs_or_zero(__m512 x) {
+    return _mm512_max_ps(_mm512_and_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff))), _mm512_setzero_ps());
+}
+
 /* hi and lo of 16 elements x given 1 / d (vid), lane-wise (quant.h). */
 AI void two_levels(__m512 x, __m512 vid, __m512i *qh, __m512i *ql) {
     const __m512 v = _mm512_mul_ps(x, vid);
@@ -44,9 +53,8 @@ AI void two_levels(__m512 x, __m512 vid, __m512i *qh, __m512i *ql) {
  * reference: qh[h] / ql[h] = hi / lo of elements 16h..16h+15 as int32;
  * returns dx (the scale of Q = 256 hi + lo), writes sum Q. */
 AI float quantize_block_levels(const float *xb, __m512i qh[2], __m512i ql[2], int32_t *sum) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 x[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
-    __m512 mx = _mm512_max_ps(_mm512_and_ps(x[0], absmask), _mm512_and_ps(x[1], absmask));
+    __m512 mx = _mm512_max_ps(abs_or_zero(x[0]), abs_or_zero(x[1]));
     float amax = _mm512_reduce_max_ps(mx);
     float d = amax / 127.0f;
     float id = d >= FLT_MIN ? 1.0f / d : 0.0f; /* 1 / subnormal d would overflow */
@@ -177,16 +185,18 @@ static inline int slot_of(int rho) { return 4 * (rho % 4) + rho / 4; }
  * b, as quantize_block_levels computes them: d = amax / 127 (returned) and
  * id = 1 / d (0 where d is below FLT_MIN: 1 / subnormal d would overflow,
  * quant.h); the maxima by one transposed tree, each division once. */
-AI __m512 group_scales(const float *x, __m512 *id) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+AI __m512 group_scales_n(const float *x, int n, __m512 *id) {
     __m512 mx[16];
-    for (int b = 0; b < 16; b++)
-        mx[slot_of(b)] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + 32 * b), absmask),
-                                       _mm512_and_ps(_mm512_loadu_ps(x + 32 * b + 16), absmask));
+    for (int b = 0; b < 16; b++) { /* blocks past n: zero, not read */
+        const __mmask16 live = b < n ? 0xffff : 0;
+        mx[slot_of(b)] = _mm512_max_ps(abs_or_zero(_mm512_maskz_loadu_ps(live, x + 32 * b)),
+                                       abs_or_zero(_mm512_maskz_loadu_ps(live, x + 32 * b + 16)));
+    }
     const __m512 d = _mm512_div_ps(tree16x16_op(mx, 1), _mm512_set1_ps(127.0f));
     *id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ), _mm512_set1_ps(1.0f), d);
     return d;
 }
+AI __m512 group_scales(const float *x, __m512 *id) { return group_scales_n(x, 16, id); }
 
 
 /* One Q4 group of 16 blocks of a weight row, lane = block: W[2r] / W[2r + 1]
@@ -276,6 +286,50 @@ AI void transpose_block_dwords(__m512i z[8]) {
 #pragma GCC unroll 8
         for (int o = 0; o < 8; o++) z[o] = u[o];
     }
+}
+
+/* Byte i < 32 of vpermt2b(a, idx, b): the low byte of dword i of a (i < 16)
+ * or of dword i - 16 of b (bit 6 picks b); the upper half is not used. */
+static const uint8_t low_bytes_idx[64] __attribute__((aligned(64))) = {
+    0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
+    64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 124};
+
+/* A full group of 16 activation blocks at x (32 floats each) quantized
+ * (quant.h) in lane = block form: zh[r] / zl[r] lane l = the hi / lo bytes
+ * (s8) of elements 4r..4r+3 of block l; returns each block's d = amax / 127.
+ * The 16 blocks' maxima reduced together and each division once
+ * (group_scales), then per block the levels of quantize_block_levels
+ * (two_levels), its int32s as 32 bytes by one byte permute (the low byte,
+ * as vpmovdb keeps; two blocks a vector) and the 8 x 16 dword transpose
+ * (transpose_block_dwords). Every element and block takes the operations of
+ * quantize_block_levels, so the bits are its bits. n < 16: blocks n..15
+ * are not read, their lanes zero (d, id and the bytes: what a block of
+ * zeros quantizes to). Needs AVX-512 VBMI. */
+AI __m512 quantize_group_planes(const float *x, int n, __m512i zh[8], __m512i zl[8]) {
+    __m512 id;
+    const __m512 d = group_scales_n(x, n, &id);
+    const __m512i pick = _mm512_load_si512(low_bytes_idx);
+    for (int b = 0; b < 16; b++) {
+        __m512i h32 = _mm512_setzero_si512(), l32 = h32;
+        if (b < n) {
+            const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), id);
+            __m512i qh[2], ql[2];
+            for (int h = 0; h < 2; h++) two_levels(_mm512_loadu_ps(x + 32 * b + 16 * h), idb, &qh[h], &ql[h]);
+            /* the block's 32 bytes in natural order: block 2p in the low half of z[p], 2p + 1 in the high */
+            h32 = _mm512_permutex2var_epi8(qh[0], pick, qh[1]);
+            l32 = _mm512_permutex2var_epi8(ql[0], pick, ql[1]);
+        }
+        if (b % 2 == 0) {
+            zh[b / 2] = h32;
+            zl[b / 2] = l32;
+        } else {
+            zh[b / 2] = _mm512_inserti64x4(zh[b / 2], _mm512_castsi512_si256(h32), 1);
+            zl[b / 2] = _mm512_inserti64x4(zl[b / 2], _mm512_castsi512_si256(l32), 1);
+        }
+    }
+    transpose_block_dwords(zh);
+    transpose_block_dwords(zl);
+    return d;
 }
 
 AI void unpack_q8_group(const uint8_t *src, __m512i W[8], __m512 *dw) {

@@ -387,53 +387,50 @@ static inline size_t kq_pair_at(int l) { return (size_t)(128 * ((l / 4) * 2 + l 
 /* kvs_kq_quantize_row with the vector block quantizer, in the order an
  * ISA's kernels read. lanes 0 (one row; rows too long for a batch path):
  * natural order, the reference's bytes; KQ_PAIRS: AVX-512's decode order.
- * lanes 8 (AVX2) or 16 (AVX-512):
- * per group of `lanes` blocks from g0, a hi plane of 8 vectors of 4 *
- * lanes bytes (vector r, lane l: elements 4r..4r+3 of block g0 + l), then
- * the lo plane; the same values and scales in another order. Lanes past
- * the row are zero, except on AVX2 in a last group whose blocks fit a span
- * of 4 lanes (kq_tail_span, merge_tails): there lane l holds lane l % span,
- * integers and trailer. */
+ * lanes 8 (AVX2's batch path): per octet of blocks from g0, a hi plane of
+ * 8 vectors of 32 bytes (vector r, lane l: elements 4r..4r+3 of block g0 +
+ * l), then the lo plane; the same values and scales in another order.
+ * Lanes past the row are zero, except in a last octet whose blocks fit a
+ * span of 4 lanes (kq_tail_span, merge_tails): there lane l holds lane l %
+ * span, integers and trailer. (AVX-512's batch layout, the same with 16
+ * lanes, is kquant_avx512.c's quantize_hexas.) */
 AI void kq_quantize_lanes(const float *x, int k, uint8_t *xrow, int lanes) {
-    const int nb = k / 32, nbp = kvs_kq_nbp(k), group = lanes >= 8 ? lanes : 8;
+    const int nb = k / 32, nbp = kvs_kq_nbp(k);
     const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
     memset(tr.dx, 0, (size_t)nbp * 16);
     int g0 = 0;
-    for (; g0 < nb; g0 += group) {
-        const int cnt = nb - g0 < group ? nb - g0 : group, span = lanes == 8 ? kq_tail_span(cnt, 8) : group;
+    for (; g0 < nb; g0 += 8) {
+        const int cnt = nb - g0 < 8 ? nb - g0 : 8, span = lanes == 8 ? kq_tail_span(cnt, 8) : 8;
         uint8_t *base = xrow + (size_t)g0 * 64;
-        for (int o = 0; o < group; o += 8) { /* the group's octets */
-            __m256i hi[8], lo[8];
-            for (int l = 0; l < 8; l++) {
-                const int b = g0 + o + l, src = (o + l) % span;
-                if (src >= cnt) {
-                    hi[l] = lo[l] = _mm256_setzero_si256();
-                    continue;
-                }
-                int32_t s[2];
-                const float d = kvs_avx2_quantize_block(x + (size_t)(g0 + src) * 32, &hi[l], &lo[l], s);
-                tr.dx[b] = d * (1.0f / 256.0f);
-                tr.sx[b] = tr.dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
-                tr.s0[b] = s[0];
-                tr.s1[b] = s[1];
-            }
-            if (lanes < 8) { /* natural order, or KQ_PAIRS */
-                for (int l = 0; l < 8; l++) {
-                    const size_t at = lanes ? kq_pair_at(l) : (size_t)l * 64;
-                    _mm256_storeu_si256((__m256i *)(base + at), hi[l]);
-                    _mm256_storeu_si256((__m256i *)(base + at + (lanes ? 64 : 32)), lo[l]);
-                }
+        __m256i hi[8], lo[8];
+        for (int l = 0; l < 8; l++) {
+            const int b = g0 + l, src = l % span;
+            if (src >= cnt) {
+                hi[l] = lo[l] = _mm256_setzero_si256();
                 continue;
             }
-            __m256i t[8];
-            transpose8_epi32(hi, t);
-            for (int r = 0; r < 8; r++) _mm256_storeu_si256((__m256i *)(base + (size_t)r * 4 * lanes + 4 * o), t[r]);
-            transpose8_epi32(lo, t);
-            for (int r = 0; r < 8; r++)
-                _mm256_storeu_si256((__m256i *)(base + (size_t)(32 + 4 * r) * lanes + 4 * o), t[r]);
+            int32_t s[2];
+            const float d = kvs_avx2_quantize_block(x + (size_t)(g0 + src) * 32, &hi[l], &lo[l], s);
+            tr.dx[b] = d * (1.0f / 256.0f);
+            tr.sx[b] = tr.dx[b] * (float)(int32_t)((uint32_t)s[0] + (uint32_t)s[1]);
+            tr.s0[b] = s[0];
+            tr.s1[b] = s[1];
         }
+        if (lanes < 8) { /* natural order, or KQ_PAIRS */
+            for (int l = 0; l < 8; l++) {
+                const size_t at = lanes ? kq_pair_at(l) : (size_t)l * 64;
+                _mm256_storeu_si256((__m256i *)(base + at), hi[l]);
+                _mm256_storeu_si256((__m256i *)(base + at + (lanes ? 64 : 32)), lo[l]);
+            }
+            continue;
+        }
+        __m256i t[8];
+        transpose8_epi32(hi, t);
+        for (int r = 0; r < 8; r++) _mm256_storeu_si256((__m256i *)(base + (size_t)r * 32), t[r]);
+        transpose8_epi32(lo, t);
+        for (int r = 0; r < 8; r++) _mm256_storeu_si256((__m256i *)(base + (size_t)(32 + 4 * r) * 8), t[r]);
     }
-    memset(xrow + (size_t)g0 * 64, 0, (size_t)(nbp - g0) * 64); /* the groups no kernel reads */
+    memset(xrow + (size_t)g0 * 64, 0, (size_t)(nbp - g0) * 64); /* the octets no kernel reads */
 }
 
 /* One ISA's kernels of one type: decode (one activation row at a time) and

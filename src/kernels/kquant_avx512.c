@@ -18,12 +18,13 @@
 #if defined(__x86_64__)
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c")
 #endif
 
+#include "kernels/avx512_util.h"
 #include "kernels/kquant_avx512_pairs.h"
 
 /* The 256 (w . hi) + (w . lo) of pair vector W against its activation
@@ -194,8 +195,42 @@ KQ_SHAPES(KQ_DECODE_FN)
 #define KQ_BATCH_NAME(name) kvs_kq_avx512_batch_##name
 KQ_ISA_DOT_COLS(avx512_dot_cols)
 
+/* The batch path's 16-lane layout: per hexadecet of blocks from g0, a hi
+ * plane of 8 vectors (vector r, lane l: elements 4r..4r+3 of block g0 +
+ * l), then the lo plane, and the trailer's 16 lanes; lanes past the row
+ * zero. A hexadecet at a time (quantize_group_planes: its planes come out
+ * in this layout and are stored as they are; the half sums from the
+ * bytes). Block by block (kq_quantize_lanes' AVX2 quantizer, horizontal
+ * reductions and a transpose per octet) the quantizer took a third of a k
+ * = 576 call of 192 columns at m = 512, 3.4x the Q4 paths' time a row. */
+static void quantize_hexas(const float *x, int k, uint8_t *xrow) {
+    const kvs_kq_trailer tr = kvs_kq_trailer_of(xrow, k);
+    const __m512i ones = _mm512_set1_epi8(1);
+    const int nb = k / 32;
+    for (int g0 = 0; g0 < nb; g0 += 16) {
+        __m512i zh[8], zl[8];
+        const __m512 d = quantize_group_planes(x + (size_t)g0 * 32, nb - g0 < 16 ? nb - g0 : 16, zh, zl);
+        uint8_t *base = xrow + (size_t)g0 * 64;
+        __m512i sh[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sl[2] = {sh[0], sh[1]};
+        for (int r = 0; r < 8; r++) { /* elements 4r..4r+3: half r / 4 */
+            _mm512_storeu_si512(base + 64 * r, zh[r]);
+            _mm512_storeu_si512(base + 512 + 64 * r, zl[r]);
+            sh[r / 4] = _mm512_dpbusd_epi32(sh[r / 4], ones, zh[r]);
+            sl[r / 4] = _mm512_dpbusd_epi32(sl[r / 4], ones, zl[r]);
+        }
+        const __m512i s0 = _mm512_add_epi32(_mm512_slli_epi32(sh[0], 8), sl[0]);
+        const __m512i s1 = _mm512_add_epi32(_mm512_slli_epi32(sh[1], 8), sl[1]);
+        const __m512 dx = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 256.0f));
+        _mm512_storeu_ps(tr.dx + g0, dx);
+        _mm512_storeu_ps(tr.sx + g0, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
+        _mm512_storeu_si512(tr.s0 + g0, s0);
+        _mm512_storeu_si512(tr.s1 + g0, s1);
+    }
+}
+
 static void avx512_quantize_row(const float *x, int k, uint8_t *xrow, int m) {
-    kq_quantize_lanes(x, k, xrow, kq_lanes(k, m) ? 16 : KQ_PAIRS);
+    if (kq_lanes(k, m)) quantize_hexas(x, k, xrow);
+    else kq_quantize_lanes(x, k, xrow, KQ_PAIRS);
 }
 
 const kvs_kq_isa kvs_kq_isa_avx512 = {.name = "avx512vnni",

@@ -6,7 +6,7 @@
  * Lane l of a zmm is block g0 + l of a hexadecet (g0 a multiple of 16), so
  * its chain b % 16 is lane l: one register holds a weight row's 16 chains
  * and each float step of 16 blocks is one instruction, in the reference's
- * order. The activation rows are in the 16-lane layout (kq_quantize_lanes:
+ * order. The activation rows are in the 16-lane layout (quantize_hexas:
  * per hexadecet a hi plane of 8 vectors, vector r lane l = elements
  * 4r..4r+3 of block l, then the lo plane), the weights' unsigned integers
  * q_w + off alike (unpack_tile: the block pairs of kquant_avx512_pairs.h

@@ -83,45 +83,16 @@ AI void scatter_dwords(uint8_t *dst, size_t stride, __m128i pa, __m128i pb, __m1
     _mm_storeu_si32(dst + 7 * stride, _mm_srli_si128(pb, 12));
 }
 
-/* Byte i < 32 of vpermt2b(a, idx, b): the low byte of dword i of a (i < 16)
- * or of dword i - 16 of b (bit 6 picks b); the upper half is not used. */
-static const uint8_t low_bytes_idx[64] __attribute__((aligned(64))) = {
-    0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
-    64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 124};
-
-/* A full group of 16 blocks at once, in the group's own lane = block form:
- * the 16 blocks' maxima reduced together (one transposed tree, not a
- * reduction each), d and id of the 16 lanes by one division each, then per
- * block the levels of quantize_block_levels (two_levels), its hi (lo) int32s as 32 bytes
- * by one byte permute (the low byte, as vpmovdb keeps), two blocks a vector,
- * and the 8 x 16 dword transpose of the Q8_0 weights (transpose_block_dwords)
- * into the plane's vectors; sum Q from the bytes. Every element and block
- * takes the operations of quantize_block, so the bits are its bits: 8
- * streams of SmolLM2 spent ~3% of a step, prefill ~4%, in the block-at-a-
- * time version (horizontal reductions, two scalar divisions and 16 dword
- * stores a block). */
+/* A full group of 16 blocks at once, in the group's own lane = block form
+ * (quantize_group_planes: every element and block takes the operations of
+ * quantize_block, so the bits are its bits), its planes stored in the xq
+ * order of the Q8_0 weights and sum Q from the bytes: 8 streams of SmolLM2
+ * spent ~3% of a step, prefill ~4%, in the block-at-a-time version
+ * (horizontal reductions, two scalar divisions and 16 dword stores a
+ * block). */
 static void quantize_group(const float *x, int wtype, uint8_t *grp) {
-    __m512 id;
-    const __m512 d = group_scales(x, &id);
-    const __m512i pick = _mm512_load_si512(low_bytes_idx);
     __m512i zh[8], zl[8];
-    for (int b = 0; b < KVS_XQ_GROUP; b++) {
-        const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), id);
-        __m512i qh[2], ql[2];
-        for (int h = 0; h < 2; h++) two_levels(_mm512_loadu_ps(x + 32 * b + 16 * h), idb, &qh[h], &ql[h]);
-        /* the block's 32 bytes in natural order: block 2p in the low half of z[p], 2p + 1 in the high */
-        const __m512i h32 = _mm512_permutex2var_epi8(qh[0], pick, qh[1]);
-        const __m512i l32 = _mm512_permutex2var_epi8(ql[0], pick, ql[1]);
-        if (b % 2 == 0) {
-            zh[b / 2] = h32;
-            zl[b / 2] = l32;
-        } else {
-            zh[b / 2] = _mm512_inserti64x4(zh[b / 2], _mm512_castsi512_si256(h32), 1);
-            zl[b / 2] = _mm512_inserti64x4(zl[b / 2], _mm512_castsi512_si256(l32), 1);
-        }
-    }
-    transpose_block_dwords(zh); /* zh[r] lane l: elements 4r..4r+3 of block l (xq vec xq_of_q8[r]) */
-    transpose_block_dwords(zl);
+    const __m512 d = quantize_group_planes(x, 16, zh, zl);
     const __m512i ones = _mm512_set1_epi8(1), off = _mm512_set1_epi8(wtype == KVS_TYPE_Q8_0 ? (char)0x80 : 0);
     __m512i sh = _mm512_setzero_si512(), sl = _mm512_setzero_si512();
     for (int r = 0; r < 8; r++) {
