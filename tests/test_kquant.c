@@ -7,8 +7,11 @@
  *  - the matmul is within the activation quantization's error bound of a
  *    float64 dot of the dequantized weights;
  *  - a row's bits do not depend on the other rows of the call or the
- *    thread count (batch invariance).
+ *    thread count (batch invariance);
+ *  - every SIMD quantizer of activation rows (K-quant and Q4 / Q8 layouts)
+ *    writes the reference's bytes, for hand-placed and random hostile rows.
  */
+#include <math.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -376,6 +379,62 @@ static void pairs_layout_check(const float *x, int k, const uint8_t *a, uint8_t 
 }
 #endif
 
+#if defined(__x86_64__)
+/* Row x (k elements) through every SIMD quantizer against the reference:
+ * the K-quant row (natural order, AVX2's 8 and AVX-512's 16 lanes,
+ * AVX-512's decode pairs) and the Q4_0 / Q4_1 / Q8_0 layout (quant.h:
+ * groups, tail quads; AVX2 and AVX-512). a, b: kvs_kq_xrow_bytes(k) bytes
+ * of scratch. Returns the rows compared. */
+static int quantizers_check(const float *x, int k, uint8_t *a, uint8_t *b, int variant) {
+    const size_t bytes = kvs_kq_xrow_bytes(k);
+    int rows = 0;
+    memset(a, 0xaa, bytes);
+    memset(b, 0x55, bytes);
+    kvs_kq_isa_scalar.quantize_row(x, k, a, 1);
+    kvs_kq_isa_avx2.quantize_row(x, k, b, 1);
+    size_t bad = 0;
+    while (bad < bytes && a[bad] == b[bad]) bad++;
+    CHECK_MSG(bad == bytes, "variant %d, k %d: quantized rows differ at byte %zu of %zu", variant, k, bad, bytes);
+    rows++;
+    /* a call of several rows: the lane layouts (AVX2: 8 blocks a group, AVX-512: 16) */
+    lane_layout_check(kvs_kq_isa_avx2, 8, x, k, a, b, variant);
+    rows++;
+    if (kvs_kernels_cpu_level() >= 2) {
+        lane_layout_check(kvs_kq_isa_avx512, 16, x, k, a, b, variant);
+        pairs_layout_check(x, k, a, b, 1, variant);
+        rows += 2;
+    }
+    /* the same row in the Q4_0 / Q4_1 / Q8_0 layout (quant.h: groups, tail quads) */
+    const int wtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+    for (int t = 0; t < 3; t++) {
+        kvs_wmat w = {.type = wtypes[t], .n = 1, .k = k};
+        const size_t xb = kvs_xq_bytes(k, 1);
+        uint8_t *qa = xmalloc(xb), *qb = xmalloc(xb);
+        memset(qa, 0, xb);
+        memset(qb, 0, xb);
+        kvs_mm_call ca = {.w = &w, .x = x, .m = 1, .xq = qa, .xq_row = kvs_xq_row_bytes(k),
+                          .xq_tail = qa + kvs_xq_row_bytes(k), .xq_quad = kvs_xq_quad_bytes(k)};
+        kvs_mm_call cb = ca;
+        cb.xq = qb;
+        cb.xq_tail = qb + kvs_xq_row_bytes(k);
+        kvs_isa_scalar.quantize_rows(&ca, 0, 1);
+        kvs_isa_avx2.quantize_rows(&cb, 0, 1);
+        CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, k %d, %s layout: quantized rows differ", variant, k,
+                  kvs_type_traits_of(wtypes[t])->name);
+        if (kvs_kernels_cpu_level() >= 2) { /* AVX-512's whole groups at once (quantize_group_planes) */
+            memset(qb, 0, xb);
+            kvs_isa_avx512.quantize_rows(&cb, 0, 1);
+            CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, k %d, %s layout: AVX-512 quantized rows differ", variant,
+                      k, kvs_type_traits_of(wtypes[t])->name);
+        }
+        free(qa);
+        free(qb);
+        rows++;
+    }
+    return rows;
+}
+#endif
+
 /* The SIMD quantizers of activation rows write the reference's bytes (the
  * K-quant row and the Q4 / Q8 layout), also
  * for hostile rows: NaN, infinities, huge and subnormal values, all-zero
@@ -415,49 +474,7 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         case 6: for (int e = 0; e < k; e++) x[e] = (float)(e % 255 - 127) / 2.0f; break; /* ties */
         case 7: for (int e = 0; e < k; e++) x[e] = (float)((e * 37) % 513 - 256) / 512.0f; break;
         }
-        memset(a, 0xaa, bytes);
-        memset(b, 0x55, bytes);
-        kvs_kq_isa_scalar.quantize_row(x, k, a, 1);
-        kvs_kq_isa_avx2.quantize_row(x, k, b, 1);
-        size_t bad = 0;
-        while (bad < bytes && a[bad] == b[bad]) bad++;
-        CHECK_MSG(bad == bytes, "variant %d: quantized rows differ at byte %zu of %zu", variant, bad, bytes);
-        rows++;
-        /* a call of several rows: the lane layouts (AVX2: 8 blocks a group, AVX-512: 16) */
-        lane_layout_check(kvs_kq_isa_avx2, 8, x, k, a, b, variant);
-        rows++;
-        if (kvs_kernels_cpu_level() >= 2) {
-            lane_layout_check(kvs_kq_isa_avx512, 16, x, k, a, b, variant);
-            pairs_layout_check(x, k, a, b, 1, variant);
-            rows += 2;
-        }
-        /* the same rows in the Q4_0 / Q4_1 / Q8_0 layout (quant.h: groups, tail quads) */
-        const int wtypes[] = {KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
-        for (int t = 0; t < 3; t++) {
-            kvs_wmat w = {.type = wtypes[t], .n = 1, .k = k};
-            const size_t xb = kvs_xq_bytes(k, 1);
-            uint8_t *qa = xmalloc(xb), *qb = xmalloc(xb);
-            memset(qa, 0, xb);
-            memset(qb, 0, xb);
-            kvs_mm_call ca = {.w = &w, .x = x, .m = 1, .xq = qa, .xq_row = kvs_xq_row_bytes(k),
-                              .xq_tail = qa + kvs_xq_row_bytes(k), .xq_quad = kvs_xq_quad_bytes(k)};
-            kvs_mm_call cb = ca;
-            cb.xq = qb;
-            cb.xq_tail = qb + kvs_xq_row_bytes(k);
-            kvs_isa_scalar.quantize_rows(&ca, 0, 1);
-            kvs_isa_avx2.quantize_rows(&cb, 0, 1);
-            CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, %s layout: quantized rows differ", variant,
-                      kvs_type_traits_of(wtypes[t])->name);
-            if (kvs_kernels_cpu_level() >= 2) { /* AVX-512's whole groups at once (quantize_group_planes) */
-                memset(qb, 0, xb);
-                kvs_isa_avx512.quantize_rows(&cb, 0, 1);
-                CHECK_MSG(memcmp(qa, qb, xb) == 0, "variant %d, %s layout: AVX-512 quantized rows differ", variant,
-                          kvs_type_traits_of(wtypes[t])->name);
-            }
-            free(qa);
-            free(qb);
-            rows++;
-        }
+        rows += quantizers_check(x, k, a, b, variant);
     }
     /* the lane layouts' other last groups: 3 blocks (no full group), 6 (<= 8), 9 and 25 (more) */
     const int ks[] = {96, 192, 288, 800};
@@ -466,18 +483,54 @@ TEST(test_quantize_rows_simd_equals_scalar) {
         float *xk = xmalloc((size_t)kk * 4);
         uint8_t *ak = xmalloc(kvs_kq_xrow_bytes(kk)), *bk = xmalloc(kvs_kq_xrow_bytes(kk));
         kt_rand_vec(xk, (size_t)kk, 3.0f);
-        kvs_kq_isa_scalar.quantize_row(xk, kk, ak, 1);
-        lane_layout_check(kvs_kq_isa_avx2, 8, xk, kk, ak, bk, -1);
-        if (kvs_kernels_cpu_level() >= 2) {
-            lane_layout_check(kvs_kq_isa_avx512, 16, xk, kk, ak, bk, -1);
-            pairs_layout_check(xk, kk, ak, bk, 1, -1);
-        }
-        rows++;
+        rows += quantizers_check(xk, kk, ak, bk, -1);
         free(xk);
         free(ak);
         free(bk);
     }
     printf("  %d hostile rows compared\n", rows);
+    free(x);
+    free(a);
+    free(b);
+#endif
+}
+
+/* Random hostile rows (fixed seed): values of random magnitude (1e-40 to
+ * 1e38, subnormal to near overflow) with NaN (either sign), infinities,
+ * zero blocks and exact rounding ties at random places, every SIMD
+ * quantizer against the reference (quantizers_check). Hand-placed
+ * variants had missed the AVX-512 maxima's NaN case for years of tiles. */
+TEST(test_quantize_rows_fuzz) {
+#if defined(__x86_64__)
+    if (kvs_kernels_cpu_level() < 1) {
+        printf("  (skip: no AVX2 on this CPU)\n");
+        return;
+    }
+    const int ks[] = {96, 288, 576, 640, 1536};
+    const int kmax = 1536;
+    float *x = xmalloc((size_t)kmax * 4);
+    uint8_t *a = xmalloc(kvs_kq_xrow_bytes(kmax)), *b = xmalloc(kvs_kq_xrow_bytes(kmax));
+    int rows = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        const int k = ks[kt_rand() % (sizeof ks / sizeof ks[0])];
+        const float scale = powf(10.0f, (float)((int)(kt_rand() % 79) - 40));
+        kt_rand_vec(x, (size_t)k, scale);
+        const int specials = (int)(kt_rand() % 24);
+        for (int s = 0; s < specials; s++) {
+            const int e = (int)(kt_rand() % (unsigned)k);
+            switch (kt_rand() % 7) {
+            case 0: x[e] = NAN; break;
+            case 1: x[e] = -NAN; break;
+            case 2: x[e] = kt_rand() % 2 ? INFINITY : -INFINITY; break;
+            case 3: x[e] = kt_rand() % 2 ? 3.4e38f : -3.4e38f; break;
+            case 4: x[e] = 1e-45f * (float)(kt_rand() % 100); break; /* subnormal */
+            case 5: memset(x + e / 32 * 32, 0, 32 * sizeof(float)); break; /* a zero block */
+            default: x[e] = scale * (float)((int)(kt_rand() % 255) - 127) / 2.0f; break; /* ties */
+            }
+        }
+        rows += quantizers_check(x, k, a, b, 1000 + trial);
+    }
+    printf("  %d random rows compared\n", rows);
     free(x);
     free(a);
     free(b);
@@ -513,6 +566,7 @@ int main(void) {
     RUN(test_kq_multi_equals_separate);
     RUN(test_kq_integer_extremes);
     RUN(test_quantize_rows_simd_equals_scalar);
+    RUN(test_quantize_rows_fuzz);
     RUN(test_kq_far_prefetch);
     return kt_summary();
 }
