@@ -768,6 +768,58 @@ TEST(test_attention_simd_equals_scalar) {
     printf("  %d SIMD/scalar attention comparisons\n", compared);
 }
 
+
+/* test_attention_simd_equals_scalar on hostile rows: scores far past
+ * softmax's range (q x 1e3, x 1e8: one key takes all), a NaN or an
+ * infinity in q, keys of 1e30 (scores overflow to +-inf), a NaN in v: every
+ * path keeps the scalar bits, NaN and infinity included (the quantizers'
+ * AVX-512 maxima had not, session 57). */
+TEST(test_attention_hostile_simd_equals_scalar) {
+    struct { int m, nh, nkv, hd, ctx, start; } cases[] = {
+        {1, 9, 3, 64, 600, 517}, {37, 9, 3, 64, 300, 100}, {5, 4, 4, 32, 50, 20}, {40, 9, 3, 64, 1100, 1000}};
+    int compared = 0;
+    for (int variant = 0; variant < 6; variant++)
+        for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+            if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+            for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+                for (int kv_type = 0; kv_type <= 1; kv_type++) {
+                    if (variant >= 4 && kv_type == 0) continue; /* f32 keys and values only: 1e30 is no f16 */
+                    attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd, cases[ci].ctx,
+                                            kv_type, cases[ci].start);
+                    const size_t qn = (size_t)c.m * c.n_head * c.hd, kvn = (size_t)c.n_kv * c.n_ctx * c.hd;
+                    switch (variant) {
+                    case 0: for (size_t i = 0; i < qn; i++) c.q[i] *= 1e3f; break;
+                    case 1: for (size_t i = 0; i < qn; i++) c.q[i] *= 1e8f; break;
+                    case 2: c.q[5] = NAN; break;
+                    case 3: c.q[7] = INFINITY; break;
+                    case 4: ((float *)c.k)[100] = 1e30f; ((float *)c.k)[kvn - 3] = -1e30f; break;
+                    default: ((float *)c.v)[64 * 3 + 1] = NAN; break;
+                    }
+                    float *ref = xmalloc(qn * 4);
+                    kvs_kernels_set_isa("scalar");
+                    attn_run(&c, NULL, 1);
+                    memcpy(ref, c.out, qn * 4);
+                    kvs_kernels_set_isa(simd_isas[s]);
+                    attn_run(&c, NULL, 1);
+                    size_t nbad = 0, first = qn;
+                    for (size_t i = 0; i < qn; i++)
+                        if (memcmp(&ref[i], &c.out[i], 4)) {
+                            if (!nbad++) first = i;
+                        }
+                    if (nbad) {
+                        fprintf(stderr, "  variant %d %s case %zu kv %d: %zu outputs differ, out[%zu] %.9g vs scalar %.9g\n",
+                                variant, simd_isas[s], ci, kv_type, nbad, first, c.out[first], ref[first]);
+                        kt_test_failed++;
+                    }
+                    compared++;
+                    free(ref);
+                    attn_free(&c);
+                }
+        }
+    kvs_kernels_set_isa("best");
+    printf("  %d hostile SIMD/scalar attention comparisons\n", compared);
+}
+
 /* The AMX path (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0, >= KVS_AMX_MIN_M rows) gives the scalar
  * bytes for m around the 16-row tile and the threshold, k with and without
  * tail blocks (and past KVS_AMX_MAX_K: the AVX-512 fallback), n around the
@@ -982,6 +1034,7 @@ int main(void) {
     RUN(test_rope_paths);
     RUN(test_attention_ref_vs_double);
     RUN(test_attention_simd_equals_scalar);
+    RUN(test_attention_hostile_simd_equals_scalar);
     RUN(test_matmul_amx_small_stack);
     RUN(test_isa_selection);
     return kt_summary();
