@@ -538,6 +538,55 @@ TEST(test_quantize_rows_fuzz) {
 #endif
 }
 
+/* Whole matmuls on hostile activation rows (NaN, infinities, 3.4e38 and
+ * subnormals among ordinary values; whole blocks of them): every ISA path,
+ * one row (decode) and several (the batch paths), packed rows too, gives
+ * the scalar reference's bytes, NaN and infinite outputs included, for
+ * the K-quant types and Q4_0 / Q4_1 / Q8_0. */
+TEST(test_matmul_hostile_rows) {
+    const int types[] = {KVS_TYPE_Q5_0, KVS_TYPE_Q5_1, KVS_TYPE_Q4_K, KVS_TYPE_Q5_K, KVS_TYPE_Q6_K,
+                         KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+    const int k = 768, m = 6; /* 24 blocks: a full group and a tail of 8 */
+    const char *isas[] = {"avx2", "avx512vnni"};
+    float *x = xmalloc((size_t)m * k * 4);
+    kt_rand_vec(x, (size_t)m * k, 2.0f);
+    x[3] = NAN;                                                     /* row 0: one NaN */
+    x[(size_t)1 * k + 40] = INFINITY;                               /* row 1: an infinity */
+    x[(size_t)2 * k + 17] = 3.4e38f;                                /* row 2: near overflow */
+    x[(size_t)2 * k + 600] = -3.4e38f;
+    for (int e = 0; e < 32; e++) x[(size_t)3 * k + 64 + e] = NAN;   /* row 3: a block of NaN */
+    for (int e = 0; e < k; e += 5) x[(size_t)4 * k + e] = 1e-42f;  /* row 4: subnormals among values */
+    x[(size_t)5 * k + 700] = -NAN;                                  /* row 5: in the tail blocks */
+    x[(size_t)5 * k + 701] = -INFINITY;
+    int compared = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int packed = 0; packed < 2; packed++) {
+            kvs_wmat w = kvs_kq_handles(types[t]) ? rand_kq(types[t], 37, k) : kt_rand_wmat(types[t], 37, k);
+            if (packed && kvs_wmat_pack(&w, 1) != 0) {
+                free((void *)w.data);
+                continue;
+            }
+            kvs_kernels_set_isa("scalar");
+            float *ref = matmul(&w, x, m, NULL);
+            for (int a = 0; a < 2; a++) {
+                if (kvs_kernels_set_isa(isas[a]) != 0) continue;
+                for (int mm = 1; mm <= m; mm += m - 1) {
+                    float *got = matmul(&w, x, mm, NULL);
+                    CHECK_MSG(memcmp(ref, got, (size_t)mm * w.n * 4) == 0, "%s packed %d m %d: %s differs",
+                              kvs_type_traits_of(w.type)->name, packed, mm, isas[a]);
+                    compared++;
+                    free(got);
+                }
+            }
+            kvs_kernels_set_isa("best");
+            free(ref);
+            kvs_wmat_unpack(&w);
+            free((void *)w.data);
+        }
+    printf("  %d hostile matmuls compared\n", compared);
+    free(x);
+}
+
 /* Weights that stream from DRAM (kvs_wmat.far_rows: decode also prefetches
  * rows far ahead into L2): a prefetch only, the same bits, packed or not,
  * the rows ahead past the matrix's end included. */
@@ -568,6 +617,7 @@ int main(void) {
     RUN(test_kq_integer_extremes);
     RUN(test_quantize_rows_simd_equals_scalar);
     RUN(test_quantize_rows_fuzz);
+    RUN(test_matmul_hostile_rows);
     RUN(test_kq_far_prefetch);
     return kt_summary();
 }
