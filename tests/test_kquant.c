@@ -542,10 +542,10 @@ TEST(test_quantize_rows_fuzz) {
  * subnormals among ordinary values; whole blocks of them): every ISA path,
  * one row (decode) and several (the batch paths), packed rows too, gives
  * the scalar reference's bytes, NaN and infinite outputs included, for
- * the K-quant types and Q4_0 / Q4_1 / Q8_0. */
+ * the K-quant types, Q4_0 / Q4_1 / Q8_0 and the float types. */
 TEST(test_matmul_hostile_rows) {
     const int types[] = {KVS_TYPE_Q5_0, KVS_TYPE_Q5_1, KVS_TYPE_Q4_K, KVS_TYPE_Q5_K, KVS_TYPE_Q6_K,
-                         KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0};
+                         KVS_TYPE_Q4_0, KVS_TYPE_Q4_1, KVS_TYPE_Q8_0, KVS_TYPE_F16,  KVS_TYPE_BF16, KVS_TYPE_F32};
     const int k = 768, m = 6; /* 24 blocks: a full group and a tail of 8 */
     const char *isas[] = {"avx2", "avx512vnni"};
     float *x = xmalloc((size_t)m * k * 4);
