@@ -689,6 +689,23 @@ static double kv_at(const attn_case *c, const void *base, size_t i) {
 }
 
 /* Attention against a double-precision softmax(q k^T) v. */
+/* c under the scalar path (its output into ref), then under isa (in
+ * c->out): how many outputs differ in their bytes (NaN and infinities
+ * compared as bits), *first the first of them. */
+static size_t attn_against_scalar(attn_case *c, const char *isa, float *ref, size_t *first) {
+    const size_t qn = (size_t)c->m * c->n_head * c->hd;
+    kvs_kernels_set_isa("scalar");
+    attn_run(c, NULL, 1);
+    memcpy(ref, c->out, qn * 4);
+    kvs_kernels_set_isa(isa);
+    attn_run(c, NULL, 1);
+    size_t nbad = 0;
+    *first = qn;
+    for (size_t i = 0; i < qn; i++)
+        if (memcmp(&ref[i], &c->out[i], 4) && !nbad++) *first = i;
+    return nbad;
+}
+
 TEST(test_attention_ref_vs_double) {
     kvs_kernels_set_isa("scalar");
     for (int kv_type = 0; kv_type <= 1; kv_type++) {
@@ -745,16 +762,9 @@ TEST(test_attention_simd_equals_scalar) {
             for (int kv_type = 0; kv_type <= 1; kv_type++) {
                 attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd,
                                         cases[ci].ctx, kv_type, cases[ci].start);
-                size_t qn = (size_t)c.m * c.n_head * c.hd;
-                float *ref = xmalloc(qn * 4);
-                kvs_kernels_set_isa("scalar");
-                attn_run(&c, NULL, 1);
-                memcpy(ref, c.out, qn * 4);
-                kvs_kernels_set_isa(simd_isas[s]);
-                attn_run(&c, NULL, 1);
-                if (memcmp(ref, c.out, qn * 4) != 0) {
-                    size_t bad = 0;
-                    while (ref[bad] == c.out[bad]) bad++;
+                float *ref = xmalloc((size_t)c.m * c.n_head * c.hd * 4);
+                size_t bad;
+                if (attn_against_scalar(&c, simd_isas[s], ref, &bad)) {
                     fprintf(stderr, "  %s case %zu kv %d: out[%zu] %.9g vs scalar %.9g\n", simd_isas[s],
                             ci, kv_type, bad, c.out[bad], ref[bad]);
                     kt_test_failed++;
@@ -796,16 +806,8 @@ TEST(test_attention_hostile_simd_equals_scalar) {
                     default: ((float *)c.v)[64 * 3 + 1] = NAN; break;
                     }
                     float *ref = xmalloc(qn * 4);
-                    kvs_kernels_set_isa("scalar");
-                    attn_run(&c, NULL, 1);
-                    memcpy(ref, c.out, qn * 4);
-                    kvs_kernels_set_isa(simd_isas[s]);
-                    attn_run(&c, NULL, 1);
-                    size_t nbad = 0, first = qn;
-                    for (size_t i = 0; i < qn; i++)
-                        if (memcmp(&ref[i], &c.out[i], 4)) {
-                            if (!nbad++) first = i;
-                        }
+                    size_t first;
+                    const size_t nbad = attn_against_scalar(&c, simd_isas[s], ref, &first);
                     if (nbad) {
                         fprintf(stderr, "  variant %d %s case %zu kv %d: %zu outputs differ, out[%zu] %.9g vs scalar %.9g\n",
                                 variant, simd_isas[s], ci, kv_type, nbad, first, c.out[first], ref[first]);
