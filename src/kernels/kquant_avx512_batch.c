@@ -133,12 +133,13 @@ AI __m512i tail_lanes(const __m512i v[4], int span, int u) {
 }
 
 /* The tile of weight rows [j, j + 4) (rows past j1 repeat the last:
- * computed, not stored): row q's full hexadecet h at tb[4 h + q] (the four rows' side by side: one base pointer for all four),
- * then its tail (cnt blocks from g0 = 16 nfull) in (cnt + 3) / 4 tail
- * hexas: tail hexa u, qu[r] lane 4 k + q = dword r of block g0 + 4 u + k of
- * row q, dw0 / dw1 / mw likewise (a 128-bit chunk per block, broadcast
- * against a quad_tail). pf_n: the matrix's rows where the call streams them
- * (rows fetched KQ_PF_ROWS ahead), else 0. */
+ * computed, not stored): row q's full hexadecet h at tb[4 h + q] (the
+ * four rows' side by side: one base pointer for all four), then the
+ * tile's tail (cnt blocks from g0 = 16 nfull) in (cnt + 3) / 4 tail hexas:
+ * tail hexa u, qu[r] lane 4 k + q = dword r of block g0 + 4 u + k of row
+ * q, dw0 / dw1 / mw likewise (a 128-bit chunk per block, broadcast against
+ * a quad_tail). pf_n: the matrix's rows where the call streams them (rows
+ * fetched KQ_PF_ROWS ahead), else 0. */
 AI void unpack_tile(const uint8_t *base, size_t row_bytes, int j, int j1, int nb, int packed, kq_shape sh, hexa *tb,
                     int pf_n) {
     const int nfull = nb / 16, cnt = nb % 16, span = kq_tail_span(cnt, 16), g0 = 16 * nfull;
