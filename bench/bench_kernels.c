@@ -13,7 +13,7 @@
  * name, e.g. ffn_down) and that row count (any; by default 1, 8 and 512):
  * A/B runs of one kernel in seconds, not a minute.
  *
- *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0 | --q5_0]
+ *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--kv-type f16|f32|q8] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0 | --q5_0]
  *                 [--shape NAME] [--m M]
  */
 #include <math.h>
@@ -207,8 +207,9 @@ typedef struct attn_shape {
 } attn_shape;
 static const attn_shape k_attn_smollm2 = {9, 3, 64}, k_attn_gemma3 = {4, 1, 256};
 static const attn_shape *g_attn = &k_attn_smollm2;
+static int g_kv_type = KVS_KV_F16; /* --kv-type */
 
-/* Attention of one layer (g_attn; f16 KV): prefill of ctx tokens (causal)
+/* Attention of one layer (g_attn; g_kv_type KV): prefill of ctx tokens (causal)
  * and decode of one token at position ctx-1. With fewer kv heads than
  * threads (gemma3 on 2) decode takes the split path (kvs_isa). */
 static void bench_attention(const char *isa, int threads, int quick) {
@@ -218,9 +219,14 @@ static void bench_attention(const char *isa, int threads, int quick) {
     for (int ci = 0; ci < 3; ci++) {
         int ctx = ctxs[ci];
         if (!strcmp(isa, "scalar") && ctx > 512) continue;
-        size_t kvn = (size_t)nkv * ctx * hd;
-        uint16_t *k = malloc(kvn * 2), *v = malloc(kvn * 2);
-        for (size_t i = 0; i < kvn; i++) { k[i] = kvs_f32_to_f16(rndf()); v[i] = kvs_f32_to_f16(rndf()); }
+        const size_t kvn = (size_t)nkv * ctx * hd, kvb = (size_t)nkv * ctx * kvs_kv_row_bytes(g_kv_type, hd);
+        float *kf = malloc(kvn * sizeof *kf), *vf = malloc(kvn * sizeof *vf);
+        for (size_t i = 0; i < kvn; i++) { kf[i] = rndf(); vf[i] = rndf(); }
+        void *k = malloc(kvb), *v = malloc(kvb);
+        kvs_kv_rows_store(g_kv_type, kf, k, nkv * ctx, hd);
+        kvs_kv_rows_store(g_kv_type, vf, v, nkv * ctx, hd);
+        free(kf);
+        free(vf);
         float *q = malloc(sizeof(float) * (size_t)ctx * nh * hd), *out = malloc(sizeof(float) * (size_t)ctx * nh * hd);
         for (size_t i = 0; i < (size_t)ctx * nh * hd; i++) q[i] = rndf();
         int32_t *pos = malloc(sizeof(int32_t) * ctx);
@@ -230,19 +236,19 @@ static void bench_attention(const char *isa, int threads, int quick) {
         int reps = quick ? 2 : (ctx >= 4096 ? 3 : 5);
         for (int r = 0; r < reps; r++) {
             double a = now_s();
-            kvs_attention(pool, out, q, pos, ctx, k, v, 0, nh, nkv, hd, ctx, 0.125f, work);
+            kvs_attention(pool, out, q, pos, ctx, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
             tp[r] = now_s() - a;
         }
         for (int r = 0; r < 32; r++) {
             double a = now_s();
-            kvs_attention(pool, out, q, pos + ctx - 1, 1, k, v, 0, nh, nkv, hd, ctx, 0.125f, work);
+            kvs_attention(pool, out, q, pos + ctx - 1, 1, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
             td[r] = now_s() - a;
         }
         double p = median(tp, reps), d = median(td, 32);
         /* flops: QK and PV, 2 flops per MAC, causal half */
         double flops = 2.0 * 2.0 * nh * hd * (double)ctx * (ctx + 1) / 2;
-        printf("  %-10s t=%d  attention %dx%dx%d ctx=%-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
-               isa, threads, nh, nkv, hd, ctx, p * 1e3, flops / p / 1e9, p / ctx * 1e6, d * 1e6);
+        printf("  %-10s t=%d  attention %s %dx%dx%d ctx=%-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
+               isa, threads, kvs_kv_type_name(g_kv_type), nh, nkv, hd, ctx, p * 1e3, flops / p / 1e9, p / ctx * 1e6, d * 1e6);
         fflush(stdout);
         free(k); free(v); free(q); free(out); free(pos); free(work);
     }
@@ -284,6 +290,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
         else if (!strcmp(argv[i], "--no-attn")) no_attn = 1;
         else if (!strcmp(argv[i], "--no-mm")) no_mm = 1;
+        else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
+            kvs_kv_type t;
+            if (kvs_kv_type_parse(argv[++i], &t)) return 2;
+            g_kv_type = t;
+        }
         else if (!strcmp(argv[i], "--f16")) g_type = KVS_TYPE_F16;
         else if (!strcmp(argv[i], "--f32")) g_type = KVS_TYPE_F32;
         else if (!strcmp(argv[i], "--q8_0")) g_type = KVS_TYPE_Q8_0;

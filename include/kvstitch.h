@@ -257,10 +257,21 @@ KVS_API int kvs_chat_render(const kvs_model *model, const char *family,
 /* Inference context                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* How the KV cache holds keys and values. F16 is the default. Q8 keeps each
+ * token's key (and value) of a head as head_dim 8-bit levels and one float
+ * scale: half the bytes of F16, and attention on it runs as integer dot
+ * products (scores 8-bit x 8-bit, P.V 16-bit x 8-bit), the fast choice for
+ * long contexts. Every path gives the same bits for a type; the types give
+ * different (close) results. */
 typedef enum kvs_kv_type {
     KVS_KV_F16 = 0,
     KVS_KV_F32 = 1,
+    KVS_KV_Q8 = 2,
 } kvs_kv_type;
+/* "f16", "f32", "q8"; NULL for a value not in the enum. */
+KVS_API const char *kvs_kv_type_name(kvs_kv_type type);
+/* The type of such a name; KVS_ERR_INVALID_ARG naming it otherwise (*out untouched). */
+KVS_API int kvs_kv_type_parse(const char *name, kvs_kv_type *out);
 
 typedef struct kvs_context kvs_context;
 

@@ -658,11 +658,12 @@ static attn_case attn_make(int m, int n_head, int n_kv, int hd, int n_ctx, int k
     float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
     kt_rand_vec(kf, kvn, 2.0f);
     kt_rand_vec(vf, kvn, 1.0f);
-    if (kv_type == 0) {
-        c.k = xmalloc(kvn * 2);
-        c.v = xmalloc(kvn * 2);
-        kvs_f32_to_f16_row(kf, c.k, (int)kvn);
-        kvs_f32_to_f16_row(vf, c.v, (int)kvn);
+    if (kv_type != KVS_KV_F32) { /* F16, Q8: rows of their own size */
+        const int rows = n_kv * n_ctx;
+        c.k = xmalloc(kvs_kv_row_bytes(kv_type, hd) * rows);
+        c.v = xmalloc(kvs_kv_row_bytes(kv_type, hd) * rows);
+        kvs_kv_rows_store(kv_type, kf, c.k, rows, hd);
+        kvs_kv_rows_store(kv_type, vf, c.v, rows, hd);
         free(kf);
         free(vf);
     } else {
@@ -684,8 +685,11 @@ static void attn_run(attn_case *c, kvs_pool *pool, int nth) {
     free(work);
 }
 
+/* Element i of (n_kv, n_ctx, hd) K or V as stored (Q8: level times scale). */
 static double kv_at(const attn_case *c, const void *base, size_t i) {
-    return c->kv_type == 0 ? kvs_f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+    float row[256];
+    kvs_kv_row_load(c->kv_type, (const uint8_t *)base + i / c->hd * kvs_kv_row_bytes(c->kv_type, c->hd), row, c->hd);
+    return row[i % c->hd];
 }
 
 /* Attention against a double-precision softmax(q k^T) v. */
@@ -706,9 +710,12 @@ static size_t attn_against_scalar(attn_case *c, const char *isa, float *ref, siz
     return nbad;
 }
 
+/* Q8 (attention_q8_ref.c) against the same with its query rows quantized
+ * (kvs_q8_row) and the rest in double: what is left is its 16-bit weights'
+ * rounding (1 / 65534 of the largest) and float steps. */
 TEST(test_attention_ref_vs_double) {
     kvs_kernels_set_isa("scalar");
-    for (int kv_type = 0; kv_type <= 1; kv_type++) {
+    for (int kv_type = 0; kv_type <= 2; kv_type++) {
         attn_case c = attn_make(9, 6, 2, 64, 80, kv_type, 60);
         c.pos[3] = 0; /* a token that sees only slot 0 */
         attn_run(&c, NULL, 1);
@@ -716,7 +723,13 @@ TEST(test_attention_ref_vs_double) {
         for (int t = 0; t < c.m; t++)
             for (int h = 0; h < c.n_head; h++) {
                 int g = h / (c.n_head / c.n_kv), n = c.pos[t] + 1;
-                const float *q = c.q + ((size_t)t * c.n_head + h) * c.hd;
+                float q[64];
+                memcpy(q, c.q + ((size_t)t * c.n_head + h) * c.hd, sizeof q);
+                if (kv_type == KVS_KV_Q8) {
+                    int8_t q8[64];
+                    const float qd = kvs_q8_row(q, q8, 64);
+                    for (int d = 0; d < 64; d++) q[d] = (float)q8[d] * qd;
+                }
                 double *s = xmalloc(sizeof(double) * n), mx = -1e300, sum = 0;
                 for (int j = 0; j < n; j++) {
                     double a = 0;
@@ -735,7 +748,9 @@ TEST(test_attention_ref_vs_double) {
                 }
                 free(s);
             }
-        CHECK_MSG(worst < 2e-5, "kv_type %d: max abs error %g", kv_type, worst); /* |v| <= 1 */
+        /* |v| <= 1; Q8's weights: 1 / 65534 of the largest, at most ~80 keys */
+        const double tol = kv_type == KVS_KV_Q8 ? 2e-4 : 2e-5;
+        CHECK_MSG(worst < tol, "kv_type %d: max abs error %g", kv_type, worst);
         attn_free(&c);
     }
     kvs_kernels_set_isa("best");
@@ -759,7 +774,7 @@ TEST(test_attention_simd_equals_scalar) {
     for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
         if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
         for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
-            for (int kv_type = 0; kv_type <= 1; kv_type++) {
+            for (int kv_type = 0; kv_type <= 2; kv_type++) {
                 attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd,
                                         cases[ci].ctx, kv_type, cases[ci].start);
                 float *ref = xmalloc((size_t)c.m * c.n_head * c.hd * 4);
@@ -779,6 +794,11 @@ TEST(test_attention_simd_equals_scalar) {
 }
 
 
+/* The scale of Q8 row r of K or V. */
+static void q8_set_scale(attn_case *c, void *base, int r, float d) {
+    memcpy((int8_t *)base + (size_t)r * (c->hd + 4) + c->hd, &d, 4);
+}
+
 /* test_attention_simd_equals_scalar on hostile rows: scores far past
  * softmax's range (q x 1e3, x 1e8: one key takes all), a NaN or an
  * infinity in q, keys of 1e30 (scores overflow to +-inf), a NaN in v: every
@@ -788,12 +808,14 @@ TEST(test_attention_hostile_simd_equals_scalar) {
     struct { int m, nh, nkv, hd, ctx, start; } cases[] = {
         {1, 9, 3, 64, 600, 517}, {37, 9, 3, 64, 300, 100}, {5, 4, 4, 32, 50, 20}, {40, 9, 3, 64, 1100, 1000}};
     int compared = 0;
-    for (int variant = 0; variant < 6; variant++)
+    for (int variant = 0; variant < 8; variant++)
         for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
             if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
             for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
-                for (int kv_type = 0; kv_type <= 1; kv_type++) {
-                    if (variant >= 4 && kv_type == 0) continue; /* f32 keys and values only: 1e30 is no f16 */
+                for (int kv_type = 0; kv_type <= 2; kv_type++) {
+                    /* 4, 5: f32 keys and values only (1e30 is no f16); 6, 7: Q8 rows */
+                    if ((variant == 4 || variant == 5) != (kv_type == KVS_KV_F32) && variant >= 4) continue;
+                    if (variant >= 6 && kv_type != KVS_KV_Q8) continue;
                     attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd, cases[ci].ctx,
                                             kv_type, cases[ci].start);
                     const size_t qn = (size_t)c.m * c.n_head * c.hd, kvn = (size_t)c.n_kv * c.n_ctx * c.hd;
@@ -803,7 +825,22 @@ TEST(test_attention_hostile_simd_equals_scalar) {
                     case 2: c.q[5] = NAN; break;
                     case 3: c.q[7] = INFINITY; break;
                     case 4: ((float *)c.k)[100] = 1e30f; ((float *)c.k)[kvn - 3] = -1e30f; break;
-                    default: ((float *)c.v)[64 * 3 + 1] = NAN; break;
+                    case 5: ((float *)c.v)[64 * 3 + 1] = NAN; break;
+                    case 6: /* hostile Q8 scales (a damaged cache entry): inf, NaN, -0, 3e38 */
+                        q8_set_scale(&c, c.k, 2, INFINITY);
+                        q8_set_scale(&c, c.k, c.n_kv * c.n_ctx - 1, NAN);
+                        q8_set_scale(&c, c.k, 5, 3e38f); /* scores overflow to +-inf */
+                        q8_set_scale(&c, c.v, 3, NAN);
+                        q8_set_scale(&c, c.v, 4, -0.0f);
+                        q8_set_scale(&c, c.v, 7, -1.0f);
+                        break;
+                    default: /* levels of -128 (no quantizer writes them), every V scale 0 on head 0 */
+                        for (int r = 0; r < c.n_kv * c.n_ctx; r += 3) {
+                            ((int8_t *)c.k)[(size_t)r * (c.hd + 4)] = -128;
+                            ((int8_t *)c.v)[(size_t)r * (c.hd + 4) + 1] = -128;
+                        }
+                        for (int r = 0; r < c.n_ctx; r++) q8_set_scale(&c, c.v, r, 0.0f);
+                        break;
                     }
                     float *ref = xmalloc(qn * 4);
                     size_t first;

@@ -248,10 +248,14 @@ TEST(test_other_fingerprint_same_shape_never_served) {
 }
 
 TEST(test_fingerprint_separates) {
-    kvs_key f16a, f16b, f32;
+    kvs_key f16a, f16b, f32, q8;
     CHECK_EQ_INT(kvs_fingerprint(g_model, KVS_KV_F16, NULL, &f16a), KVS_OK);
     CHECK_EQ_INT(kvs_fingerprint(g_model, KVS_KV_F32, NULL, &f32), KVS_OK);
+    CHECK_EQ_INT(kvs_fingerprint(g_model, KVS_KV_Q8, NULL, &q8), KVS_OK);
     CHECK(memcmp(f16a.b, f32.b, 32) != 0);
+    CHECK(memcmp(f16a.b, q8.b, 32) != 0);
+    CHECK(memcmp(f32.b, q8.b, 32) != 0);
+    CHECK_EQ_INT(kvs_fingerprint(g_model, (kvs_kv_type)3, NULL, &q8), KVS_ERR_INVALID_ARG);
     /* another handle of the same file: same fingerprint, computed anew */
     kvs_model *m2 = NULL;
     CHECK_EQ_INT(kvs_model_load(kvs_model_path(g_model), kvs_model_default_params(), &m2), KVS_OK);
@@ -336,6 +340,43 @@ TEST(test_f32_cache_exact) {
     kvs_context_free(ctx);
 }
 
+/* Q8 KV through the disk tier: a second cache on the same directory (empty
+ * RAM) reads the warmed chunks from disk, and the output is the cold run's,
+ * bit for bit. */
+TEST(test_q8_cache_exact_from_disk) {
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = N_CTX;
+    cp.kv_type = KVS_KV_Q8;
+    kvs_context *ctx = NULL;
+    CHECK_EQ_INT(kvs_context_new(g_model, cp, &ctx), KVS_OK);
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.kv_type = KVS_KV_Q8;
+    pp.cache_dir = g_dir;
+    kvs_cache *c = NULL, *c2 = NULL;
+    CHECK_EQ_INT(kvs_cache_open(g_model, pp, &c), KVS_OK);
+    if (!ctx || !c) return;
+    kvs_generate_params gp = greedy();
+    kvs_warm_report wr;
+    CHECK_EQ_INT(kvs_warm(ctx, c, g_prompt, 65, &wr), KVS_OK);
+    kvs_cache_free(c);
+    CHECK_EQ_INT(kvs_cache_open(g_model, pp, &c2), KVS_OK);
+    if (!c2) return;
+    kvs_generate_result w, cold;
+    kvs_kv_buffer *kv = kvs_context_kv(ctx);
+    memset(kv->data, 0x5a, kvs_kv_buffer_bytes(kv)); /* stale levels and scales */
+    CHECK_EQ_INT(kvs_generate_cached(ctx, c2, g_prompt, 150, &gp, NULL, &w), KVS_OK);
+    CHECK_EQ_INT(w.reuse->n_cached, 65);
+    kvs_cache_stats st;
+    kvs_cache_get_stats(c2, &st);
+    CHECK(st.disk_loads > 0);
+    CHECK_EQ_INT(kvs_generate(ctx, g_prompt, 150, &gp, &cold), KVS_OK);
+    check_same(&w, &cold, "q8");
+    kvs_generate_result_free(&w);
+    kvs_generate_result_free(&cold);
+    kvs_cache_free(c2);
+    kvs_context_free(ctx);
+}
+
 int main(void) {
     const char *path = kt_model_path();
     if (!path) return 1;
@@ -369,6 +410,7 @@ int main(void) {
     RUN(test_fingerprint_separates);
     RUN(test_weights_memo);
     RUN(test_f32_cache_exact);
+    RUN(test_q8_cache_exact_from_disk);
     rm_dir(g_dir);
     kvs_generate_result_free(&g_cold);
     kvs_context_free(g_ctx);

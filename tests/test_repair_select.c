@@ -176,7 +176,7 @@ TEST(full_recomputes_every_moved_token) {
 
 /* Every layer, both planes, of every slot in the region, as bytes. */
 static unsigned char *region_snapshot(const kvs_kv_buffer *kv) {
-    const size_t row = (size_t)kv->head_dim * kv->elem_bytes;
+    const size_t row = kv->row_bytes;
     unsigned char *snap = malloc((size_t)kv->n_layer * 2 * kv->n_kv_head * (size_t)(g_rg.end - g_rg.start) * row), *p = snap;
     if (!snap) return NULL;
     for (int l = 0; l < kv->n_layer; l++)
@@ -202,7 +202,7 @@ TEST(full_gives_cold_prefill_bits_at_every_layer) {
     kvs_repair_report rep;
     CHECK_MSG(kvs_repair_run_traced(g_ctx, &g_rg, &rp, NULL, NULL, &rep) == KVS_OK, "repair: %s", kvs_last_error());
     if (!(got = region_snapshot(kv))) goto out;
-    const size_t per_layer = 2 * (size_t)kv->n_kv_head * (size_t)(g_rg.end - g_rg.start) * kv->head_dim * kv->elem_bytes;
+    const size_t per_layer = 2 * (size_t)kv->n_kv_head * (size_t)(g_rg.end - g_rg.start) * kv->row_bytes;
     for (int l = 0; l < kv->n_layer; l++)
         CHECK_MSG(memcmp(got + l * per_layer, cold + l * per_layer, per_layer) == 0,
                   "full: layer %d of the region differs from a cold prefill", l);

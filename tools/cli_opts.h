@@ -74,6 +74,13 @@ typedef struct cli_opt {
 /* Any row: the common fields, then designated ones (.min = 0, .needs = "--doc", ...). */
 #define CLI_OPT(s, n, k, type, field, meta, h, ...) \
     {.short_name = s, .name = n, .kind = k, .offset = CLI_OFF(type, field), .metavar = meta, .help = h, __VA_ARGS__}
+/* --kv-type, the same row in every command that makes a context: the name
+ * (const char *, NULL = f16) for kvs_kv_type_parse. */
+#define CLI_KV_TYPE_OPT(type, field) \
+    CLI_OPT(NULL, "--kv-type", CLI_CHOICE, type, field, "T", \
+            "KV cache type: f16 (default), f32, or q8 (8-bit: half f16's memory,\n" \
+            "integer attention, the faster choice at long context; results differ slightly)", \
+            .choices = "f16|f32|q8")
 #define CLI_U64_OPT(s, n, type, field, meta, h) \
     {.short_name = s, .name = n, .kind = CLI_U64, .offset = CLI_OFF(type, field), .metavar = meta, .help = h}
 

@@ -20,7 +20,7 @@
 #include "json_util.h"
 
 typedef struct bench_opts {
-    const char *model_path;
+    const char *model_path, *kv_type;
     int n_pp, n_tg, n_depth, reps, n_threads, n_batch, n_streams, json;
 } bench_opts;
 
@@ -37,11 +37,13 @@ static const cli_opt k_opts[] = {
                 "tokens per forward chunk in prefill (default 512)"),
     CLI_INT_OPT(NULL, "--streams", bench_opts, n_streams, 1, 64, "N",
                 "decode N sequences at once, batched; aggregate tokens/s (default 1)"),
+    CLI_KV_TYPE_OPT(bench_opts, kv_type),
     CLI_FLAG_OPT(NULL, "--json", bench_opts, json, 1, "one JSON object instead of a table"),
 };
 static const cli_command k_cmd = {
     "bench",
-    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [-d 0] [--reps 3] [--threads N] [--streams N] [--json]\n",
+    "usage: kvstitch bench -m MODEL [-p 512] [-n 128] [-d 0] [--reps 3] [--threads N] [--streams N] [--kv-type T]\n"
+    "                      [--json]\n",
     k_opts,
     (int)(sizeof k_opts / sizeof k_opts[0]),
     "Prompt tokens are pseudo-random ids; the tests start at position -d (0: an empty context).\n",
@@ -166,7 +168,7 @@ static int run_tg_test(kvs_context *const *ctxs, int ns, const int32_t *toks, in
 }
 
 int cmd_bench(int argc, char **argv) {
-    bench_opts o = {NULL, 512, 128, 0, 3, 0, 0, 1, 0};
+    bench_opts o = {.n_pp = 512, .n_tg = 128, .reps = 3, .n_streams = 1};
     int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
     if (prc >= 0) return prc;
     const char *model_path = o.model_path;
@@ -190,6 +192,7 @@ int cmd_bench(int argc, char **argv) {
     if (cp.n_ctx < ns) cp.n_ctx = ns; /* n_batch is capped at n_ctx, and a step takes ns rows */
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
+    kvs_kv_type_parse(o.kv_type ? o.kv_type : "f16", &cp.kv_type); /* a listed choice: it parses */
     int rc = 1, n_max = cp.n_ctx + ns; /* stream s reads its tokens from s on */
     int32_t *toks = malloc((size_t)n_max * sizeof *toks), *pos = malloc((size_t)n_max * sizeof *pos);
     float *logits = malloc((size_t)ns * kvs_vocab_size(model) * sizeof *logits);
@@ -264,6 +267,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "threads", n_threads);
         cJSON_AddNumberToObject(j, "reps", reps);
         cJSON_AddNumberToObject(j, "depth", depth);
+        cJSON_AddStringToObject(j, "kv_type", kvs_kv_type_name(cp.kv_type));
         if (n_pp > 0) add_test(j, "pp", n_pp, 1, pp_med, pp, reps);
         if (n_tg > 0) add_test(j, "tg", n_tg, ns, tg_med, tg, reps);
         cJSON_AddNumberToObject(j, "weight_bytes", (double)info.weight_bytes);
@@ -284,7 +288,7 @@ int cmd_bench(int argc, char **argv) {
         if (json_print_line(stdout, j)) goto done;
     } else {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
-        printf("machine: %s, %d threads\n", cpu, n_threads);
+        printf("machine: %s, %d threads, %s KV\n", cpu, n_threads, kvs_kv_type_name(cp.kv_type));
         if (clock_start > 0 && clock_end > 0) /* low or moving: a shared host was busy */
             printf("clock:   %.2f GHz before the tests, %.2f after (dependent adds on the main thread)\n",
                    clock_start, clock_end);

@@ -230,7 +230,7 @@ static void print_rows(const rows *x, int json) {
                    "\"pos0\": %d, \"tokens\": %d, \"origin\": \"%s\", \"neighbours\": %d, \"kv_bytes\": %llu, "
                    "\"kv_type\": \"%s\", \"created\": \"%s\"",
                    i ? ", " : "", e->prefix_key, e->parent_key, e->content_key, e->fingerprint, e->pos0, e->n_tok,
-                   e->origin, e->n_neighbours, (unsigned long long)e->kv_bytes, e->kv_type == KVS_KV_F16 ? "f16" : "f32",
+                   e->origin, e->n_neighbours, (unsigned long long)e->kv_bytes, kvs_kv_type_name(e->kv_type),
                    when);
             if (x->model) {
                 printf(", \"resident\": %s, \"prefix_reachable\": %s, \"text\": ", e->resident ? "true" : "false",

@@ -11,7 +11,7 @@
 #define DEFAULT_CHUNK_TOKENS 64
 
 typedef struct gen_opts {
-    const char *model_path, *prompt, *file, *system, *cache_dir, *reuse, *deviation, *doc_prefix;
+    const char *model_path, *prompt, *file, *system, *cache_dir, *reuse, *deviation, *doc_prefix, *kv_type;
     int n_predict, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, no_store, chunk_tokens, cache_budget_mib;
     kvs_sampler_params sp;
     const char *docs[MAX_DOCS], *stops[MAX_STOPS];
@@ -61,6 +61,7 @@ static const cli_opt k_opts[] = {
     CLI_FLAG_OPT(NULL, "--ctx-beyond-train", O, beyond_train, 1,
                  "allow --ctx and prompts beyond the model's trained context length\n"
                  "(no RoPE scaling is applied: the output degrades)"),
+    CLI_KV_TYPE_OPT(O, kv_type),
     CLI_FLAG_OPT(NULL, "--json", O, json, 1, "print one JSON object instead of streaming text (fields: README)"),
     CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress, no warnings, no stats line"),
     CLI_OPT(NULL, "--cache-dir", CLI_DIR, O, cache_dir, "DIR",
@@ -338,6 +339,7 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     cp.n_threads = o->n_threads;
     cp.n_batch = o->n_batch;
     cp.allow_beyond_train = o->beyond_train;
+    kvs_kv_type_parse(o->kv_type ? o->kv_type : "f16", &cp.kv_type); /* a listed choice: it parses */
     if (fit_context(g->model, &info, o, g->n, &cp.n_ctx)) return 1;
     cli_progress_attach(&cp, "prefill", !o->quiet && !o->json);
     if ((st = kvs_context_new(g->model, cp, &g->ctx)) != KVS_OK) return cli_fail(st, "context");

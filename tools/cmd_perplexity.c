@@ -12,7 +12,7 @@
 #include "json_util.h"
 
 typedef struct ppl_opts {
-    const char *model_path, *file;
+    const char *model_path, *file, *kv_type;
     int n_ctx, max_chunks, n_threads, json, quiet, beyond_train;
 } ppl_opts;
 
@@ -25,6 +25,7 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT(NULL, "--threads", ppl_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
     CLI_FLAG_OPT(NULL, "--ctx-beyond-train", ppl_opts, beyond_train, 1,
                  "allow --ctx beyond the model's trained context length (output degrades)"),
+    CLI_KV_TYPE_OPT(ppl_opts, kv_type),
     CLI_FLAG_OPT(NULL, "--json", ppl_opts, json, 1, "one JSON object instead of text"),
     CLI_FLAG_OPT("-q", "--quiet", ppl_opts, quiet, 1, "no progress on the terminal"),
 };
@@ -43,7 +44,7 @@ static double nll(const float *logits, int n_vocab, int32_t target) {
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    ppl_opts o = {NULL, NULL, 512, 0, 0, 0, 0, 0};
+    ppl_opts o = {.n_ctx = 512};
     int prc = cli_parse(&k_cmd, argc, argv, &o, NULL);
     if (prc >= 0) return prc;
     const char *model_path = o.model_path, *file = o.file;
@@ -75,6 +76,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.allow_beyond_train = o.beyond_train;
+    kvs_kv_type_parse(o.kv_type ? o.kv_type : "f16", &cp.kv_type); /* a listed choice: it parses */
     cli_progress_attach(&cp, "perplexity window", !o.quiet && !json);
     if ((st = kvs_context_new(model, cp, &ctx)) != KVS_OK) { cli_fail(st, "context"); goto done; }
     int first = n_ctx / 2, n_logits = n_ctx - first;

@@ -8,7 +8,7 @@
 #define MAX_TEXTS 256
 
 typedef struct warm_opts {
-    const char *model_path, *cache_dir, *system;
+    const char *model_path, *cache_dir, *system, *kv_type;
     const char *texts[MAX_TEXTS];
     const char *docs[MAX_TEXTS], *doc_prefix;
     int n_docs;
@@ -83,6 +83,7 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N", "context length (default: the model's, at most 8192)"),
     CLI_FLAG_OPT(NULL, "--ctx-beyond-train", O, beyond_train, 1,
                  "allow --ctx beyond the model's trained context length (output degrades)"),
+    CLI_KV_TYPE_OPT(O, kv_type),
     CLI_FLAG_OPT(NULL, "--json", O, json, 1, "one JSON object: {\"prompts\": [report...], totals}"),
     CLI_FLAG_OPT("-q", "--quiet", O, quiet, 1, "no progress on the terminal"),
 };
@@ -231,6 +232,7 @@ int cmd_warm(int argc, char **argv) {
     cp.n_threads = o.n_threads;
     cp.n_batch = o.n_batch;
     cp.allow_beyond_train = o.beyond_train;
+    kvs_kv_type_parse(o.kv_type ? o.kv_type : "f16", &cp.kv_type); /* a listed choice: it parses */
     cli_progress_attach(&cp, "warm", !o.quiet && !o.json);
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = o.cache_dir;

@@ -10,7 +10,7 @@ from ._inuse import InUse, NoCopy
 from ._lib import c_path, ffi, lib, struct_dict
 from .model import Model
 
-KV_TYPES = {"f16": lib.KVS_KV_F16, "f32": lib.KVS_KV_F32}
+KV_TYPES = {"f16": lib.KVS_KV_F16, "f32": lib.KVS_KV_F32, "q8": lib.KVS_KV_Q8}
 
 
 def kv_type_of(name: str) -> int:
@@ -29,7 +29,7 @@ class Cache(InUse, NoCopy):
                  chunk_tokens: int = 0, kv_type: str = "f16", fsync: bool = False):
         """budget_bytes: memory for chunks (0 = 1/4 of RAM); cache_dir: persist
         entries there (created if missing); chunk_tokens: grid step (0 = 64);
-        kv_type: "f16" or "f32", must match the Sessions using it. A "~" in
+        kv_type: "f16", "f32" or "q8" (8-bit), must match the Sessions using it. A "~" in
         cache_dir is the home directory (the README's example had failed)."""
         p = lib.kvs_cache_default_params()
         p.budget_bytes = budget_bytes

@@ -47,7 +47,7 @@ def test_unknown_reuse_names_the_choices(model, cache):
 
 def test_binding_argument_errors(model, cache):
     with pytest.raises(kvstitch.InvalidArgument, match="kv_type"):
-        kvstitch.Cache(model, kv_type="q8")
+        kvstitch.Cache(model, kv_type="q4")
     with pytest.raises(kvstitch.InvalidArgument, match="Cache"):
         kvstitch.Session(model).generate(QUESTION, documents=[DOC_A])
     s = kvstitch.Session(model, cache)

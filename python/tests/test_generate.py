@@ -29,6 +29,18 @@ def test_prefix_reuse_is_bit_exact(model, cache):
     assert none.cached_tokens == 0 and none.first_logits == cold.first_logits
 
 
+def test_q8_kv_prefix_reuse_is_bit_exact(model):
+    """The 8-bit KV cache: its own Cache (the Session takes its type), exact reuse."""
+    cache = kvstitch.Cache(model, kv_type="q8")
+    cold = kvstitch.Session(model, n_ctx=1024, kv_type="q8").generate(MANUAL + Q2, max_tokens=4, logits=True)
+    s = kvstitch.Session(model, cache, n_ctx=1024)
+    s.generate(MANUAL + Q1, max_tokens=4)
+    warm = s.generate(MANUAL + Q2, max_tokens=4, logits=True)
+    assert warm.cached_tokens > 100 and warm.first_logits == cold.first_logits
+    f16 = kvstitch.Session(model, n_ctx=1024).generate(MANUAL + Q2, max_tokens=4, logits=True)
+    assert f16.first_logits != cold.first_logits  # another KV type: close, not the same bits
+
+
 def test_token_ids_prompt(model):
     s = kvstitch.Session(model, n_ctx=256)
     ids = model.tokenize("The capital of France is")

@@ -23,7 +23,7 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: model and out must not be NULL");
     if (p.chunk_tokens < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: chunk_tokens must be >= 0, got %d", p.chunk_tokens);
-    if (p.kv_type != KVS_KV_F16 && p.kv_type != KVS_KV_F32)
+    if (!kvs_kv_type_name(p.kv_type))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: unknown kv_type %d", (int)p.kv_type);
     if (kvs_model_is_vocab_only(model))
         return kvs_error(KVS_ERR_INVALID_ARG, "%s: a vocabulary-only model has no KV to cache", kvs_model_path(model));
@@ -163,7 +163,7 @@ int kvs_reuse_check_context(kvs_context *ctx, kvs_cache *c) {
     const kvs_kv_buffer *kv = kvs_context_kv(ctx);
     if (kv->type != c->shape.dtype)
         return kvs_error(KVS_ERR_MODEL_MISMATCH, "the context's KV dtype (%s) is not the cache's (%s)",
-                         kv->type == KVS_KV_F16 ? "f16" : "f32", c->shape.dtype == KVS_KV_F16 ? "f16" : "f32");
+                         kvs_kv_type_name(kv->type), kvs_kv_type_name(c->shape.dtype));
     kvs_model *m = (kvs_model *)kvs_context_model(ctx);
     if (m == c->model) return KVS_OK;
     /* Another handle: fine if it is the same model (memoized per handle). */

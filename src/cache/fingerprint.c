@@ -217,11 +217,11 @@ static void put_metadata(kvs_sha256 *h, const kvs_gguf *g) {
 
 int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir, kvs_key *out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "fingerprint: model and out must not be NULL");
-    if (kv_type != KVS_KV_F16 && kv_type != KVS_KV_F32)
+    if (!kvs_kv_type_name(kv_type))
         return kvs_error(KVS_ERR_INVALID_ARG, "fingerprint: unknown kv_type %d", (int)kv_type);
     if (kvs_model_is_vocab_only(model))
         return kvs_error(KVS_ERR_INVALID_ARG, "%s: a vocabulary-only model has no KV to cache", kvs_model_path(model));
-    int slot = kv_type == KVS_KV_F16 ? KVS_MODEL_MEMO_FP_F16 : KVS_MODEL_MEMO_FP_F32;
+    int slot = kv_type == KVS_KV_F16 ? KVS_MODEL_MEMO_FP_F16 : kv_type == KVS_KV_F32 ? KVS_MODEL_MEMO_FP_F32 : KVS_MODEL_MEMO_FP_Q8;
     if (!g_perturb && kvs_model_memo_get(model, slot, out->b)) return KVS_OK;
 
     uint8_t wd[32], probe[32];

@@ -27,8 +27,11 @@ int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
     if (p.n_ctx < 0 || p.n_threads < 0 || p.n_batch < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: n_ctx %d, n_threads %d, n_batch %d must not be negative",
                          p.n_ctx, p.n_threads, p.n_batch);
-    if (p.kv_type != KVS_KV_F16 && p.kv_type != KVS_KV_F32)
+    if (!kvs_kv_row_bytes(p.kv_type, 1))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: unknown kv_type %d", (int)p.kv_type);
+    if (p.kv_type == KVS_KV_Q8 && hp->head_dim > KVS_KV_Q8_MAX_HEAD_DIM)
+        return kvs_error(KVS_ERR_UNSUPPORTED, "%s: a Q8 KV cache takes heads of up to %d dims, this model's have %d",
+                         kvs_model_path(model), KVS_KV_Q8_MAX_HEAD_DIM, hp->head_dim);
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < KVS_CTX_MAX_DEFAULT ? hp->n_ctx_train : KVS_CTX_MAX_DEFAULT;
     if (p.n_ctx <= 0) p.n_ctx = KVS_CTX_MAX_DEFAULT;
     /* Past its trained length a model without RoPE scaling produces

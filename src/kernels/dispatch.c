@@ -588,7 +588,7 @@ static void attn_split_chunk(void *arg, int u, int ith) {
 #define ATTN_SPLIT_MIN_KEYS 512
 static int attention_split(kvs_pool *pool, const kvs_isa *isa, const kvs_attn_call *c) {
     const int nth = kvs_pool_size(pool);
-    if (c->m != 1 || !isa->attention_split_units || c->n_kv_head % nth == 0) return 0;
+    if (c->m != 1 || !isa->attention_split_units || c->n_kv_head % nth == 0 || c->kv_type == KVS_KV_Q8) return 0;
     const int n = kvs_attn_n(c, c->pos[0]), keys = n - kvs_attn_lo(c, n);
     const int min_keys = c->n_kv_head < nth ? ATTN_SPLIT_MIN_KEYS : isa->attention_split_uneven_keys;
     if (min_keys <= 0 || keys < min_keys || !isa->attention_split_units(c, 0)) return 0;
@@ -619,11 +619,12 @@ static kvs_attn_call attn_call_of(const kvs_isa *isa, kvs_pool *pool, float *out
                        .scale = scale, .window = window > 0 ? window : 0, .work = align64(work),
                        .n_threads = kvs_pool_size(pool)};
     *unit = isa->attention_unit;
+    if (kv_type == KVS_KV_Q8) *unit = isa->attention_unit_q8 ? isa->attention_unit_q8 : kvs_attention_unit_q8_ref;
     if (recal && recal->hi > recal->lo) {
         c.recal = *recal;
         int any = 0;
         for (int i = 0; i < m && !any; i++) any = kvs_attn_recal_row(&c, pos[i]);
-        if (any) *unit = isa->attention_unit_recal;
+        if (any && kv_type != KVS_KV_Q8) *unit = isa->attention_unit_recal;
         else c.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
     }
     return c;

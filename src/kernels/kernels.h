@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/threadpool.h"
+#include "kvstitch.h"
 
 /* A weight matrix as stored in GGUF: n rows (output features) of k elements
  * (input features), each row contiguous and quantized along k. */
@@ -198,9 +199,33 @@ void kvs_silu_mul(float *gate, const float *up, int n);
 void kvs_f32_to_f16_row(const float *src, uint16_t *dst, int n);
 void kvs_f16_to_f32_row(const uint16_t *src, float *dst, int n);
 
+/* One-level 8-bit quantization of n floats (Q8 KV rows, and the query rows
+ * that attention on them multiplies):
+ *   amax = max |x| (NaN ignored), d = amax / 127, id = d >= FLT_MIN ? 1 / d : 0,
+ *   q[i] = round_half_even(x[i] * id), 0 where that is NaN      (|q| <= 127)
+ * Returns d (x ~= q * d). An infinite x makes d infinite and every q 0. */
+float kvs_q8_row(const float *x, int8_t *q, int n);
+
+/* KV rows: one token of one kv head, head_dim values, as the cache holds them
+ * (kv_type is a kvs_kv_type):
+ *   KVS_KV_F16, KVS_KV_F32   head_dim elements
+ *   KVS_KV_Q8                head_dim int8 levels, then float d (kvs_q8_row;
+ *                            4 bytes, not aligned: read it with memcpy)
+ * kvs_kv_row_bytes is 0 for an unknown type. A range of slots of one head is
+ * one contiguous run of rows whatever the type. */
+size_t kvs_kv_row_bytes(int kv_type, int head_dim);
+/* Attention on Q8 rows takes heads of up to this many dims (a model with
+ * more is refused a Q8 KV buffer). */
+#define KVS_KV_Q8_MAX_HEAD_DIM 256
+void kvs_kv_row_store(int kv_type, const float *x, void *dst, int head_dim);
+void kvs_kv_row_load(int kv_type, const void *src, float *x, int head_dim);
+/* n rows (n * head_dim floats) at once, e.g. a head's run of slots. */
+void kvs_kv_rows_load(int kv_type, const void *src, float *x, int n, int head_dim);
+void kvs_kv_rows_store(int kv_type, const float *x, void *dst, int n, int head_dim);
+
 /* Causal attention for m query tokens against one layer's KV cache.
  *   q    (m, n_head, head_dim)     already roped
- *   k, v (n_kv_head, n_ctx, head_dim)  kv_type 0 = f16 (uint16_t), 1 = f32
+ *   k, v (n_kv_head, n_ctx) rows of kvs_kv_row_bytes(kv_type, head_dim)
  *   pos  (m)  query token t attends to cache slots 0..pos[t] inclusive
  *   out  (m, n_head, head_dim)
  * Each (token, head) is computed independently, keys in ascending slot order,

@@ -29,8 +29,10 @@
 #ifndef KVS_KERNELS_IMPL_H
 #define KVS_KERNELS_IMPL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -67,8 +69,34 @@ typedef struct kvs_attn_call {
     int n_threads;         /* of the pool that runs the call's units */
 } kvs_attn_call;
 
-/* Bytes of one K / V element: kv_type 0 is F16, else F32. */
+/* Bytes of one K / V element: kv_type 0 is F16, else F32 (the float types;
+ * Q8 rows are kvs_kv_row_bytes). */
 static inline size_t kvs_attn_elem_bytes(const kvs_attn_call *c) { return c->kv_type == 0 ? 2 : 4; }
+
+/* round_half_even(v) clamped to [-top, top] (top an integer), 0 for NaN:
+ * the level of one element in the 8-bit KV rows (top 127) and the 16-bit
+ * attention weights (top 32767, attention_q8_ref.c). Clamping before or
+ * after the rounding is the same; before, no float is out of int range.
+ * cvtps2dq rounds the same way. */
+static inline int32_t kvs_level_of(float v, float top) {
+    if (!(v == v)) return 0;
+    return (int32_t)nearbyintf(v > top ? top : v < -top ? -top : v);
+}
+
+/* Q8 attention (attention_q8_ref.c): P.V block sums span this many absolute
+ * slots. */
+#define KVS_ATTN_Q8_PV_BLOCK 128
+#define KVS_ATTN_Q8_MAX_DIM KVS_KV_Q8_MAX_HEAD_DIM
+/* The scale d of a Q8 KV row (kernels.h: after its D levels). */
+static inline float kvs_q8_row_scale(const int8_t *row, int D) {
+    float d;
+    memcpy(&d, row + D, sizeof d);
+    return d;
+}
+void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+#if defined(__x86_64__)
+void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+#endif
 
 /* Visible slots [lo, n) of a query at position pos (attention_ref.c). lo
  * rounded down to 16 is where the SIMD paths start their key loops. */
@@ -247,6 +275,9 @@ typedef struct kvs_isa {
     /* The same for calls with recalibrated rows (a path without its own
      * takes another path's: the bits are the same). */
     void (*attention_unit_recal)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+    /* The same on Q8 KV rows, recalibrated rows included (NULL: the scalar
+     * reference's; the bits are the same). */
+    void (*attention_unit_q8)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
     /* Optional (NULL: units only): one decode token's attention in phases
      * 0, 1, 2 that split a kv head's keys, rows and dims across threads, for
      * calls whose units would leave threads idle (kvs_attention_window).

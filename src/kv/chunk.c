@@ -16,12 +16,32 @@ int64_t kvs_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The KV dtypes: name and codec unit. */
+static const struct {
+    const char *name;
+    size_t unit;
+} kv_types[] = {
+    [KVS_KV_F16] = {"f16", 2},
+    [KVS_KV_F32] = {"f32", 4},
+    [KVS_KV_Q8] = {"q8", 1}, /* levels and scale bytes: no wider unit lines up */
+};
+#define N_KV_TYPES (int)(sizeof kv_types / sizeof kv_types[0])
+
 size_t kvs_kv_dtype_size(kvs_kv_type dtype) {
-    switch (dtype) {
-    case KVS_KV_F16: return 2;
-    case KVS_KV_F32: return 4;
-    default: return 0;
-    }
+    return (int)dtype >= 0 && (int)dtype < N_KV_TYPES ? kv_types[dtype].unit : 0;
+}
+
+const char *kvs_kv_type_name(kvs_kv_type type) {
+    return (int)type >= 0 && (int)type < N_KV_TYPES ? kv_types[type].name : NULL;
+}
+
+int kvs_kv_type_parse(const char *name, kvs_kv_type *out) {
+    for (int t = 0; name && t < N_KV_TYPES; t++)
+        if (!strcmp(name, kv_types[t].name)) {
+            *out = (kvs_kv_type)t;
+            return KVS_OK;
+        }
+    return kvs_error(KVS_ERR_INVALID_ARG, "unknown KV type '%s' (f16, f32 or q8)", name ? name : "(null)");
 }
 
 int kvs_kv_shape_check(const kvs_kv_shape *s) {
@@ -41,8 +61,7 @@ int kvs_kv_shape_equal(const kvs_kv_shape *a, const kvs_kv_shape *b) {
 }
 
 size_t kvs_kv_payload_bytes(const kvs_kv_shape *s, int n_tok) {
-    return (size_t)s->n_layer * 2 * (size_t)s->n_kv_head * (size_t)n_tok * (size_t)s->head_dim *
-           kvs_kv_dtype_size(s->dtype);
+    return (size_t)s->n_layer * 2 * (size_t)s->n_kv_head * (size_t)n_tok * kvs_kv_shape_row_bytes(s);
 }
 
 int kvs_chunk_new(const kvs_kv_shape *shape, int n_tok, int with_payload, kvs_chunk **out) {
@@ -111,8 +130,7 @@ static int check_copy(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *k
 /* One memcpy per (layer, K|V, head): the runs are contiguous on both sides. */
 static void copy_runs(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot, int to_kv) {
     const kvs_kv_shape *s = &c->shape;
-    const size_t es = kvs_kv_dtype_size(s->dtype);
-    const size_t row = (size_t)s->head_dim * es;           /* one token of one head */
+    const size_t row = kvs_kv_shape_row_bytes(s);          /* one token of one head */
     const size_t run = (size_t)n * row;
     const size_t chunk_head = (size_t)c->n_tok * row;      /* one head in the chunk */
     const size_t chunk_half = (size_t)s->n_kv_head * chunk_head; /* K or V of a layer */

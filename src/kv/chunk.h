@@ -47,15 +47,18 @@ typedef struct kvs_kv_shape {
     int n_layer;
     int n_kv_head;
     int head_dim;
-    kvs_kv_type dtype; /* KVS_KV_F16 (2-byte elements) or KVS_KV_F32 (4-byte) */
+    kvs_kv_type dtype; /* KVS_KV_F16, F32 or Q8 rows (kernels.h) */
 } kvs_kv_shape;
 
-/* Bytes of one element of dtype (2 or 4), 0 for an unknown dtype. */
+/* Bytes of the unit a codec shuffles in dtype's rows (2 F16, 4 F32, 1 Q8),
+ * 0 for an unknown dtype. */
 size_t kvs_kv_dtype_size(kvs_kv_type dtype);
+/* Bytes of one token of one head: kvs_kv_row_bytes. */
+static inline size_t kvs_kv_shape_row_bytes(const kvs_kv_shape *s) { return kvs_kv_row_bytes(s->dtype, s->head_dim); }
 /* KVS_OK if every field is in range, else KVS_ERR_INVALID_ARG with a message. */
 int kvs_kv_shape_check(const kvs_kv_shape *shape);
 int kvs_kv_shape_equal(const kvs_kv_shape *a, const kvs_kv_shape *b);
-/* Payload bytes of n_tok tokens: n_layer * 2 * n_kv_head * n_tok * head_dim * esize. */
+/* Payload bytes of n_tok tokens: n_layer * 2 * n_kv_head * n_tok * row bytes. */
 size_t kvs_kv_payload_bytes(const kvs_kv_shape *shape, int n_tok);
 
 /*

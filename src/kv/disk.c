@@ -474,7 +474,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
     struct iovec *iov = NULL, *work = NULL;
     uint8_t *sink = NULL;
     const kvs_kv_shape *s = &c->shape;
-    const size_t row = (size_t)s->head_dim * kvs_kv_dtype_size(s->dtype);
+    const size_t row = kvs_kv_shape_row_bytes(s);
     const int before = off, after = c->n_tok - off - n;
     const int per_run = 1 + (before > 0) + (after > 0);
     const int n_runs = s->n_layer * 2 * s->n_kv_head;

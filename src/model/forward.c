@@ -43,10 +43,7 @@ static void add_row(float *y, const float *x, int n) {
 
 static void store_row(const kvs_kv_buffer *kv, int l, int plane, const float *src, int32_t pos) {
     for (int h = 0; h < kv->n_kv_head; h++) {
-        void *dst = kvs_kv_at(kv, l, plane, h, pos);
-        const float *s = src + (size_t)h * kv->head_dim;
-        if (kv->type == KVS_KV_F16) kvs_f32_to_f16_row(s, dst, kv->head_dim);
-        else memcpy(dst, s, (size_t)kv->head_dim * sizeof(float));
+        kvs_kv_row_store(kv->type, src + (size_t)h * kv->head_dim, kvs_kv_at(kv, l, plane, h, pos), kv->head_dim);
     }
 }
 

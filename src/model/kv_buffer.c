@@ -7,8 +7,7 @@
 
 int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx, int head_dim,
                        kvs_kv_type type) {
-    if (n_layer <= 0 || n_kv_head <= 0 || n_ctx <= 0 || head_dim <= 0 ||
-        (type != KVS_KV_F16 && type != KVS_KV_F32))
+    if (n_layer <= 0 || n_kv_head <= 0 || n_ctx <= 0 || head_dim <= 0 || !kvs_kv_row_bytes(type, head_dim))
         return kvs_error(KVS_ERR_INVALID_ARG, "kv buffer: bad shape (%d layers, %d heads, %d slots, dim %d, type %d)",
                          n_layer, n_kv_head, n_ctx, head_dim, (int)type);
     memset(kv, 0, sizeof *kv);
@@ -17,8 +16,8 @@ int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx,
     kv->n_ctx = n_ctx;
     kv->head_dim = head_dim;
     kv->type = type;
-    kv->elem_bytes = type == KVS_KV_F16 ? 2 : 4;
-    kv->head_bytes = (size_t)n_ctx * (size_t)head_dim * kv->elem_bytes;
+    kv->row_bytes = kvs_kv_row_bytes(type, head_dim);
+    kv->head_bytes = (size_t)n_ctx * kv->row_bytes;
     kv->plane_bytes = (size_t)n_kv_head * kv->head_bytes;
     /* calloc of a large block maps zero pages lazily: a context sized for
      * 8192 tokens costs resident memory only for the slots it writes. */

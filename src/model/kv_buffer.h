@@ -7,8 +7,9 @@
  *         | K (n_kv_head, n_ctx, head_dim) | V (n_kv_head, n_ctx, head_dim) | K ...
  *         +--------------------------------+--------------------------------+
  *
- * Elements are F16 (uint16_t bits) or F32 per kvs_kv_type. One token's K of
- * one head is head_dim contiguous elements; a head's slots are contiguous, so
+ * A slot of one head is one KV row of kvs_kv_type (kernels.h: head_dim F16
+ * or F32 elements, or Q8's head_dim levels and a scale), row_bytes long; a
+ * head's slots are contiguous, so
  * a range of positions of one (layer, K/V, head) is one contiguous run.
  */
 #ifndef KVS_MODEL_KV_BUFFER_H
@@ -24,8 +25,8 @@
 typedef struct kvs_kv_buffer {
     int n_layer, n_kv_head, n_ctx, head_dim;
     kvs_kv_type type;
-    size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
-    size_t head_bytes;   /* bytes of one head's slots: n_ctx * head_dim * elem_bytes */
+    size_t row_bytes;    /* one slot of one head: kvs_kv_row_bytes(type, head_dim) */
+    size_t head_bytes;   /* bytes of one head's slots: n_ctx * row_bytes */
     size_t plane_bytes;  /* bytes of one layer's K (== its V): n_kv_head * head_bytes */
     void *data;          /* (n_layer, 2, n_kv_head, n_ctx, head_dim), zero-filled */
     /* Moved documents at slots [recal.lo, recal.hi) that later rows attend to
@@ -46,7 +47,7 @@ static inline void kvs_kv_recal_end(kvs_kv_buffer *kv, int pos) {
     if (pos < kv->recal.hi) memset(&kv->recal, 0, sizeof kv->recal);
 }
 
-/* Layer l's K or V plane: (n_kv_head, n_ctx, head_dim). */
+/* Layer l's K or V plane: (n_kv_head, n_ctx) rows. */
 static inline void *kvs_kv_k(const kvs_kv_buffer *kv, int l) {
     return (char *)kv->data + (size_t)l * 2 * kv->plane_bytes;
 }
@@ -56,7 +57,7 @@ static inline void *kvs_kv_v(const kvs_kv_buffer *kv, int l) {
 /* Address of (layer l, plane 0=K / 1=V, head h, slot pos). */
 static inline void *kvs_kv_at(const kvs_kv_buffer *kv, int l, int plane, int h, int pos) {
     return (char *)kv->data + ((size_t)l * 2 + (size_t)plane) * kv->plane_bytes + (size_t)h * kv->head_bytes +
-           (size_t)pos * (size_t)kv->head_dim * kv->elem_bytes;
+           (size_t)pos * kv->row_bytes;
 }
 
 #endif

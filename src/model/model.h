@@ -85,6 +85,7 @@ enum {
     KVS_MODEL_MEMO_WEIGHTS = 0, /* SHA-256 of the tensor data section */
     KVS_MODEL_MEMO_FP_F16,      /* cache fingerprint with F16 KV */
     KVS_MODEL_MEMO_FP_F32,      /* cache fingerprint with F32 KV */
+    KVS_MODEL_MEMO_FP_Q8,       /* cache fingerprint with Q8 KV */
     KVS_MODEL_MEMO_N
 };
 /* 1 and *out filled if the slot is set, else 0. */

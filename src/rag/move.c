@@ -36,20 +36,20 @@ void kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const
 static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
                        const void *src, void *dst, int n_tok, int32_t delta) {
     const int hd = rc->head_dim;
-    const size_t esz = type == KVS_KV_F16 ? 2 : 4;
+    const size_t row = kvs_kv_row_bytes(type, hd);
     if (delta == 0) {
-        if (src != dst) memmove(dst, src, (size_t)n_tok * hd * esz);
+        if (src != dst) memmove(dst, src, (size_t)n_tok * row);
         return;
     }
     float buf[MOVE_BLOCK * KVS_MOVE_MAX_HEAD_DIM]; /* (MOVE_BLOCK, head_dim) */
     for (int t0 = 0; t0 < n_tok; t0 += MOVE_BLOCK) {
         int m = n_tok - t0 < MOVE_BLOCK ? n_tok - t0 : MOVE_BLOCK;
-        size_t off = (size_t)t0 * hd, cnt = (size_t)m * hd;
-        if (type == KVS_KV_F16) kvs_f16_to_f32_row((const uint16_t *)src + off, buf, (int)cnt);
-        else memcpy(buf, (const float *)src + off, cnt * sizeof(float));
+        size_t off = (size_t)t0 * row;
+        /* Q8 keys come back quantized again: a moved Q8 key is the rotation
+         * of its levels, rounded to levels (F16 likewise rounds to halves) */
+        kvs_kv_rows_load(type, (const uint8_t *)src + off, buf, m, hd);
         kvs_rope_ff(buf, m, hd, rc->rope_dim, delta, base, scale, rc->neox, freq_factors);
-        if (type == KVS_KV_F16) kvs_f32_to_f16_row(buf, (uint16_t *)dst + off, (int)cnt);
-        else memcpy((float *)dst + off, buf, cnt * sizeof(float));
+        kvs_kv_rows_store(type, buf, (uint8_t *)dst + off, m, hd);
     }
 }
 
@@ -66,14 +66,14 @@ static void move_one(void *arg, int task, int ith) {
     (void)ith;
     const move_task *t = arg;
     const kvs_chunk *c = t->c;
-    const int nh = c->shape.n_kv_head, l = task / nh, h = task % nh, hd = c->shape.head_dim;
-    const size_t esz = t->kv->elem_bytes;
-    /* Chunk layer planes are (n_kv_head, n_tok, head_dim). */
-    size_t src_off = ((size_t)h * c->n_tok + (size_t)t->off) * hd * esz;
+    const int nh = c->shape.n_kv_head, l = task / nh, h = task % nh;
+    const size_t row = t->kv->row_bytes;
+    /* Chunk layer planes are (n_kv_head, n_tok) rows. */
+    size_t src_off = ((size_t)h * c->n_tok + (size_t)t->off) * row;
     const char *ks = (const char *)kvs_chunk_layer_k(c, l) + src_off;
     const char *vs = (const char *)kvs_chunk_layer_v(c, l) + src_off;
     kvs_move_k_run_layer(t->rc, l, t->kv->type, ks, kvs_kv_at(t->kv, l, 0, h, t->slot), t->n, t->delta);
-    memcpy(kvs_kv_at(t->kv, l, 1, h, t->slot), vs, (size_t)t->n * hd * esz);
+    memcpy(kvs_kv_at(t->kv, l, 1, h, t->slot), vs, (size_t)t->n * row);
 }
 
 int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, int slot, const kvs_rope_cfg *rc,

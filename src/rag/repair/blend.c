@@ -62,10 +62,7 @@ static int cmp_ranked(const void *a, const void *b) {
 /* Reads one (layer, plane, slot)'s heads as float: out (n_kv_head * head_dim). */
 static void read_slot(const kvs_kv_buffer *kv, int l, int plane, int pos, float *out) {
     for (int h = 0; h < kv->n_kv_head; h++) {
-        const void *src = kvs_kv_at(kv, l, plane, h, pos);
-        float *dst = out + (size_t)h * kv->head_dim;
-        if (kv->type == KVS_KV_F16) kvs_f16_to_f32_row(src, dst, kv->head_dim);
-        else memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
+        kvs_kv_row_load(kv->type, kvs_kv_at(kv, l, plane, h, pos), out + (size_t)h * kv->head_dim, kv->head_dim);
     }
 }
 

@@ -70,8 +70,7 @@ static void keys_as_float(const kvs_kv_buffer *kv, int l, int n_slots, float *kf
     for (int h = 0; h < kv->n_kv_head; h++) {
         const void *src = kvs_kv_at(kv, l, 0, h, 0);
         float *dst = kf + (size_t)h * n_slots * hd;
-        if (kv->type == KVS_KV_F16) kvs_f16_to_f32_row(src, dst, (int)((size_t)n_slots * hd));
-        else memcpy(dst, src, (size_t)n_slots * hd * sizeof(float));
+        kvs_kv_rows_load(kv->type, src, dst, n_slots, (int)hd);
     }
 }
 

@@ -1,0 +1,601 @@
+/*
+ * AVX-512 VNNI attention on Q8 KV rows: the arithmetic of
+ * attention_q8_ref.c, bit for bit. Layout as the float prefill
+ * (attention_avx512.c): lane = query row, blocks of 16 rows, up to 3 blocks
+ * (the unit's rows) sharing every broadcast key or value element.
+ *
+ *   scores  Qt[b][d/4] lane l = the 4 signed levels q8[d..d+3] of row 16b+l;
+ *           the staged key tile holds k + 128 (the unsigned operand), so
+ *           vpdpbusd(bcast 4 key bytes, Qt) sums I + 128 sum(q8), and the
+ *           row's 128 sum(q8) comes off in integers: exact.
+ *   weights pairs P[j/2] lane l = (p_j, p_j+1) of row l as int16, written in
+ *           place over the scores.
+ *   P.V     the value tile staged as int16 pairs V2[(j - j0)/2][d] = (v_j[d],
+ *           v_j+1[d]); vpdpwssd(acc, P, bcast V2) adds p_j v_j[d] + p_j+1
+ *           v_j+1[d] in lane l. The int32 sums are flushed to float per
+ *           KVS_ATTN_Q8_PV_BLOCK absolute slots, tiles being aligned to them.
+ *
+ * Recalibrated rows take the reference (rare: a RAG request's question and
+ * output after moved documents).
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+/* Scheduling before register allocation, pressure-aware: without it GCC
+ * copies the tied vpdpwssd / vpdpbusd accumulators between registers every
+ * key (ctx 4096 prefill: 142 -> 121 ms on the Zen 5 VM) */
+#pragma GCC optimize("schedule-insns", "sched-pressure")
+#endif
+
+#include <float.h>
+
+#include "kernels/attention_avx512.h"
+
+#define PV_BLOCK KVS_ATTN_Q8_PV_BLOCK
+#ifndef QK_KEYS
+#define QK_KEYS 4 /* keys per register pass of the scores: 3 blocks x 4 accumulators */
+#endif
+#ifndef PV_DIMS
+#define PV_DIMS 4 /* output dims per register pass (3 blocks x 8 made GCC spill) */
+#endif
+
+/* Keys per staged tile: the value pairs (2 D bytes a key) fill the staging
+ * buffer; a multiple of PV_BLOCK (D <= 256: at least one block) and at most
+ * 512 (past that the score pass gains nothing). */
+static int tile_keys(int D) {
+    int jt = (int)(KVS_ATTN_STAGE_FLOATS * sizeof(float) / (2 * (size_t)D)) / PV_BLOCK * PV_BLOCK;
+    return jt > 512 ? 512 : jt;
+}
+
+typedef struct q8_unit {
+    unit_ctx u;
+    const int8_t *K, *V; /* kv head g's rows */
+    size_t rb;           /* bytes per row */
+    int nrb, maxall, maxn[3], nr[3];
+    __m512i nvec[3], lovec[3];
+    __m512i qoff[3]; /* 128 * sum(q8) per lane */
+    __m512 qs[3];    /* qd * scale per lane */
+    __m512 mx[3], pd[3], ipd[3];
+} q8_unit;
+
+/* Keys [j0, j0 + nk) with 128 added to every level, rows packed at D bytes. */
+static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
+    const int D = x->u.D;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int j = 0; j < nk; j++) {
+        const int8_t *k = x->K + (size_t)(j0 + j) * x->rb;
+        for (int d = 0; d < D; d += 64) {
+            const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
+            _mm512_mask_storeu_epi8(kst + (size_t)j * D + d, m,
+                                    _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, k + d), bias));
+        }
+    }
+}
+
+/* Values of key pairs (j, j + 1) from j0 (even) to j0 + nk, as int16 pairs:
+ * v2[(j - j0) / 2][d] = v_j[d] | v_j+1[d] << 16. A key past the buffer
+ * (n_ctx odd) reads as 0: its weight is 0 anyway. */
+static void stage_values(const q8_unit *x, int j0, int nk, int32_t *v2) {
+    const int D = x->u.D, n_ctx = x->u.c->n_ctx;
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
+                                            6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    for (int j = 0; j < nk; j += 2) {
+        const int8_t *va = x->V + (size_t)(j0 + j) * x->rb;
+        const int8_t *vb = j0 + j + 1 < n_ctx ? va + x->rb : NULL;
+        int32_t *out = v2 + (size_t)(j / 2) * D;
+        for (int d = 0; d < D; d += 32) {
+            const __mmask32 m = D - d >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (D - d)) - 1;
+            const __m512i a = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, va + d));
+            const __m512i b = vb ? _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, vb + d)) : _mm512_setzero_si512();
+            _mm512_storeu_si512(out + d, _mm512_permutex2var_epi16(a, lo_idx, b));
+            if (D - d > 16) _mm512_storeu_si512(out + d + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
+        }
+    }
+}
+
+/* Scores of keys [j0, j0 + nk) (staged at kst) for the nb blocks, running
+ * maxima in x->mx. As the float kernel's qk_group: 8 keys at a time, each
+ * broadcast shared by the blocks. */
+AI void qk_group(q8_unit *x, int nb, const int32_t *Qt, const uint8_t *kst, int j0, int nk) {
+    const int D = x->u.D, D4 = D / 4;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nk; j += QK_KEYS) {
+        const int n8 = nk - j < QK_KEYS ? nk - j : QK_KEYS;
+        const uint8_t *kb = kst + (size_t)j * D;
+        __m512i acc[3][QK_KEYS];
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+            for (int jj = 0; jj < QK_KEYS; jj++) acc[b][jj] = _mm512_setzero_si512();
+        if (n8 == QK_KEYS) {
+            for (int d4 = 0; d4 < D4; d4++) {
+                __m512i qv[3];
+#pragma GCC unroll 3
+                for (int b = 0; b < nb; b++) {
+                    qv[b] = _mm512_loadu_si512(Qt + ((size_t)b * D4 + d4) * 16);
+                    __asm__("" : "+v"(qv[b])); /* one load, not one per dot */
+                }
+#pragma GCC unroll 8
+                for (int jj = 0; jj < QK_KEYS; jj++) {
+                    int32_t kw;
+                    memcpy(&kw, kb + (size_t)jj * D + 4 * d4, 4);
+                    const __m512i k = _mm512_set1_epi32(kw);
+#pragma GCC unroll 3
+                    for (int b = 0; b < nb; b++) acc[b][jj] = _mm512_dpbusd_epi32(acc[b][jj], k, qv[b]);
+                }
+            }
+        } else {
+            for (int d4 = 0; d4 < D4; d4++)
+                for (int b = 0; b < nb; b++) {
+                    const __m512i qv = _mm512_loadu_si512(Qt + ((size_t)b * D4 + d4) * 16);
+                    for (int jj = 0; jj < n8; jj++) {
+                        int32_t kw;
+                        memcpy(&kw, kb + (size_t)jj * D + 4 * d4, 4);
+                        acc[b][jj] = _mm512_dpbusd_epi32(acc[b][jj], _mm512_set1_epi32(kw), qv);
+                    }
+                }
+        }
+#pragma GCC unroll 8
+        for (int jj = 0; jj < QK_KEYS; jj++) {
+            if (jj >= n8) break; /* constant indices into acc: it stays in registers */
+            const int jabs = j0 + j + jj;
+            const __m512 kd = _mm512_set1_ps(kvs_q8_row_scale(x->K + (size_t)jabs * x->rb, D));
+            const __m512i jv = _mm512_set1_epi32(jabs);
+#pragma GCC unroll 3
+            for (int b = 0; b < nb; b++) {
+                const __m512i isum = _mm512_sub_epi32(acc[b][jj], x->qoff[b]);
+                const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), x->qs[b]);
+                const __mmask16 live =
+                    _mm512_cmpgt_epi32_mask(x->nvec[b], jv) & _mm512_cmple_epi32_mask(x->lovec[b], jv);
+                const __m512 v = _mm512_mask_mov_ps(ninf, live, s);
+                x->mx[b] = _mm512_max_ps(v, x->mx[b]); /* a NaN score leaves the max */
+                _mm512_storeu_ps(x->u.S + (size_t)b * 16 * x->u.ctxs + (size_t)jabs * 16, v);
+            }
+        }
+    }
+}
+
+static void qk_blocks(q8_unit *x, const int32_t *Qt, const uint8_t *kst, int j0, int nk) {
+    switch (x->nrb) {
+    case 1: qk_group(x, 1, Qt, kst, j0, nk); break;
+    case 2: qk_group(x, 2, Qt, kst, j0, nk); break;
+    default: qk_group(x, 3, Qt, kst, j0, nk); break;
+    }
+}
+
+/* Block b's exp (sum, 1 / sum) and weights w_j = e_j vd_j with their
+ * maximum, then the 16-bit weights as pairs in place: P[j/2] over S. Keys
+ * from the block's maxn to maxall (even) get weight 0. */
+static void weights_rows(q8_unit *x, int b) {
+    const int D = x->u.D, maxn = x->maxn[b], jmin = x->u.jmin;
+    float *S = x->u.S + (size_t)b * 16 * x->u.ctxs;
+    __m512 P[16], wmax = _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
+    for (int j0 = jmin; j0 < maxn; j0 += 16)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) { /* partial i takes keys j = i mod 16 (jmin is a multiple of 16) */
+            const int j = j0 + i;
+            if (j >= maxn) break;
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), x->mx[b]));
+            P[i] = _mm512_add_ps(P[i], e);
+            const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, D)));
+            wmax = _mm512_max_ps(w, wmax); /* NaN and -0 leave it */
+            _mm512_storeu_ps(S + (size_t)j * 16, w);
+        }
+    for (int i = 0; i < 8; i++) P[i] = _mm512_add_ps(P[i], P[i + 8]);
+    for (int i = 0; i < 4; i++) P[i] = _mm512_add_ps(P[i], P[i + 4]);
+    for (int i = 0; i < 2; i++) P[i] = _mm512_add_ps(P[i], P[i + 2]);
+    float inv[16];
+    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(P[0], P[1])));
+    for (int l = 0; l < x->nr[b]; l++) x->u.inv[b * 16 + l] = inv[l];
+    const __m512 pd = _mm512_div_ps(wmax, _mm512_set1_ps(32767.0f));
+    const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
+    const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
+    x->pd[b] = pd;
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
+    const int end = (x->maxall + 1) & ~1;
+    for (int j = jmin; j < end; j += 2) {
+        __m512i p[2];
+        for (int h = 0; h < 2; h++) {
+            if (j + h >= maxn) {
+                p[h] = _mm512_setzero_si512();
+                continue;
+            }
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
+            const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
+            p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
+        }
+        _mm512_storeu_si512(S + (size_t)(j / 2) * 16,
+                            _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16)));
+    }
+}
+
+/* o += P.V for keys [ja, jb) (even ja, one PV block), dims d0.., of the nb
+ * blocks: the block's int32 sums, then one float add per output. */
+AI void pv_group(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, int d0, float *O) {
+    const int D = x->u.D;
+    __m512i acc[3][PV_DIMS];
+#pragma GCC unroll 3
+    for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+        for (int dd = 0; dd < PV_DIMS; dd++) acc[b][dd] = _mm512_setzero_si512();
+    /* pointers stepped per key pair (no index arithmetic in the loop) */
+    const float *pp = x->u.S + (size_t)(ja / 2) * 16;
+    const size_t pstride = 16 * x->u.ctxs; /* floats from one row block's pairs to the next's */
+    const int32_t *v = v2 + (size_t)((ja - j0) / 2) * D + d0;
+    for (int j = ja; j < jb; j += 2, pp += 16, v += D) {
+        __m512i p[3];
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++) {
+            p[b] = _mm512_loadu_si512(pp + b * pstride);
+            __asm__("" : "+v"(p[b])); /* one load, not one per dot */
+        }
+#pragma GCC unroll 8
+        for (int dd = 0; dd < PV_DIMS; dd++) {
+            const __m512i vb = _mm512_set1_epi32(v[dd]);
+#pragma GCC unroll 3
+            for (int b = 0; b < nb; b++) acc[b][dd] = _mm512_dpwssd_epi32(acc[b][dd], p[b], vb);
+        }
+    }
+#pragma GCC unroll 3
+    for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+        for (int dd = 0; dd < PV_DIMS; dd++) {
+            float *o = O + ((size_t)b * D + d0 + dd) * 16;
+            _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), _mm512_cvtepi32_ps(acc[b][dd])));
+        }
+}
+
+/* The tile's keys [ja, jb), block by block, every dim. */
+AI void pv_tile_nb(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, float *O) {
+    for (int b0 = ja; b0 < jb; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
+        const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < jb ? (b0 / PV_BLOCK + 1) * PV_BLOCK : jb;
+        for (int d0 = 0; d0 < x->u.D; d0 += PV_DIMS) pv_group(x, nb, v2, j0, b0, b1, d0, O);
+    }
+}
+
+static void pv_tile(q8_unit *x, const int32_t *v2, int j0, int ja, int jb, float *O) {
+    switch (x->nrb) {
+    case 1: pv_tile_nb(x, 1, v2, j0, ja, jb, O); break;
+    case 2: pv_tile_nb(x, 2, v2, j0, ja, jb, O); break;
+    default: pv_tile_nb(x, 3, v2, j0, ja, jb, O); break;
+    }
+}
+
+/* Rows' queries quantized (kvs_q8_row, as the reference) into Qt, with
+ * their integer offsets and scales. */
+static void stage_queries(q8_unit *x, int32_t *Qt) {
+    const kvs_attn_call *c = x->u.c;
+    const int D = x->u.D, D4 = D / 4;
+    int8_t q8[KVS_ATTN_Q8_MAX_DIM];
+    x->maxall = 0;
+    for (int b = 0; b < x->nrb; b++) {
+        const int r0 = b * 16;
+        int nv[16], lv[16], off[16];
+        float qs[16];
+        x->nr[b] = x->u.rows - r0 < 16 ? x->u.rows - r0 : 16;
+        x->maxn[b] = 0;
+        for (int l = 0; l < 16; l++) {
+            const int r = r0 + l;
+            int32_t *qt = Qt + (size_t)b * D4 * 16 + l;
+            if (l >= x->nr[b]) {
+                nv[l] = lv[l] = off[l] = 0;
+                qs[l] = 0.0f;
+                for (int d4 = 0; d4 < D4; d4++) qt[d4 * 16] = 0;
+                continue;
+            }
+            nv[l] = x->u.n[r];
+            lv[l] = x->u.lo[r];
+            if (nv[l] > x->maxn[b]) x->maxn[b] = nv[l];
+            const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head +
+                                     (size_t)x->u.g * x->u.group + r % x->u.group) * D;
+            qs[l] = kvs_q8_row(q, q8, D) * c->scale;
+            int32_t sum = 0;
+            for (int d = 0; d < D; d++) sum += q8[d];
+            off[l] = 128 * sum;
+            for (int d4 = 0; d4 < D4; d4++) memcpy(&qt[d4 * 16], q8 + 4 * d4, 4);
+        }
+        if (x->maxn[b] > x->maxall) x->maxall = x->maxn[b];
+        x->nvec[b] = _mm512_loadu_si512(nv);
+        x->lovec[b] = _mm512_loadu_si512(lv);
+        x->qoff[b] = _mm512_loadu_si512(off);
+        x->qs[b] = _mm512_loadu_ps(qs);
+        x->mx[b] = _mm512_set1_ps(-INFINITY);
+    }
+}
+
+static void q8_unit_run(q8_unit *x) {
+    const kvs_attn_call *c = x->u.c;
+    const int D = x->u.D, JT = tile_keys(D);
+    int32_t *Qt = (int32_t *)x->u.stage; /* (nrb, D/4, 16), then O (nrb, D, 16) floats */
+    void *tile = x->u.stage + (size_t)3 * 16 * 256;
+    stage_queries(x, Qt);
+    /* tiles aligned to PV blocks (so no block spans two tiles); the first
+     * starts at the unit's first key */
+    const int jstart = x->u.jmin / PV_BLOCK * PV_BLOCK;
+    for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
+        const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
+        const int jb = j0 + JT < x->maxall ? j0 + JT : x->maxall;
+        stage_keys(x, ja, jb - ja, tile);
+        qk_blocks(x, Qt, tile, ja, jb - ja);
+    }
+    for (int b = 0; b < x->nrb; b++) weights_rows(x, b);
+    float *O = x->u.stage;
+    memset(O, 0, (size_t)x->nrb * D * 16 * sizeof(float));
+    for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
+        const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
+        const int jb = (j0 + JT < x->maxall ? j0 + JT : x->maxall + 1) & ~1; /* pairs */
+        stage_values(x, ja, jb - ja, tile);
+        pv_tile(x, tile, ja, ja, jb, O);
+    }
+    /* out = (o * pd) * (1 / S), rows back to (token, head) order */
+    for (int b = 0; b < x->nrb; b++) {
+        const __m512 pd = x->pd[b], inv = _mm512_loadu_ps(x->u.inv + b * 16);
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512 t[16];
+            const float *o = O + ((size_t)b * D + d0) * 16;
+            for (int dd = 0; dd < 16; dd++) t[dd] = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o + dd * 16), pd), inv);
+            transpose16(t); /* t[l] = dims d0.. of row b * 16 + l */
+            for (int l = 0; l < x->nr[b]; l++) {
+                const int r = b * 16 + l;
+                float *out = c->out + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head +
+                                      (size_t)x->u.g * x->u.group + r % x->u.group) * D + d0;
+                _mm512_storeu_ps(out, t[l]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------ decode, lane = key / dim */
+
+/* lane k = the sum of t[k]'s 16 lanes (integers: any order is exact). */
+AI __m512i reduce16(__m512i t[16]) {
+    __m512i a[8], b[4], c[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(t[2 * i], t[2 * i + 1]),
+                                _mm512_unpackhi_epi32(t[2 * i], t[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+    /* b[i], 128-bit lane L: keys 4i..4i+3, a quarter of each sum */
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0x88),
+                                _mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0xdd));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], 0x88), _mm512_shuffle_i32x4(c[0], c[1], 0xdd));
+}
+
+/* Row r's scores of the staged keys [ja, jb) (lane = key, 16 at a time):
+ * one vpdpbusd per 64 dims per key, then the 16 keys' lanes summed. */
+static void decode_scores(q8_unit *x, int r, const uint8_t *kst, const float *kds, int ja, int jb, const __m512i *q,
+                          int dv, int32_t qoff, float qs, __m512 *mx) {
+    const int D = x->u.D;
+    const __mmask64 last = D % 64 ? ((__mmask64)1 << (D % 64)) - 1 : ~(__mmask64)0;
+    float *S = x->u.S + (size_t)r * x->u.ctxs;
+    const __m512i n = _mm512_set1_epi32(x->u.n[r]), lo = _mm512_set1_epi32(x->u.lo[r]);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int j = ja; j < jb; j += 16) {
+        __m512i t[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            /* keys past jb read the staged tile's spare bytes: masked below */
+            const uint8_t *kr = kst + (size_t)(j - ja + k) * D;
+            t[k] = _mm512_setzero_si512();
+            for (int v = 0; v < dv; v++)
+                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_maskz_loadu_epi8(v == dv - 1 ? last : ~(__mmask64)0, kr + 64 * v), q[v]);
+        }
+        const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
+        const __mmask16 live = _mm512_cmpgt_epi32_mask(n, jv) & _mm512_cmple_epi32_mask(lo, jv) &
+                               _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
+        const __m512i isum = _mm512_sub_epi32(reduce16(t), _mm512_set1_epi32(qoff));
+        const __m512 kd = _mm512_maskz_loadu_ps(live, kds + j);
+        const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), _mm512_set1_ps(qs));
+        const __m512 v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, s);
+        *mx = _mm512_max_ps(v, *mx);
+        _mm512_storeu_ps(S + j, v);
+    }
+}
+
+/* Every row's scores of keys [ja, jb) with keys in lanes, for D a multiple
+ * of 64: each 16 keys' rows are transposed once (Kt[d/4] lane k = the 4
+ * bytes d.. of key j + k, plus 128) for all the unit's rows, which then take
+ * one vpdpbusd per 4 dims against their broadcast levels. */
+static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_MAX_DIM], const float *kds, int ja,
+                            int jb, const int32_t *qoff, const float *qs, __m512 *mx) {
+    const int D = x->u.D, n_ctx = x->u.c->n_ctx;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i kt[KVS_ATTN_Q8_MAX_DIM / 4];
+    for (int j = ja; j < jb; j += 16) {
+        for (int c = 0; c < D / 64; c++) {
+            __m512 t[16];
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) /* keys past the buffer read as 0 (masked below) */
+                t[k] = j + k < n_ctx ? _mm512_castsi512_ps(_mm512_loadu_si512(x->K + (size_t)(j + k) * x->rb + 64 * c))
+                                     : _mm512_setzero_ps();
+            transpose16(t);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) kt[16 * c + i] = _mm512_xor_si512(_mm512_castps_si512(t[i]), bias);
+        }
+        const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
+        const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
+        const __m512 kd = _mm512_maskz_loadu_ps(in, kds + j);
+        for (int r = 0; r < rows; r++) {
+            __m512i acc = _mm512_setzero_si512();
+            for (int d4 = 0; d4 < D / 4; d4++) {
+                int32_t qw;
+                memcpy(&qw, q8[r] + 4 * d4, 4);
+                acc = _mm512_dpbusd_epi32(acc, kt[d4], _mm512_set1_epi32(qw));
+            }
+            const __mmask16 live = in & _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(x->u.n[r]), jv) &
+                                   _mm512_cmple_epi32_mask(_mm512_set1_epi32(x->u.lo[r]), jv);
+            const __m512i isum = _mm512_sub_epi32(acc, _mm512_set1_epi32(qoff[r]));
+            const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), _mm512_set1_ps(qs[r]));
+            const __m512 v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, s);
+            mx[r] = _mm512_max_ps(v, mx[r]);
+            _mm512_storeu_ps(x->u.S + (size_t)r * x->u.ctxs + j, v);
+        }
+    }
+}
+
+/* The decode layout for units of fewer than 8 rows (the float path's
+ * choice too): scores lane = key, P.V lane = dim (16-bit weights of the row
+ * broadcast in pairs against the staged value pairs), so no lane idles. */
+static void q8_decode_unit(q8_unit *x) {
+    const kvs_attn_call *c = x->u.c;
+    const int D = x->u.D, JT = tile_keys(D), dv = (D + 63) / 64, rows = x->u.rows;
+    void *tile = x->u.stage + (size_t)3 * 16 * 256;
+    int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
+    float qs[8], pd[8], inv[8];
+    int32_t qoff[8];
+    __m512i qv[8][4];
+    __m512 mx[8];
+    int maxall = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
+                                 r % x->u.group) * D;
+        qs[r] = kvs_q8_row(q, q8[r], D) * c->scale;
+        int32_t sum = 0;
+        for (int d = 0; d < D; d++) sum += q8[r][d];
+        qoff[r] = 128 * sum;
+        for (int v = 0; v < dv; v++) {
+            const int left = D - 64 * v;
+            qv[r][v] = _mm512_maskz_loadu_epi8(left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1, q8[r] + 64 * v);
+        }
+        mx[r] = _mm512_set1_ps(-INFINITY);
+        if (x->u.n[r] > maxall) maxall = x->u.n[r];
+    }
+    const int jmin = x->u.jmin, jstart = jmin / PV_BLOCK * PV_BLOCK;
+    /* the keys' and values' scales, gathered once for every row: score rows
+     * the decode layout leaves free (it uses fewer than 8 of KVS_ATTN_ROWS) */
+    float *kds = x->u.S + (size_t)(KVS_ATTN_ROWS - 2) * x->u.ctxs, *vds = kds + x->u.ctxs;
+    for (int j = jmin; j < maxall; j++) {
+        kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, D);
+        vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, D);
+    }
+    if (D % 64 == 0)
+        decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, jmin, maxall, qoff, qs, mx);
+    else
+        for (int j0 = jstart; j0 < maxall; j0 += JT) {
+            const int ja = j0 > jmin ? j0 : jmin, jb = j0 + JT < maxall ? j0 + JT : maxall;
+            stage_keys(x, ja, jb - ja, tile);
+            for (int r = 0; r < rows; r++) decode_scores(x, r, tile, kds, ja, jb, qv[r], dv, qoff[r], qs[r], &mx[r]);
+        }
+    /* exp, sums, weights and their 16-bit levels, per row (lane = key) */
+    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
+    for (int r = 0; r < rows; r++) {
+        float *S = x->u.S + (size_t)r * x->u.ctxs;
+        const int n = x->u.n[r];
+        const float m = _mm512_reduce_max_ps(mx[r]); /* no lane is NaN: the order is free */
+        __m512 part = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
+        for (int j = jmin; j < n; j += 16) {
+            const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+            const __m512 e = _mm512_maskz_mov_ps(in, exp16(_mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m))));
+            part = _mm512_add_ps(part, e); /* lane i: keys i mod 16, as the reference's partials */
+            const __m512 vd = _mm512_maskz_loadu_ps(in, vds + j);
+            const __m512 w = _mm512_mul_ps(e, vd);
+            wmax = _mm512_max_ps(w, wmax);
+            _mm512_storeu_ps(S + j, w);
+        }
+        inv[r] = 1.0f / hsum_tree(part);
+        const float wm = _mm512_reduce_max_ps(wmax); /* >= +0, no NaN: the order is free */
+        pd[r] = wm / 32767.0f;
+        const __m512 ipd = _mm512_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
+        int16_t *P = (int16_t *)S; /* levels in place, P[j] at 2 bytes a key */
+        for (int j = jmin; j < ((n + 1) & ~1); j += 16) {
+            const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + j), ipd);
+            const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
+            const __m512i p = _mm512_maskz_cvtps_epi32(in & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc);
+            _mm256_storeu_si256((__m256i *)(P + j), _mm512_cvtepi32_epi16(p)); /* to P[j + 15] <= 2 (j + 15): behind */
+        }
+    }
+    /* P.V per PV block, value pairs staged once for every row */
+    float o[8][KVS_ATTN_Q8_MAX_DIM];
+    for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
+    for (int j0 = jstart; j0 < maxall; j0 += JT) {
+        const int ja = j0 > jmin ? j0 : jmin;
+        const int jb = (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
+        stage_values(x, ja, jb - ja, tile);
+        const int32_t *v2 = tile;
+        for (int r = 0; r < rows; r++) {
+            const int n = x->u.n[r], hi = ((n + 1) & ~1) < jb ? ((n + 1) & ~1) : jb;
+            const int16_t *P = (const int16_t *)(x->u.S + (size_t)r * x->u.ctxs);
+            for (int b0 = ja; b0 < hi; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
+                const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < hi ? (b0 / PV_BLOCK + 1) * PV_BLOCK : hi;
+                for (int d0 = 0; d0 < D; d0 += 128) {
+                    /* two sets of sums (even and odd pairs): twice the
+                     * independent chains for vpdpwssd's latency; integers,
+                     * so their sum is the same */
+                    __m512i acc[2][8];
+                    const int nv = (D - d0) / 16 < 8 ? (D - d0) / 16 : 8;
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
+                    for (int j = b0; j < b1; j += 2) {
+                        const int h = (j >> 1) & 1;
+                        int32_t pw;
+                        memcpy(&pw, P + j, 4); /* (p_j, p_j+1); p past n is 0 */
+                        const __m512i pb = _mm512_set1_epi32(pw);
+                        const int32_t *vrow = v2 + (size_t)((j - ja) / 2) * D + d0;
+                        if (nv == 4) {
+#pragma GCC unroll 4
+                            for (int i = 0; i < 4; i++)
+                                acc[h][i] = _mm512_dpwssd_epi32(acc[h][i], pb, _mm512_loadu_si512(vrow + 16 * i));
+                        } else {
+                            for (int i = 0; i < nv; i++)
+                                acc[h][i] = _mm512_dpwssd_epi32(acc[h][i], pb, _mm512_loadu_si512(vrow + 16 * i));
+                        }
+                    }
+                    for (int i = 0; i < nv; i++) {
+                        float *od = o[r] + d0 + 16 * i;
+                        const __m512i a = _mm512_add_epi32(acc[0][i], acc[1][i]);
+                        _mm512_storeu_ps(od, _mm512_add_ps(_mm512_loadu_ps(od), _mm512_cvtepi32_ps(a)));
+                    }
+                }
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *out = c->out + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
+                               r % x->u.group) * D;
+        for (int d = 0; d < D; d += 16)
+            _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d), _mm512_set1_ps(pd[r])),
+                                                    _mm512_set1_ps(inv[r])));
+    }
+}
+
+void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
+    const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
+    int recal = 0;
+    for (int t = t0; t < t1 && !recal; t++) recal = kvs_attn_recal_row(c, c->pos[t]);
+    if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS || recal) {
+        kvs_attention_unit_q8_ref(c, t0, t1, g, work);
+        return;
+    }
+    q8_unit x;
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
+    unit_init(&x.u, c, t0, t1, g, work, work + KVS_ATTN_ROWS * ctxs);
+    x.rb = kvs_kv_row_bytes(KVS_KV_Q8, D);
+    x.K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x.rb;
+    x.V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x.rb;
+    x.nrb = (rows + 15) / 16;
+    if (rows < 8) q8_decode_unit(&x);
+    else q8_unit_run(&x);
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
