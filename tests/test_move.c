@@ -106,6 +106,41 @@ TEST(move_roundtrip_f16) {
     roundtrip(KVS_KV_F16, 1, HD);
 }
 
+/* Q8 keys: a move dequantizes, rotates and quantizes again, so +d then -d
+ * comes back within two roundings of a level (each at most half a scale
+ * step; a rotated row's largest element, hence its scale, grows by at most
+ * sqrt 2), in place and not, for every delta; and a move really rotates. */
+TEST(move_roundtrip_q8) {
+    kvs_rope_cfg rc = {HD, HD, 0, 100000.0f, 1.0f, NULL};
+    const size_t rb = kvs_kv_row_bytes(KVS_KV_Q8, HD);
+    static float src[NT * HD], orig[NT * HD], back[NT * HD];
+    static uint8_t q_src[NT * (HD + 4)], q_mid[NT * (HD + 4)], q_back[NT * (HD + 4)];
+    static const int32_t deltas[] = {1, 7, 100, 4093, -3, -2500};
+    CHECK_EQ_INT((int)rb, HD + 4);
+    for (int i = 0; i < NT * HD; i++) src[i] = frand();
+    kvs_kv_rows_store(KVS_KV_Q8, src, q_src, NT, HD);
+    kvs_kv_rows_load(KVS_KV_Q8, q_src, orig, NT, HD);
+    for (size_t di = 0; di < sizeof deltas / sizeof deltas[0]; di++) {
+        const int32_t d = deltas[di];
+        kvs_move_k_run(&rc, KVS_KV_Q8, q_src, q_mid, NT, d);
+        CHECK(memcmp(q_mid, q_src, sizeof q_mid) != 0);
+        memcpy(q_back, q_mid, sizeof q_back);
+        kvs_move_k_run(&rc, KVS_KV_Q8, q_back, q_back, NT, -d); /* in place */
+        kvs_kv_rows_load(KVS_KV_Q8, q_back, back, NT, HD);
+        double worst = 0;
+        for (int t = 0; t < NT; t++) {
+            float amax = 0;
+            for (int i = 0; i < HD; i++) amax = fmaxf(amax, fabsf(orig[t * HD + i]));
+            for (int i = 0; i < HD; i++) {
+                const double e = fabs((double)back[t * HD + i] - orig[t * HD + i]) / (amax / 127.0);
+                if (e > worst) worst = e;
+            }
+        }
+        CHECK_MSG(worst <= 0.5 * 1.4143 + 0.5 * 1.4143 * 1.4143, "q8 d=%d: round trip off by %.3f scale steps", d,
+                  worst);
+    }
+}
+
 /* rope at p, then moved by d == rope at p + d (within a float rounding). */
 TEST(move_composes_with_rope) {
     kvs_rope_cfg rc = {HD, HD, 0, 100000.0f, 1.0f, NULL};
@@ -274,6 +309,7 @@ out:
 int main(void) {
     RUN(move_roundtrip_f32);
     RUN(move_roundtrip_f16);
+    RUN(move_roundtrip_q8);
     RUN(move_composes_with_rope);
     const char *mp = getenv("KVSTITCH_MODEL");
     if (mp && *mp && kvs_model_load(mp, kvs_model_default_params(), &g_model) != KVS_OK)

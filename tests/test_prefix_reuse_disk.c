@@ -312,21 +312,29 @@ TEST(test_weights_memo) {
     kvs_model_free(m);
 }
 
-/* F32 KV: its own fingerprint, and exact reuse too. */
-TEST(test_f32_cache_exact) {
+/* A context and a cache (in RAM, or on dir) of one KV type, the prompt's
+ * first 65 tokens warmed into the cache; 0 when any step failed. */
+static int typed_warm(kvs_kv_type type, const char *dir, kvs_context **ctx, kvs_cache **c) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = N_CTX;
-    cp.kv_type = KVS_KV_F32;
-    kvs_context *ctx = NULL;
-    CHECK_EQ_INT(kvs_context_new(g_model, cp, &ctx), KVS_OK);
+    cp.kv_type = type;
+    CHECK_EQ_INT(kvs_context_new(g_model, cp, ctx), KVS_OK);
     kvs_cache_params pp = kvs_cache_default_params();
-    pp.kv_type = KVS_KV_F32;
-    kvs_cache *c = NULL;
-    CHECK_EQ_INT(kvs_cache_open(g_model, pp, &c), KVS_OK);
-    if (!ctx || !c) return;
-    kvs_generate_params gp = greedy();
+    pp.kv_type = type;
+    pp.cache_dir = dir;
+    CHECK_EQ_INT(kvs_cache_open(g_model, pp, c), KVS_OK);
+    if (!*ctx || !*c) return 0;
     kvs_warm_report wr;
-    CHECK_EQ_INT(kvs_warm(ctx, c, g_prompt, 65, &wr), KVS_OK);
+    CHECK_EQ_INT(kvs_warm(*ctx, *c, g_prompt, 65, &wr), KVS_OK);
+    return 1;
+}
+
+/* F32 KV: its own fingerprint, and exact reuse too. */
+TEST(test_f32_cache_exact) {
+    kvs_context *ctx = NULL;
+    kvs_cache *c = NULL;
+    if (!typed_warm(KVS_KV_F32, NULL, &ctx, &c)) return;
+    kvs_generate_params gp = greedy();
     kvs_generate_result w, cold;
     kvs_kv_buffer *kv = kvs_context_kv(ctx);
     memset(kv->data, 0x7f, kvs_kv_buffer_bytes(kv)); /* F32 NaNs */
@@ -344,21 +352,14 @@ TEST(test_f32_cache_exact) {
  * RAM) reads the warmed chunks from disk, and the output is the cold run's,
  * bit for bit. */
 TEST(test_q8_cache_exact_from_disk) {
-    kvs_context_params cp = kvs_context_default_params();
-    cp.n_ctx = N_CTX;
-    cp.kv_type = KVS_KV_Q8;
     kvs_context *ctx = NULL;
-    CHECK_EQ_INT(kvs_context_new(g_model, cp, &ctx), KVS_OK);
+    kvs_cache *c = NULL, *c2 = NULL;
+    if (!typed_warm(KVS_KV_Q8, g_dir, &ctx, &c)) return;
+    kvs_generate_params gp = greedy();
+    kvs_cache_free(c);
     kvs_cache_params pp = kvs_cache_default_params();
     pp.kv_type = KVS_KV_Q8;
     pp.cache_dir = g_dir;
-    kvs_cache *c = NULL, *c2 = NULL;
-    CHECK_EQ_INT(kvs_cache_open(g_model, pp, &c), KVS_OK);
-    if (!ctx || !c) return;
-    kvs_generate_params gp = greedy();
-    kvs_warm_report wr;
-    CHECK_EQ_INT(kvs_warm(ctx, c, g_prompt, 65, &wr), KVS_OK);
-    kvs_cache_free(c);
     CHECK_EQ_INT(kvs_cache_open(g_model, pp, &c2), KVS_OK);
     if (!c2) return;
     kvs_generate_result w, cold;

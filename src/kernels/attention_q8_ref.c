@@ -68,19 +68,7 @@ void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, fl
                 if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 if (s[j] > mx) mx = s[j]; /* NaN leaves it (vmaxps(s, mx) alike) */
             }
-            float part[16] = {0}, dpart[16] = {0};
-            for (int j = lo; j < n; j++) {
-                s[j] = kvs_expf_ref(s[j] - mx);
-                part[j % 16] += s[j];
-                if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
-            }
-            float sum = kvs_tree16(part);
-            if (rc) {
-                float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
-                for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
-                sum = fmaf(f - 1.0f, pd, sum);
-            }
-            const float inv = 1.0f / sum;
+            const float inv = 1.0f / kvs_attn_softmax_ref(c, s, lo, n, mx, rc);
             float wmax = 0.0f;
             for (int j = lo; j < n; j++) {
                 s[j] = s[j] * kvs_q8_row_scale(V + (size_t)j * rb, D);

@@ -75,6 +75,23 @@ static inline float kv_get(const void *base, int kv_type, size_t idx) {
     return ((const float *)base)[idx];
 }
 
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc) {
+    const int dlo = rc ? c->recal.lo : 0, dhi = rc ? c->recal.hi : 0;
+    float part[16] = {0}, dpart[16] = {0};
+    for (int j = lo; j < n; j++) {
+        s[j] = kvs_expf_ref(s[j] - mx);
+        part[j % 16] += s[j];
+        if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
+    }
+    float sum = kvs_tree16(part);
+    if (rc) {
+        float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
+        for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
+        sum = fmaf(f - 1.0f, pd, sum);
+    }
+    return sum;
+}
+
 void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     int D = c->head_dim, group = c->n_head / c->n_kv_head;
     size_t kv_off = (size_t)g * c->n_ctx * D;
@@ -95,18 +112,7 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
                 if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 mx = fmaxf(mx, s[j]);
             }
-            float part[16] = {0}, dpart[16] = {0};
-            for (int j = lo; j < n; j++) {
-                s[j] = kvs_expf_ref(s[j] - mx);
-                part[j % 16] += s[j];
-                if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
-            }
-            float sum = kvs_tree16(part);
-            if (rc) {
-                float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
-                for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
-                sum = fmaf(f - 1.0f, pd, sum);
-            }
+            float sum = kvs_attn_softmax_ref(c, s, lo, n, mx, rc);
             float inv = 1.0f / sum;
             for (int d = 0; d < D; d++) {
                 float o = 0.0f;

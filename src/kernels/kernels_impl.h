@@ -117,6 +117,10 @@ static inline int kvs_attn_recal_row(const kvs_attn_call *c, int32_t pos) {
  * f = e^((s - 1) (mx + ln pd)), so that f pd = (e^mx pd)^s / e^mx. One scalar
  * function for every path (attention_ref.c). */
 float kvs_attn_recal_factor(float mx, float pd, float s);
+/* The reference's softmax of one row's scores s[lo, n) with maximum mx, in
+ * place (e_j, recalibrated when rc: the row's position >= recal.hi);
+ * returns the sum S (attention_ref.c). Shared by the float and Q8 references. */
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc);
 
 /* Packed Q4_0 / Q4_1 / Q8_0 matrices (pack.c): the rows of each whole tile
  * of KVS_PACK_TILE rows (8a .. 8a + 7, all < n) hold the tile's rows' full
