@@ -215,6 +215,7 @@ int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_
     cp.n_ctx = p.n_ctx;
     cp.n_threads = p.n_threads;
     cp.n_batch = p.prefill_chunk > p.n_slots ? p.prefill_chunk : p.n_slots;
+    cp.kv_type = p.kv_type;
     for (int i = 0; st == KVS_OK && i < p.n_slots; i++) {
         st = kvs_context_new(model, cp, &s->slots[i].ctx);
         if (!st && !(s->slots[i].hist = malloc(((size_t)p.n_ctx + 1) * sizeof(int32_t)))) st = KVS_ERR_NOMEM;

@@ -28,6 +28,7 @@ typedef struct srv_sched_params {
     int n_ctx;
     int max_queue;      /* queued requests beyond which submit says 429 */
     int prefill_chunk;  /* prompt tokens per prefill step */
+    kvs_kv_type kv_type; /* the slots' contexts' (the cache's) */
 } srv_sched_params;
 
 int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_metrics *m, srv_sched **out);

@@ -28,7 +28,8 @@
 #define REPLY_TIMEOUT_S 600
 
 typedef struct serve_opts {
-    const char *model, *host, *cache_dir, *api_key_file, *alias;
+    const char *model, *host, *cache_dir, *api_key_file, *alias, *kv_type_name;
+    kvs_kv_type kv_type;
     int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, conns_per_ip;
     unsigned long long cache_max_bytes, max_body;
     double drain_s;
@@ -44,6 +45,8 @@ static void usage(FILE *f) {
             "  --slots N              sequences decoded together in one batched forward (4)\n"
             "  -t, --threads N        threads per forward pass (0 = all cores)\n"
             "  --ctx N                context window per slot (0 = the model's, at most 8192)\n"
+            "  --kv-type T            KV cache type: f16 (default), f32, q8 (8-bit: half the memory,\n"
+            "                         integer attention, faster at long context)\n"
             "  --cache-dir DIR        persist the chunk cache in DIR (shared with the CLI)\n"
             "  --cache-max-bytes N    RAM budget of the chunk cache (0 = 1/4 of RAM)\n"
             "  --api-key-file F       require 'Authorization: Bearer KEY' (first line of F)\n"
@@ -114,7 +117,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         if (!v) goto missing; else if (opt_number(a, v, lo, hi, frac, &d)) return -1; ONCE(field) o->field = d; i++; \
         continue; }
         STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
-        STR("--api-key-file", api_key_file) STR("--alias", alias)
+        STR("--api-key-file", api_key_file) STR("--alias", alias) STR("--kv-type", kv_type_name)
         NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, 256, 0)
         NUM("--threads", threads, 0, 256, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
         NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
@@ -132,6 +135,10 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     }
     if (!o->model) {
         fprintf(stderr, "kvstitch serve: -m MODEL is required\n");
+        return -1;
+    }
+    if (o->kv_type_name && kvs_kv_type_parse(o->kv_type_name, &o->kv_type)) {
+        fprintf(stderr, "kvstitch serve: --kv-type: %s\n", kvs_last_error());
         return -1;
     }
     return 0;
@@ -160,12 +167,13 @@ static int load(srv_server *s, const serve_opts *o) {
     kvs_cache_params cp = kvs_cache_default_params();
     cp.cache_dir = o->cache_dir;
     cp.budget_bytes = o->cache_max_bytes;
+    cp.kv_type = o->kv_type;
     if ((st = kvs_cache_open(s->model, cp, &s->cache)))
         return fprintf(stderr, "kvstitch serve: cache: %s\n", kvs_last_error()), st;
     kvs_model_info info;
     kvs_model_get_info(s->model, &info);
     s->n_ctx = o->n_ctx ? o->n_ctx : (info.n_ctx_train > 0 && info.n_ctx_train < 8192 ? info.n_ctx_train : 8192);
-    srv_sched_params sp = {o->slots, o->threads, s->n_ctx, o->max_queue, o->prefill_chunk};
+    srv_sched_params sp = {o->slots, o->threads, s->n_ctx, o->max_queue, o->prefill_chunk, o->kv_type};
     if ((st = srv_sched_start(s->model, s->cache, sp, &s->metrics, &s->sched)))
         return fprintf(stderr, "kvstitch serve: scheduler: %s\n", kvs_last_error()), st;
     return KVS_OK;

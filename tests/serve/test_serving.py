@@ -10,7 +10,7 @@ import time
 
 import requests
 
-from conftest import QUICK, SLOW, Server
+from conftest import CLI, QUICK, SLOW, Server
 
 
 def chat(server, msgs, **kw):
@@ -209,6 +209,34 @@ def test_disconnect_counts_queued_generations(server):
         time.sleep(0.1)
     assert sum(metric(server, name % r) for r in reasons) - before == 16
     assert metric(server, "kvstitch_active_slots") == 0
+
+
+def test_q8_kv_serves_exact_reuse_and_documents():
+    """--kv-type q8: the slots and the cache hold 8-bit KV; a prompt served
+    from the cache has the bits of the same prompt computed cold, documents
+    (moved Q8 keys) come back from the cache with the bits they had cold, and
+    an unknown type is refused at start-up."""
+    bad = subprocess.run([CLI, "serve", "-m", "x", "--kv-type", "q4"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "q4" in bad.stderr, bad.stderr
+    s = Server("--slots", "2", "--ctx", "1024", "--kv-type", "q8")
+    try:
+        msgs = [{"role": "system", "content": "You are a helpful assistant who answers in one sentence."},
+                {"role": "user", "content": "Name a large city in Italy."}]
+        cold = chat(s, msgs, cache_prompt=False, max_tokens=8)
+        chat(s, msgs, max_tokens=8)  # stores the prompt's chunks
+        warm = chat(s, msgs, max_tokens=8)
+        assert warm["usage"]["kvstitch"]["cached_tokens"] > 0
+        assert warm["usage"]["kvstitch"]["first_logits_sha256"] == cold["usage"]["kvstitch"]["first_logits_sha256"]
+        docs = ["The Danube flows through ten countries, more than any other river in Europe.",
+                "The Black Sea receives the Danube through a wide delta in Romania and Ukraine."]
+        q = [{"role": "user", "content": "Which sea does the Danube reach?"}]
+        d1 = chat(s, q, max_tokens=4, documents=docs)
+        d2 = chat(s, q, max_tokens=4, documents=docs)
+        assert d2["usage"]["kvstitch"]["docs_hit"] == 2, d2["usage"]
+        assert d2["usage"]["kvstitch"]["first_logits_sha256"] == d1["usage"]["kvstitch"]["first_logits_sha256"]
+    finally:
+        assert s.stop() == 0, s.read_log()[-2000:]
 
 
 def test_cold_documents_prefill_in_slices_between_decode_steps():
