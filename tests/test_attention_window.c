@@ -32,11 +32,11 @@ static wcase make(int m, int nh, int nkv, int hd, int ctx, int kv_type, int star
     float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
     kt_rand_vec(kf, kvn, 2.0f);
     kt_rand_vec(vf, kvn, 1.0f);
-    if (kv_type == 0) {
-        c.k = xmalloc(kvn * 2);
-        c.v = xmalloc(kvn * 2);
-        kvs_f32_to_f16_row(kf, c.k, (int)kvn);
-        kvs_f32_to_f16_row(vf, c.v, (int)kvn);
+    if (kv_type != KVS_KV_F32) { /* F16, Q8: rows of their own size */
+        c.k = xmalloc(kvs_kv_row_bytes(kv_type, hd) * nkv * ctx);
+        c.v = xmalloc(kvs_kv_row_bytes(kv_type, hd) * nkv * ctx);
+        kvs_kv_rows_store(kv_type, kf, c.k, nkv * ctx, hd);
+        kvs_kv_rows_store(kv_type, vf, c.v, nkv * ctx, hd);
         free(kf);
         free(vf);
     } else {
@@ -101,7 +101,7 @@ static int check_isas(const wcase *c, const kvs_attn_recal *rc, const float *ref
 TEST(test_window_simd_equals_scalar) {
     int compared = 0;
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
-        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        for (int kv_type = 0; kv_type <= 2; kv_type++) {
             wcase c = make(k_cases[i].m, k_cases[i].nh, k_cases[i].nkv, k_cases[i].hd, k_cases[i].ctx, kv_type,
                            k_cases[i].start, k_cases[i].window);
             size_t n = (size_t)c.m * c.n_head * c.hd;
@@ -212,7 +212,7 @@ static kvs_attn_recal recal_of(size_t i) {
 TEST(test_recal_simd_equals_scalar) {
     int compared = 0;
     for (size_t i = 0; i < sizeof k_recal / sizeof k_recal[0]; i++)
-        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        for (int kv_type = 0; kv_type <= 2; kv_type++) {
             wcase c = make(k_recal[i].m, k_recal[i].nh, k_recal[i].nkv, k_recal[i].hd, k_recal[i].ctx, kv_type,
                            k_recal[i].start, k_recal[i].window);
             kvs_attn_recal rc = recal_of(i);

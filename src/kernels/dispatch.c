@@ -624,8 +624,8 @@ static kvs_attn_call attn_call_of(const kvs_isa *isa, kvs_pool *pool, float *out
         c.recal = *recal;
         int any = 0;
         for (int i = 0; i < m && !any; i++) any = kvs_attn_recal_row(&c, pos[i]);
-        if (any && kv_type != KVS_KV_Q8) *unit = isa->attention_unit_recal;
-        else c.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
+        if (!any) c.recal = (kvs_attn_recal){0, 0, 1.0f, 1.0f};
+        else if (kv_type != KVS_KV_Q8) *unit = isa->attention_unit_recal; /* Q8 units take both */
     }
     return c;
 }
