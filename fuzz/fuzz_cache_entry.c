@@ -166,9 +166,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
-    const kvs_kv_shape shapes[2] = {{2, 1, 8, KVS_KV_F16}, {1, 2, 4, KVS_KV_F32}};
-    const int n_toks[2] = {3, 1};
-    for (int s = 0; s < 2; s++) {
+    const kvs_kv_shape shapes[3] = {{2, 1, 8, KVS_KV_F16}, {1, 2, 4, KVS_KV_F32}, {1, 1, 16, KVS_KV_Q8}};
+    const int n_toks[3] = {3, 1, 2};
+    for (int s = 0; s < 3; s++) {
         kvs_chunk *c = NULL;
         if (kvs_chunk_new(&shapes[s], n_toks[s], 1, &c) != KVS_OK) return 1;
         kvs_key fp;

@@ -213,7 +213,15 @@ float kvs_q8_row(const float *x, int8_t *q, int n);
  *                            4 bytes, not aligned: read it with memcpy)
  * kvs_kv_row_bytes is 0 for an unknown type. A range of slots of one head is
  * one contiguous run of rows whatever the type. */
-size_t kvs_kv_row_bytes(int kv_type, int head_dim);
+static inline size_t kvs_kv_row_bytes(int kv_type, int head_dim) {
+    /* inline: the cache entry codecs size payloads with it and link no kernel */
+    switch (kv_type) {
+    case KVS_KV_F16: return (size_t)head_dim * 2;
+    case KVS_KV_F32: return (size_t)head_dim * 4;
+    case KVS_KV_Q8: return (size_t)head_dim + sizeof(float);
+    default: return 0;
+    }
+}
 /* Attention on Q8 rows takes heads of up to this many dims (a model with
  * more is refused a Q8 KV buffer). */
 #define KVS_KV_Q8_MAX_HEAD_DIM 256

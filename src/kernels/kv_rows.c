@@ -21,15 +21,6 @@ float kvs_q8_row(const float *x, int8_t *q, int n) {
     return d;
 }
 
-size_t kvs_kv_row_bytes(int kv_type, int head_dim) {
-    switch (kv_type) {
-    case KVS_KV_F16: return (size_t)head_dim * 2;
-    case KVS_KV_F32: return (size_t)head_dim * 4;
-    case KVS_KV_Q8: return (size_t)head_dim + sizeof(float);
-    default: return 0;
-    }
-}
-
 void kvs_kv_row_store(int kv_type, const float *x, void *dst, int head_dim) {
     switch (kv_type) {
     case KVS_KV_F16: kvs_f32_to_f16_row(x, dst, head_dim); break;
