@@ -796,7 +796,7 @@ TEST(test_attention_simd_equals_scalar) {
 
 /* The scale of Q8 row r of K or V. */
 static void q8_set_scale(attn_case *c, void *base, int r, float d) {
-    memcpy((int8_t *)base + (size_t)r * (c->hd + 4) + c->hd, &d, 4);
+    memcpy((int8_t *)base + (size_t)r * kvs_kv_row_bytes(KVS_KV_Q8, c->hd) + c->hd, &d, 4);
 }
 
 /* test_attention_simd_equals_scalar on hostile rows: scores far past

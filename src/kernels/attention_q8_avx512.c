@@ -269,6 +269,16 @@ static void pv_tile(q8_unit *x, const int32_t *v2, int j0, int ja, int jb, float
     }
 }
 
+/* A query row's levels (kvs_q8_row, as the reference), the integer offset
+ * 128 sum(q8) that the keys' + 128 add to its dots, and qd * scale. */
+static float query_levels(const kvs_attn_call *c, const float *q, int8_t *q8, int32_t *off) {
+    const float qs = kvs_q8_row(q, q8, c->head_dim) * c->scale;
+    int32_t sum = 0;
+    for (int d = 0; d < c->head_dim; d++) sum += q8[d];
+    *off = 128 * sum;
+    return qs;
+}
+
 /* Rows' queries quantized (kvs_q8_row, as the reference) into Qt, with
  * their integer offsets and scales. */
 static void stage_queries(q8_unit *x, int32_t *Qt) {
@@ -296,10 +306,7 @@ static void stage_queries(q8_unit *x, int32_t *Qt) {
             if (nv[l] > x->maxn[b]) x->maxn[b] = nv[l];
             const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head +
                                      (size_t)x->u.g * x->u.group + r % x->u.group) * D;
-            qs[l] = kvs_q8_row(q, q8, D) * c->scale;
-            int32_t sum = 0;
-            for (int d = 0; d < D; d++) sum += q8[d];
-            off[l] = 128 * sum;
+            qs[l] = query_levels(c, q, q8, &off[l]);
             for (int d4 = 0; d4 < D4; d4++) memcpy(&qt[d4 * 16], q8 + 4 * d4, 4);
         }
         if (x->maxn[b] > x->maxall) x->maxall = x->maxn[b];
@@ -355,60 +362,11 @@ static void q8_unit_run(q8_unit *x) {
 
 /* ------------------------------------------------ decode, lane = key / dim */
 
-/* lane k = the sum of t[k]'s 16 lanes (integers: any order is exact). */
-AI __m512i reduce16(__m512i t[16]) {
-    __m512i a[8], b[4], c[2];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(t[2 * i], t[2 * i + 1]),
-                                _mm512_unpackhi_epi32(t[2 * i], t[2 * i + 1]));
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
-                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
-    /* b[i], 128-bit lane L: keys 4i..4i+3, a quarter of each sum */
-#pragma GCC unroll 2
-    for (int i = 0; i < 2; i++)
-        c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0x88),
-                                _mm512_shuffle_i32x4(b[2 * i], b[2 * i + 1], 0xdd));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], 0x88), _mm512_shuffle_i32x4(c[0], c[1], 0xdd));
-}
-
-/* Row r's scores of the staged keys [ja, jb) (lane = key, 16 at a time):
- * one vpdpbusd per 64 dims per key, then the 16 keys' lanes summed. */
-static void decode_scores(q8_unit *x, int r, const uint8_t *kst, const float *kds, int ja, int jb, const __m512i *q,
-                          int dv, int32_t qoff, float qs, __m512 *mx) {
-    const int D = x->u.D;
-    const __mmask64 last = D % 64 ? ((__mmask64)1 << (D % 64)) - 1 : ~(__mmask64)0;
-    float *S = x->u.S + (size_t)r * x->u.ctxs;
-    const __m512i n = _mm512_set1_epi32(x->u.n[r]), lo = _mm512_set1_epi32(x->u.lo[r]);
-    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    for (int j = ja; j < jb; j += 16) {
-        __m512i t[16];
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
-            /* keys past jb read the staged tile's spare bytes: masked below */
-            const uint8_t *kr = kst + (size_t)(j - ja + k) * D;
-            t[k] = _mm512_setzero_si512();
-            for (int v = 0; v < dv; v++)
-                t[k] = _mm512_dpbusd_epi32(t[k], _mm512_maskz_loadu_epi8(v == dv - 1 ? last : ~(__mmask64)0, kr + 64 * v), q[v]);
-        }
-        const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
-        const __mmask16 live = _mm512_cmpgt_epi32_mask(n, jv) & _mm512_cmple_epi32_mask(lo, jv) &
-                               _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
-        const __m512i isum = _mm512_sub_epi32(reduce16(t), _mm512_set1_epi32(qoff));
-        const __m512 kd = _mm512_maskz_loadu_ps(live, kds + j);
-        const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), _mm512_set1_ps(qs));
-        const __m512 v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, s);
-        *mx = _mm512_max_ps(v, *mx);
-        _mm512_storeu_ps(S + j, v);
-    }
-}
-
-/* Every row's scores of keys [ja, jb) with keys in lanes, for D a multiple
- * of 64: each 16 keys' rows are transposed once (Kt[d/4] lane k = the 4
- * bytes d.. of key j + k, plus 128) for all the unit's rows, which then take
- * one vpdpbusd per 4 dims against their broadcast levels. */
+/* Every row's scores of keys [ja, jb) with keys in lanes: each 16 keys'
+ * rows are transposed once, 64 dims at a time (Kt[d/4] lane k = the 4 bytes
+ * d.. of key j + k, plus 128; a last part of fewer than 64 dims is loaded
+ * masked, its transposed tail never read) for all the unit's rows, which
+ * then take one vpdpbusd per 4 dims against their broadcast levels. */
 static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_MAX_DIM], const float *kds, int ja,
                             int jb, const int32_t *qoff, const float *qs, __m512 *mx) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
@@ -416,12 +374,14 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     __m512i kt[KVS_ATTN_Q8_MAX_DIM / 4];
     for (int j = ja; j < jb; j += 16) {
-        for (int c = 0; c < D / 64; c++) {
+        for (int c = 0; c < (D + 63) / 64; c++) {
+            const __mmask64 m = D - 64 * c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - 64 * c)) - 1;
             __m512 t[16];
 #pragma GCC unroll 16
             for (int k = 0; k < 16; k++) /* keys past the buffer read as 0 (masked below) */
-                t[k] = j + k < n_ctx ? _mm512_castsi512_ps(_mm512_loadu_si512(x->K + (size_t)(j + k) * x->rb + 64 * c))
-                                     : _mm512_setzero_ps();
+                t[k] = j + k < n_ctx
+                           ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, x->K + (size_t)(j + k) * x->rb + 64 * c))
+                           : _mm512_setzero_ps();
             transpose16(t);
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) kt[16 * c + i] = _mm512_xor_si512(_mm512_castps_si512(t[i]), bias);
@@ -452,25 +412,17 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
  * broadcast in pairs against the staged value pairs), so no lane idles. */
 static void q8_decode_unit(q8_unit *x) {
     const kvs_attn_call *c = x->u.c;
-    const int D = x->u.D, JT = tile_keys(D), dv = (D + 63) / 64, rows = x->u.rows;
+    const int D = x->u.D, JT = tile_keys(D), rows = x->u.rows;
     void *tile = x->u.stage + (size_t)3 * 16 * 256;
     int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
     float qs[8], pd[8], inv[8];
     int32_t qoff[8];
-    __m512i qv[8][4];
     __m512 mx[8];
     int maxall = 0;
     for (int r = 0; r < rows; r++) {
         const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                  r % x->u.group) * D;
-        qs[r] = kvs_q8_row(q, q8[r], D) * c->scale;
-        int32_t sum = 0;
-        for (int d = 0; d < D; d++) sum += q8[r][d];
-        qoff[r] = 128 * sum;
-        for (int v = 0; v < dv; v++) {
-            const int left = D - 64 * v;
-            qv[r][v] = _mm512_maskz_loadu_epi8(left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1, q8[r] + 64 * v);
-        }
+        qs[r] = query_levels(c, q, q8[r], &qoff[r]);
         mx[r] = _mm512_set1_ps(-INFINITY);
         if (x->u.n[r] > maxall) maxall = x->u.n[r];
     }
@@ -482,14 +434,7 @@ static void q8_decode_unit(q8_unit *x) {
         kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, D);
         vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, D);
     }
-    if (D % 64 == 0)
-        decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, jmin, maxall, qoff, qs, mx);
-    else
-        for (int j0 = jstart; j0 < maxall; j0 += JT) {
-            const int ja = j0 > jmin ? j0 : jmin, jb = j0 + JT < maxall ? j0 + JT : maxall;
-            stage_keys(x, ja, jb - ja, tile);
-            for (int r = 0; r < rows; r++) decode_scores(x, r, tile, kds, ja, jb, qv[r], dv, qoff[r], qs[r], &mx[r]);
-        }
+    decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, jmin, maxall, qoff, qs, mx);
     /* exp, sums, weights and their 16-bit levels, per row (lane = key) */
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     for (int r = 0; r < rows; r++) {
