@@ -50,12 +50,21 @@ void kvs_kv_row_load(int kv_type, const void *src, float *x, int head_dim) {
 }
 
 void kvs_kv_rows_load(int kv_type, const void *src, float *x, int n, int head_dim) {
+    /* the float types' rows are one run of elements: one conversion */
+    if (kv_type != KVS_KV_Q8) {
+        kvs_kv_row_load(kv_type, src, x, n * head_dim);
+        return;
+    }
     const size_t rb = kvs_kv_row_bytes(kv_type, head_dim);
     for (int r = 0; r < n; r++)
         kvs_kv_row_load(kv_type, (const uint8_t *)src + (size_t)r * rb, x + (size_t)r * head_dim, head_dim);
 }
 
 void kvs_kv_rows_store(int kv_type, const float *x, void *dst, int n, int head_dim) {
+    if (kv_type != KVS_KV_Q8) {
+        kvs_kv_row_store(kv_type, x, dst, n * head_dim);
+        return;
+    }
     const size_t rb = kvs_kv_row_bytes(kv_type, head_dim);
     for (int r = 0; r < n; r++)
         kvs_kv_row_store(kv_type, x + (size_t)r * head_dim, (uint8_t *)dst + (size_t)r * rb, head_dim);
