@@ -37,12 +37,23 @@
 #include "kernels/attention_avx512.h"
 
 #define PV_BLOCK KVS_ATTN_Q8_PV_BLOCK
-#ifndef QK_KEYS
 #define QK_KEYS 4 /* keys per register pass of the scores: 3 blocks x 4 accumulators */
-#endif
 #ifndef PV_DIMS
 #define PV_DIMS 4 /* output dims per register pass (3 blocks x 8 made GCC spill) */
 #endif
+
+/* The dot products as inline asm: through the intrinsics, GCC 12 copies
+ * or spills the tied accumulators of vpdpbusd / vpdpwssd between
+ * iterations (the score pass at ctx 4096 ran at ~1/8 of the dot peak; with
+ * these, 2.1x faster). Same instructions, so the same exact integers. */
+AI __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+}
+AI __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
 
 /* Keys per staged tile: the value pairs (2 D bytes a key) fill the staging
  * buffer; a multiple of PV_BLOCK (D <= 256: at least one block) and at most
@@ -63,16 +74,41 @@ typedef struct q8_unit {
     __m512 mx[3], pd[3], ipd[3];
 } q8_unit;
 
-/* Keys [j0, j0 + nk) with 128 added to every level, rows packed at D bytes. */
+/* 32-bit words (4 levels) a staged key group holds per key: D rounded up
+ * to 64 bytes, over 4. */
+static int key_words(int D) { return (D + 63) / 64 * 16; }
+
+/* Keys [j0, j0 + nk) with 128 added to every level, in groups of QK_KEYS = 4
+ * keys interleaved by 4-byte word: group g's word w of key jj at
+ * kst[(g * key_words(D) + w) * 4 + jj] (32-bit units), so the score pass
+ * broadcasts all 4 keys' words from one pointer (indexing 4 key rows and
+ * the query blocks apart ran out of registers and spilled). Each 64 bytes of
+ * 4 keys: a 4 x 16 word transpose. Keys past nk (and dims past D) stage as
+ * 0x80: their query words are 0 or their scores are never stored. */
 static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
-    const int D = x->u.D;
+    const int D = x->u.D, kw = key_words(D);
     const __m512i bias = _mm512_set1_epi8((char)0x80);
-    for (int j = 0; j < nk; j++) {
-        const int8_t *k = x->K + (size_t)(j0 + j) * x->rb;
-        for (int d = 0; d < D; d += 64) {
+    for (int j = 0; j < nk; j += QK_KEYS) {
+        __m512i *out = (__m512i *)(kst + (size_t)(j / QK_KEYS) * kw * 4 * QK_KEYS);
+        for (int d = 0; d < D; d += 64, out += 4) {
             const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
-            _mm512_mask_storeu_epi8(kst + (size_t)j * D + d, m,
-                                    _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, k + d), bias));
+            __m512i k[QK_KEYS];
+#pragma GCC unroll 4
+            for (int jj = 0; jj < QK_KEYS; jj++)
+                k[jj] = _mm512_xor_si512(j + jj < nk ? _mm512_maskz_loadu_epi8(m, x->K + (size_t)(j0 + j + jj) * x->rb + d)
+                                                     : _mm512_setzero_si512(),
+                                         bias);
+            /* u_i lane L = word 4L + i of keys 0..3; then lanes regrouped */
+            const __m512i t0 = _mm512_unpacklo_epi32(k[0], k[1]), t1 = _mm512_unpackhi_epi32(k[0], k[1]);
+            const __m512i t2 = _mm512_unpacklo_epi32(k[2], k[3]), t3 = _mm512_unpackhi_epi32(k[2], k[3]);
+            const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+            const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+            const __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u0, u1, 0xee);
+            const __m512i v2 = _mm512_shuffle_i32x4(u2, u3, 0x44), v3 = _mm512_shuffle_i32x4(u2, u3, 0xee);
+            _mm512_storeu_si512(out + 0, _mm512_shuffle_i32x4(v0, v2, 0x88)); /* words 0-3 */
+            _mm512_storeu_si512(out + 1, _mm512_shuffle_i32x4(v0, v2, 0xdd)); /* 4-7 */
+            _mm512_storeu_si512(out + 2, _mm512_shuffle_i32x4(v1, v3, 0x88)); /* 8-11 */
+            _mm512_storeu_si512(out + 3, _mm512_shuffle_i32x4(v1, v3, 0xdd)); /* 12-15 */
         }
     }
 }
@@ -100,46 +136,29 @@ static void stage_values(const q8_unit *x, int j0, int nk, int32_t *v2) {
 }
 
 /* Scores of keys [j0, j0 + nk) (staged at kst) for the nb blocks, running
- * maxima in x->mx. As the float kernel's qk_group: 8 keys at a time, each
- * broadcast shared by the blocks. */
+ * maxima in x->mx. As the float kernel's qk_group: QK_KEYS keys at a time,
+ * each broadcast shared by the blocks. Qt: (D / 4, 3 blocks, 16 lanes). */
 AI void qk_group(q8_unit *x, int nb, const int32_t *Qt, const uint8_t *kst, int j0, int nk) {
-    const int D = x->u.D, D4 = D / 4;
+    const int D = x->u.D, D4 = D / 4, kw = key_words(D);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < nk; j += QK_KEYS) {
         const int n8 = nk - j < QK_KEYS ? nk - j : QK_KEYS;
-        const uint8_t *kb = kst + (size_t)j * D;
+        const int32_t *kg = (const int32_t *)kst + (size_t)(j / QK_KEYS) * kw * QK_KEYS, *qt = Qt;
         __m512i acc[3][QK_KEYS];
 #pragma GCC unroll 3
         for (int b = 0; b < nb; b++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
             for (int jj = 0; jj < QK_KEYS; jj++) acc[b][jj] = _mm512_setzero_si512();
-        if (n8 == QK_KEYS) {
-            for (int d4 = 0; d4 < D4; d4++) {
-                __m512i qv[3];
+        for (int d4 = 0; d4 < D4; d4++, kg += QK_KEYS, qt += 3 * 16) {
+            __m512i qv[3];
 #pragma GCC unroll 3
-                for (int b = 0; b < nb; b++) {
-                    qv[b] = _mm512_loadu_si512(Qt + ((size_t)b * D4 + d4) * 16);
-                    __asm__("" : "+v"(qv[b])); /* one load, not one per dot */
-                }
-#pragma GCC unroll 8
-                for (int jj = 0; jj < QK_KEYS; jj++) {
-                    int32_t kw;
-                    memcpy(&kw, kb + (size_t)jj * D + 4 * d4, 4);
-                    const __m512i k = _mm512_set1_epi32(kw);
+            for (int b = 0; b < nb; b++) qv[b] = _mm512_loadu_si512(qt + 16 * b);
+#pragma GCC unroll 4
+            for (int jj = 0; jj < QK_KEYS; jj++) {
+                const __m512i k = _mm512_set1_epi32(kg[jj]);
 #pragma GCC unroll 3
-                    for (int b = 0; b < nb; b++) acc[b][jj] = _mm512_dpbusd_epi32(acc[b][jj], k, qv[b]);
-                }
+                for (int b = 0; b < nb; b++) acc[b][jj] = dpbusd(acc[b][jj], k, qv[b]);
             }
-        } else {
-            for (int d4 = 0; d4 < D4; d4++)
-                for (int b = 0; b < nb; b++) {
-                    const __m512i qv = _mm512_loadu_si512(Qt + ((size_t)b * D4 + d4) * 16);
-                    for (int jj = 0; jj < n8; jj++) {
-                        int32_t kw;
-                        memcpy(&kw, kb + (size_t)jj * D + 4 * d4, 4);
-                        acc[b][jj] = _mm512_dpbusd_epi32(acc[b][jj], _mm512_set1_epi32(kw), qv);
-                    }
-                }
         }
 #pragma GCC unroll 8
         for (int jj = 0; jj < QK_KEYS; jj++) {
@@ -241,7 +260,7 @@ AI void pv_group(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, 
         for (int dd = 0; dd < PV_DIMS; dd++) {
             const __m512i vb = _mm512_set1_epi32(v[dd]);
 #pragma GCC unroll 3
-            for (int b = 0; b < nb; b++) acc[b][dd] = _mm512_dpwssd_epi32(acc[b][dd], p[b], vb);
+            for (int b = 0; b < nb; b++) acc[b][dd] = dpwssd(acc[b][dd], p[b], vb);
         }
     }
 #pragma GCC unroll 3
@@ -269,14 +288,29 @@ static void pv_tile(q8_unit *x, const int32_t *v2, int j0, int ja, int jb, float
     }
 }
 
-/* A query row's levels (kvs_q8_row, as the reference), the integer offset
- * 128 sum(q8) that the keys' + 128 add to its dots, and qd * scale. */
+/* A query row's levels, the integer offset 128 sum(q8) that the keys' + 128
+ * add to its dots, and qd * scale. The levels are kvs_q8_row's, in vectors
+ * (D a multiple of 16; scalar, the queries took 8% of a 4096-token
+ * prefill's attention): the lane maxima keep its "a > amax" rule
+ * (vmaxps(a, amax) returns amax for a NaN a), and a maximum's order is
+ * free; x id clamped to +-127, NaN to 0, rounded to even as nearbyintf. */
 static float query_levels(const kvs_attn_call *c, const float *q, int8_t *q8, int32_t *off) {
-    const float qs = kvs_q8_row(q, q8, c->head_dim) * c->scale;
-    int32_t sum = 0;
-    for (int d = 0; d < c->head_dim; d++) sum += q8[d];
-    *off = 128 * sum;
-    return qs;
+    const int D = c->head_dim;
+    __m512 amax = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 16) amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(q + d)), amax);
+    const float qd = _mm512_reduce_max_ps(amax) / 127.0f;
+    const __m512 id = _mm512_set1_ps(qd >= FLT_MIN ? 1.0f / qd : 0.0f);
+    const __m512 top = _mm512_set1_ps(127.0f), bottom = _mm512_set1_ps(-127.0f);
+    __m512i sum = _mm512_setzero_si512();
+    for (int d = 0; d < D; d += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(q + d), id);
+        const __m512i l = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q),
+                                                   _mm512_max_ps(_mm512_min_ps(v, top), bottom));
+        _mm_storeu_si128((__m128i *)(q8 + d), _mm512_cvtepi32_epi8(l));
+        sum = _mm512_add_epi32(sum, l);
+    }
+    *off = 128 * _mm512_reduce_add_epi32(sum);
+    return qd * c->scale;
 }
 
 /* Rows' queries quantized (kvs_q8_row, as the reference) into Qt, with
@@ -294,11 +328,11 @@ static void stage_queries(q8_unit *x, int32_t *Qt) {
         x->maxn[b] = 0;
         for (int l = 0; l < 16; l++) {
             const int r = r0 + l;
-            int32_t *qt = Qt + (size_t)b * D4 * 16 + l;
+            int32_t *qt = Qt + (size_t)b * 16 + l;
             if (l >= x->nr[b]) {
                 nv[l] = lv[l] = off[l] = 0;
                 qs[l] = 0.0f;
-                for (int d4 = 0; d4 < D4; d4++) qt[d4 * 16] = 0;
+                for (int d4 = 0; d4 < D4; d4++) qt[d4 * 48] = 0;
                 continue;
             }
             nv[l] = x->u.n[r];
@@ -307,7 +341,7 @@ static void stage_queries(q8_unit *x, int32_t *Qt) {
             const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head +
                                      (size_t)x->u.g * x->u.group + r % x->u.group) * D;
             qs[l] = query_levels(c, q, q8, &off[l]);
-            for (int d4 = 0; d4 < D4; d4++) memcpy(&qt[d4 * 16], q8 + 4 * d4, 4);
+            for (int d4 = 0; d4 < D4; d4++) memcpy(&qt[d4 * 48], q8 + 4 * d4, 4);
         }
         if (x->maxn[b] > x->maxall) x->maxall = x->maxn[b];
         x->nvec[b] = _mm512_loadu_si512(nv);
@@ -321,7 +355,7 @@ static void stage_queries(q8_unit *x, int32_t *Qt) {
 static void q8_unit_run(q8_unit *x) {
     const kvs_attn_call *c = x->u.c;
     const int D = x->u.D, JT = tile_keys(D);
-    int32_t *Qt = (int32_t *)x->u.stage; /* (nrb, D/4, 16), then O (nrb, D, 16) floats */
+    int32_t *Qt = (int32_t *)x->u.stage; /* (D/4, 3, 16), then O (nrb, D, 16) floats */
     void *tile = x->u.stage + (size_t)3 * 16 * 256;
     stage_queries(x, Qt);
     /* tiles aligned to PV blocks (so no block spans two tiles); the first
@@ -390,12 +424,15 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
         const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
         const __m512 kd = _mm512_maskz_loadu_ps(in, kds + j);
         for (int r = 0; r < rows; r++) {
-            __m512i acc = _mm512_setzero_si512();
-            for (int d4 = 0; d4 < D / 4; d4++) {
-                int32_t qw;
-                memcpy(&qw, q8[r] + 4 * d4, 4);
-                acc = _mm512_dpbusd_epi32(acc, kt[d4], _mm512_set1_epi32(qw));
+            /* two chains (even and odd 4 dims; D / 4 is even), summed: exact */
+            __m512i acc = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+            for (int d4 = 0; d4 < D / 4; d4 += 2) {
+                int32_t qw[2];
+                memcpy(qw, q8[r] + 4 * d4, 8);
+                acc = dpbusd(acc, kt[d4], _mm512_set1_epi32(qw[0]));
+                acc1 = dpbusd(acc1, kt[d4 + 1], _mm512_set1_epi32(qw[1]));
             }
+            acc = _mm512_add_epi32(acc, acc1);
             const __mmask16 live = in & _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(x->u.n[r]), jv) &
                                    _mm512_cmple_epi32_mask(_mm512_set1_epi32(x->u.lo[r]), jv);
             const __m512i isum = _mm512_sub_epi32(acc, _mm512_set1_epi32(qoff[r]));
@@ -404,6 +441,39 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
             mx[r] = _mm512_max_ps(v, mx[r]);
             _mm512_storeu_ps(x->u.S + (size_t)r * x->u.ctxs + j, v);
         }
+    }
+}
+
+/* One decode row's o[d0 + 16 i] += P.V over keys [j0, j1) (even bounds,
+ * one PV block; value pairs from vrow, D int32 a pair), nv vectors of 16
+ * dims: two sets of sums (even and odd pairs), twice the independent chains
+ * for vpdpwssd's latency; integers, so their sum is the same. */
+AI void pv_decode_dims(const int16_t *P, const int32_t *vrow, int D, int j0, int j1, int nv, float *od) {
+    __m512i acc[2][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
+    int j = j0;
+    for (; j + 4 <= j1; j += 4, vrow += 2 * D) {
+        int32_t pw[2];
+        memcpy(pw, P + j, 8); /* (p_j, p_j+1), (p_j+2, p_j+3); p past n is 0 */
+        const __m512i p0 = _mm512_set1_epi32(pw[0]), p1 = _mm512_set1_epi32(pw[1]);
+#pragma GCC unroll 8
+        for (int i = 0; i < nv; i++) {
+            acc[0][i] = dpwssd(acc[0][i], p0, _mm512_loadu_si512(vrow + 16 * i));
+            acc[1][i] = dpwssd(acc[1][i], p1, _mm512_loadu_si512(vrow + D + 16 * i));
+        }
+    }
+    if (j < j1) {
+        int32_t pw;
+        memcpy(&pw, P + j, 4);
+        const __m512i p0 = _mm512_set1_epi32(pw);
+#pragma GCC unroll 8
+        for (int i = 0; i < nv; i++) acc[0][i] = dpwssd(acc[0][i], p0, _mm512_loadu_si512(vrow + 16 * i));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < nv; i++) {
+        const __m512i a = _mm512_add_epi32(acc[0][i], acc[1][i]);
+        _mm512_storeu_ps(od + 16 * i, _mm512_add_ps(_mm512_loadu_ps(od + 16 * i), _mm512_cvtepi32_ps(a)));
     }
 }
 
@@ -478,32 +548,12 @@ static void q8_decode_unit(q8_unit *x) {
             for (int b0 = ja; b0 < hi; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
                 const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < hi ? (b0 / PV_BLOCK + 1) * PV_BLOCK : hi;
                 for (int d0 = 0; d0 < D; d0 += 128) {
-                    /* two sets of sums (even and odd pairs): twice the
-                     * independent chains for vpdpwssd's latency; integers,
-                     * so their sum is the same */
-                    __m512i acc[2][8];
-                    const int nv = (D - d0) / 16 < 8 ? (D - d0) / 16 : 8;
-#pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
-                    for (int j = b0; j < b1; j += 2) {
-                        const int h = (j >> 1) & 1;
-                        int32_t pw;
-                        memcpy(&pw, P + j, 4); /* (p_j, p_j+1); p past n is 0 */
-                        const __m512i pb = _mm512_set1_epi32(pw);
-                        const int32_t *vrow = v2 + (size_t)((j - ja) / 2) * D + d0;
-                        if (nv == 4) {
-#pragma GCC unroll 4
-                            for (int i = 0; i < 4; i++)
-                                acc[h][i] = _mm512_dpwssd_epi32(acc[h][i], pb, _mm512_loadu_si512(vrow + 16 * i));
-                        } else {
-                            for (int i = 0; i < nv; i++)
-                                acc[h][i] = _mm512_dpwssd_epi32(acc[h][i], pb, _mm512_loadu_si512(vrow + 16 * i));
-                        }
-                    }
-                    for (int i = 0; i < nv; i++) {
-                        float *od = o[r] + d0 + 16 * i;
-                        const __m512i a = _mm512_add_epi32(acc[0][i], acc[1][i]);
-                        _mm512_storeu_ps(od, _mm512_add_ps(_mm512_loadu_ps(od), _mm512_cvtepi32_ps(a)));
+                    const int32_t *vrow = v2 + (size_t)((b0 - ja) / 2) * D + d0;
+                    float *od = o[r] + d0;
+                    switch ((D - d0) / 16 < 8 ? (D - d0) / 16 : 8) { /* constant counts: sums in registers */
+                    case 4: pv_decode_dims(P, vrow, D, b0, b1, 4, od); break;
+                    case 8: pv_decode_dims(P, vrow, D, b0, b1, 8, od); break;
+                    default: pv_decode_dims(P, vrow, D, b0, b1, (D - d0) / 16 < 8 ? (D - d0) / 16 : 8, od); break;
                     }
                 }
             }
