@@ -541,6 +541,27 @@ TEST(test_expf) {
     CHECK(kvs_expf_ref(-200.0f) == 0.0f);
 }
 
+/* The Q8 attention's exp: 2^y, y = x log2 e, so the roundings of y (|y|
+ * 2^-24) and of log2 e to float (1.3e-8 relative) add |x| log2 e (2^-24 +
+ * 1.3e-8) ln 2 = |x| 7.3e-8 to the polynomial's 1.7e-7 (6.5e-6 at -87). */
+TEST(test_exp_q8) {
+    double worst = 0;
+    for (int i = 0; i <= 1000000; i++) {
+        float x = -87.0f * (float)i / 1000000.0f;
+        double want = exp((double)x), got = kvs_exp_q8_ref(x);
+        double rel = fabs(got - want) / want, bound = 2e-7 + fabs((double)x) * 7.4e-8;
+        if (rel / bound > worst) worst = rel / bound;
+    }
+    CHECK_MSG(worst < 1.0, "relative error %g of the bound", worst);
+    CHECK(kvs_exp_q8_ref(0.0f) == 1.0f);
+    CHECK(kvs_exp_q8_ref(-0.0f) == 1.0f);
+    CHECK(kvs_exp_q8_ref(-INFINITY) == 0.0f);
+    CHECK(kvs_exp_q8_ref(NAN) == 0.0f);
+    CHECK(kvs_exp_q8_ref(-88.0f) == 0.0f); /* y = -126.96: below 2^-126 */
+    CHECK(kvs_exp_q8_ref(-87.3f) > 0.0f);  /* y = -125.95 */
+    CHECK(isinf(kvs_exp_q8_ref(1e30f)));   /* a hostile row's x > 0 */
+}
+
 static void rope_double(double *x, int n_head, int hd, int rd, double pos, double base, double fs,
                         int neox) {
     for (int h = 0; h < n_head; h++)
@@ -800,7 +821,8 @@ static void q8_set_scale(attn_case *c, void *base, int r, float d) {
 }
 
 /* test_attention_simd_equals_scalar on hostile rows: scores far past
- * softmax's range (q x 1e3, x 1e8: one key takes all), a NaN or an
+ * softmax's range (q x 1e3, x 1e8: one key takes all; x 25: keys at the exps'
+ * cut-offs), a NaN or an
  * infinity in q, keys of 1e30 (scores overflow to +-inf), a NaN in v: every
  * path keeps the scalar bits, NaN and infinity included (the quantizers'
  * AVX-512 maxima had not, session 57). */
@@ -808,20 +830,23 @@ TEST(test_attention_hostile_simd_equals_scalar) {
     struct { int m, nh, nkv, hd, ctx, start; } cases[] = {
         {1, 9, 3, 64, 600, 517}, {37, 9, 3, 64, 300, 100}, {5, 4, 4, 32, 50, 20}, {40, 9, 3, 64, 1100, 1000}};
     int compared = 0;
-    for (int variant = 0; variant < 8; variant++)
+    for (int variant = 0; variant < 9; variant++)
         for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
             if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
             for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
                 for (int kv_type = 0; kv_type <= 2; kv_type++) {
                     /* 4, 5: f32 keys and values only (1e30 is no f16); 6, 7: Q8 rows */
-                    if ((variant == 4 || variant == 5) != (kv_type == KVS_KV_F32) && variant >= 4) continue;
-                    if (variant >= 6 && kv_type != KVS_KV_Q8) continue;
+                    if ((variant == 4 || variant == 5) && kv_type != KVS_KV_F32) continue;
+                    if ((variant == 6 || variant == 7) && kv_type != KVS_KV_Q8) continue;
                     attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd, cases[ci].ctx,
                                             kv_type, cases[ci].start);
                     const size_t qn = (size_t)c.m * c.n_head * c.hd, kvn = (size_t)c.n_kv * c.n_ctx * c.hd;
                     switch (variant) {
                     case 0: for (size_t i = 0; i < qn; i++) c.q[i] *= 1e3f; break;
                     case 1: for (size_t i = 0; i < qn; i++) c.q[i] *= 1e8f; break;
+                    case 8: /* s - mx down to ~ -200: many keys at the exps' cut-offs */
+                        for (size_t i = 0; i < qn; i++) c.q[i] *= 25.0f;
+                        break;
                     case 2: c.q[5] = NAN; break;
                     case 3: c.q[7] = INFINITY; break;
                     case 4: ((float *)c.k)[100] = 1e30f; ((float *)c.k)[kvn - 3] = -1e30f; break;
@@ -1056,6 +1081,7 @@ int main(void) {
     RUN(test_f16_conversions);
     RUN(test_dequantize);
     RUN(test_expf);
+    RUN(test_exp_q8);
     RUN(test_matmul_ref_vs_double);
     RUN(test_matmul_simd_equals_scalar);
     RUN(test_matmul_weights_at_odd_address);

@@ -201,7 +201,7 @@ static void weights_rows(q8_unit *x, int b) {
         for (int i = 0; i < 16; i++) { /* partial i takes keys j = i mod 16 (jmin is a multiple of 16) */
             const int j = j0 + i;
             if (j >= maxn) break;
-            const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), x->mx[b]));
+            const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), x->mx[b]));
             P[i] = _mm512_add_ps(P[i], e);
             const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, D)));
             wmax = _mm512_max_ps(w, wmax); /* NaN and -0 leave it */
@@ -514,7 +514,7 @@ static void q8_decode_unit(q8_unit *x) {
         __m512 part = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
         for (int j = jmin; j < n; j += 16) {
             const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
-            const __m512 e = _mm512_maskz_mov_ps(in, exp16(_mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m))));
+            const __m512 e = _mm512_maskz_mov_ps(in, exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m))));
             part = _mm512_add_ps(part, e); /* lane i: keys i mod 16, as the reference's partials */
             const __m512 vd = _mm512_maskz_loadu_ps(in, vds + j);
             const __m512 w = _mm512_mul_ps(e, vd);

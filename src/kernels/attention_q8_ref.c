@@ -8,7 +8,8 @@
  *   qs   = qd * scale
  *   s_j  = ((float)I_j * kd_j) * qs,  I_j = sum_d q8[d] * k_j[d]  (int32, exact)
  *   mx   = the largest s_j (s_j > mx replaces it: NaN never does)
- *   e_j, S, recalibration: exactly as attention_ref.c, from these s_j and mx
+ *   e_j  = kvs_exp_q8_ref(s_j - mx)
+ *   S, recalibration: exactly as attention_ref.c, from these e_j and mx
  *   w_j  = e_j * vd_j                           (e_j after recalibration)
  *   pd   = wmax / 32767 (wmax: from +0, w_j > wmax replaces it),
  *   ipd  = pd >= FLT_MIN ? 1 / pd : 0,
@@ -39,6 +40,26 @@
 
 #include "kernels/kernels_impl.h"
 
+/* e^x for the softmax (x = s - mx <= 0): y = x log2 e = n + f (n the
+ * nearest integer, |f| <= 1/2), 2^f by a degree-5 polynomial (coefficients
+ * fitted here for relative error on [-1/2, 1/2] with p(0) = 1, so e^0 = 1:
+ * 1.7e-7 in float), times
+ * 2^n exactly (ldexpf; vscalefps in vectors). Not kvs_expf_ref: the Q8
+ * weights keep 15 bits, and this takes 11 vector operations a lane group
+ * against its 17 (the exp was as heavy as the score's dot products). */
+float kvs_exp_q8_ref(float x) {
+    const float y = x * 1.44269504088896341f;
+    if (!(y >= -126.0f)) return 0.0f; /* also NaN and -inf: masked keys */
+    const float n = nearbyintf(y), f = y - n;
+    float p = 1.3287432957440615e-3f;
+    p = fmaf(p, f, 9.671506471931934e-3f);
+    p = fmaf(p, f, 5.550655722618103e-2f);
+    p = fmaf(p, f, 2.4022242426872253e-1f);
+    p = fmaf(p, f, 6.931470632553101e-1f);
+    p = fmaf(p, f, 1.0f);
+    return ldexpf(p, n > 200.0f ? 200 : (int)n); /* x > 0 only from hostile rows: +inf either way */
+}
+
 /* The int32 block sums cover this many absolute slots. */
 #define Q8_PV_BLOCK KVS_ATTN_Q8_PV_BLOCK
 
@@ -68,7 +89,7 @@ void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, fl
                 if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 if (s[j] > mx) mx = s[j]; /* NaN leaves it (vmaxps(s, mx) alike) */
             }
-            const float inv = 1.0f / kvs_attn_softmax_ref(c, s, lo, n, mx, rc);
+            const float inv = 1.0f / kvs_attn_softmax_ref(c, s, lo, n, mx, rc, kvs_exp_q8_ref);
             float wmax = 0.0f;
             for (int j = lo; j < n; j++) {
                 s[j] = s[j] * kvs_q8_row_scale(V + (size_t)j * rb, D);

@@ -75,11 +75,11 @@ static inline float kv_get(const void *base, int kv_type, size_t idx) {
     return ((const float *)base)[idx];
 }
 
-float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc) {
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*expf)(float)) {
     const int dlo = rc ? c->recal.lo : 0, dhi = rc ? c->recal.hi : 0;
     float part[16] = {0}, dpart[16] = {0};
     for (int j = lo; j < n; j++) {
-        s[j] = kvs_expf_ref(s[j] - mx);
+        s[j] = expf(s[j] - mx);
         part[j % 16] += s[j];
         if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
     }
@@ -112,7 +112,7 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
                 if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 mx = fmaxf(mx, s[j]);
             }
-            float sum = kvs_attn_softmax_ref(c, s, lo, n, mx, rc);
+            float sum = kvs_attn_softmax_ref(c, s, lo, n, mx, rc, kvs_expf_ref);
             float inv = 1.0f / sum;
             for (int d = 0; d < D; d++) {
                 float o = 0.0f;

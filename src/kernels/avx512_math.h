@@ -28,6 +28,23 @@ __attribute__((always_inline)) static inline __m512 exp16(__m512 x) {
     return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
 }
 
+/* kvs_exp_q8_ref, 16 lanes, same operations (vscalefps: p 2^n, rounded
+ * as ldexpf; it takes n > 200 itself: +inf, or NaN for a NaN p, as the
+ * reference's clamped ldexpf). */
+__attribute__((always_inline)) static inline __m512 exp16_q8(__m512 x) {
+    const __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __mmask16 ok = _mm512_cmp_ps_mask(y, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+    const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(y, n);
+    __m512 p = _mm512_set1_ps(1.3287432957440615e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671506471931934e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550655722618103e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242426872253e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470632553101e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(ok, p, n);
+}
+
 /* kvs_tree16 on a register: halves, quarters, pairs, then the last pair. */
 __attribute__((always_inline)) static inline float hsum_tree(__m512 v) {
     __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

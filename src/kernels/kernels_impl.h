@@ -118,9 +118,13 @@ static inline int kvs_attn_recal_row(const kvs_attn_call *c, int32_t pos) {
  * function for every path (attention_ref.c). */
 float kvs_attn_recal_factor(float mx, float pd, float s);
 /* The reference's softmax of one row's scores s[lo, n) with maximum mx, in
- * place (e_j, recalibrated when rc: the row's position >= recal.hi);
- * returns the sum S (attention_ref.c). Shared by the float and Q8 references. */
-float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc);
+ * place (e_j = expf(s_j - mx), recalibrated when rc: the row's position >=
+ * recal.hi); returns the sum S (attention_ref.c). Shared by the float
+ * (kvs_expf_ref) and Q8 (kvs_exp_q8_ref) references. */
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*expf)(float));
+/* The Q8 attention's exp of x <= 0 (attention_q8_ref.c): 2^y, y = x log2 e,
+ * by a degree-5 polynomial and an exact scaling; 0 below 2^-126 and for NaN. */
+float kvs_exp_q8_ref(float x);
 
 /* Packed Q4_0 / Q4_1 / Q8_0 matrices (pack.c): the rows of each whole tile
  * of KVS_PACK_TILE rows (8a .. 8a + 7, all < n) hold the tile's rows' full
