@@ -15,8 +15,8 @@
  *           v_j+1[d] in lane l. The int32 sums are flushed to float per
  *           KVS_ATTN_Q8_PV_BLOCK absolute slots, tiles being aligned to them.
  *
- * Recalibrated rows take the reference (rare: a RAG request's question and
- * output after moved documents).
+ * Units with recalibrated rows take the AVX2 Q8 unit (rare: a RAG request's
+ * question and output after moved documents).
  */
 #if defined(__x86_64__)
 
@@ -55,13 +55,6 @@ AI __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
-/* Keys per staged tile: the value pairs (2 D bytes a key) fill the staging
- * buffer; a multiple of PV_BLOCK (D <= 256: at least one block) and at most
- * 512 (past that the score pass gains nothing). */
-static int tile_keys(int D) {
-    int jt = (int)(KVS_ATTN_STAGE_FLOATS * sizeof(float) / (2 * (size_t)D)) / PV_BLOCK * PV_BLOCK;
-    return jt > 512 ? 512 : jt;
-}
 
 typedef struct q8_unit {
     unit_ctx u;
@@ -354,7 +347,7 @@ static void stage_queries(q8_unit *x, int32_t *Qt) {
 
 static void q8_unit_run(q8_unit *x) {
     const kvs_attn_call *c = x->u.c;
-    const int D = x->u.D, JT = tile_keys(D);
+    const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D);
     int32_t *Qt = (int32_t *)x->u.stage; /* (D/4, 3, 16), then O (nrb, D, 16) floats */
     void *tile = x->u.stage + (size_t)3 * 16 * 256;
     stage_queries(x, Qt);
@@ -482,7 +475,7 @@ AI void pv_decode_dims(const int16_t *P, const int32_t *vrow, int D, int j0, int
  * broadcast in pairs against the staged value pairs), so no lane idles. */
 static void q8_decode_unit(q8_unit *x) {
     const kvs_attn_call *c = x->u.c;
-    const int D = x->u.D, JT = tile_keys(D), rows = x->u.rows;
+    const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D), rows = x->u.rows;
     void *tile = x->u.stage + (size_t)3 * 16 * 256;
     int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
     float qs[8], pd[8], inv[8];
@@ -572,7 +565,11 @@ void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g,
     const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
     int recal = 0;
     for (int t = t0; t < t1 && !recal; t++) recal = kvs_attn_recal_row(c, c->pos[t]);
-    if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS || recal) {
+    if (recal) { /* rare (a RAG request's question and output): the AVX2 unit takes them */
+        kvs_attention_unit_q8_avx2(c, t0, t1, g, work);
+        return;
+    }
+    if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS) {
         kvs_attention_unit_q8_ref(c, t0, t1, g, work);
         return;
     }

@@ -31,6 +31,25 @@ AI __m256 kvs_exp8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
 }
 
+/* kvs_exp_q8_ref, 8 lanes, same operations; 2^n from its exponent bits
+ * (n <= 0 for every x <= 0 above the cut-off: exact; n clamped to 128,
+ * whose bits are +inf, for a hostile x > 0, as the reference's ldexpf). */
+AI __m256 kvs_exp8_q8(__m256 x) {
+    const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+    const __m256 ok = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+    const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(y, n);
+    __m256 p = _mm256_set1_ps(1.3287432957440615e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.671506471931934e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550655722618103e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022242426872253e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931470632553101e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_cvtps_epi32(_mm256_min_ps(n, _mm256_set1_ps(128.0f)));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
+}
+
 /* kvs_tree16 of lanes lo (0..7) and hi (8..15): halves, quarters, pairs. */
 AI float tree16_2(__m256 lo, __m256 hi) {
     __m256 a = _mm256_add_ps(lo, hi);

@@ -96,6 +96,7 @@ static inline float kvs_q8_row_scale(const int8_t *row, int D) {
 void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 #if defined(__x86_64__)
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 #endif
 
 /* Visible slots [lo, n) of a query at position pos (attention_ref.c). lo
@@ -267,6 +268,14 @@ int kvs_amx_batch_type(int type);
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48
 #define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
+/* Keys per staged tile of the Q8 SIMD units: value pairs (2 D bytes a key)
+ * fill the staging buffer; a multiple of the PV block (D <= 256: at least
+ * one) and at most 512 (past that the score pass gains nothing). */
+static inline int kvs_attn_q8_tile_keys(int D) {
+    const int jt = (int)(KVS_ATTN_STAGE_FLOATS * sizeof(float) / (2 * (size_t)D)) / KVS_ATTN_Q8_PV_BLOCK *
+                   KVS_ATTN_Q8_PV_BLOCK;
+    return jt > 512 ? 512 : jt;
+}
 size_t kvs_attn_thread_floats(int n_ctx);
 /* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
  * (SIMD tails; the decode split keeps 1 / sum in the last), a multiple of 16. */

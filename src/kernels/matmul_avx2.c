@@ -397,6 +397,7 @@ const kvs_isa kvs_isa_avx2 = {
     .matmul_cols = avx2_matmul_cols,
     .attention_unit = kvs_attention_unit_avx2,
     .attention_unit_recal = kvs_attention_unit_avx2,
+    .attention_unit_q8 = kvs_attention_unit_q8_avx2,
     .attention_split_units = kvs_attention_split_units_avx2,
     .attention_split_unit = kvs_attention_split_unit_avx2,
 };

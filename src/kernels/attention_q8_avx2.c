@@ -1,0 +1,344 @@
+/*
+ * AVX2 attention on Q8 KV rows: the arithmetic of attention_q8_ref.c, bit
+ * for bit, for CPUs without AVX-512, and for recalibrated (APE) rows on
+ * AVX-512 ones (attention_q8_avx512.c hands those units over, as the float
+ * path does). Lane = query row in blocks of RB = 8 rows for every m, as the
+ * float AVX2 kernel (attention_avx2.c: no key transposes, idle lanes when a
+ * unit has fewer than 8 rows). AVX2 has no VNNI, and vpmaddubsw's pair sums
+ * saturate, so the dot products are vpmaddwd on 16-bit pairs (exact):
+ *
+ *   scores  Qt[b][d/2] lane l = (q8[d], q8[d+1]) of row 8b + l as int16;
+ *           the staged keys K2[j][d/2] = (k_j[d], k_j[d+1]) (a row widened
+ *           to int16); vpmaddwd(Qt, bcast K2) summed by vpaddd: I_j.
+ *   softmax kvs_exp_q8_ref in 8 lanes (kvs_exp8_q8), partials j % 16, the
+ *           recalibration of attention_avx2.h; w = e vd, their levels.
+ *   P.V     P2[j/2] lane l = (p_j, p_j+1) of row l, written over the
+ *           weights; V2[(j - j0)/2][d] = (v_j[d], v_j+1[d]); vpmaddwd(P2,
+ *           bcast V2) summed in int32 per KVS_ATTN_Q8_PV_BLOCK absolute
+ *           slots, then one float add per block.
+ *
+ * Two row blocks share each broadcast, 4 keys (scores) or 4 dims (P.V) a
+ * register pass: 8 accumulators and their operands in AVX2's 16 registers.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/attention_avx2.h"
+
+#define PV_BLOCK KVS_ATTN_Q8_PV_BLOCK
+#define NB_MAX (KVS_ATTN_ROWS / RB)
+#define GB 2 /* row blocks per register pass */
+#define NJ 4 /* keys or dims per register pass */
+#define QT_STRIDE (NB_MAX * RB) /* int32 of Qt per query word: (D / 2, NB_MAX, RB) */
+
+typedef struct q8_unit2 {
+    const kvs_attn_call *c;
+    int t0, g, group, D, rows, nrb, jmin, maxall;
+    size_t rb, ctxs;
+    const int8_t *K, *V;
+    float *S;     /* (nrb, ctxs, RB): scores, weights, then level pairs */
+    int32_t *Qt;  /* (D / 2, NB_MAX, RB) query pairs */
+    float *O;     /* (nrb, D, RB) outputs, over Qt once the scores are done */
+    int32_t *kv2; /* the staged tile: key rows or value pairs as int16 */
+    int maxn[NB_MAX], any_rc[NB_MAX];
+    __m256i nvec[NB_MAX], lovec[NB_MAX];
+    __m256 rcm[NB_MAX], qs[NB_MAX], mx[NB_MAX], pd[NB_MAX], inv[NB_MAX];
+} q8_unit2;
+
+/* 16 levels widened to int16 (dims d .. d + 15 of a row). */
+AI __m256i widen16(const int8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
+
+/* Keys [j0, j0 + nk) widened to int16 (the int32 word d/2 of a key is the
+ * pair (k[d], k[d+1])), in groups of NJ = 4 keys interleaved by word:
+ * group g's word w of key jj at kv2[(g D/2 + w) 4 + jj], so the score pass
+ * broadcasts the 4 keys' words from one pointer (4 key pointers ran GCC out
+ * of registers). Keys past nk stage as 0 (their scores are not stored). */
+static void stage_keys(const q8_unit2 *x, int j0, int nk) {
+    const int D = x->D;
+    for (int j = 0; j < nk; j += NJ) {
+        __m256i *out = (__m256i *)(x->kv2 + (size_t)j * (D / 2));
+        for (int d = 0; d < D; d += 16, out += 4) {
+            __m256i k[NJ];
+            for (int jj = 0; jj < NJ; jj++)
+                k[jj] = j + jj < nk ? widen16(x->K + (size_t)(j0 + j + jj) * x->rb + d) : _mm256_setzero_si256();
+            /* u_i 128-bit lane L = word 4L + i of keys 0..3 */
+            const __m256i t0 = _mm256_unpacklo_epi32(k[0], k[1]), t1 = _mm256_unpackhi_epi32(k[0], k[1]);
+            const __m256i t2 = _mm256_unpacklo_epi32(k[2], k[3]), t3 = _mm256_unpackhi_epi32(k[2], k[3]);
+            const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+            const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+            _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(u0, u1, 0x20)); /* words 0, 1 */
+            _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(u2, u3, 0x20)); /* 2, 3 */
+            _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(u0, u1, 0x31)); /* 4, 5 */
+            _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(u2, u3, 0x31)); /* 6, 7 */
+        }
+    }
+}
+
+/* Values of key pairs from j0 (even) to j0 + nk: V2[(j - j0)/2][d] = v_j[d]
+ * | v_j+1[d] << 16. A key past the buffer (n_ctx odd) reads as 0. The
+ * 64-bit lanes are reordered first so that the in-lane unpacks give dims
+ * d .. d + 7, then d + 8 .. d + 15. */
+static void stage_values(const q8_unit2 *x, int j0, int nk) {
+    const int D = x->D, n_ctx = x->c->n_ctx;
+    for (int j = 0; j < nk; j += 2) {
+        const int8_t *va = x->V + (size_t)(j0 + j) * x->rb;
+        const int8_t *vb = j0 + j + 1 < n_ctx ? va + x->rb : NULL;
+        int32_t *out = x->kv2 + (size_t)(j / 2) * D;
+        for (int d = 0; d < D; d += 16) {
+            const __m256i a = _mm256_permute4x64_epi64(widen16(va + d), 0xd8);
+            const __m256i b = vb ? _mm256_permute4x64_epi64(widen16(vb + d), 0xd8) : _mm256_setzero_si256();
+            _mm256_storeu_si256((__m256i *)(out + d), _mm256_unpacklo_epi16(a, b));
+            _mm256_storeu_si256((__m256i *)(out + d + 8), _mm256_unpackhi_epi16(a, b));
+        }
+    }
+}
+
+/* Score of key jabs for block b from its int32 dot sum: scaled, masked,
+ * recalibrated, maxed, stored. */
+AI void store_score(q8_unit2 *x, int b, int jabs, __m256i isum) {
+    const kvs_attn_call *c = x->c;
+    const __m256 kd = _mm256_set1_ps(kvs_q8_row_scale(x->K + (size_t)jabs * x->rb, x->D));
+    __m256 s = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum), kd), x->qs[b]);
+    if (x->any_rc[b] && jabs >= c->recal.lo && jabs < c->recal.hi)
+        s = _mm256_blendv_ps(s, _mm256_mul_ps(s, _mm256_set1_ps(c->recal.inv_t)), x->rcm[b]);
+    const __m256i jv = _mm256_set1_epi32(jabs);
+    const __m256 live =
+        _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(x->lovec[b], jv), _mm256_cmpgt_epi32(x->nvec[b], jv)));
+    const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
+    x->mx[b] = _mm256_max_ps(v, x->mx[b]); /* a NaN score leaves the max, as the reference's s > mx */
+    _mm256_storeu_ps(x->S + ((size_t)b * x->ctxs + (size_t)jabs) * RB, v);
+}
+
+/* Scores of the staged keys [j0, j0 + nk) for blocks b0 .. b0 + nb - 1. */
+AI void score_pass(q8_unit2 *x, int b0, int nb, int j0, int nk) {
+    const int D2 = x->D / 2;
+    for (int j = 0; j < nk; j += NJ) {
+        __m256i acc[GB][NJ];
+#pragma GCC unroll 2
+        for (int b = 0; b < nb; b++)
+#pragma GCC unroll 4
+            for (int jj = 0; jj < NJ; jj++) acc[b][jj] = _mm256_setzero_si256();
+        const int32_t *kw = x->kv2 + (size_t)j * D2, *qt = x->Qt + (size_t)b0 * RB;
+        for (int d2 = 0; d2 < D2; d2++, kw += NJ, qt += QT_STRIDE) {
+            __m256i q[GB];
+#pragma GCC unroll 2
+            for (int b = 0; b < nb; b++) q[b] = _mm256_loadu_si256((const __m256i *)(qt + b * RB));
+#pragma GCC unroll 4
+            for (int jj = 0; jj < NJ; jj++) {
+                const __m256i k = _mm256_set1_epi32(kw[jj]);
+#pragma GCC unroll 2
+                for (int b = 0; b < nb; b++) acc[b][jj] = _mm256_add_epi32(acc[b][jj], _mm256_madd_epi16(q[b], k));
+            }
+        }
+#pragma GCC unroll 2
+        for (int b = 0; b < nb; b++)
+#pragma GCC unroll 4
+            for (int jj = 0; jj < NJ; jj++)
+                if (j + jj < nk) store_score(x, b0 + b, j0 + j + jj, acc[b][jj]);
+    }
+}
+
+/* Block b's exp (partials j % 16, recalibration, 1 / sum), weights w = e vd
+ * with their maximum, then the 16-bit level pairs in place: P2[j/2] over
+ * S, 0 from the block's maxn to maxall (even). */
+static void weights_block(q8_unit2 *x, int b) {
+    const kvs_attn_call *c = x->c;
+    const int maxn = x->maxn[b], jmin = x->jmin;
+    float *Sb = x->S + (size_t)b * x->ctxs * RB;
+    __m256 P[16];
+    for (int i = 0; i < 16; i++) P[i] = _mm256_setzero_ps();
+    for (int j0 = jmin; j0 < maxn; j0 += 16) /* jmin is a multiple of 16 */
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            if (j0 + i >= maxn) break;
+            float *s = Sb + (size_t)(j0 + i) * RB;
+            const __m256 e = kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(s), x->mx[b]));
+            P[i] = _mm256_add_ps(P[i], e);
+            _mm256_storeu_ps(s, e);
+        }
+    __m256 sum = tree16_8(P);
+    if (x->any_rc[b]) {
+        const int d0 = c->recal.lo > jmin ? c->recal.lo : jmin, d1 = c->recal.hi < maxn ? c->recal.hi : maxn;
+        sum = recal_block(c, Sb, d0, d1, x->rcm[b], x->mx[b], sum);
+    }
+    x->inv[b] = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
+    __m256 wmax = _mm256_setzero_ps();
+    for (int j = jmin; j < maxn; j++) {
+        float *s = Sb + (size_t)j * RB;
+        const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(s), _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D)));
+        wmax = _mm256_max_ps(w, wmax); /* NaN and -0 leave it */
+        _mm256_storeu_ps(s, w);
+    }
+    const __m256 pd = _mm256_div_ps(wmax, _mm256_set1_ps(32767.0f));
+    const __m256 big = _mm256_cmp_ps(pd, _mm256_set1_ps(FLT_MIN), _CMP_GE_OQ);
+    const __m256 ipd = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), pd), big);
+    x->pd[b] = pd;
+    const __m256 top = _mm256_set1_ps(32767.0f), bottom = _mm256_set1_ps(-32767.0f);
+    const int end = (x->maxall + 1) & ~1;
+    for (int j = jmin; j < end; j += 2) {
+        __m256i p[2];
+        for (int h = 0; h < 2; h++) {
+            if (j + h >= maxn) {
+                p[h] = _mm256_setzero_si256();
+                continue;
+            }
+            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)(j + h) * RB), ipd);
+            const __m256 vc = _mm256_max_ps(_mm256_min_ps(v, top), bottom);
+            p[h] = _mm256_and_si256(_mm256_cvtps_epi32(vc), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q)));
+        }
+        const __m256i pair = _mm256_or_si256(_mm256_and_si256(p[0], _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(p[1], 16));
+        _mm256_storeu_si256((__m256i *)(Sb + (size_t)(j / 2) * RB), pair);
+    }
+}
+
+/* O += P.V for key pairs [ja, jb) (even ja, one PV block) of the staged
+ * tile from j0, dims d0 .. d0 + NJ - 1, blocks b0 .. b0 + nb - 1: the
+ * block's int32 sums, then one float add per output. */
+AI void pv_pass(q8_unit2 *x, int b0, int nb, int j0, int ja, int jb, int d0) {
+    const int D = x->D;
+    __m256i acc[GB][NJ];
+#pragma GCC unroll 2
+    for (int b = 0; b < nb; b++)
+#pragma GCC unroll 4
+        for (int dd = 0; dd < NJ; dd++) acc[b][dd] = _mm256_setzero_si256();
+    for (int j = ja; j < jb; j += 2) {
+        __m256i p[GB];
+#pragma GCC unroll 2
+        for (int b = 0; b < nb; b++)
+            p[b] = _mm256_loadu_si256((const __m256i *)(x->S + ((size_t)(b0 + b) * x->ctxs + (size_t)(j / 2)) * RB));
+        const int32_t *v = x->kv2 + (size_t)((j - j0) / 2) * D + d0;
+#pragma GCC unroll 4
+        for (int dd = 0; dd < NJ; dd++) {
+            const __m256i vb = _mm256_set1_epi32(v[dd]);
+#pragma GCC unroll 2
+            for (int b = 0; b < nb; b++) acc[b][dd] = _mm256_add_epi32(acc[b][dd], _mm256_madd_epi16(p[b], vb));
+        }
+    }
+#pragma GCC unroll 2
+    for (int b = 0; b < nb; b++)
+#pragma GCC unroll 4
+        for (int dd = 0; dd < NJ; dd++) {
+            float *o = x->O + ((size_t)(b0 + b) * D + d0 + dd) * RB;
+            _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_cvtepi32_ps(acc[b][dd])));
+        }
+}
+
+/* Query rows quantized (kvs_q8_row, the reference's own) into Qt, with the
+ * blocks' masks, recalibrated lanes and scales. */
+static void stage_queries(q8_unit2 *x) {
+    const kvs_attn_call *c = x->c;
+    const int D = x->D, D2 = D / 2;
+    int8_t q8[KVS_ATTN_Q8_MAX_DIM];
+    x->maxall = 0;
+    x->jmin = c->n_ctx;
+    for (int b = 0; b < x->nrb; b++) {
+        int nv[RB], lv[RB], rv[RB];
+        float qs[RB];
+        x->maxn[b] = x->any_rc[b] = 0;
+        for (int l = 0; l < RB; l++) {
+            const int r = b * RB + l, t = x->t0 + r / x->group;
+            int32_t *qt = x->Qt + (size_t)b * RB + l;
+            if (r >= x->rows) {
+                nv[l] = lv[l] = rv[l] = 0;
+                qs[l] = 0.0f;
+                for (int d2 = 0; d2 < D2; d2++) qt[d2 * QT_STRIDE] = 0;
+                continue;
+            }
+            nv[l] = kvs_attn_n(c, c->pos[t]);
+            lv[l] = kvs_attn_lo(c, nv[l]);
+            rv[l] = kvs_attn_recal_row(c, c->pos[t]) ? -1 : 0;
+            x->any_rc[b] |= rv[l];
+            if (nv[l] > x->maxn[b]) x->maxn[b] = nv[l];
+            if (lv[l] < x->jmin) x->jmin = lv[l];
+            const float *q = c->q + ((size_t)t * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
+            qs[l] = kvs_q8_row(q, q8, D) * c->scale;
+            for (int d2 = 0; d2 < D2; d2++)
+                qt[d2 * QT_STRIDE] = (int32_t)((uint32_t)(uint16_t)q8[2 * d2] | (uint32_t)(uint16_t)q8[2 * d2 + 1] << 16);
+        }
+        if (x->maxn[b] > x->maxall) x->maxall = x->maxn[b];
+        x->nvec[b] = _mm256_loadu_si256((const __m256i *)nv);
+        x->lovec[b] = _mm256_loadu_si256((const __m256i *)lv);
+        x->rcm[b] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)rv));
+        x->qs[b] = _mm256_loadu_ps(qs);
+        x->mx[b] = _mm256_set1_ps(-INFINITY);
+    }
+    x->jmin &= ~15;
+}
+
+void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
+    const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
+    if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS) {
+        kvs_attention_unit_q8_ref(c, t0, t1, g, work);
+        return;
+    }
+    q8_unit2 x = {.c = c, .t0 = t0, .g = g, .group = group, .D = D, .rows = rows, .nrb = (rows + RB - 1) / RB};
+    x.ctxs = kvs_attn_score_stride(c->n_ctx);
+    x.rb = kvs_kv_row_bytes(KVS_KV_Q8, D);
+    x.K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x.rb;
+    x.V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x.rb;
+    x.S = work;
+    x.Qt = (int32_t *)(work + (size_t)KVS_ATTN_ROWS * x.ctxs);
+    x.O = (float *)x.Qt;
+    x.kv2 = (int32_t *)((float *)x.Qt + (size_t)3 * 16 * 256);
+    stage_queries(&x);
+    const int JT = kvs_attn_q8_tile_keys(D), jstart = x.jmin / PV_BLOCK * PV_BLOCK;
+    /* tiles aligned to PV blocks, the first from the unit's first key */
+    for (int j0 = jstart; j0 < x.maxall; j0 += JT) {
+        const int ja = j0 > x.jmin ? j0 : x.jmin, jb = j0 + JT < x.maxall ? j0 + JT : x.maxall;
+        stage_keys(&x, ja, jb - ja);
+        for (int b0 = 0; b0 < x.nrb; b0 += GB) {
+            const int nb = x.nrb - b0 < GB ? x.nrb - b0 : GB;
+            int nk = 0; /* to the pass's longest block */
+            for (int b = b0; b < b0 + nb; b++) {
+                const int kb = (x.maxn[b] < jb ? x.maxn[b] : jb) - ja;
+                if (kb > nk) nk = kb;
+            }
+            if (nb == 2) score_pass(&x, b0, 2, ja, nk);
+            else score_pass(&x, b0, 1, ja, nk);
+        }
+    }
+    for (int b = 0; b < x.nrb; b++) weights_block(&x, b);
+    memset(x.O, 0, (size_t)x.nrb * D * RB * sizeof(float));
+    for (int j0 = jstart; j0 < x.maxall; j0 += JT) {
+        const int ja = j0 > x.jmin ? j0 : x.jmin;
+        const int jb = (j0 + JT < x.maxall ? j0 + JT : x.maxall + 1) & ~1; /* pairs */
+        stage_values(&x, ja, jb - ja);
+        for (int p0 = ja; p0 < jb; p0 = (p0 / PV_BLOCK + 1) * PV_BLOCK) {
+            const int p1 = (p0 / PV_BLOCK + 1) * PV_BLOCK < jb ? (p0 / PV_BLOCK + 1) * PV_BLOCK : jb;
+            for (int b0 = 0; b0 < x.nrb; b0 += GB)
+                for (int d0 = 0; d0 < D; d0 += NJ) {
+                    if (x.nrb - b0 >= 2) pv_pass(&x, b0, 2, ja, p0, p1, d0);
+                    else pv_pass(&x, b0, 1, ja, p0, p1, d0);
+                }
+        }
+    }
+    /* out = (o * pd) * (1 / S), lanes back to (token, head) rows */
+    for (int b = 0; b < x.nrb; b++) {
+        float pd[RB], inv[RB];
+        _mm256_storeu_ps(pd, x.pd[b]);
+        _mm256_storeu_ps(inv, x.inv[b]);
+        for (int l = 0; l < RB && b * RB + l < rows; l++) {
+            const int r = b * RB + l;
+            float *out = c->out + ((size_t)(t0 + r / group) * c->n_head + (size_t)g * group + r % group) * D;
+            for (int d = 0; d < D; d++) out[d] = (x.O[((size_t)b * D + d) * RB + l] * pd[l]) * inv[l];
+        }
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif
