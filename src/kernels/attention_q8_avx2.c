@@ -2,10 +2,11 @@
  * AVX2 attention on Q8 KV rows: the arithmetic of attention_q8_ref.c, bit
  * for bit, for CPUs without AVX-512, and for recalibrated (APE) rows on
  * AVX-512 ones (attention_q8_avx512.c hands those units over, as the float
- * path does). Lane = query row in blocks of RB = 8 rows for every m, as the
- * float AVX2 kernel (attention_avx2.c: no key transposes, idle lanes when a
- * unit has fewer than 8 rows). AVX2 has no VNNI, and vpmaddubsw's pair sums
- * saturate, so the dot products are vpmaddwd on 16-bit pairs (exact):
+ * path does). Lane = query row in blocks of RB = 8 rows, as the float AVX2
+ * kernel (attention_avx2.c); units of at most DEC_ROWS rows (decode) put
+ * keys, then dims, in lanes instead (q8_decode_avx2, below). AVX2 has no
+ * VNNI, and vpmaddubsw's pair sums saturate, so the dot products are
+ * vpmaddwd on 16-bit pairs (exact):
  *
  *   scores  Qt[b][d/2] lane l = (q8[d], q8[d+1]) of row 8b + l as int16;
  *           the staged keys K2[j][d/2] = (k_j[d], k_j[d+1]) (a row widened
@@ -275,6 +276,139 @@ static void stage_queries(q8_unit2 *x) {
     x->jmin &= ~15;
 }
 
+/* ------------------------------------------------ decode, lane = key / dim */
+
+#define DEC_ROWS 4 /* units of at most this many rows (and none recalibrated) */
+
+/* The scales of Q8 rows j .. j + 7 (base: the kv head's rows), 0 from end on. */
+AI __m256 row_scales8(const int8_t *base, size_t rb, int D, int j, int end) {
+    float d[8];
+    for (int k = 0; k < 8; k++) d[k] = j + k < end ? kvs_q8_row_scale(base + (size_t)(j + k) * rb, D) : 0.0f;
+    return _mm256_loadu_ps(d);
+}
+
+/* A unit of at most DEC_ROWS rows, none recalibrated: scores with keys in
+ * lanes (each 8 keys' widened rows transposed once for the unit's rows, a
+ * row's query pair broadcast), exp and levels lane = key (partials j % 16
+ * as two vectors), P.V lane = dim against the staged value pairs (the
+ * row's level pair broadcast). The lane = row layout idled 5 of 8 lanes on
+ * SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. */
+static void q8_decode_avx2(q8_unit2 *x) {
+    const kvs_attn_call *c = x->c;
+    const int D = x->D, D2 = D / 2, rows = x->rows, JT = kvs_attn_q8_tile_keys(D);
+    int32_t qw[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM / 2];
+    int n[DEC_ROWS], lo[DEC_ROWS];
+    float qs[DEC_ROWS], pd[DEC_ROWS], inv[DEC_ROWS];
+    __m256 mx[DEC_ROWS];
+    int8_t q8[KVS_ATTN_Q8_MAX_DIM];
+    int maxall = 0, jmin = c->n_ctx;
+    for (int r = 0; r < rows; r++) {
+        const int t = x->t0 + r / x->group;
+        n[r] = kvs_attn_n(c, c->pos[t]);
+        lo[r] = kvs_attn_lo(c, n[r]);
+        if (n[r] > maxall) maxall = n[r];
+        if (lo[r] < jmin) jmin = lo[r];
+        const float *q = c->q + ((size_t)t * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
+        qs[r] = kvs_q8_row(q, q8, D) * c->scale;
+        for (int w = 0; w < D2; w++)
+            qw[r][w] = (int32_t)((uint32_t)(uint16_t)q8[2 * w] | (uint32_t)(uint16_t)q8[2 * w + 1] << 16);
+        mx[r] = _mm256_set1_ps(-INFINITY);
+    }
+    jmin &= ~15;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i kt[KVS_ATTN_Q8_MAX_DIM / 2];
+    for (int j = jmin; j < maxall; j += 8) {
+        for (int d = 0; d < D; d += 16) {
+            __m256i rowk[8];
+            for (int k = 0; k < 8; k++) /* keys past maxall read as 0 (masked below) */
+                rowk[k] = j + k < maxall ? widen16(x->K + (size_t)(j + k) * x->rb + d) : _mm256_setzero_si256();
+            transpose8_epi32(rowk, kt + d / 2); /* kt[w] lane k = word w of key j + k */
+        }
+        const __m256 kd = row_scales8(x->K, x->rb, D, j, maxall);
+        const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
+        for (int r = 0; r < rows; r++) {
+            __m256i acc = _mm256_setzero_si256();
+            for (int w = 0; w < D2; w++) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(kt[w], _mm256_set1_epi32(qw[r][w])));
+            const __m256 s = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), kd), _mm256_set1_ps(qs[r]));
+            const __m256 live = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv),
+                                                                        _mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv)));
+            const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
+            mx[r] = _mm256_max_ps(v, mx[r]);
+            _mm256_storeu_ps(x->S + (size_t)r * x->ctxs + j, v);
+        }
+    }
+    /* exp, sum and weights, then their levels in place (P[j] at 2 bytes a key) */
+    const __m256 top = _mm256_set1_ps(32767.0f), bottom = _mm256_set1_ps(-32767.0f);
+    for (int r = 0; r < rows; r++) {
+        float *S = x->S + (size_t)r * x->ctxs, m8[8];
+        _mm256_storeu_ps(m8, mx[r]);
+        float m = m8[0]; /* no lane is NaN: the order is free */
+        for (int k = 1; k < 8; k++) m = m8[k] > m ? m8[k] : m;
+        __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, wmax = _mm256_setzero_ps();
+        for (int j = jmin; j < n[r]; j += 8) {
+            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), _mm256_add_epi32(_mm256_set1_epi32(j), lane)));
+            const __m256 e = _mm256_and_ps(kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(S + j), _mm256_set1_ps(m))), in);
+            part[(j >> 3) & 1] = _mm256_add_ps(part[(j >> 3) & 1], e); /* keys j % 16 in lanes of lo, hi */
+            const __m256 w = _mm256_mul_ps(e, _mm256_and_ps(row_scales8(x->V, x->rb, D, j, n[r]), in));
+            wmax = _mm256_max_ps(w, wmax); /* NaN and -0 leave it */
+            _mm256_storeu_ps(S + j, w);
+        }
+        inv[r] = 1.0f / tree16_2(part[0], part[1]);
+        float w8[8];
+        _mm256_storeu_ps(w8, wmax);
+        float wm = 0.0f; /* >= +0, no NaN: the order is free */
+        for (int k = 0; k < 8; k++) wm = w8[k] > wm ? w8[k] : wm;
+        pd[r] = wm / 32767.0f;
+        const __m256 ipd = _mm256_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
+        int16_t *P = (int16_t *)S;
+        for (int j = jmin; j < n[r]; j += 8) { /* to P[j + 7] <= 2 (j + 7): behind the reads */
+            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), _mm256_add_epi32(_mm256_set1_epi32(j), lane)));
+            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(S + j), ipd);
+            const __m256i p = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, top), bottom)),
+                                               _mm256_castps_si256(_mm256_and_ps(in, _mm256_cmp_ps(v, v, _CMP_ORD_Q))));
+            const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(p, p), 0x08); /* 8 int16 in order */
+            _mm_storeu_si128((__m128i *)(P + j), _mm256_castsi256_si128(p16));
+        }
+    }
+    /* P.V per PV block, the value pairs staged once for every row */
+    float o[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM];
+    for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
+    const int jstart = jmin / PV_BLOCK * PV_BLOCK;
+    for (int j0 = jstart; j0 < maxall; j0 += JT) {
+        const int ja = j0 > jmin ? j0 : jmin;
+        const int jb = (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
+        stage_values(x, ja, jb - ja);
+        for (int r = 0; r < rows; r++) {
+            const int hi = ((n[r] + 1) & ~1) < jb ? ((n[r] + 1) & ~1) : jb;
+            const int16_t *P = (const int16_t *)(x->S + (size_t)r * x->ctxs);
+            for (int b0 = ja; b0 < hi; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
+                const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < hi ? (b0 / PV_BLOCK + 1) * PV_BLOCK : hi;
+                for (int d0 = 0; d0 < D; d0 += 64) { /* 8 sums of 8 dims: the add, not vpmaddwd, carries the chain */
+                    const int nv = (D - d0) / 8 < 8 ? (D - d0) / 8 : 8;
+                    __m256i acc[8];
+                    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_si256();
+                    for (int j = b0; j < b1; j += 2) {
+                        int32_t pw;
+                        memcpy(&pw, P + j, 4); /* (p_j, p_j+1); p past n is 0 */
+                        const __m256i pb = _mm256_set1_epi32(pw);
+                        const int32_t *v2 = x->kv2 + (size_t)((j - ja) / 2) * D + d0;
+                        for (int i = 0; i < nv; i++)
+                            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(pb, _mm256_loadu_si256((const __m256i *)(v2 + 8 * i))));
+                    }
+                    for (int i = 0; i < nv; i++) {
+                        float *od = o[r] + d0 + 8 * i;
+                        _mm256_storeu_ps(od, _mm256_add_ps(_mm256_loadu_ps(od), _mm256_cvtepi32_ps(acc[i])));
+                    }
+                }
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *out = c->out + ((size_t)(x->t0 + r / x->group) * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
+        for (int d = 0; d < D; d++) out[d] = (o[r][d] * pd[r]) * inv[r];
+    }
+}
+
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
     if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS) {
@@ -290,6 +424,12 @@ void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, f
     x.Qt = (int32_t *)(work + (size_t)KVS_ATTN_ROWS * x.ctxs);
     x.O = (float *)x.Qt;
     x.kv2 = (int32_t *)((float *)x.Qt + (size_t)3 * 16 * 256);
+    int recal = 0;
+    for (int t = t0; t < t1 && !recal; t++) recal = kvs_attn_recal_row(c, c->pos[t]);
+    if (rows <= DEC_ROWS && !recal) {
+        q8_decode_avx2(&x);
+        return;
+    }
     stage_queries(&x);
     const int JT = kvs_attn_q8_tile_keys(D), jstart = x.jmin / PV_BLOCK * PV_BLOCK;
     /* tiles aligned to PV blocks, the first from the unit's first key */
