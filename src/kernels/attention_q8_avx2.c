@@ -56,6 +56,9 @@ typedef struct q8_unit2 {
     __m256 rcm[NB_MAX], qs[NB_MAX], mx[NB_MAX], pd[NB_MAX], inv[NB_MAX];
 } q8_unit2;
 
+/* Two levels as an int16 pair in an int32 word (q[0] low). */
+AI int32_t level_pair(const int8_t *q) { return (int32_t)((uint32_t)(uint16_t)q[0] | (uint32_t)(uint16_t)q[1] << 16); }
+
 /* 16 levels widened to int16 (dims d .. d + 15 of a row). */
 AI __m256i widen16(const int8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -264,7 +267,7 @@ static void stage_queries(q8_unit2 *x) {
             const float *q = c->q + ((size_t)t * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
             qs[l] = kvs_q8_row(q, q8, D) * c->scale;
             for (int d2 = 0; d2 < D2; d2++)
-                qt[d2 * QT_STRIDE] = (int32_t)((uint32_t)(uint16_t)q8[2 * d2] | (uint32_t)(uint16_t)q8[2 * d2 + 1] << 16);
+                qt[d2 * QT_STRIDE] = level_pair(q8 + 2 * d2);
         }
         if (x->maxn[b] > x->maxall) x->maxall = x->maxn[b];
         x->nvec[b] = _mm256_loadu_si256((const __m256i *)nv);
@@ -311,7 +314,7 @@ static void q8_decode_avx2(q8_unit2 *x) {
         const float *q = c->q + ((size_t)t * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
         qs[r] = kvs_q8_row(q, q8, D) * c->scale;
         for (int w = 0; w < D2; w++)
-            qw[r][w] = (int32_t)((uint32_t)(uint16_t)q8[2 * w] | (uint32_t)(uint16_t)q8[2 * w + 1] << 16);
+            qw[r][w] = level_pair(q8 + 2 * w);
         mx[r] = _mm256_set1_ps(-INFINITY);
     }
     jmin &= ~15;
@@ -376,13 +379,13 @@ static void q8_decode_avx2(q8_unit2 *x) {
     const int jstart = jmin / PV_BLOCK * PV_BLOCK;
     for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
-        const int jb = (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
+        const int jb = kvs_attn_q8_pairs_end(j0, JT, maxall);
         stage_values(x, ja, jb - ja);
         for (int r = 0; r < rows; r++) {
             const int hi = ((n[r] + 1) & ~1) < jb ? ((n[r] + 1) & ~1) : jb;
             const int16_t *P = (const int16_t *)(x->S + (size_t)r * x->ctxs);
-            for (int b0 = ja; b0 < hi; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
-                const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < hi ? (b0 / PV_BLOCK + 1) * PV_BLOCK : hi;
+            for (int b0 = ja, b1; b0 < hi; b0 = b1) {
+                b1 = kvs_attn_q8_block_end(b0, hi);
                 for (int d0 = 0; d0 < D; d0 += 64) { /* 8 sums of 8 dims: the add, not vpmaddwd, carries the chain */
                     const int nv = (D - d0) / 8 < 8 ? (D - d0) / 8 : 8;
                     __m256i acc[8];
@@ -451,10 +454,10 @@ void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, f
     memset(x.O, 0, (size_t)x.nrb * D * RB * sizeof(float));
     for (int j0 = jstart; j0 < x.maxall; j0 += JT) {
         const int ja = j0 > x.jmin ? j0 : x.jmin;
-        const int jb = (j0 + JT < x.maxall ? j0 + JT : x.maxall + 1) & ~1; /* pairs */
+        const int jb = kvs_attn_q8_pairs_end(j0, JT, x.maxall);
         stage_values(&x, ja, jb - ja);
-        for (int p0 = ja; p0 < jb; p0 = (p0 / PV_BLOCK + 1) * PV_BLOCK) {
-            const int p1 = (p0 / PV_BLOCK + 1) * PV_BLOCK < jb ? (p0 / PV_BLOCK + 1) * PV_BLOCK : jb;
+        for (int p0 = ja, p1; p0 < jb; p0 = p1) {
+            p1 = kvs_attn_q8_block_end(p0, jb);
             for (int b0 = 0; b0 < x.nrb; b0 += GB)
                 for (int d0 = 0; d0 < D; d0 += NJ) {
                     if (x.nrb - b0 >= 2) pv_pass(&x, b0, 2, ja, p0, p1, d0);

@@ -55,7 +55,6 @@ AI __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
-
 typedef struct q8_unit {
     unit_ctx u;
     const int8_t *K, *V; /* kv head g's rows */
@@ -64,7 +63,7 @@ typedef struct q8_unit {
     __m512i nvec[3], lovec[3];
     __m512i qoff[3]; /* 128 * sum(q8) per lane */
     __m512 qs[3];    /* qd * scale per lane */
-    __m512 mx[3], pd[3], ipd[3];
+    __m512 mx[3], pd[3];
 } q8_unit;
 
 /* 32-bit words (4 levels) a staged key group holds per key: D rounded up
@@ -267,8 +266,8 @@ AI void pv_group(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, 
 
 /* The tile's keys [ja, jb), block by block, every dim. */
 AI void pv_tile_nb(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, float *O) {
-    for (int b0 = ja; b0 < jb; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
-        const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < jb ? (b0 / PV_BLOCK + 1) * PV_BLOCK : jb;
+    for (int b0 = ja, b1; b0 < jb; b0 = b1) {
+        b1 = kvs_attn_q8_block_end(b0, jb);
         for (int d0 = 0; d0 < x->u.D; d0 += PV_DIMS) pv_group(x, nb, v2, j0, b0, b1, d0, O);
     }
 }
@@ -365,7 +364,7 @@ static void q8_unit_run(q8_unit *x) {
     memset(O, 0, (size_t)x->nrb * D * 16 * sizeof(float));
     for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
         const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
-        const int jb = (j0 + JT < x->maxall ? j0 + JT : x->maxall + 1) & ~1; /* pairs */
+        const int jb = kvs_attn_q8_pairs_end(j0, JT, x->maxall);
         stage_values(x, ja, jb - ja, tile);
         pv_tile(x, tile, ja, ja, jb, O);
     }
@@ -532,21 +531,22 @@ static void q8_decode_unit(q8_unit *x) {
     for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
     for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
-        const int jb = (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
+        const int jb = kvs_attn_q8_pairs_end(j0, JT, maxall);
         stage_values(x, ja, jb - ja, tile);
         const int32_t *v2 = tile;
         for (int r = 0; r < rows; r++) {
             const int n = x->u.n[r], hi = ((n + 1) & ~1) < jb ? ((n + 1) & ~1) : jb;
             const int16_t *P = (const int16_t *)(x->u.S + (size_t)r * x->u.ctxs);
-            for (int b0 = ja; b0 < hi; b0 = (b0 / PV_BLOCK + 1) * PV_BLOCK) {
-                const int b1 = (b0 / PV_BLOCK + 1) * PV_BLOCK < hi ? (b0 / PV_BLOCK + 1) * PV_BLOCK : hi;
+            for (int b0 = ja, b1; b0 < hi; b0 = b1) {
+                b1 = kvs_attn_q8_block_end(b0, hi);
                 for (int d0 = 0; d0 < D; d0 += 128) {
                     const int32_t *vrow = v2 + (size_t)((b0 - ja) / 2) * D + d0;
                     float *od = o[r] + d0;
-                    switch ((D - d0) / 16 < 8 ? (D - d0) / 16 : 8) { /* constant counts: sums in registers */
+                    const int nv = (D - d0) / 16 < 8 ? (D - d0) / 16 : 8;
+                    switch (nv) { /* constant counts: sums in registers */
                     case 4: pv_decode_dims(P, vrow, D, b0, b1, 4, od); break;
                     case 8: pv_decode_dims(P, vrow, D, b0, b1, 8, od); break;
-                    default: pv_decode_dims(P, vrow, D, b0, b1, (D - d0) / 16 < 8 ? (D - d0) / 16 : 8, od); break;
+                    default: pv_decode_dims(P, vrow, D, b0, b1, nv, od); break;
                     }
                 }
             }

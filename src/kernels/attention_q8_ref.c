@@ -40,7 +40,10 @@
 
 #include "kernels/kernels_impl.h"
 
-/* e^x for the softmax (x = s - mx <= 0): y = x log2 e = n + f (n the
+/* e^x for the softmax: x = s - mx, <= 0 or NaN (mx is the largest
+ * non-NaN score), the domain on which the SIMD forms (exp16_q8,
+ * kvs_exp8_q8) give these bits (checked over every such float; past 0 they
+ * may differ). y = x log2 e = n + f (n the
  * nearest integer, |f| <= 1/2), 2^f by a degree-5 polynomial (coefficients
  * fitted here for relative error on [-1/2, 1/2] with p(0) = 1, so e^0 = 1:
  * 1.7e-7 in float), times
@@ -57,7 +60,7 @@ float kvs_exp_q8_ref(float x) {
     p = fmaf(p, f, 2.4022242426872253e-1f);
     p = fmaf(p, f, 6.931470632553101e-1f);
     p = fmaf(p, f, 1.0f);
-    return ldexpf(p, n > 200.0f ? 200 : (int)n); /* x > 0 only from hostile rows: +inf either way */
+    return ldexpf(p, n > 200.0f ? 200 : (int)n); /* the clamp keeps (int)n defined */
 }
 
 /* The int32 block sums cover this many absolute slots. */

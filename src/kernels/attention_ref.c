@@ -75,11 +75,11 @@ static inline float kv_get(const void *base, int kv_type, size_t idx) {
     return ((const float *)base)[idx];
 }
 
-float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*expf)(float)) {
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float)) {
     const int dlo = rc ? c->recal.lo : 0, dhi = rc ? c->recal.hi : 0;
     float part[16] = {0}, dpart[16] = {0};
     for (int j = lo; j < n; j++) {
-        s[j] = expf(s[j] - mx);
+        s[j] = exp_fn(s[j] - mx);
         part[j % 16] += s[j];
         if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
     }

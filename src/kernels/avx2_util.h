@@ -31,9 +31,9 @@ AI __m256 kvs_exp8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
 }
 
-/* kvs_exp_q8_ref, 8 lanes, same operations; 2^n from its exponent bits
- * (n <= 0 for every x <= 0 above the cut-off: exact; n clamped to 128,
- * whose bits are +inf, for a hostile x > 0, as the reference's ldexpf). */
+/* kvs_exp_q8_ref, 8 lanes, same operations, on its domain (x <= 0 or NaN):
+ * 2^n from its exponent bits, exact for the n in [-126, 0] that reach it
+ * (the clamp to 128 only keeps the shift in range for x > 0). */
 AI __m256 kvs_exp8_q8(__m256 x) {
     const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
     const __m256 ok = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);

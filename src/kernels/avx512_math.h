@@ -29,8 +29,7 @@ __attribute__((always_inline)) static inline __m512 exp16(__m512 x) {
 }
 
 /* kvs_exp_q8_ref, 16 lanes, same operations (vscalefps: p 2^n, rounded
- * as ldexpf; it takes n > 200 itself: +inf, or NaN for a NaN p, as the
- * reference's clamped ldexpf). */
+ * as ldexpf), on its domain: x <= 0 or NaN. */
 __attribute__((always_inline)) static inline __m512 exp16_q8(__m512 x) {
     const __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
     const __mmask16 ok = _mm512_cmp_ps_mask(y, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);

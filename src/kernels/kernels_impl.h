@@ -122,7 +122,7 @@ float kvs_attn_recal_factor(float mx, float pd, float s);
  * place (e_j = expf(s_j - mx), recalibrated when rc: the row's position >=
  * recal.hi); returns the sum S (attention_ref.c). Shared by the float
  * (kvs_expf_ref) and Q8 (kvs_exp_q8_ref) references. */
-float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*expf)(float));
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float));
 /* The Q8 attention's exp of x <= 0 (attention_q8_ref.c): 2^y, y = x log2 e,
  * by a degree-5 polynomial and an exact scaling; 0 below 2^-126 and for NaN. */
 float kvs_exp_q8_ref(float x);
@@ -275,6 +275,16 @@ static inline int kvs_attn_q8_tile_keys(int D) {
     const int jt = (int)(KVS_ATTN_STAGE_FLOATS * sizeof(float) / (2 * (size_t)D)) / KVS_ATTN_Q8_PV_BLOCK *
                    KVS_ATTN_Q8_PV_BLOCK;
     return jt > 512 ? 512 : jt;
+}
+/* The Q8 SIMD units' walk over keys: the end of the P.V block (absolute
+ * slots of KVS_ATTN_Q8_PV_BLOCK) holding key j, at most end; and the end of
+ * the value tile from j0 (JT keys) as whole pairs, at most past maxall. */
+static inline int kvs_attn_q8_block_end(int j, int end) {
+    const int b = (j / KVS_ATTN_Q8_PV_BLOCK + 1) * KVS_ATTN_Q8_PV_BLOCK;
+    return b < end ? b : end;
+}
+static inline int kvs_attn_q8_pairs_end(int j0, int JT, int maxall) {
+    return (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
 }
 size_t kvs_attn_thread_floats(int n_ctx);
 /* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
