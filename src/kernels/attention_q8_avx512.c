@@ -8,12 +8,23 @@
  *           the staged key tile holds k + 128 (the unsigned operand), so
  *           vpdpbusd(bcast 4 key bytes, Qt) sums I + 128 sum(q8), and the
  *           row's 128 sum(q8) comes off in integers: exact.
- *   weights pairs P[j/2] lane l = (p_j, p_j+1) of row l as int16, written in
- *           place over the scores.
- *   P.V     the value tile staged as int16 pairs V2[(j - j0)/2][d] = (v_j[d],
- *           v_j+1[d]); vpdpwssd(acc, P, bcast V2) adds p_j v_j[d] + p_j+1
- *           v_j+1[d] in lane l. The int32 sums are flushed to float per
- *           KVS_ATTN_Q8_PV_BLOCK absolute slots, tiles being aligned to them.
+ *   weights each p_j (15 bits, >= 0) split as 256 hi + lo, both unsigned
+ *           bytes; per 4 keys j.. (j a multiple of 4) lane l of PL holds the
+ *           4 lo bytes of row l, PH the 4 hi bytes, in key order (j, j+2,
+ *           j+1, j+3), written in place over the scores.
+ *   P.V     the value tile staged per 4 keys as V4[(j - j0)/4][d] = the 4
+ *           bytes v[d] of those keys in that order; vpdpbusd(acc, PH, bcast
+ *           V4) over the groups where some row's PH is not 0, acc << 8, then
+ *           vpdpbusd(acc, PL, bcast V4) over every group: acc = sum p_j
+ *           v_j[d], exact. Most weights are below 1/128 of their row's
+ *           largest (hi = 0): in a 4096-token prefill of real text, the hi
+ *           bytes of a unit's 48 rows are all 0 in 53% of the 4-key groups,
+ *           so P.V takes ~1.5 vpdpbusd where 16-bit pairs took 2 vpdpwssd
+ *           (and with every hi byte set, what they took). The decode (lane =
+ *           dim) does the same per row. The int32 sums are flushed to float
+ *           per KVS_ATTN_Q8_PV_BLOCK absolute slots, tiles being aligned to
+ *           them. A damaged cache's negative value scale makes p negative
+ *           (no unsigned hi): such units are rerun by the AVX2 unit.
  *
  * Units with recalibrated rows take the AVX2 Q8 unit (rare: a RAG request's
  * question and output after moved documents).
@@ -64,7 +75,19 @@ typedef struct q8_unit {
     __m512i qoff[3]; /* 128 * sum(q8) per lane */
     __m512 qs[3];    /* qd * scale per lane */
     __m512 mx[3], pd[3];
+    int negative; /* a weight level < 0 (negative value scales): no byte split */
 } q8_unit;
+
+/* out[i] 128-bit lane L = a[L] lane i, a = (c0, c1, c2, c3): the 4 x 4
+ * transpose of 128-bit lanes. */
+AI void lanes_transpose4(__m512i c0, __m512i c1, __m512i c2, __m512i c3, __m512i out[4]) {
+    const __m512i v0 = _mm512_shuffle_i32x4(c0, c1, 0x44), v1 = _mm512_shuffle_i32x4(c0, c1, 0xee);
+    const __m512i v2 = _mm512_shuffle_i32x4(c2, c3, 0x44), v3 = _mm512_shuffle_i32x4(c2, c3, 0xee);
+    out[0] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    out[1] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    out[2] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    out[3] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+}
 
 /* 32-bit words (4 levels) a staged key group holds per key: D rounded up
  * to 64 bytes, over 4. */
@@ -95,34 +118,35 @@ static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
             const __m512i t2 = _mm512_unpacklo_epi32(k[2], k[3]), t3 = _mm512_unpackhi_epi32(k[2], k[3]);
             const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
             const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-            const __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u0, u1, 0xee);
-            const __m512i v2 = _mm512_shuffle_i32x4(u2, u3, 0x44), v3 = _mm512_shuffle_i32x4(u2, u3, 0xee);
-            _mm512_storeu_si512(out + 0, _mm512_shuffle_i32x4(v0, v2, 0x88)); /* words 0-3 */
-            _mm512_storeu_si512(out + 1, _mm512_shuffle_i32x4(v0, v2, 0xdd)); /* 4-7 */
-            _mm512_storeu_si512(out + 2, _mm512_shuffle_i32x4(v1, v3, 0x88)); /* 8-11 */
-            _mm512_storeu_si512(out + 3, _mm512_shuffle_i32x4(v1, v3, 0xdd)); /* 12-15 */
+            __m512i w[4];
+            lanes_transpose4(u0, u1, u2, u3, w); /* w[i]: words 4i..4i+3 */
+            for (int i = 0; i < 4; i++) _mm512_storeu_si512(out + i, w[i]);
         }
     }
 }
 
-/* Values of key pairs (j, j + 1) from j0 (even) to j0 + nk, as int16 pairs:
- * v2[(j - j0) / 2][d] = v_j[d] | v_j+1[d] << 16. A key past the buffer
- * (n_ctx odd) reads as 0: its weight is 0 anyway. */
-static void stage_values(const q8_unit *x, int j0, int nk, int32_t *v2) {
+/* Values of keys [j0, j0 + nk) (j0 a multiple of 4) per 4 keys, for the
+ * prefill's byte weights: v4[(j - j0) / 4 * D + d] = bytes v_j[d],
+ * v_j+2[d], v_j+1[d], v_j+3[d] (the order weights_rows packs p in). Keys
+ * past the buffer read as 0: their weight is 0 anyway. */
+static void stage_values4(const q8_unit *x, int j0, int nk, int32_t *v4) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
-                                            6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-    for (int j = 0; j < nk; j += 2) {
-        const int8_t *va = x->V + (size_t)(j0 + j) * x->rb;
-        const int8_t *vb = j0 + j + 1 < n_ctx ? va + x->rb : NULL;
-        int32_t *out = v2 + (size_t)(j / 2) * D;
-        for (int d = 0; d < D; d += 32) {
-            const __mmask32 m = D - d >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (D - d)) - 1;
-            const __m512i a = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, va + d));
-            const __m512i b = vb ? _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, vb + d)) : _mm512_setzero_si512();
-            _mm512_storeu_si512(out + d, _mm512_permutex2var_epi16(a, lo_idx, b));
-            if (D - d > 16) _mm512_storeu_si512(out + d + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
+    for (int j = j0; j < j0 + nk; j += 4) {
+        int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
+        for (int d = 0; d < D; d += 64) {
+            const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
+            __m512i k[4];
+#pragma GCC unroll 4
+            for (int h = 0; h < 4; h++)
+                k[h] = j + h < n_ctx ? _mm512_maskz_loadu_epi8(m, x->V + (size_t)(j + h) * x->rb + d)
+                                     : _mm512_setzero_si512();
+            /* c_i 128-bit lane L: the words of dims d + 16 L + 4 i .. + 3 */
+            const __m512i alo = _mm512_unpacklo_epi8(k[0], k[2]), ahi = _mm512_unpackhi_epi8(k[0], k[2]);
+            const __m512i blo = _mm512_unpacklo_epi8(k[1], k[3]), bhi = _mm512_unpackhi_epi8(k[1], k[3]);
+            __m512i w[4];
+            lanes_transpose4(_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
+                             _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi), w);
+            for (int i = 0; i < 4 && d + 16 * i < D; i++) _mm512_storeu_si512(out + d + 16 * i, w[i]);
         }
     }
 }
@@ -209,12 +233,14 @@ static void weights_rows(q8_unit *x, int b) {
     const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
     const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
     x->pd[b] = pd;
-    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff);
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
-    const int end = (x->maxall + 1) & ~1;
-    for (int j = jmin; j < end; j += 2) {
-        __m512i p[2];
-        for (int h = 0; h < 2; h++) {
+    const int end = (x->maxall + 3) & ~3;
+    __m512i sign = _mm512_setzero_si512();
+    for (int j = jmin; j < end; j += 4) {
+        __m512i p[4];
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++) {
             if (j + h >= maxn) {
                 p[h] = _mm512_setzero_si512();
                 continue;
@@ -222,38 +248,68 @@ static void weights_rows(q8_unit *x, int b) {
             const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
             const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
             p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
+            sign = _mm512_or_si512(sign, p[h]);
         }
-        _mm512_storeu_si512(S + (size_t)(j / 2) * 16,
-                            _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16)));
+        /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
+         * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
+        const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(p[1], 16));
+        const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(p[3], 16));
+        const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
+        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
+        _mm512_storeu_si512(S + (size_t)(j / 2) * 16, lo); /* behind the scores read: j / 2 + 1 < j + 4 */
+        _mm512_storeu_si512(S + (size_t)(j / 2 + 1) * 16, hi);
+    }
+    if (_mm512_movepi32_mask(sign)) x->negative = 1;
+}
+
+/* acc[b][dd] += the 4 bytes of P[b] times v[dd]'s, for dd < PV_DIMS and
+ * the nb blocks (each value word broadcast once for them). */
+AI void pv_dots(int nb, __m512i acc[3][PV_DIMS], const __m512i P[3], const int32_t *v) {
+#pragma GCC unroll 8
+    for (int dd = 0; dd < PV_DIMS; dd++) {
+        const __m512i vb = _mm512_set1_epi32(v[dd]);
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++) acc[b][dd] = dpbusd(acc[b][dd], P[b], vb);
     }
 }
 
-/* o += P.V for keys [ja, jb) (even ja, one PV block), dims d0.., of the nb
- * blocks: the block's int32 sums, then one float add per output. */
-AI void pv_group(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, int d0, float *O) {
+/* o += P.V for keys [ja, jb) (ja and jb multiples of 4, one PV block; the
+ * value tile from j0), dims d0.. of the nb blocks: the hi bytes of the
+ * groups listed in hot (offsets from ja / 4: those where some block's are
+ * not all 0), << 8, then the lo bytes of every group; one float add per
+ * output. */
+AI void pv_group(q8_unit *x, int nb, const int32_t *v4, int j0, int ja, int jb, int d0, const uint8_t *hot, int nhot,
+                 float *O) {
     const int D = x->u.D;
-    __m512i acc[3][PV_DIMS];
+    const size_t pstride = 16 * x->u.ctxs; /* floats from one row block's weights to the next's */
+    const float *pl = x->u.S + (size_t)(ja / 2) * 16; /* group g's lo at pl + 32 g, hi 16 further */
+    const int32_t *v = v4 + (size_t)((ja - j0) / 4) * D + d0;
+    __m512i acc[3][PV_DIMS], p[3];
 #pragma GCC unroll 3
     for (int b = 0; b < nb; b++)
 #pragma GCC unroll 8
         for (int dd = 0; dd < PV_DIMS; dd++) acc[b][dd] = _mm512_setzero_si512();
-    /* pointers stepped per key pair (no index arithmetic in the loop) */
-    const float *pp = x->u.S + (size_t)(ja / 2) * 16;
-    const size_t pstride = 16 * x->u.ctxs; /* floats from one row block's pairs to the next's */
-    const int32_t *v = v2 + (size_t)((ja - j0) / 2) * D + d0;
-    for (int j = ja; j < jb; j += 2, pp += 16, v += D) {
-        __m512i p[3];
+    for (int i = 0; i < nhot; i++) {
+        const int g = hot[i];
 #pragma GCC unroll 3
         for (int b = 0; b < nb; b++) {
-            p[b] = _mm512_loadu_si512(pp + b * pstride);
+            p[b] = _mm512_loadu_si512(pl + b * pstride + 32 * g + 16);
             __asm__("" : "+v"(p[b])); /* one load, not one per dot */
         }
-#pragma GCC unroll 8
-        for (int dd = 0; dd < PV_DIMS; dd++) {
-            const __m512i vb = _mm512_set1_epi32(v[dd]);
+        pv_dots(nb, acc, p, v + (size_t)g * D);
+    }
 #pragma GCC unroll 3
-            for (int b = 0; b < nb; b++) acc[b][dd] = dpwssd(acc[b][dd], p[b], vb);
+    for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+        for (int dd = 0; dd < PV_DIMS; dd++) acc[b][dd] = _mm512_slli_epi32(acc[b][dd], 8);
+    /* pointers stepped per group (no index arithmetic in the loop) */
+    for (int j = ja; j < jb; j += 4, pl += 32, v += D) {
+#pragma GCC unroll 3
+        for (int b = 0; b < nb; b++) {
+            p[b] = _mm512_loadu_si512(pl + b * pstride);
+            __asm__("" : "+v"(p[b]));
         }
+        pv_dots(nb, acc, p, v);
     }
 #pragma GCC unroll 3
     for (int b = 0; b < nb; b++)
@@ -264,19 +320,29 @@ AI void pv_group(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, 
         }
 }
 
-/* The tile's keys [ja, jb), block by block, every dim. */
-AI void pv_tile_nb(q8_unit *x, int nb, const int32_t *v2, int j0, int ja, int jb, float *O) {
+/* The tile's keys [ja, jb), block by block, every dim; per block, the
+ * groups whose hi bytes are not all 0 in some row block. */
+AI void pv_tile_nb(q8_unit *x, int nb, const int32_t *v4, int j0, int ja, int jb, float *O) {
     for (int b0 = ja, b1; b0 < jb; b0 = b1) {
         b1 = kvs_attn_q8_block_end(b0, jb);
-        for (int d0 = 0; d0 < x->u.D; d0 += PV_DIMS) pv_group(x, nb, v2, j0, b0, b1, d0, O);
+        uint8_t hot[32];
+        int nhot = 0;
+        const float *ph = x->u.S + (size_t)(b0 / 2) * 16 + 16;
+        for (int g = 0; g < (b1 - b0) / 4; g++) {
+            __m512i h = _mm512_loadu_si512(ph + 32 * g);
+            for (int b = 1; b < nb; b++) h = _mm512_or_si512(h, _mm512_loadu_si512(ph + (size_t)b * 16 * x->u.ctxs + 32 * g));
+            hot[nhot] = (uint8_t)g;
+            nhot += _mm512_test_epi32_mask(h, h) != 0;
+        }
+        for (int d0 = 0; d0 < x->u.D; d0 += PV_DIMS) pv_group(x, nb, v4, j0, b0, b1, d0, hot, nhot, O);
     }
 }
 
-static void pv_tile(q8_unit *x, const int32_t *v2, int j0, int ja, int jb, float *O) {
+static void pv_tile(q8_unit *x, const int32_t *v4, int j0, int ja, int jb, float *O) {
     switch (x->nrb) {
-    case 1: pv_tile_nb(x, 1, v2, j0, ja, jb, O); break;
-    case 2: pv_tile_nb(x, 2, v2, j0, ja, jb, O); break;
-    default: pv_tile_nb(x, 3, v2, j0, ja, jb, O); break;
+    case 1: pv_tile_nb(x, 1, v4, j0, ja, jb, O); break;
+    case 2: pv_tile_nb(x, 2, v4, j0, ja, jb, O); break;
+    default: pv_tile_nb(x, 3, v4, j0, ja, jb, O); break;
     }
 }
 
@@ -344,7 +410,9 @@ static void stage_queries(q8_unit *x, int32_t *Qt) {
     }
 }
 
-static void q8_unit_run(q8_unit *x) {
+/* 0, or 1 when a weight level came out negative (the caller reruns the
+ * unit on the AVX2 path). */
+static int q8_unit_run(q8_unit *x) {
     const kvs_attn_call *c = x->u.c;
     const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D);
     int32_t *Qt = (int32_t *)x->u.stage; /* (D/4, 3, 16), then O (nrb, D, 16) floats */
@@ -359,13 +427,15 @@ static void q8_unit_run(q8_unit *x) {
         stage_keys(x, ja, jb - ja, tile);
         qk_blocks(x, Qt, tile, ja, jb - ja);
     }
+    x->negative = 0;
     for (int b = 0; b < x->nrb; b++) weights_rows(x, b);
+    if (x->negative) return 1;
     float *O = x->u.stage;
     memset(O, 0, (size_t)x->nrb * D * 16 * sizeof(float));
     for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
         const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
-        const int jb = kvs_attn_q8_pairs_end(j0, JT, x->maxall);
-        stage_values(x, ja, jb - ja, tile);
+        const int jb = ((j0 + JT < x->maxall ? j0 + JT : x->maxall) + 3) & ~3;
+        stage_values4(x, ja, jb - ja, tile);
         pv_tile(x, tile, ja, ja, jb, O);
     }
     /* out = (o * pd) * (1 / S), rows back to (token, head) order */
@@ -384,6 +454,7 @@ static void q8_unit_run(q8_unit *x) {
             }
         }
     }
+    return 0;
 }
 
 /* ------------------------------------------------ decode, lane = key / dim */
@@ -436,31 +507,39 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
     }
 }
 
-/* One decode row's o[d0 + 16 i] += P.V over keys [j0, j1) (even bounds,
- * one PV block; value pairs from vrow, D int32 a pair), nv vectors of 16
- * dims: two sets of sums (even and odd pairs), twice the independent chains
- * for vpdpwssd's latency; integers, so their sum is the same. */
-AI void pv_decode_dims(const int16_t *P, const int32_t *vrow, int D, int j0, int j1, int nv, float *od) {
+/* One decode row's o[d0 + 16 i] += P.V over the groups [g0, g1) of 4 keys
+ * (one PV block): the row's weights P as weights_rows lays them out (group
+ * g's lo bytes at P[2 g], hi at P[2 g + 1]), the value tile v4 from group
+ * g0 (+ d0), nv vectors of 16 dims. The hi words of the groups whose bit
+ * 2 (g - g0) + 1 is set in hot, << 8, then every lo word, in two sets of
+ * sums (even and odd groups: twice the independent chains for vpdpbusd's
+ * latency); integers, so their sum is the same. */
+AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot, int nv, float *od) {
     __m512i acc[2][8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
-    int j = j0;
-    for (; j + 4 <= j1; j += 4, vrow += 2 * D) {
-        int32_t pw[2];
-        memcpy(pw, P + j, 8); /* (p_j, p_j+1), (p_j+2, p_j+3); p past n is 0 */
-        const __m512i p0 = _mm512_set1_epi32(pw[0]), p1 = _mm512_set1_epi32(pw[1]);
+    for (; hot; hot &= hot - 1) {
+        const int g = __builtin_ctzll(hot) / 2;
+        const __m512i ph = _mm512_set1_epi32(P[2 * (g0 + g) + 1]);
+        const int32_t *v = v4 + (size_t)g * D;
+#pragma GCC unroll 8
+        for (int i = 0; i < nv; i++) acc[0][i] = dpbusd(acc[0][i], ph, _mm512_loadu_si512(v + 16 * i));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < nv; i++) acc[0][i] = _mm512_slli_epi32(acc[0][i], 8);
+    int g = g0;
+    for (; g + 2 <= g1; g += 2, v4 += 2 * D) {
+        const __m512i p0 = _mm512_set1_epi32(P[2 * g]), p1 = _mm512_set1_epi32(P[2 * g + 2]);
 #pragma GCC unroll 8
         for (int i = 0; i < nv; i++) {
-            acc[0][i] = dpwssd(acc[0][i], p0, _mm512_loadu_si512(vrow + 16 * i));
-            acc[1][i] = dpwssd(acc[1][i], p1, _mm512_loadu_si512(vrow + D + 16 * i));
+            acc[0][i] = dpbusd(acc[0][i], p0, _mm512_loadu_si512(v4 + 16 * i));
+            acc[1][i] = dpbusd(acc[1][i], p1, _mm512_loadu_si512(v4 + D + 16 * i));
         }
     }
-    if (j < j1) {
-        int32_t pw;
-        memcpy(&pw, P + j, 4);
-        const __m512i p0 = _mm512_set1_epi32(pw);
+    if (g < g1) {
+        const __m512i p0 = _mm512_set1_epi32(P[2 * g]);
 #pragma GCC unroll 8
-        for (int i = 0; i < nv; i++) acc[0][i] = dpwssd(acc[0][i], p0, _mm512_loadu_si512(vrow + 16 * i));
+        for (int i = 0; i < nv; i++) acc[0][i] = dpbusd(acc[0][i], p0, _mm512_loadu_si512(v4 + 16 * i));
     }
 #pragma GCC unroll 8
     for (int i = 0; i < nv; i++) {
@@ -469,10 +548,24 @@ AI void pv_decode_dims(const int16_t *P, const int32_t *vrow, int D, int j0, int
     }
 }
 
+/* Bit 2 k + 1 set: group g0 + k's hi word (P[2 (g0 + k) + 1]) is not 0,
+ * for the ng <= 32 groups from g0. */
+static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
+    uint64_t m = 0;
+    for (int k = 0; k < 2 * ng; k += 16) {
+        const __mmask16 in = 2 * ng - k >= 16 ? 0xffff : (__mmask16)((1u << (2 * ng - k)) - 1);
+        const __m512i w = _mm512_maskz_loadu_epi32(in, P + 2 * g0 + k);
+        m |= (uint64_t)_mm512_test_epi32_mask(w, w) << k;
+    }
+    return m & 0xaaaaaaaaaaaaaaaaull;
+}
+
 /* The decode layout for units of fewer than 8 rows (the float path's
- * choice too): scores lane = key, P.V lane = dim (16-bit weights of the row
- * broadcast in pairs against the staged value pairs), so no lane idles. */
-static void q8_decode_unit(q8_unit *x) {
+ * choice too): scores lane = key, P.V lane = dim (the row's hi and lo
+ * weight words of 4 keys broadcast against the staged 4-key value words), so
+ * no lane idles. 0, or 1 when a weight level came out negative (the caller
+ * reruns the unit on the AVX2 path). */
+static int q8_decode_unit(q8_unit *x) {
     const kvs_attn_call *c = x->u.c;
     const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D), rows = x->u.rows;
     void *tile = x->u.stage + (size_t)3 * 16 * 256;
@@ -499,6 +592,8 @@ static void q8_decode_unit(q8_unit *x) {
     decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, jmin, maxall, qoff, qs, mx);
     /* exp, sums, weights and their 16-bit levels, per row (lane = key) */
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
+    const __m128i order = _mm_set_epi8(15, 13, 14, 12, 11, 9, 10, 8, 7, 5, 6, 4, 3, 1, 2, 0);
+    __m512i sign = _mm512_setzero_si512();
     for (int r = 0; r < rows; r++) {
         float *S = x->u.S + (size_t)r * x->u.ctxs;
         const int n = x->u.n[r];
@@ -517,36 +612,44 @@ static void q8_decode_unit(q8_unit *x) {
         const float wm = _mm512_reduce_max_ps(wmax); /* >= +0, no NaN: the order is free */
         pd[r] = wm / 32767.0f;
         const __m512 ipd = _mm512_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
-        int16_t *P = (int16_t *)S; /* levels in place, P[j] at 2 bytes a key */
-        for (int j = jmin; j < ((n + 1) & ~1); j += 16) {
+        /* levels in place as weights_rows lays them out: the lo and hi
+         * bytes of keys j.. (in the order j, j+2, j+1, j+3) at P[j / 2] and
+         * P[j / 2 + 1] */
+        int32_t *P = (int32_t *)S;
+        for (int j = jmin; j < ((n + 3) & ~3); j += 16) {
             const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
             const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + j), ipd);
             const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
             const __m512i p = _mm512_maskz_cvtps_epi32(in & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc);
-            _mm256_storeu_si256((__m256i *)(P + j), _mm512_cvtepi32_epi16(p)); /* to P[j + 15] <= 2 (j + 15): behind */
+            sign = _mm512_or_si512(sign, p);
+            const __m128i lo = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(p), order);
+            const __m128i hi = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(_mm512_srai_epi32(p, 8)), order);
+            _mm_storeu_si128((__m128i *)(P + j / 2), _mm_unpacklo_epi32(lo, hi)); /* to P[j / 2 + 7] < j: behind */
+            _mm_storeu_si128((__m128i *)(P + j / 2 + 4), _mm_unpackhi_epi32(lo, hi));
         }
     }
-    /* P.V per PV block, value pairs staged once for every row */
+    if (_mm512_movepi32_mask(sign)) return 1; /* a negative value scale: no unsigned hi bytes */
+    /* P.V per PV block, values staged once for every row */
     float o[8][KVS_ATTN_Q8_MAX_DIM];
     for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
     for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
-        const int jb = kvs_attn_q8_pairs_end(j0, JT, maxall);
-        stage_values(x, ja, jb - ja, tile);
-        const int32_t *v2 = tile;
+        const int jb = ((j0 + JT < maxall ? j0 + JT : maxall) + 3) & ~3;
+        stage_values4(x, ja, jb - ja, tile);
         for (int r = 0; r < rows; r++) {
-            const int n = x->u.n[r], hi = ((n + 1) & ~1) < jb ? ((n + 1) & ~1) : jb;
-            const int16_t *P = (const int16_t *)(x->u.S + (size_t)r * x->u.ctxs);
+            const int n4 = (x->u.n[r] + 3) & ~3, hi = n4 < jb ? n4 : jb;
+            const int32_t *P = (const int32_t *)(x->u.S + (size_t)r * x->u.ctxs);
             for (int b0 = ja, b1; b0 < hi; b0 = b1) {
                 b1 = kvs_attn_q8_block_end(b0, hi);
+                const uint64_t hot = hot_groups(P, b0 / 4, (b1 - b0) / 4);
                 for (int d0 = 0; d0 < D; d0 += 128) {
-                    const int32_t *vrow = v2 + (size_t)((b0 - ja) / 2) * D + d0;
+                    const int32_t *v4 = (const int32_t *)tile + (size_t)((b0 - ja) / 4) * D + d0;
                     float *od = o[r] + d0;
-                    const int nv = (D - d0) / 16 < 8 ? (D - d0) / 16 : 8;
+                    const int nv = (D - d0) / 16 < 8 ? (D - d0) / 16 : 8, g0 = b0 / 4, g1 = b1 / 4;
                     switch (nv) { /* constant counts: sums in registers */
-                    case 4: pv_decode_dims(P, vrow, D, b0, b1, 4, od); break;
-                    case 8: pv_decode_dims(P, vrow, D, b0, b1, 8, od); break;
-                    default: pv_decode_dims(P, vrow, D, b0, b1, nv, od); break;
+                    case 4: pv_decode_dims(P, v4, D, g0, g1, hot, 4, od); break;
+                    case 8: pv_decode_dims(P, v4, D, g0, g1, hot, 8, od); break;
+                    default: pv_decode_dims(P, v4, D, g0, g1, hot, nv, od); break;
                     }
                 }
             }
@@ -559,6 +662,7 @@ static void q8_decode_unit(q8_unit *x) {
             _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d), _mm512_set1_ps(pd[r])),
                                                     _mm512_set1_ps(inv[r])));
     }
+    return 0;
 }
 
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
@@ -580,8 +684,8 @@ void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g,
     x.K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x.rb;
     x.V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x.rb;
     x.nrb = (rows + 15) / 16;
-    if (rows < 8) q8_decode_unit(&x);
-    else q8_unit_run(&x);
+    if (rows < 8 ? q8_decode_unit(&x) : q8_unit_run(&x)) /* negative levels (a damaged cache): rare */
+        kvs_attention_unit_q8_avx2(c, t0, t1, g, work);
 }
 
 #if defined(__clang__)
