@@ -205,8 +205,10 @@ static void qk_blocks(q8_unit *x, const int32_t *Qt, const uint8_t *kst, int j0,
 }
 
 /* Block b's exp (sum, 1 / sum) and weights w_j = e_j vd_j with their
- * maximum, then the 16-bit weights as pairs in place: P[j/2] over S. Keys
- * from the block's maxn to maxall (even) get weight 0. */
+ * maximum, then the 15-bit levels as byte words in place over S: per 4 keys
+ * j.. (a multiple of 4), the lo word at S + 16 (j / 2), the hi word 16
+ * floats further. Keys from the block's maxn to maxall (rounded up to 4)
+ * get weight 0. A level below 0 sets x->negative. */
 static void weights_rows(q8_unit *x, int b) {
     const int D = x->u.D, maxn = x->maxn[b], jmin = x->u.jmin;
     float *S = x->u.S + (size_t)b * 16 * x->u.ctxs;
@@ -233,7 +235,7 @@ static void weights_rows(q8_unit *x, int b) {
     const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
     const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
     x->pd[b] = pd;
-    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff);
+    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff), low16 = _mm512_set1_epi32(0xffff);
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     const int end = (x->maxall + 3) & ~3;
     __m512i sign = _mm512_setzero_si512();
@@ -252,8 +254,8 @@ static void weights_rows(q8_unit *x, int b) {
         }
         /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
          * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
-        const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(p[1], 16));
-        const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(p[3], 16));
+        const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16));
+        const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], low16), _mm512_slli_epi32(p[3], 16));
         const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
         const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
         _mm512_storeu_si512(S + (size_t)(j / 2) * 16, lo); /* behind the scores read: j / 2 + 1 < j + 4 */
@@ -330,7 +332,8 @@ AI void pv_tile_nb(q8_unit *x, int nb, const int32_t *v4, int j0, int ja, int jb
         const float *ph = x->u.S + (size_t)(b0 / 2) * 16 + 16;
         for (int g = 0; g < (b1 - b0) / 4; g++) {
             __m512i h = _mm512_loadu_si512(ph + 32 * g);
-            for (int b = 1; b < nb; b++) h = _mm512_or_si512(h, _mm512_loadu_si512(ph + (size_t)b * 16 * x->u.ctxs + 32 * g));
+            for (int b = 1; b < nb; b++)
+                h = _mm512_or_si512(h, _mm512_loadu_si512(ph + (size_t)b * 16 * x->u.ctxs + 32 * g));
             hot[nhot] = (uint8_t)g;
             nhot += _mm512_test_epi32_mask(h, h) != 0;
         }

@@ -270,7 +270,7 @@ int kvs_amx_batch_type(int type);
 #define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
 /* Keys per staged tile of the Q8 SIMD units: the AVX2 unit's value pairs
  * (2 D bytes a key) fill the staging buffer (AVX-512's 4-key value words
- * take D, its staged keys D rounded up to 64: fewer); a multiple of the PV block (D <= 256: at least
+ * take D; its staged keys, D rounded up to 64, fit under the 512 cap); a multiple of the PV block (D <= 256: at least
  * one) and at most 512 (past that the score pass gains nothing). */
 static inline int kvs_attn_q8_tile_keys(int D) {
     const int jt = (int)(KVS_ATTN_STAGE_FLOATS * sizeof(float) / (2 * (size_t)D)) / KVS_ATTN_Q8_PV_BLOCK *
