@@ -11,10 +11,12 @@
  * whether vcvtph2ps bounds a kernel); --q8_0 / --q4_0: the same with Q8_0 /
  * Q4_0 weights. --shape NAME and --m M time only that shape (a prefix of its
  * name, e.g. ffn_down) and that row count (any; by default 1, 8 and 512):
- * A/B runs of one kernel in seconds, not a minute.
+ * A/B runs of one kernel in seconds, not a minute. --attn-depth D times the
+ * attention of 512 tokens after D instead (a model's pp512 at depth D);
+ * --q-scale S multiplies the queries (S 6: rows peaked as on real text).
  *
  *   bench_kernels [--quick] [--isa NAME] [--threads N] [--cpu] [--no-attn] [--kv-type f16|f32|q8] [--gemma3 | --f16 | --f32 | --q8_0 | --q4_0 | --q5_0]
- *                 [--shape NAME] [--m M]
+ *                 [--shape NAME] [--m M] [--attn-depth D] [--q-scale S]
  */
 #include <math.h>
 #include <stdio.h>
@@ -209,15 +211,23 @@ static const attn_shape k_attn_smollm2 = {9, 3, 64}, k_attn_gemma3 = {4, 1, 256}
 static const attn_shape *g_attn = &k_attn_smollm2;
 static int g_kv_type = KVS_KV_F16; /* --kv-type */
 
+static int g_attn_depth = -1; /* --attn-depth: 512 tokens after this many */
+static float g_q_scale = 1.0f; /* --q-scale: queries times this (peaked rows) */
+
 /* Attention of one layer (g_attn; g_kv_type KV): prefill of ctx tokens (causal)
- * and decode of one token at position ctx-1. With fewer kv heads than
- * threads (gemma3 on 2) decode takes the split path (kvs_isa). */
+ * and decode of one token at position ctx-1; with --attn-depth D, the
+ * prefill of 512 tokens after D (a model's pp512 at depth D). With fewer kv
+ * heads than threads (gemma3 on 2) decode takes the split path (kvs_isa). */
 static void bench_attention(const char *isa, int threads, int quick) {
     kvs_pool *pool = threads > 1 ? kvs_pool_new(threads) : NULL;
     const int nh = g_attn->nh, nkv = g_attn->nkv, hd = g_attn->hd;
-    int ctxs[] = {512, 2048, 4096};
-    for (int ci = 0; ci < 3; ci++) {
-        int ctx = ctxs[ci];
+    int ctxs[] = {512, 2048, 4096}, ncase = 3;
+    if (g_attn_depth >= 0) {
+        ctxs[0] = g_attn_depth + 512;
+        ncase = 1;
+    }
+    for (int ci = 0; ci < ncase; ci++) {
+        const int ctx = ctxs[ci], first = g_attn_depth >= 0 ? g_attn_depth : 0, m = ctx - first;
         if (!strcmp(isa, "scalar") && ctx > 512) continue;
         const size_t kvn = (size_t)nkv * ctx * hd, kvb = (size_t)nkv * ctx * kvs_kv_row_bytes(g_kv_type, hd);
         float *kf = malloc(kvn * sizeof *kf), *vf = malloc(kvn * sizeof *vf);
@@ -228,27 +238,28 @@ static void bench_attention(const char *isa, int threads, int quick) {
         free(kf);
         free(vf);
         float *q = malloc(sizeof(float) * (size_t)ctx * nh * hd), *out = malloc(sizeof(float) * (size_t)ctx * nh * hd);
-        for (size_t i = 0; i < (size_t)ctx * nh * hd; i++) q[i] = rndf();
+        for (size_t i = 0; i < (size_t)ctx * nh * hd; i++) q[i] = rndf() * g_q_scale;
         int32_t *pos = malloc(sizeof(int32_t) * ctx);
-        for (int t = 0; t < ctx; t++) pos[t] = t;
+        for (int t = 0; t < ctx; t++) pos[t] = first + t;
         void *work = malloc(kvs_attention_work_size(threads, ctx));
         double tp[16], td[64];
-        int reps = quick ? 2 : (ctx >= 4096 ? 3 : 5);
+        int reps = quick ? 2 : g_attn_depth >= 0 ? 7 : (ctx >= 4096 ? 3 : 5);
         for (int r = 0; r < reps; r++) {
             double a = now_s();
-            kvs_attention(pool, out, q, pos, ctx, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
+            kvs_attention(pool, out, q, pos, m, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
             tp[r] = now_s() - a;
         }
         for (int r = 0; r < 32; r++) {
             double a = now_s();
-            kvs_attention(pool, out, q, pos + ctx - 1, 1, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
+            kvs_attention(pool, out, q, pos + m - 1, 1, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
             td[r] = now_s() - a;
         }
         double p = median(tp, reps), d = median(td, 32);
-        /* flops: QK and PV, 2 flops per MAC, causal half */
-        double flops = 2.0 * 2.0 * nh * hd * (double)ctx * (ctx + 1) / 2;
-        printf("  %-10s t=%d  attention %s %dx%dx%d ctx=%-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
-               isa, threads, kvs_kv_type_name(g_kv_type), nh, nkv, hd, ctx, p * 1e3, flops / p / 1e9, p / ctx * 1e6, d * 1e6);
+        /* flops: QK and PV, 2 flops per MAC, the keys of each row (causal) */
+        double flops = 2.0 * 2.0 * nh * hd * ((double)ctx * (ctx + 1) / 2 - (double)first * (first + 1) / 2);
+        printf("  %-10s t=%d  attention %s %dx%dx%d ctx=%-5d after %-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
+               isa, threads, kvs_kv_type_name(g_kv_type), nh, nkv, hd, ctx, first, p * 1e3, flops / p / 1e9,
+               p / m * 1e6, d * 1e6);
         fflush(stdout);
         free(k); free(v); free(q); free(out); free(pos); free(work);
     }
@@ -302,6 +313,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--q5_0")) g_type = KVS_TYPE_Q5_0;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) only_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--attn-depth") && i + 1 < argc) g_attn_depth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--q-scale") && i + 1 < argc) g_q_scale = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--gemma3")) {
             g_shapes = k_gemma3;
             g_attn = &k_attn_gemma3;

@@ -182,26 +182,30 @@ TEST(test_matmul_multi_equals_separate) {
     kvs_pool_free(pools[1]);
 }
 
-/* A random KV cache of kvn elements per tensor: f16 (kv_type 0) or f32. */
+/* A random KV cache of kvn elements per tensor (rows of hd): f16, f32 or
+ * Q8 rows (kv_type 0, 1, 2). */
 typedef struct rand_kv {
     void *k, *v;
 } rand_kv;
 
-static rand_kv rand_kv_new(size_t kvn, int kv_type) {
+static rand_kv rand_kv_new(size_t kvn, int kv_type, int hd) {
     float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
     kt_rand_vec(kf, kvn, 2.0f);
     kt_rand_vec(vf, kvn, 1.0f);
-    if (kv_type != 0) return (rand_kv){kf, vf};
-    rand_kv kv = {xmalloc(kvn * 2), xmalloc(kvn * 2)};
-    kvs_f32_to_f16_row(kf, kv.k, (int)kvn);
-    kvs_f32_to_f16_row(vf, kv.v, (int)kvn);
+    if (kv_type == KVS_KV_F32) return (rand_kv){kf, vf};
+    const int rows = (int)(kvn / (size_t)hd);
+    rand_kv kv = {xmalloc(kvs_kv_row_bytes(kv_type, hd) * rows), xmalloc(kvs_kv_row_bytes(kv_type, hd) * rows)};
+    kvs_kv_rows_store(kv_type, kf, kv.k, rows, hd);
+    kvs_kv_rows_store(kv_type, vf, kv.v, rows, hd);
     free(kf);
     free(vf);
     return kv;
 }
 
 /* Attention: tokens of one sequence (positions start..start+m-1) computed in
- * one call, one per call, in random chunks, and on 1..4 threads. */
+ * one call, one per call, in random chunks, and on 1..4 threads; f16, f32
+ * and Q8 caches (a Q8 call of several units per kv head stages its keys
+ * and values once on AVX-512, split across the threads). */
 TEST(test_attention_invariance) {
     kvs_pool *pools[5] = {NULL};
     for (int t = 2; t <= 4; t++) pools[t] = kvs_pool_new(t);
@@ -209,12 +213,12 @@ TEST(test_attention_invariance) {
     int checked = 0;
     for (size_t s = 0; s < sizeof(isas) / sizeof(isas[0]); s++) {
         if (!use_isa(s)) continue;
-        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        for (int kv_type = 0; kv_type <= 2; kv_type++) {
             size_t kvn = (size_t)n_kv * n_ctx * hd, qn = (size_t)m * n_head * hd;
             float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
             int32_t *pos = xmalloc(m * 4);
             kt_rand_vec(q, qn, 2.0f);
-            const rand_kv kv = rand_kv_new(kvn, kv_type);
+            const rand_kv kv = rand_kv_new(kvn, kv_type, hd);
             const void *k = kv.k, *v = kv.v;
             for (int t = 0; t < m; t++) pos[t] = start + t;
             void *work = xmalloc(kvs_attention_work_size(4, n_ctx));
@@ -276,7 +280,7 @@ TEST(test_attention_decode_split) {
             size_t kvn = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd;
             float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
             kt_rand_vec(q, qn, 2.0f);
-            const rand_kv kv = rand_kv_new(kvn, kv_type);
+            const rand_kv kv = rand_kv_new(kvn, kv_type, hd);
             const void *k = kv.k, *v = kv.v;
             const int32_t pos = cases[ci].pos;
             void *work = xmalloc(kvs_attention_work_size(4, ctx));
@@ -325,7 +329,7 @@ TEST(test_attention_rows_equal_each_alone) {
     const int types[NR] = {0, 0, 1, 0, 1, 0, 0};
     kvs_pool *pools[5] = {NULL, NULL, kvs_pool_new(2), kvs_pool_new(3), kvs_pool_new(4)};
     rand_kv kv[NR];
-    for (int r = 0; r < NR; r++) kv[r] = rand_kv_new((size_t)nkv * ctxs[r] * hd, types[r]);
+    for (int r = 0; r < NR; r++) kv[r] = rand_kv_new((size_t)nkv * ctxs[r] * hd, types[r], hd);
     const size_t qn = (size_t)NR * nh * hd;
     float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
     kt_rand_vec(q, qn, 2.0f);

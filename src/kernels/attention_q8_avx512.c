@@ -26,6 +26,12 @@
  *           them. A damaged cache's negative value scale makes p negative
  *           (no unsigned hi): such units are rerun by the AVX2 unit.
  *
+ * Staging: a prefill call of several units per kv head has each head's
+ * keys and values staged once for all of its units
+ * (kvs_attention_stage_q8_avx512, from dispatch.c; 7 vector operations a
+ * key against the score pass's 48 dots a key of a 48-row unit); otherwise
+ * each unit stages its tiles itself.
+ *
  * Units with recalibrated rows take the AVX2 Q8 unit (rare: a RAG request's
  * question and output after moved documents).
  */
@@ -149,6 +155,15 @@ static void stage_values4(const q8_unit *x, int j0, int nk, int32_t *v4) {
             for (int i = 0; i < 4 && d + 16 * i < D; i++) _mm512_storeu_si512(out + d + 16 * i, w[i]);
         }
     }
+}
+
+/* Slot j's group (j - staged_lo a multiple of 4) in the call's staged keys
+ * and values (kvs_attention_stage_q8_avx512). */
+static uint8_t *staged_keys_at(const kvs_attn_call *c, int j) {
+    return kvs_attn_q8_staged_at(c, 0) + (size_t)((j - c->staged_lo) / 4) * key_words(c->head_dim) * 4 * QK_KEYS;
+}
+static int32_t *staged_values_at(const kvs_attn_call *c, int j) {
+    return (int32_t *)kvs_attn_q8_staged_at(c, 1) + (size_t)((j - c->staged_lo) / 4) * c->head_dim;
 }
 
 /* Scores of keys [j0, j0 + nk) (staged at kst) for the nb blocks, running
@@ -424,11 +439,17 @@ static int q8_unit_run(q8_unit *x) {
     /* tiles aligned to PV blocks (so no block spans two tiles); the first
      * starts at the unit's first key */
     const int jstart = x->u.jmin / PV_BLOCK * PV_BLOCK;
+    /* keys and values staged once for every unit of the kv head
+     * (dispatch.c), or here tile by tile */
+    const int staged = c->staged && x->u.g == c->staged_g;
     for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
         const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
         const int jb = j0 + JT < x->maxall ? j0 + JT : x->maxall;
-        stage_keys(x, ja, jb - ja, tile);
-        qk_blocks(x, Qt, tile, ja, jb - ja);
+        if (staged) qk_blocks(x, Qt, staged_keys_at(c, ja), ja, jb - ja);
+        else {
+            stage_keys(x, ja, jb - ja, tile);
+            qk_blocks(x, Qt, tile, ja, jb - ja);
+        }
     }
     x->negative = 0;
     for (int b = 0; b < x->nrb; b++) weights_rows(x, b);
@@ -438,8 +459,11 @@ static int q8_unit_run(q8_unit *x) {
     for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
         const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
         const int jb = ((j0 + JT < x->maxall ? j0 + JT : x->maxall) + 3) & ~3;
-        stage_values4(x, ja, jb - ja, tile);
-        pv_tile(x, tile, ja, ja, jb, O);
+        if (staged) pv_tile(x, staged_values_at(c, ja), ja, ja, jb, O);
+        else {
+            stage_values4(x, ja, jb - ja, tile);
+            pv_tile(x, tile, ja, ja, jb, O);
+        }
     }
     /* out = (o * pd) * (1 / S), rows back to (token, head) order */
     for (int b = 0; b < x->nrb; b++) {
@@ -666,6 +690,20 @@ static int q8_decode_unit(q8_unit *x) {
                                                     _mm512_set1_ps(inv[r])));
     }
     return 0;
+}
+
+/* The kvs_isa hook: slots [j0, j1) of kv head c->staged_g staged as the
+ * units' tiles would be (stage_keys, stage_values4), at their place from
+ * c->staged_lo. */
+void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
+    q8_unit x;
+    x.u.c = c;
+    x.u.D = c->head_dim;
+    x.rb = kvs_kv_row_bytes(KVS_KV_Q8, x.u.D);
+    x.K = (const int8_t *)c->k + (size_t)c->staged_g * c->n_ctx * x.rb;
+    x.V = (const int8_t *)c->v + (size_t)c->staged_g * c->n_ctx * x.rb;
+    stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
+    stage_values4(&x, j0, j1 - j0, staged_values_at(c, j0));
 }
 
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {

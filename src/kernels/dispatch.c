@@ -542,7 +542,7 @@ void kvs_matmul_multi(kvs_pool *pool, int nw, const kvs_wmat *const *ws, const f
 
 size_t kvs_attention_work_size(int n_threads, int n_ctx) {
     if (n_threads < 1) n_threads = 1;
-    return 64 + (size_t)n_threads * kvs_attn_thread_floats(n_ctx) * sizeof(float);
+    return 64 + (size_t)n_threads * kvs_attn_thread_floats(n_ctx) * sizeof(float) + kvs_attn_q8_staged_bytes(n_ctx);
 }
 
 typedef struct attn_task {
@@ -562,6 +562,63 @@ static void attn_chunk(void *arg, int u, int ith) {
     int t0 = tile * t->tile, t1 = t0 + t->tile;
     if (t1 > c->m) t1 = c->m;
     t->unit(c, t0, t1, g, work);
+}
+
+/* Unit u of kv head c->staged_g: as attn_chunk, the last tiles first. */
+static void attn_staged_chunk(void *arg, int u, int ith) {
+    attn_task *t = arg;
+    const kvs_attn_call *c = &t->call;
+    float *work = c->work + (size_t)ith * kvs_attn_thread_floats(c->n_ctx);
+    int t0 = (t->n_tiles - 1 - u) * t->tile, t1 = t0 + t->tile;
+    if (t1 > c->m) t1 = c->m;
+    t->unit(c, t0, t1, c->staged_g, work);
+}
+
+/* Staging of kv head c->staged_g's Q8 keys and values: chunks of
+ * ATTN_STAGE_KEYS slots from the call's staged_lo up to end. */
+#define ATTN_STAGE_KEYS 256
+typedef struct attn_stage_task {
+    const kvs_isa *isa;
+    const kvs_attn_call *call;
+    int end;
+} attn_stage_task;
+
+static void attn_stage_chunk(void *arg, int u, int ith) {
+    (void)ith;
+    const attn_stage_task *t = arg;
+    const int j0 = t->call->staged_lo + u * ATTN_STAGE_KEYS;
+    t->isa->attention_stage_q8(t->call, j0, j0 + ATTN_STAGE_KEYS < t->end ? j0 + ATTN_STAGE_KEYS : t->end);
+}
+
+/* A Q8 prefill with more than one unit per kv head: every unit reads each
+ * key of its rows' range, so each kv head's keys and values are staged
+ * once (the threads splitting the slots), then its units run on them.
+ * Staging per unit was 13% of the Q8 kernel's time in a 512-token prefill
+ * after 7680 (32 units per kv head); once, one layer's attention there
+ * takes 1.03-1.17x less time at 1 thread (the staged keys come from the
+ * L2 or L3, not a tile in the L1). Returns 0 when not taken. */
+static int attention_staged_q8(kvs_pool *pool, const kvs_isa *isa, attn_task *t) {
+    kvs_attn_call *c = &t->call;
+    const int group = c->n_head / c->n_kv_head;
+    if (c->kv_type != KVS_KV_Q8 || !isa->attention_stage_q8 || t->n_tiles < 2 || t->tile * group < 8 ||
+        c->head_dim > KVS_ATTN_Q8_MAX_DIM)
+        return 0;
+    int lo = c->n_ctx, hi = 0;
+    for (int i = 0; i < c->m; i++) {
+        const int n = kvs_attn_n(c, c->pos[i]), l = kvs_attn_lo(c, n);
+        if (n > hi) hi = n;
+        if (l < lo) lo = l;
+    }
+    if (hi <= lo) return 0;
+    c->staged_lo = lo & ~15;
+    c->staged = (uint8_t *)(c->work + (size_t)c->n_threads * kvs_attn_thread_floats(c->n_ctx));
+    attn_stage_task st = {.isa = isa, .call = c, .end = hi};
+    for (c->staged_g = 0; c->staged_g < c->n_kv_head; c->staged_g++) {
+        kvs_pool_for(pool, (hi - c->staged_lo + ATTN_STAGE_KEYS - 1) / ATTN_STAGE_KEYS, attn_stage_chunk, &st);
+        kvs_pool_for(pool, t->n_tiles, attn_staged_chunk, t);
+    }
+    c->staged = NULL;
+    return 1;
 }
 
 typedef struct attn_split_task {
@@ -644,6 +701,7 @@ void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int3
     t.tile = KVS_ATTN_ROWS / group;
     if (t.tile < 1) t.tile = 1;
     t.n_tiles = (m + t.tile - 1) / t.tile;
+    if (attention_staged_q8(pool, isa, &t)) return;
     kvs_pool_for(pool, t.n_tiles * n_kv_head, attn_chunk, &t);
 }
 

@@ -67,6 +67,13 @@ typedef struct kvs_attn_call {
     kvs_attn_recal recal;  /* hi <= lo: none */
     float *work;           /* per thread: kvs_attn_thread_floats(n_ctx) */
     int n_threads;         /* of the pool that runs the call's units */
+    /* Q8 prefill: kv head staged_g's keys and values from slot staged_lo
+     * (a multiple of 16) on, staged once for all of its units in the ISA's
+     * layout (kvs_isa.attention_stage_q8) in the shared region after the
+     * threads' scratch (staged: its start; kvs_attn_q8_staged_at); NULL:
+     * none, each unit stages its own. */
+    uint8_t *staged;
+    int staged_g, staged_lo;
 } kvs_attn_call;
 
 /* Bytes of one K / V element: kv_type 0 is F16, else F32 (the float types;
@@ -96,6 +103,7 @@ static inline float kvs_q8_row_scale(const int8_t *row, int D) {
 void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 #if defined(__x86_64__)
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1);
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 #endif
 
@@ -288,6 +296,21 @@ static inline int kvs_attn_q8_pairs_end(int j0, int JT, int maxall) {
     return (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
 }
 size_t kvs_attn_thread_floats(int n_ctx);
+/* The Q8 staged keys and values of one kv head (the region after the
+ * threads' scratch): per slot, a key's levels rounded up to 64 bytes, then
+ * a value's D; slots up to n_ctx + 64 (a tile's round-up past n_ctx). One
+ * head at a time: staging them all at once (3 MB at 8192 slots for SmolLM2)
+ * was 0.91-0.99x one at a time (the scores' rows, 1.5 MB a unit there,
+ * already fill the L2). */
+static inline size_t kvs_attn_q8_staged_slots(int n_ctx) { return (size_t)n_ctx + 64; }
+static inline size_t kvs_attn_q8_staged_bytes(int n_ctx) {
+    return kvs_attn_q8_staged_slots(n_ctx) * 2 * KVS_ATTN_Q8_MAX_DIM;
+}
+/* The staged keys (values 0) or values (1) in the call's region. */
+static inline uint8_t *kvs_attn_q8_staged_at(const kvs_attn_call *c, int values) {
+    const size_t kb = (size_t)(c->head_dim + 63) / 64 * 64;
+    return c->staged + (values ? kvs_attn_q8_staged_slots(c->n_ctx) * kb : 0);
+}
 /* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
  * (SIMD tails; the decode split keeps 1 / sum in the last), a multiple of 16. */
 static inline size_t kvs_attn_score_stride(int n_ctx) { return (size_t)(n_ctx + 16 + 15) & ~(size_t)15; }
@@ -318,6 +341,11 @@ typedef struct kvs_isa {
     /* Also split where the kv heads do not divide evenly among the threads
      * (not fewer), from this many keys on; 0: never. */
     int attention_split_uneven_keys;
+    /* Optional (NULL: each Q8 unit stages its own tiles): stages keys and
+     * values [j0, j1) (j0 - c->staged_lo a multiple of 16) of kv head
+     * c->staged_g at kvs_attn_q8_staged_at, so that a prefill's units,
+     * which all read every key, skip their own staging. */
+    void (*attention_stage_q8)(const kvs_attn_call *c, int j0, int j1);
 } kvs_isa;
 
 /* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */
