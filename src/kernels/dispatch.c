@@ -552,26 +552,25 @@ typedef struct attn_task {
     int n_tiles;
 } attn_task;
 
+/* The unit of tile `tile` and kv head g on thread ith. */
+static void attn_run_unit(const attn_task *t, int tile, int g, int ith) {
+    const kvs_attn_call *c = &t->call;
+    int t0 = tile * t->tile, t1 = t0 + t->tile;
+    if (t1 > c->m) t1 = c->m;
+    t->unit(c, t0, t1, g, c->work + (size_t)ith * kvs_attn_thread_floats(c->n_ctx));
+}
+
 /* Unit u: the last tiles first (causal rows there are the longest), each
  * tile once per kv head. */
 static void attn_chunk(void *arg, int u, int ith) {
-    attn_task *t = arg;
-    const kvs_attn_call *c = &t->call;
-    float *work = c->work + (size_t)ith * kvs_attn_thread_floats(c->n_ctx);
-    int tile = t->n_tiles - 1 - u / c->n_kv_head, g = u % c->n_kv_head;
-    int t0 = tile * t->tile, t1 = t0 + t->tile;
-    if (t1 > c->m) t1 = c->m;
-    t->unit(c, t0, t1, g, work);
+    const attn_task *t = arg;
+    attn_run_unit(t, t->n_tiles - 1 - u / t->call.n_kv_head, u % t->call.n_kv_head, ith);
 }
 
 /* Unit u of kv head c->staged_g: as attn_chunk, the last tiles first. */
 static void attn_staged_chunk(void *arg, int u, int ith) {
-    attn_task *t = arg;
-    const kvs_attn_call *c = &t->call;
-    float *work = c->work + (size_t)ith * kvs_attn_thread_floats(c->n_ctx);
-    int t0 = (t->n_tiles - 1 - u) * t->tile, t1 = t0 + t->tile;
-    if (t1 > c->m) t1 = c->m;
-    t->unit(c, t0, t1, c->staged_g, work);
+    const attn_task *t = arg;
+    attn_run_unit(t, t->n_tiles - 1 - u, t->call.staged_g, ith);
 }
 
 /* Staging of kv head c->staged_g's Q8 keys and values: chunks of
