@@ -599,8 +599,10 @@ static void attn_stage_chunk(void *arg, int u, int ith) {
 static int attention_staged_q8(kvs_pool *pool, const kvs_isa *isa, attn_task *t) {
     kvs_attn_call *c = &t->call;
     const int group = c->n_head / c->n_kv_head;
+    /* the units that read the staged copy: the prefill layout's (8 to
+     * KVS_ATTN_ROWS rows, head_dim a multiple of 16 up to the Q8 limit) */
     if (c->kv_type != KVS_KV_Q8 || !isa->attention_stage_q8 || t->n_tiles < 2 || t->tile * group < 8 ||
-        c->head_dim > KVS_ATTN_Q8_MAX_DIM)
+        t->tile * group > KVS_ATTN_ROWS || c->head_dim % 16 != 0 || c->head_dim > KVS_ATTN_Q8_MAX_DIM)
         return 0;
     int lo = c->n_ctx, hi = 0;
     for (int i = 0; i < c->m; i++) {

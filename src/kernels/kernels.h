@@ -239,7 +239,8 @@ void kvs_kv_rows_store(int kv_type, const float *x, void *dst, int n, int head_d
  * Each (token, head) is computed independently, keys in ascending slot order,
  * so the result does not depend on m or on the thread count. Grouped-query:
  * head h reads kv head h / (n_head / n_kv_head). work: kvs_attention_work_size
- * with n_threads >= kvs_pool_size(pool). */
+ * with n_threads >= kvs_pool_size(pool) (each thread's score rows and tiles,
+ * then 512 bytes a slot the threads share: a Q8 prefill's staged kv head). */
 size_t kvs_attention_work_size(int n_threads, int n_ctx);
 void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
