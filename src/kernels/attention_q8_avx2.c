@@ -414,7 +414,7 @@ static void q8_decode_avx2(q8_unit2 *x) {
 
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
-    if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS) {
+    if (!kvs_attn_q8_simd_shape(D, rows)) {
         kvs_attention_unit_q8_ref(c, t0, t1, g, work);
         return;
     }

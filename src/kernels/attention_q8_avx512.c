@@ -714,7 +714,7 @@ void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g,
         kvs_attention_unit_q8_avx2(c, t0, t1, g, work);
         return;
     }
-    if (D % 16 != 0 || D > KVS_ATTN_Q8_MAX_DIM || rows > KVS_ATTN_ROWS) {
+    if (!kvs_attn_q8_simd_shape(D, rows)) {
         kvs_attention_unit_q8_ref(c, t0, t1, g, work);
         return;
     }
@@ -725,7 +725,7 @@ void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g,
     x.K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x.rb;
     x.V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x.rb;
     x.nrb = (rows + 15) / 16;
-    if (rows < 8 ? q8_decode_unit(&x) : q8_unit_run(&x)) /* negative levels (a damaged cache): rare */
+    if (rows < KVS_ATTN_Q8_PREFILL_ROWS ? q8_decode_unit(&x) : q8_unit_run(&x)) /* negative levels (a damaged cache): rare */
         kvs_attention_unit_q8_avx2(c, t0, t1, g, work);
 }
 

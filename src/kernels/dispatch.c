@@ -593,16 +593,15 @@ static void attn_stage_chunk(void *arg, int u, int ith) {
  * key of its rows' range, so each kv head's keys and values are staged
  * once (the threads splitting the slots), then its units run on them.
  * Staging per unit was 13% of the Q8 kernel's time in a 512-token prefill
- * after 7680 (32 units per kv head); once, one layer's attention there
- * takes 1.03-1.17x less time at 1 thread (the staged keys come from the
- * L2 or L3, not a tile in the L1). Returns 0 when not taken. */
+ * after 7680 (32 units per kv head); staged once, one layer's attention
+ * there takes 0.95-0.96x the time (paired, 1 and 2 threads: the staged keys
+ * come from the L2 or L3, not a tile in the L1). Returns 0 when not taken. */
 static int attention_staged_q8(kvs_pool *pool, const kvs_isa *isa, attn_task *t) {
     kvs_attn_call *c = &t->call;
-    const int group = c->n_head / c->n_kv_head;
-    /* the units that read the staged copy: the prefill layout's (8 to
-     * KVS_ATTN_ROWS rows, head_dim a multiple of 16 up to the Q8 limit) */
-    if (c->kv_type != KVS_KV_Q8 || !isa->attention_stage_q8 || t->n_tiles < 2 || t->tile * group < 8 ||
-        t->tile * group > KVS_ATTN_ROWS || c->head_dim % 16 != 0 || c->head_dim > KVS_ATTN_Q8_MAX_DIM)
+    const int rows = t->tile * (c->n_head / c->n_kv_head);
+    /* only units that read the staged copy: the prefill layout's */
+    if (c->kv_type != KVS_KV_Q8 || !isa->attention_stage_q8 || t->n_tiles < 2 ||
+        !kvs_attn_q8_simd_shape(c->head_dim, rows) || rows < KVS_ATTN_Q8_PREFILL_ROWS)
         return 0;
     int lo = c->n_ctx, hi = 0;
     for (int i = 0; i < c->m; i++) {

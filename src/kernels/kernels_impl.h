@@ -296,6 +296,15 @@ static inline int kvs_attn_q8_pairs_end(int j0, int JT, int maxall) {
     return (j0 + JT < maxall ? j0 + JT : maxall + 1) & ~1;
 }
 size_t kvs_attn_thread_floats(int n_ctx);
+/* The shapes the Q8 SIMD units take (others go to the reference unit):
+ * head_dim a multiple of 16 up to the Q8 limit, at most KVS_ATTN_ROWS rows.
+ * AVX-512's lays units of KVS_ATTN_Q8_PREFILL_ROWS rows or more out as the
+ * prefill (lane = row, reading a staged kv head where there is one), fewer
+ * as the decode (lane = key / dim). */
+#define KVS_ATTN_Q8_PREFILL_ROWS 8
+static inline int kvs_attn_q8_simd_shape(int D, int rows) {
+    return D % 16 == 0 && D <= KVS_ATTN_Q8_MAX_DIM && rows <= KVS_ATTN_ROWS;
+}
 /* The Q8 staged keys and values of one kv head (the region after the
  * threads' scratch): per slot, a key's levels rounded up to 64 bytes, then
  * a value's D; slots up to n_ctx + 64 (a tile's round-up past n_ctx). One
