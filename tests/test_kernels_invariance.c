@@ -261,9 +261,11 @@ TEST(test_attention_invariance) {
  * past 4096 keys) and a path may split one kv head's keys, rows and dims
  * across threads (kvs_isa's attention_split_*): the bits of the scalar path
  * on one thread, for groups of 1 to 4 rows (split on AVX2 and AVX-512), 7
- * (split on AVX-512) and 16 (not split), head_dim 32 to 256, windows, f16
- * and f32 caches; then with a NaN key element, the bits of the same path on
- * one thread. */
+ * (split on AVX-512) and 16 (not split), head_dim 32 to 256, windows, f16,
+ * f32 and Q8 caches; then with a NaN key element (Q8: a NaN key scale), the
+ * bits of the same path on one thread; Q8 also with a negative value scale
+ * (a damaged cache: the split declines its last phase and the units rerun
+ * the head on AVX2), the scalar bits. */
 TEST(test_attention_decode_split) {
     struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
         {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
@@ -275,7 +277,7 @@ TEST(test_attention_decode_split) {
     kvs_pool *pools[5] = {NULL, NULL, kvs_pool_new(2), NULL, kvs_pool_new(4)};
     int checked = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (int kv_type = 0; kv_type <= 1; kv_type++) {
+        for (int kv_type = 0; kv_type <= 2; kv_type++) {
             const int nh = cases[ci].nh, nkv = cases[ci].nkv, hd = cases[ci].hd, ctx = cases[ci].ctx;
             size_t kvn = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd;
             float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
@@ -289,20 +291,25 @@ TEST(test_attention_decode_split) {
                          work)
             /* then a NaN key element: no path matches fmaxf's NaN rule, but
              * each gives its own one-thread bits on any thread count */
-            for (int nan = 0; nan <= 1; nan++) {
+            const size_t q8_rb = kvs_kv_row_bytes(KVS_KV_Q8, hd);
+            for (int nan = 0; nan <= (kv_type == KVS_KV_Q8 ? 2 : 1); nan++) {
                 const size_t nan_at = (size_t)(pos / 2) * hd + 1; /* kv head 0, key pos / 2 */
-                if (nan && kv_type == 0) ((uint16_t *)kv.k)[nan_at] = 0x7e00;
+                const float bad_scale = nan == 1 ? NAN : -0.5f;
+                if (nan && kv_type == KVS_KV_Q8) /* nan 1: key pos / 2's scale; 2: value pos / 3's */
+                    memcpy((int8_t *)(nan == 1 ? kv.k : kv.v) + (size_t)(pos / (nan + 1)) * q8_rb + hd, &bad_scale, 4);
+                else if (nan && kv_type == 0) ((uint16_t *)kv.k)[nan_at] = 0x7e00;
                 else if (nan) ((float *)kv.k)[nan_at] = NAN;
                 kvs_kernels_set_isa("scalar");
                 ATTN(NULL, ref);
                 for (size_t s = 1; s < N_ISAS; s++) {
                     if (!use_isa(s)) continue;
-                    if (nan) ATTN(NULL, ref);
+                    if (nan == 1) ATTN(NULL, ref);
                     for (int th = 2; th <= 4; th += 2) {
                         memset(out, 0xff, qn * 4);
                         ATTN(pools[th], out);
                         CHECK_MSG(memcmp(ref, out, qn * 4) == 0, "%s case %zu kv %d%s, %d threads: differs from %s",
-                                  isas[s], ci, kv_type, nan ? " NaN key" : "", th, nan ? "1 thread" : "scalar");
+                                  isas[s], ci, kv_type, nan == 2 ? " negative value scale" : nan ? " NaN key" : "", th,
+                                  nan == 1 ? "1 thread" : "scalar");
                         checked++;
                     }
                 }

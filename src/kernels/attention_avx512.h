@@ -87,6 +87,39 @@ static inline void unit_init(unit_ctx *u, const kvs_attn_call *c, int t0, int t1
 }
 
 
+/* One decode token split across threads (kvs_isa's attention_split_*, f16
+ * / f32 in attention_avx512_decode.c, Q8 in attention_q8_avx512.c): kv head
+ * g's unit with its score rows in thread 0's (c->work, which every phase's
+ * units share) and its staging in the thread's own work. */
+static inline void split_unit_init(unit_ctx *u, const kvs_attn_call *c, int g, float *work) {
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
+    const int group = c->n_head / c->n_kv_head;
+    unit_init(u, c, 0, 1, g, c->work + (size_t)g * group * ctxs, work + KVS_ATTN_ROWS * ctxs);
+}
+
+/* Phase 0 (scores): about 8 units per thread, each at least
+ * SPLIT_UNIT_BYTES of keys (a unit's first keys are not prefetched by
+ * itself: units of 32 KB of SmolLM2's f16 keys were 1.5x slower than of
+ * 128 KB). Keys per unit (a multiple of 32) of a span of keys of key_bytes
+ * each, and the units per kv head. */
+#define SPLIT_UNIT_BYTES (128 * 1024)
+static inline int split_key_units(const kvs_attn_call *c, int span, size_t key_bytes, int *keys_per_unit) {
+    const int nth = c->n_threads > 0 ? c->n_threads : 1;
+    const int want = (8 * nth + c->n_kv_head - 1) / c->n_kv_head;
+    const int min_keys = (int)(SPLIT_UNIT_BYTES / key_bytes);
+    int kpu = (span + want - 1) / want;
+    if (kpu < min_keys) kpu = min_keys;
+    kpu = (kpu + 31) & ~31;
+    *keys_per_unit = kpu;
+    return (span + kpu - 1) / kpu;
+}
+
+/* Kv heads that phase 2 (outputs) takes whole: those the threads share
+ * evenly; the rest are cut by dims. */
+static inline int split_whole_heads(const kvs_attn_call *c) {
+    return c->n_threads > 0 ? c->n_kv_head - c->n_kv_head % c->n_threads : 0;
+}
+
 /* The decode layout's passes for a unit of fewer than 8 rows
  * (attention_avx512_decode.c). */
 void kvs_avx512_decode_unit(unit_ctx *u);

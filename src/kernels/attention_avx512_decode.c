@@ -376,10 +376,6 @@ void kvs_avx512_decode_unit(unit_ctx *u) {
  * share: the phases run one after another. */
 
 #define SPLIT_DIMS 32 /* dims per unit of phase 2 (a multiple of 16) */
-/* Phase 0: about 8 units per thread, each at least SPLIT_UNIT_BYTES of
- * keys (a unit's first PF_K_BYTES are not prefetched by itself: units of
- * 32 KB of SmolLM2's keys were 1.5x slower than of 128 KB). */
-#define SPLIT_UNIT_BYTES (128 * 1024)
 
 /* The decode layout only (rows < 8: scores_keys / pv_keys), so that the
  * split gives the unit's bits; no recalibrated row (those take AVX2's
@@ -390,29 +386,9 @@ static int split_suits(const kvs_attn_call *c) {
            !kvs_attn_recal_row(c, c->pos[0]);
 }
 
-/* Kv head g's unit of the decode token, its score rows in thread 0's. */
-static void split_unit_init(unit_ctx *u, const kvs_attn_call *c, int g, float *work) {
-    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
-    const int group = c->n_head / c->n_kv_head;
-    unit_init(u, c, 0, 1, g, c->work + (size_t)g * group * ctxs, work + KVS_ATTN_ROWS * ctxs);
-}
-
-/* Phase 0's keys per unit (a multiple of 32) and units per kv head. */
-static int split_key_units(const unit_ctx *u, int *keys_per_unit) {
-    const kvs_attn_call *c = u->c;
-    const int span = unit_maxn(u) - u->jmin, nth = c->n_threads > 0 ? c->n_threads : 1;
-    const int want = (8 * nth + c->n_kv_head - 1) / c->n_kv_head;
-    const int min_keys = (int)(SPLIT_UNIT_BYTES / ((size_t)u->D * kvs_attn_elem_bytes(c)));
-    int kpu = (span + want - 1) / want;
-    if (kpu < min_keys) kpu = min_keys;
-    kpu = (kpu + 31) & ~31;
-    *keys_per_unit = kpu;
-    return (span + kpu - 1) / kpu;
-}
-
-/* Kv heads that phase 2 takes whole. */
-static int split_whole_heads(const kvs_attn_call *c) {
-    return c->n_threads > 0 ? c->n_kv_head - c->n_kv_head % c->n_threads : 0;
+/* Phase 0's keys per unit and units per kv head. */
+static int split_f_key_units(const unit_ctx *u, int *keys_per_unit) {
+    return split_key_units(u->c, unit_maxn(u) - u->jmin, (size_t)u->D * kvs_attn_elem_bytes(u->c), keys_per_unit);
 }
 
 int kvs_attention_split_units_avx512(const kvs_attn_call *c, int phase) {
@@ -425,7 +401,7 @@ int kvs_attention_split_units_avx512(const kvs_attn_call *c, int phase) {
     unit_ctx u;
     int kpu;
     split_unit_init(&u, c, 0, c->work);
-    return c->n_kv_head * split_key_units(&u, &kpu);
+    return c->n_kv_head * split_f_key_units(&u, &kpu);
 }
 
 void kvs_attention_split_unit_avx512(const kvs_attn_call *c, int phase, int un, float *work) {
@@ -435,7 +411,7 @@ void kvs_attention_split_unit_avx512(const kvs_attn_call *c, int phase, int un, 
     if (phase == 0) {
         int kpu;
         split_unit_init(&u, c, 0, work);
-        const int per_g = split_key_units(&u, &kpu), g = un / per_g;
+        const int per_g = split_f_key_units(&u, &kpu), g = un / per_g;
         split_unit_init(&u, c, g, work);
         const int ja = u.jmin + (un % per_g) * kpu;
         __m512 mx[KVS_ATTN_ROWS];

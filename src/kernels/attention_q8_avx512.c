@@ -133,13 +133,14 @@ static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
 
 /* Values of keys [j0, j0 + nk) (j0 a multiple of 4) per 4 keys, for the
  * prefill's byte weights: v4[(j - j0) / 4 * D + d] = bytes v_j[d],
- * v_j+2[d], v_j+1[d], v_j+3[d] (the order weights_rows packs p in). Keys
- * past the buffer read as 0: their weight is 0 anyway. */
-static void stage_values4(const q8_unit *x, int j0, int nk, int32_t *v4) {
+ * v_j+2[d], v_j+1[d], v_j+3[d] (the order weights_rows packs p in), for
+ * the 64-dim parts that hold dims [da, db). Keys past the buffer read as 0:
+ * their weight is 0 anyway. */
+static void stage_values4(const q8_unit *x, int j0, int nk, int da, int db, int32_t *v4) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
     for (int j = j0; j < j0 + nk; j += 4) {
         int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
-        for (int d = 0; d < D; d += 64) {
+        for (int d = da & ~63; d < db; d += 64) {
             const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
             __m512i k[4];
 #pragma GCC unroll 4
@@ -461,7 +462,7 @@ static int q8_unit_run(q8_unit *x) {
         const int jb = ((j0 + JT < x->maxall ? j0 + JT : x->maxall) + 3) & ~3;
         if (staged) pv_tile(x, staged_values_at(c, ja), ja, ja, jb, O);
         else {
-            stage_values4(x, ja, jb - ja, tile);
+            stage_values4(x, ja, jb - ja, 0, D, tile);
             pv_tile(x, tile, ja, ja, jb, O);
         }
     }
@@ -587,92 +588,94 @@ static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
     return m & 0xaaaaaaaaaaaaaaaaull;
 }
 
-/* The decode layout for units of fewer than 8 rows (the float path's
- * choice too): scores lane = key, P.V lane = dim (the row's hi and lo
- * weight words of 4 keys broadcast against the staged 4-key value words), so
- * no lane idles. 0, or 1 when a weight level came out negative (the caller
- * reruns the unit on the AVX2 path). */
-static int q8_decode_unit(q8_unit *x) {
+/* The decode rows' query levels, integer offsets and scales; returns the
+ * largest n of the rows. */
+static int decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], int32_t *qoff, float *qs) {
     const kvs_attn_call *c = x->u.c;
-    const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D), rows = x->u.rows;
-    void *tile = x->u.stage + (size_t)3 * 16 * 256;
-    int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
-    float qs[8], pd[8], inv[8];
-    int32_t qoff[8];
-    __m512 mx[8];
     int maxall = 0;
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < x->u.rows; r++) {
         const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
-                                 r % x->u.group) * D;
+                                 r % x->u.group) * x->u.D;
         qs[r] = query_levels(c, q, q8[r], &qoff[r]);
-        mx[r] = _mm512_set1_ps(-INFINITY);
         if (x->u.n[r] > maxall) maxall = x->u.n[r];
     }
-    const int jmin = x->u.jmin, jstart = jmin / PV_BLOCK * PV_BLOCK;
-    /* the keys' and values' scales, gathered once for every row: score rows
-     * the decode layout leaves free (it uses fewer than 8 of KVS_ATTN_ROWS) */
-    float *kds = x->u.S + (size_t)(KVS_ATTN_ROWS - 2) * x->u.ctxs, *vds = kds + x->u.ctxs;
-    for (int j = jmin; j < maxall; j++) {
-        kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, D);
-        vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, D);
+    return maxall;
+}
+
+/* The scales of keys and values [ja, jb), gathered once for every row. */
+static void decode_scales(const q8_unit *x, int ja, int jb, float *kds, float *vds) {
+    for (int j = ja; j < jb; j++) {
+        kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, x->u.D);
+        vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->u.D);
     }
-    decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, jmin, maxall, qoff, qs, mx);
-    /* exp, sums, weights and their 16-bit levels, per row (lane = key) */
+}
+
+/* Row r's exp, sum, weights and their 16-bit levels in place (lane = key),
+ * given its score maximum m: *pd, *inv; returns the OR of its levels (the
+ * sign bit set: a negative value scale, no unsigned hi bytes). */
+static __m512i decode_weights_row(const q8_unit *x, int r, float m, const float *vds, float *pd, float *inv) {
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     const __m128i order = _mm_set_epi8(15, 13, 14, 12, 11, 9, 10, 8, 7, 5, 6, 4, 3, 1, 2, 0);
-    __m512i sign = _mm512_setzero_si512();
-    for (int r = 0; r < rows; r++) {
-        float *S = x->u.S + (size_t)r * x->u.ctxs;
-        const int n = x->u.n[r];
-        const float m = _mm512_reduce_max_ps(mx[r]); /* no lane is NaN: the order is free */
-        __m512 part = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
-        for (int j = jmin; j < n; j += 16) {
-            const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
-            const __m512 e = _mm512_maskz_mov_ps(in, exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m))));
-            part = _mm512_add_ps(part, e); /* lane i: keys i mod 16, as the reference's partials */
-            const __m512 vd = _mm512_maskz_loadu_ps(in, vds + j);
-            const __m512 w = _mm512_mul_ps(e, vd);
-            wmax = _mm512_max_ps(w, wmax);
-            _mm512_storeu_ps(S + j, w);
-        }
-        inv[r] = 1.0f / hsum_tree(part);
-        const float wm = _mm512_reduce_max_ps(wmax); /* >= +0, no NaN: the order is free */
-        pd[r] = wm / 32767.0f;
-        const __m512 ipd = _mm512_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
-        /* levels in place as weights_rows lays them out: the lo and hi
-         * bytes of keys j.. (in the order j, j+2, j+1, j+3) at P[j / 2] and
-         * P[j / 2 + 1] */
-        int32_t *P = (int32_t *)S;
-        for (int j = jmin; j < ((n + 3) & ~3); j += 16) {
-            const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + j), ipd);
-            const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
-            const __m512i p = _mm512_maskz_cvtps_epi32(in & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc);
-            sign = _mm512_or_si512(sign, p);
-            const __m128i lo = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(p), order);
-            const __m128i hi = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(_mm512_srai_epi32(p, 8)), order);
-            _mm_storeu_si128((__m128i *)(P + j / 2), _mm_unpacklo_epi32(lo, hi)); /* to P[j / 2 + 7] < j: behind */
-            _mm_storeu_si128((__m128i *)(P + j / 2 + 4), _mm_unpackhi_epi32(lo, hi));
-        }
+    const int n = x->u.n[r], jmin = x->u.jmin;
+    float *S = x->u.S + (size_t)r * x->u.ctxs;
+    __m512 part = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
+    for (int j = jmin; j < n; j += 16) {
+        const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(in, exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m))));
+        part = _mm512_add_ps(part, e); /* lane i: keys i mod 16, as the reference's partials */
+        const __m512 vd = _mm512_maskz_loadu_ps(in, vds + j);
+        const __m512 w = _mm512_mul_ps(e, vd);
+        wmax = _mm512_max_ps(w, wmax);
+        _mm512_storeu_ps(S + j, w);
     }
-    if (_mm512_movepi32_mask(sign)) return 1; /* a negative value scale: no unsigned hi bytes */
-    /* P.V per PV block, values staged once for every row */
+    *inv = 1.0f / hsum_tree(part);
+    const float wm = _mm512_reduce_max_ps(wmax); /* >= +0, no NaN: the order is free */
+    *pd = wm / 32767.0f;
+    const __m512 ipd = _mm512_set1_ps(*pd >= FLT_MIN ? 1.0f / *pd : 0.0f);
+    /* levels in place as weights_rows lays them out: the lo and hi bytes of
+     * keys j.. (in the order j, j+2, j+1, j+3) at P[j / 2] and P[j / 2 + 1] */
+    int32_t *P = (int32_t *)S;
+    __m512i sign = _mm512_setzero_si512();
+    for (int j = jmin; j < ((n + 3) & ~3); j += 16) {
+        const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + j), ipd);
+        const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
+        const __m512i p = _mm512_maskz_cvtps_epi32(in & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc);
+        sign = _mm512_or_si512(sign, p);
+        const __m128i lo = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(p), order);
+        const __m128i hi = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(_mm512_srai_epi32(p, 8)), order);
+        _mm_storeu_si128((__m128i *)(P + j / 2), _mm_unpacklo_epi32(lo, hi)); /* to P[j / 2 + 7] < j: behind */
+        _mm_storeu_si128((__m128i *)(P + j / 2 + 4), _mm_unpackhi_epi32(lo, hi));
+    }
+    return sign;
+}
+
+/* P.V of every row over dims [da, db) (multiples of 16), values staged once
+ * a tile for all the rows, and those dims of the outputs. */
+static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da, int db) {
+    const kvs_attn_call *c = x->u.c;
+    const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D), rows = x->u.rows, jmin = x->u.jmin;
+    const int jstart = jmin / PV_BLOCK * PV_BLOCK;
+    void *tile = x->u.stage + (size_t)3 * 16 * 256;
+    int maxall = 0;
+    for (int r = 0; r < rows; r++)
+        if (x->u.n[r] > maxall) maxall = x->u.n[r];
     float o[8][KVS_ATTN_Q8_MAX_DIM];
-    for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
+    for (int r = 0; r < rows; r++) memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
     for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
         const int jb = ((j0 + JT < maxall ? j0 + JT : maxall) + 3) & ~3;
-        stage_values4(x, ja, jb - ja, tile);
+        stage_values4(x, ja, jb - ja, da, db, tile);
         for (int r = 0; r < rows; r++) {
             const int n4 = (x->u.n[r] + 3) & ~3, hi = n4 < jb ? n4 : jb;
             const int32_t *P = (const int32_t *)(x->u.S + (size_t)r * x->u.ctxs);
             for (int b0 = ja, b1; b0 < hi; b0 = b1) {
                 b1 = kvs_attn_q8_block_end(b0, hi);
                 const uint64_t hot = hot_groups(P, b0 / 4, (b1 - b0) / 4);
-                for (int d0 = 0; d0 < D; d0 += 128) {
+                for (int d0 = da; d0 < db; d0 += 128) {
                     const int32_t *v4 = (const int32_t *)tile + (size_t)((b0 - ja) / 4) * D + d0;
                     float *od = o[r] + d0;
-                    const int nv = (D - d0) / 16 < 8 ? (D - d0) / 16 : 8, g0 = b0 / 4, g1 = b1 / 4;
+                    const int nv = (db - d0) / 16 < 8 ? (db - d0) / 16 : 8, g0 = b0 / 4, g1 = b1 / 4;
                     switch (nv) { /* constant counts: sums in registers */
                     case 4: pv_decode_dims(P, v4, D, g0, g1, hot, 4, od); break;
                     case 8: pv_decode_dims(P, v4, D, g0, g1, hot, 8, od); break;
@@ -685,11 +688,158 @@ static int q8_decode_unit(q8_unit *x) {
     for (int r = 0; r < rows; r++) {
         float *out = c->out + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                r % x->u.group) * D;
-        for (int d = 0; d < D; d += 16)
+        for (int d = da; d < db; d += 16)
             _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d), _mm512_set1_ps(pd[r])),
                                                     _mm512_set1_ps(inv[r])));
     }
+}
+
+/* The decode layout for units of fewer than 8 rows (the float path's
+ * choice too): scores lane = key, P.V lane = dim (the row's hi and lo
+ * weight words of 4 keys broadcast against the staged 4-key value words), so
+ * no lane idles. 0, or 1 when a weight level came out negative (the caller
+ * reruns the unit on the AVX2 path). */
+static int q8_decode_unit(q8_unit *x) {
+    const int rows = x->u.rows;
+    int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
+    float qs[8], pd[8], inv[8];
+    int32_t qoff[8];
+    __m512 mx[8];
+    const int maxall = decode_queries(x, q8, qoff, qs);
+    for (int r = 0; r < rows; r++) mx[r] = _mm512_set1_ps(-INFINITY);
+    /* the keys' and values' scales in score rows the decode layout leaves
+     * free (it uses fewer than 8 of KVS_ATTN_ROWS) */
+    float *kds = x->u.S + (size_t)(KVS_ATTN_ROWS - 2) * x->u.ctxs, *vds = kds + x->u.ctxs;
+    decode_scales(x, x->u.jmin, maxall, kds, vds);
+    decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, x->u.jmin, maxall, qoff, qs, mx);
+    __m512i sign = _mm512_setzero_si512();
+    for (int r = 0; r < rows; r++) /* no lane of mx is NaN: the order is free */
+        sign = _mm512_or_si512(sign, decode_weights_row(x, r, _mm512_reduce_max_ps(mx[r]), vds, &pd[r], &inv[r]));
+    if (_mm512_movepi32_mask(sign)) return 1; /* a negative value scale: no unsigned hi bytes */
+    decode_outputs(x, pd, inv, 0, x->u.D);
     return 0;
+}
+
+/* ------------------------------------- one decode token split across threads
+ *
+ * kvs_isa's attention_split_*_q8, where the (token, kv head) units would
+ * leave threads idle (SmolLM2's 3 kv heads on 2 threads: 2 : 1; gemma3's
+ * one). As the float path's split (attention_avx512_decode.c), three phases
+ * over q8_decode_unit's passes, so the same bits:
+ *  0. scores, units (kv head, a range of keys): each key's score is its own
+ *     integer dot; the keys' and values' scales gathered for the range;
+ *  1. weights, units heads: the row's maxima recomputed lane by lane over
+ *     its key blocks in ascending order, as decode_scores_t took them, then
+ *     decode_weights_row (its partial sums are chains over the keys);
+ *  2. outputs, units kv heads (those the threads share evenly), then (kv
+ *     head, Q8_SPLIT_DIMS dims) for the rest.
+ * Shared, in thread 0's score rows (c->work): head h's scores and levels at
+ * row h, its pd, 1 / S and negative-level flag in the row's last 3 floats
+ * (past every key's 16 lanes), kv head g's key and value scales at rows
+ * n_head + 2 g and + 1. A negative level (a damaged cache's negative value
+ * scale) makes phase 2 report -1: the call then runs its units, which rerun
+ * such heads on AVX2. */
+
+#define Q8_SPLIT_DIMS 32 /* head_dim a multiple of this */
+/* Dims per unit of phase 2: each unit stages the 64-dim parts of the values
+ * it reads, so 64 where a head has several (gemma3's 256: with 32, its 8
+ * units each staged every value, and the split took 1.55x the time of the
+ * unsplit call on 2 threads), 32 where it has one (SmolLM2's 64: two units
+ * stage it twice). */
+static int q8_split_dims(int D) { return D % 64 == 0 && D >= 128 ? 64 : Q8_SPLIT_DIMS; }
+
+/* The decode layout only (q8_decode_unit), no recalibrated row (those take
+ * the AVX2 unit), and room in thread 0's score rows for the heads' rows and
+ * the kv heads' scales. */
+static int q8_split_suits(const kvs_attn_call *c) {
+    const int D = c->head_dim, group = c->n_head / c->n_kv_head;
+    return c->m == 1 && kvs_attn_q8_simd_shape(D, group) && group < KVS_ATTN_Q8_PREFILL_ROWS &&
+           D % Q8_SPLIT_DIMS == 0 && c->n_head + 2 * c->n_kv_head <= KVS_ATTN_ROWS &&
+           !kvs_attn_recal_row(c, c->pos[0]);
+}
+
+/* Kv head g's decode unit of the split. */
+static void q8_split_init(q8_unit *x, const kvs_attn_call *c, int g, float *work) {
+    split_unit_init(&x->u, c, g, work);
+    x->rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim);
+    x->K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x->rb;
+    x->V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x->rb;
+    x->nrb = 1;
+}
+
+/* Kv head g's key scales (its value scales one score row further). */
+static float *q8_split_scales(const kvs_attn_call *c, int g) {
+    return c->work + (size_t)(c->n_head + 2 * g) * kvs_attn_score_stride(c->n_ctx);
+}
+
+/* Phase 0's keys per unit and units per kv head; *maxn: the rows' n (one
+ * token: the same for every row). */
+static int q8_split_key_units(const q8_unit *x, int *keys_per_unit, int *maxn) {
+    *maxn = x->u.n[0];
+    return split_key_units(x->u.c, *maxn - x->u.jmin, x->rb, keys_per_unit);
+}
+
+int kvs_attention_split_units_q8_avx512(const kvs_attn_call *c, int phase) {
+    if (!q8_split_suits(c)) return 0;
+    if (phase == 1) return c->n_head;
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
+    if (phase == 2) {
+        for (int h = 0; h < c->n_head; h++)
+            if (c->work[(size_t)h * ctxs + ctxs - 3] != 0.0f) return -1;
+        const int whole = split_whole_heads(c);
+        return whole + (c->n_kv_head - whole) * (c->head_dim / q8_split_dims(c->head_dim));
+    }
+    q8_unit x;
+    int kpu, maxn;
+    q8_split_init(&x, c, 0, c->work);
+    return c->n_kv_head * q8_split_key_units(&x, &kpu, &maxn);
+}
+
+void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int un, float *work) {
+    if (!q8_split_suits(c)) return;
+    const int group = c->n_head / c->n_kv_head;
+    q8_unit x;
+    if (phase == 0) {
+        int kpu, maxn;
+        q8_split_init(&x, c, 0, work);
+        const int per_g = q8_split_key_units(&x, &kpu, &maxn), g = un / per_g;
+        q8_split_init(&x, c, g, work);
+        const int ja = x.u.jmin + (un % per_g) * kpu, jb = ja + kpu < maxn ? ja + kpu : maxn;
+        int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
+        float qs[8];
+        int32_t qoff[8];
+        __m512 mx[8];
+        decode_queries(&x, q8, qoff, qs);
+        for (int r = 0; r < group; r++) mx[r] = _mm512_set1_ps(-INFINITY);
+        float *kds = q8_split_scales(c, g);
+        decode_scales(&x, ja, jb, kds, kds + x.u.ctxs);
+        decode_scores_t(&x, group, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, ja, jb, qoff, qs, mx);
+        return;
+    }
+    if (phase == 1) { /* row un (head un) */
+        const int g = un / group, r = un % group;
+        q8_split_init(&x, c, g, work);
+        float *row = x.u.S + (size_t)r * x.u.ctxs, pd, inv;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int j = x.u.jmin; j < x.u.n[0]; j += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + j), mx);
+        const __m512i sign = decode_weights_row(&x, r, _mm512_reduce_max_ps(mx), q8_split_scales(c, g) + x.u.ctxs,
+                                                &pd, &inv);
+        row[x.u.ctxs - 1] = inv;
+        row[x.u.ctxs - 2] = pd;
+        row[x.u.ctxs - 3] = _mm512_movepi32_mask(sign) ? 1.0f : 0.0f;
+        return;
+    }
+    const int whole = split_whole_heads(c), dims = q8_split_dims(c->head_dim), per_g = c->head_dim / dims;
+    const int g = un < whole ? un : whole + (un - whole) / per_g;
+    const int da = un < whole ? 0 : (un - whole) % per_g * dims;
+    const int db = un < whole ? c->head_dim : da + dims;
+    q8_split_init(&x, c, g, work);
+    float pd[8], inv[8];
+    for (int r = 0; r < group; r++) {
+        inv[r] = x.u.S[(size_t)r * x.u.ctxs + x.u.ctxs - 1];
+        pd[r] = x.u.S[(size_t)r * x.u.ctxs + x.u.ctxs - 2];
+    }
+    decode_outputs(&x, pd, inv, da, db);
 }
 
 /* The kvs_isa hook: slots [j0, j1) of kv head c->staged_g staged as the
@@ -703,7 +853,7 @@ void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
     x.K = (const int8_t *)c->k + (size_t)c->staged_g * c->n_ctx * x.rb;
     x.V = (const int8_t *)c->v + (size_t)c->staged_g * c->n_ctx * x.rb;
     stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
-    stage_values4(&x, j0, j1 - j0, staged_values_at(c, j0));
+    stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));
 }
 
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {

@@ -621,8 +621,10 @@ static int attention_staged_q8(kvs_pool *pool, const kvs_isa *isa, attn_task *t)
     return 1;
 }
 
+typedef void (*attn_split_unit_fn)(const kvs_attn_call *c, int phase, int u, float *work);
+
 typedef struct attn_split_task {
-    const kvs_isa *isa;
+    attn_split_unit_fn unit;
     const kvs_attn_call *call;
     int phase;
 } attn_split_task;
@@ -630,7 +632,7 @@ typedef struct attn_split_task {
 static void attn_split_chunk(void *arg, int u, int ith) {
     attn_split_task *t = arg;
     float *work = t->call->work + (size_t)ith * kvs_attn_thread_floats(t->call->n_ctx);
-    t->isa->attention_split_unit(t->call, t->phase, u, work);
+    t->unit(t->call, t->phase, u, work);
 }
 
 /* One decode token whose (token, kv head) units would leave threads idle
@@ -641,17 +643,24 @@ static void attn_split_chunk(void *arg, int u, int ith) {
  * (AVX-512) 1.0x at 512, 1.6x at 1024, 1.8-2.0x at 4096. Heads that do not
  * divide among the threads (SmolLM2's 3 on 2: 2 : 1) only where the ISA
  * asks (attention_split_uneven_keys): on Zen 3 they gained nothing split
- * (memory-bound either way). Returns 0 when not taken. */
+ * (memory-bound either way). Q8 rows take the ISA's Q8 split, whose last
+ * phase may decline (-1: a weight level came out negative); the call's
+ * units then run as if it had not split. Returns 0 when not taken. */
 #define ATTN_SPLIT_MIN_KEYS 512
 static int attention_split(kvs_pool *pool, const kvs_isa *isa, const kvs_attn_call *c) {
-    const int nth = kvs_pool_size(pool);
-    if (c->m != 1 || !isa->attention_split_units || c->n_kv_head % nth == 0 || c->kv_type == KVS_KV_Q8) return 0;
+    const int nth = kvs_pool_size(pool), q8 = c->kv_type == KVS_KV_Q8;
+    int (*units)(const kvs_attn_call *, int) = q8 ? isa->attention_split_units_q8 : isa->attention_split_units;
+    if (c->m != 1 || !units || c->n_kv_head % nth == 0) return 0;
     const int n = kvs_attn_n(c, c->pos[0]), keys = n - kvs_attn_lo(c, n);
-    const int min_keys = c->n_kv_head < nth ? ATTN_SPLIT_MIN_KEYS : isa->attention_split_uneven_keys;
-    if (min_keys <= 0 || keys < min_keys || !isa->attention_split_units(c, 0)) return 0;
-    attn_split_task t = {.isa = isa, .call = c};
-    for (t.phase = 0; t.phase < 3; t.phase++)
-        kvs_pool_for(pool, isa->attention_split_units(c, t.phase), attn_split_chunk, &t);
+    const int uneven = q8 ? isa->attention_split_uneven_keys_q8 : isa->attention_split_uneven_keys;
+    const int min_keys = c->n_kv_head < nth ? ATTN_SPLIT_MIN_KEYS : uneven;
+    if (min_keys <= 0 || keys < min_keys || units(c, 0) <= 0) return 0;
+    attn_split_task t = {.unit = q8 ? isa->attention_split_unit_q8 : isa->attention_split_unit, .call = c};
+    for (t.phase = 0; t.phase < 3; t.phase++) {
+        const int nu = units(c, t.phase);
+        if (nu < 0) return 0;
+        kvs_pool_for(pool, nu, attn_split_chunk, &t);
+    }
     return 1;
 }
 

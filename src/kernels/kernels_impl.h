@@ -104,6 +104,8 @@ void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, fl
 #if defined(__x86_64__)
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1);
+int kvs_attention_split_units_q8_avx512(const kvs_attn_call *c, int phase);
+void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u, float *work);
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 #endif
 
@@ -350,6 +352,12 @@ typedef struct kvs_isa {
     /* Also split where the kv heads do not divide evenly among the threads
      * (not fewer), from this many keys on; 0: never. */
     int attention_split_uneven_keys;
+    /* The same on Q8 KV rows (NULL: no split), where phase 2's count may
+     * also be -1: the call runs its units instead (a weight level came out
+     * negative: a damaged cache, which those rerun exactly). */
+    int (*attention_split_units_q8)(const kvs_attn_call *c, int phase);
+    void (*attention_split_unit_q8)(const kvs_attn_call *c, int phase, int u, float *work);
+    int attention_split_uneven_keys_q8;
     /* Optional (NULL: each Q8 unit stages its own tiles): stages keys and
      * values [j0, j1) (j0 - c->staged_lo a multiple of 16) of kv head
      * c->staged_g at kvs_attn_q8_staged_at, so that a prefill's units,

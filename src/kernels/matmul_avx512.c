@@ -980,6 +980,13 @@ const kvs_isa kvs_isa_avx512 = {
      * (Xeon, alternating): 1.1-1.35x at 4096 and 6144 keys, 0.9-1.0x at
      * 1024-3072 (the phases' pool runs and score rows crossing cores) */
     .attention_split_uneven_keys = 4096,
+    .attention_split_units_q8 = kvs_attention_split_units_q8_avx512,
+    .attention_split_unit_q8 = kvs_attention_split_unit_q8_avx512,
+    /* Q8 (Zen 5, 2 threads, pp0 tg32 after 7680, 8 paired rounds): gemma3's
+     * one kv head split 1.07x (its kernel alone 0.64-0.67x the time after
+     * 2048-7680 keys); SmolLM2's 3 kv heads split 2 : 1 0.90x (kernel
+     * 0.95-1.04x): not split */
+    .attention_split_uneven_keys_q8 = 0,
 };
 
 #if defined(__clang__)
