@@ -984,8 +984,8 @@ const kvs_isa kvs_isa_avx512 = {
     .attention_split_unit_q8 = kvs_attention_split_unit_q8_avx512,
     /* Q8 (Zen 5, 2 threads, pp0 tg32 after 7680, 8 paired rounds): gemma3's
      * one kv head split 1.07x (its kernel alone 0.64-0.67x the time after
-     * 2048-7680 keys); SmolLM2's 3 kv heads split 2 : 1 0.90x (kernel
-     * 0.95-1.04x): not split */
+     * 2048-7680 keys); SmolLM2's 3 kv heads split 2 : 1 0.90x and 0.95x
+     * (kernel 0.95-1.04x): not split */
     .attention_split_uneven_keys_q8 = 0,
 };
 
