@@ -131,29 +131,55 @@ static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
     }
 }
 
-/* Values of keys [j0, j0 + nk) (j0 a multiple of 4) per 4 keys, for the
- * prefill's byte weights: v4[(j - j0) / 4 * D + d] = bytes v_j[d],
- * v_j+2[d], v_j+1[d], v_j+3[d] (the order weights_rows packs p in), for
- * the 64-dim parts that hold dims [da, db). Keys past the buffer read as 0:
- * their weight is 0 anyway. */
-static void stage_values4(const q8_unit *x, int j0, int nk, int da, int db, int32_t *v4) {
+/* The values v_j.. v_j+3 of dims d..d+63 (fewer past D) as 4-key byte
+ * words (bytes v_j[d], v_j+2[d], v_j+1[d], v_j+3[d]: the order weights_rows
+ * packs p in): c[i] 128-bit lane L holds the words of dims d + 16 L + 4 i
+ * .. + 3. Keys past the buffer read as 0: their weight is 0 anyway. */
+AI void value_words(const q8_unit *x, int j, int d, __m512i c[4]) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
+    const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
+    __m512i k[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++)
+        k[h] = j + h < n_ctx ? _mm512_maskz_loadu_epi8(m, x->V + (size_t)(j + h) * x->rb + d) : _mm512_setzero_si512();
+    const __m512i alo = _mm512_unpacklo_epi8(k[0], k[2]), ahi = _mm512_unpackhi_epi8(k[0], k[2]);
+    const __m512i blo = _mm512_unpacklo_epi8(k[1], k[3]), bhi = _mm512_unpackhi_epi8(k[1], k[3]);
+    c[0] = _mm512_unpacklo_epi16(alo, blo);
+    c[1] = _mm512_unpackhi_epi16(alo, blo);
+    c[2] = _mm512_unpacklo_epi16(ahi, bhi);
+    c[3] = _mm512_unpackhi_epi16(ahi, bhi);
+}
+
+/* Values of keys [j0, j0 + nk) (j0 a multiple of 4) per 4 keys, for the
+ * prefill's byte weights: v4[(j - j0) / 4 * D + d] = the 4-key word of dim
+ * d (value_words), for the 64-dim parts that hold dims [da, db). */
+static void stage_values4(const q8_unit *x, int j0, int nk, int da, int db, int32_t *v4) {
+    const int D = x->u.D;
     for (int j = j0; j < j0 + nk; j += 4) {
         int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
         for (int d = da & ~63; d < db; d += 64) {
-            const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
-            __m512i k[4];
-#pragma GCC unroll 4
-            for (int h = 0; h < 4; h++)
-                k[h] = j + h < n_ctx ? _mm512_maskz_loadu_epi8(m, x->V + (size_t)(j + h) * x->rb + d)
-                                     : _mm512_setzero_si512();
-            /* c_i 128-bit lane L: the words of dims d + 16 L + 4 i .. + 3 */
-            const __m512i alo = _mm512_unpacklo_epi8(k[0], k[2]), ahi = _mm512_unpackhi_epi8(k[0], k[2]);
-            const __m512i blo = _mm512_unpacklo_epi8(k[1], k[3]), bhi = _mm512_unpackhi_epi8(k[1], k[3]);
-            __m512i w[4];
-            lanes_transpose4(_mm512_unpacklo_epi16(alo, blo), _mm512_unpackhi_epi16(alo, blo),
-                             _mm512_unpacklo_epi16(ahi, bhi), _mm512_unpackhi_epi16(ahi, bhi), w);
+            __m512i c[4], w[4];
+            value_words(x, j, d, c);
+            lanes_transpose4(c[0], c[1], c[2], c[3], w);
             for (int i = 0; i < 4 && d + 16 * i < D; i++) _mm512_storeu_si512(out + d + 16 * i, w[i]);
+        }
+    }
+}
+
+/* The same with every dim (D a multiple of 64) and each 64 dims' words left
+ * in value_words' order: position d + 16 i + 4 L + k holds dim d + 16 L +
+ * 4 i + k (8 of the 24 vector operations of 4 keys saved). For the decode,
+ * whose P.V sums each position on its own: its outputs are put back in
+ * order once (lanes_transpose4 again, the permutation being its own
+ * inverse). */
+static void stage_values4_lanes(const q8_unit *x, int j0, int nk, int32_t *v4) {
+    const int D = x->u.D;
+    for (int j = j0; j < j0 + nk; j += 4) {
+        int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
+        for (int d = 0; d < D; d += 64) {
+            __m512i c[4];
+            value_words(x, j, d, c);
+            for (int i = 0; i < 4; i++) _mm512_storeu_si512(out + d + 16 * i, c[i]);
         }
     }
 }
@@ -660,12 +686,15 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     int maxall = 0;
     for (int r = 0; r < rows; r++)
         if (x->u.n[r] > maxall) maxall = x->u.n[r];
+    /* every dim of a head of 64-dim parts: the values staged in lanes order */
+    const int lanes = da == 0 && db == D && D % 64 == 0;
     float o[8][KVS_ATTN_Q8_MAX_DIM];
     for (int r = 0; r < rows; r++) memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
     for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
         const int jb = ((j0 + JT < maxall ? j0 + JT : maxall) + 3) & ~3;
-        stage_values4(x, ja, jb - ja, da, db, tile);
+        if (lanes) stage_values4_lanes(x, ja, jb - ja, tile);
+        else stage_values4(x, ja, jb - ja, da, db, tile);
         for (int r = 0; r < rows; r++) {
             const int n4 = (x->u.n[r] + 3) & ~3, hi = n4 < jb ? n4 : jb;
             const int32_t *P = (const int32_t *)(x->u.S + (size_t)r * x->u.ctxs);
@@ -688,6 +717,13 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     for (int r = 0; r < rows; r++) {
         float *out = c->out + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                r % x->u.group) * D;
+        for (int d = 0; lanes && d < D; d += 64) { /* positions back to dims */
+            __m512i w[4];
+            const __m512i *t = (const __m512i *)(o[r] + d);
+            lanes_transpose4(_mm512_loadu_si512(t), _mm512_loadu_si512(t + 1), _mm512_loadu_si512(t + 2),
+                             _mm512_loadu_si512(t + 3), w);
+            for (int i = 0; i < 4; i++) _mm512_storeu_si512(o[r] + d + 16 * i, w[i]);
+        }
         for (int d = da; d < db; d += 16)
             _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d), _mm512_set1_ps(pd[r])),
                                                     _mm512_set1_ps(inv[r])));
