@@ -87,6 +87,13 @@ static inline void unit_init(unit_ctx *u, const kvs_attn_call *c, int t0, int t1
 }
 
 
+/* The largest n of the unit's rows: scores are computed up to it. */
+static inline int unit_maxn(const unit_ctx *u) {
+    int maxn = 0;
+    for (int r = 0; r < u->rows; r++) if (u->n[r] > maxn) maxn = u->n[r];
+    return maxn;
+}
+
 /* One decode token split across threads (kvs_isa's attention_split_*, f16
  * / f32 in attention_avx512_decode.c, Q8 in attention_q8_avx512.c): kv head
  * g's unit with its score rows in thread 0's (c->work, which every phase's

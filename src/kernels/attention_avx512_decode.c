@@ -172,13 +172,6 @@ AI void qk_keys16(unit_ctx *u, const float *const *qr, const uint16_t *Kt16, int
         else qk_keys(u, qr, Kt, r, a, b, j0, mx);                           \
         break;
 
-/* The largest n of the unit's rows: scores are computed up to it. */
-static int unit_maxn(const unit_ctx *u) {
-    int maxn = 0;
-    for (int r = 0; r < u->rows; r++) if (u->n[r] > maxn) maxn = u->n[r];
-    return maxn;
-}
-
 /* Keys [jt, jt + nk) of the unit's kv head (nk <= 16; keys past nk are
  * zeros), transposed into Kt: 16 x 16 f32 blocks, Kt[d][16 keys]. A whole
  * tile also prefetches, one line per key line it reads, the keys pf_keys

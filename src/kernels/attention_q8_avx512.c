@@ -614,18 +614,14 @@ static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
     return m & 0xaaaaaaaaaaaaaaaaull;
 }
 
-/* The decode rows' query levels, integer offsets and scales; returns the
- * largest n of the rows. */
-static int decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], int32_t *qoff, float *qs) {
+/* The decode rows' query levels, integer offsets and scales. */
+static void decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], int32_t *qoff, float *qs) {
     const kvs_attn_call *c = x->u.c;
-    int maxall = 0;
     for (int r = 0; r < x->u.rows; r++) {
         const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                  r % x->u.group) * x->u.D;
         qs[r] = query_levels(c, q, q8[r], &qoff[r]);
-        if (x->u.n[r] > maxall) maxall = x->u.n[r];
     }
-    return maxall;
 }
 
 /* The scales of keys and values [ja, jb), gathered once for every row. */
@@ -683,9 +679,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D), rows = x->u.rows, jmin = x->u.jmin;
     const int jstart = jmin / PV_BLOCK * PV_BLOCK;
     void *tile = x->u.stage + (size_t)3 * 16 * 256;
-    int maxall = 0;
-    for (int r = 0; r < rows; r++)
-        if (x->u.n[r] > maxall) maxall = x->u.n[r];
+    const int maxall = unit_maxn(&x->u);
     /* every dim of a head of 64-dim parts: the values staged in lanes order */
     const int lanes = da == 0 && db == D && D % 64 == 0;
     float o[8][KVS_ATTN_Q8_MAX_DIM];
@@ -741,7 +735,8 @@ static int q8_decode_unit(q8_unit *x) {
     float qs[8], pd[8], inv[8];
     int32_t qoff[8];
     __m512 mx[8];
-    const int maxall = decode_queries(x, q8, qoff, qs);
+    const int maxall = unit_maxn(&x->u);
+    decode_queries(x, q8, qoff, qs);
     for (int r = 0; r < rows; r++) mx[r] = _mm512_set1_ps(-INFINITY);
     /* the keys' and values' scales in score rows the decode layout leaves
      * free (it uses fewer than 8 of KVS_ATTN_ROWS) */
@@ -808,10 +803,10 @@ static float *q8_split_scales(const kvs_attn_call *c, int g) {
     return c->work + (size_t)(c->n_head + 2 * g) * kvs_attn_score_stride(c->n_ctx);
 }
 
-/* Phase 0's keys per unit and units per kv head; *maxn: the rows' n (one
- * token: the same for every row). */
+/* Phase 0's keys per unit and units per kv head; *maxn: the rows' largest
+ * n, where the scores end. */
 static int q8_split_key_units(const q8_unit *x, int *keys_per_unit, int *maxn) {
-    *maxn = x->u.n[0];
+    *maxn = unit_maxn(&x->u);
     return split_key_units(x->u.c, *maxn - x->u.jmin, x->rb, keys_per_unit);
 }
 
@@ -857,7 +852,7 @@ void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u
         q8_split_init(&x, c, g, work);
         float *row = x.u.S + (size_t)r * x.u.ctxs, pd, inv;
         __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int j = x.u.jmin; j < x.u.n[0]; j += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + j), mx);
+        for (int j = x.u.jmin, maxn = unit_maxn(&x.u); j < maxn; j += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + j), mx);
         const __m512i sign = decode_weights_row(&x, r, _mm512_reduce_max_ps(mx), q8_split_scales(c, g) + x.u.ctxs,
                                                 &pd, &inv);
         row[x.u.ctxs - 1] = inv;
