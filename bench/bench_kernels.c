@@ -249,17 +249,32 @@ static void bench_attention(const char *isa, int threads, int quick) {
             kvs_attention(pool, out, q, pos, m, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
             tp[r] = now_s() - a;
         }
+        /* decode with the rows' decode layout (kernels.h) where the path
+         * reads one, alternating with the decode without */
+        const int lay_on = kvs_attn_layout_wanted(g_kv_type, hd);
+        void *lay_data = lay_on ? aligned_alloc(64, (size_t)nkv * kvs_attn_layout_head_bytes(hd, ctx)) : NULL;
+        const kvs_attn_layout lay = {lay_data, ctx & ~15};
+        if (lay_data) kvs_attn_layout_build(g_kv_type, k, v, nkv, hd, ctx, 0, lay.n, lay_data);
+        double tl[32];
         for (int r = 0; r < 32; r++) {
             double a = now_s();
             kvs_attention(pool, out, q, pos + m - 1, 1, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, work);
             td[r] = now_s() - a;
+            if (!lay_data) continue;
+            a = now_s();
+            kvs_attention_window(pool, out, q, pos + m - 1, 1, k, v, g_kv_type, nh, nkv, hd, ctx, 0.125f, 0, NULL,
+                                 &lay, work);
+            tl[r] = now_s() - a;
         }
+        free(lay_data);
         double p = median(tp, reps), d = median(td, 32);
         /* flops: QK and PV, 2 flops per MAC, the keys of each row (causal) */
         double flops = 2.0 * 2.0 * nh * hd * ((double)ctx * (ctx + 1) / 2 - (double)first * (first + 1) / 2);
-        printf("  %-10s t=%d  attention %s %dx%dx%d ctx=%-5d after %-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us\n",
+        printf("  %-10s t=%d  attention %s %dx%dx%d ctx=%-5d after %-5d prefill %9.2f ms (%6.1f GFLOPS, %7.2f us/token)  decode %8.1f us",
                isa, threads, kvs_kv_type_name(g_kv_type), nh, nkv, hd, ctx, first, p * 1e3, flops / p / 1e9,
                p / m * 1e6, d * 1e6);
+        if (lay_data) printf("  decode-with-layout %8.1f us", median(tl, 32) * 1e6);
+        printf("\n");
         fflush(stdout);
         free(k); free(v); free(q); free(out); free(pos); free(work);
     }

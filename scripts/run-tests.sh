@@ -17,6 +17,9 @@ if [ -z "${KVSTITCH_MODEL:-}" ]; then
     export KVSTITCH_MODEL
 fi
 export KVSTITCH_CLI="$BUILD/kvstitch"
+# Every decode step checks the Q8 decode layout it reads against the rows
+# (model/kv_buffer.h): a writer of KV slots that does not mark them fails.
+export KVSTITCH_VERIFY_KV_LAYOUT="${KVSTITCH_VERIFY_KV_LAYOUT:-1}"
 
 pass=0; fail=0; skip=0; failed_bins=()
 # C test programs (built by make) and shell tests (tests/test_*.sh, run with bash).

@@ -56,7 +56,7 @@ static void run_recal(const wcase *c, kvs_pool *pool, int nth, int window, const
     void *work = xmalloc(kvs_attention_work_size(nth, c->n_ctx));
     size_t row = (size_t)c->n_head * c->hd;
     kvs_attention_window(pool, out + t0 * row, c->q + t0 * row, c->pos + t0, mm, c->k, c->v, c->kv_type,
-                         c->n_head, c->n_kv, c->hd, c->n_ctx, 1.0f / sqrtf((float)c->hd), window, rc, work);
+                         c->n_head, c->n_kv, c->hd, c->n_ctx, 1.0f / sqrtf((float)c->hd), window, rc, NULL, work);
     free(work);
 }
 

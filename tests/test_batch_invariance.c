@@ -7,6 +7,8 @@
  */
 #include "engine/context.h"
 #include "harness.h"
+#include "kernels/kernels.h"
+#include "kv/chunk.h"
 #include "kvstitch.h"
 
 #define N_CTX 512
@@ -225,6 +227,80 @@ TEST(test_q8_kv) {
     run_free(&a);
 }
 
+/* One context's life with Q8 KV, rewriting slots its decode layout holds
+ * (model/kv_buffer.h): 200 tokens, 40 decode steps; 63 other tokens over
+ * slots 37..99 in one call; one token over slot 60; a chunk (another
+ * context's slots 0..47) copied over slots 0..47; a batched step with the
+ * other context writing slot 70; then 40 decode steps after each. Logits of
+ * every decode step into out (Q8_REWRITE_STEPS rows). */
+#define Q8_REWRITE_STEPS 200
+static int q8_rewrites(float *out) {
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_threads = 2;
+    cp.kv_type = KVS_KV_Q8;
+    kvs_context *ctx = NULL, *other = NULL;
+    kvs_chunk *chunk = NULL;
+    int st = kvs_context_new(g_model, cp, &ctx);
+    if (!st) st = kvs_context_new(g_model, cp, &other);
+    const kvs_kv_shape shape = kvs_kv_buffer_shape(kvs_context_kv(ctx));
+    if (!st) st = kvs_chunk_new(&shape, 48, 1, &chunk);
+    int32_t alt[N_CTX];
+    for (int i = 0; i < N_CTX; i++) alt[i] = g_toks[(i * 7 + 3) % N_CTX];
+    int steps = 0;
+#define STEPS(from, n)                                                                           \
+    for (int p = (from); p < (from) + (n) && !st; p++, steps++)                                  \
+        st = kvs_decode_logits(ctx, g_toks + p, g_pos + p, 1, out + (size_t)steps * N_VOCAB, 1);
+    if (!st) st = kvs_decode(ctx, g_toks, g_pos, 200, NULL);
+    STEPS(200, 40)
+    if (!st) st = kvs_decode(ctx, alt + 37, g_pos + 37, 63, NULL);
+    STEPS(100, 40)
+    if (!st) st = kvs_decode(ctx, alt + 5, g_pos + 60, 1, NULL);
+    STEPS(140, 40)
+    if (!st) st = kvs_decode(other, alt, g_pos, 48, NULL);
+    if (!st) st = kvs_chunk_copy_from_kv(chunk, 0, 48, kvs_context_kv(other), 0);
+    if (!st) st = kvs_chunk_copy_to_kv(chunk, 0, 48, kvs_context_kv(ctx), 0);
+    STEPS(180, 40)
+    kvs_context *pair[2] = {ctx, other};
+    const int32_t pair_tok[2] = {alt[9], alt[11]}, pair_pos[2] = {70, 48};
+    float *pair_logits = malloc((size_t)2 * N_VOCAB * sizeof(float));
+    if (!st) st = pair_logits ? kvs_decode_batch(pair, pair_tok, pair_pos, 2, pair_logits) : KVS_ERR_NOMEM;
+    free(pair_logits);
+    STEPS(220, 40)
+#undef STEPS
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    kvs_chunk_unref(chunk);
+    kvs_context_free(other);
+    kvs_context_free(ctx);
+    return st;
+}
+
+/* The decode steps of q8_rewrites read the layout where the kernels do
+ * (AVX-512): their logits are those of AVX2, which reads the rows (the
+ * same bits on every path). */
+TEST(test_q8_layout_after_rewrites) {
+    if (kvs_kernels_set_isa("avx2") != 0) {
+        SKIP("no AVX2 path on this CPU");
+        return;
+    }
+    const size_t n = (size_t)Q8_REWRITE_STEPS * N_VOCAB;
+    float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    const int st = q8_rewrites(want);
+    kvs_kernels_set_isa("best");
+    if (!st) {
+        if (!kvs_attn_layout_wanted(KVS_KV_Q8, kvs_model_hparams(g_model)->head_dim))
+            printf("  (the best path reads no decode layout: both runs read the rows)\n");
+        if (q8_rewrites(got) == KVS_OK)
+            for (int i = 0; i < Q8_REWRITE_STEPS; i++)
+                if (memcmp(want + (size_t)i * N_VOCAB, got + (size_t)i * N_VOCAB, N_VOCAB * sizeof(float))) {
+                    CHECK_MSG(0, "decode step %d after the rewrites: logits differ from AVX2's", i);
+                    break;
+                }
+    }
+    free(want);
+    free(got);
+}
+
 int main(void) {
     const char *path = kt_model_path();
     if (!path) return 1;
@@ -242,6 +318,7 @@ int main(void) {
     RUN(test_thread_counts);
     RUN(test_f32_kv);
     RUN(test_q8_kv);
+    RUN(test_q8_layout_after_rewrites);
     kvs_model_free(g_model);
     return kt_summary();
 }

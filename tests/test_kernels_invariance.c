@@ -265,7 +265,9 @@ TEST(test_attention_invariance) {
  * f32 and Q8 caches; then with a NaN key element (Q8: a NaN key scale), the
  * bits of the same path on one thread; Q8 also with a negative value scale
  * (a damaged cache: the split declines its last phase and the units rerun
- * the head on AVX2), the scalar bits. */
+ * the head on AVX2), the scalar bits. Q8 on a path that reads a decode
+ * layout (kvs_attn_layout) also with one built up to 16 slots, half the
+ * keys and all (its unbuilt part junk): the same bits. */
 TEST(test_attention_decode_split) {
     struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
         {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
@@ -286,9 +288,13 @@ TEST(test_attention_decode_split) {
             const void *k = kv.k, *v = kv.v;
             const int32_t pos = cases[ci].pos;
             void *work = xmalloc(kvs_attention_work_size(4, ctx));
-#define ATTN(pool, dst)                                                                                        \
+            const size_t lay_bytes = (size_t)nkv * kvs_attn_layout_head_bytes(hd, ctx);
+            void *lay_data = aligned_alloc(64, (lay_bytes + 63) & ~(size_t)63);
+            if (!lay_data) abort();
+#define ATTN_L(pool, dst, lay)                                                                                 \
     kvs_attention_window(pool, dst, q, &pos, 1, k, v, kv_type, nh, nkv, hd, ctx, 0.125f, cases[ci].window, NULL, \
-                         work)
+                         lay, work)
+#define ATTN(pool, dst) ATTN_L(pool, dst, NULL)
             /* then a NaN key element: no path matches fmaxf's NaN rule, but
              * each gives its own one-thread bits on any thread count */
             const size_t q8_rb = kvs_kv_row_bytes(KVS_KV_Q8, hd);
@@ -312,10 +318,27 @@ TEST(test_attention_decode_split) {
                                   nan == 1 ? "1 thread" : "scalar");
                         checked++;
                     }
+                    if (!kvs_attn_layout_wanted(kv_type, hd)) continue;
+                    const int built[3] = {16, pos / 2 & ~15, (pos + 1) & ~15};
+                    for (int b = 0; b < 3; b++) {
+                        memset(lay_data, 0xa5, lay_bytes);
+                        CHECK(kvs_attn_layout_build(kv_type, k, v, nkv, hd, ctx, 0, built[b], lay_data) == 0);
+                        const kvs_attn_layout lay = {lay_data, built[b]};
+                        for (int th = 1; th <= 4; th *= 2) {
+                            memset(out, 0xff, qn * 4);
+                            ATTN_L(pools[th], out, &lay);
+                            CHECK_MSG(memcmp(ref, out, qn * 4) == 0,
+                                      "%s case %zu%s, %d threads, layout of %d slots: differs from %s", isas[s], ci,
+                                      nan == 2 ? " negative value scale" : nan ? " NaN key" : "", th, built[b],
+                                      nan == 1 ? "1 thread" : "scalar");
+                            checked++;
+                        }
+                    }
                 }
             }
 #undef ATTN
-            free(work); free(q); free(ref); free(out); free(kv.k); free(kv.v);
+#undef ATTN_L
+            free(work); free(q); free(ref); free(out); free(kv.k); free(kv.v); free(lay_data);
         }
     kvs_kernels_set_isa("best");
     kvs_pool_free(pools[2]);
@@ -352,7 +375,7 @@ TEST(test_attention_rows_equal_each_alone) {
                 rows[r] = (kvs_attn_row){.out = out + at, .q = q + at, .pos = poss[r], .k = kv[r].k, .v = kv[r].v,
                                          .kv_type = types[r], .n_ctx = ctxs[r], .recal = r == 3 ? &recal : NULL};
                 kvs_attention_window(NULL, ref + at, q + at, &rows[r].pos, 1, kv[r].k, kv[r].v, types[r], nh, nkv, hd,
-                                     ctxs[r], 0.125f, window, rows[r].recal, work);
+                                     ctxs[r], 0.125f, window, rows[r].recal, NULL, work);
             }
             for (int th = 1; th <= 4; th++)
                 for (int n = 1; n <= NR; n += NR - 1) { /* one row (its own call) and all */

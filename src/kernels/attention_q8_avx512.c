@@ -82,7 +82,47 @@ typedef struct q8_unit {
     __m512 qs[3];    /* qd * scale per lane */
     __m512 mx[3], pd[3];
     int negative; /* a weight level < 0 (negative value scales): no byte split */
+    /* kv head g's decode layout (kernels.h kvs_attn_layout), slots [0, ln):
+     * keys' words per 16 slots, their scales, values' 4-key words, scales */
+    const __m512i *lk;
+    const float *lkd, *lvd;
+    const int32_t *lv;
+    int ln;
 } q8_unit;
+
+/* Kv head g's parts of a decode layout of nb blocks at head (writable:
+ * kvs_attention_layout_q8_avx512 fills it). */
+typedef struct layout_head {
+    __m512i *k;
+    float *kd, *vd;
+    int32_t *v;
+} layout_head;
+
+static layout_head layout_head_at(void *data, int D, int n_ctx, int g) {
+    const size_t nb = (size_t)(n_ctx + 15) / 16;
+    uint8_t *h = (uint8_t *)data + (size_t)g * kvs_attn_layout_head_bytes(D, n_ctx);
+    layout_head l = {.k = (__m512i *)h};
+    l.kd = (float *)(h + nb * 16 * D);
+    l.v = (int32_t *)(h + nb * (16 * D + 64));
+    l.vd = (float *)(h + nb * (32 * D + 64));
+    return l;
+}
+
+/* Kv head g's rows and, where the call has one, its decode layout. */
+static void q8_unit_rows(q8_unit *x, const kvs_attn_call *c, int g) {
+    x->rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim);
+    x->K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x->rb;
+    x->V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x->rb;
+    x->ln = 0;
+    if (c->layout.data && c->head_dim % 64 == 0) {
+        const layout_head l = layout_head_at((void *)c->layout.data, c->head_dim, c->n_ctx, g);
+        x->lk = l.k;
+        x->lkd = l.kd;
+        x->lv = l.v;
+        x->lvd = l.vd;
+        x->ln = (c->layout.n < c->n_ctx ? c->layout.n : c->n_ctx) & ~15;
+    }
+}
 
 /* out[i] 128-bit lane L = a[L] lane i, a = (c0, c1, c2, c3): the 4 x 4
  * transpose of 128-bit lanes. */
@@ -135,13 +175,12 @@ static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
  * words (bytes v_j[d], v_j+2[d], v_j+1[d], v_j+3[d]: the order weights_rows
  * packs p in): c[i] 128-bit lane L holds the words of dims d + 16 L + 4 i
  * .. + 3. Keys past the buffer read as 0: their weight is 0 anyway. */
-AI void value_words(const q8_unit *x, int j, int d, __m512i c[4]) {
-    const int D = x->u.D, n_ctx = x->u.c->n_ctx;
+AI void value_words(const int8_t *V, size_t rb, int n_ctx, int D, int j, int d, __m512i c[4]) {
     const __mmask64 m = D - d >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - d)) - 1;
     __m512i k[4];
 #pragma GCC unroll 4
     for (int h = 0; h < 4; h++)
-        k[h] = j + h < n_ctx ? _mm512_maskz_loadu_epi8(m, x->V + (size_t)(j + h) * x->rb + d) : _mm512_setzero_si512();
+        k[h] = j + h < n_ctx ? _mm512_maskz_loadu_epi8(m, V + (size_t)(j + h) * rb + d) : _mm512_setzero_si512();
     const __m512i alo = _mm512_unpacklo_epi8(k[0], k[2]), ahi = _mm512_unpackhi_epi8(k[0], k[2]);
     const __m512i blo = _mm512_unpacklo_epi8(k[1], k[3]), bhi = _mm512_unpackhi_epi8(k[1], k[3]);
     c[0] = _mm512_unpacklo_epi16(alo, blo);
@@ -159,26 +198,25 @@ static void stage_values4(const q8_unit *x, int j0, int nk, int da, int db, int3
         int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
         for (int d = da & ~63; d < db; d += 64) {
             __m512i c[4], w[4];
-            value_words(x, j, d, c);
+            value_words(x->V, x->rb, x->u.c->n_ctx, D, j, d, c);
             lanes_transpose4(c[0], c[1], c[2], c[3], w);
             for (int i = 0; i < 4 && d + 16 * i < D; i++) _mm512_storeu_si512(out + d + 16 * i, w[i]);
         }
     }
 }
 
-/* The same with every dim (D a multiple of 64) and each 64 dims' words left
- * in value_words' order: position d + 16 i + 4 L + k holds dim d + 16 L +
- * 4 i + k (8 of the 24 vector operations of 4 keys saved). For the decode,
- * whose P.V sums each position on its own: its outputs are put back in
- * order once (lanes_transpose4 again, the permutation being its own
- * inverse). */
-static void stage_values4_lanes(const q8_unit *x, int j0, int nk, int32_t *v4) {
-    const int D = x->u.D;
+/* The same for dims [da, db) (multiples of 64) with each 64 dims' words
+ * left in value_words' order: position d + 16 i + 4 L + k holds dim d + 16
+ * L + 4 i + k (8 of the 24 vector operations of 4 keys saved; the decode
+ * layout's values). For the decode, whose P.V sums each position on its
+ * own: its outputs are put back in order once (lanes_transpose4 again, the
+ * permutation being its own inverse). */
+AI void values4_lanes(const int8_t *V, size_t rb, int n_ctx, int D, int j0, int nk, int da, int db, int32_t *v4) {
     for (int j = j0; j < j0 + nk; j += 4) {
         int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
-        for (int d = 0; d < D; d += 64) {
+        for (int d = da; d < db; d += 64) {
             __m512i c[4];
-            value_words(x, j, d, c);
+            value_words(V, rb, n_ctx, D, j, d, c);
             for (int i = 0; i < 4; i++) _mm512_storeu_si512(out + d + 16 * i, c[i]);
         }
     }
@@ -513,30 +551,38 @@ static int q8_unit_run(q8_unit *x) {
 
 /* ------------------------------------------------ decode, lane = key / dim */
 
-/* Every row's scores of keys [ja, jb) with keys in lanes: each 16 keys'
- * rows are transposed once, 64 dims at a time (Kt[d/4] lane k = the 4 bytes
- * d.. of key j + k, plus 128; a last part of fewer than 64 dims is loaded
- * masked, its transposed tail never read) for all the unit's rows, which
- * then take one vpdpbusd per 4 dims against their broadcast levels. */
+/* Keys j.. j + 15 of rows K transposed, 64 dims at a time: kt[d/4] lane k
+ * = the 4 bytes d.. of key j + k, plus 128 (a last part of fewer than 64
+ * dims is loaded masked, its transposed tail never read; keys past the
+ * buffer read as 0). The decode layout's keys (kernels.h). */
+AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i *kt) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int c = 0; c < (D + 63) / 64; c++) {
+        const __mmask64 m = D - 64 * c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - 64 * c)) - 1;
+        __m512 t[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+            t[k] = j + k < n_ctx ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, K + (size_t)(j + k) * rb + 64 * c))
+                                 : _mm512_setzero_ps();
+        transpose16(t);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) kt[16 * c + i] = _mm512_xor_si512(_mm512_castps_si512(t[i]), bias);
+    }
+}
+
+/* Every row's scores of keys [ja, jb) (ja a multiple of 16) with keys in
+ * lanes: each 16 keys' words (key_tile16, or the decode layout's where it
+ * holds them) for all the unit's rows, which then take one vpdpbusd per 4
+ * dims against their broadcast levels. */
 static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_MAX_DIM], const float *kds, int ja,
                             int jb, const int32_t *qoff, const float *qs, __m512 *mx) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __m512i kt[KVS_ATTN_Q8_MAX_DIM / 4];
+    __m512i tile[KVS_ATTN_Q8_MAX_DIM / 4];
     for (int j = ja; j < jb; j += 16) {
-        for (int c = 0; c < (D + 63) / 64; c++) {
-            const __mmask64 m = D - 64 * c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (D - 64 * c)) - 1;
-            __m512 t[16];
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) /* keys past the buffer read as 0 (masked below) */
-                t[k] = j + k < n_ctx
-                           ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, x->K + (size_t)(j + k) * x->rb + 64 * c))
-                           : _mm512_setzero_ps();
-            transpose16(t);
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) kt[16 * c + i] = _mm512_xor_si512(_mm512_castps_si512(t[i]), bias);
-        }
+        const __m512i *kt = tile;
+        if (j + 16 <= x->ln) kt = x->lk + (size_t)(j / 16) * (D / 4);
+        else key_tile16(x->K, x->rb, n_ctx, D, j, tile);
         const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
         const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
         const __m512 kd = _mm512_maskz_loadu_ps(in, kds + j);
@@ -624,9 +670,15 @@ static void decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], i
     }
 }
 
-/* The scales of keys and values [ja, jb), gathered once for every row. */
+/* The scales of keys and values [ja, jb), gathered once for every row
+ * (those the decode layout holds copied). */
 static void decode_scales(const q8_unit *x, int ja, int jb, float *kds, float *vds) {
-    for (int j = ja; j < jb; j++) {
+    const int jl = x->ln < ja ? ja : x->ln < jb ? x->ln : jb;
+    if (jl > ja) {
+        memcpy(kds + ja, x->lkd + ja, (size_t)(jl - ja) * sizeof(float));
+        memcpy(vds + ja, x->lvd + ja, (size_t)(jl - ja) * sizeof(float));
+    }
+    for (int j = jl; j < jb; j++) {
         kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, x->u.D);
         vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->u.D);
     }
@@ -673,22 +725,25 @@ static __m512i decode_weights_row(const q8_unit *x, int r, float m, const float 
 }
 
 /* P.V of every row over dims [da, db) (multiples of 16), values staged once
- * a tile for all the rows, and those dims of the outputs. */
+ * a tile for all the rows (or read from the decode layout where it holds
+ * the tile), and those dims of the outputs. */
 static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da, int db) {
     const kvs_attn_call *c = x->u.c;
     const int D = x->u.D, JT = kvs_attn_q8_tile_keys(D), rows = x->u.rows, jmin = x->u.jmin;
     const int jstart = jmin / PV_BLOCK * PV_BLOCK;
-    void *tile = x->u.stage + (size_t)3 * 16 * 256;
+    int32_t *stage = (int32_t *)(x->u.stage + (size_t)3 * 16 * 256);
     const int maxall = unit_maxn(&x->u);
-    /* every dim of a head of 64-dim parts: the values staged in lanes order */
-    const int lanes = da == 0 && db == D && D % 64 == 0;
+    /* dims in whole 64-dim parts: the values in lanes order */
+    const int lanes = D % 64 == 0 && da % 64 == 0 && db % 64 == 0;
     float o[8][KVS_ATTN_Q8_MAX_DIM];
     for (int r = 0; r < rows; r++) memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
     for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
         const int jb = ((j0 + JT < maxall ? j0 + JT : maxall) + 3) & ~3;
-        if (lanes) stage_values4_lanes(x, ja, jb - ja, tile);
-        else stage_values4(x, ja, jb - ja, da, db, tile);
+        const int32_t *tile = stage;
+        if (lanes && jb <= x->ln) tile = x->lv + (size_t)(ja / 4) * D;
+        else if (lanes) values4_lanes(x->V, x->rb, c->n_ctx, D, ja, jb - ja, da, db, stage);
+        else stage_values4(x, ja, jb - ja, da, db, stage);
         for (int r = 0; r < rows; r++) {
             const int n4 = (x->u.n[r] + 3) & ~3, hi = n4 < jb ? n4 : jb;
             const int32_t *P = (const int32_t *)(x->u.S + (size_t)r * x->u.ctxs);
@@ -711,7 +766,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     for (int r = 0; r < rows; r++) {
         float *out = c->out + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                r % x->u.group) * D;
-        for (int d = 0; lanes && d < D; d += 64) { /* positions back to dims */
+        for (int d = da; lanes && d < db; d += 64) { /* positions back to dims */
             __m512i w[4];
             const __m512i *t = (const __m512i *)(o[r] + d);
             lanes_transpose4(_mm512_loadu_si512(t), _mm512_loadu_si512(t + 1), _mm512_loadu_si512(t + 2),
@@ -792,9 +847,7 @@ static int q8_split_suits(const kvs_attn_call *c) {
 /* Kv head g's decode unit of the split. */
 static void q8_split_init(q8_unit *x, const kvs_attn_call *c, int g, float *work) {
     split_unit_init(&x->u, c, g, work);
-    x->rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim);
-    x->K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x->rb;
-    x->V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x->rb;
+    q8_unit_rows(x, c, g);
     x->nrb = 1;
 }
 
@@ -880,11 +933,28 @@ void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
     q8_unit x;
     x.u.c = c;
     x.u.D = c->head_dim;
-    x.rb = kvs_kv_row_bytes(KVS_KV_Q8, x.u.D);
-    x.K = (const int8_t *)c->k + (size_t)c->staged_g * c->n_ctx * x.rb;
-    x.V = (const int8_t *)c->v + (size_t)c->staged_g * c->n_ctx * x.rb;
+    q8_unit_rows(&x, c, c->staged_g);
     stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
     stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));
+}
+
+/* The kvs_isa hook: slots [from, to) of every kv head's decode layout
+ * (kernels.h), as the decode would transpose and stage them. */
+void kvs_attention_layout_q8_avx512(const void *k, const void *v, int n_kv_head, int D, int n_ctx, int from, int to,
+                                    void *data) {
+    const size_t rb = kvs_kv_row_bytes(KVS_KV_Q8, D);
+    for (int g = 0; g < n_kv_head; g++) {
+        const int8_t *K = (const int8_t *)k + (size_t)g * n_ctx * rb, *V = (const int8_t *)v + (size_t)g * n_ctx * rb;
+        const layout_head l = layout_head_at(data, D, n_ctx, g);
+        for (int j = from; j < to; j += 16) {
+            key_tile16(K, rb, n_ctx, D, j, l.k + (size_t)(j / 16) * (D / 4));
+            for (int i = 0; i < 16; i++) {
+                l.kd[j + i] = kvs_q8_row_scale(K + (size_t)(j + i) * rb, D);
+                l.vd[j + i] = kvs_q8_row_scale(V + (size_t)(j + i) * rb, D);
+            }
+        }
+        values4_lanes(V, rb, n_ctx, D, from, to - from, 0, D, l.v + (size_t)(from / 4) * D);
+    }
 }
 
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
@@ -902,9 +972,7 @@ void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g,
     q8_unit x;
     const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
     unit_init(&x.u, c, t0, t1, g, work, work + KVS_ATTN_ROWS * ctxs);
-    x.rb = kvs_kv_row_bytes(KVS_KV_Q8, D);
-    x.K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x.rb;
-    x.V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x.rb;
+    q8_unit_rows(&x, c, g);
     x.nrb = (rows + 15) / 16;
     if (rows < KVS_ATTN_Q8_PREFILL_ROWS ? q8_decode_unit(&x) : q8_unit_run(&x)) /* negative levels (a damaged cache): rare */
         kvs_attention_unit_q8_avx2(c, t0, t1, g, work);

@@ -668,7 +668,23 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
                    const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                    int head_dim, int n_ctx, float scale, void *work) {
     kvs_attention_window(pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale, 0, NULL,
-                         work);
+                         NULL, work);
+}
+
+int kvs_attn_layout_wanted(int kv_type, int head_dim) {
+    return kv_type == KVS_KV_Q8 && pick_isa()->attention_layout_q8 && head_dim % 64 == 0 &&
+           head_dim <= KVS_ATTN_Q8_MAX_DIM;
+}
+
+size_t kvs_attn_layout_head_bytes(int head_dim, int n_ctx) {
+    return (size_t)(n_ctx + 15) / 16 * (32 * (size_t)head_dim + 128);
+}
+
+int kvs_attn_layout_build(int kv_type, const void *k, const void *v, int n_kv_head, int head_dim, int n_ctx,
+                          int from, int to, void *data) {
+    if (!kvs_attn_layout_wanted(kv_type, head_dim)) return -1;
+    if (from < to) pick_isa()->attention_layout_q8(k, v, n_kv_head, head_dim, n_ctx, from, to, data);
+    return 0;
 }
 
 typedef void (*attn_unit_fn)(const kvs_attn_call *c, int t0, int t1, int g, float *work);
@@ -679,11 +695,13 @@ typedef void (*attn_unit_fn)(const kvs_attn_call *c, int t0, int t1, int g, floa
 static kvs_attn_call attn_call_of(const kvs_isa *isa, kvs_pool *pool, float *out, const float *q,
                                   const int32_t *pos, int m, const void *k, const void *v, int kv_type, int n_head,
                                   int n_kv_head, int head_dim, int n_ctx, float scale, int window,
-                                  const kvs_attn_recal *recal, void *work, attn_unit_fn *unit) {
+                                  const kvs_attn_recal *recal, const kvs_attn_layout *layout, void *work,
+                                  attn_unit_fn *unit) {
     kvs_attn_call c = {.out = out, .q = q, .pos = pos, .m = m, .k = k, .v = v, .kv_type = kv_type,
                        .n_head = n_head, .n_kv_head = n_kv_head, .head_dim = head_dim, .n_ctx = n_ctx,
                        .scale = scale, .window = window > 0 ? window : 0, .work = align64(work),
                        .n_threads = kvs_pool_size(pool)};
+    if (layout && layout->data && layout->n > 0) c.layout = *layout;
     *unit = isa->attention_unit;
     if (kv_type == KVS_KV_Q8) *unit = isa->attention_unit_q8 ? isa->attention_unit_q8 : kvs_attention_unit_q8_ref;
     if (recal && recal->hi > recal->lo) {
@@ -699,12 +717,12 @@ static kvs_attn_call attn_call_of(const kvs_isa *isa, kvs_pool *pool, float *out
 void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                           const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                           int head_dim, int n_ctx, float scale, int window, const kvs_attn_recal *recal,
-                          void *work) {
+                          const kvs_attn_layout *layout, void *work) {
     if (m <= 0) return;
     const kvs_isa *isa = pick_isa();
     attn_task t;
     t.call = attn_call_of(isa, pool, out, q, pos, m, k, v, kv_type, n_head, n_kv_head, head_dim, n_ctx, scale,
-                          window, recal, work, &t.unit);
+                          window, recal, layout, work, &t.unit);
     if (attention_split(pool, isa, &t.call)) return;
     int group = n_head / n_kv_head;
     t.tile = KVS_ATTN_ROWS / group;
@@ -738,7 +756,7 @@ void kvs_attention_rows(kvs_pool *pool, int n, const kvs_attn_row *rows, int n_h
     if (n == 1) { /* one row: its own call, which may split across threads */
         const kvs_attn_row *r = &rows[0];
         kvs_attention_window(pool, r->out, r->q, &r->pos, 1, r->k, r->v, r->kv_type, n_head, n_kv_head, head_dim,
-                             r->n_ctx, scale, window, r->recal, work);
+                             r->n_ctx, scale, window, r->recal, r->layout, work);
         return;
     }
     attn_rows_task t;
@@ -752,7 +770,8 @@ void kvs_attention_rows(kvs_pool *pool, int n, const kvs_attn_row *rows, int n_h
         for (int i = 0; i < nr; i++) {
             const kvs_attn_row *row = &rows[r0 + i];
             t.call[i] = attn_call_of(isa, pool, row->out, row->q, &row->pos, 1, row->k, row->v, row->kv_type, n_head,
-                                     n_kv_head, head_dim, row->n_ctx, scale, window, row->recal, work, &t.unit[i]);
+                                     n_kv_head, head_dim, row->n_ctx, scale, window, row->recal, row->layout, work,
+                                     &t.unit[i]);
         }
         kvs_pool_for(pool, nr * n_kv_head, attn_rows_chunk, &t);
     }

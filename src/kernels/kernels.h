@@ -258,14 +258,45 @@ typedef struct kvs_attn_recal {
     float inv_t, s;
 } kvs_attn_recal;
 
+/* The decode layout of one layer's Q8 K and V rows: a copy, per 16 slots,
+ * in the order the decode kernel reads them, so that a decode step does not
+ * transpose and interleave again the rows that did not change (SmolLM2
+ * after 8192 tokens: ~40% of its decode attention). Only the ISA paths
+ * that read it build it (kvs_attn_layout_wanted); the bits are the same
+ * with it or without it. Per kv head g, at data + g *
+ * kvs_attn_layout_head_bytes(head_dim, n_ctx), over nb = ceil(n_ctx / 16)
+ * blocks of 16 slots (D = head_dim, a multiple of 64):
+ *   keys     nb x D / 4 32-bit words x 16 lanes: block b's word w lane k =
+ *            levels 4w..4w+3 of slot 16b + k, each plus 128;
+ *   kscales  nb x 16 floats: the keys' scales, by slot;
+ *   values   nb x 4 groups of 4 slots x D words: group q's word at position
+ *            d + 16i + 4L + e = the levels of dim d + 16L + 4i + e of its 4
+ *            slots s, s+2, s+1, s+3 (bytes 0..3; d a multiple of 64);
+ *   vscales  nb x 16 floats.
+ * The owner (kv_buffer.c) builds slots [from, to) of a layer when they are
+ * final, and marks slots after any write to them not built. */
+typedef struct kvs_attn_layout {
+    const void *data; /* 64-byte aligned */
+    int n;            /* slots [0, n) built, a multiple of 16 */
+} kvs_attn_layout;
+
+/* 1 when the ISA in use reads a decode layout of kv_type rows of head_dim. */
+int kvs_attn_layout_wanted(int kv_type, int head_dim);
+size_t kvs_attn_layout_head_bytes(int head_dim, int n_ctx);
+/* Builds slots [from, to) (multiples of 16, to <= n_ctx) of every kv head
+ * from rows k, v; 0, or -1 when the ISA in use builds none (nothing
+ * written). */
+int kvs_attn_layout_build(int kv_type, const void *k, const void *v, int n_kv_head, int head_dim, int n_ctx,
+                          int from, int to, void *data);
+
 /* The same with a sliding window: query t sees only slots
  * (pos[t] - window, pos[t]] (window 0 = kvs_attention). The bits equal a
- * computation that skips the masked keys (attention_ref.c). recal may be
- * NULL (none). */
+ * computation that skips the masked keys (attention_ref.c). recal and
+ * layout may be NULL (none). */
 void kvs_attention_window(kvs_pool *pool, float *out, const float *q, const int32_t *pos, int m,
                           const void *k, const void *v, int kv_type, int n_head, int n_kv_head,
                           int head_dim, int n_ctx, float scale, int window, const kvs_attn_recal *recal,
-                          void *work);
+                          const kvs_attn_layout *layout, void *work);
 
 /* One query token of kvs_attention_rows, against its own layer KV (n_ctx
  * slots of kv_type; recal may be NULL). */
@@ -276,6 +307,7 @@ typedef struct kvs_attn_row {
     const void *k, *v;
     int kv_type, n_ctx;
     const kvs_attn_recal *recal;
+    const kvs_attn_layout *layout; /* NULL: none */
 } kvs_attn_row;
 
 /* kvs_attention_window for n rows of one token each, every row against its

@@ -74,6 +74,7 @@ typedef struct kvs_attn_call {
      * none, each unit stages its own. */
     uint8_t *staged;
     int staged_g, staged_lo;
+    kvs_attn_layout layout; /* data NULL: none */
 } kvs_attn_call;
 
 /* Bytes of one K / V element: kv_type 0 is F16, else F32 (the float types;
@@ -104,6 +105,8 @@ void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, fl
 #if defined(__x86_64__)
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1);
+void kvs_attention_layout_q8_avx512(const void *k, const void *v, int n_kv_head, int head_dim, int n_ctx, int from,
+                                    int to, void *data);
 int kvs_attention_split_units_q8_avx512(const kvs_attn_call *c, int phase);
 void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u, float *work);
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
@@ -363,6 +366,11 @@ typedef struct kvs_isa {
      * c->staged_g at kvs_attn_q8_staged_at, so that a prefill's units,
      * which all read every key, skip their own staging. */
     void (*attention_stage_q8)(const kvs_attn_call *c, int j0, int j1);
+    /* Optional (NULL: the Q8 units read no decode layout): builds slots
+     * [from, to) of kvs_attn_layout from rows k, v (kvs_attn_layout_build);
+     * the ISA's Q8 decode then reads the slots c->layout holds from it. */
+    void (*attention_layout_q8)(const void *k, const void *v, int n_kv_head, int head_dim, int n_ctx, int from,
+                                int to, void *data);
 } kvs_isa;
 
 /* 0 scalar, 1 AVX2 + FMA + F16C, 2 AVX-512 (F, BW, VL, DQ, VNNI, VBMI). */

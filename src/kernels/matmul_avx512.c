@@ -974,6 +974,7 @@ const kvs_isa kvs_isa_avx512 = {
     .attention_unit_recal = kvs_attention_unit_avx2,
     .attention_unit_q8 = kvs_attention_unit_q8_avx512,
     .attention_stage_q8 = kvs_attention_stage_q8_avx512,
+    .attention_layout_q8 = kvs_attention_layout_q8_avx512,
     .attention_split_units = kvs_attention_split_units_avx512,
     .attention_split_unit = kvs_attention_split_unit_avx512,
     /* SmolLM2's 3 kv heads on 2 threads, decode attention of 30 layers

@@ -151,6 +151,7 @@ static void copy_runs(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *k
 int kvs_chunk_copy_to_kv(const kvs_chunk *c, int off, int n, const kvs_kv_buffer *kv, int slot) {
     int rc = check_copy(c, off, n, kv, slot, "chunk copy-in");
     if (rc) return rc;
+    kvs_kv_wrote(kv, -1, slot);
     if (n) copy_runs(c, off, n, kv, slot, 1);
     return KVS_OK;
 }

@@ -466,6 +466,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
         slot > kv->n_ctx - n)
         return kvs_error(KVS_ERR_INVALID_ARG, "disk read: tokens [%d, %d) of %d into slots [%d, %d) of %d", off,
                          off + n, c->n_tok, slot, slot + n, kv->n_ctx);
+    kvs_kv_wrote(kv, -1, slot); /* before: a failed read may leave some rows written */
     char path[4096];
     int fd;
     kvs_disk_header hd;

@@ -267,11 +267,15 @@ void kvs_fwd_layer_qkv(kvs_fwd *f, int l, const int32_t *pos, int m) {
 }
 
 void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *kv) {
+    int lo = kv->n_ctx;
+    for (int r = 0; r < m; r++) lo = pos[r] < lo ? pos[r] : lo;
+    kvs_kv_wrote(kv, l, lo); /* here, not per row: the rows' threads would race on it */
     run_rows(f, OP_STORE_KV, l, m, pos, kv, NULL);
 }
 
 void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv) {
     const size_t kvd = (size_t)f->hp->n_head_kv * f->hp->head_dim;
+    kvs_kv_wrote(kv, l, pos[r]);
     store_row(kv, l, 0, f->k + (size_t)r * kvd, pos[r]);
     store_row(kv, l, 1, f->v + (size_t)r * kvd, pos[r]);
 }
@@ -279,15 +283,19 @@ void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kv
 void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *kv) {
     const kvs_hparams *hp = f->hp;
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
+    /* a decode step: its slots 0..pos are final, the layout built up to them */
+    kvs_attn_layout lay;
+    const kvs_attn_layout *layout = m == 1 ? kvs_kv_layout_for(kv, l, pos[r0] + 1, &lay) : NULL;
     kvs_attention_window(f->pool, f->att + (size_t)r0 * qd, f->q + (size_t)r0 * qd, pos + r0, m, kvs_kv_k(kv, l),
                          kvs_kv_v(kv, l), (int)kv->type, hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx,
-                         hp->attn_scale, hp->layer[l].window, &kv->recal, f->att_work);
+                         hp->attn_scale, hp->layer[l].window, &kv->recal, layout, f->att_work);
 }
 
 void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *const *kvs) {
     const kvs_hparams *hp = f->hp;
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
     kvs_attn_row rows[KVS_FWD_ATTN_ROWS];
+    kvs_attn_layout lay[KVS_FWD_ATTN_ROWS];
     for (int i0 = 0; i0 < m; i0 += KVS_FWD_ATTN_ROWS) {
         const int n = m - i0 < KVS_FWD_ATTN_ROWS ? m - i0 : KVS_FWD_ATTN_ROWS;
         for (int i = 0; i < n; i++) {
@@ -295,7 +303,8 @@ void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int 
             const kvs_kv_buffer *kv = kvs[i0 + i];
             rows[i] = (kvs_attn_row){.out = f->att + (size_t)r * qd, .q = f->q + (size_t)r * qd, .pos = pos[r],
                                      .k = kvs_kv_k(kv, l), .v = kvs_kv_v(kv, l), .kv_type = (int)kv->type,
-                                     .n_ctx = kv->n_ctx, .recal = &kv->recal};
+                                     .n_ctx = kv->n_ctx, .recal = &kv->recal,
+                                     .layout = kvs_kv_layout_for(kv, l, pos[r] + 1, &lay[i])};
         }
         kvs_attention_rows(f->pool, n, rows, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale,
                            hp->layer[l].window, f->att_work);

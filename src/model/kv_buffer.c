@@ -1,4 +1,6 @@
-/* KV buffer allocation (layout in kv_buffer.h). */
+/* KV buffer allocation (layout in kv_buffer.h) and its decode layout. */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,12 +27,95 @@ int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx,
     if (!kv->data)
         return kvs_error(KVS_ERR_NOMEM, "kv buffer: cannot allocate %zu bytes for %d slots",
                          (size_t)n_layer * 2 * kv->plane_bytes, n_ctx);
+    /* rows some path can lay out (whether the path in use reads it is
+     * asked per step: tests switch paths) */
+    if (type == KVS_KV_Q8 && head_dim % 64 == 0 && head_dim <= KVS_KV_Q8_MAX_HEAD_DIM) {
+        kv->layout = calloc(1, sizeof *kv->layout);
+        if (kv->layout && !(kv->layout->built = calloc((size_t)n_layer, sizeof(int)))) {
+            free(kv->layout);
+            kv->layout = NULL;
+        }
+        if (kv->layout) kv->layout->layer_bytes = (size_t)n_kv_head * kvs_attn_layout_head_bytes(head_dim, n_ctx);
+    }
     return KVS_OK;
 }
 
 void kvs_kv_buffer_release(kvs_kv_buffer *kv) {
     free(kv->data);
     kv->data = NULL;
+    if (kv->layout) {
+        free(kv->layout->raw);
+        free(kv->layout->built);
+        free(kv->layout);
+        kv->layout = NULL;
+    }
+}
+
+/* An environment switch read once: 1 set (not "0"), 0 "0", else dflt. */
+static int env_switch(atomic_int *cached, const char *name, int dflt) {
+    int v = atomic_load_explicit(cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv(name);
+        v = e && *e ? strcmp(e, "0") != 0 : dflt;
+        atomic_store_explicit(cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* KVSTITCH_VERIFY_KV_LAYOUT=1: check every layout read (the tests). */
+static int verify_layout(void) {
+    static atomic_int on = -1;
+    return env_switch(&on, "KVSTITCH_VERIFY_KV_LAYOUT", 0);
+}
+
+/* KVS_DECODE_LAYOUT=0: no decode layout (Q8 at half f16's memory while
+ * decoding too; side-by-side benchmarks). */
+static int layout_on(void) {
+    static atomic_int on = -1;
+    return env_switch(&on, "KVS_DECODE_LAYOUT", 1);
+}
+
+/* Layer l's built slots rebuilt from its rows over a copy: a stale one
+ * (a writer without kvs_kv_wrote) aborts. */
+static void check_layout(const kvs_kv_buffer *kv, int l, const uint8_t *have) {
+    const kvs_kv_layout *ly = kv->layout;
+    void *fresh = aligned_alloc(64, ly->layer_bytes);
+    if (!fresh) return;
+    memcpy(fresh, have, ly->layer_bytes);
+    kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim, kv->n_ctx, 0,
+                          ly->built[l], fresh);
+    if (memcmp(fresh, have, ly->layer_bytes) != 0) {
+        fprintf(stderr, "kv buffer: layer %d's decode layout of slots [0, %d) differs from its rows (a write "
+                        "without kvs_kv_wrote)\n", l, ly->built[l]);
+        abort();
+    }
+    free(fresh);
+}
+
+const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, kvs_attn_layout *out) {
+    kvs_kv_layout *ly = kv->layout;
+    if (!ly || ly->off || !layout_on() || !kvs_attn_layout_wanted(kv->type, kv->head_dim)) return NULL;
+    if (!ly->data) {
+        /* calloc, as the rows: pages mapped as slots get built (2 MiB pages
+         * measured no faster: 1.000x, 8 paired rounds) */
+        ly->raw = calloc(1, (size_t)kv->n_layer * ly->layer_bytes + 64);
+        if (!ly->raw) {
+            ly->off = 1;
+            return NULL;
+        }
+        ly->data = (void *)(((uintptr_t)ly->raw + 63) & ~(uintptr_t)63);
+    }
+    uint8_t *data = (uint8_t *)ly->data + (size_t)l * ly->layer_bytes;
+    if (verify_layout()) check_layout(kv, l, data);
+    if (n > kv->n_ctx) n = kv->n_ctx;
+    const int to = n & ~15;
+    if (to > ly->built[l]) {
+        kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim, kv->n_ctx,
+                              ly->built[l], to, data);
+        ly->built[l] = to;
+    }
+    *out = (kvs_attn_layout){data, ly->built[l]};
+    return out;
 }
 
 size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv) {

@@ -11,6 +11,12 @@
  * or F32 elements, or Q8's head_dim levels and a scale), row_bytes long; a
  * head's slots are contiguous, so
  * a range of positions of one (layer, K/V, head) is one contiguous run.
+ *
+ * A Q8 buffer also keeps its rows' decode layout (kernels.h
+ * kvs_attn_layout) where the kernels read one: a copy that decode steps
+ * build per 16 final slots (kvs_kv_layout_for), so that each step does not
+ * transpose again every row that did not change. Every writer of slots
+ * calls kvs_kv_wrote, which marks the copy from there on not built.
  */
 #ifndef KVS_MODEL_KV_BUFFER_H
 #define KVS_MODEL_KV_BUFFER_H
@@ -21,6 +27,19 @@
 
 #include "kernels/kernels.h"
 #include "kvstitch.h"
+
+/* The decode layout of a buffer's layers: data NULL until a decode step
+ * needs it (as much memory as the rows, touched only as slots get built);
+ * layer l's slots [0, built[l]) mirror its rows. A cache, updated through
+ * the pointer of a const buffer by its readers (kvs_kv_layout_for) and its
+ * writers (kvs_kv_wrote). */
+typedef struct kvs_kv_layout {
+    void *data;         /* (n_layer, n_kv_head) heads of kvs_attn_layout_head_bytes */
+    void *raw;          /* data's allocation (data: raw aligned to 64 bytes) */
+    size_t layer_bytes; /* n_kv_head heads */
+    int *built;         /* (n_layer) slots, multiples of 16 */
+    int off;            /* allocation failed: decode reads the rows */
+} kvs_kv_layout;
 
 typedef struct kvs_kv_buffer {
     int n_layer, n_kv_head, n_ctx, head_dim;
@@ -33,6 +52,7 @@ typedef struct kvs_kv_buffer {
      * recalibrated (APE); set after the assembly of a request, ended by any
      * write before its end (kvs_kv_recal_end). Zero: none. */
     kvs_attn_recal recal;
+    kvs_kv_layout *layout; /* NULL: the kernels read no layout of these rows */
 } kvs_kv_buffer;
 
 /* Allocates a zeroed buffer (pages are touched only as slots get written). */
@@ -46,6 +66,24 @@ size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv);
 static inline void kvs_kv_recal_end(kvs_kv_buffer *kv, int pos) {
     if (pos < kv->recal.hi) memset(&kv->recal, 0, sizeof kv->recal);
 }
+
+/* Slots from slot on of layer l (l < 0: of every layer) were written: the
+ * decode layout holds them no longer. */
+static inline void kvs_kv_wrote(const kvs_kv_buffer *kv, int l, int slot) {
+    kvs_kv_layout *ly = kv->layout;
+    if (!ly) return;
+    const int lo = slot < 0 ? 0 : slot & ~15;
+    for (int i = l < 0 ? 0 : l; i < (l < 0 ? kv->n_layer : l + 1); i++)
+        if (ly->built[i] > lo) ly->built[i] = lo;
+}
+
+/* Layer l's decode layout with its slots [0, n & ~15) built (slots [0, n)
+ * being final: a decode step's), in *out; NULL where the kernels read none
+ * (or its memory could not be had: the decode reads the rows, the same
+ * bits). With KVSTITCH_VERIFY_KV_LAYOUT=1 in the environment (the tests),
+ * every call first checks the slots built before against the rows and
+ * aborts on a difference: a writer that did not call kvs_kv_wrote. */
+const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, kvs_attn_layout *out);
 
 /* Layer l's K or V plane: (n_kv_head, n_ctx) rows. */
 static inline void *kvs_kv_k(const kvs_kv_buffer *kv, int l) {

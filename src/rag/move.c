@@ -89,6 +89,7 @@ int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, 
     if (kv->head_dim > KVS_MOVE_MAX_HEAD_DIM)
         return kvs_error(KVS_ERR_UNSUPPORTED, "move: head_dim %d exceeds %d", kv->head_dim, KVS_MOVE_MAX_HEAD_DIM);
     kvs_kv_recal_end(kv, slot);
+    kvs_kv_wrote(kv, -1, slot);
     if (off < 0 || n < 0 || off + n > c->n_tok || slot < 0 || slot + n > kv->n_ctx)
         return kvs_error(KVS_ERR_INVALID_ARG, "move: tokens [%d, %d) of a %d-token chunk do not fit slots [%d, %d) of "
                          "%d", off, off + n, c->n_tok, slot, slot + n, kv->n_ctx);
