@@ -288,7 +288,8 @@ TEST(test_q8_layout_after_rewrites) {
     const int st = q8_rewrites(want);
     kvs_kernels_set_isa("best");
     if (!st) {
-        if (!kvs_attn_layout_wanted(KVS_KV_Q8, kvs_model_hparams(g_model)->head_dim))
+        const kvs_hparams *hp = kvs_model_hparams(g_model);
+        if (!kvs_attn_layout_wanted(KVS_KV_Q8, hp->head_dim, hp->n_head / hp->n_head_kv))
             printf("  (the best path reads no decode layout: both runs read the rows)\n");
         if (q8_rewrites(got) == KVS_OK)
             for (int i = 0; i < Q8_REWRITE_STEPS; i++)

@@ -318,7 +318,7 @@ TEST(test_attention_decode_split) {
                                   nan == 1 ? "1 thread" : "scalar");
                         checked++;
                     }
-                    if (!kvs_attn_layout_wanted(kv_type, hd)) continue;
+                    if (!kvs_attn_layout_wanted(kv_type, hd, nh / nkv)) continue;
                     const int built[3] = {16, pos / 2 & ~15, (pos + 1) & ~15};
                     for (int b = 0; b < 3; b++) {
                         memset(lay_data, 0xa5, lay_bytes);

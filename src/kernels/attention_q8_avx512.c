@@ -735,13 +735,19 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     const int maxall = unit_maxn(&x->u);
     /* dims in whole 64-dim parts: the values in lanes order */
     const int lanes = D % 64 == 0 && da % 64 == 0 && db % 64 == 0;
+    /* tiles read from the layout end where its PV blocks do (tiles start on
+     * PV blocks), so at most a block and the newest slots are staged */
+    const int lend = lanes ? x->ln / PV_BLOCK * PV_BLOCK : 0;
     float o[8][KVS_ATTN_Q8_MAX_DIM];
     for (int r = 0; r < rows; r++) memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
-    for (int j0 = jstart; j0 < maxall; j0 += JT) {
+    for (int j0 = jstart, j1; j0 < maxall; j0 = j1) {
+        const int laid = j0 < lend;
+        j1 = j0 + JT;
+        if (laid && j1 > lend) j1 = lend;
         const int ja = j0 > jmin ? j0 : jmin;
-        const int jb = ((j0 + JT < maxall ? j0 + JT : maxall) + 3) & ~3;
+        const int jb = ((j1 < maxall ? j1 : maxall) + 3) & ~3;
         const int32_t *tile = stage;
-        if (lanes && jb <= x->ln) tile = x->lv + (size_t)(ja / 4) * D;
+        if (laid) tile = x->lv + (size_t)(ja / 4) * D;
         else if (lanes) values4_lanes(x->V, x->rb, c->n_ctx, D, ja, jb - ja, da, db, stage);
         else stage_values4(x, ja, jb - ja, da, db, stage);
         for (int r = 0; r < rows; r++) {

@@ -671,9 +671,17 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
                          NULL, work);
 }
 
-int kvs_attn_layout_wanted(int kv_type, int head_dim) {
-    return kv_type == KVS_KV_Q8 && pick_isa()->attention_layout_q8 && head_dim % 64 == 0 &&
-           head_dim <= KVS_ATTN_Q8_MAX_DIM;
+/* The ISA's builder of a decode layout of such rows, or NULL. */
+typedef void (*attn_layout_fn)(const void *, const void *, int, int, int, int, int, void *);
+static attn_layout_fn layout_builder(int kv_type, int head_dim) {
+    const int fits = kv_type == KVS_KV_Q8 && head_dim % 64 == 0 && head_dim <= KVS_ATTN_Q8_MAX_DIM;
+    return fits ? pick_isa()->attention_layout_q8 : NULL;
+}
+
+/* Read by the decode layout of the Q8 units (fewer rows than the prefill
+ * layout's) and their split. */
+int kvs_attn_layout_wanted(int kv_type, int head_dim, int group) {
+    return layout_builder(kv_type, head_dim) && group >= 1 && group < KVS_ATTN_Q8_PREFILL_ROWS;
 }
 
 size_t kvs_attn_layout_head_bytes(int head_dim, int n_ctx) {
@@ -682,8 +690,9 @@ size_t kvs_attn_layout_head_bytes(int head_dim, int n_ctx) {
 
 int kvs_attn_layout_build(int kv_type, const void *k, const void *v, int n_kv_head, int head_dim, int n_ctx,
                           int from, int to, void *data) {
-    if (!kvs_attn_layout_wanted(kv_type, head_dim)) return -1;
-    if (from < to) pick_isa()->attention_layout_q8(k, v, n_kv_head, head_dim, n_ctx, from, to, data);
+    const attn_layout_fn build = layout_builder(kv_type, head_dim);
+    if (!build) return -1;
+    if (from < to) build(k, v, n_kv_head, head_dim, n_ctx, from, to, data);
     return 0;
 }
 

@@ -280,8 +280,9 @@ typedef struct kvs_attn_layout {
     int n;            /* slots [0, n) built, a multiple of 16 */
 } kvs_attn_layout;
 
-/* 1 when the ISA in use reads a decode layout of kv_type rows of head_dim. */
-int kvs_attn_layout_wanted(int kv_type, int head_dim);
+/* 1 when the ISA in use reads a decode layout of kv_type rows of head_dim
+ * in one token's attention with group query heads a kv head. */
+int kvs_attn_layout_wanted(int kv_type, int head_dim, int group);
 size_t kvs_attn_layout_head_bytes(int head_dim, int n_ctx);
 /* Builds slots [from, to) (multiples of 16, to <= n_ctx) of every kv head
  * from rows k, v; 0, or -1 when the ISA in use builds none (nothing

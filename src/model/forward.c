@@ -285,7 +285,8 @@ void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, co
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
     /* a decode step: its slots 0..pos are final, the layout built up to them */
     kvs_attn_layout lay;
-    const kvs_attn_layout *layout = m == 1 ? kvs_kv_layout_for(kv, l, pos[r0] + 1, &lay) : NULL;
+    const int group = hp->n_head / hp->n_head_kv;
+    const kvs_attn_layout *layout = m == 1 ? kvs_kv_layout_for(kv, l, pos[r0] + 1, group, &lay) : NULL;
     kvs_attention_window(f->pool, f->att + (size_t)r0 * qd, f->q + (size_t)r0 * qd, pos + r0, m, kvs_kv_k(kv, l),
                          kvs_kv_v(kv, l), (int)kv->type, hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx,
                          hp->attn_scale, hp->layer[l].window, &kv->recal, layout, f->att_work);
@@ -304,7 +305,8 @@ void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int 
             rows[i] = (kvs_attn_row){.out = f->att + (size_t)r * qd, .q = f->q + (size_t)r * qd, .pos = pos[r],
                                      .k = kvs_kv_k(kv, l), .v = kvs_kv_v(kv, l), .kv_type = (int)kv->type,
                                      .n_ctx = kv->n_ctx, .recal = &kv->recal,
-                                     .layout = kvs_kv_layout_for(kv, l, pos[r] + 1, &lay[i])};
+                                     .layout = kvs_kv_layout_for(kv, l, pos[r] + 1, hp->n_head / hp->n_head_kv,
+                                                                 &lay[i])};
         }
         kvs_attention_rows(f->pool, n, rows, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale,
                            hp->layer[l].window, f->att_work);

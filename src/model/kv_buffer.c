@@ -92,9 +92,9 @@ static void check_layout(const kvs_kv_buffer *kv, int l, const uint8_t *have) {
     free(fresh);
 }
 
-const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, kvs_attn_layout *out) {
+const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, int group, kvs_attn_layout *out) {
     kvs_kv_layout *ly = kv->layout;
-    if (!ly || ly->off || !layout_on() || !kvs_attn_layout_wanted(kv->type, kv->head_dim)) return NULL;
+    if (!ly || ly->off || !layout_on() || !kvs_attn_layout_wanted(kv->type, kv->head_dim, group)) return NULL;
     if (!ly->data) {
         /* calloc, as the rows: pages mapped as slots get built (2 MiB pages
          * measured no faster: 1.000x, 8 paired rounds) */
@@ -110,8 +110,10 @@ const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, 
     if (n > kv->n_ctx) n = kv->n_ctx;
     const int to = n & ~15;
     if (to > ly->built[l]) {
-        kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim, kv->n_ctx,
-                              ly->built[l], to, data);
+        /* -1: no builder after all (the path switched since the check above) */
+        if (kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim,
+                                  kv->n_ctx, ly->built[l], to, data) != 0)
+            return NULL;
         ly->built[l] = to;
     }
     *out = (kvs_attn_layout){data, ly->built[l]};

@@ -78,12 +78,13 @@ static inline void kvs_kv_wrote(const kvs_kv_buffer *kv, int l, int slot) {
 }
 
 /* Layer l's decode layout with its slots [0, n & ~15) built (slots [0, n)
- * being final: a decode step's), in *out; NULL where the kernels read none
+ * being final: a decode step's, with group query heads a kv head), in *out;
+ * NULL where the kernels read none
  * (or its memory could not be had: the decode reads the rows, the same
  * bits). With KVSTITCH_VERIFY_KV_LAYOUT=1 in the environment (the tests),
  * every call first checks the slots built before against the rows and
  * aborts on a difference: a writer that did not call kvs_kv_wrote. */
-const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, kvs_attn_layout *out);
+const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, int group, kvs_attn_layout *out);
 
 /* Layer l's K or V plane: (n_kv_head, n_ctx) rows. */
 static inline void *kvs_kv_k(const kvs_kv_buffer *kv, int l) {
