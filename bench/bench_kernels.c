@@ -253,7 +253,7 @@ static void bench_attention(const char *isa, int threads, int quick) {
          * reads one, alternating with the decode without */
         const int lay_on = kvs_attn_layout_wanted(g_kv_type, hd, nh / nkv);
         void *lay_data = lay_on ? aligned_alloc(64, (size_t)nkv * kvs_attn_layout_head_bytes(hd, ctx)) : NULL;
-        const kvs_attn_layout lay = {lay_data, ctx & ~15};
+        const kvs_attn_layout lay = {.data = lay_data, .n = ctx & ~15};
         if (lay_data) kvs_attn_layout_build(g_kv_type, k, v, nkv, hd, ctx, 0, lay.n, lay_data);
         double tl[32];
         for (int r = 0; r < 32; r++) {

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "harness.h"
+#include "kernels/kernels.h"
 #include "test_greedy.h"
 #include "kvstitch.h"
 #include "model/model.h"
@@ -308,6 +309,59 @@ TEST(gemma3_batched_rows_equal_alone) {
     free(lg);
 }
 
+/* gemma3's Q8 decode steps read a decode layout (model/kv_buffer.h), its
+ * window layers' from their window on: 700 tokens of a prompt, 20 steps,
+ * 40 tokens over slots 600..639, 20 steps, then one token over slot 300
+ * (before the window layers' layout), 20 steps, on 2 threads (its one kv
+ * head splits across them). Logits of the 60 steps into out. */
+enum { G3_STEPS = 60 };
+static int gemma3_q8_rewrites(const int32_t *toks, float *out) {
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 1024;
+    cp.n_threads = 2;
+    cp.kv_type = KVS_KV_Q8;
+    kvs_context *c = NULL;
+    int st = kvs_context_new(g_model, cp, &c);
+    const int nv = kvs_vocab_size(g_model);
+    int32_t pos[1024];
+    for (int i = 0; i < 1024; i++) pos[i] = i;
+    int steps = 0;
+#define G3_STEP_RUN(from, n)                                                                            \
+    for (int p = (from); p < (from) + (n) && !st; p++, steps++)                                          \
+        st = kvs_decode(c, toks + p, pos + p, 1, out + (size_t)steps * nv);
+    if (!st) st = kvs_decode(c, toks, pos, 700, NULL);
+    G3_STEP_RUN(700, 20)
+    if (!st) st = kvs_decode(c, toks + 900, pos + 600, 40, NULL);
+    G3_STEP_RUN(640, 20)
+    if (!st) st = kvs_decode(c, toks + 950, pos + 300, 1, NULL);
+    G3_STEP_RUN(660, 20)
+#undef G3_STEP_RUN
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    kvs_context_free(c);
+    return st;
+}
+
+/* ... on the best path (AVX-512 reads the layout) and on AVX2 (the rows):
+ * the same bits. */
+TEST(gemma3_q8_layout_windows) {
+    if (quick()) {
+        SKIP("KVSTITCH_TEST_QUICK");
+        return;
+    }
+    static int32_t toks[1024];
+    const int n = long_prompt(toks, 1024);
+    CHECK_MSG(n == 1024, "prompt has %d tokens", n);
+    if (n != 1024 || kvs_kernels_set_isa("avx2") != 0) return;
+    const size_t bytes = (size_t)G3_STEPS * kvs_vocab_size(g_model) * sizeof(float);
+    float *want = malloc(bytes), *got = malloc(bytes);
+    const int st = gemma3_q8_rewrites(toks, want);
+    kvs_kernels_set_isa("best");
+    if (!st && gemma3_q8_rewrites(toks, got) == KVS_OK)
+        CHECK_MSG(!memcmp(want, got, bytes), "Q8 decode steps after rewrites differ from AVX2's");
+    free(want);
+    free(got);
+}
+
 int main(void) {
     const char *p = gemma_path();
     if (!p) { printf("FAIL gemma3_model\n"); return 1; }
@@ -322,6 +376,7 @@ int main(void) {
     RUN(gemma3_prefix_reuse_bit_exact);
     RUN(gemma3_repair_ratio_one_is_full);
     RUN(gemma3_batched_rows_equal_alone);
+    RUN(gemma3_q8_layout_windows);
     kvs_model_free(g_model);
     return kt_summary();
 }

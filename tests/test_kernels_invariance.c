@@ -267,7 +267,8 @@ TEST(test_attention_invariance) {
  * (a damaged cache: the split declines its last phase and the units rerun
  * the head on AVX2), the scalar bits. Q8 on a path that reads a decode
  * layout (kvs_attn_layout) also with one built up to 16 slots, half the
- * keys and all (its unbuilt part junk): the same bits. */
+ * keys and all, from a third of the keys and from the window on (its
+ * unbuilt part junk): the same bits. */
 TEST(test_attention_decode_split) {
     struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
         {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
@@ -319,17 +320,21 @@ TEST(test_attention_decode_split) {
                         checked++;
                     }
                     if (!kvs_attn_layout_wanted(kv_type, hd, nh / nkv)) continue;
-                    const int built[3] = {16, pos / 2 & ~15, (pos + 1) & ~15};
-                    for (int b = 0; b < 3; b++) {
+                    /* slots [from, built): a prefix; all; from a third on;
+                     * from the window's first slot on */
+                    const int win = cases[ci].window, all = (pos + 1) & ~15;
+                    const int from[5] = {0, 0, 0, pos / 3 & ~15, win && pos + 1 > win ? (pos + 1 - win) & ~15 : 0};
+                    const int built[5] = {16, pos / 2 & ~15, all, all, all};
+                    for (int b = 0; b < 5; b++) {
                         memset(lay_data, 0xa5, lay_bytes);
-                        CHECK(kvs_attn_layout_build(kv_type, k, v, nkv, hd, ctx, 0, built[b], lay_data) == 0);
-                        const kvs_attn_layout lay = {lay_data, built[b]};
+                        CHECK(kvs_attn_layout_build(kv_type, k, v, nkv, hd, ctx, from[b], built[b], lay_data) == 0);
+                        const kvs_attn_layout lay = {.data = lay_data, .n = built[b], .lo = from[b]};
                         for (int th = 1; th <= 4; th *= 2) {
                             memset(out, 0xff, qn * 4);
                             ATTN_L(pools[th], out, &lay);
                             CHECK_MSG(memcmp(ref, out, qn * 4) == 0,
-                                      "%s case %zu%s, %d threads, layout of %d slots: differs from %s", isas[s], ci,
-                                      nan == 2 ? " negative value scale" : nan ? " NaN key" : "", th, built[b],
+                                      "%s case %zu%s, %d threads, layout of slots [%d, %d): differs from %s", isas[s],
+                                      ci, nan == 2 ? " negative value scale" : nan ? " NaN key" : "", th, from[b], built[b],
                                       nan == 1 ? "1 thread" : "scalar");
                             checked++;
                         }

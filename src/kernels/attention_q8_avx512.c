@@ -82,12 +82,12 @@ typedef struct q8_unit {
     __m512 qs[3];    /* qd * scale per lane */
     __m512 mx[3], pd[3];
     int negative; /* a weight level < 0 (negative value scales): no byte split */
-    /* kv head g's decode layout (kernels.h kvs_attn_layout), slots [0, ln):
+    /* kv head g's decode layout (kernels.h kvs_attn_layout), slots [l0, ln):
      * keys' words per 16 slots, their scales, values' 4-key words, scales */
     const __m512i *lk;
     const float *lkd, *lvd;
     const int32_t *lv;
-    int ln;
+    int l0, ln;
 } q8_unit;
 
 /* Kv head g's parts of a decode layout of nb blocks at head (writable:
@@ -113,7 +113,7 @@ static void q8_unit_rows(q8_unit *x, const kvs_attn_call *c, int g) {
     x->rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim);
     x->K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x->rb;
     x->V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x->rb;
-    x->ln = 0;
+    x->l0 = x->ln = 0;
     if (c->layout.data && c->head_dim % 64 == 0) {
         const layout_head l = layout_head_at((void *)c->layout.data, c->head_dim, c->n_ctx, g);
         x->lk = l.k;
@@ -121,6 +121,8 @@ static void q8_unit_rows(q8_unit *x, const kvs_attn_call *c, int g) {
         x->lv = l.v;
         x->lvd = l.vd;
         x->ln = (c->layout.n < c->n_ctx ? c->layout.n : c->n_ctx) & ~15;
+        x->l0 = c->layout.lo < 0 ? 0 : (c->layout.lo + 15) & ~15;
+        if (x->l0 >= x->ln) x->l0 = x->ln = 0;
     }
 }
 
@@ -581,7 +583,7 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
     __m512i tile[KVS_ATTN_Q8_MAX_DIM / 4];
     for (int j = ja; j < jb; j += 16) {
         const __m512i *kt = tile;
-        if (j + 16 <= x->ln) kt = x->lk + (size_t)(j / 16) * (D / 4);
+        if (j >= x->l0 && j + 16 <= x->ln) kt = x->lk + (size_t)(j / 16) * (D / 4);
         else key_tile16(x->K, x->rb, n_ctx, D, j, tile);
         const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
         const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
@@ -673,12 +675,14 @@ static void decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], i
 /* The scales of keys and values [ja, jb), gathered once for every row
  * (those the decode layout holds copied). */
 static void decode_scales(const q8_unit *x, int ja, int jb, float *kds, float *vds) {
-    const int jl = x->ln < ja ? ja : x->ln < jb ? x->ln : jb;
-    if (jl > ja) {
-        memcpy(kds + ja, x->lkd + ja, (size_t)(jl - ja) * sizeof(float));
-        memcpy(vds + ja, x->lvd + ja, (size_t)(jl - ja) * sizeof(float));
-    }
-    for (int j = jl; j < jb; j++) {
+    const int la = x->l0 > ja ? x->l0 : ja, lb = x->ln < jb ? x->ln : jb; /* the layout's part */
+    for (int j = ja; j < jb; j++) {
+        if (j == la && la < lb) {
+            memcpy(kds + la, x->lkd + la, (size_t)(lb - la) * sizeof(float));
+            memcpy(vds + la, x->lvd + la, (size_t)(lb - la) * sizeof(float));
+            j = lb - 1;
+            continue;
+        }
         kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, x->u.D);
         vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->u.D);
     }
@@ -741,10 +745,10 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     float o[8][KVS_ATTN_Q8_MAX_DIM];
     for (int r = 0; r < rows; r++) memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
     for (int j0 = jstart, j1; j0 < maxall; j0 = j1) {
-        const int laid = j0 < lend;
+        const int ja = j0 > jmin ? j0 : jmin;
+        const int laid = j0 < lend && ja >= x->l0;
         j1 = j0 + JT;
         if (laid && j1 > lend) j1 = lend;
-        const int ja = j0 > jmin ? j0 : jmin;
         const int jb = ((j1 < maxall ? j1 : maxall) + 3) & ~3;
         const int32_t *tile = stage;
         if (laid) tile = x->lv + (size_t)(ja / 4) * D;

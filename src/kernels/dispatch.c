@@ -710,7 +710,7 @@ static kvs_attn_call attn_call_of(const kvs_isa *isa, kvs_pool *pool, float *out
                        .n_head = n_head, .n_kv_head = n_kv_head, .head_dim = head_dim, .n_ctx = n_ctx,
                        .scale = scale, .window = window > 0 ? window : 0, .work = align64(work),
                        .n_threads = kvs_pool_size(pool)};
-    if (layout && layout->data && layout->n > 0) c.layout = *layout;
+    if (layout && layout->data && layout->n > layout->lo) c.layout = *layout;
     *unit = isa->attention_unit;
     if (kv_type == KVS_KV_Q8) *unit = isa->attention_unit_q8 ? isa->attention_unit_q8 : kvs_attention_unit_q8_ref;
     if (recal && recal->hi > recal->lo) {

@@ -274,10 +274,12 @@ typedef struct kvs_attn_recal {
  *            slots s, s+2, s+1, s+3 (bytes 0..3; d a multiple of 64);
  *   vscales  nb x 16 floats.
  * The owner (kv_buffer.c) builds slots [from, to) of a layer when they are
- * final, and marks slots after any write to them not built. */
+ * final (a sliding-window layer's only from its window on), and marks slots
+ * after any write to them not built. */
 typedef struct kvs_attn_layout {
     const void *data; /* 64-byte aligned */
-    int n;            /* slots [0, n) built, a multiple of 16 */
+    int n;            /* slots [lo, n) built, multiples of 16 */
+    int lo;
 } kvs_attn_layout;
 
 /* 1 when the ISA in use reads a decode layout of kv_type rows of head_dim

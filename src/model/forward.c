@@ -286,7 +286,8 @@ void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, co
     /* a decode step: its slots 0..pos are final, the layout built up to them */
     kvs_attn_layout lay;
     const int group = hp->n_head / hp->n_head_kv;
-    const kvs_attn_layout *layout = m == 1 ? kvs_kv_layout_for(kv, l, pos[r0] + 1, group, &lay) : NULL;
+    const kvs_attn_layout *layout =
+        m == 1 ? kvs_kv_layout_for(kv, l, pos[r0] + 1, group, hp->layer[l].window, &lay) : NULL;
     kvs_attention_window(f->pool, f->att + (size_t)r0 * qd, f->q + (size_t)r0 * qd, pos + r0, m, kvs_kv_k(kv, l),
                          kvs_kv_v(kv, l), (int)kv->type, hp->n_head, hp->n_head_kv, hp->head_dim, kv->n_ctx,
                          hp->attn_scale, hp->layer[l].window, &kv->recal, layout, f->att_work);
@@ -306,7 +307,7 @@ void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int 
                                      .k = kvs_kv_k(kv, l), .v = kvs_kv_v(kv, l), .kv_type = (int)kv->type,
                                      .n_ctx = kv->n_ctx, .recal = &kv->recal,
                                      .layout = kvs_kv_layout_for(kv, l, pos[r] + 1, hp->n_head / hp->n_head_kv,
-                                                                 &lay[i])};
+                                                                 hp->layer[l].window, &lay[i])};
         }
         kvs_attention_rows(f->pool, n, rows, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale,
                            hp->layer[l].window, f->att_work);

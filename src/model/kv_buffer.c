@@ -31,11 +31,14 @@ int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx,
      * asked per step: tests switch paths) */
     if (type == KVS_KV_Q8 && head_dim % 64 == 0 && head_dim <= KVS_KV_Q8_MAX_HEAD_DIM) {
         kv->layout = calloc(1, sizeof *kv->layout);
-        if (kv->layout && !(kv->layout->built = calloc((size_t)n_layer, sizeof(int)))) {
+        if (kv->layout && !(kv->layout->built = calloc((size_t)n_layer * 2, sizeof(int)))) {
             free(kv->layout);
             kv->layout = NULL;
         }
-        if (kv->layout) kv->layout->layer_bytes = (size_t)n_kv_head * kvs_attn_layout_head_bytes(head_dim, n_ctx);
+        if (kv->layout) {
+            kv->layout->layer_bytes = (size_t)n_kv_head * kvs_attn_layout_head_bytes(head_dim, n_ctx);
+            kv->layout->base = kv->layout->built + n_layer;
+        }
     }
     return KVS_OK;
 }
@@ -82,17 +85,25 @@ static void check_layout(const kvs_kv_buffer *kv, int l, const uint8_t *have) {
     void *fresh = aligned_alloc(64, ly->layer_bytes);
     if (!fresh) return;
     memcpy(fresh, have, ly->layer_bytes);
-    kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim, kv->n_ctx, 0,
-                          ly->built[l], fresh);
+    kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim, kv->n_ctx,
+                          ly->base[l], ly->built[l], fresh);
     if (memcmp(fresh, have, ly->layer_bytes) != 0) {
-        fprintf(stderr, "kv buffer: layer %d's decode layout of slots [0, %d) differs from its rows (a write "
-                        "without kvs_kv_wrote)\n", l, ly->built[l]);
+        fprintf(stderr, "kv buffer: layer %d's decode layout of slots [%d, %d) differs from its rows (a write "
+                        "without kvs_kv_wrote)\n", l, ly->base[l], ly->built[l]);
         abort();
     }
     free(fresh);
 }
 
-const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, int group, kvs_attn_layout *out) {
+/* Builds slots [from, to) of layer l's layout at data; 0, or -1 (no
+ * builder after all: the path switched since kvs_attn_layout_wanted). */
+static int build_slots(const kvs_kv_buffer *kv, int l, int from, int to, uint8_t *data) {
+    return kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim, kv->n_ctx,
+                                 from, to, data);
+}
+
+const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, int group, int window,
+                                         kvs_attn_layout *out) {
     kvs_kv_layout *ly = kv->layout;
     if (!ly || ly->off || !layout_on() || !kvs_attn_layout_wanted(kv->type, kv->head_dim, group)) return NULL;
     if (!ly->data) {
@@ -109,14 +120,20 @@ const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, 
     if (verify_layout()) check_layout(kv, l, data);
     if (n > kv->n_ctx) n = kv->n_ctx;
     const int to = n & ~15;
-    if (to > ly->built[l]) {
-        /* -1: no builder after all (the path switched since the check above) */
-        if (kvs_attn_layout_build(kv->type, kvs_kv_k(kv, l), kvs_kv_v(kv, l), kv->n_kv_head, kv->head_dim,
-                                  kv->n_ctx, ly->built[l], to, data) != 0)
-            return NULL;
-        ly->built[l] = to;
+    /* a sliding window's layer: from the step's first visible slot on */
+    int want = window > 0 && n > window ? (n - window) & ~15 : 0;
+    if (want > to) want = to;
+    int *lo = &ly->base[l], *hi = &ly->built[l];
+    if (*hi <= *lo) *lo = *hi = want; /* nothing built: start there */
+    if (want < *lo) {
+        if (build_slots(kv, l, want, *lo, data)) return NULL;
+        *lo = want;
     }
-    *out = (kvs_attn_layout){data, ly->built[l]};
+    if (to > *hi) {
+        if (build_slots(kv, l, *hi, to, data)) return NULL;
+        *hi = to;
+    }
+    *out = (kvs_attn_layout){.data = data, .n = *hi, .lo = *lo};
     return out;
 }
 

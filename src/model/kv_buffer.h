@@ -30,14 +30,14 @@
 
 /* The decode layout of a buffer's layers: data NULL until a decode step
  * needs it (as much memory as the rows, touched only as slots get built);
- * layer l's slots [0, built[l]) mirror its rows. A cache, updated through
+ * layer l's slots [base[l], built[l]) mirror its rows. A cache, updated through
  * the pointer of a const buffer by its readers (kvs_kv_layout_for) and its
  * writers (kvs_kv_wrote). */
 typedef struct kvs_kv_layout {
     void *data;         /* (n_layer, n_kv_head) heads of kvs_attn_layout_head_bytes */
     void *raw;          /* data's allocation (data: raw aligned to 64 bytes) */
     size_t layer_bytes; /* n_kv_head heads */
-    int *built;         /* (n_layer) slots, multiples of 16 */
+    int *built, *base;  /* (n_layer) each: slots [base, built) built, multiples of 16 */
     int off;            /* allocation failed: decode reads the rows */
 } kvs_kv_layout;
 
@@ -74,17 +74,19 @@ static inline void kvs_kv_wrote(const kvs_kv_buffer *kv, int l, int slot) {
     if (!ly) return;
     const int lo = slot < 0 ? 0 : slot & ~15;
     for (int i = l < 0 ? 0 : l; i < (l < 0 ? kv->n_layer : l + 1); i++)
-        if (ly->built[i] > lo) ly->built[i] = lo;
+        if (ly->built[i] > lo) ly->built[i] = lo > ly->base[i] ? lo : ly->base[i];
 }
 
-/* Layer l's decode layout with its slots [0, n & ~15) built (slots [0, n)
- * being final: a decode step's, with group query heads a kv head), in *out;
+/* Layer l's decode layout with its slots up to n & ~15 built (slots [0, n)
+ * being final: a decode step's, with group query heads a kv head), from
+ * slot 0 on, or from the step's window on (window > 0), in *out;
  * NULL where the kernels read none
  * (or its memory could not be had: the decode reads the rows, the same
  * bits). With KVSTITCH_VERIFY_KV_LAYOUT=1 in the environment (the tests),
  * every call first checks the slots built before against the rows and
  * aborts on a difference: a writer that did not call kvs_kv_wrote. */
-const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, int group, kvs_attn_layout *out);
+const kvs_attn_layout *kvs_kv_layout_for(const kvs_kv_buffer *kv, int l, int n, int group, int window,
+                                         kvs_attn_layout *out);
 
 /* Layer l's K or V plane: (n_kv_head, n_ctx) rows. */
 static inline void *kvs_kv_k(const kvs_kv_buffer *kv, int l) {
