@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 #include "kv/chunk.h"
 #include "kvstitch.h"
+#include "test_greedy.h"
 
 #define N_CTX 512
 #define N_VOCAB 49152
@@ -248,9 +249,7 @@ static int q8_rewrites(float *out) {
     int32_t alt[N_CTX];
     for (int i = 0; i < N_CTX; i++) alt[i] = g_toks[(i * 7 + 3) % N_CTX];
     int steps = 0;
-#define STEPS(from, n)                                                                           \
-    for (int p = (from); p < (from) + (n) && !st; p++, steps++)                                  \
-        st = kvs_decode_logits(ctx, g_toks + p, g_pos + p, 1, out + (size_t)steps * N_VOCAB, 1);
+#define STEPS(from, n) kt_decode_steps(ctx, g_toks, from, n, out, N_VOCAB, &steps, &st);
     if (!st) st = kvs_decode(ctx, g_toks, g_pos, 200, NULL);
     STEPS(200, 40)
     if (!st) st = kvs_decode(ctx, alt + 37, g_pos + 37, 63, NULL);

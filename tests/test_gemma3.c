@@ -326,16 +326,12 @@ static int gemma3_q8_rewrites(const int32_t *toks, float *out) {
     int32_t pos[1024];
     for (int i = 0; i < 1024; i++) pos[i] = i;
     int steps = 0;
-#define G3_STEP_RUN(from, n)                                                                            \
-    for (int p = (from); p < (from) + (n) && !st; p++, steps++)                                          \
-        st = kvs_decode(c, toks + p, pos + p, 1, out + (size_t)steps * nv);
     if (!st) st = kvs_decode(c, toks, pos, 700, NULL);
-    G3_STEP_RUN(700, 20)
+    kt_decode_steps(c, toks, 700, 20, out, nv, &steps, &st);
     if (!st) st = kvs_decode(c, toks + 900, pos + 600, 40, NULL);
-    G3_STEP_RUN(640, 20)
+    kt_decode_steps(c, toks, 640, 20, out, nv, &steps, &st);
     if (!st) st = kvs_decode(c, toks + 950, pos + 300, 1, NULL);
-    G3_STEP_RUN(660, 20)
-#undef G3_STEP_RUN
+    kt_decode_steps(c, toks, 660, 20, out, nv, &steps, &st);
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     kvs_context_free(c);
     return st;

@@ -24,4 +24,13 @@ static inline int32_t kt_argmax(const float *x, int n) {
     return b;
 }
 
+/* Decode steps: tokens toks[from..from+n) one at a time at positions
+ * from.., each step's nv logits at out + (*steps)++ * nv. Does nothing when
+ * *st is set; the first failure sets it. */
+static inline void kt_decode_steps(kvs_context *ctx, const int32_t *toks, int from, int n, float *out, int nv,
+                                   int *steps, int *st) {
+    for (int32_t p = from; p < from + n && !*st; p++, (*steps)++)
+        *st = kvs_decode(ctx, toks + p, &p, 1, out + (size_t)*steps * nv);
+}
+
 #endif
