@@ -79,7 +79,8 @@ typedef struct cli_opt {
 #define CLI_KV_TYPE_OPT(type, field) \
     CLI_OPT(NULL, "--kv-type", CLI_CHOICE, type, field, "T", \
             "KV cache type: f16 (default), f32, or q8 (8-bit: half f16's memory,\n" \
-            "integer attention, the faster choice at long context on AVX-512;\n" \
+            "integer attention, the faster choice at long context on AVX-512,\n" \
+            "whose decode keeps a second copy of the rows it reads;\n" \
             "results differ slightly)", \
             .choices = "f16|f32|q8")
 #define CLI_U64_OPT(s, n, type, field, meta, h) \
