@@ -114,7 +114,7 @@ static void q8_unit_rows(q8_unit *x, const kvs_attn_call *c, int g) {
     x->K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x->rb;
     x->V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x->rb;
     x->l0 = x->ln = 0;
-    if (c->layout.data && c->head_dim % 64 == 0) {
+    if (c->layout.data && kvs_attn_layout_fits(KVS_KV_Q8, c->head_dim)) {
         const layout_head l = layout_head_at((void *)c->layout.data, c->head_dim, c->n_ctx, g);
         x->lk = l.k;
         x->lkd = l.kd;
@@ -672,20 +672,25 @@ static void decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], i
     }
 }
 
+/* The scales of rows [ja, jb) of K and V into kds[j], vds[j]. */
+static void row_scales(const int8_t *K, const int8_t *V, size_t rb, int D, int ja, int jb, float *kds, float *vds) {
+    for (int j = ja; j < jb; j++) {
+        kds[j] = kvs_q8_row_scale(K + (size_t)j * rb, D);
+        vds[j] = kvs_q8_row_scale(V + (size_t)j * rb, D);
+    }
+}
+
 /* The scales of keys and values [ja, jb), gathered once for every row
  * (those the decode layout holds copied). */
 static void decode_scales(const q8_unit *x, int ja, int jb, float *kds, float *vds) {
-    const int la = x->l0 > ja ? x->l0 : ja, lb = x->ln < jb ? x->ln : jb; /* the layout's part */
-    for (int j = ja; j < jb; j++) {
-        if (j == la && la < lb) {
-            memcpy(kds + la, x->lkd + la, (size_t)(lb - la) * sizeof(float));
-            memcpy(vds + la, x->lvd + la, (size_t)(lb - la) * sizeof(float));
-            j = lb - 1;
-            continue;
-        }
-        kds[j] = kvs_q8_row_scale(x->K + (size_t)j * x->rb, x->u.D);
-        vds[j] = kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->u.D);
+    int la = x->l0 > ja ? x->l0 : ja, lb = x->ln < jb ? x->ln : jb; /* the layout's part */
+    if (la >= lb) la = lb = jb;
+    row_scales(x->K, x->V, x->rb, x->u.D, ja, la, kds, vds);
+    if (la < lb) {
+        memcpy(kds + la, x->lkd + la, (size_t)(lb - la) * sizeof(float));
+        memcpy(vds + la, x->lvd + la, (size_t)(lb - la) * sizeof(float));
     }
+    row_scales(x->K, x->V, x->rb, x->u.D, lb, jb, kds, vds);
 }
 
 /* Row r's exp, sum, weights and their 16-bit levels in place (lane = key),
@@ -956,13 +961,8 @@ void kvs_attention_layout_q8_avx512(const void *k, const void *v, int n_kv_head,
     for (int g = 0; g < n_kv_head; g++) {
         const int8_t *K = (const int8_t *)k + (size_t)g * n_ctx * rb, *V = (const int8_t *)v + (size_t)g * n_ctx * rb;
         const layout_head l = layout_head_at(data, D, n_ctx, g);
-        for (int j = from; j < to; j += 16) {
-            key_tile16(K, rb, n_ctx, D, j, l.k + (size_t)(j / 16) * (D / 4));
-            for (int i = 0; i < 16; i++) {
-                l.kd[j + i] = kvs_q8_row_scale(K + (size_t)(j + i) * rb, D);
-                l.vd[j + i] = kvs_q8_row_scale(V + (size_t)(j + i) * rb, D);
-            }
-        }
+        for (int j = from; j < to; j += 16) key_tile16(K, rb, n_ctx, D, j, l.k + (size_t)(j / 16) * (D / 4));
+        row_scales(K, V, rb, D, from, to, l.kd, l.vd);
         values4_lanes(V, rb, n_ctx, D, from, to - from, 0, D, l.v + (size_t)(from / 4) * D);
     }
 }

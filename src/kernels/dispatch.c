@@ -674,8 +674,7 @@ void kvs_attention(kvs_pool *pool, float *out, const float *q, const int32_t *po
 /* The ISA's builder of a decode layout of such rows, or NULL. */
 typedef void (*attn_layout_fn)(const void *, const void *, int, int, int, int, int, void *);
 static attn_layout_fn layout_builder(int kv_type, int head_dim) {
-    const int fits = kv_type == KVS_KV_Q8 && head_dim % 64 == 0 && head_dim <= KVS_ATTN_Q8_MAX_DIM;
-    return fits ? pick_isa()->attention_layout_q8 : NULL;
+    return kvs_attn_layout_fits(kv_type, head_dim) ? pick_isa()->attention_layout_q8 : NULL;
 }
 
 /* Read by the decode layout of the Q8 units (fewer rows than the prefill

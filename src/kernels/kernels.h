@@ -282,6 +282,10 @@ typedef struct kvs_attn_layout {
     int lo;
 } kvs_attn_layout;
 
+/* 1 when rows of kv_type and head_dim have a decode layout (on some path). */
+static inline int kvs_attn_layout_fits(int kv_type, int head_dim) {
+    return kv_type == KVS_KV_Q8 && head_dim % 64 == 0 && head_dim <= KVS_KV_Q8_MAX_HEAD_DIM;
+}
 /* 1 when the ISA in use reads a decode layout of kv_type rows of head_dim
  * in one token's attention with group query heads a kv head. */
 int kvs_attn_layout_wanted(int kv_type, int head_dim, int group);

@@ -296,6 +296,7 @@ void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, co
 void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *const *kvs) {
     const kvs_hparams *hp = f->hp;
     const size_t qd = (size_t)hp->n_head * hp->head_dim;
+    const int group = hp->n_head / hp->n_head_kv;
     kvs_attn_row rows[KVS_FWD_ATTN_ROWS];
     kvs_attn_layout lay[KVS_FWD_ATTN_ROWS];
     for (int i0 = 0; i0 < m; i0 += KVS_FWD_ATTN_ROWS) {
@@ -306,8 +307,8 @@ void kvs_fwd_layer_attn_rows(kvs_fwd *f, int l, const int32_t *pos, int r0, int 
             rows[i] = (kvs_attn_row){.out = f->att + (size_t)r * qd, .q = f->q + (size_t)r * qd, .pos = pos[r],
                                      .k = kvs_kv_k(kv, l), .v = kvs_kv_v(kv, l), .kv_type = (int)kv->type,
                                      .n_ctx = kv->n_ctx, .recal = &kv->recal,
-                                     .layout = kvs_kv_layout_for(kv, l, pos[r] + 1, hp->n_head / hp->n_head_kv,
-                                                                 hp->layer[l].window, &lay[i])};
+                                     .layout = kvs_kv_layout_for(kv, l, pos[r] + 1, group, hp->layer[l].window,
+                                                                 &lay[i])};
         }
         kvs_attention_rows(f->pool, n, rows, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale,
                            hp->layer[l].window, f->att_work);

@@ -29,7 +29,7 @@ int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx,
                          (size_t)n_layer * 2 * kv->plane_bytes, n_ctx);
     /* rows some path can lay out (whether the path in use reads it is
      * asked per step: tests switch paths) */
-    if (type == KVS_KV_Q8 && head_dim % 64 == 0 && head_dim <= KVS_KV_Q8_MAX_HEAD_DIM) {
+    if (kvs_attn_layout_fits(type, head_dim)) {
         kv->layout = calloc(1, sizeof *kv->layout);
         if (kv->layout && !(kv->layout->built = calloc((size_t)n_layer * 2, sizeof(int)))) {
             free(kv->layout);
