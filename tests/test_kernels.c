@@ -786,6 +786,9 @@ TEST(test_attention_simd_equals_scalar) {
          * rows of different tokens (different n), head_dim 32 to 256 */
         {1, 4, 4, 32, 70, 69},   {1, 4, 2, 128, 300, 150}, {3, 2, 2, 64, 100, 40},
         {2, 4, 2, 256, 50, 10},  {1, 8, 2, 32, 1000, 999},
+        /* AVX-512 Q8 decode units: rows of one token 4 at a time (7 rows:
+         * 4 + 3), two tokens of 3 rows each, 48 dims (3 vectors) */
+        {1, 14, 2, 48, 333, 332}, {2, 9, 3, 64, 200, 150},
         /* prefill over several staged key tiles (256 keys at head_dim 64,
          * 64 at 256): the next tile prefetched, the keys every row sees
          * stored unmasked, the causal edge masked */

@@ -572,41 +572,121 @@ AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i 
     }
 }
 
+/* How far ahead the decode prefetches the layout's keys and values (into
+ * L1), the score and P.V passes each streaming their part of it from DRAM
+ * once a token. Without it the transfers and the passes' arithmetic added up:
+ * 30 layers of SmolLM2's K and V after 8192 keys (3.2 MB a layer) took 176
+ * us a layer against 64 us in the L3 (Zen 5, 1 thread); with it 95-100 us
+ * (4 KB ahead 120, 8 KB 108, 16 KB 96, 32 KB 104, 48 KB 105), the read
+ * probe's rate being ~89 us a layer. */
+#define DECODE_PREFETCH_BYTES 16384
+
+/* acc + the dot of u8's bytes with the 4 signed bytes at s8, broadcast
+ * from memory by the instruction itself (no broadcast of its own: the
+ * decode's query words, one per 4 dims a row). */
+AI __m512i dpbusd_bcast(__m512i acc, __m512i u8, const int32_t *s8) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*s8));
+    return acc;
+}
+
+/* The decode's score rows: what decode_scores_t needs of them, each row's
+ * query as 32-bit words (4 levels), so a dot broadcasts them from memory. */
+typedef struct decode_rows {
+    int32_t qw[8][KVS_ATTN_Q8_MAX_DIM / 4];
+    const int32_t *qoff;
+    const float *qs;
+    __m512 *mx;
+} decode_rows;
+
+/* Rows [r0, r0 + NR) of 16 keys' scores (key words kt, lane = key): each
+ * key word loaded once for the NR rows, two chains a row (even and odd 4
+ * dims: summed, exact). masked: some lane is no key of some row (past jb,
+ * n or before lo): those score -inf. */
+AI void scores16_rows(const q8_unit *x, int NR, int D4, int r0, const __m512i *kt, const decode_rows *dr, __m512 kd,
+                      int masked, __mmask16 in, __m512i jv, float *S) {
+    __m512i acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int d4 = 0; d4 < D4; d4 += 2) {
+        const __m512i k0 = kt[d4], k1 = kt[d4 + 1];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            acc[r][0] = dpbusd_bcast(acc[r][0], k0, &dr->qw[r0 + r][d4]);
+            acc[r][1] = dpbusd_bcast(acc[r][1], k1, &dr->qw[r0 + r][d4 + 1]);
+        }
+    }
+    const size_t ctxs = x->u.ctxs;
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const int row = r0 + r;
+        const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(acc[r][0], acc[r][1]), _mm512_set1_epi32(dr->qoff[row]));
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), _mm512_set1_ps(dr->qs[row]));
+        if (masked) {
+            const __mmask16 live = in & _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(x->u.n[row]), jv) &
+                                   _mm512_cmple_epi32_mask(_mm512_set1_epi32(x->u.lo[row]), jv);
+            v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, v);
+        }
+        dr->mx[row] = _mm512_max_ps(v, dr->mx[row]);
+        _mm512_storeu_ps(S + (size_t)row * ctxs, v);
+    }
+}
+
+/* Every row's scores of 16 keys, rows 4 at a time (D4: D / 4, a constant
+ * where the caller has one). */
+AI void scores16(const q8_unit *x, int D4, int rows, const __m512i *kt, const decode_rows *dr, __m512 kd, int masked,
+                 __mmask16 in, __m512i jv, float *S) {
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        switch (rows - r0) {
+        case 1: scores16_rows(x, 1, D4, r0, kt, dr, kd, masked, in, jv, S); break;
+        case 2: scores16_rows(x, 2, D4, r0, kt, dr, kd, masked, in, jv, S); break;
+        case 3: scores16_rows(x, 3, D4, r0, kt, dr, kd, masked, in, jv, S); break;
+        default: scores16_rows(x, 4, D4, r0, kt, dr, kd, masked, in, jv, S); break;
+        }
+    }
+}
+
 /* Every row's scores of keys [ja, jb) (ja a multiple of 16) with keys in
  * lanes: each 16 keys' words (key_tile16, or the decode layout's where it
  * holds them) for all the unit's rows, which then take one vpdpbusd per 4
- * dims against their broadcast levels. */
-static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_MAX_DIM], const float *kds, int ja,
-                            int jb, const int32_t *qoff, const float *qs, __m512 *mx) {
+ * dims against their broadcast levels. Blocks every row sees whole skip
+ * the masks. */
+AI void decode_scores_d(q8_unit *x, int D4, int rows, const decode_rows *dr, const float *kds, int ja, int jb) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    int nmin = jb, lomax = 0; /* keys [lomax, nmin) are live for every row */
+    for (int r = 0; r < rows; r++) {
+        if (x->u.n[r] < nmin) nmin = x->u.n[r];
+        if (x->u.lo[r] > lomax) lomax = x->u.lo[r];
+    }
+    /* key blocks of 16 (16 D bytes) prefetched ahead, within the layout and the call's keys */
+    const int ahead = DECODE_PREFETCH_BYTES / (16 * D) > 0 ? DECODE_PREFETCH_BYTES / (16 * D) : 1;
+    const int lend = x->ln < jb ? x->ln : jb;
     __m512i tile[KVS_ATTN_Q8_MAX_DIM / 4];
     for (int j = ja; j < jb; j += 16) {
         const __m512i *kt = tile;
         if (j >= x->l0 && j + 16 <= x->ln) kt = x->lk + (size_t)(j / 16) * (D / 4);
         else key_tile16(x->K, x->rb, n_ctx, D, j, tile);
+        if (j + 16 * ahead + 16 <= lend) { /* the layout's keys stream from DRAM: see DECODE_PREFETCH_BYTES */
+            const char *pf = (const char *)(x->lk + (size_t)(j / 16 + ahead) * (D / 4));
+            for (int i = 0; i < D / 4; i++) _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+        }
         const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
         const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
-        const __m512 kd = _mm512_maskz_loadu_ps(in, kds + j);
-        for (int r = 0; r < rows; r++) {
-            /* two chains (even and odd 4 dims; D / 4 is even), summed: exact */
-            __m512i acc = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
-            for (int d4 = 0; d4 < D / 4; d4 += 2) {
-                int32_t qw[2];
-                memcpy(qw, q8[r] + 4 * d4, 8);
-                acc = dpbusd(acc, kt[d4], _mm512_set1_epi32(qw[0]));
-                acc1 = dpbusd(acc1, kt[d4 + 1], _mm512_set1_epi32(qw[1]));
-            }
-            acc = _mm512_add_epi32(acc, acc1);
-            const __mmask16 live = in & _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(x->u.n[r]), jv) &
-                                   _mm512_cmple_epi32_mask(_mm512_set1_epi32(x->u.lo[r]), jv);
-            const __m512i isum = _mm512_sub_epi32(acc, _mm512_set1_epi32(qoff[r]));
-            const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), _mm512_set1_ps(qs[r]));
-            const __m512 v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, s);
-            mx[r] = _mm512_max_ps(v, mx[r]);
-            _mm512_storeu_ps(x->u.S + (size_t)r * x->u.ctxs + j, v);
-        }
+        float *S = x->u.S + j;
+        if (j >= lomax && j + 16 <= nmin)
+            scores16(x, D4, rows, kt, dr, _mm512_loadu_ps(kds + j), 0, in, jv, S);
+        else
+            scores16(x, D4, rows, kt, dr, _mm512_maskz_loadu_ps(in, kds + j), 1, in, jv, S);
     }
+}
+
+static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_MAX_DIM], const float *kds, int ja,
+                            int jb, const int32_t *qoff, const float *qs, __m512 *mx) {
+    decode_rows dr = {.qoff = qoff, .qs = qs, .mx = mx};
+    for (int r = 0; r < rows; r++) memcpy(dr.qw[r], q8[r], (size_t)x->u.D);
+    if (x->u.D == 64) decode_scores_d(x, 16, rows, &dr, kds, ja, jb);
+    else decode_scores_d(x, x->u.D / 4, rows, &dr, kds, ja, jb);
 }
 
 /* One decode row's o[d0 + 16 i] += P.V over the groups [g0, g1) of 4 keys
@@ -615,8 +695,9 @@ static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_
  * g0 (+ d0), nv vectors of 16 dims. The hi words of the groups whose bit
  * 2 (g - g0) + 1 is set in hot, << 8, then every lo word, in two sets of
  * sums (even and odd groups: twice the independent chains for vpdpbusd's
- * latency); integers, so their sum is the same. */
-AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot, int nv, float *od) {
+ * latency); integers, so their sum is the same. With pf, as pv_rows. */
+AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot, int nv, const char *pf,
+                       int npf, float *od) {
     __m512i acc[2][8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
@@ -631,6 +712,10 @@ AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g
     for (int i = 0; i < nv; i++) acc[0][i] = _mm512_slli_epi32(acc[0][i], 8);
     int g = g0;
     for (; g + 2 <= g1; g += 2, v4 += 2 * D) {
+        if (pf) {
+            for (int l = 0; l < 2 * npf; l++) _mm_prefetch(pf + 64 * (l % npf) + 4 * (size_t)D * (l / npf), _MM_HINT_T0);
+            pf += 8 * (size_t)D;
+        }
         const __m512i p0 = _mm512_set1_epi32(P[2 * g]), p1 = _mm512_set1_epi32(P[2 * g + 2]);
 #pragma GCC unroll 8
         for (int i = 0; i < nv; i++) {
@@ -660,6 +745,79 @@ static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
         m |= (uint64_t)_mm512_test_epi32_mask(w, w) << k;
     }
     return m & 0xaaaaaaaaaaaaaaaaull;
+}
+
+/* Decode rows of one token (the same keys), NR of them, o_r[16 i] += P.V
+ * over the groups [g0, g1) of one PV block for NV vectors of 16 dims (the
+ * value tile v4 from group g0, + the dims' offset): each value vector loaded
+ * once for the NR rows, NR x NV independent sums. The hi words of the
+ * groups whose bit 2 (g - g0) + 1 is set in hot (some row's is not 0: a
+ * row's 0 adds 0), << 8, then every lo word: integers, so the sums are
+ * pv_decode_dims'. With pf, the lo pass prefetches npf lines of the group
+ * PV_PREFETCH bytes ahead (the decode layout's values stream from DRAM). */
+AI void pv_rows(int NR, int NV, const int32_t *const *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot,
+                const char *pf, int npf, float *const *od) {
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NV; i++) acc[r][i] = _mm512_setzero_si512();
+    for (; hot; hot &= hot - 1) {
+        const int g = __builtin_ctzll(hot) / 2;
+        const int32_t *v = v4 + (size_t)g * D;
+        __m512i vv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < NV; i++) vv[i] = _mm512_loadu_si512(v + 16 * i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const __m512i ph = _mm512_set1_epi32(P[r][2 * (g0 + g) + 1]);
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i++) acc[r][i] = dpbusd(acc[r][i], ph, vv[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NV; i++) acc[r][i] = _mm512_slli_epi32(acc[r][i], 8);
+    for (int g = g0; g < g1; g++, v4 += D) {
+        if (pf) {
+            for (int l = 0; l < npf; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+            pf += 4 * (size_t)D;
+        }
+        __m512i vv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < NV; i++) vv[i] = _mm512_loadu_si512(v4 + 16 * i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const __m512i pl = _mm512_set1_epi32(P[r][2 * g]);
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i++) acc[r][i] = dpbusd(acc[r][i], pl, vv[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NV; i++)
+            _mm512_storeu_ps(od[r] + 16 * i, _mm512_add_ps(_mm512_loadu_ps(od[r] + 16 * i), _mm512_cvtepi32_ps(acc[r][i])));
+}
+
+/* pv_rows for NR = 2..4 rows and NV = 1..4 vectors (constants: the sums
+ * stay in registers). */
+AI void pv_rows_n(int nr, int nv, const int32_t *const *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot,
+                  const char *pf, int npf, float *const *od) {
+#define PV_ROWS_NV(NR)                                                               \
+    switch (nv) {                                                                    \
+    case 1: pv_rows(NR, 1, P, v4, D, g0, g1, hot, pf, npf, od); break;               \
+    case 2: pv_rows(NR, 2, P, v4, D, g0, g1, hot, pf, npf, od); break;               \
+    case 3: pv_rows(NR, 3, P, v4, D, g0, g1, hot, pf, npf, od); break;               \
+    default: pv_rows(NR, 4, P, v4, D, g0, g1, hot, pf, npf, od); break;              \
+    }
+    switch (nr) {
+    case 2: PV_ROWS_NV(2) break;
+    case 3: PV_ROWS_NV(3) break;
+    default: PV_ROWS_NV(4) break;
+    }
+#undef PV_ROWS_NV
 }
 
 /* The decode rows' query levels, integer offsets and scales. */
@@ -759,21 +917,39 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
         if (laid) tile = x->lv + (size_t)(ja / 4) * D;
         else if (lanes) values4_lanes(x->V, x->rb, c->n_ctx, D, ja, jb - ja, da, db, stage);
         else stage_values4(x, ja, jb - ja, da, db, stage);
-        for (int r = 0; r < rows; r++) {
-            const int n4 = (x->u.n[r] + 3) & ~3, hi = n4 < jb ? n4 : jb;
-            const int32_t *P = (const int32_t *)(x->u.S + (size_t)r * x->u.ctxs);
+        for (int r0 = 0, r1; r0 < rows; r0 = r1) { /* rows of one token (the same n), up to 4 at a time */
+            for (r1 = r0 + 1; r1 < rows && r1 - r0 < 4 && x->u.n[r1] == x->u.n[r0];) r1++;
+            const int nr = r1 - r0, n4 = (x->u.n[r0] + 3) & ~3, hi = n4 < jb ? n4 : jb;
+            const int32_t *P[4];
+            for (int r = 0; r < nr; r++) P[r] = (const int32_t *)(x->u.S + (size_t)(r0 + r) * x->u.ctxs);
             for (int b0 = ja, b1; b0 < hi; b0 = b1) {
                 b1 = kvs_attn_q8_block_end(b0, hi);
-                const uint64_t hot = hot_groups(P, b0 / 4, (b1 - b0) / 4);
-                for (int d0 = da; d0 < db; d0 += 128) {
-                    const int32_t *v4 = (const int32_t *)tile + (size_t)((b0 - ja) / 4) * D + d0;
-                    float *od = o[r] + d0;
-                    const int nv = (db - d0) / 16 < 8 ? (db - d0) / 16 : 8, g0 = b0 / 4, g1 = b1 / 4;
-                    switch (nv) { /* constant counts: sums in registers */
-                    case 4: pv_decode_dims(P, v4, D, g0, g1, hot, 4, od); break;
-                    case 8: pv_decode_dims(P, v4, D, g0, g1, hot, 8, od); break;
-                    default: pv_decode_dims(P, v4, D, g0, g1, hot, nv, od); break;
+                uint64_t hot = 0;
+                for (int r = 0; r < nr; r++) hot |= hot_groups(P[r], b0 / 4, (b1 - b0) / 4);
+                const int g0 = b0 / 4, g1 = b1 / 4;
+                const int32_t *vb = (const int32_t *)tile + (size_t)((b0 - ja) / 4) * D;
+                /* the first dims' pass prefetches the call's dims of the groups ahead where the
+                 * values stream from the layout (past its end: the next kv head's rows, or
+                 * nothing a prefetch can fault on) */
+                const char *pf = laid ? (const char *)(vb + da) + DECODE_PREFETCH_BYTES : NULL;
+                const int npf = (db - da) / 16;
+                if (nr == 1) {
+                    for (int d0 = da; d0 < db; d0 += 128, pf = NULL) {
+                        const int nv = (db - d0) / 16 < 8 ? (db - d0) / 16 : 8;
+                        float *od = o[r0] + d0;
+                        switch (nv) { /* constant counts: sums in registers */
+                        case 4: pv_decode_dims(P[0], vb + d0, D, g0, g1, hot, 4, pf, npf, od); break;
+                        case 8: pv_decode_dims(P[0], vb + d0, D, g0, g1, hot, 8, pf, npf, od); break;
+                        default: pv_decode_dims(P[0], vb + d0, D, g0, g1, hot, nv, pf, npf, od); break;
+                        }
                     }
+                    continue;
+                }
+                for (int d0 = da; d0 < db; d0 += 64, pf = NULL) {
+                    float *od[4];
+                    for (int r = 0; r < nr; r++) od[r] = o[r0 + r] + d0;
+                    const int nv = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
+                    pv_rows_n(nr, nv, P, vb + d0, D, g0, g1, hot, pf, npf, od);
                 }
             }
         }
