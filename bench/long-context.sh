@@ -10,12 +10,20 @@
 # AMX tiles); NO_SAVE=1 prints only.
 #   MODEL (the Q4_1 file of scripts/fetch-model.sh)  DEPTHS ("0 512 2048 4096")
 #   THREADS ("1 2")  PP (512)  TG (32)  REPS (2)  ROUNDS (2)
+#   KV (f16): the KV cache type of both engines, f16 or q8 (ours `--kv-type
+#     q8`; llama.cpp's `-ctk q8_0 -ctv q8_0`, with flash attention, which its
+#     quantized V cache needs): the report's name gains -q8
 #   LLAMACPP_BIN: a directory with llama-bench (default: the build of
 #   bench/serve/setup-llama-server.sh, made if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHS="${DEPTHS:-0 512 2048 4096}"; THREADS="${THREADS:-1 2}"; PP="${PP:-512}"; TG="${TG:-32}"
-REPS="${REPS:-2}"; ROUNDS="${ROUNDS:-2}"
+REPS="${REPS:-2}"; ROUNDS="${ROUNDS:-2}"; KV="${KV:-f16}"
+case "$KV" in
+    f16) our_kv=(); ll_kv=(); kv_name="";;
+    q8) our_kv=(--kv-type q8); ll_kv=(-ctk q8_0 -ctv q8_0 -fa 1); kv_name="-q8";;
+    *) echo "long-context: KV is f16 or q8, got '$KV'" >&2; exit 2;;
+esac
 . bench/bench_lib.sh
 need_numbers long-context PP TG REPS ROUNDS
 cli="${KVSTITCH_CLI:-build/kvstitch}"
@@ -31,10 +39,10 @@ for r in $(seq "$ROUNDS"); do
     for th in $THREADS; do
         for d in $DEPTHS; do
             echo "long-context: round $r threads $th depth $d" >&2
-            "$cli" bench -m "$model" -p "$PP" -n "$TG" -d "$d" --reps "$REPS" --threads "$th" --json |
+            "$cli" bench -m "$model" -p "$PP" -n "$TG" -d "$d" --reps "$REPS" --threads "$th" "${our_kv[@]}" --json |
                 python3 bench/bench_json.py kvstitch kvstitch threads="$th" \
                 >> "$tmp/runs.jsonl"
-            "$ll_bin/llama-bench" -m "$model" -p "$PP" -n "$TG" -d "$d" -t "$th" -r "$REPS" -o json 2>"$tmp/ll.err" |
+            "$ll_bin/llama-bench" -m "$model" -p "$PP" -n "$TG" -d "$d" -t "$th" -r "$REPS" "${ll_kv[@]}" -o json 2>"$tmp/ll.err" |
                 python3 bench/bench_json.py llama llama.cpp threads="$th" depth="$d" \
                 >> "$tmp/runs.jsonl" || { echo "long-context: llama-bench failed" >&2; cat "$tmp/ll.err" >&2; exit 1; }
         done
@@ -42,11 +50,11 @@ for r in $(seq "$ROUNDS"); do
 done
 
 python3 - "$tmp/runs.jsonl" "$model" "$PP" "$TG" "$REPS" "$ROUNDS" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
-    "$({ "$ll_bin/llama-bench" --version 2>&1 || true; } | awk '/version/ && !f { print; f = 1 }')" \
+    "$({ "$ll_bin/llama-bench" --version 2>&1 || true; } | awk '/version/ && !f { print; f = 1 }')" "$KV" \
     > "$tmp/report.md" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-model, pp, tg, reps, rounds, commit, llv = sys.argv[2:9]
+model, pp, tg, reps, rounds, commit, llv, kv = sys.argv[2:10]
 cpu = next(r["cpu"] for r in runs if r["who"] == "kvstitch")
 med = {}
 for r in runs:
@@ -55,6 +63,8 @@ for r in runs:
 med = {key: statistics.median(v) for key, v in med.items()}
 print(f"# Long context: kvstitch vs llama.cpp\n")
 print(f"CPU: {cpu}. Model: `{model.split('/')[-1]}`. kvstitch {commit}; llama.cpp {llv.strip() or '(version unknown)'}.")
+if kv == "q8":
+    print("KV cache: 8-bit on both (ours `--kv-type q8`; llama.cpp `-ctk q8_0 -ctv q8_0 -fa 1`).")
 depths = sorted({r["depth"] for r in runs})
 refs = [d for d in (0, 512) if d in depths]  # issue 16's bar is the per-token cost at 512
 print(f"`kvstitch bench -p {pp} -n {tg} -d D` vs `llama-bench -p {pp} -n {tg} -d D`, {reps} reps, "
@@ -82,6 +92,6 @@ amx=$(amx_prefill "$cli")
 cat "$tmp/report.md"
 if [ "${NO_SAVE:-0}" != 1 ]; then
     slug=$(report_slug "$cli")
-    cp "$tmp/report.md" "bench/results/long-context-$slug.md"
-    echo "long-context: wrote bench/results/long-context-$slug.md" >&2
+    cp "$tmp/report.md" "bench/results/long-context$kv_name-$slug.md"
+    echo "long-context: wrote bench/results/long-context$kv_name-$slug.md" >&2
 fi
