@@ -207,7 +207,7 @@ static void stage_values4(const q8_unit *x, int j0, int nk, int da, int db, int3
     }
 }
 
-/* The same for dims [da, db) (multiples of 64) with each 64 dims' words
+/* The same for positions [da, db) (multiples of 16) with each 64 dims' words
  * left in value_words' order: position d + 16 i + 4 L + k holds dim d + 16
  * L + 4 i + k (8 of the 24 vector operations of 4 keys saved; the decode
  * layout's values). For the decode, whose P.V sums each position on its
@@ -216,10 +216,11 @@ static void stage_values4(const q8_unit *x, int j0, int nk, int da, int db, int3
 AI void values4_lanes(const int8_t *V, size_t rb, int n_ctx, int D, int j0, int nk, int da, int db, int32_t *v4) {
     for (int j = j0; j < j0 + nk; j += 4) {
         int32_t *out = v4 + (size_t)((j - j0) / 4) * D;
-        for (int d = da; d < db; d += 64) {
+        for (int d = da & ~63; d < db; d += 64) {
             __m512i c[4];
             value_words(V, rb, n_ctx, D, j, d, c);
-            for (int i = 0; i < 4; i++) _mm512_storeu_si512(out + d + 16 * i, c[i]);
+            for (int i = 0; i < 4; i++)
+                if (d + 16 * i >= da && d + 16 * i < db) _mm512_storeu_si512(out + d + 16 * i, c[i]);
         }
     }
 }
@@ -575,10 +576,10 @@ AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i 
 /* How far ahead the decode prefetches the layout's keys and values (into
  * L1), the score and P.V passes each streaming their part of it from DRAM
  * once a token. Without it the transfers and the passes' arithmetic added up:
- * 30 layers of SmolLM2's K and V after 8192 keys (3.2 MB a layer) took 176
- * us a layer against 64 us in the L3 (Zen 5, 1 thread); with it 95-100 us
- * (4 KB ahead 120, 8 KB 108, 16 KB 96, 32 KB 104, 48 KB 105), the read
- * probe's rate being ~89 us a layer. */
+ * 30 layers of SmolLM2's K and V after 8192 keys (3.2 MB a layer) took
+ * 199-211 us a layer from DRAM against 64 us with them in the L3 (full-width
+ * Zen 5, 1 thread); with it 95-100 us (4 KB ahead 120, 8 KB 108, 16 KB 96,
+ * 32 KB 104, 48 KB 105), the read probe's rate being ~89 us a layer. */
 #define DECODE_PREFETCH_BYTES 16384
 
 /* acc + the dot of u8's bytes with the 4 signed bytes at s8, broadcast
@@ -900,8 +901,10 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     const int jstart = jmin / PV_BLOCK * PV_BLOCK;
     int32_t *stage = (int32_t *)(x->u.stage + (size_t)3 * 16 * 256);
     const int maxall = unit_maxn(&x->u);
-    /* dims in whole 64-dim parts: the values in lanes order */
-    const int lanes = D % 64 == 0 && da % 64 == 0 && db % 64 == 0;
+    /* heads of 64-dim parts, units of whole or half parts: the values in
+     * lanes order, [da, db) being positions (values4_lanes), a half part the
+     * position vectors i = 0, 1 or 2, 3 of it */
+    const int lanes = D % 64 == 0 && da % 32 == 0 && db % 32 == 0;
     /* tiles read from the layout end where its PV blocks do (tiles start on
      * PV blocks), so at most a block and the newest slots are staged */
     const int lend = lanes ? x->ln / PV_BLOCK * PV_BLOCK : 0;
@@ -954,19 +957,36 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
             }
         }
     }
+    /* out = (o * pd) * (1 / S), positions back to dims: a whole part by
+     * lanes_transpose4 (its own inverse), a half part's vector i by its
+     * 128-bit lanes L (dims 16 L + 4 i ..) */
     for (int r = 0; r < rows; r++) {
         float *out = c->out + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                r % x->u.group) * D;
-        for (int d = da; lanes && d < db; d += 64) { /* positions back to dims */
-            __m512i w[4];
-            const __m512i *t = (const __m512i *)(o[r] + d);
-            lanes_transpose4(_mm512_loadu_si512(t), _mm512_loadu_si512(t + 1), _mm512_loadu_si512(t + 2),
-                             _mm512_loadu_si512(t + 3), w);
-            for (int i = 0; i < 4; i++) _mm512_storeu_si512(o[r] + d + 16 * i, w[i]);
+        const __m512 pdr = _mm512_set1_ps(pd[r]), invr = _mm512_set1_ps(inv[r]);
+        if (!lanes) {
+            for (int d = da; d < db; d += 16)
+                _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d), pdr), invr));
+            continue;
         }
-        for (int d = da; d < db; d += 16)
-            _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d), _mm512_set1_ps(pd[r])),
-                                                    _mm512_set1_ps(inv[r])));
+        for (int d = da & ~63; d < db; d += 64) {
+            const int i0 = da > d ? (da - d) / 16 : 0, i1 = db < d + 64 ? (db - d) / 16 : 4;
+            __m512 t[4];
+            for (int i = i0; i < i1; i++) t[i] = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o[r] + d + 16 * i), pdr), invr);
+            if (i0 == 0 && i1 == 4) {
+                __m512i w[4];
+                lanes_transpose4(_mm512_castps_si512(t[0]), _mm512_castps_si512(t[1]), _mm512_castps_si512(t[2]),
+                                 _mm512_castps_si512(t[3]), w);
+                for (int i = 0; i < 4; i++) _mm512_storeu_si512(out + d + 16 * i, w[i]);
+                continue;
+            }
+            for (int i = i0; i < i1; i++) {
+                _mm_storeu_ps(out + d + 4 * i, _mm512_castps512_ps128(t[i]));
+                _mm_storeu_ps(out + d + 16 + 4 * i, _mm512_extractf32x4_ps(t[i], 1));
+                _mm_storeu_ps(out + d + 32 + 4 * i, _mm512_extractf32x4_ps(t[i], 2));
+                _mm_storeu_ps(out + d + 48 + 4 * i, _mm512_extractf32x4_ps(t[i], 3));
+            }
+        }
     }
 }
 
@@ -1022,7 +1042,8 @@ static int q8_decode_unit(q8_unit *x) {
  * it reads, so 64 where a head has several (gemma3's 256: with 32, its 8
  * units each staged every value, and the split took 1.55x the time of the
  * unsplit call on 2 threads), 32 where it has one (SmolLM2's 64: two units
- * stage it twice). */
+ * each read their half of the decode layout's lane order, or stage the part
+ * twice where the layout does not hold the tile). */
 static int q8_split_dims(int D) { return D % 64 == 0 && D >= 128 ? 64 : Q8_SPLIT_DIMS; }
 
 /* The decode layout only (q8_decode_unit), no recalibrated row (those take

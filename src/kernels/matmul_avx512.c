@@ -986,7 +986,11 @@ const kvs_isa kvs_isa_avx512 = {
     /* Q8 (Zen 5, 2 threads, pp0 tg32 after 7680, 8 paired rounds): gemma3's
      * one kv head split 1.07x (its kernel alone 0.64-0.67x the time after
      * 2048-7680 keys); SmolLM2's 3 kv heads split 2 : 1 0.90x and 0.95x
-     * (kernel 0.95-1.04x): not split */
+     * (kernel 0.95-1.04x): not split. Session 64 (full-width Zen 5, the
+     * decode prefetched, the split's 32-dim units reading the layout): 0.81x
+     * after 7680, 0.93x after 4096 (6 rounds each), the kernel in the L3
+     * 42.6-46.6 us against 45.4-45.7: the phases' pool runs cost what the
+     * third head's idle thread would gain */
     .attention_split_uneven_keys_q8 = 0,
 };
 
