@@ -75,6 +75,7 @@ static const struct { int m, nh, nkv, hd, ctx, start, window; } k_cases[] = {
     {48, 4, 1, 256, 1100, 1000, 512},
     /* units of at most 4 rows (attention_avx2_decode.c: keys in lanes) */
     {2, 4, 2, 64, 300, 250, 40},    /* two tokens of a group of 2: rows with different n and lo */
+    {2, 9, 3, 64, 500, 400, 100},   /* two tokens of a group of 3 (AVX-512 Q8: 3 rows a token share loads) */
     {1, 4, 4, 128, 200, 199, 0},    /* one row */
     {1, 4, 2, 32, 333, 300, 77},    /* two rows, head_dim 32 */
 };

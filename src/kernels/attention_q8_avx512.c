@@ -755,7 +755,7 @@ static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
  * groups whose bit 2 (g - g0) + 1 is set in hot (some row's is not 0: a
  * row's 0 adds 0), << 8, then every lo word: integers, so the sums are
  * pv_decode_dims'. With pf, the lo pass prefetches npf lines of the group
- * PV_PREFETCH bytes ahead (the decode layout's values stream from DRAM). */
+ * DECODE_PREFETCH_BYTES ahead (the decode layout's values stream from DRAM). */
 AI void pv_rows(int NR, int NV, const int32_t *const *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot,
                 const char *pf, int npf, float *const *od) {
     __m512i acc[4][4];
