@@ -590,20 +590,22 @@ AI __m512i dpbusd_bcast(__m512i acc, __m512i u8, const int32_t *s8) {
     return acc;
 }
 
-/* The decode's score rows: what decode_scores_t needs of them, each row's
- * query as 32-bit words (4 levels), so a dot broadcasts them from memory. */
+/* The decode's query rows (decode_queries): each row's levels as 32-bit
+ * words (4 levels), so a dot broadcasts them from memory, its integer
+ * offset 128 sum(q8) and qd * scale; and its scores' running maxima
+ * (decode_scores_t). */
 typedef struct decode_rows {
     int32_t qw[8][KVS_ATTN_Q8_MAX_DIM / 4];
-    const int32_t *qoff;
-    const float *qs;
-    __m512 *mx;
+    int32_t qoff[8];
+    float qs[8];
+    __m512 mx[8];
 } decode_rows;
 
 /* Rows [r0, r0 + NR) of 16 keys' scores (key words kt, lane = key): each
  * key word loaded once for the NR rows, two chains a row (even and odd 4
  * dims: summed, exact). masked: some lane is no key of some row (past jb,
  * n or before lo): those score -inf. */
-AI void scores16_rows(const q8_unit *x, int NR, int D4, int r0, const __m512i *kt, const decode_rows *dr, __m512 kd,
+AI void scores16_rows(const q8_unit *x, int NR, int D4, int r0, const __m512i *kt, decode_rows *dr, __m512 kd,
                       int masked, __mmask16 in, __m512i jv, float *S) {
     __m512i acc[4][2];
 #pragma GCC unroll 4
@@ -635,7 +637,7 @@ AI void scores16_rows(const q8_unit *x, int NR, int D4, int r0, const __m512i *k
 
 /* Every row's scores of 16 keys, rows 4 at a time (D4: D / 4, a constant
  * where the caller has one). */
-AI void scores16(const q8_unit *x, int D4, int rows, const __m512i *kt, const decode_rows *dr, __m512 kd, int masked,
+AI void scores16(const q8_unit *x, int D4, int rows, const __m512i *kt, decode_rows *dr, __m512 kd, int masked,
                  __mmask16 in, __m512i jv, float *S) {
     for (int r0 = 0; r0 < rows; r0 += 4) {
         switch (rows - r0) {
@@ -652,7 +654,7 @@ AI void scores16(const q8_unit *x, int D4, int rows, const __m512i *kt, const de
  * holds them) for all the unit's rows, which then take one vpdpbusd per 4
  * dims against their broadcast levels. Blocks every row sees whole skip
  * the masks. */
-AI void decode_scores_d(q8_unit *x, int D4, int rows, const decode_rows *dr, const float *kds, int ja, int jb) {
+AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, const float *kds, int ja, int jb) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     int nmin = jb, lomax = 0; /* keys [lomax, nmin) are live for every row */
@@ -682,12 +684,9 @@ AI void decode_scores_d(q8_unit *x, int D4, int rows, const decode_rows *dr, con
     }
 }
 
-static void decode_scores_t(q8_unit *x, int rows, const int8_t q8[][KVS_ATTN_Q8_MAX_DIM], const float *kds, int ja,
-                            int jb, const int32_t *qoff, const float *qs, __m512 *mx) {
-    decode_rows dr = {.qoff = qoff, .qs = qs, .mx = mx};
-    for (int r = 0; r < rows; r++) memcpy(dr.qw[r], q8[r], (size_t)x->u.D);
-    if (x->u.D == 64) decode_scores_d(x, 16, rows, &dr, kds, ja, jb);
-    else decode_scores_d(x, x->u.D / 4, rows, &dr, kds, ja, jb);
+static void decode_scores_t(q8_unit *x, int rows, decode_rows *dr, const float *kds, int ja, int jb) {
+    if (x->u.D == 64) decode_scores_d(x, 16, rows, dr, kds, ja, jb);
+    else decode_scores_d(x, x->u.D / 4, rows, dr, kds, ja, jb);
 }
 
 /* One decode row's o[d0 + 16 i] += P.V over the groups [g0, g1) of 4 keys
@@ -714,7 +713,10 @@ AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g
     int g = g0;
     for (; g + 2 <= g1; g += 2, v4 += 2 * D) {
         if (pf) {
-            for (int l = 0; l < 2 * npf; l++) _mm_prefetch(pf + 64 * (l % npf) + 4 * (size_t)D * (l / npf), _MM_HINT_T0);
+            for (int l = 0; l < npf; l++) { /* the two groups' lines */
+                _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+                _mm_prefetch(pf + 4 * (size_t)D + 64 * l, _MM_HINT_T0);
+            }
             pf += 8 * (size_t)D;
         }
         const __m512i p0 = _mm512_set1_epi32(P[2 * g]), p1 = _mm512_set1_epi32(P[2 * g + 2]);
@@ -821,13 +823,15 @@ AI void pv_rows_n(int nr, int nv, const int32_t *const *P, const int32_t *v4, in
 #undef PV_ROWS_NV
 }
 
-/* The decode rows' query levels, integer offsets and scales. */
-static void decode_queries(const q8_unit *x, int8_t q8[][KVS_ATTN_Q8_MAX_DIM], int32_t *qoff, float *qs) {
+/* The decode rows' query levels, integer offsets and scales; their maxima
+ * -inf. */
+static void decode_queries(const q8_unit *x, decode_rows *dr) {
     const kvs_attn_call *c = x->u.c;
     for (int r = 0; r < x->u.rows; r++) {
         const float *q = c->q + ((size_t)(x->u.t0 + r / x->u.group) * c->n_head + (size_t)x->u.g * x->u.group +
                                  r % x->u.group) * x->u.D;
-        qs[r] = query_levels(c, q, q8[r], &qoff[r]);
+        dr->qs[r] = query_levels(c, q, (int8_t *)dr->qw[r], &dr->qoff[r]); /* bytes: char-typed writes */
+        dr->mx[r] = _mm512_set1_ps(-INFINITY);
     }
 }
 
@@ -997,21 +1001,18 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
  * reruns the unit on the AVX2 path). */
 static int q8_decode_unit(q8_unit *x) {
     const int rows = x->u.rows;
-    int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
-    float qs[8], pd[8], inv[8];
-    int32_t qoff[8];
-    __m512 mx[8];
+    decode_rows dr;
+    float pd[8], inv[8];
     const int maxall = unit_maxn(&x->u);
-    decode_queries(x, q8, qoff, qs);
-    for (int r = 0; r < rows; r++) mx[r] = _mm512_set1_ps(-INFINITY);
+    decode_queries(x, &dr);
     /* the keys' and values' scales in score rows the decode layout leaves
      * free (it uses fewer than 8 of KVS_ATTN_ROWS) */
     float *kds = x->u.S + (size_t)(KVS_ATTN_ROWS - 2) * x->u.ctxs, *vds = kds + x->u.ctxs;
     decode_scales(x, x->u.jmin, maxall, kds, vds);
-    decode_scores_t(x, rows, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, x->u.jmin, maxall, qoff, qs, mx);
+    decode_scores_t(x, rows, &dr, kds, x->u.jmin, maxall);
     __m512i sign = _mm512_setzero_si512();
     for (int r = 0; r < rows; r++) /* no lane of mx is NaN: the order is free */
-        sign = _mm512_or_si512(sign, decode_weights_row(x, r, _mm512_reduce_max_ps(mx[r]), vds, &pd[r], &inv[r]));
+        sign = _mm512_or_si512(sign, decode_weights_row(x, r, _mm512_reduce_max_ps(dr.mx[r]), vds, &pd[r], &inv[r]));
     if (_mm512_movepi32_mask(sign)) return 1; /* a negative value scale: no unsigned hi bytes */
     decode_outputs(x, pd, inv, 0, x->u.D);
     return 0;
@@ -1101,15 +1102,11 @@ void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u
         const int per_g = q8_split_key_units(&x, &kpu, &maxn), g = un / per_g;
         q8_split_init(&x, c, g, work);
         const int ja = x.u.jmin + (un % per_g) * kpu, jb = ja + kpu < maxn ? ja + kpu : maxn;
-        int8_t q8[8][KVS_ATTN_Q8_MAX_DIM];
-        float qs[8];
-        int32_t qoff[8];
-        __m512 mx[8];
-        decode_queries(&x, q8, qoff, qs);
-        for (int r = 0; r < group; r++) mx[r] = _mm512_set1_ps(-INFINITY);
+        decode_rows dr;
+        decode_queries(&x, &dr);
         float *kds = q8_split_scales(c, g);
         decode_scales(&x, ja, jb, kds, kds + x.u.ctxs);
-        decode_scores_t(&x, group, (const int8_t(*)[KVS_ATTN_Q8_MAX_DIM])q8, kds, ja, jb, qoff, qs, mx);
+        decode_scores_t(&x, group, &dr, kds, ja, jb);
         return;
     }
     if (phase == 1) { /* row un (head un) */
