@@ -664,7 +664,11 @@ typedef struct kvs_cache_prune_report {
 
 /* Reclaims space in dir (any model): unreachable entries, stale temporary
  * files, then entries older than older_than_s, then least recently used
- * ones down to max_bytes. Only the cache's own files are touched. */
+ * ones down to max_bytes. Only the cache's own files are touched. A file
+ * that could not be removed (no write permission on dir, a read-only file
+ * system) stays in r's figures and makes the call return KVS_ERR_IO naming
+ * the first one, r still filled; entries it may not remove are left out of
+ * the bound (no room to make), so the rest are not evicted for them. */
 KVS_API int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_cache_prune_report *r);
 /* The same on the Redis tier of params (redis_url or redis_cluster), without a
  * model: every kvstitch key ("kvs:*") of any model, found by SCAN on every

@@ -168,4 +168,24 @@ done
 T "$CLI" cache prune --cache-dir "$D" --max-bytes 4M --json >"$tmp/pr.json" 2>"$tmp/e"
 [ "$(j "$tmp/pr.json" 'd["bytes"] <= 4 << 20 and d["removed"] > 0')" = True ] && [ "$(kvc_bytes "$D")" -le $((4 << 20)) ] \
     && ok cache_dir_prune_max_bytes || fail cache_dir_prune_max_bytes "$(cat "$tmp/pr.json" "$tmp/e")"
+
+# --- prune by a user who may not remove the entries -----------------------------------------
+# A directory this process cannot write (another user's, or read-only): prune
+# must say so and fail, and report the entries that are still there, never
+# count a refused unlink as an entry removed (it had printed "0 entry files
+# remain" with all of them in place). Root removes anything, so the prune
+# runs as nobody (setpriv); skipped where that is not possible.
+ro_parent=$(mktemp -d); chmod 755 "$ro_parent"; R="$ro_parent/ro"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && cp -a "$D" "$R" && chmod -R a+rX "$R" && chmod 555 "$R" \
+    && setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$CLI" 2>/dev/null; then
+    n_before=$(kvc_count "$R")
+    T setpriv --reuid=65534 --regid=65534 --clear-groups "$CLI" cache prune --cache-dir "$R" --max-bytes 1K \
+        >"$tmp/pro.out" 2>"$tmp/e"; rc=$?
+    [ $rc -eq 1 ] && grep -q "could not be removed" "$tmp/e" && grep -q "Permission denied" "$tmp/e" \
+        && [ "$n_before" -gt 0 ] && [ "$(kvc_count "$R")" -eq "$n_before" ] && ok cache_dir_prune_refused_unlink \
+        || fail cache_dir_prune_refused_unlink "rc=$rc n=$n_before/$(kvc_count "$R") $(cat "$tmp/pro.out" "$tmp/e")"
+else
+    echo "skip cache_dir_prune_refused_unlink (needs root, setpriv and a CLI nobody may run)"
+fi
+chmod -R u+w "$ro_parent"; rm -rf "$ro_parent"
 exit $status

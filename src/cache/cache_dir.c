@@ -226,6 +226,8 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
     if (p->older_than_s < 0) return kvs_error(KVS_ERR_INVALID_ARG, "cache prune: older_than_s must be >= 0");
     kvs_cache_dir_stats st;
     dir_ctx x;
+    uint64_t refused = 0; /* files that stayed (unlink failed other than with ENOENT) */
+    char first[512] = "";  /* the first one's error */
     int rc = scan(dir, NULL, NULL, 0, &st, &x);
     /* Unreachable first: no prompt can use them (until their missing
      * parent is stored again, which the LRU would outlive anyway). */
@@ -235,9 +237,12 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
         kvs_key_to_hex(&x.nodes[i].prefix, hex);
         snprintf(name, sizeof name, "%s%s", hex, KVS_DISK_EXT);
         if (kvs_disk_classify(dir, name, 1, NULL) != KVS_DISK_FILE_ENTRY) continue;
-        if (kvs_disk_remove(dir, &x.nodes[i].prefix) == KVS_OK) {
+        const int rm = kvs_disk_remove(dir, &x.nodes[i].prefix);
+        if (rm == KVS_OK) {
             r->unreachable_removed++;
             r->removed_bytes += x.nodes[i].bytes;
+        } else if (rm != KVS_ERR_NOT_FOUND && !refused++) {
+            snprintf(first, sizeof first, "%s", kvs_last_error());
         }
     }
     free(x.nodes);
@@ -250,5 +255,12 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
     r->tmp_removed = dr.tmp_removed;
     r->entries = dr.entries;
     r->bytes = dr.bytes;
+    /* the report holds what happened; a file that stayed is still an error */
+    if (dr.failed && !refused)
+        snprintf(first, sizeof first, "%s/%s: cannot remove: %s", dir, dr.failed_name, strerror(dr.failed_errno));
+    refused += dr.failed;
+    if (refused)
+        return kvs_error(KVS_ERR_IO, "cache prune: %llu file%s could not be removed (%s)", (unsigned long long)refused,
+                         refused == 1 ? "" : "s", first);
     return KVS_OK;
 }

@@ -174,13 +174,23 @@ static int by_atime(const void *a, const void *b) {
     return (x->atime_ns > y->atime_ns) - (x->atime_ns < y->atime_ns);
 }
 
-/* Unlinks DIR/name if it is the cache's own file: 1 removed, 0 gone
- * already (another process), -1 not ours (left alone). */
-static int remove_owned(const char *dir, const char *name) {
-    if (kvs_disk_classify(dir, name, 1, NULL) == KVS_DISK_FILE_OTHER) return -1;
+enum { REMOVED = 1, GONE = 0, NOT_OURS = -1, REFUSED = -2 };
+
+/* Unlinks DIR/name if it is the cache's own file: REMOVED, GONE already
+ * (another process), NOT_OURS (left alone), or REFUSED (EACCES, EROFS,
+ * EBUSY...: the file stays, counted in r->failed with the first one's name
+ * and errno). */
+static int remove_owned(const char *dir, const char *name, kvs_disk_prune_report *r) {
+    if (kvs_disk_classify(dir, name, 1, NULL) == KVS_DISK_FILE_OTHER) return NOT_OURS;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    return unlink(path) == 0;
+    if (unlink(path) == 0) return REMOVED;
+    if (errno == ENOENT) return GONE;
+    if (!r->failed++) {
+        r->failed_errno = errno;
+        snprintf(r->failed_name, sizeof r->failed_name, "%s", name);
+    }
+    return REFUSED;
 }
 
 int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_prune_report *r) {
@@ -215,23 +225,24 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
         listed *e = &v[i];
         if (e->kind == KVS_DISK_FILE_OTHER) continue;
         if (e->kind == KVS_DISK_FILE_TMP) {
-            if (p->stale_tmp && e->stale && remove_owned(dir, e->name) == 1) r->tmp_removed++;
+            if (p->stale_tmp && e->stale && remove_owned(dir, e->name, r) == REMOVED) r->tmp_removed++;
             continue;
         }
-        int over = p->max_bytes && bytes > p->max_bytes, old = e->atime_ns < cutoff;
+        /* entries this process may not remove stay in the figures but, like
+         * files not the cache's, are no room to make: evicting the rest for
+         * them would empty the cache and still leave it over the bound */
+        int over = p->max_bytes && bytes - r->failed_bytes > p->max_bytes, old = e->atime_ns < cutoff;
         if (!over && !old) continue;
         if (p->keep && !strcmp(e->name, p->keep)) continue;
-        int gone = remove_owned(dir, e->name);
-        if (gone < 0) { /* not ours (replaced since the listing): not the cache's bytes */
-            bytes -= e->bytes;
-            entries--;
-            continue;
-        }
-        if (gone) {
+        switch (remove_owned(dir, e->name, r)) {
+        case REFUSED: r->failed_bytes += e->bytes; continue;
+        case REMOVED:
             r->removed++;
             r->removed_bytes += e->bytes;
+            break;
+        default: break; /* gone (another process), or not ours (replaced since the listing): not the cache's bytes */
         }
-        bytes -= e->bytes; /* removed here or by another process */
+        bytes -= e->bytes;
         entries--;
     }
     free(v);

@@ -70,6 +70,14 @@ typedef struct kvs_disk_prune_report {
     uint64_t removed, removed_bytes; /* entries */
     uint64_t tmp_removed;
     uint64_t entries, bytes;         /* what remains */
+    /* files whose unlink failed other than with ENOENT (a directory not
+     * writable by this process, a read-only file system): still there, in
+     * entries and bytes; failed_bytes = the entries' among them, which the
+     * bound then leaves out (no room this process can make). The first
+     * one's name and errno. The prune itself still returns KVS_OK. */
+    uint64_t failed, failed_bytes;
+    int failed_errno;
+    char failed_name[80];
 } kvs_disk_prune_report;
 
 int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_prune_report *r);

@@ -148,7 +148,7 @@ static void check_bound(dir_tier *d, const kvs_key *keep) {
             kvs_disk_prune_report r;
             if (kvs_disk_prune(d->dir, &p, &r) == KVS_OK) {
                 INC(d->evicted, r.removed);
-                bytes = r.bytes;
+                bytes = r.bytes - r.failed_bytes; /* entries it may not remove are no room to make: not rechecked every write */
             }
         }
         atomic_store(&d->est_bytes, bytes);
