@@ -210,6 +210,14 @@ KVS_API int kvs_tokenize(const kvs_model *model, const char *text, size_t len, i
  * kvs_tokenize makes first, without the cost of tokenizing (a caller can
  * name the field or file at fault). */
 KVS_API int kvs_utf8_check(const char *text, size_t len);
+/* text[0..len) as valid UTF-8: each byte that starts no valid sequence
+ * becomes U+FFFD (EF BF BD), everything else is kept (control characters
+ * too). Writes at most cap - 1 bytes and a NUL into out (whole characters
+ * only: a cut never halves one); returns the bytes written. cap >= 3 len +
+ * 1 always holds it all. For text that reaches JSON or a terminal from
+ * untrusted bytes (a token cut mid-character, a client's field echoed in an
+ * error). */
+KVS_API size_t kvs_utf8_repair(const char *text, size_t len, char *out, size_t cap);
 
 KVS_API int kvs_vocab_size(const kvs_model *model);
 /* The raw bytes a token stands for (after byte-level / sentencepiece

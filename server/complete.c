@@ -53,6 +53,67 @@ static void add_choices(cJSON *k, const choices *cs) {
 /* usage, with the kvstitch object (README "Server" documents every field):
  * completion tokens of every choice, the rest of the first one's, and with
  * n > 1 each choice's own figures in kvstitch.choices. */
+/* The prompt's bytes, token after token (control tokens rendered), and
+ * where each token's start: off[t] (n_prompt + 1 offsets). NULL when out of
+ * memory. */
+static char *prompt_bytes(const srv_server *s, const srv_job *j, size_t *off) {
+    size_t cap = 64 + 8 * (size_t)j->n_prompt, len = 0;
+    char *all = malloc(cap);
+    for (int t = 0; all && t < j->n_prompt; t++) {
+        off[t] = len;
+        size_t n = 0;
+        int rc = kvs_token_to_bytes(s->model, j->prompt[t], 1, all + len, cap - len, &n);
+        if (rc == KVS_ERR_BUFFER_TOO_SMALL) { /* n: the token's full length */
+            cap = 2 * (len + n) + 64;
+            char *grown = realloc(all, cap);
+            if (!grown) {
+                free(all);
+                return NULL;
+            }
+            all = grown;
+            rc = kvs_token_to_bytes(s->model, j->prompt[t], 1, all + len, cap - len, &n);
+        }
+        if (rc == KVS_OK) len += n;
+    }
+    if (all) off[j->n_prompt] = len;
+    return all;
+}
+
+/* usage.kvstitch.prompt_sources: runs of prompt tokens by KV source, in
+ * prompt order, with their text. A character whose bytes span two runs'
+ * tokens (a byte-level BPE splits multi-byte characters) goes whole to the
+ * run it starts in, and bytes that are no valid UTF-8 become U+FFFD: each
+ * run's text had been its tokens' bytes alone, half characters included,
+ * and a fixed 16 bytes a token had dropped longer tokens. */
+static void add_prompt_sources(const srv_server *s, const srv_job *j, cJSON *k) {
+    cJSON *runs = cJSON_AddArrayToObject(k, "prompt_sources");
+    size_t *off = malloc(sizeof *off * ((size_t)j->n_prompt + 1));
+    char *all = off ? prompt_bytes(s, j, off) : NULL;
+    size_t from = 0; /* the run's first byte */
+    for (int i = 0, at = 0; i < j->n_sources; i++) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "source", srv_source_name(j->sources[i].src));
+        cJSON_AddNumberToObject(r, "tokens", j->sources[i].n);
+        at += j->sources[i].n;
+        if (all) {
+            const size_t len = off[j->n_prompt];
+            size_t to = off[at < j->n_prompt ? at : j->n_prompt];
+            while (to < len && (all[to] & 0xC0) == 0x80 && to > from) to++; /* past the character's continuation bytes */
+            if (to < from) to = from;
+            char *text = malloc(3 * (to - from) + 1);
+            if (text) {
+                kvs_utf8_repair(all + from, to - from, text, 3 * (to - from) + 1);
+                cJSON_AddStringToObject(r, "text", text);
+            }
+            free(text);
+            from = to;
+        }
+        cJSON_AddItemToArray(runs, r);
+    }
+    free(all);
+    free(off);
+}
+
 static cJSON *usage_json(const srv_server *s, const choices *cs) {
     const srv_job *j = cs->j[0];
     const srv_usage *u = &j->usage;
@@ -91,29 +152,7 @@ static cJSON *usage_json(const srv_server *s, const choices *cs) {
     cJSON_AddStringToObject(k, "first_logits_sha256", u->first_logits_sha256);
     if (j->req.return_token_ids) add_token_ids(k, j);
     if (cs->n > 1) add_choices(k, cs);
-    if (j->req.return_prompt_sources) {
-        /* Runs of prompt tokens by KV source, in prompt order, with their text. */
-        cJSON *runs = cJSON_AddArrayToObject(k, "prompt_sources");
-        int at = 0;
-        for (int i = 0; i < j->n_sources; i++) {
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddStringToObject(r, "source", srv_source_name(j->sources[i].src));
-            cJSON_AddNumberToObject(r, "tokens", j->sources[i].n);
-            size_t cap = 16 * (size_t)j->sources[i].n + 1, len = 0;
-            char *text = malloc(cap);
-            for (int t2 = at; text && t2 < at + j->sources[i].n && t2 < j->n_prompt; t2++) {
-                size_t n = 0;
-                if (kvs_token_to_bytes(s->model, j->prompt[t2], 1, text + len, cap - len - 1, &n) == KVS_OK) len += n;
-            }
-            if (text) {
-                text[len] = 0;
-                cJSON_AddStringToObject(r, "text", text); /* cJSON escapes; invalid UTF-8 passes as bytes */
-            }
-            free(text);
-            at += j->sources[i].n;
-            cJSON_AddItemToArray(runs, r);
-        }
-    }
+    if (j->req.return_prompt_sources) add_prompt_sources(s, j, k);
     return o;
 }
 

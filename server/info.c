@@ -194,9 +194,17 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
         int done = srv_job_wait(j, &seen, &p, 50);
         srv_job_piece_free(&p);
         if (done) break;
+        if (srv_peer_gone(c)) { /* nobody waits for it: its slot or queue place goes to others */
+            srv_job_cancel(j);
+            srv_job_unref(j);
+            return 0;
+        }
     }
     if (j->finish == SRV_FINISH_ERROR) {
         st = srv_reply_error(c, &j->err);
+    } else if (j->finish == SRV_FINISH_CANCELLED) { /* by the drain: nothing was warmed (it had answered 200) */
+        srv_error_set(&e, 503, "server_error", "shutting_down", "", "the server is shutting down");
+        st = srv_reply_error(c, &e);
     } else {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "tokens", j->n_prompt);

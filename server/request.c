@@ -13,11 +13,17 @@ void srv_error_set(srv_error *e, int http, const char *type, const char *code, c
     e->http = http;
     snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
     snprintf(e->code, sizeof e->code, "%s", code ? code : "");
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    /* Messages quote the client's bytes (a path, a strategy name, a key cut
+     * by %.40s): as valid UTF-8, whole characters, or the reply's JSON was
+     * not (a raw 0xff, a lone 0xc3 where the cut halved a character). */
+    char raw[sizeof e->message];
+    snprintf(raw, sizeof raw, "%s", param ? param : "");
+    kvs_utf8_repair(raw, strlen(raw), e->param, sizeof e->param);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    kvs_utf8_repair(raw, strlen(raw), e->message, sizeof e->message);
 }
 
 static int bad(srv_error *e, const char *param, const char *fmt, const char *detail) {
@@ -254,7 +260,8 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
         get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
         get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, SRV_MAX_CHOICES, &n, e))
         return -1;
-    if (p <= 0) return bad(e, "top_p", "'%s' must be > 0%s", "");
+    /* > 0 as the sampler's float: 1e-46 passed here and became 0 there (a 500) */
+    if ((float)p <= 0) return bad(e, "top_p", "'%s' must be > 0 (at least 1.4e-45, a float's smallest)%s", "");
     /* both are checked, in this order: max_completion_tokens wins unless it
      * is absent or null (get_int leaves the value then; a null one had hidden
      * max_tokens, and max_tokens "garbage" had passed beside it) */

@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "kvstitch.h"  /* kvs_chat_message only */
+#include "kvstitch.h"  /* kvs_chat_message, kvs_utf8_repair */
 
 typedef enum srv_kind { SRV_KIND_CHAT = 0, SRV_KIND_COMPLETION = 1 } srv_kind;
 

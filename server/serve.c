@@ -9,12 +9,16 @@
  *   (every stored entry is already on disk: the store writes through)
  */
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -145,21 +149,46 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     return 0;
 }
 
+/* The API key: the first line of a regular file (a FIFO had blocked the
+ * start, a directory had read as an empty key), whole: a key longer than
+ * the buffer is refused, not cut (a cut one had been the key that worked). */
+#define API_KEY_MAX 4096
 static char *read_key(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "kvstitch serve: --api-key-file %s: cannot open\n", path);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: cannot open: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
         return NULL;
     }
-    char line[512] = "";
-    if (!fgets(line, sizeof line, f)) line[0] = 0;
-    fclose(f);
-    line[strcspn(line, "\r\n")] = 0;
-    if (!line[0]) {
-        fprintf(stderr, "kvstitch serve: --api-key-file %s: the first line (the key) is empty\n", path);
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: not a regular file\n", path);
+        close(fd);
         return NULL;
     }
-    return strdup(line);
+    char buf[API_KEY_MAX + 2];
+    size_t n = 0;
+    while (n < sizeof buf - 1) {
+        ssize_t got = read(fd, buf + n, sizeof buf - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = 0;
+    const size_t line = strcspn(buf, "\r\n");
+    if (line > API_KEY_MAX) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: the key (its first line) is longer than %d bytes\n", path,
+                API_KEY_MAX);
+        return NULL;
+    }
+    buf[line] = 0;
+    if (!buf[0] || memchr(buf, 0, line)) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: the first line (the key) is empty or holds a NUL byte\n",
+                path);
+        return NULL;
+    }
+    return strdup(buf);
 }
 
 static int load(srv_server *s, const serve_opts *o) {

@@ -2,7 +2,7 @@
  * The public tokenizer API (kvstitch.h) end to end through kvs_model_load:
  * kvs_tokenize, kvs_vocab_size, kvs_token_to_bytes, kvs_token_is_eog,
  * kvs_detok_*, kvs_chat_render, on the real SmolLM2 model (vocab only) and
- * on a vocabulary-only GGUF.
+ * on a vocabulary-only GGUF; kvs_utf8_repair.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,11 +104,37 @@ TEST(vocab_only_gguf_without_template) {
     kvs_model_free(m);
 }
 
+/* kvs_utf8_repair: every byte that starts no valid sequence becomes U+FFFD,
+ * control characters stay (prompt text keeps its newlines), and a buffer too
+ * small cuts between characters, never inside one. */
+TEST(utf8_repair) {
+    char out[64];
+    /* a lone continuation byte, a cut 3-byte sequence, an overlong, 0xff; a
+     * newline and a valid 2-byte character kept */
+    const char in[] = "a\x80" "b\xe2\x82\n" "c\xc0\xaf" "d\xff\xc3\xa9";
+    size_t n = kvs_utf8_repair(in, sizeof in - 1, out, sizeof out);
+    const char want[] = "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\n" "c\xef\xbf\xbd\xef\xbf\xbd" "d\xef\xbf\xbd\xc3\xa9";
+    CHECK_EQ_INT((int)n, (int)sizeof want - 1);
+    CHECK(memcmp(out, want, sizeof want) == 0);
+    CHECK(kvs_utf8_check(out, n) == KVS_OK);
+    /* cap 3: "a" and the NUL; U+FFFD does not fit whole */
+    CHECK_EQ_INT((int)kvs_utf8_repair(in, sizeof in - 1, out, 3), 1);
+    CHECK(strcmp(out, "a") == 0);
+    /* a 4-byte character is kept or dropped whole */
+    const char emoji[] = "x\xf0\x9f\x9c\x80";
+    CHECK_EQ_INT((int)kvs_utf8_repair(emoji, 5, out, 5), 1);
+    CHECK_EQ_INT((int)kvs_utf8_repair(emoji, 5, out, 6), 5);
+    CHECK(memcmp(out, emoji, 6) == 0);
+    CHECK_EQ_INT((int)kvs_utf8_repair(NULL, 0, out, sizeof out), 0);
+    CHECK(out[0] == 0);
+}
+
 int main(void) {
     RUN(load);
     RUN(tokenize_and_decode);
     RUN(chat_render);
     RUN(vocab_only_gguf_without_template);
+    RUN(utf8_repair);
     kvs_model_free(smol);
     return kt_summary();
 }

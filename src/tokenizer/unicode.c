@@ -61,14 +61,16 @@ int kvs_utf8_check(const char *text, size_t len) {
     return KVS_OK;
 }
 
-size_t kvs_utf8_display(const char *s, size_t n, char *out, size_t cap) {
+/* kvs_utf8_display and kvs_utf8_repair: invalid sequences (and, with
+ * controls, C0, DEL and C1 characters) become U+FFFD, whole characters only. */
+static size_t utf8_clean(const char *s, size_t n, char *out, size_t cap, int controls) {
     const unsigned char *u = (const unsigned char *)s;
     size_t o = 0;
     for (size_t i = 0; i < n && cap > 0;) {
         uint32_t cp;
         int len = kvs_utf8_decode(u + i, n - i, &cp);
         const char *src = s + i;
-        if (len == 0 || cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) { /* invalid or control: U+FFFD */
+        if (len == 0 || (controls && (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)))) { /* U+FFFD */
             src = "\xEF\xBF\xBD";
             len = len ? len : 1;
             if (o + 3 >= cap) break;
@@ -83,6 +85,13 @@ size_t kvs_utf8_display(const char *s, size_t n, char *out, size_t cap) {
     }
     if (cap > 0) out[o] = 0;
     return o;
+}
+
+size_t kvs_utf8_display(const char *s, size_t n, char *out, size_t cap) { return utf8_clean(s, n, out, cap, 1); }
+
+size_t kvs_utf8_repair(const char *s, size_t n, char *out, size_t cap) {
+    if (!s) n = 0;
+    return utf8_clean(s, n, out, cap, 0);
 }
 
 int kvs_utf8_encode(uint32_t cp, char out[4]) {

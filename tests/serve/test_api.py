@@ -336,6 +336,34 @@ def test_api_key(server):
         bad.chat.completions.create(model="x", messages=Q, max_tokens=2)
 
 
+def test_prompt_sources_texts_are_the_prompt_in_valid_utf8(server):
+    # Each run's text had been its tokens' bytes in 16 bytes a token: a
+    # longer token ("-" x 64 is 2 tokens) was dropped; and a character whose
+    # bytes span a cached and a computed token was cut in two invalid halves.
+    def runs(prompt, **kw):
+        r = server.post("/v1/completions", dict({"prompt": prompt, "max_tokens": 1,
+                                                 "return_prompt_sources": True}, **kw))
+        assert r.status_code == 200, r.text
+        return json.loads(r.content.decode("utf-8"))["usage"]["kvstitch"]["prompt_sources"]  # strict UTF-8
+    prompt = "-" * 64 + "x"
+    assert "".join(x["text"] for x in runs(prompt, cache_prompt=False)) == prompt
+    runs("The quick brown fox says \U0001F700")  # cached, its last character's bytes across two tokens
+    split = runs("The quick brown fox says \U0001F701")
+    assert [x["source"] for x in split] == ["cached", "computed"], split
+    assert "".join(x["text"] for x in split) == "The quick brown fox says \U0001F701"
+
+
+def test_errors_quoting_the_client_are_valid_utf8(server):
+    # Messages quote the client's bytes: a raw 0xff in the path, a key cut by
+    # "%.40s" in the middle of "é". The reply's JSON must stay UTF-8.
+    r = requests.get(server.url + "/%ff%fe", headers=server.headers(), timeout=60)
+    assert r.status_code == 404 and "\ufffd" in json.loads(r.content.decode("utf-8"))["error"]["message"]
+    r = server.post("/v1/chat/completions", {"messages": Q, "logit_bias": {"a" * 39 + "\u00e9": 1}})
+    assert r.status_code == 400 and json.loads(r.content.decode("utf-8"))["error"]["param"] == "logit_bias"
+    r = server.post("/v1/chat/completions", {"messages": Q, "top_p": 1e-46})  # 0 as a float: had been a 500
+    assert error_of(r, 400)["param"] == "top_p"
+
+
 def test_unknown_endpoint_and_method(server):
     assert error_of(server.get("/v1/nothing"), 404)["code"] == "not_found"
     assert error_of(server.get("/v1/chat/completions"), 405)["code"] == "method_not_allowed"

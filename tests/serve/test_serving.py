@@ -10,7 +10,7 @@ import time
 
 import requests
 
-from conftest import CLI, QUICK, SLOW, Server
+from conftest import CLI, MODEL, QUICK, SLOW, Server
 
 
 def chat(server, msgs, **kw):
@@ -385,3 +385,39 @@ def test_queue_full_429_and_sigterm_drain():
         assert "draining" in s.read_log()
     finally:
         s.stop()
+
+
+def test_sigterm_cancelled_warm_is_503():
+    # A /v1/cache/warm queued behind a long request when a short drain ends:
+    # cancelled, it is 503 shutting_down like a chat request, not a 200 that
+    # reports a warm never done.
+    s = Server("--slots", "1", "--ctx", "2048", "--max-tokens", "2000", "--drain-timeout", "1")
+    try:
+        long_body = {"prompt": "Once upon a time", "max_tokens": 1500, "logit_bias": {"0": -100, "2": -100}}
+        with cf.ThreadPoolExecutor(2) as ex:
+            long_req = ex.submit(s.post, "/v1/completions", long_body)
+            t0 = time.time()
+            while metric(s, "kvstitch_active_slots") == 0 and time.time() - t0 < 60 * SLOW:
+                time.sleep(0.02)
+            warm = ex.submit(s.post, "/v1/cache/warm", {"prompt": "A document to keep. " * 20})
+            while metric(s, "kvstitch_queue_depth") < 1 and time.time() - t0 < 60 * SLOW:
+                time.sleep(0.02)
+            s.proc.send_signal(signal.SIGTERM)
+            r = warm.result()
+            long_req.result()
+        assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down", r.text[:300]
+        assert s.proc.wait(timeout=120 * SLOW) == 0
+    finally:
+        s.stop()
+
+
+def test_api_key_file_must_be_a_whole_regular_file(tmp_path):
+    # A FIFO had blocked the start; a key longer than the reader's buffer
+    # had been cut (its first 511 bytes worked); a directory read as empty.
+    fifo, long_key = tmp_path / "fifo", tmp_path / "long"
+    os.mkfifo(fifo)
+    long_key.write_text("k" * 5000 + "\n")
+    for path, said in [(fifo, "not a regular file"), (tmp_path, "not a regular file"), (long_key, "longer than")]:
+        p = subprocess.run([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0",
+                            "--api-key-file", str(path)], capture_output=True, text=True, timeout=60 * SLOW)
+        assert p.returncode == 2 and said in p.stderr, (path, p.returncode, p.stderr)
