@@ -60,7 +60,9 @@ int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size
     cJSON_Delete(in);
     if (st) {
         free(ids);
-        return bad_request(c, "content", kvs_last_error());
+        if (st != KVS_ERR_UTF8) return bad_request(c, "content", kvs_last_error());
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_utf8", "content", "'content': %s", kvs_last_error());
+        return srv_reply_error(c, &e); /* the code the completions give the same bytes */
     }
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));

@@ -61,6 +61,8 @@ static int check_texts(const srv_request *r, srv_error *err) {
     for (int i = 0; i < r->n_docs; i++) {
         snprintf(param, sizeof param, "documents[%d].text", i);
         if (check_utf8(r->docs[i], param, err)) return -1;
+        snprintf(param, sizeof param, "documents[%d].id", i); /* echoed in replies and logs */
+        if (r->doc_ids && check_utf8(r->doc_ids[i], param, err)) return -1;
     }
     for (int i = 0; i < r->n_stop; i++) {
         if (r->stop_at[i] < 0) snprintf(param, sizeof param, "stop");

@@ -305,7 +305,10 @@ def test_strict_json_nul_and_stop_utf8(server):
             ("/v1/chat/completions", b'{"messages": [{"role": "system", "content": "s"}, '
                                      b'{"role": "user", "content": "\xff"}], "max_tokens": 1}', "messages[1].content"),
             ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "q"}], "max_tokens": 1, '
-                                     b'"documents": ["fine", {"id": "b", "text": "x\xc3"}]}', "documents[1].text")]:
+                                     b'"documents": ["fine", {"id": "b", "text": "x\xc3"}]}', "documents[1].text"),
+            ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "q"}], "max_tokens": 1, '
+                                     b'"documents": [{"id": "\xff", "text": "x"}]}', "documents[0].id"),
+            ("/tokenize", b'{"content": "caf\xa9"}', "content")]:
         e = error_of(raw(path, data), 400)
         assert e["code"] == "invalid_utf8" and e["param"] == param and param in e["message"], (data, e)
     # a null max_completion_tokens leaves max_tokens in force (it had hidden it)
