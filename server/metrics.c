@@ -140,6 +140,10 @@ char *srv_metrics_render(srv_metrics *m, kvs_cache *cache, srv_load load) {
         put_gauge(&b, "kvstitch_cache_evictions_total", "counter", "Chunks evicted from RAM.", (double)st.evictions);
         put_gauge(&b, "kvstitch_cache_disk_writes_total", "counter", "Entries written to the cache directory.",
                   (double)st.disk_writes);
+        put_gauge(&b, "kvstitch_cache_disk_write_errors_total", "counter",
+                  "Entries whose write to the cache directory failed (kept in RAM only: a full, read-only or "
+                  "removed directory).",
+                  (double)st.disk_write_errors);
         put_gauge(&b, "kvstitch_cache_damaged_total", "counter", "Damaged entries found (never served).",
                   (double)st.disk_bad);
     }

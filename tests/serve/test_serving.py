@@ -4,6 +4,7 @@ import concurrent.futures as cf
 import json
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import time
@@ -421,3 +422,19 @@ def test_api_key_file_must_be_a_whole_regular_file(tmp_path):
         p = subprocess.run([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0",
                             "--api-key-file", str(path)], capture_output=True, text=True, timeout=60 * SLOW)
         assert p.returncode == 2 and said in p.stderr, (path, p.returncode, p.stderr)
+
+
+def test_cache_dir_write_errors_are_counted(tmp_path):
+    # The cache directory removed under a running server: its writes fail
+    # (the chunks stay in RAM) and /v1/cache/stats and /metrics say how many;
+    # only "chunks_stored: 0" had hinted at it.
+    d = tmp_path / "kv"
+    s = Server("--slots", "1", "--ctx", "512", "--cache-dir", str(d))
+    try:
+        shutil.rmtree(d)  # (it holds the weights memo)
+        r = s.post("/v1/completions", {"prompt": "The committee met on a Tuesday. " * 12, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        errors = s.get("/v1/cache/stats").json()["disk_write_errors"]
+        assert errors > 0 and metric(s, "kvstitch_cache_disk_write_errors_total") == errors
+    finally:
+        s.stop()
