@@ -420,6 +420,12 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
     srv_error e;
     choices cs = {{NULL}, 0};
     if (srv_request_parse(body, len, kind, &req, &e)) return srv_reply_error(c, &e);
+    if (req.n > s->max_queue) { /* its choices queue together: a 429 here had asked for a retry that never fits */
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "n",
+                      "'n' (%d) is more than the server's queue holds (--max-queue %d)", req.n, s->max_queue);
+        srv_request_free(&req);
+        return srv_reply_error(c, &e);
+    }
     if (make_choices(s, body, len, kind, &req, &cs, &e)) return srv_reply_error(c, &e);
     for (int i = 0; i < cs.n; i++)
         if (srv_submit(s, cs.j[i], &e)) { /* (it released choice i) */

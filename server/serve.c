@@ -220,6 +220,7 @@ int cmd_serve(int argc, char **argv) {
     s.reply_timeout_s = REPLY_TIMEOUT_S;
     s.conns_per_ip = (unsigned)o.conns_per_ip;
     s.default_max_tokens = o.max_tokens;
+    s.max_queue = o.max_queue;
     const char *base = strrchr(o.model, '/');
     snprintf(s.model_id, sizeof s.model_id, "%s", o.alias ? o.alias : base ? base + 1 : o.model);
     if (o.api_key_file && !(s.api_key = read_key(o.api_key_file))) return 2;

@@ -40,6 +40,7 @@ typedef struct srv_server {
     unsigned read_timeout_s, reply_timeout_s, conns_per_ip;
     int n_ctx;
     int default_max_tokens;
+    int max_queue;          /* --max-queue: a request's n choices must fit in it */
     struct MHD_Daemon *daemon;
     atomic_int in_flight;   /* requests from their first byte to their last reply byte (on_completed) */
 } srv_server;

@@ -28,6 +28,7 @@ typedef struct dir_tier {
     kvs_kv_shape shape;
     int fsync;
     uint64_t max_bytes;
+    int default_bound; /* max_bytes is kvs_disk_default_max_bytes' (no --cache-max-bytes) */
     pthread_mutex_t budget_mu;  /* one bound check at a time in this process */
     _Atomic uint64_t est_bytes; /* the dir's entry bytes at the last listing + our writes since */
     _Atomic uint64_t writes_since_check;
@@ -167,8 +168,10 @@ static int dir_put(kvs_tier *t, const kvs_chunk *c) {
         INC(d->put_errors, 1);
         return kvs_error(KVS_ERR_IO,
                          "cache dir %s: an entry of %llu bytes (%d tokens) is larger than the bound of %llu bytes "
-                         "(--cache-max-bytes): not written",
-                         d->dir, (unsigned long long)entry, c->n_tok, (unsigned long long)d->max_bytes);
+                         "(%s): not written",
+                         d->dir, (unsigned long long)entry, c->n_tok, (unsigned long long)d->max_bytes,
+                         d->default_bound ? "by default half the space its file system has free; --cache-max-bytes sets it"
+                                          : "--cache-max-bytes");
     }
     int rc = kvs_disk_write(d->dir, &d->fp, c, d->fsync);
     if (rc) {
@@ -276,6 +279,7 @@ int kvs_tier_dir_open(const kvs_tier_dir_params *p, const kvs_key *fp, const kvs
     d->shape = *shape;
     d->fsync = p->fsync;
     d->max_bytes = p->max_bytes ? p->max_bytes : kvs_disk_default_max_bytes(p->dir, u.bytes);
+    d->default_bound = !p->max_bytes;
     atomic_init(&d->est_bytes, u.bytes);
     pthread_mutex_init(&d->budget_mu, NULL);
     pthread_mutex_init(&d->scan_mu, NULL);

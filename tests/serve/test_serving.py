@@ -368,6 +368,9 @@ def test_queue_full_429_and_sigterm_drain():
         assert 429 in codes and 200 in codes, codes
         err = [f.result().json() for f in futs if f.result().status_code == 429][0]["error"]
         assert err["code"] == "queue_full" and err["type"] == "rate_limit_error"
+        # more choices than the queue holds can never be queued: 400, not a 429 to retry
+        e = s.post("/v1/chat/completions", dict(body, n=2, max_tokens=1)).json()["error"]
+        assert e["code"] == "invalid_value" and e["param"] == "n" and "--max-queue 1" in e["message"], e
         # SIGTERM while a request runs: it completes, then the process exits 0.
         # The slot of the requests above may be released just after their
         # replies: wait for it, so that "active" below is the new request.
