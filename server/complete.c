@@ -50,9 +50,6 @@ static void add_choices(cJSON *k, const choices *cs) {
     }
 }
 
-/* usage, with the kvstitch object (README "Server" documents every field):
- * completion tokens of every choice, the rest of the first one's, and with
- * n > 1 each choice's own figures in kvstitch.choices. */
 /* The prompt's bytes, token after token (control tokens rendered), and
  * where each token's start: off[t] (n_prompt + 1 offsets). NULL when out of
  * memory. */
@@ -114,6 +111,9 @@ static void add_prompt_sources(const srv_server *s, const srv_job *j, cJSON *k) 
     free(off);
 }
 
+/* usage, with the kvstitch object (README "Server" documents every field):
+ * completion tokens of every choice, the rest of the first one's, and with
+ * n > 1 each choice's own figures in kvstitch.choices. */
 static cJSON *usage_json(const srv_server *s, const choices *cs) {
     const srv_job *j = cs->j[0];
     const srv_usage *u = &j->usage;
