@@ -297,9 +297,13 @@ typedef struct kvs_progress {
  * line is fine). The library never prints progress itself. */
 typedef void (*kvs_progress_callback)(void *user, const kvs_progress *p);
 
+/* The most worker threads a context takes (the CLI's --threads bound): 1000
+ * on a 2-core machine had made a 4-token generate take 55 s. */
+#define KVS_MAX_THREADS 256
+
 typedef struct kvs_context_params {
     int n_ctx;       /* context length in tokens; 0 = the model's trained length, capped at 8192 */
-    int n_threads;   /* 0 = number of online cores */
+    int n_threads;   /* 0 = number of online cores; at most KVS_MAX_THREADS */
     int n_batch;     /* max tokens per forward chunk; 0 = 512 */
     kvs_kv_type kv_type;
     int allow_beyond_train; /* 0 (default): n_ctx above the model's trained context length

@@ -175,15 +175,28 @@ gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/bad.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_damaged_value_equals_cold "$tmp/bad.json" 0 "$tmp/cold_c.json" \
     || fail redis_cli_damaged_value_equals_cold "$(cat "$tmp/e")"
 
-# a key of ours holding another type (WRONGTYPE to STRLEN): counted as damaged
-redis-cli -p "$P" rpush kvs:wrongtype x >/dev/null
+# a key of ours (kvs:<16 hex>:<64 hex>) holding another type (WRONGTYPE to
+# STRLEN), and a value copied under another chunk's key: counted as damaged
+# (the copy had listed as valid). Another application's keys that merely
+# start with "kvs:" are not ours: neither counted nor cleared (clear had
+# deleted them).
+redis-cli -p "$P" rpush "kvs:0123456789abcdef:$(printf 'a%.0s' {1..64})" x >/dev/null
+ours=$(redis-cli -p "$P" --scan --pattern 'kvs:*' | grep -E '^kvs:[0-9a-f]{16}:[0-9a-f]{64}$' | grep -v 0123456789abcdef | head -2)
+read -r k0 k1 <<<"$(echo $ours)"
+redis-cli -p "$P" copy "$k0" "${k1%????}ffff" >/dev/null
+redis-cli -p "$P" set kvs:myapp:session x >/dev/null
+redis-cli -p "$P" rpush kvs:queue job >/dev/null
 "$CLI" cache stats --redis "$URL" --json >"$tmp/s2.json" 2>"$tmp/e" \
-    && [ "$(j "$tmp/s2.json" 'd["damaged"] == 1')" = True ] \
-    && ok redis_cli_cache_stats_wrong_type_damaged || fail redis_cli_cache_stats_wrong_type_damaged "$(cat "$tmp/s2.json" "$tmp/e")"
+    && [ "$(j "$tmp/s2.json" 'd["damaged"] == 2')" = True ] \
+    && ok redis_cli_cache_stats_damaged_values || fail redis_cli_cache_stats_damaged_values "$(cat "$tmp/s2.json" "$tmp/e")"
 "$CLI" cache clear --redis "$URL" --json >"$tmp/c.json" 2>"$tmp/e" \
-    && [ "$(redis-cli -p "$P" --scan --pattern 'kvs:*' | wc -l)" = 0 ] \
+    && [ "$(redis-cli -p "$P" --scan --pattern 'kvs:*' | sort | tr '\n' ' ')" = "kvs:myapp:session kvs:queue " ] \
     && [ "$(redis-cli -p "$P" get user:keep)" = 1 ] \
     && ok redis_cli_cache_clear_only_ours || fail redis_cli_cache_clear_only_ours "$(cat "$tmp/c.json" "$tmp/e")"
+# a connect the server refuses says why (it had said "not reachable")
+"$CLI" cache stats --redis "$URL/99" >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc -ne 0 ] && grep -q "SELECT 99: ERR DB index is out of range" "$tmp/e" \
+    && ok redis_cli_connect_error_says_why || fail redis_cli_connect_error_says_why "rc=$rc $(cat "$tmp/e")"
 
 # --- Redis Cluster: 3 masters + 3 replicas (started at the top) ----------------------
 wait "$cluster_job"; cluster_job=

@@ -43,12 +43,52 @@ static struct timeval ms_tv(int ms) {
     return (struct timeval){ms / 1000, (ms % 1000) * 1000};
 }
 
+/* Reply guards: what a server that is not Redis (or a damaged stream) may
+ * announce must not cost more than the operation's budget. hiredis 0.14
+ * takes an array's length as it comes: "*2147483647" had it reserve 2^31
+ * slots and, the deadline passed, spend ~5 s freeing them (a 50 ms
+ * budget; one generate took 49 s); and a bulk string announced at 4 GB
+ * grew the read buffer until the deadline (0.6-1.25 GB). Arrays longer
+ * than REPLY_MAX_ELEMENTS (a SCAN batch or CLUSTER SLOTS is far below it)
+ * fail in the reader, and a reply buffer past policy->max_reply_bytes fails
+ * the operation (reply_by). */
+#define REPLY_MAX_ELEMENTS (1 << 20)
+#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
+static void guard_reader(redisContext *ctx) { ctx->reader->maxelements = REPLY_MAX_ELEMENTS; }
+#else
+static redisReplyObjectFunctions g_capped;
+static redisReplyObjectFunctions *g_plain; /* hiredis' own (static in hiredis.c): taken from a reader */
+static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *create_array_capped(const redisReadTask *task, int elements) {
+    if (elements > REPLY_MAX_ELEMENTS) return NULL; /* the reader fails ("Out of memory"): the operation does */
+    return g_plain->createArray(task, elements);
+}
+
+static void guard_reader(redisContext *ctx) {
+    pthread_mutex_lock(&g_guard_mu);
+    if (!g_plain) {
+        g_plain = ctx->reader->fn;
+        g_capped = *g_plain;
+        g_capped.createArray = create_array_capped;
+    }
+    pthread_mutex_unlock(&g_guard_mu);
+    if (ctx->reader->fn == g_plain) ctx->reader->fn = &g_capped;
+}
+#endif
+
 /* The next reply on ctx by due_ns (kvs_redis_reply_by); *socket_ms (may be
- * NULL) tracks the socket timeout in effect. */
-static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, void **out) {
+ * NULL) tracks the socket timeout in effect; max_bytes (0: none) bounds the
+ * bytes a reply may hold unread. */
+static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t max_bytes, void **out) {
     *out = NULL;
     if (kvs_redis_flush(ctx) || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
     while (!*out) {
+        if (max_bytes && ctx->reader->len - ctx->reader->pos > max_bytes) {
+            ctx->err = REDIS_ERR_PROTOCOL;
+            snprintf(ctx->errstr, sizeof ctx->errstr, "a reply of more than %zu bytes", max_bytes);
+            return -1;
+        }
         const int64_t left_ms = (due_ns - kvs_redis_mono_ns() + 999999) / 1000000;
         if (left_ms <= 0) { /* as hiredis reports a socket timeout (counted as one at release) */
             ctx->err = REDIS_ERR_IO;
@@ -66,7 +106,7 @@ static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, void **ou
 }
 
 int kvs_redis_reply_by(kvs_redis_conn *c, int64_t due_ns, redisReply **out) {
-    return reply_by(c->ctx, &c->socket_ms, due_ns, (void **)out);
+    return reply_by(c->ctx, &c->socket_ms, due_ns, c->policy->max_reply_bytes, (void **)out);
 }
 
 redisReply *kvs_redis_command_by(kvs_redis_conn *c, int64_t due_ns, const char *fmt, ...) {
@@ -86,12 +126,18 @@ int64_t kvs_redis_due_ns(const kvs_redis_policy *p, uint64_t bytes) {
     return kvs_redis_mono_ns() + (int64_t)kvs_redis_budget_ms(p, bytes) * 1000000;
 }
 
-/* A reply that must be +OK (AUTH, SELECT), within timeout_ms. */
-static int command_ok(redisContext *ctx, int timeout_ms, int argc, const char **argv) {
+/* A reply that must be +OK (AUTH, SELECT), within timeout_ms; on failure
+ * why names the command (what, never its arguments: a password) and the
+ * server's error or the connection's. */
+static int command_ok(redisContext *ctx, int timeout_ms, const char *what, int argc, const char **argv, char *why,
+                      size_t why_cap) {
     redisReply *r = NULL;
     int ok = redisAppendCommandArgv(ctx, argc, argv, NULL) == REDIS_OK &&
-             reply_by(ctx, NULL, kvs_redis_mono_ns() + (int64_t)timeout_ms * 1000000, (void **)&r) == 0 &&
+             reply_by(ctx, NULL, kvs_redis_mono_ns() + (int64_t)timeout_ms * 1000000, 1 << 16, (void **)&r) == 0 &&
              r->type == REDIS_REPLY_STATUS;
+    if (!ok)
+        snprintf(why, why_cap, "%s: %.*s", what, r && r->type == REDIS_REPLY_ERROR ? (int)r->len : (int)strlen(ctx->errstr),
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : ctx->errstr[0] ? ctx->errstr : "no answer");
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;
 }
@@ -99,17 +145,25 @@ static int command_ok(redisContext *ctx, int timeout_ms, int argc, const char **
 static redisContext *connect_node(kvs_redis_conn *c) {
     const kvs_redis_policy *p = c->policy;
     redisContext *ctx = redisConnectWithTimeout(c->host, c->port, ms_tv(p->timeout_ms));
-    if (!ctx) return NULL;
-    if (ctx->err || redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) goto fail; /* the writes' */
+    if (!ctx) {
+        snprintf(c->why_down, sizeof c->why_down, "not reachable (out of memory)");
+        return NULL;
+    }
+    if (ctx->err || redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) { /* the writes' */
+        snprintf(c->why_down, sizeof c->why_down, "not reachable (%s)", ctx->errstr[0] ? ctx->errstr : "connect failed");
+        goto fail;
+    }
+    guard_reader(ctx);
     if (p->password) {
         const char *argv[3] = {"AUTH", p->user ? p->user : p->password, p->password};
-        if (command_ok(ctx, p->timeout_ms, p->user ? 3 : 2, argv)) goto fail;
+        if (command_ok(ctx, p->timeout_ms, "AUTH", p->user ? 3 : 2, argv, c->why_down, sizeof c->why_down)) goto fail;
     }
     if (p->db) {
-        char db[16];
+        char db[16], what[24];
         snprintf(db, sizeof db, "%d", p->db);
+        snprintf(what, sizeof what, "SELECT %d", p->db);
         const char *argv[2] = {"SELECT", db};
-        if (command_ok(ctx, p->timeout_ms, 2, argv)) goto fail;
+        if (command_ok(ctx, p->timeout_ms, what, 2, argv, c->why_down, sizeof c->why_down)) goto fail;
     }
     if (redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) goto fail; /* acquire's socket_ms */
     return ctx;
@@ -180,6 +234,7 @@ redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c) {
     if (c->ctx) return c->ctx;
     if (kvs_redis_mono_ns() < c->retry_at_ns) {
         atomic_fetch_add(&c->n.skipped, 1);
+        if (!c->why_down[0]) snprintf(c->why_down, sizeof c->why_down, "not reachable (skipped: failed just before)");
         return not_held(c);
     }
     c->ctx = connect_node(c);

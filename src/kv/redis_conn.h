@@ -59,6 +59,7 @@ typedef struct kvs_redis_policy {
     const char *user;       /* NULL: AUTH with the password only (or no AUTH) */
     const char *password;   /* NULL: no AUTH */
     int db;                 /* SELECT (single node only; a cluster has db 0) */
+    size_t max_reply_bytes; /* a reply whose unread bytes pass this fails at once (0: no bound) */
 } kvs_redis_policy;
 
 void kvs_redis_policy_defaults(kvs_redis_policy *p);
@@ -86,6 +87,9 @@ typedef struct kvs_redis_conn {
     int socket_ms;         /* socket timeout in effect on ctx (timeout_ms unless a budget is set) */
     sigset_t saved_mask;   /* the holder's signal mask (SIGPIPE blocked while held) */
     int pipe_was_pending;
+    char why_down[192];    /* the last connect's failure, the server's words where it gave some
+                            * ("AUTH: WRONGPASS ...", "SELECT 99: ERR DB index is out of range");
+                            * read under mu or after acquire failed in this thread */
     kvs_redis_conn_counters n;
 } kvs_redis_conn;
 

@@ -198,6 +198,31 @@ static int redis_remove(kvs_tier *t, const kvs_key *pk) {
  * master. A node that fails is reported as an error (the rest go on). */
 typedef int (*scan_batch_fn)(redis_tier *rt, int node, const redisReply *keys, void *user);
 
+/* Whether a key SCAN matched is one the tier writes, "kvs:<16 hex>:<64 hex>"
+ * (kvs_redis_make_key): MATCH kvs:* also finds another application's
+ * "kvs:session:..." or a list named "kvs:queue", which clear had deleted
+ * and stats had counted as damaged values. */
+static int tier_key(const redisReply *k) {
+    if (k->type != REDIS_REPLY_STRING || k->len != 4 + 16 + 1 + 64 || memcmp(k->str, "kvs:", 4) || k->str[20] != ':')
+        return 0;
+    for (size_t i = 4; i < (size_t)k->len; i++) /* lowercase, as kvs_key_to_hex writes */
+        if (i != 20 && !((k->str[i] >= '0' && k->str[i] <= '9') || (k->str[i] >= 'a' && k->str[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* Moves the batch's tier keys to its front (the reply still owns every
+ * element) and returns how many there are. */
+static size_t front_tier_keys(redisReply *keys) {
+    size_t n = 0;
+    for (size_t i = 0; i < keys->elements; i++)
+        if (tier_key(keys->element[i])) {
+            redisReply *t = keys->element[n];
+            keys->element[n++] = keys->element[i];
+            keys->element[i] = t;
+        }
+    return n;
+}
+
 static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
     char match[48];
     snprintf(match, sizeof match, "%s*", rt->key_prefix);
@@ -213,7 +238,7 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
         do {
             redisContext *ctx = kvs_redis_conn_acquire(c);
             if (!ctx) {
-                st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", c->host, c->port);
+                st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s", c->host, c->port, c->why_down);
                 break;
             }
             redisReply *r = kvs_redis_command_by(c, kvs_redis_due_ns(&rt->policy, 0), "SCAN %s MATCH %s COUNT " SCAN_COUNT,
@@ -221,13 +246,19 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
             int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                      r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_ARRAY;
             kvs_redis_conn_release(c, r != NULL);
-            if (!ok) {
-                st = kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN failed", c->host, c->port);
+            if (!ok) { /* the server's words where it said why (NOAUTH: no password given) */
+                st = r && r->type == REDIS_REPLY_ERROR
+                         ? kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN: %.*s", c->host, c->port, (int)r->len, r->str)
+                         : kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN failed", c->host, c->port);
                 if (r) freeReplyObject(r);
                 break;
             }
             snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-            if (r->element[1]->elements) stop = fn(rt, masters[m], r->element[1], user);
+            redisReply *keys = r->element[1];
+            const size_t all = keys->elements;
+            keys->elements = front_tier_keys(keys); /* fn sees the tier's keys only */
+            if (keys->elements) stop = fn(rt, masters[m], keys, user);
+            keys->elements = all; /* freed whole */
             freeReplyObject(r);
         } while (!stop && strcmp(cursor, "0"));
         if (stop) break;
@@ -239,7 +270,7 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
 static redisContext *acquire_node(redis_tier *rt, int node, kvs_redis_conn **c, int *st) {
     *c = &rt->nodes.node[node]->rd;
     redisContext *ctx = kvs_redis_conn_acquire(*c);
-    if (!ctx) *st = kvs_error(KVS_ERR_IO, "redis %s:%d: not reachable", (*c)->host, (*c)->port);
+    if (!ctx) *st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s", (*c)->host, (*c)->port, (*c)->why_down);
     return ctx;
 }
 
@@ -311,13 +342,26 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
         ok = kvs_redis_reply_by(c, due, &len) == 0 && kvs_redis_reply_by(c, due, &head) == 0;
         /* a key deleted between SCAN and here reads as "" : not counted */
         if (ok && !x->stop && len->type == REDIS_REPLY_INTEGER && head->type == REDIS_REPLY_STRING && head->len) {
-            kvs_rv_expect e = {rt->any_model ? NULL : &rt->fp, rt->any_model ? NULL : &rt->shape, NULL,
-                               rt->max_value_bytes};
+            /* the key the name says, which the value's header must hold: a value
+             * copied or swapped under another key had listed as valid */
+            kvs_key named;
+            char hex[65];
+            memcpy(hex, keys->element[i]->str + 21, 64);
+            hex[64] = 0;
+            const int have_name = kvs_key_from_hex(hex, &named) == KVS_OK;
+            kvs_rv_expect e = {rt->any_model ? NULL : &rt->fp, rt->any_model ? NULL : &rt->shape,
+                               have_name ? &named : NULL, rt->max_value_bytes};
             kvs_chunk *chunk;
             kvs_key vfp;
             kvs_disk_verdict v;
-            if (kvs_rv_decode_header((const uint8_t *)head->str, (size_t)head->len, (size_t)len->integer, &e,
-                                     keys->element[i]->str, &chunk, &vfp, &v) == KVS_OK)
+            int st = kvs_rv_decode_header((const uint8_t *)head->str, (size_t)head->len, (size_t)len->integer, &e,
+                                          keys->element[i]->str, &chunk, &vfp, &v);
+            char fp_hex[65];
+            if (st == KVS_OK) kvs_key_to_hex(&vfp, fp_hex);
+            if (st == KVS_OK && memcmp(fp_hex, keys->element[i]->str + 4, 16)) { /* another model's value, or KV type's */
+                kvs_chunk_unref(chunk);
+                count_bad(rt, x);
+            } else if (st == KVS_OK)
                 x->stop = x->fn(x->user, chunk, &vfp, (uint64_t)len->integer);
             else if (v == KVS_DISK_FOREIGN) atomic_fetch_add(&rt->foreign, 1);
             else
@@ -432,6 +476,9 @@ int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const
         snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:");
     }
     rt->max_value_bytes = p->max_value_bytes ? p->max_value_bytes : (size_t)64 << 20;
+    /* GETRANGE asks limit + 1 bytes of a value at most: a reply past that
+     * (and its framing) is no Redis answer (redis_conn.c, reply guards) */
+    rt->policy.max_reply_bytes = rt->max_value_bytes + ((size_t)1 << 20);
     rt->codec = p->codec;
     rt->level = p->level ? p->level : KVS_RV_ZSTD_LEVEL_DEFAULT;
     rt->flush_timeout_ms = p->flush_timeout_ms > 0 ? p->flush_timeout_ms : 10000;
