@@ -124,7 +124,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
         STR("--api-key-file", api_key_file) STR("--alias", alias) STR("--kv-type", kv_type_name)
         NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, 256, 0)
-        NUM("--threads", threads, 0, 256, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
+        NUM("--threads", threads, 0, KVS_MAX_THREADS, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
         NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
         NUM("--max-tokens", max_tokens, 1, 1 << 24, 0) NUM("--cache-max-bytes", cache_max_bytes, 0, 9e18, 0)
         NUM("--max-body", max_body, 1024, 1e15, 0) NUM("--drain-timeout", drain_s, 0, 86400, 1)

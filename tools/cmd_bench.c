@@ -32,7 +32,7 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT("-d", "--depth", bench_opts, n_depth, 0, 1 << 20, "N",
                 "tokens already in the context when each test starts (default 0)"),
     CLI_INT_OPT(NULL, "--reps", bench_opts, reps, 1, 1000, "N", "repetitions; the median is reported (default 3)"),
-    CLI_INT_OPT(NULL, "--threads", bench_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--threads", bench_opts, n_threads, 1, KVS_MAX_THREADS, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", bench_opts, n_batch, 1, 1 << 16, "N",
                 "tokens per forward chunk in prefill (default 512)"),
     CLI_INT_OPT(NULL, "--streams", bench_opts, n_streams, 1, 64, "N",

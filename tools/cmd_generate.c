@@ -52,7 +52,7 @@ static const cli_opt k_opts[] = {
             .count_offset = CLI_OFF(O, n_stops)),
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1, "wrap the prompt in the model's chat template"),
     CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat or --doc)"),
-    CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, KVS_MAX_THREADS, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N",
                 "tokens per forward chunk in prefill (default 512; same bits)"),
     CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N",

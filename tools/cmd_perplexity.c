@@ -22,7 +22,7 @@ static const cli_opt k_opts[] = {
     CLI_INT_OPT(NULL, "--ctx", ppl_opts, n_ctx, 4, 1 << 20, "N",
                 "window length in tokens (default 512); the second half of each is scored"),
     CLI_INT_OPT(NULL, "--chunks", ppl_opts, max_chunks, 0, 1 << 30, "N", "score at most N windows (default 0: all)"),
-    CLI_INT_OPT(NULL, "--threads", ppl_opts, n_threads, 1, 256, "N", "worker threads (default: all cores)"),
+    CLI_INT_OPT(NULL, "--threads", ppl_opts, n_threads, 1, KVS_MAX_THREADS, "N", "worker threads (default: all cores)"),
     CLI_FLAG_OPT(NULL, "--ctx-beyond-train", ppl_opts, beyond_train, 1,
                  "allow --ctx beyond the model's trained context length (output degrades)"),
     CLI_KV_TYPE_OPT(ppl_opts, kv_type),

@@ -87,7 +87,31 @@ def c_text(s: str, what: str) -> bytes:
     if "\0" in s:
         from ._errors import InvalidArgument
         raise InvalidArgument(f"{what} contains a NUL character")
-    return s.encode("utf-8")
+    return utf8(s, what)
+
+
+def utf8(s: str, what: str) -> bytes:
+    """s encoded as UTF-8, or Utf8Error naming what: a lone surrogate
+    ("\ud800") had raised UnicodeEncodeError naming nothing."""
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        from ._errors import Utf8Error
+        raise Utf8Error(f"{what} is not valid UTF-8: a lone surrogate at index {e.start}") from None
+
+
+def int_arg(v, what: str, lo: int, hi: int) -> int:
+    """v as an int in [lo, hi], or InvalidArgument naming what: cffi's
+    OverflowError / TypeError ("integer ... does not fit 'int'") named no
+    argument, and a float or a str passed through int() elsewhere."""
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        from ._errors import InvalidArgument
+        raise InvalidArgument(f"{what} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+INT_MAX = 2**31 - 1
+MAX_THREADS = 256  # kvstitch.h KVS_MAX_THREADS
 
 
 def c_path(p, what: str) -> bytes:

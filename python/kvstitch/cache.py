@@ -7,7 +7,7 @@ from typing import Any
 
 from ._errors import check, InvalidArgument
 from ._inuse import InUse, NoCopy
-from ._lib import c_path, ffi, lib, struct_dict
+from ._lib import c_path, ffi, int_arg, lib, struct_dict
 from .model import Model
 
 KV_TYPES = {"f16": lib.KVS_KV_F16, "f32": lib.KVS_KV_F32, "q8": lib.KVS_KV_Q8}
@@ -31,15 +31,17 @@ class Cache(InUse, NoCopy):
         entries there (created if missing); chunk_tokens: grid step (0 = 64);
         kv_type: "f16", "f32" or "q8" (8-bit), must match the Sessions using it. A "~" in
         cache_dir is the home directory (the README's example had failed)."""
+        if not isinstance(model, Model):
+            raise InvalidArgument(f"Cache needs a Model, got {type(model).__name__}")
         p = lib.kvs_cache_default_params()
-        p.budget_bytes = budget_bytes
+        p.budget_bytes = int_arg(budget_bytes, "budget_bytes", 0, 2**64 - 1)
         if cache_dir is not None and not os.fspath(cache_dir):
             raise InvalidArgument("cache_dir is empty: give a directory, or None for none")
         if cache_dir is not None:
             cache_dir = os.path.expanduser(cache_dir)
         self._dir = ffi.new("char[]", c_path(cache_dir, "cache_dir")) if cache_dir is not None else ffi.NULL
         p.cache_dir = self._dir
-        p.chunk_tokens = chunk_tokens
+        p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 2**31 - 1)
         p.kv_type = kv_type_of(kv_type)
         p.fsync = int(fsync)
         out = ffi.new("kvs_cache **")

@@ -55,6 +55,10 @@ class CSegments:
     def __init__(self, blocks: Sequence[Segment], chat: bool = True, doc_prefix: str | None = None):
         system, docs, live = None, [], []
         for i, b in enumerate(blocks):
+            if isinstance(b, (System, Document, Question)) and not isinstance(b.text, str):
+                # None or bytes had raised naming nothing (and a System(None) was dropped)
+                raise InvalidArgument(f"segments[{i}]: {type(b).__name__} text must be a str, "
+                                      f"got {type(b.text).__name__}")
             if isinstance(b, System):
                 if system is not None or docs or live:
                     raise InvalidArgument(f"segments[{i}]: System must come first, once")

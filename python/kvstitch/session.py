@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
-from ._lib import c_text, ffi, lib
+from ._lib import INT_MAX, MAX_THREADS, c_text, ffi, int_arg, lib, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -74,10 +74,14 @@ class Session(NoCopy):
         "f16" without a cache."""
         if cache is not None and cache.model is not model:
             raise InvalidArgument("Session: the cache belongs to another Model")
+        if not isinstance(model, Model):
+            raise InvalidArgument(f"Session needs a Model, got {type(model).__name__}")
+        if cache is not None and not isinstance(cache, Cache):
+            raise InvalidArgument(f"cache must be a Cache or None, got {type(cache).__name__}")
         p = lib.kvs_context_default_params()
-        p.n_ctx = n_ctx
-        p.n_threads = model.threads if threads is None else threads
-        p.n_batch = n_batch
+        p.n_ctx = int_arg(n_ctx, "n_ctx", 0, INT_MAX)
+        p.n_threads = model.threads if threads is None else int_arg(threads, "threads", 0, MAX_THREADS)
+        p.n_batch = int_arg(n_batch, "n_batch", 0, INT_MAX)
         p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
         out = ffi.new("kvs_context **")
         self._busy = threading.Lock()
@@ -175,10 +179,16 @@ class Session(NoCopy):
         a = dict(self._DEFAULTS, **{k: v for k, v in kw.items() if k != "self"})
         # checked here so the message names this API's arguments (the C
         # library would name its own fields, n_predict and n_top_logprobs)
-        for name, top in (("max_tokens", 2**31 - 1), ("logprobs", 2**31 - 1), ("seed", 2**64 - 1)):
-            v = a[name]  # (2**40 had raised cffi's OverflowError, -1 a conversion error, naming nothing)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > top:
-                raise InvalidArgument(f"{name} must be an integer in [0, {top}], got {v!r}")
+        for name, top in (("max_tokens", 2**31 - 1), ("logprobs", 2**31 - 1), ("seed", 2**64 - 1),
+                          ("top_k", 2**31 - 1)):
+            int_arg(a[name], name, 0, top)  # (2**40 had raised cffi's OverflowError, -1 a conversion error)
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
+            v = a[name]  # a str or None had raised cffi's TypeError naming nothing
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InvalidArgument(f"{name} must be a number, got {v!r}")
+        v = a["recompute_ratio"]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InvalidArgument(f"recompute_ratio must be a number or None, got {v!r}")
         recal = a["recalibrate"]
         if not (recal is None or isinstance(recal, bool) or
                 (isinstance(recal, (tuple, list)) and len(recal) == 2 and
@@ -301,6 +311,11 @@ class Session(NoCopy):
             self._busy.release()
             raise
         try:
+            if documents is not None and text is not None:  # the text had been dropped without a word
+                raise InvalidArgument("warm takes a text (or blocks) or documents=, not both")
+            if isinstance(documents, (str, bytes, dict)):  # as generate refuses it
+                raise InvalidArgument("documents must be a list of texts or Documents, not one "
+                                      f"{type(documents).__name__}")
             if documents is not None or is_segment_list(text):
                 blocks = list(text) if is_segment_list(text) else \
                     [d if isinstance(d, Document) else Document(d) for d in documents or []]
@@ -308,8 +323,7 @@ class Session(NoCopy):
                 rep = ffi.new("kvs_warm_docs_report *")
                 if doc_set and bake_with_neighbours:
                     raise InvalidArgument("give doc_set=True or bake_with_neighbours=K, not both")
-                if bake_with_neighbours < 0:
-                    raise InvalidArgument("bake_with_neighbours must be >= 0")
+                int_arg(bake_with_neighbours, "bake_with_neighbours", 0, INT_MAX)
                 k = -1 if doc_set else bake_with_neighbours
                 if k:
                     check(lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep))
@@ -318,7 +332,7 @@ class Session(NoCopy):
                 return warm_from_docs_report(rep, self.cache.stats()["chunk_tokens"])
             rep = ffi.new("kvs_warm_report *")
             if isinstance(text, str):
-                data = text.encode("utf-8")
+                data = utf8(text, "the text")
                 flags = lib.KVS_TOKENIZE_ADD_BOS if add_bos else 0
                 check(lib.kvs_warm_text(self._h, cache_h, data, len(data), flags, rep))
             else:

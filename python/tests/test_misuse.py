@@ -215,3 +215,45 @@ def test_wrong_types_name_the_argument(model):
         model.tokenize(b"bytes")
     assert s.generate(Q, max_tokens=2, seed=2**64 - 1).tokens  # the bounds themselves pass
     s.close()
+
+
+def test_numbers_texts_and_blocks_checked_naming_the_argument(model, cache):
+    # A second attack run: each of these had raised cffi's OverflowError or
+    # TypeError, an AttributeError, or UnicodeEncodeError, naming nothing;
+    # a System(None) was dropped and warm("text", documents=...) dropped the
+    # text, both without a word.
+    for make, name in [(lambda: kvstitch.Session(model, n_ctx=2**31), "n_ctx"),
+                       (lambda: kvstitch.Session(model, threads=1000), "threads"),
+                       (lambda: kvstitch.Session(model, n_ctx=1.5), "n_ctx"),
+                       (lambda: kvstitch.Session(None), "Model"),
+                       (lambda: kvstitch.Cache(model, budget_bytes=-1), "budget_bytes"),
+                       (lambda: kvstitch.Cache(model, chunk_tokens=2**31), "chunk_tokens"),
+                       (lambda: kvstitch.Model.load(model.path, threads=2**40), "threads")]:
+        with pytest.raises(kvstitch.InvalidArgument, match=name):
+            make()
+    s = kvstitch.Session(model, cache, n_ctx=256)
+    for kw, name in [({"top_k": 2**40}, "top_k"), ({"top_k": None}, "top_k"),
+                     ({"temperature": "0.5"}, "temperature"), ({"recompute_ratio": "x"}, "recompute_ratio")]:
+        with pytest.raises(kvstitch.InvalidArgument, match=name):
+            s.generate(Q, max_tokens=1, **kw)
+    for blocks in ([kvstitch.System(None), kvstitch.Question("q")], [kvstitch.Document(5), kvstitch.Question("q")],
+                   [kvstitch.Question(b"q")]):
+        with pytest.raises(kvstitch.InvalidArgument, match=r"segments\[0\]"):
+            s.generate(blocks, max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match="must be a str"):
+        s.generate("q", documents=[None], max_tokens=1)
+    for kw in ({"documents": "xyz"}, {"documents": b"xyz"}, {"documents": {"a": 1}}):
+        with pytest.raises(kvstitch.InvalidArgument, match="documents"):
+            s.warm(**kw)
+    with pytest.raises(kvstitch.InvalidArgument, match="not both"):
+        s.warm("some text", documents=["d1"])
+    with pytest.raises(kvstitch.InvalidArgument, match="bake_with_neighbours"):
+        s.warm(documents=["a", "b"], bake_with_neighbours=2**40)
+    with pytest.raises(kvstitch.Utf8Error, match="surrogate"):
+        model.tokenize("a\ud800")
+    with pytest.raises(kvstitch.Utf8Error, match="stop"):
+        s.generate(Q, max_tokens=1, stop=["\ud800"])
+    for ids in ([1.7], ["65"], [2**40]):
+        with pytest.raises(kvstitch.InvalidArgument, match="token id"):
+            model.detokenize(ids)
+    s.close()

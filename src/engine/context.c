@@ -27,6 +27,9 @@ int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
     if (p.n_ctx < 0 || p.n_threads < 0 || p.n_batch < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: n_ctx %d, n_threads %d, n_batch %d must not be negative",
                          p.n_ctx, p.n_threads, p.n_batch);
+    if (p.n_threads > KVS_MAX_THREADS)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: n_threads %d is more than %d", p.n_threads,
+                         KVS_MAX_THREADS);
     if (!kvs_kv_row_bytes(p.kv_type, 1))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_context_new: unknown kv_type %d", (int)p.kv_type);
     if (p.kv_type == KVS_KV_Q8 && hp->head_dim > KVS_KV_Q8_MAX_HEAD_DIM)
