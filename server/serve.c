@@ -71,12 +71,24 @@ static void usage(FILE *f) {
 /* A number option's value: decimal, no white space around it, an integer
  * unless frac, within [lo, hi] (strtod alone had taken " 1", 1.5 for a
  * count, nan and 1e300). 0, or -1 after saying what is wrong. */
+/* Decimal digits, with one '.' between digits where frac: what the other
+ * commands take (strtod had let "1e3" and "0x2" through, --port 1e3
+ * listening on 1000). */
+static int decimal(const char *v, int frac) {
+    int digits = 0, dot = 0;
+    for (const char *p = v; *p; p++) {
+        if (*p >= '0' && *p <= '9') digits++;
+        else if (*p == '.' && frac && !dot && digits && p[1] >= '0' && p[1] <= '9') dot = 1;
+        else return 0;
+    }
+    return digits > 0;
+}
+
 static int opt_number(const char *opt, const char *v, double lo, double hi, int frac, double *out) {
-    char *end = NULL;
-    double d = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
-    if (isnan(d) || *end || d < lo || d > hi || (!frac && d != floor(d))) {
-        fprintf(stderr, "kvstitch serve: %s: '%s' is not %s in [%g, %g]\n", opt, v, frac ? "a number" : "an integer",
-                lo, hi);
+    const double d = decimal(v, frac) ? strtod(v, NULL) : NAN;
+    if (isnan(d) || d < lo || d > hi) {
+        fprintf(stderr, "kvstitch serve: %s: '%s' is not %s in [%.*f, %.*f]\n", opt, v,
+                frac ? "a decimal number" : "a decimal integer", 0, lo, 0, hi);
         return -1;
     }
     *out = d;
@@ -123,7 +135,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         continue; }
         STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
         STR("--api-key-file", api_key_file) STR("--alias", alias) STR("--kv-type", kv_type_name)
-        NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, 256, 0)
+        NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, KVS_MAX_THREADS, 0)
         NUM("--threads", threads, 0, KVS_MAX_THREADS, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
         NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
         NUM("--max-tokens", max_tokens, 1, 1 << 24, 0) NUM("--cache-max-bytes", cache_max_bytes, 0, 9e18, 0)

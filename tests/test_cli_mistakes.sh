@@ -147,10 +147,13 @@ mistake bench_streams_batch 2 "--batch 2 is less than --streams 4" bench "${M[@]
 mistake ppl_no_file 2 "-m MODEL and -f FILE are required" perplexity "${M[@]}"
 mistake ppl_ctx 2 "--ctx must be an integer in [4, 1048576], got '2'" perplexity "${M[@]}" -f "$tmp/doc.txt" --ctx 2
 # serve: numbers as strictly as the other commands (strtod alone had taken these)
-mistake serve_port_space 2 "--port: ' 1' is not an integer in [0, 65535]" serve -m x --port " 1"
-mistake serve_slots_fraction 2 "--slots: '1.5' is not an integer in [1, 64]" serve -m x --slots 1.5
-mistake serve_port_nan 2 "--port: 'nan' is not an integer" serve -m x --port nan
-mistake serve_ctx_huge 2 "--ctx: '1e300' is not an integer" serve -m x --ctx 1e300
+mistake serve_port_space 2 "--port: ' 1' is not a decimal integer in [0, 65535]" serve -m x --port " 1"
+mistake serve_slots_fraction 2 "--slots: '1.5' is not a decimal integer in [1, 64]" serve -m x --slots 1.5
+mistake serve_port_nan 2 "--port: 'nan' is not a decimal integer" serve -m x --port nan
+mistake serve_ctx_huge 2 "--ctx: '1e300' is not a decimal integer" serve -m x --ctx 1e300
+# strtod had taken these: --port 1e3 listened on 1000, --slots 0x2 ran 2 slots
+mistake serve_port_exponent 2 "--port: '1e3' is not a decimal integer in [0, 65535]" serve -m x --port 1e3
+mistake serve_slots_hex 2 "--slots: '0x2' is not a decimal integer in [1, 64]" serve -m x --slots 0x2
 # serve: an option given twice is refused under either spelling (the last had won silently)
 mistake serve_port_twice 2 "--port given twice" serve -m x --port 1 --port 2
 mistake serve_model_both_spellings 2 "--model given twice" serve -m x --model y
