@@ -154,8 +154,45 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "kvstitch serve: -m MODEL is required\n");
         return -1;
     }
+    if (o->alias && !o->alias[0]) { /* /v1/models had listed a model with no id */
+        fprintf(stderr, "kvstitch serve: --alias is empty\n");
+        return -1;
+    }
     if (o->kv_type_name && kvs_kv_type_parse(o->kv_type_name, &o->kv_type)) {
         fprintf(stderr, "kvstitch serve: --kv-type: %s\n", kvs_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* path opened for reading if it is a regular file (O_NONBLOCK: a FIFO
+ * opens at once and is refused), else -1 after saying why, naming opt. */
+static int open_regular(const char *opt, const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        fprintf(stderr, "kvstitch serve: %s %s: cannot open: %s\n", opt, path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "kvstitch serve: %s %s: not a regular file\n", opt, path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* What can be refused before the port is taken (exit 2, as every command's
+ * bad arguments): a model or cache dir that cannot be one had been found
+ * only after "listening on", with exit 1. */
+static int check_paths(const serve_opts *o) {
+    int fd = open_regular("--model", o->model);
+    if (fd < 0) return -1;
+    close(fd);
+    struct stat st;
+    if (o->cache_dir && stat(o->cache_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kvstitch serve: --cache-dir %s: not a directory\n", o->cache_dir);
         return -1;
     }
     return 0;
@@ -166,18 +203,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
  * the buffer is refused, not cut (a cut one had been the key that worked). */
 #define API_KEY_MAX 4096
 static char *read_key(const char *path) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st)) {
-        fprintf(stderr, "kvstitch serve: --api-key-file %s: cannot open: %s\n", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fprintf(stderr, "kvstitch serve: --api-key-file %s: not a regular file\n", path);
-        close(fd);
-        return NULL;
-    }
+    int fd = open_regular("--api-key-file", path);
+    if (fd < 0) return NULL;
     char buf[API_KEY_MAX + 2];
     size_t n = 0;
     while (n < sizeof buf - 1) {
@@ -235,6 +262,7 @@ int cmd_serve(int argc, char **argv) {
     s.max_queue = o.max_queue;
     const char *base = strrchr(o.model, '/');
     snprintf(s.model_id, sizeof s.model_id, "%s", o.alias ? o.alias : base ? base + 1 : o.model);
+    if (check_paths(&o)) return 2;
     if (o.api_key_file && !(s.api_key = read_key(o.api_key_file))) return 2;
 
     /* Signals are taken by sigwait below; every thread started from here

@@ -154,6 +154,11 @@ mistake serve_ctx_huge 2 "--ctx: '1e300' is not a decimal integer" serve -m x --
 # strtod had taken these: --port 1e3 listened on 1000, --slots 0x2 ran 2 slots
 mistake serve_port_exponent 2 "--port: '1e3' is not a decimal integer in [0, 65535]" serve -m x --port 1e3
 mistake serve_slots_hex 2 "--slots: '0x2' is not a decimal integer in [1, 64]" serve -m x --slots 0x2
+# refused before the port is taken (they had said "listening on", then exit 1)
+mistake serve_model_dir 2 "--model $tmp: not a regular file" serve -m "$tmp" --port 0
+mistake serve_model_fifo 2 "--model $tmp/fifo: not a regular file" serve -m "$tmp/fifo" --port 0
+mistake serve_cache_dir_file 2 "--cache-dir $tmp/file: not a directory" serve "${M[@]}" --cache-dir "$tmp/file" --port 0
+mistake serve_alias_empty 2 "--alias is empty" serve "${M[@]}" --alias "" --port 0
 # serve: an option given twice is refused under either spelling (the last had won silently)
 mistake serve_port_twice 2 "--port given twice" serve -m x --port 1 --port 2
 mistake serve_model_both_spellings 2 "--model given twice" serve -m x --model y
