@@ -89,6 +89,8 @@ printf 'abc\xff' >"$tmp/bad_utf8.txt"
 mistake gen_system_utf8 1 "--system: invalid UTF-8: invalid UTF-8 at byte offset 4 (byte 0xC3)" \
     generate "${M[@]}" -p ok --chat --system "$(printf 'sys \xc3')"
 mistake gen_prompt_utf8 1 "-p: invalid UTF-8: invalid UTF-8 at byte offset 2 (byte 0xC3)" generate "${M[@]}" -p "$(printf 'ab\xc3')"
+mistake gen_stop_utf8 1 "--stop: invalid UTF-8: invalid UTF-8 at byte offset 1 (byte 0xFF)" generate "${M[@]}" -p hi \
+    --stop "$(printf 'a\xffb')"
 mistake gen_doc_utf8 1 "$tmp/bad_utf8.txt: invalid UTF-8: invalid UTF-8 at byte offset 3 (byte 0xFF)" \
     generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --doc "$tmp/bad_utf8.txt"
 mistake warm_text_utf8 1 "text 2 (an argument): invalid UTF-8: invalid UTF-8 at byte offset 1 (byte 0xFF)" \

@@ -424,6 +424,11 @@ int cmd_generate(int argc, char **argv) {
         free(owned);
         return 1;
     }
+    for (int i = 0; i < o.n_stops; i++) /* a lone byte had cut a character of the output in half */
+        if (cli_check_utf8("--stop", o.stops[i])) {
+            free(owned);
+            return 1;
+        }
     gen_run g;
     memset(&g, 0, sizeof g);
     rc = generate(&g, &o, text);
