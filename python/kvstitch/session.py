@@ -258,15 +258,26 @@ class Session(NoCopy):
         stops = ffi.new("char *[]", keep) if keep else ffi.NULL
         gp.stop, gp.n_stop = stops, len(keep)
         gp.n_top_logprobs = a["logprobs"]
-        cancelled = [False]
-        cb = None
-        if on_token is not None:
-            def trampoline(user, token, piece, n):
-                stop_now = on_token(token, ffi.unpack(piece, n) if n else b"")
-                cancelled[0] = cancelled[0] or bool(stop_now)
-                return int(bool(stop_now))
-            cb = ffi.callback("kvs_token_callback", trampoline, onerror=lambda *e: 1)
-            gp.on_token = cb
+        cancelled, interrupted = [False], []
+
+        # Always a callback: on the calling thread it runs Python code every
+        # token, where a Ctrl-C is raised; the generation then stops and the
+        # KeyboardInterrupt is raised once the call returns (without one, a
+        # Ctrl-C waited for the whole generation, 10 s for 3000 tokens, and
+        # its result was lost). The prefill has no such point.
+        def trampoline(user, token, piece, n):
+            if on_token is None:
+                return 0
+            stop_now = on_token(token, ffi.unpack(piece, n) if n else b"")
+            cancelled[0] = cancelled[0] or bool(stop_now)
+            return int(bool(stop_now))
+
+        def stop_on_error(kind, value, tb):
+            if not isinstance(value, Exception):  # KeyboardInterrupt, SystemExit: raised after the call
+                interrupted.append(value)
+            return 1
+        cb = ffi.callback("kvs_token_callback", trampoline, onerror=stop_on_error)
+        gp.on_token = cb
         r = ffi.new("kvs_generate_result *")
         cache_h = self.cache._enter() if self.cache is not None else None
         try:
@@ -283,6 +294,9 @@ class Session(NoCopy):
         finally:
             if self.cache is not None:
                 self.cache._leave()
+        if interrupted:
+            lib.kvs_generate_result_free(r)
+            raise interrupted[0]
         try:
             why = stop_reason_of(r, a["max_tokens"], self.n_ctx, cancelled[0], self.model._handle())
             return result_from_c(r, why, a["logits"])

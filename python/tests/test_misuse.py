@@ -257,3 +257,35 @@ def test_numbers_texts_and_blocks_checked_naming_the_argument(model, cache):
         with pytest.raises(kvstitch.InvalidArgument, match="token id"):
             model.detokenize(ids)
     s.close()
+
+
+def test_ctrl_c_stops_a_generate_between_tokens(model_path):
+    # A Ctrl-C had waited for the whole generation (10 s for 3000 tokens)
+    # and its result was thrown away; now the next token's callback raises
+    # it, and the session stays usable.
+    import signal
+    import subprocess
+    import sys
+    import time
+    code = (
+        "import kvstitch, sys, time\n"
+        "m = kvstitch.Model.load(sys.argv[1], threads=1)\n"
+        "s = kvstitch.Session(m, n_ctx=4096)\n"
+        "print('ready', flush=True)\n"
+        "t0 = time.time()\n"
+        "try:\n"
+        "    s.generate('Once upon a time', max_tokens=3000, chat=False)\n"
+        "    print('finished', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted %.2f' % (time.time() - t0), flush=True)\n"
+        "    print('usable', len(s.generate('hi', max_tokens=2, chat=False).tokens), flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, model_path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=120)[0].split("\n")
+    finally:
+        p.kill()
+    assert out[0].startswith("interrupted") and float(out[0].split()[1]) < 5, out
+    assert out[1] == "usable 2", out
