@@ -465,6 +465,98 @@ TEST(trickled_reply_bounded_by_budget) {
     CHECK(st.errors > 0);
 }
 
+/* "Servers" that announce more than any Redis reply of ours holds: an
+ * array of 2^31 - 1 elements, and a 4 GB bulk string followed by zeros as
+ * fast as the socket takes them (a non-Redis service, or a damaged stream). */
+static void *big_array_main(void *arg) {
+    garbage_srv *g = arg;
+    while (!g->stop) {
+        int c = accept(g->fd, NULL, NULL);
+        if (c < 0) continue;
+        struct timeval tv = {0, 200000};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[4096];
+        while (!g->stop && read(c, buf, sizeof buf) > 0 && send(c, "*2147483647\r\n", 13, MSG_NOSIGNAL) == 13) {
+        }
+        close(c);
+    }
+    return NULL;
+}
+
+static void *huge_bulk_main(void *arg) {
+    garbage_srv *g = arg;
+    static const char zeros[1 << 16];
+    while (!g->stop) {
+        int c = accept(g->fd, NULL, NULL);
+        if (c < 0) continue;
+        struct timeval tv = {0, 200000};
+        setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        char buf[4096];
+        if (read(c, buf, sizeof buf) > 0 && send(c, "$4000000000\r\n", 14, MSG_NOSIGNAL) == 14)
+            for (int i = 0; i < 65536 && !g->stop && send(c, zeros, sizeof zeros, MSG_NOSIGNAL) > 0; i++) {
+            }
+        close(c);
+    }
+    return NULL;
+}
+
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* hiredis 0.14 reserved the 2^31 slots and, the deadline passed, spent ~5 s
+ * freeing them (a 49 s generate); the 4 GB bulk grew the read buffer until
+ * the deadline (0.6-1.25 GB). Both now fail the operation at once: the
+ * array in the reader (2^20 elements at most), the bulk past the tier's
+ * value limit + 1 MiB. */
+TEST(oversized_replies_fail_at_once) {
+    kvs_tier_stats st;
+    double worst = worst_get_against(big_array_main, 52, 4, 0, 1, &st);
+    CHECK_MSG(worst < 400, "a get against a 2^31-element array took %.0f ms", worst);
+    CHECK(st.errors > 0 && st.hits == 0);
+    const long before = peak_rss_kb();
+    worst = worst_get_against(huge_bulk_main, 53, 3, 0, 1, &st);
+    CHECK_MSG(worst < 1000, "a get against a 4 GB bulk took %.0f ms", worst);
+    CHECK_MSG(peak_rss_kb() - before < 256 * 1024, "a 4 GB bulk raised the peak RSS by %ld MB",
+              (peak_rss_kb() - before) / 1024);
+    CHECK(st.errors > 0 && st.hits == 0);
+}
+
+/* A reply already in the socket when its deadline has passed (the thread
+ * was reading another node's, or sending to a node that was not reading)
+ * is read, not counted as a timeout: with one cluster node asleep, the
+ * healthy nodes' answered writes had failed and their connections dropped. */
+TEST(reply_in_the_socket_after_its_deadline_is_read) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_redis_policy p;
+    kvs_redis_policy_defaults(&p);
+    kvs_redis_conn c;
+    kvs_redis_conn_init(&c, "127.0.0.1", r.port, &p);
+    redisContext *ctx = kvs_redis_conn_acquire(&c);
+    CHECK(ctx != NULL);
+    if (ctx) {
+        CHECK(redisAppendCommand(ctx, "PING") == REDIS_OK && kvs_redis_flush(ctx) == 0);
+        rt_sleep_ms(30); /* the +PONG arrives */
+        redisReply *reply = NULL;
+        CHECK_EQ_INT(kvs_redis_reply_by(&c, kvs_redis_mono_ns() - 1000000, &reply), 0);
+        CHECK(reply && reply->type == REDIS_REPLY_STATUS && !strcmp(reply->str, "PONG"));
+        if (reply) freeReplyObject(reply);
+        reply = NULL; /* nothing sent, nothing there: still a timeout */
+        CHECK(redisAppendCommand(ctx, "DEBUG SLEEP 0.2") == REDIS_OK);
+        CHECK(kvs_redis_reply_by(&c, kvs_redis_mono_ns() + 20000000, &reply) != 0);
+        if (reply) freeReplyObject(reply);
+        kvs_redis_conn_release(&c, 0);
+    }
+    kvs_redis_conn_destroy(&c);
+    rt_redis_stop(&r);
+}
+
 TEST(full_write_queue_drops_and_never_blocks) {
     rt_redis r;
     if (rt_redis_start(&r, 0)) {
@@ -681,6 +773,8 @@ int main(void) {
     RUN(killed_during_load_and_slow);
     RUN(garbage_answers);
     RUN(trickled_reply_bounded_by_budget);
+    RUN(oversized_replies_fail_at_once);
+    RUN(reply_in_the_socket_after_its_deadline_is_read);
     RUN(full_write_queue_drops_and_never_blocks);
     RUN(loaded_machine_and_slow_server_real_sizes);
     RUN(url_and_password_sources);

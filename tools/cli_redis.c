@@ -96,8 +96,9 @@ void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint6
         fprintf(stderr, "kvstitch %s: warning: chunks still queued for Redis after 10 s (not stored there)\n", cmd);
     if (st.redis_put_errors || st.redis_put_dropped)
         fprintf(stderr,
-                "kvstitch %s: warning: %llu of %llu chunks were not written to Redis (%llu failed or refused, %llu "
-                "dropped: Redis down or the write queue full)\n",
+                "kvstitch %s: warning: %llu of %llu chunks were not written to Redis (%llu failed, refused or "
+                "unanswered in time: a node that answers late may still store them; %llu dropped: Redis down or "
+                "the write queue full)\n",
                 cmd, (unsigned long long)(st.redis_put_errors + st.redis_put_dropped),
                 (unsigned long long)st.redis_puts, (unsigned long long)st.redis_put_errors,
                 (unsigned long long)st.redis_put_dropped);

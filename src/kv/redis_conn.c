@@ -2,6 +2,7 @@
 #include "kv/redis_conn.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,15 +91,25 @@ static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t ma
             return -1;
         }
         const int64_t left_ms = (due_ns - kvs_redis_mono_ns() + 999999) / 1000000;
-        if (left_ms <= 0) { /* as hiredis reports a socket timeout (counted as one at release) */
-            ctx->err = REDIS_ERR_IO;
-            snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(EAGAIN));
-            return -1;
-        }
-        const int ms = left_ms < 600000 ? (int)left_ms : 600000;
-        if (!socket_ms || *socket_ms != ms) {
-            if (redisSetTimeout(ctx, ms_tv(ms)) != REDIS_OK) return -1;
-            if (socket_ms) *socket_ms = ms;
+        if (left_ms <= 0) {
+            /* Past the deadline, bytes already in the socket are still read,
+             * without waiting: a reply that came while this thread read
+             * another node's (or sent to one that was not reading) is no
+             * timeout. With one cluster node asleep, the healthy nodes'
+             * answered writes had been counted as failed, and their
+             * connections dropped. */
+            struct pollfd pfd = {.fd = ctx->fd, .events = POLLIN};
+            if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
+                ctx->err = REDIS_ERR_IO; /* as hiredis reports a socket timeout (counted as one at release) */
+                snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(EAGAIN));
+                return -1;
+            }
+        } else {
+            const int ms = left_ms < 600000 ? (int)left_ms : 600000;
+            if (!socket_ms || *socket_ms != ms) {
+                if (redisSetTimeout(ctx, ms_tv(ms)) != REDIS_OK) return -1;
+                if (socket_ms) *socket_ms = ms;
+            }
         }
         if (redisBufferRead(ctx) != REDIS_OK || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
     }

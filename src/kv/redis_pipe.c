@@ -67,7 +67,6 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
     int trouble = 0;
     int start[KVS_REDIS_MAX_NODES + 1] = {0};
     uint64_t node_bytes[KVS_REDIS_MAX_NODES] = {0};
-    const int64_t t0 = kvs_redis_mono_ns();
     for (int i = 0; i < n; i++) {
         node_of[i] = kvs_redis_route(m, b->keys[i], b->key_lens[i]);
         redir_node[i] = -1;
@@ -90,7 +89,9 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
     /* Send: every node's pipeline before any reply is read. Locks are
      * taken in ascending node order (no deadlock between batches). */
     redisContext *ctx[KVS_REDIS_MAX_NODES] = {0};
+    int64_t sent_ns[KVS_REDIS_MAX_NODES];
     for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) {
+        sent_ns[k] = kvs_redis_mono_ns(); /* (a node whose send blocks delays the later nodes' sends) */
         if (start[k] == start[k + 1]) continue;
         kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
         uint64_t skipped0 = atomic_load(&c->n.skipped);
@@ -110,9 +111,12 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
         }
     }
     /* Read, node by node, in the order sent: node k's replies are due by
-     * t0 + the budget of the bytes of nodes 0..k (this thread reads the
-     * earlier nodes first; node k works on its pipeline meanwhile), plus
-     * the time spent in reply callbacks (decoding is ours, not Redis's). */
+     * the start of its send + the budget of the bytes of nodes 0..k (this
+     * thread reads the earlier nodes first; node k works on its pipeline
+     * meanwhile), plus the time spent in reply callbacks (decoding is ours,
+     * not Redis's). From the batch's start, a node that was not reading
+     * (asleep: the send blocked for its budget) had spent the later nodes'
+     * time too. */
     int n_redir = 0;
     uint64_t bytes_due = 0;
     int64_t cb_ns = 0;
@@ -120,7 +124,7 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
         if (!ctx[k]) continue;
         kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
         bytes_due += node_bytes[k];
-        const int64_t due = t0 + (int64_t)kvs_redis_budget_ms(m->policy, bytes_due) * 1000000;
+        const int64_t due = sent_ns[k] + (int64_t)kvs_redis_budget_ms(m->policy, bytes_due) * 1000000;
         int ok = 1;
         for (int j = start[k]; j < start[k + 1]; j++) {
             int i = order[j];
