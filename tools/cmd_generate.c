@@ -253,10 +253,12 @@ static int fit_context(const kvs_model *model, const kvs_model_info *info, const
         return 1;
     }
     if (o->n_ctx && n > o->n_ctx) {
+        /* the last generated token is never stored: want - 1 positions hold
+         * the prompt and every -n token (the advice had been one too high) */
         fprintf(stderr,
                 "kvstitch generate: the prompt has %d tokens but the context (--ctx %d) holds only %d: raise "
                 "--ctx to at least %d (the model's trained limit is %d)\n",
-                n, o->n_ctx, o->n_ctx, want < train ? want : n, train);
+                n, o->n_ctx, o->n_ctx, want - 1 <= train ? want - 1 : n, train);
         return 1;
     }
     if (!o->n_ctx && want > deflt) *n_ctx = want < train || o->beyond_train ? want : train;
