@@ -215,7 +215,8 @@ static char *read_key(const char *path) {
     }
     close(fd);
     buf[n] = 0;
-    const size_t line = strcspn(buf, "\r\n");
+    size_t line = 0; /* up to the first line end among the n bytes (strcspn stops at a NUL, which must be seen) */
+    while (line < n && buf[line] != '\r' && buf[line] != '\n') line++;
     if (line > API_KEY_MAX) {
         fprintf(stderr, "kvstitch serve: --api-key-file %s: the key (its first line) is longer than %d bytes\n", path,
                 API_KEY_MAX);

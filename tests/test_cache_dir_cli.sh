@@ -181,7 +181,8 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && cp -a "$D" "$R" && chm
     n_before=$(kvc_count "$R")
     T setpriv --reuid=65534 --regid=65534 --clear-groups "$CLI" cache prune --cache-dir "$R" --max-bytes 1K \
         >"$tmp/pro.out" 2>"$tmp/e"; rc=$?
-    [ $rc -eq 1 ] && grep -q "could not be removed" "$tmp/e" && grep -q "Permission denied" "$tmp/e" \
+    [ $rc -eq 1 ] && grep -q "refused" "$tmp/e" && grep -q "Permission denied" "$tmp/e" \
+        && grep -q "$n_before entry files" "$tmp/pro.out" \
         && [ "$n_before" -gt 0 ] && [ "$(kvc_count "$R")" -eq "$n_before" ] && ok cache_dir_prune_refused_unlink \
         || fail cache_dir_prune_refused_unlink "rc=$rc n=$n_before/$(kvc_count "$R") $(cat "$tmp/pro.out" "$tmp/e")"
 else

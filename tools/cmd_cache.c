@@ -416,7 +416,9 @@ int cmd_cache(int argc, char **argv) {
         kvs_cache_prune_params pp = {o.max_bytes, (int64_t)o.older_than_s, 0};
         kvs_cache_prune_report r;
         int st = kvs_cache_dir_prune(o.dir, &pp, &r);
-        if (st != KVS_OK) return cli_fail(st, o.dir);
+        /* KVS_ERR_IO: files it could not remove; the report is filled: shown, then the error */
+        if (st != KVS_OK && st != KVS_ERR_IO) return cli_fail(st, o.dir);
+        if (st == KVS_ERR_IO && !r.removed && !r.tmp_removed && !r.entries) return cli_fail(st, o.dir); /* no report */
         if (o.json) {
             printf("{\"removed\": %llu, \"removed_bytes\": %llu, \"unreachable_removed\": %llu, \"tmp_removed\": %llu, "
                    "\"entries\": %llu, \"bytes\": %llu, \"dir\": ",
@@ -431,7 +433,7 @@ int cmd_cache(int argc, char **argv) {
                    ULL(r.unreachable_removed), ULL(r.tmp_removed), r.tmp_removed == 1 ? "" : "s", o.dir,
                    ULL(r.entries), (double)r.bytes / (1 << 20));
         }
-        return 0;
+        return st == KVS_OK ? 0 : cli_fail(st, o.dir);
     }
 
     kvs_model *model = NULL;

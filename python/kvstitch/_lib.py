@@ -103,11 +103,27 @@ def utf8(s: str, what: str) -> bytes:
 def int_arg(v, what: str, lo: int, hi: int) -> int:
     """v as an int in [lo, hi], or InvalidArgument naming what: cffi's
     OverflowError / TypeError ("integer ... does not fit 'int'") named no
-    argument, and a float or a str passed through int() elsewhere."""
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+    argument, and a float or a str passed through int() elsewhere. Anything
+    with __index__ (numpy integers) is an integer; bool is not."""
+    import operator
+    try:
+        i = None if isinstance(v, bool) else operator.index(v)
+    except TypeError:
+        i = None
+    if i is None or not lo <= i <= hi:
         from ._errors import InvalidArgument
         raise InvalidArgument(f"{what} must be an integer in [{lo}, {hi}], got {v!r}")
-    return v
+    return i
+
+
+def real_arg(v, what: str) -> float:
+    """v as a float if it is a real number (numpy floats, Fraction), else
+    InvalidArgument naming what (a str or None had raised cffi's TypeError)."""
+    import numbers
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        from ._errors import InvalidArgument
+        raise InvalidArgument(f"{what} must be a number, got {v!r}")
+    return float(v)
 
 
 INT_MAX = 2**31 - 1

@@ -47,7 +47,7 @@ class Model(InUse, NoCopy):
     def load(cls, path: str | bytes | os.PathLike, threads: int = 0, vocab_only: bool = False) -> "Model":
         """Loads a GGUF file. threads: default for Sessions (0 = all cores).
         Raises FileError / FormatError / Unsupported naming what is wrong."""
-        int_arg(threads, "threads", 0, MAX_THREADS)  # the CLI's bound (1000 threads had taken 55 s for 4 tokens)
+        threads = int_arg(threads, "threads", 0, MAX_THREADS)  # the CLI's bound (1000 threads had taken 55 s for 4 tokens)
         c = c_path(path, "the model path")
         path = os.fsdecode(c)
         params = lib.kvs_model_default_params()

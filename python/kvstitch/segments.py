@@ -84,8 +84,10 @@ class CSegments:
         arr = ffi.new("char *[]", max(1, len(docs)))
         lens = ffi.new("size_t[]", max(1, len(docs)))
         for i, d in enumerate(docs):
-            b = d.encode("utf-8")
-            arr[i], lens[i] = self._str(d, f"document {i}"), len(b)
+            b = c_text(d, f"document {i}")  # (a lone surrogate had raised UnicodeEncodeError here)
+            p = ffi.new("char[]", b)
+            self._keep.append(p)
+            arr[i], lens[i] = p, len(b)
         self._keep += [arr, lens]
         s.docs, s.doc_lens, s.n_docs = arr, lens, len(docs)
         self.c = s

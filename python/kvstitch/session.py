@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
-from ._lib import INT_MAX, MAX_THREADS, c_text, ffi, int_arg, lib, utf8
+from ._lib import INT_MAX, MAX_THREADS, c_text, ffi, int_arg, lib, real_arg, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -181,14 +181,11 @@ class Session(NoCopy):
         # library would name its own fields, n_predict and n_top_logprobs)
         for name, top in (("max_tokens", 2**31 - 1), ("logprobs", 2**31 - 1), ("seed", 2**64 - 1),
                           ("top_k", 2**31 - 1)):
-            int_arg(a[name], name, 0, top)  # (2**40 had raised cffi's OverflowError, -1 a conversion error)
+            a[name] = int_arg(a[name], name, 0, top)  # (2**40 had raised cffi's OverflowError)
         for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
-            v = a[name]  # a str or None had raised cffi's TypeError naming nothing
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise InvalidArgument(f"{name} must be a number, got {v!r}")
-        v = a["recompute_ratio"]
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise InvalidArgument(f"recompute_ratio must be a number or None, got {v!r}")
+            a[name] = real_arg(a[name], name)  # a str or None had raised cffi's TypeError naming nothing
+        if a["recompute_ratio"] is not None:
+            a["recompute_ratio"] = real_arg(a["recompute_ratio"], "recompute_ratio")
         recal = a["recalibrate"]
         if not (recal is None or isinstance(recal, bool) or
                 (isinstance(recal, (tuple, list)) and len(recal) == 2 and
@@ -276,8 +273,10 @@ class Session(NoCopy):
             if not isinstance(value, Exception):  # KeyboardInterrupt, SystemExit: raised after the call
                 interrupted.append(value)
             return 1
-        cb = ffi.callback("kvs_token_callback", trampoline, onerror=stop_on_error)
-        gp.on_token = cb
+        cb = None  # a callback per token only where it has work: on_token, or a Ctrl-C to see (main thread)
+        if on_token is not None or threading.current_thread() is threading.main_thread():
+            cb = ffi.callback("kvs_token_callback", trampoline, onerror=stop_on_error)
+            gp.on_token = cb
         r = ffi.new("kvs_generate_result *")
         cache_h = self.cache._enter() if self.cache is not None else None
         try:

@@ -260,7 +260,8 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
         snprintf(first, sizeof first, "%s/%s: cannot remove: %s", dir, dr.failed_name, strerror(dr.failed_errno));
     refused += dr.failed;
     if (refused)
-        return kvs_error(KVS_ERR_IO, "cache prune: %llu file%s could not be removed (%s)", (unsigned long long)refused,
-                         refused == 1 ? "" : "s", first);
+        return kvs_error(KVS_ERR_IO, "cache prune: %llu removal%s refused (an entry tried as unreachable and again "
+                         "for the bound counts twice; first: %s)",
+                         (unsigned long long)refused, refused == 1 ? " was" : "s were", first);
     return KVS_OK;
 }

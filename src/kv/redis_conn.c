@@ -2,7 +2,7 @@
 #include "kv/redis_conn.h"
 
 #include <errno.h>
-#include <poll.h>
+#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +84,7 @@ static void guard_reader(redisContext *ctx) {
 static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t max_bytes, void **out) {
     *out = NULL;
     if (kvs_redis_flush(ctx) || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+    int late = -1; /* past the deadline: the bytes the socket held then, which may still be read */
     while (!*out) {
         if (max_bytes && ctx->reader->len - ctx->reader->pos > max_bytes) {
             ctx->err = REDIS_ERR_PROTOCOL;
@@ -92,18 +93,24 @@ static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t ma
         }
         const int64_t left_ms = (due_ns - kvs_redis_mono_ns() + 999999) / 1000000;
         if (left_ms <= 0) {
-            /* Past the deadline, bytes already in the socket are still read,
-             * without waiting: a reply that came while this thread read
-             * another node's (or sent to one that was not reading) is no
+            /* Past the deadline, the bytes the socket held at that moment
+             * are still read (no more: a server sending faster than we parse
+             * would hold the call): a reply that came while this thread read
+             * another node's, or sent to one that was not reading, is no
              * timeout. With one cluster node asleep, the healthy nodes'
              * answered writes had been counted as failed, and their
              * connections dropped. */
-            struct pollfd pfd = {.fd = ctx->fd, .events = POLLIN};
-            if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (late < 0 && ioctl(ctx->fd, FIONREAD, &late) != 0) late = 0;
+            if (late <= 0) {
                 ctx->err = REDIS_ERR_IO; /* as hiredis reports a socket timeout (counted as one at release) */
                 snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(EAGAIN));
                 return -1;
             }
+            const size_t had = ctx->reader->len; /* the feed appends; only taking a reply compacts */
+            if (redisBufferRead(ctx) != REDIS_OK) return -1;
+            late -= (int)(ctx->reader->len - had);
+            if (redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+            continue;
         } else {
             const int ms = left_ms < 600000 ? (int)left_ms : 600000;
             if (!socket_ms || *socket_ms != ms) {
@@ -176,7 +183,11 @@ static redisContext *connect_node(kvs_redis_conn *c) {
         const char *argv[2] = {"SELECT", db};
         if (command_ok(ctx, p->timeout_ms, what, 2, argv, c->why_down, sizeof c->why_down)) goto fail;
     }
-    if (redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) goto fail; /* acquire's socket_ms */
+    if (redisSetTimeout(ctx, ms_tv(p->timeout_ms)) != REDIS_OK) { /* acquire's socket_ms */
+        snprintf(c->why_down, sizeof c->why_down, "not reachable (setting its timeout failed)");
+        goto fail;
+    }
+    c->why_down[0] = 0;
     return ctx;
 fail:
     redisFree(ctx);
@@ -245,7 +256,7 @@ redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c) {
     if (c->ctx) return c->ctx;
     if (kvs_redis_mono_ns() < c->retry_at_ns) {
         atomic_fetch_add(&c->n.skipped, 1);
-        if (!c->why_down[0]) snprintf(c->why_down, sizeof c->why_down, "not reachable (skipped: failed just before)");
+        if (!c->why_down[0]) snprintf(c->why_down, sizeof c->why_down, "not reachable (skipped: it failed just before)");
         return not_held(c);
     }
     c->ctx = connect_node(c);
@@ -276,6 +287,12 @@ void kvs_redis_conn_release(kvs_redis_conn *c, int ok) {
         note_failure(c);
     }
     unblock_sigpipe(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void kvs_redis_conn_why_down(kvs_redis_conn *c, char *out, size_t cap) {
+    pthread_mutex_lock(&c->mu);
+    snprintf(out, cap, "%s", c->why_down[0] ? c->why_down : "not reachable");
     pthread_mutex_unlock(&c->mu);
 }
 

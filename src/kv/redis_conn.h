@@ -88,8 +88,8 @@ typedef struct kvs_redis_conn {
     sigset_t saved_mask;   /* the holder's signal mask (SIGPIPE blocked while held) */
     int pipe_was_pending;
     char why_down[192];    /* the last connect's failure, the server's words where it gave some
-                            * ("AUTH: WRONGPASS ...", "SELECT 99: ERR DB index is out of range");
-                            * read under mu or after acquire failed in this thread */
+                            * ("AUTH: WRONGPASS ...", "SELECT 99: ERR DB index is out of range"),
+                            * "" after a connect that worked; under mu (kvs_redis_conn_why_down) */
     kvs_redis_conn_counters n;
 } kvs_redis_conn;
 
@@ -100,6 +100,9 @@ void kvs_redis_conn_destroy(kvs_redis_conn *c);
  * skipped or cannot be reached. */
 redisContext *kvs_redis_conn_acquire(kvs_redis_conn *c);
 void kvs_redis_conn_release(kvs_redis_conn *c, int ok);
+/* Why the node is down, for a message after acquire returned NULL (copied
+ * under the lock: another thread may be connecting). */
+void kvs_redis_conn_why_down(kvs_redis_conn *c, char *out, size_t cap);
 
 /* The budget of an operation that moves `bytes` (request and reply):
  * timeout_ms + bytes / min_mb_per_s, in ms (capped at 10 minutes). */

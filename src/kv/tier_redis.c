@@ -238,7 +238,9 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
         do {
             redisContext *ctx = kvs_redis_conn_acquire(c);
             if (!ctx) {
-                st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s", c->host, c->port, c->why_down);
+                char why[192];
+                kvs_redis_conn_why_down(c, why, sizeof why);
+                st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s", c->host, c->port, why);
                 break;
             }
             redisReply *r = kvs_redis_command_by(c, kvs_redis_due_ns(&rt->policy, 0), "SCAN %s MATCH %s COUNT " SCAN_COUNT,
@@ -270,7 +272,11 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
 static redisContext *acquire_node(redis_tier *rt, int node, kvs_redis_conn **c, int *st) {
     *c = &rt->nodes.node[node]->rd;
     redisContext *ctx = kvs_redis_conn_acquire(*c);
-    if (!ctx) *st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s", (*c)->host, (*c)->port, (*c)->why_down);
+    if (!ctx) {
+        char why[192];
+        kvs_redis_conn_why_down(*c, why, sizeof why);
+        *st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s", (*c)->host, (*c)->port, why);
+    }
     return ctx;
 }
 

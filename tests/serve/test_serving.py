@@ -418,10 +418,12 @@ def test_sigterm_cancelled_warm_is_503():
 def test_api_key_file_must_be_a_whole_regular_file(tmp_path):
     # A FIFO had blocked the start; a key longer than the reader's buffer
     # had been cut (its first 511 bytes worked); a directory read as empty.
-    fifo, long_key = tmp_path / "fifo", tmp_path / "long"
+    fifo, long_key, nul_key = tmp_path / "fifo", tmp_path / "long", tmp_path / "nul"
     os.mkfifo(fifo)
     long_key.write_text("k" * 5000 + "\n")
-    for path, said in [(fifo, "not a regular file"), (tmp_path, "not a regular file"), (long_key, "longer than")]:
+    nul_key.write_bytes(b"abc\0def\n")  # had been taken as the key "abc"
+    for path, said in [(fifo, "not a regular file"), (tmp_path, "not a regular file"), (long_key, "longer than"),
+                       (nul_key, "NUL byte")]:
         p = subprocess.run([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0",
                             "--api-key-file", str(path)], capture_output=True, text=True, timeout=60 * SLOW)
         assert p.returncode == 2 and said in p.stderr, (path, p.returncode, p.stderr)
