@@ -559,8 +559,12 @@ TEST(oversized_replies_fail_at_once) {
     worst = worst_get_against(huge_bulk_main, 53, 3, 0, 1, &st);
     CHECK_MSG(worst < 3000, "a get against a 4 GB bulk took %.0f ms", worst); /* ~65 MB read at most */
     const long after = fresh_peak_rss_kb(0);
+#if defined(__SANITIZE_ADDRESS__)
+    (void)before, (void)after; /* ASan's quarantine keeps every block the growing buffer left behind */
+#else
     if (before > 0 && after > 0) /* the limit (64 MiB) + 1 MiB, doubled by the buffer's growth */
         CHECK_MSG(after - before < 200 * 1024, "a 4 GB bulk raised the peak RSS by %ld MB", (after - before) / 1024);
+#endif
     CHECK(st.errors > 0 && st.hits == 0);
     worst = worst_get_against(fast_array_main, 54, 3, 0, 1, &st);
     CHECK_MSG(worst < 1000, "a get against an endless valid array took %.0f ms", worst);
