@@ -237,6 +237,31 @@ TEST(test_recal_simd_equals_scalar) {
     printf("  %d ISA comparisons\n", compared);
 }
 
+/* Documents holding nearly all of the weight with a small temperature and
+ * scale (T = S = 0.2, allowed: 0.1..4): f ~ 1e-8, and S + (f - 1) Pd had
+ * lost the other keys' sum to rounding: S = 0, outputs NaN (the CLI's
+ * generate answered end-of-sequence from NaN logits). Finite on every
+ * path, and each path the scalar bits. */
+TEST(test_recal_small_temperature_and_scale_finite) {
+    for (int kv_type = 0; kv_type <= 2; kv_type++) {
+        wcase c = make(30, 9, 3, 64, 300, kv_type, 150, 0);
+        kvs_attn_recal rc = {17, 161, 1.0f / 0.2f, 0.2f};
+        size_t n = (size_t)c.m * c.n_head * c.hd;
+        float *ref = xmalloc(n * 4);
+        kvs_kernels_set_isa("scalar");
+        run_recal(&c, NULL, 1, 0, &rc, 0, c.m, ref);
+        int finite = 1;
+        for (size_t i = 0; i < n; i++) finite &= isfinite(ref[i]) != 0;
+        CHECK_MSG(finite, "kv_type %d: non-finite outputs", kv_type);
+        char label[64];
+        snprintf(label, sizeof label, "recal T = S = 0.2, kv_type %d", kv_type);
+        check_isas(&c, &rc, ref, label);
+        free(ref);
+        drop(&c);
+    }
+    kvs_kernels_set_isa("best");
+}
+
 /* T = S = 1 is no recalibration, bit for bit (every path). */
 TEST(test_recal_identity) {
     wcase c = make(24, 9, 3, 64, 400, 0, 300, 0);
@@ -308,6 +333,7 @@ TEST(test_recal_vs_double) {
 int main(void) {
     RUN(test_window_simd_equals_scalar);
     RUN(test_recal_simd_equals_scalar);
+    RUN(test_recal_small_temperature_and_scale_finite);
     RUN(test_recal_identity);
     RUN(test_recal_batch_invariant);
     RUN(test_recal_vs_double);

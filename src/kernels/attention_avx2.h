@@ -20,12 +20,20 @@ AI __m256 tree16_8(__m256 P[16]) {
 }
 
 /* A block's recalibrated rows (mask rc): their documents' weights [d0, d1)
- * summed, the factor, the weights scaled; returns the new sum. */
-static inline __m256 recal_block(const kvs_attn_call *c, float *Sb, int d0, int d1, __m256 rc, __m256 mx, __m256 sum) {
-    __m256 P[16];
-    for (int i = 0; i < 16; i++) P[i] = _mm256_setzero_ps();
-    for (int j = d0; j < d1; j++) P[j % 16] = _mm256_add_ps(P[j % 16], _mm256_loadu_ps(Sb + (size_t)j * RB));
+ * summed (Pd) and the other keys' of [j0, j1) (R: the block's keys, +0
+ * where a row has none), the factor, the weights scaled; returns the new
+ * sum fma(f, Pd, R), or the sum as it was where f = 1 (attention_ref.c). */
+static inline __m256 recal_block(const kvs_attn_call *c, float *Sb, int j0, int d0, int d1, int j1, __m256 rc, __m256 mx,
+                                 __m256 sum) {
+    __m256 P[16], R[16];
+    for (int i = 0; i < 16; i++) P[i] = R[i] = _mm256_setzero_ps();
+    for (int j = j0; j < j1; j++) {
+        const __m256 e = _mm256_loadu_ps(Sb + (size_t)j * RB);
+        if (j >= d0 && j < d1) P[j % 16] = _mm256_add_ps(P[j % 16], e);
+        else R[j % 16] = _mm256_add_ps(R[j % 16], e);
+    }
     float pd[RB], mxs[RB], rcs[RB], f[RB];
+    const __m256 rest = tree16_8(R);
     _mm256_storeu_ps(pd, tree16_8(P));
     _mm256_storeu_ps(mxs, mx);
     _mm256_storeu_ps(rcs, rc);
@@ -33,8 +41,8 @@ static inline __m256 recal_block(const kvs_attn_call *c, float *Sb, int d0, int 
     const __m256 fv = _mm256_loadu_ps(f);
     for (int j = d0; j < d1; j++)
         _mm256_storeu_ps(Sb + (size_t)j * RB, _mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), fv));
-    return _mm256_blendv_ps(sum, _mm256_fmadd_ps(_mm256_sub_ps(fv, _mm256_set1_ps(1.0f)), _mm256_loadu_ps(pd), sum),
-                            rc);
+    const __m256 changed = _mm256_and_ps(rc, _mm256_cmp_ps(fv, _mm256_set1_ps(1.0f), _CMP_NEQ_UQ)); /* f = 1: sum as it was */
+    return _mm256_blendv_ps(sum, _mm256_fmadd_ps(fv, _mm256_loadu_ps(pd), rest), changed);
 }
 
 #endif

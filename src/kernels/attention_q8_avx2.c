@@ -173,7 +173,7 @@ static void weights_block(q8_unit2 *x, int b) {
     __m256 sum = tree16_8(P);
     if (x->any_rc[b]) {
         const int d0 = c->recal.lo > jmin ? c->recal.lo : jmin, d1 = c->recal.hi < maxn ? c->recal.hi : maxn;
-        sum = recal_block(c, Sb, d0, d1, x->rcm[b], x->mx[b], sum);
+        sum = recal_block(c, Sb, jmin, d0, d1, maxn, x->rcm[b], x->mx[b], sum);
     }
     x->inv[b] = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
     __m256 wmax = _mm256_setzero_ps();

@@ -14,10 +14,15 @@
  *
  *   s_j  = s_j * inv_t for j in D (before the max)
  *   Pd   = kvs_tree16 of 16 partial sums of e_j over j in D (partial j % 16)
+ *   R    = kvs_tree16 of 16 partial sums of e_j over the other keys
  *   f    = kvs_attn_recal_factor(mx, Pd, s), e_j = e_j * f for j in D
- *   S    = fma(f - 1, Pd, S)
+ *   S    = fma(f, Pd, R), or S as it was where f = 1 (T = S = 1, or a
+ *          scale of 1: the same bits as no recalibration)
  *
- * (S was over all keys: S + (f - 1) Pd = the other keys' sum + f Pd.)
+ * (S had been fma(f - 1, Pd, S) over all keys: with the documents holding
+ * nearly all of the weight, S - Pd lost the other keys' sum to rounding, and
+ * a small f (temperature and scale 0.2: f ~ 1e-8) gave S = 0 and NaN
+ * outputs.)
  *
  * Keys and values are taken in ascending slot order. SIMD paths reproduce
  * these operations exactly (only the grouping of independent work changes).
@@ -77,19 +82,17 @@ static inline float kv_get(const void *base, int kv_type, size_t idx) {
 
 float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float)) {
     const int dlo = rc ? c->recal.lo : 0, dhi = rc ? c->recal.hi : 0;
-    float part[16] = {0}, dpart[16] = {0};
+    float part[16] = {0}, dpart[16] = {0}, rpart[16] = {0};
     for (int j = lo; j < n; j++) {
         s[j] = exp_fn(s[j] - mx);
         part[j % 16] += s[j];
         if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
+        else rpart[j % 16] += s[j];
     }
-    float sum = kvs_tree16(part);
-    if (rc) {
-        float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
-        for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
-        sum = fmaf(f - 1.0f, pd, sum);
-    }
-    return sum;
+    if (!rc) return kvs_tree16(part);
+    float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
+    for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
+    return f == 1.0f ? kvs_tree16(part) : fmaf(f, pd, kvs_tree16(rpart));
 }
 
 void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
