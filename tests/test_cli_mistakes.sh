@@ -142,6 +142,7 @@ mistake info_truncated 1 "trunc.gguf" info -m "$tmp/trunc.gguf"
 mistake bench_reps 2 "--reps must be an integer in [1, 1000], got '0'" bench "${M[@]}" --reps 0
 mistake bench_nothing 2 "-p and -n are both 0" bench "${M[@]}" -p 0 -n 0
 mistake bench_batch 2 "--batch must be an integer in [1, 65536], got '0'" bench "${M[@]}" --batch 0
+mistake bench_past_train 2 "-d 8190 + max(-p 0, -n 4) = 8194 tokens exceeds the 8192 the model was trained on" bench "${M[@]}" -p 0 -n 4 -d 8190
 mistake bench_streams 2 "--streams must be an integer in [1, 64], got '65'" bench "${M[@]}" --streams 65
 mistake bench_streams_no_decode 2 "--streams 4 needs the decode test (-n > 0)" bench "${M[@]}" -n 0 --streams 4
 mistake bench_streams_batch 2 "--batch 2 is less than --streams 4" bench "${M[@]}" --batch 2 --streams 4

@@ -190,6 +190,12 @@ int cmd_bench(int argc, char **argv) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = depth + (n_pp > n_tg ? n_pp : n_tg);
     if (cp.n_ctx < ns) cp.n_ctx = ns; /* n_batch is capped at n_ctx, and a step takes ns rows */
+    if (info.n_ctx_train > 0 && cp.n_ctx > info.n_ctx_train) { /* named here: the context's error had advised an
+                                                                * option bench does not have */
+        kvs_model_free(model);
+        return cli_usage_error("bench", "-d %d + max(-p %d, -n %d) = %d tokens exceeds the %d the model was trained on",
+                               depth, n_pp, n_tg, cp.n_ctx, info.n_ctx_train);
+    }
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
     kvs_kv_type_parse(o.kv_type ? o.kv_type : "f16", &cp.kv_type); /* a listed choice: it parses */
