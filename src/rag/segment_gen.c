@@ -147,6 +147,38 @@ typedef struct req {
     kvs_doc_computer dc;
 } req;
 
+/* The first document right after a layout equal to the documents' own
+ * prefix (no system prompt or chat turn before it) is an exact prefix: its
+ * plain chunk was computed there, and a later request finds that chunk by
+ * the exact lookup (it is keyed as the prefix's continuation). The first
+ * request takes it as exact too, after computing it: it had moved it by 0
+ * and repaired it with the others, so that the first and every later run of
+ * one request gave different bits (a warm before them changed the output).
+ * *E (the exact hit, at most the doc's start) becomes the doc's end. */
+static int exact_first_doc(req *q, int *E) {
+    const kvs_seg_layout *lay = q->lay;
+    int jd = 0;
+    while (jd < lay->n_segs && lay->segs[jd].kind != KVS_SEG_DOC) jd++;
+    if (jd >= lay->n_segs - 1) return KVS_OK; /* no doc before the question */
+    const kvs_seg *s = &lay->segs[jd];
+    if (*E > s->start || s->start != lay->n_doc_prefix ||
+        (lay->n_doc_prefix && memcmp(lay->tokens, lay->doc_prefix, (size_t)lay->n_doc_prefix * sizeof *lay->tokens)))
+        return KVS_OK;
+    int st = KVS_OK;
+    if (*E < s->start && (st = kvs_decode(q->ctx, lay->tokens + *E, q->pos + *E, s->start - *E, NULL))) return st;
+    kvs_chunk *c = NULL;
+    st = kvs_seg_acquire_plain_doc(q->ctx, q->cache, lay, jd, kvs_seg_max_doc_len(lay, jd), q->opt.store_docs, &q->dc,
+                                   &q->rep, &c);
+    if (!st) {
+        kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
+        st = kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
+                                  kvs_context_fwd(q->ctx)->pool); /* by 0: its own slots */
+    }
+    kvs_chunk_unref(c);
+    if (!st) *E = s->end;
+    return st;
+}
+
 /* Exact prefix, live prefix, docs, repair. Returns the number of prompt
  * tokens whose KV is in place (the question and anything after starts there). */
 static int assemble(req *q, int *n_ready, int *exact_end) {
@@ -165,6 +197,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         kvs_prefix_hit_release(&hit); /* copied into the context */
         if (st) return st;
     }
+    if (q->opt.use_exact && q->rp->mode != KVS_REPAIR_FULL && (st = exact_first_doc(q, &E))) return st;
     /* The first doc the exact hit does not cover fully; the hit is cut back
      * to its start (its KV gets overwritten by the doc's chunk). */
     int j0 = -1;
