@@ -93,6 +93,10 @@ mistake gen_stop_utf8 1 "--stop: invalid UTF-8: invalid UTF-8 at byte offset 1 (
     --stop "$(printf 'a\xffb')"
 mistake gen_doc_utf8 1 "$tmp/bad_utf8.txt: invalid UTF-8: invalid UTF-8 at byte offset 3 (byte 0xFF)" \
     generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/doc.txt" --doc "$tmp/bad_utf8.txt"
+# an empty --doc file had been dropped without a word (warm said "docs": 0, exit 0)
+: >"$tmp/empty_doc.txt"
+mistake gen_doc_empty 1 "--doc $tmp/empty_doc.txt is empty" generate "${M[@]}" -p hi --cache-dir "$D" --doc "$tmp/empty_doc.txt"
+mistake warm_doc_empty 1 "--doc $tmp/empty_doc.txt is empty" warm "${M[@]}" --cache-dir "$D" --doc "$tmp/empty_doc.txt"
 mistake warm_text_utf8 1 "text 2 (an argument): invalid UTF-8: invalid UTF-8 at byte offset 1 (byte 0xFF)" \
     warm "${M[@]}" --cache-dir "$D" ok "$(printf 'b\xff')"
 # a link to nowhere, or a loop: named as such (both had said "not a directory", later, exit 1)

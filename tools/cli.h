@@ -37,6 +37,8 @@ int cli_parse_bytes(const char *opt, const char *s, unsigned long long *out);
  * Opens with O_NONBLOCK and reads only regular files, so a FIFO cannot hang
  * the command. */
 char *cli_read_file(const char *path, size_t *len);
+/* A --doc file as cli_read_file reads it, and refused (NULL, said) when empty. */
+char *cli_read_doc(const char *path);
 /* 0 if text (an option's value: -p, --system) is valid UTF-8, else prints
  * "kvstitch: <what>: ..." with the offset in it and returns 1 (--system's
  * error had given an offset into the rendered chat template). */

@@ -95,6 +95,16 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+char *cli_read_doc(const char *path) {
+    char *text = cli_read_file(path, NULL);
+    if (text && !text[0]) { /* the library skips "": the document had been dropped without a word */
+        fprintf(stderr, "kvstitch: --doc %s is empty (a document must have text)\n", path);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 int cli_check_utf8(const char *what, const char *text) {
     int st = kvs_utf8_check(text, strlen(text));
     return st ? cli_fail(st, what) : 0;

@@ -315,7 +315,7 @@ static double tokenize_prompt(gen_run *g, const gen_opts *o, const char *text, k
     double t0 = cli_now_ms();
     if (o->n_docs) {
         for (; g->n_texts < o->n_docs; g->n_texts++)
-            if (!(g->texts[g->n_texts] = cli_read_file(o->docs[g->n_texts], NULL))) return -1;
+            if (!(g->texts[g->n_texts] = cli_read_doc(o->docs[g->n_texts]))) return -1;
         *seg = (kvs_segments){o->chat, o->system, (const char *const *)g->texts, NULL, o->n_docs, text, o->doc_prefix};
         int st = kvs_segments_tokenize(g->model, seg, &g->ids, &g->n);
         if (st != KVS_OK) return cli_fail(st, "segments"), -1;

@@ -180,7 +180,7 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
     char *texts[MAX_TEXTS];
     int n = 0, rc = 1;
     for (; n < o->n_docs; n++)
-        if (!(texts[n] = cli_read_file(o->docs[n], NULL))) goto out;
+        if (!(texts[n] = cli_read_doc(o->docs[n]))) goto out;
     kvs_segments seg = {o->chat, o->system, (const char *const *)texts, NULL, o->n_docs, NULL, o->doc_prefix};
     kvs_warm_docs_report r;
     int bake = o->doc_set ? -1 : o->bake_neighbours;
