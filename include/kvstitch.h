@@ -111,7 +111,7 @@ KVS_API const char *kvs_isa_paths(void);
 
 /* How fast the calling thread's core runs now: dependent register adds per
  * nanosecond of wall time (one cycle each on x86-64 and arm64 cores) over
- * about `seconds` (at least ~4 ms); 0 where unknown (another CPU family).
+ * about `seconds` (at least ~4 ms, at most 2 s); 0 where unknown (another CPU family).
  * On a quiet machine the core's clock in GHz; on a shared VM it drops when
  * the host's other tenants take the core, so `kvstitch bench` prints it
  * before and after its tests. */
@@ -439,7 +439,8 @@ typedef struct kvs_reuse_result {
 /* What non-prefix (document) reuse did (kvs_generate_segments). */
 typedef struct kvs_docs_result {
     int n_moved;          /* document tokens whose KV came from cached documents, moved into place */
-    int n_recomputed;     /* tokens the repair strategy recomputed (full: every document token) */
+    int n_recomputed;     /* moved tokens the repair strategy recomputed (full moves none: 0; n_token_layers
+                           * counts the documents it computes) */
     int n_docs_hit;       /* documents found in the cache */
     int n_docs_computed;  /* documents computed (and stored) by this request */
     long n_token_layers;  /* (document token, layer) pairs whose K/V the repair computed afresh: the
@@ -950,7 +951,9 @@ KVS_API void kvs_docs_warmer_free(kvs_docs_warmer *w); /* NULL is fine */
 /*
  * What a scheduler needs to drive many sequences itself, one forward pass at
  * a time, instead of handing a whole request to kvs_generate*: a sampler,
- * one decode step over several contexts, and the cache in steps.
+ * one decode step over several contexts, and the cache in steps. (Exported
+ * from the shared library too: they had been in this header but not in
+ * libkvstitch.so.)
  */
 
 /* Token sampler (repetition penalty -> presence/frequency -> top-k -> temperature -> top-p ->
@@ -958,16 +961,16 @@ KVS_API void kvs_docs_warmer_free(kvs_docs_warmer *w); /* NULL is fine */
  * logits give the same token on any machine. Owned by the caller; one
  * thread at a time. */
 typedef struct kvs_sampler kvs_sampler;
-int kvs_sampler_new(kvs_sampler_params params, int n_vocab, kvs_sampler **out);
-void kvs_sampler_free(kvs_sampler *s);
+KVS_API int kvs_sampler_new(kvs_sampler_params params, int n_vocab, kvs_sampler **out);
+KVS_API void kvs_sampler_free(kvs_sampler *s);
 /* Adds a generated token to the history: the repetition penalty's window
  * and the presence/frequency counts (kvs_generate accepts every sampled
  * token here, after the last repeat_last_n prompt tokens through
  * kvs_sampler_accept_prompt, which feeds the window only). */
-void kvs_sampler_accept(kvs_sampler *s, int32_t token);
-void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token);
+KVS_API void kvs_sampler_accept(kvs_sampler *s, int32_t token);
+KVS_API void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token);
 /* Picks a token from n_vocab logits (not modified). Does not accept it. */
-int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
+KVS_API int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
 
 /* One decode step for n sequences in n distinct contexts of one model:
  * tokens[r] at position pos[r] runs in ctxs[r] (its K/V are written into
@@ -978,22 +981,22 @@ int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
  * exceed its own; no other thread may use any of the contexts meanwhile.
  * Batch-invariant: row r's bits (KV and logits) equal those of
  * kvs_decode(ctxs[r], &tokens[r], &pos[r], 1, ...). */
-int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits);
+KVS_API int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits);
 
 /* Tokens a prefix lookup of tokens[0..n) would serve now (*n_hit), without
  * copying anything (chunks that live on disk only are loaded). */
-int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit);
+KVS_API int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit);
 /* Copies the KV of the longest cached prefix of tokens[0..n) into ctx at
  * slots 0..*n_loaded-1 (positions = slots). Pass n_prompt - 1 to keep the
  * last prompt token for the logits. The bytes are those a cold prefill
  * writes; the caller computes tokens [*n_loaded, n_prompt) with kvs_decode. */
-int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded);
+KVS_API int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded);
 /* Stores ctx's KV of tokens[0..n) (slots 0..n-1, all written) by prefix,
  * the chunks not cached yet. For a conversation, pass prompt + generated
  * tokens whose KV was written (not the last sampled one), so that the next
  * turn, whose prompt repeats them, computes only what is new.
  * *n_new (may be NULL) = chunks stored. */
-int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new);
+KVS_API int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new);
 
 /* SHA-256 helper (hex output, 65 bytes incl. NUL). */
 KVS_API void kvs_sha256_hex(const void *data, size_t len, char hex[65]);

@@ -1,6 +1,9 @@
 /* Engine on the real model: context params, kvs_decode checks, greedy
  * continuation, kvs_decode_logits, generation (streaming, stop strings,
  * callbacks, seeds, first logits / top logprobs, context limits). */
+#include <math.h>
+#include <string.h>
+
 #include "engine/context.h"
 #include "harness.h"
 #include "test_greedy.h"
@@ -52,6 +55,32 @@ TEST(test_context_params) {
     cp.n_ctx = -1;
     CHECK_EQ_INT(kvs_context_new(g_model, cp, &ctx), KVS_ERR_INVALID_ARG);
     kvs_context_free(NULL);
+}
+
+/* NULL handles and out-pointers where the header does not make them a
+ * caller error: an error or an empty answer, never a write through NULL (an
+ * attack on the API found these). A clock probe asked for forever returns. */
+TEST(test_null_arguments) {
+    CHECK(kvs_kv_type_parse("q8", NULL) == KVS_ERR_INVALID_ARG);
+    CHECK(kvs_repair_mode_parse("full", NULL) == KVS_ERR_INVALID_ARG);
+    CHECK(kvs_deviation_parse("k-cos", NULL) == KVS_ERR_INVALID_ARG);
+    CHECK(kvs_reuse_mode_parse("none", NULL) == KVS_ERR_INVALID_ARG);
+    kvs_model_info info;
+    memset(&info, 0xff, sizeof info);
+    kvs_model_get_info(NULL, &info);
+    CHECK(info.n_vocab == 0 && info.path == NULL);
+    kvs_model_get_info(g_model, NULL);
+    int counts[KVS_MAX_TENSOR_TYPES] = {7};
+    kvs_model_tensor_type_counts(NULL, counts);
+    CHECK(counts[0] == 0);
+    CHECK(!strcmp(kvs_model_rope_scaling(NULL), "none"));
+    CHECK_EQ_INT(kvs_context_n_ctx(NULL), 0);
+    char hex[65] = "x";
+    kvs_cache_fingerprint_hex(NULL, hex);
+    CHECK(hex[0] == 0);
+    kvs_cache_get_stats(NULL, NULL);
+    const double g = kvs_core_clock_ghz(INFINITY); /* had never returned; now ~2 s */
+    CHECK(g >= 0 && g < 100);
 }
 
 TEST(test_decode_checks) {
@@ -361,6 +390,7 @@ int main(void) {
         return 1;
     }
     RUN(test_context_params);
+    RUN(test_null_arguments);
     RUN(test_decode_checks);
     RUN(test_greedy_continuation);
     RUN(test_decode_logits_rows);

@@ -484,6 +484,15 @@ TEST(unreachable_and_old_entries_pruned) {
         entry_path(dir, i, path, sizeof path);
         set_atime(path, time(NULL) - 2 * 86400);
     }
+    /* older than the clock: nothing is (older_than_s * 1e9 had overflowed for
+     * INT64_MAX and every entry was removed) */
+    const int64_t never[] = {INT64_MAX, (int64_t)time(NULL) + 1, 9300000000};
+    for (int i = 0; i < 3; i++) {
+        pp = (kvs_cache_prune_params){0, never[i], 0};
+        CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+        CHECK_MSG(pr.removed == 0 && pr.entries == 5, "older than %lld s: %llu removed", (long long)never[i],
+                  (unsigned long long)pr.removed);
+    }
     pp = (kvs_cache_prune_params){0, 86400, 0};
     CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
     CHECK_EQ_INT(pr.removed, 2);

@@ -75,9 +75,14 @@ int kvs_cache_clear(kvs_cache *c, int and_disk) {
     return kvs_store_clear(c->store, and_disk);
 }
 
-void kvs_cache_fingerprint_hex(const kvs_cache *c, char hex[65]) { kvs_key_to_hex(&c->fp, hex); }
+void kvs_cache_fingerprint_hex(const kvs_cache *c, char hex[65]) {
+    if (!hex) return;
+    if (c) kvs_key_to_hex(&c->fp, hex);
+    else hex[0] = 0; /* NULL cache: "" */
+}
 
 void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
+    if (!st) return;
     memset(st, 0, sizeof *st);
     if (!c) return;
     kvs_store_stats s;
@@ -194,6 +199,7 @@ const char *kvs_reuse_mode_name(kvs_reuse_mode mode) {
 }
 
 int kvs_reuse_mode_parse(const char *name, kvs_reuse_mode *out) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_reuse_mode_parse: NULL out");
     static const kvs_reuse_mode all[] = {KVS_REUSE_PREFIX, KVS_REUSE_NONE};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(name, kvs_reuse_mode_name(all[i]))) {

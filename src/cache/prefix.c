@@ -57,7 +57,9 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
     kvs_reuse_params rp = reuse ? *reuse : kvs_reuse_default_params();
     if (!kvs_reuse_mode_name(rp.mode))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: unknown reuse mode %d", (int)rp.mode);
-    if (rp.n_borders < 0 || (rp.n_borders > 0 && !rp.borders))
+    if (rp.n_borders < 0)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: n_borders = %d is negative", rp.n_borders);
+    if (rp.n_borders > 0 && !rp.borders)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: n_borders = %d without borders", rp.n_borders);
     if (n_prompt > kvs_context_n_ctx(ctx))
         return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n_prompt,

@@ -88,7 +88,7 @@ void kvs_context_free(kvs_context *ctx) {
     free(ctx);
 }
 
-int kvs_context_n_ctx(const kvs_context *ctx) { return ctx->params.n_ctx; }
+int kvs_context_n_ctx(const kvs_context *ctx) { return ctx ? ctx->params.n_ctx : 0; }
 kvs_kv_buffer *kvs_context_kv(kvs_context *ctx) { return &ctx->kv; }
 kvs_fwd *kvs_context_fwd(kvs_context *ctx) { return ctx->fwd; }
 const kvs_model *kvs_context_model(const kvs_context *ctx) { return ctx->model; }

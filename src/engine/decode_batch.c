@@ -13,6 +13,7 @@
  * those of kvs_decode(ctxs[r], &token[r], &pos[r], 1, ...) alone.
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/error.h"
 #include "engine/context.h"
@@ -39,7 +40,11 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
             if (ctxs[q] == c)
                 return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: contexts %d and %d are the same", q, r);
         int st = kvs_context_check_batch(c, tokens + r, pos + r, 1);
-        if (st) return st;
+        if (st) { /* its message says "token 0 of 1": name the row */
+            char why[400];
+            snprintf(why, sizeof why, "%s", kvs_last_error());
+            return kvs_error(st, "kvs_decode_batch: row %d of %d: %s", r, n, why);
+        }
     }
     for (int r = 0; r < n; r++) kvs_kv_recal_end(&ctxs[r]->kv, pos[r]);
 

@@ -36,6 +36,7 @@ const char *kvs_kv_type_name(kvs_kv_type type) {
 }
 
 int kvs_kv_type_parse(const char *name, kvs_kv_type *out) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_kv_type_parse: NULL out");
     for (int t = 0; name && t < N_KV_TYPES; t++)
         if (!strcmp(name, kv_types[t].name)) {
             *out = (kvs_kv_type)t;

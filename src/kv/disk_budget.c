@@ -205,7 +205,10 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
     if (n) qsort(v, n, sizeof *v, by_atime); /* least recently accessed first (v may be NULL when n is 0) */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    int64_t cutoff = p->older_than_s > 0
+    /* older than the clock itself: nothing is (older_than_s * 1e9 had
+     * overflowed for INT64_MAX, the cutoff landed in the future, and every
+     * entry was removed) */
+    int64_t cutoff = p->older_than_s > 0 && p->older_than_s < (int64_t)now.tv_sec
                          ? (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - p->older_than_s * (int64_t)1000000000
                          : INT64_MIN;
     uint64_t bytes = u.bytes, entries = u.entries;

@@ -107,8 +107,10 @@ void kvs_model_free(kvs_model *m) {
     free(m);
 }
 
-void kvs_model_get_info(const kvs_model *m, kvs_model_info *in) {
+void kvs_model_get_info(const kvs_model *m, kvs_model_info *in) { /* NULL model: all zero, as kvs_vocab_size's 0 */
+    if (!in) return;
     memset(in, 0, sizeof *in);
+    if (!m) return;
     const kvs_hparams *hp = &m->hp;
     in->path = m->path;
     in->name = m->name;
@@ -144,7 +146,9 @@ void kvs_model_get_info(const kvs_model *m, kvs_model_info *in) {
 }
 
 void kvs_model_tensor_type_counts(const kvs_model *m, int counts[KVS_MAX_TENSOR_TYPES]) {
+    if (!counts) return;
     memset(counts, 0, sizeof(int) * KVS_MAX_TENSOR_TYPES);
+    if (!m) return;
     for (int64_t i = 0; i < kvs_gguf_n_tensors(m->gguf); i++) {
         int t = kvs_gguf_tensor_at(m->gguf, i)->type;
         if (t >= 0 && t < KVS_MAX_TENSOR_TYPES) counts[t]++;
@@ -165,7 +169,7 @@ const kvs_wmat *kvs_model_tok_embd(const kvs_model *m) { return &m->tok_embd; }
 const kvs_wmat *kvs_model_output(const kvs_model *m) { return &m->output; }
 const float *kvs_model_output_norm(const kvs_model *m) { return m->output_norm; }
 const char *kvs_model_path(const kvs_model *m) { return m->path; }
-const char *kvs_model_rope_scaling(const kvs_model *m) { return m->rope_scaling ? m->rope_scaling : "none"; }
+const char *kvs_model_rope_scaling(const kvs_model *m) { return m && m->rope_scaling ? m->rope_scaling : "none"; }
 
 int kvs_model_memo_get(const kvs_model *m, int slot, uint8_t out[32]) {
     if (slot < 0 || slot >= KVS_MODEL_MEMO_N) return 0;

@@ -40,6 +40,7 @@ const char *kvs_deviation_name(kvs_deviation d) {
 }
 
 int kvs_deviation_parse(const char *name, kvs_deviation *out) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_deviation_parse: NULL out");
     for (int d = 0; name && d < N_DEVIATIONS; d++)
         if (!strcmp(name, g_deviation_names[d])) {
             *out = (kvs_deviation)d;

@@ -24,6 +24,7 @@ const char *kvs_repair_mode_name(kvs_repair_mode mode) {
 }
 
 int kvs_repair_mode_parse(const char *name, kvs_repair_mode *out) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_repair_mode_parse: NULL out");
     char names[256] = "";
     for (int i = 0; i < N_ROWS; i++) {
         if (name && !strcmp(name, g_rows[i]->name)) {
