@@ -330,7 +330,7 @@ KVS_API int kvs_context_n_ctx(const kvs_context *ctx);
  * a sequence is split into calls, or on the thread count. */
 KVS_API int kvs_decode(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits);
 /* Like kvs_decode, but logits (n_logits, n_vocab) receives the logits of the
- * last n_logits of the n tokens (1 <= n_logits <= n), for scoring a text
+ * last n_logits of the n tokens (0 <= n_logits <= n; 0: none), for scoring a text
  * (perplexity, teacher forcing) without one call per token. Same bits as
  * kvs_decode would give for each of those tokens. */
 KVS_API int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n,
@@ -366,7 +366,9 @@ KVS_API kvs_sampler_params kvs_sampler_default_params(void);
  * >= 0 (token_logprob may be NULL when token < 0), and the n_top best ids
  * (highest logit first, the lower id first on ties, NaN last) with theirs to
  * the caller's top_ids[n_top] and top_logprobs[n_top] (NULL when n_top is
- * 0). A -inf logit gives -inf. KVS_ERR_INVALID_ARG for n_vocab <= 0, n_top
+ * 0). A -inf logit gives -inf; a NaN logit gives NaN and is left out of the
+ * sum; +inf logits share the probability (-log of their count, the others
+ * -inf); all -inf gives -inf. KVS_ERR_INVALID_ARG for n_vocab <= 0, n_top
  * outside 0..n_vocab, a token >= n_vocab or a missing array; allocates
  * nothing for n_top <= 64, else scratch of n_top ids. */
 KVS_API int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float *token_logprob, int n_top,
@@ -650,7 +652,8 @@ typedef struct kvs_cache_dir_stats {
 
 /* Checks every entry header of dir (payload checksums are verified on use,
  * not here) and calls fn (may be NULL) for each valid one, of any model.
- * A missing dir is an empty cache. */
+ * A missing dir is an empty cache. When fn returns nonzero the scan stops
+ * there and *st holds what it had seen (unreachable counts then partial). */
 KVS_API int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st);
 /* kvs_cache_dir_scan (without a callback) that also reads every payload and
  * verifies its checksum: damaged counts payload damage too. Reads all of dir. */

@@ -284,6 +284,25 @@ TEST(test_logprobs) {
     CHECK_EQ_INT(kvs_logprobs(l, N, -1, NULL, N + 1, ids, lp), KVS_ERR_INVALID_ARG);
     CHECK_EQ_INT(kvs_logprobs(l, N, -1, NULL, 2, NULL, lp), KVS_ERR_INVALID_ARG);
     CHECK_EQ_INT(kvs_logprobs(l, 0, -1, NULL, 0, NULL, NULL), KVS_ERR_INVALID_ARG);
+    /* NaN, +inf, all -inf (an attack found each broke every logprob: NaN):
+     * a NaN logit is left out of the sum (its own logprob NaN, ranked last),
+     * +inf logits share the probability, nothing possible is -inf */
+    float m[6] = {1.0f, NAN, 2.0f, -INFINITY, 0.5f, 1.5f};
+    int32_t mid[6];
+    float mlp[6];
+    CHECK_EQ_INT(kvs_logprobs(m, 6, 2, &tok_lp, 6, mid, mlp), KVS_OK);
+    double mmass = 0.0;
+    for (int i = 0; i < 6; i++)
+        if (!isnan(mlp[i])) mmass += exp((double)mlp[i]);
+    CHECK(isfinite(tok_lp) && tok_lp < 0.0f && fabs(mmass - 1.0) < 1e-6);
+    CHECK(mid[5] == 1 && isnan(mlp[5]));
+    float inf2[4] = {INFINITY, 3.0f, INFINITY, NAN};
+    CHECK_EQ_INT(kvs_logprobs(inf2, 4, 0, &tok_lp, 4, mid, mlp), KVS_OK);
+    CHECK(fabsf(tok_lp + logf(2.0f)) < 1e-6f && mid[0] == 0 && mid[1] == 2 && mlp[1] == tok_lp);
+    CHECK(isinf(mlp[2]) && mlp[2] < 0 && isnan(mlp[3]));
+    float none[3] = {-INFINITY, -INFINITY, -INFINITY};
+    CHECK_EQ_INT(kvs_logprobs(none, 3, 1, &tok_lp, 0, NULL, NULL), KVS_OK);
+    CHECK(isinf(tok_lp) && tok_lp < 0);
 }
 
 /* Every out-of-range field is refused with KVS_ERR_INVALID_ARG and a message

@@ -209,6 +209,14 @@ void kvs_top_k_ids(const float *x, int n, int k, int32_t *out, int32_t *heap) {
     }
 }
 
+/* One logit's log-probability given the log-sum-exp: with n_inf +inf
+ * logits those share it (-log n_inf) and the rest get -inf; a NaN logit
+ * gives NaN. */
+static float logprob_of(float x, double lse, int n_inf) {
+    if (n_inf) return x == INFINITY ? (float)-log((double)n_inf) : x == x ? -INFINITY : x;
+    return (float)((double)x - lse);
+}
+
 int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float *token_logprob, int n_top, int32_t *top_ids,
                  float *top_logprobs) {
     if (!logits || n_vocab <= 0 || n_top < 0 || n_top > n_vocab || token >= n_vocab || (token >= 0 && !token_logprob) ||
@@ -218,18 +226,24 @@ int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float *token_l
                          "and arrays for what is asked", n_top, (int)token);
     /* The shift: the largest value that is not NaN (NaN compares false). */
     float max = -INFINITY;
-    for (int i = 0; i < n_vocab; i++)
+    int n_inf = 0; /* +inf logits: they share all of the probability */
+    for (int i = 0; i < n_vocab; i++) {
         if (logits[i] > max) max = logits[i];
+        n_inf += logits[i] == INFINITY;
+    }
+    /* NaN logits are left out of the sum (one had made every logprob NaN);
+     * all -inf (nothing possible) gives -inf everywhere */
     double sum = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max);
-    const double lse = (double)max + log(sum);
-    if (token >= 0) *token_logprob = (float)((double)logits[token] - lse);
+    for (int i = 0; !n_inf && max > -INFINITY && i < n_vocab; i++)
+        if (logits[i] == logits[i]) sum += exp((double)logits[i] - max);
+    const double lse = n_inf || max == -INFINITY ? 0.0 : (double)max + log(sum);
+    if (token >= 0) *token_logprob = logprob_of(logits[token], lse, n_inf);
     if (n_top == 0) return KVS_OK;
     int32_t small[64], *heap = n_top <= 64 ? small : malloc((size_t)n_top * sizeof *heap);
     if (!heap) return kvs_error(KVS_ERR_NOMEM, "logprobs: out of memory for %d ids", n_top);
     kvs_top_k_ids(logits, n_vocab, n_top, top_ids, heap);
     if (heap != small) free(heap);
-    for (int i = 0; i < n_top; i++) top_logprobs[i] = (float)((double)logits[top_ids[i]] - lse);
+    for (int i = 0; i < n_top; i++) top_logprobs[i] = logprob_of(logits[top_ids[i]], lse, n_inf);
     return KVS_OK;
 }
 
