@@ -356,23 +356,33 @@ typedef struct garbage_srv {
     pthread_t th;
 } garbage_srv;
 
-static void *garbage_main(void *arg) {
-    garbage_srv *g = arg;
-    uint64_t seed = 77;
+/* The fake servers' accept loop: each connection (its socket option opt,
+ * SO_RCVTIMEO or SO_SNDTIMEO, at 200 ms) answered by answer, then closed,
+ * until g->stop. */
+static void accept_loop(garbage_srv *g, int opt, void (*answer)(garbage_srv *g, int c)) {
     while (!g->stop) {
         int c = accept(g->fd, NULL, NULL);
         if (c < 0) continue;
         struct timeval tv = {0, 200000};
-        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        char buf[4096];
-        for (int k = 0; k < 20 && !g->stop; k++) {
-            if (read(c, buf, sizeof buf) <= 0) break;
-            for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)(rt_rand(&seed) >> 24);
-            if (k & 1) memcpy(buf, "$5\r\nhello\r\n", 11); /* sometimes well-formed, wrong */
-            if (send(c, buf, 64 + rt_rand(&seed) % 2000, MSG_NOSIGNAL) < 0) break;
-        }
+        setsockopt(c, SOL_SOCKET, opt, &tv, sizeof tv);
+        answer(g, c);
         close(c);
     }
+}
+
+static void garbage_one(garbage_srv *g, int c) {
+    static _Thread_local uint64_t seed = 77;
+    char buf[4096];
+    for (int k = 0; k < 20 && !g->stop; k++) {
+        if (read(c, buf, sizeof buf) <= 0) break;
+        for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)(rt_rand(&seed) >> 24);
+        if (k & 1) memcpy(buf, "$5\r\nhello\r\n", 11); /* sometimes well-formed, wrong */
+        if (send(c, buf, 64 + rt_rand(&seed) % 2000, MSG_NOSIGNAL) < 0) break;
+    }
+}
+
+static void *garbage_main(void *arg) {
+    accept_loop(arg, SO_RCVTIMEO, garbage_one);
     return NULL;
 }
 
@@ -438,18 +448,14 @@ TEST(garbage_answers) {
 /* A "server" that answers a command with a 4000-byte bulk string sent one
  * byte every 10 ms (40 s in all; it gives up after 3 s or when the client
  * hangs up): every socket read gets a byte well within a 50 ms timeout. */
+static void trickle_main_one(garbage_srv *g, int c) {
+    char buf[4096];
+    if (read(c, buf, sizeof buf) > 0 && send(c, "$4000\r\n", 7, MSG_NOSIGNAL) == 7)
+        for (int i = 0; i < 300 && !g->stop && send(c, "x", 1, MSG_NOSIGNAL) == 1; i++) rt_sleep_ms(10);
+}
+
 static void *trickle_main(void *arg) {
-    garbage_srv *g = arg;
-    while (!g->stop) {
-        int c = accept(g->fd, NULL, NULL);
-        if (c < 0) continue;
-        struct timeval tv = {0, 200000};
-        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        char buf[4096];
-        if (read(c, buf, sizeof buf) > 0 && send(c, "$4000\r\n", 7, MSG_NOSIGNAL) == 7)
-            for (int i = 0; i < 300 && !g->stop && send(c, "x", 1, MSG_NOSIGNAL) == 1; i++) rt_sleep_ms(10);
-        close(c);
-    }
+    accept_loop(arg, SO_RCVTIMEO, trickle_main_one);
     return NULL;
 }
 
@@ -469,35 +475,27 @@ TEST(trickled_reply_bounded_by_budget) {
 /* "Servers" that announce more than any Redis reply of ours holds: an
  * array of 2^31 - 1 elements, and a 4 GB bulk string followed by zeros as
  * fast as the socket takes them (a non-Redis service, or a damaged stream). */
-static void *big_array_main(void *arg) {
-    garbage_srv *g = arg;
-    while (!g->stop) {
-        int c = accept(g->fd, NULL, NULL);
-        if (c < 0) continue;
-        struct timeval tv = {0, 200000};
-        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        char buf[4096];
-        while (!g->stop && read(c, buf, sizeof buf) > 0 && send(c, "*2147483647\r\n", 13, MSG_NOSIGNAL) == 13) {
-        }
-        close(c);
+static void big_array_main_one(garbage_srv *g, int c) {
+    char buf[4096];
+    while (!g->stop && read(c, buf, sizeof buf) > 0 && send(c, "*2147483647\r\n", 13, MSG_NOSIGNAL) == 13) {
     }
+}
+
+static void *big_array_main(void *arg) {
+    accept_loop(arg, SO_RCVTIMEO, big_array_main_one);
     return NULL;
 }
 
-static void *huge_bulk_main(void *arg) {
-    garbage_srv *g = arg;
+static void huge_bulk_main_one(garbage_srv *g, int c) {
     static const char zeros[1 << 16];
-    while (!g->stop) {
-        int c = accept(g->fd, NULL, NULL);
-        if (c < 0) continue;
-        struct timeval tv = {0, 200000};
-        setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        char buf[4096];
-        if (read(c, buf, sizeof buf) > 0 && send(c, "$4000000000\r\n", 14, MSG_NOSIGNAL) == 14)
-            for (int i = 0; i < 65536 && !g->stop && send(c, zeros, sizeof zeros, MSG_NOSIGNAL) > 0; i++) {
-            }
-        close(c);
-    }
+    char buf[4096];
+    if (read(c, buf, sizeof buf) > 0 && send(c, "$4000000000\r\n", 14, MSG_NOSIGNAL) == 14)
+        for (int i = 0; i < 65536 && !g->stop && send(c, zeros, sizeof zeros, MSG_NOSIGNAL) > 0; i++) {
+        }
+}
+
+static void *huge_bulk_main(void *arg) {
+    accept_loop(arg, SO_SNDTIMEO, huge_bulk_main_one);
     return NULL;
 }
 
@@ -505,23 +503,19 @@ static void *huge_bulk_main(void *arg) {
  * of 1 KiB (a reply parsed as it comes, so the unread-bytes bound never
  * trips): only the deadline ends it, and past the deadline only the bytes
  * the socket held then are read. */
-static void *fast_array_main(void *arg) {
-    garbage_srv *g = arg;
+static void fast_array_main_one(garbage_srv *g, int c) {
     static char item[1024 + 16];
     const int n = snprintf(item, sizeof item, "$1024\r\n");
     memset(item + n, 'v', 1024);
     memcpy(item + n + 1024, "\r\n", 2);
-    while (!g->stop) {
-        int c = accept(g->fd, NULL, NULL);
-        if (c < 0) continue;
-        struct timeval tv = {0, 200000};
-        setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        char buf[4096];
-        if (read(c, buf, sizeof buf) > 0 && send(c, "*1048576\r\n", 11, MSG_NOSIGNAL) == 11)
-            for (int i = 0; i < 1048576 && !g->stop && send(c, item, (size_t)n + 1026, MSG_NOSIGNAL) > 0; i++) {
-            }
-        close(c);
-    }
+    char buf[4096];
+    if (read(c, buf, sizeof buf) > 0 && send(c, "*1048576\r\n", 11, MSG_NOSIGNAL) == 11)
+        for (int i = 0; i < 1048576 && !g->stop && send(c, item, (size_t)n + 1026, MSG_NOSIGNAL) > 0; i++) {
+        }
+}
+
+static void *fast_array_main(void *arg) {
+    accept_loop(arg, SO_SNDTIMEO, fast_array_main_one);
     return NULL;
 }
 
