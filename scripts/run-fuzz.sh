@@ -73,13 +73,14 @@ run_target() {
 }
 run_target fuzz_gguf "$secs" "$max_len" "$out/corpus"
 
-# The server's request parser (JSON -> request; needs only cJSON), seeded
-# with example bodies, for at most 30 s of the budget.
+# The server's request parser (JSON -> request; needs cJSON, and the UTF-8
+# repair of its error messages), seeded with example bodies, for at most 30 s
+# of the budget.
 mkdir -p "$out/serve_corpus"
 cp -f fuzz/serve_seeds/*.json "$out/serve_corpus/"
 # shellcheck disable=SC2046
-fuzz_cc $san fuzz/fuzz_serve_request.c server/request.c $(pkg-config --cflags --libs libcjson) \
-    -o "$out/fuzz_serve_request"
+fuzz_cc $san fuzz/fuzz_serve_request.c server/request.c src/tokenizer/unicode.c src/base/error.c \
+    $(pkg-config --cflags --libs libcjson) -o "$out/fuzz_serve_request"
 run_target fuzz_serve_request $(( secs < 30 ? secs : 30 )) 4096 "$out/serve_corpus"
 
 # The cache entry codecs (a Redis value, the disk tier's entry header in
