@@ -147,6 +147,13 @@ typedef struct req {
     kvs_doc_computer dc;
 } req;
 
+/* Doc segment s's KV from its chunk c, moved to the segment's slots. */
+static int place_doc(req *q, const kvs_chunk *c, const kvs_seg *s) {
+    kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
+    return kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
+                                kvs_context_fwd(q->ctx)->pool);
+}
+
 /* The first document right after a layout equal to the documents' own
  * prefix (no system prompt or chat turn before it) is an exact prefix: its
  * plain chunk was computed there, and a later request finds that chunk by
@@ -169,11 +176,7 @@ static int exact_first_doc(req *q, int *E) {
     kvs_chunk *c = NULL;
     st = kvs_seg_acquire_plain_doc(q->ctx, q->cache, lay, jd, kvs_seg_max_doc_len(lay, jd), q->opt.store_docs, &q->dc,
                                    &q->rep, &c);
-    if (!st) {
-        kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
-        st = kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
-                                  kvs_context_fwd(q->ctx)->pool); /* by 0: its own slots */
-    }
+    if (!st) st = place_doc(q, c, s); /* by 0: its own slots */
     kvs_chunk_unref(c);
     if (!st) *E = s->end;
     return st;
@@ -233,9 +236,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         kvs_chunk *c = NULL;
         if ((st = acquire_doc(q->ctx, cache, lay, j, j0, &q->opt, &q->dc, &q->rep, &c))) return st;
         double t0 = kvs_now_ms();
-        kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
-        st = kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
-                                  kvs_context_fwd(q->ctx)->pool);
+        st = place_doc(q, c, s);
         t_move += kvs_now_ms() - t0;
         kvs_chunk_unref(c);
         if (st) return st;
