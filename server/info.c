@@ -172,8 +172,9 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     if (!in) return srv_reply_error(c, &e);
     int chat = cJSON_GetObjectItemCaseSensitive(in, "messages") != NULL;
     /* Documents alone: lay them out as a chat request's documents would be. */
-    if (in && !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&
-        cJSON_GetObjectItemCaseSensitive(in, "documents")) {
+    const int docs_only = !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&
+                          cJSON_GetObjectItemCaseSensitive(in, "documents");
+    if (docs_only) {
         cJSON *msgs = cJSON_AddArrayToObject(in, "messages"), *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", "user");
         cJSON_AddStringToObject(m, "content", "");
@@ -187,6 +188,7 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
                                &req, &e);
     free(norm);
     if (st) return srv_reply_error(c, &e);
+    req.docs_only = docs_only;
     srv_job *j = srv_job_new(s->model, &req, s->n_ctx, 1, &e);
     if (!j) return srv_reply_error(c, &e);
     j->warm_only = 1;

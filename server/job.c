@@ -163,6 +163,14 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt has no tokens");
         goto fail;
     }
+    /* a documents-only warm: its messages are the warm's own, added around
+     * the documents, so name these */
+    if (j->n_prompt >= n_ctx && j->req.docs_only) {
+        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded", "documents",
+                      "this model's context holds %d tokens, but the documents take %d laid out as a prompt (at "
+                      "most %d fit): give fewer or shorter documents", n_ctx, j->n_prompt, n_ctx - 1);
+        goto fail;
+    }
     if (j->n_prompt >= n_ctx) {
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
                       j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",

@@ -20,11 +20,11 @@ typedef struct srv_hist {
     uint64_t n;
 } srv_hist;
 
-#define SRV_STATUS_CODES 9
+#define SRV_STATUS_CODES 11 /* metrics.c's status_codes */
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
-    uint64_t requests[SRV_STATUS_CODES];   /* by HTTP status, see srv_metrics.c's table */
+    uint64_t requests[SRV_STATUS_CODES];   /* by HTTP status, see metrics.c's table */
     uint64_t prompt_tokens[4];             /* by srv_source: cached, moved, recomputed, computed */
     uint64_t decode_tokens;
     uint64_t finished[5];                  /* by srv_finish */

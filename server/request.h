@@ -29,7 +29,7 @@ typedef enum srv_kind { SRV_KIND_CHAT = 0, SRV_KIND_COMPLETION = 1 } srv_kind;
 
 /* An error for the client: HTTP status + OpenAI's {"error": {...}} fields. */
 typedef struct srv_error {
-    int http;          /* 400, 401, 404, 413, 429, 500, 503 */
+    int http;          /* 400, 401, 404, 405, 413, 429, 500, 501, 503 (metrics.c counts each) */
     char type[40];     /* "invalid_request_error", "authentication_error", ... */
     char code[48];     /* "" or e.g. "context_length_exceeded" */
     char param[64];    /* "" or the offending field */
@@ -65,6 +65,8 @@ typedef struct srv_request {
      * "scale"} (kvs_recal_params); 0, 0 = off */
     float recal_temperature, recal_scale;
     int bake_neighbours;        /* warm: bake_with_neighbours K, -1 for doc_set, 0 = no baking */
+    int docs_only;              /* warm: documents without messages or prompt (set by info.c, not
+                                 * parsed: the empty user message is its own): errors name documents */
     int max_tokens;             /* 0 = the server's default */
     int n;                      /* choices, 1..SRV_MAX_CHOICES (each a job of its own: complete.c) */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */

@@ -35,6 +35,10 @@ M=(-m "$MODEL")
 # the command line itself
 mistake no_command 2 "usage: kvstitch COMMAND"
 mistake unknown_command 2 "unknown command 'frobnicate'" frobnicate
+# version takes no arguments (a stray one had been ignored, exit 0)
+mistake version_extra 2 "kvstitch version: unexpected argument 'extra'" version extra
+mistake version_dashdash_extra 2 "kvstitch version: unexpected argument 'extra'" --version extra
+mistake version_unknown_option 2 "kvstitch version: unknown option: --json" version --json
 # generate: required arguments and combinations
 mistake gen_no_model 2 "-m MODEL is required" generate -p hi
 mistake gen_no_prompt 2 "exactly one of -p TEXT or -f FILE" generate "${M[@]}"
@@ -62,6 +66,18 @@ mistake gen_n_trailing_space 2 "--n-predict must be an integer in [0, 1048576], 
 mistake gen_temp_leading_space 2 "--temp must be a number in [0, 100], got ' 0.5' (not a number)" generate "${M[@]}" -p hi --temp " 0.5"
 mistake gen_seed_leading_space 2 "--seed must be an integer in [0, " generate "${M[@]}" -p hi --seed $'\t3'
 mistake warm_bytes_leading_space 2 "--cache-max-bytes" warm "${M[@]}" --cache-dir "$D" --cache-max-bytes " 1M" hi
+# numbers are plain decimal, as serve's (strtol/strtod had taken -n +5 as 5, --temp 0x1 as 1, --temp 1e-1 as 0.1)
+mistake gen_n_plus 2 "--n-predict must be an integer in [0, 1048576], got '+5' (a '+' sign is not accepted)" generate "${M[@]}" -p hi -n +5
+mistake gen_n_hex 2 "--n-predict must be an integer in [0, 1048576], got '0x10' (not an integer)" generate "${M[@]}" -p hi -n 0x10
+mistake gen_temp_plus 2 "--temp must be a number in [0, 100], got '+0.5' (a '+' sign is not accepted)" generate "${M[@]}" -p hi --temp +0.5
+mistake gen_temp_hex 2 "--temp must be a number in [0, 100], got '0x1' (not a plain decimal number" generate "${M[@]}" -p hi --temp 0x1
+mistake gen_temp_exponent 2 "--temp must be a number in [0, 100], got '1e-1' (not a plain decimal number" generate "${M[@]}" -p hi --temp 1e-1
+mistake gen_penalty_minus_plus 2 "--presence-penalty must be a number in [-2, 2], got '-+1' (not a number)" generate "${M[@]}" -p hi --presence-penalty -+1
+mistake gen_seed_plus 2 "--seed must be an integer in [0, 18446744073709551615], got '+3' (a '+' sign is not accepted)" generate "${M[@]}" -p hi --seed +3
+mistake warm_redis_timeout_plus 2 "--redis-timeout must be an integer in [1, 60000], got '+50' (a '+' sign is not accepted)" \
+    warm "${M[@]}" --redis redis://127.0.0.1:1 --redis-timeout +50 hi
+mistake cache_redis_timeout_plus 2 "--redis-timeout expects a decimal integer, got '+50'" \
+    cache --redis redis://127.0.0.1:1 --redis-timeout +50 stats
 # a single-valued option given twice: refused (it had kept the last value silently)
 mistake gen_prompt_twice 2 "-p given more than once (again with 'b'): it takes one value" generate "${M[@]}" -p a -p b
 mistake gen_n_twice 2 "--n-predict given more than once (again with '8'): it takes one value" generate "${M[@]}" -p a -n 4 --n-predict=8

@@ -93,14 +93,32 @@ static int choice_ok(const char *choices, const char *v) {
  * refused alike. */
 static int number_start(const char *v) { return *v && !isspace((unsigned char)*v); }
 
+/* NULL if v, which strto* took whole, is plain decimal: an optional '-',
+ * digits and, where frac, one '.' between digits (serve's rule, and its
+ * negative numbers); else why not. strtol had also taken "+5", strtod
+ * "0x1" and "1e-1". */
+static const char *not_plain_decimal(const char *v, int frac) {
+    if (*v == '+') return "a '+' sign is not accepted";
+    int digits = 0, dot = 0;
+    for (const char *p = v + (*v == '-'); *p; p++) {
+        if (isdigit((unsigned char)*p)) digits++;
+        else if (*p == '.' && frac && !dot && digits && isdigit((unsigned char)p[1])) dot = 1;
+        else return frac ? "not a plain decimal number: digits and one '.' between them, no exponent or hex"
+                         : "not an integer";
+    }
+    return digits ? NULL : frac ? "not a number" : "not an integer";
+}
+
 /* Converts and checks v for row o, storing it into opts. 0 or 2. */
 static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, void *opts) {
     char *field = (char *)opts + o->offset, *end = NULL;
+    const char *why;
     errno = 0;
     switch (o->kind) {
     case CLI_INT: {
         long x = strtol(v, &end, 10);
         if (!number_start(v) || *end) return bad_value(cmd->name, o, v, "not an integer");
+        if ((why = not_plain_decimal(v, 0))) return bad_value(cmd->name, o, v, why);
         if (errno || x < o->min || x > o->max) return bad_value(cmd->name, o, v, "out of range");
         *(int *)field = (int)x;
         return 0;
@@ -109,6 +127,7 @@ static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, vo
         double x = strtod(v, &end);
         if (!number_start(v) || *end) return bad_value(cmd->name, o, v, "not a number");
         if (!isfinite(x)) return bad_value(cmd->name, o, v, "not a finite number");
+        if ((why = not_plain_decimal(v, 1))) return bad_value(cmd->name, o, v, why);
         if (x < o->min || x > o->max || (o->min_open && x == o->min)) return bad_value(cmd->name, o, v, "out of range");
         *(float *)field = (float)x;
         return 0;
@@ -117,6 +136,7 @@ static int set_value(const cli_command *cmd, const cli_opt *o, const char *v, vo
         unsigned long long x = strtoull(v, &end, 10);
         if (!number_start(v) || *end || *v == '-' || errno)
             return bad_value(cmd->name, o, v, "not a non-negative integer");
+        if ((why = not_plain_decimal(v, 0))) return bad_value(cmd->name, o, v, why);
         *(unsigned long long *)field = x;
         return 0;
     }

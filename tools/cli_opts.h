@@ -6,9 +6,11 @@
  * the row), so the two cannot drift apart.
  *
  * A usage error prints "kvstitch CMD: OPTION: VALUE ...: expected RANGE"
- * on stderr and makes the command exit with 2. Numbers are refused with
- * white space on either side; a valued option given twice is refused
- * unless its row is repeatable (max_count or repeatable).
+ * on stderr and makes the command exit with 2. Numbers are plain decimal
+ * (an optional '-', digits, one '.' for CLI_FLOAT): refused with white
+ * space on either side, a '+' sign, an exponent or hex; a valued option
+ * given twice is refused unless its row is repeatable (max_count or
+ * repeatable).
  *
  *   static const cli_opt opts[] = {
  *       CLI_INT_OPT("-n", "--n-predict", gen_opts, n_predict, 0, 1 << 20, "N", "new tokens at most (default 128)"),

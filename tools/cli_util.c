@@ -20,8 +20,9 @@ int cli_parse_int(const char *opt, const char *s, int *out) {
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || isspace((unsigned char)*s) || *end || errno || v < INT_MIN || v > INT_MAX) {
-        fprintf(stderr, "kvstitch: %s expects an integer, got '%s'\n", opt, s ? s : "");
+    /* plain decimal, as the option table's numbers (strtol had taken "+5") */
+    if (!s || !*s || isspace((unsigned char)*s) || *s == '+' || *end || errno || v < INT_MIN || v > INT_MAX) {
+        fprintf(stderr, "kvstitch: %s expects a decimal integer, got '%s'\n", opt, s ? s : "");
         return -1;
     }
     *out = (int)v;
@@ -32,8 +33,8 @@ int cli_parse_u64(const char *opt, const char *s, unsigned long long *out) {
     char *end;
     errno = 0;
     unsigned long long v = s ? strtoull(s, &end, 10) : 0;
-    if (!s || !*s || isspace((unsigned char)*s) || *end || errno || *s == '-') {
-        fprintf(stderr, "kvstitch: %s expects a non-negative integer, got '%s'\n", opt, s ? s : "");
+    if (!s || !*s || isspace((unsigned char)*s) || *end || errno || *s == '-' || *s == '+') {
+        fprintf(stderr, "kvstitch: %s expects a non-negative decimal integer, got '%s'\n", opt, s ? s : "");
         return -1;
     }
     *out = v;

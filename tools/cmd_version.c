@@ -7,9 +7,16 @@
 #define KVS_GIT_DESCRIBE "unknown"
 #endif
 
+/* No options and no arguments: a stray one is a usage error (it had been
+ * ignored, exit 0); --help prints the usage. */
+static const cli_command k_cmd = {"version",
+                                  "usage: kvstitch version   (or kvstitch --version)\n"
+                                  "prints the library version, the build's git describe and the CPU's kernel paths\n",
+                                  NULL, 0, NULL, NULL};
+
 int cmd_version(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    int rc = cli_parse(&k_cmd, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
 #if defined(KVS_VERSION_MAJOR) && defined(KVS_VERSION_MINOR) && defined(KVS_VERSION_PATCH)
     printf("kvstitch %d.%d.%d (git %s)\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH, KVS_GIT_DESCRIBE);
 #else

@@ -321,6 +321,14 @@ def test_context_length_exceeded(server, client):
     with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "word " * 3000}], max_tokens=4)
     assert ei.value.code == "context_length_exceeded"
+    # /v1/cache/warm with documents alone: what is too long is the documents
+    # (the error had named 'messages', a field the request does not have)
+    e = error_of(server.post("/v1/cache/warm", {"documents": ["word " * 1200, "other word " * 600]}), 400)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "documents", e
+    assert "the documents take" in e["message"] and "messages" not in e["message"], e
+    # with messages beside them, the prompt is still named as before
+    e = error_of(server.post("/v1/cache/warm", {"messages": [{"role": "user", "content": "word " * 3000}]}), 400)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "messages", e
 
 
 def test_body_too_large(server):

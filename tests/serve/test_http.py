@@ -1,6 +1,7 @@
 """The HTTP layer under attack, through raw sockets (an attack on the server):
 framing that two readers could take differently, a body announced over the
 limit, and connections that never finish their request (slowloris)."""
+import re
 import select
 import socket
 import time
@@ -107,6 +108,30 @@ def test_unknown_transfer_coding_refused_at_once(server):
                            b"Transfer-Encoding: gzip\r\n\r\n" + TOKENIZE)
     assert out.startswith(b"HTTP/1.1 501") and b'"code":"invalid_header"' in out and b"gzip" in out, out[:300]
     assert closed and time.time() - t0 < 1.5 * SLOW
+
+
+def requests_by_status(server):
+    """kvstitch_requests_total of /metrics: {status: count}."""
+    text = requests.get(server.url + "/metrics", timeout=30).text
+    found = (re.match(r'kvstitch_requests_total\{status="(\d+)"\} (\d+)$', l) for l in text.splitlines())
+    return {int(m.group(1)): int(m.group(2)) for m in found if m}
+
+
+def test_metrics_count_every_status(server):
+    # The CORS preflight's 204 and the unknown transfer coding's 501 were
+    # answered but not counted in kvstitch_requests_total (its table of
+    # statuses lacked them). Every status the server sends has its line.
+    before = requests_by_status(server)
+    assert set(before) == {200, 204, 400, 401, 404, 405, 413, 429, 500, 501, 503}, before
+    r = requests.options(server.url + "/v1/chat/completions", timeout=10)
+    assert r.status_code == 204, r.text
+    out, _ = exchange(server.port, b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + auth(server) +
+                      b"Transfer-Encoding: gzip\r\n\r\n" + TOKENIZE)
+    assert out.startswith(b"HTTP/1.1 501"), out[:300]
+    assert requests.get(server.url + "/nowhere", timeout=10).status_code == 404  # counted before too
+    after = requests_by_status(server)
+    for status in (204, 501, 404):
+        assert after[status] == before[status] + 1, (status, before, after)
 
 
 def test_body_over_the_limit_answered_before_it_is_read(server):
