@@ -563,6 +563,15 @@ KVS_API int kvs_cache_flush(kvs_cache *cache, int timeout_ms);
 KVS_API int kvs_cache_clear(kvs_cache *cache, int and_disk);
 /* The fingerprint as 64 hex digits + NUL. */
 KVS_API void kvs_cache_fingerprint_hex(const kvs_cache *cache, char hex[65]);
+/* The fingerprint a cache of model with KV dtype kv_type roots its keys in
+ * (what kvs_cache_fingerprint_hex gives for such a cache), as 64 hex digits
+ * + NUL, without opening one. The KV dtype is part of it: the same model's
+ * entries in another KV dtype carry another fingerprint (`cache stats -m`
+ * tells a model's KV types apart with it). Costs a short forward pass the
+ * first time per KV dtype, and hashing the weights if no cache of this model
+ * handle has done it; both are remembered in the handle. Thread-safe. On
+ * failure hex is untouched. */
+KVS_API int kvs_model_fingerprint_hex(kvs_model *model, kvs_kv_type kv_type, char hex[65]);
 
 typedef struct kvs_cache_stats {
     int chunk_tokens;
@@ -638,7 +647,8 @@ KVS_API int kvs_cache_ls(kvs_cache *cache, kvs_cache_entry_fn fn, void *user);
 typedef struct kvs_cache_dir_stats {
     uint64_t entries;        /* valid entries (any model) */
     uint64_t bytes;          /* their file bytes */
-    uint64_t models;         /* distinct fingerprints among them */
+    uint64_t models;         /* distinct fingerprints among them (a model's entries in another
+                              * KV dtype have another: kvs_model_fingerprint_hex) */
     uint64_t damaged;        /* files that fail a check: bad magic/version/header, truncated */
     uint64_t unreadable;     /* read errors, and an entry's name on what is not a regular file
                               * (FIFO, directory, symlink...: counted here only, never read) */

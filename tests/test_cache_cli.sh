@@ -185,6 +185,46 @@ gen -f "$tmp/a.txt" --cache-dir "$T" >"$tmp/ta.json"
 "$CLI" cache stats --cache-dir "$T" --json >"$tmp/ts2.json"
 [ "$(j "$tmp/ts2.json" 'd["models"]')" = 2 ] && ok cache_cli_two_models || fail cache_cli_two_models "$(cat "$tmp/ts2.json")"
 
+# --- one model in two KV types: stats -m tells them apart ---------------------------------
+# The KV type is part of the fingerprint: this model's q8 entries had counted as "other models'"
+# beside the f16 view that -m opened (and there was no --kv-type to look at them).
+"$CLI" warm -m "$MODEL" --cache-dir "$T" --threads 2 --kv-type q8 --json -f "$tmp/doc.txt" >"$tmp/wq.json" 2>"$tmp/e" \
+    || fail cache_cli_stats_by_kv_type "q8 warm: $(cat "$tmp/e")"
+n_q8=$(j "$tmp/wq.json" 'd["prompts"][0]["chunks_stored"]')
+"$CLI" cache stats --cache-dir "$T" -m "$MODEL" --json >"$tmp/k16.json" 2>"$tmp/e"
+"$CLI" cache stats --cache-dir "$T" -m "$MODEL" --kv-type q8 --json >"$tmp/kq8.json" 2>>"$tmp/e"
+"$CLI" cache ls --cache-dir "$T" -m "$MODEL" --kv-type q8 --json >"$tmp/lq8.json" 2>>"$tmp/e"
+"$CLI" cache stats --cache-dir "$T" -m "$MODEL" >"$tmp/k16.txt" 2>>"$tmp/e"
+if python3 - "$tmp/k16.json" "$tmp/kq8.json" "$tmp/lq8.json" "$n_tiny" "$n_q8" <<'PY'
+import json, sys
+f16, q8, ls = (json.load(open(f)) for f in sys.argv[1:4])
+n_tiny, n_q8 = int(sys.argv[4]), int(sys.argv[5])
+a, q = f16["model"], q8["model"]
+k = a["kv_types"]
+assert sorted(k) == ["f16", "f32", "q8"], k
+assert a["kv_type"] == "f16" and k["f16"]["fingerprint"] == a["fingerprint"] and k["f16"]["entries"] == a["entries"] > 0, a
+assert k["q8"]["entries"] == n_q8 > 0 and k["q8"]["kv_bytes"] > 0 and k["f32"]["entries"] == k["f32"]["kv_bytes"] == 0, k
+assert len({t["fingerprint"] for t in k.values()}) == 3, k
+# other_models: the tiny model's entries only; foreign keeps its meaning (every other fingerprint)
+assert a["other_models"] == n_tiny and a["foreign"] == n_tiny + n_q8, a
+assert k["f16"]["entries"] + n_q8 + n_tiny == f16["entries"], (f16["entries"], k)
+# --kv-type q8: the model's view is of its q8 fingerprint; the breakdown is the same
+assert q["kv_type"] == "q8" and q["fingerprint"] == k["q8"]["fingerprint"], q
+assert q["entries"] == q["prefix_reachable"] == n_q8 and q["kv_types"] == k and q["other_models"] == n_tiny, q
+e = ls["entries"]
+assert len(e) == n_q8 and all(x["kv_type"] == "q8" and x["fingerprint"] == q["fingerprint"] for x in e), e[:2]
+assert sum(x["kv_bytes"] for x in e) == k["q8"]["kv_bytes"], (sum(x["kv_bytes"] for x in e), k)
+PY
+then
+    grep -q "by KV type: *f16 [0-9]* entries (.*), q8 $n_q8 entries" "$tmp/k16.txt" \
+        && grep -q "other models': *$n_tiny entries" "$tmp/k16.txt" \
+        && ok cache_cli_stats_by_kv_type || fail cache_cli_stats_by_kv_type "$(cat "$tmp/k16.txt" "$tmp/e")"
+else
+    fail cache_cli_stats_by_kv_type "$(cat "$tmp/k16.json" "$tmp/kq8.json" "$tmp/e")"
+fi
+usage_err cache_cli_err_kv_type_needs_model "goes with -m" cache stats --cache-dir "$T" --kv-type q8
+usage_err cache_cli_err_kv_type_unknown "unknown KV type 'q4'" cache ls --cache-dir "$T" -m "$MODEL" --kv-type q4
+
 # --- clear ----------------------------------------------------------------------------------
 "$CLI" cache clear --cache-dir "$T" --json >"$tmp/c.json" \
     && [ "$(j "$tmp/c.json" 'd["removed"]')" -gt "$n_tiny" ] \

@@ -9,6 +9,7 @@
  * the entries counted as foreign, the output a cold run's), while with the
  * hook off the same directory serves the whole prefix (so the check can
  * fail). A component left out of the hash would make its row fail.
+ * kvs_model_fingerprint_hex gives a cache's fingerprint without one.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -180,6 +181,37 @@ TEST(edited_metadata_never_served) {
     unlink(path);
 }
 
+/* kvs_model_fingerprint_hex, without a cache, is what a cache of each KV
+ * type roots its keys in (`cache stats -m` sorts entries by KV type with
+ * it), one per KV type; a model handle loaded again gets the same. */
+TEST(model_fingerprint_per_kv_type) {
+    kvs_fingerprint_test_perturb(0);
+    char hex[3][65];
+    const kvs_kv_type types[3] = {KVS_KV_F16, KVS_KV_F32, KVS_KV_Q8};
+    kvs_model *m2 = NULL;
+    CHECK_EQ_INT(kvs_model_load(kt_model_path(), kvs_model_default_params(), &m2), KVS_OK);
+    for (int t = 0; t < 3; t++) {
+        CHECK_EQ_INT(kvs_model_fingerprint_hex(g_model, types[t], hex[t]), KVS_OK);
+        kvs_cache_params cp = kvs_cache_default_params();
+        cp.kv_type = types[t];
+        kvs_cache *c = NULL;
+        char of_cache[65] = "", again[65] = "";
+        CHECK_EQ_INT(kvs_cache_open(g_model, cp, &c), KVS_OK);
+        kvs_cache_fingerprint_hex(c, of_cache);
+        kvs_cache_free(c);
+        CHECK_MSG(!strcmp(hex[t], of_cache), "%s: %s, a cache of it: %s", kvs_kv_type_name(types[t]), hex[t], of_cache);
+        if (m2) CHECK_EQ_INT(kvs_model_fingerprint_hex(m2, types[t], again), KVS_OK);
+        CHECK_MSG(!strcmp(hex[t], again), "%s: another handle of the model: %s", kvs_kv_type_name(types[t]), again);
+        for (int u = 0; u < t; u++) CHECK_MSG(strcmp(hex[t], hex[u]), "%s and %s share a fingerprint",
+                                              kvs_kv_type_name(types[t]), kvs_kv_type_name(types[u]));
+    }
+    char untouched[65] = "x";
+    CHECK_EQ_INT(kvs_model_fingerprint_hex(g_model, (kvs_kv_type)77, untouched), KVS_ERR_INVALID_ARG);
+    CHECK(!strcmp(untouched, "x"));
+    CHECK_EQ_INT(kvs_model_fingerprint_hex(NULL, KVS_KV_F16, untouched), KVS_ERR_INVALID_ARG);
+    kvs_model_free(m2);
+}
+
 static int setup(void) {
     const char *mp = kt_model_path();
     if (!mp) return -1;
@@ -215,6 +247,7 @@ int main(void) {
     RUN(layers_never_served);
     RUN(metadata_never_served);
     RUN(edited_metadata_never_served);
+    RUN(model_fingerprint_per_kv_type);
     kvs_fingerprint_test_perturb(0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -5,7 +5,8 @@
 # first_logits_sha256 and tokens), with the default per-operation timeout.
 # The same on a 3-master + 3-replica Redis Cluster. Then outages through the
 # CLI (Redis down, DEBUG SLEEP, a damaged value): output equal to cold, exit
-# 0. cache stats/ls/clear on Redis (SCAN on kvs:*, other keys untouched).
+# 0. cache stats/ls/clear on Redis (SCAN on kvs:*, other keys untouched; -m: the model's
+# entries by KV type). A prompt's partial tail chunk serves a prompt that extends it.
 # Every redis-server is started here on a free loopback port (maxmemory +
 # allkeys-lru, as README recommends) and killed on exit.
 #
@@ -97,8 +98,10 @@ open(sys.argv[2] + "/a.txt", "w").write(a)
 # B: A's first 95% (cut at a space), then other text
 cut = a.rfind(" ", 0, n * 95 // 100)
 open(sys.argv[2] + "/b.txt", "w").write(a[:cut] + " Meanwhile, in another story entirely, " + text[n * 3 : n * 3 + n // 20])
-# C: ~370 tokens for the outage checks (six grid chunks)
-open(sys.argv[2] + "/c.txt", "w").write(text[60000:61700])
+# C: ~370 tokens for the outage checks (six grid chunks); C2 extends it
+c = text[60000:61700]
+open(sys.argv[2] + "/c.txt", "w").write(c)
+open(sys.argv[2] + "/c2.txt", "w").write(c + "\n\nQuestion: who is named above?")
 PY
 
 start_cluster & cluster_job=$!
@@ -144,12 +147,54 @@ gen --redis "$URL" -f "$tmp/b.txt" --no-store >"$tmp/b.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/ls.json" 'len(d["entries"]) == '"$(j "$tmp/s.json" 'd["entries"]')"' and d["entries"][0]["pos0"] == 0 and len(d["entries"][0]["text"]) > 0')" = True ] \
     && ok redis_cli_cache_ls || fail redis_cli_cache_ls "$(head -c 600 "$tmp/ls.json") $(cat "$tmp/e")"
 
+# One model in two KV types (C warmed as q8 beside A's f16): stats -m breaks the model's entries
+# down by KV type (it had shown no model view on Redis at all), --kv-type picks the view and the
+# chunks ls -m lists.
+timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL" --redis-timeout 2000 --kv-type q8 --json -f "$tmp/c.txt" >"$tmp/wq.json" 2>"$tmp/e" \
+    || fail redis_cli_cache_stats_by_kv_type "q8 warm: $(cat "$tmp/e")"
+"$CLI" cache stats --redis "$URL" -m "$MODEL" --json >"$tmp/sk.json" 2>"$tmp/e"
+"$CLI" cache stats --redis "$URL" -m "$MODEL" --kv-type q8 --json >"$tmp/skq.json" 2>>"$tmp/e"
+"$CLI" cache ls --redis "$URL" -m "$MODEL" --kv-type q8 --json >"$tmp/lsq.json" 2>>"$tmp/e"
+"$CLI" cache stats --redis "$URL" -m "$MODEL" >"$tmp/sk.txt" 2>>"$tmp/e"
+python3 - "$tmp/s.json" "$tmp/sk.json" "$tmp/skq.json" "$tmp/lsq.json" "$tmp/wq.json" <<'PY' \
+    && grep -q "by KV type: *f16 [0-9]* entries (.*), q8 [0-9]* entries" "$tmp/sk.txt" \
+    && ok redis_cli_cache_stats_by_kv_type || fail redis_cli_cache_stats_by_kv_type "$(cat "$tmp/sk.json" "$tmp/skq.json" "$tmp/sk.txt" "$tmp/e")"
+import json, sys
+before, s, sq, ls, w = (json.load(open(f)) for f in sys.argv[1:6])
+n16, n_q8 = before["entries"], w["prompts"][0]["chunks_stored"]
+m, q = s["model"], sq["model"]
+k = m["kv_types"]
+assert n_q8 > 0 and s["entries"] == n16 + n_q8 and s["models"] == 2, (s, n16, n_q8)
+assert m["kv_type"] == "f16" and m["fingerprint"] == k["f16"]["fingerprint"] and m["entries"] == k["f16"]["entries"] == n16, m
+assert k["q8"]["entries"] == n_q8 and k["f32"]["entries"] == 0 and m["other_models"] == 0, m
+assert q["kv_type"] == "q8" and q["fingerprint"] == k["q8"]["fingerprint"] != m["fingerprint"] and q["entries"] == n_q8, q
+e = ls["entries"]
+assert len(e) == n_q8 and all(x["kv_type"] == "q8" and x["fingerprint"] == q["fingerprint"] for x in e), e[:2]
+assert sum(x["kv_bytes"] for x in e) == k["q8"]["kv_bytes"], k
+PY
+
 # --- outages through the CLI, on prompt C in db 1: output equals cold, exit 0 ------------
 URL1="$URL/1"
 timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL1" --redis-timeout 2000 --json -f "$tmp/c.txt" >"$tmp/wc.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/wc.json" 'd["prompts"][0]["chunks_stored"] >= 4 and d["redis_write_errors"] + d["redis_dropped"] == 0')" = True ] \
     && ! grep -q 'not written to Redis' "$tmp/e" \
     && ok redis_cli_warm_c || fail redis_cli_warm_c "$(cat "$tmp/wc.json" "$tmp/e")"
+# C ends off the grid: its partial tail is in Redis too, and a fresh process serves it to C2,
+# which extends C, up to their last common token (a lookup asks Redis for C2's grid chunks, whose
+# keys never name C's shorter tail: the tail had been written and never read, C2 got 320 tokens)
+k=$(for f in c c2; do "$CLI" tokenize -m "$MODEL" -f "$tmp/$f.txt"; done | python3 -c 'import sys
+a, b = (l.split() for l in sys.stdin)
+k = 0
+while k < min(len(a), len(b)) and a[k] == b[k]: k += 1
+print(k)')
+gen -f "$tmp/c2.txt" >"$tmp/cold_c2.json" 2>"$tmp/e" || fail redis_cli_partial_tail_served "$(cat "$tmp/e")"
+if [ "$((k % 64))" -ne 0 ] && [ "$(j "$tmp/wc.json" 'd["prompts"][0]["partial_tail_tokens"]')" -gt 0 ]; then
+    gen --redis "$URL1" -f "$tmp/c2.txt" --no-store >"$tmp/c2.json" 2>"$tmp/e" \
+        && same_as_cold redis_cli_partial_tail_served "$tmp/c2.json" "$k" "$tmp/cold_c2.json" \
+        || fail redis_cli_partial_tail_served "$(cat "$tmp/e")"
+else
+    fail redis_cli_partial_tail_served "C and C2 share $k tokens: not inside a tail, the check would not check it"
+fi
 dead=$((P + 1)); while ! port_free $dead; do dead=$((dead + 1)); done
 # writes to a Redis that is down are said to be lost (they had been reported
 # as stored, with no warning): JSON counts and a warning on stderr

@@ -4,7 +4,10 @@
  * chunk missing in Redis ends the reuse exactly before it; a chunk that
  * disappears from Redis after it was indexed (lookup, then eviction from RAM,
  * then DEL) ends the reuse there too, and the rest is a miss, never wrong
- * bytes; another model's store never sees the chunks. */
+ * bytes; another model's store never sees the chunks. A prompt's partial
+ * tail chunk (shorter than the grid step) is served to a later prompt that
+ * extends it, as RAM and the cache directory serve it, never to one that
+ * diverges inside it. */
 #include "harness.h"
 #include "test_kv_fake.h"
 #include "test_redis_util.h"
@@ -113,7 +116,92 @@ TEST(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk) {
     rt_redis_stop(&r);
 }
 
+/* n_cached of a lookup of the first n of tokens into a zeroed buffer, every
+ * served slot checked against cold (the cold KV of tokens). */
+static int served_n(kvs_store *s, const int32_t *tokens, int n, const fake_kv *cold) {
+    fake_kv *w = fake_kv_new(SHAPE, N_TOK);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_into(s, tokens, n, &w->kv, &hit), KVS_OK);
+    int got = hit.n_cached;
+    CHECK_MSG(got == 0 || fake_kv_equal(w, cold, 0, got), "served KV differs from cold in [0, %d)", got);
+    kvs_prefix_hit_release(&hit);
+    fake_kv_free(w);
+    return got;
+}
+
+/* Prompt A (300 tokens: 4 grid chunks and a 44-token tail [256, 300)) is
+ * stored through Redis; a fresh store (empty RAM, Redis only) then looks up
+ * prompts that start with A. The tail had been written but never read: a
+ * lookup asks for the grid chunks of the new prompt, and [256, 320) or
+ * [256, 399) is not A's [256, 300), so every longer prompt got 256 tokens
+ * where a store holding A in RAM or in its directory gives 300. */
+TEST(partial_tail_served_to_a_prompt_that_extends_it) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 3);
+    enum { A = 300 };
+    int32_t tokens[N_TOK], other[N_TOK];
+    uint64_t seed = 12;
+    for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(rt_rand(&seed) % 30000);
+    memcpy(other, tokens, sizeof other);
+    other[280] = (tokens[280] + 1) % 30000; /* diverges inside A's tail */
+    fake_kv *cold = fake_kv_new(SHAPE, N_TOK), *cold_other = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(cold, tokens, N_TOK);
+    fake_kv_fill(cold_other, other, N_TOK);
+
+    kvs_store *a = open_store(&fp, r.port);
+    kvs_put_report rep;
+    CHECK_EQ_INT(kvs_store_put_prefix(a, tokens, A, 64, NULL, 0, &cold->kv, &rep), KVS_OK);
+    CHECK_EQ_INT(rep.n_new, 5);
+    CHECK_EQ_INT(rep.partial_tail, A - 256);
+    /* the reference: A's own store (its RAM index) serves the whole tail */
+    CHECK_EQ_INT(served_n(a, tokens, 399, cold), A);
+    kvs_store_free(a); /* waits for the queued writes */
+
+    kvs_key keys[5];
+    kvs_span spans[5];
+    int n_spans = 0;
+    CHECK_EQ_INT(kvs_chunking_split(A, 0, 64, NULL, 0, spans, 5, &n_spans), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, tokens, spans, n_spans, keys), KVS_OK);
+    char key[96];
+    redis_key(&fp, &keys[4], key);
+    redisReply *x = rt_cmd(r.port, "EXISTS %s", key);
+    CHECK_MSG(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1, "A's tail [256, 300) is not in Redis");
+    if (x) freeReplyObject(x);
+
+    /* fresh stores, one lookup each (a hit is indexed in RAM: the next
+     * lookup would find it there) */
+    const int lens[] = {399, 319, 301, 320, 600};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        kvs_store *b = open_store(&fp, r.port);
+        int n = served_n(b, tokens, lens[i], cold);
+        CHECK_MSG(n == A, "a prompt of %d tokens that extends A: %d served from Redis, want %d", lens[i], n, A);
+        kvs_store_free(b);
+    }
+    /* exactly A's tokens: its tail by its own key, as before */
+    kvs_store *b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(b, tokens, A, cold), A);
+    kvs_store_free(b);
+    /* shorter than A: the tail's key needs all of its tokens */
+    b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(b, tokens, A - 1, cold), 256);
+    kvs_store_free(b);
+    /* a prompt that diverges at 280, inside the tail: the grid chunks only,
+     * never the tail's bytes */
+    b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(b, other, 399, cold_other), 256);
+    kvs_store_free(b);
+    fake_kv_free(cold);
+    fake_kv_free(cold_other);
+    rt_redis_stop(&r);
+}
+
 int main(void) {
     RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
+    RUN(partial_tail_served_to_a_prompt_that_extends_it);
     return kt_summary();
 }

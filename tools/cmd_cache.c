@@ -11,13 +11,14 @@
 
 static const char *usage_text =
     "usage: kvstitch cache (stats | ls | clear | prune) --cache-dir DIR [options]\n"
-    "       kvstitch cache (stats | ls | clear) (--redis URL | --redis-cluster LIST) [-m MODEL] [--json]\n"
+    "       kvstitch cache (stats | ls | clear) (--redis URL | --redis-cluster LIST) [-m MODEL [--kv-type T]] [--json]\n"
     "  (on Redis: every kvstitch key, kvs:*, found by SCAN; clear deletes only those, never FLUSHALL;\n"
-    "   with -m, ls shows only that model's chunks)\n"
+    "   with -m, stats breaks that model's entries down by KV type, ls shows only its chunks)\n"
     "  stats                  entries, bytes and the byte bound, models, damaged files,\n"
     "                         unreachable entries and stale temporary files (what prune reclaims);\n"
     "                         with -m also this model's view: its entries, prefix-reachable\n"
-    "                         chunks, foreign/damaged/orphaned\n"
+    "                         chunks, foreign/damaged/orphaned, and its entries and KV bytes\n"
+    "                         by KV type (each KV type is a fingerprint of its own)\n"
     "  ls                     one line per chunk: key, position, tokens, bytes, created, model;\n"
     "                         with -m only this model's chunks, with their text\n"
     "  clear                  remove every entry of DIR (all models; only the cache's own files)\n"
@@ -27,6 +28,8 @@ static const char *usage_text =
     "                         --max-bytes (only the cache's own files)\n"
     "  --cache-dir DIR        the cache directory (must exist)\n"
     "  -m, --model PATH       GGUF file (stats, ls)\n"
+    "  --kv-type T            with -m: the model's KV type to look at, f16 (default), f32 or q8\n"
+    "                         (the entries warm/generate --kv-type T stored)\n"
     "  --verify               stats: also read every payload and check its checksum\n"
     "                         (otherwise payloads are checked when they are used)\n"
     "  --max-bytes N          prune: bound on DIR's entry bytes (K/M/G/T suffixes)\n"
@@ -36,7 +39,8 @@ static const char *usage_text =
     CLI_REDIS_USAGE;
 
 typedef struct cache_opts {
-    const char *verb, *dir, *model_path;
+    const char *verb, *dir, *model_path, *kv_type_name;
+    kvs_kv_type kv_type; /* --kv-type, f16 if not given */
     int json, verify;
     unsigned long long max_bytes, cache_max_bytes, older_than_s;
     int has_max_bytes, has_older_than;
@@ -107,10 +111,16 @@ static int parse(int argc, char **argv, cache_opts *o) {
                  ((!strcmp(a, "-m") || !strcmp(a, "--model")) && o->model_path) ||
                  (!strcmp(a, "--max-bytes") && o->has_max_bytes) ||
                  (!strcmp(a, "--cache-max-bytes") && o->cache_max_bytes) ||
-                 (!strcmp(a, "--older-than") && o->has_older_than))
+                 (!strcmp(a, "--older-than") && o->has_older_than) ||
+                 (!strcmp(a, "--kv-type") && o->kv_type_name))
             return cli_usage_error("cache", "%s given more than once (again with '%s'): it takes one value", a, v);
         else if (!strcmp(a, "--cache-dir")) o->dir = argv[++i];
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = argv[++i];
+        else if (!strcmp(a, "--kv-type")) {
+            if (kvs_kv_type_parse(v, &o->kv_type) != KVS_OK)
+                return cli_usage_error("cache", "--kv-type: unknown KV type '%s' (f16, f32 or q8)", v);
+            o->kv_type_name = argv[++i];
+        }
         else if (!strcmp(a, "--max-bytes")) {
             if (cli_parse_bytes(a, argv[++i], &o->max_bytes)) return 2;
             o->has_max_bytes = 1;
@@ -126,6 +136,8 @@ static int parse(int argc, char **argv, cache_opts *o) {
     if (strcmp(o->verb, "stats") && strcmp(o->verb, "ls") && strcmp(o->verb, "clear") && strcmp(o->verb, "prune"))
         return cli_usage_error("cache", "unknown action '%s' (stats, ls, clear, prune)", o->verb);
     if (cli_redis_check("cache", &o->redis)) return 2;
+    if (o->kv_type_name && !o->model_path)
+        return cli_usage_error("cache", "--kv-type goes with -m (which KV type of that model to look at)");
     if (cli_redis_given(&o->redis)) {
         if (o->dir) return cli_usage_error("cache", "give --cache-dir or --redis / --redis-cluster, not both");
         if (!strcmp(o->verb, "prune") || o->verify || o->has_max_bytes || o->has_older_than || o->cache_max_bytes)
@@ -277,7 +289,7 @@ static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint6
                ULL(d->tmp), ULL(d->stale_tmp), ULL(d->unreachable), ULL(d->unreachable_bytes), ULL(d->other_files));
     } else {
         printf("cache dir:        %s\n", dir);
-        printf("entries:          %llu (%.1f MiB on disk) of %llu model%s\n", ULL(d->entries),
+        printf("entries:          %llu (%.1f MiB on disk) of %llu fingerprint%s (model x KV type)\n", ULL(d->entries),
                (double)d->bytes / (1 << 20), ULL(d->models), d->models == 1 ? "" : "s");
         printf("byte bound:       %.1f MiB (%.0f%% used; least recently used entries are evicted beyond it)\n",
                (double)max_bytes / (1 << 20), max_bytes ? 100.0 * (double)d->bytes / (double)max_bytes : 0.0);
@@ -293,23 +305,88 @@ static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint6
     }
 }
 
+/* --- a model's entries by KV type ------------------------------------------------------ */
+
+/* The KV dtype is part of the fingerprint, so one model's entries in f16 and
+ * in q8 carry two fingerprints. With -m a scan's entries are sorted by the
+ * fingerprint each KV type gives the model (its q8 entries had been counted
+ * as another model's beside the f16 view that -m opened). */
+enum { KV_TYPES_MAX = 8 };
+typedef struct kv_types {
+    int n;                           /* the KV types: kvs_kv_type_name(0 .. n - 1) */
+    char fp[KV_TYPES_MAX][65];       /* the model's fingerprint with each */
+    uint64_t entries[KV_TYPES_MAX];  /* valid entries of each (headers) */
+    uint64_t kv_bytes[KV_TYPES_MAX]; /* their payload bytes (ls's kv_bytes) */
+    uint64_t other_models;           /* entries under no fingerprint of this model */
+} kv_types;
+
+/* 0, or 1 after a message. */
+static int kv_types_init(kvs_model *m, const char *model_path, kv_types *k) {
+    memset(k, 0, sizeof *k);
+    for (; k->n < KV_TYPES_MAX && kvs_kv_type_name((kvs_kv_type)k->n); k->n++) {
+        int st = kvs_model_fingerprint_hex(m, (kvs_kv_type)k->n, k->fp[k->n]);
+        if (st != KVS_OK) return cli_fail(st, model_path);
+    }
+    return 0;
+}
+
+static int count_kv_type(void *user, const kvs_cache_entry *e) {
+    kv_types *k = user;
+    const int t = (int)e->kv_type;
+    if (t >= 0 && t < k->n && !strcmp(e->fingerprint, k->fp[t])) {
+        k->entries[t]++;
+        k->kv_bytes[t] += e->kv_bytes;
+    } else {
+        k->other_models++;
+    }
+    return 0;
+}
+
+/* JSON: the "kv_types" and "other_models" members; text: the lines after
+ * "its entries" (shown: the KV type the model's view is of). */
+static void print_kv_types(const kv_types *k, kvs_kv_type shown, int json) {
+    if (json) {
+        printf("\"kv_types\": {");
+        for (int t = 0; t < k->n; t++)
+            printf("%s\"%s\": {\"fingerprint\": \"%s\", \"entries\": %llu, \"kv_bytes\": %llu}", t ? ", " : "",
+                   kvs_kv_type_name((kvs_kv_type)t), k->fp[t], ULL(k->entries[t]), ULL(k->kv_bytes[t]));
+        printf("}, \"other_models\": %llu", ULL(k->other_models));
+        return;
+    }
+    printf("  by KV type:      ");
+    int listed = 0, others = 0;
+    for (int t = 0; t < k->n; t++) {
+        if (!k->entries[t]) continue;
+        printf("%s%s %llu entr%s (%.1f MiB of KV)", listed++ ? ", " : "", kvs_kv_type_name((kvs_kv_type)t),
+               ULL(k->entries[t]), k->entries[t] == 1 ? "y" : "ies", (double)k->kv_bytes[t] / (1 << 20));
+        others += t != (int)shown;
+    }
+    printf("%s\n", listed ? "" : "none");
+    if (others)
+        printf("                   (each KV type is a fingerprint of its own; --kv-type T shows T's entries above)\n");
+    printf("  other models':   %llu entries (never served to this model)\n", ULL(k->other_models));
+}
+
 /* verified: the directory's figures above read every payload (--verify);
  * this model's come from the entries' headers, so say so. */
-static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, int json, int verified) {
+static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, const kv_types *k, kvs_kv_type kv_type,
+                              int json, int verified) {
     char fp[65];
     kvs_cache_fingerprint_hex(cache, fp);
     if (json) {
         printf(", \"model\": {\"fingerprint\": \"%s\", \"entries\": %llu, \"prefix_reachable\": %llu, "
-               "\"chunk_tokens\": %d, \"foreign\": %llu, \"damaged\": %llu, \"orphans\": %llu, \"index_bytes\": %llu}",
+               "\"chunk_tokens\": %d, \"foreign\": %llu, \"damaged\": %llu, \"orphans\": %llu, \"index_bytes\": %llu, "
+               "\"kv_type\": \"%s\", ",
                fp, (unsigned long long)s->entries, (unsigned long long)s->prefix_reachable, s->chunk_tokens,
                (unsigned long long)s->disk_foreign, (unsigned long long)s->disk_bad,
-               (unsigned long long)s->disk_orphans, (unsigned long long)s->index_bytes);
+               (unsigned long long)s->disk_orphans, (unsigned long long)s->index_bytes, kvs_kv_type_name(kv_type));
+        print_kv_types(k, kv_type, json);
+        printf("}");
     } else {
-        printf("model fingerprint: %s\n", fp);
+        printf("model fingerprint: %s (KV type %s)\n", fp, kvs_kv_type_name(kv_type));
         printf("  its entries:     %llu (%llu reachable by prefix, %llu orphaned: parent chunk missing)\n",
                ULL(s->entries), ULL(s->prefix_reachable), ULL(s->disk_orphans));
-        printf("  other models':   %llu entries (never served to this model)\n",
-               (unsigned long long)s->disk_foreign);
+        print_kv_types(k, kv_type, json);
         if (verified)
             printf("  (this model's figures come from the entries' headers; a payload that fails --verify\n"
                    "   is counted above as damaged, and dropped when a request meets it)\n");
@@ -342,10 +419,9 @@ static int cache_redis(const cache_opts *o) {
         return 0;
     }
     kvs_model *model = NULL;
-    kvs_cache *cache = NULL;
     rows x;
     memset(&x, 0, sizeof x);
-    char fp[65];
+    kv_types k;
     redis_rows rr = {&x, NULL};
     int rc = 1, st;
     if (o->model_path) {
@@ -353,14 +429,15 @@ static int cache_redis(const cache_opts *o) {
             cli_fail(st, o->model_path);
             goto done;
         }
-        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, where); goto done; }
-        kvs_cache_fingerprint_hex(cache, fp);
-        rr.fp = fp;
+        if (kv_types_init(model, o->model_path, &k)) goto done;
+        rr.fp = k.fp[o->kv_type]; /* ls -m: this KV type's chunks */
         x.model = model;
     }
     kvs_cache_dir_stats d;
     int ls = !strcmp(o->verb, "ls");
-    if ((st = kvs_cache_redis_scan(&pp, ls ? collect_model : NULL, &rr, &d)) != KVS_OK) {
+    st = ls ? kvs_cache_redis_scan(&pp, collect_model, &rr, &d)
+            : kvs_cache_redis_scan(&pp, model ? count_kv_type : NULL, &k, &d);
+    if (st != KVS_OK) {
         cli_fail(st, where);
         goto done;
     }
@@ -369,20 +446,32 @@ static int cache_redis(const cache_opts *o) {
         qsort(x.r, x.n, sizeof *x.r, by_model_pos);
         print_rows(&x, o->json);
     } else if (o->json) {
-        printf("{\"redis\": \"%s\", \"entries\": %llu, \"bytes\": %llu, \"models\": %llu, \"damaged\": %llu}\n",
+        printf("{\"redis\": \"%s\", \"entries\": %llu, \"bytes\": %llu, \"models\": %llu, \"damaged\": %llu",
                o->redis.cluster ? "cluster" : "single", (unsigned long long)d.entries, (unsigned long long)d.bytes,
                (unsigned long long)d.models, (unsigned long long)d.damaged);
+        if (model) {
+            printf(", \"model\": {\"fingerprint\": \"%s\", \"kv_type\": \"%s\", \"entries\": %llu, ", k.fp[o->kv_type],
+                   kvs_kv_type_name(o->kv_type), ULL(k.entries[o->kv_type]));
+            print_kv_types(&k, o->kv_type, 1);
+            printf("}");
+        }
+        printf("}\n");
     } else {
         printf("redis:            %s\n", o->redis.cluster ? o->redis.cluster : "(URL given)");
-        printf("entries:          %llu (%.1f MiB of values) of %llu model%s\n", (unsigned long long)d.entries,
-               (double)d.bytes / (1 << 20), (unsigned long long)d.models, d.models == 1 ? "" : "s");
+        printf("entries:          %llu (%.1f MiB of values) of %llu fingerprint%s (model x KV type)\n",
+               (unsigned long long)d.entries, (double)d.bytes / (1 << 20), (unsigned long long)d.models,
+               d.models == 1 ? "" : "s");
         printf("damaged values:   %llu\n", (unsigned long long)d.damaged);
+        if (model) {
+            printf("model fingerprint: %s (KV type %s)\n", k.fp[o->kv_type], kvs_kv_type_name(o->kv_type));
+            printf("  its entries:     %llu\n", ULL(k.entries[o->kv_type]));
+            print_kv_types(&k, o->kv_type, 0);
+        }
     }
     rc = 0;
 done:
     for (size_t i = 0; i < x.n; i++) free(x.r[i].text);
     free(x.r);
-    kvs_cache_free(cache);
     kvs_model_free(model);
     return rc;
 }
@@ -450,6 +539,7 @@ int cmd_cache(int argc, char **argv) {
         kvs_cache_params pp = kvs_cache_default_params();
         pp.cache_dir = o.dir;
         pp.cache_max_bytes = o.cache_max_bytes;
+        pp.kv_type = o.kv_type;
         if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
     }
     if (!strcmp(o.verb, "ls")) {
@@ -461,7 +551,15 @@ int cmd_cache(int argc, char **argv) {
         print_rows(&x, o.json);
     } else {
         kvs_cache_dir_stats d;
-        st = o.verify ? kvs_cache_dir_verify(o.dir, &d) : kvs_cache_dir_scan(o.dir, NULL, NULL, &d);
+        kv_types k;
+        if (cache && kv_types_init(model, o.model_path, &k)) goto done;
+        /* -m: the model's entries by KV type from the headers (a second pass with --verify) */
+        if (o.verify) {
+            st = kvs_cache_dir_verify(o.dir, &d);
+            if (st == KVS_OK && cache) st = kvs_cache_dir_scan(o.dir, count_kv_type, &k, NULL);
+        } else {
+            st = kvs_cache_dir_scan(o.dir, cache ? count_kv_type : NULL, &k, &d);
+        }
         if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
         if (o.json) printf("{");
         uint64_t max_bytes = o.cache_max_bytes ? o.cache_max_bytes : kvs_cache_dir_default_max_bytes(o.dir);
@@ -469,7 +567,7 @@ int cmd_cache(int argc, char **argv) {
         if (cache) {
             kvs_cache_stats s;
             kvs_cache_get_stats(cache, &s);
-            print_model_stats(cache, &s, o.json, o.verify);
+            print_model_stats(cache, &s, &k, o.kv_type, o.json, o.verify);
         }
         if (o.json) printf("}\n");
     }

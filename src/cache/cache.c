@@ -81,6 +81,18 @@ void kvs_cache_fingerprint_hex(const kvs_cache *c, char hex[65]) {
     else hex[0] = 0; /* NULL cache: "" */
 }
 
+int kvs_model_fingerprint_hex(kvs_model *model, kvs_kv_type kv_type, char hex[65]) {
+    if (!model || !hex) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_model_fingerprint_hex: model and hex must not be NULL");
+    if (!kvs_kv_type_name(kv_type))
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_model_fingerprint_hex: unknown kv_type %d", (int)kv_type);
+    if (kvs_model_is_vocab_only(model))
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: a vocabulary-only model has no KV to cache", kvs_model_path(model));
+    kvs_key fp;
+    int st = kvs_fingerprint(model, kv_type, NULL, &fp);
+    if (!st) kvs_key_to_hex(&fp, hex);
+    return st;
+}
+
 void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     if (!st) return;
     memset(st, 0, sizeof *st);

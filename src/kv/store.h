@@ -22,8 +22,9 @@
  * exact KV of its tokens before m. A reuse can thus stop at any token, on or
  * off the chunk grid. kvs_prefix_hit_copy_to_kv() then copies the KV into
  * the engine's buffer at slot = position. Past what the RAM index covers,
- * the lookup asks the tiers for the prompt's grid chunks by prefix key
- * (store_lookup.c), so a tier that was never scanned serves too.
+ * the lookup asks the tiers for the prompt's grid chunks by prefix key,
+ * then for the shorter lengths of the chunk where they stop (a prompt's
+ * partial tail: store_lookup.c), so a tier that was never scanned serves too.
  *
  * Eviction. Resident chunks form one LRU list; when the bytes they count
  * (chunk struct, token ids and payload of every resident chunk) exceed the
@@ -79,7 +80,7 @@
  *
  * Processes. Several processes may share a cache directory: files appear by
  * atomic rename, every read is verified (disk.h). A lookup finds other
- * processes' new grid chunks by key; kvs_store_sync_disk() indexes all
+ * processes' new grid chunks (and tails) by key; kvs_store_sync_disk() indexes all
  * their entries (off-grid tails too). An entry removed by another process
  * (or evicted by the directory's byte bound, disk_budget.h) is dropped
  * (counted as missing) when a lookup tries to load it. A damaged or missing
@@ -124,7 +125,8 @@ int kvs_store_open(const kvs_key *fingerprint, const kvs_kv_shape *shape, kvs_st
                    kvs_store **out);
 /* Appends a tier below RAM (after the cache dir's, if any): lookups ask it,
  * in order, for the prompt's grid chunks past what RAM and the tiers before
- * it serve (by prefix key: it needs no scan); inserts put() to it. The store
+ * it serve, then for a partial tail where they stop (by prefix key: it needs
+ * no scan); inserts put() to it. The store
  * owns t from now on (also on failure) and closes it in kvs_store_free.
  * Call before the store is shared between threads. */
 int kvs_store_attach_tier(kvs_store *s, kvs_tier *t);

@@ -15,6 +15,15 @@
  *      reads, else one get_many), tiers in order, each going on where the
  *      previous stopped. What a tier serves is indexed in RAM under its
  *      token path, so the next lookup finds it in step 1.
+ *   4. Tiers by key, the chunk the grid run stopped in: a prompt's partial
+ *      tail [g, g + j) (j < chunk_tokens, the last chunk of a prompt that
+ *      ended off the grid) is keyed by its own j tokens, which no grid key
+ *      of a longer prompt names. The keys of every length j that would
+ *      extend the hit (up to what the prompt has) are asked of each tier in
+ *      one batched contains_many; the longest held is served. So a tier
+ *      serves a tail to every prompt that extends it, as the RAM index does
+ *      from its token path (the tail had been written to Redis and never
+ *      read: tests/test_redis_store.c).
  *
  * With a KV buffer the KV lands in it (a tier-only chunk is read straight
  * into it and stays tier-only); without one, payloads become resident.
@@ -108,6 +117,56 @@ static kvs_chunk *stub_for(kvs_store *s, const int32_t *tokens, const kvs_span *
     return c;
 }
 
+/* A chunk of tier ti joins the hit as span p (hit->n_cached is inside it):
+ * pinned (the reference passes to the hit), counted, indexed in RAM under
+ * its token path. */
+static void join(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, const kvs_span *p, kvs_prefix_hit *hit) {
+    kvs_store_index_from_tier(s, c, tokens, ti);
+    hit->n_cached = p->end;
+    ADD(s->tier_key_hits, 1);
+}
+
+/* Span p read by key from tier ti straight into kv (get_into). 1 if it
+ * joined the hit. */
+static int take_into(kvs_store *s, int ti, const int32_t *tokens, const kvs_span *p, const kvs_key *key,
+                     const kvs_key *parent, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap) {
+    kvs_tier *t = s->tiers[ti];
+    kvs_chunk *c = stub_for(s, tokens, p, key, parent);
+    int from = hit->n_cached;
+    uint64_t t0 = kvs_store_mono_ns();
+    kvs_fetch_fault f = c ? kvs_store_fault_of(t->ops->get_into(t, c, from - p->start, p->end - from, kv, from))
+                          : KVS_FETCH_TRANSIENT;
+    /* damage met by key is the tier's to count (its stats; the dir's
+     * scan counted it already): disk_bad counts indexed entries */
+    if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, c, f, t0);
+    if (f != KVS_FETCH_OK || push_seg(hit, cap, c, from, p->end)) {
+        kvs_chunk_unref(c);
+        return 0;
+    }
+    join(s, ti, c, tokens, p, hit);
+    return 1;
+}
+
+/* c (a resident chunk tier ti returned for span p, or NULL) checked against
+ * the span, copied into kv if there is one, joined. 1 if it joined the hit;
+ * else c is released. */
+static int take_resident(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, const kvs_span *p,
+                         const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, uint64_t t0) {
+    int from = hit->n_cached;
+    int ok = c && c->kv && c->pos0 == p->start && c->n_tok == p->end - p->start &&
+             kvs_kv_shape_equal(&c->shape, &s->shape) &&
+             !memcmp(c->tokens, tokens + p->start, (size_t)c->n_tok * sizeof(int32_t)) &&
+             (!kv || kvs_chunk_copy_to_kv(c, from - p->start, p->end - from, kv, from) == KVS_OK) &&
+             push_seg(hit, cap, c, from, p->end) == KVS_OK;
+    if (!ok) {
+        kvs_chunk_unref(c);
+        return 0;
+    }
+    kvs_store_count_fetch(s, c, KVS_FETCH_OK, t0);
+    join(s, ti, c, tokens, p, hit);
+    return 1;
+}
+
 /* Step 3 for one tier: serves spans [*i, n_spans) while it has them. */
 static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_span *sp, const kvs_key *keys,
                        int n_spans, int *i, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap) {
@@ -117,22 +176,7 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
         uint8_t *present = calloc((size_t)want, 1);
         if (!present || t->ops->contains_many(t, keys + *i, want, present) != KVS_OK) want = 0;
         for (int j = 0; j < want && present[j]; j++) {
-            const kvs_span *p = &sp[*i];
-            kvs_chunk *c = stub_for(s, tokens, p, &keys[*i], *i ? &keys[*i - 1] : &s->fp);
-            int from = hit->n_cached;
-            uint64_t t0 = kvs_store_mono_ns();
-            kvs_fetch_fault f = c ? kvs_store_fault_of(t->ops->get_into(t, c, from - p->start, p->end - from, kv, from))
-                                  : KVS_FETCH_TRANSIENT;
-            /* damage met by key is the tier's to count (its stats; the dir's
-             * scan counted it already): disk_bad counts indexed entries */
-            if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, c, f, t0);
-            if (f != KVS_FETCH_OK || push_seg(hit, cap, c, from, p->end)) {
-                kvs_chunk_unref(c);
-                break;
-            }
-            kvs_store_index_from_tier(s, c, tokens, ti);
-            hit->n_cached = p->end;
-            ADD(s->tier_key_hits, 1);
+            if (!take_into(s, ti, tokens, &sp[*i], &keys[*i], *i ? &keys[*i - 1] : &s->fp, kv, hit, cap)) break;
             (*i)++;
         }
         free(present);
@@ -146,28 +190,59 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
     }
     int ok = 1;
     for (int j = 0; j < want; j++) {
-        kvs_chunk *c = got[j];
-        const kvs_span *p = &sp[*i];
-        int from = hit->n_cached;
-        ok = ok && c && c->kv && c->pos0 == p->start && c->n_tok == p->end - p->start &&
-             kvs_kv_shape_equal(&c->shape, &s->shape) &&
-             !memcmp(c->tokens, tokens + p->start, (size_t)c->n_tok * sizeof(int32_t)) &&
-             (!kv || kvs_chunk_copy_to_kv(c, from - p->start, p->end - from, kv, from) == KVS_OK) &&
-             push_seg(hit, cap, c, from, p->end) == KVS_OK;
-        if (!ok) {
-            kvs_chunk_unref(c);
+        if (!ok) { /* after the first miss: the rest is not used */
+            kvs_chunk_unref(got[j]);
             continue;
         }
-        kvs_store_count_fetch(s, c, KVS_FETCH_OK, t0);
-        kvs_store_index_from_tier(s, c, tokens, ti);
-        hit->n_cached = p->end;
-        ADD(s->tier_key_hits, 1);
-        (*i)++;
+        ok = take_resident(s, ti, got[j], tokens, &sp[*i], kv, hit, cap, t0); /* releases it if not */
+        if (ok) (*i)++;
     }
     free(got);
 }
 
-/* Step 3: past the RAM hit, the grid chunks by key. */
+/* Step 4: the partial chunk [stop->start, stop->start + j) that the tiers
+ * may hold where the grid run stopped (stop: the grid span no tier served;
+ * parent: the prefix key before it). Lengths j from the first that extends
+ * the hit to stop's own length - 1 (that one was asked in step 3), longest
+ * first: one contains_many per tier for all of them, then reads of the held
+ * ones until one serves. */
+static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop, const kvs_key *parent,
+                      const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap) {
+    const int lo = hit->n_cached - stop->start + 1, hi = stop->end - stop->start - 1;
+    if (hi < lo) return KVS_OK;
+    const int m = hi - lo + 1; /* keys[k]: the tail of lo + k tokens */
+    kvs_key *keys = malloc((size_t)m * sizeof *keys);
+    uint8_t *present = malloc((size_t)m);
+    if (!keys || !present) {
+        free(keys);
+        free(present);
+        return kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+    }
+    for (int k = 0; k < m; k++) kvs_key_prefix(parent, tokens + stop->start, lo + k, &keys[k]);
+    int served = 0;
+    for (int ti = 0; ti < s->n_tiers && !served; ti++) {
+        kvs_tier *t = s->tiers[ti];
+        if (t->ops->contains_many(t, keys, m, present) != KVS_OK) continue;
+        for (int k = m - 1; k >= 0 && !served; k--) {
+            if (!present[k]) continue;
+            const kvs_span p = {stop->start, stop->start + lo + k, KVS_SPAN_PARTIAL};
+            if (kv && t->ops->get_into) {
+                served = take_into(s, ti, tokens, &p, &keys[k], parent, kv, hit, cap);
+            } else {
+                kvs_chunk *c = NULL;
+                uint64_t t0 = kvs_store_mono_ns();
+                if (t->ops->get_many(t, &keys[k], 1, &c) == KVS_OK)
+                    served = take_resident(s, ti, c, tokens, &p, kv, hit, cap, t0);
+            }
+        }
+    }
+    free(keys);
+    free(present);
+    return KVS_OK;
+}
+
+/* Steps 3 and 4: past the RAM hit, the grid chunks by key, then the partial
+ * chunk where they stop. */
 static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit,
                        int *cap) {
     int cap_spans = kvs_chunking_max_spans(n, s->chunk_tokens, 0), n_spans = 0;
@@ -180,6 +255,7 @@ static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_
     while (!rc && i < n_spans && sp[i].end <= hit->n_cached) i++;
     for (int ti = 0; !rc && ti < s->n_tiers && i < n_spans; ti++)
         serve_tier(s, ti, tokens, sp, keys, n_spans, &i, kv, hit, cap);
+    if (!rc && i < n_spans) rc = serve_tail(s, tokens, &sp[i], i ? &keys[i - 1] : &s->fp, kv, hit, cap);
     free(sp);
     free(keys);
     return rc;

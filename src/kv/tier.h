@@ -6,7 +6,9 @@
  *
  *   lookup:  RAM index --miss--> tier[0] --miss--> tier[1] ... --miss--> compute
  *            (by prefix key: the prompt's grid chunks past the RAM hit, one
- *            batched call per tier; no scan needed, see store_lookup.c)
+ *            batched call per tier, then one contains_many per tier for the
+ *            partial tails of the chunk where they stop; no scan needed, see
+ *            store_lookup.c)
  *   insert:  RAM + put() on every tier (a tier may queue the write)
  *   attach:  kvs_store_attach_tier (store.h); the store owns and closes it
  *
