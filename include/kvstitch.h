@@ -96,6 +96,7 @@ typedef enum kvs_status {
     KVS_ERR_CORRUPT = -10,       /* a cache entry failed its checksum */
     KVS_ERR_BUFFER_TOO_SMALL = -11, /* output buffer too small; size reported */
     KVS_ERR_INTERNAL = -12,
+    KVS_ERR_INTERRUPTED = -13,   /* the context's should_stop callback stopped the call */
 } kvs_status;
 
 /* Short, static description of a status code. Never NULL. */
@@ -297,6 +298,17 @@ typedef struct kvs_progress {
  * line is fine). The library never prints progress itself. */
 typedef void (*kvs_progress_callback)(void *user, const kvs_progress *p);
 
+/* Polled on the thread running a forward pass on the context: before each
+ * batch of n_batch tokens of a prefill, before each generated token, before
+ * each batch of a document being computed. Nonzero stops the call, which
+ * returns KVS_ERR_INTERRUPTED; nothing of it is stored in a cache. The
+ * batches run before the stop keep their KV (a kvs_decode may go on from
+ * there with the same bits as an uninterrupted one). One way to stop a long
+ * prefill (a Ctrl-C: the Python binding raises KeyboardInterrupt from
+ * here), or to bound a call's time. Keep it cheap: it runs once a token
+ * while generating. */
+typedef int (*kvs_stop_callback)(void *user);
+
 /* The most worker threads a context takes (the CLI's --threads bound): 1000
  * on a 2-core machine had made a 4-token generate take 55 s. */
 #define KVS_MAX_THREADS 256
@@ -311,6 +323,8 @@ typedef struct kvs_context_params {
                              * 1: allowed (no RoPE scaling is applied: output degrades) */
     kvs_progress_callback on_progress; /* may be NULL */
     void *progress_user;
+    kvs_stop_callback should_stop; /* may be NULL: never stopped */
+    void *stop_user;
 } kvs_context_params;
 
 KVS_API kvs_context_params kvs_context_default_params(void);

@@ -169,6 +169,71 @@ out:
     kvs_cache_free(b);
 }
 
+/* should_stop (kvs_context_params) polled while documents are computed:
+ * kvs_warm_docs stops at the poll that says so, stores nothing, and the
+ * same call on the same context afterwards stores what an uninterrupted
+ * warm does (the requests from both caches give the same bits). A prefix
+ * warm stopped likewise stores nothing. */
+typedef struct stopper {
+    int polls, stop_at;
+} stopper;
+
+static int stop_at_poll(void *user) {
+    stopper *s = user;
+    s->polls++;
+    return s->stop_at && s->polls >= s->stop_at;
+}
+
+TEST(should_stop_interrupts_documents_and_warm) {
+    stopper st = {0, 4};
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = kvs_context_n_ctx(g_ctx);
+    cp.n_batch = 32; /* several polls a document */
+    cp.should_stop = stop_at_poll;
+    cp.stop_user = &st;
+    kvs_context *ctx = NULL;
+    kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);
+    kvs_generate_result ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    if (!a || !b || kvs_context_new(g_model, cp, &ctx) != KVS_OK) {
+        CHECK_MSG(0, "setup: %s", kvs_last_error());
+        goto out;
+    }
+    kvs_segments s = segments();
+    kvs_warm_docs_report rep;
+    CHECK_EQ_INT(kvs_warm_docs(ctx, a, &s, &rep), KVS_ERR_INTERRUPTED);
+    CHECK_EQ_INT(st.polls, 4);
+    CHECK_MSG(strstr(kvs_last_error(), "should_stop") != NULL, "%s", kvs_last_error());
+    kvs_cache_stats cs;
+    kvs_cache_get_stats(a, &cs);
+    CHECK_EQ_INT((int)cs.entries, 0);
+    st.stop_at = 0;
+    CHECK_EQ_INT(kvs_warm_docs(ctx, a, &s, &rep), KVS_OK);
+    CHECK_EQ_INT(rep.n_computed, N_DOCS);
+    CHECK_EQ_INT(kvs_warm_docs(g_ctx, b, &s, NULL), KVS_OK);
+    if (generate(a, &ra) || generate(b, &rb)) goto out;
+    CHECK(kt_same_result(&ra, &rb));
+
+    /* a prefix warm of the prompt, stopped at its second batch */
+    kvs_cache *c = kt_open_cache(g_model, NULL);
+    if (c) {
+        kvs_warm_report wr;
+        st.polls = 0;
+        st.stop_at = 2;
+        CHECK_EQ_INT(kvs_warm(ctx, c, g_lay.tokens, g_lay.n_tokens, &wr), KVS_ERR_INTERRUPTED);
+        kvs_cache_get_stats(c, &cs);
+        CHECK_EQ_INT((int)cs.entries, 0);
+        kvs_cache_free(c);
+    }
+out:
+    kvs_generate_result_free(&ra);
+    kvs_generate_result_free(&rb);
+    kvs_context_free(ctx);
+    kvs_cache_free(a);
+    kvs_cache_free(b);
+}
+
 TEST(warmer_refuses_bad_arguments) {
     kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
@@ -202,6 +267,7 @@ int main(void) {
     if (setup()) return kt_setup_failed(kvs_last_error());
     RUN(slices_give_the_one_call_bytes);
     RUN(warmer_steps_then_request_finds_them);
+    RUN(should_stop_interrupts_documents_and_warm);
     RUN(warmer_refuses_bad_arguments);
     kt_docs_teardown(&g_lay, g_docs, N_DOCS, g_ctx, g_model);
     return kt_summary();

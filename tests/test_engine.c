@@ -169,6 +169,83 @@ static int on_token(void *user, int32_t token, const char *piece, size_t len) {
     return c->stop_after && c->calls >= c->stop_after;
 }
 
+/* should_stop (kvs_context_params): polled before each batch and each
+ * generated token; stop_at 0 never stops, else the poll of that number on. */
+typedef struct stopper {
+    int polls, stop_at;
+} stopper;
+
+static int stop_at_poll(void *user) {
+    stopper *s = user;
+    s->polls++;
+    return s->stop_at && s->polls >= s->stop_at;
+}
+
+static kvs_context *new_ctx_stopping(stopper *s) {
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_threads = 2;
+    cp.n_batch = 16;
+    cp.should_stop = stop_at_poll;
+    cp.stop_user = s;
+    kvs_context *ctx = NULL;
+    CHECK_MSG(kvs_context_new(g_model, cp, &ctx) == KVS_OK, "%s", kvs_last_error());
+    return ctx;
+}
+
+/* A prefill of 40 tokens in batches of 16 stopped at its third poll: the
+ * call says so and where; the two batches run before it stay written, so
+ * going on from token 32 gives the bits of an uninterrupted prefill. A
+ * generation stops before the token whose poll says so. */
+TEST(test_should_stop_interrupts_prefill_and_generate) {
+    int32_t toks[128], pos[128];
+    int n = tokenize("One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
+                     "fourteen, fifteen, sixteen, seventeen, eighteen, nineteen, twenty.", 0, toks, 128);
+    CHECK(n >= 40);
+    if (n < 40) return;
+    n = 40;
+    for (int i = 0; i < n; i++) pos[i] = i;
+    stopper s = {0, 3}, never = {0, 0};
+    kvs_context *ctx = new_ctx_stopping(&s), *ref = new_ctx_stopping(&never);
+    float *a = malloc(49152 * sizeof(float)), *b = malloc(49152 * sizeof(float));
+    if (!ctx || !ref || !a || !b) goto out;
+    CHECK_EQ_INT(kvs_decode(ctx, toks, pos, n, a), KVS_ERR_INTERRUPTED);
+    CHECK_EQ_INT(s.polls, 3); /* nothing polled after the stop */
+    CHECK_MSG(strstr(kvs_last_error(), "after 32 of 40 tokens") != NULL, "%s", kvs_last_error());
+    CHECK(!strcmp(kvs_strerror(KVS_ERR_INTERRUPTED), "interrupted"));
+    s.stop_at = 0;
+    CHECK_EQ_INT(kvs_decode(ctx, toks + 32, pos + 32, n - 32, a), KVS_OK);
+    CHECK_EQ_INT(kvs_decode(ref, toks, pos, n, b), KVS_OK);
+    CHECK(!memcmp(a, b, 49152 * sizeof(float)));
+
+    /* generate: the prompt's 3 batches, then a poll before each decode step */
+    kvs_generate_params gp = kt_greedy(8);
+    kvs_generate_result r;
+    memset(&r, 0, sizeof r);
+    s.polls = 0;
+    s.stop_at = 5;
+    CHECK_EQ_INT(kvs_generate(ctx, toks, n, &gp, &r), KVS_ERR_INTERRUPTED);
+    CHECK_EQ_INT(s.polls, 5);
+    CHECK_MSG(strstr(kvs_last_error(), "decode step") != NULL, "%s", kvs_last_error());
+    kvs_generate_result_free(&r);
+    /* and the context still generates what a fresh one does */
+    kvs_generate_result r1, r2;
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
+    s.stop_at = 0;
+    CHECK_EQ_INT(kvs_generate(ctx, toks, n, &gp, &r1), KVS_OK);
+    CHECK_EQ_INT(kvs_generate(ref, toks, n, &gp, &r2), KVS_OK);
+    CHECK(r1.n_tokens == r2.n_tokens && r1.n_tokens > 0 &&
+          !memcmp(r1.tokens, r2.tokens, (size_t)r1.n_tokens * sizeof(int32_t)));
+    kvs_generate_result_free(&r1);
+    kvs_generate_result_free(&r2);
+out:
+    free(a);
+    free(b);
+    kvs_context_free(ctx);
+    kvs_context_free(ref);
+}
+
 TEST(test_generate_greedy_chat) {
     int32_t prompt[128];
     /* A prompt whose greedy answer is not a near tie in the float64
@@ -394,6 +471,7 @@ int main(void) {
     RUN(test_decode_checks);
     RUN(test_greedy_continuation);
     RUN(test_decode_logits_rows);
+    RUN(test_should_stop_interrupts_prefill_and_generate);
     RUN(test_generate_greedy_chat);
     RUN(test_generate_stop_string_and_callback_stop);
     RUN(test_generate_seeded_sampling);

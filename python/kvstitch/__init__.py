@@ -12,7 +12,7 @@ Model and Cache are shared by threads; one Session per thread (a second
 concurrent call raises SessionBusy). The GIL is released while C computes.
 """
 from ._errors import (ContextFull, CorruptCache, Error, FileError, FormatError, InternalError,
-                      InvalidArgument, ModelMismatch, NotFound, OutOfMemory, SessionBusy,
+                      Interrupted, InvalidArgument, ModelMismatch, NotFound, OutOfMemory, SessionBusy,
                       Unsupported, Utf8Error)
 from ._lib import cstr as _cstr, lib as _lib, library_path
 from ._result import GenerateResult, WarmResult
@@ -29,5 +29,5 @@ __all__ = [
     "System", "Document", "Question", "Segment",
     "Error", "InvalidArgument", "FileError", "FormatError", "Unsupported", "OutOfMemory",
     "NotFound", "ContextFull", "Utf8Error", "ModelMismatch", "CorruptCache", "InternalError",
-    "SessionBusy", "library_path", "__version__",
+    "Interrupted", "SessionBusy", "library_path", "__version__",
 ]

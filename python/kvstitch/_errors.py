@@ -56,6 +56,11 @@ class CorruptCache(Error):
     """KVS_ERR_CORRUPT: a cache entry failed its checksum."""
 
 
+class Interrupted(Error):
+    """KVS_ERR_INTERRUPTED: a context's should_stop poll stopped the call (a
+    Session raises the KeyboardInterrupt that stopped it instead)."""
+
+
 class InternalError(Error):
     """KVS_ERR_INTERNAL and statuses this binding does not know."""
 
@@ -78,6 +83,8 @@ _BY_STATUS = {
     lib.KVS_ERR_MODEL_MISMATCH: ModelMismatch,
     lib.KVS_ERR_CORRUPT: CorruptCache,
 }
+if hasattr(lib, "KVS_ERR_INTERRUPTED"):  # newer libraries
+    _BY_STATUS[lib.KVS_ERR_INTERRUPTED] = Interrupted
 
 
 def check(status: int) -> int:

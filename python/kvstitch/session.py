@@ -83,6 +83,26 @@ class Session(NoCopy):
         p.n_threads = model.threads if threads is None else int_arg(threads, "threads", 0, MAX_THREADS)
         p.n_batch = int_arg(n_batch, "n_batch", 0, INT_MAX)
         p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
+        # A Ctrl-C in a long prefill: the library polls should_stop before
+        # each batch of a forward pass and each generated token, on the
+        # calling thread. Python code running there is where a pending
+        # KeyboardInterrupt is raised (on the main thread); the poll then
+        # stops the call, which raises it once it returns (a Ctrl-C had
+        # waited for the whole prefill: seconds for a long prompt). The list
+        # is the callback's, not self's: no cycle keeps a Session alive.
+        pending: list[BaseException] = []
+        self._stop_pending = pending
+
+        def keep_going(user):
+            return 0
+
+        def stop_for(kind, value, tb):
+            pending.append(value)
+            return 1
+        self._poll = None
+        if "should_stop" in {name for name, _ in ffi.typeof("kvs_context_params").fields}:
+            self._poll = ffi.callback("kvs_stop_callback", keep_going, onerror=stop_for)
+            p.should_stop = self._poll
         out = ffi.new("kvs_context **")
         self._busy = threading.Lock()
         with model._using() as mh:
@@ -115,6 +135,20 @@ class Session(NoCopy):
             self.model._children.discard(self)  # closed: no longer holds the model
         finally:
             self._busy.release()
+
+    def _raise_pending(self) -> None:
+        """Raises what a poll or a token callback caught (a KeyboardInterrupt:
+        the call stopped for it), once."""
+        e = self._stop_pending[0]
+        self._stop_pending.clear()
+        raise e
+
+    def _checked(self, status: int) -> None:
+        """check(status) of a call that may have been stopped by a poll: what
+        stopped it is raised instead of the status."""
+        if self._stop_pending:
+            self._raise_pending()
+        check(status)
 
     # --- generate -------------------------------------------------------------
     def generate(self, prompt: Prompt, max_tokens: int = 128, temperature: float = 0.0,
@@ -255,13 +289,15 @@ class Session(NoCopy):
         stops = ffi.new("char *[]", keep) if keep else ffi.NULL
         gp.stop, gp.n_stop = stops, len(keep)
         gp.n_top_logprobs = a["logprobs"]
-        cancelled, interrupted = [False], []
+        cancelled, interrupted = [False], self._stop_pending
+        interrupted.clear()
 
-        # Always a callback: on the calling thread it runs Python code every
-        # token, where a Ctrl-C is raised; the generation then stops and the
-        # KeyboardInterrupt is raised once the call returns (without one, a
-        # Ctrl-C waited for the whole generation, 10 s for 3000 tokens, and
-        # its result was lost). The prefill has no such point.
+        # A callback where there is work for it: on_token, or (without the
+        # context's should_stop poll, an older library) a Ctrl-C to see:
+        # Python code on the calling thread every token, where the
+        # KeyboardInterrupt is raised; the generation then stops and it is
+        # raised once the call returns (without one, a Ctrl-C waited for the
+        # whole generation, 10 s for 3000 tokens, and its result was lost).
         def trampoline(user, token, piece, n):
             if on_token is None:
                 return 0
@@ -273,29 +309,30 @@ class Session(NoCopy):
             if not isinstance(value, Exception):  # KeyboardInterrupt, SystemExit: raised after the call
                 interrupted.append(value)
             return 1
-        cb = None  # a callback per token only where it has work: on_token, or a Ctrl-C to see (main thread)
-        if on_token is not None or threading.current_thread() is threading.main_thread():
+        cb = None
+        if on_token is not None or (self._poll is None and threading.current_thread() is threading.main_thread()):
             cb = ffi.callback("kvs_token_callback", trampoline, onerror=stop_on_error)
             gp.on_token = cb
         r = ffi.new("kvs_generate_result *")
         cache_h = self.cache._enter() if self.cache is not None else None
         try:
             if "segments" in a:
-                check(lib.kvs_generate_segments(self._h, cache_h, a["segments"].c, ffi.addressof(gp),
-                                                _segment_params(a), r))
+                status = lib.kvs_generate_segments(self._h, cache_h, a["segments"].c, ffi.addressof(gp),
+                                                   _segment_params(a), r)
             else:
                 toks = ffi.new("int32_t[]", a["tokens"])
                 if cache_h is not None:
-                    check(lib.kvs_generate_cached(self._h, cache_h, toks, len(a["tokens"]),
-                                                  ffi.addressof(gp), _prefix_params(a), r))
+                    status = lib.kvs_generate_cached(self._h, cache_h, toks, len(a["tokens"]),
+                                                     ffi.addressof(gp), _prefix_params(a), r)
                 else:
-                    check(lib.kvs_generate(self._h, toks, len(a["tokens"]), ffi.addressof(gp), r))
+                    status = lib.kvs_generate(self._h, toks, len(a["tokens"]), ffi.addressof(gp), r)
         finally:
             if self.cache is not None:
                 self.cache._leave()
-        if interrupted:
+        if interrupted:  # a Ctrl-C (or another exception) in a poll or a token callback stopped it
             lib.kvs_generate_result_free(r)
-            raise interrupted[0]
+            self._raise_pending()
+        check(status)
         try:
             why = stop_reason_of(r, a["max_tokens"], self.n_ctx, cancelled[0], self.model._handle())
             return result_from_c(r, why, a["logits"])
@@ -324,6 +361,7 @@ class Session(NoCopy):
             self._busy.release()
             raise
         try:
+            self._stop_pending.clear()
             if documents is not None and text is not None:  # the text had been dropped without a word
                 raise InvalidArgument("warm takes a text (or blocks) or documents=, not both")
             if isinstance(documents, (str, bytes, dict)):  # as generate refuses it
@@ -339,18 +377,18 @@ class Session(NoCopy):
                 int_arg(bake_with_neighbours, "bake_with_neighbours", 0, INT_MAX)
                 k = -1 if doc_set else bake_with_neighbours
                 if k:
-                    check(lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep))
+                    self._checked(lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep))
                 else:
-                    check(lib.kvs_warm_docs(self._h, cache_h, seg.c, rep))
+                    self._checked(lib.kvs_warm_docs(self._h, cache_h, seg.c, rep))
                 return warm_from_docs_report(rep, self.cache.stats()["chunk_tokens"])
             rep = ffi.new("kvs_warm_report *")
             if isinstance(text, str):
                 data = utf8(text, "the text")
                 flags = lib.KVS_TOKENIZE_ADD_BOS if add_bos else 0
-                check(lib.kvs_warm_text(self._h, cache_h, data, len(data), flags, rep))
+                self._checked(lib.kvs_warm_text(self._h, cache_h, data, len(data), flags, rep))
             else:
                 toks = self._tokens(text, False, add_bos)
-                check(lib.kvs_warm(self._h, cache_h, ffi.new("int32_t[]", toks), len(toks), rep))
+                self._checked(lib.kvs_warm(self._h, cache_h, ffi.new("int32_t[]", toks), len(toks), rep))
             return warm_from_report(rep)
         finally:
             self.cache._leave()

@@ -291,3 +291,40 @@ def test_ctrl_c_stops_a_generate_between_tokens(model_path):
         p.kill()
     assert out[0].startswith("interrupted") and float(out[0].split()[1]) < 5, out
     assert out[1] == "usable 2", out
+
+
+def test_ctrl_c_stops_a_long_prefill(model_path):
+    # A Ctrl-C had waited for the whole prefill (seconds for a long prompt):
+    # the library now polls the Session between batches of 512 tokens, where
+    # the KeyboardInterrupt is raised and stops the call; nothing of the
+    # stopped prompt is stored, and the session stays usable.
+    import signal
+    import subprocess
+    import sys
+    import time
+    code = (
+        "import kvstitch, sys, time\n"
+        "m = kvstitch.Model.load(sys.argv[1], threads=1)\n"
+        "c = kvstitch.Cache(m)\n"
+        "s = kvstitch.Session(m, c, n_ctx=8192)\n"
+        "prompt = ' '.join('word%d' % (i % 50) for i in range(1800))\n"
+        "print('ready', flush=True)\n"
+        "t0 = time.time()\n"
+        "try:\n"
+        "    s.generate(prompt, max_tokens=1, chat=False)\n"
+        "    print('finished %.2f' % (time.time() - t0), flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted %.2f' % (time.time() - t0), flush=True)\n"
+        "print('stored', c.stats()['entries'], flush=True)\n"
+        "print('usable', len(s.generate('hi', max_tokens=2, chat=False).tokens), flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, model_path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=120)[0].split("\n")
+    finally:
+        p.kill()
+    assert out[0].startswith("interrupted"), out
+    assert out[1] == "stored 0", out
+    assert out[2] == "usable 2", out

@@ -23,6 +23,7 @@ const char *kvs_strerror(int status) {
     case KVS_ERR_CORRUPT: return "corrupt cache entry";
     case KVS_ERR_BUFFER_TOO_SMALL: return "buffer too small";
     case KVS_ERR_INTERNAL: return "internal error";
+    case KVS_ERR_INTERRUPTED: return "interrupted";
     default: return "unknown status";
     }
 }

@@ -34,4 +34,9 @@ int kvs_context_n_vocab(const kvs_context *ctx);
  * 0 <= pos < n_ctx (KVS_ERR_CONTEXT_FULL naming the numbers). */
 int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n);
 
+/* The should_stop poll (kvs_context_params): KVS_OK, or KVS_ERR_INTERRUPTED
+ * naming what stopped after done of total tokens (what: "prefill", "a
+ * document"...). */
+int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total);
+
 #endif

@@ -18,6 +18,12 @@ int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const
     return KVS_OK;
 }
 
+int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total) {
+    if (!ctx->params.should_stop || !ctx->params.should_stop(ctx->params.stop_user)) return KVS_OK;
+    return kvs_error(KVS_ERR_INTERRUPTED, "%s stopped by the context's should_stop callback after %d of %d tokens", what,
+                     done, total);
+}
+
 int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits,
                       int n_logits) {
     if (!ctx || !tokens || !pos || n <= 0)
@@ -37,6 +43,7 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
     const double t_start = report ? kvs_now_ms() : 0.0;
     for (int c0 = 0; c0 < n; c0 += B) {
         int m = n - c0 < B ? n - c0 : B;
+        if ((st = kvs_context_poll_stop(ctx, n > 1 ? "a forward pass" : "a decode step", c0, n))) return st;
         kvs_fwd_embed(f, tokens + c0, m);
         for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &ctx->kv);
         /* Only the rows whose logits were asked for pay for the output head. */

@@ -104,15 +104,19 @@ void kvs_doc_computer_release(kvs_doc_computer *dc) {
 }
 
 /* Full forward of tokens at positions pos[0..n) into the scratch buffer,
- * max_rows at a time (as kvs_decode does for the context's buffer). */
-static void prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *pos, int n) {
+ * max_rows at a time (as kvs_decode does for the context's buffer, and
+ * polling its should_stop as it does). */
+static int prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *pos, int n) {
     kvs_fwd *f = kvs_context_fwd(dc->ctx);
     const int n_layer = f->hp->n_layer;
     for (int c0 = 0; c0 < n; c0 += f->max_rows) {
         int m = n - c0 < f->max_rows ? n - c0 : f->max_rows;
+        int st = kvs_context_poll_stop(dc->ctx, "a document", c0, n);
+        if (st) return st;
         kvs_fwd_embed(f, tokens + c0, m);
         for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &dc->kv);
     }
+    return KVS_OK;
 }
 
 /* The chunk of doc[0..n), whose KV sits in dc->kv at slots at.. (after the
@@ -140,10 +144,12 @@ static int make_chunk(kvs_doc_computer *dc, const int32_t *doc, int n, int at, i
     return KVS_OK;
 }
 
-static void ensure_prefix(kvs_doc_computer *dc) {
-    if (dc->prefix_done) return;
-    if (dc->n_prefix > 0) prefill(dc, dc->prefix, dc->pos, dc->n_prefix);
-    dc->prefix_done = 1;
+/* The prefix's KV, once (not marked done if stopped: the next call redoes it). */
+static int ensure_prefix(kvs_doc_computer *dc) {
+    if (dc->prefix_done) return KVS_OK;
+    int st = dc->n_prefix > 0 ? prefill(dc, dc->prefix, dc->pos, dc->n_prefix) : KVS_OK;
+    if (!st) dc->prefix_done = 1;
+    return st;
 }
 
 int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, const int32_t *doc, int n,
@@ -154,8 +160,8 @@ int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, 
         return kvs_error(KVS_ERR_INVALID_ARG, "doc chunks: a doc of %d tokens after %d of neighbours (at most %d "
                          "here)", n, n_ctx, dc->max_doc);
     int st = kvs_reuse_check_tokens(dc->ctx, doc, n);
+    if (!st) st = ensure_prefix(dc);
     if (st) return st;
-    ensure_prefix(dc);
     /* The neighbours' KV, moved to follow the prefix. */
     int at = dc->n_prefix;
     kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(dc->ctx)));
@@ -166,7 +172,7 @@ int kvs_doc_compute_after(kvs_doc_computer *dc, kvs_chunk *const *nb, int n_nb, 
     }
     /* Slots past the doc may hold an earlier doc's KV: never read, since a
      * row attends to slots 0..pos only. */
-    prefill(dc, doc, dc->pos + at, n);
+    if ((st = prefill(dc, doc, dc->pos + at, n))) return st;
     return make_chunk(dc, doc, n, at, n_nb, out);
 }
 
@@ -178,11 +184,11 @@ int kvs_doc_compute_slice(kvs_doc_computer *dc, const int32_t *doc, int n, int *
                          "here)", max_tokens, *done, n, dc->max_doc);
     int st;
     if (*done == 0 && (st = kvs_reuse_check_tokens(dc->ctx, doc, n))) return st;
-    ensure_prefix(dc);
+    if ((st = ensure_prefix(dc))) return st;
     /* Rows attend to slots 0..pos only, so computing the doc in slices
      * writes the bytes one call writes (the kernels are batch-invariant). */
     int m = n - *done < max_tokens ? n - *done : max_tokens;
-    prefill(dc, doc + *done, dc->pos + dc->n_prefix + *done, m);
+    if ((st = prefill(dc, doc + *done, dc->pos + dc->n_prefix + *done, m))) return st;
     *done += m;
     return *done == n ? make_chunk(dc, doc, n, dc->n_prefix, 0, out) : KVS_OK;
 }
