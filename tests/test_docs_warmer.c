@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "harness.h"
+#include "test_stopper.h"
 #include "test_docs_util.h"
 #include "test_greedy.h"
 #include "test_musique.h"
@@ -174,22 +175,12 @@ out:
  * same call on the same context afterwards stores what an uninterrupted
  * warm does (the requests from both caches give the same bits). A prefix
  * warm stopped likewise stores nothing. */
-typedef struct stopper {
-    int polls, stop_at;
-} stopper;
-
-static int stop_at_poll(void *user) {
-    stopper *s = user;
-    s->polls++;
-    return s->stop_at && s->polls >= s->stop_at;
-}
-
 TEST(should_stop_interrupts_documents_and_warm) {
-    stopper st = {0, 4};
+    kt_stopper st = {0, 4};
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = kvs_context_n_ctx(g_ctx);
     cp.n_batch = 32; /* several polls a document */
-    cp.should_stop = stop_at_poll;
+    cp.should_stop = kt_stop_at_poll;
     cp.stop_user = &st;
     kvs_context *ctx = NULL;
     kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);

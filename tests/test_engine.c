@@ -6,6 +6,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_stopper.h"
 #include "test_greedy.h"
 #include "kvstitch.h"
 
@@ -169,24 +170,12 @@ static int on_token(void *user, int32_t token, const char *piece, size_t len) {
     return c->stop_after && c->calls >= c->stop_after;
 }
 
-/* should_stop (kvs_context_params): polled before each batch and each
- * generated token; stop_at 0 never stops, else the poll of that number on. */
-typedef struct stopper {
-    int polls, stop_at;
-} stopper;
-
-static int stop_at_poll(void *user) {
-    stopper *s = user;
-    s->polls++;
-    return s->stop_at && s->polls >= s->stop_at;
-}
-
-static kvs_context *new_ctx_stopping(stopper *s) {
+static kvs_context *new_ctx_stopping(kt_stopper *s) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = 128;
     cp.n_threads = 2;
     cp.n_batch = 16;
-    cp.should_stop = stop_at_poll;
+    cp.should_stop = kt_stop_at_poll;
     cp.stop_user = s;
     kvs_context *ctx = NULL;
     CHECK_MSG(kvs_context_new(g_model, cp, &ctx) == KVS_OK, "%s", kvs_last_error());
@@ -205,7 +194,7 @@ TEST(test_should_stop_interrupts_prefill_and_generate) {
     if (n < 40) return;
     n = 40;
     for (int i = 0; i < n; i++) pos[i] = i;
-    stopper s = {0, 3}, never = {0, 0};
+    kt_stopper s = {0, 3}, never = {0, 0};
     kvs_context *ctx = new_ctx_stopping(&s), *ref = new_ctx_stopping(&never);
     float *a = malloc(49152 * sizeof(float)), *b = malloc(49152 * sizeof(float));
     if (!ctx || !ref || !a || !b) goto out;

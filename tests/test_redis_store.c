@@ -42,17 +42,40 @@ static void redis_key(const kvs_key *fp, const kvs_key *k, char *buf) {
     snprintf(buf, 96, "kvs:%.16s:%s", f, h);
 }
 
-/* n_cached of a lookup of tokens[0, N_TOK - 1) into a zeroed buffer; checks
- * that every served slot holds the cold bytes. */
-static int served(kvs_store *s, const int32_t *tokens, const fake_kv *cold) {
+/* Redis's integer answer to "CMD key" for the key of span `span` of the
+ * first n tokens cut on the 64-token grid (DEL, EXISTS); -1 on another
+ * answer. */
+static long long span_key_cmd(int port, const char *cmd, const kvs_key *fp, const int32_t *tokens, int n, int span) {
+    kvs_key keys[16];
+    kvs_span spans[16];
+    int n_spans = 0;
+    CHECK_EQ_INT(kvs_chunking_split(n, 0, 64, NULL, 0, spans, 16, &n_spans), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(fp, tokens, spans, n_spans, keys), KVS_OK);
+    if (span >= n_spans) return -1;
+    char key[96];
+    redis_key(fp, &keys[span], key);
+    redisReply *x = rt_cmd(port, "%s %s", cmd, key);
+    long long v = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
+    if (x) freeReplyObject(x);
+    return v;
+}
+
+/* n_cached of a lookup of the first n of tokens into a zeroed buffer, every
+ * served slot checked against cold (the cold KV of tokens). */
+static int served_n(kvs_store *s, const int32_t *tokens, int n, const fake_kv *cold) {
     fake_kv *w = fake_kv_new(SHAPE, N_TOK);
     kvs_prefix_hit hit;
-    CHECK_EQ_INT(kvs_store_lookup_into(s, tokens, N_TOK - 1, &w->kv, &hit), KVS_OK);
-    int n = hit.n_cached;
-    CHECK_MSG(n == 0 || fake_kv_equal(w, cold, 0, n), "served KV differs from cold in [0, %d)", n);
+    CHECK_EQ_INT(kvs_store_lookup_into(s, tokens, n, &w->kv, &hit), KVS_OK);
+    int got = hit.n_cached;
+    CHECK_MSG(got == 0 || fake_kv_equal(w, cold, 0, got), "served KV differs from cold in [0, %d)", got);
     kvs_prefix_hit_release(&hit);
     fake_kv_free(w);
-    return n;
+    return got;
+}
+
+/* n_cached of a lookup of tokens[0, N_TOK - 1) (served_n). */
+static int served(kvs_store *s, const int32_t *tokens, const fake_kv *cold) {
+    return served_n(s, tokens, N_TOK - 1, cold);
 }
 
 TEST(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk) {
@@ -89,44 +112,20 @@ TEST(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk) {
     kvs_store_free(o);
 
     /* chunk 5 missing in Redis: a fresh store stops exactly before it */
-    kvs_key keys[10];
-    kvs_span spans[10];
-    int n_spans = 0;
-    CHECK_EQ_INT(kvs_chunking_split(N_TOK, 0, 64, NULL, 0, spans, 10, &n_spans), KVS_OK);
-    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, tokens, spans, n_spans, keys), KVS_OK);
-    char key[96];
-    redis_key(&fp, &keys[5], key);
-    redisReply *x = rt_cmd(r.port, "DEL %s", key);
-    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1);
-    if (x) freeReplyObject(x);
+    CHECK(span_key_cmd(r.port, "DEL", &fp, tokens, N_TOK, 5) == 1);
     kvs_store *c = open_store(&fp, r.port);
     CHECK_EQ_INT(served(c, tokens, cold), 5 * 64);
     kvs_store_free(c);
 
     /* B indexed all ten from Redis; chunk 3 now disappears from Redis and
      * B's RAM drops the payloads: B's next lookup ends before chunk 3 */
-    redis_key(&fp, &keys[3], key);
-    x = rt_cmd(r.port, "DEL %s", key);
-    if (x) freeReplyObject(x);
+    CHECK(span_key_cmd(r.port, "DEL", &fp, tokens, N_TOK, 3) == 1);
     kvs_store_trim(b, 0);
     int n = served(b, tokens, cold);
     CHECK_MSG(n == 3 * 64, "after a DEL: %d tokens served, want %d", n, 3 * 64);
     kvs_store_free(b);
     fake_kv_free(cold);
     rt_redis_stop(&r);
-}
-
-/* n_cached of a lookup of the first n of tokens into a zeroed buffer, every
- * served slot checked against cold (the cold KV of tokens). */
-static int served_n(kvs_store *s, const int32_t *tokens, int n, const fake_kv *cold) {
-    fake_kv *w = fake_kv_new(SHAPE, N_TOK);
-    kvs_prefix_hit hit;
-    CHECK_EQ_INT(kvs_store_lookup_into(s, tokens, n, &w->kv, &hit), KVS_OK);
-    int got = hit.n_cached;
-    CHECK_MSG(got == 0 || fake_kv_equal(w, cold, 0, got), "served KV differs from cold in [0, %d)", got);
-    kvs_prefix_hit_release(&hit);
-    fake_kv_free(w);
-    return got;
 }
 
 /* Prompt A (300 tokens: 4 grid chunks and a 44-token tail [256, 300)) is
@@ -162,16 +161,7 @@ TEST(partial_tail_served_to_a_prompt_that_extends_it) {
     CHECK_EQ_INT(served_n(a, tokens, 399, cold), A);
     kvs_store_free(a); /* waits for the queued writes */
 
-    kvs_key keys[5];
-    kvs_span spans[5];
-    int n_spans = 0;
-    CHECK_EQ_INT(kvs_chunking_split(A, 0, 64, NULL, 0, spans, 5, &n_spans), KVS_OK);
-    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, tokens, spans, n_spans, keys), KVS_OK);
-    char key[96];
-    redis_key(&fp, &keys[4], key);
-    redisReply *x = rt_cmd(r.port, "EXISTS %s", key);
-    CHECK_MSG(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1, "A's tail [256, 300) is not in Redis");
-    if (x) freeReplyObject(x);
+    CHECK_MSG(span_key_cmd(r.port, "EXISTS", &fp, tokens, A, 4) == 1, "A's tail [256, 300) is not in Redis");
 
     /* fresh stores, one lookup each (a hit is indexed in RAM: the next
      * lookup would find it there) */

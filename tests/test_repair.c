@@ -469,6 +469,42 @@ TEST(first_request_equals_later_ones) {
     kt_remove_dir(dir);
 }
 
+/* The same request after an unrelated one whose prompt is a prefix of it
+ * ending inside the first document (its chunks warmed: the exact hit now
+ * stops 20 tokens into that document) gives the bits of the request on an
+ * empty cache. The hit had been cut back to the document's start and the
+ * document moved by 0 and repaired with the others (an attack found the
+ * CLI and the server answering differently after such a request). */
+TEST(a_prompt_ending_inside_the_first_doc_changes_nothing) {
+    const char *docs[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]};
+    kvs_segments seg = {0, NULL, docs, NULL, N_DOCS, k_question, NULL};
+    kvs_generate_params gp = kt_greedy(N_GEN);
+    kvs_generate_result ref, r;
+    kvs_seg_layout lay;
+    memset(&lay, 0, sizeof lay);
+    kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);
+    if (!a || !b || kvs_seg_layout_build(g_model, &seg, &lay) != KVS_OK) {
+        CHECK_MSG(0, "setup: %s", kvs_last_error());
+        goto out;
+    }
+    const int D = lay.segs[0].kind == KVS_SEG_DOC ? lay.segs[0].start : lay.segs[1].start;
+    CHECK_MSG(kvs_generate_segments(g_ctx, a, &seg, &gp, NULL, &ref) == KVS_OK, "%s", kvs_last_error());
+    kvs_warm_report wr;
+    CHECK_MSG(kvs_warm(g_ctx, b, lay.tokens, D + 20, &wr) == KVS_OK, "%s", kvs_last_error());
+    if (kvs_generate_segments(g_ctx, b, &seg, &gp, NULL, &r) == KVS_OK) {
+        CHECK_MSG(r.reuse && r.reuse->n_cached >= D + 20, "the exact hit: %d tokens", r.reuse ? r.reuse->n_cached : -1);
+        CHECK_MSG(kt_same_result(&r, &ref), "after a prompt ending inside the first document: other bits");
+        kvs_generate_result_free(&r);
+    } else {
+        CHECK_MSG(0, "%s", kvs_last_error());
+    }
+    kvs_generate_result_free(&ref);
+out:
+    kvs_seg_layout_free(&lay);
+    kvs_cache_free(a);
+    kvs_cache_free(b);
+}
+
 static kvs_repair_params narrowing(float from, float ratio, int layers, int seams) {
     kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, ratio);
     rp.narrow_from = from;
@@ -764,6 +800,7 @@ int main(void) {
     RUN(public_api);
     RUN(real_prefix_one_doc_is_exact);
     RUN(first_request_equals_later_ones);
+    RUN(a_prompt_ending_inside_the_first_doc_changes_nothing);
     RUN(narrowing_params);
     RUN(narrowing_invariants);
     RUN(narrowing_sets_shrink);

@@ -261,14 +261,27 @@ def test_numbers_texts_and_blocks_checked_naming_the_argument(model, cache):
     s.close()
 
 
-def test_ctrl_c_stops_a_generate_between_tokens(model_path):
-    # A Ctrl-C had waited for the whole generation (10 s for 3000 tokens)
-    # and its result was thrown away; now the next token's callback raises
-    # it, and the session stays usable.
+def _interrupted_run(code, model_path, delay):
+    """Runs code (a Python program given the model path) until it prints
+    'ready', sends it a SIGINT delay seconds later; returns its output lines."""
     import signal
     import subprocess
     import sys
     import time
+    p = subprocess.Popen([sys.executable, "-c", code, model_path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        return p.communicate(timeout=120)[0].split("\n")
+    finally:
+        p.kill()
+
+
+def test_ctrl_c_stops_a_generate_between_tokens(model_path):
+    # A Ctrl-C had waited for the whole generation (10 s for 3000 tokens)
+    # and its result was thrown away; now the poll before the next token raises
+    # it, and the session stays usable.
     code = (
         "import kvstitch, sys, time\n"
         "m = kvstitch.Model.load(sys.argv[1], threads=1)\n"
@@ -281,14 +294,8 @@ def test_ctrl_c_stops_a_generate_between_tokens(model_path):
         "except KeyboardInterrupt:\n"
         "    print('interrupted %.2f' % (time.time() - t0), flush=True)\n"
         "    print('usable', len(s.generate('hi', max_tokens=2, chat=False).tokens), flush=True)\n")
-    p = subprocess.Popen([sys.executable, "-c", code, model_path], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # (this prompt's greedy run has no end-of-sequence in its first 3000 tokens)
-        p.send_signal(signal.SIGINT)
-        out = p.communicate(timeout=120)[0].split("\n")
-    finally:
-        p.kill()
+    # (this prompt's greedy run has no end-of-sequence in its first 3000 tokens)
+    out = _interrupted_run(code, model_path, 0.5)
     assert out[0].startswith("interrupted") and float(out[0].split()[1]) < 5, out
     assert out[1] == "usable 2", out
 
@@ -298,10 +305,6 @@ def test_ctrl_c_stops_a_long_prefill(model_path):
     # the library now polls the Session between batches of 512 tokens, where
     # the KeyboardInterrupt is raised and stops the call; nothing of the
     # stopped prompt is stored, and the session stays usable.
-    import signal
-    import subprocess
-    import sys
-    import time
     code = (
         "import kvstitch, sys, time\n"
         "m = kvstitch.Model.load(sys.argv[1], threads=1)\n"
@@ -317,14 +320,7 @@ def test_ctrl_c_stops_a_long_prefill(model_path):
         "    print('interrupted %.2f' % (time.time() - t0), flush=True)\n"
         "print('stored', c.stats()['entries'], flush=True)\n"
         "print('usable', len(s.generate('hi', max_tokens=2, chat=False).tokens), flush=True)\n")
-    p = subprocess.Popen([sys.executable, "-c", code, model_path], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "ready"
-        time.sleep(0.3)
-        p.send_signal(signal.SIGINT)
-        out = p.communicate(timeout=120)[0].split("\n")
-    finally:
-        p.kill()
+    out = _interrupted_run(code, model_path, 0.3)
     assert out[0].startswith("interrupted"), out
     assert out[1] == "stored 0", out
     assert out[2] == "usable 2", out

@@ -161,14 +161,18 @@ static int place_doc(req *q, const kvs_chunk *c, const kvs_seg *s) {
  * request takes it as exact too, after computing it: it had moved it by 0
  * and repaired it with the others, so that the first and every later run of
  * one request gave different bits (a warm before them changed the output).
- * *E (the exact hit, at most the doc's start) becomes the doc's end. */
+ * An exact hit that ends inside the doc (another prompt's chunks, a prefix
+ * of this one) is taken the same way: the doc's chunk holds the hit's bits
+ * for the tokens they share (it had been cut back to the doc's start and
+ * the doc repaired, so that an unrelated earlier request changed the
+ * answer). *E (the exact hit, short of the doc's end) becomes the doc's end. */
 static int exact_first_doc(req *q, int *E) {
     const kvs_seg_layout *lay = q->lay;
     int jd = 0;
     while (jd < lay->n_segs && lay->segs[jd].kind != KVS_SEG_DOC) jd++;
     if (jd >= lay->n_segs - 1) return KVS_OK; /* no doc before the question */
     const kvs_seg *s = &lay->segs[jd];
-    if (*E > s->start || s->start != lay->n_doc_prefix ||
+    if (*E >= s->end || s->start != lay->n_doc_prefix ||
         (lay->n_doc_prefix && memcmp(lay->tokens, lay->doc_prefix, (size_t)lay->n_doc_prefix * sizeof *lay->tokens)))
         return KVS_OK;
     int st = KVS_OK;
