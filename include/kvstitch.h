@@ -298,15 +298,8 @@ typedef struct kvs_progress {
  * line is fine). The library never prints progress itself. */
 typedef void (*kvs_progress_callback)(void *user, const kvs_progress *p);
 
-/* Polled on the thread running a forward pass on the context: before each
- * batch of n_batch tokens of a prefill, before each generated token, before
- * each batch of a document being computed. Nonzero stops the call, which
- * returns KVS_ERR_INTERRUPTED; nothing of it is stored in a cache. The
- * batches run before the stop keep their KV (a kvs_decode may go on from
- * there with the same bits as an uninterrupted one). One way to stop a long
- * prefill (a Ctrl-C: the Python binding raises KeyboardInterrupt from
- * here), or to bound a call's time. Keep it cheap: it runs once a token
- * while generating. */
+/* A context's stop poll (kvs_context_set_should_stop): nonzero stops the
+ * call running on the context. */
 typedef int (*kvs_stop_callback)(void *user);
 
 /* The most worker threads a context takes (the CLI's --threads bound): 1000
@@ -323,8 +316,6 @@ typedef struct kvs_context_params {
                              * 1: allowed (no RoPE scaling is applied: output degrades) */
     kvs_progress_callback on_progress; /* may be NULL */
     void *progress_user;
-    kvs_stop_callback should_stop; /* may be NULL: never stopped */
-    void *stop_user;
 } kvs_context_params;
 
 KVS_API kvs_context_params kvs_context_default_params(void);
@@ -335,6 +326,24 @@ KVS_API kvs_context_params kvs_context_default_params(void);
 KVS_API int kvs_context_new(kvs_model *model, kvs_context_params params, kvs_context **out);
 KVS_API void kvs_context_free(kvs_context *ctx);
 KVS_API int kvs_context_n_ctx(const kvs_context *ctx);
+
+/* Sets ctx's stop poll (fn NULL: none, the default), called with user on
+ * the thread running a call on ctx: before each batch of n_batch tokens of
+ * a prefill or warm, before each generated token, before each batch of a
+ * document being computed, and between the layer passes of a repair.
+ * Nonzero stops the call, which returns KVS_ERR_INTERRUPTED naming where.
+ * What the call had finished stays valid: the batches already run keep
+ * their KV (a kvs_decode may go on from there with the bits of an
+ * uninterrupted one), and documents already computed are stored as usual;
+ * the interrupted prompt's own chunks are not. kvs_decode_batch (the
+ * serving step) is not polled. Set it between calls, not while one runs on
+ * ctx; flip what it reads (kvs_stop_when_set) at any time. Keep it cheap:
+ * it runs once a token while generating. */
+KVS_API void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn, void *user);
+/* A kvs_stop_callback that stops once the int at flag (user) is nonzero:
+ * set it from another thread or a signal handler, no lock needed. The
+ * Python binding stops a closed stream's prefill with it. */
+KVS_API int kvs_stop_when_set(void *flag);
 
 /* Runs the model over n tokens at the given absolute positions, writing each
  * token's K/V into the context's KV buffer at slot = position. Each token

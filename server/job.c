@@ -164,11 +164,13 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
         goto fail;
     }
     /* a documents-only warm: its messages are the warm's own, added around
-     * the documents, so name these */
+     * the documents, so name these. The slot holds the laid-out prompt, so
+     * the documents must fit together, though kvs_warm_docs computes each on
+     * its own: several requests warm more. */
     if (j->n_prompt >= n_ctx && j->req.docs_only) {
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded", "documents",
                       "this model's context holds %d tokens, but the documents take %d laid out as a prompt (at "
-                      "most %d fit): give fewer or shorter documents", n_ctx, j->n_prompt, n_ctx - 1);
+                      "most %d fit): give fewer or shorter documents, or warm them in several requests", n_ctx, j->n_prompt, n_ctx - 1);
         goto fail;
     }
     if (j->n_prompt >= n_ctx) {

@@ -170,8 +170,9 @@ out:
     kvs_cache_free(b);
 }
 
-/* should_stop (kvs_context_params) polled while documents are computed:
- * kvs_warm_docs stops at the poll that says so, stores nothing, and the
+/* The stop poll (kvs_context_set_should_stop) while documents are computed:
+ * kvs_warm_docs stops at the poll that says so (inside the first document:
+ * nothing stored; a document finished before a stop is stored), and the
  * same call on the same context afterwards stores what an uninterrupted
  * warm does (the requests from both caches give the same bits). A prefix
  * warm stopped likewise stores nothing. */
@@ -180,8 +181,6 @@ TEST(should_stop_interrupts_documents_and_warm) {
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = kvs_context_n_ctx(g_ctx);
     cp.n_batch = 32; /* several polls a document */
-    cp.should_stop = kt_stop_at_poll;
-    cp.stop_user = &st;
     kvs_context *ctx = NULL;
     kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);
     kvs_generate_result ra, rb;
@@ -191,6 +190,7 @@ TEST(should_stop_interrupts_documents_and_warm) {
         CHECK_MSG(0, "setup: %s", kvs_last_error());
         goto out;
     }
+    kvs_context_set_should_stop(ctx, kt_stop_at_poll, &st);
     kvs_segments s = segments();
     kvs_warm_docs_report rep;
     CHECK_EQ_INT(kvs_warm_docs(ctx, a, &s, &rep), KVS_ERR_INTERRUPTED);

@@ -175,10 +175,9 @@ static kvs_context *new_ctx_stopping(kt_stopper *s) {
     cp.n_ctx = 128;
     cp.n_threads = 2;
     cp.n_batch = 16;
-    cp.should_stop = kt_stop_at_poll;
-    cp.stop_user = s;
     kvs_context *ctx = NULL;
     CHECK_MSG(kvs_context_new(g_model, cp, &ctx) == KVS_OK, "%s", kvs_last_error());
+    kvs_context_set_should_stop(ctx, kt_stop_at_poll, s);
     return ctx;
 }
 
@@ -204,6 +203,12 @@ TEST(test_should_stop_interrupts_prefill_and_generate) {
     CHECK(!strcmp(kvs_strerror(KVS_ERR_INTERRUPTED), "interrupted"));
     s.stop_at = 0;
     CHECK_EQ_INT(kvs_decode(ctx, toks + 32, pos + 32, n - 32, a), KVS_OK);
+    /* the library's flag poll: stops once the int is set */
+    int flag = 1;
+    kvs_context_set_should_stop(ref, kvs_stop_when_set, &flag);
+    CHECK_EQ_INT(kvs_decode(ref, toks, pos, n, b), KVS_ERR_INTERRUPTED);
+    CHECK_MSG(strstr(kvs_last_error(), "after 0 of 40 tokens") != NULL, "%s", kvs_last_error());
+    flag = 0;
     CHECK_EQ_INT(kvs_decode(ref, toks, pos, n, b), KVS_OK);
     CHECK(!memcmp(a, b, 49152 * sizeof(float)));
 

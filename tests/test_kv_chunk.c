@@ -122,6 +122,14 @@ TEST(keys_match_spec) {
     fp2.b[31] ^= 1;
     kvs_key_content(&fp2, toks + 2, 3, &c2);
     CHECK(!kvs_key_equal(&c1, &c2));
+    /* every length at once (a chunk's tails): each the key of that length */
+    kvs_key lens[4];
+    kvs_key_prefix_lengths(&k0, toks, 2, 5, lens);
+    for (int n = 2; n <= 5; n++) {
+        kvs_key one;
+        kvs_key_prefix(&k0, toks, n, &one);
+        CHECK_MSG(kvs_key_equal(&lens[n - 2], &one), "length %d", n);
+    }
     /* spans that do not tile are refused */
     kvs_span gap[2] = {{0, 2, 0}, {3, 5, 0}};
     CHECK_EQ_INT(kvs_key_prefix_chain(&fp, toks, gap, 2, chain), KVS_ERR_INVALID_ARG);

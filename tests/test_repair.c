@@ -29,6 +29,7 @@
 
 #include "engine/context.h"
 #include "harness.h"
+#include "test_stopper.h"
 #include "test_docs_util.h"
 #include "test_greedy.h"
 #include "test_kl.h"
@@ -505,6 +506,40 @@ out:
     kvs_cache_free(b);
 }
 
+/* The stop poll reaches the repair: counted over a whole request (documents
+ * cached), the poll before the question's prefill and its N_GEN - 1 decode
+ * steps is the repair's last layer; stopping there names the repair, and
+ * the next run on the context gives the reference bits. */
+TEST(stop_poll_reaches_the_repair) {
+    kvs_cache *c = kt_open_cache(g_model, NULL);
+    kvs_generate_result ref, r;
+    kvs_seg_report rep;
+    kt_stopper st = {0, 0};
+    if (!c || run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.15f), &ref, &rep)) goto out;
+    kvs_context_set_should_stop(g_ctx, kt_stop_at_poll, &st);
+    if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.15f), &r, &rep)) kvs_generate_result_free(&r);
+    const int total = st.polls;
+    CHECK_MSG(total > N_GEN + kvs_model_hparams(g_model)->n_layer, "%d polls", total);
+    st.polls = 0;
+    st.stop_at = total - N_GEN;
+    kvs_generate_params gp = kt_greedy(N_GEN);
+    kvs_seg_options o = kvs_seg_default_options();
+    o.use_exact = 0;
+    o.store_prefix = 0;
+    kvs_repair_params rp = repair(KVS_REPAIR_QUERY, 0.15f);
+    CHECK_EQ_INT(kvs_seg_generate(g_ctx, c, &g_lay, &gp, &rp, &o, &r, &rep), KVS_ERR_INTERRUPTED);
+    CHECK_MSG(strstr(kvs_last_error(), "a repair stopped") != NULL, "%s", kvs_last_error());
+    st.stop_at = 0;
+    if (!run(c, &g_lay, repair(KVS_REPAIR_QUERY, 0.15f), &r, &rep)) {
+        CHECK(kt_same_result(&r, &ref));
+        kvs_generate_result_free(&r);
+    }
+    kvs_generate_result_free(&ref);
+out:
+    kvs_context_set_should_stop(g_ctx, NULL, NULL);
+    kvs_cache_free(c);
+}
+
 static kvs_repair_params narrowing(float from, float ratio, int layers, int seams) {
     kvs_repair_params rp = repair(KVS_REPAIR_CACHEBLEND, ratio);
     rp.narrow_from = from;
@@ -801,6 +836,7 @@ int main(void) {
     RUN(real_prefix_one_doc_is_exact);
     RUN(first_request_equals_later_ones);
     RUN(a_prompt_ending_inside_the_first_doc_changes_nothing);
+    RUN(stop_poll_reaches_the_repair);
     RUN(narrowing_params);
     RUN(narrowing_invariants);
     RUN(narrowing_sets_shrink);

@@ -7,8 +7,9 @@
  *
  * A usage error prints "kvstitch CMD: OPTION: VALUE ...: expected RANGE"
  * on stderr and makes the command exit with 2. Numbers are plain decimal
- * (an optional '-', digits, one '.' for CLI_FLOAT): refused with white
- * space on either side, a '+' sign, an exponent or hex; a valued option
+ * (an optional '-', digits, for CLI_FLOAT one '.' with digits on both
+ * sides: 0.5, not .5 or 5.): refused with white space on either side, a
+ * '+' sign, an exponent or hex; a valued option
  * given twice is refused unless its row is repeatable (max_count or
  * repeatable).
  *

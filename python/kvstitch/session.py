@@ -83,13 +83,15 @@ class Session(NoCopy):
         p.n_threads = model.threads if threads is None else int_arg(threads, "threads", 0, MAX_THREADS)
         p.n_batch = int_arg(n_batch, "n_batch", 0, INT_MAX)
         p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
-        # A Ctrl-C in a long prefill: the library polls should_stop before
-        # each batch of a forward pass and each generated token, on the
-        # calling thread. Python code running there is where a pending
-        # KeyboardInterrupt is raised (on the main thread); the poll then
-        # stops the call, which raises it once it returns (a Ctrl-C had
-        # waited for the whole prefill: seconds for a long prompt). The list
-        # is the callback's, not self's: no cycle keeps a Session alive.
+        # The library polls the context before each batch of a forward pass,
+        # each generated token and each layer of a repair, on the calling
+        # thread (kvs_context_set_should_stop). On the main thread the poll
+        # is Python code, where a pending Ctrl-C is raised: it stops the
+        # call, which raises the KeyboardInterrupt once it returns (a Ctrl-C
+        # had waited for the whole prefill: seconds for a long prompt).
+        # Elsewhere it is the library's flag poll on _stop_flag (no GIL a
+        # token; a closed stream sets the flag to stop its prefill). The
+        # list is the callback's, not self's: no cycle keeps a Session alive.
         pending: list[BaseException] = []
         self._stop_pending = pending
 
@@ -99,10 +101,11 @@ class Session(NoCopy):
         def stop_for(kind, value, tb):
             pending.append(value)
             return 1
-        self._poll = None
-        if "should_stop" in {name for name, _ in ffi.typeof("kvs_context_params").fields}:
+        self._poll = self._flag_poll = None
+        self._stop_flag = ffi.new("int *")
+        if hasattr(lib, "kvs_context_set_should_stop"):  # newer libraries
             self._poll = ffi.callback("kvs_stop_callback", keep_going, onerror=stop_for)
-            p.should_stop = self._poll
+            self._flag_poll = ffi.addressof(lib, "kvs_stop_when_set")
         out = ffi.new("kvs_context **")
         self._busy = threading.Lock()
         with model._using() as mh:
@@ -135,6 +138,17 @@ class Session(NoCopy):
             self.model._children.discard(self)  # closed: no longer holds the model
         finally:
             self._busy.release()
+
+    def _arm(self, flag: Any = None) -> None:
+        """Before a call that may run a forward pass: the Python poll on the
+        main thread, else the flag poll on flag (a stream's) or _stop_flag."""
+        self._stop_pending.clear()
+        if self._poll is None:
+            return
+        if flag is None and threading.current_thread() is threading.main_thread():
+            lib.kvs_context_set_should_stop(self._h, self._poll, ffi.NULL)
+        else:
+            lib.kvs_context_set_should_stop(self._h, self._flag_poll, self._stop_flag if flag is None else flag)
 
     def _raise_pending(self) -> None:
         """Raises what a poll or a token callback caught (a KeyboardInterrupt:
@@ -197,7 +211,15 @@ class Session(NoCopy):
         except BaseException:
             self._busy.release()
             raise
-        return Stream(lambda on_token: self._run(a, on_token), self._busy.release)
+        # close() before the first token stops the prefill at its next batch
+        # (the flag poll); after it the token callback stops the generation,
+        # which ends as "callback" with its result
+        flag, token_seen = ffi.new("int *"), [False]
+
+        def cancel() -> None:
+            if not token_seen[0]:
+                flag[0] = 1
+        return Stream(lambda on_token: self._run(a, on_token, flag, token_seen), self._busy.release, cancel)
 
     # --- internals ------------------------------------------------------------
     _DEFAULTS = dict(max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
@@ -277,7 +299,8 @@ class Session(NoCopy):
         raise InvalidArgument("prompt: expected a str, token ids, chat messages or "
                               "[System, Document..., Question] blocks (non-empty)")
 
-    def _run(self, a: Mapping[str, Any], on_token: Callable[[int, bytes], bool] | None) -> GenerateResult:
+    def _run(self, a: Mapping[str, Any], on_token: Callable[[int, bytes], bool] | None,
+             stop_flag: Any = None, token_seen: list | None = None) -> GenerateResult:
         gp = lib.kvs_generate_default_params()
         gp.n_predict = a["max_tokens"]
         s = gp.sampling
@@ -290,7 +313,7 @@ class Session(NoCopy):
         gp.stop, gp.n_stop = stops, len(keep)
         gp.n_top_logprobs = a["logprobs"]
         cancelled, interrupted = [False], self._stop_pending
-        interrupted.clear()
+        self._arm(stop_flag)
 
         # A callback where there is work for it: on_token, or (without the
         # context's should_stop poll, an older library) a Ctrl-C to see:
@@ -299,6 +322,8 @@ class Session(NoCopy):
         # raised once the call returns (without one, a Ctrl-C waited for the
         # whole generation, 10 s for 3000 tokens, and its result was lost).
         def trampoline(user, token, piece, n):
+            if token_seen is not None:
+                token_seen[0] = True
             if on_token is None:
                 return 0
             stop_now = on_token(token, ffi.unpack(piece, n) if n else b"")
@@ -361,7 +386,7 @@ class Session(NoCopy):
             self._busy.release()
             raise
         try:
-            self._stop_pending.clear()
+            self._arm()
             if documents is not None and text is not None:  # the text had been dropped without a word
                 raise InvalidArgument("warm takes a text (or blocks) or documents=, not both")
             if isinstance(documents, (str, bytes, dict)):  # as generate refuses it

@@ -3,7 +3,8 @@
 The library drives generation and calls back once per token; a worker
 thread runs the call (without the GIL while it computes) and hands the
 pieces over a queue, so iterating is plain Python and closing early stops
-the library at the next token (the callback returns nonzero).
+the library at the next token (the callback returns nonzero), or during the
+prefill at its next batch (the session's flag poll).
 """
 from __future__ import annotations
 
@@ -38,12 +39,16 @@ def _work(q: "queue.Queue[object]", stop: threading.Event, box: list,
 
 class Stream(NoCopy):
     """Iterate for the text pieces (str); .result is the GenerateResult once
-    the iteration ended (stop_reason "callback" if closed early). Use as a
+    the iteration ended (stop_reason "callback" if closed early; None if
+    closed before the first token: the prefill was stopped). Use as a
     context manager, or call close(), to stop early. close() may come from
     another thread than the one iterating: that one then ends its loop."""
 
     def __init__(self, run: Callable[[Callable[[int, bytes], bool]], GenerateResult],
-                 release: Callable[[], None]):
+                 release: Callable[[], None], cancel: Callable[[], None] | None = None):
+        """cancel (may be None): stops the call before its next token or
+        batch (the prefill too), from any thread; close() calls it."""
+        self._cancel = cancel
         self._box: list = [None]
         self._q: "queue.Queue[object]" = queue.Queue()
         self._stop = threading.Event()
@@ -83,6 +88,8 @@ class Stream(NoCopy):
         call to end. Pieces not read yet are dropped. (It had read them
         itself, racing a loop in another thread, which then waited for ever.)"""
         self._stop.set()
+        if self._cancel is not None:
+            self._cancel()
         t = self._thread
         if t is not None:
             t.join()
@@ -98,3 +105,6 @@ class Stream(NoCopy):
         stop = getattr(self, "_stop", None)
         if stop is not None:
             stop.set()
+        cancel = getattr(self, "_cancel", None)
+        if cancel is not None:
+            cancel()

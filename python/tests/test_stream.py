@@ -43,3 +43,18 @@ def test_stream_error_raised_in_consumer(model):
     with pytest.raises(kvstitch.ContextFull):
         list(st)
     assert s.generate("Hi", max_tokens=1, logits=True).tokens
+
+
+def test_stream_closed_during_its_prefill_stops_it(model):
+    # close() had waited for the whole prefill (7.6 s for a 2500-word
+    # prompt): the flag poll now stops it at its next batch of 512 tokens.
+    import time
+    s = kvstitch.Session(model, n_ctx=8192, threads=1)
+    st = s.stream(" ".join("word%d" % (i % 50) for i in range(1800)), max_tokens=4, chat=False)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    st.close()
+    took = time.monotonic() - t0
+    assert st.result is None, st.result  # stopped before its first token
+    assert took < 3.0, took  # one batch (~0.5 s at 1 thread), not the ~5000-token prefill
+    assert s.generate("Hello", max_tokens=2, logits=True).tokens  # usable again

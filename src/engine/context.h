@@ -21,6 +21,8 @@ struct kvs_context {
     kvs_fwd *fwd;              /* scratch for n_batch rows */
     float *logits;             /* (n_vocab) last logits of kvs_decode, for generation */
     int *rows;                 /* (n_batch) row indices handed to kvs_fwd_logits */
+    kvs_stop_callback should_stop; /* kvs_context_set_should_stop; NULL: never polled */
+    void *stop_user;
 };
 
 kvs_kv_buffer *kvs_context_kv(kvs_context *ctx);
@@ -34,9 +36,9 @@ int kvs_context_n_vocab(const kvs_context *ctx);
  * 0 <= pos < n_ctx (KVS_ERR_CONTEXT_FULL naming the numbers). */
 int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n);
 
-/* The should_stop poll (kvs_context_params): KVS_OK, or KVS_ERR_INTERRUPTED
- * naming what stopped after done of total tokens (what: "prefill", "a
- * document"...). */
-int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total);
+/* The stop poll (kvs_context_set_should_stop): KVS_OK, or KVS_ERR_INTERRUPTED
+ * naming what stopped after done of total units (what: "a forward pass", "a
+ * document", "a repair"; unit: "tokens", "layers"). */
+int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total, const char *unit);
 
 #endif

@@ -18,11 +18,19 @@ int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const
     return KVS_OK;
 }
 
-int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total) {
-    if (!ctx->params.should_stop || !ctx->params.should_stop(ctx->params.stop_user)) return KVS_OK;
-    return kvs_error(KVS_ERR_INTERRUPTED, "%s stopped by the context's should_stop callback after %d of %d tokens", what,
-                     done, total);
+int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total, const char *unit) {
+    if (!ctx->should_stop || !ctx->should_stop(ctx->stop_user)) return KVS_OK;
+    return kvs_error(KVS_ERR_INTERRUPTED, "%s stopped by the context's should_stop poll after %d of %d %s", what, done,
+                     total, unit);
 }
+
+void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn, void *user) {
+    if (!ctx) return;
+    ctx->should_stop = fn;
+    ctx->stop_user = user;
+}
+
+int kvs_stop_when_set(void *flag) { return flag && __atomic_load_n((const int *)flag, __ATOMIC_RELAXED) != 0; }
 
 int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits,
                       int n_logits) {
@@ -43,7 +51,7 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
     const double t_start = report ? kvs_now_ms() : 0.0;
     for (int c0 = 0; c0 < n; c0 += B) {
         int m = n - c0 < B ? n - c0 : B;
-        if ((st = kvs_context_poll_stop(ctx, n > 1 ? "a forward pass" : "a decode step", c0, n))) return st;
+        if ((st = kvs_context_poll_stop(ctx, n > 1 ? "a forward pass" : "a decode step", c0, n, "tokens"))) return st;
         kvs_fwd_embed(f, tokens + c0, m);
         for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &ctx->kv);
         /* Only the rows whose logits were asked for pay for the output head. */

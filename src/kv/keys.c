@@ -35,6 +35,18 @@ void kvs_key_prefix(const kvs_key *parent, const int32_t *tokens, int n, kvs_key
     key_of(parent, tokens, n, out);
 }
 
+void kvs_key_prefix_lengths(const kvs_key *parent, const int32_t *tokens, int lo, int hi, kvs_key *out) {
+    kvs_sha256 s;
+    kvs_sha256_init(&s);
+    kvs_sha256_update(&s, parent->b, sizeof parent->b);
+    update_tokens(&s, tokens, lo);
+    for (int n = lo; n <= hi; n++) {
+        kvs_sha256 end = s; /* the state after n tokens, finished apart */
+        kvs_sha256_final(&end, out[n - lo].b);
+        if (n < hi) update_tokens(&s, tokens + n, 1);
+    }
+}
+
 void kvs_key_content(const kvs_key *fingerprint, const int32_t *tokens, int n, kvs_key *out) {
     key_of(fingerprint, tokens, n, out);
 }

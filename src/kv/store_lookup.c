@@ -218,7 +218,7 @@ static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop,
         free(present);
         return kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
     }
-    for (int k = 0; k < m; k++) kvs_key_prefix(parent, tokens + stop->start, lo + k, &keys[k]);
+    kvs_key_prefix_lengths(parent, tokens + stop->start, lo, hi, keys);
     int served = 0;
     for (int ti = 0; ti < s->n_tiers && !served; ti++) {
         kvs_tier *t = s->tiers[ti];

@@ -111,7 +111,7 @@ static int prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *p
     const int n_layer = f->hp->n_layer;
     for (int c0 = 0; c0 < n; c0 += f->max_rows) {
         int m = n - c0 < f->max_rows ? n - c0 : f->max_rows;
-        int st = kvs_context_poll_stop(dc->ctx, "a document", c0, n);
+        int st = kvs_context_poll_stop(dc->ctx, "a document", c0, n, "tokens");
         if (st) return st;
         kvs_fwd_embed(f, tokens + c0, m);
         for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &dc->kv);

@@ -153,7 +153,7 @@ static int measure_layer(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kv
     return k;
 }
 
-int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
+int kvs_blend_select(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
                      const unsigned char *force_in, kvs_blend_trace_fn trace, void *ud, int *resume,
                      long *token_layers) {
     const int c = p->check_layer, n = rs->n, n_layer = f->hp->n_layer;
@@ -173,26 +173,28 @@ int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_re
     if (force) memcpy(force, force_in, (size_t)n); /* compacted with the rows */
 
     /* Layers before the check layer: every moved token, exactly. */
-    kvs_rowset_layers(f, kv, rs, 0, c);
+    int st = kvs_rowset_layers(ctx, f, kv, rs, 0, c);
     long tl = (long)n * c;
 
     /* The check layer: fresh K/V of every token against the cached ones.
      * Rounded to nearest, so ratio 1 keeps every token and a tiny ratio of
      * a short region may keep none. */
-    int nr = measure_layer(f, kv, rs, p, c, NULL, rk, tmp);
-    tl += n;
-    int want = (int)(kvs_blend_share(p, 0, n_layer) * n + 0.5);
-    rank_keep(rk, nr, want > n ? n : want, p->min_deviation, by_dev);
-    compact(rs, d, by_dev, force);
-    if (trace) trace(ud, c, rs);
+    if (!st) {
+        int nr = measure_layer(f, kv, rs, p, c, NULL, rk, tmp);
+        tl += n;
+        int want = (int)(kvs_blend_share(p, 0, n_layer) * n + 0.5);
+        rank_keep(rk, nr, want > n ? n : want, p->min_deviation, by_dev);
+        compact(rs, d, by_dev, force);
+        if (trace) trace(ud, c, rs);
+    }
 
     /* Narrowing: layer c + j re-ranks the rows chosen by deviation so far. */
-    for (int j = 1; j <= L; j++) {
+    for (int j = 1; !st && j <= L; j++) {
         const int l = c + j;
-        kvs_rowset_layers(f, kv, rs, l - 1, l); /* the kept rows through layer l - 1 */
-        nr = measure_layer(f, kv, rs, p, l, by_dev, rk, tmp);
+        if ((st = kvs_rowset_layers(ctx, f, kv, rs, l - 1, l))) break; /* the kept rows through layer l - 1 */
+        int nr = measure_layer(f, kv, rs, p, l, by_dev, rk, tmp);
         tl += rs->n;
-        want = (int)(kvs_blend_share(p, j, n_layer) * n + 0.5);
+        int want = (int)(kvs_blend_share(p, j, n_layer) * n + 0.5);
         rank_keep(rk, nr, want, -INFINITY, by_dev);
         compact(rs, d, by_dev, force);
         if (trace) trace(ud, l, rs);
@@ -203,5 +205,5 @@ int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_re
     free(force);
     free(rk);
     free(tmp);
-    return KVS_OK;
+    return st;
 }

@@ -16,7 +16,7 @@
  * whatever their deviation, on top of the ratio. *token_layers: fresh K/V
  * (token, layer) pairs written up to and including *resume. trace may be
  * NULL. */
-int kvs_blend_select(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
+int kvs_blend_select(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, const kvs_repair_params *p,
                      const unsigned char *force, kvs_blend_trace_fn trace, void *ud, int *resume,
                      long *token_layers);
 

@@ -60,7 +60,7 @@ static int select_cacheblend(const kvs_repair_job *job, kvs_rowset *rs, int *l0,
     rep->n_check = rs->n;
     unsigned char *force = seam_rows(job, rs->n, &st);
     long tl = 0;
-    if (!st) st = kvs_blend_select(job->f, job->kv, rs, p, force, job->trace, job->ud, l0, &tl);
+    if (!st) st = kvs_blend_select(job->ctx, job->f, job->kv, rs, p, force, job->trace, job->ud, l0, &tl);
     free(force);
     if (st) {
         kvs_rowset_free(rs);

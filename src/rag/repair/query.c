@@ -139,7 +139,8 @@ static int score_moved(const kvs_repair_job *job, double *score) {
     kvs_rowset_embed(f, &qs);
     const size_t d = (size_t)f->hp->n_embd;
     const int B = f->max_rows;
-    for (int l = 0; l < n_layer; l++) {
+    for (int l = 0; !st && l < n_layer; l++) {
+        if ((st = kvs_context_poll_stop(job->ctx, "a repair's question pass", l, n_layer, "layers"))) break;
         for (int b0 = 0; b0 < nq; b0 += B) {
             int m = nq - b0 < B ? nq - b0 : B;
             memcpy(f->x, qs.x + (size_t)b0 * d, (size_t)m * d * sizeof(float));
@@ -157,7 +158,7 @@ static int score_moved(const kvs_repair_job *job, double *score) {
     free(logit);
     free(ex);
     kvs_rowset_free(&qs);
-    return KVS_OK;
+    return st;
 }
 
 static int select_query(const kvs_repair_job *job, kvs_rowset *rs, int *l0, kvs_repair_report *rep) {

@@ -67,13 +67,16 @@ int kvs_repair_run_traced(kvs_context *ctx, const kvs_repair_region *rg, const k
     if (rg->end == rg->start) return KVS_OK;
 
     const kvs_repair_strategy *row = kvs_repair_strategy_of(p->mode);
-    const kvs_repair_job job = {f, kv, rg, p, trace, ud};
+    const kvs_repair_job job = {ctx, f, kv, rg, p, trace, ud};
     kvs_rowset rs;
     int l0 = n_layer;
     double t0 = kvs_now_ms();
     if ((st = row->select(&job, &rs, &l0, rep))) return st;
     double t1 = kvs_now_ms();
-    kvs_rowset_layers(f, kv, &rs, l0, n_layer);
+    if ((st = kvs_rowset_layers(ctx, f, kv, &rs, l0, n_layer))) {
+        kvs_rowset_free(&rs);
+        return st;
+    }
     rep->n_token_layers += (long)rs.n * (n_layer - l0);
     rep->n_recomputed = rs.n;
     rep->select_ms = t1 - t0;

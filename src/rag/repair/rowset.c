@@ -33,10 +33,12 @@ void kvs_rowset_embed(kvs_fwd *f, kvs_rowset *rs) {
     kvs_fwd_embed_rows(f, rs->tok, rs->n, rs->x);
 }
 
-void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1) {
+int kvs_rowset_layers(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1) {
     const size_t d = (size_t)f->hp->n_embd;
     const int B = f->max_rows;
     for (int l = l0; l < l1; l++) {
+        int st = kvs_context_poll_stop(ctx, "a repair", l, f->hp->n_layer, "layers");
+        if (st) return st;
         for (int b0 = 0; b0 < rs->n; b0 += B) {
             int m = rs->n - b0 < B ? rs->n - b0 : B;
             /* The rows' residual stream goes through the forward scratch. */
@@ -45,4 +47,5 @@ void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, in
             memcpy(rs->x + (size_t)b0 * d, f->x, (size_t)m * d * sizeof(float));
         }
     }
+    return KVS_OK;
 }

@@ -38,7 +38,8 @@ void kvs_rowset_free(kvs_rowset *rs);
 /* x = token embeddings. */
 void kvs_rowset_embed(kvs_fwd *f, kvs_rowset *rs);
 /* Runs layers [l0, l1) for the rows, layer-major, in ascending batches of
- * at most f->max_rows. */
-void kvs_rowset_layers(kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1);
+ * at most f->max_rows, polling ctx's stop before each layer (KVS_OK or
+ * KVS_ERR_INTERRUPTED). */
+int kvs_rowset_layers(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_rowset *rs, int l0, int l1);
 
 #endif

@@ -27,6 +27,7 @@
 
 /* What a strategy's select sees. */
 typedef struct kvs_repair_job {
+    const kvs_context *ctx; /* its stop poll (kvs_context_poll_stop) */
     kvs_fwd *f;
     kvs_kv_buffer *kv;
     const kvs_repair_region *rg;
