@@ -483,7 +483,10 @@ int cmd_cache(int argc, char **argv) {
     cache_opts o;
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
-    if (rc >= 0) return rc;
+    if (rc >= 0) { /* a usage error after --redis: its URL copy too */
+        cli_redis_free(&o.redis);
+        return rc;
+    }
     if (cli_redis_given(&o.redis)) {
         rc = cache_redis(&o);
         cli_redis_free(&o.redis);

@@ -404,6 +404,22 @@ static int generate(gen_run *g, const gen_opts *o, const char *text) {
     return rc;
 }
 
+/* The text to generate from (the file's, owned, or -p's), checked; NULL
+ * after a message. */
+static const char *checked_text(const gen_opts *o, char **owned) {
+    const char *text = o->prompt;
+    if (o->file) {
+        if (!(*owned = cli_read_file(o->file, NULL))) return NULL;
+        text = *owned;
+    } else if (cli_check_utf8("-p", text)) {
+        return NULL;
+    }
+    if (o->system && cli_check_utf8("--system", o->system)) return NULL;
+    for (int i = 0; i < o->n_stops; i++) /* a lone byte had cut a character of the output in half */
+        if (cli_check_utf8("--stop", o->stops[i])) return NULL;
+    return text;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     memset(&o, 0, sizeof o);
@@ -412,29 +428,15 @@ int cmd_generate(int argc, char **argv) {
     o.rp = kvs_repair_default_params();
     int rc = cli_parse(&k_cmd, argc, argv, &o, NULL);
     if (rc < 0) rc = check(&o);
-    if (rc >= 0) return rc;
-
     char *owned = NULL;
-    const char *text = o.prompt;
-    if (o.file) {
-        if (!(owned = cli_read_file(o.file, NULL))) return 1;
-        text = owned;
-    } else if (cli_check_utf8("-p", text)) {
-        return 1;
+    const char *text = rc < 0 ? checked_text(&o, &owned) : NULL;
+    if (rc < 0 && !text) rc = 1;
+    if (rc < 0) { /* every way out frees the Redis options' URL copy */
+        gen_run g;
+        memset(&g, 0, sizeof g);
+        rc = generate(&g, &o, text);
+        run_free(&g);
     }
-    if (o.system && cli_check_utf8("--system", o.system)) {
-        free(owned);
-        return 1;
-    }
-    for (int i = 0; i < o.n_stops; i++) /* a lone byte had cut a character of the output in half */
-        if (cli_check_utf8("--stop", o.stops[i])) {
-            free(owned);
-            return 1;
-        }
-    gen_run g;
-    memset(&g, 0, sizeof g);
-    rc = generate(&g, &o, text);
-    run_free(&g);
     free(owned);
     cli_redis_free(&o.redis);
     return rc;

@@ -212,12 +212,15 @@ int cmd_warm(int argc, char **argv) {
     warm_opts o;
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
-    if (rc >= 0) return rc;
-    if (o.system && cli_check_utf8("--system", o.system)) return 1;
-    for (int i = 0; i < o.n_texts; i++) {
+    if (rc < 0 && o.system && cli_check_utf8("--system", o.system)) rc = 1;
+    for (int i = 0; rc < 0 && i < o.n_texts; i++) {
         char what[32];
         snprintf(what, sizeof what, "text %d (an argument)", i + 1);
-        if (!o.is_file[i] && cli_check_utf8(what, o.texts[i])) return 1;
+        if (!o.is_file[i] && cli_check_utf8(what, o.texts[i])) rc = 1;
+    }
+    if (rc >= 0) { /* a usage error: the Redis options' URL copy too */
+        cli_redis_free(&o.redis);
+        return rc;
     }
 
     kvs_model *model = NULL;
@@ -226,7 +229,10 @@ int cmd_warm(int argc, char **argv) {
     cJSON *root = NULL, *prompts = NULL;
     rc = 1;
     int st = kvs_model_load(o.model_path, kvs_model_default_params(), &model);
-    if (st != KVS_OK) return cli_fail(st, o.model_path);
+    if (st != KVS_OK) {
+        rc = cli_fail(st, o.model_path);
+        goto done;
+    }
     kvs_context_params cp = kvs_context_default_params();
     cp.n_ctx = o.n_ctx;
     cp.n_threads = o.n_threads;
