@@ -163,17 +163,10 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt has no tokens");
         goto fail;
     }
-    /* a documents-only warm: its messages are the warm's own, added around
-     * the documents, so name these. The slot holds the laid-out prompt, so
-     * the documents must fit together, though kvs_warm_docs computes each on
-     * its own: several requests warm more. */
-    if (j->n_prompt >= n_ctx && j->req.docs_only) {
-        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded", "documents",
-                      "this model's context holds %d tokens, but the documents take %d laid out as a prompt (at "
-                      "most %d fit): give fewer or shorter documents, or warm them in several requests", n_ctx, j->n_prompt, n_ctx - 1);
-        goto fail;
-    }
-    if (j->n_prompt >= n_ctx) {
+    /* A documents-only warm computes each document after the prefix on its
+     * own (kvs_warm_docs): each must fit, not all together, and the warm
+     * names the one that does not (srv_slot: context_length_exceeded). */
+    if (j->n_prompt >= n_ctx && !j->req.docs_only) {
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
                       j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
                       "this model's context holds %d tokens, but the prompt has %d (and at least one token must "
@@ -181,7 +174,7 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
         goto fail;
     }
     /* The last token sampled is never decoded: n_ctx - n_prompt + 1 fit. */
-    int room = n_ctx - j->n_prompt + 1;
+    int room = j->n_prompt < n_ctx ? n_ctx - j->n_prompt + 1 : 1;
     j->max_tokens = j->req.max_tokens > 0 ? j->req.max_tokens : default_max_tokens;
     if (j->max_tokens > room) j->max_tokens = room;
     if (!(j->text = calloc(1, 256))) goto fail;

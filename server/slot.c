@@ -21,6 +21,14 @@ static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
     srv_slot_finish(s, env, SRV_FINISH_ERROR);
 }
 
+/* A warm's document that does not fit the context: the client's to fix. */
+static void fail_job_too_long(srv_slot *s, const srv_env *env) {
+    srv_error e;
+    srv_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", "documents", "%s", kvs_last_error());
+    s->job->err = e;
+    srv_slot_finish(s, env, SRV_FINISH_ERROR);
+}
+
 int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->job = job;
     s->n_hist = 0;
@@ -42,8 +50,10 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
         fail_job(s, env, "cannot start the request");
         return -1;
     }
-    memcpy(s->hist, job->prompt, (size_t)job->n_prompt * sizeof *s->hist);
-    s->n_hist = job->n_prompt;
+    /* (a documents-only warm may lay out more than the context: each
+     * document must fit, not all; it never reads the history) */
+    s->n_hist = job->n_prompt < env->n_ctx ? job->n_prompt : env->n_ctx;
+    memcpy(s->hist, job->prompt, (size_t)s->n_hist * sizeof *s->hist);
     /* The sampler sees the prompt's last repeat_last_n tokens, as in kvs_generate. */
     int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
     for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept_prompt(s->sampler, job->prompt[i]);
@@ -199,8 +209,9 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     if (j->warm_only) {
         kvs_warm_docs_report rep;
         int k = j->req.bake_neighbours;
-        if (k ? kvs_bake_docs(s->ctx, env->cache, &j->seg, k, &rep) : kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep))
-            return fail_job(s, env, "warm documents");
+        int st = k ? kvs_bake_docs(s->ctx, env->cache, &j->seg, k, &rep) : kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep);
+        if (st == KVS_ERR_CONTEXT_FULL) return fail_job_too_long(s, env);
+        if (st) return fail_job(s, env, "warm documents");
         j->usage.docs_hit = rep.n_cached;
         j->usage.docs_computed = rep.n_computed;
         j->usage.docs_baked = rep.n_baked;

@@ -321,11 +321,15 @@ def test_context_length_exceeded(server, client):
     with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "word " * 3000}], max_tokens=4)
     assert ei.value.code == "context_length_exceeded"
-    # /v1/cache/warm with documents alone: what is too long is the documents
-    # (the error had named 'messages', a field the request does not have)
-    e = error_of(server.post("/v1/cache/warm", {"documents": ["word " * 1200, "other word " * 600]}), 400)
+    # /v1/cache/warm with documents alone: each document must fit, not all
+    # together (they had been refused together, though each is computed on
+    # its own); one that does not is named, as 'documents' (the error had
+    # named 'messages', a field the request does not have)
+    r = server.post("/v1/cache/warm", {"documents": ["word " * 1200, "other word " * 600]})
+    assert r.status_code == 200 and r.json()["docs_computed"] + r.json()["docs_cached"] == 2, r.text
+    e = error_of(server.post("/v1/cache/warm", {"documents": ["short one", "word " * 3000]}), 400)
     assert e["code"] == "context_length_exceeded" and e["param"] == "documents", e
-    assert "the documents take" in e["message"] and "messages" not in e["message"], e
+    assert "doc 1 has 3001 tokens" in e["message"] and "messages" not in e["message"], e
     # with messages beside them, the prompt is still named as before
     e = error_of(server.post("/v1/cache/warm", {"messages": [{"role": "user", "content": "word " * 3000}]}), 400)
     assert e["code"] == "context_length_exceeded" and e["param"] == "messages", e
