@@ -89,8 +89,8 @@ class Session(NoCopy):
         # is Python code, where a pending Ctrl-C is raised: it stops the
         # call, which raises the KeyboardInterrupt once it returns (a Ctrl-C
         # had waited for the whole prefill: seconds for a long prompt).
-        # Elsewhere it is the library's flag poll on _stop_flag (no GIL a
-        # token; a closed stream sets the flag to stop its prefill). The
+        # A stream's call (another thread) polls its own flag in C (no GIL a
+        # token; closing the stream sets it); other threads need no poll. The
         # list is the callback's, not self's: no cycle keeps a Session alive.
         pending: list[BaseException] = []
         self._stop_pending = pending
@@ -102,7 +102,6 @@ class Session(NoCopy):
             pending.append(value)
             return 1
         self._poll = self._flag_poll = None
-        self._stop_flag = ffi.new("int *")
         if hasattr(lib, "kvs_context_set_should_stop"):  # newer libraries
             self._poll = ffi.callback("kvs_stop_callback", keep_going, onerror=stop_for)
             self._flag_poll = ffi.addressof(lib, "kvs_stop_when_set")
@@ -140,15 +139,17 @@ class Session(NoCopy):
             self._busy.release()
 
     def _arm(self, flag: Any = None) -> None:
-        """Before a call that may run a forward pass: the Python poll on the
-        main thread, else the flag poll on flag (a stream's) or _stop_flag."""
+        """Before a call that may run a forward pass: the flag poll on flag
+        (a stream's), else the Python poll on the main thread, else none."""
         self._stop_pending.clear()
         if self._poll is None:
             return
-        if flag is None and threading.current_thread() is threading.main_thread():
+        if flag is not None:
+            lib.kvs_context_set_should_stop(self._h, self._flag_poll, flag)
+        elif threading.current_thread() is threading.main_thread():
             lib.kvs_context_set_should_stop(self._h, self._poll, ffi.NULL)
         else:
-            lib.kvs_context_set_should_stop(self._h, self._flag_poll, self._stop_flag if flag is None else flag)
+            lib.kvs_context_set_should_stop(self._h, ffi.NULL, ffi.NULL)
 
     def _raise_pending(self) -> None:
         """Raises what a poll or a token callback caught (a KeyboardInterrupt:

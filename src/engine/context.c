@@ -1,4 +1,5 @@
-/* Context lifecycle: resolve params, create the pool, KV buffer and scratch. */
+/* Context lifecycle: resolve params, create the pool, KV buffer and scratch;
+ * its accessors and its stop poll. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -89,6 +90,20 @@ void kvs_context_free(kvs_context *ctx) {
 }
 
 int kvs_context_n_ctx(const kvs_context *ctx) { return ctx ? ctx->params.n_ctx : 0; }
+
+int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total, const char *unit) {
+    if (!ctx->should_stop || !ctx->should_stop(ctx->stop_user)) return KVS_OK;
+    return kvs_error(KVS_ERR_INTERRUPTED, "%s stopped by the context's should_stop poll after %d of %d %s", what, done,
+                     total, unit);
+}
+
+void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn, void *user) {
+    if (!ctx) return;
+    ctx->should_stop = fn;
+    ctx->stop_user = user;
+}
+
+int kvs_stop_when_set(void *flag) { return flag && __atomic_load_n((const int *)flag, __ATOMIC_RELAXED) != 0; }
 kvs_kv_buffer *kvs_context_kv(kvs_context *ctx) { return &ctx->kv; }
 kvs_fwd *kvs_context_fwd(kvs_context *ctx) { return ctx->fwd; }
 const kvs_model *kvs_context_model(const kvs_context *ctx) { return ctx->model; }

@@ -18,20 +18,6 @@ int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const
     return KVS_OK;
 }
 
-int kvs_context_poll_stop(const kvs_context *ctx, const char *what, int done, int total, const char *unit) {
-    if (!ctx->should_stop || !ctx->should_stop(ctx->stop_user)) return KVS_OK;
-    return kvs_error(KVS_ERR_INTERRUPTED, "%s stopped by the context's should_stop poll after %d of %d %s", what, done,
-                     total, unit);
-}
-
-void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn, void *user) {
-    if (!ctx) return;
-    ctx->should_stop = fn;
-    ctx->stop_user = user;
-}
-
-int kvs_stop_when_set(void *flag) { return flag && __atomic_load_n((const int *)flag, __ATOMIC_RELAXED) != 0; }
-
 int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n, float *logits,
                       int n_logits) {
     if (!ctx || !tokens || !pos || n <= 0)

@@ -147,10 +147,11 @@ typedef struct req {
     kvs_doc_computer dc;
 } req;
 
-/* Doc segment s's KV from its chunk c, moved to the segment's slots. */
-static int place_doc(req *q, const kvs_chunk *c, const kvs_seg *s) {
+/* Doc segment s's KV from its chunk c, moved to the segment's slots, from
+ * slot `from` on (s->start, or past what an exact hit already holds). */
+static int place_doc(req *q, const kvs_chunk *c, const kvs_seg *s, int from) {
     kvs_rope_cfg rc = kvs_rope_cfg_of(kvs_model_hparams(kvs_context_model(q->ctx)));
-    return kvs_move_chunk_to_kv(c, 0, s->end - s->start, kvs_context_kv(q->ctx), s->start, &rc,
+    return kvs_move_chunk_to_kv(c, from - s->start, s->end - from, kvs_context_kv(q->ctx), from, &rc,
                                 kvs_context_fwd(q->ctx)->pool);
 }
 
@@ -162,10 +163,10 @@ static int place_doc(req *q, const kvs_chunk *c, const kvs_seg *s) {
  * and repaired it with the others, so that the first and every later run of
  * one request gave different bits (a warm before them changed the output).
  * An exact hit that ends inside the doc (another prompt's chunks, a prefix
- * of this one) is taken the same way: the doc's chunk holds the hit's bits
- * for the tokens they share (it had been cut back to the doc's start and
- * the doc repaired, so that an unrelated earlier request changed the
- * answer). *E (the exact hit, short of the doc's end) becomes the doc's end. */
+ * of this one) is taken the same way, the chunk placed past the hit (both
+ * hold a cold prefill's bits for the tokens they share; the hit had been
+ * cut back to the doc's start and the doc repaired, so that an unrelated
+ * earlier request changed the answer). *E (the exact hit, short of the doc's end) becomes the doc's end. */
 static int exact_first_doc(req *q, int *E) {
     const kvs_seg_layout *lay = q->lay;
     int jd = 0;
@@ -180,7 +181,7 @@ static int exact_first_doc(req *q, int *E) {
     kvs_chunk *c = NULL;
     st = kvs_seg_acquire_plain_doc(q->ctx, q->cache, lay, jd, kvs_seg_max_doc_len(lay, jd), q->opt.store_docs, &q->dc,
                                    &q->rep, &c);
-    if (!st) st = place_doc(q, c, s); /* by 0: its own slots */
+    if (!st) st = place_doc(q, c, s, *E > s->start ? *E : s->start); /* by 0: its own slots */
     kvs_chunk_unref(c);
     if (!st) *E = s->end;
     return st;
@@ -240,7 +241,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         kvs_chunk *c = NULL;
         if ((st = acquire_doc(q->ctx, cache, lay, j, j0, &q->opt, &q->dc, &q->rep, &c))) return st;
         double t0 = kvs_now_ms();
-        st = place_doc(q, c, s);
+        st = place_doc(q, c, s, s->start);
         t_move += kvs_now_ms() - t0;
         kvs_chunk_unref(c);
         if (st) return st;
