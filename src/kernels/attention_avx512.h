@@ -95,9 +95,9 @@ static inline int unit_maxn(const unit_ctx *u) {
 }
 
 /* One decode token split across threads (kvs_isa's attention_split_*, f16
- * / f32 in attention_avx512_decode.c, Q8 in attention_q8_avx512.c): kv head
- * g's unit with its score rows in thread 0's (c->work, which every phase's
- * units share) and its staging in the thread's own work. */
+ * / f32 in attention_avx512_decode.c, Q8 in attention_q8_avx512_decode.c):
+ * kv head g's unit with its score rows in thread 0's (c->work, which every
+ * phase's units share) and its staging in the thread's own work. */
 static inline void split_unit_init(unit_ctx *u, const kvs_attn_call *c, int g, float *work) {
     const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
     const int group = c->n_head / c->n_kv_head;
