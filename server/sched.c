@@ -43,21 +43,48 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Picks the queue index to admit next (under mu). */
+/* The uncached tokens of the queued requests admission looks at, peeked
+ * once each, outside mu: a peek may ask the Redis tier (up to its timeout,
+ * twice), and request threads submitting or reading the load (/health)
+ * would wait on mu that long. Only this thread takes jobs off the queue,
+ * and the refs keep them alive: each result goes to its job's entry. */
+static void peek_queued(srv_sched *s) {
+    srv_job *todo[ADMIT_WINDOW];
+    int uncached[ADMIT_WINDOW], n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_queued && i < ADMIT_WINDOW; i++)
+        if (s->queue[i].uncached < 0) {
+            todo[n++] = s->queue[i].job;
+            atomic_fetch_add(&s->queue[i].job->refs, 1);
+        }
+    pthread_mutex_unlock(&s->mu);
+    if (!n) return;
+    for (int k = 0; k < n; k++) {
+        int hit = 0;
+        /* Documents: their reuse is decided in the prefill; count all. */
+        if (!todo[k]->segments) kvs_cache_peek_prefix(s->env.cache, todo[k]->prompt, todo[k]->n_prompt - 1, &hit);
+        uncached[k] = todo[k]->n_prompt - hit;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_queued; i++)
+        for (int k = 0; k < n; k++)
+            if (s->queue[i].job == todo[k]) s->queue[i].uncached = uncached[k];
+    pthread_mutex_unlock(&s->mu);
+    for (int k = 0; k < n; k++) srv_job_unref(todo[k]);
+}
+
+/* Picks the queue index to admit next (under mu): the fewest uncached
+ * tokens among those peeked (peek_queued; one not peeked yet, which the
+ * window reached after a pick, counts as all uncached). */
 static int pick(srv_sched *s) {
     int n = s->n_queued < ADMIT_WINDOW ? s->n_queued : ADMIT_WINDOW;
     queued *head = &s->queue[0];
     if (head->passed_over >= MAX_PASSED_OVER || now_ms() - head->job->t_submit > MAX_WAIT_MS) return 0;
     int best = 0;
     for (int i = 0; i < n; i++) {
-        queued *q = &s->queue[i];
-        if (q->uncached < 0) {
-            int hit = 0;
-            /* Documents: their reuse is decided in the prefill; count all. */
-            if (!q->job->segments) kvs_cache_peek_prefix(s->env.cache, q->job->prompt, q->job->n_prompt - 1, &hit);
-            q->uncached = q->job->n_prompt - hit;
-        }
-        if (q->uncached < s->queue[best].uncached) best = i;
+        const queued *q = &s->queue[i], *b = &s->queue[best];
+        const int u = q->uncached < 0 ? q->job->n_prompt : q->uncached;
+        if (u < (b->uncached < 0 ? b->job->n_prompt : b->uncached)) best = i;
     }
     for (int i = 0; i < best; i++) s->queue[i].passed_over++;
     return best;
@@ -68,6 +95,7 @@ static void admit(srv_sched *s) {
         srv_slot *sl = &s->slots[i];
         if (sl->state != SRV_SLOT_FREE) continue;
         srv_job *j = NULL;
+        peek_queued(s);
         pthread_mutex_lock(&s->mu);
         while (s->n_queued > 0 && !j) {
             int k = pick(s);
