@@ -153,6 +153,14 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
         {"disk_writes", (double)st.disk_writes}, {"disk_write_errors", (double)st.disk_write_errors},
         {"disk_loads", (double)st.disk_loads},
         {"disk_bad", (double)st.disk_bad},
+        /* the Redis tier's (kvs_cache_stats' names; 0 without --redis) */
+        {"redis_gets", (double)st.redis_gets}, {"redis_hits", (double)st.redis_hits},
+        {"redis_get_bytes", (double)st.redis_get_bytes}, {"redis_puts", (double)st.redis_puts},
+        {"redis_put_bytes", (double)st.redis_put_bytes}, {"redis_put_dropped", (double)st.redis_put_dropped},
+        {"redis_put_errors", (double)st.redis_put_errors}, {"redis_bad", (double)st.redis_bad},
+        {"redis_foreign", (double)st.redis_foreign}, {"redis_errors", (double)st.redis_errors},
+        {"redis_timeouts", (double)st.redis_timeouts}, {"redis_breaker_opens", (double)st.redis_breaker_opens},
+        {"redis_connects", (double)st.redis_connects}, {"redis_moved", (double)st.redis_moved},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cJSON_AddNumberToObject(o, fields[i].name, fields[i].v);
     return srv_reply_json(c, 200, o);

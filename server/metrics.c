@@ -136,8 +136,9 @@ char *srv_metrics_render(srv_metrics *m, kvs_cache *cache, srv_load load) {
                 "# TYPE kvstitch_cache_hits_total counter\nkvstitch_cache_hits_total{tier=\"all\"} %llu\n",
             (unsigned long long)st.hits);
         put(&b, "# HELP kvstitch_cache_loads_total Chunks read from a lower tier, by tier.\n"
-                "# TYPE kvstitch_cache_loads_total counter\nkvstitch_cache_loads_total{tier=\"disk\"} %llu\n",
-            (unsigned long long)st.disk_loads);
+                "# TYPE kvstitch_cache_loads_total counter\nkvstitch_cache_loads_total{tier=\"disk\"} %llu\n"
+                "kvstitch_cache_loads_total{tier=\"redis\"} %llu\n",
+            (unsigned long long)st.disk_loads, (unsigned long long)st.redis_hits);
         put_gauge(&b, "kvstitch_cache_budget_bytes", "gauge", "RAM budget of the chunk store.", (double)st.budget_bytes);
         put_gauge(&b, "kvstitch_cache_lookups_total", "counter", "Cache lookups.", (double)st.lookups);
         put_gauge(&b, "kvstitch_cache_hit_tokens_total", "counter", "Prompt tokens served from the cache.",
@@ -151,6 +152,22 @@ char *srv_metrics_render(srv_metrics *m, kvs_cache *cache, srv_load load) {
                   (double)st.disk_write_errors);
         put_gauge(&b, "kvstitch_cache_damaged_total", "counter", "Damaged entries found (never served).",
                   (double)st.disk_bad);
+        /* The Redis tier (--redis / --redis-cluster; all 0 without one) */
+        put_gauge(&b, "kvstitch_cache_redis_writes_total", "counter", "Chunks handed to the Redis writer.",
+                  (double)st.redis_puts);
+        put_gauge(&b, "kvstitch_cache_redis_write_errors_total", "counter",
+                  "Chunk writes Redis refused, failed or did not answer in time.", (double)st.redis_put_errors);
+        put_gauge(&b, "kvstitch_cache_redis_dropped_total", "counter",
+                  "Chunks not written to Redis by design: Redis down or the write queue full.",
+                  (double)st.redis_put_dropped);
+        put_gauge(&b, "kvstitch_cache_redis_errors_total", "counter",
+                  "Redis lookups without an answer (down, timeout, garbage): those chunks are computed.",
+                  (double)st.redis_errors);
+        put(&b, "# HELP kvstitch_cache_redis_rejected_total Redis values never served, by reason.\n"
+                "# TYPE kvstitch_cache_redis_rejected_total counter\n"
+                "kvstitch_cache_redis_rejected_total{reason=\"damaged\"} %llu\n"
+                "kvstitch_cache_redis_rejected_total{reason=\"foreign\"} %llu\n",
+            (unsigned long long)st.redis_bad, (unsigned long long)st.redis_foreign);
     }
     return b.s;
 }

@@ -2,11 +2,14 @@
  * `kvstitch serve`: options, then
  *
  *   HTTP up first (GET /health says 503 "loading" meanwhile)
- *   model, cache (RAM budget + optional directory), scheduler with N slots
+ *   model, cache (RAM budget + optional directory and Redis tier), scheduler
+ *   with N slots
  *   ready: 200
  *   SIGTERM / SIGINT: stop admitting (503), let running requests finish for
  *   --drain-timeout seconds, cancel the rest, stop HTTP, close the cache
- *   (every stored entry is already on disk: the store writes through)
+ *   (every stored entry is already on disk: the store writes through; the
+ *   Redis writer's queue is flushed, at most 10 s, and what did not reach
+ *   Redis is said)
  */
 #include <ctype.h>
 #include <errno.h>
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../tools/cli.h"
 #include "server.h"
 
 /* After the scheduler's drain, how long the replies of finished or cancelled
@@ -37,6 +41,7 @@ typedef struct serve_opts {
     int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, conns_per_ip;
     unsigned long long cache_max_bytes, max_body;
     double drain_s;
+    cli_redis_opts redis; /* the shared Redis tier, as generate / warm / cache take it */
 } serve_opts;
 
 static void usage(FILE *f) {
@@ -65,7 +70,8 @@ static void usage(FILE *f) {
             "  --prefill-chunk N      prompt tokens per prefill step between decode steps (256)\n"
             "  --max-tokens N         default max_tokens of a request (256)\n"
             "  --drain-timeout S      on SIGTERM, seconds to let running requests finish (30)\n"
-            "  --alias NAME           model id listed by /v1/models (the file's base name)\n");
+            "  --alias NAME           model id listed by /v1/models (the file's base name)\n"
+            CLI_REDIS_USAGE);
 }
 
 /* A number option's value: decimal, no white space around it, an integer
@@ -128,6 +134,12 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
             usage(stdout);
             exit(0);
         }
+        const int rc = cli_redis_option("serve", a, i + 1 < argc ? argv[i + 1] : NULL, &o->redis);
+        if (rc < 0) return -1;
+        if (rc > 0) {
+            i++;
+            continue;
+        }
 #define ONCE(field) if (given_once(a, offsetof(serve_opts, field), seen, &n_seen)) return -1;
 #define STR(flag, field) if (!strcmp(a, flag)) { if (!v) goto missing; ONCE(field) o->field = v; i++; continue; }
 #define NUM(flag, field, lo, hi, frac) if (!strcmp(a, flag)) { double d; \
@@ -162,7 +174,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "kvstitch serve: --kv-type: %s\n", kvs_last_error());
         return -1;
     }
-    return 0;
+    return cli_redis_finish("serve", &o->redis) == -1 ? 0 : -1;
 }
 
 /* path opened for reading if it is a regular file (O_NONBLOCK: a FIFO
@@ -238,6 +250,7 @@ static int load(srv_server *s, const serve_opts *o) {
     cp.cache_dir = o->cache_dir;
     cp.budget_bytes = o->cache_max_bytes;
     cp.kv_type = o->kv_type;
+    cli_redis_apply(&o->redis, &cp);
     if ((st = kvs_cache_open(s->model, cp, &s->cache)))
         return fprintf(stderr, "kvstitch serve: cache: %s\n", kvs_last_error()), st;
     kvs_model_info info;
@@ -249,9 +262,10 @@ static int load(srv_server *s, const serve_opts *o) {
     return KVS_OK;
 }
 
-int cmd_serve(int argc, char **argv) {
-    serve_opts o;
-    if (parse_opts(argc, argv, &o)) return 2;
+/* The server's life once its options are read: 0, 1 (could not start), 2
+ * (a bad path or key file). */
+static int serve(const serve_opts *opts) {
+    const serve_opts o = *opts;
     srv_server s;
     memset(&s, 0, sizeof s);
     srv_metrics_init(&s.metrics);
@@ -309,13 +323,23 @@ int cmd_serve(int argc, char **argv) {
     atomic_store(&s.ready, 0);
     srv_sched_free(s.sched);
     s.sched = NULL;
+    cli_redis_report("serve", s.cache, NULL, NULL); /* no-op without Redis */
     kvs_cache_stats cs;
     kvs_cache_get_stats(s.cache, &cs);
-    fprintf(stderr, "kvstitch serve: stopped; cache: %llu chunks, %llu bytes in RAM, %llu written to disk\n",
+    fprintf(stderr, "kvstitch serve: stopped; cache: %llu chunks, %llu bytes in RAM, %llu written to disk",
             (unsigned long long)cs.entries, (unsigned long long)cs.bytes, (unsigned long long)cs.disk_writes);
+    if (cli_redis_given(&o.redis)) fprintf(stderr, ", %llu to Redis", (unsigned long long)cs.redis_puts);
+    fputc('\n', stderr);
     kvs_cache_free(s.cache);
     kvs_model_free(s.model);
     srv_metrics_destroy(&s.metrics);
     free(s.api_key);
     return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    const int rc = parse_opts(argc, argv, &o) ? 2 : serve(&o);
+    cli_redis_free(&o.redis); /* (its URL copy, password zeroed) */
+    return rc;
 }

@@ -6,7 +6,8 @@
 # The same on a 3-master + 3-replica Redis Cluster. Then outages through the
 # CLI (Redis down, DEBUG SLEEP, a damaged value): output equal to cold, exit
 # 0. cache stats/ls/clear on Redis (SCAN on kvs:*, other keys untouched; -m: the model's
-# entries by KV type). A prompt's partial tail chunk serves a prompt that extends it.
+# entries by KV type). A prompt's partial tail chunk serves a prompt that extends it; documents
+# come back from Redis by key in a fresh process.
 # Every redis-server is started here on a free loopback port (maxmemory +
 # allkeys-lru, as README recommends) and killed on exit.
 #
@@ -195,6 +196,25 @@ if [ "$((k % 64))" -ne 0 ] && [ "$(j "$tmp/wc.json" 'd["prompts"][0]["partial_ta
 else
     fail redis_cli_partial_tail_served "C and C2 share $k tokens: not inside a tail, the check would not check it"
 fi
+# Documents come back from Redis by key in a fresh process (db 2): a doc chunk has no grid key,
+# and a process that had not scanned Redis computed every moved document again (a --cache-dir
+# served them); now none is computed (the first one may come as the prompt's prefix), with
+# the bits of the first run.
+python3 - "$tmp" <<'PY'
+import sys
+t = open(sys.argv[1] + "/c.txt").read()
+for i in range(3):
+    open("%s/doc%d.txt" % (sys.argv[1], i), "w").write(t[i * 400:(i + 1) * 400])
+PY
+docs=(--doc "$tmp/doc0.txt" --doc "$tmp/doc1.txt" --doc "$tmp/doc2.txt" -p "Who is named in these passages?")
+gen --redis "$URL/2" --redis-timeout 2000 "${docs[@]}" >"$tmp/d1.json" 2>"$tmp/e" \
+    && gen --redis "$URL/2" "${docs[@]}" >"$tmp/d2.json" 2>>"$tmp/e" \
+    && [ "$(python3 -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+print(a["docs_computed"] >= 2 and b["docs_computed"] == 0 and b["docs_hit"] >= a["docs_computed"] - 1
+      and b["first_logits_sha256"] == a["first_logits_sha256"] and b["tokens"] == a["tokens"])' "$tmp/d1.json" "$tmp/d2.json")" = True ] \
+    && ok redis_cli_documents_from_redis \
+    || fail redis_cli_documents_from_redis "$(cat "$tmp/d1.json" "$tmp/d2.json" "$tmp/e" 2>/dev/null | head -c 1500)"
 dead=$((P + 1)); while ! port_free $dead; do dead=$((dead + 1)); done
 # writes to a Redis that is down are said to be lost (they had been reported
 # as stored, with no warning): JSON counts and a warning on stderr

@@ -2,7 +2,8 @@
  * Storage tiers below RAM and the cache directory as an attacker meets it:
  *   - a tier serves a prompt by key without having been scanned (the
  *     directory tier attached to a memory-only store; a dummy tier defined
- *     here in one ops row, as a Redis tier plugs in)
+ *     here in one ops row, as a Redis tier plugs in), and a chunk by key and
+ *     token path (a document's lookup)
  *   - damage on every chunk of a path: one request drops and rewrites all
  *   - a failed write (a directory in an entry's place) is counted, not stored
  *   - a FIFO in an entry's place never hangs a scan, a lookup, clear, prune
@@ -118,6 +119,46 @@ TEST(dir_tier_serves_by_key_without_scan) {
         CHECK_EQ_INT(st.tier_key_hits, mode == 0 ? 5 : 4);
         kvs_store_free(s);
     }
+    rm_dir(dir);
+    free(dir);
+}
+
+/* A chunk asked by prefix key and token path (kvs_store_get_path, as a
+ * document lookup asks): an unscanned tier serves it only where its tokens
+ * end the path, and it is then found in RAM. */
+TEST(chunk_by_key_and_path_from_an_unscanned_tier) {
+    char *dir = populated_dir();
+    kvs_store *s = open_store(NULL, 0);
+    kvs_tier_dir_params dp = {dir, 0, 0};
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
+    kvs_key k1;
+    chunk_key(1, &k1); /* tokens [64, 128) */
+    kvs_chunk *c = NULL;
+    CHECK_EQ_INT(kvs_store_get(s, &k1, &c), KVS_ERR_NOT_FOUND); /* RAM only: never scanned */
+    int32_t other[128];
+    memcpy(other, toks, sizeof other);
+    other[100] ^= 1;
+    CHECK_EQ_INT(kvs_store_get_path(s, &k1, other, 128, &c), KVS_ERR_NOT_FOUND); /* not its tokens */
+    CHECK_EQ_INT(kvs_store_get_path(s, &k1, toks, 127, &c), KVS_ERR_NOT_FOUND);  /* not where it ends */
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 0);
+    CHECK_EQ_INT(kvs_store_get_path(s, &k1, toks, 128, &c), KVS_OK);
+    CHECK(c && c->pos0 == 64 && c->n_tok == 64 && c->kv);
+    fake_kv_fill(cold, toks, N);
+    fake_kv_zero(warm);
+    CHECK_EQ_INT(kvs_chunk_copy_to_kv(c, 0, 64, &warm->kv, 64), KVS_OK);
+    CHECK(fake_kv_equal(cold, warm, 64, 128));
+    kvs_chunk_unref(c);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.tier_key_hits, 1);
+    CHECK_EQ_INT(st.entries, 1); /* indexed: the plain get finds it now */
+    c = NULL;
+    CHECK_EQ_INT(kvs_store_get(s, &k1, &c), KVS_OK);
+    kvs_chunk_unref(c);
+    kvs_store_free(s);
     rm_dir(dir);
     free(dir);
 }
@@ -618,6 +659,7 @@ int main(void) {
     cold = fake_kv_new(SHAPE, N);
     warm = fake_kv_new(SHAPE, N);
     RUN(dir_tier_serves_by_key_without_scan);
+    RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
     RUN(damage_on_every_chunk_heals_in_one_request);
     RUN(failed_write_is_counted_not_stored);

@@ -242,6 +242,14 @@ int kvs_store_lookup_content(kvs_store *s, const kvs_key *content_key, kvs_chunk
 /* A chunk by prefix key, pinned and resident. KVS_ERR_NOT_FOUND if none. */
 int kvs_store_get(kvs_store *s, const kvs_key *prefix_key, kvs_chunk **out);
 
+/* As kvs_store_get, then, where RAM and the scanned index miss, the tiers
+ * by key in order (Redis: no process holds its index; a directory another
+ * process wrote to since the scan): path[0..n_path) is the chunk's token
+ * path from position 0, its own tokens last. A tier's chunk counts only if
+ * it has that key, shape and path end; it is then indexed in RAM under the
+ * path (so the next lookup finds it there) and returned pinned. */
+int kvs_store_get_path(kvs_store *s, const kvs_key *prefix_key, const int32_t *path, int n_path, kvs_chunk **out);
+
 /* --- maintenance --------------------------------------------------------------- */
 
 /* Removes one chunk from the store (and its file with and_disk).

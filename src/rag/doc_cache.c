@@ -46,10 +46,11 @@ int kvs_doc_lookup_baked(kvs_store *store, const kvs_key *parent, const int32_t 
     return KVS_OK;
 }
 
-int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, int n_prefix, const int32_t *doc,
-                   int n, kvs_chunk **out) {
+int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, const int32_t *prefix, int n_prefix,
+                   const int32_t *doc, int n, kvs_chunk **out) {
     *out = NULL;
-    if (!store || !doc || n <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "doc lookup: need a store and a non-empty doc");
+    if (!store || !doc || n <= 0 || n_prefix < 0 || (n_prefix && !prefix))
+        return kvs_error(KVS_ERR_INVALID_ARG, "doc lookup: need a store, a non-empty doc and its prefix's tokens");
     kvs_key ck, pk;
     kvs_key_content(fp, doc, n, &ck);
     kvs_chunk *c = NULL;
@@ -62,8 +63,13 @@ int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, i
     /* The content key names the most recent chunk with these tokens, which
      * may have another history: ask for the exact one. */
     kvs_key_prefix(parent, doc, n, &pk);
+    int32_t *path = malloc(((size_t)n_prefix + (size_t)n) * sizeof *path); /* a tier's chunk is indexed under it */
+    if (!path) return kvs_error(KVS_ERR_NOMEM, "doc lookup: out of memory");
+    if (n_prefix) memcpy(path, prefix, (size_t)n_prefix * sizeof *path);
+    memcpy(path + n_prefix, doc, (size_t)n * sizeof *path);
     c = NULL;
-    st = kvs_store_get(store, &pk, &c);
+    st = kvs_store_get_path(store, &pk, path, n_prefix + n, &c);
+    free(path);
     if (st == KVS_OK && doc_matches(c, parent, n_prefix, doc, n)) {
         *out = c;
         return KVS_OK;

@@ -44,11 +44,12 @@
 /* The parent key of every doc chunk computed after prefix[0..n). */
 void kvs_doc_parent_key(const kvs_key *fp, const int32_t *prefix, int n, kvs_key *out);
 
-/* The cached chunk of doc[0..n) computed after a prefix of n_prefix tokens
- * whose key is parent: *out = a pinned, resident chunk (unref it), or NULL
- * on a miss (KVS_OK). Errors only for bad arguments. */
-int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, int n_prefix, const int32_t *doc,
-                   int n, kvs_chunk **out);
+/* The cached chunk of doc[0..n) computed after prefix[0..n_prefix) (whose
+ * key is parent): by content key in RAM, then by prefix key in RAM and the
+ * tiers (Redis holds no content index). *out = a pinned, resident chunk
+ * (unref it), or NULL on a miss (KVS_OK). Errors only for bad arguments. */
+int kvs_doc_lookup(kvs_store *store, const kvs_key *fp, const kvs_key *parent, const int32_t *prefix, int n_prefix,
+                   const int32_t *doc, int n, kvs_chunk **out);
 
 /* The parent key of every baked chunk after the prefix whose key is parent. */
 void kvs_doc_baked_parent_key(const kvs_key *parent, kvs_key *out);

@@ -55,7 +55,9 @@ static int is_cached(kvs_docs_warmer *w, const kvs_seg *s, int *cached) {
     const int n = s->end - s->start;
     kvs_chunk *c = NULL;
     int st = w->use_baked ? kvs_doc_lookup_baked(w->cache->store, &w->parent, doc, n, &c) : KVS_OK;
-    if (!st && !c) st = kvs_doc_lookup(w->cache->store, &w->cache->fp, &w->parent, w->lay.n_doc_prefix, doc, n, &c);
+    if (!st && !c)
+        st = kvs_doc_lookup(w->cache->store, &w->cache->fp, &w->parent, w->lay.doc_prefix, w->lay.n_doc_prefix, doc,
+                            n, &c);
     *cached = c != NULL;
     kvs_chunk_unref(c);
     return st;

@@ -73,7 +73,7 @@ int kvs_seg_acquire_plain_doc(kvs_context *ctx, kvs_cache *cache, const kvs_seg_
     int n = s->end - s->start;
     kvs_key parent;
     kvs_doc_parent_key(&cache->fp, lay->doc_prefix, lay->n_doc_prefix, &parent);
-    int st = kvs_doc_lookup(cache->store, &cache->fp, &parent, lay->n_doc_prefix, doc, n, out);
+    int st = kvs_doc_lookup(cache->store, &cache->fp, &parent, lay->doc_prefix, lay->n_doc_prefix, doc, n, out);
     if (st) return st;
     rep->n_docs++;
     if (*out) {
