@@ -116,12 +116,15 @@ else
 fi
 
 # --- clear and prune touch only the cache's files ------------------------------------------
-D="$tmp/own"
+# (its parents made as mkdir -p does: a dir under a missing ~/.cache had failed; the weights
+# memo beside the entries is the cache's own, no "other file")
+D="$tmp/own/nested/kvs"
 T "$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 -f "$tmp/p0.txt" >/dev/null 2>"$tmp/e" || fail cache_dir_own_setup "$(cat "$tmp/e")"
+ls "$D"/.weights-*.memo >/dev/null 2>&1 || fail cache_dir_own_setup "no weights memo in $D"
 echo "someone else's" >"$D/.x.tmp"; touch -d '2 hours ago' "$D/.x.tmp"
 echo "notes" >"$D/notes.txt"
 T "$CLI" cache stats --cache-dir "$D" --json >"$tmp/s.json" 2>"$tmp/e"
-[ "$(j "$tmp/s.json" 'd["other_files"] >= 2 and d["max_bytes"] > 0 and d["entries"] > 0')" = True ] \
+[ "$(j "$tmp/s.json" 'd["other_files"] == 2 and d["max_bytes"] > 0 and d["entries"] > 0')" = True ] \
     && ok cache_dir_stats_budget_and_others || fail cache_dir_stats_budget_and_others "$(cat "$tmp/s.json" "$tmp/e")"
 T "$CLI" cache clear --cache-dir "$D" >/dev/null 2>"$tmp/e"
 [ -f "$D/.x.tmp" ] && [ -f "$D/notes.txt" ] && [ "$(kvc_count "$D")" -eq 0 ] && ok cache_dir_clear_own_only \

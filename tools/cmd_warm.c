@@ -38,7 +38,7 @@ static const cli_opt k_opts[] = {
     CLI_FILE_OPT("-m", "--model", O, model_path, "PATH", "GGUF file"),
     CLI_DIR_OPT(NULL, "--cache-dir", O, cache_dir, "DIR", "the cache directory (created if missing)"),
     CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
-            "bound on DIR's bytes (K/M/G suffixes; default: half the space free\n"
+            "bound on DIR's bytes (K/M/G/T suffixes; default: half the space free\n"
             "for the cache); least recently used entries are evicted",
             .set = set_max_bytes, .needs = "--cache-dir"),
     CLI_REDIS_ROWS(O, redis),
@@ -91,7 +91,8 @@ static const cli_opt k_opts[] = {
 
 static const cli_command k_cmd = {
     "warm",
-    "usage: kvstitch warm -m MODEL --cache-dir DIR [options] (-f FILE | TEXT | --doc FILE)...\n"
+    "usage: kvstitch warm -m MODEL (--cache-dir DIR | --redis URL | --redis-cluster LIST) [options]\n"
+    "                     (-f FILE | TEXT | --doc FILE)...\n"
     "Caches the prompt KV of each text (each -f FILE or TEXT is one prompt, warmed on its own),\n"
     "so that a later `kvstitch generate --cache-dir DIR` whose prompt starts with it reuses it.\n",
     k_opts,

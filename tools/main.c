@@ -20,8 +20,9 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure prefill and decode tokens/s"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"warm", cmd_warm, "cache the prompt KV of texts without generating"},
-    {"cache", cmd_cache, "inspect (stats, ls) or empty (clear) a prompt KV cache directory"},
+    {"cache", cmd_cache, "inspect (stats, ls), empty (clear) or bound (prune) a chunk cache: directory or Redis"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server sharing one chunk KV cache"},
+    {"version", cmd_version, "library version, git describe, ISA paths (also --version)"},
 };
 
 static void usage(FILE *f) {

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/sha256.h"
 #include "engine/context.h"
+#include "kv/disk_budget.h"
 #include "model/model.h"
 
 #define MEMO_MAGIC "KVSW"
@@ -59,7 +60,7 @@ static int memo_path(const char *dir, const file_id *id, char *buf, size_t cap) 
     kvs_sha256_digest(id, sizeof *id, h);
     kvs_sha256_to_hex(h, hex);
     hex[16] = 0;
-    return snprintf(buf, cap, "%s/.weights-%s.memo", dir, hex) < (int)cap ? 0 : -1;
+    return snprintf(buf, cap, "%s/" KVS_DISK_MEMO_PREFIX "%s" KVS_DISK_MEMO_SUFFIX, dir, hex) < (int)cap ? 0 : -1;
 }
 
 static int memo_read(const char *dir, const file_id *id, uint8_t out[32]) {

@@ -68,10 +68,28 @@ static ssize_t pread_all(int fd, void *buf, size_t n, off_t off) {
     return (ssize_t)got;
 }
 
+/* Creates the directories above dir that are missing, as mkdir -p (a
+ * cache dir of ~/.cache/kvs on a home without ~/.cache had failed): each
+ * one's own failure shows when dir itself is made. */
+static void make_parents(const char *dir) {
+    char *p = strdup(dir);
+    if (!p) return;
+    for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = 0;
+        (void)mkdir(p, 0755);
+        *s = '/';
+    }
+    free(p);
+}
+
 int kvs_disk_init_dir(const char *dir) {
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: empty path");
-    if (mkdir(dir, 0755) && errno != EEXIST)
-        return kvs_error(KVS_ERR_IO, "%s: cannot create cache dir: %s", dir, strerror(errno));
+    int made = mkdir(dir, 0755) == 0 || errno == EEXIST;
+    if (!made && errno == ENOENT) {
+        make_parents(dir);
+        made = mkdir(dir, 0755) == 0 || errno == EEXIST;
+    }
+    if (!made) return kvs_error(KVS_ERR_IO, "%s: cannot create cache dir: %s", dir, strerror(errno));
     struct stat st, lst;
     if (stat(dir, &st)) { /* a dangling link or a loop: mkdir saw the link, EEXIST */
         const int e = errno;

@@ -96,6 +96,11 @@ typedef struct listed {
     int stale;
 } listed;
 
+int kvs_disk_is_memo(const char *name) {
+    const size_t n = strlen(name), p = sizeof KVS_DISK_MEMO_PREFIX - 1, x = sizeof KVS_DISK_MEMO_SUFFIX - 1;
+    return n > p + x && !strncmp(name, KVS_DISK_MEMO_PREFIX, p) && !strcmp(name + n - x, KVS_DISK_MEMO_SUFFIX);
+}
+
 static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage *u) {
     memset(u, 0, sizeof *u);
     *out = NULL;
@@ -113,6 +118,7 @@ static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage
         if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2]))) continue;
         struct stat st;
         kvs_disk_file_kind k = kvs_disk_classify(dir, de->d_name, 0, &st);
+        if (k == KVS_DISK_FILE_OTHER && kvs_disk_is_memo(de->d_name)) continue;
         if (k == KVS_DISK_FILE_OTHER) {
             /* an entry's name on a non-regular file is the scan's to count
              * (unreadable): counted as other too, it was counted twice */

@@ -38,6 +38,13 @@ typedef enum kvs_disk_file_kind {
  * check_header, its first bytes (non-blocking open). st (optional) filled. */
 kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int check_header, struct stat *st);
 
+/* The cache's own files beside its entries: the model's weights digest
+ * remembered per model file (cache/fingerprint.c), DIR/.weights-<16 hex>.memo.
+ * Neither entries nor "other" files: listings leave them out. */
+#define KVS_DISK_MEMO_PREFIX ".weights-"
+#define KVS_DISK_MEMO_SUFFIX ".memo"
+int kvs_disk_is_memo(const char *name);
+
 /* A writer's temp file is stale when its process is gone (same host: the
  * pid in its name answers no signal) or it is older than an hour. */
 int kvs_disk_tmp_is_stale(const char *name, const struct stat *st);
