@@ -463,7 +463,8 @@ typedef struct kvs_reuse_result {
 
 /* What non-prefix (document) reuse did (kvs_generate_segments). */
 typedef struct kvs_docs_result {
-    int n_moved;          /* document tokens whose KV came from cached documents, moved into place */
+    int n_moved;          /* document tokens whose KV was moved into place: from cached documents, or
+                           * computed by this call at their own positions (n_docs_computed) */
     int n_recomputed;     /* moved tokens the repair strategy recomputed (full moves none: 0; n_token_layers
                            * counts the documents it computes) */
     int n_docs_hit;       /* documents found in the cache */

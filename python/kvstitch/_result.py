@@ -13,8 +13,10 @@ _RESULT_FIELDS = {name for name, _ in ffi.typeof("kvs_generate_result").fields}
 @dataclass
 class GenerateResult:
     """One generation. cached_tokens: prompt tokens served bit-exactly from
-    a cached prefix; moved_tokens: document tokens whose cached KV was moved
-    into place; recomputed_tokens: those the repair strategy recomputed;
+    a cached prefix; moved_tokens: document tokens whose KV was moved into
+    place (from the cache, or computed by this request at their own
+    positions: docs_computed); recomputed_tokens: those the repair strategy
+    recomputed;
     live_tokens: prompt tokens computed by this request. first_logits (with
     generate(..., logits=True), else b""): the n_vocab float32 logits of the
     first generated position, as raw bytes (numpy.frombuffer(r.first_logits,
