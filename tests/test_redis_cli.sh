@@ -6,8 +6,8 @@
 # The same on a 3-master + 3-replica Redis Cluster. Then outages through the
 # CLI (Redis down, DEBUG SLEEP, a damaged value): output equal to cold, exit
 # 0. cache stats/ls/clear on Redis (SCAN on kvs:*, other keys untouched; -m: the model's
-# entries by KV type). A prompt's partial tail chunk serves a prompt that extends it; documents
-# come back from Redis by key in a fresh process.
+# entries by KV type). A prompt's partial tail chunk serves a prompt that extends it; documents,
+# plain and baked, come back from Redis by key in a fresh process.
 # Every redis-server is started here on a free loopback port (maxmemory +
 # allkeys-lru, as README recommends) and killed on exit.
 #
@@ -215,6 +215,21 @@ print(a["docs_computed"] >= 2 and b["docs_computed"] == 0 and b["docs_hit"] >= a
       and b["first_logits_sha256"] == a["first_logits_sha256"] and b["tokens"] == a["tokens"])' "$tmp/d1.json" "$tmp/d2.json")" = True ] \
     && ok redis_cli_documents_from_redis \
     || fail redis_cli_documents_from_redis "$(cat "$tmp/d1.json" "$tmp/d2.json" "$tmp/e" 2>/dev/null | head -c 1500)"
+# Baked documents too (warm --doc-set in db 3, then another order in a fresh process): their
+# chunks are keyed after a baked parent, no path; they had been found in RAM and a scanned
+# directory only (0 baked from Redis). The bits equal those of the same two steps on a --cache-dir.
+bake=(--doc "$tmp/doc0.txt" --doc "$tmp/doc1.txt" --doc "$tmp/doc2.txt" --doc-set)
+order=(--doc "$tmp/doc2.txt" --doc "$tmp/doc0.txt" --doc "$tmp/doc1.txt" -p "Who is named in these passages?")
+timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL/3" --redis-timeout 2000 "${bake[@]}" >/dev/null 2>"$tmp/e" \
+    && timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --cache-dir "$tmp/bakedir" "${bake[@]}" >/dev/null 2>>"$tmp/e" \
+    && gen --redis "$URL/3" "${order[@]}" >"$tmp/b1.json" 2>>"$tmp/e" \
+    && gen --cache-dir "$tmp/bakedir" "${order[@]}" >"$tmp/b2.json" 2>>"$tmp/e" \
+    && [ "$(python3 -c 'import json, sys
+r, d = (json.load(open(f)) for f in sys.argv[1:3])
+print(r["docs_baked"] >= 2 and r["docs_baked"] == d["docs_baked"] and r["docs_computed"] == 0
+      and r["first_logits_sha256"] == d["first_logits_sha256"] and r["tokens"] == d["tokens"])' "$tmp/b1.json" "$tmp/b2.json")" = True ] \
+    && ok redis_cli_baked_documents_from_redis \
+    || fail redis_cli_baked_documents_from_redis "$(cat "$tmp/b1.json" "$tmp/b2.json" "$tmp/e" 2>/dev/null | head -c 1500)"
 dead=$((P + 1)); while ! port_free $dead; do dead=$((dead + 1)); done
 # writes to a Redis that is down are said to be lost (they had been reported
 # as stored, with no warning): JSON counts and a warning on stderr

@@ -247,7 +247,9 @@ int kvs_store_get(kvs_store *s, const kvs_key *prefix_key, kvs_chunk **out);
  * process wrote to since the scan): path[0..n_path) is the chunk's token
  * path from position 0, its own tokens last. A tier's chunk counts only if
  * it has that key, shape and path end; it is then indexed in RAM under the
- * path (so the next lookup finds it there) and returned pinned. */
+ * path (so the next lookup finds it there) and returned pinned. path NULL
+ * (a baked chunk, whose KV is no prefix's): no path check, indexed by its
+ * keys only; the caller checks the chunk. */
 int kvs_store_get_path(kvs_store *s, const kvs_key *prefix_key, const int32_t *path, int n_path, kvs_chunk **out);
 
 /* --- maintenance --------------------------------------------------------------- */

@@ -77,7 +77,7 @@ void kvs_store_index_add(kvs_store *s, kvs_chunk *c);    /* takes the store's re
 void kvs_store_index_remove(kvs_store *s, kvs_chunk *c); /* drops it */
 /* Indexes a chunk served by a tier (payload or not) under its token path,
  * unless its key is indexed already. Takes the write lock. */
-void kvs_store_index_from_tier(kvs_store *s, kvs_chunk *c, const int32_t *path, int tier);
+void kvs_store_index_from_tier(kvs_store *s, kvs_chunk *c, const int32_t *path, int tier); /* path NULL: keys only */
 /* Puts every indexed chunk that is not prefix-reachable, and whose parent
  * chain resolves to the fingerprint, into the radix tree. */
 void kvs_store_attach_paths(kvs_store *s);

@@ -45,8 +45,8 @@ void kvs_store_index_from_tier(kvs_store *s, kvs_chunk *c, const int32_t *path, 
     if (c->kv && kvs_store_counted(c) > s->budget) return; /* serves this request only */
     pthread_rwlock_wrlock(&s->lock);
     if (!(c->store_flags & SF_INDEXED) && !kvs_chunk_map_find(&s->pmap, &c->prefix_key)) {
-        kvs_radix_node *node;
-        int rc = kvs_radix_insert(s->radix, path, c->pos0 + c->n_tok, c->pos0, c, &node);
+        kvs_radix_node *node = NULL; /* no path: by its keys only, as kvs_store_insert's */
+        int rc = path ? kvs_radix_insert(s->radix, path, c->pos0 + c->n_tok, c->pos0, c, &node) : KVS_OK;
         if (rc == KVS_OK || rc == KVS_RADIX_EXISTS) {
             c->radix_node = node;
             c->tier = tier;

@@ -370,15 +370,17 @@ int kvs_store_get(kvs_store *s, const kvs_key *prefix_key, kvs_chunk **out) {
 }
 
 /* The first tier (in order) whose chunk under key k is resident, of the
- * store's shape and ends path[0..n_path): indexed under the path, pinned. */
+ * store's shape and ends path[0..n_path) (any, path NULL): indexed under
+ * the path, pinned. */
 static kvs_chunk *from_tiers_by_key(kvs_store *s, const kvs_key *k, const int32_t *path, int n_path) {
     for (int ti = 0; ti < s->n_tiers; ti++) {
         kvs_chunk *c = NULL;
         uint64_t t0 = kvs_store_mono_ns();
         if (kvs_tier_get_many(s->tiers[ti], k, 1, &c) != KVS_OK || !c) continue;
         if (c->kv && kvs_key_equal(&c->prefix_key, k) && kvs_kv_shape_equal(&c->shape, &s->shape) &&
-            c->pos0 >= 0 && c->n_tok > 0 && c->pos0 + c->n_tok == n_path &&
-            !memcmp(c->tokens, path + c->pos0, (size_t)c->n_tok * sizeof *path)) {
+            c->pos0 >= 0 && c->n_tok > 0 &&
+            (!path || (c->pos0 + c->n_tok == n_path &&
+                       !memcmp(c->tokens, path + c->pos0, (size_t)c->n_tok * sizeof *path)))) {
             kvs_store_count_fetch(s, c, KVS_FETCH_OK, t0);
             kvs_store_index_from_tier(s, c, path, ti);
             ADD(s->tier_key_hits, 1);
@@ -391,7 +393,7 @@ static kvs_chunk *from_tiers_by_key(kvs_store *s, const kvs_key *k, const int32_
 
 int kvs_store_get_path(kvs_store *s, const kvs_key *prefix_key, const int32_t *path, int n_path, kvs_chunk **out) {
     int st = lookup_key(s, prefix_key, 0, out);
-    if (st != KVS_ERR_NOT_FOUND || !s->n_tiers || !path || n_path <= 0) return st;
+    if (st != KVS_ERR_NOT_FOUND || !s->n_tiers || (path && n_path <= 0)) return st;
     kvs_chunk *c = from_tiers_by_key(s, prefix_key, path, n_path);
     if (!c) return st; /* (lookup_key's message names the key) */
     kvs_store_enforce_budget(s);

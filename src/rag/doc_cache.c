@@ -36,7 +36,7 @@ int kvs_doc_lookup_baked(kvs_store *store, const kvs_key *parent, const int32_t 
     kvs_doc_baked_parent_key(parent, &bp);
     kvs_key_prefix(&bp, doc, n, &pk);
     kvs_chunk *c = NULL;
-    int st = kvs_store_get(store, &pk, &c);
+    int st = kvs_store_get_path(store, &pk, NULL, 0, &c); /* (RAM, then the tiers by key) */
     if (st == KVS_OK && c->kv && c->n_tok == n && (c->origin & KVS_CHUNK_BAKED) && kvs_key_equal(&c->parent_key, &bp) &&
         memcmp(c->tokens, doc, (size_t)n * sizeof *doc) == 0) {
         *out = c;
