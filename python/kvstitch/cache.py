@@ -1,5 +1,5 @@
 """Cache: the chunk KV cache of one model (kvs_cache), in memory within a
-byte budget and optionally persisted to a directory."""
+byte budget, optionally persisted to a directory and shared through Redis."""
 from __future__ import annotations
 
 import os
@@ -26,11 +26,19 @@ class Cache(InUse, NoCopy):
     cache_dir. Keeps its Model alive."""
 
     def __init__(self, model: Model, budget_bytes: int = 0, cache_dir: str | os.PathLike | None = None,
-                 chunk_tokens: int = 0, kv_type: str = "f16", fsync: bool = False):
+                 chunk_tokens: int = 0, kv_type: str = "f16", fsync: bool = False, *,
+                 redis_url: str | None = None, redis_cluster: str | None = None,
+                 redis_password_file: str | os.PathLike | None = None, redis_timeout_ms: int = 0):
         """budget_bytes: memory for chunks (0 = 1/4 of RAM); cache_dir: persist
         entries there (created if missing); chunk_tokens: grid step (0 = 64);
         kv_type: "f16", "f32" or "q8" (8-bit), must match the Sessions using it. A "~" in
-        cache_dir is the home directory (the README's example had failed)."""
+        cache_dir is the home directory (the README's example had failed).
+        The shared Redis tier (below RAM and cache_dir; the CLI's --redis):
+        redis_url "redis://[user[:password]@]host[:port][/db]" or redis_cluster
+        "host:port[,host:port...]", not both; redis_password_file (else the URL's
+        or $KVSTITCH_REDIS_PASSWORD); redis_timeout_ms per socket operation
+        (0 = 50). Writes go out on a background thread: flush() waits for them;
+        close() waits too (a bounded time)."""
         if not isinstance(model, Model):
             raise InvalidArgument(f"Cache needs a Model, got {type(model).__name__}")
         p = lib.kvs_cache_default_params()
@@ -44,6 +52,22 @@ class Cache(InUse, NoCopy):
         p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 2**31 - 1)
         p.kv_type = kv_type_of(kv_type)
         p.fsync = int(fsync)
+        if redis_url is not None and redis_cluster is not None:
+            raise InvalidArgument("give redis_url or redis_cluster, not both")
+        self._redis = []  # the C strings, alive while the params are read
+        for field, v in (("redis_url", redis_url), ("redis_cluster", redis_cluster)):
+            if v is not None:
+                if not isinstance(v, str) or not v or "\0" in v:
+                    raise InvalidArgument(f"{field} must be a non-empty str without NUL, got {v!r}")
+                self._redis.append(ffi.new("char[]", v.encode()))
+                setattr(p, field, self._redis[-1])
+        if redis_password_file is not None:
+            if redis_url is None and redis_cluster is None:
+                raise InvalidArgument("redis_password_file goes with redis_url or redis_cluster")
+            self._redis.append(ffi.new("char[]", c_path(os.path.expanduser(redis_password_file),
+                                                        "redis_password_file")))
+            p.redis_password_file = self._redis[-1]
+        p.redis_timeout_ms = int_arg(redis_timeout_ms, "redis_timeout_ms", 0, 60000)
         out = ffi.new("kvs_cache **")
         self._init_in_use()  # calls and Sessions working on it right now (close() refuses then)
         with model._using() as mh:
@@ -56,6 +80,7 @@ class Cache(InUse, NoCopy):
         self.model = model
         self.kv_type = kv_type
         self.cache_dir = os.fsdecode(os.fspath(cache_dir)) if cache_dir is not None else None
+        self._redis = None  # the library copied the strings
 
     def _handle(self):
         if self._h is None:
@@ -75,6 +100,16 @@ class Cache(InUse, NoCopy):
         file of the cache directory (of any model)."""
         with self._using() as h:
             check(lib.kvs_cache_clear(h, int(disk)))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Waits (at most timeout seconds) until the chunks queued for Redis
+        are written or have failed; False if some were still queued. Then
+        stats()["redis_put_errors"] and ["redis_put_dropped"] count every
+        write before it. True at once without Redis."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= 86400:
+            raise InvalidArgument(f"timeout must be a number of seconds in [0, 86400], got {timeout!r}")
+        with self._using() as h:
+            return lib.kvs_cache_flush(h, int(timeout * 1000)) == lib.KVS_OK
 
     def sync(self) -> int:
         """Indexes entries other processes wrote since open; returns how many."""

@@ -1,0 +1,101 @@
+"""Cache(redis_url=...): two caches (as two processes: each its own RAM)
+share chunks and documents through a real redis-server, started here on a
+free loopback port and killed at the end; a Redis that is down costs the
+cache, never the answer."""
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import kvstitch
+from conftest import DOC_A, DOC_B, MANUAL, Q1, QUESTION
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ping(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    exe = shutil.which("redis-server")
+    assert exe, "redis-server is missing: run scripts/install-deps.sh"
+    d = tempfile.mkdtemp(prefix="kvs-py-redis-")
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", d, "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.time()
+        while not ping(port):
+            assert proc.poll() is None and time.time() - t0 < 20, "redis-server did not start"
+            time.sleep(0.05)
+        yield "redis://127.0.0.1:%d" % port
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_two_caches_share_chunks_and_documents(model, redis_url):
+    a = kvstitch.Cache(model, budget_bytes=256 << 20, redis_url=redis_url + "/4")
+    sa = kvstitch.Session(model, a, n_ctx=2048)
+    ra = sa.generate(MANUAL + Q1, max_tokens=4, logits=True)
+    da = sa.generate(QUESTION, documents=[DOC_A, DOC_B], max_tokens=4, logits=True)
+    assert ra.cached_tokens == 0 and da.docs_computed == 2
+    assert a.flush(10) is True
+    st = a.stats()
+    assert st["redis_puts"] > 0 and st["redis_put_errors"] == 0 and st["redis_put_dropped"] == 0, st
+    sa.close()
+    a.close()
+
+    b = kvstitch.Cache(model, budget_bytes=256 << 20, redis_url=redis_url + "/4")  # RAM empty
+    sb = kvstitch.Session(model, b, n_ctx=2048)
+    rb = sb.generate(MANUAL + Q1, max_tokens=4, logits=True)
+    assert rb.cached_tokens >= 128, rb.cached_tokens  # the grid chunks (~200 tokens in all)
+    assert rb.tokens == ra.tokens and rb.first_logits == ra.first_logits
+    db = sb.generate(QUESTION, documents=[DOC_A, DOC_B], max_tokens=4, logits=True)
+    assert db.docs_computed == 0 and db.docs_hit >= 1, (db.docs_hit, db.docs_computed)
+    assert db.tokens == da.tokens and db.first_logits == da.first_logits
+    assert b.stats()["redis_hits"] > 0
+
+
+def test_redis_down_costs_the_cache_not_the_answer(model):
+    cold = kvstitch.Session(model, kvstitch.Cache(model, budget_bytes=64 << 20), n_ctx=2048)
+    want = cold.generate(MANUAL + Q1, max_tokens=4, logits=True)
+    c = kvstitch.Cache(model, budget_bytes=64 << 20, redis_url="redis://127.0.0.1:%d" % free_port(),
+                       redis_timeout_ms=20)
+    got = kvstitch.Session(model, c, n_ctx=2048).generate(MANUAL + Q1, max_tokens=4, logits=True)
+    assert got.tokens == want.tokens and got.first_logits == want.first_logits
+    c.flush(5)
+    st = c.stats()
+    assert st["redis_errors"] + st["redis_put_dropped"] + st["redis_put_errors"] > 0, st
+
+
+def test_redis_argument_mistakes(model, tmp_path):
+    with pytest.raises(kvstitch.InvalidArgument, match="not both"):
+        kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_cluster="127.0.0.1:2")
+    with pytest.raises(kvstitch.InvalidArgument, match="goes with"):
+        kvstitch.Cache(model, redis_password_file=str(tmp_path / "pw"))
+    with pytest.raises(kvstitch.InvalidArgument, match="redis_url"):
+        kvstitch.Cache(model, redis_url="")
+    with pytest.raises(kvstitch.InvalidArgument, match="redis_timeout_ms"):
+        kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_timeout_ms=-1)
+    with pytest.raises(kvstitch.Error, match="nota-url"):
+        kvstitch.Cache(model, redis_url="nota-url")
+    with pytest.raises(kvstitch.InvalidArgument, match="timeout"):
+        kvstitch.Cache(model).flush(-1)
+    assert kvstitch.Cache(model).flush(0) is True  # no Redis: at once
