@@ -86,14 +86,20 @@ static int serve_into(kvs_store *s, int n) {
     return got;
 }
 
+/* A memory-only store with dir attached as a tier it never scanned. */
+static kvs_store *store_over_unscanned_dir(const char *dir) {
+    kvs_store *s = open_store(NULL, 0);
+    kvs_tier_dir_params dp = {dir, 0, 0};
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
+    return s;
+}
+
 TEST(dir_tier_serves_by_key_without_scan) {
     char *dir = populated_dir();
     for (int mode = 0; mode < 2; mode++) { /* 0: into a KV buffer (get_into), 1: resident (get_many) */
-        kvs_store *s = open_store(NULL, 0);
-        kvs_tier_dir_params dp = {dir, 0, 0};
-        kvs_tier *t = NULL;
-        CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
-        CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
+        kvs_store *s = store_over_unscanned_dir(dir);
         kvs_store_stats st;
         kvs_store_get_stats(s, &st);
         CHECK_EQ_INT(st.entries, 0); /* nothing scanned */
@@ -128,11 +134,7 @@ TEST(dir_tier_serves_by_key_without_scan) {
  * end the path, and it is then found in RAM. */
 TEST(chunk_by_key_and_path_from_an_unscanned_tier) {
     char *dir = populated_dir();
-    kvs_store *s = open_store(NULL, 0);
-    kvs_tier_dir_params dp = {dir, 0, 0};
-    kvs_tier *t = NULL;
-    CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
-    CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
+    kvs_store *s = store_over_unscanned_dir(dir);
     kvs_key k1;
     chunk_key(1, &k1); /* tokens [64, 128) */
     kvs_chunk *c = NULL;

@@ -1,10 +1,14 @@
 """Fixtures: one loaded model for the whole run ($KVSTITCH_MODEL, the
 SmolLM2-135M Q4_1 GGUF scripts/fetch-model.sh fetches), 2 threads."""
 import os
+import sys
 
 import pytest
 
 import kvstitch
+
+# tests/redis_server.py, shared with the server suite
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
 
 QUICK = os.environ.get("KVSTITCH_TEST_QUICK", "0") not in ("", "0")
 

@@ -2,52 +2,17 @@
 share chunks and documents through a real redis-server, started here on a
 free loopback port and killed at the end; a Redis that is down costs the
 cache, never the answer."""
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
-
 import pytest
 
 import kvstitch
 from conftest import DOC_A, DOC_B, MANUAL, Q1, QUESTION
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ping(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
+from redis_server import free_port, redis_server
 
 
 @pytest.fixture(scope="module")
 def redis_url():
-    exe = shutil.which("redis-server")
-    assert exe, "redis-server is missing: run scripts/install-deps.sh"
-    d = tempfile.mkdtemp(prefix="kvs-py-redis-")
-    port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", d, "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        t0 = time.time()
-        while not ping(port):
-            assert proc.poll() is None and time.time() - t0 < 20, "redis-server did not start"
-            time.sleep(0.05)
+    with redis_server() as (_, port):
         yield "redis://127.0.0.1:%d" % port
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_two_caches_share_chunks_and_documents(model, redis_url):

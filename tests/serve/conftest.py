@@ -5,6 +5,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -12,6 +13,7 @@ import pytest
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # redis_server.py, shared with python/tests
 CLI = os.environ.get("KVSTITCH_CLI") or os.path.join(ROOT, "build", "kvstitch")
 MODEL = os.environ.get("KVSTITCH_MODEL")
 QUICK = os.environ.get("KVSTITCH_TEST_QUICK") == "1"
@@ -78,6 +80,14 @@ class Server:
             self.final_log = self.read_log()
             shutil.rmtree(self.tmp, ignore_errors=True)
         return self.proc.returncode
+
+
+def metric(server, name):
+    """The value of one /metrics sample (name with its labels)."""
+    for line in requests.get(server.url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(name)
 
 
 @pytest.fixture(scope="session")

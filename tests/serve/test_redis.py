@@ -2,58 +2,24 @@
 redis-server (started here on a free loopback port, killed at the end), and
 a Redis that is down or goes away costs the cache, never an answer."""
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
-import time
 
 import openai
 import pytest
 import requests
 
-from conftest import API_KEY, CLI, SLOW, Server
+from conftest import API_KEY, CLI, SLOW, Server, metric
+from redis_server import free_port, redis_server
 
 SYSTEM = ("You answer questions about the harbour archive of Genoa, which keeps ship registers, "
           "customs ledgers and letters from 1400 to 1900. ") * 8
 MSGS = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What does the archive keep?"}]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ping(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def redis_port():
-    """A real redis-server (scripts/install-deps.sh installs it), no persistence."""
-    exe = shutil.which("redis-server")
-    assert exe, "redis-server is missing: run scripts/install-deps.sh"
-    d = tempfile.mkdtemp(prefix="kvs-redis-")
-    port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", d, "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        t0 = time.time()
-        while not ping(port):
-            assert proc.poll() is None and time.time() - t0 < 20, "redis-server did not start"
-            time.sleep(0.05)
-        yield proc, port
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(d, ignore_errors=True)
+    with redis_server() as rp:
+        yield rp
 
 
 DOCS = ["The Danube flows through ten countries, more than any other river in Europe.",
@@ -66,13 +32,6 @@ def ask(server, **extra):
     r = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0,
                                        extra_body=dict(return_token_ids=True, **extra))
     return r.usage.model_extra["kvstitch"], r.choices[0].message.content
-
-
-def metric(server, name):
-    for line in requests.get(server.url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(name)
 
 
 def test_servers_share_chunks_through_redis(redis_port):

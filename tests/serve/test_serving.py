@@ -11,7 +11,7 @@ import time
 
 import requests
 
-from conftest import CLI, MODEL, QUICK, SLOW, Server
+from conftest import CLI, MODEL, QUICK, SLOW, Server, metric
 
 
 def chat(server, msgs, **kw):
@@ -151,13 +151,6 @@ def test_raw_sse_with_curl(server):
     assert all(e.startswith("data: ") for e in events[:-1])
     assert all(d["object"] == "chat.completion.chunk" for d in datas)
     assert datas[-1]["usage"]["completion_tokens"] == 6 or datas[-2]["choices"][0]["finish_reason"] == "stop"
-
-
-def metric(server, name):
-    for line in requests.get(server.url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(name)
 
 
 def test_disconnect_cancels_the_request(server):
