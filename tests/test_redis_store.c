@@ -7,12 +7,13 @@
  * bytes; another model's store never sees the chunks. A prompt's partial
  * tail chunk (shorter than the grid step) is served to a later prompt that
  * extends it, as RAM and the cache directory serve it, never to one that
- * diverges inside it. */
+ * diverges inside it; junk under its every length costs two reads. */
 #include "harness.h"
 #include "test_kv_fake.h"
 #include "test_redis_util.h"
 
 #include "kv/chunking.h"
+#include "kv/keys.h"
 #include "kv/store.h"
 #include "kv/tier_redis.h"
 
@@ -190,8 +191,74 @@ TEST(partial_tail_served_to_a_prompt_that_extends_it) {
     rt_redis_stop(&r);
 }
 
+/* GETRANGE calls Redis has answered since its stats were reset. */
+static long long getrange_calls(int port) {
+    redisReply *x = rt_cmd(port, "INFO commandstats");
+    const char *p = x && x->type == REDIS_REPLY_STRING ? strstr(x->str, "cmdstat_getrange:calls=") : NULL;
+    long long n = p ? atoll(p + strlen("cmdstat_getrange:calls=")) : 0;
+    if (x) freeReplyObject(x);
+    return n;
+}
+
+/* Junk under every tail length of a prompt's last chunk (as a hostile or
+ * damaged Redis may hold): the lookup reads two of them at most, serves the
+ * grid chunks, never the junk. It had read every one (63 reads a 64-token
+ * chunk, each with its own allowance: 6.4 s against a server that answered
+ * each just in time, minutes at 512-token chunks). */
+TEST(junk_at_every_tail_length_costs_two_reads) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 4);
+    enum { A = 300 };
+    int32_t tokens[N_TOK];
+    uint64_t seed = 13;
+    for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(rt_rand(&seed) % 30000);
+    fake_kv *cold = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(cold, tokens, N_TOK);
+    kvs_store *a = open_store(&fp, r.port);
+    kvs_put_report rep;
+    CHECK_EQ_INT(kvs_store_put_prefix(a, tokens, A, 64, NULL, 0, &cold->kv, &rep), KVS_OK);
+    kvs_store_free(a);
+    /* the reads of a clean lookup: the grid's, then A's tail (one read, served) */
+    redisReply *x = rt_cmd(r.port, "CONFIG RESETSTAT");
+    if (x) freeReplyObject(x);
+    kvs_store *b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(b, tokens, 399, cold), A);
+    kvs_store_free(b);
+    const long long clean = getrange_calls(r.port);
+    /* junk under every length 1..63 of the chunk at 256 (A's own tail among them) */
+    kvs_key chain[16], tails[63];
+    kvs_span spans[16];
+    int n_spans = 0;
+    CHECK_EQ_INT(kvs_chunking_split(A, 0, 64, NULL, 0, spans, 16, &n_spans), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, tokens, spans, n_spans, chain), KVS_OK);
+    kvs_key_prefix_lengths(&chain[3], tokens + 256, 1, 63, tails);
+    for (int k = 0; k < 63; k++) {
+        char key[96];
+        redis_key(&fp, &tails[k], key);
+        x = rt_cmd(r.port, "SET %s not-a-chunk-value", key);
+        CHECK(x && x->type == REDIS_REPLY_STATUS);
+        if (x) freeReplyObject(x);
+    }
+    x = rt_cmd(r.port, "CONFIG RESETSTAT");
+    if (x) freeReplyObject(x);
+    b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(b, tokens, 399, cold), 256);
+    kvs_store_free(b);
+    const long long junk = getrange_calls(r.port);
+    CHECK_MSG(clean > 0 && junk >= clean && junk <= clean + 1,
+              "%lld reads with junk at every tail length, %lld clean: want 2 tail reads at most", junk, clean);
+    fake_kv_free(cold);
+    rt_redis_stop(&r);
+}
+
 int main(void) {
     RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
     RUN(partial_tail_served_to_a_prompt_that_extends_it);
+    RUN(junk_at_every_tail_length_costs_two_reads);
     return kt_summary();
 }
