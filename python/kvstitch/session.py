@@ -107,6 +107,10 @@ class Session(NoCopy):
             self._flag_poll = ffi.addressof(lib, "kvs_stop_when_set")
         out = ffi.new("kvs_context **")
         self._busy = threading.Lock()
+        # a stream closed or dropped (a break out of its loop) whose call has
+        # not ended yet: it ends at its next token or prefill batch, and the
+        # next call waits for that (it had raised SessionBusy)
+        self._winding_down = False
         with model._using() as mh:
             check(lib.kvs_context_new(mh, p, out))
             self._h = ffi.gc(out[0], lib.kvs_context_free)
@@ -121,7 +125,7 @@ class Session(NoCopy):
     def _acquire(self) -> None:
         if self._h is None:
             raise InvalidArgument("the session was closed")
-        if not self._busy.acquire(blocking=False):
+        if not self._busy.acquire(blocking=False) and not (self._winding_down and self._busy.acquire(timeout=30)):
             raise SessionBusy("this Session is running another call (one Session per thread; "
                               "finish or close a stream before the next call)")
 
@@ -218,9 +222,14 @@ class Session(NoCopy):
         flag, token_seen = ffi.new("int *"), [False]
 
         def cancel() -> None:
+            self._winding_down = True
             if not token_seen[0]:
                 flag[0] = 1
-        return Stream(lambda on_token: self._run(a, on_token, flag, token_seen), self._busy.release, cancel)
+
+        def release() -> None:
+            self._winding_down = False
+            self._busy.release()
+        return Stream(lambda on_token: self._run(a, on_token, flag, token_seen), release, cancel)
 
     # --- internals ------------------------------------------------------------
     _DEFAULTS = dict(max_tokens=128, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,

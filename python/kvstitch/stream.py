@@ -12,6 +12,7 @@ import queue
 import threading
 from typing import Callable, Iterator
 
+from ._errors import Interrupted
 from ._inuse import NoCopy
 from ._result import GenerateResult
 
@@ -31,6 +32,10 @@ def _work(q: "queue.Queue[object]", stop: threading.Event, box: list,
     try:
         box[0] = run(on_token)
         q.put(_END)
+    except Interrupted as e:
+        # the stream's own close() stopped the prefill: the loop just ends
+        # (result None); from another thread the consumer had got the error
+        q.put(_END if stop.is_set() else e)
     except BaseException as e:  # handed to the consumer, raised there
         q.put(e)
     finally:

@@ -58,3 +58,26 @@ def test_stream_closed_during_its_prefill_stops_it(model):
     assert st.result is None, st.result  # stopped before its first token
     assert took < 3.0, took  # one batch (~0.5 s at 1 thread), not the ~5000-token prefill
     assert s.generate("Hello", max_tokens=2, logits=True).tokens  # usable again
+
+
+def test_stream_closed_from_another_thread_before_its_first_token_just_ends(model):
+    # The loop had raised kvstitch.Interrupted: the close is the stream's own.
+    import threading
+    s = kvstitch.Session(model, n_ctx=8192, threads=1)
+    st = s.stream(" ".join("word%d" % (i % 50) for i in range(1800)), max_tokens=4, chat=False)
+    threading.Timer(0.2, st.close).start()
+    assert list(st) == [] and st.result is None
+    assert s.generate("Hello", max_tokens=2, logits=True).tokens
+
+
+def test_a_break_out_of_a_stream_leaves_the_session_usable(model):
+    # The dropped stream's call ends at its next token or batch; the next
+    # call waits for it (it had raised SessionBusy for ~1 s after the break).
+    s = kvstitch.Session(model, n_ctx=8192, threads=1)
+    ref = s.generate("Hello", max_tokens=2, logits=True)
+    for _ in s.stream("Count from one to five hundred:", max_tokens=400):
+        break
+    assert s.generate("Hello", max_tokens=2, logits=True).tokens == ref.tokens
+    st = s.stream(" ".join("word%d" % (i % 50) for i in range(1800)), max_tokens=4, chat=False)
+    del st  # dropped during its prefill
+    assert s.generate("Hello", max_tokens=2, logits=True).tokens == ref.tokens
