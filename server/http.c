@@ -182,11 +182,12 @@ static int answer_from_headers(srv_server *s, struct MHD_Connection *c, const ch
                                conn_body *b) {
     framing f = {0, 0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
-    if (f.content_length > 1 || (f.content_length && f.transfer_encoding)) {
+    if (f.content_length > 1 || f.transfer_encoding > 1 || (f.content_length && f.transfer_encoding)) {
         srv_error e;
-        if (f.content_length > 1)
+        if (f.content_length > 1 || f.transfer_encoding > 1) /* ("chunked" then "gzip" had read as chunked) */
             srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
-                          "the request has %d Content-Length headers: send one", f.content_length);
+                          "the request has %d %s headers: send one", f.content_length > 1 ? f.content_length :
+                          f.transfer_encoding, f.content_length > 1 ? "Content-Length" : "Transfer-Encoding");
         else
             srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
                           "the request has both Content-Length and Transfer-Encoding headers: send one of them");

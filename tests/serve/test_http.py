@@ -72,6 +72,11 @@ def test_two_content_length_headers_refused(server):
     for framing, body in [(b"Content-Length: " + n + b"\r\nContent-Length: " + n + b"\r\n", TOKENIZE),
                           (b"Content-Length: " + n + b"\r\nContent-Length: 5\r\n", TOKENIZE),
                           (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+                           b"%x\r\n%s\r\n0\r\n\r\n" % (len(TOKENIZE), TOKENIZE)),
+                          # "chunked, gzip" in two fields had been read as chunked
+                          (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+                           b"%x\r\n%s\r\n0\r\n\r\n" % (len(TOKENIZE), TOKENIZE)),
+                          (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
                            b"%x\r\n%s\r\n0\r\n\r\n" % (len(TOKENIZE), TOKENIZE))]:
         out, closed = exchange(server.port, head + framing + b"\r\n" + body)
         assert out.startswith(b"HTTP/1.1 400") and b'"code":"invalid_header"' in out, (framing, out[:300])
