@@ -75,9 +75,15 @@ endif
 ifeq ($(filter -j%,$(MAKEFLAGS))$(filter j%,$(firstword $(MAKEFLAGS))),)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
-# git describe for `kvstitch --version`
+# git describe for `kvstitch --version`; a stamp that changes only with it,
+# so cmd_version.o is rebuilt when the commit moves (it had kept an old one)
 GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 $(BUILD)/tools/cmd_version.o: CFLAGS += -DKVS_GIT_DESCRIBE='"$(GIT_DESCRIBE)"'
+$(BUILD)/tools/cmd_version.o: $(BUILD)/git-describe.txt
+$(BUILD)/git-describe.txt: FORCE
+	@mkdir -p $(@D); echo '$(GIT_DESCRIBE)' | cmp -s - $@ || echo '$(GIT_DESCRIBE)' > $@
+.PHONY: FORCE
+FORCE:
 
 .PHONY: all test bench fuzz demo clean model tests install
 all: $(BUILD)/kvstitch $(BUILD)/libkvstitch.a $(BUILD)/libkvstitch.so
