@@ -195,6 +195,12 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     int st = srv_request_parse(norm ? norm : body, norm ? strlen(norm) : len, chat ? SRV_KIND_CHAT : SRV_KIND_COMPLETION,
                                &req, &e);
     free(norm);
+    if (!st && docs_only && req.n_docs == 0) { /* it had warmed the chat template's prefix alone */
+        srv_request_free(&req);
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "documents",
+                      "'documents' is empty: give documents to warm, or messages / a prompt");
+        st = -1;
+    }
     if (st) return srv_reply_error(c, &e);
     req.docs_only = docs_only;
     srv_job *j = srv_job_new(s->model, &req, s->n_ctx, 1, &e);

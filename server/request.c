@@ -202,6 +202,8 @@ static int parse_documents(const cJSON *root, srv_request *r, srv_error *e) {
             snprintf(param, sizeof param, "documents[%d].id", r->n_docs);
             return bad(e, param, "'%s' must be a string%s", "");
         }
+        if (!*text->valuestring) /* as the CLI refuses an empty --doc (it had been dropped silently) */
+            return bad(e, param, "'%s' is empty: a document needs text%s", "");
         r->docs[r->n_docs] = dup_string(text);
         r->doc_ids[r->n_docs] = strdup(id ? id->valuestring : "");
         r->n_docs++;

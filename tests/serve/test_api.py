@@ -190,7 +190,11 @@ def test_documents_baked_by_warm(server, client):
     assert kb["first_logits_sha256"] != kp["first_logits_sha256"]
     for body, param in [({"documents": docs, "bake_with_neighbours": 0}, "bake_with_neighbours"),
                         ({"documents": docs, "bake_with_neighbours": 1, "doc_set": True}, "doc_set"),
-                        ({"documents": docs, "doc_set": "yes"}, "doc_set")]:
+                        ({"documents": docs, "doc_set": "yes"}, "doc_set"),
+                        # nothing to warm: it had warmed the template alone / dropped the document
+                        ({"documents": []}, "documents"),
+                        ({"documents": ["a text", ""]}, "documents[1]"),
+                        ({"documents": [{"id": "x", "text": ""}]}, "documents[0]")]:
         assert error_of(server.post("/v1/cache/warm", body), 400)["param"] == param
 
 
