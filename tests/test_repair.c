@@ -284,9 +284,10 @@ out:
 
 /* An exact hit that covers the system segment and the first docs (the
  * whole prompt was stored by a `full` request), and ends inside the third
- * doc: the covered docs are exact (not moved), the hit is cut back to the
- * start of the third doc, which is moved. ratio 1 still gives the bits of a
- * cold prefill. */
+ * doc: the hit is cut back to the start of the first doc (the covered docs
+ * had been taken as exact, so that the answer depended on what an earlier
+ * request stored: an_exact_prefix_over_the_documents_changes_nothing), and
+ * every doc is moved. ratio 1 still gives the bits of a cold prefill. */
 TEST(exact_prefix_hit_covering_docs) {
     kvs_cache *c = kt_open_cache(g_model, NULL);
     if (!c) return;
@@ -312,9 +313,9 @@ TEST(exact_prefix_hit_covering_docs) {
     st = kvs_seg_generate(g_ctx, c, &lay, &gp, &one, NULL, &b, &rb);
     CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
     if (!st) {
-        CHECK_EQ_INT(rb.n_exact, lay.segs[3].start);
-        CHECK_EQ_INT(rb.n_moved, lay.segs[3].end - lay.segs[3].start);
-        CHECK_EQ_INT(rb.n_docs, 1);
+        CHECK_EQ_INT(rb.n_exact, lay.segs[1].start);
+        CHECK_EQ_INT(rb.n_moved, lay.segs[3].end - lay.segs[1].start);
+        CHECK_EQ_INT(rb.n_docs, 3);
         if (kvs_generate(g_ctx, lay.tokens, lay.n_tokens, &gp, &cold) == KVS_OK) {
             CHECK_MSG(kt_same_result(&b, &cold), "exact docs + moved doc at ratio 1 differ from a cold prefill");
             kvs_generate_result_free(&cold);
@@ -500,6 +501,53 @@ TEST(a_prompt_ending_inside_the_first_doc_changes_nothing) {
         CHECK_MSG(0, "%s", kvs_last_error());
     }
     kvs_generate_result_free(&ref);
+out:
+    kvs_seg_layout_free(&lay);
+    kvs_cache_free(a);
+    kvs_cache_free(b);
+}
+
+/* The exact KV of the whole layout in the cache (another request stored it:
+ * a `full` one, or a plain prompt of the same text) changes nothing for a
+ * request that moves its documents: it had taken the hit whole, so that the
+ * same request answered otherwise after it (a determinism attack on the
+ * server). The full strategy takes it, with the bits it computes anyway. */
+TEST(an_exact_prefix_over_the_documents_changes_nothing) {
+    const char *docs[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]};
+    kvs_segments seg = {0, NULL, docs, NULL, N_DOCS, k_question, NULL};
+    kvs_generate_params gp = kt_greedy(N_GEN);
+    kvs_generate_result ref, r, full_ref;
+    kvs_seg_layout lay;
+    memset(&lay, 0, sizeof lay);
+    kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);
+    if (!a || !b || kvs_seg_layout_build(g_model, &seg, &lay) != KVS_OK) {
+        CHECK_MSG(0, "setup: %s", kvs_last_error());
+        goto out;
+    }
+    CHECK_MSG(kvs_generate_segments(g_ctx, a, &seg, &gp, NULL, &ref) == KVS_OK, "%s", kvs_last_error());
+    kvs_reuse_params full = kvs_reuse_default_params();
+    full.repair.mode = KVS_REPAIR_FULL;
+    CHECK_MSG(kvs_generate_segments(g_ctx, a, &seg, &gp, &full, &full_ref) == KVS_OK, "%s", kvs_last_error());
+    kvs_warm_report wr;
+    CHECK_MSG(kvs_warm(g_ctx, b, lay.tokens, lay.n_tokens, &wr) == KVS_OK, "%s", kvs_last_error());
+    kvs_cache *both[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        if (kvs_generate_segments(g_ctx, both[i], &seg, &gp, NULL, &r) != KVS_OK) {
+            CHECK_MSG(0, "%s", kvs_last_error());
+            continue;
+        }
+        CHECK_MSG(kt_same_result(&r, &ref), "after the exact KV of the whole layout (%s): other bits",
+                  i ? "a plain warm" : "a full request");
+        kvs_generate_result_free(&r);
+    }
+    if (kvs_generate_segments(g_ctx, b, &seg, &gp, &full, &r) == KVS_OK) {
+        CHECK_MSG(r.reuse && r.reuse->n_cached >= lay.n_tokens - 1, "full takes the hit: %d of %d",
+                  r.reuse ? r.reuse->n_cached : -1, lay.n_tokens);
+        CHECK_MSG(kt_same_result(&r, &full_ref), "full over an exact hit: other bits than computed");
+        kvs_generate_result_free(&r);
+    }
+    kvs_generate_result_free(&ref);
+    kvs_generate_result_free(&full_ref);
 out:
     kvs_seg_layout_free(&lay);
     kvs_cache_free(a);
@@ -836,6 +884,7 @@ int main(void) {
     RUN(real_prefix_one_doc_is_exact);
     RUN(first_request_equals_later_ones);
     RUN(a_prompt_ending_inside_the_first_doc_changes_nothing);
+    RUN(an_exact_prefix_over_the_documents_changes_nothing);
     RUN(stop_poll_reaches_the_repair);
     RUN(narrowing_params);
     RUN(narrowing_invariants);

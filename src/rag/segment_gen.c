@@ -167,15 +167,41 @@ static int place_doc(req *q, const kvs_chunk *c, const kvs_seg *s, int from) {
  * hold a cold prefill's bits for the tokens they share; the hit had been
  * cut back to the doc's start and the doc repaired, so that an unrelated
  * earlier request changed the answer). *E (the exact hit, short of the doc's end) becomes the doc's end. */
-static int exact_first_doc(req *q, int *E) {
-    const kvs_seg_layout *lay = q->lay;
+/* The first document's segment index, -1 if none comes before the question. */
+static int first_doc(const kvs_seg_layout *lay) {
     int jd = 0;
     while (jd < lay->n_segs && lay->segs[jd].kind != KVS_SEG_DOC) jd++;
-    if (jd >= lay->n_segs - 1) return KVS_OK; /* no doc before the question */
+    return jd < lay->n_segs - 1 ? jd : -1;
+}
+
+/* 1 if doc segment s sits right after a layout equal to the documents' own
+ * prefix: its plain chunk was computed there (an exact prefix). */
+static int doc_at_own_prefix(const kvs_seg_layout *lay, const kvs_seg *s) {
+    return s->start == lay->n_doc_prefix &&
+           (!lay->n_doc_prefix || !memcmp(lay->tokens, lay->doc_prefix, (size_t)lay->n_doc_prefix * sizeof *lay->tokens));
+}
+
+/* The exact hit E a request that moves its documents may take: up to its
+ * first document's start, or its end where that document is an exact
+ * prefix (exact_first_doc). A hit past it (the exact KV of the same text
+ * another request stored: a `full` request, a plain prompt) had been taken
+ * whole, so that the answer depended on what earlier requests had stored
+ * (a determinism attack on the server: the same request answered otherwise
+ * after a `full` one). */
+static int exact_cap(const kvs_seg_layout *lay, int E) {
+    const int jd = first_doc(lay);
+    if (jd < 0) return E;
     const kvs_seg *s = &lay->segs[jd];
-    if (*E >= s->end || s->start != lay->n_doc_prefix ||
-        (lay->n_doc_prefix && memcmp(lay->tokens, lay->doc_prefix, (size_t)lay->n_doc_prefix * sizeof *lay->tokens)))
-        return KVS_OK;
+    const int cap = doc_at_own_prefix(lay, s) ? s->end : s->start;
+    return E < cap ? E : cap;
+}
+
+static int exact_first_doc(req *q, int *E) {
+    const kvs_seg_layout *lay = q->lay;
+    const int jd = first_doc(lay);
+    if (jd < 0) return KVS_OK; /* no doc before the question */
+    const kvs_seg *s = &lay->segs[jd];
+    if (*E >= s->end || !doc_at_own_prefix(lay, s)) return KVS_OK;
     int st = KVS_OK;
     if (*E < s->start && (st = kvs_decode(q->ctx, lay->tokens + *E, q->pos + *E, s->start - *E, NULL))) return st;
     kvs_chunk *c = NULL;
@@ -205,6 +231,8 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         kvs_prefix_hit_release(&hit); /* copied into the context */
         if (st) return st;
     }
+    /* (the full strategy computes all past the hit exactly: any hit gives its bits) */
+    if (q->rp->mode != KVS_REPAIR_FULL) E = exact_cap(lay, E);
     if (q->opt.use_exact && q->rp->mode != KVS_REPAIR_FULL && (st = exact_first_doc(q, &E))) return st;
     /* The first doc the exact hit does not cover fully; the hit is cut back
      * to its start (its KV gets overwritten by the doc's chunk). */
