@@ -43,17 +43,28 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* 1 if the queue's head goes next whatever the cache holds: passed over
+ * MAX_PASSED_OVER times, or waiting past MAX_WAIT_MS (under mu). */
+static int head_forced(const srv_sched *s) {
+    const queued *head = &s->queue[0];
+    return s->n_queued && (head->passed_over >= MAX_PASSED_OVER || now_ms() - head->job->t_submit > MAX_WAIT_MS);
+}
+
 /* The uncached tokens of the queued requests admission looks at, peeked
- * once each, outside mu: a peek may ask the Redis tier (up to its timeout,
- * twice), and request threads submitting or reading the load (/health)
- * would wait on mu that long. Only this thread takes jobs off the queue,
- * and the refs keep them alive: each result goes to its job's entry. */
+ * once each, outside mu: a peek may ask the Redis tier (a few operations,
+ * each within its allowance), and request threads submitting or reading
+ * the load (/health) would wait on mu that long. Only this thread takes
+ * jobs off the queue, and the refs keep them alive: each result goes to
+ * its job's entry. None where there is no choice to make: one request
+ * queued, the head forced (pick), everything cancelled; nor for cancelled
+ * requests. */
 static void peek_queued(srv_sched *s) {
     srv_job *todo[ADMIT_WINDOW];
     int uncached[ADMIT_WINDOW], n = 0;
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_queued && i < ADMIT_WINDOW; i++)
-        if (s->queue[i].uncached < 0) {
+    const int skip = s->n_queued < 2 || s->cancel_all || head_forced(s);
+    for (int i = 0; !skip && i < s->n_queued && i < ADMIT_WINDOW; i++)
+        if (s->queue[i].uncached < 0 && !atomic_load(&s->queue[i].job->cancelled)) {
             todo[n++] = s->queue[i].job;
             atomic_fetch_add(&s->queue[i].job->refs, 1);
         }
@@ -78,8 +89,7 @@ static void peek_queued(srv_sched *s) {
  * window reached after a pick, counts as all uncached). */
 static int pick(srv_sched *s) {
     int n = s->n_queued < ADMIT_WINDOW ? s->n_queued : ADMIT_WINDOW;
-    queued *head = &s->queue[0];
-    if (head->passed_over >= MAX_PASSED_OVER || now_ms() - head->job->t_submit > MAX_WAIT_MS) return 0;
+    if (head_forced(s)) return 0;
     int best = 0;
     for (int i = 0; i < n; i++) {
         const queued *q = &s->queue[i], *b = &s->queue[best];

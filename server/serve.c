@@ -207,6 +207,10 @@ static int check_paths(const serve_opts *o) {
         fprintf(stderr, "kvstitch serve: --cache-dir %s: not a directory\n", o->cache_dir);
         return -1;
     }
+    if (o->redis.password_file) { /* (a FIFO had held the start, SIGTERM masked already) */
+        if ((fd = open_regular("--redis-password-file", o->redis.password_file)) < 0) return -1;
+        close(fd);
+    }
     return 0;
 }
 
@@ -328,7 +332,9 @@ static int serve(const serve_opts *opts) {
     kvs_cache_get_stats(s.cache, &cs);
     fprintf(stderr, "kvstitch serve: stopped; cache: %llu chunks, %llu bytes in RAM, %llu written to disk",
             (unsigned long long)cs.entries, (unsigned long long)cs.bytes, (unsigned long long)cs.disk_writes);
-    if (cli_redis_given(&o.redis)) fprintf(stderr, ", %llu to Redis", (unsigned long long)cs.redis_puts);
+    if (cli_redis_given(&o.redis)) /* (written: handed to the writer, less what failed or was dropped) */
+        fprintf(stderr, ", %llu written to Redis",
+                (unsigned long long)(cs.redis_puts - cs.redis_put_errors - cs.redis_put_dropped));
     fputc('\n', stderr);
     kvs_cache_free(s.cache);
     kvs_model_free(s.model);

@@ -63,8 +63,9 @@ void cli_progress_attach(kvs_context_params *cp, const char *label, int enabled)
     "  --redis-cluster LIST   host:port[,host:port...] of a Redis Cluster\n"                          \
     "  --redis-password-file F  the password, first line of F (else $KVSTITCH_REDIS_PASSWORD;\n"     \
     "                         a password in the URL is masked in the process list)\n"              \
-    "  --redis-timeout MS     per socket operation (default 50): a slow or dead Redis costs at\n"   \
-    "                         most this, then the chunks are computed\n"
+    "  --redis-timeout MS     per socket operation (default 50; a batch of values gets more for\n"  \
+    "                         its bytes): past it the chunks are computed; a lookup is a few\n"   \
+    "                         operations, so a slow Redis costs a request a few times this\n"
 typedef struct cli_redis_opts {
     const char *url, *cluster, *password_file;
     int timeout_ms;
@@ -91,8 +92,9 @@ void cli_redis_free(cli_redis_opts *o);
         CLI_OPT(NULL, "--redis-password-file", CLI_FILE, type, field.password_file, "FILE",                    \
                 "the Redis password: the first line of FILE", .needs = "--redis|--redis-cluster"),              \
         CLI_OPT(NULL, "--redis-timeout", CLI_INT, type, field.timeout_ms, "MS",                                 \
-                "per socket operation (default 50): a slow or dead Redis costs at most\n"                       \
-                "this, then the chunks are computed",                                                          \
+                "per socket operation (default 50; a batch of values gets more for its\n"                      \
+                "bytes): past it the chunks are computed; a lookup is a few operations, so a\n"               \
+                "slow Redis costs a request a few times this",                                                  \
                 .min = 1, .max = 60000, .needs = "--redis|--redis-cluster")
 /* After a command's writes: waits for the Redis writer (at most 10 s) and,
  * when some chunks did not reach Redis (refused, failed, dropped: Redis

@@ -36,7 +36,9 @@ int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_op
     }
     if (is_timeout) { /* (a value that is no decimal integer is said once, not also as "must be > 0") */
         if (cli_parse_int(opt, value, &o->timeout_ms)) return -1;
-        return o->timeout_ms <= 0 ? (cli_usage_error(cmd, "--redis-timeout must be > 0 (ms), got '%s'", value), -1) : 1;
+        return o->timeout_ms <= 0 || o->timeout_ms > 60000 /* as the option tables' range */
+                   ? (cli_usage_error(cmd, "--redis-timeout must be in [1, 60000] (ms), got '%s'", value), -1)
+                   : 1;
     }
     if (is_file) {
         o->password_file = value;

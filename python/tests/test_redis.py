@@ -61,6 +61,13 @@ def test_redis_argument_mistakes(model, tmp_path):
         kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_timeout_ms=-1)
     with pytest.raises(kvstitch.Error, match="nota-url"):
         kvstitch.Cache(model, redis_url="nota-url")
+    import os
+    os.mkfifo(tmp_path / "fifo")  # its open had blocked the process
+    with pytest.raises(kvstitch.InvalidArgument, match="not a regular file"):
+        kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_password_file=str(tmp_path / "fifo"))
+    (tmp_path / "long").write_text("p" * 2000 + "\n")  # had been cut to its first 1023 bytes
+    with pytest.raises(kvstitch.InvalidArgument, match="longer than"):
+        kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_password_file=str(tmp_path / "long"))
     with pytest.raises(kvstitch.InvalidArgument, match="timeout"):
         kvstitch.Cache(model).flush(-1)
     assert kvstitch.Cache(model).flush(0) is True  # no Redis: at once

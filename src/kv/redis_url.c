@@ -4,12 +4,14 @@
 #include "kv/tier_redis_impl.h"
 
 #include "base/error.h"
+#include "base/file.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* "%41" -> 'A'; returns a malloc'd decoded copy of s[0, len) or NULL. */
 static char *percent_decode(const char *s, size_t len) {
@@ -39,13 +41,31 @@ static void masked_url(const char *url, char *buf, size_t cap) {
     else snprintf(buf, cap, "%s", url);
 }
 
+/* The first line of a regular file (kvs_open_regular: a FIFO had blocked
+ * the open, and a server could not even be stopped; a directory read as
+ * empty), whole: a line longer than the buffer is refused, not cut. */
 static int read_password_file(const char *path, char **out) {
-    FILE *f = fopen(path, "r");
-    if (!f) return kvs_error(KVS_ERR_IO, "%s: cannot read the Redis password file: %s", path, strerror(errno));
+    const int fd = kvs_open_regular(path, NULL);
+    if (fd == KVS_OPEN_NOT_REGULAR)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the Redis password file is not a regular file", path);
+    if (fd < 0) return kvs_error(KVS_ERR_IO, "%s: cannot read the Redis password file: %s", path, strerror(errno));
     char line[1024];
-    if (!fgets(line, sizeof line, f)) line[0] = 0;
-    fclose(f);
-    line[strcspn(line, "\r\n")] = 0;
+    size_t n = 0;
+    while (n < sizeof line - 1) {
+        const ssize_t got = read(fd, line + n, sizeof line - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    close(fd);
+    line[n] = 0;
+    const size_t len = strcspn(line, "\r\n");
+    if (len == sizeof line - 1) {
+        memset(line, 0, sizeof line);
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the Redis password (its first line) is longer than %zu bytes",
+                         path, sizeof line - 2);
+    }
+    line[len] = 0;
     if (!line[0]) return kvs_error(KVS_ERR_INVALID_ARG, "%s: the Redis password file is empty", path);
     *out = strdup(line);
     memset(line, 0, sizeof line);

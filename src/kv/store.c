@@ -126,10 +126,10 @@ static int write_through(kvs_store *s, kvs_chunk *c) {
     int failed = 0;
     for (int i = 0; i < s->n_tiers; i++) {
         if (kvs_tier_put(s->tiers[i], c) == KVS_OK) {
-            ADD(s->tier_writes, 1);
+            ADD(s->tier_writes[i], 1);
             if (c->tier < 0) c->tier = i;
         } else {
-            ADD(s->tier_write_errors, 1);
+            ADD(s->tier_write_errors[i], 1);
             failed++;
         }
     }

@@ -295,8 +295,9 @@ typedef struct kvs_store_stats {
     double lookups_per_s;      /* lookups / lookup_seconds (lookup throughput) */
     uint64_t inserts, insert_exists, insert_too_big;
     uint64_t evictions;        /* payload drops + removals by the budget */
-    uint64_t disk_writes, disk_write_errors; /* tier writes (every tier), failed ones */
-    uint64_t disk_loads, disk_load_bytes;    /* payloads read from tiers */
+    uint64_t disk_writes, disk_write_errors; /* the cache directory's writes, failed ones */
+    uint64_t disk_loads, disk_load_bytes;    /* payloads read from the cache directory (other
+                                              * tiers count their own: tier[]) */
     double disk_load_seconds;
     uint64_t disk_bad;         /* damaged entries found (scan or load): never served */
     uint64_t disk_foreign;     /* entries of another model / KV shape, skipped */

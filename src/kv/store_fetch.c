@@ -18,12 +18,13 @@ kvs_fetch_fault kvs_store_fault_of(int rc) {
     return KVS_FETCH_DAMAGED;
 }
 
-void kvs_store_count_fetch(kvs_store *s, const kvs_chunk *c, kvs_fetch_fault f, uint64_t t0) {
+void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, kvs_fetch_fault f, uint64_t t0) {
     switch (f) {
     case KVS_FETCH_OK:
-        ADD(s->tier_loads, 1);
-        ADD(s->tier_load_bytes, c->kv_bytes);
-        ADD(s->tier_load_ns, kvs_store_mono_ns() - t0);
+        if (tier < 0 || tier >= KVS_STORE_MAX_TIERS) break;
+        ADD(s->tier_loads[tier], 1);
+        ADD(s->tier_load_bytes[tier], c->kv_bytes);
+        ADD(s->tier_load_ns[tier], kvs_store_mono_ns() - t0);
         break;
     case KVS_FETCH_GONE: ADD(s->tier_missing, 1); break;
     case KVS_FETCH_DAMAGED: ADD(s->tier_bad, 1); break;
@@ -70,7 +71,7 @@ static kvs_fetch_fault make_resident(kvs_store *s, kvs_chunk *c) {
             uint64_t t0 = kvs_store_mono_ns();
             void *buf = NULL;
             f = kvs_store_fault_of(load_payload(t, c, &buf));
-            kvs_store_count_fetch(s, c, f, t0);
+            kvs_store_count_fetch(s, c->tier, c, f, t0);
             if (f == KVS_FETCH_OK) {
                 c->kv = buf;
                 ADD(s->bytes, kvs_store_counted(c));
@@ -95,7 +96,7 @@ kvs_fetch_fault kvs_store_fetch(kvs_store *s, kvs_chunk *c, const kvs_kv_buffer 
             /* straight from the tier into the buffer: no payload buffer */
             uint64_t t0 = kvs_store_mono_ns();
             kvs_fetch_fault f = kvs_store_fault_of(t->ops->get_into(t, c, off, n, kv, slot));
-            kvs_store_count_fetch(s, c, f, t0);
+            kvs_store_count_fetch(s, c->tier, c, f, t0);
             return f;
         }
     }
@@ -114,7 +115,7 @@ kvs_fetch_fault kvs_store_verify(kvs_store *s, kvs_chunk *c) {
     void *buf = NULL;
     kvs_fetch_fault f = kvs_store_fault_of(load_payload(t, c, &buf));
     free(buf);
-    if (f != KVS_FETCH_OK) kvs_store_count_fetch(s, c, f, t0); /* a good one was not served: no load counted */
+    if (f != KVS_FETCH_OK) kvs_store_count_fetch(s, c->tier, c, f, t0); /* a good one was not served: no load counted */
     return f;
 }
 

@@ -54,7 +54,11 @@ struct kvs_store {
     _Atomic uint64_t entries, resident, bytes, tier_meta_bytes;
     _Atomic uint64_t lookups, hits, misses, hit_tokens, lookup_tokens, lookup_ns;
     _Atomic uint64_t inserts, insert_exists, insert_too_big, evictions;
-    _Atomic uint64_t tier_writes, tier_write_errors, tier_loads, tier_load_bytes, tier_load_ns;
+    /* per tier (index as tiers[]): the cache directory's are the stats'
+     * disk_* (Redis had been counted there too) */
+    _Atomic uint64_t tier_writes[KVS_STORE_MAX_TIERS], tier_write_errors[KVS_STORE_MAX_TIERS];
+    _Atomic uint64_t tier_loads[KVS_STORE_MAX_TIERS], tier_load_bytes[KVS_STORE_MAX_TIERS],
+        tier_load_ns[KVS_STORE_MAX_TIERS];
     _Atomic uint64_t tier_bad, tier_foreign, tier_missing, tier_orphans, tier_key_hits;
 };
 
@@ -103,7 +107,7 @@ typedef enum kvs_fetch_fault {
 kvs_fetch_fault kvs_store_fetch(kvs_store *s, kvs_chunk *c, const kvs_kv_buffer *kv, int off, int n, int slot);
 /* The fault a tier status means (tier.h), and the counters of one fetch. */
 kvs_fetch_fault kvs_store_fault_of(int rc);
-void kvs_store_count_fetch(kvs_store *s, const kvs_chunk *c, kvs_fetch_fault f, uint64_t t0);
+void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, kvs_fetch_fault f, uint64_t t0);
 /* Reads a non-resident indexed chunk's entry whole and checks it (nothing
  * kept): how one request that met a damaged entry verifies the rest of its
  * path, so that every damaged one is dropped and stored again at once. */

@@ -141,7 +141,7 @@ static int take_into(kvs_store *s, int ti, const int32_t *tokens, const kvs_span
                           : KVS_FETCH_TRANSIENT;
     /* damage met by key is the tier's to count (its stats; the dir's
      * scan counted it already): disk_bad counts indexed entries */
-    if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, c, f, t0);
+    if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, ti, c, f, t0);
     if (f != KVS_FETCH_OK || push_seg(hit, cap, c, from, p->end)) {
         kvs_chunk_unref(c);
         return 0;
@@ -165,7 +165,7 @@ static int take_resident(kvs_store *s, int ti, kvs_chunk *c, const int32_t *toke
         kvs_chunk_unref(c);
         return 0;
     }
-    kvs_store_count_fetch(s, c, KVS_FETCH_OK, t0);
+    kvs_store_count_fetch(s, ti, c, KVS_FETCH_OK, t0);
     join(s, ti, c, tokens, p, hit);
     return 1;
 }
@@ -389,7 +389,7 @@ static kvs_chunk *from_tiers_by_key(kvs_store *s, const kvs_key *k, const int32_
             c->pos0 >= 0 && c->n_tok > 0 &&
             (!path || (c->pos0 + c->n_tok == n_path &&
                        !memcmp(c->tokens, path + c->pos0, (size_t)c->n_tok * sizeof *path)))) {
-            kvs_store_count_fetch(s, c, KVS_FETCH_OK, t0);
+            kvs_store_count_fetch(s, ti, c, KVS_FETCH_OK, t0);
             kvs_store_index_from_tier(s, c, path, ti);
             ADD(s->tier_key_hits, 1);
             return c;

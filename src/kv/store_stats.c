@@ -38,11 +38,14 @@ void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {
     st->insert_exists = GET(s->insert_exists);
     st->insert_too_big = GET(s->insert_too_big);
     st->evictions = GET(s->evictions);
-    st->disk_writes = GET(s->tier_writes);
-    st->disk_write_errors = GET(s->tier_write_errors);
-    st->disk_loads = GET(s->tier_loads);
-    st->disk_load_bytes = GET(s->tier_load_bytes);
-    st->disk_load_seconds = (double)GET(s->tier_load_ns) * 1e-9;
+    for (int i = 0; i < s->n_tiers && i < KVS_STORE_MAX_TIERS; i++) {
+        if (s->tiers[i] != s->dir_tier) continue; /* the cache directory's only */
+        st->disk_writes = GET(s->tier_writes[i]);
+        st->disk_write_errors = GET(s->tier_write_errors[i]);
+        st->disk_loads = GET(s->tier_loads[i]);
+        st->disk_load_bytes = GET(s->tier_load_bytes[i]);
+        st->disk_load_seconds = (double)GET(s->tier_load_ns[i]) * 1e-9;
+    }
     st->disk_bad = GET(s->tier_bad);
     st->disk_foreign = GET(s->tier_foreign);
     st->disk_missing = GET(s->tier_missing);
