@@ -61,6 +61,11 @@ static long long span_key_cmd(int port, const char *cmd, const kvs_key *fp, cons
     return v;
 }
 
+/* N_TOK pseudo-random token ids from seed. */
+static void random_tokens(int32_t *tokens, uint64_t seed) {
+    for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(rt_rand(&seed) % 30000);
+}
+
 /* n_cached of a lookup of the first n of tokens into a zeroed buffer, every
  * served slot checked against cold (the cold KV of tokens). */
 static int served_n(kvs_store *s, const int32_t *tokens, int n, const fake_kv *cold) {
@@ -145,8 +150,7 @@ TEST(partial_tail_served_to_a_prompt_that_extends_it) {
     rt_fill_key(&fp, 3);
     enum { A = 300 };
     int32_t tokens[N_TOK], other[N_TOK];
-    uint64_t seed = 12;
-    for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(rt_rand(&seed) % 30000);
+    random_tokens(tokens, 12);
     memcpy(other, tokens, sizeof other);
     other[280] = (tokens[280] + 1) % 30000; /* diverges inside A's tail */
     fake_kv *cold = fake_kv_new(SHAPE, N_TOK), *cold_other = fake_kv_new(SHAPE, N_TOK);
@@ -215,8 +219,7 @@ TEST(junk_at_every_tail_length_costs_two_reads) {
     rt_fill_key(&fp, 4);
     enum { A = 300 };
     int32_t tokens[N_TOK];
-    uint64_t seed = 13;
-    for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(rt_rand(&seed) % 30000);
+    random_tokens(tokens, 13);
     fake_kv *cold = fake_kv_new(SHAPE, N_TOK);
     fake_kv_fill(cold, tokens, N_TOK);
     kvs_store *a = open_store(&fp, r.port);

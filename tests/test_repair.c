@@ -471,6 +471,32 @@ TEST(first_request_equals_later_ones) {
     kt_remove_dir(dir);
 }
 
+/* Two empty caches and the layout of the three documents and the question
+ * (no system text: the first document sits right after its own prefix). */
+typedef struct two_caches {
+    const char *docs[N_DOCS];
+    kvs_segments seg;
+    kvs_seg_layout lay;
+    kvs_cache *a, *b;
+} two_caches;
+
+static int two_caches_open(two_caches *t) {
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < N_DOCS; i++) t->docs[i] = g_docs[i];
+    t->seg = (kvs_segments){0, NULL, t->docs, NULL, N_DOCS, k_question, NULL};
+    t->a = kt_open_cache(g_model, NULL);
+    t->b = kt_open_cache(g_model, NULL);
+    if (t->a && t->b && kvs_seg_layout_build(g_model, &t->seg, &t->lay) == KVS_OK) return 0;
+    CHECK_MSG(0, "setup: %s", kvs_last_error());
+    return -1;
+}
+
+static void two_caches_close(two_caches *t) {
+    kvs_seg_layout_free(&t->lay);
+    kvs_cache_free(t->a);
+    kvs_cache_free(t->b);
+}
+
 /* The same request after an unrelated one whose prompt is a prefix of it
  * ending inside the first document (its chunks warmed: the exact hit now
  * stops 20 tokens into that document) gives the bits of the request on an
@@ -478,17 +504,13 @@ TEST(first_request_equals_later_ones) {
  * document moved by 0 and repaired with the others (an attack found the
  * CLI and the server answering differently after such a request). */
 TEST(a_prompt_ending_inside_the_first_doc_changes_nothing) {
-    const char *docs[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]};
-    kvs_segments seg = {0, NULL, docs, NULL, N_DOCS, k_question, NULL};
+    two_caches t;
     kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_generate_result ref, r;
-    kvs_seg_layout lay;
-    memset(&lay, 0, sizeof lay);
-    kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);
-    if (!a || !b || kvs_seg_layout_build(g_model, &seg, &lay) != KVS_OK) {
-        CHECK_MSG(0, "setup: %s", kvs_last_error());
-        goto out;
-    }
+    if (two_caches_open(&t)) goto out;
+    kvs_cache *a = t.a, *b = t.b;
+    const kvs_segments seg = t.seg;
+    const kvs_seg_layout lay = t.lay;
     const int D = lay.segs[0].kind == KVS_SEG_DOC ? lay.segs[0].start : lay.segs[1].start;
     CHECK_MSG(kvs_generate_segments(g_ctx, a, &seg, &gp, NULL, &ref) == KVS_OK, "%s", kvs_last_error());
     kvs_warm_report wr;
@@ -502,9 +524,7 @@ TEST(a_prompt_ending_inside_the_first_doc_changes_nothing) {
     }
     kvs_generate_result_free(&ref);
 out:
-    kvs_seg_layout_free(&lay);
-    kvs_cache_free(a);
-    kvs_cache_free(b);
+    two_caches_close(&t);
 }
 
 /* The exact KV of the whole layout in the cache (another request stored it:
@@ -513,17 +533,13 @@ out:
  * same request answered otherwise after it (a determinism attack on the
  * server). The full strategy takes it, with the bits it computes anyway. */
 TEST(an_exact_prefix_over_the_documents_changes_nothing) {
-    const char *docs[N_DOCS] = {g_docs[0], g_docs[1], g_docs[2]};
-    kvs_segments seg = {0, NULL, docs, NULL, N_DOCS, k_question, NULL};
+    two_caches t;
     kvs_generate_params gp = kt_greedy(N_GEN);
     kvs_generate_result ref, r, full_ref;
-    kvs_seg_layout lay;
-    memset(&lay, 0, sizeof lay);
-    kvs_cache *a = kt_open_cache(g_model, NULL), *b = kt_open_cache(g_model, NULL);
-    if (!a || !b || kvs_seg_layout_build(g_model, &seg, &lay) != KVS_OK) {
-        CHECK_MSG(0, "setup: %s", kvs_last_error());
-        goto out;
-    }
+    if (two_caches_open(&t)) goto out;
+    kvs_cache *a = t.a, *b = t.b;
+    const kvs_segments seg = t.seg;
+    const kvs_seg_layout lay = t.lay;
     CHECK_MSG(kvs_generate_segments(g_ctx, a, &seg, &gp, NULL, &ref) == KVS_OK, "%s", kvs_last_error());
     kvs_reuse_params full = kvs_reuse_default_params();
     full.repair.mode = KVS_REPAIR_FULL;
@@ -549,9 +565,7 @@ TEST(an_exact_prefix_over_the_documents_changes_nothing) {
     kvs_generate_result_free(&ref);
     kvs_generate_result_free(&full_ref);
 out:
-    kvs_seg_layout_free(&lay);
-    kvs_cache_free(a);
-    kvs_cache_free(b);
+    two_caches_close(&t);
 }
 
 /* The stop poll reaches the repair: counted over a whole request (documents
