@@ -268,7 +268,11 @@ def _interrupted_run(code, model_path, delay):
     import subprocess
     import sys
     import time
-    p = subprocess.Popen([sys.executable, "-c", code, model_path], stdout=subprocess.PIPE, text=True)
+    # Python's own Ctrl-C handler, as in a terminal: a process started where
+    # SIGINT is ignored (a background job without job control, as a CI runner
+    # may start the suite) inherits SIG_IGN, and Python then installs none
+    prelude = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    p = subprocess.Popen([sys.executable, "-c", prelude + code, model_path], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
         time.sleep(delay)
