@@ -16,7 +16,7 @@ from ._errors import (ContextFull, CorruptCache, Error, FileError, FormatError, 
                       Unsupported, Utf8Error)
 from ._lib import cstr as _cstr, lib as _lib, library_path
 from ._result import GenerateResult, WarmResult
-from .cache import Cache
+from .cache import Cache, prune_dir
 from .model import Model, ModelInfo
 from .segments import Document, Question, Segment, System
 from .session import Session
@@ -29,5 +29,5 @@ __all__ = [
     "System", "Document", "Question", "Segment",
     "Error", "InvalidArgument", "FileError", "FormatError", "Unsupported", "OutOfMemory",
     "NotFound", "ContextFull", "Utf8Error", "ModelMismatch", "CorruptCache", "InternalError",
-    "Interrupted", "SessionBusy", "library_path", "__version__",
+    "Interrupted", "SessionBusy", "library_path", "prune_dir", "__version__",
 ]

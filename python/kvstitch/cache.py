@@ -111,6 +111,32 @@ class Cache(InUse, NoCopy):
         with self._using() as h:
             return lib.kvs_cache_flush(h, int(timeout * 1000)) == lib.KVS_OK
 
+    def entries(self) -> list[dict[str, Any]]:
+        """Every chunk of the cache, in memory or in cache_dir (kvs_cache_ls,
+        as `kvstitch cache ls`): dicts of kvs_cache_entry's fields (keys as
+        hex, tokens as a list, kv_type and origin as names), in no order."""
+        out: list[dict[str, Any]] = []
+
+        def one(user, e):
+            d = {}
+            for name, _ in ffi.typeof(e).item.fields:
+                v = getattr(e, name)
+                if name == "tokens":
+                    v = list(ffi.unpack(v, e.n_tok)) if e.n_tok > 0 and v != ffi.NULL else []
+                elif name == "origin":
+                    v = ffi.string(v).decode() if v != ffi.NULL else ""
+                elif name == "kv_type":
+                    v = ffi.string(lib.kvs_kv_type_name(v)).decode()
+                elif isinstance(v, ffi.CData):  # the char[65] keys
+                    v = ffi.string(v).decode()
+                d[name] = v
+            out.append(d)
+            return 0
+        cb = ffi.callback("kvs_cache_entry_fn", one)
+        with self._using() as h:
+            check(lib.kvs_cache_ls(h, cb, ffi.NULL))
+        return out
+
     def sync(self) -> int:
         """Indexes entries other processes wrote since open; returns how many."""
         n = ffi.new("int *")
@@ -134,3 +160,21 @@ class Cache(InUse, NoCopy):
 
     def __repr__(self) -> str:
         return f"kvstitch.Cache({self.model.path!r}, cache_dir={self.cache_dir!r})"
+
+
+def prune_dir(cache_dir: str | os.PathLike, max_bytes: int = 0, older_than_s: int = 0,
+              keep_unreachable: bool = False) -> dict[str, int]:
+    """Reclaims space in a cache directory of any model (kvs_cache_dir_prune,
+    as `kvstitch cache prune`): unreachable entries (unless keep_unreachable),
+    stale temporary files, entries not used for older_than_s seconds, then
+    the least recently used down to max_bytes (0: no bound). Only the
+    cache's own files are touched. Returns the report (removed,
+    removed_bytes, unreachable_removed, tmp_removed, entries, bytes)."""
+    d = os.path.expanduser(cache_dir) if not isinstance(cache_dir, bytes) else cache_dir
+    p = ffi.new("kvs_cache_prune_params *")
+    p.max_bytes = int_arg(max_bytes, "max_bytes", 0, 2**64 - 1)
+    p.older_than_s = int_arg(older_than_s, "older_than_s", 0, 2**63 - 1)
+    p.keep_unreachable = int(bool(keep_unreachable))
+    r = ffi.new("kvs_cache_prune_report *")
+    check(lib.kvs_cache_dir_prune(c_path(d, "cache_dir"), p, r))
+    return struct_dict(r)

@@ -2,6 +2,8 @@
 strings, chat messages, logprobs, sampling determinism."""
 import math
 
+import pytest
+
 import kvstitch
 from conftest import MANUAL, Q1, Q2
 
@@ -108,3 +110,26 @@ def test_presence_and_frequency_penalties(model):
     assert a.tokens == b.tokens and a.tokens != plain.tokens
     # no generated token repeats more than a penalty of 2 per use allows to win greedily
     assert max(a.tokens.count(t) for t in set(a.tokens)) < max(plain.tokens.count(t) for t in set(plain.tokens))
+
+
+def test_cache_entries_and_prune_dir(model, tmp_path):
+    # Cache.entries() lists what `kvstitch cache ls` lists; prune_dir bounds
+    # a directory as `kvstitch cache prune` does (Python had neither).
+    d = tmp_path / "kvs"
+    c = kvstitch.Cache(model, budget_bytes=64 << 20, cache_dir=d)
+    s = kvstitch.Session(model, c, n_ctx=1024)
+    text = "The lighthouse keeper wrote down every ship that passed the rocks. " * 12
+    w = s.warm(text, chat=False)
+    es = c.entries()
+    assert len(es) == w.chunks_stored > 0
+    e0 = min(es, key=lambda e: e["pos0"])
+    assert e0["pos0"] == 0 and e0["origin"] == "prefix" and e0["on_disk"] == 1 and e0["kv_type"] == "f16"
+    assert e0["tokens"] == model.tokenize(text)[:e0["n_tok"]] and len(e0["prefix_key"]) == 64
+    assert sum(e["n_tok"] for e in es) == len(model.tokenize(text))
+    s.close()
+    c.close()
+    r = kvstitch.prune_dir(d, max_bytes=1)
+    assert r["removed"] == len(es) and r["entries"] == 0, r
+    assert kvstitch.prune_dir(d)["removed"] == 0
+    with pytest.raises(kvstitch.InvalidArgument, match="max_bytes"):
+        kvstitch.prune_dir(d, max_bytes=-1)
