@@ -107,10 +107,12 @@ class Session(NoCopy):
             self._flag_poll = ffi.addressof(lib, "kvs_stop_when_set")
         out = ffi.new("kvs_context **")
         self._busy = threading.Lock()
-        # a stream closed or dropped (a break out of its loop) whose call has
-        # not ended yet: it ends at its next token or prefill batch, and the
-        # next call waits for that (it had raised SessionBusy)
-        self._winding_down = False
+        # the stream whose call holds the Session ([cancelled]), None: a
+        # stream closed or dropped (a break out of its loop) ends its call at
+        # its next token or prefill batch, and the next call waits for that
+        # (it had raised SessionBusy); a close after its call ended changes
+        # only its own, released, state
+        self._holder: list | None = None
         with model._using() as mh:
             check(lib.kvs_context_new(mh, p, out))
             self._h = ffi.gc(out[0], lib.kvs_context_free)
@@ -125,7 +127,8 @@ class Session(NoCopy):
     def _acquire(self) -> None:
         if self._h is None:
             raise InvalidArgument("the session was closed")
-        if not self._busy.acquire(blocking=False) and not (self._winding_down and self._busy.acquire(timeout=30)):
+        holder = self._holder
+        if not self._busy.acquire(blocking=False) and not (holder and holder[0] and self._busy.acquire(timeout=30)):
             raise SessionBusy("this Session is running another call (one Session per thread; "
                               "finish or close a stream before the next call)")
 
@@ -221,13 +224,16 @@ class Session(NoCopy):
         # which ends as "callback" with its result
         flag, token_seen = ffi.new("int *"), [False]
 
+        state = [False]  # cancelled
+        self._holder = state
+
         def cancel() -> None:
-            self._winding_down = True
+            state[0] = True
             if not token_seen[0]:
                 flag[0] = 1
 
         def release() -> None:
-            self._winding_down = False
+            self._holder = None
             self._busy.release()
         return Stream(lambda on_token: self._run(a, on_token, flag, token_seen), release, cancel)
 

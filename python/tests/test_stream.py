@@ -81,3 +81,17 @@ def test_a_break_out_of_a_stream_leaves_the_session_usable(model):
     st = s.stream(" ".join("word%d" % (i % 50) for i in range(1800)), max_tokens=4, chat=False)
     del st  # dropped during its prefill
     assert s.generate("Hello", max_tokens=2, logits=True).tokens == ref.tokens
+
+
+def test_a_close_after_the_stream_ended_leaves_busy_as_busy(model):
+    # A close() after its call ended had left the Session marked as winding
+    # down: a later call beside another running stream waited for that
+    # stream instead of raising SessionBusy.
+    s = kvstitch.Session(model, n_ctx=512)
+    st = s.stream("Hello", max_tokens=2)
+    list(st)
+    st.close()
+    st2 = s.stream("Once upon a time", max_tokens=256, logits=True)
+    with pytest.raises(kvstitch.SessionBusy):
+        s.generate("Hello", max_tokens=1)
+    st2.close()
