@@ -8,8 +8,8 @@
  *   SIGTERM / SIGINT: stop admitting (503), let running requests finish for
  *   --drain-timeout seconds, cancel the rest, stop HTTP, close the cache
  *   (every stored entry is already on disk: the store writes through; the
- *   Redis writer's queue is flushed, at most 10 s, and what did not reach
- *   Redis is said)
+ *   Redis writer's queue is flushed, 10 s and up to 10 s more as the cache
+ *   closes, and what did not reach Redis is said)
  */
 #include <ctype.h>
 #include <errno.h>

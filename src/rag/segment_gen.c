@@ -232,8 +232,10 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         if (st) return st;
     }
     /* (the full strategy computes all past the hit exactly: any hit gives its bits) */
-    if (q->rp->mode != KVS_REPAIR_FULL) E = exact_cap(lay, E);
-    if (q->opt.use_exact && q->rp->mode != KVS_REPAIR_FULL && (st = exact_first_doc(q, &E))) return st;
+    if (q->rp->mode != KVS_REPAIR_FULL) {
+        E = exact_cap(lay, E);
+        if (q->opt.use_exact && (st = exact_first_doc(q, &E))) return st;
+    }
     /* The first doc the exact hit does not cover fully; the hit is cut back
      * to its start (its KV gets overwritten by the doc's chunk). */
     int j0 = -1;
