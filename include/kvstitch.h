@@ -630,6 +630,8 @@ typedef struct kvs_cache_stats {
     uint64_t redis_errors;                /* lookups without an answer (down, timeout, garbage) */
     uint64_t redis_timeouts, redis_breaker_opens, redis_connects; /* connection events */
     uint64_t redis_moved;                 /* cluster redirections followed (MOVED + ASK) */
+    uint64_t redis_partial_hits;          /* of redis_hits: longer chunks a partial-chunk marker led to
+                                           * (a prompt that stops inside a cached chunk) */
 } kvs_cache_stats;
 
 KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);

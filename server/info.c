@@ -161,6 +161,7 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
         {"redis_foreign", (double)st.redis_foreign}, {"redis_errors", (double)st.redis_errors},
         {"redis_timeouts", (double)st.redis_timeouts}, {"redis_breaker_opens", (double)st.redis_breaker_opens},
         {"redis_connects", (double)st.redis_connects}, {"redis_moved", (double)st.redis_moved},
+        {"redis_partial_hits", (double)st.redis_partial_hits},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cJSON_AddNumberToObject(o, fields[i].name, fields[i].v);
     return srv_reply_json(c, 200, o);

@@ -163,6 +163,9 @@ char *srv_metrics_render(srv_metrics *m, kvs_cache *cache, srv_load load) {
         put_gauge(&b, "kvstitch_cache_redis_errors_total", "counter",
                   "Redis lookups without an answer (down, timeout, garbage): those chunks are computed.",
                   (double)st.redis_errors);
+        put_gauge(&b, "kvstitch_cache_redis_partial_hits_total", "counter",
+                  "Chunks served from Redis to a prompt that stops inside them (through a partial-chunk marker).",
+                  (double)st.redis_partial_hits);
         put(&b, "# HELP kvstitch_cache_redis_rejected_total Redis values never served, by reason.\n"
                 "# TYPE kvstitch_cache_redis_rejected_total counter\n"
                 "kvstitch_cache_redis_rejected_total{reason=\"damaged\"} %llu\n"

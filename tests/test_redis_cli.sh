@@ -248,8 +248,18 @@ gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/slow.json" 2>"$tmp/e" \
     || fail redis_cli_slow_equals_cold "$(cat "$tmp/e")"
 redis-cli -p "$P" ping >/dev/null   # answered when the sleep is over
 
+# The first n keys of db $1 that hold chunks (a value starting "KVSR"), not
+# partial-chunk markers ("KVSM").
+chunk_keys() {
+    local db=$1 n=$2 k
+    redis-cli -p "$P" -n "$db" --scan --pattern 'kvs:*' | grep -E '^kvs:[0-9a-f]{16}:[0-9a-f]{64}$' |
+        while read -r k; do
+            [ "$(redis-cli -p "$P" -n "$db" getrange "$k" 0 3)" = KVSR ] && echo "$k"
+        done | head -n "$n"
+}
+
 # a damaged value in place of one chunk: the reuse ends there, output still equals cold
-key=$(redis-cli -p "$P" -n 1 --scan --pattern 'kvs:*' | head -1)
+key=$(chunk_keys 1 1)
 redis-cli -p "$P" -n 1 setrange "$key" 600 XXXX >/dev/null
 gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/bad.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_damaged_value_equals_cold "$tmp/bad.json" 0 "$tmp/cold_c.json" \
@@ -261,7 +271,7 @@ gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/bad.json" 2>"$tmp/e" \
 # start with "kvs:" are not ours: neither counted nor cleared (clear had
 # deleted them).
 redis-cli -p "$P" rpush "kvs:0123456789abcdef:$(printf 'a%.0s' {1..64})" x >/dev/null
-ours=$(redis-cli -p "$P" --scan --pattern 'kvs:*' | grep -E '^kvs:[0-9a-f]{16}:[0-9a-f]{64}$' | grep -v 0123456789abcdef | head -2)
+ours=$(chunk_keys 0 2)
 read -r k0 k1 <<<"$(echo $ours)"
 redis-cli -p "$P" copy "$k0" "${k1%????}ffff" >/dev/null
 redis-cli -p "$P" set kvs:myapp:session x >/dev/null

@@ -4,6 +4,7 @@
  * requests run (bounded latency, no wrong bytes, service back after the
  * replica takes over), listing and clearing by prefix on every master. */
 #include "harness.h"
+#include "kv/keys.h"
 #include "test_redis_util.h"
 
 #include "kv/redis_cluster.h"
@@ -105,6 +106,22 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     CHECK(kvs_redis_tier_flush(t, 10000));
     CHECK_EQ_INT(served(t, c), N_CHUNKS);
     CHECK_EQ_INT(masters_holding_keys(s), 3);
+    /* partial-chunk markers across the slots: the key of every shorter
+     * length of chunk 5 leads to chunk 5 (the marker and its chunk on
+     * different masters, mostly) */
+    {
+        kvs_key part[31];
+        kvs_chunk *out[31];
+        kvs_key_prefix_lengths(&c[5]->parent_key, c[5]->tokens, 1, 31, part);
+        CHECK_EQ_INT(t->ops->get_many(t, part, 31, out), KVS_OK);
+        int led = 0;
+        for (int i = 0; i < 31; i++) {
+            led += out[i] && kvs_key_equal(&out[i]->prefix_key, &c[5]->prefix_key) &&
+                   !memcmp(out[i]->kv, c[5]->kv, c[5]->kv_bytes);
+            kvs_chunk_unref(out[i]);
+        }
+        CHECK_MSG(led == 31, "%d of 31 partial keys led to chunk 5", led);
+    }
     int listed = 0;
     CHECK_EQ_INT(t->ops->scan(t, count_visit, &listed), KVS_OK);
     CHECK_EQ_INT(listed, N_CHUNKS);

@@ -6,14 +6,18 @@
  * then DEL) ends the reuse there too, and the rest is a miss, never wrong
  * bytes; another model's store never sees the chunks. A prompt's partial
  * tail chunk (shorter than the grid step) is served to a later prompt that
- * extends it, as RAM and the cache directory serve it, never to one that
- * diverges inside it; junk under its every length costs two reads. */
+ * extends it, as RAM and the cache directory serve it; a prompt that stops
+ * or diverges inside a stored chunk gets the part it shares, through the
+ * tier's partial-chunk markers (redis_marker.h), and a hostile marker never
+ * leads to another chunk's bytes; junk under its every length costs two
+ * reads. */
 #include "harness.h"
 #include "test_kv_fake.h"
 #include "test_redis_util.h"
 
 #include "kv/chunking.h"
 #include "kv/keys.h"
+#include "kv/redis_marker.h"
 #include "kv/store.h"
 #include "kv/tier_redis.h"
 
@@ -106,12 +110,12 @@ TEST(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk) {
     CHECK_EQ_INT(rep.n_new, 10);
     kvs_store_free(a); /* waits for the queued writes */
 
-    /* process B: empty RAM, everything from Redis that its grid keys name:
-     * the lookup of N_TOK - 1 tokens cuts its last span at 639, whose key is
-     * not the stored [576, 640)'s, so a tier (found by key, never scanned)
-     * serves the 9 whole chunks before it */
+    /* process B: empty RAM, everything from Redis that its keys name: the
+     * lookup of N_TOK - 1 tokens cuts its last span at 639, whose key is
+     * the marker of the stored [576, 640)'s first 63 tokens (it had been
+     * no key at all: 9 whole chunks were served) */
     kvs_store *b = open_store(&fp, r.port);
-    CHECK_EQ_INT(served(b, tokens, cold), 9 * 64);
+    CHECK_EQ_INT(served(b, tokens, cold), N_TOK - 1);
     /* another model: nothing */
     kvs_store *o = open_store(&other, r.port);
     CHECK_EQ_INT(served(o, tokens, cold), 0);
@@ -181,15 +185,26 @@ TEST(partial_tail_served_to_a_prompt_that_extends_it) {
     kvs_store *b = open_store(&fp, r.port);
     CHECK_EQ_INT(served_n(b, tokens, A, cold), A);
     kvs_store_free(b);
-    /* shorter than A: the tail's key needs all of its tokens */
+    /* shorter than A (A again: its last token is computed): the tail's
+     * marker of 43 tokens (a key needs all of its tokens: 256 before) */
     b = open_store(&fp, r.port);
-    CHECK_EQ_INT(served_n(b, tokens, A - 1, cold), 256);
+    CHECK_EQ_INT(served_n(b, tokens, A - 1, cold), A - 1);
     kvs_store_free(b);
-    /* a prompt that diverges at 280, inside the tail: the grid chunks only,
-     * never the tail's bytes */
+    /* a prompt that diverges at 280, inside the tail: the tail's first 24
+     * tokens, by their marker (256 before), never a byte past them */
     b = open_store(&fp, r.port);
-    CHECK_EQ_INT(served_n(b, other, 399, cold_other), 256);
+    CHECK_EQ_INT(served_n(b, other, 399, cold_other), 280);
     kvs_store_free(b);
+    /* one that diverges at 100, inside grid chunk 1: its first 36 tokens */
+    int32_t early[N_TOK];
+    memcpy(early, tokens, sizeof early);
+    early[100] = (tokens[100] + 1) % 30000;
+    fake_kv *cold_early = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(cold_early, early, N_TOK);
+    b = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(b, early, 399, cold_early), 100);
+    kvs_store_free(b);
+    fake_kv_free(cold_early);
     fake_kv_free(cold);
     fake_kv_free(cold_other);
     rt_redis_stop(&r);
@@ -209,6 +224,143 @@ static long long getrange_calls(int port) {
  * grid chunks, never the junk. It had read every one (63 reads a 64-token
  * chunk, each with its own allowance: 6.4 s against a server that answered
  * each just in time, minutes at 512-token chunks). */
+/* Sets key (the tier's key of prefix key k) to the n bytes of v. */
+static void set_raw(int port, const kvs_key *fp, const kvs_key *k, const void *v, size_t n) {
+    char key[96];
+    redis_key(fp, k, key);
+    redisReply *x = rt_cmd(port, "SET %s %b", key, v, n);
+    CHECK(x && x->type == REDIS_REPLY_STATUS);
+    if (x) freeReplyObject(x);
+}
+
+/* Entries and damaged values a listing of the tier finds. */
+static int count_entry(void *user, kvs_chunk *c, const kvs_key *fp, uint64_t bytes) {
+    (*(int *)user)++;
+    kvs_chunk_unref(c);
+    return 0;
+}
+
+/* A (300 tokens) and B (300 other tokens) stored; then the marker that a
+ * lookup of A's first 299 tokens reads first (the key of A's tail's first
+ * 43 tokens, asked as the lookup's last span) is replaced by hostile
+ * values in turn. None may serve a byte past what it names or another
+ * chunk's bytes: each is dropped, and the next marker down (42 tokens)
+ * serves 298. Markers are no entries of their own: a listing finds A's and
+ * B's chunks only, and no damage. */
+TEST(hostile_markers_never_lead_to_other_bytes) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp, other_fp;
+    rt_fill_key(&fp, 5);
+    rt_fill_key(&other_fp, 6);
+    enum { A = 300 };
+    int32_t a[N_TOK], bt[N_TOK];
+    random_tokens(a, 21);
+    random_tokens(bt, 22);
+    fake_kv *cold = fake_kv_new(SHAPE, N_TOK), *cold_b = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(cold, a, N_TOK);
+    fake_kv_fill(cold_b, bt, N_TOK);
+    kvs_store *s = open_store(&fp, r.port);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, a, A, 64, NULL, 0, &cold->kv, NULL), KVS_OK);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, bt, A, 64, NULL, 0, &cold_b->kv, NULL), KVS_OK);
+    kvs_store_free(s);
+
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r.port);
+    p.url = url;
+    p.timeout_ms = 2000;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    int entries = 0;
+    uint64_t bad = 0;
+    CHECK_EQ_INT(kvs_redis_tier_scan_fp(t, count_entry, &entries, &bad), KVS_OK);
+    CHECK_MSG(entries == 10 && bad == 0, "listing: %d entries, %llu bad; want 10 chunks and no damage", entries,
+              (unsigned long long)bad);
+    kvs_tier_close(t);
+    /* the markers are there: 63 for each grid chunk, 43 for each tail */
+    redisReply *x = rt_cmd(r.port, "DBSIZE");
+    CHECK_MSG(x && x->type == REDIS_REPLY_INTEGER && x->integer == 10 + 2 * (4 * 63 + 43),
+              "%lld keys in Redis, want 10 chunks and %d markers", x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1,
+              2 * (4 * 63 + 43));
+    if (x) freeReplyObject(x);
+
+    /* the chain keys of A and B (grid at 64) */
+    kvs_key ca[8], cb[8], k43[1], k42[1];
+    kvs_span spans[8];
+    int n_spans = 0;
+    CHECK_EQ_INT(kvs_chunking_split(A, 0, 64, NULL, 0, spans, 8, &n_spans), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, a, spans, n_spans, ca), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, bt, spans, n_spans, cb), KVS_OK);
+    kvs_key_prefix_lengths(&ca[3], a + 256, 43, 43, k43);
+    kvs_key_prefix_lengths(&ca[3], a + 256, 42, 42, k42);
+    kvs_key missing;
+    rt_fill_key(&missing, 7);
+
+    /* clean: the marker leads to A's tail, which serves all 299 */
+    kvs_chunk *tail = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_tier_get_many(t, &k43[0], 1, &tail), KVS_OK);
+    CHECK(tail && tail->n_tok == 44 && kvs_key_equal(&tail->prefix_key, &ca[4]));
+    kvs_chunk_unref(tail);
+    kvs_tier_close(t);
+    s = open_store(&fp, r.port);
+    CHECK_EQ_INT(served_n(s, a, A - 1, cold), A - 1);
+    kvs_store_free(s);
+
+    const struct {
+        const char *what;
+        kvs_rm_marker m;
+        const kvs_key *fp;
+        size_t len;
+    } cases[] = {
+        {"points to B's tail", {43, 44, k43[0], cb[4], {{0}}}, &fp, KVS_RM_BYTES},
+        {"points to A's chunk 3 (not its extension)", {43, 64, k43[0], ca[3], {{0}}}, &fp, KVS_RM_BYTES},
+        {"claims A's tail is 64 tokens", {43, 64, k43[0], ca[4], {{0}}}, &fp, KVS_RM_BYTES},
+        {"another model's", {43, 44, k43[0], ca[4], {{0}}}, &other_fp, KVS_RM_BYTES},
+        {"cut short", {43, 44, k43[0], ca[4], {{0}}}, &fp, KVS_RM_BYTES - 1},
+        {"points to a missing key", {43, 44, k43[0], missing, {{0}}}, &fp, KVS_RM_BYTES},
+        {"points to another marker", {43, 44, k43[0], k42[0], {{0}}}, &fp, KVS_RM_BYTES},
+        {"names more tokens than its target", {44, 44, k43[0], ca[4], {{0}}}, &fp, KVS_RM_BYTES},
+        {"names another key", {43, 44, k42[0], ca[4], {{0}}}, &fp, KVS_RM_BYTES},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t v[KVS_RM_BYTES];
+        kvs_rm_marker m = cases[i].m;
+        m.fp = *cases[i].fp;
+        kvs_rm_encode(&m, v);
+        set_raw(r.port, &fp, &k43[0], v, cases[i].len);
+        /* the tier itself returns nothing for it (the store checks the
+         * parent key and tokens again) */
+        kvs_chunk *got = NULL;
+        CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+        CHECK_EQ_INT(kvs_tier_get_many(t, &k43[0], 1, &got), KVS_OK);
+        CHECK_MSG(!got, "a marker that %s: the tier returned a chunk of %d tokens", cases[i].what, got ? got->n_tok : 0);
+        kvs_chunk_unref(got);
+        kvs_tier_close(t);
+        s = open_store(&fp, r.port);
+        int n = served_n(s, a, A - 1, cold); /* checks every served byte */
+        CHECK_MSG(n == A - 2, "a marker that %s: %d served, want %d (the next marker down)", cases[i].what, n, A - 2);
+        kvs_store_free(s);
+    }
+    /* the last case left a marker of another key under k43: a listing
+     * counts it as damaged, still lists the 10 chunks only */
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    entries = 0;
+    bad = 0;
+    CHECK_EQ_INT(kvs_redis_tier_scan_fp(t, count_entry, &entries, &bad), KVS_OK);
+    CHECK_MSG(entries == 10 && bad == 1, "listing: %d entries, %llu bad; want 10 and the moved marker",
+              entries, (unsigned long long)bad);
+    kvs_tier_close(t);
+    fake_kv_free(cold);
+    fake_kv_free(cold_b);
+    rt_redis_stop(&r);
+}
+
 TEST(junk_at_every_tail_length_costs_two_reads) {
     rt_redis r;
     if (rt_redis_start(&r, 0)) {
@@ -262,6 +414,7 @@ TEST(junk_at_every_tail_length_costs_two_reads) {
 int main(void) {
     RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
     RUN(partial_tail_served_to_a_prompt_that_extends_it);
+    RUN(hostile_markers_never_lead_to_other_bytes);
     RUN(junk_at_every_tail_length_costs_two_reads);
     return kt_summary();
 }

@@ -2,9 +2,12 @@
 """Servers sharing chunks through Redis (`kvstitch serve --redis`): TTFT of one
 long chat prompt on a server without Redis (cold), on server A with Redis
 (cold, stores the chunks), on a fresh server B with Redis (its RAM empty: the
-chunks come from Redis), and on B again (from its RAM). Same prompt, same
-first-logits hash everywhere, rounds alternating. Starts its own
-redis-server on a free loopback port and kills it at the end.
+chunks come from Redis), and on B again (from its RAM); then the same long
+system text with another question, cold and on a second fresh server C
+(the prompts part inside a cached chunk: Redis serves the part they share
+through its partial-chunk markers). The same first-logits hash for each
+question everywhere, rounds alternating. Starts its own redis-server on a
+free loopback port and kills it at the end.
 
   python bench/serve/redis_share.py [--rounds 2] [--chars 9000] [--threads 2]
 Env: KVSTITCH_MODEL (default: scripts/fetch-model.sh), KVSTITCH_CLI
@@ -55,12 +58,15 @@ def stop_server(p):
     p.wait(60)
 
 
-def ask(port, text):
+QUESTIONS = ("Summarize.", "Which commands does it name, and what does each do?")
+
+
+def ask(port, text, q=0):
     r = requests.post("http://127.0.0.1:%d/v1/chat/completions" % port, timeout=600, json={
-        "messages": [{"role": "system", "content": text}, {"role": "user", "content": "Summarize."}],
+        "messages": [{"role": "system", "content": text}, {"role": "user", "content": QUESTIONS[q]}],
         "max_tokens": 1, "temperature": 0}).json()
     k = r["usage"]["kvstitch"]
-    return r["usage"]["prompt_tokens"], k["cached_tokens"], k["timings"]["ttft_ms"], k["first_logits_sha256"]
+    return q, r["usage"]["prompt_tokens"], k["cached_tokens"], k["timings"]["ttft_ms"], k["first_logits_sha256"]
 
 
 def main():
@@ -87,12 +93,18 @@ def main():
             p, sp = start_server(model, a.threads, tmp)
             rows.append((rnd, "no Redis, cold") + ask(sp, text))
             stop_server(p)
+            p, sp = start_server(model, a.threads, tmp)
+            rows.append((rnd, "no Redis, cold, question 2") + ask(sp, text, 1))
+            stop_server(p)
             p, sp = start_server(model, a.threads, tmp, "--redis", url)
             rows.append((rnd, "A with Redis, cold (stores)") + ask(sp, text))
             stop_server(p)
             p, sp = start_server(model, a.threads, tmp, "--redis", url)
             rows.append((rnd, "B, empty RAM: from Redis") + ask(sp, text))
             rows.append((rnd, "B again: from its RAM") + ask(sp, text))
+            stop_server(p)
+            p, sp = start_server(model, a.threads, tmp, "--redis", url)
+            rows.append((rnd, "C, empty RAM, question 2: from Redis") + ask(sp, text, 1))
             stop_server(p)
     finally:
         redis.kill()
@@ -103,12 +115,14 @@ def main():
     out = ["# Servers sharing chunks through Redis (`bench/serve/redis_share.py`)", "",
            "%s, %s, %s threads, %s, load %s" % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), cpu,
                                                a.threads, git, open("/proc/loadavg").read().split()[0]), "",
-           "| round | server | prompt tokens | cached | TTFT ms | vs cold | first logits |", "|---|---|---:|---:|---:|---:|---|"]
-    for rnd, what, n, cached, ttft, sha in rows:
-        cold = next(r[4] for r in rows if r[0] == rnd and r[1] == "no Redis, cold")
-        out.append("| %d | %s | %d | %d | %.0f | %.1fx | %s |" % (rnd, what, n, cached, ttft, cold / ttft, sha[:12]))
-    same = len({r[5] for r in rows}) == 1
-    out += ["", "first logits identical in every row: %s" % ("yes" if same else "**no**")]
+           "| round | server | question | prompt tokens | cached | TTFT ms | vs cold | first logits |",
+           "|---|---|---:|---:|---:|---:|---:|---|"]
+    for rnd, what, q, n, cached, ttft, sha in rows:
+        cold = next(r[5] for r in rows if r[0] == rnd and r[1].startswith("no Redis") and r[2] == q)
+        out.append("| %d | %s | %d | %d | %d | %.0f | %.1fx | %s |" % (rnd, what, q + 1, n, cached, ttft, cold / ttft,
+                                                                       sha[:12]))
+    same = all(len({r[6] for r in rows if r[2] == q}) == 1 for q in range(len(QUESTIONS)))
+    out += ["", "first logits identical in every row of a question: %s" % ("yes" if same else "**no**")]
     text_out = "\n".join(out) + "\n"
     print(text_out)
     path = os.path.join(ROOT, "bench", "results", "serve-redis-share-%s.md" % time.strftime("%Y%m%d", time.gmtime()))

@@ -55,6 +55,7 @@
 #define KVS_DISK_VERSION 1u
 #define KVS_DISK_EXT ".kvc"
 #define KVS_DISK_FIXED_BYTES 192  /* header bytes before the token ids */
+#define KVS_DISK_MAX_TOKENS (1 << 24) /* tokens an entry may hold */
 
 /* What a check found. */
 typedef enum kvs_disk_verdict {

@@ -12,6 +12,8 @@
 #include "kv/tier_redis_impl.h"
 
 #include "base/error.h"
+#include "kv/keys.h"
+#include "kv/redis_marker.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ typedef struct write_batch {
     uint8_t *val[WRITE_BATCH];
     size_t val_len[WRITE_BATCH];
     size_t moved[WRITE_BATCH];      /* bytes sent per SET: its node's deadline */
+    kvs_chunk *src[WRITE_BATCH];    /* the chunk of item i */
+    uint8_t stored[WRITE_BATCH];    /* item i's SET answered OK */
     uint64_t skipped;
 } write_batch;
 
@@ -45,8 +49,78 @@ static int set_command(void *user, int i, const char **argv, size_t *argvlen) {
 static void set_reply(void *user, int i, const redisReply *r) {
     write_batch *b = user;
     redis_tier *rt = b->rt;
-    if (r && r->type == REDIS_REPLY_STATUS) atomic_fetch_add(&rt->put_bytes, b->val_len[i]);
-    else atomic_fetch_add(&rt->put_errors, 1);
+    if (r && r->type == REDIS_REPLY_STATUS) {
+        atomic_fetch_add(&rt->put_bytes, b->val_len[i]);
+        b->stored[i] = 1;
+    } else {
+        atomic_fetch_add(&rt->put_errors, 1);
+    }
+}
+
+/* --- partial-chunk markers (redis_marker.h) --- */
+
+typedef struct marker_batch {
+    redis_tier *rt;
+    int n;
+    char (*key)[KVS_REDIS_KEY_CAP];
+    const char **keys;
+    size_t *key_len;
+    uint8_t (*val)[KVS_RM_BYTES];
+} marker_batch;
+
+static int set_nx_command(void *user, int i, const char **argv, size_t *argvlen) {
+    marker_batch *b = user;
+    argv[0] = "SET";
+    argvlen[0] = 3;
+    argv[1] = b->keys[i];
+    argvlen[1] = b->key_len[i];
+    argv[2] = (const char *)b->val[i];
+    argvlen[2] = KVS_RM_BYTES;
+    argv[3] = "NX"; /* never over a chunk stored under that length */
+    argvlen[3] = 2;
+    return 4;
+}
+
+static void set_nx_reply(void *user, int i, const redisReply *r) {
+    marker_batch *b = user;
+    if (r && r->type == REDIS_REPLY_STATUS) atomic_fetch_add(&b->rt->markers, 1);
+}
+
+/* The markers of the chunks stored: each chunk's shorter lengths, one
+ * pipeline per node. Best effort: a marker lost costs a partial hit only. */
+static void write_markers(redis_tier *rt, kvs_chunk *const *chunks, int n) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += (chunks[i]->n_tok - 1) / kvs_rm_stride(chunks[i]->n_tok);
+    if (!total) return;
+    marker_batch b = {.rt = rt};
+    b.key = malloc((size_t)total * sizeof *b.key);
+    b.keys = malloc((size_t)total * sizeof *b.keys);
+    b.key_len = malloc((size_t)total * sizeof *b.key_len);
+    b.val = malloc((size_t)total * sizeof *b.val);
+    if (b.key && b.keys && b.key_len && b.val) {
+        for (int i = 0; i < n; i++) {
+            const kvs_chunk *c = chunks[i];
+            const int stride = kvs_rm_stride(c->n_tok), last = c->n_tok - 1;
+            if (last < 1) continue;
+            kvs_key *named = malloc((size_t)last * sizeof *named);
+            if (!named) continue;
+            kvs_key_prefix_lengths(&c->parent_key, c->tokens, 1, last, named);
+            for (int len = stride; len <= last; len += stride) {
+                kvs_rm_marker m = {len, c->n_tok, named[len - 1], c->prefix_key, rt->fp};
+                kvs_rm_encode(&m, b.val[b.n]);
+                b.key_len[b.n] = kvs_redis_make_key(rt, &m.named, b.key[b.n]);
+                b.keys[b.n] = b.key[b.n];
+                b.n++;
+            }
+            free(named);
+        }
+        kvs_redis_batch batch = {b.n, b.keys, b.key_len, set_nx_command, set_nx_reply, &b, 1, NULL};
+        if (b.n) kvs_redis_run_batch(&rt->nodes, &batch, NULL);
+    }
+    free(b.key);
+    free(b.keys);
+    free(b.key_len);
+    free(b.val);
 }
 
 static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
@@ -71,6 +145,7 @@ static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
         b.val[m] = v;
         b.val_len[m] = len;
         b.moved[m] = len + b.key_len[m];
+        b.src[m] = chunks[i];
         m++;
     }
     kvs_redis_batch batch = {m, b.keys, b.key_len, set_command, set_reply, &b, 1, b.moved};
@@ -83,6 +158,10 @@ static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
         atomic_fetch_add(&rt->put_dropped, cnt.skipped);
     }
     for (int i = 0; i < m; i++) free(b.val[i]);
+    int stored = 0;
+    for (int i = 0; i < m; i++)
+        if (b.stored[i]) b.src[stored++] = b.src[i];
+    write_markers(rt, b.src, stored);
 }
 
 static void *writer_main(void *arg) {

@@ -27,6 +27,12 @@
  *      server that claims every length and answers each read with junk just
  *      within its allowance had held one lookup for chunk_tokens - 1 reads
  *      in a row (63 reads, 6.4 s; 513 and 231 s at 512-token chunks).
+ *   A prompt that stops inside a longer cached chunk (the same prompt
+ *   again: its last token is computed; or one that leaves it mid-chunk)
+ *   asks in steps 3 and 4 for keys of that chunk's first tokens: Redis
+ *   holds markers under them (redis_marker.h) and answers with the longer
+ *   chunk, which serves the span when it starts there after the same
+ *   parent key with the span's tokens (take_resident).
  *
  * With a KV buffer the KV lands in it (a tier-only chunk is read straight
  * into it and stays tier-only); without one, payloads become resident.
@@ -122,9 +128,21 @@ static kvs_chunk *stub_for(kvs_store *s, const int32_t *tokens, const kvs_span *
 
 /* A chunk of tier ti joins the hit as span p (hit->n_cached is inside it):
  * pinned (the reference passes to the hit), counted, indexed in RAM under
- * its token path. */
+ * its token path: the prompt's tokens before it, then its own (a chunk a
+ * Redis marker led to runs past the span, maybe past the prompt). */
 static void join(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, const kvs_span *p, kvs_prefix_hit *hit) {
-    kvs_store_index_from_tier(s, c, tokens, ti);
+    const int32_t *path = tokens;
+    int32_t *longer = NULL;
+    if (c->pos0 + c->n_tok > p->end) {
+        longer = malloc((size_t)(c->pos0 + c->n_tok) * sizeof *longer);
+        if (longer) {
+            memcpy(longer, tokens, (size_t)c->pos0 * sizeof *longer);
+            memcpy(longer + c->pos0, c->tokens, (size_t)c->n_tok * sizeof *longer);
+        }
+        path = longer;
+    }
+    if (path) kvs_store_index_from_tier(s, c, path, ti);
+    free(longer);
     hit->n_cached = p->end;
     ADD(s->tier_key_hits, 1);
 }
@@ -152,13 +170,16 @@ static int take_into(kvs_store *s, int ti, const int32_t *tokens, const kvs_span
 
 /* c (a resident chunk tier ti returned for span p, or NULL) checked against
  * the span, copied into kv if there is one, joined. 1 if it joined the hit;
- * else c is released. */
+ * else c is released. c may be longer than the span (a tier's partial-chunk
+ * marker led to it, redis_marker.h): it serves the span if it starts there
+ * after the same prefix (parent key) with the span's tokens. */
 static int take_resident(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, const kvs_span *p,
-                         const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, uint64_t t0) {
-    int from = hit->n_cached;
-    int ok = c && c->kv && c->pos0 == p->start && c->n_tok == p->end - p->start &&
+                         const kvs_key *parent, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, uint64_t t0) {
+    int from = hit->n_cached, n = p->end - p->start;
+    int ok = c && c->kv && c->pos0 == p->start &&
+             (c->n_tok == n || (c->n_tok > n && kvs_key_equal(&c->parent_key, parent))) &&
              kvs_kv_shape_equal(&c->shape, &s->shape) &&
-             !memcmp(c->tokens, tokens + p->start, (size_t)c->n_tok * sizeof(int32_t)) &&
+             !memcmp(c->tokens, tokens + p->start, (size_t)n * sizeof(int32_t)) &&
              (!kv || kvs_chunk_copy_to_kv(c, from - p->start, p->end - from, kv, from) == KVS_OK) &&
              push_seg(hit, cap, c, from, p->end) == KVS_OK;
     if (!ok) {
@@ -197,7 +218,8 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
             kvs_chunk_unref(got[j]);
             continue;
         }
-        ok = take_resident(s, ti, got[j], tokens, &sp[*i], kv, hit, cap, t0); /* releases it if not */
+        ok = take_resident(s, ti, got[j], tokens, &sp[*i], *i ? &keys[*i - 1] : &s->fp, kv, hit, cap,
+                           t0); /* releases it if not */
         if (ok) (*i)++;
     }
     free(got);
@@ -240,7 +262,7 @@ static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop,
                 kvs_chunk *c = NULL;
                 uint64_t t0 = kvs_store_mono_ns();
                 if (t->ops->get_many(t, &keys[k], 1, &c) == KVS_OK)
-                    served = take_resident(s, ti, c, tokens, &p, kv, hit, cap, t0);
+                    served = take_resident(s, ti, c, tokens, &p, parent, kv, hit, cap, t0);
             }
         }
     }

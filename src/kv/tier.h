@@ -67,7 +67,10 @@ typedef struct kvs_tier_ops {
 
     /* n chunks by prefix key in one round trip where the tier can batch
      * (Redis: one pipeline per node). out[i] = a new resident chunk (caller
-     * owns the reference) or NULL (missing, damaged, foreign, error). The
+     * owns the reference) or NULL (missing, damaged, foreign, error); a
+     * tier may answer a key of a chunk's first tokens with that longer
+     * chunk (Redis's partial-chunk markers, redis_marker.h): its prefix
+     * key is then its own, and the caller uses the part the key names. The
      * keys of a lookup are one prompt's chain and only the leading run of
      * hits is used, so a tier may stop at its first miss (NULL after it).
      * Returns KVS_OK even when some or all are missing; an error status

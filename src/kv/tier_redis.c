@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "kv/chunking.h"
 #include "kv/keys.h"
+#include "kv/redis_marker.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,9 @@ typedef struct get_ctx {
     key_set ks;
     char limit[24];
     kvs_chunk **out;
-    size_t *expect;   /* (n) bytes each reply may bring: the read's deadline */
+    kvs_rm_marker *markers; /* (n) or NULL: a marker read here is damage */
+    uint8_t *is_marker;     /* (n) with markers: 1 where markers[i] was read */
+    size_t *expect;         /* (n) bytes each reply may bring: the read's deadline */
 } get_ctx;
 
 static int getrange_command(void *user, int i, const char **argv, size_t *argvlen) {
@@ -78,6 +81,10 @@ static int getrange_command(void *user, int i, const char **argv, size_t *argvle
     argvlen[2] = 1;
     argvlen[3] = strlen(g->limit);
     return 4;
+}
+
+static void count_verdict(redis_tier *rt, kvs_disk_verdict v) {
+    atomic_fetch_add(v == KVS_DISK_FOREIGN ? &rt->foreign : &rt->bad, 1);
 }
 
 static void get_reply(void *user, int i, const redisReply *r) {
@@ -98,17 +105,72 @@ static void get_reply(void *user, int i, const redisReply *r) {
         atomic_fetch_add(&rt->bad, 1);
         return;
     }
-    kvs_rv_expect x = {&rt->fp, &rt->shape, &g->prefix_keys[i], rt->max_value_bytes};
     kvs_disk_verdict v;
+    if (g->markers && kvs_rm_is_marker((const uint8_t *)r->str, (size_t)r->len)) {
+        if (kvs_rm_decode((const uint8_t *)r->str, (size_t)r->len, &rt->fp, &g->prefix_keys[i], KVS_DISK_MAX_TOKENS,
+                          &g->markers[i], &v) == KVS_OK)
+            g->is_marker[i] = 1;
+        else
+            count_verdict(rt, v);
+        return;
+    }
+    kvs_rv_expect x = {&rt->fp, &rt->shape, &g->prefix_keys[i], rt->max_value_bytes};
     kvs_chunk *c;
     if (kvs_rv_decode((const uint8_t *)r->str, (size_t)r->len, &x, g->ks.keys[i], &c, &v) == KVS_OK) {
         g->out[i] = c;
         atomic_fetch_add(&rt->get_bytes, c->kv_bytes);
-    } else if (v == KVS_DISK_FOREIGN) {
-        atomic_fetch_add(&rt->foreign, 1);
     } else {
-        atomic_fetch_add(&rt->bad, 1);
+        count_verdict(rt, v);
     }
+}
+
+/* One GETRANGE batch: out[i] = the chunk under pk[i]; with markers, a
+ * marker under pk[i] is decoded into markers[i] (is_marker[i] = 1). */
+static int read_values(redis_tier *rt, const kvs_key *pk, int n, kvs_chunk **out, kvs_rm_marker *markers,
+                       uint8_t *is_marker) {
+    get_ctx g = {.rt = rt, .prefix_keys = pk, .out = out, .markers = markers, .is_marker = is_marker};
+    snprintf(g.limit, sizeof g.limit, "%zu", rt->max_value_bytes); /* inclusive: limit + 1 bytes at most */
+    g.expect = malloc((size_t)n * sizeof *g.expect);
+    if (!g.expect) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
+    for (int i = 0; i < n; i++) g.expect[i] = rt->expect_value_bytes;
+    int st = key_set_make(rt, pk, n, &g.ks);
+    if (!st) {
+        kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0, g.expect};
+        st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
+        key_set_free(&g.ks);
+    }
+    free(g.expect);
+    return st;
+}
+
+/* The chunks the markers among out[0, n) point to, read in one more batch
+ * (redis_marker.h): out[i] = the target where it fits its marker. */
+static int follow_markers(redis_tier *rt, const kvs_rm_marker *markers, const uint8_t *is_marker, int n,
+                          kvs_chunk **out) {
+    int m = 0;
+    for (int i = 0; i < n; i++) m += is_marker[i];
+    if (!m) return KVS_OK;
+    kvs_key *targets = malloc((size_t)m * sizeof *targets);
+    kvs_chunk **got = calloc((size_t)m, sizeof *got);
+    int st = targets && got ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d markers", m);
+    for (int i = 0, j = 0; !st && i < n; i++)
+        if (is_marker[i]) targets[j++] = markers[i].target;
+    if (!st) st = read_values(rt, targets, m, got, NULL, NULL);
+    for (int i = 0, j = 0; !st && i < n; i++) {
+        if (!is_marker[i]) continue;
+        kvs_chunk *c = got[j++];
+        if (!c) continue; /* the target is gone (evicted): a miss */
+        if (kvs_rm_target_fits(&markers[i], c)) {
+            out[i] = c;
+            atomic_fetch_add(&rt->marker_hits, 1);
+        } else {
+            kvs_chunk_unref(c);
+            atomic_fetch_add(&rt->bad, 1);
+        }
+    }
+    free(targets);
+    free(got);
+    return st;
 }
 
 static int redis_get_many(kvs_tier *t, const kvs_key *pk, int n, kvs_chunk **out) {
@@ -116,20 +178,13 @@ static int redis_get_many(kvs_tier *t, const kvs_key *pk, int n, kvs_chunk **out
     for (int i = 0; i < n; i++) out[i] = NULL;
     if (n <= 0) return KVS_OK;
     int64_t t0 = kvs_redis_mono_ns();
-    get_ctx g = {.rt = rt, .prefix_keys = pk, .out = out};
-    snprintf(g.limit, sizeof g.limit, "%zu", rt->max_value_bytes); /* inclusive: limit + 1 bytes at most */
-    g.expect = malloc((size_t)n * sizeof *g.expect);
-    if (!g.expect) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
-    for (int i = 0; i < n; i++) g.expect[i] = rt->expect_value_bytes;
-    int st = key_set_make(rt, pk, n, &g.ks);
-    if (st) {
-        free(g.expect);
-        return st;
-    }
-    kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0, g.expect};
-    st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
-    key_set_free(&g.ks);
-    free(g.expect);
+    kvs_rm_marker *markers = malloc((size_t)n * sizeof *markers);
+    uint8_t *is_marker = calloc((size_t)n, 1);
+    int st = markers && is_marker ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
+    if (!st) st = read_values(rt, pk, n, out, markers, is_marker);
+    if (!st) st = follow_markers(rt, markers, is_marker, n, out);
+    free(markers);
+    free(is_marker);
     int found = 0;
     for (int i = 0; i < n; i++) found += out[i] != NULL;
     atomic_fetch_add(&rt->gets, (uint64_t)n);
@@ -291,16 +346,23 @@ static int clear_batch(redis_tier *rt, int node, const redisReply *keys, void *u
     redisContext *ctx = acquire_node(rt, node, &c, &x->st);
     if (!ctx) return 1;
     int ok = 1;
+    /* each key's first 4 bytes, then DEL: a partial-chunk marker goes
+     * too, but only chunks are counted as entries removed */
     for (size_t i = 0; ok && i < keys->elements; i++) {
-        const char *argv[2] = {"DEL", keys->element[i]->str};
-        size_t lens[2] = {3, keys->element[i]->len};
-        ok = redisAppendCommandArgv(ctx, 2, argv, lens) == REDIS_OK;
+        const char *argv[4] = {"GETRANGE", keys->element[i]->str, "0", "3"};
+        size_t lens[4] = {8, keys->element[i]->len, 1, 1};
+        ok = redisAppendCommandArgv(ctx, 4, argv, lens) == REDIS_OK &&
+             redisAppendCommandArgv(ctx, 2, (const char *[]){"DEL", keys->element[i]->str},
+                                    (size_t[]){3, keys->element[i]->len}) == REDIS_OK;
     }
     const int64_t due = kvs_redis_due_ns(&rt->policy, 0);
     for (size_t i = 0; ok && i < keys->elements; i++) {
-        redisReply *r = NULL;
-        ok = kvs_redis_reply_by(c, due, &r) == 0;
-        if (ok && r->type == REDIS_REPLY_INTEGER) x->removed += (uint64_t)r->integer;
+        redisReply *head = NULL, *r = NULL;
+        ok = kvs_redis_reply_by(c, due, &head) == 0 && kvs_redis_reply_by(c, due, &r) == 0;
+        const int marker = ok && head->type == REDIS_REPLY_STRING &&
+                           kvs_rm_is_marker((const uint8_t *)head->str, (size_t)head->len);
+        if (ok && r->type == REDIS_REPLY_INTEGER && !marker) x->removed += (uint64_t)r->integer;
+        if (head) freeReplyObject(head);
         if (r) freeReplyObject(r);
     }
     kvs_redis_conn_release(c, ok);
@@ -330,6 +392,28 @@ static void count_bad(redis_tier *rt, list_ctx *x) {
     if (x->n_bad) (*x->n_bad)++;
 }
 
+/* A partial-chunk marker met by a listing: no entry of its own; damaged if
+ * it fails its checks (a marker copied under another key, cut short, or
+ * naming another model than its key). */
+static void check_marker(redis_tier *rt, list_ctx *x, const redisReply *key, const redisReply *value) {
+    kvs_key named;
+    char hex[65];
+    memcpy(hex, key->str + 21, 64);
+    hex[64] = 0;
+    kvs_rm_marker m;
+    kvs_disk_verdict v = KVS_DISK_BAD_HEADER;
+    if (kvs_key_from_hex(hex, &named) != KVS_OK ||
+        kvs_rm_decode((const uint8_t *)value->str, (size_t)value->len, rt->any_model ? NULL : &rt->fp, &named,
+                      KVS_DISK_MAX_TOKENS, &m, &v) != KVS_OK) {
+        if (v == KVS_DISK_FOREIGN) atomic_fetch_add(&rt->foreign, 1);
+        else count_bad(rt, x);
+        return;
+    }
+    char fp_hex[65];
+    kvs_key_to_hex(&m.fp, fp_hex);
+    if (memcmp(fp_hex, key->str + 4, 16)) count_bad(rt, x); /* another model's marker under this model's key */
+}
+
 static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
     list_ctx *x = user;
     kvs_redis_conn *c;
@@ -347,7 +431,12 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
         redisReply *len = NULL, *head = NULL;
         ok = kvs_redis_reply_by(c, due, &len) == 0 && kvs_redis_reply_by(c, due, &head) == 0;
         /* a key deleted between SCAN and here reads as "" : not counted */
-        if (ok && !x->stop && len->type == REDIS_REPLY_INTEGER && head->type == REDIS_REPLY_STRING && head->len) {
+        const int marker = ok && head->type == REDIS_REPLY_STRING &&
+                           kvs_rm_is_marker((const uint8_t *)head->str, (size_t)head->len);
+        if (marker && !x->stop) {
+            check_marker(rt, x, keys->element[i], head);
+        } else if (ok && !x->stop && len->type == REDIS_REPLY_INTEGER && head->type == REDIS_REPLY_STRING &&
+                   head->len) {
             /* the key the name says, which the value's header must hold: a value
              * copied or swapped under another key had listed as valid */
             kvs_key named;
@@ -522,6 +611,8 @@ void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st) {
     st->ask = atomic_load(&rt->nodes.ask);
     st->refreshes = atomic_load(&rt->nodes.refreshes);
     st->oversized = atomic_load(&rt->oversized);
+    st->markers = atomic_load(&rt->markers);
+    st->marker_hits = atomic_load(&rt->marker_hits);
     pthread_mutex_lock(&rt->q_mu);
     st->queued = (uint64_t)(rt->q_len + rt->q_busy);
     st->queue_peak = rt->q_peak;

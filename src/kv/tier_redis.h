@@ -3,8 +3,11 @@
  *
  *   get_many ----> redis_pipe: GETRANGE key 0 <limit> for every key, one
  *                  pipeline per node -> redis_value decode + checks -> chunk
+ *                  (a partial-chunk marker: one more batch for the chunks
+ *                  the markers name, redis_marker.h)
  *   put --------> bounded queue (pinned chunk refs) --> writer thread:
- *                  encode (redis_value) -> SET pipelines on the wr conns
+ *                  encode (redis_value) -> SET pipelines on the wr conns,
+ *                  then SET NX of each stored chunk's markers
  *   contains/remove: EXISTS / DEL pipelines; scan / clear: SCAN MATCH on
  *                  every master (never FLUSHALL, never another prefix)
  *
@@ -78,6 +81,8 @@ typedef struct kvs_redis_tier_stats {
     uint64_t moved, ask, refreshes;
     uint64_t queued, queue_peak;   /* chunks waiting now, most ever */
     uint64_t oversized;            /* values over max_value_bytes (also in bad) */
+    uint64_t markers;              /* partial-chunk markers written (redis_marker.h) */
+    uint64_t marker_hits;          /* reads that a marker led to a longer chunk */
     int nodes;                     /* nodes known (cluster: masters and replicas met) */
 } kvs_redis_tier_stats;
 

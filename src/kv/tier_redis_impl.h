@@ -43,6 +43,7 @@ typedef struct redis_tier {
     _Atomic uint64_t gets, hits, misses, get_bytes, get_ns;
     _Atomic uint64_t puts, put_errors, put_dropped, put_bytes;
     _Atomic uint64_t bad, foreign, errors, oversized;
+    _Atomic uint64_t markers, marker_hits; /* partial-chunk markers written, read to a chunk (redis_marker.h) */
 } redis_tier;
 
 /* The key of prefix_key: key_prefix + 64 hex digits. Returns its length. */
