@@ -415,6 +415,17 @@ TEST(test_generate_bad_params_named) {
     kvs_cache *cache = NULL;
     kvs_cache_params cp = kvs_cache_default_params();
     cp.budget_bytes = 16u << 20;
+    /* an unknown Redis codec is refused at open, naming it (the Redis
+     * itself need not answer: an unreachable one opens) */
+    {
+        kvs_cache_params bad = cp;
+        kvs_cache *bc = NULL;
+        bad.redis_url = "redis://127.0.0.1:1";
+        bad.redis_codec = "lz4";
+        CHECK_EQ_INT(kvs_cache_open(g_model, bad, &bc), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(!bc && strstr(kvs_last_error(), "'lz4'") && strstr(kvs_last_error(), "shuffle-zstd"), "%s",
+                  kvs_last_error());
+    }
     CHECK_EQ_INT(kvs_cache_open(g_model, cp, &cache), KVS_OK);
     if (!ctx || !cache || n <= 0) { kvs_context_free(ctx); kvs_cache_free(cache); return; }
     static const char *const docs[] = {"The red fox lives in the old forest."};

@@ -129,6 +129,24 @@ PY
 }
 
 # --- single node -------------------------------------------------------------------
+# The first n keys of db $1 that hold chunks (a value starting "KVSR"), not
+# partial-chunk markers ("KVSM").
+chunk_keys() {
+    local db=$1 n=$2 k
+    redis-cli -p "$P" -n "$db" --scan --pattern 'kvs:*' | grep -E '^kvs:[0-9a-f]{16}:[0-9a-f]{64}$' |
+        while read -r k; do
+            [ "$(redis-cli -p "$P" -n "$db" getrange "$k" 0 3)" = KVSR ] && echo "$k"
+        done | head -n "$n"
+}
+
+# common_tokens F1 F2: how many leading tokens the two prompt files share
+common_tokens() {
+    for f in "$1" "$2"; do "$CLI" tokenize -m "$MODEL" -f "$f"; done | python3 -c 'import sys
+a, b = (l.split() for l in sys.stdin)
+k = 0
+while k < min(len(a), len(b)) and a[k] == b[k]: k += 1
+print(k)'
+}
 P=$(start_redis single 20000) || { fail redis_cli_start "redis-server did not start"; exit 1; }
 URL="redis://127.0.0.1:$P"
 redis-cli -p "$P" set user:keep 1 >/dev/null
@@ -137,8 +155,11 @@ redis-cli -p "$P" set user:keep 1 >/dev/null
 timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL" --redis-timeout 2000 --json -f "$tmp/a.txt" >"$tmp/wa.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/wa.json" 'd["prompts"][0]["chunks_stored"] > 10')" = True ] \
     && ok redis_cli_warm || fail redis_cli_warm "$(cat "$tmp/wa.json" "$tmp/e")"
+# B leaves A mid-chunk: every token they share comes from Redis (the chunk B
+# leaves A in through its partial-chunk marker: B had lost it)
+k_ab=$(common_tokens "$tmp/a.txt" "$tmp/b.txt")
 gen --redis "$URL" -f "$tmp/b.txt" --no-store >"$tmp/b.json" 2>"$tmp/e" \
-    && same_as_cold redis_cli_b_from_redis_equals_cold "$tmp/b.json" $((n_prompt * 85 / 100)) \
+    && same_as_cold redis_cli_b_from_redis_equals_cold "$tmp/b.json" "$k_ab" \
     || fail redis_cli_b_from_redis_equals_cold "$(cat "$tmp/e")"
 
 "$CLI" cache stats --redis "$URL" --json >"$tmp/s.json" 2>"$tmp/e" \
@@ -174,6 +195,28 @@ assert len(e) == n_q8 and all(x["kv_type"] == "q8" and x["fingerprint"] == q["fi
 assert sum(x["kv_bytes"] for x in e) == k["q8"]["kv_bytes"], k
 PY
 
+# --redis-codec: C warmed with shuffle-zstd into db 5 (its values say codec 2 and are smaller
+# than raw's in db 1 below), read back by a process that writes raw: the cold bits
+timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL/5" --redis-timeout 2000 --redis-codec shuffle-zstd \
+    --json -f "$tmp/c.txt" >"$tmp/wz.json" 2>"$tmp/e" || fail redis_cli_codec "warm: $(cat "$tmp/e")"
+kz=$(chunk_keys 5 1)
+codec=$(redis-cli -p "$P" -n 5 --raw getrange "$kz" 8 8 | head -c 1 | od -An -tu1 | tr -d ' \n')
+gen --redis "$URL/5" -f "$tmp/c.txt" --no-store >"$tmp/cz.json" 2>"$tmp/e" \
+    && [ "$codec" = 2 ] \
+    && same_as_cold redis_cli_codec "$tmp/cz.json" 320 "$tmp/cold_c.json" \
+    || fail redis_cli_codec "codec byte '$codec' (want 2); $(cat "$tmp/e")"
+for bad in "--redis-codec lz4" "--redis-codec"; do
+    # shellcheck disable=SC2086
+    "$CLI" warm -m "$MODEL" --redis "$URL/5" $bad -f "$tmp/c.txt" >/dev/null 2>"$tmp/e"
+    rc=$?
+    [ $rc = 2 ] && grep -q -- "--redis-codec" "$tmp/e" && ok "redis_cli_codec_refused: $bad" \
+        || fail redis_cli_codec_refused "$bad: exit $rc, $(cat "$tmp/e")"
+done
+"$CLI" warm -m "$MODEL" --redis-codec zstd -f "$tmp/c.txt" >/dev/null 2>"$tmp/e"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--redis" "$tmp/e" && ok redis_cli_codec_needs_redis \
+    || fail redis_cli_codec_needs_redis "exit $rc, $(cat "$tmp/e")"
+
 # --- outages through the CLI, on prompt C in db 1: output equals cold, exit 0 ------------
 URL1="$URL/1"
 timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL1" --redis-timeout 2000 --json -f "$tmp/c.txt" >"$tmp/wc.json" 2>"$tmp/e" \
@@ -183,11 +226,7 @@ timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "$URL1" --redis-timeout 
 # C ends off the grid: its partial tail is in Redis too, and a fresh process serves it to C2,
 # which extends C, up to their last common token (a lookup asks Redis for C2's grid chunks, whose
 # keys never name C's shorter tail: the tail had been written and never read, C2 got 320 tokens)
-k=$(for f in c c2; do "$CLI" tokenize -m "$MODEL" -f "$tmp/$f.txt"; done | python3 -c 'import sys
-a, b = (l.split() for l in sys.stdin)
-k = 0
-while k < min(len(a), len(b)) and a[k] == b[k]: k += 1
-print(k)')
+k=$(common_tokens "$tmp/c.txt" "$tmp/c2.txt")
 gen -f "$tmp/c2.txt" >"$tmp/cold_c2.json" 2>"$tmp/e" || fail redis_cli_partial_tail_served "$(cat "$tmp/e")"
 if [ "$((k % 64))" -ne 0 ] && [ "$(j "$tmp/wc.json" 'd["prompts"][0]["partial_tail_tokens"]')" -gt 0 ]; then
     gen --redis "$URL1" -f "$tmp/c2.txt" --no-store >"$tmp/c2.json" 2>"$tmp/e" \
@@ -247,16 +286,6 @@ gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/slow.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_slow_equals_cold "$tmp/slow.json" 0 "$tmp/cold_c.json" \
     || fail redis_cli_slow_equals_cold "$(cat "$tmp/e")"
 redis-cli -p "$P" ping >/dev/null   # answered when the sleep is over
-
-# The first n keys of db $1 that hold chunks (a value starting "KVSR"), not
-# partial-chunk markers ("KVSM").
-chunk_keys() {
-    local db=$1 n=$2 k
-    redis-cli -p "$P" -n "$db" --scan --pattern 'kvs:*' | grep -E '^kvs:[0-9a-f]{16}:[0-9a-f]{64}$' |
-        while read -r k; do
-            [ "$(redis-cli -p "$P" -n "$db" getrange "$k" 0 3)" = KVSR ] && echo "$k"
-        done | head -n "$n"
-}
 
 # a damaged value in place of one chunk: the reuse ends there, output still equals cold
 key=$(chunk_keys 1 1)

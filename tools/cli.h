@@ -65,9 +65,11 @@ void cli_progress_attach(kvs_context_params *cp, const char *label, int enabled)
     "                         a password in the URL is masked in the process list)\n"              \
     "  --redis-timeout MS     per socket operation (default 50; a batch of values gets more for\n"  \
     "                         its bytes): past it the chunks are computed; a lookup is a few\n"   \
-    "                         operations, so a slow Redis costs a request a few times this\n"
+    "                         operations, so a slow Redis costs a request a few times this\n"  \
+    "  --redis-codec C        how values are written: raw (default), zstd, shuffle-zstd (f16\n"  \
+    "                         values 0.87x the size, slower reads); every codec is read\n"
 typedef struct cli_redis_opts {
-    const char *url, *cluster, *password_file;
+    const char *url, *cluster, *password_file, *codec;
     int timeout_ms;
     char *url_copy; /* the URL with its password (argv's copy is masked) */
 } cli_redis_opts;
@@ -95,7 +97,11 @@ void cli_redis_free(cli_redis_opts *o);
                 "per socket operation (default 50; a batch of values gets more for its\n"                      \
                 "bytes): past it the chunks are computed; a lookup is a few operations, so a\n"               \
                 "slow Redis costs a request a few times this",                                                  \
-                .min = 1, .max = 60000, .needs = "--redis|--redis-cluster")
+                .min = 1, .max = 60000, .needs = "--redis|--redis-cluster"),                                    \
+        CLI_OPT(NULL, "--redis-codec", CLI_CHOICE, type, field.codec, "C",                                       \
+                "how values are written (every codec is read): raw (default), zstd, or\n"                       \
+                "shuffle-zstd (f16 values 0.87x the size, slower reads)",                                         \
+                .choices = "raw|zstd|shuffle-zstd", .needs = "--redis|--redis-cluster")
 /* After a command's writes: waits for the Redis writer (at most 10 s) and,
  * when some chunks did not reach Redis (refused, failed, dropped: Redis
  * down or the write queue full), says so on stderr (also with --json /

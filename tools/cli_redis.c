@@ -22,14 +22,15 @@ static void keep_url_mask_argv(cli_redis_opts *o, char *value) {
 int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_opts *o) {
     int is_url = !strcmp(opt, "--redis"), is_cluster = !strcmp(opt, "--redis-cluster");
     int is_file = !strcmp(opt, "--redis-password-file"), is_timeout = !strcmp(opt, "--redis-timeout");
-    if (!is_url && !is_cluster && !is_file && !is_timeout) return 0;
+    int is_codec = !strcmp(opt, "--redis-codec");
+    if (!is_url && !is_cluster && !is_file && !is_timeout && !is_codec) return 0;
     if (!value || !*value) {
         cli_usage_error(cmd, "%s needs a value", opt);
         return -1;
     }
     /* (the value of a repeated --redis is not echoed: it may hold a password) */
     if ((is_url && o->url) || (is_cluster && o->cluster) || (is_file && o->password_file) ||
-        (is_timeout && o->timeout_ms)) {
+        (is_timeout && o->timeout_ms) || (is_codec && o->codec)) {
         cli_usage_error(cmd, "%s given more than once (again with '%s'): it takes one value", opt,
                         is_url ? "..." : value);
         return -1;
@@ -42,6 +43,14 @@ int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_op
     }
     if (is_file) {
         o->password_file = value;
+        return 1;
+    }
+    if (is_codec) {
+        if (strcmp(value, "raw") && strcmp(value, "zstd") && strcmp(value, "shuffle-zstd")) {
+            cli_usage_error(cmd, "--redis-codec must be raw, zstd or shuffle-zstd, got '%s'", value);
+            return -1;
+        }
+        o->codec = value;
         return 1;
     }
     if (is_cluster) {
@@ -66,8 +75,9 @@ int cli_redis_check(const char *cmd, const cli_redis_opts *o) {
         cli_usage_error(cmd, "give --redis or --redis-cluster, not both");
         return -1;
     }
-    if ((o->password_file || o->timeout_ms) && !cli_redis_given(o)) {
-        cli_usage_error(cmd, "--redis-password-file and --redis-timeout go with --redis or --redis-cluster");
+    if ((o->password_file || o->timeout_ms || o->codec) && !cli_redis_given(o)) {
+        cli_usage_error(cmd, "--redis-password-file, --redis-timeout and --redis-codec go with --redis or "
+                             "--redis-cluster");
         return -1;
     }
     return 0;
@@ -78,6 +88,7 @@ void cli_redis_apply(const cli_redis_opts *o, kvs_cache_params *p) {
     p->redis_cluster = o->cluster;
     p->redis_password_file = o->password_file;
     p->redis_timeout_ms = o->timeout_ms;
+    p->redis_codec = o->codec;
 }
 
 void cli_redis_free(cli_redis_opts *o) {

@@ -28,7 +28,8 @@ class Cache(InUse, NoCopy):
     def __init__(self, model: Model, budget_bytes: int = 0, cache_dir: str | os.PathLike | None = None,
                  chunk_tokens: int = 0, kv_type: str = "f16", fsync: bool = False, *,
                  redis_url: str | None = None, redis_cluster: str | None = None,
-                 redis_password_file: str | os.PathLike | None = None, redis_timeout_ms: int = 0):
+                 redis_password_file: str | os.PathLike | None = None, redis_timeout_ms: int = 0,
+                 redis_codec: str | None = None):
         """budget_bytes: memory for chunks (0 = 1/4 of RAM); cache_dir: persist
         entries there (created if missing); chunk_tokens: grid step (0 = 64);
         kv_type: "f16", "f32" or "q8" (8-bit), must match the Sessions using it. A "~" in
@@ -37,8 +38,10 @@ class Cache(InUse, NoCopy):
         redis_url "redis://[user[:password]@]host[:port][/db]" or redis_cluster
         "host:port[,host:port...]", not both; redis_password_file (else the URL's
         or $KVSTITCH_REDIS_PASSWORD); redis_timeout_ms per socket operation
-        (0 = 50). Writes go out on a background thread: flush() waits for them;
-        close() waits too (a bounded time)."""
+        (0 = 50); redis_codec, how values are written: "raw" (None: the
+        default), "zstd" or "shuffle-zstd" (~15% smaller f16 values, slower
+        reads; every codec is read). Writes go out on a background thread:
+        flush() waits for them; close() waits too (a bounded time)."""
         if not isinstance(model, Model):
             raise InvalidArgument(f"Cache needs a Model, got {type(model).__name__}")
         p = lib.kvs_cache_default_params()
@@ -68,6 +71,13 @@ class Cache(InUse, NoCopy):
                                                         "redis_password_file")))
             p.redis_password_file = self._redis[-1]
         p.redis_timeout_ms = int_arg(redis_timeout_ms, "redis_timeout_ms", 0, 60000)
+        if redis_codec is not None:
+            if redis_codec not in ("raw", "zstd", "shuffle-zstd"):
+                raise InvalidArgument(f"redis_codec must be 'raw', 'zstd' or 'shuffle-zstd', got {redis_codec!r}")
+            if redis_url is None and redis_cluster is None:
+                raise InvalidArgument("redis_codec goes with redis_url or redis_cluster")
+            self._redis.append(ffi.new("char[]", redis_codec.encode()))
+            p.redis_codec = self._redis[-1]
         out = ffi.new("kvs_cache **")
         self._init_in_use()  # calls and Sessions working on it right now (close() refuses then)
         with model._using() as mh:

@@ -41,6 +41,22 @@ def test_two_caches_share_chunks_and_documents(model, redis_url):
     assert b.stats()["redis_hits"] > 0
 
 
+def test_a_codec_writes_smaller_values_every_reader_reads(model, redis_url):
+    put_bytes = {}
+    for codec, db in (("raw", 6), ("shuffle-zstd", 7)):
+        a = kvstitch.Cache(model, budget_bytes=256 << 20, redis_url=redis_url + "/%d" % db, redis_codec=codec)
+        sa = kvstitch.Session(model, a, n_ctx=2048)
+        ra = sa.generate(MANUAL + Q1, max_tokens=2, logits=True)
+        assert a.flush(10) is True
+        put_bytes[codec] = a.stats()["redis_put_bytes"]
+        sa.close()
+        a.close()
+    assert 0 < put_bytes["shuffle-zstd"] < put_bytes["raw"], put_bytes
+    b = kvstitch.Cache(model, budget_bytes=256 << 20, redis_url=redis_url + "/7")  # writes raw, reads any
+    rb = kvstitch.Session(model, b, n_ctx=2048).generate(MANUAL + Q1, max_tokens=2, logits=True)
+    assert rb.cached_tokens == rb.prompt_tokens - 1 and rb.first_logits == ra.first_logits and rb.tokens == ra.tokens
+
+
 def test_redis_down_costs_the_cache_not_the_answer(model):
     cold = kvstitch.Session(model, kvstitch.Cache(model, budget_bytes=64 << 20), n_ctx=2048)
     want = cold.generate(MANUAL + Q1, max_tokens=4, logits=True)
@@ -60,6 +76,10 @@ def test_redis_argument_mistakes(model, tmp_path):
         kvstitch.Cache(model, redis_password_file=str(tmp_path / "pw"))
     with pytest.raises(kvstitch.InvalidArgument, match="redis_url"):
         kvstitch.Cache(model, redis_url="")
+    with pytest.raises(kvstitch.InvalidArgument, match="redis_codec must be"):
+        kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_codec="lz4")
+    with pytest.raises(kvstitch.InvalidArgument, match="redis_codec goes with"):
+        kvstitch.Cache(model, redis_codec="zstd")
     with pytest.raises(kvstitch.InvalidArgument, match="redis_timeout_ms"):
         kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_timeout_ms=-1)
     with pytest.raises(kvstitch.Error, match="nota-url"):

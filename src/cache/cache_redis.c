@@ -21,12 +21,16 @@ static void tier_params(const kvs_cache_params *p, kvs_redis_tier_params *rp) {
     rp->password_file = p->redis_password_file;
     rp->timeout_ms = p->redis_timeout_ms;
     rp->chunk_tokens = p->chunk_tokens; /* the grid: what a read expects per key */
+    if (p->redis_codec && *p->redis_codec) kvs_rv_codec_parse(p->redis_codec, &rp->codec); /* checked at open */
 }
 
 int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p) {
     if (!has_redis(p)) return KVS_OK;
     if (p->redis_timeout_ms < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "redis_timeout_ms must be >= 0, got %d", p->redis_timeout_ms);
+    kvs_rv_codec codec;
+    if (p->redis_codec && *p->redis_codec && kvs_rv_codec_parse(p->redis_codec, &codec))
+        return KVS_ERR_INVALID_ARG; /* (the message names the value and the codecs) */
     kvs_redis_tier_params rp;
     tier_params(p, &rp);
     kvs_tier *t = NULL;

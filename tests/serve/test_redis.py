@@ -110,6 +110,8 @@ def test_redis_option_mistakes_are_refused_before_start(tmp_path):
     fifo = tmp_path / "pw"
     os.mkfifo(fifo)  # it had hung the start, with SIGTERM already masked
     for args, why in [(["--redis-timeout", "20"], "go with --redis"),
+                      (["--redis-codec", "zstd"], "go with --redis"),
+                      (["--redis", "redis://127.0.0.1:1", "--redis-codec", "lz4"], "raw, zstd or shuffle-zstd"),
                       (["--redis", "redis://127.0.0.1:1", "--redis-timeout", "60001"], "[1, 60000]"),
                       (["--redis", "redis://127.0.0.1:1", "--redis-cluster", "127.0.0.1:2"], "not both"),
                       (["--redis"], "needs a value"),
