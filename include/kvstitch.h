@@ -939,6 +939,9 @@ typedef struct kvs_warm_docs_report {
     int n_unbaked;       /* kvs_bake_docs: documents left plain (no other document, or none fits) */
     int n_prefix_computed; /* kvs_docs_warmer: tokens before the first document it computed (and stored) */
     int n_write_errors;  /* documents computed but kept in memory only: their cache-dir write failed */
+    int too_long_doc;    /* -1; after KVS_ERR_CONTEXT_FULL from kvs_warm_docs / kvs_bake_docs (the
+                          * report's only field then): the index in seg->docs of the first document
+                          * that does not fit the context after the doc prefix */
 } kvs_warm_docs_report;
 
 /* Caches the KV of seg's documents (computing the missing ones after the

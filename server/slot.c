@@ -1,6 +1,7 @@
 /* One slot's request: prefill (with the cache), sampling, text, finish (slot.h). */
 #include "slot.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,10 +22,21 @@ static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
     srv_slot_finish(s, env, SRV_FINISH_ERROR);
 }
 
-/* A warm's document that does not fit the context: the client's to fix. */
-static void fail_job_too_long(srv_slot *s, const srv_env *env) {
+/* A warm's document that does not fit the context: the client's to fix,
+ * named by its index and id (the library's message counts documents). */
+static void fail_job_too_long(srv_slot *s, const srv_env *env, int doc) {
     srv_error e;
-    srv_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", "documents", "%s", kvs_last_error());
+    const srv_request *q = &s->job->req;
+    if (doc >= 0 && doc < q->n_docs) {
+        char param[48];
+        snprintf(param, sizeof param, "documents[%d]", doc);
+        const char *id = q->doc_ids && q->doc_ids[doc] && *q->doc_ids[doc] ? q->doc_ids[doc] : NULL;
+        srv_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", param, "%s%s%.200s%s: %s", param,
+                      id ? " (id \"" : "", id ? id : "", id ? "\")" : "", kvs_last_error());
+    } else {
+        srv_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", "documents", "%s",
+                      kvs_last_error());
+    }
     s->job->err = e;
     srv_slot_finish(s, env, SRV_FINISH_ERROR);
 }
@@ -210,7 +222,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
         kvs_warm_docs_report rep;
         int k = j->req.bake_neighbours;
         int st = k ? kvs_bake_docs(s->ctx, env->cache, &j->seg, k, &rep) : kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep);
-        if (st == KVS_ERR_CONTEXT_FULL) return fail_job_too_long(s, env);
+        if (st == KVS_ERR_CONTEXT_FULL) return fail_job_too_long(s, env, rep.too_long_doc);
         if (st) return fail_job(s, env, "warm documents");
         j->usage.docs_hit = rep.n_cached;
         j->usage.docs_computed = rep.n_computed;

@@ -55,6 +55,13 @@ gen -f "$tmp/med.txt" -n 1 --cache-dir "$D" --json >"$tmp/pre.json"
 python3 -c 'import sys; sys.stdout.write("Paris is the capital and largest city of France. " * 3)' >"$tmp/d1.txt"
 python3 -c 'import sys; sys.stdout.write("Berlin is the capital and largest city of Germany. " * 3)' >"$tmp/d2.txt"
 timeout 300 "$CLI" warm -m "$MODEL" --threads 2 --cache-dir "$D" --chat --doc "$tmp/d1.txt" --doc "$tmp/d2.txt" >/dev/null
+# a document too long for the context is named by its file (it had been "doc 1")
+python3 -c 'import sys; sys.stdout.write("word " * 700)' >"$tmp/long-doc.txt"
+timeout 300 "$CLI" warm -m "$MODEL" --threads 2 --cache-dir "$D" --ctx 512 --doc "$tmp/d1.txt" --doc "$tmp/long-doc.txt" \
+    >/dev/null 2>"$tmp/long.err"
+rc=$?
+[ $rc = 1 ] && grep -q -- "--doc $tmp/long-doc.txt: context window exceeded" "$tmp/long.err" \
+    && ok warm_names_the_too_long_doc || fail warm_names_the_too_long_doc "exit $rc: $(cat "$tmp/long.err")"
 gen --chat --cache-dir "$D" --doc "$tmp/d2.txt" --doc "$tmp/d1.txt" -p "$Q" -n 4 --json >"$tmp/docs.json"
 [ "$(j "$tmp/docs.json" 'd["moved_tokens"] > 0 and d["reused_tokens"] == d["cached_tokens"] + d["moved_tokens"] - d["recomputed_tokens"] and d["cache_hit_ratio"] > 0 and abs(d["cache_hit_ratio"] - d["reused_tokens"] / d["prompt_tokens"]) < 1e-9')" = True ] \
     && ok hit_ratio_counts_moved_tokens || fail hit_ratio_counts_moved_tokens "$(head -c 600 "$tmp/docs.json")"

@@ -186,6 +186,12 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
     kvs_warm_docs_report r;
     int bake = o->doc_set ? -1 : o->bake_neighbours;
     int st = bake ? kvs_bake_docs(ctx, cache, &seg, bake, &r) : kvs_warm_docs(ctx, cache, &seg, &r);
+    if (st == KVS_ERR_CONTEXT_FULL && r.too_long_doc >= 0 && r.too_long_doc < o->n_docs) {
+        char what[600];
+        snprintf(what, sizeof what, "warm documents: --doc %.500s", o->docs[r.too_long_doc]);
+        cli_fail(st, what);
+        goto out;
+    }
     if (st != KVS_OK) {
         cli_fail(st, "warm documents");
         goto out;

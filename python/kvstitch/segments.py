@@ -54,6 +54,7 @@ class CSegments:
 
     def __init__(self, blocks: Sequence[Segment], chat: bool = True, doc_prefix: str | None = None):
         system, docs, live = None, [], []
+        self.doc_block = []  # the index in blocks of each document of the struct
         for i, b in enumerate(blocks):
             if isinstance(b, (System, Document, Question)) and not isinstance(b.text, str):
                 # None or bytes had raised naming nothing (and a System(None) was dropped)
@@ -69,6 +70,7 @@ class CSegments:
                                           "(Document(cache=False) or Question) is not supported: "
                                           "put cached documents first")
                 docs.append(b.text)
+                self.doc_block.append(i)
             elif isinstance(b, (Document, Question)):
                 live.append(b.text)
             else:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from ._errors import InvalidArgument, SessionBusy, check
+from ._errors import ContextFull, InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
-from ._lib import INT_MAX, MAX_THREADS, c_text, ffi, int_arg, lib, real_arg, utf8
+from ._lib import INT_MAX, MAX_THREADS, c_text, cstr, ffi, int_arg, lib, real_arg, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -417,10 +417,14 @@ class Session(NoCopy):
                     raise InvalidArgument("give doc_set=True or bake_with_neighbours=K, not both")
                 int_arg(bake_with_neighbours, "bake_with_neighbours", 0, INT_MAX)
                 k = -1 if doc_set else bake_with_neighbours
-                if k:
-                    self._checked(lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep))
-                else:
-                    self._checked(lib.kvs_warm_docs(self._h, cache_h, seg.c, rep))
+                st = lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep) if k else \
+                    lib.kvs_warm_docs(self._h, cache_h, seg.c, rep)
+                if st == lib.KVS_ERR_CONTEXT_FULL and not self._stop_pending and \
+                        0 <= rep.too_long_doc < len(seg.doc_block):  # named by where the caller put it
+                    where = "segments" if documents is None else "documents"
+                    raise ContextFull(f"{where}[{seg.doc_block[rep.too_long_doc]}]: "
+                                      f"{cstr(lib.kvs_last_error())}", st)
+                self._checked(st)
                 return warm_from_docs_report(rep, self.cache.stats()["chunk_tokens"])
             rep = ffi.new("kvs_warm_report *")
             if isinstance(text, str):

@@ -35,6 +35,21 @@ def test_context_full(model):
     assert s.generate("Hello", max_tokens=2).tokens
 
 
+def test_a_too_long_document_is_named_where_it_was_given(model, cache):
+    s = kvstitch.Session(model, cache, n_ctx=128)
+    with pytest.raises(kvstitch.ContextFull) as e:
+        s.warm(documents=["A short one.", "word " * 300])
+    assert e.value.message.startswith("documents[1]: "), e.value.message
+    with pytest.raises(kvstitch.ContextFull) as e:  # baking too
+        s.warm(documents=["A short one.", "word " * 300], bake_with_neighbours=1)
+    assert e.value.message.startswith("documents[1]: "), e.value.message
+    with pytest.raises(kvstitch.ContextFull) as e:  # blocks: counted among all of them
+        s.warm([kvstitch.System("Be brief."), kvstitch.Document("Short."), kvstitch.Document("word " * 300),
+                kvstitch.Question("Why?")])
+    assert e.value.message.startswith("segments[2]: "), e.value.message
+    assert s.warm(documents=["A short one."]).chunks_stored >= 0  # still usable
+
+
 def test_unknown_reuse_names_the_choices(model, cache):
     s = kvstitch.Session(model, cache)
     with pytest.raises(kvstitch.InvalidArgument) as e:

@@ -155,6 +155,7 @@ void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep)
         if (w->lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += w->lay.segs[i].end - w->lay.segs[i].start;
     rep->ms = w->ms;
     rep->n_prefix_computed = w->n_prefix_computed;
+    rep->too_long_doc = -1;
 }
 
 void kvs_docs_warmer_free(kvs_docs_warmer *w) {

@@ -26,6 +26,14 @@ int kvs_recal_params_check(const kvs_recal_params *p) {
     return KVS_OK;
 }
 
+int kvs_seg_layout_too_long_doc(const kvs_context *ctx, const kvs_seg_layout *lay) {
+    for (int i = 0; i < lay->n_segs; i++) {
+        const kvs_seg *s = &lay->segs[i];
+        if (s->kind == KVS_SEG_DOC && lay->n_doc_prefix + (s->end - s->start) > kvs_context_n_ctx(ctx)) return s->doc;
+    }
+    return -1;
+}
+
 int kvs_seg_layout_check_docs(const kvs_context *ctx, const kvs_seg_layout *lay) {
     if (!lay->tokens || lay->n_tokens <= 0 || lay->n_segs <= 0 || lay->segs[lay->n_segs - 1].kind != KVS_SEG_QUESTION)
         return kvs_error(KVS_ERR_INVALID_ARG, "segments: a layout must end with a non-empty question segment");

@@ -98,6 +98,9 @@ int kvs_seg_layout_check(const kvs_context *ctx, const kvs_seg_layout *lay);
 /* The same, but only each doc after the doc prefix must fit the context
  * (warming and baking docs: a set of docs may be longer than one prompt). */
 int kvs_seg_layout_check_docs(const kvs_context *ctx, const kvs_seg_layout *lay);
+/* The input index of the first document that does not fit the context
+ * after the doc prefix (check_docs's KVS_ERR_CONTEXT_FULL), else -1. */
+int kvs_seg_layout_too_long_doc(const kvs_context *ctx, const kvs_seg_layout *lay);
 /* The longest doc among segments [j0, n_segs). */
 int kvs_seg_max_doc_len(const kvs_seg_layout *lay, int j0);
 

@@ -72,6 +72,15 @@ static void fill_warm_report(const kvs_seg_layout *lay, const kvs_seg_report *sr
     for (int i = 0; i < lay->n_segs; i++)
         if (lay->segs[i].kind == KVS_SEG_DOC) rep->n_tokens += lay->segs[i].end - lay->segs[i].start;
     rep->ms = kvs_now_ms() - t0;
+    rep->too_long_doc = -1;
+}
+
+/* After a warm or bake that failed: where a document did not fit, the
+ * report names it (the rest of it zero). */
+static void report_too_long(kvs_context *ctx, const kvs_seg_layout *lay, int st, kvs_warm_docs_report *rep) {
+    if (st != KVS_ERR_CONTEXT_FULL || !rep) return;
+    memset(rep, 0, sizeof *rep);
+    rep->too_long_doc = kvs_seg_layout_too_long_doc(ctx, lay);
 }
 
 int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep) {
@@ -84,6 +93,7 @@ int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, k
     kvs_seg_report sr;
     st = kvs_seg_warm_docs(ctx, cache, &lay, &sr);
     if (!st && rep) fill_warm_report(&lay, &sr, t0, rep);
+    report_too_long(ctx, &lay, st, rep);
     kvs_seg_layout_free(&lay);
     return st;
 }
@@ -107,6 +117,7 @@ int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, i
         rep->n_bake_cached = br.n_bake_cached;
         rep->n_unbaked = br.n_unbaked;
     }
+    report_too_long(ctx, &lay, st, rep);
     kvs_seg_layout_free(&lay);
     return st;
 }

@@ -332,8 +332,16 @@ def test_context_length_exceeded(server, client):
     r = server.post("/v1/cache/warm", {"documents": ["word " * 1200, "other word " * 600]})
     assert r.status_code == 200 and r.json()["docs_computed"] + r.json()["docs_cached"] == 2, r.text
     e = error_of(server.post("/v1/cache/warm", {"documents": ["short one", "word " * 3000]}), 400)
-    assert e["code"] == "context_length_exceeded" and e["param"] == "documents", e
+    assert e["code"] == "context_length_exceeded" and e["param"] == "documents[1]", e
     assert "doc 1 has 3001 tokens" in e["message"] and "messages" not in e["message"], e
+    # named by its index and its id (the error had said 'documents' alone)
+    e = error_of(server.post("/v1/cache/warm", {"documents": [{"id": "a", "text": "short one"},
+                                                              {"id": "big-one", "text": "word " * 3000},
+                                                              {"id": "c", "text": "word " * 3000}]}), 400)
+    assert e["param"] == "documents[1]" and 'documents[1] (id "big-one")' in e["message"], e
+    e = error_of(server.post("/v1/cache/warm", {"documents": ["short one", "word " * 3000],
+                                                "bake_with_neighbours": 1}), 400)
+    assert e["param"] == "documents[1]", e
     # with messages beside them, the prompt is still named as before
     e = error_of(server.post("/v1/cache/warm", {"messages": [{"role": "user", "content": "word " * 3000}]}), 400)
     assert e["code"] == "context_length_exceeded" and e["param"] == "messages", e
