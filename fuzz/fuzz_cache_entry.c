@@ -3,7 +3,7 @@
  * (kvs_rv_decode, kvs_rv_decode_header; redis_value.h) and the entry header
  * of the disk tier inside it (kvs_disk_header_parse_fixed / _rest; disk.h).
  * These are the bytes a hostile or damaged Redis or cache directory hands
- * the store.
+ * the store; and the Redis tier's partial-chunk markers (kvs_rm_decode).
  *
  * Input: one mode byte, then the value. Mode bit 0 "fixes up" the value's
  * integrity fields before decoding (the raw payload's checksum, the keys
@@ -25,6 +25,7 @@
 #include "kv/checksum.h"
 #include "kv/disk.h"
 #include "kv/keys.h"
+#include "kv/redis_marker.h"
 #include "kv/redis_value.h"
 #include "fuzz_util.h"
 #include "kvstitch.h"
@@ -112,6 +113,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kvs_chunk_unref(c);
     } else {
         FUZZ_CHECK(verdict != KVS_DISK_OK && verdict < KVS_DISK_VERDICT_COUNT && c == NULL);
+    }
+
+    /* a partial-chunk marker (redis_marker.h), under the key it names or
+     * another: decoded only where every field fits, round-trips */
+    if (len >= 48 + 32) {
+        kvs_key named, fp;
+        memcpy(named.b, v + 48, 32);
+        memcpy(fp.b, v + 16, 32);
+        const kvs_key *under = mode & 2 ? &named : &fp;
+        kvs_rm_marker m;
+        verdict = KVS_DISK_VERDICT_COUNT;
+        if (kvs_rm_decode(v, len, mode & 4 ? NULL : &fp, under, 1 << 20, &m, &verdict) == KVS_OK) {
+            FUZZ_CHECK(verdict == KVS_DISK_OK && len == KVS_RM_BYTES && m.n_named >= 1 && m.n_named < m.n_target &&
+                       m.n_target <= 1 << 20 && kvs_key_equal(&m.named, under));
+            uint8_t again[KVS_RM_BYTES];
+            kvs_rm_encode(&m, again);
+            FUZZ_CHECK(!memcmp(again, v, KVS_RM_BYTES));
+        } else {
+            FUZZ_CHECK(verdict != KVS_DISK_OK && verdict < KVS_DISK_VERDICT_COUNT);
+        }
     }
 
     /* the listing's reader on a prefix of the value */
@@ -208,6 +229,18 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "value-%d-%s-as-is", s, kvs_rv_codec_name((kvs_rv_codec)codec));
             write_seed(argv[1], name, 0x80, v, len);
             free(v);
+        }
+        if (c->n_tok > 1) { /* a marker of the chunk's first token, valid under its own key (mode bit 1) */
+            kvs_rm_marker m = {1, c->n_tok, {{0}}, c->prefix_key, fp};
+            kvs_key_prefix(&c->parent_key, c->tokens, 1, &m.named);
+            uint8_t mv[KVS_RM_BYTES];
+            kvs_rm_encode(&m, mv);
+            kvs_rm_marker back;
+            kvs_disk_verdict verdict;
+            FUZZ_CHECK(kvs_rm_decode(mv, sizeof mv, &fp, &m.named, 1 << 20, &back, &verdict) == KVS_OK);
+            char name[64];
+            snprintf(name, sizeof name, "marker-%d", s);
+            write_seed(argv[1], name, 0x02, mv, sizeof mv);
         }
         kvs_chunk_unref(c);
     }
