@@ -634,8 +634,8 @@ typedef struct kvs_cache_stats {
     uint64_t redis_errors;                /* lookups without an answer (down, timeout, garbage) */
     uint64_t redis_timeouts, redis_breaker_opens, redis_connects; /* connection events */
     uint64_t redis_moved;                 /* cluster redirections followed (MOVED + ASK) */
-    uint64_t redis_partial_hits;          /* of redis_hits: longer chunks a partial-chunk marker led to
-                                           * (a prompt that stops inside a cached chunk) */
+    uint64_t redis_partial_hits;          /* chunks from Redis that served a prompt stopping inside
+                                           * them (a partial-chunk marker led to them) */
 } kvs_cache_stats;
 
 KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);

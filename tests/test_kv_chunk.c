@@ -130,6 +130,15 @@ TEST(keys_match_spec) {
         kvs_key_prefix(&k0, toks, n, &one);
         CHECK_MSG(kvs_key_equal(&lens[n - 2], &one), "length %d", n);
     }
+    /* chosen lengths in one pass, as kvs_key_prefix each */
+    const int at[3] = {1, 3, 5};
+    kvs_key some[3];
+    kvs_key_prefix_at(&k0, toks, at, 3, some);
+    for (int i = 0; i < 3; i++) {
+        kvs_key one;
+        kvs_key_prefix(&k0, toks, at[i], &one);
+        CHECK_MSG(kvs_key_equal(&some[i], &one), "length %d", at[i]);
+    }
     /* spans that do not tile are refused */
     kvs_span gap[2] = {{0, 2, 0}, {3, 5, 0}};
     CHECK_EQ_INT(kvs_key_prefix_chain(&fp, toks, gap, 2, chain), KVS_ERR_INVALID_ARG);

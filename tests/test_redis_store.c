@@ -361,6 +361,76 @@ TEST(hostile_markers_never_lead_to_other_bytes) {
     rt_redis_stop(&r);
 }
 
+/* Damaged values the store's Redis tier counted (tier 0: the only one). */
+static uint64_t tier_bad(kvs_store *s) {
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    return st.n_tiers ? st.tier[0].bad : 0;
+}
+
+/* Prompt P1 (300 tokens) is stored, then Redis evicts its tail T1 [256,
+ * 300) (DEL). P2, which leaves P1 at 280, stores its own tail T2: its
+ * markers over the 24 tokens they share replace P1's, which point at
+ * nothing now. So P3, leaving both at 280 too, gets 280 tokens through T2.
+ * (With SET NX the first marker under a key stayed for good, kept alive in
+ * an LRU Redis by the reads that met it: P3 got 256, and so did every
+ * later prompt.) A marker found where its chunk should be (the chunk
+ * evicted, another marker written there) is a miss, not damage. */
+TEST(a_marker_whose_chunk_was_evicted_gives_way_to_the_next) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 8);
+    enum { A = 300 };
+    int32_t p1[N_TOK], p2[N_TOK], p3[N_TOK];
+    random_tokens(p1, 31);
+    memcpy(p2, p1, sizeof p2);
+    memcpy(p3, p1, sizeof p3);
+    p2[280] = (p1[280] + 1) % 30000;
+    p3[280] = (p1[280] + 2) % 30000;
+    fake_kv *c1 = fake_kv_new(SHAPE, N_TOK), *c2 = fake_kv_new(SHAPE, N_TOK), *c3 = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(c1, p1, N_TOK);
+    fake_kv_fill(c2, p2, N_TOK);
+    fake_kv_fill(c3, p3, N_TOK);
+    kvs_store *s = open_store(&fp, r.port);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, p1, A, 64, NULL, 0, &c1->kv, NULL), KVS_OK);
+    kvs_store_free(s);
+    CHECK(span_key_cmd(r.port, "DEL", &fp, p1, A, 4) == 1); /* T1 evicted */
+    s = open_store(&fp, r.port);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, p2, A, 64, NULL, 0, &c2->kv, NULL), KVS_OK);
+    kvs_store_free(s);
+    s = open_store(&fp, r.port);
+    int n = served_n(s, p3, 399, c3);
+    CHECK_MSG(n == 280, "after P1's tail was evicted and P2 stored its own: %d served, want 280", n);
+    CHECK_EQ_INT(tier_bad(s), 0);
+    kvs_store_free(s);
+
+    /* T2's key now holds a valid marker of another chunk (T2 evicted, a
+     * marker written there): P2's own lookup meets it through its markers
+     * and counts a miss, not damage */
+    kvs_key chain[8];
+    kvs_span spans[8];
+    int n_spans = 0;
+    CHECK_EQ_INT(kvs_chunking_split(A, 0, 64, NULL, 0, spans, 8, &n_spans), KVS_OK);
+    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, p2, spans, n_spans, chain), KVS_OK);
+    kvs_rm_marker m = {44, 64, chain[4], chain[2], fp};
+    uint8_t v[KVS_RM_BYTES];
+    kvs_rm_encode(&m, v);
+    set_raw(r.port, &fp, &chain[4], v, sizeof v);
+    s = open_store(&fp, r.port);
+    n = served_n(s, p2, A - 1, c2);
+    CHECK_MSG(n == 256 && tier_bad(s) == 0, "a marker under T2's key: %d served (want 256), %llu counted damaged",
+              n, (unsigned long long)tier_bad(s));
+    kvs_store_free(s);
+    fake_kv_free(c1);
+    fake_kv_free(c2);
+    fake_kv_free(c3);
+    rt_redis_stop(&r);
+}
+
 TEST(junk_at_every_tail_length_costs_two_reads) {
     rt_redis r;
     if (rt_redis_start(&r, 0)) {
@@ -415,6 +485,7 @@ int main(void) {
     RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
     RUN(partial_tail_served_to_a_prompt_that_extends_it);
     RUN(hostile_markers_never_lead_to_other_bytes);
+    RUN(a_marker_whose_chunk_was_evicted_gives_way_to_the_next);
     RUN(junk_at_every_tail_length_costs_two_reads);
     return kt_summary();
 }

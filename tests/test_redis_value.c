@@ -4,6 +4,7 @@
 #include "harness.h"
 #include "test_redis_util.h"
 
+#include "kv/redis_marker.h"
 #include "kv/redis_value.h"
 
 #include <zstd.h>
@@ -175,6 +176,26 @@ TEST(lying_zstd_frame_is_rejected) {
     kvs_chunk_unref(c);
 }
 
+/* The lengths a chunk gets partial-chunk markers at (redis_marker.h):
+ * ascending, below its length, at most KVS_RM_MAX, always its length - 1
+ * (the same prompt again), every length for a grid chunk. */
+TEST(marker_lengths) {
+    int lens[KVS_RM_MAX];
+    CHECK_EQ_INT(kvs_rm_lengths(1, lens), 0);
+    CHECK(kvs_rm_lengths(2, lens) == 1 && lens[0] == 1);
+    CHECK_EQ_INT(kvs_rm_lengths(64, lens), 63);
+    for (int i = 0; i < 63; i++) CHECK_EQ_INT(lens[i], i + 1);
+    const int sizes[] = {65, 66, 127, 128, 512, 4096, 1 << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int n = kvs_rm_lengths(sizes[k], lens);
+        int ok = n >= 2 && n <= KVS_RM_MAX && lens[n - 1] == sizes[k] - 1 && lens[0] >= 1;
+        for (int i = 1; i < n; i++) ok &= lens[i] > lens[i - 1];
+        /* strided: the gaps below the last length are one stride */
+        for (int i = 1; i < n - 1; i++) ok &= lens[i] - lens[i - 1] == lens[0];
+        CHECK_MSG(ok, "a chunk of %d tokens: %d lengths, first %d, last %d", sizes[k], n, lens[0], lens[n - 1]);
+    }
+}
+
 TEST(codec_names) {
     kvs_rv_codec c;
     for (int i = 0; i < KVS_RV_CODEC_COUNT; i++) {
@@ -189,6 +210,7 @@ int main(void) {
     RUN(truncated_and_bit_flipped_values_are_rejected);
     RUN(foreign_oversized_misplaced_and_random_values_are_rejected);
     RUN(lying_zstd_frame_is_rejected);
+    RUN(marker_lengths);
     RUN(codec_names);
     return kt_summary();
 }

@@ -125,6 +125,7 @@ void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->disk_orphans = s.disk_orphans;
     st->dir_max_bytes = s.dir_max_bytes;
     st->tier_key_hits = s.tier_key_hits;
+    st->redis_partial_hits = s.tier_partial_hits; /* (only Redis serves chunks in part) */
     kvs_cache_redis_stats(c, st);
 }
 

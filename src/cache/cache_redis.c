@@ -67,7 +67,6 @@ void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->redis_breaker_opens = rs.breaker_opens;
     st->redis_connects = rs.connects;
     st->redis_moved = rs.moved + rs.ask;
-    st->redis_partial_hits = rs.marker_hits;
 }
 
 /* --- without a model ------------------------------------------------------------ */

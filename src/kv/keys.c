@@ -47,6 +47,17 @@ void kvs_key_prefix_lengths(const kvs_key *parent, const int32_t *tokens, int lo
     }
 }
 
+void kvs_key_prefix_at(const kvs_key *parent, const int32_t *tokens, const int *lens, int n, kvs_key *out) {
+    kvs_sha256 s;
+    kvs_sha256_init(&s);
+    kvs_sha256_update(&s, parent->b, sizeof parent->b);
+    for (int i = 0, at = 0; i < n; at = lens[i++]) {
+        update_tokens(&s, tokens + at, lens[i] - at);
+        kvs_sha256 end = s;
+        kvs_sha256_final(&end, out[i].b);
+    }
+}
+
 void kvs_key_content(const kvs_key *fingerprint, const int32_t *tokens, int n, kvs_key *out) {
     key_of(fingerprint, tokens, n, out);
 }

@@ -28,6 +28,9 @@ void kvs_key_prefix(const kvs_key *parent, const int32_t *tokens, int n, kvs_key
  * (1 <= lo <= hi), in one pass over the tokens (a copy of the hash state
  * per length, not a hash per length: a chunk's every tail length). */
 void kvs_key_prefix_lengths(const kvs_key *parent, const int32_t *tokens, int lo, int hi, kvs_key *out);
+/* out[i] = kvs_key_prefix(parent, tokens, lens[i]) for n ascending lengths
+ * (1 <= lens[0] < lens[1] < ...), in one pass over the tokens. */
+void kvs_key_prefix_at(const kvs_key *parent, const int32_t *tokens, const int *lens, int n, kvs_key *out);
 void kvs_key_content(const kvs_key *fingerprint, const int32_t *tokens, int n, kvs_key *out);
 
 /* Prefix keys of a whole chunking in one pass: spans[i] covers

@@ -9,7 +9,15 @@
 
 int kvs_rm_is_marker(const uint8_t *v, size_t len) { return len >= 4 && !memcmp(v, KVS_RM_MAGIC, 4); }
 
-int kvs_rm_stride(int n_tok) { return n_tok <= KVS_RM_MAX + 1 ? 1 : (n_tok - 1 + KVS_RM_MAX - 1) / KVS_RM_MAX; }
+int kvs_rm_lengths(int n_tok, int lens[KVS_RM_MAX]) {
+    const int last = n_tok - 1;
+    /* KVS_RM_MAX - 1 strided lengths at most, then the last */
+    const int stride = last <= KVS_RM_MAX ? 1 : (last + KVS_RM_MAX - 2) / (KVS_RM_MAX - 1);
+    int n = 0;
+    for (int len = stride; len < last && n < KVS_RM_MAX - 1; len += stride) lens[n++] = len;
+    if (last >= 1) lens[n++] = last;
+    return n;
+}
 
 void kvs_rm_encode(const kvs_rm_marker *m, uint8_t out[KVS_RM_BYTES]) {
     memcpy(out, KVS_RM_MAGIC, 4);

@@ -68,29 +68,38 @@ typedef struct marker_batch {
     uint8_t (*val)[KVS_RM_BYTES];
 } marker_batch;
 
-static int set_nx_command(void *user, int i, const char **argv, size_t *argvlen) {
+/* SET of a marker unless a chunk is stored under its key (a chunk's value
+ * starts "KVSR"): it overwrites an older marker (redis_marker.h). A key of
+ * another type makes GETRANGE, and so the script, fail: nothing written. */
+static const char set_marker_script[] =
+    "if redis.call('GETRANGE', KEYS[1], 0, 3) == 'KVSR' then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[1]) return 1";
+
+static int set_marker_command(void *user, int i, const char **argv, size_t *argvlen) {
     marker_batch *b = user;
-    argv[0] = "SET";
-    argvlen[0] = 3;
-    argv[1] = b->keys[i];
-    argvlen[1] = b->key_len[i];
-    argv[2] = (const char *)b->val[i];
-    argvlen[2] = KVS_RM_BYTES;
-    argv[3] = "NX"; /* never over a chunk stored under that length */
-    argvlen[3] = 2;
-    return 4;
+    argv[0] = "EVAL";
+    argvlen[0] = 4;
+    argv[1] = set_marker_script;
+    argvlen[1] = sizeof set_marker_script - 1;
+    argv[2] = "1";
+    argvlen[2] = 1;
+    argv[3] = b->keys[i];
+    argvlen[3] = b->key_len[i];
+    argv[4] = (const char *)b->val[i];
+    argvlen[4] = KVS_RM_BYTES;
+    return 5;
 }
 
-static void set_nx_reply(void *user, int i, const redisReply *r) {
+static void set_marker_reply(void *user, int i, const redisReply *r) {
     marker_batch *b = user;
-    if (r && r->type == REDIS_REPLY_STATUS) atomic_fetch_add(&b->rt->markers, 1);
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1) atomic_fetch_add(&b->rt->markers, 1);
 }
 
-/* The markers of the chunks stored: each chunk's shorter lengths, one
- * pipeline per node. Best effort: a marker lost costs a partial hit only. */
+/* The markers of the chunks stored (kvs_rm_lengths of each), one pipeline
+ * per node. Best effort: a marker lost costs a partial hit only. */
 static void write_markers(redis_tier *rt, kvs_chunk *const *chunks, int n) {
-    int total = 0;
-    for (int i = 0; i < n; i++) total += (chunks[i]->n_tok - 1) / kvs_rm_stride(chunks[i]->n_tok);
+    int lens[KVS_RM_MAX], total = 0;
+    for (int i = 0; i < n; i++) total += kvs_rm_lengths(chunks[i]->n_tok, lens);
     if (!total) return;
     marker_batch b = {.rt = rt};
     b.key = malloc((size_t)total * sizeof *b.key);
@@ -100,21 +109,18 @@ static void write_markers(redis_tier *rt, kvs_chunk *const *chunks, int n) {
     if (b.key && b.keys && b.key_len && b.val) {
         for (int i = 0; i < n; i++) {
             const kvs_chunk *c = chunks[i];
-            const int stride = kvs_rm_stride(c->n_tok), last = c->n_tok - 1;
-            if (last < 1) continue;
-            kvs_key *named = malloc((size_t)last * sizeof *named);
-            if (!named) continue;
-            kvs_key_prefix_lengths(&c->parent_key, c->tokens, 1, last, named);
-            for (int len = stride; len <= last; len += stride) {
-                kvs_rm_marker m = {len, c->n_tok, named[len - 1], c->prefix_key, rt->fp};
-                kvs_rm_encode(&m, b.val[b.n]);
-                b.key_len[b.n] = kvs_redis_make_key(rt, &m.named, b.key[b.n]);
+            kvs_key named[KVS_RM_MAX];
+            const int m = kvs_rm_lengths(c->n_tok, lens);
+            kvs_key_prefix_at(&c->parent_key, c->tokens, lens, m, named);
+            for (int k = 0; k < m; k++) {
+                kvs_rm_marker mk = {lens[k], c->n_tok, named[k], c->prefix_key, rt->fp};
+                kvs_rm_encode(&mk, b.val[b.n]);
+                b.key_len[b.n] = kvs_redis_make_key(rt, &mk.named, b.key[b.n]);
                 b.keys[b.n] = b.key[b.n];
                 b.n++;
             }
-            free(named);
         }
-        kvs_redis_batch batch = {b.n, b.keys, b.key_len, set_nx_command, set_nx_reply, &b, 1, NULL};
+        kvs_redis_batch batch = {b.n, b.keys, b.key_len, set_marker_command, set_marker_reply, &b, 1, NULL};
         if (b.n) kvs_redis_run_batch(&rt->nodes, &batch, NULL);
     }
     free(b.key);

@@ -304,6 +304,8 @@ typedef struct kvs_store_stats {
     uint64_t disk_missing;     /* entries that vanished before a load */
     uint64_t disk_orphans;     /* entries indexed by content key only (broken parent chain) */
     uint64_t tier_key_hits;    /* chunks served by a tier by key (not indexed before) */
+    uint64_t tier_partial_hits; /* of those, chunks longer than the prompt's span, served in part
+                                 * (Redis's partial-chunk markers led to them) */
     kvs_disk_counts last_scan; /* verdict counts of the last directory scan */
     uint64_t dir_max_bytes;    /* the cache dir's byte bound (0 without a dir) */
     int n_tiers;               /* tiers below RAM, in lookup order */

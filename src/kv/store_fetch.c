@@ -7,6 +7,7 @@
 #include "kv/store_impl.h"
 
 #include "base/error.h"
+#include "kv/keys.h"
 
 #include <stdlib.h>
 
@@ -42,8 +43,11 @@ static int load_payload(kvs_tier *t, const kvs_chunk *c, void **buf) {
     kvs_chunk *got = NULL;
     int rc = t->ops->get_many(t, &c->prefix_key, 1, &got);
     if (rc == KVS_OK) {
-        if (got && got->kv && got->kv_bytes == c->kv_bytes && got->n_tok == c->n_tok && got->pos0 == c->pos0) {
-            *buf = got->kv; /* the prefix key names tokens + history: same chunk */
+        /* the prefix key names tokens + history: the same chunk (a tier may
+         * answer with a longer one that the key's tokens begin, tier.h) */
+        if (got && got->kv && kvs_key_equal(&got->prefix_key, &c->prefix_key) && got->kv_bytes == c->kv_bytes &&
+            got->n_tok == c->n_tok && got->pos0 == c->pos0) {
+            *buf = got->kv;
             got->kv = NULL;
         } else {
             rc = KVS_ERR_NOT_FOUND;

@@ -60,6 +60,7 @@ struct kvs_store {
     _Atomic uint64_t tier_loads[KVS_STORE_MAX_TIERS], tier_load_bytes[KVS_STORE_MAX_TIERS],
         tier_load_ns[KVS_STORE_MAX_TIERS];
     _Atomic uint64_t tier_bad, tier_foreign, tier_missing, tier_orphans, tier_key_hits;
+    _Atomic uint64_t tier_partial_hits;
 };
 
 #define ADD(field, v) atomic_fetch_add_explicit(&(field), (uint64_t)(v), memory_order_relaxed)

@@ -145,6 +145,7 @@ static void join(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, cons
     free(longer);
     hit->n_cached = p->end;
     ADD(s->tier_key_hits, 1);
+    if (c->pos0 + c->n_tok > p->end) ADD(s->tier_partial_hits, 1);
 }
 
 /* Span p read by key from tier ti straight into kv (get_into). 1 if it

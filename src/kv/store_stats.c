@@ -51,4 +51,5 @@ void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {
     st->disk_missing = GET(s->tier_missing);
     st->disk_orphans = GET(s->tier_orphans);
     st->tier_key_hits = GET(s->tier_key_hits);
+    st->tier_partial_hits = GET(s->tier_partial_hits);
 }

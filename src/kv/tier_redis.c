@@ -106,7 +106,10 @@ static void get_reply(void *user, int i, const redisReply *r) {
         return;
     }
     kvs_disk_verdict v;
-    if (g->markers && kvs_rm_is_marker((const uint8_t *)r->str, (size_t)r->len)) {
+    if (kvs_rm_is_marker((const uint8_t *)r->str, (size_t)r->len)) {
+        /* where a marker's chunk should be: that chunk was evicted and
+         * another's marker written there, a miss (redis_marker.h) */
+        if (!g->markers) return;
         if (kvs_rm_decode((const uint8_t *)r->str, (size_t)r->len, &rt->fp, &g->prefix_keys[i], KVS_DISK_MAX_TOKENS,
                           &g->markers[i], &v) == KVS_OK)
             g->is_marker[i] = 1;
@@ -125,14 +128,19 @@ static void get_reply(void *user, int i, const redisReply *r) {
 }
 
 /* One GETRANGE batch: out[i] = the chunk under pk[i]; with markers, a
- * marker under pk[i] is decoded into markers[i] (is_marker[i] = 1). */
+ * marker under pk[i] is decoded into markers[i] (is_marker[i] = 1).
+ * n_tok[i] (NULL: a grid chunk each): the tokens value i should hold, for
+ * the read's deadline. */
 static int read_values(redis_tier *rt, const kvs_key *pk, int n, kvs_chunk **out, kvs_rm_marker *markers,
-                       uint8_t *is_marker) {
+                       uint8_t *is_marker, const int *n_tok) {
     get_ctx g = {.rt = rt, .prefix_keys = pk, .out = out, .markers = markers, .is_marker = is_marker};
     snprintf(g.limit, sizeof g.limit, "%zu", rt->max_value_bytes); /* inclusive: limit + 1 bytes at most */
     g.expect = malloc((size_t)n * sizeof *g.expect);
     if (!g.expect) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
-    for (int i = 0; i < n; i++) g.expect[i] = rt->expect_value_bytes;
+    for (int i = 0; i < n; i++) {
+        const size_t b = n_tok ? kvs_kv_payload_bytes(&rt->shape, n_tok[i]) : rt->expect_value_bytes;
+        g.expect[i] = b < rt->max_value_bytes ? b : rt->max_value_bytes;
+    }
     int st = key_set_make(rt, pk, n, &g.ks);
     if (!st) {
         kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0, g.expect};
@@ -144,18 +152,23 @@ static int read_values(redis_tier *rt, const kvs_key *pk, int n, kvs_chunk **out
 }
 
 /* The chunks the markers among out[0, n) point to, read in one more batch
- * (redis_marker.h): out[i] = the target where it fits its marker. */
-static int follow_markers(redis_tier *rt, const kvs_rm_marker *markers, const uint8_t *is_marker, int n,
-                          kvs_chunk **out) {
+ * (redis_marker.h): out[i] = the target where it fits its marker. Best
+ * effort: out of memory leaves them misses. */
+static void follow_markers(redis_tier *rt, const kvs_rm_marker *markers, const uint8_t *is_marker, int n,
+                           kvs_chunk **out) {
     int m = 0;
     for (int i = 0; i < n; i++) m += is_marker[i];
-    if (!m) return KVS_OK;
+    if (!m) return;
     kvs_key *targets = malloc((size_t)m * sizeof *targets);
+    int *n_tok = malloc((size_t)m * sizeof *n_tok);
     kvs_chunk **got = calloc((size_t)m, sizeof *got);
-    int st = targets && got ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d markers", m);
+    int st = targets && n_tok && got ? KVS_OK : KVS_ERR_NOMEM;
     for (int i = 0, j = 0; !st && i < n; i++)
-        if (is_marker[i]) targets[j++] = markers[i].target;
-    if (!st) st = read_values(rt, targets, m, got, NULL, NULL);
+        if (is_marker[i]) {
+            targets[j] = markers[i].target;
+            n_tok[j++] = markers[i].n_target;
+        }
+    if (!st) st = read_values(rt, targets, m, got, NULL, NULL, n_tok);
     for (int i = 0, j = 0; !st && i < n; i++) {
         if (!is_marker[i]) continue;
         kvs_chunk *c = got[j++];
@@ -169,8 +182,8 @@ static int follow_markers(redis_tier *rt, const kvs_rm_marker *markers, const ui
         }
     }
     free(targets);
+    free(n_tok);
     free(got);
-    return st;
 }
 
 static int redis_get_many(kvs_tier *t, const kvs_key *pk, int n, kvs_chunk **out) {
@@ -181,8 +194,8 @@ static int redis_get_many(kvs_tier *t, const kvs_key *pk, int n, kvs_chunk **out
     kvs_rm_marker *markers = malloc((size_t)n * sizeof *markers);
     uint8_t *is_marker = calloc((size_t)n, 1);
     int st = markers && is_marker ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
-    if (!st) st = read_values(rt, pk, n, out, markers, is_marker);
-    if (!st) st = follow_markers(rt, markers, is_marker, n, out);
+    if (!st) st = read_values(rt, pk, n, out, markers, is_marker, NULL);
+    if (!st) follow_markers(rt, markers, is_marker, n, out);
     free(markers);
     free(is_marker);
     int found = 0;
