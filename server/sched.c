@@ -28,6 +28,7 @@ struct srv_sched {
     queued *queue;    /* (max_queue) FIFO */
     int n_queued;
     int draining, cancel_all, quit;
+    atomic_int stop_all; /* cancel_all for the slots' stop polls (read during a step, without the mutex) */
     int n_active;
     int rr;           /* round-robin cursor over prefilling slots */
     /* Batched decode scratch. */
@@ -256,6 +257,8 @@ int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_
     cp.kv_type = p.kv_type;
     for (int i = 0; st == KVS_OK && i < p.n_slots; i++) {
         st = kvs_context_new(model, cp, &s->slots[i].ctx);
+        s->slots[i].stop_all = &s->stop_all;
+        if (!st) kvs_context_set_should_stop(s->slots[i].ctx, srv_slot_should_stop, &s->slots[i]);
         if (!st && !(s->slots[i].hist = malloc(((size_t)p.n_ctx + 1) * sizeof(int32_t)))) st = KVS_ERR_NOMEM;
     }
     if (!st && pthread_create(&s->thread, NULL, loop, s)) st = KVS_ERR_INTERNAL;
@@ -292,6 +295,7 @@ void srv_sched_drain(srv_sched *s, double timeout_ms) {
         pthread_mutex_lock(&s->mu);
     }
     s->cancel_all = 1;
+    atomic_store(&s->stop_all, 1);
     s->quit = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -302,6 +306,7 @@ void srv_sched_free(srv_sched *s) {
     if (s->thread) {
         pthread_mutex_lock(&s->mu);
         s->quit = s->cancel_all = 1;
+        atomic_store(&s->stop_all, 1);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);

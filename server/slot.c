@@ -15,7 +15,14 @@ static double now_ms(void) {
 static void add_source(srv_job *j, srv_source src, int n);
 static void store_progress(srv_slot *s, const srv_env *env);
 
+int srv_slot_should_stop(void *slot) {
+    const srv_slot *s = slot;
+    return (s->job && atomic_load(&s->job->cancelled)) || (s->stop_all && atomic_load(s->stop_all));
+}
+
 static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
+    if (srv_slot_should_stop(s)) /* the call stopped because the job was cancelled meanwhile */
+        return srv_slot_finish(s, env, SRV_FINISH_CANCELLED);
     srv_error e;
     srv_error_set(&e, 500, "server_error", "", "", "%s: %s", what, kvs_last_error());
     s->job->err = e; /* read by the HTTP side only after finish */
@@ -54,6 +61,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->warmer = NULL;
     s->docs_ready = 0;
     s->docs_computed = 0;
+    s->docs_cached = 0;
     s->prefix_computed = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
@@ -218,7 +226,12 @@ static void add_source(srv_job *j, srv_source src, int n) {
 
 static void prefill_segments(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
-    if (j->warm_only) {
+    if (j->warm_only && s->docs_ready) { /* computed a slice a step (warm_docs_step) */
+        j->usage.docs_hit = s->docs_cached;
+        j->usage.docs_computed = s->docs_computed;
+        return srv_slot_finish(s, env, SRV_FINISH_STOP);
+    }
+    if (j->warm_only) { /* baking, or a document too long (this call names it) */
         kvs_warm_docs_report rep;
         int k = j->req.bake_neighbours;
         int st = k ? kvs_bake_docs(s->ctx, env->cache, &j->seg, k, &rep) : kvs_warm_docs(s->ctx, env->cache, &j->seg, &rep);
@@ -279,15 +292,23 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
  * decode steps (a cold document set is seconds of work; in one step it held
  * every stream up). Returns 1 while there is
  * more to do (or the job failed), 0 when the documents are ready. `full`
- * reads no document: nothing to warm. */
+ * reads no document: nothing to warm. A documents-only warm is computed
+ * so too (it had run whole in one step); one that bakes runs in one step
+ * (kvs_bake_docs), stopped between documents if its client goes away
+ * (srv_slot_should_stop). */
 static int warm_docs_step(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
     /* cache_prompt false: nothing is stored, and the warmer stores what it
      * computes (it had written the documents anyway): they are computed in
      * the assembly's one step instead */
-    if (s->docs_ready || j->warm_only || j->repair.mode == KVS_REPAIR_FULL || !j->req.cache_prompt) return 0;
+    if (s->docs_ready || (j->warm_only && j->req.bake_neighbours) ||
+        (!j->warm_only && (j->repair.mode == KVS_REPAIR_FULL || !j->req.cache_prompt)))
+        return 0;
     int first = !s->warmer, done = 0;
-    if (first && kvs_docs_warmer_new(s->ctx, env->cache, &j->seg, j->req.use_baked, &s->warmer)) {
+    int st = first ? kvs_docs_warmer_new(s->ctx, env->cache, &j->seg, j->req.use_baked && !j->warm_only, &s->warmer)
+                   : KVS_OK;
+    if (st) {
+        if (j->warm_only && st == KVS_ERR_CONTEXT_FULL) return 0; /* prefill_segments names the document */
         fail_job(s, env, "documents");
         return 1;
     }
@@ -299,6 +320,7 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
     kvs_warm_docs_report rep;
     kvs_docs_warmer_report(s->warmer, &rep);
     s->docs_computed = rep.n_computed;
+    s->docs_cached = rep.n_cached;
     s->prefix_computed = rep.n_prefix_computed;
     kvs_docs_warmer_free(s->warmer);
     s->warmer = NULL;

@@ -39,7 +39,9 @@ typedef struct srv_slot {
     kvs_docs_warmer *warmer; /* documents: uncached ones being computed (NULL before and after) */
     int docs_ready;       /* documents: the warmer is done (or not needed) */
     int docs_computed;    /* documents the warmer computed */
+    int docs_cached;      /* documents it found cached */
     int prefix_computed;  /* prompt tokens before the documents the warmer computed (then served as cached) */
+    const atomic_int *stop_all; /* the scheduler's: set when every job is cancelled (drain, shutdown) */
 } srv_slot;
 
 typedef struct srv_env {
@@ -51,6 +53,13 @@ typedef struct srv_env {
     int prefill_chunk;    /* prompt tokens per prefill step */
     int chunk_tokens;     /* the cache's chunk grid */
 } srv_env;
+
+/* The stop poll of a slot's context (kvs_context_set_should_stop, user =
+ * the slot): its job was cancelled (the client went away) or every job
+ * was. It stops the calls that run in one scheduler step (a documents
+ * warm, bake, or full-strategy assembly) between batches, documents and
+ * layers; a job that fails so ends cancelled. */
+int srv_slot_should_stop(void *slot);
 
 /* Binds job to a free slot and copies its cached prefix in. Returns 0, or
  * -1 after failing the job. */

@@ -129,6 +129,41 @@ TEST(dir_tier_serves_by_key_without_scan) {
     free(dir);
 }
 
+/* A RAM budget below one chunk (a large model or large chunks): every
+ * chunk still goes to the cache directory, and lookups read them from it
+ * by key, in this store and in a fresh one. It had been dropped before the
+ * write: the directory (and Redis) got nothing. */
+TEST(chunks_larger_than_the_ram_budget_go_to_the_tiers) {
+    char *dir = new_dir();
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 1024; /* below one chunk */
+    p.cache_dir = dir;
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &s), KVS_OK);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_MSG(r.n_new == 5 && r.n_skipped == 0 && r.n_write_errors == 0, "new %d, skipped %d, write errors %d",
+              r.n_new, r.n_skipped, r.n_write_errors);
+    for (int i = 0; i < 5; i++) {
+        char path[4096];
+        struct stat sb;
+        entry_path(dir, i, path, sizeof path);
+        CHECK_MSG(stat(path, &sb) == 0, "chunk %d has no entry in the cache dir", i);
+    }
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.resident, 0);
+    CHECK_EQ_INT(serve_into(s, N - 1), N - 1);
+    kvs_store_free(s);
+    kvs_store *fresh = store_over_unscanned_dir(dir);
+    CHECK_EQ_INT(serve_into(fresh, N - 1), 256); /* (the tail's key needs all of its tokens) */
+    CHECK_EQ_INT(serve_into(fresh, N), N);
+    kvs_store_free(fresh);
+    rm_dir(dir);
+    free(dir);
+}
+
 /* A chunk asked by prefix key and token path (kvs_store_get_path, as a
  * document lookup asks): an unscanned tier serves it only where its tokens
  * end the path, and it is then found in RAM. */
@@ -661,6 +696,7 @@ int main(void) {
     cold = fake_kv_new(SHAPE, N);
     warm = fake_kv_new(SHAPE, N);
     RUN(dir_tier_serves_by_key_without_scan);
+    RUN(chunks_larger_than_the_ram_budget_go_to_the_tiers);
     RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
     RUN(damage_on_every_chunk_heals_in_one_request);

@@ -136,6 +136,22 @@ static int write_through(kvs_store *s, kvs_chunk *c) {
     return failed;
 }
 
+/* Indexes a copy of c without its payload as held by tier c->tier (its
+ * struct and tokens count as index memory), so that the RAM index finds
+ * it as it finds what a tier served: any prefix of it, by its path. */
+static void index_tier_only(kvs_store *s, const kvs_chunk *c, const int32_t *path) {
+    kvs_chunk *stub = NULL;
+    if (kvs_chunk_new(&c->shape, c->n_tok, 0, &stub)) return; /* (then found by key in the tiers) */
+    stub->prefix_key = c->prefix_key;
+    stub->parent_key = c->parent_key;
+    stub->content_key = c->content_key;
+    stub->pos0 = c->pos0;
+    stub->origin = c->origin;
+    memcpy(stub->tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
+    kvs_store_index_from_tier(s, stub, path, c->tier);
+    kvs_chunk_unref(stub);
+}
+
 static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_failed) {
     *write_failed = 0;
     if (!kvs_kv_shape_equal(&c->shape, &s->shape))
@@ -147,11 +163,22 @@ static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_fa
     if (path && memcmp(path + c->pos0, c->tokens, (size_t)c->n_tok * sizeof(int32_t)))
         return kvs_error(KVS_ERR_INVALID_ARG, "store insert: path tokens [%d, %d) differ from the chunk's", c->pos0,
                          c->pos0 + c->n_tok);
-    if (kvs_store_counted(c) > s->budget) {
-        ADD(s->insert_too_big, 1);
-        return KVS_STORE_TOO_BIG;
-    }
     c->tier = -1;
+    if (kvs_store_counted(c) > s->budget) {
+        /* Larger than RAM may hold: the tiers below keep it (the cache dir
+         * and Redis have their own bounds), a lookup reads it from them by
+         * key. It had been dropped before the write: with a budget below
+         * one chunk (a large model, large chunks) nothing reached them. */
+        ADD(s->insert_too_big, 1);
+        if (s->n_tiers && kvs_store_contains(s, &c->prefix_key)) { /* indexed from a tier already */
+            ADD(s->insert_exists, 1);
+            return KVS_STORE_EXISTS;
+        }
+        if (s->n_tiers) *write_failed = write_through(s, c) > 0;
+        if (c->tier < 0) return KVS_STORE_TOO_BIG;
+        index_tier_only(s, c, path);
+        return KVS_STORE_TIER_ONLY;
+    }
     if (s->n_tiers && !kvs_store_contains(s, &c->prefix_key)) *write_failed = write_through(s, c) > 0;
     pthread_rwlock_wrlock(&s->lock);
     kvs_chunk *old = kvs_chunk_map_find(&s->pmap, &c->prefix_key);
@@ -187,7 +214,7 @@ int kvs_store_insert_chain(kvs_store *s, kvs_chunk *const *chunks, int n, const 
     int added = 0, rc = KVS_OK;
     for (int i = n - 1; i >= 0; i--) {
         int r = kvs_store_insert(s, chunks[i], path);
-        if (r == KVS_OK) added++;
+        if (r == KVS_OK || r == KVS_STORE_TIER_ONLY) added++;
         else if (r < 0 && rc == KVS_OK) rc = r;
     }
     if (n_new) *n_new = added;
@@ -224,9 +251,9 @@ static int put_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, con
 int kvs_store_insert_counted(kvs_store *s, kvs_chunk *c, const int32_t *path, kvs_put_report *r) {
     int write_failed = 0;
     int ins = insert(s, c, path, &write_failed);
-    if (ins == KVS_OK && write_failed) {
+    if ((ins == KVS_OK || ins == KVS_STORE_TIER_ONLY) && write_failed) {
         if (!r->n_write_errors++) snprintf(r->write_error, sizeof r->write_error, "%s", kvs_last_error());
-    } else if (ins == KVS_OK) {
+    } else if (ins == KVS_OK || ins == KVS_STORE_TIER_ONLY) {
         r->n_new++;
     } else if (ins == KVS_STORE_EXISTS) {
         r->n_existing++;

@@ -102,6 +102,8 @@ typedef struct kvs_store kvs_store;
 /* Positive soft outcomes of insert. */
 #define KVS_STORE_EXISTS 1   /* a chunk with this prefix key is stored already (it was touched) */
 #define KVS_STORE_TOO_BIG 2  /* the chunk alone exceeds the budget: not stored */
+#define KVS_STORE_TIER_ONLY 3 /* the chunk alone exceeds the budget: written to the tiers only (not
+                               * indexed in RAM: a lookup finds it in them by key) */
 
 typedef struct kvs_store_params {
     size_t budget_bytes;   /* bytes of resident chunks; 0 = default: 1/4 of physical RAM */
@@ -154,7 +156,9 @@ int kvs_store_contains(kvs_store *s, const kvs_key *prefix_key);
  * one store at most. Writes the cache-dir file first (outside the
  * lock); a failed write leaves the chunk memory-only and is counted.
  * Returns KVS_OK, KVS_STORE_EXISTS (nothing stored; the existing chunk was
- * touched), KVS_STORE_TOO_BIG, or an error (store unchanged). May evict. */
+ * touched), KVS_STORE_TIER_ONLY or KVS_STORE_TOO_BIG (larger than the RAM
+ * budget: written to the tiers only, or with no tier that took it not
+ * stored), or an error (store unchanged). May evict. */
 int kvs_store_insert(kvs_store *s, kvs_chunk *chunk, const int32_t *path);
 
 /* Inserts chunks[0..n) of one token path (chunk i ends where i+1 starts), in
@@ -170,7 +174,7 @@ typedef struct kvs_put_report {
     int n_chunks;      /* chunks the sequence was cut into */
     int n_new;         /* stored now */
     int n_existing;    /* already stored (touched) */
-    int n_skipped;     /* not stored: too big for the budget, or an error */
+    int n_skipped;     /* not stored: too big for the budget with no tier to take it, or an error */
     int n_write_errors;/* kept in memory, but a tier's write failed (disk full, read-only,
                           ...): not counted in n_new, which counts only what the tiers hold */
     char write_error[200]; /* the first failed write's message, "" if none */

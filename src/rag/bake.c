@@ -192,7 +192,7 @@ int kvs_seg_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout *
             st = ins;
             break;
         }
-        r.n_baked += ins == KVS_OK;
+        r.n_baked += ins == KVS_OK || ins == KVS_STORE_TIER_ONLY;
         r.n_bake_cached += ins == KVS_STORE_EXISTS; /* baked meanwhile by another request */
     }
     r.bake_ms = kvs_now_ms() - t0;

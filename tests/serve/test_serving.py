@@ -177,6 +177,35 @@ def test_disconnect_cancels_the_request(server):
     assert chat(server, [{"role": "user", "content": "Hi"}], max_tokens=2)["usage"]["completion_tokens"] >= 1
 
 
+def test_disconnect_stops_a_documents_warm_inside_its_step(server):
+    # A documents warm that bakes (doc_set) runs in one scheduler step; a
+    # client that left had it run to the end (every document baked, other
+    # streams held meanwhile). The slot's stop poll now ends it between
+    # documents: it is counted cancelled, and a second warm still finds
+    # documents to bake.
+    docs = ["Ledger %d. " % i + " ".join("Entry %d of ledger %d records item %d." % (k, i, k * 7 + i)
+                                          for k in range(14)) for i in range(8)]
+    before = metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}')
+    body = json.dumps({"documents": docs, "doc_set": True}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
+    s.sendall(b"POST /v1/cache/warm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    t0 = time.time()
+    while metric(server, "kvstitch_active_slots") == 0 and time.time() - t0 < 60 * SLOW:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    s.close()
+    while time.time() - t0 < 120 * SLOW:
+        if metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before and \
+                metric(server, "kvstitch_active_slots") == 0:
+            break
+        time.sleep(0.05)
+    assert metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before
+    r = server.post("/v1/cache/warm", {"documents": docs, "doc_set": True})
+    assert r.status_code == 200 and r.json()["docs_baked"] >= 1, r.text
+
+
 def test_disconnect_counts_queued_generations(server):
     # n = 16 on 4 slots: 12 generations wait in the queue. The client leaves
     # after the first bytes; those never started were cancelled without a
