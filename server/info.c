@@ -233,6 +233,7 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
         cJSON_AddNumberToObject(o, "docs_cached", j->usage.docs_hit);
         cJSON_AddNumberToObject(o, "docs_computed", j->usage.docs_computed);
         cJSON_AddNumberToObject(o, "docs_baked", j->usage.docs_baked);
+        cJSON_AddNumberToObject(o, "prefill_steps", j->usage.prefill_steps); /* scheduler steps it took */
         cJSON_AddNumberToObject(o, "ms", j->usage.total_ms);
         st = srv_reply_json(c, 200, o);
     }

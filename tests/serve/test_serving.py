@@ -206,6 +206,23 @@ def test_disconnect_stops_a_documents_warm_inside_its_step(server):
     assert r.status_code == 200 and r.json()["docs_baked"] >= 1, r.text
 
 
+def test_documents_warm_is_computed_a_slice_a_step(server):
+    # A documents-only warm of cold documents runs as a chat request's
+    # documents do: a prefill chunk per scheduler step, between the other
+    # slots' decode steps (it had run whole in one step, every stream
+    # silent meanwhile). Baking still takes one step.
+    docs = ["Atlas %d. " % i + " ".join("Station %d of atlas %d lies at mile %d." % (k, i, k * 13 + i)
+                                        for k in range(12)) for i in range(6)]
+    r = server.post("/v1/cache/warm", {"documents": docs})
+    assert r.status_code == 200, r.text
+    w = r.json()
+    assert w["docs_computed"] == 6 and w["prefill_steps"] > 2, w
+    again = server.post("/v1/cache/warm", {"documents": docs}).json()
+    assert again["docs_cached"] == 6 and again["docs_computed"] == 0 and again["prefill_steps"] == 1, again
+    baked = server.post("/v1/cache/warm", {"documents": docs, "doc_set": True}).json()
+    assert baked["docs_baked"] == 6 and baked["prefill_steps"] == 1, baked
+
+
 def test_disconnect_counts_queued_generations(server):
     # n = 16 on 4 slots: 12 generations wait in the queue. The client leaves
     # after the first bytes; those never started were cancelled without a
