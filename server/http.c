@@ -98,9 +98,10 @@ int srv_peer_gone(struct MHD_Connection *c) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Constant time in the key's length: no early exit on the first mismatch. */
-static int key_matches(const char *want, const char *got) {
-    size_t n = strlen(want), m = strlen(got);
+/* Constant time in the key's length: no early exit on the first mismatch.
+ * got is m bytes (not NUL-terminated there). */
+static int key_matches(const char *want, const char *got, size_t m) {
+    size_t n = strlen(want);
     unsigned diff = (unsigned)(n ^ m);
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
     return diff == 0;
@@ -109,7 +110,14 @@ static int key_matches(const char *want, const char *got) {
 static int authorized(srv_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    return h && !strncmp(h, "Bearer ", 7) && key_matches(s->api_key, h + 7);
+    /* the scheme is case-insensitive and spaces around the key are not
+     * part of it (RFC 9110 11.4: "bearer KEY" and "Bearer  KEY " had been 401) */
+    if (!h || strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return 0;
+    const char *k = h + 6;
+    while (*k == ' ' || *k == '\t') k++;
+    size_t m = strlen(k);
+    while (m && (k[m - 1] == ' ' || k[m - 1] == '\t')) m--;
+    return key_matches(s->api_key, k, m);
 }
 
 static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_body *b) {

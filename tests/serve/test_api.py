@@ -361,6 +361,14 @@ def test_api_key(server):
     bad = openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.chat.completions.create(model="x", messages=Q, max_tokens=2)
+    # the scheme in any case, spaces around the key (RFC 9110): accepted; a
+    # key that only starts or ends like it, or no space after the scheme: not
+    for h, ok in [("bearer " + server.key, True), ("BEARER  " + server.key + " ", True),
+                  ("Bearer\t" + server.key, True), ("Bearer" + server.key, False),
+                  ("Bearer " + server.key + "x", False), ("Bearer " + server.key[:-1], False),
+                  ("Basic " + server.key, False)]:
+        r = requests.get(server.url + "/v1/models", headers={"Authorization": h}, timeout=30)
+        assert (r.status_code == 200) == ok, (h, r.status_code)
 
 
 def test_prompt_sources_texts_are_the_prompt_in_valid_utf8(server):
