@@ -44,6 +44,17 @@ class Question:
 Segment = Union[System, Document, Question]
 
 
+def document_blocks(documents: Sequence[str | Document] | None) -> list[Document]:
+    """documents= as Document blocks; an empty one is refused, naming it (it
+    was skipped without a word, where the server answers 400 and the CLI
+    refuses an empty --doc)."""
+    blocks = [d if isinstance(d, Document) else Document(d) for d in documents or []]
+    for i, d in enumerate(blocks):
+        if isinstance(d.text, str) and not d.text:
+            raise InvalidArgument(f"documents[{i}] is empty")
+    return blocks
+
+
 def is_segment_list(prompt: object) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and \
         all(isinstance(s, (System, Document, Question)) for s in prompt)

@@ -19,7 +19,7 @@ from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
 from .model import Model
-from .segments import CSegments, Document, Question, Segment, System, is_segment_list
+from .segments import CSegments, Document, Question, Segment, System, document_blocks, is_segment_list
 from .stream import Stream
 
 Prompt = Union[str, Sequence[int], Sequence[Mapping[str, str]], Sequence[Segment]]
@@ -290,7 +290,7 @@ class Session(NoCopy):
             if not isinstance(prompt, str):
                 raise InvalidArgument("documents=/system= go with a text prompt (the question)")
             blocks = ([System(a["system"])] if a["system"] is not None else []) + \
-                [d if isinstance(d, Document) else Document(d) for d in a["documents"] or []] + \
+                document_blocks(a["documents"]) + \
                 [Question(prompt)]
             prompt = blocks
         if is_segment_list(prompt):
@@ -410,7 +410,7 @@ class Session(NoCopy):
                                       f"{type(documents).__name__}")
             if documents is not None or is_segment_list(text):
                 blocks = list(text) if is_segment_list(text) else \
-                    [d if isinstance(d, Document) else Document(d) for d in documents or []]
+                    document_blocks(documents)
                 seg = CSegments(blocks, chat=chat)
                 rep = ffi.new("kvs_warm_docs_report *")
                 if doc_set and bake_with_neighbours:

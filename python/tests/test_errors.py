@@ -50,6 +50,15 @@ def test_a_too_long_document_is_named_where_it_was_given(model, cache):
     assert s.warm(documents=["A short one."]).chunks_stored >= 0  # still usable
 
 
+def test_an_empty_document_is_refused_naming_it(model, cache):
+    s = kvstitch.Session(model, cache)
+    for call in (lambda: s.generate("Why?", documents=["A.", ""], max_tokens=1),
+                 lambda: s.warm(documents=["A.", kvstitch.Document("")])):
+        with pytest.raises(kvstitch.InvalidArgument, match=r"documents\[1\] is empty"):
+            call()
+    assert s.generate("Why?", documents=["A."], max_tokens=1).tokens  # still usable
+
+
 def test_unknown_reuse_names_the_choices(model, cache):
     s = kvstitch.Session(model, cache)
     with pytest.raises(kvstitch.InvalidArgument) as e:
