@@ -254,6 +254,17 @@ print(a["docs_computed"] >= 2 and b["docs_computed"] == 0 and b["docs_hit"] >= a
       and b["first_logits_sha256"] == a["first_logits_sha256"] and b["tokens"] == a["tokens"])' "$tmp/d1.json" "$tmp/d2.json")" = True ] \
     && ok redis_cli_documents_from_redis \
     || fail redis_cli_documents_from_redis "$(cat "$tmp/d1.json" "$tmp/d2.json" "$tmp/e" 2>/dev/null | head -c 1500)"
+# reuse full (db 6): the prompt is stored with its segment borders ([0, k) [k, 64) ...), and a
+# fresh process is served all of it but the live question's tail from Redis (it had been the
+# system message alone: no grid key names a chunk after a border), with the cold bits.
+gen --redis "$URL/6" --redis-timeout 2000 --reuse full "${docs[@]}" >"$tmp/f1.json" 2>"$tmp/e" \
+    && gen --redis "$URL/6" --reuse full "${docs[@]}" >"$tmp/f2.json" 2>>"$tmp/e" \
+    && [ "$(python3 -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+print(a["cached_tokens"] == 0 and b["cached_tokens"] >= b["prompt_tokens"] - 8
+      and b["first_logits_sha256"] == a["first_logits_sha256"] and b["tokens"] == a["tokens"])' "$tmp/f1.json" "$tmp/f2.json")" = True ] \
+    && ok redis_cli_full_documents_past_their_borders \
+    || fail redis_cli_full_documents_past_their_borders "$(cat "$tmp/f1.json" "$tmp/f2.json" "$tmp/e" 2>/dev/null | head -c 1500)"
 # Baked documents too (warm --doc-set in db 3, then another order in a fresh process): their
 # chunks are keyed after a baked parent, no path; they had been found in RAM and a scanned
 # directory only (0 baked from Redis). The bits equal those of the same two steps on a --cache-dir.

@@ -237,7 +237,7 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
  * first: one contains_many per tier for all of them, then reads of the held
  * ones until one serves, TAIL_READS at most. */
 static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop, const kvs_key *parent,
-                      const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap) {
+                      const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, kvs_key *served_key) {
     const int lo = hit->n_cached - stop->start + 1, hi = stop->end - stop->start - 1;
     if (hi < lo) return KVS_OK;
     const int m = hi - lo + 1; /* keys[k]: the tail of lo + k tokens */
@@ -265,6 +265,7 @@ static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop,
                 if (t->ops->get_many(t, &keys[k], 1, &c) == KVS_OK)
                     served = take_resident(s, ti, c, tokens, &p, parent, kv, hit, cap, t0);
             }
+            if (served) *served_key = keys[k];
         }
     }
     free(keys);
@@ -272,23 +273,84 @@ static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop,
     return KVS_OK;
 }
 
-/* Steps 3 and 4: past the RAM hit, the grid chunks by key, then the partial
- * chunk where they stop. */
-static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit,
-                       int *cap) {
-    int cap_spans = kvs_chunking_max_spans(n, s->chunk_tokens, 0), n_spans = 0;
+/* Steps 3 and 4 from position g, whose prefix key is root: the grid
+ * chunks of [g, n) by key (the first one up to the next grid line), then
+ * the partial chunk where they stop. 1 in *tail if step 4 served (the hit
+ * then ends at a key it names: *tail_key). */
+static int serve_round(kvs_store *s, const int32_t *tokens, int n, int g, const kvs_key *root,
+                       const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, int *tail, kvs_key *tail_key) {
+    int cap_spans = kvs_chunking_max_spans(n - g, s->chunk_tokens, 0), n_spans = 0;
     kvs_span *sp = malloc((size_t)cap_spans * sizeof *sp);
     kvs_key *keys = malloc((size_t)cap_spans * sizeof *keys);
     int rc = sp && keys ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
-    if (!rc) rc = kvs_chunking_split(n, 0, s->chunk_tokens, NULL, 0, sp, cap_spans, &n_spans);
-    if (!rc) rc = kvs_key_prefix_chain(&s->fp, tokens, sp, n_spans, keys);
+    if (!rc) rc = kvs_chunking_split(n - g, g, s->chunk_tokens, NULL, 0, sp, cap_spans, &n_spans);
+    if (!rc) rc = kvs_key_prefix_chain(root, tokens + g, sp, n_spans, keys);
+    for (int i = 0; !rc && i < n_spans; i++) { /* to absolute positions */
+        sp[i].start += g;
+        sp[i].end += g;
+    }
     int i = 0;
     while (!rc && i < n_spans && sp[i].end <= hit->n_cached) i++;
     for (int ti = 0; !rc && ti < s->n_tiers && i < n_spans; ti++)
         serve_tier(s, ti, tokens, sp, keys, n_spans, &i, kv, hit, cap);
-    if (!rc && i < n_spans) rc = serve_tail(s, tokens, &sp[i], i ? &keys[i - 1] : &s->fp, kv, hit, cap);
+    *tail = 0;
+    if (!rc && i < n_spans) {
+        const int before = hit->n_cached;
+        rc = serve_tail(s, tokens, &sp[i], i ? &keys[i - 1] : root, kv, hit, cap, tail_key);
+        *tail = hit->n_cached > before;
+    }
     free(sp);
     free(keys);
+    return rc;
+}
+
+/* The prefix key at the end of the hit: its last chunk's, or that of the
+ * part of it the hit covers. */
+static void key_at_hit_end(const kvs_store *s, const kvs_prefix_hit *hit, kvs_key *out) {
+    if (!hit->n_segs) {
+        *out = s->fp;
+        return;
+    }
+    const kvs_hit_seg *g = &hit->segs[hit->n_segs - 1];
+    if (g->to == g->chunk->pos0 + g->chunk->n_tok) *out = g->chunk->prefix_key;
+    else kvs_key_prefix(&g->chunk->parent_key, g->chunk->tokens, g->to - g->chunk->pos0, out);
+}
+
+/* Rounds a lookup makes in the tiers at most (each a few round trips). */
+#define TIER_ROUNDS 64
+
+/* Steps 3 and 4, in rounds. The first from position 0 on the grid (the
+ * chain any process writes for a plain prompt). A stored chain may leave
+ * the grid: a prompt stored with its segment borders (documents under
+ * `reuse: full`: [0, 10) [10, 64) [64, 128) ...), or by a process with
+ * other chunk_tokens. Its chunks after the border are keyed from the
+ * border's key, which no grid key names: where step 4 served a partial
+ * chunk, the next round starts at its end, from its key (they had been
+ * lost: Redis served the system message of such a prompt, RAM and a
+ * scanned directory all of it). Where the first round found nothing past
+ * a RAM hit that ends off the grid, one more starts at the hit's end. */
+static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit,
+                       int *cap) {
+    int g = 0, rc = KVS_OK, tried_hit_end = 0;
+    kvs_key root = s->fp;
+    for (int round = 0; !rc && round < TIER_ROUNDS && hit->n_cached < n; round++) {
+        const int before = hit->n_cached;
+        int tail = 0;
+        kvs_key tail_key;
+        rc = serve_round(s, tokens, n, g, &root, kv, hit, cap, &tail, &tail_key);
+        if (rc) break;
+        if (tail && hit->n_cached % s->chunk_tokens) { /* off the grid: the chain may go on from there */
+            g = hit->n_cached;
+            root = tail_key;
+            continue;
+        }
+        if (hit->n_cached > before || tried_hit_end || !hit->n_cached || hit->n_cached == g ||
+            hit->n_cached % s->chunk_tokens == 0)
+            break;
+        g = hit->n_cached; /* the RAM hit ends off the grid: from there, once */
+        key_at_hit_end(s, hit, &root);
+        tried_hit_end = 1;
+    }
     return rc;
 }
 
