@@ -586,6 +586,11 @@ KVS_API int kvs_cache_sync(kvs_cache *cache, int *n_new);
  * kvs_cache_get_stats's redis_put_errors / redis_put_dropped count every
  * write of the calls before it. KVS_OK at once without a Redis tier. */
 KVS_API int kvs_cache_flush(kvs_cache *cache, int timeout_ms);
+/* Why the Redis tier could not be used, into out[cap]: "redis HOST:PORT:
+ * AUTH: WRONGPASS ..." (the server's words where it gave some, else "not
+ * reachable (...)") for the first node whose last connect failed; "" when
+ * every node's last connect worked, or without a Redis tier. */
+KVS_API void kvs_cache_redis_why_down(kvs_cache *cache, char *out, size_t cap);
 /* Removes every chunk from memory; with and_disk also every entry file of the
  * cache directory (of any model). */
 KVS_API int kvs_cache_clear(kvs_cache *cache, int and_disk);

@@ -327,6 +327,16 @@ redis-cli -p "$P" rpush kvs:queue job >/dev/null
 "$CLI" cache stats --redis "$URL/99" >/dev/null 2>"$tmp/e"; rc=$?
 [ $rc -ne 0 ] && grep -q "SELECT 99: ERR DB index is out of range" "$tmp/e" \
     && ok redis_cli_connect_error_says_why || fail redis_cli_connect_error_says_why "rc=$rc $(cat "$tmp/e")"
+# ... and so do generate and warm, which had said only that chunks were not written: a wrong
+# password (the server's words), and a server that wants one none was given for
+PW=$(start_redis auth 20000) && redis-cli -p "$PW" config set requirepass s3cret >/dev/null \
+    || fail redis_cli_generate_says_why "redis-server did not start"
+gen --redis "redis://:wrong@127.0.0.1:$PW" -f "$tmp/c.txt" >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc = 0 ] && grep -q "warning: redis 127.0.0.1:$PW: AUTH: WRONGPASS" "$tmp/e" \
+    && ok redis_cli_generate_says_why || fail redis_cli_generate_says_why "rc=$rc $(cat "$tmp/e")"
+timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "redis://127.0.0.1:$PW" -f "$tmp/c.txt" >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc = 0 ] && grep -q "warning: redis: a .* was refused: .*\(NOAUTH\|unauthenticated\)" "$tmp/e" \
+    && ok redis_cli_warm_says_why || fail redis_cli_warm_says_why "rc=$rc $(cat "$tmp/e")"
 
 # --- Redis Cluster: 3 masters + 3 replicas (started at the top) ----------------------
 wait "$cluster_job"; cluster_job=

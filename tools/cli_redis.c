@@ -116,4 +116,10 @@ void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint6
                 cmd, (unsigned long long)(st.redis_put_errors + st.redis_put_dropped),
                 (unsigned long long)st.redis_puts, (unsigned long long)st.redis_put_errors,
                 (unsigned long long)st.redis_put_dropped);
+    /* why, in the server's words where it gave some (a wrong password, a
+     * database index out of range had been said by `cache stats` only) */
+    char why[256];
+    kvs_cache_redis_why_down(cache, why, sizeof why);
+    if (why[0] && (st.redis_put_errors || st.redis_put_dropped || st.redis_errors))
+        fprintf(stderr, "kvstitch %s: warning: %s\n", cmd, why);
 }

@@ -47,6 +47,12 @@ int kvs_cache_flush(kvs_cache *c, int timeout_ms) {
     return kvs_error(KVS_ERR_IO, "redis: writes still queued after %d ms", timeout_ms);
 }
 
+void kvs_cache_redis_why_down(kvs_cache *c, char *out, size_t cap) {
+    if (!out || !cap) return;
+    out[0] = 0;
+    if (c && c->redis) kvs_redis_tier_why_down(c->redis, out, cap);
+}
+
 void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
     if (!c->redis) return;
     kvs_tier_stats ts;

@@ -296,6 +296,12 @@ void kvs_redis_conn_why_down(kvs_redis_conn *c, char *out, size_t cap) {
     pthread_mutex_unlock(&c->mu);
 }
 
+void kvs_redis_conn_last_failure(kvs_redis_conn *c, char *out, size_t cap) {
+    pthread_mutex_lock(&c->mu);
+    snprintf(out, cap, "%s", c->why_down);
+    pthread_mutex_unlock(&c->mu);
+}
+
 int kvs_redis_flush(redisContext *ctx) {
     int done = 0;
     while (!done)

@@ -103,6 +103,8 @@ void kvs_redis_conn_release(kvs_redis_conn *c, int ok);
 /* Why the node is down, for a message after acquire returned NULL (copied
  * under the lock: another thread may be connecting). */
 void kvs_redis_conn_why_down(kvs_redis_conn *c, char *out, size_t cap);
+/* The last connect's failure as kept ("" after one that worked). */
+void kvs_redis_conn_last_failure(kvs_redis_conn *c, char *out, size_t cap);
 
 /* The budget of an operation that moves `bytes` (request and reply):
  * timeout_ms + bytes / min_mb_per_s, in ms (capped at 10 minutes). */

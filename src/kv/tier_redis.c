@@ -98,6 +98,11 @@ static void get_reply(void *user, int i, const redisReply *r) {
     if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) return;
     if (r->type != REDIS_REPLY_STRING) {
         atomic_fetch_add(&rt->errors, 1);
+        if (r->type == REDIS_REPLY_ERROR && r->str) { /* the server's words: NOAUTH, a WRONGTYPE value... */
+            pthread_mutex_lock(&rt->why_mu);
+            snprintf(rt->why_refused, sizeof rt->why_refused, "a read was refused: %.*s", (int)r->len, r->str);
+            pthread_mutex_unlock(&rt->why_mu);
+        }
         return;
     }
     if ((size_t)r->len > rt->max_value_bytes) { /* GETRANGE gave limit + 1 bytes: larger than allowed */
@@ -533,6 +538,7 @@ static void redis_free(redis_tier *rt) {
     if (rt->password) memset(rt->password, 0, strlen(rt->password));
     free(rt->password);
     free(rt->user);
+    pthread_mutex_destroy(&rt->why_mu);
     free(rt);
 }
 
@@ -566,6 +572,7 @@ int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const
         return kvs_error(KVS_ERR_INVALID_ARG, "redis tier: unknown codec %d", (int)p->codec);
     redis_tier *rt = calloc(1, sizeof *rt);
     if (!rt) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory");
+    pthread_mutex_init(&rt->why_mu, NULL);
     kvs_redis_policy_defaults(&rt->policy);
     if (p->timeout_ms > 0) rt->policy.timeout_ms = p->timeout_ms;
     if (p->breaker_failures > 0) rt->policy.breaker_failures = p->breaker_failures;
@@ -633,3 +640,30 @@ void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st) {
 }
 
 int kvs_redis_tier_flush(kvs_tier *t, int timeout_ms) { return kvs_redis_writer_flush(impl(t), timeout_ms); }
+
+/* The first node's last connect failure; words_only: only one in the
+ * server's words (AUTH, SELECT), not "not reachable (...)". */
+static void node_failure(redis_tier *rt, int words_only, char *out, size_t cap) {
+    pthread_rwlock_rdlock(&rt->nodes.lock);
+    for (int i = 0; i < rt->nodes.n_nodes && !out[0]; i++)
+        for (int w = 0; w < 2 && !out[0]; w++) {
+            kvs_redis_conn *c = w ? &rt->nodes.node[i]->wr : &rt->nodes.node[i]->rd;
+            char why[192];
+            kvs_redis_conn_last_failure(c, why, sizeof why);
+            if (why[0] && !(words_only && !strncmp(why, "not reachable", 13)))
+                snprintf(out, cap, "redis %s:%d: %s", c->host, c->port, why);
+        }
+    pthread_rwlock_unlock(&rt->nodes.lock);
+}
+
+void kvs_redis_tier_why_down(kvs_tier *t, char *out, size_t cap) {
+    redis_tier *rt = impl(t);
+    out[0] = 0;
+    node_failure(rt, 1, out, cap); /* the server's words first: a refused connect, */
+    if (!out[0]) {                 /* a refused read or write, then a node not reached */
+        pthread_mutex_lock(&rt->why_mu);
+        if (rt->why_refused[0]) snprintf(out, cap, "redis: %s", rt->why_refused);
+        pthread_mutex_unlock(&rt->why_mu);
+    }
+    if (!out[0]) node_failure(rt, 0, out, cap);
+}

@@ -90,6 +90,10 @@ typedef struct kvs_redis_tier_stats {
 void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st);
 /* Waits until the write queue is empty (at most timeout_ms). 1 if empty. */
 int kvs_redis_tier_flush(kvs_tier *t, int timeout_ms);
+/* "redis HOST:PORT: <why>" of the first node whose last connect failed
+ * (the server's words where it gave some: "AUTH: WRONGPASS ..."), "" if
+ * every node's last connect worked. */
+void kvs_redis_tier_why_down(kvs_tier *t, char *out, size_t cap);
 /* 1 if t is a Redis or Redis Cluster tier. */
 int kvs_tier_is_redis(const kvs_tier *t);
 /* The key of prefix_key in t: "kvs:<fp16>:<hex>" (buf >= 96 bytes). */

@@ -44,6 +44,8 @@ typedef struct redis_tier {
     _Atomic uint64_t puts, put_errors, put_dropped, put_bytes;
     _Atomic uint64_t bad, foreign, errors, oversized;
     _Atomic uint64_t markers, marker_hits; /* partial-chunk markers written, read to a chunk (redis_marker.h) */
+    pthread_mutex_t why_mu;
+    char why_refused[192];         /* the last error a read got ("NOAUTH ..."), "" if none */
 } redis_tier;
 
 /* The key of prefix_key: key_prefix + 64 hex digits. Returns its length. */
