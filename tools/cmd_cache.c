@@ -147,7 +147,7 @@ static int parse(int argc, char **argv, cache_opts *o) {
             return cli_usage_error("cache", "clear removes the entries of every model; it takes no -m");
         return -1;
     }
-    if (!o->dir || !*o->dir) return cli_usage_error("cache", "--cache-dir DIR (or --redis URL) is required");
+    if (!o->dir || !*o->dir) return cli_usage_error("cache", "--cache-dir DIR (or --redis URL / --redis-cluster LIST) is required");
     struct stat sb;
     if (stat(o->dir, &sb)) return cli_usage_error("cache", "--cache-dir %s: %s", o->dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return cli_usage_error("cache", "--cache-dir %s: not a directory", o->dir);

@@ -293,7 +293,7 @@ int cmd_warm(int argc, char **argv) {
         snprintf(src, sizeof src, "%s", o.is_file[i] ? o.texts[i] : "text");
         if (!o.is_file[i] && o.n_texts > 1) snprintf(src, sizeof src, "text %d", i + 1);
         if (st != KVS_OK) {
-            cli_fail(st, o.is_file[i] ? o.texts[i] : "warm");
+            cli_fail(st, src); /* (the library says "warm: ...": not twice) */
             goto done;
         }
         total_tokens += w.n_tokens;
