@@ -294,12 +294,13 @@ static size_t sse_take(sse *st, int i, int timeout_ms) {
     size_t base = st->seen[i].text;
     srv_job_piece p;
     int done = srv_job_wait(j, &st->seen[i], &p, timeout_ms);
-    if (p.text) {
+    if (p.text || p.n_lp) { /* (entries without text: tokens that have none, at the end) */
+        const char *text = p.text ? p.text : "";
         cJSON *lp = j->req.logprobs
-                        ? srv_logprobs_json(st->s->model, j->req.kind, p.lp, p.n_lp, p.text, base, st->seen_chars[i])
+                        ? srv_logprobs_json(st->s->model, j->req.kind, p.lp, p.n_lp, text, base, st->seen_chars[i])
                         : NULL;
-        sse_push(st, sse_chunk(st, i, NULL, p.text, lp, NULL));
-        st->seen_chars[i] += srv_utf8_chars(p.text, p.n);
+        sse_push(st, sse_chunk(st, i, NULL, text, lp, NULL));
+        st->seen_chars[i] += srv_utf8_chars(text, p.n);
     }
     size_t n = p.n;
     srv_job_piece_free(&p);

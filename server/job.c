@@ -212,7 +212,7 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem) {
 }
 
 void srv_job_emit(srv_job *j, const char *s, size_t n, const srv_logprob *lp, int n_lp) {
-    if (n == 0) return;
+    if (n == 0 && n_lp == 0) return;
     pthread_mutex_lock(&j->mu);
     void *text = j->text, *lps = j->lp;
     size_t cap_lp = (size_t)j->cap_lp;

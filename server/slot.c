@@ -56,6 +56,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->n_gen = 0;
     s->gen_len = s->emitted = 0;
     s->n_lp = 0;
+    s->stop_cut = 0;
     s->t_start = now_ms();
     s->t_first = 0;
     s->warmer = NULL;
@@ -202,6 +203,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     long cut = first_stop(s);
     if (cut >= 0) {
         emit_upto(s, (size_t)cut);
+        s->stop_cut = 1;
         s->gen_len = (size_t)cut;
         s->gen[cut] = 0;
         s->emitted = s->gen_len;
@@ -447,6 +449,14 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
         if (!kvs_detok_flush(s->detok, piece, sizeof piece, &n)) gen_append(s, piece, n);
         long cut = first_stop(s);
         emit_upto(s, cut >= 0 ? (size_t)cut : s->gen_len);
+        s->stop_cut |= cut >= 0;
+    }
+    /* Tokens with no text (a control token a logit_bias forced) at the
+     * end: their entries go out with no text (they had been lost); those
+     * of a stop string's cut tokens never do. */
+    if ((why == SRV_FINISH_LENGTH || why == SRV_FINISH_STOP) && !s->stop_cut && s->n_lp > 0) {
+        srv_job_emit(j, "", 0, s->lp, s->n_lp);
+        s->n_lp = 0;
     }
     /* Multi-turn: the KV of the generated tokens is kept too (exact path
      * only: a documents prompt holds moved, approximate KV). */

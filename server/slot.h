@@ -33,6 +33,7 @@ typedef struct srv_slot {
     size_t gen_len, gen_cap, emitted;
     srv_logprob *lp;      /* (n_lp) logprobs of generated tokens whose text is not emitted yet */
     int n_lp, cap_lp;
+    int stop_cut;         /* the text was cut at a stop string (its tokens' entries never go out) */
     float *biased;        /* (n_vocab) the logits plus logit_bias (allocated at first use) */
     int n_gen;
     double t_start, t_first;

@@ -529,6 +529,15 @@ def test_chat_logprobs(client):
     assert kept.startswith(text) and starts and max(starts) < len(text), (starts, text)
     # Without logprobs: null, as before.
     assert client.chat.completions.create(model="x", messages=Q, max_tokens=2).choices[0].logprobs is None
+    # Tokens with no text (a control token forced by logit_bias) have their
+    # entries too, streamed and not (they had none: 3 tokens, 0 entries)
+    kw = dict(model="x", messages=Q, max_tokens=3, temperature=0, logprobs=True, logit_bias={"1": 100})
+    r = client.chat.completions.create(**kw)
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length", r
+    assert [e.logprob <= 0 for e in r.choices[0].logprobs.content] == [True] * 3, r.choices[0].logprobs
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [e.logprob for e in streamed] == [e.logprob for e in r.choices[0].logprobs.content]
 
 
 def test_completions_logprobs_match_the_library(server, client):
