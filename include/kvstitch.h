@@ -592,7 +592,8 @@ KVS_API int kvs_cache_flush(kvs_cache *cache, int timeout_ms);
  * every node's last connect worked, or without a Redis tier. */
 KVS_API void kvs_cache_redis_why_down(kvs_cache *cache, char *out, size_t cap);
 /* Removes every chunk from memory; with and_disk also every entry file of the
- * cache directory (of any model). */
+ * cache directory (of any model). Without, the directory's entries stay
+ * indexed (their payloads read again when used), as after kvs_cache_open. */
 KVS_API int kvs_cache_clear(kvs_cache *cache, int and_disk);
 /* The fingerprint as 64 hex digits + NUL. */
 KVS_API void kvs_cache_fingerprint_hex(const kvs_cache *cache, char hex[65]);

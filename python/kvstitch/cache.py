@@ -107,7 +107,8 @@ class Cache(InUse, NoCopy):
 
     def clear(self, disk: bool = False) -> None:
         """Drops every chunk from memory; with disk=True also every entry
-        file of the cache directory (of any model)."""
+        file of the cache directory (of any model). Without, the directory's
+        entries stay listed (entries(), stats()) and are read again when used."""
         with self._using() as h:
             check(lib.kvs_cache_clear(h, int(disk)))
 

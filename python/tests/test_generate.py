@@ -126,6 +126,10 @@ def test_cache_entries_and_prune_dir(model, tmp_path):
     assert e0["pos0"] == 0 and e0["origin"] == "prefix" and e0["on_disk"] == 1 and e0["kv_type"] == "f16"
     assert e0["tokens"] == model.tokenize(text)[:e0["n_tok"]] and len(e0["prefix_key"]) == 64
     assert sum(e["n_tok"] for e in es) == len(model.tokenize(text))
+    # clear() empties memory; the directory's entries stay listed (they had
+    # gone from entries() and stats() while their files stayed)
+    c.clear()
+    assert len(c.entries()) == len(es) and c.stats()["resident"] == 0 and c.stats()["entries"] == len(es)
     s.close()
     c.close()
     r = kvstitch.prune_dir(d, max_bytes=1)

@@ -72,7 +72,11 @@ int kvs_cache_sync(kvs_cache *c, int *n_new) {
 
 int kvs_cache_clear(kvs_cache *c, int and_disk) {
     if (!c) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_clear: cache is NULL");
-    return kvs_store_clear(c->store, and_disk);
+    int st = kvs_store_clear(c->store, and_disk);
+    /* memory only: the directory's entries stay, and stay listed (the index
+     * had forgotten them: entries() empty, stats 0, files still there) */
+    if (!st && !and_disk) st = kvs_store_sync_disk(c->store, NULL);
+    return st;
 }
 
 void kvs_cache_fingerprint_hex(const kvs_cache *c, char hex[65]) {
