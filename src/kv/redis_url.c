@@ -90,8 +90,26 @@ static int parse_url(redis_tier *rt, const char *url, char *host, size_t host_ca
     }
     const char *slash = strchr(p, '/');
     const char *hp_end = slash ? slash : end;
-    if (memchr(p, ':', (size_t)(hp_end - p))) {
-        if (kvs_redis_parse_hostport(p, (size_t)(hp_end - p), host, host_cap, port))
+    const size_t hp_len = (size_t)(hp_end - p);
+    int colons = 0;
+    for (const char *q = p; q < hp_end; q++) colons += *q == ':';
+    if (*p == '[') { /* an IPv6 address: [addr] or [addr]:port */
+        const char *rb = memchr(p, ']', hp_len);
+        if (!rb || rb == p + 1 || (rb + 1 < hp_end && rb[1] != ':') || (size_t)(rb - p - 1) >= host_cap)
+            return kvs_error(KVS_ERR_INVALID_ARG, "--redis %s: bad [IPv6 address]:port", shown);
+        if (rb + 1 < hp_end) {
+            if (kvs_redis_parse_hostport(p, hp_len, host, host_cap, port))
+                return kvs_error(KVS_ERR_INVALID_ARG, "--redis %s: bad [IPv6 address]:port", shown);
+        } else {
+            memcpy(host, p + 1, (size_t)(rb - p - 1));
+            host[rb - p - 1] = 0;
+            *port = 6379;
+        }
+    } else if (colons > 1) { /* "::1" had been read as host ":" and port 1 */
+        return kvs_error(KVS_ERR_INVALID_ARG, "--redis %s: an IPv6 address goes in brackets (redis://[::1]:6379)",
+                         shown);
+    } else if (colons) {
+        if (kvs_redis_parse_hostport(p, hp_len, host, host_cap, port))
             return kvs_error(KVS_ERR_INVALID_ARG, "--redis %s: bad host:port", shown);
     } else {
         if (hp_end == p || (size_t)(hp_end - p) >= host_cap)
