@@ -148,7 +148,19 @@ static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
         p = cJSON_GetArrayItem(p, 0);
     if (!cJSON_IsString(p)) return bad(e, "prompt", "'%s' must be a string (or an array of one string)%s", "");
     r->prompt = dup_string(p);
-    return r->prompt ? 0 : bad(e, "prompt", "'%s': out of memory%s", "");
+    if (!r->prompt) return bad(e, "prompt", "'%s': out of memory%s", "");
+    /* Completions fields this server does not implement, refused where they
+     * ask for something (they had been ignored: an echo-scoring client got
+     * an answer without its prompt's logprobs and no word why) */
+    int echo = 0;
+    long long best_of = 1;
+    if (get_bool(root, "echo", &echo, e) || get_int(root, "best_of", 1, 128, &best_of, e)) return -1;
+    if (echo) return bad(e, "echo", "'%s': true is not supported (the prompt is not echoed)%s", "");
+    if (best_of > 1) return bad(e, "best_of", "'%s' above 1 is not supported (use n)%s", "");
+    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (suffix && !cJSON_IsNull(suffix) && !(cJSON_IsString(suffix) && !*suffix->valuestring))
+        return bad(e, "suffix", "'%s' is not supported (no insertion)%s", "");
+    return 0;
 }
 
 /* Keeps stop string s (an empty one stops nothing: dropped); at: its index

@@ -352,6 +352,17 @@ def test_body_too_large(server):
     assert error_of(r, 413)["code"] == "request_too_large"
 
 
+def test_completions_fields_not_implemented_are_refused(server):
+    # echo / best_of / suffix had been ignored without a word
+    for body, param in [({"echo": True}, "echo"), ({"best_of": 2}, "best_of"), ({"suffix": "end"}, "suffix"),
+                        ({"echo": "yes"}, "echo")]:
+        r = server.post("/v1/completions", dict({"prompt": "Hi", "max_tokens": 1}, **body))
+        assert error_of(r, 400)["param"] == param, (body, r.text)
+    for body in ({"echo": False}, {"best_of": 1}, {"suffix": ""}, {"suffix": None}):
+        r = server.post("/v1/completions", dict({"prompt": "Hi", "max_tokens": 1}, **body))
+        assert r.status_code == 200, (body, r.text)
+
+
 def test_api_key(server):
     r = requests.post(server.url + "/v1/chat/completions", json={"messages": Q}, timeout=30)
     assert error_of(r, 401)["type"] == "authentication_error"
