@@ -78,6 +78,11 @@ class Session(NoCopy):
             raise InvalidArgument(f"Session needs a Model, got {type(model).__name__}")
         if cache is not None and not isinstance(cache, Cache):
             raise InvalidArgument(f"cache must be a Cache or None, got {type(cache).__name__}")
+        if cache is not None:  # refused here, not at the first call (they had been)
+            if cache._h is None:
+                raise InvalidArgument("Session: the cache was closed")
+            if kv_type is not None and kv_type_of(kv_type) != kv_type_of(cache.kv_type):
+                raise InvalidArgument(f"Session: kv_type {kv_type!r} differs from the cache's {cache.kv_type!r}")
         p = lib.kvs_context_default_params()
         p.n_ctx = int_arg(n_ctx, "n_ctx", 0, INT_MAX)
         p.n_threads = model.threads if threads is None else int_arg(threads, "threads", 0, MAX_THREADS)

@@ -50,6 +50,16 @@ def test_a_too_long_document_is_named_where_it_was_given(model, cache):
     assert s.warm(documents=["A short one."]).chunks_stored >= 0  # still usable
 
 
+def test_a_session_refuses_a_closed_cache_or_another_kv_type_at_once(model):
+    c = kvstitch.Cache(model, budget_bytes=16 << 20)
+    with pytest.raises(kvstitch.InvalidArgument, match="kv_type 'q8' differs"):
+        kvstitch.Session(model, c, kv_type="q8")
+    assert kvstitch.Session(model, c, kv_type="f16").generate("Hi", max_tokens=1).tokens
+    c.close()
+    with pytest.raises(kvstitch.InvalidArgument, match="cache was closed"):
+        kvstitch.Session(model, c)
+
+
 def test_an_empty_document_is_refused_naming_it(model, cache):
     s = kvstitch.Session(model, cache)
     for call in (lambda: s.generate("Why?", documents=["A.", ""], max_tokens=1),
