@@ -153,24 +153,35 @@ def test_raw_sse_with_curl(server):
     assert datas[-1]["usage"]["completion_tokens"] == 6 or datas[-2]["choices"][0]["finish_reason"] == "stop"
 
 
+def raw_post(server, path, body):
+    """A socket with the request sent (its reply unread: the caller may hang up)."""
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    return s
+
+
+def wait_cancelled(server, before, seconds):
+    """Until a generation more than before ended cancelled and no slot is busy."""
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        if metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before and \
+                metric(server, "kvstitch_active_slots") == 0:
+            return
+        time.sleep(0.05)
+
+
 def test_disconnect_cancels_the_request(server):
     before = metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}')
     body = json.dumps({"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 2000,
                        "stream": True, "temperature": 0}).encode()
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-              b"\r\n\r\n" + body)
+    s = raw_post(server, "/v1/chat/completions", body)
     got = b""
     while got.count(b"data: ") < 3:
         got += s.recv(4096)
     s.close()
-    t0 = time.time()
-    while time.time() - t0 < 30 * SLOW:
-        if metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before and \
-                metric(server, "kvstitch_active_slots") == 0:
-            break
-        time.sleep(0.1)
+    wait_cancelled(server, before, 30 * SLOW)
     assert metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before
     assert metric(server, "kvstitch_active_slots") == 0
     # The slot is usable again.
@@ -187,20 +198,13 @@ def test_disconnect_stops_a_documents_warm_inside_its_step(server):
                                           for k in range(14)) for i in range(8)]
     before = metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}')
     body = json.dumps({"documents": docs, "doc_set": True}).encode()
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
-    s.sendall(b"POST /v1/cache/warm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-              b"\r\n\r\n" + body)
+    s = raw_post(server, "/v1/cache/warm", body)
     t0 = time.time()
     while metric(server, "kvstitch_active_slots") == 0 and time.time() - t0 < 60 * SLOW:
         time.sleep(0.02)
     time.sleep(0.2)
     s.close()
-    while time.time() - t0 < 120 * SLOW:
-        if metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before and \
-                metric(server, "kvstitch_active_slots") == 0:
-            break
-        time.sleep(0.05)
+    wait_cancelled(server, before, 120 * SLOW)
     assert metric(server, 'kvstitch_generations_total{finish_reason="cancelled"}') > before
     r = server.post("/v1/cache/warm", {"documents": docs, "doc_set": True})
     assert r.status_code == 200 and r.json()["docs_baked"] >= 1, r.text
