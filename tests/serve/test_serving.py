@@ -237,10 +237,7 @@ def test_disconnect_counts_queued_generations(server):
     before = sum(metric(server, name % r) for r in reasons)
     body = json.dumps({"messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 200,
                        "n": 16, "stream": True, "temperature": 0}).encode()
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=60 * SLOW)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Authorization: Bearer " + server.key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-              b"\r\n\r\n" + body)
+    s = raw_post(server, "/v1/chat/completions", body)
     got = b""
     while b"data: " not in got:
         got += s.recv(4096)
