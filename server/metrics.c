@@ -45,10 +45,15 @@ void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why) {
     m->prompt_tokens[SRV_SRC_MOVED] += (uint64_t)(u->moved_tokens - u->recomputed_tokens);
     m->prompt_tokens[SRV_SRC_RECOMPUTED] += (uint64_t)u->recomputed_tokens;
     m->prompt_tokens[SRV_SRC_COMPUTED] += (uint64_t)(computed > 0 ? computed : 0);
-    m->decode_tokens += (uint64_t)u->completion_tokens;
     if ((unsigned)why < 5) m->finished[why]++;
     if (u->completion_tokens > 0) hist_add(&m->ttft, u->ttft_ms / 1e3);
     hist_add(&m->e2e, u->total_ms / 1e3);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_token(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->decode_tokens++;
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -26,7 +26,7 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[SRV_STATUS_CODES];   /* by HTTP status, see metrics.c's table */
     uint64_t prompt_tokens[4];             /* by srv_source: cached, moved, recomputed, computed */
-    uint64_t decode_tokens;
+    uint64_t decode_tokens;                /* counted as each is sampled (srv_metrics_token) */
     uint64_t finished[5];                  /* by srv_finish */
     srv_hist ttft, e2e;                    /* seconds */
 } srv_metrics;
@@ -34,7 +34,10 @@ typedef struct srv_metrics {
 void srv_metrics_init(srv_metrics *m);
 void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_status(srv_metrics *m, int http_status);
-/* A finished generation: tokens by KV source, TTFT, end-to-end, decode tokens. */
+/* One token generated (as it is sampled: a long generation shows in
+ * kvstitch_decode_tokens_total while it runs, not all at its end). */
+void srv_metrics_token(srv_metrics *m);
+/* A finished generation: tokens by KV source, TTFT, end-to-end. */
 void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why);
 /* A generation cancelled before any slot took it (its client left while it
  * was queued, or the server stopped): counted by its finish reason only,

@@ -194,6 +194,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     if (s->n_gen == 0) s->t_first = now_ms();
     s->hist[s->n_hist++] = tok;
     s->n_gen++;
+    srv_metrics_token(env->metrics);
     if (kvs_token_is_eog(env->model, tok)) return srv_slot_finish(s, env, SRV_FINISH_STOP);
     if (j->req.logprobs && note_logprob(s, env, logits, tok)) return fail_job(s, env, "logprobs");
     char piece[256];

@@ -188,6 +188,22 @@ def test_disconnect_cancels_the_request(server):
     assert chat(server, [{"role": "user", "content": "Hi"}], max_tokens=2)["usage"]["completion_tokens"] >= 1
 
 
+def test_decode_tokens_are_counted_as_they_are_generated(server):
+    # kvstitch_decode_tokens_total moves while a generation runs (it had
+    # moved only when the generation ended)
+    before = metric(server, "kvstitch_decode_tokens_total")
+    body = json.dumps({"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 400,
+                       "stream": True, "temperature": 0, "logit_bias": {"2": -100}}).encode()
+    s = raw_post(server, "/v1/chat/completions", body)
+    got = b""
+    while got.count(b"data: ") < 24:
+        got += s.recv(4096)
+    during = metric(server, "kvstitch_decode_tokens_total") - before
+    s.close()
+    wait_cancelled(server, 0, 30 * SLOW)
+    assert during >= 20, during
+
+
 def test_disconnect_stops_a_documents_warm_inside_its_step(server):
     # A documents warm that bakes (doc_set) runs in one scheduler step; a
     # client that left had it run to the end (every document baked, other
