@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._errors import check, InvalidArgument
+from ._errors import InvalidArgument, NotFound, check
 from ._inuse import InUse, NoCopy
 from ._lib import c_path, ffi, int_arg, lib, struct_dict
 from .model import Model
@@ -182,6 +182,8 @@ def prune_dir(cache_dir: str | os.PathLike, max_bytes: int = 0, older_than_s: in
     cache's own files are touched. Returns the report (removed,
     removed_bytes, unreachable_removed, tmp_removed, entries, bytes)."""
     d = os.path.expanduser(cache_dir) if not isinstance(cache_dir, bytes) else cache_dir
+    if not os.path.isdir(d):  # as `kvstitch cache prune` (it had reported an empty directory)
+        raise NotFound(f"cache_dir {os.fsdecode(d)!r}: no such directory", lib.KVS_ERR_NOT_FOUND)
     p = ffi.new("kvs_cache_prune_params *")
     p.max_bytes = int_arg(max_bytes, "max_bytes", 0, 2**64 - 1)
     p.older_than_s = int_arg(older_than_s, "older_than_s", 0, 2**63 - 1)

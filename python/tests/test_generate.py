@@ -137,3 +137,5 @@ def test_cache_entries_and_prune_dir(model, tmp_path):
     assert kvstitch.prune_dir(d)["removed"] == 0
     with pytest.raises(kvstitch.InvalidArgument, match="max_bytes"):
         kvstitch.prune_dir(d, max_bytes=-1)
+    with pytest.raises(kvstitch.NotFound, match="no such directory"):  # it had reported an empty one
+        kvstitch.prune_dir(tmp_path / "missing")
