@@ -204,6 +204,7 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     }
     if (st) return srv_reply_error(c, &e);
     req.docs_only = docs_only;
+    req.warm = 1;
     srv_job *j = srv_job_new(s->model, &req, s->n_ctx, 1, &e);
     if (!j) return srv_reply_error(c, &e);
     j->warm_only = 1;

@@ -166,11 +166,13 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     /* A documents-only warm computes each document after the prefix on its
      * own (kvs_warm_docs): each must fit, not all together, and the warm
      * names the one that does not (srv_slot: context_length_exceeded). */
-    if (j->n_prompt >= n_ctx && !j->req.docs_only) {
+    /* (a warm generates nothing: its prompt may fill the context, which had
+     * been refused as "at least one token must be generated") */
+    if (j->n_prompt >= n_ctx + j->req.warm && !j->req.docs_only) {
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
                       j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
-                      "this model's context holds %d tokens, but the prompt has %d (and at least one token must "
-                      "be generated)", n_ctx, j->n_prompt);
+                      "this model's context holds %d tokens, but the prompt has %d%s", n_ctx, j->n_prompt,
+                      j->req.warm ? "" : " (and at least one token must be generated)");
         goto fail;
     }
     /* The last token sampled is never decoded: n_ctx - n_prompt + 1 fit. */

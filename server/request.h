@@ -67,6 +67,7 @@ typedef struct srv_request {
     int bake_neighbours;        /* warm: bake_with_neighbours K, -1 for doc_set, 0 = no baking */
     int docs_only;              /* warm: documents without messages or prompt (set by info.c, not
                                  * parsed: the empty user message is its own): errors name documents */
+    int warm;                   /* /v1/cache/warm (set by info.c): nothing is generated */
     int max_tokens;             /* 0 = the server's default */
     int n;                      /* choices, 1..SRV_MAX_CHOICES (each a job of its own: complete.c) */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */

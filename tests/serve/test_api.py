@@ -352,6 +352,29 @@ def test_body_too_large(server):
     assert error_of(r, 413)["code"] == "request_too_large"
 
 
+def test_a_warm_may_fill_the_context(server):
+    # A warm generates nothing: a prompt of exactly the context's tokens is
+    # warmed (it had been refused: "at least one token must be generated");
+    # one more is not, and a completion of the same prompt still is.
+    n_ctx = 2048
+    def n_tokens(text):
+        r = server.post("/tokenize", {"content": text})
+        assert r.status_code == 200, r.text
+        return len(r.json()["tokens"])
+    text = "a" + " b" * (n_ctx - 1)
+    while n_tokens(text) > n_ctx:
+        text = text[:-2]
+    while n_tokens(text) < n_ctx:
+        text += " b"
+    assert n_tokens(text) == n_ctx
+    r = server.post("/v1/cache/warm", {"prompt": text})
+    assert r.status_code == 200 and r.json()["tokens"] == n_ctx, r.text
+    e = error_of(server.post("/v1/cache/warm", {"prompt": text + " b"}), 400)
+    assert e["code"] == "context_length_exceeded" and "must be generated" not in e["message"], e
+    e = error_of(server.post("/v1/completions", {"prompt": text, "max_tokens": 1}), 400)
+    assert e["code"] == "context_length_exceeded" and "must be generated" in e["message"], e
+
+
 def test_completions_fields_not_implemented_are_refused(server):
     # echo / best_of / suffix had been ignored without a word
     for body, param in [({"echo": True}, "echo"), ({"best_of": 2}, "best_of"), ({"suffix": "end"}, "suffix"),
