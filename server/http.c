@@ -120,7 +120,17 @@ static int authorized(srv_server *s, struct MHD_Connection *c) {
     return key_matches(s->api_key, k, m);
 }
 
+/* The path of a request target: an absolute-form one ("http://host/v1/..."),
+ * which a server must accept (RFC 9112 3.2.2), had been a 404. */
+static const char *target_path(const char *url) {
+    const char *p = !strncasecmp(url, "http://", 7) ? url + 7 : !strncasecmp(url, "https://", 8) ? url + 8 : NULL;
+    if (!p) return url;
+    const char *slash = strchr(p, '/');
+    return slash ? slash : "/";
+}
+
 static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_body *b) {
+    url = target_path(url);
     srv_error e;
     const srv_route *route = NULL;
     int path_known = 0;

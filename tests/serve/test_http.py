@@ -104,6 +104,18 @@ def test_nul_in_the_path_and_method_not_allowed(server):
     assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, POST", r.headers
 
 
+def test_absolute_form_targets_are_routed(server):
+    # RFC 9112 3.2.2: a server accepts "POST http://host/path" (it had been a 404)
+    body = b'{"content": "hi"}'
+    for target in (b"http://127.0.0.1/tokenize", b"HTTP://x:99/tokenize"):
+        out, _ = exchange(server.port, b"POST " + target + b" HTTP/1.1\r\nHost: x\r\n" + auth(server) +
+                          b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                          b"\r\n\r\n" + body)
+        assert out.startswith(b"HTTP/1.1 200") and b'"tokens"' in out, (target, out[:300])
+    out, _ = exchange(server.port, b"GET http://x/nowhere HTTP/1.1\r\nHost: x\r\n" + auth(server) + b"\r\n")
+    assert out.startswith(b"HTTP/1.1 404"), out[:300]
+
+
 def test_unknown_transfer_coding_refused_at_once(server):
     # Transfer-Encoding: gzip (no chunked): libmicrohttpd could not find the
     # body's end and the connection sat silent until the read timeout. A
