@@ -464,6 +464,14 @@ TEST(chains_with_borders_are_served_past_them) {
     n = served_n(s, tokens, 250, cold); /* stops inside [128, 192)'s successor [192, 256) */
     CHECK_MSG(n == 250, "the first 250 tokens: %d served", n);
     kvs_store_free(s);
+    /* a store whose RAM holds the chain's start up to a grid line ([0, 10)
+     * [10, 64)): the grid's key at 64 is not its own, and the lookup goes
+     * on in Redis from its own (it had stopped at 64) */
+    s = open_store(&fp, r.port);
+    CHECK_EQ_INT(kvs_store_put_prefix(s, tokens, 64, 64, borders, 1, &cold->kv, NULL), KVS_OK);
+    n = served_n(s, tokens, A - 1, cold);
+    CHECK_MSG(n == A - 1, "RAM holding [0, 10) [10, 64): %d of %d served", n, A - 1);
+    kvs_store_free(s);
     fake_kv_free(cold);
     rt_redis_stop(&r);
 }

@@ -316,6 +316,16 @@ static void key_at_hit_end(const kvs_store *s, const kvs_prefix_hit *hit, kvs_ke
     else kvs_key_prefix(&g->chunk->parent_key, g->chunk->tokens, g->to - g->chunk->pos0, out);
 }
 
+/* The prefix key of tokens [0, n) cut on the grid (n on it). */
+static void grid_key_at(const kvs_store *s, const int32_t *tokens, int n, kvs_key *out) {
+    *out = s->fp;
+    for (int at = 0; at < n; at += s->chunk_tokens) {
+        kvs_key next;
+        kvs_key_prefix(out, tokens + at, s->chunk_tokens, &next);
+        *out = next;
+    }
+}
+
 /* Rounds a lookup makes in the tiers at most (each a few round trips). */
 #define TIER_ROUNDS 64
 
@@ -328,7 +338,7 @@ static void key_at_hit_end(const kvs_store *s, const kvs_prefix_hit *hit, kvs_ke
  * chunk, the next round starts at its end, from its key (they had been
  * lost: Redis served the system message of such a prompt, RAM and a
  * scanned directory all of it). Where the first round found nothing past
- * a RAM hit that ends off the grid, one more starts at the hit's end. */
+ * a RAM hit whose chain is not the grid's, one more starts at its end. */
 static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit,
                        int *cap) {
     int g = 0, rc = KVS_OK, tried_hit_end = 0;
@@ -344,11 +354,18 @@ static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_
             root = tail_key;
             continue;
         }
-        if (hit->n_cached > before || tried_hit_end || !hit->n_cached || hit->n_cached == g ||
-            hit->n_cached % s->chunk_tokens == 0)
-            break;
-        g = hit->n_cached; /* the RAM hit ends off the grid: from there, once */
-        key_at_hit_end(s, hit, &root);
+        if (hit->n_cached > before || tried_hit_end || !hit->n_cached || hit->n_cached == g) break;
+        /* Nothing past the RAM hit: once more from its end, from its own
+         * key, where that is not the grid's key there (a RAM chain with
+         * borders: the tiers may continue it) */
+        kvs_key at_end, grid;
+        key_at_hit_end(s, hit, &at_end);
+        if (hit->n_cached % s->chunk_tokens == 0) {
+            grid_key_at(s, tokens, hit->n_cached, &grid);
+            if (kvs_key_equal(&grid, &at_end)) break;
+        }
+        g = hit->n_cached;
+        root = at_end;
         tried_hit_end = 1;
     }
     return rc;
