@@ -2,6 +2,8 @@
 share chunks and documents through a real redis-server, started here on a
 free loopback port and killed at the end; a Redis that is down costs the
 cache, never the answer."""
+import os
+
 import pytest
 
 import kvstitch
@@ -55,6 +57,26 @@ def test_a_codec_writes_smaller_values_every_reader_reads(model, redis_url):
     b = kvstitch.Cache(model, budget_bytes=256 << 20, redis_url=redis_url + "/7")  # writes raw, reads any
     rb = kvstitch.Session(model, b, n_ctx=2048).generate(MANUAL + Q1, max_tokens=2, logits=True)
     assert rb.cached_tokens == rb.prompt_tokens - 1 and rb.first_logits == ra.first_logits and rb.tokens == ra.tokens
+
+
+def test_clear_lists_the_directory_again_never_redis(model, redis_url, tmp_path):
+    # clear() re-lists the cache dir's entries; it had scanned the shared
+    # Redis too (every chunk other processes wrote, listed as this cache's)
+    # and raised where Redis was down
+    d = tmp_path / "d"
+    c = kvstitch.Cache(model, budget_bytes=64 << 20, cache_dir=d, redis_url=redis_url + "/4")  # db 4: others' chunks
+    s = kvstitch.Session(model, c, n_ctx=1024)
+    s.warm("The ferry leaves the north pier at dawn and returns by noon. " * 6, chat=False)
+    assert c.flush(10) is True
+    files = [f for f in os.listdir(d) if f.endswith(".kvc")]
+    c.clear()
+    assert len(c.entries()) == len(files) > 0, (len(c.entries()), len(files))
+    s.close()
+    c.close()
+    dead = kvstitch.Cache(model, budget_bytes=64 << 20, cache_dir=tmp_path / "e",
+                          redis_url="redis://127.0.0.1:%d" % free_port(), redis_timeout_ms=20)
+    dead.clear()  # no Redis to reach: no error
+    dead.close()
 
 
 def test_redis_down_costs_the_cache_not_the_answer(model):

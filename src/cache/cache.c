@@ -75,7 +75,7 @@ int kvs_cache_clear(kvs_cache *c, int and_disk) {
     int st = kvs_store_clear(c->store, and_disk);
     /* memory only: the directory's entries stay, and stay listed (the index
      * had forgotten them: entries() empty, stats 0, files still there) */
-    if (!st && !and_disk) st = kvs_store_sync_disk(c->store, NULL);
+    if (!st && !and_disk) st = kvs_store_sync_dir(c->store, NULL); /* (never a scan of Redis) */
     return st;
 }
 

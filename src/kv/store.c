@@ -387,15 +387,20 @@ static int sync_tier(kvs_store *s, int ti, int *added) {
     return rc;
 }
 
-int kvs_store_sync_disk(kvs_store *s, int *n_new) {
+static int sync_tiers(kvs_store *s, int dir_only, int *n_new) {
     int added = 0, rc = KVS_OK;
-    for (int i = 0; i < s->n_tiers && !rc; i++) rc = sync_tier(s, i, &added);
+    for (int i = 0; i < s->n_tiers && !rc; i++)
+        if (!dir_only || s->tiers[i] == s->dir_tier) rc = sync_tier(s, i, &added);
     pthread_rwlock_wrlock(&s->lock);
     kvs_store_attach_paths(s);
     pthread_rwlock_unlock(&s->lock);
     if (n_new) *n_new = added;
     return rc;
 }
+
+int kvs_store_sync_disk(kvs_store *s, int *n_new) { return sync_tiers(s, 0, n_new); }
+
+int kvs_store_sync_dir(kvs_store *s, int *n_new) { return sync_tiers(s, 1, n_new); }
 
 /* --- iteration ------------------------------------------------------------------------ */
 

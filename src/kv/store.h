@@ -270,9 +270,12 @@ int kvs_store_clear(kvs_store *s, int and_disk);
  * most target (e.g. 0 to drop every unpinned payload). Returns evictions. */
 size_t kvs_store_trim(kvs_store *s, size_t target);
 
-/* Indexes entries that other processes wrote since open (no-op without a
- * cache dir). *n_new (if not NULL) = entries added. */
+/* Indexes entries that other processes wrote since open, in every tier
+ * that can be listed (no-op without one). *n_new (if not NULL) = entries
+ * added. */
 int kvs_store_sync_disk(kvs_store *s, int *n_new);
+/* The same for the cache directory alone (never a scan of a shared Redis). */
+int kvs_store_sync_dir(kvs_store *s, int *n_new);
 
 /* Calls fn(user, chunk, resident, reachable) for every indexed chunk, in no
  * particular order: resident = payload in memory, reachable = in the radix
