@@ -126,6 +126,9 @@ static const char *target_path(const char *url) {
     const char *p = !strncasecmp(url, "http://", 7) ? url + 7 : !strncasecmp(url, "https://", 8) ? url + 8 : NULL;
     if (!p) return url;
     const char *slash = strchr(p, '/');
+    /* an authority, then the path: not an empty one, nor a fragment (no part
+     * of a request target) anywhere: those stay unrouted (404) */
+    if (slash == p || *p == '/' || !*p || strchr(url, '#')) return url;
     return slash ? slash : "/";
 }
 

@@ -112,8 +112,10 @@ def test_absolute_form_targets_are_routed(server):
                           b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
                           b"\r\n\r\n" + body)
         assert out.startswith(b"HTTP/1.1 200") and b'"tokens"' in out, (target, out[:300])
-    out, _ = exchange(server.port, b"GET http://x/nowhere HTTP/1.1\r\nHost: x\r\n" + auth(server) + b"\r\n")
-    assert out.startswith(b"HTTP/1.1 404"), out[:300]
+    for target in (b"http://x/nowhere", b"http:///tokenize", b"http://x#/tokenize"):
+        out, _ = exchange(server.port, b"POST " + target + b" HTTP/1.1\r\nHost: x\r\n" + auth(server) +
+                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert out.startswith(b"HTTP/1.1 404"), (target, out[:300])
 
 
 def test_unknown_transfer_coding_refused_at_once(server):
