@@ -335,7 +335,7 @@ gen --redis "redis://:wrong@127.0.0.1:$PW" -f "$tmp/c.txt" >/dev/null 2>"$tmp/e"
 [ $rc = 0 ] && grep -q "warning: redis 127.0.0.1:$PW: AUTH: WRONGPASS" "$tmp/e" \
     && ok redis_cli_generate_says_why || fail redis_cli_generate_says_why "rc=$rc $(cat "$tmp/e")"
 timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "redis://127.0.0.1:$PW" -f "$tmp/c.txt" >/dev/null 2>"$tmp/e"; rc=$?
-[ $rc = 0 ] && grep -q "warning: redis: a .* was refused: .*\(NOAUTH\|unauthenticated\)" "$tmp/e" \
+[ $rc = 0 ] && grep -q "warning: redis: a .* was refused: .*\(NOAUTH\|unauthenticated\).*wants a password" "$tmp/e" \
     && ok redis_cli_warm_says_why || fail redis_cli_warm_says_why "rc=$rc $(cat "$tmp/e")"
 
 # --- Redis Cluster: 3 masters + 3 replicas (started at the top) ----------------------

@@ -666,4 +666,8 @@ void kvs_redis_tier_why_down(kvs_tier *t, char *out, size_t cap) {
         pthread_mutex_unlock(&rt->why_mu);
     }
     if (!out[0]) node_failure(rt, 0, out, cap);
+    /* a Redis that wants a password refuses large values before any command
+     * runs ("ERR Protocol error: unauthenticated bulk length"): say so */
+    if ((strstr(out, "NOAUTH") || strstr(out, "unauthenticated")) && strlen(out) + 48 < cap)
+        strcat(out, " (the server wants a password: none was given)");
 }
