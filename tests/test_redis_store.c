@@ -24,9 +24,13 @@
 static const kvs_kv_shape SHAPE = {3, 2, 16, KVS_KV_F16};
 #define N_TOK 640 /* 10 chunks of 64 */
 
-static kvs_store *open_store(const kvs_key *fp, int port) {
+/* A store over Redis at port whose lookups ask the tiers on a grid of
+ * `grid` tokens (0: 64). */
+static kvs_store *open_store_grid(const kvs_key *fp, int port, int grid) {
     kvs_store *s = NULL;
-    CHECK_EQ_INT(kvs_store_open(fp, &SHAPE, kvs_store_default_params(), &s), KVS_OK);
+    kvs_store_params sp = kvs_store_default_params();
+    sp.chunk_tokens = grid;
+    CHECK_EQ_INT(kvs_store_open(fp, &SHAPE, sp, &s), KVS_OK);
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     kvs_redis_tier_params p;
@@ -38,6 +42,8 @@ static kvs_store *open_store(const kvs_key *fp, int port) {
     CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
     return s;
 }
+
+static kvs_store *open_store(const kvs_key *fp, int port) { return open_store_grid(fp, port, 0); }
 
 /* The tier's key of chunk k (tier_redis.h: kvs:<fp16>:<prefix key hex>). */
 static void redis_key(const kvs_key *fp, const kvs_key *k, char *buf) {
@@ -245,7 +251,7 @@ static int count_entry(void *user, kvs_chunk *c, const kvs_key *fp, uint64_t byt
  * 43 tokens, asked as the lookup's last span) is replaced by hostile
  * values in turn. None may serve a byte past what it names or another
  * chunk's bytes: each is dropped, and the next marker down (42 tokens)
- * serves 298. Markers are no entries of their own: a listing finds A's and
+ * leads to A's tail, which serves on to 299. Markers are no entries of their own: a listing finds A's and
  * B's chunks only, and no damage. */
 TEST(hostile_markers_never_lead_to_other_bytes) {
     rt_redis r;
@@ -344,7 +350,8 @@ TEST(hostile_markers_never_lead_to_other_bytes) {
         kvs_tier_close(t);
         s = open_store(&fp, r.port);
         int n = served_n(s, a, A - 1, cold); /* checks every served byte */
-        CHECK_MSG(n == A - 2, "a marker that %s: %d served, want %d (the next marker down)", cases[i].what, n, A - 2);
+        CHECK_MSG(n == A - 1, "a marker that %s: %d served, want %d (through the next marker down, to A's tail)",
+                  cases[i].what, n, A - 1);
         kvs_store_free(s);
     }
     /* the last case left a marker of another key under k43: a listing
@@ -476,6 +483,38 @@ TEST(chains_with_borders_are_served_past_them) {
     rt_redis_stop(&r);
 }
 
+/* A writer of other chunk sizes than the reader's grid: a chunk a marker
+ * leads to serves as far as it matches the prompt, and the lookup goes on
+ * from its key (a reader of 16-token spans had been served 16 tokens of a
+ * 64-token writer's chain, a 64 reader 63 of a 512 writer's). */
+TEST(writers_of_other_chunk_sizes_serve_a_reader_whole) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    enum { A = 400 };
+    const int sizes[][2] = {{512, 64}, {64, 16}, {16, 64}, {512, 16}, {128, 64}}; /* writer, reader grid */
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        kvs_key fp;
+        rt_fill_key(&fp, 20 + (int)k);
+        int32_t tokens[N_TOK];
+        random_tokens(tokens, 50 + k);
+        fake_kv *cold = fake_kv_new(SHAPE, N_TOK);
+        fake_kv_fill(cold, tokens, N_TOK);
+        kvs_store *w = open_store(&fp, r.port);
+        CHECK_EQ_INT(kvs_store_put_prefix(w, tokens, A, sizes[k][0], NULL, 0, &cold->kv, NULL), KVS_OK);
+        kvs_store_free(w);
+        kvs_store *rd = open_store_grid(&fp, r.port, sizes[k][1]);
+        int n = served_n(rd, tokens, A - 1, cold);
+        CHECK_MSG(n == A - 1, "writer chunks of %d, reader grid %d: %d of %d served", sizes[k][0], sizes[k][1], n,
+                  A - 1);
+        kvs_store_free(rd);
+        fake_kv_free(cold);
+    }
+    rt_redis_stop(&r);
+}
+
 TEST(junk_at_every_tail_length_costs_two_reads) {
     rt_redis r;
     if (rt_redis_start(&r, 0)) {
@@ -535,6 +574,7 @@ int main(void) {
     RUN(hostile_markers_never_lead_to_other_bytes);
     RUN(a_marker_whose_chunk_was_evicted_gives_way_to_the_next);
     RUN(chains_with_borders_are_served_past_them);
+    RUN(writers_of_other_chunk_sizes_serve_a_reader_whole);
     RUN(junk_at_every_tail_length_costs_two_reads);
     return kt_summary();
 }

@@ -130,10 +130,10 @@ static kvs_chunk *stub_for(kvs_store *s, const int32_t *tokens, const kvs_span *
  * pinned (the reference passes to the hit), counted, indexed in RAM under
  * its token path: the prompt's tokens before it, then its own (a chunk a
  * Redis marker led to runs past the span, maybe past the prompt). */
-static void join(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, const kvs_span *p, kvs_prefix_hit *hit) {
+static void join(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, int end, kvs_prefix_hit *hit) {
     const int32_t *path = tokens;
     int32_t *longer = NULL;
-    if (c->pos0 + c->n_tok > p->end) {
+    if (c->pos0 + c->n_tok > end) {
         longer = malloc((size_t)(c->pos0 + c->n_tok) * sizeof *longer);
         if (longer) {
             memcpy(longer, tokens, (size_t)c->pos0 * sizeof *longer);
@@ -143,9 +143,9 @@ static void join(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, cons
     }
     if (path) kvs_store_index_from_tier(s, c, path, ti);
     free(longer);
-    hit->n_cached = p->end;
+    hit->n_cached = end;
     ADD(s->tier_key_hits, 1);
-    if (c->pos0 + c->n_tok > p->end) ADD(s->tier_partial_hits, 1);
+    if (c->pos0 + c->n_tok > end) ADD(s->tier_partial_hits, 1);
 }
 
 /* Span p read by key from tier ti straight into kv (get_into). 1 if it
@@ -165,43 +165,67 @@ static int take_into(kvs_store *s, int ti, const int32_t *tokens, const kvs_span
         kvs_chunk_unref(c);
         return 0;
     }
-    join(s, ti, c, tokens, p, hit);
+    join(s, ti, c, tokens, p->end, hit);
     return 1;
+}
+
+/* Where a longer chunk stops serving a prompt of n tokens: c (starting at
+ * the span) matches the prompt for its first `from_tok` tokens at least;
+ * returns the end of the run of matching tokens, within the prompt. */
+static int matching_end(const kvs_chunk *c, const int32_t *tokens, int n, int from_tok) {
+    int m = from_tok;
+    while (m < c->n_tok && c->pos0 + m < n && c->tokens[m] == tokens[c->pos0 + m]) m++;
+    return c->pos0 + m;
 }
 
 /* c (a resident chunk tier ti returned for span p, or NULL) checked against
  * the span, copied into kv if there is one, joined. 1 if it joined the hit;
  * else c is released. c may be longer than the span (a tier's partial-chunk
  * marker led to it, redis_marker.h): it serves the span if it starts there
- * after the same prefix (parent key) with the span's tokens. */
-static int take_resident(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, const kvs_span *p,
-                         const kvs_key *parent, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, uint64_t t0) {
+ * after the same prefix (parent key) with the span's tokens, and then as
+ * far as its tokens go on as the prompt's (n tokens): past the span, *ext
+ * = 1 and *ext_key = the prefix key where it stops (a writer of longer
+ * chunks had served a reader of shorter ones one span: 15 of 300 tokens). */
+static int take_resident(kvs_store *s, int ti, kvs_chunk *c, const int32_t *tokens, int n_prompt, const kvs_span *p,
+                         const kvs_key *parent, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, uint64_t t0,
+                         int *ext, kvs_key *ext_key) {
     int from = hit->n_cached, n = p->end - p->start;
+    *ext = 0;
     int ok = c && c->kv && c->pos0 == p->start &&
              (c->n_tok == n || (c->n_tok > n && kvs_key_equal(&c->parent_key, parent))) &&
              kvs_kv_shape_equal(&c->shape, &s->shape) &&
-             !memcmp(c->tokens, tokens + p->start, (size_t)n * sizeof(int32_t)) &&
-             (!kv || kvs_chunk_copy_to_kv(c, from - p->start, p->end - from, kv, from) == KVS_OK) &&
-             push_seg(hit, cap, c, from, p->end) == KVS_OK;
+             !memcmp(c->tokens, tokens + p->start, (size_t)n * sizeof(int32_t));
+    const int end = ok && c->n_tok > n ? matching_end(c, tokens, n_prompt, n) : p->end;
+    ok = ok && (!kv || kvs_chunk_copy_to_kv(c, from - p->start, end - from, kv, from) == KVS_OK) &&
+         push_seg(hit, cap, c, from, end) == KVS_OK;
     if (!ok) {
         kvs_chunk_unref(c);
         return 0;
     }
+    if (end > p->end) {
+        *ext = 1;
+        if (end == c->pos0 + c->n_tok) *ext_key = c->prefix_key;
+        else kvs_key_prefix(&c->parent_key, c->tokens, end - c->pos0, ext_key);
+    }
     kvs_store_count_fetch(s, ti, c, KVS_FETCH_OK, t0);
-    join(s, ti, c, tokens, p, hit);
+    join(s, ti, c, tokens, end, hit);
     return 1;
 }
 
-/* Step 3 for one tier: serves spans [*i, n_spans) while it has them. */
-static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_span *sp, const kvs_key *keys,
-                       int n_spans, int *i, const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap) {
+/* Step 3 for one tier: serves spans [*i, n_spans) while it has them (the
+ * first span's parent is root). A longer chunk that served past its span
+ * ends the run: *ext = 1, *ext_key = the key where it stopped. */
+static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, int n_prompt, const kvs_span *sp,
+                       const kvs_key *keys, const kvs_key *root, int n_spans, int *i, const kvs_kv_buffer *kv,
+                       kvs_prefix_hit *hit, int *cap, int *ext, kvs_key *ext_key) {
     kvs_tier *t = s->tiers[ti];
     int want = n_spans - *i;
+    *ext = 0;
     if (kv && t->ops->get_into) {
         uint8_t *present = calloc((size_t)want, 1);
         if (!present || t->ops->contains_many(t, keys + *i, want, present) != KVS_OK) want = 0;
         for (int j = 0; j < want && present[j]; j++) {
-            if (!take_into(s, ti, tokens, &sp[*i], &keys[*i], *i ? &keys[*i - 1] : &s->fp, kv, hit, cap)) break;
+            if (!take_into(s, ti, tokens, &sp[*i], &keys[*i], *i ? &keys[*i - 1] : root, kv, hit, cap)) break;
             (*i)++;
         }
         free(present);
@@ -215,12 +239,12 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
     }
     int ok = 1;
     for (int j = 0; j < want; j++) {
-        if (!ok) { /* after the first miss: the rest is not used */
+        if (!ok || *ext) { /* after the first miss, or past the grid: the rest is not used */
             kvs_chunk_unref(got[j]);
             continue;
         }
-        ok = take_resident(s, ti, got[j], tokens, &sp[*i], *i ? &keys[*i - 1] : &s->fp, kv, hit, cap,
-                           t0); /* releases it if not */
+        ok = take_resident(s, ti, got[j], tokens, n_prompt, &sp[*i], *i ? &keys[*i - 1] : root, kv, hit, cap, t0,
+                           ext, ext_key); /* releases it if not */
         if (ok) (*i)++;
     }
     free(got);
@@ -236,7 +260,7 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, const kvs_sp
  * the hit to stop's own length - 1 (that one was asked in step 3), longest
  * first: one contains_many per tier for all of them, then reads of the held
  * ones until one serves, TAIL_READS at most. */
-static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop, const kvs_key *parent,
+static int serve_tail(kvs_store *s, const int32_t *tokens, int n_prompt, const kvs_span *stop, const kvs_key *parent,
                       const kvs_kv_buffer *kv, kvs_prefix_hit *hit, int *cap, kvs_key *served_key) {
     const int lo = hit->n_cached - stop->start + 1, hi = stop->end - stop->start - 1;
     if (hi < lo) return KVS_OK;
@@ -257,15 +281,17 @@ static int serve_tail(kvs_store *s, const int32_t *tokens, const kvs_span *stop,
             if (!present[k]) continue;
             reads++;
             const kvs_span p = {stop->start, stop->start + lo + k, KVS_SPAN_PARTIAL};
+            int ext = 0;
             if (kv && t->ops->get_into) {
                 served = take_into(s, ti, tokens, &p, &keys[k], parent, kv, hit, cap);
             } else {
                 kvs_chunk *c = NULL;
                 uint64_t t0 = kvs_store_mono_ns();
                 if (t->ops->get_many(t, &keys[k], 1, &c) == KVS_OK)
-                    served = take_resident(s, ti, c, tokens, &p, parent, kv, hit, cap, t0);
+                    served = take_resident(s, ti, c, tokens, n_prompt, &p, parent, kv, hit, cap, t0, &ext,
+                                           served_key);
             }
-            if (served) *served_key = keys[k];
+            if (served && !ext) *served_key = keys[k];
         }
     }
     free(keys);
@@ -289,14 +315,14 @@ static int serve_round(kvs_store *s, const int32_t *tokens, int n, int g, const 
         sp[i].start += g;
         sp[i].end += g;
     }
-    int i = 0;
+    int i = 0, ext = 0;
     while (!rc && i < n_spans && sp[i].end <= hit->n_cached) i++;
-    for (int ti = 0; !rc && ti < s->n_tiers && i < n_spans; ti++)
-        serve_tier(s, ti, tokens, sp, keys, n_spans, &i, kv, hit, cap);
-    *tail = 0;
-    if (!rc && i < n_spans) {
+    for (int ti = 0; !rc && !ext && ti < s->n_tiers && i < n_spans; ti++)
+        serve_tier(s, ti, tokens, n, sp, keys, root, n_spans, &i, kv, hit, cap, &ext, tail_key);
+    *tail = ext; /* a longer chunk went past the grid: the next round starts where it stopped */
+    if (!rc && !ext && i < n_spans) {
         const int before = hit->n_cached;
-        rc = serve_tail(s, tokens, &sp[i], i ? &keys[i - 1] : root, kv, hit, cap, tail_key);
+        rc = serve_tail(s, tokens, n, &sp[i], i ? &keys[i - 1] : root, kv, hit, cap, tail_key);
         *tail = hit->n_cached > before;
     }
     free(sp);
@@ -349,7 +375,7 @@ static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_
         kvs_key tail_key;
         rc = serve_round(s, tokens, n, g, &root, kv, hit, cap, &tail, &tail_key);
         if (rc) break;
-        if (tail && hit->n_cached % s->chunk_tokens) { /* off the grid: the chain may go on from there */
+        if (tail) { /* a partial chunk, or a longer chunk: the chain may go on from its key there */
             g = hit->n_cached;
             root = tail_key;
             continue;
