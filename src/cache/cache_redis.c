@@ -14,27 +14,26 @@ static int has_redis(const kvs_cache_params *p) {
     return (p->redis_url && *p->redis_url) || (p->redis_cluster && *p->redis_cluster);
 }
 
-static void tier_params(const kvs_cache_params *p, kvs_redis_tier_params *rp) {
+/* The tier's parameters from the cache's; KVS_ERR_INVALID_ARG naming an
+ * unknown codec. */
+static int tier_params(const kvs_cache_params *p, kvs_redis_tier_params *rp) {
     kvs_redis_tier_default_params(rp);
     rp->url = p->redis_url && *p->redis_url ? p->redis_url : NULL;
     rp->cluster = p->redis_cluster && *p->redis_cluster ? p->redis_cluster : NULL;
     rp->password_file = p->redis_password_file;
     rp->timeout_ms = p->redis_timeout_ms;
     rp->chunk_tokens = p->chunk_tokens; /* the grid: what a read expects per key */
-    if (p->redis_codec && *p->redis_codec) kvs_rv_codec_parse(p->redis_codec, &rp->codec); /* checked at open */
+    return p->redis_codec && *p->redis_codec ? kvs_rv_codec_parse(p->redis_codec, &rp->codec) : KVS_OK;
 }
 
 int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p) {
     if (!has_redis(p)) return KVS_OK;
     if (p->redis_timeout_ms < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "redis_timeout_ms must be >= 0, got %d", p->redis_timeout_ms);
-    kvs_rv_codec codec;
-    if (p->redis_codec && *p->redis_codec && kvs_rv_codec_parse(p->redis_codec, &codec))
-        return KVS_ERR_INVALID_ARG; /* (the message names the value and the codecs) */
     kvs_redis_tier_params rp;
-    tier_params(p, &rp);
     kvs_tier *t = NULL;
-    int st = kvs_redis_tier_open(&rp, &c->fp, &c->shape, &t);
+    int st = tier_params(p, &rp);
+    if (!st) st = kvs_redis_tier_open(&rp, &c->fp, &c->shape, &t);
     if (st) return st;
     st = kvs_store_attach_tier(c->store, t); /* the store owns t from here, also on failure */
     if (!st) c->redis = t;
@@ -80,8 +79,8 @@ void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
 static int open_any(const kvs_cache_params *p, kvs_tier **t) {
     if (!p || !has_redis(p)) return kvs_error(KVS_ERR_INVALID_ARG, "no Redis given (redis_url or redis_cluster)");
     kvs_redis_tier_params rp;
-    tier_params(p, &rp);
-    return kvs_redis_tier_open(&rp, NULL, NULL, t);
+    int st = tier_params(p, &rp);
+    return st ? st : kvs_redis_tier_open(&rp, NULL, NULL, t);
 }
 
 typedef struct any_ctx {

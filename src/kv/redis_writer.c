@@ -54,11 +54,7 @@ static void set_reply(void *user, int i, const redisReply *r) {
         b->stored[i] = 1;
     } else {
         atomic_fetch_add(&rt->put_errors, 1);
-        if (r && r->type == REDIS_REPLY_ERROR && r->str) { /* OOM over maxmemory, NOAUTH, READONLY... */
-            pthread_mutex_lock(&rt->why_mu);
-            snprintf(rt->why_refused, sizeof rt->why_refused, "a write was refused: %.*s", (int)r->len, r->str);
-            pthread_mutex_unlock(&rt->why_mu);
-        }
+        kvs_redis_note_refusal(rt, "write", r); /* OOM over maxmemory, NOAUTH, READONLY... */
     }
 }
 

@@ -98,11 +98,7 @@ static void get_reply(void *user, int i, const redisReply *r) {
     if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) return;
     if (r->type != REDIS_REPLY_STRING) {
         atomic_fetch_add(&rt->errors, 1);
-        if (r->type == REDIS_REPLY_ERROR && r->str) { /* the server's words: NOAUTH, a WRONGTYPE value... */
-            pthread_mutex_lock(&rt->why_mu);
-            snprintf(rt->why_refused, sizeof rt->why_refused, "a read was refused: %.*s", (int)r->len, r->str);
-            pthread_mutex_unlock(&rt->why_mu);
-        }
+        kvs_redis_note_refusal(rt, "read", r); /* the server's words: NOAUTH, a WRONGTYPE value... */
         return;
     }
     if ((size_t)r->len > rt->max_value_bytes) { /* GETRANGE gave limit + 1 bytes: larger than allowed */
@@ -640,6 +636,13 @@ void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st) {
 }
 
 int kvs_redis_tier_flush(kvs_tier *t, int timeout_ms) { return kvs_redis_writer_flush(impl(t), timeout_ms); }
+
+void kvs_redis_note_refusal(redis_tier *rt, const char *what, const redisReply *r) {
+    if (!r || r->type != REDIS_REPLY_ERROR || !r->str) return;
+    pthread_mutex_lock(&rt->why_mu);
+    snprintf(rt->why_refused, sizeof rt->why_refused, "a %s was refused: %.*s", what, (int)r->len, r->str);
+    pthread_mutex_unlock(&rt->why_mu);
+}
 
 /* The first node's last connect failure; words_only: only one in the
  * server's words (AUTH, SELECT), not "not reachable (...)". */

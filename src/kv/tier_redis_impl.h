@@ -51,6 +51,10 @@ typedef struct redis_tier {
 /* The key of prefix_key: key_prefix + 64 hex digits. Returns its length. */
 size_t kvs_redis_make_key(const redis_tier *rt, const kvs_key *prefix_key, char *buf);
 
+/* Keeps the words of an error reply to a read or write (what: "read",
+ * "write") for kvs_redis_tier_why_down; other replies are ignored. */
+void kvs_redis_note_refusal(redis_tier *rt, const char *what, const redisReply *r);
+
 /* Writer (redis_writer.c). */
 int kvs_redis_writer_start(redis_tier *rt, int queue_chunks, size_t queue_bytes);
 int kvs_redis_writer_put(redis_tier *rt, const kvs_chunk *c);
