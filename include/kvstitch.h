@@ -642,6 +642,11 @@ typedef struct kvs_cache_stats {
     uint64_t redis_moved;                 /* cluster redirections followed (MOVED + ASK) */
     uint64_t redis_partial_hits;          /* chunks from Redis that served a prompt stopping inside
                                            * them (a partial-chunk marker led to them) */
+    /* Entries without their KV in memory (a tier holds it) are bounded by
+     * their records' bytes: budget_bytes / 8, at least 64 MiB. */
+    uint64_t index_drops;                 /* such entries dropped from the index by that bound
+                                           * (their tier keeps them; a lookup still finds their
+                                           * grid chunks there by key) */
 } kvs_cache_stats;
 
 KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);

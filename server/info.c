@@ -150,6 +150,7 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
         {"bytes", (double)st.bytes}, {"budget_bytes", (double)st.budget_bytes}, {"lookups", (double)st.lookups},
         {"hits", (double)st.hits}, {"misses", (double)st.misses}, {"hit_tokens", (double)st.hit_tokens},
         {"inserts", (double)st.inserts}, {"evictions", (double)st.evictions},
+        {"index_bytes", (double)st.index_bytes}, {"index_drops", (double)st.index_drops},
         {"disk_writes", (double)st.disk_writes}, {"disk_write_errors", (double)st.disk_write_errors},
         {"disk_loads", (double)st.disk_loads},
         {"disk_bad", (double)st.disk_bad},

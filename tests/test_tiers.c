@@ -8,7 +8,8 @@
  *   - a failed write (a directory in an entry's place) is counted, not stored
  *   - a FIFO in an entry's place never hangs a scan, a lookup, clear, prune
  *   - clear / prune touch only files whose names and headers are the cache's
- *   - the byte bound evicts the least recently used entries
+ *   - the byte bound evicts the least recently used entries; the RAM
+ *     index's records of chunks only a tier holds are bounded likewise
  *   - unreachable entries and old entries are reported and pruned
  * KV is the fake of test_kv_fake.h: a reuse is right iff its bytes equal the
  * cold bytes.
@@ -160,6 +161,73 @@ TEST(chunks_larger_than_the_ram_budget_go_to_the_tiers) {
     CHECK_EQ_INT(serve_into(fresh, N - 1), 256); /* (the tail's key needs all of its tokens) */
     CHECK_EQ_INT(serve_into(fresh, N), N);
     kvs_store_free(fresh);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* The records of chunks a tier holds without their KV in RAM are bounded
+ * (stub_bytes): the least recently used leave the index, their tier keeps
+ * them, and a lookup still finds them there by key. Before, every chunk a
+ * long-lived process wrote to Redis or the dir stayed indexed for good. */
+static size_t prompt_records(void) { /* 4 chunks of 64 + a tail of 44 */
+    return 4 * (sizeof(kvs_chunk) + 64 * sizeof(int32_t)) + sizeof(kvs_chunk) + 44 * sizeof(int32_t);
+}
+
+static uint64_t key_hits(kvs_store *s) {
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    return st.tier_key_hits;
+}
+
+TEST(records_without_kv_are_bounded_least_recently_used_first) {
+    char *dir = new_dir();
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 1024; /* below one chunk: every chunk is a record in RAM, its KV in the dir */
+    p.cache_dir = dir;
+    p.stub_bytes = 2 * prompt_records(); /* two prompts' */
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &s), KVS_OK);
+    int32_t first = toks[0];
+    kvs_put_report r;
+    for (int k = 1; k <= 2; k++) { /* prompts A, B */
+        toks[0] = 1000 + k;
+        fake_kv_fill(cold, toks, N);
+        CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+        CHECK_EQ_INT(r.n_new, 5);
+    }
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 10);
+    CHECK_EQ_INT(st.stub_drops, 0);
+    toks[0] = 1001; /* A again, from the index: its records are the newest now */
+    uint64_t h0 = key_hits(s);
+    CHECK_EQ_INT(serve_into(s, N), N);
+    CHECK_EQ_INT(key_hits(s), h0);
+    for (int k = 3; k <= 6; k++) { /* C .. F, A touched before each */
+        toks[0] = 1001;
+        CHECK_EQ_INT(serve_into(s, N), N);
+        toks[0] = 1000 + k;
+        fake_kv_fill(cold, toks, N);
+        CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+        CHECK_EQ_INT(r.n_new, 5);
+        kvs_store_get_stats(s, &st);
+        CHECK_MSG(st.stub_bytes <= st.stub_budget_bytes, "records %llu bytes over their bound %llu",
+                  (unsigned long long)st.stub_bytes, (unsigned long long)st.stub_budget_bytes);
+        CHECK_EQ_INT(st.entries, 10);
+    }
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.stub_drops, 20); /* B, C, D, E */
+    toks[0] = 1001; /* A, touched, stayed */
+    h0 = key_hits(s);
+    CHECK_EQ_INT(serve_into(s, N), N);
+    CHECK_EQ_INT(key_hits(s), h0);
+    toks[0] = 1002; /* B left the index, not the dir: served by key */
+    CHECK_EQ_INT(serve_into(s, N), N);
+    CHECK_EQ_INT(key_hits(s), h0 + 5);
+    kvs_store_get_stats(s, &st);
+    CHECK(st.stub_bytes <= st.stub_budget_bytes);
+    toks[0] = first;
+    kvs_store_free(s);
     rm_dir(dir);
     free(dir);
 }
@@ -697,6 +765,7 @@ int main(void) {
     warm = fake_kv_new(SHAPE, N);
     RUN(dir_tier_serves_by_key_without_scan);
     RUN(chunks_larger_than_the_ram_budget_go_to_the_tiers);
+    RUN(records_without_kv_are_bounded_least_recently_used_first);
     RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
     RUN(damage_on_every_chunk_heals_in_one_request);

@@ -130,6 +130,7 @@ void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->dir_max_bytes = s.dir_max_bytes;
     st->tier_key_hits = s.tier_key_hits;
     st->redis_partial_hits = s.tier_partial_hits; /* (only Redis serves chunks in part) */
+    st->index_drops = s.stub_drops;
     kvs_cache_redis_stats(c, st);
 }
 

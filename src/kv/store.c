@@ -37,6 +37,7 @@ int kvs_store_open(const kvs_key *fp, const kvs_kv_shape *shape, kvs_store_param
     s->shape = *shape;
     s->budget = params.budget_bytes ? params.budget_bytes : kvs_store_default_budget();
     s->chunk_tokens = params.chunk_tokens ? params.chunk_tokens : KVS_CHUNK_TOKENS_DEFAULT;
+    s->stub_budget = params.stub_bytes ? params.stub_bytes : kvs_store_default_stub_budget(s->budget);
     /* Writer-preferring: a steady stream of lookups must not starve inserts.
      * (No code path takes the read lock recursively, which this forbids.) */
     pthread_rwlockattr_t attr;

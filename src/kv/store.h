@@ -35,7 +35,11 @@
  * likewise, so within a chain the later chunks are evicted first. The
  * budget is enforced by inserts and by loads; pins can hold the store above
  * it until the next of those (or kvs_store_trim). The index of disk-only
- * chunks (struct + tokens, ~0.5 KB a chunk) is reported as index_bytes.
+ * chunks (struct + tokens, ~0.5 KB a chunk) is reported as index_bytes; they
+ * form a second LRU list, bounded by stub_bytes: past it the least recently
+ * used unpinned ones leave the index (stub_drops). Their tier keeps them, and
+ * a lookup finds their grid chunks there by key (an off-grid one, e.g. after
+ * a segment border, needs a marker or kvs_store_sync_disk to be found again).
  *
  * Descendants of an evicted chunk (chunks further down the same token path)
  * are KEPT: they stay in the radix tree and the content map. A prefix lookup
@@ -112,6 +116,8 @@ typedef struct kvs_store_params {
     int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */
     uint64_t cache_max_bytes; /* bound on the cache dir's bytes; 0 = its default (disk_budget.h) */
     int chunk_tokens;      /* grid of the chunks asked from tiers by key; 0 = KVS_CHUNK_TOKENS_DEFAULT */
+    size_t stub_bytes;     /* bound on the struct and token bytes of indexed chunks without a
+                              payload (a tier holds them); 0 = default: budget / 8, >= 64 MiB */
 } kvs_store_params;
 
 kvs_store_params kvs_store_default_params(void);
@@ -302,6 +308,9 @@ typedef struct kvs_store_stats {
     double lookups_per_s;      /* lookups / lookup_seconds (lookup throughput) */
     uint64_t inserts, insert_exists, insert_too_big;
     uint64_t evictions;        /* payload drops + removals by the budget */
+    uint64_t stub_drops;       /* payload-less entries dropped from the index by its bound */
+    uint64_t stub_bytes;       /* their struct and token bytes now (in index_bytes), and the bound */
+    uint64_t stub_budget_bytes;
     uint64_t disk_writes, disk_write_errors; /* the cache directory's writes, failed ones */
     uint64_t disk_loads, disk_load_bytes;    /* payloads read from the cache directory (other
                                               * tiers count their own: tier[]) */

@@ -6,14 +6,15 @@
  *                   clear, tier sync, foreach
  *   store_index.c   the indexes: hash maps + radix tree, index add/remove,
  *                   radix paths of chunks found by a tier scan
- *   store_lru.c     the LRU list, touches, eviction within the RAM budget
+ *   store_lru.c     the LRU lists, touches, eviction within the RAM budget
+ *                   and of payload-less entries within the index bound
  *   store_fetch.c   payloads from the tiers below RAM (one place that reads
  *                   a tier, counts, and drops what fails)
  *   store_lookup.c  the one lookup path: RAM index, then tiers by key
  *   store_stats.c   statistics
  *
  * Locks: `lock` (rwlock) guards the indexes, SF_INDEXED and eviction;
- * `lru_mu` the LRU links and SF_IN_LRU; `load_mu` payload transitions
+ * `lru_mu` the LRU links, SF_IN_LRU and SF_IN_STUBS; `load_mu` payload transitions
  * (c->kv NULL <-> resident) of indexed chunks made under the read lock.
  */
 #ifndef KVS_KV_STORE_IMPL_H
@@ -29,7 +30,8 @@
 #include <stdint.h>
 
 #define SF_INDEXED 1u /* in the maps (write lock) */
-#define SF_IN_LRU 2u  /* in the LRU list (lru_mu) */
+#define SF_IN_LRU 2u  /* in the resident chunks' LRU list (lru_mu) */
+#define SF_IN_STUBS 4u /* in the payload-less chunks' LRU list (lru_mu) */
 
 #define KVS_STORE_MAX_TIERS 8
 
@@ -47,13 +49,19 @@ struct kvs_store {
     pthread_mutex_t lru_mu;
     pthread_mutex_t load_mu;
 
-    kvs_chunk *lru_head, *lru_tail; /* resident chunks, most recent first */
+    /* Most recent first: [KVS_LRU_RESIDENT] chunks with a payload,
+     * [KVS_LRU_STUBS] indexed chunks a tier holds, without one. */
+    struct kvs_lru_list { kvs_chunk *head, *tail; } lru[2];
+    /* Bound on the payload-less entries' struct and token bytes
+     * (tier_meta_bytes): without one, a long-lived process indexed every
+     * chunk it ever wrote to or read from Redis for good. */
+    size_t stub_budget;
     kvs_chunk_map pmap, cmap;       /* by prefix key, by content key */
     kvs_radix *radix;
 
     _Atomic uint64_t entries, resident, bytes, tier_meta_bytes;
     _Atomic uint64_t lookups, hits, misses, hit_tokens, lookup_tokens, lookup_ns;
-    _Atomic uint64_t inserts, insert_exists, insert_too_big, evictions;
+    _Atomic uint64_t inserts, insert_exists, insert_too_big, evictions, stub_drops;
     /* per tier (index as tiers[]): the cache directory's are the stats'
      * disk_* (Redis had been counted there too) */
     _Atomic uint64_t tier_writes[KVS_STORE_MAX_TIERS], tier_write_errors[KVS_STORE_MAX_TIERS];
@@ -88,10 +96,16 @@ void kvs_store_index_from_tier(kvs_store *s, kvs_chunk *c, const int32_t *path, 
 void kvs_store_attach_paths(kvs_store *s);
 
 /* --- store_lru.c --- */
+enum { KVS_LRU_RESIDENT = 0, KVS_LRU_STUBS = 1 };
+/* The default stub_budget: a share of the RAM budget, at least
+ * KVS_STORE_STUB_BYTES_MIN (~100K chunks of 64 tokens). */
+#define KVS_STORE_STUB_BYTES_MIN ((size_t)64 << 20)
+size_t kvs_store_default_stub_budget(size_t budget);
 void kvs_store_touch(kvs_store *s, kvs_chunk *c);       /* any lock */
-void kvs_store_lru_front(kvs_store *s, kvs_chunk *c);   /* takes lru_mu */
+void kvs_store_lru_front(kvs_store *s, kvs_chunk *c);   /* takes lru_mu; the list of c's kind */
 void kvs_store_lru_unlink(kvs_store *s, kvs_chunk *c);  /* takes lru_mu */
-size_t kvs_store_evict_locked(kvs_store *s, size_t target);
+size_t kvs_store_evict_locked(kvs_store *s, size_t target); /* then trims the stubs */
+size_t kvs_store_trim_stubs_locked(kvs_store *s, size_t target); /* unpinned, oldest first */
 void kvs_store_enforce_budget(kvs_store *s);            /* takes the write lock if over */
 
 /* --- store_fetch.c --- */

@@ -18,6 +18,8 @@ void kvs_store_index_add(kvs_store *s, kvs_chunk *c) {
         kvs_store_lru_front(s, c);
     } else {
         ADD(s->tier_meta_bytes, kvs_store_meta_bytes(c));
+        kvs_store_lru_front(s, c);
+        kvs_store_trim_stubs_locked(s, s->stub_budget);
     }
 }
 

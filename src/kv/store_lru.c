@@ -1,9 +1,13 @@
 /*
- * The store's LRU list and eviction (store_impl.h). Resident chunks form one
- * list, most recent first; when the bytes they count exceed the budget the
- * least recently used chunks that nobody pins go: a chunk a tier holds only
- * drops its payload (it stays indexed and is fetched again on the next hit),
- * a memory-only chunk leaves every index.
+ * The store's LRU lists and eviction (store_impl.h). Indexed chunks form two
+ * lists, most recent first: resident ones, and payload-less ones a tier
+ * holds ("stubs"). When the bytes the resident ones count exceed the budget,
+ * the least recently used chunks that nobody pins go: a chunk a tier holds
+ * only drops its payload (it stays indexed as a stub and is fetched again on
+ * the next hit), a memory-only chunk leaves every index. When the stubs'
+ * struct and token bytes exceed their bound, the least recently used
+ * unpinned ones leave the index: the tier still holds them, and a lookup
+ * still finds their grid chunks there by key.
  */
 #include "kv/store_impl.h"
 
@@ -16,28 +20,39 @@ uint64_t kvs_store_mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+size_t kvs_store_default_stub_budget(size_t budget) {
+    return budget / 8 > KVS_STORE_STUB_BYTES_MIN ? budget / 8 : KVS_STORE_STUB_BYTES_MIN;
+}
+
+/* Unlinks c from the list it is in (its flag says which). */
 static void unlink_locked(kvs_store *s, kvs_chunk *c) {
-    if (!(c->store_flags & SF_IN_LRU)) return;
+    if (!(c->store_flags & (SF_IN_LRU | SF_IN_STUBS))) return;
+    struct kvs_lru_list *l = &s->lru[c->store_flags & SF_IN_LRU ? KVS_LRU_RESIDENT : KVS_LRU_STUBS];
     if (c->lru_prev) c->lru_prev->lru_next = c->lru_next;
-    else s->lru_head = c->lru_next;
+    else l->head = c->lru_next;
     if (c->lru_next) c->lru_next->lru_prev = c->lru_prev;
-    else s->lru_tail = c->lru_prev;
+    else l->tail = c->lru_prev;
     c->lru_prev = c->lru_next = NULL;
-    c->store_flags &= ~SF_IN_LRU;
+    c->store_flags &= ~(SF_IN_LRU | SF_IN_STUBS);
 }
 
-static void front_locked(kvs_store *s, kvs_chunk *c) {
+/* To the front of list k (KVS_LRU_*). */
+static void front_locked(kvs_store *s, kvs_chunk *c, int k) {
     unlink_locked(s, c);
-    c->lru_next = s->lru_head;
-    if (s->lru_head) s->lru_head->lru_prev = c;
-    s->lru_head = c;
-    if (!s->lru_tail) s->lru_tail = c;
-    c->store_flags |= SF_IN_LRU;
+    struct kvs_lru_list *l = &s->lru[k];
+    c->lru_next = l->head;
+    if (l->head) l->head->lru_prev = c;
+    l->head = c;
+    if (!l->tail) l->tail = c;
+    c->store_flags |= k == KVS_LRU_RESIDENT ? SF_IN_LRU : SF_IN_STUBS;
 }
 
+/* The caller has just set or cleared c's payload (or indexed c), so c->kv
+ * names the list. */
 void kvs_store_lru_front(kvs_store *s, kvs_chunk *c) {
+    int k = c->kv ? KVS_LRU_RESIDENT : KVS_LRU_STUBS;
     pthread_mutex_lock(&s->lru_mu);
-    front_locked(s, c);
+    front_locked(s, c, k);
     pthread_mutex_unlock(&s->lru_mu);
 }
 
@@ -51,21 +66,40 @@ void kvs_store_touch(kvs_store *s, kvs_chunk *c) {
     atomic_store_explicit(&c->last_access_ns, kvs_now_ns(), memory_order_relaxed);
     atomic_fetch_add_explicit(&c->n_access, 1, memory_order_relaxed);
     pthread_mutex_lock(&s->lru_mu);
-    if (c->store_flags & SF_IN_LRU) front_locked(s, c);
+    /* the flag names the list: a payload loaded meanwhile (load_mu, not
+     * held here) moves its chunk under lru_mu after it is set */
+    if (c->store_flags & SF_IN_LRU) front_locked(s, c, KVS_LRU_RESIDENT);
+    else if (c->store_flags & SF_IN_STUBS) front_locked(s, c, KVS_LRU_STUBS);
     pthread_mutex_unlock(&s->lru_mu);
+}
+
+/* The least recently used chunk of list k that only the store holds,
+ * unlinked; NULL if none. No pin can appear meanwhile: pins are taken under
+ * the read lock, which the caller's write lock excludes. */
+static kvs_chunk *take_oldest_unpinned(kvs_store *s, int k) {
+    pthread_mutex_lock(&s->lru_mu);
+    kvs_chunk *v = s->lru[k].tail;
+    while (v && atomic_load(&v->refs) > 1) v = v->lru_prev;
+    if (v) unlink_locked(s, v);
+    pthread_mutex_unlock(&s->lru_mu);
+    return v;
+}
+
+size_t kvs_store_trim_stubs_locked(kvs_store *s, size_t target) {
+    size_t n = 0;
+    kvs_chunk *v;
+    while (GET(s->tier_meta_bytes) > target && (v = take_oldest_unpinned(s, KVS_LRU_STUBS))) {
+        kvs_store_index_remove(s, v);
+        ADD(s->stub_drops, 1);
+        n++;
+    }
+    return n;
 }
 
 size_t kvs_store_evict_locked(kvs_store *s, size_t target) {
     size_t n = 0;
-    while (GET(s->bytes) > target) {
-        pthread_mutex_lock(&s->lru_mu);
-        kvs_chunk *v = s->lru_tail;
-        /* refs == 1: only the store holds it. No pin can appear meanwhile:
-         * pins are taken under the read lock, which we exclude. */
-        while (v && atomic_load(&v->refs) > 1) v = v->lru_prev;
-        if (v) unlink_locked(s, v);
-        pthread_mutex_unlock(&s->lru_mu);
-        if (!v) break;
+    kvs_chunk *v;
+    while (GET(s->bytes) > target && (v = take_oldest_unpinned(s, KVS_LRU_RESIDENT))) {
         if (v->tier >= 0) {
             pthread_mutex_lock(&s->load_mu);
             free(v->kv);
@@ -74,12 +108,14 @@ size_t kvs_store_evict_locked(kvs_store *s, size_t target) {
             SUB(s->bytes, kvs_store_counted(v));
             ADD(s->tier_meta_bytes, kvs_store_meta_bytes(v));
             SUB(s->resident, 1);
+            kvs_store_lru_front(s, v); /* the newest stub */
         } else {
             kvs_store_index_remove(s, v);
         }
         ADD(s->evictions, 1);
         n++;
     }
+    if (n) kvs_store_trim_stubs_locked(s, s->stub_budget);
     return n;
 }
 

@@ -38,6 +38,9 @@ void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {
     st->insert_exists = GET(s->insert_exists);
     st->insert_too_big = GET(s->insert_too_big);
     st->evictions = GET(s->evictions);
+    st->stub_drops = GET(s->stub_drops);
+    st->stub_bytes = GET(s->tier_meta_bytes);
+    st->stub_budget_bytes = s->stub_budget;
     for (int i = 0; i < s->n_tiers && i < KVS_STORE_MAX_TIERS; i++) {
         if (s->tiers[i] != s->dir_tier) continue; /* the cache directory's only */
         st->disk_writes = GET(s->tier_writes[i]);
