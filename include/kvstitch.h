@@ -126,6 +126,13 @@ typedef struct kvs_model kvs_model;
 
 typedef struct kvs_model_params {
     int vocab_only; /* 1: load metadata + tokenizer only (vocabulary GGUFs) */
+    /* The chat template family every chat layout of this model uses
+     * (kvs_chat_render with family NULL, chat segments, the server's chat
+     * requests): "chatml", "qwen3", "llama3", "llama2" or "gemma"; NULL or
+     * "" = the one tokenizer.chat_template names. For a file without a
+     * template (a base model) or with one not recognised. An unknown name
+     * fails the load (KVS_ERR_INVALID_ARG). Not kept: copied at load. */
+    const char *chat_template;
 } kvs_model_params;
 
 KVS_API kvs_model_params kvs_model_default_params(void);
@@ -159,7 +166,9 @@ typedef struct kvs_model_info {
     const char *tokenizer_pre;   /* pre-tokenizer name, "" if absent */
     int32_t bos_id, eos_id, eot_id; /* -1 when absent */
     int add_bos;                /* tokenizer.ggml.add_bos_token */
-    const char *chat_template_family; /* "chatml", "llama3", "llama2", or "" */
+    const char *chat_template_family; /* the family chat layouts use: kvs_model_params.chat_template,
+                                       * else the one tokenizer.chat_template names
+                                       * ("chatml", "qwen3", "llama3", "llama2", "gemma"), or "" */
     int64_t n_params;
     uint64_t weight_bytes;
     int n_tensors;
@@ -251,8 +260,10 @@ typedef struct kvs_chat_message {
     const char *content;
 } kvs_chat_message;
 
-/* Renders messages with a template family ("chatml", "llama3", "llama2") or,
- * when family is NULL, the family detected from tokenizer.chat_template.
+/* Renders messages with a template family ("chatml", "qwen3", "llama3",
+ * "llama2", "gemma") or, when family is NULL, the model's: the one its load
+ * chose (kvs_model_params.chat_template), else the one detected from
+ * tokenizer.chat_template.
  * An unknown template gives KVS_ERR_UNSUPPORTED naming it; a role the
  * family does not know (exact, case-sensitive) KVS_ERR_INVALID_ARG naming
  * the message, the role and the known ones. *out is

@@ -36,7 +36,7 @@
 #define REPLY_TIMEOUT_S 600
 
 typedef struct serve_opts {
-    const char *model, *host, *cache_dir, *api_key_file, *alias, *kv_type_name;
+    const char *model, *host, *cache_dir, *api_key_file, *alias, *kv_type_name, *chat_template;
     kvs_kv_type kv_type;
     int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, conns_per_ip;
     unsigned long long cache_max_bytes, max_body;
@@ -71,6 +71,9 @@ static void usage(FILE *f) {
             "  --max-tokens N         default max_tokens of a request (256)\n"
             "  --drain-timeout S      on SIGTERM, seconds to let running requests finish (30)\n"
             "  --alias NAME           model id listed by /v1/models (the file's base name)\n"
+            "  --chat-template F      chat template family of chat requests: chatml, qwen3, llama3,\n"
+            "                         llama2, gemma (default: the one the file's template names;\n"
+            "                         for a file without one, or one not recognised)\n"
             CLI_REDIS_USAGE);
 }
 
@@ -147,6 +150,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         continue; }
         STR("-m", model) STR("--model", model) STR("--host", host) STR("--cache-dir", cache_dir)
         STR("--api-key-file", api_key_file) STR("--alias", alias) STR("--kv-type", kv_type_name)
+        STR("--chat-template", chat_template)
         NUM("--port", port, 0, 65535, 0) NUM("--slots", slots, 1, 64, 0) NUM("-t", threads, 0, KVS_MAX_THREADS, 0)
         NUM("--threads", threads, 0, KVS_MAX_THREADS, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
         NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
@@ -248,7 +252,9 @@ static char *read_key(const char *path) {
 }
 
 static int load(srv_server *s, const serve_opts *o) {
-    int st = kvs_model_load(o->model, kvs_model_default_params(), &s->model);
+    kvs_model_params mp = kvs_model_default_params();
+    mp.chat_template = o->chat_template;
+    int st = kvs_model_load(o->model, mp, &s->model);
     if (st) return fprintf(stderr, "kvstitch serve: %s: %s\n", o->model, kvs_last_error()), st;
     kvs_cache_params cp = kvs_cache_default_params();
     cp.cache_dir = o->cache_dir;

@@ -91,6 +91,10 @@ mistake gen_file_nul 1 "byte 6 of 12 is a NUL byte" generate "${M[@]}" -f "$tmp/
 mistake gen_doc_nul 1 "byte 6 of 12 is a NUL byte" generate "${M[@]}" --cache-dir "$D" --doc "$tmp/nul.txt" -p q
 # generate: options that need others
 mistake gen_system_no_chat 2 "--system needs --chat" generate "${M[@]}" -p hi --system x
+mistake gen_chat_template_no_chat 2 "--chat-template needs --chat" generate "${M[@]}" -p hi --chat-template gemma
+mistake gen_chat_template_unknown 1 "chat template family 'jinja' is not one kvstitch renders (chatml, qwen3, llama3, llama2, gemma)" \
+    generate "${M[@]}" -p hi --chat --chat-template jinja
+mistake warm_chat_template_no_chat 2 "--chat-template needs --chat" warm "${M[@]}" --cache-dir "$D" --chat-template gemma hi
 mistake gen_reuse_no_dir 2 "--reuse needs --cache-dir" generate "${M[@]}" -p hi --reuse none
 mistake gen_reuse_unknown 2 "--reuse must be prefix or none without --doc, got 'sideways'" \
     generate "${M[@]}" -p hi --cache-dir "$D" --reuse sideways

@@ -104,6 +104,51 @@ TEST(vocab_only_gguf_without_template) {
     kvs_model_free(m);
 }
 
+/* kvs_model_params.chat_template: the family every chat layout of the model
+ * uses when the caller names none (a file without a template, the server's
+ * --chat-template); an explicit family still wins; an unknown name fails the
+ * load naming it; the info reports the choice. */
+TEST(chat_template_chosen_at_load) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer-tests/ggml-vocab-gpt-2.gguf", kt_shared_dir());
+    kvs_model_params p = kvs_model_default_params();
+    p.vocab_only = 1;
+    char family[] = "gemma";
+    p.chat_template = family;
+    kvs_model *m = NULL;
+    int st = kvs_model_load(path, p, &m);
+    CHECK_MSG(st == KVS_OK, "%s", kvs_last_error());
+    if (!m) return;
+    memcpy(family, "xxxxx", 5); /* copied at load */
+    kvs_model_info in;
+    kvs_model_get_info(m, &in);
+    CHECK(in.chat_template_family && strcmp(in.chat_template_family, "gemma") == 0);
+    const kvs_chat_message msgs[] = {{"user", "x"}};
+    char *out = NULL;
+    st = kvs_chat_render(m, NULL, msgs, 1, 1, &out);
+    CHECK_MSG(st == KVS_OK && out && strcmp(out, "<start_of_turn>user\nx<end_of_turn>\n<start_of_turn>model\n") == 0,
+              "%s", out ? out : kvs_last_error());
+    free(out);
+    out = NULL;
+    st = kvs_chat_render(m, "chatml", msgs, 1, 1, &out);
+    CHECK(st == KVS_OK && out && strcmp(out, "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n") == 0);
+    free(out);
+    kvs_model_free(m);
+
+    kvs_model *bad = NULL;
+    p.chat_template = "jinja";
+    CHECK_EQ_INT(kvs_model_load(path, p, &bad), KVS_ERR_INVALID_ARG);
+    CHECK(bad == NULL);
+    CHECK(strstr(kvs_last_error(), "'jinja'") && strstr(kvs_last_error(), "chatml, qwen3, llama3, llama2, gemma"));
+    p.chat_template = ""; /* "" = detect, as NULL */
+    CHECK_EQ_INT(kvs_model_load(path, p, &bad), KVS_OK);
+    if (bad) {
+        kvs_model_get_info(bad, &in);
+        CHECK(in.chat_template_family && in.chat_template_family[0] == 0);
+        kvs_model_free(bad);
+    }
+}
+
 /* kvs_utf8_repair: every byte that starts no valid sequence becomes U+FFFD,
  * control characters stay (prompt text keeps its newlines), and a buffer too
  * small cuts between characters, never inside one. */
@@ -134,6 +179,7 @@ int main(void) {
     RUN(tokenize_and_decode);
     RUN(chat_render);
     RUN(vocab_only_gguf_without_template);
+    RUN(chat_template_chosen_at_load);
     RUN(utf8_repair);
     kvs_model_free(smol);
     return kt_summary();

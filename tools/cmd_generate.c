@@ -12,6 +12,7 @@
 
 typedef struct gen_opts {
     const char *model_path, *prompt, *file, *system, *cache_dir, *reuse, *deviation, *doc_prefix, *kv_type;
+    const char *chat_template;
     int n_predict, chat, json, quiet, n_threads, n_batch, n_ctx, beyond_train, no_store, chunk_tokens, cache_budget_mib;
     kvs_sampler_params sp;
     const char *docs[MAX_DOCS], *stops[MAX_STOPS];
@@ -50,6 +51,9 @@ static const cli_opt k_opts[] = {
     CLI_OPT(NULL, "--stop", CLI_STR, O, stops, "TEXT",
             "stop when the text contains TEXT (cut from the output; stop_reason \"stop\")", .max_count = MAX_STOPS,
             .count_offset = CLI_OFF(O, n_stops)),
+    CLI_STR_OPT(NULL, "--chat-template", O, chat_template, "FAMILY",
+                "the chat template family --chat lays out: chatml, qwen3, llama3,\n"
+                "llama2, gemma (default: the one the file's template names)"),
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1, "wrap the prompt in the model's chat template"),
     CLI_STR_OPT(NULL, "--system", O, system, "TEXT", "system message (with --chat or --doc)"),
     CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, KVS_MAX_THREADS, "N", "worker threads (default: all cores)"),
@@ -151,6 +155,7 @@ static int check(gen_opts *o) {
     if (!o->model_path) return cli_usage_error(c, "-m MODEL is required");
     if (!o->prompt == !o->file) return cli_usage_error(c, "give exactly one of -p TEXT or -f FILE");
     if (o->system && !o->chat && !o->n_docs) return cli_usage_error(c, "--system needs --chat (or --doc)");
+    if (o->chat_template && !o->chat) return cli_usage_error(c, "--chat-template needs --chat");
     if (o->n_docs && o->no_store)
         return cli_usage_error(c, "--no-store does not apply to --doc (documents are always cached)");
     /* --reuse means the reuse mode without --doc, the repair strategy with it. */
@@ -330,7 +335,9 @@ static double tokenize_prompt(gen_run *g, const gen_opts *o, const char *text, k
 }
 
 static int generate(gen_run *g, const gen_opts *o, const char *text) {
-    int st = kvs_model_load(o->model_path, kvs_model_default_params(), &g->model);
+    kvs_model_params mp = kvs_model_default_params();
+    mp.chat_template = o->chat_template;
+    int st = kvs_model_load(o->model_path, mp, &g->model);
     if (st != KVS_OK) return cli_fail(st, o->model_path);
     kvs_model_info info;
     kvs_model_get_info(g->model, &info);

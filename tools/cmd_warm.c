@@ -8,7 +8,7 @@
 #define MAX_TEXTS 256
 
 typedef struct warm_opts {
-    const char *model_path, *cache_dir, *system, *kv_type;
+    const char *model_path, *cache_dir, *system, *kv_type, *chat_template;
     const char *texts[MAX_TEXTS];
     const char *docs[MAX_TEXTS], *doc_prefix;
     int n_docs;
@@ -50,6 +50,9 @@ static const cli_opt k_opts[] = {
      .help = "a prompt from a file (repeatable; a NUL byte in it is an error)",
      .repeatable = 1,
      .set = add_file},
+    CLI_STR_OPT(NULL, "--chat-template", O, chat_template, "FAMILY",
+                "the chat template family --chat lays out: chatml, qwen3, llama3,\n"
+                "llama2, gemma (default: the one the file's template names)"),
     CLI_FLAG_OPT(NULL, "--chat", O, chat, 1,
                  "lay each text out as the user message of the chat template, up to\n"
                  "the end of the text (what `generate --chat` with a prompt that starts\n"
@@ -113,6 +116,7 @@ static int parse(int argc, char **argv, warm_opts *o) {
     if (o->n_texts == 0 && o->n_docs == 0)
         return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
+    if (o->chat_template && !o->chat) return cli_usage_error("warm", "--chat-template needs --chat");
     if (o->doc_set && o->bake_neighbours)
         return cli_usage_error("warm", "give --doc-set (all the others) or --bake-with-neighbours K, not both");
     return -1;
@@ -235,7 +239,9 @@ int cmd_warm(int argc, char **argv) {
     kvs_cache *cache = NULL;
     cJSON *root = NULL, *prompts = NULL;
     rc = 1;
-    int st = kvs_model_load(o.model_path, kvs_model_default_params(), &model);
+    kvs_model_params mp = kvs_model_default_params();
+    mp.chat_template = o.chat_template;
+    int st = kvs_model_load(o.model_path, mp, &model);
     if (st != KVS_OK) {
         rc = cli_fail(st, o.model_path);
         goto done;

@@ -44,14 +44,21 @@ class Model(InUse, NoCopy):
         self._children: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     @classmethod
-    def load(cls, path: str | bytes | os.PathLike, threads: int = 0, vocab_only: bool = False) -> "Model":
+    def load(cls, path: str | bytes | os.PathLike, threads: int = 0, vocab_only: bool = False,
+             chat_template: str | None = None) -> "Model":
         """Loads a GGUF file. threads: default for Sessions (0 = all cores).
-        Raises FileError / FormatError / Unsupported naming what is wrong."""
+        chat_template: the template family every chat layout of this model
+        uses ("chatml", "qwen3", "llama3", "llama2", "gemma"; None: the one
+        the file's tokenizer.chat_template names), for a file without one.
+        Raises FileError / FormatError / Unsupported / InvalidArgument naming
+        what is wrong."""
         threads = int_arg(threads, "threads", 0, MAX_THREADS)  # the CLI's bound (1000 threads had taken 55 s for 4 tokens)
         c = c_path(path, "the model path")
         path = os.fsdecode(c)
         params = lib.kvs_model_default_params()
         params.vocab_only = int(vocab_only)
+        family = ffi.new("char[]", c_text(chat_template, "chat_template")) if chat_template is not None else ffi.NULL
+        params.chat_template = family  # (copied by the load)
         out = ffi.new("kvs_model **")
         check(lib.kvs_model_load(c, params, out))
         return cls(ffi.gc(out[0], lib.kvs_model_free), path, threads)

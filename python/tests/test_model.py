@@ -43,6 +43,27 @@ def test_render_chat(model):
     assert text.endswith("<|im_start|>assistant\n")
 
 
+def test_chat_template_chosen_at_load(model_path):
+    """Model.load(chat_template=...): the family every chat layout of the
+    model uses (render_chat, Session's chat segments), for a file without a
+    template; an explicit family still wins; an unknown one is refused."""
+    m = kvstitch.Model.load(model_path, vocab_only=True, chat_template="gemma")
+    try:
+        assert m.info.chat_template_family == "gemma"
+        assert m.render_chat([{"role": "user", "content": "Hi"}]) == \
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        assert m.render_chat([{"role": "user", "content": "Hi"}], family="llama3").startswith("<|start_header_id|>")
+    finally:
+        m.close()
+    for bad in ("jinja", "gemma\0x", 3):
+        try:
+            kvstitch.Model.load(model_path, vocab_only=True, chat_template=bad)
+        except kvstitch.InvalidArgument as e:
+            assert "chat_template" in str(e) or "'jinja'" in str(e), e
+        else:
+            raise AssertionError(f"chat_template={bad!r} was taken")
+
+
 def test_public_surface_documented():
     pkg = Path(kvstitch.__file__).parent
     assert (pkg / "py.typed").exists()

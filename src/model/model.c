@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "model/model_impl.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 kvs_model_params kvs_model_default_params(void) {
@@ -21,6 +22,10 @@ static char *dup_display(kvs_gguf_str s) {
 }
 
 static int load(kvs_model *m, const char *path, kvs_model_params params) {
+    if (params.chat_template && params.chat_template[0] &&
+        !(m->chat_family = kvs_chat_family_named(params.chat_template)))
+        return kvs_error(KVS_ERR_INVALID_ARG, "chat template family '%.40s' is not one kvstitch renders (%s)",
+                         params.chat_template, KVS_CHAT_FAMILIES);
     int st = kvs_gguf_open(path, &m->gguf);
     if (st) return st;
 
@@ -138,7 +143,7 @@ void kvs_model_get_info(const kvs_model *m, kvs_model_info *in) { /* NULL model:
     in->eos_id = kvs_tokenizer_eos(m->tok);
     in->eot_id = m->eot_id;
     in->add_bos = kvs_tokenizer_add_bos(m->tok);
-    in->chat_template_family = kvs_chat_detect_family(m->gguf); /* src/tokenizer/chat.c */
+    in->chat_template_family = kvs_model_chat_family(m);
     in->n_params = m->n_params;
     in->weight_bytes = m->weight_bytes;
     in->n_tensors = (int)kvs_gguf_n_tensors(m->gguf);
@@ -163,6 +168,10 @@ const char *kvs_tensor_type_name(int type) {
 const kvs_gguf *kvs_model_gguf(const kvs_model *m) { return m->gguf; }
 const kvs_tokenizer *kvs_model_tokenizer(const kvs_model *m) { return m->tok; }
 int kvs_model_is_vocab_only(const kvs_model *m) { return m->vocab_only; }
+const char *kvs_model_chat_choice(const kvs_model *m) { return m->chat_family; }
+const char *kvs_model_chat_family(const kvs_model *m) {
+    return m->chat_family ? m->chat_family : kvs_chat_detect_family(m->gguf); /* src/tokenizer/chat.c */
+}
 const kvs_hparams *kvs_model_hparams(const kvs_model *m) { return &m->hp; }
 const kvs_layer_weights *kvs_model_layer(const kvs_model *m, int l) { return &m->layers[l]; }
 const kvs_wmat *kvs_model_tok_embd(const kvs_model *m) { return &m->tok_embd; }

@@ -70,6 +70,11 @@ typedef struct kvs_layer_weights {
 } kvs_layer_weights;
 
 int kvs_model_is_vocab_only(const kvs_model *model);
+/* The chat template family its chat layouts use: the load's choice, else
+ * the detected one, else "" (kvs_model_info.chat_template_family). */
+const char *kvs_model_chat_family(const kvs_model *model);
+/* The load's choice (kvs_model_params.chat_template) alone, or NULL. */
+const char *kvs_model_chat_choice(const kvs_model *model);
 const kvs_hparams *kvs_model_hparams(const kvs_model *model);
 const kvs_layer_weights *kvs_model_layer(const kvs_model *model, int l); /* l < n_layer */
 const kvs_wmat *kvs_model_tok_embd(const kvs_model *model);   /* (n_vocab, n_embd) */

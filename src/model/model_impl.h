@@ -15,6 +15,7 @@ struct kvs_model {
     int vocab_only;             /* no tensors or params.vocab_only: tokenizer + metadata only */
     char arch[32];              /* general.architecture ("llama", "qwen2", ...) */
     char *name;                 /* general.name, NUL-terminated copy ("" if absent) */
+    const char *chat_family;    /* kvs_model_params.chat_template (a static name), or NULL: detect */
     int32_t eot_id;             /* tokenizer.ggml.eot_token_id, -1 if absent */
     kvs_hparams hp;
     kvs_layer_hparams *layer_hp; /* (n_layer), hp.layer points here */

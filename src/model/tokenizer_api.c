@@ -32,5 +32,6 @@ int kvs_detok_new(const kvs_model *model, int render_special, kvs_detok **out) {
 int kvs_chat_render(const kvs_model *model, const char *family, const kvs_chat_message *msgs, int n_msgs,
                     int add_generation_prompt, char **out) {
     if (!model) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_chat_render: NULL model");
+    if (!family) family = kvs_model_chat_choice(model); /* the load's, else NULL: detect */
     return kvs_chat_render_gguf(kvs_model_gguf(model), family, msgs, n_msgs, add_generation_prompt, out);
 }

@@ -32,6 +32,10 @@
 #include "tokenizer/tokenizer.h"
 
 #define KEY_TEMPLATE "tokenizer.chat_template"
+/* Where a user chooses a family, in the errors that ask for one. */
+#define CHOOSE_WHERE                                                                                   \
+    "the CLI's and serve's --chat-template; kvs_model_params.chat_template; Python: "                  \
+    "Model.load(chat_template=...)"
 
 typedef struct sbuf {
     char *p;
@@ -303,6 +307,13 @@ static const family_roles k_family_roles[] = {
     {"gemma", {"system", "user", "assistant", NULL}},
 };
 
+const char *kvs_chat_family_named(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof k_family_roles / sizeof k_family_roles[0]; i++)
+        if (!strcmp(k_family_roles[i].family, name)) return k_family_roles[i].family;
+    return NULL;
+}
+
 /* KVS_OK if every message's role is one fam renders (an unknown family is
  * refused later, by name). */
 static int check_roles(const char *fam, const kvs_chat_message *m, int n) {
@@ -338,8 +349,8 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
         fam = kvs_chat_family_of_template(tmpl, tmpl_len);
         if (!fam && tmpl_len == 0)
             return kvs_error(KVS_ERR_UNSUPPORTED,
-                             "the model has no %s; pass a template family (chatml, qwen3, llama3, llama2, gemma) "
-                             "to choose one (kvs_chat_render's family; Python: render_chat(family=...))", KEY_TEMPLATE);
+                             "the model has no %s; pass a template family (" KVS_CHAT_FAMILIES ") "
+                             "to choose one (" CHOOSE_WHERE ")", KEY_TEMPLATE);
         if (!fam) {
             /* Name the template by its first characters, on one line. */
             char head[64];
@@ -348,8 +359,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
             head[k] = 0;
             return kvs_error(KVS_ERR_UNSUPPORTED,
                              "chat template not recognised: \"%s%s\"; pass a template family "
-                             "(chatml, qwen3, llama3, llama2, gemma) to override (kvs_chat_render's family; "
-                             "Python: render_chat(family=...))",
+                             "(" KVS_CHAT_FAMILIES ") to override (" CHOOSE_WHERE ")",
                              head, tmpl_len > 60 ? "..." : "");
         }
     }
@@ -374,7 +384,7 @@ int kvs_chat_render_template(const char *tmpl, size_t tmpl_len, const char *fami
     } else if (strcmp(fam, "gemma") == 0) {
         render_gemma(&b, msgs, n_msgs, add_generation_prompt);
     } else {
-        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: chatml, qwen3, llama3, llama2, gemma)", fam);
+        st = kvs_error(KVS_ERR_INVALID_ARG, "unknown chat template family '%.40s' (known: " KVS_CHAT_FAMILIES ")", fam);
     }
     if (st == KVS_OK && b.oom) st = kvs_error(KVS_ERR_NOMEM, "kvs_chat_render: out of memory");
     if (st) {

@@ -50,8 +50,12 @@ int32_t kvs_tokenizer_eot(const kvs_tokenizer *t);
 int kvs_detok_new_tok(const kvs_tokenizer *t, int render_special, kvs_detok **out);
 
 /* Chat templates (chat.c). The family recognised from a template text:
- * "chatml", "llama3", "llama2", or NULL if none of their markers occurs. */
+ * one of KVS_CHAT_FAMILIES, or NULL if none of their markers occurs. */
 const char *kvs_chat_family_of_template(const char *tmpl, size_t len);
+/* The families chat.c renders, for messages that list them. */
+#define KVS_CHAT_FAMILIES "chatml, qwen3, llama3, llama2, gemma"
+/* The family called name (its static string), NULL if none is. */
+const char *kvs_chat_family_named(const char *name);
 /* Family of the GGUF's tokenizer.chat_template; "" if absent or unknown
  * (for kvs_model_info.chat_template_family). */
 const char *kvs_chat_detect_family(const kvs_gguf *g);
