@@ -149,9 +149,9 @@ char *srv_metrics_render(srv_metrics *m, kvs_cache *cache, srv_load load) {
         put_gauge(&b, "kvstitch_cache_hit_tokens_total", "counter", "Prompt tokens served from the cache.",
                   (double)st.hit_tokens);
         put_gauge(&b, "kvstitch_cache_evictions_total", "counter", "Chunks evicted from RAM.", (double)st.evictions);
-    put_gauge(&b, "kvstitch_cache_index_drops_total", "counter",
-              "Entries without KV in memory dropped from the RAM index by its bound (their tier keeps them).",
-              (double)st.index_drops);
+        put_gauge(&b, "kvstitch_cache_index_drops_total", "counter",
+                  "Entries without KV in memory dropped from the RAM index by its bound (their tier keeps them).",
+                  (double)st.index_drops);
         put_gauge(&b, "kvstitch_cache_disk_writes_total", "counter", "Entries written to the cache directory.",
                   (double)st.disk_writes);
         put_gauge(&b, "kvstitch_cache_disk_write_errors_total", "counter",

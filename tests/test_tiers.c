@@ -232,6 +232,126 @@ TEST(records_without_kv_are_bounded_least_recently_used_first) {
     free(dir);
 }
 
+/* Chunks a tier serves by key are indexed first to last; the lookup
+ * touches them after, last to first, so the chain's head is the newest
+ * record and the bound drops its tail first (it had dropped the head and
+ * kept four records no prefix lookup could reach). */
+TEST(records_bound_keeps_the_head_of_a_chain_a_tier_served) {
+    char *dir = populated_dir(); /* toks: 5 chunks in the dir */
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 1024;           /* nothing resident */
+    p.stub_bytes = prompt_records(); /* exactly toks' 5 records */
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &s), KVS_OK);
+    kvs_tier_dir_params dp = {dir, 0, 0};
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK); /* unscanned */
+    CHECK_EQ_INT(serve_into(s, N), N);                 /* all 5 by key, indexed */
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 5);
+    int32_t first = toks[0];
+    toks[0] = 7777; /* one more record, of one chunk: one of toks' must go */
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, 64, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    toks[0] = first;
+    kvs_store_get_stats(s, &st);
+    CHECK(st.stub_drops >= 1);
+    kvs_key k0, k4;
+    chunk_key(0, &k0);
+    chunk_key(4, &k4);
+    CHECK_MSG(kvs_store_contains(s, &k0), "the chain's head was dropped first");
+    CHECK_MSG(!kvs_store_contains(s, &k4), "the chain's tail was kept");
+    uint64_t h0 = key_hits(s);
+    CHECK_EQ_INT(serve_into(s, N), N);
+    CHECK_MSG(key_hits(s) - h0 <= 2, "%llu of 5 chunks from the tier: the RAM index served too few",
+              (unsigned long long)(key_hits(s) - h0));
+    kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* A server's path: resident chunks evicted to records, records loaded back,
+ * both bounds kept on every request, the bytes served right, all counts
+ * back to 0 after a clear. */
+TEST(records_evicted_and_loaded_back_keep_both_bounds) {
+    char *dir = new_dir();
+    kvs_store_params p = kvs_store_default_params();
+    size_t one = sizeof(kvs_chunk) + 64 * 4 + (size_t)2 * 2 * 2 * 16 * 2 * 64; /* ~a chunk counted */
+    p.budget_bytes = 6 * one;
+    p.cache_dir = dir;
+    p.stub_bytes = prompt_records();
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &s), KVS_OK);
+    int32_t first = toks[0];
+    kvs_put_report r;
+    kvs_store_stats st;
+    for (int round = 0; round < 3; round++)
+        for (int k = 1; k <= 6; k++) {
+            toks[0] = 2000 + k;
+            fake_kv_fill(cold, toks, N);
+            CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+            kvs_prefix_hit hit;
+            CHECK_EQ_INT(kvs_store_lookup_prefix(s, toks, N, &hit), KVS_OK); /* records made resident */
+            fake_kv_zero(warm);
+            CHECK_EQ_INT(kvs_prefix_hit_copy_to_kv(&hit, &warm->kv), KVS_OK);
+            CHECK_EQ_INT(hit.n_cached, N);
+            CHECK(fake_kv_equal(cold, warm, 0, hit.n_cached));
+            kvs_prefix_hit_release(&hit);
+            CHECK_EQ_INT(serve_into(s, N), N);
+            kvs_store_get_stats(s, &st);
+            CHECK(st.stub_bytes <= st.stub_budget_bytes);
+            CHECK(st.bytes <= st.budget_bytes);
+        }
+    kvs_store_get_stats(s, &st);
+    CHECK(st.stub_drops > 0 && st.evictions > 0);
+    CHECK(st.entries <= 12); /* 6 resident at most, the records of ~one prompt */
+    kvs_store_clear(s, 0);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 0);
+    CHECK_EQ_INT(st.bytes, 0);
+    CHECK_EQ_INT(st.stub_bytes, 0);
+    CHECK_EQ_INT(st.resident, 0);
+    toks[0] = first;
+    kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* A cache dir listing more records than the bound: the deepest go, so every
+ * record kept is reachable by prefix (in readdir order 5 of 9 kept had been
+ * "orphans" of a dir with no broken chain). */
+TEST(records_bound_at_open_keeps_no_orphans) {
+    char *dir = new_dir();
+    kvs_store *w = open_store(dir, 0);
+    int32_t first = toks[0];
+    kvs_put_report r;
+    for (int k = 1; k <= 4; k++) {
+        toks[0] = 3000 + k;
+        fake_kv_fill(cold, toks, N);
+        CHECK_EQ_INT(kvs_store_put_prefix(w, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    }
+    kvs_store_free(w);
+    toks[0] = first;
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 64u << 20;
+    p.cache_dir = dir;
+    p.stub_bytes = 2 * prompt_records();
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &s), KVS_OK);
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK(st.stub_drops > 0);
+    CHECK(st.entries >= 8 && st.stub_bytes <= st.stub_budget_bytes);
+    CHECK_EQ_INT(st.disk_orphans, 0);
+    CHECK_EQ_INT(st.prefix_reachable, st.entries);
+    kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
 /* A chunk asked by prefix key and token path (kvs_store_get_path, as a
  * document lookup asks): an unscanned tier serves it only where its tokens
  * end the path, and it is then found in RAM. */
@@ -766,6 +886,9 @@ int main(void) {
     RUN(dir_tier_serves_by_key_without_scan);
     RUN(chunks_larger_than_the_ram_budget_go_to_the_tiers);
     RUN(records_without_kv_are_bounded_least_recently_used_first);
+    RUN(records_bound_keeps_the_head_of_a_chain_a_tier_served);
+    RUN(records_evicted_and_loaded_back_keep_both_bounds);
+    RUN(records_bound_at_open_keeps_no_orphans);
     RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
     RUN(damage_on_every_chunk_heals_in_one_request);

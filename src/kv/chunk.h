@@ -110,7 +110,9 @@ typedef struct kvs_chunk {
     struct kvs_chunk *lru_prev, *lru_next;
     struct kvs_chunk *hnext_prefix, *hnext_content;
     void *radix_node;    /* the radix node it hangs on, NULL if not prefix-reachable */
-    unsigned store_flags;
+    unsigned store_flags; /* SF_INDEXED (the write lock) */
+    unsigned lru_flags;   /* which LRU list it is in (lru_mu): its own word, as touches write it
+                             under lru_mu alone while a load reads store_flags */
     int tier;            /* the store's tier below RAM that holds it (index in its tier list,
                             0 = the first, e.g. the cache dir); -1 = memory only */
 } kvs_chunk;

@@ -93,6 +93,7 @@ void kvs_store_free(kvs_store *s) {
                 c->lru_prev = c->lru_next = NULL;
                 c->radix_node = NULL;
                 c->store_flags = 0;
+                c->lru_flags = 0;
                 kvs_chunk_unref(c);
                 c = next;
             }
@@ -359,22 +360,37 @@ static int scan_add(void *user, kvs_chunk *c) {
     return 0;
 }
 
-/* Indexes what tier ti's scan lists (headers read without the lock). */
+/* Deepest first (pos0 descending). */
+static int deeper_first(const void *a, const void *b) {
+    const kvs_chunk *x = *(kvs_chunk *const *)a, *y = *(kvs_chunk *const *)b;
+    return (x->pos0 < y->pos0) - (x->pos0 > y->pos0);
+}
+
+/* Indexes what tier ti's scan lists (headers read without the lock). The
+ * deepest chunks are indexed first, so that they are the oldest records:
+ * where the listing exceeds the records' bound, the bound drops them before
+ * their parents and keeps no child whose parent it dropped (in readdir
+ * order it had kept children of dropped heads: counted, unreachable). */
 static int sync_tier(kvs_store *s, int ti, int *added) {
     kvs_tier *t = s->tiers[ti];
     if (!t->ops->scan) return KVS_OK;
     scan_ctx x = {s, NULL, 0, 0, 0};
     int rc = t->ops->scan(t, scan_add, &x);
+    if (x.n > 1) qsort(x.got, x.n, sizeof *x.got, deeper_first);
     pthread_rwlock_wrlock(&s->lock);
+    uint64_t drops0 = GET(s->stub_drops);
+    int indexed = 0;
     for (size_t i = 0; i < x.n; i++) {
         kvs_chunk *c = x.got[i];
         if (!kvs_chunk_map_find(&s->pmap, &c->prefix_key)) {
             c->tier = ti;
             kvs_store_index_add(s, c);
-            (*added)++;
+            indexed++;
         }
         kvs_chunk_unref(c); /* the scan's reference; index_add took the store's */
     }
+    int dropped = (int)(GET(s->stub_drops) - drops0);
+    *added += indexed > dropped ? indexed - dropped : 0; /* (what the bound kept) */
     if (t == s->dir_tier) {
         kvs_disk_counts counts;
         kvs_tier_dir_last_scan(t, &counts);

@@ -14,7 +14,7 @@
  *   store_stats.c   statistics
  *
  * Locks: `lock` (rwlock) guards the indexes, SF_INDEXED and eviction;
- * `lru_mu` the LRU links, SF_IN_LRU and SF_IN_STUBS; `load_mu` payload transitions
+ * `lru_mu` the LRU links and lru_flags (SF_IN_LRU, SF_IN_STUBS); `load_mu` payload transitions
  * (c->kv NULL <-> resident) of indexed chunks made under the read lock.
  */
 #ifndef KVS_KV_STORE_IMPL_H
@@ -30,8 +30,9 @@
 #include <stdint.h>
 
 #define SF_INDEXED 1u /* in the maps (write lock) */
-#define SF_IN_LRU 2u  /* in the resident chunks' LRU list (lru_mu) */
-#define SF_IN_STUBS 4u /* in the payload-less chunks' LRU list (lru_mu) */
+/* lru_flags (lru_mu) */
+#define SF_IN_LRU 1u   /* in the resident chunks' LRU list */
+#define SF_IN_STUBS 2u /* in the payload-less chunks' LRU list */
 
 #define KVS_STORE_MAX_TIERS 8
 

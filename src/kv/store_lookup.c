@@ -413,10 +413,11 @@ static int lookup(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffe
     int n_bad = 0;
     int rc = from_index(s, tokens, n, hit, &cap);
     int cut = rc ? 1 : serve_index(s, kv, hit, &bad, &n_bad);
-    /* Last to first: the head of the chain ends up most recently used, so
-     * eviction takes tails first and never cuts a chain short. */
-    for (int i = hit->n_segs - 1; i >= 0; i--) kvs_store_touch(s, hit->segs[i].chunk);
     if (!rc && !cut && s->n_tiers && hit->n_cached < n) rc = serve_tiers(s, tokens, n, kv, hit, &cap);
+    /* Last to first, what the tiers served too (indexed first to last): the
+     * head of the chain ends up most recently used, so eviction and the
+     * records' bound take tails first and never cut a chain short. */
+    for (int i = hit->n_segs - 1; i >= 0; i--) kvs_store_touch(s, hit->segs[i].chunk);
     kvs_store_drop(s, bad, n_bad);
     free(bad);
     if (rc) {

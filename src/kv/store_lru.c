@@ -26,14 +26,14 @@ size_t kvs_store_default_stub_budget(size_t budget) {
 
 /* Unlinks c from the list it is in (its flag says which). */
 static void unlink_locked(kvs_store *s, kvs_chunk *c) {
-    if (!(c->store_flags & (SF_IN_LRU | SF_IN_STUBS))) return;
-    struct kvs_lru_list *l = &s->lru[c->store_flags & SF_IN_LRU ? KVS_LRU_RESIDENT : KVS_LRU_STUBS];
+    if (!(c->lru_flags & (SF_IN_LRU | SF_IN_STUBS))) return;
+    struct kvs_lru_list *l = &s->lru[c->lru_flags & SF_IN_LRU ? KVS_LRU_RESIDENT : KVS_LRU_STUBS];
     if (c->lru_prev) c->lru_prev->lru_next = c->lru_next;
     else l->head = c->lru_next;
     if (c->lru_next) c->lru_next->lru_prev = c->lru_prev;
     else l->tail = c->lru_prev;
     c->lru_prev = c->lru_next = NULL;
-    c->store_flags &= ~(SF_IN_LRU | SF_IN_STUBS);
+    c->lru_flags &= ~(SF_IN_LRU | SF_IN_STUBS);
 }
 
 /* To the front of list k (KVS_LRU_*). */
@@ -44,7 +44,7 @@ static void front_locked(kvs_store *s, kvs_chunk *c, int k) {
     if (l->head) l->head->lru_prev = c;
     l->head = c;
     if (!l->tail) l->tail = c;
-    c->store_flags |= k == KVS_LRU_RESIDENT ? SF_IN_LRU : SF_IN_STUBS;
+    c->lru_flags |= k == KVS_LRU_RESIDENT ? SF_IN_LRU : SF_IN_STUBS;
 }
 
 /* The caller has just set or cleared c's payload (or indexed c), so c->kv
@@ -68,8 +68,8 @@ void kvs_store_touch(kvs_store *s, kvs_chunk *c) {
     pthread_mutex_lock(&s->lru_mu);
     /* the flag names the list: a payload loaded meanwhile (load_mu, not
      * held here) moves its chunk under lru_mu after it is set */
-    if (c->store_flags & SF_IN_LRU) front_locked(s, c, KVS_LRU_RESIDENT);
-    else if (c->store_flags & SF_IN_STUBS) front_locked(s, c, KVS_LRU_STUBS);
+    if (c->lru_flags & SF_IN_LRU) front_locked(s, c, KVS_LRU_RESIDENT);
+    else if (c->lru_flags & SF_IN_STUBS) front_locked(s, c, KVS_LRU_STUBS);
     pthread_mutex_unlock(&s->lru_mu);
 }
 
