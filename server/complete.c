@@ -319,6 +319,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
             memcpy(buf, st->out + st->out_off, n);
             st->out_off += n;
+            srv_reply_clock_restart(st->s, st->c); /* (the wait for them was the server's, not the client's) */
             return (ssize_t)n;
         }
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;

@@ -12,8 +12,10 @@
  *                    settle two Content-Length (400) and a Content-Length
  *                    over max_body (413) before any of the body is read
  *   handler, reply   reply_timeout_s (a queued request may wait minutes; the
- *                    handler blocks meanwhile, MHD's clock only runs while
- *                    the client does not take the reply)
+ *                    handler blocks meanwhile, and a stream's reader waits
+ *                    for its next token inside MHD's callback: MHD's clock
+ *                    only runs while the client does not take the reply;
+ *                    a stream closed so cancels its job)
  *   kept alive       read_timeout_s again until the next request
  */
 #include <errno.h>
@@ -90,6 +92,12 @@ static cJSON *error_json(const srv_error *e) {
 }
 
 int srv_reply_error(struct MHD_Connection *c, const srv_error *e) { return srv_reply_json(c, e->http, error_json(e)); }
+
+void srv_reply_clock_restart(srv_server *s, struct MHD_Connection *c) {
+    /* a timeout set after none (0) restarts MHD's timer (microhttpd.h) */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->reply_timeout_s);
+}
 
 int srv_peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -282,6 +290,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* The request is in: its reply may wait for a slot and a long prefill. */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->reply_timeout_s);
     int status = dispatch(s, c, url, method, b);
+    srv_reply_clock_restart(s, c); /* the reply is ready (or a stream begins): its clock starts now */
     if (status) srv_metrics_status(&s->metrics, status);
     return status ? MHD_YES : MHD_NO;
 }

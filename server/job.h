@@ -37,6 +37,8 @@ typedef struct srv_usage {
     int docs_hit, docs_computed;
     int docs_baked;         /* documents whose baked KV was moved (or, warm: baked now) */
     int chunks_stored;
+    int computed_tokens;    /* prompt tokens this request computed (metrics; a prefill stopped
+                             * before its end counts what it ran, not the whole prompt) */
     int prefill_steps;      /* scheduler steps the prompt took (chunks; documents: slices of uncached ones, then the assembly) */
     const char *strategy;   /* "prefix" or a repair strategy name */
     double queue_ms, ttft_ms, prefill_ms, decode_ms, total_ms;

@@ -40,11 +40,10 @@ static void hist_add(srv_hist *h, double v) {
 void srv_metrics_job(srv_metrics *m, const srv_job *j, srv_finish why) {
     const srv_usage *u = &j->usage;
     pthread_mutex_lock(&m->mu);
-    int computed = u->prompt_tokens - u->cached_tokens - u->moved_tokens;
     m->prompt_tokens[SRV_SRC_CACHED] += (uint64_t)u->cached_tokens;
     m->prompt_tokens[SRV_SRC_MOVED] += (uint64_t)(u->moved_tokens - u->recomputed_tokens);
     m->prompt_tokens[SRV_SRC_RECOMPUTED] += (uint64_t)u->recomputed_tokens;
-    m->prompt_tokens[SRV_SRC_COMPUTED] += (uint64_t)(computed > 0 ? computed : 0);
+    m->prompt_tokens[SRV_SRC_COMPUTED] += (uint64_t)u->computed_tokens;
     if ((unsigned)why < 5) m->finished[why]++;
     if (u->completion_tokens > 0) hist_add(&m->ttft, u->ttft_ms / 1e3);
     hist_add(&m->e2e, u->total_ms / 1e3);

@@ -130,7 +130,28 @@ static void admit(srv_sched *s) {
     }
 }
 
+/* Queued jobs whose clients left (or a drain's cancel_all): out of the
+ * queue now, so that their places go to others (they had stayed until a
+ * slot freed: a full queue of clients that had left answered 429). */
+static void drop_cancelled_queued(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    int kept = 0;
+    for (int i = 0; i < s->n_queued; i++) {
+        srv_job *j = s->queue[i].job;
+        if (atomic_load(&j->cancelled) || s->cancel_all) {
+            srv_metrics_job_unstarted(s->env.metrics, SRV_FINISH_CANCELLED);
+            srv_job_finish(j, SRV_FINISH_CANCELLED);
+            srv_job_unref(j);
+        } else {
+            s->queue[kept++] = s->queue[i];
+        }
+    }
+    s->n_queued = kept;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void cancel_gone(srv_sched *s) {
+    drop_cancelled_queued(s);
     for (int i = 0; i < s->p.n_slots; i++) {
         srv_slot *sl = &s->slots[i];
         if (sl->state != SRV_SLOT_FREE && (atomic_load(&sl->job->cancelled) || s->cancel_all))

@@ -31,14 +31,18 @@
  * reads its reply must not hold the exit up). */
 #define DRAIN_REPLY_GRACE_MS 5000.0
 
-/* How long a client may leave a reply it asked for unread (MHD's clock does
- * not run while a handler computes the reply). */
-#define REPLY_TIMEOUT_S 600
+/* How long a client may leave a reply it asked for unread by default (MHD's
+ * clock does not run while a handler computes the reply or a stream waits
+ * for its next token: only while the socket takes no byte). It had been
+ * 600 s: a stream's client that stopped reading held its connection, its
+ * thread and its job's text that long (and 64 such from one address every
+ * place it may have). */
+#define REPLY_TIMEOUT_S 60
 
 typedef struct serve_opts {
     const char *model, *host, *cache_dir, *api_key_file, *alias, *kv_type_name, *chat_template;
     kvs_kv_type kv_type;
-    int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, conns_per_ip;
+    int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, reply_timeout, conns_per_ip;
     unsigned long long cache_max_bytes, max_body;
     double drain_s;
     cli_redis_opts redis; /* the shared Redis tier, as generate / warm / cache take it */
@@ -65,6 +69,8 @@ static void usage(FILE *f) {
             "                         Content-Length is answered before the body is read)\n"
             "  --read-timeout S       close a connection silent for S seconds before its request\n"
             "                         (headers, body) is complete, or between requests (10)\n"
+            "  --reply-timeout S      close a connection whose reply (or stream) the client has taken\n"
+            "                         no byte of for S seconds; a stream's generation stops (60)\n"
             "  --max-conns-per-ip N   open connections from one address, more are closed at once\n"
             "                         (64 of the 512 in all; 0 = no limit, e.g. behind a proxy)\n"
             "  --prefill-chunk N      prompt tokens per prefill step between decode steps (256)\n"
@@ -128,6 +134,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     o->max_body = 8u << 20;
     o->drain_s = 30;
     o->read_timeout = 10;
+    o->reply_timeout = REPLY_TIMEOUT_S;
     o->conns_per_ip = 64;
     size_t seen[64];
     int n_seen = 0;
@@ -156,7 +163,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
         NUM("--max-tokens", max_tokens, 1, 1 << 24, 0) NUM("--cache-max-bytes", cache_max_bytes, 0, 9e18, 0)
         NUM("--max-body", max_body, 1024, 1e15, 0) NUM("--drain-timeout", drain_s, 0, 86400, 1)
-        NUM("--read-timeout", read_timeout, 1, 86400, 0) NUM("--max-conns-per-ip", conns_per_ip, 0, SRV_MAX_CONNECTIONS, 0)
+        NUM("--read-timeout", read_timeout, 1, 86400, 0) NUM("--reply-timeout", reply_timeout, 1, 86400, 0) NUM("--max-conns-per-ip", conns_per_ip, 0, SRV_MAX_CONNECTIONS, 0)
 #undef STR
 #undef NUM
 #undef ONCE
@@ -281,7 +288,7 @@ static int serve(const serve_opts *opts) {
     srv_metrics_init(&s.metrics);
     s.max_body = (size_t)o.max_body;
     s.read_timeout_s = (unsigned)o.read_timeout;
-    s.reply_timeout_s = REPLY_TIMEOUT_S;
+    s.reply_timeout_s = (unsigned)o.reply_timeout;
     s.conns_per_ip = (unsigned)o.conns_per_ip;
     s.default_max_tokens = o.max_tokens;
     s.max_queue = o.max_queue;

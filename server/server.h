@@ -75,6 +75,13 @@ int srv_reply_error(struct MHD_Connection *c, const srv_error *e);
 int srv_submit(srv_server *s, srv_job *j, srv_error *e);
 /* 1 if the peer closed its end of the connection. */
 int srv_peer_gone(struct MHD_Connection *c);
+/* Restarts the connection's reply clock: reply_timeout_s from now. MHD's
+ * clock runs from the connection's last byte sent, also while a handler
+ * or a stream's reader waits inside a callback (a stream queued for longer
+ * than the timeout had been closed the moment its first token came), so
+ * it is restarted whenever a reply or a stream's next bytes are ready.
+ * From the connection's own thread only. */
+void srv_reply_clock_restart(srv_server *s, struct MHD_Connection *c);
 
 /* The logprobs object of a choice (logprobs.c) for lp[0..n), whose offsets
  * point into text, the generated text from byte text_base on (the stream's

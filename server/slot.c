@@ -471,6 +471,14 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
     u->completion_tokens = s->n_gen;
     if (s->n_gen > 0 && (j->gen_tokens = malloc((size_t)s->n_gen * sizeof *j->gen_tokens)))
         memcpy(j->gen_tokens, s->hist + j->n_prompt, (size_t)s->n_gen * sizeof *j->gen_tokens);
+    /* A prompt stopped before its first token (cancelled, failed) counts
+     * what its prefill ran: the chunks up to n_kv (a documents prompt's
+     * warm slices are not counted: an undercount, never a whole prompt it
+     * did not compute). */
+    const int whole = u->prompt_tokens - u->cached_tokens - u->moved_tokens;
+    const int stopped = s->t_first <= 0 && (why == SRV_FINISH_CANCELLED || why == SRV_FINISH_ERROR);
+    const int ran = !stopped ? whole : (!j->segments ? s->n_kv - u->cached_tokens : 0);
+    u->computed_tokens = ran > 0 ? ran : 0;
     u->ttft_ms = s->t_first > 0 ? s->t_first - j->t_submit : 0;
     u->decode_ms = s->t_first > 0 ? t - s->t_first : 0;
     u->total_ms = t - j->t_submit;

@@ -525,3 +525,104 @@ def test_chat_template_flag_chooses_the_layout():
                        capture_output=True, text=True, timeout=120 * SLOW)
     assert p.returncode != 0
     assert "'jinja'" in p.stderr and "chatml, qwen3, llama3, llama2, gemma" in p.stderr, p.stderr
+
+
+def test_reply_timeout_closes_a_stream_nobody_reads_and_stops_it():
+    """A stream whose client stopped reading (the socket takes no byte) is
+    closed after --reply-timeout and its generation stops (it had held the
+    connection, its thread and the job's text for 600 s, decoding on).
+    Waits inside the server (a queue longer than the timeout) do not count."""
+    s = Server("--slots", "4", "--ctx", "2048", "--reply-timeout", "2")
+    try:
+        ban = {"0": -100, "2": -100}  # never an end of text
+        # A queued stream that waits longer than the timeout is served whole.
+        busy = raw_post(s, "/v1/completions", json.dumps({"prompt": "Write a long story.", "max_tokens": 700, "n": 4,
+                                                          "temperature": 0, "logit_bias": ban}).encode())
+        time.sleep(0.3)
+        r = requests.post(s.url + "/v1/completions", headers=s.headers(), stream=True, timeout=120 * SLOW,
+                          json={"prompt": "Hi", "max_tokens": 4, "stream": True, "temperature": 0})
+        events = [line for line in r.iter_lines() if line]
+        assert events[-1] == b"data: [DONE]", events[-3:]
+        busy.close()
+        wait_cancelled(s, 0, 30 * SLOW)
+        # A stream nobody reads: 4 choices with 20 top logprobs fill the
+        # socket's buffers within a few hundred steps, of the 4 x 1900.
+        before = metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}')
+        tokens0 = metric(s, "kvstitch_decode_tokens_total")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", s.port))
+        body = json.dumps({"prompt": "Write a long story.", "max_tokens": 1900, "n": 4, "stream": True,
+                           "logprobs": 20, "temperature": 0.7, "logit_bias": ban}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + s.key.encode() + b"\r\nContent-Length: " +
+                     str(len(body)).encode() + b"\r\n\r\n" + body)
+        t0 = time.time()
+        while time.time() - t0 < 90 * SLOW and \
+                metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}') < before + 4:
+            time.sleep(0.1)
+        assert metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}') == before + 4
+        assert metric(s, "kvstitch_active_slots") == 0
+        decoded = metric(s, "kvstitch_decode_tokens_total") - tokens0
+        print("load: a stream nobody reads stopped after %d of 4 x 1900 tokens, %.1f s" % (decoded, time.time() - t0))
+        assert decoded < 4 * 1900 / 2
+        sock.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_cancelled_queued_requests_leave_the_queue_at_once():
+    """Queued requests whose clients left give their places up at once (they
+    had stayed until a slot freed: a queue full of clients that had left
+    answered 429 queue_full)."""
+    s = Server("--slots", "1", "--ctx", "2048", "--max-queue", "4")
+    try:
+        ban = {"0": -100, "2": -100}
+        busy = raw_post(s, "/v1/completions", json.dumps({"prompt": "Write a long story.", "max_tokens": 1500,
+                                                          "temperature": 0, "logit_bias": ban}).encode())
+        time.sleep(0.3)
+        queued = [raw_post(s, "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 2}).encode())
+                  for _ in range(4)]
+        t0 = time.time()
+        while metric(s, "kvstitch_queue_depth") < 4 and time.time() - t0 < 30 * SLOW:
+            time.sleep(0.05)
+        assert metric(s, "kvstitch_queue_depth") == 4
+        for q in queued:
+            q.close()
+        t0 = time.time()
+        while metric(s, "kvstitch_queue_depth") > 0 and time.time() - t0 < 10 * SLOW:
+            time.sleep(0.05)
+        assert metric(s, "kvstitch_queue_depth") == 0
+        assert metric(s, "kvstitch_active_slots") == 1  # the long one still runs
+        r = raw_post(s, "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 2}).encode())
+        r.settimeout(1)
+        try:
+            head = r.recv(64)  # a queue_full answer comes at once; a queued request answers nothing yet
+        except socket.timeout:
+            head = b""
+        assert not head.startswith(b"HTTP/1.1 429"), head
+        r.close()
+        busy.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_prefill_stopped_counts_only_what_it_computed():
+    """kvstitch_prompt_tokens_total{source="computed"} counts what a prefill
+    ran when its client left before the end, not the whole prompt (a 3,983-
+    token prompt cancelled after 0.15 s had counted 3,983)."""
+    s = Server("--slots", "1", "--ctx", "8192", "--prefill-chunk", "64")
+    try:
+        before = metric(s, 'kvstitch_prompt_tokens_total{source="computed"}')
+        cancelled = metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}')
+        text = " ".join("word%d" % i for i in range(1200))  # ~4,900 tokens
+        sock = raw_post(s, "/v1/completions", json.dumps({"prompt": text, "max_tokens": 1}).encode())
+        time.sleep(0.3)
+        sock.close()
+        wait_cancelled(s, cancelled, 60 * SLOW)
+        assert metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}') > cancelled
+        n = s.post("/tokenize", {"content": text}).json()["tokens"]
+        computed = metric(s, 'kvstitch_prompt_tokens_total{source="computed"}') - before
+        assert 0 < computed < len(n) / 2, (computed, len(n))
+    finally:
+        assert s.stop() == 0
