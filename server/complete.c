@@ -183,6 +183,24 @@ static const srv_error *failure(const choices *cs, srv_error *buf) {
     return NULL;
 }
 
+/* A choice's logprobs object: with echo, the prompt's entries first (their
+ * offsets in the prompt, the completion's moved past it). */
+static cJSON *choice_logprobs(const srv_server *s, const srv_job *j, const char *text, int echoed) {
+    if (!echoed) return srv_logprobs_json(s->model, j->req.kind, j->lp, j->n_lp, text, 0, 0);
+    const size_t plen = strlen(j->req.prompt);
+    const int n = j->n_prompt_lp + j->n_lp;
+    srv_logprob *all = malloc(((size_t)n + 1) * sizeof *all);
+    if (!all) return cJSON_CreateNull();
+    if (j->n_prompt_lp) memcpy(all, j->prompt_lp, (size_t)j->n_prompt_lp * sizeof *all);
+    for (int i = 0; i < j->n_lp; i++) {
+        all[j->n_prompt_lp + i] = j->lp[i];
+        all[j->n_prompt_lp + i].offset += plen;
+    }
+    cJSON *o = srv_logprobs_json(s->model, j->req.kind, all, n, text, 0, 0);
+    free(all);
+    return o;
+}
+
 static int reply_done(srv_server *s, struct MHD_Connection *c, const choices *cs) {
     srv_error buf;
     const srv_error *e = failure(cs, &buf);
@@ -198,13 +216,15 @@ static int reply_done(srv_server *s, struct MHD_Connection *c, const choices *cs
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
             cJSON_AddStringToObject(m, "content", j->text);
-        } else {
-            cJSON_AddStringToObject(ch, "text", j->text);
         }
-        if (j->req.logprobs)
-            cJSON_AddItemToObject(ch, "logprobs", srv_logprobs_json(s->model, j->req.kind, j->lp, j->n_lp, j->text, 0, 0));
-        else
-            cJSON_AddNullToObject(ch, "logprobs");
+        /* echo: the prompt as sent, then the completion */
+        char *echoed = !chat && j->req.echo ? malloc(strlen(j->req.prompt) + strlen(j->text) + 1) : NULL;
+        if (echoed) strcat(strcpy(echoed, j->req.prompt), j->text);
+        const char *text = echoed ? echoed : j->text;
+        if (!chat) cJSON_AddStringToObject(ch, "text", text);
+        if (j->req.logprobs) cJSON_AddItemToObject(ch, "logprobs", choice_logprobs(s, j, text, echoed != NULL));
+        else cJSON_AddNullToObject(ch, "logprobs");
+        free(echoed);
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(j));
         cJSON_AddItemToArray(choices_json, ch);
     }
@@ -221,6 +241,7 @@ typedef struct sse {
     srv_job_cursor seen[SRV_MAX_CHOICES];
     size_t seen_chars[SRV_MAX_CHOICES]; /* characters of a choice's text before seen.text (text_offset) */
     int done[SRV_MAX_CHOICES];          /* its finish chunk was pushed */
+    int echoed[SRV_MAX_CHOICES];        /* echo: its prompt chunk was pushed */
     int role_sent, ended;
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
@@ -289,11 +310,26 @@ static void sse_end(sse *st) {
 
 /* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
  * its finish chunk when it ended. Returns the bytes of text taken. */
+/* echo: choice i's prompt, in a chunk of its own before its completion
+ * (once the prefill has run: its logprobs come from it). */
+static void sse_echo(sse *st, int i) {
+    const srv_job *j = st->cs.j[i];
+    const char *prompt = j->req.prompt;
+    cJSON *lp = j->req.logprobs ? srv_logprobs_json(st->s->model, j->req.kind, j->prompt_lp, j->n_prompt_lp, prompt, 0, 0)
+                                : NULL;
+    sse_push(st, sse_chunk(st, i, NULL, prompt, lp, NULL));
+    st->seen_chars[i] += srv_utf8_chars(prompt, strlen(prompt));
+    st->echoed[i] = 1;
+}
+
 static size_t sse_take(sse *st, int i, int timeout_ms) {
     srv_job *j = st->cs.j[i];
     size_t base = st->seen[i].text;
     srv_job_piece p;
     int done = srv_job_wait(j, &st->seen[i], &p, timeout_ms);
+    if (j->req.echo && !st->echoed[i] && (p.text || p.n_lp || (done && j->finish != SRV_FINISH_ERROR &&
+                                                                 j->finish != SRV_FINISH_CANCELLED)))
+        sse_echo(st, i);
     if (p.text || p.n_lp) { /* (entries without text: tokens that have none, at the end) */
         const char *text = p.text ? p.text : "";
         cJSON *lp = j->req.logprobs

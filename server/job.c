@@ -177,7 +177,7 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     }
     /* The last token sampled is never decoded: n_ctx - n_prompt + 1 fit. */
     int room = j->n_prompt < n_ctx ? n_ctx - j->n_prompt + 1 : 1;
-    j->max_tokens = j->req.max_tokens > 0 ? j->req.max_tokens : default_max_tokens;
+    j->max_tokens = j->req.max_tokens > 0 ? j->req.max_tokens : j->req.max_tokens < 0 ? 0 : default_max_tokens;
     if (j->max_tokens > room) j->max_tokens = room;
     if (!(j->text = calloc(1, 256))) goto fail;
     j->cap = 256;
@@ -195,12 +195,15 @@ void srv_job_unref(srv_job *j) {
     free(j->gen_tokens);
     free(j->text);
     free(j->lp);
+    free(j->prompt_lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
 
 void srv_job_cancel(srv_job *j) { atomic_store(&j->cancelled, 1); }
+
+int srv_job_echo_logprobs(const srv_job *j) { return j->req.echo && j->req.logprobs && !j->segments; }
 
 /* Grows *buf (of *cap elements of size elem) to hold need; 0 or -1. */
 static int grow(void **buf, size_t *cap, size_t need, size_t elem) {

@@ -85,6 +85,11 @@ typedef struct srv_job {
     srv_error err;
     srv_usage usage;
     int32_t *gen_tokens;      /* (usage.completion_tokens) the generated ids, set at finish */
+    /* echo with logprobs: the prompt's tokens (offsets into req.prompt; the
+     * first has no logprob: NaN), written by the prefill before the first
+     * emit or the finish, read after either (srv_job_echo_logprobs) */
+    srv_logprob *prompt_lp;
+    int n_prompt_lp;
     int n_sources;            /* runs of prompt tokens by KV source */
     struct { srv_source src; int n; } sources[2 + 3 * SRV_MAX_DOCS];
 
@@ -98,6 +103,9 @@ typedef struct srv_job {
  * starts with one reference, the caller's. */
 srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err);
 void srv_job_unref(srv_job *j);
+/* 1 if the prefill must give every prompt position's logits: an echo with
+ * logprobs (no cached prefix can serve it: the cache holds KV, not logits). */
+int srv_job_echo_logprobs(const srv_job *j);
 void srv_job_cancel(srv_job *j);
 
 /* Scheduler side. emit appends text and the log-probabilities of the

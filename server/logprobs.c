@@ -10,7 +10,9 @@
  * A token's text is its bytes when they are valid UTF-8, else OpenAI's
  * "bytes:\xNN..." spelling (a token can hold part of a character; the
  * response must stay valid JSON). text_offset counts characters of the
- * completion text. A non-finite log-probability (a -inf logit) is null.
+ * completion text (with echo, of the prompt and the completion). A non-finite
+ * log-probability (a -inf logit; NaN: the first token of an echoed prompt,
+ * whose top_logprobs is null too) is null.
  */
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +74,18 @@ size_t srv_utf8_chars(const char *s, size_t n) {
     return c;
 }
 
+/* {token text: logprob} of a completion token's alternatives. */
+static cJSON *completion_top(const kvs_model *m, const srv_logprob *lp) {
+    cJSON *top = cJSON_CreateObject();
+    for (int k = 0; k < lp->n_top; k++) {
+        char *tk = token_string(m, lp->top_ids[k]);
+        /* two ids with the same text: the better one (first) stands */
+        if (!cJSON_GetObjectItemCaseSensitive(top, tk)) cJSON_AddItemToObject(top, tk, logprob_number(lp->top_logprobs[k]));
+        free(tk);
+    }
+    return top;
+}
+
 cJSON *srv_logprobs_json(const kvs_model *m, srv_kind kind, const srv_logprob *lp, int n, const char *text,
                          size_t text_base, size_t chars_base) {
     cJSON *o = cJSON_CreateObject();
@@ -95,15 +109,8 @@ cJSON *srv_logprobs_json(const kvs_model *m, srv_kind kind, const srv_logprob *l
         cJSON_AddItemToArray(tokens, cJSON_CreateString(t));
         free(t);
         cJSON_AddItemToArray(lps, logprob_number(lp[i].logprob));
-        cJSON *top = cJSON_CreateObject();
-        for (int k = 0; k < lp[i].n_top; k++) {
-            char *tk = token_string(m, lp[i].top_ids[k]);
-            /* two ids with the same text: the better one (first) stands */
-            if (!cJSON_GetObjectItemCaseSensitive(top, tk))
-                cJSON_AddItemToObject(top, tk, logprob_number(lp[i].top_logprobs[k]));
-            free(tk);
-        }
-        cJSON_AddItemToArray(tops, top);
+        /* an echoed prompt's first token (NaN): nothing before it to predict it */
+        cJSON_AddItemToArray(tops, isnan(lp[i].logprob) ? cJSON_CreateNull() : completion_top(m, &lp[i]));
         size_t off = lp[i].offset - text_base; /* within text: offsets grow, and start at or after text_base */
         at_chars += srv_utf8_chars(text + at, off - at);
         at = off;

@@ -150,12 +150,9 @@ static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
     r->prompt = dup_string(p);
     if (!r->prompt) return bad(e, "prompt", "'%s': out of memory%s", "");
     /* Completions fields this server does not implement, refused where they
-     * ask for something (they had been ignored: an echo-scoring client got
-     * an answer without its prompt's logprobs and no word why) */
-    int echo = 0;
+     * ask for something (they had been ignored without a word) */
     long long best_of = 1;
-    if (get_bool(root, "echo", &echo, e) || get_int(root, "best_of", 1, 128, &best_of, e)) return -1;
-    if (echo) return bad(e, "echo", "'%s': true is not supported (the prompt is not echoed)%s", "");
+    if (get_bool(root, "echo", &r->echo, e) || get_int(root, "best_of", 1, 128, &best_of, e)) return -1;
     if (best_of > 1) return bad(e, "best_of", "'%s' above 1 is not supported (use n)%s", "");
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(root, "suffix");
     if (suffix && !cJSON_IsNull(suffix) && !(cJSON_IsString(suffix) && !*suffix->valuestring))
@@ -267,7 +264,7 @@ static int parse_reuse(const cJSON *root, srv_request *r, srv_error *e) {
 
 static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     double t = 1.0, p = 1.0, pres = 0, freq = 0, minp = 0;
-    long long seed = 0, top_k = 0, max_tokens = 0, n = 1;
+    long long seed = 0, top_k = 0, max_tokens = -1, n = 1; /* -1: not given */
     if (get_number(root, "temperature", 0, 2, &t, e) || get_number(root, "top_p", 0, 1, &p, e) ||
         get_number(root, "min_p", 0, 1, &minp, e) || get_int(root, "top_k", 0, 1 << 20, &top_k, e) ||
         get_number(root, "presence_penalty", -2, 2, &pres, e) ||
@@ -279,9 +276,16 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     /* both are checked, in this order: max_completion_tokens wins unless it
      * is absent or null (get_int leaves the value then; a null one had hidden
      * max_tokens, and max_tokens "garbage" had passed beside it) */
-    if (get_int(root, "max_tokens", 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e) ||
-        get_int(root, "max_completion_tokens", 1, SRV_MAX_TOKENS_LIMIT, &max_tokens, e))
+    if (get_int(root, "max_tokens", 0, SRV_MAX_TOKENS_LIMIT, &max_tokens, e) ||
+        get_int(root, "max_completion_tokens", 0, SRV_MAX_TOKENS_LIMIT, &max_tokens, e))
         return -1;
+    /* 0: nothing generated, what a client scoring a prompt asks with echo
+     * (OpenAI's legacy completions take it so); useless without */
+    if (max_tokens == 0 && !r->echo) {
+        const cJSON *mct = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
+        return bad(e, mct && !cJSON_IsNull(mct) ? "max_completion_tokens" : "max_tokens",
+                   "'%s' must be >= 1 (0, nothing generated, only with echo)%s", "");
+    }
     r->temperature = (float)t;
     r->top_p = (float)p;
     r->min_p = (float)minp;
@@ -289,7 +293,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     r->frequency_penalty = (float)freq;
     r->top_k = (int)top_k;
     r->seed = (uint64_t)seed;
-    r->max_tokens = (int)max_tokens;
+    r->max_tokens = max_tokens < 0 ? 0 : max_tokens == 0 ? -1 : (int)max_tokens;
     r->n = (int)n;
     return 0;
 }
@@ -373,6 +377,8 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     if (bake && doc_set)
         return bad(e, "doc_set", "give '%s' (all the other documents) or 'bake_with_neighbours', not both%s", "");
     r->bake_neighbours = doc_set ? -1 : (int)bake;
+    if (r->echo && r->n_docs)
+        return bad(e, "echo", "'%s' with documents is not supported (echo the prompt of a plain completion)%s", "");
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return bad(e, "stream_options", "'%s' must be an object%s", "");

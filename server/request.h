@@ -68,7 +68,8 @@ typedef struct srv_request {
     int docs_only;              /* warm: documents without messages or prompt (set by info.c, not
                                  * parsed: the empty user message is its own): errors name documents */
     int warm;                   /* /v1/cache/warm (set by info.c): nothing is generated */
-    int max_tokens;             /* 0 = the server's default */
+    int max_tokens;             /* 0 = the server's default; -1 = none (given as 0: echo only) */
+    int echo;                   /* completions: the reply's text (and logprobs) begin with the prompt */
     int n;                      /* choices, 1..SRV_MAX_CHOICES (each a job of its own: complete.c) */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */
     float temperature, top_p, min_p;

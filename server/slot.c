@@ -2,6 +2,7 @@
 #include "slot.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,6 +49,40 @@ static void fail_job_too_long(srv_slot *s, const srv_env *env, int doc) {
     srv_slot_finish(s, env, SRV_FINISH_ERROR);
 }
 
+/* Echo with logprobs: the prompt's entries, their logprobs to come from
+ * the prefill's logits (the first token has none: NaN). Offsets are where
+ * each token's text starts in the echoed prompt, by the detokenizer (a
+ * control token such as BOS has no text there). 0, or -1 out of memory. */
+static int echo_start(srv_job *j, const srv_env *env) {
+    kvs_detok *d = NULL;
+    if (!(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp)) || kvs_detok_new(env->model, 0, &d))
+        return -1;
+    const size_t len = strlen(j->req.prompt);
+    size_t at = 0;
+    for (int i = 0; i < j->n_prompt; i++) {
+        srv_logprob *e = &j->prompt_lp[i];
+        e->token = j->prompt[i];
+        e->offset = at < len ? at : len;
+        e->logprob = NAN;
+        char piece[256];
+        size_t n = 0;
+        if (kvs_detok_push(d, j->prompt[i], piece, sizeof piece, &n) == KVS_OK) at += n;
+        else at += 256; /* (a piece that large: its text runs on, at most to the end) */
+    }
+    kvs_detok_free(d);
+    j->n_prompt_lp = j->n_prompt;
+    return 0;
+}
+
+/* Echo with logprobs: prompt token p + 1's entry from the logits at
+ * position p (those of the last prompt token are the first sample's). */
+static int echo_note(srv_job *j, const srv_env *env, int p, const float *logits) {
+    if (p + 1 >= j->n_prompt) return 0;
+    srv_logprob *e = &j->prompt_lp[p + 1];
+    e->n_top = j->req.top_logprobs < env->n_vocab ? j->req.top_logprobs : env->n_vocab;
+    return kvs_logprobs(logits, env->n_vocab, e->token, &e->logprob, e->n_top, e->top_ids, e->top_logprobs);
+}
+
 int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->job = job;
     s->n_hist = 0;
@@ -79,7 +114,11 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
     for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept_prompt(s->sampler, job->prompt[i]);
     s->state = SRV_SLOT_PREFILL;
-    if (!job->segments) {
+    if (srv_job_echo_logprobs(job) && echo_start(job, env)) {
+        fail_job(s, env, "echo: out of memory");
+        return -1;
+    }
+    if (!job->segments && !srv_job_echo_logprobs(job)) {
         /* The longest cached prefix, now: a prompt cached up to its last
          * token then joins the next batched decode step as one more row. */
         int n_loaded = 0;
@@ -218,6 +257,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
 static void first_token(srv_slot *s, const srv_env *env, const float *logits) {
     kvs_sha256_hex(logits, (size_t)env->n_vocab * sizeof(float), s->job->usage.first_logits_sha256);
     s->job->usage.prefill_ms = now_ms() - s->t_start;
+    if (s->job->max_tokens == 0) return srv_slot_finish(s, env, SRV_FINISH_LENGTH); /* echo alone */
     sample_next(s, env, logits);
 }
 
@@ -333,6 +373,25 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
     return !first || rep.n_computed > 0 || rep.n_prefix_computed > 0;
 }
 
+/* The next m prompt tokens with every position's logits, for the echoed
+ * prompt's logprobs, ECHO_ROWS at a time (the kernels are batch-invariant:
+ * the same bits as one call); the last one's into logits (NULL: none). */
+#define ECHO_ROWS 32
+static int echo_prefill(srv_slot *s, const srv_env *env, int m, float *logits) {
+    srv_job *j = s->job;
+    float *rows = malloc((size_t)ECHO_ROWS * env->n_vocab * sizeof *rows);
+    int st = rows ? KVS_OK : KVS_ERR_NOMEM;
+    for (int a = 0; st == KVS_OK && a < m; a += ECHO_ROWS) {
+        const int k = m - a < ECHO_ROWS ? m - a : ECHO_ROWS, p0 = s->n_kv + a;
+        st = kvs_decode_logits(s->ctx, j->prompt + p0, env->pos + p0, k, rows, k);
+        for (int r = 0; st == KVS_OK && r < k; r++) st = echo_note(j, env, p0 + r, rows + (size_t)r * env->n_vocab);
+        if (st == KVS_OK && logits && a + k == m)
+            memcpy(logits, rows + (size_t)(k - 1) * env->n_vocab, (size_t)env->n_vocab * sizeof *logits);
+    }
+    free(rows);
+    return st;
+}
+
 void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
     j->usage.prefill_steps++;
@@ -345,7 +404,8 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     int last = s->n_kv + m == j->n_prompt;
     float *logits = last ? malloc((size_t)env->n_vocab * sizeof *logits) : NULL;
     if (last && !logits) return fail_job(s, env, "out of memory");
-    if (kvs_decode(s->ctx, j->prompt + s->n_kv, env->pos + s->n_kv, m, logits)) {
+    if (srv_job_echo_logprobs(j) ? echo_prefill(s, env, m, logits)
+                                 : kvs_decode(s->ctx, j->prompt + s->n_kv, env->pos + s->n_kv, m, logits)) {
         free(logits);
         return fail_job(s, env, "prefill");
     }
@@ -393,7 +453,7 @@ static int waits_for_docs(const srv_slot *f, const srv_slot *l, int l_first) {
 int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const srv_env *env) {
     if (f == l || f->state != SRV_SLOT_PREFILL || l->state != SRV_SLOT_PREFILL) return 0;
     if (waits_for_docs(f, l, l_first)) return 1;
-    if (!uses_cache(f) || !uses_cache(l)) return 0;
+    if (!uses_cache(f) || !uses_cache(l) || srv_job_echo_logprobs(f->job)) return 0; /* (f computes its prompt whole) */
     if (l->n_kv < f->n_kv || (l->n_kv == f->n_kv && !l_first)) return 0;
     /* f keeps its last prompt token for the logits, as at its start */
     const int32_t *a = f->job->prompt, *b = l->job->prompt;
@@ -405,7 +465,7 @@ int srv_slot_waits_for(const srv_slot *f, const srv_slot *l, int l_first, const 
 void srv_slot_catch_up(srv_slot *s, const srv_env *env) {
     srv_job *j = s->job;
     int hit = 0, n_loaded = 0;
-    if (!uses_cache(s) || j->n_prompt - 1 <= s->n_kv) return;
+    if (!uses_cache(s) || srv_job_echo_logprobs(j) || j->n_prompt - 1 <= s->n_kv) return;
     if (kvs_cache_peek_prefix(env->cache, j->prompt, j->n_prompt - 1, &hit) || hit <= s->n_kv) return;
     if (kvs_cache_load_prefix(s->ctx, env->cache, j->prompt, j->n_prompt - 1, &n_loaded)) {
         fail_job(s, env, "cache lookup");

@@ -376,9 +376,11 @@ def test_a_warm_may_fill_the_context(server):
 
 
 def test_completions_fields_not_implemented_are_refused(server):
-    # echo / best_of / suffix had been ignored without a word
-    for body, param in [({"echo": True}, "echo"), ({"best_of": 2}, "best_of"), ({"suffix": "end"}, "suffix"),
-                        ({"echo": "yes"}, "echo")]:
+    # best_of / suffix had been ignored without a word; echo is implemented
+    # (test_echo_*), but not with documents, and max_tokens 0 only with it
+    for body, param in [({"best_of": 2}, "best_of"), ({"suffix": "end"}, "suffix"), ({"echo": "yes"}, "echo"),
+                        ({"echo": True, "documents": ["a doc"]}, "echo"), ({"max_tokens": 0}, "max_tokens"),
+                        ({"max_completion_tokens": 0}, "max_completion_tokens")]:
         r = server.post("/v1/completions", dict({"prompt": "Hi", "max_tokens": 1}, **body))
         assert error_of(r, 400)["param"] == param, (body, r.text)
     for body in ({"echo": False}, {"best_of": 1}, {"suffix": ""}, {"suffix": None}):
@@ -688,3 +690,48 @@ def test_n_choices(server, client):
             got[c.index] += c.text
     full = client.completions.create(model="x", prompt="Once upon a time", max_tokens=6, temperature=0.9, seed=3, n=2)
     assert got == [c.text for c in full.choices]
+
+
+def test_echo_scores_the_prompt_with_the_bits_of_generation(server, client):
+    """Completions' echo (what evaluation harnesses score prompts with:
+    echo, logprobs, max_tokens 0): the text begins with the prompt; with
+    logprobs every prompt token has its log-probability given the tokens
+    before it (the first none: null), from a prefill that computes every
+    position's logits. Those of tokens a generation produced equal the
+    generation's own, bit for bit (batch-invariant kernels), a cached prefix
+    or not; streamed, the same entries and text."""
+    p = "The capital of France is"
+    gen = client.completions.create(model="x", prompt=p, max_tokens=3, temperature=0, logprobs=2).choices[0]
+    plain = server.post("/v1/completions", {"prompt": p, "max_tokens": 3, "temperature": 0, "echo": True}).json()
+    assert plain["choices"][0]["text"] == p + gen.text and plain["choices"][0]["logprobs"] is None
+    for attempt in range(2):  # the second: the whole prompt is cached, and must not be used for logits
+        r = client.completions.create(model="x", prompt=p + gen.text, max_tokens=0, echo=True, logprobs=2)
+        c = r.choices[0]
+        assert c.text == p + gen.text and c.finish_reason == "length" and r.usage.completion_tokens == 0
+        lp = c.logprobs
+        n = len(lp.tokens)
+        assert n == r.usage.prompt_tokens and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        assert all(isinstance(x, float) and x <= 0 for x in lp.token_logprobs[1:])
+        assert lp.tokens[-3:] == gen.logprobs.tokens
+        assert lp.token_logprobs[-3:] == gen.logprobs.token_logprobs  # exact
+        assert lp.top_logprobs[-3:] == gen.logprobs.top_logprobs
+        for tok, off in zip(lp.tokens, lp.text_offset):
+            assert c.text[off:off + len(tok)] == tok, (tok, off)
+    # with a completion after it: the prompt's entries, then the completion's, offsets past the prompt
+    both = server.post("/v1/completions", {"prompt": p, "max_tokens": 3, "temperature": 0, "echo": True,
+                                           "logprobs": 2, "n": 2}).json()
+    for ch in both["choices"]:
+        assert ch["text"] == p + gen.text
+        assert ch["logprobs"]["tokens"][-3:] == gen.logprobs.tokens
+        assert ch["logprobs"]["token_logprobs"][-3:] == gen.logprobs.token_logprobs
+        assert ch["logprobs"]["text_offset"][-3:] == [len(p) + o for o in gen.logprobs.text_offset]
+    whole = both["choices"][0]["logprobs"]
+    streamed = {"text": "", "tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for ev in client.completions.create(model="x", prompt=p, max_tokens=3, temperature=0, echo=True, logprobs=2,
+                                        stream=True):
+        streamed["text"] += ev.choices[0].text
+        if ev.choices[0].logprobs:
+            for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                streamed[k] += getattr(ev.choices[0].logprobs, k)
+    assert streamed.pop("text") == p + gen.text
+    assert streamed == {k: whole[k] for k in streamed}
