@@ -72,6 +72,50 @@ static int check_texts(const srv_request *r, srv_error *err) {
     return 0;
 }
 
+/* A prompt given as token ids: each the model's; they run as given (no
+ * BOS added: the client's ids are the sequence). Their text, for echo and
+ * the logs, is what the detokenizer gives (a control token has none). */
+static int take_ids(const kvs_model *model, srv_request *r, srv_job *j, srv_error *err) {
+    const int n_vocab = kvs_vocab_size(model);
+    for (int i = 0; i < r->n_prompt_ids; i++)
+        if (r->prompt_ids[i] >= n_vocab) {
+            char param[32];
+            snprintf(param, sizeof param, "prompt[%d]", i);
+            srv_error_set(err, 400, "invalid_request_error", "invalid_value", param,
+                          "'%s' is token %d, but the model's vocabulary has %d (0..%d)", param, (int)r->prompt_ids[i],
+                          n_vocab, n_vocab - 1);
+            return -1;
+        }
+    size_t cap = 16 * (size_t)r->n_prompt_ids + 1, len = 0;
+    kvs_detok *d = NULL;
+    if (!(j->prompt = malloc(((size_t)r->n_prompt_ids + 1) * sizeof *j->prompt)) || !(r->prompt = malloc(cap)) ||
+        kvs_detok_new(model, 0, &d)) {
+        kvs_detok_free(d);
+        srv_error_set(err, 500, "server_error", "", "", "out of memory for a prompt of %d token ids", r->n_prompt_ids);
+        return -1;
+    }
+    memcpy(j->prompt, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof *j->prompt);
+    j->n_prompt = r->n_prompt_ids;
+    for (int i = 0; i <= r->n_prompt_ids; i++) {
+        char piece[256];
+        size_t n = 0;
+        int st = i < r->n_prompt_ids ? kvs_detok_push(d, r->prompt_ids[i], piece, sizeof piece, &n)
+                                     : kvs_detok_flush(d, piece, sizeof piece, &n);
+        if (st != KVS_OK) n = 0;
+        if (len + n + 1 > cap) {
+            char *g = realloc(r->prompt, 2 * (len + n + 1));
+            if (!g) break;
+            r->prompt = g;
+            cap = 2 * (len + n + 1);
+        }
+        memcpy(r->prompt + len, piece, n);
+        len += n;
+    }
+    r->prompt[len] = 0; /* (len + 1 <= cap: checked before each piece) */
+    kvs_detok_free(d);
+    return 0;
+}
+
 static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
     srv_request *r = &j->req;
     if (r->n_docs > 0) {
@@ -90,6 +134,7 @@ static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
         }
         return 0;
     }
+    if (r->prompt_ids) return take_ids(model, r, j, err);
     if (r->kind == SRV_KIND_COMPLETION) return tokenize(model, r->prompt, &j->prompt, &j->n_prompt, err);
     char *rendered = NULL;
     if (kvs_chat_render(model, NULL, r->msgs, r->n_msgs, 1, &rendered)) {

@@ -141,14 +141,49 @@ static int parse_messages(const cJSON *root, srv_request *r, srv_error *e) {
     return 0;
 }
 
+/* A prompt given as token ids (OpenAI's [1, 2, 3]): integers >= 0 (the
+ * vocabulary bound is job.c's: this file needs no model). */
+static int parse_prompt_ids(const cJSON *p, srv_request *r, srv_error *e) {
+    int n = cJSON_GetArraySize(p), k = 0;
+    if (n > SRV_MAX_PROMPT_IDS) {
+        char detail[48];
+        snprintf(detail, sizeof detail, " (%d, at most %d)", n, SRV_MAX_PROMPT_IDS);
+        return bad(e, "prompt", "'%s' holds more token ids than any context%s", detail);
+    }
+    if (!(r->prompt_ids = malloc(((size_t)n + 1) * sizeof *r->prompt_ids))) return bad(e, "prompt", "'%s': out of memory%s", "");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, p) {
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+            it->valuedouble > 2147483647.0) {
+            char param[32];
+            snprintf(param, sizeof param, "prompt[%d]", k);
+            return bad(e, param, "'%s' must be a token id, an integer >= 0%s", "");
+        }
+        r->prompt_ids[k++] = (int32_t)it->valuedouble;
+    }
+    r->n_prompt_ids = k;
+    return 0;
+}
+
+static int is_id_array(const cJSON *p) {
+    return cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && cJSON_IsNumber(cJSON_GetArrayItem(p, 0));
+}
+
 static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p) return bad(e, "prompt", "'%s' is required%s", "");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
+        (cJSON_IsString(cJSON_GetArrayItem(p, 0)) || is_id_array(cJSON_GetArrayItem(p, 0))))
         p = cJSON_GetArrayItem(p, 0);
-    if (!cJSON_IsString(p)) return bad(e, "prompt", "'%s' must be a string (or an array of one string)%s", "");
-    r->prompt = dup_string(p);
-    if (!r->prompt) return bad(e, "prompt", "'%s': out of memory%s", "");
+    if (is_id_array(p)) {
+        if (parse_prompt_ids(p, r, e)) return -1;
+    } else if (!cJSON_IsString(p)) {
+        return bad(e, "prompt",
+                   "'%s' must be a string or an array of token ids (or an array of one of those: one prompt a "
+                   "request)%s", "");
+    } else if (!(r->prompt = dup_string(p))) {
+        return bad(e, "prompt", "'%s': out of memory%s", "");
+    }
     /* Completions fields this server does not implement, refused where they
      * ask for something (they had been ignored without a word) */
     long long best_of = 1;
@@ -377,6 +412,8 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     if (bake && doc_set)
         return bad(e, "doc_set", "give '%s' (all the other documents) or 'bake_with_neighbours', not both%s", "");
     r->bake_neighbours = doc_set ? -1 : (int)bake;
+    if (r->prompt_ids && r->n_docs)
+        return bad(e, "prompt", "'%s' as token ids with documents is not supported (the question must be text)%s", "");
     if (r->echo && r->n_docs)
         return bad(e, "echo", "'%s' with documents is not supported (echo the prompt of a plain completion)%s", "");
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
@@ -504,6 +541,7 @@ void srv_request_free(srv_request *r) {
     }
     free(r->msgs);
     free(r->prompt);
+    free(r->prompt_ids);
     for (int i = 0; i < r->n_docs; i++) {
         free(r->docs[i]);
         free(r->doc_ids[i]);

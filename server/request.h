@@ -45,13 +45,17 @@ void srv_error_set(srv_error *e, int http, const char *type, const char *code, c
 #define SRV_MAX_TOP_LOGPROBS 20 /* OpenAI's bound for top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 300  /* entries of logit_bias (OpenAI's bound) */
 #define SRV_MAX_CHOICES 16      /* n: choices of one request */
+#define SRV_MAX_PROMPT_IDS (1 << 20) /* token ids of a prompt given so (more fit no context) */
 
 typedef struct srv_request {
     srv_kind kind;
     char *model;                /* as sent, or NULL */
     kvs_chat_message *msgs;     /* (n_msgs) chat: role and content strings owned */
     int n_msgs;
-    char *prompt;               /* completions */
+    char *prompt;               /* completions: the text; given as token ids, set by job.c (their text) */
+    int32_t *prompt_ids;        /* (n_prompt_ids) completions given token ids ([1, 2, 3] or [[1, 2, 3]]),
+                                 * checked against the vocabulary in job.c; else NULL */
+    int n_prompt_ids;
     char **doc_ids;             /* (n_docs) "" when not given */
     char **docs;                /* (n_docs) texts */
     int n_docs;

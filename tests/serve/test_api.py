@@ -735,3 +735,28 @@ def test_echo_scores_the_prompt_with_the_bits_of_generation(server, client):
                 streamed[k] += getattr(ev.choices[0].logprobs, k)
     assert streamed.pop("text") == p + gen.text
     assert streamed == {k: whole[k] for k in streamed}
+
+
+def test_prompt_as_token_ids(server, client):
+    """Completions take a prompt as token ids ([1, 2, 3] or [[1, 2, 3]], as
+    OpenAI's API and tokenizing harnesses send it): they run as given (no
+    BOS added), the same as their text's tokens; echo gives their text.
+    Ids outside the vocabulary, negative or fractional ones, and several
+    prompts in one request are 400s naming the place."""
+    p = "The capital of France is"
+    ids = server.post("/tokenize", {"content": p, "add_special": True}).json()["tokens"]
+    by_text = client.completions.create(model="x", prompt=p, max_tokens=5, temperature=0)
+    for prompt in (ids, [ids]):
+        by_ids = client.completions.create(model="x", prompt=prompt, max_tokens=5, temperature=0)
+        assert by_ids.choices[0].text == by_text.choices[0].text
+        assert by_ids.usage.prompt_tokens == len(ids)
+        assert by_ids.usage.model_extra["kvstitch"]["first_logits_sha256"] == \
+            by_text.usage.model_extra["kvstitch"]["first_logits_sha256"]
+    echoed = server.post("/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 0}).json()
+    assert echoed["choices"][0]["text"] == p and echoed["choices"][0]["logprobs"]["tokens"][0] is not None
+    for bad, param in [([1, -1], "prompt[1]"), ([1, 2.5], "prompt[1]"), ([5, "a"], "prompt[1]"),
+                       ([1 << 30], "prompt[0]"), ([[1], [2]], "prompt"), ([ids, ids], "prompt"), ([], "prompt")]:
+        r = server.post("/v1/completions", {"prompt": bad, "max_tokens": 2})
+        assert error_of(r, 400)["param"] == param, (bad, r.text)
+    r = server.post("/v1/completions", {"prompt": ids, "max_tokens": 2, "documents": ["a doc"]})
+    assert error_of(r, 400)["param"] == "prompt"
