@@ -53,8 +53,11 @@ class InUse:
             if why:
                 raise InvalidArgument(why)
             if self._h is not None:
-                ffi.release(self._h)
-                self._h = None
+                # the handle goes first: a KeyboardInterrupt raised while the
+                # C free runs (a Redis close waits up to its timeout) had left
+                # it set, and the next call used freed memory
+                h, self._h = self._h, None
+                ffi.release(h)
 
 
 class NoCopy:

@@ -100,6 +100,16 @@ def utf8(s: str, what: str) -> bytes:
         raise Utf8Error(f"{what} is not valid UTF-8: a lone surrogate at index {e.start}") from None
 
 
+def bool_arg(v, what: str) -> bool:
+    """v as a bool, or InvalidArgument naming what: int() had turned "no"
+    into a ValueError naming nothing and a truthiness test "no" into True.
+    Only True and False (numpy's bool too) are taken."""
+    if v is True or v is False or type(v).__name__ == "bool_":
+        return bool(v)
+    from ._errors import InvalidArgument
+    raise InvalidArgument(f"{what} must be True or False, got {v!r}")
+
+
 def int_arg(v, what: str, lo: int, hi: int) -> int:
     """v as an int in [lo, hi], or InvalidArgument naming what: cffi's
     OverflowError / TypeError ("integer ... does not fit 'int'") named no

@@ -7,14 +7,14 @@ from typing import Any
 
 from ._errors import InvalidArgument, NotFound, check
 from ._inuse import InUse, NoCopy
-from ._lib import c_path, ffi, int_arg, lib, struct_dict
+from ._lib import bool_arg, c_path, ffi, int_arg, lib, struct_dict, utf8
 from .model import Model
 
 KV_TYPES = {"f16": lib.KVS_KV_F16, "f32": lib.KVS_KV_F32, "q8": lib.KVS_KV_Q8}
 
 
 def kv_type_of(name: str) -> int:
-    if name not in KV_TYPES:
+    if not isinstance(name, str) or name not in KV_TYPES:  # ([] had raised TypeError: unhashable)
         raise InvalidArgument(f"kv_type {name!r}: expected one of {', '.join(KV_TYPES)}")
     return KV_TYPES[name]
 
@@ -54,7 +54,7 @@ class Cache(InUse, NoCopy):
         p.cache_dir = self._dir
         p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 2**31 - 1)
         p.kv_type = kv_type_of(kv_type)
-        p.fsync = int(fsync)
+        p.fsync = int(bool_arg(fsync, "fsync"))
         if redis_url is not None and redis_cluster is not None:
             raise InvalidArgument("give redis_url or redis_cluster, not both")
         self._redis = []  # the C strings, alive while the params are read
@@ -62,7 +62,7 @@ class Cache(InUse, NoCopy):
             if v is not None:
                 if not isinstance(v, str) or not v or "\0" in v:
                     raise InvalidArgument(f"{field} must be a non-empty str without NUL, got {v!r}")
-                self._redis.append(ffi.new("char[]", v.encode()))
+                self._redis.append(ffi.new("char[]", utf8(v, field)))  # (a surrogate: Utf8Error)
                 setattr(p, field, self._redis[-1])
         if redis_password_file is not None:
             if redis_url is None and redis_cluster is None:
@@ -105,12 +105,24 @@ class Cache(InUse, NoCopy):
             lib.kvs_cache_get_stats(h, st)
         return struct_dict(st)
 
+    def redis_why_down(self) -> str:
+        """Why the Redis tier could not be used, in the server's words
+        ("redis 127.0.0.1:6379: AUTH: WRONGPASS ...", "... a write was
+        refused: NOAUTH ..."), what the CLI prints; "" when every node's last
+        connect worked, or without Redis. A refusing Redis does not fail the
+        calls (they run from RAM and the cache dir): this, and
+        stats()["redis_put_errors"], say so."""
+        buf = ffi.new("char[]", 512)
+        with self._using() as h:
+            lib.kvs_cache_redis_why_down(h, buf, 512)
+        return ffi.string(buf).decode("utf-8", "replace")
+
     def clear(self, disk: bool = False) -> None:
         """Drops every chunk from memory; with disk=True also every entry
         file of the cache directory (of any model). Without, the directory's
         entries stay listed (entries(), stats()) and are read again when used."""
         with self._using() as h:
-            check(lib.kvs_cache_clear(h, int(disk)))
+            check(lib.kvs_cache_clear(h, int(bool_arg(disk, "disk"))))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Waits (at most timeout seconds) until the chunks queued for Redis

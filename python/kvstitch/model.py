@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ._errors import Error, InvalidArgument, check
 from ._inuse import InUse, NoCopy
-from ._lib import MAX_THREADS, c_path, c_text, cstr, ffi, int_arg, lib, utf8
+from ._lib import MAX_THREADS, bool_arg, c_path, c_text, cstr, ffi, int_arg, lib, utf8
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Model(InUse, NoCopy):
         c = c_path(path, "the model path")
         path = os.fsdecode(c)
         params = lib.kvs_model_default_params()
-        params.vocab_only = int(vocab_only)
+        params.vocab_only = int(bool_arg(vocab_only, "vocab_only"))
         family = ffi.new("char[]", c_text(chat_template, "chat_template")) if chat_template is not None else ffi.NULL
         params.chat_template = family  # (copied by the load)
         out = ffi.new("kvs_model **")

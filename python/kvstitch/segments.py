@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from ._errors import InvalidArgument
-from ._lib import c_text, ffi
+from ._lib import bool_arg, c_text, ffi
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class CSegments:
                 if system is not None or docs or live:
                     raise InvalidArgument(f"segments[{i}]: System must come first, once")
                 system = b.text
-            elif isinstance(b, Document) and b.cache:
+            elif isinstance(b, Document) and bool_arg(b.cache, f"segments[{i}].cache"):  # ("no" had been True)
                 if live:
                     raise InvalidArgument(f"segments[{i}]: a cached Document after live text "
                                           "(Document(cache=False) or Question) is not supported: "
@@ -90,7 +90,7 @@ class CSegments:
         self.n_docs = len(docs)
         self._keep: list = []
         s = ffi.new("kvs_segments *")
-        s.chat = int(chat)
+        s.chat = int(bool_arg(chat, "chat"))
         s.system = self._str(system, "the system prompt")
         s.question = self._str("".join(live), "the question") if live else ffi.NULL
         s.doc_prefix = self._str(doc_prefix, "the document prefix")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import ContextFull, InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
-from ._lib import INT_MAX, MAX_THREADS, c_text, cstr, ffi, int_arg, lib, real_arg, utf8
+from ._lib import INT_MAX, MAX_THREADS, bool_arg, c_text, cstr, ffi, int_arg, lib, real_arg, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -64,6 +64,23 @@ def _segment_params(a: Mapping[str, Any]):
     return ffi.new("kvs_reuse_params *", rp)
 
 
+def _listed(v: Any, what: str, expected: str) -> list:
+    """v as a list, or InvalidArgument naming what (an int had raised
+    TypeError: 'int' object is not iterable)."""
+    try:
+        return list(v)
+    except TypeError:
+        raise InvalidArgument(f"{what} must be {expected}, got {v!r}") from None
+
+
+def _check_reuse_name(name: Any) -> None:
+    """reuse= names a prefix reuse mode or a repair strategy."""
+    text = c_text(name, "reuse")
+    if lib.kvs_reuse_mode_parse(text, ffi.new("kvs_reuse_mode *")) == lib.KVS_OK:
+        return
+    check(lib.kvs_repair_mode_parse(text, ffi.new("kvs_repair_mode *")))
+
+
 class Session(NoCopy):
     """A context of n_ctx tokens on a Model, optionally with a Cache."""
 
@@ -72,12 +89,12 @@ class Session(NoCopy):
         """n_ctx: 0 = the model's trained length (capped at 8192); threads:
         None = the Model's default (0 = all cores); kv_type: the Cache's, or
         "f16" without a cache."""
-        if cache is not None and cache.model is not model:
-            raise InvalidArgument("Session: the cache belongs to another Model")
         if not isinstance(model, Model):
             raise InvalidArgument(f"Session needs a Model, got {type(model).__name__}")
-        if cache is not None and not isinstance(cache, Cache):
+        if cache is not None and not isinstance(cache, Cache):  # (before cache.model: AttributeError)
             raise InvalidArgument(f"cache must be a Cache or None, got {type(cache).__name__}")
+        if cache is not None and cache.model is not model:
+            raise InvalidArgument("Session: the cache belongs to another Model")
         if cache is not None:  # refused here, not at the first call (they had been)
             if cache._h is None:
                 raise InvalidArgument("Session: the cache was closed")
@@ -144,8 +161,8 @@ class Session(NoCopy):
             return
         self._acquire()
         try:
-            ffi.release(self._h)
-            self._h = None
+            h, self._h = self._h, None  # first: see InUse._close_unused
+            ffi.release(h)
             self.model._children.discard(self)  # closed: no longer holds the model
         finally:
             self._busy.release()
@@ -273,12 +290,19 @@ class Session(NoCopy):
         if isinstance(a["stop"], str):
             a["stop"] = [a["stop"]]
         elif a["stop"] is not None:
-            a["stop"] = list(a["stop"])
-        if isinstance(a["documents"], (str, bytes)):
+            a["stop"] = _listed(a["stop"], "stop", "a str or a list of str")
+        if isinstance(a["documents"], (str, bytes, Mapping)):
             raise InvalidArgument("documents must be a list of texts or Documents, not one "
-                                  f"{type(a['documents']).__name__} (it had become one document a character)")
+                                  f"{type(a['documents']).__name__} (it had become one document a character, "
+                                  "or a dict its keys)")
         if a["documents"] is not None:
-            a["documents"] = list(a["documents"])
+            a["documents"] = _listed(a["documents"], "documents", "a list of texts or Documents")
+        for name in ("store", "logits", "add_bos", "baked"):
+            a[name] = bool_arg(a[name], name)
+        if a["chat"] is not None:
+            a["chat"] = bool_arg(a["chat"], "chat")
+        if a["reuse"] is not None and self.cache is None:  # (ignored there: a typo went unseen)
+            _check_reuse_name(a["reuse"])
         prompt = a["prompt"]
         if a["system"] is not None and a["documents"] is None and (not isinstance(prompt, str) or
                                                                   a["chat"] is False):
@@ -315,8 +339,11 @@ class Session(NoCopy):
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
             text = self.model.render_chat(prompt, add_generation_prompt=True)
             return self.model.tokenize(text, add_bos=add_bos, special=True)
-        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt) and prompt:
-            return list(prompt)
+        if isinstance(prompt, (list, tuple)) and prompt and \
+                not any(isinstance(t, (str, bytes, Mapping)) for t in prompt):
+            # each an integer (numpy's too; not a bool), in int32's range:
+            # 2**40 had raised cffi's OverflowError naming nothing
+            return [int_arg(t, f"prompt[{i}]", 0, 2**31 - 1) for i, t in enumerate(prompt)]
         raise InvalidArgument("prompt: expected a str, token ids, chat messages or "
                               "[System, Document..., Question] blocks (non-empty)")
 
@@ -400,6 +427,7 @@ class Session(NoCopy):
         which generate(..., documents=...) moves instead of the plain one."""
         if self.cache is None:
             raise InvalidArgument("warm needs a Session with a Cache")
+        chat, add_bos, doc_set = bool_arg(chat, "chat"), bool_arg(add_bos, "add_bos"), bool_arg(doc_set, "doc_set")
         self._acquire()
         try:
             cache_h = self.cache._enter()
@@ -410,7 +438,7 @@ class Session(NoCopy):
             self._arm()
             if documents is not None and text is not None:  # the text had been dropped without a word
                 raise InvalidArgument("warm takes a text (or blocks) or documents=, not both")
-            if isinstance(documents, (str, bytes, dict)):  # as generate refuses it
+            if isinstance(documents, (str, bytes, Mapping)):  # as generate refuses it
                 raise InvalidArgument("documents must be a list of texts or Documents, not one "
                                       f"{type(documents).__name__}")
             if documents is not None or is_segment_list(text):

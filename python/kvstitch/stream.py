@@ -71,7 +71,14 @@ class Stream(NoCopy):
     def __next__(self) -> str:
         if self._thread is None:
             raise StopIteration
-        item = self._q.get()
+        try:
+            item = self._q.get()
+        except BaseException:
+            # Ctrl-C in a `for piece in stream` loop: the generation stops
+            # here (the traceback keeps the stream alive, so its collection
+            # had never stopped it: it decoded on, the Session busy)
+            self.close()
+            raise
         if item is _END or isinstance(item, BaseException):
             self._q.put(item)  # for any other consumer: every loop sees the end (one had blocked for ever)
             t = self._thread

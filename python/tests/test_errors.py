@@ -185,3 +185,39 @@ def test_nul_in_c_strings_is_refused(model):
     with pytest.raises(kvstitch.InvalidArgument, match="NUL"):
         s.generate("hi", max_tokens=1, stop=["a\0b"])
     s.close()
+
+
+def test_argument_types_are_refused_naming_the_argument(model, cache):
+    """Arguments of the wrong type raise InvalidArgument naming them (an
+    attack found ValueError / TypeError / OverflowError / AttributeError
+    naming nothing, "no" taken as True, a dict taken as its keys)."""
+    s = kvstitch.Session(model, cache, n_ctx=64)
+    plain = kvstitch.Session(model, n_ctx=64)
+    cases = [
+        (lambda: s.generate([2**40]), "prompt\\[0\\]"),
+        (lambda: s.generate([True, False]), "prompt\\[0\\]"),
+        (lambda: s.warm([2**40]), "prompt\\[0\\]"),
+        (lambda: kvstitch.Session(cache, model), "Session needs a Model"),
+        (lambda: kvstitch.Session(model, model), "cache must be a Cache"),
+        (lambda: s.generate(QUESTION, documents={"a": 1}), "documents must be"),
+        (lambda: s.generate("Hi", stop=5), "stop must be"),
+        (lambda: s.generate(QUESTION, documents=5), "documents must be"),
+        (lambda: plain.generate("Hi", reuse="bogus", max_tokens=1), "bogus"),
+        (lambda: s.generate("Hi", store="no"), "store must be True or False"),
+        (lambda: s.generate("Hi", chat="yes"), "chat must be True or False"),
+        (lambda: s.generate("Hi", logits="no"), "logits must be True or False"),
+        (lambda: s.warm("Hi", chat="no"), "chat must be True or False"),
+        (lambda: s.generate([kvstitch.Document(DOC_A, cache="no"), kvstitch.Question("q")]), "cache must be True"),
+        (lambda: model.segment_tokens([kvstitch.Question("q")], chat="x"), "chat must be True or False"),
+        (lambda: kvstitch.Model.load(model.path, vocab_only="no"), "vocab_only must be True or False"),
+        (lambda: kvstitch.Cache(model, kv_type=[]), "kv_type"),
+    ]
+    for call, match in cases:
+        with pytest.raises(kvstitch.InvalidArgument, match=match):
+            call()
+    with pytest.raises(kvstitch.Utf8Error, match="redis_url"):
+        kvstitch.Cache(model, redis_url="redis://\udcff@127.0.0.1:1")
+    np = pytest.importorskip("numpy")  # numpy integers are token ids
+    ids = model.tokenize("Hello")
+    assert s.generate([np.int64(t) for t in ids], max_tokens=2).tokens == s.generate(ids, max_tokens=2).tokens
+    assert s.generate("Hello", max_tokens=1).tokens  # still usable

@@ -116,3 +116,24 @@ def test_redis_argument_mistakes(model, tmp_path):
     with pytest.raises(kvstitch.InvalidArgument, match="timeout"):
         kvstitch.Cache(model).flush(-1)
     assert kvstitch.Cache(model).flush(0) is True  # no Redis: at once
+
+
+def test_a_refusing_redis_says_why(model):
+    """A Redis that refuses (a wrong password) does not fail the calls; the
+    Cache says why, in the server's words (the binding had no way to: only
+    a counter moved), as the CLI prints it."""
+    import socket
+    with redis_server() as (_, port):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"CONFIG SET requirepass s3cret\r\n")
+            assert c.recv(64).startswith(b"+OK")
+        ok = kvstitch.Cache(model, redis_url="redis://:s3cret@127.0.0.1:%d" % port)
+        bad = kvstitch.Cache(model, redis_url="redis://:wrong@127.0.0.1:%d" % port, redis_timeout_ms=500)
+        for c in (ok, bad):
+            assert kvstitch.Session(model, c, n_ctx=512).generate(MANUAL[:400], max_tokens=1).tokens
+            c.flush(5)
+        assert ok.redis_why_down() == ""
+        why = bad.redis_why_down()
+        assert "WRONGPASS" in why or "invalid" in why.lower(), why
+        assert str(port) in why
+    assert kvstitch.Cache(model).redis_why_down() == ""
