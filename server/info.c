@@ -165,6 +165,11 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
         {"redis_partial_hits", (double)st.redis_partial_hits},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cJSON_AddNumberToObject(o, fields[i].name, fields[i].v);
+    /* why Redis could not be used, in its words ("" when it could): the
+     * counters alone had said an outage happened, never why */
+    char why[512];
+    kvs_cache_redis_why_down(s->cache, why, sizeof why);
+    cJSON_AddStringToObject(o, "redis_why_down", why);
     return srv_reply_json(c, 200, o);
 }
 

@@ -282,8 +282,47 @@ TEST(cluster_unreachable_at_start) {
     kvs_tier_close(t);
 }
 
+/* More node addresses than a byte could index (the slot map's entries had
+ * been bytes, the table 64 nodes: a cluster of 80 masters lost 16 nodes'
+ * slots without a word): a MOVED to node 300 routes there; past the table's
+ * room the node is refused and the reason names it. */
+TEST(many_nodes_are_routed_and_the_table_bound_is_named) {
+    kvs_redis_policy pol;
+    kvs_redis_policy_defaults(&pol);
+    pol.timeout_ms = 50;
+    kvs_redis_nodes *m = calloc(1, sizeof *m);
+    CHECK_EQ_INT(kvs_redis_nodes_init_cluster(m, "127.0.0.1:1", &pol), KVS_OK); /* nothing there: an empty map */
+    char host[64];
+    for (int i = m->n_nodes; i < 300; i++) {
+        snprintf(host, sizeof host, "10.1.%d.%d", i / 250, i % 250);
+        CHECK(kvs_redis_node_index(m, host, 7000) == i);
+    }
+    char key[32];
+    int slot = -1;
+    for (int k = 0; slot != 1234; k++) {
+        snprintf(key, sizeof key, "k%d", k);
+        slot = kvs_redis_key_slot(key, strlen(key));
+    }
+    char moved[64];
+    snprintf(moved, sizeof moved, "MOVED 1234 10.9.9.9:7001");
+    redisReply r = {.type = REDIS_REPLY_ERROR, .str = moved, .len = strlen(moved)};
+    int ask = -1, idx = kvs_redis_redirect(m, &r, &ask);
+    CHECK_EQ_INT(idx, 300);
+    CHECK_EQ_INT(ask, 0);
+    CHECK_EQ_INT(kvs_redis_route(m, key, strlen(key)), 300);
+    for (int i = m->n_nodes; i < KVS_REDIS_MAX_NODES; i++) {
+        snprintf(host, sizeof host, "10.2.%d.%d", i / 250, i % 250);
+        CHECK(kvs_redis_node_index(m, host, 7000) == i);
+    }
+    CHECK_EQ_INT(kvs_redis_node_index(m, "10.3.0.1", 7002), -1);
+    CHECK_MSG(strstr(m->nodes_full, "10.3.0.1:7002") && strstr(m->nodes_full, "node addresses"), "nodes_full: '%s'", m->nodes_full);
+    kvs_redis_nodes_destroy(m);
+    free(m);
+}
+
 int main(void) {
     RUN(hash_slots_match_redis);
+    RUN(many_nodes_are_routed_and_the_table_bound_is_named);
     RUN(cluster_unreachable_at_start);
     RUN(cluster_roundtrip_moved_failover_clear);
     return kt_summary();

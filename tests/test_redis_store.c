@@ -287,6 +287,19 @@ TEST(hostile_markers_never_lead_to_other_bytes) {
     CHECK_EQ_INT(kvs_redis_tier_scan_fp(t, count_entry, &entries, &bad), KVS_OK);
     CHECK_MSG(entries == 10 && bad == 0, "listing: %d entries, %llu bad; want 10 chunks and no damage", entries,
               (unsigned long long)bad);
+    /* a command the listing uses refused (an ACL here; rename-command the
+     * same): the server's words, and no value counted damaged (every valid
+     * one had been) */
+    redisReply *acl = rt_cmd(r.port, "ACL SETUSER default -getrange");
+    if (acl) freeReplyObject(acl);
+    entries = 0;
+    bad = 0;
+    int st = kvs_redis_tier_scan_fp(t, count_entry, &entries, &bad);
+    CHECK_MSG(st != KVS_OK && strstr(kvs_last_error(), "GETRANGE") && strstr(kvs_last_error(), "NOPERM"),
+              "listing with GETRANGE refused: %d, '%s'", st, kvs_last_error());
+    CHECK_MSG(bad == 0, "%llu values counted damaged", (unsigned long long)bad);
+    acl = rt_cmd(r.port, "ACL SETUSER default +getrange");
+    if (acl) freeReplyObject(acl);
     kvs_tier_close(t);
     /* the markers are there: 63 for each grid chunk, 43 for each tail */
     redisReply *x = rt_cmd(r.port, "DBSIZE");

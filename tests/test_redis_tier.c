@@ -313,6 +313,9 @@ TEST(killed_during_load_and_slow) {
         rt_sleep_ms(5);
     }
     CHECK_MSG(worst < 250, "a get against a sleeping Redis took %.0f ms (timeout 50)", worst);
+    char why[512];
+    kvs_redis_tier_why_down(t, why, sizeof why); /* stalled, not "not reachable" (what it had said) */
+    CHECK_MSG(strstr(why, "no answer in time") != NULL, "why_down: '%s'", why);
     redisReply *x = NULL;
     redisGetReply(ctl, (void **)&x); /* the sleep ends */
     if (x) freeReplyObject(x);

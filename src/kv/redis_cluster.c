@@ -3,11 +3,12 @@
 
 #include "base/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#define NO_NODE 0xff
+#define NO_NODE 0xffff /* (memset with 0xff bytes writes it) */
 
 uint16_t kvs_redis_crc16(const void *data, size_t len) {
     /* CRC16-CCITT, XMODEM variant: poly 0x1021, init 0, no reflection. */
@@ -32,7 +33,13 @@ int kvs_redis_key_slot(const char *key, size_t len) {
 static int node_index_locked(kvs_redis_nodes *m, const char *host, int port) {
     for (int i = 0; i < m->n_nodes; i++)
         if (m->node[i]->rd.port == port && !strcasecmp(m->node[i]->rd.host, host)) return i;
-    if (m->n_nodes >= KVS_REDIS_MAX_NODES) return -1;
+    if (m->n_nodes >= KVS_REDIS_MAX_NODES) {
+        if (!m->nodes_full[0])
+            snprintf(m->nodes_full, sizeof m->nodes_full,
+                     "cluster node %.255s:%d not used: more than %d node addresses (the slots it serves are missed)",
+                     host, port, KVS_REDIS_MAX_NODES);
+        return -1;
+    }
     kvs_redis_node *n = calloc(1, sizeof *n);
     if (!n) return -1;
     kvs_redis_conn_init(&n->rd, host, port, m->policy);
@@ -53,7 +60,7 @@ static void init_common(kvs_redis_nodes *m, int cluster, const kvs_redis_policy 
     m->cluster = cluster;
     m->policy = policy;
     pthread_rwlock_init(&m->lock, NULL);
-    memset(m->slot_node, cluster ? NO_NODE : 0, sizeof m->slot_node);
+    memset(m->slot_node, cluster ? 0xff : 0, sizeof m->slot_node); /* NO_NODE, or node 0 */
 }
 
 int kvs_redis_nodes_init_single(kvs_redis_nodes *m, const char *host, int port, const kvs_redis_policy *policy) {
@@ -130,7 +137,7 @@ static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port)
 
 /* Applies a CLUSTER SLOTS reply (asked of host) to the map. Called with the write lock. */
 static void apply_slots(kvs_redis_nodes *m, const redisReply *r, const char *asked_host) {
-    memset(m->slot_node, NO_NODE, sizeof m->slot_node);
+    memset(m->slot_node, 0xff, sizeof m->slot_node); /* NO_NODE */
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
@@ -144,7 +151,7 @@ static void apply_slots(kvs_redis_nodes *m, const redisReply *r, const char *ask
         const char *host = master->element[0]->len ? master->element[0]->str : asked_host;
         int idx = node_index_locked(m, host, (int)master->element[1]->integer);
         if (idx < 0) continue;
-        memset(m->slot_node + lo->integer, idx, (size_t)(hi->integer - lo->integer + 1));
+        for (long long s = lo->integer; s <= hi->integer; s++) m->slot_node[s] = (uint16_t)idx;
     }
 }
 
@@ -203,7 +210,7 @@ int kvs_redis_redirect(kvs_redis_nodes *m, const redisReply *r, int *ask) {
     if (kvs_redis_parse_hostport(addr, strlen(addr), host, sizeof host, &port)) return -1;
     pthread_rwlock_wrlock(&m->lock);
     int idx = node_index_locked(m, host, port);
-    if (idx >= 0 && is_moved) m->slot_node[slot] = (uint8_t)idx;
+    if (idx >= 0 && is_moved) m->slot_node[slot] = (uint16_t)idx;
     pthread_rwlock_unlock(&m->lock);
     *ask = is_ask;
     atomic_fetch_add(is_moved ? &m->moved : &m->ask, 1);

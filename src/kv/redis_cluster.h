@@ -30,7 +30,11 @@
 #include <stdint.h>
 
 #define KVS_REDIS_SLOTS 16384
-#define KVS_REDIS_MAX_NODES 64
+/* Node addresses one process keeps (masters, and the targets of
+ * redirections; they stay after a failover). It had been 64: a cluster of
+ * 80 masters lost the slots of 16, without a word. Past it, the slots of
+ * the nodes left out are missed and why_down says so (nodes_full). */
+#define KVS_REDIS_MAX_NODES 512
 
 typedef struct kvs_redis_node {
     kvs_redis_conn rd, wr;
@@ -42,7 +46,8 @@ typedef struct kvs_redis_nodes {
     pthread_rwlock_t lock;             /* guards slot_node and n_nodes */
     int n_nodes;
     kvs_redis_node *node[KVS_REDIS_MAX_NODES];
-    uint8_t slot_node[KVS_REDIS_SLOTS];
+    uint16_t slot_node[KVS_REDIS_SLOTS];
+    char nodes_full[400];              /* "" or the first address left out for want of room */
     int n_seeds;
     char seed_host[KVS_REDIS_MAX_NODES][256];
     int seed_port[KVS_REDIS_MAX_NODES];

@@ -279,9 +279,16 @@ void kvs_redis_conn_release(kvs_redis_conn *c, int ok) {
         atomic_store(&c->breaker_open, 0);
     } else {
         atomic_fetch_add(&c->n.op_fails, 1);
-        /* hiredis reports a socket timeout as an I/O error with strerror(EAGAIN) */
-        if (c->ctx && c->ctx->err == REDIS_ERR_IO && !strcmp(c->ctx->errstr, strerror(EAGAIN)))
+        /* hiredis reports a socket timeout as an I/O error with strerror(EAGAIN).
+         * Said so for why_down: a stalled server had been "not reachable"
+         * (the reason a skip during the backoff wrote) */
+        if (c->ctx && c->ctx->err == REDIS_ERR_IO && !strcmp(c->ctx->errstr, strerror(EAGAIN))) {
             atomic_fetch_add(&c->n.timeouts, 1);
+            snprintf(c->why_down, sizeof c->why_down,
+                     "no answer in time: connected, but the server did not reply (stalled, paused or overloaded)");
+        } else if (c->ctx && c->ctx->err) {
+            snprintf(c->why_down, sizeof c->why_down, "the connection failed mid-command (%s)", c->ctx->errstr);
+        }
         if (c->ctx) redisFree(c->ctx);
         c->ctx = NULL;
         note_failure(c);

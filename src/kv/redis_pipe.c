@@ -91,8 +91,8 @@ int kvs_redis_run_batch(kvs_redis_nodes *m, const kvs_redis_batch *b, kvs_redis_
     redisContext *ctx[KVS_REDIS_MAX_NODES] = {0};
     int64_t sent_ns[KVS_REDIS_MAX_NODES];
     for (int k = 0; k < KVS_REDIS_MAX_NODES; k++) {
-        sent_ns[k] = kvs_redis_mono_ns(); /* (a node whose send blocks delays the later nodes' sends) */
         if (start[k] == start[k + 1]) continue;
+        sent_ns[k] = kvs_redis_mono_ns(); /* (a node whose send blocks delays the later nodes' sends) */
         kvs_redis_conn *c = conn_of(m, k, b->use_writer_conn);
         uint64_t skipped0 = atomic_load(&c->n.skipped);
         ctx[k] = kvs_redis_conn_acquire(c);

@@ -476,7 +476,15 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
             else
                 count_bad(rt, x);
         } else if (ok && !x->stop && (len->type == REDIS_REPLY_ERROR || head->type == REDIS_REPLY_ERROR)) {
-            count_bad(rt, x); /* WRONGTYPE: a list, hash, ... under one of our keys: damaged too */
+            const redisReply *er = len->type == REDIS_REPLY_ERROR ? len : head;
+            if (er->str && !strncmp(er->str, "WRONGTYPE", 9)) {
+                count_bad(rt, x); /* a list, hash, ... under one of our keys: damaged too */
+            } else { /* the command refused (renamed away, NOAUTH): the server's words, not damage (every
+                      * valid value had been counted damaged); the rest of the replies are read, unused */
+                x->st = kvs_error(KVS_ERR_IO, "redis %s:%d: %s: %.*s", c->host, c->port,
+                                  er == len ? "STRLEN" : "GETRANGE", (int)er->len, er->str);
+                x->stop = 1;
+            }
         }
         if (len) freeReplyObject(len);
         if (head) freeReplyObject(head);
@@ -669,6 +677,11 @@ void kvs_redis_tier_why_down(kvs_tier *t, char *out, size_t cap) {
         pthread_mutex_unlock(&rt->why_mu);
     }
     if (!out[0]) node_failure(rt, 0, out, cap);
+    if (!out[0]) { /* a cluster past the nodes this process keeps */
+        pthread_rwlock_rdlock(&rt->nodes.lock);
+        if (rt->nodes.nodes_full[0]) snprintf(out, cap, "redis: %s", rt->nodes.nodes_full);
+        pthread_rwlock_unlock(&rt->nodes.lock);
+    }
     /* a Redis that wants a password refuses large values before any command
      * runs ("ERR Protocol error: unauthenticated bulk length"): say so */
     if ((strstr(out, "NOAUTH") || strstr(out, "unauthenticated")) && strlen(out) + 48 < cap)

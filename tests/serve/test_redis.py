@@ -67,6 +67,7 @@ def test_servers_share_chunks_through_redis(redis_port):
         assert metric(b, "kvstitch_cache_redis_errors_total") == 0
         st = b.get("/v1/cache/stats").json()
         assert st["redis_hits"] >= 4 and st["redis_bad"] == 0, st
+        assert st["redis_why_down"] == "", st
         # no cache dir: nothing counted as the directory's (Redis had been counted there too)
         assert st["disk_loads"] == st["disk_writes"] == 0, st
         assert metric(b, 'kvstitch_cache_loads_total{tier="disk"}') == 0
@@ -100,6 +101,9 @@ def test_a_redis_that_is_down_costs_the_cache_not_the_answer():
         assert k1["first_logits_sha256"] == k0["first_logits_sha256"] and t1 == t0
         assert k1["completion_token_ids"] == k0["completion_token_ids"]
         assert metric(s, "kvstitch_cache_redis_errors_total") + metric(s, "kvstitch_cache_redis_dropped_total") > 0
+        # why, while it lasts (the counters had said only that it happened)
+        why = s.get("/v1/cache/stats").json()["redis_why_down"]
+        assert ("127.0.0.1:%d" % port) in why and "not reachable" in why, why
     finally:
         assert s.stop() == 0, s.read_log()[-2000:]
     assert "not written to Redis" in s.read_log(), s.read_log()[-2000:]
