@@ -171,6 +171,7 @@ TEST(errors) {
     CHECK_EQ_INT(st, KVS_ERR_UNSUPPORTED);
     CHECK(strstr(kvs_last_error(), "{% for m in messages %}<|{{ m.role }}|>") != NULL); /* names it */
     CHECK(strstr(kvs_last_error(), "family=") != NULL);                          /* says how to override */
+    CHECK(strstr(kvs_last_error(), "--chat-template") != NULL);
     CHECK(strcmp(out, "untouched") == 0);
     /* The family argument overrides detection. */
     check_render(odd, "chatml", user_only, 1, 0, "<|im_start|>user\nHello!<|im_end|>\n");

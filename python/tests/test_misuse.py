@@ -304,6 +304,30 @@ def test_ctrl_c_stops_a_generate_between_tokens(model_path):
     assert out[1] == "usable 2", out
 
 
+def test_ctrl_c_in_a_stream_loop_stops_it_and_frees_the_session(model_path):
+    # A KeyboardInterrupt in `for piece in stream` stops the generation there,
+    # even when the traceback keeps the stream alive (a REPL, `except ... as
+    # e`): it had decoded on to max_tokens, the Session busy.
+    code = (
+        "import kvstitch, sys, time\n"
+        "m = kvstitch.Model.load(sys.argv[1], threads=1)\n"
+        "s = kvstitch.Session(m, n_ctx=4096)\n"
+        "st = s.stream('Once upon a time', max_tokens=3000, chat=False)\n"
+        "print('ready', flush=True)\n"
+        "t0 = time.time()\n"
+        "try:\n"
+        "    for _ in st:\n"
+        "        pass\n"
+        "    print('finished', flush=True)\n"
+        "except KeyboardInterrupt as e:\n"
+        "    kept = e  # the traceback holds the stream\n"
+        "    print('interrupted %.2f' % (time.time() - t0), flush=True)\n"
+        "    print('usable', len(s.generate('hi', max_tokens=2, chat=False).tokens), flush=True)\n")
+    out = _interrupted_run(code, model_path, 0.5)
+    assert out[0].startswith("interrupted") and float(out[0].split()[1]) < 5, out
+    assert out[1] == "usable 2", out
+
+
 def test_ctrl_c_stops_a_long_prefill(model_path):
     # A Ctrl-C had waited for the whole prefill (seconds for a long prompt):
     # the library now polls the Session between batches of 512 tokens, where

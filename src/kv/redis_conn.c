@@ -303,6 +303,13 @@ void kvs_redis_conn_why_down(kvs_redis_conn *c, char *out, size_t cap) {
     pthread_mutex_unlock(&c->mu);
 }
 
+int kvs_redis_why_is_transport(const char *why) {
+    static const char *const ours[] = {"not reachable", "no answer in time", "the connection failed"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (!strncmp(why, ours[i], strlen(ours[i]))) return 1;
+    return 0;
+}
+
 void kvs_redis_conn_last_failure(kvs_redis_conn *c, char *out, size_t cap) {
     pthread_mutex_lock(&c->mu);
     snprintf(out, cap, "%s", c->why_down);

@@ -105,6 +105,10 @@ void kvs_redis_conn_release(kvs_redis_conn *c, int ok);
 void kvs_redis_conn_why_down(kvs_redis_conn *c, char *out, size_t cap);
 /* The last connect's failure as kept ("" after one that worked). */
 void kvs_redis_conn_last_failure(kvs_redis_conn *c, char *out, size_t cap);
+/* 1 if a why_down text is this file's account of the transport (not
+ * reachable, no answer in time, a connection that failed mid-command),
+ * not the server's words (AUTH / SELECT refusals): those rank first. */
+int kvs_redis_why_is_transport(const char *why);
 
 /* The budget of an operation that moves `bytes` (request and reply):
  * timeout_ms + bytes / min_mb_per_s, in ms (capped at 10 minutes). */

@@ -652,8 +652,8 @@ void kvs_redis_note_refusal(redis_tier *rt, const char *what, const redisReply *
     pthread_mutex_unlock(&rt->why_mu);
 }
 
-/* The first node's last connect failure; words_only: only one in the
- * server's words (AUTH, SELECT), not "not reachable (...)". */
+/* The first node's last failure; words_only: only one in the server's
+ * words (AUTH, SELECT), not the transport's (kvs_redis_why_is_transport). */
 static void node_failure(redis_tier *rt, int words_only, char *out, size_t cap) {
     pthread_rwlock_rdlock(&rt->nodes.lock);
     for (int i = 0; i < rt->nodes.n_nodes && !out[0]; i++)
@@ -661,7 +661,7 @@ static void node_failure(redis_tier *rt, int words_only, char *out, size_t cap) 
             kvs_redis_conn *c = w ? &rt->nodes.node[i]->wr : &rt->nodes.node[i]->rd;
             char why[192];
             kvs_redis_conn_last_failure(c, why, sizeof why);
-            if (why[0] && !(words_only && !strncmp(why, "not reachable", 13)))
+            if (why[0] && !(words_only && kvs_redis_why_is_transport(why)))
                 snprintf(out, cap, "redis %s:%d: %s", c->host, c->port, why);
         }
     pthread_rwlock_unlock(&rt->nodes.lock);

@@ -34,8 +34,8 @@
 #define KEY_TEMPLATE "tokenizer.chat_template"
 /* Where a user chooses a family, in the errors that ask for one. */
 #define CHOOSE_WHERE                                                                                   \
-    "the CLI's and serve's --chat-template; kvs_model_params.chat_template; Python: "                  \
-    "Model.load(chat_template=...)"
+    "the CLI's and serve's --chat-template; kvs_model_params.chat_template or kvs_chat_render's "      \
+    "family; Python: Model.load(chat_template=...) or render_chat(family=...)"
 
 typedef struct sbuf {
     char *p;
