@@ -376,7 +376,7 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
 /* The next m prompt tokens with every position's logits, for the echoed
  * prompt's logprobs, ECHO_ROWS at a time (the kernels are batch-invariant:
  * the same bits as one call); the last one's into logits (NULL: none). */
-#define ECHO_ROWS 32
+#define ECHO_ROWS 128
 static int echo_prefill(srv_slot *s, const srv_env *env, int m, float *logits) {
     srv_job *j = s->job;
     float *rows = malloc((size_t)ECHO_ROWS * env->n_vocab * sizeof *rows);
