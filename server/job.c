@@ -73,8 +73,8 @@ static int check_texts(const srv_request *r, srv_error *err) {
 }
 
 /* A prompt given as token ids: each the model's; they run as given (no
- * BOS added: the client's ids are the sequence). Their text, for echo and
- * the logs, is what the detokenizer gives (a control token has none). */
+ * BOS added: the client's ids are the sequence). Their text, for echo, is
+ * what the detokenizer gives, control tokens spelled out. */
 static int take_ids(const kvs_model *model, srv_request *r, srv_job *j, srv_error *err) {
     const int n_vocab = kvs_vocab_size(model);
     for (int i = 0; i < r->n_prompt_ids; i++)
@@ -89,7 +89,7 @@ static int take_ids(const kvs_model *model, srv_request *r, srv_job *j, srv_erro
     size_t cap = 16 * (size_t)r->n_prompt_ids + 1, len = 0;
     kvs_detok *d = NULL;
     if (!(j->prompt = malloc(((size_t)r->n_prompt_ids + 1) * sizeof *j->prompt)) || !(r->prompt = malloc(cap)) ||
-        kvs_detok_new(model, 0, &d)) {
+        kvs_detok_new(model, 1, &d)) { /* control tokens as their text, as echo's offsets count them */
         kvs_detok_free(d);
         srv_error_set(err, 500, "server_error", "", "", "out of memory for a prompt of %d token ids", r->n_prompt_ids);
         return -1;
@@ -213,11 +213,13 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
      * names the one that does not (srv_slot: context_length_exceeded). */
     /* (a warm generates nothing: its prompt may fill the context, which had
      * been refused as "at least one token must be generated") */
-    if (j->n_prompt >= n_ctx + j->req.warm && !j->req.docs_only) {
+    /* (nor does an echo with max_tokens 0: it only scores the prompt) */
+    const int generates = !j->req.warm && j->req.max_tokens >= 0;
+    if (j->n_prompt >= n_ctx + !generates && !j->req.docs_only) {
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
                       j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
                       "this model's context holds %d tokens, but the prompt has %d%s", n_ctx, j->n_prompt,
-                      j->req.warm ? "" : " (and at least one token must be generated)");
+                      generates ? " (and at least one token must be generated)" : "");
         goto fail;
     }
     /* The last token sampled is never decoded: n_ctx - n_prompt + 1 fit. */
@@ -248,7 +250,9 @@ void srv_job_unref(srv_job *j) {
 
 void srv_job_cancel(srv_job *j) { atomic_store(&j->cancelled, 1); }
 
-int srv_job_echo_logprobs(const srv_job *j) { return j->req.echo && j->req.logprobs && !j->segments; }
+int srv_job_echo_logprobs(const srv_job *j) {
+    return j->req.echo && j->req.logprobs && !j->segments && !j->req.warm; /* (a warm echoes nothing) */
+}
 
 /* Grows *buf (of *cap elements of size elem) to hold need; 0 or -1. */
 static int grow(void **buf, size_t *cap, size_t need, size_t elem) {

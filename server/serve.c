@@ -177,6 +177,10 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "kvstitch serve: -m MODEL is required\n");
         return -1;
     }
+    if (o->chat_template && !o->chat_template[0]) { /* (the library takes "" as none given: detected) */
+        fprintf(stderr, "kvstitch serve: --chat-template is empty (chatml, qwen3, llama3, llama2, gemma)\n");
+        return -1;
+    }
     if (o->alias && !o->alias[0]) { /* /v1/models had listed a model with no id */
         fprintf(stderr, "kvstitch serve: --alias is empty\n");
         return -1;

@@ -49,15 +49,27 @@ static void fail_job_too_long(srv_slot *s, const srv_env *env, int doc) {
     srv_slot_finish(s, env, SRV_FINISH_ERROR);
 }
 
+/* 1 if the prompt's first token is the BOS the tokenizer added to a text
+ * prompt: its text is not in the echoed prompt (a "<bos>" the text spells
+ * out is the token after it). */
+static int added_bos(const srv_job *j, const srv_env *env) {
+    kvs_model_info in;
+    kvs_model_get_info(env->model, &in);
+    return !j->req.prompt_ids && in.add_bos && j->n_prompt > 0 && j->prompt[0] == in.bos_id;
+}
+
 /* Echo with logprobs: the prompt's entries, their logprobs to come from
  * the prefill's logits (the first token has none: NaN). Offsets are where
- * each token's text starts in the echoed prompt, by the detokenizer (a
- * control token such as BOS has no text there). 0, or -1 out of memory. */
+ * each token's text starts in the echoed prompt, by the detokenizer with
+ * control tokens rendered, as the prompt spells them ("<|im_start|>": they
+ * had been given no text, and every offset after one fell short), but for
+ * a BOS the tokenizer added. 0, or -1 out of memory. */
 static int echo_start(srv_job *j, const srv_env *env) {
     kvs_detok *d = NULL;
-    if (!(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp)) || kvs_detok_new(env->model, 0, &d))
+    if (!(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp)) || kvs_detok_new(env->model, 1, &d))
         return -1;
     const size_t len = strlen(j->req.prompt);
+    const int skip = added_bos(j, env);
     size_t at = 0;
     for (int i = 0; i < j->n_prompt; i++) {
         srv_logprob *e = &j->prompt_lp[i];
@@ -66,6 +78,7 @@ static int echo_start(srv_job *j, const srv_env *env) {
         e->logprob = NAN;
         char piece[256];
         size_t n = 0;
+        if (i == 0 && skip) continue;
         if (kvs_detok_push(d, j->prompt[i], piece, sizeof piece, &n) == KVS_OK) at += n;
         else at += 256; /* (a piece that large: its text runs on, at most to the end) */
     }

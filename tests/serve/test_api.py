@@ -725,6 +725,14 @@ def test_echo_scores_the_prompt_with_the_bits_of_generation(server, client):
         assert ch["logprobs"]["tokens"][-3:] == gen.logprobs.tokens
         assert ch["logprobs"]["token_logprobs"][-3:] == gen.logprobs.token_logprobs
         assert ch["logprobs"]["text_offset"][-3:] == [len(p) + o for o in gen.logprobs.text_offset]
+    # control-token text in the prompt is echoed as sent; offsets count it
+    # (it had been given no text: every offset after one fell short)
+    ctl = "<|im_start|>user\nhi<|im_end|>\n"
+    c = server.post("/v1/completions", {"prompt": ctl, "max_tokens": 0, "echo": True,
+                                        "logprobs": 0}).json()["choices"][0]
+    assert c["text"] == ctl and len(c["logprobs"]["tokens"]) == 6
+    for tok, off in zip(c["logprobs"]["tokens"], c["logprobs"]["text_offset"]):
+        assert c["text"][off:off + len(tok)] == tok, (tok, off, c["logprobs"])
     whole = both["choices"][0]["logprobs"]
     streamed = {"text": "", "tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for ev in client.completions.create(model="x", prompt=p, max_tokens=3, temperature=0, echo=True, logprobs=2,
@@ -760,3 +768,24 @@ def test_prompt_as_token_ids(server, client):
         assert error_of(r, 400)["param"] == param, (bad, r.text)
     r = server.post("/v1/completions", {"prompt": ids, "max_tokens": 2, "documents": ["a doc"]})
     assert error_of(r, 400)["param"] == "prompt"
+
+
+def test_echo_scoring_may_fill_the_context():
+    """echo with max_tokens 0 generates nothing, so its prompt may fill the
+    context (it had been refused as "at least one token must be generated");
+    a warm ignores echo and logprobs (it had recomputed a cached prompt
+    whole for logits nobody reads)."""
+    from conftest import Server
+    s = Server("--slots", "1", "--ctx", "64")
+    try:
+        ids = s.post("/tokenize", {"content": "hello " * 80}).json()["tokens"][:64]
+        r = s.post("/v1/completions", {"prompt": ids, "echo": True, "max_tokens": 0, "logprobs": 1})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["choices"][0]["logprobs"]["tokens"]) == 64
+        e = error_of(s.post("/v1/completions", {"prompt": ids, "max_tokens": 1}), 400)
+        assert e["code"] == "context_length_exceeded" and "must be generated" in e["message"], e
+        w = s.post("/v1/cache/warm", {"prompt": ids[:40]}).json()
+        again = s.post("/v1/cache/warm", {"prompt": ids[:40], "echo": True, "logprobs": 5}).json()
+        assert again["cached_tokens"] >= 39, (w, again)
+    finally:
+        assert s.stop() == 0
