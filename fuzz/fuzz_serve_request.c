@@ -27,6 +27,7 @@ static void check(const srv_request *r, srv_kind kind) {
         FUZZ_CHECK(!r->prompt_ids || (r->n_prompt_ids > 0 && r->n_prompt_ids <= SRV_MAX_PROMPT_IDS));
         for (int i = 0; i < r->n_prompt_ids; i++) FUZZ_CHECK(r->prompt_ids[i] >= 0);
         FUZZ_CHECK(!r->echo || r->n_docs == 0);
+        FUZZ_CHECK(r->n_prompts >= 1 && r->n_prompts <= SRV_MAX_CHOICES && r->prompt_index == 0);
     }
     FUZZ_CHECK(r->n_stop >= 0 && r->n_stop <= SRV_MAX_STOP);
     for (int i = 0; i < r->n_stop; i++) FUZZ_CHECK(r->stop[i] && r->stop[i][0]);

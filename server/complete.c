@@ -117,16 +117,24 @@ static void add_prompt_sources(const srv_server *s, const srv_job *j, cJSON *k) 
 static cJSON *usage_json(const srv_server *s, const choices *cs) {
     const srv_job *j = cs->j[0];
     const srv_usage *u = &j->usage;
-    int completion = 0;
-    for (int i = 0; i < cs->n; i++) completion += cs->j[i]->usage.completion_tokens;
+    int completion = 0, prompt = 0;
+    for (int i = 0; i < cs->n; i++) {
+        completion += cs->j[i]->usage.completion_tokens;
+        if (i % j->req.n == 0) prompt += cs->j[i]->usage.prompt_tokens; /* each prompt of a batch once */
+    }
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(o, "prompt_tokens", prompt);
     cJSON_AddNumberToObject(o, "completion_tokens", completion);
-    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + completion);
+    cJSON_AddNumberToObject(o, "total_tokens", prompt + completion);
     /* OpenAI's field: prompt tokens this request did not compute (exact
      * hits, and moved document tokens the repair left as they were). */
     cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens + u->moved_tokens - u->recomputed_tokens);
+    int cached = 0;
+    for (int i = 0; i < cs->n; i += j->req.n) {
+        const srv_usage *v = &cs->j[i]->usage;
+        cached += v->cached_tokens + v->moved_tokens - v->recomputed_tokens;
+    }
+    cJSON_AddNumberToObject(d, "cached_tokens", cached);
     cJSON *k = cJSON_AddObjectToObject(o, "kvstitch");
     cJSON_AddNumberToObject(k, "cached_tokens", u->cached_tokens);
     cJSON_AddNumberToObject(k, "moved_tokens", u->moved_tokens);
@@ -432,22 +440,24 @@ int srv_submit(srv_server *s, srv_job *j, srv_error *e) {
     return -1;
 }
 
-/* The n jobs of a request: choice i is the body parsed again with seed +
- * i (the request owns its strings: one copy each). 0, or -1 with e set and
+/* The jobs of a request: n choices for each of its prompts (a batch: the
+ * choices of prompt p are p * n .. p * n + n - 1, as OpenAI numbers them).
+ * Choice p * n + i is the body parsed again for prompt p with seed + i
+ * (the request owns its strings: one copy each). 0, or -1 with e set and
  * nothing left. */
 static int make_choices(srv_server *s, const char *body, size_t len, srv_kind kind, srv_request *req, choices *cs,
                         srv_error *e) {
-    int n = req->n;
+    const int n = req->n, total = n * req->n_prompts;
     cs->n = 0;
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < total; k++) {
         srv_request r;
-        if (i > 0 && srv_request_parse(body, len, kind, &r, e)) break;
-        if (i > 0) r.seed += (uint64_t)i;
-        srv_job *j = srv_job_new(s->model, i ? &r : req, s->n_ctx, s->default_max_tokens, e); /* takes it */
+        if (k > 0 && srv_request_parse_at(body, len, kind, k / n, &r, e)) break;
+        if (k > 0) r.seed += (uint64_t)(k % n);
+        srv_job *j = srv_job_new(s->model, k ? &r : req, s->n_ctx, s->default_max_tokens, e); /* takes it */
         if (!j) break;
         cs->j[cs->n++] = j;
     }
-    if (cs->n == n) return 0;
+    if (cs->n == total) return 0;
     for (int i = 0; i < cs->n; i++) srv_job_unref(cs->j[i]);
     cs->n = 0;
     return -1;
@@ -458,9 +468,18 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
     srv_error e;
     choices cs = {{NULL}, 0};
     if (srv_request_parse(body, len, kind, &req, &e)) return srv_reply_error(c, &e);
-    if (req.n > s->max_queue) { /* its choices queue together: a 429 here had asked for a retry that never fits */
+    if (req.n_prompts < 1) req.n_prompts = 1; /* (chat) */
+    if (req.n * req.n_prompts > SRV_MAX_CHOICES) {
         srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "n",
-                      "'n' (%d) is more than the server's queue holds (--max-queue %d)", req.n, s->max_queue);
+                      "'n' (%d) times the prompts of the batch (%d) is more than one request answers (%d choices)",
+                      req.n, req.n_prompts, SRV_MAX_CHOICES);
+        srv_request_free(&req);
+        return srv_reply_error(c, &e);
+    }
+    if (req.n * req.n_prompts > s->max_queue) { /* its choices queue together: a 429 had asked for a retry that never fits */
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "n",
+                      "'n' (%d) times the prompts (%d) is more than the server's queue holds (--max-queue %d)", req.n,
+                      req.n_prompts, s->max_queue);
         srv_request_free(&req);
         return srv_reply_error(c, &e);
     }

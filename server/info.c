@@ -208,6 +208,12 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
                       "'documents' is empty: give documents to warm, or messages / a prompt");
         st = -1;
     }
+    if (!st && req.n_prompts > 1) { /* (only the first had been warmed) */
+        srv_request_free(&req);
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "prompt",
+                      "'prompt' is a batch: a warm takes one prompt");
+        st = -1;
+    }
     if (st) return srv_reply_error(c, &e);
     req.docs_only = docs_only;
     req.warm = 1;

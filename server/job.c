@@ -79,8 +79,9 @@ static int take_ids(const kvs_model *model, srv_request *r, srv_job *j, srv_erro
     const int n_vocab = kvs_vocab_size(model);
     for (int i = 0; i < r->n_prompt_ids; i++)
         if (r->prompt_ids[i] >= n_vocab) {
-            char param[32];
-            snprintf(param, sizeof param, "prompt[%d]", i);
+            char param[48];
+            if (r->n_prompts > 1) snprintf(param, sizeof param, "prompt[%d][%d]", r->prompt_index, i); /* a batch's */
+            else snprintf(param, sizeof param, "prompt[%d]", i);
             srv_error_set(err, 400, "invalid_request_error", "invalid_value", param,
                           "'%s' is token %d, but the model's vocabulary has %d (0..%d)", param, (int)r->prompt_ids[i],
                           n_vocab, n_vocab - 1);

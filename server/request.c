@@ -155,8 +155,9 @@ static int parse_prompt_ids(const cJSON *p, srv_request *r, srv_error *e) {
     cJSON_ArrayForEach(it, p) {
         if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
             it->valuedouble > 2147483647.0) {
-            char param[32];
-            snprintf(param, sizeof param, "prompt[%d]", k);
+            char param[48];
+            if (r->n_prompts > 1) snprintf(param, sizeof param, "prompt[%d][%d]", r->prompt_index, k); /* a batch's */
+            else snprintf(param, sizeof param, "prompt[%d]", k);
             return bad(e, param, "'%s' must be a token id, an integer >= 0%s", "");
         }
         r->prompt_ids[k++] = (int32_t)it->valuedouble;
@@ -169,18 +170,29 @@ static int is_id_array(const cJSON *p) {
     return cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && cJSON_IsNumber(cJSON_GetArrayItem(p, 0));
 }
 
+/* A batch: an array of prompts, each a string or an array of token ids. */
+static int is_batch(const cJSON *p) {
+    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0) return 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, p) if (!cJSON_IsString(it) && !is_id_array(it)) return 0;
+    return 1;
+}
+
 static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p) return bad(e, "prompt", "'%s' is required%s", "");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
-        (cJSON_IsString(cJSON_GetArrayItem(p, 0)) || is_id_array(cJSON_GetArrayItem(p, 0))))
-        p = cJSON_GetArrayItem(p, 0);
+    r->n_prompts = 1;
+    if (is_batch(p)) { /* several prompts: this request's is prompt_index's (complete.c parses each) */
+        r->n_prompts = cJSON_GetArraySize(p);
+        if (r->n_prompts > SRV_MAX_CHOICES)
+            return bad(e, "prompt", "'%s' holds more prompts than one request answers (16 choices in all)%s", "");
+        p = cJSON_GetArrayItem(p, r->prompt_index < r->n_prompts ? r->prompt_index : 0);
+    }
     if (is_id_array(p)) {
         if (parse_prompt_ids(p, r, e)) return -1;
     } else if (!cJSON_IsString(p)) {
         return bad(e, "prompt",
-                   "'%s' must be a string or an array of token ids (or an array of one of those: one prompt a "
-                   "request)%s", "");
+                   "'%s' must be a string, an array of token ids, or an array of those (a batch)%s", "");
     } else if (!(r->prompt = dup_string(p))) {
         return bad(e, "prompt", "'%s': out of memory%s", "");
     }
@@ -523,7 +535,12 @@ cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
 }
 
 int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err) {
+    return srv_request_parse_at(body, len, kind, 0, out, err);
+}
+
+int srv_request_parse_at(const char *body, size_t len, srv_kind kind, int k, srv_request *out, srv_error *err) {
     memset(out, 0, sizeof *out);
+    out->prompt_index = k;
     cJSON *root = srv_json_parse(body, len, err);
     if (!root) return -1;
     int st = parse_root(root, kind, out, err);

@@ -44,7 +44,7 @@ void srv_error_set(srv_error *e, int http, const char *type, const char *code, c
 #define SRV_MAX_TOKENS_LIMIT 32768
 #define SRV_MAX_TOP_LOGPROBS 20 /* OpenAI's bound for top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 300  /* entries of logit_bias (OpenAI's bound) */
-#define SRV_MAX_CHOICES 16      /* n: choices of one request */
+#define SRV_MAX_CHOICES 16      /* choices of one request: n, times its prompts in a batch */
 #define SRV_MAX_PROMPT_IDS (1 << 20) /* token ids of a prompt given so (more fit no context) */
 
 typedef struct srv_request {
@@ -56,6 +56,9 @@ typedef struct srv_request {
     int32_t *prompt_ids;        /* (n_prompt_ids) completions given token ids ([1, 2, 3] or [[1, 2, 3]]),
                                  * checked against the vocabulary in job.c; else NULL */
     int n_prompt_ids;
+    int n_prompts;              /* completions: prompts the request gave (an array of several: a batch,
+                                 * each its own n choices); this one is prompt_index's */
+    int prompt_index;
     char **doc_ids;             /* (n_docs) "" when not given */
     char **docs;                /* (n_docs) texts */
     int n_docs;
@@ -100,6 +103,9 @@ typedef struct srv_request {
 /* Parses body[0..len) (need not be NUL-terminated). On failure *out is
  * left zeroed (nothing to free) and err says what is wrong (HTTP 400). */
 int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err);
+/* The same, taking prompt k of a completion's batch of prompts (0 <= k <
+ * n_prompts of the request parsed with k = 0). */
+int srv_request_parse_at(const char *body, size_t len, srv_kind kind, int k, srv_request *out, srv_error *err);
 
 /* A request body as JSON, strictly: one value and nothing after it but
  * whitespace (cJSON alone accepted `{...}garbage` and two objects), and no

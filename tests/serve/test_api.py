@@ -763,7 +763,7 @@ def test_prompt_as_token_ids(server, client):
     echoed = server.post("/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 0}).json()
     assert echoed["choices"][0]["text"] == p and echoed["choices"][0]["logprobs"]["tokens"][0] is not None
     for bad, param in [([1, -1], "prompt[1]"), ([1, 2.5], "prompt[1]"), ([5, "a"], "prompt[1]"),
-                       ([1 << 30], "prompt[0]"), ([[1], [2]], "prompt"), ([ids, ids], "prompt"), ([], "prompt")]:
+                       ([1 << 30], "prompt[0]"), ([], "prompt"), ([[]], "prompt"), (["a", 5], "prompt")]:
         r = server.post("/v1/completions", {"prompt": bad, "max_tokens": 2})
         assert error_of(r, 400)["param"] == param, (bad, r.text)
     r = server.post("/v1/completions", {"prompt": ids, "max_tokens": 2, "documents": ["a doc"]})
@@ -789,3 +789,30 @@ def test_echo_scoring_may_fill_the_context():
         assert again["cached_tokens"] >= 39, (w, again)
     finally:
         assert s.stop() == 0
+
+
+def test_a_batch_of_prompts_answers_each_with_its_choices(server, client):
+    """A completion's prompt may be a batch (an array of strings or of
+    token-id arrays): n choices for each, numbered prompt * n + i as OpenAI
+    numbers them, each the answer its prompt alone gets; usage counts each
+    prompt once. More than 16 choices in all, or a batch to warm, is a 400."""
+    a, b = "The capital of France is", "Water boils at"
+    ids_b = server.post("/tokenize", {"content": b}).json()["tokens"]
+    alone = [client.completions.create(model="x", prompt=p, max_tokens=4, temperature=0, seed=s)
+             for p in (a, b) for s in (0, 1)]
+    for batch in ([a, b], [a, ids_b]):
+        r = client.completions.create(model="x", prompt=batch, max_tokens=4, temperature=0, n=2)
+        assert [c.index for c in r.choices] == [0, 1, 2, 3]
+        assert [c.text for c in r.choices] == [x.choices[0].text for x in alone]
+        assert r.usage.prompt_tokens == alone[0].usage.prompt_tokens + alone[2].usage.prompt_tokens
+        assert r.usage.completion_tokens == sum(x.usage.completion_tokens for x in alone)
+    streamed = {}
+    for ev in client.completions.create(model="x", prompt=[a, b], max_tokens=4, temperature=0, stream=True):
+        for c in ev.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert streamed == {0: alone[0].choices[0].text, 1: alone[2].choices[0].text}
+    e = error_of(server.post("/v1/completions", {"prompt": ["x"] * 9, "n": 2, "max_tokens": 1}), 400)
+    assert e["param"] == "n" and "16" in e["message"], e
+    assert error_of(server.post("/v1/completions", {"prompt": ["x"] * 17, "max_tokens": 1}), 400)["param"] == "prompt"
+    assert error_of(server.post("/v1/completions", {"prompt": [a, [1, -1]], "max_tokens": 1}), 400)["param"] == "prompt[1][1]"
+    assert error_of(server.post("/v1/cache/warm", {"prompt": [a, b]}), 400)["param"] == "prompt"
