@@ -192,17 +192,18 @@ static const srv_error *failure(const choices *cs, srv_error *buf) {
 }
 
 /* A choice's logprobs object: with echo, the prompt's entries first (their
- * offsets in the prompt, the completion's moved past it). */
-static cJSON *choice_logprobs(const srv_server *s, const srv_job *j, const char *text, int echoed) {
+ * offsets in the prompt, the completion's moved past it), which pj, the
+ * first choice of the same prompt, computed (srv_job_echo_logprobs). */
+static cJSON *choice_logprobs(const srv_server *s, const srv_job *j, const srv_job *pj, const char *text, int echoed) {
     if (!echoed) return srv_logprobs_json(s->model, j->req.kind, j->lp, j->n_lp, text, 0, 0);
     const size_t plen = strlen(j->req.prompt);
-    const int n = j->n_prompt_lp + j->n_lp;
+    const int np = pj->n_prompt_lp, n = np + j->n_lp;
     srv_logprob *all = malloc(((size_t)n + 1) * sizeof *all);
     if (!all) return cJSON_CreateNull();
-    if (j->n_prompt_lp) memcpy(all, j->prompt_lp, (size_t)j->n_prompt_lp * sizeof *all);
+    if (np) memcpy(all, pj->prompt_lp, (size_t)np * sizeof *all);
     for (int i = 0; i < j->n_lp; i++) {
-        all[j->n_prompt_lp + i] = j->lp[i];
-        all[j->n_prompt_lp + i].offset += plen;
+        all[np + i] = j->lp[i];
+        all[np + i].offset += plen;
     }
     cJSON *o = srv_logprobs_json(s->model, j->req.kind, all, n, text, 0, 0);
     free(all);
@@ -230,7 +231,8 @@ static int reply_done(srv_server *s, struct MHD_Connection *c, const choices *cs
         if (echoed) strcat(strcpy(echoed, j->req.prompt), j->text);
         const char *text = echoed ? echoed : j->text;
         if (!chat) cJSON_AddStringToObject(ch, "text", text);
-        if (j->req.logprobs) cJSON_AddItemToObject(ch, "logprobs", choice_logprobs(s, j, text, echoed != NULL));
+        const srv_job *pj = cs->j[i - i % j->req.n]; /* (the first choice of its prompt) */
+        if (j->req.logprobs) cJSON_AddItemToObject(ch, "logprobs", choice_logprobs(s, j, pj, text, echoed != NULL));
         else cJSON_AddNullToObject(ch, "logprobs");
         free(echoed);
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(j));
@@ -453,6 +455,7 @@ static int make_choices(srv_server *s, const char *body, size_t len, srv_kind ki
         srv_request r;
         if (k > 0 && srv_request_parse_at(body, len, kind, k / n, &r, e)) break;
         if (k > 0) r.seed += (uint64_t)(k % n);
+        if (k > 0) r.choice_of_prompt = k % n;
         srv_job *j = srv_job_new(s->model, k ? &r : req, s->n_ctx, s->default_max_tokens, e); /* takes it */
         if (!j) break;
         cs->j[cs->n++] = j;
