@@ -117,29 +117,28 @@ static void add_prompt_sources(const srv_server *s, const srv_job *j, cJSON *k) 
 static cJSON *usage_json(const srv_server *s, const choices *cs) {
     const srv_job *j = cs->j[0];
     const srv_usage *u = &j->usage;
-    int completion = 0, prompt = 0;
+    /* every choice's completion; each prompt of a batch once (its first
+     * choice's), and what of it was not computed: OpenAI's cached_tokens
+     * (exact hits, and moved document tokens the repair left as they were) */
+    int completion = 0, prompt = 0, cached = 0;
     for (int i = 0; i < cs->n; i++) {
-        completion += cs->j[i]->usage.completion_tokens;
-        if (i % j->req.n == 0) prompt += cs->j[i]->usage.prompt_tokens; /* each prompt of a batch once */
+        const srv_usage *v = &cs->j[i]->usage;
+        completion += v->completion_tokens;
+        if (i % j->req.n) continue;
+        prompt += v->prompt_tokens;
+        cached += v->cached_tokens + v->moved_tokens - v->recomputed_tokens;
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "prompt_tokens", prompt);
     cJSON_AddNumberToObject(o, "completion_tokens", completion);
     cJSON_AddNumberToObject(o, "total_tokens", prompt + completion);
-    /* OpenAI's field: prompt tokens this request did not compute (exact
-     * hits, and moved document tokens the repair left as they were). */
     cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
-    int cached = 0;
-    for (int i = 0; i < cs->n; i += j->req.n) {
-        const srv_usage *v = &cs->j[i]->usage;
-        cached += v->cached_tokens + v->moved_tokens - v->recomputed_tokens;
-    }
     cJSON_AddNumberToObject(d, "cached_tokens", cached);
     cJSON *k = cJSON_AddObjectToObject(o, "kvstitch");
     cJSON_AddNumberToObject(k, "cached_tokens", u->cached_tokens);
     cJSON_AddNumberToObject(k, "moved_tokens", u->moved_tokens);
     cJSON_AddNumberToObject(k, "recomputed_tokens", u->recomputed_tokens);
-    cJSON_AddNumberToObject(k, "computed_tokens", u->prompt_tokens - u->cached_tokens - u->moved_tokens);
+    cJSON_AddNumberToObject(k, "computed_tokens", u->computed_tokens); /* (set at its finish: srv_slot_finish) */
     cJSON_AddStringToObject(k, "strategy", u->strategy ? u->strategy : "prefix");
     if (j->segments && j->req.recal_temperature > 0) {
         cJSON *rc = cJSON_AddObjectToObject(k, "recalibrate");
