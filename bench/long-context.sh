@@ -88,7 +88,11 @@ for th in sorted({r["threads"] for r in runs}):
         print("| " + " | ".join(row) + " |")
 PY
 amx=$(amx_prefill "$cli")
-[ "$amx" = 1 ] && printf '\nOur prefill ran on AMX tiles (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices of many rows; attention on AVX-512).\n' >> "$tmp/report.md"
+if [ "$amx" = 1 ]; then
+    attn="attention on AVX-512"
+    [ "$KV" = q8 ] && attn="a Q8 prefill's attention dot products on int8 tiles too, its float steps and the decode's attention on AVX-512"
+    printf '\nOur prefill ran on AMX tiles (Q4_0 / Q4_1 / Q5_0 / Q4_K / Q8_0 matrices of many rows; %s).\n' "$attn" >> "$tmp/report.md"
+fi
 cat "$tmp/report.md"
 if [ "${NO_SAVE:-0}" != 1 ]; then
     slug=$(report_slug "$cli")

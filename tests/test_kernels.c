@@ -827,6 +827,51 @@ TEST(test_attention_simd_equals_scalar) {
     printf("  %d SIMD/scalar attention comparisons\n", compared);
 }
 
+/* A Q8 prefill over many keys (several units per kv head, so AVX-512
+ * stages each kv head once, and on AMX the scores and P.V run as tile
+ * products) with a sliding window whose first key is no multiple of 16 or
+ * 64, the last tile's keys no multiple of 16, head_dim 64 and 256: every
+ * SIMD path on 1, 2 and 3 threads gives the scalar path's bits. */
+TEST(test_attention_q8_window_prefill_equals_scalar) {
+    struct { int m, nh, nkv, hd, ctx, start, window; } cases[] = {
+        {40, 9, 3, 64, 1100, 1050, 300}, {40, 9, 3, 64, 1100, 1000, 777}, {33, 9, 3, 64, 900, 830, 0},
+        {24, 4, 1, 256, 700, 670, 333},
+    };
+    kvs_pool *pools[4] = {NULL, NULL, kvs_pool_new(2), kvs_pool_new(3)};
+    int compared = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        attn_case c = attn_make(cases[ci].m, cases[ci].nh, cases[ci].nkv, cases[ci].hd, cases[ci].ctx, KVS_KV_Q8,
+                                cases[ci].start);
+        for (size_t i = 0; i < (size_t)c.m * c.n_head * c.hd; i++) c.q[i] *= 6.0f; /* peaked rows: hi bytes in use */
+        const size_t qn = (size_t)c.m * c.n_head * c.hd;
+        float *ref = xmalloc(qn * 4);
+        void *work = xmalloc(kvs_attention_work_size(3, c.n_ctx));
+#define ATTN_W(pool, dst)                                                                                      \
+    kvs_attention_window(pool, dst, c.q, c.pos, c.m, c.k, c.v, KVS_KV_Q8, c.n_head, c.n_kv, c.hd, c.n_ctx, 0.125f, \
+                         cases[ci].window, NULL, NULL, work)
+        kvs_kernels_set_isa("scalar");
+        ATTN_W(NULL, ref);
+        for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+            if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+            for (int th = 1; th <= 3; th++) {
+                memset(c.out, 0xff, qn * 4);
+                ATTN_W(pools[th], c.out);
+                CHECK_MSG(memcmp(ref, c.out, qn * 4) == 0, "%s case %zu, %d threads: differs from scalar", simd_isas[s],
+                          ci, th);
+                compared++;
+            }
+        }
+#undef ATTN_W
+        free(work);
+        free(ref);
+        attn_free(&c);
+    }
+    kvs_pool_free(pools[2]);
+    kvs_pool_free(pools[3]);
+    kvs_kernels_set_isa("best");
+    printf("  %d windowed Q8 prefills compared\n", compared);
+}
+
 
 /* The scale of Q8 row r of K or V. */
 static void q8_set_scale(attn_case *c, void *base, int r, float d) {
@@ -1112,6 +1157,7 @@ int main(void) {
     RUN(test_rope_paths);
     RUN(test_attention_ref_vs_double);
     RUN(test_attention_simd_equals_scalar);
+    RUN(test_attention_q8_window_prefill_equals_scalar);
     RUN(test_attention_hostile_simd_equals_scalar);
     RUN(test_matmul_amx_small_stack);
     RUN(test_isa_selection);

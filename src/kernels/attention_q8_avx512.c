@@ -92,6 +92,10 @@ static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
     }
 }
 
+/* Bytes a slot of the staged keys: D rounded up to 64 (the region's size
+ * per slot, kvs_attn_q8_staged_at), a key a slot in the AMX layout. */
+static size_t amx_key_bytes(int D) { return (size_t)(D + 63) / 64 * 64; }
+
 /* Slot j's group (j - staged_lo a multiple of 4) in the call's staged keys
  * and values (kvs_attention_stage_q8_avx512). */
 static uint8_t *staged_keys_at(const kvs_attn_call *c, int j) {
@@ -106,7 +110,6 @@ static int32_t *staged_values_at(const kvs_attn_call *c, int j) {
  * each broadcast shared by the blocks. Qt: (D / 4, 3 blocks, 16 lanes). */
 AI void qk_group(q8_unit *x, int nb, const int32_t *Qt, const uint8_t *kst, int j0, int nk) {
     const int D = x->u.D, D4 = D / 4, kw = key_words(D);
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < nk; j += QK_KEYS) {
         const int n8 = nk - j < QK_KEYS ? nk - j : QK_KEYS;
         const int32_t *kg = (const int32_t *)kst + (size_t)(j / QK_KEYS) * kw * QK_KEYS, *qt = Qt;
@@ -131,17 +134,8 @@ AI void qk_group(q8_unit *x, int nb, const int32_t *Qt, const uint8_t *kst, int 
             if (jj >= n8) break; /* constant indices into acc: it stays in registers */
             const int jabs = j0 + j + jj;
             const __m512 kd = _mm512_set1_ps(kvs_q8_row_scale(x->K + (size_t)jabs * x->rb, D));
-            const __m512i jv = _mm512_set1_epi32(jabs);
 #pragma GCC unroll 3
-            for (int b = 0; b < nb; b++) {
-                const __m512i isum = _mm512_sub_epi32(acc[b][jj], x->qoff[b]);
-                const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), x->qs[b]);
-                const __mmask16 live =
-                    _mm512_cmpgt_epi32_mask(x->nvec[b], jv) & _mm512_cmple_epi32_mask(x->lovec[b], jv);
-                const __m512 v = _mm512_mask_mov_ps(ninf, live, s);
-                x->mx[b] = _mm512_max_ps(v, x->mx[b]); /* a NaN score leaves the max */
-                _mm512_storeu_ps(x->u.S + (size_t)b * 16 * x->u.ctxs + (size_t)jabs * 16, v);
-            }
+            for (int b = 0; b < nb; b++) score_out(x, &x->mx[b], b, jabs, _mm512_sub_epi32(acc[b][jj], x->qoff[b]), kd, 1);
         }
     }
 }
@@ -351,9 +345,20 @@ static int q8_unit_run(q8_unit *x) {
     /* keys and values staged once for every unit of the kv head
      * (dispatch.c), or here tile by tile */
     const int staged = c->staged && x->u.g == c->staged_g;
+    /* on AMX the scores' whole 16-key groups and, from values staged in
+     * the tiles' layout (kvs_attention_stage_q8_avx512), P.V run as tile
+     * products (attention_q8_amx.c) */
+    const int amx = kvs_attn_q8_amx_on(D);
+    if (amx) kvs_attn_q8_amx_begin();
     for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
-        const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
+        int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
         const int jb = j0 + JT < x->maxall ? j0 + JT : x->maxall;
+        if (amx && staged) /* every key, from the staged rows */
+            ja += kvs_attn_q8_amx_scores(x, Qt, ja, jb, (const int8_t *)kvs_attn_q8_staged_at(c, 0) +
+                                         (size_t)(ja - c->staged_lo) * amx_key_bytes(D), amx_key_bytes(D), 1);
+        else if (amx) /* whole 16-key groups from the cache rows */
+            ja += kvs_attn_q8_amx_scores(x, Qt, ja, jb, x->K + (size_t)ja * x->rb, x->rb, 0);
+        if (ja >= jb) continue;
         if (staged) qk_blocks(x, Qt, staged_keys_at(c, ja), ja, jb - ja);
         else {
             stage_keys(x, ja, jb - ja, tile);
@@ -362,18 +367,25 @@ static int q8_unit_run(q8_unit *x) {
     }
     x->negative = 0;
     for (int b = 0; b < x->nrb; b++) weights_rows(x, b);
-    if (x->negative) return 1;
+    if (x->negative) {
+        if (amx) kvs_attn_q8_amx_end();
+        return 1;
+    }
     float *O = x->u.stage;
     memset(O, 0, (size_t)x->nrb * D * 16 * sizeof(float));
-    for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
-        const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
-        const int jb = ((j0 + JT < x->maxall ? j0 + JT : x->maxall) + 3) & ~3;
-        if (staged) pv_tile(x, staged_values_at(c, ja), ja, ja, jb, O);
-        else {
-            stage_values4(x, ja, jb - ja, 0, D, tile);
-            pv_tile(x, tile, ja, ja, jb, O);
+    if (amx && staged && kvs_attn_q8_amx_pv_fits(x))
+        kvs_attn_q8_amx_pv(x, kvs_attn_q8_staged_at(c, 1), c->staged_lo, O);
+    else
+        for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
+            const int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
+            const int jb = ((j0 + JT < x->maxall ? j0 + JT : x->maxall) + 3) & ~3;
+            if (staged && !amx) pv_tile(x, staged_values_at(c, ja), ja, ja, jb, O);
+            else { /* values staged in the tiles' layout, or not staged */
+                stage_values4(x, ja, jb - ja, 0, D, tile);
+                pv_tile(x, tile, ja, ja, jb, O);
+            }
         }
-    }
+    if (amx) kvs_attn_q8_amx_end();
     /* out = (o * pd) * (1 / S), rows back to (token, head) order */
     for (int b = 0; b < x->nrb; b++) {
         const __m512 pd = x->pd[b], inv = _mm512_loadu_ps(x->u.inv + b * 16);
@@ -401,8 +413,14 @@ void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
     x.u.c = c;
     x.u.D = c->head_dim;
     q8_unit_rows(&x, c, c->staged_g);
-    stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
-    stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));
+    if (kvs_attn_q8_amx_on(x.u.D)) { /* as the tiles read them (j0 a multiple of 64) */
+        const size_t kb = amx_key_bytes(x.u.D);
+        kvs_attn_q8_amx_stage_keys(&x, j0, j1, kvs_attn_q8_staged_at(c, 0) + (size_t)(j0 - c->staged_lo) * kb, kb);
+        kvs_attn_q8_amx_stage(&x, j0, j1, (uint8_t *)staged_values_at(c, j0));
+    } else {
+        stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
+        stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));
+    }
 }
 
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work) {

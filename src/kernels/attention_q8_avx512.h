@@ -149,6 +149,38 @@ static inline float query_levels(const kvs_attn_call *c, const float *q, int8_t 
 }
 
 
+/* Score s_j of key jabs (scale kd broadcast) for block b's 16 rows from
+ * their exact integer dots isum: ((float)isum * kd) * qs as the reference,
+ * -inf where a row does not see the key (masked 0: the caller knows that
+ * all 16 rows see it); the running maxima *mx (the caller's copy of
+ * x->mx[b], kept in a register) and the score row updated. The
+ * score pass's epilogue on every path. */
+AI void score_out(q8_unit *x, __m512 *mx, int b, int jabs, __m512i isum, __m512 kd, int masked) {
+    const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), kd), x->qs[b]);
+    __m512 v = s;
+    if (masked) {
+        const __m512i jv = _mm512_set1_epi32(jabs);
+        const __mmask16 live = _mm512_cmpgt_epi32_mask(x->nvec[b], jv) & _mm512_cmple_epi32_mask(x->lovec[b], jv);
+        v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, s);
+    }
+    *mx = _mm512_max_ps(v, *mx); /* a NaN score leaves the max */
+    _mm512_storeu_ps(x->u.S + (size_t)b * 16 * x->u.ctxs + (size_t)jabs * 16, v);
+}
+
+/* The AMX parts of the prefill layout (attention_q8_amx.c), where
+ * kvs_attn_q8_amx_on(D): the scores as int8 tile products (from the keys
+ * kvs_attn_q8_amx_stage_keys lays out, or from the cache rows in place),
+ * P.V on tiles from the values staged as kvs_attn_q8_amx_stage lays them
+ * out. */
+int kvs_attn_q8_amx_on(int D);
+void kvs_attn_q8_amx_begin(void);
+void kvs_attn_q8_amx_end(void);
+int kvs_attn_q8_amx_scores(q8_unit *x, const int32_t *Qt, int ja, int jb, const int8_t *rows, size_t stride, int whole);
+void kvs_attn_q8_amx_stage_keys(const q8_unit *x, int j0, int j1, uint8_t *kt, size_t kb);
+void kvs_attn_q8_amx_stage(const q8_unit *x, int j0, int j1, uint8_t *vt);
+int kvs_attn_q8_amx_pv_fits(const q8_unit *x);
+void kvs_attn_q8_amx_pv(q8_unit *x, const uint8_t *vt, int vlo, float *O);
+
 /* The decode layout's unit (attention_q8_avx512_decode.c): 0, or 1 when a
  * weight level came out negative (the caller reruns it on the AVX2 path). */
 int kvs_attention_decode_unit_q8_avx512(q8_unit *x);

@@ -610,7 +610,7 @@ static int attention_staged_q8(kvs_pool *pool, const kvs_isa *isa, attn_task *t)
         if (l < lo) lo = l;
     }
     if (hi <= lo) return 0;
-    c->staged_lo = lo & ~15;
+    c->staged_lo = lo & ~63; /* 64: the AMX layout's parts of 64 slots (attention_q8_amx.c) */
     c->staged = (uint8_t *)(c->work + (size_t)c->n_threads * kvs_attn_thread_floats(c->n_ctx));
     attn_stage_task st = {.isa = isa, .call = c, .end = hi};
     for (c->staged_g = 0; c->staged_g < c->n_kv_head; c->staged_g++) {
