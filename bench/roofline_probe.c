@@ -223,12 +223,7 @@ static uint8_t g_tile_src[2048] __attribute__((aligned(64)));
 
 AMX_TARGET static void amx_setup(int q8) {
     amx_tilecfg cfg __attribute__((aligned(64)));
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
+    amx_config_square(&cfg);
     if (q8) {
         cfg.colsb[2] = cfg.colsb[3] = 32;
         cfg.rows[4] = cfg.rows[5] = 8;

@@ -9,6 +9,7 @@
 #define KVS_KERNELS_AMX_UTIL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 
@@ -18,6 +19,17 @@ typedef struct amx_tilecfg {
     uint16_t colsb[16];
     uint8_t rows[16];
 } amx_tilecfg;
+
+/* A configuration of palette 1 with all 8 tiles 16 rows x 64 bytes (the
+ * callers then narrow the tiles they use otherwise). */
+static inline void amx_config_square(amx_tilecfg *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg->rows[t] = 16;
+        cfg->colsb[t] = 64;
+    }
+}
 
 /* ldtilecfg of cfg. Not _tile_loadconfig: GCC 12's builtin does not tell
  * the optimizer that it reads all 64 bytes, and where the configuring

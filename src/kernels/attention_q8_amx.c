@@ -52,12 +52,7 @@ int kvs_attn_q8_amx_on(int D) { return D % 64 == 0 && kvs_kernels_amx(); }
 /* Every tile 16 rows of 64 bytes: A, B and C tiles alike. */
 void kvs_attn_q8_amx_begin(void) {
     amx_tilecfg cfg __attribute__((aligned(64)));
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
+    amx_config_square(&cfg);
     amx_load_config(&cfg);
 }
 

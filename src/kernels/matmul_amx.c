@@ -615,12 +615,7 @@ static void amx_cols(const kvs_mm_call *c, int j0, int j1, amx_blk *pan, float *
     const kvs_wmat *w = c->w;
     const int nb = w->k / KVS_QK;
     amx_tilecfg cfg __attribute__((aligned(64)));
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { /* C, C, A hi, A lo, B, B, C, C: 16 rows x 64 bytes */
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
+    amx_config_square(&cfg); /* C, C, A hi, A lo, B, B, C, C: 16 rows x 64 bytes */
     if (kvs_xa_int8(w->type)) { /* int8, K = one block: A 16 x 32 bytes, B 8 x 64 */
         cfg.colsb[2] = cfg.colsb[3] = 32;
         cfg.rows[4] = cfg.rows[5] = 8;
