@@ -355,7 +355,7 @@ int main(int argc, char **argv) {
     printf("bench_kernels: %s, %ld cores, load %s; best ISA %s%s; %s clock\n", model,
            sysconf(_SC_NPROCESSORS_ONLN), load, kvs_kernels_isa(), kvs_kernels_amx() ? " + amx" : "",
            use_cpu_clock ? "thread CPU" : "wall");
-    /* amx: avx512vnni plus AMX tiles for Q4_0 / Q4_1 prefill matmuls (attention: the same) */
+    /* amx: avx512vnni plus AMX tiles for the prefill matmuls and the Q8 attention prefill's dot products */
     const char *isas[] = {"amx", "avx512vnni", "avx2", "scalar"};
     for (int t = 1; t <= 2; t++) {
         if (only_threads && t != only_threads) continue;
@@ -366,7 +366,7 @@ int main(int argc, char **argv) {
             if (kvs_kernels_set_isa(isas[s]) != 0) continue;
             if (!no_mm) bench_matmul(isas[s], t, quick, 0);
             if (!no_mm && strcmp(isas[s], "scalar")) bench_matmul(isas[s], t, quick, 1); /* side by side */
-            if (!no_attn && strcmp(isas[s], "amx")) bench_attention(isas[s], t, quick);
+            if (!no_attn) bench_attention(isas[s], t, quick);
         }
     }
     return 0;
