@@ -4,8 +4,9 @@
  * float steps around them unchanged. Every product is an exact integer, so
  * the bits are the reference's.
  *
- *   scores  C[key][row] = K (A: 16 keys x 64 levels, read from the cache
- *           rows in place, stride = the row's bytes) times the staged
+ *   scores  C[key][row] = K (A: 16 keys x 64 levels, from the staged
+ *           keys, or the cache rows in place where the kv head is not
+ *           staged) times the staged
  *           queries Qt (B: its (D / 4, 16 lanes) words of one 16-row
  *           block), tdpbssd (signed x signed: I itself, no +128 offset).
  *           A tile row is one key with a lane per query row: the vector
@@ -23,7 +24,8 @@
  * (a 512-token prefill after 7680 on the AMX Xeon: 2.7x the per-token cost
  * after 512 with the matmuls on tiles and attention on VNNI).
  *
- * Staged values (kvs_attn_q8_amx_stage): per 64 absolute slots (staged_lo
+ * Staged keys (kvs_attn_q8_amx_stage_keys): one per 64-byte-aligned slot.
+ * Staged values (kvs_attn_q8_amx_stage_values): per 64 absolute slots (staged_lo
  * is a multiple of 64), D rows of 64 bytes, row d = the 16 four-key words
  * of dim d (value_words' byte order), so an A tile is 16 consecutive rows.
  * The same bytes a slot as stage_values4's layout, in the same region.
@@ -169,7 +171,7 @@ void kvs_attn_q8_amx_stage_keys(const q8_unit *x, int j0, int j1, uint8_t *kt, s
  * per 64 slots, row d = the 16 four-key words of dim d; the 64-slot parts
  * from j0 to j1 rounded up (slots past the buffer read as 0). vt: slot
  * j0's part. */
-void kvs_attn_q8_amx_stage(const q8_unit *x, int j0, int j1, uint8_t *vt) {
+void kvs_attn_q8_amx_stage_values(const q8_unit *x, int j0, int j1, uint8_t *vt) {
     const int D = x->u.D;
     int32_t words[16 * KVS_ATTN_Q8_MAX_DIM] __attribute__((aligned(64))); /* 16 groups x D words */
     for (int j = j0; j < j1; j += CHUNK, vt += (size_t)CHUNK * D) {

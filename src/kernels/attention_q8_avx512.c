@@ -92,10 +92,6 @@ static void stage_keys(const q8_unit *x, int j0, int nk, uint8_t *kst) {
     }
 }
 
-/* Bytes a slot of the staged keys: D rounded up to 64 (the region's size
- * per slot, kvs_attn_q8_staged_at), a key a slot in the AMX layout. */
-static size_t amx_key_bytes(int D) { return (size_t)(D + 63) / 64 * 64; }
-
 /* Slot j's group (j - staged_lo a multiple of 4) in the call's staged keys
  * and values (kvs_attention_stage_q8_avx512). */
 static uint8_t *staged_keys_at(const kvs_attn_call *c, int j) {
@@ -345,17 +341,20 @@ static int q8_unit_run(q8_unit *x) {
     /* keys and values staged once for every unit of the kv head
      * (dispatch.c), or here tile by tile */
     const int staged = c->staged && x->u.g == c->staged_g;
-    /* on AMX the scores' whole 16-key groups and, from values staged in
-     * the tiles' layout (kvs_attention_stage_q8_avx512), P.V run as tile
+    /* on AMX the scores (every key from a kv head staged in the tiles'
+     * layout, kvs_attention_stage_q8_avx512; else the whole 16-key groups
+     * from the cache rows) and, from the staged values, P.V run as tile
      * products (attention_q8_amx.c) */
     const int amx = kvs_attn_q8_amx_on(D);
     if (amx) kvs_attn_q8_amx_begin();
     for (int j0 = jstart; j0 < x->maxall; j0 += JT) {
         int ja = j0 > x->u.jmin ? j0 : x->u.jmin;
         const int jb = j0 + JT < x->maxall ? j0 + JT : x->maxall;
-        if (amx && staged) /* every key, from the staged rows */
-            ja += kvs_attn_q8_amx_scores(x, Qt, ja, jb, (const int8_t *)kvs_attn_q8_staged_at(c, 0) +
-                                         (size_t)(ja - c->staged_lo) * amx_key_bytes(D), amx_key_bytes(D), 1);
+        if (amx && staged) { /* every key, from the staged rows */
+            const size_t kb = kvs_attn_q8_staged_key_bytes(D);
+            ja += kvs_attn_q8_amx_scores(
+                x, Qt, ja, jb, (const int8_t *)kvs_attn_q8_staged_at(c, 0) + (size_t)(ja - c->staged_lo) * kb, kb, 1);
+        }
         else if (amx) /* whole 16-key groups from the cache rows */
             ja += kvs_attn_q8_amx_scores(x, Qt, ja, jb, x->K + (size_t)ja * x->rb, x->rb, 0);
         if (ja >= jb) continue;
@@ -414,9 +413,9 @@ void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
     x.u.D = c->head_dim;
     q8_unit_rows(&x, c, c->staged_g);
     if (kvs_attn_q8_amx_on(x.u.D)) { /* as the tiles read them (j0 a multiple of 64) */
-        const size_t kb = amx_key_bytes(x.u.D);
+        const size_t kb = kvs_attn_q8_staged_key_bytes(x.u.D);
         kvs_attn_q8_amx_stage_keys(&x, j0, j1, kvs_attn_q8_staged_at(c, 0) + (size_t)(j0 - c->staged_lo) * kb, kb);
-        kvs_attn_q8_amx_stage(&x, j0, j1, (uint8_t *)staged_values_at(c, j0));
+        kvs_attn_q8_amx_stage_values(&x, j0, j1, (uint8_t *)staged_values_at(c, j0));
     } else {
         stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
         stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));

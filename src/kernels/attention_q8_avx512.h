@@ -170,14 +170,14 @@ AI void score_out(q8_unit *x, __m512 *mx, int b, int jabs, __m512i isum, __m512 
 /* The AMX parts of the prefill layout (attention_q8_amx.c), where
  * kvs_attn_q8_amx_on(D): the scores as int8 tile products (from the keys
  * kvs_attn_q8_amx_stage_keys lays out, or from the cache rows in place),
- * P.V on tiles from the values staged as kvs_attn_q8_amx_stage lays them
+ * P.V on tiles from the values staged as kvs_attn_q8_amx_stage_values lays them
  * out. */
 int kvs_attn_q8_amx_on(int D);
 void kvs_attn_q8_amx_begin(void);
 void kvs_attn_q8_amx_end(void);
 int kvs_attn_q8_amx_scores(q8_unit *x, const int32_t *Qt, int ja, int jb, const int8_t *rows, size_t stride, int whole);
 void kvs_attn_q8_amx_stage_keys(const q8_unit *x, int j0, int j1, uint8_t *kt, size_t kb);
-void kvs_attn_q8_amx_stage(const q8_unit *x, int j0, int j1, uint8_t *vt);
+void kvs_attn_q8_amx_stage_values(const q8_unit *x, int j0, int j1, uint8_t *vt);
 int kvs_attn_q8_amx_pv_fits(const q8_unit *x);
 void kvs_attn_q8_amx_pv(q8_unit *x, const uint8_t *vt, int vlo, float *O);
 

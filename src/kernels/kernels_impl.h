@@ -320,10 +320,11 @@ static inline size_t kvs_attn_q8_staged_slots(int n_ctx) { return (size_t)n_ctx 
 static inline size_t kvs_attn_q8_staged_bytes(int n_ctx) {
     return kvs_attn_q8_staged_slots(n_ctx) * 2 * KVS_ATTN_Q8_MAX_DIM;
 }
+/* Bytes a slot of the staged keys: D rounded up to 64. */
+static inline size_t kvs_attn_q8_staged_key_bytes(int D) { return (size_t)(D + 63) / 64 * 64; }
 /* The staged keys (values 0) or values (1) in the call's region. */
 static inline uint8_t *kvs_attn_q8_staged_at(const kvs_attn_call *c, int values) {
-    const size_t kb = (size_t)(c->head_dim + 63) / 64 * 64;
-    return c->staged + (values ? kvs_attn_q8_staged_slots(c->n_ctx) * kb : 0);
+    return c->staged + (values ? kvs_attn_q8_staged_slots(c->n_ctx) * kvs_attn_q8_staged_key_bytes(c->head_dim) : 0);
 }
 /* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
  * (SIMD tails; the decode split keeps 1 / sum in the last), a multiple of 16. */
