@@ -49,6 +49,19 @@ TEST(test_tune_follows_the_faster_path) {
     CHECK(run_calls(&m, 640, 1.1, 1.0) == 600);
 }
 
+/* A path's first call (cold: its scratch, pages and caches are first
+ * touched) does not count against it: of the warm-up, the lowest call. */
+TEST(test_tune_forgives_a_cold_first_call) {
+    kvs_tune_stats s = {0};
+    const double costs[2][2] = {{1.6, 0.8}, {0.9, 0.9}}; /* [path][its call] */
+    for (int i = 0; i < 4; i++) {
+        const int p = kvs_tune_choose(&s);
+        kvs_tune_update(&s, p, costs[p][s.samples[p]]);
+    }
+    CHECK(s.cost[0] == 0.8 && s.cost[1] == 0.9);
+    CHECK(run_calls(&s, 11, 0.8, 0.9) == 0); /* up to the first look back (call 16) */
+}
+
 TEST(test_tune_sees_the_host_change) {
     kvs_tune_stats s = {0};
     /* path 0 ahead 1.5x: path 1 at the warm-up and at call 63 only */
@@ -193,6 +206,7 @@ TEST(test_tune_multi_gives_the_scalar_bits) {
 int main(void) {
     RUN(test_tune_warms_up_in_turn);
     RUN(test_tune_follows_the_faster_path);
+    RUN(test_tune_forgives_a_cold_first_call);
     RUN(test_tune_sees_the_host_change);
     RUN(test_tune_ignores_bad_clocks);
     RUN(test_tune_calls_give_the_scalar_bits);

@@ -15,7 +15,11 @@
  *
  * Policy per shape (type, k, n, the call's rows as a power of two, and its
  * threads: a call's time per multiply-add depends on all of them): each
- * path runs TUNE_WARM times in turn; then the path of the lower cost (an
+ * path runs TUNE_WARM times in turn, the lowest of those calls its first
+ * cost (a path's first call pays for first touches: its scratch, its
+ * output pages, cold caches; SmolLM2 Q8_0 ffn_up on the AMX Xeon: 1.6x a
+ * warm call, which as 3/4 of the average kept the faster tiles off for
+ * ~100 calls, two to three prefills); then the path of the lower cost (an
  * average of the last calls' milliseconds per multiply-add, each new call
  * weighing 1 / 4) runs, and every
  * TUNE_EXPLORE-th call the other one (every TUNE_EXPLORE_FAR-th where it
@@ -45,7 +49,9 @@ int kvs_tune_choose(const kvs_tune_stats *s) {
 
 void kvs_tune_update(kvs_tune_stats *s, int path, double cost) {
     if (!(cost >= 0.0)) return; /* a clock that went wrong: ignored */
-    s->cost[path] = s->samples[path] ? s->cost[path] + (cost - s->cost[path]) / 4 : cost;
+    if (!s->samples[path]) s->cost[path] = cost;
+    else if (s->samples[path] < TUNE_WARM) s->cost[path] = cost < s->cost[path] ? cost : s->cost[path];
+    else s->cost[path] += (cost - s->cost[path]) / 4;
     s->samples[path]++;
     s->calls++;
 }
