@@ -25,49 +25,57 @@ static int run_calls(kvs_tune_stats *s, int n, double cost0, double cost1) {
 
 TEST(test_tune_warms_up_in_turn) {
     kvs_tune_stats s = {0};
-    const int want[] = {0, 1, 0, 1};
-    for (int i = 0; i < 4; i++) {
+    const int want[] = {0, 1, 0, 1, 0, 1};
+    for (int i = 0; i < 6; i++) {
         const int p = kvs_tune_choose(&s);
         CHECK_MSG(p == want[i], "call %d took path %d", i, p);
         kvs_tune_update(&s, p, p ? 2.0 : 1.0);
     }
-    CHECK(s.samples[0] == 2 && s.samples[1] == 2 && s.calls == 4);
+    CHECK(s.samples[0] == 3 && s.samples[1] == 3 && s.calls == 6);
 }
 
 TEST(test_tune_follows_the_faster_path) {
     kvs_tune_stats s = {0};
-    run_calls(&s, 4, 1.0, 2.0);
-    /* path 1 twice the cost: far behind, looked at once in 64 calls */
-    CHECK(run_calls(&s, 640, 1.0, 2.0) == 10);
+    run_calls(&s, 6, 1.0, 2.0);
+    /* path 1 twice the cost: far behind once its window is full (call 15,
+     * its fourth), then looked at once in 64 calls */
+    CHECK(run_calls(&s, 640, 1.0, 2.0) == 11);
     /* close costs (1.1x): once in 16 */
     kvs_tune_stats c = {0};
-    run_calls(&c, 4, 1.0, 1.1);
+    run_calls(&c, 6, 1.0, 1.1);
     CHECK(run_calls(&c, 640, 1.0, 1.1) == 40);
     /* path 0 faster only on the other side: the mirror */
     kvs_tune_stats m = {0};
-    run_calls(&m, 4, 1.1, 1.0);
+    run_calls(&m, 6, 1.1, 1.0);
     CHECK(run_calls(&m, 640, 1.1, 1.0) == 600);
 }
 
-/* A path's first call (cold: its scratch, pages and caches are first
- * touched) does not count against it: of the warm-up, the lowest call. */
-TEST(test_tune_forgives_a_cold_first_call) {
+/* A path's first calls (cold: its scratch, pages and caches are first
+ * touched) do not count against it: its cost is the lowest of its last
+ * KVS_TUNE_WINDOW calls. */
+TEST(test_tune_forgives_cold_first_calls) {
     kvs_tune_stats s = {0};
-    const double costs[2][2] = {{1.6, 0.8}, {0.9, 0.9}}; /* [path][its call] */
-    for (int i = 0; i < 4; i++) {
+    const double costs[2][3] = {{1.6, 1.3, 0.8}, {0.9, 0.9, 0.9}}; /* [path][its call] */
+    for (int i = 0; i < 6; i++) {
         const int p = kvs_tune_choose(&s);
         kvs_tune_update(&s, p, costs[p][s.samples[p]]);
     }
     CHECK(s.cost[0] == 0.8 && s.cost[1] == 0.9);
-    CHECK(run_calls(&s, 11, 0.8, 0.9) == 0); /* up to the first look back (call 16) */
+    CHECK(run_calls(&s, 9, 0.8, 0.9) == 0); /* up to the first look back (call 16) */
+    /* nor does a one-off slow call of the path in use */
+    kvs_tune_update(&s, 0, 5.0);
+    CHECK(s.cost[0] == 0.8 && kvs_tune_choose(&s) == 0);
 }
 
 TEST(test_tune_sees_the_host_change) {
     kvs_tune_stats s = {0};
-    /* path 0 ahead 1.5x: path 1 at the warm-up and at call 63 only */
-    CHECK(run_calls(&s, 100, 1.0, 1.5) == 3);
-    /* path 0 slows to 3x: its average passes path 1's after two of its calls */
-    run_calls(&s, 2, 3.0, 1.5);
+    /* path 0 ahead 1.5x: path 1 at the warm-up and at calls 15 and 63 only */
+    CHECK(run_calls(&s, 100, 1.0, 1.5) == 5);
+    /* path 0 slows to 3x: its cost passes path 1's once its window holds
+     * slow calls only, not before */
+    run_calls(&s, KVS_TUNE_WINDOW - 1, 3.0, 1.5);
+    CHECK(s.cost[0] == 1.0 && kvs_tune_choose(&s) == 0);
+    run_calls(&s, 1, 3.0, 1.5);
     CHECK(s.cost[0] > s.cost[1]);
     CHECK(kvs_tune_choose(&s) == 1);
     CHECK(run_calls(&s, 64, 3.0, 1.5) >= 60); /* path 0 looked at every 16th, then 64th call */
@@ -206,7 +214,7 @@ TEST(test_tune_multi_gives_the_scalar_bits) {
 int main(void) {
     RUN(test_tune_warms_up_in_turn);
     RUN(test_tune_follows_the_faster_path);
-    RUN(test_tune_forgives_a_cold_first_call);
+    RUN(test_tune_forgives_cold_first_calls);
     RUN(test_tune_sees_the_host_change);
     RUN(test_tune_ignores_bad_clocks);
     RUN(test_tune_calls_give_the_scalar_bits);

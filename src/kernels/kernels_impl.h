@@ -260,10 +260,13 @@ static inline float *kvs_xc_sx(uint8_t *xc, int nb) { return kvs_xc_dx(xc, nb) +
 int kvs_amx_prefill_type(int type);
 
 /* Measured choice between two paths of the same bits (path_tuner.c). One
- * shape's record: calls, samples and average cost (milliseconds per multiply-add)
- * of path 0 (AMX) and path 1 (AVX-512). */
+ * shape's record: calls, and of path 0 (AMX) and path 1 (AVX-512) the
+ * samples, the last KVS_TUNE_WINDOW calls' costs (milliseconds per
+ * multiply-add; call i at i % KVS_TUNE_WINDOW) and the cost, their lowest. */
+#define KVS_TUNE_WINDOW 4
 typedef struct kvs_tune_stats {
     double cost[2];
+    double recent[2][KVS_TUNE_WINDOW];
     int samples[2];
     unsigned calls;
 } kvs_tune_stats;

@@ -15,17 +15,25 @@
  *
  * Policy per shape (type, k, n, the call's rows as a power of two, and its
  * threads: a call's time per multiply-add depends on all of them): each
- * path runs TUNE_WARM times in turn, the lowest of those calls its first
- * cost (a path's first call pays for first touches: its scratch, its
- * output pages, cold caches; SmolLM2 Q8_0 ffn_up on the AMX Xeon: 1.6x a
- * warm call, which as 3/4 of the average kept the faster tiles off for
- * ~100 calls, two to three prefills); then the path of the lower cost (an
- * average of the last calls' milliseconds per multiply-add, each new call
- * weighing 1 / 4) runs, and every
- * TUNE_EXPLORE-th call the other one (every TUNE_EXPLORE_FAR-th where it
- * costs over TUNE_FAR times as much), so a change of the host is seen
- * within a few prefills (a SmolLM2 prefill makes 30 calls of each of its
- * 4 shapes). Shapes past the table's TUNE_SLOTS run path 0.
+ * path runs TUNE_WARM times in turn; then the path of the lower cost runs,
+ * and every TUNE_EXPLORE-th call the other one (every TUNE_EXPLORE_FAR-th
+ * where it costs over TUNE_FAR times as much), so a change of the host is
+ * seen within a few prefills (a SmolLM2 prefill makes 30 calls of each of
+ * its 4 shapes). Shapes past the table's TUNE_SLOTS run path 0.
+ *
+ * A path's cost is the lowest of its last KVS_TUNE_WINDOW calls' milliseconds
+ * per multiply-add. Why the lowest, not an average: a path's first calls
+ * pay for first touches (its scratch, output pages, cold caches, the tile
+ * state): on the AMX Xeon, SmolLM2 Q8_0's first two tile calls of the
+ * fused q / k / v shape took 1.3x a warm one, above the AVX-512 calls, and
+ * as an average (each new call weighing 1 / 4) they kept the faster tiles
+ * off for ~300 calls, ten prefills, since the path behind is looked at
+ * only every 64th call. A lowest forgets such calls as soon as one warm
+ * call is in the window, and a one-off slow call (an interrupt, another
+ * tenant's burst) never moves the choice; a path that slows for good is
+ * seen after KVS_TUNE_WINDOW of its calls. A path with fewer calls than
+ * that is never taken as far behind: at 2 threads all three of the fused
+ * shape's tile calls in the warm-up were cold (1.5x a warm one).
  */
 #include <pthread.h>
 #include <string.h>
@@ -33,27 +41,33 @@
 #include "kernels/kernels_impl.h"
 
 #define TUNE_SLOTS 128
-#define TUNE_WARM 2
+#define TUNE_WARM 3
 #define TUNE_EXPLORE 16
 #define TUNE_EXPLORE_FAR 64
-#define TUNE_FAR 1.25
+/* Quiet, SmolLM2 Q8_0's AVX-512 calls cost 1.1-1.2x the tiles' (AMX
+ * Xeon): the more of such calls, the fewer looks at them cost */
+#define TUNE_FAR 1.12
+_Static_assert(TUNE_WARM <= KVS_TUNE_WINDOW, "the warm-up's calls all count");
 
 int kvs_tune_choose(const kvs_tune_stats *s) {
     if (s->samples[0] < TUNE_WARM || s->samples[1] < TUNE_WARM)
         return s->samples[1] < s->samples[0]; /* in turn, path 0 first */
     const int best = s->cost[1] < s->cost[0];
     /* a path far behind is looked at less often: what the look costs */
-    const unsigned every = s->cost[!best] > TUNE_FAR * s->cost[best] ? TUNE_EXPLORE_FAR : TUNE_EXPLORE;
+    const int far = s->samples[!best] >= KVS_TUNE_WINDOW && s->cost[!best] > TUNE_FAR * s->cost[best];
+    const unsigned every = far ? TUNE_EXPLORE_FAR : TUNE_EXPLORE;
     return s->calls % every == every - 1 ? !best : best;
 }
 
 void kvs_tune_update(kvs_tune_stats *s, int path, double cost) {
     if (!(cost >= 0.0)) return; /* a clock that went wrong: ignored */
-    if (!s->samples[path]) s->cost[path] = cost;
-    else if (s->samples[path] < TUNE_WARM) s->cost[path] = cost < s->cost[path] ? cost : s->cost[path];
-    else s->cost[path] += (cost - s->cost[path]) / 4;
+    s->recent[path][s->samples[path] % KVS_TUNE_WINDOW] = cost;
     s->samples[path]++;
     s->calls++;
+    const int n = s->samples[path] < KVS_TUNE_WINDOW ? s->samples[path] : KVS_TUNE_WINDOW;
+    double low = s->recent[path][0];
+    for (int i = 1; i < n; i++) low = s->recent[path][i] < low ? s->recent[path][i] : low;
+    s->cost[path] = low;
 }
 
 typedef struct tune_key {
