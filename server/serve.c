@@ -231,7 +231,9 @@ static int check_paths(const serve_opts *o) {
 
 /* The API key: the first line of a regular file (a FIFO had blocked the
  * start, a directory had read as an empty key), whole: a key longer than
- * the buffer is refused, not cut (a cut one had been the key that worked). */
+ * the buffer is refused, not cut (a cut one had been the key that worked).
+ * Spaces and tabs around it are not part of it, as around the client's
+ * (authorized): "secret " in the file had locked every client out. */
 #define API_KEY_MAX 4096
 static char *read_key(const char *path) {
     int fd = open_regular("--api-key-file", path);
@@ -254,12 +256,17 @@ static char *read_key(const char *path) {
         return NULL;
     }
     buf[line] = 0;
-    if (!buf[0] || memchr(buf, 0, line)) {
-        fprintf(stderr, "kvstitch serve: --api-key-file %s: the first line (the key) is empty or holds a NUL byte\n",
-                path);
+    if (memchr(buf, 0, line)) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: the first line (the key) holds a NUL byte\n", path);
         return NULL;
     }
-    return strdup(buf);
+    while (line && (buf[line - 1] == ' ' || buf[line - 1] == '\t')) buf[--line] = 0;
+    const char *key = buf + strspn(buf, " \t");
+    if (!*key) {
+        fprintf(stderr, "kvstitch serve: --api-key-file %s: the first line (the key) is empty\n", path);
+        return NULL;
+    }
+    return strdup(key);
 }
 
 static int load(srv_server *s, const serve_opts *o) {

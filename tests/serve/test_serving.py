@@ -478,11 +478,28 @@ def test_api_key_file_must_be_a_whole_regular_file(tmp_path):
     os.mkfifo(fifo)
     long_key.write_text("k" * 5000 + "\n")
     nul_key.write_bytes(b"abc\0def\n")  # had been taken as the key "abc"
+    blank_key = tmp_path / "blank"
+    blank_key.write_text(" \t \nsecond line\n")  # spaces alone are no key
     for path, said in [(fifo, "not a regular file"), (tmp_path, "not a regular file"), (long_key, "longer than"),
-                       (nul_key, "NUL byte")]:
+                       (nul_key, "NUL byte"), (blank_key, "is empty")]:
         p = subprocess.run([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0",
                             "--api-key-file", str(path)], capture_output=True, text=True, timeout=60 * SLOW)
         assert p.returncode == 2 and said in p.stderr, (path, p.returncode, p.stderr)
+
+
+def test_api_key_file_spaces_around_the_key_are_not_part_of_it(tmp_path):
+    # "secret " in the file had been the key, which no client could send:
+    # spaces around the client's key are not part of it either.
+    key = tmp_path / "key"
+    key.write_text("  secret \t\n")
+    s = Server("--slots", "1", "--ctx", "256", "--api-key-file", str(key), api_key=False)
+    try:
+        for header, status in [("Bearer secret", 200), ("Bearer  secret ", 200), ("Bearer secret ", 200),
+                               ("Bearer  secret", 200), ("Bearer secret2", 401), ("Bearer sec", 401)]:
+            r = requests.get(s.url + "/v1/models", headers={"Authorization": header}, timeout=60 * SLOW)
+            assert r.status_code == status, (header, r.status_code, r.text[:200])
+    finally:
+        s.stop()
 
 
 def test_cache_dir_write_errors_are_counted(tmp_path):
