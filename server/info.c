@@ -185,6 +185,12 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     srv_error e;
     cJSON *in = srv_json_parse(body, len, &e);
     if (!in) return srv_reply_error(c, &e);
+    /* null is absent, as in every request ({"documents": [...], "messages":
+     * null} had been a 400 asking for messages) */
+    static const char *const parts[] = {"messages", "prompt", "documents"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(in, parts[i])))
+            cJSON_DeleteItemFromObjectCaseSensitive(in, parts[i]);
     int chat = cJSON_GetObjectItemCaseSensitive(in, "messages") != NULL;
     /* Documents alone: lay them out as a chat request's documents would be. */
     const int docs_only = !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&
@@ -206,6 +212,12 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
         srv_request_free(&req);
         srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "documents",
                       "'documents' is empty: give documents to warm, or messages / a prompt");
+        st = -1;
+    }
+    if (!st && !req.cache_prompt) { /* (a prompt had been computed and dropped, documents stored anyway) */
+        srv_request_free(&req);
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "cache_prompt",
+                      "'cache_prompt' is false: a warm computes KV only to store it");
         st = -1;
     }
     if (!st && req.n_prompts > 1) { /* (only the first had been warmed) */

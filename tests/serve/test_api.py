@@ -512,6 +512,15 @@ def test_cache_warm_and_stats(server, client):
     assert st["entries"] > 0 and st["hits"] > 0 and len(st["fingerprint"]) == 64
     dw = server.post("/v1/cache/warm", {"documents": ["A passage about trains. " * 5]})
     assert dw.status_code == 200 and dw.json()["docs_computed"] + dw.json()["docs_cached"] == 1
+    # null is absent, as in every request (these had been 400s asking for messages / a prompt)
+    for absent in ({"messages": None}, {"prompt": None}, {"messages": None, "prompt": None}):
+        dn = server.post("/v1/cache/warm", {"documents": ["A passage about trains. " * 5], **absent})
+        assert dn.status_code == 200 and dn.json()["docs_cached"] == 1, (absent, dn.text)
+    # a warm that would store nothing is refused, with a prompt as with documents
+    # (the prompt had been computed and dropped, the documents stored anyway)
+    for body in ({"prompt": "Some text to keep. " * 10}, {"documents": ["Another passage. " * 5]}):
+        dc = server.post("/v1/cache/warm", {**body, "cache_prompt": False})
+        assert dc.status_code == 400 and dc.json()["error"]["param"] == "cache_prompt", dc.text
 
 
 def test_metrics(server, client):
