@@ -50,10 +50,10 @@ typedef struct conn_body {
     int answered;   /* a reply is queued before the body was read: drop the rest */
 } conn_body;
 
-/* A reply, with one more header (name NULL: none). */
-static int reply_with(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
-                      const char *name, const char *value) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+/* Response r queued with its headers, one more (name NULL: none), and
+ * released; 0 if it could not be. */
+static int queue_reply(struct MHD_Connection *c, int status, struct MHD_Response *r, const char *ctype,
+                       const char *name, const char *value) {
     if (!r) return 0;
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
@@ -63,17 +63,36 @@ static int reply_with(struct MHD_Connection *c, int status, const char *ctype, c
     return ok == MHD_YES ? status : 0;
 }
 
+/* A reply, with one more header (name NULL: none). */
+static int reply_with(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+                      const char *name, const char *value) {
+    return queue_reply(c, status, MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY), ctype,
+                       name, value);
+}
+
 int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len) {
     return reply_with(c, status, ctype, body, len, NULL, NULL);
+}
+
+/* A JSON reply whose malloc'd text MHD takes over (no copy: a completion
+ * with echoed logprobs can be tens of MB), with one more header (name
+ * NULL: none); NULL text: out of memory. */
+static int reply_json_text_with(struct MHD_Connection *c, int status, char *text, size_t len, const char *name,
+                                const char *value) {
+    if (!text) return srv_reply(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) free(text);
+    return queue_reply(c, status, r, "application/json", name, value);
+}
+
+int srv_reply_json_text(struct MHD_Connection *c, int status, char *text, size_t len) {
+    return reply_json_text_with(c, status, text, len, NULL, NULL);
 }
 
 static int reply_json_with(struct MHD_Connection *c, int status, cJSON *json, const char *name, const char *value) {
     char *s = json ? cJSON_PrintUnformatted(json) : NULL;
     cJSON_Delete(json);
-    if (!s) return srv_reply(c, 500, "application/json", "{\"error\":{\"message\":\"out of memory\"}}", 37);
-    int st = reply_with(c, status, "application/json", s, strlen(s), name, value);
-    free(s);
-    return st;
+    return reply_json_text_with(c, status, s, s ? strlen(s) : 0, name, value);
 }
 
 int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json) {

@@ -69,6 +69,8 @@ void srv_http_stop(srv_server *s);
 /* Responses. Each returns the status sent (0 if queuing failed). */
 int srv_reply(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len);
 int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json); /* frees json */
+/* A reply of JSON text, malloc'd, taken over (freed) whatever happens; NULL: a 500. */
+int srv_reply_json_text(struct MHD_Connection *c, int status, char *text, size_t len);
 int srv_reply_error(struct MHD_Connection *c, const srv_error *e);
 /* Queues j; 0, or -1 with e set (429 queue_full, 503 shutting_down while
  * draining) and j released. */
