@@ -106,6 +106,23 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     CHECK(kvs_redis_tier_flush(t, 10000));
     CHECK_EQ_INT(served(t, c), N_CHUNKS);
     CHECK_EQ_INT(masters_holding_keys(s), 3);
+    /* a seed that maps no slot (a node not in the cluster) first: the next
+     * seed's map is taken (the empty one had been, and the tier was off) */
+    {
+        rt_redis lone;
+        if (rt_redis_start(&lone, 1)) CHECK(0);
+        else {
+            char more[320];
+            snprintf(more, sizeof more, "127.0.0.1:%d,%s", lone.port, seeds);
+            kvs_redis_tier_params q = p;
+            q.cluster = more;
+            kvs_tier *t2 = NULL;
+            CHECK_EQ_INT(kvs_redis_tier_open(&q, &fp, &SHAPE, &t2), KVS_OK);
+            CHECK_EQ_INT(served(t2, c), N_CHUNKS);
+            kvs_tier_close(t2);
+            rt_redis_stop(&lone);
+        }
+    }
     /* partial-chunk markers across the slots: the key of every shorter
      * length of chunk 5 leads to chunk 5 (the marker and its chunk on
      * different masters, mostly) */
@@ -282,6 +299,35 @@ TEST(cluster_unreachable_at_start) {
     kvs_tier_close(t);
 }
 
+/* --redis-cluster at a Redis without cluster support: nothing is served,
+ * and why says what the server said (it had been "no reachable node" and
+ * writes failing with no reason). */
+TEST(cluster_seed_without_cluster_support_says_so) {
+    rt_redis plain;
+    if (rt_redis_start(&plain, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 3);
+    char seeds[64];
+    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", plain.port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.cluster = seeds;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    kvs_chunk *c[N_CHUNKS];
+    make_chunks(&fp, c, 7);
+    CHECK_EQ_INT(served(t, c), 0);
+    char why[512];
+    kvs_redis_tier_why_down(t, why, sizeof why);
+    CHECK_MSG(strstr(why, "CLUSTER SLOTS") && strstr(why, "cluster support"), "why: '%s'", why);
+    for (int i = 0; i < N_CHUNKS; i++) kvs_chunk_unref(c[i]);
+    kvs_tier_close(t);
+    rt_redis_stop(&plain);
+}
+
 /* More node addresses than a byte could index (the slot map's entries had
  * been bytes, the table 64 nodes: a cluster of 80 masters lost 16 nodes'
  * slots without a word): a MOVED to node 300 routes there; past the table's
@@ -324,6 +370,7 @@ int main(void) {
     RUN(hash_slots_match_redis);
     RUN(many_nodes_are_routed_and_the_table_bound_is_named);
     RUN(cluster_unreachable_at_start);
+    RUN(cluster_seed_without_cluster_support_says_so);
     RUN(cluster_roundtrip_moved_failover_clear);
     return kt_summary();
 }

@@ -116,15 +116,26 @@ int kvs_redis_route(kvs_redis_nodes *m, const char *key, size_t len) {
     return i == NO_NODE ? -1 : i;
 }
 
-/* CLUSTER SLOTS from host:port on a short-lived connection. NULL if it fails. */
-static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port) {
+/* CLUSTER SLOTS from host:port on a short-lived connection. NULL if it
+ * fails, and why in why (the server's words where it gave some: a Redis
+ * without cluster support says so). */
+static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port, char *why, size_t cap) {
     kvs_redis_conn c;
     kvs_redis_conn_init(&c, host, port, m->policy);
     redisContext *ctx = kvs_redis_conn_acquire(&c);
     redisReply *r = NULL;
-    if (ctx) {
+    if (!ctx) {
+        char down[192];
+        kvs_redis_conn_why_down(&c, down, sizeof down);
+        snprintf(why, cap, "redis %s:%d: %s", host, port, down);
+    } else {
         r = kvs_redis_command_by(&c, kvs_redis_due_ns(m->policy, 0), "CLUSTER SLOTS");
         int ok = r && r->type == REDIS_REPLY_ARRAY;
+        if (!ok) {
+            if (r && r->type == REDIS_REPLY_ERROR && r->str)
+                snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS: %.*s", host, port, (int)r->len, r->str);
+            else snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS failed", host, port);
+        }
         if (!ok && r) {
             freeReplyObject(r);
             r = NULL;
@@ -135,23 +146,42 @@ static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port)
     return r;
 }
 
+/* Entry e of a CLUSTER SLOTS reply: its master (host, port), slots
+ * [*lo, *hi]; NULL when it is not a well-formed range. */
+static const redisReply *slot_range(const redisReply *e, int *lo, int *hi) {
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) return NULL;
+    const redisReply *l = e->element[0], *h = e->element[1], *master = e->element[2];
+    if (l->type != REDIS_REPLY_INTEGER || h->type != REDIS_REPLY_INTEGER || master->type != REDIS_REPLY_ARRAY ||
+        master->elements < 2 || master->element[0]->type != REDIS_REPLY_STRING ||
+        master->element[1]->type != REDIS_REPLY_INTEGER)
+        return NULL;
+    if (l->integer < 0 || h->integer >= KVS_REDIS_SLOTS || l->integer > h->integer) return NULL;
+    if (master->element[1]->integer < 1 || master->element[1]->integer > 65535) return NULL; /* (0: no address) */
+    *lo = (int)l->integer;
+    *hi = (int)h->integer;
+    return master;
+}
+
+/* The slots a CLUSTER SLOTS reply maps (ranges counted as given). */
+static int slots_mapped(const redisReply *r) {
+    int n = 0, lo, hi;
+    for (size_t i = 0; i < r->elements; i++)
+        if (slot_range(r->element[i], &lo, &hi)) n += hi - lo + 1;
+    return n;
+}
+
 /* Applies a CLUSTER SLOTS reply (asked of host) to the map. Called with the write lock. */
 static void apply_slots(kvs_redis_nodes *m, const redisReply *r, const char *asked_host) {
     memset(m->slot_node, 0xff, sizeof m->slot_node); /* NO_NODE */
     for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
-        const redisReply *lo = e->element[0], *hi = e->element[1], *master = e->element[2];
-        if (lo->type != REDIS_REPLY_INTEGER || hi->type != REDIS_REPLY_INTEGER || master->type != REDIS_REPLY_ARRAY ||
-            master->elements < 2 || master->element[0]->type != REDIS_REPLY_STRING ||
-            master->element[1]->type != REDIS_REPLY_INTEGER)
-            continue;
-        if (lo->integer < 0 || hi->integer >= KVS_REDIS_SLOTS || lo->integer > hi->integer) continue;
+        int lo, hi;
+        const redisReply *master = slot_range(r->element[i], &lo, &hi);
+        if (!master) continue;
         /* An empty host means "the node you asked" (cluster-announce). */
         const char *host = master->element[0]->len ? master->element[0]->str : asked_host;
         int idx = node_index_locked(m, host, (int)master->element[1]->integer);
         if (idx < 0) continue;
-        for (long long s = lo->integer; s <= hi->integer; s++) m->slot_node[s] = (uint16_t)idx;
+        for (int s = lo; s <= hi; s++) m->slot_node[s] = (uint16_t)idx;
     }
 }
 
@@ -182,16 +212,35 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
     }
     pthread_rwlock_unlock(&m->lock);
     /* Ask outside the lock (requests keep routing with the old map). A node
-     * whose breaker is open is not asked. */
-    for (int i = 0; i < n_cand; i++) {
-        redisReply *r = cluster_slots(m, host[i], port[i]);
+     * whose breaker is open is not asked. The first map of every slot is
+     * taken; else the fullest one: a node that maps no slot (not in the
+     * cluster, or restarted without its nodes.conf) had been taken as the
+     * cluster's word, and with it first among the seeds the tier was off. */
+    redisReply *best = NULL;
+    int best_slots = 0, best_at = -1;
+    char why[256] = "";
+    for (int i = 0; i < n_cand && best_slots < KVS_REDIS_SLOTS; i++) {
+        redisReply *r = cluster_slots(m, host[i], port[i], why, sizeof why);
         if (!r) continue;
-        pthread_rwlock_wrlock(&m->lock);
-        apply_slots(m, r, host[i]);
-        pthread_rwlock_unlock(&m->lock);
-        freeReplyObject(r);
+        const int n = slots_mapped(r);
+        if (n > best_slots) {
+            if (best) freeReplyObject(best);
+            best = r;
+            best_slots = n;
+            best_at = i;
+        } else {
+            if (!n) snprintf(why, sizeof why, "redis %s:%d: CLUSTER SLOTS maps no slot (a node not in the cluster?)",
+                             host[i], port[i]);
+            freeReplyObject(r);
+        }
+    }
+    pthread_rwlock_wrlock(&m->lock);
+    if (best) apply_slots(m, best, host[best_at]);
+    snprintf(m->slots_why, sizeof m->slots_why, "%s", best ? "" : why);
+    pthread_rwlock_unlock(&m->lock);
+    if (best) {
+        freeReplyObject(best);
         atomic_fetch_add(&m->refreshes, 1);
-        break;
     }
     free(host);
 }

@@ -299,7 +299,14 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
     int masters[KVS_REDIS_MAX_NODES];
     int n_masters = kvs_redis_masters(&rt->nodes, masters, KVS_REDIS_MAX_NODES);
     int st = KVS_OK;
-    if (!n_masters) st = kvs_error(KVS_ERR_IO, "redis tier: no reachable node");
+    if (!n_masters) { /* and why, where a refresh learnt it */
+        char why[sizeof rt->nodes.slots_why];
+        pthread_rwlock_rdlock(&rt->nodes.lock);
+        snprintf(why, sizeof why, "%s", rt->nodes.slots_why);
+        pthread_rwlock_unlock(&rt->nodes.lock);
+        st = why[0] ? kvs_error(KVS_ERR_IO, "redis tier: no reachable node (%s)", why)
+                    : kvs_error(KVS_ERR_IO, "redis tier: no reachable node");
+    }
     for (int m = 0; m < n_masters; m++) {
         kvs_redis_conn *c = &rt->nodes.node[masters[m]]->rd;
         char cursor[32] = "0";
@@ -677,9 +684,10 @@ void kvs_redis_tier_why_down(kvs_tier *t, char *out, size_t cap) {
         pthread_mutex_unlock(&rt->why_mu);
     }
     if (!out[0]) node_failure(rt, 0, out, cap);
-    if (!out[0]) { /* a cluster past the nodes this process keeps */
+    if (!out[0]) { /* a cluster past the nodes this process keeps, or whose nodes gave no map */
         pthread_rwlock_rdlock(&rt->nodes.lock);
         if (rt->nodes.nodes_full[0]) snprintf(out, cap, "redis: %s", rt->nodes.nodes_full);
+        else if (rt->nodes.slots_why[0]) snprintf(out, cap, "%s", rt->nodes.slots_why);
         pthread_rwlock_unlock(&rt->nodes.lock);
     }
     /* a Redis that wants a password refuses large values before any command
