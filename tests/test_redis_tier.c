@@ -568,6 +568,42 @@ TEST(oversized_replies_fail_at_once) {
     CHECK(st.errors > 0 && st.hits == 0);
 }
 
+/* A "server" whose SCAN never ends: every SCAN answers cursor 7 and no
+ * keys (one key of the tier's prefix where keys is set), every other
+ * command +OK (PING +PONG). */
+static void scan_forever_one(garbage_srv *g, int c) {
+    char buf[4096];
+    ssize_t n;
+    while (!g->stop && (n = read(c, buf, sizeof buf - 1)) > 0) {
+        buf[n] = 0;
+        const char *a = strstr(buf, "SCAN") ? "*2\r\n$1\r\n7\r\n*0\r\n" : strstr(buf, "PING") ? "+PONG\r\n" : "+OK\r\n";
+        if (send(c, a, strlen(a), MSG_NOSIGNAL) < 0) break;
+    }
+}
+
+static void *scan_forever_main(void *arg) {
+    accept_loop(arg, SO_RCVTIMEO, scan_forever_one);
+    return NULL;
+}
+
+/* The cache commands' SCAN against a server that never ends its cursor
+ * fail at once, saying so (they had looped for good: 1.5 M SCANs in 20 s
+ * until a timeout killed the process). */
+TEST(endless_scan_fails_and_says_so) {
+    garbage_srv g = {0};
+    CHECK(fake_server_start(&g, scan_forever_main) == 0);
+    kvs_key fp;
+    rt_fill_key(&fp, 57);
+    kvs_tier *t = open_tier(g.port, &fp, 200);
+    const double t0 = now_ms();
+    uint64_t removed = 0;
+    CHECK(t->ops->clear(t, &removed) != KVS_OK);
+    CHECK_MSG(strstr(kvs_last_error(), "SCAN did not finish"), "error: '%s'", kvs_last_error());
+    CHECK_MSG(now_ms() - t0 < 5000, "%.0f ms", now_ms() - t0);
+    kvs_tier_close(t);
+    fake_server_stop(&g);
+}
+
 /* A reply already in the socket when its deadline has passed (the thread
  * was reading another node's, or sending to a node that was not reading)
  * is read, not counted as a timeout: with one cluster node asleep, the
@@ -831,6 +867,7 @@ int main(void) {
     RUN(garbage_answers);
     RUN(trickled_reply_bounded_by_budget);
     RUN(oversized_replies_fail_at_once);
+    RUN(endless_scan_fails_and_says_so);
     RUN(reply_in_the_socket_after_its_deadline_is_read);
     RUN(full_write_queue_drops_and_never_blocks);
     RUN(loaded_machine_and_slow_server_real_sizes);

@@ -14,6 +14,7 @@
  * up to ~16K tokens, never the payload. */
 #define SCAN_HEAD_BYTES 65536
 #define SCAN_COUNT "512"
+#define SCAN_MAX_CALLS (1L << 20) /* per node: 2^29 buckets at SCAN_COUNT */
 
 static redis_tier *impl(const kvs_tier *t) { return t->impl; }
 
@@ -311,6 +312,7 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
         kvs_redis_conn *c = &rt->nodes.node[masters[m]]->rd;
         char cursor[32] = "0";
         int stop = 0;
+        long calls = 0;
         do {
             redisContext *ctx = kvs_redis_conn_acquire(c);
             if (!ctx) {
@@ -329,6 +331,16 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
                          ? kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN: %.*s", c->host, c->port, (int)r->len, r->str)
                          : kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN failed", c->host, c->port);
                 if (r) freeReplyObject(r);
+                break;
+            }
+            /* a server that never ends its cursor had kept the cache
+             * commands in this loop for good: one that hands the cursor
+             * back as it was given makes no progress (Redis never does),
+             * and past SCAN_MAX_CALLS calls (2^29 buckets) it is given up */
+            if ((strcmp(cursor, "0") && !strcmp(cursor, r->element[0]->str)) || ++calls > SCAN_MAX_CALLS) {
+                st = kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN did not finish (cursor %.20s after %ld calls)", c->host,
+                               c->port, r->element[0]->str, calls);
+                freeReplyObject(r);
                 break;
             }
             snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
