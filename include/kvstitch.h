@@ -658,6 +658,10 @@ typedef struct kvs_cache_stats {
     uint64_t index_drops;                 /* such entries dropped from the index by that bound
                                            * (their tier keeps them; a lookup still finds their
                                            * grid chunks there by key) */
+    uint64_t redis_put_too_large;         /* of redis_put_dropped: chunks whose value would pass
+                                           * the tier's value limit (a long document, or long
+                                           * chunks): never written */
+    uint64_t redis_max_value_bytes;       /* that limit (0 without Redis) */
 } kvs_cache_stats;
 
 KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);

@@ -158,6 +158,7 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
         {"redis_gets", (double)st.redis_gets}, {"redis_hits", (double)st.redis_hits},
         {"redis_get_bytes", (double)st.redis_get_bytes}, {"redis_puts", (double)st.redis_puts},
         {"redis_put_bytes", (double)st.redis_put_bytes}, {"redis_put_dropped", (double)st.redis_put_dropped},
+        {"redis_put_too_large", (double)st.redis_put_too_large},
         {"redis_put_errors", (double)st.redis_put_errors}, {"redis_bad", (double)st.redis_bad},
         {"redis_foreign", (double)st.redis_foreign}, {"redis_errors", (double)st.redis_errors},
         {"redis_timeouts", (double)st.redis_timeouts}, {"redis_breaker_opens", (double)st.redis_breaker_opens},

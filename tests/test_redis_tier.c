@@ -568,6 +568,49 @@ TEST(oversized_replies_fail_at_once) {
     CHECK(st.errors > 0 && st.hits == 0);
 }
 
+/* A chunk whose value would pass the tier's value limit is not written,
+ * and is counted as such (it had been counted as dropped for "Redis down
+ * or the write queue full", the CLI's words); the others are. */
+TEST(values_past_the_limit_are_counted_apart) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 58);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 58, c);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r.port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.url = url;
+    p.codec = KVS_RV_CODEC_RAW; /* the value about kv_bytes: random KV would not compress anyway */
+    p.max_value_bytes = c[0]->kv_bytes - 1; /* every chunk's value is past it */
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    put_chain(t, c);
+    kvs_tier_stats ts;
+    kvs_redis_tier_stats rs;
+    t->ops->stats(t, &ts);
+    kvs_redis_tier_get_stats(t, &rs);
+    CHECK_EQ_INT(ts.put_dropped, N_CHAIN);
+    CHECK_EQ_INT(rs.put_too_large, N_CHAIN);
+    CHECK(rs.max_value_bytes == c[0]->kv_bytes - 1);
+    CHECK_EQ_INT(served(t, c), 0);
+    kvs_tier_close(t);
+    p.max_value_bytes = 0; /* the default: written */
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    put_chain(t, c);
+    kvs_redis_tier_get_stats(t, &rs);
+    CHECK_EQ_INT(rs.put_too_large, 0);
+    CHECK_EQ_INT(served(t, c), N_CHAIN);
+    kvs_tier_close(t);
+    free_chain(c);
+    rt_redis_stop(&r);
+}
+
 /* A "server" whose SCAN never ends: every SCAN answers cursor 7 and no
  * keys (one key of the tier's prefix where keys is set), every other
  * command +OK (PING +PONG). */
@@ -868,6 +911,7 @@ int main(void) {
     RUN(trickled_reply_bounded_by_budget);
     RUN(oversized_replies_fail_at_once);
     RUN(endless_scan_fails_and_says_so);
+    RUN(values_past_the_limit_are_counted_apart);
     RUN(reply_in_the_socket_after_its_deadline_is_read);
     RUN(full_write_queue_drops_and_never_blocks);
     RUN(loaded_machine_and_slow_server_real_sizes);

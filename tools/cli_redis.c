@@ -108,14 +108,22 @@ void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint6
     if (dropped) *dropped = st.redis_put_dropped;
     if (!flushed)
         fprintf(stderr, "kvstitch %s: warning: chunks still queued for Redis after 10 s (not stored there)\n", cmd);
-    if (st.redis_put_errors || st.redis_put_dropped)
+    if (st.redis_put_errors || st.redis_put_dropped > st.redis_put_too_large)
         fprintf(stderr,
                 "kvstitch %s: warning: %llu of %llu chunks were not written to Redis (%llu failed, refused or "
                 "unanswered in time: a node that answers late may still store them; %llu dropped: Redis down or "
                 "the write queue full)\n",
-                cmd, (unsigned long long)(st.redis_put_errors + st.redis_put_dropped),
+                cmd, (unsigned long long)(st.redis_put_errors + st.redis_put_dropped - st.redis_put_too_large),
                 (unsigned long long)st.redis_puts, (unsigned long long)st.redis_put_errors,
-                (unsigned long long)st.redis_put_dropped);
+                (unsigned long long)(st.redis_put_dropped - st.redis_put_too_large));
+    /* (these had been said to be dropped for Redis down or the queue full) */
+    if (st.redis_put_too_large)
+        fprintf(stderr,
+                "kvstitch %s: warning: %llu of %llu chunks were not written to Redis: each would be a value over "
+                "its limit of %llu MiB (a document is one chunk, however long; --kv-type q8 halves its bytes; the "
+                "cache dir has no such limit)\n",
+                cmd, (unsigned long long)st.redis_put_too_large, (unsigned long long)st.redis_puts,
+                (unsigned long long)(st.redis_max_value_bytes >> 20));
     /* why, in the server's words where it gave some (a wrong password, a
      * database index out of range had been said by `cache stats` only) */
     char why[256];

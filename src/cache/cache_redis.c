@@ -64,6 +64,8 @@ void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->redis_puts = ts.puts;
     st->redis_put_bytes = ts.put_bytes;
     st->redis_put_dropped = ts.put_dropped;
+    st->redis_put_too_large = rs.put_too_large;
+    st->redis_max_value_bytes = rs.max_value_bytes;
     st->redis_put_errors = ts.put_errors;
     st->redis_bad = ts.bad;
     st->redis_foreign = ts.foreign;

@@ -145,6 +145,7 @@ static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
         if (len > rt->max_value_bytes) { /* readers would reject it: do not store it */
             free(v);
             atomic_fetch_add(&rt->put_dropped, 1);
+            atomic_fetch_add(&rt->put_too_large, 1);
             continue;
         }
         b.key_len[m] = kvs_redis_make_key(rt, &chunks[i]->prefix_key, b.key[m]);

@@ -654,6 +654,8 @@ void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st) {
     st->ask = atomic_load(&rt->nodes.ask);
     st->refreshes = atomic_load(&rt->nodes.refreshes);
     st->oversized = atomic_load(&rt->oversized);
+    st->put_too_large = atomic_load(&rt->put_too_large);
+    st->max_value_bytes = rt->max_value_bytes;
     st->markers = atomic_load(&rt->markers);
     st->marker_hits = atomic_load(&rt->marker_hits);
     pthread_mutex_lock(&rt->q_mu);

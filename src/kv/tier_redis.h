@@ -81,6 +81,9 @@ typedef struct kvs_redis_tier_stats {
     uint64_t moved, ask, refreshes;
     uint64_t queued, queue_peak;   /* chunks waiting now, most ever */
     uint64_t oversized;            /* values over max_value_bytes (also in bad) */
+    uint64_t put_too_large;        /* chunks whose value would pass max_value_bytes: not
+                                    * written (also in the tier's put_dropped) */
+    uint64_t max_value_bytes;      /* the limit in force */
     uint64_t markers;              /* partial-chunk markers written (redis_marker.h) */
     uint64_t marker_hits;          /* reads that a marker led to a longer chunk */
     int nodes;                     /* nodes known (cluster: masters and replicas met) */

@@ -42,6 +42,7 @@ typedef struct redis_tier {
     /* Counters (tier.h's common ones, then Redis-specific). */
     _Atomic uint64_t gets, hits, misses, get_bytes, get_ns;
     _Atomic uint64_t puts, put_errors, put_dropped, put_bytes;
+    _Atomic uint64_t put_too_large; /* of put_dropped: values past max_value_bytes */
     _Atomic uint64_t bad, foreign, errors, oversized;
     _Atomic uint64_t markers, marker_hits; /* partial-chunk markers written, read to a chunk (redis_marker.h) */
     pthread_mutex_t why_mu;
