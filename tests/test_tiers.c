@@ -509,6 +509,9 @@ TEST(damage_on_every_chunk_heals_in_one_request) {
     free(dir);
 }
 
+/* A chunk whose write fails is counted, not stored; the chunks after it
+ * are not written (no lookup could reach them there: the tiers take a put
+ * first to last), and count as failed writes too. */
 TEST(failed_write_is_counted_not_stored) {
     char *dir = new_dir();
     char path[512], path3[512];
@@ -520,17 +523,17 @@ TEST(failed_write_is_counted_not_stored) {
     fake_kv_fill(cold, toks, N);
     kvs_put_report r;
     CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
-    CHECK_EQ_INT(r.n_new, 3);
-    CHECK_EQ_INT(r.n_write_errors, 2);
+    CHECK_EQ_INT(r.n_new, 2);
+    CHECK_EQ_INT(r.n_write_errors, 3);
     CHECK(strstr(r.write_error, ".kvc") != NULL);
     kvs_store_stats st;
     kvs_store_get_stats(s, &st);
-    CHECK_EQ_INT(st.disk_write_errors, 2);
-    CHECK_EQ_INT(st.disk_writes, 3);
+    CHECK_EQ_INT(st.disk_write_errors, 1); /* chunk 2's; 3 and 4 were not tried */
+    CHECK_EQ_INT(st.disk_writes, 2);
     kvs_store_free(s);
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)); /* left alone */
-    CHECK_EQ_INT(count_files(dir, ".kvc"), 5);          /* 3 entries + the directories */
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 4);          /* chunks 0 and 1 + the directories */
     CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
     rm_dir(dir);
     free(dir);
@@ -665,7 +668,7 @@ TEST(bound_ignores_files_not_its_own) {
     snprintf(fake_entry, sizeof fake_entry, "%064d.kvc", 7);
     put_file(dir, fake_entry, big, 0);
     free(big);
-    kvs_disk_prune_params pp = {real + 1, 0, 0, NULL};
+    kvs_disk_prune_params pp = {real + 1, 0, 0, NULL, 0};
     kvs_disk_prune_report pr;
     CHECK_EQ_INT(kvs_disk_prune(dir, &pp, &pr), KVS_OK);
     CHECK_EQ_INT(pr.removed, 0);
@@ -713,14 +716,21 @@ TEST(bound_evicts_least_recently_used) {
     CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
     CHECK_MSG(u.bytes <= 6 * entry, "%llu bytes > bound %llu", (unsigned long long)u.bytes,
               (unsigned long long)(6 * entry));
-    /* the least recently used went first: chunk 0 (shared by the second
-     * prompt, which only touched it in memory), then 1, 2, 3; chunk 4 was
-     * used after them and stays */
+    /* whole chains, least recently used first, each from its tail: the
+     * first prompt's chunks 4, 3, 2, 1 (its newest use, chunk 4's, came
+     * before the second prompt's writes); chunk 0 stays, the head of the
+     * second prompt's chain (evicted first, as the oldest stamp, it had
+     * left both chains unreachable) */
     entry_path(dir, 0, path, sizeof path);
-    int gone0 = access(path, F_OK) != 0;
-    entry_path(dir, 4, path, sizeof path);
-    CHECK(access(path, F_OK) == 0); /* the recently used one stays */
-    CHECK(gone0);
+    CHECK(access(path, F_OK) == 0);
+    for (int i = 1; i < 5; i++) {
+        entry_path(dir, i, path, sizeof path);
+        CHECK_MSG(access(path, F_OK) != 0, "chunk %d of the first prompt stayed", i);
+    }
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5); /* chunk 0 and the second prompt's 4 */
+    kvs_cache_dir_stats ds;
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+    CHECK_EQ_INT(ds.unreachable, 0);
     rm_dir(dir);
     free(dir);
 }
@@ -786,7 +796,7 @@ TEST(bound_below_one_entry_writes_nothing) {
     kvs_store_stats st;
     kvs_store_get_stats(s, &st);
     CHECK_EQ_INT(st.disk_writes, 0);
-    CHECK_EQ_INT(st.disk_write_errors, 5);
+    CHECK_EQ_INT(st.disk_write_errors, 1); /* chunk 0's: the rest, unreachable without it, not tried */
     CHECK_EQ_INT(serve_into(s, N), N); /* memory still serves them in this process */
     kvs_store_free(s);
     CHECK_EQ_INT(count_files(dir, ".kvc"), 0);
@@ -795,10 +805,12 @@ TEST(bound_below_one_entry_writes_nothing) {
     free(dir);
 }
 
-/* A bound that holds one entry but not its low-water mark (90%): the entry
- * just written is never evicted by its own write's bound check (it had
+/* A bound that holds one entry but not its low-water mark (90%): a chain's
+ * head just written is not evicted by its own write's bound check (it had
  * been: the check evicted down to 90% of the bound, the new entry last),
- * so a put that reports chunks stored leaves the last one on disk. */
+ * so a put that reports chunks stored leaves them on disk; the next chunk
+ * does not fit beside its head and is not kept, reported as a failed write
+ * naming the bound, and the chunks after it are not written. */
 TEST(bound_keeps_the_entry_just_written) {
     char *dir = populated_dir();
     kvs_disk_usage u;
@@ -814,11 +826,12 @@ TEST(bound_keeps_the_entry_just_written) {
     kvs_store *s = open_store(dir, entry + entry / 20);
     fake_kv_fill(cold, toks, N);
     kvs_put_report r;
-    /* 4 full chunks, written last first: every second write crosses the bound */
+    /* 4 full chunks, written first to last: the second crosses the bound */
     CHECK_EQ_INT(kvs_store_put_prefix(s, toks, 256, 64, NULL, 0, &cold->kv, &r), KVS_OK);
-    CHECK_EQ_INT(r.n_new, 4);
-    CHECK_EQ_INT(r.n_write_errors, 0);
-    CHECK_EQ_INT(count_files(dir, ".kvc"), 1); /* chunk 0, written last (later writes evict earlier ones) */
+    CHECK_EQ_INT(r.n_new, 1);
+    CHECK_EQ_INT(r.n_write_errors, 3);
+    CHECK_MSG(strstr(r.write_error, "earlier entries") && strstr(r.write_error, "not kept"), "%s", r.write_error);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 1); /* chunk 0 */
     entry_path(dir, 0, path, sizeof path);
     CHECK_EQ_INT(access(path, F_OK), 0);
     kvs_store_free(s);

@@ -247,7 +247,7 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
     }
     free(x.nodes);
     if (rc) return rc;
-    kvs_disk_prune_params dp = {p->max_bytes, p->older_than_s, 1, NULL};
+    kvs_disk_prune_params dp = {p->max_bytes, p->older_than_s, 1, NULL, 0};
     kvs_disk_prune_report dr;
     if ((rc = kvs_disk_prune(dir, &dp, &dr))) return rc;
     r->removed = r->unreachable_removed + dr.removed;

@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "kv/disk.h"
+#include "kv/keys.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -94,6 +95,9 @@ typedef struct listed {
     int64_t atime_ns;
     kvs_disk_file_kind kind;
     int stale;
+    int32_t pos0;  /* an entry's, where its chain was read (chain_order), else 0 */
+    int parent;    /* index of the entry its parent key names, or -1 (chain_order's indices) */
+    int has_parent;
 } listed;
 
 int kvs_disk_is_memo(const char *name) {
@@ -142,6 +146,9 @@ static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage
         e->atime_ns = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
         e->kind = k;
         e->stale = k == KVS_DISK_FILE_TMP && kvs_disk_tmp_is_stale(de->d_name, &st);
+        e->pos0 = 0;
+        e->parent = -1;
+        e->has_parent = 0;
         if (k == KVS_DISK_FILE_ENTRY) {
             u->entries++;
             u->bytes += e->bytes;
@@ -175,9 +182,74 @@ uint64_t kvs_disk_default_max_bytes(const char *dir, uint64_t cache_bytes) {
     return (cache_bytes + (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize) / 2;
 }
 
+/* Least recently accessed first; of the same stamp, the later position
+ * first (a chain's tail before its head, chain_order). */
 static int by_atime(const void *a, const void *b) {
     const listed *x = a, *y = b;
-    return (x->atime_ns > y->atime_ns) - (x->atime_ns < y->atime_ns);
+    if (x->atime_ns != y->atime_ns) return (x->atime_ns > y->atime_ns) - (x->atime_ns < y->atime_ns);
+    return (x->pos0 < y->pos0) - (x->pos0 > y->pos0);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(listed *const *)a)->name, (*(listed *const *)b)->name);
+}
+
+static int by_pos0_desc(const void *a, const void *b) {
+    const listed *x = *(listed *const *)a, *y = *(listed *const *)b;
+    return (x->pos0 < y->pos0) - (x->pos0 > y->pos0);
+}
+
+/* A chain is read head first, so its head had the oldest stamp: evicted
+ * first, it left every later entry of the chain unreachable (a bound that
+ * held four of its five entries kept none reachable). Each entry's stamp
+ * becomes the newest of its own and its descendants' (parents named by the
+ * headers' parent keys, read here: only when something is to be evicted),
+ * and of one stamp the later position goes first, so a chain is evicted
+ * from its tail. A parent must start before its child (a header saying
+ * otherwise is not followed: no cycle). Entries whose header cannot be read
+ * keep their own stamp. */
+static void chain_order(const char *dir, listed *v, size_t n) {
+    listed **by = malloc(n * sizeof *by);
+    char (*parent)[65] = malloc(n * sizeof *parent);
+    if (!by || !parent) goto done; /* out of memory: the plain order */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i].parent = -1;
+        v[i].pos0 = 0;
+        parent[i][0] = 0;
+        if (v[i].kind != KVS_DISK_FILE_ENTRY) continue;
+        char path[4096];
+        uint8_t fixed[KVS_DISK_FIXED_BYTES];
+        kvs_disk_header hd;
+        kvs_disk_verdict verdict;
+        if (snprintf(path, sizeof path, "%s/%s", dir, v[i].name) >= (int)sizeof path) continue;
+        int fd = kvs_open_regular(path, NULL);
+        if (fd < 0) continue;
+        ssize_t got = pread(fd, fixed, sizeof fixed, 0);
+        close(fd);
+        if (got <= 0 || kvs_disk_header_parse_fixed(fixed, (size_t)got, path, &hd, &verdict)) continue;
+        v[i].pos0 = hd.pos0;
+        kvs_key_to_hex(&hd.parent, parent[i]);
+        by[m++] = &v[i];
+    }
+    qsort(by, m, sizeof *by, by_name);
+    for (size_t i = 0; i < m; i++) {
+        listed *e = by[i], key;
+        const size_t at = (size_t)(e - v);
+        snprintf(key.name, sizeof key.name, "%s%s", parent[at], KVS_DISK_EXT);
+        listed *kp = &key, **hit = bsearch(&kp, by, m, sizeof *by, by_name);
+        if (hit && (*hit)->pos0 < e->pos0) {
+            e->parent = (int)(*hit - v);
+            e->has_parent = 1;
+        }
+    }
+    qsort(by, m, sizeof *by, by_pos0_desc); /* children before their parents */
+    for (size_t i = 0; i < m; i++)
+        if (by[i]->parent >= 0 && v[by[i]->parent].atime_ns < by[i]->atime_ns)
+            v[by[i]->parent].atime_ns = by[i]->atime_ns;
+done:
+    free(by);
+    free(parent);
 }
 
 enum { REMOVED = 1, GONE = 0, NOT_OURS = -1, REFUSED = -2 };
@@ -224,12 +296,20 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
      * that its bytes never give back (a 60 MB such file under a 50 MB bound
      * had emptied the cache after every write). The listing reads no file;
      * the headers are read only when there is something to evict. */
-    for (size_t i = 0; p->max_bytes && bytes > p->max_bytes && i < n; i++)
+    const int over_bound = p->max_bytes && bytes > p->max_bytes;
+    for (size_t i = 0; over_bound && i < n; i++)
         if (v[i].kind == KVS_DISK_FILE_ENTRY && kvs_disk_classify(dir, v[i].name, 1, NULL) != KVS_DISK_FILE_ENTRY) {
             v[i].kind = KVS_DISK_FILE_OTHER;
             bytes -= v[i].bytes;
             entries--;
         }
+    if (n && (over_bound || cutoff != INT64_MIN)) { /* something may be evicted: whole chains' order */
+        chain_order(dir, v, n);
+        qsort(v, n, sizeof *v, by_atime); /* (chain_order's indices are not used past here) */
+    }
+    int64_t keep_stamp = INT64_MAX; /* keep's chain: as recent as keep (chain_order) */
+    for (size_t i = 0; p->keep && p->keep_bound && i < n; i++)
+        if (!strcmp(v[i].name, p->keep)) keep_stamp = v[i].atime_ns;
     for (size_t i = 0; i < n; i++) {
         listed *e = &v[i];
         if (e->kind == KVS_DISK_FILE_OTHER) continue;
@@ -240,14 +320,17 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
         /* entries this process may not remove stay in the figures but, like
          * files not the cache's, are no room to make: evicting the rest for
          * them would empty the cache and still leave it over the bound */
-        int over = p->max_bytes && bytes - r->failed_bytes > p->max_bytes, old = e->atime_ns < cutoff;
+        const uint64_t limit = e->atime_ns >= keep_stamp ? p->keep_bound : p->max_bytes;
+        int over = p->max_bytes && bytes - r->failed_bytes > limit, old = e->atime_ns < cutoff;
         if (!over && !old) continue;
-        if (p->keep && !strcmp(e->name, p->keep)) continue;
+        const int is_keep = p->keep && !strcmp(e->name, p->keep);
+        if (is_keep && !e->has_parent) continue;
         switch (remove_owned(dir, e->name, r)) {
         case REFUSED: r->failed_bytes += e->bytes; continue;
         case REMOVED:
             r->removed++;
             r->removed_bytes += e->bytes;
+            r->keep_removed |= is_keep;
             break;
         default: break; /* gone (another process), or not ours (replaced since the listing): not the cache's bytes */
         }

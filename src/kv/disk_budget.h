@@ -7,8 +7,10 @@
  *   bound          after its writes a process lists the directory (names +
  *                  stat, no reads) and, when the entries' bytes exceed the
  *                  bound, unlinks the least recently accessed ones down to
- *                  a low-water mark; concurrent evictors may unlink the same
- *                  file (ENOENT is fine)
+ *                  a low-water mark, whole chains from their tails (the
+ *                  headers' parent keys, read then: an entry counts as
+ *                  recent as its newest descendant); concurrent evictors
+ *                  may unlink the same file (ENOENT is fine)
  *   readers        a removed entry is a miss (open fails) or, when already
  *                  open, still complete (unlink keeps the inode): never a
  *                  half entry (writes are tmp + rename, disk.h)
@@ -69,8 +71,14 @@ typedef struct kvs_disk_prune_params {
     uint64_t max_bytes;     /* evict least recently accessed entries down to this; 0 = no bound */
     int64_t older_than_s;   /* remove entries not accessed for this long; 0 = none */
     int stale_tmp;          /* 1: remove stale temp files */
-    const char *keep;       /* an entry's file name never removed (the one a writer just wrote:
-                             * its own bound check must not evict it), or NULL */
+    const char *keep;       /* an entry's file name not removed (the one a writer just wrote:
+                             * its own bound check must not evict it), or NULL; unless its
+                             * parent is in the directory: then it is its chain's tail, and
+                             * goes before its chain's earlier entries (kept, the tail alone
+                             * had left them unreachable): keep_removed says so */
+    uint64_t keep_bound;    /* with keep: its chain (entries as recent as it) is evicted only
+                             * down to this, not max_bytes (a low-water mark would take its
+                             * head too); 0 = max_bytes */
 } kvs_disk_prune_params;
 
 typedef struct kvs_disk_prune_report {
@@ -85,6 +93,7 @@ typedef struct kvs_disk_prune_report {
     uint64_t failed, failed_bytes;
     int failed_errno;
     char failed_name[80];
+    int keep_removed;                /* params' keep was removed (see there) */
 } kvs_disk_prune_report;
 
 int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_prune_report *r);

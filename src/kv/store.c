@@ -154,8 +154,8 @@ static void index_tier_only(kvs_store *s, const kvs_chunk *c, const int32_t *pat
     kvs_chunk_unref(stub);
 }
 
-static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_failed) {
-    *write_failed = 0;
+/* What insert requires of c (and of path, where given). */
+static int insert_check(const kvs_store *s, const kvs_chunk *c, const int32_t *path) {
     if (!kvs_kv_shape_equal(&c->shape, &s->shape))
         return kvs_error(KVS_ERR_INVALID_ARG, "store insert: chunk shape differs from the store's");
     if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "store insert: chunk at pos %d has no payload", c->pos0);
@@ -165,7 +165,19 @@ static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_fa
     if (path && memcmp(path + c->pos0, c->tokens, (size_t)c->n_tok * sizeof(int32_t)))
         return kvs_error(KVS_ERR_INVALID_ARG, "store insert: path tokens [%d, %d) differ from the chunk's", c->pos0,
                          c->pos0 + c->n_tok);
-    c->tier = -1;
+    return KVS_OK;
+}
+
+/* Indexes c (and writes it through to the tiers first, unless written:
+ * then put_prefix's first pass wrote it, c->tier and *write_failed say
+ * how). */
+static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int written, int *write_failed) {
+    if (!written) {
+        *write_failed = 0;
+        c->tier = -1;
+    }
+    int rc = insert_check(s, c, path);
+    if (rc) return rc;
     if (kvs_store_counted(c) > s->budget) {
         /* Larger than RAM may hold: the tiers below keep it (the cache dir
          * and Redis have their own bounds), a lookup reads it from them by
@@ -176,12 +188,12 @@ static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_fa
             ADD(s->insert_exists, 1);
             return KVS_STORE_EXISTS;
         }
-        if (s->n_tiers) *write_failed = write_through(s, c) > 0;
+        if (s->n_tiers && !written) *write_failed = write_through(s, c) > 0;
         if (c->tier < 0) return KVS_STORE_TOO_BIG;
         index_tier_only(s, c, path);
         return KVS_STORE_TIER_ONLY;
     }
-    if (s->n_tiers && !kvs_store_contains(s, &c->prefix_key)) *write_failed = write_through(s, c) > 0;
+    if (s->n_tiers && !written && !kvs_store_contains(s, &c->prefix_key)) *write_failed = write_through(s, c) > 0;
     pthread_rwlock_wrlock(&s->lock);
     kvs_chunk *old = kvs_chunk_map_find(&s->pmap, &c->prefix_key);
     if (old) {
@@ -193,7 +205,7 @@ static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_fa
     }
     if (path) {
         kvs_radix_node *node;
-        int rc = kvs_radix_insert(s->radix, path, c->pos0 + c->n_tok, c->pos0, c, &node);
+        rc = kvs_radix_insert(s->radix, path, c->pos0 + c->n_tok, c->pos0, c, &node);
         if (rc < 0) {
             pthread_rwlock_unlock(&s->lock);
             return rc;
@@ -209,7 +221,7 @@ static int insert(kvs_store *s, kvs_chunk *c, const int32_t *path, int *write_fa
 
 int kvs_store_insert(kvs_store *s, kvs_chunk *c, const int32_t *path) {
     int write_failed;
-    return insert(s, c, path, &write_failed);
+    return insert(s, c, path, 0, &write_failed);
 }
 
 int kvs_store_insert_chain(kvs_store *s, kvs_chunk *const *chunks, int n, const int32_t *path, int *n_new) {
@@ -232,9 +244,12 @@ static int touch_key(kvs_store *s, const kvs_key *k) {
     return c != NULL;
 }
 
-/* Copies span sp of the sequence out of kv into a new chunk and inserts it. */
-static int put_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, const kvs_key *key,
-                    const kvs_key *parent, const kvs_kv_buffer *kv, kvs_put_report *r) {
+/* Span sp of the sequence copied out of kv into a new chunk (*out), or
+ * NULL with an error status (out of memory: the put stops) or KVS_OK (its
+ * KV could not be copied: skipped). */
+static int make_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, const kvs_key *key,
+                     const kvs_key *parent, const kvs_kv_buffer *kv, kvs_chunk **out) {
+    *out = NULL;
     kvs_chunk *c;
     int rc = kvs_chunk_new(&s->shape, sp->end - sp->start, 1, &c);
     if (rc) return rc;
@@ -243,16 +258,16 @@ static int put_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, con
     kvs_key_content(&s->fp, tokens + sp->start, sp->end - sp->start, &c->content_key);
     c->pos0 = sp->start;
     memcpy(c->tokens, tokens + sp->start, (size_t)c->n_tok * sizeof(int32_t));
-    rc = kvs_chunk_copy_from_kv(c, 0, c->n_tok, kv, sp->start);
-    int ins = rc ? rc : kvs_store_insert_counted(s, c, tokens, r);
-    if (rc) r->n_skipped++;
-    kvs_chunk_unref(c);
-    return ins < 0 ? ins : KVS_OK;
+    if (kvs_chunk_copy_from_kv(c, 0, c->n_tok, kv, sp->start)) {
+        kvs_chunk_unref(c);
+        return KVS_OK;
+    }
+    *out = c;
+    return KVS_OK;
 }
 
-int kvs_store_insert_counted(kvs_store *s, kvs_chunk *c, const int32_t *path, kvs_put_report *r) {
-    int write_failed = 0;
-    int ins = insert(s, c, path, &write_failed);
+/* insert's outcome counted in r (the first write error's words kept). */
+static void count_insert(int ins, int write_failed, kvs_put_report *r) {
     if ((ins == KVS_OK || ins == KVS_STORE_TIER_ONLY) && write_failed) {
         if (!r->n_write_errors++) snprintf(r->write_error, sizeof r->write_error, "%s", kvs_last_error());
     } else if (ins == KVS_OK || ins == KVS_STORE_TIER_ONLY) {
@@ -262,6 +277,12 @@ int kvs_store_insert_counted(kvs_store *s, kvs_chunk *c, const int32_t *path, kv
     } else {
         r->n_skipped++;
     }
+}
+
+int kvs_store_insert_counted(kvs_store *s, kvs_chunk *c, const int32_t *path, kvs_put_report *r) {
+    int write_failed = 0;
+    int ins = insert(s, c, path, 0, &write_failed);
+    count_insert(ins, write_failed, r);
     return ins;
 }
 
@@ -277,7 +298,8 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
         return kvs_error(KVS_ERR_INVALID_ARG, "store put: %d tokens, KV buffer of %d slots or another shape", n,
                          kv ? kv->n_ctx : 0);
     if (n == 0) return KVS_OK;
-    int cap = kvs_chunking_max_spans(n, r.chunk_tokens, n_borders), n_spans;
+    int cap = kvs_chunking_max_spans(n, r.chunk_tokens, n_borders), n_spans, *failed = NULL;
+    kvs_chunk **made = NULL;
     kvs_span *spans = malloc((size_t)cap * sizeof *spans);
     kvs_key *keys = malloc((size_t)cap * sizeof *keys);
     int rc = spans && keys ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "store put: out of memory");
@@ -286,13 +308,43 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
     if (!rc) {
         r.n_chunks = n_spans;
         if (spans[n_spans - 1].flags & KVS_SPAN_PARTIAL) r.partial_tail = spans[n_spans - 1].end - spans[n_spans - 1].start;
-        /* Last to first, like kvs_store_insert_chain: the head of the
-         * sequence ends up most recently used. */
-        for (int i = n_spans - 1; i >= 0 && !rc; i--) {
-            if (touch_key(s, &keys[i])) r.n_existing++;
-            else rc = put_span(s, tokens, &spans[i], &keys[i], i ? &keys[i - 1] : &s->fp, kv, &r);
+        /* The tiers take the new chunks first to last, so that a chain on
+         * disk (or in Redis) is whole from its head at every moment: the
+         * directory's bound then sees each entry's parent (disk_budget.c
+         * evicts a chain from its tail), and a write that fails (a full
+         * disk) or a process that dies leaves a prefix that serves, not
+         * tail entries no lookup can reach (written last to first, they
+         * had been both). RAM indexes them last to first, like
+         * kvs_store_insert_chain: the head of the sequence ends up most
+         * recently used. */
+        made = calloc((size_t)n_spans, sizeof *made);
+        failed = calloc((size_t)n_spans, sizeof *failed);
+        if (!made || !failed) rc = kvs_error(KVS_ERR_NOMEM, "store put: out of memory");
+        int broken = 0; /* a write failed: the chunks after it would be unreachable there */
+        for (int i = 0; i < n_spans && !rc; i++) {
+            if (kvs_store_contains(s, &keys[i])) continue;
+            rc = make_span(s, tokens, &spans[i], &keys[i], i ? &keys[i - 1] : &s->fp, kv, &made[i]);
+            if (!rc && !made[i]) r.n_skipped++;
+            if (!made[i] || !s->n_tiers || insert_check(s, made[i], tokens)) continue;
+            made[i]->tier = -1;
+            failed[i] = broken || write_through(s, made[i]) > 0;
+            broken |= failed[i];
         }
+        for (int i = n_spans - 1; i >= 0 && !rc; i--) {
+            if (made[i]) { /* (let go at once: the next inserts may evict it, as a budget needs) */
+                const int ins = insert(s, made[i], tokens, s->n_tiers > 0, &failed[i]);
+                count_insert(ins, failed[i], &r);
+                if (ins < 0) rc = ins;
+                kvs_chunk_unref(made[i]);
+                made[i] = NULL;
+            } else if (touch_key(s, &keys[i])) {
+                r.n_existing++;
+            }
+        }
+        for (int i = 0; made && i < n_spans; i++) kvs_chunk_unref(made[i]);
     }
+    free(made);
+    free(failed);
     free(spans);
     free(keys);
     if (rep) *rep = r;

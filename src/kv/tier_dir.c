@@ -134,7 +134,8 @@ static int dir_get_into(kvs_tier *t, const kvs_chunk *c, int off, int n, const k
  * is at most the bound (dir_put), and a write reported as stored must leave
  * it on disk (an entry above the low-water mark had been evicted by its
  * own write's check). */
-static void check_bound(dir_tier *d, const kvs_key *keep) {
+static int check_bound(dir_tier *d, const kvs_key *keep) {
+    int keep_removed = 0;
     char keep_name[80] = "";
     if (keep) {
         kvs_key_to_hex(keep, keep_name);
@@ -145,10 +146,11 @@ static void check_bound(dir_tier *d, const kvs_key *keep) {
     if (kvs_disk_usage_get(d->dir, &u) == KVS_OK) {
         uint64_t bytes = u.bytes;
         if (bytes > d->max_bytes) {
-            kvs_disk_prune_params p = {LOW_WATER(d->max_bytes), 0, 0, keep ? keep_name : NULL};
+            kvs_disk_prune_params p = {LOW_WATER(d->max_bytes), 0, 0, keep ? keep_name : NULL, d->max_bytes};
             kvs_disk_prune_report r;
             if (kvs_disk_prune(d->dir, &p, &r) == KVS_OK) {
                 INC(d->evicted, r.removed);
+                keep_removed = r.keep_removed;
                 bytes = r.bytes - r.failed_bytes; /* entries it may not remove are no room to make: not rechecked every write */
             }
         }
@@ -156,6 +158,7 @@ static void check_bound(dir_tier *d, const kvs_key *keep) {
         atomic_store(&d->writes_since_check, 0);
     }
     pthread_mutex_unlock(&d->budget_mu);
+    return keep_removed;
 }
 
 static int dir_put(kvs_tier *t, const kvs_chunk *c) {
@@ -178,11 +181,22 @@ static int dir_put(kvs_tier *t, const kvs_chunk *c) {
         INC(d->put_errors, 1);
         return rc;
     }
-    INC(d->puts, 1);
-    INC(d->put_bytes, c->kv_bytes);
     uint64_t est = atomic_fetch_add(&d->est_bytes, c->kv_bytes) + c->kv_bytes;
     uint64_t w = atomic_fetch_add(&d->writes_since_check, 1) + 1;
-    if (est > d->max_bytes || w >= CHECK_EVERY_WRITES) check_bound(d, &c->prefix_key);
+    if ((est > d->max_bytes || w >= CHECK_EVERY_WRITES) && check_bound(d, &c->prefix_key)) {
+        /* the tail of a chain the bound cannot hold whole: not kept (its
+         * chain's earlier entries are) */
+        INC(d->put_errors, 1);
+        return kvs_error(KVS_ERR_IO,
+                         "cache dir %s: the bound of %llu bytes (%s) holds its chain's earlier entries, not this one "
+                         "(position %d): not kept",
+                         d->dir, (unsigned long long)d->max_bytes,
+                         d->default_bound ? "by default half the space its file system has free; --cache-max-bytes sets it"
+                                          : "--cache-max-bytes",
+                         c->pos0);
+    }
+    INC(d->puts, 1);
+    INC(d->put_bytes, c->kv_bytes);
     return KVS_OK;
 }
 
