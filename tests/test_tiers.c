@@ -539,6 +539,31 @@ TEST(failed_write_is_counted_not_stored) {
     free(dir);
 }
 
+/* In a long directory path, the failed write's reason survives the 200
+ * bytes it is reported in (its start and end kept): "...kvc: write f" had
+ * been all a 120-character cache dir left of it. */
+TEST(failed_write_reason_survives_a_long_path) {
+    char *base = new_dir(), dir[400], path[512];
+    snprintf(dir, sizeof dir, "%s/%0150d", base, 0);
+    CHECK_EQ_INT(mkdir(dir, 0755), 0);
+    entry_path(dir, 0, path, sizeof path);
+    CHECK_EQ_INT(mkdir(path, 0755), 0); /* a directory in chunk 0's place */
+    kvs_store *s = open_store(dir, 0);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 0);
+    CHECK(strlen(r.write_error) < sizeof r.write_error);
+    fprintf(stderr, "  reported: %s\n", r.write_error);
+    CHECK_MSG(strstr(r.write_error, "Is a directory"), "'%s'", r.write_error); /* the reason, at the end */
+    CHECK_MSG(strstr(r.write_error, " ... ") && !strncmp(r.write_error, "/tmp/kvs_test", 13), "'%s'", r.write_error);
+    kvs_store_free(s);
+    rmdir(path);
+    rm_dir(dir);
+    rmdir(base);
+    free(base);
+}
+
 static void on_alarm(int sig) {
     (void)sig;
     static const char msg[] = "FAIL fifo_in_place_never_hangs (timed out)\n";
@@ -906,6 +931,7 @@ int main(void) {
     RUN(dummy_tier_plugs_in_by_its_ops_row);
     RUN(damage_on_every_chunk_heals_in_one_request);
     RUN(failed_write_is_counted_not_stored);
+    RUN(failed_write_reason_survives_a_long_path);
     RUN(fifo_in_place_never_hangs);
     RUN(clear_and_prune_touch_only_own_files);
     RUN(bound_ignores_files_not_its_own);

@@ -266,10 +266,25 @@ static int make_span(kvs_store *s, const int32_t *tokens, const kvs_span *sp, co
     return KVS_OK;
 }
 
+/* msg into out[cap]; one too long keeps its start and its end (the reason
+ * comes after the path: "...kvc: write f" had been all a 120-character
+ * cache dir left of "No space left on device"), cut between characters. */
+static void keep_ends(char *out, size_t cap, const char *msg) {
+    const size_t n = strlen(msg);
+    if (n < cap) {
+        memcpy(out, msg, n + 1);
+        return;
+    }
+    size_t head = cap / 3, tail = n - (cap - head - 6); /* "head ... tail" fits cap with its NUL */
+    while (head && ((unsigned char)msg[head] & 0xC0) == 0x80) head--;  /* not inside a character */
+    while (tail < n && ((unsigned char)msg[tail] & 0xC0) == 0x80) tail++;
+    snprintf(out, cap, "%.*s ... %s", (int)head, msg, msg + tail);
+}
+
 /* insert's outcome counted in r (the first write error's words kept). */
 static void count_insert(int ins, int write_failed, kvs_put_report *r) {
     if ((ins == KVS_OK || ins == KVS_STORE_TIER_ONLY) && write_failed) {
-        if (!r->n_write_errors++) snprintf(r->write_error, sizeof r->write_error, "%s", kvs_last_error());
+        if (!r->n_write_errors++) keep_ends(r->write_error, sizeof r->write_error, kvs_last_error());
     } else if (ins == KVS_OK || ins == KVS_STORE_TIER_ONLY) {
         r->n_new++;
     } else if (ins == KVS_STORE_EXISTS) {
