@@ -48,9 +48,16 @@ int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(in, "content");
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(in, "add_special");
     const cJSON *parse = cJSON_GetObjectItemCaseSensitive(in, "parse_special");
-    if (!cJSON_IsString(content) || (add && !cJSON_IsBool(add)) || (parse && !cJSON_IsBool(parse))) {
+    if (cJSON_IsNull(add)) add = NULL; /* null is absent, as in every request */
+    if (cJSON_IsNull(parse)) parse = NULL;
+    /* the field that is wrong named (a non-bool add_special had been named 'content') */
+    const char *wrong = !cJSON_IsString(content) ? "content"
+                        : add && !cJSON_IsBool(add) ? "add_special"
+                        : parse && !cJSON_IsBool(parse) ? "parse_special"
+                                                        : NULL;
+    if (wrong) {
         cJSON_Delete(in);
-        return bad_request(c, "content", "expected {\"content\": string, \"add_special\": bool, \"parse_special\": bool}");
+        return bad_request(c, wrong, "expected {\"content\": string, \"add_special\": bool, \"parse_special\": bool}");
     }
     int flags = (cJSON_IsTrue(add) ? KVS_TOKENIZE_ADD_BOS : 0) | (!parse || cJSON_IsTrue(parse) ? KVS_TOKENIZE_PARSE_SPECIAL : 0);
     size_t n_bytes = strlen(content->valuestring);

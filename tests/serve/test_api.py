@@ -448,6 +448,12 @@ def test_tokenize_detokenize(server):
     assert d.json()["content"] == "Hello, world"
     error_of(server.post("/detokenize", {"tokens": [-1]}), 400)
     error_of(server.post("/tokenize", {"content": 7}), 400)
+    # the wrong field is the one named (a non-bool add_special had been named
+    # 'content'); null is absent, as in every request
+    for field in ("add_special", "parse_special"):
+        r = server.post("/tokenize", {"content": "Hi", field: "yes"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+        assert server.post("/tokenize", {"content": "Hi", field: None}).status_code == 200
     # A character split over byte tokens is joined again; a byte token alone
     # is no character and comes out as U+FFFD (its raw byte had made the
     # reply's JSON invalid UTF-8: 114 of SmolLM2's first 400 ids).
