@@ -199,6 +199,13 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, si
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(in, parts[i])))
             cJSON_DeleteItemFromObjectCaseSensitive(in, parts[i]);
+    if (!cJSON_GetObjectItemCaseSensitive(in, "messages") && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&
+        !cJSON_GetObjectItemCaseSensitive(in, "documents") && cJSON_IsObject(in)) { /* (it had said "'prompt' is required") */
+        cJSON_Delete(in);
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "messages",
+                      "a warm takes 'messages', 'prompt' or 'documents' (none was given)");
+        return srv_reply_error(c, &e);
+    }
     int chat = cJSON_GetObjectItemCaseSensitive(in, "messages") != NULL;
     /* Documents alone: lay them out as a chat request's documents would be. */
     const int docs_only = !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&

@@ -331,7 +331,9 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
     if (max_tokens == 0 && !r->echo) {
         const cJSON *mct = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
         return bad(e, mct && !cJSON_IsNull(mct) ? "max_completion_tokens" : "max_tokens",
-                   "'%s' must be >= 1 (0, nothing generated, only with echo)%s", "");
+                   r->kind == SRV_KIND_CHAT ? "'%s' must be >= 1%s"
+                                            : "'%s' must be >= 1 (0, nothing generated, only with echo)%s",
+                   "");
     }
     r->temperature = (float)t;
     r->top_p = (float)p;

@@ -522,6 +522,9 @@ def test_cache_warm_and_stats(server, client):
     for absent in ({"messages": None}, {"prompt": None}, {"messages": None, "prompt": None}):
         dn = server.post("/v1/cache/warm", {"documents": ["A passage about trains. " * 5], **absent})
         assert dn.status_code == 200 and dn.json()["docs_cached"] == 1, (absent, dn.text)
+    # nothing to warm: said so (it had said "'prompt' is required")
+    de = server.post("/v1/cache/warm", {})
+    assert de.status_code == 400 and "'documents'" in de.json()["error"]["message"], de.text
     # a warm that would store nothing is refused, with a prompt as with documents
     # (the prompt had been computed and dropped, the documents stored anyway)
     for body in ({"prompt": "Some text to keep. " * 10}, {"documents": ["Another passage. " * 5]}):
