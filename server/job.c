@@ -57,7 +57,8 @@ static int check_texts(const srv_request *r, srv_error *err) {
         snprintf(param, sizeof param, "messages[%d].content", i);
         if (check_utf8(r->msgs[i].content, param, err)) return -1;
     }
-    if (check_utf8(r->prompt, "prompt", err)) return -1;
+    snprintf(param, sizeof param, r->prompt_batch ? "prompt[%d]" : "prompt", r->prompt_index); /* (a batch's had been 'prompt') */
+    if (check_utf8(r->prompt, param, err)) return -1;
     for (int i = 0; i < r->n_docs; i++) {
         snprintf(param, sizeof param, "documents[%d].text", i);
         if (check_utf8(r->docs[i], param, err)) return -1;

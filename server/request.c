@@ -156,7 +156,7 @@ static int parse_prompt_ids(const cJSON *p, srv_request *r, srv_error *e) {
         if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
             it->valuedouble > 2147483647.0) {
             char param[48];
-            if (r->n_prompts > 1) snprintf(param, sizeof param, "prompt[%d][%d]", r->prompt_index, k); /* a batch's */
+            if (r->prompt_batch) snprintf(param, sizeof param, "prompt[%d][%d]", r->prompt_index, k); /* a batch's */
             else snprintf(param, sizeof param, "prompt[%d]", k);
             return bad(e, param, "'%s' must be a token id, an integer >= 0%s", "");
         }
@@ -184,6 +184,7 @@ static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
     r->n_prompts = 1;
     if (is_batch(p)) { /* several prompts: this request's is prompt_index's (complete.c parses each) */
         r->n_prompts = cJSON_GetArraySize(p);
+        r->prompt_batch = 1;
         if (r->n_prompts > SRV_MAX_CHOICES)
             return bad(e, "prompt", "'%s' holds more prompts than one request answers (16 choices in all)%s", "");
         p = cJSON_GetArrayItem(p, r->prompt_index < r->n_prompts ? r->prompt_index : 0);

@@ -59,6 +59,8 @@ typedef struct srv_request {
     int n_prompts;              /* completions: prompts the request gave (an array of several: a batch,
                                  * each its own n choices); this one is prompt_index's */
     int prompt_index;
+    int prompt_batch;           /* the prompt was an array of prompts (of one, too): errors name
+                                 * prompt[i] (and prompt[i][k]) */
     int choice_of_prompt;       /* i of choice prompt * n + i (set by complete.c; 0 for the first) */
     char **doc_ids;             /* (n_docs) "" when not given */
     char **docs;                /* (n_docs) texts */

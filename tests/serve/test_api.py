@@ -306,6 +306,7 @@ def test_strict_json_nul_and_stop_utf8(server):
     for path, data, param in [
             ("/v1/completions", b'{"prompt": "a", "max_tokens": 1, "stop": ["", "ok", "\xa9"]}', "stop[2]"),
             ("/v1/completions", b'{"prompt": "caf\xa9", "max_tokens": 1}', "prompt"),
+            ("/v1/completions", b'{"prompt": ["ok", "caf\xa9"], "max_tokens": 1}', "prompt[1]"),  # had said 'prompt'
             ("/v1/chat/completions", b'{"messages": [{"role": "system", "content": "s"}, '
                                      b'{"role": "user", "content": "\xff"}], "max_tokens": 1}', "messages[1].content"),
             ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "q"}], "max_tokens": 1, '
@@ -833,4 +834,6 @@ def test_a_batch_of_prompts_answers_each_with_its_choices(server, client):
     assert e["param"] == "n" and "16" in e["message"], e
     assert error_of(server.post("/v1/completions", {"prompt": ["x"] * 17, "max_tokens": 1}), 400)["param"] == "prompt"
     assert error_of(server.post("/v1/completions", {"prompt": [a, [1, -1]], "max_tokens": 1}), 400)["param"] == "prompt[1][1]"
+    # a batch of one is a batch too (it had said 'prompt[1]')
+    assert error_of(server.post("/v1/completions", {"prompt": [[1, -1]], "max_tokens": 1}), 400)["param"] == "prompt[0][1]"
     assert error_of(server.post("/v1/cache/warm", {"prompt": [a, b]}), 400)["param"] == "prompt"
