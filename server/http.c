@@ -252,6 +252,16 @@ static int answer_from_headers(srv_server *s, struct MHD_Connection *c, const ch
         b->answered = 1;
         return srv_reply_error(c, &e) ? 501 : -1;
     }
+    /* A compressed body: said so (it had been parsed as JSON, "invalid JSON
+     * near byte 1") */
+    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+    if (ce && *ce && strcasecmp(ce, "identity")) {
+        srv_error e;
+        srv_error_set(&e, 415, "invalid_request_error", "unsupported_media_type", "",
+                      "Content-Encoding '%.40s' is not supported: send the body uncompressed", ce);
+        b->answered = 1;
+        return srv_reply_error(c, &e) ? 415 : -1;
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (!cl) return 0;
     errno = 0;

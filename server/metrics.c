@@ -8,9 +8,9 @@
 
 /* Every status the server answers (http.c's dispatch and headers checks,
  * the handlers' srv_error_set): 204 is the CORS preflight, 501 a transfer
- * coding other than chunked (both had gone uncounted). A status missing here
- * is not counted at all. */
-static const int status_codes[] = {200, 204, 400, 401, 404, 405, 413, 429, 500, 501, 503};
+ * coding other than chunked (both had gone uncounted), 415 a compressed
+ * body. A status missing here is not counted at all. */
+static const int status_codes[] = {200, 204, 400, 401, 404, 405, 413, 415, 429, 500, 501, 503};
 _Static_assert(sizeof status_codes / sizeof status_codes[0] == SRV_STATUS_CODES, "SRV_STATUS_CODES: one per status");
 /* Seconds: fine at the low end (TTFT of a cached prompt), coarse above. */
 static const double buckets[SRV_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};

@@ -20,7 +20,7 @@ typedef struct srv_hist {
     uint64_t n;
 } srv_hist;
 
-#define SRV_STATUS_CODES 11 /* metrics.c's status_codes */
+#define SRV_STATUS_CODES 12 /* metrics.c's status_codes */
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
