@@ -237,6 +237,28 @@ TEST(test_missing_hparam_named) {
     free(b);
 }
 
+/* A block_count past the file's tensors is refused at once, naming it
+ * (16,777,216 had allocated 8 GB of layer state over 15 s before a missing
+ * tensor refused the file). */
+TEST(test_block_count_past_the_tensors_refused) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    static const char key[] = "llama.block_count";
+    unsigned char *k = find_bytes(b, len, key);
+    CHECK(k != NULL);
+    if (k) {
+        uint32_t type;
+        memcpy(&type, k + strlen(key), 4);
+        CHECK_EQ_INT(type, 4); /* GGUF uint32 */
+        const uint32_t huge = 1u << 24;
+        memcpy(k + strlen(key) + 4, &huge, 4);
+        CHECK_EQ_INT(load_patched(b, len), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "block_count = 16777216") != NULL, "%s", kvs_last_error());
+    }
+    free(b);
+}
+
 /* A hyperparameter that is infinite or NaN is refused, naming it: an
  * infinite epsilon had made every logit 0 (an infinite attention scale or
  * softcap, every logit NaN), with no error. */
@@ -530,6 +552,7 @@ int main(void) {
     RUN(test_missing_tensor_named);
     RUN(test_bad_shape_named);
     RUN(test_missing_hparam_named);
+    RUN(test_block_count_past_the_tensors_refused);
     RUN(test_nonfinite_hparam_named);
     RUN(test_hostile_name_made_displayable);
     RUN(test_unsupported_arch_named);

@@ -102,6 +102,14 @@ int kvs_model_read_hparams(kvs_model *m, int required) {
     hp->embd_scale = hp->arch && hp->arch->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
 
     if (!required) return KVS_OK;
+    /* every layer has tensors of its own: a block_count past the file's
+     * tensors is a damaged or hostile header (16,777,216 in a 12-tensor file
+     * had allocated 8 GB of layer state over 15 s before a missing tensor
+     * refused it) */
+    const int64_t n_tensors = kvs_gguf_n_tensors(m->gguf);
+    if (hp->n_layer > n_tensors)
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.block_count = %d, but the file holds %lld tensors in all", m->path,
+                         m->arch, hp->n_layer, (long long)n_tensors);
     if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
         return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.head_count_kv = %d does not divide head_count = %d",
                          m->path, m->arch, hp->n_head_kv, hp->n_head);
