@@ -1041,7 +1041,8 @@ KVS_API void kvs_sampler_free(kvs_sampler *s);
  * kvs_sampler_accept_prompt, which feeds the window only). */
 KVS_API void kvs_sampler_accept(kvs_sampler *s, int32_t token);
 KVS_API void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token);
-/* Picks a token from n_vocab logits (not modified). Does not accept it. */
+/* Picks a token from n_vocab logits (not modified). Does not accept it.
+ * -1 (kvs_last_error says why) when s or logits is NULL. */
 KVS_API int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
 
 /* One decode step for n sequences in n distinct contexts of one model:

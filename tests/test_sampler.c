@@ -32,6 +32,19 @@ TEST(test_greedy_argmax_and_ties) {
     kvs_sampler_free(s);
 }
 
+/* NULL sampler or logits: -1 and a message (both had crashed). */
+TEST(test_null_arguments_refused) {
+    float l[2] = {0.0f, 1.0f};
+    kvs_sampler *s = make(plain(0.0f), 2);
+    if (!s) return;
+    CHECK_EQ_INT(kvs_sampler_sample(NULL, l), -1);
+    CHECK(strstr(kvs_last_error(), "sampler") != NULL);
+    CHECK_EQ_INT(kvs_sampler_sample(s, NULL), -1);
+    CHECK(strstr(kvs_last_error(), "logits") != NULL);
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 1);
+    kvs_sampler_free(s);
+}
+
 TEST(test_default_is_greedy) {
     kvs_sampler_params p = kvs_sampler_default_params();
     CHECK(p.temperature <= 0.0f);
@@ -364,6 +377,7 @@ TEST(test_tiny_temperature_is_greedy) {
 
 int main(void) {
     RUN(test_greedy_argmax_and_ties);
+    RUN(test_null_arguments_refused);
     RUN(test_default_is_greedy);
     RUN(test_top_k_ids_order);
     RUN(test_seed_determinism);

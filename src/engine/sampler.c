@@ -270,6 +270,8 @@ static void apply_presence_frequency(kvs_sampler *s) {
 }
 
 int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits) {
+    if (!s || !logits) /* (both had crashed) */
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_sampler_sample: %s is NULL", !s ? "the sampler" : "logits"), -1;
     const int n = s->n_vocab;
     memcpy(s->logits, logits, (size_t)n * sizeof *s->logits);
     apply_penalty(s);
