@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tools/json_util.h"
 #include "server.h"
 
 /* The token's bytes into a malloc'd buffer (NUL-terminated); NULL on failure. */
@@ -34,23 +35,12 @@ static char *token_bytes(const kvs_model *m, int32_t id, size_t *n) {
     return b;
 }
 
-/* The token's text as a JSON-safe string (malloc'd): valid UTF-8 without
- * NUL as it is, else its bytes spelled out (a NUL would end the string). */
-static char *token_text(const char *b, size_t n) {
-    if (!memchr(b, 0, n) && srv_utf8_valid(b, n)) return strdup(b);
-    char *t = malloc(6 + 4 * n + 1);
-    if (!t) return NULL;
-    int at = snprintf(t, 7, "bytes:");
-    for (size_t i = 0; i < n; i++) at += snprintf(t + at, 5, "\\x%02x", (unsigned char)b[i]);
-    return t;
-}
-
 static cJSON *logprob_number(float lp) { return isfinite(lp) ? cJSON_CreateNumber(lp) : cJSON_CreateNull(); }
 
 /* {"token", "logprob", "bytes"} of one id (chat). */
 static cJSON *chat_entry(const kvs_model *m, int32_t id, float lp) {
     size_t n = 0;
-    char *b = token_bytes(m, id, &n), *t = b ? token_text(b, n) : NULL;
+    char *b = token_bytes(m, id, &n), *t = b ? json_token_spelling(b, n) : NULL;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "token", t ? t : "");
     cJSON_AddItemToObject(o, "logprob", logprob_number(lp));
@@ -63,7 +53,7 @@ static cJSON *chat_entry(const kvs_model *m, int32_t id, float lp) {
 
 static char *token_string(const kvs_model *m, int32_t id) {
     size_t n = 0;
-    char *b = token_bytes(m, id, &n), *t = b ? token_text(b, n) : NULL;
+    char *b = token_bytes(m, id, &n), *t = b ? json_token_spelling(b, n) : NULL;
     free(b);
     return t ? t : strdup("");
 }

@@ -92,4 +92,9 @@ gen --batch 16 -f "$tmp/med.txt" -n 1 >"$tmp/pipe.out" 2>"$tmp/pipe.err"
 "$CLI" tokenize -m "$MODEL" --pieces "Hello, world<|im_end|>" >"$tmp/p"
 [ "$(cut -f2 "$tmp/p" | tr -d '\n')" = '"Hello"","" world""<|im_end|>"' ] && [ "$(cut -f1 "$tmp/p" | tr '\n' ' ')" = "$("$CLI" tokenize -m "$MODEL" "Hello, world<|im_end|>") " ] \
     && ok tokenize_pieces || fail tokenize_pieces "$(cat "$tmp/p")"
+# a token holding part of a character is spelled "bytes:\xNN" (its raw bytes had
+# made the line invalid JSON); each line's text is valid JSON
+"$CLI" tokenize -m "$MODEL" --pieces "$(printf '\360\237\230\200 x')" >"$tmp/p2"
+head -1 "$tmp/p2" | grep -q '^10813	"bytes:\\\\xf0\\\\x9f"$' && ! LC_ALL=C grep -q -P '[\x80-\xff]' "$tmp/p2" \
+    && ok tokenize_pieces_partial_characters || fail tokenize_pieces_partial_characters "$(cat "$tmp/p2")"
 exit $status

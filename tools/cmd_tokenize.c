@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json_util.h"
 
 typedef struct tok_opts {
     const char *model_path, *file, *text;
@@ -29,8 +30,9 @@ static const cli_command k_cmd = {"tokenize", "usage: kvstitch tokenize -m MODEL
                                   (int)(sizeof k_opts / sizeof k_opts[0]), NULL, set_text};
 
 /* --pieces: "id<TAB>"text"" per token, the text a JSON string literal
- * (control tokens rendered; a token holding part of a UTF-8 character
- * shows its raw bytes). */
+ * (control tokens rendered; a token holding part of a UTF-8 character is
+ * spelled "bytes:\xNN..." as the server's logprobs spell it: its raw bytes
+ * had made the line invalid JSON). */
 static void print_pieces(const kvs_model *model, const int32_t *ids, int n) {
     char buf[256];
     for (int i = 0; i < n; i++) {
@@ -39,7 +41,9 @@ static void print_pieces(const kvs_model *model, const int32_t *ids, int n) {
         if (st == KVS_ERR_BUFFER_TOO_SMALL) len = sizeof buf;
         else if (st != KVS_OK) len = 0;
         printf("%d\t", ids[i]);
-        cli_json_string(stdout, buf, len);
+        char *t = json_token_spelling(buf, len);
+        cli_json_string(stdout, t ? t : "", t ? strlen(t) : 0);
+        free(t);
         putchar('\n');
     }
 }

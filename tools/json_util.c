@@ -337,3 +337,19 @@ int json_get_object(const cJSON *obj, const char *key, int required, const cJSON
     *out = v;
     return 0;
 }
+
+char *json_token_spelling(const char *b, size_t n) {
+    if (!memchr(b, 0, n) && kvs_utf8_check(b, n) == KVS_OK) {
+        char *t = malloc(n + 1);
+        if (t) {
+            memcpy(t, b, n);
+            t[n] = 0;
+        }
+        return t;
+    }
+    char *t = malloc(6 + 4 * n + 1);
+    if (!t) return NULL;
+    int at = snprintf(t, 7, "bytes:");
+    for (size_t i = 0; i < n; i++) at += snprintf(t + at, 5, "\\x%02x", (unsigned char)b[i]);
+    return t;
+}

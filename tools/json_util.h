@@ -24,6 +24,10 @@
 
 /* Prints v on one line followed by '\n' and deletes it. Returns 0, or -1
  * after a message on stderr when v is NULL or printing runs out of memory. */
+/* A token's bytes b[n] as text a JSON string can carry (malloc'd, NULL if
+ * out of memory): as they are when valid UTF-8 without NUL, else OpenAI's
+ * "bytes:\xNN..." spelling (a token can hold part of a character). */
+char *json_token_spelling(const char *b, size_t n);
 int json_print_line(FILE *f, cJSON *v);
 
 /* A number member, or null when v is not finite (JSON has no NaN). */
