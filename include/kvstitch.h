@@ -859,7 +859,8 @@ typedef struct kvs_repair_params {
                              * 1 = full */
     float min_deviation;    /* cacheblend: recompute only tokens deviating more than this (0) */
     int check_layer;        /* cacheblend: layer where the deviation is measured (1); layers
-                             * before it run for every moved token */
+                             * before it run for every moved token (checked against the
+                             * model's layers only when cacheblend runs) */
     kvs_deviation deviation;/* cacheblend: the ranking metric (V L2) */
     int overlap;            /* selective: tokens before each seam (16) */
     int first_k;            /* firstk: tokens at the start of each moved document (16) */

@@ -166,4 +166,14 @@ usage_err repair_cli_err_recal_needs_doc "need --doc" generate -m "$MODEL" -p hi
 usage_err repair_cli_err_bake_both "not both" warm -m "$MODEL" --cache-dir "$B" --doc "$tmp/x.txt" --doc-set --bake-with-neighbours 2
 usage_err repair_cli_err_bake_needs_doc "need --doc" warm -m "$MODEL" --cache-dir "$B" --doc-set hi
 usage_err repair_cli_err_bake_range "bake-with-neighbours" warm -m "$MODEL" --cache-dir "$B" --doc "$tmp/x.txt" --bake-with-neighbours 0
+# a 1-layer model: documents under the default strategy work (cacheblend's
+# default check layer, 1, had failed every documents request there); cacheblend
+# itself says which check layers it takes
+TINY="$SHARED/models/llama-2-tiny-random.gguf"
+"$CLI" generate -m "$TINY" -p q --doc "$tmp/x.txt" --cache-dir "$tmp/tiny" -n 2 --threads 1 >"$tmp/t1" 2>"$tmp/e" \
+    && "$CLI" generate -m "$TINY" -p q --doc "$tmp/x.txt" --cache-dir "$tmp/tiny" -n 2 --threads 1 --reuse none >>"$tmp/t1" 2>>"$tmp/e" \
+    && ! "$CLI" generate -m "$TINY" -p q --doc "$tmp/x.txt" --cache-dir "$tmp/tiny" -n 2 --threads 1 --reuse cacheblend 2>"$tmp/e2" \
+    && grep -q "check layer must be in 0..0" "$tmp/e2" \
+    && "$CLI" generate -m "$TINY" -p q --doc "$tmp/x.txt" --cache-dir "$tmp/tiny" -n 2 --threads 1 --reuse cacheblend --check-layer 0 >>"$tmp/t1" 2>>"$tmp/e" \
+    && ok repair_cli_one_layer_model || fail repair_cli_one_layer_model "$(cat "$tmp/e" "$tmp/e2")"
 exit $status

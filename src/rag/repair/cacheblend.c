@@ -13,7 +13,10 @@ static int check_cacheblend(const kvs_repair_params *p, int n_layer) {
                          (double)p->recompute_ratio);
     if (!(p->min_deviation >= 0.0f))
         return kvs_error(KVS_ERR_INVALID_ARG, "repair: min deviation must be >= 0, got %g", (double)p->min_deviation);
-    if (p->check_layer < 0 || p->check_layer >= n_layer)
+    /* against the model's layers only where it is used: the default (1) had
+     * made every documents request on a 1-layer model fail, whatever its
+     * strategy */
+    if (p->check_layer < 0 || (p->mode == KVS_REPAIR_CACHEBLEND && p->check_layer >= n_layer))
         return kvs_error(KVS_ERR_INVALID_ARG, "repair: check layer must be in 0..%d, got %d", n_layer - 1,
                          p->check_layer);
     if (!kvs_deviation_name(p->deviation))
