@@ -56,6 +56,13 @@ grep -q "architecture: *llama" <<<"$out" && grep -q "layers: *30" <<<"$out" && g
     && grep -q "chat template: *chatml" <<<"$out" && ok cli_info || fail cli_info "$out"
 "$CLI" info -m "$MODEL" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["n_layer"]==30 and d["n_vocab"]==49152 and d["tensor_types"]["Q8_0"]==1' \
     && ok cli_info_json || fail cli_info_json "bad JSON"
+# a model path that is not UTF-8 (a path is bytes): strict JSON, the byte as U+FFFD
+# (info's "file" and bench's "model" had carried the raw byte)
+odd="$tmp/$(printf 'm_\377_x').gguf"
+cp "$SHARED/models/llama-2-tiny-random.gguf" "$odd"
+"$CLI" info -m "$odd" --json | python3 -c 'import json,sys; d=json.loads(sys.stdin.buffer.read().decode("utf-8")); assert d["file"].endswith("m_\ufffd_x.gguf"), d["file"]' \
+    && "$CLI" bench -m "$odd" -p 8 -n 2 --reps 1 --threads 1 --json 2>/dev/null | python3 -c 'import json,sys; d=json.loads(sys.stdin.buffer.read().decode("utf-8")); assert d["model"].endswith("m_\ufffd_x.gguf"), d["model"]' \
+    && ok cli_json_path_not_utf8 || fail cli_json_path_not_utf8 "raw bytes in JSON"
 
 # bench: figures, and the core clock before and after the tests (dependent
 # register adds: a real chain gives tenths of a GHz at least, text and JSON).

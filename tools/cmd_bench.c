@@ -268,7 +268,7 @@ int cmd_bench(int argc, char **argv) {
     const int far_rows = kvs_model_far_prefetch(model, far_ms);
     if (json) {
         cJSON *j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "model", model_path);
+        json_add_text(j, "model", model_path); /* (a path's raw bytes had made the JSON invalid) */
         cJSON_AddStringToObject(j, "cpu", cpu);
         cJSON_AddNumberToObject(j, "threads", n_threads);
         cJSON_AddNumberToObject(j, "reps", reps);

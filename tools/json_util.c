@@ -153,10 +153,20 @@ cJSON *json_warm_docs_report(const kvs_warm_docs_report *r) {
     return j;
 }
 
+cJSON *json_add_text(cJSON *obj, const char *key, const char *text) {
+    const size_t n = strlen(text);
+    char *ok = malloc(3 * n + 1);
+    if (!ok) return NULL;
+    kvs_utf8_repair(text, n, ok, 3 * n + 1);
+    cJSON *item = cJSON_AddStringToObject(obj, key, ok);
+    free(ok);
+    return item;
+}
+
 cJSON *json_model_info(const kvs_model_info *in, const int counts[KVS_MAX_TENSOR_TYPES]) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
-    cJSON_AddStringToObject(j, "file", in->path);
+    json_add_text(j, "file", in->path); /* a path is bytes: a raw 0xFF had made the JSON invalid */
     cJSON_AddStringToObject(j, "name", in->name);
     cJSON_AddStringToObject(j, "architecture", in->arch);
     cJSON_AddNumberToObject(j, "gguf_version", in->gguf_version);

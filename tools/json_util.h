@@ -24,6 +24,10 @@
 
 /* Prints v on one line followed by '\n' and deletes it. Returns 0, or -1
  * after a message on stderr when v is NULL or printing runs out of memory. */
+/* obj[key] = text with invalid UTF-8 as U+FFFD (kvs_utf8_repair): a file
+ * path, or other bytes that are not text, in JSON that must parse. NULL if
+ * out of memory. */
+cJSON *json_add_text(cJSON *obj, const char *key, const char *text);
 /* A token's bytes b[n] as text a JSON string can carry (malloc'd, NULL if
  * out of memory): as they are when valid UTF-8 without NUL, else OpenAI's
  * "bytes:\xNN..." spelling (a token can hold part of a character). */
