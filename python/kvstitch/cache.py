@@ -199,7 +199,7 @@ def prune_dir(cache_dir: str | os.PathLike, max_bytes: int = 0, older_than_s: in
     p = ffi.new("kvs_cache_prune_params *")
     p.max_bytes = int_arg(max_bytes, "max_bytes", 0, 2**64 - 1)
     p.older_than_s = int_arg(older_than_s, "older_than_s", 0, 2**63 - 1)
-    p.keep_unreachable = int(bool(keep_unreachable))
+    p.keep_unreachable = int(bool_arg(keep_unreachable, "keep_unreachable"))  # ("no" had been True)
     r = ffi.new("kvs_cache_prune_report *")
     check(lib.kvs_cache_dir_prune(c_path(d, "cache_dir"), p, r))
     return struct_dict(r)

@@ -98,8 +98,9 @@ class Model(InUse, NoCopy):
         if not isinstance(text, str):  # bytes had raised AttributeError
             raise InvalidArgument(f"tokenize takes a str, got {type(text).__name__}")
         data = utf8(text, "the text")
-        flags = (lib.KVS_TOKENIZE_ADD_BOS if add_bos else 0) | \
-                (lib.KVS_TOKENIZE_PARSE_SPECIAL if special else 0)
+        # (a truthiness test had taken add_bos=None and special="x")
+        flags = (lib.KVS_TOKENIZE_ADD_BOS if bool_arg(add_bos, "add_bos") else 0) | \
+                (lib.KVS_TOKENIZE_PARSE_SPECIAL if bool_arg(special, "special") else 0)
         n = ffi.new("int *")
         cap = len(data) + 8  # enough for any text but hostile vocabularies: then retried
         with self._using() as h:
@@ -118,7 +119,7 @@ class Model(InUse, NoCopy):
         buf, n = ffi.new("char[]", cap), ffi.new("size_t *")
         parts = []
         with self._using() as h:  # the detokenizer reads the model's vocabulary
-            check(lib.kvs_detok_new(h, int(render_special), d))
+            check(lib.kvs_detok_new(h, int(bool_arg(render_special, "render_special")), d))  # ("y": ValueError)
             det = ffi.gc(d[0], lib.kvs_detok_free)
             try:
                 for t in ids:  # ints only: int() had taken 1.7 and "65"; 2**40 raised naming nothing
@@ -147,7 +148,8 @@ class Model(InUse, NoCopy):
         out = ffi.new("char **")
         with self._using() as h:
             check(lib.kvs_chat_render(h, c_text(family, "family") if family else ffi.NULL,
-                                      msgs, len(keep), int(add_generation_prompt), out))
+                                      msgs, len(keep), int(bool_arg(add_generation_prompt, "add_generation_prompt")),
+                                      out))
         try:
             return ffi.string(out[0]).decode("utf-8")
         finally:

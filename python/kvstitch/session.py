@@ -285,6 +285,10 @@ class Session(NoCopy):
                 (isinstance(recal, (tuple, list)) and len(recal) == 2 and
                  all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in recal))):
             raise InvalidArgument(f"recalibrate must be True, False, None or (temperature, scale), got {recal!r}")
+        if isinstance(recal, (tuple, list)) and not all(0.1 <= x <= 4 for x in recal):
+            # checked on every prompt (a plain one had taken (9, 9) without a word; 10**400 raised
+            # OverflowError)
+            raise InvalidArgument(f"recalibrate's temperature and scale must each be in 0.1..4, got {tuple(recal)!r}")
         # one stop string may come alone, as OpenAI's stop does (a str had been
         # taken as its characters, each a stop string)
         if isinstance(a["stop"], str):
@@ -414,7 +418,7 @@ class Session(NoCopy):
 
     # --- warm -----------------------------------------------------------------
     def warm(self, text: str | Sequence[int] | Sequence[Segment] | None = None,
-             documents: Sequence[str | Document] | None = None, chat: bool = True,
+             documents: Sequence[str | Document] | None = None, chat: bool | None = None,
              add_bos: bool = True, bake_with_neighbours: int = 0, doc_set: bool = False) -> WarmResult:
         """Caches KV without generating. A text (or token ids): its chunks, as
         a later generate(text + more) would reuse them (same add_bos), with
@@ -424,10 +428,22 @@ class Session(NoCopy):
         bake_with_neighbours=K or doc_set=True the documents are also baked:
         each computed again after the cached KV of its K most similar
         neighbours (doc_set: all the others) and stored as its baked entry,
-        which generate(..., documents=...) moves instead of the plain one."""
+        which generate(..., documents=...) moves instead of the plain one.
+        chat (documents: True by default) lays documents out as a chat's; a
+        text is warmed as given (lay a chat out with model.render_chat).
+        doc_set and bake_with_neighbours go with documents only."""
         if self.cache is None:
             raise InvalidArgument("warm needs a Session with a Cache")
-        chat, add_bos, doc_set = bool_arg(chat, "chat"), bool_arg(add_bos, "add_bos"), bool_arg(doc_set, "doc_set")
+        add_bos, doc_set = bool_arg(add_bos, "add_bos"), bool_arg(doc_set, "doc_set")
+        chat = None if chat is None else bool_arg(chat, "chat")
+        bake_with_neighbours = int_arg(bake_with_neighbours, "bake_with_neighbours", 0, INT_MAX)
+        if documents is None and not is_segment_list(text):  # (each had been dropped without a word)
+            if chat:
+                raise InvalidArgument("chat=True lays out documents; a text is warmed as given "
+                                      "(lay a chat out with model.render_chat(...) first)")
+            if doc_set or bake_with_neighbours:
+                raise InvalidArgument("doc_set / bake_with_neighbours bake documents: give documents=")
+        chat = chat is not False
         self._acquire()
         try:
             cache_h = self.cache._enter()
@@ -448,7 +464,6 @@ class Session(NoCopy):
                 rep = ffi.new("kvs_warm_docs_report *")
                 if doc_set and bake_with_neighbours:
                     raise InvalidArgument("give doc_set=True or bake_with_neighbours=K, not both")
-                int_arg(bake_with_neighbours, "bake_with_neighbours", 0, INT_MAX)
                 k = -1 if doc_set else bake_with_neighbours
                 st = lib.kvs_bake_docs(self._h, cache_h, seg.c, k, rep) if k else \
                     lib.kvs_warm_docs(self._h, cache_h, seg.c, rep)

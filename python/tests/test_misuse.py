@@ -352,3 +352,32 @@ def test_ctrl_c_stops_a_long_prefill(model_path):
     assert out[0].startswith("interrupted"), out
     assert out[1] == "stored 0", out
     assert out[2] == "usable 2", out
+
+
+def test_arguments_that_do_not_apply_or_are_not_bools_are_refused(model, cache, tmp_path):
+    """An attack run found these taken without a word: warm(text, chat=True)
+    warmed the plain text; doc_set / bake_with_neighbours with a text were
+    dropped, bake_with_neighbours=-1 or "x" not checked; a plain prompt's
+    recalibrate=(9, 9) taken (10**400: OverflowError); truthiness tests took
+    keep_unreachable="no" as True, special="x", add_bos=None,
+    add_generation_prompt=2, and render_special="y" raised ValueError."""
+    s = kvstitch.Session(model, cache=cache)
+    for kw in (dict(chat=True), dict(doc_set=True), dict(bake_with_neighbours=2), dict(bake_with_neighbours=-1),
+               dict(bake_with_neighbours="x")):
+        with pytest.raises(kvstitch.InvalidArgument):
+            s.warm("A text to keep.", **kw)
+    assert s.warm("A text to keep.").chunks_stored == 1  # chat=None: as given
+    assert s.warm(documents=["A passage."], chat=False).documents_computed == 1
+    for recal in ((9, 9), (10**400, 1), (0.05, 1)):
+        with pytest.raises(kvstitch.InvalidArgument, match="recalibrate"):
+            s.generate(Q, recalibrate=recal, max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match="keep_unreachable"):
+        kvstitch.prune_dir(tmp_path, keep_unreachable="no")
+    for call, name in ((lambda: model.tokenize("hi", special="x"), "special"),
+                       (lambda: model.tokenize("hi", add_bos=None), "add_bos"),
+                       (lambda: model.render_chat([{"role": "user", "content": "hi"}], add_generation_prompt=2),
+                        "add_generation_prompt"),
+                       (lambda: model.detokenize([1], render_special="y"), "render_special")):
+        with pytest.raises(kvstitch.InvalidArgument, match=name):
+            call()
+    s.close()
