@@ -276,16 +276,22 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     rt_cluster_stop(s);
 }
 
-TEST(cluster_unreachable_at_start) {
-    kvs_key fp;
-    rt_fill_key(&fp, 2);
+/* A cluster tier whose one seed is 127.0.0.1:port, fingerprint fp from seed. */
+static kvs_tier *open_one_seed(int port, uint64_t seed, kvs_key *fp) {
+    rt_fill_key(fp, seed);
     char seeds[64];
-    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", rt_free_port(1));
+    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", port);
     kvs_redis_tier_params p;
     kvs_redis_tier_default_params(&p);
     p.cluster = seeds;
     kvs_tier *t = NULL;
-    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, fp, &SHAPE, &t), KVS_OK);
+    return t;
+}
+
+TEST(cluster_unreachable_at_start) {
+    kvs_key fp;
+    kvs_tier *t = open_one_seed(rt_free_port(1), 2, &fp);
     kvs_chunk *c[N_CHUNKS];
     make_chunks(&fp, c, 1);
     double t0 = now_ms();
@@ -309,14 +315,7 @@ TEST(cluster_seed_without_cluster_support_says_so) {
         return;
     }
     kvs_key fp;
-    rt_fill_key(&fp, 3);
-    char seeds[64];
-    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", plain.port);
-    kvs_redis_tier_params p;
-    kvs_redis_tier_default_params(&p);
-    p.cluster = seeds;
-    kvs_tier *t = NULL;
-    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    kvs_tier *t = open_one_seed(plain.port, 3, &fp);
     kvs_chunk *c[N_CHUNKS];
     make_chunks(&fp, c, 7);
     CHECK_EQ_INT(served(t, c), 0);
