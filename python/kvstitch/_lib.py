@@ -130,10 +130,13 @@ def real_arg(v, what: str) -> float:
     """v as a float if it is a real number (numpy floats, Fraction), else
     InvalidArgument naming what (a str or None had raised cffi's TypeError)."""
     import numbers
+    from ._errors import InvalidArgument
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        from ._errors import InvalidArgument
         raise InvalidArgument(f"{what} must be a number, got {v!r}")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an int past a double's range (10**400 had raised OverflowError naming nothing)
+        raise InvalidArgument(f"{what} is out of range, got {v!r:.40}") from None
 
 
 INT_MAX = 2**31 - 1

@@ -368,6 +368,8 @@ def test_arguments_that_do_not_apply_or_are_not_bools_are_refused(model, cache, 
             s.warm("A text to keep.", **kw)
     assert s.warm("A text to keep.").chunks_stored == 1  # chat=None: as given
     assert s.warm(documents=["A passage."], chat=False).documents_computed == 1
+    with pytest.raises(kvstitch.InvalidArgument, match="temperature"):
+        s.generate(Q, temperature=10**400, max_tokens=1)
     for recal in ((9, 9), (10**400, 1), (0.05, 1)):
         with pytest.raises(kvstitch.InvalidArgument, match="recalibrate"):
             s.generate(Q, recalibrate=recal, max_tokens=1)
