@@ -481,6 +481,30 @@ TEST(dummy_tier_plugs_in_by_its_ops_row) {
     for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
 }
 
+/* A tier whose write fails stops taking the put's chunks; the other tiers
+ * take every one (a failed directory write had stopped the writes to every
+ * tier: the shared tier got chunk 0 of each prompt). */
+TEST(a_failing_tier_stops_only_itself) {
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0};
+    char *dir = new_dir();
+    char path[512];
+    entry_path(dir, 1, path, sizeof path);
+    CHECK_EQ_INT(mkdir(path, 0755), 0); /* a directory in chunk 1's place */
+    kvs_store *s = open_store(dir, 0);
+    CHECK_EQ_INT(kvs_store_attach_tier(s, mem_tier(&shelf)), KVS_OK);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(shelf.n, 5);                  /* the shared tier: all five */
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 2); /* the directory: chunk 0, and the directory in 1's place */
+    CHECK_EQ_INT(r.n_write_errors, 4);         /* chunk 1 failed there, 2..4 not written there */
+    kvs_store_free(s);
+    rmdir(path);
+    rm_dir(dir);
+    free(dir);
+    for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
+}
+
 TEST(damage_on_every_chunk_heals_in_one_request) {
     char *dir = populated_dir();
     char path[512];
@@ -528,7 +552,7 @@ TEST(failed_write_is_counted_not_stored) {
     CHECK(strstr(r.write_error, ".kvc") != NULL);
     kvs_store_stats st;
     kvs_store_get_stats(s, &st);
-    CHECK_EQ_INT(st.disk_write_errors, 1); /* chunk 2's; 3 and 4 were not tried */
+    CHECK_EQ_INT(st.disk_write_errors, 3); /* chunk 2's, and 3 and 4 not written after it: as the report says */
     CHECK_EQ_INT(st.disk_writes, 2);
     kvs_store_free(s);
     struct stat sb;
@@ -821,7 +845,7 @@ TEST(bound_below_one_entry_writes_nothing) {
     kvs_store_stats st;
     kvs_store_get_stats(s, &st);
     CHECK_EQ_INT(st.disk_writes, 0);
-    CHECK_EQ_INT(st.disk_write_errors, 1); /* chunk 0's: the rest, unreachable without it, not tried */
+    CHECK_EQ_INT(st.disk_write_errors, 5); /* chunk 0's, and the rest, unreachable without it, not written */
     CHECK_EQ_INT(serve_into(s, N), N); /* memory still serves them in this process */
     kvs_store_free(s);
     CHECK_EQ_INT(count_files(dir, ".kvc"), 0);
@@ -929,6 +953,7 @@ int main(void) {
     RUN(records_bound_at_open_keeps_no_orphans);
     RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
+    RUN(a_failing_tier_stops_only_itself);
     RUN(damage_on_every_chunk_heals_in_one_request);
     RUN(failed_write_is_counted_not_stored);
     RUN(failed_write_reason_survives_a_long_path);

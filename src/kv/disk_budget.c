@@ -212,6 +212,10 @@ static void chain_order(const char *dir, listed *v, size_t n) {
     listed **by = malloc(n * sizeof *by);
     char (*parent)[65] = malloc(n * sizeof *parent);
     if (!by || !parent) goto done; /* out of memory: the plain order */
+    /* the headers' checks name what they refuse: the caller's last error is
+     * kept (a write that succeeded had left "impossible header fields") */
+    char kept_error[1024];
+    snprintf(kept_error, sizeof kept_error, "%s", kvs_last_error());
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         v[i].parent = -1;
@@ -232,6 +236,7 @@ static void chain_order(const char *dir, listed *v, size_t n) {
         kvs_key_to_hex(&hd.parent, parent[i]);
         by[m++] = &v[i];
     }
+    kvs_error(KVS_OK, "%s", kept_error);
     qsort(by, m, sizeof *by, by_name);
     for (size_t i = 0; i < m; i++) {
         listed *e = by[i], key;

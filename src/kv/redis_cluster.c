@@ -162,11 +162,18 @@ static const redisReply *slot_range(const redisReply *e, int *lo, int *hi) {
     return master;
 }
 
-/* The slots a CLUSTER SLOTS reply maps (ranges counted as given). */
+/* The distinct slots a CLUSTER SLOTS reply maps (ranges that overlap or
+ * repeat count once). */
 static int slots_mapped(const redisReply *r) {
+    uint64_t seen[KVS_REDIS_SLOTS / 64] = {0};
     int n = 0, lo, hi;
     for (size_t i = 0; i < r->elements; i++)
-        if (slot_range(r->element[i], &lo, &hi)) n += hi - lo + 1;
+        if (slot_range(r->element[i], &lo, &hi))
+            for (int s = lo; s <= hi; s++)
+                if (!(seen[s / 64] >> (s % 64) & 1)) {
+                    seen[s / 64] |= (uint64_t)1 << (s % 64);
+                    n++;
+                }
     return n;
 }
 

@@ -124,18 +124,40 @@ int kvs_store_contains(kvs_store *s, const kvs_key *prefix_key) {
 /* Writes c to every tier (outside the lock: the entry is complete before
  * anyone can find the chunk). c->tier = the first tier that took it.
  * Returns the number of tiers whose write failed. */
+static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip);
+
 static int write_through(kvs_store *s, kvs_chunk *c) {
+    unsigned skip = 0;
+    return write_through_skipping(s, c, &skip);
+}
+
+/* write_through to the tiers not in *skip (bit i: tier i takes no more of
+ * a put's chunks: one failed, or one before it was not there, and what
+ * follows would be unreachable there; counted as not written); a tier
+ * whose write fails joins it. */
+static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip) {
     int failed = 0;
     for (int i = 0; i < s->n_tiers; i++) {
-        if (kvs_tier_put(s->tiers[i], c) == KVS_OK) {
+        if (!(*skip >> i & 1) && kvs_tier_put(s->tiers[i], c) == KVS_OK) {
             ADD(s->tier_writes[i], 1);
             if (c->tier < 0) c->tier = i;
         } else {
             ADD(s->tier_write_errors[i], 1);
+            *skip |= 1u << i;
             failed++;
         }
     }
     return failed;
+}
+
+/* The tier of the chunk the store holds under k (-1: RAM only), or -2 when
+ * it holds none. */
+static int held_tier(kvs_store *s, const kvs_key *k) {
+    pthread_rwlock_rdlock(&s->lock);
+    const kvs_chunk *c = kvs_chunk_map_find(&s->pmap, k);
+    const int t = c ? c->tier : -2;
+    pthread_rwlock_unlock(&s->lock);
+    return t;
 }
 
 /* Indexes a copy of c without its payload as held by tier c->tier (its
@@ -276,8 +298,9 @@ static void keep_ends(char *out, size_t cap, const char *msg) {
         return;
     }
     size_t head = cap / 3, tail = n - (cap - head - 6); /* "head ... tail" fits cap with its NUL */
-    while (head && ((unsigned char)msg[head] & 0xC0) == 0x80) head--;  /* not inside a character */
-    while (tail < n && ((unsigned char)msg[tail] & 0xC0) == 0x80) tail++;
+    /* not inside a character (3 bytes back at most: bytes that are no UTF-8 stay as they are) */
+    for (int k = 0; k < 3 && head && ((unsigned char)msg[head] & 0xC0) == 0x80; k++) head--;
+    for (int k = 0; k < 3 && tail < n && ((unsigned char)msg[tail] & 0xC0) == 0x80; k++) tail++;
     snprintf(out, cap, "%.*s ... %s", (int)head, msg, msg + tail);
 }
 
@@ -313,8 +336,10 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
         return kvs_error(KVS_ERR_INVALID_ARG, "store put: %d tokens, KV buffer of %d slots or another shape", n,
                          kv ? kv->n_ctx : 0);
     if (n == 0) return KVS_OK;
-    int cap = kvs_chunking_max_spans(n, r.chunk_tokens, n_borders), n_spans, *failed = NULL;
-    kvs_chunk **made = NULL;
+    int cap = kvs_chunking_max_spans(n, r.chunk_tokens, n_borders), n_spans;
+    struct {
+        int done, failed, tier; /* first pass: written (to the tiers it could), with a failure, its c->tier */
+    } *written = NULL;
     kvs_span *spans = malloc((size_t)cap * sizeof *spans);
     kvs_key *keys = malloc((size_t)cap * sizeof *keys);
     int rc = spans && keys ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "store put: out of memory");
@@ -329,37 +354,56 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
          * evicts a chain from its tail), and a write that fails (a full
          * disk) or a process that dies leaves a prefix that serves, not
          * tail entries no lookup can reach (written last to first, they
-         * had been both). RAM indexes them last to first, like
-         * kvs_store_insert_chain: the head of the sequence ends up most
-         * recently used. */
-        made = calloc((size_t)n_spans, sizeof *made);
-        failed = calloc((size_t)n_spans, sizeof *failed);
-        if (!made || !failed) rc = kvs_error(KVS_ERR_NOMEM, "store put: out of memory");
-        int broken = 0; /* a write failed: the chunks after it would be unreachable there */
-        for (int i = 0; i < n_spans && !rc; i++) {
-            if (kvs_store_contains(s, &keys[i])) continue;
-            rc = make_span(s, tokens, &spans[i], &keys[i], i ? &keys[i - 1] : &s->fp, kv, &made[i]);
-            if (!rc && !made[i]) r.n_skipped++;
-            if (!made[i] || !s->n_tiers || insert_check(s, made[i], tokens)) continue;
-            made[i]->tier = -1;
-            failed[i] = broken || write_through(s, made[i]) > 0;
-            broken |= failed[i];
+         * had been both); past a chunk a tier lacks, it takes none of the
+         * rest. Each is made, written and let go (one chunk's KV at a time);
+         * then RAM indexes them last to first, like kvs_store_insert_chain,
+         * so the head of the sequence ends up most recently used, each made
+         * again from kv (a copy, where a write is a file). Without tiers,
+         * the second pass alone. */
+        written = calloc((size_t)n_spans, sizeof *written);
+        if (!written) rc = kvs_error(KVS_ERR_NOMEM, "store put: out of memory");
+        const unsigned all = s->n_tiers ? (s->n_tiers >= 32 ? ~0u : (1u << s->n_tiers) - 1) : 0;
+        unsigned skip = 0;
+        for (int i = 0; s->n_tiers && i < n_spans && !rc; i++) {
+            const int held = held_tier(s, &keys[i]);
+            if (held != -2) {
+                if (held < 0) skip = all; /* in RAM only: no tier holds the chain past here */
+                continue;
+            }
+            kvs_chunk *c = NULL;
+            rc = make_span(s, tokens, &spans[i], &keys[i], i ? &keys[i - 1] : &s->fp, kv, &c);
+            if (!rc && (!c || insert_check(s, c, tokens))) skip = all; /* not made: the chain stops here too */
+            else if (!rc) {
+                c->tier = -1;
+                written[i].failed = write_through_skipping(s, c, &skip) > 0;
+                written[i].tier = c->tier;
+                written[i].done = 1;
+            }
+            kvs_chunk_unref(c);
         }
         for (int i = n_spans - 1; i >= 0 && !rc; i--) {
-            if (made[i]) { /* (let go at once: the next inserts may evict it, as a budget needs) */
-                const int ins = insert(s, made[i], tokens, s->n_tiers > 0, &failed[i]);
-                count_insert(ins, failed[i], &r);
-                if (ins < 0) rc = ins;
-                kvs_chunk_unref(made[i]);
-                made[i] = NULL;
-            } else if (touch_key(s, &keys[i])) {
+            if (!written[i].done && touch_key(s, &keys[i])) {
                 r.n_existing++;
+                continue;
             }
+            /* new, or held at the first pass and evicted since (made again,
+             * as it would have been) */
+            kvs_chunk *c = NULL;
+            rc = make_span(s, tokens, &spans[i], &keys[i], i ? &keys[i - 1] : &s->fp, kv, &c);
+            if (rc) break;
+            if (!c) {
+                r.n_skipped++;
+                continue;
+            }
+            int write_failed = written[i].failed;
+            if (written[i].done) c->tier = written[i].tier;
+            const int ins = insert(s, c, tokens, written[i].done, &write_failed);
+            count_insert(ins, write_failed, &r);
+            if (ins < 0) rc = ins;
+            kvs_chunk_unref(c);
         }
-        for (int i = 0; made && i < n_spans; i++) kvs_chunk_unref(made[i]);
     }
-    free(made);
-    free(failed);
+    free(written);
     free(spans);
     free(keys);
     if (rep) *rep = r;

@@ -14,7 +14,7 @@
  * up to ~16K tokens, never the payload. */
 #define SCAN_HEAD_BYTES 65536
 #define SCAN_COUNT "512"
-#define SCAN_MAX_CALLS (1L << 20) /* per node: 2^29 buckets at SCAN_COUNT */
+#define SCAN_MAX_CALLS (1L << 26) /* per node: 2^35 buckets at SCAN_COUNT (a backstop: a cursor handed back is caught at once) */
 
 static redis_tier *impl(const kvs_tier *t) { return t->impl; }
 
