@@ -95,9 +95,8 @@ typedef struct listed {
     int64_t atime_ns;
     kvs_disk_file_kind kind;
     int stale;
-    int32_t pos0;  /* an entry's, where its chain was read (chain_order), else 0 */
-    int parent;    /* index of the entry its parent key names, or -1 (chain_order's indices) */
-    int has_parent;
+    int32_t pos0;   /* an entry's, where its header was read (chain_order), else 0 */
+    int has_parent; /* its parent key names an entry of the listing (chain_order) */
 } listed;
 
 int kvs_disk_is_memo(const char *name) {
@@ -147,7 +146,6 @@ static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage
         e->kind = k;
         e->stale = k == KVS_DISK_FILE_TMP && kvs_disk_tmp_is_stale(de->d_name, &st);
         e->pos0 = 0;
-        e->parent = -1;
         e->has_parent = 0;
         if (k == KVS_DISK_FILE_ENTRY) {
             u->entries++;
@@ -210,17 +208,15 @@ static int by_pos0_desc(const void *a, const void *b) {
  * keep their own stamp. */
 static void chain_order(const char *dir, listed *v, size_t n) {
     listed **by = malloc(n * sizeof *by);
-    char (*parent)[65] = malloc(n * sizeof *parent);
-    if (!by || !parent) goto done; /* out of memory: the plain order */
+    char (*parent)[65] = malloc(n * sizeof *parent); /* entry i's parent key */
+    listed **up = calloc(n, sizeof *up);               /* entry i's parent entry, or NULL */
+    if (!by || !parent || !up) goto done; /* out of memory: the plain order */
     /* the headers' checks name what they refuse: the caller's last error is
      * kept (a write that succeeded had left "impossible header fields") */
     char kept_error[1024];
     snprintf(kept_error, sizeof kept_error, "%s", kvs_last_error());
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        v[i].parent = -1;
-        v[i].pos0 = 0;
-        parent[i][0] = 0;
         if (v[i].kind != KVS_DISK_FILE_ENTRY) continue;
         char path[4096];
         uint8_t fixed[KVS_DISK_FIXED_BYTES];
@@ -244,17 +240,19 @@ static void chain_order(const char *dir, listed *v, size_t n) {
         snprintf(key.name, sizeof key.name, "%s%s", parent[at], KVS_DISK_EXT);
         listed *kp = &key, **hit = bsearch(&kp, by, m, sizeof *by, by_name);
         if (hit && (*hit)->pos0 < e->pos0) {
-            e->parent = (int)(*hit - v);
+            up[at] = *hit;
             e->has_parent = 1;
         }
     }
     qsort(by, m, sizeof *by, by_pos0_desc); /* children before their parents */
-    for (size_t i = 0; i < m; i++)
-        if (by[i]->parent >= 0 && v[by[i]->parent].atime_ns < by[i]->atime_ns)
-            v[by[i]->parent].atime_ns = by[i]->atime_ns;
+    for (size_t i = 0; i < m; i++) {
+        listed *p = up[by[i] - v];
+        if (p && p->atime_ns < by[i]->atime_ns) p->atime_ns = by[i]->atime_ns;
+    }
 done:
     free(by);
     free(parent);
+    free(up);
 }
 
 enum { REMOVED = 1, GONE = 0, NOT_OURS = -1, REFUSED = -2 };
@@ -310,7 +308,7 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
         }
     if (n && (over_bound || cutoff != INT64_MIN)) { /* something may be evicted: whole chains' order */
         chain_order(dir, v, n);
-        qsort(v, n, sizeof *v, by_atime); /* (chain_order's indices are not used past here) */
+        qsort(v, n, sizeof *v, by_atime);
     }
     int64_t keep_stamp = INT64_MAX; /* keep's chain: as recent as keep (chain_order) */
     for (size_t i = 0; p->keep && p->keep_bound && i < n; i++)

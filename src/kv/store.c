@@ -114,27 +114,23 @@ const kvs_kv_shape *kvs_store_shape(const kvs_store *s) { return &s->shape; }
 
 /* --- insert ------------------------------------------------------------------------ */
 
-int kvs_store_contains(kvs_store *s, const kvs_key *prefix_key) {
+/* The tier of the chunk the store holds under k (-1: RAM only), or -2 when
+ * it holds none. */
+static int held_tier(kvs_store *s, const kvs_key *k) {
     pthread_rwlock_rdlock(&s->lock);
-    int found = kvs_chunk_map_find(&s->pmap, prefix_key) != NULL;
+    const kvs_chunk *c = kvs_chunk_map_find(&s->pmap, k);
+    const int t = c ? c->tier : -2;
     pthread_rwlock_unlock(&s->lock);
-    return found;
+    return t;
 }
 
-/* Writes c to every tier (outside the lock: the entry is complete before
- * anyone can find the chunk). c->tier = the first tier that took it.
- * Returns the number of tiers whose write failed. */
-static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip);
-
-static int write_through(kvs_store *s, kvs_chunk *c) {
-    unsigned skip = 0;
-    return write_through_skipping(s, c, &skip);
-}
+int kvs_store_contains(kvs_store *s, const kvs_key *prefix_key) { return held_tier(s, prefix_key) != -2; }
 
 /* write_through to the tiers not in *skip (bit i: tier i takes no more of
  * a put's chunks: one failed, or one before it was not there, and what
  * follows would be unreachable there; counted as not written); a tier
  * whose write fails joins it. */
+_Static_assert(KVS_STORE_MAX_TIERS < 32, "a put's skipped tiers fit an unsigned mask");
 static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip) {
     int failed = 0;
     for (int i = 0; i < s->n_tiers; i++) {
@@ -150,14 +146,12 @@ static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip) {
     return failed;
 }
 
-/* The tier of the chunk the store holds under k (-1: RAM only), or -2 when
- * it holds none. */
-static int held_tier(kvs_store *s, const kvs_key *k) {
-    pthread_rwlock_rdlock(&s->lock);
-    const kvs_chunk *c = kvs_chunk_map_find(&s->pmap, k);
-    const int t = c ? c->tier : -2;
-    pthread_rwlock_unlock(&s->lock);
-    return t;
+/* Writes c to every tier (outside the lock: the entry is complete before
+ * anyone can find the chunk). c->tier = the first tier that took it.
+ * Returns the number of tiers whose write failed. */
+static int write_through(kvs_store *s, kvs_chunk *c) {
+    unsigned skip = 0;
+    return write_through_skipping(s, c, &skip);
 }
 
 /* Indexes a copy of c without its payload as held by tier c->tier (its
@@ -362,7 +356,7 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
          * the second pass alone. */
         written = calloc((size_t)n_spans, sizeof *written);
         if (!written) rc = kvs_error(KVS_ERR_NOMEM, "store put: out of memory");
-        const unsigned all = s->n_tiers ? (s->n_tiers >= 32 ? ~0u : (1u << s->n_tiers) - 1) : 0;
+        const unsigned all = (1u << s->n_tiers) - 1;
         unsigned skip = 0;
         for (int i = 0; s->n_tiers && i < n_spans && !rc; i++) {
             const int held = held_tier(s, &keys[i]);
