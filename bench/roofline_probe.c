@@ -17,7 +17,11 @@
  *    block dots/s per T; and, one thread, how much of a vector epilogue of
  *    the Q8_0 kernel's shape (16 rows: two loads, shift, add, convert, mul,
  *    fma) hides behind that tile work: amx_overlap = time(both interleaved)
- *    / (time(tiles) + time(vector)), 1 = none, max/sum = all.
+ *    / (time(tiles) + time(vector)), 1 = none, max/sum = all; and the same
+ *    for the step's products alone and its stores alone (amx_overlap_by_op:
+ *    on the AMX Xeon VM the products mostly hide behind the epilogue and
+ *    the stores not at all, so the stores are what a batch step's tiles
+ *    add to its vector work).
  *  - the core clock: a chain of dependent adds per thread (base/core_clock.h),
  *    GHz a core: on a shared VM it shows how much of its cores the host gave.
  * Each figure is the median and the best of several repetitions, all threads
@@ -76,6 +80,10 @@ enum job_kind {
     JOB_AMX_STEP_Q8, /* a Q8_0 prefill block step, a tile per level */
     JOB_AMX_VEC,     /* the vector epilogue of a Q8_0 block step alone */
     JOB_AMX_BOTH,    /* Q8_0 block steps and their epilogues interleaved */
+    JOB_AMX_PRODUCTS,     /* a step's two products alone (no store) */
+    JOB_AMX_PRODUCTS_VEC, /* ... interleaved with the epilogue */
+    JOB_AMX_STORES,       /* a step's two tile stores alone (no product) */
+    JOB_AMX_STORES_VEC,   /* ... interleaved with the epilogue */
 };
 
 typedef struct job {
@@ -262,7 +270,7 @@ AMX_TARGET static uint64_t amx_run(int kind, long iters) {
     memset(out, 0, sizeof out);
     __m512 v[16];
     for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_ps();
-    amx_setup(kind == JOB_AMX_STEP_Q8 || kind == JOB_AMX_BOTH || kind == JOB_AMX_VEC);
+    amx_setup(kind >= JOB_AMX_STEP_Q8);
     for (long it = 0; it < iters; it++) {
         float *o = out[it & 3];
         switch (kind) {
@@ -298,6 +306,20 @@ AMX_TARGET static uint64_t amx_run(int kind, long iters) {
             break;
         case JOB_AMX_VEC:
             amx_epilogue(out[(it + 3) & 3], v);
+            break;
+        case JOB_AMX_PRODUCTS_VEC:
+            amx_epilogue(out[(it + 3) & 3], v);
+            /* fall through */
+        case JOB_AMX_PRODUCTS: /* two accumulating chains: the products' throughput, not their latency */
+            _tile_dpbssd(0, 2, 4);
+            _tile_dpbssd(1, 3, 4);
+            break;
+        case JOB_AMX_STORES_VEC:
+            amx_epilogue(out[(it + 3) & 3], v);
+            /* fall through */
+        case JOB_AMX_STORES:
+            _tile_stored(0, o, 64);
+            _tile_stored(1, o + 256, 64);
             break;
         }
     }
@@ -382,16 +404,25 @@ static void amx_ceilings(int max_threads, int reps) {
                 v[r] = run_threads(peaks[p].kind, nt, NULL, 0, iters, peaks[p].units * (double)iters * nt, &w[r]);
             report(peaks[p].key, peaks[p].extra, nt, v, w, reps);
         }
-    /* one thread, CPU time: the best of reps of each, then the ratio */
-    double best[3] = {1e300, 1e300, 1e300};
-    const int kinds[3] = {JOB_AMX_STEP_Q8, JOB_AMX_VEC, JOB_AMX_BOTH};
+    /* one thread, CPU time: the best of reps of each, then the ratio; then
+     * which tile operation holds the vector work up: each alone, and each
+     * interleaved with the epilogue */
+    enum { N_OVERLAP = 7 };
+    double best[N_OVERLAP];
+    const int kinds[N_OVERLAP] = {JOB_AMX_STEP_Q8, JOB_AMX_VEC,    JOB_AMX_BOTH,      JOB_AMX_PRODUCTS,
+                                  JOB_AMX_PRODUCTS_VEC, JOB_AMX_STORES, JOB_AMX_STORES_VEC};
+    for (int k = 0; k < N_OVERLAP; k++) best[k] = 1e300;
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < N_OVERLAP; k++) {
             double wall, rate = run_threads(kinds[k], 1, NULL, 0, iters, 1.0, &wall);
             if (1.0 / rate < best[k]) best[k] = 1.0 / rate;
         }
-    printf("amx_overlap q8 threads 1 tiles_ns %.2f vector_ns %.2f both_ns %.2f ratio %.3f\n", best[0] / iters * 1e9,
-           best[1] / iters * 1e9, best[2] / iters * 1e9, best[2] / (best[0] + best[1]));
+    for (int k = 0; k < N_OVERLAP; k++) best[k] = best[k] / iters * 1e9;
+    printf("amx_overlap q8 threads 1 tiles_ns %.2f vector_ns %.2f both_ns %.2f ratio %.3f\n", best[0], best[1], best[2],
+           best[2] / (best[0] + best[1]));
+    printf("amx_overlap_by_op q8 threads 1 products_ns %.2f products_vector_ns %.2f stores_ns %.2f "
+           "stores_vector_ns %.2f\n",
+           best[3], best[4], best[5], best[6]);
     fflush(stdout);
 }
 #endif

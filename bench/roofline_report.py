@@ -29,7 +29,8 @@ def figures(f):
 
 
 def parse_probe(path):
-    probe = {"read": {}, "int8": {}, "int8_float": {}, "clock": {}, "amx": {}, "overlap": None, "load": "?", "isa": "?"}
+    probe = {"read": {}, "int8": {}, "int8_float": {}, "clock": {}, "amx": {}, "overlap": None, "overlap_by_op": None,
+             "load": "?", "isa": "?"}
     for line in open(path):
         f = line.split()
         if not f:
@@ -52,6 +53,8 @@ def parse_probe(path):
             probe["amx"].setdefault((f[0], f[1]), {})[int(f[3])] = figures(f)
         elif f[0] == "amx_overlap":
             probe["overlap"] = figures(f)
+        elif f[0] == "amx_overlap_by_op":
+            probe["overlap_by_op"] = figures(f)
     return probe
 
 
@@ -80,6 +83,16 @@ def amx_section(probe, w):
                  "%.1f G dots/s a thread)." % (
                      o["tiles_ns"], o["vector_ns"], o["both_ns"], o["ratio"],
                      "hardly overlap" if o["ratio"] > 0.85 else "partly overlap", STEP_DOTS / o["both_ns"]))
+    b = probe["overlap_by_op"]
+    if b and o:
+        def hidden(alone, with_vector):
+            return max(0.0, (alone + o["vector_ns"] - with_vector) / alone)
+        text += (" By operation: the step's two products alone %.1f ns, with the epilogue %.1f ns (%.0f%% of them "
+                 "hidden); its two tile stores alone %.1f ns, with the epilogue %.1f ns (%.0f%% hidden)%s." % (
+                     b["products_ns"], b["products_vector_ns"], 100 * hidden(b["products_ns"], b["products_vector_ns"]),
+                     b["stores_ns"], b["stores_vector_ns"], 100 * hidden(b["stores_ns"], b["stores_vector_ns"]),
+                     ": the stores are what the tiles add to the vector work" if hidden(b["stores_ns"], b["stores_vector_ns"])
+                     < 0.5 * hidden(b["products_ns"], b["products_vector_ns"]) else ""))
     w(text + "\n")
 
 

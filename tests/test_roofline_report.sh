@@ -32,6 +32,7 @@ amx_gmacs int8 threads 1 cpu_median 3000.00 cpu_best 3010.00 wall_median 3000.00
 amx_block_gdots q4 threads 1 cpu_median 25.00 cpu_best 25.50 wall_median 25.00 wall_best 25.50
 amx_block_gdots q8 threads 1 cpu_median 12.50 cpu_best 13.00 wall_median 12.50 wall_best 13.00
 amx_overlap q8 threads 1 tiles_ns 20.00 vector_ns 16.00 both_ns 27.00 ratio 0.750
+amx_overlap_by_op q8 threads 1 products_ns 10.00 products_vector_ns 18.00 stores_ns 8.00 stores_vector_ns 23.00
 EOF
 : >"$tmp/kernels"
 # 100 MB of weights a token: the 20 GB/s read bound is 200 tok/s.
@@ -56,6 +57,9 @@ grep -q 'took 27.0 ns interleaved, 0.75 of their sum: here the tile unit and the
 check report_amx_overlap $?
 grep -q "Q8_0's ceiling with its epilogue: 9.5 G dots/s a thread" <<<"$out"
 check report_amx_epilogue_ceiling $?
+# products: (10 + 16 - 18) / 10 = 80% hidden; stores: (8 + 16 - 23) / 8 = 12%
+grep -q 'products alone 10.0 ns, with the epilogue 18.0 ns (80% of them hidden); its two tile stores alone 8.0 ns, with the epilogue 23.0 ns (12% hidden): the stores are what' <<<"$out"
+check report_amx_overlap_by_op $?
 # decode 150 / 200 = 75%; prefill 1000 / 800 = 1.25x; int8 share of a prompt
 # token's MACs 1000 x 100M x 2 / 400G = 50%; block steps 1000 x 100M / 32 /
 # 12.5G = 25%; no AMX 600 / 800 = 0.75x
@@ -133,6 +137,8 @@ if [ -x "$BUILD/bench/roofline_probe" ] && [ -x "$BUILD/kvstitch" ]; then
         done
         grep -Eq '^amx_overlap q8 threads 1 tiles_ns [0-9.]+ vector_ns [0-9.]+ both_ns [0-9.]+ ratio [0-9.]+$' <<<"$probe"
         check probe_amx_overlap $?
+        grep -Eq '^amx_overlap_by_op q8 threads 1 products_ns [0-9.]+ products_vector_ns [0-9.]+ stores_ns [0-9.]+ stores_vector_ns [0-9.]+$' <<<"$probe"
+        check probe_amx_overlap_by_op $?
         # KVS_AMX=0 takes prefill off the tiles: the probe leaves them out too
         KVS_AMX=0 "$BUILD/bench/roofline_probe" --threads 1 --reps 1 --mib 8 | grep -q '^amx_'
         [ $? -ne 0 ]
