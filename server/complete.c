@@ -569,10 +569,10 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
     return st;
 }
 
-int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     return complete(s, c, body, len, SRV_KIND_CHAT);
 }
 
-int srv_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_completions(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     return complete(s, c, body, len, SRV_KIND_COMPLETION);
 }
