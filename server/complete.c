@@ -28,6 +28,10 @@ typedef struct choices {
     int n;
 } choices;
 
+/* The first choice of choice i's prompt: the one that computes the prompt's
+ * echoed entries (srv_job_echo_logprobs). */
+static int first_of_prompt(const choices *cs, int i) { return i - i % cs->j[i]->req.n; }
+
 /* The completion's token ids of job j, as a JSON array in o. */
 static void add_token_ids(cJSON *o, const srv_job *j) {
     cJSON *ids = cJSON_AddArrayToObject(o, "completion_token_ids");
@@ -224,7 +228,7 @@ static cJSON *choice_json(const srv_server *s, const choices *cs, int i, int cha
     if (echoed) strcat(strcpy(echoed, j->req.prompt), j->text);
     const char *text = echoed ? echoed : j->text;
     if (!chat) cJSON_AddStringToObject(ch, "text", text);
-    const srv_job *pj = cs->j[i - i % j->req.n]; /* (the first choice of its prompt) */
+    const srv_job *pj = cs->j[first_of_prompt(cs, i)];
     if (j->req.logprobs) cJSON_AddItemToObject(ch, "logprobs", choice_logprobs(s, j, pj, text, echoed != NULL));
     else cJSON_AddNullToObject(ch, "logprobs");
     free(echoed);
@@ -374,22 +378,30 @@ static void sse_end(sse *st) {
     st->ended = 1;
 }
 
-/* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
- * its finish chunk when it ended. Returns the bytes of text taken. */
-/* echo: choice i's prompt, in a chunk of its own before its completion
- * (once the prefill has run: its logprobs come from it). */
+/* echo: choice i's prompt, in a chunk of its own before its completion,
+ * with the entries the first choice of its prompt computed (once its
+ * prefill has run: sse_take). */
 static void sse_echo(sse *st, int i) {
-    const srv_job *j = st->cs.j[i];
+    const srv_job *j = st->cs.j[i], *pj = st->cs.j[first_of_prompt(&st->cs, i)];
     const char *prompt = j->req.prompt;
-    cJSON *lp = j->req.logprobs ? srv_logprobs_json(st->s->model, j->req.kind, j->prompt_lp, j->n_prompt_lp, prompt, 0, 0)
-                                : NULL;
+    cJSON *lp = j->req.logprobs
+                    ? srv_logprobs_json(st->s->model, j->req.kind, pj->prompt_lp, pj->n_prompt_lp, prompt, 0, 0)
+                    : NULL;
     sse_push(st, sse_chunk(st, i, NULL, prompt, lp, NULL));
     st->seen_chars[i] += srv_utf8_chars(prompt, strlen(prompt));
     st->echoed[i] = 1;
 }
 
+/* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
+ * its finish chunk when it ended. Returns the bytes of text taken. */
 static size_t sse_take(sse *st, int i, int timeout_ms) {
     srv_job *j = st->cs.j[i];
+    /* Echoed entries: a choice waits for those of the first choice of its
+     * prompt, readable once that one emitted (its echo went out: it is
+     * taken before this one) or ended; the choices had each computed the
+     * prompt's logits again. */
+    const int f = first_of_prompt(&st->cs, i);
+    if (f != i && !st->echoed[i] && srv_job_echo_logprobs(st->cs.j[f]) && !st->echoed[f] && !st->done[f]) return 0;
     size_t base = st->seen[i].text;
     srv_job_piece p;
     int done = srv_job_wait(j, &st->seen[i], &p, timeout_ms);

@@ -292,13 +292,13 @@ void srv_job_unref(srv_job *j) {
 void srv_job_cancel(srv_job *j) { atomic_store(&j->cancelled, 1); }
 
 int srv_job_echo_logprobs(const srv_job *j) {
-    /* A reply (not a stream) takes a prompt's entries from its first choice
+    /* A reply or a stream takes a prompt's entries from its first choice
      * for every choice: the others run their prompt as any prompt, from the
      * cache (each had computed every position's logits: n = 16 took 16
-     * times the work). A stream's choices each compute theirs: a stream
-     * sends a choice's prompt before its first token. */
+     * times the work). A stream holds a choice's echo back until the
+     * first's entries are computed (complete.c's sse_take). */
     return j->req.echo && j->req.logprobs && !j->segments && !j->req.warm /* (a warm echoes nothing) */ &&
-           (j->req.choice_of_prompt == 0 || j->req.stream);
+           j->req.choice_of_prompt == 0;
 }
 
 /* Grows *buf (of *cap elements of size elem) to hold need; 0 or -1. */

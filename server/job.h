@@ -113,7 +113,9 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
 srv_job *srv_job_new_choice(srv_job *first, int i, srv_error *err);
 void srv_job_unref(srv_job *j);
 /* 1 if the prefill must give every prompt position's logits: an echo with
- * logprobs (no cached prefix can serve it: the cache holds KV, not logits). */
+ * logprobs (no cached prefix can serve it: the cache holds KV, not logits),
+ * in the first choice of its prompt only (the others' replies and streams
+ * take its entries). */
 int srv_job_echo_logprobs(const srv_job *j);
 void srv_job_cancel(srv_job *j);
 

@@ -804,6 +804,49 @@ def test_echo_scores_the_prompt_with_the_bits_of_generation(server, client):
     assert streamed == {k: whole[k] for k in streamed}
 
 
+def test_echo_streamed_choices_share_the_first_choices_prompt_entries(server, client):
+    """A stream with echo, logprobs and n > 1: every choice echoes the
+    prompt's entries the first choice computed, byte for byte those of n = 1;
+    the others run the prompt from the cache as a reply's do (each had
+    computed every position's logits again: n = 3 computed the prompt 3
+    times, in kvstitch_prompt_tokens_total{source="computed"})."""
+    from conftest import metric
+    chunk = server.get("/v1/cache/stats").json()["chunk_tokens"]
+    p = "Notes %d. " % time.time_ns() + " ".join("step %d turns valve %d." % (i, i * 7 % 13) for i in range(90))
+    n_prompt = len(server.post("/tokenize", {"content": p}).json()["tokens"])
+    assert n_prompt > 2 * chunk, (n_prompt, chunk)
+    keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+    def streamed(n):
+        got = [{"text": "", **{k: [] for k in keys}} for _ in range(n)]
+        for ev in client.completions.create(model="x", prompt=p, max_tokens=2, temperature=0.9, seed=5, echo=True,
+                                            logprobs=2, n=n, stream=True):
+            for c in ev.choices:
+                got[c.index]["text"] += c.text
+                if c.logprobs:
+                    for k in keys:
+                        got[c.index][k] += getattr(c.logprobs, k)
+        return got
+
+    # n = 1 first: the prompt is cached, so the stream's other choices load
+    # it and sample at once, before the first has computed the entries their
+    # echo waits for (sent without waiting, they would be null)
+    alone = client.completions.create(model="x", prompt=p, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+    one = streamed(1)[0]
+    computed = 'kvstitch_prompt_tokens_total{source="computed"}'
+    before = metric(server, computed)
+    three = streamed(3)
+    spent = metric(server, computed) - before
+    for c in three + [one]:
+        assert c["text"].startswith(p), c["text"][:80]
+        # the prompt's entries, then two generated tokens'
+        assert {k: c[k][:n_prompt] for k in keys} == {k: getattr(alone, k) for k in keys}
+        assert len(c["tokens"]) == n_prompt + 2
+    assert three[0] == one  # choice 0 is the request with n = 1
+    # the first computes the whole prompt, the others what the cache's whole chunks leave (< a chunk each)
+    assert n_prompt <= spent < n_prompt + 2 * chunk, (spent, n_prompt, chunk)
+
+
 def test_prompt_as_token_ids(server, client):
     """Completions take a prompt as token ids ([1, 2, 3] or [[1, 2, 3]], as
     OpenAI's API and tokenizing harnesses send it): they run as given (no
