@@ -28,6 +28,10 @@ typedef struct choices {
     int n;
 } choices;
 
+/* The first choice of choice i's prompt: the one that computes the prompt's
+ * echoed entries (srv_job_echo_logprobs). */
+static int first_of_prompt(const choices *cs, int i) { return i - i % cs->j[i]->req.n; }
+
 /* The completion's token ids of job j, as a JSON array in o. */
 static void add_token_ids(cJSON *o, const srv_job *j) {
     cJSON *ids = cJSON_AddArrayToObject(o, "completion_token_ids");
@@ -224,7 +228,7 @@ static cJSON *choice_json(const srv_server *s, const choices *cs, int i, int cha
     if (echoed) strcat(strcpy(echoed, j->req.prompt), j->text);
     const char *text = echoed ? echoed : j->text;
     if (!chat) cJSON_AddStringToObject(ch, "text", text);
-    const srv_job *pj = cs->j[i - i % j->req.n]; /* (the first choice of its prompt) */
+    const srv_job *pj = cs->j[first_of_prompt(cs, i)];
     if (j->req.logprobs) cJSON_AddItemToObject(ch, "logprobs", choice_logprobs(s, j, pj, text, echoed != NULL));
     else cJSON_AddNullToObject(ch, "logprobs");
     free(echoed);
@@ -374,22 +378,30 @@ static void sse_end(sse *st) {
     st->ended = 1;
 }
 
-/* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
- * its finish chunk when it ended. Returns the bytes of text taken. */
-/* echo: choice i's prompt, in a chunk of its own before its completion
- * (once the prefill has run: its logprobs come from it). */
+/* echo: choice i's prompt, in a chunk of its own before its completion,
+ * with the entries the first choice of its prompt computed (once its
+ * prefill has run: sse_take). */
 static void sse_echo(sse *st, int i) {
-    const srv_job *j = st->cs.j[i];
+    const srv_job *j = st->cs.j[i], *pj = st->cs.j[first_of_prompt(&st->cs, i)];
     const char *prompt = j->req.prompt;
-    cJSON *lp = j->req.logprobs ? srv_logprobs_json(st->s->model, j->req.kind, j->prompt_lp, j->n_prompt_lp, prompt, 0, 0)
-                                : NULL;
+    cJSON *lp = j->req.logprobs
+                    ? srv_logprobs_json(st->s->model, j->req.kind, pj->prompt_lp, pj->n_prompt_lp, prompt, 0, 0)
+                    : NULL;
     sse_push(st, sse_chunk(st, i, NULL, prompt, lp, NULL));
     st->seen_chars[i] += srv_utf8_chars(prompt, strlen(prompt));
     st->echoed[i] = 1;
 }
 
+/* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
+ * its finish chunk when it ended. Returns the bytes of text taken. */
 static size_t sse_take(sse *st, int i, int timeout_ms) {
     srv_job *j = st->cs.j[i];
+    /* Echoed entries: a choice waits for those of the first choice of its
+     * prompt, readable once that one emitted (its echo went out: it is
+     * taken before this one) or ended; the choices had each computed the
+     * prompt's logits again. */
+    const int f = first_of_prompt(&st->cs, i);
+    if (f != i && !st->echoed[i] && srv_job_echo_logprobs(st->cs.j[f]) && !st->echoed[f] && !st->done[f]) return 0;
     size_t base = st->seen[i].text;
     srv_job_piece p;
     int done = srv_job_wait(j, &st->seen[i], &p, timeout_ms);
@@ -500,19 +512,18 @@ int srv_submit(srv_server *s, srv_job *j, srv_error *e) {
 
 /* The jobs of a request: n choices for each of its prompts (a batch: the
  * choices of prompt p are p * n .. p * n + n - 1, as OpenAI numbers them).
- * Choice p * n + i is the body parsed again for prompt p with seed + i
- * (the request owns its strings: one copy each). 0, or -1 with e set and
- * nothing left. */
-static int make_choices(srv_server *s, const char *body, size_t len, srv_kind kind, srv_request *req, choices *cs,
-                        srv_error *e) {
+ * The first choice of prompt p is its request (req for p = 0, taken; the
+ * others from the body's tree root), the other n - 1 share it with seed + i
+ * (srv_job_new_choice). 0, or -1 with e set and nothing left. */
+static int make_choices(srv_server *s, const cJSON *root, srv_kind kind, srv_request *req, choices *cs, srv_error *e) {
     const int n = req->n, total = n * req->n_prompts;
     cs->n = 0;
     for (int k = 0; k < total; k++) {
         srv_request r;
-        if (k > 0 && srv_request_parse_at(body, len, kind, k / n, &r, e)) break;
-        if (k > 0) r.seed += (uint64_t)(k % n);
-        if (k > 0) r.choice_of_prompt = k % n;
-        srv_job *j = srv_job_new(s->model, k ? &r : req, s->n_ctx, s->default_max_tokens, e); /* takes it */
+        srv_job *j = NULL;
+        if (k % n) j = srv_job_new_choice(cs->j[k - k % n], k % n, e);
+        else if (k == 0 || !srv_request_from_json(root, kind, k / n, &r, e))
+            j = srv_job_new(s->model, k ? &r : req, s->n_ctx, s->default_max_tokens, e); /* takes it */
         if (!j) break;
         cs->j[cs->n++] = j;
     }
@@ -526,23 +537,27 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
     srv_request req;
     srv_error e;
     choices cs = {{NULL}, 0};
-    if (srv_request_parse(body, len, kind, &req, &e)) return srv_reply_error(c, &e);
-    if (req.n_prompts < 1) req.n_prompts = 1; /* (chat) */
-    if (req.n * req.n_prompts > SRV_MAX_CHOICES) {
+    /* the body is parsed once: each prompt of a batch is taken from its tree */
+    cJSON *root = srv_json_parse(body, len, &e);
+    int st = !root || srv_request_from_json(root, kind, 0, &req, &e) ? -1 : 0;
+    if (!st && req.n_prompts < 1) req.n_prompts = 1; /* (chat) */
+    if (!st && req.n * req.n_prompts > SRV_MAX_CHOICES) {
         srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "n",
                       "'n' (%d) times the prompts of the batch (%d) is more than one request answers (%d choices)",
                       req.n, req.n_prompts, SRV_MAX_CHOICES);
         srv_request_free(&req);
-        return srv_reply_error(c, &e);
+        st = -1;
     }
-    if (req.n * req.n_prompts > s->max_queue) { /* its choices queue together: a 429 had asked for a retry that never fits */
+    if (!st && req.n * req.n_prompts > s->max_queue) { /* its choices queue together: a 429 had asked for a retry that never fits */
         srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "n",
                       "'n' (%d) times the prompts (%d) is more than the server's queue holds (--max-queue %d)", req.n,
                       req.n_prompts, s->max_queue);
         srv_request_free(&req);
-        return srv_reply_error(c, &e);
+        st = -1;
     }
-    if (make_choices(s, body, len, kind, &req, &cs, &e)) return srv_reply_error(c, &e);
+    if (!st) st = make_choices(s, root, kind, &req, &cs, &e);
+    cJSON_Delete(root);
+    if (st) return srv_reply_error(c, &e);
     for (int i = 0; i < cs.n; i++)
         if (srv_submit(s, cs.j[i], &e)) { /* (it released choice i) */
             for (int k = i + 1; k < cs.n; k++) srv_job_unref(cs.j[k]);
@@ -564,15 +579,15 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
             }
         }
     }
-    int st = reply_done(s, c, &cs);
+    st = reply_done(s, c, &cs);
     for (int i = 0; i < cs.n; i++) srv_job_unref(cs.j[i]);
     return st;
 }
 
-int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     return complete(s, c, body, len, SRV_KIND_CHAT);
 }
 
-int srv_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_completions(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     return complete(s, c, body, len, SRV_KIND_COMPLETION);
 }

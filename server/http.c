@@ -33,6 +33,7 @@ static const srv_route routes[] = {
     {"POST", "/v1/chat/completions", srv_chat_completions, 1, 1},
     {"POST", "/v1/completions", srv_completions, 1, 1},
     {"GET", "/v1/models", srv_models, 1, 0},
+    {"GET", "/v1/models/*", srv_model, 1, 0}, /* the openai client's models.retrieve */
     {"GET", "/health", srv_health, 0, 0},
     {"GET", "/metrics", srv_metrics_page, 0, 0},
     {"POST", "/tokenize", srv_tokenize, 1, 1},
@@ -159,18 +160,31 @@ static const char *target_path(const char *url) {
     return slash ? slash : "/";
 }
 
+/* The rest of url after route path p ("" when p is exact), or NULL when
+ * url is not p's. */
+static const char *route_rest(const char *p, const char *url) {
+    const size_t n = strlen(p);
+    if (n && p[n - 1] == '*') return strncmp(url, p, n - 1) ? NULL : url + n - 1;
+    return strcmp(url, p) ? NULL : url + n;
+}
+
 static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_body *b) {
     url = target_path(url);
     srv_error e;
     const srv_route *route = NULL;
+    const char *arg = "";
     int path_known = 0;
     char allow[64] = "OPTIONS"; /* the path's methods, for a 405's Allow header */
     /* HEAD is GET without the body (libmicrohttpd sends none for it) */
     const char *as = strcmp(method, "HEAD") ? method : "GET";
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        if (strcmp(url, routes[i].path)) continue;
+        const char *rest = route_rest(routes[i].path, url);
+        if (!rest) continue;
         path_known = 1;
-        if (!strcmp(as, routes[i].method)) route = &routes[i];
+        if (!strcmp(as, routes[i].method)) {
+            route = &routes[i];
+            arg = rest;
+        }
         size_t at = strlen(allow);
         snprintf(allow + at, sizeof allow - at, strcmp(routes[i].method, "GET") ? ", %s" : ", %s, HEAD",
                  routes[i].method);
@@ -204,7 +218,7 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
         srv_error_set(&e, 503, "server_error", "model_loading", "", "the model is still loading");
         return srv_reply_error(c, &e);
     }
-    return route->fn(s, c, b->data ? b->data : "", b->len);
+    return route->fn(s, c, arg, b->data ? b->data : "", b->len);
 }
 
 typedef struct framing {

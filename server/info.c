@@ -11,26 +11,44 @@ static int bad_request(struct MHD_Connection *c, const char *param, const char *
     return srv_reply_error(c, &e);
 }
 
-int srv_models(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
-    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
+/* OpenAI's model object of the model served. */
+static cJSON *model_json(const srv_server *s) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "kvstitch");
     cJSON_AddNumberToObject(m, "context_length", s->n_ctx);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+int srv_models(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(data, model_json(s));
     return srv_reply_json(c, 200, o);
 }
 
-int srv_health(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+/* GET /v1/models/{id} (the openai client's models.retrieve, which had been
+ * a 404 no such endpoint): the id arrives percent-decoded (http.c's
+ * unescape_url; the client encodes an alias's '/' and spaces). An id not
+ * served is OpenAI's 404, naming it. */
+int srv_model(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
+    if (!strcmp(arg, s->model_id)) return srv_reply_json(c, 200, model_json(s));
+    srv_error e;
+    srv_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                  "The model '%.200s' does not exist (this server serves '%s')", arg, s->model_id);
+    return srv_reply_error(c, &e);
+}
+
+int srv_health(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     int ready = atomic_load(&s->ready);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", ready ? "ok" : "loading");
     return srv_reply_json(c, ready ? 200 : 503, o);
 }
 
-int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     srv_load load = {0, 0, 0, 0};
     if (atomic_load(&s->ready)) load = srv_sched_load(s->sched);
     char *text = srv_metrics_render(&s->metrics, atomic_load(&s->ready) ? s->cache : NULL, load);
@@ -41,7 +59,7 @@ int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *body, 
 }
 
 /* {"content": "...", "add_special": false, "parse_special": true} -> {"tokens": [...]} */
-int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     srv_error e;
     cJSON *in = srv_json_parse(body, len, &e);
     if (!in) return srv_reply_error(c, &e);
@@ -78,7 +96,7 @@ int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size
 }
 
 /* {"tokens": [...]} -> {"content": "..."} */
-int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     srv_error e;
     cJSON *in = srv_json_parse(body, len, &e);
     if (!in) return srv_reply_error(c, &e);
@@ -145,7 +163,7 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, si
     return srv_reply_json(c, 200, o);
 }
 
-int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     kvs_cache_stats st;
     kvs_cache_get_stats(s->cache, &st);
     char fp[65];
@@ -189,7 +207,7 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, s
  * "bake_with_neighbours": K or "doc_set": true also baked, kvs_bake_docs).
  * Runs in a slot like a request that generates nothing.
  */
-int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     srv_error e;
     cJSON *in = srv_json_parse(body, len, &e);
     if (!in) return srv_reply_error(c, &e);

@@ -186,14 +186,19 @@ static int resolve_params(srv_job *j, srv_error *err) {
     return 0;
 }
 
-srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err) {
+/* A job with its own state (output channel, id, clock, one reference) and
+ * no input yet; NULL with err set when out of memory. */
+static srv_job *job_alloc(srv_kind kind, srv_error *err) {
     srv_job *j = calloc(1, sizeof *j);
-    if (!j) {
+    char *text = calloc(1, 256);
+    if (!j || !text) {
+        free(j);
+        free(text);
         srv_error_set(err, 500, "server_error", "", "", "out of memory");
         return NULL;
     }
-    j->req = *req; /* takes ownership */
-    memset(req, 0, sizeof *req);
+    j->text = text;
+    j->cap = 256;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->refs, 1);
@@ -201,8 +206,19 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     j->t_submit = now_ms();
     j->created = (long)time(NULL);
     static atomic_ulong counter;
-    snprintf(j->id, sizeof j->id, "%s-%lx%06lx", j->req.kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(j->id, sizeof j->id, "%s-%lx%06lx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, atomic_fetch_add(&counter, 1) & 0xffffff);
+    return j;
+}
+
+srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err) {
+    srv_job *j = job_alloc(req->kind, err);
+    if (!j) {
+        srv_request_free(req); /* (taken whatever happens: it had been left to leak) */
+        return NULL;
+    }
+    j->req = *req; /* takes ownership */
+    memset(req, 0, sizeof *req);
     if (resolve_params(j, err) || check_texts(&j->req, err) || check_bias(model, &j->req, err) ||
         build_prompt(model, j, err))
         goto fail;
@@ -228,18 +244,41 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     int room = j->n_prompt < n_ctx ? n_ctx - j->n_prompt + 1 : 1;
     j->max_tokens = j->req.max_tokens > 0 ? j->req.max_tokens : j->req.max_tokens < 0 ? 0 : default_max_tokens;
     if (j->max_tokens > room) j->max_tokens = room;
-    if (!(j->text = calloc(1, 256))) goto fail;
-    j->cap = 256;
     return j;
 fail:
     srv_job_unref(j);
     return NULL;
 }
 
+/* The n choices of a request had each parsed the body again (and
+ * tokenized and checked the prompt again): only the seed differs. */
+srv_job *srv_job_new_choice(srv_job *first, int i, srv_error *err) {
+    srv_job *j = job_alloc(first->req.kind, err);
+    if (!j) return NULL;
+    atomic_fetch_add(&first->refs, 1);
+    j->req_owner = first;
+    j->req = first->req;
+    j->req.seed += (uint64_t)i;
+    j->req.choice_of_prompt = i;
+    j->prompt = first->prompt;
+    j->n_prompt = first->n_prompt;
+    j->max_tokens = first->max_tokens;
+    j->sampling = first->sampling;
+    j->sampling.seed = j->req.seed;
+    j->repair = first->repair;
+    j->segments = first->segments;
+    j->seg = first->seg;
+    return j;
+}
+
 void srv_job_unref(srv_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
-    srv_request_free(&j->req);
-    free(j->prompt);
+    if (j->req_owner) {
+        srv_job_unref(j->req_owner);
+    } else {
+        srv_request_free(&j->req);
+        free(j->prompt);
+    }
     free(j->seg_ends);
     free(j->gen_tokens);
     free(j->text);
@@ -253,13 +292,13 @@ void srv_job_unref(srv_job *j) {
 void srv_job_cancel(srv_job *j) { atomic_store(&j->cancelled, 1); }
 
 int srv_job_echo_logprobs(const srv_job *j) {
-    /* A reply (not a stream) takes a prompt's entries from its first choice
+    /* A reply or a stream takes a prompt's entries from its first choice
      * for every choice: the others run their prompt as any prompt, from the
      * cache (each had computed every position's logits: n = 16 took 16
-     * times the work). A stream's choices each compute theirs: a stream
-     * sends a choice's prompt before its first token. */
+     * times the work). A stream holds a choice's echo back until the
+     * first's entries are computed (complete.c's sse_take). */
     return j->req.echo && j->req.logprobs && !j->segments && !j->req.warm /* (a warm echoes nothing) */ &&
-           (j->req.choice_of_prompt == 0 || j->req.stream);
+           j->req.choice_of_prompt == 0;
 }
 
 /* Grows *buf (of *cap elements of size elem) to hold need; 0 or -1. */

@@ -58,7 +58,9 @@ typedef struct srv_logprob {
 
 typedef struct srv_job {
     /* Input: immutable after srv_job_new. */
-    srv_request req;
+    srv_request req;          /* a choice's (req_owner set): a copy of the owner's, its strings the owner's */
+    struct srv_job *req_owner; /* choice i > 0 of a prompt: the first, whose req and prompt it shares
+                                * (and holds a reference to); NULL: this job owns them */
     int32_t *prompt;          /* (n_prompt) the tokens that run */
     int n_prompt;
     int max_tokens;           /* resolved */
@@ -98,13 +100,22 @@ typedef struct srv_job {
 } srv_job;
 
 /* Tokenizes the request for model (chat template, or documents as
- * segments). On failure returns NULL with err set (400, e.g.
- * context_length_exceeded when the prompt does not fit n_ctx). The job
- * starts with one reference, the caller's. */
+ * segments). req is taken (left zeroed) whatever happens. On failure
+ * returns NULL with err set (400, e.g. context_length_exceeded when the
+ * prompt does not fit n_ctx). The job starts with one reference, the
+ * caller's. */
 srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int default_max_tokens, srv_error *err);
+/* Choice i (1 <= i < n) of first's prompt: first's request, tokens and
+ * resolved parameters, shared (never parsed, tokenized or checked again;
+ * first's input is immutable, so the choices may run at once), with seed +
+ * i. Takes a reference to first, dropped with the choice's last. NULL
+ * (err: out of memory) on failure. */
+srv_job *srv_job_new_choice(srv_job *first, int i, srv_error *err);
 void srv_job_unref(srv_job *j);
 /* 1 if the prefill must give every prompt position's logits: an echo with
- * logprobs (no cached prefix can serve it: the cache holds KV, not logits). */
+ * logprobs (no cached prefix can serve it: the cache holds KV, not logits),
+ * in the first choice of its prompt only (the others' replies and streams
+ * take its entries). */
 int srv_job_echo_logprobs(const srv_job *j);
 void srv_job_cancel(srv_job *j);
 

@@ -9,6 +9,6 @@ static const char page_html[] =
 #include "page_html.h"
     ;
 
-int srv_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+int srv_page(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     return srv_reply(c, 200, "text/html; charset=utf-8", page_html, sizeof page_html - 1);
 }

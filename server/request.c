@@ -182,7 +182,7 @@ static int parse_prompt(const cJSON *root, srv_request *r, srv_error *e) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p) return bad(e, "prompt", "'%s' is required%s", "");
     r->n_prompts = 1;
-    if (is_batch(p)) { /* several prompts: this request's is prompt_index's (complete.c parses each) */
+    if (is_batch(p)) { /* several prompts: this request's is prompt_index's (complete.c takes each) */
         r->n_prompts = cJSON_GetArraySize(p);
         r->prompt_batch = 1;
         if (r->n_prompts > SRV_MAX_CHOICES)
@@ -538,16 +538,18 @@ cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
 }
 
 int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err) {
-    return srv_request_parse_at(body, len, kind, 0, out, err);
-}
-
-int srv_request_parse_at(const char *body, size_t len, srv_kind kind, int k, srv_request *out, srv_error *err) {
     memset(out, 0, sizeof *out);
-    out->prompt_index = k;
     cJSON *root = srv_json_parse(body, len, err);
     if (!root) return -1;
-    int st = parse_root(root, kind, out, err);
+    int st = srv_request_from_json(root, kind, 0, out, err);
     cJSON_Delete(root);
+    return st;
+}
+
+int srv_request_from_json(const cJSON *root, srv_kind kind, int k, srv_request *out, srv_error *err) {
+    memset(out, 0, sizeof *out);
+    out->prompt_index = k;
+    int st = parse_root(root, kind, out, err);
     if (st) srv_request_free(out);
     return st;
 }

@@ -80,7 +80,8 @@ typedef struct srv_request {
     int warm;                   /* /v1/cache/warm (set by info.c): nothing is generated */
     int max_tokens;             /* 0 = the server's default; -1 = none (given as 0: echo only) */
     int echo;                   /* completions: the reply's text (and logprobs) begin with the prompt */
-    int n;                      /* choices, 1..SRV_MAX_CHOICES (each a job of its own: complete.c) */
+    int n;                      /* choices, 1..SRV_MAX_CHOICES (each a job of its own sharing this
+                                 * request: srv_job_new_choice) */
     /* Sampling, OpenAI's defaults: temperature 1, top_p 1. */
     float temperature, top_p, min_p;
     float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 */
@@ -106,9 +107,10 @@ typedef struct srv_request {
 /* Parses body[0..len) (need not be NUL-terminated). On failure *out is
  * left zeroed (nothing to free) and err says what is wrong (HTTP 400). */
 int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *out, srv_error *err);
-/* The same, taking prompt k of a completion's batch of prompts (0 <= k <
- * n_prompts of the request parsed with k = 0). */
-int srv_request_parse_at(const char *body, size_t len, srv_kind kind, int k, srv_request *out, srv_error *err);
+/* The same from the body's tree (srv_json_parse; root is only read), taking
+ * prompt k of a completion's batch of prompts (0 <= k < n_prompts of the
+ * request taken with k = 0): a batch's prompts come from one parse. */
+int srv_request_from_json(const cJSON *root, srv_kind kind, int k, srv_request *out, srv_error *err);
 
 /* A request body as JSON, strictly: one value and nothing after it but
  * whitespace (cJSON alone accepted `{...}garbage` and two objects), and no

@@ -30,7 +30,7 @@ typedef struct srv_server {
     srv_sched *sched;
     srv_metrics metrics;
     atomic_int ready;       /* 0 while loading: /health answers 503 */
-    char model_id[128];     /* what /v1/models lists */
+    char model_id[128];     /* what /v1/models lists and /v1/models/{id} serves */
     char *api_key;          /* NULL: no auth */
     size_t max_body;        /* bytes; beyond: 413 (at once when Content-Length announces it) */
     /* Connections (http.c): a client silent for read_timeout_s before its
@@ -46,12 +46,14 @@ typedef struct srv_server {
 } srv_server;
 
 /* One route: a handler answers the request (queues a response) and returns
- * the HTTP status it sent (for the metrics), or 0 if the connection broke. */
-typedef int (*srv_handler)(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+ * the HTTP status it sent (for the metrics), or 0 if the connection broke.
+ * arg: the rest of the path after a route path ending in '*' (the id of
+ * /v1/models/{id}, percent-decoded), "" for the other routes. */
+typedef int (*srv_handler)(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
 
 typedef struct srv_route {
     const char *method;
-    const char *path;
+    const char *path;    /* exact, or ending in an asterisk: every path the part before it begins */
     srv_handler fn;
     int auth;            /* needs the API key when one is set */
     int needs_model;     /* 503 while loading */
@@ -95,16 +97,17 @@ cJSON *srv_logprobs_json(const kvs_model *m, srv_kind kind, const srv_logprob *l
 size_t srv_utf8_chars(const char *s, size_t n);
 
 /* Handlers. */
-int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_completions(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_models(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_health(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
-int srv_page(srv_server *s, struct MHD_Connection *c, const char *body, size_t len);
+int srv_chat_completions(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_completions(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_models(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_model(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_health(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_metrics_page(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_tokenize(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
+int srv_page(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len);
 
 /* `kvstitch serve` (tools/main.c's command row). */
 int cmd_serve(int argc, char **argv);

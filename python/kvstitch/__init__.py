@@ -11,7 +11,7 @@ parsed at import, nothing of the engine is reimplemented here. Thread rules:
 Model and Cache are shared by threads; one Session per thread (a second
 concurrent call raises SessionBusy). The GIL is released while C computes.
 """
-from ._errors import (ContextFull, CorruptCache, Error, FileError, FormatError, InternalError,
+from ._errors import (Closed, ContextFull, CorruptCache, Error, FileError, FormatError, InternalError,
                       Interrupted, InvalidArgument, ModelMismatch, NotFound, OutOfMemory, SessionBusy,
                       Unsupported, Utf8Error)
 from ._lib import cstr as _cstr, lib as _lib, library_path
@@ -29,5 +29,5 @@ __all__ = [
     "System", "Document", "Question", "Segment",
     "Error", "InvalidArgument", "FileError", "FormatError", "Unsupported", "OutOfMemory",
     "NotFound", "ContextFull", "Utf8Error", "ModelMismatch", "CorruptCache", "InternalError",
-    "Interrupted", "SessionBusy", "library_path", "prune_dir", "__version__",
+    "Interrupted", "SessionBusy", "Closed", "library_path", "prune_dir", "__version__",
 ]

@@ -20,6 +20,13 @@ class InvalidArgument(Error, ValueError):
     """KVS_ERR_INVALID_ARG: an argument is out of range or unknown."""
 
 
+class Closed(InvalidArgument):
+    """A Model, Cache or Session was used after its close(). A ValueError, as
+    Python's own closed files raise; an InvalidArgument, as a closed Cache or
+    Session had raised (a closed Model had raised the base Error, which no
+    handler could tell from a failing C call)."""
+
+
 class FileError(Error, OSError):
     """KVS_ERR_IO: opening, reading, writing or mapping a file failed."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._errors import InvalidArgument, NotFound, check
+from ._errors import Closed, InvalidArgument, NotFound, check
 from ._inuse import InUse, NoCopy
 from ._lib import bool_arg, c_path, ffi, int_arg, lib, struct_dict, utf8
 from .model import Model
@@ -94,7 +94,7 @@ class Cache(InUse, NoCopy):
 
     def _handle(self):
         if self._h is None:
-            raise InvalidArgument("the cache was closed")
+            raise Closed("the cache was closed")
         return self._h
 
     def stats(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from ._errors import Error, InvalidArgument, check
+from ._errors import Closed, InvalidArgument, check
 from ._inuse import InUse, NoCopy
 from ._lib import MAX_THREADS, bool_arg, c_path, c_text, cstr, ffi, int_arg, lib, utf8
 
@@ -73,7 +73,7 @@ class Model(InUse, NoCopy):
 
     def _handle(self):
         if self._h is None:
-            raise Error(f"{self.path}: the model was closed")
+            raise Closed(f"{self.path}: the model was closed")
         return self._h
 
     @property

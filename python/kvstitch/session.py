@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from ._errors import ContextFull, InvalidArgument, SessionBusy, check
+from ._errors import Closed, ContextFull, InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
 from ._lib import INT_MAX, MAX_THREADS, bool_arg, c_text, cstr, ffi, int_arg, lib, real_arg, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
@@ -97,7 +97,7 @@ class Session(NoCopy):
             raise InvalidArgument("Session: the cache belongs to another Model")
         if cache is not None:  # refused here, not at the first call (they had been)
             if cache._h is None:
-                raise InvalidArgument("Session: the cache was closed")
+                raise Closed("Session: the cache was closed")
             if kv_type is not None and kv_type_of(kv_type) != kv_type_of(cache.kv_type):
                 raise InvalidArgument(f"Session: kv_type {kv_type!r} differs from the cache's {cache.kv_type!r}")
         p = lib.kvs_context_default_params()
@@ -148,7 +148,7 @@ class Session(NoCopy):
     # --- one call at a time ---------------------------------------------------
     def _acquire(self) -> None:
         if self._h is None:
-            raise InvalidArgument("the session was closed")
+            raise Closed("the session was closed")
         holder = self._holder
         if not self._busy.acquire(blocking=False) and not (holder and holder[0] and self._busy.acquire(timeout=30)):
             raise SessionBusy("this Session is running another call (one Session per thread; "

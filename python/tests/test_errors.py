@@ -137,6 +137,30 @@ def test_closed_cache_and_session_release_the_model(model_path):
         c.stats()
 
 
+def test_a_closed_model_cache_or_session_raises_closed(model_path):
+    """Every call on a closed Model, Cache or Session raises kvstitch.Closed:
+    a ValueError, as I/O on a closed Python file, and an InvalidArgument (a
+    closed Model had raised the base Error, which no handler could tell from
+    a failing C call)."""
+    m = kvstitch.Model.load(model_path, threads=1)
+    c = kvstitch.Cache(m, budget_bytes=1 << 20)
+    s = kvstitch.Session(m, c, n_ctx=64)
+    s.close()
+    session_calls = [lambda: s.generate("Hi", max_tokens=1), lambda: s.warm("Hi"),
+                     lambda: next(iter(s.stream("Hi", max_tokens=1)))]
+    c.close()
+    cache_calls = [c.stats, c.clear, c.entries, lambda: kvstitch.Session(m, c)]
+    m.close()
+    model_calls = [lambda: m.tokenize("x"), lambda: m.detokenize([1]), lambda: m.n_vocab, lambda: m.info,
+                   lambda: kvstitch.Cache(m), lambda: kvstitch.Session(m)]
+    for i, call in enumerate(session_calls + cache_calls + model_calls):
+        with pytest.raises(kvstitch.Closed, match="closed") as e:
+            call()
+        assert isinstance(e.value, ValueError) and isinstance(e.value, kvstitch.InvalidArgument), i
+        assert e.value.status == 0, i  # the binding's, no C status
+    assert "Closed" in kvstitch.__all__ and issubclass(kvstitch.Closed, kvstitch.Error)
+
+
 def test_close_while_another_thread_calls_is_refused(model_path):
     """Model.close() while another thread tokenizes: refused (it had freed
     the model under the call: a segfault). In a child process, so that a

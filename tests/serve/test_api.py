@@ -17,6 +17,46 @@ def test_health_and_models(server, client):
     assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
 
 
+def test_models_retrieve(server, client):
+    """GET /v1/models/{id} (the openai client's models.retrieve; it had been
+    a 404 "no such endpoint"): the object /v1/models lists, for the id
+    served (the file's base name, or --alias), percent-decoded; another id
+    is OpenAI's 404 model_not_found naming it."""
+    listed = client.models.list().data[0]
+    got = client.models.retrieve(listed.id)
+    assert got.model_dump() == listed.model_dump() and got.object == "model"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert e.value.body["code"] == "model_not_found" and "'gpt-4o'" in e.value.body["message"], e.value.body
+    # raw: the body of the 404, an escaped id decoded, auth, HEAD and 405 as every route's
+    e = error_of(server.get("/v1/models/no%20such%2Fmodel%C3%A9"), 404)
+    assert e == {"message": e["message"], "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    assert e["message"].startswith("The model 'no such/model\u00e9' does not exist"), e
+    assert error_of(server.get("/v1/models/"), 404)["code"] == "model_not_found"
+    raw = server.get("/v1/models").json()["data"][0]
+    assert server.get("/v1/models/SmolLM2-135M-Instruct%2EQ4_1.gguf").json() == raw
+    assert error_of(requests.get(server.url + "/v1/models/" + listed.id, timeout=30), 401)["code"] == "invalid_api_key"
+    assert requests.head(server.url + "/v1/models/" + listed.id, headers=server.headers(), timeout=30).status_code == 200
+    r = requests.delete(server.url + "/v1/models/" + listed.id, headers=server.headers(), timeout=30)
+    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, GET, HEAD", r.headers
+
+
+def test_models_retrieve_by_alias():
+    """With --alias the id served is the alias, whose '/' and spaces the
+    client percent-encodes; the file's base name is then not served."""
+    from conftest import Server
+    s = Server("--slots", "1", "--ctx", "256", "--alias", "team/small model")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key=s.key, max_retries=0, timeout=60)
+        m = c.models.retrieve("team/small model")
+        assert (m.id, m.object, m.owned_by, m.model_extra["context_length"]) == ("team/small model", "model", "kvstitch", 256)
+        assert [x.model_dump() for x in c.models.list().data] == [m.model_dump()]
+        with pytest.raises(openai.NotFoundError):
+            c.models.retrieve("SmolLM2-135M-Instruct.Q4_1.gguf")
+    finally:
+        assert s.stop() == 0
+
+
 def check_usage(u):
     assert u.prompt_tokens > 0 and u.completion_tokens > 0
     assert u.total_tokens == u.prompt_tokens + u.completion_tokens
@@ -762,6 +802,49 @@ def test_echo_scores_the_prompt_with_the_bits_of_generation(server, client):
                 streamed[k] += getattr(ev.choices[0].logprobs, k)
     assert streamed.pop("text") == p + gen.text
     assert streamed == {k: whole[k] for k in streamed}
+
+
+def test_echo_streamed_choices_share_the_first_choices_prompt_entries(server, client):
+    """A stream with echo, logprobs and n > 1: every choice echoes the
+    prompt's entries the first choice computed, byte for byte those of n = 1;
+    the others run the prompt from the cache as a reply's do (each had
+    computed every position's logits again: n = 3 computed the prompt 3
+    times, in kvstitch_prompt_tokens_total{source="computed"})."""
+    from conftest import metric
+    chunk = server.get("/v1/cache/stats").json()["chunk_tokens"]
+    p = "Notes %d. " % time.time_ns() + " ".join("step %d turns valve %d." % (i, i * 7 % 13) for i in range(90))
+    n_prompt = len(server.post("/tokenize", {"content": p}).json()["tokens"])
+    assert n_prompt > 2 * chunk, (n_prompt, chunk)
+    keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+    def streamed(n):
+        got = [{"text": "", **{k: [] for k in keys}} for _ in range(n)]
+        for ev in client.completions.create(model="x", prompt=p, max_tokens=2, temperature=0.9, seed=5, echo=True,
+                                            logprobs=2, n=n, stream=True):
+            for c in ev.choices:
+                got[c.index]["text"] += c.text
+                if c.logprobs:
+                    for k in keys:
+                        got[c.index][k] += getattr(c.logprobs, k)
+        return got
+
+    # n = 1 first: the prompt is cached, so the stream's other choices load
+    # it and sample at once, before the first has computed the entries their
+    # echo waits for (sent without waiting, they would be null)
+    alone = client.completions.create(model="x", prompt=p, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+    one = streamed(1)[0]
+    computed = 'kvstitch_prompt_tokens_total{source="computed"}'
+    before = metric(server, computed)
+    three = streamed(3)
+    spent = metric(server, computed) - before
+    for c in three + [one]:
+        assert c["text"].startswith(p), c["text"][:80]
+        # the prompt's entries, then two generated tokens'
+        assert {k: c[k][:n_prompt] for k in keys} == {k: getattr(alone, k) for k in keys}
+        assert len(c["tokens"]) == n_prompt + 2
+    assert three[0] == one  # choice 0 is the request with n = 1
+    # the first computes the whole prompt, the others what the cache's whole chunks leave (< a chunk each)
+    assert n_prompt <= spent < n_prompt + 2 * chunk, (spent, n_prompt, chunk)
 
 
 def test_prompt_as_token_ids(server, client):
