@@ -6,6 +6,8 @@
  *     token path (a document's lookup)
  *   - damage on every chunk of a path: one request drops and rewrites all
  *   - a failed write (a directory in an entry's place) is counted, not stored
+ *   - a directory that cannot be listed opens degraded (no index, no write,
+ *     reads by key), as a read-only one costs the cache, not the caller
  *   - a FIFO in an entry's place never hangs a scan, a lookup, clear, prune
  *   - clear / prune touch only files whose names and headers are the cache's
  *   - the byte bound evicts the least recently used entries; the RAM
@@ -24,8 +26,10 @@
 #include "test_kv_dir.h"
 #include "test_kv_fake.h"
 
+#include <linux/capability.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -588,6 +592,74 @@ TEST(failed_write_reason_survives_a_long_path) {
     free(base);
 }
 
+/* Root reads any directory (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): this
+ * thread's effective set without them (on = 0) or with them back from the
+ * permitted set (on = 1), so that root meets a directory's mode as its
+ * owner does. 0, or -1 when the kernel refuses. */
+static int dac_caps(int on) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct c[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &h, c)) return -1;
+    const uint32_t dac = 1u << CAP_DAC_OVERRIDE | 1u << CAP_DAC_READ_SEARCH;
+    c[0].effective = on ? c[0].effective | (c[0].permitted & dac) : c[0].effective & ~dac;
+    return (int)syscall(SYS_capset, &h, c);
+}
+
+/* A directory this process may enter and write but not list (mode 0300:
+ * opendir fails with EACCES) opens degraded, as a read-only one costs the
+ * cache and not the caller: nothing indexed, its entries still read by
+ * key, every write refused and reported naming the directory and the
+ * error (its bound needs a listing), nothing written. The open had failed
+ * ("cannot open cache dir: Permission denied"), and with it `generate`,
+ * `warm` and `serve`, which all open through kvs_store_open. */
+TEST(unlistable_dir_opens_degraded) {
+    char *dir = populated_dir();
+    CHECK_EQ_INT(chmod(dir, 0300), 0);
+    const int root = geteuid() == 0;
+    if (root && dac_caps(0)) {
+        chmod(dir, 0755);
+        rm_dir(dir);
+        free(dir);
+        SKIP("root, and the kernel refuses to drop CAP_DAC_OVERRIDE from this thread");
+    }
+    DIR *probe = opendir(dir);
+    if (probe) {
+        closedir(probe);
+        if (root) dac_caps(1);
+        chmod(dir, 0755);
+        rm_dir(dir);
+        free(dir);
+        SKIP("a directory of mode 0300 still lists here");
+    }
+    kvs_store *s = open_store(dir, 0);
+    if (s) {
+        kvs_store_stats st;
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.entries, 0);       /* nothing listed, nothing indexed */
+        CHECK_EQ_INT(serve_into(s, N), N); /* read by name */
+        static int32_t t2[N];
+        for (int i = 0; i < N; i++) t2[i] = toks[i] + 1;
+        fake_kv *f = fake_kv_new(SHAPE, N);
+        fake_kv_fill(f, t2, N);
+        kvs_put_report r;
+        CHECK_EQ_INT(kvs_store_put_prefix(s, t2, N, 64, NULL, 0, &f->kv, &r), KVS_OK);
+        CHECK_EQ_INT(r.n_new, 0);
+        CHECK_EQ_INT(r.n_write_errors, 5);
+        CHECK_MSG(strstr(r.write_error, dir) && strstr(r.write_error, "Permission denied"), "'%s'", r.write_error);
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.disk_writes, 0);
+        CHECK_EQ_INT(st.disk_write_errors, 5);
+        kvs_store_free(s);
+        fake_kv_free(f);
+    }
+    if (root) CHECK_EQ_INT(dac_caps(1), 0);
+    CHECK_EQ_INT(chmod(dir, 0755), 0);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5); /* the first prompt's, no more */
+    CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
+    rm_dir(dir);
+    free(dir);
+}
+
 static void on_alarm(int sig) {
     (void)sig;
     static const char msg[] = "FAIL fifo_in_place_never_hangs (timed out)\n";
@@ -957,6 +1029,7 @@ int main(void) {
     RUN(damage_on_every_chunk_heals_in_one_request);
     RUN(failed_write_is_counted_not_stored);
     RUN(failed_write_reason_survives_a_long_path);
+    RUN(unlistable_dir_opens_degraded);
     RUN(fifo_in_place_never_hangs);
     RUN(clear_and_prune_touch_only_own_files);
     RUN(bound_ignores_files_not_its_own);

@@ -61,7 +61,8 @@ typedef struct kvs_disk_usage {
                                   * nor other (a scan counts them KVS_DISK_NOT_REGULAR) */
 } kvs_disk_usage;
 
-/* Lists dir (names + lstat; no file is opened). A missing dir is empty. */
+/* Lists dir (names + lstat; no file is opened). A missing dir is empty; *u
+ * is all zeros when the listing fails (KVS_ERR_IO: opendir failed). */
 int kvs_disk_usage_get(const char *dir, kvs_disk_usage *u);
 
 /* (bytes of the cache's entries + available bytes of dir's file system) / 2. */
