@@ -724,8 +724,8 @@ KVS_API int kvs_cache_dir_scan(const char *dir, kvs_cache_entry_fn fn, void *use
 /* kvs_cache_dir_scan (without a callback) that also reads every payload and
  * verifies its checksum: damaged counts payload damage too. Reads all of dir. */
 KVS_API int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
-/* Removes every entry file of dir (any model) and stale temporary files:
- * only files whose names and headers are the cache's own. */
+/* Removes every entry file of dir (any model), stale temporary files and
+ * stale junk (kvs_cache_prune_report): only the cache's own files. */
 KVS_API int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
 
 /* The default byte bound of dir (see kvs_cache_params.cache_max_bytes). */
@@ -742,11 +742,16 @@ typedef struct kvs_cache_prune_report {
     uint64_t unreachable_removed;
     uint64_t tmp_removed;            /* stale temporary files */
     uint64_t entries, bytes;         /* what remains */
+    uint64_t junk_removed, junk_bytes; /* stale junk: files with an entry's name but not its
+                                      * magic (empty, or another writer's bytes), untouched for
+                                      * an hour (never served; counted toward the bound) */
 } kvs_cache_prune_report;
 
 /* Reclaims space in dir (any model): unreachable entries, stale temporary
- * files, then entries older than older_than_s, then least recently used
- * ones down to max_bytes. Only the cache's own files are touched. A file
+ * files and stale junk, then entries older than older_than_s, then least
+ * recently used ones down to max_bytes. Only the cache's own files are
+ * touched (junk is the cache's by its name; a fresh one may be being
+ * written, and stays). A file
  * that could not be removed (no write permission on dir, a read-only file
  * system) stays in r's figures and makes the call return KVS_ERR_IO naming
  * the first one, r still filled; entries it may not remove are left out of

@@ -2,7 +2,8 @@
 # The cache directory as an attacker and a full disk meet it, through the CLI:
 # FIFOs in place of the model, the weights memo and a cache entry (every
 # command finishes within a timeout); a full tmpfs and a read-only mount
-# (failed writes are reported, never counted as stored); foreign files
+# (failed writes are reported, never counted as stored); a directory that
+# cannot be listed (costs the cache, not the generation); foreign files
 # survive clear; prune; and three concurrent processes filling a directory
 # past --cache-max-bytes (the bound holds, every remaining entry verifies,
 # outputs stay bit-identical to cold runs). Prints "ok NAME" / "FAIL NAME";
@@ -114,6 +115,30 @@ if mount -t tmpfs -o size=2m tmpfs "$small" 2>/dev/null; then
 else
     echo "skip cache_dir_full_fs_reported (cannot mount a tmpfs here)"
 fi
+
+# --- a cache dir that cannot be listed -------------------------------------------------------
+# Mode 0300: entered and written, never listed (opendir: EACCES). It costs the cache, as a
+# read-only one does: generate succeeds with the cold output, warns naming the dir and the
+# error, and writes no entry (its bound needs a listing); it had failed ("cannot open cache
+# dir: Permission denied"). Root lists any directory, so as root the run drops
+# CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (setpriv: root then meets the mode as its owner
+# does); skipped where that is not possible.
+U="$tmp/unlistable"; mkdir -p "$U"; chmod 300 "$U"
+as_owner=(env)
+[ "$(id -u)" = 0 ] && as_owner=(setpriv --bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search)
+if "${as_owner[@]}" true 2>/dev/null && ! "${as_owner[@]}" ls "$U" >/dev/null 2>&1; then
+    T "${as_owner[@]}" "$CLI" generate -m "$MODEL" --cache-dir "$U" --threads 2 -n 4 --json -f "$tmp/p3.txt" \
+        >"$tmp/gu.json" 2>"$tmp/e"; rc=$?
+    T "$CLI" generate -m "$MODEL" --threads 2 -n 4 --json -f "$tmp/p3.txt" >"$tmp/gc.json" 2>>"$tmp/e"
+    [ $rc -eq 0 ] && [ "$(j "$tmp/gu.json" 'd["first_logits_sha256"], d["tokens"]')" = "$(j "$tmp/gc.json" 'd["first_logits_sha256"], d["tokens"]')" ] \
+        && [ "$(j "$tmp/gu.json" 'd["stored_chunks"] == 0 and d["write_errors"] > 0')" = True ] \
+        && grep -q "warning: .*could not be written.*$U: cannot open cache dir: Permission denied" "$tmp/e" \
+        && [ "$(kvc_count "$U")" -eq 0 ] && ok cache_dir_unlistable_generate \
+        || fail cache_dir_unlistable_generate "rc=$rc $(cat "$tmp/gu.json" "$tmp/e")"
+else
+    echo "skip cache_dir_unlistable_generate (a directory of mode 0300 lists here, or setpriv cannot drop the DAC capabilities)"
+fi
+chmod 755 "$U"
 
 # --- clear and prune touch only the cache's files ------------------------------------------
 # (its parents made as mkdir -p does: a dir under a missing ~/.cache had failed; the weights

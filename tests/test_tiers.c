@@ -6,8 +6,12 @@
  *     token path (a document's lookup)
  *   - damage on every chunk of a path: one request drops and rewrites all
  *   - a failed write (a directory in an entry's place) is counted, not stored
+ *   - a directory that cannot be listed opens degraded (no index, no write,
+ *     reads by key), as a read-only one costs the cache, not the caller
  *   - a FIFO in an entry's place never hangs a scan, a lookup, clear, prune
- *   - clear / prune touch only files whose names and headers are the cache's
+ *   - clear / prune touch only files whose names and headers are the cache's,
+ *     and stale junk (an entry's name without the magic); the bound counts
+ *     stale junk and reclaims it before any entry
  *   - the byte bound evicts the least recently used entries; the RAM
  *     index's records of chunks only a tier holds are bounded likewise
  *   - unreachable entries and old entries are reported and pruned
@@ -24,8 +28,10 @@
 #include "test_kv_dir.h"
 #include "test_kv_fake.h"
 
+#include <linux/capability.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -588,6 +594,74 @@ TEST(failed_write_reason_survives_a_long_path) {
     free(base);
 }
 
+/* Root reads any directory (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): this
+ * thread's effective set without them (on = 0) or with them back from the
+ * permitted set (on = 1), so that root meets a directory's mode as its
+ * owner does. 0, or -1 when the kernel refuses. */
+static int dac_caps(int on) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct c[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &h, c)) return -1;
+    const uint32_t dac = 1u << CAP_DAC_OVERRIDE | 1u << CAP_DAC_READ_SEARCH;
+    c[0].effective = on ? c[0].effective | (c[0].permitted & dac) : c[0].effective & ~dac;
+    return (int)syscall(SYS_capset, &h, c);
+}
+
+/* A directory this process may enter and write but not list (mode 0300:
+ * opendir fails with EACCES) opens degraded, as a read-only one costs the
+ * cache and not the caller: nothing indexed, its entries still read by
+ * key, every write refused and reported naming the directory and the
+ * error (its bound needs a listing), nothing written. The open had failed
+ * ("cannot open cache dir: Permission denied"), and with it `generate`,
+ * `warm` and `serve`, which all open through kvs_store_open. */
+TEST(unlistable_dir_opens_degraded) {
+    char *dir = populated_dir();
+    CHECK_EQ_INT(chmod(dir, 0300), 0);
+    const int root = geteuid() == 0;
+    if (root && dac_caps(0)) {
+        chmod(dir, 0755);
+        rm_dir(dir);
+        free(dir);
+        SKIP("root, and the kernel refuses to drop CAP_DAC_OVERRIDE from this thread");
+    }
+    DIR *probe = opendir(dir);
+    if (probe) {
+        closedir(probe);
+        if (root) dac_caps(1);
+        chmod(dir, 0755);
+        rm_dir(dir);
+        free(dir);
+        SKIP("a directory of mode 0300 still lists here");
+    }
+    kvs_store *s = open_store(dir, 0);
+    if (s) {
+        kvs_store_stats st;
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.entries, 0);       /* nothing listed, nothing indexed */
+        CHECK_EQ_INT(serve_into(s, N), N); /* read by name */
+        static int32_t t2[N];
+        for (int i = 0; i < N; i++) t2[i] = toks[i] + 1;
+        fake_kv *f = fake_kv_new(SHAPE, N);
+        fake_kv_fill(f, t2, N);
+        kvs_put_report r;
+        CHECK_EQ_INT(kvs_store_put_prefix(s, t2, N, 64, NULL, 0, &f->kv, &r), KVS_OK);
+        CHECK_EQ_INT(r.n_new, 0);
+        CHECK_EQ_INT(r.n_write_errors, 5);
+        CHECK_MSG(strstr(r.write_error, dir) && strstr(r.write_error, "Permission denied"), "'%s'", r.write_error);
+        kvs_store_get_stats(s, &st);
+        CHECK_EQ_INT(st.disk_writes, 0);
+        CHECK_EQ_INT(st.disk_write_errors, 5);
+        kvs_store_free(s);
+        fake_kv_free(f);
+    }
+    if (root) CHECK_EQ_INT(dac_caps(1), 0);
+    CHECK_EQ_INT(chmod(dir, 0755), 0);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 5); /* the first prompt's, no more */
+    CHECK_EQ_INT(count_files(dir, ".tmp"), 0);
+    rm_dir(dir);
+    free(dir);
+}
+
 static void on_alarm(int sig) {
     (void)sig;
     static const char msg[] = "FAIL fifo_in_place_never_hangs (timed out)\n";
@@ -660,7 +734,7 @@ static int exists(const char *dir, const char *name) {
 TEST(clear_and_prune_touch_only_own_files) {
     for (int use_prune = 0; use_prune < 2; use_prune++) {
         char *dir = populated_dir();
-        char hex[65], stale[160], live[160], fake_entry[80];
+        char hex[65], stale[160], live[160], fake_entry[80], fresh_junk[80];
         kvs_key k;
         chunk_key(0, &k);
         kvs_key_to_hex(&k, hex);
@@ -668,23 +742,27 @@ TEST(clear_and_prune_touch_only_own_files) {
         snprintf(stale, sizeof stale, ".%s.%ld.3.tmp", hex, dead_pid());
         snprintf(live, sizeof live, ".%s.%ld.4.tmp", hex, (long)getpid());
         snprintf(fake_entry, sizeof fake_entry, "%064d.kvc", 5);
+        snprintf(fresh_junk, sizeof fresh_junk, "%064d.kvc", 6);
         put_file(dir, stale, "KVSC partial", 0);
         put_file(dir, live, "KVSC partial", 0);
         put_file(dir, ".x.tmp", "someone else's", old);      /* old, but not a writer's name */
-        put_file(dir, fake_entry, "not a cache entry", old); /* an entry's name, not its header */
+        put_file(dir, fake_entry, "not a cache entry", old); /* an entry's name, not its header: junk, stale */
+        put_file(dir, fresh_junk, "being written", 0);       /* junk, but a foreign writer may be at it */
         put_file(dir, "notes.txt", "mine", old);
         kvs_cache_dir_stats ds;
         CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
         CHECK_EQ_INT(ds.tmp, 2);
         CHECK_EQ_INT(ds.stale_tmp, 1);
-        CHECK_EQ_INT(ds.other_files, 2); /* .x.tmp, notes.txt (the fake entry counts as damaged) */
-        CHECK_EQ_INT(ds.damaged, 1);
+        CHECK_EQ_INT(ds.other_files, 2); /* .x.tmp, notes.txt (the junk counts as damaged) */
+        CHECK_EQ_INT(ds.damaged, 2);
         if (use_prune) {
             kvs_cache_prune_params pp = {1, 0, 0}; /* a 1-byte bound: every entry goes */
             kvs_cache_prune_report pr;
             CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
             CHECK_EQ_INT(pr.removed, 5);
             CHECK_EQ_INT(pr.tmp_removed, 1);
+            CHECK_EQ_INT(pr.junk_removed, 1);
+            CHECK_EQ_INT(pr.junk_bytes, strlen("not a cache entry"));
         } else {
             uint64_t removed = 0;
             CHECK_EQ_INT(kvs_cache_dir_clear(dir, &removed), KVS_OK);
@@ -693,7 +771,8 @@ TEST(clear_and_prune_touch_only_own_files) {
         CHECK(!exists(dir, stale));
         CHECK(exists(dir, live)); /* a live writer's */
         CHECK(exists(dir, ".x.tmp"));
-        CHECK(exists(dir, fake_entry));
+        CHECK(!exists(dir, fake_entry));
+        CHECK(exists(dir, fresh_junk));
         CHECK(exists(dir, "notes.txt"));
         CHECK_EQ_INT(count_files(dir, ".kvc"), 1);
         rm_dir(dir);
@@ -736,6 +815,95 @@ TEST(bound_ignores_files_not_its_own) {
 static void set_atime(const char *path, time_t t) {
     struct timespec ts[2] = {{t, 0}, {0, UTIME_OMIT}};
     CHECK_EQ_INT(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+/* Junk, files with an entry's name that do not start with the magic (a
+ * zero-length one a crash left, another writer's bytes), had never been
+ * removed nor counted: they leaked for good. Stale (untouched for an
+ * hour), they count toward the bound and go first, before any entry, when
+ * a put needs room; fresh junk (a foreign writer may be filling it right
+ * now) and a symlink named like an entry (never followed) stay. */
+TEST(bound_reclaims_stale_junk_first) {
+    char *dir = populated_dir();
+    kvs_disk_usage u;
+    CHECK_EQ_INT(kvs_disk_usage_get(dir, &u), KVS_OK);
+    char path[512], zero[80], garbage[80], fresh[80], link[80], target[600];
+    entry_path(dir, 0, path, sizeof path);
+    struct stat sb;
+    CHECK_EQ_INT(stat(path, &sb), 0);
+    const uint64_t entry = (uint64_t)sb.st_size, first = u.bytes; /* a full entry; the first prompt's 5 */
+    const uint64_t valid = 2 * first - entry; /* and a second prompt's 4 beside its shared chunk 0 */
+    const size_t junk = (size_t)(3 * entry);
+    char *big = malloc(junk + 1);
+    memset(big, 'x', junk);
+    big[junk] = 0;
+    const time_t old = time(NULL) - 7200;
+    snprintf(zero, sizeof zero, "%064d.kvc", 1);
+    snprintf(garbage, sizeof garbage, "%064d.kvc", 2);
+    snprintf(fresh, sizeof fresh, "%064d.kvc", 3);
+    snprintf(link, sizeof link, "%064d.kvc", 4);
+    snprintf(target, sizeof target, "%s.target", dir); /* outside the directory: old junk itself */
+    put_file(dir, zero, "", old);
+    put_file(dir, garbage, big, old);
+    put_file(dir, fresh, "being written", 0);
+    FILE *f = fopen(target, "wb");
+    CHECK(f && fputs("not an entry", f) >= 0 && fclose(f) == 0);
+    struct timespec ts[2] = {{old, 0}, {old, 0}};
+    CHECK_EQ_INT(utimensat(AT_FDCWD, target, ts, 0), 0);
+    snprintf(path, sizeof path, "%s/%s", dir, link);
+    CHECK_EQ_INT(symlink(target, path), 0);
+    /* a bound the valid entries fit in with room to spare (under its 90% low-water mark), the
+     * stale junk beside them not: a second prompt sharing chunk 0 writes 4 chunks */
+    static int32_t t2[N];
+    memcpy(t2, toks, sizeof t2);
+    for (int i = 64; i < N; i++) t2[i] = toks[i] + 1;
+    kvs_store *s = open_store(dir, (valid / 9 + 1) * 10);
+    fake_kv *fk = fake_kv_new(SHAPE, N);
+    fake_kv_fill(fk, t2, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, t2, N, 64, NULL, 0, &fk->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 4);
+    CHECK_EQ_INT(r.n_write_errors, 0);
+    kvs_store_free(s);
+    CHECK(!exists(dir, zero));
+    CHECK(!exists(dir, garbage));
+    CHECK(exists(dir, fresh));
+    CHECK(lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat(target, &sb) == 0 && sb.st_size == (off_t)strlen("not an entry")); /* never followed */
+    kvs_cache_dir_stats ds;
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, NULL, NULL, &ds), KVS_OK);
+    CHECK_EQ_INT(ds.entries, 9); /* no valid entry was evicted for the junk's bytes */
+    CHECK_EQ_INT(ds.bytes, valid);
+    CHECK_EQ_INT(ds.unreachable, 0);
+    CHECK_EQ_INT(ds.damaged, 1);    /* the fresh junk */
+    CHECK_EQ_INT(ds.unreadable, 1); /* the symlink */
+    s = open_store(dir, 0);
+    CHECK_EQ_INT(serve_into(s, N), N);
+    kvs_store_free(s);
+    /* the prune's report counts it; junk goes before entries used longer ago than it (its
+     * access stamp after every entry's; its mtime says stale) */
+    put_file(dir, zero, "", old);
+    put_file(dir, garbage, big, old);
+    snprintf(path, sizeof path, "%s/%s", dir, zero);
+    set_atime(path, time(NULL) + 3600);
+    snprintf(path, sizeof path, "%s/%s", dir, garbage);
+    set_atime(path, time(NULL) + 3600);
+    kvs_cache_prune_params pp = {valid, 0, 0};
+    kvs_cache_prune_report pr;
+    CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &pr), KVS_OK);
+    CHECK_EQ_INT(pr.junk_removed, 2);
+    CHECK_EQ_INT(pr.junk_bytes, junk);
+    CHECK_EQ_INT(pr.removed, 0);
+    CHECK_EQ_INT(pr.entries, 9);
+    CHECK_EQ_INT(pr.bytes, valid);
+    CHECK(!exists(dir, zero) && !exists(dir, garbage) && exists(dir, fresh));
+    fake_kv_free(fk);
+    free(big);
+    snprintf(path, sizeof path, "%s/%s", dir, link);
+    unlink(path);
+    unlink(target);
+    rm_dir(dir);
+    free(dir);
 }
 
 TEST(bound_evicts_least_recently_used) {
@@ -957,10 +1125,12 @@ int main(void) {
     RUN(damage_on_every_chunk_heals_in_one_request);
     RUN(failed_write_is_counted_not_stored);
     RUN(failed_write_reason_survives_a_long_path);
+    RUN(unlistable_dir_opens_degraded);
     RUN(fifo_in_place_never_hangs);
     RUN(clear_and_prune_touch_only_own_files);
     RUN(bound_ignores_files_not_its_own);
     RUN(bound_evicts_least_recently_used);
+    RUN(bound_reclaims_stale_junk_first);
     RUN(unreachable_and_old_entries_pruned);
     RUN(bound_below_one_entry_writes_nothing);
     RUN(bound_keeps_the_entry_just_written);

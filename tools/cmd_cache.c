@@ -23,7 +23,8 @@ static const char *usage_text =
     "                         with -m only this model's chunks, with their text\n"
     "  clear                  remove every entry of DIR (all models; only the cache's own files)\n"
     "  prune                  reclaim space: unreachable entries (their parent chunk is gone, no\n"
-    "                         prompt can use them), temporary files of writers that died, entries\n"
+    "                         prompt can use them), temporary files of writers that died, junk\n"
+    "                         (an entry's name without its magic, untouched for an hour), entries\n"
     "                         unused for --older-than, then the least recently used down to\n"
     "                         --max-bytes (only the cache's own files)\n"
     "  --cache-dir DIR        the cache directory (must exist)\n"
@@ -513,19 +514,21 @@ int cmd_cache(int argc, char **argv) {
         int st = kvs_cache_dir_prune(o.dir, &pp, &r);
         /* KVS_ERR_IO: files it could not remove; the report is filled: shown, then the error */
         if (st != KVS_OK && st != KVS_ERR_IO) return cli_fail(st, o.dir);
-        if (st == KVS_ERR_IO && !r.removed && !r.tmp_removed && !r.entries) return cli_fail(st, o.dir); /* no report */
+        if (st == KVS_ERR_IO && !r.removed && !r.tmp_removed && !r.junk_removed && !r.entries)
+            return cli_fail(st, o.dir); /* no report */
         if (o.json) {
             printf("{\"removed\": %llu, \"removed_bytes\": %llu, \"unreachable_removed\": %llu, \"tmp_removed\": %llu, "
-                   "\"entries\": %llu, \"bytes\": %llu, \"dir\": ",
-                   ULL(r.removed), ULL(r.removed_bytes), ULL(r.unreachable_removed), ULL(r.tmp_removed), ULL(r.entries),
-                   ULL(r.bytes));
+                   "\"junk_removed\": %llu, \"junk_bytes\": %llu, \"entries\": %llu, \"bytes\": %llu, \"dir\": ",
+                   ULL(r.removed), ULL(r.removed_bytes), ULL(r.unreachable_removed), ULL(r.tmp_removed),
+                   ULL(r.junk_removed), ULL(r.junk_bytes), ULL(r.entries), ULL(r.bytes));
             cli_json_string(stdout, o.dir, strlen(o.dir));
             printf("}\n");
         } else {
-            printf("removed %llu entr%s (%.1f MiB; %llu unreachable) and %llu stale temporary file%s from %s; "
-                   "%llu entry files (%.1f MiB; damaged ones included: `cache stats`) remain\n",
+            printf("removed %llu entr%s (%.1f MiB; %llu unreachable), %llu junk file%s (%.1f MiB) and %llu stale "
+                   "temporary file%s from %s; %llu entry files (%.1f MiB; damaged ones included: `cache stats`) remain\n",
                    ULL(r.removed), r.removed == 1 ? "y" : "ies", (double)r.removed_bytes / (1 << 20),
-                   ULL(r.unreachable_removed), ULL(r.tmp_removed), r.tmp_removed == 1 ? "" : "s", o.dir,
+                   ULL(r.unreachable_removed), ULL(r.junk_removed), r.junk_removed == 1 ? "" : "s",
+                   (double)r.junk_bytes / (1 << 20), ULL(r.tmp_removed), r.tmp_removed == 1 ? "" : "s", o.dir,
                    ULL(r.entries), (double)r.bytes / (1 << 20));
         }
         return st == KVS_OK ? 0 : cli_fail(st, o.dir);

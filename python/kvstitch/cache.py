@@ -189,10 +189,12 @@ def prune_dir(cache_dir: str | os.PathLike, max_bytes: int = 0, older_than_s: in
               keep_unreachable: bool = False) -> dict[str, int]:
     """Reclaims space in a cache directory of any model (kvs_cache_dir_prune,
     as `kvstitch cache prune`): unreachable entries (unless keep_unreachable),
-    stale temporary files, entries not used for older_than_s seconds, then
+    stale temporary files and stale junk (an entry's name without its magic,
+    untouched for an hour), entries not used for older_than_s seconds, then
     the least recently used down to max_bytes (0: no bound). Only the
     cache's own files are touched. Returns the report (removed,
-    removed_bytes, unreachable_removed, tmp_removed, entries, bytes)."""
+    removed_bytes, unreachable_removed, tmp_removed, entries, bytes,
+    junk_removed, junk_bytes)."""
     d = os.path.expanduser(cache_dir) if not isinstance(cache_dir, bytes) else cache_dir
     if not os.path.isdir(d):  # as `kvstitch cache prune` (it had reported an empty directory)
         raise NotFound(f"cache_dir {os.fsdecode(d)!r}: no such directory", lib.KVS_ERR_NOT_FOUND)

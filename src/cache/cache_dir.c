@@ -253,6 +253,8 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
     r->removed = r->unreachable_removed + dr.removed;
     r->removed_bytes += dr.removed_bytes;
     r->tmp_removed = dr.tmp_removed;
+    r->junk_removed = dr.junk_removed;
+    r->junk_bytes = dr.junk_bytes;
     r->entries = dr.entries;
     r->bytes = dr.bytes;
     /* the report holds what happened; a file that stayed is still an error */

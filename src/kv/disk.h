@@ -174,9 +174,10 @@ int kvs_disk_scan_fp(const char *dir, const kvs_key *fingerprint, const kvs_kv_s
 /* Removes one entry (KVS_ERR_NOT_FOUND if absent). */
 int kvs_disk_remove(const char *dir, const kvs_key *prefix_key);
 
-/* Removes every entry file (any model) and writers' stale temporary files
- * (disk_budget.h: a live writer's stays), only files whose names and
- * headers are the cache's own. *n_removed counts the entries. */
+/* Removes every entry file (any model), writers' stale temporary files and
+ * stale junk (disk_budget.h: a live writer's file and fresh junk stay),
+ * only files whose names and headers are the cache's own. *n_removed counts
+ * the entries. */
 int kvs_disk_clear(const char *dir, uint64_t *n_removed);
 
 #endif

@@ -48,14 +48,18 @@ static int entry_name(const char *name) {
     return strlen(name) == 64 + strlen(KVS_DISK_EXT) && is_hex64(name) && !strcmp(name + 64, KVS_DISK_EXT);
 }
 
-/* 1 if the file starts with the entry magic (or, with empty_ok, is empty). */
+/* 1 if the file starts with the entry magic (or, with empty_ok, is empty),
+ * 0 if it was read and does not, -1 if it could not be read (gone, refused,
+ * or no longer a regular file: a symlink swapped in since the lstat is not
+ * followed). */
 static int header_is_ours(const char *path, int empty_ok) {
     struct stat st;
-    int fd = kvs_open_regular(path, &st);
-    if (fd < 0) return 0;
+    int fd = kvs_open_regular_nofollow(path, &st);
+    if (fd < 0) return -1;
     char m[4];
     ssize_t got = pread(fd, m, 4, 0);
     close(fd);
+    if (got < 0) return -1;
     if (got == 0 && st.st_size == 0) return empty_ok;
     return got == 4 && !memcmp(m, KVS_DISK_MAGIC, 4);
 }
@@ -69,15 +73,16 @@ kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int chec
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return KVS_DISK_FILE_OTHER;
     if (lstat(path, st) || !S_ISREG(st->st_mode)) return KVS_DISK_FILE_OTHER;
-    if (check_header && !header_is_ours(path, tmp)) return KVS_DISK_FILE_OTHER;
-    return entry ? KVS_DISK_FILE_ENTRY : KVS_DISK_FILE_TMP;
+    const int ours = check_header ? header_is_ours(path, tmp) : 1;
+    if (ours < 0 || (!ours && tmp)) return KVS_DISK_FILE_OTHER;
+    return !ours ? KVS_DISK_FILE_JUNK : entry ? KVS_DISK_FILE_ENTRY : KVS_DISK_FILE_TMP;
 }
 
-int kvs_disk_tmp_is_stale(const char *name, const struct stat *st) {
+int kvs_disk_is_stale(kvs_disk_file_kind k, const char *name, const struct stat *st) {
     long pid;
-    if (!tmp_name(name, &pid)) return 0;
+    if (k != KVS_DISK_FILE_TMP && k != KVS_DISK_FILE_JUNK) return 0;
     if (time(NULL) - st->st_mtime >= 3600) return 1;
-    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    return k == KVS_DISK_FILE_TMP && tmp_name(name, &pid) && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 /* 1 if DIR/name no longer exists (removed since readdir). */
@@ -144,7 +149,7 @@ static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage
         e->bytes = (uint64_t)st.st_size;
         e->atime_ns = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
         e->kind = k;
-        e->stale = k == KVS_DISK_FILE_TMP && kvs_disk_tmp_is_stale(de->d_name, &st);
+        e->stale = kvs_disk_is_stale(k, de->d_name, &st);
         e->pos0 = 0;
         e->has_parent = 0;
         if (k == KVS_DISK_FILE_ENTRY) {
@@ -180,10 +185,13 @@ uint64_t kvs_disk_default_max_bytes(const char *dir, uint64_t cache_bytes) {
     return (cache_bytes + (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize) / 2;
 }
 
-/* Least recently accessed first; of the same stamp, the later position
- * first (a chain's tail before its head, chain_order). */
+/* Junk first (kvs_disk_prune), then least recently accessed first; of the
+ * same stamp, the later position first (a chain's tail before its head,
+ * chain_order). */
 static int by_atime(const void *a, const void *b) {
     const listed *x = a, *y = b;
+    const int xj = x->kind == KVS_DISK_FILE_JUNK, yj = y->kind == KVS_DISK_FILE_JUNK;
+    if (xj != yj) return yj - xj;
     if (x->atime_ns != y->atime_ns) return (x->atime_ns > y->atime_ns) - (x->atime_ns < y->atime_ns);
     return (x->pos0 < y->pos0) - (x->pos0 > y->pos0);
 }
@@ -257,12 +265,15 @@ done:
 
 enum { REMOVED = 1, GONE = 0, NOT_OURS = -1, REFUSED = -2 };
 
-/* Unlinks DIR/name if it is the cache's own file: REMOVED, GONE already
- * (another process), NOT_OURS (left alone), or REFUSED (EACCES, EROFS,
- * EBUSY...: the file stays, counted in r->failed with the first one's name
- * and errno). */
-static int remove_owned(const char *dir, const char *name, kvs_disk_prune_report *r) {
-    if (kvs_disk_classify(dir, name, 1, NULL) == KVS_DISK_FILE_OTHER) return NOT_OURS;
+/* Unlinks DIR/name if it is still the cache's own file of kind k (a
+ * leftover still stale): REMOVED, GONE already (another process), NOT_OURS
+ * (left alone: replaced or written to since the listing), or REFUSED
+ * (EACCES, EROFS, EBUSY...: the file stays, counted in r->failed with the
+ * first one's name and errno). */
+static int remove_owned(const char *dir, const char *name, kvs_disk_file_kind k, kvs_disk_prune_report *r) {
+    struct stat st;
+    if (kvs_disk_classify(dir, name, 1, &st) != k || (k != KVS_DISK_FILE_ENTRY && !kvs_disk_is_stale(k, name, &st)))
+        return NOT_OURS;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (unlink(path) == 0) return REMOVED;
@@ -283,7 +294,6 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
     kvs_disk_usage u;
     int rc = list_dir(dir, &v, &n, &u);
     if (rc) return rc;
-    if (n) qsort(v, n, sizeof *v, by_atime); /* least recently accessed first (v may be NULL when n is 0) */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     /* older than the clock itself: nothing is (older_than_s * 1e9 had
@@ -293,23 +303,33 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
                          ? (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - p->older_than_s * (int64_t)1000000000
                          : INT64_MIN;
     uint64_t bytes = u.bytes, entries = u.entries;
-    /* Over the bound: a file with an entry's name but not its first bytes
-     * (damaged there, or not ours) is never removed (disk_budget.h), so it
-     * must not count either, or every entry would be evicted to make room
-     * that its bytes never give back (a 60 MB such file under a 50 MB bound
-     * had emptied the cache after every write). The listing reads no file;
-     * the headers are read only when there is something to evict. */
+    /* Over the bound (or pruning leftovers), the first bytes tell entries
+     * from junk (the listing reads no file: headers are read only when
+     * there is something to evict). Stale junk counts, and goes first
+     * (by_atime), all of it: it never serves, an entry may (it had never
+     * been removed nor counted, and leaked for good). Over the bound, a
+     * file with an entry's name that is not removed, fresh junk (maybe
+     * being written) or one that cannot be read, must not count, or every
+     * entry would be evicted to make room that its bytes never give back
+     * (a 60 MB such file under a 50 MB bound had emptied the cache after
+     * every write); within it, it stays in what remains, as listed. */
     const int over_bound = p->max_bytes && bytes > p->max_bytes;
-    for (size_t i = 0; over_bound && i < n; i++)
-        if (v[i].kind == KVS_DISK_FILE_ENTRY && kvs_disk_classify(dir, v[i].name, 1, NULL) != KVS_DISK_FILE_ENTRY) {
-            v[i].kind = KVS_DISK_FILE_OTHER;
-            bytes -= v[i].bytes;
-            entries--;
+    for (size_t i = 0; (over_bound || p->leftovers) && i < n; i++) {
+        struct stat st;
+        kvs_disk_file_kind k;
+        if (v[i].kind != KVS_DISK_FILE_ENTRY || (k = kvs_disk_classify(dir, v[i].name, 1, &st)) == KVS_DISK_FILE_ENTRY)
+            continue;
+        if (k == KVS_DISK_FILE_JUNK && kvs_disk_is_stale(k, v[i].name, &st)) {
+            v[i].kind = k;
+            continue;
         }
-    if (n && (over_bound || cutoff != INT64_MIN)) { /* something may be evicted: whole chains' order */
-        chain_order(dir, v, n);
-        qsort(v, n, sizeof *v, by_atime);
+        if (!over_bound) continue;
+        v[i].kind = KVS_DISK_FILE_OTHER;
+        bytes -= v[i].bytes;
+        entries--;
     }
+    if (n && (over_bound || cutoff != INT64_MIN)) chain_order(dir, v, n); /* something may be evicted: whole chains */
+    if (n) qsort(v, n, sizeof *v, by_atime); /* (v may be NULL when n is 0) */
     int64_t keep_stamp = INT64_MAX; /* keep's chain: as recent as keep (chain_order) */
     for (size_t i = 0; p->keep && p->keep_bound && i < n; i++)
         if (!strcmp(v[i].name, p->keep)) keep_stamp = v[i].atime_ns;
@@ -317,22 +337,25 @@ int kvs_disk_prune(const char *dir, const kvs_disk_prune_params *p, kvs_disk_pru
         listed *e = &v[i];
         if (e->kind == KVS_DISK_FILE_OTHER) continue;
         if (e->kind == KVS_DISK_FILE_TMP) {
-            if (p->stale_tmp && e->stale && remove_owned(dir, e->name, r) == REMOVED) r->tmp_removed++;
+            if (p->leftovers && e->stale && remove_owned(dir, e->name, e->kind, r) == REMOVED) r->tmp_removed++;
             continue;
         }
+        const int junk = e->kind == KVS_DISK_FILE_JUNK; /* (stale: above) */
         /* entries this process may not remove stay in the figures but, like
          * files not the cache's, are no room to make: evicting the rest for
          * them would empty the cache and still leave it over the bound */
         const uint64_t limit = e->atime_ns >= keep_stamp ? p->keep_bound : p->max_bytes;
         int over = p->max_bytes && bytes - r->failed_bytes > limit, old = e->atime_ns < cutoff;
-        if (!over && !old) continue;
+        if (!over && !old && !junk) continue;
         const int is_keep = p->keep && !strcmp(e->name, p->keep);
         if (is_keep && !e->has_parent) continue;
-        switch (remove_owned(dir, e->name, r)) {
+        switch (remove_owned(dir, e->name, e->kind, r)) {
         case REFUSED: r->failed_bytes += e->bytes; continue;
         case REMOVED:
-            r->removed++;
-            r->removed_bytes += e->bytes;
+            r->junk_removed += (uint64_t)junk;
+            r->junk_bytes += junk ? e->bytes : 0;
+            r->removed += (uint64_t)!junk;
+            r->removed_bytes += junk ? 0 : e->bytes;
             r->keep_removed |= is_keep;
             break;
         default: break; /* gone (another process), or not ours (replaced since the listing): not the cache's bytes */

@@ -18,7 +18,20 @@
  * Ownership: only files whose names AND first bytes are the cache's own are
  * ever removed (kvs_disk_classify): "<64 hex>.kvc" starting with the magic,
  * or a writer's ".<64 hex>.<pid>.<n>.tmp" that is empty or starts with the
- * magic. Anything else in the directory is left alone.
+ * magic; and junk, a regular file with an entry's name that does not start
+ * with the magic (empty, or other bytes: a crash's leftover, a foreign
+ * writer's), once stale (kvs_disk_is_stale). Writers here never write under
+ * an entry's name (tmp + rename, disk.h), so only a foreign writer can be
+ * filling junk right now, and one that is keeps its mtime fresh. Anything
+ * else in the directory (FIFOs, directories, symlinks under an entry's name
+ * included: never followed) is left alone.
+ *
+ *   junk           never served (a reader checks the magic). Once stale it
+ *                  counts toward the bound and goes first when the bound
+ *                  needs room: all of it, before any entry is evicted (bytes
+ *                  that can never serve before bytes that may). Fresh, it
+ *                  is neither counted nor removed. `cache prune` and
+ *                  `cache clear` remove stale junk as stale temp files.
  *
  * Default bound (kvs_disk_default_max_bytes): half of the space free for the
  * cache when it is opened, i.e. (its own bytes + the file system's available
@@ -34,10 +47,12 @@ typedef enum kvs_disk_file_kind {
     KVS_DISK_FILE_OTHER = 0, /* not the cache's: never touched */
     KVS_DISK_FILE_ENTRY,
     KVS_DISK_FILE_TMP,
+    KVS_DISK_FILE_JUNK,      /* an entry's name, not the magic (only with check_header) */
 } kvs_disk_file_kind;
 
 /* Classifies DIR/name by its name, its type (regular file, lstat) and, when
- * check_header, its first bytes (non-blocking open). st (optional) filled. */
+ * check_header, its first bytes (non-blocking open, symlinks not followed).
+ * st (optional) filled. */
 kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int check_header, struct stat *st);
 
 /* The cache's own files beside its entries: the model's weights digest
@@ -47,9 +62,11 @@ kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int chec
 #define KVS_DISK_MEMO_SUFFIX ".memo"
 int kvs_disk_is_memo(const char *name);
 
-/* A writer's temp file is stale when its process is gone (same host: the
- * pid in its name answers no signal) or it is older than an hour. */
-int kvs_disk_tmp_is_stale(const char *name, const struct stat *st);
+/* A leftover (k: a writer's temp file, or junk) is stale, and may go, when
+ * no writer can be at it any more: untouched (mtime) for an hour, or, a
+ * temp file, its process is gone (same host: the pid in its name answers
+ * no signal). An entry is never stale: 0. */
+int kvs_disk_is_stale(kvs_disk_file_kind k, const char *name, const struct stat *st);
 
 typedef struct kvs_disk_usage {
     uint64_t entries, bytes;     /* entry files (by name and type) and their bytes */
@@ -61,7 +78,8 @@ typedef struct kvs_disk_usage {
                                   * nor other (a scan counts them KVS_DISK_NOT_REGULAR) */
 } kvs_disk_usage;
 
-/* Lists dir (names + lstat; no file is opened). A missing dir is empty. */
+/* Lists dir (names + lstat; no file is opened). A missing dir is empty; *u
+ * is all zeros when the listing fails (KVS_ERR_IO: opendir failed). */
 int kvs_disk_usage_get(const char *dir, kvs_disk_usage *u);
 
 /* (bytes of the cache's entries + available bytes of dir's file system) / 2. */
@@ -70,7 +88,8 @@ uint64_t kvs_disk_default_max_bytes(const char *dir, uint64_t cache_bytes);
 typedef struct kvs_disk_prune_params {
     uint64_t max_bytes;     /* evict least recently accessed entries down to this; 0 = no bound */
     int64_t older_than_s;   /* remove entries not accessed for this long; 0 = none */
-    int stale_tmp;          /* 1: remove stale temp files */
+    int leftovers;          /* 1: remove stale temp files and stale junk whatever the bound
+                             * (`cache prune`); 0: stale junk only when over the bound */
     const char *keep;       /* an entry's file name not removed (the one a writer just wrote:
                              * its own bound check must not evict it), or NULL; unless its
                              * parent is in the directory: then it is its chain's tail, and
@@ -83,13 +102,15 @@ typedef struct kvs_disk_prune_params {
 
 typedef struct kvs_disk_prune_report {
     uint64_t removed, removed_bytes; /* entries */
+    uint64_t junk_removed, junk_bytes; /* stale junk (disk_budget.h above) */
     uint64_t tmp_removed;
-    uint64_t entries, bytes;         /* what remains */
+    uint64_t entries, bytes;         /* what remains (stale junk that stayed included) */
     /* files whose unlink failed other than with ENOENT (a directory not
      * writable by this process, a read-only file system): still there, in
-     * entries and bytes; failed_bytes = the entries' among them, which the
-     * bound then leaves out (no room this process can make). The first
-     * one's name and errno. The prune itself still returns KVS_OK. */
+     * entries and bytes; failed_bytes = the entries' and junk's among
+     * them, which the bound then leaves out (no room this process can
+     * make). The first one's name and errno. The prune itself still
+     * returns KVS_OK. */
     uint64_t failed, failed_bytes;
     int failed_errno;
     char failed_name[80];

@@ -106,10 +106,10 @@ int kvs_disk_clear(const char *dir, uint64_t *n_removed) {
     int rc = KVS_OK;
     while ((de = readdir(d))) {
         /* only the cache's own files, by name, type and header
-         * (disk_budget.h); a live writer's temp file stays */
+         * (disk_budget.h); a live writer's temp file and fresh junk stay */
         struct stat st;
         kvs_disk_file_kind k = kvs_disk_classify(dir, de->d_name, 1, &st);
-        if (k == KVS_DISK_FILE_OTHER || (k == KVS_DISK_FILE_TMP && !kvs_disk_tmp_is_stale(de->d_name, &st))) continue;
+        if (k == KVS_DISK_FILE_OTHER || (k != KVS_DISK_FILE_ENTRY && !kvs_disk_is_stale(k, de->d_name, &st))) continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
         if (unlink(path) == 0) {
             if (k == KVS_DISK_FILE_ENTRY) n++;

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,8 @@ typedef struct dir_tier {
     int fsync;
     uint64_t max_bytes;
     int default_bound; /* max_bytes is kvs_disk_default_max_bytes' (no --cache-max-bytes) */
+    char unlisted[256]; /* "" or why the directory could not be listed at open (tier_dir.h:
+                         * then nothing is indexed or written; reads by key go on) */
     pthread_mutex_t budget_mu;  /* one bound check at a time in this process */
     _Atomic uint64_t est_bytes; /* the dir's entry bytes at the last listing + our writes since */
     _Atomic uint64_t writes_since_check;
@@ -163,6 +166,13 @@ static int check_bound(dir_tier *d, const kvs_key *keep) {
 
 static int dir_put(kvs_tier *t, const kvs_chunk *c) {
     dir_tier *d = t->impl;
+    /* The bound is kept by listing the directory: where that fails, a write
+     * would grow it without limit. Refused as a read-only directory refuses
+     * it: a failed write, kept in memory, its reason in the caller's warning. */
+    if (d->unlisted[0]) {
+        INC(d->put_errors, 1);
+        return kvs_error(KVS_ERR_IO, "%s (a directory it cannot list keeps no bound: not written)", d->unlisted);
+    }
     /* An entry larger than the bound cannot stay: written, it would be
      * evicted at once with every other entry while reported stored. It is
      * not written, and the caller counts a failed write (kept in memory). */
@@ -215,6 +225,7 @@ static int dir_remove(kvs_tier *t, const kvs_key *key) { return kvs_disk_remove(
 
 static int dir_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
     dir_tier *d = t->impl;
+    if (d->unlisted[0]) return KVS_OK; /* a tier that cannot list its entries, as Redis (tier.h) */
     kvs_disk_counts counts;
     int rc = kvs_disk_scan(d->dir, &d->fp, &d->shape, NULL, fn, user, &counts);
     pthread_mutex_lock(&d->scan_mu);
@@ -279,8 +290,13 @@ int kvs_tier_dir_open(const kvs_tier_dir_params *p, const kvs_key *fp, const kvs
     if (!p || !p->dir || !*p->dir) return kvs_error(KVS_ERR_INVALID_ARG, "dir tier: no directory given");
     int rc = kvs_disk_init_dir(p->dir);
     if (rc) return rc;
+    /* A directory this process may enter but not list (mode 0300 to it:
+     * opendir fails with EACCES) costs the cache, not the request, as a
+     * read-only one does: the tier opens without its listing (KVS_ERR_IO is
+     * list_dir's opendir failure; out of memory still fails). */
     kvs_disk_usage u;
-    if ((rc = kvs_disk_usage_get(p->dir, &u))) return rc;
+    const int unlisted = kvs_disk_usage_get(p->dir, &u);
+    if (unlisted && unlisted != KVS_ERR_IO) return unlisted;
     kvs_tier *t = calloc(1, sizeof *t);
     dir_tier *d = calloc(1, sizeof *d);
     if (!t || !d || !(d->dir = strdup(p->dir))) {
@@ -294,6 +310,7 @@ int kvs_tier_dir_open(const kvs_tier_dir_params *p, const kvs_key *fp, const kvs
     d->fsync = p->fsync;
     d->max_bytes = p->max_bytes ? p->max_bytes : kvs_disk_default_max_bytes(p->dir, u.bytes);
     d->default_bound = !p->max_bytes;
+    if (unlisted) snprintf(d->unlisted, sizeof d->unlisted, "%s", kvs_last_error());
     atomic_init(&d->est_bytes, u.bytes);
     pthread_mutex_init(&d->budget_mu, NULL);
     pthread_mutex_init(&d->scan_mu, NULL);

@@ -12,6 +12,12 @@
  *   scan                         headers of this model's entries (the store
  *                                indexes them at open, for `cache ls`, and
  *                                for chunks that end off the grid)
+ *
+ * A directory that cannot be listed at open (opendir fails: EACCES on a
+ * directory of mode 0300 to this process) opens degraded, as a read-only
+ * one costs the cache and not the request: scan finds nothing, every put
+ * fails naming the directory and the error (the bound cannot be kept
+ * without a listing), reads by key go on (a name needs no listing).
  */
 #ifndef KVS_KV_TIER_DIR_H
 #define KVS_KV_TIER_DIR_H
