@@ -31,6 +31,9 @@
 #include <linux/capability.h>
 #include <pthread.h>
 #include <signal.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -823,6 +826,105 @@ static void set_atime(const char *path, time_t t) {
  * hour), they count toward the bound and go first, before any entry, when
  * a put needs room; fresh junk (a foreign writer may be filling it right
  * now) and a symlink named like an entry (never followed) stay. */
+/* Junk shares its name with an entry: a writer may rename the entry into
+ * place after the junk was checked and before it is removed. The removal
+ * must then leave the entry (it moves the junk aside and checks it is the
+ * file it classified). Here the rename lands deterministically between
+ * the two: an unlink by name had removed the entry. */
+TEST(junk_removal_spares_an_entry_renamed_into_place) {
+    char *dir = populated_dir();
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char entry[80] = "";
+    while ((de = readdir(d)))
+        if (strlen(de->d_name) == 68 && !strcmp(de->d_name + 64, KVS_DISK_EXT)) snprintf(entry, sizeof entry, "%s", de->d_name);
+    closedir(d);
+    CHECK(entry[0] != 0);
+    char path[600], saved[600];
+    snprintf(path, sizeof path, "%s/%s", dir, entry);
+    snprintf(saved, sizeof saved, "%s/saved", dir);
+    CHECK_EQ_INT(rename(path, saved), 0);
+    put_file(dir, entry, "", time(NULL) - 7200); /* stale zero-length junk under the entry's name */
+    struct stat st;
+    CHECK_EQ_INT(kvs_disk_classify(dir, entry, 1, &st), KVS_DISK_FILE_JUNK);
+    CHECK_EQ_INT(rename(saved, path), 0); /* a writer's rename lands after the check */
+    errno = 0;
+    CHECK_EQ_INT(kvs_disk_unlink_checked(dir, entry, KVS_DISK_FILE_JUNK, &st), -1);
+    CHECK_EQ_INT(errno, EAGAIN);
+    struct stat now;
+    CHECK_EQ_INT(stat(path, &now), 0);
+    CHECK(now.st_size > 1000); /* the entry, whole */
+    CHECK_EQ_INT(kvs_disk_classify(dir, entry, 1, &now), KVS_DISK_FILE_ENTRY);
+    /* nothing left aside */
+    int tmp = 0;
+    d = opendir(dir);
+    while ((de = readdir(d))) tmp += strstr(de->d_name, ".tmp") != NULL;
+    closedir(d);
+    CHECK_EQ_INT(tmp, 0);
+    /* and junk that stays junk goes */
+    char junk[80];
+    snprintf(junk, sizeof junk, "%064x%s", 7, KVS_DISK_EXT);
+    put_file(dir, junk, "", time(NULL) - 7200);
+    CHECK_EQ_INT(kvs_disk_classify(dir, junk, 1, &st), KVS_DISK_FILE_JUNK);
+    CHECK_EQ_INT(kvs_disk_unlink_checked(dir, junk, KVS_DISK_FILE_JUNK, &st), 0);
+    CHECK(!exists(dir, junk));
+    rm_dir(dir);
+    free(dir);
+}
+
+/* Writers name entries in lowercase hex (kvs_key_to_hex): a name in
+ * capitals is another program's file, which prune and clear leave alone
+ * even when it looks like stale junk (they had removed it). */
+TEST(capital_hex_names_are_not_the_caches) {
+    for (int use_prune = 0; use_prune < 2; use_prune++) {
+        char *dir = populated_dir();
+        char name[80];
+        snprintf(name, sizeof name, "%064X%s", 0xABCDEFu, KVS_DISK_EXT);
+        put_file(dir, name, "", time(NULL) - 7200);
+        if (use_prune) {
+            kvs_cache_prune_params pp = {0};
+            kvs_cache_prune_report r;
+            CHECK_EQ_INT(kvs_cache_dir_prune(dir, &pp, &r), KVS_OK);
+            CHECK_EQ_INT(r.junk_removed, 0);
+        } else {
+            uint64_t n = 0;
+            CHECK_EQ_INT(kvs_cache_dir_clear(dir, &n), KVS_OK);
+        }
+        CHECK(exists(dir, name));
+        rm_dir(dir);
+        free(dir);
+    }
+}
+
+/* Only a refusal (EACCES, EPERM) opens the tier without its listing: any
+ * other opendir failure (here EMFILE, no descriptor left) still fails the
+ * open, as it did before the degraded mode, rather than leaving the cache
+ * unbounded and unwritten for the life of the process. */
+TEST(unlistable_only_by_refusal) {
+    char *dir = populated_dir();
+    struct rlimit old;
+    CHECK_EQ_INT(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int fds[4096], nfd = 0;
+    struct rlimit low = old;
+    low.rlim_cur = 64;
+    CHECK_EQ_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
+    while (nfd < 4096 && (fds[nfd] = open("/dev/null", O_RDONLY)) >= 0) nfd++; /* every descriptor taken */
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 64u << 20;
+    p.cache_dir = dir;
+    kvs_store *s = NULL;
+    const int rc = kvs_store_open(&FP, &SHAPE, p, &s);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", kvs_last_error());
+    for (int i = 0; i < nfd; i++) close(fds[i]);
+    setrlimit(RLIMIT_NOFILE, &old);
+    CHECK_MSG(rc != KVS_OK, "opened with no descriptor left");
+    CHECK_MSG(strstr(msg, "Too many open files") != NULL, "'%s'", msg);
+    if (s) kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
 TEST(bound_reclaims_stale_junk_first) {
     char *dir = populated_dir();
     kvs_disk_usage u;
@@ -1131,6 +1233,9 @@ int main(void) {
     RUN(bound_ignores_files_not_its_own);
     RUN(bound_evicts_least_recently_used);
     RUN(bound_reclaims_stale_junk_first);
+    RUN(junk_removal_spares_an_entry_renamed_into_place);
+    RUN(capital_hex_names_are_not_the_caches);
+    RUN(unlistable_only_by_refusal);
     RUN(unreachable_and_old_entries_pruned);
     RUN(bound_below_one_entry_writes_nothing);
     RUN(bound_keeps_the_entry_just_written);

@@ -18,9 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* 64 lowercase hex digits: the only spelling writers use (kvs_key_to_hex),
+ * so a name in capitals is another program's file, never removed. */
 static int is_hex64(const char *s) {
     for (int i = 0; i < 64; i++)
-        if (!isxdigit((unsigned char)s[i])) return 0;
+        if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f')) return 0;
     return 1;
 }
 
@@ -116,6 +118,7 @@ static int list_dir(const char *dir, listed **out, size_t *n_out, kvs_disk_usage
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return KVS_OK;
+        u->list_errno = errno;
         return kvs_error(KVS_ERR_IO, "%s: cannot open cache dir: %s", dir, strerror(errno));
     }
     listed *v = NULL;
@@ -265,6 +268,29 @@ done:
 
 enum { REMOVED = 1, GONE = 0, NOT_OURS = -1, REFUSED = -2 };
 
+int kvs_disk_unlink_checked(const char *dir, const char *name, kvs_disk_file_kind k, const struct stat *st) {
+    char path[4096], aside[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return errno = ENAMETOOLONG, -1;
+    if (k != KVS_DISK_FILE_JUNK) return unlink(path);
+    /* Junk bears an entry's name, and a writer may rename that entry into
+     * place between the check and an unlink by name, which would remove
+     * it (the writer having reported it stored). So the junk is moved
+     * aside first, under a writer's temp name of this process (a stale
+     * one is reclaimed if we stop here), and removed only if what moved
+     * is the file that was checked; else that file goes back, unless the
+     * name was taken again meanwhile (the same key's bytes). */
+    static _Atomic unsigned long aside_seq;
+    if (snprintf(aside, sizeof aside, "%s/.%.64s.%ld.%lu.tmp", dir, name, (long)getpid(), ++aside_seq) >=
+        (int)sizeof aside)
+        return errno = ENAMETOOLONG, -1;
+    if (rename(path, aside)) return -1;
+    struct stat moved;
+    if (!lstat(aside, &moved) && moved.st_dev == st->st_dev && moved.st_ino == st->st_ino) return unlink(aside);
+    if (link(aside, path) && errno != EEXIST) return -1; /* stays aside, as a stale temp file later */
+    unlink(aside);
+    return errno = EAGAIN, -1;
+}
+
 /* Unlinks DIR/name if it is still the cache's own file of kind k (a
  * leftover still stale): REMOVED, GONE already (another process), NOT_OURS
  * (left alone: replaced or written to since the listing), or REFUSED
@@ -274,10 +300,9 @@ static int remove_owned(const char *dir, const char *name, kvs_disk_file_kind k,
     struct stat st;
     if (kvs_disk_classify(dir, name, 1, &st) != k || (k != KVS_DISK_FILE_ENTRY && !kvs_disk_is_stale(k, name, &st)))
         return NOT_OURS;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (unlink(path) == 0) return REMOVED;
+    if (kvs_disk_unlink_checked(dir, name, k, &st) == 0) return REMOVED;
     if (errno == ENOENT) return GONE;
+    if (errno == EAGAIN) return NOT_OURS;
     if (!r->failed++) {
         r->failed_errno = errno;
         snprintf(r->failed_name, sizeof r->failed_name, "%s", name);

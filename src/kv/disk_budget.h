@@ -68,6 +68,13 @@ int kvs_disk_is_memo(const char *name);
  * no signal). An entry is never stale: 0. */
 int kvs_disk_is_stale(kvs_disk_file_kind k, const char *name, const struct stat *st);
 
+/* Removes DIR/name, of kind k as kvs_disk_classify found it with *st: an
+ * unlink, but junk is moved aside first and removed only if it is still
+ * the file checked (an entry renamed onto its name since is put back).
+ * 0, else -1 with errno (ENOENT: gone; EAGAIN: not the file checked, left
+ * in place). */
+int kvs_disk_unlink_checked(const char *dir, const char *name, kvs_disk_file_kind k, const struct stat *st);
+
 typedef struct kvs_disk_usage {
     uint64_t entries, bytes;     /* entry files (by name and type) and their bytes */
     uint64_t tmp, tmp_bytes;     /* writers' temp files */
@@ -76,6 +83,7 @@ typedef struct kvs_disk_usage {
                                   * that is not a regular file is not counted here: below) */
     uint64_t not_regular;        /* entry names on FIFOs, directories, symlinks...: neither entries
                                   * nor other (a scan counts them KVS_DISK_NOT_REGULAR) */
+    int list_errno;              /* opendir's errno where the directory could not be listed, else 0 */
 } kvs_disk_usage;
 
 /* Lists dir (names + lstat; no file is opened). A missing dir is empty; *u

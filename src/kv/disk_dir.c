@@ -111,9 +111,9 @@ int kvs_disk_clear(const char *dir, uint64_t *n_removed) {
         kvs_disk_file_kind k = kvs_disk_classify(dir, de->d_name, 1, &st);
         if (k == KVS_DISK_FILE_OTHER || (k != KVS_DISK_FILE_ENTRY && !kvs_disk_is_stale(k, de->d_name, &st))) continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
-        if (unlink(path) == 0) {
+        if (kvs_disk_unlink_checked(dir, de->d_name, k, &st) == 0) {
             if (k == KVS_DISK_FILE_ENTRY) n++;
-        } else if (errno != ENOENT) {
+        } else if (errno != ENOENT && errno != EAGAIN) {
             rc = kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
         }
     }

@@ -8,6 +8,7 @@
 #include "kv/disk_budget.h"
 #include "kv/keys.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -292,11 +293,13 @@ int kvs_tier_dir_open(const kvs_tier_dir_params *p, const kvs_key *fp, const kvs
     if (rc) return rc;
     /* A directory this process may enter but not list (mode 0300 to it:
      * opendir fails with EACCES) costs the cache, not the request, as a
-     * read-only one does: the tier opens without its listing (KVS_ERR_IO is
-     * list_dir's opendir failure; out of memory still fails). */
+     * read-only one does: the tier opens without its listing (EACCES or
+     * EPERM from opendir; any other failure still fails the open). */
     kvs_disk_usage u;
     const int unlisted = kvs_disk_usage_get(p->dir, &u);
-    if (unlisted && unlisted != KVS_ERR_IO) return unlisted;
+    /* only a refusal: another failure (EMFILE, ENOMEM, EIO) may pass, and
+     * degrading for the process's life on it would go unnoticed */
+    if (unlisted && (unlisted != KVS_ERR_IO || (u.list_errno != EACCES && u.list_errno != EPERM))) return unlisted;
     kvs_tier *t = calloc(1, sizeof *t);
     dir_tier *d = calloc(1, sizeof *d);
     if (!t || !d || !(d->dir = strdup(p->dir))) {
