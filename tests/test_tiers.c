@@ -837,7 +837,7 @@ TEST(junk_removal_spares_an_entry_renamed_into_place) {
     struct dirent *de;
     char entry[80] = "";
     while ((de = readdir(d)))
-        if (strlen(de->d_name) == 68 && !strcmp(de->d_name + 64, KVS_DISK_EXT)) snprintf(entry, sizeof entry, "%s", de->d_name);
+        if (strlen(de->d_name) == 68 && !strcmp(de->d_name + 64, KVS_DISK_EXT)) memcpy(entry, de->d_name, 69); /* 64 + ".kvc" + NUL */
     closedir(d);
     CHECK(entry[0] != 0);
     char path[600], saved[600];
