@@ -128,7 +128,7 @@ static void bench_codecs(const kvs_key *fp, const chunk_list *l, int reps) {
             for (int i = 0; i < l->n; i++) {
                 free(v[i]);
                 v[i] = NULL;
-                kvs_rv_encode(fp, l->c[i], cases[k].codec, cases[k].level, &v[i], &len[i]);
+                kvs_rv_encode(fp, l->c[i], cases[k].codec, cases[k].level, NULL, &v[i], &len[i]);
                 enc += len[i];
             }
             te[r] = bench_now_ms() - t0;

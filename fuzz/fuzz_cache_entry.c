@@ -79,7 +79,7 @@ static void check_chunk(const kvs_chunk *c, const kvs_key *fp) {
     touch(c->kv, c->kv_bytes);
     uint8_t *again = NULL;
     size_t again_len = 0;
-    if (kvs_rv_encode(fp, c, KVS_RV_CODEC_RAW, 0, &again, &again_len) != KVS_OK) return; /* out of memory */
+    if (kvs_rv_encode(fp, c, KVS_RV_CODEC_RAW, 0, NULL, &again, &again_len) != KVS_OK) return; /* out of memory */
     const kvs_rv_expect x = {fp, &c->shape, &c->prefix_key, 0};
     kvs_chunk *d = NULL;
     kvs_disk_verdict verdict;
@@ -154,7 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const size_t hlen = len - KVS_RV_PREFIX_BYTES;
         kvs_disk_header hd;
         if (kvs_disk_header_parse_fixed(h, hlen, "fuzz", &hd, &verdict) == KVS_OK) {
-            FUZZ_CHECK(hd.n_tok > 0 && hd.header_bytes == kvs_disk_header_bytes(hd.n_tok));
+            FUZZ_CHECK(hd.n_tok > 0 && hd.header_bytes == kvs_disk_header_bytes(hd.n_tok, hd.has_mac));
             FUZZ_CHECK(hd.payload_bytes == kvs_kv_payload_bytes(&hd.shape, hd.n_tok));
             if (hd.header_bytes <= hlen && kvs_disk_header_parse_rest(h, "fuzz", &hd, &verdict) == KVS_OK) {
                 FUZZ_CHECK(hd.tokens != NULL);
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
         for (int codec = 0; codec < KVS_RV_CODEC_COUNT; codec++) {
             uint8_t *v = NULL;
             size_t len = 0;
-            if (kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, &v, &len) != KVS_OK) {
+            if (kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, NULL, &v, &len) != KVS_OK) {
                 fprintf(stderr, "seedgen: encode: %s\n", kvs_last_error());
                 return 1;
             }
