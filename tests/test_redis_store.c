@@ -64,15 +64,24 @@ static void redis_key(const kvs_key *fp, const kvs_key *k, char *buf) {
 /* Redis's integer answer to "CMD key" for the key of span `span` of the
  * first n tokens cut on the 64-token grid (DEL, EXISTS); -1 on another
  * answer. */
-static long long span_key_cmd(int port, const char *cmd, const kvs_key *fp, const int32_t *tokens, int n, int span) {
+/* The tier's key of span `span` of the first n tokens on the 64-token grid
+ * into key (and its prefix key into *pk if not NULL); 0, or -1 past the
+ * last span. */
+static int span_key(const kvs_key *fp, const int32_t *tokens, int n, int span, char *key, kvs_key *pk) {
     kvs_key keys[16];
     kvs_span spans[16];
     int n_spans = 0;
     CHECK_EQ_INT(kvs_chunking_split(n, 0, 64, NULL, 0, spans, 16, &n_spans), KVS_OK);
     CHECK_EQ_INT(kvs_key_prefix_chain(fp, tokens, spans, n_spans, keys), KVS_OK);
     if (span >= n_spans) return -1;
-    char key[96];
     redis_key(fp, &keys[span], key);
+    if (pk) *pk = keys[span];
+    return 0;
+}
+
+static long long span_key_cmd(int port, const char *cmd, const kvs_key *fp, const int32_t *tokens, int n, int span) {
+    char key[96];
+    if (span_key(fp, tokens, n, span, key, NULL)) return -1;
     redisReply *x = rt_cmd(port, "%s %s", cmd, key);
     long long v = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
     if (x) freeReplyObject(x);
@@ -623,13 +632,9 @@ TEST(keyed_values_verified_forgeries_refused) {
     kvs_store_free(k);
 
     /* forge chunk 3's value */
-    kvs_key keys[16];
-    kvs_span spans[16];
-    int n_spans = 0;
-    CHECK_EQ_INT(kvs_chunking_split(N_TOK, 0, 64, NULL, 0, spans, 16, &n_spans), KVS_OK);
-    CHECK_EQ_INT(kvs_key_prefix_chain(&fp, tokens, spans, n_spans, keys), KVS_OK);
     char key[96];
-    redis_key(&fp, &keys[3], key);
+    kvs_key pk3;
+    CHECK_EQ_INT(span_key(&fp, tokens, N_TOK, 3, key, &pk3), 0);
     redisReply *x = rt_cmd(r.port, "GET %s", key);
     CHECK(x && x->type == REDIS_REPLY_STRING);
     size_t len = x ? (size_t)x->len : 0;
@@ -643,14 +648,14 @@ TEST(keyed_values_verified_forgeries_refused) {
     for (size_t i = KVS_RV_PREFIX_BYTES + hb; i < len; i += 5) v[i] ^= 0x42; /* the attacker's KV */
     forge_resign(h, h + hb, len - KVS_RV_PREFIX_BYTES - hb);
     rt_rewrap(v, len, KVS_RV_PREFIX_BYTES + hb);
-    kvs_rv_expect ex = {&fp, &SHAPE, &keys[3], 0, mac};
+    kvs_rv_expect ex = {&fp, &SHAPE, &pk3, 0, mac};
     kvs_chunk *c = NULL;
     kvs_disk_verdict verdict;
     CHECK(kvs_rv_decode(v, len, &ex, "forged", &c, &verdict) == KVS_ERR_CORRUPT && verdict == KVS_DISK_BAD_MAC);
     ex.mac = NULL; /* the checksums and the digest pass: only the MAC objects */
     CHECK_EQ_INT(kvs_rv_decode(v, len, &ex, "forged", &c, &verdict), KVS_OK);
     kvs_chunk_unref(c);
-    set_raw(r.port, &fp, &keys[3], v, len);
+    set_raw(r.port, &fp, &pk3, v, len);
     free(v);
     kvs_store *d = open_store_keyed(&fp, r.port, 0, mac);
     CHECK_EQ_INT(served(d, tokens, cold), 3 * 64);
