@@ -28,9 +28,9 @@ ifneq ($(DEPS_STATUS),ok)
 $(error missing system packages: see the install-deps message above)
 endif
 endif
-SYS_PKGS := libcjson libmicrohttpd hiredis libzstd
+SYS_PKGS := libcjson libmicrohttpd hiredis libzstd libcrypto
 CFLAGS  += $(shell pkg-config --cflags $(SYS_PKGS) 2>/dev/null)
-LDLIBS  += $(shell pkg-config --libs $(SYS_PKGS) 2>/dev/null || echo -lcjson -lmicrohttpd -lhiredis -lzstd)
+LDLIBS  += $(shell pkg-config --libs $(SYS_PKGS) 2>/dev/null || echo -lcjson -lmicrohttpd -lhiredis -lzstd -lcrypto)
 
 ifneq ($(SANITIZE),)
 BUILD   := build/san

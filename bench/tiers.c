@@ -128,14 +128,14 @@ static void bench_codecs(const kvs_key *fp, const chunk_list *l, int reps) {
             for (int i = 0; i < l->n; i++) {
                 free(v[i]);
                 v[i] = NULL;
-                kvs_rv_encode(fp, l->c[i], cases[k].codec, cases[k].level, &v[i], &len[i]);
+                kvs_rv_encode(fp, l->c[i], cases[k].codec, cases[k].level, NULL, &v[i], &len[i]);
                 enc += len[i];
             }
             te[r] = bench_now_ms() - t0;
             t0 = bench_now_ms();
             for (int i = 0; i < l->n; i++) {
                 kvs_chunk *d = NULL;
-                kvs_rv_expect x = {fp, &l->c[i]->shape, &l->c[i]->prefix_key, 0};
+                kvs_rv_expect x = {fp, &l->c[i]->shape, &l->c[i]->prefix_key, 0, NULL};
                 ok &= kvs_rv_decode(v[i], len[i], &x, "bench", &d, NULL) == KVS_OK &&
                       !memcmp(d->kv, l->c[i]->kv, d->kv_bytes);
                 kvs_chunk_unref(d);
@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
         kvs_tier *t = NULL;
         int rc;
         if (tc[k].dir) {
-            kvs_tier_dir_params dp = {tc[k].dir, 0, 0};
+            kvs_tier_dir_params dp = {tc[k].dir, 0, 0, NULL};
             rc = kvs_tier_dir_open(&dp, &mem->fp, &l.c[0]->shape, &t);
         } else {
             kvs_redis_tier_params rp;

@@ -10,7 +10,11 @@
  * from the tokens, the header digest, the encoded payload's length and
  * checksum), so mutations get past the digests to what lies behind them:
  * the shape and size checks, the zstd frames, the byte-plane unshuffle.
- * Bits 1-7 pick how much of the value kvs_rv_decode_header sees.
+ * Bits 1-7 pick how much of the value kvs_rv_decode_header sees. Every
+ * value is also decoded by a keyed reader (the fuzzer's own cache key,
+ * entry_mac.h); the fix-up recomputes the MAC of a raw value that has the
+ * MAC flag, so keyed values get past it too. A keyed decode succeeds only
+ * for a value with the flag.
  *
  * Checked (trap on violation): a decode that succeeds returns a resident
  * chunk whose sizes agree with its shape, whose bytes can all be read, and
@@ -24,6 +28,7 @@
 #include "base/sha256.h"
 #include "kv/checksum.h"
 #include "kv/disk.h"
+#include "kv/entry_mac.h"
 #include "kv/keys.h"
 #include "kv/redis_marker.h"
 #include "kv/redis_value.h"
@@ -36,6 +41,13 @@
 #include <string.h>
 
 #define MAX_VALUE_BYTES ((size_t)16 << 20) /* the decoders' limit: no allocation beyond it */
+
+/* The fuzzer's cache key. */
+static const kvs_entry_mac *fuzz_mac(void) {
+    static kvs_entry_mac *m;
+    if (!m) FUZZ_CHECK(kvs_entry_mac_new("kvstitch fuzz cache key", 23, "fuzz", &m) == KVS_OK);
+    return m;
+}
 
 /* The integrity fields of value v[0, len) recomputed from what they cover,
  * where the fields that locate them are in range (redis_value.h, disk.h). */
@@ -64,6 +76,13 @@ static void fix_up(uint8_t *v, size_t len) {
     memcpy(h + 80, k.b, 32);
     free(tokens);
     kvs_sha256_digest(h, covered, h + covered);
+    if ((kvs_get_le32(h + 12) & KVS_DISK_FLAG_MAC) && hb >= covered + 64 && kvs_get_le32(v + 8) == KVS_RV_CODEC_RAW) {
+        kvs_entry_mac_state ms;
+        FUZZ_CHECK(kvs_entry_mac_begin(fuzz_mac(), &ms) == KVS_OK);
+        kvs_entry_mac_update(&ms, h, covered + 32);
+        kvs_entry_mac_update(&ms, enc, enc_bytes);
+        FUZZ_CHECK(kvs_entry_mac_end(&ms, h + covered + 32) == KVS_OK);
+    }
     kvs_put_le64(v + 16, enc_bytes);
     kvs_put_le64(v + 24, kvs_checksum64(enc, enc_bytes, 0));
 }
@@ -79,8 +98,8 @@ static void check_chunk(const kvs_chunk *c, const kvs_key *fp) {
     touch(c->kv, c->kv_bytes);
     uint8_t *again = NULL;
     size_t again_len = 0;
-    if (kvs_rv_encode(fp, c, KVS_RV_CODEC_RAW, 0, &again, &again_len) != KVS_OK) return; /* out of memory */
-    const kvs_rv_expect x = {fp, &c->shape, &c->prefix_key, 0};
+    if (kvs_rv_encode(fp, c, KVS_RV_CODEC_RAW, 0, NULL, &again, &again_len) != KVS_OK) return; /* out of memory */
+    const kvs_rv_expect x = {fp, &c->shape, &c->prefix_key, 0, NULL};
     kvs_chunk *d = NULL;
     kvs_disk_verdict verdict;
     FUZZ_CHECK(kvs_rv_decode(again, again_len, &x, "re-encoded", &d, &verdict) == KVS_OK);
@@ -102,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(v, data + 1, len);
     if (mode & 1) fix_up(v, len);
 
-    const kvs_rv_expect x = {NULL, NULL, NULL, MAX_VALUE_BYTES};
+    const kvs_rv_expect x = {NULL, NULL, NULL, MAX_VALUE_BYTES, NULL};
     kvs_chunk *c = NULL;
     kvs_disk_verdict verdict = KVS_DISK_VERDICT_COUNT;
     if (kvs_rv_decode(v, len, &x, "fuzz", &c, &verdict) == KVS_OK) {
@@ -110,6 +129,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kvs_key fp; /* the value's, in its entry header */
         memcpy(fp.b, v + KVS_RV_PREFIX_BYTES + 16, 32);
         check_chunk(c, &fp);
+        kvs_chunk_unref(c);
+    } else {
+        FUZZ_CHECK(verdict != KVS_DISK_OK && verdict < KVS_DISK_VERDICT_COUNT && c == NULL);
+    }
+
+    /* a keyed reader: only a value with the MAC flag (and its MAC) decodes */
+    const kvs_rv_expect xk = {NULL, NULL, NULL, MAX_VALUE_BYTES, fuzz_mac()};
+    c = NULL;
+    verdict = KVS_DISK_VERDICT_COUNT;
+    if (kvs_rv_decode(v, len, &xk, "fuzz keyed", &c, &verdict) == KVS_OK) {
+        FUZZ_CHECK(verdict == KVS_DISK_OK && c != NULL);
+        FUZZ_CHECK(kvs_get_le32(v + KVS_RV_PREFIX_BYTES + 12) & KVS_DISK_FLAG_MAC);
         kvs_chunk_unref(c);
     } else {
         FUZZ_CHECK(verdict != KVS_DISK_OK && verdict < KVS_DISK_VERDICT_COUNT && c == NULL);
@@ -154,7 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const size_t hlen = len - KVS_RV_PREFIX_BYTES;
         kvs_disk_header hd;
         if (kvs_disk_header_parse_fixed(h, hlen, "fuzz", &hd, &verdict) == KVS_OK) {
-            FUZZ_CHECK(hd.n_tok > 0 && hd.header_bytes == kvs_disk_header_bytes(hd.n_tok));
+            FUZZ_CHECK(hd.n_tok > 0 && hd.header_bytes == kvs_disk_header_bytes(hd.n_tok, hd.has_mac));
             FUZZ_CHECK(hd.payload_bytes == kvs_kv_payload_bytes(&hd.shape, hd.n_tok));
             if (hd.header_bytes <= hlen && kvs_disk_header_parse_rest(h, "fuzz", &hd, &verdict) == KVS_OK) {
                 FUZZ_CHECK(hd.tokens != NULL);
@@ -205,7 +236,7 @@ int main(int argc, char **argv) {
         for (int codec = 0; codec < KVS_RV_CODEC_COUNT; codec++) {
             uint8_t *v = NULL;
             size_t len = 0;
-            if (kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, &v, &len) != KVS_OK) {
+            if (kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, NULL, &v, &len) != KVS_OK) {
                 fprintf(stderr, "seedgen: encode: %s\n", kvs_last_error());
                 return 1;
             }
@@ -217,7 +248,7 @@ int main(int argc, char **argv) {
             fix_up(fixed, len);
             FUZZ_CHECK(!memcmp(fixed, v, len));
             free(fixed);
-            const kvs_rv_expect x = {&fp, &shapes[s], &c->prefix_key, MAX_VALUE_BYTES};
+            const kvs_rv_expect x = {&fp, &shapes[s], &c->prefix_key, MAX_VALUE_BYTES, NULL};
             kvs_chunk *d = NULL;
             kvs_disk_verdict verdict;
             FUZZ_CHECK(kvs_rv_decode(v, len, &x, "seed", &d, &verdict) == KVS_OK);
@@ -228,6 +259,21 @@ int main(int argc, char **argv) {
             write_seed(argv[1], name, 0xff, v, len); /* fixed up, the whole value to the header reader */
             snprintf(name, sizeof name, "value-%d-%s-as-is", s, kvs_rv_codec_name((kvs_rv_codec)codec));
             write_seed(argv[1], name, 0x80, v, len);
+            free(v);
+            if (codec != KVS_RV_CODEC_RAW) continue;
+            /* the same value written with the fuzzer's key: fix-up is a no-op, the keyed decode passes */
+            FUZZ_CHECK(kvs_rv_encode(&fp, c, KVS_RV_CODEC_RAW, 1, fuzz_mac(), &v, &len) == KVS_OK);
+            fixed = malloc(len);
+            FUZZ_CHECK(fixed != NULL);
+            memcpy(fixed, v, len);
+            fix_up(fixed, len);
+            FUZZ_CHECK(!memcmp(fixed, v, len));
+            free(fixed);
+            const kvs_rv_expect xk = {&fp, &shapes[s], &c->prefix_key, MAX_VALUE_BYTES, fuzz_mac()};
+            FUZZ_CHECK(kvs_rv_decode(v, len, &xk, "seed", &d, &verdict) == KVS_OK);
+            kvs_chunk_unref(d);
+            snprintf(name, sizeof name, "value-%d-raw-keyed", s);
+            write_seed(argv[1], name, 0xff, v, len);
             free(v);
         }
         if (c->n_tok > 1) { /* a marker of the chunk's first token, valid under its own key (mode bit 1) */

@@ -576,6 +576,20 @@ typedef struct kvs_cache_params {
                                       * default), "zstd" or "shuffle-zstd" (byte planes + zstd:
                                       * ~15% smaller f16 values, slower reads; README "Redis
                                       * tier"); values of every codec are read */
+    /* A cache key (README "Trust"): with one, every entry this cache writes (cache dir and
+     * Redis) carries an HMAC-SHA256 under the key, and an entry is served only if its MAC
+     * verifies ("bad MAC" otherwise: counted as damaged, never served, dropped): whoever
+     * can write the directory or the Redis but lacks the key cannot make this process serve
+     * KV of their choosing. A keyed cache names its entries apart (the key's id is folded
+     * into the fingerprint): a keyless cache, or one with another key, sees them as another
+     * model's (never served, never removed), and they see its entries so. A key has at least
+     * 16 bytes; at most one of mac_key and cache_key_file. The key is copied at open (the
+     * caller may wipe its buffer after) and never printed; an unreadable, empty or short
+     * key fails the open with a message naming the file. */
+    const void *mac_key;        /* the key's bytes (mac_key_len of them); NULL: no key */
+    size_t mac_key_len;
+    const char *cache_key_file; /* or: the key is this file's bytes, surrounding whitespace
+                                 * (spaces, tabs, line ends) trimmed; NULL or "": none */
 } kvs_cache_params;
 
 KVS_API kvs_cache_params kvs_cache_default_params(void);

@@ -15,6 +15,7 @@ PKGS=(
     libmicrohttpd-dev         # HTTP server (kvstitch serve)
     libhiredis-dev            # Redis / Redis Cluster chunk tier
     libzstd-dev               # compression of chunk values in shared tiers
+    libssl-dev                # libcrypto: HMAC-SHA256 of cache entries written with a key (--cache-key-file)
     redis-server redis-tools  # a real Redis (and Cluster) that the tests start on loopback
     curl                      # raw SSE checks of the server
     chromium                  # the server's chat page, driven headless by tests/serve/test_page.py

@@ -189,6 +189,10 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "kvstitch serve: --kv-type: %s\n", kvs_last_error());
         return -1;
     }
+    if (o->redis.key_file && !o->cache_dir && !cli_redis_given(&o->redis)) {
+        fprintf(stderr, "kvstitch serve: --cache-key-file goes with --cache-dir or --redis / --redis-cluster\n");
+        return -1;
+    }
     return cli_redis_finish("serve", &o->redis) == -1 ? 0 : -1;
 }
 

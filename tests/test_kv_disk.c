@@ -8,6 +8,9 @@
 #include "kv/disk.h"
 #include "kv/keys.h"
 #include "kv/store.h"
+#include "cache/fingerprint.h"
+#include "kv/entry_mac.h"
+#include "test_forge.h"
 #include "test_kv_fake.h"
 #include "test_kv_dir.h"
 
@@ -120,7 +123,7 @@ TEST(persist_and_load_lazily) {
     kvs_chunk *c;
     kvs_key ffp;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, NULL, NULL, &c, &ffp, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, NULL, NULL, NULL, &c, &ffp, &v), KVS_OK);
     kvs_key fp1 = fingerprint(1);
     CHECK(v == KVS_DISK_OK && c->n_tok == 64 && c->pos0 == 0 && kvs_key_equal(&ffp, &fp1));
     kvs_chunk_unref(c);
@@ -211,14 +214,14 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
     const kvs_key fp = fingerprint(1);
     kvs_chunk *c = NULL;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, &c, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &c, NULL, &v), KVS_OK);
     void *payload = NULL;
-    CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, c, &payload, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v), KVS_OK);
     CHECK_EQ_INT(v, KVS_DISK_OK);
     free(payload);
     fake_kv_fill(cold, toks, N);
     fake_kv_zero(warm);
-    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, c, 0, 64, &warm->kv, 64, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v), KVS_OK);
     CHECK_EQ_INT(v, KVS_DISK_OK);
     CHECK(fake_kv_equal(cold, warm, 64, 128));
     for (int what = 0; what < 3; what++) {
@@ -228,10 +231,10 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
         else if (what == 1) c->pos0 += 1;
         else c->origin ^= KVS_CHUNK_DOC;
         payload = NULL;
-        CHECK(kvs_disk_load_payload(dir, &fp, c, &payload, &v) != KVS_OK);
+        CHECK(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER && payload == NULL, "change %d: verdict %d", what, (int)v);
         CHECK(strstr(kvs_last_error(), "no longer describes the indexed chunk") != NULL);
-        CHECK(kvs_disk_read_into_kv(dir, &fp, c, 0, 64, &warm->kv, 64, &v) != KVS_OK);
+        CHECK(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER, "change %d: verdict %d", what, (int)v);
         c->tokens[5] = tok;
         c->pos0 = pos0;
@@ -372,27 +375,235 @@ TEST(origin_flags) {
     c->origin = KVS_CHUNK_DOC | KVS_CHUNK_BAKED | 3u << KVS_CHUNK_NEIGHBOURS_SHIFT;
     kvs_key_prefix(&parent, c->tokens, n, &c->prefix_key);
     kvs_key_content(&fp, c->tokens, n, &c->content_key);
-    CHECK_EQ_INT(kvs_disk_write(dir, &fp, c, 0), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_write(dir, &fp, c, 0, NULL), KVS_OK);
     char path[512];
     kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
     kvs_chunk *r = NULL;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, &r, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
     CHECK(r && r->origin == c->origin && kvs_chunk_neighbours(r->origin) == 3);
     kvs_chunk_unref(r);
     static const uint32_t bad[] = {1u << 20, KVS_CHUNK_BAKED, 4u, 2u << KVS_CHUNK_NEIGHBOURS_SHIFT};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         set_flags_resigned(path, bad[i], n);
         r = NULL;
-        CHECK(kvs_disk_read_header(path, &fp, &SHAPE, &r, NULL, &v) != KVS_OK);
+        CHECK(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER, "flags 0x%x: verdict %d", bad[i], (int)v);
         CHECK(r == NULL);
     }
     set_flags_resigned(path, KVS_CHUNK_DOC, n); /* a plain doc chunk is fine */
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, &r, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
     CHECK(r && r->origin == KVS_CHUNK_DOC);
     kvs_chunk_unref(r);
     kvs_chunk_unref(c);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* --- cache keys (entry_mac.h) --------------------------------------------------- */
+
+static kvs_entry_mac *test_key(char which) {
+    char key[24];
+    memset(key, which, sizeof key);
+    kvs_entry_mac *m = NULL;
+    CHECK_EQ_INT(kvs_entry_mac_new(key, sizeof key, "test key", &m), KVS_OK);
+    return m;
+}
+
+/* The fingerprint a cache of fingerprint(1) uses with key m (NULL: none). */
+static kvs_key keyed_fp(const kvs_entry_mac *m) {
+    kvs_key fp = fingerprint(1);
+    if (m) kvs_fingerprint_keyed(&fp, kvs_entry_mac_key_id(m), &fp);
+    return fp;
+}
+
+static kvs_store *open_keyed(const char *dir, const kvs_entry_mac *m) {
+    kvs_key fp = keyed_fp(m);
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = 64u << 20;
+    p.cache_dir = dir;
+    p.mac = m;
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&fp, &SHAPE, p, &s), KVS_OK);
+    return s;
+}
+
+/* Stores toks' 5 chunks under key m (NULL: keyless): n_new of them new. */
+static void put_keyed(const char *dir, const kvs_entry_mac *m, int n_new) {
+    kvs_store *s = open_keyed(dir, m);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, n_new);
+    kvs_store_free(s);
+}
+
+/* Tokens served from dir to a fresh store with key m, every byte checked
+ * against the cold KV (as serve()). */
+static int serve_keyed(const char *dir, const kvs_entry_mac *m, kvs_store_stats *st) {
+    kvs_store *s = open_keyed(dir, m);
+    fake_kv *w = fake_kv_new(SHAPE, N);
+    fake_kv_fill(cold, toks, N);
+    kvs_prefix_hit hit;
+    CHECK_EQ_INT(kvs_store_lookup_into(s, toks, N, &w->kv, &hit), KVS_OK);
+    int got = hit.n_cached;
+    CHECK_MSG(fake_kv_equal(cold, w, 0, got), "served KV differs from cold in [0, %d)", got);
+    kvs_prefix_hit_release(&hit);
+    fake_kv_free(w);
+    kvs_store_get_stats(s, st);
+    kvs_store_free(s);
+    return got;
+}
+
+/* Path of chunk i of toks under key m. */
+static void keyed_path(const char *dir, const kvs_entry_mac *m, int i, char *out, size_t cap) {
+    kvs_key k = keyed_fp(m);
+    for (int j = 0; j <= i; j++) {
+        int a = 64 * j, b = a + 64 < N ? a + 64 : N;
+        kvs_key next;
+        kvs_key_prefix(&k, toks + a, b - a, &next);
+        k = next;
+    }
+    kvs_disk_path(dir, &k, out, cap);
+}
+
+/* Rewrites chunk i's payload as a forger without the key can: other KV
+ * bytes, the payload checksum and the header digest recomputed, the name,
+ * header fields (MAC flag and the old MAC included) kept. */
+static void forge_payload(const char *path) {
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    struct stat sb;
+    fstat(fd, &sb);
+    uint8_t *f = malloc((size_t)sb.st_size);
+    CHECK(pread(fd, f, (size_t)sb.st_size, 0) == sb.st_size);
+    const size_t hb = kvs_get_le32(f + 8);
+    for (size_t i = hb; i < (size_t)sb.st_size; i += 7) f[i] ^= 0x21; /* the attacker's KV */
+    forge_resign(f, f + hb, (size_t)sb.st_size - hb);
+    CHECK(pwrite(fd, f, (size_t)sb.st_size, 0) == sb.st_size);
+    close(fd);
+    free(f);
+}
+
+/* A keyed cache round-trips exactly; its entries carry the MAC flag; an
+ * entry forged as an attacker can (payload changed, checksum and header
+ * digest recomputed, name kept), or written without the key under the
+ * keyed fingerprint, is refused as "bad MAC", never served, and dropped as
+ * damage; the request recomputes from there. Without the MAC check both
+ * forgeries had been served. */
+TEST(keyed_entries_verified_forgeries_refused) {
+    kvs_entry_mac *a = test_key('a');
+    char *dir = new_dir();
+    put_keyed(dir, a, 5);
+    char path[512];
+    keyed_path(dir, a, 0, path, sizeof path);
+    uint8_t fixed[KVS_DISK_FIXED_BYTES];
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0 && pread(fd, fixed, sizeof fixed, 0) == (ssize_t)sizeof fixed);
+    close(fd);
+    CHECK(kvs_get_le32(fixed + 12) & KVS_DISK_FLAG_MAC);
+    CHECK_EQ_INT((int)kvs_get_le32(fixed + 8), (int)kvs_disk_header_bytes(64, 1));
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve_keyed(dir, a, &st), N); /* bit-identical to cold (serve_keyed checks) */
+    CHECK_EQ_INT(st.disk_bad, 0);
+
+    /* a forged payload under the valid name: the readers say "bad MAC" */
+    keyed_path(dir, a, 2, path, sizeof path);
+    forge_payload(path);
+    kvs_key fp = keyed_fp(a);
+    kvs_chunk *c = NULL;
+    kvs_disk_verdict v;
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, a, &c, NULL, &v), KVS_OK); /* the flag is there */
+    void *payload = NULL;
+    CHECK(kvs_disk_load_payload(dir, &fp, a, c, &payload, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    CHECK(strstr(kvs_last_error(), "MAC"));
+    fake_kv *w = fake_kv_new(SHAPE, N);
+    CHECK(kvs_disk_read_into_kv(dir, &fp, a, c, 0, 64, &w->kv, 0, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    fake_kv_free(w);
+    kvs_chunk_unref(c);
+    CHECK_EQ_INT(serve_keyed(dir, a, &st), 128); /* stops before it, recomputes the rest */
+    CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK(access(path, F_OK) != 0); /* dropped as damage */
+
+    /* written without the key under the keyed fingerprint and name (no MAC
+     * flag): refused at the header */
+    put_keyed(dir, a, 1); /* chunk 2 again (exact), then replace it by a keyless write */
+    keyed_path(dir, a, 2, path, sizeof path);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, a, &c, NULL, &v), KVS_OK);
+    kvs_chunk *x = NULL;
+    CHECK_EQ_INT(kvs_chunk_new(&SHAPE, c->n_tok, 1, &x), KVS_OK);
+    x->prefix_key = c->prefix_key;
+    x->content_key = c->content_key;
+    x->parent_key = c->parent_key;
+    x->pos0 = c->pos0;
+    memcpy(x->tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
+    memset(x->kv, 0x3c, x->kv_bytes); /* the attacker's KV */
+    CHECK_EQ_INT(kvs_disk_write(dir, &fp, x, 0, NULL), KVS_OK);
+    kvs_chunk_unref(x);
+    kvs_chunk *r = NULL;
+    CHECK(kvs_disk_read_header(path, &fp, &SHAPE, a, &r, NULL, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    CHECK(r == NULL);
+    CHECK(kvs_disk_load_payload(dir, &fp, a, c, &payload, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    kvs_chunk_unref(c);
+    CHECK_EQ_INT(serve_keyed(dir, a, &st), 128);
+    CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK(access(path, F_OK) != 0);
+    rm_dir(dir);
+    free(dir);
+    kvs_entry_mac_free(a);
+}
+
+/* One directory, three caches of one model: keyless, key A, key B. Each
+ * stores and then reuses its own entries only (the others' are foreign:
+ * counted, never served, never removed), so all 15 files stay. Without the
+ * key folded into the fingerprint the three had shared (and a keyed reader
+ * dropped as bad MAC) the keyless entries. */
+TEST(keyed_and_keyless_caches_share_a_dir) {
+    kvs_entry_mac *a = test_key('a'), *b = test_key('b');
+    const kvs_entry_mac *keys[3] = {NULL, a, b};
+    char *dir = new_dir();
+    for (int k = 0; k < 3; k++) put_keyed(dir, keys[k], 5);
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 15);
+    for (int k = 0; k < 3; k++) {
+        kvs_store_stats st;
+        CHECK_MSG(serve_keyed(dir, keys[k], &st) == N, "cache %d", k);
+        CHECK_EQ_INT(st.disk_bad, 0);
+        CHECK_EQ_INT(st.disk_foreign, 10);
+    }
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 15);
+    rm_dir(dir);
+    free(dir);
+    kvs_entry_mac_free(a);
+    kvs_entry_mac_free(b);
+}
+
+/* The key's checks: too short a key is refused; a key file's bytes are
+ * trimmed of surrounding whitespace (the same key, the same id); a missing,
+ * empty or short file is refused naming the file. */
+TEST(cache_key_files) {
+    char *dir = new_dir(), path[512];
+    kvs_entry_mac *m = NULL, *f = NULL;
+    CHECK_EQ_INT(kvs_entry_mac_new("0123456789abcde", 15, "k", &m), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_entry_mac_new("0123456789abcdef", 16, "k", &m), KVS_OK);
+    snprintf(path, sizeof path, "%s/key", dir);
+    FILE *fp = fopen(path, "w");
+    fputs("  0123456789abcdef\n\n", fp);
+    fclose(fp);
+    CHECK_EQ_INT(kvs_entry_mac_from_file(path, &f), KVS_OK);
+    CHECK(!memcmp(kvs_entry_mac_key_id(m), kvs_entry_mac_key_id(f), 32));
+    kvs_entry_mac_free(f);
+    static const char *bad[] = {"", " \n", "0123456789abcde\n"};
+    for (int i = 0; i < 3; i++) {
+        fp = fopen(path, "w");
+        fputs(bad[i], fp);
+        fclose(fp);
+        f = NULL;
+        CHECK(kvs_entry_mac_from_file(path, &f) == KVS_ERR_INVALID_ARG && !f);
+        CHECK_MSG(strstr(kvs_last_error(), path), "%s", kvs_last_error());
+    }
+    unlink(path);
+    CHECK(kvs_entry_mac_from_file(path, &f) == KVS_ERR_IO && strstr(kvs_last_error(), path));
+    kvs_entry_mac_free(m);
     rm_dir(dir);
     free(dir);
 }
@@ -520,6 +731,9 @@ int main(void) {
     RUN(foreign_model);
     RUN(bad_magic_version_header_name);
     RUN(origin_flags);
+    RUN(keyed_entries_verified_forgeries_refused);
+    RUN(keyed_and_keyless_caches_share_a_dir);
+    RUN(cache_key_files);
     RUN(sync_sees_other_writers);
     RUN(concurrent_processes);
     fake_kv_free(cold);

@@ -15,7 +15,10 @@
 #include "test_kv_fake.h"
 #include "test_redis_util.h"
 
+#include "cache/fingerprint.h"
 #include "kv/chunking.h"
+#include "kv/entry_mac.h"
+#include "test_forge.h"
 #include "kv/keys.h"
 #include "kv/redis_marker.h"
 #include "kv/store.h"
@@ -26,7 +29,7 @@ static const kvs_kv_shape SHAPE = {3, 2, 16, KVS_KV_F16};
 
 /* A store over Redis at port whose lookups ask the tiers on a grid of
  * `grid` tokens (0: 64). */
-static kvs_store *open_store_grid(const kvs_key *fp, int port, int grid) {
+static kvs_store *open_store_keyed(const kvs_key *fp, int port, int grid, const kvs_entry_mac *mac) {
     kvs_store *s = NULL;
     kvs_store_params sp = kvs_store_default_params();
     sp.chunk_tokens = grid;
@@ -37,10 +40,15 @@ static kvs_store *open_store_grid(const kvs_key *fp, int port, int grid) {
     kvs_redis_tier_default_params(&p);
     p.url = url;
     p.timeout_ms = 2000; /* hits, not outages, are tested here */
+    p.mac = mac;
     kvs_tier *t = NULL;
     CHECK_EQ_INT(kvs_redis_tier_open(&p, fp, &SHAPE, &t), KVS_OK);
     CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
     return s;
+}
+
+static kvs_store *open_store_grid(const kvs_key *fp, int port, int grid) {
+    return open_store_keyed(fp, port, grid, NULL);
 }
 
 static kvs_store *open_store(const kvs_key *fp, int port) { return open_store_grid(fp, port, 0); }
@@ -56,15 +64,24 @@ static void redis_key(const kvs_key *fp, const kvs_key *k, char *buf) {
 /* Redis's integer answer to "CMD key" for the key of span `span` of the
  * first n tokens cut on the 64-token grid (DEL, EXISTS); -1 on another
  * answer. */
-static long long span_key_cmd(int port, const char *cmd, const kvs_key *fp, const int32_t *tokens, int n, int span) {
+/* The tier's key of span `span` of the first n tokens on the 64-token grid
+ * into key (and its prefix key into *pk if not NULL); 0, or -1 past the
+ * last span. */
+static int span_key(const kvs_key *fp, const int32_t *tokens, int n, int span, char *key, kvs_key *pk) {
     kvs_key keys[16];
     kvs_span spans[16];
     int n_spans = 0;
     CHECK_EQ_INT(kvs_chunking_split(n, 0, 64, NULL, 0, spans, 16, &n_spans), KVS_OK);
     CHECK_EQ_INT(kvs_key_prefix_chain(fp, tokens, spans, n_spans, keys), KVS_OK);
     if (span >= n_spans) return -1;
-    char key[96];
     redis_key(fp, &keys[span], key);
+    if (pk) *pk = keys[span];
+    return 0;
+}
+
+static long long span_key_cmd(int port, const char *cmd, const kvs_key *fp, const int32_t *tokens, int n, int span) {
+    char key[96];
+    if (span_key(fp, tokens, n, span, key, NULL)) return -1;
     redisReply *x = rt_cmd(port, "%s %s", cmd, key);
     long long v = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
     if (x) freeReplyObject(x);
@@ -581,8 +598,79 @@ TEST(junk_at_every_tail_length_costs_two_reads) {
     rt_redis_stop(&r);
 }
 
+/* A keyed store (cache key: its values carry an HMAC, the key id folded
+ * into its fingerprint) round-trips through Redis exactly; a value forged
+ * as a writer of the Redis without the key can (raw payload changed, its
+ * checksum, the header digest and the wrapper recomputed, the key kept) is
+ * refused as "bad MAC" and the lookup stops before it; a keyless store of
+ * the same model sees none of the keyed values. Without the MAC check the
+ * forged value had been served. */
+TEST(keyed_values_verified_forgeries_refused) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_entry_mac *mac = NULL;
+    CHECK_EQ_INT(kvs_entry_mac_new("a secret key of 24 bytes", 24, "test key", &mac), KVS_OK);
+    kvs_key model_fp, fp;
+    rt_fill_key(&model_fp, 1);
+    kvs_fingerprint_keyed(&model_fp, kvs_entry_mac_key_id(mac), &fp);
+    int32_t tokens[N_TOK];
+    random_tokens(tokens, 12);
+    fake_kv *cold = fake_kv_new(SHAPE, N_TOK);
+    fake_kv_fill(cold, tokens, N_TOK);
+    kvs_store *a = open_store_keyed(&fp, r.port, 0, mac);
+    kvs_put_report rep;
+    CHECK_EQ_INT(kvs_store_put_prefix(a, tokens, N_TOK, 64, NULL, 0, &cold->kv, &rep), KVS_OK);
+    kvs_store_free(a);
+    kvs_store *b = open_store_keyed(&fp, r.port, 0, mac);
+    CHECK_EQ_INT(served(b, tokens, cold), N_TOK - 1); /* exact (served checks the bytes) */
+    kvs_store_free(b);
+    kvs_store *k = open_store(&model_fp, r.port); /* keyless: other names */
+    CHECK_EQ_INT(served(k, tokens, cold), 0);
+    kvs_store_free(k);
+
+    /* forge chunk 3's value */
+    char key[96];
+    kvs_key pk3;
+    CHECK_EQ_INT(span_key(&fp, tokens, N_TOK, 3, key, &pk3), 0);
+    redisReply *x = rt_cmd(r.port, "GET %s", key);
+    CHECK(x && x->type == REDIS_REPLY_STRING);
+    size_t len = x ? (size_t)x->len : 0;
+    uint8_t *v = malloc(len);
+    if (x) memcpy(v, x->str, len);
+    if (x) freeReplyObject(x);
+    uint8_t *h = v + KVS_RV_PREFIX_BYTES;
+    CHECK(kvs_get_le32(h + 12) & KVS_DISK_FLAG_MAC);
+    const size_t hb = kvs_get_le32(h + 8);
+    CHECK_EQ_INT(kvs_get_le32(v + 8), KVS_RV_CODEC_RAW);
+    for (size_t i = KVS_RV_PREFIX_BYTES + hb; i < len; i += 5) v[i] ^= 0x42; /* the attacker's KV */
+    forge_resign(h, h + hb, len - KVS_RV_PREFIX_BYTES - hb);
+    rt_rewrap(v, len, KVS_RV_PREFIX_BYTES + hb);
+    kvs_rv_expect ex = {&fp, &SHAPE, &pk3, 0, mac};
+    kvs_chunk *c = NULL;
+    kvs_disk_verdict verdict;
+    CHECK(kvs_rv_decode(v, len, &ex, "forged", &c, &verdict) == KVS_ERR_CORRUPT && verdict == KVS_DISK_BAD_MAC);
+    ex.mac = NULL; /* the checksums and the digest pass: only the MAC objects */
+    CHECK_EQ_INT(kvs_rv_decode(v, len, &ex, "forged", &c, &verdict), KVS_OK);
+    kvs_chunk_unref(c);
+    set_raw(r.port, &fp, &pk3, v, len);
+    free(v);
+    kvs_store *d = open_store_keyed(&fp, r.port, 0, mac);
+    CHECK_EQ_INT(served(d, tokens, cold), 3 * 64);
+    kvs_store_stats ss;
+    kvs_store_get_stats(d, &ss);
+    CHECK_MSG(ss.tier[0].bad >= 1, "bad %llu", (unsigned long long)ss.tier[0].bad);
+    kvs_store_free(d);
+    fake_kv_free(cold);
+    kvs_entry_mac_free(mac);
+    rt_redis_stop(&r);
+}
+
 int main(void) {
     RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
+    RUN(keyed_values_verified_forgeries_refused);
     RUN(partial_tail_served_to_a_prompt_that_extends_it);
     RUN(hostile_markers_never_lead_to_other_bytes);
     RUN(a_marker_whose_chunk_was_evicted_gives_way_to_the_next);

@@ -194,7 +194,7 @@ TEST(hostile_values_are_never_served) {
     uint64_t seed = 5;
     for (int i = 0; i < N_CHAIN; i++) {
         kvs_redis_tier_key(t, &c[i]->prefix_key, key);
-        CHECK_EQ_INT(kvs_rv_encode(&fp, c[i], KVS_RV_CODEC_RAW, 0, &v, &len), KVS_OK);
+        CHECK_EQ_INT(kvs_rv_encode(&fp, c[i], KVS_RV_CODEC_RAW, 0, NULL, &v, &len), KVS_OK);
         switch (i % 6) {
         case 0: raw_set(r.port, key, v, len / 2); break;                       /* truncated */
         case 1: v[len - 100] ^= 4; raw_set(r.port, key, v, len); break;       /* bit flip in the payload */
@@ -203,7 +203,7 @@ TEST(hostile_values_are_never_served) {
             uint8_t *f;
             size_t flen;
             kvs_chunk *fc = rt_make_chunk(&SHAPE, &other, NULL, 0, CHUNK_TOK, 1);
-            CHECK_EQ_INT(kvs_rv_encode(&other, fc, KVS_RV_CODEC_RAW, 0, &f, &flen), KVS_OK);
+            CHECK_EQ_INT(kvs_rv_encode(&other, fc, KVS_RV_CODEC_RAW, 0, NULL, &f, &flen), KVS_OK);
             raw_set(r.port, key, f, flen);
             free(f);
             kvs_chunk_unref(fc);

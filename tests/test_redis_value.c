@@ -18,8 +18,8 @@ TEST(roundtrip_every_codec) {
     for (int codec = 0; codec < KVS_RV_CODEC_COUNT; codec++) {
         uint8_t *v;
         size_t len;
-        CHECK_EQ_INT(kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, &v, &len), KVS_OK);
-        kvs_rv_expect x = {&fp, &SHAPE, &c->prefix_key, 1 << 20};
+        CHECK_EQ_INT(kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, NULL, &v, &len), KVS_OK);
+        kvs_rv_expect x = {&fp, &SHAPE, &c->prefix_key, 1 << 20, NULL};
         kvs_chunk *d = NULL;
         kvs_disk_verdict verdict;
         CHECK_EQ_INT(kvs_rv_decode(v, len, &x, "value", &d, &verdict), KVS_OK);
@@ -29,7 +29,7 @@ TEST(roundtrip_every_codec) {
         /* the header alone (listing) from a prefix of the value */
         kvs_chunk *h = NULL;
         kvs_key vfp;
-        CHECK_EQ_INT(kvs_rv_decode_header(v, KVS_RV_PREFIX_BYTES + kvs_disk_header_bytes(c->n_tok), len, &x, "value",
+        CHECK_EQ_INT(kvs_rv_decode_header(v, KVS_RV_PREFIX_BYTES + kvs_disk_header_bytes(c->n_tok, 0), len, &x, "value",
                                           &h, &vfp, &verdict),
                      KVS_OK);
         CHECK(h && !h->kv && kvs_key_equal(&vfp, &fp) && kvs_key_equal(&h->prefix_key, &c->prefix_key));
@@ -42,8 +42,8 @@ TEST(roundtrip_every_codec) {
     kvs_chunk *c32 = rt_make_chunk(&s32, &fp, NULL, 0, 9, 3);
     uint8_t *v;
     size_t len;
-    CHECK_EQ_INT(kvs_rv_encode(&fp, c32, KVS_RV_CODEC_SHUFFLE_ZSTD, 3, &v, &len), KVS_OK);
-    kvs_rv_expect x = {&fp, &s32, NULL, 0};
+    CHECK_EQ_INT(kvs_rv_encode(&fp, c32, KVS_RV_CODEC_SHUFFLE_ZSTD, 3, NULL, &v, &len), KVS_OK);
+    kvs_rv_expect x = {&fp, &s32, NULL, 0, NULL};
     kvs_chunk *d = NULL;
     CHECK_EQ_INT(kvs_rv_decode(v, len, &x, "value", &d, NULL), KVS_OK);
     CHECK(d && !memcmp(d->kv, c32->kv, c32->kv_bytes));
@@ -69,8 +69,8 @@ TEST(truncated_and_bit_flipped_values_are_rejected) {
     for (int codec = 0; codec < KVS_RV_CODEC_COUNT; codec++) {
         uint8_t *v;
         size_t len;
-        CHECK_EQ_INT(kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, &v, &len), KVS_OK);
-        kvs_rv_expect x = {&fp, &SHAPE, &c->prefix_key, 1 << 20};
+        CHECK_EQ_INT(kvs_rv_encode(&fp, c, (kvs_rv_codec)codec, 1, NULL, &v, &len), KVS_OK);
+        kvs_rv_expect x = {&fp, &SHAPE, &c->prefix_key, 1 << 20, NULL};
         char what[64];
         /* every truncation length on a sparse grid, the last bytes densely */
         for (size_t cut = 0; cut < len; cut += (cut + 64 < len ? 1 + cut / 7 : 1)) {
@@ -106,25 +106,25 @@ TEST(foreign_oversized_misplaced_and_random_values_are_rejected) {
     kvs_chunk *c = rt_make_chunk(&SHAPE, &fp, NULL, 0, 64, 5);
     uint8_t *v;
     size_t len;
-    CHECK_EQ_INT(kvs_rv_encode(&fp, c, KVS_RV_CODEC_RAW, 0, &v, &len), KVS_OK);
+    CHECK_EQ_INT(kvs_rv_encode(&fp, c, KVS_RV_CODEC_RAW, 0, NULL, &v, &len), KVS_OK);
     kvs_chunk *d = NULL;
     kvs_disk_verdict verdict;
     /* another model's fingerprint */
-    kvs_rv_expect x = {&other, &SHAPE, &c->prefix_key, 1 << 20};
+    kvs_rv_expect x = {&other, &SHAPE, &c->prefix_key, 1 << 20, NULL};
     CHECK_EQ_INT(kvs_rv_decode(v, len, &x, "foreign", &d, &verdict), KVS_ERR_MODEL_MISMATCH);
     CHECK_EQ_INT(verdict, KVS_DISK_FOREIGN);
     /* another KV shape */
     kvs_kv_shape s2 = SHAPE;
     s2.head_dim = 32;
-    kvs_rv_expect x2 = {&fp, &s2, &c->prefix_key, 1 << 20};
+    kvs_rv_expect x2 = {&fp, &s2, &c->prefix_key, 1 << 20, NULL};
     CHECK_EQ_INT(kvs_rv_decode(v, len, &x2, "shape", &d, &verdict), KVS_ERR_MODEL_MISMATCH);
     /* stored under another chunk's key */
     kvs_key wrong;
     rt_fill_key(&wrong, 5);
-    kvs_rv_expect x3 = {&fp, &SHAPE, &wrong, 1 << 20};
+    kvs_rv_expect x3 = {&fp, &SHAPE, &wrong, 1 << 20, NULL};
     expect_rejected(v, len, &x3, "misplaced");
     /* over the limit: rejected before anything is allocated */
-    kvs_rv_expect x4 = {&fp, &SHAPE, &c->prefix_key, len - 1};
+    kvs_rv_expect x4 = {&fp, &SHAPE, &c->prefix_key, len - 1, NULL};
     expect_rejected(v, len, &x4, "oversized");
     /* random bytes, with and without the right magic */
     uint64_t seed = 99;
@@ -149,7 +149,7 @@ TEST(lying_zstd_frame_is_rejected) {
     kvs_chunk *c = rt_make_chunk(&SHAPE, &fp, NULL, 0, 16, 2);
     uint8_t *v;
     size_t len;
-    CHECK_EQ_INT(kvs_rv_encode(&fp, c, KVS_RV_CODEC_ZSTD, 1, &v, &len), KVS_OK);
+    CHECK_EQ_INT(kvs_rv_encode(&fp, c, KVS_RV_CODEC_ZSTD, 1, NULL, &v, &len), KVS_OK);
     /* a frame of 1 GB of zeros (tiny compressed) replacing the payload */
     size_t big = (size_t)1 << 30;
     size_t cap = ZSTD_compressBound(1 << 20);
@@ -162,12 +162,12 @@ TEST(lying_zstd_frame_is_rejected) {
         ZSTD_compressStream2(cc, &out, &in, done + (1 << 20) == big ? ZSTD_e_end : ZSTD_e_continue);
     }
     ZSTD_freeCCtx(cc);
-    size_t hb = KVS_RV_PREFIX_BYTES + kvs_disk_header_bytes(c->n_tok);
+    size_t hb = KVS_RV_PREFIX_BYTES + kvs_disk_header_bytes(c->n_tok, 0);
     uint8_t *w = malloc(hb + out.pos);
     memcpy(w, v, hb);
     memcpy(w + hb, frame, out.pos);
     rt_rewrap(w, hb + out.pos, hb); /* valid wrapper length + checksum for the new payload */
-    kvs_rv_expect x = {&fp, &SHAPE, &c->prefix_key, 1 << 20};
+    kvs_rv_expect x = {&fp, &SHAPE, &c->prefix_key, 1 << 20, NULL};
     expect_rejected(w, hb + out.pos, &x, "lying zstd frame");
     free(w);
     free(frame);

@@ -99,7 +99,7 @@ static int serve_into(kvs_store *s, int n) {
 /* A memory-only store with dir attached as a tier it never scanned. */
 static kvs_store *store_over_unscanned_dir(const char *dir) {
     kvs_store *s = open_store(NULL, 0);
-    kvs_tier_dir_params dp = {dir, 0, 0};
+    kvs_tier_dir_params dp = {dir, 0, 0, NULL};
     kvs_tier *t = NULL;
     CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
     CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK);
@@ -252,7 +252,7 @@ TEST(records_bound_keeps_the_head_of_a_chain_a_tier_served) {
     p.stub_bytes = prompt_records(); /* exactly toks' 5 records */
     kvs_store *s = NULL;
     CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &s), KVS_OK);
-    kvs_tier_dir_params dp = {dir, 0, 0};
+    kvs_tier_dir_params dp = {dir, 0, 0, NULL};
     kvs_tier *t = NULL;
     CHECK_EQ_INT(kvs_tier_dir_open(&dp, &FP, &SHAPE, &t), KVS_OK);
     CHECK_EQ_INT(kvs_store_attach_tier(s, t), KVS_OK); /* unscanned */

@@ -67,9 +67,15 @@ void cli_progress_attach(kvs_context_params *cp, const char *label, int enabled)
     "                         its bytes): past it the chunks are computed; a lookup is a few\n"   \
     "                         operations, so a slow Redis costs a request a few times this\n"  \
     "  --redis-codec C        how values are written: raw (default), zstd, shuffle-zstd (f16\n"  \
-    "                         values 0.87x the size, slower reads); every codec is read\n"
+    "                         values 0.87x the size, slower reads); every codec is read\n"        \
+    "Cache key (README \"Trust\"; with --cache-dir or --redis):\n"                                   \
+    "  --cache-key-file F     a secret key (F's bytes, surrounding whitespace trimmed, >= 16):\n" \
+    "                         entries are written with an HMAC under it and served only if it\n" \
+    "                         verifies (keyed and keyless entries never mix)\n"
 typedef struct cli_redis_opts {
     const char *url, *cluster, *password_file, *codec;
+    const char *key_file; /* --cache-key-file: not Redis's own, taken here by every command
+                           * that opens a cache (dir or Redis) */
     int timeout_ms;
     char *url_copy; /* the URL with its password (argv's copy is masked) */
 } cli_redis_opts;
@@ -101,7 +107,12 @@ void cli_redis_free(cli_redis_opts *o);
         CLI_OPT(NULL, "--redis-codec", CLI_CHOICE, type, field.codec, "C",                                       \
                 "how values are written (every codec is read): raw (default), zstd, or\n"                       \
                 "shuffle-zstd (f16 values 0.87x the size, slower reads)",                                         \
-                .choices = "raw|zstd|shuffle-zstd", .needs = "--redis|--redis-cluster")
+                .choices = "raw|zstd|shuffle-zstd", .needs = "--redis|--redis-cluster"),                     \
+        CLI_OPT(NULL, "--cache-key-file", CLI_FILE, type, field.key_file, "FILE",                                \
+                "a secret key (FILE's bytes, surrounding whitespace trimmed, at least 16):\n"                   \
+                "entries are written with an HMAC-SHA256 under it and served only if it\n"                     \
+                "verifies; keyed and keyless entries never mix (README \"Trust\")",                             \
+                .needs = CLI_CACHE_NEEDS, .group = "Cache key:")
 /* After a command's writes: waits for the Redis writer (at most 10 s) and,
  * when some chunks did not reach Redis (refused, failed, dropped: Redis
  * down or the write queue full), says so on stderr (also with --json /

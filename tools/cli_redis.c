@@ -22,15 +22,15 @@ static void keep_url_mask_argv(cli_redis_opts *o, char *value) {
 int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_opts *o) {
     int is_url = !strcmp(opt, "--redis"), is_cluster = !strcmp(opt, "--redis-cluster");
     int is_file = !strcmp(opt, "--redis-password-file"), is_timeout = !strcmp(opt, "--redis-timeout");
-    int is_codec = !strcmp(opt, "--redis-codec");
-    if (!is_url && !is_cluster && !is_file && !is_timeout && !is_codec) return 0;
+    int is_codec = !strcmp(opt, "--redis-codec"), is_key = !strcmp(opt, "--cache-key-file");
+    if (!is_url && !is_cluster && !is_file && !is_timeout && !is_codec && !is_key) return 0;
     if (!value || !*value) {
         cli_usage_error(cmd, "%s needs a value", opt);
         return -1;
     }
     /* (the value of a repeated --redis is not echoed: it may hold a password) */
     if ((is_url && o->url) || (is_cluster && o->cluster) || (is_file && o->password_file) ||
-        (is_timeout && o->timeout_ms) || (is_codec && o->codec)) {
+        (is_timeout && o->timeout_ms) || (is_codec && o->codec) || (is_key && o->key_file)) {
         cli_usage_error(cmd, "%s given more than once (again with '%s'): it takes one value", opt,
                         is_url ? "..." : value);
         return -1;
@@ -43,6 +43,10 @@ int cli_redis_option(const char *cmd, const char *opt, char *value, cli_redis_op
     }
     if (is_file) {
         o->password_file = value;
+        return 1;
+    }
+    if (is_key) {
+        o->key_file = value;
         return 1;
     }
     if (is_codec) {
@@ -89,6 +93,7 @@ void cli_redis_apply(const cli_redis_opts *o, kvs_cache_params *p) {
     p->redis_password_file = o->password_file;
     p->redis_timeout_ms = o->timeout_ms;
     p->redis_codec = o->codec;
+    p->cache_key_file = o->key_file;
 }
 
 void cli_redis_free(cli_redis_opts *o) {

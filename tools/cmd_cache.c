@@ -137,6 +137,10 @@ static int parse(int argc, char **argv, cache_opts *o) {
     if (strcmp(o->verb, "stats") && strcmp(o->verb, "ls") && strcmp(o->verb, "clear") && strcmp(o->verb, "prune"))
         return cli_usage_error("cache", "unknown action '%s' (stats, ls, clear, prune)", o->verb);
     if (cli_redis_check("cache", &o->redis)) return 2;
+    /* a key names a keyed cache of one model (its fingerprint): the model-free
+     * listings see every entry anyway, keyed ones under their own fingerprint */
+    if (o->redis.key_file && (!o->model_path || cli_redis_given(&o->redis)))
+        return cli_usage_error("cache", "--cache-key-file goes with --cache-dir and -m (the keyed cache of that model)");
     if (o->kv_type_name && !o->model_path)
         return cli_usage_error("cache", "--kv-type goes with -m (which KV type of that model to look at)");
     if (cli_redis_given(&o->redis)) {
@@ -549,6 +553,7 @@ int cmd_cache(int argc, char **argv) {
         pp.cache_dir = o.dir;
         pp.cache_max_bytes = o.cache_max_bytes;
         pp.kv_type = o.kv_type;
+        pp.cache_key_file = o.redis.key_file;
         if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
     }
     if (!strcmp(o.verb, "ls")) {

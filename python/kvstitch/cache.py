@@ -29,7 +29,7 @@ class Cache(InUse, NoCopy):
                  chunk_tokens: int = 0, kv_type: str = "f16", fsync: bool = False, *,
                  redis_url: str | None = None, redis_cluster: str | None = None,
                  redis_password_file: str | os.PathLike | None = None, redis_timeout_ms: int = 0,
-                 redis_codec: str | None = None):
+                 redis_codec: str | None = None, key_file: str | os.PathLike | None = None):
         """budget_bytes: memory for chunks (0 = 1/4 of RAM); cache_dir: persist
         entries there (created if missing); chunk_tokens: grid step (0 = 64);
         kv_type: "f16", "f32" or "q8" (8-bit), must match the Sessions using it. A "~" in
@@ -41,7 +41,14 @@ class Cache(InUse, NoCopy):
         (0 = 50); redis_codec, how values are written: "raw" (None: the
         default), "zstd" or "shuffle-zstd" (~15% smaller f16 values, slower
         reads; every codec is read). Writes go out on a background thread:
-        flush() waits for them; close() waits too (a bounded time)."""
+        flush() waits for them; close() waits too (a bounded time).
+        key_file (the CLI's --cache-key-file; README "Trust"): a secret key, the
+        file's bytes with surrounding whitespace trimmed, at least 16 bytes.
+        Entries written to cache_dir / Redis then carry an HMAC-SHA256 under
+        it and are served only if it verifies; keyed and keyless caches (or
+        two keys) never share entries and never remove each other's. An
+        empty, too short or non-regular key file raises InvalidArgument, an
+        unreadable one FileError (both name the file, never the key)."""
         if not isinstance(model, Model):
             raise InvalidArgument(f"Cache needs a Model, got {type(model).__name__}")
         p = lib.kvs_cache_default_params()
@@ -78,6 +85,11 @@ class Cache(InUse, NoCopy):
                 raise InvalidArgument("redis_codec goes with redis_url or redis_cluster")
             self._redis.append(ffi.new("char[]", redis_codec.encode()))
             p.redis_codec = self._redis[-1]
+        if key_file is not None:
+            if cache_dir is None and redis_url is None and redis_cluster is None:
+                raise InvalidArgument("key_file goes with cache_dir, redis_url or redis_cluster")
+            self._redis.append(ffi.new("char[]", c_path(os.path.expanduser(key_file), "key_file")))
+            p.cache_key_file = self._redis[-1]
         out = ffi.new("kvs_cache **")
         self._init_in_use()  # calls and Sessions working on it right now (close() refuses then)
         with model._using() as mh:

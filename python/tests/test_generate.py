@@ -139,3 +139,42 @@ def test_cache_entries_and_prune_dir(model, tmp_path):
         kvstitch.prune_dir(d, max_bytes=-1)
     with pytest.raises(kvstitch.NotFound, match="no such directory"):  # it had reported an empty one
         kvstitch.prune_dir(tmp_path / "missing")
+
+
+def test_cache_key_file(model, tmp_path):
+    # key_file= (the CLI's --cache-key-file): a keyed cache reuses its own
+    # entries bit-exactly; a keyless cache on the same directory reuses
+    # none of them (and the keyed one none of its); bad key files raise,
+    # naming the file.
+    key = tmp_path / "key"
+    key.write_text("  a-secret-cache-key-0123456789\n")
+    d = tmp_path / "kvs"
+    cold = kvstitch.Session(model, n_ctx=1024).generate(MANUAL + Q2, max_tokens=4, logits=True)
+
+    def run(**kw):
+        c = kvstitch.Cache(model, budget_bytes=64 << 20, cache_dir=d, **kw)
+        s = kvstitch.Session(model, c, n_ctx=1024)
+        r = s.generate(MANUAL + Q2, max_tokens=4, logits=True)
+        s.close()
+        c.close()
+        return r
+
+    first = run(key_file=key)
+    assert first.cached_tokens == 0 and first.chunks_stored > 0
+    warm = run(key_file=str(key))
+    assert warm.cached_tokens > 100 and warm.first_logits == cold.first_logits and warm.tokens == cold.tokens
+    n_keyed = len(list(d.glob("*.kvc")))
+    keyless = run()
+    assert keyless.cached_tokens == 0 and keyless.first_logits == cold.first_logits
+    assert len(list(d.glob("*.kvc"))) == 2 * n_keyed  # nothing of the keyed cache removed
+    assert run(key_file=key).cached_tokens == warm.cached_tokens
+
+    (tmp_path / "short").write_text("0123456789abcde")
+    (tmp_path / "empty").write_text(" \n")
+    for name in ("short", "empty"):
+        with pytest.raises(kvstitch.InvalidArgument, match=str(tmp_path / name)):
+            kvstitch.Cache(model, cache_dir=d, key_file=tmp_path / name)
+    with pytest.raises(kvstitch.FileError, match="missing"):
+        kvstitch.Cache(model, cache_dir=d, key_file=tmp_path / "missing")
+    with pytest.raises(kvstitch.InvalidArgument, match="key_file goes with"):
+        kvstitch.Cache(model, key_file=key)

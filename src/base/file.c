@@ -33,3 +33,31 @@ static int open_regular(const char *path, int extra, struct stat *st) {
 int kvs_open_regular(const char *path, struct stat *st) { return open_regular(path, 0, st); }
 
 int kvs_open_regular_nofollow(const char *path, struct stat *st) { return open_regular(path, O_NOFOLLOW, st); }
+
+int kvs_read_regular_small(const char *path, void *buf, size_t cap, size_t *n, int *more) {
+    const int fd = kvs_open_regular(path, NULL);
+    if (fd < 0) return fd;
+    unsigned char *p = buf;
+    size_t got = 0;
+    int e = 0;
+    *more = 0;
+    for (;;) {
+        unsigned char extra;
+        const ssize_t r = got < cap ? read(fd, p + got, cap - got) : read(fd, &extra, 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) e = errno;
+        if (r <= 0) break;
+        if (got == cap) {
+            *more = 1;
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *n = got;
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return 0;
+}

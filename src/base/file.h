@@ -10,6 +10,7 @@
 #ifndef KVS_BASE_FILE_H
 #define KVS_BASE_FILE_H
 
+#include <stddef.h>
 #include <sys/stat.h>
 
 #define KVS_OPEN_NOT_REGULAR (-2)
@@ -23,5 +24,10 @@ int kvs_open_regular(const char *path, struct stat *st);
  * named like an entry as not its own; a reader following it had served
  * what the rest of the cache did not count). */
 int kvs_open_regular_nofollow(const char *path, struct stat *st);
+
+/* Reads at most cap bytes of regular file path into buf (*n = bytes read;
+ * *more = 1 when the file holds more than cap bytes): 0, -1 with errno, or
+ * KVS_OPEN_NOT_REGULAR (secret files: a Redis password, a cache key). */
+int kvs_read_regular_small(const char *path, void *buf, size_t cap, size_t *n, int *more);
 
 #endif

@@ -19,6 +19,18 @@ kvs_cache_params kvs_cache_default_params(void) {
     return p;
 }
 
+/* The cache key of p (kvs_cache_params: mac_key or cache_key_file), *out
+ * NULL without one. */
+static int open_key(const kvs_cache_params *p, kvs_entry_mac **out) {
+    *out = NULL;
+    const int file = p->cache_key_file && *p->cache_key_file;
+    if (file && p->mac_key)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: give mac_key or cache_key_file, not both");
+    if (file) return kvs_entry_mac_from_file(p->cache_key_file, out);
+    if (p->mac_key || p->mac_key_len) return kvs_entry_mac_new(p->mac_key, p->mac_key_len, "kvs_cache_params.mac_key", out);
+    return KVS_OK;
+}
+
 int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: model and out must not be NULL");
     if (p.chunk_tokens < 0)
@@ -39,7 +51,9 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
         /* The directory first: the weights digest memo lives there. */
         if (!st) st = kvs_disk_init_dir(c->dir);
     }
+    if (!st) st = open_key(&p, &c->mac);
     if (!st) st = kvs_fingerprint(model, p.kv_type, c->dir, &c->fp);
+    if (!st && c->mac) kvs_fingerprint_keyed(&c->fp, kvs_entry_mac_key_id(c->mac), &c->fp);
     if (!st) {
         kvs_store_params sp = kvs_store_default_params();
         sp.budget_bytes = p.budget_bytes;
@@ -47,6 +61,7 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
         sp.fsync = p.fsync;
         sp.cache_max_bytes = p.cache_max_bytes;
         sp.chunk_tokens = c->chunk_tokens;
+        sp.mac = c->mac;
         st = kvs_store_open(&c->fp, &c->shape, sp, &c->store);
     }
     if (!st) st = kvs_cache_open_redis(c, &p); /* below RAM and the dir */
@@ -61,6 +76,7 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
 void kvs_cache_free(kvs_cache *c) {
     if (!c) return;
     kvs_store_free(c->store);
+    kvs_entry_mac_free(c->mac); /* after the store: its tiers point to it */
     free(c->dir);
     free(c);
 }
@@ -193,6 +209,7 @@ int kvs_reuse_check_context(kvs_context *ctx, kvs_cache *c) {
     kvs_key fp;
     int st = kvs_fingerprint(m, c->shape.dtype, c->dir, &fp);
     if (st) return st;
+    if (c->mac) kvs_fingerprint_keyed(&fp, kvs_entry_mac_key_id(c->mac), &fp);
     if (!kvs_key_equal(&fp, &c->fp))
         return kvs_error(KVS_ERR_MODEL_MISMATCH, "%s: the context's model is not the model of the cache (%s)",
                          kvs_model_path(m), kvs_model_path(c->model));

@@ -28,6 +28,8 @@ struct kvs_cache {
     kvs_store *store;
     char *dir;          /* NULL: memory only */
     kvs_tier *redis;    /* the Redis tier, NULL if none (owned by the store) */
+    kvs_entry_mac *mac; /* the cache key (entry_mac.h), NULL if none; fp is then the keyed
+                         * fingerprint (fingerprint.h). Owned; freed after the store */
 };
 
 /* The Redis tier's counters into st (cache_redis.c; no-op without one). */

@@ -67,7 +67,7 @@ static void note_node(dir_ctx *x, const kvs_chunk *c, const kvs_key *fp, uint64_
 static int payload_damaged(const char *dir, kvs_chunk *c, const kvs_key *fp) {
     void *payload = NULL;
     kvs_disk_verdict v = KVS_DISK_OK;
-    if (kvs_disk_load_payload(dir, fp, c, &payload, &v) == KVS_OK) {
+    if (kvs_disk_load_payload(dir, fp, NULL, c, &payload, &v) == KVS_OK) {
         free(payload);
         return 0;
     }
@@ -173,8 +173,7 @@ static int scan(const char *dir, kvs_cache_entry_fn fn, void *user, int verify, 
     kvs_disk_counts counts;
     int rc = kvs_disk_scan_fp(dir, NULL, NULL, dir_visit, x, &counts);
     st->entries = counts.n[KVS_DISK_OK] >= x->bad_payloads ? counts.n[KVS_DISK_OK] - x->bad_payloads : 0;
-    st->damaged = counts.n[KVS_DISK_BAD_MAGIC] + counts.n[KVS_DISK_BAD_VERSION] + counts.n[KVS_DISK_BAD_HEADER] +
-                  counts.n[KVS_DISK_TRUNCATED] + counts.n[KVS_DISK_BAD_PAYLOAD] + x->bad_payloads;
+    st->damaged = kvs_disk_counts_damaged(&counts) + x->bad_payloads;
     st->unreadable = counts.n[KVS_DISK_IO] + counts.n[KVS_DISK_NOT_REGULAR];
     st->models = x->n_fps;
     kvs_disk_usage u;

@@ -16,13 +16,14 @@ static int has_redis(const kvs_cache_params *p) {
 
 /* The tier's parameters from the cache's; KVS_ERR_INVALID_ARG naming an
  * unknown codec. */
-static int tier_params(const kvs_cache_params *p, kvs_redis_tier_params *rp) {
+static int tier_params(const kvs_cache_params *p, const kvs_entry_mac *mac, kvs_redis_tier_params *rp) {
     kvs_redis_tier_default_params(rp);
     rp->url = p->redis_url && *p->redis_url ? p->redis_url : NULL;
     rp->cluster = p->redis_cluster && *p->redis_cluster ? p->redis_cluster : NULL;
     rp->password_file = p->redis_password_file;
     rp->timeout_ms = p->redis_timeout_ms;
     rp->chunk_tokens = p->chunk_tokens; /* the grid: what a read expects per key */
+    rp->mac = mac;
     return p->redis_codec && *p->redis_codec ? kvs_rv_codec_parse(p->redis_codec, &rp->codec) : KVS_OK;
 }
 
@@ -32,7 +33,7 @@ int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p) {
         return kvs_error(KVS_ERR_INVALID_ARG, "redis_timeout_ms must be >= 0, got %d", p->redis_timeout_ms);
     kvs_redis_tier_params rp;
     kvs_tier *t = NULL;
-    int st = tier_params(p, &rp);
+    int st = tier_params(p, c->mac, &rp);
     if (!st) st = kvs_redis_tier_open(&rp, &c->fp, &c->shape, &t);
     if (st) return st;
     st = kvs_store_attach_tier(c->store, t); /* the store owns t from here, also on failure */
@@ -81,7 +82,7 @@ void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
 static int open_any(const kvs_cache_params *p, kvs_tier **t) {
     if (!p || !has_redis(p)) return kvs_error(KVS_ERR_INVALID_ARG, "no Redis given (redis_url or redis_cluster)");
     kvs_redis_tier_params rp;
-    int st = tier_params(p, &rp);
+    int st = tier_params(p, NULL, &rp);
     return st ? st : kvs_redis_tier_open(&rp, NULL, NULL, t);
 }
 

@@ -216,6 +216,16 @@ static void put_metadata(kvs_sha256 *h, const kvs_gguf *g) {
     kvs_sha256_update(h, d, 32);
 }
 
+void kvs_fingerprint_keyed(const kvs_key *fp, const uint8_t key_id[32], kvs_key *out) {
+    kvs_sha256 h;
+    kvs_sha256_init(&h);
+    static const char tag[] = "kvstitch-fp-keyed-v1";
+    kvs_sha256_update(&h, tag, sizeof tag);
+    kvs_sha256_update(&h, fp->b, 32);
+    kvs_sha256_update(&h, key_id, 32);
+    kvs_sha256_final(&h, out->b);
+}
+
 int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir, kvs_key *out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "fingerprint: model and out must not be NULL");
     if (!kvs_kv_type_name(kv_type))

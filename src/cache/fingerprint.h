@@ -43,6 +43,15 @@
  * The probe is never remembered across processes: it is what detects a
  * different build.
  *
+ * A cache opened with a key (kvs_cache_params.mac_key / cache_key_file,
+ * entry_mac.h) roots its keys in the keyed fingerprint
+ *
+ *   keyed = SHA-256("kvstitch-fp-keyed-v1" || fingerprint || key id)
+ *
+ * so its entries' names, content keys and fingerprint fields are disjoint
+ * from a keyless cache's and from another key's: each sees the others'
+ * entries as foreign (never served, never removed).
+ *
  * Thread-safe.
  */
 #ifndef KVS_REUSE_FINGERPRINT_H
@@ -58,6 +67,9 @@ int kvs_weights_digest(const kvs_model *model, const char *memo_dir, uint8_t out
 
 /* The fingerprint of (model, kv_type). memo_dir as above. */
 int kvs_fingerprint(kvs_model *model, kvs_kv_type kv_type, const char *memo_dir, kvs_key *out);
+
+/* The fingerprint of a cache keyed with key id key_id (above). */
+void kvs_fingerprint_keyed(const kvs_key *fp, const uint8_t key_id[32], kvs_key *out);
 
 /* Test-only: perturb one component's value before it is hashed, as another
  * model, file layout, build, ... would (tests/test_fingerprint.c checks that

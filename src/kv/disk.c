@@ -23,7 +23,7 @@
 
 static const char *const verdict_names[KVS_DISK_VERDICT_COUNT] = {
     "ok", "missing", "bad magic", "bad version", "bad header", "truncated", "foreign", "bad payload",
-    "not a regular file", "io error",
+    "not a regular file", "io error", "bad MAC",
 };
 
 const char *kvs_disk_verdict_name(kvs_disk_verdict v) {
@@ -31,8 +31,13 @@ const char *kvs_disk_verdict_name(kvs_disk_verdict v) {
 }
 
 
-size_t kvs_disk_header_bytes(int n_tok) {
-    size_t raw = KVS_DISK_FIXED_BYTES + (size_t)n_tok * 4 + 32;
+uint64_t kvs_disk_counts_damaged(const kvs_disk_counts *c) {
+    return c->n[KVS_DISK_BAD_MAGIC] + c->n[KVS_DISK_BAD_VERSION] + c->n[KVS_DISK_BAD_HEADER] +
+           c->n[KVS_DISK_TRUNCATED] + c->n[KVS_DISK_BAD_PAYLOAD] + c->n[KVS_DISK_BAD_MAC];
+}
+
+size_t kvs_disk_header_bytes(int n_tok, int with_mac) {
+    size_t raw = KVS_DISK_FIXED_BYTES + (size_t)n_tok * 4 + 32 + (with_mac ? KVS_ENTRY_MAC_BYTES : 0);
     return (raw + HDR_ALIGN - 1) / HDR_ALIGN * HDR_ALIGN;
 }
 
@@ -111,12 +116,13 @@ int kvs_disk_path(const char *dir, const kvs_key *k, char *buf, size_t cap) {
 
 /* --- writing ------------------------------------------------------------- */
 
-void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum) {
+int kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const kvs_chunk *c, uint64_t sum,
+                          const kvs_entry_mac *mac) {
     memset(h, 0, hbytes);
     memcpy(h, KVS_DISK_MAGIC, 4);
     kvs_put_le32(h + 4, KVS_DISK_VERSION);
     kvs_put_le32(h + 8, (uint32_t)hbytes);
-    kvs_put_le32(h + 12, c->origin);
+    kvs_put_le32(h + 12, c->origin | (mac ? KVS_DISK_FLAG_MAC : 0));
     memcpy(h + 16, fp->b, 32);
     memcpy(h + 48, c->prefix_key.b, 32);
     memcpy(h + 80, c->content_key.b, 32);
@@ -134,11 +140,18 @@ void kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const k
     for (int i = 0; i < c->n_tok; i++) kvs_put_le32(t + 4 * (size_t)i, (uint32_t)c->tokens[i]);
     size_t covered = KVS_DISK_FIXED_BYTES + (size_t)c->n_tok * 4;
     kvs_sha256_digest(h, covered, h + covered);
+    if (!mac) return KVS_OK;
+    kvs_entry_mac_state s;
+    int rc = kvs_entry_mac_begin(mac, &s);
+    if (rc) return rc;
+    kvs_entry_mac_update(&s, h, covered + 32);
+    kvs_entry_mac_update(&s, c->kv, c->kv_bytes);
+    return kvs_entry_mac_end(&s, h + covered + 32);
 }
 
 static atomic_uint tmp_counter;
 
-int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int do_fsync) {
+int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int do_fsync, const kvs_entry_mac *mac) {
     if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "%s: chunk at pos %d has no payload to write", dir, c->pos0);
     char final[4096], tmp[4200], hex[65];
     int rc = kvs_disk_path(dir, &c->prefix_key, final, sizeof final);
@@ -146,10 +159,14 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
     kvs_key_to_hex(&c->prefix_key, hex);
     snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%u.tmp", dir, hex, (long)getpid(),
              atomic_fetch_add(&tmp_counter, 1));
-    size_t hbytes = kvs_disk_header_bytes(c->n_tok);
+    size_t hbytes = kvs_disk_header_bytes(c->n_tok, mac != NULL);
     uint8_t *h = malloc(hbytes);
     if (!h) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory for a header", final);
-    kvs_disk_header_build(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
+    rc = kvs_disk_header_build(h, hbytes, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0), mac);
+    if (rc) {
+        free(h);
+        return rc;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         free(h);
@@ -194,6 +211,7 @@ int kvs_disk_verdict_status(kvs_disk_verdict v) {
     case KVS_DISK_TRUNCATED: return KVS_ERR_CORRUPT;
     case KVS_DISK_FOREIGN: return KVS_ERR_MODEL_MISMATCH;
     case KVS_DISK_BAD_PAYLOAD: return KVS_ERR_CORRUPT;
+    case KVS_DISK_BAD_MAC: return KVS_ERR_CORRUPT;
     default: return KVS_ERR_IO;
     }
 }
@@ -223,13 +241,14 @@ int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *wh
     hd->shape.head_dim = (int32_t)kvs_get_le32(fixed + 156);
     hd->n_tok = (int32_t)kvs_get_le32(fixed + 160);
     hd->pos0 = (int32_t)kvs_get_le32(fixed + 164);
-    hd->origin = kvs_get_le32(fixed + 12);
+    hd->origin = kvs_get_le32(fixed + 12) & ~KVS_DISK_FLAG_MAC;
+    hd->has_mac = (kvs_get_le32(fixed + 12) & KVS_DISK_FLAG_MAC) != 0;
     hd->created_ns = (int64_t)kvs_get_le64(fixed + 168);
     hd->payload_bytes = kvs_get_le64(fixed + 176);
     hd->payload_sum = kvs_get_le64(fixed + 184);
     hd->header_bytes = kvs_get_le32(fixed + 8);
     if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > KVS_DISK_MAX_TOKENS || hd->pos0 < 0 ||
-        hd->header_bytes != kvs_disk_header_bytes(hd->n_tok) ||
+        hd->header_bytes != kvs_disk_header_bytes(hd->n_tok, hd->has_mac) ||
         hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok) || (hd->origin & ~KVS_CHUNK_ORIGIN_MASK) ||
         ((hd->origin & KVS_CHUNK_BAKED) && !(hd->origin & KVS_CHUNK_DOC)) ||
         (!(hd->origin & KVS_CHUNK_BAKED) && kvs_chunk_neighbours(hd->origin)))
@@ -245,8 +264,11 @@ int kvs_disk_header_parse_rest(const uint8_t *h, const char *what, kvs_disk_head
     uint8_t digest[32];
     kvs_sha256_digest(h, covered, digest);
     if (memcmp(digest, h + covered, 32)) FAIL(KVS_DISK_BAD_HEADER, "%s: header checksum mismatch", what);
-    /* The padding is not under the digest: writers zero it, so anything else is damage. */
-    for (size_t i = covered + 32; i < hd->header_bytes; i++)
+    /* The MAC, then the padding: not under the digest (the MAC is checked
+     * with the payload); writers zero the padding, so anything else is damage. */
+    const size_t pad = covered + 32 + (hd->has_mac ? KVS_ENTRY_MAC_BYTES : 0);
+    if (hd->has_mac) memcpy(hd->mac, h + covered + 32, KVS_ENTRY_MAC_BYTES);
+    for (size_t i = pad; i < hd->header_bytes; i++)
         if (h[i]) FAIL(KVS_DISK_BAD_HEADER, "%s: nonzero header padding at byte %zu", what, i);
     hd->tokens = malloc((size_t)hd->n_tok * sizeof(int32_t));
     if (!hd->tokens) FAIL(KVS_DISK_IO, "%s: out of memory", what);
@@ -293,9 +315,36 @@ int kvs_disk_header_check_owner(const kvs_disk_header *hd, const kvs_key *want_f
     return KVS_OK;
 }
 
-/* Reads and checks the header of an open entry file (see disk.h). */
+int kvs_disk_header_mac_begin(const uint8_t *h, const kvs_disk_header *hd, const kvs_entry_mac *mac,
+                              kvs_entry_mac_state *s, const char *what, kvs_disk_verdict *verdict) {
+    if (!hd->has_mac) FAIL(KVS_DISK_BAD_MAC, "%s: entry without a MAC (the cache is opened with a key)", what);
+    if (s) {
+        if (kvs_entry_mac_begin(mac, s)) FAIL(KVS_DISK_IO, "%s: HMAC-SHA256 failed (libcrypto)", what);
+        kvs_entry_mac_update(s, h, KVS_DISK_FIXED_BYTES + (size_t)hd->n_tok * 4 + 32);
+    }
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    return kvs_disk_verdict_status(*verdict);
+}
+
+int kvs_disk_header_mac_check(const kvs_disk_header *hd, kvs_entry_mac_state *s, const char *what,
+                              kvs_disk_verdict *verdict) {
+    uint8_t tag[KVS_ENTRY_MAC_BYTES];
+    if (kvs_entry_mac_end(s, tag)) FAIL(KVS_DISK_IO, "%s: HMAC-SHA256 failed (libcrypto)", what);
+    if (!kvs_entry_mac_equal(tag, hd->mac))
+        FAIL(KVS_DISK_BAD_MAC, "%s: MAC mismatch (written without this cache key, or damaged)", what);
+    *verdict = KVS_DISK_OK;
+    return KVS_OK;
+fail:
+    return kvs_disk_verdict_status(*verdict);
+}
+
+/* Reads and checks the header of an open entry file (see disk.h). With mac,
+ * the entry's MAC is required, and s (if not NULL) begun over the header. */
 static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
-                          kvs_disk_header *hd, kvs_disk_verdict *verdict) {
+                          const kvs_entry_mac *mac, kvs_entry_mac_state *s, kvs_disk_header *hd,
+                          kvs_disk_verdict *verdict) {
     uint8_t fixed[KVS_DISK_FIXED_BYTES];
     uint8_t *rest = NULL;
     memset(hd, 0, sizeof *hd);
@@ -313,9 +362,10 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     if (pread_all(fd, rest, hd->header_bytes, 0) != (ssize_t)hd->header_bytes)
         FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
     rc = kvs_disk_header_parse_rest(rest, path, hd, verdict);
-    free(rest);
-    rest = NULL;
-    if (rc) return rc;
+    if (rc) {
+        free(rest);
+        return rc;
+    }
     if ((uint64_t)st.st_size != hd->header_bytes + hd->payload_bytes)
         FAIL(KVS_DISK_TRUNCATED, "%s: %lld bytes, header says %llu", path, (long long)st.st_size,
              (unsigned long long)(hd->header_bytes + hd->payload_bytes));
@@ -327,7 +377,9 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     if (strncmp(base, hex, 64) || strcmp(base + 64, KVS_DISK_EXT))
         FAIL(KVS_DISK_BAD_HEADER, "%s: file name is not its prefix key", path);
     rc = kvs_disk_header_check_owner(hd, want_fp, want_shape, path, verdict);
+    if (!rc && mac) rc = kvs_disk_header_mac_begin(rest, hd, mac, s, path, verdict);
     if (rc) goto fail_rc;
+    free(rest);
     return KVS_OK;
 fail:
     rc = kvs_disk_verdict_status(*verdict);
@@ -359,14 +411,14 @@ static void touch_atime(int fd) {
     futimens(fd, ts);
 }
 
-int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape *shape, kvs_chunk **out,
-                         kvs_key *file_fp, kvs_disk_verdict *verdict) {
+int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape *shape, const kvs_entry_mac *mac,
+                         kvs_chunk **out, kvs_key *file_fp, kvs_disk_verdict *verdict) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     int fd = open_entry(path, verdict);
     if (fd < 0) return kvs_disk_verdict_status(*verdict);
     kvs_disk_header hd;
-    int rc = read_header_fd(fd, path, fp, shape, &hd, verdict);
+    int rc = read_header_fd(fd, path, fp, shape, mac, NULL, &hd, verdict);
     close(fd);
     if (rc) return rc;
     kvs_chunk *c;
@@ -385,9 +437,11 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
  * path_size bytes) for a payload read: its header read and checked (fingerprint,
  * shape) and still describing c (tokens, position, origin, parent). On
  * KVS_OK *fd is open and hd holds the payload's offset and checksum (its
- * tokens freed); else nothing is open and *verdict says why. */
-static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_chunk *c, char *path, size_t path_size,
-                              int *fd, kvs_disk_header *hd, kvs_disk_verdict *verdict) {
+ * tokens freed), and with mac *s is begun over the header (the caller
+ * ends it); else nothing is open and *verdict says why. */
+static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c,
+                              char *path, size_t path_size, int *fd, kvs_disk_header *hd, kvs_entry_mac_state *s,
+                              kvs_disk_verdict *verdict) {
     int rc = kvs_disk_path(dir, &c->prefix_key, path, path_size);
     if (rc) {
         *verdict = KVS_DISK_IO;
@@ -395,14 +449,17 @@ static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_chun
     }
     *fd = open_entry(path, verdict);
     if (*fd < 0) return kvs_disk_verdict_status(*verdict);
-    rc = read_header_fd(*fd, path, fp, &c->shape, hd, verdict);
+    rc = read_header_fd(*fd, path, fp, &c->shape, mac, s, hd, verdict);
     if (rc) goto fail_rc;
     int same = hd->n_tok == c->n_tok && hd->pos0 == c->pos0 && hd->origin == c->origin &&
                kvs_key_equal(&hd->parent, &c->parent_key) &&
                !memcmp(hd->tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
     free(hd->tokens);
     hd->tokens = NULL;
-    if (!same) FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
+    if (!same) {
+        if (mac) kvs_entry_mac_abort(s);
+        FAIL(KVS_DISK_BAD_HEADER, "%s: entry no longer describes the indexed chunk", path);
+    }
     return KVS_OK;
 fail:
     rc = kvs_disk_verdict_status(*verdict);
@@ -412,14 +469,15 @@ fail_rc:
     return rc;
 }
 
-int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c, void **payload,
-                          kvs_disk_verdict *verdict) {
+int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c,
+                          void **payload, kvs_disk_verdict *verdict) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     char path[4096];
     int fd;
     kvs_disk_header hd;
-    int rc = open_indexed_entry(dir, fp, c, path, sizeof path, &fd, &hd, verdict);
+    kvs_entry_mac_state ms = {0};
+    int rc = open_indexed_entry(dir, fp, mac, c, path, sizeof path, &fd, &hd, &ms, verdict);
     if (rc) return rc;
     uint8_t *buf = NULL;
     size_t alloc = (c->kv_bytes + 63) / 64 * 64;
@@ -434,16 +492,19 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_chunk *c
         if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
         if ((size_t)got != want) FAIL(KVS_DISK_TRUNCATED, "%s: payload cut short", path);
         kvs_checksum64_update(&cs, buf + at, want);
+        if (mac) kvs_entry_mac_update(&ms, buf + at, want);
         at += want;
     }
     if (kvs_checksum64_final(&cs) != hd.payload_sum)
         FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
+    if (mac && (rc = kvs_disk_header_mac_check(&hd, &ms, path, verdict))) goto fail;
     touch_atime(fd);
     close(fd);
     *payload = buf;
     *verdict = KVS_DISK_OK;
     return KVS_OK;
 fail:
+    if (mac) kvs_entry_mac_abort(&ms);
     close(fd);
     free(buf);
     return kvs_disk_verdict_status(*verdict);
@@ -474,8 +535,8 @@ static int preadv_all(int fd, struct iovec *iov, int n_iov, off_t off) {
     return 0;
 }
 
-int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c, int off, int n,
-                          const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict) {
+int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c, int off,
+                          int n, const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     *verdict = KVS_DISK_IO;
@@ -488,7 +549,8 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
     char path[4096];
     int fd;
     kvs_disk_header hd;
-    int rc = open_indexed_entry(dir, fp, c, path, sizeof path, &fd, &hd, verdict);
+    kvs_entry_mac_state ms = {0};
+    int rc = open_indexed_entry(dir, fp, mac, c, path, sizeof path, &fd, &hd, &ms, verdict);
     if (rc) return rc;
     struct iovec *iov = NULL, *work = NULL;
     uint8_t *sink = NULL;
@@ -532,10 +594,14 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
         int r = preadv_all(fd, work + i, j - i, at);
         if (r < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
         if (r > 0) FAIL(KVS_DISK_TRUNCATED, "%s: payload cut short", path);
-        for (; i < j; i++) kvs_checksum64_update(&cs, iov[i].iov_base, iov[i].iov_len);
+        for (; i < j; i++) {
+            kvs_checksum64_update(&cs, iov[i].iov_base, iov[i].iov_len);
+            if (mac) kvs_entry_mac_update(&ms, iov[i].iov_base, iov[i].iov_len);
+        }
         at += (off_t)batch;
     }
     if (kvs_checksum64_final(&cs) != hd.payload_sum) FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
+    if (mac && (rc = kvs_disk_header_mac_check(&hd, &ms, path, verdict))) goto fail;
     touch_atime(fd);
     close(fd);
     free(iov);
@@ -544,6 +610,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_chunk *c
     *verdict = KVS_DISK_OK;
     return KVS_OK;
 fail:
+    if (mac) kvs_entry_mac_abort(&ms);
     close(fd);
     free(iov);
     free(work);

@@ -25,7 +25,7 @@ static int is_tmp_name(const char *name) {
     return name[0] == '.' && len > 4 && !strcmp(name + len - 4, ".tmp");
 }
 
-static int scan_impl(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
+static int scan_impl(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape, const kvs_entry_mac *mac,
                      int (*known)(void *user, const kvs_key *prefix_key), int (*fn)(void *user, kvs_chunk *chunk),
                      kvs_disk_scan_fp_fn fn_fp, void *user, kvs_disk_counts *counts) {
     kvs_disk_counts local;
@@ -54,7 +54,7 @@ static int scan_impl(const char *dir, const kvs_key *fp, const kvs_kv_shape *sha
         kvs_chunk *c;
         kvs_disk_verdict v;
         kvs_key file_fp;
-        if (kvs_disk_read_header(path, fp, shape, &c, &file_fp, &v) == KVS_OK) {
+        if (kvs_disk_read_header(path, fp, shape, mac, &c, &file_fp, &v) == KVS_OK) {
             counts->n[KVS_DISK_OK]++;
             if (fn_fp) {
                 if (fn_fp(user, c, &file_fp)) break;
@@ -71,15 +71,15 @@ static int scan_impl(const char *dir, const kvs_key *fp, const kvs_kv_shape *sha
     return rc;
 }
 
-int kvs_disk_scan(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape,
+int kvs_disk_scan(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape, const kvs_entry_mac *mac,
                   int (*known)(void *user, const kvs_key *prefix_key), int (*fn)(void *user, kvs_chunk *chunk),
                   void *user, kvs_disk_counts *counts) {
-    return scan_impl(dir, fp, shape, known, fn, NULL, user, counts);
+    return scan_impl(dir, fp, shape, mac, known, fn, NULL, user, counts);
 }
 
 int kvs_disk_scan_fp(const char *dir, const kvs_key *fp, const kvs_kv_shape *shape, kvs_disk_scan_fp_fn fn,
                      void *user, kvs_disk_counts *counts) {
-    return scan_impl(dir, fp, shape, NULL, NULL, fn, user, counts);
+    return scan_impl(dir, fp, shape, NULL, NULL, NULL, fn, user, counts);
 }
 
 int kvs_disk_remove(const char *dir, const kvs_key *k) {

@@ -45,19 +45,13 @@ static void masked_url(const char *url, char *buf, size_t cap) {
  * the open, and a server could not even be stopped; a directory read as
  * empty), whole: a line longer than the buffer is refused, not cut. */
 static int read_password_file(const char *path, char **out) {
-    const int fd = kvs_open_regular(path, NULL);
-    if (fd == KVS_OPEN_NOT_REGULAR)
-        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the Redis password file is not a regular file", path);
-    if (fd < 0) return kvs_error(KVS_ERR_IO, "%s: cannot read the Redis password file: %s", path, strerror(errno));
     char line[1024];
     size_t n = 0;
-    while (n < sizeof line - 1) {
-        const ssize_t got = read(fd, line + n, sizeof line - 1 - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) break;
-        n += (size_t)got;
-    }
-    close(fd);
+    int more = 0;
+    const int rc = kvs_read_regular_small(path, line, sizeof line - 1, &n, &more);
+    if (rc == KVS_OPEN_NOT_REGULAR)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the Redis password file is not a regular file", path);
+    if (rc < 0) return kvs_error(KVS_ERR_IO, "%s: cannot read the Redis password file: %s", path, strerror(errno));
     line[n] = 0;
     const size_t len = strcspn(line, "\r\n");
     if (len == sizeof line - 1) {

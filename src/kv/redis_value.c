@@ -102,13 +102,13 @@ int kvs_rv_codec_parse(const char *name, kvs_rv_codec *out) {
 
 /* --- encode -------------------------------------------------------------------- */
 
-int kvs_rv_encode(const kvs_key *fp, const kvs_chunk *c, kvs_rv_codec codec, int level, uint8_t **out,
-                  size_t *out_len) {
+int kvs_rv_encode(const kvs_key *fp, const kvs_chunk *c, kvs_rv_codec codec, int level, const kvs_entry_mac *mac,
+                  uint8_t **out, size_t *out_len) {
     if ((unsigned)codec >= KVS_RV_CODEC_COUNT)
         return kvs_error(KVS_ERR_INVALID_ARG, "redis value: unknown codec %d", (int)codec);
     if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "redis value: chunk at pos %d has no payload", c->pos0);
     const codec_row *row = &codecs[codec];
-    size_t hb = kvs_disk_header_bytes(c->n_tok);
+    size_t hb = kvs_disk_header_bytes(c->n_tok, mac != NULL);
     size_t cap = KVS_RV_PREFIX_BYTES + hb + row->bound(c->kv_bytes);
     uint8_t *v = malloc(cap);
     if (!v) return kvs_error(KVS_ERR_NOMEM, "redis value: out of memory for %zu bytes", cap);
@@ -125,7 +125,11 @@ int kvs_rv_encode(const kvs_key *fp, const kvs_chunk *c, kvs_rv_codec codec, int
     kvs_put_le32(v + 12, 0);
     kvs_put_le64(v + 16, enc_len);
     kvs_put_le64(v + 24, kvs_checksum64(enc, enc_len, 0));
-    kvs_disk_header_build(v + KVS_RV_PREFIX_BYTES, hb, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0));
+    int rc = kvs_disk_header_build(v + KVS_RV_PREFIX_BYTES, hb, fp, c, kvs_checksum64(c->kv, c->kv_bytes, 0), mac);
+    if (rc) {
+        free(v);
+        return rc;
+    }
     *out = v;
     *out_len = KVS_RV_PREFIX_BYTES + hb + enc_len;
     return KVS_OK;
@@ -141,9 +145,10 @@ int kvs_rv_encode(const kvs_key *fp, const kvs_chunk *c, kvs_rv_codec codec, int
     } while (0)
 
 /* Wrapper + entry header of v[0, len) (total_len = the whole value's length).
- * On success hd->tokens is malloc'd (caller frees). */
+ * On success hd->tokens is malloc'd (caller frees) and, with x->mac and ms,
+ * *ms is begun over the header (the caller ends it). */
 static int parse_header(const uint8_t *v, size_t len, size_t total_len, const kvs_rv_expect *x, const char *what,
-                        kvs_disk_header *hd, kvs_disk_verdict *verdict) {
+                        kvs_disk_header *hd, kvs_entry_mac_state *ms, kvs_disk_verdict *verdict) {
     memset(hd, 0, sizeof *hd);
     if (x->max_bytes && total_len > x->max_bytes)
         FAIL(KVS_DISK_BAD_HEADER, "%s: %zu bytes, over the %zu-byte limit", what, total_len, x->max_bytes);
@@ -172,6 +177,7 @@ static int parse_header(const uint8_t *v, size_t len, size_t total_len, const kv
     if (x->max_bytes && hd->payload_bytes > x->max_bytes)
         FAIL(KVS_DISK_BAD_HEADER, "%s: payload of %llu bytes, over the %zu-byte limit", what,
              (unsigned long long)hd->payload_bytes, x->max_bytes);
+    if (x->mac && (rc = kvs_disk_header_mac_begin(v + KVS_RV_PREFIX_BYTES, hd, x->mac, ms, what, verdict))) goto fail_rc;
     *verdict = KVS_DISK_OK;
     return KVS_OK;
 fail:
@@ -188,7 +194,7 @@ int kvs_rv_decode_header(const uint8_t *v, size_t len, size_t total_len, const k
     if (!verdict) verdict = &v_local;
     kvs_rv_expect none = {0};
     kvs_disk_header hd;
-    int rc = parse_header(v, len, total_len, expect ? expect : &none, what, &hd, verdict);
+    int rc = parse_header(v, len, total_len, expect ? expect : &none, what, &hd, NULL, verdict);
     if (rc) return rc;
     rc = kvs_disk_header_to_chunk(&hd, 0, out);
     if (!rc && value_fp) *value_fp = hd.fp;
@@ -204,7 +210,9 @@ int kvs_rv_decode(const uint8_t *v, size_t len, const kvs_rv_expect *expect, con
     kvs_rv_expect none = {0};
     kvs_disk_header hd;
     kvs_chunk *c = NULL;
-    int rc = parse_header(v, len, len, expect ? expect : &none, what, &hd, verdict);
+    kvs_entry_mac_state ms = {0};
+    const int keyed = expect && expect->mac;
+    int rc = parse_header(v, len, len, expect ? expect : &none, what, &hd, &ms, verdict);
     if (rc) return rc;
     const uint8_t *enc = v + KVS_RV_PREFIX_BYTES + hd.header_bytes;
     size_t enc_len = len - KVS_RV_PREFIX_BYTES - hd.header_bytes;
@@ -220,11 +228,16 @@ int kvs_rv_decode(const uint8_t *v, size_t len, const kvs_rv_expect *expect, con
      * same seed) was verified above: comparing the sums spares a second pass */
     uint64_t sum = kvs_get_le32(v + 8) == KVS_RV_CODEC_RAW ? kvs_get_le64(v + 24) : kvs_checksum64(c->kv, c->kv_bytes, 0);
     if (sum != hd.payload_sum) FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", what);
+    if (keyed) {
+        kvs_entry_mac_update(&ms, c->kv, c->kv_bytes);
+        if (kvs_disk_header_mac_check(&hd, &ms, what, verdict)) goto fail;
+    }
     free(hd.tokens);
     *out = c;
     *verdict = KVS_DISK_OK;
     return KVS_OK;
 fail:
+    if (keyed) kvs_entry_mac_abort(&ms);
     free(hd.tokens);
     kvs_chunk_unref(c);
     return kvs_disk_verdict_status(*verdict);

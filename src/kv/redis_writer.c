@@ -138,7 +138,7 @@ static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
     for (int i = 0; i < n; i++) {
         uint8_t *v;
         size_t len;
-        if (kvs_rv_encode(&rt->fp, chunks[i], rt->codec, rt->level, &v, &len)) {
+        if (kvs_rv_encode(&rt->fp, chunks[i], rt->codec, rt->level, rt->mac, &v, &len)) {
             atomic_fetch_add(&rt->put_errors, 1);
             continue;
         }

@@ -53,7 +53,7 @@ int kvs_store_open(const kvs_key *fp, const kvs_kv_shape *shape, kvs_store_param
     }
     if (params.cache_dir && *params.cache_dir) {
         /* The directory is the first tier; its entries are indexed now. */
-        kvs_tier_dir_params dp = {params.cache_dir, params.fsync, params.cache_max_bytes};
+        kvs_tier_dir_params dp = {params.cache_dir, params.fsync, params.cache_max_bytes, params.mac};
         kvs_tier *t = NULL;
         rc = kvs_tier_dir_open(&dp, fp, shape, &t);
         if (!rc) rc = kvs_store_attach_tier(s, t);
@@ -499,8 +499,7 @@ static int sync_tier(kvs_store *s, int ti, int *added) {
     if (t == s->dir_tier) {
         kvs_disk_counts counts;
         kvs_tier_dir_last_scan(t, &counts);
-        ADD(s->tier_bad, counts.n[KVS_DISK_BAD_MAGIC] + counts.n[KVS_DISK_BAD_VERSION] + counts.n[KVS_DISK_BAD_HEADER] +
-                             counts.n[KVS_DISK_TRUNCATED] + counts.n[KVS_DISK_BAD_PAYLOAD]);
+        ADD(s->tier_bad, kvs_disk_counts_damaged(&counts));
         ADD(s->tier_foreign, counts.n[KVS_DISK_FOREIGN]);
     }
     pthread_rwlock_unlock(&s->lock);

@@ -118,6 +118,8 @@ typedef struct kvs_store_params {
     int chunk_tokens;      /* grid of the chunks asked from tiers by key; 0 = KVS_CHUNK_TOKENS_DEFAULT */
     size_t stub_bytes;     /* bound on the struct and token bytes of indexed chunks without a
                               payload (a tier holds them); 0 = default: budget / 8, >= 64 MiB */
+    const kvs_entry_mac *mac; /* NULL, or the cache key of the directory tier's entries
+                              (disk.h "Keyed readers"); not owned: must outlive the store */
 } kvs_store_params;
 
 kvs_store_params kvs_store_default_params(void);

@@ -28,6 +28,7 @@ typedef struct dir_tier {
     char *dir;
     kvs_key fp;
     kvs_kv_shape shape;
+    const kvs_entry_mac *mac; /* NULL: keyless */
     int fsync;
     uint64_t max_bytes;
     int default_bound; /* max_bytes is kvs_disk_default_max_bytes' (no --cache-max-bytes) */
@@ -81,7 +82,7 @@ static int dir_load(kvs_tier *t, const kvs_chunk *c, void **payload) {
     uint64_t t0 = now_ns();
     INC(d->gets, 1);
     kvs_disk_verdict v = KVS_DISK_OK;
-    int rc = kvs_disk_load_payload(d->dir, &d->fp, c, payload, &v);
+    int rc = kvs_disk_load_payload(d->dir, &d->fp, d->mac, c, payload, &v);
     if (rc) return failed(d, c, rc, v);
     count_hit(d, c, t0);
     return KVS_OK;
@@ -100,7 +101,7 @@ static int dir_get_many(kvs_tier *t, const kvs_key *keys, int n, kvs_chunk **out
         INC(d->gets, 1);
         kvs_chunk *c = NULL;
         kvs_disk_verdict v = KVS_DISK_OK;
-        int rc = kvs_disk_read_header(path, &d->fp, &d->shape, &c, NULL, &v);
+        int rc = kvs_disk_read_header(path, &d->fp, &d->shape, d->mac, &c, NULL, &v);
         if (rc) {
             kvs_chunk stub;
             memset(&stub, 0, sizeof stub);
@@ -109,7 +110,7 @@ static int dir_get_many(kvs_tier *t, const kvs_key *keys, int n, kvs_chunk **out
             continue;
         }
         void *buf = NULL;
-        rc = kvs_disk_load_payload(d->dir, &d->fp, c, &buf, &v);
+        rc = kvs_disk_load_payload(d->dir, &d->fp, d->mac, c, &buf, &v);
         if (rc) {
             failed(d, c, rc, v);
             kvs_chunk_unref(c);
@@ -127,7 +128,7 @@ static int dir_get_into(kvs_tier *t, const kvs_chunk *c, int off, int n, const k
     uint64_t t0 = now_ns();
     INC(d->gets, 1);
     kvs_disk_verdict v = KVS_DISK_OK;
-    int rc = kvs_disk_read_into_kv(d->dir, &d->fp, c, off, n, kv, slot, &v);
+    int rc = kvs_disk_read_into_kv(d->dir, &d->fp, d->mac, c, off, n, kv, slot, &v);
     if (rc) return v == KVS_DISK_IO && rc == KVS_ERR_INVALID_ARG ? rc : failed(d, c, rc, v);
     count_hit(d, c, t0);
     return KVS_OK;
@@ -177,7 +178,7 @@ static int dir_put(kvs_tier *t, const kvs_chunk *c) {
     /* An entry larger than the bound cannot stay: written, it would be
      * evicted at once with every other entry while reported stored. It is
      * not written, and the caller counts a failed write (kept in memory). */
-    const uint64_t entry = kvs_disk_header_bytes(c->n_tok) + (uint64_t)c->kv_bytes;
+    const uint64_t entry = kvs_disk_header_bytes(c->n_tok, d->mac != NULL) + (uint64_t)c->kv_bytes;
     if (entry > d->max_bytes) {
         INC(d->put_errors, 1);
         return kvs_error(KVS_ERR_IO,
@@ -187,7 +188,7 @@ static int dir_put(kvs_tier *t, const kvs_chunk *c) {
                          d->default_bound ? "by default half the space its file system has free; --cache-max-bytes sets it"
                                           : "--cache-max-bytes");
     }
-    int rc = kvs_disk_write(d->dir, &d->fp, c, d->fsync);
+    int rc = kvs_disk_write(d->dir, &d->fp, c, d->fsync, d->mac);
     if (rc) {
         INC(d->put_errors, 1);
         return rc;
@@ -228,7 +229,7 @@ static int dir_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
     dir_tier *d = t->impl;
     if (d->unlisted[0]) return KVS_OK; /* a tier that cannot list its entries, as Redis (tier.h) */
     kvs_disk_counts counts;
-    int rc = kvs_disk_scan(d->dir, &d->fp, &d->shape, NULL, fn, user, &counts);
+    int rc = kvs_disk_scan(d->dir, &d->fp, &d->shape, d->mac, NULL, fn, user, &counts);
     pthread_mutex_lock(&d->scan_mu);
     d->last_scan = counts;
     pthread_mutex_unlock(&d->scan_mu);
@@ -310,6 +311,7 @@ int kvs_tier_dir_open(const kvs_tier_dir_params *p, const kvs_key *fp, const kvs
     }
     d->fp = *fp;
     d->shape = *shape;
+    d->mac = p->mac;
     d->fsync = p->fsync;
     d->max_bytes = p->max_bytes ? p->max_bytes : kvs_disk_default_max_bytes(p->dir, u.bytes);
     d->default_bound = !p->max_bytes;

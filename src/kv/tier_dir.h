@@ -30,6 +30,9 @@ typedef struct kvs_tier_dir_params {
     int fsync;           /* 1: fsync every entry (durable); 0: page cache */
     uint64_t max_bytes;  /* bound on the directory's entry bytes; 0 = the default
                             (kvs_disk_default_max_bytes at open) */
+    const kvs_entry_mac *mac; /* NULL, or the cache key: entries are written with their MAC
+                            and this model's entries are served only if it verifies
+                            (disk.h "Keyed readers"); not owned, must outlive the tier */
 } kvs_tier_dir_params;
 
 int kvs_tier_dir_open(const kvs_tier_dir_params *p, const kvs_key *fingerprint, const kvs_kv_shape *shape,

@@ -119,7 +119,7 @@ static void get_reply(void *user, int i, const redisReply *r) {
             count_verdict(rt, v);
         return;
     }
-    kvs_rv_expect x = {&rt->fp, &rt->shape, &g->prefix_keys[i], rt->max_value_bytes};
+    kvs_rv_expect x = {&rt->fp, &rt->shape, &g->prefix_keys[i], rt->max_value_bytes, rt->mac};
     kvs_chunk *c;
     if (kvs_rv_decode((const uint8_t *)r->str, (size_t)r->len, &x, g->ks.keys[i], &c, &v) == KVS_OK) {
         g->out[i] = c;
@@ -478,7 +478,7 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
             hex[64] = 0;
             const int have_name = kvs_key_from_hex(hex, &named) == KVS_OK;
             kvs_rv_expect e = {rt->any_model ? NULL : &rt->fp, rt->any_model ? NULL : &rt->shape,
-                               have_name ? &named : NULL, rt->max_value_bytes};
+                               have_name ? &named : NULL, rt->max_value_bytes, rt->mac};
             kvs_chunk *chunk;
             kvs_key vfp;
             kvs_disk_verdict v;
@@ -604,6 +604,7 @@ int kvs_redis_tier_open(const kvs_redis_tier_params *p, const kvs_key *fp, const
     if (fp) {
         rt->fp = *fp;
         rt->shape = *shape;
+        rt->mac = p->mac;
         char hex[65];
         kvs_key_to_hex(fp, hex);
         snprintf(rt->key_prefix, sizeof rt->key_prefix, "kvs:%.16s:", hex);

@@ -59,6 +59,9 @@ typedef struct kvs_redis_tier_params {
     int flush_timeout_ms;      /* close waits at most this for queued writes (0 = 10000) */
     kvs_rv_codec codec;        /* value codec (KVS_RV_CODEC_DEFAULT) */
     int level;                 /* zstd level (0 = KVS_RV_ZSTD_LEVEL_DEFAULT) */
+    const kvs_entry_mac *mac;  /* NULL, or the cache key: values are written with their MAC and
+                                  this model's are served only if it verifies (redis_value.h);
+                                  not owned, must outlive the tier */
 } kvs_redis_tier_params;
 
 void kvs_redis_tier_default_params(kvs_redis_tier_params *p);

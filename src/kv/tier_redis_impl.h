@@ -18,6 +18,7 @@ typedef struct redis_tier {
     kvs_redis_nodes nodes;
     kvs_key fp;
     kvs_kv_shape shape;
+    const kvs_entry_mac *mac;      /* NULL: keyless (not owned) */
     int any_model;                 /* opened without a fingerprint: scan / clear of "kvs:*" only */
     char key_prefix[32];           /* "kvs:<fp16>:" */
     size_t max_value_bytes;

@@ -518,6 +518,32 @@ def test_cache_dir_write_errors_are_counted(tmp_path):
         s.stop()
 
 
+def test_cache_key_file(tmp_path):
+    # --cache-key-file: a keyed server stores entries a second keyed server
+    # reuses with the same answer; a keyless server on the same directory
+    # reuses none of them; a short or missing key file stops the start,
+    # naming the file.
+    d, key = tmp_path / "kv", tmp_path / "cache.key"
+    key.write_text("a-secret-cache-key-0123456789\n")
+    body = {"prompt": "The committee met on a Tuesday. " * 12, "max_tokens": 3, "temperature": 0}
+    outs = []
+    for args in (["--cache-key-file", str(key)], ["--cache-key-file", str(key)], []):
+        s = Server("--slots", "1", "--ctx", "512", "--cache-dir", str(d), *args)
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            outs.append((r.json()["choices"][0]["text"], metric(s, "kvstitch_cache_hit_tokens_total")))
+        finally:
+            s.stop()
+    assert outs[0][1] == 0 and outs[1][1] > 0 and outs[2][1] == 0, outs
+    assert outs[0][0] == outs[1][0] == outs[2][0]
+    (tmp_path / "short").write_text("0123456789")
+    for path, said in [(tmp_path / "short", "at least 16"), (tmp_path / "missing", "cannot read")]:
+        p = subprocess.run([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--cache-dir", str(d),
+                            "--cache-key-file", str(path)], capture_output=True, text=True, timeout=60 * SLOW)
+        assert p.returncode != 0 and said in p.stderr and str(path) in p.stderr, (path, p.returncode, p.stderr)
+
+
 def test_chat_template_flag_chooses_the_layout():
     """--chat-template FAMILY: every chat request (and documents laid out as
     chat) uses that family, for a file without a template or one not
