@@ -67,7 +67,7 @@ extern "C" {
 /* The version of this header. While MAJOR is 0 a MINOR change may change the
  * ABI (the shared library's soname is libkvstitch.so.MAJOR.MINOR). */
 #define KVS_VERSION_MAJOR 0
-#define KVS_VERSION_MINOR 1
+#define KVS_VERSION_MINOR 2
 #define KVS_VERSION_PATCH 0
 
 /* The version of the library linked at run time, "MAJOR.MINOR.PATCH"
