@@ -12,6 +12,7 @@
  *   closes, and what did not reach Redis is said)
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -273,6 +274,24 @@ static char *read_key(const char *path) {
     return strdup(key);
 }
 
+/* A cache dir this process cannot list or write still opens (entries are
+ * read by key), but nothing is stored there: each refused write only
+ * counts in /metrics (kvstitch_cache_disk_write_errors_total). Said once
+ * at start, where an operator looks (it had been silent). */
+static void warn_unwritable_cache_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == EACCES || errno == EPERM)
+            fprintf(stderr, "kvstitch serve: warning: --cache-dir %s cannot be listed (%s): its entries are read by key, "
+                            "nothing is written to it\n", dir, strerror(errno));
+        return;
+    }
+    closedir(d);
+    if (faccessat(AT_FDCWD, dir, W_OK, AT_EACCESS))
+        fprintf(stderr, "kvstitch serve: warning: --cache-dir %s is not writable (%s): its entries are read, nothing "
+                        "is written to it\n", dir, strerror(errno));
+}
+
 static int load(srv_server *s, const serve_opts *o) {
     kvs_model_params mp = kvs_model_default_params();
     mp.chat_template = o->chat_template;
@@ -285,6 +304,7 @@ static int load(srv_server *s, const serve_opts *o) {
     cli_redis_apply(&o->redis, &cp);
     if ((st = kvs_cache_open(s->model, cp, &s->cache)))
         return fprintf(stderr, "kvstitch serve: cache: %s\n", kvs_last_error()), st;
+    if (o->cache_dir) warn_unwritable_cache_dir(o->cache_dir);
     kvs_model_info info;
     kvs_model_get_info(s->model, &info);
     s->n_ctx = o->n_ctx ? o->n_ctx : (info.n_ctx_train > 0 && info.n_ctx_train < 8192 ? info.n_ctx_train : 8192);

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 
+import pytest
 import requests
 
 from conftest import CLI, MODEL, QUICK, SLOW, Server, metric
@@ -667,5 +668,53 @@ def test_prefill_stopped_counts_only_what_it_computed():
         n = s.post("/tokenize", {"content": text}).json()["tokens"]
         computed = metric(s, 'kvstitch_prompt_tokens_total{source="computed"}') - before
         assert 0 < computed < len(n) / 2, (computed, len(n))
+    finally:
+        assert s.stop() == 0
+
+
+def _as_owner_prefix():
+    """A command prefix under which root meets file modes as their owner does
+    (CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH dropped), or () when not root;
+    None when that cannot be arranged here."""
+    if os.geteuid() != 0:
+        return ()
+    if not shutil.which("setpriv"):
+        return None
+    prefix = ("setpriv", "--bounding-set=-dac_override,-dac_read_search",
+              "--inh-caps=-dac_override,-dac_read_search")
+    if subprocess.run(list(prefix) + ["true"], capture_output=True).returncode != 0:
+        return None
+    return prefix
+
+
+@pytest.mark.parametrize("mode,says", [(0o300, "cannot be listed (Permission denied)"),
+                                       (0o555, "is not writable (Permission denied)")])
+def test_unwritable_cache_dir_is_said_at_start(tmp_path, mode, says):
+    """A cache dir the server may not list or write opens (entries read by
+    key) but stores nothing: serve says so once at start, where each
+    refused write had only counted in /metrics. It still answers."""
+    prefix = _as_owner_prefix()
+    if prefix is None:
+        pytest.skip("root, and setpriv cannot drop the DAC capabilities here")
+    d = tmp_path / "cache"
+    d.mkdir()
+    d.chmod(mode)
+    s = Server("--cache-dir", str(d), prefix=prefix)
+    try:
+        assert "warning: --cache-dir %s %s" % (d, says) in s.read_log()
+        r = s.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 2, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert metric(s, "kvstitch_cache_disk_write_errors_total") > 0
+    finally:
+        assert s.stop() == 0
+        d.chmod(0o755)
+
+
+def test_writable_cache_dir_draws_no_warning(tmp_path):
+    d = tmp_path / "cache"
+    d.mkdir()
+    s = Server("--cache-dir", str(d))
+    try:
+        assert "warning: --cache-dir" not in s.read_log()
     finally:
         assert s.stop() == 0
