@@ -151,14 +151,20 @@ int kvs_disk_header_build(uint8_t *h, size_t hbytes, const kvs_key *fp, const kv
 
 static atomic_uint tmp_counter;
 
+int kvs_disk_tmp_path(const char *dir, const char *hex, char *buf, size_t cap) {
+    return snprintf(buf, cap, "%s/.%.64s.%ld.%u.tmp", dir, hex, (long)getpid(), atomic_fetch_add(&tmp_counter, 1)) <
+                   (int)cap
+               ? KVS_OK
+               : KVS_ERR_BUFFER_TOO_SMALL;
+}
+
 int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int do_fsync, const kvs_entry_mac *mac) {
     if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "%s: chunk at pos %d has no payload to write", dir, c->pos0);
     char final[4096], tmp[4200], hex[65];
     int rc = kvs_disk_path(dir, &c->prefix_key, final, sizeof final);
     if (rc) return rc;
     kvs_key_to_hex(&c->prefix_key, hex);
-    snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%u.tmp", dir, hex, (long)getpid(),
-             atomic_fetch_add(&tmp_counter, 1));
+    kvs_disk_tmp_path(dir, hex, tmp, sizeof tmp); /* fits: tmp is final's size and more */
     size_t hbytes = kvs_disk_header_bytes(c->n_tok, mac != NULL);
     uint8_t *h = malloc(hbytes);
     if (!h) return kvs_error(KVS_ERR_NOMEM, "%s: out of memory for a header", final);

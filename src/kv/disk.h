@@ -165,6 +165,12 @@ int kvs_disk_init_dir(const char *dir);
 /* DIR/<hex>.kvc into buf. KVS_ERR_BUFFER_TOO_SMALL if it does not fit. */
 int kvs_disk_path(const char *dir, const kvs_key *prefix_key, char *buf, size_t cap);
 
+/* A temporary file name of this process for the entry of hex (its 64 hex
+ * digits): DIR/.<hex>.<pid>.<n>.tmp, n new at each call (writers, and
+ * junk moved aside before its removal). KVS_ERR_BUFFER_TOO_SMALL if it does
+ * not fit. */
+int kvs_disk_tmp_path(const char *dir, const char *hex, char *buf, size_t cap);
+
 /* Writes a chunk (identity fields, tokens and resident payload) atomically.
  * do_fsync: 1 = fsync the file before the rename and the directory after it
  * (durable across power loss; slower); 0 = rely on the page cache. */

@@ -279,10 +279,7 @@ int kvs_disk_unlink_checked(const char *dir, const char *name, kvs_disk_file_kin
      * one is reclaimed if we stop here), and removed only if what moved
      * is the file that was checked; else that file goes back, unless the
      * name was taken again meanwhile (the same key's bytes). */
-    static _Atomic unsigned long aside_seq;
-    if (snprintf(aside, sizeof aside, "%s/.%.64s.%ld.%lu.tmp", dir, name, (long)getpid(), ++aside_seq) >=
-        (int)sizeof aside)
-        return errno = ENAMETOOLONG, -1;
+    if (kvs_disk_tmp_path(dir, name, aside, sizeof aside)) return errno = ENAMETOOLONG, -1;
     if (rename(path, aside)) return -1;
     struct stat moved;
     if (!lstat(aside, &moved) && moved.st_dev == st->st_dev && moved.st_ino == st->st_ino) return unlink(aside);
