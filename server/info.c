@@ -32,12 +32,24 @@ int srv_models(srv_server *s, struct MHD_Connection *c, const char *arg, const c
 /* GET /v1/models/{id} (the openai client's models.retrieve, which had been
  * a 404 no such endpoint): the id arrives percent-decoded (http.c's
  * unescape_url; the client encodes an alias's '/' and spaces). An id not
- * served is OpenAI's 404, naming it. */
+ * served is OpenAI's 404, naming it.
+ *
+ * No id at all ("/v1/models/") is a 404 saying so, not the list: whoever
+ * sends it meant to retrieve one model (a trailing slash, an empty
+ * variable), and a list object would reach them as a model without an id;
+ * OpenAI answers an error there too. It had been model_not_found naming
+ * '', as if '' were a model someone asked for. */
 int srv_model(srv_server *s, struct MHD_Connection *c, const char *arg, const char *body, size_t len) {
     if (!strcmp(arg, s->model_id)) return srv_reply_json(c, 200, model_json(s));
     srv_error e;
-    srv_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
-                  "The model '%.200s' does not exist (this server serves '%s')", arg, s->model_id);
+    if (!*arg)
+        srv_error_set(&e, 404, "invalid_request_error", "missing_required_parameter", "model",
+                      "no model id after /v1/models/: GET /v1/models/{id} retrieves one (this server serves '%s'), "
+                      "GET /v1/models lists them",
+                      s->model_id);
+    else
+        srv_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                      "The model '%.200s' does not exist (this server serves '%s')", arg, s->model_id);
     return srv_reply_error(c, &e);
 }
 

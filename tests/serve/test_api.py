@@ -32,13 +32,26 @@ def test_models_retrieve(server, client):
     e = error_of(server.get("/v1/models/no%20such%2Fmodel%C3%A9"), 404)
     assert e == {"message": e["message"], "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
     assert e["message"].startswith("The model 'no such/model\u00e9' does not exist"), e
-    assert error_of(server.get("/v1/models/"), 404)["code"] == "model_not_found"
     raw = server.get("/v1/models").json()["data"][0]
     assert server.get("/v1/models/SmolLM2-135M-Instruct%2EQ4_1.gguf").json() == raw
     assert error_of(requests.get(server.url + "/v1/models/" + listed.id, timeout=30), 401)["code"] == "invalid_api_key"
     assert requests.head(server.url + "/v1/models/" + listed.id, headers=server.headers(), timeout=30).status_code == 200
     r = requests.delete(server.url + "/v1/models/" + listed.id, headers=server.headers(), timeout=30)
     assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, GET, HEAD", r.headers
+
+
+def test_models_retrieve_without_an_id(server):
+    """GET /v1/models/ (nothing after the slash) names no model: a 404 that
+    says the id is missing and where the list is (it had been
+    model_not_found "The model '' does not exist"); GET /v1/models still
+    lists."""
+    e = error_of(server.get("/v1/models/"), 404)
+    assert (e["type"], e["param"], e["code"]) == ("invalid_request_error", "model", "missing_required_parameter"), e
+    assert "no model id" in e["message"] and "GET /v1/models" in e["message"], e
+    assert "'SmolLM2-135M-Instruct.Q4_1.gguf'" in e["message"] and "''" not in e["message"], e
+    assert requests.head(server.url + "/v1/models/", headers=server.headers(), timeout=30).status_code == 404
+    listed = server.get("/v1/models").json()
+    assert listed["object"] == "list" and [m["id"] for m in listed["data"]] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
 
 
 def test_models_retrieve_by_alias():
