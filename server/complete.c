@@ -392,19 +392,39 @@ static void sse_echo(sse *st, int i) {
     st->echoed[i] = 1;
 }
 
+/* Choice i, whose echo waits for the entries the first choice of its
+ * prompt was to compute, when that one ended (failed, cancelled) before
+ * they were complete (none: echo_start failed; some: the prefill failed):
+ * i sends nothing and is cancelled; its text (done: it ended) is dropped,
+ * and the stream ends in the first choice's error (sse_end: the first
+ * failure in choice order), as the reply does. Its echo had gone out with
+ * those entries, empty or partial, then its text, as if correct. Not the
+ * entries computed by i instead: i ran the prompt from the cache, without
+ * its logits (the point of sharing), so they would take a second prefill
+ * of the whole prompt for a request that fails anyway. */
+static void sse_drop(sse *st, int i, int done) {
+    srv_job_cancel(st->cs.j[i]);
+    st->done[i] = done; /* once the scheduler let it go: sse_end reads its finish */
+}
+
 /* Takes choice i's new text (waiting at most timeout_ms) into chunks, and
  * its finish chunk when it ended. Returns the bytes of text taken. */
 static size_t sse_take(sse *st, int i, int timeout_ms) {
     srv_job *j = st->cs.j[i];
     /* Echoed entries: a choice waits for those of the first choice of its
-     * prompt, readable once that one emitted (its echo went out: it is
-     * taken before this one) or ended; the choices had each computed the
-     * prompt's logits again. */
+     * prompt, complete once that one's echo went out (it is taken before
+     * this one); the choices had each computed the prompt's logits again. */
     const int f = first_of_prompt(&st->cs, i);
-    if (f != i && !st->echoed[i] && srv_job_echo_logprobs(st->cs.j[f]) && !st->echoed[f] && !st->done[f]) return 0;
+    const int held = f != i && !st->echoed[i] && srv_job_echo_logprobs(st->cs.j[f]) && !st->echoed[f];
+    if (held && !st->done[f]) return 0;
     size_t base = st->seen[i].text;
     srv_job_piece p;
     int done = srv_job_wait(j, &st->seen[i], &p, timeout_ms);
+    if (held) { /* f ended without them: see sse_drop */
+        srv_job_piece_free(&p);
+        sse_drop(st, i, done);
+        return 0;
+    }
     if (j->req.echo && !st->echoed[i] && (p.text || p.n_lp || (done && j->finish != SRV_FINISH_ERROR &&
                                                                  j->finish != SRV_FINISH_CANCELLED)))
         sse_echo(st, i);

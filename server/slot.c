@@ -58,6 +58,16 @@ static int added_bos(const srv_job *j, const srv_env *env) {
     return !j->req.prompt_ids && in.add_bos && j->n_prompt > 0 && j->prompt[0] == in.bos_id;
 }
 
+/* KVSTITCH_TEST_ECHO_NOMEM=1 (the serve tests' hook, as make test's
+ * KVSTITCH_VERIFY_KV_LAYOUT): echo_start fails as out of memory. Only the
+ * first choice of a prompt computes its echoed entries, so this fails it
+ * alone, before its prefill, which no request can make happen on demand
+ * (serve:test_api.py::test_echo_streamed_choices_when_the_first_fails). */
+static int echo_nomem_injected(void) {
+    const char *e = getenv("KVSTITCH_TEST_ECHO_NOMEM");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 /* Echo with logprobs: the prompt's entries, their logprobs to come from
  * the prefill's logits (the first token has none: NaN). Offsets are where
  * each token's text starts in the echoed prompt, by the detokenizer with
@@ -66,7 +76,8 @@ static int added_bos(const srv_job *j, const srv_env *env) {
  * a BOS the tokenizer added. 0, or -1 out of memory. */
 static int echo_start(srv_job *j, const srv_env *env) {
     kvs_detok *d = NULL;
-    if (!(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp)) || kvs_detok_new(env->model, 1, &d))
+    if (echo_nomem_injected() || !(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp)) ||
+        kvs_detok_new(env->model, 1, &d))
         return -1;
     const size_t len = strlen(j->req.prompt);
     const int skip = added_bos(j, env);

@@ -23,12 +23,13 @@ SLOW = 4.0 if "/san/" in CLI else 1.0
 
 
 class Server:
-    def __init__(self, *args, api_key=True, prefix=()):
+    def __init__(self, *args, api_key=True, prefix=(), env=None):
         assert MODEL, "KVSTITCH_MODEL is not set (run through make test)"
         self.tmp = tempfile.mkdtemp(prefix="kvs-serve-")
         self.log_path = os.path.join(self.tmp, "server.log")
         self.final_log = None  # the log's text once stop() has removed tmp
-        # prefix: a command the server runs under (setpriv, to meet file modes as root)
+        # prefix: a command the server runs under (setpriv, to meet file modes as root);
+        # env: variables added to the server's environment (the test hooks, KVSTITCH_TEST_*)
         cmd = list(prefix) + [CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2"] + list(args)
         if api_key:
             key_file = os.path.join(self.tmp, "key")
@@ -37,7 +38,8 @@ class Server:
             cmd += ["--api-key-file", key_file]
         self.key = API_KEY if api_key else None
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **env) if env else None)
         self.port = self._wait_ready(timeout=120 * SLOW)
         self.url = "http://127.0.0.1:%d" % self.port
 

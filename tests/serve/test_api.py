@@ -860,6 +860,35 @@ def test_echo_streamed_choices_share_the_first_choices_prompt_entries(server, cl
     assert n_prompt <= spent < n_prompt + 2 * chunk, (spent, n_prompt, chunk)
 
 
+def test_echo_streamed_choices_when_the_first_fails():
+    """A stream with echo, logprobs and n > 1 whose first choice fails
+    before its prefill (KVSTITCH_TEST_ECHO_NOMEM: its echo's entries cannot
+    be allocated): the other choices, which wait for the entries it was to
+    compute, send nothing (they had echoed the prompt with empty logprobs,
+    then their text), and the stream ends in the first choice's error, as
+    the reply does."""
+    from conftest import Server
+    s = Server("--slots", "2", "--ctx", "256", env={"KVSTITCH_TEST_ECHO_NOMEM": "1"})
+    try:
+        body = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0.9, "seed": 3, "echo": True,
+                "logprobs": 1, "n": 3}
+        with requests.post(s.url + "/v1/completions", json=dict(body, stream=True), headers=s.headers(), timeout=120,
+                           stream=True) as r:
+            assert r.status_code == 200, r.text
+            datas = [l[6:].decode() for l in r.iter_lines() if l.startswith(b"data: ")]
+        assert datas[-1] == "[DONE]", datas
+        events = [json.loads(d) for d in datas[:-1]]
+        assert [e for e in events if e.get("choices")] == [], events  # no choice sent a thing
+        assert len(events) == 1 and events[0]["error"]["message"].startswith("echo: out of memory"), events
+        e = error_of(s.post("/v1/completions", body), 500)
+        assert e["message"].startswith("echo: out of memory"), e
+        # echo without logprobs computes no entries: not held, not failed
+        got = s.post("/v1/completions", dict(body, logprobs=None, stream=False)).json()
+        assert [c["text"][:24] for c in got["choices"]] == [body["prompt"]] * 3, got
+    finally:
+        assert s.stop() == 0
+
+
 def test_prompt_as_token_ids(server, client):
     """Completions take a prompt as token ids ([1, 2, 3] or [[1, 2, 3]], as
     OpenAI's API and tokenizing harnesses send it): they run as given (no
