@@ -676,6 +676,13 @@ typedef struct kvs_cache_stats {
                                            * the tier's value limit (a long document, or long
                                            * chunks): never written */
     uint64_t redis_max_value_bytes;       /* that limit (0 without Redis) */
+    /* Added in 0.2 (at the end: the layout before stays). Entries refused by
+     * the MAC check of a keyed cache (kvs_cache_params.cache_key_file): a
+     * forgery, or an entry written without the key under the keyed name. They
+     * are damage too, so disk_bad / redis_bad include them (their meaning is
+     * unchanged); these say how many of those were MAC failures. */
+    uint64_t disk_bad_mac;                /* of disk_bad */
+    uint64_t redis_bad_mac;               /* of redis_bad */
 } kvs_cache_stats;
 
 KVS_API void kvs_cache_get_stats(kvs_cache *cache, kvs_cache_stats *st);
@@ -741,6 +748,35 @@ KVS_API int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st);
 /* Removes every entry file of dir (any model), stale temporary files and
  * stale junk (kvs_cache_prune_report): only the cache's own files. */
 KVS_API int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed);
+/* Added in 0.2. What kvs_cache_dir_clear_report removed. */
+typedef struct kvs_cache_clear_report {
+    uint64_t removed, removed_bytes;   /* entry files */
+    uint64_t tmp_removed;              /* stale temporary files of writers that died */
+    uint64_t junk_removed, junk_bytes; /* stale junk (kvs_cache_prune_report) */
+} kvs_cache_clear_report;
+/* kvs_cache_dir_clear that also says what else it removed (`cache clear`
+ * reports junk as `cache prune` does). r is filled even on KVS_ERR_IO (a
+ * file it could not remove: the first one named). */
+KVS_API int kvs_cache_dir_clear_report(const char *dir, kvs_cache_clear_report *r);
+
+/* Added in 0.2. What kvs_cache_verify found. */
+typedef struct kvs_cache_verify_report {
+    int macs_checked;  /* 1: the cache has a key and each entry's MAC was checked too; 0:
+                        * keyless, checksums only (keyed entries carry another fingerprint:
+                        * not this cache's, never read here) */
+    uint64_t entries;  /* entries of the cache's fingerprint read whole that passed */
+    uint64_t damaged;  /* failed the payload checksum, or truncated since the listing */
+    uint64_t bad_mac;  /* failed the MAC check: forged (checksums recomputed without the key),
+                        * or written without the key under the keyed name */
+    uint64_t unreadable; /* read errors, or gone since the listing (not the entry's fault) */
+} kvs_cache_verify_report;
+/* Reads every entry of the cache's own fingerprint (its model, KV type and
+ * key) in its cache dir whole and checks it as a request would: payload
+ * checksum, and with a key the MAC. Removes nothing (a request that meets a
+ * failing entry drops it). Other fingerprints' entries are not read
+ * (kvs_cache_dir_verify checks every model's checksums). KVS_ERR_INVALID_ARG
+ * for a cache without a cache dir. */
+KVS_API int kvs_cache_verify(kvs_cache *cache, kvs_cache_verify_report *r);
 
 /* The default byte bound of dir (see kvs_cache_params.cache_max_bytes). */
 KVS_API uint64_t kvs_cache_dir_default_max_bytes(const char *dir);

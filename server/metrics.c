@@ -178,6 +178,13 @@ char *srv_metrics_render(srv_metrics *m, kvs_cache *cache, srv_load load) {
                 "kvstitch_cache_redis_rejected_total{reason=\"damaged\"} %llu\n"
                 "kvstitch_cache_redis_rejected_total{reason=\"foreign\"} %llu\n",
             (unsigned long long)st.redis_bad, (unsigned long long)st.redis_foreign);
+        /* of the damaged above (both tiers'): a forgery, or written without the key */
+        put(&b, "# HELP kvstitch_cache_bad_mac_total Entries refused by the MAC check of the cache key (also counted "
+                "as damaged).\n"
+                "# TYPE kvstitch_cache_bad_mac_total counter\n"
+                "kvstitch_cache_bad_mac_total{tier=\"disk\"} %llu\n"
+                "kvstitch_cache_bad_mac_total{tier=\"redis\"} %llu\n",
+            (unsigned long long)st.disk_bad_mac, (unsigned long long)st.redis_bad_mac);
     }
     return b.s;
 }

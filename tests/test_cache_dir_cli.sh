@@ -151,9 +151,20 @@ echo "notes" >"$D/notes.txt"
 T "$CLI" cache stats --cache-dir "$D" --json >"$tmp/s.json" 2>"$tmp/e"
 [ "$(j "$tmp/s.json" 'd["other_files"] == 2 and d["max_bytes"] > 0 and d["entries"] > 0')" = True ] \
     && ok cache_dir_stats_budget_and_others || fail cache_dir_stats_budget_and_others "$(cat "$tmp/s.json" "$tmp/e")"
-T "$CLI" cache clear --cache-dir "$D" >/dev/null 2>"$tmp/e"
+# stale junk (an entry's name, not the magic, untouched for an hour): clear removes it and
+# says so as prune does (it had been removed unreported)
+junk="$D/$(printf 'a%.0s' $(seq 64)).kvc"
+printf 'junk bytes' >"$junk"; touch -d '2 hours ago' "$junk"
+n_entries=$(( $(kvc_count "$D") - 1 ))
+T "$CLI" cache clear --cache-dir "$D" --json >"$tmp/c.json" 2>"$tmp/e"
 [ -f "$D/.x.tmp" ] && [ -f "$D/notes.txt" ] && [ "$(kvc_count "$D")" -eq 0 ] && ok cache_dir_clear_own_only \
     || fail cache_dir_clear_own_only "$(ls -la "$D")"
+[ "$(j "$tmp/c.json" "(d['removed'], d['junk_removed'], d['junk_bytes'], d['removed_bytes'] > 0)")" = "($n_entries, 1, 10, True)" ] \
+    && ok cache_dir_clear_reports_junk || fail cache_dir_clear_reports_junk "$n_entries entries: $(cat "$tmp/c.json" "$tmp/e")"
+printf 'junk bytes' >"$junk"; touch -d '2 hours ago' "$junk"
+T "$CLI" cache clear --cache-dir "$D" >"$tmp/c.txt" 2>"$tmp/e"
+grep -q "removed 0 entries (0.0 MiB), 1 junk file (0.0 MiB)" "$tmp/c.txt" && [ ! -e "$junk" ] \
+    && ok cache_dir_clear_reports_junk_text || fail cache_dir_clear_reports_junk_text "$(cat "$tmp/c.txt" "$tmp/e")"
 T "$CLI" cache stats --cache-dir "$tmp/does-not-exist" >/dev/null 2>"$tmp/e"; rc=$?
 [ $rc -eq 2 ] && grep -q "does-not-exist" "$tmp/e" && ok cache_dir_stats_missing_dir || fail cache_dir_stats_missing_dir "rc=$rc"
 T "$CLI" cache prune --cache-dir "$D" --max-bytes 0 >/dev/null 2>"$tmp/e"; rc=$?

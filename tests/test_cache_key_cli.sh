@@ -3,13 +3,22 @@
 # bit-identical to a cold run without any cache; keyed and keyless runs on
 # one directory (and a run with another key) each reuse their own entries
 # only and remove none of the others'; a missing, empty or short key file is refused naming
-# the file (exit != 0, the key never printed). Prints "ok NAME" / "FAIL NAME".
+# the file (exit != 0, the key never printed). `cache stats -m --verify` with
+# the key tells a forged entry (checksums recomputed, the MAC the old one) from
+# a damaged one; `cache stats|ls -m --cache-key-file` on Redis (a real
+# redis-server on a free loopback port) shows the keyed fingerprint's entries.
+# Prints "ok NAME" / "FAIL NAME".
 # (Forged entries and values: tests/test_kv_disk.c, tests/test_redis_store.c.)
 set -u
 CLI="${KVSTITCH_CLI:-build/kvstitch}"
 MODEL="${KVSTITCH_MODEL:?}"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+redis_pid=
+cleanup() {
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
 status=0
 ok() { echo "ok $1"; }
 fail() { echo "FAIL $1: $2"; status=1; }
@@ -61,4 +70,55 @@ for case in missing empty short; do
 done
 out=$(T "$CLI" generate -m "$MODEL" -p "x" -n 1 --cache-key-file "$tmp/key" 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q -- "--cache-key-file" <<< "$out"; then ok cache_key_file_needs_a_cache; else fail cache_key_file_needs_a_cache "rc $rc: $out"; fi
+
+# --verify with the key: each keyed entry read whole as a request reads it, its MAC checked.
+# A forged entry passes every checksum (the directory-wide figures cannot tell it); only the
+# MAC does, and it is reported apart from a checksum failure. Without the MAC check the
+# forgery had been a good entry of this model's.
+v="$tmp/v"
+gen --cache-dir "$v" --cache-key-file "$tmp/key" >/dev/null || fail verify_setup "rc $?"
+mapfile -t files < <(find "$v" -maxdepth 1 -name '*.kvc' -type f | sort)
+python3 tests/forge_entry.py forge "${files[0]}" && python3 tests/forge_entry.py damage "${files[1]}" ||
+    fail verify_setup "forge_entry.py failed"
+T "$CLI" cache stats --cache-dir "$v" -m "$MODEL" --cache-key-file "$tmp/key" --verify --json >"$tmp/vk.json" 2>"$tmp/err"
+want="('checksums', 1, True, 'checksums+mac', ${#files[@]} - 2, 1, 1)"
+got=$(j "$tmp/vk.json" "(d['checked'], d['damaged'], d['model']['keyed'], d['model']['verify']['checked'], d['model']['verify']['entries'], d['model']['verify']['damaged'], d['model']['verify']['bad_mac'])" 2>&1)
+if [ "$got" = "$(python3 -c "print($want)")" ]; then ok cache_key_verify_tells_forged_from_damaged
+else fail cache_key_verify_tells_forged_from_damaged "got $got, want $want: $(cat "$tmp/err")"; fi
+T "$CLI" cache stats --cache-dir "$v" -m "$MODEL" --cache-key-file "$tmp/key" --verify >"$tmp/vk.txt" 2>"$tmp/err"
+if grep -q "1 failed the checksum, 1 failed the MAC" "$tmp/vk.txt"; then ok cache_key_verify_text
+else fail cache_key_verify_text "$(cat "$tmp/vk.txt" "$tmp/err")"; fi
+# without the key: checksums only, and the keyed entries are not this (keyless) fingerprint's
+T "$CLI" cache stats --cache-dir "$v" -m "$MODEL" --verify --json >"$tmp/vn.json" 2>"$tmp/err"
+got=$(j "$tmp/vn.json" "(d['model']['keyed'], d['model']['verify']['checked'], d['model']['verify']['entries'], d['model']['verify']['bad_mac'], d['model']['other_models'])" 2>&1)
+if [ "$got" = "(False, 'checksums', 0, 0, ${#files[@]})" ]; then ok cache_key_verify_without_key_says_what
+else fail cache_key_verify_without_key_says_what "$got: $(cat "$tmp/err")"; fi
+
+# cache stats|ls -m --cache-key-file on Redis: the keyed fingerprint's entries (refused before)
+if command -v redis-server >/dev/null; then
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" >/dev/null 2>&1 &
+    redis_pid=$!
+    for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+    URL="redis://127.0.0.1:$port"
+    gen --redis "$URL" --cache-key-file "$tmp/key" >"$tmp/r1.json" || fail redis_setup "rc $?"
+    n=$(j "$tmp/r1.json" "d['stored_chunks']")
+    T "$CLI" cache stats --redis "$URL" -m "$MODEL" --cache-key-file "$tmp/key" --json >"$tmp/rk.json" 2>"$tmp/err"; rc=$?
+    T "$CLI" cache stats --redis "$URL" -m "$MODEL" --json >"$tmp/rn.json" 2>>"$tmp/err"
+    T "$CLI" cache ls --redis "$URL" -m "$MODEL" --cache-key-file "$tmp/key" --json >"$tmp/rl.json" 2>>"$tmp/err"
+    fp=$(j "$tmp/rk.json" "d['model']['fingerprint']" 2>/dev/null)
+    if [ $rc -eq 0 ] && [ "$n" -gt 0 ] &&
+       [ "$(j "$tmp/rk.json" "(d['model']['keyed'], d['model']['entries'], d['model']['other_models'])")" = "(True, $n, 0)" ] &&
+       [ "$(j "$tmp/rn.json" "(d['model']['keyed'], d['model']['entries'], d['model']['other_models'])")" = "(False, 0, $n)" ] &&
+       [ "$(j "$tmp/rl.json" "sorted(set(e['fingerprint'] for e in d['entries'])), len(d['entries'])")" = "(['$fp'], $n)" ]; then
+        ok cache_key_redis_stats_ls
+    else
+        fail cache_key_redis_stats_ls "rc $rc, $n stored: $(cat "$tmp/rk.json" "$tmp/rn.json" "$tmp/err")"
+    fi
+else
+    echo "skip cache_key_redis_stats_ls (no redis-server)"
+fi
+# a key names one model's keyed cache: without -m it is refused, naming -m
+out=$(T "$CLI" cache stats --cache-dir "$v" --cache-key-file "$tmp/key" 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q -- "goes with -m" <<< "$out"; then ok cache_key_stats_needs_a_model; else fail cache_key_stats_needs_a_model "rc $rc: $out"; fi
 exit $status

@@ -177,6 +177,7 @@ TEST(lookup_into_reads_straight_into_kv) {
     kvs_prefix_hit_release(&hit);
     kvs_store_get_stats(s, &st);
     CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK_EQ_INT(st.disk_bad_mac, 0); /* damage, not a MAC failure (a keyless store has none) */
     CHECK_EQ_INT(st.entries, 4);
     CHECK(access(path, F_OK) != 0);
     kvs_store_free(s);
@@ -336,9 +337,9 @@ TEST(bad_magic_version_header_name) {
     close(fd);
     CHECK_EQ_INT(serve(dir, &st), 0);
     CHECK_EQ_INT(st.last_scan.tmp, 1);
-    uint64_t removed = 0;
-    CHECK_EQ_INT(kvs_disk_clear(dir, &removed), KVS_OK);
-    CHECK_EQ_INT(removed, 3);                  /* renamed p0, p3 (version 2), p4: the cache's own */
+    kvs_cache_clear_report cr;
+    CHECK_EQ_INT(kvs_disk_clear(dir, &cr), KVS_OK);
+    CHECK_EQ_INT(cr.removed, 3);                  /* renamed p0, p3 (version 2), p4: the cache's own */
     CHECK_EQ_INT(count_files(dir, ".kvc"), 1); /* p2 does not start with the magic: not ours */
     CHECK_EQ_INT(count_files(dir, ".tmp"), 1); /* not a writer's name: not ours */
     rm_dir(dir);
@@ -489,8 +490,8 @@ static void forge_payload(const char *path) {
  * entry forged as an attacker can (payload changed, checksum and header
  * digest recomputed, name kept), or written without the key under the
  * keyed fingerprint, is refused as "bad MAC", never served, and dropped as
- * damage; the request recomputes from there. Without the MAC check both
- * forgeries had been served. */
+ * damage (disk_bad, and disk_bad_mac of it); the request recomputes from
+ * there. Without the MAC check both forgeries had been served. */
 TEST(keyed_entries_verified_forgeries_refused) {
     kvs_entry_mac *a = test_key('a');
     char *dir = new_dir();
@@ -506,6 +507,7 @@ TEST(keyed_entries_verified_forgeries_refused) {
     kvs_store_stats st;
     CHECK_EQ_INT(serve_keyed(dir, a, &st), N); /* bit-identical to cold (serve_keyed checks) */
     CHECK_EQ_INT(st.disk_bad, 0);
+    CHECK_EQ_INT(st.disk_bad_mac, 0);
 
     /* a forged payload under the valid name: the readers say "bad MAC" */
     keyed_path(dir, a, 2, path, sizeof path);
@@ -523,6 +525,7 @@ TEST(keyed_entries_verified_forgeries_refused) {
     kvs_chunk_unref(c);
     CHECK_EQ_INT(serve_keyed(dir, a, &st), 128); /* stops before it, recomputes the rest */
     CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK_EQ_INT(st.disk_bad_mac, 1); /* of disk_bad: told apart from other damage */
     CHECK(access(path, F_OK) != 0); /* dropped as damage */
 
     /* written without the key under the keyed fingerprint and name (no MAC
@@ -547,6 +550,7 @@ TEST(keyed_entries_verified_forgeries_refused) {
     kvs_chunk_unref(c);
     CHECK_EQ_INT(serve_keyed(dir, a, &st), 128);
     CHECK_EQ_INT(st.disk_bad, 1);
+    CHECK_EQ_INT(st.disk_bad_mac, 1); /* refused at its header (no MAC flag) */
     CHECK(access(path, F_OK) != 0);
     rm_dir(dir);
     free(dir);

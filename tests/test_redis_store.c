@@ -604,7 +604,7 @@ TEST(junk_at_every_tail_length_costs_two_reads) {
  * checksum, the header digest and the wrapper recomputed, the key kept) is
  * refused as "bad MAC" and the lookup stops before it; a keyless store of
  * the same model sees none of the keyed values. Without the MAC check the
- * forged value had been served. */
+ * forged value had been served; it counts as damaged and as a bad MAC. */
 TEST(keyed_values_verified_forgeries_refused) {
     rt_redis r;
     if (rt_redis_start(&r, 0)) {
@@ -662,6 +662,8 @@ TEST(keyed_values_verified_forgeries_refused) {
     kvs_store_stats ss;
     kvs_store_get_stats(d, &ss);
     CHECK_MSG(ss.tier[0].bad >= 1, "bad %llu", (unsigned long long)ss.tier[0].bad);
+    /* counted apart as a bad MAC too (redis_bad_mac): damage would not be */
+    CHECK_EQ_INT((int)ss.tier[0].bad_mac, (int)ss.tier[0].bad);
     kvs_store_free(d);
     fake_kv_free(cold);
     kvs_entry_mac_free(mac);

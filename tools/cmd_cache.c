@@ -11,7 +11,8 @@
 
 static const char *usage_text =
     "usage: kvstitch cache (stats | ls | clear | prune) --cache-dir DIR [options]\n"
-    "       kvstitch cache (stats | ls | clear) (--redis URL | --redis-cluster LIST) [-m MODEL [--kv-type T]] [--json]\n"
+    "       kvstitch cache (stats | ls | clear) (--redis URL | --redis-cluster LIST) [-m MODEL [--kv-type T]\n"
+    "              [--cache-key-file F]] [--json]\n"
     "  (on Redis: every kvstitch key, kvs:*, found by SCAN; clear deletes only those, never FLUSHALL;\n"
     "   with -m, stats breaks that model's entries down by KV type, ls shows only its chunks)\n"
     "  stats                  entries, bytes and the byte bound, models, damaged files,\n"
@@ -21,18 +22,23 @@ static const char *usage_text =
     "                         by KV type (each KV type is a fingerprint of its own)\n"
     "  ls                     one line per chunk: key, position, tokens, bytes, created, model;\n"
     "                         with -m only this model's chunks, with their text\n"
-    "  clear                  remove every entry of DIR (all models; only the cache's own files)\n"
+    "  clear                  remove every entry of DIR (all models; only the cache's own files), stale\n"
+    "                         temporary files and stale junk (reported as prune reports them)\n"
     "  prune                  reclaim space: unreachable entries (their parent chunk is gone, no\n"
     "                         prompt can use them), temporary files of writers that died, junk\n"
     "                         (an entry's name without its magic, untouched for an hour), entries\n"
     "                         unused for --older-than, then the least recently used down to\n"
     "                         --max-bytes (only the cache's own files)\n"
     "  --cache-dir DIR        the cache directory (must exist)\n"
-    "  -m, --model PATH       GGUF file (stats, ls)\n"
+    "  -m, --model PATH       GGUF file (stats, ls); with --cache-key-file F, the model's keyed\n"
+    "                         entries (its keyed fingerprint's, in DIR or on Redis)\n"
     "  --kv-type T            with -m: the model's KV type to look at, f16 (default), f32 or q8\n"
     "                         (the entries warm/generate --kv-type T stored)\n"
     "  --verify               stats: also read every payload and check its checksum\n"
-    "                         (otherwise payloads are checked when they are used)\n"
+    "                         (otherwise payloads are checked when they are used); with -m also\n"
+    "                         this model's entries as a request reads them: with --cache-key-file\n"
+    "                         each MAC too (a forgery recomputes the checksums, not the MAC)\n"
+
     "  --max-bytes N          prune: bound on DIR's entry bytes (K/M/G/T suffixes)\n"
     "  --older-than AGE       prune: remove entries unused for AGE (seconds, or with s/m/h/d)\n"
     "  --cache-max-bytes N    stats: the bound to report (default: the one generate/warm use)\n"
@@ -139,8 +145,9 @@ static int parse(int argc, char **argv, cache_opts *o) {
     if (cli_redis_check("cache", &o->redis)) return 2;
     /* a key names a keyed cache of one model (its fingerprint): the model-free
      * listings see every entry anyway, keyed ones under their own fingerprint */
-    if (o->redis.key_file && (!o->model_path || cli_redis_given(&o->redis)))
-        return cli_usage_error("cache", "--cache-key-file goes with --cache-dir and -m (the keyed cache of that model)");
+    if (o->redis.key_file && !o->model_path)
+        return cli_usage_error("cache", "--cache-key-file goes with -m (the keyed cache of that model, in --cache-dir "
+                               "or on --redis / --redis-cluster)");
     if (o->kv_type_name && !o->model_path)
         return cli_usage_error("cache", "--kv-type goes with -m (which KV type of that model to look at)");
     if (cli_redis_given(&o->redis)) {
@@ -283,10 +290,12 @@ static void print_rows(const rows *x, int json) {
 
 #define ULL(x) ((unsigned long long)(x))
 
-static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint64_t max_bytes, int json) {
+/* verified: --verify read every payload (checksums: no model, no key) */
+static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint64_t max_bytes, int verified, int json) {
     if (json) {
         printf("\"dir\": ");
         cli_json_string(stdout, dir, strlen(dir));
+        printf(", \"checked\": \"%s\"", verified ? "checksums" : "headers");
         printf(", \"entries\": %llu, \"bytes\": %llu, \"max_bytes\": %llu, \"models\": %llu, \"damaged\": %llu, "
                "\"unreadable\": %llu, \"tmp_files\": %llu, \"stale_tmp_files\": %llu, \"unreachable\": %llu, "
                "\"unreachable_bytes\": %llu, \"other_files\": %llu",
@@ -302,6 +311,9 @@ static void print_dir_stats(const char *dir, const kvs_cache_dir_stats *d, uint6
                "                  until it is stored again; `cache prune` removes them)\n",
                ULL(d->unreachable), (double)d->unreachable_bytes / (1 << 20));
         printf("damaged files:    %llu (never served; dropped when a request meets them)\n", ULL(d->damaged));
+        if (verified)
+            printf("                  (--verify: every payload's checksum read too, of every model; a MAC is\n"
+                   "                  checked only for the model and key given: -m M --cache-key-file F)\n");
         if (d->unreadable) printf("unreadable files: %llu (read errors, or not regular files: left alone)\n", ULL(d->unreadable));
         if (d->tmp)
             printf("temporary files:  %llu, %llu stale (writers that died; `cache prune` removes them)\n", ULL(d->tmp),
@@ -325,11 +337,26 @@ typedef struct kv_types {
     uint64_t other_models;           /* entries under no fingerprint of this model */
 } kv_types;
 
-/* 0, or 1 after a message. */
-static int kv_types_init(kvs_model *m, const char *model_path, kv_types *k) {
+/* The fingerprint a cache of m with KV type t (and key_file's key, if not
+ * NULL) names its entries by. A key is folded into it: a memory-only cache
+ * opened with the key says which (the key is read, never printed). */
+static int fingerprint_of(kvs_model *m, kvs_kv_type t, const char *key_file, char hex[65]) {
+    if (!key_file) return kvs_model_fingerprint_hex(m, t, hex);
+    kvs_cache_params p = kvs_cache_default_params();
+    p.kv_type = t;
+    p.cache_key_file = key_file;
+    kvs_cache *c = NULL;
+    int st = kvs_cache_open(m, p, &c);
+    if (st == KVS_OK) kvs_cache_fingerprint_hex(c, hex);
+    kvs_cache_free(c);
+    return st;
+}
+
+/* 0, or 1 after a message. key_file: the keyed fingerprints (--cache-key-file). */
+static int kv_types_init(kvs_model *m, const char *model_path, const char *key_file, kv_types *k) {
     memset(k, 0, sizeof *k);
     for (; k->n < KV_TYPES_MAX && kvs_kv_type_name((kvs_kv_type)k->n); k->n++) {
-        int st = kvs_model_fingerprint_hex(m, (kvs_kv_type)k->n, k->fp[k->n]);
+        int st = fingerprint_of(m, (kvs_kv_type)k->n, key_file, k->fp[k->n]);
         /* a KV type this model cannot have (q8 past 256-wide heads): no
          * entries of it, its fingerprint "" (matching none) */
         if (st == KVS_ERR_UNSUPPORTED) k->fp[k->n][0] = 0;
@@ -375,29 +402,52 @@ static void print_kv_types(const kv_types *k, kvs_kv_type shown, int json) {
     printf("  other models':   %llu entries (never served to this model)\n", ULL(k->other_models));
 }
 
-/* verified: the directory's figures above read every payload (--verify);
- * this model's come from the entries' headers, so say so. */
+/* What --verify found among this model's entries (kvs_cache_verify): with
+ * a key each MAC was checked too, which is what tells a forgery (its
+ * checksums recomputed) from a good entry. */
+static void print_model_verify(const kvs_cache_verify_report *v, int json) {
+    if (json) {
+        printf(", \"verify\": {\"checked\": \"%s\", \"entries\": %llu, \"damaged\": %llu, \"bad_mac\": %llu, "
+               "\"unreadable\": %llu}",
+               v->macs_checked ? "checksums+mac" : "checksums", ULL(v->entries), ULL(v->damaged), ULL(v->bad_mac),
+               ULL(v->unreadable));
+        return;
+    }
+    printf("  --verify:        %llu entries read whole and good, %llu failed the checksum", ULL(v->entries),
+           ULL(v->damaged));
+    if (v->macs_checked) printf(", %llu failed the MAC (forged, or written without the key)\n", ULL(v->bad_mac));
+    else printf("\n                   (no cache key: MACs not checked; keyed entries are another fingerprint's)\n");
+    if (v->unreadable) printf("                   %llu unreadable or gone meanwhile\n", ULL(v->unreadable));
+}
+
+/* keyed: --cache-key-file (the fingerprint is the keyed one); v: --verify's
+ * reading of this model's entries, or NULL. */
 static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, const kv_types *k, kvs_kv_type kv_type,
-                              int json, int verified) {
+                              int keyed, const kvs_cache_verify_report *v, int json) {
     char fp[65];
     kvs_cache_fingerprint_hex(cache, fp);
     if (json) {
-        printf(", \"model\": {\"fingerprint\": \"%s\", \"entries\": %llu, \"prefix_reachable\": %llu, "
-               "\"chunk_tokens\": %d, \"foreign\": %llu, \"damaged\": %llu, \"orphans\": %llu, \"index_bytes\": %llu, "
-               "\"kv_type\": \"%s\", ",
-               fp, (unsigned long long)s->entries, (unsigned long long)s->prefix_reachable, s->chunk_tokens,
-               (unsigned long long)s->disk_foreign, (unsigned long long)s->disk_bad,
-               (unsigned long long)s->disk_orphans, (unsigned long long)s->index_bytes, kvs_kv_type_name(kv_type));
+        printf(", \"model\": {\"fingerprint\": \"%s\", \"keyed\": %s, \"entries\": %llu, \"prefix_reachable\": %llu, "
+               "\"chunk_tokens\": %d, \"foreign\": %llu, \"damaged\": %llu, \"bad_mac\": %llu, \"orphans\": %llu, "
+               "\"index_bytes\": %llu, \"kv_type\": \"%s\", ",
+               fp, keyed ? "true" : "false", ULL(s->entries), ULL(s->prefix_reachable), s->chunk_tokens,
+               ULL(s->disk_foreign), ULL(s->disk_bad), ULL(s->disk_bad_mac), ULL(s->disk_orphans), ULL(s->index_bytes),
+               kvs_kv_type_name(kv_type));
         print_kv_types(k, kv_type, json);
+        if (v) print_model_verify(v, json);
         printf("}");
     } else {
-        printf("model fingerprint: %s (KV type %s)\n", fp, kvs_kv_type_name(kv_type));
+        printf("model fingerprint: %s (KV type %s%s)\n", fp, kvs_kv_type_name(kv_type), keyed ? ", keyed" : "");
         printf("  its entries:     %llu (%llu reachable by prefix, %llu orphaned: parent chunk missing)\n",
                ULL(s->entries), ULL(s->prefix_reachable), ULL(s->disk_orphans));
+        if (s->disk_bad_mac)
+            printf("  bad MAC:         %llu (keyless entries under the keyed name: never served)\n", ULL(s->disk_bad_mac));
         print_kv_types(k, kv_type, json);
-        if (verified)
-            printf("  (this model's figures come from the entries' headers; a payload that fails --verify\n"
-                   "   is counted above as damaged, and dropped when a request meets it)\n");
+        if (v) {
+            /* the counts above include entries whose payload fails */
+            printf("  (this model's figures come from the entries' headers; --verify read them whole:)\n");
+            print_model_verify(v, json);
+        }
     }
 }
 
@@ -437,7 +487,7 @@ static int cache_redis(const cache_opts *o) {
             cli_fail(st, o->model_path);
             goto done;
         }
-        if (kv_types_init(model, o->model_path, &k)) goto done;
+        if (kv_types_init(model, o->model_path, o->redis.key_file, &k)) goto done;
         rr.fp = k.fp[o->kv_type]; /* ls -m: this KV type's chunks */
         x.model = model;
     }
@@ -458,8 +508,9 @@ static int cache_redis(const cache_opts *o) {
                o->redis.cluster ? "cluster" : "single", (unsigned long long)d.entries, (unsigned long long)d.bytes,
                (unsigned long long)d.models, (unsigned long long)d.damaged);
         if (model) {
-            printf(", \"model\": {\"fingerprint\": \"%s\", \"kv_type\": \"%s\", \"entries\": %llu, ", k.fp[o->kv_type],
-                   kvs_kv_type_name(o->kv_type), ULL(k.entries[o->kv_type]));
+            printf(", \"model\": {\"fingerprint\": \"%s\", \"keyed\": %s, \"kv_type\": \"%s\", \"entries\": %llu, ",
+                   k.fp[o->kv_type], o->redis.key_file ? "true" : "false", kvs_kv_type_name(o->kv_type),
+                   ULL(k.entries[o->kv_type]));
             print_kv_types(&k, o->kv_type, 1);
             printf("}");
         }
@@ -471,7 +522,8 @@ static int cache_redis(const cache_opts *o) {
                d.models == 1 ? "" : "s");
         printf("damaged values:   %llu\n", (unsigned long long)d.damaged);
         if (model) {
-            printf("model fingerprint: %s (KV type %s)\n", k.fp[o->kv_type], kvs_kv_type_name(o->kv_type));
+            printf("model fingerprint: %s (KV type %s%s)\n", k.fp[o->kv_type], kvs_kv_type_name(o->kv_type),
+                   o->redis.key_file ? ", keyed" : "");
             printf("  its entries:     %llu\n", ULL(k.entries[o->kv_type]));
             print_kv_types(&k, o->kv_type, 0);
         }
@@ -499,17 +551,24 @@ int cmd_cache(int argc, char **argv) {
     }
 
     if (!strcmp(o.verb, "clear")) {
-        uint64_t n = 0;
-        int st = kvs_cache_dir_clear(o.dir, &n);
-        if (st != KVS_OK) return cli_fail(st, o.dir);
+        kvs_cache_clear_report r;
+        int st = kvs_cache_dir_clear_report(o.dir, &r);
+        /* KVS_ERR_IO: a file it could not remove; what it did remove is said first */
+        if (st != KVS_OK && st != KVS_ERR_IO) return cli_fail(st, o.dir);
         if (o.json) {
-            printf("{\"removed\": %llu, \"dir\": ", (unsigned long long)n);
+            printf("{\"removed\": %llu, \"removed_bytes\": %llu, \"tmp_removed\": %llu, \"junk_removed\": %llu, "
+                   "\"junk_bytes\": %llu, \"dir\": ",
+                   ULL(r.removed), ULL(r.removed_bytes), ULL(r.tmp_removed), ULL(r.junk_removed), ULL(r.junk_bytes));
             cli_json_string(stdout, o.dir, strlen(o.dir));
             printf("}\n");
         } else {
-            printf("removed %llu entr%s from %s\n", (unsigned long long)n, n == 1 ? "y" : "ies", o.dir);
+            printf("removed %llu entr%s (%.1f MiB), %llu junk file%s (%.1f MiB) and %llu stale temporary file%s "
+                   "from %s\n",
+                   ULL(r.removed), r.removed == 1 ? "y" : "ies", (double)r.removed_bytes / (1 << 20),
+                   ULL(r.junk_removed), r.junk_removed == 1 ? "" : "s", (double)r.junk_bytes / (1 << 20),
+                   ULL(r.tmp_removed), r.tmp_removed == 1 ? "" : "s", o.dir);
         }
-        return 0;
+        return st == KVS_OK ? 0 : cli_fail(st, o.dir);
     }
 
     if (!strcmp(o.verb, "prune")) {
@@ -566,7 +625,7 @@ int cmd_cache(int argc, char **argv) {
     } else {
         kvs_cache_dir_stats d;
         kv_types k;
-        if (cache && kv_types_init(model, o.model_path, &k)) goto done;
+        if (cache && kv_types_init(model, o.model_path, o.redis.key_file, &k)) goto done;
         /* -m: the model's entries by KV type from the headers (a second pass with --verify) */
         if (o.verify) {
             st = kvs_cache_dir_verify(o.dir, &d);
@@ -575,13 +634,17 @@ int cmd_cache(int argc, char **argv) {
             st = kvs_cache_dir_scan(o.dir, cache ? count_kv_type : NULL, &k, &d);
         }
         if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
+        /* -m --verify: this model's entries read whole as a request would
+         * (with a key, each MAC checked: what the checksums above cannot tell) */
+        kvs_cache_verify_report v;
+        if (cache && o.verify && (st = kvs_cache_verify(cache, &v)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
         if (o.json) printf("{");
         uint64_t max_bytes = o.cache_max_bytes ? o.cache_max_bytes : kvs_cache_dir_default_max_bytes(o.dir);
-        print_dir_stats(o.dir, &d, max_bytes, o.json);
+        print_dir_stats(o.dir, &d, max_bytes, o.verify, o.json);
         if (cache) {
             kvs_cache_stats s;
             kvs_cache_get_stats(cache, &s);
-            print_model_stats(cache, &s, &k, o.kv_type, o.json, o.verify);
+            print_model_stats(cache, &s, &k, o.kv_type, o.redis.key_file != NULL, o.verify ? &v : NULL, o.json);
         }
         if (o.json) printf("}\n");
     }

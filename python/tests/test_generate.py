@@ -178,3 +178,31 @@ def test_cache_key_file(model, tmp_path):
         kvstitch.Cache(model, cache_dir=d, key_file=tmp_path / "missing")
     with pytest.raises(kvstitch.InvalidArgument, match="key_file goes with"):
         kvstitch.Cache(model, key_file=key)
+
+
+def test_cache_key_bad_mac_in_stats(model, tmp_path):
+    # stats() mirrors kvs_cache_stats: entries forged without the key (KV
+    # changed, checksums and header digests recomputed) are damaged
+    # (disk_bad) and, of those, bad MACs (disk_bad_mac); the answer is the
+    # cold one.
+    import forge_entry
+    key = tmp_path / "key"
+    key.write_text("a-secret-cache-key-0123456789")
+    d = tmp_path / "kvs"
+
+    def run():
+        c = kvstitch.Cache(model, budget_bytes=64 << 20, cache_dir=d, key_file=key)
+        s = kvstitch.Session(model, c, n_ctx=1024)
+        r = s.generate(MANUAL + Q2, max_tokens=4, logits=True)
+        st = c.stats()
+        s.close()
+        c.close()
+        return r, st
+
+    first, st = run()
+    assert st["disk_bad"] == st["disk_bad_mac"] == st["redis_bad_mac"] == 0
+    for f in d.glob("*.kvc"):
+        forge_entry.main("forge", str(f))
+    again, st = run()
+    assert again.cached_tokens == 0 and again.first_logits == first.first_logits
+    assert st["disk_bad_mac"] == st["disk_bad"] >= 1 and st["redis_bad_mac"] == 0, st

@@ -140,6 +140,7 @@ void kvs_cache_get_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->disk_load_bytes = s.disk_load_bytes;
     st->disk_load_seconds = s.disk_load_seconds;
     st->disk_bad = s.disk_bad;
+    st->disk_bad_mac = s.disk_bad_mac;
     st->disk_foreign = s.disk_foreign;
     st->disk_missing = s.disk_missing;
     st->disk_orphans = s.disk_orphans;

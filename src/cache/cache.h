@@ -47,6 +47,11 @@ int kvs_reuse_check_context(kvs_context *ctx, kvs_cache *cache);
  * prefix_reachable left 0). */
 void kvs_reuse_fill_entry(const kvs_chunk *c, const kvs_key *fp, kvs_cache_entry *e);
 
+/* The verdict of reading c's entry in dir whole, as a request would:
+ * KVS_DISK_OK, or why not (cache_dir.c; `cache stats --verify`). */
+kvs_disk_verdict kvs_cache_payload_verdict(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac,
+                                           const kvs_chunk *c);
+
 /* The end index of every chunk tokens [0, n) are cut into (chunking.h), as a
  * malloc'd array (*ends = NULL when n = 0). */
 int kvs_reuse_chunk_ends(int n, int chunk_tokens, const int *borders, int n_borders, int32_t **ends, int *n_ends);

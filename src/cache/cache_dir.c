@@ -62,16 +62,22 @@ static void note_node(dir_ctx *x, const kvs_chunk *c, const kvs_key *fp, uint64_
     x->nodes[x->n_nodes++] = (node){c->prefix_key, c->parent_key, *fp, c->pos0, c->pos0 + c->n_tok, c->origin, bytes, 0};
 }
 
+kvs_disk_verdict kvs_cache_payload_verdict(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac,
+                                           const kvs_chunk *c) {
+    void *payload = NULL;
+    kvs_disk_verdict v = KVS_DISK_OK;
+    if (kvs_disk_load_payload(dir, fp, mac, c, &payload, &v) == KVS_OK) {
+        free(payload);
+        return KVS_DISK_OK;
+    }
+    return v;
+}
+
 /* 1 if c's payload fails its checksum (read errors and vanished files are
  * not damage: the scan counts those). */
 static int payload_damaged(const char *dir, kvs_chunk *c, const kvs_key *fp) {
-    void *payload = NULL;
-    kvs_disk_verdict v = KVS_DISK_OK;
-    if (kvs_disk_load_payload(dir, fp, NULL, c, &payload, &v) == KVS_OK) {
-        free(payload);
-        return 0;
-    }
-    return v != KVS_DISK_MISSING && v != KVS_DISK_IO;
+    const kvs_disk_verdict v = kvs_cache_payload_verdict(dir, fp, NULL, c);
+    return v != KVS_DISK_OK && v != KVS_DISK_MISSING && v != KVS_DISK_IO;
 }
 
 static int dir_visit(void *user, kvs_chunk *c, const kvs_key *fp) {
@@ -205,10 +211,19 @@ int kvs_cache_dir_verify(const char *dir, kvs_cache_dir_stats *st) {
     return rc;
 }
 
-int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed) {
-    if (n_removed) *n_removed = 0;
+int kvs_cache_dir_clear_report(const char *dir, kvs_cache_clear_report *r) {
+    kvs_cache_clear_report local;
+    if (!r) r = &local;
+    memset(r, 0, sizeof *r);
     if (!dir || !*dir) return kvs_error(KVS_ERR_INVALID_ARG, "cache dir: no directory given");
-    return kvs_disk_clear(dir, n_removed);
+    return kvs_disk_clear(dir, r);
+}
+
+int kvs_cache_dir_clear(const char *dir, uint64_t *n_removed) {
+    kvs_cache_clear_report r;
+    int rc = kvs_cache_dir_clear_report(dir, &r);
+    if (n_removed) *n_removed = r.removed;
+    return rc;
 }
 
 uint64_t kvs_cache_dir_default_max_bytes(const char *dir) {

@@ -69,6 +69,7 @@ void kvs_cache_redis_stats(kvs_cache *c, kvs_cache_stats *st) {
     st->redis_max_value_bytes = rs.max_value_bytes;
     st->redis_put_errors = ts.put_errors;
     st->redis_bad = ts.bad;
+    st->redis_bad_mac = ts.bad_mac;
     st->redis_foreign = ts.foreign;
     st->redis_errors = ts.errors;
     st->redis_timeouts = rs.timeouts;

@@ -226,8 +226,8 @@ int kvs_disk_remove(const char *dir, const kvs_key *prefix_key);
 
 /* Removes every entry file (any model), writers' stale temporary files and
  * stale junk (disk_budget.h: a live writer's file and fresh junk stay),
- * only files whose names and headers are the cache's own. *n_removed counts
- * the entries. */
-int kvs_disk_clear(const char *dir, uint64_t *n_removed);
+ * only files whose names and headers are the cache's own. r (may be NULL)
+ * counts each kind removed, filled on an error too. */
+int kvs_disk_clear(const char *dir, kvs_cache_clear_report *r);
 
 #endif

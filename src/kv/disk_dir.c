@@ -93,11 +93,12 @@ int kvs_disk_remove(const char *dir, const kvs_key *k) {
     return KVS_OK;
 }
 
-int kvs_disk_clear(const char *dir, uint64_t *n_removed) {
-    uint64_t n = 0;
+int kvs_disk_clear(const char *dir, kvs_cache_clear_report *r) {
+    kvs_cache_clear_report local;
+    if (!r) r = &local;
+    memset(r, 0, sizeof *r);
     DIR *d = opendir(dir);
     if (!d) {
-        if (n_removed) *n_removed = 0;
         if (errno == ENOENT) return KVS_OK;
         return kvs_error(KVS_ERR_IO, "%s: cannot open cache dir: %s", dir, strerror(errno));
     }
@@ -112,12 +113,14 @@ int kvs_disk_clear(const char *dir, uint64_t *n_removed) {
         if (k == KVS_DISK_FILE_OTHER || (k != KVS_DISK_FILE_ENTRY && !kvs_disk_is_stale(k, de->d_name, &st))) continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
         if (kvs_disk_unlink_checked(dir, de->d_name, k, &st) == 0) {
-            if (k == KVS_DISK_FILE_ENTRY) n++;
+            const uint64_t bytes = (uint64_t)st.st_size;
+            if (k == KVS_DISK_FILE_ENTRY) r->removed++, r->removed_bytes += bytes;
+            else if (k == KVS_DISK_FILE_JUNK) r->junk_removed++, r->junk_bytes += bytes;
+            else r->tmp_removed++;
         } else if (errno != ENOENT && errno != EAGAIN) {
             rc = kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
         }
     }
     closedir(d);
-    if (n_removed) *n_removed = n;
     return rc;
 }

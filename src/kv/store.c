@@ -500,6 +500,7 @@ static int sync_tier(kvs_store *s, int ti, int *added) {
         kvs_disk_counts counts;
         kvs_tier_dir_last_scan(t, &counts);
         ADD(s->tier_bad, kvs_disk_counts_damaged(&counts));
+        ADD(s->tier_bad_mac, counts.n[KVS_DISK_BAD_MAC]);
         ADD(s->tier_foreign, counts.n[KVS_DISK_FOREIGN]);
     }
     pthread_rwlock_unlock(&s->lock);

@@ -318,6 +318,7 @@ typedef struct kvs_store_stats {
                                               * tiers count their own: tier[]) */
     double disk_load_seconds;
     uint64_t disk_bad;         /* damaged entries found (scan or load): never served */
+    uint64_t disk_bad_mac;     /* of disk_bad: refused by the MAC check (a keyed cache) */
     uint64_t disk_foreign;     /* entries of another model / KV shape, skipped */
     uint64_t disk_missing;     /* entries that vanished before a load */
     uint64_t disk_orphans;     /* entries indexed by content key only (broken parent chain) */

@@ -19,8 +19,8 @@ kvs_fetch_fault kvs_store_fault_of(int rc) {
     return KVS_FETCH_DAMAGED;
 }
 
-void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, kvs_fetch_fault f, uint64_t t0) {
-    switch (f) {
+void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, int rc, uint64_t t0) {
+    switch (kvs_store_fault_of(rc)) {
     case KVS_FETCH_OK:
         if (tier < 0 || tier >= KVS_STORE_MAX_TIERS) break;
         ADD(s->tier_loads[tier], 1);
@@ -28,7 +28,10 @@ void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, kvs_fetch
         ADD(s->tier_load_ns[tier], kvs_store_mono_ns() - t0);
         break;
     case KVS_FETCH_GONE: ADD(s->tier_missing, 1); break;
-    case KVS_FETCH_DAMAGED: ADD(s->tier_bad, 1); break;
+    case KVS_FETCH_DAMAGED:
+        ADD(s->tier_bad, 1);
+        if (rc == KVS_TIER_ERR_BAD_MAC) ADD(s->tier_bad_mac, 1); /* of tier_bad, as disk_bad_mac of disk_bad */
+        break;
     default: break;
     }
 }
@@ -74,8 +77,9 @@ static kvs_fetch_fault make_resident(kvs_store *s, kvs_chunk *c) {
         } else {
             uint64_t t0 = kvs_store_mono_ns();
             void *buf = NULL;
-            f = kvs_store_fault_of(load_payload(t, c, &buf));
-            kvs_store_count_fetch(s, c->tier, c, f, t0);
+            const int rc = load_payload(t, c, &buf);
+            f = kvs_store_fault_of(rc);
+            kvs_store_count_fetch(s, c->tier, c, rc, t0);
             if (f == KVS_FETCH_OK) {
                 c->kv = buf;
                 ADD(s->bytes, kvs_store_counted(c));
@@ -99,9 +103,9 @@ kvs_fetch_fault kvs_store_fetch(kvs_store *s, kvs_chunk *c, const kvs_kv_buffer 
         if (!resident && t && t->ops->get_into) {
             /* straight from the tier into the buffer: no payload buffer */
             uint64_t t0 = kvs_store_mono_ns();
-            kvs_fetch_fault f = kvs_store_fault_of(t->ops->get_into(t, c, off, n, kv, slot));
-            kvs_store_count_fetch(s, c->tier, c, f, t0);
-            return f;
+            const int rc = t->ops->get_into(t, c, off, n, kv, slot);
+            kvs_store_count_fetch(s, c->tier, c, rc, t0);
+            return kvs_store_fault_of(rc);
         }
     }
     kvs_fetch_fault f = make_resident(s, c);
@@ -117,9 +121,10 @@ kvs_fetch_fault kvs_store_verify(kvs_store *s, kvs_chunk *c) {
     if (resident || !t) return KVS_FETCH_OK;
     uint64_t t0 = kvs_store_mono_ns();
     void *buf = NULL;
-    kvs_fetch_fault f = kvs_store_fault_of(load_payload(t, c, &buf));
+    const int rc = load_payload(t, c, &buf);
+    kvs_fetch_fault f = kvs_store_fault_of(rc);
     free(buf);
-    if (f != KVS_FETCH_OK) kvs_store_count_fetch(s, c->tier, c, f, t0); /* a good one was not served: no load counted */
+    if (f != KVS_FETCH_OK) kvs_store_count_fetch(s, c->tier, c, rc, t0); /* a good one was not served: no load counted */
     return f;
 }
 

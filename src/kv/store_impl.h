@@ -68,7 +68,7 @@ struct kvs_store {
     _Atomic uint64_t tier_writes[KVS_STORE_MAX_TIERS], tier_write_errors[KVS_STORE_MAX_TIERS];
     _Atomic uint64_t tier_loads[KVS_STORE_MAX_TIERS], tier_load_bytes[KVS_STORE_MAX_TIERS],
         tier_load_ns[KVS_STORE_MAX_TIERS];
-    _Atomic uint64_t tier_bad, tier_foreign, tier_missing, tier_orphans, tier_key_hits;
+    _Atomic uint64_t tier_bad, tier_bad_mac, tier_foreign, tier_missing, tier_orphans, tier_key_hits;
     _Atomic uint64_t tier_partial_hits;
 };
 
@@ -121,9 +121,10 @@ typedef enum kvs_fetch_fault {
  * at slots [slot, slot + n) when kv is not NULL (straight from the tier if
  * it can, else via a resident payload), else makes it resident. */
 kvs_fetch_fault kvs_store_fetch(kvs_store *s, kvs_chunk *c, const kvs_kv_buffer *kv, int off, int n, int slot);
-/* The fault a tier status means (tier.h), and the counters of one fetch. */
+/* The fault a tier status means (tier.h), and the counters of one fetch
+ * (rc: the tier's status, which tells a bad MAC from other damage). */
 kvs_fetch_fault kvs_store_fault_of(int rc);
-void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, kvs_fetch_fault f, uint64_t t0);
+void kvs_store_count_fetch(kvs_store *s, int tier, const kvs_chunk *c, int rc, uint64_t t0);
 /* Reads a non-resident indexed chunk's entry whole and checks it (nothing
  * kept): how one request that met a damaged entry verifies the rest of its
  * path, so that every damaged one is dropped and stored again at once. */

@@ -156,11 +156,11 @@ static int take_into(kvs_store *s, int ti, const int32_t *tokens, const kvs_span
     kvs_chunk *c = stub_for(s, tokens, p, key, parent);
     int from = hit->n_cached;
     uint64_t t0 = kvs_store_mono_ns();
-    kvs_fetch_fault f = c ? kvs_store_fault_of(t->ops->get_into(t, c, from - p->start, p->end - from, kv, from))
-                          : KVS_FETCH_TRANSIENT;
+    const int rc = c ? t->ops->get_into(t, c, from - p->start, p->end - from, kv, from) : KVS_ERR_NOMEM;
+    kvs_fetch_fault f = kvs_store_fault_of(rc);
     /* damage met by key is the tier's to count (its stats; the dir's
      * scan counted it already): disk_bad counts indexed entries */
-    if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, ti, c, f, t0);
+    if (c && f != KVS_FETCH_DAMAGED) kvs_store_count_fetch(s, ti, c, rc, t0);
     if (f != KVS_FETCH_OK || push_seg(hit, cap, c, from, p->end)) {
         kvs_chunk_unref(c);
         return 0;
@@ -207,7 +207,7 @@ static int take_resident(kvs_store *s, int ti, kvs_chunk *c, const int32_t *toke
         if (end == c->pos0 + c->n_tok) *ext_key = c->prefix_key;
         else kvs_key_prefix(&c->parent_key, c->tokens, end - c->pos0, ext_key);
     }
-    kvs_store_count_fetch(s, ti, c, KVS_FETCH_OK, t0);
+    kvs_store_count_fetch(s, ti, c, KVS_OK, t0);
     join(s, ti, c, tokens, end, hit);
     return 1;
 }
@@ -518,7 +518,7 @@ static kvs_chunk *from_tiers_by_key(kvs_store *s, const kvs_key *k, const int32_
             c->pos0 >= 0 && c->n_tok > 0 &&
             (!path || (c->pos0 + c->n_tok == n_path &&
                        !memcmp(c->tokens, path + c->pos0, (size_t)c->n_tok * sizeof *path)))) {
-            kvs_store_count_fetch(s, ti, c, KVS_FETCH_OK, t0);
+            kvs_store_count_fetch(s, ti, c, KVS_OK, t0);
             kvs_store_index_from_tier(s, c, path, ti);
             ADD(s->tier_key_hits, 1);
             return c;

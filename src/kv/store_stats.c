@@ -50,6 +50,7 @@ void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {
         st->disk_load_seconds = (double)GET(s->tier_load_ns[i]) * 1e-9;
     }
     st->disk_bad = GET(s->tier_bad);
+    st->disk_bad_mac = GET(s->tier_bad_mac);
     st->disk_foreign = GET(s->tier_foreign);
     st->disk_missing = GET(s->tier_missing);
     st->disk_orphans = GET(s->tier_orphans);

@@ -52,6 +52,8 @@ typedef struct kvs_tier_stats {
     uint64_t put_dropped;              /* not written by design (queue full, breaker open) */
     uint64_t put_bytes;
     uint64_t bad;                      /* damaged values found (never served) */
+    uint64_t bad_mac;                  /* of bad: refused by the MAC check of a keyed cache
+                                        * (entry_mac.h): a forgery, or written without the key */
     uint64_t foreign;                  /* another model's / shape's values, skipped */
     uint64_t errors;                   /* I/O or connection errors (each a miss) */
     uint64_t entries;                  /* entries held, if the tier knows cheaply (else 0) */
@@ -116,6 +118,12 @@ typedef struct kvs_tier_ops {
     /* Flushes queued writes (bounded wait) and frees the tier. */
     void (*close)(kvs_tier *t);
 } kvs_tier_ops;
+
+/* What get_into and load return for an entry that failed the MAC check of
+ * a keyed tier: damage like any other (kvs_store_fault_of: dropped), told
+ * apart so that the store counts bad MACs of their own (disk_bad_mac). The
+ * store never lets it out: callers above it see faults, not statuses. */
+#define KVS_TIER_ERR_BAD_MAC (-1000)
 
 struct kvs_tier {
     const kvs_tier_ops *ops;

@@ -39,7 +39,7 @@ typedef struct dir_tier {
     _Atomic uint64_t writes_since_check;
     pthread_mutex_t scan_mu;
     kvs_disk_counts last_scan;  /* scan_mu */
-    _Atomic uint64_t gets, hits, misses, get_bytes, get_ns, puts, put_errors, put_bytes, bad, foreign, errors;
+    _Atomic uint64_t gets, hits, misses, get_bytes, get_ns, puts, put_errors, put_bytes, bad, bad_mac, foreign, errors;
     _Atomic uint64_t evicted;
 } dir_tier;
 
@@ -64,6 +64,11 @@ static int failed(dir_tier *d, const kvs_chunk *c, int rc, kvs_disk_verdict v) {
     case KVS_DISK_IO:
     case KVS_DISK_NOT_REGULAR: INC(d->errors, 1); return KVS_ERR_IO;
     case KVS_DISK_BAD_VERSION: INC(d->bad, 1); return rc;
+    case KVS_DISK_BAD_MAC:
+        INC(d->bad, 1);
+        INC(d->bad_mac, 1);
+        kvs_disk_remove(d->dir, &c->prefix_key);
+        return KVS_TIER_ERR_BAD_MAC;
     default:
         INC(d->bad, 1);
         if (v != KVS_DISK_BAD_MAGIC) kvs_disk_remove(d->dir, &c->prefix_key);
@@ -238,7 +243,9 @@ static int dir_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
 
 static int dir_clear(kvs_tier *t, uint64_t *n_removed) {
     dir_tier *d = t->impl;
-    int rc = kvs_disk_clear(d->dir, n_removed);
+    kvs_cache_clear_report r;
+    int rc = kvs_disk_clear(d->dir, &r);
+    if (n_removed) *n_removed = r.removed;
     atomic_store(&d->est_bytes, 0);
     return rc;
 }
@@ -255,6 +262,7 @@ static void dir_stats(kvs_tier *t, kvs_tier_stats *st) {
     st->put_errors = LD(d->put_errors);
     st->put_bytes = LD(d->put_bytes);
     st->bad = LD(d->bad);
+    st->bad_mac = LD(d->bad_mac);
     st->foreign = LD(d->foreign);
     st->errors = LD(d->errors);
     st->bytes = LD(d->est_bytes);

@@ -86,6 +86,7 @@ static int getrange_command(void *user, int i, const char **argv, size_t *argvle
 
 static void count_verdict(redis_tier *rt, kvs_disk_verdict v) {
     atomic_fetch_add(v == KVS_DISK_FOREIGN ? &rt->foreign : &rt->bad, 1);
+    if (v == KVS_DISK_BAD_MAC) atomic_fetch_add(&rt->bad_mac, 1);
 }
 
 static void get_reply(void *user, int i, const redisReply *r) {
@@ -492,8 +493,10 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
             } else if (st == KVS_OK)
                 x->stop = x->fn(x->user, chunk, &vfp, (uint64_t)len->integer);
             else if (v == KVS_DISK_FOREIGN) atomic_fetch_add(&rt->foreign, 1);
-            else
+            else {
                 count_bad(rt, x);
+                if (v == KVS_DISK_BAD_MAC) atomic_fetch_add(&rt->bad_mac, 1);
+            }
         } else if (ok && !x->stop && (len->type == REDIS_REPLY_ERROR || head->type == REDIS_REPLY_ERROR)) {
             const redisReply *er = len->type == REDIS_REPLY_ERROR ? len : head;
             if (er->str && !strncmp(er->str, "WRONGTYPE", 9)) {
@@ -549,6 +552,7 @@ static void redis_stats(kvs_tier *t, kvs_tier_stats *st) {
     st->put_dropped = atomic_load(&rt->put_dropped);
     st->put_bytes = atomic_load(&rt->put_bytes);
     st->bad = atomic_load(&rt->bad);
+    st->bad_mac = atomic_load(&rt->bad_mac);
     st->foreign = atomic_load(&rt->foreign);
     st->errors = atomic_load(&rt->errors);
 }

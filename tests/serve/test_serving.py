@@ -545,6 +545,37 @@ def test_cache_key_file(tmp_path):
         assert p.returncode != 0 and said in p.stderr and str(path) in p.stderr, (path, p.returncode, p.stderr)
 
 
+def test_cache_key_bad_mac_counted_apart(tmp_path):
+    # A keyed server meets forged entries (their KV changed, checksums and
+    # header digests recomputed, the MAC the old one): each is refused and
+    # counted as damaged and, apart, as a bad MAC in /v1/cache/stats
+    # (disk_bad_mac) and /metrics (kvstitch_cache_bad_mac_total{tier=...});
+    # the answer is the cold one. They had been counted as damage only.
+    import forge_entry
+    d, key = tmp_path / "kv", tmp_path / "cache.key"
+    key.write_text("a-secret-cache-key-0123456789\n")
+    body = {"prompt": "The committee met on a Tuesday. " * 12, "max_tokens": 3, "temperature": 0}
+    outs = []
+    for forge in (False, True):
+        if forge:
+            for f in d.glob("*.kvc"):
+                forge_entry.main("forge", str(f))
+        s = Server("--slots", "1", "--ctx", "512", "--cache-dir", str(d), "--cache-key-file", str(key))
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            st = s.get("/v1/cache/stats").json()
+            outs.append((r.json()["choices"][0]["text"], st["disk_bad"], st["disk_bad_mac"], st["redis_bad_mac"],
+                         metric(s, 'kvstitch_cache_bad_mac_total{tier="disk"}'),
+                         metric(s, 'kvstitch_cache_bad_mac_total{tier="redis"}'),
+                         metric(s, "kvstitch_cache_damaged_total")))
+        finally:
+            s.stop()
+    assert outs[0][1:] == (0, 0, 0, 0, 0, 0), outs
+    text, bad, bad_mac, redis_bad_mac, m_disk, m_redis, m_damaged = outs[1]
+    assert text == outs[0][0] and bad >= 1 and bad_mac == bad == m_disk == m_damaged and redis_bad_mac == m_redis == 0, outs
+
+
 def test_chat_template_flag_chooses_the_layout():
     """--chat-template FAMILY: every chat request (and documents laid out as
     chat) uses that family, for a file without a template or one not
