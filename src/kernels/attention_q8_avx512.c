@@ -129,7 +129,7 @@ AI void qk_group(q8_unit *x, int nb, const int32_t *Qt, const uint8_t *kst, int 
         for (int jj = 0; jj < QK_KEYS; jj++) {
             if (jj >= n8) break; /* constant indices into acc: it stays in registers */
             const int jabs = j0 + j + jj;
-            const __m512 kd = _mm512_set1_ps(kvs_q8_row_scale(x->K + (size_t)jabs * x->rb, D));
+            const __m512 kd = _mm512_set1_ps(q8_key_scale(x, jabs));
 #pragma GCC unroll 3
             for (int b = 0; b < nb; b++) score_out(x, &x->mx[b], b, jabs, _mm512_sub_epi32(acc[b][jj], x->qoff[b]), kd, 1);
         }
@@ -144,27 +144,35 @@ static void qk_blocks(q8_unit *x, const int32_t *Qt, const uint8_t *kst, int j0,
     }
 }
 
+/* Key j's e = exp(s - mx) added to the partial P (returned), its weight
+ * w = e vd over the score at S and into the running maximum *wmax. */
+AI __m512 exp_weight(const q8_unit *x, float *S, int j, __m512 mx, __m512 P, __m512 *wmax) {
+    const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), mx));
+    const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(q8_value_scale(x, j)));
+    *wmax = _mm512_max_ps(w, *wmax); /* NaN and -0 leave it */
+    _mm512_storeu_ps(S + (size_t)j * 16, w);
+    return _mm512_add_ps(P, e);
+}
+
 /* Block b's exp (sum, 1 / sum) and weights w_j = e_j vd_j with their
  * maximum, then the 15-bit levels as byte words in place over S: per 4 keys
  * j.. (a multiple of 4), the lo word at S + 16 (j / 2), the hi word 16
  * floats further. Keys from the block's maxn to maxall (rounded up to 4)
  * get weight 0. A level below 0 sets x->negative. */
 static void weights_rows(q8_unit *x, int b) {
-    const int D = x->u.D, maxn = x->maxn[b], jmin = x->u.jmin;
+    const int maxn = x->maxn[b], jmin = x->u.jmin;
     float *S = x->u.S + (size_t)b * 16 * x->u.ctxs;
     __m512 P[16], wmax = _mm512_setzero_ps();
     for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
-    for (int j0 = jmin; j0 < maxn; j0 += 16)
+    /* partial i takes keys j = i mod 16 (jmin is a multiple of 16); whole
+     * groups of 16 first, with no test a key (a test per key made each its
+     * own basic block, which the compiler did not interleave), then the rest */
+    const __m512 mx = x->mx[b];
+    int j0 = jmin;
+    for (; j0 + 16 <= maxn; j0 += 16)
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) { /* partial i takes keys j = i mod 16 (jmin is a multiple of 16) */
-            const int j = j0 + i;
-            if (j >= maxn) break;
-            const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), x->mx[b]));
-            P[i] = _mm512_add_ps(P[i], e);
-            const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, D)));
-            wmax = _mm512_max_ps(w, wmax); /* NaN and -0 leave it */
-            _mm512_storeu_ps(S + (size_t)j * 16, w);
-        }
+        for (int i = 0; i < 16; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], &wmax);
+    for (int i = 0; j0 + i < maxn; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], &wmax);
     for (int i = 0; i < 8; i++) P[i] = _mm512_add_ps(P[i], P[i + 8]);
     for (int i = 0; i < 4; i++) P[i] = _mm512_add_ps(P[i], P[i + 4]);
     for (int i = 0; i < 2; i++) P[i] = _mm512_add_ps(P[i], P[i + 2]);
@@ -341,6 +349,11 @@ static int q8_unit_run(q8_unit *x) {
     /* keys and values staged once for every unit of the kv head
      * (dispatch.c), or here tile by tile */
     const int staged = c->staged && x->u.g == c->staged_g;
+    if (staged) { /* slot j's at [j - staged_lo] (in the region: staged_lo < its offset) */
+        x->kds = (const uint8_t *)(kvs_attn_q8_staged_scales(c, 0) - c->staged_lo);
+        x->vds = (const uint8_t *)(kvs_attn_q8_staged_scales(c, 1) - c->staged_lo);
+        x->sstride = sizeof(float);
+    }
     /* on AMX the scores (every key from a kv head staged in the tiles'
      * layout, kvs_attention_stage_q8_avx512; else the whole 16-key groups
      * from the cache rows) and, from the staged values, P.V run as tile
@@ -419,6 +432,11 @@ void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
     } else {
         stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
         stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));
+    }
+    float *kd = kvs_attn_q8_staged_scales(c, 0), *vd = kvs_attn_q8_staged_scales(c, 1);
+    for (int j = j0; j < j1 && j < c->n_ctx; j++) {
+        kd[j - c->staged_lo] = q8_key_scale(&x, j);
+        vd[j - c->staged_lo] = q8_value_scale(&x, j);
     }
 }
 
