@@ -154,6 +154,36 @@ AI __m512 exp_weight(const q8_unit *x, float *S, int j, __m512 mx, __m512 P, __m
     return _mm512_add_ps(P, e);
 }
 
+/* The levels of keys j..j + 3 (j a multiple of 4; those from j + live on
+ * weigh 0) as byte words over S (weights_rows); returns sign with their
+ * bits or'ed in. */
+AI __m512i levels4(float *S, int j, int live, __m512 ipd, __m512i sign) {
+    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
+    __m512i p[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        if (h >= live) {
+            p[h] = _mm512_setzero_si512();
+            continue;
+        }
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
+        const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
+        p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
+        sign = _mm512_or_si512(sign, p[h]);
+    }
+    /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
+     * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
+    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff), low16 = _mm512_set1_epi32(0xffff);
+    const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16));
+    const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], low16), _mm512_slli_epi32(p[3], 16));
+    const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
+    const size_t half = (size_t)j / 2; /* behind the scores read: j / 2 + 1 < j + 4 */
+    _mm512_storeu_si512(S + half * 16, lo);
+    _mm512_storeu_si512(S + (half + 1) * 16, hi);
+    return sign;
+}
+
 /* Block b's exp (sum, 1 / sum) and weights w_j = e_j vd_j with their
  * maximum, then the 15-bit levels as byte words in place over S: per 4 keys
  * j.. (a multiple of 4), the lo word at S + 16 (j / 2), the hi word 16
@@ -183,32 +213,11 @@ static void weights_rows(q8_unit *x, int b) {
     const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
     const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
     x->pd[b] = pd;
-    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff), low16 = _mm512_set1_epi32(0xffff);
-    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     const int end = (x->maxall + 3) & ~3;
     __m512i sign = _mm512_setzero_si512();
-    for (int j = jmin; j < end; j += 4) {
-        __m512i p[4];
-#pragma GCC unroll 4
-        for (int h = 0; h < 4; h++) {
-            if (j + h >= maxn) {
-                p[h] = _mm512_setzero_si512();
-                continue;
-            }
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
-            const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
-            p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
-            sign = _mm512_or_si512(sign, p[h]);
-        }
-        /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
-         * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
-        const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16));
-        const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], low16), _mm512_slli_epi32(p[3], 16));
-        const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
-        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
-        _mm512_storeu_si512(S + (size_t)(j / 2) * 16, lo); /* behind the scores read: j / 2 + 1 < j + 4 */
-        _mm512_storeu_si512(S + (size_t)(j / 2 + 1) * 16, hi);
-    }
+    int j = jmin;
+    for (; j + 4 <= maxn; j += 4) sign = levels4(S, j, 4, ipd, sign); /* no test a key (as the exp pass) */
+    for (; j < end; j += 4) sign = levels4(S, j, maxn - j, ipd, sign);
     if (_mm512_movepi32_mask(sign)) x->negative = 1;
 }
 
