@@ -199,10 +199,12 @@ static void weights_rows(q8_unit *x, int b) {
      * own basic block, which the compiler did not interleave), then the rest */
     const __m512 mx = x->mx[b];
     int j0 = jmin;
+    __m512 wmax2 = _mm512_setzero_ps(); /* odd keys' (max is exact: the order is free) */
     for (; j0 + 16 <= maxn; j0 += 16)
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], &wmax);
+        for (int i = 0; i < 16; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], i & 1 ? &wmax2 : &wmax);
     for (int i = 0; j0 + i < maxn; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], &wmax);
+    wmax = _mm512_max_ps(wmax2, wmax);
     for (int i = 0; i < 8; i++) P[i] = _mm512_add_ps(P[i], P[i + 8]);
     for (int i = 0; i < 4; i++) P[i] = _mm512_add_ps(P[i], P[i + 4]);
     for (int i = 0; i < 2; i++) P[i] = _mm512_add_ps(P[i], P[i + 2]);
