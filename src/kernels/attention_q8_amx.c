@@ -95,8 +95,6 @@ AI int scores_nb(q8_unit *x, const int nb, const int32_t *Qt, int ja, int jb, co
         if (nb > 1) _tile_loadd(2, qt + 16, 48 * 4);
         if (nb > 2) _tile_loadd(3, qt + 32, 48 * 4);
     }
-    const int8_t *K = x->K;
-    const size_t rb = x->rb; /* the cache rows' bytes (the keys' scales) */
     /* software-pipelined: group j's products are issued before group
      * j - 16's scores go out, so the vector work runs while the tiles
      * multiply (in turn, each store waited on its product) */
@@ -125,11 +123,24 @@ AI int scores_nb(q8_unit *x, const int nb, const int32_t *Qt, int ja, int jb, co
         }
         if (j == ja) continue;
         const int jg = j - 16;
-        int full[3];
-        for (int b = 0; b < nb; b++) full[b] = jg >= all_lo[b] && jg + 16 <= all_hi[b];
+        int full[3], all_full = 1;
+        for (int b = 0; b < nb; b++) {
+            full[b] = jg >= all_lo[b] && jg + 16 <= all_hi[b];
+            all_full &= full[b];
+        }
         const int ni = jb - jg < 16 ? jb - jg : 16; /* a last group past jb: its keys before it */
+        if (all_full && ni == 16) { /* most groups at long context: no test a key */
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const __m512 kd = _mm512_set1_ps(q8_key_scale(x, jg + i));
+#pragma GCC unroll 3
+                for (int b = 0; b < nb; b++)
+                    score_out(x, &mx[b], b, jg + i, _mm512_load_si512(c[b] + 16 * i), kd, 0);
+            }
+            continue;
+        }
         for (int i = 0; i < ni; i++) {
-            const __m512 kd = _mm512_set1_ps(kvs_q8_row_scale(K + (size_t)(jg + i) * rb, D));
+            const __m512 kd = _mm512_set1_ps(q8_key_scale(x, jg + i));
 #pragma GCC unroll 3
             for (int b = 0; b < nb; b++) {
                 const __m512i isum = _mm512_load_si512(c[b] + 16 * i);

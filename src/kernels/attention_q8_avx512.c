@@ -129,7 +129,7 @@ AI void qk_group(q8_unit *x, int nb, const int32_t *Qt, const uint8_t *kst, int 
         for (int jj = 0; jj < QK_KEYS; jj++) {
             if (jj >= n8) break; /* constant indices into acc: it stays in registers */
             const int jabs = j0 + j + jj;
-            const __m512 kd = _mm512_set1_ps(kvs_q8_row_scale(x->K + (size_t)jabs * x->rb, D));
+            const __m512 kd = _mm512_set1_ps(q8_key_scale(x, jabs));
 #pragma GCC unroll 3
             for (int b = 0; b < nb; b++) score_out(x, &x->mx[b], b, jabs, _mm512_sub_epi32(acc[b][jj], x->qoff[b]), kd, 1);
         }
@@ -144,27 +144,67 @@ static void qk_blocks(q8_unit *x, const int32_t *Qt, const uint8_t *kst, int j0,
     }
 }
 
+/* Key j's e = exp(s - mx) added to the partial P (returned), its weight
+ * w = e vd over the score at S and into the running maximum *wmax. */
+AI __m512 exp_weight(const q8_unit *x, float *S, int j, __m512 mx, __m512 P, __m512 *wmax) {
+    const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), mx));
+    const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(q8_value_scale(x, j)));
+    *wmax = _mm512_max_ps(w, *wmax); /* NaN and -0 leave it */
+    _mm512_storeu_ps(S + (size_t)j * 16, w);
+    return _mm512_add_ps(P, e);
+}
+
+/* The levels of keys j..j + 3 (j a multiple of 4; those from j + live on
+ * weigh 0) as byte words over S (weights_rows); returns sign with their
+ * bits or'ed in. */
+AI __m512i levels4(float *S, int j, int live, __m512 ipd, __m512i sign) {
+    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
+    __m512i p[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        if (h >= live) {
+            p[h] = _mm512_setzero_si512();
+            continue;
+        }
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
+        const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
+        p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
+        sign = _mm512_or_si512(sign, p[h]);
+    }
+    /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
+     * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
+    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff), low16 = _mm512_set1_epi32(0xffff);
+    const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16));
+    const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], low16), _mm512_slli_epi32(p[3], 16));
+    const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
+    const size_t half = (size_t)j / 2; /* behind the scores read: j / 2 + 1 < j + 4 */
+    _mm512_storeu_si512(S + half * 16, lo);
+    _mm512_storeu_si512(S + (half + 1) * 16, hi);
+    return sign;
+}
+
 /* Block b's exp (sum, 1 / sum) and weights w_j = e_j vd_j with their
  * maximum, then the 15-bit levels as byte words in place over S: per 4 keys
  * j.. (a multiple of 4), the lo word at S + 16 (j / 2), the hi word 16
  * floats further. Keys from the block's maxn to maxall (rounded up to 4)
  * get weight 0. A level below 0 sets x->negative. */
 static void weights_rows(q8_unit *x, int b) {
-    const int D = x->u.D, maxn = x->maxn[b], jmin = x->u.jmin;
+    const int maxn = x->maxn[b], jmin = x->u.jmin;
     float *S = x->u.S + (size_t)b * 16 * x->u.ctxs;
     __m512 P[16], wmax = _mm512_setzero_ps();
     for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
-    for (int j0 = jmin; j0 < maxn; j0 += 16)
+    /* partial i takes keys j = i mod 16 (jmin is a multiple of 16); whole
+     * groups of 16 first, with no test a key (a test per key made each its
+     * own basic block, which the compiler did not interleave), then the rest */
+    const __m512 mx = x->mx[b];
+    int j0 = jmin;
+    __m512 wmax2 = _mm512_setzero_ps(); /* odd keys' (max is exact: the order is free) */
+    for (; j0 + 16 <= maxn; j0 += 16)
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) { /* partial i takes keys j = i mod 16 (jmin is a multiple of 16) */
-            const int j = j0 + i;
-            if (j >= maxn) break;
-            const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), x->mx[b]));
-            P[i] = _mm512_add_ps(P[i], e);
-            const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, D)));
-            wmax = _mm512_max_ps(w, wmax); /* NaN and -0 leave it */
-            _mm512_storeu_ps(S + (size_t)j * 16, w);
-        }
+        for (int i = 0; i < 16; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], i & 1 ? &wmax2 : &wmax);
+    for (int i = 0; j0 + i < maxn; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], &wmax);
+    wmax = _mm512_max_ps(wmax2, wmax);
     for (int i = 0; i < 8; i++) P[i] = _mm512_add_ps(P[i], P[i + 8]);
     for (int i = 0; i < 4; i++) P[i] = _mm512_add_ps(P[i], P[i + 4]);
     for (int i = 0; i < 2; i++) P[i] = _mm512_add_ps(P[i], P[i + 2]);
@@ -175,32 +215,11 @@ static void weights_rows(q8_unit *x, int b) {
     const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
     const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
     x->pd[b] = pd;
-    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff), low16 = _mm512_set1_epi32(0xffff);
-    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     const int end = (x->maxall + 3) & ~3;
     __m512i sign = _mm512_setzero_si512();
-    for (int j = jmin; j < end; j += 4) {
-        __m512i p[4];
-#pragma GCC unroll 4
-        for (int h = 0; h < 4; h++) {
-            if (j + h >= maxn) {
-                p[h] = _mm512_setzero_si512();
-                continue;
-            }
-            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
-            const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
-            p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
-            sign = _mm512_or_si512(sign, p[h]);
-        }
-        /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
-         * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
-        const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16));
-        const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], low16), _mm512_slli_epi32(p[3], 16));
-        const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
-        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
-        _mm512_storeu_si512(S + (size_t)(j / 2) * 16, lo); /* behind the scores read: j / 2 + 1 < j + 4 */
-        _mm512_storeu_si512(S + (size_t)(j / 2 + 1) * 16, hi);
-    }
+    int j = jmin;
+    for (; j + 4 <= maxn; j += 4) sign = levels4(S, j, 4, ipd, sign); /* no test a key (as the exp pass) */
+    for (; j < end; j += 4) sign = levels4(S, j, maxn - j, ipd, sign);
     if (_mm512_movepi32_mask(sign)) x->negative = 1;
 }
 
@@ -341,6 +360,11 @@ static int q8_unit_run(q8_unit *x) {
     /* keys and values staged once for every unit of the kv head
      * (dispatch.c), or here tile by tile */
     const int staged = c->staged && x->u.g == c->staged_g;
+    if (staged) { /* slot j's at [j - staged_lo] (in the region: staged_lo < its offset) */
+        x->kds = (const uint8_t *)(kvs_attn_q8_staged_scales(c, 0) - c->staged_lo);
+        x->vds = (const uint8_t *)(kvs_attn_q8_staged_scales(c, 1) - c->staged_lo);
+        x->sstride = sizeof(float);
+    }
     /* on AMX the scores (every key from a kv head staged in the tiles'
      * layout, kvs_attention_stage_q8_avx512; else the whole 16-key groups
      * from the cache rows) and, from the staged values, P.V run as tile
@@ -419,6 +443,11 @@ void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1) {
     } else {
         stage_keys(&x, j0, j1 - j0, staged_keys_at(c, j0));
         stage_values4(&x, j0, j1 - j0, 0, x.u.D, staged_values_at(c, j0));
+    }
+    float *kd = kvs_attn_q8_staged_scales(c, 0), *vd = kvs_attn_q8_staged_scales(c, 1);
+    for (int j = j0; j < j1 && j < c->n_ctx; j++) {
+        kd[j - c->staged_lo] = q8_key_scale(&x, j);
+        vd[j - c->staged_lo] = q8_value_scale(&x, j);
     }
 }
 

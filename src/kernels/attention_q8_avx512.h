@@ -28,6 +28,10 @@ typedef struct q8_unit {
     unit_ctx u;
     const int8_t *K, *V; /* kv head g's rows */
     size_t rb;           /* bytes per row */
+    /* slot j's key and value scales at kds / vds + j * sstride: the cache
+     * rows', or the staged arrays (kvs_attn_q8_staged_scales) */
+    const uint8_t *kds, *vds;
+    size_t sstride;
     int nrb, maxall, maxn[3], nr[3];
     __m512i nvec[3], lovec[3];
     __m512i qoff[3]; /* 128 * sum(q8) per lane */
@@ -60,11 +64,26 @@ static inline layout_head layout_head_at(void *data, int D, int n_ctx, int g) {
     return l;
 }
 
+/* Slot j's key scale and value scale (q8_unit's kds / vds). */
+static inline float q8_key_scale(const q8_unit *x, int j) {
+    float d;
+    memcpy(&d, x->kds + (size_t)j * x->sstride, sizeof d);
+    return d;
+}
+static inline float q8_value_scale(const q8_unit *x, int j) {
+    float d;
+    memcpy(&d, x->vds + (size_t)j * x->sstride, sizeof d);
+    return d;
+}
+
 /* Kv head g's rows and, where the call has one, its decode layout. */
 static inline void q8_unit_rows(q8_unit *x, const kvs_attn_call *c, int g) {
     x->rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim);
     x->K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x->rb;
     x->V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x->rb;
+    x->kds = (const uint8_t *)(x->K + c->head_dim);
+    x->vds = (const uint8_t *)(x->V + c->head_dim);
+    x->sstride = x->rb;
     x->l0 = x->ln = 0;
     if (c->layout.data && kvs_attn_layout_fits(KVS_KV_Q8, c->head_dim)) {
         const layout_head l = layout_head_at((void *)c->layout.data, c->head_dim, c->n_ctx, g);

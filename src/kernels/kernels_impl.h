@@ -315,19 +315,28 @@ static inline int kvs_attn_q8_simd_shape(int D, int rows) {
 }
 /* The Q8 staged keys and values of one kv head (the region after the
  * threads' scratch): per slot, a key's levels rounded up to 64 bytes, then
- * a value's D; slots up to n_ctx + 64 (a tile's round-up past n_ctx). One
+ * a value's D, then the keys' scales and the values' scales as two float
+ * arrays; slots up to n_ctx + 64 (a tile's round-up past n_ctx). One
  * head at a time: staging them all at once (3 MB at 8192 slots for SmolLM2)
  * was 0.91-0.99x one at a time (the scores' rows, 1.5 MB a unit there,
- * already fill the L2). */
+ * already fill the L2). The scales have arrays of their own because every
+ * unit reads each slot's two: from the cache rows that was a line of its
+ * own per key and scale (68-byte rows), the score pass's largest stall. */
 static inline size_t kvs_attn_q8_staged_slots(int n_ctx) { return (size_t)n_ctx + 64; }
 static inline size_t kvs_attn_q8_staged_bytes(int n_ctx) {
-    return kvs_attn_q8_staged_slots(n_ctx) * 2 * KVS_ATTN_Q8_MAX_DIM;
+    return kvs_attn_q8_staged_slots(n_ctx) * (2 * KVS_ATTN_Q8_MAX_DIM + 2 * sizeof(float));
 }
 /* Bytes a slot of the staged keys: D rounded up to 64. */
 static inline size_t kvs_attn_q8_staged_key_bytes(int D) { return (size_t)(D + 63) / 64 * 64; }
 /* The staged keys (values 0) or values (1) in the call's region. */
 static inline uint8_t *kvs_attn_q8_staged_at(const kvs_attn_call *c, int values) {
     return c->staged + (values ? kvs_attn_q8_staged_slots(c->n_ctx) * kvs_attn_q8_staged_key_bytes(c->head_dim) : 0);
+}
+/* The staged keys' (values 0) or values' (1) scales: slot j's at
+ * [j - c->staged_lo]. */
+static inline float *kvs_attn_q8_staged_scales(const kvs_attn_call *c, int values) {
+    const size_t slots = kvs_attn_q8_staged_slots(c->n_ctx);
+    return (float *)(c->staged + slots * 2 * KVS_ATTN_Q8_MAX_DIM) + (values ? slots : 0);
 }
 /* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
  * (SIMD tails; the decode split keeps 1 / sum in the last), a multiple of 16. */
