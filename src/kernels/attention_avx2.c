@@ -32,7 +32,7 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
 void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 int kvs_attention_decode_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 
-static inline int tile_keys(int D) { return (KVS_ATTN_STAGE_FLOATS / D) & ~15; }
+static inline int tile_keys(int D) { return (KVS_ATTN_F_TILE_FLOATS / D) & ~15; }
 
 /* n floats of K or V from element off: f16 converted into kvf, f32 in place. */
 static const float *stage_f32(const void *base, int kv_type, size_t off, size_t n, float *kvf) {

@@ -241,7 +241,7 @@ AI float *stage_area(float *work, size_t ctxs) { return work + (size_t)KVS_ATTN_
 
 /* Pass 1 for keys [j0, j1) of the rows (j0 - jmin and j1 multiples of 8;
  * scores stored below j1 only), through tiles of whole steps staged
- * transposed in Kt (KVS_ATTN_STAGE_FLOATS). While a tile is scored the
+ * transposed in Kt (KVS_ATTN_F_TILE_FLOATS). While a tile is scored the
  * next one is prefetched: staging reads a tile in a burst and scoring reads
  * nothing, so DRAM had idled through the scoring. Measured (Zen 3, one
  * thread, layers from DRAM, old and new builds alternating): SmolLM2's shape at 4096 keys
@@ -250,7 +250,7 @@ AI float *stage_area(float *work, size_t ctxs) { return work + (size_t)KVS_ATTN_
  * 0.9x (its reads are already a stream). */
 static void score_keys(const kvs_attn_call *c, dec_rows *dr, size_t kv_off, int j0, int j1, int maxn, float *Kt) {
     const int D = dr->D, step_keys = 8 * KEY_BLOCKS(dr->nr);
-    const int tile = (KVS_ATTN_STAGE_FLOATS / D / step_keys) * step_keys;
+    const int tile = (KVS_ATTN_F_TILE_FLOATS / D / step_keys) * step_keys;
     for (int a = j0; a < j1; a += tile) {
         int nk = j1 - a < tile ? j1 - a : tile, nsteps = (nk + step_keys - 1) / step_keys;
         stage_keys(c, kv_off, D, a, maxn, nsteps * KEY_BLOCKS(dr->nr), Kt);

@@ -40,7 +40,7 @@ void kvs_attention_unit_avx512(const kvs_attn_call *c, int t0, int t1, int g, fl
 
 /* Keys per staged K/V tile (converted to f32 once per unit, shared by all
  * row blocks). */
-static inline int tile_keys(int D) { return (KVS_ATTN_STAGE_FLOATS / D) & ~15; }
+static inline int tile_keys(int D) { return (KVS_ATTN_F_TILE_FLOATS / D) & ~15; }
 
 /* f32 rows [j0, j0 + nk) of K or V of the unit's kv head (f16 converted into
  * stage, f32 used in place). */

@@ -225,10 +225,10 @@ void kvs_attn_q8_amx_pv(q8_unit *x, const uint8_t *vt, int vlo, float *O) {
         zero_weights(x, b, lo, x->u.jmin);
         zero_weights(x, b, (x->maxall + 3) & ~3, hi);
     }
-    /* block by block, so that its values (128 x D bytes) and its weights
-     * (4 KB a row block) come from the L2 once and from the L1 for every
-     * row block and dim slab (walking each row block's keys in turn read
-     * every tile from the L2: 2x the time) */
+    /* block by block, so that its values (512 x D bytes) and its weights
+     * (16 KB a row block) come from the L2 once and mostly from the L1 for
+     * every row block and dim slab (walking each row block's keys in turn
+     * read every tile from the L2: 2x the time) */
     for (int b0 = lo, b1; b0 < hi; b0 = b1) {
         b1 = kvs_attn_q8_block_end(b0, hi);
         for (int b = 0; b < x->nrb; b++) {

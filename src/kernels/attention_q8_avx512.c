@@ -286,7 +286,7 @@ AI void pv_group(q8_unit *x, int nb, const int32_t *v4, int j0, int ja, int jb, 
 AI void pv_tile_nb(q8_unit *x, int nb, const int32_t *v4, int j0, int ja, int jb, float *O) {
     for (int b0 = ja, b1; b0 < jb; b0 = b1) {
         b1 = kvs_attn_q8_block_end(b0, jb);
-        uint8_t hot[32];
+        uint8_t hot[PV_BLOCK / 4]; /* group offsets < 128 */
         int nhot = 0;
         const float *ph = x->u.S + (size_t)(b0 / 2) * 16 + 16;
         for (int g = 0; g < (b1 - b0) / 4; g++) {

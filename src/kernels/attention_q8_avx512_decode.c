@@ -178,28 +178,36 @@ static void decode_scores_t(q8_unit *x, int rows, decode_rows *dr, const float *
     else decode_scores_d(x, x->u.D / 4, rows, dr, kds, ja, jb);
 }
 
-/* One decode row's o[d0 + 16 i] += P.V over the groups [g0, g1) of 4 keys
- * (one PV block): the row's weights P as weights_rows lays them out (group
- * g's lo bytes at P[2 g], hi at P[2 g + 1]), the value tile v4 from group
- * g0 (+ d0), nv vectors of 16 dims. The hi words of the groups whose bit
- * 2 (g - g0) + 1 is set in hot, << 8, then every lo word, in two sets of
- * sums (even and odd groups: twice the independent chains for vpdpbusd's
- * latency); integers, so their sum is the same. With pf, as pv_rows. */
-AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot, int nv, const char *pf,
-                       int npf, float *od) {
-    __m512i acc[2][8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
-    for (; hot; hot &= hot - 1) {
-        const int g = __builtin_ctzll(hot) / 2;
-        const __m512i ph = _mm512_set1_epi32(P[2 * (g0 + g) + 1]);
-        const int32_t *v = v4 + (size_t)g * D;
-#pragma GCC unroll 8
-        for (int i = 0; i < nv; i++) acc[0][i] = dpbusd(acc[0][i], ph, _mm512_loadu_si512(v + 16 * i));
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < nv; i++) acc[0][i] = _mm512_slli_epi32(acc[0][i], 8);
-    int g = g0;
+/* Keys a P.V pass of the decode takes at a time (hot_groups' 32 groups of
+ * 4): its values stay in the L1 from the hi words' pass to the lo words'
+ * (a pass over a whole PV block of 512 keys, 32 KB of values at D = 64,
+ * took 1.05x the time). */
+#define DECODE_PV_KEYS 128
+
+/* A PV block's value tile in up to two parts: group g (from the block's
+ * first) at v4 + g D for g < gs (the decode layout's values, read in
+ * place), else at v4s + (g - gs) D (the newest slots, staged): the block's
+ * integer sums run on over both, so a block is never cut where the layout
+ * ends (which had re-staged up to a block of it every token). */
+typedef struct pv_values {
+    const int32_t *v4, *v4s;
+    int gs;
+} pv_values;
+
+/* t from dim d0 on (both parts; a part not used stays NULL). */
+static inline pv_values pv_values_dims(pv_values t, int d0) {
+    return (pv_values){.v4 = t.v4 ? t.v4 + d0 : NULL, .v4s = t.v4s + d0, .gs = t.gs};
+}
+
+static inline const int32_t *pv_value_at(pv_values t, int g, int D) {
+    return g < t.gs ? t.v4 + (size_t)g * D : t.v4s + (size_t)(g - t.gs) * D;
+}
+
+/* acc[0 / 1][i] += the lo words of groups [g, g1) (even / odd of each
+ * pair) times their values from v (group g's), nv vectors; with pf, the
+ * groups' lines DECODE_PREFETCH_BYTES ahead (pv_rows). */
+AI void pv_lo_pairs(__m512i acc[2][8], const int32_t *P, const int32_t *v4, int D, int g, int g1, int nv,
+                    const char *pf, int npf) {
     for (; g + 2 <= g1; g += 2, v4 += 2 * D) {
         if (pf) {
             for (int l = 0; l < npf; l++) { /* the two groups' lines */
@@ -220,10 +228,37 @@ AI void pv_decode_dims(const int32_t *P, const int32_t *v4, int D, int g0, int g
 #pragma GCC unroll 8
         for (int i = 0; i < nv; i++) acc[0][i] = dpbusd(acc[0][i], p0, _mm512_loadu_si512(v4 + 16 * i));
     }
+}
+
+/* One decode row's integer sums oi[16 i] += P.V over the groups [g0, g1)
+ * of 4 keys (a pass within one PV block): the row's weights P as
+ * weights_rows lays them out (group g's lo bytes at P[2 g], hi at
+ * P[2 g + 1]), the values t from group g0 (+ d0), nv vectors of 16 dims. The hi words of the groups whose bit
+ * 2 (g - g0) + 1 is set in hot, << 8, then every lo word, in two sets of
+ * sums (even and odd groups: twice the independent chains for vpdpbusd's
+ * latency); integers, so their sum is the same. With pf, as pv_rows. */
+AI void pv_decode_dims(const int32_t *P, pv_values t, int D, int g0, int g1, uint64_t hot, int nv, const char *pf,
+                       int npf, int32_t *oi) {
+    __m512i acc[2][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
+    for (; hot; hot &= hot - 1) {
+        const int g = __builtin_ctzll(hot) / 2;
+        const __m512i ph = _mm512_set1_epi32(P[2 * (g0 + g) + 1]);
+        const int32_t *v = pv_value_at(t, g, D);
+#pragma GCC unroll 8
+        for (int i = 0; i < nv; i++) acc[0][i] = dpbusd(acc[0][i], ph, _mm512_loadu_si512(v + 16 * i));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < nv; i++) acc[0][i] = _mm512_slli_epi32(acc[0][i], 8);
+    /* the lo words, the layout's groups then the staged ones */
+    const int gs = g0 + t.gs < g1 ? g0 + t.gs : g1;
+    pv_lo_pairs(acc, P, t.v4, D, g0, gs, nv, pf, npf);
+    pv_lo_pairs(acc, P, t.v4s, D, gs, g1, nv, NULL, 0);
 #pragma GCC unroll 8
     for (int i = 0; i < nv; i++) {
         const __m512i a = _mm512_add_epi32(acc[0][i], acc[1][i]);
-        _mm512_storeu_ps(od + 16 * i, _mm512_add_ps(_mm512_loadu_ps(od + 16 * i), _mm512_cvtepi32_ps(a)));
+        _mm512_storeu_si512(oi + 16 * i, _mm512_add_epi32(_mm512_loadu_si512(oi + 16 * i), a));
     }
 }
 
@@ -239,16 +274,16 @@ static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
     return m & 0xaaaaaaaaaaaaaaaaull;
 }
 
-/* Decode rows of one token (the same keys), NR of them, o_r[16 i] += P.V
- * over the groups [g0, g1) of one PV block for NV vectors of 16 dims (the
- * value tile v4 from group g0, + the dims' offset): each value vector loaded
+/* Decode rows of one token (the same keys), NR of them, oi_r[16 i] += P.V
+ * (integers) over the groups [g0, g1) of a pass within one PV block for NV
+ * vectors of 16 dims (the values t from group g0, + the dims' offset): each value vector loaded
  * once for the NR rows, NR x NV independent sums. The hi words of the
  * groups whose bit 2 (g - g0) + 1 is set in hot (some row's is not 0: a
  * row's 0 adds 0), << 8, then every lo word: integers, so the sums are
  * pv_decode_dims'. With pf, the lo pass prefetches npf lines of the group
  * DECODE_PREFETCH_BYTES ahead (the decode layout's values stream from DRAM). */
-AI void pv_rows(int NR, int NV, const int32_t *const *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot,
-                const char *pf, int npf, float *const *od) {
+AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int g0, int g1, uint64_t hot,
+                const char *pf, int npf, int32_t *const *oi) {
     __m512i acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -256,7 +291,7 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, const int32_t *v4, int 
         for (int i = 0; i < NV; i++) acc[r][i] = _mm512_setzero_si512();
     for (; hot; hot &= hot - 1) {
         const int g = __builtin_ctzll(hot) / 2;
-        const int32_t *v = v4 + (size_t)g * D;
+        const int32_t *v = pv_value_at(t, g, D);
         __m512i vv[4];
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) vv[i] = _mm512_loadu_si512(v + 16 * i);
@@ -271,7 +306,14 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, const int32_t *v4, int 
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) acc[r][i] = _mm512_slli_epi32(acc[r][i], 8);
+    /* the lo words, the layout's groups then the staged ones */
+    const int gs = g0 + t.gs < g1 ? g0 + t.gs : g1;
+    const int32_t *v4 = t.v4;
     for (int g = g0; g < g1; g++, v4 += D) {
+        if (g == gs) { /* (gs == g0: none from the layout) */
+            v4 = t.v4s;
+            pf = NULL;
+        }
         if (pf) {
             for (int l = 0; l < npf; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
             pf += 4 * (size_t)D;
@@ -290,19 +332,19 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, const int32_t *v4, int 
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++)
-            _mm512_storeu_ps(od[r] + 16 * i, _mm512_add_ps(_mm512_loadu_ps(od[r] + 16 * i), _mm512_cvtepi32_ps(acc[r][i])));
+            _mm512_storeu_si512(oi[r] + 16 * i, _mm512_add_epi32(_mm512_loadu_si512(oi[r] + 16 * i), acc[r][i]));
 }
 
 /* pv_rows for NR = 2..4 rows and NV = 1..4 vectors (constants: the sums
  * stay in registers). */
-AI void pv_rows_n(int nr, int nv, const int32_t *const *P, const int32_t *v4, int D, int g0, int g1, uint64_t hot,
-                  const char *pf, int npf, float *const *od) {
+AI void pv_rows_n(int nr, int nv, const int32_t *const *P, pv_values t, int D, int g0, int g1, uint64_t hot,
+                  const char *pf, int npf, int32_t *const *oi) {
 #define PV_ROWS_NV(NR)                                                               \
     switch (nv) {                                                                    \
-    case 1: pv_rows(NR, 1, P, v4, D, g0, g1, hot, pf, npf, od); break;               \
-    case 2: pv_rows(NR, 2, P, v4, D, g0, g1, hot, pf, npf, od); break;               \
-    case 3: pv_rows(NR, 3, P, v4, D, g0, g1, hot, pf, npf, od); break;               \
-    default: pv_rows(NR, 4, P, v4, D, g0, g1, hot, pf, npf, od); break;              \
+    case 1: pv_rows(NR, 1, P, t, D, g0, g1, hot, pf, npf, oi); break;               \
+    case 2: pv_rows(NR, 2, P, t, D, g0, g1, hot, pf, npf, oi); break;               \
+    case 3: pv_rows(NR, 3, P, t, D, g0, g1, hot, pf, npf, oi); break;               \
+    default: pv_rows(NR, 4, P, t, D, g0, g1, hot, pf, npf, oi); break;              \
     }
     switch (nr) {
     case 2: PV_ROWS_NV(2) break;
@@ -398,21 +440,19 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
      * lanes order, [da, db) being positions (values4_lanes), a half part the
      * position vectors i = 0, 1 or 2, 3 of it */
     const int lanes = D % 64 == 0 && da % 32 == 0 && db % 32 == 0;
-    /* tiles read from the layout end where its PV blocks do (tiles start on
-     * PV blocks), so at most a block and the newest slots are staged */
-    const int lend = lanes ? x->ln / PV_BLOCK * PV_BLOCK : 0;
     float o[8][KVS_ATTN_Q8_MAX_DIM];
+    int32_t oi[4][KVS_ATTN_Q8_MAX_DIM]; /* a PV block's integer sums, rows of one token */
     for (int r = 0; r < rows; r++) memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
-    for (int j0 = jstart, j1; j0 < maxall; j0 = j1) {
+    for (int j0 = jstart; j0 < maxall; j0 += JT) {
         const int ja = j0 > jmin ? j0 : jmin;
-        const int laid = j0 < lend && ja >= x->l0;
-        j1 = j0 + JT;
-        if (laid && j1 > lend) j1 = lend;
-        const int jb = ((j1 < maxall ? j1 : maxall) + 3) & ~3;
-        const int32_t *tile = stage;
-        if (laid) tile = x->lv + (size_t)(ja / 4) * D;
-        else if (lanes) values4_lanes(x->V, x->rb, c->n_ctx, D, ja, jb - ja, da, db, stage);
-        else stage_values4(x, ja, jb - ja, da, db, stage);
+        const int jb = ((j0 + JT < maxall ? j0 + JT : maxall) + 3) & ~3;
+        /* keys [ja, ls) read from the layout where it holds them (in lanes
+         * order), the rest staged: only the slots past the layout's end */
+        const int ls = lanes && ja >= x->l0 && ja < x->ln ? (x->ln < jb ? x->ln : jb) : ja;
+        if (ls < jb) {
+            if (lanes) values4_lanes(x->V, x->rb, c->n_ctx, D, ls, jb - ls, da, db, stage);
+            else stage_values4(x, ls, jb - ls, da, db, stage);
+        }
         for (int r0 = 0, r1; r0 < rows; r0 = r1) { /* rows of one token (the same n), up to 4 at a time */
             for (r1 = r0 + 1; r1 < rows && r1 - r0 < 4 && x->u.n[r1] == x->u.n[r0];) r1++;
             const int nr = r1 - r0, n4 = (x->u.n[r0] + 3) & ~3, hi = n4 < jb ? n4 : jb;
@@ -420,33 +460,46 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
             for (int r = 0; r < nr; r++) P[r] = (const int32_t *)(x->u.S + (size_t)(r0 + r) * x->u.ctxs);
             for (int b0 = ja, b1; b0 < hi; b0 = b1) {
                 b1 = kvs_attn_q8_block_end(b0, hi);
-                uint64_t hot = 0;
-                for (int r = 0; r < nr; r++) hot |= hot_groups(P[r], b0 / 4, (b1 - b0) / 4);
-                const int g0 = b0 / 4, g1 = b1 / 4;
-                const int32_t *vb = (const int32_t *)tile + (size_t)((b0 - ja) / 4) * D;
-                /* the first dims' pass prefetches the call's dims of the groups ahead where the
-                 * values stream from the layout (past its end: the next kv head's rows, or
-                 * nothing a prefetch can fault on) */
-                const char *pf = laid ? (const char *)(vb + da) + DECODE_PREFETCH_BYTES : NULL;
-                const int npf = (db - da) / 16;
-                if (nr == 1) {
-                    for (int d0 = da; d0 < db; d0 += 128, pf = NULL) {
-                        const int nv = (db - d0) / 16 < 8 ? (db - d0) / 16 : 8;
-                        float *od = o[r0] + d0;
-                        switch (nv) { /* constant counts: sums in registers */
-                        case 4: pv_decode_dims(P[0], vb + d0, D, g0, g1, hot, 4, pf, npf, od); break;
-                        case 8: pv_decode_dims(P[0], vb + d0, D, g0, g1, hot, 8, pf, npf, od); break;
-                        default: pv_decode_dims(P[0], vb + d0, D, g0, g1, hot, nv, pf, npf, od); break;
+                /* the block's integer sums over its passes, then one float add */
+                for (int r = 0; r < nr; r++) memset(oi[r] + da, 0, (size_t)(db - da) * sizeof(int32_t));
+                for (int s0 = b0, s1; s0 < b1; s0 = s1) {
+                    s1 = (s0 / DECODE_PV_KEYS + 1) * DECODE_PV_KEYS;
+                    if (s1 > b1) s1 = b1;
+                    uint64_t hot = 0;
+                    for (int r = 0; r < nr; r++) hot |= hot_groups(P[r], s0 / 4, (s1 - s0) / 4);
+                    const int g0 = s0 / 4, g1 = s1 / 4;
+                    const pv_values t = {.v4 = ls > s0 ? x->lv + (size_t)g0 * D : NULL,
+                                         .v4s = stage + (size_t)(((s0 > ls ? s0 : ls) - ls) / 4) * D,
+                                         .gs = ls > s0 ? (ls - s0) / 4 : 0};
+                    /* the first dims' pass prefetches the call's dims of the groups ahead where the
+                     * values stream from the layout (past its end: the next kv head's rows, or
+                     * nothing a prefetch can fault on) */
+                    const char *pf = t.gs ? (const char *)(t.v4 + da) + DECODE_PREFETCH_BYTES : NULL;
+                    const int npf = (db - da) / 16;
+                    if (nr == 1) {
+                        for (int d0 = da; d0 < db; d0 += 128, pf = NULL) {
+                            const int nv = (db - d0) / 16 < 8 ? (db - d0) / 16 : 8;
+                            const pv_values td = pv_values_dims(t, d0);
+                            int32_t *od = oi[0] + d0;
+                            switch (nv) { /* constant counts: sums in registers */
+                            case 4: pv_decode_dims(P[0], td, D, g0, g1, hot, 4, pf, npf, od); break;
+                            case 8: pv_decode_dims(P[0], td, D, g0, g1, hot, 8, pf, npf, od); break;
+                            default: pv_decode_dims(P[0], td, D, g0, g1, hot, nv, pf, npf, od); break;
+                            }
                         }
+                        continue;
                     }
-                    continue;
+                    for (int d0 = da; d0 < db; d0 += 64, pf = NULL) {
+                        int32_t *od[4];
+                        for (int r = 0; r < nr; r++) od[r] = oi[r] + d0;
+                        const int nv = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
+                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, hot, pf, npf, od);
+                    }
                 }
-                for (int d0 = da; d0 < db; d0 += 64, pf = NULL) {
-                    float *od[4];
-                    for (int r = 0; r < nr; r++) od[r] = o[r0 + r] + d0;
-                    const int nv = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
-                    pv_rows_n(nr, nv, P, vb + d0, D, g0, g1, hot, pf, npf, od);
-                }
+                for (int r = 0; r < nr; r++)
+                    for (int d = da; d < db; d += 16)
+                        _mm512_storeu_ps(o[r0 + r] + d, _mm512_add_ps(_mm512_loadu_ps(o[r0 + r] + d),
+                                                                     _mm512_cvtepi32_ps(_mm512_loadu_si512(oi[r] + d))));
             }
         }
     }

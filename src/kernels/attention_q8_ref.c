@@ -16,7 +16,7 @@
  *   p_j  = kvs_level_of(w_j * ipd, 32767): in [0, 32767] (the clamp is
  *          for a damaged cache entry's negative value scale)
  *   A_b[d] = sum_{j in block b} p_j * v_j[d]    (int32, exact; block b = the
- *            keys of absolute slots [128 b, 128 b + 128): |A_b| < 2^31)
+ *            keys of absolute slots [512 b, 512 b + 512): |A_b| < 2^31)
  *   o[d] = sum over blocks b ascending of (float)A_b[d], from +0 (fp32 adds)
  *   out[d] = (o[d] * pd) * (1 / S)
  *
@@ -30,10 +30,13 @@
  * multiply-adds a lane (4x fp32's fma); the weights keep 15 bits relative to
  * the row's largest (a key at 1/32767 of the top still counts, which 8 bits
  * would drop: a row's many small weights can outweigh its largest), and
- * vpdpwssd takes them 2 per lane (2x fp32). Blocks of 128 keys: 512 at the
- * largest weight and level would still fit (512 * 32767 * 128 < 2^31); 128
- * lets a SIMD tile of 2 D bytes a key hold whole blocks up to D = 256, one
- * float add per 128 keys costs nothing.
+ * vpdpwssd takes them 2 per lane (2x fp32). Blocks of 512 keys, the most
+ * the int32 sums hold at the largest weight and level (512 * 32767 * 128 <
+ * 2^31): a block ends in a float add per output and, on AMX tiles, the
+ * stores of its integer sums, which is what a block costs (blocks of 128
+ * keys, before session 73, made one layer's prefill attention after 7680
+ * keys 1.08x slower on the AMX Xeon). A SIMD unit's staged tile holds a
+ * whole block (kernels_impl.h: KVS_ATTN_STAGE_FLOATS).
  */
 #include <float.h>
 #include <math.h>

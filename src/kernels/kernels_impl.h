@@ -93,7 +93,7 @@ static inline int32_t kvs_level_of(float v, float top) {
 
 /* Q8 attention (attention_q8_ref.c): P.V block sums span this many absolute
  * slots. */
-#define KVS_ATTN_Q8_PV_BLOCK 128
+#define KVS_ATTN_Q8_PV_BLOCK 512
 #define KVS_ATTN_Q8_MAX_DIM KVS_KV_Q8_MAX_HEAD_DIM
 /* The scale d of a Q8 KV row (kernels.h: after its D levels). */
 static inline float kvs_q8_row_scale(const int8_t *row, int D) {
@@ -283,15 +283,19 @@ int kvs_amx_batch_type(int type);
 
 /* Query rows the attention kernels handle at once, and per-thread scratch. */
 #define KVS_ATTN_ROWS 48
-#define KVS_ATTN_STAGE_FLOATS 16384 /* staged f32 K/V tile */
-/* Keys per staged tile of the Q8 SIMD units: the AVX2 unit's value pairs
- * (2 D bytes a key) fill the staging buffer (AVX-512's 4-key value words
- * take D; its staged keys, D rounded up to 64, fit under the 512 cap); a multiple of the PV block (D <= 256: at least
- * one) and at most 512 (past that the score pass gains nothing). */
+#define KVS_ATTN_F_TILE_FLOATS 16384 /* the float units' staged f32 K/V tile */
+/* The stage area: the float units' tile, or the Q8 units' (whole PV blocks
+ * of 2 D bytes a key at the largest head dim: the AVX2 unit's value pairs) */
+#define KVS_ATTN_STAGE_FLOATS (KVS_ATTN_Q8_PV_BLOCK * 2 * KVS_ATTN_Q8_MAX_DIM / 4)
+_Static_assert(KVS_ATTN_STAGE_FLOATS >= KVS_ATTN_F_TILE_FLOATS, "the stage area holds a float tile");
+/* Keys per staged tile of the Q8 SIMD units: one PV block at every head
+ * dim (the stage area holds a block of the AVX2 unit's value pairs, 2 D
+ * bytes a key, at D = 256; AVX-512's 4-key value words take D, its staged
+ * keys D rounded up to 64). More would not pay: the score pass gained
+ * nothing past 512 keys a tile. */
 static inline int kvs_attn_q8_tile_keys(int D) {
-    const int jt = (int)(KVS_ATTN_STAGE_FLOATS * sizeof(float) / (2 * (size_t)D)) / KVS_ATTN_Q8_PV_BLOCK *
-                   KVS_ATTN_Q8_PV_BLOCK;
-    return jt > 512 ? 512 : jt;
+    (void)D;
+    return KVS_ATTN_Q8_PV_BLOCK;
 }
 /* The Q8 SIMD units' walk over keys: the end of the P.V block (absolute
  * slots of KVS_ATTN_Q8_PV_BLOCK) holding key j, at most end; and the end of
