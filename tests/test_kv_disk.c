@@ -56,9 +56,10 @@ static char *populated_dir(void) {
     return dir;
 }
 
-/* Path of the entry holding chunk i of toks (prefix-key chain). */
-static void entry_path(const char *dir, int i, char *out, size_t cap) {
-    kvs_key fp = fingerprint(1), k = fp;
+/* Path of the entry holding chunk i of toks (prefix-key chain) under
+ * fingerprint fp. */
+static void chain_path(const char *dir, kvs_key fp, int i, char *out, size_t cap) {
+    kvs_key k = fp;
     for (int j = 0; j <= i; j++) {
         int a = 64 * j, b = a + 64 < N ? a + 64 : N;
         kvs_key next;
@@ -67,6 +68,9 @@ static void entry_path(const char *dir, int i, char *out, size_t cap) {
     }
     kvs_disk_path(dir, &k, out, cap);
 }
+
+/* chain_path under the keyless fingerprint of the tests' model. */
+static void entry_path(const char *dir, int i, char *out, size_t cap) { chain_path(dir, fingerprint(1), i, out, cap); }
 
 /* Served tokens of toks after a fresh open; checks the bytes. */
 static int serve(const char *dir, kvs_store_stats *st) {
@@ -458,14 +462,7 @@ static int serve_keyed(const char *dir, const kvs_entry_mac *m, kvs_store_stats 
 
 /* Path of chunk i of toks under key m. */
 static void keyed_path(const char *dir, const kvs_entry_mac *m, int i, char *out, size_t cap) {
-    kvs_key k = keyed_fp(m);
-    for (int j = 0; j <= i; j++) {
-        int a = 64 * j, b = a + 64 < N ? a + 64 : N;
-        kvs_key next;
-        kvs_key_prefix(&k, toks + a, b - a, &next);
-        k = next;
-    }
-    kvs_disk_path(dir, &k, out, cap);
+    chain_path(dir, keyed_fp(m), i, out, cap);
 }
 
 /* Rewrites chunk i's payload as a forger without the key can: other KV
