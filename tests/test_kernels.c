@@ -527,6 +527,39 @@ TEST(test_rowops_simd_equals_scalar) {
     kvs_kernels_set_isa("best");
 }
 
+/* kvs_q8_row (Q8 KV rows, the Q8 attention's query rows) on every ISA:
+ * the same levels and scale as the scalar loop, with NaN, infinities, -0,
+ * ties at half a level, an all-zero row and a subnormal maximum. */
+TEST(test_q8_row_simd_equals_scalar) {
+    const int ns[] = {1, 7, 8, 9, 16, 31, 64, 65, 128, 256};
+    for (size_t s = 0; s < sizeof(simd_isas) / sizeof(simd_isas[0]); s++) {
+        if (kvs_kernels_set_isa(simd_isas[s]) != 0) continue;
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+            for (int variant = 0; variant < 6; variant++) {
+                const int n = ns[ni];
+                float x[256];
+                int8_t q0[256], q1[256];
+                kt_rand_vec(x, n, 4.0f);
+                if (variant == 1) /* ties: 127 levels of 1, so k + 0.5 is a tie */
+                    for (int i = 0; i < n; i++) x[i] = i == 0 ? 127.0f : (float)(i % 100) - 50.5f;
+                if (variant == 2 && n > 6) { x[1] = NAN; x[2] = -0.0f; x[3] = 1e-30f; x[n - 1] = NAN; }
+                if (variant == 3 && n > 2) { x[0] = INFINITY; x[1] = -1.0f; }
+                if (variant == 4) for (int i = 0; i < n; i++) x[i] = i % 2 ? -0.0f : 0.0f;
+                if (variant == 5) for (int i = 0; i < n; i++) x[i] = (float)(i % 5 - 2) * 1e-40f; /* subnormal */
+                memset(q0, 0x55, sizeof q0);
+                memset(q1, 0x55, sizeof q1);
+                kvs_kernels_set_isa("scalar");
+                const float d0 = kvs_q8_row(x, q0, n);
+                kvs_kernels_set_isa(simd_isas[s]);
+                const float d1 = kvs_q8_row(x, q1, n);
+                CHECK_MSG(memcmp(&d0, &d1, 4) == 0 && memcmp(q0, q1, sizeof q0) == 0, "%s q8 row n=%d variant %d",
+                          simd_isas[s], n, variant);
+                if (variant == 1 && n > 2) CHECK(q1[1] == -50 && q1[2] == -48); /* -50.5, -48.5: even */
+            }
+    }
+    kvs_kernels_set_isa("best");
+}
+
 TEST(test_expf) {
     double worst = 0;
     for (int i = 0; i <= 1000000; i++) {
@@ -1153,6 +1186,7 @@ int main(void) {
     RUN(test_rmsnorm);
     RUN(test_silu_mul);
     RUN(test_rowops_simd_equals_scalar);
+    RUN(test_q8_row_simd_equals_scalar);
     RUN(test_rope);
     RUN(test_rope_paths);
     RUN(test_attention_ref_vs_double);
