@@ -45,8 +45,9 @@
 
 /* e^x for the softmax: x = s - mx, <= 0 or NaN (mx is the largest
  * non-NaN score), the domain on which the SIMD forms (exp16_q8,
- * kvs_exp8_q8) give these bits (checked over every such float; past 0 they
- * may differ). y = x log2 e = n + f (n the
+ * kvs_exp8_q8) give these bits (checked once over every such float;
+ * tests/test_exp_q8_paths.c checks the float edge whole and a stride of the
+ * rest; past 0 they may differ). y = x log2 e = n + f (n the
  * nearest integer, |f| <= 1/2), 2^f by a degree-5 polynomial (coefficients
  * fitted here for relative error on [-1/2, 1/2] with p(0) = 1, so e^0 = 1:
  * 1.7e-7 in float), times

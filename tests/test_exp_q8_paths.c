@@ -1,0 +1,110 @@
+/*
+ * The Q8 attention's exp (kvs_exp_q8_ref, attention_q8_ref.c) in its vector
+ * forms, exp16_q8 (AVX-512) and kvs_exp8_q8 (AVX2), bit for bit on its
+ * domain (x <= 0, -inf, NaN): every float from -0 down to where 2^y leaves
+ * the normal range (y = x log2 e near -126, where the mask and 2^n meet) and
+ * a stride through the rest, ties of y included. The attention tests check
+ * these forms only through the weights a model's scores happen to reach.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/kernels_impl.h"
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512dq")
+#include "kernels/avx2_util.h"
+#include "kernels/avx512_math.h"
+static void exp16_block(const float *x, float *y) { _mm512_storeu_ps(y, exp16_q8(_mm512_loadu_ps(x))); }
+static void exp8_block(const float *x, float *y) {
+    _mm256_storeu_ps(y, kvs_exp8_q8(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, kvs_exp8_q8(_mm256_loadu_ps(x + 8)));
+}
+#pragma GCC pop_options
+#endif
+
+typedef void (*exp_block_fn)(const float *x, float *y);
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Count of the 16 lanes of x where fn differs from the reference in bits. */
+static int block_mismatches(exp_block_fn fn, const float *x) {
+    float y[16];
+    fn(x, y);
+    int bad = 0;
+    for (int l = 0; l < 16; l++) {
+        const float want = kvs_exp_q8_ref(x[l]);
+        bad += memcmp(&want, &y[l], 4) != 0;
+    }
+    return bad;
+}
+
+/* Floats of bit patterns [lo, hi] (negative floats: larger patterns are
+ * more negative) at the given stride, 16 a block. */
+static long range_mismatches(exp_block_fn fn, uint32_t lo, uint32_t hi, uint32_t stride) {
+    float x[16];
+    long bad = 0;
+    int k = 0;
+    for (uint64_t u = lo; u <= hi; u += stride) {
+        x[k++] = from_bits((uint32_t)u);
+        if (k == 16) {
+            bad += block_mismatches(fn, x);
+            k = 0;
+        }
+    }
+    for (; k > 0 && k < 16; k++) x[k] = x[0];
+    if (k) bad += block_mismatches(fn, x);
+    return bad;
+}
+
+static void check_path(const char *name, exp_block_fn fn) {
+    uint32_t edge_lo, edge_hi, u;
+    const float a = -86.5f, b = -88.5f; /* y from -124.8 to -127.7 */
+    memcpy(&edge_lo, &a, 4);
+    memcpy(&edge_hi, &b, 4);
+    memcpy(&u, &(float){-INFINITY}, 4);
+    /* every float across the edge; a stride of 97 from -0 to -inf */
+    long bad = range_mismatches(fn, edge_lo, edge_hi, 1);
+    bad += range_mismatches(fn, 0x80000000u, u, 97);
+    /* y = k + 1/2 exactly where x log2 e rounds to it, and beside it */
+    float ties[16];
+    int k = 0;
+    for (int n = -126; n <= 0; n++)
+        for (int d = -2; d <= 2; d++) {
+            float x = ((float)n + 0.5f) / 1.44269504088896341f;
+            uint32_t xb;
+            memcpy(&xb, &x, 4);
+            ties[k++] = from_bits(xb + (uint32_t)d);
+            if (k == 16) {
+                bad += block_mismatches(fn, ties);
+                k = 0;
+            }
+        }
+    const float specials[16] = {-0.0f, 0.0f, NAN, -NAN, -INFINITY, -1e-45f, -1e-38f, -87.33654f,
+                                -87.33655f, -0.34657359f, -0.34657362f, -1.0f, -100.0f, -3.4e38f, -0.5f, -2.0f};
+    bad += block_mismatches(fn, specials);
+    CHECK_MSG(bad == 0, "%s: %ld floats differ from kvs_exp_q8_ref", name, bad);
+}
+
+TEST(exp_q8_vector_forms_equal_reference) {
+#if defined(__x86_64__)
+    if (kvs_kernels_cpu_level() < 1) SKIP("no AVX2 on this CPU: only the scalar exp runs here");
+    check_path("kvs_exp8_q8 (AVX2)", exp8_block);
+    if (kvs_kernels_cpu_level() >= 2) check_path("exp16_q8 (AVX-512)", exp16_block);
+    else printf("  no AVX-512 on this CPU: exp16_q8 not checked\n");
+#else
+    SKIP("not x86-64: no vector forms");
+#endif
+}
+
+int main(void) {
+    RUN(exp_q8_vector_forms_equal_reference);
+    return kt_summary();
+}
