@@ -5,7 +5,7 @@
 # only and remove none of the others'; a missing, empty or short key file is refused naming
 # the file (exit != 0, the key never printed). `cache stats -m --verify` with
 # the key tells a forged entry (checksums recomputed, the MAC the old one) from
-# a damaged one; `cache stats|ls -m --cache-key-file` on Redis (a real
+# a damaged one, among the model's entries of every KV type; `cache stats|ls -m --cache-key-file` on Redis (a real
 # redis-server on a free loopback port) shows the keyed fingerprint's entries.
 # Prints "ok NAME" / "FAIL NAME".
 # (Forged entries and values: tests/test_kv_disk.c, tests/test_redis_store.c.)
@@ -93,6 +93,28 @@ T "$CLI" cache stats --cache-dir "$v" -m "$MODEL" --verify --json >"$tmp/vn.json
 got=$(j "$tmp/vn.json" "(d['model']['keyed'], d['model']['verify']['checked'], d['model']['verify']['entries'], d['model']['verify']['bad_mac'], d['model']['other_models'])" 2>&1)
 if [ "$got" = "(False, 'checksums', 0, 0, ${#files[@]})" ]; then ok cache_key_verify_without_key_says_what
 else fail cache_key_verify_without_key_says_what "$got: $(cat "$tmp/err")"; fi
+
+# --verify reads the model's entries of every KV type that has any (each type a fingerprint
+# of its own), whichever --kv-type is shown: a forged q8 entry beside the f16 ones is found
+# from the f16 view too (it had been read only with --kv-type q8)
+gen --cache-dir "$v" --cache-key-file "$tmp/key" --kv-type q8 >/dev/null || fail verify_types_setup "rc $?"
+mapfile -t all < <(find "$v" -maxdepth 1 -name '*.kvc' -type f | sort)
+q8file=$(comm -13 <(printf '%s\n' "${files[@]}") <(printf '%s\n' "${all[@]}") | head -n 1)
+if [ -n "$q8file" ] && python3 tests/forge_entry.py forge "$q8file"; then
+    want="(['f16', 'q8'], ${#all[@]} - 3, 1, 2)"
+    for shown in f16 q8; do
+        T "$CLI" cache stats --cache-dir "$v" -m "$MODEL" --cache-key-file "$tmp/key" --kv-type "$shown" --verify --json \
+            >"$tmp/vt.json" 2>"$tmp/err"
+        got=$(j "$tmp/vt.json" "(d['model']['verify']['kv_types'], d['model']['verify']['entries'], d['model']['verify']['damaged'], d['model']['verify']['bad_mac'])" 2>&1)
+        if [ "$got" = "$(python3 -c "print($want)")" ]; then ok "cache_key_verify_every_kv_type_$shown"
+        else fail "cache_key_verify_every_kv_type_$shown" "got $got, want $want: $(cat "$tmp/err")"; fi
+    done
+    T "$CLI" cache stats --cache-dir "$v" -m "$MODEL" --cache-key-file "$tmp/key" --verify >"$tmp/vt.txt" 2>"$tmp/err"
+    if grep -q "f16 + q8 entries: .* 1 failed the checksum, 2 failed the MAC" "$tmp/vt.txt"; then ok cache_key_verify_every_kv_type_text
+    else fail cache_key_verify_every_kv_type_text "$(cat "$tmp/vt.txt" "$tmp/err")"; fi
+else
+    fail verify_types_setup "no q8 entry written (${#files[@]} before, ${#all[@]} after)"
+fi
 
 # cache stats|ls -m --cache-key-file on Redis: the keyed fingerprint's entries (refused before)
 if command -v redis-server >/dev/null; then

@@ -36,8 +36,9 @@ static const char *usage_text =
     "                         (the entries warm/generate --kv-type T stored)\n"
     "  --verify               stats: also read every payload and check its checksum\n"
     "                         (otherwise payloads are checked when they are used); with -m also\n"
-    "                         this model's entries as a request reads them: with --cache-key-file\n"
-    "                         each MAC too (a forgery recomputes the checksums, not the MAC)\n"
+    "                         this model's entries of every KV type as a request reads them: with\n"
+    "                         --cache-key-file each MAC too (a forgery recomputes the checksums,\n"
+    "                         not the MAC)\n"
 
     "  --max-bytes N          prune: bound on DIR's entry bytes (K/M/G/T suffixes)\n"
     "  --older-than AGE       prune: remove entries unused for AGE (seconds, or with s/m/h/d)\n"
@@ -405,25 +406,30 @@ static void print_kv_types(const kv_types *k, kvs_kv_type shown, int json) {
 /* What --verify found among this model's entries (kvs_cache_verify): with
  * a key each MAC was checked too, which is what tells a forgery (its
  * checksums recomputed) from a good entry. */
-static void print_model_verify(const kvs_cache_verify_report *v, int json) {
+static void print_model_verify(const kvs_cache_verify_report *v, unsigned types_read, int json) {
     if (json) {
         printf(", \"verify\": {\"checked\": \"%s\", \"entries\": %llu, \"damaged\": %llu, \"bad_mac\": %llu, "
-               "\"unreadable\": %llu}",
+               "\"unreadable\": %llu, \"kv_types\": [",
                v->macs_checked ? "checksums+mac" : "checksums", ULL(v->entries), ULL(v->damaged), ULL(v->bad_mac),
                ULL(v->unreadable));
+        for (int t = 0, n = 0; t < KV_TYPES_MAX; t++)
+            if (types_read >> t & 1) printf("%s\"%s\"", n++ ? ", " : "", kvs_kv_type_name((kvs_kv_type)t));
+        printf("]}");
         return;
     }
-    printf("  --verify:        %llu entries read whole and good, %llu failed the checksum", ULL(v->entries),
-           ULL(v->damaged));
+    printf("  --verify:        ");
+    for (int t = 0, n = 0; t < KV_TYPES_MAX; t++)
+        if (types_read >> t & 1) printf("%s%s", n++ ? " + " : "", kvs_kv_type_name((kvs_kv_type)t));
+    printf(" entries: %llu read whole and good, %llu failed the checksum", ULL(v->entries), ULL(v->damaged));
     if (v->macs_checked) printf(", %llu failed the MAC (forged, or written without the key)\n", ULL(v->bad_mac));
     else printf("\n                   (no cache key: MACs not checked; keyed entries are another fingerprint's)\n");
     if (v->unreadable) printf("                   %llu unreadable or gone meanwhile\n", ULL(v->unreadable));
 }
 
 /* keyed: --cache-key-file (the fingerprint is the keyed one); v: --verify's
- * reading of this model's entries, or NULL. */
+ * reading of this model's entries of the KV types in types_read, or NULL. */
 static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, const kv_types *k, kvs_kv_type kv_type,
-                              int keyed, const kvs_cache_verify_report *v, int json) {
+                              int keyed, const kvs_cache_verify_report *v, unsigned types_read, int json) {
     char fp[65];
     kvs_cache_fingerprint_hex(cache, fp);
     if (json) {
@@ -434,7 +440,7 @@ static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, 
                ULL(s->disk_foreign), ULL(s->disk_bad), ULL(s->disk_bad_mac), ULL(s->disk_orphans), ULL(s->index_bytes),
                kvs_kv_type_name(kv_type));
         print_kv_types(k, kv_type, json);
-        if (v) print_model_verify(v, json);
+        if (v) print_model_verify(v, types_read, json);
         printf("}");
     } else {
         printf("model fingerprint: %s (KV type %s%s)\n", fp, kvs_kv_type_name(kv_type), keyed ? ", keyed" : "");
@@ -446,9 +452,45 @@ static void print_model_stats(const kvs_cache *cache, const kvs_cache_stats *s, 
         if (v) {
             /* the counts above include entries whose payload fails */
             printf("  (this model's figures come from the entries' headers; --verify read them whole:)\n");
-            print_model_verify(v, json);
+            print_model_verify(v, types_read, json);
         }
     }
+}
+
+/* The params of the cache of the model's entries of KV type t in o's dir. */
+static kvs_cache_params model_cache_params(const cache_opts *o, kvs_kv_type t) {
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.cache_dir = o->dir;
+    pp.cache_max_bytes = o->cache_max_bytes;
+    pp.kv_type = t;
+    pp.cache_key_file = o->redis.key_file;
+    return pp;
+}
+
+/* -m --verify: the model's entries of the shown KV type and of every other
+ * type that has any (k, from their headers), each type its own fingerprint
+ * and so its own cache (shown's is open), read whole as a request would;
+ * the reports summed into v, the types read as bits of *types_read. */
+static int verify_model_types(kvs_model *m, const cache_opts *o, kvs_cache *shown, const kv_types *k,
+                              kvs_cache_verify_report *v, unsigned *types_read) {
+    memset(v, 0, sizeof *v);
+    *types_read = 0;
+    for (int t = 0; t < k->n; t++) {
+        if (t != (int)o->kv_type && !k->entries[t]) continue;
+        kvs_cache *c = shown;
+        int st = t == (int)o->kv_type ? KVS_OK : kvs_cache_open(m, model_cache_params(o, (kvs_kv_type)t), &c);
+        kvs_cache_verify_report r;
+        if (st == KVS_OK) st = kvs_cache_verify(c, &r);
+        if (c != shown) kvs_cache_free(c);
+        if (st != KVS_OK) return st;
+        v->macs_checked = r.macs_checked; /* one key (or none) for every type */
+        v->entries += r.entries;
+        v->damaged += r.damaged;
+        v->bad_mac += r.bad_mac;
+        v->unreadable += r.unreadable;
+        *types_read |= 1u << t;
+    }
+    return KVS_OK;
 }
 
 /* --- on Redis ------------------------------------------------------------------------ */
@@ -608,12 +650,10 @@ int cmd_cache(int argc, char **argv) {
             cli_fail(st, o.model_path);
             goto done;
         }
-        kvs_cache_params pp = kvs_cache_default_params();
-        pp.cache_dir = o.dir;
-        pp.cache_max_bytes = o.cache_max_bytes;
-        pp.kv_type = o.kv_type;
-        pp.cache_key_file = o.redis.key_file;
-        if ((st = kvs_cache_open(model, pp, &cache)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
+        if ((st = kvs_cache_open(model, model_cache_params(&o, o.kv_type), &cache)) != KVS_OK) {
+            cli_fail(st, o.dir);
+            goto done;
+        }
     }
     if (!strcmp(o.verb, "ls")) {
         x.model = model;
@@ -634,17 +674,23 @@ int cmd_cache(int argc, char **argv) {
             st = kvs_cache_dir_scan(o.dir, cache ? count_kv_type : NULL, &k, &d);
         }
         if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
-        /* -m --verify: this model's entries read whole as a request would
-         * (with a key, each MAC checked: what the checksums above cannot tell) */
+        /* -m --verify: this model's entries of every KV type read whole as a
+         * request would (with a key, each MAC checked: what the checksums
+         * above cannot tell) */
         kvs_cache_verify_report v;
-        if (cache && o.verify && (st = kvs_cache_verify(cache, &v)) != KVS_OK) { cli_fail(st, o.dir); goto done; }
+        unsigned types_read = 0;
+        if (cache && o.verify && (st = verify_model_types(model, &o, cache, &k, &v, &types_read)) != KVS_OK) {
+            cli_fail(st, o.dir);
+            goto done;
+        }
         if (o.json) printf("{");
         uint64_t max_bytes = o.cache_max_bytes ? o.cache_max_bytes : kvs_cache_dir_default_max_bytes(o.dir);
         print_dir_stats(o.dir, &d, max_bytes, o.verify, o.json);
         if (cache) {
             kvs_cache_stats s;
             kvs_cache_get_stats(cache, &s);
-            print_model_stats(cache, &s, &k, o.kv_type, o.redis.key_file != NULL, o.verify ? &v : NULL, o.json);
+            print_model_stats(cache, &s, &k, o.kv_type, o.redis.key_file != NULL, o.verify ? &v : NULL, types_read,
+                              o.json);
         }
         if (o.json) printf("}\n");
     }
