@@ -14,8 +14,12 @@
 #include "kernels/kernels_impl.h"
 
 #if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512dq"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512dq")
+#endif
 #include "kernels/avx2_util.h"
 #include "kernels/avx512_math.h"
 static void exp16_block(const float *x, float *y) { _mm512_storeu_ps(y, exp16_q8(_mm512_loadu_ps(x))); }
@@ -23,7 +27,11 @@ static void exp8_block(const float *x, float *y) {
     _mm256_storeu_ps(y, kvs_exp8_q8(_mm256_loadu_ps(x)));
     _mm256_storeu_ps(y + 8, kvs_exp8_q8(_mm256_loadu_ps(x + 8)));
 }
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 typedef void (*exp_block_fn)(const float *x, float *y);
