@@ -406,20 +406,25 @@ static void print_kv_types(const kv_types *k, kvs_kv_type shown, int json) {
 /* What --verify found among this model's entries (kvs_cache_verify): with
  * a key each MAC was checked too, which is what tells a forgery (its
  * checksums recomputed) from a good entry. */
+/* The names of the KV types whose bits are set, sep between them, each in
+ * quote. */
+static void print_type_names(unsigned types, const char *sep, const char *quote) {
+    for (int t = 0, n = 0; t < KV_TYPES_MAX; t++)
+        if (types >> t & 1) printf("%s%s%s%s", n++ ? sep : "", quote, kvs_kv_type_name((kvs_kv_type)t), quote);
+}
+
 static void print_model_verify(const kvs_cache_verify_report *v, unsigned types_read, int json) {
     if (json) {
         printf(", \"verify\": {\"checked\": \"%s\", \"entries\": %llu, \"damaged\": %llu, \"bad_mac\": %llu, "
                "\"unreadable\": %llu, \"kv_types\": [",
                v->macs_checked ? "checksums+mac" : "checksums", ULL(v->entries), ULL(v->damaged), ULL(v->bad_mac),
                ULL(v->unreadable));
-        for (int t = 0, n = 0; t < KV_TYPES_MAX; t++)
-            if (types_read >> t & 1) printf("%s\"%s\"", n++ ? ", " : "", kvs_kv_type_name((kvs_kv_type)t));
+        print_type_names(types_read, ", ", "\"");
         printf("]}");
         return;
     }
     printf("  --verify:        ");
-    for (int t = 0, n = 0; t < KV_TYPES_MAX; t++)
-        if (types_read >> t & 1) printf("%s%s", n++ ? " + " : "", kvs_kv_type_name((kvs_kv_type)t));
+    print_type_names(types_read, " + ", "");
     printf(" entries: %llu read whole and good, %llu failed the checksum", ULL(v->entries), ULL(v->damaged));
     if (v->macs_checked) printf(", %llu failed the MAC (forged, or written without the key)\n", ULL(v->bad_mac));
     else printf("\n                   (no cache key: MACs not checked; keyed entries are another fingerprint's)\n");

@@ -296,9 +296,6 @@ static void stage_queries(q8_unit2 *x) {
 /* ------------------------------------------------ decode, lane = key / dim */
 
 #define DEC_ROWS 4 /* units of at most this many rows (and none recalibrated) */
-#ifndef DEC_PV_DIMS
-#define DEC_PV_DIMS 64
-#endif
 
 /* The scales of Q8 rows j .. j + 7 (base: the kv head's rows), 0 from end on. */
 AI __m256 row_scales8(const int8_t *base, size_t rb, int D, int j, int end) {
