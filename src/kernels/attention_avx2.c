@@ -301,7 +301,7 @@ void kvs_attention_unit_avx2(const kvs_attn_call *c, int t0, int t1, int g, floa
         if (any_rc[rb]) {
             /* rows of the block before jmin are unwritten, rows past maxn unread */
             int d0 = sc.dlo > jmin ? sc.dlo : jmin, d1 = sc.dhi < maxn[rb] ? sc.dhi : maxn[rb];
-            sum = recal_block(c, Sb, jmin, d0, d1, maxn[rb], rcm[rb], mx[rb], sum);
+            sum = recal_block(c, Sb, jmin, d0, d1, maxn[rb], rcm[rb], mx[rb], sum, NULL);
         }
         /* e = +0 for the keys past the block's rows up to the longest
          * block's: pass 3 runs a group of blocks to its longest (adds +0) */

@@ -54,6 +54,7 @@ typedef struct q8_unit2 {
     int maxn[NB_MAX], any_rc[NB_MAX];
     __m256i nvec[NB_MAX], lovec[NB_MAX];
     __m256 rcm[NB_MAX], qs[NB_MAX], mx[NB_MAX], pd[NB_MAX], inv[NB_MAX];
+    float vdmax[NB_MAX * RB]; /* per row (0 past the unit's rows): kvs_attn_q8_vd_max */
 } q8_unit2;
 
 /* Two levels as an int16 pair in an int32 word (q[0] low). */
@@ -185,23 +186,24 @@ static void weights_block(q8_unit2 *x, int b) {
             _mm256_storeu_ps(s, e);
         }
     __m256 sum = tree16_8(P);
+    __m256 top = _mm256_loadu_ps(x->vdmax + b * RB);
     if (x->any_rc[b]) {
         const int d0 = c->recal.lo > jmin ? c->recal.lo : jmin, d1 = c->recal.hi < maxn ? c->recal.hi : maxn;
-        sum = recal_block(c, Sb, jmin, d0, d1, maxn, x->rcm[b], x->mx[b], sum);
+        __m256 f;
+        sum = recal_block(c, Sb, jmin, d0, d1, maxn, x->rcm[b], x->mx[b], sum, &f);
+        /* kvs_attn_q8_weight_top: vdmax * f where f > 1 */
+        top = _mm256_blendv_ps(top, _mm256_mul_ps(top, f), _mm256_cmp_ps(f, _mm256_set1_ps(1.0f), _CMP_GT_OQ));
     }
     x->inv[b] = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
-    __m256 wmax = _mm256_setzero_ps();
     for (int j = jmin; j < maxn; j++) {
         float *s = Sb + (size_t)j * RB;
-        const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(s), _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D)));
-        wmax = _mm256_max_ps(w, wmax); /* NaN and -0 leave it */
-        _mm256_storeu_ps(s, w);
+        _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_loadu_ps(s), _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D))));
     }
-    const __m256 pd = _mm256_div_ps(wmax, _mm256_set1_ps(32767.0f));
+    const __m256 pd = _mm256_div_ps(top, _mm256_set1_ps(32767.0f));
     const __m256 big = _mm256_cmp_ps(pd, _mm256_set1_ps(FLT_MIN), _CMP_GE_OQ);
     const __m256 ipd = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), pd), big);
     x->pd[b] = pd;
-    const __m256 top = _mm256_set1_ps(32767.0f), bottom = _mm256_set1_ps(-32767.0f);
+    const __m256 most = _mm256_set1_ps(32767.0f), least = _mm256_set1_ps(-32767.0f);
     const int end = (x->maxall + 1) & ~1;
     for (int j = jmin; j < end; j += 2) {
         __m256i p[2];
@@ -211,7 +213,7 @@ static void weights_block(q8_unit2 *x, int b) {
                 continue;
             }
             const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)(j + h) * RB), ipd);
-            const __m256 vc = _mm256_max_ps(_mm256_min_ps(v, top), bottom);
+            const __m256 vc = _mm256_max_ps(_mm256_min_ps(v, most), least);
             p[h] = _mm256_and_si256(_mm256_cvtps_epi32(vc), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q)));
         }
         const __m256i pair = _mm256_or_si256(_mm256_and_si256(p[0], _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(p[1], 16));
@@ -257,10 +259,11 @@ static void stage_queries(q8_unit2 *x) {
     const kvs_attn_call *c = x->c;
     const int D = x->D, D2 = D / 2;
     int8_t q8[KVS_ATTN_Q8_MAX_DIM];
+    int rn[NB_MAX * RB], rlo[NB_MAX * RB];
     x->maxall = 0;
     x->jmin = c->n_ctx;
     for (int b = 0; b < x->nrb; b++) {
-        int nv[RB], lv[RB], rv[RB];
+        int *nv = rn + b * RB, *lv = rlo + b * RB, rv[RB];
         float qs[RB];
         x->maxn[b] = x->any_rc[b] = 0;
         for (int l = 0; l < RB; l++) {
@@ -291,6 +294,8 @@ static void stage_queries(q8_unit2 *x) {
         x->mx[b] = _mm256_set1_ps(-INFINITY);
     }
     x->jmin &= ~15;
+    memset(x->vdmax, 0, sizeof x->vdmax);
+    kvs_attn_q8_vd_max((const uint8_t *)(x->V + D), x->rb, rlo, rn, x->rows, x->vdmax, NULL);
 }
 
 /* ------------------------------------------------ decode, lane = key / dim */
@@ -354,28 +359,33 @@ static void q8_decode_avx2(q8_unit2 *x) {
             _mm256_storeu_ps(x->S + (size_t)r * x->ctxs + j, v);
         }
     }
-    /* exp, sum and weights, then their levels in place (P[j] at 2 bytes a key) */
+    /* exp, sum and weights with the row's largest value scale (over its
+     * keys [lo, n): the lanes it sees), then their levels in place (P[j] at
+     * 2 bytes a key) */
     const __m256 top = _mm256_set1_ps(32767.0f), bottom = _mm256_set1_ps(-32767.0f);
     for (int r = 0; r < rows; r++) {
         float *S = x->S + (size_t)r * x->ctxs, m8[8];
         _mm256_storeu_ps(m8, mx[r]);
         float m = m8[0]; /* no lane is NaN: the order is free */
         for (int k = 1; k < 8; k++) m = m8[k] > m ? m8[k] : m;
-        __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, wmax = _mm256_setzero_ps();
+        __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, vdmax = _mm256_setzero_ps();
         for (int j = jmin; j < n[r]; j += 8) {
-            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), _mm256_add_epi32(_mm256_set1_epi32(j), lane)));
+            const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
+            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv));
             const __m256 e = _mm256_and_ps(kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(S + j), _mm256_set1_ps(m))), in);
             part[(j >> 3) & 1] = _mm256_add_ps(part[(j >> 3) & 1], e); /* keys j % 16 in lanes of lo, hi */
-            const __m256 w = _mm256_mul_ps(e, _mm256_and_ps(row_scales8(x->V, x->rb, D, j, n[r]), in));
-            wmax = _mm256_max_ps(w, wmax); /* NaN and -0 leave it */
-            _mm256_storeu_ps(S + j, w);
+            const __m256 vd = _mm256_and_ps(row_scales8(x->V, x->rb, D, j, n[r]), in);
+            if (j < lo[r]) /* the keys before the row's first: not its scales */
+                vdmax = _mm256_max_ps(_mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv)), vd), vdmax);
+            else vdmax = _mm256_max_ps(vd, vdmax); /* NaN and -0 leave it */
+            _mm256_storeu_ps(S + j, _mm256_mul_ps(e, vd));
         }
         inv[r] = 1.0f / tree16_2(part[0], part[1]);
-        float w8[8];
-        _mm256_storeu_ps(w8, wmax);
-        float wm = 0.0f; /* >= +0, no NaN: the order is free */
-        for (int k = 0; k < 8; k++) wm = w8[k] > wm ? w8[k] : wm;
-        pd[r] = wm / 32767.0f;
+        float v8[8];
+        _mm256_storeu_ps(v8, vdmax);
+        float vm = 0.0f; /* >= +0, no NaN: the order is free */
+        for (int k = 0; k < 8; k++) vm = v8[k] > vm ? v8[k] : vm;
+        pd[r] = vm / 32767.0f;
         const __m256 ipd = _mm256_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
         int16_t *P = (int16_t *)S;
         for (int j = jmin; j < n[r]; j += 8) { /* to P[j + 7] <= 2 (j + 7): behind the reads */

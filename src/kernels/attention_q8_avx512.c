@@ -144,21 +144,21 @@ static void qk_blocks(q8_unit *x, const int32_t *Qt, const uint8_t *kst, int j0,
     }
 }
 
-/* Key j's e = exp(s - mx) added to the partial P (returned), its weight
- * w = e vd over the score at S and into the running maximum *wmax. */
-AI __m512 exp_weight(const q8_unit *x, float *S, int j, __m512 mx, __m512 P, __m512 *wmax) {
-    const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)j * 16), mx));
-    const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(q8_value_scale(x, j)));
-    *wmax = _mm512_max_ps(w, *wmax); /* NaN and -0 leave it */
-    _mm512_storeu_ps(S + (size_t)j * 16, w);
-    return _mm512_add_ps(P, e);
-}
-
-/* The levels of keys j..j + 3 (j a multiple of 4; those from j + live on
- * weigh 0) as byte words over S (weights_rows); returns sign with their
- * bits or'ed in. */
-AI __m512i levels4(float *S, int j, int live, __m512 ipd, __m512i sign) {
-    const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
+/* Keys j..j + 3 (j a multiple of 4) of a row block: e_j = exp(s_j - mx)
+ * added to their partials P4[0..3], their levels round((e_j vd_j) ipd)
+ * as byte words over S (the scores of j..j+3 read first): the lo word at S
+ * + 16 (j / 2), the hi word 16 floats on; keys from j + live on weigh 0
+ * (live may be <= 0). Returns sign with the levels' bits or'ed in.
+ * No clamp: e_j <= 1 (kvs_exp_q8_poly <= 2 on [0, 1], so 2^y <= 1 for
+ * y <= 0) and vd_j <= vdmax, so a healthy (w_j ipd) <= 32767 (1 + 2^-22)
+ * rounds to at most 32767, where the reference's clamp changes nothing; a
+ * negative level (a negative value scale) and the 0x80000000 of a NaN (a
+ * NaN score: exp16_q8 passes it on) or of |v| >= 2^31 (an infinite scale)
+ * set the sign, and such a unit is rerun on the AVX2 path, which clamps and
+ * zeroes as the reference. mx: the block's maxima, -inf replaced by 0 (a
+ * lane that sees no key, or only -inf scores: s - mx = -inf, e = 0, as the
+ * reference's exp of -inf - -inf (NaN) gives; here NaN would rerun it). */
+AI __m512i exp_levels4(const q8_unit *x, float *S, int j, int live, __m512 mx, __m512 ipd, __m512 *P4, __m512i sign) {
     __m512i p[4];
 #pragma GCC unroll 4
     for (int h = 0; h < 4; h++) {
@@ -166,16 +166,19 @@ AI __m512i levels4(float *S, int j, int live, __m512 ipd, __m512i sign) {
             p[h] = _mm512_setzero_si512();
             continue;
         }
-        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), ipd);
-        const __m512 vc = _mm512_max_ps(_mm512_min_ps(v, top), bottom);
-        p[h] = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), vc); /* NaN: 0 */
-        sign = _mm512_or_si512(sign, p[h]);
+        const __m512 e = exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + (size_t)(j + h) * 16), mx));
+        P4[h] = _mm512_add_ps(P4[h], e);
+        const __m512 w = _mm512_mul_ps(e, _mm512_set1_ps(q8_value_scale(x, j + h)));
+        p[h] = _mm512_cvtps_epi32(_mm512_mul_ps(w, ipd));
     }
-    /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3); then their low bytes
-     * (lo) and high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
-    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff), low16 = _mm512_set1_epi32(0xffff);
-    const __m512i t01 = _mm512_or_si512(_mm512_and_si512(p[0], low16), _mm512_slli_epi32(p[1], 16));
-    const __m512i t23 = _mm512_or_si512(_mm512_and_si512(p[2], low16), _mm512_slli_epi32(p[3], 16));
+    sign = _mm512_ternarylogic_epi32(sign, p[0], p[1], 0xfe); /* a | b | c */
+    sign = _mm512_ternarylogic_epi32(sign, p[2], p[3], 0xfe);
+    /* int16 pairs (p_j, p_j+1), (p_j+2, p_j+3) (levels in [0, 32767]: a
+     * negative one reruns the unit anyway); then their low bytes (lo) and
+     * high bytes (hi), 4 a lane in the order j, j+2, j+1, j+3 */
+    const __m512i bytes02 = _mm512_set1_epi32(0x00ff00ff);
+    const __m512i t01 = _mm512_or_si512(p[0], _mm512_slli_epi32(p[1], 16));
+    const __m512i t23 = _mm512_or_si512(p[2], _mm512_slli_epi32(p[3], 16));
     const __m512i lo = _mm512_ternarylogic_epi32(t01, _mm512_slli_epi32(t23, 8), bytes02, 0xe4); /* c ? a : b */
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t01, 8), t23, bytes02, 0xe4);
     const size_t half = (size_t)j / 2; /* behind the scores read: j / 2 + 1 < j + 4 */
@@ -184,42 +187,40 @@ AI __m512i levels4(float *S, int j, int live, __m512 ipd, __m512i sign) {
     return sign;
 }
 
-/* Block b's exp (sum, 1 / sum) and weights w_j = e_j vd_j with their
- * maximum, then the 15-bit levels as byte words in place over S: per 4 keys
- * j.. (a multiple of 4), the lo word at S + 16 (j / 2), the hi word 16
- * floats further. Keys from the block's maxn to maxall (rounded up to 4)
- * get weight 0. A level below 0 sets x->negative. */
+/* Block b's exp (sum, 1 / sum) and, in the same pass, the weights' 15-bit
+ * levels as byte words in place over S (exp_levels4): the bound on the
+ * weights (x->vdmax, kvs_attn_q8_weight_top with no recalibration) is known
+ * before any exp, so no weight is stored and read back (a pass of its own
+ * was 12% of one layer's attention after 7680 keys). Keys from the block's
+ * maxn to maxall (rounded up to 4) get weight 0. A level below 0 sets
+ * x->negative. */
 static void weights_rows(q8_unit *x, int b) {
-    const int maxn = x->maxn[b], jmin = x->u.jmin;
+    const int maxn = x->maxn[b], jmin = x->u.jmin, end = (x->maxall + 3) & ~3;
     float *S = x->u.S + (size_t)b * 16 * x->u.ctxs;
-    __m512 P[16], wmax = _mm512_setzero_ps();
+    const __m512 pd = _mm512_div_ps(_mm512_loadu_ps(x->vdmax + 16 * b), _mm512_set1_ps(32767.0f));
+    const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
+    const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
+    x->pd[b] = pd;
+    __m512 P[16];
     for (int i = 0; i < 16; i++) P[i] = _mm512_setzero_ps();
     /* partial i takes keys j = i mod 16 (jmin is a multiple of 16); whole
      * groups of 16 first, with no test a key (a test per key made each its
-     * own basic block, which the compiler did not interleave), then the rest */
-    const __m512 mx = x->mx[b];
+     * own basic block, which the compiler did not interleave), then the
+     * rest, past maxn as weight 0 */
+    const __m512 mx = _mm512_mask_mov_ps(x->mx[b], _mm512_cmp_ps_mask(x->mx[b], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
+                                         _mm512_setzero_ps());
+    __m512i sign = _mm512_setzero_si512();
     int j0 = jmin;
-    __m512 wmax2 = _mm512_setzero_ps(); /* odd keys' (max is exact: the order is free) */
     for (; j0 + 16 <= maxn; j0 += 16)
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], i & 1 ? &wmax2 : &wmax);
-    for (int i = 0; j0 + i < maxn; i++) P[i] = exp_weight(x, S, j0 + i, mx, P[i], &wmax);
-    wmax = _mm512_max_ps(wmax2, wmax);
+#pragma GCC unroll 4
+        for (int i = 0; i < 16; i += 4) sign = exp_levels4(x, S, j0 + i, 4, mx, ipd, P + i, sign);
+    for (int j = j0; j < end; j += 4) sign = exp_levels4(x, S, j, maxn - j, mx, ipd, P + (j - j0) % 16, sign);
     for (int i = 0; i < 8; i++) P[i] = _mm512_add_ps(P[i], P[i + 8]);
     for (int i = 0; i < 4; i++) P[i] = _mm512_add_ps(P[i], P[i + 4]);
     for (int i = 0; i < 2; i++) P[i] = _mm512_add_ps(P[i], P[i + 2]);
     float inv[16];
     _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(P[0], P[1])));
     for (int l = 0; l < x->nr[b]; l++) x->u.inv[b * 16 + l] = inv[l];
-    const __m512 pd = _mm512_div_ps(wmax, _mm512_set1_ps(32767.0f));
-    const __mmask16 big = _mm512_cmp_ps_mask(pd, _mm512_set1_ps(FLT_MIN), _CMP_GE_OQ);
-    const __m512 ipd = _mm512_maskz_div_ps(big, _mm512_set1_ps(1.0f), pd);
-    x->pd[b] = pd;
-    const int end = (x->maxall + 3) & ~3;
-    __m512i sign = _mm512_setzero_si512();
-    int j = jmin;
-    for (; j + 4 <= maxn; j += 4) sign = levels4(S, j, 4, ipd, sign); /* no test a key (as the exp pass) */
-    for (; j < end; j += 4) sign = levels4(S, j, maxn - j, ipd, sign);
     if (_mm512_movepi32_mask(sign)) x->negative = 1;
 }
 
@@ -307,6 +308,22 @@ static void pv_tile(q8_unit *x, const int32_t *v4, int j0, int ja, int jb, float
     default: pv_tile_nb(x, 3, v4, j0, ja, jb, O); break;
     }
 }
+/* kvs_attn_q8_vd_scan_fn for scales in a float array (stride 4: the
+ * staged ones), 16 at a time: lanes start at m >= +0 and only a larger
+ * scale replaces one (vmaxps returns its second operand for NaN and equal
+ * zeros), so the lanes' maximum is the scalar scan's float. */
+static float vd_scan16(const uint8_t *vds, size_t stride, int a, int b, float m) {
+    const float *vd = (const float *)vds;
+    __m512 acc = _mm512_set1_ps(m);
+    int j = a;
+    for (; j + 16 <= b; j += 16) acc = _mm512_max_ps(_mm512_loadu_ps(vd + j), acc);
+    if (j < b) {
+        const __mmask16 in = (__mmask16)((1u << (b - j)) - 1);
+        acc = _mm512_mask_max_ps(acc, in, _mm512_maskz_loadu_ps(in, vd + j), acc);
+    }
+    return _mm512_reduce_max_ps(acc);
+}
+
 /* Rows' queries quantized (kvs_q8_row, as the reference) into Qt, with
  * their integer offsets and scales. */
 static void stage_queries(q8_unit *x, int32_t *Qt) {
@@ -365,6 +382,10 @@ static int q8_unit_run(q8_unit *x) {
         x->vds = (const uint8_t *)(kvs_attn_q8_staged_scales(c, 1) - c->staged_lo);
         x->sstride = sizeof(float);
     }
+    /* each row's bound on its weights, for weights_rows' single pass */
+    memset(x->vdmax, 0, sizeof x->vdmax);
+    kvs_attn_q8_vd_max(x->vds, x->sstride, x->u.lo, x->u.n, x->u.rows, x->vdmax,
+                       x->sstride == sizeof(float) ? vd_scan16 : NULL);
     /* on AMX the scores (every key from a kv head staged in the tiles'
      * layout, kvs_attention_stage_q8_avx512; else the whole 16-key groups
      * from the cache rows) and, from the staged values, P.V run as tile

@@ -37,6 +37,7 @@ typedef struct q8_unit {
     __m512i qoff[3]; /* 128 * sum(q8) per lane */
     __m512 qs[3];    /* qd * scale per lane */
     __m512 mx[3], pd[3];
+    float vdmax[KVS_ATTN_ROWS]; /* per row (0 past the unit's): kvs_attn_q8_vd_max, for the prefill's levels */
     int negative; /* a weight level < 0 (negative value scales): no byte split */
     /* kv head g's decode layout (kernels.h kvs_attn_layout), slots [l0, ln):
      * keys' words per 16 slots, their scales, values' 4-key words, scales */

@@ -393,21 +393,22 @@ static void decode_scales(const q8_unit *x, int ja, int jb, float *kds, float *v
 static __m512i decode_weights_row(const q8_unit *x, int r, float m, const float *vds, float *pd, float *inv) {
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     const __m128i order = _mm_set_epi8(15, 13, 14, 12, 11, 9, 10, 8, 7, 5, 6, 4, 3, 1, 2, 0);
-    const int n = x->u.n[r], jmin = x->u.jmin;
+    const int n = x->u.n[r], first = x->u.lo[r], jmin = x->u.jmin;
     float *S = x->u.S + (size_t)r * x->u.ctxs;
-    __m512 part = _mm512_setzero_ps(), wmax = _mm512_setzero_ps();
+    __m512 part = _mm512_setzero_ps(), vdmax = _mm512_setzero_ps();
     for (int j = jmin; j < n; j += 16) {
         const __mmask16 in = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
-        const __m512 e = _mm512_maskz_mov_ps(in, exp16_q8(_mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m))));
+        const __mmask16 seen = in & (__mmask16)(first <= j ? 0xffffu : first - j >= 16 ? 0u : 0xffffu << (first - j));
+        const __m512 sm = _mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m));
+        const __m512 e = _mm512_maskz_mov_ps(in & _mm512_cmp_ps_mask(sm, sm, _CMP_ORD_Q), exp16_q8(sm)); /* NaN: 0 */
         part = _mm512_add_ps(part, e); /* lane i: keys i mod 16, as the reference's partials */
         const __m512 vd = _mm512_maskz_loadu_ps(in, vds + j);
-        const __m512 w = _mm512_mul_ps(e, vd);
-        wmax = _mm512_max_ps(w, wmax);
-        _mm512_storeu_ps(S + j, w);
+        vdmax = _mm512_mask_max_ps(vdmax, seen, vd, vdmax); /* the row's keys [first, n); NaN and -0 leave it */
+        _mm512_storeu_ps(S + j, _mm512_mul_ps(e, vd));
     }
     *inv = 1.0f / hsum_tree(part);
-    const float wm = _mm512_reduce_max_ps(wmax); /* >= +0, no NaN: the order is free */
-    *pd = wm / 32767.0f;
+    const float vm = _mm512_reduce_max_ps(vdmax); /* >= +0, no NaN: the order is free */
+    *pd = vm / 32767.0f;
     const __m512 ipd = _mm512_set1_ps(*pd >= FLT_MIN ? 1.0f / *pd : 0.0f);
     /* levels in place as weights_rows lays them out: the lo and hi bytes of
      * keys j.. (in the order j, j+2, j+1, j+3) at P[j / 2] and P[j / 2 + 1] */

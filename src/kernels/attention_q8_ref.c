@@ -11,7 +11,10 @@
  *   e_j  = kvs_exp_q8_ref(s_j - mx)
  *   S, recalibration: exactly as attention_ref.c, from these e_j and mx
  *   w_j  = e_j * vd_j                           (e_j after recalibration)
- *   pd   = wmax / 32767 (wmax: from +0, w_j > wmax replaces it),
+ *   vdmax = the largest vd_j, j in [lo, n) (from +0, vd_j > vdmax
+ *          replaces it: NaN and -0 never do)
+ *   pd   = top / 32767, top = kvs_attn_q8_weight_top(vdmax, f): vdmax, or
+ *          vdmax * f where the recalibration's factor f > 1,
  *   ipd  = pd >= FLT_MIN ? 1 / pd : 0,
  *   p_j  = kvs_level_of(w_j * ipd, 32767): in [0, 32767] (the clamp is
  *          for a damaged cache entry's negative value scale)
@@ -28,9 +31,16 @@
  *
  * Why these sizes: 8-bit keys and queries make the scores one vpdpbusd per 4
  * multiply-adds a lane (4x fp32's fma); the weights keep 15 bits relative to
- * the row's largest (a key at 1/32767 of the top still counts, which 8 bits
- * would drop: a row's many small weights can outweigh its largest), and
- * vpdpwssd takes them 2 per lane (2x fp32). Blocks of 512 keys, the most
+ * top (a key at 1/32767 of it still counts, which 8 bits would drop: a
+ * row's many small weights can outweigh its largest), and vpdpwssd takes
+ * them 2 per lane (2x fp32). Why top and not the largest w_j (before
+ * session 75): e_j <= 1 (or f), so top bounds every w_j before any exp is
+ * taken, and a SIMD pass turns each e_j into its level as it computes it
+ * instead of storing w_j and reading it back once the largest is known (the
+ * AVX-512 prefill's level pass was 12% of one layer's attention after 7680
+ * keys); the largest weight's level is vd_j / vdmax of 32767, and SmolLM2's
+ * Q8 KV perplexity on the GPL-3 text (ctx 2048, 3 windows) went from
+ * 17.1349 to 17.1192 (F16 KV 17.1195). Blocks of 512 keys, the most
  * the int32 sums hold at the largest weight and level (512 * 32767 * 128 <
  * 2^31): a block ends in a float add per output and, on AMX tiles, the
  * stores of its integer sums, which is what a block costs (blocks of 128
@@ -39,32 +49,69 @@
  * whole block (kernels_impl.h: KVS_ATTN_STAGE_FLOATS).
  */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 
+/* 2^f for f in [0, 1] by a degree-4 polynomial, coefficients fitted here
+ * for relative error on [0, 1] with p(0) = 1 and p(1) = 2 (3.4e-6 in
+ * float; exactly 1 and 2 at the ends), p <= 2 on every float of [0, 1]
+ * (tests/test_exp_q8_paths.c), so e^x <= 1 for x <= 0. */
+float kvs_exp_q8_poly(float f) {
+    float p = 1.3555741868913174e-2f;
+    p = fmaf(p, f, 5.2032362669706345e-2f);
+    p = fmaf(p, f, 2.413797825574875e-1f);
+    p = fmaf(p, f, 6.930320858955383e-1f);
+    return fmaf(p, f, 1.0f);
+}
+
 /* e^x for the softmax: x = s - mx, <= 0 or NaN (mx is the largest
- * non-NaN score), the domain on which the SIMD forms (exp16_q8,
- * kvs_exp8_q8) give these bits (checked once over every such float;
- * tests/test_exp_q8_paths.c checks the float edge whole and a stride of the
- * rest; past 0 they may differ). y = x log2 e = n + f (n the
- * nearest integer, |f| <= 1/2), 2^f by a degree-5 polynomial (coefficients
- * fitted here for relative error on [-1/2, 1/2] with p(0) = 1, so e^0 = 1:
- * 1.7e-7 in float), times
- * 2^n exactly (ldexpf; vscalefps in vectors). Not kvs_expf_ref: the Q8
- * weights keep 15 bits, and this takes 11 vector operations a lane group
- * against its 17 (the exp was as heavy as the score's dot products). */
+ * non-NaN score). y = x log2 e = n + f, n = floor(y), f = y - n rounded
+ * down (in [0, 1)), 2^f by
+ * kvs_exp_q8_poly, times 2^n (ldexpf: one rounding where the result is
+ * subnormal; 0 below). 0 for y <= -300 (where it rounds to 0 anyway), -inf
+ * (masked keys) and NaN. Why floor and not the nearest integer (before
+ * session 75): vscalefps scales by 2^floor(y) itself and vreduceps gives f
+ * in one instruction, so the AVX-512 form (exp16_q8) is a multiply, a
+ * reduce, 4 fmas and a vscalefps, with no mask and no n: 7 operations a
+ * lane group where the degree-5 form on [-1/2, 1/2] with its mask took 11.
+ * The vector forms (exp16_q8 on x <= 0 or -inf, kvs_exp8_q8 on the whole
+ * domain) give these bits (tests/test_exp_q8_paths.c). Not kvs_expf_ref:
+ * the Q8 weights keep 15 bits, and this is well inside them. */
 float kvs_exp_q8_ref(float x) {
     const float y = x * 1.44269504088896341f;
-    if (!(y >= -126.0f)) return 0.0f; /* also NaN and -inf: masked keys */
-    const float n = nearbyintf(y), f = y - n;
-    float p = 1.3287432957440615e-3f;
-    p = fmaf(p, f, 9.671506471931934e-3f);
-    p = fmaf(p, f, 5.550655722618103e-2f);
-    p = fmaf(p, f, 2.4022242426872253e-1f);
-    p = fmaf(p, f, 6.931470632553101e-1f);
-    p = fmaf(p, f, 1.0f);
-    return ldexpf(p, n > 200.0f ? 200 : (int)n); /* the clamp keeps (int)n defined */
+    if (!(y > -300.0f)) return 0.0f;
+    /* f = y - n rounded down, as vreduceps's floor mode: the nearest s, one
+     * float lower where it rounded up, i.e. where s + n > y (s + n is exact:
+     * s is y - n itself where y <= -1/2, and s - 1 for s in [1/2, 1]) */
+    const float n = floorf(y), s = y - n;
+    const float f = s + n > y ? nextafterf(s, -INFINITY) : s;
+    return ldexpf(kvs_exp_q8_poly(f), n > 200.0f ? 200 : (int)n); /* the clamp keeps (int)n defined */
+}
+
+/* kvs_attn_q8_vd_scan_fn in scalars. */
+static float vd_max_from(const uint8_t *vds, size_t stride, int a, int b, float m) {
+    for (int j = a; j < b; j++) {
+        float vd;
+        memcpy(&vd, vds + (size_t)j * stride, sizeof vd);
+        if (vd > m) m = vd;
+    }
+    return m;
+}
+
+void kvs_attn_q8_vd_max(const uint8_t *vds, size_t stride, const int *lo, const int *n, int rows, float *out,
+                        kvs_attn_q8_vd_scan_fn scan) {
+    int a = 0, b = INT_MAX; /* the slots every row sees: [a, b) */
+    for (int r = 0; r < rows; r++) {
+        if (lo[r] > a) a = lo[r];
+        if (n[r] < b) b = n[r];
+    }
+    const float common = a < b ? (scan ? scan : vd_max_from)(vds, stride, a, b, 0.0f) : 0.0f;
+    for (int r = 0; r < rows; r++)
+        out[r] = a < b ? vd_max_from(vds, stride, b, n[r], vd_max_from(vds, stride, lo[r], a, common))
+                       : (scan ? scan : vd_max_from)(vds, stride, lo[r], n[r], 0.0f);
 }
 
 /* The int32 block sums cover this many absolute slots. */
@@ -96,13 +143,11 @@ void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, fl
                 if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 if (s[j] > mx) mx = s[j]; /* NaN leaves it (vmaxps(s, mx) alike) */
             }
-            const float inv = 1.0f / kvs_attn_softmax_ref(c, s, lo, n, mx, rc, kvs_exp_q8_ref);
-            float wmax = 0.0f;
-            for (int j = lo; j < n; j++) {
-                s[j] = s[j] * kvs_q8_row_scale(V + (size_t)j * rb, D);
-                if (s[j] > wmax) wmax = s[j]; /* NaN and -0 leave it */
-            }
-            const float pd = wmax / 32767.0f, ipd = pd >= FLT_MIN ? 1.0f / pd : 0.0f;
+            float f;
+            const float inv = 1.0f / kvs_attn_softmax_ref(c, s, lo, n, mx, rc, kvs_exp_q8_ref, &f);
+            for (int j = lo; j < n; j++) s[j] = s[j] * kvs_q8_row_scale(V + (size_t)j * rb, D);
+            const float vdmax = vd_max_from((const uint8_t *)(V + D), rb, lo, n, 0.0f);
+            const float pd = kvs_attn_q8_weight_top(vdmax, f) / 32767.0f, ipd = pd >= FLT_MIN ? 1.0f / pd : 0.0f;
             for (int d = 0; d < D; d++) o[d] = 0.0f;
             for (int b0 = lo / Q8_PV_BLOCK * Q8_PV_BLOCK; b0 < n; b0 += Q8_PV_BLOCK) {
                 for (int d = 0; d < D; d++) acc[d] = 0;

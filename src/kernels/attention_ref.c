@@ -80,7 +80,8 @@ static inline float kv_get(const void *base, int kv_type, size_t idx) {
     return ((const float *)base)[idx];
 }
 
-float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float)) {
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float),
+                           float *factor) {
     const int dlo = rc ? c->recal.lo : 0, dhi = rc ? c->recal.hi : 0;
     float part[16] = {0}, dpart[16] = {0}, rpart[16] = {0};
     for (int j = lo; j < n; j++) {
@@ -89,8 +90,10 @@ float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, floa
         if (j >= dlo && j < dhi) dpart[j % 16] += s[j];
         else rpart[j % 16] += s[j];
     }
+    if (factor) *factor = 1.0f;
     if (!rc) return kvs_tree16(part);
     float pd = kvs_tree16(dpart), f = kvs_attn_recal_factor(mx, pd, c->recal.s);
+    if (factor) *factor = f;
     for (int j = lo > dlo ? lo : dlo; j < n && j < dhi; j++) s[j] = s[j] * f;
     return f == 1.0f ? kvs_tree16(part) : fmaf(f, pd, kvs_tree16(rpart));
 }
@@ -115,7 +118,7 @@ void kvs_attention_unit_ref(const kvs_attn_call *c, int t0, int t1, int g, float
                 if (j >= dlo && j < dhi) s[j] = s[j] * c->recal.inv_t;
                 mx = fmaxf(mx, s[j]);
             }
-            float sum = kvs_attn_softmax_ref(c, s, lo, n, mx, rc, kvs_expf_ref);
+            float sum = kvs_attn_softmax_ref(c, s, lo, n, mx, rc, kvs_expf_ref, NULL);
             float inv = 1.0f / sum;
             for (int d = 0; d < D; d++) {
                 float o = 0.0f;

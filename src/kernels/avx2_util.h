@@ -31,23 +31,28 @@ AI __m256 kvs_exp8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
 }
 
-/* kvs_exp_q8_ref, 8 lanes, same operations, on its domain (x <= 0 or NaN):
- * 2^n from its exponent bits, exact for the n in [-126, 0] that reach it
- * (the clamp to 128 only keeps the shift in range for x > 0). */
+/* kvs_exp_q8_ref, 8 lanes, on its domain (x <= 0, -inf or NaN). y is
+ * clamped to -252 first (vmaxps: NaN and -inf too), where the result is 0
+ * as the reference's (p <= 2: 2^-251 rounds to 0), so no mask is needed.
+ * AVX2 has no vreduceps: f rounded down by hand; nor vscalefps: p 2^n as
+ * (p 2^(n + 126)) 2^-126, the first product exact (a normal float for n >=
+ * -252) and the second rounding once, as ldexpf, where the result is
+ * subnormal. */
 AI __m256 kvs_exp8_q8(__m256 x) {
-    const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
-    const __m256 ok = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
-    const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 f = _mm256_sub_ps(y, n);
-    __m256 p = _mm256_set1_ps(1.3287432957440615e-3f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.671506471931934e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550655722618103e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022242426872253e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931470632553101e-1f));
+    const __m256 y = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(-252.0f));
+    const __m256 n = _mm256_floor_ps(y);
+    /* f = y - n rounded down: the nearest s, one float lower (its bits - 1:
+     * s > 0 there) where it rounded up, s + n > y (exact, as the reference) */
+    const __m256 s = _mm256_sub_ps(y, n);
+    const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(_mm256_add_ps(s, n), y, _CMP_GT_OQ)); /* -1 or 0 */
+    const __m256 f = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(s), up));
+    __m256 p = _mm256_set1_ps(1.3555741868913174e-2f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.2032362669706345e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.413797825574875e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.930320858955383e-1f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_cvtps_epi32(_mm256_min_ps(n, _mm256_set1_ps(128.0f)));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), ok);
+    const __m256i k = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127 + 126));
+    return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(k, 23))), _mm256_set1_ps(0x1p-126f));
 }
 
 /* kvs_tree16 of lanes lo (0..7) and hi (8..15): halves, quarters, pairs. */

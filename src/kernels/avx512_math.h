@@ -28,22 +28,20 @@ __attribute__((always_inline)) static inline __m512 exp16(__m512 x) {
     return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(bits));
 }
 
-/* kvs_exp_q8_ref, 16 lanes, same operations (vscalefps: p 2^n, rounded
- * as ldexpf), on its domain: x <= 0 or NaN. */
+/* kvs_exp_q8_ref, 16 lanes, same operations, for x <= 0 and -inf (NaN
+ * gives NaN, not the reference's 0: a caller that may meet one masks it,
+ * or reruns what it touched): f = y - floor(y) in one vreduceps (rounded
+ * down, its floor mode's rounding, as the reference), and vscalefps multiplies by 2^floor(y)
+ * itself, rounding once as ldexpf (subnormals included; 0 for -inf). */
 __attribute__((always_inline)) static inline __m512 exp16_q8(__m512 x) {
     const __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    const __mmask16 ok = _mm512_cmp_ps_mask(y, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
-    /* f = y - rne(y) in one vreduceps (exact: |f| <= 1/2), n = y - f (exact:
-     * rne(y)); vrndscaleps and a sub took a uop more on Intel cores */
-    const __m512 f = _mm512_reduce_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 n = _mm512_sub_ps(y, f);
-    __m512 p = _mm512_set1_ps(1.3287432957440615e-3f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671506471931934e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550655722618103e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242426872253e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470632553101e-1f));
+    const __m512 f = _mm512_reduce_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 p = _mm512_set1_ps(1.3555741868913174e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.2032362669706345e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.413797825574875e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930320858955383e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(ok, p, n);
+    return _mm512_scalef_ps(p, y);
 }
 
 /* kvs_tree16 on a register: halves, quarters, pairs, then the last pair. */

@@ -102,6 +102,21 @@ static inline float kvs_q8_row_scale(const int8_t *row, int D) {
     return d;
 }
 void kvs_attention_unit_q8_ref(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+/* A Q8 attention row's bound on its weights w_j = e_j vd_j
+ * (attention_q8_ref.c): its largest value scale vdmax, times the
+ * recalibration's factor f where f > 1 (e_j <= 1, or <= f). */
+static inline float kvs_attn_q8_weight_top(float vdmax, float f) { return f > 1.0f ? vdmax * f : vdmax; }
+/* The largest of m and the value scales of slots [a, b) (slot j's the
+ * float at vds + j * stride) by the reference's rule (a larger scale
+ * replaces it, NaN and -0 never do: the maximum is order-free, so scans
+ * chain and a SIMD one gives the same float). m >= +0. */
+typedef float (*kvs_attn_q8_vd_scan_fn)(const uint8_t *vds, size_t stride, int a, int b, float m);
+/* Each row r < rows's attention_q8_ref.c vdmax: the largest value scale
+ * over its keys [lo[r], n[r]). One scan of the keys all rows see, then each
+ * row's own ends, so a unit pays ~one scan of its keys, not one a row.
+ * scan: a faster kvs_attn_q8_vd_scan_fn for this vds and stride, or NULL. */
+void kvs_attn_q8_vd_max(const uint8_t *vds, size_t stride, const int *lo, const int *n, int rows, float *out,
+                        kvs_attn_q8_vd_scan_fn scan);
 #if defined(__x86_64__)
 void kvs_attention_unit_q8_avx512(const kvs_attn_call *c, int t0, int t1, int g, float *work);
 void kvs_attention_stage_q8_avx512(const kvs_attn_call *c, int j0, int j1);
@@ -133,11 +148,15 @@ static inline int kvs_attn_recal_row(const kvs_attn_call *c, int32_t pos) {
 float kvs_attn_recal_factor(float mx, float pd, float s);
 /* The reference's softmax of one row's scores s[lo, n) with maximum mx, in
  * place (e_j = expf(s_j - mx), recalibrated when rc: the row's position >=
- * recal.hi); returns the sum S (attention_ref.c). Shared by the float
- * (kvs_expf_ref) and Q8 (kvs_exp_q8_ref) references. */
-float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float));
+ * recal.hi); returns the sum S (attention_ref.c) and, where factor is not
+ * NULL, the recalibration's factor f there (1 where none). Shared by the
+ * float (kvs_expf_ref) and Q8 (kvs_exp_q8_ref) references. */
+float kvs_attn_softmax_ref(const kvs_attn_call *c, float *s, int lo, int n, float mx, int rc, float (*exp_fn)(float),
+                           float *factor);
 /* The Q8 attention's exp of x <= 0 (attention_q8_ref.c): 2^y, y = x log2 e,
- * by a degree-5 polynomial and an exact scaling; 0 below 2^-126 and for NaN. */
+ * as 2^f (kvs_exp_q8_poly, f = y - floor(y)) times 2^floor(y); 0 for -inf,
+ * NaN and y <= -300. */
+float kvs_exp_q8_poly(float f);
 float kvs_exp_q8_ref(float x);
 
 /* Packed Q4_0 / Q4_1 / Q8_0 matrices (pack.c): the rows of each whole tile
