@@ -167,15 +167,66 @@ AI void score_pass(q8_unit2 *x, int b0, int nb, int j0, int nk) {
     }
 }
 
-/* Block b's exp (partials j % 16, recalibration, 1 / sum), weights w = e vd
- * with their maximum, then the 16-bit level pairs in place: P2[j/2] over
- * S, 0 from the block's maxn to maxall (even). */
+/* The 16-bit levels of weights w (lane = row) at the rows' 1 / pd: as
+ * kvs_level_of, clamped to +-32767, NaN 0 (this path is the reference's
+ * match for damaged caches too). */
+AI __m256i level8(__m256 w, __m256 ipd) {
+    const __m256 v = _mm256_mul_ps(w, ipd);
+    const __m256 vc = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(32767.0f)), _mm256_set1_ps(-32767.0f));
+    return _mm256_and_si256(_mm256_cvtps_epi32(vc), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q)));
+}
+
+/* Levels a (key j, even) and b (key j + 1) as the int16 pair words P2[j/2]
+ * over the block's rows: behind every read (j / 2 < j, or the pair just read). */
+AI void store_pair(float *Sb, int j, __m256i a, __m256i b) {
+    const __m256i pair = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(b, 16));
+    _mm256_storeu_si256((__m256i *)(Sb + (size_t)(j / 2) * RB), pair);
+}
+
+/* The rows' pd = top / 32767 into x->pd[b]; returns 1 / pd (0 where pd is
+ * below FLT_MIN). */
+static __m256 weights_scale(q8_unit2 *x, int b, __m256 top) {
+    const __m256 pd = _mm256_div_ps(top, _mm256_set1_ps(32767.0f));
+    x->pd[b] = pd;
+    return _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), pd), _mm256_cmp_ps(pd, _mm256_set1_ps(FLT_MIN), _CMP_GE_OQ));
+}
+
+/* Key j's e = exp(s - mx) into the partial *P and its level (weight e vd). */
+AI __m256i exp_level8(q8_unit2 *x, float *Sb, int b, int j, __m256 ipd, __m256 *P) {
+    const __m256 e = kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), x->mx[b]));
+    *P = _mm256_add_ps(*P, e);
+    return level8(_mm256_mul_ps(e, _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D))), ipd);
+}
+
+/* Block b's exp (partials j % 16, 1 / sum) and the 16-bit level pairs of
+ * its weights w = e vd in place: P2[j/2] over S, 0 from the block's maxn to
+ * maxall (even). Without a recalibrated row the bound on the weights
+ * (kvs_attn_q8_weight_top: the rows' vdmax) is known before any exp, so
+ * each e becomes its level in the pass that computes it; a recalibrated
+ * block stores e, scales its documents' by f, and then takes the levels. */
 static void weights_block(q8_unit2 *x, int b) {
     const kvs_attn_call *c = x->c;
-    const int maxn = x->maxn[b], jmin = x->jmin;
+    const int maxn = x->maxn[b], jmin = x->jmin, end = (x->maxall + 1) & ~1;
     float *Sb = x->S + (size_t)b * x->ctxs * RB;
+    const __m256i zero = _mm256_setzero_si256();
     __m256 P[16];
     for (int i = 0; i < 16; i++) P[i] = _mm256_setzero_ps();
+    __m256 top = _mm256_loadu_ps(x->vdmax + b * RB);
+    if (!x->any_rc[b]) {
+        const __m256 ipd = weights_scale(x, b, top);
+        int j0 = jmin; /* a multiple of 16: partial i takes keys j0 + i */
+        for (; j0 + 16 <= maxn; j0 += 16)
+#pragma GCC unroll 8
+            for (int i = 0; i < 16; i += 2)
+                store_pair(Sb, j0 + i, exp_level8(x, Sb, b, j0 + i, ipd, &P[i]), exp_level8(x, Sb, b, j0 + i + 1, ipd, &P[i + 1]));
+        for (int j = j0; j < end; j += 2) {
+            const __m256i a = j < maxn ? exp_level8(x, Sb, b, j, ipd, &P[(j - j0) % 16]) : zero;
+            const __m256i bl = j + 1 < maxn ? exp_level8(x, Sb, b, j + 1, ipd, &P[(j + 1 - j0) % 16]) : zero;
+            store_pair(Sb, j, a, bl);
+        }
+        x->inv[b] = _mm256_div_ps(_mm256_set1_ps(1.0f), tree16_8(P));
+        return;
+    }
     for (int j0 = jmin; j0 < maxn; j0 += 16) /* jmin is a multiple of 16 */
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
@@ -185,39 +236,20 @@ static void weights_block(q8_unit2 *x, int b) {
             P[i] = _mm256_add_ps(P[i], e);
             _mm256_storeu_ps(s, e);
         }
-    __m256 sum = tree16_8(P);
-    __m256 top = _mm256_loadu_ps(x->vdmax + b * RB);
-    if (x->any_rc[b]) {
-        const int d0 = c->recal.lo > jmin ? c->recal.lo : jmin, d1 = c->recal.hi < maxn ? c->recal.hi : maxn;
-        __m256 f;
-        sum = recal_block(c, Sb, jmin, d0, d1, maxn, x->rcm[b], x->mx[b], sum, &f);
-        /* kvs_attn_q8_weight_top: vdmax * f where f > 1 */
-        top = _mm256_blendv_ps(top, _mm256_mul_ps(top, f), _mm256_cmp_ps(f, _mm256_set1_ps(1.0f), _CMP_GT_OQ));
-    }
+    const int d0 = c->recal.lo > jmin ? c->recal.lo : jmin, d1 = c->recal.hi < maxn ? c->recal.hi : maxn;
+    __m256 f;
+    const __m256 sum = recal_block(c, Sb, jmin, d0, d1, maxn, x->rcm[b], x->mx[b], tree16_8(P), &f);
+    /* kvs_attn_q8_weight_top: vdmax * f where f > 1 */
+    top = _mm256_blendv_ps(top, _mm256_mul_ps(top, f), _mm256_cmp_ps(f, _mm256_set1_ps(1.0f), _CMP_GT_OQ));
     x->inv[b] = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
-    for (int j = jmin; j < maxn; j++) {
-        float *s = Sb + (size_t)j * RB;
-        _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_loadu_ps(s), _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D))));
-    }
-    const __m256 pd = _mm256_div_ps(top, _mm256_set1_ps(32767.0f));
-    const __m256 big = _mm256_cmp_ps(pd, _mm256_set1_ps(FLT_MIN), _CMP_GE_OQ);
-    const __m256 ipd = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), pd), big);
-    x->pd[b] = pd;
-    const __m256 most = _mm256_set1_ps(32767.0f), least = _mm256_set1_ps(-32767.0f);
-    const int end = (x->maxall + 1) & ~1;
+    const __m256 ipd = weights_scale(x, b, top);
     for (int j = jmin; j < end; j += 2) {
         __m256i p[2];
         for (int h = 0; h < 2; h++) {
-            if (j + h >= maxn) {
-                p[h] = _mm256_setzero_si256();
-                continue;
-            }
-            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)(j + h) * RB), ipd);
-            const __m256 vc = _mm256_max_ps(_mm256_min_ps(v, most), least);
-            p[h] = _mm256_and_si256(_mm256_cvtps_epi32(vc), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q)));
+            const float vd = j + h < maxn ? kvs_q8_row_scale(x->V + (size_t)(j + h) * x->rb, x->D) : 0.0f;
+            p[h] = j + h < maxn ? level8(_mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)(j + h) * RB), _mm256_set1_ps(vd)), ipd) : zero;
         }
-        const __m256i pair = _mm256_or_si256(_mm256_and_si256(p[0], _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(p[1], 16));
-        _mm256_storeu_si256((__m256i *)(Sb + (size_t)(j / 2) * RB), pair);
+        store_pair(Sb, j, p[0], p[1]);
     }
 }
 
