@@ -3,11 +3,11 @@
  * forms, exp16_q8 (AVX-512) and kvs_exp8_q8 (AVX2), bit for bit on its
  * domain (x <= 0, -inf, NaN; exp16_q8 passes NaN on, so not NaN there):
  * every float from where 2^y leaves the normal range (y = x log2 e near
- * -126, where the AVX2 form's second power of two starts) to where it
- * rounds to 0 (-150), a stride through the rest, and y just below the
- * integers (where f = y - floor(y) rounds to 1). And the bound the AVX-512
- * prefill's levels rely on (no clamp: attention_q8_avx512.c exp_levels4):
- * the polynomial is at most 2 on every float of [0, 1], so e^x <= 1.
+ * -126: the results turn subnormal) to where it rounds to 0 (-150), a
+ * stride through the rest, and y just below the integers (where f = y -
+ * floor(y) must round down, not to 1). And the bound the AVX-512 prefill's
+ * levels rely on (no clamp: attention_q8_avx512.c exp_levels4): the
+ * polynomial is at most 2 on every float of [0, 1], so e^x <= 1.
  */
 #include <math.h>
 #include <stdint.h>
@@ -90,8 +90,8 @@ static void check_path(const char *name, exp_block_fn fn) {
     /* every float across the edge; a stride of 97 from -0 to -inf */
     long bad = range_mismatches(fn, edge_lo, edge_hi, 1);
     bad += range_mismatches(fn, 0x80000000u, u, 97);
-    /* y just below and at the integers (f rounds to 1, or is 0), and at
-     * k + 1/2 */
+    /* y just below and at the integers (f rounded down below 1, or 0), and
+     * at k + 1/2 */
     float ties[16];
     int k = 0;
     for (int n = -150; n <= 0; n++)

@@ -246,8 +246,11 @@ static void weights_block(q8_unit2 *x, int b) {
     for (int j = jmin; j < end; j += 2) {
         __m256i p[2];
         for (int h = 0; h < 2; h++) {
-            const float vd = j + h < maxn ? kvs_q8_row_scale(x->V + (size_t)(j + h) * x->rb, x->D) : 0.0f;
-            p[h] = j + h < maxn ? level8(_mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)(j + h) * RB), _mm256_set1_ps(vd)), ipd) : zero;
+            const int k = j + h;
+            p[h] = k < maxn ? level8(_mm256_mul_ps(_mm256_loadu_ps(Sb + (size_t)k * RB),
+                                                   _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)k * x->rb, x->D))),
+                                     ipd)
+                            : zero;
         }
         store_pair(Sb, j, p[0], p[1]);
     }

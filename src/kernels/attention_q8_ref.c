@@ -40,7 +40,8 @@
  * AVX-512 prefill's level pass was 12% of one layer's attention after 7680
  * keys); the largest weight's level is vd_j / vdmax of 32767, and SmolLM2's
  * Q8 KV perplexity on the GPL-3 text (ctx 2048, 3 windows) went from
- * 17.1349 to 17.1192 (F16 KV 17.1195). Blocks of 512 keys, the most
+ * 17.1349 to 17.1192 (F16 KV 17.1195); with the floor-split exp below as
+ * well, 17.1383. Blocks of 512 keys, the most
  * the int32 sums hold at the largest weight and level (512 * 32767 * 128 <
  * 2^31): a block ends in a float add per output and, on AMX tiles, the
  * stores of its integer sums, which is what a block costs (blocks of 128
@@ -108,10 +109,11 @@ void kvs_attn_q8_vd_max(const uint8_t *vds, size_t stride, const int *lo, const 
         if (lo[r] > a) a = lo[r];
         if (n[r] < b) b = n[r];
     }
-    const float common = a < b ? (scan ? scan : vd_max_from)(vds, stride, a, b, 0.0f) : 0.0f;
-    for (int r = 0; r < rows; r++)
+    if (!scan) scan = vd_max_from;
+    const float common = a < b ? scan(vds, stride, a, b, 0.0f) : 0.0f;
+    for (int r = 0; r < rows; r++) /* the ends are short: in scalars */
         out[r] = a < b ? vd_max_from(vds, stride, b, n[r], vd_max_from(vds, stride, lo[r], a, common))
-                       : (scan ? scan : vd_max_from)(vds, stride, lo[r], n[r], 0.0f);
+                       : scan(vds, stride, lo[r], n[r], 0.0f);
 }
 
 /* The int32 block sums cover this many absolute slots. */

@@ -31,8 +31,9 @@ __attribute__((always_inline)) static inline __m512 exp16(__m512 x) {
 /* kvs_exp_q8_ref, 16 lanes, same operations, for x <= 0 and -inf (NaN
  * gives NaN, not the reference's 0: a caller that may meet one masks it,
  * or reruns what it touched): f = y - floor(y) in one vreduceps (rounded
- * down, its floor mode's rounding, as the reference), and vscalefps multiplies by 2^floor(y)
- * itself, rounding once as ldexpf (subnormals included; 0 for -inf). */
+ * down, its floor mode's rounding, as the reference), and vscalefps
+ * multiplies by 2^floor(y) itself, rounding once as ldexpf (subnormals
+ * included; 0 for -inf). */
 __attribute__((always_inline)) static inline __m512 exp16_q8(__m512 x) {
     const __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
     const __m512 f = _mm512_reduce_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
