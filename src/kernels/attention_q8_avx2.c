@@ -52,6 +52,7 @@ typedef struct q8_unit2 {
     float *O;     /* (nrb, D, RB) outputs, over Qt once the scores are done */
     int32_t *kv2; /* the staged tile: key rows or value pairs as int16 */
     int maxn[NB_MAX], any_rc[NB_MAX];
+    __m256i out_of_range; /* sign bits: a fused level below 0 or not a number */
     __m256i nvec[NB_MAX], lovec[NB_MAX];
     __m256 rcm[NB_MAX], qs[NB_MAX], mx[NB_MAX], pd[NB_MAX], inv[NB_MAX];
     float vdmax[NB_MAX * RB]; /* per row (0 past the unit's rows): kvs_attn_q8_vd_max */
@@ -191,11 +192,20 @@ static __m256 weights_scale(q8_unit2 *x, int b, __m256 top) {
     return _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), pd), _mm256_cmp_ps(pd, _mm256_set1_ps(FLT_MIN), _CMP_GE_OQ));
 }
 
-/* Key j's e = exp(s - mx) into the partial *P and its level (weight e vd). */
+/* Key j's e = exp(s - mx) into the partial *P and its level (weight e vd)
+ * without level8's clamp: e <= 1 and vd <= vdmax keep e vd ipd <= 32767 (1 +
+ * 2^-22), which rounds to at most 32767, so only a damaged cache (a negative
+ * or NaN value scale) needs it; such a level has its sign bit set (a NaN's
+ * conversion gives INT_MIN), collected in x->out_of_range, and the unit is
+ * then rerun on the reference. Three operations a key fewer (min, max, the
+ * NaN mask's compare and and, against one or). */
 AI __m256i exp_level8(q8_unit2 *x, float *Sb, int b, int j, __m256 ipd, __m256 *P) {
     const __m256 e = kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(Sb + (size_t)j * RB), x->mx[b]));
     *P = _mm256_add_ps(*P, e);
-    return level8(_mm256_mul_ps(e, _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D))), ipd);
+    const __m256 w = _mm256_mul_ps(e, _mm256_set1_ps(kvs_q8_row_scale(x->V + (size_t)j * x->rb, x->D)));
+    const __m256i p = _mm256_cvtps_epi32(_mm256_mul_ps(w, ipd));
+    x->out_of_range = _mm256_or_si256(x->out_of_range, p);
+    return p;
 }
 
 /* Block b's exp (partials j % 16, 1 / sum) and the 16-bit level pairs of
@@ -511,7 +521,12 @@ void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, f
             else score_pass(&x, b0, 1, ja, nk);
         }
     }
+    x.out_of_range = _mm256_setzero_si256();
     for (int b = 0; b < x.nrb; b++) weights_block(&x, b);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(x.out_of_range))) { /* a damaged cache's weights */
+        kvs_attention_unit_q8_ref(c, t0, t1, g, work);
+        return;
+    }
     memset(x.O, 0, (size_t)x.nrb * D * RB * sizeof(float));
     for (int j0 = jstart; j0 < x.maxall; j0 += JT) {
         const int ja = j0 > x.jmin ? j0 : x.jmin;
