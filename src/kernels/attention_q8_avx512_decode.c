@@ -71,6 +71,25 @@ AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i 
  * 32 KB 104, 48 KB 105), the read probe's rate being ~89 us a layer. */
 #define DECODE_PREFETCH_BYTES 16384
 
+/* From this many bytes of a unit's keys on (2048 keys at D = 64), the
+ * decode reads its keys and values in two streams, the first and the second
+ * half of a range in turn, each prefetched into the L2 (not the L1). Why:
+ * on the AMX Xeon one thread's single stream from DRAM ran at ~12 GB/s
+ * (its line fill buffers' limit: a read probe over 96 MB gave 11.9 GB/s
+ * for one stream, 15.4 for two, 15-16 for one prefetched into the L2), and
+ * SmolLM2's decode after 7680 tokens streams 94 MB of Q8 K and V a token:
+ * 1.10-1.13x the tokens/s (1 thread, 6 alternating rounds), 1.11-1.16x at 2
+ * threads. Below it the keys are in the caches, where the L1 prefetch of a
+ * single stream did better (two streams with L2 prefetches at every size:
+ * 0.969x after 512 tokens, 10 rounds). */
+#define DECODE_FAR_BYTES (128 * 1024)
+
+/* A prefetch of the line at p: into the L1, or (far) the L2. */
+AI void decode_prefetch(const char *p, int far) {
+    if (far) _mm_prefetch(p, _MM_HINT_T1);
+    else _mm_prefetch(p, _MM_HINT_T0);
+}
+
 /* acc + the dot of u8's bytes with the 4 signed bytes at s8, broadcast
  * from memory by the instruction itself (no broadcast of its own: the
  * decode's query words, one per 4 dims a row). */
@@ -155,13 +174,23 @@ AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, const flo
     const int ahead = DECODE_PREFETCH_BYTES / (16 * D) > 0 ? DECODE_PREFETCH_BYTES / (16 * D) : 1;
     const int lend = x->ln < jb ? x->ln : jb;
     __m512i tile[KVS_ATTN_Q8_MAX_DIM / 4];
-    for (int j = ja; j < jb; j += 16) {
+    /* far (DECODE_FAR_BYTES): two streams, a block of the first and of the
+     * second half in turn, each prefetching within its half (the order of
+     * the keys changes nothing: each key's score is its own, and the maxima
+     * are order-free, as the split decode's) */
+    const int far = (size_t)(jb - ja) * D >= DECODE_FAR_BYTES;
+    const int nblk = (jb - ja + 15) / 16, part = far ? (nblk + 1) / 2 : nblk;
+    for (int i = 0; i < (far ? 2 * part : nblk); i++) {
+        const int second = far && (i & 1), blk = far ? second * part + i / 2 : i;
+        if (blk >= nblk) continue;
+        const int j = ja + 16 * blk;
+        const int end = second || ja + 16 * part > lend ? lend : ja + 16 * part;
         const __m512i *kt = tile;
         if (j >= x->l0 && j + 16 <= x->ln) kt = x->lk + (size_t)(j / 16) * (D / 4);
         else key_tile16(x->K, x->rb, n_ctx, D, j, tile);
-        if (j + 16 * ahead + 16 <= lend) { /* the layout's keys stream from DRAM: see DECODE_PREFETCH_BYTES */
+        if (j + 16 * ahead + 16 <= end) { /* the layout's keys stream from DRAM: see DECODE_PREFETCH_BYTES */
             const char *pf = (const char *)(x->lk + (size_t)(j / 16 + ahead) * (D / 4));
-            for (int i = 0; i < D / 4; i++) _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+            for (int q = 0; q < D / 4; q++) decode_prefetch(pf + 64 * q, far);
         }
         const __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j), lane);
         const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
@@ -283,7 +312,7 @@ static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
  * pv_decode_dims'. With pf, the lo pass prefetches npf lines of the group
  * DECODE_PREFETCH_BYTES ahead (the decode layout's values stream from DRAM). */
 AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int g0, int g1, uint64_t hot,
-                const char *pf, int npf, int32_t *const *oi) {
+                const char *pf, int npf, int far, int32_t *const *oi) {
     __m512i acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -306,18 +335,16 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) acc[r][i] = _mm512_slli_epi32(acc[r][i], 8);
-    /* the lo words, the layout's groups then the staged ones */
-    const int gs = g0 + t.gs < g1 ? g0 + t.gs : g1;
-    const int32_t *v4 = t.v4;
-    for (int g = g0; g < g1; g++, v4 += D) {
-        if (g == gs) { /* (gs == g0: none from the layout) */
-            v4 = t.v4s;
-            pf = NULL;
-        }
-        if (pf) {
-            for (int l = 0; l < npf; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
-            pf += 4 * (size_t)D;
-        }
+    /* the lo words, each group's lines prefetched ahead while they are the
+     * layout's; far (DECODE_FAR_BYTES): in two streams, a group of the
+     * first and of the second half in turn (integer sums: any order) */
+    const int ng = g1 - g0, h = far ? (ng + 1) / 2 : ng;
+    for (int k = 0; k < (far ? 2 * h : ng); k++) {
+        const int q = far ? (k >> 1) + (k & 1) * h : k, g = g0 + q; /* q: the group from g0 */
+        if (g >= g1) continue;
+        const int32_t *v4 = pv_value_at(t, q, D);
+        if (pf && q < t.gs)
+            for (int l = 0; l < npf; l++) decode_prefetch(pf + (size_t)q * 4 * D + 64 * l, far);
         __m512i vv[4];
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) vv[i] = _mm512_loadu_si512(v4 + 16 * i);
@@ -338,13 +365,13 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
 /* pv_rows for NR = 2..4 rows and NV = 1..4 vectors (constants: the sums
  * stay in registers). */
 AI void pv_rows_n(int nr, int nv, const int32_t *const *P, pv_values t, int D, int g0, int g1, uint64_t hot,
-                  const char *pf, int npf, int32_t *const *oi) {
+                  const char *pf, int npf, int far, int32_t *const *oi) {
 #define PV_ROWS_NV(NR)                                                               \
     switch (nv) {                                                                    \
-    case 1: pv_rows(NR, 1, P, t, D, g0, g1, hot, pf, npf, oi); break;               \
-    case 2: pv_rows(NR, 2, P, t, D, g0, g1, hot, pf, npf, oi); break;               \
-    case 3: pv_rows(NR, 3, P, t, D, g0, g1, hot, pf, npf, oi); break;               \
-    default: pv_rows(NR, 4, P, t, D, g0, g1, hot, pf, npf, oi); break;              \
+    case 1: pv_rows(NR, 1, P, t, D, g0, g1, hot, pf, npf, far, oi); break;          \
+    case 2: pv_rows(NR, 2, P, t, D, g0, g1, hot, pf, npf, far, oi); break;          \
+    case 3: pv_rows(NR, 3, P, t, D, g0, g1, hot, pf, npf, far, oi); break;          \
+    default: pv_rows(NR, 4, P, t, D, g0, g1, hot, pf, npf, far, oi); break;         \
     }
     switch (nr) {
     case 2: PV_ROWS_NV(2) break;
@@ -437,6 +464,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     const int jstart = jmin / PV_BLOCK * PV_BLOCK;
     int32_t *stage = (int32_t *)(x->u.stage + (size_t)3 * 16 * 256);
     const int maxall = unit_maxn(&x->u);
+    const int far = (size_t)(maxall - jmin) * D >= DECODE_FAR_BYTES; /* the values from DRAM */
     /* heads of 64-dim parts, units of whole or half parts: the values in
      * lanes order, [da, db) being positions (values4_lanes), a half part the
      * position vectors i = 0, 1 or 2, 3 of it */
@@ -494,7 +522,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                         int32_t *od[4];
                         for (int r = 0; r < nr; r++) od[r] = oi[r] + d0;
                         const int nv = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
-                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, hot, pf, npf, od);
+                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, hot, pf, npf, far, od);
                     }
                 }
                 for (int r = 0; r < nr; r++)
