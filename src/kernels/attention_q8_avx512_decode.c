@@ -84,6 +84,12 @@ AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i 
  * 0.969x after 512 tokens, 10 rounds). */
 #define DECODE_FAR_BYTES (128 * 1024)
 
+/* Whether kv head x's keys reach DECODE_FAR_BYTES (all of them, whatever
+ * part of them a split unit takes). */
+static inline int decode_far(const q8_unit *x) {
+    return (size_t)(unit_maxn(&x->u) - x->u.jmin) * x->u.D >= DECODE_FAR_BYTES;
+}
+
 /* A prefetch of the line at p: into the L1, or (far) the L2. */
 AI void decode_prefetch(const char *p, int far) {
     if (far) _mm_prefetch(p, _MM_HINT_T1);
@@ -108,6 +114,26 @@ typedef struct decode_rows {
     float qs[8];
     __m512 mx[8];
 } decode_rows;
+
+/* The key or value scales of a kv head's slots: the decode layout's own
+ * (lay, slots [l0, ln), multiples of 16) where it holds them, else a copy
+ * from the rows (own, indexed by slot as well). Blocks of 16 slots from a
+ * multiple of 16 lie wholly on one side. Read in place: copying the
+ * layout's (8 bytes a key) had been 3.9% of a decode after 7680 tokens. */
+typedef struct scales_view {
+    const float *lay, *own;
+    int l0, ln;
+} scales_view;
+
+static inline scales_view scales_of(const q8_unit *x, const float *lay, const float *own) {
+    return x->ln > x->l0 ? (scales_view){lay, own, x->l0, x->ln} : (scales_view){own, own, 0, 0};
+}
+
+/* The scales of slots j .. j + 15 (j a multiple of 16) start at the
+ * returned pointer + j. */
+static inline const float *scales_block(scales_view v, int j) {
+    return j >= v.l0 && j + 16 <= v.ln ? v.lay : v.own;
+}
 
 /* Rows [r0, r0 + NR) of 16 keys' scores (key words kt, lane = key): each
  * key word loaded once for the NR rows, two chains a row (even and odd 4
@@ -162,7 +188,7 @@ AI void scores16(const q8_unit *x, int D4, int rows, const __m512i *kt, decode_r
  * holds them) for all the unit's rows, which then take one vpdpbusd per 4
  * dims against their broadcast levels. Blocks every row sees whole skip
  * the masks. */
-AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, const float *kds, int ja, int jb) {
+AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, scales_view kds, int ja, int jb) {
     const int D = x->u.D, n_ctx = x->u.c->n_ctx;
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     int nmin = jb, lomax = 0; /* keys [lomax, nmin) are live for every row */
@@ -178,7 +204,7 @@ AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, const flo
      * second half in turn, each prefetching within its half (the order of
      * the keys changes nothing: each key's score is its own, and the maxima
      * are order-free, as the split decode's) */
-    const int far = (size_t)(jb - ja) * D >= DECODE_FAR_BYTES;
+    const int far = decode_far(x);
     const int nblk = (jb - ja + 15) / 16, part = far ? (nblk + 1) / 2 : nblk;
     for (int i = 0; i < (far ? 2 * part : nblk); i++) {
         const int second = far && (i & 1), blk = far ? second * part + i / 2 : i;
@@ -196,13 +222,13 @@ AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, const flo
         const __mmask16 in = _mm512_cmplt_epi32_mask(jv, _mm512_set1_epi32(jb));
         float *S = x->u.S + j;
         if (j >= lomax && j + 16 <= nmin)
-            scores16(x, D4, rows, kt, dr, _mm512_loadu_ps(kds + j), 0, in, jv, S);
+            scores16(x, D4, rows, kt, dr, _mm512_loadu_ps(scales_block(kds, j) + j), 0, in, jv, S);
         else
-            scores16(x, D4, rows, kt, dr, _mm512_maskz_loadu_ps(in, kds + j), 1, in, jv, S);
+            scores16(x, D4, rows, kt, dr, _mm512_maskz_loadu_ps(in, scales_block(kds, j) + j), 1, in, jv, S);
     }
 }
 
-static void decode_scores_t(q8_unit *x, int rows, decode_rows *dr, const float *kds, int ja, int jb) {
+static void decode_scores_t(q8_unit *x, int rows, decode_rows *dr, scales_view kds, int ja, int jb) {
     if (x->u.D == 64) decode_scores_d(x, 16, rows, dr, kds, ja, jb);
     else decode_scores_d(x, x->u.D / 4, rows, dr, kds, ja, jb);
 }
@@ -401,23 +427,20 @@ static void row_scales(const int8_t *K, const int8_t *V, size_t rb, int D, int j
     }
 }
 
-/* The scales of keys and values [ja, jb), gathered once for every row
- * (those the decode layout holds copied). */
+/* The scales of keys and values [ja, jb) that the decode layout does not
+ * hold, gathered once for every row into kds[j], vds[j] (scales_view's
+ * own). */
 static void decode_scales(const q8_unit *x, int ja, int jb, float *kds, float *vds) {
     int la = x->l0 > ja ? x->l0 : ja, lb = x->ln < jb ? x->ln : jb; /* the layout's part */
     if (la >= lb) la = lb = jb;
     row_scales(x->K, x->V, x->rb, x->u.D, ja, la, kds, vds);
-    if (la < lb) {
-        memcpy(kds + la, x->lkd + la, (size_t)(lb - la) * sizeof(float));
-        memcpy(vds + la, x->lvd + la, (size_t)(lb - la) * sizeof(float));
-    }
     row_scales(x->K, x->V, x->rb, x->u.D, lb, jb, kds, vds);
 }
 
 /* Row r's exp, sum, weights and their 16-bit levels in place (lane = key),
  * given its score maximum m: *pd, *inv; returns the OR of its levels (the
  * sign bit set: a negative value scale, no unsigned hi bytes). */
-static __m512i decode_weights_row(const q8_unit *x, int r, float m, const float *vds, float *pd, float *inv) {
+static __m512i decode_weights_row(const q8_unit *x, int r, float m, scales_view vds, float *pd, float *inv) {
     const __m512 top = _mm512_set1_ps(32767.0f), bottom = _mm512_set1_ps(-32767.0f);
     const __m128i order = _mm_set_epi8(15, 13, 14, 12, 11, 9, 10, 8, 7, 5, 6, 4, 3, 1, 2, 0);
     const int n = x->u.n[r], first = x->u.lo[r], jmin = x->u.jmin;
@@ -429,7 +452,7 @@ static __m512i decode_weights_row(const q8_unit *x, int r, float m, const float 
         const __m512 sm = _mm512_sub_ps(_mm512_loadu_ps(S + j), _mm512_set1_ps(m));
         const __m512 e = _mm512_maskz_mov_ps(in & _mm512_cmp_ps_mask(sm, sm, _CMP_ORD_Q), exp16_q8(sm)); /* NaN: 0 */
         part = _mm512_add_ps(part, e); /* lane i: keys i mod 16, as the reference's partials */
-        const __m512 vd = _mm512_maskz_loadu_ps(in, vds + j);
+        const __m512 vd = _mm512_maskz_loadu_ps(in, scales_block(vds, j) + j);
         vdmax = _mm512_mask_max_ps(vdmax, seen, vd, vdmax); /* the row's keys [first, n); NaN and -0 leave it */
         _mm512_storeu_ps(S + j, _mm512_mul_ps(e, vd));
     }
@@ -464,7 +487,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     const int jstart = jmin / PV_BLOCK * PV_BLOCK;
     int32_t *stage = (int32_t *)(x->u.stage + (size_t)3 * 16 * 256);
     const int maxall = unit_maxn(&x->u);
-    const int far = (size_t)(maxall - jmin) * D >= DECODE_FAR_BYTES; /* the values from DRAM */
+    const int far = decode_far(x); /* the values from DRAM */
     /* heads of 64-dim parts, units of whole or half parts: the values in
      * lanes order, [da, db) being positions (values4_lanes), a half part the
      * position vectors i = 0, 1 or 2, 3 of it */
@@ -580,10 +603,11 @@ int kvs_attention_decode_unit_q8_avx512(q8_unit *x) {
      * free (it uses fewer than 8 of KVS_ATTN_ROWS) */
     float *kds = x->u.S + (size_t)(KVS_ATTN_ROWS - 2) * x->u.ctxs, *vds = kds + x->u.ctxs;
     decode_scales(x, x->u.jmin, maxall, kds, vds);
-    decode_scores_t(x, rows, &dr, kds, x->u.jmin, maxall);
+    decode_scores_t(x, rows, &dr, scales_of(x, x->lkd, kds), x->u.jmin, maxall);
     __m512i sign = _mm512_setzero_si512();
     for (int r = 0; r < rows; r++) /* no lane of mx is NaN: the order is free */
-        sign = _mm512_or_si512(sign, decode_weights_row(x, r, _mm512_reduce_max_ps(dr.mx[r]), vds, &pd[r], &inv[r]));
+        sign = _mm512_or_si512(sign, decode_weights_row(x, r, _mm512_reduce_max_ps(dr.mx[r]), scales_of(x, x->lvd, vds),
+                                                        &pd[r], &inv[r]));
     if (_mm512_movepi32_mask(sign)) return 1; /* a negative value scale: no unsigned hi bytes */
     decode_outputs(x, pd, inv, 0, x->u.D);
     return 0;
@@ -677,7 +701,7 @@ void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u
         decode_queries(&x, &dr);
         float *kds = q8_split_scales(c, g);
         decode_scales(&x, ja, jb, kds, kds + x.u.ctxs);
-        decode_scores_t(&x, group, &dr, kds, ja, jb);
+        decode_scores_t(&x, group, &dr, scales_of(&x, x.lkd, kds), ja, jb);
         return;
     }
     if (phase == 1) { /* row un (head un) */
@@ -686,8 +710,8 @@ void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u
         float *row = x.u.S + (size_t)r * x.u.ctxs, pd, inv;
         __m512 mx = _mm512_set1_ps(-INFINITY);
         for (int j = x.u.jmin, maxn = unit_maxn(&x.u); j < maxn; j += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + j), mx);
-        const __m512i sign = decode_weights_row(&x, r, _mm512_reduce_max_ps(mx), q8_split_scales(c, g) + x.u.ctxs,
-                                                &pd, &inv);
+        const __m512i sign = decode_weights_row(&x, r, _mm512_reduce_max_ps(mx),
+                                                scales_of(&x, x.lvd, q8_split_scales(c, g) + x.u.ctxs), &pd, &inv);
         row[x.u.ctxs - 1] = inv;
         row[x.u.ctxs - 2] = pd;
         row[x.u.ctxs - 3] = _mm512_movepi32_mask(sign) ? 1.0f : 0.0f;
