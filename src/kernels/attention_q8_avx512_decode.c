@@ -71,7 +71,7 @@ AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i 
  * 32 KB 104, 48 KB 105), the read probe's rate being ~89 us a layer. */
 #define DECODE_PREFETCH_BYTES 16384
 
-/* From this many bytes of a unit's keys on (2048 keys at D = 64), the
+/* From this many bytes of a kv head's keys on (2048 keys at D = 64), the
  * decode reads its keys and values in two streams, the first and the second
  * half of a range in turn, each prefetched into the L2 (not the L1). Why:
  * on the AMX Xeon one thread's single stream from DRAM ran at ~12 GB/s
@@ -89,6 +89,13 @@ AI void key_tile16(const int8_t *K, size_t rb, int n_ctx, int D, int j, __m512i 
 static inline int decode_far(const q8_unit *x) {
     return (size_t)(unit_maxn(&x->u) - x->u.jmin) * x->u.D >= DECODE_FAR_BYTES;
 }
+
+/* The decode's order over n items (key blocks, value groups): far, a visit
+ * of the first and of the second half in turn (half = (n + 1) / 2; visit i
+ * takes item stream_item(i, half, 1), past n for the last visit where n is
+ * odd: skipped), else in order. */
+static inline int stream_visits(int n, int far) { return far ? 2 * ((n + 1) / 2) : n; }
+static inline int stream_item(int i, int half, int far) { return far ? (i >> 1) + (i & 1) * half : i; }
 
 /* A prefetch of the line at p: into the L1, or (far) the L2. */
 AI void decode_prefetch(const char *p, int far) {
@@ -206,11 +213,11 @@ AI void decode_scores_d(q8_unit *x, int D4, int rows, decode_rows *dr, scales_vi
      * are order-free, as the split decode's) */
     const int far = decode_far(x);
     const int nblk = (jb - ja + 15) / 16, part = far ? (nblk + 1) / 2 : nblk;
-    for (int i = 0; i < (far ? 2 * part : nblk); i++) {
-        const int second = far && (i & 1), blk = far ? second * part + i / 2 : i;
+    for (int i = 0; i < stream_visits(nblk, far); i++) {
+        const int blk = stream_item(i, part, far);
         if (blk >= nblk) continue;
         const int j = ja + 16 * blk;
-        const int end = second || ja + 16 * part > lend ? lend : ja + 16 * part;
+        const int end = blk >= part || ja + 16 * part > lend ? lend : ja + 16 * part; /* its half's */
         const __m512i *kt = tile;
         if (j >= x->l0 && j + 16 <= x->ln) kt = x->lk + (size_t)(j / 16) * (D / 4);
         else key_tile16(x->K, x->rb, n_ctx, D, j, tile);
@@ -364,9 +371,9 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
     /* the lo words, each group's lines prefetched ahead while they are the
      * layout's; far (DECODE_FAR_BYTES): in two streams, a group of the
      * first and of the second half in turn (integer sums: any order) */
-    const int ng = g1 - g0, h = far ? (ng + 1) / 2 : ng;
-    for (int k = 0; k < (far ? 2 * h : ng); k++) {
-        const int q = far ? (k >> 1) + (k & 1) * h : k, g = g0 + q; /* q: the group from g0 */
+    const int ng = g1 - g0;
+    for (int k = 0; k < stream_visits(ng, far); k++) {
+        const int q = stream_item(k, (ng + 1) / 2, far), g = g0 + q; /* q: the group from g0 */
         if (g >= g1) continue;
         const int32_t *v4 = pv_value_at(t, q, D);
         if (pf && q < t.gs)
