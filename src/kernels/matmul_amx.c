@@ -66,7 +66,7 @@
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16,amx-int8"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16,amx-int8")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,prfchw,amx-tile,amx-bf16,amx-int8")
 #endif
 
 #include <pthread.h>
@@ -461,30 +461,33 @@ AI void panel(const amx_run *r, float *cbuf, int q41) {
     }
 }
 
-/* Q8_0, one block of row tile t, on int8 tiles (TDPBSSD, exact int32):
- * the hi and lo dots of both halves into dst (hi half 0, hi half 1, lo
- * half 0, lo half 1: 256 int32 each, rows of 16). */
-AI void q8_block_tiles(const amx_run *r, int t, int b, float *dst) {
-    const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row + (size_t)b * 64;
-    _tile_loadd(2, xa, r->xa_row);
-    _tile_loadd(3, xa + 32, r->xa_row);
-    _tile_loadd(4, r->pan[b].b[0], 64);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_dpbssd(0, 2, 4);
-    _tile_dpbssd(1, 3, 4);
-    if (r->nh > 1) {
-        _tile_loadd(5, r->pan[b].b[1], 64);
+/* Q8_0 on int8 tiles (TDPBSSD, exact int32): the hi and lo dots of a
+ * block's half h (a "unit") on the C tiles of one of two sets, 0/1 (B in
+ * 4) and 6/7 (B in 5), alternating unit by unit; dst + 256 h gets hi, dst
+ * + 512 + 256 h lo (256 int32 each, rows of 16). */
+AI void q8_unit_products(const amx_run *r, int b, int h, int set) {
+    if (set) {
+        _tile_loadd(5, r->pan[b].b[h], 64);
         _tile_zero(6);
         _tile_zero(7);
         _tile_dpbssd(6, 2, 5);
         _tile_dpbssd(7, 3, 5);
+    } else {
+        _tile_loadd(4, r->pan[b].b[h], 64);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_dpbssd(0, 2, 4);
+        _tile_dpbssd(1, 3, 4);
     }
-    _tile_stored(0, dst, 64);
-    _tile_stored(1, dst + 512, 64);
-    if (r->nh > 1) {
-        _tile_stored(6, dst + 256, 64);
-        _tile_stored(7, dst + 768, 64);
+}
+
+AI void q8_unit_store(float *dst, int set) {
+    if (set) {
+        _tile_stored(6, dst, 64);
+        _tile_stored(7, dst + 512, 64);
+    } else {
+        _tile_stored(0, dst, 64);
+        _tile_stored(1, dst + 512, 64);
     }
 }
 
@@ -492,41 +495,153 @@ AI void q8_block_tiles(const amx_run *r, int t, int b, float *dst) {
  * the 1 KiB tile stores into the whole-row-tile buffers of panel(), and a
  * tile store into lines L1 no longer holds costs ~4x one into lines it
  * does. So the blocks run in stages of at most 4 whose tiles fit one of
- * two 16 KiB buffer sets that L1 keeps: stage c < 16 is chain c (blocks c,
- * c + 16, ..: the chain in registers, 16 rows of one half at a time, then
- * stored for the tree), the stages after it the tail blocks in order (on
- * acc, each row's tree, or zero). The next stage's tiles are issued before
- * the current stage's float steps. */
+ * two 16 KiB buffer sets that L1 keeps, and the next stage's tiles are
+ * issued before the current stage's float steps. The full groups' stages:
+ *  - one block a chain (16 <= nb < 32, every k = 576 shape): stage q < 4
+ *    is the tree's quarter q, blocks q, q + 4, q + 8, q + 12, each the one
+ *    block of its chain; its first two tree levels ((q + q + 8) + (q + 4 +
+ *    q + 12), kvs_tree16's pairing) run in the stage, so a row keeps one
+ *    vector of it, not four (the chains' stores and the tree's loads had
+ *    taken a third of the kernel's time);
+ *  - else stage c < 16 is chain c (blocks c, c + 16, ..: the chain in
+ *    registers, 16 rows of one half at a time, then stored for the tree).
+ * After the last of them each row's tree gives acc; the stages after it
+ * are the tail blocks in order (on acc, or on zero without a full group). */
 #define Q8_STAGE 4                       /* blocks per stage: k <= 2048 gives <= 4 per chain */
 #define Q8_BUF (1024 + 16)               /* 4-byte words (int32 dots) of one block's tiles, plus a line */
 #define Q8_SET (Q8_STAGE * Q8_BUF + 256) /* a buffer set, plus 16 lines */
 #define CH_ROW 17                        /* chains of one row and half, plus one (measured) */
 
+typedef enum { Q8_CHAIN, Q8_QUARTER, Q8_TAIL } q8_kind;
+
 typedef struct q8_stage {
-    int first, count, stride, chain; /* chain: the chain's index, -1 for tail blocks */
+    int first, count, stride;
+    int slot;     /* Q8_CHAIN: the chain; Q8_QUARTER: the quarter; Q8_TAIL: -1 */
+    q8_kind kind;
 } q8_stage;
 
-AI q8_stage q8_stage_of(int nb, int s) {
+/* Stages of the full groups: 4 quarters where each chain has one block. */
+AI int q8_group_stages(int nb) {
     const int nf = nb / 16 * 16;
-    if (nf && s < 16) return (q8_stage){s, nf / 16, 16, s};
-    const int first = nf + Q8_STAGE * (s - (nf ? 16 : 0));
-    return (q8_stage){first, nb - first < Q8_STAGE ? nb - first : Q8_STAGE, 1, -1};
+    return nf == 16 ? 4 : nf ? 16 : 0;
 }
 
+AI q8_stage q8_stage_of(int nb, int s) {
+    const int nf = nb / 16 * 16, ng = q8_group_stages(nb);
+    if (s < ng) return ng == 4 ? (q8_stage){s, 4, 4, s, Q8_QUARTER} : (q8_stage){s, nf / 16, 16, s, Q8_CHAIN};
+    const int first = nf + Q8_STAGE * (s - ng);
+    return (q8_stage){first, nb - first < Q8_STAGE ? nb - first : Q8_STAGE, 1, -1, Q8_TAIL};
+}
+
+/* A stage's blocks of row tile t, unit by unit, each unit's tiles stored
+ * after the next unit's products are issued: a store right behind its own
+ * products waits for them, one a unit behind overlaps the next products
+ * (tiles alone, in L1, on the AMX Xeon: 23 ns a block of both halves
+ * against 34 storing each unit at once). */
 AI void q8_stage_tiles(const amx_run *r, int t, q8_stage st, float *set) {
-    for (int g = 0; g < st.count; g++) q8_block_tiles(r, t, st.first + g * st.stride, set + g * Q8_BUF);
+    const uint8_t *xa = r->xq + (size_t)t * 16 * r->xa_row;
+    float *pending = NULL;
+    int u = 0;
+    for (int g = 0; g < st.count; g++) {
+        const int b = st.first + g * st.stride;
+        _tile_loadd(2, xa + (size_t)b * 64, r->xa_row);
+        _tile_loadd(3, xa + (size_t)b * 64 + 32, r->xa_row);
+        for (int h = 0; h < r->nh; h++, u++) {
+            q8_unit_products(r, b, h, u & 1);
+            if (pending) q8_unit_store(pending, (u - 1) & 1);
+            pending = set + g * Q8_BUF + 256 * h;
+        }
+    }
+    if (pending) q8_unit_store(pending, (u - 1) & 1);
 }
 
 _Static_assert(KVS_AMX_MAX_K / KVS_QK / 16 <= Q8_STAGE, "a Q8_0 chain's blocks fit one stage");
 
+/* Row i's block g of a stage, half h: fma((float)i_b, dw * dx, v). */
+AI __m512 q8_step(const float *c, int i, __m512 dw, const float *dx, size_t xa_row, __m512 v) {
+    const __m512i hi = _mm512_load_si512(c + 16 * i), lo = _mm512_load_si512(c + 512 + 16 * i);
+    const __m512 ib = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
+    const float dxi = *(const float *)((const uint8_t *)dx + (size_t)i * xa_row);
+    return _mm512_fmadd_ps(ib, _mm512_mul_ps(dw, _mm512_set1_ps(dxi)), v);
+}
+
+/* A stage's float steps for the 16 rows of half h: chains or the tail on
+ * v[] (from acc for the tail), or a quarter's four one-block chains and
+ * their first two tree levels; the rows' results into ch (chain, quarter)
+ * or acc (tail). */
+AI void q8_stage_steps(const amx_run *r, q8_stage st, int h, const float *set, const float *dx0, float *ch,
+                       float *acc) {
+    if (st.kind == Q8_QUARTER) {
+        __m512 dw[4];
+        const float *c[4], *dx[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const int b = st.first + 4 * g;
+            dw[g] = _mm512_load_ps(r->pan[b].dw + 16 * h);
+            c[g] = set + g * Q8_BUF + 256 * h;
+            dx[g] = dx0 + b;
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            __m512 p[4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) p[g] = q8_step(c[g], i, dw[g], dx[g], r->xa_row, _mm512_setzero_ps());
+            _mm512_store_ps(ch + ((size_t)(h * 16 + i) * CH_ROW + st.slot) * 16,
+                            _mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3])));
+        }
+        return;
+    }
+    __m512 v[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        v[i] = st.kind == Q8_CHAIN ? _mm512_setzero_ps() : _mm512_load_ps(acc + (size_t)(h * 16 + i) * 16);
+    for (int g = 0; g < st.count; g++) {
+        const int b = st.first + g * st.stride;
+        const float *c = set + g * Q8_BUF + 256 * h;
+        const __m512 dw = _mm512_load_ps(r->pan[b].dw + 16 * h);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) v[i] = q8_step(c, i, dw, dx0 + b, r->xa_row, v[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        _mm512_store_ps(st.kind == Q8_CHAIN ? ch + ((size_t)(h * 16 + i) * CH_ROW + st.slot) * 16
+                                            : acc + (size_t)(h * 16 + i) * 16,
+                        v[i]);
+}
+
+/* After the last group stage: each row's tree (of its 16 chains, or the
+ * last two levels over its 4 quarters) into acc. */
+AI void q8_trees(const amx_run *r, q8_kind kind, const float *ch, float *acc) {
+    for (int q = 0; q < r->nh * 16; q++) {
+        const float *cq = ch + (size_t)q * CH_ROW * 16;
+        if (kind == Q8_QUARTER) {
+            const __m512 a0 = _mm512_add_ps(_mm512_load_ps(cq), _mm512_load_ps(cq + 32));
+            const __m512 a1 = _mm512_add_ps(_mm512_load_ps(cq + 16), _mm512_load_ps(cq + 48));
+            _mm512_store_ps(acc + 16 * q, _mm512_add_ps(a0, a1));
+            continue;
+        }
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) a[u] = _mm512_load_ps(cq + 16 * u);
+        _mm512_store_ps(acc + 16 * q, tree16_lanes(a));
+    }
+}
+
 AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
-    const int nt = (r->m + 15) / 16, nb = r->nb, nf = nb / 16 * 16;
-    const int nst = (nf ? 16 : 0) + (nb - nf + Q8_STAGE - 1) / Q8_STAGE;
+    const int nt = (r->m + 15) / 16, nb = r->nb, nf = nb / 16 * 16, ng = q8_group_stages(nb);
+    const int nst = ng + (nb - nf + Q8_STAGE - 1) / Q8_STAGE;
     unsigned seq = 0;
     q8_stage_tiles(r, 0, q8_stage_of(nb, 0), buf);
     for (int t = 0; t < nt; t++) {
         const uint8_t *row0 = r->xq + (size_t)t * 16 * r->xa_row;
         const float *dx0 = kvs_xa_dx((uint8_t *)row0, r->type, nb);
+        const int mr = r->m - 16 * t < 16 ? r->m - 16 * t : 16;
+        /* the row tile's output lines, for writing (prefetchw), while its
+         * stages run: 16 rows ldy apart whose stores at the end had waited
+         * for their lines (SmolLM2's 576 x 49152 head at m = 512, y 100 MB:
+         * 0.80x the time; the model's shapes 0.97-0.99x) */
+        for (int i = 0; i < mr; i++)
+            for (int h = 0; h < r->nh; h++) __builtin_prefetch(r->y + (size_t)(t * 16 + i) * r->ldy + 16 * h, 1, 3);
         if (!nf)
             for (int q = 0; q < 2 * 16; q++) _mm512_store_ps(acc + 16 * q, _mm512_setzero_ps());
         for (int s = 0; s < nst; s++, seq++) {
@@ -534,39 +649,9 @@ AI void panel_q8(const amx_run *r, float *buf, float *ch, float *acc) {
             else if (t + 1 < nt) q8_stage_tiles(r, t + 1, q8_stage_of(nb, 0), buf + ((seq + 1) & 1) * Q8_SET);
             const float *set = buf + (seq & 1) * Q8_SET;
             const q8_stage st = q8_stage_of(nb, s);
-            for (int h = 0; h < r->nh; h++) {
-                __m512 v[16];
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++)
-                    v[i] = st.chain >= 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + (size_t)(h * 16 + i) * 16);
-                for (int g = 0; g < st.count; g++) {
-                    const int b = st.first + g * st.stride;
-                    const float *c = set + g * Q8_BUF + 256 * h;
-                    const __m512 dw = _mm512_load_ps(r->pan[b].dw + 16 * h);
-                    const float *dx = dx0 + b;
-#pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++) {
-                        const __m512i hi = _mm512_load_si512(c + 16 * i), lo = _mm512_load_si512(c + 512 + 16 * i);
-                        const __m512 ib = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
-                        const float dxi = *(const float *)((const uint8_t *)dx + (size_t)i * r->xa_row);
-                        v[i] = _mm512_fmadd_ps(ib, _mm512_mul_ps(dw, _mm512_set1_ps(dxi)), v[i]);
-                    }
-                }
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++)
-                    _mm512_store_ps(st.chain >= 0 ? ch + ((size_t)(h * 16 + i) * CH_ROW + st.chain) * 16
-                                                  : acc + (size_t)(h * 16 + i) * 16,
-                                    v[i]);
-            }
-            if (st.chain == 15) /* the full groups done: each row's tree starts its tail */
-                for (int q = 0; q < r->nh * 16; q++) {
-                    __m512 a[16];
-#pragma GCC unroll 16
-                    for (int u = 0; u < 16; u++) a[u] = _mm512_load_ps(ch + ((size_t)q * CH_ROW + u) * 16);
-                    _mm512_store_ps(acc + 16 * q, tree16_lanes(a));
-                }
+            for (int h = 0; h < r->nh; h++) q8_stage_steps(r, st, h, set, dx0, ch, acc);
+            if (s == ng - 1) q8_trees(r, st.kind, ch, acc); /* the full groups done: each row's tail starts */
         }
-        const int mr = r->m - 16 * t < 16 ? r->m - 16 * t : 16;
         for (int h = 0; h < r->nh; h++) {
             const int cnt = r->nr - 16 * h;
             const __mmask16 mk = cnt >= 16 ? 0xffff : (__mmask16)((1u << cnt) - 1);
