@@ -63,7 +63,7 @@
 #if defined(__x86_64__)
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,amx-tile,amx-bf16,amx-int8"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,prfchw,amx-tile,amx-bf16,amx-int8"))), apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,bmi2,prfchw,amx-tile,amx-bf16,amx-int8")
@@ -463,8 +463,9 @@ AI void panel(const amx_run *r, float *cbuf, int q41) {
 
 /* Q8_0 on int8 tiles (TDPBSSD, exact int32): the hi and lo dots of a
  * block's half h (a "unit") on the C tiles of one of two sets, 0/1 (B in
- * 4) and 6/7 (B in 5), alternating unit by unit; dst + 256 h gets hi, dst
- * + 512 + 256 h lo (256 int32 each, rows of 16). */
+ * 4) and 6/7 (B in 5), alternating unit by unit; q8_unit_store puts them
+ * at the block's buffer + 256 h (hi) and + 512 + 256 h (lo), 256 int32
+ * each, rows of 16. */
 AI void q8_unit_products(const amx_run *r, int b, int h, int set) {
     if (set) {
         _tile_loadd(5, r->pan[b].b[h], 64);
