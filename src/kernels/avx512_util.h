@@ -166,15 +166,20 @@ AI void chains_store(float *st, const __m512 a[16]) {
     for (int c = 0; c < 16; c++) _mm512_store_ps(st + 16 * c, a[c]);
 }
 
+/* kvs_tree16's pairing over 4 inputs, lane-wise: (a0 + a2) + (a1 + a3).
+ * Its last two levels, and its first two over chains q, q + 4, q + 8,
+ * q + 12 (as a0..a3). */
+AI __m512 tree4_lanes(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    return _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+}
+
 /* kvs_tree16, lane-wise (a[] is overwritten). */
 AI __m512 tree16_lanes(__m512 a[16]) {
 #pragma GCC unroll 8
     for (int q = 0; q < 8; q++) a[q] = _mm512_add_ps(a[q], a[q + 8]);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) a[q] = _mm512_add_ps(a[q], a[q + 4]);
-    a[0] = _mm512_add_ps(a[0], a[2]);
-    a[1] = _mm512_add_ps(a[1], a[3]);
-    return _mm512_add_ps(a[0], a[1]);
+    return tree4_lanes(a[0], a[1], a[2], a[3]);
 }
 
 /* Tree input slot of vector rho so that tree16x16 puts it in lane rho

@@ -587,8 +587,7 @@ AI void q8_stage_steps(const amx_run *r, q8_stage st, int h, const float *set, c
             __m512 p[4];
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) p[g] = q8_step(c[g], i, dw[g], dx[g], r->xa_row, _mm512_setzero_ps());
-            _mm512_store_ps(ch + ((size_t)(h * 16 + i) * CH_ROW + st.slot) * 16,
-                            _mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3])));
+            _mm512_store_ps(ch + ((size_t)(h * 16 + i) * CH_ROW + st.slot) * 16, tree4_lanes(p[0], p[1], p[2], p[3]));
         }
         return;
     }
@@ -616,9 +615,8 @@ AI void q8_trees(const amx_run *r, q8_kind kind, const float *ch, float *acc) {
     for (int q = 0; q < r->nh * 16; q++) {
         const float *cq = ch + (size_t)q * CH_ROW * 16;
         if (kind == Q8_QUARTER) {
-            const __m512 a0 = _mm512_add_ps(_mm512_load_ps(cq), _mm512_load_ps(cq + 32));
-            const __m512 a1 = _mm512_add_ps(_mm512_load_ps(cq + 16), _mm512_load_ps(cq + 48));
-            _mm512_store_ps(acc + 16 * q, _mm512_add_ps(a0, a1));
+            _mm512_store_ps(acc + 16 * q, tree4_lanes(_mm512_load_ps(cq), _mm512_load_ps(cq + 16),
+                                                      _mm512_load_ps(cq + 32), _mm512_load_ps(cq + 48)));
             continue;
         }
         __m512 a[16];
