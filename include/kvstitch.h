@@ -110,6 +110,16 @@ KVS_API const char *kvs_last_error(void);
  * separated: "amx avx512vnni avx2 scalar" at most. Static storage. */
 KVS_API const char *kvs_isa_paths(void);
 
+/* The path the kernels take now: "amx" (quantized matmuls of many rows, or
+ * chosen per shape by speed: KVS_AMX), "avx512vnni", "avx2" or "scalar".
+ * The best of kvs_isa_paths unless KVS_ISA in the environment caps it
+ * (one of those names, or "best"; a name that is unknown or beyond this
+ * CPU fails kvs_model_load with KVS_ERR_INVALID_ARG, and makes this ""
+ * with kvs_last_error() saying why): how the AVX2 path of a whole model is
+ * measured on an AVX-512 host. Every path gives the same bits. Static
+ * storage. */
+KVS_API const char *kvs_isa_in_use(void);
+
 /* How fast the calling thread's core runs now: dependent register adds per
  * nanosecond of wall time (one cycle each on x86-64 and arm64 cores) over
  * about `seconds` (at least ~4 ms, at most 2 s); 0 where unknown (another CPU family).

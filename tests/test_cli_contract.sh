@@ -89,6 +89,19 @@ gen --batch 16 -f "$tmp/med.txt" -n 1 >"$tmp/pipe.out" 2>"$tmp/pipe.err"
 # --- small things -------------------------------------------------------------
 "$CLI" --version >"$tmp/v" && grep -q '^kvstitch .*(git ' "$tmp/v" && grep -q 'kernel paths on this CPU: .*scalar' "$tmp/v" \
     && ok version || fail version "$(cat "$tmp/v")"
+# KVS_ISA: every path this CPU has runs the whole model when asked (--version
+# and bench name it) and gives the default path's tokens
+paths=$(sed -n 's/^kernel paths on this CPU: //p' "$tmp/v")
+gen --chat -p "$Q" -n 8 --json >"$tmp/isa_best.json"
+for p in $paths; do
+    [ "$p" = scalar ] && ! full && continue
+    KVS_ISA=$p "$CLI" --version | grep -qx "kernel path in use: $p (KVS_ISA)" \
+        && KVS_ISA=$p timeout 300 "$CLI" bench -m "$MODEL" -p 8 -n 2 --reps 1 --json >"$tmp/isa_bench.json" \
+        && [ "$(j "$tmp/isa_bench.json" 'd["isa"]')" = "$p" ] \
+        && KVS_ISA=$p gen --chat -p "$Q" -n 8 --json >"$tmp/isa_$p.json" \
+        && [ "$(j "$tmp/isa_$p.json" 'd["tokens"]')" = "$(j "$tmp/isa_best.json" 'd["tokens"]')" ] \
+        && ok "isa_env_$p" || fail "isa_env_$p" "$(KVS_ISA=$p "$CLI" --version) $(head -c 300 "$tmp/isa_$p.json")"
+done
 "$CLI" tokenize -m "$MODEL" --pieces "Hello, world<|im_end|>" >"$tmp/p"
 [ "$(cut -f2 "$tmp/p" | tr -d '\n')" = '"Hello"","" world""<|im_end|>"' ] && [ "$(cut -f1 "$tmp/p" | tr '\n' ' ')" = "$("$CLI" tokenize -m "$MODEL" "Hello, world<|im_end|>") " ] \
     && ok tokenize_pieces || fail tokenize_pieces "$(cat "$tmp/p")"

@@ -35,6 +35,13 @@ M=(-m "$MODEL")
 # the command line itself
 mistake no_command 2 "usage: kvstitch COMMAND"
 mistake unknown_command 2 "unknown command 'frobnicate'" frobnicate
+# the kernel path asked in the environment (bash exports a function's
+# assignments to what it runs)
+KVS_ISA=avx3 mistake isa_env_unknown 1 "KVS_ISA=avx3: unknown (scalar, avx2, avx512vnni, amx or best)" \
+    generate "${M[@]}" -p hi -n 1
+if ! "$CLI" --version | grep -q 'paths on this CPU: .*amx'; then
+    KVS_ISA=amx mistake isa_env_absent 1 "KVS_ISA=amx: this CPU lacks that path" generate "${M[@]}" -p hi -n 1
+fi
 # version takes no arguments (a stray one had been ignored, exit 0)
 mistake version_extra 2 "kvstitch version: unexpected argument 'extra'" version extra
 mistake version_dashdash_extra 2 "kvstitch version: unexpected argument 'extra'" --version extra

@@ -274,6 +274,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "reps", reps);
         cJSON_AddNumberToObject(j, "depth", depth);
         cJSON_AddStringToObject(j, "kv_type", kvs_kv_type_name(cp.kv_type));
+        cJSON_AddStringToObject(j, "isa", kvs_isa_in_use());
         if (n_pp > 0) add_test(j, "pp", n_pp, 1, pp_med, pp, reps);
         if (n_tg > 0) add_test(j, "tg", n_tg, ns, tg_med, tg, reps);
         cJSON_AddNumberToObject(j, "weight_bytes", (double)info.weight_bytes);
@@ -294,7 +295,8 @@ int cmd_bench(int argc, char **argv) {
         if (json_print_line(stdout, j)) goto done;
     } else {
         printf("model:   %s (%s, %.1f MB of weights)\n", model_path, info.name, info.weight_bytes / 1e6);
-        printf("machine: %s, %d threads, %s KV\n", cpu, n_threads, kvs_kv_type_name(cp.kv_type));
+        printf("machine: %s, %d threads, %s KV, %s kernels\n", cpu, n_threads, kvs_kv_type_name(cp.kv_type),
+               kvs_isa_in_use());
         if (clock_start > 0 && clock_end > 0) /* low or moving: a shared host was busy */
             printf("clock:   %.2f GHz before the tests, %.2f after (dependent adds on the main thread)\n",
                    clock_start, clock_end);

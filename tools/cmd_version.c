@@ -1,4 +1,5 @@
 /* kvstitch --version: the library version, the build's git describe, the CPU's kernel paths. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -23,5 +24,8 @@ int cmd_version(int argc, char **argv) {
     printf("kvstitch (library version not set) (git %s)\n", KVS_GIT_DESCRIBE);
 #endif
     printf("kernel paths on this CPU: %s\n", kvs_isa_paths());
+    const char *isa = kvs_isa_in_use(), *env = getenv("KVS_ISA");
+    if (*isa) printf("kernel path in use: %s%s\n", isa, env && *env ? " (KVS_ISA)" : "");
+    else printf("kernel path in use: none: %s\n", kvs_last_error());
     return 0;
 }

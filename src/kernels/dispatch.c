@@ -13,6 +13,7 @@
 #endif
 
 #include "base/core_clock.h"
+#include "base/error.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/kquant.h"
 
@@ -86,7 +87,9 @@ int kvs_kernels_amx_available(void) {
     return v;
 }
 
-static atomic_int g_isa_cap = 2; /* highest level allowed (kvs_kernels_set_isa) */
+/* highest level allowed: -1 not decided yet (KVS_ISA env, read on first
+ * use), else kvs_kernels_set_isa's or the env's choice */
+static atomic_int g_isa_cap = -1;
 /* AMX: -1 not decided yet (KVS_AMX env), 0 off, 1 on for every call it
  * covers, 2 (the default) a prefill's calls on AMX or AVX-512 by their
  * measured speed (path_tuner.c; the batch paths stay on AMX). */
@@ -111,22 +114,66 @@ static int amx_on(void) {
 
 static int amx_tuned(void) { return amx_on() && atomic_load_explicit(&g_amx, memory_order_relaxed) == 2; }
 
-int kvs_kernels_set_isa(const char *name) {
-    int want = 2, amx = 0;
-    if (name && !strcmp(name, "scalar")) want = 0;
-    else if (name && !strcmp(name, "avx2")) want = 1;
-    else if (name && !strcmp(name, "amx")) amx = 1;
-    else if (name && !strcmp(name, "best")) amx = amx_default();
+/* The level cap and AMX mode that name asks (kvs_kernels_set_isa's
+ * names; "best" the CPU's own level, so it holds on an AVX2-only CPU):
+ * 0, or -1 unknown, -2 beyond this CPU. */
+static int isa_choice(const char *name, int *cap, int *amx) {
+    *cap = 2;
+    *amx = 0;
+    if (name && !strcmp(name, "scalar")) *cap = 0;
+    else if (name && !strcmp(name, "avx2")) *cap = 1;
+    else if (name && !strcmp(name, "amx")) *amx = 1;
+    else if (name && !strcmp(name, "best")) *cap = cpu_level(), *amx = amx_default();
     else if (name && strcmp(name, "avx512vnni")) return -1;
-    if (want > cpu_level() || (name && !strcmp(name, "amx") && !kvs_kernels_amx_available())) return -1;
-    atomic_store(&g_isa_cap, want);
+    if (*cap > cpu_level() || (name && !strcmp(name, "amx") && !kvs_kernels_amx_available())) return -2;
+    return 0;
+}
+
+int kvs_kernels_set_isa(const char *name) {
+    int cap, amx;
+    if (isa_choice(name, &cap, &amx)) return -1;
+    atomic_store(&g_isa_cap, cap);
     atomic_store(&g_amx, amx);
     return 0;
 }
 
+/* KVS_ISA: a process's ISA cap without a call (kvstitch, the server, the
+ * Python package alike: the AVX2 path of a whole model measured on an
+ * AVX-512 host, say). Unset or "": the best the CPU has. */
+static const char *isa_env(void) {
+    const char *e = getenv("KVS_ISA");
+    return e && *e ? e : NULL;
+}
+
+/* The cap, taking KVS_ISA's choice the first time if nothing chose before
+ * (a name it cannot use leaves the best: kvs_kernels_check_env says why). */
+static int isa_cap(void) {
+    int cap = atomic_load_explicit(&g_isa_cap, memory_order_relaxed);
+    if (cap >= 0) return cap;
+    int want, amx;
+    const char *e = isa_env();
+    if (!e || isa_choice(e, &want, &amx)) isa_choice("best", &want, &amx);
+    int expected = -1;
+    if (atomic_compare_exchange_strong(&g_isa_cap, &expected, want)) atomic_store(&g_amx, amx);
+    return atomic_load(&g_isa_cap);
+}
+
+int kvs_kernels_check_env(void) {
+    const char *e = isa_env();
+    int cap, amx;
+    const int rc = e ? isa_choice(e, &cap, &amx) : 0;
+    if (rc == -1)
+        return kvs_error(KVS_ERR_INVALID_ARG, "KVS_ISA=%s: unknown (scalar, avx2, avx512vnni, amx or best)", e);
+    if (rc == -2)
+        return kvs_error(KVS_ERR_INVALID_ARG, "KVS_ISA=%s: this CPU lacks that path (`kvstitch --version` lists its paths)",
+                         e);
+    isa_cap(); /* decided now, before any kernel or layout choice reads it */
+    return KVS_OK;
+}
+
 static const kvs_isa *pick_isa(void) {
     if (force_scalar()) return &kvs_isa_scalar;
-    int l = cpu_level(), cap = atomic_load_explicit(&g_isa_cap, memory_order_relaxed);
+    int l = cpu_level(), cap = isa_cap();
     if (l > cap) l = cap;
 #if defined(__x86_64__)
     if (l == 2) return &kvs_isa_avx512;

@@ -347,6 +347,12 @@ void kvs_kernels_force_scalar(int on);
  * prefill shape's calls on AMX or AVX-512 by their measured speed
  * (path_tuner.c), any other value is "amx". */
 int kvs_kernels_set_isa(const char *name);
+/* KVS_ISA in the environment caps the dispatcher as kvs_kernels_set_isa
+ * does, once, where no call chose first (unset or "": the best). Returns
+ * KVS_OK, or KVS_ERR_INVALID_ARG naming the value where it is unknown or
+ * beyond this CPU (the dispatcher then keeps the best): kvs_model_load
+ * fails with it, so no run goes on silently on a path it was not asked. */
+int kvs_kernels_check_env(void);
 /* 1 if quantized matmuls may run on AMX (forced, or chosen per shape by
  * speed; kvs_kernels_isa then still names the vector level, "avx512vnni"). */
 int kvs_kernels_amx(void);

@@ -36,6 +36,7 @@
 #include <math.h>
 
 #include "kernels/avx2_util.h"
+#include "kernels/prefetch_rows.h"
 
 #define ROWS 16   /* activation rows per pass over a weight row */
 
@@ -534,8 +535,9 @@ AI void tile_out8(const kvs_mm_call *c, int j8, const __m256 C[8][2], int nt, co
  * core reads DRAM faster from two distant streams than from one: see
  * matmul_avx2.c, matmul_cols_f). Measured, SmolLM2 decode, paired A/B: Q8_0
  * 1.06x at 1 thread, 1.14x at 2; Q4_0 / Q4_1 unchanged (their unpacking
- * bounds them, not the memory). No software prefetch: the next tile's rows
- * (1-8 rows ahead) measured no better than none, with two streams. What is
+ * bounds them, not the memory). Each stream's rows KVS_M1_PF_ROWS ahead are
+ * prefetched (prefetch_rows.h): on Zen 3 no better than none, on the AMX
+ * Xeon's cores (KVS_ISA=avx2) SmolLM2 Q4_1 1.6x tokens/s. What is
  * left (an odd whole tile, a last partial tile) goes pair by pair inside its
  * tile (an odd last row is computed twice and stored once). xt: row i's
  * tail blocks. */
@@ -552,6 +554,8 @@ static void matmul_row(const kvs_mm_call *c, int i, int j0, int j1, const xtail 
         __m256 CA[8][2], CB[8][2]; /* row o's chains at position tree16x8_pos[o] */
         for (int o = 0; o < KVS_PACK_TILE; o++) {
             __m256 P[2][2];
+            kvs_prefetch_row_ahead(w, ja + o);
+            kvs_prefetch_row_ahead(w, jb + o);
             m1_pair(type, kvs_packed_row(w, ja + o), kvs_packed_row(w, jb + o), ng, xq, x16, P);
             const int p = tree16x8_pos[o];
             CA[p][0] = P[0][0];

@@ -28,15 +28,9 @@
 #endif
 
 #include "kernels/avx512_util.h"
+#include "kernels/prefetch_rows.h"
 
 /* ------------------------------------------------------------ m = 1 (decode) */
-
-/* Weight rows the decode paths prefetch ahead: weights stream from L3 or
- * DRAM once per token, and the hardware prefetcher alone leaves the m = 1
- * loops waiting (measured: +15% decode tokens/s at one thread). */
-#ifndef KVS_M1_PF_ROWS
-#define KVS_M1_PF_ROWS 16
-#endif
 
 /* Calls of up to KVS_FEW_MAX_M activation rows take few_rows (rows in
  * registers), up to KVS_MANY_MAX_M many_rows; more rows take the
@@ -192,22 +186,6 @@ AI __m512 row_tail(const prep_grp *p, const uint8_t *qt, int sub, int type, __m5
     return r;
 }
 
-/* Prefetches the bytes of row j + KVS_M1_PF_ROWS, line by line: the
- * matrix's rows j * row_bytes on, packed or GGUF (a packed tile of 8 rows
- * holds the same bytes as its 8 GGUF rows, its tails after the groups, so
- * the rows' ranges in turn cover them; the groups' own addresses skipped
- * the tails, ~17% of gemma3's head). Past the matrix these are harmless
- * hints. */
-AI void prefetch_row_ahead(const kvs_wmat *w, int j) {
-    const uint8_t *base = w->packed ? (const uint8_t *)w->packed : (const uint8_t *)w->data;
-    const uintptr_t pf0 = (uintptr_t)base + (size_t)(j + KVS_M1_PF_ROWS) * w->row_bytes;
-    for (uintptr_t a = pf0 & ~(uintptr_t)63; a < pf0 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-    if (w->far_rows) { /* weights from DRAM: into L2 further ahead as well (kvs_far_prefetch_rows) */
-        const uintptr_t pf1 = (uintptr_t)base + (size_t)(j + w->far_rows) * w->row_bytes;
-        for (uintptr_t a = pf1 & ~(uintptr_t)63; a < pf1 + w->row_bytes; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
-    }
-}
-
 /* Byte offsets from row j0 of the tile's weight rows (gather indices, lane
  * = weight row): lanes 0..7 rows j0.., lanes 8..15 rows jb.. (j0 + 8 where
  * the tile's rows are contiguous). */
@@ -325,7 +303,7 @@ AI void few_rows(const kvs_wmat *w, int j0, int jb, int nr, const uint8_t *xq, s
         /* two streams: their rows alternate (each row's sums are its own) */
         const int rho = two ? (k & 1) * 8 + k / 2 : k, j = rho < 8 ? j0 + rho : jb + rho - 8;
         const uint8_t *row = q_row(w, j);
-        prefetch_row_ahead(w, j);
+        kvs_prefetch_row_ahead(w, j);
         __m512 acc[4];
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_ps();
@@ -382,8 +360,8 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int m
     if (type == KVS_TYPE_Q8_0) /* weight rows in pairs (row_q8_group_pair) */
         for (; rho + 1 < nr; rho += 2) {
             const uint8_t *row0 = q_row(w, j0 + rho), *row1 = q_row(w, j0 + rho + 1);
-            prefetch_row_ahead(w, j0 + rho);
-            prefetch_row_ahead(w, j0 + rho + 1);
+            kvs_prefetch_row_ahead(w, j0 + rho);
+            kvs_prefetch_row_ahead(w, j0 + rho + 1);
             const int s0 = slot_of(rho), s1 = slot_of(rho + 1);
             for (int i = 0; i < m; i++) C[i][s0] = C[i][s1] = _mm512_setzero_ps();
             for (int g = 0; g < ng; g++) {
@@ -397,7 +375,7 @@ AI void many_rows(const kvs_wmat *w, int j0, int nr, const kvs_mm_call *c, int m
         }
     for (; rho < nr; rho++) {
         const uint8_t *row = q_row(w, j0 + rho);
-        prefetch_row_ahead(w, j0 + rho);
+        kvs_prefetch_row_ahead(w, j0 + rho);
         const int s = slot_of(rho);
         __m512 A[KVS_MANY_MAX_M]; /* the rows' sums, in registers */
 #pragma GCC unroll 12

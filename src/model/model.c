@@ -82,6 +82,8 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
 
 int kvs_model_load(const char *path, kvs_model_params params, kvs_model **out) {
     if (!path || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_model_load: path and out must not be NULL");
+    int env = kvs_kernels_check_env(); /* KVS_ISA: before the layouts, which follow the path */
+    if (env) return env;
     kvs_model *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(path))) {
         free(m);
