@@ -24,10 +24,29 @@ from .stream import Stream
 
 __version__ = _cstr(_lib.kvs_version())
 
+
+def isa_paths() -> list:
+    """The kernel paths this CPU can run, best first: a list of "amx",
+    "avx512vnni", "avx2", "scalar" (kvs_isa_paths)."""
+    return _cstr(_lib.kvs_isa_paths()).split()
+
+
+def isa_in_use() -> str:
+    """The kernel path that runs (kvs_isa_in_use): the best of isa_paths()
+    unless KVS_ISA in the environment caps it (read once, before the first
+    model load: set it before importing where it matters). Every path gives
+    the same bits. Raises InvalidArgument where KVS_ISA names no path of this
+    CPU (Model.load raises it too)."""
+    s = _cstr(_lib.kvs_isa_in_use())
+    if not s:
+        raise InvalidArgument(_cstr(_lib.kvs_last_error()), _lib.KVS_ERR_INVALID_ARG)
+    return s
+
 __all__ = [
     "Model", "ModelInfo", "Cache", "Session", "Stream", "GenerateResult", "WarmResult",
     "System", "Document", "Question", "Segment",
     "Error", "InvalidArgument", "FileError", "FormatError", "Unsupported", "OutOfMemory",
     "NotFound", "ContextFull", "Utf8Error", "ModelMismatch", "CorruptCache", "InternalError",
     "Interrupted", "SessionBusy", "Closed", "library_path", "prune_dir", "__version__",
+    "isa_paths", "isa_in_use",
 ]

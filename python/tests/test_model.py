@@ -1,6 +1,9 @@
 """Model.load, info, tokenize / detokenize, chat rendering, package surface."""
 import inspect
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import kvstitch
@@ -11,6 +14,26 @@ def test_version_matches_header():
     want = ".".join(re.search(r"#define KVS_VERSION_%s (\d+)" % p, hdr).group(1)
                     for p in ("MAJOR", "MINOR", "PATCH"))
     assert kvstitch.__version__ == want
+
+
+def test_isa_paths_and_in_use(model_path):
+    paths = kvstitch.isa_paths()
+    assert paths[-1] == "scalar" and kvstitch.isa_in_use() in paths
+    # KVS_ISA caps a whole process (fresh interpreters: it is read once), every
+    # path generating the same tokens
+    code = ("import kvstitch, sys; m = kvstitch.Model.load(sys.argv[1]); "
+            "r = kvstitch.Session(m).generate('The capital of France is', max_tokens=6, chat=False); "
+            "print(kvstitch.isa_in_use(), r.tokens)")
+    base = subprocess.run([sys.executable, "-c", code, model_path], capture_output=True, text=True, check=True)
+    for p in paths[1:]:
+        env = dict(os.environ, KVS_ISA=p)
+        got = subprocess.run([sys.executable, "-c", code, model_path], capture_output=True, text=True, env=env,
+                             check=True).stdout.split(" ", 1)
+        assert got[0] == p and got[1] == base.stdout.split(" ", 1)[1], (p, got)
+    env = dict(os.environ, KVS_ISA="avx3")
+    bad = subprocess.run([sys.executable, "-c", code, model_path], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "InvalidArgument" in bad.stderr and "KVS_ISA=avx3: unknown" in bad.stderr, \
+        bad.stderr[-500:]
 
 
 def test_info(model, model_path):
