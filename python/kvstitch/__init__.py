@@ -13,7 +13,7 @@ concurrent call raises SessionBusy). The GIL is released while C computes.
 """
 from ._errors import (Closed, ContextFull, CorruptCache, Error, FileError, FormatError, InternalError,
                       Interrupted, InvalidArgument, ModelMismatch, NotFound, OutOfMemory, SessionBusy,
-                      Unsupported, Utf8Error)
+                      Unsupported, Utf8Error, check as _check)
 from ._lib import cstr as _cstr, lib as _lib, library_path
 from ._result import GenerateResult, WarmResult
 from .cache import Cache, prune_dir
@@ -38,9 +38,10 @@ def isa_in_use() -> str:
     the same bits. Raises InvalidArgument where KVS_ISA names no path of this
     CPU (Model.load raises it too)."""
     s = _cstr(_lib.kvs_isa_in_use())
-    if not s:
-        raise InvalidArgument(_cstr(_lib.kvs_last_error()), _lib.KVS_ERR_INVALID_ARG)
+    if not s:  # the library's reason, as every failed call raises it
+        _check(_lib.KVS_ERR_INVALID_ARG)
     return s
+
 
 __all__ = [
     "Model", "ModelInfo", "Cache", "Session", "Stream", "GenerateResult", "WarmResult",

@@ -118,14 +118,14 @@ static int amx_tuned(void) { return amx_on() && atomic_load_explicit(&g_amx, mem
  * names; "best" the CPU's own level, so it holds on an AVX2-only CPU):
  * 0, or -1 unknown, -2 beyond this CPU. */
 static int isa_choice(const char *name, int *cap, int *amx) {
+    const int tiles = name && !strcmp(name, "amx");
     *cap = 2;
-    *amx = 0;
+    *amx = tiles;
     if (name && !strcmp(name, "scalar")) *cap = 0;
     else if (name && !strcmp(name, "avx2")) *cap = 1;
-    else if (name && !strcmp(name, "amx")) *amx = 1;
     else if (name && !strcmp(name, "best")) *cap = cpu_level(), *amx = amx_default();
-    else if (name && strcmp(name, "avx512vnni")) return -1;
-    if (*cap > cpu_level() || (name && !strcmp(name, "amx") && !kvs_kernels_amx_available())) return -2;
+    else if (name && !tiles && strcmp(name, "avx512vnni")) return -1;
+    if (*cap > cpu_level() || (tiles && !kvs_kernels_amx_available())) return -2;
     return 0;
 }
 
