@@ -350,19 +350,21 @@ TEST(bad_magic_version_header_name) {
     free(dir);
 }
 
-/* Rewrites the flags word of an entry and signs the header again, so only
- * the flags check can object. */
-static void set_flags_resigned(const char *path, uint32_t flags, int n_tok) {
+/* Rewrites the 32-bit word at byte `at` of an entry's header and signs the
+ * header again, so only the field's own check can object. */
+static void set_word_resigned(const char *path, size_t at, uint32_t word, int n_tok) {
     size_t covered = KVS_DISK_FIXED_BYTES + 4 * (size_t)n_tok;
     uint8_t *h = malloc(covered + 32);
     FILE *f = fopen(path, "r+b");
     CHECK(f && fread(h, 1, covered, f) == covered);
-    for (int i = 0; i < 4; i++) h[12 + i] = (uint8_t)(flags >> (8 * i));
+    for (int i = 0; i < 4; i++) h[at + i] = (uint8_t)(word >> (8 * i));
     kvs_sha256_digest(h, covered, h + covered);
     CHECK(f && fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, covered + 32, f) == covered + 32);
     if (f) fclose(f);
     free(h);
 }
+
+static void set_flags_resigned(const char *path, uint32_t flags, int n_tok) { set_word_resigned(path, 12, flags, n_tok); }
 
 /* The flags word is the chunk's origin: kept through a write and a read;
  * bits this build does not know, or "baked" without "doc", are damage even
@@ -399,6 +401,18 @@ TEST(origin_flags) {
     set_flags_resigned(path, KVS_CHUNK_DOC, n); /* a plain doc chunk is fine */
     CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
     CHECK(r && r->origin == KVS_CHUNK_DOC);
+    kvs_chunk_unref(r);
+    /* pos0 (byte 164) whose end, pos0 + n_tok, passes INT32_MAX: damage
+     * (forged, it had overflowed the int sums of the index), while an end
+     * of exactly INT32_MAX is a possible chunk */
+    set_word_resigned(path, 164, (uint32_t)(INT32_MAX - n + 1), n);
+    r = NULL;
+    CHECK(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v) != KVS_OK);
+    CHECK_MSG(v == KVS_DISK_BAD_HEADER, "pos0 %d: verdict %d", INT32_MAX - n + 1, (int)v);
+    CHECK(r == NULL);
+    set_word_resigned(path, 164, (uint32_t)(INT32_MAX - n), n);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
+    CHECK(r && r->pos0 == INT32_MAX - n);
     kvs_chunk_unref(r);
     kvs_chunk_unref(c);
     rm_dir(dir);

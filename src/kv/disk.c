@@ -254,6 +254,7 @@ int kvs_disk_header_parse_fixed(const uint8_t *fixed, size_t got, const char *wh
     hd->payload_sum = kvs_get_le64(fixed + 184);
     hd->header_bytes = kvs_get_le32(fixed + 8);
     if (kvs_kv_shape_check(&hd->shape) || hd->n_tok <= 0 || hd->n_tok > KVS_DISK_MAX_TOKENS || hd->pos0 < 0 ||
+        hd->pos0 > INT32_MAX - hd->n_tok || /* its end, pos0 + n_tok, is an int everywhere */
         hd->header_bytes != kvs_disk_header_bytes(hd->n_tok, hd->has_mac) ||
         hd->payload_bytes != kvs_kv_payload_bytes(&hd->shape, hd->n_tok) || (hd->origin & ~KVS_CHUNK_ORIGIN_MASK) ||
         ((hd->origin & KVS_CHUNK_BAKED) && !(hd->origin & KVS_CHUNK_DOC)) ||
