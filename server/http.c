@@ -222,13 +222,35 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
 }
 
 typedef struct framing {
-    int content_length, transfer_encoding; /* how many of each header */
+    int content_length, transfer_encoding, host; /* how many of each header */
+    char bad_name[48];                           /* the first name that is not a token, printable ("" none) */
 } framing;
+
+/* A field name is a token (RFC 9110 5.1, 5.6.2): libmicrohttpd 0.9.75 keeps
+ * "Content-Length " (whitespace before the colon, which RFC 9112 5.1 says
+ * to refuse with a 400) as a header of its own, so the body was read as
+ * empty and sent on as the next request: smuggling behind a proxy that
+ * trims the name. */
+static int is_token(const char *name) {
+    if (!*name) return 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              strchr("!#$%&'*+-.^_`|~", *p)))
+            return 0;
+    return 1;
+}
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     framing *f = cls;
     if (!strcasecmp(key, "Content-Length")) f->content_length++;
     else if (!strcasecmp(key, "Transfer-Encoding")) f->transfer_encoding++;
+    else if (!strcasecmp(key, "Host")) f->host++;
+    if (!f->bad_name[0] && !is_token(key)) { /* printed with \xNN for what is not printable ASCII */
+        size_t o = 0;
+        for (const unsigned char *p = (const unsigned char *)key; *p && o + 5 < sizeof f->bad_name; p++)
+            o += (size_t)snprintf(f->bad_name + o, sizeof f->bad_name - o, *p > 32 && *p < 127 ? "%c" : "\\x%02x", *p);
+        if (!o) snprintf(f->bad_name, sizeof f->bad_name, "(empty)");
+    }
     return MHD_YES;
 }
 
@@ -241,9 +263,31 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
  * announced held the connection as long as the client liked). 0: read the
  * body; else the status sent, -1 if none could be. */
 static int answer_from_headers(srv_server *s, struct MHD_Connection *c, const char *url, const char *method,
-                               conn_body *b) {
-    framing f = {0, 0};
+                               const char *version, conn_body *b) {
+    framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.bad_name[0]) {
+        srv_error e;
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
+                      "header name '%s' is not a token: no whitespace before the colon, only letters, digits and "
+                      "!#$%%&'*+-.^_`|~",
+                      f.bad_name);
+        b->answered = 1;
+        return srv_reply_error(c, &e) ? 400 : -1;
+    }
+    /* RFC 9112 3.2: an HTTP/1.1 request without a Host, or with two, is a 400
+     * (two readers could route it differently) */
+    if (f.host > 1 || (!f.host && version && !strcmp(version, MHD_HTTP_VERSION_1_1))) {
+        srv_error e;
+        if (f.host)
+            srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
+                          "the request has %d Host headers: send one", f.host);
+        else
+            srv_error_set(&e, 400, "invalid_request_error", "invalid_header", "",
+                          "an HTTP/1.1 request needs a Host header");
+        b->answered = 1;
+        return srv_reply_error(c, &e) ? 400 : -1;
+    }
     if (f.content_length > 1 || f.transfer_encoding > 1 || (f.content_length && f.transfer_encoding)) {
         srv_error e;
         if (f.content_length > 1 || f.transfer_encoding > 1) /* ("chunked" then "gzip" had read as chunked) */
@@ -294,7 +338,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(b = calloc(1, sizeof *b))) return MHD_NO;
         *con_cls = b;
         atomic_fetch_add(&s->in_flight, 1); /* until on_completed */
-        int st = answer_from_headers(s, c, url, method, b);
+        int st = answer_from_headers(s, c, url, method, version, b);
         if (st > 0) srv_metrics_status(&s->metrics, st);
         return st >= 0 ? MHD_YES : MHD_NO;
     }

@@ -86,6 +86,28 @@ def test_two_content_length_headers_refused(server):
     assert out.startswith(b"HTTP/1.1 200"), out[:300]  # one header: as before
 
 
+def test_header_names_and_host_checked(server):
+    # "Content-Length : n" (whitespace before the colon) had been kept by
+    # libmicrohttpd as a header of its own: the body was read as empty and
+    # then run as the next request on the connection (smuggling behind a
+    # proxy that trims the name). RFC 9112 5.1: a 400, and nothing of the
+    # body is served.
+    inner = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth(server) + b"Connection: close\r\n\r\n"
+    for name in [b"Content-Length ", b"Content-Length\t", b"X\x01Y", b"Bad Name"]:
+        out, closed = exchange(server.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth(server) +
+                               name + b": %d\r\n\r\n" % len(inner) + inner)
+        assert out.startswith(b"HTTP/1.1 400") and b'"code":"invalid_header"' in out, (name, out[:300])
+        assert b"\nHTTP/1." not in out and b'"data"' not in out, (name, out[:600])  # the body ran as no request
+        assert b"is not a token" in out and closed, (name, out[:300])
+    # RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is a 400
+    # (its own JSON error, once); HTTP/1.0 needs none.
+    for hosts, want in [(b"", b"needs a Host header"), (b"Host: a\r\nHost: b\r\n", b"2 Host headers")]:
+        out, closed = exchange(server.port, b"GET /health HTTP/1.1\r\n" + hosts + b"Connection: close\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 400") and want in out and b"\nHTTP/1." not in out, (hosts, out[:300])
+    out, _ = exchange(server.port, b"GET /health HTTP/1.0\r\n\r\n")
+    assert b" 200 " in out.split(b"\r\n")[0], out[:300]
+
+
 def test_nul_in_the_path_and_method_not_allowed(server):
     # "%00" decoded into the C-string path had cut it: "/health%00evil" and
     # "/v1/completions%00.png" were served as the endpoints (a proxy that
