@@ -43,7 +43,9 @@ static const cJSON *field(const cJSON *o, const char *path) {
 static int get_number(const cJSON *o, const char *key, double lo, double hi, double *out, srv_error *e) {
     const cJSON *v = field(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return bad(e, key, "'%s' must be a number%s", "");
+    if (!cJSON_IsNumber(v)) return bad(e, key, "'%s' must be a number%s", "");
+    if (!isfinite(v->valuedouble)) /* 1e400: a number JSON allows, past a double's range */
+        return bad(e, key, "'%s' is out of range%s", " (beyond a double's; a finite number is expected)");
     if (v->valuedouble < lo || v->valuedouble > hi) {
         srv_error_set(e, 400, "invalid_request_error", "invalid_value", key, "'%s' is %g, outside [%g, %g]", key,
                       v->valuedouble, lo, hi);
@@ -498,6 +500,27 @@ static const char *duplicate_key(const cJSON *v) {
     return dup;
 }
 
+/* How deep arrays and objects are open at byte `at` of a JSON text, the
+ * bracket there included (strings skipped): cJSON gives up past
+ * CJSON_NESTING_LIMIT, and its error then read as "not valid JSON". */
+static int nesting_at(const char *body, size_t len, size_t at) {
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i <= at && i < len; i++) {
+        const char ch = body[i];
+        if (in_string) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_string = 0;
+        } else if (ch == '"') {
+            in_string = 1;
+        } else if (ch == '[' || ch == '{') {
+            depth++;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return depth;
+}
+
 cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
     const char *end = NULL;
     cJSON *root = body ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
@@ -511,9 +534,14 @@ cJSON *srv_json_parse(const char *body, size_t len, srv_error *err) {
     }
     if (!root) {
         const char *ep = cJSON_GetErrorPtr();
-        srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
-                      "the request body is not valid JSON (near byte %ld)",
-                      body && ep && ep >= body && ep <= body + len ? (long)(ep - body) : 0L);
+        long at_error = body && ep && ep >= body && ep <= body + len ? (long)(ep - body) : 0L;
+        if (body && nesting_at(body, len, (size_t)at_error) > CJSON_NESTING_LIMIT)
+            srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
+                          "the request body nests arrays and objects deeper than %d levels (at byte %ld)",
+                          CJSON_NESTING_LIMIT, at_error);
+        else
+            srv_error_set(err, 400, "invalid_request_error", "invalid_json", "",
+                          "the request body is not valid JSON (near byte %ld)", at_error);
         return NULL;
     }
     int nul = 0;

@@ -318,6 +318,25 @@ def test_malformed_json_and_wrong_types(server):
     # Unknown fields are ignored.
     r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2, "frobnicate": {"x": 1}})
     assert r.status_code == 200
+    # Valid JSON that cJSON will not take, said so: a number past a double's
+    # range, and nesting past its 1000 levels (both had read "must be a
+    # number" / "not valid JSON")
+    for field in ["max_tokens", "temperature"]:
+        data = b'{"messages": [{"role": "user", "content": "ab"}], "' + field.encode() + b'": 1e400}'
+        e = error_of(requests.post(server.url + "/v1/chat/completions", data=data, headers=h, timeout=30), 400)
+        assert e["param"] == field and "out of range" in e["message"], e
+    for depth, deep in [(1001, True), (999, False)]:
+        data = (b'{"x": ' + b"[" * depth + b"]" * depth + b', "messages": [{"role": "user", "content": "ab"}], '
+                b'"max_tokens": 1}')
+        r = requests.post(server.url + "/v1/chat/completions", data=data, headers=h, timeout=30)
+        if deep:
+            e = error_of(r, 400)
+            assert e["code"] == "invalid_json" and "deeper than 1000 levels" in e["message"], e
+        else:
+            assert r.status_code == 200, r.text
+    e = error_of(requests.post(server.url + "/v1/completions", data=b'{"prompt": "[[[[", "x": [}', headers=h,
+                               timeout=30), 400)
+    assert "not valid JSON" in e["message"], e  # brackets inside strings are not nesting
 
 
 def test_strict_json_nul_and_stop_utf8(server):
