@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "gguf_builder.h"
 #include "harness.h"
 #include "kvstitch.h"
 #include "gguf/gguf.h"
@@ -331,6 +332,20 @@ TEST(test_unsupported_arch_named) {
     free(b);
 }
 
+/* A key the loader reads as a string but stored with another type is named
+ * as such: general.architecture as u32 had read "missing". */
+TEST(test_arch_of_another_type_named) {
+    gb_buf b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "general.architecture", GB_U32);
+    gb_u32(&b, 1);
+    gb_pad(&b, 32);
+    CHECK_EQ_INT(load_patched(b.p, b.len), KVS_ERR_FORMAT);
+    CHECK_MSG(strstr(kvs_last_error(), "key general.architecture: type is u32, expected string") != NULL, "%s",
+              kvs_last_error());
+    gb_free(&b);
+}
+
 TEST(test_qwen2_needs_qkv_bias) {
     size_t len;
     unsigned char *b = tiny_bytes(&len);
@@ -556,6 +571,7 @@ int main(void) {
     RUN(test_nonfinite_hparam_named);
     RUN(test_hostile_name_made_displayable);
     RUN(test_unsupported_arch_named);
+    RUN(test_arch_of_another_type_named);
     RUN(test_qwen2_needs_qkv_bias);
     RUN(test_nonfinite_weights_named);
     RUN(test_overflowing_weights_fail_the_decode);

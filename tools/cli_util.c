@@ -12,7 +12,11 @@
 #include "cli.h"
 
 int cli_fail(int status, const char *what) {
-    fprintf(stderr, "kvstitch: %s: %s: %s\n", what, kvs_strerror(status), kvs_last_error());
+    /* the library's messages name their file themselves: said once */
+    const char *detail = kvs_last_error();
+    const size_t n = strlen(what);
+    if (n && !strncmp(detail, what, n) && !strncmp(detail + n, ": ", 2)) detail += n + 2;
+    fprintf(stderr, "kvstitch: %s: %s: %s\n", what, kvs_strerror(status), detail);
     return 1;
 }
 

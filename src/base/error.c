@@ -47,6 +47,13 @@ int kvs_error_prefix(int status, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    /* a message that begins with the prefix already (a file's path) keeps
+     * it once: "a.gguf: a.gguf: key ..." had named the file twice */
+    size_t pn = n < 0 ? 0 : strnlen(last_error, sizeof last_error);
+    if (pn && !strncmp(old, last_error, pn) && !strncmp(old + pn, ": ", 2)) {
+        memcpy(last_error, old, sizeof old);
+        return status;
+    }
     /* Append ": <old message>" after the prefix, truncating what does not fit. */
     size_t used = n < 0 ? 0 : (size_t)n < sizeof last_error ? (size_t)n : sizeof last_error - 1;
     size_t room = sizeof last_error - used;

@@ -30,7 +30,9 @@ static int load(kvs_model *m, const char *path, kvs_model_params params) {
     if (st) return st;
 
     kvs_gguf_str s;
-    if (kvs_gguf_get_str(m->gguf, "general.architecture", &s) == KVS_OK) {
+    if ((st = kvs_gguf_get_str(m->gguf, "general.architecture", &s)) != KVS_OK && st != KVS_ERR_NOT_FOUND)
+        return st; /* present with another type: said so (it had read "missing") */
+    if (st == KVS_OK) {
         if (s.len >= sizeof m->arch)
             return kvs_error(KVS_ERR_UNSUPPORTED, "%s: general.architecture is %llu bytes long", path,
                              (unsigned long long)s.len);

@@ -114,7 +114,11 @@ int kvs_model_read_rope_scaling(kvs_model *m, int required) {
     char key[128];
     key_of(m, "rope.scaling.type", key, sizeof key);
     kvs_gguf_str stype;
-    int has_type = kvs_gguf_get_str(m->gguf, key, &stype) == KVS_OK;
+    int st_type = kvs_gguf_get_str(m->gguf, key, &stype);
+    /* present but not a string: an error (it had read as absent, and the
+     * model ran without its scaling) */
+    if (st_type != KVS_OK && st_type != KVS_ERR_NOT_FOUND) return st_type;
+    int has_type = st_type == KVS_OK;
     hp->rope_freq_scale = 1.0f;
     /* Older files carry only rope.scale_linear. */
     if (!has_type) {

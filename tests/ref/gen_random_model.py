@@ -67,6 +67,8 @@ BAD = {
     "bad-yarn": dict(arch="llama", scaling="yarn"),
     "bad-llama3-no-low": dict(arch="llama", scaling="keys-no-low"),
     "bad-qwen3-rope-freqs": dict(arch="qwen3", scaling="tensor"),
+    # its type as a number: it had read as absent, the model run unscaled
+    "bad-scaling-type-u32": dict(arch="llama", scaling="type-u32"),
 }
 for _cfg in BAD.values():
     _cfg.update(n_layer=1, n_embd=256, n_head=4, n_kv=2, head_dim=64, n_ff=256, quant=F16, tied=True)
@@ -165,6 +167,9 @@ def write_model(path, cfg, rng):
         w.add_uint32(p + "rope.scaling.original_context_length", LLAMA3_SCALING["original_context_length"])
     elif cfg["scaling"] == "yarn":
         w.add_string(p + "rope.scaling.type", "yarn")
+        w.add_float32(p + "rope.scaling.factor", 4.0)
+    elif cfg["scaling"] == "type-u32":
+        w.add_uint32(p + "rope.scaling.type", 1)
         w.add_float32(p + "rope.scaling.factor", 4.0)
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", PRE[arch])
