@@ -1,4 +1,5 @@
 /* The small endpoints: models, health, metrics, tokenize, detokenize, cache. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -113,12 +114,26 @@ int srv_detokenize(srv_server *s, struct MHD_Connection *c, const char *arg, con
     cJSON *in = srv_json_parse(body, len, &e);
     if (!in) return srv_reply_error(c, &e);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(in, "tokens"), *t;
-    int n_vocab = kvs_vocab_size(s->model), ok = cJSON_IsArray(toks);
-    cJSON_ArrayForEach(t, toks) ok &= cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < n_vocab &&
-                                      t->valuedouble == (int)t->valuedouble;
-    if (!ok) {
+    int n_vocab = kvs_vocab_size(s->model), i = 0;
+    if (!cJSON_IsArray(toks)) {
         cJSON_Delete(in);
         return bad_request(c, "tokens", "expected {\"tokens\": [ids within the vocabulary]}");
+    }
+    cJSON_ArrayForEach(t, toks) { /* the first bad id named, as the completions' prompt ids are */
+        if (!(cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble < n_vocab &&
+              t->valuedouble == (int)t->valuedouble)) {
+            char param[32];
+            snprintf(param, sizeof param, "tokens[%d]", i);
+            if (cJSON_IsNumber(t))
+                srv_error_set(&e, 400, "invalid_request_error", "invalid_value", param,
+                              "'%s' is %.17g: a token id is an integer in [0, %d)", param, t->valuedouble, n_vocab);
+            else
+                srv_error_set(&e, 400, "invalid_request_error", "invalid_value", param,
+                              "'%s' must be a token id (an integer in [0, %d))", param, n_vocab);
+            cJSON_Delete(in);
+            return srv_reply_error(c, &e);
+        }
+        i++;
     }
     /* The streaming detokenizer's text (as a generation's): a character split
      * over tokens is joined, bytes that form none become U+FFFD (the byte

@@ -520,6 +520,12 @@ def test_tokenize_detokenize(server):
     d = server.post("/detokenize", {"tokens": toks})
     assert d.json()["content"] == "Hello, world"
     error_of(server.post("/detokenize", {"tokens": [-1]}), 400)
+    # the bad id is named by its index and value (it had been a generic
+    # "expected {tokens: [ids within the vocabulary]}")
+    for tokens, param, says in [([1, 49152], "tokens[1]", "49152"), ([0, 2, "x"], "tokens[2]", "must be a token id"),
+                                ([1.5], "tokens[0]", "1.5")]:
+        e = error_of(server.post("/detokenize", {"tokens": tokens}), 400)
+        assert e["param"] == param and says in e["message"], (tokens, e)
     error_of(server.post("/tokenize", {"content": 7}), 400)
     # the wrong field is the one named (a non-bool add_special had been named
     # 'content'); null is absent, as in every request
