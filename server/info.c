@@ -252,6 +252,12 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *arg, con
                       "a warm takes 'messages', 'prompt' or 'documents' (none was given)");
         return srv_reply_error(c, &e);
     }
+    if (cJSON_GetObjectItemCaseSensitive(in, "messages") && cJSON_GetObjectItemCaseSensitive(in, "prompt")) {
+        cJSON_Delete(in); /* (the prompt had been dropped without a word, the messages warmed) */
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "prompt",
+                      "a warm takes 'messages' or 'prompt', not both");
+        return srv_reply_error(c, &e);
+    }
     int chat = cJSON_GetObjectItemCaseSensitive(in, "messages") != NULL;
     /* Documents alone: lay them out as a chat request's documents would be. */
     const int docs_only = !chat && !cJSON_GetObjectItemCaseSensitive(in, "prompt") &&

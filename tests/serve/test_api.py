@@ -247,7 +247,9 @@ def test_documents_baked_by_warm(server, client):
                         # nothing to warm: it had warmed the template alone / dropped the document
                         ({"documents": []}, "documents"),
                         ({"documents": ["a text", ""]}, "documents[1]"),
-                        ({"documents": [{"id": "x", "text": ""}]}, "documents[0]")]:
+                        ({"documents": [{"id": "x", "text": ""}]}, "documents[0]"),
+                        # both: the prompt had been dropped without a word
+                        ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "prompt")]:
         assert error_of(server.post("/v1/cache/warm", body), 400)["param"] == param
 
 
