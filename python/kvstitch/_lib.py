@@ -148,9 +148,14 @@ def c_path(p, what: str) -> bytes:
     it: os.fsencode, so a name that is not UTF-8 (os.listdir gives it with
     surrogate escapes, or as bytes) reaches the file it names; NUL refused."""
     import os
-    b = os.fsencode(p)
+    from ._errors import InvalidArgument, Utf8Error
+    try:
+        b = os.fsencode(p)
+    except UnicodeEncodeError as e:  # a lone surrogate that no byte escapes (it had been a bare UnicodeEncodeError)
+        raise Utf8Error(f"{what} is not valid UTF-8: a lone surrogate at index {e.start}") from None
+    except TypeError:
+        raise InvalidArgument(f"{what} must be a str, bytes or os.PathLike, got {type(p).__name__}") from None
     if b"\0" in b:
-        from ._errors import InvalidArgument
         raise InvalidArgument(f"{what} contains a NUL character")
     return b
 

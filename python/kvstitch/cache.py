@@ -208,6 +208,7 @@ def prune_dir(cache_dir: str | os.PathLike, max_bytes: int = 0, older_than_s: in
     removed_bytes, unreachable_removed, tmp_removed, entries, bytes,
     junk_removed, junk_bytes)."""
     d = os.path.expanduser(cache_dir) if not isinstance(cache_dir, bytes) else cache_dir
+    c_path(d, "cache_dir")  # a NUL or a lone surrogate named (isdir had called it a missing directory)
     if not os.path.isdir(d):  # as `kvstitch cache prune` (it had reported an empty directory)
         raise NotFound(f"cache_dir {os.fsdecode(d)!r}: no such directory", lib.KVS_ERR_NOT_FOUND)
     p = ffi.new("kvs_cache_prune_params *")

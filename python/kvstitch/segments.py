@@ -50,7 +50,10 @@ def document_blocks(documents: Sequence[str | Document] | None) -> list[Document
     refuses an empty --doc)."""
     blocks = [d if isinstance(d, Document) else Document(d) for d in documents or []]
     for i, d in enumerate(blocks):
-        if isinstance(d.text, str) and not d.text:
+        if not isinstance(d.text, str):  # named as passed (it had been the blocks' index, "segments[1]")
+            raise InvalidArgument(f"documents[{i}]: a document must be a str or a Document of a str, "
+                                  f"got {type(d.text).__name__}")
+        if not d.text:
             raise InvalidArgument(f"documents[{i}] is empty")
     return blocks
 

@@ -85,10 +85,13 @@ class Session(NoCopy):
     """A context of n_ctx tokens on a Model, optionally with a Cache."""
 
     def __init__(self, model: Model, cache: Cache | None = None, n_ctx: int = 0,
-                 threads: int | None = None, n_batch: int = 0, kv_type: str | None = None):
+                 threads: int | None = None, n_batch: int = 0, kv_type: str | None = None,
+                 allow_beyond_train: bool = False):
         """n_ctx: 0 = the model's trained length (capped at 8192); threads:
         None = the Model's default (0 = all cores); kv_type: the Cache's, or
-        "f16" without a cache."""
+        "f16" without a cache; allow_beyond_train: an n_ctx above the model's
+        trained context length (the CLI's --ctx-beyond-train: the output
+        degrades there unless the model's RoPE scaling covers it)."""
         if not isinstance(model, Model):
             raise InvalidArgument(f"Session needs a Model, got {type(model).__name__}")
         if cache is not None and not isinstance(cache, Cache):  # (before cache.model: AttributeError)
@@ -105,6 +108,7 @@ class Session(NoCopy):
         p.n_threads = model.threads if threads is None else int_arg(threads, "threads", 0, MAX_THREADS)
         p.n_batch = int_arg(n_batch, "n_batch", 0, INT_MAX)
         p.kv_type = kv_type_of(kv_type or (cache.kv_type if cache else "f16"))
+        p.allow_beyond_train = int(bool_arg(allow_beyond_train, "allow_beyond_train"))
         # The library polls the context before each batch of a forward pass,
         # each generated token and each layer of a repair, on the calling
         # thread (kvs_context_set_should_stop). On the main thread the poll
@@ -331,6 +335,9 @@ class Session(NoCopy):
                 raise InvalidArgument("documents need a Session with a Cache")
             a["segments"] = CSegments(prompt, chat=a["chat"] is not False)
         else:
+            if a["recompute_ratio"] is not None:  # (it had been dropped without a word)
+                raise InvalidArgument("recompute_ratio= goes with documents (the share of their moved tokens "
+                                      "recomputed); this prompt has none")
             a["tokens"] = self._tokens(prompt, a["chat"], a["add_bos"])
         return a
 
@@ -341,12 +348,18 @@ class Session(NoCopy):
             else:
                 return self.model.tokenize(prompt, add_bos=add_bos)
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], Mapping):
+            if chat is False:  # (they had been rendered as chat anyway)
+                raise InvalidArgument("chat=False with chat messages: messages are laid out by the chat "
+                                      "template; give a text for a plain prompt")
             text = self.model.render_chat(prompt, add_generation_prompt=True)
             return self.model.tokenize(text, add_bos=add_bos, special=True)
         if isinstance(prompt, (list, tuple)) and prompt and \
                 not any(isinstance(t, (str, bytes, Mapping)) for t in prompt):
             # each an integer (numpy's too; not a bool), in int32's range:
             # 2**40 had raised cffi's OverflowError naming nothing
+            if chat:  # (ignored without a word)
+                raise InvalidArgument("chat=True with token ids: ids run as given; render chat messages "
+                                      "with model.render_chat and tokenize them instead")
             return [int_arg(t, f"prompt[{i}]", 0, 2**31 - 1) for i, t in enumerate(prompt)]
         raise InvalidArgument("prompt: expected a str, token ids, chat messages or "
                               "[System, Document..., Question] blocks (non-empty)")

@@ -69,6 +69,41 @@ def test_an_empty_document_is_refused_naming_it(model, cache):
     assert s.generate("Why?", documents=["A."], max_tokens=1).tokens  # still usable
 
 
+def test_a_document_of_another_type_is_named_where_it_was_given(model, cache):
+    # (it had been named by the blocks' index, the system prompt counted: "segments[1]")
+    s = kvstitch.Session(model, cache)
+    for docs, where in [([None], r"documents\[0\]"), (["A.", 5], r"documents\[1\]"),
+                        ([kvstitch.Document(b"x")], r"documents\[0\]")]:
+        with pytest.raises(kvstitch.InvalidArgument, match=where + ": a document must be a str"):
+            s.generate("Why?", system="Be brief.", documents=docs, max_tokens=1)
+    s.close()
+
+
+def test_a_context_beyond_the_trained_length_is_an_opt_in(model):
+    trained = model.info.n_ctx_train
+    with pytest.raises(kvstitch.ContextFull, match="allow_beyond_train"):
+        kvstitch.Session(model, n_ctx=trained + 1)
+    s = kvstitch.Session(model, n_ctx=trained + 1, allow_beyond_train=True)
+    assert s.n_ctx == trained + 1
+    s.close()
+    with pytest.raises(kvstitch.InvalidArgument, match="allow_beyond_train"):
+        kvstitch.Session(model, allow_beyond_train="yes")
+
+
+def test_arguments_that_do_not_apply_are_refused(model, cache):
+    # each had been dropped without a word
+    s = kvstitch.Session(model, cache)
+    for call, says in [(lambda: s.generate([{"role": "user", "content": "Hi"}], chat=False, max_tokens=1),
+                        "chat=False with chat messages"),
+                       (lambda: s.generate([1, 2, 3], chat=True, max_tokens=1), "chat=True with token ids"),
+                       (lambda: s.generate("Hi", recompute_ratio=0.7, max_tokens=1), "recompute_ratio= goes with")]:
+        with pytest.raises(kvstitch.InvalidArgument, match=says):
+            call()
+    assert s.generate("Why?", documents=["A."], recompute_ratio=0.5, max_tokens=1).tokens  # where they apply
+    assert s.generate([{"role": "user", "content": "Hi"}], chat=True, max_tokens=1).tokens
+    s.close()
+
+
 def test_unknown_reuse_names_the_choices(model, cache):
     s = kvstitch.Session(model, cache)
     with pytest.raises(kvstitch.InvalidArgument) as e:
@@ -205,6 +240,14 @@ def test_nul_in_c_strings_is_refused(model):
         model.render_chat([{"role": "user", "content": "abc\0def"}])
     with pytest.raises(kvstitch.InvalidArgument, match="NUL"):
         kvstitch.Model.load("a\0b")
+    with pytest.raises(kvstitch.InvalidArgument, match="cache_dir contains a NUL"):  # (it had said: no such directory)
+        kvstitch.prune_dir("a\0b")
+    # a path with a lone surrogate: Utf8Error naming it (a bare UnicodeEncodeError had named nothing)
+    for call, what in [(lambda: kvstitch.Model.load("\ud800"), "the model path"),
+                       (lambda: kvstitch.Cache(model, cache_dir="\ud800"), "cache_dir"),
+                       (lambda: kvstitch.prune_dir("\ud800"), "cache_dir")]:
+        with pytest.raises(kvstitch.Utf8Error, match=what + " is not valid UTF-8"):
+            call()
     s = kvstitch.Session(model, n_ctx=64)
     with pytest.raises(kvstitch.InvalidArgument, match="NUL"):
         s.generate("hi", max_tokens=1, stop=["a\0b"])
