@@ -290,6 +290,12 @@ timeout 600 "$CLI" warm -m "$MODEL" --threads 2 --redis "redis://127.0.0.1:$dead
 gen --redis "redis://127.0.0.1:$dead" -f "$tmp/c.txt" --no-store >"$tmp/down.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_down_equals_cold "$tmp/down.json" 0 "$tmp/cold_c.json" \
     || fail redis_cli_down_equals_cold "$(cat "$tmp/e")"
+# a long host name (241 bytes, valid) keeps the warning's reason whole (at
+# 256 bytes it had been cut to "...a.b:6379: n")
+long_host=$(python3 -c "print('a.' * 120 + 'b')")
+gen --redis "redis://$long_host:6379" -f "$tmp/c.txt" --no-store >/dev/null 2>"$tmp/e"
+grep -q -- "a\.b:6379: not reachable (" "$tmp/e" \
+    && ok redis_cli_long_host_keeps_the_reason || fail redis_cli_long_host_keeps_the_reason "$(cat "$tmp/e")"
 # a sleep longer than the read's budget (~0.5 s for C): the chunks are computed
 ( redis-cli -p "$P" debug sleep 2 >/dev/null 2>&1 & )
 sleep 0.2

@@ -327,6 +327,31 @@ TEST(cluster_seed_without_cluster_support_says_so) {
     rt_redis_stop(&plain);
 }
 
+/* A seed that does not answer CLUSTER SLOTS in time (a real Redis with its
+ * clients paused): why names the timeout (it had been "CLUSTER SLOTS
+ * failed", no reason). */
+TEST(cluster_seed_that_does_not_answer_says_why) {
+    rt_redis plain;
+    if (rt_redis_start(&plain, 0)) {
+        CHECK(0);
+        return;
+    }
+    redisReply *r = rt_cmd(plain.port, "CLIENT PAUSE 2000 ALL");
+    CHECK(r && r->type == REDIS_REPLY_STATUS);
+    if (r) freeReplyObject(r);
+    kvs_key fp;
+    kvs_tier *t = open_one_seed(plain.port, 5, &fp);
+    kvs_chunk *c[N_CHUNKS];
+    make_chunks(&fp, c, 9);
+    CHECK_EQ_INT(served(t, c), 0);
+    char why[512];
+    kvs_redis_tier_why_down(t, why, sizeof why);
+    CHECK_MSG(strstr(why, "CLUSTER SLOTS: no answer in time"), "why: '%s'", why);
+    for (int i = 0; i < N_CHUNKS; i++) kvs_chunk_unref(c[i]);
+    kvs_tier_close(t);
+    rt_redis_stop(&plain);
+}
+
 /* More node addresses than a byte could index (the slot map's entries had
  * been bytes, the table 64 nodes: a cluster of 80 masters lost 16 nodes'
  * slots without a word): a MOVED to node 300 routes there; past the table's
@@ -370,6 +395,7 @@ int main(void) {
     RUN(many_nodes_are_routed_and_the_table_bound_is_named);
     RUN(cluster_unreachable_at_start);
     RUN(cluster_seed_without_cluster_support_says_so);
+    RUN(cluster_seed_that_does_not_answer_says_why);
     RUN(cluster_roundtrip_moved_failover_clear);
     return kt_summary();
 }

@@ -647,6 +647,50 @@ TEST(endless_scan_fails_and_says_so) {
     fake_server_stop(&g);
 }
 
+/* A server that answers SCAN with nothing (silent) or with bytes that are
+ * no reply (garbage), and every other command +OK. */
+static void scan_broken_one(garbage_srv *g, int c, int garbage) {
+    char buf[4096];
+    ssize_t n;
+    while (!g->stop && (n = read(c, buf, sizeof buf - 1)) > 0) {
+        buf[n] = 0;
+        const char *a = !strstr(buf, "SCAN") ? "+OK\r\n" : garbage ? "\x01 not a reply\r\n" : NULL;
+        if (a && send(c, a, strlen(a), MSG_NOSIGNAL) < 0) break;
+    }
+}
+static void scan_silent_one(garbage_srv *g, int c) { scan_broken_one(g, c, 0); }
+static void scan_garbage_one(garbage_srv *g, int c) { scan_broken_one(g, c, 1); }
+static void *scan_silent_main(void *arg) {
+    accept_loop(arg, SO_RCVTIMEO, scan_silent_one);
+    return NULL;
+}
+static void *scan_garbage_main(void *arg) {
+    accept_loop(arg, SO_RCVTIMEO, scan_garbage_one);
+    return NULL;
+}
+
+/* The cache commands' SCAN that fails in transport says how: no answer in
+ * time, or the protocol error (both had read "SCAN failed", naming nothing). */
+TEST(failed_scan_says_why) {
+    static const struct {
+        void *(*main_fn)(void *);
+        const char *says;
+    } cases[] = {{scan_silent_main, "SCAN: no answer in time"},
+                 {scan_garbage_main, "SCAN: the connection failed mid-command (Protocol error"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        garbage_srv g = {0};
+        CHECK(fake_server_start(&g, cases[i].main_fn) == 0);
+        kvs_key fp;
+        rt_fill_key(&fp, 58 + i);
+        kvs_tier *t = open_tier(g.port, &fp, 100);
+        uint64_t removed = 0;
+        CHECK(t->ops->clear(t, &removed) != KVS_OK);
+        CHECK_MSG(strstr(kvs_last_error(), cases[i].says), "error: '%s'", kvs_last_error());
+        kvs_tier_close(t);
+        fake_server_stop(&g);
+    }
+}
+
 /* A reply already in the socket when its deadline has passed (the thread
  * was reading another node's, or sending to a node that was not reading)
  * is read, not counted as a timeout: with one cluster node asleep, the
@@ -916,5 +960,6 @@ int main(void) {
     RUN(full_write_queue_drops_and_never_blocks);
     RUN(loaded_machine_and_slow_server_real_sizes);
     RUN(url_and_password_sources);
+    RUN(failed_scan_says_why);
     return kt_summary();
 }

@@ -131,7 +131,7 @@ void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint6
                 (unsigned long long)(st.redis_max_value_bytes >> 20));
     /* why, in the server's words where it gave some (a wrong password, a
      * database index out of range had been said by `cache stats` only) */
-    char why[256];
+    char why[512]; /* "redis HOST:PORT: why": a host may take 255 bytes */
     kvs_cache_redis_why_down(cache, why, sizeof why);
     if (why[0] && (st.redis_put_errors || st.redis_put_dropped || st.redis_errors))
         fprintf(stderr, "kvstitch %s: warning: %s\n", cmd, why);

@@ -130,17 +130,21 @@ static redisReply *cluster_slots(kvs_redis_nodes *m, const char *host, int port,
         snprintf(why, cap, "redis %s:%d: %s", host, port, down);
     } else {
         r = kvs_redis_command_by(&c, kvs_redis_due_ns(m->policy, 0), "CLUSTER SLOTS");
-        int ok = r && r->type == REDIS_REPLY_ARRAY;
-        if (!ok) {
-            if (r && r->type == REDIS_REPLY_ERROR && r->str)
-                snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS: %.*s", host, port, (int)r->len, r->str);
-            else snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS failed", host, port);
-        }
+        const int ok = r && r->type == REDIS_REPLY_ARRAY, answered = r != NULL;
+        if (!ok && r && r->type == REDIS_REPLY_ERROR && r->str)
+            snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS: %.*s", host, port, (int)r->len, r->str);
+        else if (!ok && r)
+            snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS answered with no array of slot ranges", host, port);
         if (!ok && r) {
             freeReplyObject(r);
             r = NULL;
         }
         kvs_redis_conn_release(&c, r != NULL);
+        if (!answered) { /* the transport's reason, which the release wrote (it had been "failed" alone) */
+            char down[192];
+            kvs_redis_conn_why_down(&c, down, sizeof down);
+            snprintf(why, cap, "redis %s:%d: CLUSTER SLOTS: %s", host, port, down);
+        }
     }
     kvs_redis_conn_destroy(&c);
     return r;
@@ -225,7 +229,7 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
      * cluster's word, and with it first among the seeds the tier was off. */
     redisReply *best = NULL;
     int best_slots = 0, best_at = -1;
-    char why[256] = "";
+    char why[KVS_REDIS_WHY_BYTES] = "";
     for (int i = 0; i < n_cand && best_slots < KVS_REDIS_SLOTS; i++) {
         redisReply *r = cluster_slots(m, host[i], port[i], why, sizeof why);
         if (!r) continue;

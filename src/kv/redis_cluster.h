@@ -48,7 +48,7 @@ typedef struct kvs_redis_nodes {
     kvs_redis_node *node[KVS_REDIS_MAX_NODES];
     uint16_t slot_node[KVS_REDIS_SLOTS];
     char nodes_full[400];              /* "" or the first address left out for want of room */
-    char slots_why[256];               /* "" or why the last refresh found no map (no node, no slot) */
+    char slots_why[KVS_REDIS_WHY_BYTES]; /* "" or why the last refresh found no map (no node, no slot) */
     int n_seeds;
     char seed_host[KVS_REDIS_MAX_NODES][256];
     int seed_port[KVS_REDIS_MAX_NODES];

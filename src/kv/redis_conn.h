@@ -48,6 +48,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* Room for "redis HOST:PORT: <why_down>" (a host of up to 255 bytes, a
+ * reason of up to 191): at 256 a long but valid host name had cut the
+ * reason off ("...a.a.b:6379: n"). */
+#define KVS_REDIS_WHY_BYTES 512
+
 /* How every connection of a tier behaves (owned by the tier, shared). */
 typedef struct kvs_redis_policy {
     int timeout_ms;         /* per operation: connect, and each socket read/write of a reply (50) */

@@ -327,10 +327,15 @@ static int scan_keys(redis_tier *rt, scan_batch_fn fn, void *user) {
             int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                      r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_ARRAY;
             kvs_redis_conn_release(c, r != NULL);
-            if (!ok) { /* the server's words where it said why (NOAUTH: no password given) */
+            if (!ok) { /* the server's words where it said why (NOAUTH: no password given), else the
+                        * transport's (a timeout, a protocol error, a reset: "SCAN failed" alone had named none) */
+                char down[192];
+                if (!r) kvs_redis_conn_why_down(c, down, sizeof down);
                 st = r && r->type == REDIS_REPLY_ERROR
                          ? kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN: %.*s", c->host, c->port, (int)r->len, r->str)
-                         : kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN failed", c->host, c->port);
+                     : r ? kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN answered with no [cursor, keys] pair", c->host,
+                                     c->port)
+                         : kvs_error(KVS_ERR_IO, "redis %s:%d: SCAN: %s", c->host, c->port, down);
                 if (r) freeReplyObject(r);
                 break;
             }
