@@ -2,7 +2,13 @@
  * loopback that this test starts: hash slots (CRC16 vectors), chunks spread
  * over all masters, MOVED after a manual failover, a master killed while
  * requests run (bounded latency, no wrong bytes, service back after the
- * replica takes over), listing and clearing by prefix on every master. */
+ * replica takes over), listing and clearing by prefix on every master;
+ * and fake nodes: one that redirects every key to itself. */
+#include <pthread.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "harness.h"
 #include "kv/keys.h"
 #include "test_redis_util.h"
@@ -352,6 +358,101 @@ TEST(cluster_seed_that_does_not_answer_says_why) {
     rt_redis_stop(&plain);
 }
 
+/* A fake cluster node: CLUSTER SLOTS maps every slot to itself, ASKING is
+ * +OK, and every other command is answered "-ASK <slot> <itself>" and
+ * counted (the data commands a batch sends it). */
+typedef struct self_asker {
+    int fd, port, stop, commands;
+    pthread_t th;
+} self_asker;
+
+/* The next whole RESP command in buf[*at..n): its first word in name;
+ * 0 if the command is not complete yet. */
+static int resp_command(const char *buf, size_t n, size_t *at, char *name, size_t cap) {
+    size_t p = *at;
+    if (p >= n || buf[p] != '*') return 0;
+    long argc = strtol(buf + p + 1, NULL, 10);
+    const char *nl = memchr(buf + p, '\n', n - p);
+    if (!nl) return 0;
+    p = (size_t)(nl - buf) + 1;
+    for (long a = 0; a < argc; a++) {
+        if (p >= n || buf[p] != '$') return 0;
+        long len = strtol(buf + p + 1, NULL, 10);
+        nl = memchr(buf + p, '\n', n - p);
+        if (!nl || (size_t)(nl - buf) + 1 + (size_t)len + 2 > n) return 0;
+        p = (size_t)(nl - buf) + 1;
+        if (a == 0) snprintf(name, cap, "%.*s", (int)len, buf + p);
+        p += (size_t)len + 2;
+    }
+    *at = p;
+    return 1;
+}
+
+static void *self_asker_main(void *arg) {
+    self_asker *f = arg;
+    static char buf[1 << 20];
+    while (!f->stop) {
+        int c = accept(f->fd, NULL, NULL);
+        if (c < 0) continue;
+        struct timeval tv = {0, 200000};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        size_t n = 0, at = 0;
+        ssize_t got;
+        while (!f->stop && (got = read(c, buf + n, sizeof buf - n)) > 0) {
+            n += (size_t)got;
+            char name[32], reply[128];
+            while (resp_command(buf, n, &at, name, sizeof name)) {
+                if (!strcasecmp(name, "CLUSTER"))
+                    snprintf(reply, sizeof reply, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+                             f->port);
+                else if (!strcasecmp(name, "ASKING"))
+                    snprintf(reply, sizeof reply, "+OK\r\n");
+                else {
+                    f->commands++;
+                    snprintf(reply, sizeof reply, "-ASK 100 127.0.0.1:%d\r\n", f->port);
+                }
+                if (send(c, reply, strlen(reply), MSG_NOSIGNAL) < 0) break;
+            }
+            memmove(buf, buf + at, n - at);
+            n -= at;
+            at = 0;
+        }
+        close(c);
+    }
+    return NULL;
+}
+
+/* A node that redirects every key to itself: each key is asked once, then
+ * given up (no hops: a redirection to the node that sent it is no cluster's
+ * answer). Each key had taken two more round trips, each with a fresh
+ * budget: keys x hops x the node's delay, 2.7x the prefill it was to save. */
+TEST(redirect_to_the_same_node_is_not_followed) {
+    self_asker f = {0};
+    f.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    setsockopt(f.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    CHECK(bind(f.fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(f.fd, 16) == 0);
+    socklen_t al = sizeof a;
+    getsockname(f.fd, (struct sockaddr *)&a, &al);
+    f.port = ntohs(a.sin_port);
+    struct timeval tv = {0, 100000};
+    setsockopt(f.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    CHECK(pthread_create(&f.th, NULL, self_asker_main, &f) == 0);
+    kvs_key fp;
+    kvs_tier *t = open_one_seed(f.port, 6, &fp);
+    kvs_chunk *c[N_CHUNKS];
+    make_chunks(&fp, c, 11);
+    CHECK_EQ_INT(served(t, c), 0);
+    kvs_tier_close(t);
+    f.stop = 1;
+    pthread_join(f.th, NULL);
+    close(f.fd);
+    CHECK_MSG(f.commands > 0 && f.commands <= N_CHUNKS, "%d data commands for %d keys", f.commands, N_CHUNKS);
+    for (int i = 0; i < N_CHUNKS; i++) kvs_chunk_unref(c[i]);
+}
+
 /* More node addresses than a byte could index (the slot map's entries had
  * been bytes, the table 64 nodes: a cluster of 80 masters lost 16 nodes'
  * slots without a word): a MOVED to node 300 routes there; past the table's
@@ -396,6 +497,7 @@ int main(void) {
     RUN(cluster_unreachable_at_start);
     RUN(cluster_seed_without_cluster_support_says_so);
     RUN(cluster_seed_that_does_not_answer_says_why);
+    RUN(redirect_to_the_same_node_is_not_followed);
     RUN(cluster_roundtrip_moved_failover_clear);
     return kt_summary();
 }
