@@ -311,51 +311,44 @@ TEST(cluster_unreachable_at_start) {
     kvs_tier_close(t);
 }
 
-/* --redis-cluster at a Redis without cluster support: nothing is served,
- * and why says what the server said (it had been "no reachable node" and
- * writes failing with no reason). */
-TEST(cluster_seed_without_cluster_support_says_so) {
+/* A plain Redis as the only seed (its clients paused for pause_ms first,
+ * if > 0): nothing is served, and why holds `says`. */
+static void plain_seed_says(int pause_ms, uint64_t seed, const char *says) {
     rt_redis plain;
     if (rt_redis_start(&plain, 0)) {
         CHECK(0);
         return;
     }
+    if (pause_ms > 0) {
+        redisReply *r = rt_cmd(plain.port, "CLIENT PAUSE %d ALL", pause_ms);
+        CHECK(r && r->type == REDIS_REPLY_STATUS);
+        if (r) freeReplyObject(r);
+    }
     kvs_key fp;
-    kvs_tier *t = open_one_seed(plain.port, 3, &fp);
+    kvs_tier *t = open_one_seed(plain.port, seed, &fp);
     kvs_chunk *c[N_CHUNKS];
-    make_chunks(&fp, c, 7);
+    make_chunks(&fp, c, seed + 4);
     CHECK_EQ_INT(served(t, c), 0);
     char why[512];
     kvs_redis_tier_why_down(t, why, sizeof why);
-    CHECK_MSG(strstr(why, "CLUSTER SLOTS") && strstr(why, "cluster support"), "why: '%s'", why);
+    CHECK_MSG(strstr(why, says), "why: '%s'", why);
     for (int i = 0; i < N_CHUNKS; i++) kvs_chunk_unref(c[i]);
     kvs_tier_close(t);
     rt_redis_stop(&plain);
+}
+
+/* --redis-cluster at a Redis without cluster support: nothing is served,
+ * and why says what the server said (it had been "no reachable node" and
+ * writes failing with no reason). */
+TEST(cluster_seed_without_cluster_support_says_so) {
+    plain_seed_says(0, 3, "CLUSTER SLOTS: ERR This instance has cluster support disabled");
 }
 
 /* A seed that does not answer CLUSTER SLOTS in time (a real Redis with its
  * clients paused): why names the timeout (it had been "CLUSTER SLOTS
  * failed", no reason). */
 TEST(cluster_seed_that_does_not_answer_says_why) {
-    rt_redis plain;
-    if (rt_redis_start(&plain, 0)) {
-        CHECK(0);
-        return;
-    }
-    redisReply *r = rt_cmd(plain.port, "CLIENT PAUSE 2000 ALL");
-    CHECK(r && r->type == REDIS_REPLY_STATUS);
-    if (r) freeReplyObject(r);
-    kvs_key fp;
-    kvs_tier *t = open_one_seed(plain.port, 5, &fp);
-    kvs_chunk *c[N_CHUNKS];
-    make_chunks(&fp, c, 9);
-    CHECK_EQ_INT(served(t, c), 0);
-    char why[512];
-    kvs_redis_tier_why_down(t, why, sizeof why);
-    CHECK_MSG(strstr(why, "CLUSTER SLOTS: no answer in time"), "why: '%s'", why);
-    for (int i = 0; i < N_CHUNKS; i++) kvs_chunk_unref(c[i]);
-    kvs_tier_close(t);
-    rt_redis_stop(&plain);
+    plain_seed_says(2000, 5, "CLUSTER SLOTS: no answer in time");
 }
 
 /* A fake cluster node: CLUSTER SLOTS maps every slot to itself, ASKING is
