@@ -141,8 +141,12 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     int n_seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* checked as every command's output is */
             usage(stdout);
+            if (fflush(stdout) || ferror(stdout)) {
+                fprintf(stderr, "kvstitch: cannot write the output: %s\n", strerror(errno));
+                exit(1);
+            }
             exit(0);
         }
         const int rc = cli_redis_option("serve", a, i + 1 < argc ? argv[i + 1] : NULL, &o->redis);

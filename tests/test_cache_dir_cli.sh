@@ -116,6 +116,26 @@ else
     echo "skip cache_dir_full_fs_reported (cannot mount a tmpfs here)"
 fi
 
+# --- writes refused by the bound: what the reports say -------------------------------------
+# (a document not written had been called "computed and stored" in the text report; a
+# prompt's warning had gone to stdout, and nowhere with --json; its reason had been cut at 150
+# bytes, mid-word)
+printf 'The red fox lives in the old forest by the river.\n' >"$tmp/docT.txt"
+T "$CLI" warm -m "$MODEL" --cache-dir "$tmp/bound1" --cache-max-bytes 1 --threads 2 --doc "$tmp/docT.txt" \
+    >"$tmp/wt.out" 2>"$tmp/e"; rc=$?
+[ $rc -eq 0 ] && grep -q "1 computed, 1 of them not written (not stored)" "$tmp/wt.out" \
+    && ! grep -q "computed and stored" "$tmp/wt.out" && grep -q "documents could not be written" "$tmp/e" \
+    && ok cache_dir_unwritten_doc_not_called_stored \
+    || fail cache_dir_unwritten_doc_not_called_stored "rc=$rc $(cat "$tmp/wt.out" "$tmp/e")"
+for json in "" --json; do
+    T "$CLI" warm -m "$MODEL" --cache-dir "$tmp/bound1" --cache-max-bytes 1 --threads 2 $json -f "$tmp/p1.txt" \
+        >"$tmp/wp.out" 2>"$tmp/e"; rc=$?
+    [ $rc -eq 0 ] && ! grep -q "^ *warning:\|kvstitch warm: warning" "$tmp/wp.out" \
+        && grep -q "^kvstitch warm: warning: .*could not be written to the cache dir (.*); they are not stored$" "$tmp/e" \
+        && ok "cache_dir_warm_warning_on_stderr${json:+_json}" \
+        || fail "cache_dir_warm_warning_on_stderr${json:+_json}" "rc=$rc $(cat "$tmp/wp.out" "$tmp/e")"
+done
+
 # --- a cache dir that cannot be listed -------------------------------------------------------
 # Mode 0300: entered and written, never listed (opendir: EACCES). It costs the cache, as a
 # read-only one does: generate succeeds with the cold output, warns naming the dir and the

@@ -44,6 +44,13 @@ got=$("$CLI" tokenize -m "$MODEL" --no-special "<|im_start|>user")
 first=${got%% *}
 [ "$first" != "1" ] && ok cli_tokenize_no_special || fail cli_tokenize_no_special "got '$got'"
 
+# "--" ends the options: a TEXT that starts with "-" (it had been "unknown option: --")
+printf -- '-5' >"$tmp/dash.txt"
+got=$("$CLI" tokenize -m "$MODEL" -- -5 2>&1); rc=$?
+want=$("$CLI" tokenize -m "$MODEL" -f "$tmp/dash.txt" 2>&1)
+[ $rc -eq 0 ] && [ -n "$got" ] && [ "$got" = "$want" ] && ok cli_double_dash_ends_options \
+    || fail cli_double_dash_ends_options "rc=$rc got '$got' want '$want'"
+
 # --no-bos never adds BOS, even for a model whose GGUF asks for it (llama SPM vocab).
 with=$("$CLI" tokenize -m "$SHARED/tokenizer-tests/ggml-vocab-llama-spm.gguf" "Hello world")
 without=$("$CLI" tokenize -m "$SHARED/tokenizer-tests/ggml-vocab-llama-spm.gguf" --no-bos "Hello world")

@@ -102,6 +102,8 @@ mistake gen_chat_template_no_chat 2 "--chat-template needs --chat" generate "${M
 mistake gen_chat_template_unknown 1 "chat template family 'jinja' is not one kvstitch renders (chatml, qwen3, llama3, llama2, gemma)" \
     generate "${M[@]}" -p hi --chat --chat-template jinja
 mistake warm_chat_template_no_chat 2 "--chat-template needs --chat" warm "${M[@]}" --cache-dir "$D" --chat-template gemma hi
+# --doc-prefix without --doc had been ignored without a word (generate refused it)
+mistake warm_doc_prefix_no_doc 2 "--doc-prefix needs --doc" warm "${M[@]}" --cache-dir "$D" --doc-prefix ZZZ hi
 mistake gen_reuse_no_dir 2 "--reuse needs --cache-dir" generate "${M[@]}" -p hi --reuse none
 mistake gen_reuse_unknown 2 "--reuse must be prefix or none without --doc, got 'sideways'" \
     generate "${M[@]}" -p hi --cache-dir "$D" --reuse sideways
@@ -211,6 +213,9 @@ if [ -w /dev/full ]; then
     full_out stdout_full_generate_json generate "${M[@]}" -p hi -n 2 --threads 1 --json
     full_out stdout_full_tokenize tokenize "${M[@]}" "hello world"
     full_out stdout_full_info info "${M[@]}" --json
+    # the top-level help and serve's had exited 0 on a full device
+    full_out stdout_full_help --help
+    full_out stdout_full_serve_help serve --help
 else
     echo "skip stdout_full_* (no /dev/full)"
 fi

@@ -224,13 +224,18 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, int *gi
     int *seen = given ? given : local;
     if (!given && cmd->n_opts > 64) return cli_usage_error(cmd->name, "internal: too many options");
     memset(seen, 0, (size_t)cmd->n_opts * sizeof *seen);
+    int options_end = 0; /* after "--": every argument is a TEXT ("-5" had no way in but -f) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!options_end && !strcmp(a, "--")) {
+            options_end = 1;
+            continue;
+        }
+        if (!options_end && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
             cli_print_help(cmd, stdout);
             return 0;
         }
-        if (a[0] != '-' || !a[1]) {
+        if (options_end || a[0] != '-' || !a[1]) {
             if (!cmd->positional) return cli_usage_error(cmd->name, "unexpected argument '%s'", a);
             if (cmd->positional(opts, a)) return 2;
             continue;

@@ -67,9 +67,10 @@ static const cli_opt k_opts[] = {
      .help = "a document for non-prefix reuse: its KV is computed after the doc\n"
              "prefix, cached by content, and reused at any position by\n"
              "`generate --doc` (give the same --chat / --doc-prefix there)"},
-    CLI_STR_OPT(NULL, "--doc-prefix", O, doc_prefix, "TEXT",
-                "the text documents are computed after (default: with --chat the\n"
-                "template's text before the user's content, else nothing / BOS)"),
+    CLI_OPT(NULL, "--doc-prefix", CLI_STR, O, doc_prefix, "TEXT",
+            "the text documents are computed after (default: with --chat the\n"
+            "template's text before the user's content, else nothing / BOS)",
+            .needs = "--doc"),
     CLI_OPT(NULL, "--bake-with-neighbours", CLI_INT, O, bake_neighbours, "K",
                 "cross-document baking: after warming the --doc documents, compute\n"
                 "each one again after the cached KV of the K others most like it\n"
@@ -178,7 +179,6 @@ static void print_report_text(const char *src, const kvs_warm_report *w) {
     else
         printf("ends off the chunk grid: a %d-token partial chunk", w->partial_tail);
     printf("; %.1f ms\n", w->ms);
-    if (w->warning[0]) printf("  warning: %s\n", w->warning);
 }
 
 /* --doc: caches the documents' KV (kvs_warm_docs). With --json (root not
@@ -204,13 +204,18 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
     }
     if (root)
         cJSON_AddItemToObject(root, "docs", json_warm_docs_report(&r));
-    else if (bake)
-        printf("documents: %d (%d tokens): %d cached already, %d computed and stored; baked: %d now, %d already, %d "
-               "left plain; %.1f ms\n", r.n_docs, r.n_tokens, r.n_cached, r.n_computed, r.n_baked, r.n_bake_cached,
-               r.n_unbaked, r.ms);
-    else
-        printf("documents: %d (%d tokens): %d cached already, %d computed and stored; %.1f ms\n", r.n_docs, r.n_tokens,
-               r.n_cached, r.n_computed, r.ms);
+    else { /* a document not written is not called stored (it had been, beside the warning) */
+        char stored[96] = "computed and stored";
+        if (r.n_write_errors)
+            snprintf(stored, sizeof stored, "computed, %d of them not written (not stored)", r.n_write_errors);
+        if (bake)
+            printf("documents: %d (%d tokens): %d cached already, %d %s; baked: %d now, %d already, %d left plain; "
+                   "%.1f ms\n", r.n_docs, r.n_tokens, r.n_cached, r.n_computed, stored, r.n_baked, r.n_bake_cached,
+                   r.n_unbaked, r.ms);
+        else
+            printf("documents: %d (%d tokens): %d cached already, %d %s; %.1f ms\n", r.n_docs, r.n_tokens, r.n_cached,
+                   r.n_computed, stored, r.ms);
+    }
     if (r.n_write_errors) /* with --json and --quiet too, as for prompts */
         fprintf(stderr, "kvstitch warm: warning: %d documents could not be written to the cache dir (not stored)\n",
                 r.n_write_errors);
@@ -308,6 +313,8 @@ int cmd_warm(int argc, char **argv) {
         total_stored += w.n_stored;
         total_write_errors += w.n_write_errors;
         total_warnings += w.warning[0] != 0;
+        if (w.warning[0]) /* on stderr, with --json too (it had gone to stdout, and nowhere with --json) */
+            fprintf(stderr, "kvstitch warm: warning: %s: %s\n", src, w.warning);
         if (prompts) {
             cJSON_AddItemToArray(prompts, json_warm_report(o.is_file[i] ? o.texts[i] : src, &w));
         } else {

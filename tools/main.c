@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return with_stdout_checked(0); /* (a help to /dev/full had exited 0) */
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))
         return with_stdout_checked(cmd_version(argc - 1, argv + 1));

@@ -21,6 +21,18 @@
 #include "kv/chunking.h"
 #include "cache/cache.h"
 
+/* why in out (room cap): whole if it fits, else cut at a word with "..."
+ * (a fixed %.150s had cut the reason mid-word: "...; --cach"). */
+static void reason_in(const char *why, size_t cap, char *out) {
+    if (strlen(why) < cap) {
+        snprintf(out, cap, "%s", why);
+        return;
+    }
+    size_t keep = cap > 4 ? cap - 4 : 0;
+    while (keep > 0 && why[keep] != ' ') keep--;
+    snprintf(out, cap, "%.*s...", (int)keep, why);
+}
+
 int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !tokens || !rep || n <= 0)
@@ -65,10 +77,17 @@ int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, k
         r.partial_tail = put.partial_tail;
         r.border_stable = 1;
         r.stable_tokens = n;
-        if (put.n_write_errors)
-            snprintf(r.warning, sizeof r.warning,
-                     "%d of %d chunks could not be written to the cache dir (%.150s); they are not stored",
-                     put.n_write_errors, put.n_chunks, put.write_error);
+        if (put.n_write_errors) {
+            char head[64], reason[sizeof r.warning];
+            const char *tail = "); they are not stored";
+            snprintf(head, sizeof head, "%d of %d chunks could not be written to the cache dir (", put.n_write_errors,
+                     put.n_chunks);
+            reason_in(put.write_error, sizeof r.warning - strlen(head) - strlen(tail), reason);
+            const size_t lh = strlen(head), lr = strlen(reason); /* lh + lr + strlen(tail) < sizeof r.warning */
+            memcpy(r.warning, head, lh);
+            memcpy(r.warning + lh, reason, lr);
+            memcpy(r.warning + lh + lr, tail, strlen(tail) + 1);
+        }
         else if (put.n_skipped)
             snprintf(r.warning, sizeof r.warning,
                      "%d of %d chunks were not stored (they do not fit the cache budget)", put.n_skipped, put.n_chunks);
