@@ -132,7 +132,14 @@ static int parse_messages(const cJSON *root, srv_request *r, srv_error *e) {
         for (int k = 0; k < 4; k++)
             if (!strcmp(role->valuestring, roles[k])) known = k;
         if (known < 0) return bad(e, param, "'%s' must be system, user, assistant or developer%s", "");
-        char *content = content_text(cJSON_GetObjectItemCaseSensitive(it, "content"), i, e);
+        const cJSON *cv = cJSON_GetObjectItemCaseSensitive(it, "content");
+        if (strcmp(role->valuestring, "assistant") &&
+            (!cv || cJSON_IsNull(cv) || (cJSON_IsArray(cv) && !cJSON_GetArraySize(cv)))) {
+            /* as OpenAI: only an assistant's turn may come without content (it had run as empty text) */
+            snprintf(param, sizeof param, "messages[%d].content", i);
+            return bad(e, param, "'%s' is required for a message of this role (a string or text parts)%s", "");
+        }
+        char *content = content_text(cv, i, e);
         if (!content) return -1;
         /* developer is OpenAI's newer name for the system role. */
         r->msgs[i].role = strdup(known == 3 ? "system" : roles[known]);

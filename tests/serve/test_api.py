@@ -312,6 +312,10 @@ def test_malformed_json_and_wrong_types(server):
                          "reuse.recalibrate.scale"),
                         ({"messages": Q, "stream": True, "stream_options": {"include_usage": 1}},
                          "stream_options.include_usage"),
+                        # content only an assistant's turn may lack, as OpenAI (it had run as empty text)
+                        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+                        ({"messages": [{"role": "system", "content": None}, Q[0]]}, "messages[0].content"),
+                        ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
                         ({"prompt": 5}, None)]:
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
         e = error_of(server.post(path, body), 400)
@@ -320,6 +324,8 @@ def test_malformed_json_and_wrong_types(server):
     # Unknown fields are ignored.
     r = server.post("/v1/chat/completions", {"messages": Q, "max_tokens": 2, "frobnicate": {"x": 1}})
     assert r.status_code == 200
+    r = server.post("/v1/chat/completions", {"messages": Q + [{"role": "assistant"}] + Q, "max_tokens": 1})
+    assert r.status_code == 200, r.text  # an assistant's turn without content
     # Valid JSON that cJSON will not take, said so: a number past a double's
     # range, and nesting past its 1000 levels (both had read "must be a
     # number" / "not valid JSON")
