@@ -133,7 +133,7 @@ static int parse_messages(const cJSON *root, srv_request *r, srv_error *e) {
             if (!strcmp(role->valuestring, roles[k])) known = k;
         if (known < 0) return bad(e, param, "'%s' must be system, user, assistant or developer%s", "");
         const cJSON *cv = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (strcmp(role->valuestring, "assistant") &&
+        if (known != 2 /* roles[2]: assistant */ &&
             (!cv || cJSON_IsNull(cv) || (cJSON_IsArray(cv) && !cJSON_GetArraySize(cv)))) {
             /* as OpenAI: only an assistant's turn may come without content (it had run as empty text) */
             snprintf(param, sizeof param, "messages[%d].content", i);
