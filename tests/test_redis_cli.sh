@@ -328,7 +328,10 @@ redis-cli -p "$P" rpush kvs:queue job >/dev/null
 "$CLI" cache clear --redis "$URL" --json >"$tmp/c.json" 2>"$tmp/e" \
     && [ "$(redis-cli -p "$P" --scan --pattern 'kvs:*' | sort | tr '\n' ' ')" = "kvs:myapp:session kvs:queue " ] \
     && [ "$(redis-cli -p "$P" get user:keep)" = 1 ] \
-    && ok redis_cli_cache_clear_only_ours || fail redis_cli_cache_clear_only_ours "$(cat "$tmp/c.json" "$tmp/e")"
+    && ok redis_cli_cache_clear_only_ours \
+    || fail redis_cli_cache_clear_only_ours "$(cat "$tmp/c.json" "$tmp/e"); kvs:* left: $(redis-cli -p "$P" --scan \
+        --pattern 'kvs:*' | sort | tr '\n' ' '); user:keep='$(redis-cli -p "$P" get user:keep)'; $(redis-cli -p "$P" \
+        info stats | grep -E '^evicted_keys')"
 # a connect the server refuses says why (it had said "not reachable")
 "$CLI" cache stats --redis "$URL/99" >/dev/null 2>"$tmp/e"; rc=$?
 [ $rc -ne 0 ] && grep -q "SELECT 99: ERR DB index is out of range" "$tmp/e" \
