@@ -283,6 +283,12 @@ KVS_API int kvs_chat_render(const kvs_model *model, const char *family,
                             const kvs_chat_message *msgs, int n_msgs,
                             int add_generation_prompt, char **out);
 
+/* KVS_OK if family is a template family kvstitch renders (the names above);
+ * KVS_ERR_INVALID_ARG naming it and the known ones otherwise, NULL and ""
+ * included. For a front end that checks its options before loading
+ * (kvs_model_load gives the same error for a name it is handed). */
+KVS_API int kvs_chat_family_check(const char *family);
+
 /* ------------------------------------------------------------------------ */
 /* Inference context                                                         */
 /* ------------------------------------------------------------------------ */

@@ -182,8 +182,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "kvstitch serve: -m MODEL is required\n");
         return -1;
     }
-    if (o->chat_template && !o->chat_template[0]) { /* (the library takes "" as none given: detected) */
-        fprintf(stderr, "kvstitch serve: --chat-template is empty (chatml, qwen3, llama3, llama2, gemma)\n");
+    /* (refused here, before the port is taken; the library takes "" as none given: detected) */
+    if (o->chat_template && kvs_chat_family_check(o->chat_template)) {
+        fprintf(stderr, "kvstitch serve: --chat-template: %s\n", kvs_last_error());
         return -1;
     }
     if (o->alias && !o->alias[0]) { /* /v1/models had listed a model with no id */

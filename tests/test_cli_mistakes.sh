@@ -99,8 +99,14 @@ mistake gen_doc_nul 1 "byte 6 of 12 is a NUL byte" generate "${M[@]}" --cache-di
 # generate: options that need others
 mistake gen_system_no_chat 2 "--system needs --chat" generate "${M[@]}" -p hi --system x
 mistake gen_chat_template_no_chat 2 "--chat-template needs --chat" generate "${M[@]}" -p hi --chat-template gemma
-mistake gen_chat_template_unknown 1 "chat template family 'jinja' is not one kvstitch renders (chatml, qwen3, llama3, llama2, gemma)" \
+# an unknown family is a usage error found before the model loads (it had
+# been found by the load, exit 1)
+mistake gen_chat_template_unknown 2 "--chat-template: chat template family 'jinja' is not one kvstitch renders (chatml, qwen3, llama3, llama2, gemma)" \
     generate "${M[@]}" -p hi --chat --chat-template jinja
+mistake gen_chat_template_empty 2 "--chat-template: chat template family is empty (chatml, qwen3" \
+    generate "${M[@]}" -p hi --chat --chat-template ""
+mistake warm_chat_template_unknown 2 "--chat-template: chat template family 'jinja' is not one" \
+    warm "${M[@]}" --cache-dir "$D" --chat --chat-template jinja hi
 mistake warm_chat_template_no_chat 2 "--chat-template needs --chat" warm "${M[@]}" --cache-dir "$D" --chat-template gemma hi
 # --doc-prefix without --doc had been ignored without a word (generate refused it)
 mistake warm_doc_prefix_no_doc 2 "--doc-prefix needs --doc" warm "${M[@]}" --cache-dir "$D" --doc-prefix ZZZ hi

@@ -149,6 +149,19 @@ TEST(chat_template_chosen_at_load) {
     }
 }
 
+/* kvs_chat_family_check: the front ends' check before a load, with the
+ * load's message; every family the renderer knows passes. */
+TEST(chat_family_check) {
+    const char *known[] = {"chatml", "qwen3", "llama3", "llama2", "gemma"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) CHECK_EQ_INT(kvs_chat_family_check(known[i]), KVS_OK);
+    CHECK_EQ_INT(kvs_chat_family_check("jinja"), KVS_ERR_INVALID_ARG);
+    CHECK(strstr(kvs_last_error(), "'jinja' is not one kvstitch renders (chatml, qwen3, llama3, llama2, gemma)"));
+    CHECK_EQ_INT(kvs_chat_family_check("ChatML"), KVS_ERR_INVALID_ARG); /* exact, as the roles */
+    CHECK_EQ_INT(kvs_chat_family_check(""), KVS_ERR_INVALID_ARG);
+    CHECK(strstr(kvs_last_error(), "is empty"));
+    CHECK_EQ_INT(kvs_chat_family_check(NULL), KVS_ERR_INVALID_ARG);
+}
+
 /* kvs_utf8_repair: every byte that starts no valid sequence becomes U+FFFD,
  * control characters stay (prompt text keeps its newlines), and a buffer too
  * small cuts between characters, never inside one. */
@@ -180,6 +193,7 @@ int main(void) {
     RUN(chat_render);
     RUN(vocab_only_gguf_without_template);
     RUN(chat_template_chosen_at_load);
+    RUN(chat_family_check);
     RUN(utf8_repair);
     kvs_model_free(smol);
     return kt_summary();

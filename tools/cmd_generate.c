@@ -156,8 +156,8 @@ static int check(gen_opts *o) {
     if (!o->prompt == !o->file) return cli_usage_error(c, "give exactly one of -p TEXT or -f FILE");
     if (o->system && !o->chat && !o->n_docs) return cli_usage_error(c, "--system needs --chat (or --doc)");
     if (o->chat_template && !o->chat) return cli_usage_error(c, "--chat-template needs --chat");
-    if (o->chat_template && !o->chat_template[0])
-        return cli_usage_error(c, "--chat-template is empty (chatml, qwen3, llama3, llama2, gemma)");
+    if (o->chat_template && kvs_chat_family_check(o->chat_template))
+        return cli_usage_error(c, "--chat-template: %s", kvs_last_error());
     if (o->n_docs && o->no_store)
         return cli_usage_error(c, "--no-store does not apply to --doc (documents are always cached)");
     /* --reuse means the reuse mode without --doc, the repair strategy with it. */

@@ -118,8 +118,8 @@ static int parse(int argc, char **argv, warm_opts *o) {
         return cli_usage_error("warm", "give at least one prompt (-f FILE or TEXT) or document (--doc FILE)");
     if (o->system && !o->chat) return cli_usage_error("warm", "--system needs --chat");
     if (o->chat_template && !o->chat) return cli_usage_error("warm", "--chat-template needs --chat");
-    if (o->chat_template && !o->chat_template[0])
-        return cli_usage_error("warm", "--chat-template is empty (chatml, qwen3, llama3, llama2, gemma)");
+    if (o->chat_template && kvs_chat_family_check(o->chat_template))
+        return cli_usage_error("warm", "--chat-template: %s", kvs_last_error());
     if (o->doc_set && o->bake_neighbours)
         return cli_usage_error("warm", "give --doc-set (all the others) or --bake-with-neighbours K, not both");
     return -1;

@@ -21,11 +21,21 @@ static char *dup_display(kvs_gguf_str s) {
     return c;
 }
 
-static int load(kvs_model *m, const char *path, kvs_model_params params) {
-    if (params.chat_template && params.chat_template[0] &&
-        !(m->chat_family = kvs_chat_family_named(params.chat_template)))
+int kvs_chat_family_check(const char *family) {
+    if (!family || !family[0])
+        return kvs_error(KVS_ERR_INVALID_ARG, "chat template family is empty (%s)", KVS_CHAT_FAMILIES);
+    if (!kvs_chat_family_named(family))
         return kvs_error(KVS_ERR_INVALID_ARG, "chat template family '%.40s' is not one kvstitch renders (%s)",
-                         params.chat_template, KVS_CHAT_FAMILIES);
+                         family, KVS_CHAT_FAMILIES);
+    return KVS_OK;
+}
+
+static int load(kvs_model *m, const char *path, kvs_model_params params) {
+    if (params.chat_template && params.chat_template[0]) { /* ("" = none given: detected) */
+        int st = kvs_chat_family_check(params.chat_template);
+        if (st) return st;
+        m->chat_family = kvs_chat_family_named(params.chat_template);
+    }
     int st = kvs_gguf_open(path, &m->gguf);
     if (st) return st;
 
