@@ -234,7 +234,7 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
         const uint32_t origin = c->origin;
         if (what == 0) c->tokens[5] ^= 1;
         else if (what == 1) c->pos0 += 1;
-        else c->origin ^= KVS_CHUNK_DOC;
+        else c->origin ^= KVS_CHUNK_BAKED; /* a baked chunk is no exact history */
         payload = NULL;
         CHECK(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER && payload == NULL, "change %d: verdict %d", what, (int)v);
@@ -245,6 +245,11 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
         c->pos0 = pos0;
         c->origin = origin;
     }
+    /* the document bit alone: a document computed right after its prefix is
+     * that prefix's history under the same key (disk.c open_indexed_entry) */
+    c->origin ^= KVS_CHUNK_DOC;
+    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v), KVS_OK);
+    c->origin ^= KVS_CHUNK_DOC;
     CHECK(access(path, F_OK) == 0);
     kvs_chunk_unref(c);
     rm_dir(dir);

@@ -33,6 +33,7 @@
 #include "test_docs_util.h"
 #include "test_greedy.h"
 #include "test_kl.h"
+#include "test_kv_dir.h"
 #include "test_musique.h"
 #include "kvstitch.h"
 #include "cache/cache.h"
@@ -471,6 +472,59 @@ TEST(first_request_equals_later_ones) {
     kt_remove_dir(dir);
 }
 
+/* The same request twice in one process on a cache directory, the first
+ * document right after its own prefix (no system text): the second
+ * request keeps every file the first wrote and hits every document. Its
+ * exact lookup had met the first document's file under its key (a
+ * document after its prefix is keyed as that prefix's history), read the
+ * header's origin (a document) as damage and deleted the file: the next
+ * process computed the document again. */
+TEST(second_request_keeps_the_doc_files) {
+    char tmpl[] = "/tmp/kvs_second_keeps_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    /* short documents: the first one's tokens are the tail of the exact
+     * lookup's spans (less than a chunk), so their key is the document's */
+    const char *docs[N_DOCS] = {"The capital of France is Paris.", "Bananas are yellow.", "Snow is white."};
+    kvs_segments seg = {0, NULL, docs, NULL, N_DOCS, "Q: What is the capital of France? A:", NULL};
+    kvs_generate_params gp = kt_greedy(N_GEN);
+    kvs_generate_result r[2];
+    int files[2] = {-1, -1}, done = 0;
+    kvs_cache *c = kt_open_cache(g_model, dir);
+    for (int k = 0; c && k < 2; k++) {
+        CHECK(kvs_utf8_check("\xff", 1) != KVS_OK); /* a message the requests must leave alone */
+        int st = kvs_generate_segments(g_ctx, c, &seg, &gp, NULL, &r[k]);
+        CHECK_MSG(st == KVS_OK, "run %d: %s", k, kvs_last_error());
+        if (st) break;
+        /* (its cache misses had left "store: no usable chunk with content key ...") */
+        CHECK_MSG(strstr(kvs_last_error(), "invalid UTF-8"), "run %d changed the last error: %s", k, kvs_last_error());
+        kvs_cache_flush(c, 10000);
+        files[k] = count_files(dir, ".kvc");
+        done++;
+    }
+    /* an empty cache serves nothing: the first document computed by the
+     * request had been reported as cached tokens */
+    if (done >= 1) CHECK_MSG(r[0].reuse->n_cached == 0, "cached tokens on an empty cache: %d", r[0].reuse->n_cached);
+    if (done == 2) {
+        CHECK_MSG(files[0] >= N_DOCS && files[1] == files[0], "entry files: %d after the first request, %d after the second",
+                  files[0], files[1]);
+        CHECK_MSG(kt_same_result(&r[1], &r[0]), "the second request differs from the first");
+    }
+    for (int k = 0; k < done; k++) kvs_generate_result_free(&r[k]);
+    kvs_cache_free(c);
+    kvs_cache *fresh = kt_open_cache(g_model, dir); /* the next process finds every document */
+    kvs_generate_result n;
+    if (fresh && done == 2 && kvs_generate_segments(g_ctx, fresh, &seg, &gp, NULL, &n) == KVS_OK) {
+        CHECK_MSG(n.docs->n_docs_computed == 0, "a new process computed %d documents again", n.docs->n_docs_computed);
+        /* the first one, held by the exact hit, counts as found (it had not, from a file) */
+        CHECK_MSG(n.docs->n_docs_hit == N_DOCS, "documents found: %d of %d", n.docs->n_docs_hit, N_DOCS);
+        kvs_generate_result_free(&n);
+    }
+    kvs_cache_free(fresh);
+    kt_remove_dir(dir);
+}
+
 /* Two empty caches and the layout of the three documents and the question
  * (no system text: the first document sits right after its own prefix). */
 typedef struct two_caches {
@@ -894,6 +948,7 @@ int main(void) {
     RUN(exact_prefix_hit_on_system_segment);
     RUN(exact_prefix_hit_covering_docs);
     RUN(docs_persist_in_cache_dir);
+    RUN(second_request_keeps_the_doc_files);
     RUN(public_api);
     RUN(real_prefix_one_doc_is_exact);
     RUN(first_request_equals_later_ones);

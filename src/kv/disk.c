@@ -458,7 +458,12 @@ static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_entr
     if (*fd < 0) return kvs_disk_verdict_status(*verdict);
     rc = read_header_fd(*fd, path, fp, &c->shape, mac, s, hd, verdict);
     if (rc) goto fail_rc;
-    int same = hd->n_tok == c->n_tok && hd->pos0 == c->pos0 && hd->origin == c->origin &&
+    /* The document bit aside: a document computed right after its prefix
+     * is that prefix's exact history, keyed as such (the same parent and
+     * tokens, the same bits), so the exact lookup meets its entry by key;
+     * a baked one has a parent of its own. Taken as damage, the document's
+     * file had been deleted by the next request for it. */
+    int same = hd->n_tok == c->n_tok && hd->pos0 == c->pos0 && !((hd->origin ^ c->origin) & ~KVS_CHUNK_DOC) &&
                kvs_key_equal(&hd->parent, &c->parent_key) &&
                !memcmp(hd->tokens, c->tokens, (size_t)c->n_tok * sizeof(int32_t));
     free(hd->tokens);

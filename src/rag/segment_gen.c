@@ -209,14 +209,24 @@ static int exact_first_doc(req *q, int *E) {
     const int jd = first_doc(lay);
     if (jd < 0) return KVS_OK; /* no doc before the question */
     const kvs_seg *s = &lay->segs[jd];
-    if (*E >= s->end || !doc_at_own_prefix(lay, s)) return KVS_OK;
+    if (!doc_at_own_prefix(lay, s)) return KVS_OK;
+    if (*E >= s->end) { /* the hit holds the document: it came from the cache (as it does from RAM) */
+        q->rep.n_docs++;
+        q->rep.n_docs_hit++;
+        return KVS_OK;
+    }
     int st = KVS_OK;
-    if (*E < s->start && (st = kvs_decode(q->ctx, lay->tokens + *E, q->pos + *E, s->start - *E, NULL))) return st;
+    if (*E < s->start) {
+        if ((st = kvs_decode(q->ctx, lay->tokens + *E, q->pos + *E, s->start - *E, NULL))) return st;
+        q->rep.n_exact_now += s->start - *E;
+    }
     kvs_chunk *c = NULL;
+    const int computed = q->rep.n_docs_computed, from = *E > s->start ? *E : s->start;
     st = kvs_seg_acquire_plain_doc(q->ctx, q->cache, lay, jd, kvs_seg_max_doc_len(lay, jd), q->opt.store_docs, &q->dc,
                                    &q->rep, &c);
-    if (!st) st = place_doc(q, c, s, *E > s->start ? *E : s->start); /* by 0: its own slots */
+    if (!st) st = place_doc(q, c, s, from); /* by 0: its own slots */
     kvs_chunk_unref(c);
+    if (!st && q->rep.n_docs_computed > computed) q->rep.n_exact_now += s->end - from; /* not from the cache */
     if (!st) *E = s->end;
     return st;
 }
@@ -353,11 +363,14 @@ int kvs_seg_generate_at(kvs_context *ctx, kvs_cache *cache, const kvs_seg_layout
         r.timings.lookup_ms = q.rep.lookup_ms;
         r.timings.assemble_ms = q.rep.assemble_ms - q.rep.lookup_ms;
         r.timings.repair_ms = q.rep.repair_ms;
-        r.reuse->n_cached = q.rep.n_exact;
+        /* cached: what the cache served, not the exact prefix this request
+         * computed itself (an empty cache had reported the first document
+         * as cached tokens) */
+        r.reuse->n_cached = q.rep.n_exact - q.rep.n_exact_now;
         /* Reused = served without recompute: the exact prefix, plus the moved
          * tokens the repair kept (`full` moves nothing). */
         int kept = q.rep.n_moved - q.rep.n_recomputed;
-        r.reuse->n_reused = q.rep.n_exact + (q.rp->mode != KVS_REPAIR_FULL && kept > 0 ? kept : 0);
+        r.reuse->n_reused = r.reuse->n_cached + (q.rp->mode != KVS_REPAIR_FULL && kept > 0 ? kept : 0);
         r.reuse->cache_hit_ratio = (double)r.reuse->n_reused / n;
         r.docs->n_moved = q.rep.n_moved;
         /* of the moved tokens: a cold run (KVS_REUSE_NONE) moves none, and

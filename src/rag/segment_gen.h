@@ -32,7 +32,9 @@
 
 typedef struct kvs_seg_report {
     int n_prompt;
-    int n_exact;          /* tokens served by the exact prefix hit */
+    int n_exact;          /* tokens in place as an exact prefix: the hit, then the first doc where
+                           * it sits after its own prefix (exact_first_doc) */
+    int n_exact_now;      /* of them, computed by this request (that doc computed, the tokens before it) */
     int n_live;           /* tokens computed fully: rest of the prefix + question (+ docs for full) */
     int n_moved;          /* doc tokens placed from doc chunks (moved) */
     int n_recomputed;     /* moved tokens the strategy recomputed (full: the doc tokens) */
