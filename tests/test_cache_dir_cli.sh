@@ -248,4 +248,21 @@ else
     echo "skip cache_dir_prune_refused_unlink (needs root, setpriv and a CLI nobody may run)"
 fi
 chmod -R u+w "$ro_parent"; rm -rf "$ro_parent"
+
+# --- a long chain of entries --------------------------------------------------------------
+# stats, ls and prune walk each entry's parents down to position 0; past 64
+# links the walk had gone round forever (a long prompt at the default chunk
+# size: 4,200 tokens; here 100 chunks of one token).
+D="$tmp/chain"
+python3 -c "print(' '.join(['apple'] * 100))" >"$tmp/chain.txt"
+T "$CLI" generate -m "$MODEL" -f "$tmp/chain.txt" -n 1 --threads 2 --cache-dir "$D" --chunk-tokens 1 >/dev/null 2>"$tmp/e" \
+    || fail cache_dir_chain_setup "$(cat "$tmp/e")"
+n_chain=$(kvc_count "$D")
+for verb in stats ls prune; do
+    timeout 60 "$CLI" cache $verb --cache-dir "$D" --json >"$tmp/chain.json" 2>"$tmp/e"; rc=$?
+    [ $rc -eq 0 ] && ok "cache_dir_chain_${verb}_ends" || fail "cache_dir_chain_${verb}_ends" "rc=$rc $(cat "$tmp/e")"
+done
+timeout 60 "$CLI" cache stats --cache-dir "$D" --json >"$tmp/chain.json" 2>"$tmp/e"
+[ "$n_chain" -gt 64 ] && [ "$(j "$tmp/chain.json" 'd["unreachable"]')" = 0 ] && ok cache_dir_chain_all_reachable \
+    || fail cache_dir_chain_all_reachable "$n_chain entries, $(cat "$tmp/chain.json" "$tmp/e")"
 exit $status

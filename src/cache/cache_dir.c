@@ -147,9 +147,10 @@ static int reachable(node *v, size_t n, node *e) {
             verdict = 0;
             break;
         }
-        if (depth == 64) { /* resolve the deep part first, then come back */
-            reachable(v, n, p);
-            continue;
+        if (depth == 64) { /* x is as reachable as its parent: resolve the deep part on its own */
+            verdict = reachable(v, n, p);
+            x->state = verdict ? 2 : 3;
+            break; /* (it had gone round again with x unchanged: cache stats hung on a chain of 65+) */
         }
         chain[depth++] = x;
         x = p;
