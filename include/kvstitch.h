@@ -274,7 +274,9 @@ typedef struct kvs_chat_message {
  * "llama2", "gemma") or, when family is NULL, the model's: the one its load
  * chose (kvs_model_params.chat_template), else the one detected from
  * tokenizer.chat_template.
- * An unknown template gives KVS_ERR_UNSUPPORTED naming it; a role the
+ * An unknown family name gives KVS_ERR_INVALID_ARG naming it (as
+ * kvs_chat_family_check); family NULL on a model whose template names no
+ * family it renders, KVS_ERR_UNSUPPORTED; a role the
  * family does not know (exact, case-sensitive) KVS_ERR_INVALID_ARG naming
  * the message, the role and the known ones. *out is
  * NUL-terminated and allocated by the library: release it with kvs_free().

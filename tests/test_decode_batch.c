@@ -152,6 +152,17 @@ TEST(cache_steps_equal_cold) {
     kvs_context_free(c);
     CHECK(kvs_cache_peek_prefix(cache, p, n + 20, &n_hit) == KVS_OK);
     CHECK_EQ_INT(n_hit, n);
+    /* ids outside the vocabulary: refused as by the other calls (a peek had
+     * answered 0); a failed load leaves n_loaded as it was (it had zeroed it) */
+    int32_t bad[2] = {p[0], -1};
+    n_hit = 77;
+    CHECK_EQ_INT(kvs_cache_peek_prefix(cache, bad, 2, &n_hit), KVS_ERR_INVALID_ARG);
+    CHECK(n_hit == 77 && strstr(kvs_last_error(), "kvs_cache_peek_prefix: token 1 of 2: id -1"));
+    c = new_ctx(1);
+    n_loaded = 77;
+    CHECK_EQ_INT(kvs_cache_load_prefix(c, cache, bad, 2, &n_loaded), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(n_loaded, 77);
+    kvs_context_free(c);
     /* A new context, prompt = the stored tokens + 20 more: 150 served. */
     c = new_ctx(2);
     CHECK(kvs_cache_load_prefix(c, cache, p, n + 19, &n_loaded) == KVS_OK);

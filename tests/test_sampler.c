@@ -1,5 +1,6 @@
 /* Sampler: greedy, top-k/top-p/min-p cut-offs, temperature, repetition
  * penalty, presence/frequency penalties, and determinism of the seeded draw. No model needed. */
+#include <limits.h>
 #include <math.h>
 
 #include "engine/sampler.h"
@@ -42,6 +43,28 @@ TEST(test_null_arguments_refused) {
     CHECK_EQ_INT(kvs_sampler_sample(s, NULL), -1);
     CHECK(strstr(kvs_last_error(), "logits") != NULL);
     CHECK_EQ_INT(kvs_sampler_sample(s, l), 1);
+    kvs_sampler_free(s);
+    /* a NULL out is refused (it had been written through: SEGV); accepting
+     * into a NULL sampler does nothing (it had crashed) */
+    CHECK_EQ_INT(kvs_sampler_new(plain(0.0f), 2, NULL), KVS_ERR_INVALID_ARG);
+    CHECK(strstr(kvs_last_error(), "out is NULL") != NULL);
+    kvs_sampler_accept(NULL, 1);
+    kvs_sampler_accept_prompt(NULL, 1);
+}
+
+/* A window of INT_MAX tokens: no 8 GiB allocated up front (the ring grows
+ * as it fills), and the penalty as with a window that holds everything. */
+TEST(test_repetition_window_grows) {
+    enum { V = 2048 };
+    static float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(V - i); /* 0 best, then 1, ... */
+    kvs_sampler_params p = plain(0.0f);
+    p.repeat_penalty = 4096.0f; /* any penalised id drops below every other */
+    p.repeat_last_n = INT_MAX;
+    kvs_sampler *s = make(p, V);
+    if (!s) return;
+    for (int i = 0; i < 1000; i++) kvs_sampler_accept(s, i); /* past the ring's first size */
+    CHECK_EQ_INT(kvs_sampler_sample(s, l), 1000);
     kvs_sampler_free(s);
 }
 
@@ -313,6 +336,16 @@ TEST(test_logprobs) {
     CHECK_EQ_INT(kvs_logprobs(inf2, 4, 0, &tok_lp, 4, mid, mlp), KVS_OK);
     CHECK(fabsf(tok_lp + logf(2.0f)) < 1e-6f && mid[0] == 0 && mid[1] == 2 && mlp[1] == tok_lp);
     CHECK(isinf(mlp[2]) && mlp[2] < 0 && isnan(mlp[3]));
+    /* several NaN: last, the lower id first among them (the header's rule;
+     * their order had depended on the heap's) */
+    float nans[8] = {NAN, -INFINITY, INFINITY, 1.0f, NAN, INFINITY, 0.0f, NAN};
+    int32_t nid[8];
+    float nlp[8];
+    CHECK_EQ_INT(kvs_logprobs(nans, 8, -1, NULL, 8, nid, nlp), KVS_OK);
+    CHECK_MSG(nid[5] == 0 && nid[6] == 4 && nid[7] == 7, "NaN ids ranked %d %d %d", nid[5], nid[6], nid[7]);
+    float all_nan[4] = {NAN, NAN, NAN, NAN};
+    CHECK_EQ_INT(kvs_logprobs(all_nan, 4, -1, NULL, 4, nid, nlp), KVS_OK);
+    CHECK(nid[0] == 0 && nid[1] == 1 && nid[2] == 2 && nid[3] == 3);
     float none[3] = {-INFINITY, -INFINITY, -INFINITY};
     CHECK_EQ_INT(kvs_logprobs(none, 3, 1, &tok_lp, 0, NULL, NULL), KVS_OK);
     CHECK(isinf(tok_lp) && tok_lp < 0);
@@ -385,6 +418,7 @@ int main(void) {
     RUN(test_temperature_flattens_and_sharpens);
     RUN(test_top_k_top_p_min_p_cutoffs);
     RUN(test_repetition_penalty);
+    RUN(test_repetition_window_grows);
     RUN(test_presence_and_frequency_penalties);
     RUN(test_logits_untouched_and_bad_params);
     RUN(test_logprobs);

@@ -149,6 +149,32 @@ TEST(chat_template_chosen_at_load) {
     }
 }
 
+/* A call that succeeds leaves kvs_last_error() as it was (the header: the
+ * message holds until the next failing call): the optional keys a load
+ * reads, and a template-less model's render with a family named, had left
+ * "key ... not found" behind. */
+TEST(success_keeps_the_last_error) {
+    const char *want = "invalid UTF-8 at byte offset 0";
+    CHECK(kvs_utf8_check("\xff", 1) != KVS_OK && strstr(kvs_last_error(), want));
+    kvs_model *m = NULL;
+    int st = kvs_model_load(kt_model_path(), kvs_model_default_params(), &m); /* a full load: hparams, rope */
+    CHECK_MSG(st == KVS_OK && strstr(kvs_last_error(), want), "after the load: %s", kvs_last_error());
+    kvs_model_free(m);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer-tests/ggml-vocab-gpt-2.gguf", kt_shared_dir());
+    kvs_model_params p = kvs_model_default_params();
+    p.vocab_only = 1;
+    m = NULL;
+    if (kvs_model_load(path, p, &m) != KVS_OK) return;
+    const kvs_chat_message msgs[] = {{"user", "x"}};
+    char *out = NULL;
+    CHECK(kvs_utf8_check("\xff", 1) != KVS_OK);
+    st = kvs_chat_render(m, "chatml", msgs, 1, 1, &out); /* no template in the file: the family named */
+    CHECK_MSG(st == KVS_OK && strstr(kvs_last_error(), want), "after the render: %s", kvs_last_error());
+    free(out);
+    kvs_model_free(m);
+}
+
 /* kvs_chat_family_check: the front ends' check before a load, with the
  * load's message; every family the renderer knows passes. */
 TEST(chat_family_check) {
@@ -194,6 +220,7 @@ int main(void) {
     RUN(vocab_only_gguf_without_template);
     RUN(chat_template_chosen_at_load);
     RUN(chat_family_check);
+    RUN(success_keeps_the_last_error);
     RUN(utf8_repair);
     kvs_model_free(smol);
     return kt_summary();

@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define KVS_ERROR_MAX 1024
-
 static _Thread_local char last_error[KVS_ERROR_MAX];
 
 const char *kvs_strerror(int status) {
@@ -64,5 +62,12 @@ int kvs_error_prefix(int status, const char *fmt, ...) {
         memcpy(last_error + used + 2, old, len);
         last_error[used + 2 + len] = 0;
     }
+    return status;
+}
+
+void kvs_error_keep_begin(kvs_error_keep *k) { memcpy(k->msg, last_error, sizeof k->msg); }
+
+int kvs_error_keep_end(const kvs_error_keep *k, int status) {
+    if (status == KVS_OK) memcpy(last_error, k->msg, sizeof last_error);
     return status;
 }

@@ -12,4 +12,22 @@ int kvs_error(int status, const char *fmt, ...) __attribute__((format(printf, 2,
  * error travels up, e.g. the file name). Returns status. */
 int kvs_error_prefix(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* kvs_last_error() changes only on a failing call (kvstitch.h). A public
+ * call that succeeds after failures it tolerated inside (a cache file gone
+ * or damaged, a tier down: counted, warned, served otherwise) puts the
+ * caller's message back: KVS_ERROR_KEPT(body(...)) as the whole of such a
+ * function. */
+#define KVS_ERROR_MAX 1024
+typedef struct kvs_error_keep {
+    char msg[KVS_ERROR_MAX];
+} kvs_error_keep;
+void kvs_error_keep_begin(kvs_error_keep *k);
+int kvs_error_keep_end(const kvs_error_keep *k, int status); /* restores if status is KVS_OK; returns it */
+#define KVS_ERROR_KEPT(call)                     \
+    do {                                         \
+        kvs_error_keep kept_;                    \
+        kvs_error_keep_begin(&kept_);            \
+        return kvs_error_keep_end(&kept_, call); \
+    } while (0)
+
 #endif

@@ -31,7 +31,7 @@ static int open_key(const kvs_cache_params *p, kvs_entry_mac **out) {
     return KVS_OK;
 }
 
-int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
+static int cache_open_body(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: model and out must not be NULL");
     if (p.chunk_tokens < 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: chunk_tokens must be >= 0, got %d", p.chunk_tokens);
@@ -73,6 +73,10 @@ int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
     return KVS_OK;
 }
 
+int kvs_cache_open(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
+    KVS_ERROR_KEPT(cache_open_body(model, p, out));
+}
+
 void kvs_cache_free(kvs_cache *c) {
     if (!c) return;
     kvs_store_free(c->store);
@@ -81,18 +85,26 @@ void kvs_cache_free(kvs_cache *c) {
     free(c);
 }
 
-int kvs_cache_sync(kvs_cache *c, int *n_new) {
+static int cache_sync_body(kvs_cache *c, int *n_new) {
     if (!c) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_sync: cache is NULL");
     return kvs_store_sync_disk(c->store, n_new);
 }
 
-int kvs_cache_clear(kvs_cache *c, int and_disk) {
+int kvs_cache_sync(kvs_cache *c, int *n_new) {
+    KVS_ERROR_KEPT(cache_sync_body(c, n_new));
+}
+
+static int cache_clear_body(kvs_cache *c, int and_disk) {
     if (!c) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_clear: cache is NULL");
     int st = kvs_store_clear(c->store, and_disk);
     /* memory only: the directory's entries stay, and stay listed (the index
      * had forgotten them: entries() empty, stats 0, files still there) */
     if (!st && !and_disk) st = kvs_store_sync_dir(c->store, NULL); /* (never a scan of Redis) */
     return st;
+}
+
+int kvs_cache_clear(kvs_cache *c, int and_disk) {
+    KVS_ERROR_KEPT(cache_clear_body(c, and_disk));
 }
 
 void kvs_cache_fingerprint_hex(const kvs_cache *c, char hex[65]) {
@@ -218,7 +230,10 @@ int kvs_reuse_check_context(kvs_context *ctx, kvs_cache *c) {
 }
 
 int kvs_reuse_check_tokens(const kvs_context *ctx, const int32_t *tokens, int n) {
-    int n_vocab = kvs_context_n_vocab(ctx);
+    return kvs_cache_check_tokens(kvs_context_n_vocab(ctx), tokens, n);
+}
+
+int kvs_cache_check_tokens(int n_vocab, const int32_t *tokens, int n) {
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return kvs_error(KVS_ERR_INVALID_ARG, "token %d of %d: id %d is outside the vocabulary (0..%d)", i, n,

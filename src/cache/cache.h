@@ -58,5 +58,7 @@ int kvs_reuse_chunk_ends(int n, int chunk_tokens, const int *borders, int n_bord
 
 /* KVS_ERR_INVALID_ARG naming the first id outside the vocabulary. */
 int kvs_reuse_check_tokens(const kvs_context *ctx, const int32_t *tokens, int n);
+/* The same against a vocabulary of n_vocab ids (a call with a cache and no context). */
+int kvs_cache_check_tokens(int n_vocab, const int32_t *tokens, int n);
 
 #endif

@@ -41,10 +41,14 @@ int kvs_cache_open_redis(kvs_cache *c, const kvs_cache_params *p) {
     return st;
 }
 
-int kvs_cache_flush(kvs_cache *c, int timeout_ms) {
+static int cache_flush_body(kvs_cache *c, int timeout_ms) {
     if (!c) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_flush: cache is NULL");
     if (!c->redis || kvs_redis_tier_flush(c->redis, timeout_ms > 0 ? timeout_ms : 0)) return KVS_OK;
     return kvs_error(KVS_ERR_IO, "redis: writes still queued after %d ms", timeout_ms);
+}
+
+int kvs_cache_flush(kvs_cache *c, int timeout_ms) {
+    KVS_ERROR_KEPT(cache_flush_body(c, timeout_ms));
 }
 
 void kvs_cache_redis_why_down(kvs_cache *c, char *out, size_t cap) {

@@ -27,7 +27,7 @@ static int verify_visit(void *user, kvs_chunk *c) {
     return 0;
 }
 
-int kvs_cache_verify(kvs_cache *cache, kvs_cache_verify_report *r) {
+static int cache_verify_body(kvs_cache *cache, kvs_cache_verify_report *r) {
     if (!cache || !r) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_verify: cache and report are required");
     memset(r, 0, sizeof *r);
     if (!cache->dir)
@@ -41,4 +41,8 @@ int kvs_cache_verify(kvs_cache *cache, kvs_cache_verify_report *r) {
      * fingerprint: the directory-wide figures count it */
     r->bad_mac += counts.n[KVS_DISK_BAD_MAC];
     return rc;
+}
+
+int kvs_cache_verify(kvs_cache *cache, kvs_cache_verify_report *r) {
+    KVS_ERROR_KEPT(cache_verify_body(cache, r));
 }

@@ -46,7 +46,7 @@ int kvs_reuse_chunk_ends(int n, int chunk_tokens, const int *borders, int n_bord
     return st;
 }
 
-int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
+static int generate_cached_body(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
                         const kvs_generate_params *params, const kvs_reuse_params *reuse, kvs_generate_result *out) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !prompt || !params || !out || n_prompt <= 0)
@@ -110,4 +110,9 @@ int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *promp
     }
     *out = r;
     return KVS_OK;
+}
+
+int kvs_generate_cached(kvs_context *ctx, kvs_cache *cache, const int32_t *prompt, int n_prompt,
+                        const kvs_generate_params *params, const kvs_reuse_params *reuse, kvs_generate_result *out) {
+    KVS_ERROR_KEPT(generate_cached_body(ctx, cache, prompt, n_prompt, params, reuse, out));
 }

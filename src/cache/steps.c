@@ -13,23 +13,36 @@
  * Same bits as kvs_generate_cached: the copied KV is what a cold prefill
  * writes, and a batch-invariant decode of the rest completes it.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "cache/cache.h"
 #include "engine/context.h"
 
-int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit) {
+static int cache_peek_prefix_body(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit) {
     if (!cache || !tokens || n < 0 || !n_hit)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_peek_prefix: need a cache, tokens, n >= 0 (got %d), n_hit", n);
+    /* ids outside the vocabulary are refused as by every other call (a
+     * peek had answered 0 for them) */
+    int st = kvs_cache_check_tokens(kvs_model_hparams(cache->model)->n_vocab, tokens, n);
+    if (st) {
+        char why[200];
+        snprintf(why, sizeof why, "%s", kvs_last_error());
+        return kvs_error(st, "kvs_cache_peek_prefix: %s", why);
+    }
     *n_hit = 0;
     if (n == 0) return KVS_OK;
     kvs_prefix_hit hit;
     memset(&hit, 0, sizeof hit);
-    int st = kvs_store_lookup_prefix(cache->store, tokens, n, &hit);
+    st = kvs_store_lookup_prefix(cache->store, tokens, n, &hit);
     if (!st) *n_hit = hit.n_cached;
     kvs_prefix_hit_release(&hit);
     return st;
+}
+
+int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit) {
+    KVS_ERROR_KEPT(cache_peek_prefix_body(cache, tokens, n, n_hit));
 }
 
 /* The checks both copies share. */
@@ -42,14 +55,14 @@ static int check(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int 
     return st;
 }
 
-int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded) {
+static int cache_load_prefix_body(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded) {
     if (!ctx || !cache || !tokens || n < 0 || !n_loaded)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_load_prefix: need a context, a cache, tokens, n >= 0 "
                          "(got %d), n_loaded", n);
+    int st = n ? check(ctx, cache, tokens, n, "kvs_cache_load_prefix") : KVS_OK;
+    if (st) return st; /* (n_loaded untouched, as the header's out-parameters) */
     *n_loaded = 0;
     if (n == 0) return KVS_OK;
-    int st = check(ctx, cache, tokens, n, "kvs_cache_load_prefix");
-    if (st) return st;
     kvs_prefix_hit hit;
     memset(&hit, 0, sizeof hit);
     st = kvs_store_lookup_into(cache->store, tokens, n, kvs_context_kv(ctx), &hit);
@@ -59,7 +72,11 @@ int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tok
     return st;
 }
 
-int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new) {
+int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_loaded) {
+    KVS_ERROR_KEPT(cache_load_prefix_body(ctx, cache, tokens, n, n_loaded));
+}
+
+static int cache_store_context_body(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new) {
     if (!ctx || !cache || !tokens || n <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_store_context: need a context, a cache and n > 0 tokens "
                          "(got %d)", n);
@@ -70,4 +87,8 @@ int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *t
     st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, kvs_context_kv(ctx), &rep);
     if (n_new) *n_new = rep.n_new;
     return st;
+}
+
+int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new) {
+    KVS_ERROR_KEPT(cache_store_context_body(ctx, cache, tokens, n, n_new));
 }

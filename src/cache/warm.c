@@ -33,7 +33,7 @@ static void reason_in(const char *why, size_t cap, char *out) {
     snprintf(out, cap, "%.*s...", (int)keep, why);
 }
 
-int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep) {
+static int warm_body(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !tokens || !rep || n <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_warm: need a context, a cache, at least one token (got %d) and a "
@@ -98,6 +98,10 @@ int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, k
     return st;
 }
 
+int kvs_warm(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, kvs_warm_report *rep) {
+    KVS_ERROR_KEPT(warm_body(ctx, cache, tokens, n, rep));
+}
+
 /* Tokenizes into a malloc'd array. */
 static int tokenize_alloc(const kvs_model *m, const char *text, size_t len, int flags, int32_t **out, int *n) {
     int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 16;
@@ -157,7 +161,7 @@ static void describe(const char *probe, char *out, size_t cap) {
     else snprintf(out, cap, "\"%s\"", probe);
 }
 
-int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags, kvs_warm_report *rep) {
+static int warm_text_body(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags, kvs_warm_report *rep) {
     if (!ctx || !cache || (!text && len) || !rep)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_warm_text: need a context, a cache, a text and a report");
     const kvs_model *m = kvs_context_model(ctx);
@@ -186,4 +190,8 @@ int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t l
                  n - stable, n - stable == 1 ? "" : "s", what, stable, n);
     }
     return KVS_OK;
+}
+
+int kvs_warm_text(kvs_context *ctx, kvs_cache *cache, const char *text, size_t len, int flags, kvs_warm_report *rep) {
+    KVS_ERROR_KEPT(warm_text_body(ctx, cache, text, len, flags, rep));
 }

@@ -15,8 +15,15 @@ struct kvs_sampler {
     int32_t *ids;      /* (n_vocab) candidate ids, best first */
     int32_t *heap;     /* (n_vocab) top-k scratch */
     float *probs;      /* (n_vocab) candidate probabilities */
-    int32_t *hist;     /* (repeat_last_n) ring of recent tokens */
-    int n_hist, hist_pos;
+    /* The repetition penalty's window: a ring of the last repeat_last_n
+     * tokens, allocated as it fills (a window of INT_MAX had allocated 8 GiB
+     * at once); it only grows before it first wraps, so growing keeps the
+     * order. */
+    int32_t *hist;
+    int hist_cap, n_hist, hist_pos;
+    int grow_failed;   /* the window could not grow: kvs_sampler_sample fails */
+    uint32_t *stamp;   /* (n_vocab, with a penalty) the last sample a token was penalised in */
+    uint32_t n_stamp;
     /* Presence/frequency penalties (only when one is nonzero): how often
      * each id was generated, and the distinct ids in order of first use, so
      * a step touches only those logits. */
@@ -62,7 +69,7 @@ static uint64_t xoshiro_next(uint64_t s[4]) {
 void kvs_sampler_reset(kvs_sampler *s) {
     uint64_t x = s->p.seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
-    s->n_hist = s->hist_pos = 0;
+    s->n_hist = s->hist_pos = s->grow_failed = 0;
     for (int i = 0; i < s->n_used; i++) s->counts[s->used[i]] = 0;
     s->n_used = 0;
 }
@@ -107,7 +114,11 @@ int kvs_sampler_params_check(const kvs_sampler_params *p, const char *who) {
     return KVS_OK;
 }
 
+/* Tokens the window holds before it first grows. */
+#define HIST_FIRST 256
+
 int kvs_sampler_new(kvs_sampler_params p, int n_vocab, kvs_sampler **out) {
+    if (!out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_sampler_new: out is NULL");
     if (n_vocab <= 0) return kvs_error(KVS_ERR_INVALID_ARG, "sampler: n_vocab %d", n_vocab);
     int st = kvs_sampler_params_check(&p, "sampler: ");
     if (st) return st;
@@ -120,12 +131,15 @@ int kvs_sampler_new(kvs_sampler_params p, int n_vocab, kvs_sampler **out) {
     s->ids = malloc(n * sizeof *s->ids);
     s->heap = malloc(n * sizeof *s->heap);
     s->probs = malloc(n * sizeof *s->probs);
-    s->hist = malloc(((size_t)p.repeat_last_n + 1) * sizeof *s->hist);
+    s->hist_cap = p.repeat_last_n < HIST_FIRST ? p.repeat_last_n : HIST_FIRST;
+    s->hist = malloc(((size_t)s->hist_cap + 1) * sizeof *s->hist);
+    if (p.repeat_penalty != 1.0f) s->stamp = calloc(n, sizeof *s->stamp);
     if (has_counts(&p)) {
         s->counts = calloc(n, sizeof *s->counts);
         s->used = malloc(n * sizeof *s->used);
     }
-    if (!s->logits || !s->ids || !s->heap || !s->probs || !s->hist || (has_counts(&p) && (!s->counts || !s->used))) {
+    if (!s->logits || !s->ids || !s->heap || !s->probs || !s->hist || (p.repeat_penalty != 1.0f && !s->stamp) ||
+        (has_counts(&p) && (!s->counts || !s->used))) {
         kvs_sampler_free(s);
         return kvs_error(KVS_ERR_NOMEM, "sampler: out of memory");
     }
@@ -141,19 +155,32 @@ void kvs_sampler_free(kvs_sampler *s) {
     free(s->heap);
     free(s->probs);
     free(s->hist);
+    free(s->stamp);
     free(s->counts);
     free(s->used);
     free(s);
 }
 
 void kvs_sampler_accept(kvs_sampler *s, int32_t token) {
+    if (!s) return;
     if (s->counts && token >= 0 && token < s->n_vocab && s->counts[token]++ == 0) s->used[s->n_used++] = token;
     kvs_sampler_accept_prompt(s, token);
 }
 
 void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token) {
+    if (!s) return;
     int cap = s->p.repeat_last_n;
     if (cap == 0) return;
+    if (s->n_hist == s->hist_cap && s->hist_cap < cap) { /* not wrapped yet: hist_pos == n_hist */
+        int grown = s->hist_cap > cap / 2 ? cap : 2 * s->hist_cap;
+        int32_t *h = realloc(s->hist, ((size_t)grown + 1) * sizeof *h);
+        if (!h) {
+            s->grow_failed = 1;
+            return;
+        }
+        s->hist = h;
+        s->hist_cap = grown;
+    }
     s->hist[s->hist_pos] = token;
     s->hist_pos = (s->hist_pos + 1) % cap;
     if (s->n_hist < cap) s->n_hist++;
@@ -162,7 +189,7 @@ void kvs_sampler_accept_prompt(kvs_sampler *s, int32_t token) {
 /* a ranks before b: larger value, then lower id. NaN ranks last. */
 static int better(const float *x, int32_t a, int32_t b) {
     float xa = x[a], xb = x[b];
-    if (isnan(xa)) return 0;
+    if (isnan(xa)) return isnan(xb) && a < b; /* NaN last, the lower id first among them (a strict order) */
     if (isnan(xb)) return 1;
     return xa > xb || (xa == xb && a < b);
 }
@@ -249,12 +276,15 @@ int kvs_logprobs(const float *logits, int n_vocab, int32_t token, float *token_l
 
 static void apply_penalty(kvs_sampler *s) {
     if (s->p.repeat_penalty == 1.0f) return;
+    if (++s->n_stamp == 0) { /* wrapped: no stale stamp may equal the new one */
+        memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+        s->n_stamp = 1;
+    }
     for (int i = 0; i < s->n_hist; i++) {
         int32_t t = s->hist[i];
         if (t < 0 || t >= s->n_vocab) continue;
-        int seen = 0; /* each distinct token is penalised once */
-        for (int j = 0; j < i && !seen; j++) seen = s->hist[j] == t;
-        if (seen) continue;
+        if (s->stamp[t] == s->n_stamp) continue; /* each distinct token is penalised once (had been O(n^2)) */
+        s->stamp[t] = s->n_stamp;
         float *l = &s->logits[t];
         *l = *l > 0.0f ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
     }
@@ -272,6 +302,9 @@ static void apply_presence_frequency(kvs_sampler *s) {
 int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits) {
     if (!s || !logits) /* (both had crashed) */
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_sampler_sample: %s is NULL", !s ? "the sampler" : "logits"), -1;
+    if (s->grow_failed)
+        return kvs_error(KVS_ERR_NOMEM, "kvs_sampler_sample: out of memory for the repetition window of %d tokens",
+                         s->p.repeat_last_n), -1;
     const int n = s->n_vocab;
     memcpy(s->logits, logits, (size_t)n * sizeof *s->logits);
     apply_penalty(s);

@@ -29,10 +29,14 @@ static const char *vtype_str(kvs_gguf_vtype t) {
     return (unsigned)t < KVS_GGUF_VTYPE_COUNT ? names[t] : "unknown";
 }
 
-/* Looks the key up; sets a NOT_FOUND message naming it when absent. */
+/* Looks the key up; KVS_ERR_NOT_FOUND when absent, with no message: an
+ * absent key is no failure to the many optional ones (a default), and a
+ * message here had outlived the successful load that read them (the
+ * header's kvs_last_error() changes only on a failing call); a caller that
+ * needs the key says which and why. */
 static int lookup(const kvs_gguf *g, const char *key, const kvs_gguf_kv **out) {
     int64_t i = kvs_gguf_find_key(g, key);
-    if (i < 0) return kvs_error(KVS_ERR_NOT_FOUND, "%s: key %s not found", g->path, key ? key : "(null)");
+    if (i < 0) return KVS_ERR_NOT_FOUND;
     *out = &g->kv[i];
     return KVS_OK;
 }

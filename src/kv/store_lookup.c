@@ -487,12 +487,8 @@ static int lookup_key(kvs_store *s, const kvs_key *k, int content, kvs_chunk **o
         else ADD(s->misses, 1);
         ADD(s->lookup_ns, kvs_store_mono_ns() - t0);
     }
-    if (!c) {
-        char hex[65];
-        kvs_key_to_hex(k, hex);
-        return kvs_error(KVS_ERR_NOT_FOUND, "store: no usable chunk with %s key %s", content ? "content" : "prefix",
-                         hex);
-    }
+    if (!c) /* a miss, no failure: no message (it had outlived the successful request that missed) */
+        return KVS_ERR_NOT_FOUND;
     kvs_store_enforce_budget(s);
     *out = c;
     return KVS_OK;
@@ -532,7 +528,7 @@ int kvs_store_get_path(kvs_store *s, const kvs_key *prefix_key, const int32_t *p
     int st = lookup_key(s, prefix_key, 0, out);
     if (st != KVS_ERR_NOT_FOUND || !s->n_tiers || (path && n_path <= 0)) return st;
     kvs_chunk *c = from_tiers_by_key(s, prefix_key, path, n_path);
-    if (!c) return st; /* (lookup_key's message names the key) */
+    if (!c) return st;
     kvs_store_enforce_budget(s);
     *out = c;
     return KVS_OK;

@@ -30,8 +30,7 @@ struct kvs_docs_warmer {
 
 int kvs_docs_warmer_new(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int use_baked,
                         kvs_docs_warmer **out) {
-    if (out) *out = NULL;
-    if (!ctx || !cache || !seg || !out)
+    if (!ctx || !cache || !seg || !out) /* (*out untouched on failure, as every constructor's) */
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_docs_warmer_new: need a context, a cache, segments and an output");
     int st = kvs_reuse_check_context(ctx, cache);
     if (st) return st;
@@ -99,7 +98,7 @@ static int prefix_step(kvs_docs_warmer *w, int *budget) {
     return KVS_OK;
 }
 
-int kvs_docs_warmer_step(kvs_docs_warmer *w, int max_tokens, int *done) {
+static int docs_warmer_step_body(kvs_docs_warmer *w, int max_tokens, int *done) {
     if (!w || !done || max_tokens < 1)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_docs_warmer_step: need a warmer, max_tokens >= 1 and an output");
     double t0 = kvs_now_ms();
@@ -142,6 +141,10 @@ int kvs_docs_warmer_step(kvs_docs_warmer *w, int max_tokens, int *done) {
     w->ms += kvs_now_ms() - t0;
     *done = !st && w->j >= w->lay.n_segs;
     return st;
+}
+
+int kvs_docs_warmer_step(kvs_docs_warmer *w, int max_tokens, int *done) {
+    KVS_ERROR_KEPT(docs_warmer_step_body(w, max_tokens, done));
 }
 
 void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep) {

@@ -21,7 +21,7 @@ int kvs_segments_tokenize(const kvs_model *model, const kvs_segments *seg, int32
     return KVS_OK;
 }
 
-int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
+static int generate_segments_body(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
                           const kvs_generate_params *params, const kvs_reuse_params *reuse,
                           kvs_generate_result *out) {
     double t0 = kvs_now_ms();
@@ -57,6 +57,12 @@ int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments
     return KVS_OK;
 }
 
+int kvs_generate_segments(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg,
+                          const kvs_generate_params *params, const kvs_reuse_params *reuse,
+                          kvs_generate_result *out) {
+    KVS_ERROR_KEPT(generate_segments_body(ctx, cache, seg, params, reuse, out));
+}
+
 int kvs_seg_docs_layout(kvs_context *ctx, const kvs_segments *seg, kvs_seg_layout *lay) {
     kvs_segments s = *seg;
     if (!s.question || !*s.question) s.question = "?";
@@ -83,7 +89,7 @@ static void report_too_long(kvs_context *ctx, const kvs_seg_layout *lay, int st,
     rep->too_long_doc = kvs_seg_layout_too_long_doc(ctx, lay);
 }
 
-int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep) {
+static int warm_docs_body(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !seg)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_warm_docs: need a context, a cache and segments");
@@ -98,7 +104,11 @@ int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, k
     return st;
 }
 
-int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int n_neighbours,
+int kvs_warm_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *rep) {
+    KVS_ERROR_KEPT(warm_docs_body(ctx, cache, seg, rep));
+}
+
+static int bake_docs_body(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int n_neighbours,
                   kvs_warm_docs_report *rep) {
     double t0 = kvs_now_ms();
     if (!ctx || !cache || !seg)
@@ -120,4 +130,9 @@ int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, i
     report_too_long(ctx, &lay, st, rep);
     kvs_seg_layout_free(&lay);
     return st;
+}
+
+int kvs_bake_docs(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, int n_neighbours,
+                  kvs_warm_docs_report *rep) {
+    KVS_ERROR_KEPT(bake_docs_body(ctx, cache, seg, n_neighbours, rep));
 }
