@@ -249,6 +249,24 @@ else
 fi
 chmod -R u+w "$ro_parent"; rm -rf "$ro_parent"
 
+# --- a writer killed before its weights memo's rename ---------------------------------------
+# Its temporary file is a writer's like any entry's: counted as one, removed
+# by prune once its writer is gone (".weights.<pid>.<address>.tmp" had been
+# "other", left for good). strace injects the kill at the first rename.
+if command -v strace >/dev/null; then
+    D="$tmp/memo"
+    (strace -f -o /dev/null -e inject=rename:signal=KILL:when=1 \
+        "$CLI" generate -m "$MODEL" -p hello -n 1 --threads 2 --cache-dir "$D") >/dev/null 2>&1
+    T "$CLI" cache stats --cache-dir "$D" --json >"$tmp/memo.json" 2>"$tmp/e"
+    [ "$(j "$tmp/memo.json" 'd["tmp_files"], d["other_files"]')" = "(1, 0)" ] && ok cache_dir_memo_tmp_counted \
+        || fail cache_dir_memo_tmp_counted "$(cat "$tmp/memo.json" "$tmp/e"; ls -a "$D")"
+    T "$CLI" cache prune --cache-dir "$D" >/dev/null 2>"$tmp/e"
+    [ -z "$(find "$D" -maxdepth 1 -name '*.tmp')" ] && ok cache_dir_memo_tmp_pruned \
+        || fail cache_dir_memo_tmp_pruned "$(ls -a "$D"; cat "$tmp/e")"
+else
+    echo "skip cache_dir_memo_tmp (needs strace)"
+fi
+
 # --- a long chain of entries --------------------------------------------------------------
 # stats, ls and prune walk each entry's parents down to position 0; past 64
 # links the walk had gone round forever (a long prompt at the default chunk

@@ -17,10 +17,12 @@
 #include "base/error.h"
 #include "base/sha256.h"
 #include "engine/context.h"
+#include "kv/disk.h"
 #include "kv/disk_budget.h"
+#include "kv/keys.h"
 #include "model/model.h"
 
-#define MEMO_MAGIC "KVSW"
+#define MEMO_MAGIC KVS_DISK_MEMO_MAGIC
 #define MEMO_VERSION 1u
 #define PROBE_TOKENS 8
 
@@ -93,8 +95,14 @@ static void memo_write(const char *dir, const file_id *id, const uint8_t digest[
     r.id = *id;
     memcpy(r.digest, digest, 32);
     kvs_sha256_digest(&r, offsetof(memo_rec, check), r.check);
-    /* a name the cache's cleaner treats as a writer's temporary file */
-    snprintf(tmp, sizeof tmp, "%s/.weights.%d.%p.tmp", dir, (int)getpid(), (void *)&r);
+    /* a name the cache's cleaner treats as a writer's temporary file (the
+     * entries' own pattern: ".weights.<pid>.<address>.tmp" had not been, and
+     * a writer killed before its rename left it for good) */
+    kvs_key k;
+    char hex[65];
+    memcpy(k.b, digest, sizeof k.b);
+    kvs_key_to_hex(&k, hex);
+    if (kvs_disk_tmp_path(dir, hex, tmp, sizeof tmp)) return;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return;
     int ok = write(fd, &r, sizeof r) == (ssize_t)sizeof r;

@@ -68,6 +68,7 @@
 #include <stdint.h>
 
 #define KVS_DISK_MAGIC "KVSC"
+#define KVS_DISK_MEMO_MAGIC "KVSW" /* the weights memo (cache/fingerprint.c), written under an entry's temp name */
 #define KVS_DISK_VERSION 1u
 #define KVS_DISK_EXT ".kvc"
 #define KVS_DISK_FIXED_BYTES 192  /* header bytes before the token ids */

@@ -50,11 +50,11 @@ static int entry_name(const char *name) {
     return strlen(name) == 64 + strlen(KVS_DISK_EXT) && is_hex64(name) && !strcmp(name + 64, KVS_DISK_EXT);
 }
 
-/* 1 if the file starts with the entry magic (or, with empty_ok, is empty),
- * 0 if it was read and does not, -1 if it could not be read (gone, refused,
- * or no longer a regular file: a symlink swapped in since the lstat is not
- * followed). */
-static int header_is_ours(const char *path, int empty_ok) {
+/* 1 if the file starts with the entry magic (or, with tmp, is empty or a
+ * weights memo being written), 0 if it was read and does not, -1 if it
+ * could not be read (gone, refused, or no longer a regular file: a symlink
+ * swapped in since the lstat is not followed). */
+static int header_is_ours(const char *path, int tmp) {
     struct stat st;
     int fd = kvs_open_regular_nofollow(path, &st);
     if (fd < 0) return -1;
@@ -62,8 +62,8 @@ static int header_is_ours(const char *path, int empty_ok) {
     ssize_t got = pread(fd, m, 4, 0);
     close(fd);
     if (got < 0) return -1;
-    if (got == 0 && st.st_size == 0) return empty_ok;
-    return got == 4 && !memcmp(m, KVS_DISK_MAGIC, 4);
+    if (got == 0 && st.st_size == 0) return tmp;
+    return got == 4 && (!memcmp(m, KVS_DISK_MAGIC, 4) || (tmp && !memcmp(m, KVS_DISK_MEMO_MAGIC, 4)));
 }
 
 kvs_disk_file_kind kvs_disk_classify(const char *dir, const char *name, int check_header, struct stat *st) {
