@@ -86,8 +86,10 @@ static void check_small(kvs_gguf *g, uint32_t version) {
     CHECK_EQ_INT(kvs_gguf_get_str(g, "test.u8", &s), KVS_ERR_FORMAT);
     CHECK(strstr(kvs_last_error(), "test.u8") != NULL);
     CHECK(strstr(kvs_last_error(), "expected string") != NULL);
+    /* an absent key: NOT_FOUND and no message (optional keys are read on every
+     * load; the caller that needs one names it) */
     CHECK_EQ_INT(kvs_gguf_get_i64(g, "nope.key", &i64), KVS_ERR_NOT_FOUND);
-    CHECK(strstr(kvs_last_error(), "nope.key") != NULL);
+    CHECK(strstr(kvs_last_error(), "expected string") != NULL);
 
     /* String array, indexed. */
     kvs_gguf_vtype et = KVS_GGUF_VTYPE_COUNT;

@@ -400,6 +400,21 @@ TEST(test_api_errors) {
     kvs_reuse_params rp = kvs_reuse_default_params();
     rp.mode = (kvs_reuse_mode)42;
     CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, t, 4, &gp, &rp, &r), KVS_ERR_INVALID_ARG);
+    /* borders outside the prompt, repeated or falling: named (they had been
+     * taken silently) */
+    rp = kvs_reuse_default_params();
+    static const int bad_borders[4][2] = {{-5, 2}, {2, 2}, {1, 5}, {3, 1}};
+    for (int i = 0; i < 4; i++) {
+        rp.borders = bad_borders[i];
+        rp.n_borders = 2;
+        CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, t, 4, &gp, &rp, &r), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), "borders must rise strictly within 0..4"), "%d: %s", i, kvs_last_error());
+    }
+    static const int good_borders[2] = {1, 3};
+    rp.borders = good_borders;
+    CHECK_EQ_INT(kvs_generate_cached(g_ctx, c, t, 4, &gp, &rp, &r), KVS_OK);
+    kvs_generate_result_free(&r);
+    rp.mode = (kvs_reuse_mode)42;
     kvs_reuse_mode m;
     CHECK_EQ_INT(kvs_reuse_mode_parse("prefix", &m), KVS_OK);
     CHECK_EQ_INT(m, KVS_REUSE_PREFIX);

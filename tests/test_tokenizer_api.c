@@ -175,6 +175,17 @@ TEST(success_keeps_the_last_error) {
     kvs_model_free(m);
 }
 
+/* Flags kvs_tokenize does not know are refused, naming them (they had
+ * been ignored: a caller's typo went unseen). */
+TEST(tokenize_unknown_flags) {
+    int32_t ids[8];
+    int n = 0;
+    CHECK_EQ_INT(kvs_tokenize(smol, "hi", 2, 0x100, ids, 8, &n), KVS_ERR_INVALID_ARG);
+    CHECK(strstr(kvs_last_error(), "unknown flags 0x100") != NULL);
+    CHECK_EQ_INT(kvs_tokenize(smol, "hi", 2, -1, ids, 8, &n), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_tokenize(smol, "hi", 2, KVS_TOKENIZE_ADD_BOS | KVS_TOKENIZE_PARSE_SPECIAL, ids, 8, &n), KVS_OK);
+}
+
 /* kvs_chat_family_check: the front ends' check before a load, with the
  * load's message; every family the renderer knows passes. */
 TEST(chat_family_check) {
@@ -220,6 +231,7 @@ int main(void) {
     RUN(vocab_only_gguf_without_template);
     RUN(chat_template_chosen_at_load);
     RUN(chat_family_check);
+    RUN(tokenize_unknown_flags);
     RUN(success_keeps_the_last_error);
     RUN(utf8_repair);
     kvs_model_free(smol);

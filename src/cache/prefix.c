@@ -61,6 +61,11 @@ static int generate_cached_body(kvs_context *ctx, kvs_cache *cache, const int32_
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: n_borders = %d is negative", rp.n_borders);
     if (rp.n_borders > 0 && !rp.borders)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_generate_cached: n_borders = %d without borders", rp.n_borders);
+    for (int i = 0; i < rp.n_borders; i++) /* (outside the prompt or out of order they had been taken silently) */
+        if (rp.borders[i] < 0 || rp.borders[i] > n_prompt || (i && rp.borders[i] <= rp.borders[i - 1]))
+            return kvs_error(KVS_ERR_INVALID_ARG,
+                             "kvs_generate_cached: borders[%d] = %d: borders must rise strictly within 0..%d (the "
+                             "prompt's tokens)", i, rp.borders[i], n_prompt);
     if (n_prompt > kvs_context_n_ctx(ctx))
         return kvs_error(KVS_ERR_CONTEXT_FULL, "the prompt has %d tokens but the context holds %d", n_prompt,
                          kvs_context_n_ctx(ctx));

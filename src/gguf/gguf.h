@@ -113,7 +113,8 @@ int64_t kvs_gguf_find_key(const kvs_gguf *g, const char *key); /* -1 if absent *
 kvs_gguf_str kvs_gguf_key(const kvs_gguf *g, int64_t i);
 kvs_gguf_vtype kvs_gguf_kv_type(const kvs_gguf *g, int64_t i);
 
-/* Typed getters by key. Return KVS_ERR_NOT_FOUND if absent, KVS_ERR_FORMAT
+/* Typed getters by key. Return KVS_ERR_NOT_FOUND if absent (no message: the
+ * caller that needs the key names it), KVS_ERR_FORMAT
  * (naming the key) if the stored type does not fit. Integer getters accept any
  * integer type whose value fits; float getters accept F32/F64. */
 int kvs_gguf_get_u32(const kvs_gguf *g, const char *key, uint32_t *out);

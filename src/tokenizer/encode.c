@@ -42,6 +42,9 @@ int kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t len, i
      * byte, so counts fit an int when len does. */
     if (len > (size_t)INT_MAX - 16)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_tokenize: text of %zu bytes is too long", len);
+    if (flags & ~(KVS_TOKENIZE_ADD_BOS | KVS_TOKENIZE_PARSE_SPECIAL)) /* (had been ignored) */
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_tokenize: unknown flags 0x%x (KVS_TOKENIZE_ADD_BOS, "
+                         "KVS_TOKENIZE_PARSE_SPECIAL)", (unsigned)flags);
     if (kvs_utf8_check(text, len)) return kvs_error_prefix(KVS_ERR_UTF8, "kvs_tokenize");
 
     kvs_tok_out o = {out, cap, 0};
