@@ -107,6 +107,15 @@ mistake gen_chat_template_empty 2 "--chat-template: chat template family is empt
     generate "${M[@]}" -p hi --chat --chat-template ""
 mistake warm_chat_template_unknown 2 "--chat-template: chat template family 'jinja' is not one" \
     warm "${M[@]}" --cache-dir "$D" --chat --chat-template jinja hi
+# a repair option for a strategy the request does not use (it had been ignored)
+mistake gen_firstk_under_query 2 "--first-k does not apply to --reuse query, the default (it tunes: firstk)" \
+    generate "${M[@]}" --cache-dir "$D" --doc "$tmp/doc.txt" -p q --first-k 5
+mistake gen_check_layer_under_selective 2 "--check-layer does not apply to --reuse selective (it tunes: cacheblend)" \
+    generate "${M[@]}" --cache-dir "$D" --doc "$tmp/doc.txt" -p q --reuse selective --check-layer 2
+mistake gen_recal_under_full 2 "--recal does not apply to --reuse full" \
+    generate "${M[@]}" --cache-dir "$D" --doc "$tmp/doc.txt" -p q --reuse full --recal
+mistake gen_overlap_query_no_seams 2 "--overlap under --reuse query needs --query-seams" \
+    generate "${M[@]}" --cache-dir "$D" --doc "$tmp/doc.txt" -p q --overlap 4
 mistake warm_chat_template_no_chat 2 "--chat-template needs --chat" warm "${M[@]}" --cache-dir "$D" --chat-template gemma hi
 # --doc-prefix without --doc had been ignored without a word (generate refused it)
 mistake warm_doc_prefix_no_doc 2 "--doc-prefix needs --doc" warm "${M[@]}" --cache-dir "$D" --doc-prefix ZZZ hi

@@ -54,6 +54,16 @@ rdocs=(--doc "$tmp/d2.txt" --doc "$tmp/d0.txt" --doc "$tmp/d1.txt")
 "$CLI" warm -m "$MODEL" --cache-dir "$D" --threads 2 --chat "${docs[@]}" >"$tmp/w2.txt" 2>&1 \
     && grep -q "3 cached already, 0 computed" "$tmp/w2.txt" && ok repair_cli_warm_docs_again || fail repair_cli_warm_docs_again "$(cat "$tmp/w2.txt")"
 
+# warm with --system warms the prompt before the documents as well (it had
+# been dropped: the request computed and stored it), so the request takes it
+# as its exact prefix and stores nothing
+DS="$tmp/warm_system"
+"$CLI" warm -m "$MODEL" --cache-dir "$DS" --threads 2 --chat --system "$SYS" --json "${docs[@]}" >"$tmp/ws.json" 2>"$tmp/e" \
+    && gen --cache-dir "$DS" "${docs[@]}" >"$tmp/gs.json" 2>>"$tmp/e" \
+    && [ "$(j "$tmp/ws.json" 'd["docs"]["prefix_computed"] > 0')" = True ] \
+    && [ "$(j "$tmp/gs.json" 'd["docs_hit"] == 3 and d["stored_chunks"] == 0 and d["cached_tokens"] > 0')" = True ] \
+    && ok repair_cli_warm_system_prefix || fail repair_cli_warm_system_prefix "$(cat "$tmp/ws.json" "$tmp/gs.json" "$tmp/e")"
+
 # the default strategy (query, 0.10: exactly the ratio's share) from the warmed documents
 gen --cache-dir "$D" "${docs[@]}" >"$tmp/q.json" 2>"$tmp/e" \
     && [ "$(j "$tmp/q.json" 'd["docs_hit"] == 3 and d["docs_computed"] == 0 and d["reuse"] == "query" and d["moved_tokens"] > 300 and d["recomputed_tokens"] == int(0.10 * d["moved_tokens"] + 0.5)')" = True ] \

@@ -148,8 +148,53 @@ static const cli_command k_cmd = {
     NULL,
 };
 
+/* The repair strategies (--reuse with --doc) each option tunes: one given
+ * for a strategy it does not tune is an error (it had been ignored without
+ * a word: --first-k under query, --check-layer under selective). */
+#define RM(m) (1u << (m))
+static const struct {
+    const char *name;
+    unsigned modes;
+} k_repair_opts[] = {
+    {"--recompute-ratio", RM(KVS_REPAIR_CACHEBLEND) | RM(KVS_REPAIR_QUERY)},
+    {"--query-seams", RM(KVS_REPAIR_QUERY)},
+    {"--overlap", RM(KVS_REPAIR_SELECTIVE) | RM(KVS_REPAIR_CACHEBLEND) | RM(KVS_REPAIR_QUERY)}, /* the seams' */
+    {"--first-k", RM(KVS_REPAIR_FIRSTK)},
+    {"--check-layer", RM(KVS_REPAIR_CACHEBLEND)},
+    {"--min-deviation", RM(KVS_REPAIR_CACHEBLEND)},
+    {"--deviation", RM(KVS_REPAIR_CACHEBLEND)},
+    {"--seams", RM(KVS_REPAIR_CACHEBLEND)},
+    {"--no-seams", RM(KVS_REPAIR_CACHEBLEND)},
+    {"--narrow-from", RM(KVS_REPAIR_CACHEBLEND)},
+    {"--narrow-layers", RM(KVS_REPAIR_CACHEBLEND)},
+    /* full moves nothing: nothing to recalibrate */
+    {"--recal", ~RM(KVS_REPAIR_FULL)},
+    {"--recal-temperature", ~RM(KVS_REPAIR_FULL)},
+    {"--recal-scale", ~RM(KVS_REPAIR_FULL)},
+};
+#undef RM
+
+static int check_repair_opts(const gen_opts *o, const int *given) {
+    for (size_t i = 0; i < sizeof k_repair_opts / sizeof k_repair_opts[0]; i++) {
+        const unsigned modes = k_repair_opts[i].modes;
+        if (!cli_given(&k_cmd, given, k_repair_opts[i].name) || modes >> o->rp.mode & 1u) continue;
+        char tunes[128] = "";
+        for (int m = 0; m < 32; m++) {
+            const char *name = modes >> m & 1u ? kvs_repair_mode_name((kvs_repair_mode)m) : NULL;
+            if (name) snprintf(tunes + strlen(tunes), sizeof tunes - strlen(tunes), "%s%s", tunes[0] ? ", " : "", name);
+        }
+        return cli_usage_error(k_cmd.name, "%s does not apply to --reuse %s%s (it tunes: %s)", k_repair_opts[i].name,
+                               kvs_repair_mode_name(o->rp.mode), o->reuse ? "" : ", the default", tunes);
+    }
+    if (cli_given(&k_cmd, given, "--overlap") && o->rp.mode == KVS_REPAIR_QUERY && !o->rp.query_seams)
+        return cli_usage_error(k_cmd.name, "--overlap under --reuse query needs --query-seams");
+    if (cli_given(&k_cmd, given, "--overlap") && o->rp.mode == KVS_REPAIR_CACHEBLEND && !o->rp.cacheblend_seams)
+        return cli_usage_error(k_cmd.name, "--overlap under --reuse cacheblend needs its seams (not --no-seams)");
+    return -1;
+}
+
 /* Combinations the table cannot express. -1 to go on, else the exit code. */
-static int check(gen_opts *o) {
+static int check(gen_opts *o, const int *given) {
     const char *c = k_cmd.name;
     if (cli_redis_finish(c, &o->redis) != -1) return 2;
     if (!o->model_path) return cli_usage_error(c, "-m MODEL is required");
@@ -180,6 +225,7 @@ static int check(gen_opts *o) {
     if (o->rp.narrow_from != 0.0f && o->rp.narrow_from < o->rp.recompute_ratio)
         return cli_usage_error(c, "--narrow-from must be 0 (off) or a number in [--recompute-ratio %g, 1], got %g",
                                (double)o->rp.recompute_ratio, (double)o->rp.narrow_from);
+    if (o->n_docs && check_repair_opts(o, given) != -1) return 2;
     return -1;
 }
 
@@ -435,8 +481,9 @@ int cmd_generate(int argc, char **argv) {
     o.n_predict = 128;
     o.sp = kvs_sampler_default_params();
     o.rp = kvs_repair_default_params();
-    int rc = cli_parse(&k_cmd, argc, argv, &o, NULL);
-    if (rc < 0) rc = check(&o);
+    int given[sizeof k_opts / sizeof k_opts[0]] = {0};
+    int rc = cli_parse(&k_cmd, argc, argv, &o, given);
+    if (rc < 0) rc = check(&o, given);
     char *owned = NULL;
     const char *text = rc < 0 ? checked_text(&o, &owned) : NULL;
     if (rc < 0 && !text) rc = 1;

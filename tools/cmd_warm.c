@@ -181,8 +181,25 @@ static void print_report_text(const char *src, const kvs_warm_report *w) {
     printf("; %.1f ms\n", w->ms);
 }
 
-/* --doc: caches the documents' KV (kvs_warm_docs). With --json (root not
- * NULL) it adds the "docs" member. Returns 0, or 1 after printing an error. */
+/* The documents and the prompt before the first one (the system segment),
+ * as a request's lookup will want them: the docs warmer, stepped to the
+ * end (kvs_warm_docs caches the documents only: a --system given to warm
+ * had been dropped without a word, and the request computed it). A layout
+ * that does not fit goes to kvs_warm_docs, whose report names the document. */
+static int warm_docs_and_prefix(kvs_context *ctx, kvs_cache *cache, const kvs_segments *seg, kvs_warm_docs_report *r) {
+    kvs_docs_warmer *w = NULL;
+    int st = kvs_docs_warmer_new(ctx, cache, seg, 0, &w); /* plain KV, as kvs_warm_docs */
+    if (st == KVS_ERR_CONTEXT_FULL) return kvs_warm_docs(ctx, cache, seg, r);
+    int done = 0;
+    while (!st && !done) st = kvs_docs_warmer_step(w, 1 << 30, &done);
+    if (!st) kvs_docs_warmer_report(w, r);
+    kvs_docs_warmer_free(w);
+    return st;
+}
+
+/* --doc: caches the documents' KV and the prompt before them. With --json
+ * (root not NULL) it adds the "docs" member. Returns 0, or 1 after printing
+ * an error. */
 static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJSON *root) {
     char *texts[MAX_TEXTS];
     int n = 0, rc = 1;
@@ -191,7 +208,7 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
     kvs_segments seg = {o->chat, o->system, (const char *const *)texts, NULL, o->n_docs, NULL, o->doc_prefix};
     kvs_warm_docs_report r;
     int bake = o->doc_set ? -1 : o->bake_neighbours;
-    int st = bake ? kvs_bake_docs(ctx, cache, &seg, bake, &r) : kvs_warm_docs(ctx, cache, &seg, &r);
+    int st = bake ? kvs_bake_docs(ctx, cache, &seg, bake, &r) : warm_docs_and_prefix(ctx, cache, &seg, &r);
     if (st == KVS_ERR_CONTEXT_FULL && r.too_long_doc >= 0 && r.too_long_doc < o->n_docs) {
         char what[600];
         snprintf(what, sizeof what, "warm documents: --doc %.500s", o->docs[r.too_long_doc]);
@@ -213,8 +230,9 @@ static int warm_docs(kvs_context *ctx, kvs_cache *cache, const warm_opts *o, cJS
                    "%.1f ms\n", r.n_docs, r.n_tokens, r.n_cached, r.n_computed, stored, r.n_baked, r.n_bake_cached,
                    r.n_unbaked, r.ms);
         else
-            printf("documents: %d (%d tokens): %d cached already, %d %s; %.1f ms\n", r.n_docs, r.n_tokens, r.n_cached,
-                   r.n_computed, stored, r.ms);
+            printf("documents: %d (%d tokens): %d cached already, %d %s; the prompt before them: %d tokens "
+                   "computed; %.1f ms\n", r.n_docs, r.n_tokens, r.n_cached, r.n_computed, stored, r.n_prefix_computed,
+                   r.ms);
     }
     if (r.n_write_errors) /* with --json and --quiet too, as for prompts */
         fprintf(stderr, "kvstitch warm: warning: %d documents could not be written to the cache dir (not stored)\n",

@@ -149,6 +149,7 @@ cJSON *json_warm_docs_report(const kvs_warm_docs_report *r) {
     cJSON_AddNumberToObject(j, "bake_cached", r->n_bake_cached);
     cJSON_AddNumberToObject(j, "unbaked", r->n_unbaked);
     cJSON_AddNumberToObject(j, "write_errors", r->n_write_errors);
+    cJSON_AddNumberToObject(j, "prefix_computed", r->n_prefix_computed);
     json_add_number(j, "ms", r->ms);
     return j;
 }

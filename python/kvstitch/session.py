@@ -473,6 +473,11 @@ class Session(NoCopy):
             if documents is not None or is_segment_list(text):
                 blocks = list(text) if is_segment_list(text) else \
                     document_blocks(documents)
+                where = "segments" if documents is None else "documents"
+                for i, b in enumerate(blocks):  # (it had been dropped: a successful warm that stored nothing)
+                    if isinstance(b, Document) and b.cache is False:
+                        raise InvalidArgument(f"{where}[{i}]: a Document(cache=False) is computed with the "
+                                              "question every time: warm has nothing to store for it")
                 seg = CSegments(blocks, chat=chat)
                 rep = ffi.new("kvs_warm_docs_report *")
                 if doc_set and bake_with_neighbours:

@@ -60,6 +60,23 @@ def test_uncached_document_is_live(model, cache):
     assert r2.docs_hit == 1 and r2.docs_computed == 0
 
 
+def test_warm_refuses_an_uncached_document(model, cache):
+    """warm has nothing to store for a Document(cache=False): refused, naming
+    it (a successful warm had stored nothing)."""
+    s = kvstitch.Session(model, cache, n_ctx=1024)
+    for kw in ({"documents": [DOC_A, kvstitch.Document(DOC_B, cache=False)]},):
+        try:
+            s.warm(**kw)
+            raise AssertionError("a Document(cache=False) was warmed")
+        except kvstitch.InvalidArgument as e:
+            assert "documents[1]" in str(e) and "cache=False" in str(e), e
+    try:
+        s.warm([kvstitch.Document(DOC_A), kvstitch.Document(DOC_B, cache=False), kvstitch.Question(QUESTION)])
+        raise AssertionError("a Document(cache=False) among blocks was warmed")
+    except kvstitch.InvalidArgument as e:
+        assert "segments[1]" in str(e), e
+
+
 def test_baked_documents(model):
     cache = kvstitch.Cache(model, budget_bytes=64 << 20)
     s = kvstitch.Session(model, cache, n_ctx=1024)

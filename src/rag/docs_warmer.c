@@ -130,7 +130,7 @@ static int docs_warmer_step_body(kvs_docs_warmer *w, int max_tokens, int *done) 
         st = kvs_doc_compute_slice(&w->dc, w->lay.tokens + s->start, s->end - s->start, &w->n_done, budget, &c);
         budget -= w->n_done - before;
         if (c) { /* a failed insert (budget, memory, disk) leaves it to the request */
-            (void)kvs_store_insert(w->cache->store, c, NULL);
+            (void)kvs_store_insert_counted(w->cache->store, c, NULL, &w->rep.docs_put); /* (write errors: reported) */
             kvs_chunk_unref(c);
             w->rep.n_docs++;
             w->rep.n_docs_computed++;
@@ -154,6 +154,7 @@ void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep)
     rep->n_docs = w->rep.n_docs;
     rep->n_cached = w->rep.n_docs_hit;
     rep->n_computed = w->rep.n_docs_computed;
+    rep->n_write_errors = w->rep.docs_put.n_write_errors; /* (the warmer had reported none) */
     for (int i = 0; i < w->lay.n_segs; i++)
         if (w->lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += w->lay.segs[i].end - w->lay.segs[i].start;
     rep->ms = w->ms;
