@@ -45,7 +45,10 @@ def _segment_params(a: Mapping[str, Any]):
     rep = lib.kvs_repair_default_params()
     if a["reuse"] is not None:
         mode = ffi.new("kvs_repair_mode *")
-        check(lib.kvs_repair_mode_parse(c_text(a["reuse"], "reuse"), mode))
+        name = a["reuse"]
+        # "prefix" (a plain prompt's default) is `full` with documents, as the
+        # CLI's --reuse prefix --doc (it had been an unknown strategy here)
+        check(lib.kvs_repair_mode_parse(c_text("full" if name == "prefix" else name, "reuse"), mode))
         rep.mode = mode[0]
     if a["recompute_ratio"] is not None:
         rep.recompute_ratio = a["recompute_ratio"]
@@ -216,7 +219,7 @@ class Session(NoCopy):
         cached prefix, bit-identical to a cold run) or "none"; for documents
         the repair strategy: "query" (default: the moved tokens the question
         attends to most), "cacheblend", "selective", "firstk", "none" or
-        "full" (a cold prefill's bits). recompute_ratio: the share of moved
+        "full" (a cold prefill's bits; "prefix" means it too, as the CLI's). recompute_ratio: the share of moved
         tokens recomputed (query, cacheblend). baked: move a document's baked
         KV (warm(..., doc_set=True)) when cached (default), else its plain
         KV. recalibrate: APE's attention recalibration of the question and
@@ -449,7 +452,9 @@ class Session(NoCopy):
             raise InvalidArgument("warm needs a Session with a Cache")
         add_bos, doc_set = bool_arg(add_bos, "add_bos"), bool_arg(doc_set, "doc_set")
         chat = None if chat is None else bool_arg(chat, "chat")
-        bake_with_neighbours = int_arg(bake_with_neighbours, "bake_with_neighbours", 0, INT_MAX)
+        # (0: no baking; the CLI's --bake-with-neighbours range, 1..255, else: a
+        # document's origin records at most 255 neighbours)
+        bake_with_neighbours = int_arg(bake_with_neighbours, "bake_with_neighbours", 0, 255)
         if documents is None and not is_segment_list(text):  # (each had been dropped without a word)
             if chat:
                 raise InvalidArgument("chat=True lays out documents; a text is warmed as given "

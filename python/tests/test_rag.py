@@ -60,6 +60,15 @@ def test_uncached_document_is_live(model, cache):
     assert r2.docs_hit == 1 and r2.docs_computed == 0
 
 
+def test_reuse_prefix_with_documents_is_full(model, cache):
+    """reuse="prefix" with documents is `full`, as the CLI's --reuse prefix
+    --doc (it had been "unknown repair strategy")."""
+    s = kvstitch.Session(model, cache, n_ctx=1024)
+    a = s.generate(QUESTION, documents=[DOC_A, DOC_B], max_tokens=2, logits=True, reuse="prefix")
+    b = s.generate(QUESTION, documents=[DOC_A, DOC_B], max_tokens=2, logits=True, reuse="full")
+    assert a.first_logits == b.first_logits
+
+
 def test_warm_refuses_an_uncached_document(model, cache):
     """warm has nothing to store for a Document(cache=False): refused, naming
     it (a successful warm had stored nothing)."""
