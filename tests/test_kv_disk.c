@@ -374,6 +374,45 @@ static void set_flags_resigned(const char *path, uint32_t flags, int n_tok) { se
 /* The flags word is the chunk's origin: kept through a write and a read;
  * bits this build does not know, or "baked" without "doc", are damage even
  * under a valid header digest. */
+/* A write that fails under a long directory keeps its reason: the path is
+ * shown by its tail (a ~1,000-character directory had filled the 1 KiB
+ * message and cut "No space left on device" off). The rename fails here: a
+ * directory stands where the entry goes. */
+TEST(write_failure_under_a_long_dir_keeps_its_reason) {
+    char *dir = new_dir();
+    char deep[2048];
+    snprintf(deep, sizeof deep, "%s", dir);
+    for (int i = 0; i < 6; i++) { /* 6 x 201 characters below it */
+        size_t l = strlen(deep);
+        deep[l] = '/';
+        memset(deep + l + 1, 'd', 200);
+        deep[l + 201] = 0;
+        CHECK(mkdir(deep, 0755) == 0);
+    }
+    kvs_key fp = fingerprint(1);
+    kvs_chunk *c = NULL;
+    CHECK_EQ_INT(kvs_chunk_new(&SHAPE, 8, 1, &c), KVS_OK);
+    memset(c->kv, 0, c->kv_bytes);
+    for (int i = 0; i < 8; i++) c->tokens[i] = 100 + i;
+    c->parent_key = fp;
+    kvs_key_prefix(&fp, c->tokens, 8, &c->prefix_key);
+    kvs_key_content(&fp, c->tokens, 8, &c->content_key);
+    char path[4096];
+    CHECK_EQ_INT(kvs_disk_path(deep, &c->prefix_key, path, sizeof path), KVS_OK);
+    CHECK(mkdir(path, 0755) == 0);
+    CHECK(kvs_disk_write(deep, &fp, c, 0, NULL) != KVS_OK);
+    CHECK_MSG(strstr(kvs_last_error(), "write failed: Is a directory") && strstr(kvs_last_error(), ".kvc"), "%s",
+              kvs_last_error());
+    rmdir(path);
+    kvs_chunk_unref(c);
+    for (int i = 0; i < 6; i++) {
+        rmdir(deep);
+        *strrchr(deep, '/') = 0;
+    }
+    rm_dir(dir);
+    free(dir);
+}
+
 TEST(origin_flags) {
     char *dir = new_dir();
     kvs_key fp = fingerprint(1), parent = fingerprint(2);
@@ -750,6 +789,7 @@ int main(void) {
     RUN(truncated_entry);
     RUN(foreign_model);
     RUN(bad_magic_version_header_name);
+    RUN(write_failure_under_a_long_dir_keeps_its_reason);
     RUN(origin_flags);
     RUN(keyed_entries_verified_forgeries_refused);
     RUN(keyed_and_keyless_caches_share_a_dir);

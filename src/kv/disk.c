@@ -158,6 +158,16 @@ int kvs_disk_tmp_path(const char *dir, const char *hex, char *buf, size_t cap) {
                : KVS_ERR_BUFFER_TOO_SMALL;
 }
 
+/* A path as a write failure shows it: its last PATH_SHOWN bytes at most
+ * (after "..."), so the reason after it fits the 1 KiB message (a cache dir
+ * of ~1,000 characters had cut "No space left on device" off). */
+#define PATH_SHOWN 400
+static const char *path_cut(const char *p) { return strlen(p) > PATH_SHOWN ? "..." : ""; }
+static const char *path_tail(const char *p) {
+    size_t n = strlen(p);
+    return n > PATH_SHOWN ? p + n - PATH_SHOWN : p;
+}
+
 int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int do_fsync, const kvs_entry_mac *mac) {
     if (!c->kv) return kvs_error(KVS_ERR_INVALID_ARG, "%s: chunk at pos %d has no payload to write", dir, c->pos0);
     char final[4096], tmp[4200], hex[65];
@@ -176,7 +186,7 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         free(h);
-        return kvs_error(KVS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        return kvs_error(KVS_ERR_IO, "%s%s: cannot create: %s", path_cut(tmp), path_tail(tmp), strerror(errno));
     }
     int ok = write_all(fd, h, hbytes) == 0 && write_all(fd, c->kv, c->kv_bytes) == 0 &&
              (!do_fsync || fsync(fd) == 0);
@@ -192,7 +202,7 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
     }
     if (!ok) {
         unlink(tmp);
-        return kvs_error(KVS_ERR_IO, "%s: write failed: %s", final, strerror(err));
+        return kvs_error(KVS_ERR_IO, "%s%s: write failed: %s", path_cut(final), path_tail(final), strerror(err));
     }
     if (do_fsync) {
         int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
