@@ -287,6 +287,8 @@ class Session(NoCopy):
             a[name] = real_arg(a[name], name)  # a str or None had raised cffi's TypeError naming nothing
         if a["recompute_ratio"] is not None:
             a["recompute_ratio"] = real_arg(a["recompute_ratio"], "recompute_ratio")
+            if not 0.0 <= a["recompute_ratio"] <= 1.0:  # here: a C float had made 1e300 "inf" in the message
+                raise InvalidArgument(f"recompute_ratio must be in [0, 1], got {a['recompute_ratio']!r}")
         recal = a["recalibrate"]
         if not (recal is None or isinstance(recal, bool) or
                 (isinstance(recal, (tuple, list)) and len(recal) == 2 and

@@ -242,6 +242,11 @@ def test_numbers_texts_and_blocks_checked_naming_the_argument(model, cache):
             s.generate(blocks, max_tokens=1)
     with pytest.raises(kvstitch.InvalidArgument, match="must be a str"):
         s.generate("q", documents=[None], max_tokens=1)
+    # a ratio a C float cannot hold is named as given (it had read "got inf")
+    with pytest.raises(kvstitch.InvalidArgument, match=r"recompute_ratio must be in \[0, 1\], got 1e\+300"):
+        s.generate("q", documents=["d1"], recompute_ratio=1e300, max_tokens=1)
+    with pytest.raises(kvstitch.InvalidArgument, match="bake_with_neighbours"):
+        s.warm(documents=["d1", "d2"], bake_with_neighbours=256)
     for kw in ({"documents": "xyz"}, {"documents": b"xyz"}, {"documents": {"a": 1}}):
         with pytest.raises(kvstitch.InvalidArgument, match="documents"):
             s.warm(**kw)
