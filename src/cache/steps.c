@@ -13,7 +13,6 @@
  * Same bits as kvs_generate_cached: the copied KV is what a cold prefill
  * writes, and a batch-invariant decode of the rest completes it.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -26,11 +25,7 @@ static int cache_peek_prefix_body(kvs_cache *cache, const int32_t *tokens, int n
     /* ids outside the vocabulary are refused as by every other call (a
      * peek had answered 0 for them) */
     int st = kvs_cache_check_tokens(kvs_model_hparams(cache->model)->n_vocab, tokens, n);
-    if (st) {
-        char why[200];
-        snprintf(why, sizeof why, "%s", kvs_last_error());
-        return kvs_error(st, "kvs_cache_peek_prefix: %s", why);
-    }
+    if (st) return kvs_error_prefix(st, "kvs_cache_peek_prefix");
     *n_hit = 0;
     if (n == 0) return KVS_OK;
     kvs_prefix_hit hit;
