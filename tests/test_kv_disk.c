@@ -127,7 +127,7 @@ TEST(persist_and_load_lazily) {
     kvs_chunk *c;
     kvs_key ffp;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, NULL, NULL, NULL, &c, &ffp, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, NULL, NULL, NULL, &c, &ffp, &v, NULL), KVS_OK);
     kvs_key fp1 = fingerprint(1);
     CHECK(v == KVS_DISK_OK && c->n_tok == 64 && c->pos0 == 0 && kvs_key_equal(&ffp, &fp1));
     kvs_chunk_unref(c);
@@ -207,6 +207,32 @@ TEST(damaged_payload_never_served) {
     free(dir);
 }
 
+/* A header-damaged entry ends the hit before the index's path does (the
+ * scan left it out: its children are indexed by key only); the damaged
+ * payload of a chunk past it is still found by the same lookup and
+ * dropped, so the request stores it again with the rest (it had stayed,
+ * the put skipping a chunk the index held, until a later request reached
+ * it). */
+TEST(damage_past_a_header_damaged_entry_dropped_by_the_same_lookup) {
+    char *dir = populated_dir();
+    char p1[512], p2[512], p3[512];
+    entry_path(dir, 1, p1, sizeof p1);
+    entry_path(dir, 2, p2, sizeof p2);
+    entry_path(dir, 3, p3, sizeof p3);
+    flip(p1, 170); /* the creation time: the header digest fails */
+    struct stat sb;
+    stat(p3, &sb);
+    flip(p3, (long)sb.st_size - 100); /* inside the payload */
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve(dir, &st), 64);
+    CHECK(access(p1, F_OK) != 0);
+    CHECK(access(p3, F_OK) != 0); /* dropped at once */
+    CHECK(access(p2, F_OK) == 0); /* a good one stays */
+    CHECK_EQ_INT(st.disk_bad, 2);
+    rm_dir(dir);
+    free(dir);
+}
+
 /* The payload readers (kvs_disk_load_payload, kvs_disk_read_into_kv)
  * re-read the header: an entry that no longer describes the chunk the
  * index holds (another token, position or origin) is refused by both as
@@ -219,14 +245,14 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
     const kvs_key fp = fingerprint(1);
     kvs_chunk *c = NULL;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &c, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &c, NULL, &v, NULL), KVS_OK);
     void *payload = NULL;
-    CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, NULL), KVS_OK);
     CHECK_EQ_INT(v, KVS_DISK_OK);
     free(payload);
     fake_kv_fill(cold, toks, N);
     fake_kv_zero(warm);
-    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v, NULL), KVS_OK);
     CHECK_EQ_INT(v, KVS_DISK_OK);
     CHECK(fake_kv_equal(cold, warm, 64, 128));
     for (int what = 0; what < 3; what++) {
@@ -236,10 +262,10 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
         else if (what == 1) c->pos0 += 1;
         else c->origin ^= KVS_CHUNK_BAKED; /* a baked chunk is no exact history */
         payload = NULL;
-        CHECK(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v) != KVS_OK);
+        CHECK(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, NULL) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER && payload == NULL, "change %d: verdict %d", what, (int)v);
         CHECK(strstr(kvs_last_error(), "no longer describes the indexed chunk") != NULL);
-        CHECK(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v) != KVS_OK);
+        CHECK(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v, NULL) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER, "change %d: verdict %d", what, (int)v);
         c->tokens[5] = tok;
         c->pos0 = pos0;
@@ -248,9 +274,64 @@ TEST(payload_readers_check_the_entry_is_the_chunk) {
     /* the document bit alone: a document computed right after its prefix is
      * that prefix's history under the same key (disk.c open_indexed_entry) */
     c->origin ^= KVS_CHUNK_DOC;
-    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_into_kv(dir, &fp, NULL, c, 0, 64, &warm->kv, 64, &v, NULL), KVS_OK);
     c->origin ^= KVS_CHUNK_DOC;
     CHECK(access(path, F_OK) == 0);
+    kvs_chunk_unref(c);
+    rm_dir(dir);
+    free(dir);
+}
+
+/* A reader that finds an entry damaged removes it only while the file it
+ * read is still under the name: a good copy another process renamed onto
+ * the name meanwhile (same key, same bytes) stays and reads; the damaged
+ * file itself goes, and nothing is left aside. */
+TEST(damaged_entry_removed_only_if_still_the_file_read) {
+    char *dir = populated_dir();
+    char path[512], good[600];
+    entry_path(dir, 1, path, sizeof path);
+    snprintf(good, sizeof good, "%s/good.copy", dir);
+    const kvs_key fp = fingerprint(1);
+    kvs_chunk *c = NULL;
+    kvs_disk_verdict v;
+    kvs_disk_file_id seen;
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &c, NULL, &v, &seen), KVS_OK);
+    struct stat sb;
+    CHECK_EQ_INT(stat(path, &sb), 0);
+    CHECK(seen.dev == (uint64_t)sb.st_dev && seen.ino == (uint64_t)sb.st_ino);
+    CHECK_EQ_INT(link(path, good), 0);
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.rw", path);
+    for (int round = 0; round < 2; round++) {
+        /* damage a copy of its own (the good one keeps its inode) */
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mv '%s' '%s'", good, copy, copy, path);
+        CHECK_EQ_INT(system(cmd), 0);
+        CHECK_EQ_INT(stat(path, &sb), 0);
+        flip(path, (long)sb.st_size - 100);
+        void *payload = NULL;
+        CHECK(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, &seen) != KVS_OK);
+        CHECK_EQ_INT(v, KVS_DISK_BAD_PAYLOAD);
+        CHECK(seen.ino == (uint64_t)sb.st_ino);
+        if (round == 0) {
+            snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mv '%s' '%s'", good, copy, copy, path); /* a writer's rename */
+            CHECK_EQ_INT(system(cmd), 0);
+            CHECK_EQ_INT(kvs_disk_remove(dir, &c->prefix_key, &seen), KVS_ERR_NOT_FOUND);
+            CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, NULL), KVS_OK); /* it stayed */
+            free(payload);
+        } else {
+            CHECK_EQ_INT(kvs_disk_remove(dir, &c->prefix_key, &seen), KVS_OK);
+            CHECK(access(path, F_OK) != 0);
+        }
+    }
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int aside = 0;
+    while ((de = readdir(d)))
+        if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) aside++;
+    closedir(d);
+    CHECK_EQ_INT(aside, 0);
+    unlink(good);
     kvs_chunk_unref(c);
     rm_dir(dir);
     free(dir);
@@ -431,19 +512,19 @@ TEST(origin_flags) {
     kvs_disk_path(dir, &c->prefix_key, path, sizeof path);
     kvs_chunk *r = NULL;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v, NULL), KVS_OK);
     CHECK(r && r->origin == c->origin && kvs_chunk_neighbours(r->origin) == 3);
     kvs_chunk_unref(r);
     static const uint32_t bad[] = {1u << 20, KVS_CHUNK_BAKED, 4u, 2u << KVS_CHUNK_NEIGHBOURS_SHIFT};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         set_flags_resigned(path, bad[i], n);
         r = NULL;
-        CHECK(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v) != KVS_OK);
+        CHECK(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v, NULL) != KVS_OK);
         CHECK_MSG(v == KVS_DISK_BAD_HEADER, "flags 0x%x: verdict %d", bad[i], (int)v);
         CHECK(r == NULL);
     }
     set_flags_resigned(path, KVS_CHUNK_DOC, n); /* a plain doc chunk is fine */
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v, NULL), KVS_OK);
     CHECK(r && r->origin == KVS_CHUNK_DOC);
     kvs_chunk_unref(r);
     /* pos0 (byte 164) whose end, pos0 + n_tok, passes INT32_MAX: damage
@@ -451,11 +532,11 @@ TEST(origin_flags) {
      * of exactly INT32_MAX is a possible chunk */
     set_word_resigned(path, 164, (uint32_t)(INT32_MAX - n + 1), n);
     r = NULL;
-    CHECK(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v) != KVS_OK);
+    CHECK(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v, NULL) != KVS_OK);
     CHECK_MSG(v == KVS_DISK_BAD_HEADER, "pos0 %d: verdict %d", INT32_MAX - n + 1, (int)v);
     CHECK(r == NULL);
     set_word_resigned(path, 164, (uint32_t)(INT32_MAX - n), n);
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, NULL, &r, NULL, &v, NULL), KVS_OK);
     CHECK(r && r->pos0 == INT32_MAX - n);
     kvs_chunk_unref(r);
     kvs_chunk_unref(c);
@@ -570,12 +651,12 @@ TEST(keyed_entries_verified_forgeries_refused) {
     kvs_key fp = keyed_fp(a);
     kvs_chunk *c = NULL;
     kvs_disk_verdict v;
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, a, &c, NULL, &v), KVS_OK); /* the flag is there */
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, a, &c, NULL, &v, NULL), KVS_OK); /* the flag is there */
     void *payload = NULL;
-    CHECK(kvs_disk_load_payload(dir, &fp, a, c, &payload, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    CHECK(kvs_disk_load_payload(dir, &fp, a, c, &payload, &v, NULL) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
     CHECK(strstr(kvs_last_error(), "MAC"));
     fake_kv *w = fake_kv_new(SHAPE, N);
-    CHECK(kvs_disk_read_into_kv(dir, &fp, a, c, 0, 64, &w->kv, 0, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    CHECK(kvs_disk_read_into_kv(dir, &fp, a, c, 0, 64, &w->kv, 0, &v, NULL) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
     fake_kv_free(w);
     kvs_chunk_unref(c);
     CHECK_EQ_INT(serve_keyed(dir, a, &st), 128); /* stops before it, recomputes the rest */
@@ -587,7 +668,7 @@ TEST(keyed_entries_verified_forgeries_refused) {
      * flag): refused at the header */
     put_keyed(dir, a, 1); /* chunk 2 again (exact), then replace it by a keyless write */
     keyed_path(dir, a, 2, path, sizeof path);
-    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, a, &c, NULL, &v), KVS_OK);
+    CHECK_EQ_INT(kvs_disk_read_header(path, &fp, &SHAPE, a, &c, NULL, &v, NULL), KVS_OK);
     kvs_chunk *x = NULL;
     CHECK_EQ_INT(kvs_chunk_new(&SHAPE, c->n_tok, 1, &x), KVS_OK);
     x->prefix_key = c->prefix_key;
@@ -599,9 +680,9 @@ TEST(keyed_entries_verified_forgeries_refused) {
     CHECK_EQ_INT(kvs_disk_write(dir, &fp, x, 0, NULL), KVS_OK);
     kvs_chunk_unref(x);
     kvs_chunk *r = NULL;
-    CHECK(kvs_disk_read_header(path, &fp, &SHAPE, a, &r, NULL, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    CHECK(kvs_disk_read_header(path, &fp, &SHAPE, a, &r, NULL, &v, NULL) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
     CHECK(r == NULL);
-    CHECK(kvs_disk_load_payload(dir, &fp, a, c, &payload, &v) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
+    CHECK(kvs_disk_load_payload(dir, &fp, a, c, &payload, &v, NULL) == KVS_ERR_CORRUPT && v == KVS_DISK_BAD_MAC);
     kvs_chunk_unref(c);
     CHECK_EQ_INT(serve_keyed(dir, a, &st), 128);
     CHECK_EQ_INT(st.disk_bad, 1);
@@ -785,7 +866,9 @@ int main(void) {
     RUN(persist_and_load_lazily);
     RUN(lookup_into_reads_straight_into_kv);
     RUN(damaged_payload_never_served);
+    RUN(damage_past_a_header_damaged_entry_dropped_by_the_same_lookup);
     RUN(payload_readers_check_the_entry_is_the_chunk);
+    RUN(damaged_entry_removed_only_if_still_the_file_read);
     RUN(truncated_entry);
     RUN(foreign_model);
     RUN(bad_magic_version_header_name);

@@ -66,7 +66,7 @@ kvs_disk_verdict kvs_cache_payload_verdict(const char *dir, const kvs_key *fp, c
                                            const kvs_chunk *c) {
     void *payload = NULL;
     kvs_disk_verdict v = KVS_DISK_OK;
-    if (kvs_disk_load_payload(dir, fp, mac, c, &payload, &v) == KVS_OK) {
+    if (kvs_disk_load_payload(dir, fp, mac, c, &payload, &v, NULL) == KVS_OK) {
         free(payload);
         return KVS_DISK_OK;
     }
@@ -252,7 +252,7 @@ int kvs_cache_dir_prune(const char *dir, const kvs_cache_prune_params *p, kvs_ca
         kvs_key_to_hex(&x.nodes[i].prefix, hex);
         snprintf(name, sizeof name, "%s%s", hex, KVS_DISK_EXT);
         if (kvs_disk_classify(dir, name, 1, NULL) != KVS_DISK_FILE_ENTRY) continue;
-        const int rm = kvs_disk_remove(dir, &x.nodes[i].prefix);
+        const int rm = kvs_disk_remove(dir, &x.nodes[i].prefix, NULL);
         if (rm == KVS_OK) {
             r->unreachable_removed++;
             r->removed_bytes += x.nodes[i].bytes;

@@ -409,8 +409,11 @@ fail_rc:
 
 /* Non-blocking open + regular-file check: a FIFO in an entry's place must
  * not hang the reader (base/file.h); a symlink is not an entry either. */
-static int open_entry(const char *path, kvs_disk_verdict *verdict) {
+static int open_entry(const char *path, kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
     int fd = kvs_open_regular_nofollow(path, NULL);
+    struct stat st;
+    if (seen) *seen = fd >= 0 && !fstat(fd, &st) ? (kvs_disk_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino}
+                                                 : (kvs_disk_file_id){0, 0};
     if (fd == KVS_OPEN_NOT_REGULAR) {
         *verdict = KVS_DISK_NOT_REGULAR;
         kvs_error(kvs_disk_verdict_status(*verdict), "%s: not a regular file (left alone)", path);
@@ -429,10 +432,10 @@ static void touch_atime(int fd) {
 }
 
 int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape *shape, const kvs_entry_mac *mac,
-                         kvs_chunk **out, kvs_key *file_fp, kvs_disk_verdict *verdict) {
+                         kvs_chunk **out, kvs_key *file_fp, kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
-    int fd = open_entry(path, verdict);
+    int fd = open_entry(path, verdict, seen);
     if (fd < 0) return kvs_disk_verdict_status(*verdict);
     kvs_disk_header hd;
     int rc = read_header_fd(fd, path, fp, shape, mac, NULL, &hd, verdict);
@@ -458,13 +461,14 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
  * ends it); else nothing is open and *verdict says why. */
 static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c,
                               char *path, size_t path_size, int *fd, kvs_disk_header *hd, kvs_entry_mac_state *s,
-                              kvs_disk_verdict *verdict) {
+                              kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
+    if (seen) *seen = (kvs_disk_file_id){0, 0};
     int rc = kvs_disk_path(dir, &c->prefix_key, path, path_size);
     if (rc) {
         *verdict = KVS_DISK_IO;
         return rc;
     }
-    *fd = open_entry(path, verdict);
+    *fd = open_entry(path, verdict, seen);
     if (*fd < 0) return kvs_disk_verdict_status(*verdict);
     rc = read_header_fd(*fd, path, fp, &c->shape, mac, s, hd, verdict);
     if (rc) goto fail_rc;
@@ -492,14 +496,14 @@ fail_rc:
 }
 
 int kvs_disk_load_payload(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c,
-                          void **payload, kvs_disk_verdict *verdict) {
+                          void **payload, kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     char path[4096];
     int fd;
     kvs_disk_header hd;
     kvs_entry_mac_state ms = {0};
-    int rc = open_indexed_entry(dir, fp, mac, c, path, sizeof path, &fd, &hd, &ms, verdict);
+    int rc = open_indexed_entry(dir, fp, mac, c, path, sizeof path, &fd, &hd, &ms, verdict, seen);
     if (rc) return rc;
     uint8_t *buf = NULL;
     size_t alloc = (c->kv_bytes + 63) / 64 * 64;
@@ -558,10 +562,12 @@ static int preadv_all(int fd, struct iovec *iov, int n_iov, off_t off) {
 }
 
 int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c, int off,
-                          int n, const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict) {
+                          int n, const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict,
+                          kvs_disk_file_id *seen) {
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     *verdict = KVS_DISK_IO;
+    if (seen) *seen = (kvs_disk_file_id){0, 0};
     kvs_kv_shape kv_shape = kvs_kv_buffer_shape(kv);
     if (!kvs_kv_shape_equal(&c->shape, &kv_shape) || off < 0 || n <= 0 || off > c->n_tok - n || slot < 0 ||
         slot > kv->n_ctx - n)
@@ -572,7 +578,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_entry_ma
     int fd;
     kvs_disk_header hd;
     kvs_entry_mac_state ms = {0};
-    int rc = open_indexed_entry(dir, fp, mac, c, path, sizeof path, &fd, &hd, &ms, verdict);
+    int rc = open_indexed_entry(dir, fp, mac, c, path, sizeof path, &fd, &hd, &ms, verdict, seen);
     if (rc) return rc;
     struct iovec *iov = NULL, *work = NULL;
     uint8_t *sink = NULL;

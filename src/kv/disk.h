@@ -95,6 +95,13 @@ typedef enum kvs_disk_verdict {
 
 const char *kvs_disk_verdict_name(kvs_disk_verdict v);
 
+/* The file a reader opened, by device and inode: a damaged entry is
+ * removed only while that file is still under its name (kvs_disk_remove),
+ * not a good one another process renamed onto it after the read began. */
+typedef struct kvs_disk_file_id {
+    uint64_t dev, ino; /* both 0: not known (the file was not opened) */
+} kvs_disk_file_id;
+
 /* Counts from a scan. */
 typedef struct kvs_disk_counts {
     uint64_t n[KVS_DISK_VERDICT_COUNT]; /* files by verdict (n[KVS_DISK_OK] = valid) */
@@ -186,16 +193,19 @@ int kvs_disk_write(const char *dir, const kvs_key *fingerprint, const kvs_chunk 
  * payload (caller owns the reference), *payload_off its file offset, and
  * file_fp (if not NULL) the entry's fingerprint. Otherwise *out is untouched
  * and the status is KVS_ERR_FORMAT / KVS_ERR_CORRUPT / KVS_ERR_MODEL_MISMATCH
- * / KVS_ERR_IO / KVS_ERR_NOT_FOUND with a message naming the file. */
+ * / KVS_ERR_IO / KVS_ERR_NOT_FOUND with a message naming the file. seen (may
+ * be NULL), here and in the payload readers below: the file opened, on
+ * success or failure (zeros if none was). */
 int kvs_disk_read_header(const char *path, const kvs_key *fingerprint, const kvs_kv_shape *shape,
-                         const kvs_entry_mac *mac, kvs_chunk **out, kvs_key *file_fp, kvs_disk_verdict *verdict);
+                         const kvs_entry_mac *mac, kvs_chunk **out, kvs_key *file_fp, kvs_disk_verdict *verdict,
+                         kvs_disk_file_id *seen);
 
 /* Loads and verifies the payload of c from dir (its file is found by
  * c->prefix_key; the header is re-read and must describe the same chunk).
  * On success *payload is a new 64-byte-aligned buffer of c->kv_bytes that the
  * caller owns (free()); the chunk itself is not modified. */
 int kvs_disk_load_payload(const char *dir, const kvs_key *fingerprint, const kvs_entry_mac *mac, const kvs_chunk *c,
-                          void **payload, kvs_disk_verdict *verdict);
+                          void **payload, kvs_disk_verdict *verdict, kvs_disk_file_id *seen);
 
 /* Reads chunk tokens [off, off + n) of c's entry straight into slots
  * [slot, slot + n) of view (no payload buffer, no extra copy: one preadv
@@ -204,7 +214,8 @@ int kvs_disk_load_payload(const char *dir, const kvs_key *fingerprint, const kvs
  * Checks are those of kvs_disk_load_payload. On failure the view's slots
  * [slot, slot + n) hold undefined bytes; nothing else is written. */
 int kvs_disk_read_into_kv(const char *dir, const kvs_key *fingerprint, const kvs_entry_mac *mac, const kvs_chunk *c,
-                          int off, int n, const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict);
+                          int off, int n, const kvs_kv_buffer *kv, int slot, kvs_disk_verdict *verdict,
+                          kvs_disk_file_id *seen);
 
 /* Calls fn(user, chunk) for every valid entry of dir (chunk without payload;
  * fn takes ownership of the reference; a nonzero return stops the scan) and
@@ -222,8 +233,10 @@ typedef int (*kvs_disk_scan_fp_fn)(void *user, kvs_chunk *chunk, const kvs_key *
 int kvs_disk_scan_fp(const char *dir, const kvs_key *fingerprint, const kvs_kv_shape *shape,
                      kvs_disk_scan_fp_fn fn, void *user, kvs_disk_counts *counts);
 
-/* Removes one entry (KVS_ERR_NOT_FOUND if absent). */
-int kvs_disk_remove(const char *dir, const kvs_key *prefix_key);
+/* Removes one entry (KVS_ERR_NOT_FOUND if absent). With seen (a reader's,
+ * not zeros), only if the file under the name is still that one: it is
+ * moved aside, checked and put back if another (KVS_ERR_NOT_FOUND too). */
+int kvs_disk_remove(const char *dir, const kvs_key *prefix_key, const kvs_disk_file_id *seen);
 
 /* Removes every entry file (any model), writers' stale temporary files and
  * stale junk (disk_budget.h: a live writer's file and fresh junk stay),

@@ -54,7 +54,7 @@ static int scan_impl(const char *dir, const kvs_key *fp, const kvs_kv_shape *sha
         kvs_chunk *c;
         kvs_disk_verdict v;
         kvs_key file_fp;
-        if (kvs_disk_read_header(path, fp, shape, mac, &c, &file_fp, &v) == KVS_OK) {
+        if (kvs_disk_read_header(path, fp, shape, mac, &c, &file_fp, &v, NULL) == KVS_OK) {
             counts->n[KVS_DISK_OK]++;
             if (fn_fp) {
                 if (fn_fp(user, c, &file_fp)) break;
@@ -82,10 +82,22 @@ int kvs_disk_scan_fp(const char *dir, const kvs_key *fp, const kvs_kv_shape *sha
     return scan_impl(dir, fp, shape, NULL, NULL, NULL, fn, user, counts);
 }
 
-int kvs_disk_remove(const char *dir, const kvs_key *k) {
+int kvs_disk_remove(const char *dir, const kvs_key *k, const kvs_disk_file_id *seen) {
     char path[4096];
     int rc = kvs_disk_path(dir, k, path, sizeof path);
     if (rc) return rc;
+    if (seen && (seen->dev || seen->ino)) {
+        /* A reader found the file it opened damaged; a good one another
+         * process renamed onto the name since must stay (the unlink by
+         * name had removed it). */
+        struct stat st = {0};
+        st.st_dev = (dev_t)seen->dev;
+        st.st_ino = (ino_t)seen->ino;
+        if (!kvs_disk_unlink_checked(dir, strrchr(path, '/') + 1, KVS_DISK_FILE_JUNK, &st)) return KVS_OK;
+        if (errno == ENOENT || errno == EAGAIN)
+            return kvs_error(KVS_ERR_NOT_FOUND, "%s: no such entry (or another file now)", path);
+        return kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
     if (unlink(path)) {
         if (errno == ENOENT) return kvs_error(KVS_ERR_NOT_FOUND, "%s: no such entry", path);
         return kvs_error(KVS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));

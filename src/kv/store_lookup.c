@@ -397,6 +397,46 @@ static int serve_tiers(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_
     return rc;
 }
 
+/* Step 5, where the hit ends short of the prompt: the index may hold the
+ * prompt's grid chunks past it, tier entries whose parent was damaged or
+ * vanished (a scan indexes them by key, reachable by no path). They are
+ * verified as step 2 verifies the rest of its path, the failed ones added
+ * to *bad, so that the request stores every damaged chunk of its prompt
+ * again (the put skips a chunk the index holds: payload damage past a
+ * header-damaged entry had stayed until a later request reached it). */
+static int verify_past_hit(kvs_store *s, const int32_t *tokens, int n, const kvs_prefix_hit *hit, kvs_chunk ***bad,
+                           int *n_bad) {
+    int cap = kvs_chunking_max_spans(n, s->chunk_tokens, 0), n_spans = 0;
+    kvs_span *sp = malloc((size_t)cap * sizeof *sp);
+    kvs_key *keys = malloc((size_t)cap * sizeof *keys);
+    int rc = sp && keys ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "store lookup: out of memory");
+    if (!rc) rc = kvs_chunking_split(n, 0, s->chunk_tokens, NULL, 0, sp, cap, &n_spans);
+    int first = 0;
+    while (!rc && first < n_spans && sp[first].start < hit->n_cached) first++;
+    if (!rc && first < n_spans) rc = kvs_key_prefix_chain(&s->fp, tokens, sp, n_spans, keys);
+    for (int i = first; !rc && i < n_spans; i++) {
+        pthread_rwlock_rdlock(&s->lock);
+        kvs_chunk *c = kvs_chunk_map_find(&s->pmap, &keys[i]);
+        for (int j = 0; c && j < *n_bad; j++)
+            if ((*bad)[j] == c) c = NULL; /* step 2 verified it */
+        if (c) kvs_chunk_ref(c);
+        pthread_rwlock_unlock(&s->lock);
+        if (!c) continue;
+        const kvs_fetch_fault f = kvs_store_verify(s, c);
+        kvs_chunk **more = f == KVS_FETCH_GONE || f == KVS_FETCH_DAMAGED ? realloc(*bad, (size_t)(*n_bad + 1) * sizeof **bad)
+                                                                           : NULL;
+        if (more) {
+            *bad = more;
+            (*bad)[(*n_bad)++] = c;
+        } else {
+            kvs_chunk_unref(c);
+        }
+    }
+    free(sp);
+    free(keys);
+    return rc;
+}
+
 static int lookup(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffer *kv, kvs_prefix_hit *hit) {
     uint64_t t0 = kvs_store_mono_ns();
     memset(hit, 0, sizeof *hit);
@@ -414,6 +454,9 @@ static int lookup(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffe
     int rc = from_index(s, tokens, n, hit, &cap);
     int cut = rc ? 1 : serve_index(s, kv, hit, &bad, &n_bad);
     if (!rc && !cut && s->n_tiers && hit->n_cached < n) rc = serve_tiers(s, tokens, n, kv, hit, &cap);
+    /* (not past a transient failure: the tier is slow or down) */
+    if (!rc && s->n_tiers && hit->n_cached < n && (!cut || n_bad))
+        rc = verify_past_hit(s, tokens, n, hit, &bad, &n_bad);
     /* Last to first, what the tiers served too (indexed first to last): the
      * head of the chain ends up most recently used, so eviction and the
      * records' bound take tails first and never cut a chain short. */

@@ -56,8 +56,8 @@ static uint64_t now_ns(void) {
 
 /* Status of a failed read, counted; a damaged entry of ours is removed so
  * that no process tries it again (a foreign, newer-version or non-regular
- * file is left alone). */
-static int failed(dir_tier *d, const kvs_chunk *c, int rc, kvs_disk_verdict v) {
+ * file is left alone), if it is still the file read (seen). */
+static int failed(dir_tier *d, const kvs_chunk *c, int rc, kvs_disk_verdict v, const kvs_disk_file_id *seen) {
     switch (v) {
     case KVS_DISK_MISSING: INC(d->misses, 1); return KVS_ERR_NOT_FOUND;
     case KVS_DISK_FOREIGN: INC(d->foreign, 1); return rc;
@@ -67,11 +67,11 @@ static int failed(dir_tier *d, const kvs_chunk *c, int rc, kvs_disk_verdict v) {
     case KVS_DISK_BAD_MAC:
         INC(d->bad, 1);
         INC(d->bad_mac, 1);
-        kvs_disk_remove(d->dir, &c->prefix_key);
+        kvs_disk_remove(d->dir, &c->prefix_key, seen);
         return KVS_TIER_ERR_BAD_MAC;
     default:
         INC(d->bad, 1);
-        if (v != KVS_DISK_BAD_MAGIC) kvs_disk_remove(d->dir, &c->prefix_key);
+        if (v != KVS_DISK_BAD_MAGIC) kvs_disk_remove(d->dir, &c->prefix_key, seen);
         return rc ? rc : KVS_ERR_CORRUPT;
     }
 }
@@ -87,8 +87,9 @@ static int dir_load(kvs_tier *t, const kvs_chunk *c, void **payload) {
     uint64_t t0 = now_ns();
     INC(d->gets, 1);
     kvs_disk_verdict v = KVS_DISK_OK;
-    int rc = kvs_disk_load_payload(d->dir, &d->fp, d->mac, c, payload, &v);
-    if (rc) return failed(d, c, rc, v);
+    kvs_disk_file_id seen;
+    int rc = kvs_disk_load_payload(d->dir, &d->fp, d->mac, c, payload, &v, &seen);
+    if (rc) return failed(d, c, rc, v, &seen);
     count_hit(d, c, t0);
     return KVS_OK;
 }
@@ -106,18 +107,19 @@ static int dir_get_many(kvs_tier *t, const kvs_key *keys, int n, kvs_chunk **out
         INC(d->gets, 1);
         kvs_chunk *c = NULL;
         kvs_disk_verdict v = KVS_DISK_OK;
-        int rc = kvs_disk_read_header(path, &d->fp, &d->shape, d->mac, &c, NULL, &v);
+        kvs_disk_file_id seen;
+        int rc = kvs_disk_read_header(path, &d->fp, &d->shape, d->mac, &c, NULL, &v, &seen);
         if (rc) {
             kvs_chunk stub;
             memset(&stub, 0, sizeof stub);
             stub.prefix_key = keys[i];
-            failed(d, &stub, rc, v);
+            failed(d, &stub, rc, v, &seen);
             continue;
         }
         void *buf = NULL;
-        rc = kvs_disk_load_payload(d->dir, &d->fp, d->mac, c, &buf, &v);
+        rc = kvs_disk_load_payload(d->dir, &d->fp, d->mac, c, &buf, &v, &seen);
         if (rc) {
-            failed(d, c, rc, v);
+            failed(d, c, rc, v, &seen);
             kvs_chunk_unref(c);
             continue;
         }
@@ -133,8 +135,9 @@ static int dir_get_into(kvs_tier *t, const kvs_chunk *c, int off, int n, const k
     uint64_t t0 = now_ns();
     INC(d->gets, 1);
     kvs_disk_verdict v = KVS_DISK_OK;
-    int rc = kvs_disk_read_into_kv(d->dir, &d->fp, d->mac, c, off, n, kv, slot, &v);
-    if (rc) return v == KVS_DISK_IO && rc == KVS_ERR_INVALID_ARG ? rc : failed(d, c, rc, v);
+    kvs_disk_file_id seen;
+    int rc = kvs_disk_read_into_kv(d->dir, &d->fp, d->mac, c, off, n, kv, slot, &v, &seen);
+    if (rc) return v == KVS_DISK_IO && rc == KVS_ERR_INVALID_ARG ? rc : failed(d, c, rc, v, &seen);
     count_hit(d, c, t0);
     return KVS_OK;
 }
@@ -228,7 +231,7 @@ static int dir_contains_many(kvs_tier *t, const kvs_key *keys, int n, uint8_t *p
     return KVS_OK;
 }
 
-static int dir_remove(kvs_tier *t, const kvs_key *key) { return kvs_disk_remove(((dir_tier *)t->impl)->dir, key); }
+static int dir_remove(kvs_tier *t, const kvs_key *key) { return kvs_disk_remove(((dir_tier *)t->impl)->dir, key, NULL); }
 
 static int dir_scan(kvs_tier *t, kvs_tier_visit_fn fn, void *user) {
     dir_tier *d = t->impl;
