@@ -1142,7 +1142,12 @@ KVS_API int kvs_cache_load_prefix(kvs_context *ctx, kvs_cache *cache, const int3
  * the chunks not cached yet. For a conversation, pass prompt + generated
  * tokens whose KV was written (not the last sampled one), so that the next
  * turn, whose prompt repeats them, computes only what is new.
- * *n_new (may be NULL) = chunks stored. */
+ * *n_new (may be NULL) = chunks stored. KVS_ERR_INVALID_ARG, naming the
+ * first slot, unless slots 0..n-1 hold the exact KV of these tokens: what
+ * kvs_decode / kvs_decode_logits / kvs_decode_batch wrote in order from
+ * slot 0 (positions = slots), or a cache load (kvs_cache_load_prefix, a
+ * generate call's lookup); a later write to a slot ends it there (a
+ * document's moved KV is never stored by prefix). */
 KVS_API int kvs_cache_store_context(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, int n, int *n_new);
 
 /* SHA-256 helper (hex output, 65 bytes incl. NUL). */

@@ -178,6 +178,60 @@ TEST(cache_steps_equal_cold) {
     free(warm);
 }
 
+/* kvs_cache_store_context stores only slots that hold the exact KV of the
+ * tokens given: written from slot 0 in order by kvs_decode or
+ * kvs_decode_batch, or loaded from the cache. Slots never written had been
+ * stored as zeros, which later prompts were served. */
+TEST(store_context_refuses_what_is_not_exact_kv) {
+    kvs_cache *cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, kvs_cache_default_params(), &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return;
+    int32_t p[N_CTX], q[N_CTX], pos[N_CTX];
+    for (int i = 0; i < N_CTX; i++) {
+        p[i] = (int32_t)((i * 7919) % 20000 + 60);
+        q[i] = p[i];
+        pos[i] = i;
+    }
+    q[70] = p[70] + 1;
+    int n_new = -1, n_hit = -1;
+    kvs_context *c = new_ctx(1);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_ERR_INVALID_ARG); /* nothing written */
+    CHECK(strstr(kvs_last_error(), "slots from 0 on") != NULL);
+    CHECK(kvs_decode(c, p + 64, pos + 64, 64, NULL) == KVS_OK); /* not from slot 0 */
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_ERR_INVALID_ARG);
+    CHECK(kvs_decode(c, p, pos, 100, NULL) == KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, q, 100, &n_new), KVS_ERR_INVALID_ARG); /* another token */
+    CHECK_MSG(strstr(kvs_last_error(), "slot 70 holds the KV of token") != NULL, "%s", kvs_last_error());
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 101, &n_new), KVS_ERR_INVALID_ARG); /* past the written */
+    CHECK(kvs_cache_peek_prefix(cache, p, 128, &n_hit) == KVS_OK);
+    CHECK_EQ_INT(n_hit, 0); /* none of it stored */
+    /* a slot written again: the slots after it were computed against the old one */
+    CHECK(kvs_decode(c, q + 70, pos + 70, 1, NULL) == KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, q, 72, &n_new), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, q, 71, &n_new), KVS_OK);
+    CHECK(kvs_decode(c, p + 70, pos + 70, 58, NULL) == KVS_OK); /* back to p, on to 128 */
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_OK);
+    CHECK_EQ_INT(n_new, 1); /* [64, 128): q's store held [0, 64) */
+    /* a cache load is exact, and a batched step extends it */
+    kvs_context *d = new_ctx(1), *e = new_ctx(1);
+    int n_loaded = 0;
+    CHECK(kvs_cache_load_prefix(d, cache, p, 129, &n_loaded) == KVS_OK);
+    CHECK_EQ_INT(n_loaded, 128);
+    CHECK(kvs_decode(e, q, pos, 5, NULL) == KVS_OK);
+    kvs_context *rows[2] = {d, e};
+    int32_t tok[2] = {p[128], q[5]}, at[2] = {128, 5};
+    float *lg = malloc((size_t)2 * g_vocab * sizeof(float));
+    CHECK(kvs_decode_batch(rows, tok, at, 2, lg) == KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(d, cache, p, 129, &n_new), KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(e, cache, q, 6, &n_new), KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(e, cache, q, 7, &n_new), KVS_ERR_INVALID_ARG);
+    free(lg);
+    kvs_context_free(c);
+    kvs_context_free(d);
+    kvs_context_free(e);
+    kvs_cache_free(cache);
+}
+
 int main(void) {
     const char *path = kt_model_path();
     if (!path || kvs_model_load(path, kvs_model_default_params(), &g_model)) {
@@ -188,6 +242,7 @@ int main(void) {
     RUN(batched_rows_equal_alone);
     RUN(bad_arguments_are_named);
     RUN(cache_steps_equal_cold);
+    RUN(store_context_refuses_what_is_not_exact_kv);
     kvs_model_free(g_model);
     return kt_summary();
 }

@@ -188,6 +188,19 @@ TEST(cluster_roundtrip_moved_failover_clear) {
             kvs_redis_tier_stats as;
             kvs_redis_tier_get_stats(t, &as);
             CHECK_MSG(as.ask >= 1, "no ASK followed (ask %llu)", (unsigned long long)as.ask);
+            /* mid-migration, the importing node lists the moved key, which
+             * answers only after ASKING: listed and cleared (a listing had
+             * failed on its MOVED; a clear had left it, reporting success) */
+            int mid = 0;
+            CHECK_MSG(t->ops->scan(t, count_visit, &mid) == KVS_OK, "%s", kvs_last_error());
+            CHECK_EQ_INT(mid, N_CHUNKS);
+            uint64_t gone = 0;
+            CHECK_MSG(t->ops->clear(t, &gone) == KVS_OK, "%s", kvs_last_error());
+            CHECK_EQ_INT(gone, N_CHUNKS);
+            CHECK_EQ_INT(served(t, c), 0);
+            for (int i = 0; i < N_CHUNKS; i++) CHECK_EQ_INT(t->ops->put(t, c[i]), KVS_OK);
+            CHECK(kvs_redis_tier_flush(t, 10000));
+            CHECK_EQ_INT(served(t, c), N_CHUNKS);
             for (int i = 0; i < RT_CLUSTER_N; i++) {
                 if (s[i].pid <= 0) continue;
                 redisReply *z = rt_cmd(s[i].port, "CLUSTER SETSLOT %d NODE %s", slot, dst_id);

@@ -670,6 +670,38 @@ TEST(keyed_values_verified_forgeries_refused) {
     rt_redis_stop(&r);
 }
 
+/* The Redis listing and clear succeed past a damaged value (counted) and
+ * leave kvs_last_error() as it was: the listing had left the value's
+ * message behind. */
+TEST(redis_scan_and_clear_keep_the_last_error) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp, k;
+    rt_fill_key(&fp, 91);
+    rt_fill_key(&k, 92);
+    char key[160], url[64];
+    redis_key(&fp, &k, key);
+    redisReply *x = rt_cmd(r.port, "SET %s %b", key, "KVSR-cut-short", (size_t)14);
+    CHECK(x && x->type == REDIS_REPLY_STATUS);
+    if (x) freeReplyObject(x);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r.port);
+    kvs_cache_params p = kvs_cache_default_params();
+    p.redis_url = url;
+    const char *want = "invalid UTF-8 at byte offset 0";
+    CHECK(kvs_utf8_check("\xff", 1) != KVS_OK && strstr(kvs_last_error(), want));
+    kvs_cache_dir_stats st;
+    CHECK_EQ_INT(kvs_cache_redis_scan(&p, NULL, NULL, &st), KVS_OK);
+    CHECK_EQ_INT(st.damaged, 1);
+    CHECK_MSG(strstr(kvs_last_error(), want) != NULL, "after the scan: %s", kvs_last_error());
+    uint64_t n = 0;
+    CHECK_EQ_INT(kvs_cache_redis_clear(&p, &n), KVS_OK);
+    CHECK_MSG(strstr(kvs_last_error(), want) != NULL, "after the clear: %s", kvs_last_error());
+    rt_redis_stop(&r);
+}
+
 int main(void) {
     RUN(fresh_store_serves_from_redis_and_stops_at_a_missing_chunk);
     RUN(keyed_values_verified_forgeries_refused);
@@ -679,5 +711,6 @@ int main(void) {
     RUN(chains_with_borders_are_served_past_them);
     RUN(writers_of_other_chunk_sizes_serve_a_reader_whole);
     RUN(junk_at_every_tail_length_costs_two_reads);
+    RUN(redis_scan_and_clear_keep_the_last_error);
     return kt_summary();
 }

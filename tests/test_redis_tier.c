@@ -129,6 +129,27 @@ TEST(ops_roundtrip_list_remove_clear) {
         CHECK_EQ_INT(t2->ops->put(t2, other), KVS_OK);
         CHECK(kvs_redis_tier_flush(t2, 5000));
         uint64_t removed = 0;
+        if (codec == 0) {
+            /* a user who may read but not DEL: the clear fails with the
+             * server's words and the keys stay (it had reported success) */
+            x = redisCommand(ctx, "ACL SETUSER reader on >rpw ~* +@read +ping +select +scan +asking");
+            CHECK(x && x->type == REDIS_REPLY_STATUS);
+            if (x) freeReplyObject(x);
+            char ro_url[96];
+            snprintf(ro_url, sizeof ro_url, "redis://reader:rpw@127.0.0.1:%d/3", r.port);
+            kvs_redis_tier_params q = p;
+            q.url = ro_url;
+            kvs_tier *ro = NULL;
+            CHECK_EQ_INT(kvs_redis_tier_open(&q, &fp, &SHAPE, &ro), KVS_OK);
+            if (ro) {
+                CHECK_EQ_INT(ro->ops->clear(ro, &removed), KVS_ERR_IO);
+                CHECK_MSG(strstr(kvs_last_error(), "NOPERM") && strstr(kvs_last_error(), "the key stays"), "%s",
+                          kvs_last_error());
+                CHECK_EQ_INT(removed, 0);
+                CHECK_EQ_INT(served(t, c), N_CHAIN - 1);
+                kvs_tier_close(ro);
+            }
+        }
         CHECK_EQ_INT(t->ops->clear(t, &removed), KVS_OK);
         CHECK_EQ_INT(removed, N_CHAIN - 1);
         CHECK_EQ_INT(served(t, c), 0);

@@ -126,7 +126,8 @@ static int any_visit(void *user, kvs_chunk *c, const kvs_key *fp, uint64_t value
     return stop;
 }
 
-int kvs_cache_redis_scan(const kvs_cache_params *p, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st) {
+static int cache_redis_scan_body(const kvs_cache_params *p, kvs_cache_entry_fn fn, void *user,
+                                 kvs_cache_dir_stats *st) {
     kvs_cache_dir_stats local;
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
@@ -141,11 +142,20 @@ int kvs_cache_redis_scan(const kvs_cache_params *p, kvs_cache_entry_fn fn, void 
     return rc;
 }
 
-int kvs_cache_redis_clear(const kvs_cache_params *p, uint64_t *n_removed) {
+/* (damaged values met are counted, their messages not left behind) */
+int kvs_cache_redis_scan(const kvs_cache_params *p, kvs_cache_entry_fn fn, void *user, kvs_cache_dir_stats *st) {
+    KVS_ERROR_KEPT(cache_redis_scan_body(p, fn, user, st));
+}
+
+static int cache_redis_clear_body(const kvs_cache_params *p, uint64_t *n_removed) {
     kvs_tier *t = NULL;
     int rc = open_any(p, &t);
     if (rc) return rc;
     rc = t->ops->clear(t, n_removed);
     kvs_tier_close(t);
     return rc;
+}
+
+int kvs_cache_redis_clear(const kvs_cache_params *p, uint64_t *n_removed) {
+    KVS_ERROR_KEPT(cache_redis_clear_body(p, n_removed));
 }

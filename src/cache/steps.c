@@ -77,6 +77,18 @@ static int cache_store_context_body(kvs_context *ctx, kvs_cache *cache, const in
                          "(got %d)", n);
     int st = check(ctx, cache, tokens, n, "kvs_cache_store_context");
     if (st) return st;
+    /* Stored under these tokens' keys, the KV must be what a cold prefill
+     * of them writes (a slot never written had been stored as zeros). */
+    const kvs_kv_buffer *kv = kvs_context_kv(ctx);
+    const int exact = kvs_kv_exact_match(kv, tokens, n);
+    if (exact < n) {
+        if (exact < kv->exact->len)
+            return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_store_context: slot %d holds the KV of token %d, not %d",
+                             exact, (int)kv->exact->tok[exact], (int)tokens[exact]);
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_store_context: slots from %d on (of the %d given) hold no "
+                         "exact KV of these tokens (never written, or not by kvs_decode from slot 0 in order or a "
+                         "cache load: a document's moved KV is not stored by prefix)", exact, n);
+    }
     kvs_put_report rep;
     memset(&rep, 0, sizeof rep);
     st = kvs_store_put_prefix(cache->store, tokens, n, cache->chunk_tokens, NULL, 0, kvs_context_kv(ctx), &rep);

@@ -488,7 +488,21 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
 int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buffer *kv, kvs_prefix_hit *hit) {
     if (!kv) return kvs_error(KVS_ERR_INVALID_ARG, "store lookup: no KV buffer");
     kvs_kv_recal_end(kv, 0); /* slots from 0 get another sequence's KV */
-    return lookup(s, tokens, n, kv, hit);
+    const kvs_kv_exact *e = kv->exact;
+    const int held = e ? e->len : 0, same = kvs_kv_exact_match(kv, tokens, n);
+    int rc = lookup(s, tokens, n, kv, hit);
+    /* The hit is the KV a cold prefill of its tokens writes: exact. Where
+     * the buffer held those tokens' exact KV already, the same bytes went
+     * back and what it held past them still stands. */
+    if (rc == KVS_OK && e && hit->n_cached > 0) {
+        if (hit->n_cached <= same) {
+            kv->exact->len = held;
+        } else {
+            memcpy(kv->exact->tok, tokens, (size_t)hit->n_cached * sizeof *tokens);
+            kv->exact->len = hit->n_cached;
+        }
+    }
+    return rc;
 }
 
 void kvs_prefix_hit_release(kvs_prefix_hit *hit) {

@@ -379,6 +379,24 @@ typedef struct clear_ctx {
     int st;
 } clear_ctx;
 
+/* In a cluster, each command of a listing or a clear goes after ASKING: a
+ * node importing a slot lists keys migrated to it, which answer only so
+ * (MOVED otherwise: `cache stats` had failed on them and `cache clear`
+ * had left them, reporting success). On a node that owns the slot it
+ * changes nothing. */
+static int append_asking(redis_tier *rt, redisContext *ctx) {
+    return !rt->nodes.cluster || redisAppendCommand(ctx, "ASKING") == REDIS_OK;
+}
+
+/* Reads the reply of an ASKING appended before, where one was. */
+static int skip_asking(redis_tier *rt, kvs_redis_conn *c, int64_t due) {
+    if (!rt->nodes.cluster) return 1;
+    redisReply *r = NULL;
+    const int ok = kvs_redis_reply_by(c, due, &r) == 0;
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
 static int clear_batch(redis_tier *rt, int node, const redisReply *keys, void *user) {
     clear_ctx *x = user;
     kvs_redis_conn *c;
@@ -390,17 +408,26 @@ static int clear_batch(redis_tier *rt, int node, const redisReply *keys, void *u
     for (size_t i = 0; ok && i < keys->elements; i++) {
         const char *argv[4] = {"GETRANGE", keys->element[i]->str, "0", "3"};
         size_t lens[4] = {8, keys->element[i]->len, 1, 1};
-        ok = redisAppendCommandArgv(ctx, 4, argv, lens) == REDIS_OK &&
+        ok = append_asking(rt, ctx) && redisAppendCommandArgv(ctx, 4, argv, lens) == REDIS_OK &&
+             append_asking(rt, ctx) &&
              redisAppendCommandArgv(ctx, 2, (const char *[]){"DEL", keys->element[i]->str},
                                     (size_t[]){3, keys->element[i]->len}) == REDIS_OK;
     }
     const int64_t due = kvs_redis_due_ns(&rt->policy, 0);
+    int refused = 0;
     for (size_t i = 0; ok && i < keys->elements; i++) {
         redisReply *head = NULL, *r = NULL;
-        ok = kvs_redis_reply_by(c, due, &head) == 0 && kvs_redis_reply_by(c, due, &r) == 0;
+        ok = skip_asking(rt, c, due) && kvs_redis_reply_by(c, due, &head) == 0 && skip_asking(rt, c, due) &&
+             kvs_redis_reply_by(c, due, &r) == 0;
         const int marker = ok && head->type == REDIS_REPLY_STRING &&
                            kvs_rm_is_marker((const uint8_t *)head->str, (size_t)head->len);
         if (ok && r->type == REDIS_REPLY_INTEGER && !marker) x->removed += (uint64_t)r->integer;
+        /* a DEL refused (NOPERM, READONLY, a slot moved on): the key stays,
+         * and the clear fails with the server's words (it had reported
+         * success, the keys all still there) */
+        if (ok && r->type == REDIS_REPLY_ERROR && !refused++ && x->st == KVS_OK)
+            x->st = kvs_error(KVS_ERR_IO, "redis %s:%d: DEL %.*s: %.*s (the key stays)", c->host, c->port,
+                              (int)keys->element[i]->len, keys->element[i]->str, (int)r->len, r->str);
         if (head) freeReplyObject(head);
         if (r) freeReplyObject(r);
     }
@@ -463,12 +490,14 @@ static int list_batch(redis_tier *rt, int node, const redisReply *keys, void *us
     int ok = 1;
     for (size_t i = 0; ok && i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
-        ok = redisAppendCommand(ctx, "STRLEN %b", k, keys->element[i]->len) == REDIS_OK &&
+        ok = append_asking(rt, ctx) && redisAppendCommand(ctx, "STRLEN %b", k, keys->element[i]->len) == REDIS_OK &&
+             append_asking(rt, ctx) &&
              redisAppendCommand(ctx, "GETRANGE %b 0 %d", k, keys->element[i]->len, SCAN_HEAD_BYTES - 1) == REDIS_OK;
     }
     for (size_t i = 0; ok && i < keys->elements; i++) {
         redisReply *len = NULL, *head = NULL;
-        ok = kvs_redis_reply_by(c, due, &len) == 0 && kvs_redis_reply_by(c, due, &head) == 0;
+        ok = skip_asking(rt, c, due) && kvs_redis_reply_by(c, due, &len) == 0 && skip_asking(rt, c, due) &&
+             kvs_redis_reply_by(c, due, &head) == 0;
         /* a key deleted between SCAN and here reads as "" : not counted */
         const int marker = ok && head->type == REDIS_REPLY_STRING &&
                            kvs_rm_is_marker((const uint8_t *)head->str, (size_t)head->len);

@@ -43,9 +43,23 @@ int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx,
     return KVS_OK;
 }
 
+int kvs_kv_buffer_track_exact(kvs_kv_buffer *kv) {
+    kv->exact = calloc(1, sizeof *kv->exact);
+    if (kv->exact && !(kv->exact->tok = malloc((size_t)kv->n_ctx * sizeof *kv->exact->tok))) {
+        free(kv->exact);
+        kv->exact = NULL;
+    }
+    return kv->exact ? KVS_OK : kvs_error(KVS_ERR_NOMEM, "kv buffer: out of memory for %d slots' tokens", kv->n_ctx);
+}
+
 void kvs_kv_buffer_release(kvs_kv_buffer *kv) {
     free(kv->data);
     kv->data = NULL;
+    if (kv->exact) {
+        free(kv->exact->tok);
+        free(kv->exact);
+        kv->exact = NULL;
+    }
     if (kv->layout) {
         free(kv->layout->raw);
         free(kv->layout->built);

@@ -41,6 +41,18 @@ typedef struct kvs_kv_layout {
     int off;            /* allocation failed: decode reads the rows */
 } kvs_kv_layout;
 
+/* What a context's slots [0, len) hold exactly: the KV that a cold prefill
+ * of tok[0..len) writes (kvs_decode in order from slot 0, a prefix lookup
+ * into the buffer), so that kvs_cache_store_context stores nothing else
+ * under those tokens' keys (slots never written, or holding moved or
+ * repaired documents, had been stored as exact KV). Every write lowers len
+ * to its first slot (kvs_kv_wrote); only those exact writers raise it
+ * (kvs_kv_exact_extend). */
+typedef struct kvs_kv_exact {
+    int len;
+    int32_t *tok; /* (n_ctx) */
+} kvs_kv_exact;
+
 typedef struct kvs_kv_buffer {
     int n_layer, n_kv_head, n_ctx, head_dim;
     kvs_kv_type type;
@@ -53,12 +65,15 @@ typedef struct kvs_kv_buffer {
      * write before its end (kvs_kv_recal_end). Zero: none. */
     kvs_attn_recal recal;
     kvs_kv_layout *layout; /* NULL: the kernels read no layout of these rows */
+    kvs_kv_exact *exact;   /* a context's (kvs_kv_buffer_track_exact); NULL: not tracked */
 } kvs_kv_buffer;
 
 /* Allocates a zeroed buffer (pages are touched only as slots get written). */
 int kvs_kv_buffer_init(kvs_kv_buffer *kv, int n_layer, int n_kv_head, int n_ctx, int head_dim,
                        kvs_kv_type type);
 void kvs_kv_buffer_release(kvs_kv_buffer *kv); /* safe on a zeroed struct */
+/* Starts tracking which slots hold exact prefix KV (kvs_kv_exact). */
+int kvs_kv_buffer_track_exact(kvs_kv_buffer *kv);
 size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv);
 
 /* A write to slot pos (a forward, a copy, a move) starts another sequence
@@ -70,11 +85,32 @@ static inline void kvs_kv_recal_end(kvs_kv_buffer *kv, int pos) {
 /* Slots from slot on of layer l (l < 0: of every layer) were written: the
  * decode layout holds them no longer. */
 static inline void kvs_kv_wrote(const kvs_kv_buffer *kv, int l, int slot) {
+    if (kv->exact && kv->exact->len > (slot < 0 ? 0 : slot)) kv->exact->len = slot < 0 ? 0 : slot;
     kvs_kv_layout *ly = kv->layout;
     if (!ly) return;
     const int lo = slot < 0 ? 0 : slot & ~15;
     for (int i = l < 0 ? 0 : l; i < (l < 0 ? kv->n_layer : l + 1); i++)
         if (ly->built[i] > lo) ly->built[i] = lo > ly->base[i] ? lo : ly->base[i];
+}
+
+/* An exact writer wrote tokens[0..n) at slots pos[0..n) (after
+ * kvs_kv_wrote): they extend the exact slots when they run on from within
+ * them in order, one slot each (other batches extend nothing). */
+static inline void kvs_kv_exact_extend(const kvs_kv_buffer *kv, const int32_t *tokens, const int32_t *pos, int n) {
+    kvs_kv_exact *e = kv->exact;
+    if (!e || n <= 0 || pos[0] > e->len) return;
+    for (int i = 1; i < n; i++)
+        if (pos[i] != pos[0] + i) return;
+    memcpy(e->tok + pos[0], tokens, (size_t)n * sizeof *tokens);
+    e->len = pos[0] + n;
+}
+
+/* Of tokens[0..n), how many lead the exact slots. */
+static inline int kvs_kv_exact_match(const kvs_kv_buffer *kv, const int32_t *tokens, int n) {
+    const kvs_kv_exact *e = kv->exact;
+    int k = 0;
+    while (e && k < n && k < e->len && e->tok[k] == tokens[k]) k++;
+    return k;
 }
 
 /* Layer l's decode layout with its slots up to n & ~15 built (slots [0, n)
