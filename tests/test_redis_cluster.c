@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+
+#include <signal.h>
 #include "kv/keys.h"
 #include "test_redis_util.h"
 
@@ -295,6 +297,52 @@ TEST(cluster_roundtrip_moved_failover_clear) {
     rt_cluster_stop(s);
 }
 
+/* Every node stalled (SIGSTOP: connects succeed, nothing answers): a
+ * request costs a few timeouts, not one per node and seed at each of its
+ * map refreshes (2 s a request at the default 50 ms with 4 seeds, 21 s at
+ * 1 s); once the nodes go on, everything is served again. */
+TEST(stalled_cluster_costs_a_few_timeouts) {
+    rt_redis s[RT_CLUSTER_N];
+    if (rt_cluster_start(s)) {
+        CHECK(0);
+        rt_cluster_stop(s);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 7);
+    char seeds[512];
+    rt_seed_list(s, RT_CLUSTER_N, seeds, sizeof seeds); /* every node a seed */
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.cluster = seeds;
+    p.timeout_ms = 100;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    kvs_chunk *c[N_CHUNKS];
+    make_chunks(&fp, c, 70);
+    for (int i = 0; i < N_CHUNKS; i++) CHECK_EQ_INT(t->ops->put(t, c[i]), KVS_OK);
+    CHECK(kvs_redis_tier_flush(t, 10000));
+    CHECK_EQ_INT(served(t, c), N_CHUNKS);
+    for (int i = 0; i < RT_CLUSTER_N; i++) kill(s[i].pid, SIGSTOP);
+    double worst = 0, total = 0;
+    for (int round = 0; round < 6; round++) {
+        double t0 = now_ms();
+        CHECK_EQ_INT(served(t, c), 0);
+        double ms = now_ms() - t0;
+        total += ms;
+        if (ms > worst) worst = ms;
+    }
+    for (int i = 0; i < RT_CLUSTER_N; i++) kill(s[i].pid, SIGCONT);
+    CHECK_MSG(worst < 1200, "a request took %.0f ms with every node stalled (timeout 100 ms)", worst);
+    CHECK_MSG(total < 3000, "6 requests took %.0f ms with every node stalled", total);
+    int back = 0;
+    for (double t0 = now_ms(); now_ms() - t0 < 20000 && back < N_CHUNKS; rt_sleep_ms(100)) back = served(t, c);
+    CHECK_EQ_INT(back, N_CHUNKS);
+    for (int i = 0; i < N_CHUNKS; i++) kvs_chunk_unref(c[i]);
+    kvs_tier_close(t);
+    rt_cluster_stop(s);
+}
+
 /* A cluster tier whose one seed is 127.0.0.1:port, fingerprint fp from seed. */
 static kvs_tier *open_one_seed(int port, uint64_t seed, kvs_key *fp) {
     rt_fill_key(fp, seed);
@@ -505,5 +553,6 @@ int main(void) {
     RUN(cluster_seed_that_does_not_answer_says_why);
     RUN(redirect_to_the_same_node_is_not_followed);
     RUN(cluster_roundtrip_moved_failover_clear);
+    RUN(stalled_cluster_costs_a_few_timeouts);
     return kt_summary();
 }

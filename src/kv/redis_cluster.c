@@ -9,6 +9,8 @@
 #include <strings.h>
 
 #define NO_NODE 0xffff /* (memset with 0xff bytes writes it) */
+#define REFRESH_GAP_NS (100 * 1000000LL) /* between map refreshes, from the end of one */
+#define REFRESH_ASK_TIMEOUTS 2           /* a refresh starts no ask past this many timeouts */
 
 uint16_t kvs_redis_crc16(const void *data, size_t len) {
     /* CRC16-CCITT, XMODEM variant: poly 0x1021, init 0, no reflection. */
@@ -30,9 +32,16 @@ int kvs_redis_key_slot(const char *key, size_t len) {
     return kvs_redis_crc16(key, len) & 16383;
 }
 
-static int node_index_locked(kvs_redis_nodes *m, const char *host, int port) {
+/* The index of host:port among the known nodes, or -1. Called with the lock. */
+static int find_node_locked(const kvs_redis_nodes *m, const char *host, int port) {
     for (int i = 0; i < m->n_nodes; i++)
         if (m->node[i]->rd.port == port && !strcasecmp(m->node[i]->rd.host, host)) return i;
+    return -1;
+}
+
+static int node_index_locked(kvs_redis_nodes *m, const char *host, int port) {
+    const int known = find_node_locked(m, host, port);
+    if (known >= 0) return known;
     if (m->n_nodes >= KVS_REDIS_MAX_NODES) {
         if (!m->nodes_full[0])
             snprintf(m->nodes_full, sizeof m->nodes_full,
@@ -196,6 +205,15 @@ static void apply_slots(kvs_redis_nodes *m, const redisReply *r, const char *ask
     }
 }
 
+/* Adds host:port to the candidates unless it is there already (a seed is
+ * mostly a known node too: asked twice, a stalled one had cost twice). */
+static void add_candidate(char (*host)[256], int *port, int *n, const char *h, int p) {
+    for (int i = 0; i < *n; i++)
+        if (port[i] == p && !strcasecmp(host[i], h)) return;
+    memcpy(host[*n], h, 256);
+    port[(*n)++] = p;
+}
+
 void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
     if (!m->cluster) return;
     int64_t now = kvs_redis_mono_ns();
@@ -204,33 +222,48 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
         pthread_rwlock_unlock(&m->lock);
         return;
     }
-    m->refresh_after_ns = now + 100 * 1000000LL;
-    /* Candidates: known nodes first (the cluster as it is now), then seeds. */
+    m->refresh_after_ns = INT64_MAX; /* one refresh at a time; set again at its end */
+    /* Candidates: known nodes first (the cluster as it is now), then seeds;
+     * each once, and not a node whose breaker is open (it failed requests
+     * just now: asked again, each stalled node had cost a timeout per
+     * refresh and request). */
     int n_cand = 0;
     char (*host)[256] = malloc(sizeof(char[256]) * 2 * KVS_REDIS_MAX_NODES);
     int port[2 * KVS_REDIS_MAX_NODES];
     if (!host) {
+        m->refresh_after_ns = now + REFRESH_GAP_NS;
         pthread_rwlock_unlock(&m->lock);
         return;
     }
-    for (int i = 0; i < m->n_nodes; i++) {
-        memcpy(host[n_cand], m->node[i]->rd.host, 256);
-        port[n_cand++] = m->node[i]->rd.port;
-    }
+    for (int i = 0; i < m->n_nodes; i++)
+        if (!atomic_load(&m->node[i]->rd.breaker_open))
+            add_candidate(host, port, &n_cand, m->node[i]->rd.host, m->node[i]->rd.port);
     for (int i = 0; i < m->n_seeds; i++) {
-        memcpy(host[n_cand], m->seed_host[i], 256);
-        port[n_cand++] = m->seed_port[i];
+        const int known = find_node_locked(m, m->seed_host[i], m->seed_port[i]);
+        if (known < 0 || !atomic_load(&m->node[known]->rd.breaker_open))
+            add_candidate(host, port, &n_cand, m->seed_host[i], m->seed_port[i]);
     }
+    const unsigned first = m->refresh_turn++; /* each refresh starts at the next candidate */
     pthread_rwlock_unlock(&m->lock);
-    /* Ask outside the lock (requests keep routing with the old map). A node
-     * whose breaker is open is not asked. The first map of every slot is
-     * taken; else the fullest one: a node that maps no slot (not in the
-     * cluster, or restarted without its nodes.conf) had been taken as the
-     * cluster's word, and with it first among the seeds the tier was off. */
+    /* Ask outside the lock (requests keep routing with the old map). The
+     * first map of every slot is taken; else the fullest one: a node that
+     * maps no slot (not in the cluster, or restarted without its
+     * nodes.conf) had been taken as the cluster's word, and with it first
+     * among the seeds the tier was off. No candidate is asked once the
+     * refresh has run for REFRESH_ASK_TIMEOUTS timeouts: with every node
+     * stalled, a refresh had asked each (seeds twice) a full timeout, 20
+     * asks in one request (2 s at the default 50 ms, 21 s at 1 s). */
+    const int64_t stop_asking = now + (int64_t)REFRESH_ASK_TIMEOUTS * m->policy->timeout_ms * 1000000LL;
     redisReply *best = NULL;
     int best_slots = 0, best_at = -1;
     char why[KVS_REDIS_WHY_BYTES] = "";
-    for (int i = 0; i < n_cand && best_slots < KVS_REDIS_SLOTS; i++) {
+    for (int k = 0; k < n_cand && best_slots < KVS_REDIS_SLOTS; k++) {
+        if (k && kvs_redis_mono_ns() >= stop_asking) {
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s(%d of %d nodes asked within the refresh's time)",
+                     why[0] ? " " : "", k, n_cand);
+            break;
+        }
+        const int i = (int)((first + (unsigned)k) % (unsigned)n_cand);
         redisReply *r = cluster_slots(m, host[i], port[i], why, sizeof why);
         if (!r) continue;
         const int n = slots_mapped(r);
@@ -248,6 +281,10 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
     pthread_rwlock_wrlock(&m->lock);
     if (best) apply_slots(m, best, host[best_at]);
     snprintf(m->slots_why, sizeof m->slots_why, "%s", best ? "" : why);
+    /* the gap from the end (a refresh that took seconds had run again at
+     * the next batch); a refresh that found no map waits as an open breaker
+     * does */
+    m->refresh_after_ns = kvs_redis_mono_ns() + (best ? REFRESH_GAP_NS : (int64_t)m->policy->breaker_open_ms * 1000000LL);
     pthread_rwlock_unlock(&m->lock);
     if (best) {
         freeReplyObject(best);

@@ -52,7 +52,8 @@ typedef struct kvs_redis_nodes {
     int n_seeds;
     char seed_host[KVS_REDIS_MAX_NODES][256];
     int seed_port[KVS_REDIS_MAX_NODES];
-    int64_t refresh_after_ns;          /* rate limit of map refreshes */
+    int64_t refresh_after_ns;          /* rate limit of map refreshes (INT64_MAX: one is running) */
+    unsigned refresh_turn;             /* refreshes begun: where the next starts among the candidates */
     _Atomic uint64_t refreshes, moved, ask;
 } kvs_redis_nodes;
 
