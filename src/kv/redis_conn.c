@@ -54,6 +54,31 @@ static struct timeval ms_tv(int ms) {
  * fail in the reader, and a reply buffer past policy->max_reply_bytes fails
  * the operation (reply_by). */
 #define REPLY_MAX_ELEMENTS (1 << 20)
+
+/* What the reply being parsed has made so far, against its bounds: hiredis
+ * 0.14 discards the bytes it has parsed, so the unread-bytes bound never
+ * saw a reply of nested arrays, whose objects grew unbounded (64 arrays of
+ * 2^20 elements: 732 MB at the default timeout, 1.8 GB at 3 s). Objects
+ * (each array's slots included) are bounded by REPLY_MAX_ELEMENTS, string
+ * bytes by max_bytes (0: none). One reply is parsed by one thread (the
+ * conn's holder) within one reply_by call, which resets it. */
+typedef struct reply_tally {
+    size_t objects, bytes, max_bytes;
+    int over; /* 1: past the objects, 2: past the bytes */
+} reply_tally;
+static _Thread_local reply_tally g_tally;
+
+static void tally_reset(size_t max_bytes) { g_tally = (reply_tally){0, 0, max_bytes, 0}; }
+
+/* 1 if one more object of `slots` slots and `bytes` string bytes fits. */
+static int tally_add(size_t slots, size_t bytes) {
+    g_tally.objects += 1 + slots;
+    g_tally.bytes += bytes;
+    if (g_tally.objects > REPLY_MAX_ELEMENTS) g_tally.over = 1;
+    else if (g_tally.max_bytes && g_tally.bytes > g_tally.max_bytes) g_tally.over = 2;
+    return !g_tally.over; /* else the reader fails ("Out of memory"), and the operation with it */
+}
+
 #if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
 static void guard_reader(redisContext *ctx) { ctx->reader->maxelements = REPLY_MAX_ELEMENTS; }
 #else
@@ -62,9 +87,16 @@ static redisReplyObjectFunctions *g_plain; /* hiredis' own (static in hiredis.c)
 static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *create_array_capped(const redisReadTask *task, int elements) {
-    if (elements > REPLY_MAX_ELEMENTS) return NULL; /* the reader fails ("Out of memory"): the operation does */
+    if (elements > REPLY_MAX_ELEMENTS || !tally_add(elements > 0 ? (size_t)elements : 0, 0)) return NULL;
     return g_plain->createArray(task, elements);
 }
+static void *create_string_capped(const redisReadTask *task, char *str, size_t len) {
+    return tally_add(0, len) ? g_plain->createString(task, str, len) : NULL;
+}
+static void *create_integer_capped(const redisReadTask *task, long long v) {
+    return tally_add(0, 0) ? g_plain->createInteger(task, v) : NULL;
+}
+static void *create_nil_capped(const redisReadTask *task) { return tally_add(0, 0) ? g_plain->createNil(task) : NULL; }
 
 static void guard_reader(redisContext *ctx) {
     pthread_mutex_lock(&g_guard_mu);
@@ -72,18 +104,33 @@ static void guard_reader(redisContext *ctx) {
         g_plain = ctx->reader->fn;
         g_capped = *g_plain;
         g_capped.createArray = create_array_capped;
+        g_capped.createString = create_string_capped;
+        g_capped.createInteger = create_integer_capped;
+        g_capped.createNil = create_nil_capped;
     }
     pthread_mutex_unlock(&g_guard_mu);
     if (ctx->reader->fn == g_plain) ctx->reader->fn = &g_capped;
 }
 #endif
 
+/* A reader failure the tally caused, named as such (hiredis says "Out of memory"). */
+static int tally_failed(redisContext *ctx) {
+    if (g_tally.over == 1)
+        snprintf(ctx->errstr, sizeof ctx->errstr, "a reply of more than %d elements", REPLY_MAX_ELEMENTS);
+    else if (g_tally.over == 2)
+        snprintf(ctx->errstr, sizeof ctx->errstr, "a reply of more than %zu bytes", g_tally.max_bytes);
+    if (g_tally.over) ctx->err = REDIS_ERR_PROTOCOL;
+    return -1;
+}
+
 /* The next reply on ctx by due_ns (kvs_redis_reply_by); *socket_ms (may be
  * NULL) tracks the socket timeout in effect; max_bytes (0: none) bounds the
  * bytes a reply may hold unread. */
 static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t max_bytes, void **out) {
     *out = NULL;
-    if (kvs_redis_flush(ctx) || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+    tally_reset(max_bytes);
+    if (kvs_redis_flush(ctx)) return -1;
+    if (redisGetReplyFromReader(ctx, out) != REDIS_OK) return tally_failed(ctx);
     int late = -1; /* past the deadline: the bytes the socket held then, which may still be read */
     while (!*out) {
         if (max_bytes && ctx->reader->len - ctx->reader->pos > max_bytes) {
@@ -109,7 +156,7 @@ static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t ma
             const size_t had = ctx->reader->len; /* the feed appends; only taking a reply compacts */
             if (redisBufferRead(ctx) != REDIS_OK) return -1;
             late -= (int)(ctx->reader->len - had);
-            if (redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+            if (redisGetReplyFromReader(ctx, out) != REDIS_OK) return tally_failed(ctx);
             continue;
         } else {
             const int ms = left_ms < 600000 ? (int)left_ms : 600000;
@@ -118,7 +165,8 @@ static int reply_by(redisContext *ctx, int *socket_ms, int64_t due_ns, size_t ma
                 if (socket_ms) *socket_ms = ms;
             }
         }
-        if (redisBufferRead(ctx) != REDIS_OK || redisGetReplyFromReader(ctx, out) != REDIS_OK) return -1;
+        if (redisBufferRead(ctx) != REDIS_OK) return -1;
+        if (redisGetReplyFromReader(ctx, out) != REDIS_OK) return tally_failed(ctx);
     }
     return 0;
 }
