@@ -1042,6 +1042,10 @@ typedef struct kvs_warm_docs_report {
     int too_long_doc;    /* -1; after KVS_ERR_CONTEXT_FULL from kvs_warm_docs / kvs_bake_docs (the
                           * report's only field then): the index in seg->docs of the first document
                           * that does not fit the context after the doc prefix */
+    int n_exact_computed; /* kvs_docs_warmer: tokens of the prompt's exact prefix it computed:
+                           * n_prefix_computed, plus the first document's where it sits right after
+                           * them (its entry is then that prefix's exact history, which the
+                           * request's lookup serves as cached) */
 } kvs_warm_docs_report;
 
 /* Caches the KV of seg's documents (computing the missing ones after the

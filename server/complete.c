@@ -560,6 +560,15 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
     /* the body is parsed once: each prompt of a batch is taken from its tree */
     cJSON *root = srv_json_parse(body, len, &e);
     int st = !root || srv_request_from_json(root, kind, 0, &req, &e) ? -1 : 0;
+    if (!st && req.bake_neighbours) { /* (a generating request had ignored it without a word) */
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value",
+                      req.bake_neighbours < 0 ? "doc_set" : "bake_with_neighbours",
+                      "'%s' is a warm's (POST /v1/cache/warm with documents): a request that generates reads "
+                      "baked documents (reuse.baked), it does not bake them",
+                      req.bake_neighbours < 0 ? "doc_set" : "bake_with_neighbours");
+        srv_request_free(&req);
+        st = -1;
+    }
     if (!st && req.n_prompts < 1) req.n_prompts = 1; /* (chat) */
     if (!st && req.n * req.n_prompts > SRV_MAX_CHOICES) {
         srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "n",

@@ -287,6 +287,13 @@ int srv_cache_warm(srv_server *s, struct MHD_Connection *c, const char *arg, con
                       "'cache_prompt' is false: a warm computes KV only to store it");
         st = -1;
     }
+    if (!st && req.bake_neighbours && !req.n_docs) { /* (it had warmed the prompt and baked nothing) */
+        srv_error_set(&e, 400, "invalid_request_error", "invalid_value",
+                      req.bake_neighbours < 0 ? "doc_set" : "bake_with_neighbours",
+                      "'%s' bakes documents: give 'documents'", req.bake_neighbours < 0 ? "doc_set" : "bake_with_neighbours");
+        srv_request_free(&req);
+        st = -1;
+    }
     if (!st && req.n_prompts > 1) { /* (only the first had been warmed) */
         srv_request_free(&req);
         srv_error_set(&e, 400, "invalid_request_error", "invalid_value", "prompt",

@@ -234,9 +234,13 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     /* (nor does an echo with max_tokens 0: it only scores the prompt) */
     const int generates = !j->req.warm && j->req.max_tokens >= 0;
     if (j->n_prompt >= n_ctx + !generates && !j->req.docs_only) {
+        /* documents in the prompt are named as what overflows with it (a
+         * short message with long documents had named 'messages') */
+        char docs[64] = "";
+        if (j->req.n_docs) snprintf(docs, sizeof docs, " with its %d document%s", j->req.n_docs, j->req.n_docs > 1 ? "s" : "");
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
-                      j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
-                      "this model's context holds %d tokens, but the prompt has %d%s", n_ctx, j->n_prompt,
+                      j->req.n_docs ? "documents" : j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
+                      "this model's context holds %d tokens, but the prompt%s has %d%s", n_ctx, docs, j->n_prompt,
                       generates ? " (and at least one token must be generated)" : "");
         goto fail;
     }

@@ -55,6 +55,11 @@ static int get_number(const cJSON *o, const char *key, double lo, double hi, dou
     return 0;
 }
 
+/* The largest seed every larger one of which a double tells apart (cJSON
+ * reads a double; 2^53 - 1, JavaScript's largest safe integer): a larger
+ * one had been rounded, 2^53 + 1 sampling as 2^53. */
+#define SEED_EXACT 9007199254740991.0
+
 static int get_int(const cJSON *o, const char *key, double lo, double hi, long long *out, srv_error *e) {
     double d;
     const cJSON *v = field(o, key);
@@ -326,7 +331,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, srv_error *e) {
         get_number(root, "min_p", 0, 1, &minp, e) || get_int(root, "top_k", 0, 1 << 20, &top_k, e) ||
         get_number(root, "presence_penalty", -2, 2, &pres, e) ||
         get_number(root, "frequency_penalty", -2, 2, &freq, e) ||
-        get_int(root, "seed", -9.2e18, 9.2e18, &seed, e) || get_int(root, "n", 1, SRV_MAX_CHOICES, &n, e))
+        get_int(root, "seed", -SEED_EXACT, SEED_EXACT, &seed, e) || get_int(root, "n", 1, SRV_MAX_CHOICES, &n, e))
         return -1;
     /* > 0 as the sampler's float: 1e-46 passed here and became 0 there (a 500) */
     if ((float)p <= 0) return bad(e, "top_p", "'%s' must be > 0 (at least 1.4e-45, a float's smallest)%s", "");

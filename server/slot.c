@@ -122,7 +122,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->docs_ready = 0;
     s->docs_computed = 0;
     s->docs_cached = 0;
-    s->prefix_computed = 0;
+    s->exact_computed = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
     job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
@@ -274,7 +274,9 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
         return srv_slot_finish(s, env, SRV_FINISH_STOP);
     }
     emit_upto(s, s->gen_len - keep_back(s));
-    if (s->n_gen >= j->max_tokens || s->n_hist >= env->n_ctx) return srv_slot_finish(s, env, SRV_FINISH_LENGTH);
+    /* the last token sampled is never decoded: hist holds n_ctx + 1, as
+     * kvs_generate's n_ctx - n_prompt + 1 (one had been left out) */
+    if (s->n_gen >= j->max_tokens || s->n_hist > env->n_ctx) return srv_slot_finish(s, env, SRV_FINISH_LENGTH);
     s->state = SRV_SLOT_DECODE;
 }
 
@@ -329,7 +331,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     const int n_moved = r.docs->n_moved, n_recomputed = r.docs->n_recomputed;
     /* The exact prefix the warmer computed in earlier steps is a cache hit
      * here: this request computed it. */
-    const int n_warmed = s->prefix_computed < r.reuse->n_cached ? s->prefix_computed : r.reuse->n_cached;
+    const int n_warmed = s->exact_computed < r.reuse->n_cached ? s->exact_computed : r.reuse->n_cached;
     const int n_cached = r.reuse->n_cached - n_warmed;
     j->usage.cached_tokens = n_cached;
     j->usage.moved_tokens = n_moved;
@@ -388,7 +390,7 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
     kvs_docs_warmer_report(s->warmer, &rep);
     s->docs_computed = rep.n_computed;
     s->docs_cached = rep.n_cached;
-    s->prefix_computed = rep.n_prefix_computed;
+    s->exact_computed = rep.n_exact_computed; /* the first document too where the request serves it exactly */
     kvs_docs_warmer_free(s->warmer);
     s->warmer = NULL;
     s->docs_ready = 1;

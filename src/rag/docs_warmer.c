@@ -20,6 +20,7 @@ struct kvs_docs_warmer {
     int prefix_done;      /* the exact prefix [0, D) is in the context and stored */
     int n_prefix_at;      /* tokens of it in the context (looked up, then computed) */
     int n_prefix_computed;
+    int n_exact_doc_computed; /* the first document's tokens, computed here at its own prefix */
     int32_t *pos;         /* (D) 0, 1, 2, ... */
     int j;                /* the segment being looked at */
     int computing;        /* segment j is uncached: n_done of its tokens are computed */
@@ -131,6 +132,8 @@ static int docs_warmer_step_body(kvs_docs_warmer *w, int max_tokens, int *done) 
         budget -= w->n_done - before;
         if (c) { /* a failed insert (budget, memory, disk) leaves it to the request */
             (void)kvs_store_insert_counted(w->cache->store, c, NULL, &w->rep.docs_put); /* (write errors: reported) */
+            if (w->j == kvs_seg_layout_first_doc(&w->lay) && kvs_seg_doc_at_own_prefix(&w->lay, s))
+                w->n_exact_doc_computed = s->end - s->start;
             kvs_chunk_unref(c);
             w->rep.n_docs++;
             w->rep.n_docs_computed++;
@@ -159,6 +162,7 @@ void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep)
         if (w->lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += w->lay.segs[i].end - w->lay.segs[i].start;
     rep->ms = w->ms;
     rep->n_prefix_computed = w->n_prefix_computed;
+    rep->n_exact_computed = w->n_prefix_computed + w->n_exact_doc_computed;
     rep->too_long_doc = -1;
 }
 

@@ -182,12 +182,6 @@ static int first_doc(const kvs_seg_layout *lay) {
     return jd < lay->n_segs - 1 ? jd : -1;
 }
 
-/* 1 if doc segment s sits right after a layout equal to the documents' own
- * prefix: its plain chunk was computed there (an exact prefix). */
-static int doc_at_own_prefix(const kvs_seg_layout *lay, const kvs_seg *s) {
-    return s->start == lay->n_doc_prefix &&
-           (!lay->n_doc_prefix || !memcmp(lay->tokens, lay->doc_prefix, (size_t)lay->n_doc_prefix * sizeof *lay->tokens));
-}
 
 /* The exact hit E a request that moves its documents may take: up to its
  * first document's start, or its end where that document is an exact
@@ -200,7 +194,7 @@ static int exact_cap(const kvs_seg_layout *lay, int E) {
     const int jd = first_doc(lay);
     if (jd < 0) return E;
     const kvs_seg *s = &lay->segs[jd];
-    const int cap = doc_at_own_prefix(lay, s) ? s->end : s->start;
+    const int cap = kvs_seg_doc_at_own_prefix(lay, s) ? s->end : s->start;
     return E < cap ? E : cap;
 }
 
@@ -209,7 +203,7 @@ static int exact_first_doc(req *q, int *E) {
     const int jd = first_doc(lay);
     if (jd < 0) return KVS_OK; /* no doc before the question */
     const kvs_seg *s = &lay->segs[jd];
-    if (!doc_at_own_prefix(lay, s)) return KVS_OK;
+    if (!kvs_seg_doc_at_own_prefix(lay, s)) return KVS_OK;
     if (*E >= s->end) { /* the hit holds the document: it came from the cache (as it does from RAM) */
         q->rep.n_docs++;
         q->rep.n_docs_hit++;

@@ -218,6 +218,11 @@ void kvs_seg_layout_free(kvs_seg_layout *lay) {
     memset(lay, 0, sizeof *lay);
 }
 
+int kvs_seg_doc_at_own_prefix(const kvs_seg_layout *lay, const kvs_seg *s) {
+    return s->start == lay->n_doc_prefix &&
+           (!lay->n_doc_prefix || !memcmp(lay->tokens, lay->doc_prefix, (size_t)lay->n_doc_prefix * sizeof *lay->tokens));
+}
+
 int kvs_seg_layout_first_doc(const kvs_seg_layout *lay) {
     for (int i = 0; i < lay->n_segs; i++)
         if (lay->segs[i].kind == KVS_SEG_DOC) return i;

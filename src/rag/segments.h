@@ -80,5 +80,8 @@ void kvs_seg_layout_free(kvs_seg_layout *lay); /* safe on a zeroed layout */
 
 /* Index of the first doc segment, or -1. */
 int kvs_seg_layout_first_doc(const kvs_seg_layout *lay);
+/* 1 if doc segment s sits right after a layout equal to the documents' own
+ * prefix: its plain chunk was computed there (an exact prefix). */
+int kvs_seg_doc_at_own_prefix(const kvs_seg_layout *lay, const kvs_seg *s);
 
 #endif

@@ -1,6 +1,7 @@
 """The OpenAI API through the real `openai` client: chat and completions,
 streaming and not, usage fields, documents via extra_body, and the errors."""
 import json
+import uuid
 import time
 
 import openai
@@ -426,6 +427,40 @@ def test_context_length_exceeded(server, client):
     # with messages beside them, the prompt is still named as before
     e = error_of(server.post("/v1/cache/warm", {"messages": [{"role": "user", "content": "word " * 3000}]}), 400)
     assert e["code"] == "context_length_exceeded" and e["param"] == "messages", e
+    # a short message whose documents overflow: the documents are named (it had said 'messages')
+    e = error_of(server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "why?"}],
+                                                      "documents": ["word " * 700] * 3, "max_tokens": 2}), 400)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "documents", e
+    assert "with its 3 documents" in e["message"], e
+
+
+def test_seeds_past_a_doubles_integers_are_refused(server):
+    # cJSON reads a double: 2^53 + 1 had sampled as 2^53 without a word
+    q = [{"role": "user", "content": "x"}]
+    for seed in (2 ** 53, 2 ** 53 + 1, -(2 ** 53), 2 ** 63 - 1):
+        assert error_of(server.post("/v1/chat/completions", {"messages": q, "max_tokens": 1, "seed": seed}),
+                        400)["param"] == "seed", seed
+    for seed in (2 ** 53 - 1, -(2 ** 53 - 1)):
+        r = server.post("/v1/chat/completions", {"messages": q, "max_tokens": 1, "seed": seed})
+        assert r.status_code == 200, r.text
+
+
+def test_bake_options_belong_to_a_warm_with_documents(server):
+    # They had been ignored without a word by a generating request, and by a
+    # warm without documents.
+    q = [{"role": "user", "content": "x"}]
+    for extra, param in [({"doc_set": True}, "doc_set"), ({"bake_with_neighbours": 3}, "bake_with_neighbours")]:
+        e = error_of(server.post("/v1/chat/completions", dict({"messages": q, "max_tokens": 2}, **extra)), 400)
+        assert e["param"] == param and "warm" in e["message"], e
+        e = error_of(server.post("/v1/chat/completions", dict({"messages": q, "max_tokens": 2, "documents": ["d"]},
+                                                              **extra)), 400)
+        assert e["param"] == param, e
+        e = error_of(server.post("/v1/completions", dict({"prompt": "x", "max_tokens": 2}, **extra)), 400)
+        assert e["param"] == param, e
+        e = error_of(server.post("/v1/cache/warm", dict({"prompt": "hello"}, **extra)), 400)
+        assert e["param"] == param and "documents" in e["message"], e
+    r = server.post("/v1/cache/warm", {"documents": ["bake a %s" % uuid.uuid4().hex, "and b"], "doc_set": True})
+    assert r.status_code == 200 and r.json()["docs_baked"] == 2, r.text
 
 
 def test_body_too_large(server):
@@ -454,6 +489,14 @@ def test_a_warm_may_fill_the_context(server):
     assert e["code"] == "context_length_exceeded" and "must be generated" not in e["message"], e
     e = error_of(server.post("/v1/completions", {"prompt": text, "max_tokens": 1}), 400)
     assert e["code"] == "context_length_exceeded" and "must be generated" in e["message"], e
+    # a prompt 8 tokens short of the context generates 9 (the last one sampled
+    # is never decoded), as kvs_generate and `kvstitch generate` do; it had
+    # stopped at 8.
+    short = " ".join(text.split(" ")[:-8])
+    assert n_tokens(short) == n_ctx - 8
+    r = server.post("/v1/completions", {"prompt": short, "max_tokens": 50, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 9 and r.json()["choices"][0]["finish_reason"] == "length", r.text
 
 
 def test_completions_fields_not_implemented_are_refused(server):
@@ -503,6 +546,27 @@ def test_prompt_sources_texts_are_the_prompt_in_valid_utf8(server):
     split = runs("The quick brown fox says \U0001F701")
     assert [x["source"] for x in split] == ["cached", "computed"], split
     assert "".join(x["text"] for x in split) == "The quick brown fox says \U0001F701"
+
+
+def test_a_first_document_the_request_computed_is_not_cached_tokens(server):
+    # The first document of a completion sits right after its own prefix:
+    # the warmer computes it and the assembly serves it as the exact prefix.
+    # It had been reported as cached_tokens (and the page's "cached" run) by
+    # the request that computed it, on an empty cache.
+    tag = uuid.uuid4().hex
+    body = {"prompt": "Question: what is it?", "max_tokens": 2, "temperature": 0, "return_prompt_sources": True,
+            "documents": ["Zebra facts %s: zebras have stripes that are unique like fingerprints." % tag,
+                          "Lion facts %s: lions live in prides." % tag]}
+    ks = []
+    for _ in range(2):
+        r = server.post("/v1/completions", body)
+        assert r.status_code == 200, r.text
+        ks.append(r.json()["usage"]["kvstitch"])
+    first, again = ks
+    assert first["docs_computed"] == 2 and first["docs_hit"] == 0, first
+    assert first["cached_tokens"] <= 2, first  # at most the template's opening, stored before
+    assert sum(x["tokens"] for x in first["prompt_sources"] if x["source"] == "cached") == first["cached_tokens"], first
+    assert again["docs_hit"] == 2 and again["cached_tokens"] >= first["cached_tokens"] + 10, again
 
 
 def test_errors_quoting_the_client_are_valid_utf8(server):
