@@ -9,6 +9,7 @@
 #include "busy_loops.h"
 
 #include "kv/redis_conn.h"
+#include "kv/redis_drop.h"
 #include "kv/redis_value.h"
 #include "kv/tier_redis.h"
 
@@ -173,6 +174,79 @@ TEST(ops_roundtrip_list_remove_clear) {
         kvs_tier_close(t);
         kvs_tier_close(t2);
     }
+    rt_redis_stop(&r);
+}
+
+/* Reads remove the damaged values they meet (redis_drop.h), only while
+ * the key still holds the bytes read: a good value SET since stays. They
+ * had stayed until the chunk was stored again (never with --no-store, nor
+ * under a marker's key). */
+TEST(damaged_values_removed_while_still_what_was_read) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp, k;
+    rt_fill_key(&fp, 80);
+    rt_fill_key(&k, 81);
+    kvs_tier *t = open_tier(r.port, &fp, 500);
+    redis_tier *rt = t->impl;
+    char key[96];
+    kvs_redis_tier_key(t, &k, key);
+    const char *keys[1] = {key};
+    const size_t lens[1] = {strlen(key)};
+    const uint8_t yes[1] = {1};
+    kvs_redis_damaged d[1];
+    redisReply *x;
+#define VALUE_IS(want)                                                                                   \
+    do {                                                                                                 \
+        x = rt_cmd(r.port, "GET %s", key);                                                               \
+        CHECK_MSG(want ? x && x->type == REDIS_REPLY_STRING && !strcmp(x->str, want ? want : "")         \
+                       : x && x->type == REDIS_REPLY_NIL,                                                \
+                  "%s: got %s", want ? want : "(none)", x && x->str ? x->str : "(none)");                \
+        if (x) freeReplyObject(x);                                                                       \
+    } while (0)
+    x = rt_cmd(r.port, "SET %s junk-one", key);
+    if (x) freeReplyObject(x);
+    kvs_redis_damaged_note(&d[0], "junk-one", 8, 0);
+    x = rt_cmd(r.port, "SET %s good-two", key); /* another writer, between the read and the removal */
+    if (x) freeReplyObject(x);
+    kvs_redis_drop_damaged(rt, keys, lens, d, yes, 1);
+    VALUE_IS("good-two");
+    x = rt_cmd(r.port, "SET %s junk-one-and-more", key); /* the same first bytes, longer */
+    if (x) freeReplyObject(x);
+    kvs_redis_drop_damaged(rt, keys, lens, d, yes, 1);
+    VALUE_IS("junk-one-and-more");
+    x = rt_cmd(r.port, "SET %s junk-one", key);
+    if (x) freeReplyObject(x);
+    kvs_redis_drop_damaged(rt, keys, lens, d, yes, 1);
+    VALUE_IS((const char *)NULL);
+    /* oversized: read up to the limit, removed while it still starts so */
+    x = rt_cmd(r.port, "SET %s abcdefgh", key);
+    if (x) freeReplyObject(x);
+    kvs_redis_damaged_note(&d[0], "abcd", 4, 1);
+    kvs_redis_drop_damaged(rt, keys, lens, d, yes, 1);
+    VALUE_IS((const char *)NULL);
+    /* end to end: a value cut short under a chunk's key is a miss, and gone */
+    kvs_chunk *c = rt_make_chunk(&SHAPE, &fp, NULL, 0, 8, 3);
+    CHECK_EQ_INT(t->ops->put(t, c), KVS_OK);
+    CHECK(kvs_redis_tier_flush(t, 5000));
+    kvs_redis_tier_key(t, &c->prefix_key, key);
+    x = rt_cmd(r.port, "SETRANGE %s 0 XXXX", key); /* the magic bytes */
+    if (x) freeReplyObject(x);
+    kvs_chunk *got = NULL;
+    CHECK_EQ_INT(t->ops->get_many(t, &c->prefix_key, 1, &got), KVS_OK);
+    CHECK(got == NULL);
+    x = rt_cmd(r.port, "EXISTS %s", key);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0);
+    if (x) freeReplyObject(x);
+    kvs_redis_tier_stats st;
+    kvs_redis_tier_get_stats(t, &st);
+    CHECK_EQ_INT(st.bad_removed, 3);
+#undef VALUE_IS
+    kvs_chunk_unref(c);
+    kvs_tier_close(t);
     rt_redis_stop(&r);
 }
 
@@ -1003,6 +1077,7 @@ TEST(url_and_password_sources) {
 
 int main(void) {
     RUN(ops_roundtrip_list_remove_clear);
+    RUN(damaged_values_removed_while_still_what_was_read);
     RUN(hostile_values_are_never_served);
     RUN(down_at_start_then_up);
     RUN(killed_during_load_and_slow);

@@ -24,7 +24,7 @@
 #include "kv/redis_cluster.h"
 
 #define KVS_REDIS_MAX_HOPS 2
-#define KVS_REDIS_MAX_ARGS 5
+#define KVS_REDIS_MAX_ARGS 8
 
 typedef struct kvs_redis_batch {
     int n;                         /* items */

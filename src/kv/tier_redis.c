@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "kv/chunking.h"
 #include "kv/keys.h"
+#include "kv/redis_drop.h"
 #include "kv/redis_marker.h"
 
 #include <stdio.h>
@@ -69,6 +70,8 @@ typedef struct get_ctx {
     kvs_rm_marker *markers; /* (n) or NULL: a marker read here is damage */
     uint8_t *is_marker;     /* (n) with markers: 1 where markers[i] was read */
     size_t *expect;         /* (n) bytes each reply may bring: the read's deadline */
+    kvs_redis_damaged *damage; /* (n) what a damaged value read looked like, where is_damaged[i] */
+    uint8_t *is_damaged;       /* (n) */
 } get_ctx;
 
 static int getrange_command(void *user, int i, const char **argv, size_t *argvlen) {
@@ -84,9 +87,16 @@ static int getrange_command(void *user, int i, const char **argv, size_t *argvle
     return 4;
 }
 
-static void count_verdict(redis_tier *rt, kvs_disk_verdict v) {
+/* Counts the verdict on value r of item i; damage (not another model's or
+ * a newer version's value) is noted for removal (redis_drop.h). */
+static void count_verdict(get_ctx *g, int i, const redisReply *r, kvs_disk_verdict v) {
+    redis_tier *rt = g->rt;
     atomic_fetch_add(v == KVS_DISK_FOREIGN ? &rt->foreign : &rt->bad, 1);
     if (v == KVS_DISK_BAD_MAC) atomic_fetch_add(&rt->bad_mac, 1);
+    if (v != KVS_DISK_FOREIGN && v != KVS_DISK_BAD_VERSION) {
+        kvs_redis_damaged_note(&g->damage[i], r->str, (size_t)r->len, 0);
+        g->is_damaged[i] = 1;
+    }
 }
 
 static void get_reply(void *user, int i, const redisReply *r) {
@@ -106,6 +116,8 @@ static void get_reply(void *user, int i, const redisReply *r) {
     if ((size_t)r->len > rt->max_value_bytes) { /* GETRANGE gave limit + 1 bytes: larger than allowed */
         atomic_fetch_add(&rt->oversized, 1);
         atomic_fetch_add(&rt->bad, 1);
+        kvs_redis_damaged_note(&g->damage[i], r->str, (size_t)r->len, 1);
+        g->is_damaged[i] = 1;
         return;
     }
     kvs_disk_verdict v;
@@ -117,7 +129,7 @@ static void get_reply(void *user, int i, const redisReply *r) {
                           &g->markers[i], &v) == KVS_OK)
             g->is_marker[i] = 1;
         else
-            count_verdict(rt, v);
+            count_verdict(g, i, r, v);
         return;
     }
     kvs_rv_expect x = {&rt->fp, &rt->shape, &g->prefix_keys[i], rt->max_value_bytes, rt->mac};
@@ -126,7 +138,7 @@ static void get_reply(void *user, int i, const redisReply *r) {
         g->out[i] = c;
         atomic_fetch_add(&rt->get_bytes, c->kv_bytes);
     } else {
-        count_verdict(rt, v);
+        count_verdict(g, i, r, v);
     }
 }
 
@@ -139,7 +151,14 @@ static int read_values(redis_tier *rt, const kvs_key *pk, int n, kvs_chunk **out
     get_ctx g = {.rt = rt, .prefix_keys = pk, .out = out, .markers = markers, .is_marker = is_marker};
     snprintf(g.limit, sizeof g.limit, "%zu", rt->max_value_bytes); /* inclusive: limit + 1 bytes at most */
     g.expect = malloc((size_t)n * sizeof *g.expect);
-    if (!g.expect) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
+    g.damage = malloc((size_t)n * sizeof *g.damage);
+    g.is_damaged = calloc((size_t)n, 1);
+    if (!g.expect || !g.damage || !g.is_damaged) {
+        free(g.expect);
+        free(g.damage);
+        free(g.is_damaged);
+        return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory for %d keys", n);
+    }
     for (int i = 0; i < n; i++) {
         const size_t b = n_tok ? kvs_kv_payload_bytes(&rt->shape, n_tok[i]) : rt->expect_value_bytes;
         g.expect[i] = b < rt->max_value_bytes ? b : rt->max_value_bytes;
@@ -148,9 +167,12 @@ static int read_values(redis_tier *rt, const kvs_key *pk, int n, kvs_chunk **out
     if (!st) {
         kvs_redis_batch b = {n, g.ks.keys, g.ks.lens, getrange_command, get_reply, &g, 0, g.expect};
         st = kvs_redis_run_batch(&rt->nodes, &b, NULL);
+        kvs_redis_drop_damaged(rt, g.ks.keys, g.ks.lens, g.damage, g.is_damaged, n);
         key_set_free(&g.ks);
     }
     free(g.expect);
+    free(g.damage);
+    free(g.is_damaged);
     return st;
 }
 
@@ -693,6 +715,7 @@ void kvs_redis_tier_get_stats(kvs_tier *t, kvs_redis_tier_stats *st) {
     st->ask = atomic_load(&rt->nodes.ask);
     st->refreshes = atomic_load(&rt->nodes.refreshes);
     st->oversized = atomic_load(&rt->oversized);
+    st->bad_removed = atomic_load(&rt->bad_removed);
     st->put_too_large = atomic_load(&rt->put_too_large);
     st->max_value_bytes = rt->max_value_bytes;
     st->markers = atomic_load(&rt->markers);

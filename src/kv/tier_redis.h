@@ -84,6 +84,7 @@ typedef struct kvs_redis_tier_stats {
     uint64_t moved, ask, refreshes;
     uint64_t queued, queue_peak;   /* chunks waiting now, most ever */
     uint64_t oversized;            /* values over max_value_bytes (also in bad) */
+    uint64_t bad_removed;          /* damaged values a read met and removed (redis_drop.h) */
     uint64_t put_too_large;        /* chunks whose value would pass max_value_bytes: not
                                     * written (also in the tier's put_dropped) */
     uint64_t max_value_bytes;      /* the limit in force */

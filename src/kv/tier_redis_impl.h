@@ -45,6 +45,7 @@ typedef struct redis_tier {
     _Atomic uint64_t puts, put_errors, put_dropped, put_bytes;
     _Atomic uint64_t put_too_large; /* of put_dropped: values past max_value_bytes */
     _Atomic uint64_t bad, bad_mac, foreign, errors, oversized;
+    _Atomic uint64_t bad_removed;  /* damaged values a read met and removed (redis_drop.h) */
     _Atomic uint64_t markers, marker_hits; /* partial-chunk markers written, read to a chunk (redis_marker.h) */
     pthread_mutex_t why_mu;
     char why_refused[192];         /* the last error a read got ("NOAUTH ..."), "" if none */
