@@ -310,6 +310,10 @@ redis-cli -p "$P" -n 1 setrange "$key" 600 XXXX >/dev/null
 gen --redis "$URL1" -f "$tmp/c.txt" --no-store >"$tmp/bad.json" 2>"$tmp/e" \
     && same_as_cold redis_cli_damaged_value_equals_cold "$tmp/bad.json" 0 "$tmp/cold_c.json" \
     || fail redis_cli_damaged_value_equals_cold "$(cat "$tmp/e")"
+# said on stderr, and removed by the read even with --no-store (it had stayed, silent)
+grep -q "warning: 1 damaged values met in Redis" "$tmp/e" \
+    && [ "$(redis-cli -p "$P" -n 1 exists "$key")" = 0 ] \
+    && ok redis_cli_damaged_value_said_and_removed || fail redis_cli_damaged_value_said_and_removed "$(cat "$tmp/e")"
 
 # a key of ours (kvs:<16 hex>:<64 hex>) holding another type (WRONGTYPE to
 # STRLEN), and a value copied under another chunk's key: counted as damaged

@@ -129,6 +129,13 @@ void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint6
                 "cache dir has no such limit)\n",
                 cmd, (unsigned long long)st.redis_put_too_large, (unsigned long long)st.redis_puts,
                 (unsigned long long)(st.redis_max_value_bytes >> 20));
+    /* damage met on the way (it had been silent: only `cache stats` and the
+     * server's metrics showed it) */
+    if (st.redis_bad)
+        fprintf(stderr,
+                "kvstitch %s: warning: %llu damaged values met in Redis (never served: computed instead; removed "
+                "where they still held what was read)\n",
+                cmd, (unsigned long long)st.redis_bad);
     /* why, in the server's words where it gave some (a wrong password, a
      * database index out of range had been said by `cache stats` only) */
     char why[512]; /* "redis HOST:PORT: why": a host may take 255 bytes */
