@@ -416,6 +416,30 @@ static int parse_logprobs(const cJSON *root, srv_request *r, srv_error *e) {
     return 0;
 }
 
+/* Fields that ask for what this server does not do, refused where they
+ * ask for it: constrained output (response_format other than text) and
+ * function calling (tools or the legacy functions, non-empty). A client
+ * asking for JSON mode had got free text, and one offering tools a reply
+ * that never calls them, without a word. */
+static int refuse_unsupported(const cJSON *root, srv_error *e) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(type))
+            return bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
+        if (strcmp(type->valuestring, "text"))
+            return bad(e, "response_format", "'%s' other than {\"type\": \"text\"} is not supported (no constrained "
+                                             "decoding: JSON mode and schemas are not enforced)%s", "");
+    }
+    static const char *const calls[] = {"tools", "functions"};
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, calls[i]);
+        if (t && !cJSON_IsNull(t) && !(cJSON_IsArray(t) && cJSON_GetArraySize(t) == 0))
+            return bad(e, calls[i], "'%s' is not supported (no function calling: the model would never call them)%s", "");
+    }
+    return 0;
+}
+
 static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_error *e) {
     if (!cJSON_IsObject(root)) {
         srv_error_set(e, 400, "invalid_request_error", "invalid_json", "", "the request body must be a JSON object");
@@ -428,6 +452,7 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
         r->model = dup_string(model);
     }
     if (kind == SRV_KIND_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
+    if (refuse_unsupported(root, e)) return -1;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_documents(root, r, e) ||
         parse_reuse(root, r, e) || parse_logprobs(root, r, e) || parse_logit_bias(root, r, e))
         return -1;

@@ -434,6 +434,25 @@ def test_context_length_exceeded(server, client):
     assert "with its 3 documents" in e["message"], e
 
 
+def test_json_mode_and_tools_are_refused_not_ignored(server, client):
+    # A client asking for JSON mode had got free text, one offering tools a
+    # reply that never calls them, without a word (the openai client's own
+    # shapes); a text format and an empty tool list ask for nothing.
+    q = [{"role": "user", "content": "x"}]
+    for kw, param in [({"response_format": {"type": "json_object"}}, "response_format"),
+                      ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}},
+                       "response_format"),
+                      ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+                      ({"functions": [{"name": "f", "parameters": {}}]}, "functions")]:
+        with pytest.raises(openai.BadRequestError) as ei:
+            client.chat.completions.create(model="x", messages=q, max_tokens=1, **kw)
+        assert ei.value.param == param, (kw, ei.value)
+    assert error_of(server.post("/v1/completions", {"prompt": "x", "max_tokens": 1,
+                                                    "response_format": "json"}), 400)["param"] == "response_format"
+    r = client.chat.completions.create(model="x", messages=q, max_tokens=1, response_format={"type": "text"}, tools=[])
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
 def test_seeds_past_a_doubles_integers_are_refused(server):
     # cJSON reads a double: 2^53 + 1 had sampled as 2^53 without a word
     q = [{"role": "user", "content": "x"}]
