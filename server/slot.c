@@ -497,9 +497,16 @@ void srv_slot_catch_up(srv_slot *s, const srv_env *env) {
         fail_job(s, env, "cache lookup");
         return;
     }
-    if (n_loaded > s->n_kv) { /* (evicted meanwhile: what it holds stays) */
+    if (n_loaded > s->n_kv) {
         s->n_kv = n_loaded;
         j->usage.cached_tokens = n_loaded;
+    } else if (n_loaded < s->n_kv) {
+        /* Evicted or damaged meanwhile: the load may have ended on a read
+         * that wrote past n_loaded before its checksum failed, so what the
+         * slot held there is computed again (it had been kept, and decoded
+         * on and stored as exact KV). */
+        s->n_kv = n_loaded;
+        if (j->usage.cached_tokens > n_loaded) j->usage.cached_tokens = n_loaded;
     }
 }
 

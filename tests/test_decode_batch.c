@@ -7,6 +7,9 @@
  */
 #include "harness.h"
 #include "test_greedy.h"
+#include "test_kv_dir.h"
+
+#include <sys/stat.h>
 #include "kvstitch.h"
 
 #define N_CTX 256
@@ -232,6 +235,63 @@ TEST(store_context_refuses_what_is_not_exact_kv) {
     kvs_cache_free(cache);
 }
 
+/* The prefix key of the cache dir's entry at pos0 == want (a scan callback). */
+typedef struct {
+    int want;
+    char key[65];
+} find_entry;
+static int find_at(void *user, const kvs_cache_entry *e) {
+    find_entry *f = user;
+    if (e->pos0 == f->want) memcpy(f->key, e->prefix_key, 65);
+    return 0;
+}
+
+/* A context holding exact KV of p[0..192) loads p from a cache dir whose
+ * entry for [64, 128) is damaged: the load serves 64 and the read of the
+ * damaged entry wrote its bytes before its checksum failed, so slots from
+ * 64 on are exact no longer; storing them is refused (the context's record
+ * had been restored whole, and the damaged bytes stored again under p's
+ * keys with a valid checksum). */
+TEST(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it) {
+    char *dir = new_dir();
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.cache_dir = dir;
+    kvs_cache *cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return;
+    int32_t p[N_CTX], pos[N_CTX];
+    for (int i = 0; i < N_CTX; i++) {
+        p[i] = (int32_t)((i * 7937) % 20000 + 70);
+        pos[i] = i;
+    }
+    kvs_context *c = new_ctx(1);
+    CHECK(kvs_decode(c, p, pos, 192, NULL) == KVS_OK);
+    int n_new = 0, n_loaded = 0;
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_OK);
+    CHECK_EQ_INT(n_new, 3);
+    kvs_cache_free(cache);
+    find_entry f = {64, ""};
+    CHECK_EQ_INT(kvs_cache_dir_scan(dir, find_at, &f, NULL), KVS_OK);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.kvc", dir, f.key);
+    struct stat sb;
+    CHECK_EQ_INT(stat(path, &sb), 0);
+    flip(path, (long)sb.st_size - 100); /* inside the payload */
+    cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return;
+    CHECK_EQ_INT(kvs_cache_load_prefix(c, cache, p, 192, &n_loaded), KVS_OK);
+    CHECK_EQ_INT(n_loaded, 64);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 64, &n_new), KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_ERR_INVALID_ARG);
+    CHECK(kvs_decode(c, p + 64, pos + 64, 128, NULL) == KVS_OK); /* computed again: exact */
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_OK);
+    kvs_context_free(c);
+    kvs_cache_free(cache);
+    rm_dir(dir);
+    free(dir);
+}
+
 int main(void) {
     const char *path = kt_model_path();
     if (!path || kvs_model_load(path, kvs_model_default_params(), &g_model)) {
@@ -243,6 +303,7 @@ int main(void) {
     RUN(bad_arguments_are_named);
     RUN(cache_steps_equal_cold);
     RUN(store_context_refuses_what_is_not_exact_kv);
+    RUN(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it);
     kvs_model_free(g_model);
     return kt_summary();
 }

@@ -278,6 +278,7 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
             freeReplyObject(r);
         }
     }
+    if (!n_cand) snprintf(why, sizeof why, "every node's circuit breaker is open (they failed just now)");
     pthread_rwlock_wrlock(&m->lock);
     if (best) apply_slots(m, best, host[best_at]);
     snprintf(m->slots_why, sizeof m->slots_why, "%s", best ? "" : why);

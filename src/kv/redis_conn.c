@@ -70,6 +70,11 @@ static _Thread_local reply_tally g_tally;
 
 static void tally_reset(size_t max_bytes) { g_tally = (reply_tally){0, 0, max_bytes, 0}; }
 
+#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
+/* (hiredis 1.x bounds each array; its object hooks, RESP3's included, are
+ * not counted here: this project builds on Debian's 0.14) */
+static void guard_reader(redisContext *ctx) { ctx->reader->maxelements = REPLY_MAX_ELEMENTS; }
+#else
 /* 1 if one more object of `slots` slots and `bytes` string bytes fits. */
 static int tally_add(size_t slots, size_t bytes) {
     g_tally.objects += 1 + slots;
@@ -79,9 +84,6 @@ static int tally_add(size_t slots, size_t bytes) {
     return !g_tally.over; /* else the reader fails ("Out of memory"), and the operation with it */
 }
 
-#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
-static void guard_reader(redisContext *ctx) { ctx->reader->maxelements = REPLY_MAX_ELEMENTS; }
-#else
 static redisReplyObjectFunctions g_capped;
 static redisReplyObjectFunctions *g_plain; /* hiredis' own (static in hiredis.c): taken from a reader */
 static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;

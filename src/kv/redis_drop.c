@@ -12,15 +12,22 @@ void kvs_redis_damaged_note(kvs_redis_damaged *d, const void *bytes, size_t n, i
     d->n_read = n;
     d->oversized = oversized;
     d->sha1[0] = 0;
+    if (oversized) { /* no good value is past the limit: its length says it (no 64 MB hash on Redis' thread) */
+        memset(d->sha1, '0', 40);
+        d->sha1[40] = 0;
+        return;
+    }
     if (EVP_Digest(bytes, n, md, &len, EVP_sha1(), NULL) != 1 || len != 20) return; /* (then never removed) */
     for (unsigned i = 0; i < len; i++) snprintf(d->sha1 + 2 * i, 3, "%02x", md[i]);
 }
 
-/* KEYS[1] is deleted while it holds the bytes read: ARGV[1] of them (an
- * oversized value: at least that many), whose SHA-1 is ARGV[3]. */
+/* KEYS[1] is deleted while it holds the bytes read: ARGV[1] of them, whose
+ * SHA-1 is ARGV[3]; an oversized value (ARGV[2] == '1') while it is still
+ * at least that long. */
 static const char drop_script[] =
     "local n = redis.call('STRLEN', KEYS[1]) local want = tonumber(ARGV[1]) "
-    "if (ARGV[2] == '1' and n < want) or (ARGV[2] ~= '1' and n ~= want) then return 0 end "
+    "if ARGV[2] == '1' then if n >= want then return redis.call('DEL', KEYS[1]) end return 0 end "
+    "if n ~= want then return 0 end "
     "if redis.sha1hex(redis.call('GETRANGE', KEYS[1], 0, want - 1)) ~= ARGV[3] then return 0 end "
     "return redis.call('DEL', KEYS[1])";
 
@@ -68,20 +75,23 @@ void kvs_redis_drop_damaged(redis_tier *rt, const char *const *keys, const size_
     const char **mkeys = malloc((size_t)m * sizeof *mkeys);
     size_t *mlens = malloc((size_t)m * sizeof *mlens);
     char(*n_read)[24] = malloc((size_t)m * sizeof *n_read);
-    if (which && mkeys && mlens && n_read) {
+    size_t *bytes = malloc((size_t)m * sizeof *bytes); /* the script's read and hash: the deadline's */
+    if (which && mkeys && mlens && n_read && bytes) {
         for (int i = 0, j = 0; i < n; i++) {
             if (!is_damaged[i] || !d[i].sha1[0]) continue;
             which[j] = i;
             mkeys[j] = keys[i];
             mlens[j] = key_lens[i];
+            bytes[j] = d[i].oversized ? 0 : d[i].n_read;
             snprintf(n_read[j++], sizeof n_read[0], "%zu", d[i].n_read);
         }
         drop_ctx x = {rt, keys, key_lens, d, which, n_read};
-        kvs_redis_batch b = {m, mkeys, mlens, drop_command, drop_reply, &x, 0, NULL};
+        kvs_redis_batch b = {m, mkeys, mlens, drop_command, drop_reply, &x, 0, bytes};
         (void)kvs_redis_run_batch(&rt->nodes, &b, NULL);
     }
     free(which);
     free(mkeys);
     free(mlens);
     free(n_read);
+    free(bytes);
 }

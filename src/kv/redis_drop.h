@@ -9,7 +9,10 @@
  *
  * Only the bytes that were read go: a Lua script deletes the key while its
  * length and the SHA-1 of its bytes are what the read saw, so a good value
- * another process SET meanwhile (the same key's bytes) stays. Another
+ * another process SET meanwhile (the same key's bytes) stays; a value past
+ * the size limit while it still is (no good value is), unhashed. The
+ * removal runs in the request, with a deadline for the bytes the script
+ * reads: damage is rare, and each value is removed once. Another
  * model's value, a newer version's and a value of another Redis type are
  * never removed (the listing counts them apart).
  */

@@ -29,7 +29,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define SF_INDEXED 1u /* in the maps (write lock) */
+#define SF_INDEXED 1u  /* in the maps (write lock) */
+#define SF_VERIFIED 2u /* its tier entry verified past a hit (store_lookup.c step 5): not read there again
+                        * (write lock) */
 /* lru_flags (lru_mu) */
 #define SF_IN_LRU 1u   /* in the resident chunks' LRU list */
 #define SF_IN_STUBS 2u /* in the payload-less chunks' LRU list */

@@ -419,10 +419,17 @@ static int verify_past_hit(kvs_store *s, const int32_t *tokens, int n, const kvs
         kvs_chunk *c = kvs_chunk_map_find(&s->pmap, &keys[i]);
         for (int j = 0; c && j < *n_bad; j++)
             if ((*bad)[j] == c) c = NULL; /* step 2 verified it */
+        if (c && (c->store_flags & SF_VERIFIED)) c = NULL; /* an earlier lookup did (a peek each scheduler pass
+                                                            * had read every one again) */
         if (c) kvs_chunk_ref(c);
         pthread_rwlock_unlock(&s->lock);
         if (!c) continue;
         const kvs_fetch_fault f = kvs_store_verify(s, c);
+        if (f == KVS_FETCH_OK) {
+            pthread_rwlock_wrlock(&s->lock);
+            c->store_flags |= SF_VERIFIED;
+            pthread_rwlock_unlock(&s->lock);
+        }
         kvs_chunk **more = f == KVS_FETCH_GONE || f == KVS_FETCH_DAMAGED ? realloc(*bad, (size_t)(*n_bad + 1) * sizeof **bad)
                                                                            : NULL;
         if (more) {
@@ -492,10 +499,13 @@ int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buf
     const int held = e ? e->len : 0, same = kvs_kv_exact_match(kv, tokens, n);
     int rc = lookup(s, tokens, n, kv, hit);
     /* The hit is the KV a cold prefill of its tokens writes: exact. Where
-     * the buffer held those tokens' exact KV already, the same bytes went
-     * back and what it held past them still stands. */
+     * the buffer held all n tokens' exact KV already and the hit is whole,
+     * the same bytes went back and what it held past them still stands. A
+     * hit that ended short may have ended on a read that failed after it
+     * wrote (a checksum is known at the end of a read): the slots past it
+     * are exact no longer. */
     if (rc == KVS_OK && e && hit->n_cached > 0) {
-        if (hit->n_cached <= same) {
+        if (hit->n_cached == n && n <= same) {
             kv->exact->len = held;
         } else {
             memcpy(kv->exact->tok, tokens, (size_t)hit->n_cached * sizeof *tokens);
