@@ -1042,10 +1042,6 @@ typedef struct kvs_warm_docs_report {
     int too_long_doc;    /* -1; after KVS_ERR_CONTEXT_FULL from kvs_warm_docs / kvs_bake_docs (the
                           * report's only field then): the index in seg->docs of the first document
                           * that does not fit the context after the doc prefix */
-    int n_exact_computed; /* kvs_docs_warmer: tokens of the prompt's exact prefix it computed:
-                           * n_prefix_computed, plus the first document's where it sits right after
-                           * them (its entry is then that prefix's exact history, which the
-                           * request's lookup serves as cached) */
 } kvs_warm_docs_report;
 
 /* Caches the KV of seg's documents (computing the missing ones after the
@@ -1092,6 +1088,12 @@ KVS_API int kvs_docs_warmer_new(kvs_context *ctx, kvs_cache *cache, const kvs_se
                                 kvs_docs_warmer **out);
 KVS_API int kvs_docs_warmer_step(kvs_docs_warmer *w, int max_tokens, int *done);
 KVS_API void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep);
+/* Tokens of the prompt's exact prefix w computed: the report's
+ * n_prefix_computed, plus the first document's where it sits right after
+ * them (its entry is then that prefix's exact history, which the request's
+ * lookup serves as cached: a server counts them computed, not cached).
+ * 0 for NULL. (A function, not a report field: the report's layout stays.) */
+KVS_API int kvs_docs_warmer_exact_computed(const kvs_docs_warmer *w);
 KVS_API void kvs_docs_warmer_free(kvs_docs_warmer *w); /* NULL is fine */
 
 /* ------------------------------------------------------------------------ */

@@ -390,7 +390,8 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
     kvs_docs_warmer_report(s->warmer, &rep);
     s->docs_computed = rep.n_computed;
     s->docs_cached = rep.n_cached;
-    s->exact_computed = rep.n_exact_computed; /* the first document too where the request serves it exactly */
+    s->exact_computed = kvs_docs_warmer_exact_computed(s->warmer); /* the first document too, where the
+                                                                     * request serves it exactly */
     kvs_docs_warmer_free(s->warmer);
     s->warmer = NULL;
     s->docs_ready = 1;

@@ -162,8 +162,11 @@ void kvs_docs_warmer_report(const kvs_docs_warmer *w, kvs_warm_docs_report *rep)
         if (w->lay.segs[i].kind == KVS_SEG_DOC) rep->n_tokens += w->lay.segs[i].end - w->lay.segs[i].start;
     rep->ms = w->ms;
     rep->n_prefix_computed = w->n_prefix_computed;
-    rep->n_exact_computed = w->n_prefix_computed + w->n_exact_doc_computed;
     rep->too_long_doc = -1;
+}
+
+int kvs_docs_warmer_exact_computed(const kvs_docs_warmer *w) {
+    return w ? w->n_prefix_computed + w->n_exact_doc_computed : 0;
 }
 
 void kvs_docs_warmer_free(kvs_docs_warmer *w) {
