@@ -59,7 +59,7 @@ class Cache(InUse, NoCopy):
             cache_dir = os.path.expanduser(cache_dir)
         self._dir = ffi.new("char[]", c_path(cache_dir, "cache_dir")) if cache_dir is not None else ffi.NULL
         p.cache_dir = self._dir
-        p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 2**31 - 1)
+        p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 4096)  # the CLI's --chunk-tokens range (0: 64)
         p.kv_type = kv_type_of(kv_type)
         p.fsync = int(bool_arg(fsync, "fsync"))
         if redis_url is not None and redis_cluster is not None:

@@ -147,7 +147,8 @@ class Model(InUse, NoCopy):
             msgs[i].role, msgs[i].content = r, c
         out = ffi.new("char **")
         with self._using() as h:
-            check(lib.kvs_chat_render(h, c_text(family, "family") if family else ffi.NULL,
+            # ("" is a name the renderer refuses, not "the model's own": it had been taken so)
+            check(lib.kvs_chat_render(h, c_text(family, "family") if family is not None else ffi.NULL,
                                       msgs, len(keep), int(bool_arg(add_generation_prompt, "add_generation_prompt")),
                                       out))
         try:

@@ -343,6 +343,9 @@ class Session(NoCopy):
             if a["recompute_ratio"] is not None:  # (it had been dropped without a word)
                 raise InvalidArgument("recompute_ratio= goes with documents (the share of their moved tokens "
                                       "recomputed); this prompt has none")
+            if a["recalibrate"] not in (None, False):  # (likewise)
+                raise InvalidArgument("recalibrate= goes with documents (the question's attention to their "
+                                      "moved KV); this prompt has none")
             a["tokens"] = self._tokens(prompt, a["chat"], a["add_bos"])
         return a
 
@@ -485,6 +488,9 @@ class Session(NoCopy):
                     if isinstance(b, Document) and b.cache is False:
                         raise InvalidArgument(f"{where}[{i}]: a Document(cache=False) is computed with the "
                                               "question every time: warm has nothing to store for it")
+                    if isinstance(b, Question):  # (it had been dropped without a word)
+                        raise InvalidArgument(f"{where}[{i}]: warm stores documents (and the prompt before "
+                                              "them), not a question: give the question to generate")
                 seg = CSegments(blocks, chat=chat)
                 rep = ffi.new("kvs_warm_docs_report *")
                 if doc_set and bake_with_neighbours:
