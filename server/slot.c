@@ -123,6 +123,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->docs_computed = 0;
     s->docs_cached = 0;
     s->exact_computed = 0;
+    s->src_at = 0;
     job->usage.queue_ms = s->t_start - job->t_submit;
     job->usage.prompt_tokens = job->n_prompt;
     job->usage.strategy = job->segments ? kvs_repair_mode_name(job->repair.mode) : "prefix";
@@ -291,6 +292,25 @@ static void add_source(srv_job *j, srv_source src, int n) {
     if (n <= 0 || j->n_sources >= (int)(sizeof j->sources / sizeof j->sources[0])) return;
     j->sources[j->n_sources].src = src;
     j->sources[j->n_sources++].n = n;
+}
+
+/* The runs cut back to the prompt's first n tokens (a catch-up's short
+ * load: what follows is computed again), cached_tokens with them. */
+static void truncate_sources(srv_slot *s, int n) {
+    srv_job *j = s->job;
+    if (!s->src_at) {
+        if (j->usage.cached_tokens > n) j->usage.cached_tokens = n;
+        return;
+    }
+    int at = 0, cached = 0, k = 0;
+    for (; k < j->n_sources && at < n; k++) {
+        if (at + j->sources[k].n > n) j->sources[k].n = n - at;
+        at += j->sources[k].n;
+        if (j->sources[k].src == SRV_SRC_CACHED) cached += j->sources[k].n;
+    }
+    j->n_sources = k;
+    j->usage.cached_tokens = cached;
+    s->src_at = at;
 }
 
 static void prefill_segments(srv_slot *s, const srv_env *env) {
@@ -499,15 +519,26 @@ void srv_slot_catch_up(srv_slot *s, const srv_env *env) {
         return;
     }
     if (n_loaded > s->n_kv) {
-        s->n_kv = n_loaded;
-        j->usage.cached_tokens = n_loaded;
+        /* Runs so far: cached at the start, computed by this slot (and
+         * stored: the load brought those back too, not counted again), then
+         * what other requests stored meanwhile. cached_tokens had become the
+         * whole load, this slot's own tokens included (1408 of a prompt
+         * whose head it had computed). */
+        if (!s->src_at) {
+            add_source(j, SRV_SRC_CACHED, j->usage.cached_tokens);
+            s->src_at = j->usage.cached_tokens;
+        }
+        add_source(j, SRV_SRC_COMPUTED, s->n_kv - s->src_at);
+        add_source(j, SRV_SRC_CACHED, n_loaded - s->n_kv);
+        j->usage.cached_tokens += n_loaded - s->n_kv;
+        s->src_at = s->n_kv = n_loaded;
     } else if (n_loaded < s->n_kv) {
         /* Evicted or damaged meanwhile: the load may have ended on a read
          * that wrote past n_loaded before its checksum failed, so what the
          * slot held there is computed again (it had been kept, and decoded
          * on and stored as exact KV). */
         s->n_kv = n_loaded;
-        if (j->usage.cached_tokens > n_loaded) j->usage.cached_tokens = n_loaded;
+        truncate_sources(s, n_loaded);
     }
 }
 
@@ -518,8 +549,8 @@ int srv_slot_prefill_left(const srv_slot *s) {
 void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits) {
     srv_job *j = s->job;
     s->n_kv = j->n_prompt;
-    add_source(j, SRV_SRC_CACHED, j->usage.cached_tokens);
-    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - j->usage.cached_tokens);
+    if (!s->src_at) add_source(j, SRV_SRC_CACHED, j->usage.cached_tokens);
+    add_source(j, SRV_SRC_COMPUTED, j->n_prompt - (s->src_at ? s->src_at : j->usage.cached_tokens));
     /* Stored now, so that requests arriving meanwhile share it. */
     int n_new = 0;
     if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);

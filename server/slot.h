@@ -41,6 +41,7 @@ typedef struct srv_slot {
     int docs_ready;       /* documents: the warmer is done (or not needed) */
     int docs_computed;    /* documents the warmer computed */
     int docs_cached;      /* documents it found cached */
+    int src_at;           /* prompt tokens whose sources runs are added (catch-up adds them as it goes) */
     int exact_computed;   /* exact-prefix tokens the warmer computed (then served as cached): those before
                            * the documents, and the first document where it sits right after them */
     const atomic_int *stop_all; /* the scheduler's: set when every job is cancelled (drain, shutdown) */

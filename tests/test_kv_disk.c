@@ -233,6 +233,35 @@ TEST(damage_past_a_header_damaged_entry_dropped_by_the_same_lookup) {
     free(dir);
 }
 
+/* A FIFO planted in an indexed entry's place while a store runs: the read
+ * refuses it at once, the index lets the chunk go, and the next put stores
+ * it again over the FIFO (it had stayed indexed as a transient failure,
+ * never stored again: reuse capped there for the process's life). */
+TEST(fifo_in_an_indexed_entrys_place_is_stored_over) {
+    char *dir = populated_dir();
+    char path[512];
+    entry_path(dir, 2, path, sizeof path);
+    kvs_store *s = open_dir(dir, 1); /* indexed from the scan, tier-held */
+    CHECK_EQ_INT(unlink(path), 0);
+    CHECK_EQ_INT(mkfifo(path, 0600), 0);
+    kvs_prefix_hit hit;
+    fake_kv_zero(warm);
+    CHECK_EQ_INT(kvs_store_lookup_into(s, toks, N, &warm->kv, &hit), KVS_OK);
+    CHECK_EQ_INT(hit.n_cached, 128);
+    kvs_prefix_hit_release(&hit);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_MSG(r.n_new >= 1, "%d new", r.n_new);
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode));
+    kvs_store_free(s);
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve(dir, &st), N);
+    rm_dir(dir);
+    free(dir);
+}
+
 /* The payload readers (kvs_disk_load_payload, kvs_disk_read_into_kv)
  * re-read the header: an entry that no longer describes the chunk the
  * index holds (another token, position or origin) is refused by both as
@@ -867,6 +896,7 @@ int main(void) {
     RUN(lookup_into_reads_straight_into_kv);
     RUN(damaged_payload_never_served);
     RUN(damage_past_a_header_damaged_entry_dropped_by_the_same_lookup);
+    RUN(fifo_in_an_indexed_entrys_place_is_stored_over);
     RUN(payload_readers_check_the_entry_is_the_chunk);
     RUN(damaged_entry_removed_only_if_still_the_file_read);
     RUN(truncated_entry);

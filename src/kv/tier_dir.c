@@ -61,8 +61,14 @@ static int failed(dir_tier *d, const kvs_chunk *c, int rc, kvs_disk_verdict v, c
     switch (v) {
     case KVS_DISK_MISSING: INC(d->misses, 1); return KVS_ERR_NOT_FOUND;
     case KVS_DISK_FOREIGN: INC(d->foreign, 1); return rc;
-    case KVS_DISK_IO:
-    case KVS_DISK_NOT_REGULAR: INC(d->errors, 1); return KVS_ERR_IO;
+    case KVS_DISK_IO: INC(d->errors, 1); return KVS_ERR_IO;
+    case KVS_DISK_NOT_REGULAR:
+        /* left in place, but gone for the index: the next store renames a
+         * good entry over a FIFO or symlink (as a transient failure, the
+         * chunk had stayed indexed and was never stored again, capping
+         * reuse there for the process's life) */
+        INC(d->errors, 1);
+        return KVS_ERR_NOT_FOUND;
     case KVS_DISK_BAD_VERSION: INC(d->bad, 1); return rc;
     case KVS_DISK_BAD_MAC:
         INC(d->bad, 1);

@@ -752,3 +752,43 @@ def test_writable_cache_dir_draws_no_warning(tmp_path):
         assert "warning: --cache-dir" not in s.read_log()
     finally:
         assert s.stop() == 0
+
+
+def test_catch_up_counts_only_what_other_requests_stored(tmp_path):
+    # The head entry of a stored prompt is gone: the request computes it and
+    # stores it, which makes the rest of the chain reachable; its catch-up
+    # then loads that rest. cached_tokens had become the whole load (the
+    # head this request computed included) and the page showed it all as
+    # cached. Now the runs say computed, cached, computed.
+    d = tmp_path / "cache"
+    prompt = "Notes: " + " ".join("item%d is %d" % (i, i * 7) for i in range(120))
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, "return_prompt_sources": True}
+    s = Server("--slots", "1", "--ctx", "2048", "--prefill-chunk", "64", "--cache-dir", str(d))
+    try:
+        r = s.post("/v1/completions", body)
+        assert r.status_code == 200, r.text
+        cold = r.json()
+    finally:
+        assert s.stop() == 0, s.read_log()[-2000:]
+    ls = json.loads(subprocess.run([CLI, "cache", "ls", "--cache-dir", str(d), "--json"], check=True,
+                                   capture_output=True, text=True).stdout)
+    entries = ls["entries"]
+    head = [e for e in entries if e["pos0"] == 0]
+    assert len(head) == 1 and len(entries) >= 5, entries
+    os.unlink(d / (head[0]["prefix_key"] + ".kvc"))
+    s = Server("--slots", "1", "--ctx", "2048", "--prefill-chunk", "64", "--cache-dir", str(d))
+    try:
+        r = s.post("/v1/completions", body)
+        assert r.status_code == 200, r.text
+        warm = r.json()
+    finally:
+        assert s.stop() == 0, s.read_log()[-2000:]
+    k = warm["usage"]["kvstitch"]
+    assert warm["choices"][0]["text"] == cold["choices"][0]["text"]
+    assert k["first_logits_sha256"] == cold["usage"]["kvstitch"]["first_logits_sha256"]
+    runs = k["prompt_sources"]
+    assert [x["source"] for x in runs][:2] == ["computed", "cached"], runs
+    assert runs[0]["tokens"] >= 64, runs
+    assert k["cached_tokens"] == sum(x["tokens"] for x in runs if x["source"] == "cached"), (k, runs)
+    assert k["cached_tokens"] + k["computed_tokens"] == warm["usage"]["prompt_tokens"], k
+    assert k["cached_tokens"] <= warm["usage"]["prompt_tokens"] - runs[0]["tokens"], k
