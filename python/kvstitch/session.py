@@ -445,7 +445,8 @@ class Session(NoCopy):
         a later generate(text + more) would reuse them (same add_bos), with
         KVBoost's WarmResult fields and the BPE border check. Documents
         (documents=[...] or blocks): each document's KV, as generate(...,
-        documents=...) with the same chat layout reuses it. With
+        documents=...) with the same chat layout reuses it (blocks' System and
+        Question only lay the documents out: the question is not stored). With
         bake_with_neighbours=K or doc_set=True the documents are also baked:
         each computed again after the cached KV of its K most similar
         neighbours (doc_set: all the others) and stored as its baked entry,
@@ -488,9 +489,6 @@ class Session(NoCopy):
                     if isinstance(b, Document) and b.cache is False:
                         raise InvalidArgument(f"{where}[{i}]: a Document(cache=False) is computed with the "
                                               "question every time: warm has nothing to store for it")
-                    if isinstance(b, Question):  # (it had been dropped without a word)
-                        raise InvalidArgument(f"{where}[{i}]: warm stores documents (and the prompt before "
-                                              "them), not a question: give the question to generate")
                 seg = CSegments(blocks, chat=chat)
                 rep = ffi.new("kvs_warm_docs_report *")
                 if doc_set and bake_with_neighbours:

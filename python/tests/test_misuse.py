@@ -387,14 +387,12 @@ def test_arguments_that_do_not_apply_or_are_not_bools_are_refused(model, cache, 
                        (lambda: model.detokenize([1], render_special="y"), "render_special")):
         with pytest.raises(kvstitch.InvalidArgument, match=name):
             call()
-    # a second attack run: recalibrate=True on a plain prompt, a Question given
-    # to warm and render_chat(family="") had been taken without a word; a
+    # a second attack run: recalibrate=True on a plain prompt and
+    # render_chat(family="") had been taken without a word; a
     # Cache's chunk_tokens past the CLI's range (4096) had been accepted
     with pytest.raises(kvstitch.InvalidArgument, match="recalibrate"):
         s.generate(Q, recalibrate=True, max_tokens=1)
     assert s.generate(Q, recalibrate=False, max_tokens=1).tokens
-    with pytest.raises(kvstitch.InvalidArgument, match="question"):
-        s.warm([kvstitch.Document("A passage."), kvstitch.Question("why?")])
     with pytest.raises(kvstitch.InvalidArgument):
         model.render_chat([{"role": "user", "content": "hi"}], family="")
     with pytest.raises(kvstitch.InvalidArgument, match="chunk_tokens"):
