@@ -464,6 +464,23 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
 
 static int uses_cache(const srv_slot *s) { return s->job && !s->job->segments && s->job->req.cache_prompt; }
 
+/* The first failed cache-dir write is said on stderr, once per process
+ * (a full or read-only directory had been silent: /metrics and
+ * /v1/cache/stats only, where `generate` warns). Every failure counts in
+ * kvstitch_cache_disk_write_errors_total. */
+static void warn_write_errors(const srv_env *env) {
+    static atomic_int said;
+    if (atomic_load_explicit(&said, memory_order_relaxed)) return;
+    kvs_cache_stats st;
+    kvs_cache_get_stats(env->cache, &st);
+    if (st.disk_write_errors && !atomic_exchange(&said, 1))
+        fprintf(stderr,
+                "kvstitch serve: warning: %llu chunks could not be written to the cache dir (full, read-only, "
+                "or past its bound): kept in memory only; said once, counted in "
+                "kvstitch_cache_disk_write_errors_total\n",
+                (unsigned long long)st.disk_write_errors);
+}
+
 /* Tokens of n in whole chunks of the cache's grid. */
 static int whole_chunks(int n, const srv_env *env) { return n / env->chunk_tokens * env->chunk_tokens; }
 
@@ -473,6 +490,7 @@ static void store_progress(srv_slot *s, const srv_env *env) {
     int n = whole_chunks(s->n_kv, env), n_new = 0;
     if (!uses_cache(s) || n <= s->n_stored) return;
     if (kvs_cache_store_context(s->ctx, env->cache, s->job->prompt, n, &n_new) == KVS_OK) s->n_stored = n;
+    warn_write_errors(env);
     s->job->usage.chunks_stored += n_new;
 }
 
@@ -554,6 +572,7 @@ void srv_slot_prefill_done(srv_slot *s, const srv_env *env, const float *logits)
     /* Stored now, so that requests arriving meanwhile share it. */
     int n_new = 0;
     if (j->req.cache_prompt) kvs_cache_store_context(s->ctx, env->cache, j->prompt, j->n_prompt, &n_new);
+    if (j->req.cache_prompt) warn_write_errors(env);
     j->usage.chunks_stored += n_new;
     if (j->warm_only) srv_slot_finish(s, env, SRV_FINISH_STOP);
     else first_token(s, env, logits);
@@ -589,6 +608,7 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
     if (!j->segments && j->req.cache_prompt && why != SRV_FINISH_ERROR && s->n_kv > j->n_prompt) {
         int n_new = 0;
         kvs_cache_store_context(s->ctx, env->cache, s->hist, s->n_kv, &n_new);
+        warn_write_errors(env);
         j->usage.chunks_stored += n_new;
     }
     double t = now_ms();

@@ -515,8 +515,12 @@ def test_cache_dir_write_errors_are_counted(tmp_path):
         assert r.status_code == 200, r.text
         errors = s.get("/v1/cache/stats").json()["disk_write_errors"]
         assert errors > 0 and metric(s, "kvstitch_cache_disk_write_errors_total") == errors
+        r = s.post("/v1/completions", {"prompt": "Another text, written nowhere. " * 12, "max_tokens": 1})
+        assert r.status_code == 200, r.text
     finally:
         s.stop()
+    # said on stderr too, once (it had been silent there)
+    assert s.read_log().count("could not be written to the cache dir") == 1, s.read_log()[-2000:]
 
 
 def test_cache_key_file(tmp_path):
