@@ -89,24 +89,35 @@ static int masters_holding_keys(rt_redis *s) {
     return n;
 }
 
-TEST(cluster_roundtrip_moved_failover_clear) {
-    rt_redis s[RT_CLUSTER_N];
+/* A cluster started in s (NULL if it could not be: then stopped, the
+ * test failed) and a tier on its first n_seeds nodes as seeds (fp from
+ * seed, a 100 ms timeout, breaker_ms (0: the default), the params in *p,
+ * their seed list in seeds[512]). */
+static kvs_tier *cluster_and_tier(rt_redis *s, int n_seeds, uint64_t seed, int breaker_ms, kvs_key *fp, char *seeds,
+                                  kvs_redis_tier_params *p) {
     if (rt_cluster_start(s)) {
         CHECK(0);
         rt_cluster_stop(s);
-        return;
+        return NULL;
     }
-    kvs_key fp;
-    rt_fill_key(&fp, 1);
-    char seeds[256];
-    rt_seed_list(s, 1, seeds, sizeof seeds); /* one seed: the rest is discovered */
-    kvs_redis_tier_params p;
-    kvs_redis_tier_default_params(&p);
-    p.cluster = seeds;
-    p.timeout_ms = 100;
-    p.breaker_open_ms = 300;
+    rt_fill_key(fp, seed);
+    rt_seed_list(s, n_seeds, seeds, 512);
+    kvs_redis_tier_default_params(p);
+    p->cluster = seeds;
+    p->timeout_ms = 100;
+    if (breaker_ms) p->breaker_open_ms = breaker_ms;
     kvs_tier *t = NULL;
-    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    CHECK_EQ_INT(kvs_redis_tier_open(p, fp, &SHAPE, &t), KVS_OK);
+    return t;
+}
+
+TEST(cluster_roundtrip_moved_failover_clear) {
+    rt_redis s[RT_CLUSTER_N];
+    kvs_key fp;
+    char seeds[512];
+    kvs_redis_tier_params p;
+    kvs_tier *t = cluster_and_tier(s, 1, 1, 300, &fp, seeds, &p); /* one seed: the rest is discovered */
+    if (!t) return;
     CHECK(!strcmp(t->ops->name, "redis-cluster"));
     kvs_chunk *c[N_CHUNKS];
     make_chunks(&fp, c, 40);
@@ -120,7 +131,7 @@ TEST(cluster_roundtrip_moved_failover_clear) {
         rt_redis lone;
         if (rt_redis_start(&lone, 1)) CHECK(0);
         else {
-            char more[320];
+            char more[600];
             snprintf(more, sizeof more, "127.0.0.1:%d,%s", lone.port, seeds);
             kvs_redis_tier_params q = p;
             q.cluster = more;
@@ -303,21 +314,11 @@ TEST(cluster_roundtrip_moved_failover_clear) {
  * 1 s); once the nodes go on, everything is served again. */
 TEST(stalled_cluster_costs_a_few_timeouts) {
     rt_redis s[RT_CLUSTER_N];
-    if (rt_cluster_start(s)) {
-        CHECK(0);
-        rt_cluster_stop(s);
-        return;
-    }
     kvs_key fp;
-    rt_fill_key(&fp, 7);
     char seeds[512];
-    rt_seed_list(s, RT_CLUSTER_N, seeds, sizeof seeds); /* every node a seed */
     kvs_redis_tier_params p;
-    kvs_redis_tier_default_params(&p);
-    p.cluster = seeds;
-    p.timeout_ms = 100;
-    kvs_tier *t = NULL;
-    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    kvs_tier *t = cluster_and_tier(s, RT_CLUSTER_N, 7, 0, &fp, seeds, &p); /* every node a seed */
+    if (!t) return;
     kvs_chunk *c[N_CHUNKS];
     make_chunks(&fp, c, 70);
     for (int i = 0; i < N_CHUNKS; i++) CHECK_EQ_INT(t->ops->put(t, c[i]), KVS_OK);

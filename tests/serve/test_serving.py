@@ -767,26 +767,23 @@ def test_catch_up_counts_only_what_other_requests_stored(tmp_path):
     d = tmp_path / "cache"
     prompt = "Notes: " + " ".join("item%d is %d" % (i, i * 7) for i in range(120))
     body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, "return_prompt_sources": True}
-    s = Server("--slots", "1", "--ctx", "2048", "--prefill-chunk", "64", "--cache-dir", str(d))
-    try:
-        r = s.post("/v1/completions", body)
-        assert r.status_code == 200, r.text
-        cold = r.json()
-    finally:
-        assert s.stop() == 0, s.read_log()[-2000:]
+
+    def answer():  # a server of its own on d, one request
+        s = Server("--slots", "1", "--ctx", "2048", "--prefill-chunk", "64", "--cache-dir", str(d))
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            return r.json()
+        finally:
+            assert s.stop() == 0, s.read_log()[-2000:]
+    cold = answer()
     ls = json.loads(subprocess.run([CLI, "cache", "ls", "--cache-dir", str(d), "--json"], check=True,
                                    capture_output=True, text=True).stdout)
     entries = ls["entries"]
     head = [e for e in entries if e["pos0"] == 0]
     assert len(head) == 1 and len(entries) >= 5, entries
     os.unlink(d / (head[0]["prefix_key"] + ".kvc"))
-    s = Server("--slots", "1", "--ctx", "2048", "--prefill-chunk", "64", "--cache-dir", str(d))
-    try:
-        r = s.post("/v1/completions", body)
-        assert r.status_code == 200, r.text
-        warm = r.json()
-    finally:
-        assert s.stop() == 0, s.read_log()[-2000:]
+    warm = answer()
     k = warm["usage"]["kvstitch"]
     assert warm["choices"][0]["text"] == cold["choices"][0]["text"]
     assert k["first_logits_sha256"] == cold["usage"]["kvstitch"]["first_logits_sha256"]
