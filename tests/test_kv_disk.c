@@ -262,6 +262,30 @@ TEST(fifo_in_an_indexed_entrys_place_is_stored_over) {
     free(dir);
 }
 
+/* A put writes no child of an entry the directory lost since the index
+ * took it (another process's bound evicted it): such a child is an entry
+ * nothing reaches, newer than its chain's head, which a bound then evicts
+ * first (a server storing a prompt a step at a time on a small bound had
+ * been left with tail entries only). */
+TEST(put_writes_no_child_of_an_evicted_entry) {
+    char *dir = new_dir();
+    kvs_store *s = open_dir(dir, 1);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, 128, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(r.n_new, 2);
+    char p1[512], p2[512];
+    entry_path(dir, 1, p1, sizeof p1);
+    entry_path(dir, 2, p2, sizeof p2);
+    CHECK_EQ_INT(unlink(p1), 0); /* evicted by another process */
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_MSG(access(p2, F_OK) != 0, "chunk 2 written without its parent on disk");
+    CHECK_EQ_INT(count_files(dir, ".kvc"), 1);
+    kvs_store_free(s);
+    rm_dir(dir);
+    free(dir);
+}
+
 /* The payload readers (kvs_disk_load_payload, kvs_disk_read_into_kv)
  * re-read the header: an entry that no longer describes the chunk the
  * index holds (another token, position or origin) is refused by both as
@@ -897,6 +921,7 @@ int main(void) {
     RUN(damaged_payload_never_served);
     RUN(damage_past_a_header_damaged_entry_dropped_by_the_same_lookup);
     RUN(fifo_in_an_indexed_entrys_place_is_stored_over);
+    RUN(put_writes_no_child_of_an_evicted_entry);
     RUN(payload_readers_check_the_entry_is_the_chunk);
     RUN(damaged_entry_removed_only_if_still_the_file_read);
     RUN(truncated_entry);

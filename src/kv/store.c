@@ -146,6 +146,21 @@ static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip) {
     return failed;
 }
 
+/* Adds to *skip every tier that no longer holds the entry under parent
+ * (the index says it does: another process's bound, or this one's, evicted
+ * it since). A child written there would be an entry nothing reaches, and
+ * newer than the chain's head, which a bound then evicted first: a server
+ * storing a prompt a prefill step at a time on a small bound had been left
+ * with tail entries only. A tier that cannot answer is not skipped here. */
+static void skip_tiers_lacking(kvs_store *s, const kvs_key *parent, unsigned *skip) {
+    for (int t = 0; t < s->n_tiers; t++) {
+        uint8_t present = 1;
+        if (!(*skip >> t & 1) && s->tiers[t]->ops->contains_many(s->tiers[t], parent, 1, &present) == KVS_OK &&
+            !present)
+            *skip |= 1u << t;
+    }
+}
+
 /* Writes c to every tier (outside the lock: the entry is complete before
  * anyone can find the chunk). c->tier = the first tier that took it.
  * Returns the number of tiers whose write failed. */
@@ -364,6 +379,7 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
                 if (held < 0) skip = all; /* in RAM only: no tier holds the chain past here */
                 continue;
             }
+            if (i && !written[i - 1].done) skip_tiers_lacking(s, &keys[i - 1], &skip); /* indexed, maybe evicted */
             kvs_chunk *c = NULL;
             rc = make_span(s, tokens, &spans[i], &keys[i], i ? &keys[i - 1] : &s->fp, kv, &c);
             if (!rc && (!c || insert_check(s, c, tokens))) skip = all; /* not made: the chain stops here too */
