@@ -286,6 +286,60 @@ TEST(put_writes_no_child_of_an_evicted_entry) {
     free(dir);
 }
 
+typedef struct {
+    int n;
+    kvs_key prefix[16], parent[16];
+    int pos0[16];
+} entry_list;
+static int list_entry(void *user, kvs_chunk *c) {
+    entry_list *l = user;
+    if (l->n < 16) {
+        l->prefix[l->n] = c->prefix_key;
+        l->parent[l->n] = c->parent_key;
+        l->pos0[l->n++] = c->pos0;
+    }
+    kvs_chunk_unref(c);
+    return 0;
+}
+
+/* A prompt stored a step at a time (a server's prefill: puts of 128, 192,
+ * 256 and 300 tokens) on a RAM budget and a directory bound of about two
+ * chunks each: what the directory keeps is a chain from its head, never an
+ * entry whose parent is gone. The puts' second pass had written chunks it
+ * made again (evicted from RAM between the passes) to every tier, past the
+ * chunk the disk lacked: orphans newer than the head, which the bound then
+ * evicted first (a server was left with two tail entries, reusing 0). */
+TEST(step_stores_on_small_bounds_keep_the_head) {
+    char *dir = new_dir();
+    kvs_key fp = fingerprint(1);
+    kvs_store_params p = kvs_store_default_params();
+    const size_t chunk = kvs_kv_payload_bytes(&SHAPE, 64);
+    p.budget_bytes = 2 * chunk + chunk / 2;
+    p.cache_dir = dir;
+    p.cache_max_bytes = 2 * (chunk + 1024) + chunk / 4;
+    kvs_store *s = NULL;
+    CHECK_EQ_INT(kvs_store_open(&fp, &SHAPE, p, &s), KVS_OK);
+    fake_kv_fill(cold, toks, N);
+    static const int steps[] = {128, 192, 256, 300, 300};
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        kvs_put_report r;
+        CHECK_EQ_INT(kvs_store_put_prefix(s, toks, steps[k], 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    }
+    kvs_store_free(s);
+    entry_list l = {0};
+    CHECK_EQ_INT(kvs_disk_scan(dir, &fp, &SHAPE, NULL, NULL, list_entry, &l, NULL), KVS_OK);
+    CHECK(l.n >= 1);
+    for (int i = 0; i < l.n; i++) {
+        int has_parent = l.pos0[i] == 0;
+        for (int j = 0; j < l.n && !has_parent; j++) has_parent = kvs_key_equal(&l.parent[i], &l.prefix[j]);
+        CHECK_MSG(has_parent, "the entry at %d is an orphan (%d entries)", l.pos0[i], l.n);
+    }
+    kvs_store_stats st;
+    CHECK_EQ_INT(serve(dir, &st), 64 * l.n); /* the head's chain serves */
+    rm_dir(dir);
+    free(dir);
+}
+
 /* The payload readers (kvs_disk_load_payload, kvs_disk_read_into_kv)
  * re-read the header: an entry that no longer describes the chunk the
  * index holds (another token, position or origin) is refused by both as
@@ -922,6 +976,7 @@ int main(void) {
     RUN(damage_past_a_header_damaged_entry_dropped_by_the_same_lookup);
     RUN(fifo_in_an_indexed_entrys_place_is_stored_over);
     RUN(put_writes_no_child_of_an_evicted_entry);
+    RUN(step_stores_on_small_bounds_keep_the_head);
     RUN(payload_readers_check_the_entry_is_the_chunk);
     RUN(damaged_entry_removed_only_if_still_the_file_read);
     RUN(truncated_entry);

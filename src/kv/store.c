@@ -348,6 +348,7 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
     int cap = kvs_chunking_max_spans(n, r.chunk_tokens, n_borders), n_spans;
     struct {
         int done, failed, tier; /* first pass: written (to the tiers it could), with a failure, its c->tier */
+        unsigned skip;          /* the tiers the chain had left before it (for a chunk made again) */
     } *written = NULL;
     kvs_span *spans = malloc((size_t)cap * sizeof *spans);
     kvs_key *keys = malloc((size_t)cap * sizeof *keys);
@@ -375,6 +376,7 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
         unsigned skip = 0;
         for (int i = 0; s->n_tiers && i < n_spans && !rc; i++) {
             const int held = held_tier(s, &keys[i]);
+            written[i].skip = skip;
             if (held != -2) {
                 if (held < 0) skip = all; /* in RAM only: no tier holds the chain past here */
                 continue;
@@ -406,8 +408,20 @@ int kvs_store_put_prefix(kvs_store *s, const int32_t *tokens, int n, int chunk_t
                 continue;
             }
             int write_failed = written[i].failed;
-            if (written[i].done) c->tier = written[i].tier;
-            const int ins = insert(s, c, tokens, written[i].done, &write_failed);
+            if (written[i].done) {
+                c->tier = written[i].tier;
+            } else if (s->n_tiers) {
+                /* made again: written as the first pass would have, only to
+                 * the tiers its chain reaches there (an insert writes to
+                 * every tier: past a chunk the disk lacked, a server's step
+                 * stores had written orphans newer than the head, which the
+                 * bound then evicted first) */
+                unsigned sk = written[i].skip;
+                if (i && !written[i - 1].done) skip_tiers_lacking(s, &keys[i - 1], &sk);
+                c->tier = -1;
+                write_failed = write_through_skipping(s, c, &sk) > 0;
+            }
+            const int ins = insert(s, c, tokens, written[i].done || s->n_tiers, &write_failed);
             count_insert(ins, write_failed, &r);
             if (ins < 0) rc = ins;
             kvs_chunk_unref(c);
