@@ -204,6 +204,7 @@ int srv_cache_stats(srv_server *s, struct MHD_Connection *c, const char *arg, co
         {"inserts", (double)st.inserts}, {"evictions", (double)st.evictions},
         {"index_bytes", (double)st.index_bytes}, {"index_drops", (double)st.index_drops},
         {"disk_writes", (double)st.disk_writes}, {"disk_write_errors", (double)st.disk_write_errors},
+        {"dir_max_bytes", (double)st.dir_max_bytes},
         {"disk_loads", (double)st.disk_loads},
         {"disk_bad", (double)st.disk_bad}, {"disk_bad_mac", (double)st.disk_bad_mac},
         /* the Redis tier's (kvs_cache_stats' names; 0 without --redis) */

@@ -44,7 +44,7 @@ typedef struct serve_opts {
     const char *model, *host, *cache_dir, *api_key_file, *alias, *kv_type_name, *chat_template;
     kvs_kv_type kv_type;
     int port, slots, threads, n_ctx, max_queue, prefill_chunk, max_tokens, read_timeout, reply_timeout, conns_per_ip;
-    unsigned long long cache_max_bytes, max_body;
+    unsigned long long cache_max_bytes, cache_dir_max_bytes, max_body;
     double drain_s;
     cli_redis_opts redis; /* the shared Redis tier, as generate / warm / cache take it */
 } serve_opts;
@@ -64,6 +64,8 @@ static void usage(FILE *f) {
             "                         decode keeps a second copy of the rows it reads)\n"
             "  --cache-dir DIR        persist the chunk cache in DIR (shared with the CLI)\n"
             "  --cache-max-bytes N    RAM budget of the chunk cache (0 = 1/4 of RAM)\n"
+            "  --cache-dir-max-bytes N  bound on --cache-dir's bytes (0 = half the space free for it;\n"
+            "                         what generate / warm call --cache-max-bytes)\n"
             "  --api-key-file F       require 'Authorization: Bearer KEY' (first line of F)\n"
             "  --max-queue N          queued requests beyond which new ones get 429 (64)\n"
             "  --max-body N           request body limit in bytes, 413 beyond (8388608; a larger\n"
@@ -167,6 +169,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         NUM("--threads", threads, 0, KVS_MAX_THREADS, 0) NUM("--ctx", n_ctx, 0, 1 << 24, 0)
         NUM("--max-queue", max_queue, 1, 1 << 20, 0) NUM("--prefill-chunk", prefill_chunk, 1, 1 << 20, 0)
         NUM("--max-tokens", max_tokens, 1, 1 << 24, 0) NUM("--cache-max-bytes", cache_max_bytes, 0, 9e18, 0)
+        NUM("--cache-dir-max-bytes", cache_dir_max_bytes, 0, 9e18, 0)
         NUM("--max-body", max_body, 1024, 1e15, 0) NUM("--drain-timeout", drain_s, 0, 86400, 1)
         NUM("--read-timeout", read_timeout, 1, 86400, 0) NUM("--reply-timeout", reply_timeout, 1, 86400, 0) NUM("--max-conns-per-ip", conns_per_ip, 0, SRV_MAX_CONNECTIONS, 0)
 #undef STR
@@ -305,6 +308,7 @@ static int load(srv_server *s, const serve_opts *o) {
     kvs_cache_params cp = kvs_cache_default_params();
     cp.cache_dir = o->cache_dir;
     cp.budget_bytes = o->cache_max_bytes;
+    cp.cache_max_bytes = o->cache_dir_max_bytes; /* (the directory had no bound but the default) */
     cp.kv_type = o->kv_type;
     cli_redis_apply(&o->redis, &cp);
     if ((st = kvs_cache_open(s->model, cp, &s->cache)))

@@ -793,3 +793,29 @@ def test_catch_up_counts_only_what_other_requests_stored(tmp_path):
     assert k["cached_tokens"] == sum(x["tokens"] for x in runs if x["source"] == "cached"), (k, runs)
     assert k["cached_tokens"] + k["computed_tokens"] == warm["usage"]["prompt_tokens"], k
     assert k["cached_tokens"] <= warm["usage"]["prompt_tokens"] - runs[0]["tokens"], k
+
+
+def test_cache_dir_bound_keeps_the_head_of_a_stepwise_store(tmp_path):
+    # --cache-dir-max-bytes bounds the directory (it had no option: half the
+    # free space); a prompt stored a prefill step at a time on a bound of two
+    # chunks keeps its head (the server had been left with two tail entries
+    # nothing reached, reusing 0 after a restart).
+    d = tmp_path / "cache"
+    prompt = "Notes: " + " ".join("item%d is %d" % (i, i * 7) for i in range(120))
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+    cached = []
+    for _ in range(2):
+        s = Server("--slots", "1", "--ctx", "2048", "--prefill-chunk", "64", "--cache-max-bytes", "3000000",
+                   "--cache-dir", str(d), "--cache-dir-max-bytes", "3200000")
+        try:
+            assert s.get("/v1/cache/stats").json()["dir_max_bytes"] == 3200000
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            cached.append(r.json()["usage"]["kvstitch"]["cached_tokens"])
+        finally:
+            assert s.stop() == 0, s.read_log()[-2000:]
+    ls = json.loads(subprocess.run([CLI, "cache", "ls", "--cache-dir", str(d), "--json"], check=True,
+                                   capture_output=True, text=True).stdout)["entries"]
+    keys = {e["prefix_key"] for e in ls}
+    assert ls and all(e["pos0"] == 0 or e["parent_key"] in keys for e in ls), ls
+    assert cached[0] == 0 and cached[1] >= 64, cached
