@@ -143,6 +143,24 @@ INT_MAX = 2**31 - 1
 MAX_THREADS = 256  # kvstitch.h KVS_MAX_THREADS
 
 
+def listed(v, what: str, expected: str) -> list:
+    """v as a list, or InvalidArgument naming what (an int or None had
+    raised TypeError: 'int' object is not iterable)."""
+    try:
+        return list(v)
+    except TypeError:
+        from ._errors import InvalidArgument
+        raise InvalidArgument(f"{what} must be {expected}, got {v!r:.80}") from None
+
+
+def user_path(p, what: str):
+    """p with "~" expanded, its type and bytes checked first as c_path checks
+    them (an int had raised os.fspath's TypeError, naming no argument)."""
+    import os
+    c_path(p, what)
+    return os.path.expanduser(os.fspath(p))
+
+
 def c_path(p, what: str) -> bytes:
     """A file system path (str, bytes or os.PathLike) as the C library takes
     it: os.fsencode, so a name that is not UTF-8 (os.listdir gives it with

@@ -7,7 +7,7 @@ from typing import Any
 
 from ._errors import Closed, InvalidArgument, NotFound, check
 from ._inuse import InUse, NoCopy
-from ._lib import bool_arg, c_path, ffi, int_arg, lib, struct_dict, utf8
+from ._lib import bool_arg, c_path, ffi, int_arg, lib, struct_dict, user_path, utf8
 from .model import Model
 
 KV_TYPES = {"f16": lib.KVS_KV_F16, "f32": lib.KVS_KV_F32, "q8": lib.KVS_KV_Q8}
@@ -53,10 +53,10 @@ class Cache(InUse, NoCopy):
             raise InvalidArgument(f"Cache needs a Model, got {type(model).__name__}")
         p = lib.kvs_cache_default_params()
         p.budget_bytes = int_arg(budget_bytes, "budget_bytes", 0, 2**64 - 1)
-        if cache_dir is not None and not os.fspath(cache_dir):
+        if cache_dir is not None and not os.fspath(user_path(cache_dir, "cache_dir")):
             raise InvalidArgument("cache_dir is empty: give a directory, or None for none")
         if cache_dir is not None:
-            cache_dir = os.path.expanduser(cache_dir)
+            cache_dir = user_path(cache_dir, "cache_dir")
         self._dir = ffi.new("char[]", c_path(cache_dir, "cache_dir")) if cache_dir is not None else ffi.NULL
         p.cache_dir = self._dir
         p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 4096)  # the CLI's --chunk-tokens range (0: 64)
@@ -74,7 +74,7 @@ class Cache(InUse, NoCopy):
         if redis_password_file is not None:
             if redis_url is None and redis_cluster is None:
                 raise InvalidArgument("redis_password_file goes with redis_url or redis_cluster")
-            self._redis.append(ffi.new("char[]", c_path(os.path.expanduser(redis_password_file),
+            self._redis.append(ffi.new("char[]", c_path(user_path(redis_password_file, "redis_password_file"),
                                                         "redis_password_file")))
             p.redis_password_file = self._redis[-1]
         p.redis_timeout_ms = int_arg(redis_timeout_ms, "redis_timeout_ms", 0, 60000)
@@ -88,7 +88,7 @@ class Cache(InUse, NoCopy):
         if key_file is not None:
             if cache_dir is None and redis_url is None and redis_cluster is None:
                 raise InvalidArgument("key_file goes with cache_dir, redis_url or redis_cluster")
-            self._redis.append(ffi.new("char[]", c_path(os.path.expanduser(key_file), "key_file")))
+            self._redis.append(ffi.new("char[]", c_path(user_path(key_file, "key_file"), "key_file")))
             p.cache_key_file = self._redis[-1]
         out = ffi.new("kvs_cache **")
         self._init_in_use()  # calls and Sessions working on it right now (close() refuses then)
@@ -207,8 +207,8 @@ def prune_dir(cache_dir: str | os.PathLike, max_bytes: int = 0, older_than_s: in
     cache's own files are touched. Returns the report (removed,
     removed_bytes, unreachable_removed, tmp_removed, entries, bytes,
     junk_removed, junk_bytes)."""
-    d = os.path.expanduser(cache_dir) if not isinstance(cache_dir, bytes) else cache_dir
-    c_path(d, "cache_dir")  # a NUL or a lone surrogate named (isdir had called it a missing directory)
+    d = user_path(cache_dir, "cache_dir")  # a NUL, a lone surrogate or a wrong type named (isdir had called
+    # it a missing directory)
     if not os.path.isdir(d):  # as `kvstitch cache prune` (it had reported an empty directory)
         raise NotFound(f"cache_dir {os.fsdecode(d)!r}: no such directory", lib.KVS_ERR_NOT_FOUND)
     p = ffi.new("kvs_cache_prune_params *")

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ._errors import Closed, InvalidArgument, check
 from ._inuse import InUse, NoCopy
-from ._lib import MAX_THREADS, bool_arg, c_path, c_text, cstr, ffi, int_arg, lib, utf8
+from ._lib import MAX_THREADS, bool_arg, c_path, c_text, cstr, ffi, int_arg, lib, listed, utf8
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ class Model(InUse, NoCopy):
 
     def detokenize(self, ids: Iterable[int], render_special: bool = False) -> str:
         """Text of ids (invalid UTF-8 sequences become U+FFFD)."""
+        ids = listed(ids, "ids", "a list of token ids")
         d = ffi.new("kvs_detok **")
         cap = 256
         buf, n = ffi.new("char[]", cap), ffi.new("size_t *")
@@ -134,6 +135,7 @@ class Model(InUse, NoCopy):
     def render_chat(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
                     family: str | None = None) -> str:
         """messages ({"role", "content"}) laid out in the model's chat template."""
+        messages = listed(messages, "messages", "a list of {'role', 'content'} mappings")
         keep = []
         for i, m in enumerate(messages):  # a missing key had raised KeyError
             if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
@@ -161,7 +163,7 @@ class Model(InUse, NoCopy):
         Document..., Question]): a cold generate over exactly these tokens is
         the baseline that reuse="full" reproduces bit for bit."""
         from .segments import CSegments  # segments imports nothing of model
-        seg = CSegments(blocks, chat=chat)
+        seg = CSegments(listed(blocks, "blocks", "a list of System, Document and Question blocks"), chat=chat)
         toks, n = ffi.new("int32_t **"), ffi.new("int *")
         with self._using() as h:
             check(lib.kvs_segments_tokenize(h, seg.c, toks, n))

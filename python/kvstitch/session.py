@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import Closed, ContextFull, InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
-from ._lib import INT_MAX, MAX_THREADS, bool_arg, c_text, cstr, ffi, int_arg, lib, real_arg, utf8
+from ._lib import INT_MAX, MAX_THREADS, bool_arg, c_text, cstr, ffi, int_arg, lib, listed, real_arg, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -65,15 +65,6 @@ def _segment_params(a: Mapping[str, Any]):
         t, s = (0.9, 0.9) if recal is True else recal
         rp.recal.temperature, rp.recal.scale = float(t), float(s)
     return ffi.new("kvs_reuse_params *", rp)
-
-
-def _listed(v: Any, what: str, expected: str) -> list:
-    """v as a list, or InvalidArgument naming what (an int had raised
-    TypeError: 'int' object is not iterable)."""
-    try:
-        return list(v)
-    except TypeError:
-        raise InvalidArgument(f"{what} must be {expected}, got {v!r}") from None
 
 
 def _check_reuse_name(name: Any) -> None:
@@ -303,13 +294,15 @@ class Session(NoCopy):
         if isinstance(a["stop"], str):
             a["stop"] = [a["stop"]]
         elif a["stop"] is not None:
-            a["stop"] = _listed(a["stop"], "stop", "a str or a list of str")
+            if isinstance(a["stop"], (bytes, bytearray)):  # (its items had been named as ints)
+                raise InvalidArgument(f"stop must be a str or a list of str, got {type(a['stop']).__name__}")
+            a["stop"] = listed(a["stop"], "stop", "a str or a list of str")
         if isinstance(a["documents"], (str, bytes, Mapping)):
             raise InvalidArgument("documents must be a list of texts or Documents, not one "
                                   f"{type(a['documents']).__name__} (it had become one document a character, "
                                   "or a dict its keys)")
         if a["documents"] is not None:
-            a["documents"] = _listed(a["documents"], "documents", "a list of texts or Documents")
+            a["documents"] = listed(a["documents"], "documents", "a list of texts or Documents")
         for name in ("store", "logits", "add_bos", "baked"):
             a[name] = bool_arg(a[name], name)
         if a["chat"] is not None:

@@ -397,4 +397,14 @@ def test_arguments_that_do_not_apply_or_are_not_bools_are_refused(model, cache, 
         model.render_chat([{"role": "user", "content": "hi"}], family="")
     with pytest.raises(kvstitch.InvalidArgument, match="chunk_tokens"):
         kvstitch.Cache(model, chunk_tokens=4097)
+    # and Python's own TypeErrors, naming no argument (os.fspath's, iteration's)
+    for call, name in ((lambda: kvstitch.Cache(model, cache_dir=5), "cache_dir"),
+                       (lambda: kvstitch.prune_dir(5), "cache_dir"),
+                       (lambda: model.detokenize(None), "ids"),
+                       (lambda: model.render_chat(None), "messages"),
+                       (lambda: model.segment_tokens(None), "blocks"),
+                       (lambda: s.generate(Q, stop=b"x", max_tokens=1), "stop")):
+        with pytest.raises(kvstitch.InvalidArgument, match=name):
+            call()
+    assert model.detokenize(iter(model.tokenize("hello"))) == "hello"
     s.close()
