@@ -53,10 +53,10 @@ class Cache(InUse, NoCopy):
             raise InvalidArgument(f"Cache needs a Model, got {type(model).__name__}")
         p = lib.kvs_cache_default_params()
         p.budget_bytes = int_arg(budget_bytes, "budget_bytes", 0, 2**64 - 1)
-        if cache_dir is not None and not os.fspath(user_path(cache_dir, "cache_dir")):
-            raise InvalidArgument("cache_dir is empty: give a directory, or None for none")
         if cache_dir is not None:
             cache_dir = user_path(cache_dir, "cache_dir")
+            if not cache_dir:
+                raise InvalidArgument("cache_dir is empty: give a directory, or None for none")
         self._dir = ffi.new("char[]", c_path(cache_dir, "cache_dir")) if cache_dir is not None else ffi.NULL
         p.cache_dir = self._dir
         p.chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 0, 4096)  # the CLI's --chunk-tokens range (0: 64)

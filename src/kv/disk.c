@@ -361,12 +361,13 @@ fail:
  * the entry's MAC is required, and s (if not NULL) begun over the header. */
 static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, const kvs_kv_shape *want_shape,
                           const kvs_entry_mac *mac, kvs_entry_mac_state *s, kvs_disk_header *hd,
-                          kvs_disk_verdict *verdict) {
+                          kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
     uint8_t fixed[KVS_DISK_FIXED_BYTES];
     uint8_t *rest = NULL;
     memset(hd, 0, sizeof *hd);
     struct stat st;
     if (fstat(fd, &st)) FAIL(KVS_DISK_IO, "%s: stat: %s", path, strerror(errno));
+    if (seen) *seen = (kvs_disk_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
     ssize_t got = pread_all(fd, fixed, sizeof fixed, 0);
     if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
     int rc = kvs_disk_header_parse_fixed(fixed, (size_t)got, path, hd, verdict);
@@ -411,9 +412,7 @@ fail_rc:
  * not hang the reader (base/file.h); a symlink is not an entry either. */
 static int open_entry(const char *path, kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
     int fd = kvs_open_regular_nofollow(path, NULL);
-    struct stat st;
-    if (seen) *seen = fd >= 0 && !fstat(fd, &st) ? (kvs_disk_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino}
-                                                 : (kvs_disk_file_id){0, 0};
+    if (seen) *seen = (kvs_disk_file_id){0, 0}; /* (read_header_fd says which file it read) */
     if (fd == KVS_OPEN_NOT_REGULAR) {
         *verdict = KVS_DISK_NOT_REGULAR;
         kvs_error(kvs_disk_verdict_status(*verdict), "%s: not a regular file (left alone)", path);
@@ -438,7 +437,7 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
     int fd = open_entry(path, verdict, seen);
     if (fd < 0) return kvs_disk_verdict_status(*verdict);
     kvs_disk_header hd;
-    int rc = read_header_fd(fd, path, fp, shape, mac, NULL, &hd, verdict);
+    int rc = read_header_fd(fd, path, fp, shape, mac, NULL, &hd, verdict, seen);
     close(fd);
     if (rc) return rc;
     kvs_chunk *c;
@@ -470,7 +469,7 @@ static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_entr
     }
     *fd = open_entry(path, verdict, seen);
     if (*fd < 0) return kvs_disk_verdict_status(*verdict);
-    rc = read_header_fd(*fd, path, fp, &c->shape, mac, s, hd, verdict);
+    rc = read_header_fd(*fd, path, fp, &c->shape, mac, s, hd, verdict, seen);
     if (rc) goto fail_rc;
     /* The document bit aside: a document computed right after its prefix
      * is that prefix's exact history, keyed as such (the same parent and
