@@ -149,6 +149,22 @@ static int build_prompt(const kvs_model *model, srv_job *j, srv_error *err) {
     return st;
 }
 
+/* The tokens of a documents request's layout without its documents (the
+ * system part and the question): which of the two overflows names the
+ * field a context_length_exceeded error blames. -1 where that layout
+ * cannot be tokenized (the documents are then blamed, as before). */
+static int tokens_without_docs(const kvs_model *model, const srv_job *j) {
+    kvs_segments seg = j->seg;
+    seg.n_docs = 0;
+    seg.docs = NULL;
+    seg.doc_lens = NULL;
+    int32_t *toks = NULL;
+    int n = 0;
+    if (kvs_segments_tokenize(model, &seg, &toks, &n) != KVS_OK) n = -1;
+    kvs_free(toks);
+    return n;
+}
+
 /* logit_bias ids must be the model's. */
 static int check_bias(const kvs_model *model, const srv_request *r, srv_error *err) {
     int n_vocab = kvs_vocab_size(model);
@@ -236,10 +252,16 @@ srv_job *srv_job_new(const kvs_model *model, srv_request *req, int n_ctx, int de
     if (j->n_prompt >= n_ctx + !generates && !j->req.docs_only) {
         /* documents in the prompt are named as what overflows with it (a
          * short message with long documents had named 'messages') */
-        char docs[64] = "";
-        if (j->req.n_docs) snprintf(docs, sizeof docs, " with its %d document%s", j->req.n_docs, j->req.n_docs > 1 ? "s" : "");
+        char docs[96] = "";
+        const int rest = j->req.n_docs ? tokens_without_docs(model, j) : j->n_prompt;
+        const int docs_overflow = j->req.n_docs && rest < n_ctx + !generates; /* (rest -1: as before) */
+        if (docs_overflow)
+            snprintf(docs, sizeof docs, " with its %d document%s", j->req.n_docs, j->req.n_docs > 1 ? "s" : "");
+        else if (j->req.n_docs) /* the rest overflows without them: it is what the client must shorten */
+            snprintf(docs, sizeof docs, " without its %d document%s has %d tokens; with them it", j->req.n_docs,
+                     j->req.n_docs > 1 ? "s" : "", rest);
         srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
-                      j->req.n_docs ? "documents" : j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
+                      docs_overflow ? "documents" : j->req.kind == SRV_KIND_CHAT ? "messages" : "prompt",
                       "this model's context holds %d tokens, but the prompt%s has %d%s", n_ctx, docs, j->n_prompt,
                       generates ? " (and at least one token must be generated)" : "");
         goto fail;

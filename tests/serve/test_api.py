@@ -432,6 +432,15 @@ def test_context_length_exceeded(server, client):
                                                       "documents": ["word " * 700] * 3, "max_tokens": 2}), 400)
     assert e["code"] == "context_length_exceeded" and e["param"] == "documents", e
     assert "with its 3 documents" in e["message"], e
+    # a message that overflows without its short documents is named (it had
+    # been 'documents' whenever the request had any), with its own count
+    e = error_of(server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 3000}],
+                                                      "documents": ["a short one"], "max_tokens": 2}), 400)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "messages", e
+    assert "without its 1 document has" in e["message"], e
+    e = error_of(server.post("/v1/completions", {"prompt": "word " * 3000, "documents": ["a short one"],
+                                                 "max_tokens": 2}), 400)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "prompt", e
 
 
 def test_json_mode_and_tools_are_refused_not_ignored(server, client):
