@@ -546,6 +546,50 @@ TEST(many_nodes_are_routed_and_the_table_bound_is_named) {
     free(m);
 }
 
+/* The candidates a forced refresh of a fresh map on seeds had, read from
+ * its "k of N nodes asked" with every node of s stalled; -1 if it did not
+ * say. */
+static int refresh_candidates_when_stalled(rt_redis *s, const char *seeds) {
+    kvs_redis_policy pol;
+    kvs_redis_policy_defaults(&pol);
+    pol.timeout_ms = 100;
+    kvs_redis_nodes *m = calloc(1, sizeof *m);
+    int n = -1;
+    if (m && kvs_redis_nodes_init_cluster(m, seeds, &pol) == KVS_OK) {
+        CHECK_MSG(m->n_nodes > 0, "no node known from '%s': %s", seeds, m->slots_why);
+        for (int i = 0; i < RT_CLUSTER_N; i++) kill(s[i].pid, SIGSTOP);
+        kvs_redis_refresh(m, 1);
+        for (int i = 0; i < RT_CLUSTER_N; i++) kill(s[i].pid, SIGCONT);
+        const char *at = strstr(m->slots_why, " of ");
+        if (!at || sscanf(at, " of %d nodes asked", &n) != 1) n = -1;
+        CHECK_MSG(n > 0, "the refresh said '%s'", m->slots_why);
+        kvs_redis_nodes_destroy(m);
+    }
+    free(m);
+    return n;
+}
+
+/* Seeds named by host name are the nodes CLUSTER SLOTS names by IP: a
+ * refresh has as many candidates as with the same seeds by IP. It had asked
+ * each such seed beside its node, a stalled one twice per refresh. */
+TEST(seeds_by_host_name_are_their_nodes) {
+    rt_redis s[RT_CLUSTER_N];
+    if (rt_cluster_start(s)) {
+        CHECK(0);
+        rt_cluster_stop(s);
+        return;
+    }
+    char by_ip[512], by_name[512];
+    size_t o = 0;
+    rt_seed_list(s, RT_CLUSTER_N, by_ip, sizeof by_ip);
+    for (int i = 0; i < RT_CLUSTER_N; i++)
+        o += (size_t)snprintf(by_name + o, sizeof by_name - o, "%slocalhost:%d", i ? "," : "", s[i].port);
+    const int n_ip = refresh_candidates_when_stalled(s, by_ip), n_name = refresh_candidates_when_stalled(s, by_name);
+    CHECK_MSG(n_ip == RT_CLUSTER_N, "%d candidates from %d seeds by IP", n_ip, RT_CLUSTER_N);
+    CHECK_MSG(n_name == n_ip, "%d candidates from the seeds by host name, %d by IP", n_name, n_ip);
+    rt_cluster_stop(s);
+}
+
 int main(void) {
     RUN(hash_slots_match_redis);
     RUN(many_nodes_are_routed_and_the_table_bound_is_named);
@@ -555,5 +599,6 @@ int main(void) {
     RUN(redirect_to_the_same_node_is_not_followed);
     RUN(cluster_roundtrip_moved_failover_clear);
     RUN(stalled_cluster_costs_a_few_timeouts);
+    RUN(seeds_by_host_name_are_their_nodes);
     return kt_summary();
 }

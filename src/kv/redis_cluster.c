@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,36 @@ int kvs_redis_nodes_init_single(kvs_redis_nodes *m, const char *host, int port, 
     return KVS_OK;
 }
 
+/* Seed i's numeric addresses (getaddrinfo, as hiredis connects), once:
+ * matched to the nodes, a seed given by host name is not asked again
+ * beside its node (a stalled one had cost a second timeout per refresh). A
+ * name that does not resolve keeps none. */
+static void resolve_seed(kvs_redis_nodes *m, int i) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(m->seed_host[i], NULL, &hints, &res)) return;
+    int n = 0;
+    for (const struct addrinfo *a = res; a && n < KVS_REDIS_SEED_ADDRS; a = a->ai_next) {
+        char num[NI_MAXHOST];
+        if (getnameinfo(a->ai_addr, a->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST) ||
+            strlen(num) >= sizeof m->seed_addr[i][0]) /* (an IPv6 address with a long scope) */
+            continue;
+        int seen = 0;
+        for (int k = 0; k < n; k++) seen |= !strcmp(m->seed_addr[i][k], num);
+        if (!seen) snprintf(m->seed_addr[i][n++], sizeof m->seed_addr[i][0], "%s", num);
+    }
+    freeaddrinfo(res);
+}
+
+/* The node seed i is (by its name or one of its addresses), or -1. */
+static int seed_node_locked(const kvs_redis_nodes *m, int i) {
+    int known = find_node_locked(m, m->seed_host[i], m->seed_port[i]);
+    for (int k = 0; known < 0 && k < KVS_REDIS_SEED_ADDRS && m->seed_addr[i][k][0]; k++)
+        known = find_node_locked(m, m->seed_addr[i][k], m->seed_port[i]);
+    return known;
+}
+
 int kvs_redis_nodes_init_cluster(kvs_redis_nodes *m, const char *seeds, const kvs_redis_policy *policy) {
     init_common(m, 1, policy);
     for (const char *s = seeds; s && *s;) {
@@ -93,7 +124,7 @@ int kvs_redis_nodes_init_cluster(kvs_redis_nodes *m, const char *seeds, const kv
             return kvs_error(KVS_ERR_INVALID_ARG, "--redis-cluster: '%.*s' is not host:port (in '%s')", (int)len, s,
                              seeds);
         }
-        m->n_seeds++;
+        resolve_seed(m, m->n_seeds++);
         s = comma ? comma + 1 : s + len;
     }
     if (!m->n_seeds) {
@@ -238,11 +269,8 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
     for (int i = 0; i < m->n_nodes; i++)
         if (!atomic_load(&m->node[i]->rd.breaker_open))
             add_candidate(host, port, &n_cand, m->node[i]->rd.host, m->node[i]->rd.port);
-    for (int i = 0; i < m->n_seeds; i++) {
-        const int known = find_node_locked(m, m->seed_host[i], m->seed_port[i]);
-        if (known < 0 || !atomic_load(&m->node[known]->rd.breaker_open))
-            add_candidate(host, port, &n_cand, m->seed_host[i], m->seed_port[i]);
-    }
+    for (int i = 0; i < m->n_seeds; i++) /* a seed that is a known node is one already (or its breaker is open) */
+        if (seed_node_locked(m, i) < 0) add_candidate(host, port, &n_cand, m->seed_host[i], m->seed_port[i]);
     const unsigned first = m->refresh_turn++; /* each refresh starts at the next candidate */
     pthread_rwlock_unlock(&m->lock);
     /* Ask outside the lock (requests keep routing with the old map). The

@@ -35,6 +35,8 @@
  * 80 masters lost the slots of 16, without a word. Past it, the slots of
  * the nodes left out are missed and why_down says so (nodes_full). */
 #define KVS_REDIS_MAX_NODES 512
+/* Numeric addresses kept per seed (IPv4 and IPv6 of a host name). */
+#define KVS_REDIS_SEED_ADDRS 4
 
 typedef struct kvs_redis_node {
     kvs_redis_conn rd, wr;
@@ -52,6 +54,9 @@ typedef struct kvs_redis_nodes {
     int n_seeds;
     char seed_host[KVS_REDIS_MAX_NODES][256];
     int seed_port[KVS_REDIS_MAX_NODES];
+    /* each seed's numeric addresses, resolved at open ("" past the last): a
+     * seed named by host name is the node CLUSTER SLOTS names by IP */
+    char seed_addr[KVS_REDIS_MAX_NODES][KVS_REDIS_SEED_ADDRS][46];
     int64_t refresh_after_ns;          /* rate limit of map refreshes (INT64_MAX: one is running) */
     unsigned refresh_turn;             /* refreshes begun: where the next starts among the candidates */
     _Atomic uint64_t refreshes, moved, ask;
