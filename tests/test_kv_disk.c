@@ -409,7 +409,12 @@ TEST(damaged_entry_removed_only_if_still_the_file_read) {
     CHECK_EQ_INT(link(path, good), 0);
     char copy[600];
     snprintf(copy, sizeof copy, "%s.rw", path);
-    for (int round = 0; round < 2; round++) {
+    /* round 0: a writer renames a good copy onto the name after the read;
+     * round 1: the damaged file is still there; round 2: a good file under
+     * the damaged one's inode number (freed and given again; here the same
+     * inode, written anew) stays too (the check had compared device and
+     * inode alone) */
+    for (int round = 0; round < 3; round++) {
         /* damage a copy of its own (the good one keeps its inode) */
         char cmd[4096];
         snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mv '%s' '%s'", good, copy, copy, path);
@@ -420,16 +425,21 @@ TEST(damaged_entry_removed_only_if_still_the_file_read) {
         CHECK(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, &seen) != KVS_OK);
         CHECK_EQ_INT(v, KVS_DISK_BAD_PAYLOAD);
         CHECK(seen.ino == (uint64_t)sb.st_ino);
-        if (round == 0) {
-            snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mv '%s' '%s'", good, copy, copy, path); /* a writer's rename */
-            CHECK_EQ_INT(system(cmd), 0);
-            CHECK_EQ_INT(kvs_disk_remove(dir, &c->prefix_key, &seen), KVS_ERR_NOT_FOUND);
-            CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, NULL), KVS_OK); /* it stayed */
-            free(payload);
-        } else {
+        if (round == 1) {
             CHECK_EQ_INT(kvs_disk_remove(dir, &c->prefix_key, &seen), KVS_OK);
             CHECK(access(path, F_OK) != 0);
+            continue;
         }
+        if (round == 0) {
+            snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mv '%s' '%s'", good, copy, copy, path); /* a writer's rename */
+        } else {
+            usleep(30 * 1000); /* past the file clock's tick: the rewrite's mtime is another */
+            snprintf(cmd, sizeof cmd, "cat '%s' > '%s'", good, path); /* in place: the inode stays */
+        }
+        CHECK_EQ_INT(system(cmd), 0);
+        CHECK_EQ_INT(kvs_disk_remove(dir, &c->prefix_key, &seen), KVS_ERR_NOT_FOUND);
+        CHECK_EQ_INT(kvs_disk_load_payload(dir, &fp, NULL, c, &payload, &v, NULL), KVS_OK); /* it stayed */
+        free(payload);
     }
     DIR *d = opendir(dir);
     struct dirent *de;

@@ -367,7 +367,9 @@ static int read_header_fd(int fd, const char *path, const kvs_key *want_fp, cons
     memset(hd, 0, sizeof *hd);
     struct stat st;
     if (fstat(fd, &st)) FAIL(KVS_DISK_IO, "%s: stat: %s", path, strerror(errno));
-    if (seen) *seen = (kvs_disk_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+    if (seen)
+        *seen = (kvs_disk_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino, (int64_t)st.st_size,
+                                   (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
     ssize_t got = pread_all(fd, fixed, sizeof fixed, 0);
     if (got < 0) FAIL(KVS_DISK_IO, "%s: read: %s", path, strerror(errno));
     int rc = kvs_disk_header_parse_fixed(fixed, (size_t)got, path, hd, verdict);
@@ -412,7 +414,7 @@ fail_rc:
  * not hang the reader (base/file.h); a symlink is not an entry either. */
 static int open_entry(const char *path, kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
     int fd = kvs_open_regular_nofollow(path, NULL);
-    if (seen) *seen = (kvs_disk_file_id){0, 0}; /* (read_header_fd says which file it read) */
+    if (seen) *seen = (kvs_disk_file_id){0}; /* (read_header_fd says which file it read) */
     if (fd == KVS_OPEN_NOT_REGULAR) {
         *verdict = KVS_DISK_NOT_REGULAR;
         kvs_error(kvs_disk_verdict_status(*verdict), "%s: not a regular file (left alone)", path);
@@ -461,7 +463,7 @@ int kvs_disk_read_header(const char *path, const kvs_key *fp, const kvs_kv_shape
 static int open_indexed_entry(const char *dir, const kvs_key *fp, const kvs_entry_mac *mac, const kvs_chunk *c,
                               char *path, size_t path_size, int *fd, kvs_disk_header *hd, kvs_entry_mac_state *s,
                               kvs_disk_verdict *verdict, kvs_disk_file_id *seen) {
-    if (seen) *seen = (kvs_disk_file_id){0, 0};
+    if (seen) *seen = (kvs_disk_file_id){0};
     int rc = kvs_disk_path(dir, &c->prefix_key, path, path_size);
     if (rc) {
         *verdict = KVS_DISK_IO;
@@ -566,7 +568,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_entry_ma
     kvs_disk_verdict v_local;
     if (!verdict) verdict = &v_local;
     *verdict = KVS_DISK_IO;
-    if (seen) *seen = (kvs_disk_file_id){0, 0};
+    if (seen) *seen = (kvs_disk_file_id){0};
     kvs_kv_shape kv_shape = kvs_kv_buffer_shape(kv);
     if (!kvs_kv_shape_equal(&c->shape, &kv_shape) || off < 0 || n <= 0 || off > c->n_tok - n || slot < 0 ||
         slot > kv->n_ctx - n)

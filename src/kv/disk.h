@@ -95,11 +95,15 @@ typedef enum kvs_disk_verdict {
 
 const char *kvs_disk_verdict_name(kvs_disk_verdict v);
 
-/* The file a reader opened, by device and inode: a damaged entry is
- * removed only while that file is still under its name (kvs_disk_remove),
- * not a good one another process renamed onto it after the read began. */
+/* The file a reader opened, by device and inode, and its size and mtime
+ * as read: a damaged entry is removed only while that file is still under
+ * its name (kvs_disk_remove), not a good one another process renamed onto
+ * it after the read began, even one whose inode number was the damaged
+ * file's, freed and given again (the writer sets a new mtime; a rename
+ * keeps it). */
 typedef struct kvs_disk_file_id {
     uint64_t dev, ino; /* both 0: not known (the file was not opened) */
+    int64_t size, mtime_s, mtime_ns;
 } kvs_disk_file_id;
 
 /* Counts from a scan. */

@@ -268,6 +268,11 @@ done:
 
 enum { REMOVED = 1, GONE = 0, NOT_OURS = -1, REFUSED = -2 };
 
+int kvs_disk_same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
 int kvs_disk_unlink_checked(const char *dir, const char *name, kvs_disk_file_kind k, const struct stat *st) {
     char path[4096], aside[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return errno = ENAMETOOLONG, -1;
@@ -282,7 +287,7 @@ int kvs_disk_unlink_checked(const char *dir, const char *name, kvs_disk_file_kin
     if (kvs_disk_tmp_path(dir, name, aside, sizeof aside)) return errno = ENAMETOOLONG, -1;
     if (rename(path, aside)) return -1;
     struct stat moved;
-    if (!lstat(aside, &moved) && moved.st_dev == st->st_dev && moved.st_ino == st->st_ino) return unlink(aside);
+    if (!lstat(aside, &moved) && kvs_disk_same_file(&moved, st)) return unlink(aside);
     if (link(aside, path) && errno != EEXIST) return -1; /* stays aside, as a stale temp file later */
     unlink(aside);
     return errno = EAGAIN, -1;

@@ -68,6 +68,10 @@ int kvs_disk_is_memo(const char *name);
  * no signal). An entry is never stale: 0. */
 int kvs_disk_is_stale(kvs_disk_file_kind k, const char *name, const struct stat *st);
 
+/* 1 if a and b are one file in one state: device, inode, size and mtime
+ * (an inode number alone may have been freed and given to a new file). */
+int kvs_disk_same_file(const struct stat *a, const struct stat *b);
+
 /* Removes DIR/name, of kind k as kvs_disk_classify found it with *st: an
  * unlink, but junk is moved aside first and removed only if it is still
  * the file checked (an entry renamed onto its name since is put back).

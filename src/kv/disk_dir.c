@@ -93,6 +93,9 @@ int kvs_disk_remove(const char *dir, const kvs_key *k, const kvs_disk_file_id *s
         struct stat st = {0};
         st.st_dev = (dev_t)seen->dev;
         st.st_ino = (ino_t)seen->ino;
+        st.st_size = (off_t)seen->size;
+        st.st_mtim.tv_sec = (time_t)seen->mtime_s;
+        st.st_mtim.tv_nsec = (long)seen->mtime_ns;
         if (!kvs_disk_unlink_checked(dir, strrchr(path, '/') + 1, KVS_DISK_FILE_JUNK, &st)) return KVS_OK;
         if (errno == ENOENT || errno == EAGAIN)
             return kvs_error(KVS_ERR_NOT_FOUND, "%s: no such entry (or another file now)", path);
