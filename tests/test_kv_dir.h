@@ -10,8 +10,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static inline char *new_dir(void) {
@@ -24,14 +26,33 @@ static inline void rm_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *de;
-    char p[512];
+    char p[4400];
     while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            if (unlink(p)) rmdir(p); /* a directory planted in an entry's place */
-        }
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+            snprintf(p, sizeof p, "%.4096s/%s", dir, de->d_name) < (int)sizeof p && unlink(p))
+            rm_dir(p); /* a directory planted in an entry's place */
     closedir(d);
     rmdir(dir);
+}
+
+/* A directory with a file in it at path, in an entry's place: a write
+ * there fails (an empty one the writer removes). 0 on success. */
+#define PLANTED_FILE "someones-file"
+static inline int plant_full_dir(const char *path) {
+    char p[4200];
+    if (mkdir(path, 0755)) return -1;
+    snprintf(p, sizeof p, "%s/" PLANTED_FILE, path);
+    FILE *fp = fopen(p, "w");
+    if (!fp) return -1;
+    fputs("not the cache's\n", fp);
+    return fclose(fp);
+}
+
+static inline void unplant_full_dir(const char *path) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/" PLANTED_FILE, path);
+    unlink(p);
+    rmdir(path);
 }
 
 static inline int count_files(const char *dir, const char *suffix) {

@@ -498,7 +498,7 @@ TEST(a_failing_tier_stops_only_itself) {
     char *dir = new_dir();
     char path[512];
     entry_path(dir, 1, path, sizeof path);
-    CHECK_EQ_INT(mkdir(path, 0755), 0); /* a directory in chunk 1's place */
+    CHECK_EQ_INT(plant_full_dir(path), 0); /* a directory in chunk 1's place */
     kvs_store *s = open_store(dir, 0);
     CHECK_EQ_INT(kvs_store_attach_tier(s, mem_tier(&shelf)), KVS_OK);
     fake_kv_fill(cold, toks, N);
@@ -508,7 +508,7 @@ TEST(a_failing_tier_stops_only_itself) {
     CHECK_EQ_INT(count_files(dir, ".kvc"), 2); /* the directory: chunk 0, and the directory in 1's place */
     CHECK_EQ_INT(r.n_write_errors, 4);         /* chunk 1 failed there, 2..4 not written there */
     kvs_store_free(s);
-    rmdir(path);
+    unplant_full_dir(path);
     rm_dir(dir);
     free(dir);
     for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
@@ -550,8 +550,8 @@ TEST(failed_write_is_counted_not_stored) {
     char path[512], path3[512];
     entry_path(dir, 2, path, sizeof path);
     entry_path(dir, 3, path3, sizeof path3);
-    CHECK_EQ_INT(mkdir(path, 0755), 0); /* directories in two entries' places */
-    CHECK_EQ_INT(mkdir(path3, 0755), 0);
+    CHECK_EQ_INT(plant_full_dir(path), 0); /* directories in two entries' places */
+    CHECK_EQ_INT(plant_full_dir(path3), 0);
     kvs_store *s = open_store(dir, 0);
     fake_kv_fill(cold, toks, N);
     kvs_put_report r;
@@ -580,7 +580,7 @@ TEST(failed_write_reason_survives_a_long_path) {
     snprintf(dir, sizeof dir, "%s/%0150d", base, 0);
     CHECK_EQ_INT(mkdir(dir, 0755), 0);
     entry_path(dir, 0, path, sizeof path);
-    CHECK_EQ_INT(mkdir(path, 0755), 0); /* a directory in chunk 0's place */
+    CHECK_EQ_INT(plant_full_dir(path), 0); /* a directory in chunk 0's place */
     kvs_store *s = open_store(dir, 0);
     fake_kv_fill(cold, toks, N);
     kvs_put_report r;
@@ -591,7 +591,7 @@ TEST(failed_write_reason_survives_a_long_path) {
     CHECK_MSG(strstr(r.write_error, "Is a directory"), "'%s'", r.write_error); /* the reason, at the end */
     CHECK_MSG(strstr(r.write_error, " ... ") && !strncmp(r.write_error, "/tmp/kvs_test", 13), "'%s'", r.write_error);
     kvs_store_free(s);
-    rmdir(path);
+    unplant_full_dir(path);
     rm_dir(dir);
     rmdir(base);
     free(base);

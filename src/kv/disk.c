@@ -197,8 +197,13 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
         err = errno;
     }
     if (ok && rename(tmp, final)) {
-        ok = 0;
+        /* An empty directory in the entry's place (a stray mkdir) holds
+         * nothing: it goes and the entry takes the name (it had blocked the
+         * chain's storage for good). One with files in it stays, and the
+         * write fails naming it. */
         err = errno;
+        if (err == EISDIR && !rmdir(final)) err = rename(tmp, final) ? errno : 0;
+        ok = !err;
     }
     if (!ok) {
         unlink(tmp);
