@@ -299,6 +299,8 @@ TEST(arch_random_refusals_name_the_key) {
         {"bad-llama3-no-low", "key llama.rope.scaling.low_freq_factor is missing"},
         {"bad-qwen3-rope-freqs", "tensor rope_freqs.weight (RoPE frequency factors) is not supported for architecture 'qwen3'"},
         {"bad-scaling-type-u32", "key llama.rope.scaling.type: type is u32, expected string"},
+        {"bad-linear-tiny-factor", "key llama.rope.scaling.factor = 9.99995e-41 must be a positive number (with a "
+                                   "finite reciprocal)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char p[256];

@@ -40,6 +40,7 @@ int kvs_decode_logits(kvs_context *ctx, const int32_t *tokens, const int32_t *po
         if ((st = kvs_context_poll_stop(ctx, n > 1 ? "a forward pass" : "a decode step", c0, n, "tokens"))) return st;
         kvs_fwd_embed(f, tokens + c0, m);
         for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &ctx->kv);
+        if ((st = kvs_fwd_overflow_status(f))) return st; /* (its slots are not exact) */
         kvs_kv_exact_extend(&ctx->kv, tokens + c0, pos + c0, m);
         /* Only the rows whose logits were asked for pay for the output head. */
         int i0 = first > c0 ? first : c0, k = 0;

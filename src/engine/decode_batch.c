@@ -62,6 +62,8 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
         }
         kvs_fwd_layer_ffn(f, l, pos, n);
     }
+    int st = kvs_fwd_overflow_status(f); /* (the rows' slots are not exact) */
+    if (st) return st;
     for (int r = 0; r < n; r++) kvs_kv_exact_extend(&ctxs[r]->kv, tokens + r, pos + r, 1);
     for (int r = 0; r < n; r++) host->rows[r] = r;
     return kvs_fwd_logits(f, host->rows, n, logits);

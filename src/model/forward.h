@@ -21,6 +21,8 @@
 #ifndef KVS_MODEL_FORWARD_H
 #define KVS_MODEL_FORWARD_H
 
+#include <stdatomic.h>
+
 #include "base/threadpool.h"
 #include "model/kv_buffer.h"
 #include "model/model.h"
@@ -59,6 +61,8 @@ typedef struct kvs_fwd {
     void *att_work;     /* kvs_attention scratch */
     kvs_fwd_rope rope[KVS_FWD_ROPE_TABLES];
     int rope_next;      /* the table a new configuration replaces */
+    _Atomic int overflow_layer; /* 0, or 1 + a layer where a matmul's or the attention's input was not finite
+                                 * (kvs_fwd_overflow_status) */
 } kvs_fwd;
 
 int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx, kvs_fwd **out);
@@ -97,9 +101,18 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
 
 /* Final norm + output head for the n rows listed in rows[] (indices into x,
  * n <= max_rows): logits (n, n_vocab). Only these rows pay for the head.
- * KVS_ERR_FORMAT when a row's logits are not finite (the activations
- * overflowed: finite weights of extreme size, which the load's check of
- * every tensor for NaN / inf cannot see). */
+ * KVS_ERR_FORMAT when the layers' activations overflowed
+ * (kvs_fwd_overflow_status), or a row's final hidden state or logits are
+ * not finite: finite weights of extreme size, which the load's check of
+ * every tensor for NaN / inf cannot see. */
 int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
+
+/* KVS_ERR_FORMAT, naming the layer, if an input of a matmul or of the
+ * attention was not finite since the last call (then clears it); else
+ * KVS_OK. Every pass over layers checks it before using their results:
+ * a quantized matmul takes a NaN activation as 0 (the block's largest
+ * magnitude ignores it), and the attention a NaN score as masked, so an
+ * overflow upstream had come out as finite, wrong logits. */
+int kvs_fwd_overflow_status(kvs_fwd *f);
 
 #endif

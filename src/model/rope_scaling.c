@@ -98,13 +98,16 @@ static int linear_scale(kvs_model *m, const char *suffix, int required, float *s
     int st = kvs_gguf_get_f32(m->gguf, key, &factor);
     *scale = 1.0f;
     if (st == KVS_ERR_NOT_FOUND || !required) {
-        if (st == KVS_OK && factor > 0.0f) *scale = 1.0f / factor;
+        if (st == KVS_OK && factor > 0.0f && isfinite(1.0f / factor)) *scale = 1.0f / factor;
         return KVS_OK;
     }
     if (st) return kvs_error_prefix(st, "%s", m->path);
     if (factor == 0.0f) return KVS_OK;
-    if (!isfinite(factor) || !(factor > 0.0f))
-        return kvs_error(KVS_ERR_FORMAT, "%s: key %s = %g must be a positive number", m->path, key, factor);
+    /* (a positive factor whose reciprocal is inf, e.g. 1e-40, had loaded
+     * and made every RoPE angle NaN) */
+    if (!isfinite(factor) || !(factor > 0.0f) || !isfinite(1.0f / factor))
+        return kvs_error(KVS_ERR_FORMAT, "%s: key %s = %g must be a positive number (with a finite reciprocal)",
+                         m->path, key, factor);
     *scale = 1.0f / factor;
     return KVS_OK;
 }

@@ -121,6 +121,7 @@ static int prefill(kvs_doc_computer *dc, const int32_t *tokens, const int32_t *p
         if (st) return st;
         kvs_fwd_embed(f, tokens + c0, m);
         for (int l = 0; l < n_layer; l++) kvs_fwd_layer(f, l, pos + c0, m, &dc->kv);
+        if ((st = kvs_fwd_overflow_status(f))) return st;
     }
     return KVS_OK;
 }

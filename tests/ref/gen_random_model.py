@@ -69,6 +69,9 @@ BAD = {
     "bad-qwen3-rope-freqs": dict(arch="qwen3", scaling="tensor"),
     # its type as a number: it had read as absent, the model run unscaled
     "bad-scaling-type-u32": dict(arch="llama", scaling="type-u32"),
+    # linear with a positive factor whose reciprocal is inf: it had loaded,
+    # every RoPE angle NaN
+    "bad-linear-tiny-factor": dict(arch="llama", scaling="linear-tiny"),
 }
 for _cfg in BAD.values():
     _cfg.update(n_layer=1, n_embd=256, n_head=4, n_kv=2, head_dim=64, n_ff=256, quant=F16, tied=True)
@@ -168,6 +171,9 @@ def write_model(path, cfg, rng):
     elif cfg["scaling"] == "yarn":
         w.add_string(p + "rope.scaling.type", "yarn")
         w.add_float32(p + "rope.scaling.factor", 4.0)
+    elif cfg["scaling"] == "linear-tiny":
+        w.add_string(p + "rope.scaling.type", "linear")
+        w.add_float32(p + "rope.scaling.factor", 1e-40)
     elif cfg["scaling"] == "type-u32":
         w.add_uint32(p + "rope.scaling.type", 1)
         w.add_float32(p + "rope.scaling.factor", 4.0)

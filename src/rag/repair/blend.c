@@ -181,6 +181,7 @@ int kvs_blend_select(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_
      * a short region may keep none. */
     if (!st) {
         int nr = measure_layer(f, kv, rs, p, c, NULL, rk, tmp);
+        st = kvs_fwd_overflow_status(f); /* (the rows then go on through kvs_rowset_layers, which says it too) */
         tl += n;
         int want = (int)(kvs_blend_share(p, 0, n_layer) * n + 0.5);
         rank_keep(rk, nr, want > n ? n : want, p->min_deviation, by_dev);
@@ -193,6 +194,7 @@ int kvs_blend_select(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_
         const int l = c + j;
         if ((st = kvs_rowset_layers(ctx, f, kv, rs, l - 1, l))) break; /* the kept rows through layer l - 1 */
         int nr = measure_layer(f, kv, rs, p, l, by_dev, rk, tmp);
+        if ((st = kvs_fwd_overflow_status(f))) break;
         tl += rs->n;
         int want = (int)(kvs_blend_share(p, j, n_layer) * n + 0.5);
         rank_keep(rk, nr, want, -INFINITY, by_dev);

@@ -153,6 +153,7 @@ static int score_moved(const kvs_repair_job *job, double *score) {
             kvs_fwd_layer_attn_ffn(f, l, qs.pos + b0, m, kv);
             memcpy(qs.x + (size_t)b0 * d, f->x, (size_t)m * d * sizeof(float));
         }
+        if (!st) st = kvs_fwd_overflow_status(f);
     }
     free(kf);
     free(logit);

@@ -46,6 +46,7 @@ int kvs_rowset_layers(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs
             kvs_fwd_layer(f, l, rs->pos + b0, m, kv);
             memcpy(rs->x + (size_t)b0 * d, f->x, (size_t)m * d * sizeof(float));
         }
+        if ((st = kvs_fwd_overflow_status(f))) return st;
     }
     return KVS_OK;
 }
