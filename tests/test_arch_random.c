@@ -301,6 +301,7 @@ TEST(arch_random_refusals_name_the_key) {
         {"bad-scaling-type-u32", "key llama.rope.scaling.type: type is u32, expected string"},
         {"bad-linear-tiny-factor", "key llama.rope.scaling.factor = 9.99995e-41 must be a positive number (with a "
                                    "finite reciprocal)"},
+        {"bad-attn-scale", "llama.attention.scale 3e+38 (0 < scale <= 10000)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char p[256];

@@ -171,6 +171,14 @@ void kvs_dequantize_row(int type, const void *src, float *dst, int k);
 /* y = x / rms(x) * w, one row of n (y may be x). */
 void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
+/* 1 if an element of x (n) is inf, NaN, or of magnitude 2^40 or more: a
+ * model's activations have overflowed (SmolLM2's and gemma3's stay below
+ * 1e6). Below it a row's sum of squares cannot overflow, nor an attention
+ * score (heads of up to 2^11 dimensions, a scale of at most
+ * KVS_MAX_ATTN_SCALE: < 2^105). 0 otherwise. */
+int kvs_row_overflows(const float *x, int n);
+#define KVS_MAX_ATTN_SCALE 1e4f
+
 /* Rotates one token's heads in place: x is (n_head, head_dim); the first
  * rope_dim dims of each head rotate. neox=0: pairs (2i, 2i+1); neox=1: pairs
  * (i, i + rope_dim/2). theta_i = pos * freq_scale * base^(-2i/rope_dim).

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "gguf/gguf.h"
 #include "model/forward.h"
 
 /* Below this many elements a row op is not worth waking the pool for
@@ -54,10 +53,17 @@ static void norm_head(float *x, const float *w, const kvs_hparams *hp) {
     kvs_rmsnorm(x, x, w, hp->head_dim, hp->norm_eps);
 }
 
-/* Row v of n floats holds an inf or NaN: layer l's activations overflowed
- * (the first layer seen is kept; rows race only on which one). */
+/* Row v of n floats has overflowed (kvs_row_overflows): so have layer l's
+ * activations (the first layer seen is kept; rows race only on which one).
+ * Checked where an overflow could be lost: the attention's inputs (it
+ * takes a NaN score as masked; below the bound its scores and so its
+ * output cannot overflow), down's input (a quantized matmul takes a NaN
+ * activation as 0), and the residual stream, which only adds, so an
+ * overflow anywhere else reaches it, and which feeds every other input (a
+ * norm of it with huge weights overflows into q, k, v or down's input, all
+ * checked). */
 static void check_row(kvs_fwd *f, int l, const float *v, int n) {
-    if (kvs_type_find_nonfinite(KVS_TYPE_F32, v, (size_t)n * sizeof(float)) < 0) return;
+    if (!kvs_row_overflows(v, n)) return;
     int none = 0;
     atomic_compare_exchange_strong(&f->overflow_layer, &none, l + 1);
 }
@@ -65,7 +71,7 @@ static void check_row(kvs_fwd *f, int l, const float *v, int n) {
 int kvs_fwd_overflow_status(kvs_fwd *f) {
     const int l = atomic_exchange(&f->overflow_layer, 0);
     if (!l) return KVS_OK;
-    return kvs_error(KVS_ERR_FORMAT, "the activations of layer %d are not finite: the model's activations overflow "
+    return kvs_error(KVS_ERR_FORMAT, "the activations of layer %d are not finite or past 2^40: the model's activations overflow "
                      "(weights of extreme size?)", l - 1);
 }
 
@@ -78,7 +84,6 @@ static void row_op_one(const row_task *t, int r) {
     switch (t->op) {
     case OP_ATTN_NORM:
         kvs_rmsnorm(xn, x, w->attn_norm, d, hp->norm_eps);
-        check_row(f, t->l, xn, d); /* the projections' input */
         break;
     case OP_QKV_POST: {
         float *q = f->q + (size_t)r * qd, *k = f->k + (size_t)r * kvd, *v = f->v + (size_t)r * kvd;
@@ -96,7 +101,7 @@ static void row_op_one(const row_task *t, int r) {
                              c, s);
         kvs_rope_apply(q, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_neox, c, s);
         kvs_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, hp->rope_neox, c, s);
-        check_row(f, t->l, q, qd); /* the attention's input */
+        check_row(f, t->l, q, qd); /* the attention's inputs */
         check_row(f, t->l, k, kvd);
         check_row(f, t->l, v, kvd);
         break;
@@ -106,11 +111,9 @@ static void row_op_one(const row_task *t, int r) {
         store_row(t->kv, t->l, 1, f->v + (size_t)r * kvd, t->pos[r]);
         break;
     case OP_RESID_FFN_NORM:
-        check_row(f, t->l, f->att + (size_t)r * qd, qd); /* wo's input, still there */
         if (w->attn_post_norm) kvs_rmsnorm(xn, xn, w->attn_post_norm, d, hp->norm_eps);
         add_row(x, xn, d);
         kvs_rmsnorm(xn, x, w->ffn_norm, d, hp->norm_eps);
-        check_row(f, t->l, xn, d); /* gate's and up's */
         break;
     case OP_ACT_MUL:
         if (hp->arch->act == KVS_ACT_GELU_TANH)
@@ -122,7 +125,7 @@ static void row_op_one(const row_task *t, int r) {
     case OP_RESID:
         if (w->ffn_post_norm) kvs_rmsnorm(xn, xn, w->ffn_post_norm, d, hp->norm_eps);
         add_row(x, xn, d);
-        check_row(f, t->l, x, d); /* the next layer's */
+        check_row(f, t->l, x, d);
         break;
     case OP_OUT_NORM:
         kvs_rmsnorm(xn, f->x + (size_t)t->rows[r] * d, kvs_model_output_norm(f->model), d, hp->norm_eps);
@@ -363,15 +366,12 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
     kvs_fwd_layer_attn_ffn(f, l, pos, m, kv);
 }
 
-/* 1 if a final hidden state (x) and its norm (xn) are finite, and x's sum
- * of squares too (past it the norm's scale is 0 and xn all zeros). With
- * quantized weights an overflow upstream had given finite logits, all
- * equal: token 0 and an end of sequence, or garbage, with exit 0, where
- * the model's F16 twin failed (kvs_fwd_overflow_status). */
+/* 1 if neither a final hidden state (x) nor its norm (xn) has overflowed
+ * (kvs_row_overflows). With quantized weights an overflow upstream had given
+ * finite logits, all equal: token 0 and an end of sequence, or garbage,
+ * with exit 0, where the model's F16 twin failed. */
 static int hidden_finite(const float *x, const float *xn, int d) {
-    float ss = 0.0f;
-    for (int j = 0; j < d; j++) ss += x[j] * x[j];
-    return isfinite(ss) && kvs_type_find_nonfinite(KVS_TYPE_F32, xn, (size_t)d * sizeof(float)) < 0;
+    return !kvs_row_overflows(x, d) && !kvs_row_overflows(xn, d);
 }
 
 int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
@@ -381,7 +381,7 @@ int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
     const int d = f->hp->n_embd;
     for (int i = 0; i < n; i++)
         if (!hidden_finite(f->x + (size_t)rows[i] * d, f->xn + (size_t)i * d, d))
-            return kvs_error(KVS_ERR_FORMAT, "the final hidden state of row %d of %d is not finite: the model's "
+            return kvs_error(KVS_ERR_FORMAT, "the final hidden state of row %d of %d is not finite or past 2^40: the model's "
                              "activations overflow (weights of extreme size?)", i, n);
     kvs_matmul(f->pool, kvs_model_output(f->model), f->xn, n, logits, f->mm_work);
     const int n_vocab = f->hp->n_vocab;

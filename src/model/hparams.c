@@ -132,8 +132,12 @@ int kvs_model_read_hparams(kvs_model *m, int required) {
     if (!(hp->norm_eps > 0.0f && isfinite(hp->norm_eps)) || !(hp->rope_freq_base > 0.0f && isfinite(hp->rope_freq_base)))
         return kvs_error(KVS_ERR_FORMAT, "%s: rms epsilon %g / rope base %g must be positive and finite", m->path,
                          hp->norm_eps, hp->rope_freq_base);
-    if (!(hp->attn_scale > 0.0f && isfinite(hp->attn_scale)) || !(hp->logit_softcap >= 0.0f && isfinite(hp->logit_softcap)))
-        return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.scale %g / final_logit_softcapping %g out of range",
-                         m->path, m->arch, hp->attn_scale, hp->logit_softcap);
+    /* the scale at most KVS_MAX_ATTN_SCALE: with the queries and keys below
+     * the forward's overflow bound (kvs_row_overflows) no score can overflow
+     * (3e38 had made the scores inf and the outputs garbage, exit 0) */
+    if (!(hp->attn_scale > 0.0f && hp->attn_scale <= KVS_MAX_ATTN_SCALE) ||
+        !(hp->logit_softcap >= 0.0f && isfinite(hp->logit_softcap)))
+        return kvs_error(KVS_ERR_FORMAT, "%s: %s.attention.scale %g (0 < scale <= %g) / final_logit_softcapping %g out "
+                         "of range", m->path, m->arch, hp->attn_scale, (double)KVS_MAX_ATTN_SCALE, hp->logit_softcap);
     return read_layers(m);
 }

@@ -72,6 +72,9 @@ BAD = {
     # linear with a positive factor whose reciprocal is inf: it had loaded,
     # every RoPE angle NaN
     "bad-linear-tiny-factor": dict(arch="llama", scaling="linear-tiny"),
+    # an attention scale past the bound under which no score can overflow:
+    # 3e38 had loaded, the scores inf, the output garbage with exit 0
+    "bad-attn-scale": dict(arch="llama", scaling=None, attn_scale=3e38),
 }
 for _cfg in BAD.values():
     _cfg.update(n_layer=1, n_embd=256, n_head=4, n_kv=2, head_dim=64, n_ff=256, quant=F16, tied=True)
@@ -161,6 +164,8 @@ def write_model(path, cfg, rng):
         w.add_uint32(p + "attention.value_length", hd)
     else:
         w.add_uint32(p + "rope.dimension_count", hd)
+    if cfg.get("attn_scale"):
+        w.add_float32(p + "attention.scale", cfg["attn_scale"])
     if cfg["scaling"] in ("keys", "keys-no-low"):
         w.add_string(p + "rope.scaling.type", "llama3")
         w.add_float32(p + "rope.scaling.factor", LLAMA3_SCALING["factor"])
