@@ -78,6 +78,17 @@ TEST(chatml_smollm2) {
     /* A template whose system text is concatenated with a message is not a default. */
     const char *concat = "{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}";
     check_render(concat, NULL, user_only, 1, 0, "<|im_start|>user\nHello!<|im_end|>\n");
+    /* A concatenated head, then a literal default after its end; and heads
+     * before one end whose last text after a quote is literal (heads share
+     * their end and its last quote, found once: a render had scanned to
+     * the end again from every head, 44 s on a 2 MB template) */
+    const char *later = "{% if x %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
+                        "{% else %}{{ '<|im_start|>system\nDefault.<|im_end|>\n' }}{% endif %}";
+    check_render(later, NULL, user_only, 1, 0,
+                 "<|im_start|>system\nDefault.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n");
+    const char *shared = "{{ '<|im_start|>system\n' + a + '<|im_start|>system\n' + b + '<|im_start|>system\nLit<|im_end|>' }}";
+    check_render(shared, NULL, user_only, 1, 0,
+                 "<|im_start|>system\nLit<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n");
     /* Escaped newlines (\\n in the Jinja source) and quotes in the default. */
     const char *esc = "{{ '<|im_start|>system\\nYou\\'re \\\"kind\\\".<|im_end|>\\n' }}";
     check_render(esc, NULL, user_only, 1, 0,

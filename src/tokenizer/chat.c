@@ -104,20 +104,26 @@ static int chatml_default_system(const char *tmpl, size_t len, char **out) {
     static const char head[] = "<|im_start|>system";
     *out = NULL;
     const char *end = tmpl + len, *p = tmpl;
+    /* Heads before one <|im_end|> share it and the last quote before it:
+     * each found once (a 2 MB template of heads before one end had taken
+     * 44 s a render, each head scanning to the end again). */
+    const char *stop = NULL, *last_quote = NULL;
     while ((p = memfind(p, (size_t)(end - p), head)) != NULL) {
         const char *q = p + sizeof head - 1;
         p = q;
         if (q < end && *q == '\n') q++;
         else if (end - q >= 2 && q[0] == '\\' && q[1] == 'n') q += 2;
         else continue;
-        const char *stop = memfind(q, (size_t)(end - q), "<|im_end|>");
-        if (!stop) return KVS_OK;
-        int quoted = 0;
-        for (const char *c = q; c < stop; c++) {
-            if (*c == '\\') { c++; continue; }
-            if (*c == '\'' || *c == '"') { quoted = 1; break; }
+        if (!stop || q >= stop) {
+            stop = memfind(q, (size_t)(end - q), "<|im_end|>");
+            if (!stop) return KVS_OK;
+            last_quote = NULL;
+            for (const char *c = q; c < stop; c++) {
+                if (*c == '\\') { c++; continue; }
+                if (*c == '\'' || *c == '"') last_quote = c;
+            }
         }
-        if (quoted) continue;
+        if (last_quote && last_quote >= q) continue; /* a quoted text: not a literal default */
         sbuf b = {0};
         for (const char *c = q; c < stop; c++) {
             char ch = *c;
