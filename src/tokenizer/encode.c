@@ -15,17 +15,39 @@
 #include "tokenizer/tok_impl.h"
 #include "tokenizer/unicode.h"
 
-/* Longest special token starting at text[i], -1 if none. */
+/* The first of special[lo, hi) (all longer than k bytes, sharing their
+ * first k, so sorted by byte k) whose byte k is at least c. */
+static int first_byte_at_least(const kvs_tokenizer *t, int lo, int hi, size_t k, unsigned char c) {
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if ((unsigned char)t->text[t->special[mid]][k] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Longest special token starting at text[i], -1 if none: the range of
+ * specials whose first k bytes are the text's narrows byte by byte, those
+ * of exactly k bytes first in it. O(its length x log(specials)) a
+ * position: scanning every special of the first byte had made 1 MB of
+ * '<' take 11 s on gemma3 (6,321 specials begin with '<'). */
 static int32_t special_at(const kvs_tokenizer *t, const char *text, size_t len, size_t i,
                           int parse_special) {
-    unsigned char b = (unsigned char)text[i];
-    for (int k = t->special_start[b]; k < t->special_start[b + 1]; k++) {
-        int32_t id = t->special[k];
-        if (!parse_special && t->ttype[id] != KVS_TT_USER_DEFINED) continue;
-        uint32_t n = t->text_len[id];
-        if (n <= len - i && memcmp(text + i, t->text[id], n) == 0) return id;
+    const unsigned char b = (unsigned char)text[i];
+    int lo = t->special_start[b], hi = t->special_start[b + 1];
+    int32_t best = -1;
+    for (size_t k = 1; lo < hi; k++) {
+        int found = 0;
+        for (; lo < hi && t->text_len[t->special[lo]] == k; lo++) { /* the text's first k bytes exactly */
+            const int32_t id = t->special[lo];
+            if (!found && (parse_special || t->ttype[id] == KVS_TT_USER_DEFINED)) best = id, found = 1;
+        }
+        if (i + k >= len) break;
+        const unsigned char c = (unsigned char)text[i + k];
+        lo = first_byte_at_least(t, lo, hi, k, c);
+        hi = c == 255 ? hi : first_byte_at_least(t, lo, hi, k, (unsigned char)(c + 1));
     }
-    return -1;
+    return best;
 }
 
 static int encode_fragment(const kvs_tokenizer *t, const char *text, size_t len, int after_special,

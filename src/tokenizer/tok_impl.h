@@ -73,7 +73,8 @@ struct kvs_tokenizer {
 
     /* Tokens matched in text before the model's own algorithm runs
      * (CONTROL / UNKNOWN only with PARSE_SPECIAL; USER_DEFINED always),
-     * grouped by first byte, longest first within a group. */
+     * sorted by their bytes (a text before its extensions; the same text
+     * by id), so those of one first byte are a group. */
     int32_t *special;        /* (n_special) */
     int n_special;
     int32_t special_start[257]; /* group of first byte b: special[start[b] .. start[b+1]) */

@@ -225,9 +225,9 @@ typedef struct special_key {
     unsigned char first;
     uint32_t len;
     int32_t id;
+    const char *text;
 } special_key;
 
-/* By first byte, then longest first (so the first hit is the longest match). */
 static int build_byte_pairs(kvs_tokenizer *t) {
     t->byte_pairs = malloc(65536 * sizeof *t->byte_pairs);
     if (!t->byte_pairs) return kvs_error(KVS_ERR_NOMEM, "tokenizer: out of memory");
@@ -240,10 +240,14 @@ static int build_byte_pairs(kvs_tokenizer *t) {
     return KVS_OK;
 }
 
+/* By their bytes, a text before its extensions (so by first byte too), the
+ * same text by id: special_at narrows a range byte by byte. */
 static int special_cmp(const void *pa, const void *pb) {
     const special_key *a = pa, *b = pb;
-    if (a->first != b->first) return a->first < b->first ? -1 : 1;
-    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    const uint32_t n = a->len < b->len ? a->len : b->len;
+    const int c = memcmp(a->text, b->text, n);
+    if (c) return c;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
     return a->id < b->id ? -1 : (a->id > b->id);
 }
 
@@ -264,7 +268,7 @@ static int build_specials(kvs_tokenizer *t) {
     n = 0;
     for (int id = 0; id < t->n_vocab; id++)
         if (is_special_type(t->ttype[id]) && t->text_len[id] > 0)
-            keys[n++] = (special_key){(unsigned char)t->text[id][0], t->text_len[id], id};
+            keys[n++] = (special_key){(unsigned char)t->text[id][0], t->text_len[id], id, t->text[id]};
     qsort(keys, (size_t)n, sizeof *keys, special_cmp);
     for (int i = 0; i < n; i++) t->special[i] = keys[i].id;
     t->n_special = n;
