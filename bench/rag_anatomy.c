@@ -166,6 +166,12 @@ static int run_shifted(env *e, const kvs_seg_layout *lay, int shift, float *out)
             kvs_fwd_layer_store_kv(f, l, slot + c0, m, kv); /* stored at the real slots */
             kvs_fwd_layer_attn_ffn(f, l, slot + c0, m, kv);
         }
+        const int ov = kvs_fwd_overflow_status(f); /* read here: left set, the next pass had reported it */
+        if (ov) {
+            free(slot);
+            free(vpos);
+            return ov;
+        }
     }
     free(slot);
     free(vpos);

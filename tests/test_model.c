@@ -472,6 +472,119 @@ TEST(test_overflowing_weights_fail_the_decode) {
     free(b);
 }
 
+/* The model in b (len bytes), written to a temp file and loaded: the
+ * status of a 2-token decode with KV type kv (negative: it did not run). */
+static int decode_two_tokens(const unsigned char *b, size_t len, kvs_kv_type kv) {
+    char path[] = "/tmp/kvs_test_model_XXXXXX";
+    int fd = mkstemp(path), st = -101;
+    if (fd >= 0 && write(fd, b, len) == (ssize_t)len) {
+        close(fd);
+        fd = -1;
+        kvs_model *m = NULL;
+        kvs_context *ctx = NULL;
+        kvs_context_params cp = kvs_context_default_params();
+        cp.kv_type = kv;
+        if (kvs_model_load(path, kvs_model_default_params(), &m) == KVS_OK && kvs_context_new(m, cp, &ctx) == KVS_OK) {
+            const int32_t toks[2] = {1, 2}, pos[2] = {0, 1};
+            float *logits = malloc(sizeof(float) * (size_t)kvs_vocab_size(m));
+            st = logits ? kvs_decode(ctx, toks, pos, 2, logits) : -102;
+            free(logits);
+        }
+        kvs_context_free(ctx);
+        kvs_model_free(m);
+    }
+    if (fd >= 0) close(fd);
+    unlink(path);
+    return st;
+}
+
+/* The tiny model with every element of blk.0.attn_norm.weight set to
+ * norm and row 0 of blk.0.attn_k.weight to 65504 (F16's largest): one key
+ * per head of that magnitude times the norm's. The status of a 2-token
+ * decode with KV type kv. */
+static int decode_with_big_keys(float norm, kvs_kv_type kv) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) return -100;
+    kvs_gguf *g = NULL;
+    int64_t n_embd = 0;
+    if (kvs_gguf_open_memory(b, len, &g) == KVS_OK) {
+        const kvs_gguf_tensor *t = kvs_gguf_find_tensor(g, "blk.0.attn_k.weight");
+        if (t) n_embd = t->ne[0];
+        kvs_gguf_close(g);
+    }
+    const uint16_t f16_max = 0x7bff;
+    for (int64_t i = 0; i < n_embd; i++) {
+        size_t at = tiny_elem_offset(b, len, "blk.0.attn_norm.weight", 0, i);
+        if (at) memcpy(b + at, &norm, 4);
+        at = tiny_elem_offset(b, len, "blk.0.attn_k.weight", 0, i);
+        if (at) memcpy(b + at, &f16_max, 2);
+    }
+    const int st = decode_two_tokens(b, len, kv);
+    free(b);
+    CHECK_MSG(n_embd > 0, "no blk.0.attn_k.weight in the tiny model");
+    return st;
+}
+
+/* The real model (KVSTITCH_MODEL: Q4_0, Q4_1 or Q8_0, whose blocks begin
+ * with their f16 scale d) with every block scale of blk.0.attn_k.weight
+ * 2048: keys of ~1.2e5 on SmolLM2 Q4_1. The status of a 2-token decode with
+ * KV type kv; KVS_OK with a note if there is no such model. */
+static int real_decode_with_big_keys(kvs_kv_type kv) {
+    const char *real = getenv("KVSTITCH_MODEL");
+    if (!real || !*real) {
+        fprintf(stderr, "  KVSTITCH_MODEL not set: the quantized model's case skipped\n");
+        return KVS_OK;
+    }
+    size_t len;
+    unsigned char *b = (unsigned char *)kt_read_file(real, &len);
+    CHECK_MSG(b != NULL, "cannot read %s", real);
+    if (!b) return -100;
+    kvs_gguf *g = NULL;
+    int patched = 0;
+    if (kvs_gguf_open_memory(b, len, &g) == KVS_OK) {
+        const kvs_gguf_tensor *t = kvs_gguf_find_tensor(g, "blk.0.attn_k.weight");
+        if (t && (t->type == KVS_TYPE_Q4_0 || t->type == KVS_TYPE_Q4_1 || t->type == KVS_TYPE_Q8_0)) {
+            const kvs_type_traits *tr = kvs_type_traits_of(t->type);
+            const size_t at = (size_t)((const unsigned char *)t->data - (const unsigned char *)kvs_gguf_base(g));
+            const size_t n_blocks = (size_t)(t->ne[0] / tr->block_size * t->ne[1]);
+            const uint16_t d = 0x6800; /* 2048 */
+            for (size_t k = 0; k < n_blocks; k++) memcpy(b + at + k * tr->type_size, &d, 2);
+            patched = 1;
+        }
+        kvs_gguf_close(g);
+    }
+    CHECK_MSG(patched, "%s: blk.0.attn_k.weight is not Q4_0, Q4_1 or Q8_0", real);
+    const int st = patched ? decode_two_tokens(b, len, kv) : -101;
+    free(b);
+    return st;
+}
+
+/* Keys past what an F16 KV slot holds are stored as inf, which the
+ * attention takes as NaN scores, masked: the decode fails as an overflow
+ * (on SmolLM2 Q4_1 it had given other logits than F32 KV's, exit 0, the
+ * slots marked exact); in F32 they are finite keys, the decode runs. Keys past 2^40 fail
+ * in F32 too, at the attention's input (without that check the scores'
+ * NaN had been masked and the logits come out finite). */
+TEST(test_keys_past_the_kv_type_fail_the_decode) {
+    CHECK_EQ_INT(decode_with_big_keys(1e-3f, KVS_KV_F16), KVS_OK); /* (keys of the patch that F16 holds) */
+    CHECK_EQ_INT(decode_with_big_keys(100.0f, KVS_KV_F32), KVS_OK);
+    CHECK_EQ_INT(decode_with_big_keys(100.0f, KVS_KV_F16), KVS_ERR_FORMAT);
+    CHECK_MSG(strstr(kvs_last_error(), "activations of layer 0"), "%s", kvs_last_error());
+    CHECK_EQ_INT(decode_with_big_keys(1e8f, KVS_KV_F32), KVS_ERR_FORMAT);
+    CHECK_MSG(strstr(kvs_last_error(), "activations of layer 0"), "%s", kvs_last_error());
+    /* quantized matmuls, whose wo takes the attention's NaN as 0: the F16
+     * keys' inf had given other logits with exit 0 (the tiny model's F16
+     * wo passes the NaN on, caught at the residual stream anyway) */
+    if (getenv("KVSTITCH_MODEL") && *getenv("KVSTITCH_MODEL")) {
+        CHECK_EQ_INT(real_decode_with_big_keys(KVS_KV_F32), KVS_OK);
+        CHECK_EQ_INT(real_decode_with_big_keys(KVS_KV_F16), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "activations of layer 0"), "%s", kvs_last_error());
+    } else {
+        real_decode_with_big_keys(KVS_KV_F16); /* (says it is skipped) */
+    }
+}
+
 TEST(test_missing_file_named) {
     kvs_model *m = NULL;
     int st = kvs_model_load("/nonexistent/dir/model.gguf", kvs_model_default_params(), &m);
@@ -595,6 +708,7 @@ int main(void) {
     RUN(test_qwen2_needs_qkv_bias);
     RUN(test_nonfinite_weights_named);
     RUN(test_overflowing_weights_fail_the_decode);
+    RUN(test_keys_past_the_kv_type_fail_the_decode);
     RUN(test_missing_file_named);
     RUN(test_alignment_1_misaligned_floats);
     return kt_summary();

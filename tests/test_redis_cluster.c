@@ -547,9 +547,10 @@ TEST(many_nodes_are_routed_and_the_table_bound_is_named) {
 }
 
 /* The candidates a forced refresh of a fresh map on seeds had, read from
- * its "k of N nodes asked" with every node of s stalled; -1 if it did not
- * say. */
-static int refresh_candidates_when_stalled(rt_redis *s, const char *seeds) {
+ * its "k of N nodes asked" with every node of s stalled (and with
+ * open_breakers, every known node's breaker open, as after failed
+ * requests); -1 if it did not say. */
+static int refresh_candidates_when_stalled(rt_redis *s, const char *seeds, int open_breakers) {
     kvs_redis_policy pol;
     kvs_redis_policy_defaults(&pol);
     pol.timeout_ms = 100;
@@ -557,6 +558,7 @@ static int refresh_candidates_when_stalled(rt_redis *s, const char *seeds) {
     int n = -1;
     if (m && kvs_redis_nodes_init_cluster(m, seeds, &pol) == KVS_OK) {
         CHECK_MSG(m->n_nodes > 0, "no node known from '%s': %s", seeds, m->slots_why);
+        for (int i = 0; open_breakers && i < m->n_nodes; i++) atomic_store(&m->node[i]->rd.breaker_open, 1);
         for (int i = 0; i < RT_CLUSTER_N; i++) kill(s[i].pid, SIGSTOP);
         kvs_redis_refresh(m, 1);
         for (int i = 0; i < RT_CLUSTER_N; i++) kill(s[i].pid, SIGCONT);
@@ -584,9 +586,19 @@ TEST(seeds_by_host_name_are_their_nodes) {
     rt_seed_list(s, RT_CLUSTER_N, by_ip, sizeof by_ip);
     for (int i = 0; i < RT_CLUSTER_N; i++)
         o += (size_t)snprintf(by_name + o, sizeof by_name - o, "%slocalhost:%d", i ? "," : "", s[i].port);
-    const int n_ip = refresh_candidates_when_stalled(s, by_ip), n_name = refresh_candidates_when_stalled(s, by_name);
+    const int n_ip = refresh_candidates_when_stalled(s, by_ip, 0);
+    const int n_name = refresh_candidates_when_stalled(s, by_name, 0);
     CHECK_MSG(n_ip == RT_CLUSTER_N, "%d candidates from %d seeds by IP", n_ip, RT_CLUSTER_N);
     CHECK_MSG(n_name == n_ip, "%d candidates from the seeds by host name, %d by IP", n_name, n_ip);
+    /* every known node's breaker open: a seed by name is asked by its name,
+     * which may now resolve elsewhere (pods back on new IPs had left no
+     * candidate); a seed by IP that is such a node is not */
+    const int n_ip_open = refresh_candidates_when_stalled(s, by_ip, 1);
+    const int n_name_open = refresh_candidates_when_stalled(s, by_name, 1);
+    CHECK_MSG(n_name_open == RT_CLUSTER_N, "%d candidates from %d seeds by host name, every node's breaker open",
+              n_name_open, RT_CLUSTER_N);
+    CHECK_MSG(n_ip_open < RT_CLUSTER_N, "%d candidates from %d seeds by IP, every node's breaker open", n_ip_open,
+              RT_CLUSTER_N);
     rt_cluster_stop(s);
 }
 

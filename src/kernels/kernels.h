@@ -171,13 +171,20 @@ void kvs_dequantize_row(int type, const void *src, float *dst, int k);
 /* y = x / rms(x) * w, one row of n (y may be x). */
 void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
-/* 1 if an element of x (n) is inf, NaN, or of magnitude 2^40 or more: a
- * model's activations have overflowed (SmolLM2's and gemma3's stay below
- * 1e6). Below it a row's sum of squares cannot overflow, nor an attention
- * score (heads of up to 2^11 dimensions, a scale of at most
- * KVS_MAX_ATTN_SCALE: < 2^105). 0 otherwise. */
+/* 1 if an element of x (n) is NaN or of magnitude limit or more (limit
+ * positive and finite; an inf is past any), else 0: a max over the
+ * magnitudes' bits, which order as the magnitudes do. */
+int kvs_row_reaches(const float *x, int n, float limit);
+
+/* kvs_row_reaches(x, n, 2^40): a model's activations have overflowed
+ * (SmolLM2's and gemma3's stay below 1e6). Below it a row's sum of squares
+ * cannot overflow, nor an attention score (any head size an int holds, a
+ * scale of at most KVS_MAX_ATTN_SCALE: < 2^125). */
 int kvs_row_overflows(const float *x, int n);
 #define KVS_MAX_ATTN_SCALE 1e4f
+/* The smallest magnitude an F16 KV slot stores as inf (65504 is the
+ * largest finite half; from 65520 on, the rounding gives inf). */
+#define KVS_F16_INF_FROM 65520.0f
 
 /* Rotates one token's heads in place: x is (n_head, head_dim); the first
  * rope_dim dims of each head rotate. neox=0: pairs (2i, 2i+1); neox=1: pairs

@@ -110,23 +110,25 @@ static int rotate_pairs_avx512(float *x, int n_head, int head_dim, int half, int
 static int use_avx512(void) { return strcmp(kvs_kernels_isa(), "avx512vnni") == 0; }
 #endif
 
-/* The largest exponent field, a branch-free max the compiler vectorizes
+/* The largest magnitude's bits, a branch-free max the compiler vectorizes
  * (asked to: GCC 12's -O2 would not; as gguf_types.c's check of weights),
  * two vector ops a vector, then one compare. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize")))
 #endif
-int kvs_row_overflows(const float *x, int n) {
-    const uint32_t exp_bits = 0x7f800000u, at_2_40 = (127u + 40u) << 23;
-    uint32_t top = 0;
+int kvs_row_reaches(const float *x, int n, float limit) {
+    uint32_t top = 0, at;
+    memcpy(&at, &limit, 4);
     for (int i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, 4);
-        u &= exp_bits;
+        u &= 0x7fffffffu;
         top = u > top ? u : top;
     }
-    return top >= at_2_40;
+    return top >= at;
 }
+
+int kvs_row_overflows(const float *x, int n) { return kvs_row_reaches(x, n, 0x1p40f); }
 
 void kvs_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
 #if defined(__x86_64__)

@@ -202,7 +202,10 @@ int kvs_disk_write(const char *dir, const kvs_key *fp, const kvs_chunk *c, int d
          * chain's storage for good). One with files in it stays, and the
          * write fails naming it. */
         err = errno;
-        if (err == EISDIR && !rmdir(final)) err = rename(tmp, final) ? errno : 0;
+        /* (another writer may have removed it first, or renamed its entry
+         * in: the rename is tried again anyway) */
+        if (err == EISDIR && (!rmdir(final) || errno == ENOENT || errno == ENOTDIR))
+            err = rename(tmp, final) ? errno : 0;
         ok = !err;
     }
     if (!ok) {

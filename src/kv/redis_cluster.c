@@ -104,12 +104,19 @@ static void resolve_seed(kvs_redis_nodes *m, int i) {
     freeaddrinfo(res);
 }
 
-/* The node seed i is (by its name or one of its addresses), or -1. */
-static int seed_node_locked(const kvs_redis_nodes *m, int i) {
-    int known = find_node_locked(m, m->seed_host[i], m->seed_port[i]);
-    for (int k = 0; known < 0 && k < KVS_REDIS_SEED_ADDRS && m->seed_addr[i][k][0]; k++)
-        known = find_node_locked(m, m->seed_addr[i][k], m->seed_port[i]);
-    return known;
+/* Whether seed i is asked beside the known nodes: not when it is one by
+ * its name (that node is asked, or its breaker is open), nor when one of
+ * its addresses is a node that is asked. A seed known only by an address
+ * whose node's breaker is open is asked by its name: the name may now
+ * resolve elsewhere (a cluster whose pods all came back on new IPs had
+ * left no candidate, the tier down for good). */
+static int seed_asked_locked(const kvs_redis_nodes *m, int i) {
+    if (find_node_locked(m, m->seed_host[i], m->seed_port[i]) >= 0) return 0;
+    for (int k = 0; k < KVS_REDIS_SEED_ADDRS && m->seed_addr[i][k][0]; k++) {
+        const int node = find_node_locked(m, m->seed_addr[i][k], m->seed_port[i]);
+        if (node >= 0 && !atomic_load(&m->node[node]->rd.breaker_open)) return 0;
+    }
+    return 1;
 }
 
 int kvs_redis_nodes_init_cluster(kvs_redis_nodes *m, const char *seeds, const kvs_redis_policy *policy) {
@@ -269,8 +276,8 @@ void kvs_redis_refresh(kvs_redis_nodes *m, int force) {
     for (int i = 0; i < m->n_nodes; i++)
         if (!atomic_load(&m->node[i]->rd.breaker_open))
             add_candidate(host, port, &n_cand, m->node[i]->rd.host, m->node[i]->rd.port);
-    for (int i = 0; i < m->n_seeds; i++) /* a seed that is a known node is one already (or its breaker is open) */
-        if (seed_node_locked(m, i) < 0) add_candidate(host, port, &n_cand, m->seed_host[i], m->seed_port[i]);
+    for (int i = 0; i < m->n_seeds; i++)
+        if (seed_asked_locked(m, i)) add_candidate(host, port, &n_cand, m->seed_host[i], m->seed_port[i]);
     const unsigned first = m->refresh_turn++; /* each refresh starts at the next candidate */
     pthread_rwlock_unlock(&m->lock);
     /* Ask outside the lock (requests keep routing with the old map). The

@@ -53,19 +53,36 @@ static void norm_head(float *x, const float *w, const kvs_hparams *hp) {
     kvs_rmsnorm(x, x, w, hp->head_dim, hp->norm_eps);
 }
 
-/* Row v of n floats has overflowed (kvs_row_overflows): so have layer l's
- * activations (the first layer seen is kept; rows race only on which one).
+/* Layer l's activations overflowed (the first layer flagged is kept; a
+ * task's rows share their layer). */
+static void flag_overflow(kvs_fwd *f, int l) {
+    int none = 0;
+    atomic_compare_exchange_strong(&f->overflow_layer, &none, l + 1);
+}
+
+/* Row v of n floats has overflowed (kvs_row_overflows): flag_overflow.
  * Checked where an overflow could be lost: the attention's inputs (it
  * takes a NaN score as masked; below the bound its scores and so its
  * output cannot overflow), down's input (a quantized matmul takes a NaN
  * activation as 0), and the residual stream, which only adds, so an
  * overflow anywhere else reaches it, and which feeds every other input (a
  * norm of it with huge weights overflows into q, k, v or down's input, all
- * checked). */
+ * checked); and the K and V an F16 buffer stores (store_kv_rows). */
 static void check_row(kvs_fwd *f, int l, const float *v, int n) {
-    if (!kvs_row_overflows(v, n)) return;
-    int none = 0;
-    atomic_compare_exchange_strong(&f->overflow_layer, &none, l + 1);
+    if (kvs_row_overflows(v, n)) flag_overflow(f, l);
+}
+
+/* A row's K and V into kv at pos. An F16 buffer stores a magnitude past
+ * its range as inf, which the attention takes as a NaN score, masked: so
+ * such a row is an overflow too (keys of 1.2e5 from a patched wk had given
+ * other logits with exit 0, and been marked exact). */
+static void store_kv_rows(kvs_fwd *f, const kvs_kv_buffer *kv, int l, const float *k, const float *v, int32_t pos) {
+    const int kvd = kv->n_kv_head * kv->head_dim;
+    if (kv->type == KVS_KV_F16 &&
+        (kvs_row_reaches(k, kvd, KVS_F16_INF_FROM) || kvs_row_reaches(v, kvd, KVS_F16_INF_FROM)))
+        flag_overflow(f, l);
+    store_row(kv, l, 0, k, pos);
+    store_row(kv, l, 1, v, pos);
 }
 
 int kvs_fwd_overflow_status(kvs_fwd *f) {
@@ -107,8 +124,7 @@ static void row_op_one(const row_task *t, int r) {
         break;
     }
     case OP_STORE_KV:
-        store_row(t->kv, t->l, 0, f->k + (size_t)r * kvd, t->pos[r]);
-        store_row(t->kv, t->l, 1, f->v + (size_t)r * kvd, t->pos[r]);
+        store_kv_rows(f, t->kv, t->l, f->k + (size_t)r * kvd, f->v + (size_t)r * kvd, t->pos[r]);
         break;
     case OP_RESID_FFN_NORM:
         if (w->attn_post_norm) kvs_rmsnorm(xn, xn, w->attn_post_norm, d, hp->norm_eps);
@@ -304,8 +320,7 @@ void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv
 void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv) {
     const size_t kvd = (size_t)f->hp->n_head_kv * f->hp->head_dim;
     kvs_kv_wrote(kv, l, pos[r]);
-    store_row(kv, l, 0, f->k + (size_t)r * kvd, pos[r]);
-    store_row(kv, l, 1, f->v + (size_t)r * kvd, pos[r]);
+    store_kv_rows(f, kv, l, f->k + (size_t)r * kvd, f->v + (size_t)r * kvd, pos[r]);
 }
 
 void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *kv) {

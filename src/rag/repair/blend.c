@@ -181,12 +181,13 @@ int kvs_blend_select(const kvs_context *ctx, kvs_fwd *f, kvs_kv_buffer *kv, kvs_
      * a short region may keep none. */
     if (!st) {
         int nr = measure_layer(f, kv, rs, p, c, NULL, rk, tmp);
-        st = kvs_fwd_overflow_status(f); /* (the rows then go on through kvs_rowset_layers, which says it too) */
         tl += n;
-        int want = (int)(kvs_blend_share(p, 0, n_layer) * n + 0.5);
-        rank_keep(rk, nr, want > n ? n : want, p->min_deviation, by_dev);
-        compact(rs, d, by_dev, force);
-        if (trace) trace(ud, c, rs);
+        if (!(st = kvs_fwd_overflow_status(f))) {
+            int want = (int)(kvs_blend_share(p, 0, n_layer) * n + 0.5);
+            rank_keep(rk, nr, want > n ? n : want, p->min_deviation, by_dev);
+            compact(rs, d, by_dev, force);
+            if (trace) trace(ud, c, rs);
+        }
     }
 
     /* Narrowing: layer c + j re-ranks the rows chosen by deviation so far. */
