@@ -408,6 +408,37 @@ TEST(test_tiny_temperature_is_greedy) {
     kvs_sampler_free(s);
 }
 
+/* A logit of +inf (a presence penalty of -3e38 reaches it with the
+ * API's finite values) takes all the mass, shared among such logits, as
+ * kvs_logprobs gives it: inf - inf had made the best candidate's weight 0,
+ * and the draw return the last candidate, the least likely token. */
+TEST(test_infinite_logits_take_the_mass) {
+    float one[4] = {INFINITY, 3.0f, 2.0f, 1.0f}, two[5] = {1.0f, INFINITY, 0.0f, INFINITY, 2.0f};
+    kvs_sampler_params p = plain(1.0f);
+    int seen[5] = {0};
+    for (uint64_t seed = 1; seed <= 64; seed++) {
+        p.seed = seed;
+        kvs_sampler *s = make(p, 4);
+        if (!s) return;
+        CHECK_EQ_INT(kvs_sampler_sample(s, one), 0);
+        kvs_sampler_free(s);
+        s = make(p, 5);
+        if (!s) return;
+        const int32_t t = kvs_sampler_sample(s, two);
+        CHECK_MSG(t == 1 || t == 3, "seed %llu drew %d, not one of the +inf logits", (unsigned long long)seed, (int)t);
+        if (t >= 0 && t < 5) seen[t]++;
+        kvs_sampler_free(s);
+    }
+    CHECK_MSG(seen[1] > 8 && seen[3] > 8, "the +inf logits drawn %d and %d times of 64", seen[1], seen[3]);
+    float none[3] = {-INFINITY, -INFINITY, -INFINITY}; /* nothing possible: any, not a fixed last one */
+    kvs_sampler *s = make(p, 3);
+    if (s) {
+        const int32_t t = kvs_sampler_sample(s, none);
+        CHECK(t >= 0 && t < 3);
+        kvs_sampler_free(s);
+    }
+}
+
 int main(void) {
     RUN(test_greedy_argmax_and_ties);
     RUN(test_null_arguments_refused);
@@ -424,5 +455,6 @@ int main(void) {
     RUN(test_logprobs);
     RUN(test_bad_params_named);
     RUN(test_tiny_temperature_is_greedy);
+    RUN(test_infinite_logits_take_the_mass);
     return kt_summary();
 }

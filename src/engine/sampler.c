@@ -328,7 +328,10 @@ int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits) {
     const float top = x[s->ids[0]];
     double sum = 0.0;
     for (int i = 0; i < k; i++) {
-        float p = expf((x[s->ids[i]] - top) * inv_t);
+        /* a top of +inf (or every candidate -inf): its equals share the
+         * mass, as kvs_logprobs gives it (inf - inf had made the best 0, and
+         * the draw the last candidate: the least likely token) */
+        float p = isinf(top) ? (x[s->ids[i]] == top ? 1.0f : 0.0f) : expf((x[s->ids[i]] - top) * inv_t);
         if (isnan(p)) p = 0.0f;
         s->probs[i] = p;
         sum += p;
