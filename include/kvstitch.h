@@ -438,11 +438,12 @@ typedef int (*kvs_token_callback)(void *user, int32_t token, const char *piece, 
 typedef struct kvs_generate_params {
     int n_predict;                 /* >= 0: max new tokens (0: the prompt only) */
     kvs_sampler_params sampling;
-    const char *const *stop;       /* (n_stop) stop strings, none NULL; may be NULL when n_stop is 0 */
+    const char *const *stop;       /* (n_stop) stop strings, none NULL; may be NULL when n_stop is 0; an empty
+                                    * one stops nothing (as the server drops it) */
     int n_stop;                    /* >= 0 */
     kvs_token_callback on_token;   /* may be NULL */
     void *user;
-    int n_top_logprobs;            /* >= 0: how many [id, logprob] pairs of the first position */
+    int n_top_logprobs;            /* >= 0 (past n_vocab: n_vocab): how many [id, logprob] pairs of the first position */
 } kvs_generate_params;
 
 KVS_API kvs_generate_params kvs_generate_default_params(void);

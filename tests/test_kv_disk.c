@@ -850,6 +850,8 @@ TEST(cache_key_files) {
     char *dir = new_dir(), path[512];
     kvs_entry_mac *m = NULL, *f = NULL;
     CHECK_EQ_INT(kvs_entry_mac_new("0123456789abcde", 15, "k", &m), KVS_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kvs_entry_mac_new(NULL, 32, "k", &m), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "the cache key is NULL"), "%s", kvs_last_error()); /* (it had said "0 bytes") */
     CHECK_EQ_INT(kvs_entry_mac_new("0123456789abcdef", 16, "k", &m), KVS_OK);
     snprintf(path, sizeof path, "%s/key", dir);
     FILE *fp = fopen(path, "w");

@@ -43,6 +43,13 @@ TEST(tokenize_and_decode) {
     CHECK_EQ_INT(kvs_tokenize(smol, "a\xFF", 2, 0, ids, 32, &n), KVS_ERR_UTF8);
     CHECK(strstr(kvs_last_error(), "offset 1") != NULL);
     CHECK_EQ_INT(kvs_tokenize(NULL, "a", 1, 0, ids, 32, &n), KVS_ERR_INVALID_ARG);
+    /* the argument at fault is named (it had said "NULL argument or negative capacity") */
+    CHECK_EQ_INT(kvs_tokenize(smol, "a", 1, 0, NULL, 32, &n), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "out is NULL"), "%s", kvs_last_error());
+    CHECK_EQ_INT(kvs_tokenize(smol, "a", 1, 0, ids, -1, &n), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "capacity is negative"), "%s", kvs_last_error());
+    CHECK_EQ_INT(kvs_token_to_bytes(smol, 5, 0, NULL, 16, &m), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "buf (with a capacity above 0) is NULL"), "%s", kvs_last_error());
 
     /* Streaming: an emoji split over byte-level tokens comes out whole. */
     const char *emoji = "ok 🦙🦙 done";
@@ -58,6 +65,9 @@ TEST(tokenize_and_decode) {
     }
     if (d) CHECK(kvs_detok_flush(d, out + k, sizeof out - k, &m) == KVS_OK && m == 0);
     CHECK(strcmp(out, emoji) == 0);
+    /* a NULL buf is named (with a capacity it had read "need a buffer of 2, have 16") */
+    if (d) CHECK_EQ_INT(kvs_detok_push(d, ids[0], NULL, 16, &m), KVS_ERR_BUFFER_TOO_SMALL);
+    CHECK_MSG(strstr(kvs_last_error(), "buf is NULL"), "%s", kvs_last_error());
     kvs_detok_free(d);
     kvs_detok_free(NULL);
 }

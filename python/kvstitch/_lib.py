@@ -139,6 +139,23 @@ def real_arg(v, what: str) -> float:
         raise InvalidArgument(f"{what} is out of range, got {v!r:.40}") from None
 
 
+def c_float_arg(v: float, what: str) -> float:
+    """v if a C float holds it (NaN and inf are left to the library's
+    checks), else InvalidArgument naming it as given: narrowed, 1e300 had
+    been refused as "inf" and 1e-50 as "0"."""
+    import math
+    import struct
+    from ._errors import InvalidArgument
+    if math.isfinite(v):
+        try:
+            narrowed = struct.unpack("f", struct.pack("f", v))[0]
+        except OverflowError:
+            narrowed = math.inf
+        if math.isinf(narrowed) or (narrowed == 0.0 and v != 0.0):
+            raise InvalidArgument(f"{what} = {v!r} is outside a C float's range (magnitudes from about 1.4e-45 to 3.4e38)")
+    return v
+
+
 INT_MAX = 2**31 - 1
 MAX_THREADS = 256  # kvstitch.h KVS_MAX_THREADS
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from ._errors import Closed, ContextFull, InvalidArgument, SessionBusy, check
 from ._inuse import NoCopy
-from ._lib import INT_MAX, MAX_THREADS, bool_arg, c_text, cstr, ffi, int_arg, lib, listed, real_arg, utf8
+from ._lib import INT_MAX, MAX_THREADS, bool_arg, c_float_arg, c_text, cstr, ffi, int_arg, lib, listed, real_arg, utf8
 from ._result import (GenerateResult, WarmResult, result_from_c, stop_reason_of,
                       warm_from_docs_report, warm_from_report)
 from .cache import Cache, kv_type_of
@@ -51,6 +51,9 @@ def _segment_params(a: Mapping[str, Any]):
         check(lib.kvs_repair_mode_parse(c_text("full" if name == "prefix" else name, "reuse"), mode))
         rep.mode = mode[0]
     if a["recompute_ratio"] is not None:
+        if rep.mode not in (lib.KVS_REPAIR_CACHEBLEND, lib.KVS_REPAIR_QUERY):  # (it had been dropped without a word)
+            raise InvalidArgument(f"recompute_ratio= goes with reuse='query' (the default) or 'cacheblend', "
+                                  f"not reuse={a['reuse']!r}")
         rep.recompute_ratio = a["recompute_ratio"]
     if not _UNIFIED_REUSE:
         return ffi.new("kvs_repair_params *", rep)
@@ -275,7 +278,7 @@ class Session(NoCopy):
                           ("top_k", 2**31 - 1)):
             a[name] = int_arg(a[name], name, 0, top)  # (2**40 had raised cffi's OverflowError)
         for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
-            a[name] = real_arg(a[name], name)  # a str or None had raised cffi's TypeError naming nothing
+            a[name] = c_float_arg(real_arg(a[name], name), name)  # a str or None had raised cffi's TypeError
         if a["recompute_ratio"] is not None:
             a["recompute_ratio"] = real_arg(a["recompute_ratio"], "recompute_ratio")
             if not 0.0 <= a["recompute_ratio"] <= 1.0:  # here: a C float had made 1e300 "inf" in the message

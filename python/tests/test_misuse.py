@@ -6,9 +6,12 @@ import copy
 import gc
 import os
 import pickle
+import re
 import shutil
 import threading
 import weakref
+
+import re
 
 import pytest
 
@@ -245,6 +248,18 @@ def test_numbers_texts_and_blocks_checked_naming_the_argument(model, cache):
     # a ratio a C float cannot hold is named as given (it had read "got inf")
     with pytest.raises(kvstitch.InvalidArgument, match=r"recompute_ratio must be in \[0, 1\], got 1e\+300"):
         s.generate("q", documents=["d1"], recompute_ratio=1e300, max_tokens=1)
+    # a ratio for a strategy that recomputes no share is refused (it had
+    # been dropped without a word)
+    for reuse in ("none", "selective", "firstk", "full", "prefix"):
+        with pytest.raises(kvstitch.InvalidArgument, match=f"recompute_ratio= goes with .*not reuse='{reuse}'"):
+            s.generate("q", documents=["d1"], reuse=reuse, recompute_ratio=0.5, max_tokens=1)
+    # so are sampling values a C float cannot hold (1e300 had read "got inf",
+    # 1e-50 "got 0")
+    for kw, shown in [({"temperature": 1e300}, "temperature = 1e+300"), ({"top_p": 1e-50}, "top_p = 1e-50"),
+                      ({"repeat_penalty": 1e-50}, "repeat_penalty = 1e-50"),
+                      ({"presence_penalty": -1e39}, "presence_penalty = -1e+39")]:
+        with pytest.raises(kvstitch.InvalidArgument, match=re.escape(shown) + ".*C float"):
+            s.generate("q", max_tokens=1, **kw)
     with pytest.raises(kvstitch.InvalidArgument, match="bake_with_neighbours"):
         s.warm(documents=["d1", "d2"], bake_with_neighbours=256)
     for kw in ({"documents": "xyz"}, {"documents": b"xyz"}, {"documents": {"a": 1}}):

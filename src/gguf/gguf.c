@@ -193,9 +193,11 @@ static int skip_value(reader *r, uint32_t type, int depth) {
 
 static int parse_header(reader *r, kvs_gguf *g, uint64_t *n_tensors, uint64_t *n_kv) {
     snprintf(r->what, sizeof r->what, "header");
-    if (r->size < 4 || memcmp(r->p, GGUF_MAGIC, 4) != 0) {
-        uint8_t m[4] = {0};
-        memcpy(m, r->p, r->size < 4 ? r->size : 4);
+    if (r->size < 4)
+        return fail(r, KVS_ERR_FORMAT, 0, "not a GGUF file (%zu bytes, shorter than the 4-byte magic \"GGUF\")",
+                    (size_t)r->size); /* (the missing bytes had been shown as 00) */
+    if (memcmp(r->p, GGUF_MAGIC, 4) != 0) {
+        const uint8_t *m = r->p;
         return fail(r, KVS_ERR_FORMAT, 0,
                     "not a GGUF file (magic %02x %02x %02x %02x, expected \"GGUF\")",
                     m[0], m[1], m[2], m[3]);

@@ -75,8 +75,10 @@ int kvs_entry_mac_equal(const uint8_t a[KVS_ENTRY_MAC_BYTES], const uint8_t b[KV
 const uint8_t *kvs_entry_mac_key_id(const kvs_entry_mac *m) { return m->key_id; }
 
 int kvs_entry_mac_new(const void *key, size_t len, const char *what, kvs_entry_mac **out) {
-    if (!key || len < KVS_ENTRY_MAC_MIN_KEY)
-        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the cache key is %zu bytes, at least %d are needed", what, key ? len : 0,
+    if (!key)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the cache key is NULL (with a length of %zu)", what, len);
+    if (len < KVS_ENTRY_MAC_MIN_KEY)
+        return kvs_error(KVS_ERR_INVALID_ARG, "%s: the cache key is %zu bytes, at least %d are needed", what, len,
                          KVS_ENTRY_MAC_MIN_KEY);
     kvs_entry_mac *m = calloc(1, sizeof *m);
     if (!m || !(m->key = malloc(len))) {

@@ -27,7 +27,8 @@ static int hexval(char c) {
 int kvs_tokenizer_token_bytes(const kvs_tokenizer *t, int32_t id, int render_special, char *buf,
                               size_t cap, size_t *n_out) {
     if (!t || !n_out || (!buf && cap > 0))
-        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_token_to_bytes: NULL argument");
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_token_to_bytes: %s is NULL",
+                         !t ? "the model" : !n_out ? "n_out" : "buf (with a capacity above 0)");
     if (id < 0 || id >= t->n_vocab)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_token_to_bytes: token id %d is outside the vocabulary (%d tokens)",
                          (int)id, t->n_vocab);

@@ -108,7 +108,10 @@ static int emit(kvs_detok *d, size_t n, int flush, char *buf, size_t cap, size_t
     size_t held;
     size_t k = scan(d->work, n, flush, NULL, &held);
     *n_out = k;
-    if (!buf || cap < k + 1)
+    if (!buf) /* (a NULL buf with a capacity had read "need a buffer of 2, have 16") */
+        return kvs_error(KVS_ERR_BUFFER_TOO_SMALL, "kvs_detok: %zu bytes of text need a buffer of %zu, buf is NULL", k,
+                         k + 1);
+    if (cap < k + 1)
         return kvs_error(KVS_ERR_BUFFER_TOO_SMALL, "kvs_detok: %zu bytes of text need a buffer of %zu, have %zu", k,
                          k + 1, cap);
     scan(d->work, n, flush, buf, &held);

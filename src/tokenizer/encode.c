@@ -59,7 +59,9 @@ static int encode_fragment(const kvs_tokenizer *t, const char *text, size_t len,
 int kvs_tokenizer_encode(const kvs_tokenizer *t, const char *text, size_t len, int flags,
                          int32_t *out, int cap, int *n_out) {
     if (!t || !n_out || (!text && len > 0) || cap < 0 || (!out && cap > 0))
-        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_tokenize: NULL argument or negative capacity");
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_tokenize: %s",
+                         !t ? "the model is NULL" : !n_out ? "n_out is NULL" : !text && len > 0 ? "text is NULL (with a length above 0)"
+                         : cap < 0 ? "the capacity is negative" : "out is NULL (with a capacity above 0)");
     /* Every token but BOS/EOS and the SentencePiece prefix covers at least one
      * byte, so counts fit an int when len does. */
     if (len > (size_t)INT_MAX - 16)
