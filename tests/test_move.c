@@ -95,6 +95,23 @@ static void roundtrip(kvs_kv_type type, int neox, int rope_dim) {
     }
 }
 
+/* A rotation keeps a pair's length, not its parts: an F16 key pair of
+ * (60000, 60000) turned by one radian has a part of 82,800, past what a
+ * half holds; the move says so (it had stored inf, which the attention
+ * masks), and the same keys at a tenth move clean. */
+TEST(move_reports_f16_keys_past_the_range) {
+    kvs_rope_cfg rc = {HD, HD, 0, 10000.0f, 1.0f, NULL};
+    static float src[NT * HD];
+    static uint16_t h[NT * HD], out[NT * HD];
+    for (int scale = 0; scale < 2; scale++) {
+        const float v = scale ? 6000.0f : 60000.0f;
+        for (int i = 0; i < NT * HD; i++) src[i] = i % HD < 2 ? v : 1.0f; /* pair 0 turns by delta radians */
+        kvs_f32_to_f16_row(src, h, NT * HD);
+        CHECK_EQ_INT(kvs_move_k_run(&rc, KVS_KV_F16, h, out, NT, 1), scale ? 0 : 1);
+        CHECK_EQ_INT(kvs_move_k_run(&rc, KVS_KV_F32, src, src, NT, 1), 0); /* F32 holds it */
+    }
+}
+
 TEST(move_roundtrip_f32) {
     roundtrip(KVS_KV_F32, 0, HD);
     roundtrip(KVS_KV_F32, 1, HD);
@@ -307,6 +324,7 @@ out:
 }
 
 int main(void) {
+    RUN(move_reports_f16_keys_past_the_range);
     RUN(move_roundtrip_f32);
     RUN(move_roundtrip_f16);
     RUN(move_roundtrip_q8);

@@ -139,10 +139,12 @@ def real_arg(v, what: str) -> float:
         raise InvalidArgument(f"{what} is out of range, got {v!r:.40}") from None
 
 
-def c_float_arg(v: float, what: str) -> float:
+def c_float_arg(v: float, what: str, zero_ok: bool = True) -> float:
     """v if a C float holds it (NaN and inf are left to the library's
     checks), else InvalidArgument naming it as given: narrowed, 1e300 had
-    been refused as "inf" and 1e-50 as "0"."""
+    been refused as "inf", and where 0 is out of range (zero_ok False)
+    1e-50 as "0" (elsewhere it means what 0 does: a temperature of 1e-50
+    is greedy, as the C sampler takes a denormal one)."""
     import math
     import struct
     from ._errors import InvalidArgument
@@ -151,7 +153,7 @@ def c_float_arg(v: float, what: str) -> float:
             narrowed = struct.unpack("f", struct.pack("f", v))[0]
         except OverflowError:
             narrowed = math.inf
-        if math.isinf(narrowed) or (narrowed == 0.0 and v != 0.0):
+        if math.isinf(narrowed) or (not zero_ok and narrowed == 0.0 and v != 0.0):
             raise InvalidArgument(f"{what} = {v!r} is outside a C float's range (magnitudes from about 1.4e-45 to 3.4e38)")
     return v
 

@@ -278,7 +278,8 @@ class Session(NoCopy):
                           ("top_k", 2**31 - 1)):
             a[name] = int_arg(a[name], name, 0, top)  # (2**40 had raised cffi's OverflowError)
         for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
-            a[name] = c_float_arg(real_arg(a[name], name), name)  # a str or None had raised cffi's TypeError
+            a[name] = c_float_arg(real_arg(a[name], name), name,  # a str or None had raised cffi's TypeError
+                                  zero_ok=name not in ("top_p", "repeat_penalty"))
         if a["recompute_ratio"] is not None:
             a["recompute_ratio"] = real_arg(a["recompute_ratio"], "recompute_ratio")
             if not 0.0 <= a["recompute_ratio"] <= 1.0:  # here: a C float had made 1e300 "inf" in the message

@@ -11,7 +11,6 @@ import shutil
 import threading
 import weakref
 
-import re
 
 import pytest
 
@@ -260,6 +259,8 @@ def test_numbers_texts_and_blocks_checked_naming_the_argument(model, cache):
                       ({"presence_penalty": -1e39}, "presence_penalty = -1e+39")]:
         with pytest.raises(kvstitch.InvalidArgument, match=re.escape(shown) + ".*C float"):
             s.generate("q", max_tokens=1, **kw)
+    # where 0 is in range, a value that narrows to it means what 0 does
+    assert s.generate("q", max_tokens=2, temperature=1e-50).tokens == s.generate("q", max_tokens=2).tokens
     with pytest.raises(kvstitch.InvalidArgument, match="bake_with_neighbours"):
         s.warm(documents=["d1", "d2"], bake_with_neighbours=256)
     for kw in ({"documents": "xyz"}, {"documents": b"xyz"}, {"documents": {"a": 1}}):

@@ -99,7 +99,7 @@ static void resolve_seed(kvs_redis_nodes *m, int i) {
             continue;
         int seen = 0;
         for (int k = 0; k < n; k++) seen |= !strcmp(m->seed_addr[i][k], num);
-        if (!seen) snprintf(m->seed_addr[i][n++], sizeof m->seed_addr[i][0], "%s", num);
+        if (!seen) memcpy(m->seed_addr[i][n++], num, strlen(num) + 1); /* (its length checked above) */
     }
     freeaddrinfo(res);
 }

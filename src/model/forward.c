@@ -67,7 +67,9 @@ static void flag_overflow(kvs_fwd *f, int l) {
  * activation as 0), and the residual stream, which only adds, so an
  * overflow anywhere else reaches it, and which feeds every other input (a
  * norm of it with huge weights overflows into q, k, v or down's input, all
- * checked); and the K and V an F16 buffer stores (store_kv_rows). */
+ * checked); a row before a norm (q and k before theirs, wo's and down's
+ * outputs before gemma3's post-norms: past the bound a norm gives zeros);
+ * and the K and V an F16 buffer stores (store_kv_rows). */
 static void check_row(kvs_fwd *f, int l, const float *v, int n) {
     if (kvs_row_overflows(v, n)) flag_overflow(f, l);
 }
@@ -108,10 +110,16 @@ static void row_op_one(const row_task *t, int r) {
         if (w->bq) add_row(q, w->bq, qd);
         if (w->bk) add_row(k, w->bk, kvd);
         if (w->bv) add_row(v, w->bv, kvd);
-        if (w->q_norm)
+        /* (before a norm too: past the bound its sum of squares overflows and
+         * it gives zeros, which no later check sees) */
+        if (w->q_norm) {
+            check_row(f, t->l, q, qd);
             for (int h = 0; h < hp->n_head; h++) norm_head(q + (size_t)h * hp->head_dim, w->q_norm, hp);
-        if (w->k_norm)
+        }
+        if (w->k_norm) {
+            check_row(f, t->l, k, kvd);
             for (int h = 0; h < hp->n_head_kv; h++) norm_head(k + (size_t)h * hp->head_dim, w->k_norm, hp);
+        }
         double *c = t->rope->cs + (size_t)r * hp->rope_dim, *s = c + hp->rope_dim / 2;
         if (t->rope_fill)
             kvs_rope_cos_sin(hp->rope_dim, t->pos[r], lh->rope_freq_base, lh->rope_freq_scale, lh->rope_freq_factors,
@@ -127,7 +135,10 @@ static void row_op_one(const row_task *t, int r) {
         store_kv_rows(f, t->kv, t->l, f->k + (size_t)r * kvd, f->v + (size_t)r * kvd, t->pos[r]);
         break;
     case OP_RESID_FFN_NORM:
-        if (w->attn_post_norm) kvs_rmsnorm(xn, xn, w->attn_post_norm, d, hp->norm_eps);
+        if (w->attn_post_norm) {
+            check_row(f, t->l, xn, d); /* wo's output, before its norm */
+            kvs_rmsnorm(xn, xn, w->attn_post_norm, d, hp->norm_eps);
+        }
         add_row(x, xn, d);
         kvs_rmsnorm(xn, x, w->ffn_norm, d, hp->norm_eps);
         break;
@@ -139,7 +150,10 @@ static void row_op_one(const row_task *t, int r) {
         check_row(f, t->l, f->gate + (size_t)r * hp->n_ff, hp->n_ff); /* down's */
         break;
     case OP_RESID:
-        if (w->ffn_post_norm) kvs_rmsnorm(xn, xn, w->ffn_post_norm, d, hp->norm_eps);
+        if (w->ffn_post_norm) {
+            check_row(f, t->l, xn, d); /* down's output, before its norm */
+            kvs_rmsnorm(xn, xn, w->ffn_post_norm, d, hp->norm_eps);
+        }
         add_row(x, xn, d);
         check_row(f, t->l, x, d);
         break;

@@ -1,6 +1,7 @@
 /* RoPE delta rotation of cached keys (move.h). */
 #include "rag/move.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -16,31 +17,31 @@ kvs_rope_cfg kvs_rope_cfg_of(const kvs_hparams *hp) {
     return rc;
 }
 
-static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
-                       const void *src, void *dst, int n_tok, int32_t delta);
+static int rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
+                      const void *src, void *dst, int n_tok, int32_t delta);
 
-void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta) {
-    rotate_run(rc, rc->freq_base, rc->freq_scale, NULL, type, src, dst, n_tok, delta);
+int kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta) {
+    return rotate_run(rc, rc->freq_base, rc->freq_scale, NULL, type, src, dst, n_tok, delta);
 }
 
-void kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
-                          int32_t delta) {
+int kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
+                         int32_t delta) {
     /* The layer's own base, scale and (Llama 3) frequency factors: the same
      * rotation the forward pass applied, so a move is a rotation by delta. */
-    if (!rc->layer) rotate_run(rc, rc->freq_base, rc->freq_scale, NULL, type, src, dst, n_tok, delta);
-    else
-        rotate_run(rc, rc->layer[l].rope_freq_base, rc->layer[l].rope_freq_scale, rc->layer[l].rope_freq_factors, type,
-                   src, dst, n_tok, delta);
+    if (!rc->layer) return rotate_run(rc, rc->freq_base, rc->freq_scale, NULL, type, src, dst, n_tok, delta);
+    return rotate_run(rc, rc->layer[l].rope_freq_base, rc->layer[l].rope_freq_scale, rc->layer[l].rope_freq_factors,
+                      type, src, dst, n_tok, delta);
 }
 
-static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
-                       const void *src, void *dst, int n_tok, int32_t delta) {
+static int rotate_run(const kvs_rope_cfg *rc, float base, float scale, const float *freq_factors, kvs_kv_type type,
+                      const void *src, void *dst, int n_tok, int32_t delta) {
     const int hd = rc->head_dim;
     const size_t row = kvs_kv_row_bytes(type, hd);
     if (delta == 0) {
         if (src != dst) memmove(dst, src, (size_t)n_tok * row);
-        return;
+        return 0;
     }
+    int overflow = 0;
     float buf[MOVE_BLOCK * KVS_MOVE_MAX_HEAD_DIM]; /* (MOVE_BLOCK, head_dim) */
     for (int t0 = 0; t0 < n_tok; t0 += MOVE_BLOCK) {
         int m = n_tok - t0 < MOVE_BLOCK ? n_tok - t0 : MOVE_BLOCK;
@@ -49,8 +50,12 @@ static void rotate_run(const kvs_rope_cfg *rc, float base, float scale, const fl
          * of its levels, rounded to levels (F16 likewise rounds to halves) */
         kvs_kv_rows_load(type, (const uint8_t *)src + off, buf, m, hd);
         kvs_rope_ff(buf, m, hd, rc->rope_dim, delta, base, scale, rc->neox, freq_factors);
+        /* a rotation keeps a pair's length, not its parts: an F16 key past
+         * 65520 / sqrt(2) may come out as inf, which the attention masks */
+        overflow |= type == KVS_KV_F16 && kvs_row_reaches(buf, m * hd, KVS_F16_INF_FROM);
         kvs_kv_rows_store(type, buf, (uint8_t *)dst + off, m, hd);
     }
+    return overflow;
 }
 
 typedef struct move_task {
@@ -59,12 +64,13 @@ typedef struct move_task {
     const kvs_rope_cfg *rc;
     int off, n, slot;
     int32_t delta;
+    _Atomic int overflow; /* a moved F16 key past the type's range */
 } move_task;
 
 /* One task = one (layer, head): its K run rotated, its V run copied. */
 static void move_one(void *arg, int task, int ith) {
     (void)ith;
-    const move_task *t = arg;
+    move_task *t = arg;
     const kvs_chunk *c = t->c;
     const int nh = c->shape.n_kv_head, l = task / nh, h = task % nh;
     const size_t row = t->kv->row_bytes;
@@ -72,7 +78,8 @@ static void move_one(void *arg, int task, int ith) {
     size_t src_off = ((size_t)h * c->n_tok + (size_t)t->off) * row;
     const char *ks = (const char *)kvs_chunk_layer_k(c, l) + src_off;
     const char *vs = (const char *)kvs_chunk_layer_v(c, l) + src_off;
-    kvs_move_k_run_layer(t->rc, l, t->kv->type, ks, kvs_kv_at(t->kv, l, 0, h, t->slot), t->n, t->delta);
+    if (kvs_move_k_run_layer(t->rc, l, t->kv->type, ks, kvs_kv_at(t->kv, l, 0, h, t->slot), t->n, t->delta))
+        atomic_store(&t->overflow, 1);
     memcpy(kvs_kv_at(t->kv, l, 1, h, t->slot), vs, (size_t)t->n * row);
 }
 
@@ -94,7 +101,11 @@ int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, 
         return kvs_error(KVS_ERR_INVALID_ARG, "move: tokens [%d, %d) of a %d-token chunk do not fit slots [%d, %d) of "
                          "%d", off, off + n, c->n_tok, slot, slot + n, kv->n_ctx);
     if (n == 0) return KVS_OK;
-    move_task t = {c, kv, rc, off, n, slot, (int32_t)(slot - (c->pos0 + off))};
+    move_task t = {c, kv, rc, off, n, slot, (int32_t)(slot - (c->pos0 + off)), 0};
     kvs_pool_for(pool, kv->n_layer * kv->n_kv_head, move_one, &t);
+    if (atomic_load(&t.overflow))
+        return kvs_error(KVS_ERR_FORMAT, "move: a key of the chunk at %d, moved by %d positions, is past an F16 KV "
+                         "slot's range: the model's activations overflow (weights of extreme size?)", c->pos0,
+                         (int)t.delta);
     return KVS_OK;
 }

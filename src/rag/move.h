@@ -43,16 +43,18 @@ kvs_rope_cfg kvs_rope_cfg_of(const kvs_hparams *hp);
 /* Rotates the keys of n_tok consecutive tokens of one head by delta
  * positions: src and dst are (n_tok, head_dim) elements of type (they may be
  * the same buffer). delta = 0 copies. kvs_move_k_run uses rc's freq_base /
- * freq_scale; kvs_move_k_run_layer those of layer l. */
-void kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta);
-void kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
-                          int32_t delta);
+ * freq_scale; kvs_move_k_run_layer those of layer l. Returns 1 if an F16
+ * key came out past the type's range (stored as inf), else 0. */
+int kvs_move_k_run(const kvs_rope_cfg *rc, kvs_kv_type type, const void *src, void *dst, int n_tok, int32_t delta);
+int kvs_move_k_run_layer(const kvs_rope_cfg *rc, int l, kvs_kv_type type, const void *src, void *dst, int n_tok,
+                         int32_t delta);
 
 /* Places tokens [off, off + n) of a resident chunk into kv at slots
  * [slot, slot + n) of every layer: V copied, K rotated by
  * slot - (chunk->pos0 + off) with the layer's RoPE. Splits over the pool by (layer, head).
  * KVS_ERR_INVALID_ARG (nothing written) if the shapes differ, the chunk has
- * no payload or the range does not fit. */
+ * no payload or the range does not fit; KVS_ERR_FORMAT if a moved F16 key
+ * came out past the type's range (kvs_move_k_run_layer). */
 int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, int slot, const kvs_rope_cfg *rc,
                          kvs_pool *pool);
 
