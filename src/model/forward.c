@@ -395,21 +395,17 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
     kvs_fwd_layer_attn_ffn(f, l, pos, m, kv);
 }
 
-/* 1 if neither a final hidden state (x) nor its norm (xn) has overflowed
- * (kvs_row_overflows). With quantized weights an overflow upstream had given
- * finite logits, all equal: token 0 and an end of sequence, or garbage,
- * with exit 0, where the model's F16 twin failed. */
-static int hidden_finite(const float *x, const float *xn, int d) {
-    return !kvs_row_overflows(x, d) && !kvs_row_overflows(xn, d);
-}
-
 int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
     int st = kvs_fwd_overflow_status(f);
     if (st) return st;
     run_rows(f, OP_OUT_NORM, 0, n, NULL, NULL, rows);
+    /* The final norm's output (its weights may be of extreme size; the
+     * hidden state itself was checked at the last layer's residual add):
+     * with quantized weights an overflow had given finite logits, all
+     * equal, token 0 and an end of sequence, or garbage, with exit 0. */
     const int d = f->hp->n_embd;
     for (int i = 0; i < n; i++)
-        if (!hidden_finite(f->x + (size_t)rows[i] * d, f->xn + (size_t)i * d, d))
+        if (kvs_row_overflows(f->xn + (size_t)i * d, d))
             return kvs_error(KVS_ERR_FORMAT, "the final hidden state of row %d of %d is not finite or past 2^40: the model's "
                              "activations overflow (weights of extreme size?)", i, n);
     kvs_matmul(f->pool, kvs_model_output(f->model), f->xn, n, logits, f->mm_work);
