@@ -312,6 +312,7 @@ typedef struct sse {
     size_t seen_chars[SRV_MAX_CHOICES]; /* characters of a choice's text before seen.text (text_offset) */
     int done[SRV_MAX_CHOICES];          /* its finish chunk was pushed */
     int echoed[SRV_MAX_CHOICES];        /* echo: its prompt chunk was pushed */
+    int lp_sent[SRV_MAX_CHOICES];       /* a chunk of it carried a logprobs object */
     int role_sent, ended;
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
@@ -388,6 +389,7 @@ static void sse_echo(sse *st, int i) {
                     ? srv_logprobs_json(st->s->model, j->req.kind, pj->prompt_lp, pj->n_prompt_lp, prompt, 0, 0)
                     : NULL;
     sse_push(st, sse_chunk(st, i, NULL, prompt, lp, NULL));
+    st->lp_sent[i] |= lp != NULL;
     st->seen_chars[i] += srv_utf8_chars(prompt, strlen(prompt));
     st->echoed[i] = 1;
 }
@@ -434,14 +436,21 @@ static size_t sse_take(sse *st, int i, int timeout_ms) {
                         ? srv_logprobs_json(st->s->model, j->req.kind, p.lp, p.n_lp, text, base, st->seen_chars[i])
                         : NULL;
         sse_push(st, sse_chunk(st, i, NULL, text, lp, NULL));
+        st->lp_sent[i] |= lp != NULL;
         st->seen_chars[i] += srv_utf8_chars(text, p.n);
     }
     size_t n = p.n;
     srv_job_piece_free(&p);
     if (done) {
         st->done[i] = 1;
+        /* A choice that sent no entries (its first token began a stop
+         * string) still gives an empty logprobs object, as the reply's. */
+        cJSON *lp = j->req.logprobs && !st->lp_sent[i]
+                        ? srv_logprobs_json(st->s->model, j->req.kind, NULL, 0, "", 0, 0)
+                        : NULL;
         if (j->finish != SRV_FINISH_ERROR && j->finish != SRV_FINISH_CANCELLED)
-            sse_push(st, sse_chunk(st, i, NULL, NULL, NULL, finish_reason(j)));
+            sse_push(st, sse_chunk(st, i, NULL, NULL, lp, finish_reason(j)));
+        else cJSON_Delete(lp);
     }
     return n;
 }

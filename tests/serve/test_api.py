@@ -760,6 +760,14 @@ def test_chat_logprobs(client):
         kept += entry_bytes(e)
     text = cut.message.content.encode()
     assert kept.startswith(text) and starts and max(starts) < len(text), (starts, text)
+    # A stop string at the first character: no text, an empty list, streamed
+    # too (the stream had sent no logprobs object at all).
+    first = dict(kw, stop=[c.message.content[:1]])
+    none = client.chat.completions.create(**first).choices[0]
+    assert none.message.content == "" and none.logprobs.content == [], none
+    objs = [ch.choices[0].logprobs for ch in client.chat.completions.create(stream=True, **first)
+            if ch.choices and ch.choices[0].logprobs is not None]
+    assert len(objs) == 1 and objs[0].content == [], objs
     # Without logprobs: null, as before.
     assert client.chat.completions.create(model="x", messages=Q, max_tokens=2).choices[0].logprobs is None
     # Tokens with no text (a control token forced by logit_bias) have their
@@ -799,6 +807,11 @@ def test_completions_logprobs_match_the_library(server, client):
                 for t, v, o in zip(ch.choices[0].logprobs.tokens, ch.choices[0].logprobs.token_logprobs,
                                    ch.choices[0].logprobs.text_offset)]
     assert streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset))
+    # Stopped before any text: the stream's finish chunk carries the empty lists
+    s = list(client.completions.create(model="x", prompt=prompt, max_tokens=6, temperature=0, logprobs=5, stream=True,
+                                       stop=[r.choices[0].text[:1]]))
+    objs = [ch.choices[0].logprobs for ch in s if ch.choices and ch.choices[0].logprobs is not None]
+    assert len(objs) == 1 and objs[0].tokens == [] and objs[0].text_offset == [], objs
 
 
 def test_logprobs_refusals(server):
