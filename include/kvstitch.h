@@ -376,7 +376,10 @@ KVS_API int kvs_stop_when_set(void *flag);
 
 /* Runs the model over n tokens at the given absolute positions, writing each
  * token's K/V into the context's KV buffer at slot = position. Each token
- * attends to slots 0..pos (all of which must have been written). If logits is
+ * attends to slots 0..pos, all of which must have been written, by this call
+ * or before it (a decode, a cache load, a document's move): a slot the
+ * context never wrote is refused with KVS_ERR_INVALID_ARG naming it. What
+ * a written slot holds is the caller's to know. If logits is
  * not NULL it receives the n_vocab logits of the last of the n tokens.
  * Batch-invariant: the bits written and returned do not depend on n, on how
  * a sequence is split into calls, or on the thread count. */
@@ -569,11 +572,13 @@ KVS_API void kvs_generate_result_free(kvs_generate_result *r);
  */
 typedef struct kvs_cache kvs_cache;
 
+#define KVS_MAX_CHUNK_TOKENS 4096 /* largest chunk grid step (the CLI's and Python's bound too) */
+
 typedef struct kvs_cache_params {
     size_t budget_bytes;   /* bytes of chunks kept in memory; 0 = 1/4 of physical RAM */
     const char *cache_dir; /* NULL or "": memory only; else chunks are written through to
                             * DIR/<prefix key>.kvc and loaded lazily (created if missing) */
-    int chunk_tokens;      /* chunk grid step in tokens; 0 = 64 */
+    int chunk_tokens;      /* chunk grid step in tokens, 0..KVS_MAX_CHUNK_TOKENS; 0 = 64 */
     kvs_kv_type kv_type;   /* KV dtype; must equal the kv_type of the contexts used with
                             * this cache (default KVS_KV_F16) */
     int fsync;             /* 1: fsync every written entry (durable); 0 (default): page cache */

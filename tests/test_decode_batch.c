@@ -200,7 +200,14 @@ TEST(store_context_refuses_what_is_not_exact_kv) {
     kvs_context *c = new_ctx(1);
     CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_ERR_INVALID_ARG); /* nothing written */
     CHECK(strstr(kvs_last_error(), "slots from 0 on") != NULL);
-    CHECK(kvs_decode(c, p + 64, pos + 64, 64, NULL) == KVS_OK); /* not from slot 0 */
+    /* not in order from slot 0: [64, 128) first, then [0, 64), in one call
+     * (a token attends only to slots written: kvs_decode refuses others) */
+    int32_t swapped_tok[128], swapped_pos[128];
+    for (int i = 0; i < 128; i++) {
+        swapped_pos[i] = (i + 64) % 128;
+        swapped_tok[i] = p[swapped_pos[i]];
+    }
+    CHECK(kvs_decode(c, swapped_tok, swapped_pos, 128, NULL) == KVS_OK);
     CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_ERR_INVALID_ARG);
     CHECK(kvs_decode(c, p, pos, 100, NULL) == KVS_OK);
     CHECK_EQ_INT(kvs_cache_store_context(c, cache, q, 100, &n_new), KVS_ERR_INVALID_ARG); /* another token */

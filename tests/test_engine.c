@@ -106,6 +106,45 @@ TEST(test_decode_checks) {
     kvs_context_free(ctx);
 }
 
+/* A token may attend only to slots that were written: by this call or an
+ * earlier one (a fresh context's slots hold zeros: decoding at position 5
+ * first had given garbage logits with KVS_OK). */
+TEST(test_decode_refuses_unwritten_slots) {
+    kvs_context *ctx = new_ctx(256, 1), *other = new_ctx(256, 1);
+    float *logits = malloc(2 * 49152 * sizeof(float));
+    if (!ctx || !other || !logits) goto done;
+    int32_t tok[4] = {1, 2, 3, 4}, pos[4] = {5, 6, 7, 8};
+    CHECK_EQ_INT(kvs_decode(ctx, tok, pos, 1, logits), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "slot 0, which was never written") != NULL, "%s", kvs_last_error());
+    /* the call's own slots count, in any order */
+    int32_t back[4] = {3, 2, 1, 0};
+    CHECK_EQ_INT(kvs_decode(ctx, tok, back, 4, logits), KVS_OK);
+    CHECK_EQ_INT(kvs_decode(ctx, tok, pos, 1, logits), KVS_ERR_INVALID_ARG); /* slot 4 */
+    CHECK_MSG(strstr(kvs_last_error(), "slot 4") != NULL, "%s", kvs_last_error());
+    int32_t skip[2] = {4, 6};
+    CHECK_EQ_INT(kvs_decode(ctx, tok, skip, 2, logits), KVS_ERR_INVALID_ARG); /* slot 5 */
+    CHECK_MSG(strstr(kvs_last_error(), "token 1 of 2: position 6 attends to slot 5") != NULL, "%s",
+              kvs_last_error());
+    int32_t four = 4;
+    CHECK_EQ_INT(kvs_decode(ctx, tok, &four, 1, logits), KVS_OK);
+    CHECK_EQ_INT(kvs_decode(ctx, tok, pos, 4, logits), KVS_OK);
+    /* past the 64-slot words of the flags */
+    int32_t far = 200;
+    CHECK_EQ_INT(kvs_decode(ctx, tok, &far, 1, logits), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "slot 9,") != NULL, "%s", kvs_last_error());
+    /* a batch step names the row */
+    kvs_context *both[2] = {ctx, other};
+    int32_t bt[2] = {5, 6}, bp[2] = {9, 1};
+    CHECK_EQ_INT(kvs_decode_batch(both, bt, bp, 2, logits), KVS_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(kvs_last_error(), "row 1 of 2") != NULL, "%s", kvs_last_error());
+    bp[1] = 0;
+    CHECK_EQ_INT(kvs_decode_batch(both, bt, bp, 2, logits), KVS_OK);
+done:
+    free(logits);
+    kvs_context_free(ctx);
+    kvs_context_free(other);
+}
+
 TEST(test_greedy_continuation) {
     int32_t toks[32], pos[32];
     int n = tokenize("The capital of France is", 0, toks, 32);
@@ -474,6 +513,7 @@ int main(void) {
     RUN(test_context_params);
     RUN(test_null_arguments);
     RUN(test_decode_checks);
+    RUN(test_decode_refuses_unwritten_slots);
     RUN(test_greedy_continuation);
     RUN(test_decode_logits_rows);
     RUN(test_should_stop_interrupts_prefill_and_generate);

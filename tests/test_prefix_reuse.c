@@ -436,6 +436,19 @@ TEST(test_api_errors) {
         kvs_context_free(ctx32);
     }
     kvs_cache_free(c);
+    /* the chunk grid's bounds, as the CLI's and Python's (INT_MAX had been taken) */
+    kvs_cache_params pp = kvs_cache_default_params();
+    kvs_cache *none = NULL;
+    const int bad_steps[3] = {-1, KVS_MAX_CHUNK_TOKENS + 1, INT32_MAX};
+    for (int i = 0; i < 3; i++) {
+        pp.chunk_tokens = bad_steps[i];
+        CHECK_EQ_INT(kvs_cache_open(g_model, pp, &none), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), "chunk_tokens must be in 0..4096") != NULL, "%s", kvs_last_error());
+        CHECK(none == NULL);
+    }
+    pp.chunk_tokens = KVS_MAX_CHUNK_TOKENS;
+    CHECK_EQ_INT(kvs_cache_open(g_model, pp, &none), KVS_OK);
+    kvs_cache_free(none);
 }
 
 /* Two threads, each with its own context, share one cache. */

@@ -79,7 +79,7 @@ static const cli_opt k_opts[] = {
     CLI_OPT(NULL, "--no-store", CLI_FLAG, O, no_store, NULL, "do not store the prompt's chunks", .flag_value = 1,
             .needs = CLI_CACHE_NEEDS),
     CLI_OPT(NULL, "--chunk-tokens", CLI_INT, O, chunk_tokens, "N", "chunk size for new chunks (default 64)", .min = 1,
-            .max = 4096, .needs = CLI_CACHE_NEEDS),
+            .max = KVS_MAX_CHUNK_TOKENS, .needs = CLI_CACHE_NEEDS),
     CLI_OPT(NULL, "--cache-max-bytes", CLI_STR, O, cache_max_bytes, "N",
             "bound on DIR's bytes (K/M/G/T suffixes; default: half the space free\n"
             "for the cache); least recently used entries are evicted",

@@ -81,7 +81,7 @@ static const cli_opt k_opts[] = {
     CLI_OPT(NULL, "--doc-set", CLI_FLAG, O, doc_set, NULL,
             "bake every --doc document after all the others (documents that are\n"
             "retrieved together)", .flag_value = 1, .needs = "--doc"),
-    CLI_INT_OPT(NULL, "--chunk-tokens", O, chunk_tokens, 1, 4096, "N", "chunk size (default 64)"),
+    CLI_INT_OPT(NULL, "--chunk-tokens", O, chunk_tokens, 1, KVS_MAX_CHUNK_TOKENS, "N", "chunk size (default 64)"),
     CLI_INT_OPT(NULL, "--threads", O, n_threads, 1, KVS_MAX_THREADS, "N", "worker threads (default: all cores)"),
     CLI_INT_OPT(NULL, "--batch", O, n_batch, 1, 1 << 16, "N", "tokens per forward chunk (default 512; same bits)"),
     CLI_INT_OPT(NULL, "--ctx", O, n_ctx, 1, 1 << 20, "N", "context length (default: the model's, at most 8192)"),

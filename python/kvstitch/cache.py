@@ -78,6 +78,8 @@ class Cache(InUse, NoCopy):
                                                         "redis_password_file")))
             p.redis_password_file = self._redis[-1]
         p.redis_timeout_ms = int_arg(redis_timeout_ms, "redis_timeout_ms", 0, 60000)
+        if redis_timeout_ms and redis_url is None and redis_cluster is None:
+            raise InvalidArgument("redis_timeout_ms goes with redis_url or redis_cluster")
         if redis_codec is not None:
             if redis_codec not in ("raw", "zstd", "shuffle-zstd"):
                 raise InvalidArgument(f"redis_codec must be 'raw', 'zstd' or 'shuffle-zstd', got {redis_codec!r}")

@@ -102,6 +102,9 @@ def test_redis_argument_mistakes(model, tmp_path):
         kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_codec="lz4")
     with pytest.raises(kvstitch.InvalidArgument, match="redis_codec goes with"):
         kvstitch.Cache(model, redis_codec="zstd")
+    with pytest.raises(kvstitch.InvalidArgument, match="redis_timeout_ms goes with"):  # (it had been dropped)
+        kvstitch.Cache(model, redis_timeout_ms=200)
+    kvstitch.Cache(model, redis_timeout_ms=0).close()  # the default
     with pytest.raises(kvstitch.InvalidArgument, match="redis_timeout_ms"):
         kvstitch.Cache(model, redis_url="redis://127.0.0.1:1", redis_timeout_ms=-1)
     with pytest.raises(kvstitch.Error, match="nota-url"):

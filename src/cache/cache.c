@@ -33,8 +33,9 @@ static int open_key(const kvs_cache_params *p, kvs_entry_mac **out) {
 
 static int cache_open_body(kvs_model *model, kvs_cache_params p, kvs_cache **out) {
     if (!model || !out) return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: model and out must not be NULL");
-    if (p.chunk_tokens < 0)
-        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: chunk_tokens must be >= 0, got %d", p.chunk_tokens);
+    if (p.chunk_tokens < 0 || p.chunk_tokens > KVS_MAX_CHUNK_TOKENS)
+        return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: chunk_tokens must be in 0..%d (0: %d), got %d",
+                         KVS_MAX_CHUNK_TOKENS, KVS_CHUNK_TOKENS_DEFAULT, p.chunk_tokens);
     if (!kvs_kv_type_name(p.kv_type))
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_cache_open: unknown kv_type %d", (int)p.kv_type);
     if (kvs_model_is_vocab_only(model))

@@ -66,7 +66,7 @@ int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
         goto fail;
     }
     if ((st = kvs_kv_buffer_init(&ctx->kv, hp->n_layer, hp->n_head_kv, p.n_ctx, hp->head_dim, p.kv_type))) goto fail;
-    if ((st = kvs_kv_buffer_track_exact(&ctx->kv))) goto fail;
+    if ((st = kvs_kv_buffer_track_exact(&ctx->kv)) || (st = kvs_kv_buffer_track_written(&ctx->kv))) goto fail;
     if ((st = kvs_fwd_new(model, ctx->pool, p.n_batch, p.n_ctx, &ctx->fwd))) goto fail;
     ctx->rows = malloc((size_t)p.n_batch * sizeof *ctx->rows);
     if (!(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))) || !ctx->rows) {

@@ -33,7 +33,8 @@ int kvs_context_n_threads(const kvs_context *ctx);
 int kvs_context_n_vocab(const kvs_context *ctx);
 
 /* Checks tokens/positions for kvs_decode-like calls: ids < n_vocab,
- * 0 <= pos < n_ctx (KVS_ERR_CONTEXT_FULL naming the numbers). */
+ * 0 <= pos < n_ctx (KVS_ERR_CONTEXT_FULL naming the numbers), and no slot
+ * a token attends to that was never written (KVS_ERR_INVALID_ARG). */
 int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const int32_t *pos, int n);
 
 /* The stop poll (kvs_context_set_should_stop): KVS_OK, or KVS_ERR_INTERRUPTED

@@ -15,6 +15,14 @@ int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const
                              "token %d of %d: position %d does not fit the context of %d tokens (slots 0..%d)", i, n,
                              (int)pos[i], n_ctx, n_ctx - 1);
     }
+    /* Slots never written hold the buffer's zeros: attending to them gave
+     * garbage without a word. */
+    const int gap = kvs_kv_first_unwritten(&ctx->kv, pos, n);
+    for (int i = 0; gap >= 0 && i < n; i++)
+        if (pos[i] > gap)
+            return kvs_error(KVS_ERR_INVALID_ARG, "token %d of %d: position %d attends to slot %d, which was never "
+                             "written (write slots 0..%d first: decode, load or move into them)", i, n, (int)pos[i],
+                             gap, (int)pos[i] - 1);
     return KVS_OK;
 }
 

@@ -154,6 +154,7 @@ int kvs_chunk_copy_to_kv(const kvs_chunk *c, int off, int n, const kvs_kv_buffer
     if (rc) return rc;
     kvs_kv_wrote(kv, -1, slot);
     if (n) copy_runs(c, off, n, kv, slot, 1);
+    kvs_kv_mark_run(kv, slot, n);
     return KVS_OK;
 }
 

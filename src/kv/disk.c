@@ -639,6 +639,7 @@ int kvs_disk_read_into_kv(const char *dir, const kvs_key *fp, const kvs_entry_ma
     }
     if (kvs_checksum64_final(&cs) != hd.payload_sum) FAIL(KVS_DISK_BAD_PAYLOAD, "%s: payload checksum mismatch", path);
     if (mac && (rc = kvs_disk_header_mac_check(&hd, &ms, path, verdict))) goto fail;
+    kvs_kv_mark_run(kv, slot, n);
     touch_atime(fd);
     close(fd);
     free(iov);

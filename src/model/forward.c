@@ -329,12 +329,14 @@ void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv
     for (int r = 0; r < m; r++) lo = pos[r] < lo ? pos[r] : lo;
     kvs_kv_wrote(kv, l, lo); /* here, not per row: the rows' threads would race on it */
     run_rows(f, OP_STORE_KV, l, m, pos, kv, NULL);
+    if (l == kv->n_layer - 1) kvs_kv_mark_slots(kv, pos, m);
 }
 
 void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv) {
     const size_t kvd = (size_t)f->hp->n_head_kv * f->hp->head_dim;
     kvs_kv_wrote(kv, l, pos[r]);
     store_kv_rows(f, kv, l, f->k + (size_t)r * kvd, f->v + (size_t)r * kvd, pos[r]);
+    if (l == kv->n_layer - 1) kvs_kv_mark_slots(kv, pos + r, 1);
 }
 
 void kvs_fwd_layer_attn(kvs_fwd *f, int l, const int32_t *pos, int r0, int m, const kvs_kv_buffer *kv) {

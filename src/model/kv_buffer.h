@@ -53,6 +53,17 @@ typedef struct kvs_kv_exact {
     int32_t *tok; /* (n_ctx) */
 } kvs_kv_exact;
 
+/* Which slots of a context were ever written (a forward's store, a copy, a
+ * move, a disk read), so that kvs_decode refuses a token that would attend
+ * to a slot that never was: it held the buffer's zeros, and the output was
+ * garbage without a word. Slots [0, filled) are all written; bits holds
+ * every slot's flag. A written slot stays written (what it holds is the
+ * caller's business: another sequence's KV is still KV). */
+typedef struct kvs_kv_written {
+    int filled;
+    uint64_t bits[]; /* (n_ctx / 64 + 1) */
+} kvs_kv_written;
+
 typedef struct kvs_kv_buffer {
     int n_layer, n_kv_head, n_ctx, head_dim;
     kvs_kv_type type;
@@ -66,6 +77,7 @@ typedef struct kvs_kv_buffer {
     kvs_attn_recal recal;
     kvs_kv_layout *layout; /* NULL: the kernels read no layout of these rows */
     kvs_kv_exact *exact;   /* a context's (kvs_kv_buffer_track_exact); NULL: not tracked */
+    kvs_kv_written *written; /* a context's (kvs_kv_buffer_track_written); NULL: not tracked */
 } kvs_kv_buffer;
 
 /* Allocates a zeroed buffer (pages are touched only as slots get written). */
@@ -75,6 +87,15 @@ void kvs_kv_buffer_release(kvs_kv_buffer *kv); /* safe on a zeroed struct */
 /* Starts tracking which slots hold exact prefix KV (kvs_kv_exact). */
 int kvs_kv_buffer_track_exact(kvs_kv_buffer *kv);
 size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv);
+/* Starts tracking which slots were written (kvs_kv_written). */
+int kvs_kv_buffer_track_written(kvs_kv_buffer *kv);
+/* Slots [slot, slot + n) / the m slots at pos were written (in every layer). */
+void kvs_kv_mark_run(const kvs_kv_buffer *kv, int slot, int n);
+void kvs_kv_mark_slots(const kvs_kv_buffer *kv, const int32_t *pos, int m);
+/* The first slot that tokens at pos[0..n) attend to (slots 0..pos[i]) and
+ * that was never written, nor is among pos (a call writes its own slots
+ * before it attends); -1 when none (or not tracked). */
+int kvs_kv_first_unwritten(const kvs_kv_buffer *kv, const int32_t *pos, int n);
 
 /* A write to slot pos (a forward, a copy, a move) starts another sequence
  * there when pos is before the recalibrated documents' end: they end too. */

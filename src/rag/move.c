@@ -107,5 +107,6 @@ int kvs_move_chunk_to_kv(const kvs_chunk *c, int off, int n, kvs_kv_buffer *kv, 
         return kvs_error(KVS_ERR_FORMAT, "move: a key of the chunk at %d, moved by %d positions, is past an F16 KV "
                          "slot's range: the model's activations overflow (weights of extreme size?)", c->pos0,
                          (int)t.delta);
+    kvs_kv_mark_run(kv, slot, n);
     return KVS_OK;
 }
