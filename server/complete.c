@@ -364,11 +364,7 @@ static void sse_end(sse *st) {
     const srv_error *e = failure(&st->cs, &buf);
     const srv_job *j = st->cs.j[0];
     if (e) {
-        cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(err, "message", e->message);
-        cJSON_AddStringToObject(err, "type", e->type);
-        cJSON_AddStringToObject(err, "code", e->code);
-        sse_push(st, o);
+        sse_push(st, srv_error_json(e)); /* (its own object had no param, and "" for a null code) */
     } else if (j->req.include_usage) {
         cJSON *o = envelope(st->s, j, j->req.kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(o, "choices");

@@ -100,7 +100,7 @@ int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json) {
     return reply_json_with(c, status, json, NULL, NULL);
 }
 
-static cJSON *error_json(const srv_error *e) {
+cJSON *srv_error_json(const srv_error *e) {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(err, "message", e->message);
     cJSON_AddStringToObject(err, "type", e->type);
@@ -111,7 +111,7 @@ static cJSON *error_json(const srv_error *e) {
     return root;
 }
 
-int srv_reply_error(struct MHD_Connection *c, const srv_error *e) { return srv_reply_json(c, e->http, error_json(e)); }
+int srv_reply_error(struct MHD_Connection *c, const srv_error *e) { return srv_reply_json(c, e->http, srv_error_json(e)); }
 
 void srv_reply_clock_restart(srv_server *s, struct MHD_Connection *c) {
     /* a timeout set after none (0) restarts MHD's timer (microhttpd.h) */
@@ -202,7 +202,7 @@ static int dispatch(srv_server *s, struct MHD_Connection *c, const char *url, co
     if (!route) {
         srv_error_set(&e, path_known ? 405 : 404, "invalid_request_error", path_known ? "method_not_allowed" : "not_found",
                       "", "%s %s: %s", method, url, path_known ? "method not allowed" : "no such endpoint");
-        return reply_json_with(c, e.http, error_json(&e), path_known ? "Allow" : NULL, allow);
+        return reply_json_with(c, e.http, srv_error_json(&e), path_known ? "Allow" : NULL, allow);
     }
     if (route->auth && !authorized(s, c)) {
         srv_error_set(&e, 401, "authentication_error", "invalid_api_key", "",

@@ -64,13 +64,18 @@ size_t srv_utf8_chars(const char *s, size_t n) {
     return c;
 }
 
-/* {token text: logprob} of a completion token's alternatives. */
+/* {token text: logprob} of a completion token's alternatives, and of the
+ * token itself where they leave it out: "up to logprobs + 1 elements", as
+ * OpenAI's legacy completions and vLLM answer (a sampled token outside the
+ * top N had been missing, and logprobs 0 gave {}). */
 static cJSON *completion_top(const kvs_model *m, const srv_logprob *lp) {
     cJSON *top = cJSON_CreateObject();
-    for (int k = 0; k < lp->n_top; k++) {
-        char *tk = token_string(m, lp->top_ids[k]);
+    for (int k = 0; k <= lp->n_top; k++) {
+        const int32_t id = k < lp->n_top ? lp->top_ids[k] : lp->token;
+        char *tk = token_string(m, id);
         /* two ids with the same text: the better one (first) stands */
-        if (!cJSON_GetObjectItemCaseSensitive(top, tk)) cJSON_AddItemToObject(top, tk, logprob_number(lp->top_logprobs[k]));
+        if (!cJSON_GetObjectItemCaseSensitive(top, tk))
+            cJSON_AddItemToObject(top, tk, logprob_number(k < lp->n_top ? lp->top_logprobs[k] : lp->logprob));
         free(tk);
     }
     return top;

@@ -473,6 +473,8 @@ static int parse_root(const cJSON *root, srv_kind kind, srv_request *r, srv_erro
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return bad(e, "stream_options", "'%s' must be an object%s", "");
+        if (!r->stream) /* as OpenAI answers (it had been ignored) */
+            return bad(e, "stream_options", "'%s' is only allowed when stream is true%s", "");
         if (get_bool(so, "stream_options.include_usage", &r->include_usage, e)) return -1;
     }
     return 0;

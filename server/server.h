@@ -74,6 +74,9 @@ int srv_reply_json(struct MHD_Connection *c, int status, cJSON *json); /* frees 
 /* A reply of JSON text, malloc'd, taken over (freed) whatever happens; NULL: a 500. */
 int srv_reply_json_text(struct MHD_Connection *c, int status, char *text, size_t len);
 int srv_reply_error(struct MHD_Connection *c, const srv_error *e);
+/* {"error": {"message", "type", "param", "code"}} of e (empty param / code:
+ * null), as a reply's body and a stream's error event. */
+cJSON *srv_error_json(const srv_error *e);
 /* Queues j; 0, or -1 with e set (429 queue_full, 503 shutting_down while
  * draining) and j released. */
 int srv_submit(srv_server *s, srv_job *j, srv_error *e);

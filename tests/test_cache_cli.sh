@@ -113,6 +113,11 @@ n_entries=$(j "$tmp/s.json" 'd["entries"]')
     && ok cache_cli_ls_json || fail cache_cli_ls_json "$(head -c 300 "$tmp/ls.json")"
 "$CLI" cache ls --cache-dir "$D" -m "$MODEL" >"$tmp/ls.txt" && grep -q "prefix key" "$tmp/ls.txt" \
     && [ "$(($(wc -l <"$tmp/ls.txt") - 1))" = "$n_entries" ] && ok cache_cli_ls_text || fail cache_cli_ls_text "$(head -3 "$tmp/ls.txt")"
+# an empty cache lists no entries (it had sorted a NULL array: UBSan's abort, exit 1)
+mkdir -p "$tmp/empty"
+"$CLI" cache ls --cache-dir "$tmp/empty" --json >"$tmp/le.json" 2>"$tmp/le.err" \
+    && [ "$(j "$tmp/le.json" 'len(d["entries"])')" = 0 ] && [ ! -s "$tmp/le.err" ] \
+    && ok cache_cli_ls_empty || fail cache_cli_ls_empty "$(head -c 300 "$tmp/le.json" "$tmp/le.err")"
 
 # --- damage: a flipped payload byte is found by --verify, never served, then repaired --------
 # (before the chat prompts: until then every cached path shares its first 192 tokens, so the

@@ -111,7 +111,7 @@ TEST(ops_roundtrip_list_remove_clear) {
         kvs_key keys[N_CHAIN];
         for (int i = 0; i < N_CHAIN; i++) keys[i] = c[i]->prefix_key;
         CHECK_EQ_INT(t->ops->contains_many(t, keys, N_CHAIN, present), KVS_OK);
-        for (int i = 0; i < N_CHAIN; i++) CHECK(present[i]);
+        for (int i = 0; i < N_CHAIN; i++) CHECK_EQ_INT(present[i], KVS_TIER_HELD);
         CHECK_EQ_INT(t->ops->remove(t, &keys[3]), KVS_OK);
         CHECK_EQ_INT(t->ops->remove(t, &keys[3]), KVS_ERR_NOT_FOUND);
         CHECK_EQ_INT(served(t, c), N_CHAIN - 1);
@@ -399,6 +399,12 @@ TEST(killed_during_load_and_slow) {
     redisAppendCommand(ctl, "DEBUG SLEEP 1");
     kvs_redis_flush(ctl);
     rt_sleep_ms(20);
+    /* an EXISTS without an answer is "unknown", not "absent": a put took
+     * absent as the chain's parent gone, and wrote nothing more of that
+     * chain or of any prompt extending it to Redis, for good */
+    uint8_t held = KVS_TIER_HELD;
+    CHECK_EQ_INT(t->ops->contains_many(t, &c[1]->prefix_key, 1, &held), KVS_OK);
+    CHECK_EQ_INT(held, KVS_TIER_UNKNOWN);
     double worst = 0, t_sleep = now_ms();
     while (now_ms() - t_sleep < 700) { /* gets all through the sleep */
         int n;
@@ -802,6 +808,64 @@ static void *scan_garbage_main(void *arg) {
 
 /* The cache commands' SCAN that fails in transport says how: no answer in
  * time, or the protocol error (both had read "SCAN failed", naming nothing). */
+/* why_down says what is wrong now: a SELECT a stalled server never
+ * answered is "no answer in time" (it had read "SELECT 7: Resource
+ * temporarily unavailable", ranked as the server's own words), and a write
+ * refusal ends once writes are answered again (a failover's CLUSTERDOWN,
+ * here an OOM, had stayed after Redis was back). */
+TEST(why_down_says_what_is_wrong_now) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 60);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/7", r.port);
+    kvs_redis_tier_params p;
+    kvs_redis_tier_default_params(&p);
+    p.url = url;
+    p.timeout_ms = 50;
+    p.breaker_open_ms = 100;
+    p.flush_timeout_ms = 3000;
+    kvs_tier *t = NULL;
+    CHECK_EQ_INT(kvs_redis_tier_open(&p, &fp, &SHAPE, &t), KVS_OK);
+    if (!t) {
+        rt_redis_stop(&r);
+        return;
+    }
+    kvs_chunk *c[N_CHAIN], *d[N_CHAIN];
+    make_chain(&fp, 61, c);
+    make_chain(&fp, 62, d);
+    char why[512];
+    kill(r.pid, SIGSTOP);
+    CHECK_EQ_INT(served(t, c), 0);
+    kvs_redis_tier_why_down(t, why, sizeof why);
+    kill(r.pid, SIGCONT);
+    CHECK_MSG(strstr(why, "no answer in time") && strstr(why, "SELECT 7") && !strstr(why, "temporarily"),
+              "why_down: '%s'", why);
+    rt_sleep_ms(150); /* past the breaker */
+    redisReply *x = rt_cmd(r.port, "CONFIG SET maxmemory 1");
+    if (x) freeReplyObject(x);
+    for (int i = 0; i < N_CHAIN; i++) CHECK_EQ_INT(t->ops->put(t, c[i]), KVS_OK);
+    kvs_redis_tier_flush(t, 5000);
+    kvs_redis_tier_why_down(t, why, sizeof why);
+    CHECK_MSG(strstr(why, "a write was refused: OOM") != NULL, "why_down: '%s'", why);
+    x = rt_cmd(r.port, "CONFIG SET maxmemory 0");
+    if (x) freeReplyObject(x);
+    put_chain(t, d);
+    CHECK_EQ_INT(served(t, d), N_CHAIN);
+    kvs_redis_tier_why_down(t, why, sizeof why);
+    CHECK_MSG(why[0] == 0, "why_down after writes and reads were answered: '%s'", why);
+    for (int i = 0; i < N_CHAIN; i++) {
+        kvs_chunk_unref(c[i]);
+        kvs_chunk_unref(d[i]);
+    }
+    kvs_tier_close(t);
+    rt_redis_stop(&r);
+}
+
 TEST(failed_scan_says_why) {
     static const struct {
         void *(*main_fn)(void *);
@@ -1092,6 +1156,7 @@ int main(void) {
     RUN(full_write_queue_drops_and_never_blocks);
     RUN(loaded_machine_and_slow_server_real_sizes);
     RUN(url_and_password_sources);
+    RUN(why_down_says_what_is_wrong_now);
     RUN(failed_scan_says_why);
     return kt_summary();
 }

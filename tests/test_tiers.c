@@ -490,6 +490,44 @@ TEST(dummy_tier_plugs_in_by_its_ops_row) {
     for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
 }
 
+/* Chunks a tier without get_into served (as Redis serves: made resident)
+ * are pinned by the hits that hold them, so the lookups' eviction passes
+ * over them; kvs_store_release_hit brings the RAM back within the budget
+ * once they are let go (a server had stayed at 4x its budget after
+ * concurrent hits from Redis, until it stopped). */
+TEST(chunks_a_tier_made_resident_leave_when_released) {
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0};
+    kvs_store *a = open_store(NULL, 0);
+    CHECK_EQ_INT(kvs_store_attach_tier(a, mem_tier(&shelf)), KVS_OK);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(a, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    kvs_store_stats st;
+    kvs_store_get_stats(a, &st);
+    kvs_store_params p = kvs_store_default_params();
+    p.budget_bytes = st.bytes / 3; /* room for one of the five chunks */
+    kvs_store *b = NULL;
+    CHECK_EQ_INT(kvs_store_open(&FP, &SHAPE, p, &b), KVS_OK);
+    CHECK_EQ_INT(kvs_store_attach_tier(b, mem_tier(&shelf)), KVS_OK);
+    kvs_prefix_hit h1, h2;
+    fake_kv_zero(warm);
+    CHECK_EQ_INT(kvs_store_lookup_into(b, toks, N, &warm->kv, &h1), KVS_OK);
+    CHECK_EQ_INT(kvs_store_lookup_into(b, toks, N, &warm->kv, &h2), KVS_OK); /* two requests at once */
+    CHECK_EQ_INT(h1.n_cached, N);
+    CHECK(fake_kv_equal(cold, warm, 0, N));
+    kvs_store_get_stats(b, &st);
+    CHECK(st.bytes > st.budget_bytes); /* pinned */
+    kvs_store_release_hit(b, &h1);
+    kvs_store_release_hit(b, &h2);
+    kvs_store_get_stats(b, &st);
+    CHECK_MSG(st.bytes <= st.budget_bytes, "%llu bytes resident over a budget of %llu", (unsigned long long)st.bytes,
+              (unsigned long long)st.budget_bytes);
+    CHECK_EQ_INT(serve_into(b, N), N); /* still served from the tier */
+    kvs_store_free(a);
+    kvs_store_free(b);
+    for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
+}
+
 /* A tier whose write fails stops taking the put's chunks; the other tiers
  * take every one (a failed directory write had stopped the writes to every
  * tier: the shared tier got chunk 0 of each prompt). */
@@ -1223,6 +1261,7 @@ int main(void) {
     RUN(records_bound_at_open_keeps_no_orphans);
     RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
+    RUN(chunks_a_tier_made_resident_leave_when_released);
     RUN(a_failing_tier_stops_only_itself);
     RUN(damage_on_every_chunk_heals_in_one_request);
     RUN(failed_write_is_counted_not_stored);

@@ -133,8 +133,8 @@ void cli_redis_report(const char *cmd, kvs_cache *cache, uint64_t *errors, uint6
      * server's metrics showed it) */
     if (st.redis_bad)
         fprintf(stderr,
-                "kvstitch %s: warning: %llu damaged values met in Redis (never served: computed instead; the "
-                "damaged ones removed, a newer version's left)\n",
+                "kvstitch %s: warning: %llu damaged values met in Redis (counted per read; never served: computed "
+                "instead; each removed where Redis lets this client delete it, a newer version's left)\n",
                 cmd, (unsigned long long)st.redis_bad);
     /* why, in the server's words where it gave some (a wrong password, a
      * database index out of range had been said by `cache stats` only) */

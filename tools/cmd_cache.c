@@ -548,7 +548,7 @@ static int cache_redis(const cache_opts *o) {
     }
     if (ls) {
         if (x.nomem) { fprintf(stderr, "kvstitch cache: out of memory\n"); goto done; }
-        qsort(x.r, x.n, sizeof *x.r, by_model_pos);
+        if (x.n) qsort(x.r, x.n, sizeof *x.r, by_model_pos); /* (qsort of NULL, 0 is undefined) */
         print_rows(&x, o->json);
     } else if (o->json) {
         printf("{\"redis\": \"%s\", \"entries\": %llu, \"bytes\": %llu, \"models\": %llu, \"damaged\": %llu",
@@ -665,7 +665,7 @@ int cmd_cache(int argc, char **argv) {
         st = cache ? kvs_cache_ls(cache, collect, &x) : kvs_cache_dir_scan(o.dir, collect, &x, NULL);
         if (st != KVS_OK) { cli_fail(st, o.dir); goto done; }
         if (x.nomem) { fprintf(stderr, "kvstitch cache: out of memory\n"); goto done; }
-        qsort(x.r, x.n, sizeof *x.r, by_model_pos);
+        if (x.n) qsort(x.r, x.n, sizeof *x.r, by_model_pos); /* (qsort of NULL, 0 is undefined) */
         print_rows(&x, o.json);
     } else {
         kvs_cache_dir_stats d;

@@ -96,7 +96,7 @@ static int generate_cached_body(kvs_context *ctx, kvs_cache *cache, const int32_
     /* The pins end with the use: the KV was copied and generation is over.
      * Releasing them before storing lets this request's inserts evict the
      * chunks it used if the budget asks for it. */
-    kvs_prefix_hit_release(&hit);
+    kvs_store_release_hit(cache->store, &hit);
     if (!st && rp.store) {
         /* The prompt's KV is intact in slots [0, n_prompt): generation only
          * wrote the slots after it. A failure to store (no memory, disk

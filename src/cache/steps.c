@@ -32,7 +32,7 @@ static int cache_peek_prefix_body(kvs_cache *cache, const int32_t *tokens, int n
     memset(&hit, 0, sizeof hit);
     st = kvs_store_lookup_prefix(cache->store, tokens, n, &hit);
     if (!st) *n_hit = hit.n_cached;
-    kvs_prefix_hit_release(&hit);
+    kvs_store_release_hit(cache->store, &hit);
     return st;
 }
 
@@ -63,7 +63,7 @@ static int cache_load_prefix_body(kvs_context *ctx, kvs_cache *cache, const int3
     st = kvs_store_lookup_into(cache->store, tokens, n, kvs_context_kv(ctx), &hit);
     if (!st) *n_loaded = hit.n_cached;
     /* The KV was copied: the pins may go now. */
-    kvs_prefix_hit_release(&hit);
+    kvs_store_release_hit(cache->store, &hit);
     return st;
 }
 

@@ -59,7 +59,7 @@ static int warm_body(kvs_context *ctx, kvs_cache *cache, const int32_t *tokens, 
         st = kvs_decode(ctx, tokens + hit.n_cached, pos + hit.n_cached, n - hit.n_cached, NULL);
     }
     int n_cached = hit.n_cached;
-    kvs_prefix_hit_release(&hit); /* KV copied: the pins can go before the inserts */
+    kvs_store_release_hit(cache->store, &hit); /* KV copied: the pins can go before the inserts */
     kvs_put_report put;
     memset(&put, 0, sizeof put);
     if (!st)

@@ -203,9 +203,20 @@ static int command_ok(redisContext *ctx, int timeout_ms, const char *what, int a
     int ok = redisAppendCommandArgv(ctx, argc, argv, NULL) == REDIS_OK &&
              reply_by(ctx, NULL, kvs_redis_mono_ns() + (int64_t)timeout_ms * 1000000, 1 << 16, (void **)&r) == 0 &&
              r->type == REDIS_REPLY_STATUS;
-    if (!ok)
-        snprintf(why, why_cap, "%s: %.*s", what, r && r->type == REDIS_REPLY_ERROR ? (int)r->len : (int)strlen(ctx->errstr),
-                 r && r->type == REDIS_REPLY_ERROR ? r->str : ctx->errstr[0] ? ctx->errstr : "no answer");
+    /* The server's words name the command; a transport failure says so in
+     * the transport's words (kvs_redis_why_is_transport): a SELECT that timed
+     * out had read "SELECT 7: Resource temporarily unavailable", reported
+     * first as the server's own refusal, and kept after Redis was back. */
+    if (ok) {
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, why_cap, "%s: %.*s", what, (int)r->len, r->str);
+    } else if (ctx->err == REDIS_ERR_IO && !strcmp(ctx->errstr, strerror(EAGAIN))) {
+        snprintf(why, why_cap, "no answer in time: connected, but the server did not answer %s (stalled, paused or "
+                 "overloaded)", what);
+    } else {
+        snprintf(why, why_cap, "the connection failed mid-command (%s: %s)", what,
+                 r ? "not a status reply" : ctx->errstr[0] ? ctx->errstr : "no answer");
+    }
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;
 }

@@ -52,6 +52,7 @@ static void set_reply(void *user, int i, const redisReply *r) {
     if (r && r->type == REDIS_REPLY_STATUS) {
         atomic_fetch_add(&rt->put_bytes, b->val_len[i]);
         b->stored[i] = 1;
+        kvs_redis_note_answered(rt, "write");
     } else {
         atomic_fetch_add(&rt->put_errors, 1);
         kvs_redis_note_refusal(rt, "write", r); /* OOM over maxmemory, NOAUTH, READONLY... */

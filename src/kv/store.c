@@ -151,12 +151,15 @@ static int write_through_skipping(kvs_store *s, kvs_chunk *c, unsigned *skip) {
  * it since). A child written there would be an entry nothing reaches, and
  * newer than the chain's head, which a bound then evicted first: a server
  * storing a prompt a prefill step at a time on a small bound had been left
- * with tail entries only. A tier that cannot answer is not skipped here. */
+ * with tail entries only. A tier that cannot answer is not skipped here:
+ * a Redis check that timed out (its EXISTS unanswered) had cut that tier
+ * off the rest of the prompt and of every prompt extending it, without a
+ * counter saying so. */
 static void skip_tiers_lacking(kvs_store *s, const kvs_key *parent, unsigned *skip) {
     for (int t = 0; t < s->n_tiers; t++) {
-        uint8_t present = 1;
+        uint8_t present = KVS_TIER_UNKNOWN;
         if (!(*skip >> t & 1) && s->tiers[t]->ops->contains_many(s->tiers[t], parent, 1, &present) == KVS_OK &&
-            !present)
+            present == KVS_TIER_ABSENT)
             *skip |= 1u << t;
     }
 }

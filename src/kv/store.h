@@ -241,6 +241,12 @@ int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buf
 
 /* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */
 void kvs_prefix_hit_release(kvs_prefix_hit *hit);
+/* kvs_prefix_hit_release, then s's resident bytes brought back within its
+ * budget: what a tier without get_into served (Redis: made resident) is
+ * pinned by the hit, so the lookup's own eviction passes over it, and
+ * nothing evicted it after concurrent requests let go (a server had stayed
+ * at 4x its budget). The request paths release with this. */
+void kvs_store_release_hit(kvs_store *s, kvs_prefix_hit *hit);
 
 /* Copies every segment's KV into view at slots [from, to). Reads only.
  * For a hit of kvs_store_lookup_prefix (its payloads are resident). */

@@ -224,7 +224,7 @@ static void serve_tier(kvs_store *s, int ti, const int32_t *tokens, int n_prompt
     if (kv && t->ops->get_into) {
         uint8_t *present = calloc((size_t)want, 1);
         if (!present || t->ops->contains_many(t, keys + *i, want, present) != KVS_OK) want = 0;
-        for (int j = 0; j < want && present[j]; j++) {
+        for (int j = 0; j < want && present[j] == KVS_TIER_HELD; j++) {
             if (!take_into(s, ti, tokens, &sp[*i], &keys[*i], *i ? &keys[*i - 1] : root, kv, hit, cap)) break;
             (*i)++;
         }
@@ -278,7 +278,7 @@ static int serve_tail(kvs_store *s, const int32_t *tokens, int n_prompt, const k
         kvs_tier *t = s->tiers[ti];
         if (t->ops->contains_many(t, keys, m, present) != KVS_OK) continue;
         for (int k = m - 1, reads = 0; k >= 0 && !served && reads < TAIL_READS; k--) {
-            if (!present[k]) continue;
+            if (present[k] != KVS_TIER_HELD) continue;
             reads++;
             const kvs_span p = {stop->start, stop->start + lo + k, KVS_SPAN_PARTIAL};
             int ext = 0;
@@ -475,7 +475,7 @@ static int lookup(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffe
         hit->n_tokens = n;
         return rc;
     }
-    if (!kv) kvs_store_enforce_budget(s);
+    kvs_store_enforce_budget(s); /* (what this hit pins stays: kvs_store_release_hit) */
     ADD(s->lookups, 1);
     ADD(s->lookup_tokens, n);
     if (hit->n_cached > 0) {
@@ -520,6 +520,11 @@ void kvs_prefix_hit_release(kvs_prefix_hit *hit) {
     for (int i = 0; i < hit->n_segs; i++) kvs_chunk_unref(hit->segs[i].chunk);
     free(hit->segs);
     memset(hit, 0, sizeof *hit);
+}
+
+void kvs_store_release_hit(kvs_store *s, kvs_prefix_hit *hit) {
+    kvs_prefix_hit_release(hit);
+    if (s) kvs_store_enforce_budget(s);
 }
 
 int kvs_prefix_hit_copy_to_kv(const kvs_prefix_hit *hit, const kvs_kv_buffer *kv) {

@@ -64,6 +64,8 @@ typedef struct kvs_tier_stats {
  * takes the reference). A nonzero return stops the scan. */
 typedef int (*kvs_tier_visit_fn)(void *user, kvs_chunk *chunk);
 
+enum { KVS_TIER_ABSENT = 0, KVS_TIER_HELD = 1, KVS_TIER_UNKNOWN = 2 }; /* contains_many's answers */
+
 typedef struct kvs_tier_ops {
     const char *name; /* "dir", "redis", "redis-cluster": in stats and messages */
 
@@ -99,7 +101,10 @@ typedef struct kvs_tier_ops {
      * fails later is counted in put_errors. */
     int (*put)(kvs_tier *t, const kvs_chunk *c);
 
-    /* present[i] = 1 if prefix_keys[i] is held (cheap check, may be stale). */
+    /* present[i] = KVS_TIER_HELD if prefix_keys[i] is held (cheap check, may
+     * be stale), KVS_TIER_ABSENT if not, KVS_TIER_UNKNOWN if the tier gave
+     * no answer for it (a Redis timeout): a reader takes that as not held,
+     * a writer must not take it as absent. */
     int (*contains_many)(kvs_tier *t, const kvs_key *prefix_keys, int n, uint8_t *present);
 
     /* Removes one entry: KVS_OK, or KVS_ERR_NOT_FOUND. */

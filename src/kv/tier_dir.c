@@ -231,8 +231,9 @@ static int dir_contains_many(kvs_tier *t, const kvs_key *keys, int n, uint8_t *p
     for (int i = 0; i < n; i++) {
         char path[4096];
         struct stat st;
-        present[i] = kvs_disk_path(d->dir, &keys[i], path, sizeof path) == KVS_OK && lstat(path, &st) == 0 &&
-                     S_ISREG(st.st_mode); /* a symlink is not an entry (disk.c never follows one) */
+        if (kvs_disk_path(d->dir, &keys[i], path, sizeof path) != KVS_OK) present[i] = KVS_TIER_UNKNOWN;
+        else if (lstat(path, &st) != 0) present[i] = errno == ENOENT ? KVS_TIER_ABSENT : KVS_TIER_UNKNOWN;
+        else present[i] = S_ISREG(st.st_mode) ? KVS_TIER_HELD : KVS_TIER_ABSENT; /* a symlink is not an entry (disk.c never follows one) */
     }
     return KVS_OK;
 }

@@ -106,13 +106,14 @@ static void get_reply(void *user, int i, const redisReply *r) {
         atomic_fetch_add(&rt->errors, 1);
         return;
     }
-    /* GETRANGE of a missing key is "" (nil in old servers). */
-    if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) return;
-    if (r->type != REDIS_REPLY_STRING) {
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
         atomic_fetch_add(&rt->errors, 1);
         kvs_redis_note_refusal(rt, "read", r); /* the server's words: NOAUTH, a WRONGTYPE value... */
         return;
     }
+    kvs_redis_note_answered(rt, "read");
+    /* GETRANGE of a missing key is "" (nil in old servers). */
+    if (r->type == REDIS_REPLY_NIL || r->len == 0) return;
     if ((size_t)r->len > rt->max_value_bytes) { /* GETRANGE gave limit + 1 bytes: larger than allowed */
         atomic_fetch_add(&rt->oversized, 1);
         atomic_fetch_add(&rt->bad, 1);
@@ -272,7 +273,8 @@ static int redis_contains_many(kvs_tier *t, const kvs_key *pk, int n, uint8_t *p
     long long *res = malloc((size_t)n * sizeof *res);
     if (!res) return kvs_error(KVS_ERR_NOMEM, "redis tier: out of memory");
     int st = key_commands(impl(t), "EXISTS", pk, n, res);
-    for (int i = 0; i < n; i++) present[i] = !st && res[i] > 0;
+    for (int i = 0; i < n; i++)
+        present[i] = st || res[i] < 0 ? KVS_TIER_UNKNOWN : res[i] > 0 ? KVS_TIER_HELD : KVS_TIER_ABSENT;
     free(res);
     return st;
 }
@@ -732,6 +734,18 @@ void kvs_redis_note_refusal(redis_tier *rt, const char *what, const redisReply *
     if (!r || r->type != REDIS_REPLY_ERROR || !r->str) return;
     pthread_mutex_lock(&rt->why_mu);
     snprintf(rt->why_refused, sizeof rt->why_refused, "a %s was refused: %.*s", what, (int)r->len, r->str);
+    atomic_store(&rt->refused_kind, what[0] == 'w' ? 2 : 1);
+    pthread_mutex_unlock(&rt->why_mu);
+}
+
+void kvs_redis_note_answered(redis_tier *rt, const char *what) {
+    const int kind = what[0] == 'w' ? 2 : 1;
+    if (atomic_load_explicit(&rt->refused_kind, memory_order_relaxed) != kind) return;
+    pthread_mutex_lock(&rt->why_mu);
+    if (atomic_load(&rt->refused_kind) == kind) {
+        rt->why_refused[0] = 0;
+        atomic_store(&rt->refused_kind, 0);
+    }
     pthread_mutex_unlock(&rt->why_mu);
 }
 

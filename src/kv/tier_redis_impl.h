@@ -48,7 +48,8 @@ typedef struct redis_tier {
     _Atomic uint64_t bad_removed;  /* damaged values a read met and removed (redis_drop.h) */
     _Atomic uint64_t markers, marker_hits; /* partial-chunk markers written, read to a chunk (redis_marker.h) */
     pthread_mutex_t why_mu;
-    char why_refused[192];         /* the last error a read got ("NOAUTH ..."), "" if none */
+    char why_refused[192];         /* the last error a read or write got ("NOAUTH ..."), "" if none */
+    atomic_int refused_kind;       /* why_refused's: 0 none, 1 a read's, 2 a write's */
 } redis_tier;
 
 /* The key of prefix_key: key_prefix + 64 hex digits. Returns its length. */
@@ -57,6 +58,10 @@ size_t kvs_redis_make_key(const redis_tier *rt, const kvs_key *prefix_key, char 
 /* Keeps the words of an error reply to a read or write (what: "read",
  * "write") for kvs_redis_tier_why_down; other replies are ignored. */
 void kvs_redis_note_refusal(redis_tier *rt, const char *what, const redisReply *r);
+/* A read or write (what) the server answered: a refusal of the same kind
+ * noted before is over ("" again: a failover's CLUSTERDOWN had stayed in
+ * redis_why_down after the cluster was back). Cheap when none is noted. */
+void kvs_redis_note_answered(redis_tier *rt, const char *what);
 
 /* Writer (redis_writer.c). */
 int kvs_redis_writer_start(redis_tier *rt, int queue_chunks, size_t queue_bytes);

@@ -78,7 +78,7 @@ static int prefix_step(kvs_docs_warmer *w, int *budget) {
         memset(&hit, 0, sizeof hit);
         st = kvs_store_lookup_into(w->cache->store, w->lay.tokens, D, kvs_context_kv(w->ctx), &hit);
         w->n_prefix_at = hit.n_cached;
-        kvs_prefix_hit_release(&hit);
+        kvs_store_release_hit(w->cache->store, &hit);
         if (st) return st;
     }
     if (w->n_prefix_at < D) {

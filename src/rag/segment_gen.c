@@ -240,7 +240,7 @@ static int assemble(req *q, int *n_ready, int *exact_end) {
         st = kvs_store_lookup_into(cache->store, lay->tokens, n - 1, q->kv, &hit);
         q->rep.lookup_ms = kvs_now_ms() - t_lookup;
         E = hit.n_cached;
-        kvs_prefix_hit_release(&hit); /* copied into the context */
+        kvs_store_release_hit(cache->store, &hit); /* copied into the context */
         if (st) return st;
     }
     /* (the full strategy computes all past the hit exactly: any hit gives its bits) */

@@ -313,6 +313,8 @@ def test_malformed_json_and_wrong_types(server):
                          "reuse.recalibrate.scale"),
                         ({"messages": Q, "stream": True, "stream_options": {"include_usage": 1}},
                          "stream_options.include_usage"),
+                        # only with a stream, as OpenAI answers (it had been ignored)
+                        ({"messages": Q, "stream_options": {"include_usage": True}}, "stream_options"),
                         # content only an assistant's turn may lack, as OpenAI (it had run as empty text)
                         ({"messages": [{"role": "user"}]}, "messages[0].content"),
                         ({"messages": [{"role": "system", "content": None}, Q[0]]}, "messages[0].content"),
@@ -807,6 +809,16 @@ def test_completions_logprobs_match_the_library(server, client):
                 for t, v, o in zip(ch.choices[0].logprobs.tokens, ch.choices[0].logprobs.token_logprobs,
                                    ch.choices[0].logprobs.text_offset)]
     assert streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset))
+    # The sampled token is always among top_logprobs ("up to logprobs + 1
+    # elements", as OpenAI's legacy API and vLLM): sampled hot, outside the
+    # top 1, and with logprobs 0 ({} before)
+    for n_top in (0, 1):
+        hot = client.completions.create(model="x", prompt=prompt, max_tokens=12, temperature=1.8, seed=3,
+                                        logprobs=n_top).choices[0].logprobs
+        assert all(d.get(t) == v for t, v, d in zip(hot.tokens, hot.token_logprobs, hot.top_logprobs)), hot
+        assert all(len(d) <= n_top + 1 for d in hot.top_logprobs), hot
+        if n_top:
+            assert any(len(d) == 2 for d in hot.top_logprobs), hot  # one sampled outside the best
     # Stopped before any text: the stream's finish chunk carries the empty lists
     s = list(client.completions.create(model="x", prompt=prompt, max_tokens=6, temperature=0, logprobs=5, stream=True,
                                        stop=[r.choices[0].text[:1]]))
@@ -1020,6 +1032,9 @@ def test_echo_streamed_choices_when_the_first_fails():
         assert len(events) == 1 and events[0]["error"]["message"].startswith("echo: out of memory"), events
         e = error_of(s.post("/v1/completions", body), 500)
         assert e["message"].startswith("echo: out of memory"), e
+        # the stream's error event is the reply's error object (it had no param and "" for a null code)
+        assert events[0] == {"error": e}, (events[0], e)
+        assert set(e) == {"message", "type", "param", "code"}, e
         # echo without logprobs computes no entries: not held, not failed
         got = s.post("/v1/completions", dict(body, logprobs=None, stream=False)).json()
         assert [c["text"][:24] for c in got["choices"]] == [body["prompt"]] * 3, got
