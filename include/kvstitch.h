@@ -1139,11 +1139,15 @@ KVS_API int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
  * and threads of ctxs[0]: n <= its n_batch, no other context's n_ctx may
  * exceed its own; no other thread may use any of the contexts meanwhile.
  * Batch-invariant: row r's bits (KV and logits) equal those of
- * kvs_decode(ctxs[r], &tokens[r], &pos[r], 1, ...). */
+ * kvs_decode(ctxs[r], &tokens[r], &pos[r], 1, ...), and a row is refused
+ * as that call would refuse it (a slot never written, say), naming the row. */
 KVS_API int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits);
 
 /* Tokens a prefix lookup of tokens[0..n) would serve now (*n_hit), without
- * copying anything (chunks that live on disk only are loaded). */
+ * copying anything: chunks the cache indexes count as they stand (one it
+ * evicted to its directory or Redis as last seen there, not read again:
+ * the load verifies it), and what it lacks is read from the directory or
+ * Redis once (then indexed). The load may serve fewer (a damaged entry). */
 KVS_API int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit);
 /* Copies the KV of the longest cached prefix of tokens[0..n) into ctx at
  * slots 0..*n_loaded-1 (positions = slots). Pass n_prompt - 1 to keep the

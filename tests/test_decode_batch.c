@@ -200,14 +200,16 @@ TEST(store_context_refuses_what_is_not_exact_kv) {
     kvs_context *c = new_ctx(1);
     CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_ERR_INVALID_ARG); /* nothing written */
     CHECK(strstr(kvs_last_error(), "slots from 0 on") != NULL);
-    /* not in order from slot 0: [64, 128) first, then [0, 64), in one call
-     * (a token attends only to slots written: kvs_decode refuses others) */
-    int32_t swapped_tok[128], swapped_pos[128];
-    for (int i = 0; i < 128; i++) {
-        swapped_pos[i] = (i + 64) % 128;
+    /* not in order from slot 0: [32, 64) then [0, 32) in one batch, then
+     * [64, 128) (a token attends only to slots written: kvs_decode refuses
+     * others) */
+    int32_t swapped_tok[64], swapped_pos[64];
+    for (int i = 0; i < 64; i++) {
+        swapped_pos[i] = (i + 32) % 64;
         swapped_tok[i] = p[swapped_pos[i]];
     }
-    CHECK(kvs_decode(c, swapped_tok, swapped_pos, 128, NULL) == KVS_OK);
+    CHECK(kvs_decode(c, swapped_tok, swapped_pos, 64, NULL) == KVS_OK);
+    CHECK(kvs_decode(c, p + 64, pos + 64, 64, NULL) == KVS_OK);
     CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 128, &n_new), KVS_ERR_INVALID_ARG);
     CHECK(kvs_decode(c, p, pos, 100, NULL) == KVS_OK);
     CHECK_EQ_INT(kvs_cache_store_context(c, cache, q, 100, &n_new), KVS_ERR_INVALID_ARG); /* another token */
@@ -299,6 +301,47 @@ TEST(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it) {
     free(dir);
 }
 
+/* A peek reads no payload the cache indexes: a cache dir opened with a
+ * budget below the prompt's KV answers peeks from its index (each peek had
+ * loaded the whole prefix from disk; with the budget enforced on release,
+ * every scheduler pass of a server had read it again), and the load that
+ * follows reads and verifies it. */
+TEST(peeks_read_no_payload_the_index_has) {
+    char *dir = new_dir();
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.cache_dir = dir;
+    kvs_cache *cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return;
+    int32_t p[N_CTX], pos[N_CTX];
+    for (int i = 0; i < N_CTX; i++) {
+        p[i] = (int32_t)((i * 7919) % 20000 + 90);
+        pos[i] = i;
+    }
+    kvs_context *c = new_ctx(1);
+    CHECK(kvs_decode(c, p, pos, 192, NULL) == KVS_OK);
+    int n_new = 0, n_hit = -1, n_loaded = 0;
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_OK);
+    kvs_cache_free(cache);
+    pp.budget_bytes = 1 << 20; /* below one 64-token chunk's KV */
+    cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return;
+    kvs_cache_stats st;
+    for (int r = 0; r < 3; r++) {
+        CHECK_EQ_INT(kvs_cache_peek_prefix(cache, p, 200, &n_hit), KVS_OK);
+        CHECK_EQ_INT(n_hit, 192);
+    }
+    kvs_cache_get_stats(cache, &st);
+    CHECK_EQ_INT((int)st.disk_loads, 0);
+    CHECK_EQ_INT(kvs_cache_load_prefix(c, cache, p, 200, &n_loaded), KVS_OK);
+    CHECK_EQ_INT(n_loaded, 192);
+    kvs_context_free(c);
+    kvs_cache_free(cache);
+    rm_dir(dir);
+    free(dir);
+}
+
 int main(void) {
     const char *path = kt_model_path();
     if (!path || kvs_model_load(path, kvs_model_default_params(), &g_model)) {
@@ -311,6 +354,7 @@ int main(void) {
     RUN(cache_steps_equal_cold);
     RUN(store_context_refuses_what_is_not_exact_kv);
     RUN(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it);
+    RUN(peeks_read_no_payload_the_index_has);
     kvs_model_free(g_model);
     return kt_summary();
 }

@@ -139,6 +139,27 @@ TEST(test_decode_refuses_unwritten_slots) {
     CHECK_MSG(strstr(kvs_last_error(), "row 1 of 2") != NULL, "%s", kvs_last_error());
     bp[1] = 0;
     CHECK_EQ_INT(kvs_decode_batch(both, bt, bp, 2, logits), KVS_OK);
+    /* a call runs n_batch tokens at a time: a slot a later batch writes
+     * does not count for the batches before it (they had read its zeros) */
+    kvs_context_params cp = kvs_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    cp.n_batch = 4;
+    kvs_context *small = NULL;
+    CHECK_EQ_INT(kvs_context_new(g_model, cp, &small), KVS_OK);
+    int32_t late_tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, late_pos[8] = {4, 5, 6, 7, 0, 1, 2, 3};
+    if (small) {
+        CHECK_EQ_INT(kvs_decode(small, late_tok, late_pos, 8, logits), KVS_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(kvs_last_error(), "token 0 of 8: position 4 attends to slot 0") != NULL, "%s",
+                  kvs_last_error());
+        kvs_context_free(small);
+    }
+    cp.n_batch = 8; /* one batch: its own slots count */
+    CHECK_EQ_INT(kvs_context_new(g_model, cp, &small), KVS_OK);
+    if (small) {
+        CHECK_EQ_INT(kvs_decode(small, late_tok, late_pos, 8, logits), KVS_OK);
+        kvs_context_free(small);
+    }
 done:
     free(logits);
     kvs_context_free(ctx);

@@ -140,6 +140,7 @@ static int same_output(const kvs_generate_result *w, const kvs_generate_result *
 static void poison(kvs_context *ctx) {
     kvs_kv_buffer *kv = kvs_context_kv(ctx);
     memset(kv->data, 0x7e, kvs_kv_buffer_bytes(kv));
+    kvs_kv_forget_written(kv); /* (so a writer that does not mark its slots fails the next decode) */
 }
 
 static char g_dir[256];

@@ -105,6 +105,7 @@ static void flip_byte(const char *path, off_t off_from_end) {
 static void poison(kvs_context *ctx) {
     kvs_kv_buffer *kv = kvs_context_kv(ctx);
     memset(kv->data, 0x7e, kvs_kv_buffer_bytes(kv));
+    kvs_kv_forget_written(kv); /* (so a writer that does not mark its slots fails the next decode) */
 }
 
 /* Generates g_prompt with a fresh cache on g_dir; returns n_cached. */

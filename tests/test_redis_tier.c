@@ -806,8 +806,6 @@ static void *scan_garbage_main(void *arg) {
     return NULL;
 }
 
-/* The cache commands' SCAN that fails in transport says how: no answer in
- * time, or the protocol error (both had read "SCAN failed", naming nothing). */
 /* why_down says what is wrong now: a SELECT a stalled server never
  * answered is "no answer in time" (it had read "SELECT 7: Resource
  * temporarily unavailable", ranked as the server's own words), and a write
@@ -866,6 +864,43 @@ TEST(why_down_says_what_is_wrong_now) {
     rt_redis_stop(&r);
 }
 
+/* A chunk whose SET is still queued or unanswered is held: a server
+ * storing a prompt a prefill step at a time checks the parent of each
+ * step's first chunk while the step before may still be in the queue, and
+ * Redis's "absent" had cut the rest of the chain off it (healthy, under
+ * load: 49 of 51 chunks written). CLIENT PAUSE WRITE holds the SET and
+ * lets EXISTS through. */
+TEST(a_queued_write_is_held) {
+    rt_redis r;
+    if (rt_redis_start(&r, 0)) {
+        CHECK(0);
+        return;
+    }
+    kvs_key fp;
+    rt_fill_key(&fp, 70);
+    kvs_tier *t = open_tier(r.port, &fp, 2000);
+    kvs_chunk *c[N_CHAIN];
+    make_chain(&fp, 71, c);
+    redisReply *x = rt_cmd(r.port, "CLIENT PAUSE 600 WRITE");
+    CHECK(x && x->type == REDIS_REPLY_STATUS);
+    if (x) freeReplyObject(x);
+    CHECK_EQ_INT(t->ops->put(t, c[0]), KVS_OK);
+    rt_sleep_ms(100); /* the writer took it: its SET waits for the pause */
+    uint8_t held[2] = {KVS_TIER_UNKNOWN, KVS_TIER_UNKNOWN};
+    kvs_key keys[2] = {c[0]->prefix_key, c[1]->prefix_key};
+    CHECK_EQ_INT(t->ops->contains_many(t, keys, 2, held), KVS_OK);
+    CHECK_EQ_INT(held[0], KVS_TIER_HELD);   /* being written */
+    CHECK_EQ_INT(held[1], KVS_TIER_ABSENT); /* never put */
+    CHECK(kvs_redis_tier_flush(t, 5000));
+    CHECK_EQ_INT(t->ops->contains_many(t, keys, 1, held), KVS_OK);
+    CHECK_EQ_INT(held[0], KVS_TIER_HELD); /* written */
+    free_chain(c);
+    kvs_tier_close(t);
+    rt_redis_stop(&r);
+}
+
+/* The cache commands' SCAN that fails in transport says how: no answer in
+ * time, or the protocol error (both had read "SCAN failed", naming nothing). */
 TEST(failed_scan_says_why) {
     static const struct {
         void *(*main_fn)(void *);
@@ -1157,6 +1192,7 @@ int main(void) {
     RUN(loaded_machine_and_slow_server_real_sizes);
     RUN(url_and_password_sources);
     RUN(why_down_says_what_is_wrong_now);
+    RUN(a_queued_write_is_held);
     RUN(failed_scan_says_why);
     return kt_summary();
 }

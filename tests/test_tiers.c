@@ -403,6 +403,7 @@ typedef struct mem_shelf {
     pthread_mutex_t mu;
     kvs_chunk *c[64];
     int n, puts, gets;
+    int mute; /* contains_many answers KVS_TIER_UNKNOWN (a Redis timing out) */
 } mem_shelf;
 
 static kvs_chunk *shelf_find(mem_shelf *m, const kvs_key *k) {
@@ -447,7 +448,8 @@ static int mem_put(kvs_tier *t, const kvs_chunk *c) {
 static int mem_contains_many(kvs_tier *t, const kvs_key *keys, int n, uint8_t *present) {
     mem_shelf *m = t->impl;
     pthread_mutex_lock(&m->mu);
-    for (int i = 0; i < n; i++) present[i] = shelf_find(m, &keys[i]) != NULL;
+    for (int i = 0; i < n; i++)
+        present[i] = m->mute ? KVS_TIER_UNKNOWN : shelf_find(m, &keys[i]) ? KVS_TIER_HELD : KVS_TIER_ABSENT;
     pthread_mutex_unlock(&m->mu);
     return KVS_OK;
 }
@@ -473,7 +475,7 @@ static kvs_tier *mem_tier(mem_shelf *m) {
 }
 
 TEST(dummy_tier_plugs_in_by_its_ops_row) {
-    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0};
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, 0};
     kvs_store *a = open_store(NULL, 0), *b = open_store(NULL, 0);
     CHECK_EQ_INT(kvs_store_attach_tier(a, mem_tier(&shelf)), KVS_OK);
     CHECK_EQ_INT(kvs_store_attach_tier(b, mem_tier(&shelf)), KVS_OK);
@@ -490,13 +492,36 @@ TEST(dummy_tier_plugs_in_by_its_ops_row) {
     for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
 }
 
+/* A put goes on writing a chain to a tier that cannot say whether the
+ * chain's parent is there (unknown is not absent: a Redis check that timed
+ * out had cut the prompt off Redis); a parent the tier says it lacks stops
+ * the chain there. */
+TEST(a_tier_that_cannot_answer_keeps_the_chain) {
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, 0};
+    kvs_store *s = open_store(NULL, 0);
+    CHECK_EQ_INT(kvs_store_attach_tier(s, mem_tier(&shelf)), KVS_OK);
+    fake_kv_fill(cold, toks, N);
+    kvs_put_report r;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, 128, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(shelf.n, 2);
+    shelf.mute = 1;
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, 192, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(shelf.n, 3); /* written */
+    shelf.mute = 0;
+    kvs_chunk_unref(shelf.c[--shelf.n]); /* the tier lost chunk 2 (another process's bound) */
+    CHECK_EQ_INT(kvs_store_put_prefix(s, toks, N, 64, NULL, 0, &cold->kv, &r), KVS_OK);
+    CHECK_EQ_INT(shelf.n, 2); /* past a parent it lacks: nothing */
+    kvs_store_free(s);
+    for (int i = 0; i < shelf.n; i++) kvs_chunk_unref(shelf.c[i]);
+}
+
 /* Chunks a tier without get_into served (as Redis serves: made resident)
  * are pinned by the hits that hold them, so the lookups' eviction passes
  * over them; kvs_store_release_hit brings the RAM back within the budget
  * once they are let go (a server had stayed at 4x its budget after
  * concurrent hits from Redis, until it stopped). */
 TEST(chunks_a_tier_made_resident_leave_when_released) {
-    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0};
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, 0};
     kvs_store *a = open_store(NULL, 0);
     CHECK_EQ_INT(kvs_store_attach_tier(a, mem_tier(&shelf)), KVS_OK);
     fake_kv_fill(cold, toks, N);
@@ -532,7 +557,7 @@ TEST(chunks_a_tier_made_resident_leave_when_released) {
  * take every one (a failed directory write had stopped the writes to every
  * tier: the shared tier got chunk 0 of each prompt). */
 TEST(a_failing_tier_stops_only_itself) {
-    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0};
+    static mem_shelf shelf = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, 0};
     char *dir = new_dir();
     char path[512];
     entry_path(dir, 1, path, sizeof path);
@@ -1261,6 +1286,7 @@ int main(void) {
     RUN(records_bound_at_open_keeps_no_orphans);
     RUN(chunk_by_key_and_path_from_an_unscanned_tier);
     RUN(dummy_tier_plugs_in_by_its_ops_row);
+    RUN(a_tier_that_cannot_answer_keeps_the_chain);
     RUN(chunks_a_tier_made_resident_leave_when_released);
     RUN(a_failing_tier_stops_only_itself);
     RUN(damage_on_every_chunk_heals_in_one_request);

@@ -28,12 +28,7 @@ static int cache_peek_prefix_body(kvs_cache *cache, const int32_t *tokens, int n
     if (st) return kvs_error_prefix(st, "kvs_cache_peek_prefix");
     *n_hit = 0;
     if (n == 0) return KVS_OK;
-    kvs_prefix_hit hit;
-    memset(&hit, 0, sizeof hit);
-    st = kvs_store_lookup_prefix(cache->store, tokens, n, &hit);
-    if (!st) *n_hit = hit.n_cached;
-    kvs_store_release_hit(cache->store, &hit);
-    return st;
+    return kvs_store_peek_prefix(cache->store, tokens, n, n_hit);
 }
 
 int kvs_cache_peek_prefix(kvs_cache *cache, const int32_t *tokens, int n, int *n_hit) {

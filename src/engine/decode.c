@@ -16,13 +16,21 @@ int kvs_context_check_batch(const kvs_context *ctx, const int32_t *tokens, const
                              (int)pos[i], n_ctx, n_ctx - 1);
     }
     /* Slots never written hold the buffer's zeros: attending to them gave
-     * garbage without a word. */
-    const int gap = kvs_kv_first_unwritten(&ctx->kv, pos, n);
-    for (int i = 0; gap >= 0 && i < n; i++)
-        if (pos[i] > gap)
-            return kvs_error(KVS_ERR_INVALID_ARG, "token %d of %d: position %d attends to slot %d, which was never "
-                             "written (write slots 0..%d first: decode, load or move into them)", i, n, (int)pos[i],
-                             gap, (int)pos[i] - 1);
+     * garbage without a word. A call runs n_batch tokens at a time: a
+     * chunk's tokens attend to what it and the chunks before it wrote. */
+    const int B = ctx->params.n_batch;
+    for (int c0 = 0; c0 < n; c0 += B) {
+        const int end = n - c0 < B ? n : c0 + B;
+        int hi = pos[c0];
+        for (int i = c0 + 1; i < end; i++) hi = pos[i] > hi ? pos[i] : hi;
+        const int gap = kvs_kv_first_unwritten(&ctx->kv, pos, end, hi);
+        for (int i = c0; gap >= 0 && i < end; i++)
+            if (pos[i] > gap)
+                return kvs_error(KVS_ERR_INVALID_ARG, "token %d of %d: position %d attends to slot %d, which was never "
+                                 "written (write slots 0..%d first: decode, load or move into them; in one call, a "
+                                 "slot a later batch of n_batch = %d tokens writes does not count)", i, n,
+                                 (int)pos[i], gap, (int)pos[i] - 1, B);
+    }
     return KVS_OK;
 }
 

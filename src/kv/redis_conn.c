@@ -213,9 +213,11 @@ static int command_ok(redisContext *ctx, int timeout_ms, const char *what, int a
     } else if (ctx->err == REDIS_ERR_IO && !strcmp(ctx->errstr, strerror(EAGAIN))) {
         snprintf(why, why_cap, "no answer in time: connected, but the server did not answer %s (stalled, paused or "
                  "overloaded)", what);
+    } else if (r) { /* (the server's doing, not the transport's) */
+        snprintf(why, why_cap, "%s: a reply of type %d where a status was due", what, r->type);
     } else {
         snprintf(why, why_cap, "the connection failed mid-command (%s: %s)", what,
-                 r ? "not a status reply" : ctx->errstr[0] ? ctx->errstr : "no answer");
+                 ctx->errstr[0] ? ctx->errstr : "no answer");
     }
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;

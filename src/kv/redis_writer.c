@@ -173,9 +173,11 @@ static void write_chunks(redis_tier *rt, kvs_chunk **chunks, int n) {
     write_markers(rt, b.src, stored);
 }
 
+_Static_assert(sizeof ((redis_tier *)0)->q_taken / sizeof(kvs_chunk *) == WRITE_BATCH, "q_taken holds a batch");
+
 static void *writer_main(void *arg) {
     redis_tier *rt = arg;
-    kvs_chunk *batch[WRITE_BATCH];
+    kvs_chunk **batch = rt->q_taken;
     pthread_mutex_lock(&rt->q_mu);
     for (;;) {
         while (!rt->q_len && !rt->q_stop) pthread_cond_wait(&rt->q_cv, &rt->q_mu);
@@ -192,8 +194,8 @@ static void *writer_main(void *arg) {
         rt->q_busy = n;
         pthread_mutex_unlock(&rt->q_mu);
         write_chunks(rt, batch, n);
-        for (int i = 0; i < n; i++) kvs_chunk_unref(batch[i]);
         pthread_mutex_lock(&rt->q_mu);
+        for (int i = 0; i < n; i++) kvs_chunk_unref(batch[i]); /* (under the lock: kvs_redis_writer_pending reads them) */
         rt->q_bytes -= bytes;
         rt->q_busy = 0;
         if (!rt->q_len) pthread_cond_broadcast(&rt->q_idle);
@@ -214,6 +216,17 @@ int kvs_redis_writer_start(redis_tier *rt, int queue_chunks, size_t queue_bytes)
         return kvs_error(KVS_ERR_IO, "redis tier: cannot start the writer thread");
     rt->writer_started = 1;
     return KVS_OK;
+}
+
+int kvs_redis_writer_pending(redis_tier *rt, const kvs_key *prefix_key) {
+    if (!rt->writer_started) return 0;
+    int found = 0;
+    pthread_mutex_lock(&rt->q_mu);
+    for (int i = 0; i < rt->q_len && !found; i++)
+        found = kvs_key_equal(&rt->q[(rt->q_head + i) % rt->q_cap]->prefix_key, prefix_key);
+    for (int i = 0; i < rt->q_busy && !found; i++) found = kvs_key_equal(&rt->q_taken[i]->prefix_key, prefix_key);
+    pthread_mutex_unlock(&rt->q_mu);
+    return found;
 }
 
 int kvs_redis_writer_put(redis_tier *rt, const kvs_chunk *c) {

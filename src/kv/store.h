@@ -239,6 +239,15 @@ int kvs_store_lookup_prefix(kvs_store *s, const int32_t *tokens, int n, kvs_pref
 int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buffer *kv,
                           kvs_prefix_hit *hit);
 
+/* How many tokens of tokens[0..n) a lookup would serve (*n_hit), reading
+ * no payload the index has: its chunks count as they stand (one evicted to
+ * a tier as that tier held it when last seen: a lookup verifies it), and
+ * only what it lacks is looked for in the tiers (read once, then indexed).
+ * A peek by lookup had loaded every disk-only chunk of the prefix; with a
+ * budget below the prompt's KV, each of a server's scheduler passes had
+ * read the whole prefix from the tier again. */
+int kvs_store_peek_prefix(kvs_store *s, const int32_t *tokens, int n, int *n_hit);
+
 /* Unpins the hit's chunks and frees its segments. Safe on a zeroed hit. */
 void kvs_prefix_hit_release(kvs_prefix_hit *hit);
 /* kvs_prefix_hit_release, then s's resident bytes brought back within its

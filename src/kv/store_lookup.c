@@ -475,7 +475,7 @@ static int lookup(kvs_store *s, const int32_t *tokens, int n, const kvs_kv_buffe
         hit->n_tokens = n;
         return rc;
     }
-    kvs_store_enforce_budget(s); /* (what this hit pins stays: kvs_store_release_hit) */
+    if (!kv) kvs_store_enforce_budget(s); /* (into a buffer: at kvs_store_release_hit, once unpinned) */
     ADD(s->lookups, 1);
     ADD(s->lookup_tokens, n);
     if (hit->n_cached > 0) {
@@ -512,6 +512,19 @@ int kvs_store_lookup_into(kvs_store *s, const int32_t *tokens, int n, kvs_kv_buf
             kv->exact->len = hit->n_cached;
         }
     }
+    return rc;
+}
+
+int kvs_store_peek_prefix(kvs_store *s, const int32_t *tokens, int n, int *n_hit) {
+    *n_hit = 0;
+    if (n < 0 || (n && !tokens)) return kvs_error(KVS_ERR_INVALID_ARG, "store peek: %d tokens", n);
+    kvs_prefix_hit hit;
+    memset(&hit, 0, sizeof hit);
+    int cap = 0;
+    int rc = from_index(s, tokens, n, &hit, &cap);
+    if (!rc && s->n_tiers && hit.n_cached < n) rc = serve_tiers(s, tokens, n, NULL, &hit, &cap);
+    if (!rc) *n_hit = hit.n_cached;
+    kvs_prefix_hit_release(&hit);
     return rc;
 }
 

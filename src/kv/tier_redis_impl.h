@@ -34,7 +34,8 @@ typedef struct redis_tier {
     kvs_chunk **q;
     int q_cap, q_head, q_len;
     size_t q_bytes, q_max_bytes;
-    int q_busy;                    /* chunks the writer took and has not finished */
+    int q_busy;                    /* chunks the writer took and has not finished: */
+    kvs_chunk *q_taken[16];        /* those (WRITE_BATCH), pinned until q_busy is 0 again */
     int q_stop;
     uint64_t q_peak;
     pthread_t writer;
@@ -65,6 +66,10 @@ void kvs_redis_note_answered(redis_tier *rt, const char *what);
 
 /* Writer (redis_writer.c). */
 int kvs_redis_writer_start(redis_tier *rt, int queue_chunks, size_t queue_bytes);
+/* 1 if a chunk under prefix_key is queued or being written (its SET not
+ * answered yet): a put's check of its parent takes it as held, where
+ * Redis alone would say absent. */
+int kvs_redis_writer_pending(redis_tier *rt, const kvs_key *prefix_key);
 int kvs_redis_writer_put(redis_tier *rt, const kvs_chunk *c);
 int kvs_redis_writer_flush(redis_tier *rt, int timeout_ms);
 void kvs_redis_writer_stop(redis_tier *rt); /* bounded flush, then stop and drop the rest */

@@ -91,12 +91,10 @@ void kvs_kv_mark_slots(const kvs_kv_buffer *kv, const int32_t *pos, int m) {
     if (touches) advance_filled(w, kv->n_ctx);
 }
 
-int kvs_kv_first_unwritten(const kvs_kv_buffer *kv, const int32_t *pos, int n) {
+int kvs_kv_first_unwritten(const kvs_kv_buffer *kv, const int32_t *pos, int n, int hi) {
     const kvs_kv_written *w = kv->written;
     if (!w || n <= 0) return -1;
-    int hi = pos[0];
-    for (int i = 1; i < n; i++) hi = pos[i] > hi ? pos[i] : hi;
-    if (hi <= w->filled) return -1; /* (the usual call: slot filled is its first token's) */
+    if (hi <= w->filled) return -1; /* (the usual step: slot filled is its token's) */
     /* Each unwritten slot below hi must be one of the call's: a call is a
      * run of positions in order, so look for s in the run first. */
     for (int s = w->filled; s < hi; s++) {

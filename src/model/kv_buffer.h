@@ -89,13 +89,21 @@ int kvs_kv_buffer_track_exact(kvs_kv_buffer *kv);
 size_t kvs_kv_buffer_bytes(const kvs_kv_buffer *kv);
 /* Starts tracking which slots were written (kvs_kv_written). */
 int kvs_kv_buffer_track_written(kvs_kv_buffer *kv);
+/* Every slot counts as never written again (a test's poisoned buffer: the
+ * writers after it must mark what they write). */
+static inline void kvs_kv_forget_written(kvs_kv_buffer *kv) {
+    if (!kv->written) return;
+    memset(kv->written->bits, 0, ((size_t)kv->n_ctx / 64 + 1) * sizeof(uint64_t));
+    kv->written->filled = 0;
+}
 /* Slots [slot, slot + n) / the m slots at pos were written (in every layer). */
 void kvs_kv_mark_run(const kvs_kv_buffer *kv, int slot, int n);
 void kvs_kv_mark_slots(const kvs_kv_buffer *kv, const int32_t *pos, int m);
-/* The first slot that tokens at pos[0..n) attend to (slots 0..pos[i]) and
- * that was never written, nor is among pos (a call writes its own slots
- * before it attends); -1 when none (or not tracked). */
-int kvs_kv_first_unwritten(const kvs_kv_buffer *kv, const int32_t *pos, int n);
+/* The first slot below hi that was never written, nor is among
+ * pos[0..n_own) (the slots a call wrote before the tokens that attend to
+ * them: its own chunk's and the chunks before); -1 when none (or not
+ * tracked). */
+int kvs_kv_first_unwritten(const kvs_kv_buffer *kv, const int32_t *pos, int n_own, int hi);
 
 /* A write to slot pos (a forward, a copy, a move) starts another sequence
  * there when pos is before the recalibrated documents' end: they end too. */
