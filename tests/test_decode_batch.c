@@ -255,6 +255,28 @@ static int find_at(void *user, const kvs_cache_entry *e) {
     return 0;
 }
 
+/* p[i] = (i * mult) % 20000 + add, pos[i] = i; p[0..192) computed in a new
+ * context and stored in a cache on dir (closed again, 3 chunks). Returns
+ * the context, NULL on failure. */
+static kvs_context *stored_in_dir(const char *dir, int mult, int add, int32_t *p, int32_t *pos) {
+    kvs_cache_params pp = kvs_cache_default_params();
+    pp.cache_dir = dir;
+    kvs_cache *cache = NULL;
+    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
+    if (!cache) return NULL;
+    for (int i = 0; i < N_CTX; i++) {
+        p[i] = (int32_t)((i * mult) % 20000 + add);
+        pos[i] = i;
+    }
+    kvs_context *c = new_ctx(1);
+    int n_new = 0;
+    CHECK(kvs_decode(c, p, pos, 192, NULL) == KVS_OK);
+    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_OK);
+    CHECK_EQ_INT(n_new, 3);
+    kvs_cache_free(cache);
+    return c;
+}
+
 /* A context holding exact KV of p[0..192) loads p from a cache dir whose
  * entry for [64, 128) is damaged: the load serves 64 and the read of the
  * damaged entry wrote its bytes before its checksum failed, so slots from
@@ -263,22 +285,13 @@ static int find_at(void *user, const kvs_cache_entry *e) {
  * keys with a valid checksum). */
 TEST(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it) {
     char *dir = new_dir();
+    int32_t p[N_CTX], pos[N_CTX];
+    kvs_context *c = stored_in_dir(dir, 7937, 70, p, pos);
+    if (!c) return;
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = dir;
     kvs_cache *cache = NULL;
-    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
-    if (!cache) return;
-    int32_t p[N_CTX], pos[N_CTX];
-    for (int i = 0; i < N_CTX; i++) {
-        p[i] = (int32_t)((i * 7937) % 20000 + 70);
-        pos[i] = i;
-    }
-    kvs_context *c = new_ctx(1);
-    CHECK(kvs_decode(c, p, pos, 192, NULL) == KVS_OK);
     int n_new = 0, n_loaded = 0;
-    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_OK);
-    CHECK_EQ_INT(n_new, 3);
-    kvs_cache_free(cache);
     find_entry f = {64, ""};
     CHECK_EQ_INT(kvs_cache_dir_scan(dir, find_at, &f, NULL), KVS_OK);
     char path[512];
@@ -286,7 +299,6 @@ TEST(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it) {
     struct stat sb;
     CHECK_EQ_INT(stat(path, &sb), 0);
     flip(path, (long)sb.st_size - 100); /* inside the payload */
-    cache = NULL;
     CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
     if (!cache) return;
     CHECK_EQ_INT(kvs_cache_load_prefix(c, cache, p, 192, &n_loaded), KVS_OK);
@@ -308,23 +320,14 @@ TEST(a_load_that_ends_on_damage_leaves_no_exact_slots_past_it) {
  * follows reads and verifies it. */
 TEST(peeks_read_no_payload_the_index_has) {
     char *dir = new_dir();
+    int32_t p[N_CTX], pos[N_CTX];
+    kvs_context *c = stored_in_dir(dir, 7919, 90, p, pos);
+    if (!c) return;
+    int n_hit = -1, n_loaded = 0;
     kvs_cache_params pp = kvs_cache_default_params();
     pp.cache_dir = dir;
-    kvs_cache *cache = NULL;
-    CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
-    if (!cache) return;
-    int32_t p[N_CTX], pos[N_CTX];
-    for (int i = 0; i < N_CTX; i++) {
-        p[i] = (int32_t)((i * 7919) % 20000 + 90);
-        pos[i] = i;
-    }
-    kvs_context *c = new_ctx(1);
-    CHECK(kvs_decode(c, p, pos, 192, NULL) == KVS_OK);
-    int n_new = 0, n_hit = -1, n_loaded = 0;
-    CHECK_EQ_INT(kvs_cache_store_context(c, cache, p, 192, &n_new), KVS_OK);
-    kvs_cache_free(cache);
     pp.budget_bytes = 1 << 20; /* below one 64-token chunk's KV */
-    cache = NULL;
+    kvs_cache *cache = NULL;
     CHECK_MSG(kvs_cache_open(g_model, pp, &cache) == KVS_OK, "%s", kvs_last_error());
     if (!cache) return;
     kvs_cache_stats st;
