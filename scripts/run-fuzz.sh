@@ -86,7 +86,7 @@ run_target fuzz_serve_request $(( secs < 30 ? secs : 30 )) 4096 "$out/serve_corp
 # The cache entry codecs (a Redis value, the disk tier's entry header in
 # it: the bytes a hostile Redis or cache directory hands the store), seeded
 # with valid values of every codec, for at most 20 s.
-entry_src="src/kv/redis_value.c src/kv/redis_marker.c src/kv/disk.c src/kv/entry_mac.c src/kv/keys.c src/kv/checksum.c src/kv/chunk.c src/base/sha256.c
+entry_src="src/kv/redis_value.c src/kv/redis_marker.c src/kv/disk.c src/kv/entry_mac.c src/kv/keys.c src/kv/checksum.c src/kv/chunk.c src/model/kv_written.c src/base/sha256.c
            src/base/error.c src/base/file.c"
 mkdir -p "$out/entry_corpus"
 # shellcheck disable=SC2086
