@@ -852,6 +852,33 @@ TEST(why_down_says_what_is_wrong_now) {
     CHECK_MSG(strstr(why, "a write was refused: OOM") != NULL, "why_down: '%s'", why);
     x = rt_cmd(r.port, "CONFIG SET maxmemory 0");
     if (x) freeReplyObject(x);
+    /* a read refused while the write refusal stands (no write answered
+     * since): both said; a read answered again ends the read's only (it had
+     * overwritten the write's, then cleared it: "" with every write refused) */
+    char list_key[KVS_REDIS_KEY_CAP]; /* a list where c[4] would be: its read is refused (WRONGTYPE) */
+    kvs_redis_tier_key(t, &c[4]->prefix_key, list_key);
+    redisContext *db7 = rt_connect(r.port);
+    x = db7 ? redisCommand(db7, "SELECT 7") : NULL;
+    if (x) freeReplyObject(x);
+    x = db7 ? redisCommand(db7, "RPUSH %s item", list_key) : NULL;
+    CHECK(x && x->type == REDIS_REPLY_INTEGER);
+    if (x) freeReplyObject(x);
+    kvs_chunk *got = NULL;
+    for (int i = 0; i < 60 && !strstr(why, "WRONGTYPE"); i++) { /* (the read side's breaker, after the stall) */
+        CHECK_EQ_INT(t->ops->get_many(t, &c[4]->prefix_key, 1, &got), KVS_OK);
+        CHECK(got == NULL);
+        kvs_redis_tier_why_down(t, why, sizeof why);
+        if (!strstr(why, "WRONGTYPE")) rt_sleep_ms(50);
+    }
+    CHECK_MSG(strstr(why, "a write was refused: OOM") && strstr(why, "a read was refused: WRONGTYPE"),
+              "why_down: '%s'", why);
+    CHECK_EQ_INT(t->ops->get_many(t, &c[0]->prefix_key, 1, &got), KVS_OK); /* (absent: answered) */
+    CHECK(got == NULL);
+    kvs_redis_tier_why_down(t, why, sizeof why);
+    CHECK_MSG(strstr(why, "a write was refused: OOM") && !strstr(why, "WRONGTYPE"), "why_down: '%s'", why);
+    x = db7 ? redisCommand(db7, "DEL %s", list_key) : NULL;
+    if (x) freeReplyObject(x);
+    if (db7) redisFree(db7);
     put_chain(t, d);
     CHECK_EQ_INT(served(t, d), N_CHAIN);
     kvs_redis_tier_why_down(t, why, sizeof why);

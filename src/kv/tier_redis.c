@@ -739,19 +739,18 @@ int kvs_redis_tier_flush(kvs_tier *t, int timeout_ms) { return kvs_redis_writer_
 void kvs_redis_note_refusal(redis_tier *rt, const char *what, const redisReply *r) {
     if (!r || r->type != REDIS_REPLY_ERROR || !r->str) return;
     pthread_mutex_lock(&rt->why_mu);
-    snprintf(rt->why_refused, sizeof rt->why_refused, "a %s was refused: %.*s", what, (int)r->len, r->str);
-    atomic_store(&rt->refused_kind, what[0] == 'w' ? 2 : 1);
+    const int k = what[0] == 'w'; /* (each kind its own: a read's refusal had hidden a standing write's) */
+    snprintf(rt->why_refused[k], sizeof rt->why_refused[k], "a %s was refused: %.*s", what, (int)r->len, r->str);
+    atomic_fetch_or(&rt->refused_kinds, 1 << k);
     pthread_mutex_unlock(&rt->why_mu);
 }
 
 void kvs_redis_note_answered(redis_tier *rt, const char *what) {
-    const int kind = what[0] == 'w' ? 2 : 1;
-    if (atomic_load_explicit(&rt->refused_kind, memory_order_relaxed) != kind) return;
+    const int k = what[0] == 'w';
+    if (!(atomic_load_explicit(&rt->refused_kinds, memory_order_relaxed) >> k & 1)) return;
     pthread_mutex_lock(&rt->why_mu);
-    if (atomic_load(&rt->refused_kind) == kind) {
-        rt->why_refused[0] = 0;
-        atomic_store(&rt->refused_kind, 0);
-    }
+    rt->why_refused[k][0] = 0;
+    atomic_fetch_and(&rt->refused_kinds, ~(1 << k));
     pthread_mutex_unlock(&rt->why_mu);
 }
 
@@ -776,7 +775,8 @@ void kvs_redis_tier_why_down(kvs_tier *t, char *out, size_t cap) {
     node_failure(rt, 1, out, cap); /* the server's words first: a refused connect, */
     if (!out[0]) {                 /* a refused read or write, then a node not reached */
         pthread_mutex_lock(&rt->why_mu);
-        if (rt->why_refused[0]) snprintf(out, cap, "redis: %s", rt->why_refused);
+        const char *w = rt->why_refused[1], *r = rt->why_refused[0];
+        if (*w || *r) snprintf(out, cap, "redis: %s%s%s", w, *w && *r ? "; " : "", r);
         pthread_mutex_unlock(&rt->why_mu);
     }
     if (!out[0]) node_failure(rt, 0, out, cap);

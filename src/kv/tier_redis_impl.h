@@ -49,8 +49,8 @@ typedef struct redis_tier {
     _Atomic uint64_t bad_removed;  /* damaged values a read met and removed (redis_drop.h) */
     _Atomic uint64_t markers, marker_hits; /* partial-chunk markers written, read to a chunk (redis_marker.h) */
     pthread_mutex_t why_mu;
-    char why_refused[192];         /* the last error a read or write got ("NOAUTH ..."), "" if none */
-    atomic_int refused_kind;       /* why_refused's: 0 none, 1 a read's, 2 a write's */
+    char why_refused[2][192];      /* the last error a read [0] / write [1] got ("NOAUTH ..."), "" if none */
+    atomic_int refused_kinds;      /* bit k: why_refused[k] is set */
 } redis_tier;
 
 /* The key of prefix_key: key_prefix + 64 hex digits. Returns its length. */
