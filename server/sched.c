@@ -305,15 +305,19 @@ int srv_sched_submit(srv_sched *s, srv_job *j) {
     return st;
 }
 
-void srv_sched_drain(srv_sched *s, double timeout_ms) {
+void srv_sched_drain(srv_sched *s, double timeout_ms, int (*cut_short)(void *), void *arg) {
     double until = now_ms() + timeout_ms;
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
     while ((s->n_queued > 0 || s->n_active > 0) && now_ms() < until) {
         pthread_mutex_unlock(&s->mu);
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
+        const int cut = cut_short && cut_short(arg);
+        if (!cut) {
+            struct timespec ts = {0, 20 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         pthread_mutex_lock(&s->mu);
+        if (cut) break;
     }
     s->cancel_all = 1;
     atomic_store(&s->stop_all, 1);

@@ -35,8 +35,10 @@ int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_
 /* 0 queued (the scheduler takes a reference); -1 queue full; -2 draining. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
 /* Stops admitting, lets queued and running requests finish for at most
- * timeout_ms, then cancels what is left. */
-void srv_sched_drain(srv_sched *s, double timeout_ms);
+ * timeout_ms, then cancels what is left. cut_short (if not NULL) is asked
+ * every poll; a nonzero answer ends the wait at once (serve: a second
+ * SIGTERM / SIGINT). */
+void srv_sched_drain(srv_sched *s, double timeout_ms, int (*cut_short)(void *), void *arg);
 /* Joins the thread and frees the slots (after drain). */
 void srv_sched_free(srv_sched *s);
 srv_load srv_sched_load(srv_sched *s);

@@ -6,7 +6,8 @@
  *   with N slots
  *   ready: 200
  *   SIGTERM / SIGINT: stop admitting (503), let running requests finish for
- *   --drain-timeout seconds, cancel the rest, stop HTTP, close the cache
+ *   --drain-timeout seconds (a second signal: not a moment longer), cancel
+ *   the rest, stop HTTP, close the cache
  *   (every stored entry is already on disk: the store writes through; the
  *   Redis writer's queue is flushed, 10 s and up to 10 s more as the cache
  *   closes, and what did not reach Redis is said)
@@ -78,7 +79,8 @@ static void usage(FILE *f) {
             "                         (64 of the 512 in all; 0 = no limit, e.g. behind a proxy)\n"
             "  --prefill-chunk N      prompt tokens per prefill step between decode steps (256)\n"
             "  --max-tokens N         default max_tokens of a request (256)\n"
-            "  --drain-timeout S      on SIGTERM, seconds to let running requests finish (30)\n"
+            "  --drain-timeout S      on SIGTERM, seconds to let running requests finish (30; a second signal\n"
+            "                         cancels them at once)\n"
             "  --alias NAME           model id listed by /v1/models (the file's base name)\n"
             "  --chat-template F      chat template family of chat requests: chatml, qwen3, llama3,\n"
             "                         llama2, gemma (default: the one the file's template names;\n"
@@ -325,6 +327,19 @@ static int load(srv_server *s, const serve_opts *o) {
 
 /* The server's life once its options are read: 0, 1 (could not start), 2
  * (a bad path or key file). */
+/* During the drain: 1 once a second SIGTERM / SIGINT is pending (the
+ * signals stay blocked in every thread, so one that came waits here). A
+ * second Ctrl-C had been ignored, the drain running its whole
+ * --drain-timeout (30 s: past a service manager's grace, then SIGKILL). */
+static int second_signal(void *sigs) {
+    const struct timespec now = {0, 0};
+    const int sig = sigtimedwait(sigs, NULL, &now);
+    if (sig < 0) return 0;
+    fprintf(stderr, "kvstitch serve: %s again: cancelling the running requests now\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    return 1;
+}
+
 static int serve(const serve_opts *opts) {
     const serve_opts o = *opts;
     srv_server s;
@@ -378,7 +393,7 @@ static int serve(const serve_opts *opts) {
      * (a job is done before its handler has written the reply: stopping
      * HTTP at once cut such a connection without an answer, now and then);
      * then the slots go. */
-    srv_sched_drain(s.sched, o.drain_s * 1e3);
+    srv_sched_drain(s.sched, o.drain_s * 1e3, second_signal, &sigs);
     srv_http_wait_idle(&s, DRAIN_REPLY_GRACE_MS);
     srv_http_stop(&s);
     atomic_store(&s.ready, 0);

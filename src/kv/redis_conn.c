@@ -194,31 +194,34 @@ int64_t kvs_redis_due_ns(const kvs_redis_policy *p, uint64_t bytes) {
     return kvs_redis_mono_ns() + (int64_t)kvs_redis_budget_ms(p, bytes) * 1000000;
 }
 
+/* Why a command that must answer +OK did not (r its reply, if any): the
+ * server's words name the command; a transport failure says so in the
+ * transport's words (kvs_redis_why_is_transport): a SELECT that timed out
+ * had read "SELECT 7: Resource temporarily unavailable", reported first as
+ * the server's own refusal, and kept after Redis was back. */
+static void why_not_ok(const redisContext *ctx, const redisReply *r, const char *what, char *why, size_t why_cap) {
+    if (r && r->type == REDIS_REPLY_ERROR)
+        snprintf(why, why_cap, "%s: %.*s", what, (int)r->len, r->str);
+    else if (ctx->err == REDIS_ERR_IO && !strcmp(ctx->errstr, strerror(EAGAIN)))
+        snprintf(why, why_cap, "no answer in time: connected, but the server did not answer %s (stalled, paused or "
+                 "overloaded)", what);
+    else if (r) /* (the server's doing, not the transport's) */
+        snprintf(why, why_cap, "%s: a reply of type %d where a status was due", what, r->type);
+    else
+        snprintf(why, why_cap, "the connection failed mid-command (%s: %s)", what,
+                 ctx->errstr[0] ? ctx->errstr : "no answer");
+}
+
 /* A reply that must be +OK (AUTH, SELECT), within timeout_ms; on failure
  * why names the command (what, never its arguments: a password) and the
- * server's error or the connection's. */
+ * server's error or the connection's (why_not_ok). */
 static int command_ok(redisContext *ctx, int timeout_ms, const char *what, int argc, const char **argv, char *why,
                       size_t why_cap) {
     redisReply *r = NULL;
-    int ok = redisAppendCommandArgv(ctx, argc, argv, NULL) == REDIS_OK &&
-             reply_by(ctx, NULL, kvs_redis_mono_ns() + (int64_t)timeout_ms * 1000000, 1 << 16, (void **)&r) == 0 &&
-             r->type == REDIS_REPLY_STATUS;
-    /* The server's words name the command; a transport failure says so in
-     * the transport's words (kvs_redis_why_is_transport): a SELECT that timed
-     * out had read "SELECT 7: Resource temporarily unavailable", reported
-     * first as the server's own refusal, and kept after Redis was back. */
-    if (ok) {
-    } else if (r && r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, why_cap, "%s: %.*s", what, (int)r->len, r->str);
-    } else if (ctx->err == REDIS_ERR_IO && !strcmp(ctx->errstr, strerror(EAGAIN))) {
-        snprintf(why, why_cap, "no answer in time: connected, but the server did not answer %s (stalled, paused or "
-                 "overloaded)", what);
-    } else if (r) { /* (the server's doing, not the transport's) */
-        snprintf(why, why_cap, "%s: a reply of type %d where a status was due", what, r->type);
-    } else {
-        snprintf(why, why_cap, "the connection failed mid-command (%s: %s)", what,
-                 ctx->errstr[0] ? ctx->errstr : "no answer");
-    }
+    const int ok = redisAppendCommandArgv(ctx, argc, argv, NULL) == REDIS_OK &&
+                   reply_by(ctx, NULL, kvs_redis_mono_ns() + (int64_t)timeout_ms * 1000000, 1 << 16, (void **)&r) == 0 &&
+                   r->type == REDIS_REPLY_STATUS;
+    if (!ok) why_not_ok(ctx, r, what, why, why_cap);
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;
 }

@@ -391,6 +391,31 @@ def test_sigterm_answers_every_request_already_received():
         s.stop()
 
 
+def test_second_signal_cuts_the_drain_short():
+    # A second SIGINT during the drain cancels the running request at once
+    # and the server stops cleanly (exit 0, the stream ended with an error
+    # event); it had been ignored, the drain running its whole timeout.
+    s = Server("--slots", "1", "--ctx", "2048", "--max-tokens", "2000", "--drain-timeout", "600")
+    try:
+        r = requests.post(s.url + "/v1/completions", headers=s.headers(), stream=True, timeout=120 * SLOW,
+                          json={"prompt": "Once upon a time", "max_tokens": 1900, "stream": True,
+                                "logit_bias": {"0": -100, "2": -100}})
+        lines = r.iter_lines()
+        assert next(line for line in lines if line).startswith(b"data: ")
+        s.proc.send_signal(signal.SIGINT)
+        t0 = time.time()
+        while "draining" not in s.read_log() and time.time() - t0 < 30 * SLOW:
+            time.sleep(0.05)
+        assert "draining" in s.read_log()
+        s.proc.send_signal(signal.SIGINT)
+        rest = [line for line in lines if line]
+        assert rest[-1] == b"data: [DONE]" and b"shutting_down" in rest[-2], rest[-3:]
+        assert s.proc.wait(timeout=120 * SLOW) == 0
+        assert "SIGINT again: cancelling the running requests now" in s.read_log()
+    finally:
+        s.stop()
+
+
 def test_sigterm_finishes_queued_requests():
     # One slot, one request running and two queued when SIGTERM comes: all
     # three are answered 200. The drain had seen the last queued request in
