@@ -316,6 +316,8 @@ typedef struct sse {
     int role_sent, ended;
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
+    uint64_t acked;    /* the client's side's acknowledged bytes at progress_ms */
+    double progress_ms; /* when it last took bytes, or had none waiting */
 } sse;
 
 static void sse_push(sse *st, cJSON *o) {
@@ -451,9 +453,32 @@ static size_t sse_take(sse *st, int i, int timeout_ms) {
     return n;
 }
 
+/* 1 once the client has taken none of the bytes waiting for it for
+ * --reply-timeout: its side acknowledged nothing new while some were
+ * queued (peer_acks.c: the kernel's send buffer, megabytes, had hidden a
+ * client that stopped reading, and its stream decoded to max_tokens). A
+ * socket that cannot say is never stalled here; libmicrohttpd's own clock
+ * then closes it once the send buffer is full. */
+static int sse_client_stalled(sse *st) {
+    uint64_t acked = 0;
+    int queued = 0;
+    const double now = srv_now_ms();
+    if (srv_peer_acks(st->c, &acked, &queued)) {
+        st->progress_ms = now;
+        return 0;
+    }
+    if (queued == 0 || acked != st->acked) {
+        st->acked = acked;
+        st->progress_ms = now;
+        return 0;
+    }
+    return now - st->progress_ms > 1e3 * st->s->reply_timeout_s;
+}
+
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sse *st = cls;
     for (;;) {
+        if (!st->ended && sse_client_stalled(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st->out_off < st->out_len) {
             size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
             memcpy(buf, st->out + st->out_off, n);
@@ -511,6 +536,7 @@ static int reply_stream(srv_server *s, struct MHD_Connection *c, choices *cs) {
     st->s = s;
     st->c = c;
     st->cs = *cs;
+    st->progress_ms = srv_now_ms();
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, st, sse_free);
     if (!r) {
         sse_free(st);

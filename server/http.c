@@ -32,8 +32,10 @@
 static const srv_route routes[] = {
     {"POST", "/v1/chat/completions", srv_chat_completions, 1, 1},
     {"POST", "/v1/completions", srv_completions, 1, 1},
-    {"GET", "/v1/models", srv_models, 1, 0},
-    {"GET", "/v1/models/*", srv_model, 1, 0}, /* the openai client's models.retrieve */
+    /* (503 while loading: the model's context length is set by the load;
+     * it had answered 0 then, read unsynchronized) */
+    {"GET", "/v1/models", srv_models, 1, 1},
+    {"GET", "/v1/models/*", srv_model, 1, 1}, /* the openai client's models.retrieve */
     {"GET", "/health", srv_health, 0, 0},
     {"GET", "/metrics", srv_metrics_page, 0, 0},
     {"POST", "/tokenize", srv_tokenize, 1, 1},

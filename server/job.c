@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_ms(void) {
+double srv_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
@@ -219,7 +219,7 @@ static srv_job *job_alloc(srv_kind kind, srv_error *err) {
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->refs, 1);
     atomic_init(&j->cancelled, 0);
-    j->t_submit = now_ms();
+    j->t_submit = srv_now_ms();
     j->created = (long)time(NULL);
     static atomic_ulong counter;
     snprintf(j->id, sizeof j->id, "%s-%lx%06lx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",

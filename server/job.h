@@ -99,6 +99,9 @@ typedef struct srv_job {
     atomic_int refs;
 } srv_job;
 
+/* Milliseconds on the monotonic clock (the server's timings and deadlines). */
+double srv_now_ms(void);
+
 /* Tokenizes the request for model (chat template, or documents as
  * segments). req is taken (left zeroed) whatever happens. On failure
  * returns NULL with err set (400, e.g. context_length_exceeded when the

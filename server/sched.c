@@ -38,17 +38,11 @@ struct srv_sched {
     float *b_logits;  /* (n_slots, n_vocab) */
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* 1 if the queue's head goes next whatever the cache holds: passed over
  * MAX_PASSED_OVER times, or waiting past MAX_WAIT_MS (under mu). */
 static int head_forced(const srv_sched *s) {
     const queued *head = &s->queue[0];
-    return s->n_queued && (head->passed_over >= MAX_PASSED_OVER || now_ms() - head->job->t_submit > MAX_WAIT_MS);
+    return s->n_queued && (head->passed_over >= MAX_PASSED_OVER || srv_now_ms() - head->job->t_submit > MAX_WAIT_MS);
 }
 
 /* The uncached tokens of the queued requests admission looks at, peeked
@@ -150,11 +144,13 @@ static void drop_cancelled_queued(srv_sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Outside the mutex: the drain's cancel_all is read as stop_all (a plain
+ * read of cancel_all here raced with srv_sched_drain's write: TSan). */
 static void cancel_gone(srv_sched *s) {
     drop_cancelled_queued(s);
     for (int i = 0; i < s->p.n_slots; i++) {
         srv_slot *sl = &s->slots[i];
-        if (sl->state != SRV_SLOT_FREE && (atomic_load(&sl->job->cancelled) || s->cancel_all))
+        if (sl->state != SRV_SLOT_FREE && (atomic_load(&sl->job->cancelled) || atomic_load(&s->stop_all)))
             srv_slot_finish(sl, &s->env, SRV_FINISH_CANCELLED);
     }
 }
@@ -306,10 +302,10 @@ int srv_sched_submit(srv_sched *s, srv_job *j) {
 }
 
 void srv_sched_drain(srv_sched *s, double timeout_ms, int (*cut_short)(void *), void *arg) {
-    double until = now_ms() + timeout_ms;
+    double until = srv_now_ms() + timeout_ms;
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
-    while ((s->n_queued > 0 || s->n_active > 0) && now_ms() < until) {
+    while ((s->n_queued > 0 || s->n_active > 0) && srv_now_ms() < until) {
         pthread_mutex_unlock(&s->mu);
         const int cut = cut_short && cut_short(arg);
         if (!cut) {

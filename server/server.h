@@ -82,6 +82,10 @@ cJSON *srv_error_json(const srv_error *e);
 int srv_submit(srv_server *s, srv_job *j, srv_error *e);
 /* 1 if the peer closed its end of the connection. */
 int srv_peer_gone(struct MHD_Connection *c);
+/* The bytes of the connection's reply the client's side has acknowledged
+ * so far (acked) and those sent or waiting that it has not (queued): 0, or
+ * -1 where the socket cannot say (peer_acks.c). */
+int srv_peer_acks(struct MHD_Connection *c, uint64_t *acked, int *queued);
 /* Restarts the connection's reply clock: reply_timeout_s from now. MHD's
  * clock runs from the connection's last byte sent, also while a handler
  * or a stream's reader waits inside a callback (a stream queued for longer

@@ -7,12 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void add_source(srv_job *j, srv_source src, int n);
 static void store_progress(srv_slot *s, const srv_env *env);
 
@@ -116,7 +110,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->gen_len = s->emitted = 0;
     s->n_lp = 0;
     s->stop_cut = 0;
-    s->t_start = now_ms();
+    s->t_start = srv_now_ms();
     s->t_first = 0;
     s->warmer = NULL;
     s->docs_ready = 0;
@@ -255,7 +249,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     if (!l) return fail_job(s, env, "logit_bias: out of memory");
     int32_t tok = kvs_sampler_sample(s->sampler, l);
     kvs_sampler_accept(s->sampler, tok);
-    if (s->n_gen == 0) s->t_first = now_ms();
+    if (s->n_gen == 0) s->t_first = srv_now_ms();
     s->hist[s->n_hist++] = tok;
     s->n_gen++;
     srv_metrics_token(env->metrics);
@@ -283,7 +277,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
 
 static void first_token(srv_slot *s, const srv_env *env, const float *logits) {
     kvs_sha256_hex(logits, (size_t)env->n_vocab * sizeof(float), s->job->usage.first_logits_sha256);
-    s->job->usage.prefill_ms = now_ms() - s->t_start;
+    s->job->usage.prefill_ms = srv_now_ms() - s->t_start;
     if (s->job->max_tokens == 0) return srv_slot_finish(s, env, SRV_FINISH_LENGTH); /* echo alone */
     sample_next(s, env, logits);
 }
@@ -611,7 +605,7 @@ void srv_slot_finish(srv_slot *s, const srv_env *env, srv_finish why) {
         warn_write_errors(env);
         j->usage.chunks_stored += n_new;
     }
-    double t = now_ms();
+    double t = srv_now_ms();
     srv_usage *u = &j->usage;
     u->completion_tokens = s->n_gen;
     if (s->n_gen > 0 && (j->gen_tokens = malloc((size_t)s->n_gen * sizeof *j->gen_tokens)))

@@ -5,6 +5,7 @@
  * replica takes over), listing and clearing by prefix on every master;
  * and fake nodes: one that redirects every key to itself. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -417,7 +418,8 @@ TEST(cluster_seed_that_does_not_answer_says_why) {
  * +OK, and every other command is answered "-ASK <slot> <itself>" and
  * counted (the data commands a batch sends it). */
 typedef struct self_asker {
-    int fd, port, stop, commands;
+    int fd, port, commands;
+    atomic_int stop; /* set by the test's thread, read by the fake's */
     pthread_t th;
 } self_asker;
 

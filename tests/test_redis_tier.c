@@ -15,6 +15,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 
 static const kvs_kv_shape SHAPE = {4, 2, 32, KVS_KV_F16};
@@ -456,7 +457,8 @@ TEST(killed_during_load_and_slow) {
 
 /* A "server" that answers every connection with random bytes. */
 typedef struct garbage_srv {
-    int fd, port, stop;
+    int fd, port;
+    atomic_int stop; /* set by the test's thread, read by the fake's */
     pthread_t th;
 } garbage_srv;
 

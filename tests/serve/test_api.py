@@ -71,6 +71,46 @@ def test_models_retrieve_by_alias():
         assert s.stop() == 0
 
 
+def test_models_while_loading_wait_for_the_context_length():
+    """While the model loads, /v1/models and /v1/models/ID answer 503
+    model_loading (as /v1/completions does), never a context_length the
+    load has not set yet: they had answered 200 with context_length 0 (and
+    read it unsynchronized with the load: ThreadSanitizer)."""
+    import re
+    import subprocess
+    import tempfile
+    from conftest import CLI, MODEL
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = tmp + "/server.log"
+        with open(log_path, "w") as log:
+            p = subprocess.Popen([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--ctx", "256"],
+                                 stdout=log, stderr=subprocess.STDOUT)
+        try:
+            t0, port = time.time(), None
+            while port is None and time.time() - t0 < 60:
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+                port = int(m.group(1)) if m else time.sleep(0.01)
+            assert port, open(log_path).read()
+            seen = set()
+            while "ready on" not in open(log_path).read() and time.time() - t0 < 120:
+                for path in ("/v1/models", "/v1/models/SmolLM2-135M-Instruct.Q4_1.gguf"):
+                    r = requests.get("http://127.0.0.1:%d%s" % (port, path), timeout=30)
+                    if r.status_code == 503:
+                        assert r.json()["error"]["code"] == "model_loading", r.text
+                    else:
+                        assert r.status_code == 200, r.text
+                        body = r.json()
+                        model = body["data"][0] if path == "/v1/models" else body
+                        assert model["context_length"] == 256, r.text
+                    seen.add(r.status_code)
+            r = requests.get("http://127.0.0.1:%d/v1/models" % port, timeout=30)
+            assert r.status_code == 200 and r.json()["data"][0]["context_length"] == 256, r.text
+            print("load: /v1/models while loading answered %s" % sorted(seen))
+        finally:
+            p.terminate()
+            assert p.wait(timeout=60) == 0
+
+
 def check_usage(u):
     assert u.prompt_tokens > 0 and u.completion_tokens > 0
     assert u.total_tokens == u.prompt_tokens + u.completion_tokens

@@ -672,8 +672,65 @@ def test_reply_timeout_closes_a_stream_nobody_reads_and_stops_it():
         assert metric(s, "kvstitch_active_slots") == 0
         decoded = metric(s, "kvstitch_decode_tokens_total") - tokens0
         print("load: a stream nobody reads stopped after %d of 4 x 1900 tokens, %.1f s" % (decoded, time.time() - t0))
-        assert decoded < 4 * 1900 / 2
+        assert decoded < 1900  # (the send buffer hid it for ~2,400 before the acknowledged bytes were counted)
         sock.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_reply_timeout_stops_a_stream_whose_buffers_still_take_bytes():
+    """A client that stops reading, with a 64 KiB receive buffer and a plain
+    stream (~200 bytes a token): the server's own send buffer grows to
+    megabytes (tcp_wmem) and took all of its 3,500 tokens, so the stream
+    decoded to the end. The timeout now counts from the last byte the
+    client's side acknowledged while bytes waited for it. (A receive buffer
+    left to the kernel grows, unread, up to tcp_rmem's maximum when bytes
+    trickle in: TCP cannot tell such a client from a reading one.)"""
+    s = Server("--slots", "1", "--ctx", "4096", "--reply-timeout", "2")
+    try:
+        tokens0 = metric(s, "kvstitch_decode_tokens_total")
+        before = metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}')
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.connect(("127.0.0.1", s.port))
+        body = json.dumps({"prompt": "Write a long story.", "max_tokens": 3500, "stream": True,
+                           "temperature": 0, "logit_bias": {"0": -100, "2": -100}}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + s.key.encode() + b"\r\nContent-Length: " +
+                     str(len(body)).encode() + b"\r\n\r\n" + body)
+        t0 = time.time()
+        while time.time() - t0 < 120 * SLOW and metric(s, "kvstitch_active_slots") == 0:
+            time.sleep(0.05)
+        while time.time() - t0 < 120 * SLOW and metric(s, "kvstitch_active_slots") == 1:
+            time.sleep(0.1)
+        decoded = metric(s, "kvstitch_decode_tokens_total") - tokens0
+        print("load: an unread plain stream stopped after %d of 3500 tokens, %.1f s" % (decoded, time.time() - t0))
+        assert metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}') == before + 1
+        assert decoded < 3500 / 2
+        sock.close()
+        # A client that reads, slower than the stream comes (4 KiB each
+        # 0.1 s through an 8 KiB receive buffer, so bytes wait for it while
+        # its side acknowledges what it reads), keeps its stream past the
+        # timeout.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        sock.connect(("127.0.0.1", s.port))
+        body = json.dumps({"prompt": "Write a long story.", "max_tokens": 600, "stream": True, "logprobs": 5,
+                           "temperature": 0, "logit_bias": {"0": -100, "2": -100}}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nAuthorization: Bearer " + s.key.encode() + b"\r\nContent-Length: " +
+                     str(len(body)).encode() + b"\r\n\r\n" + body)
+        t1, got = time.time(), b""
+        while time.time() - t1 < 300 * SLOW:
+            part = sock.recv(4096)
+            if not part:
+                break
+            got += part
+            time.sleep(0.1)
+        sock.close()
+        print("load: a slow reader took %d bytes in %.1f s" % (len(got), time.time() - t1))
+        assert b"data: [DONE]" in got and b'"finish_reason":"length"' in got, got[-300:]
+        assert metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}') == before + 1
     finally:
         assert s.stop() == 0
 
