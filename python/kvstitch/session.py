@@ -280,6 +280,9 @@ class Session(NoCopy):
         for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
             a[name] = c_float_arg(real_arg(a[name], name), name,  # a str or None had raised cffi's TypeError
                                   zero_ok=name not in ("top_p", "repeat_penalty"))
+        for name in ("presence_penalty", "frequency_penalty"):  # the CLI's and the server's range (OpenAI's)
+            if not -2.0 <= a[name] <= 2.0:  # (any finite value had been taken)
+                raise InvalidArgument(f"{name} must be in [-2, 2], as the CLI and the server take it, got {a[name]!r}")
         if a["recompute_ratio"] is not None:
             a["recompute_ratio"] = real_arg(a["recompute_ratio"], "recompute_ratio")
             if not 0.0 <= a["recompute_ratio"] <= 1.0:  # here: a C float had made 1e300 "inf" in the message

@@ -138,7 +138,9 @@ def test_generation_values_refused_naming_the_field(model, cache):
     cases = [(dict(max_tokens=-1), "max_tokens must"), (dict(max_tokens=2.5), "max_tokens must"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
              (dict(min_p=2.0), "min_p"), (dict(temperature=float("inf")), "temperature"),
              (dict(temperature=float("nan")), "temperature"), (dict(repeat_penalty=0.0), "repeat_penalty"),
-             (dict(top_k=-1), "top_k"), (dict(logprobs=-1), "logprobs must")]
+             (dict(top_k=-1), "top_k"), (dict(logprobs=-1), "logprobs must"),
+             (dict(presence_penalty=2.5), r"presence_penalty must be in \[-2, 2\]"),
+             (dict(frequency_penalty=-3), r"frequency_penalty must be in \[-2, 2\]")]
     for s in (kvstitch.Session(model, n_ctx=64), kvstitch.Session(model, cache, n_ctx=64)):
         for kw, field in cases:
             with pytest.raises(kvstitch.InvalidArgument, match=field):
