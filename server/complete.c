@@ -478,7 +478,7 @@ static int sse_client_stalled(sse *st) {
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sse *st = cls;
     for (;;) {
-        if (!st->ended && sse_client_stalled(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!st->ended && sse_client_stalled(st)) return srv_client_left(), MHD_CONTENT_READER_END_WITH_ERROR;
         if (st->out_off < st->out_len) {
             size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
             memcpy(buf, st->out + st->out_off, n);
@@ -504,7 +504,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (first >= 0 && !n && st->out_off == st->out_len) n = sse_take(st, first, WAIT_SLICE_MS);
         for (int i = 0; i < st->cs.n; i++) all_done &= st->done[i];
         if (all_done) sse_end(st);
-        else if (!n && st->out_off == st->out_len && srv_peer_gone(st->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        else if (!n && st->out_off == st->out_len && srv_peer_gone(st->c))
+            return srv_client_left(), MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
 
@@ -635,6 +636,7 @@ static int complete(srv_server *s, struct MHD_Connection *c, const char *body, s
             if (done) break;
             if (srv_peer_gone(c)) {
                 choices_cancel_unref(&cs);
+                srv_client_left();
                 return 0;
             }
         }

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,25 @@ void srv_reply_clock_restart(srv_server *s, struct MHD_Connection *c) {
     /* a timeout set after none (0) restarts MHD's timer (microhttpd.h) */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0);
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->reply_timeout_s);
+}
+
+/* Set by srv_client_left, cleared when the connection completes (one
+ * thread per connection: the log lines of its close come on that thread). */
+static _Thread_local int client_left;
+
+void srv_client_left(void) { client_left = 1; }
+
+static int starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
+
+/* libmicrohttpd's log (its own default: the line as it is, on stderr),
+ * less the error lines of a close the client caused. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char line[1024]; /* (formatted first: MHD passes such lines as "%s\n" and the text) */
+    vsnprintf(line, sizeof line, fmt, ap);
+    if (client_left && (starts_with(line, "Application reported internal error") ||
+                        starts_with(line, "Closing connection (application error")))
+        return;
+    fputs(line, stderr);
 }
 
 int srv_peer_gone(struct MHD_Connection *c) {
@@ -386,6 +406,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv_server *s = cls;
+    client_left = 0;
     conn_body *b = *con_cls;
     if (!b) return;
     /* Kept alive for the next request: silence is bounded again. */
@@ -413,7 +434,9 @@ int srv_http_start(srv_server *s, const char *host, int port) {
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) return -1;
     s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                                      MHD_USE_ERROR_LOG,
-                                 (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
+                                 (uint16_t)port, NULL, NULL, on_request, s,
+                                 /* first: options before it log through MHD's own logger */
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
                                  s->read_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_MAX_CONNECTIONS,
                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->conns_per_ip, MHD_OPTION_UNESCAPE_CALLBACK,

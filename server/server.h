@@ -80,6 +80,12 @@ cJSON *srv_error_json(const srv_error *e);
 /* Queues j; 0, or -1 with e set (429 queue_full, 503 shutting_down while
  * draining) and j released. */
 int srv_submit(srv_server *s, srv_job *j, srv_error *e);
+/* Marks the calling connection thread's close as the client's doing (it
+ * left, or stopped reading): libmicrohttpd's error line for it ("Application
+ * reported internal error", "application error generating response") is
+ * not printed. Every ordinary disconnect had logged one, reading as a fault
+ * of the server (the metrics count them as cancelled). */
+void srv_client_left(void);
 /* 1 if the peer closed its end of the connection. */
 int srv_peer_gone(struct MHD_Connection *c);
 /* The bytes of the connection's reply the client's side has acknowledged

@@ -189,6 +189,38 @@ def test_disconnect_cancels_the_request(server):
     assert chat(server, [{"role": "user", "content": "Hi"}], max_tokens=2)["usage"]["completion_tokens"] >= 1
 
 
+def test_a_client_that_leaves_logs_no_server_error():
+    """A stream cut by its client and a reply whose client left before it
+    was ready are cancelled and counted, not logged as errors: each had
+    printed libmicrohttpd's "Application reported internal error" or
+    "Closing connection (application error generating response)", ~220
+    such lines in an attack's 300 disconnects."""
+    s = Server("--slots", "2", "--ctx", "1024")
+    try:
+        before = metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}')
+        for stream in (True, False):
+            body = json.dumps({"prompt": "Count to one thousand.", "max_tokens": 900, "stream": stream,
+                               "temperature": 0, "logit_bias": {"0": -100, "2": -100}}).encode()
+            sock = raw_post(s, "/v1/completions", body)
+            if stream:
+                got = b""
+                while got.count(b"data: ") < 3:
+                    got += sock.recv(4096)
+            else:
+                t0 = time.time()
+                while metric(s, "kvstitch_active_slots") == 0 and time.time() - t0 < 30 * SLOW:
+                    time.sleep(0.02)
+            sock.close()
+            wait_cancelled(s, before, 30 * SLOW)
+            before = metric(s, 'kvstitch_generations_total{finish_reason="cancelled"}')
+        assert before == 2
+        assert s.stop() == 0
+        log = s.read_log()
+        assert "Application reported internal error" not in log and "application error" not in log, log
+    finally:
+        s.stop()
+
+
 def test_decode_tokens_are_counted_as_they_are_generated(server):
     # kvstitch_decode_tokens_total moves while a generation runs (it had
     # moved only when the generation ended)
