@@ -14,9 +14,9 @@
  * netinet/tcp.h does not) clashes with netinet/tcp.h.
  */
 #include <linux/sockios.h>
-#include <stddef.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>

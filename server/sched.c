@@ -307,13 +307,13 @@ void srv_sched_drain(srv_sched *s, double timeout_ms, int (*cut_short)(void *), 
     s->draining = 1;
     while ((s->n_queued > 0 || s->n_active > 0) && srv_now_ms() < until) {
         pthread_mutex_unlock(&s->mu);
-        const int cut = cut_short && cut_short(arg);
-        if (!cut) {
-            struct timespec ts = {0, 20 * 1000000L};
-            nanosleep(&ts, NULL);
+        if (cut_short && cut_short(arg)) {
+            pthread_mutex_lock(&s->mu);
+            break;
         }
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
         pthread_mutex_lock(&s->mu);
-        if (cut) break;
     }
     s->cancel_all = 1;
     atomic_store(&s->stop_all, 1);

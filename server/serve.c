@@ -325,8 +325,6 @@ static int load(srv_server *s, const serve_opts *o) {
     return KVS_OK;
 }
 
-/* The server's life once its options are read: 0, 1 (could not start), 2
- * (a bad path or key file). */
 /* During the drain: 1 once a second SIGTERM / SIGINT is pending (the
  * signals stay blocked in every thread, so one that came waits here). A
  * second Ctrl-C had been ignored, the drain running its whole
@@ -340,6 +338,8 @@ static int second_signal(void *sigs) {
     return 1;
 }
 
+/* The server's life once its options are read: 0, 1 (could not start), 2
+ * (a bad path or key file). */
 static int serve(const serve_opts *opts) {
     const serve_opts o = *opts;
     srv_server s;
