@@ -315,6 +315,23 @@ TEST(test_matmul_float_decode_chunks) {
     printf("  %d float-weight decode comparisons\n", compared);
 }
 
+/* Float weights at prefill (m >= 16), on one and two threads: the AVX2
+ * path takes chunks of 48 columns in tiles of 4 activation rows x 3 weight
+ * rows, each of an output's two chains in a pass of its own, so chunk and
+ * tile edges in both directions (n % 48, n % 3, m % 4), the threads' row
+ * blocks (m >= 32) and k's tail must give the scalar bytes. */
+TEST(test_matmul_float_prefill_tiles) {
+    const int ks[] = {8, 576, 583};
+    const int ns[] = {1, 47, 49, 100};
+    const int ms[] = {16, 19, 34, 67};
+    kvs_pool *pool = kvs_pool_new(2);
+    CHECK(pool != NULL);
+    int compared = float_shapes_vs_scalar(ks, 3, ns, 4, ms, 4, pool);
+    kvs_pool_free(pool);
+    CHECK(compared > 0);
+    printf("  %d float-weight prefill comparisons\n", compared);
+}
+
 /* The decode chunks (kvs_decode_cols): whole tiles (a multiple of 16), never
  * empty (callers divide by the width), at most one chunk per thread, and
  * together they cover every column. */
@@ -1179,6 +1196,7 @@ int main(void) {
     RUN(test_matmul_weights_at_odd_address);
     RUN(test_matmul_float_k_tails);
     RUN(test_matmul_float_decode_chunks);
+    RUN(test_matmul_float_prefill_tiles);
     RUN(test_decode_cols);
     RUN(test_matmul_float_negative_zero_chains);
     RUN(test_matmul_two_level_edges);

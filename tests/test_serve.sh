@@ -34,6 +34,10 @@ rc=$?
 grep -E '^load: ' <<<"$out" | sort -u
 sed -n -E 's/^PASSED (tests\/serve\/)?([^ ]*).*/ok serve:\2/p; s/^(FAILED|ERROR) (tests\/serve\/)?([^ ]*).*/FAIL serve:\3/p' <<<"$out"
 if [ $rc -ne 0 ]; then
+    # Each failure's traceback and assertion (pytest's FAILURES / ERRORS
+    # sections, bounded), then the end: a flake that CI met once must leave
+    # more in its log than the failing test's name.
+    printf '%s\n' "$out" | sed -n -E '/^=+ (FAILURES|ERRORS) =+$/,/^=+ short test summary/p' | head -n 400 >&2
     printf '%s\n' "$out" | tail -n 80 >&2
     grep -qE '^(FAILED|ERROR) ' <<<"$out" || echo "FAIL serve_pytest (exit $rc)"
 fi

@@ -479,6 +479,12 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
     if (m < 16 && (isa == &kvs_isa_avx512 || is_amx_batch(isa) ||
                    (isa == &kvs_isa_avx2 && !kvs_wtype_is_quant(w->type))))
         return kvs_decode_cols(n, nth);
+    /* AVX2 float-weight prefill: 16 tiles of 3 weight rows (matmul_avx2.c's
+     * ptile), in L2 while every activation row tile meets them; chunks of
+     * 16 had ended in a tile of one row, and passed over the activations
+     * three times as often (F16 576x576, m = 512, one Zen 3 core: 62 -> 74
+     * GOPS with the FR x FC tiles, and ptile's 82 needs whole tiles) */
+    if (isa == &kvs_isa_avx2 && !kvs_wtype_is_quant(w->type) && m >= 16) return 48;
 #endif
     return m == 1 ? kvs_decode_cols(n, nth) : m < 16 ? 32 : 16;
 }
