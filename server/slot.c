@@ -15,13 +15,29 @@ int srv_slot_should_stop(void *slot) {
     return (s->job && atomic_load(&s->job->cancelled)) || (s->stop_all && atomic_load(s->stop_all));
 }
 
-static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
+/* The job fails at step what, for reason why: "what: why". */
+static void fail_job_because(srv_slot *s, const srv_env *env, const char *what, const char *why) {
     if (srv_slot_should_stop(s)) /* the call stopped because the job was cancelled meanwhile */
         return srv_slot_finish(s, env, SRV_FINISH_CANCELLED);
     srv_error e;
-    srv_error_set(&e, 500, "server_error", "", "", "%s: %s", what, kvs_last_error());
+    srv_error_set(&e, 500, "server_error", "", "", "%s: %s", what, why);
     s->job->err = e; /* read by the HTTP side only after finish */
     srv_slot_finish(s, env, SRV_FINISH_ERROR);
+}
+
+/* A library call failed at step what: kvs_last_error() says why. Only
+ * then: it holds the last failing call's message on this thread, which for
+ * a failure of the server's own (an allocation) is another request's (the
+ * stream and the reply of one failing request had named different ones, as
+ * the cancelled choices in between left theirs: a flaky
+ * serve:test_api.py::test_echo_streamed_choices_when_the_first_fails). */
+static void fail_job(srv_slot *s, const srv_env *env, const char *what) {
+    fail_job_because(s, env, what, kvs_last_error());
+}
+
+/* An allocation of the server's own failed at step what. */
+static void fail_job_nomem(srv_slot *s, const srv_env *env, const char *what) {
+    fail_job_because(s, env, what, "out of memory");
 }
 
 /* A warm's document that does not fit the context: the client's to fix,
@@ -67,12 +83,12 @@ static int echo_nomem_injected(void) {
  * each token's text starts in the echoed prompt, by the detokenizer with
  * control tokens rendered, as the prompt spells them ("<|im_start|>": they
  * had been given no text, and every offset after one fell short), but for
- * a BOS the tokenizer added. 0, or -1 out of memory. */
+ * a BOS the tokenizer added. 0; 1 out of memory; -1 the detokenizer's
+ * failure (kvs_last_error says why). */
 static int echo_start(srv_job *j, const srv_env *env) {
     kvs_detok *d = NULL;
-    if (echo_nomem_injected() || !(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp)) ||
-        kvs_detok_new(env->model, 1, &d))
-        return -1;
+    if (echo_nomem_injected() || !(j->prompt_lp = calloc((size_t)j->n_prompt, sizeof *j->prompt_lp))) return 1;
+    if (kvs_detok_new(env->model, 1, &d)) return -1;
     const size_t len = strlen(j->req.prompt);
     const int skip = added_bos(j, env);
     size_t at = 0;
@@ -133,8 +149,10 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     int last_n = job->sampling.repeat_last_n, from = job->n_prompt > last_n ? job->n_prompt - last_n : 0;
     for (int i = from; i < job->n_prompt; i++) kvs_sampler_accept_prompt(s->sampler, job->prompt[i]);
     s->state = SRV_SLOT_PREFILL;
-    if (srv_job_echo_logprobs(job) && echo_start(job, env)) {
-        fail_job(s, env, "echo: out of memory");
+    const int echo = srv_job_echo_logprobs(job) ? echo_start(job, env) : 0;
+    if (echo) {
+        if (echo > 0) fail_job_nomem(s, env, "echo");
+        else fail_job(s, env, "echo");
         return -1;
     }
     if (!job->segments && !srv_job_echo_logprobs(job)) {
@@ -213,12 +231,13 @@ static void emit_upto(srv_slot *s, size_t upto) {
     s->emitted = upto;
 }
 
-/* Requests with logprobs: the sampled token's, kept until its text goes out. */
+/* Requests with logprobs: the sampled token's, kept until its text goes
+ * out. 0; 1 out of memory; -1 kvs_logprobs failed (kvs_last_error). */
 static int note_logprob(srv_slot *s, const srv_env *env, const float *logits, int32_t tok) {
     if (s->n_lp == s->cap_lp) {
         int cap = s->cap_lp ? 2 * s->cap_lp : 16;
         srv_logprob *t = realloc(s->lp, (size_t)cap * sizeof *t);
-        if (!t) return -1;
+        if (!t) return 1;
         s->lp = t;
         s->cap_lp = cap;
     }
@@ -246,7 +265,7 @@ static const float *biased_logits(srv_slot *s, const srv_env *env, const float *
 static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     srv_job *j = s->job;
     const float *l = biased_logits(s, env, logits);
-    if (!l) return fail_job(s, env, "logit_bias: out of memory");
+    if (!l) return fail_job_nomem(s, env, "logit_bias");
     int32_t tok = kvs_sampler_sample(s->sampler, l);
     kvs_sampler_accept(s->sampler, tok);
     if (s->n_gen == 0) s->t_first = srv_now_ms();
@@ -254,11 +273,12 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     s->n_gen++;
     srv_metrics_token(env->metrics);
     if (kvs_token_is_eog(env->model, tok)) return srv_slot_finish(s, env, SRV_FINISH_STOP);
-    if (j->req.logprobs && note_logprob(s, env, logits, tok)) return fail_job(s, env, "logprobs");
+    const int noted = j->req.logprobs ? note_logprob(s, env, logits, tok) : 0;
+    if (noted) return noted > 0 ? fail_job_nomem(s, env, "logprobs") : fail_job(s, env, "logprobs");
     char piece[256];
     size_t n = 0;
-    if (kvs_detok_push(s->detok, tok, piece, sizeof piece, &n) || gen_append(s, piece, n))
-        return fail_job(s, env, "detokenize");
+    if (kvs_detok_push(s->detok, tok, piece, sizeof piece, &n)) return fail_job(s, env, "detokenize");
+    if (gen_append(s, piece, n)) return fail_job_nomem(s, env, "detokenize");
     long cut = first_stop(s);
     if (cut >= 0) {
         emit_upto(s, (size_t)cut);
@@ -340,7 +360,7 @@ static void prefill_segments(srv_slot *s, const srv_env *env) {
     if (kvs_generate_segments(s->ctx, env->cache, &j->seg, &gp, &rp, &r)) return fail_job(s, env, "documents");
     if (r.n_prompt != j->n_prompt || !r.first_logits || !r.reuse || !r.docs) {
         kvs_generate_result_free(&r);
-        return fail_job(s, env, "documents: the prompt's layout changed");
+        return fail_job_because(s, env, "documents", "the prompt's layout changed");
     }
     const int n_moved = r.docs->n_moved, n_recomputed = r.docs->n_recomputed;
     /* The exact prefix the warmer computed in earlier steps is a cache hit
@@ -416,12 +436,14 @@ static int warm_docs_step(srv_slot *s, const srv_env *env) {
 
 /* The next m prompt tokens with every position's logits, for the echoed
  * prompt's logprobs, ECHO_ROWS at a time (the kernels are batch-invariant:
- * the same bits as one call); the last one's into logits (NULL: none). */
+ * the same bits as one call); the last one's into logits (NULL: none).
+ * 0; 1 out of memory; else the library's failure (kvs_last_error). */
 #define ECHO_ROWS 128
 static int echo_prefill(srv_slot *s, const srv_env *env, int m, float *logits) {
     srv_job *j = s->job;
     float *rows = malloc((size_t)ECHO_ROWS * env->n_vocab * sizeof *rows);
-    int st = rows ? KVS_OK : KVS_ERR_NOMEM;
+    if (!rows) return 1;
+    int st = KVS_OK;
     for (int a = 0; st == KVS_OK && a < m; a += ECHO_ROWS) {
         const int k = m - a < ECHO_ROWS ? m - a : ECHO_ROWS, p0 = s->n_kv + a;
         st = kvs_decode_logits(s->ctx, j->prompt + p0, env->pos + p0, k, rows, k);
@@ -444,11 +466,12 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
     if (m > env->prefill_chunk) m = env->prefill_chunk;
     int last = s->n_kv + m == j->n_prompt;
     float *logits = last ? malloc((size_t)env->n_vocab * sizeof *logits) : NULL;
-    if (last && !logits) return fail_job(s, env, "out of memory");
-    if (srv_job_echo_logprobs(j) ? echo_prefill(s, env, m, logits)
-                                 : kvs_decode(s->ctx, j->prompt + s->n_kv, env->pos + s->n_kv, m, logits)) {
+    if (last && !logits) return fail_job_nomem(s, env, "prefill");
+    const int st = srv_job_echo_logprobs(j) ? echo_prefill(s, env, m, logits)
+                                            : kvs_decode(s->ctx, j->prompt + s->n_kv, env->pos + s->n_kv, m, logits);
+    if (st) {
         free(logits);
-        return fail_job(s, env, "prefill");
+        return st > 0 ? fail_job_nomem(s, env, "prefill") : fail_job(s, env, "prefill");
     }
     s->n_kv += m;
     store_progress(s, env);
