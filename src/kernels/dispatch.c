@@ -485,6 +485,19 @@ static int mm_cols(const kvs_isa *isa, const kvs_wmat *w, int m, int nth) {
      * three times as often (F16 576x576, m = 512, one Zen 3 core: 62 -> 74
      * GOPS with the FR x FC tiles, and ptile's 82 needs whole tiles) */
     if (isa == &kvs_isa_avx2 && !kvs_wtype_is_quant(w->type) && m >= 16) return 48;
+    /* AVX2 packed Q4_0 / Q4_1 / Q8_0 prefill: a pass of 16 quantized
+     * activation rows (L1) meets every weight row of its chunk, so each chunk
+     * reads all m rows once more; at 1 thread 512 rows (~680 KiB for k = 576)
+     * are past a Zen 3 core's 512 KiB L2, and chunks of 16 read them from L3
+     * 36 times per 576 columns. Up to 128 (never past a thread's share: the
+     * short prompts that have no row blocks keep both threads busy): pp512,
+     * Zen 3, paired, 6 rounds: 1 thread Q4_0 1.078x, Q8_0 1.082x, Q4_1
+     * 1.085x; 2 threads (row blocks of 256 rows, in L2 already) Q4_0 1.049x,
+     * Q8_0 1.014x. */
+    if (isa == &kvs_isa_avx2 && kvs_wtype_is_quant(w->type) && m >= 16) {
+        const int share = kvs_decode_cols(n, nth);
+        return share < 128 ? share : 128;
+    }
 #endif
     return m == 1 ? kvs_decode_cols(n, nth) : m < 16 ? 32 : 16;
 }
