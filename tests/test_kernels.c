@@ -297,6 +297,17 @@ static int float_shapes_vs_scalar(const int *ks, int nk, const int *ns, int nn, 
     return compared;
 }
 
+/* float_shapes_vs_scalar with a pool of two threads (and without one). */
+static void float_shapes_on_two_threads(const int *ks, int nk, const int *ns, int nn, const int *ms, int nm,
+                                        const char *what) {
+    kvs_pool *pool = kvs_pool_new(2);
+    CHECK(pool != NULL);
+    int compared = float_shapes_vs_scalar(ks, nk, ns, nn, ms, nm, pool);
+    kvs_pool_free(pool);
+    CHECK(compared > 0);
+    printf("  %d float-weight %s comparisons\n", compared, what);
+}
+
 /* Float weights, one activation row (a decode step) or a few (a batched
  * step), on one and two threads: the AVX2 path pairs row j with row j + h
  * of its column chunk at m = 1 (two streams) and walks long chunks (the
@@ -307,12 +318,7 @@ TEST(test_matmul_float_decode_chunks) {
     const int ks[] = {16, 576, 583};
     const int ns[] = {1, 2, 3, 16, 33, 100, 577};
     const int ms[] = {1, 2, 5, 8};
-    kvs_pool *pool = kvs_pool_new(2);
-    CHECK(pool != NULL);
-    int compared = float_shapes_vs_scalar(ks, 3, ns, 7, ms, 4, pool);
-    kvs_pool_free(pool);
-    CHECK(compared > 0);
-    printf("  %d float-weight decode comparisons\n", compared);
+    float_shapes_on_two_threads(ks, 3, ns, 7, ms, 4, "decode");
 }
 
 /* Float weights at prefill (m >= 16), on one and two threads: the AVX2
@@ -324,12 +330,7 @@ TEST(test_matmul_float_prefill_tiles) {
     const int ks[] = {8, 576, 583};
     const int ns[] = {1, 47, 49, 100};
     const int ms[] = {16, 19, 34, 67};
-    kvs_pool *pool = kvs_pool_new(2);
-    CHECK(pool != NULL);
-    int compared = float_shapes_vs_scalar(ks, 3, ns, 4, ms, 4, pool);
-    kvs_pool_free(pool);
-    CHECK(compared > 0);
-    printf("  %d float-weight prefill comparisons\n", compared);
+    float_shapes_on_two_threads(ks, 3, ns, 4, ms, 4, "prefill");
 }
 
 /* The decode chunks (kvs_decode_cols): whole tiles (a multiple of 16), never
