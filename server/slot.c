@@ -40,6 +40,13 @@ static void fail_job_nomem(srv_slot *s, const srv_env *env, const char *what) {
     fail_job_because(s, env, what, "out of memory");
 }
 
+/* Step what failed with status st of a helper that tells the two apart:
+ * > 0 an allocation of the server's own, < 0 a library call. */
+static void fail_job_status(srv_slot *s, const srv_env *env, const char *what, int st) {
+    if (st > 0) fail_job_nomem(s, env, what);
+    else fail_job(s, env, what);
+}
+
 /* A warm's document that does not fit the context: the client's to fix,
  * named by its index and id (the library's message counts documents). */
 static void fail_job_too_long(srv_slot *s, const srv_env *env, int doc) {
@@ -151,8 +158,7 @@ int srv_slot_start(srv_slot *s, const srv_env *env, srv_job *job) {
     s->state = SRV_SLOT_PREFILL;
     const int echo = srv_job_echo_logprobs(job) ? echo_start(job, env) : 0;
     if (echo) {
-        if (echo > 0) fail_job_nomem(s, env, "echo");
-        else fail_job(s, env, "echo");
+        fail_job_status(s, env, "echo", echo);
         return -1;
     }
     if (!job->segments && !srv_job_echo_logprobs(job)) {
@@ -274,7 +280,7 @@ static void sample_next(srv_slot *s, const srv_env *env, const float *logits) {
     srv_metrics_token(env->metrics);
     if (kvs_token_is_eog(env->model, tok)) return srv_slot_finish(s, env, SRV_FINISH_STOP);
     const int noted = j->req.logprobs ? note_logprob(s, env, logits, tok) : 0;
-    if (noted) return noted > 0 ? fail_job_nomem(s, env, "logprobs") : fail_job(s, env, "logprobs");
+    if (noted) return fail_job_status(s, env, "logprobs", noted);
     char piece[256];
     size_t n = 0;
     if (kvs_detok_push(s->detok, tok, piece, sizeof piece, &n)) return fail_job(s, env, "detokenize");
@@ -471,7 +477,7 @@ void srv_slot_prefill_step(srv_slot *s, const srv_env *env) {
                                             : kvs_decode(s->ctx, j->prompt + s->n_kv, env->pos + s->n_kv, m, logits);
     if (st) {
         free(logits);
-        return st > 0 ? fail_job_nomem(s, env, "prefill") : fail_job(s, env, "prefill");
+        return fail_job_status(s, env, "prefill", st);
     }
     s->n_kv += m;
     store_progress(s, env);
