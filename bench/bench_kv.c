@@ -6,6 +6,7 @@
  *   3. store lookup + copy-in of a 4096-token chunk chain into an engine-shaped KV buffer
  *      (SmolLM2-135M shapes: 30 layers, 3 KV heads, head_dim 64, f16 = 94 MB)
  *   4. the same from a cache directory in a fresh store (lazy load + checksum, page cache warm)
+ *   5. lookups while pins hold the store over its budget (4096 chunks, every one pinned)
  * Medians over several runs. Usage: bench_kv [runs] (default 7).
  */
 #include "base/sha256.h"
@@ -281,6 +282,56 @@ static void bench_copy_and_disk(int runs) {
     kvbuf_free(&dst, smol.n_layer);
 }
 
+/* Lookups while pins hold the store over its budget (a server whose
+ * requests in flight pin more than the budget holds): n_pinned one-chunk
+ * prompts, every one pinned, the budget half of them; then n_lookups pin +
+ * release pairs of a pinned chunk. Every lookup ends with the budget's
+ * enforcement, which had walked all n_pinned chunks under the write lock
+ * each time to find none unpinned. */
+static void bench_pinned_over_budget(int runs, int n_pinned) {
+    const kvs_kv_shape tiny = {2, 2, 16, KVS_KV_F16};
+    enum { T = 16, LOOKUPS = 20000 };
+    kvs_key fp = {{3, 1, 4}};
+    kvbuf src;
+    kvbuf_init(&src, &tiny, T, 1);
+    kvs_store_params p = kvs_store_default_params();
+    const size_t one = sizeof(kvs_chunk) + T * sizeof(int32_t) + kvs_kv_payload_bytes(&tiny, T);
+    p.budget_bytes = one * (size_t)n_pinned / 2;
+    kvs_store *s;
+    if (kvs_store_open(&fp, &tiny, p, &s)) return;
+    kvs_chunk **pins = calloc((size_t)n_pinned, sizeof *pins);
+    kvs_key *keys = calloc((size_t)n_pinned, sizeof *keys);
+    int32_t t[T];
+    for (int i = 0; i < n_pinned; i++) {
+        for (int j = 0; j < T; j++) t[j] = (int32_t)(rnd() % 49152);
+        kvs_put_report rep;
+        kvs_store_put_prefix(s, t, T, T, NULL, 0, &src.view, &rep);
+        kvs_key_prefix(&fp, t, T, &keys[i]);
+        if (kvs_store_get(s, &keys[i], &pins[i])) pins[i] = NULL;
+    }
+    kvs_store_stats st0, st1;
+    kvs_store_get_stats(s, &st0);
+    double tl[64];
+    for (int r = 0; r < runs; r++) {
+        double a = now_s();
+        for (int i = 0; i < LOOKUPS; i++) {
+            kvs_chunk *c = NULL;
+            if (!kvs_store_get(s, &keys[rnd() % (uint64_t)n_pinned], &c)) kvs_chunk_unref(c);
+        }
+        tl[r] = (now_s() - a) / LOOKUPS * 1e6;
+    }
+    kvs_store_get_stats(s, &st1);
+    printf("store over budget, %d chunks pinned (%.1f MB, budget %.1f MB): lookup + release %.2f us "
+           "(%.0f / s); eviction walks during the lookups: %llu\n",
+           (int)st1.entries, (double)st1.bytes / 1e6, (double)st1.budget_bytes / 1e6, median(tl, runs),
+           1e6 / median(tl, runs), (unsigned long long)(st1.evict_walks - st0.evict_walks));
+    for (int i = 0; i < n_pinned; i++) kvs_chunk_unref(pins[i]);
+    free(pins);
+    free(keys);
+    kvs_store_free(s);
+    kvbuf_free(&src, tiny.n_layer);
+}
+
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : 7;
     if (runs < 1) runs = 1;
@@ -291,5 +342,6 @@ int main(int argc, char **argv) {
     bench_digest(runs);
     bench_radix(runs, 1000);
     bench_copy_and_disk(runs);
+    bench_pinned_over_budget(runs, 4096);
     return 0;
 }

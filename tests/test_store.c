@@ -243,6 +243,52 @@ TEST(lru_eviction_and_pins) {
 
 /* Within a chain the tail is evicted first, so a prefix is never cut in the
  * middle by the budget; the same after a lookup touched the chain. */
+/* Pins that hold the store over its budget: lookups do not walk the LRU
+ * list again (each had taken the write lock and walked every chunk to find
+ * none unpinned) until a pin is dropped, and then the next one evicts. */
+TEST(pinned_over_budget_walks_once) {
+    kvs_store *s = open_mem(2 * chunk_cost(64) + 100);
+    fake_kv *f = fake_kv_new(SHAPE, 128);
+    static int32_t t[3][64];
+    kvs_key fp = fingerprint(1), k[3];
+    kvs_chunk *pin[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) { /* the third insert finds the other two pinned: over budget */
+        make_tokens(t[i], 64, 900 + (uint64_t)i);
+        put(s, t[i], 64, f);
+        kvs_key_prefix(&fp, t[i], 64, &k[i]);
+        CHECK_EQ_INT(kvs_store_get(s, &k[i], &pin[i]), KVS_OK);
+    }
+    kvs_store_stats st;
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.entries, 3);
+    CHECK(st.bytes > st.budget_bytes);
+    const uint64_t walks = st.evict_walks;
+    CHECK(walks >= 1); /* the pinning lookup of chunk 2 walked and found none */
+    for (int r = 0; r < 50; r++) { /* pins on pinned chunks: nothing becomes evictable */
+        kvs_chunk *c = NULL;
+        CHECK_EQ_INT(kvs_store_get(s, &k[r % 3], &c), KVS_OK);
+        kvs_chunk_unref(c);
+    }
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.evict_walks, walks);
+    CHECK_EQ_INT(st.entries, 3);
+    /* chunk 1's last pin goes: the next lookup walks and evicts it */
+    kvs_chunk_unref(pin[1]);
+    kvs_chunk *c = NULL;
+    CHECK_EQ_INT(kvs_store_get(s, &k[0], &c), KVS_OK);
+    kvs_chunk_unref(c);
+    kvs_store_get_stats(s, &st);
+    CHECK_EQ_INT(st.evict_walks, walks + 1);
+    CHECK_EQ_INT(st.evictions, 1);
+    CHECK_EQ_INT(st.entries, 2);
+    CHECK(st.bytes <= st.budget_bytes);
+    CHECK(!kvs_store_contains(s, &k[1]));
+    kvs_chunk_unref(pin[0]);
+    kvs_chunk_unref(pin[2]);
+    kvs_store_free(s);
+    fake_kv_free(f);
+}
+
 TEST(chain_evicts_tail_first) {
     kvs_store *s = open_mem(64u << 20);
     fake_kv *f = fake_kv_new(SHAPE, 512), *cold = fake_kv_new(SHAPE, 512), *warm = fake_kv_new(SHAPE, 512);
@@ -418,6 +464,7 @@ int main(void) {
     RUN(segment_borders);
     RUN(insert_checks);
     RUN(lru_eviction_and_pins);
+    RUN(pinned_over_budget_walks_once);
     RUN(chain_evicts_tail_first);
     RUN(descendants_of_evicted_chunk);
     RUN(concurrent_readers_and_writer);

@@ -100,12 +100,22 @@ kvs_chunk *kvs_chunk_ref(kvs_chunk *c) {
     return c;
 }
 
+/* Drops that left a chunk with one reference: a store's, once the last
+ * pin is gone (kvs_chunk_unpins). One counter for the process: a drop in
+ * another store costs a store at most one needless walk. */
+static _Atomic uint64_t unpins;
+
+uint64_t kvs_chunk_unpins(void) { return atomic_load(&unpins); }
+
 void kvs_chunk_unref(kvs_chunk *c) {
     if (!c) return;
     /* acq_rel: the thread that frees must see every other thread's use. */
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
+    const int had = atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
+    if (had == 1) {
         free(c->kv);
         free(c);
+    } else if (had == 2) {
+        atomic_fetch_add(&unpins, 1); /* seq_cst: a later check on any thread sees it */
     }
 }
 

@@ -125,6 +125,11 @@ int kvs_chunk_new(const kvs_kv_shape *shape, int n_tok, int with_payload, kvs_ch
 kvs_chunk *kvs_chunk_ref(kvs_chunk *chunk);
 /* Drops a reference; frees the chunk at zero. NULL is a no-op. */
 void kvs_chunk_unref(kvs_chunk *chunk);
+/* How many kvs_chunk_unref calls so far (every chunk of the process) left
+ * their chunk with exactly one reference: a store's eviction, which takes
+ * only chunks nobody pins, knows from it whether any may have become
+ * evictable since it last found none (store_lru.c). Monotonic. */
+uint64_t kvs_chunk_unpins(void);
 
 /* Bytes the chunk holds in memory: struct + tokens + resident payload.
  * This is what a store's byte budget counts. */

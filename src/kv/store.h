@@ -325,6 +325,8 @@ typedef struct kvs_store_stats {
     double lookups_per_s;      /* lookups / lookup_seconds (lookup throughput) */
     uint64_t inserts, insert_exists, insert_too_big;
     uint64_t evictions;        /* payload drops + removals by the budget */
+    uint64_t evict_walks;      /* walks of the LRU list for them (none while pins hold the store
+                                * over budget and nothing was unpinned or added since one) */
     uint64_t stub_drops;       /* payload-less entries dropped from the index by its bound */
     uint64_t stub_bytes;       /* their struct and token bytes now (in index_bytes), and the bound */
     uint64_t stub_budget_bytes;

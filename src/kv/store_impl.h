@@ -65,6 +65,13 @@ struct kvs_store {
     _Atomic uint64_t entries, resident, bytes, tier_meta_bytes;
     _Atomic uint64_t lookups, hits, misses, hit_tokens, lookup_tokens, lookup_ns;
     _Atomic uint64_t inserts, insert_exists, insert_too_big, evictions, stub_drops;
+    /* Eviction walks over the resident LRU list (stats), and what a walk
+     * that found no chunk to evict left: evictable_events + 1 as it began
+     * (store_lru.c), 0 once one evicts. While pins hold the store over
+     * its budget, every lookup and release would walk the whole list under
+     * the write lock to find nothing again: they skip the walk until a pin
+     * is dropped or a chunk joins the list (lru_adds). */
+    _Atomic uint64_t evict_walks, evict_stuck, lru_adds;
     /* per tier (index as tiers[]): the cache directory's are the stats'
      * disk_* (Redis had been counted there too) */
     _Atomic uint64_t tier_writes[KVS_STORE_MAX_TIERS], tier_write_errors[KVS_STORE_MAX_TIERS];

@@ -38,6 +38,7 @@ static void unlink_locked(kvs_store *s, kvs_chunk *c) {
 
 /* To the front of list k (KVS_LRU_*). */
 static void front_locked(kvs_store *s, kvs_chunk *c, int k) {
+    if (k == KVS_LRU_RESIDENT && !(c->lru_flags & SF_IN_LRU)) ADD(s->lru_adds, 1); /* (evict_stuck) */
     unlink_locked(s, c);
     struct kvs_lru_list *l = &s->lru[k];
     c->lru_next = l->head;
@@ -96,9 +97,23 @@ size_t kvs_store_trim_stubs_locked(kvs_store *s, size_t target) {
     return n;
 }
 
+/* Events after which a resident chunk may be evictable where none was: a
+ * pin's last drop anywhere, a chunk joining the resident list. Read before
+ * a walk, so that one during it makes the next check walk again. */
+static uint64_t evictable_events(kvs_store *s) { return kvs_chunk_unpins() + GET(s->lru_adds); }
+
+/* Whether the last walk found nothing to evict and nothing has happened
+ * since that could change it. */
+static int eviction_stuck(kvs_store *s) {
+    return atomic_load(&s->evict_stuck) == evictable_events(s) + 1;
+}
+
 size_t kvs_store_evict_locked(kvs_store *s, size_t target) {
     size_t n = 0;
     kvs_chunk *v;
+    if (GET(s->bytes) <= target || eviction_stuck(s)) return 0;
+    const uint64_t seen = evictable_events(s);
+    ADD(s->evict_walks, 1);
     while (GET(s->bytes) > target && (v = take_oldest_unpinned(s, KVS_LRU_RESIDENT))) {
         if (v->tier >= 0) {
             pthread_mutex_lock(&s->load_mu);
@@ -115,12 +130,15 @@ size_t kvs_store_evict_locked(kvs_store *s, size_t target) {
         ADD(s->evictions, 1);
         n++;
     }
+    /* over the target still: every resident chunk was pinned */
+    atomic_store(&s->evict_stuck, GET(s->bytes) > target ? seen + 1 : 0);
     if (n) kvs_store_trim_stubs_locked(s, s->stub_budget);
     return n;
 }
 
 void kvs_store_enforce_budget(kvs_store *s) {
-    if (GET(s->bytes) <= s->budget) return;
+    /* (stuck: no write lock either, which every lookup would have waited on) */
+    if (GET(s->bytes) <= s->budget || eviction_stuck(s)) return;
     pthread_rwlock_wrlock(&s->lock);
     kvs_store_evict_locked(s, s->budget);
     pthread_rwlock_unlock(&s->lock);

@@ -38,6 +38,7 @@ void kvs_store_get_stats(kvs_store *s, kvs_store_stats *st) {
     st->insert_exists = GET(s->insert_exists);
     st->insert_too_big = GET(s->insert_too_big);
     st->evictions = GET(s->evictions);
+    st->evict_walks = GET(s->evict_walks);
     st->stub_drops = GET(s->stub_drops);
     st->stub_bytes = GET(s->tier_meta_bytes);
     st->stub_budget_bytes = s->stub_budget;
