@@ -370,9 +370,15 @@ KVS_API int kvs_context_n_ctx(const kvs_context *ctx);
  * it runs once a token while generating. */
 KVS_API void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn, void *user);
 /* A kvs_stop_callback that stops once the int at flag (user) is nonzero:
- * set it from another thread or a signal handler, no lock needed. The
- * Python binding stops a closed stream's prefill with it. */
+ * set it from another thread or a signal handler, no lock needed, with an
+ * atomic store (kvs_stop_flag_set, or C11's atomic_store on an atomic_int):
+ * a plain store racing the poll's atomic read is a data race in C's memory
+ * model. The Python binding stops a closed stream's prefill with it. */
 KVS_API int kvs_stop_when_set(void *flag);
+/* Stores value into the int at flag (not NULL) atomically, for
+ * kvs_stop_when_set to read: for callers without C11 atomics (the Python
+ * binding's plain store had been a race that ThreadSanitizer reported). */
+KVS_API void kvs_stop_flag_set(void *flag, int value);
 
 /* Runs the model over n tokens at the given absolute positions, writing each
  * token's K/V into the context's KV buffer at slot = position. Each token

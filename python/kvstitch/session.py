@@ -253,7 +253,12 @@ class Session(NoCopy):
         def cancel() -> None:
             state[0] = True
             if not token_seen[0]:
-                flag[0] = 1
+                # atomic: the poll reads it on the stream's thread (a plain
+                # store had been a data race, ThreadSanitizer)
+                if hasattr(lib, "kvs_stop_flag_set"):
+                    lib.kvs_stop_flag_set(flag, 1)
+                else:  # an older library
+                    flag[0] = 1
 
         def release() -> None:
             self._holder = None

@@ -105,6 +105,9 @@ void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn, void *u
 }
 
 int kvs_stop_when_set(void *flag) { return flag && __atomic_load_n((const int *)flag, __ATOMIC_RELAXED) != 0; }
+void kvs_stop_flag_set(void *flag, int value) {
+    if (flag) __atomic_store_n((int *)flag, value, __ATOMIC_RELAXED);
+}
 kvs_kv_buffer *kvs_context_kv(kvs_context *ctx) { return &ctx->kv; }
 kvs_fwd *kvs_context_fwd(kvs_context *ctx) { return ctx->fwd; }
 const kvs_model *kvs_context_model(const kvs_context *ctx) { return ctx->model; }
