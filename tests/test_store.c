@@ -241,8 +241,6 @@ TEST(lru_eviction_and_pins) {
     fake_kv_free(warm);
 }
 
-/* Within a chain the tail is evicted first, so a prefix is never cut in the
- * middle by the budget; the same after a lookup touched the chain. */
 /* Pins that hold the store over its budget: lookups do not walk the LRU
  * list again (each had taken the write lock and walked every chunk to find
  * none unpinned) until a pin is dropped, and then the next one evicts. */
@@ -289,6 +287,8 @@ TEST(pinned_over_budget_walks_once) {
     fake_kv_free(f);
 }
 
+/* Within a chain the tail is evicted first, so a prefix is never cut in the
+ * middle by the budget; the same after a lookup touched the chain. */
 TEST(chain_evicts_tail_first) {
     kvs_store *s = open_mem(64u << 20);
     fake_kv *f = fake_kv_new(SHAPE, 512), *cold = fake_kv_new(SHAPE, 512), *warm = fake_kv_new(SHAPE, 512);

@@ -100,12 +100,14 @@ size_t kvs_store_trim_stubs_locked(kvs_store *s, size_t target) {
 /* Events after which a resident chunk may be evictable where none was: a
  * pin's last drop anywhere, a chunk joining the resident list. Read before
  * a walk, so that one during it makes the next check walk again. */
-static uint64_t evictable_events(kvs_store *s) { return kvs_chunk_unpins() + GET(s->lru_adds); }
+static uint64_t evictable_events(kvs_store *s) { return kvs_chunk_unpins() + atomic_load(&s->lru_adds); }
 
 /* Whether the last walk found nothing to evict and nothing has happened
- * since that could change it. */
+ * since that could change it. The memo first, then the counts (seq_cst),
+ * so that no count read can be older than the memo it is compared with. */
 static int eviction_stuck(kvs_store *s) {
-    return atomic_load(&s->evict_stuck) == evictable_events(s) + 1;
+    const uint64_t stuck = atomic_load(&s->evict_stuck);
+    return stuck && stuck == evictable_events(s) + 1;
 }
 
 size_t kvs_store_evict_locked(kvs_store *s, size_t target) {
