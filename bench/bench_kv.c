@@ -284,8 +284,8 @@ static void bench_copy_and_disk(int runs) {
 
 /* Lookups while pins hold the store over its budget (a server whose
  * requests in flight pin more than the budget holds): n_pinned one-chunk
- * prompts, every one pinned, the budget half of them; then n_lookups pin +
- * release pairs of a pinned chunk. Every lookup ends with the budget's
+ * prompts, every one pinned, the budget half of them; then LOOKUPS pin +
+ * release pairs of a pinned chunk a run. Every lookup ends with the budget's
  * enforcement, which had walked all n_pinned chunks under the write lock
  * each time to find none unpinned. */
 static void bench_pinned_over_budget(int runs, int n_pinned) {

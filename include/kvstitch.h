@@ -375,7 +375,7 @@ KVS_API void kvs_context_set_should_stop(kvs_context *ctx, kvs_stop_callback fn,
  * a plain store racing the poll's atomic read is a data race in C's memory
  * model. The Python binding stops a closed stream's prefill with it. */
 KVS_API int kvs_stop_when_set(void *flag);
-/* Stores value into the int at flag (not NULL) atomically, for
+/* Stores value into the int at flag atomically (NULL: nothing), for
  * kvs_stop_when_set to read: for callers without C11 atomics (the Python
  * binding's plain store had been a race that ThreadSanitizer reported). */
 KVS_API void kvs_stop_flag_set(void *flag, int value);

@@ -67,7 +67,7 @@ struct kvs_store {
     _Atomic uint64_t inserts, insert_exists, insert_too_big, evictions, stub_drops;
     /* Eviction walks over the resident LRU list (stats), and what a walk
      * that found no chunk to evict left: evictable_events + 1 as it began
-     * (store_lru.c), 0 once one evicts. While pins hold the store over
+     * (store_lru.c), 0 once a walk ends within its target. While pins hold the store over
      * its budget, every lookup and release would walk the whole list under
      * the write lock to find nothing again: they skip the walk until a pin
      * is dropped or a chunk joins the list (lru_adds). */
