@@ -1146,8 +1146,20 @@ KVS_API int32_t kvs_sampler_sample(kvs_sampler *s, const float *logits);
  * exceed its own; no other thread may use any of the contexts meanwhile.
  * Batch-invariant: row r's bits (KV and logits) equal those of
  * kvs_decode(ctxs[r], &tokens[r], &pos[r], 1, ...), and a row is refused
- * as that call would refuse it (a slot never written, say), naming the row. */
+ * as that call would refuse it (a slot never written, say), naming the row:
+ * then nothing runs. A row whose activations overflow (finite weights of
+ * extreme size) fails alone, as that call would: the step returns its
+ * KVS_ERR_FORMAT, naming the first such row; the other rows' KV and logits
+ * are written and exact all the same (kvs_decode_batch_rows says which). */
 KVS_API int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits);
+/* kvs_decode_batch with each row's status in row_status (n ints; NULL: as
+ * kvs_decode_batch): KVS_OK where row r's KV and logits are written and
+ * exact, else why it failed (a refused call: every row its status; an
+ * overflow: that row's KVS_ERR_FORMAT, its logits undefined, its slot not
+ * exact). Returns KVS_OK only when every row is; a server's step ends only
+ * the streams whose rows failed. */
+KVS_API int kvs_decode_batch_rows(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n,
+                                  float *logits, int *row_status);
 
 /* Tokens a prefix lookup of tokens[0..n) would serve now (*n_hit), without
  * copying anything: chunks the cache indexes count as they stand (one it

@@ -35,6 +35,7 @@ struct srv_sched {
     kvs_context **b_ctx;
     int32_t *b_tok, *b_pos;
     int *b_slot;
+    int *b_status;    /* (n_slots) each row's (kvs_decode_batch_rows) */
     float *b_logits;  /* (n_slots, n_vocab) */
 };
 
@@ -199,10 +200,11 @@ static void decode_all(srv_sched *s) {
         s->b_slot[m++] = i;
     }
     if (m == 0) return;
-    int st = kvs_decode_batch(s->b_ctx, s->b_tok, s->b_pos, m, s->b_logits);
+    /* A row that fails (an overflow) ends its own stream only. */
+    kvs_decode_batch_rows(s->b_ctx, s->b_tok, s->b_pos, m, s->b_logits, s->b_status);
     for (int r = 0; r < m; r++) {
         srv_slot *sl = &s->slots[s->b_slot[r]];
-        if (st) {
+        if (s->b_status[r]) {
             srv_error_set(&sl->job->err, 500, "server_error", "", "", "decode: %s", kvs_last_error());
             srv_slot_finish(sl, &s->env, SRV_FINISH_ERROR);
         } else if (sl->state == SRV_SLOT_PREFILL) {
@@ -261,10 +263,11 @@ int srv_sched_start(kvs_model *model, kvs_cache *cache, srv_sched_params p, srv_
     s->b_tok = calloc((size_t)p.n_slots, sizeof *s->b_tok);
     s->b_pos = calloc((size_t)p.n_slots, sizeof *s->b_pos);
     s->b_slot = calloc((size_t)p.n_slots, sizeof *s->b_slot);
+    s->b_status = calloc((size_t)p.n_slots, sizeof *s->b_status);
     s->b_logits = malloc((size_t)p.n_slots * s->env.n_vocab * sizeof(float));
-    int st = s->pos && s->slots && s->queue && s->b_ctx && s->b_tok && s->b_pos && s->b_slot && s->b_logits
-                 ? KVS_OK
-                 : KVS_ERR_NOMEM;
+    const int all = s->pos && s->slots && s->queue && s->b_ctx && s->b_tok && s->b_pos && s->b_slot &&
+                    s->b_status && s->b_logits;
+    int st = all ? KVS_OK : KVS_ERR_NOMEM;
     for (int i = 0; st == KVS_OK && i < p.n_ctx; i++) s->pos[i] = i;
     s->env.pos = s->pos;
     kvs_context_params cp = kvs_context_default_params();
@@ -351,6 +354,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->b_tok);
     free(s->b_pos);
     free(s->b_slot);
+    free(s->b_status);
     free(s->b_logits);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -10,6 +10,7 @@
 #include "kvstitch.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "engine/context.h"
 #include "model/model.h"
 
 static const char *tiny_path(char *buf, size_t cap) {
@@ -585,6 +586,88 @@ TEST(test_keys_past_the_kv_type_fail_the_decode) {
     }
 }
 
+/* The tiny model patched so that only token 3 overflows: column 0 of
+ * tokens 1 and 2's embeddings 0, of token 3's 1, and element 0 of
+ * blk.0.attn_norm.weight 3e38 (0 * 3e38 is 0; token 3's normed input is
+ * inf there). A batched decode step of a stream at token 1 and one at
+ * token 3 must fail the second row alone: one row's overflow had failed
+ * every row of the step, and a server's step ended every stream in it. The
+ * good row's logits are those of the same decode alone, bit for bit, and
+ * its slot is exact; the bad row's is not. Then the rows swapped. */
+static void patch_f16(unsigned char *b, size_t len, const char *name, int64_t row, int64_t col, uint16_t v) {
+    const size_t at = tiny_elem_offset(b, len, name, row, col);
+    CHECK_MSG(at != 0, "no %s", name);
+    if (at) memcpy(b + at, &v, 2);
+}
+
+static void batch_with_a_bad_row(kvs_model *m, int bad_first) {
+    kvs_context *good = NULL, *bad = NULL, *alone = NULL;
+    const int n_vocab = kvs_vocab_size(m);
+    float *ref = malloc(sizeof(float) * (size_t)n_vocab), *lg = malloc(sizeof(float) * 2 * (size_t)n_vocab);
+    const int32_t pre[2] = {1, 2}, pre_pos[2] = {0, 1}, one = 1, at2 = 2;
+    int ok = ref && lg && kvs_context_new(m, kvs_context_default_params(), &good) == KVS_OK &&
+             kvs_context_new(m, kvs_context_default_params(), &bad) == KVS_OK &&
+             kvs_context_new(m, kvs_context_default_params(), &alone) == KVS_OK &&
+             kvs_decode(good, pre, pre_pos, 2, NULL) == KVS_OK && kvs_decode(alone, pre, pre_pos, 2, NULL) == KVS_OK &&
+             kvs_decode(bad, pre, pre_pos, 1, NULL) == KVS_OK && kvs_decode(alone, &one, &at2, 1, ref) == KVS_OK;
+    CHECK_MSG(ok, "set-up: %s", kvs_last_error());
+    if (ok) {
+        const int g = bad_first, b = !bad_first; /* the rows of good and bad */
+        kvs_context *ctxs[2];
+        int32_t tok[2], pos[2];
+        int status[2] = {-7, -7};
+        ctxs[g] = good, tok[g] = 1, pos[g] = 2;
+        ctxs[b] = bad, tok[b] = 3, pos[b] = 1;
+        CHECK_EQ_INT(kvs_decode_batch_rows(ctxs, tok, pos, 2, lg, status), KVS_ERR_FORMAT);
+        char want[32];
+        snprintf(want, sizeof want, "row %d of 2", b);
+        CHECK_MSG(strstr(kvs_last_error(), want) && strstr(kvs_last_error(), "overflow") &&
+                      !strstr(kvs_last_error(), "and others"), "%s", kvs_last_error());
+        CHECK_EQ_INT(status[g], KVS_OK);
+        CHECK_EQ_INT(status[b], KVS_ERR_FORMAT);
+        CHECK_MSG(memcmp(lg + (size_t)g * n_vocab, ref, sizeof(float) * (size_t)n_vocab) == 0,
+                  "the good row's logits differ from its decode alone");
+        CHECK_EQ_INT(good->kv.exact->len, 3);
+        CHECK_EQ_INT(bad->kv.exact->len, 1);
+        /* the good stream goes on: its next token as alone */
+        const int32_t at3 = 3;
+        CHECK_EQ_INT(kvs_decode(alone, &one, &at3, 1, ref), KVS_OK);
+        CHECK_EQ_INT(kvs_decode_batch(&good, &one, &at3, 1, lg), KVS_OK);
+        CHECK(memcmp(lg, ref, sizeof(float) * (size_t)n_vocab) == 0);
+    }
+    kvs_context_free(good);
+    kvs_context_free(bad);
+    kvs_context_free(alone);
+    free(ref);
+    free(lg);
+}
+
+TEST(test_overflowing_row_fails_only_its_row) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) { CHECK(0); return; }
+    patch_f16(b, len, "token_embd.weight", 1, 0, 0x0000);
+    patch_f16(b, len, "token_embd.weight", 2, 0, 0x0000);
+    patch_f16(b, len, "token_embd.weight", 3, 0, 0x3c00 /* 1 */);
+    const float huge = 3e38f;
+    const size_t at = tiny_elem_offset(b, len, "blk.0.attn_norm.weight", 0, 0);
+    CHECK(at != 0);
+    if (at) memcpy(b + at, &huge, 4);
+    char path[] = "/tmp/kvs_test_model_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
+    if (fd >= 0) close(fd);
+    kvs_model *m = NULL;
+    CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK);
+    if (m) {
+        batch_with_a_bad_row(m, 0);
+        batch_with_a_bad_row(m, 1);
+    }
+    kvs_model_free(m);
+    unlink(path);
+    free(b);
+}
+
 TEST(test_missing_file_named) {
     kvs_model *m = NULL;
     int st = kvs_model_load("/nonexistent/dir/model.gguf", kvs_model_default_params(), &m);
@@ -709,6 +792,7 @@ int main(void) {
     RUN(test_nonfinite_weights_named);
     RUN(test_overflowing_weights_fail_the_decode);
     RUN(test_keys_past_the_kv_type_fail_the_decode);
+    RUN(test_overflowing_row_fails_only_its_row);
     RUN(test_missing_file_named);
     RUN(test_alignment_1_misaligned_floats);
     return kt_summary();

@@ -69,7 +69,8 @@ int kvs_context_new(kvs_model *model, kvs_context_params p, kvs_context **out) {
     if ((st = kvs_kv_buffer_track_exact(&ctx->kv)) || (st = kvs_kv_buffer_track_written(&ctx->kv))) goto fail;
     if ((st = kvs_fwd_new(model, ctx->pool, p.n_batch, p.n_ctx, &ctx->fwd))) goto fail;
     ctx->rows = malloc((size_t)p.n_batch * sizeof *ctx->rows);
-    if (!(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))) || !ctx->rows) {
+    ctx->row_status = malloc((size_t)p.n_batch * sizeof *ctx->row_status);
+    if (!(ctx->logits = malloc((size_t)hp->n_vocab * sizeof(float))) || !ctx->rows || !ctx->row_status) {
         st = kvs_error(KVS_ERR_NOMEM, "kvs_context_new: out of memory");
         goto fail;
     }
@@ -87,6 +88,7 @@ void kvs_context_free(kvs_context *ctx) {
     kvs_pool_free(ctx->pool);
     free(ctx->logits);
     free(ctx->rows);
+    free(ctx->row_status);
     free(ctx);
 }
 

@@ -21,6 +21,7 @@ struct kvs_context {
     kvs_fwd *fwd;              /* scratch for n_batch rows */
     float *logits;             /* (n_vocab) last logits of kvs_decode, for generation */
     int *rows;                 /* (n_batch) row indices handed to kvs_fwd_logits */
+    int *row_status;           /* (n_batch) kvs_decode_batch's rows' status where its caller takes none */
     kvs_stop_callback should_stop; /* kvs_context_set_should_stop; NULL: never polled */
     void *stop_user;
 };

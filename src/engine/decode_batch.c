@@ -10,7 +10,8 @@
  *
  * The scratch (activations, matmul and attention work) is ctxs[0]'s, and so
  * is the thread pool. Batch invariance of the kernels makes row r's bits
- * those of kvs_decode(ctxs[r], &token[r], &pos[r], 1, ...) alone.
+ * those of kvs_decode(ctxs[r], &token[r], &pos[r], 1, ...) alone, and a
+ * row whose activations overflow fails alone (kvs_decode_batch_rows).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +19,8 @@
 #include "base/error.h"
 #include "engine/context.h"
 
-int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits) {
+/* The step's rows r, each checked as kvs_decode would check it alone. */
+static int check_rows(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits) {
     if (!ctxs || !tokens || !pos || !logits || n <= 0)
         return kvs_error(KVS_ERR_INVALID_ARG, "kvs_decode_batch: need contexts, tokens, positions, logits and n > 0 "
                          "(n = %d)", n);
@@ -46,6 +48,22 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
             return kvs_error(st, "kvs_decode_batch: row %d of %d: %s", r, n, why);
         }
     }
+    return KVS_OK;
+}
+
+static int first_failed(const int *row_status, int n) {
+    for (int r = 0; r < n; r++)
+        if (row_status[r]) return r;
+    return -1;
+}
+
+/* The forward pass of the step: row r's KV into ctxs[r], its logits into
+ * logits; row_status[r] its own overflow (kvs_fwd_overflow_rows, then the
+ * final checks of kvs_fwd_logits_rows). Returns the first failed row (-1:
+ * none), the last error naming why. */
+static int step(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits,
+                int *row_status) {
+    kvs_context *host = ctxs[0];
     for (int r = 0; r < n; r++) kvs_kv_recal_end(&ctxs[r]->kv, pos[r]);
 
     kvs_fwd *f = host->fwd;
@@ -62,9 +80,39 @@ int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int3
         }
         kvs_fwd_layer_ffn(f, l, pos, n);
     }
-    int st = kvs_fwd_overflow_status(f); /* (the rows' slots are not exact) */
-    if (st) return st;
-    for (int r = 0; r < n; r++) kvs_kv_exact_extend(&ctxs[r]->kv, tokens + r, pos + r, 1);
+    char early_why[400] = "";
+    if (kvs_fwd_overflow_rows(f, n, row_status)) snprintf(early_why, sizeof early_why, "%s", kvs_last_error());
+    const int early = first_failed(row_status, n);
     for (int r = 0; r < n; r++) host->rows[r] = r;
-    return kvs_fwd_logits(f, host->rows, n, logits);
+    const int late = kvs_fwd_logits_rows(f, host->rows, n, logits, row_status);
+    /* (a failed row's slot is not exact: the cache never stores it) */
+    for (int r = 0; r < n; r++)
+        if (!row_status[r]) kvs_kv_exact_extend(&ctxs[r]->kv, tokens + r, pos + r, 1);
+    /* The last error names the first row that failed in the logits; the
+     * first overall may be one that failed in the layers. */
+    const int first = first_failed(row_status, n);
+    if (late && first == early) kvs_error(KVS_ERR_FORMAT, "%s", early_why);
+    return first;
+}
+
+int kvs_decode_batch_rows(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits,
+                          int *row_status) {
+    int st = check_rows(ctxs, tokens, pos, n, logits);
+    if (st) {
+        for (int r = 0; row_status && r < n; r++) row_status[r] = st;
+        return st;
+    }
+    int *status = row_status ? row_status : ctxs[0]->row_status;
+    const int first = step(ctxs, tokens, pos, n, logits, status);
+    if (first < 0) return KVS_OK;
+    int n_bad = 0;
+    for (int r = 0; r < n; r++) n_bad += status[r] != KVS_OK;
+    char why[400]; /* the first failed row's (row_status says which others) */
+    snprintf(why, sizeof why, "%s", kvs_last_error());
+    return kvs_error(status[first], "kvs_decode_batch: row %d of %d%s: %s", first, n,
+                     n_bad > 1 ? " (and others)" : "", why);
+}
+
+int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n, float *logits) {
+    return kvs_decode_batch_rows(ctxs, tokens, pos, n, logits, NULL);
 }

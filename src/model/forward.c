@@ -53,45 +53,63 @@ static void norm_head(float *x, const float *w, const kvs_hparams *hp) {
     kvs_rmsnorm(x, x, w, hp->head_dim, hp->norm_eps);
 }
 
-/* Layer l's activations overflowed (the first layer flagged is kept; a
- * task's rows share their layer). */
-static void flag_overflow(kvs_fwd *f, int l) {
+/* Layer l's activations overflowed in row r (the first layer flagged is
+ * kept, for the pass and for the row; a task's rows share their layer). */
+static void flag_overflow(kvs_fwd *f, int l, int r) {
     int none = 0;
     atomic_compare_exchange_strong(&f->overflow_layer, &none, l + 1);
+    if (!f->row_overflow[r]) f->row_overflow[r] = l + 1;
 }
 
-/* Row v of n floats has overflowed (kvs_row_overflows): flag_overflow.
- * Checked where an overflow could be lost: the attention's inputs (it
- * takes a NaN score as masked; below the bound its scores and so its
- * output cannot overflow), down's input (a quantized matmul takes a NaN
+/* Row v (row r's) of n floats has overflowed (kvs_row_overflows):
+ * flag_overflow. Checked where an overflow could be lost: the attention's
+ * inputs (it takes a NaN score as masked; below the bound its scores and so
+ * its output cannot overflow), down's input (a quantized matmul takes a NaN
  * activation as 0), and the residual stream, which only adds, so an
  * overflow anywhere else reaches it, and which feeds every other input (a
  * norm of it with huge weights overflows into q, k, v or down's input, all
  * checked); a row before a norm (q and k before theirs, wo's and down's
  * outputs before gemma3's post-norms: past the bound a norm gives zeros);
  * and the K and V an F16 buffer stores (store_kv_rows). */
-static void check_row(kvs_fwd *f, int l, const float *v, int n) {
-    if (kvs_row_overflows(v, n)) flag_overflow(f, l);
+static void check_row(kvs_fwd *f, int l, int r, const float *v, int n) {
+    if (kvs_row_overflows(v, n)) flag_overflow(f, l, r);
 }
 
-/* A row's K and V into kv at pos. An F16 buffer stores a magnitude past
+/* Row r's K and V into kv at pos. An F16 buffer stores a magnitude past
  * its range as inf, which the attention takes as a NaN score, masked: so
  * such a row is an overflow too (keys of 1.2e5 from a patched wk had given
  * other logits with exit 0, and been marked exact). */
-static void store_kv_rows(kvs_fwd *f, const kvs_kv_buffer *kv, int l, const float *k, const float *v, int32_t pos) {
+static void store_kv_rows(kvs_fwd *f, const kvs_kv_buffer *kv, int l, int r, int32_t pos) {
     const int kvd = kv->n_kv_head * kv->head_dim;
+    const float *k = f->k + (size_t)r * kvd, *v = f->v + (size_t)r * kvd;
     if (kv->type == KVS_KV_F16 &&
         (kvs_row_reaches(k, kvd, KVS_F16_INF_FROM) || kvs_row_reaches(v, kvd, KVS_F16_INF_FROM)))
-        flag_overflow(f, l);
+        flag_overflow(f, l, r);
     store_row(kv, l, 0, k, pos);
     store_row(kv, l, 1, v, pos);
+}
+
+static int overflow_error(int l) {
+    return kvs_error(KVS_ERR_FORMAT, "the activations of layer %d are not finite or past 2^40: the model's activations "
+                     "overflow (weights of extreme size?)", l - 1);
 }
 
 int kvs_fwd_overflow_status(kvs_fwd *f) {
     const int l = atomic_exchange(&f->overflow_layer, 0);
     if (!l) return KVS_OK;
-    return kvs_error(KVS_ERR_FORMAT, "the activations of layer %d are not finite or past 2^40: the model's activations overflow "
-                     "(weights of extreme size?)", l - 1);
+    memset(f->row_overflow, 0, (size_t)f->max_rows * sizeof *f->row_overflow);
+    return overflow_error(l);
+}
+
+int kvs_fwd_overflow_rows(kvs_fwd *f, int m, int *row_status) {
+    int n_bad = 0, first_layer = 0;
+    for (int r = 0; r < m; r++) {
+        row_status[r] = f->row_overflow[r] ? KVS_ERR_FORMAT : KVS_OK;
+        if (f->row_overflow[r] && n_bad++ == 0) first_layer = f->row_overflow[r];
+    }
+    kvs_fwd_overflow_status(f); /* clears all (rows past m: none, the pass ran m) */
+    if (n_bad) overflow_error(first_layer);
+    return n_bad;
 }
 
 static void row_op_one(const row_task *t, int r) {
@@ -113,11 +131,11 @@ static void row_op_one(const row_task *t, int r) {
         /* (before a norm too: past the bound its sum of squares overflows and
          * it gives zeros, which no later check sees) */
         if (w->q_norm) {
-            check_row(f, t->l, q, qd);
+            check_row(f, t->l, r, q, qd);
             for (int h = 0; h < hp->n_head; h++) norm_head(q + (size_t)h * hp->head_dim, w->q_norm, hp);
         }
         if (w->k_norm) {
-            check_row(f, t->l, k, kvd);
+            check_row(f, t->l, r, k, kvd);
             for (int h = 0; h < hp->n_head_kv; h++) norm_head(k + (size_t)h * hp->head_dim, w->k_norm, hp);
         }
         double *c = t->rope->cs + (size_t)r * hp->rope_dim, *s = c + hp->rope_dim / 2;
@@ -126,17 +144,17 @@ static void row_op_one(const row_task *t, int r) {
                              c, s);
         kvs_rope_apply(q, hp->n_head, hp->head_dim, hp->rope_dim, hp->rope_neox, c, s);
         kvs_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->rope_dim, hp->rope_neox, c, s);
-        check_row(f, t->l, q, qd); /* the attention's inputs */
-        check_row(f, t->l, k, kvd);
-        check_row(f, t->l, v, kvd);
+        check_row(f, t->l, r, q, qd); /* the attention's inputs */
+        check_row(f, t->l, r, k, kvd);
+        check_row(f, t->l, r, v, kvd);
         break;
     }
     case OP_STORE_KV:
-        store_kv_rows(f, t->kv, t->l, f->k + (size_t)r * kvd, f->v + (size_t)r * kvd, t->pos[r]);
+        store_kv_rows(f, t->kv, t->l, r, t->pos[r]);
         break;
     case OP_RESID_FFN_NORM:
         if (w->attn_post_norm) {
-            check_row(f, t->l, xn, d); /* wo's output, before its norm */
+            check_row(f, t->l, r, xn, d); /* wo's output, before its norm */
             kvs_rmsnorm(xn, xn, w->attn_post_norm, d, hp->norm_eps);
         }
         add_row(x, xn, d);
@@ -147,15 +165,15 @@ static void row_op_one(const row_task *t, int r) {
             kvs_gelu_tanh_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff, hp->n_ff);
         else
             kvs_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff, hp->n_ff);
-        check_row(f, t->l, f->gate + (size_t)r * hp->n_ff, hp->n_ff); /* down's */
+        check_row(f, t->l, r, f->gate + (size_t)r * hp->n_ff, hp->n_ff); /* down's */
         break;
     case OP_RESID:
         if (w->ffn_post_norm) {
-            check_row(f, t->l, xn, d); /* down's output, before its norm */
+            check_row(f, t->l, r, xn, d); /* down's output, before its norm */
             kvs_rmsnorm(xn, xn, w->ffn_post_norm, d, hp->norm_eps);
         }
         add_row(x, xn, d);
-        check_row(f, t->l, x, d);
+        check_row(f, t->l, r, x, d);
         break;
     case OP_OUT_NORM:
         kvs_rmsnorm(xn, f->x + (size_t)t->rows[r] * d, kvs_model_output_norm(f->model), d, hp->norm_eps);
@@ -248,6 +266,7 @@ int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx,
     f->att = malloc(R * qd * sizeof(float));
     f->gate = malloc(R * hp->n_ff * sizeof(float));
     f->up = malloc(R * hp->n_ff * sizeof(float));
+    f->row_overflow = calloc(R, sizeof *f->row_overflow);
     int rope_ok = 1;
     for (int i = 0; i < KVS_FWD_ROPE_TABLES; i++) {
         f->rope[i].pos = malloc(R * sizeof(int32_t));
@@ -269,8 +288,8 @@ int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx,
     /* 64-byte aligned so SIMD kernels can use aligned loads on their scratch. */
     f->mm_work = aligned_alloc(64, (mm + 63) / 64 * 64 + 64);
     f->att_work = aligned_alloc(64, (aw + 63) / 64 * 64 + 64);
-    if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->mm_work ||
-        !f->att_work || !rope_ok) {
+    if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->row_overflow ||
+        !f->mm_work || !f->att_work || !rope_ok) {
         kvs_fwd_free(f);
         return kvs_error(KVS_ERR_NOMEM, "forward: cannot allocate scratch for %d rows, %d slots", max_rows, n_ctx);
     }
@@ -288,6 +307,7 @@ void kvs_fwd_free(kvs_fwd *f) {
     free(f->att);
     free(f->gate);
     free(f->up);
+    free(f->row_overflow);
     free(f->mm_work);
     free(f->att_work);
     for (int i = 0; i < KVS_FWD_ROPE_TABLES; i++) {
@@ -333,9 +353,8 @@ void kvs_fwd_layer_store_kv(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv
 }
 
 void kvs_fwd_layer_store_kv_row(kvs_fwd *f, int l, const int32_t *pos, int r, kvs_kv_buffer *kv) {
-    const size_t kvd = (size_t)f->hp->n_head_kv * f->hp->head_dim;
     kvs_kv_wrote(kv, l, pos[r]);
-    store_kv_rows(f, kv, l, f->k + (size_t)r * kvd, f->v + (size_t)r * kvd, pos[r]);
+    store_kv_rows(f, kv, l, r, pos[r]);
     if (l == kv->n_layer - 1) kvs_kv_mark_slots(kv, pos + r, 1);
 }
 
@@ -397,19 +416,24 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
     kvs_fwd_layer_attn_ffn(f, l, pos, m, kv);
 }
 
-int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
-    int st = kvs_fwd_overflow_status(f);
-    if (st) return st;
+int kvs_fwd_logits_rows(kvs_fwd *f, const int *rows, int n, float *logits, int *row_status) {
+    int st = KVS_OK;
     run_rows(f, OP_OUT_NORM, 0, n, NULL, NULL, rows);
     /* The final norm's output (its weights may be of extreme size; the
      * hidden state itself was checked at the last layer's residual add):
      * with quantized weights an overflow had given finite logits, all
-     * equal, token 0 and an end of sequence, or garbage, with exit 0. */
+     * equal, token 0 and an end of sequence, or garbage, with exit 0. Without
+     * row_status the first failing row fails the call; with it, each row
+     * fails alone (the message names the first). */
     const int d = f->hp->n_embd;
-    for (int i = 0; i < n; i++)
-        if (kvs_row_overflows(f->xn + (size_t)i * d, d))
-            return kvs_error(KVS_ERR_FORMAT, "the final hidden state of row %d of %d is not finite or past 2^40: the model's "
-                             "activations overflow (weights of extreme size?)", i, n);
+    for (int i = 0; i < n && (row_status || !st); i++) {
+        if ((row_status && row_status[i]) || !kvs_row_overflows(f->xn + (size_t)i * d, d)) continue;
+        if (!st)
+            st = kvs_error(KVS_ERR_FORMAT, "the final hidden state of row %d of %d is not finite or past 2^40: the "
+                           "model's activations overflow (weights of extreme size?)", i, n);
+        if (row_status) row_status[i] = KVS_ERR_FORMAT;
+    }
+    if (st && !row_status) return st;
     kvs_matmul(f->pool, kvs_model_output(f->model), f->xn, n, logits, f->mm_work);
     const int n_vocab = f->hp->n_vocab;
     if (f->hp->logit_softcap > 0.0f)
@@ -417,11 +441,20 @@ int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
     /* An overflow upstream reaches every logit (each reads the whole final
      * hidden state), so three of them tell: the sampler had taken an all-NaN
      * row as token 0 and the run as an end of sequence, without an error. */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && (row_status || !st); i++) {
         const float *l = logits + (size_t)i * n_vocab;
-        if (!isfinite(l[0]) || !isfinite(l[n_vocab / 2]) || !isfinite(l[n_vocab - 1]))
-            return kvs_error(KVS_ERR_FORMAT, "the logits of row %d of %d are not finite (%g, ...): the model's "
-                             "activations overflow (weights of extreme size?)", i, n, (double)l[0]);
+        if ((row_status && row_status[i]) || (isfinite(l[0]) && isfinite(l[n_vocab / 2]) && isfinite(l[n_vocab - 1])))
+            continue;
+        if (!st)
+            st = kvs_error(KVS_ERR_FORMAT, "the logits of row %d of %d are not finite (%g, ...): the model's "
+                           "activations overflow (weights of extreme size?)", i, n, (double)l[0]);
+        if (row_status) row_status[i] = KVS_ERR_FORMAT;
     }
-    return KVS_OK;
+    return st;
+}
+
+int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits) {
+    int st = kvs_fwd_overflow_status(f);
+    if (st) return st;
+    return kvs_fwd_logits_rows(f, rows, n, logits, NULL);
 }

@@ -63,6 +63,11 @@ typedef struct kvs_fwd {
     int rope_next;      /* the table a new configuration replaces */
     _Atomic int overflow_layer; /* 0, or 1 + a layer where a matmul's or the attention's input was not finite
                                  * (kvs_fwd_overflow_status) */
+    /* (max_rows) The same per row, each row's first: a batched decode fails
+     * only the rows that overflowed (kvs_fwd_overflow_rows). Plain ints: a
+     * row's ops run on one thread at a time, pool runs apart. Nonzero only
+     * while overflow_layer is, and cleared with it. */
+    int *row_overflow;
 } kvs_fwd;
 
 int kvs_fwd_new(const kvs_model *model, kvs_pool *pool, int max_rows, int n_ctx, kvs_fwd **out);
@@ -106,6 +111,12 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
  * not finite: finite weights of extreme size, which the load's check of
  * every tensor for NaN / inf cannot see. */
 int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
+/* The same for rows that fail apart (batched decode over several contexts):
+ * row_status[i] (n of them, from kvs_fwd_overflow_rows) stays or becomes
+ * KVS_ERR_FORMAT where row rows[i] overflowed, its logits then undefined;
+ * the other rows' logits are exact. Returns KVS_OK, or KVS_ERR_FORMAT with
+ * the message of the first row that fails here. */
+int kvs_fwd_logits_rows(kvs_fwd *f, const int *rows, int n, float *logits, int *row_status);
 
 /* KVS_ERR_FORMAT, naming the layer, if an input of a matmul or of the
  * attention was not finite since the last call (then clears it); else
@@ -114,5 +125,12 @@ int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
  * magnitude ignores it), and the attention a NaN score as masked, so an
  * overflow upstream had come out as finite, wrong logits. */
 int kvs_fwd_overflow_status(kvs_fwd *f);
+/* The same per row, for rows that are independent sequences (batched
+ * decode: a row there reads no other row's KV, and the kernels are per
+ * row, so an overflow stays in its row): row_status[r] = KVS_ERR_FORMAT
+ * for each of rows 0..m whose own activations overflowed since the last
+ * call, else KVS_OK. Then clears. Returns the number of such rows, the
+ * message naming the first's layer. */
+int kvs_fwd_overflow_rows(kvs_fwd *f, int m, int *row_status);
 
 #endif

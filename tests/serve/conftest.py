@@ -23,14 +23,15 @@ SLOW = 4.0 if "/san/" in CLI else 1.0
 
 
 class Server:
-    def __init__(self, *args, api_key=True, prefix=(), env=None):
-        assert MODEL, "KVSTITCH_MODEL is not set (run through make test)"
+    def __init__(self, *args, api_key=True, prefix=(), env=None, model=None):
+        assert model or MODEL, "KVSTITCH_MODEL is not set (run through make test)"
         self.tmp = tempfile.mkdtemp(prefix="kvs-serve-")
         self.log_path = os.path.join(self.tmp, "server.log")
         self.final_log = None  # the log's text once stop() has removed tmp
         # prefix: a command the server runs under (setpriv, to meet file modes as root);
         # env: variables added to the server's environment (the test hooks, KVSTITCH_TEST_*)
-        cmd = list(prefix) + [CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2"] + list(args)
+        # model: another GGUF than KVSTITCH_MODEL's (a patched tiny model)
+        cmd = list(prefix) + [CLI, "serve", "-m", model or MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2"] + list(args)
         if api_key:
             key_file = os.path.join(self.tmp, "key")
             with open(key_file, "w") as f:

@@ -388,6 +388,73 @@ def test_cold_documents_prefill_in_slices_between_decode_steps():
         assert s.stop() == 0, s.read_log()[-2000:]
 
 
+def tiny_model_where_one_token_overflows(dst, bad):
+    """The shared tiny llama (F16, 1 layer, 8 dims) rewritten so that token
+    `bad` alone overflows its activations: column 0 of every token's
+    embedding 0, of bad's 1, and element 0 of blk.0.attn_norm.weight 3e38
+    (0 * 3e38 is 0; bad's normed input is inf there)."""
+    import struct
+    from gguf import GGUFReader
+    shared = os.environ.get("KVSTITCH_SHARED") or os.path.join(os.path.dirname(CLI), "..", "..", "shared")
+    src = os.path.join(shared, "models", "llama-2-tiny-random.gguf")
+    tensors = {t.name: t for t in GGUFReader(src).tensors}
+    with open(src, "rb") as f:
+        b = bytearray(f.read())
+    emb = tensors["token_embd.weight"]
+    n_embd, n_vocab = int(emb.shape[0]), int(emb.shape[1])
+    assert emb.tensor_type.name == "F16", emb.tensor_type.name
+    for tok in range(n_vocab):
+        struct.pack_into("<e", b, emb.data_offset + tok * n_embd * 2, 1.0 if tok == bad else 0.0)
+    struct.pack_into("<f", b, tensors["blk.0.attn_norm.weight"].data_offset, 3e38)
+    with open(dst, "wb") as f:
+        f.write(b)
+
+
+def test_an_overflowing_row_ends_only_its_stream(tmp_path):
+    """A decode step whose row for one stream overflows (finite weights of
+    extreme size, token 3 here) ends that stream with a 500 naming the
+    overflow, and no other: a stream decoding in the same steps goes on, its
+    text that of the same request alone. One row's overflow had failed the
+    whole step (kvs_decode_batch) and ended every stream in it."""
+    model = str(tmp_path / "tiny-overflow.gguf")
+    tiny_model_where_one_token_overflows(model, 3)
+    s = Server("--slots", "2", model=model)
+    try:
+        # (logit_bias: the good stream never samples token 3, nor an end)
+        good = {"prompt": [1, 5, 6, 7], "max_tokens": 3000, "temperature": 0, "logit_bias": {"3": -100, "2": -100}}
+        alone = s.post("/v1/completions", good)
+        assert alone.status_code == 200, alone.text
+        arrivals, texts = [], []
+
+        def read_stream():
+            with requests.post(s.url + "/v1/completions", json=dict(good, stream=True), headers=s.headers(),
+                               stream=True, timeout=300 * SLOW) as r:
+                assert r.status_code == 200, r.text
+                for line in r.iter_lines():
+                    if line.startswith(b"data: {"):
+                        arrivals.append(time.time())
+                        texts.append(json.loads(line[6:])["choices"][0]["text"])
+
+        with cf.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(read_stream)
+            t0 = time.time()
+            while len(arrivals) < 5 and time.time() - t0 < 60 * SLOW:
+                time.sleep(0.002)
+            assert len(arrivals) >= 5, "the stream did not start"
+            # its last prompt token, 3, decodes in the good stream's step
+            bad = s.post("/v1/completions", {"prompt": [1, 3], "max_tokens": 1, "temperature": 0})
+            t_bad = time.time()
+            fut.result()
+        assert bad.status_code == 500, bad.text
+        assert "overflow" in bad.json()["error"]["message"], bad.text
+        # the two shared steps: the good stream was decoding before and after
+        assert any(t > t_bad for t in arrivals), "the stream ended before the bad request ran: no shared step"
+        assert "".join(texts) == alone.json()["choices"][0]["text"]
+        assert s.get("/health").status_code == 200
+    finally:
+        assert s.stop() == 0, s.read_log()[-2000:]
+
+
 def test_sigterm_answers_every_request_already_received():
     # A request whose body is still arriving when SIGTERM comes is answered
     # (503, draining), not cut: HTTP stops only once no request is in
