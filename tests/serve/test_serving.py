@@ -1,6 +1,7 @@
 """Serving behaviour: multi-turn reuse, deterministic batching, cancellation,
 queue limits, SIGTERM drain, raw SSE through curl."""
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,33 @@ import pytest
 import requests
 
 from conftest import CLI, MODEL, QUICK, SLOW, Server, metric
+
+
+@contextlib.contextmanager
+def streaming(server, path, body, started):
+    """A streamed reply to body read on a thread: yields its events, (arrival
+    time, parsed data), once `started` of them came, and waits for its end
+    on leaving."""
+    events = []
+
+    def read():
+        with requests.post(server.url + path, json=body, headers=server.headers(), stream=True,
+                           timeout=300 * SLOW) as r:
+            assert r.status_code == 200, r.text
+            for line in r.iter_lines():
+                if line.startswith(b"data: {"):
+                    events.append((time.time(), json.loads(line[6:])))
+
+    with cf.ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(read)
+        t0 = time.time()
+        while len(events) < started and not fut.done() and time.time() - t0 < 120 * SLOW:
+            time.sleep(0.002)
+        if len(events) < started:
+            fut.result()  # (its error, if it failed)
+        assert len(events) >= started, "the stream did not start"
+        yield events
+        fut.result()
 
 
 def chat(server, msgs, **kw):
@@ -344,26 +372,11 @@ def test_cold_documents_prefill_in_slices_between_decode_steps():
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Which sea does the Danube reach?"}]
         stream_body = {"messages": [{"role": "user", "content": "Count from one to one hundred."}],
                        "max_tokens": 64 if not QUICK else 32, "stream": True, "temperature": 0}
-        arrivals = []
-
-        def read_stream():
-            with requests.post(s.url + "/v1/chat/completions", json=stream_body, headers=s.headers(), stream=True,
-                               timeout=300 * SLOW) as r:
-                assert r.status_code == 200, r.text
-                for line in r.iter_lines():
-                    if line.startswith(b"data: {"):
-                        arrivals.append(time.time())
-
-        with cf.ThreadPoolExecutor(1) as ex:
-            fut = ex.submit(read_stream)
-            t0 = time.time()
-            while len(arrivals) < 3 and time.time() - t0 < 120 * SLOW:
-                time.sleep(0.01)
-            assert len(arrivals) >= 3, "the stream did not start"
+        with streaming(s, "/v1/chat/completions", stream_body, started=3) as events:
             t_rag = time.time()
             cold = chat(s, msgs, max_tokens=4, documents=docs)
             t_done = time.time()
-            fut.result()
+        arrivals = [t for t, _ in events]
         k = cold["usage"]["kvstitch"]
         assert k["docs_computed"] == 3 and k["docs_hit"] == 0, k
         # the system message was computed by this request too (in slices, before
@@ -424,32 +437,15 @@ def test_an_overflowing_row_ends_only_its_stream(tmp_path):
         good = {"prompt": [1, 5, 6, 7], "max_tokens": 3000, "temperature": 0, "logit_bias": {"3": -100, "2": -100}}
         alone = s.post("/v1/completions", good)
         assert alone.status_code == 200, alone.text
-        arrivals, texts = [], []
-
-        def read_stream():
-            with requests.post(s.url + "/v1/completions", json=dict(good, stream=True), headers=s.headers(),
-                               stream=True, timeout=300 * SLOW) as r:
-                assert r.status_code == 200, r.text
-                for line in r.iter_lines():
-                    if line.startswith(b"data: {"):
-                        arrivals.append(time.time())
-                        texts.append(json.loads(line[6:])["choices"][0]["text"])
-
-        with cf.ThreadPoolExecutor(1) as ex:
-            fut = ex.submit(read_stream)
-            t0 = time.time()
-            while len(arrivals) < 5 and time.time() - t0 < 60 * SLOW:
-                time.sleep(0.002)
-            assert len(arrivals) >= 5, "the stream did not start"
+        with streaming(s, "/v1/completions", dict(good, stream=True), started=5) as events:
             # its last prompt token, 3, decodes in the good stream's step
             bad = s.post("/v1/completions", {"prompt": [1, 3], "max_tokens": 1, "temperature": 0})
             t_bad = time.time()
-            fut.result()
         assert bad.status_code == 500, bad.text
         assert "overflow" in bad.json()["error"]["message"], bad.text
         # the two shared steps: the good stream was decoding before and after
-        assert any(t > t_bad for t in arrivals), "the stream ended before the bad request ran: no shared step"
-        assert "".join(texts) == alone.json()["choices"][0]["text"]
+        assert any(t > t_bad for t, _ in events), "the stream ended before the bad request ran: no shared step"
+        assert "".join(e["choices"][0]["text"] for _, e in events) == alone.json()["choices"][0]["text"]
         assert s.get("/health").status_code == 200
     finally:
         assert s.stop() == 0, s.read_log()[-2000:]
