@@ -1155,9 +1155,10 @@ KVS_API int kvs_decode_batch(kvs_context *const *ctxs, const int32_t *tokens, co
 /* kvs_decode_batch with each row's status in row_status (n ints; NULL: as
  * kvs_decode_batch): KVS_OK where row r's KV and logits are written and
  * exact, else why it failed (a refused call: every row its status; an
- * overflow: that row's KVS_ERR_FORMAT, its logits undefined, its slot not
- * exact). Returns KVS_OK only when every row is; a server's step ends only
- * the streams whose rows failed. */
+ * overflow: that row's KVS_ERR_FORMAT, its logits undefined, its slot
+ * exact only where the overflow came after the layers, as kvs_decode's).
+ * Returns KVS_OK only when every row is; a server's step ends only the
+ * streams whose rows failed. */
 KVS_API int kvs_decode_batch_rows(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *pos, int n,
                                   float *logits, int *row_status);
 

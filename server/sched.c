@@ -1,6 +1,7 @@
 /* The scheduler loop (sched.h). */
 #include "sched.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -200,12 +201,16 @@ static void decode_all(srv_sched *s) {
         s->b_slot[m++] = i;
     }
     if (m == 0) return;
-    /* A row that fails (an overflow) ends its own stream only. */
-    kvs_decode_batch_rows(s->b_ctx, s->b_tok, s->b_pos, m, s->b_logits, s->b_status);
+    /* A row that fails (an overflow) ends its own stream only. The message
+     * is kept now: the rows handled before it may set another (a store's
+     * disk error that fails nothing). */
+    char why[512] = "";
+    if (kvs_decode_batch_rows(s->b_ctx, s->b_tok, s->b_pos, m, s->b_logits, s->b_status))
+        snprintf(why, sizeof why, "%s", kvs_last_error());
     for (int r = 0; r < m; r++) {
         srv_slot *sl = &s->slots[s->b_slot[r]];
         if (s->b_status[r]) {
-            srv_error_set(&sl->job->err, 500, "server_error", "", "", "decode: %s", kvs_last_error());
+            srv_error_set(&sl->job->err, 500, "server_error", "", "", "decode: %s", why);
             srv_slot_finish(sl, &s->env, SRV_FINISH_ERROR);
         } else if (sl->state == SRV_SLOT_PREFILL) {
             srv_slot_prefill_done(sl, &s->env, s->b_logits + (size_t)r * s->env.n_vocab);

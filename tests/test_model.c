@@ -586,86 +586,127 @@ TEST(test_keys_past_the_kv_type_fail_the_decode) {
     }
 }
 
-/* The tiny model patched so that only token 3 overflows: column 0 of
- * tokens 1 and 2's embeddings 0, of token 3's 1, and element 0 of
- * blk.0.attn_norm.weight 3e38 (0 * 3e38 is 0; token 3's normed input is
- * inf there). A batched decode step of a stream at token 1 and one at
- * token 3 must fail the second row alone: one row's overflow had failed
- * every row of the step, and a server's step ended every stream in it. The
- * good row's logits are those of the same decode alone, bit for bit, and
- * its slot is exact; the bad row's is not. Then the rows swapped. */
+/* The tiny model patched so that two tokens overflow, each alone: token 3
+ * in the layers, token 4 only in the final norm. Columns 0 and 1 of tokens
+ * 1 and 2's embeddings 0; token 3's column 0 and token 4's column 1 are 1;
+ * element 0 of blk.0.attn_norm.weight and element 1 of output_norm.weight
+ * 3e38 (0 * 3e38 is 0), and rows 0 and 1 of attn_output and ffn_down 0, so
+ * that dims 0 and 1 of the residual stream stay the embedding's. */
 static void patch_f16(unsigned char *b, size_t len, const char *name, int64_t row, int64_t col, uint16_t v) {
     const size_t at = tiny_elem_offset(b, len, name, row, col);
     CHECK_MSG(at != 0, "no %s", name);
     if (at) memcpy(b + at, &v, 2);
 }
 
-static void batch_with_a_bad_row(kvs_model *m, int bad_first) {
-    kvs_context *good = NULL, *bad = NULL, *alone = NULL;
+static void patch_f32(unsigned char *b, size_t len, const char *name, int64_t i, float v) {
+    const size_t at = tiny_elem_offset(b, len, name, 0, i);
+    CHECK_MSG(at != 0, "no %s", name);
+    if (at) memcpy(b + at, &v, 4);
+}
+
+static int load_tiny_two_bad_tokens(kvs_model **m) {
+    size_t len;
+    unsigned char *b = tiny_bytes(&len);
+    if (!b) return -1;
+    for (int tok = 1; tok <= 4; tok++)
+        for (int col = 0; col < 2; col++)
+            patch_f16(b, len, "token_embd.weight", tok, col, (tok == 3 && col == 0) || (tok == 4 && col == 1) ? 0x3c00 : 0);
+    for (int row = 0; row < 2; row++)
+        for (int col = 0; col < 8; col++) patch_f16(b, len, "blk.0.attn_output.weight", row, col, 0);
+    for (int row = 0; row < 2; row++)
+        for (int col = 0; col < 32; col++) patch_f16(b, len, "blk.0.ffn_down.weight", row, col, 0);
+    patch_f32(b, len, "blk.0.attn_norm.weight", 0, 3e38f);
+    patch_f32(b, len, "output_norm.weight", 1, 3e38f);
+    char path[] = "/tmp/kvs_test_model_XXXXXX";
+    int fd = mkstemp(path);
+    const int ok = fd >= 0 && write(fd, b, len) == (ssize_t)len;
+    if (fd >= 0) close(fd);
+    const int st = ok ? kvs_model_load(path, kvs_model_default_params(), m) : -1;
+    unlink(path);
+    free(b);
+    return st;
+}
+
+/* One batched step of three streams: a good one at token 1 (after 1, 2),
+ * one at token 3 and one at token 4 (each after 1), in rows good_row,
+ * (good_row + 1) % 3 and (good_row + 2) % 3. The bad rows fail alone: one
+ * row's overflow had failed every row of the step, and a server's step
+ * ended every stream in it. The good row's logits are those of its decode
+ * alone, bit for bit; the slots are exact where the layers ran clean (as
+ * kvs_decode marks them), so token 4's is and token 3's is not. */
+static void batch_with_bad_rows(kvs_model *m, int good_row) {
+    kvs_context *c[3] = {NULL, NULL, NULL}, *alone = NULL;
     const int n_vocab = kvs_vocab_size(m);
-    float *ref = malloc(sizeof(float) * (size_t)n_vocab), *lg = malloc(sizeof(float) * 2 * (size_t)n_vocab);
+    float *ref = malloc(sizeof(float) * (size_t)n_vocab), *lg = malloc(sizeof(float) * 3 * (size_t)n_vocab);
     const int32_t pre[2] = {1, 2}, pre_pos[2] = {0, 1}, one = 1, at2 = 2;
-    int ok = ref && lg && kvs_context_new(m, kvs_context_default_params(), &good) == KVS_OK &&
-             kvs_context_new(m, kvs_context_default_params(), &bad) == KVS_OK &&
-             kvs_context_new(m, kvs_context_default_params(), &alone) == KVS_OK &&
-             kvs_decode(good, pre, pre_pos, 2, NULL) == KVS_OK && kvs_decode(alone, pre, pre_pos, 2, NULL) == KVS_OK &&
-             kvs_decode(bad, pre, pre_pos, 1, NULL) == KVS_OK && kvs_decode(alone, &one, &at2, 1, ref) == KVS_OK;
+    int ok = ref && lg && kvs_context_new(m, kvs_context_default_params(), &alone) == KVS_OK &&
+             kvs_decode(alone, pre, pre_pos, 2, NULL) == KVS_OK && kvs_decode(alone, &one, &at2, 1, ref) == KVS_OK;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = kvs_context_new(m, kvs_context_default_params(), &c[i]) == KVS_OK &&
+             kvs_decode(c[i], pre, pre_pos, i == 0 ? 2 : 1, NULL) == KVS_OK;
     CHECK_MSG(ok, "set-up: %s", kvs_last_error());
     if (ok) {
-        const int g = bad_first, b = !bad_first; /* the rows of good and bad */
-        kvs_context *ctxs[2];
-        int32_t tok[2], pos[2];
-        int status[2] = {-7, -7};
-        ctxs[g] = good, tok[g] = 1, pos[g] = 2;
-        ctxs[b] = bad, tok[b] = 3, pos[b] = 1;
-        CHECK_EQ_INT(kvs_decode_batch_rows(ctxs, tok, pos, 2, lg, status), KVS_ERR_FORMAT);
-        char want[32];
-        snprintf(want, sizeof want, "row %d of 2", b);
-        CHECK_MSG(strstr(kvs_last_error(), want) && strstr(kvs_last_error(), "overflow") &&
-                      !strstr(kvs_last_error(), "and others"), "%s", kvs_last_error());
-        CHECK_EQ_INT(status[g], KVS_OK);
-        CHECK_EQ_INT(status[b], KVS_ERR_FORMAT);
-        CHECK_MSG(memcmp(lg + (size_t)g * n_vocab, ref, sizeof(float) * (size_t)n_vocab) == 0,
+        kvs_context *ctxs[3];
+        int32_t tok[3], pos[3];
+        int status[3] = {-7, -7, -7}, row[3];
+        for (int i = 0; i < 3; i++) { /* stream i: good, token 3, token 4 */
+            row[i] = (good_row + i) % 3;
+            ctxs[row[i]] = c[i], tok[row[i]] = i == 0 ? 1 : i + 2, pos[row[i]] = i == 0 ? 2 : 1;
+        }
+        CHECK_EQ_INT(kvs_decode_batch_rows(ctxs, tok, pos, 3, lg, status), KVS_ERR_FORMAT);
+        char want[64];
+        const int first = row[1] < row[2] ? row[1] : row[2];
+        snprintf(want, sizeof want, "row %d of 3 (and others): %s", first,
+                 first == row[1] ? "the activations of layer 0" : "the final hidden state");
+        CHECK_MSG(strstr(kvs_last_error(), want), "want '%s': %s", want, kvs_last_error());
+        CHECK_EQ_INT(status[row[0]], KVS_OK);
+        CHECK_EQ_INT(status[row[1]], KVS_ERR_FORMAT);
+        CHECK_EQ_INT(status[row[2]], KVS_ERR_FORMAT);
+        CHECK_MSG(memcmp(lg + (size_t)row[0] * n_vocab, ref, sizeof(float) * (size_t)n_vocab) == 0,
                   "the good row's logits differ from its decode alone");
-        CHECK_EQ_INT(good->kv.exact->len, 3);
-        CHECK_EQ_INT(bad->kv.exact->len, 1);
+        CHECK_EQ_INT(c[0]->kv.exact->len, 3);
+        CHECK_EQ_INT(c[1]->kv.exact->len, 1);
+        CHECK_EQ_INT(c[2]->kv.exact->len, 2);
         /* the good stream goes on: its next token as alone */
         const int32_t at3 = 3;
         CHECK_EQ_INT(kvs_decode(alone, &one, &at3, 1, ref), KVS_OK);
-        CHECK_EQ_INT(kvs_decode_batch(&good, &one, &at3, 1, lg), KVS_OK);
+        CHECK_EQ_INT(kvs_decode_batch(&c[0], &one, &at3, 1, lg), KVS_OK);
         CHECK(memcmp(lg, ref, sizeof(float) * (size_t)n_vocab) == 0);
     }
-    kvs_context_free(good);
-    kvs_context_free(bad);
+    for (int i = 0; i < 3; i++) kvs_context_free(c[i]);
     kvs_context_free(alone);
     free(ref);
     free(lg);
 }
 
 TEST(test_overflowing_row_fails_only_its_row) {
-    size_t len;
-    unsigned char *b = tiny_bytes(&len);
-    if (!b) { CHECK(0); return; }
-    patch_f16(b, len, "token_embd.weight", 1, 0, 0x0000);
-    patch_f16(b, len, "token_embd.weight", 2, 0, 0x0000);
-    patch_f16(b, len, "token_embd.weight", 3, 0, 0x3c00 /* 1 */);
-    const float huge = 3e38f;
-    const size_t at = tiny_elem_offset(b, len, "blk.0.attn_norm.weight", 0, 0);
-    CHECK(at != 0);
-    if (at) memcpy(b + at, &huge, 4);
-    char path[] = "/tmp/kvs_test_model_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
-    if (fd >= 0) close(fd);
     kvs_model *m = NULL;
-    CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK);
-    if (m) {
-        batch_with_a_bad_row(m, 0);
-        batch_with_a_bad_row(m, 1);
+    CHECK_EQ_INT(load_tiny_two_bad_tokens(&m), KVS_OK);
+    if (!m) return;
+    for (int good_row = 0; good_row < 3; good_row++) batch_with_bad_rows(m, good_row);
+    /* each bad token fails its decode alone too, and kvs_decode_batch
+     * without statuses says so */
+    kvs_context *a = NULL, *b = NULL;
+    const int32_t pre = 1, at0 = 0, at1 = 1, t3 = 3, t4 = 4;
+    float *lg = malloc(sizeof(float) * 2 * (size_t)kvs_vocab_size(m));
+    if (lg && kvs_context_new(m, kvs_context_default_params(), &a) == KVS_OK &&
+        kvs_context_new(m, kvs_context_default_params(), &b) == KVS_OK) {
+        CHECK_EQ_INT(kvs_decode(a, &pre, &at0, 1, NULL), KVS_OK);
+        CHECK_EQ_INT(kvs_decode(b, &pre, &at0, 1, NULL), KVS_OK);
+        CHECK_EQ_INT(kvs_decode(a, &t3, &at1, 1, lg), KVS_ERR_FORMAT);
+        CHECK_EQ_INT(kvs_decode(b, &t4, &at1, 1, lg), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "final hidden state"), "%s", kvs_last_error());
+        kvs_context *both[2] = {a, b};
+        const int32_t tk[2] = {t3, t4}, ps[2] = {1, 1};
+        CHECK_EQ_INT(kvs_decode_batch(both, tk, ps, 2, lg), KVS_ERR_FORMAT);
+        CHECK_MSG(strstr(kvs_last_error(), "row 0 of 2 (and others)"), "%s", kvs_last_error());
+    } else {
+        CHECK_MSG(0, "set-up: %s", kvs_last_error());
     }
+    kvs_context_free(a);
+    kvs_context_free(b);
+    free(lg);
     kvs_model_free(m);
-    unlink(path);
-    free(b);
 }
 
 TEST(test_missing_file_named) {

@@ -83,12 +83,13 @@ static int step(kvs_context *const *ctxs, const int32_t *tokens, const int32_t *
     char early_why[400] = "";
     if (kvs_fwd_overflow_rows(f, n, row_status)) snprintf(early_why, sizeof early_why, "%s", kvs_last_error());
     const int early = first_failed(row_status, n);
-    for (int r = 0; r < n; r++) host->rows[r] = r;
-    const int late = kvs_fwd_logits_rows(f, host->rows, n, logits, row_status);
-    /* (a failed row's slot is not exact: the cache never stores it) */
+    /* As kvs_decode: the slots of rows whose layers ran clean are exact,
+     * whatever the final checks say (a cache may store that KV). */
     for (int r = 0; r < n; r++)
         if (!row_status[r]) kvs_kv_exact_extend(&ctxs[r]->kv, tokens + r, pos + r, 1);
-    /* The last error names the first row that failed in the logits; the
+    for (int r = 0; r < n; r++) host->rows[r] = r;
+    const int late = kvs_fwd_logits_rows(f, host->rows, n, logits, row_status);
+    /* The last error names the lowest row that failed in the logits; the
      * first overall may be one that failed in the layers. */
     const int first = first_failed(row_status, n);
     if (late && first == early) kvs_error(KVS_ERR_FORMAT, "%s", early_why);

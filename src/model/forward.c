@@ -417,20 +417,20 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
 }
 
 int kvs_fwd_logits_rows(kvs_fwd *f, const int *rows, int n, float *logits, int *row_status) {
-    int st = KVS_OK;
+    int st = KVS_OK, named = -1; /* named: the row the message names, the lowest that fails here */
     run_rows(f, OP_OUT_NORM, 0, n, NULL, NULL, rows);
     /* The final norm's output (its weights may be of extreme size; the
      * hidden state itself was checked at the last layer's residual add):
      * with quantized weights an overflow had given finite logits, all
      * equal, token 0 and an end of sequence, or garbage, with exit 0. Without
      * row_status the first failing row fails the call; with it, each row
-     * fails alone (the message names the first). */
+     * fails alone. */
     const int d = f->hp->n_embd;
     for (int i = 0; i < n && (row_status || !st); i++) {
         if ((row_status && row_status[i]) || !kvs_row_overflows(f->xn + (size_t)i * d, d)) continue;
         if (!st)
             st = kvs_error(KVS_ERR_FORMAT, "the final hidden state of row %d of %d is not finite or past 2^40: the "
-                           "model's activations overflow (weights of extreme size?)", i, n);
+                           "model's activations overflow (weights of extreme size?)", i, n), named = i;
         if (row_status) row_status[i] = KVS_ERR_FORMAT;
     }
     if (st && !row_status) return st;
@@ -445,9 +445,9 @@ int kvs_fwd_logits_rows(kvs_fwd *f, const int *rows, int n, float *logits, int *
         const float *l = logits + (size_t)i * n_vocab;
         if ((row_status && row_status[i]) || (isfinite(l[0]) && isfinite(l[n_vocab / 2]) && isfinite(l[n_vocab - 1])))
             continue;
-        if (!st)
+        if (named < 0 || i < named)
             st = kvs_error(KVS_ERR_FORMAT, "the logits of row %d of %d are not finite (%g, ...): the model's "
-                           "activations overflow (weights of extreme size?)", i, n, (double)l[0]);
+                           "activations overflow (weights of extreme size?)", i, n, (double)l[0]), named = i;
         if (row_status) row_status[i] = KVS_ERR_FORMAT;
     }
     return st;

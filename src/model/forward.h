@@ -112,10 +112,11 @@ void kvs_fwd_layer(kvs_fwd *f, int l, const int32_t *pos, int m, kvs_kv_buffer *
  * every tensor for NaN / inf cannot see. */
 int kvs_fwd_logits(kvs_fwd *f, const int *rows, int n, float *logits);
 /* The same for rows that fail apart (batched decode over several contexts):
- * row_status[i] (n of them, from kvs_fwd_overflow_rows) stays or becomes
- * KVS_ERR_FORMAT where row rows[i] overflowed, its logits then undefined;
- * the other rows' logits are exact. Returns KVS_OK, or KVS_ERR_FORMAT with
- * the message of the first row that fails here. */
+ * row_status[i] (n of them, the status of listed row i, rows[i]: from
+ * kvs_fwd_overflow_rows where rows[i] = i) stays or becomes KVS_ERR_FORMAT
+ * where that row overflowed, its logits then undefined; the other rows'
+ * logits are exact. Returns KVS_OK, or KVS_ERR_FORMAT with the message of
+ * the lowest listed row that fails here. */
 int kvs_fwd_logits_rows(kvs_fwd *f, const int *rows, int n, float *logits, int *row_status);
 
 /* KVS_ERR_FORMAT, naming the layer, if an input of a matmul or of the

@@ -31,7 +31,8 @@ class Server:
         # prefix: a command the server runs under (setpriv, to meet file modes as root);
         # env: variables added to the server's environment (the test hooks, KVSTITCH_TEST_*)
         # model: another GGUF than KVSTITCH_MODEL's (a patched tiny model)
-        cmd = list(prefix) + [CLI, "serve", "-m", model or MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2"] + list(args)
+        cmd = list(prefix) + [CLI, "serve", "-m", model or MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "2"]
+        cmd += list(args)
         if api_key:
             key_file = os.path.join(self.tmp, "key")
             with open(key_file, "w") as f:
