@@ -3,9 +3,11 @@
  * and 2 threads, gives the scalar path's bits. The shapes the fixed cases
  * (test_kernels) name one by one, drawn together: 1-4 kv heads of 1-4
  * query heads, head_dim 16-256, 1-4 tokens a call (decode units of up to 4
- * rows, rows of different tokens seeing different keys), sliding windows,
- * odd n_ctx up to 2000, peaked rows, and damaged scales (NaN, inf, a
- * negative value scale). A fixed seed: the same cases every run.
+ * rows; the tokens at consecutive positions or anywhere, so that a unit's
+ * rows see very different keys), sliding windows, n_ctx up to 2000 and
+ * small ones around the kernels' multiples of 8, 16 and 512, peaked rows,
+ * levels of -128 (no quantizer writes them) and damaged scales (NaN, +-inf,
+ * -0, a negative value scale). A fixed seed: the same cases every run.
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,10 +44,16 @@ static int rnd_case_make(rnd_case *c) {
     c->n_head = c->n_kv * group;
     c->head_dim = dims[rng() % 8];
     c->m = group <= 2 ? 1 + (int)(rng() % 4) : 1;
+    static const int small[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 511, 512, 513, 1025};
     c->n_ctx = c->m + (int)(rng() % 2000);
+    if (rng() % 6 == 0) {
+        c->n_ctx = small[rng() % (sizeof small / sizeof small[0])];
+        if (c->n_ctx < c->m) c->n_ctx = c->m;
+    }
     int start = c->n_ctx - c->m;
     if (rng() % 3 == 0) start -= (int)(rng() % (uint32_t)(start + 1)); /* not at the end */
-    for (int t = 0; t < c->m; t++) c->pos[t] = start + t;
+    const int anywhere = rng() % 4 == 0;
+    for (int t = 0; t < c->m; t++) c->pos[t] = anywhere ? (int32_t)(rng() % (uint32_t)c->n_ctx) : start + t;
     c->window = rng() % 3 == 0 ? 1 + (int)(rng() % 600) : 0;
     const size_t rows = (size_t)c->n_kv * c->n_ctx, n = rows * c->head_dim;
     const size_t rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim), qn = (size_t)c->m * c->n_head * c->head_dim;
@@ -65,14 +73,20 @@ static int rnd_case_make(rnd_case *c) {
     free(vf);
     const float peak = rng() % 3 == 0 ? 6.0f : 1.0f; /* peaked rows: a few keys take most weight */
     for (size_t i = 0; i < qn; i++) c->q[i] = rng_unit() * peak;
+    static const float damaged[] = {NAN, INFINITY, -INFINITY, -0.0f, -1.0f};
     if (rng() % 8 == 0) { /* a damaged value scale */
-        const float d = rng() % 2 ? NAN : -1.0f;
+        const float d = damaged[rng() % 5];
         memcpy((char *)c->v + (size_t)(rng() % rows) * rb + c->head_dim, &d, sizeof d);
     }
     if (rng() % 8 == 0) { /* a damaged key scale */
-        const float d = rng() % 2 ? NAN : INFINITY;
+        const float d = damaged[rng() % 5];
         memcpy((char *)c->k + (size_t)(rng() % rows) * rb + c->head_dim, &d, sizeof d);
     }
+    if (rng() % 8 == 0) /* levels of -128 in every third row */
+        for (size_t r = 0; r < rows; r += 3) {
+            ((int8_t *)c->k)[r * rb + rng() % (uint32_t)c->head_dim] = -128;
+            ((int8_t *)c->v)[r * rb + rng() % (uint32_t)c->head_dim] = -128;
+        }
     return 0;
 }
 

@@ -369,9 +369,10 @@ AI __m256 row_scales8(const int8_t *base, size_t rb, int D, int j, int end) {
 AI void prefetch_rows8(const int8_t *base, size_t rb, int j, int end) {
     if (j >= end) return;
     const int n = end - j < 8 ? end - j : 8;
-    const char *p = (const char *)(base + (size_t)j * rb), *e = p + (size_t)n * rb;
-    for (; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T0);
-    _mm_prefetch(e - 1, _MM_HINT_T0);
+    const char *p = (const char *)(base + (size_t)j * rb);
+    const size_t bytes = (size_t)n * rb;
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
 }
 
 /* Scores of R rows against keys j .. j + 7, as two groups of 4: per 16
@@ -425,11 +426,13 @@ AI void value_pair16(const int8_t *a, const int8_t *b, __m256i v[2]) {
 
 /* P.V of R rows over the value pairs of keys [b0, b1) (b0 even; one
  * block), dims d0 .. d0 + 15 in value_pair16's order, read from the cache
- * rows: each pair's words made once for all rows (P[r]: row r's levels, 0
- * past its keys). Staging the pairs first had written and read again
+ * rows below end (a key from end on reads as 0: its level is 0): each
+ * pair's words made once for all rows (P[r]: row r's levels, 0 past its
+ * keys). Staging the pairs first had written and read again
  * 64 KB a tile, each word used once (23% of the unit's samples). Integer
  * sums: any order gives the same bits. */
-AI void pv16(const q8_unit2 *x, const int16_t *const *P, int R, int b0, int b1, int d0, __m256i out[][2]) {
+AI void pv16(const q8_unit2 *x, const int16_t *const *P, int R, int b0, int b1, int end, int d0,
+             __m256i out[][2]) {
     __m256i acc[DEC_ROWS][2];
     const int16_t *p[DEC_ROWS];
 #pragma GCC unroll 4
@@ -437,11 +440,10 @@ AI void pv16(const q8_unit2 *x, const int16_t *const *P, int R, int b0, int b1, 
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
         p[r] = P[r];
     }
-    const int n_ctx = x->c->n_ctx;
     for (int j = b0; j < b1; j += 2) {
         const int8_t *va = x->V + (size_t)j * x->rb + d0;
         __m256i v[2];
-        value_pair16(va, j + 1 < n_ctx ? va + x->rb : NULL, v);
+        value_pair16(va, j + 1 < end ? va + x->rb : NULL, v);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             int32_t pw;
@@ -462,25 +464,25 @@ static inline int pv16_place(int d) {
     return q == 4 || q == 8 ? d ^ 12 : d;
 }
 
-/* The unit's rows, R of them, as compile-time constants: the loops over
- * rows unroll and their accumulators stay in registers. */
+/* The unit's rows, R of them (1 to DEC_ROWS), as compile-time constants:
+ * the loops over rows unroll and their accumulators stay in registers. */
+_Static_assert(DEC_ROWS == 4, "DEC_BY_ROWS names every row count");
 #define DEC_BY_ROWS(R, call)                                                                                          \
     switch (R) {                                                                                                       \
     case 1: call(1); break;                                                                                            \
     case 2: call(2); break;                                                                                            \
     case 3: call(3); break;                                                                                            \
-    default: call(DEC_ROWS); break;                                                                                    \
+    default: call(4); break;                                                                                           \
     }
 
 /* A unit of at most DEC_ROWS rows, none recalibrated: scores with keys in
- * lanes (each 8 keys' widened rows transposed once for the unit's rows, a
- * row's query pair broadcast), exp and levels lane = key (partials j % 16
- * as two vectors), P.V lane = dim against the staged value pairs (the
- * row's level pair broadcast). The lane = row layout idled 5 of 8 lanes on
- * SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. The rows share
- * each key's and value's loads (scores8, pv16): a row at a time had
- * reloaded them per row, kept its sum in memory and stalled on the scales'
- * stores. */
+ * lanes (scores8: 4 keys transposed within 128-bit lanes, for all the
+ * unit's rows at once), exp and levels lane = key (partials j % 16 as two
+ * vectors), P.V lane = dim (pv16: value pairs made from the cache rows,
+ * each row's level pair broadcast). The lane = row layout idled 5 of 8
+ * lanes on SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. The
+ * rows share each key's and value's loads: a row at a time over staged
+ * keys and values (session 88's unit) took 2.5x this one's time. */
 static void q8_decode_avx2(q8_unit2 *x) {
     const kvs_attn_call *c = x->c;
     const int D = x->D, D2 = D / 2, rows = x->rows;
@@ -523,8 +525,9 @@ static void q8_decode_avx2(q8_unit2 *x) {
 #undef DEC_SCORES
         for (int r = 0; r < rows; r++) {
             const __m256 s = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r]), kd), _mm256_set1_ps(qs[r]));
-            const __m256 live = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv),
-                                                                        _mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv)));
+            const __m256i before = _mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv);
+            const __m256 live =
+                _mm256_castsi256_ps(_mm256_andnot_si256(before, _mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv)));
             const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
             mx[r] = _mm256_max_ps(v, mx[r]);
             _mm256_storeu_ps(x->S + (size_t)r * x->ctxs + j, v);
@@ -548,9 +551,10 @@ static void q8_decode_avx2(q8_unit2 *x) {
             const __m256 e = _mm256_and_ps(kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(S + j), _mm256_set1_ps(m))), in);
             part[(j >> 3) & 1] = _mm256_add_ps(part[(j >> 3) & 1], e); /* keys j % 16 in lanes of lo, hi */
             const __m256 vd = _mm256_and_ps(_mm256_loadu_ps(vds + j), in);
-            if (j < lo[r]) /* the keys before the row's first: not its scales */
-                vdmax = _mm256_max_ps(_mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv)), vd), vdmax);
-            else vdmax = _mm256_max_ps(vd, vdmax); /* NaN and -0 leave it */
+            if (j < lo[r]) { /* the keys before the row's first: not its scales */
+                const __m256 before = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv));
+                vdmax = _mm256_max_ps(_mm256_andnot_ps(before, vd), vdmax);
+            } else vdmax = _mm256_max_ps(vd, vdmax); /* NaN and -0 leave it */
             _mm256_storeu_ps(S + j, _mm256_mul_ps(e, vd));
         }
         inv[r] = 1.0f / tree16_2(part[0], part[1]);
@@ -563,14 +567,16 @@ static void q8_decode_avx2(q8_unit2 *x) {
         int16_t *Pr = (int16_t *)S;
         int j = jmin;
         for (; j < n[r]; j += 8) { /* to P[j + 7] <= 2 (j + 7): behind the reads */
-            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), _mm256_add_epi32(_mm256_set1_epi32(j), lane)));
+            const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
+            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv));
             const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(S + j), ipd);
             const __m256i p = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, top), bottom)),
                                                _mm256_castps_si256(_mm256_and_ps(in, _mm256_cmp_ps(v, v, _CMP_ORD_Q))));
             const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(p, p), 0x08); /* 8 int16 in order */
             _mm_storeu_si128((__m128i *)(Pr + j), _mm256_castsi256_si128(p16));
         }
-        for (; j < maxall + 1; j += 8) _mm_storeu_si128((__m128i *)(Pr + j), _mm_setzero_si128());
+        for (; j < ((maxall + 1) & ~1); j += 8) /* to the last pair pv16 reads */
+            _mm_storeu_si128((__m128i *)(Pr + j), _mm_setzero_si128());
         P[r] = Pr;
     }
     /* P.V per PV block. Every row runs to the unit's last pair: past its
@@ -585,7 +591,7 @@ static void q8_decode_avx2(q8_unit2 *x) {
         b1 = kvs_attn_q8_block_end(b0, hi);
         for (int d0 = 0; d0 < D; d0 += 16) {
             __m256i acc[DEC_ROWS][2];
-#define DEC_PV(R) pv16(x, P, R, b0, b1, d0, acc)
+#define DEC_PV(R) pv16(x, P, R, b0, b1, maxall, d0, acc)
             DEC_BY_ROWS(rows, DEC_PV)
 #undef DEC_PV
             for (int r = 0; r < rows; r++)
