@@ -7,7 +7,7 @@
  * rows see very different keys), sliding windows, n_ctx up to 2000 and
  * small ones around the kernels' multiples of 8, 16 and 512, peaked rows,
  * levels of -128 (no quantizer writes them) and damaged scales (NaN, +-inf,
- * -0, a negative value scale). A fixed seed: the same cases every run.
+ * -0, a negative value scale). A fixed seed (kt_rand's): the same cases every run.
  */
 #include <math.h>
 #include <stdint.h>
@@ -17,17 +17,7 @@
 #include "harness.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
-
-static uint64_t rng_state = 88172645463325252ULL;
-
-static uint32_t rng(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
-static float rng_unit(void) { return (float)(rng() % 20001) / 10000.0f - 1.0f; }
+#include "test_kernels_util.h"
 
 typedef struct rnd_case {
     int n_kv, n_head, head_dim, m, n_ctx, window;
@@ -39,22 +29,22 @@ typedef struct rnd_case {
 /* One drawn case: K and V stored as Q8 rows from random floats. */
 static int rnd_case_make(rnd_case *c) {
     static const int dims[] = {16, 32, 48, 64, 80, 96, 128, 256};
-    const int group = 1 + (int)(rng() % 4);
-    c->n_kv = 1 + (int)(rng() % 4);
+    const int group = 1 + (int)(kt_rand() % 4);
+    c->n_kv = 1 + (int)(kt_rand() % 4);
     c->n_head = c->n_kv * group;
-    c->head_dim = dims[rng() % 8];
-    c->m = group <= 2 ? 1 + (int)(rng() % 4) : 1;
+    c->head_dim = dims[kt_rand() % 8];
+    c->m = group <= 2 ? 1 + (int)(kt_rand() % 4) : 1;
     static const int small[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 511, 512, 513, 1025};
-    c->n_ctx = c->m + (int)(rng() % 2000);
-    if (rng() % 6 == 0) {
-        c->n_ctx = small[rng() % (sizeof small / sizeof small[0])];
+    c->n_ctx = c->m + (int)(kt_rand() % 2000);
+    if (kt_rand() % 6 == 0) {
+        c->n_ctx = small[kt_rand() % (sizeof small / sizeof small[0])];
         if (c->n_ctx < c->m) c->n_ctx = c->m;
     }
     int start = c->n_ctx - c->m;
-    if (rng() % 3 == 0) start -= (int)(rng() % (uint32_t)(start + 1)); /* not at the end */
-    const int anywhere = rng() % 4 == 0;
-    for (int t = 0; t < c->m; t++) c->pos[t] = anywhere ? (int32_t)(rng() % (uint32_t)c->n_ctx) : start + t;
-    c->window = rng() % 3 == 0 ? 1 + (int)(rng() % 600) : 0;
+    if (kt_rand() % 3 == 0) start -= (int)(kt_rand() % (uint32_t)(start + 1)); /* not at the end */
+    const int anywhere = kt_rand() % 4 == 0;
+    for (int t = 0; t < c->m; t++) c->pos[t] = anywhere ? (int32_t)(kt_rand() % (uint32_t)c->n_ctx) : start + t;
+    c->window = kt_rand() % 3 == 0 ? 1 + (int)(kt_rand() % 600) : 0;
     const size_t rows = (size_t)c->n_kv * c->n_ctx, n = rows * c->head_dim;
     const size_t rb = kvs_kv_row_bytes(KVS_KV_Q8, c->head_dim), qn = (size_t)c->m * c->n_head * c->head_dim;
     float *kf = malloc(n * sizeof *kf), *vf = malloc(n * sizeof *vf);
@@ -66,26 +56,26 @@ static int rnd_case_make(rnd_case *c) {
         free(vf);
         return -1;
     }
-    for (size_t i = 0; i < n; i++) kf[i] = rng_unit(), vf[i] = rng_unit();
+    for (size_t i = 0; i < n; i++) kf[i] = kt_randf(), vf[i] = kt_randf();
     kvs_kv_rows_store(KVS_KV_Q8, kf, c->k, (int)rows, c->head_dim);
     kvs_kv_rows_store(KVS_KV_Q8, vf, c->v, (int)rows, c->head_dim);
     free(kf);
     free(vf);
-    const float peak = rng() % 3 == 0 ? 6.0f : 1.0f; /* peaked rows: a few keys take most weight */
-    for (size_t i = 0; i < qn; i++) c->q[i] = rng_unit() * peak;
+    const float peak = kt_rand() % 3 == 0 ? 6.0f : 1.0f; /* peaked rows: a few keys take most weight */
+    for (size_t i = 0; i < qn; i++) c->q[i] = kt_randf() * peak;
     static const float damaged[] = {NAN, INFINITY, -INFINITY, -0.0f, -1.0f};
-    if (rng() % 8 == 0) { /* a damaged value scale */
-        const float d = damaged[rng() % 5];
-        memcpy((char *)c->v + (size_t)(rng() % rows) * rb + c->head_dim, &d, sizeof d);
+    if (kt_rand() % 8 == 0) { /* a damaged value scale */
+        const float d = damaged[kt_rand() % 5];
+        memcpy((char *)c->v + (size_t)(kt_rand() % rows) * rb + c->head_dim, &d, sizeof d);
     }
-    if (rng() % 8 == 0) { /* a damaged key scale */
-        const float d = damaged[rng() % 5];
-        memcpy((char *)c->k + (size_t)(rng() % rows) * rb + c->head_dim, &d, sizeof d);
+    if (kt_rand() % 8 == 0) { /* a damaged key scale */
+        const float d = damaged[kt_rand() % 5];
+        memcpy((char *)c->k + (size_t)(kt_rand() % rows) * rb + c->head_dim, &d, sizeof d);
     }
-    if (rng() % 8 == 0) /* levels of -128 in every third row */
+    if (kt_rand() % 8 == 0) /* levels of -128 in every third row */
         for (size_t r = 0; r < rows; r += 3) {
-            ((int8_t *)c->k)[r * rb + rng() % (uint32_t)c->head_dim] = -128;
-            ((int8_t *)c->v)[r * rb + rng() % (uint32_t)c->head_dim] = -128;
+            ((int8_t *)c->k)[r * rb + kt_rand() % (uint32_t)c->head_dim] = -128;
+            ((int8_t *)c->v)[r * rb + kt_rand() % (uint32_t)c->head_dim] = -128;
         }
     return 0;
 }
