@@ -176,17 +176,25 @@ static unsigned char *find_bytes(unsigned char *buf, size_t len, const char *s) 
     return NULL;
 }
 
-/* Writes buf to a temp file, loads it, returns the status (message in last error). */
-static int load_patched(const unsigned char *buf, size_t len) {
+/* Writes buf to a temp file and loads it into *m (the file is removed
+ * once loaded: the model maps it); returns the load's status (message in
+ * last error), -100 where the file could not be written. */
+static int load_bytes(const unsigned char *buf, size_t len, kvs_model **m) {
     char path[] = "/tmp/kvs_test_model_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return -100;
     int ok = write(fd, buf, len) == (ssize_t)len;
     close(fd);
-    kvs_model *m = NULL;
-    int st = ok ? kvs_model_load(path, kvs_model_default_params(), &m) : -100;
-    kvs_model_free(m);
+    int st = ok ? kvs_model_load(path, kvs_model_default_params(), m) : -100;
     unlink(path);
+    return st;
+}
+
+/* load_bytes, the model freed: the load's status. */
+static int load_patched(const unsigned char *buf, size_t len) {
+    kvs_model *m = NULL;
+    int st = load_bytes(buf, len, &m);
+    kvs_model_free(m);
     return st;
 }
 
@@ -299,12 +307,8 @@ TEST(test_hostile_name_made_displayable) {
         unsigned char *val = k + strlen(key) + 4 + 8;
         CHECK(!memcmp(val, "LLaMA v2", 8));
         memcpy(val, "L\xff\x1b[\xc2\x85\x01m", 8); /* same length: 8 bytes */
-        char path[] = "/tmp/kvs_test_model_XXXXXX";
-        int fd = mkstemp(path);
-        CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
-        close(fd);
         kvs_model *m = NULL;
-        CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK);
+        CHECK_EQ_INT(load_bytes(b, len, &m), KVS_OK);
         if (m) {
             kvs_model_info in;
             kvs_model_get_info(m, &in);
@@ -312,7 +316,6 @@ TEST(test_hostile_name_made_displayable) {
             CHECK_MSG(!strcmp(in.name, want), "name shown as '%s'", in.name);
         }
         kvs_model_free(m);
-        unlink(path);
     }
     free(b);
 }
@@ -414,7 +417,6 @@ TEST(test_nonfinite_weights_named) {
  * 3e38: finite, the load accepts it, the activations overflow, and a decode
  * must fail naming that (not return logits). */
 static void check_overflow_fails_the_decode(unsigned char *b, size_t len, const char *what) {
-    char path[] = "/tmp/kvs_test_model_XXXXXX";
     kvs_model *m = NULL;
     kvs_gguf *g = NULL;
     int n_embd = 0;
@@ -430,10 +432,7 @@ static void check_overflow_fails_the_decode(unsigned char *b, size_t len, const 
         CHECK(at != 0);
         if (at) memcpy(b + at, &huge, 4);
     }
-    int fd = mkstemp(path);
-    CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len);
-    if (fd >= 0) close(fd);
-    CHECK_EQ_INT(kvs_model_load(path, kvs_model_default_params(), &m), KVS_OK); /* finite: loads */
+    CHECK_EQ_INT(load_bytes(b, len, &m), KVS_OK); /* finite: loads */
     kvs_context *ctx = NULL;
     if (m) CHECK_EQ_INT(kvs_context_new(m, kvs_context_default_params(), &ctx), KVS_OK);
     if (ctx) {
@@ -446,7 +445,6 @@ static void check_overflow_fails_the_decode(unsigned char *b, size_t len, const 
     }
     kvs_context_free(ctx);
     kvs_model_free(m);
-    unlink(path);
 }
 
 /* Finite weights of extreme size overflow the activations: the decode
@@ -476,26 +474,19 @@ TEST(test_overflowing_weights_fail_the_decode) {
 /* The model in b (len bytes), written to a temp file and loaded: the
  * status of a 2-token decode with KV type kv (negative: it did not run). */
 static int decode_two_tokens(const unsigned char *b, size_t len, kvs_kv_type kv) {
-    char path[] = "/tmp/kvs_test_model_XXXXXX";
-    int fd = mkstemp(path), st = -101;
-    if (fd >= 0 && write(fd, b, len) == (ssize_t)len) {
-        close(fd);
-        fd = -1;
-        kvs_model *m = NULL;
-        kvs_context *ctx = NULL;
-        kvs_context_params cp = kvs_context_default_params();
-        cp.kv_type = kv;
-        if (kvs_model_load(path, kvs_model_default_params(), &m) == KVS_OK && kvs_context_new(m, cp, &ctx) == KVS_OK) {
-            const int32_t toks[2] = {1, 2}, pos[2] = {0, 1};
-            float *logits = malloc(sizeof(float) * (size_t)kvs_vocab_size(m));
-            st = logits ? kvs_decode(ctx, toks, pos, 2, logits) : -102;
-            free(logits);
-        }
-        kvs_context_free(ctx);
-        kvs_model_free(m);
+    int st = -101;
+    kvs_model *m = NULL;
+    kvs_context *ctx = NULL;
+    kvs_context_params cp = kvs_context_default_params();
+    cp.kv_type = kv;
+    if (load_bytes(b, len, &m) == KVS_OK && kvs_context_new(m, cp, &ctx) == KVS_OK) {
+        const int32_t toks[2] = {1, 2}, pos[2] = {0, 1};
+        float *logits = malloc(sizeof(float) * (size_t)kvs_vocab_size(m));
+        st = logits ? kvs_decode(ctx, toks, pos, 2, logits) : -102;
+        free(logits);
     }
-    if (fd >= 0) close(fd);
-    unlink(path);
+    kvs_context_free(ctx);
+    kvs_model_free(m);
     return st;
 }
 
@@ -617,12 +608,7 @@ static int load_tiny_two_bad_tokens(kvs_model **m) {
         for (int col = 0; col < 32; col++) patch_f16(b, len, "blk.0.ffn_down.weight", row, col, 0);
     patch_f32(b, len, "blk.0.attn_norm.weight", 0, 3e38f);
     patch_f32(b, len, "output_norm.weight", 1, 3e38f);
-    char path[] = "/tmp/kvs_test_model_XXXXXX";
-    int fd = mkstemp(path);
-    const int ok = fd >= 0 && write(fd, b, len) == (ssize_t)len;
-    if (fd >= 0) close(fd);
-    const int st = ok ? kvs_model_load(path, kvs_model_default_params(), m) : -1;
-    unlink(path);
+    const int st = load_bytes(b, len, m);
     free(b);
     return st;
 }
