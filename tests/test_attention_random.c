@@ -3,8 +3,10 @@
  * and 2 threads, gives the scalar path's bits. The shapes the fixed cases
  * (test_kernels) name one by one, drawn together: 1-4 kv heads of 1-4
  * query heads, head_dim 16-256, 1-4 tokens a call (decode units of up to 4
- * rows; the tokens at consecutive positions or anywhere, so that a unit's
- * rows see very different keys), sliding windows, n_ctx up to 2000 and
+ * rows) or, one call in four, 5-24 (prefill units of 5-48 rows, several
+ * row blocks: keys every row of a block sees and keys only some do); the
+ * tokens at consecutive positions or anywhere, so that a unit's rows see
+ * very different keys; sliding windows, n_ctx up to 2000 and
  * small ones around the kernels' multiples of 8, 16 and 512, peaked rows,
  * levels of -128 (no quantizer writes them) and damaged scales (NaN, +-inf,
  * -0, a negative value scale). A fixed seed (kt_rand's): the same cases every run.
@@ -21,7 +23,7 @@
 
 typedef struct rnd_case {
     int n_kv, n_head, head_dim, m, n_ctx, window;
-    int32_t pos[4];
+    int32_t pos[24];
     void *k, *v;
     float *q;
 } rnd_case;
@@ -34,6 +36,7 @@ static int rnd_case_make(rnd_case *c) {
     c->n_head = c->n_kv * group;
     c->head_dim = dims[kt_rand() % 8];
     c->m = group <= 2 ? 1 + (int)(kt_rand() % 4) : 1;
+    if (kt_rand() % 4 == 0) c->m = 5 + (int)(kt_rand() % 20);
     static const int small[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 511, 512, 513, 1025};
     c->n_ctx = c->m + (int)(kt_rand() % 2000);
     if (kt_rand() % 6 == 0) {
