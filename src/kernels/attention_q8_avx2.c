@@ -4,7 +4,7 @@
  * AVX-512 ones (attention_q8_avx512.c hands those units over, as the float
  * path does). Lane = query row in blocks of RB = 8 rows, as the float AVX2
  * kernel (attention_avx2.c); units of at most DEC_ROWS rows (decode) put
- * keys, then dims, in lanes instead (q8_decode_avx2, below). AVX2 has no
+ * keys, then dims, in lanes instead (attention_q8_avx2_decode.c). AVX2 has no
  * VNNI, and vpmaddubsw's pair sums saturate, so the dot products are
  * vpmaddwd on 16-bit pairs (exact):
  *
@@ -34,36 +34,11 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels/attention_avx2.h"
+#include "kernels/attention_q8_avx2.h"
 
-#define PV_BLOCK KVS_ATTN_Q8_PV_BLOCK
-#define NB_MAX (KVS_ATTN_ROWS / RB)
 #define GB 2 /* row blocks per register pass */
 #define NJ 4 /* keys or dims per register pass */
 #define QT_STRIDE (NB_MAX * RB) /* int32 of Qt per query word: (D / 2, NB_MAX, RB) */
-
-typedef struct q8_unit2 {
-    const kvs_attn_call *c;
-    int t0, g, group, D, rows, nrb, jmin, maxall;
-    size_t rb, ctxs;
-    const int8_t *K, *V;
-    float *S;     /* (nrb, ctxs, RB): scores, weights, then level pairs */
-    int32_t *Qt;  /* (D / 2, NB_MAX, RB) query pairs */
-    float *O;     /* (nrb, D, RB) outputs, over Qt once the scores are done */
-    int32_t *kv2; /* the staged tile: key rows or value pairs as int16 */
-    int maxn[NB_MAX], any_rc[NB_MAX];
-    __m256i out_of_range; /* sign bits: a fused level below 0 or not a number */
-    __m256i nvec[NB_MAX], lovec[NB_MAX];
-    int all_lo[NB_MAX], all_hi[NB_MAX]; /* keys [all_lo, all_hi) every lane of the block sees (none with a padding lane) */
-    __m256 rcm[NB_MAX], qs[NB_MAX], mx[NB_MAX], pd[NB_MAX], inv[NB_MAX];
-    float vdmax[NB_MAX * RB]; /* per row (0 past the unit's rows): kvs_attn_q8_vd_max */
-} q8_unit2;
-
-/* Two levels as an int16 pair in an int32 word (q[0] low). */
-AI int32_t level_pair(const int8_t *q) { return (int32_t)((uint32_t)(uint16_t)q[0] | (uint32_t)(uint16_t)q[1] << 16); }
-
-/* 16 levels widened to int16 (dims d .. d + 15 of a row). */
-AI __m256i widen16(const int8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
 
 /* Keys [j0, j0 + nk) widened to int16 (the int32 word d/2 of a key is the
  * pair (k[d], k[d+1])), in groups of NJ = 4 keys interleaved by word:
@@ -356,289 +331,18 @@ static void stage_queries(q8_unit2 *x) {
     kvs_attn_q8_vd_max((const uint8_t *)(x->V + D), x->rb, rlo, rn, x->rows, x->vdmax, NULL);
 }
 
-/* ------------------------------------------------ decode, lane = key / dim */
-
-#define DEC_ROWS 4 /* units of at most this many rows (and none recalibrated) */
-/* Score row DEC_ROWS of the scratch, which a decode unit does not use,
- * holds its values' scales. */
-_Static_assert(DEC_ROWS + 1 <= KVS_ATTN_ROWS, "the decode unit's scale row fits the scratch");
-
-/* Keys ahead of the score pass that it prefetches. */
-#define SCORES_AHEAD 32
-
-/* The scales of Q8 rows j .. j + 7 (base: the kv head's rows), 0 from end
- * on, built in a register (8 scalar stores read back at once as a vector
- * had stalled on store forwarding). */
-AI __m256 row_scales8(const int8_t *base, size_t rb, int D, int j, int end) {
-#define RS(k) (j + (k) < end ? kvs_q8_row_scale(base + (size_t)(j + (k)) * rb, D) : 0.0f)
-    return _mm256_setr_ps(RS(0), RS(1), RS(2), RS(3), RS(4), RS(5), RS(6), RS(7));
-#undef RS
-}
-
-/* The lines of Q8 rows j .. j + 7 (base: the kv head's rows) before end,
- * into the L1: the unit's first reads of its keys and values, which from
- * DRAM had waited on each line (the pass ran at a third of the read
- * bandwidth). */
-AI void prefetch_rows8(const int8_t *base, size_t rb, int j, int end) {
-    if (j >= end) return;
-    const int n = end - j < 8 ? end - j : 8;
-    const char *p = (const char *)(base + (size_t)j * rb);
-    const size_t bytes = (size_t)n * rb;
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-    _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
-}
-
-/* Scores of R rows against keys j .. j + 7, as two groups of 4: per 16
- * dims, the 4 keys' widened rows transposed within 128-bit lanes (T_i lane
- * k = word i of key k, lane 4 + k its word 4 + i), times the row's query
- * words in the same places (qv[r][d / 4 + i]); the lanes' halves are added
- * at the end. One accumulator a row and group, the keys loaded once for
- * all rows: a full 8 x 8 transpose per row of keys had spilled to the
- * stack. Integer sums: any order gives the same bits. Keys from maxall on
- * read as 0 (their scores are masked). */
-AI void scores8(const q8_unit2 *x, int j, int maxall, const __m256i (*qv)[KVS_ATTN_Q8_MAX_DIM / 4], int R,
-                __m256i *out) {
-    __m256i acc[2][DEC_ROWS];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) acc[h][r] = _mm256_setzero_si256();
-        for (int d = 0; d < x->D; d += 16) {
-            __m256i k[4];
-#pragma GCC unroll 4
-            for (int kk = 0; kk < 4; kk++) {
-                const int key = j + 4 * h + kk;
-                k[kk] = key < maxall ? widen16(x->K + (size_t)key * x->rb + d) : _mm256_setzero_si256();
-            }
-            const __m256i t0 = _mm256_unpacklo_epi32(k[0], k[1]), t1 = _mm256_unpackhi_epi32(k[0], k[1]);
-            const __m256i t2 = _mm256_unpacklo_epi32(k[2], k[3]), t3 = _mm256_unpackhi_epi32(k[2], k[3]);
-            const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                                  _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    acc[h][r] = _mm256_add_epi32(acc[h][r], _mm256_madd_epi16(T[i], qv[r][d / 4 + i]));
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        out[r] = _mm256_add_epi32(_mm256_permute2x128_si256(acc[0][r], acc[1][r], 0x20),
-                                  _mm256_permute2x128_si256(acc[0][r], acc[1][r], 0x31));
-}
-
-/* The words of value pair (j, j + 1) at dims d0 .. d0 + 15 (a: key j's
- * row there, b: key j + 1's or NULL past the buffer): v_j[d] | v_j+1[d] <<
- * 16, v[0] for dims d0 + 0..3 and 8..11, v[1] for 4..7 and 12..15 (the
- * in-lane unpacks' order; pv16's callers keep their sums in it). */
-AI void value_pair16(const int8_t *a, const int8_t *b, __m256i v[2]) {
-    const __m256i wa = widen16(a), wb = b ? widen16(b) : _mm256_setzero_si256();
-    v[0] = _mm256_unpacklo_epi16(wa, wb);
-    v[1] = _mm256_unpackhi_epi16(wa, wb);
-}
-
-/* P.V of R rows over the value pairs of keys [b0, b1) (b0 even; one
- * block), dims d0 .. d0 + 15 in value_pair16's order, read from the cache
- * rows below end (a key from end on reads as 0: its level is 0): each
- * pair's words made once for all rows (P[r]: row r's levels, 0 past its
- * keys). Staging the pairs first had written and read again
- * 64 KB a tile, each word used once (23% of the unit's samples). Integer
- * sums: any order gives the same bits. */
-AI void pv16(const q8_unit2 *x, const int16_t *const *P, int R, int b0, int b1, int end, int d0,
-             __m256i out[][2]) {
-    __m256i acc[DEC_ROWS][2];
-    const int16_t *p[DEC_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-        p[r] = P[r];
-    }
-    for (int j = b0; j < b1; j += 2) {
-        const int8_t *va = x->V + (size_t)j * x->rb + d0;
-        __m256i v[2];
-        value_pair16(va, j + 1 < end ? va + x->rb : NULL, v);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            int32_t pw;
-            memcpy(&pw, p[r] + j, 4); /* (p_j, p_j+1) */
-            const __m256i pb = _mm256_set1_epi32(pw);
-            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(pb, v[0]));
-            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(pb, v[1]));
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
-}
-
-/* Dim d's place in the P.V sums' order (value_pair16): the middle two
- * quads of each 16 swapped. */
-static inline int pv16_place(int d) {
-    const int q = d & 12;
-    return q == 4 || q == 8 ? d ^ 12 : d;
-}
-
-/* The unit's rows, R of them (1 to DEC_ROWS), as compile-time constants:
- * the loops over rows unroll and their accumulators stay in registers. */
-_Static_assert(DEC_ROWS == 4, "DEC_BY_ROWS names every row count");
-#define DEC_BY_ROWS(R, call)                                                                                          \
-    switch (R) {                                                                                                       \
-    case 1: call(1); break;                                                                                            \
-    case 2: call(2); break;                                                                                            \
-    case 3: call(3); break;                                                                                            \
-    default: call(4); break;                                                                                           \
-    }
-
-/* A unit of at most DEC_ROWS rows, none recalibrated: scores with keys in
- * lanes (scores8: 4 keys transposed within 128-bit lanes, for all the
- * unit's rows at once), exp and levels lane = key (partials j % 16 as two
- * vectors), P.V lane = dim (pv16: value pairs made from the cache rows,
- * each row's level pair broadcast). The lane = row layout idled 5 of 8
- * lanes on SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. The
- * rows share each key's and value's loads: a row at a time over staged
- * keys and values (session 88's unit) took 2.5x this one's time. */
-static void q8_decode_avx2(q8_unit2 *x) {
-    const kvs_attn_call *c = x->c;
-    const int D = x->D, D2 = D / 2, rows = x->rows;
-    __m256i qv[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM / 4]; /* scores8's query words */
-    int n[DEC_ROWS], lo[DEC_ROWS];
-    float qs[DEC_ROWS], pd[DEC_ROWS], inv[DEC_ROWS];
-    __m256 mx[DEC_ROWS];
-    int8_t q8[KVS_ATTN_Q8_MAX_DIM];
-    int maxall = 0, jmin = c->n_ctx;
-    for (int r = 0; r < rows; r++) {
-        const int t = x->t0 + r / x->group;
-        n[r] = kvs_attn_n(c, c->pos[t]);
-        lo[r] = kvs_attn_lo(c, n[r]);
-        if (n[r] > maxall) maxall = n[r];
-        if (lo[r] < jmin) jmin = lo[r];
-        const float *q = c->q + ((size_t)t * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
-        qs[r] = kvs_q8_row(q, q8, D) * c->scale;
-        for (int w = 0; w < D2; w += 8) /* words w + i and w + 4 + i, i < 4 */
-            for (int i = 0; i < 4; i++)
-                qv[r][w / 2 + i] = _mm256_set_m128i(_mm_set1_epi32(level_pair(q8 + 2 * (w + 4 + i))),
-                                                    _mm_set1_epi32(level_pair(q8 + 2 * (w + i))));
-        mx[r] = _mm256_set1_ps(-INFINITY);
-    }
-    jmin &= ~15;
-    float *vds = x->S + (size_t)DEC_ROWS * x->ctxs; /* the values' scales, for the exp pass */
-    for (int j = jmin; j < jmin + SCORES_AHEAD; j += 8) {
-        prefetch_rows8(x->K, x->rb, j, maxall);
-        prefetch_rows8(x->V, x->rb, j, maxall);
-    }
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int j = jmin; j < maxall; j += 8) {
-        prefetch_rows8(x->K, x->rb, j + SCORES_AHEAD, maxall);
-        prefetch_rows8(x->V, x->rb, j + SCORES_AHEAD, maxall);
-        const __m256 kd = row_scales8(x->K, x->rb, D, j, maxall);
-        _mm256_storeu_ps(vds + j, row_scales8(x->V, x->rb, D, j, maxall));
-        const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
-        __m256i acc[DEC_ROWS];
-#define DEC_SCORES(R) scores8(x, j, maxall, (const __m256i(*)[KVS_ATTN_Q8_MAX_DIM / 4])qv, R, acc)
-        DEC_BY_ROWS(rows, DEC_SCORES)
-#undef DEC_SCORES
-        for (int r = 0; r < rows; r++) {
-            const __m256 s = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r]), kd), _mm256_set1_ps(qs[r]));
-            const __m256i before = _mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv);
-            const __m256 live =
-                _mm256_castsi256_ps(_mm256_andnot_si256(before, _mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv)));
-            const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
-            mx[r] = _mm256_max_ps(v, mx[r]);
-            _mm256_storeu_ps(x->S + (size_t)r * x->ctxs + j, v);
-        }
-    }
-    /* exp, sum and weights with the row's largest value scale (over its
-     * keys [lo, n): the lanes it sees), then their levels in place (P[j] at
-     * 2 bytes a key, 0 from the row's last key to maxall's pair: pv16 reads
-     * every row to the unit's last) */
-    const __m256 top = _mm256_set1_ps(32767.0f), bottom = _mm256_set1_ps(-32767.0f);
-    const int16_t *P[DEC_ROWS];
-    for (int r = 0; r < rows; r++) {
-        float *S = x->S + (size_t)r * x->ctxs, m8[8];
-        _mm256_storeu_ps(m8, mx[r]);
-        float m = m8[0]; /* no lane is NaN: the order is free */
-        for (int k = 1; k < 8; k++) m = m8[k] > m ? m8[k] : m;
-        __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, vdmax = _mm256_setzero_ps();
-        for (int j = jmin; j < n[r]; j += 8) {
-            const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
-            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv));
-            const __m256 e = _mm256_and_ps(kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(S + j), _mm256_set1_ps(m))), in);
-            part[(j >> 3) & 1] = _mm256_add_ps(part[(j >> 3) & 1], e); /* keys j % 16 in lanes of lo, hi */
-            const __m256 vd = _mm256_and_ps(_mm256_loadu_ps(vds + j), in);
-            if (j < lo[r]) { /* the keys before the row's first: not its scales */
-                const __m256 before = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv));
-                vdmax = _mm256_max_ps(_mm256_andnot_ps(before, vd), vdmax);
-            } else vdmax = _mm256_max_ps(vd, vdmax); /* NaN and -0 leave it */
-            _mm256_storeu_ps(S + j, _mm256_mul_ps(e, vd));
-        }
-        inv[r] = 1.0f / tree16_2(part[0], part[1]);
-        float v8[8];
-        _mm256_storeu_ps(v8, vdmax);
-        float vm = 0.0f; /* >= +0, no NaN: the order is free */
-        for (int k = 0; k < 8; k++) vm = v8[k] > vm ? v8[k] : vm;
-        pd[r] = vm / 32767.0f;
-        const __m256 ipd = _mm256_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
-        int16_t *Pr = (int16_t *)S;
-        int j = jmin;
-        for (; j < n[r]; j += 8) { /* to P[j + 7] <= 2 (j + 7): behind the reads */
-            const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
-            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv));
-            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(S + j), ipd);
-            const __m256i p = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, top), bottom)),
-                                               _mm256_castps_si256(_mm256_and_ps(in, _mm256_cmp_ps(v, v, _CMP_ORD_Q))));
-            const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(p, p), 0x08); /* 8 int16 in order */
-            _mm_storeu_si128((__m128i *)(Pr + j), _mm256_castsi256_si128(p16));
-        }
-        for (; j < ((maxall + 1) & ~1); j += 8) /* to the last pair pv16 reads */
-            _mm_storeu_si128((__m128i *)(Pr + j), _mm_setzero_si128());
-        P[r] = Pr;
-    }
-    /* P.V per PV block. Every row runs to the unit's last pair: past its
-     * own keys its levels are 0, so its integer sums are the same, and a
-     * block wholly past them adds +0.0 to its sums, which leaves them as
-     * they are (they start at +0 and never become -0). o[r] holds the dims
-     * in pv16's order (pv16_place). */
-    float o[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM];
-    for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
-    const int hi = (maxall + 1) & ~1;
-    for (int b0 = jmin, b1; b0 < hi; b0 = b1) {
-        b1 = kvs_attn_q8_block_end(b0, hi);
-        for (int d0 = 0; d0 < D; d0 += 16) {
-            __m256i acc[DEC_ROWS][2];
-#define DEC_PV(R) pv16(x, P, R, b0, b1, maxall, d0, acc)
-            DEC_BY_ROWS(rows, DEC_PV)
-#undef DEC_PV
-            for (int r = 0; r < rows; r++)
-                for (int i = 0; i < 2; i++) {
-                    float *od = o[r] + d0 + 8 * i;
-                    _mm256_storeu_ps(od, _mm256_add_ps(_mm256_loadu_ps(od), _mm256_cvtepi32_ps(acc[r][i])));
-                }
-        }
-    }
-    for (int r = 0; r < rows; r++) {
-        float *out = c->out + ((size_t)(x->t0 + r / x->group) * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
-        for (int d = 0; d < D; d++) out[d] = (o[r][pv16_place(d)] * pd[r]) * inv[r];
-    }
-}
-
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work) {
     const int group = c->n_head / c->n_kv_head, D = c->head_dim, rows = (t1 - t0) * group;
     if (!kvs_attn_q8_simd_shape(D, rows)) {
         kvs_attention_unit_q8_ref(c, t0, t1, g, work);
         return;
     }
-    q8_unit2 x = {.c = c, .t0 = t0, .g = g, .group = group, .D = D, .rows = rows, .nrb = (rows + RB - 1) / RB};
-    x.ctxs = kvs_attn_score_stride(c->n_ctx);
-    x.rb = kvs_kv_row_bytes(KVS_KV_Q8, D);
-    x.K = (const int8_t *)c->k + (size_t)g * c->n_ctx * x.rb;
-    x.V = (const int8_t *)c->v + (size_t)g * c->n_ctx * x.rb;
-    x.S = work;
-    x.Qt = (int32_t *)(work + (size_t)KVS_ATTN_ROWS * x.ctxs);
-    x.O = (float *)x.Qt;
-    x.kv2 = (int32_t *)((float *)x.Qt + (size_t)3 * 16 * 256);
+    q8_unit2 x;
+    q8_unit2_init(&x, c, t0, t1, g, work, work);
     int recal = 0;
     for (int t = t0; t < t1 && !recal; t++) recal = kvs_attn_recal_row(c, c->pos[t]);
     if (rows <= DEC_ROWS && !recal) {
-        q8_decode_avx2(&x);
+        kvs_q8_decode_unit_avx2(&x);
         return;
     }
     stage_queries(&x);
