@@ -149,123 +149,147 @@ _Static_assert(DEC_ROWS == 4, "DEC_BY_ROWS names every row count");
     default: call(4); break;                                                                                           \
     }
 
-/* A unit of at most DEC_ROWS rows, none recalibrated: scores with keys in
- * lanes (scores8: 4 keys transposed within 128-bit lanes, for all the
- * unit's rows at once), exp and levels lane = key (partials j % 16 as two
- * vectors), P.V lane = dim (pv16: value pairs made from the cache rows,
- * each row's level pair broadcast). The lane = row layout idled 5 of 8
- * lanes on SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. The
- * rows share each key's and value's loads: a row at a time over staged
- * keys and values (session 88's unit) took 2.5x this one's time. */
-void kvs_q8_decode_unit_avx2(q8_unit2 *x) {
-    const kvs_attn_call *c = x->c;
-    const int D = x->D, D2 = D / 2, rows = x->rows;
-    __m256i qv[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM / 4]; /* scores8's query words */
+/* A decode unit's rows: their key ranges and quantized queries. */
+typedef struct dec_rows {
+    int rows, jmin, maxall; /* keys [jmin, maxall): every row's, jmin a multiple of 16 */
     int n[DEC_ROWS], lo[DEC_ROWS];
-    float qs[DEC_ROWS], pd[DEC_ROWS], inv[DEC_ROWS];
-    __m256 mx[DEC_ROWS];
+    float qs[DEC_ROWS];
+    __m256i qv[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM / 4]; /* scores8's query words */
+} dec_rows;
+
+/* The rows' key ranges; with queries, their words too. */
+static void dec_rows_init(const q8_unit2 *x, dec_rows *dr, int queries) {
+    const kvs_attn_call *c = x->c;
+    const int D = x->D, D2 = D / 2;
     int8_t q8[KVS_ATTN_Q8_MAX_DIM];
-    int maxall = 0, jmin = c->n_ctx;
-    for (int r = 0; r < rows; r++) {
+    dr->rows = x->rows;
+    dr->maxall = 0;
+    dr->jmin = c->n_ctx;
+    for (int r = 0; r < x->rows; r++) {
         const int t = x->t0 + r / x->group;
-        n[r] = kvs_attn_n(c, c->pos[t]);
-        lo[r] = kvs_attn_lo(c, n[r]);
-        if (n[r] > maxall) maxall = n[r];
-        if (lo[r] < jmin) jmin = lo[r];
+        dr->n[r] = kvs_attn_n(c, c->pos[t]);
+        dr->lo[r] = kvs_attn_lo(c, dr->n[r]);
+        if (dr->n[r] > dr->maxall) dr->maxall = dr->n[r];
+        if (dr->lo[r] < dr->jmin) dr->jmin = dr->lo[r];
+        if (!queries) continue;
         const float *q = c->q + ((size_t)t * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
-        qs[r] = kvs_q8_row(q, q8, D) * c->scale;
+        dr->qs[r] = kvs_q8_row(q, q8, D) * c->scale;
         for (int w = 0; w < D2; w += 8) /* words w + i and w + 4 + i, i < 4 */
             for (int i = 0; i < 4; i++)
-                qv[r][w / 2 + i] = _mm256_set_m128i(_mm_set1_epi32(level_pair(q8 + 2 * (w + 4 + i))),
-                                                    _mm_set1_epi32(level_pair(q8 + 2 * (w + i))));
-        mx[r] = _mm256_set1_ps(-INFINITY);
+                dr->qv[r][w / 2 + i] = _mm256_set_m128i(_mm_set1_epi32(level_pair(q8 + 2 * (w + 4 + i))),
+                                                        _mm_set1_epi32(level_pair(q8 + 2 * (w + i))));
     }
-    jmin &= ~15;
-    float *vds = x->S + (size_t)DEC_ROWS * x->ctxs; /* the values' scales, for the exp pass */
-    for (int j = jmin; j < jmin + SCORES_AHEAD; j += 8) {
-        prefetch_rows8(x->K, x->rb, j, maxall);
-        prefetch_rows8(x->V, x->rb, j, maxall);
+    dr->jmin &= ~15;
+}
+
+/* Scores of keys [ja, jb) (ja - jmin a multiple of 8) into the rows' score
+ * rows (masked: -inf outside a row's [lo, n)), the values' scales into
+ * vds, each row's lane maxima into mx[r]. */
+static void dec_scores(const q8_unit2 *x, const dec_rows *dr, int ja, int jb, float *vds, __m256 *mx) {
+    const int D = x->D;
+    for (int j = ja; j < ja + SCORES_AHEAD; j += 8) {
+        prefetch_rows8(x->K, x->rb, j, jb);
+        prefetch_rows8(x->V, x->rb, j, jb);
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int j = jmin; j < maxall; j += 8) {
-        prefetch_rows8(x->K, x->rb, j + SCORES_AHEAD, maxall);
-        prefetch_rows8(x->V, x->rb, j + SCORES_AHEAD, maxall);
-        const __m256 kd = row_scales8(x->K, x->rb, D, j, maxall);
-        _mm256_storeu_ps(vds + j, row_scales8(x->V, x->rb, D, j, maxall));
+    for (int j = ja; j < jb; j += 8) {
+        prefetch_rows8(x->K, x->rb, j + SCORES_AHEAD, jb);
+        prefetch_rows8(x->V, x->rb, j + SCORES_AHEAD, jb);
+        const __m256 kd = row_scales8(x->K, x->rb, D, j, dr->maxall);
+        _mm256_storeu_ps(vds + j, row_scales8(x->V, x->rb, D, j, dr->maxall));
         const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
         __m256i acc[DEC_ROWS];
-#define DEC_SCORES(R) scores8(x, j, maxall, (const __m256i(*)[KVS_ATTN_Q8_MAX_DIM / 4])qv, R, acc)
-        DEC_BY_ROWS(rows, DEC_SCORES)
+#define DEC_SCORES(R) scores8(x, j, dr->maxall, (const __m256i(*)[KVS_ATTN_Q8_MAX_DIM / 4])dr->qv, R, acc)
+        DEC_BY_ROWS(dr->rows, DEC_SCORES)
 #undef DEC_SCORES
-        for (int r = 0; r < rows; r++) {
-            const __m256 s = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r]), kd), _mm256_set1_ps(qs[r]));
-            const __m256i before = _mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv);
+        for (int r = 0; r < dr->rows; r++) {
+            const __m256 s =
+                _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r]), kd), _mm256_set1_ps(dr->qs[r]));
+            const __m256i before = _mm256_cmpgt_epi32(_mm256_set1_epi32(dr->lo[r]), jv);
             const __m256 live =
-                _mm256_castsi256_ps(_mm256_andnot_si256(before, _mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv)));
+                _mm256_castsi256_ps(_mm256_andnot_si256(before, _mm256_cmpgt_epi32(_mm256_set1_epi32(dr->n[r]), jv)));
             const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
             mx[r] = _mm256_max_ps(v, mx[r]);
             _mm256_storeu_ps(x->S + (size_t)r * x->ctxs + j, v);
         }
     }
-    /* exp, sum and weights with the row's largest value scale (over its
-     * keys [lo, n): the lanes it sees), then their levels in place (P[j] at
-     * 2 bytes a key, 0 from the row's last key to maxall's pair: pv16 reads
-     * every row to the unit's last) */
+}
+
+/* Row r's exp, sum and weights with its largest value scale (over its keys
+ * [lo, n): the lanes it sees), from its largest score m, then their levels
+ * in place (P[j] at 2 bytes a key, 0 from the row's last key to maxall's
+ * pair: pv16 reads every row to the unit's last); its pd and 1 / S. */
+static void dec_weights_row(const q8_unit2 *x, const dec_rows *dr, int r, float m, const float *vds, float *pd,
+                            float *inv) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 top = _mm256_set1_ps(32767.0f), bottom = _mm256_set1_ps(-32767.0f);
-    const int16_t *P[DEC_ROWS];
-    for (int r = 0; r < rows; r++) {
-        float *S = x->S + (size_t)r * x->ctxs, m8[8];
-        _mm256_storeu_ps(m8, mx[r]);
-        float m = m8[0]; /* no lane is NaN: the order is free */
-        for (int k = 1; k < 8; k++) m = m8[k] > m ? m8[k] : m;
-        __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, vdmax = _mm256_setzero_ps();
-        for (int j = jmin; j < n[r]; j += 8) {
-            const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
-            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv));
-            const __m256 e = _mm256_and_ps(kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(S + j), _mm256_set1_ps(m))), in);
-            part[(j >> 3) & 1] = _mm256_add_ps(part[(j >> 3) & 1], e); /* keys j % 16 in lanes of lo, hi */
-            const __m256 vd = _mm256_and_ps(_mm256_loadu_ps(vds + j), in);
-            if (j < lo[r]) { /* the keys before the row's first: not its scales */
-                const __m256 before = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo[r]), jv));
-                vdmax = _mm256_max_ps(_mm256_andnot_ps(before, vd), vdmax);
-            } else vdmax = _mm256_max_ps(vd, vdmax); /* NaN and -0 leave it */
-            _mm256_storeu_ps(S + j, _mm256_mul_ps(e, vd));
-        }
-        inv[r] = 1.0f / tree16_2(part[0], part[1]);
-        float v8[8];
-        _mm256_storeu_ps(v8, vdmax);
-        float vm = 0.0f; /* >= +0, no NaN: the order is free */
-        for (int k = 0; k < 8; k++) vm = v8[k] > vm ? v8[k] : vm;
-        pd[r] = vm / 32767.0f;
-        const __m256 ipd = _mm256_set1_ps(pd[r] >= FLT_MIN ? 1.0f / pd[r] : 0.0f);
-        int16_t *Pr = (int16_t *)S;
-        int j = jmin;
-        for (; j < n[r]; j += 8) { /* to P[j + 7] <= 2 (j + 7): behind the reads */
-            const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
-            const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n[r]), jv));
-            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(S + j), ipd);
-            const __m256i p = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, top), bottom)),
-                                               _mm256_castps_si256(_mm256_and_ps(in, _mm256_cmp_ps(v, v, _CMP_ORD_Q))));
-            const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(p, p), 0x08); /* 8 int16 in order */
-            _mm_storeu_si128((__m128i *)(Pr + j), _mm256_castsi256_si128(p16));
-        }
-        for (; j < ((maxall + 1) & ~1); j += 8) /* to the last pair pv16 reads */
-            _mm_storeu_si128((__m128i *)(Pr + j), _mm_setzero_si128());
-        P[r] = Pr;
+    const int n = dr->n[r], lo = dr->lo[r];
+    float *S = x->S + (size_t)r * x->ctxs;
+    __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, vdmax = _mm256_setzero_ps();
+    for (int j = dr->jmin; j < n; j += 8) {
+        const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
+        const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), jv));
+        const __m256 e = _mm256_and_ps(kvs_exp8_q8(_mm256_sub_ps(_mm256_loadu_ps(S + j), _mm256_set1_ps(m))), in);
+        part[(j >> 3) & 1] = _mm256_add_ps(part[(j >> 3) & 1], e); /* keys j % 16 in lanes of lo, hi */
+        const __m256 vd = _mm256_and_ps(_mm256_loadu_ps(vds + j), in);
+        if (j < lo) { /* the keys before the row's first: not its scales */
+            const __m256 before = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), jv));
+            vdmax = _mm256_max_ps(_mm256_andnot_ps(before, vd), vdmax);
+        } else vdmax = _mm256_max_ps(vd, vdmax); /* NaN and -0 leave it */
+        _mm256_storeu_ps(S + j, _mm256_mul_ps(e, vd));
     }
-    /* P.V per PV block. Every row runs to the unit's last pair: past its
-     * own keys its levels are 0, so its integer sums are the same, and a
-     * block wholly past them adds +0.0 to its sums, which leaves them as
-     * they are (they start at +0 and never become -0). o[r] holds the dims
-     * in pv16's order (pv16_place). */
+    *inv = 1.0f / tree16_2(part[0], part[1]);
+    float v8[8];
+    _mm256_storeu_ps(v8, vdmax);
+    float vm = 0.0f; /* >= +0, no NaN: the order is free */
+    for (int k = 0; k < 8; k++) vm = v8[k] > vm ? v8[k] : vm;
+    *pd = vm / 32767.0f;
+    const __m256 ipd = _mm256_set1_ps(*pd >= FLT_MIN ? 1.0f / *pd : 0.0f);
+    int16_t *Pr = (int16_t *)S;
+    int j = dr->jmin;
+    for (; j < n; j += 8) { /* to P[j + 7] <= 2 (j + 7): behind the reads */
+        const __m256i jv = _mm256_add_epi32(_mm256_set1_epi32(j), lane);
+        const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), jv));
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(S + j), ipd);
+        const __m256i p = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, top), bottom)),
+                                           _mm256_castps_si256(_mm256_and_ps(in, _mm256_cmp_ps(v, v, _CMP_ORD_Q))));
+        const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(p, p), 0x08); /* 8 int16 in order */
+        _mm_storeu_si128((__m128i *)(Pr + j), _mm256_castsi256_si128(p16));
+    }
+    for (; j < ((dr->maxall + 1) & ~1); j += 8) /* to the last pair pv16 reads */
+        _mm_storeu_si128((__m128i *)(Pr + j), _mm_setzero_si128());
+}
+
+/* The largest of a row's lane maxima (no lane is NaN: the order is free). */
+static float lanes_max(__m256 mx) {
+    float m8[8];
+    _mm256_storeu_ps(m8, mx);
+    float m = m8[0];
+    for (int k = 1; k < 8; k++) m = m8[k] > m ? m8[k] : m;
+    return m;
+}
+
+/* Outputs of dims [da, db) (multiples of 16) from the rows' levels: P.V
+ * per PV block. Every row runs to the unit's last pair: past its own keys
+ * its levels are 0, so its integer sums are the same, and a block wholly
+ * past them adds +0.0 to its sums, which leaves them as they are (they
+ * start at +0 and never become -0). o[r] holds the dims in pv16's order
+ * (pv16_place: within each 16). */
+static void dec_outputs(const q8_unit2 *x, const dec_rows *dr, const float *pd, const float *inv, int da, int db) {
+    const kvs_attn_call *c = x->c;
+    const int D = x->D, rows = dr->rows;
+    const int16_t *P[DEC_ROWS];
     float o[DEC_ROWS][KVS_ATTN_Q8_MAX_DIM];
-    for (int r = 0; r < rows; r++) memset(o[r], 0, (size_t)D * sizeof(float));
-    const int hi = (maxall + 1) & ~1;
-    for (int b0 = jmin, b1; b0 < hi; b0 = b1) {
+    for (int r = 0; r < rows; r++) {
+        P[r] = (const int16_t *)(x->S + (size_t)r * x->ctxs);
+        memset(o[r] + da, 0, (size_t)(db - da) * sizeof(float));
+    }
+    const int hi = (dr->maxall + 1) & ~1;
+    for (int b0 = dr->jmin, b1; b0 < hi; b0 = b1) {
         b1 = kvs_attn_q8_block_end(b0, hi);
-        for (int d0 = 0; d0 < D; d0 += 16) {
+        for (int d0 = da; d0 < db; d0 += 16) {
             __m256i acc[DEC_ROWS][2];
-#define DEC_PV(R) pv16(x, P, R, b0, b1, maxall, d0, acc)
+#define DEC_PV(R) pv16(x, P, R, b0, b1, dr->maxall, d0, acc)
             DEC_BY_ROWS(rows, DEC_PV)
 #undef DEC_PV
             for (int r = 0; r < rows; r++)
@@ -277,8 +301,118 @@ void kvs_q8_decode_unit_avx2(q8_unit2 *x) {
     }
     for (int r = 0; r < rows; r++) {
         float *out = c->out + ((size_t)(x->t0 + r / x->group) * c->n_head + (size_t)x->g * x->group + r % x->group) * D;
-        for (int d = 0; d < D; d++) out[d] = (o[r][pv16_place(d)] * pd[r]) * inv[r];
+        for (int d = da; d < db; d++) out[d] = (o[r][pv16_place(d)] * pd[r]) * inv[r];
     }
+}
+
+/* A unit of at most DEC_ROWS rows, none recalibrated: scores with keys in
+ * lanes (scores8: 4 keys transposed within 128-bit lanes, for all the
+ * unit's rows at once), exp and levels lane = key (partials j % 16 as two
+ * vectors), P.V lane = dim (pv16: value pairs made from the cache rows,
+ * each row's level pair broadcast). The lane = row layout idled 5 of 8
+ * lanes on SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. The
+ * rows share each key's and value's loads: a row at a time over staged
+ * keys and values (session 88's unit) took 2.5x this one's time. */
+void kvs_q8_decode_unit_avx2(q8_unit2 *x) {
+    dec_rows dr;
+    dec_rows_init(x, &dr, 1);
+    float *vds = x->S + (size_t)DEC_ROWS * x->ctxs; /* the values' scales, for the exp pass */
+    __m256 mx[DEC_ROWS];
+    for (int r = 0; r < dr.rows; r++) mx[r] = _mm256_set1_ps(-INFINITY);
+    dec_scores(x, &dr, dr.jmin, dr.maxall, vds, mx);
+    float pd[DEC_ROWS], inv[DEC_ROWS];
+    for (int r = 0; r < dr.rows; r++) dec_weights_row(x, &dr, r, lanes_max(mx[r]), vds, &pd[r], &inv[r]);
+    dec_outputs(x, &dr, pd, inv, 0, x->D);
+}
+
+/* ------------------------------------- one decode token split across threads
+ *
+ * kvs_isa's attention_split_*_q8 (dispatch.c's attention_split), where the
+ * (token, kv head) units would leave threads idle: gemma3's one kv head on
+ * 2 threads ran on one of them. Three phases over the unit's passes above,
+ * so the same bits:
+ *  0. scores, units (kv head, SPLIT_KEYS keys): each key's score is its own
+ *     integer dot; the values' scales of the range;
+ *  1. weights, units heads: the row's lane maxima over its score row (no
+ *     NaN enters a maximum, so the order is free), then dec_weights_row (its
+ *     partial sums are chains over the keys);
+ *  2. outputs, units (kv head, split_dims(D) dims): per dim, the block sums
+ *     in ascending order.
+ * Shared, in thread 0's score rows (c->work): head h's scores, then levels,
+ * at row h, its pd and 1 / S in the row's last 2 floats (past every key's
+ * lanes: a row holds n_ctx + 16 floats), kv head g's value scales at row
+ * n_head + g. The phases run one after another. */
+
+#define SPLIT_KEYS 512 /* keys per unit of phase 0 (a multiple of scores8's 8) */
+
+/* Dims per unit of phase 2 (a multiple of 16 that divides D): a 64-byte
+ * line of each value row where the head has several. */
+static int split_dims(int D) { return D % 64 == 0 && D >= 128 ? 64 : D % 32 == 0 ? 32 : 16; }
+
+static int split_suits(const kvs_attn_call *c) {
+    const int group = c->n_head / c->n_kv_head;
+    return c->m == 1 && group <= DEC_ROWS && kvs_attn_q8_simd_shape(c->head_dim, group) &&
+           c->n_head + c->n_kv_head <= KVS_ATTN_ROWS && !kvs_attn_recal_row(c, c->pos[0]);
+}
+
+/* Kv head g's decode unit over the shared rows (queries: with its query
+ * words, for phase 0). */
+static void split_unit_init(q8_unit2 *x, dec_rows *dr, const kvs_attn_call *c, int g, int queries, float *work) {
+    const size_t ctxs = kvs_attn_score_stride(c->n_ctx);
+    q8_unit2_init(x, c, 0, 1, g, c->work + (size_t)g * (c->n_head / c->n_kv_head) * ctxs, work);
+    dec_rows_init(x, dr, queries);
+}
+
+/* Kv head g's value scales. */
+static float *split_vds(const kvs_attn_call *c, int g) {
+    return c->work + (size_t)(c->n_head + g) * kvs_attn_score_stride(c->n_ctx);
+}
+
+/* Phase 0's units per kv head (the token's rows see the same keys). */
+static int split_key_units(const dec_rows *dr) { return (dr->maxall - dr->jmin + SPLIT_KEYS - 1) / SPLIT_KEYS; }
+
+int kvs_attention_split_units_q8_avx2(const kvs_attn_call *c, int phase) {
+    if (!split_suits(c)) return 0;
+    if (phase == 1) return c->n_head;
+    if (phase == 2) return c->n_kv_head * (c->head_dim / split_dims(c->head_dim));
+    q8_unit2 x;
+    dec_rows dr;
+    split_unit_init(&x, &dr, c, 0, 0, c->work);
+    return c->n_kv_head * split_key_units(&dr);
+}
+
+void kvs_attention_split_unit_q8_avx2(const kvs_attn_call *c, int phase, int u, float *work) {
+    if (!split_suits(c)) return;
+    const int group = c->n_head / c->n_kv_head, D = c->head_dim;
+    q8_unit2 x;
+    dec_rows dr;
+    if (phase == 0) {
+        split_unit_init(&x, &dr, c, 0, 0, work);
+        const int per_g = split_key_units(&dr), g = u / per_g;
+        split_unit_init(&x, &dr, c, g, 1, work);
+        const int ja = dr.jmin + u % per_g * SPLIT_KEYS, jb = ja + SPLIT_KEYS < dr.maxall ? ja + SPLIT_KEYS : dr.maxall;
+        __m256 mx[DEC_ROWS]; /* phase 1 takes the maxima from the rows */
+        for (int r = 0; r < dr.rows; r++) mx[r] = _mm256_set1_ps(-INFINITY);
+        dec_scores(&x, &dr, ja, jb, split_vds(c, g), mx);
+        return;
+    }
+    if (phase == 1) { /* row u (head u) */
+        split_unit_init(&x, &dr, c, u / group, 0, work);
+        const int r = u % group;
+        float *row = x.S + (size_t)r * x.ctxs;
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int j = dr.jmin; j < dr.maxall; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(row + j), mx);
+        dec_weights_row(&x, &dr, r, lanes_max(mx), split_vds(c, u / group), &row[x.ctxs - 2], &row[x.ctxs - 1]);
+        return;
+    }
+    const int dims = split_dims(D), per_g = D / dims, da = u % per_g * dims;
+    split_unit_init(&x, &dr, c, u / per_g, 0, work);
+    float pd[DEC_ROWS], inv[DEC_ROWS];
+    for (int r = 0; r < dr.rows; r++) {
+        pd[r] = x.S[(size_t)r * x.ctxs + x.ctxs - 2];
+        inv[r] = x.S[(size_t)r * x.ctxs + x.ctxs - 1];
+    }
+    dec_outputs(&x, &dr, pd, inv, da, da + dims);
 }
 
 #if defined(__clang__)

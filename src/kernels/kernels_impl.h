@@ -125,6 +125,8 @@ void kvs_attention_layout_q8_avx512(const void *k, const void *v, int n_kv_head,
 int kvs_attention_split_units_q8_avx512(const kvs_attn_call *c, int phase);
 void kvs_attention_split_unit_q8_avx512(const kvs_attn_call *c, int phase, int u, float *work);
 void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, float *work);
+int kvs_attention_split_units_q8_avx2(const kvs_attn_call *c, int phase);
+void kvs_attention_split_unit_q8_avx2(const kvs_attn_call *c, int phase, int u, float *work);
 #endif
 
 /* Visible slots [lo, n) of a query at position pos (attention_ref.c). lo

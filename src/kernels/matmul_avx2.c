@@ -484,6 +484,8 @@ const kvs_isa kvs_isa_avx2 = {
     .attention_unit_q8 = kvs_attention_unit_q8_avx2,
     .attention_split_units = kvs_attention_split_units_avx2,
     .attention_split_unit = kvs_attention_split_unit_avx2,
+    .attention_split_units_q8 = kvs_attention_split_units_q8_avx2,
+    .attention_split_unit_q8 = kvs_attention_split_unit_q8_avx2,
 };
 
 #if defined(__clang__)
