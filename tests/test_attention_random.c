@@ -8,8 +8,9 @@
  * tokens at consecutive positions or anywhere, so that a unit's rows see
  * very different keys; sliding windows, n_ctx up to 2000 and
  * small ones around the kernels' multiples of 8, 16 and 512, peaked rows,
- * levels of -128 (no quantizer writes them) and damaged scales (NaN, +-inf,
- * -0, a negative value scale). A fixed seed (kt_rand's): the same cases every run.
+ * rows whose scores are all negative, levels of -128 (no quantizer writes
+ * them) and damaged scales (NaN, +-inf, -0, a negative value scale). A
+ * fixed seed (kt_rand's): the same cases every run.
  */
 #include <math.h>
 #include <stdint.h>
@@ -59,13 +60,16 @@ static int rnd_case_make(rnd_case *c) {
         free(vf);
         return -1;
     }
-    for (size_t i = 0; i < n; i++) kf[i] = kt_randf(), vf[i] = kt_randf();
+    /* one call in eight has every score negative (keys above 0, queries
+     * below): a maximum that started at 0 instead of -inf would show */
+    const int negative = kt_rand() % 8 == 0;
+    for (size_t i = 0; i < n; i++) kf[i] = kt_randf() + (negative ? 1.5f : 0.0f), vf[i] = kt_randf();
     kvs_kv_rows_store(KVS_KV_Q8, kf, c->k, (int)rows, c->head_dim);
     kvs_kv_rows_store(KVS_KV_Q8, vf, c->v, (int)rows, c->head_dim);
     free(kf);
     free(vf);
     const float peak = kt_rand() % 3 == 0 ? 6.0f : 1.0f; /* peaked rows: a few keys take most weight */
-    for (size_t i = 0; i < qn; i++) c->q[i] = kt_randf() * peak;
+    for (size_t i = 0; i < qn; i++) c->q[i] = (negative ? -fabsf(kt_randf()) - 0.25f : kt_randf()) * peak;
     static const float damaged[] = {NAN, INFINITY, -INFINITY, -0.0f, -1.0f};
     if (kt_rand() % 8 == 0) { /* a damaged value scale */
         const float d = damaged[kt_rand() % 5];

@@ -188,9 +188,10 @@ typedef struct rand_kv {
     void *k, *v;
 } rand_kv;
 
-static rand_kv rand_kv_new(size_t kvn, int kv_type, int hd) {
+static rand_kv rand_kv_shifted(size_t kvn, int kv_type, int hd, float key_shift) {
     float *kf = xmalloc(kvn * 4), *vf = xmalloc(kvn * 4);
     kt_rand_vec(kf, kvn, 2.0f);
+    for (size_t i = 0; i < kvn; i++) kf[i] += key_shift;
     kt_rand_vec(vf, kvn, 1.0f);
     if (kv_type == KVS_KV_F32) return (rand_kv){kf, vf};
     const int rows = (int)(kvn / (size_t)hd);
@@ -201,6 +202,8 @@ static rand_kv rand_kv_new(size_t kvn, int kv_type, int hd) {
     free(vf);
     return kv;
 }
+
+static rand_kv rand_kv_new(size_t kvn, int kv_type, int hd) { return rand_kv_shifted(kvn, kv_type, hd, 0.0f); }
 
 /* Attention: tokens of one sequence (positions start..start+m-1) computed in
  * one call, one per call, in random chunks, and on 1..4 threads; f16, f32
@@ -262,7 +265,8 @@ TEST(test_attention_invariance) {
  * across threads (kvs_isa's attention_split_*): the bits of the scalar path
  * on one thread, for groups of 1 to 4 rows (split on AVX2 and AVX-512), 7
  * (split on AVX-512) and 16 (not split), head_dim 32 to 256, windows, f16,
- * f32 and Q8 caches; then with a NaN key element (Q8: a NaN key scale), the
+ * f32 and Q8 caches (gemma3's shape also with every score negative: keys
+ * above 0, queries below); then with a NaN key element (Q8: a NaN key scale), the
  * bits of the same path on one thread; Q8 also with a negative value scale
  * (a damaged cache: the split declines its last phase and the units rerun
  * the head on AVX2), the scalar bits. Q8 on a path that reads a decode
@@ -270,12 +274,12 @@ TEST(test_attention_invariance) {
  * keys and all, from a third of the keys and from the window on (its
  * unbuilt part junk): the same bits. */
 TEST(test_attention_decode_split) {
-    struct { int nh, nkv, hd, ctx, pos, window; } cases[] = {
-        {9, 3, 64, 1100, 1099, 0}, {9, 3, 64, 1100, 511, 0}, {9, 3, 64, 1100, 700, 0},
-        {4, 1, 256, 900, 899, 0},  {7, 1, 32, 1030, 1029, 0}, {16, 1, 64, 600, 599, 0},
-        {8, 2, 128, 800, 777, 0},  {9, 3, 64, 1100, 1000, 600}, {4, 1, 256, 1300, 1290, 512},
+    struct { int nh, nkv, hd, ctx, pos, window, negative; } cases[] = {
+        {9, 3, 64, 1100, 1099, 0, 0}, {9, 3, 64, 1100, 511, 0, 0}, {9, 3, 64, 1100, 700, 0, 0},
+        {4, 1, 256, 900, 899, 0, 0},  {7, 1, 32, 1030, 1029, 0, 0}, {16, 1, 64, 600, 599, 0, 0},
+        {8, 2, 128, 800, 777, 0, 0},  {9, 3, 64, 1100, 1000, 600, 0}, {4, 1, 256, 1300, 1290, 512, 0},
         /* 3 kv heads on 2 threads past attention_split_uneven_keys (AVX-512 splits) */
-        {9, 3, 64, 4200, 4199, 0}, {9, 3, 64, 4400, 4300, 4100},
+        {9, 3, 64, 4200, 4199, 0, 0}, {9, 3, 64, 4400, 4300, 4100, 0}, {4, 1, 256, 900, 899, 0, 1},
     };
     kvs_pool *pools[5] = {NULL, NULL, kvs_pool_new(2), NULL, kvs_pool_new(4)};
     int checked = 0;
@@ -285,7 +289,9 @@ TEST(test_attention_decode_split) {
             size_t kvn = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd;
             float *q = xmalloc(qn * 4), *ref = xmalloc(qn * 4), *out = xmalloc(qn * 4);
             kt_rand_vec(q, qn, 2.0f);
-            const rand_kv kv = rand_kv_new(kvn, kv_type, hd);
+            if (cases[ci].negative)
+                for (size_t i = 0; i < qn; i++) q[i] = -fabsf(q[i]) - 0.25f;
+            const rand_kv kv = rand_kv_shifted(kvn, kv_type, hd, cases[ci].negative ? 2.5f : 0.0f);
             const void *k = kv.k, *v = kv.v;
             const int32_t pos = cases[ci].pos;
             void *work = xmalloc(kvs_attention_work_size(4, ctx));

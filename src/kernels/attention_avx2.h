@@ -1,6 +1,6 @@
 /*
  * What the AVX2 attention kernels on float rows (attention_avx2.c) and on Q8
- * rows (attention_q8_avx2.c) share: lane = query row in blocks of RB rows,
+ * rows (attention_q8_avx2.c, attention_q8_avx2_decode.c) share: lane = query row in blocks of RB rows,
  * a row block's scores or weights at RB floats a key, and the
  * recalibration of a block's rows. Include inside an AVX2 target region.
  */

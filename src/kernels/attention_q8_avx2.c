@@ -110,7 +110,8 @@ AI void store_score(q8_unit2 *x, int b, int jabs, __m256i isum) {
     __m256 v = s; /* most keys of a long context: no mask (1.03-1.08x the attention after 4096 keys) */
     if (jabs < x->all_lo[b] || jabs >= x->all_hi[b]) {
         const __m256i jv = _mm256_set1_epi32(jabs);
-        const __m256i live = _mm256_andnot_si256(_mm256_cmpgt_epi32(x->lovec[b], jv), _mm256_cmpgt_epi32(x->nvec[b], jv));
+        const __m256i live =
+            _mm256_andnot_si256(_mm256_cmpgt_epi32(x->lovec[b], jv), _mm256_cmpgt_epi32(x->nvec[b], jv));
         v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(live));
     }
     x->mx[b] = _mm256_max_ps(v, x->mx[b]); /* a NaN score leaves the max, as the reference's s > mx */
@@ -342,7 +343,7 @@ void kvs_attention_unit_q8_avx2(const kvs_attn_call *c, int t0, int t1, int g, f
     int recal = 0;
     for (int t = t0; t < t1 && !recal; t++) recal = kvs_attn_recal_row(c, c->pos[t]);
     if (rows <= DEC_ROWS && !recal) {
-        kvs_q8_decode_unit_avx2(&x);
+        kvs_attention_decode_unit_q8_avx2(&x);
         return;
     }
     stage_queries(&x);

@@ -19,14 +19,15 @@ typedef struct q8_unit2 {
     int t0, g, group, D, rows, nrb, jmin, maxall;
     size_t rb, ctxs;
     const int8_t *K, *V;
-    float *S;     /* (nrb, ctxs, RB): scores, weights, then level pairs */
+    float *S;     /* prefill: (nrb, ctxs, RB) scores, weights, then level pairs; decode:
+                   * a row's at r ctxs, its values' scales at row DEC_ROWS (the split's: attention_q8_avx2_decode.c) */
     int32_t *Qt;  /* (D / 2, NB_MAX, RB) query pairs */
     float *O;     /* (nrb, D, RB) outputs, over Qt once the scores are done */
     int32_t *kv2; /* the staged tile: key rows or value pairs as int16 */
     int maxn[NB_MAX], any_rc[NB_MAX];
     __m256i out_of_range; /* sign bits: a fused level below 0 or not a number */
     __m256i nvec[NB_MAX], lovec[NB_MAX];
-    int all_lo[NB_MAX], all_hi[NB_MAX]; /* keys [all_lo, all_hi) every lane of the block sees (none with a padding lane) */
+    int all_lo[NB_MAX], all_hi[NB_MAX]; /* keys every lane of the block sees (none where one pads) */
     __m256 rcm[NB_MAX], qs[NB_MAX], mx[NB_MAX], pd[NB_MAX], inv[NB_MAX];
     float vdmax[NB_MAX * RB]; /* per row (0 past the unit's rows): kvs_attn_q8_vd_max */
 } q8_unit2;
@@ -59,6 +60,6 @@ static inline void q8_unit2_init(q8_unit2 *x, const kvs_attn_call *c, int t0, in
 
 /* A unit of at most DEC_ROWS rows, none recalibrated
  * (attention_q8_avx2_decode.c). */
-void kvs_q8_decode_unit_avx2(q8_unit2 *x);
+void kvs_attention_decode_unit_q8_avx2(q8_unit2 *x);
 
 #endif

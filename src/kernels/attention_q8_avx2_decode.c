@@ -1,8 +1,8 @@
 /*
  * AVX2 attention on Q8 rows for decode units (at most DEC_ROWS query rows,
- * none recalibrated: a token's heads of one kv group), the arithmetic of
+ * none recalibrated: a few tokens' heads of one kv group), the arithmetic of
  * attention_q8_ref.c bit for bit, with keys, then dims, in lanes
- * (kvs_q8_decode_unit_avx2); and one decode token split across threads
+ * (kvs_attention_decode_unit_q8_avx2); and one decode token split across threads
  * (kvs_attention_split_*_q8_avx2, at the end).
  */
 #if defined(__x86_64__)
@@ -184,7 +184,7 @@ static void dec_rows_init(const q8_unit2 *x, dec_rows *dr, int queries) {
 
 /* Scores of keys [ja, jb) (ja - jmin a multiple of 8) into the rows' score
  * rows (masked: -inf outside a row's [lo, n)), the values' scales into
- * vds, each row's lane maxima into mx[r]. */
+ * vds, each row's lane maxima into mx[r] (mx NULL: not taken). */
 static void dec_scores(const q8_unit2 *x, const dec_rows *dr, int ja, int jb, float *vds, __m256 *mx) {
     const int D = x->D;
     for (int j = ja; j < ja + SCORES_AHEAD; j += 8) {
@@ -209,7 +209,7 @@ static void dec_scores(const q8_unit2 *x, const dec_rows *dr, int ja, int jb, fl
             const __m256 live =
                 _mm256_castsi256_ps(_mm256_andnot_si256(before, _mm256_cmpgt_epi32(_mm256_set1_epi32(dr->n[r]), jv)));
             const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, live);
-            mx[r] = _mm256_max_ps(v, mx[r]);
+            if (mx) mx[r] = _mm256_max_ps(v, mx[r]);
             _mm256_storeu_ps(x->S + (size_t)r * x->ctxs + j, v);
         }
     }
@@ -313,7 +313,7 @@ static void dec_outputs(const q8_unit2 *x, const dec_rows *dr, const float *pd, 
  * lanes on SmolLM2's 3-row decode units: 2.7-3.5x F16's decode time. The
  * rows share each key's and value's loads: a row at a time over staged
  * keys and values (session 88's unit) took 2.5x this one's time. */
-void kvs_q8_decode_unit_avx2(q8_unit2 *x) {
+void kvs_attention_decode_unit_q8_avx2(q8_unit2 *x) {
     dec_rows dr;
     dec_rows_init(x, &dr, 1);
     float *vds = x->S + (size_t)DEC_ROWS * x->ctxs; /* the values' scales, for the exp pass */
@@ -333,9 +333,9 @@ void kvs_q8_decode_unit_avx2(q8_unit2 *x) {
  * so the same bits:
  *  0. scores, units (kv head, SPLIT_KEYS keys): each key's score is its own
  *     integer dot; the values' scales of the range;
- *  1. weights, units heads: the row's lane maxima over its score row (no
- *     NaN enters a maximum, so the order is free), then dec_weights_row (its
- *     partial sums are chains over the keys);
+ *  1. weights, units heads: the row's lane maxima over its score row in the
+ *     unit's operand order (max(score, running): a NaN score never enters),
+ *     then dec_weights_row (its partial sums are chains over the keys);
  *  2. outputs, units (kv head, split_dims(D) dims): per dim, the block sums
  *     in ascending order.
  * Shared, in thread 0's score rows (c->work): head h's scores, then levels,
@@ -368,17 +368,18 @@ static float *split_vds(const kvs_attn_call *c, int g) {
     return c->work + (size_t)(c->n_head + g) * kvs_attn_score_stride(c->n_ctx);
 }
 
-/* Phase 0's units per kv head (the token's rows see the same keys). */
-static int split_key_units(const dec_rows *dr) { return (dr->maxall - dr->jmin + SPLIT_KEYS - 1) / SPLIT_KEYS; }
+/* Phase 0's units per kv head: the token's keys [lo & ~15, n) (its rows
+ * see the same: dec_rows_init's jmin and maxall). */
+static int split_key_units(const kvs_attn_call *c) {
+    const int n = kvs_attn_n(c, c->pos[0]);
+    return (n - (kvs_attn_lo(c, n) & ~15) + SPLIT_KEYS - 1) / SPLIT_KEYS;
+}
 
 int kvs_attention_split_units_q8_avx2(const kvs_attn_call *c, int phase) {
     if (!split_suits(c)) return 0;
     if (phase == 1) return c->n_head;
     if (phase == 2) return c->n_kv_head * (c->head_dim / split_dims(c->head_dim));
-    q8_unit2 x;
-    dec_rows dr;
-    split_unit_init(&x, &dr, c, 0, 0, c->work);
-    return c->n_kv_head * split_key_units(&dr);
+    return c->n_kv_head * split_key_units(c);
 }
 
 void kvs_attention_split_unit_q8_avx2(const kvs_attn_call *c, int phase, int u, float *work) {
@@ -387,13 +388,10 @@ void kvs_attention_split_unit_q8_avx2(const kvs_attn_call *c, int phase, int u, 
     q8_unit2 x;
     dec_rows dr;
     if (phase == 0) {
-        split_unit_init(&x, &dr, c, 0, 0, work);
-        const int per_g = split_key_units(&dr), g = u / per_g;
+        const int per_g = split_key_units(c), g = u / per_g;
         split_unit_init(&x, &dr, c, g, 1, work);
         const int ja = dr.jmin + u % per_g * SPLIT_KEYS, jb = ja + SPLIT_KEYS < dr.maxall ? ja + SPLIT_KEYS : dr.maxall;
-        __m256 mx[DEC_ROWS]; /* phase 1 takes the maxima from the rows */
-        for (int r = 0; r < dr.rows; r++) mx[r] = _mm256_set1_ps(-INFINITY);
-        dec_scores(&x, &dr, ja, jb, split_vds(c, g), mx);
+        dec_scores(&x, &dr, ja, jb, split_vds(c, g), NULL); /* phase 1 takes the maxima from the rows */
         return;
     }
     if (phase == 1) { /* row u (head u) */

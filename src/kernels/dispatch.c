@@ -707,13 +707,14 @@ static void attn_split_chunk(void *arg, int u, int ith) {
  * one on 2), measured (2 threads, gemma3's shape from DRAM): Zen 3 (AVX2)
  * 1.4x at 512 keys, 2.0x at 1024, 1.5x at 4096, no change at 256; Xeon
  * (AVX-512) 1.0x at 512, 1.6x at 1024, 1.8-2.0x at 4096; Q8 rows on Zen 3
- * (AVX2, session 90) 1.0x at 512, 1.1-1.4x at 1024, 1.6-1.8x at 4096. Heads that do not
- * divide among the threads (SmolLM2's 3 on 2: 2 : 1) only where the ISA
- * asks (attention_split_uneven_keys): on Zen 3 they gained nothing split
- * (memory-bound either way), and Q8 rows split there took 1.14-1.17x the
- * decode time after 1024-4096 keys. Q8 rows take the ISA's Q8 split, whose last
- * phase may decline (-1: a weight level came out negative); the call's
- * units then run as if it had not split. Returns 0 when not taken. */
+ * (AVX2, session 90) 1.0x at 512, 1.1-1.4x at 1024, 1.6-1.8x at 4096.
+ * Heads that do not divide among the threads (SmolLM2's 3 on 2: 2 : 1)
+ * only where the ISA asks (attention_split_uneven_keys): on Zen 3 they
+ * gained nothing split (memory-bound either way), and Q8 rows split there
+ * took 1.14-1.17x the decode time after 1024-4096 keys. Q8 rows take the
+ * ISA's Q8 split, whose last phase may decline (-1: a weight level came
+ * out negative); the call's units then run as if it had not split.
+ * Returns 0 when not taken. */
 #define ATTN_SPLIT_MIN_KEYS 512
 static int attention_split(kvs_pool *pool, const kvs_isa *isa, const kvs_attn_call *c) {
     const int nth = kvs_pool_size(pool), q8 = c->kv_type == KVS_KV_Q8;

@@ -364,7 +364,8 @@ static inline float *kvs_attn_q8_staged_scales(const kvs_attn_call *c, int value
     return (float *)(c->staged + slots * 2 * KVS_ATTN_Q8_MAX_DIM) + (values ? slots : 0);
 }
 /* Floats per score row in a thread's scratch: n_ctx, at least 16 spare
- * (SIMD tails; the decode split keeps 1 / sum in the last), a multiple of 16. */
+ * (SIMD tails; the decode splits keep a row's 1 / sum, and on Q8 rows its pd
+ * and flags, in the last 1 to 3), a multiple of 16. */
 static inline size_t kvs_attn_score_stride(int n_ctx) { return (size_t)(n_ctx + 16 + 15) & ~(size_t)15; }
 
 typedef struct kvs_isa {
