@@ -34,7 +34,13 @@ def main():
         out.update(pp=None, tg=speed[out["streams"]], tg1=speed.get(1))
         print(json.dumps(out))
         return
-    d = json.load(sys.stdin)
+    text = sys.stdin.read()
+    if not text.strip():  # the run failed and said why on stderr: no traceback over its message
+        sys.exit("bench_json: %s printed no JSON (its run failed: see its message above)" % who)
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        sys.exit("bench_json: %s printed no valid JSON (%s): %r" % (who, e, text[:200]))
     if kind == "kvstitch":
         out.update(pp=(d.get("pp") or {}).get("tok_s"), tg=(d.get("tg") or {}).get("tok_s"),
                    depth=d.get("depth"), bytes=d.get("weight_bytes"), cpu=d.get("cpu"))

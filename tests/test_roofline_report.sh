@@ -95,6 +95,13 @@ check bench_json_llama_batched_rows $?
 echo '{"pl": 1, "speed_tg": 68.5}' | python3 bench/bench_json.py llama-batched x streams=8 >/dev/null 2>&1
 [ $? -ne 0 ]
 check bench_json_llama_batched_missing_row $?
+# a failed run (no output, or not JSON): one line naming the engine, no traceback
+err=$(python3 bench/bench_json.py kvstitch kvstitch threads=1 </dev/null 2>&1 >/dev/null)
+[ $? -ne 0 ] && grep -q '^bench_json: kvstitch printed no JSON' <<<"$err" && ! grep -q Traceback <<<"$err"
+check bench_json_empty_run_is_one_line $?
+err=$(echo 'error: no model' | python3 bench/bench_json.py llama llama.cpp 2>&1 >/dev/null)
+[ $? -ne 0 ] && grep -q '^bench_json: llama.cpp printed no valid JSON' <<<"$err" && ! grep -q Traceback <<<"$err"
+check bench_json_invalid_run_is_one_line $?
 
 out=$(report "$tmp/probe" 0)
 check report_plain_exit_0 $?

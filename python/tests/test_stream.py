@@ -50,13 +50,20 @@ def test_stream_closed_during_its_prefill_stops_it(model):
     # prompt): the flag poll now stops it at its next batch of 512 tokens.
     import time
     s = kvstitch.Session(model, n_ctx=8192, threads=1)
+    # a prompt of ~460 tokens (one batch of at most 512), timed here: the
+    # bound below scales with this process's speed (under ThreadSanitizer a
+    # batch takes ~10x as long, and a fixed 3 s had failed there) and stays
+    # well below the whole prefill's ~10 batches
+    t0 = time.monotonic()
+    s.generate(" ".join("item%d" % (i % 40) for i in range(170)), max_tokens=1, chat=False)
+    batch = time.monotonic() - t0
     st = s.stream(" ".join("word%d" % (i % 50) for i in range(1800)), max_tokens=4, chat=False)
     time.sleep(0.2)
     t0 = time.monotonic()
     st.close()
     took = time.monotonic() - t0
     assert st.result is None, st.result  # stopped before its first token
-    assert took < 3.0, took  # one batch (~0.5 s at 1 thread), not the ~5000-token prefill
+    assert took < max(3.0, 4 * batch), (took, batch)  # a batch (~0.5 s at 1 thread), not the ~5000-token prefill
     assert s.generate("Hello", max_tokens=2, logits=True).tokens  # usable again
 
 

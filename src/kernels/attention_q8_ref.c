@@ -26,8 +26,10 @@
  * Every sum of products is an exact integer, so a SIMD path may group the
  * multiply-adds any way it likes within a block; the float steps are
  * per-element (s_j, e_j, w_j, p_j) or per row (qd, pd, 1 / S), and the block
- * sums of o are the only float chain. A block whose keys a row does not see
- * adds +0 (o never is -0), so paths may skip it.
+ * sums of o are the only float chain. A block whose levels are all 0 for a
+ * row (keys it does not see, or weights under half a level) adds +0 (o never
+ * is -0), so paths may skip it, and a key whose level is 0 adds 0 to the
+ * exact sum.
  *
  * Why these sizes: 8-bit keys and queries make the scores one vpdpbusd per 4
  * multiply-adds a lane (4x fp32's fma); the weights keep 15 bits relative to
