@@ -131,7 +131,13 @@ AI void score_pass(q8_unit2 *x, int b0, int nb, int j0, int nk) {
         for (int d2 = 0; d2 < D2; d2++, kw += NJ, qt += QT_STRIDE) {
             __m256i q[GB];
 #pragma GCC unroll 2
-            for (int b = 0; b < nb; b++) q[b] = _mm256_loadu_si256((const __m256i *)(qt + b * RB));
+            for (int b = 0; b < nb; b++) {
+                q[b] = _mm256_loadu_si256((const __m256i *)(qt + b * RB));
+                /* in a register: GCC folded the load into each of the 4
+                 * keys' vpmaddwd, 12 loads for 8 multiplies (with it one
+                 * layer's attention after 4096 keys: 1.05-1.08x slower) */
+                __asm__("" : "+x"(q[b]));
+            }
 #pragma GCC unroll 4
             for (int jj = 0; jj < NJ; jj++) {
                 const __m256i k = _mm256_set1_epi32(kw[jj]);
@@ -250,10 +256,13 @@ static void weights_block(q8_unit2 *x, int b) {
  * block's int32 sums, then one float add per output. live (NULL: every
  * pair): the pairs to take, as offsets from ja / 2 (live_pairs); a pair
  * whose levels are 0 in every lane adds 0 to the exact sums. The loop steps
- * pointers, with the level pairs read by the multiply-adds themselves: with
- * indices from j / 2 and the pairs in registers, GCC kept an accumulator on
- * the stack, a chain through memory every pair (the pass ran 1.7x slower
- * per multiply-add than the score pass). */
+ * pointers: with indices from j / 2, GCC kept an accumulator on the stack,
+ * a chain through memory every pair (the pass ran 1.7x slower per
+ * multiply-add than the score pass). Each level pair is loaded once into a
+ * register for its 4 dims: folded into every vpmaddwd (GCC's choice), the
+ * pass made 12 loads a pair for 8 multiplies, and one layer's prefill of
+ * 512 tokens after 4096 keys ran 1.06-1.07x slower (random rows, every pair
+ * live). */
 AI void pv_pass(q8_unit2 *x, int b0, int nb, int j0, int ja, int jb, const uint16_t *live, int nlive, int d0) {
     const int D = x->D;
     __m256i acc[GB][NJ];
@@ -266,10 +275,15 @@ AI void pv_pass(q8_unit2 *x, int b0, int nb, int j0, int ja, int jb, const uint1
     const int32_t *v = v2_at(x, (ja - j0) / 2, d0); /* d0 .. d0 + 3: one group; pairs 16 words apart */
 #define PV_PAIR(pp, vv)                                                                                            \
     do {                                                                                                           \
+        __m256i pw[GB];                                                                                            \
+        _Pragma("GCC unroll 2") for (int b = 0; b < nb; b++) {                                                     \
+            pw[b] = _mm256_loadu_si256((const __m256i *)((pp) + b * bstride));                                     \
+            __asm__("" : "+x"(pw[b])); /* in a register: GCC folds the load into each dim's vpmaddwd */            \
+        }                                                                                                          \
         _Pragma("GCC unroll 4") for (int dd = 0; dd < NJ; dd++) {                                                  \
             const __m256i vb = _mm256_set1_epi32((vv)[dd]);                                                       \
-            _Pragma("GCC unroll 2") for (int b = 0; b < nb; b++) acc[b][dd] = _mm256_add_epi32(                    \
-                acc[b][dd], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)((pp) + b * bstride)), vb));    \
+            _Pragma("GCC unroll 2") for (int b = 0; b < nb; b++) acc[b][dd] =                                      \
+                _mm256_add_epi32(acc[b][dd], _mm256_madd_epi16(pw[b], vb));                                        \
         }                                                                                                          \
     } while (0)
     if (!live)
