@@ -84,6 +84,13 @@ static int rnd_case_make(rnd_case *c) {
             ((int8_t *)c->k)[r * rb + kt_rand() % (uint32_t)c->head_dim] = -128;
             ((int8_t *)c->v)[r * rb + kt_rand() % (uint32_t)c->head_dim] = -128;
         }
+    if (c->n_ctx > 600 && kt_rand() % 4 == 0) /* far keys silent: a value scale of +0 for slots [0, 512) of
+                                                * every kv head, so a whole block of levels is 0 before live ones */
+        for (int g = 0; g < c->n_kv; g++)
+            for (int j = 0; j < 512; j++) {
+                const float zero = 0.0f;
+                memcpy((char *)c->v + ((size_t)g * c->n_ctx + (size_t)j) * rb + c->head_dim, &zero, sizeof zero);
+            }
     return 0;
 }
 

@@ -139,9 +139,10 @@ AI void pv16(const q8_unit2 *x, const int16_t *const *P, int R, int b0, int b1, 
     for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
 }
 
-/* The pairs of keys [b0, b1) (b0, b1 even) whose level pairs are not 0 in
- * some row, as offsets from b0 / 2, into live; returns their count (all of
- * them: live is not written). A pair whose levels are 0 in every row adds
+/* The pairs of keys [b0, b1) (b0, b1 even; one PV block, so at most
+ * PV_BLOCK / 2 pairs) whose level pairs are not 0 in some row, as offsets
+ * from b0 / 2, into live; returns their count, and where every pair is live
+ * leaves live unwritten. A pair whose levels are 0 in every row adds
  * 0 to the exact sums: far from the token most weights are under half a
  * level of the row's top (SmolLM2, Q8 KV, decode on the GPL-3 text after
  * 3428 / 6379 tokens: 46% / 62% of the pairs). Masks of 8 pairs first (a
@@ -264,7 +265,8 @@ static void dec_scores(const q8_unit2 *x, const dec_rows *dr, int ja, int jb, fl
 /* Row r's exp, sum and weights with its largest value scale (over its keys
  * [lo, n): the lanes it sees), from its largest score m, then their levels
  * in place (P[j] at 2 bytes a key, 0 from the row's last key to maxall's
- * pair: pv16 reads every row to the unit's last); its pd and 1 / S. */
+ * pair: pv16 and dec_live_pairs read every row to the unit's last); its pd
+ * and 1 / S. */
 static void dec_weights_row(const q8_unit2 *x, const dec_rows *dr, int r, float m, const float *vds, float *pd,
                             float *inv) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -317,10 +319,11 @@ static float lanes_max(__m256 mx) {
 
 /* Outputs of dims [da, db) (multiples of 16) from the rows' levels: P.V
  * per PV block. Every row runs to the unit's last pair: past its own keys
- * its levels are 0, so its integer sums are the same, and a block wholly
- * past them adds +0.0 to its sums, which leaves them as they are (they
- * start at +0 and never become -0). o[r] holds the dims in pv16's order
- * (pv16_place: within each 16). */
+ * its levels are 0, so its integer sums are the same, and a block whose
+ * sums are 0 would add +0.0 to o, which leaves it as it is (o starts at +0
+ * and never becomes -0): so a block with no live pair (dec_live_pairs) is
+ * skipped. o[r] holds the dims in pv16's order (pv16_place: within each
+ * 16). */
 static void dec_outputs(const q8_unit2 *x, const dec_rows *dr, const float *pd, const float *inv, int da, int db) {
     const kvs_attn_call *c = x->c;
     const int D = x->D, rows = dr->rows;
