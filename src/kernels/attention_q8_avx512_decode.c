@@ -240,7 +240,7 @@ static void decode_scores_t(q8_unit *x, int rows, decode_rows *dr, scales_view k
     else decode_scores_d(x, x->u.D / 4, rows, dr, kds, ja, jb);
 }
 
-/* Keys a P.V pass of the decode takes at a time (hot_groups' 32 groups of
+/* Keys a P.V pass of the decode takes at a time (group_words' 32 groups of
  * 4): its values stay in the L1 from the hi words' pass to the lo words'
  * (a pass over a whole PV block of 512 keys, 32 KB of values at D = 64,
  * took 1.05x the time). */
@@ -296,16 +296,16 @@ AI void pv_lo_pairs(__m512i acc[2][8], const int32_t *P, const int32_t *v4, int 
  * of 4 keys (a pass within one PV block): the row's weights P as
  * weights_rows lays them out (group g's lo bytes at P[2 g], hi at
  * P[2 g + 1]), the values t from group g0 (+ d0), nv vectors of 16 dims. The hi words of the groups whose bit
- * 2 (g - g0) + 1 is set in hot, << 8, then every lo word, in two sets of
+ * g - g0 is set in hot, << 8, then every lo word, in two sets of
  * sums (even and odd groups: twice the independent chains for vpdpbusd's
  * latency); integers, so their sum is the same. With pf, as pv_rows. */
-AI void pv_decode_dims(const int32_t *P, pv_values t, int D, int g0, int g1, uint64_t hot, int nv, const char *pf,
+AI void pv_decode_dims(const int32_t *P, pv_values t, int D, int g0, int g1, uint32_t hot, int nv, const char *pf,
                        int npf, int32_t *oi) {
     __m512i acc[2][8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[0][i] = acc[1][i] = _mm512_setzero_si512();
     for (; hot; hot &= hot - 1) {
-        const int g = __builtin_ctzll(hot) / 2;
+        const int g = __builtin_ctz(hot);
         const __m512i ph = _mm512_set1_epi32(P[2 * (g0 + g) + 1]);
         const int32_t *v = pv_value_at(t, g, D);
 #pragma GCC unroll 8
@@ -324,35 +324,63 @@ AI void pv_decode_dims(const int32_t *P, pv_values t, int D, int g0, int g1, uin
     }
 }
 
-/* Bit 2 k + 1 set: group g0 + k's hi word (P[2 (g0 + k) + 1]) is not 0,
- * for the ng <= 32 groups from g0. */
-static uint64_t hot_groups(const int32_t *P, int g0, int ng) {
-    uint64_t m = 0;
-    for (int k = 0; k < 2 * ng; k += 16) {
-        const __mmask16 in = 2 * ng - k >= 16 ? 0xffff : (__mmask16)((1u << (2 * ng - k)) - 1);
-        const __m512i w = _mm512_maskz_loadu_epi32(in, P + 2 * g0 + k);
-        m |= (uint64_t)_mm512_test_epi32_mask(w, w) << k;
+/* Which of the ng <= 32 groups from g0 have a lo or a hi word that is not
+ * 0 in some of the nr rows P: bit k of *lo (*hi) set for group g0 + k's
+ * P[r][2 (g0 + k)] (+ 1). A group's two words read as one 64-bit lane, the
+ * rows or-ed before the tests. */
+AI void group_words(const int32_t *const *P, int nr, int g0, int ng, uint32_t *lo, uint32_t *hi) {
+    const __m512i lo_word = _mm512_set1_epi64(0xffffffffll), hi_word = _mm512_set1_epi64((long long)0xffffffff00000000ull);
+    *lo = *hi = 0;
+    for (int k = 0; k < ng; k += 8) {
+        const __mmask8 in = ng - k >= 8 ? 0xff : (__mmask8)((1u << (ng - k)) - 1);
+        __m512i w = _mm512_maskz_loadu_epi64(in, P[0] + 2 * (g0 + k));
+        for (int r = 1; r < nr; r++) w = _mm512_or_si512(w, _mm512_maskz_loadu_epi64(in, P[r] + 2 * (g0 + k)));
+        *lo |= (uint32_t)_mm512_test_epi64_mask(w, lo_word) << k;
+        *hi |= (uint32_t)_mm512_test_epi64_mask(w, hi_word) << k;
     }
-    return m & 0xaaaaaaaaaaaaaaaaull;
 }
+
+/* The set bits of m, ascending, plus base, into out[0..) (room for 48:
+ * each half is stored as a whole vector); returns their count. */
+AI int group_list(uint32_t m, int base, int32_t *out) {
+    const __m512i iota = _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(base));
+    const int n0 = __builtin_popcount(m & 0xffff);
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32((__mmask16)m, iota));
+    _mm512_storeu_si512(out + n0, _mm512_maskz_compress_epi32((__mmask16)(m >> 16),
+                                                               _mm512_add_epi32(iota, _mm512_set1_epi32(16))));
+    return n0 + __builtin_popcount(m >> 16);
+}
+
+/* A pass's groups (bit k: group g0 + k) whose words some row needs: hi
+ * and lo not 0; ahead, lo not 0 in the group a prefetch reaches from
+ * group g0 + k (pv_rows: only those are fetched). */
+typedef struct pv_groups {
+    uint32_t hi, lo, ahead;
+} pv_groups;
 
 /* Decode rows of one token (the same keys), NR of them, oi_r[16 i] += P.V
  * (integers) over the groups [g0, g1) of a pass within one PV block for NV
- * vectors of 16 dims (the values t from group g0, + the dims' offset): each value vector loaded
- * once for the NR rows, NR x NV independent sums. The hi words of the
- * groups whose bit 2 (g - g0) + 1 is set in hot (some row's is not 0: a
- * row's 0 adds 0), << 8, then every lo word: integers, so the sums are
- * pv_decode_dims'. With pf, the lo pass prefetches npf lines of the group
- * DECODE_PREFETCH_BYTES ahead (the decode layout's values stream from DRAM). */
-AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int g0, int g1, uint64_t hot,
+ * vectors of 16 dims (the values t from group g0, + the dims' offset): each
+ * value vector loaded once for the NR rows, NR x NV independent sums. The
+ * hi words of the groups set in gr.hi (some row's is not 0: a row's 0 adds
+ * 0), << 8, then the lo words of those set in gr.lo: integers, so the sums
+ * are pv_decode_dims'. A group whose lo words are all 0 is neither read nor
+ * fetched: after 7680 tokens of SmolLM2 that is 54% of them (3 rows, real
+ * text; 37% after 3428), and the values stream from DRAM. With pf, the
+ * layout's groups DECODE_PREFETCH_BYTES ahead (group k + pf_groups) whose
+ * lo words are not all 0 (gr.ahead) are prefetched, npf lines each, while
+ * the live groups are summed; far (DECODE_FAR_BYTES): in two streams, the
+ * first and the second half of the pass in turn. */
+AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int g0, int g1, pv_groups gr,
                 const char *pf, int npf, int far, int32_t *const *oi) {
     __m512i acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) acc[r][i] = _mm512_setzero_si512();
-    for (; hot; hot &= hot - 1) {
-        const int g = __builtin_ctzll(hot) / 2;
+    for (uint32_t hot = gr.hi; hot; hot &= hot - 1) {
+        const int g = __builtin_ctz(hot);
         const int32_t *v = pv_value_at(t, g, D);
         __m512i vv[4];
 #pragma GCC unroll 4
@@ -368,22 +396,32 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) acc[r][i] = _mm512_slli_epi32(acc[r][i], 8);
-    /* the lo words, each group's lines prefetched ahead while they are the
-     * layout's; far (DECODE_FAR_BYTES): in two streams, a group of the
-     * first and of the second half in turn (integer sums: any order) */
-    const int ng = g1 - g0;
-    for (int k = 0; k < stream_visits(ng, far); k++) {
-        const int q = stream_item(k, (ng + 1) / 2, far), g = g0 + q; /* q: the group from g0 */
-        if (g >= g1) continue;
+    /* the live groups' lo words (listed: no branch a group), the prefetches
+     * (listed too: the first and, far, the second half's) spread over them */
+    const int ng = g1 - g0, half = far ? (ng + 1) / 2 : ng;
+    int32_t live[48], pf1[48], pf2[48];
+    const int nl = group_list(gr.lo, 0, live);
+    int n1 = 0, n2 = 0;
+    if (pf) { /* only the layout's groups (q < t.gs) prefetch */
+        const uint32_t a = gr.ahead & (uint32_t)((1ull << (t.gs < ng ? t.gs : ng)) - 1);
+        n1 = group_list(a & (uint32_t)((1ull << half) - 1), 0, pf1);
+        n2 = group_list((uint32_t)((uint64_t)a >> half), half, pf2);
+    }
+    const int n = nl > n1 ? (nl > n2 ? nl : n2) : (n1 > n2 ? n1 : n2);
+    for (int k = 0; k < n; k++) {
+        if (k < n1)
+            for (int l = 0; l < npf; l++) decode_prefetch(pf + (size_t)pf1[k] * 4 * D + 64 * l, far);
+        if (k < n2)
+            for (int l = 0; l < npf; l++) decode_prefetch(pf + (size_t)pf2[k] * 4 * D + 64 * l, far);
+        if (k >= nl) continue;
+        const int q = live[k]; /* the group from g0 */
         const int32_t *v4 = pv_value_at(t, q, D);
-        if (pf && q < t.gs)
-            for (int l = 0; l < npf; l++) decode_prefetch(pf + (size_t)q * 4 * D + 64 * l, far);
         __m512i vv[4];
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) vv[i] = _mm512_loadu_si512(v4 + 16 * i);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const __m512i pl = _mm512_set1_epi32(P[r][2 * g]);
+            const __m512i pl = _mm512_set1_epi32(P[r][2 * (g0 + q)]);
 #pragma GCC unroll 4
             for (int i = 0; i < NV; i++) acc[r][i] = dpbusd(acc[r][i], pl, vv[i]);
         }
@@ -397,14 +435,14 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
 
 /* pv_rows for NR = 2..4 rows and NV = 1..4 vectors (constants: the sums
  * stay in registers). */
-AI void pv_rows_n(int nr, int nv, const int32_t *const *P, pv_values t, int D, int g0, int g1, uint64_t hot,
+AI void pv_rows_n(int nr, int nv, const int32_t *const *P, pv_values t, int D, int g0, int g1, pv_groups gr,
                   const char *pf, int npf, int far, int32_t *const *oi) {
 #define PV_ROWS_NV(NR)                                                               \
     switch (nv) {                                                                    \
-    case 1: pv_rows(NR, 1, P, t, D, g0, g1, hot, pf, npf, far, oi); break;          \
-    case 2: pv_rows(NR, 2, P, t, D, g0, g1, hot, pf, npf, far, oi); break;          \
-    case 3: pv_rows(NR, 3, P, t, D, g0, g1, hot, pf, npf, far, oi); break;          \
-    default: pv_rows(NR, 4, P, t, D, g0, g1, hot, pf, npf, far, oi); break;         \
+    case 1: pv_rows(NR, 1, P, t, D, g0, g1, gr, pf, npf, far, oi); break;           \
+    case 2: pv_rows(NR, 2, P, t, D, g0, g1, gr, pf, npf, far, oi); break;           \
+    case 3: pv_rows(NR, 3, P, t, D, g0, g1, gr, pf, npf, far, oi); break;           \
+    default: pv_rows(NR, 4, P, t, D, g0, g1, gr, pf, npf, far, oi); break;          \
     }
     switch (nr) {
     case 2: PV_ROWS_NV(2) break;
@@ -495,6 +533,8 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
     int32_t *stage = (int32_t *)(x->u.stage + (size_t)3 * 16 * 256);
     const int maxall = unit_maxn(&x->u);
     const int far = decode_far(x); /* the values from DRAM */
+    /* groups from one a prefetch reaches to the one it fetches: DECODE_PREFETCH_BYTES of the layout's values */
+    const int pf_groups = DECODE_PREFETCH_BYTES / (4 * D) > 0 ? DECODE_PREFETCH_BYTES / (4 * D) : 1;
     /* heads of 64-dim parts, units of whole or half parts: the values in
      * lanes order, [da, db) being positions (values4_lanes), a half part the
      * position vectors i = 0, 1 or 2, 3 of it */
@@ -524,16 +564,21 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                 for (int s0 = b0, s1; s0 < b1; s0 = s1) {
                     s1 = (s0 / DECODE_PV_KEYS + 1) * DECODE_PV_KEYS;
                     if (s1 > b1) s1 = b1;
-                    uint64_t hot = 0;
-                    for (int r = 0; r < nr; r++) hot |= hot_groups(P[r], s0 / 4, (s1 - s0) / 4);
                     const int g0 = s0 / 4, g1 = s1 / 4;
+                    /* the groups some row needs, here and where the prefetches reach (up to the
+                     * token's last key: its weights are written that far) */
+                    pv_groups gr = {0, 0, 0};
+                    uint32_t ahead_hi;
+                    const int ga = g0 + pf_groups, na = n4 / 4 - ga < g1 - g0 ? n4 / 4 - ga : g1 - g0;
+                    group_words(P, nr, g0, g1 - g0, &gr.lo, &gr.hi);
+                    if (na > 0) group_words(P, nr, ga, na, &gr.ahead, &ahead_hi);
                     const pv_values t = {.v4 = ls > s0 ? x->lv + (size_t)g0 * D : NULL,
                                          .v4s = stage + (size_t)(((s0 > ls ? s0 : ls) - ls) / 4) * D,
                                          .gs = ls > s0 ? (ls - s0) / 4 : 0};
                     /* the first dims' pass prefetches the call's dims of the groups ahead where the
                      * values stream from the layout (past its end: the next kv head's rows, or
                      * nothing a prefetch can fault on) */
-                    const char *pf = t.gs ? (const char *)(t.v4 + da) + DECODE_PREFETCH_BYTES : NULL;
+                    const char *pf = t.gs ? (const char *)(t.v4 + (size_t)pf_groups * D + da) : NULL;
                     const int npf = (db - da) / 16;
                     if (nr == 1) {
                         for (int d0 = da; d0 < db; d0 += 128, pf = NULL) {
@@ -541,9 +586,9 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                             const pv_values td = pv_values_dims(t, d0);
                             int32_t *od = oi[0] + d0;
                             switch (nv) { /* constant counts: sums in registers */
-                            case 4: pv_decode_dims(P[0], td, D, g0, g1, hot, 4, pf, npf, od); break;
-                            case 8: pv_decode_dims(P[0], td, D, g0, g1, hot, 8, pf, npf, od); break;
-                            default: pv_decode_dims(P[0], td, D, g0, g1, hot, nv, pf, npf, od); break;
+                            case 4: pv_decode_dims(P[0], td, D, g0, g1, gr.hi, 4, pf, npf, od); break;
+                            case 8: pv_decode_dims(P[0], td, D, g0, g1, gr.hi, 8, pf, npf, od); break;
+                            default: pv_decode_dims(P[0], td, D, g0, g1, gr.hi, nv, pf, npf, od); break;
                             }
                         }
                         continue;
@@ -552,7 +597,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                         int32_t *od[4];
                         for (int r = 0; r < nr; r++) od[r] = oi[r] + d0;
                         const int nv = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
-                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, hot, pf, npf, far, od);
+                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, gr, pf, npf, far, od);
                     }
                 }
                 for (int r = 0; r < nr; r++)
