@@ -263,9 +263,10 @@ typedef struct pv_lists {
 
 /* o += P.V for keys [ja, jb) (ja and jb multiples of 4, one PV block; the
  * value tile from j0), dims d0.. of the nb blocks: the hi bytes of the
- * groups listed in ls->hi, << 8, then the lo bytes of those in ls->lo
- * (every group: stepped by pointers, no index arithmetic); one float add
- * per output. A row's 0 adds 0, so the sums are those of every group. */
+ * groups listed in ls->hi, << 8, then the lo bytes of those in ls->lo,
+ * or where every group is live, of each by pointer steps (no index
+ * arithmetic); one float add per output. A row's 0 adds 0, so the sums are
+ * those of every group. */
 AI void pv_group(q8_unit *x, int nb, const int32_t *v4, int j0, int ja, int jb, int d0, const pv_lists *ls, float *O) {
     const int D = x->u.D;
     const size_t pstride = 16 * x->u.ctxs; /* floats from one row block's weights to the next's */
