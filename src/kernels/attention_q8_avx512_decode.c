@@ -354,9 +354,12 @@ AI int group_list(uint32_t m, int base, int32_t *out) {
 
 /* A pass's groups (bit k: group g0 + k) whose words some row needs: hi
  * and lo not 0; ahead, lo not 0 in the group a prefetch reaches from
- * group g0 + k (pv_rows: only those are fetched). */
+ * group g0 + k (pv_rows: only those are fetched); live, the lo mask as a
+ * list of nl offsets, made once a pass for all its dims. */
 typedef struct pv_groups {
     uint32_t hi, lo, ahead;
+    int nl;
+    int32_t live[48];
 } pv_groups;
 
 /* Decode rows of one token (the same keys), NR of them, oi_r[16 i] += P.V
@@ -372,14 +375,14 @@ typedef struct pv_groups {
  * lo words are not all 0 (gr.ahead) are prefetched, npf lines each, while
  * the live groups are summed; far (DECODE_FAR_BYTES): in two streams, the
  * first and the second half of the pass in turn. */
-AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int g0, int g1, pv_groups gr,
+AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int g0, int g1, const pv_groups *gr,
                 const char *pf, int npf, int far, int32_t *const *oi) {
     __m512i acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < NV; i++) acc[r][i] = _mm512_setzero_si512();
-    for (uint32_t hot = gr.hi; hot; hot &= hot - 1) {
+    for (uint32_t hot = gr->hi; hot; hot &= hot - 1) {
         const int g = __builtin_ctz(hot);
         const int32_t *v = pv_value_at(t, g, D);
         __m512i vv[4];
@@ -399,11 +402,11 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
     /* the live groups' lo words (listed: no branch a group), the prefetches
      * (listed too: the first and, far, the second half's) spread over them */
     const int ng = g1 - g0, half = far ? (ng + 1) / 2 : ng;
-    int32_t live[48], pf1[48], pf2[48];
-    const int nl = group_list(gr.lo, 0, live);
+    int32_t pf1[48], pf2[48];
+    const int nl = gr->nl;
     int n1 = 0, n2 = 0;
     if (pf) { /* only the layout's groups (q < t.gs) prefetch */
-        const uint32_t a = gr.ahead & (uint32_t)((1ull << (t.gs < ng ? t.gs : ng)) - 1);
+        const uint32_t a = gr->ahead & (uint32_t)((1ull << (t.gs < ng ? t.gs : ng)) - 1);
         n1 = group_list(a & (uint32_t)((1ull << half) - 1), 0, pf1);
         n2 = group_list((uint32_t)((uint64_t)a >> half), half, pf2);
     }
@@ -414,7 +417,7 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
         if (k < n2)
             for (int l = 0; l < npf; l++) decode_prefetch(pf + (size_t)pf2[k] * 4 * D + 64 * l, far);
         if (k >= nl) continue;
-        const int q = live[k]; /* the group from g0 */
+        const int q = gr->live[k]; /* the group from g0 */
         const int32_t *v4 = pv_value_at(t, q, D);
         __m512i vv[4];
 #pragma GCC unroll 4
@@ -435,7 +438,7 @@ AI void pv_rows(int NR, int NV, const int32_t *const *P, pv_values t, int D, int
 
 /* pv_rows for NR = 2..4 rows and NV = 1..4 vectors (constants: the sums
  * stay in registers). */
-AI void pv_rows_n(int nr, int nv, const int32_t *const *P, pv_values t, int D, int g0, int g1, pv_groups gr,
+AI void pv_rows_n(int nr, int nv, const int32_t *const *P, pv_values t, int D, int g0, int g1, const pv_groups *gr,
                   const char *pf, int npf, int far, int32_t *const *oi) {
 #define PV_ROWS_NV(NR)                                                               \
     switch (nv) {                                                                    \
@@ -565,16 +568,20 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                     s1 = (s0 / DECODE_PV_KEYS + 1) * DECODE_PV_KEYS;
                     if (s1 > b1) s1 = b1;
                     const int g0 = s0 / 4, g1 = s1 / 4;
-                    /* the groups some row needs, here and where the prefetches reach (up to the
-                     * token's last key: its weights are written that far) */
-                    pv_groups gr = {0, 0, 0};
-                    uint32_t ahead_hi;
-                    const int ga = g0 + pf_groups, na = n4 / 4 - ga < g1 - g0 ? n4 / 4 - ga : g1 - g0;
-                    group_words(P, nr, g0, g1 - g0, &gr.lo, &gr.hi);
-                    if (na > 0) group_words(P, nr, ga, na, &gr.ahead, &ahead_hi);
                     const pv_values t = {.v4 = ls > s0 ? x->lv + (size_t)g0 * D : NULL,
                                          .v4s = stage + (size_t)(((s0 > ls ? s0 : ls) - ls) / 4) * D,
                                          .gs = ls > s0 ? (ls - s0) / 4 : 0};
+                    /* the groups some row needs, here and, where pv_rows prefetches (from the
+                     * layout), where the prefetches reach (up to the token's last key: its
+                     * weights are written that far) */
+                    pv_groups gr = {.ahead = 0};
+                    group_words(P, nr, g0, g1 - g0, &gr.lo, &gr.hi);
+                    const int ga = g0 + pf_groups, na = n4 / 4 - ga < g1 - g0 ? n4 / 4 - ga : g1 - g0;
+                    if (nr > 1) {
+                        uint32_t ahead_hi;
+                        if (t.gs && na > 0) group_words(P, nr, ga, na, &gr.ahead, &ahead_hi);
+                        gr.nl = group_list(gr.lo, 0, gr.live);
+                    }
                     /* the first dims' pass prefetches the call's dims of the groups ahead where the
                      * values stream from the layout (past its end: the next kv head's rows, or
                      * nothing a prefetch can fault on) */
@@ -597,7 +604,7 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                         int32_t *od[4];
                         for (int r = 0; r < nr; r++) od[r] = oi[r] + d0;
                         const int nv = (db - d0) / 16 < 4 ? (db - d0) / 16 : 4;
-                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, gr, pf, npf, far, od);
+                        pv_rows_n(nr, nv, P, pv_values_dims(t, d0), D, g0, g1, &gr, pf, npf, far, od);
                     }
                 }
                 for (int r = 0; r < nr; r++)
