@@ -87,12 +87,22 @@ class Server:
         return self.proc.returncode
 
 
+def metrics(server, *names):
+    """The values of /metrics samples (names with their labels), read from
+    one scrape, so that they are of one moment."""
+    text = requests.get(server.url + "/metrics", timeout=30).text.splitlines()
+    values = []
+    for name in names:
+        found = [float(line.split()[-1]) for line in text if line.startswith(name + " ")]
+        if not found:
+            raise AssertionError(name)
+        values.append(found[0])
+    return values
+
+
 def metric(server, name):
     """The value of one /metrics sample (name with its labels)."""
-    for line in requests.get(server.url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(name)
+    return metrics(server, name)[0]
 
 
 @pytest.fixture(scope="session")
