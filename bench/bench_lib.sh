@@ -25,14 +25,28 @@ best_vector_path() {
     "$1" --version | sed -n 's/^kernel paths on this CPU: //p' | tr ' ' '\n' | grep -v -m1 '^amx$'
 }
 
+# cpu_label: the CPU's model name, as lscpu gives it. A model name with no
+# number in it (a VM's "AMD EPYC") names no generation: the family and model
+# numbers follow it ("AMD EPYC (family 23, model 49)", a Zen 2), since a Zen
+# 2 VM's roofline had overwritten a Zen 3's report of the same name and path.
+cpu_label() {
+    local cpu
+    cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+    if [[ "$cpu" != *[0-9]* ]]; then
+        cpu="$cpu (family $(lscpu 2>/dev/null | sed -n 's/^CPU family: *//p' | head -n 1),"
+        cpu="$cpu model $(lscpu 2>/dev/null | sed -n 's/^Model: *//p' | head -n 1))"
+    fi
+    echo "$cpu"
+}
+
 # report_slug KVSTITCH: the name part of a report of this machine, as
-# "<cpu model>-<kernel path>[-amx]" in lower case (e.g. amd-epyc-avx2,
-# amd-epyc-avx512vnni, intel-r-xeon-r-processor-avx512vnni-amx): CPUs of one
-# model name differ in what they expose (an EPYC VM with AVX2 only, another
-# with AVX-512), so the path keeps their reports apart.
+# "<cpu_label>-<kernel path>[-amx]" in lower case (e.g. amd-epyc-avx2,
+# amd-epyc-family23-model49-avx2, intel-r-xeon-r-processor-avx512vnni-amx):
+# CPUs of one model name differ in what they expose (an EPYC VM with AVX2
+# only, another with AVX-512), so the path keeps their reports apart.
 report_slug() {
     local cpu isa
-    cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+    cpu=$(cpu_label | sed 's/family /family/; s/model /model/')
     isa=$(best_vector_path "$1")
     [ "$(amx_prefill "$1")" = 1 ] && isa="$isa-amx"
     echo "${cpu:-cpu}-${isa:-scalar}" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//'

@@ -164,7 +164,7 @@ for l in sys.stdin:
     done
 done
 
-cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+cpu=$(cpu_label)
 out="bench/results/roofline-$(report_slug "$BUILD/kvstitch").md"
 python3 bench/roofline_report.py "$tmp/probe.txt" "$tmp/kernels.txt" "$tmp/runs.jsonl" \
     "$cpu" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$pp" "$ngen" "$rounds" "$reps" \

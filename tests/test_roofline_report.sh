@@ -167,6 +167,11 @@ if [ -x "$BUILD/kvstitch" ]; then
     best=$(best_vector_path "$BUILD/kvstitch")
     [[ "$slug" =~ ^[a-z0-9-]+$ && "$slug" == *"-$best"* ]]
     check slug_names_cpu_and_path $?
+    # a model name without a number ("AMD EPYC") gets the family and model
+    model_name=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+    if [[ "$model_name" == *[0-9]* ]]; then [[ "$slug" != *-family* ]]; else
+        [[ "$slug" =~ -family[0-9]+-model[0-9]+- ]]; fi
+    check slug_generation_where_the_name_has_none $?
     [[ "$(KVS_AMX=0 report_slug "$BUILD/kvstitch")" != *-amx ]]
     check slug_no_amx_when_disabled $?
     if [ "$(amx_prefill "$BUILD/kvstitch")" = 1 ]; then [[ "$slug" == *-amx ]]; else [[ "$slug" != *-amx ]]; fi
