@@ -30,11 +30,12 @@ best_vector_path() {
 # numbers follow it ("AMD EPYC (family 23, model 49)", a Zen 2), since a Zen
 # 2 VM's roofline had overwritten a Zen 3's report of the same name and path.
 cpu_label() {
-    local cpu
-    cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+    local info cpu
+    info=$(lscpu 2>/dev/null)
+    cpu=$(sed -n 's/^Model name: *//p' <<<"$info" | head -n 1)
     if [[ "$cpu" != *[0-9]* ]]; then
-        cpu="$cpu (family $(lscpu 2>/dev/null | sed -n 's/^CPU family: *//p' | head -n 1),"
-        cpu="$cpu model $(lscpu 2>/dev/null | sed -n 's/^Model: *//p' | head -n 1))"
+        cpu="$cpu (family $(sed -n 's/^CPU family: *//p' <<<"$info" | head -n 1),"
+        cpu="$cpu model $(sed -n 's/^Model: *//p' <<<"$info" | head -n 1))"
     fi
     echo "$cpu"
 }

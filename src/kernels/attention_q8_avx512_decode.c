@@ -576,8 +576,8 @@ static void decode_outputs(q8_unit *x, const float *pd, const float *inv, int da
                      * weights are written that far) */
                     pv_groups gr = {.ahead = 0};
                     group_words(P, nr, g0, g1 - g0, &gr.lo, &gr.hi);
-                    const int ga = g0 + pf_groups, na = n4 / 4 - ga < g1 - g0 ? n4 / 4 - ga : g1 - g0;
                     if (nr > 1) {
+                        const int ga = g0 + pf_groups, na = n4 / 4 - ga < g1 - g0 ? n4 / 4 - ga : g1 - g0;
                         uint32_t ahead_hi;
                         if (t.gs && na > 0) group_words(P, nr, ga, na, &gr.ahead, &ahead_hi);
                         gr.nl = group_list(gr.lo, 0, gr.live);
